@@ -1,0 +1,41 @@
+# nri-sla developer entry points. `make demo` and `make test` work on a fresh Debian
+# machine as root: they install what they need (Debian packages, a virtualenv).
+VENV    ?= .venv
+PY      := $(VENV)/bin/python
+STAMP   := $(VENV)/.installed-stamp
+PYTEST_ARGS ?=
+
+.PHONY: all demo test lint proto bench deb clean system-deps-demo system-deps-test
+
+all: test
+
+system-deps-demo:
+	@scripts/ensure-system-deps demo
+
+system-deps-test:
+	@scripts/ensure-system-deps test
+
+$(STAMP): pyproject.toml | system-deps-demo
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	@touch $@
+
+demo: $(STAMP)
+	$(VENV)/bin/nri-sla demo
+
+test: $(STAMP) system-deps-test
+	$(PY) -m ruff check .
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(PY) -m ruff check .
+
+proto: $(STAMP)
+	$(PY) -m nri_sla.nri.protogen
+
+bench: $(STAMP)
+	$(PY) bench/run_all.py
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache

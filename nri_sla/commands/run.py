@@ -1,0 +1,77 @@
+"""`nri-sla run`: the NRI plugin service.
+
+Dials the runtime's NRI socket (or uses fd 3 when containerd launched it from
+/opt/nri/plugins), registers, rebuilds allocations from Synchronize, answers container
+events, reconnects when containerd restarts, serves Prometheus metrics and talks to systemd.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+
+from nri_sla.commands.common import add_node_arguments, node_from_args
+
+log = logging.getLogger("nri_sla.run")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_node_arguments(parser)
+    parser.add_argument("--socket", default=None, help="NRI socket (default from the config: "
+                        "/var/run/nri/nri.sock)")
+    parser.add_argument("--name", default=None, help="plugin name (default nri-sla)")
+    parser.add_argument("--index", default=None, help="plugin index, two digits (default 50)")
+    parser.add_argument("--metrics-address", default=None,
+                        help='host:port for /metrics, /healthz, /readyz ("" disables)')
+    parser.add_argument("--log-format", choices=("text", "json"), default=None)
+
+
+def main(args: argparse.Namespace) -> int:
+    from nri_sla.config import ConfigError, load_config
+    from nri_sla.logging import setup_logging
+    from nri_sla.metrics import Metrics, start_http_server
+    from nri_sla.nri.errors import NriError
+    from nri_sla.nri.service import ServiceOptions, run_service
+    from nri_sla.plugin import SlaPlugin
+
+    try:
+        config = load_config(args.config)
+        setup_logging(args.log_format or config.log.format, config.log.level)
+        node = node_from_args(args, detect=True)
+    except (ConfigError, ValueError, OSError) as exc:
+        print(f"nri-sla run: {exc}", file=sys.stderr)
+        return 2
+    metrics = Metrics()
+    address = config.metrics.address if args.metrics_address is None else args.metrics_address
+    server = start_http_server(metrics, address)
+    plugin = SlaPlugin(node, metrics)
+    options = ServiceOptions(
+        socket_path=args.socket or config.nri.socket,
+        name=args.name or config.nri.plugin_name,
+        idx=args.index or config.nri.plugin_index,
+        backoff_max=config.nri.reconnect_max_seconds,
+        on_state=lambda state: _on_state(metrics, state),
+        on_reconnect=lambda _total: metrics.inc_reconnects(),
+        # The runtime's NRI version arrives in Configure; events come only after this.
+        on_ready=lambda stub: setattr(plugin, "nri_version", stub.nri_version or None),
+    )
+    log.info("nri-sla starting: cgroup v%d, %d GPUs, socket %s", node.cgroup_version,
+             len(node.allocator.inventory.gpus) if node.allocator else 0, options.socket_path)
+    try:
+        asyncio.run(run_service(plugin, options))
+    except NriError as exc:
+        print(f"nri-sla run: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        if server is not None:
+            server.close()
+    return 0
+
+
+def _on_state(metrics, state: str) -> None:
+    from nri_sla.nri.service import REGISTERED
+
+    metrics.set_registered(state == REGISTERED)
+    metrics.set_connected(state == REGISTERED)

@@ -1,0 +1,68 @@
+"""ContainerPlan -> NRI ContainerAdjustment: the part of a plan the runtime applies itself.
+
+What NRI cannot express on the node (cgroup v1: memory soft limit, blkio weight and
+throttles) is left to the direct writer at StartContainer (`plan_writes.cgroup_writes`
+with scope "direct"). A `unified` key is never put into an adjustment on a cgroup v1
+node: runc refuses the whole container for it.
+"""
+
+from __future__ import annotations
+
+from nri_sla.enforce.mapping import v2_io_max_line
+from nri_sla.enforce.plan_writes import unified_io_max
+from nri_sla.nri.pb import nri_pb2 as pb
+from nri_sla.plan.model import ContainerPlan
+
+APPLIED_ANNOTATION = "applied"
+WARNINGS_ANNOTATION = "warnings"
+
+_MPOL_MODES = {
+    "bind": pb.MPOL_BIND,
+    "preferred": pb.MPOL_PREFERRED,
+    "interleave": pb.MPOL_INTERLEAVE,
+}
+
+
+def build_adjustment(plan: ContainerPlan, annotations: dict[str, str]) -> pb.ContainerAdjustment:
+    """The adjustment for a plan, carrying the given annotations (record, warnings)."""
+    adj = pb.ContainerAdjustment()
+    for key, value in annotations.items():
+        adj.annotations[key] = value
+    resources = adj.linux.resources
+    cpu = resources.cpu
+    if plan.cpu_quota is not None:
+        cpu.quota.value = plan.cpu_quota
+    if plan.cpu_period is not None:
+        cpu.period.value = plan.cpu_period
+    if plan.cpus:
+        cpu.cpus = plan.cpus
+    if plan.mems:
+        cpu.mems = plan.mems
+    if plan.rt_runtime is not None and plan.cgroup_version == 1:
+        cpu.realtime_runtime.value = plan.rt_runtime
+        cpu.realtime_period.value = plan.rt_period or 1_000_000
+    if plan.memory_max is not None:
+        resources.memory.limit.value = plan.memory_max
+    if plan.cgroup_version == 2:
+        if plan.memory_high is not None:
+            resources.unified["memory.high"] = str(plan.memory_high)
+        if plan.io_weight is not None:
+            resources.unified["io.weight"] = f"default {plan.io_weight}"
+        line = v2_io_max_line(plan.io_max[0]) if unified_io_max(plan) else None
+        if line:
+            resources.unified["io.max"] = line
+    if plan.memory_policy is not None:
+        policy = adj.linux.memory_policy
+        policy.mode = _MPOL_MODES[plan.memory_policy.mode]
+        policy.nodes = plan.memory_policy.nodes
+    for name, value in plan.gpu_env:
+        adj.env.add(key=name, value=value)
+    for name in plan.gpu_cdi:
+        adj.CDI_devices.add(name=name)
+    for node in plan.gpu_devices:
+        device = adj.linux.devices.add(path=node.path, type=node.type, major=node.major,
+                                       minor=node.minor)
+        device.file_mode.value = node.file_mode
+        device.uid.value = node.uid
+        device.gid.value = node.gid
+    return adj

@@ -1,0 +1,126 @@
+"""Compare what was written to a cgroup file with what the kernel reads back.
+
+The kernel normalises many values, so a plain string compare would report false failures:
+* memory sizes are rounded down to whole pages ("-1"/"max" read back as a huge number or
+  "max");
+* cpuset lists come back in canonical form ("0,1,2" -> "0-2");
+* per-device files (blkio.throttle.*, io.max, io.weight, blkio.bfq.weight_device) list one
+  "MAJ:MIN ..." line per device, and a rule set to 0/"max" disappears;
+* io.weight / io.bfq.weight on v2 read "default N" for a written "N".
+"""
+
+from __future__ import annotations
+
+import re
+
+PAGE_SIZE = 4096
+# v1 reads "unlimited" as PAGE_COUNTER_MAX pages; anything this large is "no limit".
+_V1_UNLIMITED_MIN = 1 << 62
+
+_MEMORY_SIZE_FILES = re.compile(
+    r"^memory\.(limit_in_bytes|soft_limit_in_bytes|memsw\.limit_in_bytes|kmem\.limit_in_bytes"
+    r"|kmem\.tcp\.limit_in_bytes|max|high|low|min|swap\.max|swap\.high|zswap\.max)$"
+)
+_CPUSET_FILES = re.compile(r"^cpuset\.(cpus|mems)(\.exclusive)?$")
+_DEVICE_VALUE_FILES = re.compile(
+    r"^blkio\.(throttle\.(read|write)_(bps|iops)_device|bfq\.weight_device|weight_device)$"
+)
+_DEVICE_RULE = re.compile(r"^(\d+:\d+)\s+(.*)$")
+
+
+def parse_cpu_list(text: str) -> set[int]:
+    """ "0-2,5" -> {0, 1, 2, 5}; raises ValueError on malformed input."""
+    out: set[int] = set()
+    for chunk in text.strip().split(","):
+        chunk = chunk.strip()
+        if not chunk:
+            continue
+        lo, sep, hi = chunk.partition("-")
+        start, end = int(lo), int(hi) if sep else int(lo)
+        if end < start:
+            raise ValueError(f"descending range {chunk!r}")
+        out.update(range(start, end + 1))
+    return out
+
+
+def _memory_matches(written: str, read: str, page_size: int) -> bool:
+    w, r = written.strip(), read.strip()
+    if w in ("max", "-1"):
+        return r == "max" or (
+            r.lstrip("-").isdigit() and (int(r) == -1 or int(r) >= _V1_UNLIMITED_MIN)
+        )
+    try:
+        return int(r) == (int(w) // page_size) * page_size
+    except ValueError:
+        return w == r
+
+
+def _device_lines(text: str) -> dict[str, str]:
+    lines: dict[str, str] = {}
+    for line in text.splitlines():
+        m = _DEVICE_RULE.match(line.strip())
+        if m:
+            lines[m.group(1)] = m.group(2).strip()
+        elif line.strip():
+            key, _, rest = line.strip().partition(" ")
+            lines[key] = rest.strip()  # "default 100"
+    return lines
+
+
+def _device_value_matches(written: str, read: str) -> bool:
+    """blkio.throttle.* and *weight_device: "MAJ:MIN N"; N == 0 removes the rule."""
+    key, _, value = written.strip().partition(" ")
+    value = value.strip()
+    lines = _device_lines(read)
+    if value in ("0", "") and key != "default":
+        return key not in lines
+    return lines.get(key) == value
+
+
+def _io_max_matches(written: str, read: str) -> bool:
+    """v2 io.max "MAJ:MIN rbps=N wbps=max ...": every key written reads back equal."""
+    dev, _, rest = written.strip().partition(" ")
+    wanted = dict(kv.split("=", 1) for kv in rest.split() if "=" in kv)
+    got_line = _device_lines(read).get(dev)
+    got = dict(kv.split("=", 1) for kv in (got_line or "").split() if "=" in kv)
+    # A device whose limits are all "max" has no line at all.
+    return all(got.get(k, "max") == v for k, v in wanted.items())
+
+
+def _weight_matches(written: str, read: str) -> bool:
+    """io.weight / io.bfq.weight / blkio.bfq.weight: "N", "default N" or "MAJ:MIN N"."""
+    w = written.strip()
+    if w.isdigit():
+        stripped = read.strip()
+        if stripped.isdigit():  # v1 blkio.bfq.weight reads a bare number
+            return stripped == w
+        return _device_lines(read).get("default") == w
+    key, _, value = w.partition(" ")
+    return _device_lines(read).get(key) == value.strip()
+
+
+def _cpu_max_matches(written: str, read: str) -> bool:
+    w, r = written.split(), read.split()
+    if not w or not r:
+        return False
+    return w[0] == r[0] and (len(w) == 1 or w[1:] == r[1:])
+
+
+def values_match(file: str, written: str, read: str, page_size: int = PAGE_SIZE) -> bool:
+    """Semantic equality of a written value and the file's read-back content."""
+    if _MEMORY_SIZE_FILES.match(file):
+        return _memory_matches(written, read, page_size)
+    if _CPUSET_FILES.match(file):
+        try:
+            return parse_cpu_list(written) == parse_cpu_list(read)
+        except ValueError:
+            return False
+    if _DEVICE_VALUE_FILES.match(file):
+        return _device_value_matches(written, read)
+    if file == "io.max":
+        return _io_max_matches(written, read)
+    if file in ("io.weight", "io.bfq.weight", "blkio.bfq.weight", "blkio.weight"):
+        return _weight_matches(written, read)
+    if file == "cpu.max":
+        return _cpu_max_matches(written, read)
+    return " ".join(written.split()) == " ".join(read.split())

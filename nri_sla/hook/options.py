@@ -1,0 +1,61 @@
+"""The hook's command line, parsed without argparse (it costs start-up time per container).
+
+`nri-sla hook` (through nri_sla.cli, which uses argparse) and the fast path
+`python3 -I -m nri_sla.hook` accept the same options and share HookOptions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nri_sla.hook.deadline import DEFAULT_TIMEOUT
+from nri_sla.hook.errors import BadInput
+from nri_sla.hook.spec import DEFAULT_STAGE, STAGES
+
+DEFAULT_CONFIG = "/etc/nri-sla/config.yaml"
+USAGE = ("usage: nri-sla hook [--stage createRuntime|prestart|poststart|createContainer] "
+         "[--timeout S] [--config PATH] [--cgroup-root PATH]")
+
+
+@dataclass(frozen=True)
+class HookOptions:
+    stage: str = DEFAULT_STAGE
+    timeout: float = DEFAULT_TIMEOUT
+    config: str = DEFAULT_CONFIG
+    cgroup_root: str | None = None  # None: detect from /proc/self/mountinfo
+
+
+def check(stage: str, timeout: float) -> None:
+    if stage not in STAGES:
+        raise BadInput(f"--stage: {stage!r} is not one of {', '.join(STAGES)}")
+    if not 0 < timeout <= 300:
+        raise BadInput(f"--timeout: {timeout:g} is outside 0 < S <= 300 seconds")
+
+
+def parse_argv(argv: list[str]) -> HookOptions:
+    values: dict[str, str] = {}
+    flags = {"--stage": "stage", "--timeout": "timeout", "--config": "config",
+             "--cgroup-root": "cgroup_root"}
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        name, eq, inline = arg.partition("=")
+        if name not in flags:
+            raise BadInput(f"unknown argument {arg!r}; {USAGE}")
+        if eq:
+            values[flags[name]] = inline
+            i += 1
+        elif i + 1 < len(argv):
+            values[flags[name]] = argv[i + 1]
+            i += 2
+        else:
+            raise BadInput(f"{name} needs a value; {USAGE}")
+    try:
+        timeout = float(values.get("timeout", DEFAULT_TIMEOUT))
+    except ValueError:
+        raise BadInput(f"--timeout: {values['timeout']!r} is not a number of seconds") from None
+    opts = HookOptions(stage=values.get("stage", DEFAULT_STAGE), timeout=timeout,
+                       config=values.get("config", DEFAULT_CONFIG),
+                       cgroup_root=values.get("cgroup_root"))
+    check(opts.stage, opts.timeout)
+    return opts

@@ -1,0 +1,60 @@
+"""The SLA's gpu / cpu.exclusive / numa fields -> an Allocator request -> plan settings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from nri_sla.plan.placement import PlacementError, PlacementRequest
+from nri_sla.topology.cpulist import format_cpulist
+
+if TYPE_CHECKING:
+    from nri_sla.plan.planner import PlanContext
+    from nri_sla.sla.model import Sla
+
+
+@dataclass
+class PlacementOutcome:
+    settings: dict[str, Any] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+    error: str | None = None
+    field: str = "gpu"
+
+
+def placement_request(sla: Sla, ctx: PlanContext) -> PlacementRequest:
+    gpu, cpu, numa = sla.gpu, sla.cpu, sla.numa
+    env = ctx.container_env
+    return PlacementRequest(
+        owner=ctx.owner,
+        gpu_count=gpu.count if gpu else None,
+        gpu_ids=gpu.ids if gpu else (),
+        mig_profile=gpu.mig if gpu else None,
+        topology=gpu.topology if gpu else "any",
+        align=gpu.align if gpu else True,
+        exclusive_cpus=cpu.exclusive if cpu else None,
+        numa_nodes=numa.nodes if numa else None,
+        from_runtime=bool(gpu and gpu.source == "runtime"),
+        visible_devices=env.get("NVIDIA_VISIBLE_DEVICES"),
+    )
+
+
+def place(sla: Sla, ctx: PlanContext, hard: bool) -> PlacementOutcome:
+    """Allocate for the container; settings are plan fields (cpus, mems, GPU injection)."""
+    try:
+        placement = ctx.allocator.allocate(placement_request(sla, ctx), hard=hard)
+    except PlacementError as exc:
+        return PlacementOutcome(error=exc.message, field=exc.field)
+    settings: dict[str, Any] = {"placement_record": placement.to_record()}
+    if placement.cpus:
+        settings["cpus"] = format_cpulist(placement.cpus)
+    if placement.mems:
+        settings["mems"] = format_cpulist(placement.mems)
+    if (placement.gpus or placement.mig) and not placement.from_runtime:
+        from nri_sla.plan.gpu_injection import inject
+
+        injection = inject(placement, ctx.config.gpu.injection)
+        settings.update(gpu_env=tuple(sorted(injection.env.items())),
+                        gpu_devices=injection.devices, gpu_cdi=injection.cdi_devices)
+    field_name = "gpu" if sla.gpu else ("cpu.exclusive" if sla.cpu and sla.cpu.exclusive
+                                        else "numa.nodes")
+    return PlacementOutcome(settings, placement.warnings, field=field_name)

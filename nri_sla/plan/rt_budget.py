@@ -1,0 +1,74 @@
+"""Node real-time budget: the share of the kernel's RT time that SLA containers may take.
+
+The kernel gives the root cgroup `cpu.rt_runtime_us` per `cpu.rt_period_us` (default
+950000/1000000). The node config grants SLA containers a fraction of that; each container
+takes runtime/period of it. Allocations are keyed by container id so that they can be
+released and rebuilt from the runtime's state after a restart.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class RtBudgetExceeded(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class RtGrant:
+    runtime_us: int
+    period_us: int
+
+    @property
+    def share(self) -> float:
+        return self.runtime_us / self.period_us
+
+
+def kernel_rt_share(cpu_root: Path = Path("/sys/fs/cgroup/cpu")) -> float:
+    """The root cgroup's RT share (v1), or the sysctl's when the cgroup file is absent."""
+    for runtime_file, period_file in (
+        (cpu_root / "cpu.rt_runtime_us", cpu_root / "cpu.rt_period_us"),
+        (Path("/proc/sys/kernel/sched_rt_runtime_us"), Path("/proc/sys/kernel/sched_rt_period_us")),
+    ):
+        try:
+            runtime = int(runtime_file.read_text())
+            period = int(period_file.read_text())
+        except (OSError, ValueError):
+            continue
+        return 1.0 if runtime < 0 else runtime / period
+    return 0.0
+
+
+class RtBudget:
+    """Thread-safe accounting of RT shares against the node's budget."""
+
+    def __init__(self, total_share: float) -> None:
+        self.total_share = total_share
+        self._grants: dict[str, RtGrant] = {}
+        self._lock = threading.Lock()
+
+    def used_share(self) -> float:
+        with self._lock:
+            return sum(g.share for g in self._grants.values())
+
+    def reserve(self, owner: str, grant: RtGrant) -> None:
+        with self._lock:
+            used = sum(g.share for o, g in self._grants.items() if o != owner)
+            if used + grant.share > self.total_share + 1e-9:
+                free = max(self.total_share - used, 0.0)
+                raise RtBudgetExceeded(
+                    f"needs {grant.share:.1%} of CPU time as real-time; the node's RT budget "
+                    f"has {free:.1%} free of {self.total_share:.1%}")
+            self._grants[owner] = grant
+
+    def restore(self, owner: str, grant: RtGrant) -> None:
+        """Record a grant found in the runtime's state, even if it overcommits."""
+        with self._lock:
+            self._grants[owner] = grant
+
+    def release(self, owner: str) -> None:
+        with self._lock:
+            self._grants.pop(owner, None)

@@ -1,0 +1,111 @@
+"""SlaPlugin: the NRI plugin's handlers, running the data path for each container.
+
+CreateContainer: annotations -> SLA -> plan -> adjustment (or an error status, which
+makes containerd refuse the container). StartContainer: the direct cgroup writes that
+NRI cannot express on this node, read back. Stop/Remove: allocations released.
+Synchronize: allocations rebuilt from the `applied` records on existing containers.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from nri_sla.enforce.adjustment import build_adjustment
+from nri_sla.node import Decision, NodeState, decide
+from nri_sla.nri.pb import nri_pb2 as pb
+from nri_sla.plan.model import ContainerPlan, PlanError
+
+log = logging.getLogger("nri_sla.plugin")
+
+
+class SlaPlugin:
+    """Handlers for the NRI stub; the stub subscribes to exactly these events."""
+
+    def __init__(self, node: NodeState, metrics: Any = None) -> None:
+        self.node = node
+        self.metrics = metrics
+        self.nri_version: str | None = None
+        self.runtime = ""
+        self._pending: dict[str, ContainerPlan] = {}  # container id -> plan awaiting start
+
+    # -- life cycle --------------------------------------------------------------------
+    def configure(self, config: str, runtime_name: str, runtime_version: str) -> None:
+        self.runtime = f"{runtime_name} {runtime_version}".strip()
+        log.info("configured by %s", self.runtime or "an unnamed runtime")
+
+    def synchronize(self, pods: list[pb.PodSandbox], containers: list[pb.Container]) -> None:
+        restored = self.node.restore(
+            (c.id, dict(c.annotations)) for c in containers
+            if c.state in (pb.CONTAINER_CREATED, pb.CONTAINER_RUNNING, pb.CONTAINER_PAUSED)
+        )
+        log.info("synchronized: %d pods, %d containers, %d allocations rebuilt",
+                 len(pods), len(containers), restored)
+        self._publish_usage()
+
+    # -- containers --------------------------------------------------------------------
+    def create_container(self, pod: pb.PodSandbox, container: pb.Container):
+        started = time.perf_counter()
+        decision = decide(self.node, dict(pod.annotations), container.name,
+                          namespace=pod.namespace, owner=container.id,
+                          nri_version=self.nri_version)
+        if decision.plan is not None:
+            try:
+                decision.plan = self.node.prepare_create(decision.plan,
+                                                         container.linux.cgroups_path)
+            except PlanError as exc:
+                self.node.release(container.id)
+                decision = Decision("refused", "budget", error=exc)
+        self._observe("CreateContainer", started, decision, pod, container)
+        if decision.error is not None:
+            raise decision.error  # the runtime shows the message to the user
+        if decision.plan is None:
+            return None, None
+        plan = decision.plan
+        if self.node.direct_writes(plan):
+            self._pending[container.id] = plan
+        self._publish_usage()
+        return build_adjustment(plan, self.node.annotations_for(plan, "nri")), None
+
+    def start_container(self, pod: pb.PodSandbox, container: pb.Container) -> None:
+        plan = self._pending.pop(container.id, None)
+        if plan is None:
+            return
+        problems = self.node.apply_direct(plan, container.linux.cgroups_path)
+        for problem in problems:
+            log.warning("%s/%s %s: %s", pod.namespace, pod.name, container.name, problem)
+        if problems and plan.enforcement == "hard":
+            raise RuntimeError("; ".join(problems))
+
+    def stop_container(self, pod: pb.PodSandbox, container: pb.Container) -> None:
+        self._release(container.id)
+
+    def remove_container(self, pod: pb.PodSandbox, container: pb.Container) -> None:
+        self._release(container.id)
+
+    # -- helpers -------------------------------------------------------------------------
+    def _release(self, container_id: str) -> None:
+        self._pending.pop(container_id, None)
+        self.node.release(container_id)
+        self._publish_usage()
+
+    def _observe(self, event: str, started: float, decision: Decision,
+                 pod: pb.PodSandbox, container: pb.Container) -> None:
+        from nri_sla.logging import log_decision
+
+        if decision.outcome != "skipped":
+            applied = self.node.annotations_for(decision.plan, "nri") if decision.plan else {}
+            log_decision(pod.namespace, pod.name, container.name, "nri", decision.outcome,
+                         applied, list(decision.warnings), decision.error_text)
+        if self.metrics is not None:
+            self.metrics.observe(event, time.perf_counter() - started)
+            if decision.outcome != "skipped":
+                self.metrics.record_decision(decision.outcome, decision.reason)
+
+    def _publish_usage(self) -> None:
+        if self.metrics is None:
+            return
+        gpus, cpus = self.node.usage()
+        self.metrics.set_gpus_in_use(gpus)
+        self.metrics.set_exclusive_cpus_in_use(cpus)

@@ -1,0 +1,71 @@
+"""Typed errors for the SLA annotation contract.
+
+Every problem names three things a workload owner needs to fix it: the annotation key it
+came from, the field path inside the YAML document, and what is allowed.
+"""
+
+from __future__ import annotations
+
+
+class SlaError(ValueError):
+    """One problem in an SLA annotation.
+
+    ``str(err)`` reads ``<annotation key>: <field> <message>``, e.g.
+    ``sla.nri.io/container.web: memory.high (12Gi) must be below memory.max (10Gi)``.
+    ``field`` is a dotted path (``io.max[0].read-bps``) or "" for the whole document.
+    ``errors`` lists every problem found (just this one for a plain SlaError).
+    """
+
+    def __init__(self, key: str, field: str, message: str) -> None:
+        self.key = key
+        self.field = field
+        self.message = message
+        super().__init__(self._text())
+
+    def _text(self) -> str:
+        where = f"{self.field} " if self.field else ""
+        return f"{self.key}: {where}{self.message}"
+
+    @property
+    def errors(self) -> tuple[SlaError, ...]:
+        return (self,)
+
+    def __reduce__(self):  # keep pickling (multiprocessing, logging) working
+        return (SlaError, (self.key, self.field, self.message))
+
+
+class SlaErrors(SlaError):
+    """Several problems at once (all of one pod's SLA annotations are checked together).
+
+    It *is* an SlaError: ``key``, ``field`` and ``message`` are those of the first problem,
+    and ``str()`` joins all of them with "; " so that a single log line or CRI error
+    carries the whole list.
+    """
+
+    def __init__(self, errors: list[SlaError] | tuple[SlaError, ...]) -> None:
+        if not errors:
+            raise ValueError("SlaErrors needs at least one error")
+        self._errors = tuple(errors)
+        first = self._errors[0]
+        super().__init__(first.key, first.field, first.message)
+        ValueError.__init__(self, "; ".join(str(e) for e in self._errors))
+
+    @property
+    def errors(self) -> tuple[SlaError, ...]:
+        return self._errors
+
+    def __reduce__(self):
+        return (SlaErrors, (self._errors,))
+
+
+def raise_all(errors: list[SlaError]) -> None:
+    """Raise nothing, the single error, or an SlaErrors aggregate.
+
+    Errors may come from a cache, so fresh instances are raised: re-raising a cached
+    exception object would grow its traceback and pin frames in memory.
+    """
+    fresh = [SlaError(e.key, e.field, e.message) for e in errors]
+    if len(fresh) == 1:
+        raise fresh[0]
+    if fresh:
+        raise SlaErrors(fresh)

@@ -1,0 +1,199 @@
+"""Kubernetes-style quantities: sizes in bytes, counts, CPU amounts and durations.
+
+Pure functions on annotation values (str, or the int/float a YAML scalar became). Each
+raises :class:`QuantityError` with a sentence that says what was expected; the schema
+wraps it into an SlaError naming the annotation key and field.
+
+Arithmetic is exact (``fractions.Fraction``): ``1.5Gi`` is 1610612736 bytes, never a
+rounded float. Decisions (see docs/sla.md):
+
+* sizes follow ``resource.Quantity``: plain numbers, decimal SI (``k M G T P E``, and the
+  sub-unit ``m u n``), binary SI (``Ki .. Ei``), exponents (``1e9``), decimal fractions;
+  the result must be a whole number of bytes in 0..2**63-1 (``100m`` is 0.1 bytes and is
+  refused with a hint, because it nearly always means ``100Mi``);
+* CPU amounts are CPUs (``2.5``) or millicores (``2500m``), at most 1m precision;
+* durations need a unit (``us``, ``ms``, ``s``; ``µs`` is accepted): a bare ``100`` is
+  refused because it is ambiguous between 100us and 100ms.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from fractions import Fraction
+
+MAX_INT64 = 2**63 - 1
+
+# Longest number text we look at: far beyond any real value, and it keeps hostile input
+# (thousands of digits, exponents like e999999999) away from big-int arithmetic.
+_MAX_NUMBER_CHARS = 40
+_MAX_EXPONENT = 40
+
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL = {
+    "n": Fraction(1, 10**9), "u": Fraction(1, 10**6), "m": Fraction(1, 1000), "": Fraction(1),
+    "k": Fraction(10**3), "M": Fraction(10**6), "G": Fraction(10**9), "T": Fraction(10**12),
+    "P": Fraction(10**15), "E": Fraction(10**18),
+}
+_QUANTITY = re.compile(
+    r"([+-]?)([0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
+    r"(Ki|Mi|Gi|Ti|Pi|Ei|[eE][+-]?[0-9]+|[numkMGTPE]?)",
+    re.ASCII,
+)
+_DURATION = re.compile(r"([+-]?)([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(us|µs|ms|s)", re.ASCII)
+_DURATION_UNITS = {"us": 1, "µs": 1, "ms": 1000, "s": 1_000_000}
+_SIZE_HINT = "a size like 512Mi, 8Gi, 1G or 1048576"
+
+
+class QuantityError(ValueError):
+    """A value is not a valid quantity; the message says what is expected."""
+
+
+def show(value: object) -> str:
+    """The value as the user wrote it, for messages: plain when short and printable, else
+    quoted and cut to 40 characters so hostile input cannot flood a log line."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    text = getattr(value, "text", None) or (value if isinstance(value, str) else repr(value))
+    if 0 < len(text) <= 40 and text.isprintable() and " " not in text and "'" not in text:
+        return text
+    return repr(text[:40] + "...") if len(text) > 40 else repr(text)
+
+
+def _exact(value: object, expected: str) -> Fraction:
+    """Exact value of an int, a finite float or a Quantity string."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise QuantityError(f"must be {expected}, got {show(value)}")
+    if isinstance(value, int):
+        if value.bit_length() > 64:
+            raise QuantityError(f"({show(value)}) is too large (at most {MAX_INT64})")
+        return Fraction(value)
+    if isinstance(value, float):
+        # A YAML float keeps the text it came from (see safeyaml): parse that exactly.
+        text = getattr(value, "text", None)
+        if text is None:
+            if not math.isfinite(value):
+                raise QuantityError(f"must be {expected}, got {show(value)}")
+            return Fraction(repr(value))
+        value = text
+    if len(value) > _MAX_NUMBER_CHARS:
+        raise QuantityError(f"must be {expected}, got {show(value)} (too long)")
+    m = _QUANTITY.fullmatch(value)
+    if m is None:
+        raise QuantityError(f"must be {expected}, got {show(value)}")
+    sign, number, suffix = m.groups()
+    mantissa = Fraction(number)
+    if sign == "-":
+        mantissa = -mantissa
+    if suffix in _BINARY:
+        return mantissa * _BINARY[suffix]
+    if suffix[:1] in ("e", "E") and len(suffix) > 1:
+        exponent = int(suffix[1:])
+        if abs(exponent) > _MAX_EXPONENT:
+            if mantissa == 0:
+                return Fraction(0)
+            if exponent > 0:
+                raise QuantityError(f"({show(value)}) is too large (at most {MAX_INT64})")
+            raise QuantityError(f"({show(value)}) is too small")
+        return mantissa * Fraction(10) ** exponent
+    return mantissa * _DECIMAL[suffix]
+
+
+def parse_size(value: object) -> int:
+    """Bytes from a Kubernetes quantity: ``512Mi``, ``1G``, ``1.5Gi``, ``1e9``, ``4096``."""
+    amount = _exact(value, _SIZE_HINT)
+    if amount < 0:
+        raise QuantityError(f"must not be negative, got {show(value)}")
+    if amount.denominator != 1:
+        hint = ""
+        if isinstance(value, str) and value.endswith("m"):
+            hint = f" (the suffix m means 1/1000; did you mean {value[:-1]}Mi?)"
+        raise QuantityError(
+            f"({show(value)}) is {float(amount):g} bytes; sizes must be whole bytes{hint}")
+    if amount > MAX_INT64:
+        raise QuantityError(f"({show(value)}) is too large (at most {MAX_INT64} bytes)")
+    return int(amount)
+
+
+def parse_count(value: object) -> int:
+    """A whole non-negative count such as IOPS: ``20000``, ``20k``, ``2e4``."""
+    amount = _exact(value, "a whole number like 20000 or 20k")
+    if amount < 0:
+        raise QuantityError(f"must not be negative, got {show(value)}")
+    if amount.denominator != 1:
+        raise QuantityError(f"({show(value)}) must be a whole number")
+    if amount > MAX_INT64:
+        raise QuantityError(f"({show(value)}) is too large (at most {MAX_INT64})")
+    return int(amount)
+
+
+def parse_cpu(value: object) -> float:
+    """CPUs from ``2.5``, ``2``, ``"2.5"`` or ``"2500m"`` (1m = 0.001 CPU is the finest)."""
+    expected = "CPUs like 2.5 or 2500m"
+    if isinstance(value, str) and not re.fullmatch(r"[+-]?[0-9.]+m?", value, re.ASCII):
+        raise QuantityError(f"must be {expected}, got {show(value)}")
+    amount = _exact(value, expected)
+    if amount < 0:
+        raise QuantityError(f"must not be negative, got {show(value)}")
+    if (amount * 1000).denominator != 1:
+        raise QuantityError(f"({show(value)}) is finer than 1m (0.001 CPU), the smallest step")
+    return float(amount)
+
+
+def parse_duration(value: object) -> int:
+    """Microseconds from ``100ms``, ``1s``, ``1.5ms``, ``500us``: the unit is required."""
+    expected = "a duration with a unit: us, ms or s (e.g. 100ms)"
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise QuantityError(f"must be {expected}, got {show(value)}")
+    if not isinstance(value, str):
+        raise QuantityError(
+            f"({show(value)}) needs a unit: us, ms or s, e.g. {show(value)}ms "
+            "(a bare number is ambiguous)")
+    if len(value) > _MAX_NUMBER_CHARS:
+        raise QuantityError(f"must be {expected}, got {show(value)} (too long)")
+    m = _DURATION.fullmatch(value)
+    if m is None:
+        raise QuantityError(f"must be {expected}, got {show(value)}")
+    sign, number, unit = m.groups()
+    if sign == "-":
+        raise QuantityError(f"must not be negative, got {show(value)}")
+    micros = Fraction(number) * _DURATION_UNITS[unit]
+    if micros.denominator != 1:
+        raise QuantityError(f"({show(value)}) must be a whole number of microseconds")
+    if micros > MAX_INT64:
+        raise QuantityError(f"({show(value)}) is too large")
+    return int(micros)
+
+
+def format_size(n: int) -> str:
+    """Shortest exact spelling of a byte count: 12Gi, 10G, 1500."""
+    best = str(n)
+    if n <= 0:
+        return best
+    for suffix, factor in _BINARY.items():
+        if n % factor == 0 and len(f"{n // factor}{suffix}") <= len(best):
+            best = f"{n // factor}{suffix}"
+    for suffix in ("k", "M", "G", "T", "P", "E"):
+        factor = int(_DECIMAL[suffix])
+        if n % factor == 0 and len(f"{n // factor}{suffix}") < len(best):
+            best = f"{n // factor}{suffix}"
+    return best
+
+
+def format_duration(us: int) -> str:
+    """1s, 100ms, 1500us: the largest unit that is exact."""
+    if us and us % 1_000_000 == 0:
+        return f"{us // 1_000_000}s"
+    if us and us % 1000 == 0:
+        return f"{us // 1000}ms"
+    return f"{us}us"
+
+
+def format_cpu(cpus: float) -> str:
+    """2, 2.5, 0.25: CPUs with at most three decimals."""
+    milli = round(cpus * 1000)
+    if milli % 1000 == 0:
+        return str(milli // 1000)
+    return f"{milli / 1000:.3f}".rstrip("0")

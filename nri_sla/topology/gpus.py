@@ -1,0 +1,112 @@
+"""GPU inventory values, shared by the NVML, sysfs and snapshot backends."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+
+class InventoryError(Exception):
+    """A GPU inventory source cannot be read (bad snapshot, unknown source name...)."""
+
+
+@dataclass(frozen=True)
+class MigInstance:
+    """One MIG device (a compute instance inside a GPU instance) of a MIG-enabled GPU.
+
+    `caps_minors` are the minor numbers of /dev/nvidia-caps/nvidia-capN that grant access
+    to this GPU instance and compute instance (from /proc/driver/nvidia-caps/mig-minors);
+    empty when unknown.
+    """
+
+    uuid: str
+    profile: str  # e.g. "1g.10gb"
+    gpu_index: int
+    gi_id: int
+    ci_id: int
+    index: int = 0  # position among the parent's MIG devices ("<gpu>:<index>" naming)
+    memory_bytes: int = 0
+    caps_minors: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One physical GPU. `uuid` is empty when the source cannot tell (sysfs)."""
+
+    index: int
+    uuid: str
+    pci_bus_id: str  # normalised sysfs form: "0000:07:00.0"
+    numa_node: int | None
+    memory_bytes: int = 0
+    name: str = ""
+    minor: int | None = None  # N in /dev/nvidiaN
+    nvlink_peers: frozenset[int] = frozenset()
+    mig_enabled: bool = False
+    mig_instances: tuple[MigInstance, ...] = ()
+
+    @property
+    def ref(self) -> str:
+        """The most stable name for this GPU: its UUID, else its index."""
+        return self.uuid or str(self.index)
+
+    @property
+    def device_minor(self) -> int:
+        return self.index if self.minor is None else self.minor
+
+
+@dataclass(frozen=True)
+class GpuInventory:
+    """The GPUs of this node and where the facts came from.
+
+    `source` is "nvml", "sysfs" or "snapshot"; `degraded_reason` says why a better source
+    was not used (None when the preferred source worked).
+    """
+
+    gpus: tuple[Gpu, ...] = ()
+    source: str = "sysfs"
+    degraded_reason: str | None = None
+    _by_index: dict[int, Gpu] = field(default_factory=dict, init=False, repr=False,
+                                      compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        self._by_index.update({g.index: g for g in self.gpus})
+
+    def by_index(self, index: int) -> Gpu | None:
+        return self._by_index.get(index)
+
+    def find(self, name: str) -> Gpu | None:
+        """A GPU by index ("3"), UUID ("GPU-...", any case) or PCI bus id (any form)."""
+        text = name.strip()
+        if text.isdigit():
+            return self._by_index.get(int(text))
+        lowered = text.lower()
+        if lowered.startswith("gpu-"):
+            return next((g for g in self.gpus if g.uuid.lower() == lowered), None)
+        bus = normalize_bus_id(text)
+        if bus:
+            return next((g for g in self.gpus if g.pci_bus_id == bus), None)
+        return None
+
+    def find_mig(self, name: str) -> tuple[Gpu, MigInstance] | None:
+        """A MIG device by UUID ("MIG-...") or "<gpu index>:<mig index>"."""
+        text = name.strip().lower()
+        for gpu in self.gpus:
+            for mig in gpu.mig_instances:
+                if mig.uuid.lower() == text or f"{gpu.index}:{mig.index}" == text:
+                    return gpu, mig
+        return None
+
+
+_BUS_ID = re.compile(
+    r"^(?:(?P<domain>[0-9a-f]{1,8}):)?(?P<bus>[0-9a-f]{1,2}):(?P<dev>[0-9a-f]{1,2})\.(?P<fn>[0-7])$"
+)
+
+
+def normalize_bus_id(text: str) -> str | None:
+    """NVML's "00000000:07:00.0" and sysfs' "0000:07:00.0" both become "0000:07:00.0"."""
+    m = _BUS_ID.match(text.strip().lower())
+    if not m:
+        return None
+    domain = int(m.group("domain") or "0", 16)
+    bus, dev = int(m.group("bus"), 16), int(m.group("dev"), 16)
+    return f"{domain:04x}:{bus:02x}:{dev:02x}.{m.group('fn')}"

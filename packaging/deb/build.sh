@@ -1,0 +1,211 @@
+#!/usr/bin/env bash
+# Build dist/nri-sla_<version>_<arch>.deb with dpkg-deb (no debhelper).
+#
+# Layout: the Python code and its dependencies are installed with `pip --target` into
+# /usr/lib/nri-sla/site (a private, self-contained tree: no virtualenv whose absolute
+# paths would break when moved); /usr/bin/nri-sla is a small launcher that runs Debian's
+# /usr/bin/python3 in isolated mode (-I: no PYTHON* variables, no user site, no cwd)
+# without the site module (-S: no /usr/lib/python3/dist-packages, so no clash with
+# Debian's python3-yaml or python3-protobuf, and a faster start for the OCI hook).
+# The bundled wheels are built for this Python's minor version, hence
+#   Depends: python3 (>= X.Y), python3 (<< X.Y+1).
+#
+# Environment:
+#   PYTHON      interpreter that runs pip and whose version the package targets
+#               (default: python3; must match the nodes' /usr/bin/python3 minor version)
+#   OUT_DIR     where the .deb goes (default: <repo>/dist)
+#   WHEELHOUSE  cache of dependency wheels (default: <repo>/dist/wheelhouse). Filled from
+#               PyPI with `pip download` on first use; later builds run offline.
+#   DEB_COMPRESS  dpkg-deb compressor: xz (default), gzip, zstd, none
+# Prints the path of the built package on the last line of stdout.
+set -euo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+PYTHON=${PYTHON:-python3}
+OUT_DIR=${OUT_DIR:-$REPO/dist}
+WHEELHOUSE=${WHEELHOUSE:-$REPO/dist/wheelhouse}
+DEB_COMPRESS=${DEB_COMPRESS:-xz}
+PKG=nri-sla
+LIBDIR=/usr/lib/nri-sla
+SITE=$LIBDIR/site
+
+die() { echo "build.sh: $*" >&2; exit 1; }
+command -v dpkg-deb >/dev/null || die "dpkg-deb not found (apt-get install dpkg-dev)"
+"$PYTHON" -m pip --version >/dev/null 2>&1 || die "$PYTHON has no pip"
+
+VERSION=$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' "$REPO/nri_sla/__init__.py")
+[ -n "$VERSION" ] || die "no __version__ in nri_sla/__init__.py"
+ARCH=$(dpkg --print-architecture)
+PYVER=$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+PYNEXT=$("$PYTHON" -c 'import sys; print("%d.%d" % (sys.version_info[0], sys.version_info[1] + 1))')
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/nri-sla-deb.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+STAGE=$WORK/root
+mkdir -p "$STAGE/DEBIAN" "$OUT_DIR" "$WHEELHOUSE"
+
+# --- 1. the project wheel, built from a copy so the working tree gets no build/ dir ----
+mkdir -p "$WORK/src"
+cp "$REPO/pyproject.toml" "$REPO/README.md" "$WORK/src/"
+(cd "$REPO" && tar --exclude=__pycache__ --exclude='*.pyc' -cf - nri_sla) | tar -xf - -C "$WORK/src"
+isolation=--no-build-isolation
+"$PYTHON" -c 'import setuptools, wheel' 2>/dev/null || isolation=
+"$PYTHON" -m pip wheel -q --disable-pip-version-check --no-deps $isolation \
+    -w "$WORK/wheel" "$WORK/src" >&2
+PROJECT_WHEEL=$(ls "$WORK"/wheel/nri_sla-*.whl)
+
+# --- 2. project + dependencies into the private site dir: offline first ----------------
+pip_target() {
+    "$PYTHON" -m pip install -q --disable-pip-version-check --no-compile \
+        --no-warn-script-location --only-binary=:all: --no-index \
+        --find-links "$WHEELHOUSE" --target "$STAGE$SITE" "$PROJECT_WHEEL" >&2
+}
+if ! pip_target 2>/dev/null; then
+    echo "build.sh: filling the wheelhouse $WHEELHOUSE from PyPI" >&2
+    "$PYTHON" -m pip download -q --disable-pip-version-check --only-binary=:all: \
+        -d "$WHEELHOUSE" "$PROJECT_WHEEL" >&2 || die "could not fetch dependency wheels"
+    rm -f "$WHEELHOUSE"/nri_sla-*.whl  # the project wheel is rebuilt every time
+    rm -rf "${STAGE:?}$SITE"
+    pip_target
+fi
+rm -rf "${STAGE:?}$SITE/bin"  # console scripts of dependencies: unused, wrong paths
+# Byte-compile now, with the installed path recorded (tracebacks name real files, and
+# root-run hooks never write stray .pyc files that dpkg would not know about).
+"$PYTHON" -m compileall -q -j0 -d "$SITE" "$STAGE$SITE" >/dev/null
+
+# --- 3. launcher -----------------------------------------------------------------------
+install -d "$STAGE/usr/bin"
+cat > "$STAGE/usr/bin/nri-sla" <<'EOF'
+#!/usr/bin/python3 -IS
+"""nri-sla launcher (Debian package): runs the copy in /usr/lib/nri-sla/site."""
+import os
+import sys
+
+# Relative to this file, so an unpacked package (dpkg -x DIR) runs from DIR too.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), os.pardir,
+                                "lib", "nri-sla", "site"))
+from nri_sla.cli import main  # noqa: E402
+
+sys.exit(main())
+EOF
+chmod 0755 "$STAGE/usr/bin/nri-sla"
+
+# --- 4. system integration files --------------------------------------------------------
+install -D -m 0644 "$REPO/packaging/systemd/nri-sla.service" \
+    "$STAGE/lib/systemd/system/nri-sla.service"
+install -D -m 0755 "$REPO/packaging/nri/50-nri-sla" "$STAGE/usr/share/nri-sla/nri-plugin/50-nri-sla"
+install -D -m 0644 "$REPO/packaging/nri/50-nri-sla.conf" \
+    "$STAGE/usr/share/nri-sla/nri-plugin/50-nri-sla.conf"
+for f in config.toml.example config-1.7.toml.example; do
+    install -D -m 0644 "$REPO/packaging/containerd/$f" "$STAGE/usr/share/nri-sla/containerd/$f"
+done
+conffiles=()
+if [ -f "$REPO/examples/config.yaml" ]; then
+    install -D -m 0644 "$REPO/examples/config.yaml" "$STAGE/etc/nri-sla/config.yaml"
+    conffiles+=(/etc/nri-sla/config.yaml)
+else
+    echo "build.sh: warning: examples/config.yaml missing; no /etc/nri-sla/config.yaml" >&2
+fi
+if [ -f "$REPO/hooks/base-runtime-spec.json" ]; then
+    install -D -m 0644 "$REPO/hooks/base-runtime-spec.json" \
+        "$STAGE/etc/nri-sla/base-runtime-spec.json"
+    conffiles+=(/etc/nri-sla/base-runtime-spec.json)
+fi
+if [ -f "$REPO/hooks/nri-sla-hook.json" ]; then
+    # CRI-O and podman read OCI hook files from here (containerd: base_runtime_spec).
+    install -D -m 0644 "$REPO/hooks/nri-sla-hook.json" \
+        "$STAGE/usr/share/containers/oci/hooks.d/nri-sla-hook.json"
+fi
+install -d "$STAGE/usr/share/doc/$PKG"
+for f in install.md operations.md; do
+    [ -f "$REPO/docs/$f" ] && install -m 0644 "$REPO/docs/$f" "$STAGE/usr/share/doc/$PKG/$f"
+done
+{
+    echo "nri-sla $VERSION: Apache-2.0."
+    echo "Bundled in $SITE (name version: license):"
+    for meta in "$STAGE$SITE"/*.dist-info/METADATA; do
+        awk -F': ' '/^Name: /{n=$2} /^Version: /{v=$2}
+                    /^License(-Expression)?: /{if (!l) l=$2}
+                    END{printf "  %s %s: %s\n", n, v, (l ? l : "see its METADATA")}' "$meta"
+    done
+} > "$STAGE/usr/share/doc/$PKG/copyright"
+
+# --- 5. maintainer scripts -------------------------------------------------------------
+# $DPKG_ROOT is set when dpkg installs into another root (dpkg --root, tests): never
+# touch the running system's systemd then.
+cat > "$STAGE/DEBIAN/postinst" <<'EOF'
+#!/bin/sh
+set -e
+if [ "$1" = configure ] && [ -z "$DPKG_ROOT" ] && [ -d /run/systemd/system ]; then
+    systemctl daemon-reload || true
+    # Not enabled or started on first install: containerd needs NRI configured first
+    # (see /usr/share/doc/nri-sla/install.md). On upgrade, restart a running service.
+    if [ -n "$2" ]; then
+        systemctl try-restart nri-sla.service || true
+    fi
+fi
+exit 0
+EOF
+cat > "$STAGE/DEBIAN/prerm" <<'EOF'
+#!/bin/sh
+set -e
+case "$1" in
+    remove|deconfigure)
+        if [ -z "$DPKG_ROOT" ] && [ -d /run/systemd/system ]; then
+            systemctl stop nri-sla.service || true
+        fi
+        # .pyc files Python may have added beside the packaged ones
+        find "$DPKG_ROOT/usr/lib/nri-sla" -name __pycache__ -type d -prune \
+            -exec rm -rf {} + 2>/dev/null || true
+        ;;
+esac
+exit 0
+EOF
+cat > "$STAGE/DEBIAN/postrm" <<'EOF'
+#!/bin/sh
+set -e
+case "$1" in
+    remove|purge)
+        # `systemctl enable nri-sla` linked it into containerd's wants
+        rm -f "$DPKG_ROOT/etc/systemd/system/containerd.service.wants/nri-sla.service"
+        rmdir "$DPKG_ROOT/etc/systemd/system/containerd.service.wants" 2>/dev/null || true
+        if [ -z "$DPKG_ROOT" ] && [ -d /run/systemd/system ]; then
+            systemctl daemon-reload || true
+        fi
+        ;;
+esac
+if [ "$1" = purge ]; then
+    rm -rf "$DPKG_ROOT/etc/nri-sla" "$DPKG_ROOT/var/lib/nri-sla"
+fi
+exit 0
+EOF
+chmod 0755 "$STAGE/DEBIAN/postinst" "$STAGE/DEBIAN/prerm" "$STAGE/DEBIAN/postrm"
+if [ ${#conffiles[@]} -gt 0 ]; then
+    printf '%s\n' "${conffiles[@]}" > "$STAGE/DEBIAN/conffiles"
+fi
+
+# --- 6. control, checksums, build -------------------------------------------------------
+SIZE=$(du -sk --exclude=DEBIAN "$STAGE" | cut -f1)
+cat > "$STAGE/DEBIAN/control" <<EOF
+Package: $PKG
+Version: $VERSION
+Architecture: $ARCH
+Maintainer: nri-sla developers <nri-sla@localhost>
+Installed-Size: $SIZE
+Depends: python3 (>= $PYVER), python3 (<< $PYNEXT)
+Recommends: containerd | containerd.io
+Section: admin
+Priority: optional
+Description: pod resource SLAs enforced on Kubernetes/containerd nodes
+ nri-sla turns SLA annotations of Kubernetes pods into exact kernel settings
+ before their containers start: NUMA binding, CPU quota and real-time budget,
+ memory.high/max, io.weight/io.max and NUMA-aligned GPU selection. It runs as
+ a containerd NRI plugin (systemd service nri-sla.service, or pre-launched by
+ containerd) with an OCI hook fallback.
+EOF
+(cd "$STAGE" && find . -path ./DEBIAN -prune -o -type f -printf '%P\0' | sort -z \
+    | xargs -0 md5sum) > "$STAGE/DEBIAN/md5sums"
+
+DEB=$OUT_DIR/${PKG}_${VERSION}_${ARCH}.deb
+dpkg-deb --root-owner-group -Z"$DEB_COMPRESS" --build "$STAGE" "$DEB" >&2
+echo "$DEB"

@@ -1,0 +1,242 @@
+"""Fixtures for nri_sla.enforce: fake cgroup/sysfs trees and real scratch cgroups."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from nri_sla.enforce.nodefacts import CgroupFacts, cgroup_paths_from_proc, detect_cgroup_facts
+
+V1_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory", "blkio", "pids")
+
+
+def mountinfo_line(mid: int, root: str, mount_point: Path, fstype: str, opts: str) -> str:
+    return (
+        f"{mid} 23 0:{mid} {root} {mount_point} rw,relatime shared:{mid} - {fstype} cgroup {opts}"
+    )
+
+
+def make_v1_tree(base: Path, comount_cpu: bool = False) -> tuple[Path, Path]:
+    """A fake v1 (hybrid) /sys/fs/cgroup under base, and its mountinfo file."""
+    root = base / "cgroup"
+    root.mkdir(parents=True)
+    lines = [f"22 1 0:21 / {root} rw - tmpfs tmpfs rw,mode=755"]
+    mounts = (
+        [("cpu,cpuacct", "rw,cpu,cpuacct")]
+        if comount_cpu
+        else [("cpu", "rw,cpu"), ("cpuacct", "rw,cpuacct")]
+    )
+    mounts += [
+        ("cpuset", "rw,cpuset"),
+        ("memory", "rw,memory"),
+        ("blkio", "rw,blkio"),
+        ("pids", "rw,pids"),
+        ("systemd", "rw,xattr,name=systemd"),
+    ]
+    for i, (name, opts) in enumerate(mounts, 30):
+        (root / name).mkdir()
+        lines.append(mountinfo_line(i, "/", root / name, "cgroup", opts))
+    if comount_cpu:
+        (root / "cpu").symlink_to("cpu,cpuacct")
+        (root / "cpuacct").symlink_to("cpu,cpuacct")
+    (root / "unified").mkdir()
+    lines.append(mountinfo_line(40, "/", root / "unified", "cgroup2", "rw,nsdelegate"))
+    info = base / "mountinfo"
+    info.write_text("\n".join(lines) + "\n")
+    return root, info
+
+
+def make_v2_tree(base: Path) -> tuple[Path, Path]:
+    root = base / "cgroup"
+    root.mkdir(parents=True)
+    (root / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+    info = base / "mountinfo"
+    info.write_text(mountinfo_line(30, "/", root, "cgroup2", "rw,nsdelegate") + "\n")
+    return root, info
+
+
+@pytest.fixture
+def v1_tree(tmp_path: Path) -> tuple[Path, Path]:
+    return make_v1_tree(tmp_path / "v1")
+
+
+@pytest.fixture
+def v2_tree(tmp_path: Path) -> tuple[Path, Path]:
+    return make_v2_tree(tmp_path / "v2")
+
+
+@pytest.fixture
+def fake_proc(tmp_path: Path) -> Path:
+    proc = tmp_path / "proc"
+    (proc / "1").mkdir(parents=True)
+    (proc / "1" / "comm").write_text("init\n")
+    return proc
+
+
+def make_sysfs_disk(
+    sysfs: Path,
+    name: str,
+    dev: str,
+    scheduler: str = "[none] bfq",
+    partitions: tuple[tuple[str, str], ...] = (),
+) -> None:
+    """sysfs/devices/virtual/block/<name> (+ partitions) with /sys/dev/block links."""
+    disk = sysfs / "devices" / "virtual" / "block" / name
+    (disk / "queue").mkdir(parents=True)
+    (disk / "dev").write_text(dev + "\n")
+    (disk / "queue" / "scheduler").write_text(scheduler + "\n")
+    links = sysfs / "dev" / "block"
+    links.mkdir(parents=True, exist_ok=True)
+    (links / dev).symlink_to(disk)
+    for pname, pdev in partitions:
+        part = disk / pname
+        part.mkdir()
+        (part / "dev").write_text(pdev + "\n")
+        (part / "partition").write_text("1\n")
+        (links / pdev).symlink_to(part)
+
+
+# ------------------------------------------------------------------ real cgroups
+
+
+@dataclass
+class Scratch:
+    """Scratch cgroups on the real host: <own cgroup>/<top>/<pod>/<ctr> per controller."""
+
+    facts: CgroupFacts
+    top: dict[str, Path]  # controller -> scratch top dir
+    pod: dict[str, Path]
+    ctr: dict[str, Path]
+
+
+def _host_facts_or_skip() -> CgroupFacts:
+    if os.geteuid() != 0:
+        pytest.skip("needs root to create cgroups (run the suite as root)")
+    try:
+        facts = detect_cgroup_facts()
+    except Exception as e:  # any failure: no usable hierarchy here
+        pytest.skip(f"no cgroup hierarchy detected: {e}")
+    return facts
+
+
+def _rmdir_tree(path: Path) -> None:
+    # cgroup dirs hold only kernel files: remove leaves first, rmdir each (never unlink).
+    if not path.is_dir():
+        return
+    for child in sorted((p for p in path.iterdir() if p.is_dir()), reverse=True):
+        _rmdir_tree(child)
+    with contextlib.suppress(OSError):
+        path.rmdir()
+
+
+@pytest.fixture
+def scratch_v1() -> Iterator[Scratch]:
+    """Per-test scratch cgroups below this process's own cgroup in cpu, cpuset, memory and
+    blkio; removed afterwards (leaves first)."""
+    facts = _host_facts_or_skip()
+    if facts.version != 1:
+        pytest.skip("needs a cgroup v1 (or hybrid) host for v1 writes")
+    own = cgroup_paths_from_proc(os.getpid(), facts)
+    name = f"nri-sla-test-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    top: dict[str, Path] = {}
+    pod: dict[str, Path] = {}
+    ctr: dict[str, Path] = {}
+    try:
+        for controller in ("cpu", "cpuset", "memory", "blkio"):
+            if controller not in own.dirs:
+                continue
+            base = own.dirs[controller]
+            top[controller] = base / name
+            pod[controller] = top[controller] / "pod"
+            ctr[controller] = pod[controller] / "ctr"
+            for d in (top[controller], pod[controller], ctr[controller]):
+                d.mkdir()
+                if controller == "cpuset":
+                    # A new cpuset is empty; children can only use what the parent has.
+                    for f in ("cpuset.mems", "cpuset.cpus"):
+                        (d / f).write_text((d.parent / f).read_text())
+        yield Scratch(facts, top, pod, ctr)
+    finally:
+        for d in top.values():
+            _rmdir_tree(d)
+
+
+@dataclass
+class LoopDisk:
+    path: Path
+    major: int
+    minor: int
+    part_major: int | None
+    part_minor: int | None
+
+
+@pytest.fixture
+def loop_disk(tmp_path: Path) -> Iterator[LoopDisk]:
+    """A real block device: a loop device on a 16 MiB file with one MBR partition, its
+    scheduler set to bfq when available; detached (and scheduler restored) afterwards."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root for losetup")
+    losetup = shutil.which("losetup")
+    if losetup is None:
+        pytest.skip("needs losetup (util-linux / mount package)")
+    img = tmp_path / "disk.img"
+    data = bytearray(16 * 1024 * 1024)
+    # One Linux partition (type 0x83) from sector 2048, 8192 sectors, and the MBR signature.
+    entry = (
+        bytes([0, 0, 0, 0, 0x83, 0, 0, 0])
+        + (2048).to_bytes(4, "little")
+        + (8192).to_bytes(4, "little")
+    )
+    data[446:462] = entry
+    data[510:512] = b"\x55\xaa"
+    img.write_bytes(bytes(data))
+    proc = subprocess.run(
+        [losetup, "-P", "-f", "--show", str(img)], capture_output=True, text=True, timeout=20
+    )
+    if proc.returncode != 0:
+        pytest.skip(f"losetup could not attach a loop device: {proc.stderr.strip()}")
+    dev = Path(proc.stdout.strip())
+    sched = Path("/sys/block") / dev.name / "queue" / "scheduler"
+    old_sched = None
+    try:
+        st = dev.stat()
+        major, minor = os.major(st.st_rdev), os.minor(st.st_rdev)
+        if sched.exists() and "bfq" in sched.read_text():
+            old_sched = sched.read_text().split("[")[1].split("]")[0]
+            sched.write_text("bfq")
+        part = Path("/sys/block") / dev.name / f"{dev.name}p1" / "dev"
+        pmaj = pmin = None
+        for _ in range(50):  # partition scan is asynchronous (udev-less hosts too)
+            if part.exists():
+                pmaj, pmin = (int(x) for x in part.read_text().split(":"))
+                break
+            time.sleep(0.02)
+        yield LoopDisk(dev, major, minor, pmaj, pmin)
+    finally:
+        if old_sched:
+            with contextlib.suppress(OSError):
+                sched.write_text(old_sched)
+        subprocess.run([losetup, "-d", str(dev)], capture_output=True, timeout=20)
+
+
+class Trees:
+    """Helpers handed to tests as a fixture (test modules cannot import conftest)."""
+
+    make_v1_tree = staticmethod(make_v1_tree)
+    make_v2_tree = staticmethod(make_v2_tree)
+    make_sysfs_disk = staticmethod(make_sysfs_disk)
+    mountinfo_line = staticmethod(mountinfo_line)
+
+
+@pytest.fixture
+def trees() -> type[Trees]:
+    return Trees

@@ -1,0 +1,256 @@
+"""Cgroup version/driver detection and container path resolution on fake trees."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from nri_sla.enforce import (
+    CgroupFactsError,
+    CgroupPathError,
+    cgroup_paths_from_proc,
+    container_cgroup_paths,
+    detect_cgroup_facts,
+)
+from nri_sla.enforce.mountinfo import parse_mountinfo, parse_proc_cgroup
+
+SYSTEMD_PATH = "kubepods-burstable-pod0a1b_2c3d.slice:cri-containerd:4f5e6d"
+SYSTEMD_EXPANDED = (
+    "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod0a1b_2c3d.slice/"
+    "cri-containerd-4f5e6d.scope"
+)
+
+# A real hybrid host's lines (Debian 12 style), including an escaped space in a mount point.
+HYBRID_SAMPLE = """\
+25 30 0:23 / /sys rw,nosuid,nodev,noexec,relatime shared:7 - sysfs sysfs rw
+31 25 0:28 / /sys/fs/cgroup ro,nosuid,nodev,noexec shared:9 - tmpfs tmpfs ro,mode=755
+32 31 0:29 / /sys/fs/cgroup/unified rw,nosuid shared:10 - cgroup2 cgroup2 rw,nsdelegate
+33 31 0:30 / /sys/fs/cgroup/systemd rw,nosuid shared:11 - cgroup cgroup rw,xattr,name=systemd
+34 31 0:31 / /sys/fs/cgroup/cpu,cpuacct rw,nosuid shared:12 - cgroup cgroup rw,cpu,cpuacct
+35 31 0:32 /kubepods/pod1 /sys/fs/cgroup/memory rw shared:13 - cgroup cgroup rw,memory
+36 31 0:33 / /mnt/with\\040space rw - cgroup cgroup rw,blkio
+"""
+
+
+def test_parse_mountinfo_sample() -> None:
+    mounts = parse_mountinfo(HYBRID_SAMPLE)
+    assert [m.fstype for m in mounts] == ["cgroup2", "cgroup", "cgroup", "cgroup", "cgroup"]
+    assert mounts[1].controllers == ("name=systemd",)
+    assert mounts[2].controllers == ("cpu", "cpuacct")
+    assert mounts[2].mount_point == Path("/sys/fs/cgroup/cpu,cpuacct")
+    assert mounts[3].root == "/kubepods/pod1"
+    assert mounts[4].mount_point == Path("/mnt/with space")
+
+
+def test_parse_mountinfo_rejects_garbage() -> None:
+    with pytest.raises(CgroupFactsError, match="line 1"):
+        parse_mountinfo("not a mountinfo line\n")
+
+
+def test_parse_proc_cgroup() -> None:
+    entries = parse_proc_cgroup("4:memory:/a/b\n1:cpu,cpuacct:/\n0::/x\n")
+    assert entries[1].controllers == ("cpu", "cpuacct")
+    assert entries[2].hierarchy_id == 0 and entries[2].controllers == ()
+    with pytest.raises(CgroupFactsError):
+        parse_proc_cgroup("x:y\n")
+
+
+def test_detect_hybrid_is_v1(v1_tree: tuple[Path, Path], fake_proc: Path) -> None:
+    root, info = v1_tree
+    facts = detect_cgroup_facts(root, mountinfo=info, proc=fake_proc)
+    assert facts.version == 1
+    assert facts.driver == "cgroupfs"  # no kubepods dirs, PID 1 is not systemd
+    assert facts.hierarchy("cpu").path == (root / "cpu").resolve()
+    assert "name=systemd" in facts.hierarchies
+    with pytest.raises(CgroupFactsError, match="hugetlb"):
+        facts.hierarchy("hugetlb")
+
+
+def test_detect_v2(v2_tree: tuple[Path, Path], fake_proc: Path) -> None:
+    root, info = v2_tree
+    facts = detect_cgroup_facts(root, mountinfo=info, proc=fake_proc)
+    assert facts.version == 2
+    assert facts.hierarchy().path == root.resolve()
+
+
+def test_detect_v2_without_mountinfo_uses_cgroup_controllers(
+    v2_tree: tuple[Path, Path], tmp_path: Path, fake_proc: Path
+) -> None:
+    root, _ = v2_tree
+    empty = tmp_path / "empty-mountinfo"
+    empty.write_text("")
+    assert detect_cgroup_facts(root, mountinfo=empty, proc=fake_proc).version == 2
+
+
+def test_detect_comounted_cpu_cpuacct(tmp_path: Path, fake_proc: Path, trees) -> None:
+    root, info = trees.make_v1_tree(tmp_path, comount_cpu=True)
+    facts = detect_cgroup_facts(root, mountinfo=info, proc=fake_proc)
+    assert facts.hierarchy("cpu").path == facts.hierarchy("cpuacct").path
+    assert facts.hierarchy("cpu").path.name == "cpu,cpuacct"
+    paths = container_cgroup_paths("/kubepods/pod1/c1", facts)
+    assert paths.dir("cpu") == root / "cpu,cpuacct" / "kubepods" / "pod1" / "c1"
+
+
+def test_detect_scan_fallback_without_mountinfo(tmp_path: Path, fake_proc: Path, trees) -> None:
+    root, _ = trees.make_v1_tree(tmp_path, comount_cpu=True)
+    empty = tmp_path / "empty"
+    empty.write_text("")
+    facts = detect_cgroup_facts(root, mountinfo=empty, proc=fake_proc)
+    assert facts.version == 1
+    assert facts.hierarchy("cpuacct").path.name == "cpu,cpuacct"
+
+
+@pytest.mark.parametrize(
+    ("setup", "hint", "expected"),
+    [
+        (None, SYSTEMD_PATH, "systemd"),
+        (None, "/kubepods/burstable/pod1/c", "cgroupfs"),
+        ("kubepods.slice", None, "systemd"),
+        ("kubepods", None, "cgroupfs"),
+        ("pid1-systemd", None, "systemd"),
+        (None, None, "cgroupfs"),
+    ],
+)
+def test_driver_auto(
+    v1_tree: tuple[Path, Path],
+    fake_proc: Path,
+    setup: str | None,
+    hint: str | None,
+    expected: str,
+) -> None:
+    root, info = v1_tree
+    if setup == "pid1-systemd":
+        (fake_proc / "1" / "comm").write_text("systemd\n")
+    elif setup:
+        (root / "cpu" / setup).mkdir()
+    facts = detect_cgroup_facts(root, mountinfo=info, proc=fake_proc, cgroups_path_hint=hint)
+    assert facts.driver == expected
+
+
+def test_explicit_settings_and_bad_values(v1_tree: tuple[Path, Path], fake_proc: Path) -> None:
+    root, info = v1_tree
+    facts = detect_cgroup_facts(root, driver="systemd", version=1, mountinfo=info, proc=fake_proc)
+    assert (facts.version, facts.driver) == (1, "systemd")
+    with pytest.raises(CgroupFactsError, match="allowed values are auto, cgroupfs, systemd"):
+        detect_cgroup_facts(root, driver="openrc", mountinfo=info)
+    with pytest.raises(CgroupFactsError, match="allowed values are auto, 1, 2"):
+        detect_cgroup_facts(root, version=3, mountinfo=info)
+    with pytest.raises(CgroupFactsError, match="not a directory"):
+        detect_cgroup_facts(root / "nope", mountinfo=info)
+
+
+def test_cgroupfs_paths_v1(v1_tree: tuple[Path, Path], fake_proc: Path) -> None:
+    root, info = v1_tree
+    facts = detect_cgroup_facts(root, mountinfo=info, proc=fake_proc)
+    paths = container_cgroup_paths("/kubepods/burstable/pod-uid/ctr1", facts)
+    for controller in ("cpu", "cpuset", "memory", "blkio"):
+        assert paths.dir(controller) == root / controller / "kubepods/burstable/pod-uid/ctr1"
+    assert "name=systemd" not in paths.dirs
+    assert paths.roots["memory"] == root / "memory"
+
+
+def test_systemd_paths_v1_and_v2(
+    v1_tree: tuple[Path, Path], v2_tree: tuple[Path, Path], fake_proc: Path
+) -> None:
+    root1, info1 = v1_tree
+    facts1 = detect_cgroup_facts(root1, mountinfo=info1, proc=fake_proc)
+    assert container_cgroup_paths(SYSTEMD_PATH, facts1).dir("memory") == (
+        root1 / "memory" / SYSTEMD_EXPANDED
+    )
+    root2, info2 = v2_tree
+    facts2 = detect_cgroup_facts(root2, mountinfo=info2, proc=fake_proc)
+    paths = container_cgroup_paths(SYSTEMD_PATH, facts2)
+    assert paths.unified == root2 / SYSTEMD_EXPANDED
+    assert paths.dir("memory") == paths.unified  # v2: one dir for every controller
+
+
+@pytest.mark.parametrize(
+    ("cgroups_path", "message"),
+    [
+        ("/kubepods/../../etc", "'..'"),
+        ("../escape", "'..'"),
+        ("/kubepods/\0x", "NUL"),
+        ("", "empty"),
+        ("a:b", "neither"),
+        ("kube/pods.slice:cri:x", "must not contain '/'"),
+        ("kubepods--x.slice:cri:x", "dashes"),
+        ("kubepods:cri:x", "must be '<name>.slice'"),
+        ("kubepods.slice:cri:", "name part"),
+        ("kubepods.slice:cri:..", "plain unit name"),
+    ],
+)
+def test_bad_paths_are_typed_errors(
+    v1_tree: tuple[Path, Path], fake_proc: Path, cgroups_path: str, message: str
+) -> None:
+    root, info = v1_tree
+    facts = detect_cgroup_facts(root, mountinfo=info, proc=fake_proc)
+    with pytest.raises(CgroupPathError, match=message) as exc:
+        container_cgroup_paths(cgroups_path, facts)
+    assert exc.value.cgroups_path == cgroups_path
+
+
+def test_symlink_escape_refused(
+    v1_tree: tuple[Path, Path], fake_proc: Path, tmp_path: Path
+) -> None:
+    root, info = v1_tree
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (root / "memory" / "kubepods").symlink_to(outside)
+    facts = detect_cgroup_facts(root, mountinfo=info, proc=fake_proc)
+    with pytest.raises(CgroupPathError, match="symlink"):
+        container_cgroup_paths("/kubepods/pod/ctr", facts)
+
+
+def test_dot_and_double_slash_are_normalised(v1_tree: tuple[Path, Path], fake_proc: Path) -> None:
+    root, info = v1_tree
+    facts = detect_cgroup_facts(root, mountinfo=info, proc=fake_proc)
+    paths = container_cgroup_paths("kubepods//./pod/ctr/", facts)
+    assert paths.dir("cpu") == root / "cpu" / "kubepods" / "pod" / "ctr"
+
+
+def test_paths_from_proc_v1_with_mount_root(tmp_path: Path, fake_proc: Path, trees) -> None:
+    root, info = trees.make_v1_tree(tmp_path)
+    # The memory mount shows only /kubepods/pod1 (agent inside a pod's cgroup namespace view).
+    text = info.read_text().replace(f"/ {root / 'memory'}", f"/kubepods/pod1 {root / 'memory'}")
+    info.write_text(text)
+    facts = detect_cgroup_facts(root, mountinfo=info, proc=fake_proc)
+    pid_dir = fake_proc / "4242"
+    pid_dir.mkdir()
+    pid_dir.joinpath("cgroup").write_text(
+        "9:name=systemd:/x\n5:memory:/kubepods/pod1/ctr\n3:cpu:/kubepods/pod1/ctr\n"
+        "2:cpuacct:/kubepods/pod1/ctr\n0::/\n"
+    )
+    paths = cgroup_paths_from_proc(4242, facts, proc=fake_proc)
+    assert paths.dir("memory") == root / "memory" / "ctr"
+    assert paths.dir("cpu") == root / "cpu" / "kubepods/pod1/ctr"
+    assert "name=systemd" not in paths.dirs
+    pid_dir.joinpath("cgroup").write_text("5:memory:/elsewhere\n")
+    with pytest.raises(CgroupPathError, match="outside the mounted subtree"):
+        cgroup_paths_from_proc(4242, facts, proc=fake_proc)
+
+
+def test_paths_from_proc_v2_and_missing_pid(v2_tree: tuple[Path, Path], fake_proc: Path) -> None:
+    root, info = v2_tree
+    facts = detect_cgroup_facts(root, mountinfo=info, proc=fake_proc)
+    (fake_proc / "7").mkdir()
+    (fake_proc / "7" / "cgroup").write_text("0::/kubepods.slice/x.scope\n")
+    assert cgroup_paths_from_proc(7, facts, proc=fake_proc).unified == (
+        root / "kubepods.slice" / "x.scope"
+    )
+    with pytest.raises(CgroupFactsError, match="cannot read"):
+        cgroup_paths_from_proc(8, facts, proc=fake_proc)
+
+
+def test_real_host_detection() -> None:
+    """This host (and any Linux CI) has some cgroup hierarchy; check what we detect is sane."""
+    if not Path("/sys/fs/cgroup").is_dir():
+        pytest.skip("no /sys/fs/cgroup on this machine")
+    facts = detect_cgroup_facts()
+    assert facts.version in (1, 2)
+    own = cgroup_paths_from_proc(os.getpid(), facts)
+    for d in own.dirs.values():
+        assert d.is_dir(), d
+    if facts.version == 1:
+        assert {"cpu", "memory"} <= set(own.dirs)

@@ -1,0 +1,61 @@
+"""packaging/containerd: the example containerd configurations parse and carry the keys
+nri-sla relies on, at the table paths of each config version."""
+
+import tomllib
+
+import pytest
+
+NRI = "io.containerd.nri.v1.nri"
+ANNOTATIONS = ["sla.nri.io/*", "io.kubernetes.sla/*"]
+BASE_SPEC = "/etc/nri-sla/base-runtime-spec.json"
+
+# file -> (config version, CRI plugin id holding the runtime handlers)
+FILES = {
+    "config.toml.example": (3, "io.containerd.cri.v1.runtime"),
+    "config-1.7.toml.example": (2, "io.containerd.grpc.v1.cri"),
+}
+
+
+def load(pk, name):
+    with open(pk.PACKAGING / "containerd" / name, "rb") as f:
+        return tomllib.load(f)
+
+
+@pytest.mark.parametrize("name", sorted(FILES))
+def test_nri_enabled_with_paths_and_timeouts(pk, name):
+    doc = load(pk, name)
+    version, cri = FILES[name]
+    assert doc["version"] == version
+    nri = doc["plugins"][NRI]
+    assert nri["disable"] is False and nri["disable_connections"] is False
+    assert nri["socket_path"] == "/var/run/nri/nri.sock"
+    assert nri["plugin_path"] == "/opt/nri/plugins"
+    assert nri["plugin_config_path"] == "/etc/nri/conf.d"
+    assert nri["plugin_registration_timeout"] == "5s"
+    assert nri["plugin_request_timeout"] == "2s"
+    # every other plugin table belongs to the CRI plugin of this config version
+    assert set(doc["plugins"]) == {NRI, cri}
+
+
+@pytest.mark.parametrize("name", sorted(FILES))
+def test_runc_handler_passes_annotations_and_hook_spec(pk, name):
+    doc = load(pk, name)
+    _, cri = FILES[name]
+    runc = doc["plugins"][cri]["containerd"]["runtimes"]["runc"]
+    assert runc["runtime_type"] == "io.containerd.runc.v2"
+    assert runc["pod_annotations"] == ANNOTATIONS
+    assert runc["base_runtime_spec"] == BASE_SPEC
+
+
+def test_fail_closed_validator_only_in_2x(pk):
+    validator = load(pk, "config.toml.example")["plugins"][NRI]["default_validator"]
+    assert validator == {"enable": True, "required_plugins": ["nri-sla"]}
+    assert "default_validator" not in load(pk, "config-1.7.toml.example")["plugins"][NRI]
+
+
+def test_required_plugin_name_matches_the_plugin(pk):
+    # the validator matches the registered plugin name, which the pre-launch wrapper's
+    # file name (NN-name) and the systemd/DaemonSet default both give as nri-sla
+    validator = load(pk, "config.toml.example")["plugins"][NRI]["default_validator"]
+    (wrapper,) = [p for p in (pk.PACKAGING / "nri").iterdir() if p.suffix != ".conf"]
+    assert validator["required_plugins"] == [wrapper.name.split("-", 1)[1]]

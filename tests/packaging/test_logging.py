@@ -1,0 +1,136 @@
+"""nri_sla.logging: one structured line per decision, text (logfmt) or JSON."""
+
+import io
+import json
+import logging
+import os
+import re
+import shlex
+
+import pytest
+
+from nri_sla.logging import (
+    LOGGER_NAME,
+    LoggingSetupError,
+    journald_stream,
+    log_decision,
+    log_event,
+    logfmt_value,
+    setup_logging,
+)
+
+APPLIED = {"cpu": {"quota": 250000, "period": 100000}, "cpus": "0-3", "mems": "0"}
+WARN = "memory.high: cgroup v1 has no memory.high; wrote memory.soft_limit_in_bytes"
+
+
+@pytest.fixture(autouse=True)
+def _restore_logger():
+    logger = logging.getLogger(LOGGER_NAME)
+    saved = (list(logger.handlers), logger.level, logger.propagate)
+    yield
+    logger.handlers[:] = saved[0]
+    logger.setLevel(saved[1])
+    logger.propagate = saved[2]
+
+
+def _logfmt(line: str) -> dict[str, str]:
+    """Parse a logfmt line back (shlex handles the double-quoted values)."""
+    return dict(tok.split("=", 1) for tok in shlex.split(line.replace("\\n", "\n")))
+
+
+def test_text_decision_line(monkeypatch):
+    monkeypatch.delenv("JOURNAL_STREAM", raising=False)
+    out = io.StringIO()
+    setup_logging("text", "info", stream=out)
+    log_decision("default", "web", "app", "nri", "warned", APPLIED, [WARN])
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 1
+    kv = _logfmt(lines[0])
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", kv["ts"])
+    assert kv["level"] == "warning" and kv["msg"] == "sla decision"
+    assert kv["pod"] == "default/web" and kv["container"] == "app"
+    assert kv["path"] == "nri" and kv["outcome"] == "warned"
+    assert kv["applied.cpu.quota"] == "250000" and kv["applied.cpus"] == "0-3"
+    assert kv["warnings"] == WARN
+    assert "error" not in kv
+
+
+def test_json_decision_line():
+    out = io.StringIO()
+    setup_logging("json", "debug", stream=out)
+    err = "sla.nri.io/container.web: memory.high (12Gi) must be below memory.max (10Gi)"
+    log_decision("ml", "train-0", "trainer", "hook", "refused", {}, [], err)
+    obj = json.loads(out.getvalue())
+    assert obj["level"] == "error" and obj["outcome"] == "refused"
+    assert obj["pod"] == "ml/train-0" and obj["path"] == "hook"
+    assert obj["error"] == err and obj["applied"] == {} and obj["warnings"] == []
+    assert obj["ts"].endswith("Z")
+
+
+def test_level_filters_and_setup_is_idempotent():
+    out = io.StringIO()
+    setup_logging("text", "info", stream=out)
+    setup_logging("text", "warning", stream=out)  # replaces, does not add a handler
+    log_decision("a", "b", "c", "nri", "enforced", APPLIED)  # info: filtered
+    log_decision("a", "b", "c", "nri", "refused", error="no GPU left")
+    assert len(out.getvalue().splitlines()) == 1
+    assert "outcome=refused" in out.getvalue()
+
+
+def test_journald_mode_drops_timestamp_and_adds_priority(tmp_path, monkeypatch):
+    with open(tmp_path / "journal", "w+") as stream:
+        st = os.fstat(stream.fileno())
+        monkeypatch.setenv("JOURNAL_STREAM", f"{st.st_dev}:{st.st_ino}")
+        assert journald_stream(stream)
+        setup_logging("text", "info", stream=stream)
+        log_decision("default", "web", "app", "nri", "warned", APPLIED, [WARN])
+        log_event(logging.getLogger(f"{LOGGER_NAME}.plugin"), logging.INFO, "registered",
+                  runtime="containerd", version="2.1.4")
+        stream.seek(0)
+        first, second = stream.read().splitlines()
+    assert first.startswith("<4>level=warning ") and "ts=" not in first
+    assert second.startswith("<6>level=info ") and "runtime=containerd" in second
+
+
+def test_journal_stream_of_another_file_is_ignored(tmp_path, monkeypatch):
+    monkeypatch.setenv("JOURNAL_STREAM", "1:2")
+    out = tmp_path / "log"
+    with open(out, "w") as stream:
+        assert not journald_stream(stream)
+        setup_logging("text", stream=stream)
+        log_decision("a", "b", "c", "nri", "enforced", APPLIED)
+    assert out.read_text().startswith("ts=")
+
+
+def test_hostile_values_stay_on_one_line():
+    out = io.StringIO()
+    setup_logging("text", stream=out)
+    log_decision('ns', 'p', 'c"x', "nri", "warned", {"k": "a b\nc"}, ["one", "two=2"])
+    (line,) = out.getvalue().splitlines()
+    kv = _logfmt(line)
+    assert kv["container"] == 'c"x' and kv["applied.k"] == "a b\nc"
+    assert kv["warnings"] == "one; two=2"
+
+
+@pytest.mark.parametrize(("value", "want"), [
+    ("plain", "plain"), ("", '""'), (None, '""'), (True, "true"), (3, "3"),
+    ("a b", '"a b"'), ('q"', '"q\\""'), (["x", "y"], '"x; y"'),
+])
+def test_logfmt_value(value, want):
+    assert logfmt_value(value) == want
+
+
+@pytest.mark.parametrize(("kwargs", "needle"), [
+    ({"format": "xml"}, "text, json"), ({"level": "loud"}, "debug, info, warning"),
+])
+def test_bad_setup(kwargs, needle):
+    with pytest.raises(LoggingSetupError, match=needle):
+        setup_logging(stream=io.StringIO(), **kwargs)
+
+
+@pytest.mark.parametrize(("path", "outcome", "needle"), [
+    ("cri", "enforced", "nri, hook"), ("nri", "ok", "enforced, refused, warned"),
+])
+def test_bad_decision_fields(path, outcome, needle):
+    with pytest.raises(LoggingSetupError, match=needle):
+        log_decision("a", "b", "c", path, outcome)

@@ -1,0 +1,79 @@
+"""packaging/systemd/nri-sla.service: key settings, and `systemd-analyze verify`."""
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+UNIT = Path(__file__).resolve().parents[2] / "packaging" / "systemd" / "nri-sla.service"
+
+
+@pytest.fixture(scope="module")
+def unit(pk):
+    return pk.parse_unit(UNIT)
+
+
+def one(unit, section, key):
+    values = unit[section][key]
+    assert len(values) == 1, f"{key} set {len(values)} times"
+    return values[0]
+
+
+def test_lifecycle_follows_containerd(unit):
+    assert one(unit, "Unit", "After") == "containerd.service"
+    assert one(unit, "Unit", "PartOf") == "containerd.service"
+    assert "BindsTo" not in unit["Unit"]
+    assert one(unit, "Install", "WantedBy") == "containerd.service"
+    assert one(unit, "Unit", "StartLimitIntervalSec") == "0"
+
+
+def test_service_type_and_watchdog(unit):
+    svc = unit["Service"]
+    assert one(unit, "Service", "Type") == "notify"
+    assert one(unit, "Service", "NotifyAccess") == "main"
+    assert one(unit, "Service", "WatchdogSec") == "30"
+    assert one(unit, "Service", "Restart") == "always"
+    assert svc["ExecStart"] == ["/usr/bin/nri-sla run --config /etc/nri-sla/config.yaml"]
+
+
+def test_hardening_keeps_cgroupfs_and_nri_socket_writable(unit):
+    assert one(unit, "Service", "ProtectSystem") == "strict"
+    rw = one(unit, "Service", "ReadWritePaths").split()
+    assert "/sys/fs/cgroup" in rw and "-/run/nri" in rw
+    for key in ("ProtectHome", "PrivateTmp", "NoNewPrivileges", "ProtectKernelModules"):
+        assert one(unit, "Service", key) == "yes", key
+    # these would make /sys/fs/cgroup read-only; /dev must stay the host's
+    for key in ("ProtectControlGroups", "ProtectKernelTunables", "PrivateDevices"):
+        assert key not in unit["Service"], key
+    assert one(unit, "Service", "RestrictAddressFamilies").split() == [
+        "AF_UNIX", "AF_INET", "AF_INET6"]
+    caps = one(unit, "Service", "CapabilityBoundingSet").split()
+    assert caps and set(caps) <= {"CAP_DAC_OVERRIDE", "CAP_DAC_READ_SEARCH"}
+
+
+def test_systemd_analyze_verify(tmp_path, pk):
+    analyze = pk.need_tool("systemd-analyze", "systemd")
+    if not pk.VENV_NRI_SLA.exists():
+        pytest.skip(f"{pk.VENV_NRI_SLA} missing: install the project (pip install -e .)")
+    # verify checks that ExecStart= exists: point it at this environment's nri-sla.
+    copy = tmp_path / "nri-sla.service"
+    copy.write_text(UNIT.read_text().replace("/usr/bin/nri-sla", str(pk.VENV_NRI_SLA)))
+    res = subprocess.run([analyze, "verify", str(copy)], capture_output=True, text=True,
+                         timeout=60)
+    assert res.returncode == 0, res.stderr
+    # Unknown or misplaced keys are only warnings (exit 0): fail on them too.
+    complaints = [ln for ln in res.stderr.splitlines() if str(copy) in ln]
+    assert not complaints, "\n".join(complaints)
+
+
+def test_systemd_analyze_security_exposure(tmp_path, pk):
+    analyze = pk.need_tool("systemd-analyze", "systemd")
+    copy = tmp_path / "nri-sla.service"
+    copy.write_text(UNIT.read_text())
+    res = subprocess.run([analyze, "security", "--offline=yes", "--no-pager", str(copy)],
+                         capture_output=True, text=True, timeout=60)
+    if "--offline" in res.stderr and res.returncode != 0:
+        pytest.skip("systemd-analyze security --offline needs systemd >= 252")
+    line = next(ln for ln in res.stdout.splitlines() if "Overall exposure level" in ln)
+    score = float(line.split("level for")[1].split(":")[1].split()[0])
+    assert score <= 4.0, line  # "OK" band; an unhardened unit scores 9.6

@@ -1,0 +1,188 @@
+"""nri_sla.metrics: the registry's contents and the HTTP endpoints over real sockets."""
+
+import socket
+import threading
+import urllib.error
+import urllib.request
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from nri_sla import __version__
+from nri_sla.metrics import (
+    ListenAddress,
+    Metrics,
+    MetricsError,
+    parse_address,
+    start_http_server,
+)
+
+
+def _get(port: int, path: str, accept: str = "") -> tuple[int, str, str]:
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}",
+                                 headers={"Accept": accept} if accept else {})
+    try:
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            return resp.status, resp.headers["Content-Type"], resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers["Content-Type"], exc.read().decode()
+
+
+@pytest.fixture
+def metrics():
+    return Metrics()
+
+
+@pytest.fixture
+def server(metrics):
+    srv = start_http_server(metrics, "127.0.0.1:0")
+    assert srv is not None
+    yield srv
+    srv.close()
+
+
+def test_decisions_counted_by_outcome_and_reason(metrics):
+    metrics.record_decision("enforced", "ok")
+    metrics.record_decision("enforced", "ok")
+    metrics.record_decision("refused", "placement")
+    assert metrics.value("nri_sla_decisions_total", outcome="enforced", reason="ok") == 2
+    assert metrics.value("nri_sla_decisions_total", outcome="refused", reason="placement") == 1
+    # pre-created series read 0 before any decision of that kind
+    assert metrics.value("nri_sla_decisions_total", outcome="warned", reason="unsupported") == 0
+
+
+@pytest.mark.parametrize(("outcome", "reason", "needle"), [
+    ("accepted", "ok", "enforced, refused, warned"),
+    ("refused", "memory.high (12Gi) must be below", "ok, policy, invalid"),
+])
+def test_unknown_labels_rejected_with_allowed_values(metrics, outcome, reason, needle):
+    with pytest.raises(MetricsError, match=needle):
+        metrics.record_decision(outcome, reason)
+
+
+def test_observe_and_timer(metrics):
+    metrics.observe("CreateContainer", 0.003)
+    with metrics.time("Synchronize"):
+        pass
+    with pytest.raises(RuntimeError), metrics.time("CreateContainer"):
+        raise RuntimeError("handler failed")  # still observed
+    assert metrics.value("nri_sla_request_seconds_count", event="CreateContainer") == 2
+    assert metrics.value("nri_sla_request_seconds_count", event="Synchronize") == 1
+    assert metrics.value("nri_sla_request_seconds_bucket", event="CreateContainer",
+                         le="0.005") >= 1
+    with pytest.raises(MetricsError, match="identifier"):
+        metrics.observe("pod default/web", 0.1)
+    with pytest.raises(MetricsError, match="identifier"), metrics.time("bad label!"):
+        raise AssertionError("block must not run with a bad label")
+
+
+def test_state_gauges(metrics):
+    metrics.set_connected(True)
+    metrics.set_registered(True)
+    metrics.inc_reconnects()
+    metrics.set_gpus_in_use(3)
+    metrics.set_exclusive_cpus_in_use(8)
+    assert metrics.value("nri_sla_connected") == 1
+    assert metrics.value("nri_sla_registered") == 1
+    assert metrics.value("nri_sla_reconnects_total") == 1
+    assert metrics.value("nri_sla_gpus_in_use") == 3
+    assert metrics.value("nri_sla_exclusive_cpus_in_use") == 8
+    metrics.set_connected(False)  # losing the connection drops registration too
+    assert metrics.value("nri_sla_registered") == 0 and not metrics.is_registered
+    for bad in (-1, 1.5, True):
+        with pytest.raises(MetricsError, match="non-negative integer"):
+            metrics.set_gpus_in_use(bad)
+
+
+def test_instances_do_not_share_a_registry():
+    a, b = Metrics(), Metrics()
+    a.record_decision("enforced")
+    assert b.value("nri_sla_decisions_total", outcome="enforced", reason="ok") == 0
+
+
+@pytest.mark.parametrize(("text", "want"), [
+    ("127.0.0.1:9477", ListenAddress("127.0.0.1", 9477)),
+    (":9477", ListenAddress("0.0.0.0", 9477)),
+    ("[::1]:0", ListenAddress("::1", 0)),
+    ("", None),
+])
+def test_parse_address(text, want):
+    assert parse_address(text) == want
+
+
+@pytest.mark.parametrize(("text", "needle"), [
+    ("9477", "HOST:PORT"), ("localhost:http", "port must be"), ("::1:9477", "brackets"),
+    ("127.0.0.1:70000", "port must be"),
+])
+def test_parse_address_errors(text, needle):
+    with pytest.raises(MetricsError, match=needle):
+        parse_address(text)
+
+
+def test_empty_address_disables_server(metrics):
+    assert start_http_server(metrics, "") is None
+
+
+def test_scrape_over_http(metrics, server):
+    metrics.record_decision("warned", "unsupported")
+    metrics.observe("CreateContainer", 0.002)
+    metrics.set_gpus_in_use(2)
+    status, ctype, body = _get(server.port, "/metrics")
+    assert status == 200 and ctype.startswith("text/plain; version=0.0.4")
+    families = {f.name: f for f in text_string_to_metric_families(body)}
+    for name in ("nri_sla_decisions", "nri_sla_request_seconds", "nri_sla_gpus_in_use",
+                 "nri_sla_exclusive_cpus_in_use", "nri_sla_connected", "nri_sla_registered",
+                 "nri_sla_reconnects", "nri_sla_build_info"):
+        assert name in families, name
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for f in families.values() for s in f.samples}
+    key = ("nri_sla_decisions_total", (("outcome", "warned"), ("reason", "unsupported")))
+    assert samples[key] == 1
+    assert samples[("nri_sla_gpus_in_use", ())] == 2
+    assert samples[("nri_sla_build_info", (("version", __version__),))] == 1
+
+
+def test_openmetrics_when_asked(server):
+    status, ctype, body = _get(server.port, "/metrics",
+                               accept="application/openmetrics-text; version=1.0.0")
+    assert status == 200 and ctype.startswith("application/openmetrics-text")
+    assert body.rstrip().endswith("# EOF")
+
+
+def test_health_and_readiness_follow_registration(metrics, server):
+    assert _get(server.port, "/healthz")[0] == 200
+    status, _, body = _get(server.port, "/readyz")
+    assert status == 503 and "not registered" in body
+    metrics.set_registered(True)
+    assert _get(server.port, "/readyz")[0] == 200
+    metrics.set_connected(False)
+    assert _get(server.port, "/readyz")[0] == 503
+    assert _get(server.port, "/nope")[0] == 404
+
+
+def test_head_and_concurrent_scrapes(server):
+    req = urllib.request.Request(f"http://127.0.0.1:{server.port}/healthz", method="HEAD")
+    with urllib.request.urlopen(req, timeout=5) as resp:
+        assert resp.status == 200 and resp.read() == b""
+    codes: list[int] = []
+    threads = [threading.Thread(target=lambda: codes.append(_get(server.port, "/metrics")[0]))
+               for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert codes == [200] * 8
+
+
+def test_close_frees_the_port(metrics):
+    srv = start_http_server(metrics, "127.0.0.1:0")
+    port = srv.port
+    srv.close()
+    with socket.socket() as s, pytest.raises(OSError):
+        s.settimeout(1)
+        s.connect(("127.0.0.1", port))
+
+
+def test_bind_conflict_raises_oserror(metrics, server):
+    with pytest.raises(OSError):
+        start_http_server(metrics, f"127.0.0.1:{server.port}")

@@ -1,0 +1,385 @@
+"""Throwaway qemu guest with a real cgroup v2 hierarchy, for tests that need one.
+
+The host this project is developed and tested on is cgroup v1 (hybrid). To test the v2
+writers, `runc` on v2 and the hook on v2 for real, we boot the distribution kernel under
+qemu (TCG; no KVM needed) with a tiny initramfs that we build here: busybox plus the
+virtio/9p modules. The guest mounts the host root read-only over 9p, puts fresh tmpfs on
+/tmp and /run, mounts cgroup2 (v1 disabled on the kernel command line), enables the
+controllers, chroots into the host root and runs one shell script handed in through a
+second, writable 9p share. The same share carries the results back. The host Python,
+virtualenv and runc are therefore used as they are; nothing is installed into the guest.
+
+Usable both as a library (tests/vm/conftest.py loads it) and as a script:
+    .venv/bin/python tests/vm/harness.py [pytest args...]   # default: tests/vm/guest
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import lzma
+import os
+import re
+import shlex
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+# Modules the guest needs, by name; their dependencies come from modules.dep.
+# virtio_pci: the transport of every device below; virtio_blk: the scratch disk (io.max
+# needs a real block device); 9pnet_virtio + 9p: the host root and the I/O share; bfq: so
+# that io.bfq.weight can be tested too (io.weight needs io.cost or bfq to mean anything).
+GUEST_MODULES = ("virtio_pci", "virtio_blk", "9pnet_virtio", "9p", "bfq")
+
+# Controllers enabled for the root's children (what nri-sla writes).
+GUEST_CONTROLLERS = ("cpu", "cpuset", "memory", "io", "pids")
+
+KERNEL_ARGS = (
+    "cgroup_no_v1=all systemd.unified_cgroup_hierarchy=1 console=ttyS0 panic=-1 "
+    # Under TCG the speculative-execution mitigations only cost time.
+    "mitigations=off loglevel=4"
+)
+
+# The guest sees the I/O share here (inside the chroot, on the guest's fresh /tmp).
+GUEST_IO_DIR = "/tmp/nri-sla-vm"
+GUEST_ENV_FLAG = "NRI_SLA_VM_GUEST"
+
+APT_HINT = "apt-get install qemu-system-x86 linux-image-amd64 busybox-static"
+
+
+class VmUnavailable(Exception):
+    """This machine cannot boot the test guest; the message says what to install."""
+
+
+class VmError(Exception):
+    """The guest failed to boot or to finish; carries the console log."""
+
+    def __init__(self, message: str, console: str = "") -> None:
+        self.console = console
+        tail = "\n".join(console.splitlines()[-60:])
+        super().__init__(f"{message}\n--- guest console (last 60 lines) ---\n{tail}")
+
+
+@dataclasses.dataclass(frozen=True)
+class VmTools:
+    qemu: Path
+    kernel: Path
+    modules_dir: Path  # /usr/lib/modules/<version of kernel>
+    busybox: Path
+
+    @property
+    def kernel_version(self) -> str:
+        return self.modules_dir.name
+
+
+@dataclasses.dataclass(frozen=True)
+class GuestRun:
+    rc: int | None  # exit status of the guest command; None if it never finished
+    io_dir: Path  # host side of the I/O share (output.txt, results.json, junit.xml)
+    console: str
+    boot_seconds: float | None  # qemu start -> guest command start
+    total_seconds: float  # qemu start -> qemu exit
+
+    @property
+    def output(self) -> str:
+        path = self.io_dir / "output.txt"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+
+# --------------------------------------------------------------------------- discovery
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(n) for n in re.findall(r"\d+", version))
+
+
+def find_tools(boot_dir: Path = Path("/boot"),
+               modules_root: Path = Path("/usr/lib/modules")) -> VmTools:
+    """Find qemu, the newest kernel that has its modules installed, and busybox."""
+    qemu = shutil.which("qemu-system-x86_64")
+    if qemu is None:
+        raise VmUnavailable(f"qemu-system-x86_64 not found ({APT_HINT})")
+    pairs = []
+    for kernel in boot_dir.glob("vmlinuz-*"):
+        version = kernel.name.removeprefix("vmlinuz-")
+        mod_dir = modules_root / version
+        if (mod_dir / "modules.dep").is_file() and os.access(kernel, os.R_OK):
+            pairs.append((_version_key(version), kernel, mod_dir))
+    if not pairs:
+        raise VmUnavailable(
+            f"no readable {boot_dir}/vmlinuz-* with matching {modules_root}/<version>/"
+            f"modules.dep ({APT_HINT})")
+    _, kernel, mod_dir = max(pairs)
+    busybox = _find_static_busybox()
+    if busybox is None:
+        raise VmUnavailable(f"no static busybox binary ({APT_HINT})")
+    return VmTools(Path(qemu), kernel, mod_dir, busybox)
+
+
+def _find_static_busybox() -> Path | None:
+    for candidate in ("/bin/busybox", "/usr/bin/busybox"):
+        path = Path(candidate)
+        # A dynamic busybox would need its libraries in the initramfs too; a static one
+        # has no PT_INTERP program header, i.e. no "/lib64/ld-linux" string near the start.
+        if path.is_file() and b"ld-linux" not in path.read_bytes()[:4096]:
+            return path
+    return None
+
+
+def module_load_order(modules_dir: Path, wanted: Iterable[str]) -> list[str]:
+    """Module paths (relative to modules_dir) in an order insmod can load them.
+
+    modules.dep lines are `path: dep1 dep2`; a module's dependencies come first.
+    Built-in modules (modules.builtin) need no loading and are skipped.
+    """
+    deps: dict[str, list[str]] = {}
+    by_name: dict[str, str] = {}
+    for line in (modules_dir / "modules.dep").read_text().splitlines():
+        if ":" not in line:
+            continue
+        path, rest = line.split(":", 1)
+        deps[path] = rest.split()
+        by_name[_module_name(path)] = path
+    builtin = set()
+    builtin_file = modules_dir / "modules.builtin"
+    if builtin_file.is_file():
+        builtin = {_module_name(p) for p in builtin_file.read_text().split()}
+    order: list[str] = []
+
+    def visit(path: str, chain: tuple[str, ...]) -> None:
+        if path in order:
+            return
+        if path in chain:
+            raise VmUnavailable(f"dependency cycle in modules.dep: {' -> '.join(chain)}")
+        for dep in deps.get(path, []):
+            visit(dep, (*chain, path))
+        order.append(path)
+
+    for name in wanted:
+        norm = name.replace("-", "_")
+        if norm in builtin:
+            continue
+        if norm not in by_name:
+            raise VmUnavailable(
+                f"kernel module {name} not in {modules_dir}/modules.dep "
+                f"(install linux-image-amd64 and boot its kernel)")
+        visit(by_name[norm], ())
+    return order
+
+
+def _module_name(path: str) -> str:
+    base = path.rsplit("/", 1)[-1]
+    for suffix in (".xz", ".gz", ".zst"):
+        base = base.removesuffix(suffix)
+    return base.removesuffix(".ko").replace("-", "_")
+
+
+def _read_module(path: Path) -> bytes:
+    """The module's ELF bytes; busybox insmod cannot decompress, so we do it here."""
+    data = path.read_bytes()
+    if path.suffix == ".xz":
+        return lzma.decompress(data)
+    if path.suffix == ".gz":
+        import gzip
+        return gzip.decompress(data)
+    if path.suffix == ".zst":
+        raise VmUnavailable(f"{path}: .ko.zst modules are not supported (no zstd in stdlib)")
+    return data
+
+
+# --------------------------------------------------------------------------- initramfs
+
+
+def cpio_newc(entries: Iterable[tuple[str, int, bytes]]) -> bytes:
+    """An uncompressed `newc` cpio archive (the format the kernel unpacks as initramfs).
+
+    entries: (path without leading slash, st_mode, data); for symlinks data is the target.
+    """
+    out = bytearray()
+
+    def add(name: str, mode: int, data: bytes, ino: int) -> None:
+        name_b = name.encode() + b"\0"
+        nlink = 2 if stat.S_ISDIR(mode) else 1
+        fields = (ino, mode, 0, 0, nlink, 0, len(data), 0, 0, 0, 0, len(name_b), 0)
+        out.extend(b"070701" + b"".join(b"%08X" % f for f in fields))
+        out.extend(name_b)
+        out.extend(b"\0" * (-len(out) % 4))
+        out.extend(data)
+        out.extend(b"\0" * (-len(out) % 4))
+
+    ino = 1
+    for name, mode, data in entries:
+        add(name, mode, data, ino)
+        ino += 1
+    add("TRAILER!!!", 0, b"", 0)
+    return bytes(out)
+
+
+def init_script(modules: list[str]) -> str:
+    """The guest's /init: busybox sh, runs as PID 1 in the initramfs."""
+    insmods = "\n".join(
+        f"insmod /modules/{Path(m).name.split('.ko')[0]}.ko || fail 'insmod {m}'"
+        for m in modules)
+    controllers = " ".join(f"+{c}" for c in GUEST_CONTROLLERS)
+    io = f"/host{GUEST_IO_DIR}"
+    return f"""#!/bin/busybox sh
+/bin/busybox --install -s /bin
+export PATH=/bin
+fail() {{ echo "NRI_SLA_VM: init failed: $*"; poweroff -f; }}
+mount -t proc proc /proc && mount -t sysfs sys /sys && mount -t devtmpfs dev /dev \\
+  || fail "mount proc/sys/dev"
+{insmods}
+mkdir -p /host
+mount -t 9p -o trans=virtio,version=9p2000.L,ro,cache=loose,msize=512000 host /host \\
+  || fail "mount host root over 9p"
+for d in tmp run; do mount -t tmpfs -o mode=1777 tmpfs /host/$d || fail "tmpfs /$d"; done
+mount -t proc proc /host/proc && mount -t sysfs sys /host/sys \\
+  && mount -t devtmpfs dev /host/dev || fail "mount proc/sys/dev in host root"
+mkdir -p /host/dev/shm /host/dev/pts
+mount -t tmpfs -o mode=1777 tmpfs /host/dev/shm && mount -t devpts devpts /host/dev/pts \\
+  || fail "mount /dev/shm, /dev/pts"
+mount -t cgroup2 cgroup2 /host/sys/fs/cgroup || fail "mount cgroup2"
+echo "{controllers}" > /host/sys/fs/cgroup/cgroup.subtree_control \\
+  || fail "enable controllers {controllers}"
+mkdir -p {io}
+mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000 io {io} || fail "mount io share"
+cat /proc/uptime > {io}/started
+echo "NRI_SLA_VM: running command (uptime $(cat /proc/uptime))"
+chroot /host /bin/sh {GUEST_IO_DIR}/run.sh > {io}/output.txt 2>&1
+echo $? > {io}/rc.tmp && mv {io}/rc.tmp {io}/rc
+echo "NRI_SLA_VM: command finished rc=$(cat {io}/rc) (uptime $(cat /proc/uptime))"
+sync
+umount {io}
+poweroff -f
+"""
+
+
+def build_initramfs(tools: VmTools, dest: Path) -> Path:
+    modules = module_load_order(tools.modules_dir, GUEST_MODULES)
+    entries: list[tuple[str, int, bytes]] = [
+        (d, stat.S_IFDIR | 0o755, b"") for d in ("bin", "dev", "proc", "sys", "modules")
+    ]
+    entries.append(("bin/busybox", stat.S_IFREG | 0o755, tools.busybox.read_bytes()))
+    entries.append(("bin/sh", stat.S_IFLNK | 0o777, b"busybox"))
+    for mod in modules:
+        name = Path(mod).name.split(".ko")[0] + ".ko"
+        entries.append((f"modules/{name}", stat.S_IFREG | 0o644,
+                        _read_module(tools.modules_dir / mod)))
+    entries.append(("init", stat.S_IFREG | 0o755, init_script(modules).encode()))
+    dest.write_bytes(cpio_newc(entries))
+    return dest
+
+
+# --------------------------------------------------------------------------- running
+
+
+def qemu_command(tools: VmTools, initramfs: Path, io_dir: Path, disk: Path,
+                 memory_mib: int = 1024, cpus: int = 2) -> list[str]:
+    return [
+        str(tools.qemu), "-accel", "tcg,thread=multi", "-cpu", "max",
+        "-m", str(memory_mib), "-smp", str(cpus),
+        "-nodefaults", "-nographic", "-no-reboot", "-serial", "stdio",
+        "-kernel", str(tools.kernel), "-initrd", str(initramfs),
+        "-append", KERNEL_ARGS,
+        "-virtfs", "local,path=/,mount_tag=host,security_model=none,readonly=on,"
+                   "multidevs=remap",
+        "-virtfs", f"local,path={io_dir},mount_tag=io,security_model=none,multidevs=remap",
+        "-drive", f"file={disk},if=virtio,format=raw",
+    ]
+
+
+def run_in_guest(script: str, work_dir: Path, timeout: float = 240.0,
+                 tools: VmTools | None = None, disk_mib: int = 64) -> GuestRun:
+    """Boot a guest, run `script` (sh) chrooted into the host root, power off.
+
+    The script runs as root with cwd /, HOME=/tmp and GUEST_ENV_FLAG=1; it finds the I/O
+    share at GUEST_IO_DIR and /dev/vda is a blank disk of disk_mib MiB.
+    Raises VmUnavailable if the tools are missing, VmError on a boot failure or timeout.
+    """
+    tools = tools or find_tools()
+    work_dir.mkdir(parents=True, exist_ok=True)
+    io_dir = work_dir / "io"
+    io_dir.mkdir(exist_ok=True)
+    initramfs = build_initramfs(tools, work_dir / "initramfs.cpio")
+    disk = work_dir / "disk.img"
+    with disk.open("wb") as f:
+        f.truncate(disk_mib << 20)
+    (io_dir / "run.sh").write_text(
+        f"export HOME=/tmp {GUEST_ENV_FLAG}=1 PYTHONDONTWRITEBYTECODE=1\n"
+        f"export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n"
+        f"cd /\n{script}\n")
+    console_path = work_dir / "console.log"
+    cmd = qemu_command(tools, initramfs, io_dir, disk)
+    started = time.monotonic()
+    boot_seconds = None
+    with console_path.open("wb") as console:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=console,
+                                stderr=subprocess.STDOUT)
+        try:
+            while proc.poll() is None:
+                if boot_seconds is None and (io_dir / "started").exists():
+                    boot_seconds = time.monotonic() - started
+                if time.monotonic() - started > timeout:
+                    proc.kill()
+                    proc.wait()
+                    raise VmError(f"guest did not finish within {timeout:.0f} s "
+                                  f"(console log: {console_path})",
+                                  console_path.read_text(errors="replace"))
+                time.sleep(0.1)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    total = time.monotonic() - started
+    console_text = console_path.read_text(errors="replace")
+    rc_file = io_dir / "rc"
+    if not rc_file.exists():
+        raise VmError(f"guest command never finished (qemu exit {proc.returncode}, "
+                      f"console log: {console_path})", console_text)
+    return GuestRun(int(rc_file.read_text().strip()), io_dir, console_text,
+                    boot_seconds, total)
+
+
+# --------------------------------------------------------------------------- pytest
+
+
+def pytest_script(repo: Path, python: Path, args: list[str]) -> str:
+    """The guest script that runs pytest from the repo and leaves results in the share."""
+    quoted = " ".join(shlex.quote(a) for a in args)
+    return (
+        f"cd {shlex.quote(str(repo))}\n"
+        f"{shlex.quote(str(python))} -m pytest -p no:cacheprovider -q "
+        f"--junitxml={GUEST_IO_DIR}/junit.xml {quoted}\n")
+
+
+def load_results(io_dir: Path) -> dict[str, dict]:
+    """Per-test results the guest conftest recorded: nodeid -> {outcome, longrepr, ...}."""
+    path = io_dir / "results.json"
+    if not path.exists():
+        return {}
+    return json.loads(path.read_text())
+
+
+def main(argv: list[str]) -> int:
+    repo = Path(__file__).resolve().parents[2]
+    args = argv or ["tests/vm/guest"]
+    with tempfile.TemporaryDirectory(prefix="nri-sla-vm-") as tmp:
+        try:
+            run = run_in_guest(pytest_script(repo, Path(sys.executable), args), Path(tmp))
+        except (VmUnavailable, VmError) as exc:
+            print(exc, file=sys.stderr)
+            return 2
+        print(run.output, end="")
+        boot = f"{run.boot_seconds:.1f}" if run.boot_seconds is not None else "?"
+        print(f"[vm] boot {boot} s, total {run.total_seconds:.1f} s, rc {run.rc}",
+              file=sys.stderr)
+        return run.rc if run.rc is not None else 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -19,6 +19,8 @@ from nri_sla.plan.model import ContainerPlan, PlanError
 
 log = logging.getLogger("nri_sla.plugin")
 
+UNVERSIONED_NRI = "older than v0.10"
+
 
 class SlaPlugin:
     """Handlers for the NRI stub; the stub subscribes to exactly these events."""
@@ -31,6 +33,11 @@ class SlaPlugin:
         self._pending: dict[str, ContainerPlan] = {}  # container id -> plan awaiting start
 
     # -- life cycle --------------------------------------------------------------------
+    def on_registered(self, stub: Any) -> None:
+        """Called once registered: the runtime's NRI version came with Configure (runtimes
+        before NRI v0.10, e.g. containerd 1.7 to 2.1, do not send one)."""
+        self.nri_version = stub.nri_version or UNVERSIONED_NRI
+
     def configure(self, config: str, runtime_name: str, runtime_version: str) -> None:
         self.runtime = f"{runtime_name} {runtime_version}".strip()
         log.info("configured by %s", self.runtime or "an unnamed runtime")

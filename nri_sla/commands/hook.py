@@ -18,11 +18,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"(default {DEFAULT_STAGE})")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="S",
                         help=f"give up after S seconds (default {DEFAULT_TIMEOUT:g})")
-    parser.add_argument("--config", default="/etc/nri-sla/config.yaml", metavar="PATH",
+    parser.add_argument("--config", default=None, metavar="PATH",
                         help="node config file (default /etc/nri-sla/config.yaml; "
                              "missing file = built-in defaults)")
     parser.add_argument("--cgroup-root", default=None, metavar="PATH",
-                        help="cgroup filesystem root (default: detected from mountinfo)")
+                        help="cgroup filesystem root (default: the node config's cgroup.root, "
+                             "/sys/fs/cgroup)")
 
 
 def main(args: argparse.Namespace) -> int:

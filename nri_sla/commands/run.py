@@ -54,8 +54,7 @@ def main(args: argparse.Namespace) -> int:
         backoff_max=config.nri.reconnect_max_seconds,
         on_state=lambda state: _on_state(metrics, state),
         on_reconnect=lambda _total: metrics.inc_reconnects(),
-        # The runtime's NRI version arrives in Configure; events come only after this.
-        on_ready=lambda stub: setattr(plugin, "nri_version", stub.nri_version or None),
+        on_ready=plugin.on_registered,
     )
     log.info("nri-sla starting: cgroup v%d, %d GPUs, socket %s", node.cgroup_version,
              len(node.allocator.inventory.gpus) if node.allocator else 0, options.socket_path)

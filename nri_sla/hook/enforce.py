@@ -1,12 +1,14 @@
 """The hook's enforcement step: SLA -> plan -> cgroupfs writes -> read-back.
 
-Imported only when the container has an SLA. Uses the same parser, planner and cgroup
-writers as the plugin; what differs is the path: no NRI, so every setting is written
-directly (scope "all"), and there is no long-lived allocation state (see docs/hook.md).
+Imported only when the container may have an SLA. Uses the same parser, planner and
+cgroup writers as the plugin; what differs is the path: no NRI, so every setting is
+written directly (scope "all"), and no allocation state outlives one container (see
+docs/hook.md for what that means for exclusive CPUs and GPUs).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +17,10 @@ from nri_sla.hook.errors import EXIT_OK, BadInput, InternalError, SlaRefusedErro
 from nri_sla.hook.options import HookOptions
 from nri_sla.hook.run import Outcome, RunState
 from nri_sla.hook.state import BundleSpec, OciState
-from nri_sla.hook.target import APPLIED_KEY, Target
+from nri_sla.hook.target import Target
 
 PREFIX = "nri-sla hook: "
+WARN = PREFIX + "warning: "
 
 
 def enforce(opts: HookOptions, state: OciState, spec: BundleSpec,
@@ -25,61 +28,60 @@ def enforce(opts: HookOptions, state: OciState, spec: BundleSpec,
             rs: RunState) -> Outcome:
     config = load_node_config(opts.config)
     sla = parse_sla(annotations, target, config)
+    if sla is None:
+        return Outcome(EXIT_OK, "skipped", [], state.id)
     rs.enforcement = sla.enforcement
     deadline.check("finding the container's cgroup")
     facts = cgroup_facts(opts, config, spec)
     paths = container_paths(facts, spec, state)
-    record = annotations.get(APPLIED_KEY)
+    record = annotations.get(f"{config.annotation_prefix}/applied")
     if record is not None:
         from nri_sla.hook.verify import verify
 
         return verify(record, sla, paths, state.id, deadline)
     deadline.check("planning")
-    plan = make_plan(sla, facts, paths, config, target, spec)
+    sla, lines = hook_gpu_scope(sla, config.annotation_prefix)
+    plan = make_plan(sla, facts, paths, config, target, spec, opts.sysfs_root)
     deadline.check("writing cgroup files")
-    return apply_plan(plan, paths, facts, state.id, deadline)
+    return apply_plan(plan, paths, facts, state.id, lines)
 
 
 # ------------------------------------------------------------------ inputs
 
 
-def load_node_config(path: str) -> Any:
-    """The node config; a missing file means the built-in defaults (documented)."""
-    from nri_sla import config as node_config
+def load_node_config(path: str | None) -> Any:
+    """The node config: `path`, else /etc/nri-sla/config.yaml when it exists, else defaults."""
+    from nri_sla.config import ConfigError, load_config
 
     try:
-        if not Path(path).exists():
-            return node_config.NodeConfig()
-        return node_config.load_config(path)
-    except node_config.ConfigError as exc:
-        raise BadInput(f"node config {path}: {exc}") from None
+        return load_config(path)
+    except ConfigError as exc:
+        raise BadInput(f"node config: {exc}") from None
 
 
 def parse_sla(annotations: dict[str, str], target: Target, config: Any) -> Any:
     from nri_sla.sla import SlaError, sla_for_container
 
     try:
-        sla = sla_for_container(annotations, target.name,
-                                default_enforcement=config.default_enforcement)
+        return sla_for_container(annotations, target.name,
+                                 default_enforcement=config.enforcement,
+                                 prefix=config.annotation_prefix)
     except SlaError as exc:
         # The plugin refuses such a container at CreateContainer; the hook does the same.
         raise SlaRefusedError(str(exc)) from None
-    if sla is None:
-        raise InternalError("SLA annotation present but no SLA parsed")
-    return sla
 
 
 def cgroup_facts(opts: HookOptions, config: Any, spec: BundleSpec) -> Any:
     from nri_sla.enforce.errors import EnforceError
     from nri_sla.enforce.nodefacts import detect_cgroup_facts
 
-    root = opts.cgroup_root or getattr(config, "cgroup_root", None) or "/sys/fs/cgroup"
-    driver = getattr(config, "cgroup_driver", None) or "auto"
+    cg = config.cgroup
+    root = Path(opts.cgroup_root or cg.root)
     try:
-        return detect_cgroup_facts(Path(root), driver=driver,
+        return detect_cgroup_facts(root, driver=cg.driver, version=cg.version or "auto",
                                    cgroups_path_hint=spec.cgroups_path)
     except EnforceError as exc:
-        raise InternalError(str(exc)) from None
+        raise InternalError(f"cgroup facts: {exc}") from None
 
 
 def container_paths(facts: Any, spec: BundleSpec, state: OciState) -> Any:
@@ -104,83 +106,112 @@ def container_paths(facts: Any, spec: BundleSpec, state: OciState) -> Any:
     return paths
 
 
-def io_weight_supported(paths: Any, facts: Any) -> bool:
-    if facts.version == 2:
-        d = paths.dir()
-        return (d / "io.weight").exists() or (d / "io.bfq.weight").exists()
+def hook_gpu_scope(sla: Any, prefix: str) -> tuple[Any, list[str]]:
+    """The hook cannot add devices: only `gpu.from: runtime` (align with the GPUs the
+    device plugin gave, named in NVIDIA_VISIBLE_DEVICES) is possible here."""
+    if sla.gpu is None or sla.gpu.source == "runtime":
+        return sla, []
+    key = sla.keys[-1] if sla.keys else f"{prefix}/pod"
+    message = (f"{key}: gpu: the OCI hook cannot add GPU devices (gpu.from: plugin needs the "
+               "NRI plugin); use gpu.from: runtime to align with GPUs the runtime assigned")
+    if sla.enforcement == "hard":
+        raise SlaRefusedError(message)
+    return dataclasses.replace(sla, gpu=None), [WARN + message]
+
+
+def weight_files(paths: Any, facts: Any) -> tuple[bool, bool]:
+    """(io weight supported, through the bfq files) for this container's cgroup."""
     try:
-        d = paths.dir("blkio")
+        d = paths.dir() if facts.version == 2 else paths.dir("blkio")
     except Exception:
-        return False
-    return (d / "blkio.weight").exists() or (d / "blkio.bfq.weight").exists()
+        return False, False
+    plain = "io.weight" if facts.version == 2 else "blkio.weight"
+    bfq = "io.bfq.weight" if facts.version == 2 else "blkio.bfq.weight"
+    has_plain, has_bfq = (d / plain).exists(), (d / bfq).exists()
+    return has_plain or has_bfq, has_bfq and not has_plain
+
+
+def hook_allocator(sla: Any, config: Any, sysfs_root: str) -> Any:
+    """A one-shot allocator over this node's topology, only when placement is asked for.
+
+    The hook has no memory of other containers: it binds NUMA nodes and aligns with GPUs a
+    device plugin already assigned, but cannot keep exclusive CPUs apart between
+    containers (that needs the plugin). GPU inventory (maybe NVML) only when GPUs matter.
+    """
+    if sla.gpu is None and sla.numa is None and (sla.cpu is None or not sla.cpu.exclusive):
+        return None
+    from nri_sla.plan.placement import Allocator
+    from nri_sla.topology.cpus import read_topology
+    from nri_sla.topology.gpus import GpuInventory
+
+    reserved = frozenset(config.reserved_cpus)
+    topology = read_topology(Path(sysfs_root))
+    inventory = GpuInventory()
+    if sla.gpu is not None:
+        from nri_sla.topology.inventory import load_inventory
+
+        source = config.gpu.inventory
+        inventory = (load_inventory("snapshot", snapshot=Path(source))
+                     if source not in ("auto", "nvml", "sysfs")
+                     else load_inventory(source, sysfs_root=Path(sysfs_root)))
+    return Allocator(topology, inventory, reserved)
 
 
 def make_plan(sla: Any, facts: Any, paths: Any, config: Any, target: Target,
-              spec: BundleSpec) -> Any:
+              spec: BundleSpec, sysfs_root: str) -> Any:
     from nri_sla.enforce.nodefacts import resolve_block_device
     from nri_sla.plan.model import PlanError
     from nri_sla.plan.planner import PlanContext, plan_container
 
     ctx = PlanContext(
         cgroup_version=facts.version, namespace=target.namespace, config=config,
-        owner=target.id, allocator=hook_allocator(sla, config), rt_budget=None,
+        owner=target.id, allocator=hook_allocator(sla, config, sysfs_root), rt_budget=None,
         nri_version=None, resolve_device=resolve_block_device,
-        io_weight_supported=io_weight_supported(paths, facts), container_env=spec.env)
+        io_weight_supported=weight_files(paths, facts)[0], container_env=spec.env)
     try:
         return plan_container(sla, ctx)
     except PlanError as exc:
         raise SlaRefusedError(str(exc)) from None
 
 
-def hook_allocator(sla: Any, config: Any) -> Any:
-    """A one-shot allocator over this node's topology, only when placement is asked for.
-
-    The hook has no memory of other containers: it can align with the GPUs a device
-    plugin already assigned, and bind NUMA nodes, but it cannot keep exclusive CPUs or
-    GPUs apart between containers (that needs the plugin).
-    """
-    if sla.gpu is None and sla.numa is None and (sla.cpu is None or not sla.cpu.exclusive):
-        return None
-    from nri_sla.plan.placement import allocator_from_node
-
-    return allocator_from_node(config, gpus=sla.gpu is not None)
-
-
 # ------------------------------------------------------------------ writes
 
 
-def apply_plan(plan: Any, paths: Any, facts: Any, cid: str, deadline: Deadline) -> Outcome:
+def apply_plan(plan: Any, paths: Any, facts: Any, cid: str, lines: list[str]) -> Outcome:
     from nri_sla.enforce.cgroupfs import writer_for
     from nri_sla.enforce.plan_writes import cgroup_writes
 
     hard = plan.enforcement == "hard"
-    lines = [f"{PREFIX}warning: {w}" for w in plan.warnings]
-    writes = cgroup_writes(plan, scope="all")
+    lines = [*lines, *(WARN + w for w in plan.warnings)]
+    writes = cgroup_writes(plan, scope="all", bfq=weight_files(paths, facts)[1])
+    raised: list[Any] = []
     if plan.rt_runtime is not None and facts.version == 1:
-        problem = raise_rt(plan, paths)
+        raised, problem = raise_rt(plan, paths, facts)
         if problem:
             if hard:
                 raise SlaRefusedError(problem)
-            lines.append(f"{PREFIX}warning: {problem}")
+            lines.append(WARN + problem)
             writes = [w for w in writes if not w.file.startswith("cpu.rt_")]
-    deadline.check("writing cgroup files")
     failures = [r for r in writer_for(paths).apply(writes) if not r.ok]
     if failures and hard:
+        from nri_sla.enforce.rt import release_rt_ancestors
+
+        release_rt_ancestors(raised)  # runc removes the container's cgroup; undo ours
         more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
         raise SlaRefusedError(f"{failures[0].error}{more}")
-    lines += [f"{PREFIX}warning: {r.error}" for r in failures]
+    lines += [WARN + str(r.error) for r in failures]
     return Outcome(EXIT_OK, "applied", lines, cid)
 
 
-def raise_rt(plan: Any, paths: Any) -> str | None:
+def raise_rt(plan: Any, paths: Any, facts: Any) -> tuple[list[Any], str | None]:
     """Raise cpu.rt_runtime_us on the container's ancestors first (the kernel refuses a
-    child budget its parent lacks). Returns a problem text, or None."""
+    child budget its parent lacks). Returns (changes made, problem text or None)."""
     from nri_sla.enforce.errors import EnforceError
     from nri_sla.enforce.rt import raise_rt_ancestors
 
     try:
-        raise_rt_ancestors(paths.dir("cpu"), plan.rt_runtime, plan.rt_period,
-                           root=paths.roots["cpu"])
+        done = raise_rt_ancestors(paths.dir("cpu"), plan.rt_runtime,
+                                  plan.rt_period or 1_000_000, facts.hierarchy("cpu").path)
     except EnforceError as exc:
-        return f"cpu.rt-runtime: {exc}"
-    return None
+        return [], f"cpu.rt-runtime: {exc}"
+    return done, None

@@ -12,7 +12,6 @@ from nri_sla.hook.deadline import DEFAULT_TIMEOUT
 from nri_sla.hook.errors import BadInput
 from nri_sla.hook.spec import DEFAULT_STAGE, STAGES
 
-DEFAULT_CONFIG = "/etc/nri-sla/config.yaml"
 USAGE = ("usage: nri-sla hook [--stage createRuntime|prestart|poststart|createContainer] "
          "[--timeout S] [--config PATH] [--cgroup-root PATH]")
 
@@ -21,8 +20,9 @@ USAGE = ("usage: nri-sla hook [--stage createRuntime|prestart|poststart|createCo
 class HookOptions:
     stage: str = DEFAULT_STAGE
     timeout: float = DEFAULT_TIMEOUT
-    config: str = DEFAULT_CONFIG
-    cgroup_root: str | None = None  # None: detect from /proc/self/mountinfo
+    config: str | None = None  # None: /etc/nri-sla/config.yaml if it exists, else defaults
+    cgroup_root: str | None = None  # None: the node config's cgroup.root
+    sysfs_root: str = "/sys"  # tests point this at a fake NUMA/GPU tree (not a CLI option)
 
 
 def check(stage: str, timeout: float) -> None:
@@ -55,7 +55,7 @@ def parse_argv(argv: list[str]) -> HookOptions:
     except ValueError:
         raise BadInput(f"--timeout: {values['timeout']!r} is not a number of seconds") from None
     opts = HookOptions(stage=values.get("stage", DEFAULT_STAGE), timeout=timeout,
-                       config=values.get("config", DEFAULT_CONFIG),
+                       config=values.get("config"),
                        cgroup_root=values.get("cgroup_root"))
     check(opts.stage, opts.timeout)
     return opts

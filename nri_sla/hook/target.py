@@ -12,7 +12,6 @@ from dataclasses import dataclass
 NAME_KEYS = ("io.kubernetes.cri.container-name", "io.kubernetes.container.name")
 NAMESPACE_KEYS = ("io.kubernetes.cri.sandbox-namespace", "io.kubernetes.pod.namespace")
 TYPE_KEYS = ("io.kubernetes.cri.container-type", "io.kubernetes.cri-o.ContainerType")
-APPLIED_KEY = "sla.nri.io/applied"
 
 
 @dataclass(frozen=True)

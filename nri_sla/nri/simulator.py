@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import hashlib
 import os
+import socket
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -292,6 +293,12 @@ class RuntimeSimulator:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_unix_server(self._new_session, self.socket_path)
         return self
+
+    async def attach(self, sock: socket.socket) -> None:
+        """Serve a plugin on an already connected socket (how containerd talks to a
+        plugin it launched itself, handing it the other end as fd 3)."""
+        loop = asyncio.get_running_loop()
+        await loop.connect_accepted_socket(self._new_session, sock)
 
     def _new_session(self) -> Connection:
         session = PluginSession(self)

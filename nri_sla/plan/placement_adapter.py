@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from nri_sla.plan.gpu_injection import InjectionError, gpu_injection
 from nri_sla.plan.placement import PlacementError, PlacementRequest
 from nri_sla.topology.cpulist import format_cpulist
 
@@ -49,10 +50,12 @@ def place(sla: Sla, ctx: PlanContext, hard: bool) -> PlacementOutcome:
         settings["cpus"] = format_cpulist(placement.cpus)
     if placement.mems:
         settings["mems"] = format_cpulist(placement.mems)
-    if (placement.gpus or placement.mig) and not placement.from_runtime:
-        from nri_sla.plan.gpu_injection import inject
-
-        injection = inject(placement, ctx.config.gpu.injection)
+    if placement.gpus and not placement.from_runtime:
+        try:
+            injection = gpu_injection(placement, ctx.config.gpu.injection)
+        except InjectionError as exc:
+            ctx.allocator.release(ctx.owner)
+            return PlacementOutcome(error=str(exc), field="gpu")
         settings.update(gpu_env=tuple(sorted(injection.env.items())),
                         gpu_devices=injection.devices, gpu_cdi=injection.cdi_devices)
     field_name = "gpu" if sla.gpu else ("cpu.exclusive" if sla.cpu and sla.cpu.exclusive

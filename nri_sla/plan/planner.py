@@ -164,8 +164,8 @@ class _Planner:
                 self.settings["memory_high"] = mem.high
             else:
                 self.short("memory.high", "memory.high is not available on cgroup v1 nodes "
-                           "(allowed only on cgroup v2); soft mode writes "
-                           "memory.soft_limit_in_bytes instead", "unsupported")
+                           "(allowed only on cgroup v2, soft mode writes "
+                           "memory.soft_limit_in_bytes instead)", "unsupported")
                 self.settings["memory_soft_limit"] = mem.high
 
     def plan_io(self) -> None:

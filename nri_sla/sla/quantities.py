@@ -28,6 +28,7 @@ MAX_INT64 = 2**63 - 1
 # (thousands of digits, exponents like e999999999) away from big-int arithmetic.
 _MAX_NUMBER_CHARS = 40
 _MAX_EXPONENT = 40
+_HUGE = Fraction(10**41)  # stands for any magnitude beyond every range we accept
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {
@@ -67,8 +68,8 @@ def _exact(value: object, expected: str) -> Fraction:
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise QuantityError(f"must be {expected}, got {show(value)}")
     if isinstance(value, int):
-        if value.bit_length() > 64:
-            raise QuantityError(f"({show(value)}) is too large (at most {MAX_INT64})")
+        if value.bit_length() > 64:  # clamp: the callers' range checks report it
+            return _HUGE if value > 0 else -_HUGE
         return Fraction(value)
     if isinstance(value, float):
         # A YAML float keeps the text it came from (see safeyaml): parse that exactly.
@@ -91,12 +92,11 @@ def _exact(value: object, expected: str) -> Fraction:
         return mantissa * _BINARY[suffix]
     if suffix[:1] in ("e", "E") and len(suffix) > 1:
         exponent = int(suffix[1:])
-        if abs(exponent) > _MAX_EXPONENT:
+        if abs(exponent) > _MAX_EXPONENT:  # clamp instead of computing 10**999999999
             if mantissa == 0:
                 return Fraction(0)
-            if exponent > 0:
-                raise QuantityError(f"({show(value)}) is too large (at most {MAX_INT64})")
-            raise QuantityError(f"({show(value)}) is too small")
+            bound = _HUGE if exponent > 0 else 1 / _HUGE
+            return bound if mantissa > 0 else -bound
         return mantissa * Fraction(10) ** exponent
     return mantissa * _DECIMAL[suffix]
 

@@ -62,8 +62,10 @@ pip_target() {
 }
 if ! pip_target 2>/dev/null; then
     echo "build.sh: filling the wheelhouse $WHEELHOUSE from PyPI" >&2
-    "$PYTHON" -m pip download -q --disable-pip-version-check --only-binary=:all: \
-        -d "$WHEELHOUSE" "$PROJECT_WHEEL" >&2 || die "could not fetch dependency wheels"
+    # `pip wheel`, not `pip download --only-binary`: cgroupspy is published as an sdist
+    # only, and is built into a (pure Python) wheel here.
+    "$PYTHON" -m pip wheel -q --disable-pip-version-check -w "$WHEELHOUSE" \
+        "$PROJECT_WHEEL" >&2 || die "could not fetch dependency wheels"
     rm -f "$WHEELHOUSE"/nri_sla-*.whl  # the project wheel is rebuilt every time
     rm -rf "${STAGE:?}$SITE"
     pip_target

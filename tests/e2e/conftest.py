@@ -31,8 +31,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # the harness modules beside this file
-from e2e_cluster import Binaries, Cluster, ClusterError  # noqa: E402
-from e2e_image import ImageBuildError, build_image_archive  # noqa: E402
+from e2e_cluster import Binaries, Cluster, ClusterError
+from e2e_image import ImageBuildError, build_image_archive
 
 HERE = Path(__file__).parent
 DEFAULT_IMAGE = "nri-e2e.local/busybox:1"

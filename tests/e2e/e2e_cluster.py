@@ -360,8 +360,9 @@ class Cluster:
     def _remove_cgroups(self) -> list[str]:
         problems = []
         for top in self._cgroup_dirs():
-            dirs = sorted((p for p in top.rglob("*") if p.is_dir()),
-                          key=lambda p: len(p.parts), reverse=True) + [top]
+            below = sorted((p for p in top.rglob("*") if p.is_dir()),
+                           key=lambda p: len(p.parts), reverse=True)
+            dirs = [*below, top]
             for d in dirs:
                 for _ in range(50):  # the kernel frees a cgroup a moment after its last task
                     try:

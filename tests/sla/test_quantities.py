@@ -42,7 +42,7 @@ SIZE_ERRORS = [
     ("Gi", "a size like"), ("1KI", "a size like"), ("0x10", "a size like"),
     ("٣Gi", "a size like"),  # Arabic-Indic digit: \d would match, [0-9] must not
     ("8Ei", "too large"), (str(MAX_INT64 + 1), "too large"), ("1e19", "too large"),
-    ("1e999999999", "too large"), ("1e-999999999", "too small"), (2**70, "too large"),
+    ("1e999999999", "too large"), ("1e-999999999", "whole bytes"), (2**70, "too large"),
     (True, "a size like"), (None, "a size like"), ([1], "a size like"),
     (float("inf"), "a size like"), (float("nan"), "a size like"), ("9" * 41, "too long"),
 ]

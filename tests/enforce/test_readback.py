@@ -1,0 +1,82 @@
+"""Semantic read-back comparison: the kernel's normalisations are not failures."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nri_sla.enforce.readback import parse_cpu_list, values_match
+
+
+@pytest.mark.parametrize(
+    ("file", "written", "read", "ok"),
+    [
+        ("memory.limit_in_bytes", "1000000", "999424\n", True),  # rounded down to pages
+        ("memory.limit_in_bytes", "1000000", "1000000\n", False),
+        ("memory.soft_limit_in_bytes", "-1", "9223372036854771712\n", True),
+        ("memory.max", "max", "max\n", True),
+        ("memory.high", "8589934592", "8589934592\n", True),
+        ("memory.high", "8589934592", "max\n", False),
+        ("cpuset.cpus", "0,1,2,5", "0-2,5\n", True),
+        ("cpuset.cpus", "0-3", "0-2\n", False),
+        ("cpuset.mems", "0", "\n", False),
+        ("blkio.throttle.read_bps_device", "254:0 1048576", "254:0 1048576\n7:0 5\n", True),
+        ("blkio.throttle.read_bps_device", "254:0 1048576", "254:0 2048\n", False),
+        ("blkio.throttle.write_iops_device", "254:0 0", "", True),  # 0 removes the rule
+        ("blkio.throttle.write_iops_device", "254:0 0", "254:0 10\n", False),
+        ("blkio.bfq.weight", "500", "500\n", True),  # v1 bare number
+        ("blkio.bfq.weight_device", "7:0 300", "default 500\n7:0 300\n", True),
+        ("io.weight", "default 300", "default 300\n", True),
+        ("io.weight", "300", "default 300\n8:0 50\n", True),
+        ("io.weight", "8:0 50", "default 300\n8:0 50\n", True),
+        ("io.bfq.weight", "default 90", "default 100\n", False),
+        ("io.max", "8:0 rbps=1000 wiops=20", "8:0 rbps=1000 wbps=max riops=max wiops=20\n", True),
+        ("io.max", "8:0 rbps=1000", "8:0 rbps=999 wbps=max riops=max wiops=max\n", False),
+        ("io.max", "8:0 rbps=max", "", True),  # all-max devices have no line
+        ("cpu.max", "50000 100000", "50000 100000\n", True),
+        ("cpu.max", "max", "max 100000\n", True),
+        ("cpu.max", "50000 100000", "max 100000\n", False),
+        ("cpu.cfs_quota_us", "50000", "50000\n", True),
+        ("cpu.rt_runtime_us", "5000", "0\n", False),
+    ],
+)
+def test_values_match(file: str, written: str, read: str, ok: bool) -> None:
+    assert values_match(file, written, read) is ok
+
+
+def test_cpu_list_errors() -> None:
+    with pytest.raises(ValueError):
+        parse_cpu_list("3-1")
+    with pytest.raises(ValueError):
+        parse_cpu_list("a")
+
+
+def _canonical(cpus: set[int]) -> str:
+    out, run = [], []
+    for c in sorted(cpus):
+        if run and c == run[-1] + 1:
+            run.append(c)
+        else:
+            if run:
+                out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+            run = [c]
+    if run:
+        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return ",".join(out)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.sets(st.integers(0, 255), min_size=1, max_size=40))
+def test_cpuset_any_spelling_matches_canonical(cpus: set[int]) -> None:
+    written = ",".join(str(c) for c in sorted(cpus, reverse=True))
+    assert parse_cpu_list(_canonical(cpus)) == cpus
+    assert values_match("cpuset.cpus", written, _canonical(cpus) + "\n")
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(0, 1 << 44))
+def test_memory_page_rounding(n: int) -> None:
+    assert values_match("memory.limit_in_bytes", str(n), str(n // 4096 * 4096))
+    if n % 4096:
+        assert not values_match("memory.limit_in_bytes", str(n), str(n))

@@ -1,0 +1,149 @@
+import logging
+from pathlib import Path
+
+import pytest
+
+from nri_sla.topology import InventoryError, load_inventory
+from nri_sla.topology.gpus import normalize_bus_id
+from nri_sla.topology.nvml_gpus import import_pynvml
+from nri_sla.topology.testing import (
+    NVML_ERROR_LIBRARY_NOT_FOUND,
+    FakeGpu,
+    FakeNvml,
+    build_sysfs,
+)
+
+
+def test_dgx_like_through_nvml(dgx_sysfs, dgx_nvml):
+    inv = load_inventory(sysfs_root=dgx_sysfs, nvml=dgx_nvml)
+    assert inv.source == "nvml" and inv.degraded_reason is None
+    assert [g.index for g in inv.gpus] == list(range(8))
+    assert [g.numa_node for g in inv.gpus] == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert inv.gpus[0].nvlink_peers == {1, 2, 3, 4}
+    assert inv.gpus[5].nvlink_peers == {1, 4, 6, 7}
+    assert inv.gpus[2].pci_bus_id == "0000:47:00.0"  # NVML's 8-digit domain normalised
+    assert inv.gpus[3].uuid.startswith("GPU-")
+    assert inv.gpus[0].memory_bytes == 80 * 1024**3
+    assert not any(g.mig_enabled for g in inv.gpus)
+    assert dgx_nvml.initialized == 0  # nvmlShutdown was called
+
+
+def test_pcie_box_numa_from_sysfs_when_nvml_cannot_tell(pcie_sysfs, pcie_nvml):
+    inv = load_inventory(sysfs_root=pcie_sysfs, nvml=pcie_nvml)
+    assert [g.numa_node for g in inv.gpus] == [0, 0, 1, 1]
+    assert all(not g.nvlink_peers for g in inv.gpus)
+
+
+def test_mig_instances_with_profiles_and_caps(dgx_sysfs, mig_nvml, mig_proc):
+    inv = load_inventory(sysfs_root=dgx_sysfs, nvml=mig_nvml, proc_root=mig_proc)
+    gpu0, gpu1 = inv.gpus
+    assert gpu0.mig_enabled and not gpu1.mig_enabled
+    assert [m.profile for m in gpu0.mig_instances] == ["3g.40gb", "2g.20gb", "1g.10gb",
+                                                       "1g.10gb"]
+    small = gpu0.mig_instances[2]
+    assert (small.gi_id, small.ci_id, small.index, small.gpu_index) == (9, 0, 2, 0)
+    assert small.caps_minors == (84, 85)  # gi access, ci access from mig-minors
+    assert small.memory_bytes == 10 * 1024**3
+    assert inv.find_mig(small.uuid) == (gpu0, small)
+    assert inv.find_mig("0:3") == (gpu0, gpu0.mig_instances[3])
+
+
+def test_nvswitch_links_make_every_gpu_a_peer(dgx_sysfs):
+    switches = ["00000000:C0:00.0", "00000000:C1:00.0"]
+    gpus = [FakeGpu(uuid=f"GPU-{i}", bus=f"00000000:{0x10 + i:02X}:00.0", numa=i // 2,
+                    minor=i, links=switches) for i in range(4)]
+    inv = load_inventory(sysfs_root=dgx_sysfs, nvml=FakeNvml(gpus))
+    assert [g.nvlink_peers for g in inv.gpus] == [frozenset({0, 1, 2, 3} - {i})
+                                                  for i in range(4)]
+
+
+def test_find_by_index_uuid_and_bus_id(dgx_sysfs, dgx_nvml):
+    inv = load_inventory(sysfs_root=dgx_sysfs, nvml=dgx_nvml)
+    g = inv.gpus[2]
+    assert inv.find("2") is g
+    assert inv.find(g.uuid.upper().replace("GPU-", "gpu-")) is g
+    assert inv.find("00000000:47:00.0") is g
+    assert inv.find("47:00.0") is g
+    assert inv.find("9") is None and inv.find("GPU-nope") is None and inv.find("x") is None
+
+
+def test_auto_degrades_to_sysfs_with_a_reason(dgx_sysfs, caplog):
+    broken = FakeNvml([], fail_init=NVML_ERROR_LIBRARY_NOT_FOUND)
+    with caplog.at_level(logging.WARNING):
+        inv = load_inventory(sysfs_root=dgx_sysfs, nvml=broken)
+    assert inv.source == "sysfs"
+    assert "NVML unavailable" in inv.degraded_reason
+    assert "falling back to sysfs" in caplog.text
+    assert [g.pci_bus_id for g in inv.gpus][:2] == ["0000:07:00.0", "0000:0f:00.0"]
+    assert [g.numa_node for g in inv.gpus] == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert all(g.uuid == "" and g.ref == str(g.index) for g in inv.gpus)
+
+
+def test_nvml_failing_mid_way_degrades_too(dgx_sysfs, dgx_nvml):
+    def boom(handle):
+        raise dgx_nvml.NVMLError(15)  # GPU is lost
+
+    dgx_nvml.nvmlDeviceGetUUID = boom
+    inv = load_inventory(sysfs_root=dgx_sysfs, nvml=dgx_nvml)
+    assert inv.source == "sysfs" and len(inv.gpus) == 8
+    assert dgx_nvml.initialized == 0
+
+
+def test_explicit_nvml_source_raises(dgx_sysfs):
+    broken = FakeNvml([], fail_init=NVML_ERROR_LIBRARY_NOT_FOUND)
+    with pytest.raises(InventoryError, match="NVML unavailable"):
+        load_inventory("nvml", sysfs_root=dgx_sysfs, nvml=broken)
+
+
+def test_unknown_source():
+    with pytest.raises(InventoryError, match="auto, nvml, sysfs, snapshot"):
+        load_inventory("magic")
+
+
+def test_real_pynvml_on_this_machine_degrades_cleanly():
+    nvml = import_pynvml()
+    try:
+        nvml.nvmlInit()
+    except nvml.NVMLError:
+        pass
+    else:
+        nvml.nvmlShutdown()
+        pytest.skip("this machine has a working NVML; the degrade path is not testable here")
+    inv = load_inventory()
+    assert inv.source == "sysfs"
+    assert "NVML" in inv.degraded_reason
+    assert isinstance(inv.gpus, tuple)
+
+
+def test_sysfs_ignores_other_vendors_and_functions(tmp_path):
+    root = build_sysfs(tmp_path, pci=[("0000:07:00.0", 0x030200, 1),
+                                      ("0000:07:00.1", 0x040300, 1),  # HDMI audio
+                                      ("0000:65:00.0", 0x030000, -1)])
+    other = root / "bus/pci/devices/0000:03:00.0"
+    other.mkdir()
+    (other / "vendor").write_text("0x8086\n")
+    (other / "class").write_text("0x030000\n")
+    proc = tmp_path / "proc/driver/nvidia/gpus/0000:65:00.0"
+    proc.mkdir(parents=True)
+    (proc / "information").write_text("Model: \t NVIDIA RTX A4000\nDevice Minor: \t 3\n")
+    inv = load_inventory("sysfs", sysfs_root=root, proc_root=tmp_path / "proc")
+    assert [(g.pci_bus_id, g.numa_node) for g in inv.gpus] == [("0000:07:00.0", 1),
+                                                               ("0000:65:00.0", None)]
+    assert (inv.gpus[1].name, inv.gpus[1].minor, inv.gpus[0].minor) == ("NVIDIA RTX A4000", 3,
+                                                                        None)
+    assert inv.gpus[0].device_minor == 0
+
+
+def test_no_pci_tree_means_no_gpus(tmp_path):
+    assert load_inventory("sysfs", sysfs_root=Path(tmp_path)).gpus == ()
+
+
+@pytest.mark.parametrize(("text", "bus"), [
+    ("00000000:07:00.0", "0000:07:00.0"),
+    ("0000:B7:00.0", "0000:b7:00.0"),
+    ("b7:00.0", "0000:b7:00.0"),
+    ("GPU-1", None),
+    ("07:00", None),
+])
+def test_normalize_bus_id(text, bus):
+    assert normalize_bus_id(text) == bus

@@ -34,8 +34,9 @@ NAMESPACE = "nri_sla"
 # What happened to a container's SLA (see docs/operations.md).
 OUTCOMES = ("enforced", "refused", "warned")
 # Why, in one word: "ok" for a clean enforcement; the others name the failing stage.
-REASONS = ("ok", "policy", "invalid", "unsupported", "placement", "budget", "conflict",
-           "internal")
+# These match nri_sla.plan's Shortfall.reason values plus "invalid" (bad annotation).
+REASONS = ("ok", "policy", "invalid", "unsupported", "placement", "device", "budget",
+           "conflict", "internal")
 # Event labels are RPC / stage names such as CreateContainer or hook.
 _EVENT_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
 

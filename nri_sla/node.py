@@ -182,7 +182,6 @@ def build_node(config: NodeConfig, *, cgroup_version: int | None = None,
     detect=False: plan only (explain), no cgroup facts read from the host beyond the
     version, and block devices given as paths are resolved only when they exist here.
     """
-    from nri_sla.enforce.blockdev import resolve_block_device
     from nri_sla.enforce.nodefacts import detect_cgroup_facts
     from nri_sla.plan.placement import Allocator
     from nri_sla.topology.cpus import read_topology
@@ -209,7 +208,18 @@ def build_node(config: NodeConfig, *, cgroup_version: int | None = None,
     return NodeState(config, cgroup_version, facts=facts,
                      allocator=Allocator(topology, inventory, reserved),
                      io_weight_supported=bfq or cgroup_version == 2, bfq=bfq,
-                     resolve_device=lambda spec: resolve_block_device(spec))
+                     resolve_device=_resolve_device)
+
+
+def _resolve_device(spec: str) -> tuple[int, int]:
+    """A block device as MAJ:MIN; the planner turns a ValueError into a named shortfall."""
+    from nri_sla.enforce.blockdev import resolve_block_device
+    from nri_sla.enforce.errors import DeviceError
+
+    try:
+        return resolve_block_device(spec)
+    except DeviceError as exc:
+        raise ValueError(str(exc)) from exc
 
 
 def _any_bfq(sysfs_root: Path) -> bool:

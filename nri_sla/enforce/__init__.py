@@ -10,6 +10,7 @@ from nri_sla.enforce.cgroupfs import (
     CgroupV2Writer,
     CgroupWrite,
     WriteResult,
+    apply_to_container,
     raise_for_failures,
     writer_for,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "RtBudgetError",
     "RtChange",
     "WriteResult",
+    "apply_to_container",
     "bfq_active",
     "cgroup_paths_from_proc",
     "container_cgroup_paths",

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nri_sla.enforce.errors import CgroupWriteError
-from nri_sla.enforce.nodefacts import UNIFIED, CgroupPaths
+from nri_sla.enforce.nodefacts import UNIFIED, CgroupFacts, CgroupPaths, container_cgroup_paths
 from nri_sla.enforce.readback import PAGE_SIZE, values_match
 
 # Files nri-sla may write: resource controls only; never cgroup.procs/tasks/cgroup.*.
@@ -99,6 +99,10 @@ class _Writer:
                 base / name, write.value, "cgroup directory does not exist (container not created?)"
             )
         target = base / name
+        if not target.exists() and not target.is_symlink():
+            # Checked up front: cgroupspy opens with O_CREAT, which cgroupfs answers with a
+            # misleading EACCES for a file the kernel does not provide.
+            raise CgroupWriteError(target, write.value, _HINTS[errno.ENOENT])
         # The container dir came from a validated path, but check the final file too: a
         # symlink planted in a delegated subtree must not redirect the write elsewhere.
         if target.is_symlink() or not target.resolve().is_relative_to(base.resolve()):
@@ -232,3 +236,10 @@ class CgroupV2Writer(_Writer):
 def writer_for(paths: CgroupPaths) -> CgroupV1Writer | CgroupV2Writer:
     """The writer matching the paths' cgroup version."""
     return CgroupV1Writer(paths) if paths.version == 1 else CgroupV2Writer(paths)
+
+
+def apply_to_container(
+    cgroups_path: str, writes: Iterable[CgroupWrite], facts: CgroupFacts
+) -> list[WriteResult]:
+    """Resolve a container's cgroups_path (cgroupfs or systemd form) and apply writes there."""
+    return writer_for(container_cgroup_paths(cgroups_path, facts)).apply(writes)

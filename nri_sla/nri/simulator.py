@@ -127,7 +127,12 @@ class PluginSession:
         self.registered.set()
         if self.opts.configure_before_register_reply:
             async def configure_first() -> bytes:
-                await self._configure()
+                try:
+                    await self._configure()
+                except Exception as exc:
+                    self.error = exc
+                    self.ready.set()
+                    raise
                 self._start_sync()
                 return b""
             return configure_first()

@@ -389,11 +389,11 @@ class _Decision:
 
     # --- GPUs -----------------------------------------------------------------------------
 
-    def free_gpus(self) -> list[Gpu]:
+    def free_gpus(self, on_requested_nodes: bool = True) -> list[Gpu]:
         """Whole GPUs this request may take: no holder (exclusive), or only shared holders
-        (shared), restricted to the requested NUMA nodes."""
+        (shared), restricted to the requested NUMA nodes unless told otherwise."""
         holders = self.a._gpu_holders
-        nodes = set(self.r.numa_nodes) if self.r.numa_nodes else None
+        nodes = set(self.r.numa_nodes) if self.r.numa_nodes and on_requested_nodes else None
         out = []
         for g in self.a._whole_gpus:
             held = holders.get(g.index)
@@ -438,7 +438,9 @@ class _Decision:
         inv, r = self.a.inventory, self.r
         gpus: list[Gpu] = []
         mig: MigInstance | None = None
-        free = {g.index for g in self.free_gpus()}
+        # named GPUs are checked against numa.nodes by alignment, with a clearer message
+        free_gpus = self.free_gpus(on_requested_nodes=False)
+        free = {g.index for g in free_gpus}
         for name in r.gpu_ids:
             found_mig = inv.find_mig(name)
             if found_mig is not None:
@@ -464,7 +466,7 @@ class _Decision:
             elif gpu.index not in free:
                 holders = ", ".join(sorted(self.a._gpu_holders.get(gpu.index, {}))) or "?"
                 self.fail_or_warn(f"gpu.ids: GPU {gpu.index} is not available (held by "
-                                  f"{holders}; free: {describe_gpus(self.free_gpus())})",
+                                  f"{holders}; free: {describe_gpus(free_gpus)})",
                                   "gpu.ids")
             elif mig is not None:
                 self.fail_or_warn("gpu.ids: a MIG device cannot be combined with other GPUs",
@@ -631,13 +633,17 @@ def _choose(free: Sequence[Gpu], n: int, topology: str, holders: Mapping[int, Ma
     for g in sorted(free, key=key):
         by_node.setdefault(g.numa_node, []).append(g)
 
-    def cost(pick: Sequence[Gpu]) -> tuple[int, int, int, int, tuple[int, ...]]:
+    def cost(pick: Sequence[Gpu]) -> tuple[int, int, int, int, int, tuple[int, ...]]:
         ids = {g.index for g in pick}
+        # 1. free NVLink groups split by this choice; 2. for requests that do not need
+        # NVLink, NVLinked GPUs used up (a whole free pair is still a pair lost);
+        # 3. NUMA nodes spanned; 4. best fit: free GPUs on those nodes; 5. peers cut off
         broken = {comp[i] for i in ids if len(comp[i]) > 1 and not comp[i] <= ids}
+        linked = 0 if topology == "nvlink" else sum(len(comp[i]) > 1 for i in ids)
         nodes = {g.numa_node for g in pick}
         node_free = sum(len(by_node[x]) for x in nodes)
         peers_lost = sum(len(g.nvlink_peers & free_ids - ids) for g in pick)
-        return (len(broken), len(nodes), node_free, peers_lost, tuple(sorted(ids)))
+        return (len(broken), linked, len(nodes), node_free, peers_lost, tuple(sorted(ids)))
 
     candidates: list[tuple[Gpu, ...]] = []
     for node, gpus in by_node.items():

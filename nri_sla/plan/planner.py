@@ -16,8 +16,6 @@ from nri_sla.plan.model import ContainerPlan, IoLimit, MemoryPolicy, Shortfall, 
 from nri_sla.plan.rt_budget import RtBudget, RtBudgetExceeded, RtGrant
 from nri_sla.sla.model import Sla
 
-DEFAULT_CPU_PERIOD_US = 100_000
-MIN_CPU_QUOTA_US = 1_000  # the kernel refuses smaller cfs quotas
 MEMORY_POLICY_NRI_VERSION = (0, 12)
 
 
@@ -73,15 +71,8 @@ class _Planner:
         cpu = self.sla.cpu
         if cpu is None:
             return
-        if cpu.limit is not None:
-            period = cpu.period_us or DEFAULT_CPU_PERIOD_US
-            quota = round(cpu.limit * period)
-            if quota < MIN_CPU_QUOTA_US:
-                self.short("cpu.limit", f"{cpu.limit} CPUs over a {period}us period is a quota "
-                           f"of {quota}us; the kernel's minimum is {MIN_CPU_QUOTA_US}us",
-                           "unsupported")
-            else:
-                self.settings.update(cpu_quota=quota, cpu_period=period)
+        if cpu.quota_us is not None:  # the parser checked it against the kernel's minimum
+            self.settings.update(cpu_quota=cpu.quota_us, cpu_period=cpu.period_us)
         elif cpu.period_us is not None:
             self.settings["cpu_period"] = cpu.period_us
         if cpu.rt_runtime_us is not None:
@@ -191,7 +182,7 @@ class _Planner:
             self.settings["io_max"] = tuple(limits)
 
     def resolve(self, device: str) -> tuple[int, int]:
-        if self.ctx.resolve_device is not None:
+        if self.ctx.resolve_device is not None:  # raises OSError/ValueError, named
             return self.ctx.resolve_device(device)
         major, _, minor = device.partition(":")
         return int(major), int(minor)

@@ -84,8 +84,8 @@ import os
 import sys
 
 # Relative to this file, so an unpacked package (dpkg -x DIR) runs from DIR too.
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), os.pardir,
-                                "lib", "nri-sla", "site"))
+_usr = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+sys.path.insert(0, os.path.join(_usr, "lib", "nri-sla", "site"))
 from nri_sla.cli import main  # noqa: E402
 
 sys.exit(main())

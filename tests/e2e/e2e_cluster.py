@@ -13,6 +13,7 @@ import contextlib
 import ctypes
 import json
 import os
+import platform
 import re
 import shutil
 import signal
@@ -21,6 +22,8 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from e2e_image import GOARCH
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 MNT_DETACH = 2
@@ -53,6 +56,10 @@ def containerd_version(binary: Path) -> tuple[int, int, int]:
     return int(m[1]), int(m[2]), int(m[3])
 
 
+def goarch() -> str:
+    return GOARCH.get(platform.machine(), platform.machine())
+
+
 def cgroup_v2_only() -> bool:
     return (CGROUP_ROOT / "cgroup.controllers").exists()
 
@@ -63,7 +70,7 @@ def _runc_options(runc: Path, runc_root: Path) -> str:
             "SystemdCgroup = false\n")
 
 
-def render_config(major: int, base: Path, runc: Path, image: str) -> str:
+def render_config(major: int, base: Path, runc: Path, image: str, arch: str) -> str:
     """containerd config: NRI on a private socket, CRI with cgroupfs, native snapshots."""
     common = (f'root = "{base}/root"\nstate = "{base}/state"\n'
               "disabled_plugins = [\"io.containerd.snapshotter.v1.aufs\", "
@@ -110,6 +117,9 @@ def render_config(major: int, base: Path, runc: Path, image: str) -> str:
             + f"[{rt}.containerd.runtimes.runc]\n" + 'runtime_type = "io.containerd.runc.v2"\n'
             + f"[{rt}.containerd.runtimes.runc.options]\n" + opts
             + f"[{rt}.cni]\n" + f'bin_dirs = ["{base}/cni/bin"]\nconf_dir = "{base}/cni/net.d"\n'
+            # The transfer service (ctr import, CRI pulls) unpacks only for listed platforms.
+            + "[[plugins.'io.containerd.transfer.v1.local'.unpack_config]]\n"
+            + f'platform = "linux/{arch}"\nsnapshotter = "native"\n'
             + "[plugins.'io.containerd.grpc.v1.cri']\n"
             + 'stream_server_address = "127.0.0.1"\nstream_server_port = "0"\n')
 
@@ -187,7 +197,7 @@ class Cluster:
                   "cni/net.d", "pods"):
             (self.base / d).mkdir(parents=True, exist_ok=True)
         (self.base / "config.toml").write_text(
-            render_config(self.major, self.base, self.bins.runc, self.image))
+            render_config(self.major, self.base, self.bins.runc, self.image, goarch()))
         (self.base / "crictl.yaml").write_text(
             f"runtime-endpoint: unix://{self.sock}\nimage-endpoint: unix://{self.sock}\n"
             "timeout: 30\ndebug: false\npull-image-on-create: false\n")
@@ -250,6 +260,14 @@ class Cluster:
                 raise ClusterError(f"containerd log: {pattern!r} seen {len(hits)}/{count} "
                                    f"times in {timeout}s; tail:\n{self.log_tail()}")
             time.sleep(0.1)
+
+    def wait_plugin_synchronized(self, name: str, count: int = 1,
+                                 timeout: float = 30.0) -> list[str]:
+        """containerd's own record that plugin `name` (e.g. "10-e2e-probe", or a regex)
+        registered and got its Synchronize answered, `count` times so far."""
+        # logrus quotes msg="..." and escapes the inner quotes.
+        return self.wait_log(rf'plugin \\?"{name}\\?" connected and synchronized', count,
+                             timeout)
 
     # -- clients -----------------------------------------------------------------
     def _crictl_argv(self, *args: str) -> list[str]:

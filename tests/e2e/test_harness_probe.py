@@ -11,7 +11,7 @@ import pytest
 pytestmark = pytest.mark.e2e
 
 MIB = 1024 * 1024
-CONNECTED = r'plugin "10-e2e-probe" connected and synchronized'
+PROBE = "10-e2e-probe"
 
 
 def probe_annotations(quota: int, period: int, memory: int) -> dict[str, str]:
@@ -21,7 +21,7 @@ def probe_annotations(quota: int, period: int, memory: int) -> dict[str, str]:
 
 def test_probe_adjustment_lands_in_real_cgroup(cluster, plugins):
     probe = plugins.start_probe(cluster)
-    cluster.wait_log(CONNECTED)
+    cluster.wait_plugin_synchronized(PROBE)
     probe.wait_output(r"^configured runtime=\S+ version=\S+")
     probe.wait_output(r"^synchronized pods=0 containers=0")
 
@@ -38,11 +38,11 @@ def test_probe_adjustment_lands_in_real_cgroup(cluster, plugins):
 
 def test_probe_reconnects_after_containerd_restart(cluster, plugins):
     probe = plugins.start_probe(cluster)
-    cluster.wait_log(CONNECTED)
+    cluster.wait_plugin_synchronized(PROBE)
     before = cluster.run_pod("before", probe_annotations(50000, 100000, 256 * MIB))
 
     cluster.restart()  # SIGKILL: the plugin sees its connection drop
-    cluster.wait_log(CONNECTED, count=2)
+    cluster.wait_plugin_synchronized(PROBE, count=2)
     # The pod and container that survived the restart are replayed in Synchronize.
     probe.wait_output(r"^synchronized pods=1 containers=1", timeout=30)
 

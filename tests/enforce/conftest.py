@@ -240,3 +240,25 @@ class Trees:
 @pytest.fixture
 def trees() -> type[Trees]:
     return Trees
+
+
+@pytest.fixture
+def scratch_v2() -> Iterator[Path]:
+    """A scratch container dir on a cgroup v2 host: <own cgroup>/<top>/ctr with the memory,
+    cpu and io controllers enabled for ctr; removed afterwards."""
+    facts = _host_facts_or_skip()
+    if facts.version != 2:
+        pytest.skip("needs a cgroup v2 (unified) host; this one is v1/hybrid (see tests/vm)")
+    own = cgroup_paths_from_proc(os.getpid(), facts).unified
+    available = (own / "cgroup.subtree_control").read_text().split()
+    wanted = [c for c in ("cpu", "memory", "io") if c in available]
+    if "memory" not in wanted:
+        pytest.skip(f"memory controller not delegated to {own} (cgroup.subtree_control)")
+    top = own / f"nri-sla-test-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    try:
+        top.mkdir()
+        (top / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in wanted))
+        (top / "ctr").mkdir()
+        yield top / "ctr"
+    finally:
+        _rmdir_tree(top)

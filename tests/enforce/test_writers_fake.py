@@ -15,6 +15,7 @@ from nri_sla.enforce import (
     CgroupV2Writer,
     CgroupWrite,
     CgroupWriteError,
+    apply_to_container,
     container_cgroup_paths,
     detect_cgroup_facts,
     raise_for_failures,
@@ -120,3 +121,16 @@ def test_writer_version_checks(v1_tree: tuple[Path, Path], fake_proc: Path) -> N
     paths = container_cgroup_paths("/x", detect_cgroup_facts(root, mountinfo=info, proc=fake_proc))
     with pytest.raises(ValueError, match="v2"):
         CgroupV2Writer(paths)
+
+
+def test_apply_to_container_systemd_v2(v2_tree: tuple[Path, Path], fake_proc: Path) -> None:
+    root, info = v2_tree
+    facts = detect_cgroup_facts(root, mountinfo=info, proc=fake_proc)
+    scope = root / "kubepods.slice" / "kubepods-pod1.slice" / "cri-containerd-abc.scope"
+    scope.mkdir(parents=True)
+    (scope / "io.max").write_text("")
+    (result,) = apply_to_container(
+        "kubepods-pod1.slice:cri-containerd:abc", [CgroupWrite("io", "io.max", "8:0 rbps=1")], facts
+    )
+    assert result.ok and result.path == scope / "io.max"
+    assert (scope / "io.max").read_text() == "8:0 rbps=1"

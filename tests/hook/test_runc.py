@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+import subprocess
 
 import pytest
 
@@ -49,13 +51,23 @@ def test_hard_sla_is_applied_with_rt_ancestors_raised(runc_env, rt_config, h):
     assert runc_env.status("full") == "running"
 
 
+def _runc_version() -> tuple[int, ...]:
+    out = subprocess.run(["runc", "--version"], capture_output=True, text=True).stdout
+    m = re.search(r"runc version (\d+)\.(\d+)", out)
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
 @pytest.mark.parametrize(("stage", "entry"), [("prestart", "module"),
                                               ("poststart", "module"),
+                                              ("createContainer", "module"),
                                               ("createRuntime", "console")])
 def test_other_stages_and_console_entry(runc_env, h, stage, entry):
     sla = "cpu:\n  limit: 0.25\nmemory:\n  max: 64Mi\n"
     c = runc_env.create("s", _annotations(sla, ns="default"), stage=stage, entry=entry)
     assert c.returncode == 0, c.stderr
+    if stage != "poststart" or _runc_version() <= (1, 1):
+        # runc 1.1 runs poststart hooks inside `runc create`, before the user's process.
+        assert runc_env.read("cpu", "s", "cpu.cfs_quota_us") == "25000"
     assert runc_env.start("s").returncode == 0
     assert runc_env.read("cpu", "s", "cpu.cfs_quota_us") == "25000"
     assert runc_env.read("memory", "s", "memory.limit_in_bytes") == str(64 << 20)
@@ -147,7 +159,11 @@ def test_applied_record_drift_refuses_in_hard_mode(runc_env):
 
 
 def test_escaping_cgroups_path_is_refused(runc_env):
+    # runc cleans "/../../<parent>/esc" to "/<parent>/esc" (inside the scratch parent);
+    # the hook refuses any ".." outright (exit 2) and writes nothing.
     c = runc_env.create("esc", _annotations("cpu:\n  limit: 1\n", ns="default"),
-                        cgroups_path="/../../../etc/nri-sla-esc")
+                        cgroups_path=f"/../../{runc_env.parent}/esc")
     assert c.returncode != 0
+    assert "exit status 2" in c.stderr
+    assert "'..' would leave the cgroup hierarchy" in c.stderr
     assert runc_env.status("esc") == "absent"

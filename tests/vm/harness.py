@@ -233,6 +233,7 @@ export PATH=/bin
 fail() {{ echo "NRI_SLA_VM: init failed: $*"; poweroff -f; }}
 mount -t proc proc /proc && mount -t sysfs sys /sys && mount -t devtmpfs dev /dev \\
   || fail "mount proc/sys/dev"
+echo "NRI_SLA_VM: init: loading modules (uptime $(cat /proc/uptime))"
 {insmods}
 mkdir -p /host
 mount -t 9p -o trans=virtio,version=9p2000.L,ro,cache=loose,msize=512000 host /host \\
@@ -304,7 +305,8 @@ def run_in_guest(script: str, work_dir: Path, timeout: float = 240.0,
     tools = tools or find_tools()
     work_dir.mkdir(parents=True, exist_ok=True)
     io_dir = work_dir / "io"
-    io_dir.mkdir(exist_ok=True)
+    shutil.rmtree(io_dir, ignore_errors=True)  # no stale rc/results from an earlier run
+    io_dir.mkdir()
     initramfs = build_initramfs(tools, work_dir / "initramfs.cpio")
     disk = work_dir / "disk.img"
     with disk.open("wb") as f:
@@ -328,7 +330,7 @@ def run_in_guest(script: str, work_dir: Path, timeout: float = 240.0,
                     proc.kill()
                     proc.wait()
                     raise VmError(f"guest did not finish within {timeout:.0f} s "
-                                  f"(console log: {console_path})",
+                                  f"(console log: {console_path}){_output_tail(io_dir)}",
                                   console_path.read_text(errors="replace"))
                 time.sleep(0.1)
         finally:
@@ -340,9 +342,18 @@ def run_in_guest(script: str, work_dir: Path, timeout: float = 240.0,
     rc_file = io_dir / "rc"
     if not rc_file.exists():
         raise VmError(f"guest command never finished (qemu exit {proc.returncode}, "
-                      f"console log: {console_path})", console_text)
+                      f"console log: {console_path}){_output_tail(io_dir)}", console_text)
     return GuestRun(int(rc_file.read_text().strip()), io_dir, console_text,
                     boot_seconds, total)
+
+
+def _output_tail(io_dir: Path, lines: int = 30) -> str:
+    """The guest command's last output lines, for a failure message ("" if none)."""
+    path = io_dir / "output.txt"
+    if not path.exists():
+        return ""
+    tail = path.read_text(errors="replace").splitlines()[-lines:]
+    return "\n--- guest command output (tail) ---\n" + "\n".join(tail) if tail else ""
 
 
 # --------------------------------------------------------------------------- pytest

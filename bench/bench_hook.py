@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""Start-up cost of the OCI hook: wall time and peak RSS per invocation.
+
+Each variant is exec'd N times with a realistic OCI state on stdin (a containerd-style
+bundle whose config.json carries an SLA) against a fake cgroup v2 tree, next to a bare
+`python3 -I -S -c pass` on the same interpreter. Targets (docs/hook.md, design.md):
+median within 3x of bare python, peak RSS under 40 MiB.
+
+    .venv/bin/python bench/bench_hook.py [--runs 50]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+CTR = "/kubepods/burstable/pod-1234/ctr-abcd"
+SLA = ("enforcement: hard\ncpu:\n  limit: 2.5\n  period: 100ms\nnuma:\n  nodes: '0'\n"
+       "memory:\n  high: 8Gi\n  max: 10Gi\nio:\n  weight: 500\n")
+
+
+def make_world(top: Path, sla: bool) -> tuple[Path, bytes, Path]:
+    """(cgroup root, state JSON, node config) for one container."""
+    root = top / "cg"
+    cdir = root / CTR.strip("/")
+    cdir.mkdir(parents=True, exist_ok=True)
+    (root / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+    for name, value in {"cpu.max": "max 100000", "cpuset.cpus": "", "cpuset.mems": "",
+                        "memory.max": "max", "memory.high": "max", "io.weight": "default 100",
+                        "io.max": ""}.items():
+        (cdir / name).write_text(value)
+    bundle = top / ("bundle-sla" if sla else "bundle-plain")
+    bundle.mkdir(exist_ok=True)
+    annotations = {
+        "io.kubernetes.cri.container-type": "container",
+        "io.kubernetes.cri.container-name": "app",
+        "io.kubernetes.cri.sandbox-namespace": "default",
+        "io.kubernetes.cri.sandbox-id": "f" * 64,
+        "io.kubernetes.cri.image-name": "registry.example/app:1.0",
+    }
+    if sla:
+        annotations["sla.nri.io/pod"] = SLA
+    env = ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+           "HOSTNAME=app", *(f"VAR_{i}=value-{i}" for i in range(30))]
+    mounts = [{"destination": f"/mnt/m{i}", "type": "bind", "source": f"/var/lib/m{i}",
+               "options": ["rbind", "ro"]} for i in range(12)]
+    config = {"ociVersion": "1.1.0", "process": {"args": ["/app"], "env": env, "cwd": "/"},
+              "root": {"path": "rootfs"}, "mounts": mounts, "annotations": annotations,
+              "linux": {"cgroupsPath": CTR, "resources": {"cpu": {"shares": 1024}}}}
+    (bundle / "config.json").write_text(json.dumps(config, indent=1))
+    state = {"ociVersion": "1.1.0", "id": "abcd" * 16, "status": "creating", "pid": 4242,
+             "bundle": str(bundle), "annotations": annotations}
+    node_config = top / "config.yaml"
+    node_config.write_text("enforcement: hard\n")
+    return root, json.dumps(state).encode(), node_config
+
+
+def run_once(argv: list[str], stdin: bytes) -> tuple[float, int, int]:
+    """(wall seconds, peak RSS KiB, exit status) of one exec."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    proc.stdin.write(stdin)
+    proc.stdin.close()
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    err = proc.stderr.read()
+    proc.stderr.close()
+    if proc.returncode != 0 and b"pass" not in argv[-1].encode():
+        raise SystemExit(f"{argv} exited {proc.returncode}: {err.decode()[:300]}")
+    return wall, usage.ru_maxrss, proc.returncode
+
+
+def measure(name: str, argv: list[str], stdin: bytes, runs: int) -> dict:
+    run_once(argv, stdin)  # warm the page cache
+    walls, rss = [], []
+    for _ in range(runs):
+        w, r, _ = run_once(argv, stdin)
+        walls.append(w * 1000)
+        rss.append(r / 1024)
+    walls.sort()
+    return {"name": name, "median_ms": statistics.median(walls),
+            "p90_ms": walls[int(0.9 * (len(walls) - 1))], "peak_rss_mib": max(rss)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=50)
+    args = ap.parse_args()
+    py = sys.executable
+    script = str(Path(py).parent / "nri-sla")
+    with tempfile.TemporaryDirectory(prefix="bench-hook-") as tmp:
+        top = Path(tmp)
+        root, state_sla, node_config = make_world(top, sla=True)
+        _, state_plain, _ = make_world(top, sla=False)
+        opts = ["--cgroup-root", str(root), "--config", str(node_config)]
+        variants = [
+            ("bare python3 -I -S -c pass", [py, "-I", "-S", "-c", "pass"], b""),
+            ("python3 -I -m nri_sla.hook, no SLA", [py, "-I", "-m", "nri_sla.hook", *opts],
+             state_plain),
+            ("python3 -I -m nri_sla.hook, SLA", [py, "-I", "-m", "nri_sla.hook", *opts],
+             state_sla),
+            ("nri-sla hook (console script), SLA", [script, "hook", *opts], state_sla),
+        ]
+        results = [measure(n, a, s, args.runs) for n, a, s in variants]
+    bare = results[0]["median_ms"]
+    print(f"OCI hook start-up, {args.runs} runs each, {os.cpu_count()} CPUs, "
+          f"Python {sys.version.split()[0]}")
+    print(f"{'variant':40} {'median ms':>10} {'p90 ms':>8} {'x bare':>7} {'peak RSS MiB':>13}")
+    for r in results:
+        print(f"{r['name']:40} {r['median_ms']:10.1f} {r['p90_ms']:8.1f} "
+              f"{r['median_ms'] / bare:7.2f} {r['peak_rss_mib']:13.1f}")
+    fast = results[2]
+    ok = fast["median_ms"] <= 3 * bare and fast["peak_rss_mib"] < 40
+    print(f"target (SLA, fast path): median <= 3x bare and peak RSS < 40 MiB: "
+          f"{'met' if ok else 'NOT met'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,103 @@
+"""`nri-sla explain`, `validate` and `demo` as a user runs them (subprocess, real exit codes)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+DGX = str(REPO / "examples" / "dgx-like.yaml")
+
+
+def nri_sla(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "nri_sla.cli", *args], capture_output=True,
+                          text=True, timeout=60, cwd=REPO)
+
+
+def pod_file(tmp_path: Path, annotations: dict[str, str], kind: str = "Pod",
+             containers=("work",)) -> str:
+    pod = {"metadata": {"name": "p", "namespace": "ml", "annotations": annotations},
+           "spec": {"containers": [{"name": c, "image": "busybox"} for c in containers]}}
+    if kind == "Pod":
+        doc = {"apiVersion": "v1", "kind": "Pod", **pod}
+    elif kind == "CronJob":
+        doc = {"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "cj"},
+               "spec": {"jobTemplate": {"spec": {"template": pod}}}}
+    else:
+        doc = {"apiVersion": "apps/v1", "kind": kind, "metadata": {"name": "d"},
+               "spec": {"template": pod}}
+    path = tmp_path / f"{kind}.yaml"
+    path.write_text(json.dumps(doc))  # JSON is YAML
+    return str(path)
+
+
+def test_explain_shows_gpus_and_numa_from_inventory(tmp_path):
+    path = pod_file(tmp_path, {"sla.nri.io/pod": "gpu: {count: 2, topology: nvlink}\n"
+                                                 "cpu: {exclusive: 4}"})
+    out = nri_sla("explain", "--inventory", DGX, "--cgroup", "v2", "--json", path)
+    assert out.returncode == 0, out.stderr
+    (result,) = json.loads(out.stdout)
+    adj = result["adjustment"]
+    assert len(adj["CDIDevices"]) == 2
+    assert adj["linux.resources.cpu.mems"] in ("0", "1")
+    record = json.loads(adj["annotations.sla.nri.io/applied"])
+    assert len(record["placement_record"]["gpus"]) == 2
+    assert record["placement_record"]["exclusive"]
+
+
+@pytest.mark.parametrize("kind", ["Pod", "Deployment", "CronJob"])
+def test_explain_v1_direct_writes_and_kinds(tmp_path, kind):
+    path = pod_file(tmp_path, {"sla.nri.io/pod": "memory: {high: 1Gi, max: 2Gi}",
+                               "sla.nri.io/enforcement": "soft"}, kind)
+    out = nri_sla("explain", "--inventory", DGX, "--cgroup", "v1", path)
+    assert out.returncode == 0, out.stderr
+    assert "at StartContainer write memory/memory.soft_limit_in_bytes = 1073741824" in out.stdout
+    assert "warning: sla.nri.io/pod: memory.high" in out.stdout
+
+
+def test_explain_refusal_exits_1_with_message(tmp_path):
+    path = pod_file(tmp_path, {"sla.nri.io/container.work": "memory: {high: 12Gi, max: 10Gi}"})
+    out = nri_sla("explain", "--inventory", DGX, "--cgroup", "v2", path)
+    assert out.returncode == 1
+    assert ("sla.nri.io/container.work: memory.high (12Gi) must be below memory.max (10Gi)"
+            in out.stdout)
+
+
+def test_explain_unreadable_manifest_exits_2(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("kind: Pod\nmetadata: [unclosed")
+    out = nri_sla("explain", "--inventory", DGX, str(bad))
+    assert out.returncode == 2 and "not valid YAML" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_validate_exit_codes(tmp_path):
+    good = pod_file(tmp_path, {"sla.nri.io/pod": "cpu: {limit: 2}"}, containers=("a", "b"))
+    out = nri_sla("validate", good)
+    assert out.returncode == 0 and out.stdout.count(": ok") == 2
+    bad = pod_file(tmp_path, {"sla.nri.io/pod": "cpu: {limt: 2}"}, "Deployment")
+    out = nri_sla("validate", good, bad)
+    assert out.returncode == 1
+    assert "sla.nri.io/pod: cpu.limt" in out.stdout
+    out = nri_sla("validate", str(tmp_path / "missing.yaml"))
+    assert out.returncode == 2 and "cannot read" in out.stderr
+
+
+def test_demo_prints_table_with_enforced_and_refused():
+    out = nri_sla("demo")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert any(line.startswith("POD") and "RESULT" in line for line in lines)
+    assert "REFUSED" in out.stdout and "enforced" in out.stdout
+    assert "memory.high (12Gi) must be below memory.max (10Gi)" in " ".join(out.stdout.split())
+    assert "CDI device nvidia.com/gpu=" in out.stdout
+
+
+def test_demo_containerd_17_v1():
+    out = nri_sla("demo", "--runtime", "containerd-1.7", "--cgroup", "v1")
+    assert out.returncode == 0, out.stderr
+    assert "NRI older than v0.10" in " ".join(out.stdout.split())

@@ -1,0 +1,255 @@
+"""cgroup v2 behaviour on a fake cgroup2 tree, plus verify-only mode and failure policy."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nri_sla.hook.deadline import Deadline, alarm
+from nri_sla.hook.errors import EXIT_INTERNAL, EXIT_OK, EXIT_REFUSED, EXIT_USAGE, HookTimeout
+from nri_sla.plan.model import ContainerPlan
+from nri_sla.plan.record import encode_record
+
+CTR = "/kubepods/pod-a/ctr-1"
+NAME = "io.kubernetes.cri.container-name"
+
+
+@pytest.fixture
+def v2(tmp_path, h):
+    """(cgroup root, container dir, run(annotations, **kw) -> Outcome)."""
+    root = tmp_path / "cg"
+    cdir = h.fake_v2_tree(root, CTR)
+    config = tmp_path / "config.yaml"
+    config.write_text("enforcement: hard\n")
+
+    def run(annotations, cgroups_path=CTR, pid=4242, env=None, **opts):
+        bundle = h.write_bundle(tmp_path / "bundle", {NAME: "app", **annotations},
+                                cgroups_path, env)
+        opts.setdefault("config", str(config))
+        opts.setdefault("cgroup_root", str(root))
+        return h.run_inproc(h.state_json(bundle, pid=pid), **opts)
+
+    return root, cdir, run
+
+
+def snapshot(top: Path) -> dict[str, str]:
+    return {str(p.relative_to(top)): (p.read_text() if p.is_file() else "<dir>")
+            for p in sorted(top.rglob("*"))}
+
+
+def test_v2_hard_sla_is_written_and_read_back(v2, h):
+    _root, cdir, run = v2
+    _dev, majmin = h.first_disk()
+    sla = (f"cpu:\n  limit: 0.5\n  period: 50ms\nnuma:\n  nodes: '0'\n"
+           f"memory:\n  high: 96Mi\n  max: 128Mi\nio:\n  weight: 500\n  max:\n"
+           f"    - device: '{majmin}'\n      read-bps: 10Mi\n      write-iops: 500\n")
+    out = run({"sla.nri.io/pod": sla})
+    assert (out.exit_code, out.action, out.lines) == (EXIT_OK, "applied", [])
+    assert (cdir / "cpu.max").read_text().split() == ["25000", "50000"]
+    assert (cdir / "cpuset.mems").read_text().strip() == "0"
+    assert (cdir / "memory.high").read_text().strip() == str(96 << 20)
+    assert (cdir / "memory.max").read_text().strip() == str(128 << 20)
+    io_max = (cdir / "io.max").read_text()
+    assert io_max.startswith(majmin) and f"rbps={10 << 20}" in io_max and "wiops=500" in io_max
+    assert "500" in (cdir / "io.weight").read_text()
+
+
+def test_v2_rt_is_refused_in_hard_mode(v2):
+    _root, cdir, run = v2
+    before = (cdir / "cpu.max").read_text()
+    out = run({"sla.nri.io/pod": "cpu:\n  limit: 1\n  rt-runtime: 5ms\n"})
+    assert out.exit_code == EXIT_REFUSED
+    assert len(out.lines) == 1
+    assert "sla.nri.io/pod: cpu.rt-runtime" in out.lines[0] and "cgroup v2" in out.lines[0]
+    assert (cdir / "cpu.max").read_text() == before  # refused means nothing written
+
+
+def test_v2_soft_mode_warns_and_applies_the_rest(v2):
+    _root, cdir, run = v2
+    out = run({"sla.nri.io/pod": "enforcement: soft\ncpu:\n  limit: 1\n  rt-runtime: 5ms\n"})
+    assert (out.exit_code, out.action) == (EXIT_OK, "applied")
+    assert any("warning" in line and "cpu.rt-runtime" in line for line in out.lines)
+    assert (cdir / "cpu.max").read_text().split()[0] == "100000"
+
+
+def test_v2_write_failure_hard_refuses_soft_warns(v2):
+    _root, cdir, run = v2
+    (cdir / "memory.max").unlink()
+    (cdir / "memory.max").mkdir()  # the write fails with EISDIR
+    out = run({"sla.nri.io/pod": "memory:\n  max: 64Mi\n"})
+    assert out.exit_code == EXIT_REFUSED
+    assert "memory.max" in out.lines[0]
+    soft = run({"sla.nri.io/pod": "enforcement: soft\nmemory:\n  max: 64Mi\n"})
+    assert soft.exit_code == EXIT_OK
+    assert "warning" in soft.lines[0] and "memory.max" in soft.lines[0]
+
+
+@pytest.mark.parametrize("cgroups_path", ["/kubepods/../../../etc", "../../etc",
+                                          "/kubepods/\0x", "a:b"])
+def test_v2_bad_cgroups_path_writes_nothing(v2, tmp_path, cgroups_path):
+    root, _cdir, run = v2
+    (tmp_path / "etc").mkdir()
+    before = snapshot(tmp_path / "etc"), snapshot(root)
+    out = run({"sla.nri.io/pod": "memory:\n  max: 64Mi\n"}, cgroups_path=cgroups_path)
+    assert out.exit_code == EXIT_USAGE, out.lines
+    assert out.lines[0].startswith("nri-sla hook: container cgroup: cgroups path")
+    assert (snapshot(tmp_path / "etc"), snapshot(root)) == before
+
+
+def test_v2_symlink_in_the_tree_is_refused(v2, tmp_path):
+    root, _cdir, run = v2
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (root / "kubepods" / "evil").symlink_to(outside)
+    out = run({"sla.nri.io/pod": "memory:\n  max: 64Mi\n"}, cgroups_path="/kubepods/evil")
+    assert out.exit_code == EXIT_USAGE and "symlink" in out.lines[0]
+    assert list(outside.iterdir()) == []
+
+
+def test_v2_no_cgroups_path_and_no_pid(v2):
+    _root, _cdir, run = v2
+    out = run({"sla.nri.io/pod": "memory:\n  max: 64Mi\n"}, cgroups_path=None, pid=None)
+    assert out.exit_code == EXIT_USAGE
+    assert "no linux.cgroupsPath and the state has no pid" in out.lines[0]
+
+
+def test_missing_container_cgroup(v2):
+    _root, _cdir, run = v2
+    out = run({"sla.nri.io/pod": "memory:\n  max: 64Mi\n"}, cgroups_path="/kubepods/nope")
+    assert out.exit_code == EXIT_USAGE and "does not exist" in out.lines[0]
+
+
+def test_bad_node_config_is_a_usage_error(v2, tmp_path):
+    _root, _cdir, run = v2
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("enforcement: sometimes\n")
+    out = run({"sla.nri.io/pod": "memory:\n  max: 64Mi\n"}, config=str(bad))
+    assert out.exit_code == EXIT_USAGE and "enforcement" in out.lines[0]
+
+
+def test_internal_failure_hard_exits_3_soft_exits_0(v2, tmp_path):
+    _root, _cdir, run = v2
+    missing = str(tmp_path / "no-cgroup-root")
+    out = run({"sla.nri.io/pod": "memory:\n  max: 64Mi\n"}, cgroup_root=missing)
+    assert out.exit_code == EXIT_INTERNAL and "cgroup facts" in out.lines[0]
+    soft = run({"sla.nri.io/pod": "enforcement: soft\nmemory:\n  max: 64Mi\n"},
+               cgroup_root=missing)
+    assert soft.exit_code == EXIT_OK and soft.lines[0].startswith("nri-sla hook: warning:")
+
+
+# ------------------------------------------------------------------ verify-only mode
+
+
+def _record(**settings) -> str:
+    return encode_record(ContainerPlan("hard", 2, **settings), "nri")
+
+
+def test_applied_record_verifies_without_writing(v2, tmp_path):
+    _root, cdir, run = v2
+    (cdir / "cpu.max").write_text("30000 100000\n")
+    before = snapshot(tmp_path / "cg")
+    out = run({"sla.nri.io/pod": "cpu:\n  limit: 0.3\nmemory:\n  max: 64Mi\n",
+               "sla.nri.io/applied": _record(cpu_quota=30000, cpu_period=100000)})
+    assert (out.exit_code, out.action, out.lines) == (EXIT_OK, "verified", [])
+    assert snapshot(tmp_path / "cg") == before  # memory.max left alone: the plugin's job
+
+
+def test_applied_record_drift(v2):
+    _root, cdir, run = v2
+    ann = {"sla.nri.io/pod": "cpu:\n  limit: 0.3\n",
+           "sla.nri.io/applied": _record(cpu_quota=30000, cpu_period=100000)}
+    out = run(ann)
+    assert out.exit_code == EXIT_REFUSED
+    assert "drift from what nri applied" in out.lines[0] and "cpu.max" in out.lines[0]
+    soft = run({**ann, "sla.nri.io/enforcement": "soft",
+                "sla.nri.io/pod": "enforcement: soft\ncpu:\n  limit: 0.3\n"})
+    assert soft.exit_code == EXIT_OK and soft.action == "verified"
+    assert "warning: drift" in soft.lines[0]
+    assert (cdir / "cpu.max").read_text().split()[0] == "max"  # verify never writes
+
+
+def test_forged_record_is_refused_in_hard_mode(v2):
+    _root, _cdir, run = v2
+    out = run({"sla.nri.io/pod": "cpu:\n  limit: 0.3\n", "sla.nri.io/applied": "{nope"})
+    assert out.exit_code == EXIT_REFUSED
+    assert "sla.nri.io/applied is not a valid record" in out.lines[0]
+
+
+# ------------------------------------------------------------------ GPUs
+
+
+def test_gpu_from_plugin_cannot_be_done_by_the_hook(v2):
+    _root, _cdir, run = v2
+    out = run({"sla.nri.io/pod": "gpu:\n  count: 1\n"})
+    assert out.exit_code == EXIT_REFUSED
+    assert "cannot add GPU devices" in out.lines[0]
+    soft = run({"sla.nri.io/pod": "enforcement: soft\ngpu:\n  count: 1\nmemory:\n  max: 64Mi\n"})
+    assert soft.exit_code == EXIT_OK
+    assert any("cannot add GPU devices" in line for line in soft.lines)
+
+
+# ------------------------------------------------------------------ start-up cost
+
+
+def test_sla_container_imports_no_protobuf_or_nvml(v2, tmp_path, h):
+    root, _cdir, _run = v2
+    bundle = h.write_bundle(tmp_path / "b2", {NAME: "app", "sla.nri.io/pod":
+                                              "cpu:\n  limit: 1\nmemory:\n  max: 64Mi\n"}, CTR)
+    code = ("import io, sys\nfrom nri_sla.hook.__main__ import main\n"
+            "sys.stdin = io.TextIOWrapper(io.BytesIO(sys.argv[1].encode()))\n"
+            "rc = main(sys.argv[2:])\n"
+            "print(rc, [m for m in ('google.protobuf', 'pynvml', 'grpc', 'argparse', "
+            "'prometheus_client') if m in sys.modules])\n")
+    config = tmp_path / "config.yaml"
+    out = subprocess.run([sys.executable, "-I", "-c", code, h.state_json(bundle).decode(),
+                          "--cgroup-root", str(root), "--config", str(config)],
+                         capture_output=True, text=True, timeout=30)
+    assert out.stdout.strip() == "0 []", (out.stdout, out.stderr)
+
+
+# ------------------------------------------------------------------ time limit
+
+
+def test_deadline_and_alarm():
+    d = Deadline(0.01)
+    import time
+
+    time.sleep(0.02)
+    with pytest.raises(HookTimeout, match="before writing"):
+        d.check("writing")
+    with pytest.raises(HookTimeout, match="blocked"), alarm(0.05):
+        time.sleep(2)
+
+
+def test_hook_spec_shapes():
+    from nri_sla.hook.spec import HookSpecError, hook_spec, hooks_d_document, oci_hooks
+
+    spec = hook_spec("createRuntime")
+    assert list(spec) == ["create_runtime"]
+    entry = spec["create_runtime"][0]
+    assert entry["path"] == "/usr/bin/nri-sla" and entry["args"][1:4] == ["hook", "--stage",
+                                                                          "createRuntime"]
+    assert entry["timeout"] > float(entry["args"][-1])  # ours fires before the runtime's
+    assert hook_spec("poststart", "/opt/x/nri-sla")["poststart"][0]["path"] == "/opt/x/nri-sla"
+    with pytest.raises(HookSpecError):
+        hook_spec("poststop")
+    with pytest.raises(HookSpecError):
+        oci_hooks("prestart", "relative/nri-sla")
+    doc = hooks_d_document("prestart")
+    assert doc["stages"] == ["prestart"] and doc["version"] == "1.0.0"
+
+
+def test_packaged_hook_files_match_the_code():
+    from nri_sla.hook.spec import hooks_d_document, oci_hooks
+
+    top = Path(__file__).resolve().parents[2] / "hooks"
+    assert json.loads((top / "nri-sla-hook.json").read_text()) == hooks_d_document("prestart")
+    base = json.loads((top / "base-runtime-spec.json").read_text())
+    assert base["hooks"] == oci_hooks("createRuntime")
+    assert base["process"]["terminal"] is False
+    toml = (top / "containerd-config.toml.example").read_text()
+    assert "base_runtime_spec" in toml and "pod_annotations" in toml

@@ -1,0 +1,172 @@
+"""run_service: reconnects, pre-launched fd 3, systemd notify, signals."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from nri_sla.nri import service
+from nri_sla.nri.errors import PluginConfigError
+from nri_sla.nri.pb import nri_pb2 as pb
+from nri_sla.nri.service import ServiceOptions, SystemdNotifier, run_service
+from nri_sla.nri.simulator import RuntimeSimulator, make_container, make_pod
+
+
+class Plugin:
+    def create_container(self, pod, ctr):
+        return pb.ContainerAdjustment(annotations={"by": "service"}), None
+
+
+def test_reconnects_after_runtime_restart_and_stops_cleanly(sock_dir):
+    async def main():
+        path = os.path.join(sock_dir, "nri.sock")
+        states: list[str] = []
+        reconnects: list[int] = []
+        stubs = []
+        stop = asyncio.Event()
+        opts = ServiceOptions(socket_path=path, name="svc", idx="42", backoff_initial=0.05,
+                              backoff_max=0.2, handle_signals=False, environ={},
+                              on_state=states.append, on_reconnect=reconnects.append,
+                              on_ready=stubs.append, stop_event=stop)
+        svc = asyncio.create_task(run_service(Plugin(), opts))
+        await asyncio.sleep(0.15)  # no runtime yet: the service keeps retrying
+        assert states.count(service.CONNECTING) >= 2 and not svc.done()
+        for round_ in range(2):
+            sim = await RuntimeSimulator(path).start()
+            s = await sim.accept(timeout=5)
+            assert (s.name, s.idx) == ("svc", "42")
+            pod = make_pod("p")
+            resp = await s.create_container(pod, make_container(pod, "c"))
+            assert resp.adjust.annotations["by"] == "service"
+            await sim.close()  # containerd restart
+            await asyncio.sleep(0.05)
+            assert reconnects == list(range(1, round_ + 1))
+        sim = await RuntimeSimulator(path).start()
+        await sim.accept(timeout=5)
+        assert reconnects == [1, 2] and len(stubs) == 3 and stubs[-1].registered
+        stop.set()
+        await asyncio.wait_for(svc, 5)
+        assert states[-1] == service.STOPPED
+        assert service.DISCONNECTED in states and states.count(service.REGISTERED) == 3
+        await sim.close()
+    asyncio.run(main())
+
+
+def test_prelaunched_socket_exits_when_connection_ends():
+    async def main():
+        ours, theirs = socket.socketpair()
+        sim = RuntimeSimulator("/nonexistent/unused")
+        await sim.attach(theirs)
+        env = {"NRI_PLUGIN_SOCKET": str(ours.fileno()), "NRI_PLUGIN_NAME": "sla",
+               "NRI_PLUGIN_IDX": "07"}
+        svc = asyncio.create_task(run_service(Plugin(), ServiceOptions(
+            environ=env, handle_signals=False, backoff_initial=0.01)))
+        s = await sim.accept(timeout=5)
+        assert (s.name, s.idx) == ("sla", "07")
+        s.drop("containerd stops the plugin")
+        await asyncio.wait_for(svc, 5)  # no reconnect attempts: it returns
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize(("env", "match"), [
+    ({"NRI_PLUGIN_SOCKET": "three"}, "file descriptor"),
+    ({"NRI_PLUGIN_SOCKET": "3", "NRI_PLUGIN_NAME": "x", "NRI_PLUGIN_IDX": "7"}, "two digits"),
+    ({"NRI_PLUGIN_SOCKET": "987", "NRI_PLUGIN_NAME": "x", "NRI_PLUGIN_IDX": "07"},
+     "not an open socket"),
+])
+def test_bad_prelaunch_environment_is_a_clear_error(env, match):
+    with pytest.raises(PluginConfigError, match=match):
+        asyncio.run(run_service(Plugin(), ServiceOptions(environ=env, handle_signals=False)))
+
+
+def test_bad_options():
+    with pytest.raises(PluginConfigError, match="backoff"):
+        ServiceOptions(backoff_initial=5, backoff_max=1)
+    with pytest.raises(PluginConfigError, match="index"):
+        asyncio.run(run_service(Plugin(), ServiceOptions(idx="x", environ={},
+                                                         handle_signals=False)))
+
+
+def test_notifier_addresses_and_watchdog_interval():
+    n = SystemdNotifier({"NOTIFY_SOCKET": "@abstract", "WATCHDOG_USEC": "3000000"})
+    assert n.address == "\0abstract" and n.watchdog_interval == 1.5
+    n = SystemdNotifier({"NOTIFY_SOCKET": "/run/x", "WATCHDOG_USEC": "100",
+                         "WATCHDOG_PID": "1"})
+    assert n.watchdog_interval is None  # watchdog meant for another process
+    assert not SystemdNotifier({}).enabled
+    SystemdNotifier({}).notify("READY=1")  # no socket: a no-op
+
+
+CHILD = textwrap.dedent("""
+    import asyncio, sys
+    from nri_sla.nri.service import ServiceOptions, run_service
+    class Plugin:
+        def create_container(self, pod, ctr):
+            return None
+    opts = ServiceOptions(socket_path=sys.argv[1] if len(sys.argv) > 1 else "",
+                          name="child", idx="33")
+    asyncio.run(run_service(Plugin(), opts))
+""")
+
+
+def _read_notify(sock: socket.socket, until: str, timeout: float = 10) -> list[str]:
+    sock.settimeout(timeout)
+    lines: list[str] = []
+    while not any(line.startswith(until) for line in lines):
+        lines += sock.recv(4096).decode().split("\n")
+    return lines
+
+
+def test_sigterm_and_systemd_notify_in_a_real_process(sock_dir):
+    notify_path = os.path.join(sock_dir, "notify")
+    notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    notify.bind(notify_path)
+
+    async def main():
+        path = os.path.join(sock_dir, "nri.sock")
+        sim = await RuntimeSimulator(path).start()
+        env = {"NOTIFY_SOCKET": notify_path, "WATCHDOG_USEC": "200000",
+               "PYTHONPATH": os.pathsep.join(sys.path)}
+        proc = await asyncio.create_subprocess_exec(sys.executable, "-c", CHILD, path, env=env)
+        s = await sim.accept(timeout=20)
+        assert s.name == "child"
+        lines = await asyncio.to_thread(_read_notify, notify, "READY=1")
+        assert any(line.startswith("STATUS=registered with containerd") for line in lines)
+        lines = await asyncio.to_thread(_read_notify, notify, "WATCHDOG=1")
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(proc.wait(), 10) == 0
+        lines = await asyncio.to_thread(_read_notify, notify, "STOPPING=1")
+        await sim.close()
+    try:
+        asyncio.run(main())
+    finally:
+        notify.close()
+
+
+def test_prelaunched_process_without_path_in_environment():
+    # containerd gives a launched plugin only NRI_PLUGIN_* and the socket on fd 3.
+    async def main():
+        ours, theirs = socket.socketpair()
+        sim = RuntimeSimulator("/nonexistent/unused")
+        await sim.attach(theirs)
+        fd = ours.fileno()
+        env = {"NRI_PLUGIN_SOCKET": "3", "NRI_PLUGIN_NAME": "launched",
+               "NRI_PLUGIN_IDX": "90", "PYTHONPATH": os.pathsep.join(sys.path)}
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", CHILD, env=env, pass_fds=(3,),
+            preexec_fn=lambda: os.dup2(fd, 3))
+        ours.close()
+        s = await sim.accept(timeout=20)
+        assert (s.name, s.idx) == ("launched", "90")
+        pod = make_pod("p")
+        assert await s.create_container(pod, make_container(pod, "c")) is not None
+        s.drop("runtime shuts the plugin down")
+        assert await asyncio.wait_for(proc.wait(), 10) == 0
+    asyncio.run(main())

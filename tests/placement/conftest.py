@@ -1,0 +1,103 @@
+"""Allocators over fake nodes: a DGX-like box, a PCIe box, a MIG box, a one-node box."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from nri_sla.plan.placement import Allocator, Placement
+from nri_sla.topology import Topology, load_inventory, read_topology
+from nri_sla.topology.gpus import GpuInventory
+from nri_sla.topology.testing import (
+    FakeNvml,
+    build_mig_proc,
+    build_sysfs,
+    dgx_like_gpus,
+    dgx_like_pci,
+    mig_box_gpus,
+    pcie_box_gpus,
+    pcie_box_pci,
+)
+
+Node = tuple[Topology, GpuInventory]
+
+
+def _node(root: Path, nodes: int, cores: int, threads: int, pci, gpus,
+          proc: Path | None = None) -> Node:
+    sysfs = build_sysfs(root / "sys", nodes=nodes, cores_per_node=cores, threads=threads,
+                        pci=pci)
+    inv = load_inventory("nvml", sysfs_root=sysfs, nvml=FakeNvml(gpus),
+                         proc_root=proc or root / "proc")
+    return read_topology(sysfs), inv
+
+
+@pytest.fixture
+def dgx_node(tmp_path) -> Node:
+    """2 NUMA nodes x 8 cores x 2 threads (node 0: CPUs 0-7,16-23), 8 GPUs, cube-mesh."""
+    return _node(tmp_path, 2, 8, 2, dgx_like_pci(), dgx_like_gpus())
+
+
+@pytest.fixture
+def pcie_node(tmp_path) -> Node:
+    """2 NUMA nodes x 4 cores x 2 threads, 4 GPUs (0,1 on node 0; 2,3 on node 1)."""
+    return _node(tmp_path, 2, 4, 2, pcie_box_pci(), pcie_box_gpus())
+
+
+@pytest.fixture
+def mig_node(tmp_path) -> Node:
+    gpus = mig_box_gpus()
+    proc = build_mig_proc(tmp_path / "proc", 0, gpus[0].migs)
+    return _node(tmp_path, 1, 4, 2, [], gpus, proc)
+
+
+@pytest.fixture
+def dgx(dgx_node) -> Allocator:
+    return Allocator(*dgx_node)
+
+
+@pytest.fixture
+def pcie(pcie_node) -> Allocator:
+    return Allocator(*pcie_node)
+
+
+@pytest.fixture
+def mig(mig_node) -> Allocator:
+    return Allocator(*mig_node)
+
+
+def gpu_ids(p: Placement) -> list[int]:
+    return [g.index for g in p.gpus]
+
+
+@pytest.fixture
+def ids() -> Callable[[Placement], list[int]]:
+    return gpu_ids
+
+
+def make_inventory(*specs: tuple[int, int | None, set[int]]) -> GpuInventory:
+    """GPUs from (index, numa node, NVLink peers) triples."""
+    from nri_sla.topology.gpus import Gpu
+
+    return GpuInventory(tuple(
+        Gpu(index=i, uuid=f"GPU-{i:04d}", pci_bus_id=f"0000:{0x10 + i:02x}:00.0",
+            numa_node=node, minor=i, nvlink_peers=frozenset(peers))
+        for i, node, peers in specs), "snapshot")
+
+
+@pytest.fixture
+def inventory_of() -> Callable[..., GpuInventory]:
+    return make_inventory
+
+
+@pytest.fixture
+def topology_of(tmp_path) -> Callable[..., Topology]:
+    counter = iter(range(1000))
+
+    def build(nodes: int = 2, cores: int = 4, threads: int = 2) -> Topology:
+        root = tmp_path / f"t{next(counter)}"
+        return read_topology(build_sysfs(root, nodes=nodes, cores_per_node=cores,
+                                         threads=threads))
+
+    return build

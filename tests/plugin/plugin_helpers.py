@@ -1,0 +1,132 @@
+"""Helpers for the plugin's data-path tests: a replayed DGX-like node, fake cgroup trees."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from pathlib import Path
+
+from nri_sla.config import NodeConfig, Permissions
+from nri_sla.enforce.nodefacts import CgroupFacts
+from nri_sla.node import NodeState
+from nri_sla.plan.placement import Allocator
+from nri_sla.plan.rt_budget import RtBudget
+from nri_sla.topology.snapshot import load_snapshot
+
+REPO = Path(__file__).resolve().parents[2]
+DGX = REPO / "examples" / "dgx-like.yaml"
+DEVICES = {"/dev/nvme0n1": (259, 0), "/dev/sda": (8, 0)}
+V1_CONTROLLERS = ("cpu", "cpuset", "memory", "blkio")
+# The files the kernel shows in a new v1 cgroup that nri-sla may write.
+V1_FILES = {
+    "cpu": ("cpu.cfs_quota_us", "cpu.cfs_period_us", "cpu.rt_runtime_us", "cpu.rt_period_us"),
+    "cpuset": ("cpuset.cpus", "cpuset.mems"),
+    "memory": ("memory.limit_in_bytes", "memory.soft_limit_in_bytes"),
+    "blkio": ("blkio.bfq.weight", "blkio.throttle.read_bps_device",
+              "blkio.throttle.write_bps_device", "blkio.throttle.read_iops_device",
+              "blkio.throttle.write_iops_device"),
+}
+
+# The design's full example (gpu: count form; mig and ids are alternatives to count).
+FULL_SLA = """\
+enforcement: hard
+cpu:
+  limit: 2.5
+  period: 100ms
+  rt-runtime: 5ms
+  rt-period: 1s
+  exclusive: 4
+numa:
+  nodes: auto
+  memory-policy: bind
+memory:
+  high: 8Gi
+  max: 10Gi
+io:
+  weight: 500
+  max:
+    - device: /dev/nvme0n1
+      read-bps: 500Mi
+      write-bps: 200Mi
+      read-iops: 20000
+      write-iops: 10000
+gpu:
+  count: 2
+  topology: nvlink
+  align: true
+  from: plugin
+"""
+
+
+def resolve(spec: str) -> tuple[int, int]:
+    if spec in DEVICES:
+        return DEVICES[spec]
+    major, sep, minor = spec.partition(":")
+    if sep and major.isdigit() and minor.isdigit():
+        return int(major), int(minor)
+    raise OSError(f"{spec}: no such block device")
+
+
+def make_node(version: int, cgroup_root: Path | None = None, *, realtime=("*",),
+              rt_share: float = 0.95, **config) -> NodeState:
+    snapshot = load_snapshot(DGX)
+    cfg = NodeConfig(permissions=Permissions(realtime=tuple(realtime)), **config)
+    facts = None
+    if cgroup_root is not None:
+        facts = CgroupFacts(version=version, driver="cgroupfs", root=cgroup_root)
+    return NodeState(cfg, version, facts=facts,
+                     allocator=Allocator(snapshot.topology, snapshot.inventory),
+                     rt_budget=RtBudget(cfg.rt_budget * rt_share),
+                     io_weight_supported=True, bfq=True, resolve_device=resolve)
+
+
+def make_container_dirs(root: Path, cgroups_path: str) -> dict[str, Path]:
+    """What runc create does: the container's dir in every hierarchy."""
+    dirs = {}
+    for controller in V1_CONTROLLERS:
+        d = root / controller / cgroups_path.lstrip("/")
+        d.mkdir(parents=True, exist_ok=True)
+        for name in V1_FILES[controller]:
+            (d / name).touch()
+        dirs[controller] = d
+    return dirs
+
+
+@contextlib.asynccontextmanager
+async def plugin_session(node: NodeState, tmp_path: Path, mode: str = "v0.12", metrics=None,
+                         pods=(), containers=(), **options):
+    """The SLA plugin served over a real unix socket to the runtime simulator."""
+    from nri_sla.nri.simulator import RuntimeSimulator, SimulatorOptions
+    from nri_sla.nri.stub import Stub
+    from nri_sla.plugin import SlaPlugin
+
+    socket_path = str(tmp_path / "nri.sock")
+    sim_options = SimulatorOptions(mode=mode, **options)
+    async with RuntimeSimulator(socket_path, sim_options, pods=pods,
+                                containers=containers) as sim:
+        plugin = SlaPlugin(node, metrics)
+        stub = Stub(plugin, name="nri-sla", idx="50", socket_path=socket_path)
+        serving = asyncio.create_task(stub.run())
+        session = await sim.accept()
+        plugin.on_registered(stub)
+        try:
+            yield sim, session, plugin
+        finally:
+            stub.stop()
+            serving.cancel()
+            with contextlib.suppress(BaseException):
+                await serving
+
+
+def make_pod_cgroups(root: Path, cgroups_path: str) -> None:
+    """What the kernel and kubelet provide before CreateContainer: the RT files at the
+    cpu hierarchy's root (the kernel's default budget) and the pod's parent cgroups."""
+    cpu = root / "cpu"
+    (cpu / "cpu.rt_period_us").write_text("1000000")
+    (cpu / "cpu.rt_runtime_us").write_text("950000")
+    parent = cpu
+    for part in Path(cgroups_path.lstrip("/")).parent.parts:
+        parent = parent / part
+        parent.mkdir(exist_ok=True)
+        (parent / "cpu.rt_period_us").write_text("1000000")
+        (parent / "cpu.rt_runtime_us").write_text("0")

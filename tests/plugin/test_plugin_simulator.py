@@ -1,0 +1,164 @@
+"""The SLA plugin end to end over a real unix socket, driven by the runtime simulator."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from plugin_helpers import (
+    FULL_SLA,
+    make_container_dirs,
+    make_node,
+    make_pod_cgroups,
+    plugin_session,
+)
+
+from nri_sla.nri.pb import nri_pb2 as pb
+from nri_sla.nri.simulator import PluginCallError, make_container, make_pod
+
+GiB = 1024**3
+MiB = 1024**2
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, 30))
+
+
+def applied(adj) -> dict:
+    return json.loads(adj.annotations["sla.nri.io/applied"])
+
+
+def test_full_sla_on_v2_node(tmp_path):
+    async def scenario():
+        node = make_node(2)
+        async with plugin_session(node, tmp_path) as (_, session, _plugin):
+            pod = make_pod("trainer", namespace="ml", annotations={
+                "sla.nri.io/container.work": FULL_SLA.replace("  rt-runtime: 5ms\n", "")
+                                                     .replace("  rt-period: 1s\n", "")})
+            ctr = make_container(pod, "work")
+            return (await session.create_container(pod, ctr)).adjust, node
+
+    adj, node = run(scenario())
+    res = adj.linux.resources
+    assert res.cpu.quota.value == 250_000 and res.cpu.period.value == 100_000
+    assert res.memory.limit.value == 10 * GiB
+    assert res.unified["memory.high"] == str(8 * GiB)
+    assert res.unified["io.weight"] == "default 500"
+    assert res.unified["io.max"] == (f"259:0 rbps={500 * MiB} wbps={200 * MiB} "
+                                     "riops=20000 wiops=10000")
+    assert not res.cpu.HasField("realtime_runtime")
+    # two NVLink-connected GPUs, CPUs and memory of their NUMA node, four of them exclusive
+    assert len(adj.CDI_devices) == 2
+    record = applied(adj)
+    exclusive = record["placement_record"]["exclusive"]
+    assert res.cpu.mems == record["placement_record"]["mems"]
+    assert res.cpu.cpus and exclusive
+    assert adj.linux.memory_policy.nodes == res.cpu.mems
+    assert record["path"] == "nri" and record["enforcement"] == "hard"
+    gpus, cpus = node.usage()
+    assert (gpus, cpus) == (2, 4)
+
+
+def test_full_sla_on_v1_node_adds_direct_writes(tmp_path, v1_tree):
+    async def scenario():
+        node = make_node(1, v1_tree)
+        async with plugin_session(node, tmp_path) as (_, session, _plugin):
+            sla = FULL_SLA.replace("  high: 8Gi\n", "")  # v1 has no memory.high: hard refuses
+            pod = make_pod("trainer", namespace="ml",
+                           annotations={"sla.nri.io/container.work": sla})
+            ctr = make_container(pod, "work")
+            make_pod_cgroups(v1_tree, ctr.linux.cgroups_path)
+            adj = (await session.create_container(pod, ctr)).adjust
+            dirs = make_container_dirs(v1_tree, ctr.linux.cgroups_path)
+            await session.event(6, pod, ctr)  # StartContainer: the direct writes
+            return adj, dirs
+
+    adj, dirs = run(scenario())
+    # every ancestor got enough RT budget before runc writes the container's 5ms/1s
+    pod_dir = dirs["cpu"].parent
+    for ancestor in (pod_dir, pod_dir.parent, pod_dir.parent.parent):
+        assert int((ancestor / "cpu.rt_runtime_us").read_text()) >= 5000
+    res = adj.linux.resources
+    assert not res.unified, "a unified key on cgroup v1 makes runc refuse the container"
+    assert res.cpu.realtime_runtime.value == 5000
+    assert res.cpu.realtime_period.value == 1_000_000
+    assert res.cpu.quota.value == 250_000
+    assert (dirs["blkio"] / "blkio.throttle.read_bps_device").read_text() == f"259:0 {500 * MiB}"
+    assert (dirs["blkio"] / "blkio.throttle.write_iops_device").read_text() == "259:0 10000"
+    assert (dirs["blkio"] / "blkio.bfq.weight").read_text().isdigit()
+
+
+def test_hard_memory_high_on_v1_is_refused_with_message(tmp_path, v1_tree):
+    async def scenario():
+        async with plugin_session(make_node(1, v1_tree), tmp_path) as (_, session, _p):
+            pod = make_pod("web", annotations={
+                "sla.nri.io/pod": "memory: {high: 1Gi, max: 2Gi}"})
+            with pytest.raises(PluginCallError) as caught:
+                await session.create_container(pod, make_container(pod, "web"))
+            return caught.value
+
+    err = run(scenario())
+    assert "sla.nri.io/pod: memory.high" in err.message
+    assert "not available on cgroup v1" in err.message
+
+
+def test_soft_memory_high_on_v1_starts_with_warning(tmp_path, v1_tree):
+    async def scenario():
+        async with plugin_session(make_node(1, v1_tree), tmp_path) as (_, session, _p):
+            pod = make_pod("web", annotations={
+                "sla.nri.io/pod": "memory: {high: 1Gi, max: 2Gi}",
+                "sla.nri.io/enforcement": "soft"})
+            ctr = make_container(pod, "web")
+            adj = (await session.create_container(pod, ctr)).adjust
+            dirs = make_container_dirs(v1_tree, ctr.linux.cgroups_path)
+            await session.event(6, pod, ctr)
+            return adj, dirs
+
+    adj, dirs = run(scenario())
+    assert "memory.high" in adj.annotations["sla.nri.io/warnings"]
+    assert adj.linux.resources.memory.limit.value == 2 * GiB
+    assert (dirs["memory"] / "memory.soft_limit_in_bytes").read_text() == str(GiB)
+
+
+def test_containerd_17_mode_and_no_sla_pods(tmp_path):
+    async def scenario():
+        async with plugin_session(make_node(2), tmp_path, mode="v0.8") as (_, session, _p):
+            plain = make_pod("plain")
+            none = await session.create_container(plain, make_container(plain, "c"))
+            pod = make_pod("p", annotations={"sla.nri.io/pod": "cpu: {limit: 1}"})
+            resp = await session.container_life_cycle(pod, make_container(pod, "c"))
+            return none, resp
+
+    none, resp = run(scenario())
+    assert not none.HasField("adjust") or not none.adjust.ListFields()
+    assert resp.adjust.linux.resources.cpu.quota.value == 100_000
+
+
+def test_allocations_released_and_rebuilt_from_synchronize(tmp_path):
+    one_gpu = {"sla.nri.io/pod": "gpu: {count: 1}"}
+
+    async def scenario():
+        async with plugin_session(make_node(2), tmp_path) as (_, session, _p):
+            pod = make_pod("big", annotations={"sla.nri.io/pod": "gpu: {count: 8}"})
+            ctr = make_container(pod, "c")
+            adj = (await session.create_container(pod, ctr)).adjust
+            other = make_pod("other", annotations=one_gpu)
+            with pytest.raises(PluginCallError) as full:
+                await session.create_container(other, make_container(other, "c"))
+        # A restarted plugin learns the allocation from the running container's record.
+        running = make_container(pod, "c", state=pb.CONTAINER_RUNNING,
+                                 annotations=dict(adj.annotations))
+        async with plugin_session(make_node(2), tmp_path, pods=[pod],
+                                  containers=[running]) as (_, session, _p):
+            third = make_pod("third", annotations=one_gpu)
+            with pytest.raises(PluginCallError) as after_restart:
+                await session.create_container(third, make_container(third, "c"))
+            await session.stop_container(pod, running)
+            freed = await session.create_container(third, make_container(third, "c"))
+        return full.value, after_restart.value, freed
+
+    full, after_restart, freed = run(scenario())
+    assert "free: none" in full.message
+    assert "free: none" in after_restart.message
+    assert len(freed.adjust.CDI_devices) == 1

@@ -1,0 +1,195 @@
+"""The node policy file: defaults, every field, every refusal, load_config paths."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+
+from nri_sla import config as cfgmod
+from nri_sla.config import (
+    CgroupConfig,
+    ConfigError,
+    GpuConfig,
+    HookConfig,
+    LogConfig,
+    MetricsConfig,
+    NodeConfig,
+    NriConfig,
+    Permissions,
+    load_config,
+    parse_config,
+)
+
+EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "config.yaml"
+SRC = "/etc/nri-sla/config.yaml"
+
+
+def test_example_file_is_exactly_the_defaults():
+    cfg = load_config(str(EXAMPLE))
+    assert cfg == NodeConfig(source=str(EXAMPLE))
+    assert parse_config("", "x") == NodeConfig(source="x")
+    assert parse_config("# nothing\n", "x") == NodeConfig(source="x")
+
+
+def test_defaults_are_safe():
+    cfg = NodeConfig()
+    assert cfg.enforcement == "hard" and cfg.annotation_prefix == "sla.nri.io"
+    assert not cfg.allows("realtime", "default")
+    assert cfg.allows("exclusive-cpus", "any") and cfg.allows("gpus", "x")
+    assert cfg.allows("io-max", "x")
+    assert cfg.rt_budget == 0.5 and cfg.reserved_cpus == ()
+    assert cfg.metrics.enabled and cfg.metrics.host == "127.0.0.1" and cfg.metrics.port == 9810
+
+
+def test_every_field():
+    cfg = parse_config("""
+enforcement: soft
+annotation-prefix: sla.example.com
+permissions:
+  realtime: [rt-jobs, "team-*"]
+  exclusive-cpus: []
+  gpus: ["ml-?", "[ab]-prod"]
+  io-max: [storage]
+rt-budget: 0.25
+reserved-cpus: 0-1,8
+gpu: {injection: env, inventory: /var/lib/nri-sla/inventory.yaml}
+cgroup: {root: /sys/fs/cgroup/, driver: systemd, version: 2}
+nri: {socket: /run/nri/nri.sock, plugin-name: sla, plugin-index: 7, reconnect-max-seconds: 2.5}
+hook: {inject: true}
+metrics: {address: "[::1]:9000"}
+log: {format: json, level: debug}
+""", SRC)
+    assert cfg == NodeConfig(
+        enforcement="soft",
+        annotation_prefix="sla.example.com",
+        permissions=Permissions(realtime=("rt-jobs", "team-*"), exclusive_cpus=(),
+                                gpus=("ml-?", "[ab]-prod"), io_max=("storage",)),
+        rt_budget=0.25,
+        reserved_cpus=(0, 1, 8),
+        gpu=GpuConfig(injection="env", inventory="/var/lib/nri-sla/inventory.yaml"),
+        cgroup=CgroupConfig(root="/sys/fs/cgroup", driver="systemd", version=2),
+        nri=NriConfig(socket="/run/nri/nri.sock", plugin_name="sla", plugin_index="07",
+                      reconnect_max_seconds=2.5),
+        hook=HookConfig(inject=True),
+        metrics=MetricsConfig(address="[::1]:9000"),
+        log=LogConfig(format="json", level="debug"),
+        source=SRC,
+    )
+    assert cfg.metrics.host == "::1" and cfg.metrics.port == 9000
+    assert cfg.allows("realtime", "team-a") and cfg.allows("realtime", "rt-jobs")
+    assert not cfg.allows("realtime", "rt-jobs2") and not cfg.allows("exclusive-cpus", "x")
+    assert cfg.allows("gpus", "ml-1") and not cfg.allows("gpus", "ml-12")
+    assert cfg.allows("gpus", "b-prod") and not cfg.allows("gpus", "c-prod")
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("reserved-cpus: 3", (3,)), ("reserved-cpus: [4, 2]", (2, 4)), ("reserved-cpus: []", ()),
+    ("cgroup: {version: '1'}", 1), ("cgroup: {version: auto}", None),
+    ("nri: {plugin-index: '05'}", "05"), ("metrics: {address: ''}", ""),
+    ("metrics: {address: ':9810'}", ":9810"), ("rt-budget: 0", 0.0), ("rt-budget: 1", 1.0),
+    ("gpu: {inventory: sysfs}", "sysfs"), ("log:\n", None),
+])
+def test_field_forms(text, expected):
+    cfg = parse_config(text, SRC)
+    got = {
+        "reserved-cpus": cfg.reserved_cpus, "cgroup": cfg.cgroup.version,
+        "nri": cfg.nri.plugin_index, "metrics": cfg.metrics.address, "rt-budget": cfg.rt_budget,
+        "gpu": cfg.gpu.inventory, "log": None,
+    }[text.split(":")[0]]
+    assert got == expected
+
+
+CONFIG_ERRORS = [
+    ("enforcement: strict", "enforcement", "must be one of hard, soft, got strict"),
+    ("enforcment: soft", "enforcment", "did you mean enforcement?"),
+    ("annotation-prefix: Sla/x", "annotation-prefix", "DNS subdomain like sla.nri.io"),
+    ("permissions: [realtime]", "permissions", "must be a mapping with keys realtime, "
+     "exclusive-cpus, gpus, io-max"),
+    ("permissions: {realtime: default}", "permissions.realtime",
+     "list of namespace names or globs"),
+    ("permissions: {realtime: [Default]}", "permissions.realtime[0]",
+     "namespace name or glob"),
+    ("permissions: {gpu: ['*']}", "permissions.gpu", "did you mean gpus?"),
+    ("rt-budget: 1.5", "rt-budget", "fraction from 0 to 1", "1.5"),
+    ("rt-budget: 50%", "rt-budget", "fraction from 0 to 1"),
+    ("rt-budget: .nan", "rt-budget", "fraction from 0 to 1"),
+    ("rt-budget: true", "rt-budget", "fraction from 0 to 1"),
+    ("reserved-cpus: 1-0", "reserved-cpus", "reversed range"),
+    ("reserved-cpus: all", "reserved-cpus", "CPU list like 0, 0-1 or 0,2"),
+    ("reserved-cpus: {a: 1}", "reserved-cpus", "CPU list like \"0-1\""),
+    ("gpu: {injection: nvidia}", "gpu.injection", "one of cdi, env, devices"),
+    ("gpu: {inventory: inv.yaml}", "gpu.inventory",
+     "one of auto, nvml, sysfs or an absolute path"),
+    ("cgroup: {root: sys/fs/cgroup}", "cgroup.root", "absolute path"),
+    ("cgroup: {driver: cgroupv2}", "cgroup.driver", "one of auto, cgroupfs, systemd"),
+    ("cgroup: {version: 3}", "cgroup.version", "one of auto, 1, 2, got 3"),
+    ("cgroup: {version: true}", "cgroup.version", "one of auto, 1, 2"),
+    ("nri: {socket: nri.sock}", "nri.socket", "absolute path"),
+    ("nri: {plugin-name: 'a b'}", "nri.plugin-name", "letters, digits"),
+    ("nri: {plugin-index: 100}", "nri.plugin-index", "two digits from \"00\" to \"99\""),
+    ("nri: {plugin-index: '5'}", "nri.plugin-index", "two digits"),
+    ("nri: {reconnect-max-seconds: 0}", "nri.reconnect-max-seconds", "above 0 and at most 3600"),
+    ("nri: {reconnect-max-seconds: 30s}", "nri.reconnect-max-seconds", "number of seconds"),
+    ("hook: {inject: yes}", "hook.inject", "true or false, got yes"),
+    ("metrics: {address: 9810}", "metrics.address", "host:port like 127.0.0.1:9810"),
+    ("metrics: {address: 'localhost:99999'}", "metrics.address", "port 1..65535"),
+    ("log: {format: xml}", "log.format", "one of text, json"),
+    ("log: {level: INFO}", "log.level", "one of debug, info, warning, error"),
+    ("log: {colour: true}", "log.colour", "not a known field", "format, level"),
+    ("[1, 2]", "", "must be a YAML mapping of settings"),
+    ("a: &x 1\nb: *x", "a", "anchor or alias"),
+    ("nri: !!python/name:os.system {}", "nri", "explicit YAML tag"),
+    ("log: {level: info, level: debug}", "log.level", "is given twice"),
+]
+
+
+@pytest.mark.parametrize(("text", "field", "fragments"),
+                         [(t, f, fr) for t, f, *fr in CONFIG_ERRORS],
+                         ids=[row[0][:40] for row in CONFIG_ERRORS])
+def test_config_errors(text, field, fragments):
+    with pytest.raises(ConfigError) as info:
+        parse_config(text, SRC)
+    err = info.value
+    assert err.source == SRC and err.field == field, str(err)
+    assert str(err).startswith(f"{SRC}: {field} " if field else f"{SRC}: ")
+    for fragment in fragments:
+        assert fragment in str(err)
+
+
+def test_all_config_errors_reported_at_once():
+    with pytest.raises(ConfigError) as info:
+        parse_config("log: {level: x}\nnri: {socket: y}\nfoo: 1\n", SRC)
+    text = str(info.value)
+    assert text.startswith(f"{SRC}: foo is not a known field")
+    assert "; log.level must be one of" in text and "; nri.socket must be an absolute" in text
+
+
+def test_allows_rejects_unknown_permission():
+    with pytest.raises(ValueError, match="unknown permission 'root'"):
+        NodeConfig().allows("root", "default")
+
+
+def test_load_config_paths(tmp_path, monkeypatch):
+    missing = tmp_path / "nope.yaml"
+    with pytest.raises(ConfigError) as info:
+        load_config(str(missing))
+    assert str(info.value).startswith(f"{missing}: does not exist")
+    # the default path missing means all defaults
+    monkeypatch.setattr(cfgmod, "DEFAULT_PATH", str(missing))
+    assert load_config(None) == NodeConfig()
+    good = tmp_path / "config.yaml"
+    good.write_text("enforcement: soft\n")
+    monkeypatch.setattr(cfgmod, "DEFAULT_PATH", str(good))
+    assert load_config().enforcement == "soft" and load_config().source == str(good)
+    bad = tmp_path / "bad.yaml"
+    bad.write_bytes(b"enforcement: \xff\n")
+    with pytest.raises(ConfigError, match="cannot be read"):
+        load_config(str(bad))
+    with pytest.raises(ConfigError, match="cannot be read"):
+        load_config(str(tmp_path))  # a directory
+    big = tmp_path / "big.yaml"
+    big.write_text("#" * (2 << 20))
+    with pytest.raises(ConfigError, match="at most 1048576 bytes"):
+        load_config(str(big))
+

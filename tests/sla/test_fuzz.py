@@ -1,0 +1,116 @@
+"""Property tests: whatever the annotations hold, the answer is an Sla or an SlaError."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from nri_sla.sla import QuantityError, Sla, SlaError, parse_sla_document, sla_for_container
+from nri_sla.sla.quantities import parse_count, parse_cpu, parse_duration, parse_size
+from nri_sla.sla.schema import SECTIONS
+
+FUZZ = settings(max_examples=150, deadline=None,
+                suppress_health_check=[HealthCheck.too_slow])
+POD = "sla.nri.io/pod"
+
+scalars = st.one_of(
+    st.none(), st.booleans(), st.integers(), st.integers(min_value=-(2**80), max_value=2**80),
+    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=30),
+    st.sampled_from(["auto", "100ms", "1s", "5us", "8Gi", "10Gi", "500Mi", "2500m", "1e3",
+                     "1e999", "0-1", "0,2", "/dev/sda", "8:0", "1g.10gb", "hard", "soft",
+                     "bind", "none", "nvlink", "runtime", "GPU-1", "-1", "", "٣", "1,", "x"]),
+)
+values = st.recursive(
+    scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
+        st.sampled_from(["device", "read-bps", "write-iops", "limit", "x"]), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@st.composite
+def documents(draw):
+    """Mostly-schema-shaped documents with hostile values in random places."""
+    doc: dict[str, object] = {}
+    for section, fields in SECTIONS.items():
+        if draw(st.booleans()):
+            keys = draw(st.lists(st.sampled_from([*fields, "bogus", "rt_runtime"]),
+                                 max_size=5, unique=True))
+            doc[section] = {k: draw(values) for k in keys}
+    if draw(st.booleans()):
+        doc["enforcement"] = draw(scalars)
+    return doc
+
+
+def _outcome(fn, *args, **kwargs):
+    try:
+        return fn(*args, **kwargs)
+    except SlaError as exc:
+        assert str(exc).startswith(exc.key + ": ")
+        return exc
+
+
+@FUZZ
+@given(st.text(max_size=300))
+def test_random_text_is_sla_or_error(text):
+    result = _outcome(parse_sla_document, POD, text)
+    assert isinstance(result, Sla | SlaError)
+
+
+@FUZZ
+@given(documents())
+def test_hostile_documents_are_sla_or_error(doc):
+    text = yaml.safe_dump(doc, allow_unicode=True)
+    result = _outcome(parse_sla_document, POD, text)
+    assert isinstance(result, Sla | SlaError)
+    if isinstance(result, Sla):
+        # the canonical form parses back to the same SLA
+        again = parse_sla_document(POD, yaml.safe_dump(result.to_document()))
+        assert again == result
+
+
+@FUZZ
+@given(st.dictionaries(
+    st.one_of(st.sampled_from([POD, "sla.nri.io/container.web", "sla.nri.io/enforcement",
+                               "io.kubernetes.sla/enforcement-mode", "sla.nri.io/applied"]),
+              st.text(max_size=20).map(lambda s: "sla.nri.io/" + s)),
+    st.one_of(st.text(max_size=60), documents().map(yaml.safe_dump)), max_size=4),
+    st.sampled_from(["web", "db"]))
+def test_random_annotations(annotations, name):
+    result = _outcome(sla_for_container, annotations, name)
+    assert result is None or isinstance(result, Sla | SlaError)
+    if isinstance(result, Sla):
+        assert result.enforcement in ("hard", "soft")
+        assert all(k in annotations for k in result.keys)
+
+
+@FUZZ
+@given(st.one_of(scalars, st.from_regex(r"[+-]?[0-9]{0,25}(\.[0-9]{0,5})?"
+                                        r"([eE][+-]?[0-9]{1,12}|Ki|Mi|Gi|Ei|m|k|E|ms|us|s)?",
+                                        fullmatch=True)))
+def test_quantity_parsers_raise_only_quantity_error(value):
+    for parser in (parse_size, parse_count, parse_cpu, parse_duration):
+        try:
+            result = parser(value)
+        except QuantityError:
+            continue
+        assert isinstance(result, int | float)
+        if parser is not parse_cpu:
+            assert 0 <= result <= 2**63 - 1
+
+
+@FUZZ
+@given(st.builds(
+    lambda high, extra, limit, milli: (high, high + extra, limit, milli),
+    st.integers(2**20, 2**50), st.integers(1, 2**40), st.integers(1, 64), st.integers(1, 999)))
+def test_valid_values_round_trip(sample):
+    high, hard, limit, milli = sample
+    text = f"memory: {{high: {high}, max: {hard}}}\ncpu: {{limit: {limit}.{milli:03d}}}\n"
+    sla = parse_sla_document(POD, text)
+    assert sla.memory.high == high and sla.memory.max == hard
+    assert round(sla.cpu.limit * 1000) == limit * 1000 + milli
+    canon = yaml.safe_dump(sla.to_document())
+    assert dataclasses.replace(parse_sla_document(POD, canon)) == sla

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from nri_sla.sla.model import ENFORCEMENT_MODES
 from nri_sla.sla.quantities import show
-from nri_sla.sla.safeyaml import YamlProblem, load
+from nri_sla.sla.safeyaml import YamlProblem, key_text, load
 from nri_sla.sla.schema import Problem, parse_id_list, unknown_key_message
 
 DEFAULT_PATH = "/etc/nri-sla/config.yaml"
@@ -298,7 +298,7 @@ def _fields(source: str, data: Mapping, schema: _Schema, parent: str,
             errors: list[ConfigError]) -> dict[str, object]:
     values: dict[str, object] = {}
     for key, raw in data.items():
-        path = f"{parent}.{key}" if parent else key
+        path = f"{parent}.{key_text(key)}" if parent else key_text(key)
         if key in _SECTIONS and not parent:
             continue
         if key not in schema:

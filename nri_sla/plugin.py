@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import nullcontext
 from typing import Any
 
 from nri_sla.enforce.adjustment import build_adjustment
@@ -43,6 +44,10 @@ class SlaPlugin:
         log.info("configured by %s", self.runtime or "an unnamed runtime")
 
     def synchronize(self, pods: list[pb.PodSandbox], containers: list[pb.Container]) -> None:
+        with self._timed("Synchronize"):
+            self._synchronize(pods, containers)
+
+    def _synchronize(self, pods: list[pb.PodSandbox], containers: list[pb.Container]) -> None:
         restored = self.node.restore(
             (c.id, dict(c.annotations)) for c in containers
             if c.state in (pb.CONTAINER_CREATED, pb.CONTAINER_RUNNING, pb.CONTAINER_PAUSED)
@@ -76,6 +81,10 @@ class SlaPlugin:
         return build_adjustment(plan, self.node.annotations_for(plan, "nri")), None
 
     def start_container(self, pod: pb.PodSandbox, container: pb.Container) -> None:
+        with self._timed("StartContainer"):
+            self._start(pod, container)
+
+    def _start(self, pod: pb.PodSandbox, container: pb.Container) -> None:
         plan = self._pending.pop(container.id, None)
         if plan is None:
             return
@@ -86,12 +95,17 @@ class SlaPlugin:
             raise RuntimeError("; ".join(problems))
 
     def stop_container(self, pod: pb.PodSandbox, container: pb.Container) -> None:
-        self._release(container.id)
+        with self._timed("StopContainer"):
+            self._release(container.id)
 
     def remove_container(self, pod: pb.PodSandbox, container: pb.Container) -> None:
-        self._release(container.id)
+        with self._timed("RemoveContainer"):
+            self._release(container.id)
 
     # -- helpers -------------------------------------------------------------------------
+    def _timed(self, event: str):
+        return self.metrics.time(event) if self.metrics is not None else nullcontext()
+
     def _release(self, container_id: str) -> None:
         self._pending.pop(container_id, None)
         self.node.release(container_id)

@@ -33,8 +33,7 @@ def main(args: argparse.Namespace) -> int:
     from nri_sla.logging import setup_logging
     from nri_sla.metrics import Metrics, start_http_server
     from nri_sla.nri.errors import NriError
-    from nri_sla.nri.service import ServiceOptions, run_service
-    from nri_sla.plugin import SlaPlugin
+    from nri_sla.nri.service import run_service
 
     try:
         config = load_config(args.config)
@@ -46,16 +45,8 @@ def main(args: argparse.Namespace) -> int:
     metrics = Metrics()
     address = config.metrics.address if args.metrics_address is None else args.metrics_address
     server = start_http_server(metrics, address)
-    plugin = SlaPlugin(node, metrics)
-    options = ServiceOptions(
-        socket_path=args.socket or config.nri.socket,
-        name=args.name or config.nri.plugin_name,
-        idx=args.index or config.nri.plugin_index,
-        backoff_max=config.nri.reconnect_max_seconds,
-        on_state=lambda state: _on_state(metrics, state),
-        on_reconnect=lambda _total: metrics.inc_reconnects(),
-        on_ready=plugin.on_registered,
-    )
+    plugin, options = build_service(node, metrics, socket=args.socket, name=args.name,
+                                    index=args.index)
     log.info("nri-sla starting: cgroup v%d, %d GPUs, socket %s", node.cgroup_version,
              len(node.allocator.inventory.gpus) if node.allocator else 0, options.socket_path)
     try:
@@ -69,8 +60,22 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _on_state(metrics, state: str) -> None:
-    from nri_sla.nri.service import REGISTERED
+def build_service(node, metrics, *, socket: str | None = None, name: str | None = None,
+                  index: str | None = None, **options):
+    """The SLA plugin and its service options, wired to the metrics (also used by tests)."""
+    from nri_sla.nri.service import REGISTERED, ServiceOptions
+    from nri_sla.plugin import SlaPlugin
 
-    metrics.set_registered(state == REGISTERED)
-    metrics.set_connected(state == REGISTERED)
+    nri = node.config.nri
+    plugin = SlaPlugin(node, metrics)
+
+    def on_state(state: str) -> None:
+        metrics.set_connected(state == REGISTERED)
+        metrics.set_registered(state == REGISTERED)
+
+    options.setdefault("backoff_max", nri.reconnect_max_seconds)
+    return plugin, ServiceOptions(
+        socket_path=socket or nri.socket, name=name or nri.plugin_name,
+        idx=index or nri.plugin_index, on_state=on_state,
+        on_reconnect=lambda _total: metrics.inc_reconnects(),
+        on_ready=plugin.on_registered, **options)

@@ -6,7 +6,6 @@ start. Block-device facts live in blockdev.py and are re-exported here.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -303,13 +302,3 @@ def _strip_mount_root(path: str, mount_root: str, label: str) -> str:
     if path == root or path.startswith(root + "/"):
         return path[len(root) :] or "/"
     raise CgroupPathError(label, f"cgroup {path} is outside the mounted subtree {mount_root}")
-
-
-def pid_cgroup_dir(pid: int, facts: CgroupFacts, controller: str = UNIFIED) -> Path:
-    """Shortcut: one controller's dir for a pid (v2: the unified dir)."""
-    return cgroup_paths_from_proc(pid, facts).dir(controller)
-
-
-def current_cgroup_dir(facts: CgroupFacts, controller: str = UNIFIED) -> Path:
-    """This process's own cgroup dir for one controller (tests create scratch cgroups there)."""
-    return pid_cgroup_dir(os.getpid(), facts, controller)

@@ -46,6 +46,9 @@ OUTPUT_KEYS = ("applied", "warnings")  # written by nri-sla itself, never read a
 MAX_ANNOTATION_BYTES = 16 * 1024  # checked before YAML parsing
 MAX_DEPTH = 8  # the schema itself needs 4 (io.max[0].device)
 MIN_CFS_QUOTA_US = 1000  # the kernel refuses a smaller cpu.cfs_quota_us
+# Caches hold annotation texts alive: only texts up to this size are cached, so hostile
+# pods cannot pin more than about 1024 x 4 KiB per cache (typical SLAs are < 1 KiB).
+MAX_CACHED_CHARS = 4096
 
 _CONTAINER_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", re.ASCII)
 _INPUT_NAMES = ("pod", "container.<name>", "enforcement")
@@ -53,15 +56,23 @@ _INPUT_NAMES = ("pod", "container.<name>", "enforcement")
 
 # -- one document -------------------------------------------------------------------------
 
-@lru_cache(maxsize=2048)
 def _document(key: str, text: str) -> tuple[dict[str, object], tuple[SlaError, ...]]:
     """Parse and check one annotation; problems are returned (and cached), not raised."""
+    if len(text) > MAX_CACHED_CHARS:
+        return _parse_document(key, text)
+    return _cached_document(key, text)
+
+
+def _parse_document(key: str, text: str) -> tuple[dict[str, object], tuple[SlaError, ...]]:
     try:
         data = load(text, max_bytes=MAX_ANNOTATION_BYTES, max_depth=MAX_DEPTH)
     except YamlProblem as exc:
         return {}, (SlaError(key, exc.path, exc.message),)
     flat, problems = flatten(data)
     return flat, tuple(SlaError(key, path, message) for path, message in problems)
+
+
+_cached_document = lru_cache(maxsize=1024)(_parse_document)
 
 
 def parse_sla_document(key: str, text: str, *, default_enforcement: str = "hard",
@@ -116,14 +127,16 @@ def sla_for_container(annotations: Mapping[str, str], container_name: str, *,
         if value is not None and not isinstance(value, str):
             raise SlaError(head, "", f"annotation values must be strings, got "
                                      f"{type(value).__name__}")
-    sla, problems = _resolve(prefix, container_name, default_enforcement, pod_text, ctr_text,
-                             shortcut, alias, tuple(sorted(strays)))
+    args = (prefix, container_name, default_enforcement, pod_text, ctr_text, shortcut, alias,
+            tuple(sorted(strays)))
+    big = any(v is not None and len(v) > MAX_CACHED_CHARS
+              for v in (pod_text, ctr_text, shortcut, alias))
+    sla, problems = _resolve_uncached(*args) if big else _resolve(*args)
     raise_all(list(problems))
     return sla
 
 
-@lru_cache(maxsize=1024)
-def _resolve(prefix: str, container: str, default: str, pod_text: str | None,
+def _resolve_uncached(prefix: str, container: str, default: str, pod_text: str | None,
              ctr_text: str | None, shortcut: str | None, alias: str | None,
              strays: tuple[str, ...]) -> tuple[Sla | None, tuple[SlaError, ...]]:
     pod_key = f"{prefix}/pod"
@@ -156,6 +169,9 @@ def _resolve(prefix: str, container: str, default: str, pod_text: str | None,
     ordered = tuple(k for k in (pod_key, ctr_key, short_key, ENFORCEMENT_ALIAS) if k in keys)
     sla, problems = _build(merged, origin, enforcement, ordered, docs[-1][0], True)
     return (None if problems else sla), tuple(problems)
+
+
+_resolve = lru_cache(maxsize=1024)(_resolve_uncached)
 
 
 def _stray_error(prefix: str, key: str) -> SlaError:
@@ -287,5 +303,5 @@ def _gpu(m: dict[str, object], complete: bool, fail) -> GpuSla:
 
 def clear_caches() -> None:
     """Forget cached documents (benchmarks use it to measure cold parsing)."""
-    _document.cache_clear()
+    _cached_document.cache_clear()
     _resolve.cache_clear()

@@ -52,9 +52,18 @@ class YamlProblem(ValueError):
         super().__init__(f"{path} {message}" if path else message)
 
 
+def key_text(key: str) -> str:
+    """A mapping key as it may appear in a field path: printable, at most 40 characters
+    (keys are user input and end up in log lines and CRI error messages)."""
+    if len(key) <= 40 and key.isprintable() and key.strip() == key and key:
+        return key
+    return repr(key[:40] + "..." if len(key) > 40 else key)
+
+
 def _join(path: str, segment: str | int) -> str:
     if isinstance(segment, int):
         return f"{path}[{segment}]"
+    segment = key_text(segment)
     return f"{path}.{segment}" if path else segment
 
 

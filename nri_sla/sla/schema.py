@@ -30,6 +30,7 @@ from nri_sla.sla.quantities import (
     parse_size,
     show,
 )
+from nri_sla.sla.safeyaml import key_text
 
 CLEAR = type("Clear", (), {"__repr__": lambda self: "CLEAR", "__slots__": ()})()
 
@@ -61,7 +62,7 @@ def suggest(name: str, valid: list[str] | tuple[str, ...]) -> str | None:
 
 
 def unknown_key_message(name: str, valid: tuple[str, ...], parent: str) -> str:
-    guess = suggest(name, valid)
+    guess = suggest(name[:64], valid)
     hint = f"; did you mean {guess}?" if guess else ""
     where = f"{parent} fields" if parent else "top-level fields"
     return f"is not a known field{hint} ({where}: {', '.join(valid)})"
@@ -216,7 +217,8 @@ def _io_rule(value: object) -> IoMaxRule:
                       f", got {show(value)}")
     for name in value:
         if name not in _RULE_FIELDS:
-            raise Problem(unknown_key_message(name, _RULE_FIELDS, "io.max rule"), f".{name}")
+            raise Problem(unknown_key_message(name, _RULE_FIELDS, "io.max rule"),
+                          f".{key_text(name)}")
     limits: dict[str, int | None] = {}
     for name in _RULE_FIELDS[1:]:
         raw = value.get(name)
@@ -356,13 +358,13 @@ def flatten(data: object) -> tuple[dict[str, object], list[tuple[str, str]]]:
                                        f"{', '.join(fields)}, got {show(value)}"))
                 continue
             for field, raw in value.items():
-                path = f"{name}.{field}"
+                path = f"{name}.{key_text(field)}"
                 if field not in fields:
                     problems.append((path, unknown_key_message(field, tuple(fields), name)))
                 else:
                     _convert_into(flat, problems, path, raw, fields[field])
         else:
-            problems.append((name, unknown_key_message(name, TOP_FIELDS, "")))
+            problems.append((key_text(name), unknown_key_message(name, TOP_FIELDS, "")))
     return flat, problems
 
 

@@ -6,7 +6,6 @@ import asyncio
 import os
 import signal
 import socket
-import subprocess
 import sys
 import textwrap
 

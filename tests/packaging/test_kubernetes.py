@@ -1,0 +1,305 @@
+"""packaging/kubernetes: the plain DaemonSet manifest is well-formed and the Helm chart,
+rendered with its default values, produces exactly the same objects.
+
+`helm` is used when installed; otherwise a small renderer for the subset of Go templates
+the chart sticks to (values, if/end, and the pipeline functions toYaml, nindent, indent,
+quote, default) renders it. Anything outside that subset fails the test, which keeps the
+chart simple enough to review at a glance.
+"""
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from nri_sla.config import parse_config
+
+K8S = Path(__file__).resolve().parents[2] / "packaging" / "kubernetes"
+CHART = K8S / "helm" / "nri-sla"
+RELEASE, NAMESPACE = "nri-sla", "kube-system"
+
+
+# -- a minimal Go-template renderer -----------------------------------------------------
+_ACTION = re.compile(r"\{\{(-?)\s*(.*?)\s*(-?)\}\}", re.S)
+
+
+def _truthy(v: Any) -> bool:
+    return v not in (None, False, 0, "") and not (isinstance(v, (dict, list)) and not v)
+
+
+def _show(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (dict, list)):
+        raise AssertionError(f"template prints a collection without toYaml: {v!r}")
+    return "" if v is None else str(v)
+
+
+def _indent(n: int, s: str) -> str:
+    return "\n".join(" " * n + line if line else line for line in str(s).split("\n"))
+
+
+FUNCS = {
+    "toYaml": lambda v: yaml.safe_dump(v, default_flow_style=False, sort_keys=True).rstrip(),
+    "indent": lambda n, s: _indent(int(n), s),
+    "nindent": lambda n, s: "\n" + _indent(int(n), s),
+    "quote": lambda s: json.dumps(_show(s)),
+    "default": lambda d, v: v if _truthy(v) else d,
+}
+
+
+def _term(tok: str, ctx: dict) -> Any:
+    if tok.startswith('"'):
+        return json.loads(tok)
+    if re.fullmatch(r"-?\d+", tok):
+        return int(tok)
+    if tok.startswith("."):
+        value: Any = ctx
+        for part in tok[1:].split("."):
+            assert isinstance(value, dict), f"{tok}: {part} of a non-map"
+            value = value.get(part)
+        return value
+    raise AssertionError(f"unsupported template term {tok!r}")
+
+
+def _pipeline(expr: str, ctx: dict) -> Any:
+    value: Any = None
+    for i, cmd in enumerate(c.strip() for c in expr.split("|")):
+        words = re.findall(r'"(?:[^"\\]|\\.)*"|\S+', cmd)
+        if words[0] in FUNCS:
+            args = [_term(w, ctx) for w in words[1:]] + ([value] if i else [])
+            value = FUNCS[words[0]](*args)
+        else:
+            assert i == 0 and len(words) == 1, f"unsupported template command {cmd!r}"
+            value = _term(words[0], ctx)
+    return value
+
+
+def render_template(text: str, ctx: dict) -> str:
+    pieces: list[tuple[str, str]] = []  # ("text", s) | ("action", expr)
+    pos = 0
+    for m in _ACTION.finditer(text):
+        before = text[pos:m.start()]
+        if m.group(1):
+            before = before.rstrip()
+        pieces.append(("text", before))
+        pieces.append(("action", m.group(2)))
+        pos = m.end()
+        if m.group(3):
+            rest = text[pos:]
+            pos += len(rest) - len(rest.lstrip())
+    pieces.append(("text", text[pos:]))
+
+    out: list[str] = []
+    stack: list[bool] = []  # enclosing if-conditions
+    for kind, body in pieces:
+        active = all(stack)
+        if kind == "text":
+            if active:
+                out.append(body)
+        elif body.startswith("if "):
+            stack.append(active and _truthy(_pipeline(body[3:], ctx)))
+        elif body == "end":
+            assert stack, "{{ end }} without {{ if }}"
+            stack.pop()
+        elif body.startswith("/*"):
+            continue
+        elif active:
+            out.append(_show(_pipeline(body, ctx)))
+    assert not stack, "unclosed {{ if }}"
+    return "".join(out)
+
+
+def _deep_merge(base: dict, over: dict) -> dict:
+    merged = dict(base)
+    for k, v in over.items():
+        merged[k] = _deep_merge(base[k], v) if isinstance(v, dict) and isinstance(
+            base.get(k), dict) else v
+    return merged
+
+
+def render_chart(overrides: dict | None = None) -> list[dict]:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    values = _deep_merge(yaml.safe_load((CHART / "values.yaml").read_text()), overrides or {})
+    helm = shutil.which("helm")
+    if helm:
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
+            yaml.safe_dump(values, f)
+            f.flush()
+            res = subprocess.run([helm, "template", RELEASE, str(CHART), "-n", NAMESPACE,
+                                  "-f", f.name], capture_output=True, text=True, check=True,
+                                 timeout=60)
+        return [d for d in yaml.safe_load_all(res.stdout) if d]
+    ctx = {"Values": values, "Release": {"Name": RELEASE, "Namespace": NAMESPACE},
+           "Chart": {k[0].upper() + k[1:]: v for k, v in chart.items()}}
+    docs = []
+    for tpl in sorted((CHART / "templates").glob("*.yaml")):
+        docs += [d for d in yaml.safe_load_all(render_template(tpl.read_text(), ctx)) if d]
+    return docs
+
+
+def _normalized(docs: list[dict]) -> dict[tuple[str, str], dict]:
+    """kind/name -> object, with ConfigMap files parsed (their text formatting differs)."""
+    out = {}
+    for doc in docs:
+        doc = json.loads(json.dumps(doc))
+        if doc["kind"] == "ConfigMap":
+            doc["data"] = {k: yaml.safe_load(v) for k, v in doc["data"].items()}
+        out[(doc["kind"], doc["metadata"]["name"])] = doc
+    return out
+
+
+@pytest.fixture(scope="module")
+def manifest() -> list[dict]:
+    return [d for d in yaml.safe_load_all((K8S / "daemonset.yaml").read_text()) if d]
+
+
+def _by_kind(docs, kind):
+    (doc,) = [d for d in docs if d["kind"] == kind]
+    return doc
+
+
+# -- the renderer itself -------------------------------------------------------------------
+def test_renderer_subset():
+    ctx = {"Values": {"a": {"b": 7}, "l": [1, 2], "e": ""}, "Chart": {"AppVersion": "1.2"}}
+    assert render_template("x: {{ .Values.a.b }}", ctx) == "x: 7"
+    assert render_template("k:\n  {{- .Values.l | toYaml | nindent 2 }}\n", ctx) == \
+        "k:\n  - 1\n  - 2\n"
+    assert render_template('{{ .Values.e | default .Chart.AppVersion | quote }}', ctx) == \
+        '"1.2"'
+    assert render_template("a\n{{- if .Values.e }}\nb\n{{- end }}\nc", ctx) == "a\nc"
+    with pytest.raises(AssertionError, match="unsupported"):
+        render_template("{{ range .Values.l }}{{ end }}", ctx)
+
+
+# -- plain manifest ----------------------------------------------------------------------
+def test_objects_and_metadata(manifest):
+    kinds = sorted(d["kind"] for d in manifest)
+    assert kinds == ["ConfigMap", "DaemonSet", "ServiceAccount"]
+    for doc in manifest:
+        assert doc["apiVersion"] == ("apps/v1" if doc["kind"] == "DaemonSet" else "v1")
+        assert doc["metadata"]["namespace"] == NAMESPACE
+        assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", doc["metadata"]["name"])
+
+
+def test_daemonset_pod_spec(manifest):
+    ds = _by_kind(manifest, "DaemonSet")
+    spec = ds["spec"]
+    pod = spec["template"]["spec"]
+    labels = spec["template"]["metadata"]["labels"]
+    assert spec["selector"]["matchLabels"].items() <= labels.items()
+    assert spec["template"]["metadata"]["annotations"]["tolerate-missing-plugins.nri.io"] \
+        == "true"
+    assert pod["priorityClassName"] == "system-node-critical"
+    assert {"operator": "Exists"} in pod["tolerations"]
+    assert pod["serviceAccountName"] == _by_kind(manifest, "ServiceAccount")["metadata"][
+        "name"]
+    assert not pod.get("hostNetwork") and not pod.get("hostPID")
+    (ctr,) = pod["containers"]
+    assert set(ctr) <= {"name", "image", "imagePullPolicy", "args", "env", "ports",
+                        "readinessProbe", "livenessProbe", "resources", "securityContext",
+                        "volumeMounts"}
+    assert ctr["securityContext"] == {"privileged": True}
+    res = ctr["resources"]
+    assert res["requests"]["cpu"] and res["requests"]["memory"] and res["limits"]["memory"]
+
+
+def test_volumes_mounts_and_host_paths(manifest):
+    ds = _by_kind(manifest, "DaemonSet")
+    pod = ds["spec"]["template"]["spec"]
+    (ctr,) = pod["containers"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["mountPath"]: m for m in ctr["volumeMounts"]}
+    assert all(m["name"] in volumes for m in ctr["volumeMounts"])
+    assert len(volumes) == len(pod["volumes"])  # unique names
+    host = {v["hostPath"]["path"]: (v["name"], v["hostPath"]["type"])
+            for v in volumes.values() if "hostPath" in v}
+    assert set(host) == {"/var/run/nri", "/sys", "/sys/fs/cgroup", "/dev"}
+    assert mounts["/sys"].get("readOnly") is True
+    assert not mounts["/sys/fs/cgroup"].get("readOnly")  # cgroup writes
+    assert not mounts["/var/run/nri"].get("readOnly")  # connect() needs write access
+    assert host["/var/run/nri"][1] == "DirectoryOrCreate"
+    cm_name = _by_kind(manifest, "ConfigMap")["metadata"]["name"]
+    assert volumes["config"]["configMap"]["name"] == cm_name
+    assert mounts["/etc/nri-sla"]["readOnly"] is True
+
+
+def test_probes_use_the_metrics_port(manifest):
+    (ctr,) = _by_kind(manifest, "DaemonSet")["spec"]["template"]["spec"]["containers"]
+    ports = {p["name"]: p["containerPort"] for p in ctr["ports"]}
+    assert all(len(name) <= 15 for name in ports)
+    assert ctr["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    assert ctr["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    i = ctr["args"].index("--metrics-address")
+    assert ctr["args"][i + 1] == f":{ports['metrics']}"
+
+
+def test_args_are_accepted_by_nri_sla_run(manifest):
+    from nri_sla.commands import run
+
+    (ctr,) = _by_kind(manifest, "DaemonSet")["spec"]["template"]["spec"]["containers"]
+    parser = argparse.ArgumentParser(exit_on_error=False)
+    run.add_arguments(parser)
+    args = parser.parse_args(ctr["args"])
+    assert args.config == "/etc/nri-sla/config.yaml"
+    assert args.metrics_address == ":9810"
+
+
+def test_configmap_is_a_valid_node_config(manifest):
+    text = _by_kind(manifest, "ConfigMap")["data"]["config.yaml"]
+    config = parse_config(text, source="configmap")  # raises ConfigError when invalid
+    assert config.enforcement == "hard" and config.log.format == "json"
+
+
+# -- chart == manifest ---------------------------------------------------------------------
+def test_chart_defaults_render_the_plain_manifest(manifest):
+    assert _normalized(render_chart()) == _normalized(manifest)
+
+
+def test_chart_values_take_effect():
+    docs = render_chart({"metricsPort": 9900, "runtimeClassName": "nvidia",
+                         "nvidiaVisibleDevices": "all", "image": {"tag": "dev"},
+                         "config": {"enforcement": "soft"}})
+    ds = _by_kind(docs, "DaemonSet")
+    pod = ds["spec"]["template"]["spec"]
+    (ctr,) = pod["containers"]
+    assert pod["runtimeClassName"] == "nvidia"
+    assert ctr["env"] == [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]
+    assert ctr["ports"][0]["containerPort"] == 9900 and ":9900" in ctr["args"]
+    assert ctr["image"] == "nri-sla:dev"
+    cm = _by_kind(docs, "ConfigMap")
+    assert parse_config(cm["data"]["config.yaml"]).enforcement == "soft"
+
+
+def test_chart_metadata():
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["apiVersion"] == "v2" and chart["name"] == "nri-sla"
+    from nri_sla import __version__
+    assert chart["appVersion"] == __version__
+
+
+# -- Dockerfile ------------------------------------------------------------------------------
+def test_dockerfile(pk):
+    text = (pk.REPO / "Dockerfile").read_text()
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
+    froms = [ln.split()[1] for ln in lines if ln.upper().startswith("FROM ")]
+    assert froms and all(f.startswith("python:3.11-slim") for f in froms)
+    (entry,) = [ln for ln in lines if ln.upper().startswith("ENTRYPOINT ")]
+    assert json.loads(entry.split(None, 1)[1]) == ["nri-sla", "run"]
+    (cmd,) = [ln for ln in lines if ln.upper().startswith("CMD ")]
+    from nri_sla.commands import run
+    parser = argparse.ArgumentParser(exit_on_error=False)
+    run.add_arguments(parser)
+    parser.parse_args(json.loads(cmd.split(None, 1)[1]))
+    # every COPY source exists in the repository
+    for ln in lines:
+        if ln.upper().startswith("COPY ") and "--from=" not in ln:
+            for src in ln.split()[1:-1]:
+                assert (pk.REPO / src).exists(), src

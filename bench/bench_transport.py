@@ -58,6 +58,13 @@ def rss_kib(pid: int) -> int:
     return 0
 
 
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process, from /proc (10 ms resolution)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def percentile(sorted_values: list[float], q: float) -> float:
     idx = min(len(sorted_values) - 1, round(q * (len(sorted_values) - 1)))
     return sorted_values[idx]
@@ -88,10 +95,14 @@ async def main(args: argparse.Namespace) -> dict[str, float]:
             await s.create_container(pod, ctr)
         lat = []
         clock = time.perf_counter
+        cpu_plugin, cpu_sim = cpu_seconds(proc.pid), time.process_time()
         for _ in range(args.requests):
             t0 = clock()
             await s.create_container(pod, ctr)
             lat.append(clock() - t0)
+        out["create_cpu_plugin_us"] = (cpu_seconds(proc.pid) - cpu_plugin) / args.requests * 1e6
+        out["create_cpu_runtime_us"] = (time.process_time() - cpu_sim) / args.requests * 1e6
+        out["loadavg_1m"] = os.getloadavg()[0]
         lat.sort()
         out["create_p50_us"] = percentile(lat, 0.50) * 1e6
         out["create_p99_us"] = percentile(lat, 0.99) * 1e6
@@ -124,6 +135,9 @@ def run() -> int:
           f"{int(out['create_request_bytes'])}-byte request): "
           f"p50 {out['create_p50_us']:.0f} us, p99 {out['create_p99_us']:.0f} us, "
           f"mean {out['create_mean_us']:.0f} us  (target p50 < 300 us, p99 < 1000 us)")
+    print(f"  CPU per call: plugin {out['create_cpu_plugin_us']:.0f} us, simulated runtime "
+          f"{out['create_cpu_runtime_us']:.0f} us; load average {out['loadavg_1m']:.2f} "
+          f"on {os.cpu_count()} CPUs")
     for n in (1000, 10000):
         print(f"Synchronize {n:>6} containers: {out[f'sync_{n}_ms']:.1f} ms; "
               f"plugin RSS after: {out[f'rss_after_sync_{n}_mib']:.1f} MiB")

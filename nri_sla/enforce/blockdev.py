@@ -1,9 +1,9 @@
 """Block devices named in io.max rules: resolve to MAJ:MIN and inspect the I/O scheduler.
 
 Verified on this project's test host (kernel 6.18): writing a partition's MAJ:MIN into
-blkio.throttle.* fails with ENODEV, and so does io.max on v2 (the kernel's per-cgroup
-block config only accepts whole disks). So a partition is refused here with a message that
-names its disk, unless the caller asks for the whole disk instead.
+blkio.throttle.* fails with ENODEV (the kernel's per-cgroup block config only accepts whole
+disks; v2 io.max goes through the same parser). So a partition is refused here with a
+message that names its disk, unless the caller asks for the whole disk instead.
 """
 
 from __future__ import annotations

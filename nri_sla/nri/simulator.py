@@ -95,6 +95,17 @@ def chunk_state(pods: list[pb.PodSandbox], containers: list[pb.Container],
     return chunks
 
 
+def _embed(tag: int, data: bytes) -> bytes:
+    """A length-delimited field, as protobuf encodes an embedded message."""
+    size = len(data)
+    head = bytearray((tag,))
+    while size > 0x7F:
+        head.append((size & 0x7F) | 0x80)
+        size >>= 7
+    head.append(size)
+    return bytes(head) + data
+
+
 class PluginSession:
     """One connected plugin as the runtime sees it."""
 
@@ -191,19 +202,20 @@ class PluginSession:
 
     async def call(self, method: str, request: Any, response_cls: Any = None,
                    timeout: float | None = None) -> Any:
-        """Call Plugin/<method>; return the decoded response (or raw bytes)."""
+        """Call Plugin/<method> with a message (or its encoded bytes); return the decoded
+        response (or the raw payload when response_cls is None)."""
         if timeout is None:
             timeout = self.opts.request_timeout
+        payload = request if isinstance(request, bytes) else request.SerializeToString()
         try:
-            payload = await self.conn.call(PLUGIN_SERVICE, method,
-                                           request.SerializeToString(), timeout)
+            answer = await self.conn.call(PLUGIN_SERVICE, method, payload, timeout)
         except RpcError as exc:
             if exc.code == Code.DEADLINE_EXCEEDED and self.opts.drop_on_timeout:
                 self.drop(f"{method}: plugin missed the {timeout:g}s deadline")
             raise PluginCallError(exc.code, exc.message, method) from None
         except ConnectionClosed as exc:
             raise PluginDropped(f"{method}: {exc}") from exc
-        return payload if response_cls is None else response_cls.FromString(payload)
+        return answer if response_cls is None else response_cls.FromString(answer)
 
     def subscribed(self, event: int) -> bool:
         return bool(self.events & ev.bit(event))
@@ -222,12 +234,14 @@ class PluginSession:
                 await self.call("StateChange", req, pb.Empty, timeout)
                 return None
         method = ev.RPCS[event]
-        req_cls = getattr(pb, method + "Request")
-        if event in ev.POD_EVENTS:
-            req = req_cls(pod=pod, **extra)
-        else:
-            req = req_cls(pod=pod, container=container, **extra)
-        return await self.call(method, req, getattr(pb, method + "Response"), timeout)
+        # Every event request starts with pod = 1 (and container = 2): encode those by
+        # concatenation instead of deep-copying both messages into a new request.
+        payload = _embed(0x0A, pod.SerializeToString())
+        if event not in ev.POD_EVENTS and container is not None:
+            payload += _embed(0x12, container.SerializeToString())
+        if extra:
+            payload += getattr(pb, method + "Request")(**extra).SerializeToString()
+        return await self.call(method, payload, getattr(pb, method + "Response"), timeout)
 
     # Named helpers for the common life cycle.
     async def run_pod_sandbox(self, pod: pb.PodSandbox, **kw: Any) -> Any:

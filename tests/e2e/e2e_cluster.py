@@ -22,6 +22,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from e2e_image import GOARCH
 
@@ -169,6 +170,7 @@ class PodContainer:
 class Cluster:
     """One private containerd. Use start(), run_pod(), restart(), cleanup()."""
 
+    Error: ClassVar[type[ClusterError]] = ClusterError  # for tests, which can't import this
     bins: Binaries
     base: Path
     image_tar: Path

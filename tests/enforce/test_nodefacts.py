@@ -6,6 +6,8 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nri_sla.enforce import (
     CgroupFactsError,
@@ -15,6 +17,7 @@ from nri_sla.enforce import (
     detect_cgroup_facts,
 )
 from nri_sla.enforce.mountinfo import parse_mountinfo, parse_proc_cgroup
+from nri_sla.enforce.nodefacts import safe_join
 
 SYSTEMD_PATH = "kubepods-burstable-pod0a1b_2c3d.slice:cri-containerd:4f5e6d"
 SYSTEMD_EXPANDED = (
@@ -254,3 +257,20 @@ def test_real_host_detection() -> None:
         assert d.is_dir(), d
     if facts.version == 1:
         assert {"cpu", "memory"} <= set(own.dirs)
+
+
+_segment = st.sampled_from(["..", ".", "", "a", "b.slice", "x..y", "...", "c:d", "~", "%2e%2e"])
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.lists(_segment, max_size=8), st.booleans())
+def test_safe_join_never_leaves_the_hierarchy(tmp_path_factory, segments, absolute) -> None:
+    hierarchy = tmp_path_factory.mktemp("h")
+    relative = ("/" if absolute else "") + "/".join(segments)
+    try:
+        path = safe_join(hierarchy, relative, relative)
+    except CgroupPathError as e:
+        assert ".." in segments or "NUL" in e.reason
+        return
+    assert ".." not in segments
+    assert path.resolve().is_relative_to(hierarchy.resolve())

@@ -4,6 +4,7 @@ nri-sla relies on, at the table paths of each config version."""
 import tomllib
 
 import pytest
+import yaml
 
 NRI = "io.containerd.nri.v1.nri"
 ANNOTATIONS = ["sla.nri.io/*", "io.kubernetes.sla/*"]
@@ -49,7 +50,9 @@ def test_runc_handler_passes_annotations_and_hook_spec(pk, name):
 
 def test_fail_closed_validator_only_in_2x(pk):
     validator = load(pk, "config.toml.example")["plugins"][NRI]["default_validator"]
-    assert validator == {"enable": True, "required_plugins": ["nri-sla"]}
+    assert validator == {
+        "enable": True, "required_plugins": ["nri-sla"],
+        "tolerate_missing_plugins_annotation": "tolerate-missing-nri-plugins.noderesource.dev"}
     assert "default_validator" not in load(pk, "config-1.7.toml.example")["plugins"][NRI]
 
 
@@ -59,3 +62,14 @@ def test_required_plugin_name_matches_the_plugin(pk):
     validator = load(pk, "config.toml.example")["plugins"][NRI]["default_validator"]
     (wrapper,) = [p for p in (pk.PACKAGING / "nri").iterdir() if p.suffix != ".conf"]
     assert validator["required_plugins"] == [wrapper.name.split("-", 1)[1]]
+
+
+def test_daemonset_tolerates_the_configured_annotation(pk):
+    # the nri-sla pod itself must start while nri-sla is not registered yet
+    key = load(pk, "config.toml.example")["plugins"][NRI]["default_validator"][
+        "tolerate_missing_plugins_annotation"]
+    docs = yaml.safe_load_all((pk.PACKAGING / "kubernetes" / "daemonset.yaml").read_text())
+    (ds,) = [d for d in docs if d and d["kind"] == "DaemonSet"]
+    annotations = ds["spec"]["template"]["metadata"]["annotations"]
+    assert annotations[key] == "true"
+    assert annotations["tolerate-missing-plugins.nri.io"] == "true"  # containerd 2.2

@@ -195,8 +195,9 @@ def test_daemonset_pod_spec(manifest):
     pod = spec["template"]["spec"]
     labels = spec["template"]["metadata"]["labels"]
     assert spec["selector"]["matchLabels"].items() <= labels.items()
-    assert spec["template"]["metadata"]["annotations"]["tolerate-missing-plugins.nri.io"] \
-        == "true"
+    annotations = spec["template"]["metadata"]["annotations"]
+    assert annotations["tolerate-missing-plugins.nri.io"] == "true"
+    assert annotations["tolerate-missing-nri-plugins.noderesource.dev"] == "true"
     assert pod["priorityClassName"] == "system-node-critical"
     assert {"operator": "Exists"} in pod["tolerations"]
     assert pod["serviceAccountName"] == _by_kind(manifest, "ServiceAccount")["metadata"][
@@ -303,3 +304,27 @@ def test_dockerfile(pk):
         if ln.upper().startswith("COPY ") and "--from=" not in ln:
             for src in ln.split()[1:-1]:
                 assert (pk.REPO / src).exists(), src
+
+
+# -- OpenAPI schema of the Kubernetes API --------------------------------------------------
+@pytest.mark.parametrize("source", ["manifest", "chart-defaults", "chart-overrides"])
+def test_objects_match_the_kubernetes_openapi_schema(manifest, source):
+    kv = pytest.importorskip(
+        "kubernetes_validate",
+        reason="schema check needs `pip install kubernetes-validate` (bundles the API's "
+               "OpenAPI schemas)")
+    docs = {"manifest": lambda: manifest,
+            "chart-defaults": render_chart,
+            "chart-overrides": lambda: render_chart({"runtimeClassName": "nvidia",
+                                                     "nvidiaVisibleDevices": "all"})}[source]()
+    for doc in docs:
+        # strict: unknown fields (typos such as "readOnlly") are errors too
+        kv.validate(doc, "1.30.0", strict=True)
+
+
+def test_schema_check_catches_a_typo(manifest):
+    kv = pytest.importorskip("kubernetes_validate", reason="pip install kubernetes-validate")
+    ds = json.loads(json.dumps(_by_kind(manifest, "DaemonSet")))
+    ds["spec"]["template"]["spec"]["containers"][0]["volumeMounts"][0]["readOnlly"] = True
+    with pytest.raises(kv.ValidationError):
+        kv.validate(ds, "1.30.0", strict=True)

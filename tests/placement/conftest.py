@@ -33,23 +33,27 @@ def _node(root: Path, nodes: int, cores: int, threads: int, pci, gpus,
     return read_topology(sysfs), inv
 
 
-@pytest.fixture
-def dgx_node(tmp_path) -> Node:
+# node facts are immutable values: build each fake tree once per session
+
+
+@pytest.fixture(scope="session")
+def dgx_node(tmp_path_factory) -> Node:
     """2 NUMA nodes x 8 cores x 2 threads (node 0: CPUs 0-7,16-23), 8 GPUs, cube-mesh."""
-    return _node(tmp_path, 2, 8, 2, dgx_like_pci(), dgx_like_gpus())
+    return _node(tmp_path_factory.mktemp("dgx"), 2, 8, 2, dgx_like_pci(), dgx_like_gpus())
 
 
-@pytest.fixture
-def pcie_node(tmp_path) -> Node:
+@pytest.fixture(scope="session")
+def pcie_node(tmp_path_factory) -> Node:
     """2 NUMA nodes x 4 cores x 2 threads, 4 GPUs (0,1 on node 0; 2,3 on node 1)."""
-    return _node(tmp_path, 2, 4, 2, pcie_box_pci(), pcie_box_gpus())
+    return _node(tmp_path_factory.mktemp("pcie"), 2, 4, 2, pcie_box_pci(), pcie_box_gpus())
 
 
-@pytest.fixture
-def mig_node(tmp_path) -> Node:
+@pytest.fixture(scope="session")
+def mig_node(tmp_path_factory) -> Node:
+    root = tmp_path_factory.mktemp("mig")
     gpus = mig_box_gpus()
-    proc = build_mig_proc(tmp_path / "proc", 0, gpus[0].migs)
-    return _node(tmp_path, 1, 4, 2, [], gpus, proc)
+    proc = build_mig_proc(root / "proc", 0, gpus[0].migs)
+    return _node(root, 1, 4, 2, [], gpus, proc)
 
 
 @pytest.fixture
@@ -91,13 +95,16 @@ def inventory_of() -> Callable[..., GpuInventory]:
     return make_inventory
 
 
-@pytest.fixture
-def topology_of(tmp_path) -> Callable[..., Topology]:
-    counter = iter(range(1000))
+@pytest.fixture(scope="session")
+def topology_of(tmp_path_factory) -> Callable[..., Topology]:
+    cache: dict[tuple[int, int, int], Topology] = {}
 
     def build(nodes: int = 2, cores: int = 4, threads: int = 2) -> Topology:
-        root = tmp_path / f"t{next(counter)}"
-        return read_topology(build_sysfs(root, nodes=nodes, cores_per_node=cores,
-                                         threads=threads))
+        key = (nodes, cores, threads)
+        if key not in cache:
+            root = tmp_path_factory.mktemp("topo")
+            cache[key] = read_topology(build_sysfs(root, nodes=nodes, cores_per_node=cores,
+                                                   threads=threads))
+        return cache[key]
 
     return build

@@ -21,6 +21,7 @@ REPO = HERE.parents[1]
 GUEST_DIR = HERE / "guest"
 COLLECTION_ERROR = "<guest collection error>"
 TIMEOUT_ENV = "NRI_SLA_VM_TIMEOUT"
+HOST_OPT_IN = "NRI_SLA_CGROUP2_HOST"
 
 
 def _harness():
@@ -40,6 +41,21 @@ def vm_harness():
 
 def in_guest() -> bool:
     return os.environ.get(_harness().GUEST_ENV_FLAG) == "1"
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """On the host, a run over tests/ does not collect the guest tests a second time
+    (each already appears as test_guest[<node id>]). Naming tests/vm/guest explicitly still
+    collects them (they then skip with the reason), and so do the guest and a host that
+    opted in with NRI_SLA_CGROUP2_HOST=1."""
+    if collection_path != GUEST_DIR or in_guest() or os.environ.get(HOST_OPT_IN) == "1":
+        return None
+    base = config.invocation_params.dir
+    for arg in config.args:
+        named = (base / arg.split("::")[0]).resolve()
+        if named == GUEST_DIR or GUEST_DIR in named.parents:
+            return None
+    return True
 
 
 def collect_guest_nodeids() -> tuple[list[str], str | None]:

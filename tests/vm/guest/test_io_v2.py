@@ -94,6 +94,8 @@ def test_io_weight_range(scratch_cgroup, bad):
 
 def test_io_weight_per_device_needs_iocost(scratch_cgroup, virtio_disk):
     # Without io.cost on the device a per-device weight cannot even be stored.
+    if virtio_disk.majmin in (ROOT / "io.cost.qos").read_text():
+        pytest.skip("io.cost was already set up on the disk by an earlier test")
     with pytest.raises(OSError):
         scratch_cgroup.write("io.weight", f"{virtio_disk.majmin} 300")
 

@@ -6,23 +6,31 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from nri_sla.hook.deadline import DEFAULT_TIMEOUT
 from nri_sla.hook.errors import BadInput
 from nri_sla.hook.spec import DEFAULT_STAGE, STAGES
+from nri_sla.hook.values import Value
 
 USAGE = ("usage: nri-sla hook [--stage createRuntime|prestart|poststart|createContainer] "
          "[--timeout S] [--config PATH] [--cgroup-root PATH]")
 
 
-@dataclass(frozen=True)
-class HookOptions:
-    stage: str = DEFAULT_STAGE
-    timeout: float = DEFAULT_TIMEOUT
-    config: str | None = None  # None: /etc/nri-sla/config.yaml if it exists, else defaults
-    cgroup_root: str | None = None  # None: the node config's cgroup.root
-    sysfs_root: str = "/sys"  # tests point this at a fake NUMA/GPU tree (not a CLI option)
+class HookOptions(Value):
+    """What the command line asked for (see values.py for why not a dataclass)."""
+
+    __slots__ = ("cgroup_root", "config", "stage", "sysfs_root", "timeout")
+
+    def __init__(self, stage: str = DEFAULT_STAGE, timeout: float = DEFAULT_TIMEOUT,
+                 config: str | None = None, cgroup_root: str | None = None,
+                 sysfs_root: str = "/sys") -> None:
+        self.stage = stage
+        self.timeout = timeout
+        # None: /etc/nri-sla/config.yaml when it exists, else the built-in defaults.
+        self.config = config
+        # None: the node config's cgroup.root (/sys/fs/cgroup).
+        self.cgroup_root = cgroup_root
+        # Tests point this at a fake NUMA/GPU sysfs tree; not a command-line option.
+        self.sysfs_root = sysfs_root
 
 
 def check(stage: str, timeout: float) -> None:

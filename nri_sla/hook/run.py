@@ -9,8 +9,6 @@ from __future__ import annotations
 import os
 import sys
 import time
-from dataclasses import dataclass, field
-from typing import BinaryIO, TextIO
 
 from nri_sla.hook.deadline import Deadline, alarm
 from nri_sla.hook.errors import (
@@ -21,24 +19,34 @@ from nri_sla.hook.errors import (
 from nri_sla.hook.options import HookOptions
 from nri_sla.hook.state import load_bundle, read_state
 from nri_sla.hook.target import has_sla, identify
+from nri_sla.hook.values import Value
+
+TYPE_CHECKING = False  # typing itself costs start-up time; only checkers need it
+if TYPE_CHECKING:
+    from typing import BinaryIO, TextIO
 
 
-@dataclass
-class Outcome:
+class Outcome(Value):
     """What the hook did; `lines` go to stderr (one line each)."""
 
-    exit_code: int
-    action: str  # skipped | applied | verified | refused | failed
-    lines: list[str] = field(default_factory=list)
-    container_id: str = ""
+    __slots__ = ("action", "container_id", "exit_code", "lines")
+
+    def __init__(self, exit_code: int, action: str, lines: list[str] | None = None,
+                 container_id: str = "") -> None:
+        self.exit_code = exit_code
+        self.action = action  # skipped | applied | verified | refused | failed
+        self.lines = lines if lines is not None else []
+        self.container_id = container_id
 
 
-@dataclass
-class RunState:
+class RunState(Value):
     """Mutable facts learnt while running, needed to judge a late failure."""
 
-    enforcement: str | None = None  # hard | soft once the SLA is parsed
-    container_id: str = ""
+    __slots__ = ("container_id", "enforcement")
+
+    def __init__(self) -> None:
+        self.enforcement: str | None = None  # hard | soft once the SLA is parsed
+        self.container_id = ""
 
 
 def run(opts: HookOptions, stdin: BinaryIO) -> Outcome:

@@ -9,34 +9,43 @@ from __future__ import annotations
 import json
 import os
 import stat
-from dataclasses import dataclass
-from typing import Any, BinaryIO
 
 from nri_sla.hook.errors import BadInput
+from nri_sla.hook.values import Value
+
+TYPE_CHECKING = False  # typing itself costs start-up time; only checkers need it
+if TYPE_CHECKING:
+    from typing import Any, BinaryIO
 
 STATE_LIMIT = 1 << 20  # 1 MiB: a state is a few hundred bytes plus the annotations
 CONFIG_LIMIT = 8 << 20  # 8 MiB: config.json with many mounts/env/annotations
 ANNOTATION_LIMIT = 256 << 10  # one annotation value; Kubernetes caps all of them at 256 KiB
 
 
-@dataclass(frozen=True)
-class OciState:
+class OciState(Value):
     """The OCI runtime state (runtime-spec runtime.md#state)."""
 
-    id: str
-    status: str
-    bundle: str
-    pid: int | None
-    annotations: dict[str, str]
+    __slots__ = ("annotations", "bundle", "id", "pid", "status")
+
+    def __init__(self, id: str, status: str, bundle: str, pid: int | None,
+                 annotations: dict[str, str]) -> None:
+        self.id = id
+        self.status = status
+        self.bundle = bundle
+        self.pid = pid
+        self.annotations = annotations
 
 
-@dataclass(frozen=True)
-class BundleSpec:
+class BundleSpec(Value):
     """The parts of <bundle>/config.json the hook uses."""
 
-    annotations: dict[str, str]
-    cgroups_path: str | None
-    env: dict[str, str]
+    __slots__ = ("annotations", "cgroups_path", "env")
+
+    def __init__(self, annotations: dict[str, str], cgroups_path: str | None,
+                 env: dict[str, str]) -> None:
+        self.annotations = annotations
+        self.cgroups_path = cgroups_path
+        self.env = env
 
 
 def read_bounded(stream: BinaryIO, limit: int, what: str) -> bytes:

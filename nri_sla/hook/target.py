@@ -7,19 +7,21 @@ io.kubernetes.cri-o.* keys. Pod sandboxes (pause containers) never get an SLA.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from nri_sla.hook.values import Value
 
 NAME_KEYS = ("io.kubernetes.cri.container-name", "io.kubernetes.container.name")
 NAMESPACE_KEYS = ("io.kubernetes.cri.sandbox-namespace", "io.kubernetes.pod.namespace")
 TYPE_KEYS = ("io.kubernetes.cri.container-type", "io.kubernetes.cri-o.ContainerType")
 
 
-@dataclass(frozen=True)
-class Target:
-    id: str
-    name: str
-    namespace: str
-    sandbox: bool
+class Target(Value):
+    __slots__ = ("id", "name", "namespace", "sandbox")
+
+    def __init__(self, id: str, name: str, namespace: str, sandbox: bool) -> None:
+        self.id = id
+        self.name = name
+        self.namespace = namespace
+        self.sandbox = sandbox
 
 
 def identify(container_id: str, annotations: dict[str, str]) -> Target:

@@ -27,6 +27,7 @@ from typing import ClassVar
 from e2e_image import GOARCH
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
+NAMESPACE = "nri-e2e"  # the Kubernetes namespace of every e2e pod
 MNT_DETACH = 2
 
 
@@ -302,12 +303,13 @@ class Cluster:
         """Host-network pod + one started container; raises ClusterError on refusal."""
         d = self.base / "pods" / name
         d.mkdir(parents=True, exist_ok=True)
+        uid = uuid.uuid4().hex
         pod = {
-            "metadata": {"name": name, "namespace": "nri-e2e", "uid": uuid.uuid4().hex,
-                         "attempt": 0},
+            "metadata": {"name": name, "namespace": NAMESPACE, "uid": uid, "attempt": 0},
             "annotations": annotations,
             "log_directory": str(d),
-            "linux": {"cgroup_parent": self.cgroup_parent,
+            # One cgroup per pod under the private parent, as kubelet lays them out.
+            "linux": {"cgroup_parent": f"{self.cgroup_parent}/pod{uid}",
                       "security_context": {"namespace_options": {"network": 2}}},
         }
         ctr = {"metadata": {"name": container}, "image": {"image": self.image},
@@ -326,6 +328,17 @@ class Cluster:
     @staticmethod
     def cgroup(pc: PodContainer) -> CgroupValues:
         return read_cgroup(pc.cgroups_path)
+
+    @staticmethod
+    def cgroup_file(pc: PodContainer, controller: str, name: str) -> str | None:
+        """One file of the container's cgroup (controller is ignored on cgroup v2)."""
+        rel = pc.cgroups_path.lstrip("/")
+        d = CGROUP_ROOT / rel if cgroup_v2_only() else CGROUP_ROOT / controller / rel
+        return _read(d / name)
+
+    @staticmethod
+    def pid(pc: PodContainer) -> int:
+        return int(pc.inspect["info"]["pid"])
 
     @staticmethod
     def spec_annotations(pc: PodContainer) -> dict[str, str]:

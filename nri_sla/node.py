@@ -57,6 +57,7 @@ class NodeState:
         self.rt_budget = rt_budget or RtBudget(config.rt_budget * kernel_rt_share())
         self.io_weight_supported = io_weight_supported
         self.bfq = bfq
+        self._cpusets: dict[str, str] = {}  # aligned container -> cpuset it was last given
         self.resolve_device = resolve_device
 
     @property
@@ -100,10 +101,34 @@ class NodeState:
                     self.allocator.restore(owner, plan.placement_record)
                 except PlacementError as exc:
                     log.error("container %s: cannot rebuild its placement: %s", owner, exc)
+                else:
+                    self.remember_cpuset(owner, plan)
             restored += 1
         return restored
 
+    def remember_cpuset(self, owner: str, plan: ContainerPlan) -> None:
+        if plan.cpus:
+            self._cpusets[owner] = plan.cpus
+
+    def cpuset_updates(self, exclude: str) -> dict[str, str]:
+        """Aligned containers whose cpuset must change because exclusive CPUs were taken
+        or given back since they got it: container id -> new cpuset."""
+        if self.allocator is None:
+            return {}
+        from nri_sla.topology.cpulist import format_cpulist
+
+        changed = {}
+        for owner, old in list(self._cpusets.items()):
+            cpus = self.allocator.current_cpus(owner)
+            if owner == exclude or not cpus:
+                continue
+            new = format_cpulist(cpus)
+            if new != old:
+                self._cpusets[owner] = changed[owner] = new
+        return changed
+
     def release(self, owner: str) -> None:
+        self._cpusets.pop(owner, None)
         self.rt_budget.release(owner)
         if self.allocator is not None:
             self.allocator.release(owner)

@@ -77,8 +77,10 @@ class SlaPlugin:
         plan = decision.plan
         if self.node.direct_writes(plan):
             self._pending[container.id] = plan
+        self.node.remember_cpuset(container.id, plan)
         self._publish_usage()
-        return build_adjustment(plan, self.node.annotations_for(plan, "nri")), None
+        return (build_adjustment(plan, self.node.annotations_for(plan, "nri")),
+                self._cpuset_updates(container.id))
 
     def start_container(self, pod: pb.PodSandbox, container: pb.Container) -> None:
         with self._timed("StartContainer"):
@@ -94,15 +96,26 @@ class SlaPlugin:
         if problems and plan.enforcement == "hard":
             raise RuntimeError("; ".join(problems))
 
-    def stop_container(self, pod: pb.PodSandbox, container: pb.Container) -> None:
+    def stop_container(self, pod: pb.PodSandbox, container: pb.Container):
         with self._timed("StopContainer"):
             self._release(container.id)
+            return self._cpuset_updates(container.id)
 
     def remove_container(self, pod: pb.PodSandbox, container: pb.Container) -> None:
         with self._timed("RemoveContainer"):
             self._release(container.id)
 
     # -- helpers -------------------------------------------------------------------------
+    def _cpuset_updates(self, exclude: str) -> list[pb.ContainerUpdate]:
+        """Aligned containers whose node's shared CPUs changed (exclusive CPUs taken or
+        given back) get their new cpuset in the same answer."""
+        updates = []
+        for owner, cpus in self.node.cpuset_updates(exclude).items():
+            update = pb.ContainerUpdate(container_id=owner, ignore_failure=True)
+            update.linux.resources.cpu.cpus = cpus
+            updates.append(update)
+        return updates
+
     def _timed(self, event: str):
         return self.metrics.time(event) if self.metrics is not None else nullcontext()
 

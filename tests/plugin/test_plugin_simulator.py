@@ -16,6 +16,7 @@ from plugin_helpers import (
 
 from nri_sla.nri.pb import nri_pb2 as pb
 from nri_sla.nri.simulator import PluginCallError, make_container, make_pod
+from nri_sla.topology.cpulist import parse_cpulist
 
 GiB = 1024**3
 MiB = 1024**2
@@ -162,3 +163,25 @@ def test_allocations_released_and_rebuilt_from_synchronize(tmp_path):
     assert "free: none" in full.message
     assert "free: none" in after_restart.message
     assert len(freed.adjust.CDI_devices) == 1
+
+
+def test_exclusive_cpus_leave_aligned_neighbours_cpusets(tmp_path):
+    async def scenario():
+        async with plugin_session(make_node(2), tmp_path) as (_, session, _p):
+            shared = make_pod("shared", annotations={"sla.nri.io/pod": "numa: {nodes: '1'}"})
+            first = (await session.create_container(shared, make_container(shared, "c"))).adjust
+            excl = make_pod("excl", annotations={"sla.nri.io/pod": "numa: {nodes: '1'}\n"
+                                                                   "cpu: {exclusive: 4}"})
+            ctr = make_container(excl, "c")
+            taken = await session.create_container(excl, ctr)
+            given_back = await session.stop_container(excl, ctr)
+            return first, taken, given_back
+
+    first, taken, given_back = run(scenario())
+    exclusive = set(parse_cpulist(taken.adjust.linux.resources.cpu.cpus))
+    (update,) = taken.update
+    narrowed = set(parse_cpulist(update.linux.resources.cpu.cpus))
+    assert narrowed == set(parse_cpulist(first.linux.resources.cpu.cpus)) - exclusive
+    assert update.ignore_failure
+    (restored,) = given_back.update
+    assert restored.linux.resources.cpu.cpus == first.linux.resources.cpu.cpus

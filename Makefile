@@ -37,5 +37,8 @@ proto: $(STAMP)
 bench: $(STAMP)
 	$(PY) bench/run_all.py
 
+deb: $(STAMP)
+	PYTHON=$(PY) packaging/deb/build.sh
+
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache

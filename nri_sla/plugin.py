@@ -42,6 +42,11 @@ class SlaPlugin:
     def configure(self, config: str, runtime_name: str, runtime_version: str) -> None:
         self.runtime = f"{runtime_name} {runtime_version}".strip()
         log.info("configured by %s", self.runtime or "an unnamed runtime")
+        if config.strip():
+            # /etc/nri/conf.d/NN-nri-sla.conf only points at the node config, which the
+            # plugin already loaded from --config at start.
+            log.info("runtime passed plugin config %r; node config in use: %s",
+                     config.strip(), self.node.config.source)
 
     def synchronize(self, pods: list[pb.PodSandbox], containers: list[pb.Container]) -> None:
         with self._timed("Synchronize"):

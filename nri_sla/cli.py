@@ -7,11 +7,7 @@ protobuf, NVML or the plugin service.
 
 from __future__ import annotations
 
-import argparse
-import importlib
 import sys
-
-from nri_sla import __version__
 
 # name -> (module under nri_sla.commands, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -24,7 +20,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def _top_parser() -> argparse.ArgumentParser:
+def _top_parser():
+    import argparse
+
+    from nri_sla import __version__
+
     parser = argparse.ArgumentParser(
         prog="nri-sla",
         description="Pod resource SLAs for containerd nodes (NRI plugin and OCI hook).",
@@ -37,6 +37,14 @@ def _top_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["hook"]:
+        # Exec'd for every container: straight to the hook, no argparse (docs/hook.md).
+        from nri_sla.hook.__main__ import main as hook_main
+
+        return hook_main(argv[1:])
+    import argparse
+    import importlib
+
     top = _top_parser()
     if not argv or argv[0].startswith("-"):
         top.parse_args(argv or ["--help"])

@@ -60,9 +60,22 @@ def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
         out[prefix] = value
 
 
+_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape(c: str) -> str:
+    if c in _ESCAPES:
+        return _ESCAPES[c]
+    # Other control and separator characters (ESC, NUL, U+2028, ...) could split the
+    # line or drive a terminal when an annotation smuggles them in: spell them out.
+    if c.isprintable():
+        return c
+    return f"\\u{ord(c):04x}" if ord(c) <= 0xFFFF else f"\\U{ord(c):08x}"
+
+
 def logfmt_value(value: Any) -> str:
     """Render one value: bare when safe, else double-quoted with escapes. Lists join with
-    "," and None is empty, so every line stays one line whatever the input holds."""
+    "; " and None is empty, so every line stays one line whatever the input holds."""
     if value is None:
         text = ""
     elif isinstance(value, bool):
@@ -78,9 +91,7 @@ def logfmt_value(value: Any) -> str:
         text = str(value)
     if text and not any(c in text for c in ' ="\\\n\r\t') and text.isprintable():
         return text
-    escaped = (text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-               .replace("\r", "\\r").replace("\t", "\\t"))
-    return f'"{escaped}"'
+    return '"' + "".join(_escape(c) for c in text) + '"'
 
 
 class TextFormatter(logging.Formatter):

@@ -7,12 +7,16 @@ cgroupfs write). Both raise HookTimeout.
 
 from __future__ import annotations
 
-import signal
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 from nri_sla.hook.errors import HookTimeout
+
+try:
+    # The C module: `signal` wraps it in enums, whose import costs more start-up time
+    # than the whole no-SLA path of the hook. Same functions, same constants.
+    import _signal as signal
+except ImportError:  # pragma: no cover - other interpreters
+    import signal  # type: ignore[no-redef]
 
 DEFAULT_TIMEOUT = 5.0  # seconds; runtimes give hooks their own (often larger) timeout
 
@@ -32,17 +36,24 @@ class Deadline:
             raise HookTimeout(f"timed out after {self.seconds:g}s before {step}")
 
 
-@contextmanager
-def alarm(seconds: float) -> Iterator[None]:
-    """Raise HookTimeout in the main thread if the block runs past `seconds`."""
+class alarm:  # lower case: used like a function, `with alarm(5): ...`
+    """Raise HookTimeout in the main thread if the block runs past `seconds`.
 
-    def _fire(signum: int, frame: object) -> None:
-        raise HookTimeout(f"timed out after {seconds:g}s (blocked in a step)")
+    A class rather than @contextmanager: contextlib is one more import per container.
+    """
 
-    previous = signal.signal(signal.SIGALRM, _fire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.previous: object = None
+
+    def _fire(self, signum: int, frame: object) -> None:
+        raise HookTimeout(f"timed out after {self.seconds:g}s (blocked in a step)")
+
+    def __enter__(self) -> alarm:
+        self.previous = signal.signal(signal.SIGALRM, self._fire)
+        signal.setitimer(signal.ITIMER_REAL, self.seconds)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
         signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+        signal.signal(signal.SIGALRM, self.previous)

@@ -15,7 +15,7 @@ from typing import Any
 from nri_sla.hook.deadline import Deadline
 from nri_sla.hook.errors import EXIT_OK, BadInput, InternalError, SlaRefusedError
 from nri_sla.hook.options import HookOptions
-from nri_sla.hook.run import Outcome, RunState
+from nri_sla.hook.run import Decision, Outcome, RunState
 from nri_sla.hook.state import BundleSpec, OciState
 from nri_sla.hook.target import Target
 
@@ -27,6 +27,7 @@ def enforce(opts: HookOptions, state: OciState, spec: BundleSpec,
             annotations: dict[str, str], target: Target, deadline: Deadline,
             rs: RunState) -> Outcome:
     config = load_node_config(opts.config)
+    rs.log_format = config.log.format
     sla = parse_sla(annotations, target, config)
     if sla is None:
         return Outcome(EXIT_OK, "skipped", [], state.id)
@@ -38,12 +39,30 @@ def enforce(opts: HookOptions, state: OciState, spec: BundleSpec,
     if record is not None:
         from nri_sla.hook.verify import verify
 
-        return verify(record, sla, paths, state.id, deadline)
+        out = verify(record, sla, paths, state.id, deadline)
+        if out.lines:  # drift (soft): worth a decision line; none when all holds
+            out.decision = Decision("warned", target, rs.log_format, warnings=out.lines)
+        return out
     deadline.check("planning")
     sla, lines = hook_gpu_scope(sla, config.annotation_prefix)
     plan = make_plan(sla, facts, paths, config, target, spec, opts.sysfs_root)
     deadline.check("writing cgroup files")
-    return apply_plan(plan, paths, facts, state.id, lines)
+    out = apply_plan(plan, paths, facts, state.id, lines)
+    out.decision = Decision("warned" if out.lines else "enforced", target, rs.log_format,
+                            plan=plan, warnings=out.lines)
+    return out
+
+
+def applied_fields(plan: Any) -> dict[str, Any]:
+    """What was set, as in the plugin's `applied` record (minus version and path)."""
+    import json
+
+    from nri_sla.plan.record import encode_record
+
+    fields = json.loads(encode_record(plan, "hook"))
+    for key in ("v", "path", "enforcement", "cgroup_version"):
+        fields.pop(key, None)
+    return fields
 
 
 # ------------------------------------------------------------------ inputs
@@ -148,7 +167,13 @@ def hook_allocator(sla: Any, config: Any, sysfs_root: str) -> Any:
     topology = read_topology(Path(sysfs_root))
     inventory = GpuInventory()
     if sla.gpu is not None:
+        import logging
+
         from nri_sla.topology.inventory import load_inventory
+
+        # The inventory logs its fallbacks (NVML missing -> sysfs); with no handler Python
+        # would print them to stderr, where runc expects the hook's one line.
+        logging.getLogger("nri_sla").addHandler(logging.NullHandler())
 
         source = config.gpu.inventory
         inventory = (load_inventory("snapshot", snapshot=Path(source))

@@ -1,7 +1,7 @@
 """The hook's command line, parsed without argparse (it costs start-up time per container).
 
-`nri-sla hook` (through nri_sla.cli, which uses argparse) and the fast path
-`python3 -I -m nri_sla.hook` accept the same options and share HookOptions.
+`nri-sla hook` (nri_sla.cli hands it over before any argparse work) and the fast path
+`python3 -I -m nri_sla.hook` are the same entry and share HookOptions.
 """
 
 from __future__ import annotations
@@ -13,6 +13,22 @@ from nri_sla.hook.values import Value
 
 USAGE = ("usage: nri-sla hook [--stage createRuntime|prestart|poststart|createContainer] "
          "[--timeout S] [--config PATH] [--cgroup-root PATH]")
+HELP = f"""{USAGE}
+
+OCI hook: reads the OCI state JSON on stdin and enforces the container's SLA in cgroupfs.
+
+  --stage STAGE       the OCI hook stage this hook is installed at (default {DEFAULT_STAGE})
+  --timeout S         give up after S seconds, 0 < S <= 300 (default {DEFAULT_TIMEOUT:g})
+  --config PATH       node config (default /etc/nri-sla/config.yaml; missing = defaults)
+  --cgroup-root PATH  cgroup filesystem root (default: the node config's cgroup.root)
+
+exit status: 0 enforced (or soft warnings), 1 SLA refused, 2 bad usage or input,
+3 internal error or timeout (hard mode)
+"""
+
+
+class HelpRequested(Exception):
+    """-h/--help: print HELP and exit 0."""
 
 
 class HookOptions(Value):
@@ -47,6 +63,8 @@ def parse_argv(argv: list[str]) -> HookOptions:
     i = 0
     while i < len(argv):
         arg = argv[i]
+        if arg in ("-h", "--help"):
+            raise HelpRequested
         name, eq, inline = arg.partition("=")
         if name not in flags:
             raise BadInput(f"unknown argument {arg!r}; {USAGE}")

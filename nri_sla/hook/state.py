@@ -6,11 +6,11 @@ hook allocate without limit, and every problem becomes a BadInput naming the fie
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 
 from nri_sla.hook.errors import BadInput
+from nri_sla.hook.fastjson import loads
 from nri_sla.hook.values import Value
 
 TYPE_CHECKING = False  # typing itself costs start-up time; only checkers need it
@@ -72,10 +72,11 @@ def _annotations(value: Any, where: str) -> dict[str, str]:
 
 def _json_object(data: bytes, what: str) -> dict[str, Any]:
     try:
-        doc = json.loads(data)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise BadInput(f"{what} is not valid JSON ({exc.__class__.__name__}: "
-                       f"{str(exc)[:80]})") from None
+        doc = loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise BadInput(f"{what} is not valid JSON (not UTF-8 at byte {exc.start})") from None
+    except (ValueError, RecursionError) as exc:
+        raise BadInput(f"{what} is not valid JSON ({str(exc)[:100]})") from None
     if not isinstance(doc, dict):
         raise BadInput(f"{what} must be a JSON object, got {type(doc).__name__}")
     return doc

@@ -11,24 +11,28 @@ from nri_sla.hook.values import Value
 
 NAME_KEYS = ("io.kubernetes.cri.container-name", "io.kubernetes.container.name")
 NAMESPACE_KEYS = ("io.kubernetes.cri.sandbox-namespace", "io.kubernetes.pod.namespace")
+POD_KEYS = ("io.kubernetes.cri.sandbox-name", "io.kubernetes.pod.name")
 TYPE_KEYS = ("io.kubernetes.cri.container-type", "io.kubernetes.cri-o.ContainerType")
 
 
 class Target(Value):
-    __slots__ = ("id", "name", "namespace", "sandbox")
+    __slots__ = ("id", "name", "namespace", "pod", "sandbox")
 
-    def __init__(self, id: str, name: str, namespace: str, sandbox: bool) -> None:
+    def __init__(self, id: str, name: str, namespace: str, sandbox: bool,
+                 pod: str = "") -> None:
         self.id = id
         self.name = name
         self.namespace = namespace
         self.sandbox = sandbox
+        self.pod = pod
 
 
 def identify(container_id: str, annotations: dict[str, str]) -> Target:
     name = next((annotations[k] for k in NAME_KEYS if annotations.get(k)), container_id)
     namespace = next((annotations[k] for k in NAMESPACE_KEYS if annotations.get(k)), "")
+    pod = next((annotations[k] for k in POD_KEYS if annotations.get(k)), "")
     sandbox = any(annotations.get(k) == "sandbox" for k in TYPE_KEYS)
-    return Target(id=container_id, name=name, namespace=namespace, sandbox=sandbox)
+    return Target(id=container_id, name=name, namespace=namespace, sandbox=sandbox, pod=pod)
 
 
 def has_sla(annotations: dict[str, str], name: str) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 
 from nri_sla.nri.core import NriCore, Role
 from nri_sla.nri.errors import Code, ConnectionClosed, RpcError
@@ -113,13 +113,14 @@ class Connection(asyncio.Protocol):
 
     # -- calling -------------------------------------------------------------
     async def call(self, service: str, method: str, payload: bytes,
-                   timeout: float | None = None) -> bytes:
+                   timeout: float | None = None,
+                   metadata: Iterable[tuple[str, str]] = ()) -> bytes:
         """Unary call; returns the response payload or raises RpcError/ConnectionClosed.
         On timeout the call fails with DeadlineExceeded and a late answer is dropped."""
         if self.is_closed:
             raise ConnectionClosed(f"{method}: connection is closed")
         timeout_nano = int(timeout * 1e9) if timeout else 0
-        sid, data = self.core.send_request(service, method, payload, timeout_nano)
+        sid, data = self.core.send_request(service, method, payload, timeout_nano, metadata)
         fut: asyncio.Future[ResponseReceived] = self.loop.create_future()
         self._pending[sid] = fut
         self._write(data)

@@ -32,6 +32,7 @@ from nri_sla.nri.pb import nri_pb2 as pb
 from nri_sla.nri.stub import PLUGIN_SERVICE, RUNTIME_SERVICE
 
 MODES = {"v0.12": ("v0.12.0", "2.3.4"), "v0.8": ("", "1.7.34")}
+NAMESPACE_METADATA = (("containerd-namespace-ttrpc", "k8s.io"),)
 
 
 class PluginCallError(RpcError):
@@ -141,8 +142,7 @@ class PluginSession:
                 try:
                     await self._configure()
                 except Exception as exc:
-                    self.error = exc
-                    self.ready.set()
+                    self._setup_failed(exc)
                     raise
                 self._start_sync()
                 return b""
@@ -157,10 +157,17 @@ class PluginSession:
                     await self._configure()
                 await self._synchronize_initial()
                 self.ready.set()
-            except Exception as exc:  # recorded; accept() reports it
-                self.error = exc
-                self.ready.set()
+            except Exception as exc:
+                self._setup_failed(exc)
         self._setup = asyncio.get_running_loop().create_task(setup())
+
+    def _setup_failed(self, exc: Exception) -> None:
+        # containerd drops a plugin whose Configure or Synchronize fails; accept()
+        # reports the reason.
+        self.error = exc
+        if not self.drop_reason:
+            self.drop(f"set-up failed: {exc}")
+        self.ready.set()
 
     def _update_containers(self, payload: bytes) -> bytes:
         req = pb.UpdateContainersRequest.FromString(payload)
@@ -207,8 +214,10 @@ class PluginSession:
         if timeout is None:
             timeout = self.opts.request_timeout
         payload = request if isinstance(request, bytes) else request.SerializeToString()
+        # containerd tags event calls with the containerd namespace (see the recordings).
+        meta = () if method in ("Configure", "Synchronize") else NAMESPACE_METADATA
         try:
-            answer = await self.conn.call(PLUGIN_SERVICE, method, payload, timeout)
+            answer = await self.conn.call(PLUGIN_SERVICE, method, payload, timeout, meta)
         except RpcError as exc:
             if exc.code == Code.DEADLINE_EXCEEDED and self.opts.drop_on_timeout:
                 self.drop(f"{method}: plugin missed the {timeout:g}s deadline")
@@ -334,12 +343,18 @@ class RuntimeSimulator:
             session.drop("plugin did not register within the registration timeout")
             return
         await session.ready.wait()
-        if session.error is None:
-            await self._accepted.put(session)
+        await self._accepted.put(session)
 
     async def accept(self, timeout: float = 10.0) -> PluginSession:
-        """Wait for the next plugin to be registered, configured and synchronized."""
-        return await asyncio.wait_for(self._accepted.get(), timeout)
+        """Wait for the next plugin to be registered, configured and synchronized.
+        Raises PluginDropped when its set-up failed (bad subscription, missed deadline,
+        closed connection) and TimeoutError when no plugin showed up in time."""
+        session = await asyncio.wait_for(self._accepted.get(), timeout)
+        if session.error is not None:
+            reason = session.drop_reason or str(session.error)
+            raise PluginDropped(f"plugin {session.idx}-{session.name} was dropped during "
+                                f"set-up: {reason}") from session.error
+        return session
 
     async def close(self) -> None:
         """Stop listening and drop every plugin (like a containerd restart)."""

@@ -114,7 +114,9 @@ class Stub:
         self.plugin = plugin
         self.name = name
         self.idx = idx
-        self.socket_path = socket_path if sock is not None or socket_path else DEFAULT_SOCKET
+        # With a given socket this is only a label for messages.
+        self.socket_path = socket_path or (f"fd {sock.fileno()}" if sock is not None
+                                           else DEFAULT_SOCKET)
         self._sock = sock
         self.on_ready = on_ready
         self.registration_timeout = registration_timeout
@@ -122,6 +124,7 @@ class Stub:
         self._registered = False
         self._stopping = False
         self._conn: Connection | None = None
+        self._configured = asyncio.Event()
         self.runtime_name = ""
         self.runtime_version = ""
         self.nri_version = ""
@@ -153,8 +156,17 @@ class Stub:
             raise ConnectionClosed(f"cannot connect to NRI socket {self.socket_path}: "
                                    f"{exc.strerror or exc}") from exc
         self._conn = conn
+        self._configured = asyncio.Event()
         try:
-            await self._register(conn)
+            if self._stopping:  # stop() came while we were connecting
+                return
+            try:
+                await self._register(conn)
+                await self._wait_configured(conn)
+            except RegistrationError:
+                if self._stopping:
+                    return
+                raise
             self._registered = True
             log.info("registered as %s-%s with %s %s (NRI %s)", self.idx, self.name,
                      self.runtime_name or "runtime", self.runtime_version,
@@ -195,6 +207,23 @@ class Stub:
     def registration_request(self) -> pb.RegisterPluginRequest:
         return pb.RegisterPluginRequest(plugin_name=self.name, plugin_idx=self.idx,
                                         NRI_version=self.own_nri_version)
+
+    async def _wait_configured(self, conn: Connection) -> None:
+        # containerd answers RegisterPlugin first and sends Configure right after (see
+        # the golden recordings); like the reference stub, we are only ready once
+        # configured, so on_ready sees runtime_name/nri_version filled in.
+        closed = asyncio.ensure_future(conn.wait_closed())
+        configured = asyncio.ensure_future(self._configured.wait())
+        try:
+            await asyncio.wait({closed, configured}, timeout=self.registration_timeout,
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            closed.cancel()
+            configured.cancel()
+        if not self._configured.is_set():
+            why = "closed the connection" if conn.is_closed else "sent no Configure"
+            raise RegistrationError(f"runtime {why} within {self.registration_timeout:g}s "
+                                    f"of registering {self.idx}-{self.name}")
 
     async def _register(self, conn: Connection) -> None:
         req = self.registration_request()
@@ -242,6 +271,7 @@ class Stub:
                 wanted = ev.plugin_mask(self.plugin)
             # A bit the runtime does not know makes it drop us: clip to its version.
             self.events = wanted & ev.known_mask(req.NRI_version)
+            self._configured.set()
             return pb.ConfigureResponse(events=self.events).SerializeToString()
         return _maybe_await(result, answer)
 

@@ -17,9 +17,18 @@ if TYPE_CHECKING:
 @dataclass
 class PlacementOutcome:
     settings: dict[str, Any] = field(default_factory=dict)
-    warnings: tuple[str, ...] = ()
+    warnings: tuple[tuple[str, str], ...] = ()  # (field, message)
     error: str | None = None
     field: str = "gpu"
+
+
+def split_field(message: str, default: str) -> tuple[str, str]:
+    """The allocator's messages lead with the SLA field ("gpu.ids: ..."): split it off, so
+    the planner names it once."""
+    head, sep, rest = message.partition(": ")
+    if sep and head and " " not in head:
+        return head, rest
+    return default, message
 
 
 def placement_request(sla: Sla, ctx: PlanContext) -> PlacementRequest:
@@ -44,7 +53,8 @@ def place(sla: Sla, ctx: PlanContext, hard: bool) -> PlacementOutcome:
     try:
         placement = ctx.allocator.allocate(placement_request(sla, ctx), hard=hard)
     except PlacementError as exc:
-        return PlacementOutcome(error=exc.message, field=exc.field)
+        field_name, message = split_field(exc.message, exc.field)
+        return PlacementOutcome(error=message, field=field_name)
     settings: dict[str, Any] = {"placement_record": placement.to_record()}
     if placement.cpus:
         settings["cpus"] = format_cpulist(placement.cpus)
@@ -60,4 +70,5 @@ def place(sla: Sla, ctx: PlanContext, hard: bool) -> PlacementOutcome:
                         gpu_devices=injection.devices, gpu_cdi=injection.cdi_devices)
     field_name = "gpu" if sla.gpu else ("cpu.exclusive" if sla.cpu and sla.cpu.exclusive
                                         else "numa.nodes")
-    return PlacementOutcome(settings, placement.warnings, field=field_name)
+    warnings = tuple(split_field(w, field_name) for w in placement.warnings)
+    return PlacementOutcome(settings, warnings, field=field_name)

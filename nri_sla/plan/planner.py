@@ -117,8 +117,8 @@ class _Planner:
             return
         self.reserved_placement = True
         self.settings.update(outcome.settings)
-        for warning in outcome.warnings:
-            self.short(outcome.field, warning, "placement")
+        for field_path, warning in outcome.warnings:
+            self.short(field_path, warning, "placement")
 
     def plan_memory_policy(self) -> None:
         numa = self.sla.numa
@@ -154,9 +154,9 @@ class _Planner:
             if self.ctx.cgroup_version == 2:
                 self.settings["memory_high"] = mem.high
             else:
-                self.short("memory.high", "memory.high is not available on cgroup v1 nodes "
-                           "(allowed only on cgroup v2, soft mode writes "
-                           "memory.soft_limit_in_bytes instead)", "unsupported")
+                self.short("memory.high", "not available on cgroup v1 nodes (allowed only on "
+                           "cgroup v2, soft mode writes memory.soft_limit_in_bytes instead)",
+                           "unsupported")
                 self.settings["memory_soft_limit"] = mem.high
 
     def plan_io(self) -> None:

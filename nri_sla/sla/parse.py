@@ -110,6 +110,8 @@ def sla_for_container(annotations: Mapping[str, str], container_name: str, *,
     pod_text = ctr_text = shortcut = alias = None
     strays: list[str] = []
     for key, value in annotations.items():
+        if (key.startswith(head) or key == ENFORCEMENT_ALIAS) and not isinstance(value, str):
+            raise SlaError(key, "", f"must be a string, got {type(value).__name__}")
         if key.startswith(head):
             name = key[len(head):]
             if name == "pod":
@@ -123,10 +125,6 @@ def sla_for_container(annotations: Mapping[str, str], container_name: str, *,
                 strays.append(key)
         elif key == ENFORCEMENT_ALIAS:
             alias = value
-    for value in (pod_text, ctr_text, shortcut, alias):
-        if value is not None and not isinstance(value, str):
-            raise SlaError(head, "", f"annotation values must be strings, got "
-                                     f"{type(value).__name__}")
     args = (prefix, container_name, default_enforcement, pod_text, ctr_text, shortcut, alias,
             tuple(sorted(strays)))
     big = any(v is not None and len(v) > MAX_CACHED_CHARS
@@ -137,8 +135,8 @@ def sla_for_container(annotations: Mapping[str, str], container_name: str, *,
 
 
 def _resolve_uncached(prefix: str, container: str, default: str, pod_text: str | None,
-             ctr_text: str | None, shortcut: str | None, alias: str | None,
-             strays: tuple[str, ...]) -> tuple[Sla | None, tuple[SlaError, ...]]:
+                      ctr_text: str | None, shortcut: str | None, alias: str | None,
+                      strays: tuple[str, ...]) -> tuple[Sla | None, tuple[SlaError, ...]]:
     pod_key = f"{prefix}/pod"
     ctr_key = f"{prefix}/container.{container}"
     short_key = f"{prefix}/enforcement"

@@ -4,7 +4,7 @@ Pure functions on annotation values (str, or the int/float a YAML scalar became)
 raises :class:`QuantityError` with a sentence that says what was expected; the schema
 wraps it into an SlaError naming the annotation key and field.
 
-Arithmetic is exact (``fractions.Fraction``): ``1.5Gi`` is 1610612736 bytes, never a
+Arithmetic is exact (integer numerator and denominator): ``1.5Gi`` is 1610612736 bytes, never a
 rounded float. Decisions (see docs/sla.md):
 
 * sizes follow ``resource.Quantity``: plain numbers, decimal SI (``k M G T P E``, and the
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 import re
-from fractions import Fraction
 
 MAX_INT64 = 2**63 - 1
 
@@ -28,19 +27,18 @@ MAX_INT64 = 2**63 - 1
 # (thousands of digits, exponents like e999999999) away from big-int arithmetic.
 _MAX_NUMBER_CHARS = 40
 _MAX_EXPONENT = 40
-_HUGE = Fraction(10**41)  # stands for any magnitude beyond every range we accept
+_HUGE = 10**41  # stands for any magnitude beyond every range we accept
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
-_DECIMAL = {
-    "n": Fraction(1, 10**9), "u": Fraction(1, 10**6), "m": Fraction(1, 1000), "": Fraction(1),
-    "k": Fraction(10**3), "M": Fraction(10**6), "G": Fraction(10**9), "T": Fraction(10**12),
-    "P": Fraction(10**15), "E": Fraction(10**18),
+_DECIMAL = {  # suffix -> power of ten
+    "n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18,
 }
 _QUANTITY = re.compile(
     r"([+-]?)([0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
     r"(Ki|Mi|Gi|Ti|Pi|Ei|[eE][+-]?[0-9]+|[numkMGTPE]?)",
     re.ASCII,
 )
+_CPU = re.compile(r"[+-]?[0-9.]+m?", re.ASCII)
 _DURATION = re.compile(r"([+-]?)([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(us|µs|ms|s)", re.ASCII)
 _DURATION_UNITS = {"us": 1, "µs": 1, "ms": 1000, "s": 1_000_000}
 _SIZE_HINT = "a size like 512Mi, 8Gi, 1G or 1048576"
@@ -63,21 +61,29 @@ def show(value: object) -> str:
     return repr(text[:40] + "...") if len(text) > 40 else repr(text)
 
 
-def _exact(value: object, expected: str) -> Fraction:
-    """Exact value of an int, a finite float or a Quantity string."""
+def _ratio(number: str) -> tuple[int, int]:
+    """"12.5" -> (125, 10): an exact decimal as numerator and power-of-ten denominator."""
+    whole, _, frac = number.partition(".")
+    return int((whole or "0") + frac), 10 ** len(frac)
+
+
+def _exact(value: object, expected: str) -> tuple[int, int]:
+    """Exact value of an int, a finite float or a Quantity string, as (numerator,
+    denominator > 0). Plain ints instead of ``fractions`` keep the import cheap: the OCI
+    hook imports this module for every container start."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise QuantityError(f"must be {expected}, got {show(value)}")
     if isinstance(value, int):
         if value.bit_length() > 64:  # clamp: the callers' range checks report it
-            return _HUGE if value > 0 else -_HUGE
-        return Fraction(value)
+            return (_HUGE if value > 0 else -_HUGE), 1
+        return value, 1
     if isinstance(value, float):
         # A YAML float keeps the text it came from (see safeyaml): parse that exactly.
         text = getattr(value, "text", None)
         if text is None:
             if not math.isfinite(value):
                 raise QuantityError(f"must be {expected}, got {show(value)}")
-            return Fraction(repr(value))
+            return value.as_integer_ratio()
         value = text
     if len(value) > _MAX_NUMBER_CHARS:
         raise QuantityError(f"must be {expected}, got {show(value)} (too long)")
@@ -85,61 +91,62 @@ def _exact(value: object, expected: str) -> Fraction:
     if m is None:
         raise QuantityError(f"must be {expected}, got {show(value)}")
     sign, number, suffix = m.groups()
-    mantissa = Fraction(number)
+    num, den = _ratio(number)
     if sign == "-":
-        mantissa = -mantissa
+        num = -num
     if suffix in _BINARY:
-        return mantissa * _BINARY[suffix]
+        return num * _BINARY[suffix], den
     if suffix[:1] in ("e", "E") and len(suffix) > 1:
         exponent = int(suffix[1:])
         if abs(exponent) > _MAX_EXPONENT:  # clamp instead of computing 10**999999999
-            if mantissa == 0:
-                return Fraction(0)
-            bound = _HUGE if exponent > 0 else 1 / _HUGE
-            return bound if mantissa > 0 else -bound
-        return mantissa * Fraction(10) ** exponent
-    return mantissa * _DECIMAL[suffix]
+            if num == 0:
+                return 0, 1
+            magnitude = (_HUGE, 1) if exponent > 0 else (1, _HUGE)
+            return (magnitude[0] if num > 0 else -magnitude[0]), magnitude[1]
+        return (num * 10**exponent, den) if exponent >= 0 else (num, den * 10**-exponent)
+    power = _DECIMAL[suffix]
+    return (num * 10**power, den) if power >= 0 else (num, den * 10**-power)
 
 
 def parse_size(value: object) -> int:
     """Bytes from a Kubernetes quantity: ``512Mi``, ``1G``, ``1.5Gi``, ``1e9``, ``4096``."""
-    amount = _exact(value, _SIZE_HINT)
-    if amount < 0:
+    num, den = _exact(value, _SIZE_HINT)
+    if num < 0:
         raise QuantityError(f"must not be negative, got {show(value)}")
-    if amount.denominator != 1:
+    if num % den:
         hint = ""
         if isinstance(value, str) and value.endswith("m"):
             hint = f" (the suffix m means 1/1000; did you mean {value[:-1]}Mi?)"
         raise QuantityError(
-            f"({show(value)}) is {float(amount):g} bytes; sizes must be whole bytes{hint}")
-    if amount > MAX_INT64:
+            f"({show(value)}) is {num / den:g} bytes; sizes must be whole bytes{hint}")
+    if num // den > MAX_INT64:
         raise QuantityError(f"({show(value)}) is too large (at most {MAX_INT64} bytes)")
-    return int(amount)
+    return num // den
 
 
 def parse_count(value: object) -> int:
     """A whole non-negative count such as IOPS: ``20000``, ``20k``, ``2e4``."""
-    amount = _exact(value, "a whole number like 20000 or 20k")
-    if amount < 0:
+    num, den = _exact(value, "a whole number like 20000 or 20k")
+    if num < 0:
         raise QuantityError(f"must not be negative, got {show(value)}")
-    if amount.denominator != 1:
+    if num % den:
         raise QuantityError(f"({show(value)}) must be a whole number")
-    if amount > MAX_INT64:
+    if num // den > MAX_INT64:
         raise QuantityError(f"({show(value)}) is too large (at most {MAX_INT64})")
-    return int(amount)
+    return num // den
 
 
 def parse_cpu(value: object) -> float:
     """CPUs from ``2.5``, ``2``, ``"2.5"`` or ``"2500m"`` (1m = 0.001 CPU is the finest)."""
     expected = "CPUs like 2.5 or 2500m"
-    if isinstance(value, str) and not re.fullmatch(r"[+-]?[0-9.]+m?", value, re.ASCII):
+    if isinstance(value, str) and not _CPU.fullmatch(value):
         raise QuantityError(f"must be {expected}, got {show(value)}")
-    amount = _exact(value, expected)
-    if amount < 0:
+    num, den = _exact(value, expected)
+    if num < 0:
         raise QuantityError(f"must not be negative, got {show(value)}")
-    if (amount * 1000).denominator != 1:
+    if (num * 1000) % den:
         raise QuantityError(f"({show(value)}) is finer than 1m (0.001 CPU), the smallest step")
-    return float(amount)
+    return num / den
 
 
 def parse_duration(value: object) -> int:
@@ -159,12 +166,13 @@ def parse_duration(value: object) -> int:
     sign, number, unit = m.groups()
     if sign == "-":
         raise QuantityError(f"must not be negative, got {show(value)}")
-    micros = Fraction(number) * _DURATION_UNITS[unit]
-    if micros.denominator != 1:
+    num, den = _ratio(number)
+    num *= _DURATION_UNITS[unit]
+    if num % den:
         raise QuantityError(f"({show(value)}) must be a whole number of microseconds")
-    if micros > MAX_INT64:
+    if num // den > MAX_INT64:
         raise QuantityError(f"({show(value)}) is too large")
-    return int(micros)
+    return num // den
 
 
 def format_size(n: int) -> str:
@@ -176,7 +184,7 @@ def format_size(n: int) -> str:
         if n % factor == 0 and len(f"{n // factor}{suffix}") <= len(best):
             best = f"{n // factor}{suffix}"
     for suffix in ("k", "M", "G", "T", "P", "E"):
-        factor = int(_DECIMAL[suffix])
+        factor = 10 ** _DECIMAL[suffix]
         if n % factor == 0 and len(f"{n // factor}{suffix}") < len(best):
             best = f"{n // factor}{suffix}"
     return best

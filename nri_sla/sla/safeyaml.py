@@ -146,9 +146,7 @@ def _compose(events, max_depth: int, max_nodes: int) -> object:
         container = frame[0]
         if isinstance(container, list):
             container.append(value)
-        elif frame[3]:  # this scalar is a key
-            if not isinstance(value, str):
-                raise YamlProblem(frame[1], f"has a non-string key {value!r}{_where(event)}")
+        elif frame[3]:  # this scalar is a key (taken as written, always a str)
             if value in container:
                 raise YamlProblem(_join(frame[1], value), f"is given twice{_where(event)}")
             frame[2] = value

@@ -10,7 +10,6 @@ whole section). Cross-field rules live in ``parse.py``; they need the merged res
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Callable, Mapping
 
@@ -57,6 +56,8 @@ def suggest(name: str, valid: list[str] | tuple[str, ...]) -> str | None:
     kebab = re.sub(r"(?<=[a-z0-9])([A-Z])", r"-\1", name).replace("_", "-").lower()
     if kebab in valid:
         return kebab
+    import difflib  # only on the error path: keeps the hook's import time down
+
     close = difflib.get_close_matches(kebab, valid, n=1, cutoff=0.6)
     return close[0] if close else None
 

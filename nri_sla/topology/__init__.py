@@ -1,10 +1,21 @@
-"""Node facts: CPUs, SMT siblings, NUMA nodes (sysfs) and GPUs (NVML, sysfs or snapshot)."""
+"""Node facts: CPUs, SMT siblings, NUMA nodes (sysfs) and GPUs (NVML, sysfs or snapshot).
 
-from nri_sla.topology.cpulist import CpuListError, format_cpulist, parse_cpulist
-from nri_sla.topology.cpus import NumaNode, Topology, TopologyError, read_topology
-from nri_sla.topology.gpus import Gpu, GpuInventory, InventoryError, MigInstance
-from nri_sla.topology.inventory import load_inventory
-from nri_sla.topology.snapshot import NodeSnapshot, load_snapshot, save_snapshot
+Names are imported lazily (PEP 562): the OCI hook imports `nri_sla.topology.cpus` on every
+container start and must not pay for YAML, logging or NVML modules it does not use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS = {
+    "CpuListError": "cpulist", "format_cpulist": "cpulist", "parse_cpulist": "cpulist",
+    "NumaNode": "cpus", "Topology": "cpus", "TopologyError": "cpus", "read_topology": "cpus",
+    "Gpu": "gpus", "GpuInventory": "gpus", "InventoryError": "gpus", "MigInstance": "gpus",
+    "load_inventory": "inventory",
+    "NodeSnapshot": "snapshot", "load_snapshot": "snapshot", "save_snapshot": "snapshot",
+}
 
 __all__ = [
     "CpuListError",
@@ -23,3 +34,19 @@ __all__ = [
     "read_topology",
     "save_snapshot",
 ]
+
+if TYPE_CHECKING:
+    from nri_sla.topology.cpulist import CpuListError, format_cpulist, parse_cpulist
+    from nri_sla.topology.cpus import NumaNode, Topology, TopologyError, read_topology
+    from nri_sla.topology.gpus import Gpu, GpuInventory, InventoryError, MigInstance
+    from nri_sla.topology.inventory import load_inventory
+    from nri_sla.topology.snapshot import NodeSnapshot, load_snapshot, save_snapshot
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'nri_sla.topology' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"nri_sla.topology.{module}"), name)
+    globals()[name] = value
+    return value

@@ -48,8 +48,11 @@ mkdir -p "$STAGE/DEBIAN" "$OUT_DIR" "$WHEELHOUSE"
 mkdir -p "$WORK/src"
 cp "$REPO/pyproject.toml" "$REPO/README.md" "$WORK/src/"
 (cd "$REPO" && tar --exclude=__pycache__ --exclude='*.pyc' -cf - nri_sla) | tar -xf - -C "$WORK/src"
+# With setuptools >= 77 (pyproject's build requirement) at hand, build offline with it;
+# else let pip fetch the build backend into an isolated environment.
 isolation=--no-build-isolation
-"$PYTHON" -c 'import setuptools, wheel' 2>/dev/null || isolation=
+"$PYTHON" -c 'import setuptools, sys; sys.exit(int(setuptools.__version__.split(".")[0]) < 77)' \
+    2>/dev/null || isolation=
 "$PYTHON" -m pip wheel -q --disable-pip-version-check --no-deps $isolation \
     -w "$WORK/wheel" "$WORK/src" >&2
 PROJECT_WHEEL=$(ls "$WORK"/wheel/nri_sla-*.whl)
@@ -101,12 +104,17 @@ install -D -m 0644 "$REPO/packaging/nri/50-nri-sla.conf" \
 for f in config.toml.example config-1.7.toml.example; do
     install -D -m 0644 "$REPO/packaging/containerd/$f" "$STAGE/usr/share/nri-sla/containerd/$f"
 done
-conffiles=()
+# The service and the pre-launch wrapper pass --config /etc/nri-sla/config.yaml, which
+# must exist: ship the example, or a file of comments only (= all defaults).
+conffiles=(/etc/nri-sla/config.yaml)
 if [ -f "$REPO/examples/config.yaml" ]; then
     install -D -m 0644 "$REPO/examples/config.yaml" "$STAGE/etc/nri-sla/config.yaml"
-    conffiles+=(/etc/nri-sla/config.yaml)
 else
-    echo "build.sh: warning: examples/config.yaml missing; no /etc/nri-sla/config.yaml" >&2
+    install -d "$STAGE/etc/nri-sla"
+    cat > "$STAGE/etc/nri-sla/config.yaml" <<'EOF'
+# nri-sla node configuration. Every setting is optional; this file holds none, so the
+# defaults apply. The settings: /usr/share/doc/nri-sla/config.md
+EOF
 fi
 if [ -f "$REPO/hooks/base-runtime-spec.json" ]; then
     install -D -m 0644 "$REPO/hooks/base-runtime-spec.json" \
@@ -119,9 +127,7 @@ if [ -f "$REPO/hooks/nri-sla-hook.json" ]; then
         "$STAGE/usr/share/containers/oci/hooks.d/nri-sla-hook.json"
 fi
 install -d "$STAGE/usr/share/doc/$PKG"
-for f in install.md operations.md; do
-    [ -f "$REPO/docs/$f" ] && install -m 0644 "$REPO/docs/$f" "$STAGE/usr/share/doc/$PKG/$f"
-done
+install -m 0644 "$REPO"/docs/*.md "$STAGE/usr/share/doc/$PKG/"
 {
     echo "nri-sla $VERSION: Apache-2.0."
     echo "Bundled in $SITE (name version: license):"

@@ -31,6 +31,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # the harness modules beside this file
+import e2e_config
+import e2e_image
 from e2e_cluster import Binaries, Cluster, ClusterError
 from e2e_image import ImageBuildError, build_image_archive
 
@@ -50,8 +52,19 @@ def pytest_runtest_makereport(item, call):
 
 
 def _failed(request: pytest.FixtureRequest) -> bool:
-    rep = getattr(request.node, "rep_call", None)
-    return rep is None or rep.failed
+    reps = (getattr(request.node, f"rep_{when}", None) for when in ("setup", "call"))
+    return any(rep is not None and rep.failed for rep in reps)
+
+
+@pytest.fixture
+def e2e_image_builder():
+    """The image builder module (test modules cannot import harness modules directly)."""
+    return e2e_image
+
+
+@pytest.fixture
+def e2e_config_module():
+    return e2e_config
 
 
 @pytest.fixture(scope="session")
@@ -87,7 +100,7 @@ def _image_name(tar: Path) -> str:
 
 
 @pytest.fixture(scope="session")
-def e2e_image(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+def e2e_image_archive(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     if supplied := os.environ.get("NRI_SLA_E2E_IMAGE_TAR"):
         return Path(supplied), _image_name(Path(supplied))
     out = tmp_path_factory.mktemp("image") / "busybox-oci.tar"
@@ -99,11 +112,11 @@ def e2e_image(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
 
 
 @pytest.fixture
-def cluster(e2e_bins: Binaries, e2e_image: tuple[Path, str],
+def cluster(e2e_bins: Binaries, e2e_image_archive: tuple[Path, str],
             request: pytest.FixtureRequest) -> Iterator[Cluster]:
     # A short path under /tmp: unix socket paths are limited to 107 bytes.
     base = Path(tempfile.mkdtemp(prefix="nrie2e-", dir="/tmp"))
-    c = Cluster(e2e_bins, base, image_tar=e2e_image[0], image=e2e_image[1])
+    c = Cluster(e2e_bins, base, image_tar=e2e_image_archive[0], image=e2e_image_archive[1])
     try:
         c.prepare()
         c.start()

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import hashlib
+import itertools
 import json
 import os
-import platform
 import re
 import shutil
 import signal
@@ -24,9 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from e2e_image import GOARCH
+from e2e_cgroup import CGROUP_ROOT, CgroupValues, cgroup_v2_only, read_cgroup, read_file
+from e2e_config import goarch, render_config, runc_options
 
-CGROUP_ROOT = Path("/sys/fs/cgroup")
+SHIM_SOCKET_DIR = Path("/run/containerd/s")  # fixed by containerd, whatever its state dir
 NAMESPACE = "nri-e2e"  # the Kubernetes namespace of every e2e pod
 MNT_DETACH = 2
 
@@ -58,107 +60,6 @@ def containerd_version(binary: Path) -> tuple[int, int, int]:
     return int(m[1]), int(m[2]), int(m[3])
 
 
-def goarch() -> str:
-    return GOARCH.get(platform.machine(), platform.machine())
-
-
-def cgroup_v2_only() -> bool:
-    return (CGROUP_ROOT / "cgroup.controllers").exists()
-
-
-def _runc_options(runc: Path, runc_root: Path) -> str:
-    return (f'BinaryName = "{runc}"\n'
-            f'Root = "{runc_root}"\n'
-            "SystemdCgroup = false\n")
-
-
-def render_config(major: int, base: Path, runc: Path, image: str, arch: str) -> str:
-    """containerd config: NRI on a private socket, CRI with cgroupfs, native snapshots."""
-    common = (f'root = "{base}/root"\nstate = "{base}/state"\n'
-              "disabled_plugins = [\"io.containerd.snapshotter.v1.aufs\", "
-              "\"io.containerd.snapshotter.v1.btrfs\", \"io.containerd.snapshotter.v1.zfs\", "
-              "\"io.containerd.snapshotter.v1.devmapper\", \"io.containerd.internal.v1.opt\", "
-              "\"io.containerd.tracing.processor.v1.otlp\"]\n"
-              f'[grpc]\n  address = "{base}/containerd.sock"\n'
-              f'[ttrpc]\n  address = "{base}/containerd.sock.ttrpc"\n'
-              '[debug]\n  level = "debug"\n'
-              '[metrics]\n  address = ""\n')
-    nri = (f'socket_path = "{base}/nri.sock"\n'
-           f'plugin_path = "{base}/nri/plugins"\n'
-           f'plugin_config_path = "{base}/nri/conf.d"\n'
-           'plugin_registration_timeout = "5s"\n'
-           'plugin_request_timeout = "2s"\n'
-           "disable = false\ndisable_connections = false\n")
-    # No CAP_SYS_RESOURCE in CI sandboxes: CRI must not raise oom_score_adj.
-    cri_common = ("restrict_oom_score_adj = true\n"
-                  "disable_apparmor = true\nenable_selinux = false\n"
-                  "enable_unprivileged_ports = false\nenable_unprivileged_icmp = false\n")
-    opts = _runc_options(runc, base / "runc")
-    if major < 2:
-        return ("version = 2\n" + common
-                + '[plugins."io.containerd.nri.v1.nri"]\n' + nri
-                + '[plugins."io.containerd.grpc.v1.cri"]\n' + cri_common
-                + f'sandbox_image = "{image}"\n'
-                + 'stream_server_address = "127.0.0.1"\nstream_server_port = "0"\n'
-                + '[plugins."io.containerd.grpc.v1.cri".containerd]\n'
-                + 'snapshotter = "native"\ndefault_runtime_name = "runc"\n'
-                + '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]\n'
-                + 'runtime_type = "io.containerd.runc.v2"\n'
-                + '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]\n'
-                + opts
-                + '[plugins."io.containerd.grpc.v1.cri".cni]\n'
-                + f'bin_dir = "{base}/cni/bin"\nconf_dir = "{base}/cni/net.d"\n')
-    rt = "plugins.'io.containerd.cri.v1.runtime'"
-    return ("version = 3\n" + common
-            + "[plugins.'io.containerd.nri.v1.nri']\n" + nri
-            + "[plugins.'io.containerd.cri.v1.images']\n" + 'snapshotter = "native"\n'
-            + "[plugins.'io.containerd.cri.v1.images'.pinned_images]\n"
-            + f'sandbox = "{image}"\n'
-            + f"[{rt}]\n" + cri_common
-            + f"[{rt}.containerd]\n" + 'default_runtime_name = "runc"\n'
-            + f"[{rt}.containerd.runtimes.runc]\n" + 'runtime_type = "io.containerd.runc.v2"\n'
-            + f"[{rt}.containerd.runtimes.runc.options]\n" + opts
-            + f"[{rt}.cni]\n" + f'bin_dirs = ["{base}/cni/bin"]\nconf_dir = "{base}/cni/net.d"\n'
-            # The transfer service (ctr import, CRI pulls) unpacks only for listed platforms.
-            + "[[plugins.'io.containerd.transfer.v1.local'.unpack_config]]\n"
-            + f'platform = "linux/{arch}"\nsnapshotter = "native"\n'
-            + "[plugins.'io.containerd.grpc.v1.cri']\n"
-            + 'stream_server_address = "127.0.0.1"\nstream_server_port = "0"\n')
-
-
-@dataclass(frozen=True)
-class CgroupValues:
-    """What the kernel holds for a container (None: no such file on this hierarchy)."""
-
-    cpu_quota: int | None
-    cpu_period: int | None
-    memory_limit: int | None
-
-
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text().strip()
-    except OSError:
-        return None
-
-
-def read_cgroup(cgroups_path: str) -> CgroupValues:
-    rel = cgroups_path.lstrip("/")
-    if cgroup_v2_only():
-        d = CGROUP_ROOT / rel
-        cpu_max, mem = _read(d / "cpu.max"), _read(d / "memory.max")
-        quota = period = None
-        if cpu_max:
-            q, p = cpu_max.split()
-            quota, period = (-1 if q == "max" else int(q)), int(p)
-        limit = None if mem is None else (-1 if mem == "max" else int(mem))
-        return CgroupValues(quota, period, limit)
-    q = _read(CGROUP_ROOT / "cpu" / rel / "cpu.cfs_quota_us")
-    p = _read(CGROUP_ROOT / "cpu" / rel / "cpu.cfs_period_us")
-    m = _read(CGROUP_ROOT / "memory" / rel / "memory.limit_in_bytes")
-    return CgroupValues(*(None if v is None else int(v) for v in (q, p, m)))
-
-
 @dataclass(frozen=True)
 class PodContainer:
     pod_id: str
@@ -177,9 +78,11 @@ class Cluster:
     image_tar: Path
     image: str
     major: int = 0
+    minor: int = 0
     cgroup_parent: str = field(default_factory=lambda: f"/nri-e2e-{uuid.uuid4().hex[:10]}")
     proc: subprocess.Popen | None = None
     starts: int = 0
+    _shim_sockets: set[Path] = field(default_factory=set)
 
     @property
     def sock(self) -> Path:
@@ -195,10 +98,15 @@ class Cluster:
 
     # -- daemon ------------------------------------------------------------------
     def prepare(self) -> None:
-        self.major = containerd_version(self.bins.containerd)[0]
+        self.major, self.minor, _ = containerd_version(self.bins.containerd)
         for d in ("root", "state", "runc", "nri/plugins", "nri/conf.d", "cni/bin",
                   "cni/net.d", "pods"):
             (self.base / d).mkdir(parents=True, exist_ok=True)
+        # containerd finds the shim by its fixed name on PATH: link whatever was supplied.
+        (self.base / "bin").mkdir(exist_ok=True)
+        link = self.base / "bin" / "containerd-shim-runc-v2"
+        link.unlink(missing_ok=True)
+        link.symlink_to(self.bins.shim.resolve())
         (self.base / "config.toml").write_text(
             render_config(self.major, self.base, self.bins.runc, self.image, goarch()))
         (self.base / "crictl.yaml").write_text(
@@ -206,8 +114,7 @@ class Cluster:
             "timeout: 30\ndebug: false\npull-image-on-create: false\n")
 
     def start(self, timeout: float = 60.0) -> None:
-        env = {"PATH": f"{self.bins.shim.parent}:{self.bins.runc.parent}:"
-                       "/usr/sbin:/usr/bin:/sbin:/bin",
+        env = {"PATH": f"{self.base / 'bin'}:/usr/sbin:/usr/bin:/sbin:/bin",
                "HOME": str(self.base)}
         self.starts += 1
         with self.log_path.open("a") as log:
@@ -240,6 +147,13 @@ class Cluster:
             self.proc.kill()
             self.proc.wait(10)
 
+    def reconfigure(self, extra_toml: str) -> None:
+        """Stop cleanly, append TOML tables to the config, start again (state kept)."""
+        self.kill(signal.SIGTERM)
+        with (self.base / "config.toml").open("a") as f:
+            f.write(extra_toml)
+        self.start()
+
     def restart(self) -> None:
         """Crash-style restart: SIGKILL (shims survive), then start on the same state."""
         self.kill(signal.SIGKILL)
@@ -269,8 +183,10 @@ class Cluster:
         """containerd's own record that plugin `name` (e.g. "10-e2e-probe", or a regex)
         registered and got its Synchronize answered, `count` times so far."""
         # logrus quotes msg="..." and escapes the inner quotes.
-        return self.wait_log(rf'plugin \\?"{name}\\?" connected and synchronized', count,
-                             timeout)
+        lines = self.wait_log(rf'plugin \\?"{name}\\?" connected and synchronized', count,
+                              timeout)
+        print("evidence: containerd log:", *lines, sep="\n  ")
+        return lines
 
     # -- clients -----------------------------------------------------------------
     def _crictl_argv(self, *args: str) -> list[str]:
@@ -298,8 +214,20 @@ class Cluster:
             raise ClusterError(f"{self.image} not listed after importing {self.image_tar}")
 
     # -- pods --------------------------------------------------------------------
-    def run_pod(self, name: str, annotations: dict[str, str],
-                container: str = "work") -> PodContainer:
+    def runtime_table(self, handler: str) -> str:
+        """TOML table name of a CRI runtime handler, for reconfigure()."""
+        if self.major < 2:
+            return f'plugins."io.containerd.grpc.v1.cri".containerd.runtimes.{handler}'
+        return f"plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.{handler}"
+
+    def add_runtime_handler(self, handler: str, settings: str) -> None:
+        """A second runc handler (same runc, same options) with extra settings (TOML)."""
+        table = self.runtime_table(handler)
+        self.reconfigure(f"\n[{table}]\nruntime_type = \"io.containerd.runc.v2\"\n{settings}"
+                         f"[{table}.options]\n{runc_options(self.bins.runc, self.base / 'runc')}")
+
+    def run_pod(self, name: str, annotations: dict[str, str], container: str = "work",
+                runtime: str = "") -> PodContainer:
         """Host-network pod + one started container; raises ClusterError on refusal."""
         d = self.base / "pods" / name
         d.mkdir(parents=True, exist_ok=True)
@@ -317,7 +245,8 @@ class Cluster:
                "linux": {}}
         (d / "pod.json").write_text(json.dumps(pod))
         (d / "ctr.json").write_text(json.dumps(ctr))
-        pod_id = self.crictl("runp", str(d / "pod.json")).strip()
+        handler = ("--runtime", runtime) if runtime else ()
+        pod_id = self.crictl("runp", *handler, str(d / "pod.json")).strip()
         cid = self.crictl("create", "--no-pull", pod_id, str(d / "ctr.json"),
                           str(d / "pod.json")).strip()
         self.crictl("start", cid)
@@ -327,14 +256,22 @@ class Cluster:
 
     @staticmethod
     def cgroup(pc: PodContainer) -> CgroupValues:
-        return read_cgroup(pc.cgroups_path)
+        values = read_cgroup(pc.cgroups_path)
+        print(f"evidence: cgroup {pc.cgroups_path}: {values}")  # shown by pytest -rP
+        return values
+
+    @property
+    def cgroup_v2(self) -> bool:
+        return cgroup_v2_only()
 
     @staticmethod
     def cgroup_file(pc: PodContainer, controller: str, name: str) -> str | None:
         """One file of the container's cgroup (controller is ignored on cgroup v2)."""
         rel = pc.cgroups_path.lstrip("/")
         d = CGROUP_ROOT / rel if cgroup_v2_only() else CGROUP_ROOT / controller / rel
-        return _read(d / name)
+        value = read_file(d / name)
+        print(f"evidence: {d / name} = {value!r}")
+        return value
 
     @staticmethod
     def pid(pc: PodContainer) -> int:
@@ -359,15 +296,19 @@ class Cluster:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         time.sleep(0.2)
+        for sock in self._shim_sockets:  # a killed shim leaves its socket behind
+            sock.unlink(missing_ok=True)
         problems += self._unmount_all()
         problems += self._remove_cgroups()
         shutil.rmtree(self.base, onerror=lambda _f, p, e: problems.append(f"rm {p}: {e[1]}"))
         return problems
 
     def _stray_pids(self) -> set[int]:
-        """Shims started by this containerd, and processes left in this cgroup parent."""
+        """Shims and plugins started by this containerd (their argv names its socket or
+        base dir), and processes left in this cgroup parent."""
         pids: set[int] = set()
         addr = str(self.sock)
+        base = str(self.base).encode()
         for p in Path("/proc").iterdir():
             if not p.name.isdigit():
                 continue
@@ -377,12 +318,26 @@ class Cluster:
                 continue
             if argv and b"containerd-shim" in argv[0] and addr.encode() in argv:
                 pids.add(int(p.name))
+                self._note_shim_socket([a.decode(errors="replace") for a in argv])
+            elif any(base in a for a in argv):  # e.g. a pre-installed plugin it launched
+                pids.add(int(p.name))
         for procs in self._cgroup_dirs():
             for f in procs.rglob("cgroup.procs"):
                 with contextlib.suppress(OSError, ValueError):
                     pids.update(int(x) for x in f.read_text().split())
         pids.discard(os.getpid())
         return pids
+
+    def _note_shim_socket(self, argv: list[str]) -> None:
+        """containerd names a shim's socket /run/containerd/s/<sha256 of
+        address/namespace/id> (plus a '/debug' variant): remember it for removal."""
+        opts = {flag: value for flag, value in itertools.pairwise(argv)
+                if flag in ("-namespace", "-id")}
+        ns, sid = opts.get("-namespace"), opts.get("-id")
+        if ns and sid:
+            key = os.path.join(str(self.sock), ns, sid)
+            for k in (key, os.path.join(key, "debug")):
+                self._shim_sockets.add(SHIM_SOCKET_DIR / hashlib.sha256(k.encode()).hexdigest())
 
     def _cgroup_dirs(self) -> list[Path]:
         rel = self.cgroup_parent.lstrip("/")

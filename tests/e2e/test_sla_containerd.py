@@ -7,6 +7,8 @@ host-network pods with crictl and reads the container's cgroup files back.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 pytestmark = pytest.mark.e2e
@@ -15,12 +17,31 @@ PLUGIN = "50-nri-sla"
 POD_SLA = "cpu: {limit: 0.5, period: 100ms}\nmemory: {max: 256Mi}\n"
 
 
+# Node policy for the run: real-time allowed for the e2e namespace only, quick reconnects.
+NODE_CONFIG = """\
+enforcement: hard
+permissions:
+  realtime: ["nri-e2e"]
+cgroup:
+  driver: cgroupfs
+nri:
+  reconnect-max-seconds: 1
+metrics:
+  address: ""
+"""
+
+
 @pytest.fixture
 def sla_plugin(cluster, plugins, sla_plugin_argv):
-    argv = [*sla_plugin_argv, "--socket", str(cluster.nri_sock), "--name", "nri-sla",
-            "--index", "50", "--metrics-address", ""]
+    config = cluster.base / "nri-sla.yaml"
+    config.write_text(NODE_CONFIG)
+    argv = [*sla_plugin_argv, "--config", str(config), "--socket", str(cluster.nri_sock),
+            "--name", "nri-sla", "--index", "50", "--metrics-address", ""]
     proc = plugins.start(argv, "nri-sla")
     cluster.wait_plugin_synchronized(PLUGIN)
+    # The plugin's own log agrees: configured by this runtime, then synchronized.
+    proc.wait_output(r"configured by containerd")
+    print("evidence: plugin log:", *proc.wait_output(r"synchronized: 0 pods, 0 containers"))
     return proc
 
 
@@ -62,8 +83,131 @@ def test_sla_plugin_reconnects_after_containerd_restart(cluster, sla_plugin):
 
     cluster.restart()  # SIGKILL: the plugin's connection drops mid-life
     cluster.wait_plugin_synchronized(PLUGIN, count=2, timeout=60)
+    sla_plugin.wait_output(r"NRI connection lost")
+    # The surviving pod and container are replayed to the plugin after the reconnect.
+    print("evidence: plugin log:",
+          *sla_plugin.wait_output(r"synchronized: 1 pods, 1 containers"))
 
     after = cluster.run_pod("after", {
         "sla.nri.io/pod": "cpu: {limit: 0.2, period: 50ms}\nmemory: {max: 128Mi}\n"})
     assert triple(cluster.cgroup(after)) == (10000, 50000, 134217728)
     assert triple(cluster.cgroup(before)) == (50000, 100000, 268435456)
+
+
+def whole_disk() -> str | None:
+    """MAJ:MIN of a real whole disk (blkio throttling takes whole disks only)."""
+    for dev in sorted(Path("/sys/block").iterdir()):
+        if (dev / "device").exists() and (dev / "dev").exists():
+            return (dev / "dev").read_text().strip()
+    return None
+
+
+def test_soft_sla_direct_writes_land_at_start(cluster, sla_plugin):
+    disk = whole_disk()
+    if disk is None:
+        pytest.skip("no whole block disk under /sys/block to throttle")
+    pc = cluster.run_pod("soft", {"sla.nri.io/pod": (
+        "enforcement: soft\n"
+        "memory: {high: 128Mi, max: 256Mi}\n"
+        f"io:\n  max:\n    - {{device: '{disk}', read-bps: 10Mi, write-iops: 100}}\n")})
+    assert cluster.cgroup(pc).memory_limit == 268435456
+    if cluster.cgroup_v2:
+        assert cluster.cgroup_file(pc, "memory", "memory.high") == "134217728"
+        io_max = cluster.cgroup_file(pc, "io", "io.max") or ""
+        assert f"{disk} rbps=10485760 wbps=max riops=max wiops=100" in io_max
+    else:
+        # No memory.high on v1: soft mode falls back to the soft limit, with a warning.
+        assert cluster.cgroup_file(pc, "memory", "memory.soft_limit_in_bytes") == "134217728"
+        assert cluster.cgroup_file(pc, "blkio", "blkio.throttle.read_bps_device") == (
+            f"{disk} 10485760")
+        assert cluster.cgroup_file(pc, "blkio", "blkio.throttle.write_iops_device") == (
+            f"{disk} 100")
+        assert "memory.high" in cluster.spec_annotations(pc).get("sla.nri.io/warnings", "")
+
+
+def test_numa_nodes_bind_cpuset(cluster, sla_plugin):
+    node0 = Path("/sys/devices/system/node/node0/cpulist")
+    if not node0.exists():
+        pytest.skip("no NUMA sysfs (/sys/devices/system/node/node0)")
+    pc = cluster.run_pod("numa", {"sla.nri.io/pod": 'numa: {nodes: "0"}\n'})
+    assert cluster.cgroup_file(pc, "cpuset", "cpuset.mems") == "0"
+    assert cluster.cgroup_file(pc, "cpuset", "cpuset.cpus") == node0.read_text().strip()
+
+
+def test_rt_budget_lands_with_ancestors_raised(cluster, sla_plugin):
+    if cluster.cgroup_v2:
+        pytest.skip("real-time budgets are cgroup v1 only (v2 ignores them)")
+    if not Path("/sys/fs/cgroup/cpu/cpu.rt_runtime_us").exists():
+        pytest.skip("kernel without CONFIG_RT_GROUP_SCHED (no cpu.rt_runtime_us)")
+    pc = cluster.run_pod("rt", {"sla.nri.io/pod": "cpu: {rt-runtime: 5ms, rt-period: 1s}\n"})
+    assert cluster.cgroup_file(pc, "cpu", "cpu.rt_runtime_us") == "5000"
+    assert cluster.cgroup_file(pc, "cpu", "cpu.rt_period_us") == "1000000"
+    # runc can only set a child's budget when every ancestor has at least as much:
+    # the pod cgroup and the private parent were raised by the plugin.
+    pod_dir = Path("/sys/fs/cgroup/cpu") / pc.cgroups_path.lstrip("/")
+    for ancestor in (pod_dir.parent, pod_dir.parent.parent):
+        budget = int((ancestor / "cpu.rt_runtime_us").read_text())
+        print(f"evidence: {ancestor}/cpu.rt_runtime_us = {budget}")
+        assert budget >= 5000
+
+
+def test_memory_policy_bind_reaches_the_process(cluster, sla_plugin):
+    if (cluster.major, cluster.minor) < (2, 3):
+        pytest.skip("LinuxMemoryPolicy needs NRI v0.12 (containerd >= 2.3)")
+    if not Path("/sys/devices/system/node/node0").exists():
+        pytest.skip("no NUMA sysfs (/sys/devices/system/node/node0)")
+    pc = cluster.run_pod("mpol", {"sla.nri.io/pod": 'numa: {nodes: "0", memory-policy: bind}\n'})
+    maps = Path(f"/proc/{cluster.pid(pc)}/numa_maps").read_text().splitlines()
+    print("evidence: numa_maps:", *maps[:2], sep="\n  ")
+    # Every mapping of the container's process carries the task policy set by runc.
+    assert maps and all(" bind:0 " in f"{ln} " for ln in maps), maps[:3]
+
+
+VALIDATOR = """
+[plugins.'io.containerd.nri.v1.nri'.default_validator]
+enable = true
+required_plugins = ["nri-sla"]
+tolerate_missing_plugins_annotation = "tolerate-missing-nri-plugins.noderesource.dev"
+"""
+
+
+def test_fail_closed_validator_requires_nri_sla(cluster, plugins, sla_plugin_argv):
+    """The packaging's fail-closed setup, for real: no nri-sla, no container."""
+    if (cluster.major, cluster.minor) < (2, 3):
+        pytest.skip("the default validator with a configurable toleration key needs "
+                    "containerd >= 2.3")
+    cluster.reconfigure(VALIDATOR)
+    with pytest.raises(cluster.Error) as err:
+        cluster.run_pod("unguarded", {"sla.nri.io/pod": POD_SLA})
+    print("refused without nri-sla:", err.value)
+    assert "nri-sla" in str(err.value)
+    tolerated = cluster.run_pod(
+        "tolerated", {"tolerate-missing-nri-plugins.noderesource.dev": "true"})
+    assert cluster.cgroup(tolerated).cpu_quota == -1
+
+    config = cluster.base / "nri-sla.yaml"
+    config.write_text(NODE_CONFIG)
+    plugins.start([*sla_plugin_argv, "--config", str(config), "--socket",
+                   str(cluster.nri_sock), "--name", "nri-sla", "--index", "50"], "nri-sla")
+    cluster.wait_plugin_synchronized(PLUGIN)
+    guarded = cluster.run_pod("guarded", {"sla.nri.io/pod": POD_SLA})
+    assert triple(cluster.cgroup(guarded)) == (50000, 100000, 268435456)
+
+
+def test_preinstalled_plugin_launched_by_containerd(cluster, sla_plugin_argv):
+    """containerd starts `NN-name` from its plugin_path itself and hands it fd 3."""
+    config = cluster.base / "nri-sla.yaml"
+    config.write_text(NODE_CONFIG)
+    log = cluster.base / "preinstalled.log"
+    args = " ".join(f"'{a}'" for a in [*sla_plugin_argv, "--config", str(config)])
+    launcher = cluster.base / "nri" / "plugins" / "50-nri-sla"
+    # The runtime passes only NRI_PLUGIN_* variables (no PATH): absolute paths throughout.
+    launcher.write_text(f"#!/bin/sh\nexec {args} >>'{log}' 2>&1\n")
+    launcher.chmod(0o755)
+    cluster.reconfigure("")  # pre-installed plugins are started when containerd starts
+    print("evidence: containerd log:", *cluster.wait_log(
+        r'pre-installed NRI plugin \\?"50-nri-sla\\?" synchronization success'))
+
+    pc = cluster.run_pod("preinstalled", {"sla.nri.io/pod": POD_SLA})
+    assert triple(cluster.cgroup(pc)) == (50000, 100000, 268435456)
+    assert "configured by containerd" in log.read_text()

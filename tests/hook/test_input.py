@@ -203,3 +203,19 @@ def test_log_file_gets_the_lines(tmp_path, h):
     proc = h.run_subprocess(b"[]", env=env)
     assert proc.returncode == EXIT_USAGE
     assert "- nri-sla hook: OCI state on stdin must be a JSON object" in log.read_text()
+
+
+def test_multiline_messages_become_one_line(tmp_path, h):
+    # An SLA whose error echoes a value with newlines still yields exactly one line.
+    bundle = h.write_bundle(tmp_path / "b",
+                            {"sla.nri.io/pod": "cpu:\n  limit: |\n    two\n    lines\n"},
+                            "/a/b")
+    (tmp_path / "config.yaml").write_text("enforcement: hard\n")
+    proc = h.run_subprocess(h.state_json(bundle), "--config", str(tmp_path / "config.yaml"))
+    assert proc.returncode == 1, proc.stderr
+    assert len(proc.stderr.decode().splitlines()) == 1, proc.stderr
+    assert "cpu.limit" in proc.stderr.decode()
+    from nri_sla.hook.run import one_line
+
+    assert one_line("a\nb\r\nc") == "a b  c"
+    assert len(one_line("x" * 10_000)) == 4000

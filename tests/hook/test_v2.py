@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
@@ -192,23 +193,61 @@ def test_gpu_from_plugin_cannot_be_done_by_the_hook(v2):
     assert any("cannot add GPU devices" in line for line in soft.lines)
 
 
+def test_gpu_from_runtime_names_unknown_gpus_in_one_line(v2):
+    _root, _cdir, run = v2
+    out = run({"sla.nri.io/pod": "gpu:\n  from: runtime\n"},
+              env=["NVIDIA_VISIBLE_DEVICES=GPU-0000"])
+    assert out.exit_code == EXIT_REFUSED
+    assert len(out.lines) == 1 and "GPU-0000" in out.lines[0] and "matches no GPU" in out.lines[0]
+
+
+def test_gpu_inventory_fallback_does_not_reach_stderr(v2, tmp_path, h):
+    root, _cdir, _run = v2
+    bundle = h.write_bundle(tmp_path / "bg", {NAME: "app", "sla.nri.io/pod":
+                                              "gpu:\n  from: runtime\n"}, CTR,
+                            ["NVIDIA_VISIBLE_DEVICES=0"])
+    proc = h.run_subprocess(h.state_json(bundle), "--cgroup-root", str(root), "--config",
+                            str(tmp_path / "config.yaml"))
+    assert proc.returncode == EXIT_REFUSED
+    assert len(proc.stderr.decode().splitlines()) == 1, proc.stderr
+
+
+def test_exclusive_cpus_are_placed_on_the_topology(v2):
+    _root, cdir, run = v2
+    out = run({"sla.nri.io/pod": "cpu:\n  exclusive: 1\n"})
+    assert out.exit_code == EXIT_OK, out.lines
+    assert len((cdir / "cpuset.cpus").read_text().strip().split(",")) == 1
+    assert (cdir / "cpuset.mems").read_text().strip() != ""
+
+
 # ------------------------------------------------------------------ start-up cost
 
 
-def test_sla_container_imports_no_protobuf_or_nvml(v2, tmp_path, h):
-    root, _cdir, _run = v2
+@pytest.mark.parametrize("mode", ["-m", "-S"])
+def test_sla_container_imports_no_protobuf_or_nvml(v2, tmp_path, h, mode):
+    root, cdir, _run = v2
     bundle = h.write_bundle(tmp_path / "b2", {NAME: "app", "sla.nri.io/pod":
                                               "cpu:\n  limit: 1\nmemory:\n  max: 64Mi\n"}, CTR)
-    code = ("import io, sys\nfrom nri_sla.hook.__main__ import main\n"
-            "sys.stdin = io.TextIOWrapper(io.BytesIO(sys.argv[1].encode()))\n"
-            "rc = main(sys.argv[2:])\n"
-            "print(rc, [m for m in ('google.protobuf', 'pynvml', 'grpc', 'argparse', "
-            "'prometheus_client') if m in sys.modules])\n")
     config = tmp_path / "config.yaml"
-    out = subprocess.run([sys.executable, "-I", "-c", code, h.state_json(bundle).decode(),
-                          "--cgroup-root", str(root), "--config", str(config)],
-                         capture_output=True, text=True, timeout=30)
-    assert out.stdout.strip() == "0 []", (out.stdout, out.stderr)
+    # Run the real entry point, then list the heavy modules it loaded (atexit runs after
+    # sys.exit inside the hook's own process).
+    probe = ("import atexit, sys\natexit.register(lambda: print(sorted(m for m in ("
+             "'google.protobuf', 'pynvml', 'grpc', 'argparse', 'prometheus_client') "
+             "if m in sys.modules)))\n")
+    main = Path(__file__).resolve().parents[2] / "nri_sla" / "hook" / "__main__.py"
+    if mode == "-S":
+        argv = [sys.executable, "-I", "-S", "-c",
+                probe + f"sys.argv = [{str(main)!r}] + sys.argv[1:]\n"
+                f"exec(compile(open({str(main)!r}).read(), {str(main)!r}, 'exec'), "
+                f"{{'__name__': '__main__', '__file__': {str(main)!r}, '__package__': ''}})"]
+    else:
+        argv = [sys.executable, "-I", "-c",
+                probe + "import runpy; runpy.run_module('nri_sla.hook', run_name='__main__')"]
+    out = subprocess.run([*argv, "--cgroup-root", str(root), "--config", str(config)],
+                         input=h.state_json(bundle).decode(), capture_output=True, text=True,
+                         timeout=30)
+    assert (out.returncode, out.stdout.strip()) == (0, "[]"), (out.stdout, out.stderr)
+    assert (cdir / "memory.max").read_text().strip() == str(64 << 20)
 
 
 # ------------------------------------------------------------------ time limit
@@ -253,3 +292,48 @@ def test_packaged_hook_files_match_the_code():
     assert base["process"]["terminal"] is False
     toml = (top / "containerd-config.toml.example").read_text()
     assert "base_runtime_spec" in toml and "pod_annotations" in toml
+
+
+# ------------------------------------------------------------------ decision log
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_decision_line_goes_to_the_hook_log(v2, tmp_path, h, fmt):
+    from nri_sla.hook.run import emit
+
+    root, _cdir, _run = v2
+    config = tmp_path / "log-config.yaml"
+    config.write_text(f"log:\n  format: {fmt}\n")
+    log = tmp_path / f"hook-{fmt}.log"
+    ann = {NAME: "app", "io.kubernetes.cri.sandbox-name": "web-0",
+           "io.kubernetes.cri.sandbox-namespace": "prod"}
+    cases = [("cpu:\n  limit: 0.5\n", "enforced"),
+             ("enforcement: soft\ncpu:\n  rt-runtime: 5ms\n", "warned"),
+             ("cpu:\n  rt-runtime: 5ms\n", "refused")]
+    for i, (sla, _) in enumerate(cases):
+        bundle = h.write_bundle(tmp_path / f"b{i}", {**ann, "sla.nri.io/pod": sla}, CTR)
+        out = h.run_inproc(h.state_json(bundle), cgroup_root=str(root), config=str(config))
+        emit(out, io.StringIO(), str(log))
+    lines = log.read_text().splitlines()
+    assert len(lines) == 3
+    if fmt == "json":
+        docs = [json.loads(line) for line in lines]
+        assert [d["outcome"] for d in docs] == [c[1] for c in cases]
+        assert all(d["path"] == "hook" and d["pod"] == "prod/web-0" for d in docs)
+        assert docs[0]["applied"] == {"cpu_period": 100000, "cpu_quota": 50000}
+        assert docs[1]["warnings"][0].startswith("sla.nri.io/pod: cpu.rt-runtime")
+        assert docs[2]["error"].startswith("sla.nri.io/pod: cpu.rt-runtime")
+    else:
+        assert "outcome=enforced" in lines[0] and "applied.cpu_quota=50000" in lines[0]
+        assert "level=warning" in lines[1] and "outcome=warned" in lines[1]
+        assert "level=error" in lines[2] and 'error="sla.nri.io/pod: cpu.rt-runtime' in lines[2]
+
+
+def test_no_decision_line_without_an_sla(tmp_path, h):
+    from nri_sla.hook.run import emit
+
+    bundle = h.write_bundle(tmp_path / "b", {"x": "y"}, CTR)
+    out = h.run_inproc(h.state_json(bundle))
+    log = tmp_path / "hook.log"
+    emit(out, io.StringIO(), str(log))
+    assert not log.exists()

@@ -196,3 +196,36 @@ def test_live_stub_survives_garbage_over_a_real_socket(sock_dir):
         await asyncio.gather(task, return_exceptions=True)
         server.close()
     asyncio.run(main())
+
+
+@FAST
+@given(st.lists(st.tuples(st.booleans(), st.binary(max_size=6000)), min_size=1, max_size=8),
+       st.lists(st.integers(0, 100000), max_size=12))
+def test_interleaved_calls_both_ways_survive_any_chunking(calls, cuts):
+    """Plugin and runtime calling each other at once, bytes cut anywhere: every call
+    arrives intact and in order, every answer reaches its caller."""
+    plugin = NriCore(Role.PLUGIN, lambda s, m: True)
+    runtime = NriCore(Role.RUNTIME, lambda s, m: True)
+    wire_to_plugin, wire_to_runtime = b"", b""
+    sent_by_runtime, sent_by_plugin = [], []
+    for from_runtime, payload in calls:
+        if from_runtime:
+            sid, data = runtime.send_request(PLUGIN_SERVICE, "CreateContainer", payload)
+            wire_to_plugin += data
+            sent_by_runtime.append((sid, payload))
+        else:
+            sid, data = plugin.send_request("nri.pkg.api.v1alpha1.Runtime",
+                                            "UpdateContainers", payload)
+            wire_to_runtime += data
+            sent_by_plugin.append((sid, payload))
+    got_plugin = [e for c in _chunks(wire_to_plugin, cuts) for e in plugin.receive_data(c)]
+    got_runtime = [e for c in _chunks(wire_to_runtime, cuts) for e in runtime.receive_data(c)]
+    assert [(e.stream_id, e.payload) for e in got_plugin] == sent_by_runtime
+    assert [(e.stream_id, e.payload) for e in got_runtime] == sent_by_plugin
+    # answer in reverse order: responses are matched by id, not position
+    answers = b"".join(plugin.send_response(e.stream_id, e.payload[::-1])
+                       for e in reversed(got_plugin))
+    done = [e for c in _chunks(answers, cuts) for e in runtime.receive_data(c)]
+    assert sorted((e.stream_id, e.payload) for e in done) == sorted(
+        (sid, p[::-1]) for sid, p in sent_by_runtime)
+    assert runtime.client.pending == set() and plugin.buffered == runtime.buffered == 0

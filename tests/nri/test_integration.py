@@ -12,7 +12,7 @@ import pytest
 from nri_sla.nri import events as ev
 from nri_sla.nri.connection import Connection
 from nri_sla.nri.core import Role
-from nri_sla.nri.errors import Code, ConnectionClosed, PluginConfigError
+from nri_sla.nri.errors import Code, ConnectionClosed, PluginConfigError, RegistrationError
 from nri_sla.nri.pb import nri_pb2 as pb
 from nri_sla.nri.simulator import (
     PluginCallError,
@@ -128,8 +128,10 @@ def test_full_life_cycle(sock_dir, mode, configure_first):
         sim, stub, task, s = await _start(
             sock_dir, plugin, opts, pods=[existing],
             containers=[make_container(existing, "a"), make_container(existing, "b")],
-            on_ready=lambda: ready.append(True))
-        assert ready == [True] and stub.registered
+            on_ready=lambda: ready.append(plugin.config))
+        # on_ready comes after Configure, whichever order the runtime uses
+        assert ready == [("answer: 42", "containerd", opts.runtime_version)]
+        assert stub.registered
         assert (s.name, s.idx, s.plugin_nri_version) == ("test", "10", "v0.12.0")
         assert plugin.config == ("answer: 42", "containerd", opts.runtime_version)
         assert stub.nri_version == ("v0.12.0" if mode == "v0.12" else "")
@@ -202,7 +204,7 @@ def test_chunked_synchronize_of_5000_containers(sock_dir):
 def test_out_of_order_responses(sock_dir):
     class Slow:
         async def create_container(self, pod, ctr):
-            await asyncio.sleep(0.2 if ctr.name == "slow" else 0)
+            await asyncio.sleep(0.5 if ctr.name == "slow" else 0)
             return pb.ContainerAdjustment(annotations={"who": ctr.name}), None
 
     async def main():
@@ -331,6 +333,8 @@ def test_runtime_drops_plugin_with_unknown_event_bits(sock_dir):
             await conn.call(RUNTIME_SERVICE, "RegisterPlugin", req.SerializeToString(), 2)
         await asyncio.wait_for(conn.wait_closed(), 3)
         assert "unknown events 0x3800" in sim.sessions[0].drop_reason
+        with pytest.raises(PluginDropped, match="01-greedy was dropped during set-up"):
+            await sim.accept(timeout=3)
         await sim.close()
     asyncio.run(main())
 
@@ -378,4 +382,89 @@ def test_stub_on_given_socket_and_dropped_session_errors(sock_dir):
             await asyncio.wait_for(task, 5)
         with contextlib.suppress(Exception):
             await sim.close()
+    asyncio.run(main())
+
+
+def test_runtime_that_never_configures_fails_registration(sock_dir):
+    async def main():
+        path = os.path.join(sock_dir, "nri.sock")
+        routes = {(RUNTIME_SERVICE, "RegisterPlugin"): lambda payload: b""}
+        loop = asyncio.get_running_loop()
+        server = await loop.create_unix_server(lambda: Connection(Role.RUNTIME, routes), path)
+        stub = Stub(Recorder(), name="x", idx="01", socket_path=path,
+                    registration_timeout=0.3)
+        with pytest.raises(RegistrationError, match=r"sent no Configure within 0\.3s"):
+            await stub.run()
+        assert not stub.registered
+        server.close()
+    asyncio.run(main())
+
+
+def test_stop_during_registration_returns_quietly(sock_dir):
+    async def main():
+        path = os.path.join(sock_dir, "nri.sock")
+        # a runtime that accepts but never answers RegisterPlugin
+        server = await asyncio.start_unix_server(lambda r, w: None, path)
+        stub = Stub(Recorder(), name="x", idx="01", socket_path=path)
+        task = asyncio.create_task(stub.run())
+        await asyncio.sleep(0.1)
+        stub.stop()
+        assert await asyncio.wait_for(task, 3) is None
+        stub2 = Stub(Recorder(), name="x", idx="01", socket_path=path)
+        stub2.stop()  # before run(): returns at once
+        assert await asyncio.wait_for(stub2.run(), 3) is None
+        server.close()
+    asyncio.run(main())
+
+
+def test_simulator_requests_look_like_containerds(sock_dir, golden_loader):
+    """Same envelope as the recorded containerd CreateContainer: service, method,
+    namespace metadata, deadline of about request_timeout."""
+    from nri_sla.nri import mux
+    from nri_sla.nri.pb import ttrpc_pb2
+
+    golden = golden_loader("containerd-2.3.4.jsonl")
+    recorded = next(ttrpc_pb2.Request.FromString(f.data) for c, f in golden.frames("r2p")
+                    if c == mux.PLUGIN_CONN and b"CreateContainer" in f.data)
+    seen = []
+
+    class Spy:
+        def create_container(self, pod, ctr):
+            return None
+
+    async def main():
+        sim, stub, task, s = await _start(sock_dir, Spy())
+        original = stub._conn.core.receive_data
+
+        def spy(data):
+            events = original(data)
+            seen.extend(e for e in events if getattr(e, "method", "") == "CreateContainer")
+            return events
+        stub._conn.core.receive_data = spy
+        pod = make_pod("p")
+        await s.create_container(pod, make_container(pod, "c"))
+        await _finish(sim, stub, task)
+    asyncio.run(main())
+    (ours,) = seen
+    assert (ours.service, ours.method) == (recorded.service, recorded.method)
+    assert ours.metadata == tuple((kv.key, kv.value) for kv in recorded.metadata)
+    assert abs(ours.timeout_nano - recorded.timeout_nano) < 100_000_000
+    assert 2000 < len(ours.payload) < 4000 and 2000 < len(recorded.payload) < 4000
+
+
+def test_failing_configure_gets_the_plugin_dropped(sock_dir):
+    class BadConfig:
+        def configure(self, config, name, version):
+            raise ValueError("config: unknown key 'colour'")
+
+    async def main():
+        path = os.path.join(sock_dir, "nri.sock")
+        sim = await RuntimeSimulator(path).start()
+        stub = Stub(BadConfig(), name="bad", idx="02", socket_path=path)
+        task = asyncio.create_task(stub.run())
+        with pytest.raises(PluginDropped, match="unknown key 'colour'"):
+            await sim.accept(timeout=5)
+        with pytest.raises(RegistrationError):
+            await asyncio.wait_for(task, 5)
+        await sim.close()
     asyncio.run(main())

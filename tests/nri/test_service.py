@@ -35,8 +35,12 @@ def test_reconnects_after_runtime_restart_and_stops_cleanly(sock_dir):
                               on_state=states.append, on_reconnect=reconnects.append,
                               on_ready=stubs.append, stop_event=stop)
         svc = asyncio.create_task(run_service(Plugin(), opts))
-        await asyncio.sleep(0.15)  # no runtime yet: the service keeps retrying
-        assert states.count(service.CONNECTING) >= 2 and not svc.done()
+        for _ in range(200):  # no runtime yet: the service keeps retrying
+            if states.count(service.CONNECTING) >= 3:
+                break
+            await asyncio.sleep(0.025)
+        assert states.count(service.CONNECTING) >= 3 and not svc.done()
+        assert service.REGISTERED not in states
         for round_ in range(2):
             sim = await RuntimeSimulator(path).start()
             s = await sim.accept(timeout=5)

@@ -1,15 +1,22 @@
 """packaging/deb/build.sh: build the .deb, inspect it, run nri-sla from it, and install
 and purge it in a scratch dpkg root (maintainer scripts included)."""
 
+import asyncio
 import os
 import re
+import signal
+import socket
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
 
 from nri_sla import __version__
+from nri_sla.config import parse_config
+from nri_sla.nri.simulator import RuntimeSimulator
 
 # Dependency wheels survive between sessions here: only the first build needs PyPI.
 WHEELHOUSE = Path(os.environ.get("NRI_SLA_WHEELHOUSE", "/tmp/nri-sla-wheelhouse"))
@@ -88,12 +95,15 @@ def test_contents_and_ownership(deb, pk):
     assert modes["./usr/share/nri-sla/nri-plugin/50-nri-sla"] == "-rwxr-xr-x"
 
 
-def test_conffiles_are_under_etc(deb, unpacked, tmp_path):
+def test_conffiles_and_node_config(deb, unpacked, tmp_path):
     subprocess.run(["dpkg-deb", "-e", str(deb), str(tmp_path / "ctl")], check=True)
-    conffiles = (tmp_path / "ctl" / "conffiles")
-    listed = conffiles.read_text().split() if conffiles.exists() else []
+    listed = (tmp_path / "ctl" / "conffiles").read_text().split()
+    assert "/etc/nri-sla/config.yaml" in listed  # the unit's --config must exist
     for path in listed:
         assert path.startswith("/etc/nri-sla/") and (unpacked / path.lstrip("/")).is_file()
+    text = (unpacked / "etc/nri-sla/config.yaml").read_text()
+    parse_config(text, "/etc/nri-sla/config.yaml")  # raises ConfigError when invalid
+    assert (unpacked / "usr/share/doc/nri-sla/install.md").is_file()
 
 
 def _python_for(unpacked: Path) -> list[str]:
@@ -187,3 +197,50 @@ def test_build_script_syntax(pk):
     res = subprocess.run(["bash", "-n", str(pk.PACKAGING / "deb" / "build.sh")],
                          capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
+
+
+def test_packaged_plugin_registers_with_a_runtime(unpacked, tmp_path):
+    """`nri-sla run` from the unpacked package (bundled protobuf, PyYAML, ...) registers
+    with the runtime simulator over a unix socket and answers /readyz, then stops
+    cleanly on SIGTERM, as systemd stops it."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = tmp_path / "config.yaml"
+    config.write_text(f'metrics:\n  address: "127.0.0.1:{port}"\n')
+    sock_path = str(tmp_path / "nri.sock")
+
+    def readyz() -> int:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
+                return r.status
+        except (urllib.error.HTTPError, urllib.error.URLError) as exc:
+            return getattr(exc, "code", 0)
+
+    async def main() -> tuple[int, bytes]:
+        sim = await RuntimeSimulator(sock_path).start()
+        proc = await asyncio.create_subprocess_exec(
+            *_python_for(unpacked), str(unpacked / "usr/bin/nri-sla"), "run", "--config",
+            str(config), "--socket", sock_path, env={"PATH": "/usr/bin:/bin"}, cwd="/",
+            stderr=asyncio.subprocess.PIPE)
+        try:
+            session = await sim.accept(timeout=30)
+            assert session.name == "nri-sla"
+            status = 0
+            for _ in range(100):
+                status = await asyncio.to_thread(readyz)
+                if status == 200:
+                    break
+                await asyncio.sleep(0.1)
+            assert status == 200
+            proc.send_signal(signal.SIGTERM)
+            rc = await asyncio.wait_for(proc.wait(), 20)
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+            await sim.close()
+        return rc, await proc.stderr.read()
+
+    rc, stderr = asyncio.run(main())
+    assert rc == 0, stderr.decode()[-2000:]

@@ -5,9 +5,10 @@ import json
 import logging
 import os
 import re
-import shlex
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nri_sla.logging import (
     LOGGER_NAME,
@@ -33,9 +34,43 @@ def _restore_logger():
     logger.propagate = saved[2]
 
 
+_UNESCAPE = {"\\": "\\", '"': '"', "n": "\n", "r": "\r", "t": "\t"}
+
+
 def _logfmt(line: str) -> dict[str, str]:
-    """Parse a logfmt line back (shlex handles the double-quoted values)."""
-    return dict(tok.split("=", 1) for tok in shlex.split(line.replace("\\n", "\n")))
+    """Parse a logfmt line back: key=bare or key="quoted with \\ escapes"."""
+    out: dict[str, str] = {}
+    i = 0
+    while i < len(line):
+        eq = line.index("=", i)
+        key = line[i:eq]
+        assert key and " " not in key and '"' not in key, line
+        i = eq + 1
+        if line[i:i + 1] == '"':
+            i += 1
+            chars = []
+            while line[i] != '"':
+                if line[i] == "\\":
+                    code = line[i + 1]
+                    if code in "uU":
+                        width = 4 if code == "u" else 8
+                        chars.append(chr(int(line[i + 2:i + 2 + width], 16)))
+                        i += 2 + width
+                        continue
+                    chars.append(_UNESCAPE[code])
+                    i += 2
+                else:
+                    chars.append(line[i])
+                    i += 1
+            value, i = "".join(chars), i + 1
+        else:
+            end = line.find(" ", i)
+            end = len(line) if end < 0 else end
+            value, i = line[i:end], end
+        out[key] = value
+        assert line[i:i + 1] in ("", " "), line
+        i += 1
+    return out
 
 
 def test_text_decision_line(monkeypatch):
@@ -134,3 +169,16 @@ def test_bad_setup(kwargs, needle):
 def test_bad_decision_fields(path, outcome, needle):
     with pytest.raises(LoggingSetupError, match=needle):
         log_decision("a", "b", "c", path, outcome)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text())
+def test_any_text_round_trips_on_one_line(text):
+    rendered = logfmt_value(text)
+    assert len(rendered.splitlines()) <= 1 and rendered.isprintable()
+    assert _logfmt(f"k={rendered}") == {"k": text}
+
+
+def test_control_characters_are_spelled_out():
+    assert logfmt_value("x\x1by") == '"x\\u001by"'
+    assert logfmt_value("a\u2028b") == '"a\\u2028b"'

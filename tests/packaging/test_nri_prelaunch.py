@@ -5,15 +5,20 @@ NRI_PLUGIN_* variables and no PATH. The wrapper must exec nri-sla by full path, 
 same process, keeping fd 3 and the variables.
 """
 
+import asyncio
 import json
 import os
 import socket
 import stat
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 
 import pytest
 import yaml
+
+from nri_sla.nri.simulator import RuntimeSimulator
 
 NRI_ENV = {"NRI_PLUGIN_NAME": "nri-sla", "NRI_PLUGIN_IDX": "50", "NRI_PLUGIN_SOCKET": "3"}
 
@@ -88,3 +93,58 @@ def test_conf_d_file_is_yaml_naming_the_config(pk):
     assert data == {"config-file": "/etc/nri-sla/config.yaml"}
     # containerd looks up <idx>-<name>.conf for the plugin 50-nri-sla
     assert conf.name == "50-nri-sla.conf"
+
+
+def test_prelaunched_nri_sla_registers_and_reports_ready(tmp_path, pk):
+    """The whole route: containerd (the simulator) launches the wrapper with fd 3 and
+    nothing else; the real `nri-sla run` registers over fd 3 and /readyz turns 200."""
+    if not pk.VENV_NRI_SLA.exists():
+        pytest.skip(f"{pk.VENV_NRI_SLA} missing: install the project (pip install -e .)")
+    with socket.socket() as probe:  # a free port for the metrics server
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = tmp_path / "config.yaml"
+    config.write_text(f'metrics:\n  address: "127.0.0.1:{port}"\nlog:\n  format: json\n')
+    text = (pk.PACKAGING / "nri" / "50-nri-sla").read_text()
+    wrapper = tmp_path / "50-nri-sla"
+    wrapper.write_text(text.replace("NRI_SLA=/usr/bin/nri-sla", f"NRI_SLA={pk.VENV_NRI_SLA}")
+                       .replace("/etc/nri-sla/config.yaml", str(config)))
+    wrapper.chmod(0o755)
+
+    def readyz() -> int:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
+                return r.status
+        except urllib.error.HTTPError as exc:
+            return exc.code
+
+    async def main() -> tuple[int, bytes]:
+        ours, theirs = socket.socketpair()
+        sim = RuntimeSimulator(str(tmp_path / "unused.sock"))
+        await sim.attach(theirs)
+        fd = ours.fileno()
+        proc = await asyncio.create_subprocess_exec(
+            str(wrapper), env=dict(NRI_ENV), close_fds=False,
+            preexec_fn=lambda: os.dup2(fd, 3), stderr=asyncio.subprocess.PIPE)
+        ours.close()
+        try:
+            session = await sim.accept(timeout=30)
+            assert (session.name, session.idx) == ("nri-sla", "50")
+            status = 0
+            for _ in range(100):
+                status = await asyncio.to_thread(readyz)
+                if status == 200:
+                    break
+                await asyncio.sleep(0.1)
+            assert status == 200
+            session.drop("containerd stops the plugin")
+            rc = await asyncio.wait_for(proc.wait(), 20)
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+            await sim.close()
+        return rc, await proc.stderr.read()
+
+    rc, stderr = asyncio.run(main())
+    assert rc == 0, stderr.decode()[-2000:]

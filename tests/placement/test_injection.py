@@ -7,8 +7,9 @@ from types import SimpleNamespace
 import pytest
 
 from nri_sla.plan.gpu_injection import DeviceNode, GpuInjection, InjectionError, gpu_injection
-from nri_sla.plan.placement import Placement
+from nri_sla.plan.placement import Allocator, Placement
 from nri_sla.plan.placement import PlacementRequest as Req
+from nri_sla.topology.gpus import Gpu, GpuInventory, MigInstance
 
 UVM_MAJOR = 508
 CAPS_MAJOR = 511
@@ -55,12 +56,8 @@ def test_env(dgx, mig):
     assert gpu_injection(m, "env").env == {"NVIDIA_VISIBLE_DEVICES": m.mig.uuid}
 
 
-def test_env_without_uuids_uses_indexes(topology_of, inventory_of):
-    from nri_sla.topology.gpus import Gpu, GpuInventory
-
+def test_env_without_uuids_uses_indexes(topology_of):
     inv = GpuInventory((Gpu(0, "", "0000:07:00.0", 0), Gpu(1, "", "0000:0f:00.0", 0)), "sysfs")
-    from nri_sla.plan.placement import Allocator
-
     p = Allocator(topology_of(nodes=1), inv).allocate(Req("a", gpu_count=2))
     assert gpu_injection(p, "env").env == {"NVIDIA_VISIBLE_DEVICES": "0,1"}
 
@@ -117,8 +114,6 @@ def test_stat_function_is_injectable(dgx, tmp_path):
 
 
 def test_mig_without_caps_minors_cannot_use_devices_mode(dgx_node):
-    from nri_sla.topology.gpus import MigInstance
-
     gpu = dgx_node[1].gpus[0]
     p = Placement(gpus=(gpu,), mig=MigInstance("MIG-x", "1g.10gb", 0, 1, 0))
     with pytest.raises(InjectionError, match="use gpu injection mode cdi or env"):

@@ -5,6 +5,9 @@ from __future__ import annotations
 import pathlib
 
 import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nri_sla import config as cfgmod
 from nri_sla.config import (
@@ -21,7 +24,8 @@ from nri_sla.config import (
     parse_config,
 )
 
-EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "config.yaml"
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "config.yaml"
 SRC = "/etc/nri-sla/config.yaml"
 
 
@@ -193,3 +197,31 @@ def test_load_config_paths(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="at most 1048576 bytes"):
         load_config(str(big))
 
+
+
+def test_docs_example_parses():
+    text = (ROOT / "docs" / "config.md").read_text()
+    block = text.split("## Example", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+    cfg = parse_config(block, "docs/config.md")
+    assert cfg.allows("gpus", "ml-team") and not cfg.allows("gpus", "web")
+    assert cfg.allows("realtime", "latency-critical") and cfg.reserved_cpus == (0, 1)
+    assert cfg.cgroup.driver == "systemd" and cfg.log.format == "json"
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.one_of(
+    st.text(max_size=200),
+    st.dictionaries(st.sampled_from(["enforcement", "rt-budget", "reserved-cpus", "nri", "log",
+                                     "permissions", "metrics", "cgroup", "gpu", "x"]),
+                    st.one_of(st.none(), st.booleans(), st.integers(), st.floats(),
+                              st.text(max_size=20),
+                              st.dictionaries(st.text(max_size=12), st.text(max_size=12),
+                                              max_size=3)),
+                    max_size=5).map(yaml.safe_dump)))
+def test_config_fuzz_only_config_error(text):
+    try:
+        cfg = parse_config(text, SRC)
+    except ConfigError as exc:
+        assert str(exc).startswith(SRC + ": ")
+    else:
+        assert isinstance(cfg, NodeConfig) and cfg.enforcement in ("hard", "soft")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import yaml
 from hypothesis import HealthCheck, given, settings
@@ -12,7 +13,8 @@ from nri_sla.sla import QuantityError, Sla, SlaError, parse_sla_document, sla_fo
 from nri_sla.sla.quantities import parse_count, parse_cpu, parse_duration, parse_size
 from nri_sla.sla.schema import SECTIONS
 
-FUZZ = settings(max_examples=150, deadline=None,
+# SLA_FUZZ_EXAMPLES=5000 for a long soak; the suite default stays quick
+FUZZ = settings(max_examples=int(os.environ.get("SLA_FUZZ_EXAMPLES", "150")), deadline=None,
                 suppress_health_check=[HealthCheck.too_slow])
 POD = "sla.nri.io/pod"
 

@@ -1,7 +1,10 @@
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+import nri_sla.topology as topology
 from nri_sla.topology import TopologyError, read_topology
 from nri_sla.topology.testing import build_sysfs
 
@@ -80,3 +83,17 @@ def test_this_machine():
     topo = read_topology()
     assert topo.online
     assert set().union(*(n.cpus for n in topo.nodes)) == topo.online
+
+
+def test_hook_path_imports_stay_light():
+    # the OCI hook imports placement on every container start: no YAML, NVML or logging
+    code = ("import sys, nri_sla.plan.placement; "
+            "print(sorted(m for m in ('yaml', 'pynvml', 'logging') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_package_exports_resolve():
+    for name in topology.__all__:
+        assert getattr(topology, name).__name__ == name

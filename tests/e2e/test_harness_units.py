@@ -1,0 +1,78 @@
+"""The e2e harness's own pieces, checked without containerd (these run everywhere)."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import tarfile
+import tomllib
+from pathlib import Path
+
+import pytest
+
+BUSYBOX = Path("/bin/busybox")
+
+
+def _blobs(archive: Path) -> tuple[dict, dict[str, bytes]]:
+    with tarfile.open(archive) as t:
+        index = json.load(t.extractfile("index.json"))
+        blobs = {f"sha256:{m.name.rsplit('/', 1)[1]}": t.extractfile(m).read()
+                 for m in t.getmembers() if m.name.startswith("blobs/sha256/") and m.isfile()}
+    return index, blobs
+
+
+def test_image_archive_is_a_consistent_oci_layout(e2e_image_builder, tmp_path):
+    if not BUSYBOX.exists() or not e2e_image_builder.is_static_elf(BUSYBOX):
+        pytest.skip("needs a static /bin/busybox (apt-get install busybox-static)")
+    archive = e2e_image_builder.build_image_archive(tmp_path / "img.tar", BUSYBOX, "x.io/bb:7")
+    index, blobs = _blobs(archive.path)
+    for digest, data in blobs.items():  # every blob is named by its content
+        assert digest == "sha256:" + hashlib.sha256(data).hexdigest()
+    (entry,) = index["manifests"]
+    assert entry["annotations"]["io.containerd.image.name"] == "x.io/bb:7"
+    assert entry["digest"] == archive.manifest_digest
+    manifest = json.loads(blobs[entry["digest"]])
+    config = json.loads(blobs[manifest["config"]["digest"]])
+    (layer,) = manifest["layers"]
+    assert config["rootfs"]["diff_ids"] == [layer["digest"]]  # uncompressed layer
+    assert config["config"]["Entrypoint"] == ["/bin/sleep", "infinity"]
+    with tarfile.open(fileobj=io.BytesIO(blobs[layer["digest"]])) as t:
+        names = {m.name: m for m in t.getmembers()}
+    assert names["bin/busybox"].size == BUSYBOX.stat().st_size
+    assert names["bin/sleep"].issym() and names["bin/sleep"].linkname == "busybox"
+
+
+def test_dynamic_binary_is_refused_with_a_hint(e2e_image_builder, tmp_path):
+    dynamic = Path("/bin/sh").resolve()
+    assert not e2e_image_builder.is_static_elf(dynamic)
+    with pytest.raises(e2e_image_builder.ImageBuildError, match="busybox-static"):
+        e2e_image_builder.build_image_archive(tmp_path / "img.tar", dynamic)
+
+
+@pytest.mark.parametrize("major", [1, 2])
+def test_containerd_config_enables_nri_on_private_paths(e2e_config_module, major):
+    base, runc = Path("/tmp/nrie2e-x"), Path("/opt/runc")
+    text = e2e_config_module.render_config(major, base, runc, "img:1", "amd64")
+    cfg = tomllib.loads(text)
+    plugins = cfg["plugins"]
+    nri = plugins["io.containerd.nri.v1.nri"]
+    assert (nri["disable"], nri["socket_path"]) == (False, f"{base}/nri.sock")
+    assert cfg["grpc"]["address"] == f"{base}/containerd.sock"
+    assert (cfg["root"], cfg["state"]) == (f"{base}/root", f"{base}/state")
+    if major == 1:
+        assert cfg["version"] == 2
+        cri = plugins["io.containerd.grpc.v1.cri"]
+        assert cri["sandbox_image"] == "img:1"
+        runtimes = cri["containerd"]["runtimes"]
+    else:
+        assert cfg["version"] == 3
+        cri = plugins["io.containerd.cri.v1.runtime"]
+        assert plugins["io.containerd.cri.v1.images"]["pinned_images"]["sandbox"] == "img:1"
+        runtimes = cri["containerd"]["runtimes"]
+        unpack = plugins["io.containerd.transfer.v1.local"]["unpack_config"]
+        assert unpack == [{"platform": "linux/amd64", "snapshotter": "native"}]
+    assert cri["restrict_oom_score_adj"] is True
+    opts = runtimes["runc"]["options"]
+    assert (opts["BinaryName"], opts["SystemdCgroup"]) == (str(runc), False)
+    assert opts["Root"] == f"{base}/runc"

@@ -1,0 +1,89 @@
+"""cgroup v1 paths on a fake per-controller tree: RT ancestors raised, and undone when a
+later write fails in hard mode (the real-runc tests cover the kernel's side)."""
+
+from __future__ import annotations
+
+import pytest
+
+from nri_sla.hook.errors import EXIT_OK, EXIT_REFUSED
+
+CTR = "/kubepods/pod-a/ctr-1"
+NAME = "io.kubernetes.cri.container-name"
+
+
+def _v1_tree(root, controllers=("cpu", "cpuset", "memory", "blkio")):
+    files = {
+        "cpu": {"cpu.cfs_quota_us": "-1", "cpu.cfs_period_us": "100000",
+                "cpu.rt_runtime_us": "0", "cpu.rt_period_us": "1000000"},
+        "cpuset": {"cpuset.cpus": "0-1", "cpuset.mems": "0"},
+        "memory": {"memory.limit_in_bytes": "9223372036854771712",
+                   "memory.soft_limit_in_bytes": "9223372036854771712"},
+        "blkio": {"blkio.throttle.read_bps_device": ""},
+    }
+    for c in controllers:
+        parts = [root / c]
+        for p in CTR.strip("/").split("/"):
+            parts.append(parts[-1] / p)
+        for d in parts:
+            d.mkdir(parents=True, exist_ok=True)
+            for name, value in files[c].items():
+                (d / name).write_text(value + "\n")
+    # The hierarchy root holds the kernel's whole RT budget.
+    (root / "cpu" / "cpu.rt_runtime_us").write_text("950000\n")
+    return {c: root / c / CTR.strip("/") for c in controllers}
+
+
+@pytest.fixture
+def v1(tmp_path, h):
+    root = tmp_path / "cg"
+    dirs = _v1_tree(root)
+    config = tmp_path / "config.yaml"
+    config.write_text("permissions:\n  realtime: ['*']\n")
+
+    def run(sla):
+        bundle = h.write_bundle(tmp_path / "bundle", {NAME: "app", "sla.nri.io/pod": sla}, CTR)
+        return h.run_inproc(h.state_json(bundle), cgroup_root=str(root), config=str(config))
+
+    return root, dirs, run
+
+
+def test_v1_rt_ancestors_raised_then_container(v1):
+    root, dirs, run = v1
+    out = run("cpu:\n  limit: 0.5\n  rt-runtime: 10ms\nmemory:\n  max: 64Mi\n")
+    assert (out.exit_code, out.lines) == (EXIT_OK, [])
+    assert dirs["cpu"].joinpath("cpu.rt_runtime_us").read_text().strip() == "10000"
+    for ancestor in (root / "cpu" / "kubepods", root / "cpu" / "kubepods" / "pod-a"):
+        assert int(ancestor.joinpath("cpu.rt_runtime_us").read_text()) >= 10000
+    assert dirs["cpu"].joinpath("cpu.cfs_quota_us").read_text().strip() == "50000"
+    assert dirs["memory"].joinpath("memory.limit_in_bytes").read_text().strip() == \
+        str(64 << 20)
+
+
+def test_v1_hard_failure_after_rt_raise_undoes_it(v1):
+    root, dirs, run = v1
+    limit = dirs["memory"] / "memory.limit_in_bytes"
+    limit.unlink()
+    limit.mkdir()  # this write will fail after the RT raise succeeded
+    out = run("cpu:\n  rt-runtime: 10ms\nmemory:\n  max: 64Mi\n")
+    assert out.exit_code == EXIT_REFUSED
+    assert "memory.limit_in_bytes" in out.lines[0]
+    for ancestor in (root / "cpu" / "kubepods", root / "cpu" / "kubepods" / "pod-a"):
+        assert ancestor.joinpath("cpu.rt_runtime_us").read_text().strip() == "0"
+
+
+def test_v1_soft_memory_high_becomes_soft_limit(v1):
+    _root, dirs, run = v1
+    out = run("enforcement: soft\nmemory:\n  high: 32Mi\n  max: 64Mi\n")
+    assert out.exit_code == EXIT_OK
+    assert any("memory.high" in line and "warning" in line for line in out.lines)
+    assert dirs["memory"].joinpath("memory.soft_limit_in_bytes").read_text().strip() == \
+        str(32 << 20)
+
+
+def test_v1_rt_over_budget_soft_drops_rt_keeps_rest(v1):
+    _root, dirs, run = v1
+    out = run("enforcement: soft\ncpu:\n  limit: 1\n  rt-runtime: 990ms\n")
+    assert out.exit_code == EXIT_OK
+    assert any("real-time budget" in line for line in out.lines), out.lines
+    assert dirs["cpu"].joinpath("cpu.rt_runtime_us").read_text().strip() == "0"
+    assert dirs["cpu"].joinpath("cpu.cfs_quota_us").read_text().strip() == "100000"

@@ -32,6 +32,12 @@ class SlaPlugin:
         self.nri_version: str | None = None
         self.runtime = ""
         self._pending: dict[str, ContainerPlan] = {}  # container id -> plan awaiting start
+        self._hooks = None
+        if node.config.hook.inject:
+            # The OCI hook then verifies (reads back) what the plugin enforced.
+            from nri_sla.hook.spec import hook_spec
+
+            self._hooks = hook_spec()
 
     # -- life cycle --------------------------------------------------------------------
     def on_registered(self, stub: Any) -> None:
@@ -84,7 +90,7 @@ class SlaPlugin:
             self._pending[container.id] = plan
         self.node.remember_cpuset(container.id, plan)
         self._publish_usage()
-        return (build_adjustment(plan, self.node.annotations_for(plan, "nri")),
+        return (build_adjustment(plan, self.node.annotations_for(plan, "nri"), self._hooks),
                 self._cpuset_updates(container.id))
 
     def start_container(self, pod: pb.PodSandbox, container: pb.Container) -> None:

@@ -57,6 +57,8 @@ def explain_container(node: Any, pod: Any, container: str, nri_version: str) -> 
         result["direct_writes"] = [f"{w.controller}/{w.file} = {w.value}"
                                    for w in node.direct_writes(plan)]
         result["warnings"] = list(plan.warnings)
+        if plan.placement_record:
+            result["placement"] = plan.placement_record
     return result
 
 
@@ -65,6 +67,10 @@ def render(result: dict[str, Any], out: Any) -> None:
     print(head, file=out)
     if "error" in result:
         print(f"  error: {result['error']}", file=out)
+    if "placement" in result:
+        chosen = ", ".join(f"{k} {','.join(v) if isinstance(v, list) else v}"
+                           for k, v in result["placement"].items())
+        print(f"  placement: {chosen}", file=out)
     for key, value in result.get("adjustment", {}).items():
         print(f"  adjustment {key} = {value}", file=out)
     for write in result.get("direct_writes", []):

@@ -8,6 +8,9 @@ node: runc refuses the whole container for it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from nri_sla.enforce.mapping import v2_io_max_line
 from nri_sla.enforce.plan_writes import unified_io_max
 from nri_sla.nri.pb import nri_pb2 as pb
@@ -23,9 +26,18 @@ _MPOL_MODES = {
 }
 
 
-def build_adjustment(plan: ContainerPlan, annotations: dict[str, str]) -> pb.ContainerAdjustment:
-    """The adjustment for a plan, carrying the given annotations (record, warnings)."""
+def build_adjustment(plan: ContainerPlan, annotations: dict[str, str],
+                     hooks: Mapping[str, list[dict[str, Any]]] | None = None,
+                     ) -> pb.ContainerAdjustment:
+    """The adjustment for a plan, carrying the given annotations (record, warnings) and
+    OCI hooks ({Hooks field: [{path, args, env, timeout}]}, nri_sla.hook.spec.hook_spec)."""
     adj = pb.ContainerAdjustment()
+    for stage, entries in (hooks or {}).items():
+        for entry in entries:
+            hook = getattr(adj.hooks, stage).add(path=entry["path"], args=entry["args"],
+                                                 env=entry.get("env", []))
+            if entry.get("timeout"):
+                hook.timeout.value = entry["timeout"]
     for key, value in annotations.items():
         adj.annotations[key] = value
     resources = adj.linux.resources

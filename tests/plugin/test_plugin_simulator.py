@@ -185,3 +185,19 @@ def test_exclusive_cpus_leave_aligned_neighbours_cpusets(tmp_path):
     assert update.ignore_failure
     (restored,) = given_back.update
     assert restored.linux.resources.cpu.cpus == first.linux.resources.cpu.cpus
+
+
+def test_hook_injected_for_verification_when_configured(tmp_path):
+    from nri_sla.config import HookConfig
+
+    async def scenario():
+        node = make_node(2, hook=HookConfig(inject=True))
+        async with plugin_session(node, tmp_path) as (_, session, _p):
+            pod = make_pod("p", annotations={"sla.nri.io/pod": "cpu: {limit: 1}"})
+            return (await session.create_container(pod, make_container(pod, "c"))).adjust
+
+    adj = run(scenario())
+    (hook,) = adj.hooks.create_runtime
+    assert hook.path == "/usr/bin/nri-sla"
+    assert list(hook.args[:4]) == ["nri-sla", "hook", "--stage", "createRuntime"]
+    assert hook.timeout.value > 0

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from nri_sla.sla.model import ENFORCEMENT_MODES
 from nri_sla.sla.quantities import show
 from nri_sla.sla.safeyaml import YamlProblem, key_text, load
-from nri_sla.sla.schema import Problem, parse_id_list, unknown_key_message
+from nri_sla.sla.schema import Problem, choice, parse_id_list, unknown_key_message
 
 DEFAULT_PATH = "/etc/nri-sla/config.yaml"
 MAX_CONFIG_BYTES = 1024 * 1024
@@ -133,14 +133,6 @@ class NodeConfig:
 
 
 # -- converters ----------------------------------------------------------------------------
-
-def _choice(allowed: tuple[str, ...]) -> Callable[[object], str]:
-    def convert(value: object) -> str:
-        if not isinstance(value, str) or value not in allowed:
-            raise Problem(f"must be one of {', '.join(allowed)}, got {show(value)}")
-        return value
-    return convert
-
 
 def _bool(value: object) -> bool:
     if not isinstance(value, bool):
@@ -257,7 +249,7 @@ def _address(value: object) -> str:
 # section -> field -> (dataclass attribute, converter); "" section = top level
 _Schema = dict[str, tuple[str, Callable[[object], object]]]
 _TOP: _Schema = {
-    "enforcement": ("enforcement", _choice(ENFORCEMENT_MODES)),
+    "enforcement": ("enforcement", choice(ENFORCEMENT_MODES)),
     "annotation-prefix": ("annotation_prefix", _prefix),
     "rt-budget": ("rt_budget", _rt_budget),
     "reserved-cpus": ("reserved_cpus", _cpu_list),
@@ -270,12 +262,12 @@ _SECTIONS: dict[str, tuple[type, _Schema]] = {
         "io-max": ("io_max", _namespaces),
     }),
     "gpu": (GpuConfig, {
-        "injection": ("injection", _choice(GPU_INJECTIONS)),
+        "injection": ("injection", choice(GPU_INJECTIONS)),
         "inventory": ("inventory", _inventory),
     }),
     "cgroup": (CgroupConfig, {
         "root": ("root", _abs_path),
-        "driver": ("driver", _choice(CGROUP_DRIVERS)),
+        "driver": ("driver", choice(CGROUP_DRIVERS)),
         "version": ("version", _cgroup_version),
     }),
     "nri": (NriConfig, {
@@ -287,8 +279,8 @@ _SECTIONS: dict[str, tuple[type, _Schema]] = {
     "hook": (HookConfig, {"inject": ("inject", _bool)}),
     "metrics": (MetricsConfig, {"address": ("address", _address)}),
     "log": (LogConfig, {
-        "format": ("format", _choice(LOG_FORMATS)),
-        "level": ("level", _choice(LOG_LEVELS)),
+        "format": ("format", choice(LOG_FORMATS)),
+        "level": ("level", choice(LOG_LEVELS)),
     }),
 }
 TOP_KEYS: tuple[str, ...] = (*_TOP, *_SECTIONS)

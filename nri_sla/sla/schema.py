@@ -71,7 +71,7 @@ def unknown_key_message(name: str, valid: tuple[str, ...], parent: str) -> str:
 
 # -- scalar converters -------------------------------------------------------------------
 
-def _choice(allowed: tuple[str, ...]) -> Callable[[object], str]:
+def choice(allowed: tuple[str, ...]) -> Callable[[object], str]:
     def convert(value: object) -> str:
         if not isinstance(value, str) or value not in allowed:
             raise Problem(f"must be one of {', '.join(allowed)}, got {show(value)}")
@@ -318,20 +318,20 @@ SECTIONS: dict[str, dict[str, Converter]] = {
         "rt-period": _duration(1000, 1_000_000, "1ms", "1s"),
         "exclusive": _exclusive,
     },
-    "numa": {"nodes": _numa_nodes, "memory-policy": _choice(MEMORY_POLICIES)},
+    "numa": {"nodes": _numa_nodes, "memory-policy": choice(MEMORY_POLICIES)},
     "memory": {"high": _memory, "max": _memory},
     "io": {"weight": _io_weight, "max": _io_max},
     "gpu": {
         "count": _gpu_count,
         "ids": _gpu_ids,
         "mig": _mig,
-        "topology": _choice(GPU_TOPOLOGIES),
+        "topology": choice(GPU_TOPOLOGIES),
         "align": _bool,
-        "from": _choice(GPU_SOURCES),
+        "from": choice(GPU_SOURCES),
     },
 }
 TOP_FIELDS: tuple[str, ...] = ("enforcement", *SECTIONS)
-convert_enforcement = _choice(ENFORCEMENT_MODES)
+convert_enforcement = choice(ENFORCEMENT_MODES)
 
 
 def flatten(data: object) -> tuple[dict[str, object], list[tuple[str, str]]]:

@@ -49,6 +49,10 @@ KERNEL_ARGS = (
 GUEST_IO_DIR = "/tmp/nri-sla-vm"
 GUEST_ENV_FLAG = "NRI_SLA_VM_GUEST"
 
+# TCG by default: /dev/kvm may exist yet be unusable (nested virtualisation: qemu aborts
+# setting MSRs). Set NRI_SLA_VM_ACCEL=kvm where KVM works.
+ACCEL_ENV = "NRI_SLA_VM_ACCEL"
+
 APT_HINT = "apt-get install qemu-system-x86 linux-image-amd64 busybox-static"
 
 
@@ -84,6 +88,7 @@ class GuestRun:
     console: str
     boot_seconds: float | None  # qemu start -> guest command start
     total_seconds: float  # qemu start -> qemu exit
+    error: str | None = None  # why rc is None (timeout, guest died mid-command)
 
     @property
     def output(self) -> str:
@@ -104,6 +109,7 @@ def find_tools(boot_dir: Path = Path("/boot"),
     qemu = shutil.which("qemu-system-x86_64")
     if qemu is None:
         raise VmUnavailable(f"qemu-system-x86_64 not found ({APT_HINT})")
+    _check_qemu_devices(Path(qemu))
     pairs = []
     for kernel in boot_dir.glob("vmlinuz-*"):
         version = kernel.name.removeprefix("vmlinuz-")
@@ -119,6 +125,20 @@ def find_tools(boot_dir: Path = Path("/boot"),
     if busybox is None:
         raise VmUnavailable(f"no static busybox binary ({APT_HINT})")
     return VmTools(Path(qemu), kernel, mod_dir, busybox)
+
+
+def _check_qemu_devices(qemu: Path) -> None:
+    """Some qemu builds lack virtfs (9p); the guest cannot reach the host root without it."""
+    try:
+        out = subprocess.run([str(qemu), "-device", "help"], capture_output=True, text=True,
+                             timeout=30, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise VmUnavailable(f"{qemu} -device help failed: {exc}") from None
+    listing = out.stdout + out.stderr
+    for device in ("virtio-9p-pci", "virtio-blk-pci"):
+        if f'"{device}"' not in listing:
+            raise VmUnavailable(f"{qemu} has no {device} device (this qemu build lacks "
+                                f"virtfs/virtio; Debian's qemu-system-x86 has them)")
 
 
 def _find_static_busybox() -> Path | None:
@@ -279,10 +299,32 @@ def build_initramfs(tools: VmTools, dest: Path) -> Path:
 # --------------------------------------------------------------------------- running
 
 
+PARTITION_START_SECTOR = 2048  # 1 MiB, the usual alignment
+
+
+def write_disk_image(path: Path, size_mib: int) -> None:
+    """A sparse raw disk with an MBR holding one Linux partition (sector 2048 to the end).
+
+    The guest then has /dev/vda (a whole disk) and /dev/vda1 (a partition): io.max must be
+    tested on both, since the kernel treats them differently.
+    """
+    sectors = (size_mib << 20) // 512
+    entry = (b"\x00" + b"\x00\x00\x00" + b"\x83" + b"\x00\x00\x00"
+             + PARTITION_START_SECTOR.to_bytes(4, "little")
+             + (sectors - PARTITION_START_SECTOR).to_bytes(4, "little"))
+    mbr = bytearray(512)
+    mbr[446:462] = entry
+    mbr[510:512] = b"\x55\xaa"
+    with path.open("wb") as f:
+        f.write(mbr)
+        f.truncate(size_mib << 20)
+
+
 def qemu_command(tools: VmTools, initramfs: Path, io_dir: Path, disk: Path,
                  memory_mib: int = 1024, cpus: int = 2) -> list[str]:
     return [
-        str(tools.qemu), "-accel", "tcg,thread=multi", "-cpu", "max",
+        str(tools.qemu), "-accel", os.environ.get(ACCEL_ENV, "tcg,thread=multi"),
+        "-cpu", "max",
         "-m", str(memory_mib), "-smp", str(cpus),
         "-nodefaults", "-nographic", "-no-reboot", "-serial", "stdio",
         "-kernel", str(tools.kernel), "-initrd", str(initramfs),
@@ -309,16 +351,18 @@ def run_in_guest(script: str, work_dir: Path, timeout: float = 240.0,
     io_dir.mkdir()
     initramfs = build_initramfs(tools, work_dir / "initramfs.cpio")
     disk = work_dir / "disk.img"
-    with disk.open("wb") as f:
-        f.truncate(disk_mib << 20)
+    write_disk_image(disk, disk_mib)
     (io_dir / "run.sh").write_text(
-        f"export HOME=/tmp {GUEST_ENV_FLAG}=1 PYTHONDONTWRITEBYTECODE=1\n"
+        # The host root is read-only in the guest: caches go to the guest's /tmp.
+        f"export HOME=/tmp {GUEST_ENV_FLAG}=1 PYTHONDONTWRITEBYTECODE=1 "
+        f"HYPOTHESIS_STORAGE_DIRECTORY=/tmp/.hypothesis\n"
         f"export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n"
         f"cd /\n{script}\n")
     console_path = work_dir / "console.log"
     cmd = qemu_command(tools, initramfs, io_dir, disk)
     started = time.monotonic()
     boot_seconds = None
+    timed_out = False
     with console_path.open("wb") as console:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=console,
                                 stderr=subprocess.STDOUT)
@@ -327,11 +371,8 @@ def run_in_guest(script: str, work_dir: Path, timeout: float = 240.0,
                 if boot_seconds is None and (io_dir / "started").exists():
                     boot_seconds = time.monotonic() - started
                 if time.monotonic() - started > timeout:
-                    proc.kill()
-                    proc.wait()
-                    raise VmError(f"guest did not finish within {timeout:.0f} s "
-                                  f"(console log: {console_path}){_output_tail(io_dir)}",
-                                  console_path.read_text(errors="replace"))
+                    timed_out = True
+                    break
                 time.sleep(0.1)
         finally:
             if proc.poll() is None:
@@ -340,11 +381,17 @@ def run_in_guest(script: str, work_dir: Path, timeout: float = 240.0,
     total = time.monotonic() - started
     console_text = console_path.read_text(errors="replace")
     rc_file = io_dir / "rc"
-    if not rc_file.exists():
-        raise VmError(f"guest command never finished (qemu exit {proc.returncode}, "
-                      f"console log: {console_path}){_output_tail(io_dir)}", console_text)
-    return GuestRun(int(rc_file.read_text().strip()), io_dir, console_text,
-                    boot_seconds, total)
+    if rc_file.exists():
+        return GuestRun(int(rc_file.read_text().strip()), io_dir, console_text,
+                        boot_seconds, total)
+    why = (f"guest did not finish within {timeout:.0f} s" if timed_out
+           else f"guest command never finished (qemu exit {proc.returncode})")
+    if boot_seconds is None:  # it never got as far as the command: a boot failure
+        raise VmError(f"{why}; the guest command never started "
+                      f"(console log: {console_path})", console_text)
+    # The command ran: what it reported so far (results.json) is still worth having.
+    return GuestRun(None, io_dir, console_text, boot_seconds, total,
+                    error=f"{why} (console log: {console_path})")
 
 
 def _output_tail(io_dir: Path, lines: int = 30) -> str:
@@ -359,12 +406,19 @@ def _output_tail(io_dir: Path, lines: int = 30) -> str:
 # --------------------------------------------------------------------------- pytest
 
 
-def pytest_script(repo: Path, python: Path, args: list[str]) -> str:
-    """The guest script that runs pytest from the repo and leaves results in the share."""
+def pytest_script(repo: Path, python: Path, args: list[str],
+                  per_test_timeout: float = 120) -> str:
+    """The guest script that runs pytest from the repo and leaves results in the share.
+
+    -v prints each node id before the test runs, so the output's tail names a test that
+    hangs; the per-test timeout (pytest-timeout) fails such a test with its stack while
+    the rest still run, well before the whole guest's timeout.
+    """
     quoted = " ".join(shlex.quote(a) for a in args)
     return (
         f"cd {shlex.quote(str(repo))}\n"
-        f"{shlex.quote(str(python))} -m pytest -p no:cacheprovider -q "
+        f"{shlex.quote(str(python))} -m pytest -p no:cacheprovider -v "
+        f"--timeout={per_test_timeout:.0f} "
         f"--junitxml={GUEST_IO_DIR}/junit.xml {quoted}\n")
 
 
@@ -386,6 +440,8 @@ def main(argv: list[str]) -> int:
             print(exc, file=sys.stderr)
             return 2
         print(run.output, end="")
+        if run.error:
+            print(f"[vm] {run.error}\n{run.console}", file=sys.stderr)
         boot = f"{run.boot_seconds:.1f}" if run.boot_seconds is not None else "?"
         print(f"[vm] boot {boot} s, total {run.total_seconds:.1f} s, rc {run.rc}",
               file=sys.stderr)

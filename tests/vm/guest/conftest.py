@@ -89,6 +89,10 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.when in ("call", "teardown") or report.outcome != "passed":
         entry["sections"] = "\n".join(f"--- {title}\n{text}" for title, text in
                                       report.sections)
+    if report.when == "teardown":
+        # Written after every test: if the guest dies or times out mid-run, the tests that
+        # finished still report their own results on the host.
+        _write_results()
 
 
 def pytest_collectreport(report: pytest.CollectReport) -> None:
@@ -97,11 +101,17 @@ def pytest_collectreport(report: pytest.CollectReport) -> None:
                                    "sections": "", "duration": 0.0}
 
 
-def pytest_sessionfinish(session: pytest.Session) -> None:
+def _write_results() -> None:
     h = _harness()
     io_dir = Path(h.GUEST_IO_DIR)
     if os.environ.get(h.GUEST_ENV_FLAG) == "1" and io_dir.is_dir():
-        (io_dir / "results.json").write_text(json.dumps(_results, indent=1))
+        tmp = io_dir / "results.json.tmp"
+        tmp.write_text(json.dumps(_results, indent=1))
+        tmp.replace(io_dir / "results.json")
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    _write_results()
 
 
 # --------------------------------------------------------------- cgroup helpers
@@ -129,8 +139,16 @@ class Cgroup:
     def spawn(self, argv: list[str]) -> subprocess.Popen:
         """Start argv already inside this cgroup (the shell joins, then execs)."""
         script = f'echo $$ > "{self.path}/cgroup.procs" && exec "$@"'
-        return subprocess.Popen(["sh", "-c", script, "sh", *argv],
+        proc = subprocess.Popen(["sh", "-c", script, "sh", *argv],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # Return once it has joined (the shell's pid is the exec'd program's), so callers
+        # can rely on the cgroup being populated.
+        deadline = time.monotonic() + 10
+        while proc.poll() is None and time.monotonic() < deadline:
+            if str(proc.pid) in self.read("cgroup.procs").split():
+                break
+            time.sleep(0.01)
+        return proc
 
 
 def _remove_cgroup(path: Path) -> None:
@@ -161,6 +179,30 @@ def scratch_cgroup() -> Iterator[Cgroup]:
         _remove_cgroup(path)
 
 
+@pytest.fixture
+def cgroup_tree() -> Iterator[Callable[[str], Cgroup]]:
+    """make(rel) creates /sys/fs/cgroup/<rel> (e.g. kubepods/burstable/pod1/ctr) with every
+    guest controller delegated down to it, as kubelet and runc would; removed afterwards."""
+    created: list[Path] = []
+    controllers = " ".join(f"+{c}" for c in _harness().GUEST_CONTROLLERS)
+
+    def make(rel: str) -> Cgroup:
+        path = CGROUP_ROOT
+        parts = [p for p in rel.strip("/").split("/") if p]
+        for i, part in enumerate(parts):
+            path = path / part
+            if not path.exists():
+                path.mkdir()
+                created.append(path)
+            if i < len(parts) - 1:
+                (path / "cgroup.subtree_control").write_text(controllers)
+        return Cgroup(path)
+
+    yield make
+    for path in reversed(created):
+        _remove_cgroup(path)
+
+
 @dataclasses.dataclass(frozen=True)
 class BlockDevice:
     path: Path
@@ -180,6 +222,16 @@ def virtio_disk() -> BlockDevice:
         pytest.skip("no /dev/vda: the harness attaches a raw virtio disk (-drive if=virtio)")
     major, minor = dev.read_text().strip().split(":")
     return BlockDevice(Path("/dev/vda"), int(major), int(minor))
+
+
+@pytest.fixture(scope="session")
+def virtio_partition(virtio_disk) -> BlockDevice:
+    """/dev/vda1: the harness writes an MBR with one partition into the scratch disk."""
+    dev = Path("/sys/block/vda/vda1/dev")
+    if not dev.exists():
+        pytest.skip("no /dev/vda1: the harness's disk image carries an MBR partition table")
+    major, minor = dev.read_text().strip().split(":")
+    return BlockDevice(Path("/dev/vda1"), int(major), int(minor))
 
 
 # --------------------------------------------------------------- runc bundles

@@ -55,6 +55,18 @@ def test_hook_applies_the_sla_on_v2(busybox_bundle, virtio_disk, read_files_scri
     assert got["io.max"] == f"{dev} rbps={MIB} wbps=max riops=max wiops=300"
 
 
+def test_hook_soft_mode_warns_and_starts(busybox_bundle, read_files_script, sections,
+                                         tmp_path):
+    sla = "enforcement: soft\ncpu:\n  limit: 0.25\n  rt-runtime: 5ms\nio:\n  weight: 300\n"
+    proc, log = _run_with_hook(busybox_bundle, read_files_script(["cpu.max", "io.weight"]),
+                               {"sla.nri.io/pod": sla}, tmp_path)
+    assert proc.returncode == 0, (proc.stderr, log)
+    got = sections(proc.stdout)
+    assert got["cpu.max"] == "25000 100000"
+    assert got["io.weight"].splitlines()[0] == "default 300"
+    assert "cpu.rt-runtime" in log and "cgroup v2" in log
+
+
 def test_hook_refuses_rt_on_v2_in_hard_mode(busybox_bundle, tmp_path):
     proc, _log = _run_with_hook(busybox_bundle, ["/bin/true"],
                                 {"sla.nri.io/pod": "cpu:\n  rt-runtime: 5ms\n"}, tmp_path)

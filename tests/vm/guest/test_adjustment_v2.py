@@ -1,0 +1,73 @@
+"""The plugin's answer on a real cgroup v2 node: the ContainerAdjustment nri-sla builds for
+an SLA, put into config.json the way containerd does (linux.resources from the adjusted
+LinuxResources, swap = memory limit), applied by runc and read back by the container."""
+
+from __future__ import annotations
+
+from nri_sla.config import NodeConfig
+from nri_sla.enforce.adjustment import build_adjustment
+from nri_sla.node import build_node, decide
+
+MIB = 1 << 20
+FILES = ["cpu.max", "cpuset.cpus", "cpuset.mems", "memory.max", "memory.high", "io.max",
+         "io.weight"]
+
+
+def oci_resources(adjustment) -> dict:
+    """What containerd copies from an NRI adjustment into the OCI spec's linux.resources."""
+    res = adjustment.linux.resources
+    cpu: dict = {}
+    if res.cpu.HasField("quota"):
+        cpu["quota"] = res.cpu.quota.value
+    if res.cpu.HasField("period"):
+        cpu["period"] = res.cpu.period.value
+    if res.cpu.cpus:
+        cpu["cpus"] = res.cpu.cpus
+    if res.cpu.mems:
+        cpu["mems"] = res.cpu.mems
+    out: dict = {"cpu": cpu, "unified": dict(res.unified)}
+    if res.memory.HasField("limit"):
+        out["memory"] = {"limit": res.memory.limit.value, "swap": res.memory.limit.value}
+    return out
+
+
+def test_plugin_adjustment_applied_by_runc(busybox_bundle, virtio_disk, read_files_script,
+                                           sections):
+    node = build_node(NodeConfig(), detect=True)
+    assert node.cgroup_version == 2
+    sla = ("cpu: {limit: 0.5, period: 50ms}\nnuma: {nodes: '0'}\n"
+           "memory: {high: 48Mi, max: 64Mi}\nio:\n  weight: 300\n"
+           "  max:\n    - {device: /dev/vda, read-bps: 1Mi, write-iops: 300}\n")
+    decision = decide(node, {"sla.nri.io/pod": sla}, "app", namespace="default",
+                      owner="ctr-guest", nri_version="v0.12.0")
+    assert decision.outcome == "enforced", decision.error
+    adjustment = build_adjustment(decision.plan, node.annotations_for(decision.plan, "nri"))
+    resources = oci_resources(adjustment)
+    assert set(resources["unified"]) == {"memory.high", "io.weight", "io.max"}
+
+    res = busybox_bundle.run(read_files_script(FILES), resources)
+    assert res.rc == 0, res.stderr
+    got = sections(res.stdout)
+    dev = virtio_disk.majmin
+    assert got["cpu.max"] == "25000 50000"
+    assert got["cpuset.mems"] == "0"
+    assert got["cpuset.cpus"] == decision.plan.cpus
+    assert got["memory.max"] == str(64 * MIB)
+    assert got["memory.high"] == str(48 * MIB)
+    assert got["io.max"] == f"{dev} rbps={MIB} wbps=max riops=max wiops=300"
+    assert got["io.weight"].splitlines()[0] == "default 300"
+
+
+def test_rt_never_reaches_runc_on_v2():
+    """runc drops cpu.realtime* on v2 silently, so nri-sla must refuse (hard) or warn
+    (soft) itself: the adjustment never carries RT on a v2 node."""
+    node = build_node(NodeConfig(), detect=True)
+    hard = decide(node, {"sla.nri.io/pod": "cpu: {limit: 1, rt-runtime: 5ms}"}, "app",
+                  namespace="default", owner="a")
+    assert hard.outcome == "refused" and "cgroup v2" in str(hard.error)
+    soft = decide(node, {"sla.nri.io/pod": "cpu: {limit: 1, rt-runtime: 5ms}",
+                         "sla.nri.io/enforcement": "soft"}, "app", namespace="default",
+                  owner="b")
+    adjustment = build_adjustment(soft.plan, node.annotations_for(soft.plan, "nri"))
+    assert not adjustment.linux.resources.cpu.HasField("realtime_runtime")
+    assert "cpu.rt-runtime" in adjustment.annotations["sla.nri.io/warnings"]

@@ -15,43 +15,12 @@ Results are rounded to the nearest integer.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol
-
 from nri_sla.enforce.cgroupfs import CgroupWrite
+from nri_sla.plan.model import IoLimit
 
 IO_WEIGHT_MIN, IO_WEIGHT_DEFAULT, IO_WEIGHT_MAX = 1, 100, 10000
 BFQ_WEIGHT_MIN, BFQ_WEIGHT_DEFAULT, BFQ_WEIGHT_MAX = 1, 100, 1000
 CFQ_WEIGHT_MIN, CFQ_WEIGHT_DEFAULT, CFQ_WEIGHT_MAX = 10, 500, 1000
-
-
-class IoLimitLike(Protocol):
-    """What io mappings read from a device rule (nri_sla.plan.model.IoLimit fits)."""
-
-    @property
-    def major(self) -> int: ...
-    @property
-    def minor(self) -> int: ...
-    @property
-    def read_bps(self) -> int | None: ...
-    @property
-    def write_bps(self) -> int | None: ...
-    @property
-    def read_iops(self) -> int | None: ...
-    @property
-    def write_iops(self) -> int | None: ...
-
-
-@dataclass(frozen=True)
-class IoRule:
-    """A resolved io.max rule (for callers without a plan object)."""
-
-    major: int
-    minor: int
-    read_bps: int | None = None
-    write_bps: int | None = None
-    read_iops: int | None = None
-    write_iops: int | None = None
 
 
 def _check_io_weight(weight: int) -> None:
@@ -175,7 +144,7 @@ _V2_KEYS = (
 
 
 def v1_io_writes(
-    weight: int | None, rules_resolved: list[IoLimitLike] | tuple[IoLimitLike, ...], bfq: bool
+    weight: int | None, rules_resolved: list[IoLimit] | tuple[IoLimit, ...], bfq: bool
 ) -> list[CgroupWrite]:
     """io.weight -> blkio.bfq.weight (bfq) or blkio.weight (CFQ); io.max -> one
     blkio.throttle.* write per device and limit ("MAJ:MIN value": one rule per write(2))."""
@@ -193,7 +162,7 @@ def v1_io_writes(
     return writes
 
 
-def v2_io_max_line(rule: IoLimitLike) -> str | None:
+def v2_io_max_line(rule: IoLimit) -> str | None:
     """ "MAJ:MIN rbps=N wbps=N ..." with only the limits given (others stay as they are);
     None when the rule sets nothing."""
     parts = [
@@ -203,7 +172,7 @@ def v2_io_max_line(rule: IoLimitLike) -> str | None:
 
 
 def v2_io_writes(
-    weight: int | None, rules_resolved: list[IoLimitLike] | tuple[IoLimitLike, ...], bfq: bool
+    weight: int | None, rules_resolved: list[IoLimit] | tuple[IoLimit, ...], bfq: bool
 ) -> list[CgroupWrite]:
     """io.weight "default N" (iocost, 1..10000) or io.bfq.weight "default N" (1..1000, scaled)
     when BFQ schedules the devices; io.max one line per device per write."""

@@ -8,7 +8,6 @@ from hypothesis import strategies as st
 
 from nri_sla.enforce import CgroupWrite
 from nri_sla.enforce.mapping import (
-    IoRule,
     io_weight_to_bfq,
     io_weight_to_cfq,
     v1_cpu_writes,
@@ -19,8 +18,9 @@ from nri_sla.enforce.mapping import (
     v2_io_writes,
     v2_memory_writes,
 )
+from nri_sla.plan.model import IoLimit
 
-RULE = IoRule(254, 0, read_bps=524288000, write_bps=209715200, read_iops=20000)
+RULE = IoLimit(254, 0, read_bps=524288000, write_bps=209715200, read_iops=20000)
 
 
 def test_weight_anchors() -> None:
@@ -58,8 +58,8 @@ def test_v2_io_writes() -> None:
         CgroupWrite("io", "io.max", "254:0 rbps=524288000 wbps=209715200 riops=20000"),
     ]
     assert v2_io_writes(500, (), bfq=True) == [CgroupWrite("io", "io.bfq.weight", "default 136")]
-    assert v2_io_max_line(IoRule(8, 0)) is None
-    assert v2_io_writes(None, [IoRule(8, 0)], bfq=False) == []
+    assert v2_io_max_line(IoLimit(8, 0)) is None
+    assert v2_io_writes(None, [IoLimit(8, 0)], bfq=False) == []
     with pytest.raises(ValueError):
         v2_io_writes(0, (), bfq=False)
 

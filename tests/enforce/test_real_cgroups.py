@@ -21,7 +21,8 @@ from nri_sla.enforce import (
     release_rt_ancestors,
     resolve_block_device,
 )
-from nri_sla.enforce.mapping import IoRule, v1_cpu_writes, v1_io_writes, v1_memory_writes
+from nri_sla.enforce.mapping import v1_cpu_writes, v1_io_writes, v1_memory_writes
+from nri_sla.plan.model import IoLimit
 
 pytestmark = pytest.mark.root
 
@@ -93,7 +94,7 @@ def _real_disk() -> tuple[int, int]:
 def test_blkio_throttle_on_real_disk(scratch_v1) -> None:
     w = _writer(scratch_v1, "blkio")
     maj, mnr = _real_disk()
-    rule = IoRule(
+    rule = IoLimit(
         maj, mnr, read_bps=500 << 20, write_bps=200 << 20, read_iops=20000, write_iops=10000
     )
     results = w.apply(v1_io_writes(None, [rule], bfq=False))

@@ -11,7 +11,8 @@ import pytest
 from nri_sla.enforce import apply_to_container, detect_cgroup_facts, raise_for_failures
 from nri_sla.enforce.blockdev import bfq_active, resolve_block_device
 from nri_sla.enforce.errors import CgroupWriteError, DeviceError, EnforceError
-from nri_sla.enforce.mapping import IoRule, v2_cpu_writes, v2_io_writes, v2_memory_writes
+from nri_sla.enforce.mapping import v2_cpu_writes, v2_io_writes, v2_memory_writes
+from nri_sla.plan.model import IoLimit
 
 MIB = 1 << 20
 
@@ -33,7 +34,7 @@ def test_detects_a_unified_cgroupfs_node(facts):
 
 def test_cgroupfs_path_writes_and_reads_back(facts, pod, cgroup_tree, virtio_disk):
     ctr = cgroup_tree(f"kubepods/burstable/{pod}/ctr1")
-    rule = IoRule(virtio_disk.major, virtio_disk.minor, read_bps=MIB, write_iops=300)
+    rule = IoLimit(virtio_disk.major, virtio_disk.minor, read_bps=MIB, write_iops=300)
     writes = (v2_cpu_writes(quota_us=25000, period_us=50000, cpus="0", mems="0")
               + v2_memory_writes(high=100000, max_bytes=64 * MIB)  # high: not page aligned
               + v2_io_writes(500, [rule], bfq=False))

@@ -165,15 +165,14 @@ class NodeState:
 
     def apply_direct(self, plan: ContainerPlan, cgroups_path: str) -> list[str]:
         """Write what NRI cannot express into the container's cgroup; problems as text."""
-        from nri_sla.enforce.cgroupfs import writer_for
+        from nri_sla.enforce.cgroupfs import apply_to_container
         from nri_sla.enforce.errors import EnforceError
-        from nri_sla.enforce.nodefacts import container_cgroup_paths
 
         try:
-            writer = writer_for(container_cgroup_paths(cgroups_path, self.facts))
+            results = apply_to_container(cgroups_path, self.direct_writes(plan), self.facts)
         except EnforceError as exc:
             return [str(exc)]
-        return [str(r.error) for r in writer.apply(self.direct_writes(plan)) if not r.ok]
+        return [str(r.error) for r in results if not r.ok]
 
 
 def decide(node: NodeState, annotations: Mapping[str, str], container_name: str, *,

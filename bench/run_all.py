@@ -1,0 +1,40 @@
+"""Run every benchmark script in turn and print its figures (`make bench`).
+
+Each script is standalone (`.venv/bin/python bench/<name>.py --help`); this only runs them
+one after another, so that they do not compete for the CPUs. docs/benchmarks.md records
+the figures and what each measures.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SCRIPTS = [
+    ("bench_sla.py", []),
+    ("bench_plan.py", []),
+    ("bench_placement.py", []),
+    ("bench_transport.py", []),
+    ("bench_hook.py", []),
+]
+
+
+def main() -> int:
+    failed = []
+    for name, args in SCRIPTS:
+        print(f"\n== {name} {' '.join(args)}", flush=True)
+        started = time.monotonic()
+        rc = subprocess.call([sys.executable, str(HERE / name), *args])
+        print(f"-- {name}: exit {rc}, {time.monotonic() - started:.1f} s", flush=True)
+        if rc:
+            failed.append(name)
+    if failed:
+        print(f"\nmissed targets or failed: {', '.join(failed)}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -119,7 +119,8 @@ def guest_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
     script = h.pytest_script(REPO, Path(sys.executable), args,
                              per_test_timeout=min(120.0, timeout / 2))
     try:
-        run = h.run_in_guest(script, work, timeout=timeout, tools=tools)
+        run = h.run_in_guest(script, work, timeout=timeout, tools=tools,
+                             keep=h.guest_keep(REPO))
     except h.VmUnavailable as exc:  # e.g. the kernel lacks a module the guest needs
         pytest.skip(f"cgroup v2 guest unavailable: {exc}")
     except h.VmError as exc:

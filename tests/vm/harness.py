@@ -240,13 +240,23 @@ def cpio_newc(entries: Iterable[tuple[str, int, bytes]]) -> bytes:
     return bytes(out)
 
 
-def init_script(modules: list[str]) -> str:
-    """The guest's /init: busybox sh, runs as PID 1 in the initramfs."""
+def init_script(modules: list[str], keep: tuple[str, ...] = ()) -> str:
+    """The guest's /init: busybox sh, runs as PID 1 in the initramfs.
+
+    `keep`: host paths (the repository, the virtualenv) that lie under /tmp or /run, which
+    the guest covers with fresh tmpfs; they are bind-mounted back on top of it (a CI clone
+    may well live in /tmp).
+    """
     insmods = "\n".join(
         f"insmod /modules/{Path(m).name.split('.ko')[0]}.ko || fail 'insmod {m}'"
         for m in modules)
     controllers = " ".join(f"+{c}" for c in GUEST_CONTROLLERS)
     io = f"/host{GUEST_IO_DIR}"
+    hidden = [p for p in keep if Path(p).parts[1:2] in (("tmp",), ("run",))]
+    save = "".join(f"mkdir -p /keep{p} && mount -o bind /host{p} /keep{p} "
+                   f"|| fail 'keep {p}'\n" for p in hidden)
+    restore = "".join(f"mkdir -p /host{p} && mount -o bind /keep{p} /host{p} "
+                      f"|| fail 'restore {p}'\n" for p in hidden)
     return f"""#!/bin/busybox sh
 /bin/busybox --install -s /bin
 export PATH=/bin
@@ -258,8 +268,8 @@ echo "NRI_SLA_VM: init: loading modules (uptime $(cat /proc/uptime))"
 mkdir -p /host
 mount -t 9p -o trans=virtio,version=9p2000.L,ro,cache=loose,msize=512000 host /host \\
   || fail "mount host root over 9p"
-for d in tmp run; do mount -t tmpfs -o mode=1777 tmpfs /host/$d || fail "tmpfs /$d"; done
-mount -t proc proc /host/proc && mount -t sysfs sys /host/sys \\
+{save}for d in tmp run; do mount -t tmpfs -o mode=1777 tmpfs /host/$d || fail "tmpfs /$d"; done
+{restore}mount -t proc proc /host/proc && mount -t sysfs sys /host/sys \\
   && mount -t devtmpfs dev /host/dev || fail "mount proc/sys/dev in host root"
 mkdir -p /host/dev/shm /host/dev/pts
 mount -t tmpfs -o mode=1777 tmpfs /host/dev/shm && mount -t devpts devpts /host/dev/pts \\
@@ -280,7 +290,7 @@ poweroff -f
 """
 
 
-def build_initramfs(tools: VmTools, dest: Path) -> Path:
+def build_initramfs(tools: VmTools, dest: Path, keep: tuple[str, ...] = ()) -> Path:
     modules = module_load_order(tools.modules_dir, GUEST_MODULES)
     entries: list[tuple[str, int, bytes]] = [
         (d, stat.S_IFDIR | 0o755, b"") for d in ("bin", "dev", "proc", "sys", "modules")
@@ -291,7 +301,7 @@ def build_initramfs(tools: VmTools, dest: Path) -> Path:
         name = Path(mod).name.split(".ko")[0] + ".ko"
         entries.append((f"modules/{name}", stat.S_IFREG | 0o644,
                         _read_module(tools.modules_dir / mod)))
-    entries.append(("init", stat.S_IFREG | 0o755, init_script(modules).encode()))
+    entries.append(("init", stat.S_IFREG | 0o755, init_script(modules, keep).encode()))
     dest.write_bytes(cpio_newc(entries))
     return dest
 
@@ -337,7 +347,8 @@ def qemu_command(tools: VmTools, initramfs: Path, io_dir: Path, disk: Path,
 
 
 def run_in_guest(script: str, work_dir: Path, timeout: float = 240.0,
-                 tools: VmTools | None = None, disk_mib: int = 64) -> GuestRun:
+                 tools: VmTools | None = None, disk_mib: int = 64,
+                 keep: tuple[str, ...] = ()) -> GuestRun:
     """Boot a guest, run `script` (sh) chrooted into the host root, power off.
 
     The script runs as root with cwd /, HOME=/tmp and GUEST_ENV_FLAG=1; it finds the I/O
@@ -349,7 +360,7 @@ def run_in_guest(script: str, work_dir: Path, timeout: float = 240.0,
     io_dir = work_dir / "io"
     shutil.rmtree(io_dir, ignore_errors=True)  # no stale rc/results from an earlier run
     io_dir.mkdir()
-    initramfs = build_initramfs(tools, work_dir / "initramfs.cpio")
+    initramfs = build_initramfs(tools, work_dir / "initramfs.cpio", keep)
     disk = work_dir / "disk.img"
     write_disk_image(disk, disk_mib)
     (io_dir / "run.sh").write_text(
@@ -406,6 +417,14 @@ def _output_tail(io_dir: Path, lines: int = 30) -> str:
 # --------------------------------------------------------------------------- pytest
 
 
+def guest_keep(repo: Path) -> tuple[str, ...]:
+    """What the guest must see of the host beside its root: the repository and the
+    interpreter's prefixes (a virtualenv and its base), wherever they are."""
+    paths = {str(repo.resolve()), os.path.realpath(sys.prefix),
+             os.path.realpath(sys.base_prefix)}
+    return tuple(sorted(paths))
+
+
 def pytest_script(repo: Path, python: Path, args: list[str],
                   per_test_timeout: float = 120) -> str:
     """The guest script that runs pytest from the repo and leaves results in the share.
@@ -435,7 +454,8 @@ def main(argv: list[str]) -> int:
     args = argv or ["tests/vm/guest"]
     with tempfile.TemporaryDirectory(prefix="nri-sla-vm-") as tmp:
         try:
-            run = run_in_guest(pytest_script(repo, Path(sys.executable), args), Path(tmp))
+            run = run_in_guest(pytest_script(repo, Path(sys.executable), args), Path(tmp),
+                               keep=guest_keep(repo))
         except (VmUnavailable, VmError) as exc:
             print(exc, file=sys.stderr)
             return 2

@@ -167,3 +167,12 @@ def test_installed_qemu_has_the_devices(vm_harness):
     if qemu is None:
         pytest.skip("needs qemu-system-x86_64 (apt-get install qemu-system-x86)")
     vm_harness._check_qemu_devices(Path(qemu))  # raises if either device is missing
+
+
+def test_init_script_binds_back_paths_hidden_by_guest_tmpfs(vm_harness):
+    script = vm_harness.init_script([], keep=("/tmp/ci/clone", "/work/main/.venv"))
+    save = script.index("mount -o bind /host/tmp/ci/clone /keep/tmp/ci/clone")
+    tmpfs = script.index("mount -t tmpfs -o mode=1777 tmpfs /host/$d")
+    restore = script.index("mount -o bind /keep/tmp/ci/clone /host/tmp/ci/clone")
+    assert save < tmpfs < restore
+    assert "/work/main/.venv" not in script  # not under /tmp or /run: visible as it is

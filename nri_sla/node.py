@@ -155,9 +155,11 @@ class NodeState:
             raise_rt_ancestors(paths.dir("cpu"), plan.rt_runtime, plan.rt_period or 1_000_000,
                                self.facts.hierarchy("cpu").path)
         except EnforceError as exc:
-            problem = f"cpu.rt-runtime: could not raise the parent cgroups' RT budget: {exc}"
+            key = plan.key or self.prefix
+            problem = (f"{key}: cpu.rt-runtime: could not raise the parent cgroups' RT "
+                       f"budget: {exc}")
             if plan.enforcement == "hard":
-                raise PlanError(self.prefix, "cpu.rt-runtime", str(exc), "budget") from exc
+                raise PlanError(key, "cpu.rt-runtime", str(exc), "budget") from exc
             return replace(plan, rt_runtime=None, rt_period=None,
                            warnings=(*plan.warnings, problem),
                            reasons=(*plan.reasons, "budget"))

@@ -81,8 +81,4 @@ class ContainerPlan:
     placement_record: dict[str, Any] | None = None
     warnings: tuple[str, ...] = ()
     reasons: tuple[str, ...] = field(default=())  # metric labels of the warnings
-
-    @property
-    def empty(self) -> bool:
-        return self == ContainerPlan(self.enforcement, self.cgroup_version,
-                                     warnings=self.warnings, reasons=self.reasons)
+    key: str = ""  # the annotation the SLA came from, for messages found later

@@ -203,7 +203,7 @@ class _Planner:
             raise SlaRefused(self.key, first.field, message, first.reason)
         plan = ContainerPlan(self.sla.enforcement, self.ctx.cgroup_version, **self.settings)
         return replace(plan, warnings=tuple(s.render(self.key) for s in self.shortfalls),
-                       reasons=tuple(s.reason for s in self.shortfalls))
+                       reasons=tuple(s.reason for s in self.shortfalls), key=self.key)
 
 
 def plan_container(sla: Sla, ctx: PlanContext) -> ContainerPlan:

@@ -16,7 +16,7 @@ from nri_sla.plan.model import ContainerPlan, IoLimit, MemoryPolicy
 RECORD_VERSION = 1
 MAX_RECORD_BYTES = 64 * 1024
 
-_SKIP = {"warnings", "reasons", "gpu_devices"}
+_SKIP = {"warnings", "reasons", "gpu_devices", "key"}
 
 
 class RecordError(ValueError):

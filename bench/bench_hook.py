@@ -6,6 +6,10 @@ bundle whose config.json carries an SLA) against a fake cgroup v2 tree, next to 
 `python3 -I -S -c pass` on the same interpreter. Targets (docs/hook.md, design.md):
 median within 3x of bare python, peak RSS under 40 MiB.
 
+SLA variants run "cold" (the decision cache emptied before every run: the first container
+of a deployment on a node), "warm" (a cache hit: every later replica) and with the cache
+off (`--cache-dir off`).
+
     .venv/bin/python bench/bench_hook.py [--runs 50]
 """
 
@@ -14,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -68,11 +73,12 @@ def make_world(top: Path, sla: bool) -> tuple[Path, bytes, Path]:
     return root, json.dumps(state).encode(), node_config
 
 
-def run_once(argv: list[str], stdin: bytes) -> tuple[float, int, int]:
+def run_once(argv: list[str], stdin: bytes,
+             env: dict[str, str] | None = None) -> tuple[float, int, int]:
     """(wall seconds, peak RSS KiB, exit status) of one exec."""
     start = time.perf_counter()
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
+                            stderr=subprocess.PIPE, env=env)
     proc.stdin.write(stdin)
     proc.stdin.close()
     _, status, usage = os.wait4(proc.pid, 0)
@@ -85,19 +91,24 @@ def run_once(argv: list[str], stdin: bytes) -> tuple[float, int, int]:
     return wall, usage.ru_maxrss, proc.returncode
 
 
-def measure(variants: list[tuple[str, list[str], bytes]], runs: int) -> list[dict]:
-    """Round-robin over the variants, so background load hits them all alike."""
-    for _, argv, stdin in variants:
-        run_once(argv, stdin)  # warm the page cache and __pycache__
+def measure(variants: list[tuple], runs: int) -> list[dict]:
+    """Round-robin over the variants, so background load hits them all alike. A variant is
+    (name, argv, stdin[, prepare[, env]]): prepare() (or None) runs before each exec,
+    outside the timing; env replaces the environment."""
+    variants = [(*v, None, None)[:5] for v in variants]
+    for _, argv, stdin, _prepare, env in variants:
+        run_once(argv, stdin, env)  # warm the page cache and __pycache__ (and the cache)
     walls: list[list[float]] = [[] for _ in variants]
     rss: list[list[float]] = [[] for _ in variants]
     for _ in range(runs):
-        for i, (_, argv, stdin) in enumerate(variants):
-            w, r, _ = run_once(argv, stdin)
+        for i, (_, argv, stdin, prepare, env) in enumerate(variants):
+            if prepare is not None:
+                prepare()
+            w, r, _ = run_once(argv, stdin, env)
             walls[i].append(w * 1000)
             rss[i].append(r / 1024)
     out = []
-    for (name, _, _), ws, rs in zip(variants, walls, rss, strict=True):
+    for (name, *_), ws, rs in zip(variants, walls, rss, strict=True):
         ws.sort()
         out.append({"name": name, "median_ms": statistics.median(ws),
                     "p90_ms": ws[int(0.9 * (len(ws) - 1))], "peak_rss_mib": max(rs)})
@@ -114,17 +125,30 @@ def main() -> int:
         top = Path(tmp)
         root, state_sla, node_config = make_world(top, sla=True)
         _, state_plain, _ = make_world(top, sla=False)
+        warm_dir, cold_dir = top / "cache-warm", top / "cache-cold"
         opts = ["--cgroup-root", str(root), "--config", str(node_config)]
-        fast = [py, "-I", "-S", str(HOOK_MAIN), *opts]
-        module = [py, "-I", "-m", "nri_sla.hook", *opts]
+        warm = [*opts, "--cache-dir", str(warm_dir)]
+        cold = [*opts, "--cache-dir", str(cold_dir)]
+
+        def empty_cold_cache() -> None:
+            shutil.rmtree(cold_dir, ignore_errors=True)
+
+        fast = [py, "-I", "-S", str(HOOK_MAIN)]
+        module = [py, "-I", "-m", "nri_sla.hook"]
         variants = [
             ("bare python3 -I -S -c pass", [py, "-I", "-S", "-c", "pass"], b""),
-            ("-I -S nri_sla/hook/__main__.py, no SLA", fast, state_plain),
-            ("-I -S nri_sla/hook/__main__.py, SLA", fast, state_sla),
-            ("-I -m nri_sla.hook, no SLA", module, state_plain),
-            ("-I -m nri_sla.hook, SLA", module, state_sla),
-            ("nri-sla hook (console script), SLA", [script, "hook", *opts], state_sla),
-            # Where the SLA path's time goes: importing the shared data path alone.
+            ("-I -S __main__.py, no SLA", [*fast, *warm], state_plain),
+            ("-I -S __main__.py, SLA, warm (cache hit)", [*fast, *warm], state_sla),
+            ("-I -S __main__.py, SLA, cold (cache miss)", [*fast, *cold], state_sla,
+             empty_cold_cache),
+            ("-I -S __main__.py, SLA, cache off", [*fast, *opts, "--cache-dir", "off"],
+             state_sla),
+            ("-I -S __main__.py, SLA, warm, NRI_SLA_HOOK_LOG", [*fast, *warm], state_sla,
+             None, {**os.environ, "NRI_SLA_HOOK_LOG": str(top / "hook.log")}),
+            ("-I -m nri_sla.hook, SLA, warm", [*module, *warm], state_sla),
+            ("-I -m nri_sla.hook, SLA, cold", [*module, *cold], state_sla, empty_cold_cache),
+            ("nri-sla hook (console script), SLA, warm", [script, "hook", *warm], state_sla),
+            # Where the cold path's time goes: importing the shared data path alone.
             ("(import sla+config+plan+enforce only)", [py, "-I", "-S", "-c", STACK],
              b""),
         ]
@@ -132,11 +156,11 @@ def main() -> int:
     bare = results[0]["median_ms"]
     print(f"OCI hook start-up, {args.runs} runs each, {os.cpu_count()} CPUs, "
           f"Python {sys.version.split()[0]}")
-    print(f"{'variant':40} {'median ms':>10} {'p90 ms':>8} {'x bare':>7} {'peak RSS MiB':>13}")
+    print(f"{'variant':44} {'median ms':>10} {'p90 ms':>8} {'x bare':>7} {'peak RSS MiB':>13}")
     for r in results:
-        print(f"{r['name']:40} {r['median_ms']:10.1f} {r['p90_ms']:8.1f} "
+        print(f"{r['name']:44} {r['median_ms']:10.1f} {r['p90_ms']:8.1f} "
               f"{r['median_ms'] / bare:7.2f} {r['peak_rss_mib']:13.1f}")
-    for r in results[1:3]:
+    for r in results[1:4]:
         ok = r["median_ms"] <= 3 * bare and r["peak_rss_mib"] < 40
         print(f"target for {r['name']}: median <= 3x bare and peak RSS < 40 MiB: "
               f"{'met' if ok else 'NOT met'}")

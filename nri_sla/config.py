@@ -61,12 +61,16 @@ class Permissions:
 
 @dataclass(frozen=True, slots=True)
 class GpuConfig:
+    """The node config's `gpu` section."""
+
     injection: str = "cdi"  # cdi | env | devices
     inventory: str = "auto"  # auto | nvml | sysfs | /absolute/path/to/snapshot.yaml
 
 
 @dataclass(frozen=True, slots=True)
 class CgroupConfig:
+    """The node config's `cgroup` section."""
+
     root: str = "/sys/fs/cgroup"
     driver: str = "auto"  # auto | cgroupfs | systemd
     version: int | None = None  # None: detect; 1 or 2 to force
@@ -74,6 +78,8 @@ class CgroupConfig:
 
 @dataclass(frozen=True, slots=True)
 class NriConfig:
+    """The node config's `nri` section."""
+
     socket: str = "/var/run/nri/nri.sock"
     plugin_name: str = "nri-sla"
     plugin_index: str = "50"  # two digits; NRI orders plugins by it
@@ -82,11 +88,15 @@ class NriConfig:
 
 @dataclass(frozen=True, slots=True)
 class HookConfig:
+    """The node config's `hook` section."""
+
     inject: bool = False  # ask NRI to add the verification OCI hook to containers
 
 
 @dataclass(frozen=True, slots=True)
 class MetricsConfig:
+    """The node config's `metrics` section."""
+
     address: str = "127.0.0.1:9810"  # host:port; "" disables the metrics endpoint
 
     @property
@@ -104,12 +114,16 @@ class MetricsConfig:
 
 @dataclass(frozen=True, slots=True)
 class LogConfig:
+    """The node config's `log` section."""
+
     format: str = "text"  # text | json
     level: str = "info"  # debug | info | warning | error
 
 
 @dataclass(frozen=True, slots=True)
 class NodeConfig:
+    """The validated node config (/etc/nri-sla/config.yaml)."""
+
     enforcement: str = "hard"
     annotation_prefix: str = "sla.nri.io"
     permissions: Permissions = field(default_factory=Permissions)

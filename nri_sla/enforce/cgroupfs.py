@@ -51,6 +51,8 @@ class CgroupWrite:
 
 @dataclass(frozen=True)
 class WriteResult:
+    """The outcome of one CgroupWrite: the value read back, or the error."""
+
     write: CgroupWrite
     ok: bool
     read_back: str | None

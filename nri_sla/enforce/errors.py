@@ -6,7 +6,9 @@ reason) to become a CreateContainer error or a hook's stderr line without a trac
 
 from __future__ import annotations
 
-from pathlib import Path
+TYPE_CHECKING = False  # `typing` and `pathlib` cost the OCI hook start-up time
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 class EnforceError(Exception):
@@ -39,6 +41,8 @@ class CgroupWriteError(EnforceError):
     """Writing (or reading back) one cgroup file failed."""
 
     def __init__(self, path: Path | str, value: str, reason: str) -> None:
+        from pathlib import Path  # only when a write fails; see TYPE_CHECKING above
+
         self.path = Path(path)
         self.value = value
         self.reason = reason

@@ -11,21 +11,48 @@ The kernel normalises many values, so a plain string compare would report false 
 
 from __future__ import annotations
 
-import re
-
 PAGE_SIZE = 4096
 # v1 reads "unlimited" as PAGE_COUNTER_MAX pages; anything this large is "no limit".
 _V1_UNLIMITED_MIN = 1 << 62
 
-_MEMORY_SIZE_FILES = re.compile(
-    r"^memory\.(limit_in_bytes|soft_limit_in_bytes|memsw\.limit_in_bytes|kmem\.limit_in_bytes"
-    r"|kmem\.tcp\.limit_in_bytes|max|high|low|min|swap\.max|swap\.high|zswap\.max)$"
+# Fixed sets of file names rather than regexes: the OCI hook imports this module on every
+# container start, and `import re` (with its enums) costs more than the hook's own work.
+_MEMORY_SIZE_FILES = frozenset(
+    "memory." + name
+    for name in ("limit_in_bytes", "soft_limit_in_bytes", "memsw.limit_in_bytes",
+                 "kmem.limit_in_bytes", "kmem.tcp.limit_in_bytes", "max", "high", "low", "min",
+                 "swap.max", "swap.high", "zswap.max")
 )
-_CPUSET_FILES = re.compile(r"^cpuset\.(cpus|mems)(\.exclusive)?$")
-_DEVICE_VALUE_FILES = re.compile(
-    r"^blkio\.(throttle\.(read|write)_(bps|iops)_device|bfq\.weight_device|weight_device)$"
+_CPUSET_FILES = frozenset(
+    {"cpuset.cpus", "cpuset.mems", "cpuset.cpus.exclusive", "cpuset.mems.exclusive"}
 )
-_DEVICE_RULE = re.compile(r"^(\d+:\d+)\s+(.*)$")
+_DEVICE_VALUE_FILES = frozenset(
+    {"blkio.throttle.read_bps_device", "blkio.throttle.write_bps_device",
+     "blkio.throttle.read_iops_device", "blkio.throttle.write_iops_device",
+     "blkio.bfq.weight_device", "blkio.weight_device"}
+)
+
+
+def _name(file: str) -> str:
+    # The sets above replaced anchored regexes, whose `$` also matched before one final
+    # newline; keep that (a file name never has one, but the semantics stay identical).
+    return file[:-1] if file.endswith("\n") else file
+
+
+def _device_rule(line: str) -> tuple[str, str] | None:
+    """A stripped "MAJ:MIN rest" line -> ("MAJ:MIN", rest stripped), else None.
+
+    Decimal digits, a colon, decimal digits, at least one whitespace character, then the
+    rest (the same strings the former regex `^(\\d+:\\d+)\\s+(.*)$` accepted)."""
+    major, colon, tail = line.partition(":")
+    if not colon or not major.isdecimal():
+        return None
+    end = 0
+    while end < len(tail) and tail[end].isdecimal():
+        end += 1
+    if end == 0 or end == len(tail) or not tail[end].isspace():
+        return None
+    return f"{major}:{tail[:end]}", tail[end:].strip()
 
 
 def parse_cpu_list(text: str) -> set[int]:
@@ -58,9 +85,9 @@ def _memory_matches(written: str, read: str, page_size: int) -> bool:
 def _device_lines(text: str) -> dict[str, str]:
     lines: dict[str, str] = {}
     for line in text.splitlines():
-        m = _DEVICE_RULE.match(line.strip())
-        if m:
-            lines[m.group(1)] = m.group(2).strip()
+        rule = _device_rule(line.strip())
+        if rule:
+            lines[rule[0]] = rule[1]
         elif line.strip():
             key, _, rest = line.strip().partition(" ")
             lines[key] = rest.strip()  # "default 100"
@@ -108,14 +135,15 @@ def _cpu_max_matches(written: str, read: str) -> bool:
 
 def values_match(file: str, written: str, read: str, page_size: int = PAGE_SIZE) -> bool:
     """Semantic equality of a written value and the file's read-back content."""
-    if _MEMORY_SIZE_FILES.match(file):
+    name = _name(file)
+    if name in _MEMORY_SIZE_FILES:
         return _memory_matches(written, read, page_size)
-    if _CPUSET_FILES.match(file):
+    if name in _CPUSET_FILES:
         try:
             return parse_cpu_list(written) == parse_cpu_list(read)
         except ValueError:
             return False
-    if _DEVICE_VALUE_FILES.match(file):
+    if name in _DEVICE_VALUE_FILES:
         return _device_value_matches(written, read)
     if file == "io.max":
         return _io_max_matches(written, read)

@@ -1,31 +1,37 @@
-"""The hook's enforcement step: SLA -> plan -> cgroupfs writes -> read-back.
+"""The hook's cold path: node config -> SLA -> plan -> a HookDecision, carried out.
 
-Imported only when the container may have an SLA. Uses the same parser, planner and
-cgroup writers as the plugin; what differs is the path: no NRI, so every setting is
-written directly (scope "all"), and no allocation state outlives one container (see
-docs/hook.md for what that means for exclusive CPUs and GPUs).
+Imported only when the container may have an SLA and no cached decision fits (cache.py).
+Uses the same parser, planner and cgroup mapping as the plugin; what differs is the path:
+no NRI, so every setting is written directly (scope "all"), and no allocation state
+outlives one container (see docs/hook.md for what that means for exclusive CPUs and GPUs).
+The decision is stored for the next replica when everything it depends on is in its key.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from pathlib import Path
-from typing import Any
+import os
 
+from nri_sla.hook.cgdirs import ContainerDirs, NodeCgroups, container_dirs, weight_files
 from nri_sla.hook.deadline import Deadline
+from nri_sla.hook.decision import WARN, HookDecision, carry_out
 from nri_sla.hook.errors import EXIT_OK, BadInput, InternalError, SlaRefusedError
 from nri_sla.hook.options import HookOptions
-from nri_sla.hook.run import Decision, Outcome, RunState
+from nri_sla.hook.run import Outcome, RunState
 from nri_sla.hook.state import BundleSpec, OciState
 from nri_sla.hook.target import Target
 
-PREFIX = "nri-sla hook: "
-WARN = PREFIX + "warning: "
+TYPE_CHECKING = False  # typing costs start-up time; only checkers need it
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def enforce(opts: HookOptions, state: OciState, spec: BundleSpec,
             annotations: dict[str, str], target: Target, deadline: Deadline,
             rs: RunState) -> Outcome:
+    from nri_sla.hook import cache
+
+    store = cache.open_store(opts) if spec.cgroups_path else None
+    ckey = cache.config_key(opts) if store else None  # before reading: a change = no store
     config = load_node_config(opts.config)
     rs.log_format = config.log.format
     sla = parse_sla(annotations, target, config)
@@ -33,24 +39,75 @@ def enforce(opts: HookOptions, state: OciState, spec: BundleSpec,
         return Outcome(EXIT_OK, "skipped", [], state.id)
     rs.enforcement = sla.enforcement
     deadline.check("finding the container's cgroup")
+    root = opts.cgroup_root or str(config.cgroup.root)
+    fkey = cache.facts_key(ckey, root) if ckey else None
     facts = cgroup_facts(opts, config, spec)
-    paths = container_paths(facts, spec, state)
+    node = NodeCgroups.from_facts(facts)
+    dirs = container_paths(node, facts, spec, state)
+    weights = weight_files(dirs)
+    deps: list[list[str]] = []
     record = annotations.get(f"{config.annotation_prefix}/applied")
     if record is not None:
-        from nri_sla.hook.verify import verify
+        decision = verify_decision(record, sla)
+    else:
+        deadline.check("planning")
+        decision = plan_decision(sla, node, dirs, weights, config, target, spec,
+                                 opts.sysfs_root, deps)
+    if store and ckey and fkey and sla.gpu is None:
+        # GPU inventories (NVML) are not fingerprinted: GPU SLAs are always decided cold.
+        dkey = cache.decision_key(fkey, config.annotation_prefix, annotations, target, spec,
+                                  weights, opts.sysfs_root)
+        if cache.config_key(opts) == ckey and cache.facts_key(ckey, root) == fkey:
+            store.put("config", ckey, {"prefix": config.annotation_prefix,
+                                       "log_format": config.log.format,
+                                       "cgroup_root": str(config.cgroup.root)})
+            store.put("facts", fkey, node.to_json())
+            store.put("decision", dkey, {"decision": decision.to_json(),
+                                         "deps": [*deps, *cache.library_deps()]})
+    return carry_out(decision, dirs, target, state.id, rs, deadline)
 
-        out = verify(record, sla, paths, state.id, deadline)
-        if out.lines:  # drift (soft): worth a decision line; none when all holds
-            out.decision = Decision("warned", target, rs.log_format, warnings=out.lines)
-        return out
-    deadline.check("planning")
+
+def verify_decision(record: str, sla: Any) -> HookDecision:
+    """Verify-only: the plugin already enforced this container (`sla.nri.io/applied`).
+
+    The hook then writes nothing; it reads back what the record says NRI put into the
+    spec. Settings the plugin writes directly at StartContainer (scope "direct": io
+    limits, v1 memory soft limit, io weight) are not checked: at the hook's stages they
+    are not written yet. A record is no privilege: a forged one can only make the hook
+    write less for the pod that forged it, never grant anything.
+    """
+    from nri_sla.enforce.plan_writes import cgroup_writes
+    from nri_sla.plan.record import RecordError, decode_record
+
+    try:
+        source, plan = decode_record(record)
+    except RecordError as exc:
+        # Not the plugin's record: enforcing as if it were absent would be a second writer
+        # racing the plugin; refusing is clearer in hard mode, a warning in soft.
+        msg = f"sla.nri.io/applied is not a valid record ({exc})"
+        if sla.enforcement == "hard":
+            raise SlaRefusedError(msg) from None
+        return HookDecision("verify", "soft", lines=[WARN + msg])
+    direct = set(cgroup_writes(plan, scope="direct"))
+    expected = [w for w in cgroup_writes(plan, scope="all") if w not in direct]
+    return HookDecision("verify", sla.enforcement,
+                        [(w.controller, w.file, w.value) for w in expected], source=source)
+
+
+def plan_decision(sla: Any, node: NodeCgroups, dirs: ContainerDirs,
+                  weights: tuple[bool, bool], config: Any, target: Target, spec: BundleSpec,
+                  sysfs_root: str, deps: list[list[str]]) -> HookDecision:
+    from nri_sla.enforce.plan_writes import cgroup_writes
+
     sla, lines = hook_gpu_scope(sla, config.annotation_prefix)
-    plan = make_plan(sla, facts, paths, config, target, spec, opts.sysfs_root)
-    deadline.check("writing cgroup files")
-    out = apply_plan(plan, paths, facts, state.id, lines)
-    out.decision = Decision("warned" if out.lines else "enforced", target, rs.log_format,
-                            plan=plan, warnings=out.lines)
-    return out
+    plan = make_plan(sla, node.version, weights[0], config, target, spec, sysfs_root, deps)
+    writes = cgroup_writes(plan, scope="all", bfq=weights[1])
+    rt = None
+    if plan.rt_runtime is not None:
+        rt = (plan.rt_runtime, plan.rt_period or 1_000_000)
+    return HookDecision("apply", plan.enforcement,
+                        [(w.controller, w.file, w.value) for w in writes], rt,
+                        [*lines, *(WARN + w for w in plan.warnings)], applied_fields(plan))
 
 
 def applied_fields(plan: Any) -> dict[str, Any]:
@@ -91,6 +148,8 @@ def parse_sla(annotations: dict[str, str], target: Target, config: Any) -> Any:
 
 
 def cgroup_facts(opts: HookOptions, config: Any, spec: BundleSpec) -> Any:
+    from pathlib import Path
+
     from nri_sla.enforce.errors import EnforceError
     from nri_sla.enforce.nodefacts import detect_cgroup_facts
 
@@ -103,26 +162,27 @@ def cgroup_facts(opts: HookOptions, config: Any, spec: BundleSpec) -> Any:
         raise InternalError(f"cgroup facts: {exc}") from None
 
 
-def container_paths(facts: Any, spec: BundleSpec, state: OciState) -> Any:
+def container_paths(node: NodeCgroups, facts: Any, spec: BundleSpec,
+                    state: OciState) -> ContainerDirs:
     """linux.cgroupsPath when given (what runc used), else /proc/<pid>/cgroup."""
     from nri_sla.enforce.errors import EnforceError
-    from nri_sla.enforce.nodefacts import cgroup_paths_from_proc, container_cgroup_paths
+    from nri_sla.enforce.nodefacts import cgroup_paths_from_proc
 
     try:
         if spec.cgroups_path:
-            paths = container_cgroup_paths(spec.cgroups_path, facts)
+            dirs = container_dirs(spec.cgroups_path, node)
         elif state.pid is not None:
-            paths = cgroup_paths_from_proc(state.pid, facts)
+            dirs = ContainerDirs.from_paths(cgroup_paths_from_proc(state.pid, facts))
         else:
             raise BadInput("config.json has no linux.cgroupsPath and the state has no pid: "
                            "cannot find the container's cgroup")
     except EnforceError as exc:
         raise BadInput(f"container cgroup: {exc}") from None
-    missing = [str(d) for d in paths.dirs.values() if not d.is_dir()]
+    missing = [d for d in dirs.dirs.values() if not os.path.isdir(d)]
     if missing:
         raise BadInput(f"container cgroup {missing[0]} does not exist (hook stage too early? "
                        "use createRuntime, prestart or poststart)")
-    return paths
+    return dirs
 
 
 def hook_gpu_scope(sla: Any, prefix: str) -> tuple[Any, list[str]]:
@@ -135,19 +195,9 @@ def hook_gpu_scope(sla: Any, prefix: str) -> tuple[Any, list[str]]:
                "NRI plugin); use gpu.from: runtime to align with GPUs the runtime assigned")
     if sla.enforcement == "hard":
         raise SlaRefusedError(message)
+    import dataclasses
+
     return dataclasses.replace(sla, gpu=None), [WARN + message]
-
-
-def weight_files(paths: Any, facts: Any) -> tuple[bool, bool]:
-    """(io weight supported, through the bfq files) for this container's cgroup."""
-    try:
-        d = paths.dir() if facts.version == 2 else paths.dir("blkio")
-    except Exception:
-        return False, False
-    plain = "io.weight" if facts.version == 2 else "blkio.weight"
-    bfq = "io.bfq.weight" if facts.version == 2 else "blkio.bfq.weight"
-    has_plain, has_bfq = (d / plain).exists(), (d / bfq).exists()
-    return has_plain or has_bfq, has_bfq and not has_plain
 
 
 def hook_allocator(sla: Any, config: Any, sysfs_root: str) -> Any:
@@ -159,6 +209,8 @@ def hook_allocator(sla: Any, config: Any, sysfs_root: str) -> Any:
     """
     if sla.gpu is None and sla.numa is None and (sla.cpu is None or not sla.cpu.exclusive):
         return None
+    from pathlib import Path
+
     from nri_sla.plan.placement import Allocator
     from nri_sla.topology.cpus import read_topology
     from nri_sla.topology.gpus import GpuInventory
@@ -182,61 +234,34 @@ def hook_allocator(sla: Any, config: Any, sysfs_root: str) -> Any:
     return Allocator(topology, inventory, reserved)
 
 
-def make_plan(sla: Any, facts: Any, paths: Any, config: Any, target: Target,
-              spec: BundleSpec, sysfs_root: str) -> Any:
+def make_plan(sla: Any, cgroup_version: int, io_weight_supported: bool, config: Any,
+              target: Target, spec: BundleSpec, sysfs_root: str,
+              deps: list[list[str]]) -> Any:
+    """plan_container with no NRI; `deps` collects what the decision cache must re-check
+    (io.max devices, the CPU/NUMA topology) before reusing the result."""
+    from nri_sla.enforce.errors import DeviceError
     from nri_sla.enforce.nodefacts import resolve_block_device
+    from nri_sla.hook.cache import device_signature, topology_signature
     from nri_sla.plan.model import PlanError
     from nri_sla.plan.planner import PlanContext, plan_container
 
+    def resolve_device(device: str) -> tuple[int, int]:
+        deps.append(["device", device, device_signature(device)])
+        try:
+            return resolve_block_device(device)
+        except DeviceError as exc:  # the planner names it (io.max[i].device), as the plugin
+            raise ValueError(str(exc)) from exc
+
+    topology = topology_signature(sysfs_root)  # before reading it: a change = no reuse
+    allocator = hook_allocator(sla, config, sysfs_root)
+    if allocator is not None:
+        deps.append(["topology", sysfs_root, topology])
     ctx = PlanContext(
-        cgroup_version=facts.version, namespace=target.namespace, config=config,
-        owner=target.id, allocator=hook_allocator(sla, config, sysfs_root), rt_budget=None,
-        nri_version=None, resolve_device=resolve_block_device,
-        io_weight_supported=weight_files(paths, facts)[0], container_env=spec.env)
+        cgroup_version=cgroup_version, namespace=target.namespace, config=config,
+        owner=target.id, allocator=allocator, rt_budget=None,
+        nri_version=None, resolve_device=resolve_device,
+        io_weight_supported=io_weight_supported, container_env=spec.env)
     try:
         return plan_container(sla, ctx)
     except PlanError as exc:
         raise SlaRefusedError(str(exc)) from None
-
-
-# ------------------------------------------------------------------ writes
-
-
-def apply_plan(plan: Any, paths: Any, facts: Any, cid: str, lines: list[str]) -> Outcome:
-    from nri_sla.enforce.cgroupfs import writer_for
-    from nri_sla.enforce.plan_writes import cgroup_writes
-
-    hard = plan.enforcement == "hard"
-    lines = [*lines, *(WARN + w for w in plan.warnings)]
-    writes = cgroup_writes(plan, scope="all", bfq=weight_files(paths, facts)[1])
-    raised: list[Any] = []
-    if plan.rt_runtime is not None and facts.version == 1:
-        raised, problem = raise_rt(plan, paths, facts)
-        if problem:
-            if hard:
-                raise SlaRefusedError(problem)
-            lines.append(WARN + problem)
-            writes = [w for w in writes if not w.file.startswith("cpu.rt_")]
-    failures = [r for r in writer_for(paths).apply(writes) if not r.ok]
-    if failures and hard:
-        from nri_sla.enforce.rt import release_rt_ancestors
-
-        release_rt_ancestors(raised)  # runc removes the container's cgroup; undo ours
-        more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
-        raise SlaRefusedError(f"{failures[0].error}{more}")
-    lines += [WARN + str(r.error) for r in failures]
-    return Outcome(EXIT_OK, "applied", lines, cid)
-
-
-def raise_rt(plan: Any, paths: Any, facts: Any) -> tuple[list[Any], str | None]:
-    """Raise cpu.rt_runtime_us on the container's ancestors first (the kernel refuses a
-    child budget its parent lacks). Returns (changes made, problem text or None)."""
-    from nri_sla.enforce.errors import EnforceError
-    from nri_sla.enforce.rt import raise_rt_ancestors
-
-    try:
-        done = raise_rt_ancestors(paths.dir("cpu"), plan.rt_runtime,
-                                  plan.rt_period or 1_000_000, facts.hierarchy("cpu").path)
-    except EnforceError as exc:
-        return [], f"cpu.rt-runtime: {exc}"
-    return done, None

@@ -12,7 +12,7 @@ from nri_sla.hook.spec import DEFAULT_STAGE, STAGES
 from nri_sla.hook.values import Value
 
 USAGE = ("usage: nri-sla hook [--stage createRuntime|prestart|poststart|createContainer] "
-         "[--timeout S] [--config PATH] [--cgroup-root PATH]")
+         "[--timeout S] [--config PATH] [--cgroup-root PATH] [--cache-dir DIR|off]")
 HELP = f"""{USAGE}
 
 OCI hook: reads the OCI state JSON on stdin and enforces the container's SLA in cgroupfs.
@@ -21,6 +21,8 @@ OCI hook: reads the OCI state JSON on stdin and enforces the container's SLA in 
   --timeout S         give up after S seconds, 0 < S <= 300 (default {DEFAULT_TIMEOUT:g})
   --config PATH       node config (default /etc/nri-sla/config.yaml; missing = defaults)
   --cgroup-root PATH  cgroup filesystem root (default: the node config's cgroup.root)
+  --cache-dir DIR     decision cache (default $NRI_SLA_HOOK_CACHE, else
+                      /run/nri-sla/hook-cache); "off" disables it
 
 exit status: 0 enforced (or soft warnings), 1 SLA refused, 2 bad usage or input,
 3 internal error or timeout (hard mode)
@@ -34,11 +36,11 @@ class HelpRequested(Exception):
 class HookOptions(Value):
     """What the command line asked for (see values.py for why not a dataclass)."""
 
-    __slots__ = ("cgroup_root", "config", "stage", "sysfs_root", "timeout")
+    __slots__ = ("cache_dir", "cgroup_root", "config", "stage", "sysfs_root", "timeout")
 
     def __init__(self, stage: str = DEFAULT_STAGE, timeout: float = DEFAULT_TIMEOUT,
                  config: str | None = None, cgroup_root: str | None = None,
-                 sysfs_root: str = "/sys") -> None:
+                 sysfs_root: str = "/sys", cache_dir: str | None = None) -> None:
         self.stage = stage
         self.timeout = timeout
         # None: /etc/nri-sla/config.yaml when it exists, else the built-in defaults.
@@ -47,6 +49,8 @@ class HookOptions(Value):
         self.cgroup_root = cgroup_root
         # Tests point this at a fake NUMA/GPU sysfs tree; not a command-line option.
         self.sysfs_root = sysfs_root
+        # None: $NRI_SLA_HOOK_CACHE, else /run/nri-sla/hook-cache; "off": no cache.
+        self.cache_dir = cache_dir
 
 
 def check(stage: str, timeout: float) -> None:
@@ -59,7 +63,7 @@ def check(stage: str, timeout: float) -> None:
 def parse_argv(argv: list[str]) -> HookOptions:
     values: dict[str, str] = {}
     flags = {"--stage": "stage", "--timeout": "timeout", "--config": "config",
-             "--cgroup-root": "cgroup_root"}
+             "--cgroup-root": "cgroup_root", "--cache-dir": "cache_dir"}
     i = 0
     while i < len(argv):
         arg = argv[i]
@@ -82,6 +86,9 @@ def parse_argv(argv: list[str]) -> HookOptions:
         raise BadInput(f"--timeout: {values['timeout']!r} is not a number of seconds") from None
     opts = HookOptions(stage=values.get("stage", DEFAULT_STAGE), timeout=timeout,
                        config=values.get("config"),
-                       cgroup_root=values.get("cgroup_root"))
+                       cgroup_root=values.get("cgroup_root"),
+                       cache_dir=values.get("cache_dir"))
     check(opts.stage, opts.timeout)
+    if opts.cache_dir not in (None, "off") and not opts.cache_dir.startswith("/"):
+        raise BadInput(f"--cache-dir: {opts.cache_dir!r} must be an absolute path or 'off'")
     return opts

@@ -46,15 +46,15 @@ class Outcome(Value):
 class Decision(Value):
     """One container decision, for the structured log (path "hook")."""
 
-    __slots__ = ("error", "log_format", "outcome", "plan", "target", "warnings")
+    __slots__ = ("applied", "error", "log_format", "outcome", "target", "warnings")
 
     def __init__(self, outcome: str, target: Target, log_format: str = "text",
-                 plan: object = None, warnings: list[str] | None = None,
+                 applied: dict | None = None, warnings: list[str] | None = None,
                  error: str | None = None) -> None:
         self.outcome = outcome  # enforced | warned | refused
         self.target = target
         self.log_format = log_format
-        self.plan = plan  # the ContainerPlan applied, if any (rendered only when logged)
+        self.applied = applied or {}  # what was set (the plan's record fields), if any
         self.warnings = warnings or []
         self.error = error
 
@@ -109,6 +109,13 @@ def _run(opts: HookOptions, stdin: BinaryIO, deadline: Deadline, rs: RunState) -
     if target.sandbox or not has_sla(annotations, target.name):
         return Outcome(EXIT_OK, "skipped", [], state.id)
     rs.target = target
+    if spec.cgroups_path:
+        # A replica of a container seen before: its cached decision, no yaml/parser/planner.
+        from nri_sla.hook.warm import cached_run
+
+        out = cached_run(opts, state, spec, annotations, target, deadline, rs)
+        if out is not None:
+            return out
     deadline.check("planning")
     # Imported only now: the SLA parser (yaml), the planner and the cgroup writers.
     from nri_sla.hook.enforce import enforce
@@ -154,20 +161,18 @@ def _bare(line: str) -> str:
 
 def _log_decision(d: Decision, stream: TextIO) -> None:
     """The plugin's decision line (docs/operations.md), with path "hook"."""
-    from nri_sla.logging import log_decision, setup_logging
+    from nri_sla.hook.decision_log import decision_line, journald
 
-    applied = {}
-    if d.plan is not None:
-        from nri_sla.hook.enforce import applied_fields
-
-        applied = applied_fields(d.plan)
-    logger = setup_logging(d.log_format, "info", stream=stream)
     t = d.target
-    log_decision(t.namespace, t.pod or t.id, t.name, "hook", d.outcome, applied=applied,
-                 warnings=[_bare(w) for w in d.warnings],
-                 error=_bare(d.error) if d.error else None)
-    for handler in logger.handlers:
-        handler.flush()
+    try:
+        journal = d.log_format == "text" and journald(stream.fileno())
+    except (AttributeError, OSError, ValueError):  # not a real file (tests)
+        journal = False
+    stream.write(decision_line(d.log_format, t.namespace, t.pod or t.id, t.name, d.outcome,
+                               d.applied, [_bare(w) for w in d.warnings],
+                               _bare(d.error) if d.error else None, time.time(),
+                               journal) + "\n")
+    stream.flush()
 
 
 def main(opts: HookOptions, log_path: str | None = None) -> int:

@@ -58,6 +58,8 @@ class DeviceNode:
 
 @dataclass(frozen=True)
 class GpuInjection:
+    """How the chosen GPUs reach the container: env, device nodes, CDI names."""
+
     env: Mapping[str, str] = field(default_factory=dict, hash=False)
     devices: tuple[DeviceNode, ...] = ()
     cdi_devices: tuple[str, ...] = ()

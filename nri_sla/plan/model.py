@@ -7,7 +7,10 @@ and/or cgroupfs writes, depending on the path (plugin or hook) and the cgroup ve
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+
+TYPE_CHECKING = False  # `typing` costs the OCI hook start-up time; only checkers need it
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class PlanError(Exception):
@@ -52,6 +55,8 @@ class IoLimit:
 
 @dataclass(frozen=True)
 class MemoryPolicy:
+    """A NUMA memory policy for the container (NRI's LinuxMemoryPolicy)."""
+
     mode: str  # bind | preferred | interleave
     nodes: str  # cpulist-style node list, e.g. "0-1"
 

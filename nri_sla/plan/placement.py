@@ -19,11 +19,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from nri_sla.topology.cpulist import CpuListError, format_cpulist, parse_cpulist
 from nri_sla.topology.cpus import Topology
 from nri_sla.topology.gpus import Gpu, GpuInventory, MigInstance
+
+TYPE_CHECKING = False  # `typing` costs the OCI hook start-up time; only checkers need it
+if TYPE_CHECKING:
+    from typing import Any
 
 TOPOLOGIES = ("any", "numa", "nvlink")
 _EXCLUSIVE, _SHARED, _RUNTIME = "exclusive", "shared", "runtime"

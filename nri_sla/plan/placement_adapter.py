@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
 
-from nri_sla.plan.gpu_injection import InjectionError, gpu_injection
 from nri_sla.plan.placement import PlacementError, PlacementRequest
 from nri_sla.topology.cpulist import format_cpulist
 
+TYPE_CHECKING = False  # `typing` costs the OCI hook start-up time; only checkers need it
 if TYPE_CHECKING:
+    from typing import Any
+
     from nri_sla.plan.planner import PlanContext
     from nri_sla.sla.model import Sla
 
 
 @dataclass
 class PlacementOutcome:
+    """The allocator's answer as plan settings, warnings, or an error."""
+
     settings: dict[str, Any] = field(default_factory=dict)
     warnings: tuple[tuple[str, str], ...] = ()  # (field, message)
     error: str | None = None
@@ -61,6 +64,9 @@ def place(sla: Sla, ctx: PlanContext, hard: bool) -> PlacementOutcome:
     if placement.mems:
         settings["mems"] = format_cpulist(placement.mems)
     if placement.gpus and not placement.from_runtime:
+        # Imported here: only GPU placements need it (the OCI hook's NUMA-only SLAs not).
+        from nri_sla.plan.gpu_injection import InjectionError, gpu_injection
+
         try:
             injection = gpu_injection(placement, ctx.config.gpu.injection)
         except InjectionError as exc:

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from nri_sla.config import NodeConfig
 from nri_sla.plan.model import ContainerPlan, IoLimit, MemoryPolicy, Shortfall, SlaRefused
 from nri_sla.plan.rt_budget import RtBudget, RtBudgetExceeded, RtGrant
 from nri_sla.sla.model import Sla
+
+TYPE_CHECKING = False  # `typing` costs the OCI hook start-up time; only checkers need it
+if TYPE_CHECKING:
+    from typing import Any
 
 MEMORY_POLICY_NRI_VERSION = (0, 12)
 

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, fields
-from typing import Any
 
 from nri_sla.plan.model import ContainerPlan, IoLimit, MemoryPolicy
+
+TYPE_CHECKING = False  # `typing` costs the OCI hook start-up time; only checkers need it
+if TYPE_CHECKING:
+    from typing import Any
 
 RECORD_VERSION = 1
 MAX_RECORD_BYTES = 64 * 1024

@@ -19,6 +19,8 @@ class RtBudgetExceeded(Exception):
 
 @dataclass(frozen=True)
 class RtGrant:
+    """One container's real-time budget (runtime and period, microseconds)."""
+
     runtime_us: int
     period_us: int
 

@@ -25,6 +25,8 @@ DEFAULT_RT_PERIOD_US = 1_000_000  # the kernel's default sched_rt_period_us
 
 @dataclass(frozen=True, slots=True)
 class CpuSla:
+    """The validated `cpu` section of an SLA."""
+
     limit: float | None = None  # CPUs; quota = limit * period
     period_us: int | None = None
     rt_runtime_us: int | None = None
@@ -56,6 +58,8 @@ class CpuSla:
 
 @dataclass(frozen=True, slots=True)
 class NumaSla:
+    """The validated `numa` section of an SLA."""
+
     nodes: tuple[int, ...] | None = None  # None: not pinned by the SLA (see ``auto``)
     auto: bool = False  # nodes: auto -> follow the GPUs, else best fit
     memory_policy: str | None = None  # bind | preferred | interleave | none
@@ -73,6 +77,8 @@ class NumaSla:
 
 @dataclass(frozen=True, slots=True)
 class MemorySla:
+    """The validated `memory` section of an SLA."""
+
     high: int | None = None  # bytes: throttle point
     max: int | None = None  # bytes: hard limit
 
@@ -87,6 +93,8 @@ class MemorySla:
 
 @dataclass(frozen=True, slots=True)
 class IoMaxRule:
+    """One `io.max` entry of an SLA: a device and its limits."""
+
     device: str  # absolute /dev path or "MAJ:MIN"
     read_bps: int | None = None
     write_bps: int | None = None
@@ -108,6 +116,8 @@ class IoMaxRule:
 
 @dataclass(frozen=True, slots=True)
 class IoSla:
+    """The validated `io` section of an SLA."""
+
     weight: int | None = None  # 1..10000
     max: tuple[IoMaxRule, ...] = ()
 
@@ -122,6 +132,8 @@ class IoSla:
 
 @dataclass(frozen=True, slots=True)
 class GpuSla:
+    """The validated `gpu` section of an SLA."""
+
     count: int | None = None
     ids: tuple[str, ...] = ()  # index, UUID or PCI bus id, as written
     mig: str | None = None  # MIG profile, e.g. 1g.10gb
@@ -145,6 +157,8 @@ class GpuSla:
 
 @dataclass(frozen=True, slots=True)
 class Sla:
+    """One container's merged, validated SLA."""
+
     enforcement: str = "hard"  # hard | soft
     cpu: CpuSla | None = None
     numa: NumaSla | None = None

@@ -7,7 +7,6 @@ container start and must not pay for YAML, logging or NVML modules it does not u
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
 
 _EXPORTS = {
     "CpuListError": "cpulist", "format_cpulist": "cpulist", "parse_cpulist": "cpulist",
@@ -35,7 +34,10 @@ __all__ = [
     "save_snapshot",
 ]
 
+TYPE_CHECKING = False  # `typing` costs the OCI hook start-up time; only checkers need it
 if TYPE_CHECKING:
+    from typing import Any
+
     from nri_sla.topology.cpulist import CpuListError, format_cpulist, parse_cpulist
     from nri_sla.topology.cpus import NumaNode, Topology, TopologyError, read_topology
     from nri_sla.topology.gpus import Gpu, GpuInventory, InventoryError, MigInstance

@@ -145,7 +145,9 @@ class Runc:
         spec["process"]["env"] = [*spec["process"]["env"], *env]
         spec["linux"]["cgroupsPath"] = cgroups_path or self.cgroups_path(name)
         hook = hook_command(stage, *hook_args, entry=entry)
-        hook["env"] = [f"NRI_SLA_HOOK_LOG={bundle / 'hook.log'}", "PATH=/usr/bin:/bin"]
+        # The test's own decision cache, not the host's /run/nri-sla/hook-cache.
+        hook["env"] = [f"NRI_SLA_HOOK_LOG={bundle / 'hook.log'}", "PATH=/usr/bin:/bin",
+                       f"NRI_SLA_HOOK_CACHE={self.base / 'hook-cache'}"]
         spec["hooks"] = {stage: [hook]}
         (bundle / "config.json").write_text(json.dumps(spec))
         return bundle
@@ -268,3 +270,12 @@ class Helpers:
 @pytest.fixture
 def h() -> type[Helpers]:
     return Helpers
+
+
+@pytest.fixture(autouse=True)
+def hook_cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Each test gets its own decision cache (in-process runs and subprocesses that inherit
+    the environment; Runc.bundle gives runc's hooks the same directory)."""
+    where = tmp_path / "hook-cache"
+    monkeypatch.setenv("NRI_SLA_HOOK_CACHE", str(where))
+    return where

@@ -170,3 +170,28 @@ def test_escaping_cgroups_path_is_refused(runc_env):
     assert "exit status 2" in c.stderr
     assert "'..' would leave the cgroup hierarchy" in c.stderr
     assert runc_env.status("esc") == "absent"
+
+
+def test_replicas_reuse_the_cached_decision(runc_env, rt_config, h, tmp_path):
+    """Two replicas under the real runc: the second hook run is a cache hit (it writes no
+    entry) and its container gets exactly the first one's settings, RT raise included."""
+    dev, majmin = h.first_disk()
+    cache = tmp_path / "hook-cache"
+    sla = (f"cpu:\n  limit: 0.5\n  rt-runtime: 10ms\nmemory:\n  max: 128Mi\n"
+           f"io:\n  max:\n    - device: {dev}\n      read-bps: 10Mi\n")
+    args = ("--config", rt_config, "--cache-dir", str(cache))
+    first = runc_env.create("rep-0", _annotations(sla), hook_args=args, entry="fast")
+    assert first.returncode == 0, first.stderr
+    stored = {p.name: p.stat().st_mtime_ns for p in cache.iterdir()}
+    assert sorted(n.split("-")[0] for n in stored) == ["config", "decision", "facts"]
+    second = runc_env.create("rep-1", _annotations(sla), hook_args=args, entry="fast")
+    assert second.returncode == 0, second.stderr
+    assert {p.name: p.stat().st_mtime_ns for p in cache.iterdir()} == stored  # a hit
+    for name in ("rep-0", "rep-1"):
+        assert runc_env.read("cpu", name, "cpu.cfs_quota_us") == "50000"
+        assert runc_env.read("cpu", name, "cpu.rt_runtime_us") == "10000"
+        assert runc_env.read("memory", name, "memory.limit_in_bytes") == str(128 << 20)
+        assert runc_env.read("blkio", name, "blkio.throttle.read_bps_device") == \
+            f"{majmin} {10 << 20}"
+    assert first.log.split("container=")[1].split(" ts=")[0] == \
+        second.log.split("container=")[1].split(" ts=")[0]  # the same decision line

@@ -1,0 +1,386 @@
+"""The decision cache: a hit gives exactly the cold result, and every input is in the key.
+
+Runs go through the hook's real flow (in-process on fake cgroup trees, and as a process
+for the import check). A cache hit is proven by making the cold path fail if it is used.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+import nri_sla.hook.enforce as cold_module
+from nri_sla.hook.errors import EXIT_OK, EXIT_REFUSED
+from nri_sla.plan.model import ContainerPlan
+from nri_sla.plan.record import encode_record
+from nri_sla.topology.testing import build_sysfs
+
+CTR = "/kubepods/pod-a/ctr-1"
+NAME = "io.kubernetes.cri.container-name"
+HOOK_MAIN = Path(__file__).resolve().parents[2] / "nri_sla" / "hook" / "__main__.py"
+
+
+def _files(cdir: Path) -> dict[str, str]:
+    return {p.name: p.read_text() for p in sorted(cdir.iterdir()) if p.is_file()}
+
+
+@pytest.fixture
+def world(tmp_path, h, hook_cache_dir):
+    """A fake v2 node; run(annotations, warm=..., **opts) -> (Outcome, container files)."""
+    root = tmp_path / "cg"
+    cdir = h.fake_v2_tree(root, CTR)
+    pristine = _files(cdir)
+    config = tmp_path / "config.yaml"
+    config.write_text("enforcement: hard\n")
+
+    def run(annotations, *, expect_hit=None, env=None, cid="ctr-1", files=None, **opts):
+        for name, text in {**pristine, **(files or {})}.items():  # the same start each run
+            (cdir / name).write_text(text)
+        bundle = h.write_bundle(tmp_path / f"bundle-{cid}", {NAME: "app", **annotations},
+                                CTR, env)
+        opts.setdefault("config", str(config))
+        opts.setdefault("cgroup_root", str(root))
+        calls = []
+        real = cold_module.enforce
+
+        def counting(*args, **kwargs):
+            calls.append(1)
+            return real(*args, **kwargs)
+
+        mp = pytest.MonkeyPatch()
+        mp.setattr(cold_module, "enforce", counting)
+        try:
+            out = h.run_inproc(h.state_json(bundle, cid=cid), **opts)
+        finally:
+            mp.undo()
+        if expect_hit is not None:  # True: served from the cache; False: decided cold
+            assert (not calls) == expect_hit, "cache hit" if calls == [] else "cold run"
+        return out, _files(cdir)
+
+    return run, config, cdir, hook_cache_dir
+
+
+def _decisions(cache: Path) -> list[str]:
+    return [p.name for p in cache.iterdir() if p.name.startswith("decision-")] \
+        if cache.exists() else []
+
+
+def _same(a, b) -> None:
+    assert (a.exit_code, a.action, a.lines) == (b.exit_code, b.action, b.lines)
+    da, db = a.decision, b.decision
+    assert (da is None) == (db is None)
+    if da is not None:
+        assert (da.outcome, da.applied, da.warnings, da.error) == \
+            (db.outcome, db.applied, db.warnings, db.error)
+
+
+def _record(**fields) -> str:
+    return encode_record(ContainerPlan("hard", 2, **fields), "nri")
+
+
+PRESET = {"verify, no drift": {"memory.max": "67108864\n"}}
+CASES = {
+    "hard, cpu+numa+memory+io.weight": {
+        "sla.nri.io/pod": "cpu:\n  limit: 2.5\n  period: 100ms\nnuma:\n  nodes: '0'\n"
+                          "memory:\n  high: 8Gi\n  max: 10Gi\nio:\n  weight: 500\n"},
+    "soft with warnings": {
+        "sla.nri.io/pod": "enforcement: soft\ncpu:\n  limit: 1\n  rt-runtime: 5ms\n"},
+    "container-level over pod-level": {
+        "sla.nri.io/pod": "cpu:\n  limit: 1\n", "sla.nri.io/container.app":
+        "memory:\n  max: 64Mi\n"},
+    "verify, no drift": {
+        "sla.nri.io/pod": "cpu:\n  limit: 0.3\n",
+        "sla.nri.io/applied": _record(memory_max=64 << 20)},
+    "verify, hard drift": {
+        "sla.nri.io/pod": "cpu:\n  limit: 0.3\n",
+        "sla.nri.io/applied": _record(cpu_quota=30000, cpu_period=100000)},
+    "verify, soft drift": {
+        "sla.nri.io/pod": "enforcement: soft\ncpu:\n  limit: 0.3\n",
+        "sla.nri.io/applied": _record(cpu_quota=30000, cpu_period=100000)},
+    "verify, soft undecodable record": {
+        "sla.nri.io/pod": "enforcement: soft\ncpu:\n  limit: 0.3\n",
+        "sla.nri.io/applied": "{nope"},
+    "exclusive cpus": {"sla.nri.io/pod": "cpu:\n  exclusive: 1\n"},
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_cache_hit_gives_the_cold_result(world, case):
+    run, _config, _cdir, cache = world
+    annotations, files = CASES[case], PRESET.get(case)
+    off, off_files = run(annotations, cache_dir="off", files=files)
+    assert not cache.exists()
+    cold, cold_files = run(annotations, files=files)
+    assert sorted(p.name.split("-")[0] for p in cache.iterdir()) == \
+        ["config", "decision", "facts"]
+    # A replica: another container id, the same SLA.
+    warm, warm_files = run(annotations, expect_hit=True, cid="ctr-2", files=files)
+    _same(cold, off)
+    _same(warm, cold)
+    assert cold_files == off_files == warm_files
+    assert warm.exit_code == (EXIT_REFUSED if case == "verify, hard drift" else EXIT_OK)
+
+
+def test_io_max_device_is_rechecked_on_every_hit(world, h, tmp_path):
+    run, _config, _cdir, _cache = world
+    dev, majmin = h.first_disk()
+    if os.geteuid() != 0 or not os.access("/dev", os.W_OK):
+        pytest.skip("needs root and a writable /dev to mknod a block device node")
+    # The SLA contract takes device paths under /dev only: a scratch node there.
+    node = Path(f"/dev/nri-sla-test-{uuid.uuid4().hex[:12]}")
+    os.mknod(node, stat.S_IFBLK | 0o600, os.stat(dev).st_rdev)
+    try:
+        sla = {"sla.nri.io/pod": f"io:\n  max:\n    - device: {node}\n      read-bps: 10Mi\n"}
+        cold, files = run(sla)
+        assert cold.exit_code == EXIT_OK, cold.lines
+        assert files["io.max"].startswith(majmin)
+        warm, warm_files = run(sla, expect_hit=True)
+        _same(warm, cold)
+        assert warm_files == files
+        node.unlink()
+        node.write_text("not a device any more")
+        again, _ = run(sla, expect_hit=False)  # the dependency changed: decided again
+        assert again.exit_code == EXIT_REFUSED, again.lines
+        assert "io.max[0].device" in again.lines[0] and "is not a block device" in again.lines[0]
+    finally:
+        node.unlink(missing_ok=True)
+
+
+def test_topology_is_rechecked_on_every_hit(world, tmp_path):
+    run, _config, _cdir, _cache = world
+    sysfs = build_sysfs(tmp_path / "sys", nodes=2, cores_per_node=2)
+    sla = {"sla.nri.io/pod": "numa:\n  nodes: '1'\n"}
+    cold, files = run(sla, sysfs_root=str(sysfs))
+    assert cold.exit_code == EXIT_OK, cold.lines
+    assert files["cpuset.cpus"].strip() == "2-3"
+    warm, _ = run(sla, expect_hit=True, sysfs_root=str(sysfs))
+    _same(warm, cold)
+    # CPU 3 goes offline: node 1 now has CPU 2 only; a stale decision would write 2-3.
+    (sysfs / "devices/system/cpu/online").write_text("0-2\n")
+    (sysfs / "devices/system/node/node1/cpulist").write_text("2\n")
+    after, files = run(sla, sysfs_root=str(sysfs), expect_hit=False)
+    assert after.exit_code == EXIT_OK, after.lines
+    assert files["cpuset.cpus"].strip() == "2"
+
+
+def test_node_config_change_invalidates(world):
+    run, config, _cdir, _cache = world
+    sla = {"sla.nri.io/pod": "cpu:\n  limit: 1\n  rt-runtime: 5ms\n"}  # v2: no RT
+    config.write_text("enforcement: soft\n")
+    soft, _ = run(sla)
+    assert soft.exit_code == EXIT_OK and "warning" in soft.lines[0]
+    assert run(sla, expect_hit=True)[0].exit_code == EXIT_OK
+    config.write_text("enforcement: hard\n")
+    hard, _ = run(sla, expect_hit=False)
+    assert hard.exit_code == EXIT_REFUSED
+
+
+@pytest.mark.parametrize("change", ["sla", "namespace", "name", "enforcement", "stray key"])
+def test_annotation_changes_invalidate(world, change):
+    run, _config, _cdir, _cache = world
+    base = {"sla.nri.io/pod": "cpu:\n  limit: 0.5\n",
+            "io.kubernetes.cri.sandbox-namespace": "prod"}
+    first, files = run(base)
+    assert first.exit_code == EXIT_OK and files["cpu.max"].split()[0] == "50000"
+    changed = dict(base)
+    if change == "sla":
+        changed["sla.nri.io/pod"] = "cpu:\n  limit: 1.5\n"
+    elif change == "namespace":
+        changed["io.kubernetes.cri.sandbox-namespace"] = "dev"
+    elif change == "name":
+        changed[NAME] = "other"
+        changed["sla.nri.io/container.other"] = "cpu:\n  limit: 1.5\n"
+    elif change == "enforcement":
+        changed["sla.nri.io/pod"] = "cpu:\n  limit: 1\n  rt-runtime: 5ms\n"
+        changed["io.kubernetes.sla/enforcement-mode"] = "soft"
+    else:
+        changed["sla.nri.io/typo"] = "x"
+    off, off_files = run(changed, cache_dir="off")
+    out, out_files = run(changed, expect_hit=False)
+    _same(out, off)
+    assert out_files == off_files
+
+
+def test_per_replica_annotations_still_hit(world):
+    run, _config, _cdir, _cache = world
+    sla = {"sla.nri.io/pod": "memory:\n  max: 64Mi\n"}
+    run({**sla, "io.kubernetes.cri.sandbox-id": "a" * 64,
+         "io.kubernetes.cri.sandbox-name": "web-0"}, cid="c1")
+    out, _ = run({**sla, "io.kubernetes.cri.sandbox-id": "b" * 64,
+                  "io.kubernetes.cri.sandbox-name": "web-1"}, cid="c2", expect_hit=True)
+    assert out.exit_code == EXIT_OK
+
+
+@pytest.mark.parametrize("damage", ["flip a byte", "truncate", "garbage", "empty",
+                                    "valid digest, wrong key", "malformed decision"])
+def test_corrupt_entries_are_ignored(world, damage):
+    from nri_sla.hook.store import encode
+
+    run, _config, _cdir, cache = world
+    sla = CASES["hard, cpu+numa+memory+io.weight"]
+    cold, files = run(sla)
+    for entry in cache.iterdir():
+        data = entry.read_bytes()
+        kind = entry.name.split("-")[0]
+        if damage == "flip a byte":
+            data = data[:-5] + bytes([data[-5] ^ 1]) + data[-4:]
+        elif damage == "truncate":
+            data = data[: len(data) // 2]
+        elif damage == "garbage":
+            data = os.urandom(200)
+        elif damage == "empty":
+            data = b""
+        elif damage == "valid digest, wrong key":
+            data = encode({"x": 1}, kind, "0" * 40)
+        elif kind == "decision":
+            data = encode({"decision": {"kind": "apply", "writes": [["cpu", "cpu.max"]]},
+                           "deps": []}, kind, entry.name.split("-", 1)[1])
+        entry.write_bytes(data)
+    again, again_files = run(sla, expect_hit=False)
+    _same(again, cold)
+    assert again_files == files
+    # The cold run replaced the broken entries: the next replica hits again.
+    _same(run(sla, expect_hit=True)[0], cold)
+
+
+def test_cache_dir_and_entry_permissions(world, tmp_path):
+    run, _config, _cdir, cache = world
+    sla = {"sla.nri.io/pod": "memory:\n  max: 64Mi\n"}
+    run(sla)
+    assert stat.S_IMODE(cache.stat().st_mode) == 0o700
+    assert {stat.S_IMODE(p.stat().st_mode) for p in cache.iterdir()} == {0o600}
+    run(sla, expect_hit=True)
+    # A group-writable entry is not trusted.
+    for entry in cache.iterdir():
+        entry.chmod(0o620)
+    run(sla, expect_hit=False)
+    # A directory others can read/enter is not used at all (nothing read, nothing written).
+    loose = tmp_path / "loose"
+    loose.mkdir(mode=0o755)
+    loose.chmod(0o755)
+    run(sla, cache_dir=str(loose))
+    assert list(loose.iterdir()) == []
+    # Nor is a symlink to a good directory.
+    link = tmp_path / "link"
+    link.symlink_to(cache)
+    run(sla, cache_dir=str(link), expect_hit=False)
+
+
+def test_foreign_owned_entries_are_ignored(world):
+    if os.geteuid() != 0:
+        pytest.skip("needs root to chown an entry to another user")
+    run, _config, _cdir, cache = world
+    sla = {"sla.nri.io/pod": "memory:\n  max: 64Mi\n"}
+    run(sla)
+    for entry in cache.iterdir():
+        os.chown(entry, 4242, 4242)
+    run(sla, expect_hit=False)
+    # The cold run rewrote them as ours.
+    assert {p.stat().st_uid for p in cache.iterdir()} == {0}
+    run(sla, expect_hit=True)
+
+
+def test_refusals_and_gpu_slas_are_not_cached(world):
+    run, _config, _cdir, cache = world
+    bad = {"sla.nri.io/pod": "memory:\n  high: 2Gi\n  max: 1Gi\n"}
+    assert run(bad)[0].exit_code == EXIT_REFUSED
+    assert _decisions(cache) == []
+    gpu = {"sla.nri.io/pod": "enforcement: soft\ngpu:\n  count: 1\nmemory:\n  max: 64Mi\n"}
+    assert run(gpu)[0].exit_code == EXIT_OK
+    assert _decisions(cache) == []
+    assert run(gpu, expect_hit=False)[0].exit_code == EXIT_OK
+
+
+def test_store_bounds(tmp_path, monkeypatch):
+    from nri_sla.hook import store as store_module
+
+    monkeypatch.setattr(store_module, "MAX_ENTRIES", 5)
+    s = store_module.Store(str(tmp_path / "c"))
+    for i in range(9):
+        assert s.put("decision", f"{i:040x}", {"i": i})
+    names = sorted(os.listdir(tmp_path / "c"))
+    assert len(names) == 5
+    assert s.get("decision", f"{8:040x}") == {"i": 8}
+    assert not s.put("decision", "big", {"x": "y" * store_module.MAX_ENTRY_BYTES})
+    assert s.get("decision", "big") is None
+    assert not [n for n in os.listdir(tmp_path / "c") if n.startswith(".tmp")]
+
+
+def test_warm_run_imports_no_parser_planner_or_yaml(world, h, tmp_path):
+    """The point of the cache: a hit loads none of yaml, the SLA parser, the planner,
+    dataclasses, pathlib, typing or re (each costs milliseconds per container)."""
+    run, config, _cdir, cache = world
+    sla = CASES["hard, cpu+numa+memory+io.weight"]
+    run(sla)
+    bundle = h.write_bundle(tmp_path / "bundle-x", {NAME: "app", **sla}, CTR)
+    heavy = ("yaml", "nri_sla.sla", "nri_sla.plan", "nri_sla.config", "dataclasses",
+             "pathlib", "typing", "re", "json", "logging", "nri_sla.enforce.nodefacts")
+    loaded = []
+    for _ in range(2):  # the second run is the hit (the first stores under this argv)
+        proc = subprocess.run(
+            [sys.executable, "-I", "-S", "-X", "importtime", str(HOOK_MAIN), "--config",
+             str(config), "--cgroup-root", str(tmp_path / "cg"), "--cache-dir", str(cache)],
+            input=h.state_json(bundle), capture_output=True, timeout=30)
+        assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+        loaded = [line.rsplit("|", 1)[-1].strip() for line in
+                  proc.stderr.decode().splitlines() if line.startswith("import time:")]
+    assert "nri_sla.hook.warm" in loaded
+    assert [m for m in loaded if m in heavy or m.startswith("yaml.")] == []
+
+
+def test_cache_option_and_environment(tmp_path, monkeypatch):
+    from nri_sla.hook.cache import open_store
+    from nri_sla.hook.errors import BadInput
+    from nri_sla.hook.options import HookOptions, parse_argv
+
+    assert parse_argv(["--cache-dir", "off"]).cache_dir == "off"
+    assert parse_argv([f"--cache-dir={tmp_path}"]).cache_dir == str(tmp_path)
+    with pytest.raises(BadInput, match="--cache-dir"):
+        parse_argv(["--cache-dir", "relative/dir"])
+    monkeypatch.setenv("NRI_SLA_HOOK_CACHE", "off")
+    assert open_store(HookOptions()) is None
+    assert open_store(HookOptions(cache_dir=str(tmp_path))).directory == str(tmp_path)
+    monkeypatch.delenv("NRI_SLA_HOOK_CACHE")
+    assert open_store(HookOptions()).directory == "/run/nri-sla/hook-cache"
+
+
+def test_mirrored_constants_match_their_sources():
+    from nri_sla import config
+    from nri_sla.enforce import blockdev
+    from nri_sla.hook import cache
+    from nri_sla.sla import ENFORCEMENT_ALIAS
+
+    assert cache.CONFIG_DEFAULT == config.DEFAULT_PATH
+    assert cache.CONFIG_LIMIT == config.MAX_CONFIG_BYTES
+    assert cache.ENFORCEMENT_ALIAS == ENFORCEMENT_ALIAS
+    assert str(blockdev.SYSFS_ROOT) == cache.DEVICE_SYSFS
+
+
+def test_library_files_are_dependencies(world, tmp_path):
+    """A decision names PyYAML's files; a changed file (an in-place upgrade) is a miss."""
+    import yaml
+
+    from nri_sla.hook.cache import file_signature
+    from nri_sla.hook.store import Store
+
+    run, _config, _cdir, cache = world
+    sla = {"sla.nri.io/pod": "memory:\n  max: 64Mi\n"}
+    run(sla)
+    store = Store(str(cache))
+    [name] = [p.name for p in cache.iterdir() if p.name.startswith("decision-")]
+    key = name.split("-", 1)[1]
+    entry = store.get("decision", key)
+    assert ["file", yaml.__file__, file_signature(yaml.__file__)] in entry["deps"]
+    lib = tmp_path / "lib.py"
+    lib.write_text("v1")
+    entry["deps"].append(["file", str(lib), file_signature(str(lib))])
+    assert store.put("decision", key, entry)
+    run(sla, expect_hit=True)
+    lib.write_text("v2 longer")
+    run(sla, expect_hit=False)

@@ -211,7 +211,7 @@ def build_node(config: NodeConfig, *, cgroup_version: int | None = None,
     from nri_sla.enforce.nodefacts import detect_cgroup_facts
     from nri_sla.plan.placement import Allocator
     from nri_sla.topology.cpus import read_topology
-    from nri_sla.topology.inventory import load_inventory
+    from nri_sla.topology.inventory import configured_inventory
     from nri_sla.topology.snapshot import load_snapshot
 
     cg = config.cgroup
@@ -226,10 +226,7 @@ def build_node(config: NodeConfig, *, cgroup_version: int | None = None,
         topology, inventory = snapshot.topology, snapshot.inventory
     else:
         topology = read_topology(Path(sysfs_root))
-        source = config.gpu.inventory
-        inventory = (load_inventory("snapshot", snapshot=Path(source))
-                     if source not in ("auto", "nvml", "sysfs")
-                     else load_inventory(source, sysfs_root=Path(sysfs_root)))
+        inventory = configured_inventory(config.gpu.inventory, Path(sysfs_root))
     bfq = _any_bfq(Path(sysfs_root))
     return NodeState(config, cgroup_version, facts=facts,
                      allocator=Allocator(topology, inventory, reserved),

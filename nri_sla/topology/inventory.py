@@ -49,3 +49,11 @@ def load_inventory(source: str = "auto", sysfs_root: Path = Path("/sys"),
         log.warning("GPU inventory: %s; falling back to sysfs", reason)
         return GpuInventory(read_sysfs_gpus(sysfs_root, proc_root), "sysfs", reason)
     return GpuInventory(gpus, "nvml")
+
+
+def configured_inventory(setting: str, sysfs_root: Path = Path("/sys")) -> GpuInventory:
+    """The inventory the node config's `gpu.inventory` names: auto | nvml | sysfs, or the
+    absolute path of a snapshot file (`nri-sla inventory --save`)."""
+    if setting in ("auto", "nvml", "sysfs"):
+        return load_inventory(setting, sysfs_root=sysfs_root)
+    return load_inventory("snapshot", snapshot=Path(setting))

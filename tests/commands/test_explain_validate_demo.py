@@ -101,3 +101,13 @@ def test_demo_containerd_17_v1():
     out = nri_sla("demo", "--runtime", "containerd-1.7", "--cgroup", "v1")
     assert out.returncode == 0, out.stderr
     assert "NRI older than v0.10" in " ".join(out.stdout.split())
+
+
+def test_node_config_inventory_snapshot_is_used(tmp_path):
+    config = tmp_path / "config.yaml"
+    config.write_text(f"gpu:\n  inventory: {DGX}\n  injection: env\n")
+    path = pod_file(tmp_path, {"sla.nri.io/pod": "gpu: {count: 1}"})
+    out = nri_sla("explain", "--config", str(config), "--cgroup", "v2", "--json", path)
+    assert out.returncode == 0, out.stderr
+    (result,) = json.loads(out.stdout)
+    assert result["adjustment"]["env"][0]["key"] == "NVIDIA_VISIBLE_DEVICES"

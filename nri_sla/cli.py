@@ -44,7 +44,10 @@ def main(argv: list[str] | None = None) -> int:
         return hook_main(argv[1:])
     import argparse
     import importlib
+    import logging
 
+    # One-shot commands: warnings as plain lines (`run` sets up its own structured log).
+    logging.basicConfig(level=logging.WARNING, format="nri-sla: %(message)s")
     top = _top_parser()
     if not argv or argv[0].startswith("-"):
         top.parse_args(argv or ["--help"])

@@ -131,8 +131,7 @@ def print_table(rows: list[Row], out: Any) -> None:
 
 def main(args: argparse.Namespace) -> int:
     # The table says it all; the decision log lines are for `run` (or --verbose).
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.CRITICAL,
-                        format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger().setLevel(logging.INFO if args.verbose else logging.CRITICAL)
     paths = args.pods or sorted(str(p) for p in (EXAMPLES / "pods").glob("*.yaml"))
     if not paths:
         print(f"nri-sla demo: no pod manifests given and none in {EXAMPLES}/pods",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from pathlib import Path
 
@@ -80,6 +81,8 @@ def render_table(topology: Topology, inventory: GpuInventory) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
+    # An NVML fallback is shown in the output ("degraded: ..."), not also as a warning.
+    logging.getLogger("nri_sla.topology").setLevel(logging.ERROR)
     try:
         if args.inventory is not None:
             snap = load_snapshot(args.inventory)

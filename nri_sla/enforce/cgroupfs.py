@@ -16,28 +16,16 @@ lacks (pids, hugetlb, ...) use plain file writes.
 
 from __future__ import annotations
 
-import errno
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from nri_sla.enforce import cgfile
+from nri_sla.enforce.cgpaths import UNIFIED
 from nri_sla.enforce.errors import CgroupWriteError
-from nri_sla.enforce.nodefacts import UNIFIED, CgroupFacts, CgroupPaths, container_cgroup_paths
-from nri_sla.enforce.readback import PAGE_SIZE, values_match
-
-# Files nri-sla may write: resource controls only; never cgroup.procs/tasks/cgroup.*.
-_V2_PREFIXES = ("cpu.", "cpuset.", "memory.", "io.", "pids.", "hugetlb.", "rdma.", "misc.")
-
-_HINTS = {
-    errno.EINVAL: "the kernel rejected the value (out of range, or conflicts with the parent)",
-    errno.ENODEV: "the device is not usable here (a partition, or not a block device)",
-    errno.ENOENT: "no such file: the controller or feature is missing on this kernel",
-    errno.EACCES: "permission denied (needs root or a delegated cgroup)",
-    errno.EPERM: "operation not permitted (needs root or a delegated cgroup)",
-    errno.EBUSY: "busy (the cgroup's current use conflicts with the value)",
-    errno.ERANGE: "value out of range for this file",
-}
+from nri_sla.enforce.nodefacts import CgroupFacts, CgroupPaths, container_cgroup_paths
+from nri_sla.enforce.readback import PAGE_SIZE
 
 
 @dataclass(frozen=True)
@@ -60,12 +48,6 @@ class WriteResult:
     path: Path | None = None
 
 
-def _os_reason(e: OSError) -> str:
-    base = e.strerror or str(e)
-    hint = _HINTS.get(e.errno or 0)
-    return f"{base} ({hint})" if hint else base
-
-
 def raise_for_failures(results: Iterable[WriteResult]) -> None:
     """Hard enforcement: raise the first failure's CgroupWriteError."""
     for r in results:
@@ -74,79 +56,33 @@ def raise_for_failures(results: Iterable[WriteResult]) -> None:
 
 
 class _Writer:
-    """Shared logic; subclasses say which dir a write goes to and how bytes move."""
+    """The checks, write and read-back are cgfile.write_checked (shared with the OCI hook);
+    subclasses say where the container's dirs are and how bytes move."""
 
     page_size = PAGE_SIZE
+    version = 0
 
-    def _dir_for(self, write: CgroupWrite) -> Path:
-        raise NotImplementedError
-
-    def _check_file(self, write: CgroupWrite) -> None:
+    def _dirs(self) -> dict[str, str]:
         raise NotImplementedError
 
     def _do_write(self, write: CgroupWrite, target: Path) -> None:
-        _raw_write(target, write.value)
+        cgfile.write_value(str(target), write.value)
 
     def _do_read(self, write: CgroupWrite, target: Path) -> str:
-        return target.read_text()
-
-    def _target(self, write: CgroupWrite) -> Path:
-        name = write.file
-        if not name or "/" in name or "\0" in name or name in (".", ".."):
-            raise CgroupWriteError(write.file, write.value, "file must be a plain file name")
-        self._check_file(write)
-        base = self._dir_for(write)
-        if not base.is_dir():
-            raise CgroupWriteError(
-                base / name, write.value, "cgroup directory does not exist (container not created?)"
-            )
-        target = base / name
-        if not target.exists() and not target.is_symlink():
-            # Checked up front: cgroupspy opens with O_CREAT, which cgroupfs answers with a
-            # misleading EACCES for a file the kernel does not provide.
-            raise CgroupWriteError(target, write.value, _HINTS[errno.ENOENT])
-        # The container dir came from a validated path, but check the final file too: a
-        # symlink planted in a delegated subtree must not redirect the write elsewhere.
-        if target.is_symlink() or not target.resolve().is_relative_to(base.resolve()):
-            raise CgroupWriteError(target, write.value, f"resolves outside {base}")
-        return target
+        return cgfile.read_value(str(target))
 
     def apply_one(self, write: CgroupWrite) -> WriteResult:
-        try:
-            target = self._target(write)
-        except CgroupWriteError as e:
-            return WriteResult(write, False, None, e, e.path)
-        try:
-            self._do_write(write, target)
-        except OSError as e:
-            return WriteResult(
-                write, False, None, CgroupWriteError(target, write.value, _os_reason(e)), target
-            )
-        try:
-            read = self._do_read(write, target)
-        except OSError as e:
-            err = CgroupWriteError(target, write.value, f"read-back failed: {_os_reason(e)}")
-            return WriteResult(write, False, None, err, target)
-        if values_match(write.file, write.value, read, self.page_size):
-            return WriteResult(write, True, read.strip(), None, target)
-        err = CgroupWriteError(
-            target, write.value, f"read back {read.strip()!r}, which does not match"
-        )
-        return WriteResult(write, False, read.strip(), err, target)
+        ok, read, err, path = cgfile.write_checked(
+            self.version, write.controller, write.file, write.value, self._dirs(),
+            lambda p, _: self._do_write(write, Path(p)), lambda p: self._do_read(write, Path(p)),
+            self.page_size)
+        return WriteResult(write, ok, read, err,
+                           Path(path) if path is not None else err.path if err else None)
 
     def apply(self, writes: Iterable[CgroupWrite]) -> list[WriteResult]:
         """Write each value in order, read it back; keep going after a failure (soft mode
         wants every outcome; hard mode calls raise_for_failures)."""
         return [self.apply_one(w) for w in writes]
-
-
-def _raw_write(target: Path, value: str) -> None:
-    # One write(2) of the whole value: cgroup files parse each write separately.
-    fd = os.open(target, os.O_WRONLY | os.O_CLOEXEC)
-    try:
-        os.write(fd, value.encode())
-    finally:
-        os.close(fd)
 
 
 class _DirRef:
@@ -159,26 +95,17 @@ class _DirRef:
 class CgroupV1Writer(_Writer):
     """Writes into the container's per-controller dirs of a v1 (or hybrid) host."""
 
+    version = 1
+
     def __init__(self, paths: CgroupPaths) -> None:
         if paths.version != 1:
             raise ValueError("CgroupV1Writer needs cgroup v1 paths")
         self.paths = paths
+        self._dir_strings = {name: str(d) for name, d in paths.dirs.items()}
         self._controllers: dict[str, object] = {}
 
-    def _dir_for(self, write: CgroupWrite) -> Path:
-        if write.controller not in self.paths.dirs:
-            raise CgroupWriteError(
-                write.file, write.value, f"cgroup v1 controller {write.controller!r} is not mounted"
-            )
-        return self.paths.dirs[write.controller]
-
-    def _check_file(self, write: CgroupWrite) -> None:
-        if not write.file.startswith(write.controller + "."):
-            raise CgroupWriteError(
-                write.file,
-                write.value,
-                f"file does not belong to controller {write.controller!r}",
-            )
+    def _dirs(self) -> dict[str, str]:
+        return self._dir_strings
 
     def _controller(self, write: CgroupWrite, target: Path) -> object | None:
         from cgroupspy import controllers as cs  # lazy: only direct v1 writes pay for it
@@ -202,19 +129,21 @@ class CgroupV1Writer(_Writer):
     def _do_write(self, write: CgroupWrite, target: Path) -> None:
         ctl = self._controller(write, target)
         if ctl is None:
-            _raw_write(target, write.value)
+            cgfile.write_value(str(target), write.value)
         else:
             ctl.set_property(write.file.encode(), write.value)  # type: ignore[attr-defined]
 
     def _do_read(self, write: CgroupWrite, target: Path) -> str:
         ctl = self._controller(write, target)
         if ctl is None:
-            return target.read_text()
+            return cgfile.read_value(str(target))
         return ctl.get_property(write.file.encode())  # type: ignore[attr-defined, no-any-return]
 
 
 class CgroupV2Writer(_Writer):
     """Writes into the container's single dir on a cgroup v2 host."""
+
+    version = 2
 
     def __init__(self, path: Path | CgroupPaths) -> None:
         if isinstance(path, CgroupPaths):
@@ -223,16 +152,8 @@ class CgroupV2Writer(_Writer):
             path = path.dirs[UNIFIED]
         self.path = Path(path)
 
-    def _dir_for(self, write: CgroupWrite) -> Path:
-        return self.path
-
-    def _check_file(self, write: CgroupWrite) -> None:
-        if not write.file.startswith(_V2_PREFIXES):
-            raise CgroupWriteError(
-                write.file,
-                write.value,
-                f"not a resource control file (allowed prefixes: {', '.join(_V2_PREFIXES)})",
-            )
+    def _dirs(self) -> dict[str, str]:
+        return {UNIFIED: str(self.path)}
 
 
 def writer_for(paths: CgroupPaths) -> CgroupV1Writer | CgroupV2Writer:

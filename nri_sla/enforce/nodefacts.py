@@ -1,7 +1,8 @@
 """Node facts for direct enforcement: cgroup version and driver, container cgroup dirs.
 
-Cheap to import (no protobuf, no cgroupspy): the OCI hook imports this on every container
-start. Block-device facts live in blockdev.py and are re-exported here.
+Cheap to import (no protobuf, no cgroupspy). The cgroup path rules themselves live in
+cgpaths.py (plain strings, shared with the OCI hook's cached runs); this module gives them
+the Path-based API. Block-device facts live in blockdev.py and are re-exported here.
 """
 
 from __future__ import annotations
@@ -9,10 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nri_sla.enforce import cgpaths
 from nri_sla.enforce.blockdev import bfq_active, io_scheduler, resolve_block_device
-from nri_sla.enforce.errors import CgroupFactsError, CgroupPathError
+from nri_sla.enforce.cgpaths import UNIFIED
+from nri_sla.enforce.errors import CgroupFactsError
 from nri_sla.enforce.mountinfo import CgroupMount, parse_mountinfo, parse_proc_cgroup
-from nri_sla.enforce.systemd import is_systemd_form, systemd_cgroup_path
+from nri_sla.enforce.systemd import is_systemd_form
 
 __all__ = [
     "UNIFIED",
@@ -27,7 +30,6 @@ __all__ = [
     "resolve_block_device",
 ]
 
-UNIFIED = "unified"  # key of the single hierarchy on cgroup v2
 DRIVERS = ("cgroupfs", "systemd")
 # Controllers nri-sla writes on v1; other mounted ones are still listed in CgroupPaths.
 V1_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory", "blkio", "pids")
@@ -79,13 +81,7 @@ class CgroupPaths:
     roots: dict[str, Path]  # same keys: the hierarchy mount each dir must stay under
 
     def dir(self, controller: str = UNIFIED) -> Path:
-        key = UNIFIED if self.version == 2 else controller
-        try:
-            return self.dirs[key]
-        except KeyError:
-            raise CgroupFactsError(
-                f"no {controller!r} hierarchy for cgroups path {self.cgroups_path!r}"
-            ) from None
+        return cgpaths.dir_of(self.dirs, self.version, controller, self.cgroups_path)
 
     @property
     def unified(self) -> Path:
@@ -201,60 +197,19 @@ def detect_cgroup_facts(
 
 
 def safe_join(hierarchy: Path, relative: str, cgroups_path: str) -> Path:
-    """hierarchy/relative, refusing anything that would leave the hierarchy.
-
-    Refused: ".." components, NUL bytes, and symlinks anywhere below the hierarchy
-    (cgroupfs never has symlinks, so one is an attack or a mistake). "." and empty
-    components are dropped, so "/a//b/." is "/a/b".
-    """
-    if "\0" in relative:
-        raise CgroupPathError(cgroups_path, "contains a NUL byte")
-    parts = [p for p in relative.split("/") if p not in ("", ".")]
-    if ".." in parts:
-        raise CgroupPathError(cgroups_path, "'..' would leave the cgroup hierarchy")
-    base = hierarchy.resolve()
-    path = base
-    for part in parts:
-        path = path / part
-        if path.is_symlink():
-            raise CgroupPathError(cgroups_path, f"{path} is a symlink")
-    if not path.resolve().is_relative_to(base):
-        raise CgroupPathError(cgroups_path, f"{path} resolves outside {base}")
-    return path
-
-
-def _relative_path(cgroups_path: str) -> str:
-    if not cgroups_path:
-        raise CgroupPathError(cgroups_path, "empty cgroups path")
-    if is_systemd_form(cgroups_path):
-        return systemd_cgroup_path(cgroups_path)
-    if ":" in cgroups_path and not cgroups_path.startswith("/"):
-        raise CgroupPathError(
-            cgroups_path, "neither an absolute cgroupfs path nor systemd 'slice:prefix:name'"
-        )
-    # cgroupfs: absolute inside every hierarchy. A relative one is taken from the hierarchy
-    # root too (containerd and CRI-O always send absolute paths).
-    return "/" + cgroups_path.lstrip("/")
+    """hierarchy/relative, refusing anything that would leave the hierarchy (the rules:
+    cgpaths.safe_join)."""
+    return Path(cgpaths.safe_join(str(hierarchy), relative, cgroups_path))
 
 
 def container_cgroup_paths(cgroups_path: str, facts: CgroupFacts) -> CgroupPaths:
-    """The container's dirs for an OCI linux.cgroupsPath (cgroupfs or systemd form).
-
-    The form of the string decides the expansion (runc does the same: a systemd-driver
-    runtime always sends slice:prefix:name), so a node whose default driver was detected
-    wrongly still gets the right directories.
-    """
-    relative = _relative_path(cgroups_path)
-    dirs: dict[str, Path] = {}
-    roots: dict[str, Path] = {}
-    for name, h in facts.controllers().items():
-        if name.startswith("name="):
-            continue  # named hierarchies (name=systemd) hold no resource controls
-        dirs[name] = safe_join(h.path, relative, cgroups_path)
-        roots[name] = h.path
-    if not dirs:
-        raise CgroupFactsError(f"no cgroup hierarchies under {facts.root}")
-    return CgroupPaths(cgroups_path, facts.version, dirs, roots)
+    """The container's dirs for an OCI linux.cgroupsPath (cgroupfs or systemd form; the
+    rules: cgpaths.container_dirs)."""
+    hierarchies = {name: str(h.path) for name, h in facts.controllers().items()}
+    dirs, roots = cgpaths.container_dirs(cgroups_path, hierarchies, str(facts.root))
+    return CgroupPaths(cgroups_path, facts.version,
+                       {k: Path(v) for k, v in dirs.items()},
+                       {k: Path(v) for k, v in roots.items()})
 
 
 def cgroup_paths_from_proc(pid: int, facts: CgroupFacts, proc: Path = Path("/proc")) -> CgroupPaths:
@@ -287,18 +242,9 @@ def cgroup_paths_from_proc(pid: int, facts: CgroupFacts, proc: Path = Path("/pro
             h = hierarchies.get(name)
             if h is None:
                 continue
-            rel = _strip_mount_root(entry.path, h.mount_root, label)
+            rel = cgpaths.strip_mount_root(entry.path, h.mount_root, label)
             dirs[name] = safe_join(h.path, rel, label)
             roots[name] = h.path
     if not dirs:
         raise CgroupFactsError(f"{source} names no cgroup mounted under {facts.root}")
     return CgroupPaths(label, facts.version, dirs, roots)
-
-
-def _strip_mount_root(path: str, mount_root: str, label: str) -> str:
-    if mount_root in ("", "/"):
-        return path
-    root = mount_root.rstrip("/")
-    if path == root or path.startswith(root + "/"):
-        return path[len(root) :] or "/"
-    raise CgroupPathError(label, f"cgroup {path} is outside the mounted subtree {mount_root}")

@@ -1,21 +1,20 @@
-"""The node's cgroup hierarchies and one container's directories, as the hook needs them.
+"""The node's cgroup hierarchies and one container's directories, as the hook holds them.
 
-Same rules and messages as `nri_sla.enforce.nodefacts` (container_cgroup_paths and
-safe_join; tests/hook/test_cache.py compares the two), but with plain strings and
-os.path: pathlib and dataclasses cost more start-up time than a cached hook run spends
-on everything else. Hierarchies come from `detect_cgroup_facts` on a cold run and from the
-decision cache afterwards (nri_sla/hook/cache.py).
+The path rules are `nri_sla.enforce.cgpaths` (the plugin's too, through nodefacts); what
+is the hook's own here: plain-string values (pathlib and dataclasses cost more start-up
+time than a cached hook run spends on everything else) and their (de)serialisation for
+the decision cache. Hierarchies come from `detect_cgroup_facts` on a cold run and from
+the decision cache afterwards (nri_sla/hook/cache.py).
 """
 
 from __future__ import annotations
 
 import os
 
-from nri_sla.enforce.errors import CgroupFactsError, CgroupPathError
-from nri_sla.enforce.systemd import is_systemd_form, systemd_cgroup_path
+from nri_sla.enforce import cgpaths
+from nri_sla.enforce.cgpaths import UNIFIED, dir_of
+from nri_sla.enforce.errors import CgroupFactsError
 from nri_sla.hook.values import Value
-
-UNIFIED = "unified"  # the single hierarchy's key on cgroup v2 (as in nodefacts)
 
 
 class NodeCgroups(Value):
@@ -75,13 +74,7 @@ class ContainerDirs(Value):
         self.roots = roots
 
     def dir(self, controller: str = UNIFIED) -> str:
-        key = UNIFIED if self.version == 2 else controller
-        try:
-            return self.dirs[key]
-        except KeyError:
-            raise CgroupFactsError(
-                f"no {controller!r} hierarchy for cgroups path {self.cgroups_path!r}"
-            ) from None
+        return dir_of(self.dirs, self.version, controller, self.cgroups_path)
 
     @classmethod
     def from_paths(cls, paths: object) -> ContainerDirs:
@@ -91,53 +84,10 @@ class ContainerDirs(Value):
                    {k: str(v) for k, v in paths.roots.items()})  # type: ignore[attr-defined]
 
 
-def within(path: str, base: str) -> bool:
-    """PurePath.is_relative_to for absolute, normalised strings."""
-    return path == base or path.startswith(base.rstrip("/") + "/")
-
-
-def safe_join(hierarchy: str, relative: str, cgroups_path: str) -> str:
-    """hierarchy/relative, refusing `..`, NUL bytes and symlinks below the hierarchy."""
-    if "\0" in relative:
-        raise CgroupPathError(cgroups_path, "contains a NUL byte")
-    parts = [p for p in relative.split("/") if p not in ("", ".")]
-    if ".." in parts:
-        raise CgroupPathError(cgroups_path, "'..' would leave the cgroup hierarchy")
-    base = os.path.realpath(hierarchy)
-    path = base
-    for part in parts:
-        path = os.path.join(path, part)
-        if os.path.islink(path):
-            raise CgroupPathError(cgroups_path, f"{path} is a symlink")
-    if not within(os.path.realpath(path), base):
-        raise CgroupPathError(cgroups_path, f"{path} resolves outside {base}")
-    return path
-
-
-def relative_path(cgroups_path: str) -> str:
-    if not cgroups_path:
-        raise CgroupPathError(cgroups_path, "empty cgroups path")
-    if is_systemd_form(cgroups_path):
-        return systemd_cgroup_path(cgroups_path)
-    if ":" in cgroups_path and not cgroups_path.startswith("/"):
-        raise CgroupPathError(
-            cgroups_path, "neither an absolute cgroupfs path nor systemd 'slice:prefix:name'"
-        )
-    return "/" + cgroups_path.lstrip("/")
-
-
 def container_dirs(cgroups_path: str, node: NodeCgroups) -> ContainerDirs:
     """The container's dirs for an OCI linux.cgroupsPath (cgroupfs or systemd form)."""
-    relative = relative_path(cgroups_path)
-    dirs: dict[str, str] = {}
-    roots: dict[str, str] = {}
-    for name, (path, _) in node.hierarchies.items():
-        if name.startswith("name="):
-            continue  # named hierarchies (name=systemd) hold no resource controls
-        dirs[name] = safe_join(path, relative, cgroups_path)
-        roots[name] = path
-    if not dirs:
-        raise CgroupFactsError(f"no cgroup hierarchies under {node.root}")
+    hierarchies = {name: path for name, (path, _) in node.hierarchies.items()}
+    dirs, roots = cgpaths.container_dirs(cgroups_path, hierarchies, node.root)
     return ContainerDirs(cgroups_path, node.version, dirs, roots)
 
 

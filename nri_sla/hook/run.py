@@ -161,15 +161,15 @@ def _bare(line: str) -> str:
 
 def _log_decision(d: Decision, stream: TextIO) -> None:
     """The plugin's decision line (docs/operations.md), with path "hook"."""
-    from nri_sla.hook.decision_log import decision_line, journald
+    from nri_sla.decision_line import decision_line, journald_fd
 
     t = d.target
     try:
-        journal = d.log_format == "text" and journald(stream.fileno())
+        journal = d.log_format == "text" and journald_fd(stream.fileno())
     except (AttributeError, OSError, ValueError):  # not a real file (tests)
         journal = False
-    stream.write(decision_line(d.log_format, t.namespace, t.pod or t.id, t.name, d.outcome,
-                               d.applied, [_bare(w) for w in d.warnings],
+    stream.write(decision_line(d.log_format, t.namespace, t.pod or t.id, t.name, "hook",
+                               d.outcome, d.applied, [_bare(w) for w in d.warnings],
                                _bare(d.error) if d.error else None, time.time(),
                                journal) + "\n")
     stream.flush()

@@ -1,7 +1,8 @@
 """A cache hit: the stored decision for these inputs, carried out (see cache.py).
 
-Imports only the standard library's C modules, the hook's own light modules and
-enforce.readback/systemd/errors (none of them needs pathlib, dataclasses, re or yaml).
+Imports only the standard library's C modules, the hook's own light modules and the
+shared enforce.cgpaths/cgfile/readback/systemd/errors (none of them needs pathlib,
+dataclasses, re or yaml).
 Every doubt returns None, and the cold path decides and reports as it always did.
 """
 

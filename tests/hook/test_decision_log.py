@@ -1,75 +1,107 @@
-"""The hook's logging-free decision line is byte for byte what nri_sla.logging writes."""
+"""The decision line the hook writes to NRI_SLA_HOOK_LOG (nri_sla.decision_line).
+
+One renderer serves the hook and nri_sla.logging; these tests check what the hook's call
+produces and that the plugin's logging path (handler, record time, level names, journald
+detection) wires it up to the same line.
+"""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from nri_sla.hook.decision_log import decision_line
+from nri_sla.decision_line import LoggingSetupError, decision_line
 from nri_sla.logging import log_decision, setup_logging
 
 CREATED = 1_795_000_000.25
-
-text = st.text(alphabet=st.sampled_from(list('ab =",;\\\n\t\x1b\u2028é:1')), max_size=12)
-leaf = st.one_of(st.none(), st.booleans(), st.integers(-5, 10**12), text,
-                 st.lists(st.one_of(st.integers(0, 9), text), max_size=3))
-applied = st.dictionaries(st.sampled_from(["cpu_quota", "cpus", "io_max", "memory_max", "x"]),
-                          st.one_of(leaf, st.dictionaries(st.sampled_from(["a", "b"]), leaf,
-                                                          max_size=2)), max_size=4)
+APPLIED = {"cpu_quota": 50000, "cpus": "0-3", "io_max": [{"device": "/dev/vda"}],
+           "nested": {"a": None, "b": True}}
+WARNINGS = ['sla.nri.io/pod: cpu.rt-runtime: "no", budget', "two\nlines\x1b"]
 
 
-def _shared(tmp_path, fmt, ns, pod, ctr, outcome, applied_, warnings, error, monkeypatch):
-    monkeypatch.setattr(time, "time", lambda: CREATED)
-    path = tmp_path / "shared.log"
-    with open(path, "w", encoding="utf-8") as fh:
-        logger = setup_logging(fmt, "info", stream=fh)
-        log_decision(ns, pod, ctr, "hook", outcome, applied=applied_, warnings=warnings,
-                     error=error)
-        for handler in logger.handlers:
-            handler.flush()
-        journal = os.fstat(fh.fileno())
-    monkeypatch.undo()
-    return path.read_text(encoding="utf-8"), journal
+def test_text_line_fields_and_escapes():
+    line = decision_line("text", "prod", "web-0", "app", "hook", "warned", APPLIED,
+                         WARNINGS, None, CREATED)
+    assert line.startswith("ts=2026-11-18T11:06:40.250Z ")
+    assert (" level=warning logger=nri_sla.decision msg=\"sla decision\" pod=prod/web-0"
+            " container=app path=hook outcome=warned applied.cpu_quota=50000 "
+            "applied.cpus=0-3 ") in line
+    assert " applied.nested.a=\"\" applied.nested.b=true " in line
+    # One line whatever the warnings hold: newline, ESC and quotes are escaped.
+    assert "\n" not in line and "\x1b" not in line
+    assert ('warnings="sla.nri.io/pod: cpu.rt-runtime: \\"no\\", budget; two\\nlines\\u001b"'
+            in line)
+    assert "error=" not in line
 
 
-@settings(max_examples=60, deadline=None)
-@given(fmt=st.sampled_from(["text", "json"]), ns=text, ctr=text,
-       outcome=st.sampled_from(["enforced", "warned", "refused"]), applied_=applied,
-       warnings=st.lists(text, max_size=3), error=st.one_of(st.none(), text))
-def test_decision_line_matches_nri_sla_logging(tmp_path_factory, fmt, ns, ctr, outcome,
-                                               applied_, warnings, error):
-    tmp = tmp_path_factory.mktemp("log")
-    mp = pytest.MonkeyPatch()
-    mp.delenv("JOURNAL_STREAM", raising=False)
-    try:
-        shared, _ = _shared(tmp, fmt, ns, "web-0", ctr, outcome, applied_, warnings, error,
-                            mp)
-    finally:
-        mp.undo()
-    mine = decision_line(fmt, ns, "web-0", ctr, outcome, applied_, warnings, error, CREATED)
-    assert mine + "\n" == shared
+def test_json_line_keeps_structure():
+    line = decision_line("json", "ml", "train-0", "trainer", "hook", "refused", {}, [],
+                         "memory.high: too big", CREATED)
+    obj = json.loads(line)
+    assert obj == {"ts": "2026-11-18T11:06:40.250Z", "level": "error",
+                   "logger": "nri_sla.decision", "msg": "sla decision", "pod": "ml/train-0",
+                   "container": "trainer", "path": "hook", "outcome": "refused",
+                   "applied": {}, "warnings": [], "error": "memory.high: too big"}
 
 
-def test_journald_prefix_matches(tmp_path, monkeypatch):
-    """Under journald (the log file is $JOURNAL_STREAM) text lines drop ts, add <prio>."""
-    path = tmp_path / "j.log"
+@pytest.mark.parametrize(("path", "outcome", "needle"), [
+    ("oci", "enforced", "decision path 'oci' is not one of nri, hook"),
+    ("hook", "ok", "decision outcome 'ok' is not one of enforced, refused, warned"),
+])
+def test_bad_path_or_outcome_is_a_typed_error(path, outcome, needle):
+    with pytest.raises(LoggingSetupError, match=needle):
+        decision_line("text", "ns", "p", "c", path, outcome, {}, [], None, CREATED)
+
+
+def _plugin_line(tmp_path: Path, fmt: str, outcome: str, error: str | None,
+                 monkeypatch: pytest.MonkeyPatch, journal: bool = False) -> str:
+    path = tmp_path / f"{fmt}-{outcome}.log"
     path.write_text("")
-    st_ = os.stat(path)
-    monkeypatch.setenv("JOURNAL_STREAM", f"{st_.st_dev}:{st_.st_ino}")
-    monkeypatch.setattr(time, "time", lambda: CREATED)
-    with open(path, "a", encoding="utf-8") as fh:
-        logger = setup_logging("text", "info", stream=fh)
-        log_decision("ns", "p", "c", "hook", "warned", applied={"cpus": "0-1"},
-                     warnings=["w 1"])
-        for handler in logger.handlers:
-            handler.flush()
-    monkeypatch.undo()
-    shared = path.read_text()
-    assert shared.startswith("<4>level=warning ")
-    mine = decision_line("text", "ns", "p", "c", "warned", {"cpus": "0-1"}, ["w 1"], None,
-                         CREATED, journal=True)
+    if journal:
+        st_ = os.stat(path)
+        monkeypatch.setenv("JOURNAL_STREAM", f"{st_.st_dev}:{st_.st_ino}")
+    with monkeypatch.context() as mp:
+        mp.setattr(time, "time", lambda: CREATED)  # the log record's creation time
+        with open(path, "a", encoding="utf-8") as fh:
+            logger = setup_logging(fmt, "info", stream=fh)
+            log_decision("prod", "web-0", "app", "hook", outcome, applied=APPLIED,
+                         warnings=WARNINGS, error=error)
+            for handler in logger.handlers:
+                handler.flush()
+    return path.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize(("fmt", "outcome", "error", "journal"), [
+    ("text", "enforced", None, False), ("text", "refused", "no", False),
+    ("json", "warned", None, False), ("text", "warned", None, True),
+])
+def test_hook_line_is_the_plugins_line(tmp_path, monkeypatch, fmt, outcome, error, journal):
+    """The plugin logs through `logging`; the hook renders directly: same bytes."""
+    monkeypatch.delenv("JOURNAL_STREAM", raising=False)
+    shared = _plugin_line(tmp_path, fmt, outcome, error, monkeypatch, journal)
+    mine = decision_line(fmt, "prod", "web-0", "app", "hook", outcome, APPLIED, WARNINGS,
+                         error, CREATED, journal=journal)
     assert mine + "\n" == shared
+    if journal:
+        assert shared.startswith("<4>level=warning ")
+
+
+def test_text_rendering_imports_no_logging_typing_or_json():
+    """The hook renders a text line on every cached run: it must stay import-lean."""
+    code = ("import sys; import nri_sla.decision_line as d; "
+            "d.decision_line('text', 'n', 'p', 'c', 'hook', 'warned', {'a': {'b': 1}}, "
+            "['w'], None, 0.0); print(' '.join(sorted(sys.modules)))")
+    root = str(Path(__file__).resolve().parents[2])
+    out = subprocess.run([sys.executable, "-I", "-S", "-c",
+                          f"import sys; sys.path.insert(0, {root!r}); {code}"],
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert "nri_sla.decision_line" in out
+    for heavy in ("logging", "typing", "json", "collections", "re", "dataclasses",
+                  "pathlib"):
+        assert heavy not in out, heavy

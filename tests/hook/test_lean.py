@@ -1,113 +1,18 @@
-"""The hook's pathlib-free code agrees with the shared modules it stands in for.
+"""readback's regex-free matching (lean enough for the hook) vs the regexes it replaced.
 
-cgdirs.container_dirs vs enforce.nodefacts.container_cgroup_paths (same dirs or the same
-error), writes.apply vs enforce.cgroupfs writers (same outcome and message), and
-readback's regex-free matching vs the regexes it replaced.
+The hook's cgroup paths and writes are no longer copies: they are enforce.cgpaths and
+enforce.cgfile, tested in tests/enforce/test_cgcore.py.
 """
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nri_sla.enforce import readback
-from nri_sla.enforce.cgroupfs import CgroupWrite, writer_for
-from nri_sla.enforce.errors import EnforceError
-from nri_sla.enforce.nodefacts import container_cgroup_paths, detect_cgroup_facts
-from nri_sla.hook.cgdirs import NodeCgroups, container_dirs
-from nri_sla.hook.writes import apply
-
-PATHS = ["/kubepods/pod-a/ctr-1", "kubepods/pod-a/ctr-1", "/kubepods//pod-a/./ctr-1/",
-         "kubepods-burstable-poda.slice:cri-containerd:abc", "system.slice:docker:x",
-         ":cri-containerd:abc", "-.slice:p:n", "/a/../b", "/a/\0b", "", "a:b",
-         "bad-slice:p:n", "/link/ctr", "/kubepods/missing"]
-
-
-def _tree(root: Path, version: int) -> None:
-    hierarchies = ["unified"] if version == 2 else ["cpu,cpuacct", "memory", "blkio"]
-    for name in hierarchies:
-        top = root if version == 2 else root / name
-        for rel in ("kubepods/pod-a/ctr-1", "kubepods.slice/kubepods-burstable.slice/"
-                    "kubepods-burstable-poda.slice/cri-containerd-abc.scope"):
-            (top / rel).mkdir(parents=True, exist_ok=True)
-        (top / "elsewhere").mkdir(exist_ok=True)
-        (top / "link").symlink_to(top / "elsewhere")
-    if version == 2:
-        (root / "cgroup.controllers").write_text("cpu memory io\n")
-    else:
-        (root / "cpu").symlink_to(root / "cpu,cpuacct")
-        (root / "cpuacct").symlink_to(root / "cpu,cpuacct")
-
-
-def _outcome(fn):
-    try:
-        return ("ok", fn())
-    except EnforceError as exc:
-        return (type(exc).__name__, str(exc))
-
-
-@pytest.mark.parametrize("version", [1, 2])
-@pytest.mark.parametrize("cgroups_path", PATHS)
-def test_container_dirs_match_nodefacts(tmp_path, version, cgroups_path):
-    _tree(tmp_path, version)
-    facts = detect_cgroup_facts(tmp_path, mountinfo=tmp_path / "none",
-                                cgroups_path_hint="/x")
-    node = NodeCgroups.from_facts(facts)
-    node = NodeCgroups.from_json(node.to_json())  # as a cache hit sees it
-    shared = _outcome(lambda: container_cgroup_paths(cgroups_path, facts))
-    lean = _outcome(lambda: container_dirs(cgroups_path, node))
-    if shared[0] == "ok":
-        assert lean[0] == "ok"
-        assert {k: str(v) for k, v in shared[1].dirs.items()} == lean[1].dirs
-        assert {k: str(v) for k, v in shared[1].roots.items()} == lean[1].roots
-    else:
-        assert lean == shared
-
-
-WRITES = [("cpu", "cpu.cfs_quota_us", "50000"), ("memory", "memory.limit_in_bytes", "1000"),
-          ("cpu", "memory.limit_in_bytes", "2000"), ("pids", "pids.max", "10"),
-          ("cpu", "cpu.missing", "1"), ("cpu", "../x", "1"), ("cpu", "", "1"),
-          ("cpu", "cpu.link", "1"), ("cpu", "cpu.shares", "bad")]
-
-
-@pytest.mark.parametrize("version", [1, 2])
-def test_writes_match_the_shared_writers(tmp_path, version):
-    outcomes = []
-    for which in ("shared", "lean"):
-        top = tmp_path / which
-        _tree(top, version)
-        facts = detect_cgroup_facts(top, mountinfo=top / "none", cgroups_path_hint="/x")
-        paths = container_cgroup_paths("/kubepods/pod-a/ctr-1", facts)
-        (top / "outside").mkdir(exist_ok=True)
-        for d in paths.dirs.values():
-            for name in ("cpu.cfs_quota_us", "memory.limit_in_bytes", "cpu.max",
-                         "memory.max", "cpu.shares"):
-                (d / name).write_text("0\n")
-            if not (d / "cpu.link").is_symlink():  # v1: cpu and cpuacct share a dir
-                (d / "cpu.link").symlink_to(top / "outside" / "cpu.x")
-        (top / "outside" / "cpu.x").write_text("0\n")
-        writes = [(c if version == 1 else "unified", f, v) for c, f, v in WRITES]
-        if version == 2:
-            writes += [("unified", "cpu.max", "50000 100000"), ("unified", "cgroup.procs", "1")]
-        if which == "shared":
-            results = writer_for(paths).apply(CgroupWrite(*w) for w in writes)
-            got = [(r.ok, str(r.error).replace(str(top), "<top>")) for r in results]
-        else:
-            dirs = container_dirs("/kubepods/pod-a/ctr-1", NodeCgroups.from_facts(facts))
-            got = [(r.ok, str(r.error).replace(str(top), "<top>"))
-                   for r in apply(writes, dirs)]
-        files = sorted((str(p.relative_to(top)), p.read_text()) for p in top.rglob("*")
-                       if p.is_file() and not p.is_symlink())
-        outcomes.append((got, files))
-    assert outcomes[0] == outcomes[1]
-    assert any(ok for ok, _ in outcomes[0][0]) and not all(ok for ok, _ in outcomes[0][0])
-
-
-# ------------------------------------------------------------------ readback without re
 
 _OLD_MEMORY = re.compile(
     r"^memory\.(limit_in_bytes|soft_limit_in_bytes|memsw\.limit_in_bytes|kmem\.limit_in_bytes"

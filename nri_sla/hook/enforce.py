@@ -221,16 +221,13 @@ def hook_allocator(sla: Any, config: Any, sysfs_root: str) -> Any:
     if sla.gpu is not None:
         import logging
 
-        from nri_sla.topology.inventory import load_inventory
+        from nri_sla.topology.inventory import configured_inventory
 
         # The inventory logs its fallbacks (NVML missing -> sysfs); with no handler Python
         # would print them to stderr, where runc expects the hook's one line.
         logging.getLogger("nri_sla").addHandler(logging.NullHandler())
 
-        source = config.gpu.inventory
-        inventory = (load_inventory("snapshot", snapshot=Path(source))
-                     if source not in ("auto", "nvml", "sysfs")
-                     else load_inventory(source, sysfs_root=Path(sysfs_root)))
+        inventory = configured_inventory(config.gpu.inventory, Path(sysfs_root))
     return Allocator(topology, inventory, reserved)
 
 

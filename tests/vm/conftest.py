@@ -114,25 +114,33 @@ def guest_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
     # All (or none) selected: name the directory (short command line, same tests).
     whole = not selected or set(selected) >= set(_all_ids)
     args = [str(GUEST_DIR.relative_to(REPO))] if whole else selected
-    work = tmp_path_factory.mktemp("cgroup-v2-guest")
     timeout = float(os.environ.get(TIMEOUT_ENV, "240"))
     script = h.pytest_script(REPO, Path(sys.executable), args,
                              per_test_timeout=min(120.0, timeout / 2))
-    try:
-        run = h.run_in_guest(script, work, timeout=timeout, tools=tools,
-                             keep=h.guest_keep(REPO))
-    except h.VmUnavailable as exc:  # e.g. the kernel lacks a module the guest needs
-        pytest.skip(f"cgroup v2 guest unavailable: {exc}")
-    except h.VmError as exc:
-        failure = f"cgroup v2 guest failed to boot: {exc}"
-    else:
-        failure = None
-    if failure:  # outside the except block: no chained traceback in the report
-        pytest.fail(failure, pytrace=False)
+    earlier = ""
+    for attempt in (1, 2):
+        work = tmp_path_factory.mktemp("cgroup-v2-guest")
+        try:
+            run = h.run_in_guest(script, work, timeout=timeout, tools=tools,
+                                 keep=h.guest_keep(REPO))
+        except h.VmUnavailable as exc:  # e.g. the kernel lacks a module the guest needs
+            pytest.skip(f"cgroup v2 guest unavailable: {exc}")
+        except h.VmError as exc:
+            failure = f"cgroup v2 guest failed to boot: {exc}{earlier}"
+        else:
+            failure = None
+        if failure:  # outside the except block: no chained traceback in the report
+            pytest.fail(failure, pytrace=False)
+        # A hanging test fails at the per-test timeout and the run still finishes; a run
+        # that never finishes is the emulated machine stalling (TCG on a busy host:
+        # "soft lockup", "rcu ... starved" on the console). Boot once more for that.
+        if run.error is None or attempt == 2:
+            break
+        earlier = f"; first attempt: {run.error}"
     boot = f"{run.boot_seconds:.1f} s" if run.boot_seconds is not None else "?"
     _run_summary = (f"cgroup v2 guest ({tools.kernel.name}): boot {boot}, "
                     f"total {run.total_seconds:.1f} s, guest pytest rc {run.rc}, "
-                    f"logs in {work}" + (f"; {run.error}" if run.error else ""))
+                    f"logs in {work}" + (f"; {run.error}" if run.error else "") + earlier)
     return run
 
 

@@ -16,9 +16,6 @@ from nri_sla.enforce.plan_writes import unified_io_max
 from nri_sla.nri.pb import nri_pb2 as pb
 from nri_sla.plan.model import ContainerPlan
 
-APPLIED_ANNOTATION = "applied"
-WARNINGS_ANNOTATION = "warnings"
-
 _MPOL_MODES = {
     "bind": pb.MPOL_BIND,
     "preferred": pb.MPOL_PREFERRED,

@@ -52,14 +52,6 @@ class NodeCgroups(Value):
             hierarchies[name] = (path, mount_root)
         return cls(version, doc["root"], hierarchies)
 
-    def cpu_mount(self) -> str:
-        """v1 cpu hierarchy's mount dir (RT ancestors stop there)."""
-        found = self.hierarchies.get("cpu")
-        if found is None:
-            raise CgroupFactsError(
-                f"cgroup v1 controller 'cpu' is not mounted under {self.root}")
-        return found[0]
-
 
 class ContainerDirs(Value):
     """A container's cgroup directories: v1 controller -> dir, v2 {UNIFIED: dir}."""

@@ -28,9 +28,6 @@ class Deadline:
         self.seconds = seconds
         self.end = time.monotonic() + seconds
 
-    def left(self) -> float:
-        return self.end - time.monotonic()
-
     def check(self, step: str) -> None:
         if time.monotonic() >= self.end:
             raise HookTimeout(f"timed out after {self.seconds:g}s before {step}")

@@ -42,7 +42,6 @@ class Connection(asyncio.Protocol):
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed: asyncio.Future[None] = self.loop.create_future()
         self.close_reason: BaseException | None = None
-        self.served_calls = 0
 
     # -- asyncio.Protocol ----------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -76,7 +75,6 @@ class Connection(asyncio.Protocol):
 
     # -- serving -------------------------------------------------------------
     def _serve(self, req: RequestReceived) -> None:
-        self.served_calls += 1
         route = self.routes[(req.service, req.method)]
         try:
             result = route(req.payload)

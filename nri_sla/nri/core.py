@@ -43,7 +43,6 @@ class NriCore:
         self._client_frames = FrameDecoder(max_data)
         self.server = ServerCore(is_known, server_name=f"this {role.value}")
         self.client = ClientCore()
-        self.dropped_segments = 0  # mux payload pieces for unknown conns
         self._out: list[bytes] = []
 
     # -- input ---------------------------------------------------------------
@@ -62,9 +61,7 @@ class NriCore:
                     resp = self.client.receive(frame)
                     if resp is not None:
                         events.append(resp)
-            else:
-                # The runtime drops frames for conns it does not know; so do we.
-                self.dropped_segments += 1
+            # else: the runtime drops frames for conns it does not know; so do we.
         return events
 
     def data_to_send(self) -> bytes:

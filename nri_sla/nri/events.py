@@ -81,10 +81,6 @@ def mask_of(events: Iterable[int]) -> int:
     return out
 
 
-def events_in(mask: int) -> list[int]:
-    return [e for e in HANDLERS if mask & bit(e)]
-
-
 def parse_version(text: str) -> tuple[int, int, int] | None:
     """"v0.12.0" -> (0, 12, 0); None when empty or not a version."""
     m = _VERSION.match(text.strip()) if text else None

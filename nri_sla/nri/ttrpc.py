@@ -185,10 +185,8 @@ class ServerCore:
         self.last_stream_id = 0
         self.active: set[int] = set()
         self.dropped_frames = 0
-        self.rejected_calls = 0
 
     def _reject(self, stream_id: int, code: int, message: str) -> bytes:
-        self.rejected_calls += 1
         return encode_frame(stream_id, TYPE_RESPONSE, encode_error_response(code, message))
 
     def receive(self, frame: Frame | OversizedFrame) -> tuple[RequestReceived | None, bytes]:

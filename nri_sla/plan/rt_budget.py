@@ -52,10 +52,6 @@ class RtBudget:
         self._grants: dict[str, RtGrant] = {}
         self._lock = threading.Lock()
 
-    def used_share(self) -> float:
-        with self._lock:
-            return sum(g.share for g in self._grants.values())
-
     def reserve(self, owner: str, grant: RtGrant) -> None:
         with self._lock:
             used = sum(g.share for o, g in self._grants.items() if o != owner)

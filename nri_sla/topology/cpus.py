@@ -89,9 +89,6 @@ class Topology:
     def describe_nodes(self) -> str:
         return ", ".join(f"{n.id} (CPUs {format_cpulist(n.cpus) or 'none'})" for n in self.nodes)
 
-    def with_reserved(self, reserved: Iterable[int]) -> Topology:
-        return Topology(self.online, self.nodes, self.cores, frozenset(reserved))
-
 
 def _read(path: Path) -> str:
     return path.read_text().strip()

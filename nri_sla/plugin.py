@@ -23,6 +23,11 @@ log = logging.getLogger("nri_sla.plugin")
 UNVERSIONED_NRI = "older than v0.10"
 
 
+class StartRefused(Exception):
+    """Hard mode: a direct cgroup write failed at StartContainer; containerd fails the
+    start ("NRI container start failed: ...") before user code runs."""
+
+
 class SlaPlugin:
     """Handlers for the NRI stub; the stub subscribes to exactly these events."""
 
@@ -80,17 +85,18 @@ class SlaPlugin:
             except PlanError as exc:
                 self.node.release(container.id)
                 decision = Decision("refused", "budget", error=exc)
-        self._observe("CreateContainer", started, decision, pod, container)
+        plan = decision.plan
+        annotations = self.node.annotations_for(plan, "nri") if plan is not None else {}
+        self._observe("CreateContainer", started, decision, annotations, pod, container)
         if decision.error is not None:
             raise decision.error  # the runtime shows the message to the user
-        if decision.plan is None:
+        if plan is None:
             return None, None
-        plan = decision.plan
         if self.node.direct_writes(plan):
             self._pending[container.id] = plan
         self.node.remember_cpuset(container.id, plan)
         self._publish_usage()
-        return (build_adjustment(plan, self.node.annotations_for(plan, "nri"), self._hooks),
+        return (build_adjustment(plan, annotations, self._hooks),
                 self._cpuset_updates(container.id))
 
     def start_container(self, pod: pb.PodSandbox, container: pb.Container) -> None:
@@ -105,7 +111,7 @@ class SlaPlugin:
         for problem in problems:
             log.warning("%s/%s %s: %s", pod.namespace, pod.name, container.name, problem)
         if problems and plan.enforcement == "hard":
-            raise RuntimeError("; ".join(problems))
+            raise StartRefused("; ".join(problems))
 
     def stop_container(self, pod: pb.PodSandbox, container: pb.Container):
         with self._timed("StopContainer"):
@@ -136,13 +142,13 @@ class SlaPlugin:
         self._publish_usage()
 
     def _observe(self, event: str, started: float, decision: Decision,
-                 pod: pb.PodSandbox, container: pb.Container) -> None:
+                 annotations: dict[str, str], pod: pb.PodSandbox,
+                 container: pb.Container) -> None:
         from nri_sla.logging import log_decision
 
         if decision.outcome != "skipped":
-            applied = self.node.annotations_for(decision.plan, "nri") if decision.plan else {}
             log_decision(pod.namespace, pod.name, container.name, "nri", decision.outcome,
-                         applied, list(decision.warnings), decision.error_text)
+                         annotations, list(decision.warnings), decision.error_text)
         if self.metrics is not None:
             self.metrics.observe(event, time.perf_counter() - started)
             if decision.outcome != "skipped":

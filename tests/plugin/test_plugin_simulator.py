@@ -201,3 +201,22 @@ def test_hook_injected_for_verification_when_configured(tmp_path):
     assert hook.path == "/usr/bin/nri-sla"
     assert list(hook.args[:4]) == ["nri-sla", "hook", "--stage", "createRuntime"]
     assert hook.timeout.value > 0
+
+
+def test_hard_direct_write_failure_fails_the_start(tmp_path, v1_tree):
+    async def scenario():
+        async with plugin_session(make_node(1, v1_tree), tmp_path) as (_, session, _p):
+            pod = make_pod("io", annotations={"sla.nri.io/pod":
+                                              "io:\n  max:\n  - {device: /dev/sda, "
+                                              "read-iops: 100}"})
+            ctr = make_container(pod, "c")
+            await session.create_container(pod, ctr)
+            # the cgroup exists but this kernel has no blkio throttle files
+            (v1_tree / "blkio" / ctr.linux.cgroups_path.lstrip("/")).mkdir(parents=True)
+            with pytest.raises(PluginCallError) as caught:
+                await session.event(6, pod, ctr)
+            return caught.value
+
+    err = run(scenario())
+    assert err.method == "StartContainer"
+    assert "blkio.throttle.read_iops_device" in err.message

@@ -79,9 +79,11 @@ class NodeState:
             annotations[f"{self.prefix}/warnings"] = "; ".join(plan.warnings)
         return annotations
 
-    def restore(self, containers: Iterable[tuple[str, Mapping[str, str]]]) -> int:
-        """Rebuild allocations from the `applied` records of existing containers."""
-        restored = 0
+    def restore(self, containers: Iterable[tuple[str, Mapping[str, str]]]
+                ) -> dict[str, ContainerPlan]:
+        """Rebuild allocations from the `applied` records of existing containers; returns
+        the plans read back (container id -> plan)."""
+        restored: dict[str, ContainerPlan] = {}
         for owner, labels in containers:
             text = labels.get(f"{self.prefix}/applied")
             if not text:
@@ -103,7 +105,7 @@ class NodeState:
                     log.error("container %s: cannot rebuild its placement: %s", owner, exc)
                 else:
                     self.remember_cpuset(owner, plan)
-            restored += 1
+            restored[owner] = plan
         return restored
 
     def remember_cpuset(self, owner: str, plan: ContainerPlan) -> None:
@@ -170,8 +172,11 @@ class NodeState:
         from nri_sla.enforce.cgroupfs import apply_to_container
         from nri_sla.enforce.errors import EnforceError
 
+        writes = self.direct_writes(plan)
+        if not writes:
+            return []
         try:
-            results = apply_to_container(cgroups_path, self.direct_writes(plan), self.facts)
+            results = apply_to_container(cgroups_path, writes, self.facts)
         except EnforceError as exc:
             return [str(exc)]
         return [str(r.error) for r in results if not r.ok]

@@ -13,7 +13,7 @@ import time
 from contextlib import nullcontext
 from typing import Any
 
-from nri_sla.enforce.adjustment import build_adjustment
+from nri_sla.enforce.adjustment import build_adjustment, build_update
 from nri_sla.node import Decision, NodeState, decide
 from nri_sla.nri.pb import nri_pb2 as pb
 from nri_sla.plan.model import ContainerPlan, PlanError
@@ -36,7 +36,8 @@ class SlaPlugin:
         self.metrics = metrics
         self.nri_version: str | None = None
         self.runtime = ""
-        self._pending: dict[str, ContainerPlan] = {}  # container id -> plan awaiting start
+        self._plans: dict[str, ContainerPlan] = {}  # container id -> its SLA plan
+        self._unstarted: set[str] = set()  # created, direct writes still to do
         self._hooks = None
         if node.config.hook.inject:
             # The OCI hook then verifies (reads back) what the plugin enforced.
@@ -64,12 +65,15 @@ class SlaPlugin:
             self._synchronize(pods, containers)
 
     def _synchronize(self, pods: list[pb.PodSandbox], containers: list[pb.Container]) -> None:
-        restored = self.node.restore(
-            (c.id, dict(c.annotations)) for c in containers
-            if c.state in (pb.CONTAINER_CREATED, pb.CONTAINER_RUNNING, pb.CONTAINER_PAUSED)
-        )
+        live = [c for c in containers
+                if c.state in (pb.CONTAINER_CREATED, pb.CONTAINER_RUNNING, pb.CONTAINER_PAUSED)]
+        restored = self.node.restore((c.id, dict(c.annotations)) for c in live)
+        self._plans.update(restored)
+        # Created but not started yet: StartContainer still owes the direct writes.
+        self._unstarted.update(c.id for c in live
+                               if c.state == pb.CONTAINER_CREATED and c.id in restored)
         log.info("synchronized: %d pods, %d containers, %d allocations rebuilt",
-                 len(pods), len(containers), restored)
+                 len(pods), len(containers), len(restored))
         self._publish_usage()
 
     # -- containers --------------------------------------------------------------------
@@ -92,8 +96,8 @@ class SlaPlugin:
             raise decision.error  # the runtime shows the message to the user
         if plan is None:
             return None, None
-        if self.node.direct_writes(plan):
-            self._pending[container.id] = plan
+        self._plans[container.id] = plan
+        self._unstarted.add(container.id)
         self.node.remember_cpuset(container.id, plan)
         self._publish_usage()
         return (build_adjustment(plan, annotations, self._hooks),
@@ -104,14 +108,22 @@ class SlaPlugin:
             self._start(pod, container)
 
     def _start(self, pod: pb.PodSandbox, container: pb.Container) -> None:
-        plan = self._pending.pop(container.id, None)
-        if plan is None:
+        plan = self._plans.get(container.id)
+        if plan is None or container.id not in self._unstarted:
             return
+        self._unstarted.discard(container.id)
         problems = self.node.apply_direct(plan, container.linux.cgroups_path)
         for problem in problems:
             log.warning("%s/%s %s: %s", pod.namespace, pod.name, container.name, problem)
         if problems and plan.enforcement == "hard":
             raise StartRefused("; ".join(problems))
+
+    def update_container(self, pod: pb.PodSandbox, container: pb.Container,
+                         resources: pb.LinuxResources) -> list[pb.ContainerUpdate]:
+        """kubelet changed the container's resources: the SLA's settings stay in force."""
+        with self._timed("UpdateContainer"):
+            plan = self._plans.get(container.id)
+            return [build_update(container.id, plan)] if plan is not None else []
 
     def stop_container(self, pod: pb.PodSandbox, container: pb.Container):
         with self._timed("StopContainer"):
@@ -137,7 +149,8 @@ class SlaPlugin:
         return self.metrics.time(event) if self.metrics is not None else nullcontext()
 
     def _release(self, container_id: str) -> None:
-        self._pending.pop(container_id, None)
+        self._plans.pop(container_id, None)
+        self._unstarted.discard(container_id)
         self.node.release(container_id)
         self._publish_usage()
 

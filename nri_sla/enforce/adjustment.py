@@ -37,7 +37,27 @@ def build_adjustment(plan: ContainerPlan, annotations: dict[str, str],
                 hook.timeout.value = entry["timeout"]
     for key, value in annotations.items():
         adj.annotations[key] = value
-    resources = adj.linux.resources
+    fill_resources(adj.linux.resources, plan)
+    if plan.memory_policy is not None:
+        policy = adj.linux.memory_policy
+        policy.mode = _MPOL_MODES[plan.memory_policy.mode]
+        policy.nodes = plan.memory_policy.nodes
+    for name, value in plan.gpu_env:
+        adj.env.add(key=name, value=value)
+    for name in plan.gpu_cdi:
+        adj.CDI_devices.add(name=name)
+    for node in plan.gpu_devices:
+        device = adj.linux.devices.add(path=node.path, type=node.type, major=node.major,
+                                       minor=node.minor)
+        device.file_mode.value = node.file_mode
+        device.uid.value = node.uid
+        device.gid.value = node.gid
+    return adj
+
+
+def fill_resources(resources: pb.LinuxResources, plan: ContainerPlan) -> None:
+    """The plan's cgroup settings that NRI carries on this node (CPU, memory, `unified`
+    on v2 only, RT on v1 only)."""
     cpu = resources.cpu
     if plan.cpu_quota is not None:
         cpu.quota.value = plan.cpu_quota
@@ -60,18 +80,11 @@ def build_adjustment(plan: ContainerPlan, annotations: dict[str, str],
         line = v2_io_max_line(plan.io_max[0]) if unified_io_max(plan) else None
         if line:
             resources.unified["io.max"] = line
-    if plan.memory_policy is not None:
-        policy = adj.linux.memory_policy
-        policy.mode = _MPOL_MODES[plan.memory_policy.mode]
-        policy.nodes = plan.memory_policy.nodes
-    for name, value in plan.gpu_env:
-        adj.env.add(key=name, value=value)
-    for name in plan.gpu_cdi:
-        adj.CDI_devices.add(name=name)
-    for node in plan.gpu_devices:
-        device = adj.linux.devices.add(path=node.path, type=node.type, major=node.major,
-                                       minor=node.minor)
-        device.file_mode.value = node.file_mode
-        device.uid.value = node.uid
-        device.gid.value = node.gid
-    return adj
+
+
+def build_update(container_id: str, plan: ContainerPlan) -> pb.ContainerUpdate:
+    """The plan's settings again for an existing container (UpdateContainer: the SLA
+    stays in force when kubelet updates the container's resources)."""
+    update = pb.ContainerUpdate(container_id=container_id)
+    fill_resources(update.linux.resources, plan)
+    return update

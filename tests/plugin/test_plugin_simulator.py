@@ -220,3 +220,34 @@ def test_hard_direct_write_failure_fails_the_start(tmp_path, v1_tree):
     err = run(scenario())
     assert err.method == "StartContainer"
     assert "blkio.throttle.read_iops_device" in err.message
+
+
+def test_update_container_keeps_the_sla_also_after_a_restart(tmp_path):
+    from nri_sla.nri.simulator import make_resources
+
+    async def scenario():
+        pod = make_pod("p", annotations={"sla.nri.io/pod": "cpu: {limit: 0.5}\n"
+                                                          "memory: {high: 1Gi, max: 2Gi}"})
+        ctr = make_container(pod, "c")
+        kubelet = make_resources(cpu_quota=400_000, cpu_period=100_000, memory_limit=8 << 30)
+        async with plugin_session(make_node(2), tmp_path) as (_, session, _p):
+            adj = (await session.create_container(pod, ctr)).adjust
+            first = await session.update_container(pod, ctr, kubelet)
+        running = make_container(pod, "c", state=pb.CONTAINER_RUNNING,
+                                 annotations=dict(adj.annotations))
+        async with plugin_session(make_node(2), tmp_path, pods=[pod],
+                                  containers=[running]) as (_, session, _p):
+            again = await session.update_container(pod, running, kubelet)
+            plain = make_pod("plain")
+            untouched = await session.update_container(plain, make_container(plain, "c"),
+                                                       kubelet)
+        return first, again, untouched
+
+    first, again, untouched = run(scenario())
+    for response in (first, again):
+        (update,) = response.update
+        res = update.linux.resources
+        assert res.cpu.quota.value == 50_000 and res.cpu.period.value == 100_000
+        assert res.memory.limit.value == 2 << 30
+        assert res.unified["memory.high"] == str(1 << 30)
+    assert not untouched.update

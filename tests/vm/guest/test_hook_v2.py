@@ -16,7 +16,7 @@ MIB = 1 << 20
 FILES = ["cpu.max", "cpuset.mems", "memory.high", "memory.max", "io.max"]
 
 
-def _run_with_hook(bundle, args, annotations, tmp_path, timeout=180):
+def _run_with_hook(bundle, args, annotations, tmp_path, timeout=180, cache="off"):
     cid = f"nri-sla-hook-{uuid.uuid4().hex[:8]}"
     config = bundle.config(args, {}, f"/{cid}")
     config["annotations"] = {"io.kubernetes.cri.container-name": "app", **annotations}
@@ -25,7 +25,8 @@ def _run_with_hook(bundle, args, annotations, tmp_path, timeout=180):
         "path": sys.executable,
         # TCG is slow: a generous limit of the hook's own, below the runtime's.
         "args": [sys.executable, "-I", "-m", "nri_sla.hook", "--stage", "createRuntime",
-                 "--timeout", "100", "--config", str(tmp_path / "config.yaml")],
+                 "--timeout", "100", "--config", str(tmp_path / "config.yaml"),
+                 "--cache-dir", cache],
         "env": [f"NRI_SLA_HOOK_LOG={log}"], "timeout": 120}]}
     (tmp_path / "config.yaml").write_text("enforcement: hard\n")
     (bundle.dir / "config.json").write_text(json.dumps(config))
@@ -72,3 +73,19 @@ def test_hook_refuses_rt_on_v2_in_hard_mode(busybox_bundle, tmp_path):
                                 {"sla.nri.io/pod": "cpu:\n  rt-runtime: 5ms\n"}, tmp_path)
     assert proc.returncode != 0
     assert "cpu.rt-runtime" in proc.stderr and "cgroup v2" in proc.stderr
+
+
+def test_hook_cache_hit_gives_the_same_cgroup_values(busybox_bundle, virtio_disk,
+                                                     read_files_script, sections, tmp_path):
+    cache = tmp_path / "hook-cache"
+    sla = (f"cpu: {{limit: 0.5}}\nmemory: {{high: 48Mi, max: 64Mi}}\n"
+           f"io:\n  max:\n    - {{device: '{virtio_disk.majmin}', write-iops: 300}}\n")
+    runs = []
+    for _ in range(2):
+        proc, log = _run_with_hook(busybox_bundle, read_files_script(FILES),
+                                   {"sla.nri.io/pod": sla}, tmp_path, cache=str(cache))
+        assert proc.returncode == 0, (proc.stderr, log)
+        runs.append(sections(proc.stdout))
+        assert any(p.name.startswith("decision-") for p in cache.iterdir())
+    assert runs[0] == runs[1]
+    assert runs[1]["memory.high"] == str(48 * MIB)

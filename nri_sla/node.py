@@ -213,6 +213,7 @@ def build_node(config: NodeConfig, *, cgroup_version: int | None = None,
     detect=False: plan only (explain), no cgroup facts read from the host beyond the
     version, and block devices given as paths are resolved only when they exist here.
     """
+    from nri_sla.enforce.blockdev import any_bfq
     from nri_sla.enforce.nodefacts import detect_cgroup_facts
     from nri_sla.plan.placement import Allocator
     from nri_sla.topology.cpus import read_topology
@@ -232,7 +233,7 @@ def build_node(config: NodeConfig, *, cgroup_version: int | None = None,
     else:
         topology = read_topology(Path(sysfs_root))
         inventory = configured_inventory(config.gpu.inventory, Path(sysfs_root))
-    bfq = _any_bfq(Path(sysfs_root))
+    bfq = any_bfq(Path(sysfs_root))
     return NodeState(config, cgroup_version, facts=facts,
                      allocator=Allocator(topology, inventory, reserved),
                      io_weight_supported=bfq or cgroup_version == 2, bfq=bfq,
@@ -249,11 +250,3 @@ def _resolve_device(spec: str) -> tuple[int, int]:
     except DeviceError as exc:
         raise ValueError(str(exc)) from exc
 
-
-def _any_bfq(sysfs_root: Path) -> bool:
-    """Whether any block device here is scheduled by BFQ (weights only work under it)."""
-    try:
-        return any("[bfq]" in (q / "queue/scheduler").read_text()
-                   for q in (sysfs_root / "block").iterdir())
-    except OSError:
-        return False

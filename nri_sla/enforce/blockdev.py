@@ -104,3 +104,15 @@ def io_scheduler(major: int, minor: int, sysfs_root: Path = SYSFS_ROOT) -> str |
 def bfq_active(major: int, minor: int, sysfs_root: Path = SYSFS_ROOT) -> bool:
     """True when BFQ schedules this device (then blkio.bfq.weight / io.bfq.weight apply)."""
     return io_scheduler(major, minor, sysfs_root) == "bfq"
+
+
+def any_bfq(sysfs_root: Path = SYSFS_ROOT) -> bool:
+    """True when BFQ schedules any whole disk here (io.weight only works under BFQ or
+    io.cost; the plugin plans weights for the node, not per device)."""
+    try:
+        devs = [(d / "dev").read_text().strip() for d in (sysfs_root / "block").iterdir()]
+    except OSError:
+        return False
+    return any(bfq_active(int(maj), int(mnr), sysfs_root)
+               for maj, _, mnr in (dev.partition(":") for dev in devs)
+               if maj.isdigit() and mnr.isdigit())

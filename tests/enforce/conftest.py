@@ -89,7 +89,8 @@ def make_sysfs_disk(
     scheduler: str = "[none] bfq",
     partitions: tuple[tuple[str, str], ...] = (),
 ) -> None:
-    """sysfs/devices/virtual/block/<name> (+ partitions) with /sys/dev/block links."""
+    """sysfs/devices/virtual/block/<name> (+ partitions) with /sys/dev/block and
+    /sys/block links."""
     disk = sysfs / "devices" / "virtual" / "block" / name
     (disk / "queue").mkdir(parents=True)
     (disk / "dev").write_text(dev + "\n")
@@ -97,6 +98,8 @@ def make_sysfs_disk(
     links = sysfs / "dev" / "block"
     links.mkdir(parents=True, exist_ok=True)
     (links / dev).symlink_to(disk)
+    (sysfs / "block").mkdir(exist_ok=True)
+    (sysfs / "block" / name).symlink_to(disk)  # whole disks only, as in the kernel
     for pname, pdev in partitions:
         part = disk / pname
         part.mkdir()

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from nri_sla.enforce import DeviceError, bfq_active, io_scheduler, resolve_block_device
-from nri_sla.enforce.blockdev import whole_disk
+from nri_sla.enforce.blockdev import any_bfq, whole_disk
 
 
 @pytest.fixture
@@ -36,6 +36,14 @@ def test_partition_refused_or_mapped_to_disk(sysfs: Path) -> None:
     assert resolve_block_device("259:1", sysfs_root=sysfs, partition_to_disk=True) == (259, 0)
     assert whole_disk(259, 1, sysfs) == (259, 0)
     assert whole_disk(8, 16, sysfs) == (8, 16)
+
+
+def test_any_bfq_looks_at_every_whole_disk(sysfs: Path, tmp_path: Path, trees) -> None:
+    assert any_bfq(sysfs)  # sdb
+    other = tmp_path / "other"
+    trees.make_sysfs_disk(other, "vda", "254:0", "[mq-deadline] bfq none")
+    assert not any_bfq(other)
+    assert not any_bfq(tmp_path / "missing")
 
 
 def test_scheduler(sysfs: Path) -> None:

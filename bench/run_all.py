@@ -19,6 +19,7 @@ SCRIPTS = [
     ("bench_placement.py", []),
     ("bench_transport.py", []),
     ("bench_hook.py", []),
+    ("bench_vs_go.py", []),  # skips itself without the Go programs (docs/benchmarks.md)
 ]
 
 

@@ -28,6 +28,8 @@ OUTCOME_LEVELS = {"enforced": "info", "warned": "warning", "refused": "error"}
 # Level -> syslog priority (what journald's prefix parsing understands).
 PRIORITY = {"debug": 7, "info": 6, "warning": 4, "error": 3, "critical": 2}
 _ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_QUOTE_IF = frozenset(' ="\\')  # printable characters that need a quoted value
+_QUOTED = str.maketrans({"\\": "\\\\", '"': '\\"'})  # printable text needs only these
 
 
 class LoggingSetupError(ValueError):
@@ -53,7 +55,12 @@ def _escape(c: str) -> str:
 def logfmt_value(value: object) -> str:
     """Render one value: bare when safe, else double-quoted with escapes. Lists join with
     "; " and None is empty, so every line stays one line whatever the input holds."""
-    if value is None:
+    kind = type(value)
+    if kind is str:  # most values: exact type checks first, the ABC checks are slow
+        text = value
+    elif kind is int:
+        text = str(value)
+    elif value is None:
         text = ""
     elif isinstance(value, bool):
         text = "true" if value else "false"
@@ -66,14 +73,16 @@ def logfmt_value(value: object) -> str:
         text = "; ".join(str(v) for v in value)
     else:
         text = str(value)
-    if text and not any(c in text for c in ' ="\\\n\r\t') and text.isprintable():
-        return text
+    if text.isprintable():  # the common case: no control characters at all
+        if text and _QUOTE_IF.isdisjoint(text):
+            return text
+        return '"' + text.translate(_QUOTED) + '"'
     return '"' + "".join(_escape(c) for c in text) + '"'
 
 
 def flatten(prefix: str, value: object, out: dict) -> None:
     """{"cpu": {"quota": 1}} under "applied" -> applied.cpu.quota=1 (for text lines)."""
-    if isinstance(value, Mapping) and value:
+    if value and (type(value) is dict or isinstance(value, Mapping)):
         for key, sub in value.items():
             flatten(f"{prefix}.{key}", sub, out)
     else:

@@ -73,8 +73,10 @@ class NodeState:
             io_weight_supported=self.io_weight_supported, container_env=env or {})
 
     # -- records -------------------------------------------------------------------------
-    def annotations_for(self, plan: ContainerPlan, path: str) -> dict[str, str]:
-        annotations = {f"{self.prefix}/applied": encode_record(plan, path)}
+    def annotations_for(self, plan: ContainerPlan, path: str,
+                        body: dict[str, Any] | None = None) -> dict[str, str]:
+        """`applied` (and `warnings`) for the container; `body`: the record, if built."""
+        annotations = {f"{self.prefix}/applied": encode_record(plan, path, body)}
         if plan.warnings:
             annotations[f"{self.prefix}/warnings"] = "; ".join(plan.warnings)
         return annotations

@@ -17,6 +17,7 @@ from nri_sla.enforce.adjustment import build_adjustment, build_update
 from nri_sla.node import Decision, NodeState, decide
 from nri_sla.nri.pb import nri_pb2 as pb
 from nri_sla.plan.model import ContainerPlan, PlanError
+from nri_sla.plan.record import record_body
 
 log = logging.getLogger("nri_sla.plugin")
 
@@ -90,8 +91,9 @@ class SlaPlugin:
                 self.node.release(container.id)
                 decision = Decision("refused", "budget", error=exc)
         plan = decision.plan
-        annotations = self.node.annotations_for(plan, "nri") if plan is not None else {}
-        self._observe("CreateContainer", started, decision, annotations, pod, container)
+        record = record_body(plan, "nri") if plan is not None else {}
+        annotations = self.node.annotations_for(plan, "nri", record) if plan else {}
+        self._observe("CreateContainer", started, decision, record, pod, container)
         if decision.error is not None:
             raise decision.error  # the runtime shows the message to the user
         if plan is None:
@@ -155,13 +157,14 @@ class SlaPlugin:
         self._publish_usage()
 
     def _observe(self, event: str, started: float, decision: Decision,
-                 annotations: dict[str, str], pod: pb.PodSandbox,
+                 record: dict[str, Any], pod: pb.PodSandbox,
                  container: pb.Container) -> None:
         from nri_sla.logging import log_decision
 
         if decision.outcome != "skipped":
+            applied = {k: v for k, v in record.items() if k not in ("v", "path")}
             log_decision(pod.namespace, pod.name, container.name, "nri", decision.outcome,
-                         annotations, list(decision.warnings), decision.error_text)
+                         applied, list(decision.warnings), decision.error_text)
         if self.metrics is not None:
             self.metrics.observe(event, time.perf_counter() - started)
             if decision.outcome != "skipped":

@@ -8,7 +8,7 @@ in soft mode shortfalls become warnings and the rest is applied.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from nri_sla.config import NodeConfig
 from nri_sla.plan.model import ContainerPlan, IoLimit, MemoryPolicy, Shortfall, SlaRefused
@@ -204,9 +204,9 @@ class _Planner:
             more = "; ".join(s.render(self.key) for s in self.shortfalls[1:])
             message = first.message + (f" (also: {more})" if more else "")
             raise SlaRefused(self.key, first.field, message, first.reason)
-        plan = ContainerPlan(self.sla.enforcement, self.ctx.cgroup_version, **self.settings)
-        return replace(plan, warnings=tuple(s.render(self.key) for s in self.shortfalls),
-                       reasons=tuple(s.reason for s in self.shortfalls), key=self.key)
+        return ContainerPlan(self.sla.enforcement, self.ctx.cgroup_version, **self.settings,
+                             warnings=tuple(s.render(self.key) for s in self.shortfalls),
+                             reasons=tuple(s.reason for s in self.shortfalls), key=self.key)
 
 
 def plan_container(sla: Sla, ctx: PlanContext) -> ContainerPlan:

@@ -20,27 +20,33 @@ RECORD_VERSION = 1
 MAX_RECORD_BYTES = 64 * 1024
 
 _SKIP = {"warnings", "reasons", "gpu_devices", "key"}
+_RECORDED = tuple(f.name for f in fields(ContainerPlan) if f.name not in _SKIP)
 
 
 class RecordError(ValueError):
     pass
 
 
-def encode_record(plan: ContainerPlan, path: str) -> str:
-    """Compact JSON of the plan's settings (None and empty fields left out)."""
+def record_body(plan: ContainerPlan, path: str) -> dict[str, Any]:
+    """The record as a dict: the plan's settings (None and empty fields left out)."""
     body: dict[str, Any] = {"v": RECORD_VERSION, "path": path}
-    for f in fields(plan):
-        value = getattr(plan, f.name)
-        if f.name in _SKIP or value is None or value == () or value == {}:
+    for name in _RECORDED:
+        value = getattr(plan, name)
+        if value is None or value == () or value == {}:
             continue
-        if f.name == "io_max":
+        if name == "io_max":
             value = [asdict(limit) for limit in value]
-        elif f.name == "memory_policy":
+        elif name == "memory_policy":
             value = asdict(value)
-        elif f.name == "gpu_env":
+        elif name == "gpu_env":
             value = dict(value)
-        body[f.name] = value
-    return json.dumps(body, separators=(",", ":"), sort_keys=True)
+        body[name] = value
+    return body
+
+
+def encode_record(plan: ContainerPlan, path: str, body: dict[str, Any] | None = None) -> str:
+    """Compact JSON of the record (`body`: record_body's result, when already built)."""
+    return json.dumps(body or record_body(plan, path), separators=(",", ":"), sort_keys=True)
 
 
 def decode_record(text: str) -> tuple[str, ContainerPlan]:

@@ -1,0 +1,312 @@
+#!/usr/bin/env python3
+"""nri-sla against a Go NRI plugin, both driven by containerd's runtime-side NRI code.
+
+A Go "runtime driver" built on github.com/containerd/nri pkg/adaptation (what containerd
+runs for NRI) listens on a socket, accepts one external plugin, synchronizes 1,000
+containers (several rounds), then times CreateContainer round trips with a golden-like
+pod carrying `sla.nri.io/pod: "cpu: {limit: 0.5}\\nmemory: {max: 256Mi}"`. It is run
+once with a Go plugin (pkg/stub) doing the same work, and once with the real
+`nri-sla run`, alternating for --rounds rounds; the figures are pooled per plugin and
+printed as ratios next to design.md's targets (median <= 1.5x, p99 <= 2x, Synchronize of
+1,000 containers <= 3x). Also printed: nri-sla's RSS after the 1,000-container sync.
+
+Needs two binaries built outside the repo (docs/benchmarks.md says how):
+    NRI_SLA_BENCH_DRIVER=/tmp/nri-bench/bin/nri-bench-driver \\
+    NRI_SLA_BENCH_GO_PLUGIN=/tmp/nri-bench/bin/nri-bench-goplugin \\
+    .venv/bin/python bench/bench_vs_go.py [--rounds 3] [--requests 3000] [--json]
+Without them it says what to supply and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import queue
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from google.protobuf import json_format
+
+from nri_sla.nri.simulator import make_container, make_pod
+
+SLA = "cpu: {limit: 0.5}\nmemory: {max: 256Mi}"
+TARGETS = {"create_p50": 1.5, "create_p99": 2.0, "sync_1000": 3.0}
+ENV_DRIVER = "NRI_SLA_BENCH_DRIVER"
+ENV_GO_PLUGIN = "NRI_SLA_BENCH_GO_PLUGIN"
+
+
+class BenchError(RuntimeError):
+    """A run of the driver/plugin pair did not produce figures."""
+
+
+@dataclass
+class PluginFigures:
+    """Pooled figures of one plugin over all rounds."""
+
+    name: str
+    create_ns: list[int] = field(default_factory=list)
+    sync_us: list[float] = field(default_factory=list)
+    rss_after_sync_kib: list[int] = field(default_factory=list)
+    rss_end_kib: list[int] = field(default_factory=list)
+    plugin_cpu_s: float = 0.0  # plugin CPU time spent in the timed creates (+ warm-up)
+    driver_cpu_s: float = 0.0  # the same for the Go runtime side
+    cpu_calls: int = 0
+    adjustment: dict | None = None
+
+
+def write_payload(path: Path, sync_containers: int) -> None:
+    """The driver's input: the created pod/container and the state to synchronize, made
+    by nri-sla's simulator (the same golden-like objects the other benchmarks use)."""
+    pod = make_pod("bench", annotations={"sla.nri.io/pod": SLA})
+    ctr = make_container(pod, "work")
+    n_pods = max(1, sync_containers // 4)
+    pods = [make_pod(f"pod-{i}", annotations={"sla.nri.io/pod": SLA}) for i in range(n_pods)]
+    ctrs = [make_container(pods[i % n_pods], f"c{i}") for i in range(sync_containers)]
+    as_dict = json_format.MessageToDict
+    path.write_text(json.dumps({
+        "pod": as_dict(pod), "container": as_dict(ctr),
+        "sync_pods": [as_dict(p) for p in pods],
+        "sync_containers": [as_dict(c) for c in ctrs]}))
+
+
+def rss_kib(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except FileNotFoundError:
+        pass
+    return 0
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process from /proc (clock-tick resolution)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class EventReader:
+    """The driver's JSON lines, read by a thread so that waits can time out cleanly."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.proc = proc
+        self.lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line)
+        self.lines.put("")  # end of output
+
+    def wait_for(self, want: str, timeout: float) -> dict:
+        """Skip lines until the event `want`."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise BenchError(f"driver: no {want!r} event within {timeout:.0f}s") from None
+            if not line:
+                raise BenchError(f"driver exited (rc {self.proc.wait()}) before {want!r}")
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if event.get("event") == want:
+                return event
+
+
+def tell(driver: subprocess.Popen, line: str) -> None:
+    assert driver.stdin is not None
+    driver.stdin.write(line + "\n")
+    driver.stdin.flush()
+
+
+def stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def run_once(args: argparse.Namespace, payload: Path, plugin_cmd: list[str],
+             fig: PluginFigures, workdir: Path) -> None:
+    """One driver + one plugin; `plugin_cmd` ends with its socket option."""
+    sock, raw = workdir / f"{fig.name}.sock", workdir / f"{fig.name}.raw"
+    log_path, driver_log = workdir / f"{fig.name}.log", workdir / f"{fig.name}.driver.log"
+    driver = plugin = None
+    try:
+        # Logs go to files: a full pipe must never stall a process being timed.
+        with open(driver_log, "w") as dlog, open(log_path, "w") as plog:
+            driver = subprocess.Popen(
+                [args.driver, "-socket", str(sock), "-payload", str(payload),
+                 "-n", str(args.requests), "-warmup", str(args.warmup),
+                 "-sync-rounds", str(args.sync_rounds), "-wait-stdin", "-raw", str(raw)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=dlog, text=True)
+            events = EventReader(driver)
+            events.wait_for("listening", 30)
+            plugin = subprocess.Popen([*plugin_cmd, str(sock)], stdout=plog, stderr=plog)
+        events.wait_for("synced", 60)
+        fig.rss_after_sync_kib.append(rss_kib(plugin.pid))
+        cpu0 = cpu_seconds(plugin.pid), cpu_seconds(driver.pid)
+        tell(driver, "go")
+        done = events.wait_for("done", 600)
+        # The driver holds the connection until told, so the plugin is still there.
+        fig.plugin_cpu_s += cpu_seconds(plugin.pid) - cpu0[0]
+        fig.driver_cpu_s += cpu_seconds(driver.pid) - cpu0[1]
+        fig.cpu_calls += args.warmup + args.requests + 1  # + the driver's probe call
+        fig.rss_end_kib.append(rss_kib(plugin.pid))
+        tell(driver, "bye")
+        fig.create_ns += [int(x) for x in raw.read_text().split()]
+        fig.sync_us.extend(done["sync_all_us"])
+        fig.adjustment = fig.adjustment or done["first_adjustment"]
+        driver.wait(30)
+    except (BenchError, OSError, subprocess.TimeoutExpired) as e:
+        tails = "".join(f"\n--- {p.name} (tail):\n{p.read_text()[-2000:]}"
+                        for p in (driver_log, log_path) if p.exists())
+        raise BenchError(f"{fig.name}: {e}{tails}") from None
+    finally:
+        for proc in (driver, plugin):
+            if proc is not None:
+                stop(proc)
+
+
+def pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, round(q * (len(s) - 1)))]
+
+
+def summary(fig: PluginFigures) -> dict[str, float]:
+    us = [n / 1e3 for n in fig.create_ns]
+    return {
+        "create_calls": len(us),
+        "create_p50_us": pct(us, 0.5), "create_p99_us": pct(us, 0.99),
+        "create_mean_us": statistics.fmean(us),
+        "sync_1000_ms": statistics.median(fig.sync_us) / 1e3,
+        "rss_after_sync_mib": max(fig.rss_after_sync_kib) / 1024,
+        "rss_end_mib": max(fig.rss_end_kib) / 1024,
+        "plugin_cpu_per_create_us": fig.plugin_cpu_s / fig.cpu_calls * 1e6,
+        "runtime_cpu_per_create_us": fig.driver_cpu_s / fig.cpu_calls * 1e6,
+    }
+
+
+def main(args: argparse.Namespace) -> dict:
+    # The nri-sla of this Python (the checkout under test) before any other on PATH.
+    beside = Path(sys.executable).with_name("nri-sla")
+    nri_sla = args.nri_sla or (str(beside) if beside.exists() else shutil.which("nri-sla"))
+    if not nri_sla:
+        raise BenchError("no nri-sla executable: pass --nri-sla PATH")
+    plugin_cmds = {
+        "go": [args.go_plugin, *args.go_plugin_arg, "-socket"],
+        "nri-sla": [nri_sla, "run", "--metrics-address", "", *args.nri_sla_arg, "--socket"],
+    }
+    figs = {name: PluginFigures(name) for name in plugin_cmds}
+    with tempfile.TemporaryDirectory(prefix="nri-bench-go-") as tmp:
+        workdir = Path(tmp)
+        payload = workdir / "payload.json"
+        write_payload(payload, args.sync_containers)
+        for _ in range(args.rounds):  # alternate, so drift on the machine hits both
+            for name, cmd in plugin_cmds.items():
+                run_once(args, payload, cmd, figs[name], workdir)
+    go, py = summary(figs["go"]), summary(figs["nri-sla"])
+    ratios = {
+        "create_p50": py["create_p50_us"] / go["create_p50_us"],
+        "create_p99": py["create_p99_us"] / go["create_p99_us"],
+        "create_mean": py["create_mean_us"] / go["create_mean_us"],
+        "sync_1000": py["sync_1000_ms"] / go["sync_1000_ms"],
+        "plugin_cpu": py["plugin_cpu_per_create_us"] / go["plugin_cpu_per_create_us"],
+        "runtime_cpu": py["runtime_cpu_per_create_us"] / go["runtime_cpu_per_create_us"],
+    }
+    return {"go": go, "nri-sla": py, "ratios": ratios, "targets": TARGETS,
+            "same_adjustment": figs["go"].adjustment == figs["nri-sla"].adjustment,
+            "adjustment": figs["nri-sla"].adjustment,
+            "rounds": args.rounds, "go_plugin_args": args.go_plugin_arg,
+            "sync_containers": args.sync_containers,
+            "loadavg_1m": os.getloadavg()[0], "cpus": os.cpu_count()}
+
+
+def report(out: dict) -> None:
+    go, py, r = out["go"], out["nri-sla"], out["ratios"]
+    print(f"CreateContainer round trip via nri pkg/adaptation ({py['create_calls']} calls per "
+          f"plugin over {out['rounds']} alternating rounds); Synchronize of "
+          f"{out['sync_containers']} containers (median of all)")
+    print(f"{'figure':<24}{'Go (pkg/stub)':>15}{'nri-sla':>12}{'ratio':>9}{'target':>9}")
+    rows = [("create p50 (us)", "create_p50_us", "create_p50"),
+            ("create p99 (us)", "create_p99_us", "create_p99"),
+            ("create mean (us)", "create_mean_us", "create_mean"),
+            ("sync 1,000 (ms)", "sync_1000_ms", "sync_1000"),
+            ("plugin CPU/create (us)", "plugin_cpu_per_create_us", "plugin_cpu"),
+            ("runtime CPU/create (us)", "runtime_cpu_per_create_us", "runtime_cpu")]
+    for label, key, rkey in rows:
+        target = out["targets"].get(rkey)
+        verdict = "" if target is None else (" ok" if r[rkey] <= target else " MISSED")
+        tgt = f"<= {target}x" if target else ""
+        print(f"{label:<24}{go[key]:>15.1f}{py[key]:>12.1f}{r[rkey]:>8.2f}x{tgt:>9}{verdict}")
+    print(f"plugin RSS after the {out['sync_containers']}-container Synchronize: nri-sla "
+          f"{py['rss_after_sync_mib']:.1f} MiB (target < 60), Go {go['rss_after_sync_mib']:.1f} "
+          f"MiB; at the end: {py['rss_end_mib']:.1f} / {go['rss_end_mib']:.1f} MiB")
+    if out["go_plugin_args"]:
+        print(f"Go plugin arguments: {' '.join(out['go_plugin_args'])}")
+    print(f"same adjustment from both plugins: {out['same_adjustment']}; load average "
+          f"{out['loadavg_1m']:.2f} on {out['cpus']} CPUs")
+
+
+def run() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per plugin")
+    parser.add_argument("--requests", type=int, default=3000, help="timed creates per round")
+    parser.add_argument("--warmup", type=int, default=300, help="untimed creates per round")
+    parser.add_argument("--sync-containers", type=int, default=1000)
+    parser.add_argument("--sync-rounds", type=int, default=5,
+                        help="Synchronize rounds per connection (the median of all is reported)")
+    parser.add_argument("--nri-sla", default="", help="nri-sla executable (default: beside "
+                        "this Python, else on PATH)")
+    parser.add_argument("--nri-sla-arg", action="append", default=[],
+                        help="extra argument for `nri-sla run` (repeatable)")
+    parser.add_argument("--go-plugin-arg", action="append", default=[],
+                        help="extra argument for the Go plugin, e.g. -log (one decision "
+                        "log line per container, as nri-sla writes)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args()
+    args.driver = os.environ.get(ENV_DRIVER, "")
+    args.go_plugin = os.environ.get(ENV_GO_PLUGIN, "")
+    missing = [v for v in (ENV_DRIVER, ENV_GO_PLUGIN)
+               if not os.environ.get(v) or not os.access(os.environ[v], os.X_OK)]
+    if missing:
+        print(f"bench_vs_go: skipped: set {' and '.join(missing)} to executables: the Go "
+              f"runtime driver (nri pkg/adaptation) and the Go plugin (nri pkg/stub); "
+              f"docs/benchmarks.md ('Against the real containerd') shows how to build them")
+        return 0
+    try:
+        out = main(args)
+    except BenchError as e:
+        print(f"bench_vs_go: {e}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(out, sort_keys=True))
+    else:
+        report(out)
+    if not out["same_adjustment"]:
+        print("bench_vs_go: the two plugins answered different adjustments, so the figures "
+              "do not compare the same work", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run())

@@ -6,8 +6,11 @@ the helpers reach them through the `pk` fixture.
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import sys
+import urllib.error
+import urllib.request
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -45,7 +48,27 @@ def need_tool(name: str, package: str) -> str:
     return path
 
 
+def readyz(port: int) -> int:
+    """The plugin's /readyz status (0 when nothing answers yet)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
+            return r.status
+    except (urllib.error.HTTPError, urllib.error.URLError) as exc:
+        return getattr(exc, "code", 0)
+
+
+async def wait_ready(port: int, tries: int = 100) -> int:
+    """Poll /readyz until the plugin reports itself registered; the last status."""
+    status = 0
+    for _ in range(tries):
+        status = await asyncio.to_thread(readyz, port)
+        if status == 200:
+            break
+        await asyncio.sleep(0.1)
+    return status
+
+
 @pytest.fixture(scope="session")
 def pk() -> SimpleNamespace:
     return SimpleNamespace(REPO=REPO, PACKAGING=PACKAGING, VENV_NRI_SLA=VENV_NRI_SLA,
-                           parse_unit=parse_unit, need_tool=need_tool)
+                           parse_unit=parse_unit, need_tool=need_tool, wait_ready=wait_ready)

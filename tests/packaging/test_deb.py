@@ -8,8 +8,6 @@ import signal
 import socket
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -199,7 +197,7 @@ def test_build_script_syntax(pk):
     assert res.returncode == 0, res.stderr
 
 
-def test_packaged_plugin_registers_with_a_runtime(unpacked, tmp_path):
+def test_packaged_plugin_registers_with_a_runtime(unpacked, tmp_path, pk):
     """`nri-sla run` from the unpacked package (bundled protobuf, PyYAML, ...) registers
     with the runtime simulator over a unix socket and answers /readyz, then stops
     cleanly on SIGTERM, as systemd stops it."""
@@ -210,12 +208,6 @@ def test_packaged_plugin_registers_with_a_runtime(unpacked, tmp_path):
     config.write_text(f'metrics:\n  address: "127.0.0.1:{port}"\n')
     sock_path = str(tmp_path / "nri.sock")
 
-    def readyz() -> int:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
-                return r.status
-        except (urllib.error.HTTPError, urllib.error.URLError) as exc:
-            return getattr(exc, "code", 0)
 
     async def main() -> tuple[int, bytes]:
         sim = await RuntimeSimulator(sock_path).start()
@@ -226,13 +218,7 @@ def test_packaged_plugin_registers_with_a_runtime(unpacked, tmp_path):
         try:
             session = await sim.accept(timeout=30)
             assert session.name == "nri-sla"
-            status = 0
-            for _ in range(100):
-                status = await asyncio.to_thread(readyz)
-                if status == 200:
-                    break
-                await asyncio.sleep(0.1)
-            assert status == 200
+            assert await pk.wait_ready(port) == 200
             proc.send_signal(signal.SIGTERM)
             rc = await asyncio.wait_for(proc.wait(), 20)
         finally:

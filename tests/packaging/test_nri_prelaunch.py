@@ -12,8 +12,6 @@ import socket
 import stat
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 
 import pytest
 import yaml
@@ -111,12 +109,6 @@ def test_prelaunched_nri_sla_registers_and_reports_ready(tmp_path, pk):
                        .replace("/etc/nri-sla/config.yaml", str(config)))
     wrapper.chmod(0o755)
 
-    def readyz() -> int:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
-                return r.status
-        except urllib.error.HTTPError as exc:
-            return exc.code
 
     async def main() -> tuple[int, bytes]:
         ours, theirs = socket.socketpair()
@@ -130,13 +122,7 @@ def test_prelaunched_nri_sla_registers_and_reports_ready(tmp_path, pk):
         try:
             session = await sim.accept(timeout=30)
             assert (session.name, session.idx) == ("nri-sla", "50")
-            status = 0
-            for _ in range(100):
-                status = await asyncio.to_thread(readyz)
-                if status == 200:
-                    break
-                await asyncio.sleep(0.1)
-            assert status == 200
+            assert await pk.wait_ready(port) == 200
             session.drop("containerd stops the plugin")
             rc = await asyncio.wait_for(proc.wait(), 20)
         finally:

@@ -10,7 +10,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /src
 COPY pyproject.toml README.md ./
-COPY nri_sla ./nri_sla
+COPY nri_plugin ./nri_plugin
 # protobuf and PyYAML come as binary wheels and cgroupspy is pure Python: no compiler
 # needed. pip byte-compiles what it installs.
 RUN pip install --no-cache-dir --disable-pip-version-check . \

@@ -32,7 +32,7 @@ lint: $(STAMP)
 	$(PY) -m ruff check .
 
 proto: $(STAMP)
-	$(PY) -m nri_sla.nri.protogen
+	$(PY) -m nri_plugin.nri.protogen
 
 bench: $(STAMP)
 	$(PY) bench/run_all.py

@@ -26,12 +26,12 @@ import tempfile
 import time
 from pathlib import Path
 
-HOOK_MAIN = Path(__file__).resolve().parents[1] / "nri_sla" / "hook" / "__main__.py"
+HOOK_MAIN = Path(__file__).resolve().parents[1] / "nri_plugin" / "hook" / "__main__.py"
 _REPO = str(Path(__file__).resolve().parents[1])
 _SITE = f"{sys.prefix}/lib/python{sys.version_info[0]}.{sys.version_info[1]}/site-packages"
-STACK = (f"import sys; sys.path[:0] = [{_REPO!r}, {_SITE!r}]; import nri_sla.config, "
-         "nri_sla.plan.planner, nri_sla.plan.placement, nri_sla.enforce.cgroupfs, "
-         "nri_sla.enforce.plan_writes, nri_sla.topology.cpus")
+STACK = (f"import sys; sys.path[:0] = [{_REPO!r}, {_SITE!r}]; import nri_plugin.config, "
+         "nri_plugin.plan.planner, nri_plugin.plan.placement, nri_plugin.enforce.cgroupfs, "
+         "nri_plugin.enforce.plan_writes, nri_plugin.topology.cpus")
 CTR = "/kubepods/burstable/pod-1234/ctr-abcd"
 SLA = ("enforcement: hard\ncpu:\n  limit: 2.5\n  period: 100ms\nnuma:\n  nodes: '0'\n"
        "memory:\n  high: 8Gi\n  max: 10Gi\nio:\n  weight: 500\n")
@@ -134,7 +134,7 @@ def main() -> int:
             shutil.rmtree(cold_dir, ignore_errors=True)
 
         fast = [py, "-I", "-S", str(HOOK_MAIN)]
-        module = [py, "-I", "-m", "nri_sla.hook"]
+        module = [py, "-I", "-m", "nri_plugin.hook"]
         variants = [
             ("bare python3 -I -S -c pass", [py, "-I", "-S", "-c", "pass"], b""),
             ("-I -S __main__.py, no SLA", [*fast, *warm], state_plain),
@@ -145,8 +145,8 @@ def main() -> int:
              state_sla),
             ("-I -S __main__.py, SLA, warm, NRI_SLA_HOOK_LOG", [*fast, *warm], state_sla,
              None, {**os.environ, "NRI_SLA_HOOK_LOG": str(top / "hook.log")}),
-            ("-I -m nri_sla.hook, SLA, warm", [*module, *warm], state_sla),
-            ("-I -m nri_sla.hook, SLA, cold", [*module, *cold], state_sla, empty_cold_cache),
+            ("-I -m nri_plugin.hook, SLA, warm", [*module, *warm], state_sla),
+            ("-I -m nri_plugin.hook, SLA, cold", [*module, *cold], state_sla, empty_cold_cache),
             ("nri-sla hook (console script), SLA, warm", [script, "hook", *warm], state_sla),
             # Where the cold path's time goes: importing the shared data path alone.
             ("(import sla+config+plan+enforce only)", [py, "-I", "-S", "-c", STACK],

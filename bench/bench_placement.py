@@ -11,8 +11,8 @@ import argparse
 import statistics
 import time
 
-from nri_sla.plan.placement import Allocator, PlacementError, PlacementRequest
-from nri_sla.topology import Gpu, GpuInventory, NumaNode, Topology
+from nri_plugin.plan.placement import Allocator, PlacementError, PlacementRequest
+from nri_plugin.topology import Gpu, GpuInventory, NumaNode, Topology
 
 NODES, CORES, THREADS, GPUS = 8, 16, 2, 16
 RELEASES: list[float] = []

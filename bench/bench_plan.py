@@ -14,12 +14,12 @@ import statistics
 import time
 from pathlib import Path
 
-from nri_sla.config import NodeConfig
-from nri_sla.enforce.adjustment import build_adjustment
-from nri_sla.node import NodeState, decide
-from nri_sla.plan.placement import Allocator
-from nri_sla.plan.rt_budget import RtBudget
-from nri_sla.topology.snapshot import load_snapshot
+from nri_plugin.config import NodeConfig
+from nri_plugin.enforce.adjustment import build_adjustment
+from nri_plugin.node import NodeState, decide
+from nri_plugin.plan.placement import Allocator
+from nri_plugin.plan.rt_budget import RtBudget
+from nri_plugin.topology.snapshot import load_snapshot
 
 TYPICAL = {
     "sla.nri.io/pod": "cpu: {limit: 2.5, period: 100ms}\n"

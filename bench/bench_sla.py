@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from nri_sla.sla import SlaError, sla_for_container
-from nri_sla.sla.parse import _cached_document, _resolve, clear_caches
+from nri_plugin.sla import SlaError, sla_for_container
+from nri_plugin.sla.parse import _cached_document, _resolve, clear_caches
 
 POD_DOC = """\
 cpu: {limit: 2.5, period: 100ms}

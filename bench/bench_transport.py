@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """NRI transport benchmark: simulator (runtime side, this process) <-> plugin (a child
-process running nri_sla.nri.Stub) over a real unix socket.
+process running nri_plugin.nri.Stub) over a real unix socket.
 
 Prints CreateContainer round-trip latency (p50/p99 over --requests calls with
 golden-sized messages and a trivial handler), Synchronize time for 1,000 and 10,000
@@ -20,12 +20,12 @@ import sys
 import tempfile
 import time
 
-from nri_sla.nri.simulator import RuntimeSimulator, make_container, make_pod
+from nri_plugin.nri.simulator import RuntimeSimulator, make_container, make_pod
 
 PLUGIN = r"""
 import asyncio, sys
-from nri_sla.nri.pb import nri_pb2 as pb
-from nri_sla.nri.stub import Stub
+from nri_plugin.nri.pb import nri_pb2 as pb
+from nri_plugin.nri.stub import Stub
 
 class Trivial:
     def __init__(self):
@@ -89,7 +89,7 @@ async def main(args: argparse.Namespace) -> dict[str, float]:
             "sla.nri.io/container.work": "cpu: {limit: 0.5}\nmemory: {max: 256Mi}\n"})
         ctr = make_container(pod, "work")
         out["create_request_bytes"] = len(
-            __import__("nri_sla.nri.pb.nri_pb2", fromlist=["x"]).CreateContainerRequest(
+            __import__("nri_plugin.nri.pb.nri_pb2", fromlist=["x"]).CreateContainerRequest(
                 pod=pod, container=ctr).SerializeToString())
         for _ in range(500):  # warm-up
             await s.create_container(pod, ctr)

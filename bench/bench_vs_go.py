@@ -36,7 +36,7 @@ from pathlib import Path
 
 from google.protobuf import json_format
 
-from nri_sla.nri.simulator import make_container, make_pod
+from nri_plugin.nri.simulator import make_container, make_pod
 
 SLA = "cpu: {limit: 0.5}\nmemory: {max: 256Mi}"
 TARGETS = {"create_p50": 1.5, "create_p99": 2.0, "sync_1000": 3.0}
@@ -208,12 +208,12 @@ def summary(fig: PluginFigures) -> dict[str, float]:
 def main(args: argparse.Namespace) -> dict:
     # The nri-sla of this Python (the checkout under test) before any other on PATH.
     beside = Path(sys.executable).with_name("nri-sla")
-    nri_sla = args.nri_sla or (str(beside) if beside.exists() else shutil.which("nri-sla"))
-    if not nri_sla:
+    nri_plugin = args.nri_plugin or (str(beside) if beside.exists() else shutil.which("nri-sla"))
+    if not nri_plugin:
         raise BenchError("no nri-sla executable: pass --nri-sla PATH")
     plugin_cmds = {
         "go": [args.go_plugin, *args.go_plugin_arg, "-socket"],
-        "nri-sla": [nri_sla, "run", "--metrics-address", "", *args.nri_sla_arg, "--socket"],
+        "nri-sla": [nri_plugin, "run", "--metrics-address", "", *args.nri_sla_arg, "--socket"],
     }
     figs = {name: PluginFigures(name) for name in plugin_cmds}
     with tempfile.TemporaryDirectory(prefix="nri-bench-go-") as tmp:

@@ -1,12 +1,12 @@
 import subprocess
 import sys
 
-from nri_sla import __version__
-from nri_sla.cli import main
+from nri_plugin import __version__
+from nri_plugin.cli import main
 
 
 def test_version_flag():
-    out = subprocess.run([sys.executable, "-m", "nri_sla.cli", "--version"],
+    out = subprocess.run([sys.executable, "-m", "nri_plugin.cli", "--version"],
                          capture_output=True, text=True, check=True)
     assert out.stdout.strip() == f"nri-sla {__version__}"
 

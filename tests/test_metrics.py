@@ -1,4 +1,4 @@
-"""nri_sla.metrics: the registry's contents and the HTTP endpoints over real sockets."""
+"""nri_plugin.metrics: the registry's contents and the HTTP endpoints over real sockets."""
 
 import socket
 import threading
@@ -8,8 +8,8 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from nri_sla import __version__
-from nri_sla.metrics import (
+from nri_plugin import __version__
+from nri_plugin.metrics import (
     ListenAddress,
     Metrics,
     MetricsError,

@@ -33,8 +33,8 @@ die() { echo "build.sh: $*" >&2; exit 1; }
 command -v dpkg-deb >/dev/null || die "dpkg-deb not found (apt-get install dpkg-dev)"
 "$PYTHON" -m pip --version >/dev/null 2>&1 || die "$PYTHON has no pip"
 
-VERSION=$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' "$REPO/nri_sla/__init__.py")
-[ -n "$VERSION" ] || die "no __version__ in nri_sla/__init__.py"
+VERSION=$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' "$REPO/nri_plugin/__init__.py")
+[ -n "$VERSION" ] || die "no __version__ in nri_plugin/__init__.py"
 ARCH=$(dpkg --print-architecture)
 PYVER=$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 PYNEXT=$("$PYTHON" -c 'import sys; print("%d.%d" % (sys.version_info[0], sys.version_info[1] + 1))')
@@ -47,7 +47,7 @@ mkdir -p "$STAGE/DEBIAN" "$OUT_DIR" "$WHEELHOUSE"
 # --- 1. the project wheel, built from a copy so the working tree gets no build/ dir ----
 mkdir -p "$WORK/src"
 cp "$REPO/pyproject.toml" "$REPO/README.md" "$WORK/src/"
-(cd "$REPO" && tar --exclude=__pycache__ --exclude='*.pyc' -cf - nri_sla) | tar -xf - -C "$WORK/src"
+(cd "$REPO" && tar --exclude=__pycache__ --exclude='*.pyc' -cf - nri_plugin) | tar -xf - -C "$WORK/src"
 # With setuptools >= 77 (pyproject's build requirement) at hand, build offline with it;
 # else let pip fetch the build backend into an isolated environment.
 isolation=--no-build-isolation
@@ -89,7 +89,7 @@ import sys
 # Relative to this file, so an unpacked package (dpkg -x DIR) runs from DIR too.
 _usr = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 sys.path.insert(0, os.path.join(_usr, "lib", "nri-sla", "site"))
-from nri_sla.cli import main  # noqa: E402
+from nri_plugin.cli import main  # noqa: E402
 
 sys.exit(main())
 EOF
@@ -101,9 +101,10 @@ install -D -m 0644 "$REPO/packaging/systemd/nri-sla.service" \
 install -D -m 0755 "$REPO/packaging/nri/50-nri-sla" "$STAGE/usr/share/nri-sla/nri-plugin/50-nri-sla"
 install -D -m 0644 "$REPO/packaging/nri/50-nri-sla.conf" \
     "$STAGE/usr/share/nri-sla/nri-plugin/50-nri-sla.conf"
-for f in config.toml.example config-1.7.toml.example; do
-    install -D -m 0644 "$REPO/packaging/containerd/$f" "$STAGE/usr/share/nri-sla/containerd/$f"
-done
+install -D -m 0644 "$REPO/config.toml.example" \
+    "$STAGE/usr/share/nri-sla/containerd/config.toml.example"
+install -D -m 0644 "$REPO/packaging/containerd/config-1.7.toml.example" \
+    "$STAGE/usr/share/nri-sla/containerd/config-1.7.toml.example"
 # The service and the pre-launch wrapper pass --config /etc/nri-sla/config.yaml, which
 # must exist: ship the example, or a file of comments only (= all defaults).
 conffiles=(/etc/nri-sla/config.yaml)

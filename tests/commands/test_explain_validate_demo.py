@@ -13,8 +13,8 @@ REPO = Path(__file__).resolve().parents[2]
 DGX = str(REPO / "examples" / "dgx-like.yaml")
 
 
-def nri_sla(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "nri_sla.cli", *args], capture_output=True,
+def nri_plugin(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "nri_plugin.cli", *args], capture_output=True,
                           text=True, timeout=60, cwd=REPO)
 
 
@@ -38,7 +38,7 @@ def pod_file(tmp_path: Path, annotations: dict[str, str], kind: str = "Pod",
 def test_explain_shows_gpus_and_numa_from_inventory(tmp_path):
     path = pod_file(tmp_path, {"sla.nri.io/pod": "gpu: {count: 2, topology: nvlink}\n"
                                                  "cpu: {exclusive: 4}"})
-    out = nri_sla("explain", "--inventory", DGX, "--cgroup", "v2", "--json", path)
+    out = nri_plugin("explain", "--inventory", DGX, "--cgroup", "v2", "--json", path)
     assert out.returncode == 0, out.stderr
     (result,) = json.loads(out.stdout)
     adj = result["adjustment"]
@@ -53,7 +53,7 @@ def test_explain_shows_gpus_and_numa_from_inventory(tmp_path):
 def test_explain_v1_direct_writes_and_kinds(tmp_path, kind):
     path = pod_file(tmp_path, {"sla.nri.io/pod": "memory: {high: 1Gi, max: 2Gi}",
                                "sla.nri.io/enforcement": "soft"}, kind)
-    out = nri_sla("explain", "--inventory", DGX, "--cgroup", "v1", path)
+    out = nri_plugin("explain", "--inventory", DGX, "--cgroup", "v1", path)
     assert out.returncode == 0, out.stderr
     assert "at StartContainer write memory/memory.soft_limit_in_bytes = 1073741824" in out.stdout
     assert "warning: sla.nri.io/pod: memory.high" in out.stdout
@@ -61,7 +61,7 @@ def test_explain_v1_direct_writes_and_kinds(tmp_path, kind):
 
 def test_explain_refusal_exits_1_with_message(tmp_path):
     path = pod_file(tmp_path, {"sla.nri.io/container.work": "memory: {high: 12Gi, max: 10Gi}"})
-    out = nri_sla("explain", "--inventory", DGX, "--cgroup", "v2", path)
+    out = nri_plugin("explain", "--inventory", DGX, "--cgroup", "v2", path)
     assert out.returncode == 1
     assert ("sla.nri.io/container.work: memory.high (12Gi) must be below memory.max (10Gi)"
             in out.stdout)
@@ -70,25 +70,25 @@ def test_explain_refusal_exits_1_with_message(tmp_path):
 def test_explain_unreadable_manifest_exits_2(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("kind: Pod\nmetadata: [unclosed")
-    out = nri_sla("explain", "--inventory", DGX, str(bad))
+    out = nri_plugin("explain", "--inventory", DGX, str(bad))
     assert out.returncode == 2 and "not valid YAML" in out.stderr
     assert "Traceback" not in out.stderr
 
 
 def test_validate_exit_codes(tmp_path):
     good = pod_file(tmp_path, {"sla.nri.io/pod": "cpu: {limit: 2}"}, containers=("a", "b"))
-    out = nri_sla("validate", good)
+    out = nri_plugin("validate", good)
     assert out.returncode == 0 and out.stdout.count(": ok") == 2
     bad = pod_file(tmp_path, {"sla.nri.io/pod": "cpu: {limt: 2}"}, "Deployment")
-    out = nri_sla("validate", good, bad)
+    out = nri_plugin("validate", good, bad)
     assert out.returncode == 1
     assert "sla.nri.io/pod: cpu.limt" in out.stdout
-    out = nri_sla("validate", str(tmp_path / "missing.yaml"))
+    out = nri_plugin("validate", str(tmp_path / "missing.yaml"))
     assert out.returncode == 2 and "cannot read" in out.stderr
 
 
 def test_demo_prints_table_with_enforced_and_refused():
-    out = nri_sla("demo")
+    out = nri_plugin("demo")
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert any(line.startswith("POD") and "RESULT" in line for line in lines)
@@ -98,7 +98,7 @@ def test_demo_prints_table_with_enforced_and_refused():
 
 
 def test_demo_containerd_17_v1():
-    out = nri_sla("demo", "--runtime", "containerd-1.7", "--cgroup", "v1")
+    out = nri_plugin("demo", "--runtime", "containerd-1.7", "--cgroup", "v1")
     assert out.returncode == 0, out.stderr
     assert "NRI older than v0.10" in " ".join(out.stdout.split())
 
@@ -107,7 +107,7 @@ def test_node_config_inventory_snapshot_is_used(tmp_path):
     config = tmp_path / "config.yaml"
     config.write_text(f"gpu:\n  inventory: {DGX}\n  injection: env\n")
     path = pod_file(tmp_path, {"sla.nri.io/pod": "gpu: {count: 1}"})
-    out = nri_sla("explain", "--config", str(config), "--cgroup", "v2", "--json", path)
+    out = nri_plugin("explain", "--config", str(config), "--cgroup", "v2", "--json", path)
     assert out.returncode == 0, out.stderr
     (result,) = json.loads(out.stdout)
     assert result["adjustment"]["env"][0]["key"] == "NVIDIA_VISIBLE_DEVICES"

@@ -205,7 +205,7 @@ def plugins(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Plugins]
 @pytest.fixture(scope="session")
 def sla_plugin_argv() -> list[str]:
     """`nri-sla run` as this checkout installs it; skipped until the command exists."""
-    base = [sys.executable, "-m", "nri_sla.cli", "run"]
+    base = [sys.executable, "-m", "nri_plugin.cli", "run"]
     r = subprocess.run([*base, "--help"], capture_output=True, text=True, timeout=60)
     if r.returncode != 0:
         pytest.skip("`nri-sla run --help` fails, so the SLA plugin cannot be started: "

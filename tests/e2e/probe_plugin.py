@@ -1,6 +1,6 @@
 """A minimal external NRI plugin used only to check the e2e harness itself.
 
-It is deliberately independent of nri_sla's transport (only the generated protobuf
+It is deliberately independent of nri_plugin's transport (only the generated protobuf
 modules are shared), so that a failing e2e run tells whether the environment (containerd,
 runc, cgroups, images) or the project's plugin is at fault.
 
@@ -23,7 +23,7 @@ import struct
 import sys
 import time
 
-from nri_sla.nri.pb import nri_pb2, ttrpc_pb2
+from nri_plugin.nri.pb import nri_pb2, ttrpc_pb2
 
 MUX = struct.Struct(">II")  # conn id, payload length
 TTRPC = struct.Struct(">IIBB")  # data length, stream id, type, flags

@@ -75,4 +75,10 @@ def test_containerd_config_enables_nri_on_private_paths(e2e_config_module, major
     assert cri["restrict_oom_score_adj"] is True
     opts = runtimes["runc"]["options"]
     assert (opts["BinaryName"], opts["SystemdCgroup"]) == (str(runc), False)
+    # the shipped config's NRI timeouts and pass-through, not settings of the harness's own
+    shipped = tomllib.loads(e2e_config_module.SHIPPED[major].read_text())
+    assert nri["plugin_request_timeout"] == shipped["plugins"]["io.containerd.nri.v1.nri"][
+        "plugin_request_timeout"]
+    assert "sla.nri.io/applied" not in str(runtimes["runc"]["pod_annotations"])
+    assert runtimes["runc"]["pod_annotations"] == e2e_config_module.shipped_settings(major)[1]
     assert opts["Root"] == f"{base}/runc"

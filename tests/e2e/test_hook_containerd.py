@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from e2e_config import shipped_settings, toml_value
 
 pytestmark = pytest.mark.e2e
 
@@ -41,7 +42,7 @@ def hooked(cluster):
     base_spec.write_text(json.dumps(spec))
     cluster.add_runtime_handler("hooked", (
         f'base_runtime_spec = "{base_spec}"\n'
-        'pod_annotations = ["sla.nri.io/*", "io.kubernetes.sla/*"]\n'))
+        f"pod_annotations = {toml_value(shipped_settings(cluster.major)[1])}\n"))
     return "hooked"
 
 

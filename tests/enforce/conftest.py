@@ -1,4 +1,4 @@
-"""Fixtures for nri_sla.enforce: fake cgroup/sysfs trees and real scratch cgroups."""
+"""Fixtures for nri_plugin.enforce: fake cgroup/sysfs trees and real scratch cgroups."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from nri_sla.enforce.nodefacts import CgroupFacts, cgroup_paths_from_proc, detect_cgroup_facts
+from nri_plugin.enforce.nodefacts import CgroupFacts, cgroup_paths_from_proc, detect_cgroup_facts
 
 V1_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory", "blkio", "pids")
 

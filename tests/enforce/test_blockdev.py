@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from nri_sla.enforce import DeviceError, bfq_active, io_scheduler, resolve_block_device
-from nri_sla.enforce.blockdev import any_bfq, whole_disk
+from nri_plugin.enforce import DeviceError, bfq_active, io_scheduler, resolve_block_device
+from nri_plugin.enforce.blockdev import any_bfq, whole_disk
 
 
 @pytest.fixture

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from nri_sla.enforce import cgfile, cgpaths
-from nri_sla.enforce.cgroupfs import CgroupWrite, writer_for
-from nri_sla.enforce.errors import CgroupFactsError, CgroupPathError
-from nri_sla.enforce.nodefacts import container_cgroup_paths, detect_cgroup_facts
-from nri_sla.hook import writes as hook_writes
-from nri_sla.hook.cgdirs import NodeCgroups, container_dirs
+from nri_plugin.enforce import cgfile, cgpaths
+from nri_plugin.enforce.cgroupfs import CgroupWrite, writer_for
+from nri_plugin.enforce.errors import CgroupFactsError, CgroupPathError
+from nri_plugin.enforce.nodefacts import container_cgroup_paths, detect_cgroup_facts
+from nri_plugin.hook import writes as hook_writes
+from nri_plugin.hook.cgdirs import NodeCgroups, container_dirs
 
 SLICE = ("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-poda.slice/"
          "cri-containerd-abc.scope")
@@ -226,12 +226,13 @@ def test_shared_cores_import_lean():
     json (each costs more start-up time than the run's own work)."""
     root = str(Path(__file__).resolve().parents[2])
     code = (f"import sys; sys.path.insert(0, {root!r}); "
-            "import nri_sla.enforce.cgfile, nri_sla.enforce.cgpaths, nri_sla.decision_line; "
+            "import nri_plugin.enforce.cgfile, nri_plugin.enforce.cgpaths, "
+            "nri_plugin.decision_line; "
             "print(' '.join(sorted(sys.modules)))")
     out = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True,
                          text=True, check=True).stdout.split()
-    assert "nri_sla.enforce.cgfile" in out
+    assert "nri_plugin.enforce.cgfile" in out
     for heavy in ("pathlib", "dataclasses", "typing", "re", "logging", "json",
-                  "collections", "nri_sla.enforce.nodefacts", "nri_sla.enforce.cgroupfs"):
+                  "collections", "nri_plugin.enforce.nodefacts", "nri_plugin.enforce.cgroupfs"):
         assert heavy not in out, heavy
 

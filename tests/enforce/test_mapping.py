@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nri_sla.enforce import CgroupWrite
-from nri_sla.enforce.mapping import (
+from nri_plugin.enforce import CgroupWrite
+from nri_plugin.enforce.mapping import (
     io_weight_to_bfq,
     io_weight_to_cfq,
     v1_cpu_writes,
@@ -18,7 +18,7 @@ from nri_sla.enforce.mapping import (
     v2_io_writes,
     v2_memory_writes,
 )
-from nri_sla.plan.model import IoLimit
+from nri_plugin.plan.model import IoLimit
 
 RULE = IoLimit(254, 0, read_bps=524288000, write_bps=209715200, read_iops=20000)
 

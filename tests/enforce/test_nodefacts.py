@@ -9,15 +9,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nri_sla.enforce import (
+from nri_plugin.enforce import (
     CgroupFactsError,
     CgroupPathError,
     cgroup_paths_from_proc,
     container_cgroup_paths,
     detect_cgroup_facts,
 )
-from nri_sla.enforce.mountinfo import parse_mountinfo, parse_proc_cgroup
-from nri_sla.enforce.nodefacts import safe_join
+from nri_plugin.enforce.mountinfo import parse_mountinfo, parse_proc_cgroup
+from nri_plugin.enforce.nodefacts import safe_join
 
 SYSTEMD_PATH = "kubepods-burstable-pod0a1b_2c3d.slice:cri-containerd:4f5e6d"
 SYSTEMD_EXPANDED = (

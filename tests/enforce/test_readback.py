@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nri_sla.enforce.readback import parse_cpu_list, values_match
+from nri_plugin.enforce.readback import parse_cpu_list, values_match
 
 
 @pytest.mark.parametrize(

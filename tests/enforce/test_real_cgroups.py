@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from nri_sla.enforce import (
+from nri_plugin.enforce import (
     CgroupPaths,
     CgroupV1Writer,
     CgroupWrite,
@@ -21,8 +21,8 @@ from nri_sla.enforce import (
     release_rt_ancestors,
     resolve_block_device,
 )
-from nri_sla.enforce.mapping import v1_cpu_writes, v1_io_writes, v1_memory_writes
-from nri_sla.plan.model import IoLimit
+from nri_plugin.enforce.mapping import v1_cpu_writes, v1_io_writes, v1_memory_writes
+from nri_plugin.plan.model import IoLimit
 
 pytestmark = pytest.mark.root
 
@@ -65,7 +65,7 @@ def test_cpuset_normalised_and_refused(scratch_v1) -> None:
 
 
 def _cpus(text: str) -> set[int]:
-    from nri_sla.enforce.readback import parse_cpu_list
+    from nri_plugin.enforce.readback import parse_cpu_list
 
     return parse_cpu_list(text)
 
@@ -166,8 +166,8 @@ def test_rt_budget_propagation(scratch_v1) -> None:
 
 
 def test_v2_writes(scratch_v2: Path) -> None:
-    from nri_sla.enforce import CgroupV2Writer
-    from nri_sla.enforce.mapping import v2_cpu_writes, v2_memory_writes
+    from nri_plugin.enforce import CgroupV2Writer
+    from nri_plugin.enforce.mapping import v2_cpu_writes, v2_memory_writes
 
     w = CgroupV2Writer(scratch_v2)
     writes = v2_memory_writes(high=(64 << 20) + 1, max_bytes=128 << 20)

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nri_sla.enforce import RtBudgetError, raise_rt_ancestors, release_rt_ancestors
-from nri_sla.enforce.rt import BW_SHIFT, plan_rt_ancestors, runtime_for_ratio, to_ratio
+from nri_plugin.enforce import RtBudgetError, raise_rt_ancestors, release_rt_ancestors
+from nri_plugin.enforce.rt import BW_SHIFT, plan_rt_ancestors, runtime_for_ratio, to_ratio
 
 
 def _group(path: Path, runtime: int, period: int = 1_000_000) -> Path:

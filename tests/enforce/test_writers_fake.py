@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from nri_sla.enforce import (
+from nri_plugin.enforce import (
     CgroupV1Writer,
     CgroupV2Writer,
     CgroupWrite,

@@ -92,18 +92,18 @@ def base_spec(tmp_path_factory: pytest.TempPathFactory, rootfs: Path) -> dict:
 
 
 def hook_command(stage: str, *extra: str, entry: str = "module") -> dict:
-    """The hook as config.json runs it: the venv's python -I -m nri_sla.hook (or nri-sla)."""
+    """The hook as config.json runs it: the venv's python -I -m nri_plugin.hook (or nri-sla)."""
     if entry == "console":
         script = str(Path(sys.executable).parent / "nri-sla")
         args = [script, "hook", "--stage", stage, *extra]
         return {"path": script, "args": args, "timeout": 30}
     if entry == "fast":
-        from nri_sla.hook.spec import fast_hook_entry
+        from nri_plugin.hook.spec import fast_hook_entry
 
         hook = fast_hook_entry(stage, python=sys.executable, timeout=30)
         hook["args"] += list(extra)
         return hook
-    args = [sys.executable, "-I", "-m", "nri_sla.hook", "--stage", stage, *extra]
+    args = [sys.executable, "-I", "-m", "nri_plugin.hook", "--stage", stage, *extra]
     return {"path": sys.executable, "args": args, "timeout": 30}
 
 
@@ -227,15 +227,15 @@ def write_bundle(path: Path, annotations: dict[str, str], cgroups_path: str | No
 
 def run_hook_inproc(state: bytes, **opts):
     """Run the hook flow in this process; returns the Outcome."""
-    from nri_sla.hook.options import HookOptions
-    from nri_sla.hook.run import run
+    from nri_plugin.hook.options import HookOptions
+    from nri_plugin.hook.run import run
 
     return run(HookOptions(**opts), io.BytesIO(state))
 
 
 def run_hook_subprocess(state: bytes, *args: str, timeout: float = 30,
                         env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-I", "-m", "nri_sla.hook", *args], input=state,
+    return subprocess.run([sys.executable, "-I", "-m", "nri_plugin.hook", *args], input=state,
                           capture_output=True, timeout=timeout, env=env)
 
 

@@ -15,15 +15,15 @@ from pathlib import Path
 
 import pytest
 
-import nri_sla.hook.enforce as cold_module
-from nri_sla.hook.errors import EXIT_OK, EXIT_REFUSED
-from nri_sla.plan.model import ContainerPlan
-from nri_sla.plan.record import encode_record
-from nri_sla.topology.testing import build_sysfs
+import nri_plugin.hook.enforce as cold_module
+from nri_plugin.hook.errors import EXIT_OK, EXIT_REFUSED
+from nri_plugin.plan.model import ContainerPlan
+from nri_plugin.plan.record import encode_record
+from nri_plugin.topology.testing import build_sysfs
 
 CTR = "/kubepods/pod-a/ctr-1"
 NAME = "io.kubernetes.cri.container-name"
-HOOK_MAIN = Path(__file__).resolve().parents[2] / "nri_sla" / "hook" / "__main__.py"
+HOOK_MAIN = Path(__file__).resolve().parents[2] / "nri_plugin" / "hook" / "__main__.py"
 
 
 def _files(cdir: Path) -> dict[str, str]:
@@ -220,7 +220,7 @@ def test_per_replica_annotations_still_hit(world):
 @pytest.mark.parametrize("damage", ["flip a byte", "truncate", "garbage", "empty",
                                     "valid digest, wrong key", "malformed decision"])
 def test_corrupt_entries_are_ignored(world, damage):
-    from nri_sla.hook.store import encode
+    from nri_plugin.hook.store import encode
 
     run, _config, _cdir, cache = world
     sla = CASES["hard, cpu+numa+memory+io.weight"]
@@ -298,7 +298,7 @@ def test_refusals_and_gpu_slas_are_not_cached(world):
 
 
 def test_store_bounds(tmp_path, monkeypatch):
-    from nri_sla.hook import store as store_module
+    from nri_plugin.hook import store as store_module
 
     monkeypatch.setattr(store_module, "MAX_ENTRIES", 5)
     s = store_module.Store(str(tmp_path / "c"))
@@ -319,8 +319,8 @@ def test_warm_run_imports_no_parser_planner_or_yaml(world, h, tmp_path):
     sla = CASES["hard, cpu+numa+memory+io.weight"]
     run(sla)
     bundle = h.write_bundle(tmp_path / "bundle-x", {NAME: "app", **sla}, CTR)
-    heavy = ("yaml", "nri_sla.sla", "nri_sla.plan", "nri_sla.config", "dataclasses",
-             "pathlib", "typing", "re", "json", "logging", "nri_sla.enforce.nodefacts")
+    heavy = ("yaml", "nri_plugin.sla", "nri_plugin.plan", "nri_plugin.config", "dataclasses",
+             "pathlib", "typing", "re", "json", "logging", "nri_plugin.enforce.nodefacts")
     loaded = []
     for _ in range(2):  # the second run is the hit (the first stores under this argv)
         proc = subprocess.run(
@@ -330,14 +330,14 @@ def test_warm_run_imports_no_parser_planner_or_yaml(world, h, tmp_path):
         assert proc.returncode == 0, proc.stderr.decode()[-2000:]
         loaded = [line.rsplit("|", 1)[-1].strip() for line in
                   proc.stderr.decode().splitlines() if line.startswith("import time:")]
-    assert "nri_sla.hook.warm" in loaded
+    assert "nri_plugin.hook.warm" in loaded
     assert [m for m in loaded if m in heavy or m.startswith("yaml.")] == []
 
 
 def test_cache_option_and_environment(tmp_path, monkeypatch):
-    from nri_sla.hook.cache import open_store
-    from nri_sla.hook.errors import BadInput
-    from nri_sla.hook.options import HookOptions, parse_argv
+    from nri_plugin.hook.cache import open_store
+    from nri_plugin.hook.errors import BadInput
+    from nri_plugin.hook.options import HookOptions, parse_argv
 
     assert parse_argv(["--cache-dir", "off"]).cache_dir == "off"
     assert parse_argv([f"--cache-dir={tmp_path}"]).cache_dir == str(tmp_path)
@@ -351,10 +351,10 @@ def test_cache_option_and_environment(tmp_path, monkeypatch):
 
 
 def test_mirrored_constants_match_their_sources():
-    from nri_sla import config
-    from nri_sla.enforce import blockdev
-    from nri_sla.hook import cache
-    from nri_sla.sla import ENFORCEMENT_ALIAS
+    from nri_plugin import config
+    from nri_plugin.enforce import blockdev
+    from nri_plugin.hook import cache
+    from nri_plugin.sla import ENFORCEMENT_ALIAS
 
     assert cache.CONFIG_DEFAULT == config.DEFAULT_PATH
     assert cache.CONFIG_LIMIT == config.MAX_CONFIG_BYTES
@@ -366,8 +366,8 @@ def test_library_files_are_dependencies(world, tmp_path):
     """A decision names PyYAML's files; a changed file (an in-place upgrade) is a miss."""
     import yaml
 
-    from nri_sla.hook.cache import file_signature
-    from nri_sla.hook.store import Store
+    from nri_plugin.hook.cache import file_signature
+    from nri_plugin.hook.store import Store
 
     run, _config, _cdir, cache = world
     sla = {"sla.nri.io/pod": "memory:\n  max: 64Mi\n"}

@@ -1,6 +1,6 @@
-"""The decision line the hook writes to NRI_SLA_HOOK_LOG (nri_sla.decision_line).
+"""The decision line the hook writes to NRI_SLA_HOOK_LOG (nri_plugin.decision_line).
 
-One renderer serves the hook and nri_sla.logging; these tests check what the hook's call
+One renderer serves the hook and nri_plugin.logging; these tests check what the hook's call
 produces and that the plugin's logging path (handler, record time, level names, journald
 detection) wires it up to the same line.
 """
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from nri_sla.decision_line import LoggingSetupError, decision_line
-from nri_sla.logging import log_decision, setup_logging
+from nri_plugin.decision_line import LoggingSetupError, decision_line
+from nri_plugin.logging import log_decision, setup_logging
 
 CREATED = 1_795_000_000.25
 APPLIED = {"cpu_quota": 50000, "cpus": "0-3", "io_max": [{"device": "/dev/vda"}],
@@ -94,14 +94,14 @@ def test_hook_line_is_the_plugins_line(tmp_path, monkeypatch, fmt, outcome, erro
 
 def test_text_rendering_imports_no_logging_typing_or_json():
     """The hook renders a text line on every cached run: it must stay import-lean."""
-    code = ("import sys; import nri_sla.decision_line as d; "
+    code = ("import sys; import nri_plugin.decision_line as d; "
             "d.decision_line('text', 'n', 'p', 'c', 'hook', 'warned', {'a': {'b': 1}}, "
             "['w'], None, 0.0); print(' '.join(sorted(sys.modules)))")
     root = str(Path(__file__).resolve().parents[2])
     out = subprocess.run([sys.executable, "-I", "-S", "-c",
                           f"import sys; sys.path.insert(0, {root!r}); {code}"],
                          capture_output=True, text=True, check=True).stdout.split()
-    assert "nri_sla.decision_line" in out
+    assert "nri_plugin.decision_line" in out
     for heavy in ("logging", "typing", "json", "collections", "re", "dataclasses",
                   "pathlib"):
         assert heavy not in out, heavy

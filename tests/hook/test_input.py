@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from nri_sla.hook.errors import EXIT_INTERNAL, EXIT_OK, EXIT_USAGE
-from nri_sla.hook.options import parse_argv
-from nri_sla.hook.state import STATE_LIMIT, parse_config
+from nri_plugin.hook.errors import EXIT_INTERNAL, EXIT_OK, EXIT_USAGE
+from nri_plugin.hook.options import parse_argv
+from nri_plugin.hook.state import STATE_LIMIT, parse_config
 
 SLA = {"sla.nri.io/pod": "cpu:\n  limit: 1\n"}
 
@@ -101,7 +101,7 @@ def test_config_parse_keeps_env_and_cgroups_path():
 
 @pytest.mark.parametrize("doc", [{"linux": []}, {"linux": {"cgroupsPath": 5}}])
 def test_config_bad_linux(doc):
-    from nri_sla.hook.errors import BadInput
+    from nri_plugin.hook.errors import BadInput
 
     with pytest.raises(BadInput):
         parse_config(json.dumps(doc).encode())
@@ -133,7 +133,7 @@ def test_other_containers_sla_is_not_ours(tmp_path, h):
 
 def test_no_sla_does_not_import_yaml_or_protobuf(tmp_path, h):
     bundle = h.write_bundle(tmp_path / "b", {"x": "y"}, "/a/b")
-    code = ("import sys, io\nfrom nri_sla.hook.__main__ import main\n"
+    code = ("import sys, io\nfrom nri_plugin.hook.__main__ import main\n"
             "sys.stdin = io.TextIOWrapper(io.BytesIO(sys.argv[1].encode()))\n"
             "rc = main([])\n"
             "bad = [m for m in ('yaml', 'google.protobuf', 'pynvml', 'argparse') "
@@ -182,7 +182,7 @@ def test_console_entry_runs_the_same_hook(tmp_path, h):
 
 def test_stdin_never_closed_times_out():
     start = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-I", "-m", "nri_sla.hook", "--timeout", "0.5"],
+    proc = subprocess.Popen([sys.executable, "-I", "-m", "nri_plugin.hook", "--timeout", "0.5"],
                             stdin=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         # stdin stays open: the hook is blocked in read() until its own alarm fires.
@@ -215,7 +215,7 @@ def test_multiline_messages_become_one_line(tmp_path, h):
     assert proc.returncode == 1, proc.stderr
     assert len(proc.stderr.decode().splitlines()) == 1, proc.stderr
     assert "cpu.limit" in proc.stderr.decode()
-    from nri_sla.hook.run import one_line
+    from nri_plugin.hook.run import one_line
 
     assert one_line("a\nb\r\nc") == "a b  c"
     assert len(one_line("x" * 10_000)) == 4000

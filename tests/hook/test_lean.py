@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nri_sla.enforce import readback
+from nri_plugin.enforce import readback
 
 _OLD_MEMORY = re.compile(
     r"^memory\.(limit_in_bytes|soft_limit_in_bytes|memsw\.limit_in_bytes|kmem\.limit_in_bytes"

@@ -8,8 +8,8 @@ import subprocess
 
 import pytest
 
-from nri_sla.plan.model import ContainerPlan
-from nri_sla.plan.record import encode_record
+from nri_plugin.plan.model import ContainerPlan
+from nri_plugin.plan.record import encode_record
 
 pytestmark = [pytest.mark.runc, pytest.mark.root]
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from nri_sla.hook.deadline import Deadline, alarm
-from nri_sla.hook.errors import EXIT_INTERNAL, EXIT_OK, EXIT_REFUSED, EXIT_USAGE, HookTimeout
-from nri_sla.plan.model import ContainerPlan
-from nri_sla.plan.record import encode_record
+from nri_plugin.hook.deadline import Deadline, alarm
+from nri_plugin.hook.errors import EXIT_INTERNAL, EXIT_OK, EXIT_REFUSED, EXIT_USAGE, HookTimeout
+from nri_plugin.plan.model import ContainerPlan
+from nri_plugin.plan.record import encode_record
 
 CTR = "/kubepods/pod-a/ctr-1"
 NAME = "io.kubernetes.cri.container-name"
@@ -234,7 +234,7 @@ def test_sla_container_imports_no_protobuf_or_nvml(v2, tmp_path, h, mode):
     probe = ("import atexit, sys\natexit.register(lambda: print(sorted(m for m in ("
              "'google.protobuf', 'pynvml', 'grpc', 'argparse', 'prometheus_client') "
              "if m in sys.modules)))\n")
-    main = Path(__file__).resolve().parents[2] / "nri_sla" / "hook" / "__main__.py"
+    main = Path(__file__).resolve().parents[2] / "nri_plugin" / "hook" / "__main__.py"
     if mode == "-S":
         argv = [sys.executable, "-I", "-S", "-c",
                 probe + f"sys.argv = [{str(main)!r}] + sys.argv[1:]\n"
@@ -242,7 +242,7 @@ def test_sla_container_imports_no_protobuf_or_nvml(v2, tmp_path, h, mode):
                 f"{{'__name__': '__main__', '__file__': {str(main)!r}, '__package__': ''}})"]
     else:
         argv = [sys.executable, "-I", "-c",
-                probe + "import runpy; runpy.run_module('nri_sla.hook', run_name='__main__')"]
+                probe + "import runpy; runpy.run_module('nri_plugin.hook', run_name='__main__')"]
     out = subprocess.run([*argv, "--cgroup-root", str(root), "--config", str(config)],
                          input=h.state_json(bundle).decode(), capture_output=True, text=True,
                          timeout=30)
@@ -265,7 +265,7 @@ def test_deadline_and_alarm():
 
 
 def test_hook_spec_shapes():
-    from nri_sla.hook.spec import HookSpecError, hook_spec, hooks_d_document, oci_hooks
+    from nri_plugin.hook.spec import HookSpecError, hook_spec, hooks_d_document, oci_hooks
 
     spec = hook_spec("createRuntime")
     assert list(spec) == ["create_runtime"]
@@ -283,7 +283,7 @@ def test_hook_spec_shapes():
 
 
 def test_packaged_hook_files_match_the_code():
-    from nri_sla.hook.spec import hooks_d_document, oci_hooks
+    from nri_plugin.hook.spec import hooks_d_document, oci_hooks
 
     top = Path(__file__).resolve().parents[2] / "hooks"
     assert json.loads((top / "nri-sla-hook.json").read_text()) == hooks_d_document("prestart")
@@ -299,7 +299,7 @@ def test_packaged_hook_files_match_the_code():
 
 @pytest.mark.parametrize("fmt", ["text", "json"])
 def test_decision_line_goes_to_the_hook_log(v2, tmp_path, h, fmt):
-    from nri_sla.hook.run import emit
+    from nri_plugin.hook.run import emit
 
     root, _cdir, _run = v2
     config = tmp_path / "log-config.yaml"
@@ -330,7 +330,7 @@ def test_decision_line_goes_to_the_hook_log(v2, tmp_path, h, fmt):
 
 
 def test_no_decision_line_without_an_sla(tmp_path, h):
-    from nri_sla.hook.run import emit
+    from nri_plugin.hook.run import emit
 
     bundle = h.write_bundle(tmp_path / "b", {"x": "y"}, CTR)
     out = h.run_inproc(h.state_json(bundle))

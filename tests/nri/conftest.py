@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from nri_sla.nri import mux
-from nri_sla.nri.pb import nri_pb2 as pb
-from nri_sla.nri.ttrpc import Frame, FrameDecoder
+from nri_plugin.nri import mux
+from nri_plugin.nri.pb import nri_pb2 as pb
+from nri_plugin.nri.ttrpc import Frame, FrameDecoder
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN_DIR = REPO.parent / "shared" / "golden"

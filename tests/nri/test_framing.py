@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from nri_sla.nri import mux
-from nri_sla.nri.core import NriCore, Role
-from nri_sla.nri.errors import Code, ProtocolError
-from nri_sla.nri.pb import ttrpc_pb2
-from nri_sla.nri.ttrpc import (
+from nri_plugin.nri import mux
+from nri_plugin.nri.core import NriCore, Role
+from nri_plugin.nri.errors import Code, ProtocolError
+from nri_plugin.nri.pb import ttrpc_pb2
+from nri_plugin.nri.ttrpc import (
     HEADER,
     MAX_DATA,
     TYPE_DATA,

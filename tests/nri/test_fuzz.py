@@ -10,13 +10,13 @@ import os
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nri_sla.nri import mux
-from nri_sla.nri.core import NriCore, Role
-from nri_sla.nri.errors import Code
-from nri_sla.nri.pb import nri_pb2 as pb
-from nri_sla.nri.pb import ttrpc_pb2
-from nri_sla.nri.stub import PLUGIN_SERVICE, Stub
-from nri_sla.nri.ttrpc import (
+from nri_plugin.nri import mux
+from nri_plugin.nri.core import NriCore, Role
+from nri_plugin.nri.errors import Code
+from nri_plugin.nri.pb import nri_pb2 as pb
+from nri_plugin.nri.pb import ttrpc_pb2
+from nri_plugin.nri.stub import PLUGIN_SERVICE, Stub
+from nri_plugin.nri.ttrpc import (
     HEADER,
     TYPE_REQUEST,
     TYPE_RESPONSE,

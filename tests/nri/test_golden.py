@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from google.protobuf import unknown_fields
 
-from nri_sla.nri import mux
-from nri_sla.nri.core import NriCore, Role
-from nri_sla.nri.pb import nri_pb2 as pb
-from nri_sla.nri.pb import ttrpc_pb2
-from nri_sla.nri.stub import PLUGIN_SERVICE, RUNTIME_SERVICE, Stub
-from nri_sla.nri.ttrpc import TYPE_REQUEST, TYPE_RESPONSE, RequestReceived
+from nri_plugin.nri import mux
+from nri_plugin.nri.core import NriCore, Role
+from nri_plugin.nri.pb import nri_pb2 as pb
+from nri_plugin.nri.pb import ttrpc_pb2
+from nri_plugin.nri.stub import PLUGIN_SERVICE, RUNTIME_SERVICE, Stub
+from nri_plugin.nri.ttrpc import TYPE_REQUEST, TYPE_RESPONSE, RequestReceived
 
 
 def _request_class(method: str):

@@ -9,12 +9,12 @@ import socket
 
 import pytest
 
-from nri_sla.nri import events as ev
-from nri_sla.nri.connection import Connection
-from nri_sla.nri.core import Role
-from nri_sla.nri.errors import Code, ConnectionClosed, PluginConfigError, RegistrationError
-from nri_sla.nri.pb import nri_pb2 as pb
-from nri_sla.nri.simulator import (
+from nri_plugin.nri import events as ev
+from nri_plugin.nri.connection import Connection
+from nri_plugin.nri.core import Role
+from nri_plugin.nri.errors import Code, ConnectionClosed, PluginConfigError, RegistrationError
+from nri_plugin.nri.pb import nri_pb2 as pb
+from nri_plugin.nri.simulator import (
     PluginCallError,
     PluginDropped,
     RuntimeSimulator,
@@ -23,7 +23,7 @@ from nri_sla.nri.simulator import (
     make_pod,
     make_resources,
 )
-from nri_sla.nri.stub import PLUGIN_SERVICE, RUNTIME_SERVICE, Stub
+from nri_plugin.nri.stub import PLUGIN_SERVICE, RUNTIME_SERVICE, Stub
 
 
 class Recorder:
@@ -420,8 +420,8 @@ def test_stop_during_registration_returns_quietly(sock_dir):
 def test_simulator_requests_look_like_containerds(sock_dir, golden_loader):
     """Same envelope as the recorded containerd CreateContainer: service, method,
     namespace metadata, deadline of about request_timeout."""
-    from nri_sla.nri import mux
-    from nri_sla.nri.pb import ttrpc_pb2
+    from nri_plugin.nri import mux
+    from nri_plugin.nri.pb import ttrpc_pb2
 
     golden = golden_loader("containerd-2.3.4.jsonl")
     recorded = next(ttrpc_pb2.Request.FromString(f.data) for c, f in golden.frames("r2p")

@@ -7,8 +7,8 @@ import re
 import pytest
 from google.protobuf import unknown_fields
 
-from nri_sla.nri import protogen
-from nri_sla.nri.pb import nri_pb2 as pb
+from nri_plugin.nri import protogen
+from nri_plugin.nri.pb import nri_pb2 as pb
 
 # The generator stamps its own protobuf version into the module; a newer grpcio-tools
 # changes only those lines. What must match is everything else (the descriptor).
@@ -23,7 +23,7 @@ def test_committed_modules_are_fresh(tmp_path):
         committed = (protogen.PB_DIR / path.name).read_bytes()
         fresh = path.read_bytes()
         assert _VERSION_LINES.sub(b"", committed) == _VERSION_LINES.sub(b"", fresh), (
-            f"nri_sla/nri/pb/{path.name} is stale: run `python -m nri_sla.nri.protogen` "
+            f"nri_plugin/nri/pb/{path.name} is stale: run `python -m nri_plugin.nri.protogen` "
             "and commit it")
 
 

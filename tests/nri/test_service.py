@@ -11,11 +11,11 @@ import textwrap
 
 import pytest
 
-from nri_sla.nri import service
-from nri_sla.nri.errors import PluginConfigError
-from nri_sla.nri.pb import nri_pb2 as pb
-from nri_sla.nri.service import ServiceOptions, SystemdNotifier, run_service
-from nri_sla.nri.simulator import RuntimeSimulator, make_container, make_pod
+from nri_plugin.nri import service
+from nri_plugin.nri.errors import PluginConfigError
+from nri_plugin.nri.pb import nri_pb2 as pb
+from nri_plugin.nri.service import ServiceOptions, SystemdNotifier, run_service
+from nri_plugin.nri.simulator import RuntimeSimulator, make_container, make_pod
 
 
 class Plugin:
@@ -109,7 +109,7 @@ def test_notifier_addresses_and_watchdog_interval():
 
 CHILD = textwrap.dedent("""
     import asyncio, sys
-    from nri_sla.nri.service import ServiceOptions, run_service
+    from nri_plugin.nri.service import ServiceOptions, run_service
     class Plugin:
         def create_container(self, pod, ctr):
             return None

@@ -1,5 +1,5 @@
-"""packaging/containerd: the example containerd configurations parse and carry the keys
-nri-sla relies on, at the table paths of each config version."""
+"""config.toml.example (containerd 2.x, top level) and packaging/containerd's 1.7 variant
+parse and carry the keys nri-sla relies on, at the table paths of each config version."""
 
 import tomllib
 
@@ -7,7 +7,9 @@ import pytest
 import yaml
 
 NRI = "io.containerd.nri.v1.nri"
-ANNOTATIONS = ["sla.nri.io/*", "io.kubernetes.sla/*"]
+# Exactly the keys nri-sla reads; never the records it writes (applied, warnings).
+ANNOTATIONS = ["sla.nri.io/pod", "sla.nri.io/container.*", "sla.nri.io/enforcement",
+               "io.kubernetes.sla/enforcement-mode"]
 BASE_SPEC = "/etc/nri-sla/base-runtime-spec.json"
 
 # file -> (config version, CRI plugin id holding the runtime handlers)
@@ -18,7 +20,8 @@ FILES = {
 
 
 def load(pk, name):
-    with open(pk.PACKAGING / "containerd" / name, "rb") as f:
+    where = pk.REPO if name == "config.toml.example" else pk.PACKAGING / "containerd"
+    with open(where / name, "rb") as f:
         return tomllib.load(f)
 
 
@@ -73,3 +76,30 @@ def test_daemonset_tolerates_the_configured_annotation(pk):
     annotations = ds["spec"]["template"]["metadata"]["annotations"]
     assert annotations[key] == "true"
     assert annotations["tolerate-missing-plugins.nri.io"] == "true"  # containerd 2.2
+
+
+@pytest.mark.parametrize("name", sorted(FILES))
+def test_pass_through_never_matches_what_nri_sla_writes(pk, name):
+    # containerd matches pod_annotations with Go's filepath.Match: '*' stops at '/'.
+    from fnmatch import fnmatchcase
+
+    _, cri = FILES[name]
+    patterns = load(pk, name)["plugins"][cri]["containerd"]["runtimes"]["runc"][
+        "pod_annotations"]
+
+    def passes(key):
+        return any(fnmatchcase(key, p) and "/" not in key[p.rfind("/") + 1:]
+                   for p in patterns)
+
+    for read in ("sla.nri.io/pod", "sla.nri.io/container.web", "sla.nri.io/enforcement",
+                 "io.kubernetes.sla/enforcement-mode"):
+        assert passes(read), read
+    for written in ("sla.nri.io/applied", "sla.nri.io/warnings", "sla.nri.io/other",
+                    "io.kubernetes.sla/other"):
+        assert not passes(written), written
+
+
+def test_the_hook_example_passes_the_same_keys(pk):
+    doc = tomllib.loads((pk.REPO / "hooks" / "containerd-config.toml.example").read_text())
+    runc = doc["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]["runc"]
+    assert runc["pod_annotations"] == ANNOTATIONS

@@ -12,18 +12,18 @@ from pathlib import Path
 
 import pytest
 
-from nri_sla import __version__
-from nri_sla.config import parse_config
-from nri_sla.nri.simulator import RuntimeSimulator
+from nri_plugin import __version__
+from nri_plugin.config import parse_config
+from nri_plugin.nri.simulator import RuntimeSimulator
 
 # Dependency wheels survive between sessions here: only the first build needs PyPI.
 WHEELHOUSE = Path(os.environ.get("NRI_SLA_WHEELHOUSE", "/tmp/nri-sla-wheelhouse"))
 
 EXPECTED = [
     "./usr/bin/nri-sla",
-    "./usr/lib/nri-sla/site/nri_sla/__init__.py",
-    "./usr/lib/nri-sla/site/nri_sla/cli.py",
-    "./usr/lib/nri-sla/site/nri_sla/metrics.py",
+    "./usr/lib/nri-sla/site/nri_plugin/__init__.py",
+    "./usr/lib/nri-sla/site/nri_plugin/cli.py",
+    "./usr/lib/nri-sla/site/nri_plugin/metrics.py",
     "./usr/lib/nri-sla/site/yaml/__init__.py",
     "./usr/lib/nri-sla/site/google/protobuf/__init__.py",
     "./usr/lib/nri-sla/site/prometheus_client/__init__.py",
@@ -84,7 +84,7 @@ def test_contents_and_ownership(deb, pk):
     assert not missing, missing
     assert all(line.split()[1] == "root/root" for line in listing)
     # byte-compiled at build time: nothing for root-run hooks to write later
-    assert any(re.search(r"site/nri_sla/__pycache__/cli\.cpython-\d+\.pyc$", p) for p in paths)
+    assert any(re.search(r"site/nri_plugin/__pycache__/cli\.cpython-\d+\.pyc$", p) for p in paths)
     assert not any("/site/bin/" in p for p in paths)
     if (pk.REPO / "hooks" / "nri-sla-hook.json").exists():
         assert "./usr/share/containers/oci/hooks.d/nri-sla-hook.json" in paths
@@ -129,10 +129,10 @@ def test_version_from_the_package(unpacked):
 
 
 def test_package_code_not_the_checkout(unpacked):
-    # prove the launcher imports the bundled copy: ask it where nri_sla lives
+    # prove the launcher imports the bundled copy: ask it where nri_plugin lives
     launcher = (unpacked / "usr/bin/nri-sla").read_text()
-    probe = launcher.replace("from nri_sla.cli import main  # noqa: E402\n\nsys.exit(main())",
-                             "import nri_sla, yaml\nprint(nri_sla.__file__, yaml.__file__)")
+    probe = launcher.replace("from nri_plugin.cli import main  # noqa: E402\n\nsys.exit(main())",
+                             "import nri_plugin, yaml\nprint(nri_plugin.__file__, yaml.__file__)")
     assert probe != launcher
     script = unpacked / "usr/bin/probe"
     script.write_text(probe)
@@ -144,8 +144,8 @@ def test_package_code_not_the_checkout(unpacked):
 
 
 def test_inventory_from_the_package(unpacked):
-    if not (unpacked / "usr/lib/nri-sla/site/nri_sla/commands/inventory.py").exists():
-        pytest.skip("nri_sla/commands/inventory.py not written yet: nothing to run")
+    if not (unpacked / "usr/lib/nri-sla/site/nri_plugin/commands/inventory.py").exists():
+        pytest.skip("nri_plugin/commands/inventory.py not written yet: nothing to run")
     res = run_unpacked(unpacked, "inventory")
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip()

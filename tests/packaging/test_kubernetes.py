@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from nri_sla.config import parse_config
+from nri_plugin.config import parse_config
 
 K8S = Path(__file__).resolve().parents[2] / "packaging" / "kubernetes"
 CHART = K8S / "helm" / "nri-sla"
@@ -243,7 +243,7 @@ def test_probes_use_the_metrics_port(manifest):
 
 
 def test_args_are_accepted_by_nri_sla_run(manifest):
-    from nri_sla.commands import run
+    from nri_plugin.commands import run
 
     (ctr,) = _by_kind(manifest, "DaemonSet")["spec"]["template"]["spec"]["containers"]
     parser = argparse.ArgumentParser(exit_on_error=False)
@@ -282,7 +282,7 @@ def test_chart_values_take_effect():
 def test_chart_metadata():
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     assert chart["apiVersion"] == "v2" and chart["name"] == "nri-sla"
-    from nri_sla import __version__
+    from nri_plugin import __version__
     assert chart["appVersion"] == __version__
 
 
@@ -295,7 +295,7 @@ def test_dockerfile(pk):
     (entry,) = [ln for ln in lines if ln.upper().startswith("ENTRYPOINT ")]
     assert json.loads(entry.split(None, 1)[1]) == ["nri-sla", "run"]
     (cmd,) = [ln for ln in lines if ln.upper().startswith("CMD ")]
-    from nri_sla.commands import run
+    from nri_plugin.commands import run
     parser = argparse.ArgumentParser(exit_on_error=False)
     run.add_arguments(parser)
     parser.parse_args(json.loads(cmd.split(None, 1)[1]))

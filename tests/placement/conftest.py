@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from nri_sla.plan.placement import Allocator, Placement
-from nri_sla.topology import Topology, load_inventory, read_topology
-from nri_sla.topology.gpus import GpuInventory
-from nri_sla.topology.testing import (
+from nri_plugin.plan.placement import Allocator, Placement
+from nri_plugin.topology import Topology, load_inventory, read_topology
+from nri_plugin.topology.gpus import GpuInventory
+from nri_plugin.topology.testing import (
     FakeNvml,
     build_mig_proc,
     build_sysfs,
@@ -82,7 +82,7 @@ def ids() -> Callable[[Placement], list[int]]:
 
 def make_inventory(*specs: tuple[int, int | None, set[int]]) -> GpuInventory:
     """GPUs from (index, numa node, NVLink peers) triples."""
-    from nri_sla.topology.gpus import Gpu
+    from nri_plugin.topology.gpus import Gpu
 
     return GpuInventory(tuple(
         Gpu(index=i, uuid=f"GPU-{i:04d}", pci_bus_id=f"0000:{0x10 + i:02x}:00.0",

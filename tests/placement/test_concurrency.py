@@ -3,8 +3,8 @@
 import threading
 from collections import Counter
 
-from nri_sla.plan.placement import Allocator, PlacementError
-from nri_sla.plan.placement import PlacementRequest as Req
+from nri_plugin.plan.placement import Allocator, PlacementError
+from nri_plugin.plan.placement import PlacementRequest as Req
 
 
 def _run(threads_fn):

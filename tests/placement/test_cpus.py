@@ -5,9 +5,9 @@ DGX-like fake: node 0 = CPUs 0-7,16-23, node 1 = 8-15,24-31; core k = {k, k+16}.
 
 import pytest
 
-from nri_sla.plan.placement import Allocator, PlacementError
-from nri_sla.plan.placement import PlacementRequest as Req
-from nri_sla.topology import format_cpulist as fmt
+from nri_plugin.plan.placement import Allocator, PlacementError
+from nri_plugin.plan.placement import PlacementRequest as Req
+from nri_plugin.topology import format_cpulist as fmt
 
 
 def test_gpu_aligned_exclusive_cpus_are_whole_cores_from_the_gpu_node(dgx):

@@ -4,9 +4,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nri_sla.plan.placement import Allocator, PlacementError
-from nri_sla.plan.placement import PlacementRequest as Req
-from nri_sla.topology import format_cpulist
+from nri_plugin.plan.placement import Allocator, PlacementError
+from nri_plugin.plan.placement import PlacementRequest as Req
+from nri_plugin.topology import format_cpulist
 
 OPS = st.lists(st.one_of(
     st.tuples(st.just("alloc"), st.integers(0, 4), st.sampled_from(["any", "numa", "nvlink"]),

@@ -6,10 +6,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from nri_sla.plan.gpu_injection import DeviceNode, GpuInjection, InjectionError, gpu_injection
-from nri_sla.plan.placement import Allocator, Placement
-from nri_sla.plan.placement import PlacementRequest as Req
-from nri_sla.topology.gpus import Gpu, GpuInventory, MigInstance
+from nri_plugin.plan.gpu_injection import DeviceNode, GpuInjection, InjectionError, gpu_injection
+from nri_plugin.plan.placement import Allocator, Placement
+from nri_plugin.plan.placement import PlacementRequest as Req
+from nri_plugin.topology.gpus import Gpu, GpuInventory, MigInstance
 
 UVM_MAJOR = 508
 CAPS_MAJOR = 511

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from nri_sla.plan.placement import Allocator, PlacementError
-from nri_sla.plan.placement import PlacementRequest as Req
+from nri_plugin.plan.placement import Allocator, PlacementError
+from nri_plugin.plan.placement import PlacementRequest as Req
 
 
 def test_record_is_small_json(dgx):

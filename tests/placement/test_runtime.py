@@ -2,8 +2,8 @@
 
 import pytest
 
-from nri_sla.plan.placement import PlacementError, resolve_runtime_devices
-from nri_sla.plan.placement import PlacementRequest as Req
+from nri_plugin.plan.placement import PlacementError, resolve_runtime_devices
+from nri_plugin.plan.placement import PlacementRequest as Req
 
 
 def runtime(visible=None, cdi=(), owner="r", **kw):

@@ -4,8 +4,8 @@ import re
 
 import pytest
 
-from nri_sla.plan.placement import Allocator, PlacementError
-from nri_sla.plan.placement import PlacementRequest as Req
+from nri_plugin.plan.placement import Allocator, PlacementError
+from nri_plugin.plan.placement import PlacementRequest as Req
 
 
 def R(count=None, topology="any", **kw):  # reads like a table row

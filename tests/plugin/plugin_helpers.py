@@ -6,12 +6,12 @@ import asyncio
 import contextlib
 from pathlib import Path
 
-from nri_sla.config import NodeConfig, Permissions
-from nri_sla.enforce.nodefacts import CgroupFacts
-from nri_sla.node import NodeState
-from nri_sla.plan.placement import Allocator
-from nri_sla.plan.rt_budget import RtBudget
-from nri_sla.topology.snapshot import load_snapshot
+from nri_plugin.config import NodeConfig, Permissions
+from nri_plugin.enforce.nodefacts import CgroupFacts
+from nri_plugin.node import NodeState
+from nri_plugin.plan.placement import Allocator
+from nri_plugin.plan.rt_budget import RtBudget
+from nri_plugin.topology.snapshot import load_snapshot
 
 REPO = Path(__file__).resolve().parents[2]
 DGX = REPO / "examples" / "dgx-like.yaml"
@@ -96,9 +96,9 @@ def make_container_dirs(root: Path, cgroups_path: str) -> dict[str, Path]:
 async def plugin_session(node: NodeState, tmp_path: Path, mode: str = "v0.12", metrics=None,
                          pods=(), containers=(), **options):
     """The SLA plugin served over a real unix socket to the runtime simulator."""
-    from nri_sla.nri.simulator import RuntimeSimulator, SimulatorOptions
-    from nri_sla.nri.stub import Stub
-    from nri_sla.plugin import SlaPlugin
+    from nri_plugin.nri.simulator import RuntimeSimulator, SimulatorOptions
+    from nri_plugin.nri.stub import Stub
+    from nri_plugin.plugin import SlaPlugin
 
     socket_path = str(tmp_path / "nri.sock")
     sim_options = SimulatorOptions(mode=mode, **options)

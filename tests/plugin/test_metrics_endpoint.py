@@ -10,10 +10,10 @@ import urllib.request
 
 from plugin_helpers import make_node
 
-from nri_sla.commands.run import build_service
-from nri_sla.metrics import Metrics, start_http_server
-from nri_sla.nri.service import run_service
-from nri_sla.nri.simulator import (
+from nri_plugin.commands.run import build_service
+from nri_plugin.metrics import Metrics, start_http_server
+from nri_plugin.nri.service import run_service
+from nri_plugin.nri.simulator import (
     PluginCallError,
     RuntimeSimulator,
     SimulatorOptions,

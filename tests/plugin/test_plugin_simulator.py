@@ -14,9 +14,9 @@ from plugin_helpers import (
     plugin_session,
 )
 
-from nri_sla.nri.pb import nri_pb2 as pb
-from nri_sla.nri.simulator import PluginCallError, make_container, make_pod
-from nri_sla.topology.cpulist import parse_cpulist
+from nri_plugin.nri.pb import nri_pb2 as pb
+from nri_plugin.nri.simulator import PluginCallError, make_container, make_pod
+from nri_plugin.topology.cpulist import parse_cpulist
 
 GiB = 1024**3
 MiB = 1024**2
@@ -188,7 +188,7 @@ def test_exclusive_cpus_leave_aligned_neighbours_cpusets(tmp_path):
 
 
 def test_hook_injected_for_verification_when_configured(tmp_path):
-    from nri_sla.config import HookConfig
+    from nri_plugin.config import HookConfig
 
     async def scenario():
         node = make_node(2, hook=HookConfig(inject=True))
@@ -223,7 +223,7 @@ def test_hard_direct_write_failure_fails_the_start(tmp_path, v1_tree):
 
 
 def test_update_container_keeps_the_sla_also_after_a_restart(tmp_path):
-    from nri_sla.nri.simulator import make_resources
+    from nri_plugin.nri.simulator import make_resources
 
     async def scenario():
         pod = make_pod("p", annotations={"sla.nri.io/pod": "cpu: {limit: 0.5}\n"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from nri_sla.sla import SlaError, parse_sla_document, sla_for_container
+from nri_plugin.sla import SlaError, parse_sla_document, sla_for_container
 
 
 class Check:

@@ -9,8 +9,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nri_sla import config as cfgmod
-from nri_sla.config import (
+from nri_plugin import config as cfgmod
+from nri_plugin.config import (
     CgroupConfig,
     ConfigError,
     GpuConfig,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nri_sla.sla import GpuSla, IoMaxRule, MemorySla, SlaError, sla_for_container
+from nri_plugin.sla import GpuSla, IoMaxRule, MemorySla, SlaError, sla_for_container
 
 POD = "sla.nri.io/pod"
 WEB = "sla.nri.io/container.web"
@@ -175,7 +175,7 @@ def test_cached_results_are_shared_and_errors_fresh():
 
 
 def test_large_documents_are_parsed_but_not_cached():
-    from nri_sla.sla.parse import _cached_document, _resolve
+    from nri_plugin.sla.parse import _cached_document, _resolve
     big = "cpu: {limit: 1}\n#" + "x" * 5000
     before = (_cached_document.cache_info().currsize, _resolve.cache_info().currsize)
     assert sla_for_container({POD: big}, "web").cpu.limit == 1.0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nri_sla.sla import (
+from nri_plugin.sla import (
     CpuSla,
     GpuSla,
     IoMaxRule,
@@ -279,7 +279,7 @@ def test_all_problems_are_reported_together(check):
 def test_errors_pickle_and_compare():
     import pickle
 
-    from nri_sla.sla import SlaError, SlaErrors
+    from nri_plugin.sla import SlaError, SlaErrors
     one = SlaError(POD, "memory.max", "must be a size")
     again = pickle.loads(pickle.dumps(one))
     assert str(again) == str(one) and again.field == "memory.max"

@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from nri_sla.sla import parse_sla_document
-from nri_sla.sla.safeyaml import YamlProblem, load
+from nri_plugin.sla import parse_sla_document
+from nri_plugin.sla.safeyaml import YamlProblem, load
 
 BILLION_LAUGHS = """
 a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]

@@ -2,7 +2,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nri_sla.topology.cpulist import CpuListError, format_cpulist, parse_cpulist
+from nri_plugin.topology.cpulist import CpuListError, format_cpulist, parse_cpulist
 
 
 @pytest.mark.parametrize(("text", "cpus"), [

@@ -3,10 +3,10 @@ from pathlib import Path
 
 import pytest
 
-from nri_sla.topology import InventoryError, load_inventory
-from nri_sla.topology.gpus import normalize_bus_id
-from nri_sla.topology.nvml_gpus import import_pynvml
-from nri_sla.topology.testing import (
+from nri_plugin.topology import InventoryError, load_inventory
+from nri_plugin.topology.gpus import normalize_bus_id
+from nri_plugin.topology.nvml_gpus import import_pynvml
+from nri_plugin.topology.testing import (
     NVML_ERROR_LIBRARY_NOT_FOUND,
     FakeGpu,
     FakeNvml,

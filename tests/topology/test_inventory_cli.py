@@ -3,7 +3,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from nri_sla.cli import main
+from nri_plugin.cli import main
 
 DGX = Path(__file__).resolve().parents[2] / "examples/dgx-like.yaml"
 
@@ -56,6 +56,6 @@ def test_bad_snapshot_is_one_line_and_exit_1(tmp_path, capsys):
 
 
 def test_entry_point_runs_as_a_process():
-    out = subprocess.run([sys.executable, "-m", "nri_sla.cli", "inventory", "--json"],
+    out = subprocess.run([sys.executable, "-m", "nri_plugin.cli", "inventory", "--json"],
                          capture_output=True, text=True, check=True)
     assert json.loads(out.stdout)["version"] == 1

@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from nri_sla.topology import (
+from nri_plugin.topology import (
     InventoryError,
     load_inventory,
     load_snapshot,

@@ -4,9 +4,9 @@ LinuxResources, swap = memory limit), applied by runc and read back by the conta
 
 from __future__ import annotations
 
-from nri_sla.config import NodeConfig
-from nri_sla.enforce.adjustment import build_adjustment
-from nri_sla.node import build_node, decide
+from nri_plugin.config import NodeConfig
+from nri_plugin.enforce.adjustment import build_adjustment
+from nri_plugin.node import build_node, decide
 
 MIB = 1 << 20
 FILES = ["cpu.max", "cpuset.cpus", "cpuset.mems", "memory.max", "memory.high", "io.max",

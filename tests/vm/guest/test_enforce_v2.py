@@ -1,4 +1,4 @@
-"""nri_sla.enforce's direct cgroup writers on a real cgroup v2 hierarchy: detection, path
+"""nri_plugin.enforce's direct cgroup writers on a real cgroup v2 hierarchy: detection, path
 expansion (cgroupfs and systemd forms), writes with read-back, and how a refusal by the
 kernel comes back (a failed WriteResult naming the file, never an exception escaping).
 """
@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from nri_sla.enforce import apply_to_container, detect_cgroup_facts, raise_for_failures
-from nri_sla.enforce.blockdev import bfq_active, resolve_block_device
-from nri_sla.enforce.errors import CgroupWriteError, DeviceError, EnforceError
-from nri_sla.enforce.mapping import v2_cpu_writes, v2_io_writes, v2_memory_writes
-from nri_sla.plan.model import IoLimit
+from nri_plugin.enforce import apply_to_container, detect_cgroup_facts, raise_for_failures
+from nri_plugin.enforce.blockdev import bfq_active, resolve_block_device
+from nri_plugin.enforce.errors import CgroupWriteError, DeviceError, EnforceError
+from nri_plugin.enforce.mapping import v2_cpu_writes, v2_io_writes, v2_memory_writes
+from nri_plugin.plan.model import IoLimit
 
 MIB = 1 << 20
 

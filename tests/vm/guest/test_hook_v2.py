@@ -24,7 +24,7 @@ def _run_with_hook(bundle, args, annotations, tmp_path, timeout=180, cache="off"
     config["hooks"] = {"createRuntime": [{
         "path": sys.executable,
         # TCG is slow: a generous limit of the hook's own, below the runtime's.
-        "args": [sys.executable, "-I", "-m", "nri_sla.hook", "--stage", "createRuntime",
+        "args": [sys.executable, "-I", "-m", "nri_plugin.hook", "--stage", "createRuntime",
                  "--timeout", "100", "--config", str(tmp_path / "config.yaml"),
                  "--cache-dir", cache],
         "env": [f"NRI_SLA_HOOK_LOG={log}"], "timeout": 120}]}

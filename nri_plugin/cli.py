@@ -1,0 +1,67 @@
+"""The `nri-sla` command line.
+
+Each subcommand lives in its own module under `nri_plugin.commands` and is imported only
+when chosen: `nri-sla hook` is exec'd for every container, so start-up must not pay for
+protobuf, NVML or the plugin service.
+"""
+
+from __future__ import annotations
+
+import sys
+
+# name -> (module under nri_plugin.commands, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("run", "run the NRI plugin service"),
+    "hook": ("hook", "OCI hook entry point (state JSON on stdin)"),
+    "explain": ("explain", "show what each container of a pod manifest would get"),
+    "validate": ("validate", "check the SLA annotations of pod manifests (CI friendly)"),
+    "inventory": ("inventory", "print the node's CPUs, NUMA nodes and GPUs"),
+    "demo": ("demo", "run the plugin against the built-in runtime simulator"),
+}
+
+
+def _top_parser():
+    import argparse
+
+    from nri_plugin import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="nri-sla",
+        description="Pod resource SLAs for containerd nodes (NRI plugin and OCI hook).",
+    )
+    parser.add_argument("--version", action="version", version=f"nri-sla {__version__}")
+    parser.add_argument("command", choices=sorted(COMMANDS), metavar="COMMAND",
+                        help="; ".join(f"{n}: {h}" for n, (_, h) in COMMANDS.items()))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["hook"]:
+        # Exec'd for every container: straight to the hook, no argparse (docs/hook.md).
+        from nri_plugin.hook.__main__ import main as hook_main
+
+        return hook_main(argv[1:])
+    import argparse
+    import importlib
+    import logging
+
+    # One-shot commands: warnings as plain lines (`run` sets up its own structured log).
+    logging.basicConfig(level=logging.WARNING, format="nri-sla: %(message)s")
+    top = _top_parser()
+    if not argv or argv[0].startswith("-"):
+        top.parse_args(argv or ["--help"])
+        return 2
+    name = argv[0]
+    if name not in COMMANDS:
+        top.parse_args(argv[:1])  # prints the choices and exits 2
+    module_name, help_text = COMMANDS[name]
+    module = importlib.import_module(f"nri_plugin.commands.{module_name}")
+    parser = argparse.ArgumentParser(prog=f"nri-sla {name}", description=help_text)
+    module.add_arguments(parser)
+    args = parser.parse_args(argv[1:])
+    return int(module.main(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,28 @@
+"""Arguments shared by the subcommands that need a node (explain, run, demo)."""
+
+from __future__ import annotations
+
+import argparse
+
+from nri_plugin.config import DEFAULT_PATH, load_config
+
+
+def add_node_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", default=None,
+                        help=f"node config file (default {DEFAULT_PATH} if present)")
+    parser.add_argument("--cgroup", choices=("v1", "v2"), default=None,
+                        help="plan for a cgroup v1 or v2 node instead of this host's")
+    parser.add_argument("--inventory", default=None, metavar="FILE",
+                        help="replay a node snapshot (nri-sla inventory --save) "
+                             "instead of reading this host's CPUs and GPUs")
+    parser.add_argument("--sysfs-root", default="/sys", help=argparse.SUPPRESS)
+
+
+def node_from_args(args: argparse.Namespace, detect: bool = False):
+    """A NodeState from the common arguments. Raises ConfigError/ValueError/OSError."""
+    from nri_plugin.node import build_node
+
+    config = load_config(args.config)
+    version = {"v1": 1, "v2": 2, None: None}[args.cgroup]
+    return build_node(config, cgroup_version=version, inventory_file=args.inventory,
+                      sysfs_root=args.sysfs_root, detect=detect)

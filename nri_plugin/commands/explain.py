@@ -1,0 +1,97 @@
+"""`nri-sla explain POD.yaml`: what each container would get on this node, or why not.
+
+A dry run of the plugin's data path: the adjustment fields containerd would receive and
+the cgroup files nri-sla would write itself at StartContainer. Exit status 1 when any
+container would be refused, 2 when a manifest or the node config cannot be read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from nri_plugin.commands.common import add_node_arguments, node_from_args
+from nri_plugin.manifests import ManifestError, load_pods
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("manifests", nargs="+", metavar="POD.yaml",
+                        help="Pod, List or workload manifests (Deployment, Job, ...)")
+    add_node_arguments(parser)
+    parser.add_argument("--nri-version", default="v0.12.0",
+                        help="the runtime's NRI version (memory policy needs v0.12.0)")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def flatten(prefix: str, value: Any) -> list[tuple[str, Any]]:
+    """Nested dicts from MessageToDict as dotted paths, e.g. linux.resources.cpu.quota."""
+    if isinstance(value, dict):
+        if set(value) == {"value"}:  # the Optional* wrappers
+            return [(prefix, value["value"])]
+        items: list[tuple[str, Any]] = []
+        for key, sub in value.items():
+            items += flatten(f"{prefix}.{key}" if prefix else key, sub)
+        return items
+    return [(prefix, value)]
+
+
+def explain_container(node: Any, pod: Any, container: str, nri_version: str) -> dict[str, Any]:
+    from google.protobuf.json_format import MessageToDict
+
+    from nri_plugin.enforce.adjustment import build_adjustment
+    from nri_plugin.node import decide
+
+    decision = decide(node, pod.annotations, container, namespace=pod.namespace,
+                      owner=f"{pod.namespace}/{pod.name}/{container}", nri_version=nri_version,
+                      env=pod.environments.get(container, {}))
+    result: dict[str, Any] = {"pod": f"{pod.namespace}/{pod.name}", "container": container,
+                              "outcome": decision.outcome}
+    if decision.error is not None:
+        result["error"] = str(decision.error)
+    if decision.plan is not None:
+        plan = decision.plan
+        adjustment = build_adjustment(plan, node.annotations_for(plan, "nri"))
+        result["adjustment"] = dict(flatten("", MessageToDict(adjustment)))
+        result["direct_writes"] = [f"{w.controller}/{w.file} = {w.value}"
+                                   for w in node.direct_writes(plan)]
+        result["warnings"] = list(plan.warnings)
+        if plan.placement_record:
+            result["placement"] = plan.placement_record
+    return result
+
+
+def render(result: dict[str, Any], out: Any) -> None:
+    head = f"{result['pod']} / {result['container']}: {result['outcome']}"
+    print(head, file=out)
+    if "error" in result:
+        print(f"  error: {result['error']}", file=out)
+    if "placement" in result:
+        chosen = ", ".join(f"{k} {','.join(v) if isinstance(v, list) else v}"
+                           for k, v in result["placement"].items())
+        print(f"  placement: {chosen}", file=out)
+    for key, value in result.get("adjustment", {}).items():
+        print(f"  adjustment {key} = {value}", file=out)
+    for write in result.get("direct_writes", []):
+        print(f"  at StartContainer write {write}", file=out)
+    for warning in result.get("warnings", []):
+        print(f"  warning: {warning}", file=out)
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        node = node_from_args(args)
+        pods = [pod for path in args.manifests for pod in load_pods(path)]
+    except (ManifestError, ValueError, OSError) as exc:
+        print(f"nri-sla explain: {exc}", file=sys.stderr)
+        return 2
+    results = [explain_container(node, pod, name, args.nri_version)
+               for pod in pods for name in pod.containers]
+    if args.json:
+        json.dump(results, sys.stdout, indent=2)
+        print()
+    else:
+        for result in results:
+            render(result, sys.stdout)
+    return 1 if any(r["outcome"] == "refused" for r in results) else 0

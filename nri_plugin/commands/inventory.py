@@ -1,0 +1,107 @@
+"""`nri-sla inventory`: the node's CPUs, NUMA nodes and GPUs (table, JSON or snapshot)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+from nri_plugin.topology import (
+    GpuInventory,
+    InventoryError,
+    Topology,
+    TopologyError,
+    format_cpulist,
+    load_inventory,
+    load_snapshot,
+    read_topology,
+    save_snapshot,
+)
+from nri_plugin.topology.snapshot import snapshot_to_dict
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--save", metavar="FILE", type=Path,
+                        help="also write a YAML snapshot of this node to FILE")
+    parser.add_argument("--inventory", metavar="FILE", type=Path,
+                        help="replay a snapshot taken with --save instead of reading this node")
+    parser.add_argument("--source", choices=("auto", "nvml", "sysfs"), default="auto",
+                        help="GPU source (default auto: NVML, else sysfs)")
+    parser.add_argument("--sysfs-root", metavar="DIR", type=Path, default=Path("/sys"),
+                        help="read sysfs from DIR (tests, chroots)")
+    parser.add_argument("--proc-root", metavar="DIR", type=Path, default=Path("/proc"),
+                        help="read /proc from DIR (NVIDIA driver files)")
+
+
+def _gib(n: int) -> str:
+    return f"{n / 1024**3:.0f} GiB" if n else "-"
+
+
+def _table(rows: list[list[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+
+
+def render_table(topology: Topology, inventory: GpuInventory) -> str:
+    lines = [
+        f"CPUs: {len(topology.online)} online ({format_cpulist(topology.online)}), "
+        f"{len(topology.cores)} cores, {topology.threads_per_core} thread(s) per core; "
+        f"{len(topology.nodes)} NUMA node(s)",
+        "",
+    ]
+    node_rows = [["NUMA", "CPUs", "memory", "distances", "GPUs"]]
+    for n in topology.nodes:
+        gpus = [str(g.index) for g in inventory.gpus if g.numa_node == n.id]
+        node_rows.append([str(n.id), format_cpulist(n.cpus) or "-",
+                          "yes" if n.has_memory else "no",
+                          " ".join(str(n.distances.get(o.id, "?")) for o in topology.nodes),
+                          ",".join(gpus) or "-"])
+    lines += _table(node_rows)
+    lines.append("")
+    source = f"GPUs: {len(inventory.gpus)} (source: {inventory.source}"
+    if inventory.degraded_reason:
+        source += f"; degraded: {inventory.degraded_reason}"
+    lines.append(source + ")")
+    if inventory.gpus:
+        rows = [["GPU", "NUMA", "PCI", "UUID", "name", "memory", "NVLink peers", "MIG"]]
+        for g in inventory.gpus:
+            rows.append([str(g.index), "?" if g.numa_node is None else str(g.numa_node),
+                         g.pci_bus_id, g.uuid or "-", g.name or "-", _gib(g.memory_bytes),
+                         ",".join(map(str, sorted(g.nvlink_peers))) or "-",
+                         f"{len(g.mig_instances)} instance(s)" if g.mig_enabled else "-"])
+            for m in g.mig_instances:
+                rows.append([f"  {g.index}:{m.index}", "", "", m.uuid, m.profile,
+                             _gib(m.memory_bytes), "", f"gi {m.gi_id} ci {m.ci_id}"])
+        lines.append("")
+        lines += _table(rows)
+    return "\n".join(lines)
+
+
+def main(args: argparse.Namespace) -> int:
+    # An NVML fallback is shown in the output ("degraded: ..."), not also as a warning.
+    logging.getLogger("nri_sla.topology").setLevel(logging.ERROR)
+    try:
+        if args.inventory is not None:
+            snap = load_snapshot(args.inventory)
+            topology, inventory = snap.topology, snap.inventory
+        else:
+            topology = read_topology(args.sysfs_root)
+            inventory = load_inventory(args.source, sysfs_root=args.sysfs_root,
+                                       proc_root=args.proc_root)
+        if args.save is not None:
+            save_snapshot(args.save, topology, inventory)
+    except (InventoryError, TopologyError, OSError) as exc:
+        print(f"nri-sla inventory: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        body = snapshot_to_dict(topology, inventory)
+        body["gpu_degraded_reason"] = inventory.degraded_reason
+        print(json.dumps(body, indent=2))
+    else:
+        print(render_table(topology, inventory))
+    if args.save is not None:
+        print(f"saved snapshot to {args.save}", file=sys.stderr)
+    return 0

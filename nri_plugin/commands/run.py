@@ -1,0 +1,81 @@
+"""`nri-sla run`: the NRI plugin service.
+
+Dials the runtime's NRI socket (or uses fd 3 when containerd launched it from
+/opt/nri/plugins), registers, rebuilds allocations from Synchronize, answers container
+events, reconnects when containerd restarts, serves Prometheus metrics and talks to systemd.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+
+from nri_plugin.commands.common import add_node_arguments, node_from_args
+
+log = logging.getLogger("nri_sla.run")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_node_arguments(parser)
+    parser.add_argument("--socket", default=None, help="NRI socket (default from the config: "
+                        "/var/run/nri/nri.sock)")
+    parser.add_argument("--name", default=None, help="plugin name (default nri-sla)")
+    parser.add_argument("--index", default=None, help="plugin index, two digits (default 50)")
+    parser.add_argument("--metrics-address", default=None,
+                        help='host:port for /metrics, /healthz, /readyz ("" disables)')
+    parser.add_argument("--log-format", choices=("text", "json"), default=None)
+
+
+def main(args: argparse.Namespace) -> int:
+    from nri_plugin.config import ConfigError, load_config
+    from nri_plugin.logging import setup_logging
+    from nri_plugin.metrics import Metrics, start_http_server
+    from nri_plugin.nri.errors import NriError
+    from nri_plugin.nri.service import run_service
+
+    try:
+        config = load_config(args.config)
+        setup_logging(args.log_format or config.log.format, config.log.level)
+        node = node_from_args(args, detect=True)
+    except (ConfigError, ValueError, OSError) as exc:
+        print(f"nri-sla run: {exc}", file=sys.stderr)
+        return 2
+    metrics = Metrics()
+    address = config.metrics.address if args.metrics_address is None else args.metrics_address
+    server = start_http_server(metrics, address)
+    plugin, options = build_service(node, metrics, socket=args.socket, name=args.name,
+                                    index=args.index)
+    log.info("nri-sla starting: cgroup v%d, %d GPUs, socket %s", node.cgroup_version,
+             len(node.allocator.inventory.gpus) if node.allocator else 0, options.socket_path)
+    try:
+        asyncio.run(run_service(plugin, options))
+    except NriError as exc:
+        print(f"nri-sla run: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        if server is not None:
+            server.close()
+    return 0
+
+
+def build_service(node, metrics, *, socket: str | None = None, name: str | None = None,
+                  index: str | None = None, **options):
+    """The SLA plugin and its service options, wired to the metrics (also used by tests)."""
+    from nri_plugin.nri.service import REGISTERED, ServiceOptions
+    from nri_plugin.plugin import SlaPlugin
+
+    nri = node.config.nri
+    plugin = SlaPlugin(node, metrics)
+
+    def on_state(state: str) -> None:
+        metrics.set_connected(state == REGISTERED)
+        metrics.set_registered(state == REGISTERED)
+
+    options.setdefault("backoff_max", nri.reconnect_max_seconds)
+    return plugin, ServiceOptions(
+        socket_path=socket or nri.socket, name=name or nri.plugin_name,
+        idx=index or nri.plugin_index, on_state=on_state,
+        on_reconnect=lambda _total: metrics.inc_reconnects(),
+        on_ready=plugin.on_registered, **options)

@@ -1,0 +1,368 @@
+"""The node policy file, ``/etc/nri-sla/config.yaml``, as a frozen :class:`NodeConfig`.
+
+Every field is optional; docs/config.md and examples/config.yaml describe each one. The
+file is read with the same hardened YAML reader as annotations (no tags, anchors or
+duplicate keys) and checked strictly: an unknown key, a wrong type or a value out of range
+is a :class:`ConfigError` naming the file, the field path and what is allowed, e.g.
+``/etc/nri-sla/config.yaml: cgroup.driver must be one of auto, cgroupfs, systemd, got
+cgroupv2``.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from nri_plugin.sla.model import ENFORCEMENT_MODES
+from nri_plugin.sla.quantities import show
+from nri_plugin.sla.safeyaml import YamlProblem, key_text, load
+from nri_plugin.sla.schema import Problem, choice, parse_id_list, unknown_key_message
+
+DEFAULT_PATH = "/etc/nri-sla/config.yaml"
+MAX_CONFIG_BYTES = 1024 * 1024
+PERMISSIONS = ("realtime", "exclusive-cpus", "gpus", "io-max")
+GPU_INJECTIONS = ("cdi", "env", "devices")
+GPU_INVENTORIES = ("auto", "nvml", "sysfs")  # or an absolute path to a snapshot file
+CGROUP_DRIVERS = ("auto", "cgroupfs", "systemd")
+LOG_FORMATS = ("text", "json")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+class ConfigError(ValueError):
+    """A problem in the node config: ``source`` (file), ``field`` (dotted path), message."""
+
+    def __init__(self, source: str, field: str, message: str) -> None:
+        self.source = source
+        self.field = field
+        self.message = message
+        super().__init__(f"{source}: {field} {message}" if field else f"{source}: {message}")
+
+    def __reduce__(self):
+        return (ConfigError, (self.source, self.field, self.message))
+
+
+@dataclass(frozen=True, slots=True)
+class Permissions:
+    """Namespaces (names or shell globs) allowed to request each privileged feature.
+
+    Safe defaults: real-time CPU time can starve a node, so nobody gets it unless listed;
+    exclusive CPUs, GPUs and io.max are open to all namespaces.
+    """
+
+    realtime: tuple[str, ...] = ()
+    exclusive_cpus: tuple[str, ...] = ("*",)
+    gpus: tuple[str, ...] = ("*",)
+    io_max: tuple[str, ...] = ("*",)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuConfig:
+    """The node config's `gpu` section."""
+
+    injection: str = "cdi"  # cdi | env | devices
+    inventory: str = "auto"  # auto | nvml | sysfs | /absolute/path/to/snapshot.yaml
+
+
+@dataclass(frozen=True, slots=True)
+class CgroupConfig:
+    """The node config's `cgroup` section."""
+
+    root: str = "/sys/fs/cgroup"
+    driver: str = "auto"  # auto | cgroupfs | systemd
+    version: int | None = None  # None: detect; 1 or 2 to force
+
+
+@dataclass(frozen=True, slots=True)
+class NriConfig:
+    """The node config's `nri` section."""
+
+    socket: str = "/var/run/nri/nri.sock"
+    plugin_name: str = "nri-sla"
+    plugin_index: str = "50"  # two digits; NRI orders plugins by it
+    reconnect_max_seconds: float = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class HookConfig:
+    """The node config's `hook` section."""
+
+    inject: bool = False  # ask NRI to add the verification OCI hook to containers
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsConfig:
+    """The node config's `metrics` section."""
+
+    address: str = "127.0.0.1:9810"  # host:port; "" disables the metrics endpoint
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.address)
+
+    @property
+    def host(self) -> str:
+        return self.address.rpartition(":")[0].strip("[]")
+
+    @property
+    def port(self) -> int:
+        return int(self.address.rpartition(":")[2]) if self.address else 0
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    """The node config's `log` section."""
+
+    format: str = "text"  # text | json
+    level: str = "info"  # debug | info | warning | error
+
+
+@dataclass(frozen=True, slots=True)
+class NodeConfig:
+    """The validated node config (/etc/nri-sla/config.yaml)."""
+
+    enforcement: str = "hard"
+    annotation_prefix: str = "sla.nri.io"
+    permissions: Permissions = field(default_factory=Permissions)
+    rt_budget: float = 0.5  # share of the kernel's RT budget SLA containers may take
+    reserved_cpus: tuple[int, ...] = ()  # never handed out as exclusive CPUs
+    gpu: GpuConfig = field(default_factory=GpuConfig)
+    cgroup: CgroupConfig = field(default_factory=CgroupConfig)
+    nri: NriConfig = field(default_factory=NriConfig)
+    hook: HookConfig = field(default_factory=HookConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+    source: str = "<defaults>"  # the file it was read from
+
+    def allows(self, permission: str, namespace: str) -> bool:
+        """Whether pods in ``namespace`` may use ``permission`` (one of PERMISSIONS)."""
+        if permission not in PERMISSIONS:
+            raise ValueError(f"unknown permission {permission!r}; one of "
+                             f"{', '.join(PERMISSIONS)}")
+        patterns = getattr(self.permissions, permission.replace("-", "_"))
+        return any(fnmatch.fnmatchcase(namespace, p) for p in patterns)
+
+
+# -- converters ----------------------------------------------------------------------------
+
+def _bool(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise Problem(f"must be true or false, got {show(value)}")
+    return value
+
+
+def _abs_path(value: object) -> str:
+    if not isinstance(value, str) or not value.startswith("/") or "\x00" in value:
+        raise Problem(f"must be an absolute path, got {show(value)}")
+    return os.path.normpath(value)
+
+
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*",
+                            re.ASCII)
+_NAMESPACE_GLOB = re.compile(r"[a-z0-9*?\[\]!-]{1,63}", re.ASCII)
+
+
+def _prefix(value: object) -> str:
+    if not isinstance(value, str) or len(value) > 253 or not _DNS_SUBDOMAIN.fullmatch(value):
+        raise Problem(f"must be a DNS subdomain like sla.nri.io (lowercase, no '/'), "
+                      f"got {show(value)}")
+    return value
+
+
+def _namespaces(value: object) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        raise Problem(f"must be a list of namespace names or globs like [kube-system, "
+                      f"'team-*'], got {show(value)}")
+    for index, item in enumerate(value):
+        if not isinstance(item, str) or not _NAMESPACE_GLOB.fullmatch(item):
+            raise Problem(f"must be a namespace name or glob (lowercase letters, digits, '-',"
+                          f" and * ? [ ]), got {show(item)}", f"[{index}]")
+    return tuple(value)
+
+
+def _rt_budget(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) \
+            or not math.isfinite(value) or not 0 <= value <= 1:
+        raise Problem(f"must be a fraction from 0 to 1 (e.g. 0.5), got {show(value)}")
+    return float(value)
+
+
+def _cpu_list(value: object) -> tuple[int, ...]:
+    if value == "" or value == []:
+        return ()
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        value = str(value)
+    if isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool)
+                                       and v >= 0 for v in value):
+        value = ",".join(str(v) for v in value)
+    if not isinstance(value, str):
+        raise Problem(f"must be a CPU list like \"0-1\" or \"0,2\", got {show(value)}")
+    return parse_id_list(value, "a CPU list", 65535)
+
+
+def _inventory(value: object) -> str:
+    if isinstance(value, str) and value in GPU_INVENTORIES:
+        return value
+    if isinstance(value, str) and value.startswith("/"):
+        return _abs_path(value)
+    raise Problem(f"must be one of {', '.join(GPU_INVENTORIES)} or an absolute path to an "
+                  f"inventory snapshot, got {show(value)}")
+
+
+def _cgroup_version(value: object) -> int | None:
+    if value == "auto":
+        return None
+    if type(value) in (int, str) and value in (1, 2, "1", "2"):
+        return int(value)
+    raise Problem(f"must be one of auto, 1, 2, got {show(value)}")
+
+
+_PLUGIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}", re.ASCII)
+
+
+def _plugin_name(value: object) -> str:
+    if not isinstance(value, str) or not _PLUGIN_NAME.fullmatch(value):
+        raise Problem(f"must be a name of letters, digits, '.', '_' and '-', got "
+                      f"{show(value)}")
+    return value
+
+
+def _plugin_index(value: object) -> str:
+    # NRI takes the index as a two-digit string; YAML may have read 50 as a number.
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 99:
+        return f"{value:02d}"
+    if isinstance(value, str) and re.fullmatch(r"[0-9]{2}", value, re.ASCII):
+        return value
+    raise Problem(f"must be two digits from \"00\" to \"99\", got {show(value)}")
+
+
+def _reconnect(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) \
+            or not math.isfinite(value) or not 0 < value <= 3600:
+        raise Problem(f"must be a number of seconds above 0 and at most 3600, got "
+                      f"{show(value)}")
+    return float(value)
+
+
+_HOST_PORT = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]*):([0-9]{1,5})", re.ASCII)
+
+
+def _address(value: object) -> str:
+    if value == "":
+        return ""
+    m = _HOST_PORT.fullmatch(value) if isinstance(value, str) else None
+    if m is None or not 1 <= int(m.group(2)) <= 65535:
+        raise Problem(f"must be host:port like 127.0.0.1:9810 or [::1]:9810 (port 1..65535),"
+                      f" or \"\" to disable, got {show(value)}")
+    return value
+
+
+# section -> field -> (dataclass attribute, converter); "" section = top level
+_Schema = dict[str, tuple[str, Callable[[object], object]]]
+_TOP: _Schema = {
+    "enforcement": ("enforcement", choice(ENFORCEMENT_MODES)),
+    "annotation-prefix": ("annotation_prefix", _prefix),
+    "rt-budget": ("rt_budget", _rt_budget),
+    "reserved-cpus": ("reserved_cpus", _cpu_list),
+}
+_SECTIONS: dict[str, tuple[type, _Schema]] = {
+    "permissions": (Permissions, {
+        "realtime": ("realtime", _namespaces),
+        "exclusive-cpus": ("exclusive_cpus", _namespaces),
+        "gpus": ("gpus", _namespaces),
+        "io-max": ("io_max", _namespaces),
+    }),
+    "gpu": (GpuConfig, {
+        "injection": ("injection", choice(GPU_INJECTIONS)),
+        "inventory": ("inventory", _inventory),
+    }),
+    "cgroup": (CgroupConfig, {
+        "root": ("root", _abs_path),
+        "driver": ("driver", choice(CGROUP_DRIVERS)),
+        "version": ("version", _cgroup_version),
+    }),
+    "nri": (NriConfig, {
+        "socket": ("socket", _abs_path),
+        "plugin-name": ("plugin_name", _plugin_name),
+        "plugin-index": ("plugin_index", _plugin_index),
+        "reconnect-max-seconds": ("reconnect_max_seconds", _reconnect),
+    }),
+    "hook": (HookConfig, {"inject": ("inject", _bool)}),
+    "metrics": (MetricsConfig, {"address": ("address", _address)}),
+    "log": (LogConfig, {
+        "format": ("format", choice(LOG_FORMATS)),
+        "level": ("level", choice(LOG_LEVELS)),
+    }),
+}
+TOP_KEYS: tuple[str, ...] = (*_TOP, *_SECTIONS)
+
+
+def _fields(source: str, data: Mapping, schema: _Schema, parent: str,
+            errors: list[ConfigError]) -> dict[str, object]:
+    values: dict[str, object] = {}
+    for key, raw in data.items():
+        path = f"{parent}.{key_text(key)}" if parent else key_text(key)
+        if key in _SECTIONS and not parent:
+            continue
+        if key not in schema:
+            errors.append(ConfigError(source, path, unknown_key_message(
+                key, tuple(schema) if parent else TOP_KEYS, parent)))
+            continue
+        if raw is None:  # "key:" with no value keeps the default
+            continue
+        attribute, convert = schema[key]
+        try:
+            values[attribute] = convert(raw)
+        except Problem as exc:
+            errors.append(ConfigError(source, path + exc.sub, exc.message))
+    return values
+
+
+def parse_config(text: str, source: str = "<config>") -> NodeConfig:
+    """Parse the text of a node config file. Empty text gives all defaults."""
+    try:
+        data = load(text, max_bytes=MAX_CONFIG_BYTES, max_depth=8)
+    except YamlProblem as exc:
+        raise ConfigError(source, exc.path, exc.message) from None
+    if data is None:
+        return NodeConfig(source=source)
+    if not isinstance(data, Mapping):
+        raise ConfigError(source, "", f"must be a YAML mapping of settings, got {show(data)}")
+    errors: list[ConfigError] = []
+    top = _fields(source, data, _TOP, "", errors)
+    for name, (cls, schema) in _SECTIONS.items():
+        section = data.get(name)
+        if section is None:
+            continue
+        if not isinstance(section, Mapping):
+            errors.append(ConfigError(source, name, f"must be a mapping with keys "
+                                                    f"{', '.join(schema)}, got {show(section)}"))
+            continue
+        top[name] = cls(**_fields(source, section, schema, name, errors))
+    if len(errors) == 1:
+        raise errors[0]
+    if errors:  # one error carrying every problem, each with its field path
+        rest = "; ".join(str(e).removeprefix(f"{source}: ") for e in errors[1:])
+        raise ConfigError(source, errors[0].field, f"{errors[0].message}; {rest}")
+    return NodeConfig(source=source, **top)
+
+
+def load_config(path: str | None = None) -> NodeConfig:
+    """Read the node config. ``None`` reads DEFAULT_PATH when it exists, else defaults;
+    an explicitly given path must exist."""
+    explicit = path is not None
+    path = DEFAULT_PATH if path is None else path
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read(MAX_CONFIG_BYTES + 1)
+    except FileNotFoundError:
+        if explicit:
+            raise ConfigError(path, "", "does not exist (give an existing file, or no "
+                                        "--config for the defaults)") from None
+        return NodeConfig()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(path, "", f"cannot be read: {exc}") from None
+    return parse_config(text, path)

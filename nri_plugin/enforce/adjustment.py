@@ -1,0 +1,90 @@
+"""ContainerPlan -> NRI ContainerAdjustment: the part of a plan the runtime applies itself.
+
+What NRI cannot express on the node (cgroup v1: memory soft limit, blkio weight and
+throttles) is left to the direct writer at StartContainer (`plan_writes.cgroup_writes`
+with scope "direct"). A `unified` key is never put into an adjustment on a cgroup v1
+node: runc refuses the whole container for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from nri_plugin.enforce.mapping import v2_io_max_line
+from nri_plugin.enforce.plan_writes import unified_io_max
+from nri_plugin.nri.pb import nri_pb2 as pb
+from nri_plugin.plan.model import ContainerPlan
+
+_MPOL_MODES = {
+    "bind": pb.MPOL_BIND,
+    "preferred": pb.MPOL_PREFERRED,
+    "interleave": pb.MPOL_INTERLEAVE,
+}
+
+
+def build_adjustment(plan: ContainerPlan, annotations: dict[str, str],
+                     hooks: Mapping[str, list[dict[str, Any]]] | None = None,
+                     ) -> pb.ContainerAdjustment:
+    """The adjustment for a plan, carrying the given annotations (record, warnings) and
+    OCI hooks ({Hooks field: [{path, args, env, timeout}]}, nri_plugin.hook.spec.hook_spec)."""
+    adj = pb.ContainerAdjustment()
+    for stage, entries in (hooks or {}).items():
+        for entry in entries:
+            hook = getattr(adj.hooks, stage).add(path=entry["path"], args=entry["args"],
+                                                 env=entry.get("env", []))
+            if entry.get("timeout"):
+                hook.timeout.value = entry["timeout"]
+    for key, value in annotations.items():
+        adj.annotations[key] = value
+    fill_resources(adj.linux.resources, plan)
+    if plan.memory_policy is not None:
+        policy = adj.linux.memory_policy
+        policy.mode = _MPOL_MODES[plan.memory_policy.mode]
+        policy.nodes = plan.memory_policy.nodes
+    for name, value in plan.gpu_env:
+        adj.env.add(key=name, value=value)
+    for name in plan.gpu_cdi:
+        adj.CDI_devices.add(name=name)
+    for node in plan.gpu_devices:
+        device = adj.linux.devices.add(path=node.path, type=node.type, major=node.major,
+                                       minor=node.minor)
+        device.file_mode.value = node.file_mode
+        device.uid.value = node.uid
+        device.gid.value = node.gid
+    return adj
+
+
+def fill_resources(resources: pb.LinuxResources, plan: ContainerPlan) -> None:
+    """The plan's cgroup settings that NRI carries on this node (CPU, memory, `unified`
+    on v2 only, RT on v1 only)."""
+    cpu = resources.cpu
+    if plan.cpu_quota is not None:
+        cpu.quota.value = plan.cpu_quota
+    if plan.cpu_period is not None:
+        cpu.period.value = plan.cpu_period
+    if plan.cpus:
+        cpu.cpus = plan.cpus
+    if plan.mems:
+        cpu.mems = plan.mems
+    if plan.rt_runtime is not None and plan.cgroup_version == 1:
+        cpu.realtime_runtime.value = plan.rt_runtime
+        cpu.realtime_period.value = plan.rt_period or 1_000_000
+    if plan.memory_max is not None:
+        resources.memory.limit.value = plan.memory_max
+    if plan.cgroup_version == 2:
+        if plan.memory_high is not None:
+            resources.unified["memory.high"] = str(plan.memory_high)
+        if plan.io_weight is not None:
+            resources.unified["io.weight"] = f"default {plan.io_weight}"
+        line = v2_io_max_line(plan.io_max[0]) if unified_io_max(plan) else None
+        if line:
+            resources.unified["io.max"] = line
+
+
+def build_update(container_id: str, plan: ContainerPlan) -> pb.ContainerUpdate:
+    """The plan's settings again for an existing container (UpdateContainer: the SLA
+    stays in force when kubelet updates the container's resources)."""
+    update = pb.ContainerUpdate(container_id=container_id)
+    fill_resources(update.linux.resources, plan)
+    return update

@@ -1,0 +1,118 @@
+"""Block devices named in io.max rules: resolve to MAJ:MIN and inspect the I/O scheduler.
+
+Verified on this project's test host (kernel 6.18): writing a partition's MAJ:MIN into
+blkio.throttle.* fails with ENODEV (the kernel's per-cgroup block config only accepts whole
+disks; v2 io.max goes through the same parser). So a partition is refused here with a
+message that names its disk, unless the caller asks for the whole disk instead.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from pathlib import Path
+
+from nri_plugin.enforce.errors import DeviceError
+
+_MAJ_MIN = re.compile(r"^(\d+):(\d+)$")
+SYSFS_ROOT = Path("/sys")
+
+
+def _sysfs_dev(sysfs_root: Path, major: int, minor: int) -> Path:
+    return sysfs_root / "dev" / "block" / f"{major}:{minor}"
+
+
+def resolve_block_device(
+    spec: str,
+    dev_root: Path = Path("/dev"),
+    sysfs_root: Path = SYSFS_ROOT,
+    *,
+    partition_to_disk: bool = False,
+) -> tuple[int, int]:
+    """ "MAJ:MIN" or a device path -> (major, minor) of a whole disk.
+
+    Relative paths are taken below dev_root ("nvme0n1" -> /dev/nvme0n1). A partition is a
+    DeviceError (the kernel refuses it) unless partition_to_disk, which returns its disk.
+    """
+    spec = spec.strip()
+    if not spec:
+        raise DeviceError(spec, "empty device; give a block device path or 'MAJ:MIN'")
+    m = _MAJ_MIN.match(spec)
+    if m:
+        major, minor = int(m.group(1)), int(m.group(2))
+        if not _sysfs_dev(sysfs_root, major, minor).exists():
+            raise DeviceError(
+                spec, f"no block device {major}:{minor} (missing {sysfs_root}/dev/block/{spec})"
+            )
+    else:
+        path = Path(spec) if spec.startswith("/") else dev_root / spec
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            raise DeviceError(spec, f"{path} does not exist") from None
+        except OSError as e:
+            raise DeviceError(spec, f"cannot stat {path}: {e.strerror}") from None
+        if not stat.S_ISBLK(st.st_mode):
+            raise DeviceError(spec, f"{path} is not a block device")
+        major, minor = os.major(st.st_rdev), os.minor(st.st_rdev)
+    disk = whole_disk(major, minor, sysfs_root)
+    if disk != (major, minor):
+        if not partition_to_disk:
+            raise DeviceError(
+                spec,
+                f"{major}:{minor} is a partition; the kernel applies io limits to whole disks "
+                f"only: name its disk {disk[0]}:{disk[1]} instead",
+            )
+        return disk
+    return major, minor
+
+
+def whole_disk(major: int, minor: int, sysfs_root: Path = SYSFS_ROOT) -> tuple[int, int]:
+    """The disk a partition belongs to (a disk returns itself).
+
+    A partition's sysfs dir has a "partition" file and sits inside its disk's dir.
+    """
+    node = _sysfs_dev(sysfs_root, major, minor)
+    if not (node / "partition").exists():
+        return major, minor
+    parent_dev = node.resolve().parent / "dev"
+    try:
+        maj, _, mnr = parent_dev.read_text().strip().partition(":")
+        return int(maj), int(mnr)
+    except (OSError, ValueError):
+        raise DeviceError(
+            f"{major}:{minor}", f"cannot find the disk of partition ({parent_dev})"
+        ) from None
+
+
+def io_scheduler(major: int, minor: int, sysfs_root: Path = SYSFS_ROOT) -> str | None:
+    """The active scheduler ("[bfq]" in queue/scheduler -> "bfq"); None when not exposed."""
+    path = _sysfs_dev(sysfs_root, major, minor) / "queue" / "scheduler"
+    try:
+        text = path.read_text()
+    except OSError:
+        return None
+    m = re.search(r"\[([^\]]+)\]", text)
+    if m:
+        return m.group(1)
+    # A device with only one choice may print it without brackets ("none").
+    words = text.split()
+    return words[0] if len(words) == 1 else None
+
+
+def bfq_active(major: int, minor: int, sysfs_root: Path = SYSFS_ROOT) -> bool:
+    """True when BFQ schedules this device (then blkio.bfq.weight / io.bfq.weight apply)."""
+    return io_scheduler(major, minor, sysfs_root) == "bfq"
+
+
+def any_bfq(sysfs_root: Path = SYSFS_ROOT) -> bool:
+    """True when BFQ schedules any whole disk here (io.weight only works under BFQ or
+    io.cost; the plugin plans weights for the node, not per device)."""
+    try:
+        devs = [(d / "dev").read_text().strip() for d in (sysfs_root / "block").iterdir()]
+    except OSError:
+        return False
+    return any(bfq_active(int(maj), int(mnr), sysfs_root)
+               for maj, _, mnr in (dev.partition(":") for dev in devs)
+               if maj.isdigit() and mnr.isdigit())

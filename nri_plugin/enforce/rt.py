@@ -1,0 +1,205 @@
+"""Make room for a container's real-time budget in the cgroup v1 cpu hierarchy.
+
+Kernel rule (CONFIG_RT_GROUP_SCHED, checked on every cpu.rt_runtime_us/rt_period_us write):
+for every group, the sum of its children's shares runtime/period must not exceed its own
+share, no group may exceed the global sched_rt_runtime_us/sched_rt_period_us, and runtime
+may not exceed period. Shares are compared in the kernel's fixed point (ratio << 20), so we
+compute in the same units and never disagree with it by a rounding step.
+
+New cgroups start with rt_runtime_us = 0, and neither kubelet nor runc raises the pod's or
+QoS class's budget, so runc's write of the container's cpu.rt_runtime_us fails with EINVAL
+unless someone raised every ancestor first. raise_rt_ancestors is that someone: bottom-up it
+computes what each ancestor needs (its other children's shares + the new child's), then
+writes the raises top-down (a parent must grow before its child may).
+"""
+
+from __future__ import annotations
+
+import errno
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from nri_plugin.enforce.errors import RtBudgetError
+
+TYPE_CHECKING = False  # `typing` costs the OCI hook start-up time; only checkers need it
+if TYPE_CHECKING:  # fractions costs ~7 ms to import; the hook only pays when RT is asked
+    from fractions import Fraction
+
+BW_SHIFT = 20
+RUNTIME_FILE = "cpu.rt_runtime_us"
+PERIOD_FILE = "cpu.rt_period_us"
+
+
+@dataclass(frozen=True)
+class RtChange:
+    """One ancestor whose cpu.rt_runtime_us nri-sla changed."""
+
+    path: Path
+    old_us: int
+    new_us: int
+
+
+def to_ratio(period_us: int, runtime_us: int) -> int:
+    """The kernel's share of a group: (runtime << 20) / period; unlimited (-1) is 1 << 20."""
+    if runtime_us < 0:
+        return 1 << BW_SHIFT
+    if period_us <= 0:
+        return 0
+    return (runtime_us << BW_SHIFT) // period_us
+
+
+def runtime_for_ratio(period_us: int, ratio: int) -> int:
+    """The smallest runtime whose share, as the kernel computes it, reaches ratio."""
+    runtime = -(-ratio * period_us >> BW_SHIFT)  # ceiling of ratio*period / 2^20
+    runtime = max(runtime - 1, 0)
+    while to_ratio(period_us, runtime) < ratio:
+        runtime += 1
+    return runtime
+
+
+def _read_int(path: Path) -> int:
+    try:
+        return int(path.read_text().strip())
+    except OSError as e:
+        raise RtBudgetError(f"cannot read {path}: {e.strerror}") from None
+    except ValueError:
+        raise RtBudgetError(f"{path} does not hold an integer") from None
+
+
+def _share(cgroup: Path) -> int:
+    return to_ratio(_read_int(cgroup / PERIOD_FILE), _read_int(cgroup / RUNTIME_FILE))
+
+
+def _children_shares(cgroup: Path, exclude: str) -> tuple[int, Fraction]:
+    """Sum of the children's shares: kernel fixed point, and exact (runtime/period)."""
+    from fractions import Fraction
+
+    fixed, exact = 0, Fraction(0)
+    for entry in cgroup.iterdir():
+        if entry.name != exclude and entry.is_dir() and not entry.is_symlink():
+            period = _read_int(entry / PERIOD_FILE)
+            runtime = _read_int(entry / RUNTIME_FILE)
+            fixed += to_ratio(period, runtime)
+            exact += Fraction(max(runtime, 0), period) if period > 0 else 0
+    return fixed, exact
+
+
+def _ancestors(cpu_dir: Path, hierarchy_root: Path) -> list[Path]:
+    root = hierarchy_root.resolve()
+    target = cpu_dir.parent.resolve() / cpu_dir.name
+    if not target.is_relative_to(root) or target == root:
+        raise RtBudgetError(f"{cpu_dir} is not a cgroup below the cpu hierarchy {root}")
+    chain = [root]
+    for part in target.relative_to(root).parts[:-1]:
+        chain.append(chain[-1] / part)
+    for node in chain:
+        if not (node / RUNTIME_FILE).exists():
+            raise RtBudgetError(
+                f"{node} has no {RUNTIME_FILE} (missing cgroup, or kernel without "
+                "CONFIG_RT_GROUP_SCHED)"
+            )
+    return chain
+
+
+def _fmt_share(ratio: int) -> str:
+    return f"{ratio * 100 / (1 << BW_SHIFT):.2f}%"
+
+
+def plan_rt_ancestors(
+    cpu_dir: Path, runtime_us: int, period_us: int, hierarchy_root: Path
+) -> list[RtChange]:
+    """What raise_rt_ancestors would write, top-down, without writing anything."""
+    if period_us <= 0 or runtime_us < 0 or runtime_us > period_us:
+        raise RtBudgetError(
+            f"rt-runtime {runtime_us}us / rt-period {period_us}us: need 0 <= runtime <= period"
+        )
+    from fractions import Fraction
+
+    chain = _ancestors(cpu_dir, hierarchy_root)
+    root = chain[0]
+    global_share = _share(root)
+    need = to_ratio(period_us, runtime_us)
+    need_exact = Fraction(runtime_us, period_us)
+    child = cpu_dir.name
+    changes: list[RtChange] = []
+    for node in reversed(chain):
+        fixed, exact = _children_shares(node, child)
+        required = fixed + need
+        required_exact = exact + need_exact
+        period = _read_int(node / PERIOD_FILE)
+        runtime = _read_int(node / RUNTIME_FILE)
+        have = to_ratio(period, runtime)
+        if node == root:
+            if required > have:
+                raise RtBudgetError(
+                    f"real-time budget exhausted: {cpu_dir} needs {runtime_us}us per "
+                    f"{period_us}us, which brings the groups under {root} to "
+                    f"{_fmt_share(required)} of CPU time; the node allows {_fmt_share(have)} "
+                    f"(cpu.rt_runtime_us {runtime} / cpu.rt_period_us {period})"
+                )
+            break
+        if required > have:
+            # The kernel compares truncated fixed-point shares, so the minimal accepted value
+            # can be a microsecond under the exact sum (24999 for 20000+5000); take the exact
+            # ceiling when larger, which is what an operator reading the files expects.
+            new = max(runtime_for_ratio(period, required), math.ceil(required_exact * period))
+            if new > period or required > global_share:
+                raise RtBudgetError(
+                    f"real-time budget: {node} would need {_fmt_share(required)} "
+                    f"({new}us per {period}us), more than the node allows "
+                    f"({_fmt_share(global_share)})"
+                )
+            changes.append(RtChange(node, runtime, new))
+            have = to_ratio(period, new)
+            runtime = new
+        need = have
+        need_exact = Fraction(max(runtime, 0), period)
+        child = node.name
+    changes.reverse()  # top-down: parents first
+    return changes
+
+
+def _write_runtime(cgroup: Path, value: int) -> None:
+    from cgroupspy.controllers import CpuController  # lazy: cheap, but only RT pays
+
+    class _Ref:
+        full_path = os.fsencode(cgroup)
+
+    CpuController(_Ref()).rt_runtime_us = value
+
+
+def raise_rt_ancestors(
+    cpu_dir: Path, runtime_us: int, period_us: int, hierarchy_root: Path
+) -> list[RtChange]:
+    """Raise each ancestor's cpu.rt_runtime_us as far as needed (never lower), so that a
+    later write of runtime_us/period_us into cpu_dir succeeds. Returns what changed; on a
+    failed write, undoes the raises already made and raises RtBudgetError."""
+    changes = plan_rt_ancestors(cpu_dir, runtime_us, period_us, hierarchy_root)
+    done: list[RtChange] = []
+    for change in changes:
+        try:
+            _write_runtime(change.path, change.new_us)
+        except OSError as e:
+            release_rt_ancestors(done)
+            hint = " (another group took the budget meanwhile?)" if e.errno == errno.EINVAL else ""
+            raise RtBudgetError(
+                f"cannot raise {change.path / RUNTIME_FILE} from {change.old_us} to "
+                f"{change.new_us}: {e.strerror}{hint}"
+            ) from None
+        done.append(change)
+    return done
+
+
+def release_rt_ancestors(changes: list[RtChange]) -> list[RtChange]:
+    """Best effort undo of raise_rt_ancestors, bottom-up (children shrink before parents).
+    A value still needed by other groups is left as it is. Returns what was restored."""
+    restored = []
+    for change in reversed(changes):
+        try:
+            _write_runtime(change.path, change.old_us)
+        except OSError:
+            continue
+        restored.append(change)
+    return restored

@@ -1,0 +1,212 @@
+"""The hook's decision cache: replicas of a deployment skip yaml, the parser and the planner.
+
+Every container of a Deployment carries the same SLA annotations, so the hook's decision
+(the cgroup writes, RT budget, warnings, hard/soft: decision.HookDecision) recurs. A cold
+run stores three entries (store.py), each keyed by a digest of everything it depends on:
+
+* config   <- hook code fingerprint, node config path and bytes: annotation prefix, log
+              format, cgroup root/version/driver settings;
+* facts    <- config key, cgroup root, the cgroup lines of /proc/self/mountinfo, the root's
+              listing (symlink targets too) and cgroup.controllers: version and hierarchies;
+* decision <- facts key, container name and namespace, every annotation under the prefix
+              (plus the enforcement alias), NVIDIA_VISIBLE_DEVICES, whether the container's
+              cgroup has io.weight/io.bfq.weight files, the sysfs root; plus recorded
+              dependencies re-checked on every hit: block devices named by io.max (stat
+              and sysfs identity), the NUMA/CPU topology (online CPUs, node cpulists)
+              when placement used it, and PyYAML's files (an in-place upgrade).
+
+A warm run (all three hit, every dependency unchanged) carries the decision out with the
+same code as a cold run (decision.carry_out). Anything unusual (no cgroupsPath, a GPU
+section, a refused SLA, an unreadable file) is simply not cached: the cold path decides.
+/run is a tmpfs, so a reboot (new kernel, new hardware) starts empty.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from nri_plugin.hook.store import DEFAULT_DIR, ENV_DIR, Store, digest
+
+# Mirrors of constants in modules the warm path must not import (tests compare them).
+CONFIG_DEFAULT = "/etc/nri-sla/config.yaml"  # nri_plugin.config.DEFAULT_PATH
+CONFIG_LIMIT = 1024 * 1024  # nri_plugin.config.MAX_CONFIG_BYTES
+ENFORCEMENT_ALIAS = "io.kubernetes.sla/enforcement-mode"  # nri_plugin.sla.ENFORCEMENT_ALIAS
+DEVICE_SYSFS = "/sys"  # enforce.blockdev.SYSFS_ROOT: what resolve_block_device reads
+CODE_DIRS = ("", "sla", "plan", "enforce", "topology", "hook")  # what a decision runs
+
+TYPE_CHECKING = False  # typing costs start-up time; only checkers need it
+if TYPE_CHECKING:
+    from nri_plugin.hook.options import HookOptions
+    from nri_plugin.hook.state import BundleSpec
+    from nri_plugin.hook.target import Target
+
+_code: str | None = None
+
+
+def open_store(opts: HookOptions) -> Store | None:
+    """--cache-dir, else $NRI_SLA_HOOK_CACHE, else /run/nri-sla/hook-cache; "off": none."""
+    where = opts.cache_dir if opts.cache_dir is not None else os.environ.get(ENV_DIR)
+    where = DEFAULT_DIR if where is None else where
+    if where in ("", "off") or not os.path.isabs(where):
+        return None
+    return Store(where)
+
+
+def code_fingerprint() -> str:
+    """Version plus (mtime, size) of every module a decision runs through: an upgrade or an
+    edited checkout never reuses an older version's decisions."""
+    global _code
+    if _code is None:
+        pkg = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        parts = [sys.version, getattr(sys.modules.get("nri_plugin"), "__version__", "?"), pkg]
+        for sub in CODE_DIRS:
+            try:
+                with os.scandir(os.path.join(pkg, sub)) as it:
+                    for e in it:
+                        if e.name.endswith(".py"):
+                            st = e.stat()
+                            parts.append(f"{sub}/{e.name}:{st.st_mtime_ns}:{st.st_size}")
+            except OSError:
+                parts.append(f"{sub}:unreadable")
+        _code = digest(*sorted(parts))
+    return _code
+
+
+def config_key(opts: HookOptions) -> str | None:
+    """None when the config cannot be read (the cold path reports why)."""
+    path = opts.config if opts.config is not None else CONFIG_DEFAULT
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(CONFIG_LIMIT + 1)
+    except FileNotFoundError:
+        if opts.config is not None:
+            return None
+        data = b"\0absent"  # the built-in defaults
+    except OSError:
+        return None
+    return digest("config", code_fingerprint(), path, str(opts.config is None), data)
+
+
+def facts_key(ckey: str, root: str) -> str:
+    """What detect_cgroup_facts reads: mounts (cgroup lines only: other mounts come and go
+    with every container), the root and its entries (v1 hierarchies by name), and
+    cgroup.controllers (a v2 root)."""
+    parts = ["facts", ckey, root, os.path.realpath(root), str(os.path.isdir(root)),
+             str(os.path.exists(os.path.join(root, "cgroup.controllers")))]
+    try:
+        with open("/proc/self/mountinfo", "rb") as fh:
+            mounts = fh.read()
+    except OSError:
+        mounts = b""
+    parts += [line for line in mounts.split(b"\n") if b"cgroup" in line]
+    try:
+        with os.scandir(root) as it:
+            for e in sorted(it, key=lambda e: e.name):
+                link = os.path.realpath(e.path) if e.is_symlink() else ""
+                parts.append(f"{e.name}:{e.is_dir()}:{link}")
+    except OSError:
+        parts.append("unlistable")
+    return digest(*parts)
+
+
+def decision_key(fkey: str, prefix: str, annotations: dict[str, str], target: Target,
+                 spec: BundleSpec, weights: tuple[bool, bool], sysfs_root: str) -> str:
+    head = prefix + "/"
+    chosen = sorted((k, v) for k, v in annotations.items()
+                    if k.startswith(head) or k == ENFORCEMENT_ALIAS)
+    gpus = spec.env.get("NVIDIA_VISIBLE_DEVICES")
+    parts = ["decision", fkey, prefix, target.name, target.namespace, sysfs_root,
+             str(weights), "\0unset" if gpus is None else gpus]
+    for k, v in chosen:
+        parts += [k, v]
+    return digest(*parts)
+
+
+# ------------------------------------------------------------------ dependencies
+
+
+def device_signature(spec: str) -> str:
+    """What resolve_block_device sees for an io.max device: the node's type and numbers,
+    and the sysfs identity of MAJ:MIN (a partition resolves inside its disk)."""
+    spec = spec.strip()
+    major, colon, minor = spec.partition(":")
+    if colon and major.isdigit() and minor.isdigit():
+        numbers = f"{int(major)}:{int(minor)}"
+        sig = "numbers"
+    else:
+        path = spec if spec.startswith("/") else os.path.join("/dev", spec)
+        try:
+            st = os.stat(path)
+        except OSError as e:
+            return f"error:{e.errno}"
+        numbers = f"{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}"
+        sig = f"mode:{st.st_mode & 0o170000}:{numbers}"
+    node = os.path.join(DEVICE_SYSFS, "dev", "block", numbers)
+    return (f"{sig}:{os.path.realpath(node)}:{os.path.exists(node)}:"
+            f"{os.path.exists(os.path.join(node, 'partition'))}")
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(65536).decode("utf-8", "replace")
+    except OSError as e:
+        return f"\0error:{e.errno}"
+
+
+def topology_signature(sysfs_root: str) -> str:
+    """The CPU/NUMA facts read_topology builds on. CPUs and nodes change at runtime only
+    through hotplug, which these files show; anything else needs a reboot (empty /run)."""
+    cpu = os.path.join(sysfs_root, "devices/system/cpu")
+    node = os.path.join(sysfs_root, "devices/system/node")
+    parts = [_read(os.path.join(cpu, "online"))]
+    for name in ("online", "possible", "has_memory"):
+        parts.append(_read(os.path.join(node, name)))
+    try:
+        names = sorted(n for n in os.listdir(node) if n.startswith("node"))
+    except OSError:
+        names = []
+    for name in names:
+        parts += [name, _read(os.path.join(node, name, "cpulist")),
+                  _read(os.path.join(node, name, "distance"))]
+    return digest(*parts)
+
+
+def file_signature(path: str) -> str:
+    """A file's identity (inode, size, mtime): a library upgraded in place changes it."""
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        return f"error:{e.errno}"
+    return f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
+
+
+def library_deps() -> list[list[str]]:
+    """PyYAML parses every SLA: its Python and C modules, as loaded by a cold run."""
+    deps = []
+    for name in ("yaml", "yaml._yaml"):
+        path = getattr(sys.modules.get(name), "__file__", None)
+        if path:
+            deps.append(["file", path, file_signature(path)])
+    return deps
+
+
+def deps_hold(deps: object) -> bool:
+    if not isinstance(deps, list):
+        return False
+    for dep in deps:
+        if not isinstance(dep, list) or len(dep) != 3:
+            return False
+        kind, arg, expected = dep
+        if kind == "device":
+            now = device_signature(arg)
+        elif kind == "topology":
+            now = topology_signature(arg)
+        elif kind == "file":
+            now = file_signature(arg)
+        else:
+            return False
+        if now != expected:
+            return False
+    return True

@@ -1,0 +1,181 @@
+"""The hook's main flow: state -> config.json -> SLA -> plan -> cgroupfs -> read-back.
+
+Everything before "there is an SLA for this container" uses only the standard library,
+so containers without an SLA (and pod sandboxes) cost a JSON parse and nothing more.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from nri_plugin.hook.deadline import Deadline, alarm
+from nri_plugin.hook.errors import (
+    EXIT_INTERNAL,
+    EXIT_OK,
+    HookError,
+)
+from nri_plugin.hook.options import HookOptions
+from nri_plugin.hook.state import load_bundle, read_state
+from nri_plugin.hook.target import has_sla, identify
+from nri_plugin.hook.values import Value
+
+TYPE_CHECKING = False  # typing itself costs start-up time; only checkers need it
+if TYPE_CHECKING:
+    from typing import BinaryIO, TextIO
+
+    from nri_plugin.hook.target import Target
+
+
+class Outcome(Value):
+    """What the hook did; `lines` go to stderr (one line each)."""
+
+    __slots__ = ("action", "container_id", "decision", "exit_code", "lines")
+
+    def __init__(self, exit_code: int, action: str, lines: list[str] | None = None,
+                 container_id: str = "", decision: Decision | None = None) -> None:
+        self.exit_code = exit_code
+        self.action = action  # skipped | applied | verified | refused | failed
+        self.lines = lines if lines is not None else []
+        self.container_id = container_id
+        # What the decision log line says (docs/operations.md); None: nothing to log.
+        self.decision = decision
+
+
+class Decision(Value):
+    """One container decision, for the structured log (path "hook")."""
+
+    __slots__ = ("applied", "error", "log_format", "outcome", "target", "warnings")
+
+    def __init__(self, outcome: str, target: Target, log_format: str = "text",
+                 applied: dict | None = None, warnings: list[str] | None = None,
+                 error: str | None = None) -> None:
+        self.outcome = outcome  # enforced | warned | refused
+        self.target = target
+        self.log_format = log_format
+        self.applied = applied or {}  # what was set (the plan's record fields), if any
+        self.warnings = warnings or []
+        self.error = error
+
+
+class RunState(Value):
+    """Mutable facts learnt while running, needed to judge a late failure."""
+
+    __slots__ = ("container_id", "enforcement", "log_format", "target")
+
+    def __init__(self) -> None:
+        self.enforcement: str | None = None  # hard | soft once the SLA is parsed
+        self.container_id = ""
+        self.target: Target | None = None  # set once the container may have an SLA
+        self.log_format = "text"  # the node config's log.format, once loaded
+
+
+def run(opts: HookOptions, stdin: BinaryIO) -> Outcome:
+    deadline = Deadline(opts.timeout)
+    rs = RunState()
+    try:
+        with alarm(opts.timeout):
+            return _run(opts, stdin, deadline, rs)
+    except HookError as exc:
+        return _failed(exc.exit_code, exc.line(), rs)
+    except Exception as exc:  # a bug must still end as one line, never a traceback
+        msg = f"nri-sla hook: internal error: {exc.__class__.__name__}: {exc}"
+        return _failed(EXIT_INTERNAL, msg[:2000], rs)
+
+
+def _failed(code: int, line: str, rs: RunState) -> Outcome:
+    # Soft mode never blocks a container for our own trouble (timeouts, bugs, odd
+    # systems); hard mode does, because then nothing proves the SLA holds.
+    if code == EXIT_INTERNAL and rs.enforcement == "soft":
+        warning = line.replace("nri-sla hook: ", "nri-sla hook: warning: ", 1)
+        decision = (Decision("warned", rs.target, rs.log_format, warnings=[warning])
+                    if rs.target else None)
+        return Outcome(EXIT_OK, "failed", [warning], rs.container_id, decision)
+    # Once the container is known to carry an SLA, every failure refuses it: log that.
+    decision = Decision("refused", rs.target, rs.log_format, error=line) if rs.target else None
+    return Outcome(code, "refused" if code == 1 else "failed", [line], rs.container_id,
+                   decision)
+
+
+def _run(opts: HookOptions, stdin: BinaryIO, deadline: Deadline, rs: RunState) -> Outcome:
+    state = read_state(stdin)
+    rs.container_id = state.id
+    deadline.check("loading config.json")
+    spec = load_bundle(state.bundle)
+    # config.json is the source of truth; the state's copy fills gaps (older runtimes).
+    annotations = {**state.annotations, **spec.annotations}
+    target = identify(state.id, annotations)
+    if target.sandbox or not has_sla(annotations, target.name):
+        return Outcome(EXIT_OK, "skipped", [], state.id)
+    rs.target = target
+    if spec.cgroups_path:
+        # A replica of a container seen before: its cached decision, no yaml/parser/planner.
+        from nri_plugin.hook.warm import cached_run
+
+        out = cached_run(opts, state, spec, annotations, target, deadline, rs)
+        if out is not None:
+            return out
+    deadline.check("planning")
+    # Imported only now: the SLA parser (yaml), the planner and the cgroup writers.
+    from nri_plugin.hook.enforce import enforce
+
+    return enforce(opts, state, spec, annotations, target, deadline, rs)
+
+
+def one_line(text: str, limit: int = 4000) -> str:
+    """runc embeds the hook's stderr in its own one-line error: keep each message on one
+    line (a YAML snippet or an exception may carry newlines) and bounded."""
+    flat = " ".join(text.split("\n")).replace("\r", " ")
+    return flat if len(flat) <= limit else flat[:limit - 3] + "..."
+
+
+def emit(outcome: Outcome, stderr: TextIO, log_path: str | None = None) -> None:
+    outcome.lines = [one_line(line) for line in outcome.lines]
+    for line in outcome.lines:
+        stderr.write(line + "\n")
+    stderr.flush()
+    if not log_path or not (outcome.lines or outcome.decision):
+        return
+    # runc shows a hook's stderr only when the hook fails; the log keeps the soft-mode
+    # warnings of containers that did start, and one decision line per SLA container.
+    try:
+        with open(log_path, "a", encoding="utf-8") as fh:
+            if outcome.decision is not None:
+                _log_decision(outcome.decision, fh)
+            else:
+                stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+                for line in outcome.lines:
+                    fh.write(f"{stamp} {outcome.container_id or '-'} {line}\n")
+    except (OSError, ValueError):
+        pass
+
+
+def _bare(line: str) -> str:
+    """A stderr line without its "nri-sla hook: [warning: ]" prefix (the log says path)."""
+    for prefix in ("nri-sla hook: warning: ", "nri-sla hook: "):
+        if line.startswith(prefix):
+            return line[len(prefix):]
+    return line
+
+
+def _log_decision(d: Decision, stream: TextIO) -> None:
+    """The plugin's decision line (docs/operations.md), with path "hook"."""
+    from nri_plugin.decision_line import decision_line, journald_fd
+
+    t = d.target
+    try:
+        journal = d.log_format == "text" and journald_fd(stream.fileno())
+    except (AttributeError, OSError, ValueError):  # not a real file (tests)
+        journal = False
+    stream.write(decision_line(d.log_format, t.namespace, t.pod or t.id, t.name, "hook",
+                               d.outcome, d.applied, [_bare(w) for w in d.warnings],
+                               _bare(d.error) if d.error else None, time.time(),
+                               journal) + "\n")
+    stream.flush()
+
+
+def main(opts: HookOptions, log_path: str | None = None) -> int:
+    outcome = run(opts, sys.stdin.buffer)
+    emit(outcome, sys.stderr, log_path or os.environ.get("NRI_SLA_HOOK_LOG"))
+    return outcome.exit_code

@@ -1,0 +1,104 @@
+"""Where the hook goes: OCI config.json hook entries and the NRI ContainerAdjustment form.
+
+Pure functions (no I/O) so the plugin (`nri-sla run`, injecting the hook through NRI's
+ContainerAdjustment.hooks), the packaging files in hooks/ and the tests share one truth.
+"""
+
+from __future__ import annotations
+
+import os
+
+TYPE_CHECKING = False  # importing typing costs the no-SLA path more than the rest of it
+if TYPE_CHECKING:
+    from typing import Any
+
+# OCI stage name -> field of NRI's Hooks message (api.proto: prestart, create_runtime, ...).
+STAGES: dict[str, str] = {
+    "createRuntime": "create_runtime",
+    "prestart": "prestart",
+    "poststart": "poststart",
+    "createContainer": "create_container",
+}
+# Recommended stage: runs in the runtime namespace, after runc has created and configured
+# the container's cgroup, before the user's process exists (see docs/hook.md).
+DEFAULT_STAGE = "createRuntime"
+DEFAULT_BINARY = "/usr/bin/nri-sla"
+# What the runtime waits for the hook (seconds); the hook's own limit is below it so the
+# hook fails with its own message instead of being killed by the runtime.
+RUNTIME_TIMEOUT = 10
+HOOK_TIMEOUT = 5
+
+
+class HookSpecError(ValueError):
+    pass
+
+
+def _check_stage(stage: str) -> None:
+    if stage not in STAGES:
+        raise HookSpecError(f"stage {stage!r} is not one of {', '.join(STAGES)}")
+
+
+def hook_entry(stage: str = DEFAULT_STAGE, binary: str = DEFAULT_BINARY,
+               timeout: int = RUNTIME_TIMEOUT) -> dict[str, Any]:
+    """One OCI hook object (runtime-spec config.md#posix-platform-hooks)."""
+    _check_stage(stage)
+    if not os.path.isabs(binary):
+        raise HookSpecError(f"hook binary must be an absolute path, got {binary!r}")
+    return {
+        "path": binary,
+        "args": [os.path.basename(binary), "hook", "--stage", stage,
+                 "--timeout", str(min(HOOK_TIMEOUT, max(timeout - 1, 1)))],
+        "timeout": timeout,
+    }
+
+
+def oci_hooks(stage: str = DEFAULT_STAGE, binary: str = DEFAULT_BINARY) -> dict[str, Any]:
+    """The `hooks` object of a config.json (e.g. containerd's base_runtime_spec)."""
+    return {stage: [hook_entry(stage, binary)]}
+
+
+def hook_spec(stage: str = DEFAULT_STAGE, binary: str = DEFAULT_BINARY) -> dict[str, Any]:
+    """The hook as NRI's ContainerAdjustment.hooks wants it: {hooks-field: [Hook]}.
+
+    Keys and values follow nri api.proto's `Hooks`/`Hook` (path, args, env, timeout), so
+    the plugin can build the adjustment with `Hooks(**{k: [Hook(**h) ...]})`; `timeout`
+    is NRI's OptionalInt, given here as a plain int.
+    """
+    entry = hook_entry(stage, binary)
+    entry["env"] = []
+    return {STAGES[stage]: [entry]}
+
+
+def fast_hook_entry(stage: str = DEFAULT_STAGE, python: str = "/usr/bin/python3",
+                    script: str | None = None, timeout: int = RUNTIME_TIMEOUT,
+                    ) -> dict[str, Any]:
+    """The hook as `python3 -I -S <nri_plugin/hook/__main__.py>`: no site, no console-script
+    wrapper, no argparse; about 1.5x a bare interpreter start for containers without an
+    SLA (docs/hook.md). `script` defaults to this installation's __main__.py."""
+    _check_stage(stage)
+    if script is None:
+        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "__main__.py")
+    for path in (python, script):
+        if not os.path.isabs(path):
+            raise HookSpecError(f"hook paths must be absolute, got {path!r}")
+    return {
+        "path": python,
+        # argv[0] is the full path: the interpreter finds its prefix (stdlib, extension
+        # modules) from it, and a bare "python3" is looked up on the hook's PATH instead.
+        "args": [python, "-I", "-S", script, "--stage", stage,
+                 "--timeout", str(min(HOOK_TIMEOUT, max(timeout - 1, 1)))],
+        "timeout": timeout,
+    }
+
+
+def hooks_d_document(stage: str = DEFAULT_STAGE, binary: str = DEFAULT_BINARY,
+                     annotation_regex: str = r"^sla\.nri\.io/(pod|container\..+)$",
+                     ) -> dict[str, Any]:
+    """An oci-hooks(5) hooks.d file (CRI-O, podman): injected only when an SLA is present."""
+    entry = hook_entry(stage, binary)
+    return {
+        "version": "1.0.0",
+        "hook": entry,
+        "when": {"annotations": {annotation_regex: ".*"}},
+        "stages": [stage],
+    }

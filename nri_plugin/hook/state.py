@@ -1,0 +1,148 @@
+"""What the runtime hands the hook: the OCI state on stdin and the bundle's config.json.
+
+Both are read with a size bound, so a broken or hostile runtime input cannot make the
+hook allocate without limit, and every problem becomes a BadInput naming the field.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+from nri_plugin.hook.errors import BadInput
+from nri_plugin.hook.fastjson import loads
+from nri_plugin.hook.values import Value
+
+TYPE_CHECKING = False  # typing itself costs start-up time; only checkers need it
+if TYPE_CHECKING:
+    from typing import Any, BinaryIO
+
+STATE_LIMIT = 1 << 20  # 1 MiB: a state is a few hundred bytes plus the annotations
+CONFIG_LIMIT = 8 << 20  # 8 MiB: config.json with many mounts/env/annotations
+ANNOTATION_LIMIT = 256 << 10  # one annotation value; Kubernetes caps all of them at 256 KiB
+
+
+class OciState(Value):
+    """The OCI runtime state (runtime-spec runtime.md#state)."""
+
+    __slots__ = ("annotations", "bundle", "id", "pid", "status")
+
+    def __init__(self, id: str, status: str, bundle: str, pid: int | None,
+                 annotations: dict[str, str]) -> None:
+        self.id = id
+        self.status = status
+        self.bundle = bundle
+        self.pid = pid
+        self.annotations = annotations
+
+
+class BundleSpec(Value):
+    """The parts of <bundle>/config.json the hook uses."""
+
+    __slots__ = ("annotations", "cgroups_path", "env")
+
+    def __init__(self, annotations: dict[str, str], cgroups_path: str | None,
+                 env: dict[str, str]) -> None:
+        self.annotations = annotations
+        self.cgroups_path = cgroups_path
+        self.env = env
+
+
+def read_bounded(stream: BinaryIO, limit: int, what: str) -> bytes:
+    data = stream.read(limit + 1)
+    if len(data) > limit:
+        raise BadInput(f"{what} is larger than {limit} bytes")
+    return data
+
+
+def _annotations(value: Any, where: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise BadInput(f"{where}: annotations must be an object of strings")
+    for key, val in value.items():
+        if not isinstance(val, str):
+            raise BadInput(f"{where}: annotation {key!r} must be a string, got "
+                           f"{type(val).__name__}")
+        if len(val) > ANNOTATION_LIMIT:
+            raise BadInput(f"{where}: annotation {key!r} is longer than {ANNOTATION_LIMIT} "
+                           "bytes")
+    return value
+
+
+def _json_object(data: bytes, what: str) -> dict[str, Any]:
+    try:
+        doc = loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise BadInput(f"{what} is not valid JSON (not UTF-8 at byte {exc.start})") from None
+    except (ValueError, RecursionError) as exc:
+        raise BadInput(f"{what} is not valid JSON ({str(exc)[:100]})") from None
+    if not isinstance(doc, dict):
+        raise BadInput(f"{what} must be a JSON object, got {type(doc).__name__}")
+    return doc
+
+
+def parse_state(data: bytes) -> OciState:
+    """Parse the state JSON; `bundle` is required, `pid` only where the stage has one."""
+    doc = _json_object(data, "OCI state on stdin")
+    cid = doc.get("id")
+    if not isinstance(cid, str) or not cid:
+        raise BadInput("OCI state: 'id' must be a non-empty string")
+    bundle = doc.get("bundle")
+    if not isinstance(bundle, str) or not bundle:
+        raise BadInput("OCI state: 'bundle' must be a non-empty string (the bundle path)")
+    if not os.path.isabs(bundle):
+        raise BadInput(f"OCI state: 'bundle' must be an absolute path, got {bundle[:120]!r}")
+    pid = doc.get("pid")
+    # bool is an int subclass: reject it explicitly.
+    if pid is not None and (isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0):
+        raise BadInput(f"OCI state: 'pid' must be a positive integer, got {pid!r:.40}")
+    status = doc.get("status", "")
+    if not isinstance(status, str):
+        raise BadInput("OCI state: 'status' must be a string")
+    return OciState(id=cid, status=status, bundle=bundle, pid=pid,
+                    annotations=_annotations(doc.get("annotations"), "OCI state"))
+
+
+def read_state(stream: BinaryIO, limit: int = STATE_LIMIT) -> OciState:
+    return parse_state(read_bounded(stream, limit, "OCI state on stdin"))
+
+
+def load_bundle(bundle: str, limit: int = CONFIG_LIMIT) -> BundleSpec:
+    """Load <bundle>/config.json: a regular file, not a symlink, at most `limit` bytes."""
+    path = os.path.join(bundle, "config.json")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise BadInput(f"bundle {bundle[:200]!r} has no config.json") from None
+    except OSError as exc:
+        raise BadInput(f"cannot open {path[:200]!r}: {exc.strerror}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise BadInput(f"{path[:200]!r} is not a regular file")
+    with os.fdopen(fd, "rb") as fh:
+        data = read_bounded(fh, limit, f"{path[:200]!r}")
+    return parse_config(data, path)
+
+
+def parse_config(data: bytes, path: str = "config.json") -> BundleSpec:
+    doc = _json_object(data, path)
+    linux = doc.get("linux")
+    if linux is None:
+        linux = {}
+    if not isinstance(linux, dict):
+        raise BadInput(f"{path}: 'linux' must be an object")
+    cgroups_path = linux.get("cgroupsPath")
+    if cgroups_path is not None and not isinstance(cgroups_path, str):
+        raise BadInput(f"{path}: linux.cgroupsPath must be a string")
+    process = doc.get("process") or {}
+    env_list = process.get("env") if isinstance(process, dict) else None
+    env: dict[str, str] = {}
+    if isinstance(env_list, list):
+        for item in env_list:
+            # The runtime's own env list; only well-formed NAME=VALUE entries matter here.
+            if isinstance(item, str) and "=" in item:
+                name, _, value = item.partition("=")
+                env[name] = value
+    return BundleSpec(annotations=_annotations(doc.get("annotations"), path),
+                      cgroups_path=cgroups_path or None, env=env)

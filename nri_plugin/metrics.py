@@ -1,0 +1,279 @@
+"""Prometheus metrics and the health endpoints of the plugin service.
+
+`Metrics` owns its own `CollectorRegistry` (not prometheus_client's global one) so that
+several instances can live in one process (tests, the simulator) without clashing.
+`start_http_server(metrics, address)` serves, from a daemon thread:
+
+* `/metrics`  the registry in the Prometheus text format (or OpenMetrics when asked);
+* `/healthz`  200 while the process serves HTTP (liveness);
+* `/readyz`   200 once the plugin is registered with the runtime, else 503 (readiness).
+
+Label values are checked against short fixed vocabularies: a free-form label (an error
+message, a pod name) would create one time series per value and blow up the registry.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from time import perf_counter
+from typing import ClassVar
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import choose_encoder
+
+from nri_plugin import __version__
+
+NAMESPACE = "nri_sla"
+
+# What happened to a container's SLA (see docs/operations.md).
+OUTCOMES = ("enforced", "refused", "warned")
+# Why, in one word: "ok" for a clean enforcement; the others name the failing stage.
+# These match nri_plugin.plan's Shortfall.reason values plus "invalid" (bad annotation).
+REASONS = ("ok", "policy", "invalid", "unsupported", "placement", "device", "budget",
+           "conflict", "internal")
+# Event labels are RPC / stage names such as CreateContainer or hook.
+_EVENT_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
+
+# Latency buckets (seconds) around the runtime's 2 s request timeout: the interesting
+# range is sub-millisecond to a few hundred ms.
+REQUEST_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+                   2.0, 5.0)
+
+
+class MetricsError(ValueError):
+    """A label value or server address that the metrics layer does not accept."""
+
+
+class Metrics:
+    """The plugin's metrics, in a registry of their own."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        reg = self.registry
+        self.decisions = Counter(
+            "decisions", "SLA decisions per container, by outcome and reason",
+            ["outcome", "reason"], namespace=NAMESPACE, registry=reg)
+        self.request_seconds = Histogram(
+            "request_seconds", "Time spent handling one runtime request or hook run",
+            ["event"], namespace=NAMESPACE, registry=reg, buckets=REQUEST_BUCKETS)
+        self.gpus_in_use = Gauge(
+            "gpus_in_use", "GPUs currently allocated to containers",
+            namespace=NAMESPACE, registry=reg)
+        self.exclusive_cpus_in_use = Gauge(
+            "exclusive_cpus_in_use", "CPUs currently given exclusively to containers",
+            namespace=NAMESPACE, registry=reg)
+        self.connected = Gauge(
+            "connected", "1 while connected to the runtime's NRI socket",
+            namespace=NAMESPACE, registry=reg)
+        self.registered = Gauge(
+            "registered", "1 while registered with the runtime (ready)",
+            namespace=NAMESPACE, registry=reg)
+        self.reconnects = Counter(
+            "reconnects", "Connections to the runtime made after the first one",
+            namespace=NAMESPACE, registry=reg)
+        self.build_info = Gauge(
+            "build_info", "Always 1; the version label says which nri-sla runs",
+            ["version"], namespace=NAMESPACE, registry=reg)
+        self.build_info.labels(version=__version__).set(1)
+        self._registered = False  # what /readyz answers from
+        # Pre-create the label sets of the usual outcomes so that dashboards and
+        # `rate()` see zeros instead of missing series before the first decision.
+        for outcome, reason in (("enforced", "ok"), ("refused", "policy"),
+                                ("refused", "invalid"), ("warned", "unsupported")):
+            self.decisions.labels(outcome=outcome, reason=reason)
+
+    # -- decisions and latency ---------------------------------------------------------
+    def record_decision(self, outcome: str, reason: str = "ok") -> None:
+        """Count one container decision. Raises MetricsError on an unknown label."""
+        if outcome not in OUTCOMES:
+            raise MetricsError(
+                f"decision outcome {outcome!r} is not one of {', '.join(OUTCOMES)}")
+        if reason not in REASONS:
+            raise MetricsError(
+                f"decision reason {reason!r} is not one of {', '.join(REASONS)}")
+        self.decisions.labels(outcome=outcome, reason=reason).inc()
+
+    def observe(self, event: str, seconds: float) -> None:
+        """Record how long handling `event` (e.g. "CreateContainer") took."""
+        _check_event(event)
+        if seconds < 0:
+            raise MetricsError(f"duration for {event} is negative: {seconds}")
+        self.request_seconds.labels(event=event).observe(seconds)
+
+    @contextmanager
+    def time(self, event: str) -> Iterator[None]:
+        """`with metrics.time("CreateContainer"): ...` observes the block's duration,
+        also when it raises (a refused container still cost time)."""
+        _check_event(event)  # fail before running the block, not after it
+        start = perf_counter()
+        try:
+            yield
+        finally:
+            self.observe(event, perf_counter() - start)
+
+    # -- state ---------------------------------------------------------------------------
+    def set_connected(self, value: bool) -> None:
+        self.connected.set(1 if value else 0)
+        if not value:
+            # Registration does not outlive the connection it was made on.
+            self.set_registered(False)
+
+    def set_registered(self, value: bool) -> None:
+        self._registered = bool(value)
+        self.registered.set(1 if value else 0)
+
+    def inc_reconnects(self) -> None:
+        self.reconnects.inc()
+
+    def set_gpus_in_use(self, n: int) -> None:
+        self.gpus_in_use.set(_count(n, "gpus_in_use"))
+
+    def set_exclusive_cpus_in_use(self, n: int) -> None:
+        self.exclusive_cpus_in_use.set(_count(n, "exclusive_cpus_in_use"))
+
+    @property
+    def is_registered(self) -> bool:
+        return self._registered
+
+    def value(self, name: str, **labels: str) -> float | None:
+        """A sample's current value, e.g. value("nri_sla_decisions_total",
+        outcome="enforced", reason="ok"); None when the series does not exist."""
+        return self.registry.get_sample_value(name, labels or None)
+
+
+def _check_event(event: str) -> None:
+    if not isinstance(event, str) or not _EVENT_RE.match(event):
+        raise MetricsError(
+            f"event label {event!r} must be an identifier like CreateContainer "
+            "(letters, digits, _; at most 64)")
+
+
+def _count(n: int, what: str) -> int:
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise MetricsError(f"{what} must be a non-negative integer, got {n!r}")
+    return n
+
+
+# -- HTTP ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ListenAddress:
+    host: str
+    port: int
+
+
+def parse_address(address: str) -> ListenAddress | None:
+    """Parse a metrics address: "HOST:PORT", ":PORT" (all interfaces), "[::1]:PORT".
+    "" disables the server (None). Port 0 picks a free port (tests)."""
+    address = address.strip()
+    if not address:
+        return None
+    host, sep, port_text = address.rpartition(":")
+    if not sep:
+        raise MetricsError(
+            f"metrics address {address!r} must be HOST:PORT, :PORT or [IPv6]:PORT "
+            "(\"\" disables the metrics server)")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        raise MetricsError(f"metrics address {address!r}: put an IPv6 host in brackets, "
+                           "e.g. [::1]:9477")
+    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise MetricsError(f"metrics address {address!r}: port must be 0..65535")
+    return ListenAddress(host=host or "0.0.0.0", port=int(port_text))
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, listen: ListenAddress, metrics: Metrics) -> None:
+        if ":" in listen.host:
+            self.address_family = socket.AF_INET6
+        self.metrics = metrics
+        super().__init__((listen.host, listen.port), _Handler)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    server_version = f"nri-sla/{__version__}"
+    _PLAIN: ClassVar[str] = "text/plain; charset=utf-8"
+
+    def do_GET(self) -> None:  # http.server's naming
+        self._serve(head=False)
+
+    def do_HEAD(self) -> None:
+        self._serve(head=True)
+
+    def _serve(self, head: bool) -> None:
+        path = self.path.split("?", 1)[0]
+        metrics = self.server.metrics
+        if path == "/metrics":
+            encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
+            self._reply(200, content_type, encoder(metrics.registry), head)
+        elif path == "/healthz":
+            self._reply(200, self._PLAIN, b"ok\n", head)
+        elif path == "/readyz":
+            if metrics.is_registered:
+                self._reply(200, self._PLAIN, b"ready: registered with the runtime\n", head)
+            else:
+                self._reply(503, self._PLAIN,
+                            b"not ready: not registered with the runtime\n", head)
+        else:
+            self._reply(404, self._PLAIN, b"not found: try /metrics, /healthz, /readyz\n",
+                        head)
+
+    def _reply(self, code: int, content_type: str, body: bytes, head: bool) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if not head:
+            self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        # Scrapes every few seconds would drown the decision log; stay quiet.
+        pass
+
+
+class MetricsServer:
+    """A running metrics/health HTTP server; `close()` stops it."""
+
+    def __init__(self, server: _Server) -> None:
+        self._server = server
+        self._thread = threading.Thread(target=server.serve_forever, name="nri-sla-metrics",
+                                        kwargs={"poll_interval": 0.2}, daemon=True)
+        self._thread.start()
+
+    @property
+    def host(self) -> str:
+        return str(self._server.server_address[0])
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+    def __enter__(self) -> MetricsServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def start_http_server(metrics: Metrics, address: str) -> MetricsServer | None:
+    """Serve /metrics, /healthz and /readyz on `address`; "" disables (returns None).
+    Raises MetricsError for a malformed address and OSError when it cannot bind."""
+    listen = parse_address(address)
+    if listen is None:
+        return None
+    return MetricsServer(_Server(listen, metrics))

@@ -1,0 +1,153 @@
+"""asyncio edge of one NRI connection: a Protocol that feeds NriCore and dispatches.
+
+Served calls run concurrently with our own outstanding calls (the runtime sends
+Configure while our RegisterPlugin is still waiting for its reply). A route that returns
+bytes is answered inline, in the same loop iteration (no task per call); a route that
+returns an awaitable gets a task. Exceptions become error statuses on that stream only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+
+from nri_plugin.nri.core import NriCore, Role
+from nri_plugin.nri.errors import Code, ConnectionClosed, RpcError
+from nri_plugin.nri.mux import MAX_SEND_PAYLOAD
+from nri_plugin.nri.ttrpc import MAX_DATA, RequestReceived, ResponseReceived
+
+log = logging.getLogger("nri_sla.nri.connection")
+
+Route = Callable[[bytes], "bytes | Awaitable[bytes]"]
+Routes = Mapping[tuple[str, str], Route]
+
+
+def error_status(exc: BaseException) -> tuple[int, str]:
+    """Status for an exception raised while serving a call."""
+    if isinstance(exc, RpcError):
+        return exc.code, exc.message
+    return Code.UNKNOWN, str(exc) or type(exc).__name__
+
+
+class Connection(asyncio.Protocol):
+    def __init__(self, role: Role, routes: Routes, *, max_data: int = MAX_DATA,
+                 max_send_payload: int = MAX_SEND_PAYLOAD) -> None:
+        self.routes = routes
+        self.core = NriCore(role, lambda s, m: (s, m) in routes, max_data=max_data,
+                            max_send_payload=max_send_payload)
+        self.loop = asyncio.get_running_loop()
+        self.transport: asyncio.Transport | None = None
+        self._pending: dict[int, asyncio.Future[ResponseReceived]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closed: asyncio.Future[None] = self.loop.create_future()
+        self.close_reason: BaseException | None = None
+
+    # -- asyncio.Protocol ----------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        events = self.core.receive_data(data)
+        auto = self.core.data_to_send()
+        if auto:
+            self._write(auto)
+        for ev in events:
+            if isinstance(ev, ResponseReceived):
+                fut = self._pending.pop(ev.stream_id, None)
+                if fut is not None and not fut.done():
+                    fut.set_result(ev)
+            else:
+                self._serve(ev)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.close_reason = exc
+        err = ConnectionClosed(f"connection closed{': ' + str(exc) if exc else ''}")
+        for fut in self._pending.values():
+            if not fut.done():
+                fut.set_exception(err)
+        self._pending.clear()
+        for task in list(self._tasks):
+            task.cancel()
+        if not self._closed.done():
+            self._closed.set_result(None)
+
+    # -- serving -------------------------------------------------------------
+    def _serve(self, req: RequestReceived) -> None:
+        route = self.routes[(req.service, req.method)]
+        try:
+            result = route(req.payload)
+        except Exception as exc:
+            self._answer_error(req, exc)
+            return
+        if isinstance(result, bytes):
+            self._write(self.core.send_response(req.stream_id, result))
+            return
+        task = self.loop.create_task(self._serve_async(req, result))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _serve_async(self, req: RequestReceived, pending: Awaitable[bytes]) -> None:
+        try:
+            payload = await pending
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._answer_error(req, exc)
+        else:
+            self._write(self.core.send_response(req.stream_id, payload))
+
+    def _answer_error(self, req: RequestReceived, exc: Exception) -> None:
+        code, message = error_status(exc)
+        if not isinstance(exc, RpcError):
+            log.warning("%s/%s failed: %s", req.service, req.method, message,
+                        exc_info=log.isEnabledFor(logging.DEBUG))
+        self._write(self.core.send_error(req.stream_id, code, message))
+
+    def _write(self, data: bytes) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(data)
+
+    # -- calling -------------------------------------------------------------
+    async def call(self, service: str, method: str, payload: bytes,
+                   timeout: float | None = None,
+                   metadata: Iterable[tuple[str, str]] = ()) -> bytes:
+        """Unary call; returns the response payload or raises RpcError/ConnectionClosed.
+        On timeout the call fails with DeadlineExceeded and a late answer is dropped."""
+        if self.is_closed:
+            raise ConnectionClosed(f"{method}: connection is closed")
+        timeout_nano = int(timeout * 1e9) if timeout else 0
+        sid, data = self.core.send_request(service, method, payload, timeout_nano, metadata)
+        fut: asyncio.Future[ResponseReceived] = self.loop.create_future()
+        self._pending[sid] = fut
+        self._write(data)
+        timer = self.loop.call_later(timeout, self._expire, sid, method) if timeout else None
+        try:
+            resp = await fut
+        finally:
+            if timer is not None:
+                timer.cancel()
+            self._pending.pop(sid, None)
+        if resp.code:
+            raise RpcError(resp.code, resp.message, method)
+        return resp.payload
+
+    def _expire(self, sid: int, method: str) -> None:
+        fut = self._pending.pop(sid, None)
+        self.core.cancel(sid)
+        if fut is not None and not fut.done():
+            fut.set_exception(RpcError(Code.DEADLINE_EXCEEDED,
+                                       "context deadline exceeded", method))
+
+    # -- life cycle ----------------------------------------------------------
+    @property
+    def is_closed(self) -> bool:
+        return self._closed.done()
+
+    async def wait_closed(self) -> None:
+        await asyncio.shield(self._closed)
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()

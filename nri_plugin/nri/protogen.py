@@ -1,0 +1,58 @@
+"""Regenerate the protobuf modules in nri_plugin/nri/pb/ from proto/*.proto.
+
+    python -m nri_plugin.nri.protogen [--out DIR]
+
+Needs grpcio-tools (a dev/test dependency); the generated modules need only protobuf.
+The committed modules must equal what this produces: tests/nri/test_protogen.py checks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from importlib import resources
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+PROTO_DIR = REPO / "proto"
+PB_DIR = Path(__file__).resolve().parent / "pb"
+PROTOS = ("nri.proto", "ttrpc.proto")
+
+
+class ProtogenError(RuntimeError):
+    """protoc failed or grpcio-tools is missing."""
+
+
+def generate(out_dir: Path, proto_dir: Path = PROTO_DIR) -> list[Path]:
+    """Run protoc for every proto in PROTOS; return the written module paths."""
+    try:
+        from grpc_tools import protoc
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ProtogenError("grpcio-tools is needed: pip install 'nri-sla[test]'") from exc
+    out_dir.mkdir(parents=True, exist_ok=True)
+    # google/protobuf/any.proto ships inside grpc_tools.
+    include = resources.files("grpc_tools") / "_proto"
+    args = ["protoc", f"-I{proto_dir}", f"-I{include}", f"--python_out={out_dir}"]
+    args += [str(proto_dir / name) for name in PROTOS]
+    rc = protoc.main(args)
+    if rc != 0:
+        raise ProtogenError(f"protoc exited {rc} for {', '.join(PROTOS)}")
+    return [out_dir / (Path(name).stem + "_pb2.py") for name in PROTOS]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m nri_plugin.nri.protogen",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=PB_DIR, help=f"default {PB_DIR}")
+    args = parser.parse_args(argv)
+    try:
+        for path in generate(args.out):
+            print(path)
+    except ProtogenError as exc:
+        print(f"protogen: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

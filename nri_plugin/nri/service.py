@@ -1,0 +1,203 @@
+"""The long-running plugin service: connect, register, serve, reconnect, notify systemd.
+
+Two ways in:
+* external (systemd unit, DaemonSet): dial `options.socket_path`; when the runtime
+  restarts or drops us, dial again with capped exponential backoff;
+* pre-launched by containerd from /opt/nri/plugins: the environment holds only
+  NRI_PLUGIN_NAME, NRI_PLUGIN_IDX and NRI_PLUGIN_SOCKET=3 (a connected socket, no PATH).
+  When that connection ends we exit: containerd launches us again.
+
+SIGTERM/SIGINT end the service cleanly. With NOTIFY_SOCKET set, systemd hears READY=1
+after registration, WATCHDOG=1 every WATCHDOG_USEC/2 and STOPPING=1 at the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from nri_plugin.nri.errors import NriError, PluginConfigError
+from nri_plugin.nri.stub import DEFAULT_SOCKET, REGISTRATION_TIMEOUT, Stub, check_identity
+
+log = logging.getLogger("nri_sla.nri.service")
+
+# Connection states reported through ServiceOptions.on_state.
+CONNECTING = "connecting"
+REGISTERED = "registered"
+DISCONNECTED = "disconnected"
+STOPPED = "stopped"
+
+
+@dataclass
+class ServiceOptions:
+    socket_path: str = DEFAULT_SOCKET
+    name: str = "nri-sla"
+    idx: str = "50"
+    backoff_initial: float = 0.5
+    backoff_max: float = 30.0
+    registration_timeout: float = REGISTRATION_TIMEOUT
+    handle_signals: bool = True
+    # Called with CONNECTING / REGISTERED / DISCONNECTED / STOPPED.
+    on_state: Callable[[str], Any] | None = None
+    # Called with the running total each time we register again after losing the runtime.
+    on_reconnect: Callable[[int], Any] | None = None
+    # Called with the Stub once registered (e.g. to keep it for update_containers).
+    on_ready: Callable[[Stub], Any] | None = None
+    # Where NRI_PLUGIN_* and NOTIFY_SOCKET/WATCHDOG_* are read; default os.environ.
+    environ: Mapping[str, str] | None = None
+    # Set it to stop the service from outside (tests, embedding).
+    stop_event: asyncio.Event | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if not 0 < self.backoff_initial <= self.backoff_max:
+            raise PluginConfigError(
+                f"backoff: need 0 < backoff_initial ({self.backoff_initial}) <= "
+                f"backoff_max ({self.backoff_max})")
+
+
+class SystemdNotifier:
+    """sd_notify(3) without libsystemd: datagrams to $NOTIFY_SOCKET."""
+
+    def __init__(self, environ: Mapping[str, str]) -> None:
+        addr = environ.get("NOTIFY_SOCKET", "")
+        self.address = "\0" + addr[1:] if addr.startswith("@") else addr
+        usec = environ.get("WATCHDOG_USEC", "")
+        pid = environ.get("WATCHDOG_PID", "")
+        self.watchdog_interval: float | None = None
+        if usec.isdigit() and int(usec) > 0 and (not pid or pid == str(os.getpid())):
+            self.watchdog_interval = int(usec) / 2e6
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.address)
+
+    def notify(self, *lines: str) -> None:
+        if not self.address:
+            return
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+            try:
+                sock.sendto("\n".join(lines).encode(), self.address)
+            except OSError as exc:  # systemd gone or socket path wrong: not fatal
+                log.debug("sd_notify to %s failed: %s", self.address, exc)
+
+    async def watchdog(self) -> None:
+        if self.watchdog_interval is None:
+            return
+        while True:
+            self.notify("WATCHDOG=1")
+            await asyncio.sleep(self.watchdog_interval)
+
+
+def _prelaunched(environ: Mapping[str, str]) -> tuple[socket.socket, str, str] | None:
+    value = environ.get("NRI_PLUGIN_SOCKET")
+    if not value:
+        return None
+    if not value.isdigit():
+        raise PluginConfigError(f"NRI_PLUGIN_SOCKET={value!r}: expected a file descriptor "
+                                "number (containerd passes 3)")
+    name = environ.get("NRI_PLUGIN_NAME", "")
+    idx = environ.get("NRI_PLUGIN_IDX", "")
+    check_identity(name, idx)
+    try:
+        sock = socket.socket(fileno=int(value))
+    except OSError as exc:
+        raise PluginConfigError(f"NRI_PLUGIN_SOCKET={value}: not an open socket "
+                                f"({exc.strerror or exc})") from exc
+    return sock, name, idx
+
+
+def _call(callback: Callable[..., Any] | None, *args: Any) -> None:
+    if callback is None:
+        return
+    try:
+        callback(*args)
+    except Exception:  # a metrics callback must never take the service down
+        log.exception("service callback %r failed", callback)
+
+
+async def run_service(plugin: object, options: ServiceOptions | None = None) -> None:
+    """Serve `plugin` until SIGTERM/SIGINT (or options.stop_event); returns None."""
+    opts = options or ServiceOptions()
+    environ = os.environ if opts.environ is None else opts.environ
+    pre = _prelaunched(environ)
+    if pre is None:
+        check_identity(opts.name, opts.idx)
+    notifier = SystemdNotifier(environ)
+    stop = opts.stop_event or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    installed: list[int] = []
+    if opts.handle_signals:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                loop.add_signal_handler(sig, stop.set)
+                installed.append(sig)
+            except (NotImplementedError, RuntimeError, ValueError):
+                pass  # not the main thread: the embedding code handles signals
+    watchdog = loop.create_task(notifier.watchdog())
+    reconnects = 0
+    ever_registered = False
+    delay = opts.backoff_initial
+    try:
+        while not stop.is_set():
+            _call(opts.on_state, CONNECTING)
+            notifier.notify("STATUS=connecting to the NRI runtime")
+            registered_now = False
+
+            def ready(stub: Stub) -> None:
+                nonlocal registered_now, ever_registered, reconnects
+                if ever_registered:
+                    reconnects += 1
+                    _call(opts.on_reconnect, reconnects)
+                registered_now = ever_registered = True
+                _call(opts.on_state, REGISTERED)
+                notifier.notify("READY=1", f"STATUS=registered with {stub.runtime_name} "
+                                f"{stub.runtime_version}".rstrip())
+                _call(opts.on_ready, stub)
+
+            if pre is not None:
+                sock, name, idx = pre
+                stub = Stub(plugin, name=name, idx=idx, sock=sock,
+                            registration_timeout=opts.registration_timeout)
+            else:
+                stub = Stub(plugin, name=opts.name, idx=opts.idx,
+                            socket_path=opts.socket_path,
+                            registration_timeout=opts.registration_timeout)
+            stub.on_ready = lambda s=stub: ready(s)
+            run = loop.create_task(stub.run())
+            stopper = loop.create_task(stop.wait())
+            await asyncio.wait({run, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            stopper.cancel()
+            if stop.is_set():
+                stub.stop()
+                with contextlib.suppress(NriError, asyncio.CancelledError):
+                    await asyncio.wait_for(run, 2.0)
+                break
+            try:
+                run.result()
+                break  # returned without stop(): treat as done
+            except NriError as exc:
+                _call(opts.on_state, DISCONNECTED)
+                notifier.notify(f"STATUS=disconnected: {exc}")
+                if pre is not None:
+                    log.info("pre-launched connection ended (%s); exiting so that the "
+                             "runtime can launch us again", exc)
+                    break
+                log.warning("NRI connection lost: %s; retrying in %.1fs", exc, delay)
+            if registered_now:
+                delay = opts.backoff_initial
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), delay)
+            delay = min(delay * 2, opts.backoff_max)
+    finally:
+        watchdog.cancel()
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+        _call(opts.on_state, STOPPED)
+        notifier.notify("STOPPING=1", "STATUS=stopped")

@@ -1,0 +1,485 @@
+"""A runtime-side NRI simulator (the part of containerd that talks to plugins).
+
+Used by tests, benchmarks and `nri-sla demo`. It listens on a unix socket, accepts
+plugins, serves Runtime/RegisterPlugin and UpdateContainers, configures and
+synchronizes each plugin and lets the caller send any event with a deadline. It follows
+containerd's habits: Configure goes out before the RegisterPlugin reply (configurable),
+events the plugin did not subscribe to are not sent, a subscription bit the runtime's
+NRI version does not know drops the plugin, a missed deadline drops the plugin, outgoing
+messages are cut into 4,096-byte mux frames, Synchronize is chunked (more=true) when the
+state exceeds `sync_chunk_bytes`.
+
+Modes: "v0.12" (containerd 2.3: dedicated RPC per event) and "v0.8" (containerd 1.7:
+most events as StateChange, no NRI version in Configure, events 12-14 unknown).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import os
+import socket
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from nri_plugin.nri import events as ev
+from nri_plugin.nri.connection import Connection, Route
+from nri_plugin.nri.core import Role
+from nri_plugin.nri.errors import Code, ConnectionClosed, NriError, PluginConfigError, RpcError
+from nri_plugin.nri.pb import nri_pb2 as pb
+from nri_plugin.nri.stub import PLUGIN_SERVICE, RUNTIME_SERVICE
+
+MODES = {"v0.12": ("v0.12.0", "2.3.4"), "v0.8": ("", "1.7.34")}
+NAMESPACE_METADATA = (("containerd-namespace-ttrpc", "k8s.io"),)
+
+
+class PluginCallError(RpcError):
+    """The plugin answered an event with an error status (or missed the deadline)."""
+
+
+class PluginDropped(NriError):
+    """The simulator dropped the plugin (bad subscription, missed deadline, closed)."""
+
+
+@dataclass
+class SimulatorOptions:
+    mode: str = "v0.12"
+    runtime_name: str = "containerd"
+    runtime_version: str = ""  # default: by mode, "2.3.4" or "1.7.34"
+    config: str = ""
+    registration_timeout: float = 5.0
+    request_timeout: float = 2.0
+    # Split Synchronize when the encoded state exceeds this many bytes (containerd: just
+    # under the 4 MiB message limit).
+    sync_chunk_bytes: int = 4 * 1024 * 1024 - 64 * 1024
+    configure_before_register_reply: bool = True
+    drop_on_timeout: bool = True
+    max_send_payload: int = 4096
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise PluginConfigError(f"simulator mode {self.mode!r}: allowed {sorted(MODES)}")
+        if not self.runtime_version:
+            self.runtime_version = MODES[self.mode][1]
+
+    @property
+    def nri_version(self) -> str:
+        return MODES[self.mode][0]
+
+
+@dataclass
+class RuntimeState:
+    pods: dict[str, pb.PodSandbox] = field(default_factory=dict)
+    containers: dict[str, pb.Container] = field(default_factory=dict)
+
+
+def chunk_state(pods: list[pb.PodSandbox], containers: list[pb.Container],
+                limit: int) -> list[pb.SynchronizeRequest]:
+    """Split the state into SynchronizeRequests of about `limit` encoded bytes each;
+    all but the last carry more=true. Pods go first so that a plugin sees a container's
+    pod no later than the container."""
+    chunks: list[pb.SynchronizeRequest] = []
+    cur = pb.SynchronizeRequest()
+    size = 0
+    for kind, items in (("pods", pods), ("containers", containers)):
+        for item in items:
+            n = item.ByteSize() + 6
+            if size and size + n > limit:
+                cur.more = True
+                chunks.append(cur)
+                cur, size = pb.SynchronizeRequest(), 0
+            getattr(cur, kind).append(item)
+            size += n
+    chunks.append(cur)
+    return chunks
+
+
+def _embed(tag: int, data: bytes) -> bytes:
+    """A length-delimited field, as protobuf encodes an embedded message."""
+    size = len(data)
+    head = bytearray((tag,))
+    while size > 0x7F:
+        head.append((size & 0x7F) | 0x80)
+        size >>= 7
+    head.append(size)
+    return bytes(head) + data
+
+
+class PluginSession:
+    """One connected plugin as the runtime sees it."""
+
+    def __init__(self, sim: RuntimeSimulator) -> None:
+        self.sim = sim
+        self.opts = sim.options
+        self.name = ""
+        self.idx = ""
+        self.plugin_nri_version = ""
+        self.events = 0
+        self.registered = asyncio.Event()
+        self.ready = asyncio.Event()  # configured and synchronized
+        self.sync_updates: list[pb.ContainerUpdate] = []
+        self.unsolicited: list[pb.UpdateContainersRequest] = []
+        self.drop_reason = ""
+        self.error: BaseException | None = None
+        routes: dict[tuple[str, str], Route] = {
+            (RUNTIME_SERVICE, "RegisterPlugin"): self._register,
+            (RUNTIME_SERVICE, "UpdateContainers"): self._update_containers,
+        }
+        self.conn = Connection(Role.RUNTIME, routes,
+                               max_send_payload=self.opts.max_send_payload)
+        self._setup: asyncio.Task[None] | None = None
+
+    # -- runtime service -----------------------------------------------------
+    def _register(self, payload: bytes) -> bytes | Any:
+        req = pb.RegisterPluginRequest.FromString(payload)
+        self.name, self.idx = req.plugin_name, req.plugin_idx
+        self.plugin_nri_version = req.NRI_version
+        self.registered.set()
+        if self.opts.configure_before_register_reply:
+            async def configure_first() -> bytes:
+                try:
+                    await self._configure()
+                except Exception as exc:
+                    self._setup_failed(exc)
+                    raise
+                self._start_sync()
+                return b""
+            return configure_first()
+        self._start_sync(configure=True)
+        return b""
+
+    def _start_sync(self, configure: bool = False) -> None:
+        async def setup() -> None:
+            try:
+                if configure:
+                    await self._configure()
+                await self._synchronize_initial()
+                self.ready.set()
+            except Exception as exc:
+                self._setup_failed(exc)
+        self._setup = asyncio.get_running_loop().create_task(setup())
+
+    def _setup_failed(self, exc: Exception) -> None:
+        # containerd drops a plugin whose Configure or Synchronize fails; accept()
+        # reports the reason.
+        self.error = exc
+        if not self.drop_reason:
+            self.drop(f"set-up failed: {exc}")
+        self.ready.set()
+
+    def _update_containers(self, payload: bytes) -> bytes:
+        req = pb.UpdateContainersRequest.FromString(payload)
+        self.unsolicited.append(req)
+        failed = [u for u in req.update if u.container_id not in self.sim.state.containers]
+        return pb.UpdateContainersResponse(failed=failed).SerializeToString()
+
+    # -- plugin service calls ------------------------------------------------
+    async def _configure(self) -> None:
+        req = pb.ConfigureRequest(
+            config=self.opts.config, runtime_name=self.opts.runtime_name,
+            runtime_version=self.opts.runtime_version,
+            registration_timeout=int(self.opts.registration_timeout * 1000),
+            request_timeout=int(self.opts.request_timeout * 1000),
+            NRI_version=self.opts.nri_version)
+        resp = await self.call("Configure", req, pb.ConfigureResponse)
+        known = ev.known_mask(self.opts.nri_version)
+        if resp.events & ~known:
+            self.drop(f"plugin subscribed to unknown events 0x{resp.events & ~known:x} "
+                      f"(runtime knows 0x{known:x})")
+            raise PluginDropped(self.drop_reason)
+        self.events = resp.events or known
+
+    async def _synchronize_initial(self) -> None:
+        state = self.sim.state
+        self.sync_updates = await self.synchronize(list(state.pods.values()),
+                                                   list(state.containers.values()))
+
+    async def synchronize(self, pods: list[pb.PodSandbox],
+                          containers: list[pb.Container]) -> list[pb.ContainerUpdate]:
+        updates: list[pb.ContainerUpdate] = []
+        for chunk in chunk_state(pods, containers, self.opts.sync_chunk_bytes):
+            resp = await self.call("Synchronize", chunk, pb.SynchronizeResponse)
+            if chunk.more and (not resp.more or len(resp.update)):
+                self.drop("plugin did not acknowledge a Synchronize chunk with more=true")
+                raise PluginDropped(self.drop_reason)
+            updates.extend(resp.update)
+        return updates
+
+    async def call(self, method: str, request: Any, response_cls: Any = None,
+                   timeout: float | None = None) -> Any:
+        """Call Plugin/<method> with a message (or its encoded bytes); return the decoded
+        response (or the raw payload when response_cls is None)."""
+        if timeout is None:
+            timeout = self.opts.request_timeout
+        payload = request if isinstance(request, bytes) else request.SerializeToString()
+        # containerd tags event calls with the containerd namespace (see the recordings).
+        meta = () if method in ("Configure", "Synchronize") else NAMESPACE_METADATA
+        try:
+            answer = await self.conn.call(PLUGIN_SERVICE, method, payload, timeout, meta)
+        except RpcError as exc:
+            if exc.code == Code.DEADLINE_EXCEEDED and self.opts.drop_on_timeout:
+                self.drop(f"{method}: plugin missed the {timeout:g}s deadline")
+            raise PluginCallError(exc.code, exc.message, method) from None
+        except ConnectionClosed as exc:
+            raise PluginDropped(f"{method}: {exc}") from exc
+        return answer if response_cls is None else response_cls.FromString(answer)
+
+    def subscribed(self, event: int) -> bool:
+        return bool(self.events & ev.bit(event))
+
+    async def event(self, event: int, pod: pb.PodSandbox, container: pb.Container | None = None,
+                    *, timeout: float | None = None, **extra: Any) -> Any:
+        """Deliver one event as the runtime would; returns the response message, or None
+        when the plugin is not subscribed or the event went as StateChange."""
+        if not self.subscribed(event):
+            return None
+        if self.opts.mode == "v0.8":
+            if event > ev.REMOVE_CONTAINER:
+                return None  # unknown to that runtime
+            if event in ev.STATE_CHANGE_EVENTS:
+                req = pb.StateChangeEvent(event=event, pod=pod, container=container)
+                await self.call("StateChange", req, pb.Empty, timeout)
+                return None
+        method = ev.RPCS[event]
+        # Every event request starts with pod = 1 (and container = 2): encode those by
+        # concatenation instead of deep-copying both messages into a new request.
+        payload = _embed(0x0A, pod.SerializeToString())
+        if event not in ev.POD_EVENTS and container is not None:
+            payload += _embed(0x12, container.SerializeToString())
+        if extra:
+            payload += getattr(pb, method + "Request")(**extra).SerializeToString()
+        return await self.call(method, payload, getattr(pb, method + "Response"), timeout)
+
+    # Named helpers for the common life cycle.
+    async def run_pod_sandbox(self, pod: pb.PodSandbox, **kw: Any) -> Any:
+        self.sim.state.pods[pod.id] = pod
+        return await self.event(ev.RUN_POD_SANDBOX, pod, **kw)
+
+    async def create_container(self, pod: pb.PodSandbox, ctr: pb.Container,
+                               **kw: Any) -> pb.CreateContainerResponse | None:
+        self.sim.state.containers[ctr.id] = ctr
+        return await self.event(ev.CREATE_CONTAINER, pod, ctr, **kw)
+
+    async def update_container(self, pod: pb.PodSandbox, ctr: pb.Container,
+                               resources: pb.LinuxResources, **kw: Any) -> Any:
+        return await self.event(ev.UPDATE_CONTAINER, pod, ctr, linux_resources=resources, **kw)
+
+    async def stop_container(self, pod: pb.PodSandbox, ctr: pb.Container, **kw: Any) -> Any:
+        return await self.event(ev.STOP_CONTAINER, pod, ctr, **kw)
+
+    async def remove_container(self, pod: pb.PodSandbox, ctr: pb.Container, **kw: Any) -> Any:
+        self.sim.state.containers.pop(ctr.id, None)
+        return await self.event(ev.REMOVE_CONTAINER, pod, ctr, **kw)
+
+    async def remove_pod_sandbox(self, pod: pb.PodSandbox, **kw: Any) -> Any:
+        self.sim.state.pods.pop(pod.id, None)
+        return await self.event(ev.REMOVE_POD_SANDBOX, pod, **kw)
+
+    async def container_life_cycle(self, pod: pb.PodSandbox,
+                                   ctr: pb.Container) -> pb.CreateContainerResponse | None:
+        """RunPodSandbox ... RemovePodSandbox for one pod with one container, in
+        containerd's order; returns the CreateContainer response."""
+        await self.run_pod_sandbox(pod)
+        created = await self.create_container(pod, ctr)
+        for event in (ev.POST_CREATE_CONTAINER, ev.START_CONTAINER, ev.POST_START_CONTAINER):
+            await self.event(event, pod, ctr)
+        await self.stop_container(pod, ctr)
+        await self.remove_container(pod, ctr)
+        await self.event(ev.STOP_POD_SANDBOX, pod)
+        await self.remove_pod_sandbox(pod)
+        return created
+
+    async def shutdown(self) -> None:
+        await self.call("Shutdown", pb.Empty(), pb.Empty)
+
+    # -- life cycle ----------------------------------------------------------
+    def drop(self, reason: str) -> None:
+        self.drop_reason = reason
+        self.conn.close()
+
+    async def wait_closed(self) -> None:
+        await self.conn.wait_closed()
+
+
+class RuntimeSimulator:
+    def __init__(self, socket_path: str, options: SimulatorOptions | None = None, *,
+                 pods: Iterable[pb.PodSandbox] = (),
+                 containers: Iterable[pb.Container] = ()) -> None:
+        self.socket_path = socket_path
+        self.options = options or SimulatorOptions()
+        self.state = RuntimeState({p.id: p for p in pods}, {c.id: c for c in containers})
+        self.sessions: list[PluginSession] = []
+        self._accepted: asyncio.Queue[PluginSession] = asyncio.Queue()
+        self._server: asyncio.AbstractServer | None = None
+        self._watchdogs: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> RuntimeSimulator:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.socket_path)
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_unix_server(self._new_session, self.socket_path)
+        return self
+
+    async def attach(self, sock: socket.socket) -> None:
+        """Serve a plugin on an already connected socket (how containerd talks to a
+        plugin it launched itself, handing it the other end as fd 3)."""
+        loop = asyncio.get_running_loop()
+        await loop.connect_accepted_socket(self._new_session, sock)
+
+    def _new_session(self) -> Connection:
+        session = PluginSession(self)
+        self.sessions.append(session)
+        task = asyncio.get_running_loop().create_task(self._watch(session))
+        self._watchdogs.add(task)
+        task.add_done_callback(self._watchdogs.discard)
+        return session.conn
+
+    async def _watch(self, session: PluginSession) -> None:
+        try:
+            await asyncio.wait_for(session.registered.wait(), self.options.registration_timeout)
+        except TimeoutError:
+            session.drop("plugin did not register within the registration timeout")
+            return
+        await session.ready.wait()
+        await self._accepted.put(session)
+
+    async def accept(self, timeout: float = 10.0) -> PluginSession:
+        """Wait for the next plugin to be registered, configured and synchronized.
+        Raises PluginDropped when its set-up failed (bad subscription, missed deadline,
+        closed connection) and TimeoutError when no plugin showed up in time."""
+        session = await asyncio.wait_for(self._accepted.get(), timeout)
+        if session.error is not None:
+            reason = session.drop_reason or str(session.error)
+            raise PluginDropped(f"plugin {session.idx}-{session.name} was dropped during "
+                                f"set-up: {reason}") from session.error
+        return session
+
+    async def close(self) -> None:
+        """Stop listening and drop every plugin (like a containerd restart)."""
+        if self._server is not None:
+            self._server.close()
+        for session in self.sessions:
+            session.conn.close()
+        for task in list(self._watchdogs):
+            task.cancel()
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await self._server.wait_closed()
+            self._server = None
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.socket_path)
+
+    async def __aenter__(self) -> RuntimeSimulator:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+# -- realistic messages --------------------------------------------------------------
+
+def _id(seed: str) -> str:
+    return hashlib.sha256(seed.encode()).hexdigest()
+
+
+def make_pod(name: str, *, namespace: str = "default", uid: str | None = None,
+             annotations: Mapping[str, str] | None = None,
+             labels: Mapping[str, str] | None = None, qos: str = "burstable",
+             cgroup_driver: str = "cgroupfs") -> pb.PodSandbox:
+    """A PodSandbox as containerd's CRI plugin describes a Kubernetes pod."""
+    uid = uid or _id(f"uid/{namespace}/{name}")[:8] + "-0000-4000-8000-" + \
+        _id(f"uid2/{namespace}/{name}")[:12]
+    pod_id = _id(f"pod/{namespace}/{name}")
+    if cgroup_driver == "systemd":
+        parent = f"kubepods-{qos}-pod{uid.replace('-', '_')}.slice"
+        cgroups_path = f"{parent}:cri-containerd:{pod_id}"
+    else:
+        parent = f"/kubepods/{qos}/pod{uid}"
+        cgroups_path = f"{parent}/{pod_id}"
+    ann = {
+        "io.kubernetes.cri.container-type": "sandbox",
+        "io.kubernetes.cri.sandbox-id": pod_id,
+        "io.kubernetes.cri.sandbox-name": name,
+        "io.kubernetes.cri.sandbox-namespace": namespace,
+        "io.kubernetes.cri.sandbox-uid": uid,
+        "io.kubernetes.cri.podsandbox.image-name": "registry.k8s.io/pause:3.10",
+    }
+    ann.update(annotations or {})
+    lab = {"io.kubernetes.pod.name": name, "io.kubernetes.pod.namespace": namespace,
+           "io.kubernetes.pod.uid": uid, "io.cri-containerd.kind": "sandbox"}
+    lab.update(labels or {})
+    return pb.PodSandbox(
+        id=pod_id, name=name, uid=uid, namespace=namespace, labels=lab, annotations=ann,
+        runtime_handler="runc",
+        linux=pb.LinuxPodSandbox(
+            cgroup_parent=parent, cgroups_path=cgroups_path,
+            namespaces=[pb.LinuxNamespace(type=t) for t in ("pid", "ipc", "uts", "network")],
+            resources=pb.LinuxResources(cpu=pb.LinuxCPU(shares=pb.OptionalUInt64(value=2)))),
+        pid=4242)
+
+
+def make_resources(*, cpu_shares: int | None = None, cpu_quota: int | None = None,
+                   cpu_period: int | None = None, cpus: str = "", mems: str = "",
+                   memory_limit: int | None = None) -> pb.LinuxResources:
+    cpu = pb.LinuxCPU(cpus=cpus, mems=mems)
+    if cpu_shares is not None:
+        cpu.shares.value = cpu_shares
+    if cpu_quota is not None:
+        cpu.quota.value = cpu_quota
+    if cpu_period is not None:
+        cpu.period.value = cpu_period
+    mem = pb.LinuxMemory()
+    if memory_limit is not None:
+        mem.limit.value = memory_limit
+    return pb.LinuxResources(cpu=cpu, memory=mem)
+
+
+def make_container(pod: pb.PodSandbox, name: str, *,
+                   annotations: Mapping[str, str] | None = None,
+                   labels: Mapping[str, str] | None = None,
+                   resources: pb.LinuxResources | None = None,
+                   env: Iterable[str] = ("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin",),
+                   args: Iterable[str] = ("/bin/sh", "-c", "sleep infinity"),
+                   state: int = pb.CONTAINER_CREATED,
+                   image: str = "docker.io/library/busybox:latest") -> pb.Container:
+    """A Container as containerd describes it at CreateContainer (golden-like size)."""
+    cid = _id(f"ctr/{pod.id}/{name}")
+    parent = pod.linux.cgroup_parent
+    if parent.endswith(".slice"):
+        cgroups_path = f"{parent}:cri-containerd:{cid}"
+    else:
+        cgroups_path = f"{parent}/{cid}"
+    ann = {
+        "io.kubernetes.cri.container-type": "container",
+        "io.kubernetes.cri.container-name": name,
+        "io.kubernetes.cri.image-name": image,
+        "io.kubernetes.cri.sandbox-id": pod.id,
+        "io.kubernetes.cri.sandbox-name": pod.name,
+        "io.kubernetes.cri.sandbox-namespace": pod.namespace,
+        "io.kubernetes.cri.sandbox-uid": pod.uid,
+    }
+    ann.update(annotations or {})
+    lab = {"io.kubernetes.container.name": name, "io.kubernetes.pod.name": pod.name,
+           "io.kubernetes.pod.namespace": pod.namespace, "io.kubernetes.pod.uid": pod.uid,
+           "io.cri-containerd.kind": "container"}
+    lab.update(labels or {})
+    sandbox_dir = f"/var/lib/containerd/io.containerd.grpc.v1.cri/sandboxes/{pod.id}"
+    mounts = [pb.Mount(destination="/proc", type="proc", source="proc",
+                       options=["nosuid", "noexec", "nodev"]),
+              pb.Mount(destination="/dev", type="tmpfs", source="tmpfs",
+                       options=["nosuid", "strictatime", "mode=755", "size=65536k"]),
+              pb.Mount(destination="/sys/fs/cgroup", type="cgroup", source="cgroup",
+                       options=["nosuid", "noexec", "nodev", "relatime", "ro"])]
+    mounts += [pb.Mount(destination=f"/etc/{f}", type="bind", source=f"{sandbox_dir}/{f}",
+                        options=["rbind", "rprivate", "rw"])
+               for f in ("hostname", "hosts", "resolv.conf")]
+    ns = [pb.LinuxNamespace(type=t, path=f"/proc/{pod.pid}/ns/{t[:3]}")
+          for t in ("pid", "ipc", "uts", "network")] + [pb.LinuxNamespace(type="mount")]
+    return pb.Container(
+        id=cid, pod_sandbox_id=pod.id, name=name, state=state, labels=lab, annotations=ann,
+        args=list(args), env=[*env, f"HOSTNAME={pod.name}"], mounts=mounts,
+        hooks=pb.Hooks(),
+        linux=pb.LinuxContainer(namespaces=ns, cgroups_path=cgroups_path,
+                                resources=resources or make_resources(cpu_shares=102)))

@@ -1,0 +1,385 @@
+"""The plugin side of NRI: a Stub turns a plain Python object into an NRI plugin.
+
+A plugin is any object with handler methods (see nri_plugin.nri.events.HANDLERS and
+docs/transport.md); each may be `def` or `async def`. The stub subscribes to the events
+the object has handlers for, decodes requests, calls handlers, wraps their return values
+into the right response messages and reports handler exceptions as error statuses on
+that call only (the connection stays up).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import re
+import socket
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any
+
+from google.protobuf.message import DecodeError, Message
+
+from nri_plugin.nri import events as ev
+from nri_plugin.nri.connection import Connection, Route
+from nri_plugin.nri.core import Role
+from nri_plugin.nri.errors import (
+    Code,
+    ConnectionClosed,
+    PluginConfigError,
+    RegistrationError,
+    RpcError,
+)
+from nri_plugin.nri.pb import nri_pb2 as pb
+
+log = logging.getLogger("nri_sla.nri.stub")
+
+PLUGIN_SERVICE = "nri.pkg.api.v1alpha1.Plugin"
+RUNTIME_SERVICE = "nri.pkg.api.v1alpha1.Runtime"
+NRI_VERSION = "v0.12.0"  # the NRI API version this package implements
+DEFAULT_SOCKET = "/var/run/nri/nri.sock"
+REGISTRATION_TIMEOUT = 5.0
+
+_NAME = re.compile(r"^[A-Za-z0-9_.+-]+$")
+_IDX = re.compile(r"^[0-9]{2}$")
+
+
+def check_identity(name: str, idx: str) -> None:
+    """Reject what the runtime would reject, before connecting."""
+    if not name or not _NAME.match(name):
+        raise PluginConfigError(
+            f"plugin name {name!r} is invalid: use letters, digits and _.+- only")
+    if not _IDX.match(idx or ""):
+        raise PluginConfigError(f"plugin index {idx!r} is invalid: exactly two digits, "
+                                "00-99 (plugins run in ascending index order)")
+
+
+def _maybe_await(result: Any, then: Callable[[Any], bytes]) -> bytes | Awaitable[bytes]:
+    """Apply `then` now, or after awaiting when the handler was a coroutine."""
+    if inspect.isawaitable(result):
+        async def finish() -> bytes:
+            return then(await result)
+        return finish()
+    return then(result)
+
+
+def _decode(cls: type[Message], payload: bytes, method: str) -> Any:
+    try:
+        return cls.FromString(payload)
+    except DecodeError as exc:
+        raise RpcError(Code.INVALID_ARGUMENT,
+                       f"{method}: malformed {cls.DESCRIPTOR.name}: {exc}") from None
+
+
+def _create_response(result: Any) -> pb.CreateContainerResponse:
+    """Handler result -> CreateContainerResponse. Accepted: None, an adjustment, a
+    ready response, or a tuple (adjustment | None, updates | None[, evictions])."""
+    if result is None:
+        return pb.CreateContainerResponse()
+    if isinstance(result, pb.CreateContainerResponse):
+        return result
+    if isinstance(result, pb.ContainerAdjustment):
+        return pb.CreateContainerResponse(adjust=result)
+    if isinstance(result, tuple) and 2 <= len(result) <= 3:
+        adjust, updates, *rest = result
+        resp = pb.CreateContainerResponse(update=updates or (), evict=(rest[0] or ()) if rest
+                                          else ())
+        if adjust is not None:
+            resp.adjust.CopyFrom(adjust)
+        return resp
+    raise TypeError("create_container must return (ContainerAdjustment | None, "
+                    f"list[ContainerUpdate] | None), got {type(result).__name__}")
+
+
+def _updates(result: Any, method: str) -> Sequence[pb.ContainerUpdate]:
+    if result is None:
+        return ()
+    if isinstance(result, pb.ContainerUpdate) or not isinstance(result, Iterable):
+        raise TypeError(f"{method} must return list[ContainerUpdate] | None, "
+                        f"got {type(result).__name__}")
+    return list(result)
+
+
+_EMPTY = b""  # every "no content" response encodes to zero bytes
+
+
+class Stub:
+    def __init__(self, plugin: object, *, name: str, idx: str,
+                 socket_path: str | None = None, sock: socket.socket | None = None,
+                 on_ready: Callable[[], Any] | None = None,
+                 registration_timeout: float = REGISTRATION_TIMEOUT,
+                 nri_version: str = NRI_VERSION) -> None:
+        check_identity(name, idx)
+        if socket_path is not None and sock is not None:
+            raise PluginConfigError("give socket_path or sock, not both")
+        self.plugin = plugin
+        self.name = name
+        self.idx = idx
+        # With a given socket this is only a label for messages.
+        self.socket_path = socket_path or (f"fd {sock.fileno()}" if sock is not None
+                                           else DEFAULT_SOCKET)
+        self._sock = sock
+        self.on_ready = on_ready
+        self.registration_timeout = registration_timeout
+        self.own_nri_version = nri_version
+        self._registered = False
+        self._stopping = False
+        self._conn: Connection | None = None
+        self._configured = asyncio.Event()
+        self.runtime_name = ""
+        self.runtime_version = ""
+        self.nri_version = ""
+        self.config = ""
+        self.request_timeout_ms = 0
+        self.events = 0  # the mask we subscribed with
+        self._sync_pods: list[pb.PodSandbox] = []
+        self._sync_containers: list[pb.Container] = []
+        self.routes: dict[tuple[str, str], Route] = self._build_routes()
+
+    # -- public --------------------------------------------------------------
+    @property
+    def registered(self) -> bool:
+        return self._registered
+
+    async def run(self) -> None:
+        """Connect, register and serve until the connection ends. Returns None after
+        stop(); raises ConnectionClosed when the runtime goes away, RegistrationError
+        when registration fails."""
+        loop = asyncio.get_running_loop()
+        try:
+            if self._sock is not None:
+                _, conn = await loop.create_unix_connection(self._new_connection,
+                                                            sock=self._sock)
+            else:
+                _, conn = await loop.create_unix_connection(self._new_connection,
+                                                            path=self.socket_path)
+        except OSError as exc:
+            raise ConnectionClosed(f"cannot connect to NRI socket {self.socket_path}: "
+                                   f"{exc.strerror or exc}") from exc
+        self._conn = conn
+        self._configured = asyncio.Event()
+        try:
+            if self._stopping:  # stop() came while we were connecting
+                return
+            try:
+                await self._register(conn)
+                await self._wait_configured(conn)
+            except RegistrationError:
+                if self._stopping:
+                    return
+                raise
+            self._registered = True
+            log.info("registered as %s-%s with %s %s (NRI %s)", self.idx, self.name,
+                     self.runtime_name or "runtime", self.runtime_version,
+                     self.nri_version or "<= v0.9")
+            if self.on_ready is not None:
+                done = self.on_ready()
+                if inspect.isawaitable(done):
+                    await done
+            await conn.wait_closed()
+        finally:
+            self._registered = False
+            conn.close()
+        if not self._stopping:
+            reason = f": {conn.close_reason}" if conn.close_reason else ""
+            raise ConnectionClosed(f"runtime closed the NRI connection{reason}")
+
+    def stop(self) -> None:
+        """End run() cleanly (it returns None)."""
+        self._stopping = True
+        if self._conn is not None:
+            self._conn.close()
+
+    async def update_containers(self, updates: Iterable[pb.ContainerUpdate],
+                                evictions: Iterable[pb.ContainerEviction] = (),
+                                timeout: float | None = 5.0) -> list[pb.ContainerUpdate]:
+        """Runtime/UpdateContainers: unsolicited updates; returns the failed ones."""
+        if self._conn is None or not self._registered:
+            raise ConnectionClosed("UpdateContainers: plugin is not registered")
+        req = pb.UpdateContainersRequest(update=updates, evict=evictions)
+        payload = await self._conn.call(RUNTIME_SERVICE, "UpdateContainers",
+                                        req.SerializeToString(), timeout)
+        return list(_decode(pb.UpdateContainersResponse, payload, "UpdateContainers").failed)
+
+    # -- connection ----------------------------------------------------------
+    def _new_connection(self) -> Connection:
+        return Connection(Role.PLUGIN, self.routes)
+
+    def registration_request(self) -> pb.RegisterPluginRequest:
+        return pb.RegisterPluginRequest(plugin_name=self.name, plugin_idx=self.idx,
+                                        NRI_version=self.own_nri_version)
+
+    async def _wait_configured(self, conn: Connection) -> None:
+        # containerd answers RegisterPlugin first and sends Configure right after (see
+        # the golden recordings); like the reference stub, we are only ready once
+        # configured, so on_ready sees runtime_name/nri_version filled in.
+        closed = asyncio.ensure_future(conn.wait_closed())
+        configured = asyncio.ensure_future(self._configured.wait())
+        try:
+            await asyncio.wait({closed, configured}, timeout=self.registration_timeout,
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            closed.cancel()
+            configured.cancel()
+        if not self._configured.is_set():
+            why = "closed the connection" if conn.is_closed else "sent no Configure"
+            raise RegistrationError(f"runtime {why} within {self.registration_timeout:g}s "
+                                    f"of registering {self.idx}-{self.name}")
+
+    async def _register(self, conn: Connection) -> None:
+        req = self.registration_request()
+        try:
+            await conn.call(RUNTIME_SERVICE, "RegisterPlugin", req.SerializeToString(),
+                            self.registration_timeout)
+        except RpcError as exc:
+            raise RegistrationError(f"RegisterPlugin {self.idx}-{self.name} failed: "
+                                    f"{exc}") from exc
+        except ConnectionClosed as exc:
+            raise RegistrationError(f"runtime closed the connection during "
+                                    f"RegisterPlugin of {self.idx}-{self.name}") from exc
+
+    # -- routes --------------------------------------------------------------
+    def _handler(self, name: str) -> Callable[..., Any] | None:
+        handler = getattr(self.plugin, name, None)
+        return handler if callable(handler) else None
+
+    def _build_routes(self) -> dict[tuple[str, str], Route]:
+        routes: dict[tuple[str, str], Route] = {
+            (PLUGIN_SERVICE, "Configure"): self._configure,
+            (PLUGIN_SERVICE, "Synchronize"): self._synchronize,
+            (PLUGIN_SERVICE, "Shutdown"): self._shutdown,
+            (PLUGIN_SERVICE, "StateChange"): self._state_change,
+        }
+        for event, method in ev.RPCS.items():
+            routes[(PLUGIN_SERVICE, method)] = self._event_route(event, method)
+        return routes
+
+    def _configure(self, payload: bytes) -> bytes | Awaitable[bytes]:
+        req = _decode(pb.ConfigureRequest, payload, "Configure")
+        self.config = req.config
+        self.runtime_name = req.runtime_name
+        self.runtime_version = req.runtime_version
+        self.nri_version = req.NRI_version
+        self.request_timeout_ms = req.request_timeout
+        handler = self._handler("configure")
+        result = None if handler is None else handler(req.config, req.runtime_name,
+                                                      req.runtime_version)
+
+        def answer(mask: Any) -> bytes:
+            wanted = mask if isinstance(mask, int) and not isinstance(mask, bool) else \
+                getattr(self.plugin, "events", None)
+            if not isinstance(wanted, int):
+                wanted = ev.plugin_mask(self.plugin)
+            # A bit the runtime does not know makes it drop us: clip to its version.
+            self.events = wanted & ev.known_mask(req.NRI_version)
+            self._configured.set()
+            return pb.ConfigureResponse(events=self.events).SerializeToString()
+        return _maybe_await(result, answer)
+
+    def _synchronize(self, payload: bytes) -> bytes | Awaitable[bytes]:
+        req = _decode(pb.SynchronizeRequest, payload, "Synchronize")
+        self._sync_pods.extend(req.pods)
+        self._sync_containers.extend(req.containers)
+        if req.more:
+            return pb.SynchronizeResponse(more=True).SerializeToString()
+        pods, self._sync_pods = self._sync_pods, []
+        containers, self._sync_containers = self._sync_containers, []
+        handler = self._handler("synchronize")
+        if handler is None:
+            return _EMPTY
+        return _maybe_await(handler(pods, containers), lambda r: pb.SynchronizeResponse(
+            update=_updates(r, "synchronize")).SerializeToString())
+
+    def _shutdown(self, payload: bytes) -> bytes | Awaitable[bytes]:
+        handler = self._handler("shutdown")
+        if handler is None:
+            return _EMPTY
+        return _maybe_await(handler(), lambda _: _EMPTY)
+
+    def _state_change(self, payload: bytes) -> bytes | Awaitable[bytes]:
+        req = _decode(pb.StateChangeEvent, payload, "StateChange")
+        name = ev.HANDLERS.get(req.event)
+        handler = self._handler(name) if name else None
+        if handler is None:
+            return _EMPTY
+        if req.event in ev.POD_EVENTS:
+            result = handler(req.pod) if req.event != ev.UPDATE_POD_SANDBOX else \
+                handler(req.pod, None, None)
+        elif req.event == ev.UPDATE_CONTAINER:
+            result = handler(req.pod, req.container, req.container.linux.resources)
+        else:
+            result = handler(req.pod, req.container)
+        return _maybe_await(result, lambda _: _EMPTY)
+
+    def _event_route(self, event: int, method: str) -> Route:
+        handler = self._handler(ev.HANDLERS[event])
+        req_cls = getattr(pb, method + "Request")
+
+        if handler is None:
+            empty = (pb.ValidateContainerAdjustmentResponse().SerializeToString()
+                     if event == ev.VALIDATE_CONTAINER_ADJUSTMENT else _EMPTY)
+
+            def no_handler(payload: bytes) -> bytes:
+                _decode(req_cls, payload, method)
+                return empty
+            return no_handler
+
+        if event == ev.CREATE_CONTAINER:
+            def create(payload: bytes) -> bytes | Awaitable[bytes]:
+                req = _decode(req_cls, payload, method)
+                return _maybe_await(handler(req.pod, req.container),
+                                    lambda r: _create_response(r).SerializeToString())
+            return create
+        if event in (ev.UPDATE_CONTAINER, ev.STOP_CONTAINER):
+            resp_cls = getattr(pb, method + "Response")
+            hname = ev.HANDLERS[event]
+
+            def updating(payload: bytes) -> bytes | Awaitable[bytes]:
+                req = _decode(req_cls, payload, method)
+                if event == ev.UPDATE_CONTAINER:
+                    result = handler(req.pod, req.container, req.linux_resources)
+                else:
+                    result = handler(req.pod, req.container)
+                return _maybe_await(result, lambda r: resp_cls(
+                    update=_updates(r, hname)).SerializeToString())
+            return updating
+        if event == ev.VALIDATE_CONTAINER_ADJUSTMENT:
+            return self._validate_route(handler, req_cls, method)
+        if event == ev.UPDATE_POD_SANDBOX:
+            def update_pod(payload: bytes) -> bytes | Awaitable[bytes]:
+                req = _decode(req_cls, payload, method)
+                return _maybe_await(handler(req.pod, req.overhead_linux_resources,
+                                            req.linux_resources), lambda _: _EMPTY)
+            return update_pod
+        pod_only = event in ev.POD_EVENTS
+
+        def notify(payload: bytes) -> bytes | Awaitable[bytes]:
+            req = _decode(req_cls, payload, method)
+            result = handler(req.pod) if pod_only else handler(req.pod, req.container)
+            return _maybe_await(result, lambda _: _EMPTY)
+        return notify
+
+    @staticmethod
+    def _validate_route(handler: Callable[..., Any], req_cls: type[Message],
+                        method: str) -> Route:
+        # As in the reference stub, a raising validator rejects the adjustment through
+        # the response (reject + reason) rather than failing the call.
+        def reject(exc: Exception) -> bytes:
+            return pb.ValidateContainerAdjustmentResponse(
+                reject=True, reason=str(exc) or type(exc).__name__).SerializeToString()
+
+        def validate(payload: bytes) -> bytes | Awaitable[bytes]:
+            req = _decode(req_cls, payload, method)
+            try:
+                result = handler(req)
+            except Exception as exc:
+                return reject(exc)
+            if inspect.isawaitable(result):
+                async def finish() -> bytes:
+                    try:
+                        await result
+                    except Exception as exc:
+                        return reject(exc)
+                    return _EMPTY
+                return finish()
+            return _EMPTY
+        return validate

@@ -1,0 +1,275 @@
+"""ttrpc framing and unary call state machines (sans-IO: bytes in, events/bytes out).
+
+Frame: 10-byte big-endian header (uint32 data_len, uint32 stream_id, uint8 type,
+uint8 flags) + data_len bytes. Data of a request frame is a ttrpc.Request, of a response
+frame a ttrpc.Response. Only unary calls are used by NRI.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from google.protobuf.message import DecodeError
+
+from nri_plugin.nri.errors import Code, ProtocolError
+from nri_plugin.nri.pb import ttrpc_pb2
+
+HEADER = struct.Struct(">IIBB")
+HEADER_LEN = HEADER.size
+MAX_DATA = 4 << 20  # 4 MiB, ttrpc's message length limit
+
+TYPE_REQUEST = 1
+TYPE_RESPONSE = 2
+TYPE_DATA = 3
+
+FLAG_REMOTE_CLOSED = 1
+FLAG_REMOTE_OPEN = 2
+FLAG_NO_DATA = 4
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    stream_id: int
+    type: int
+    flags: int
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class OversizedFrame:
+    """A frame whose announced length exceeds the limit; its data is skipped unread."""
+
+    stream_id: int
+    type: int
+    flags: int
+    length: int
+
+
+@dataclass(frozen=True, slots=True)
+class RequestReceived:
+    stream_id: int
+    service: str
+    method: str
+    payload: bytes
+    timeout_nano: int
+    metadata: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseReceived:
+    """The end of a call: code 0 and payload, or an error code and message."""
+
+    stream_id: int
+    code: int
+    message: str
+    payload: bytes
+
+
+def encode_frame(stream_id: int, type_: int, data: bytes, flags: int = 0) -> bytes:
+    return HEADER.pack(len(data), stream_id, type_, flags) + data
+
+
+class FrameDecoder:
+    """Cuts one conn's byte stream into frames.
+
+    Holds at most one frame of up to `max_data` bytes plus what one feed brought. A frame
+    announcing more than `max_data` is reported as OversizedFrame and its data is
+    discarded as it streams past, never buffered.
+    """
+
+    __slots__ = ("_buf", "_skip", "max_data")
+
+    def __init__(self, max_data: int = MAX_DATA) -> None:
+        self.max_data = max_data
+        self._buf = bytearray()
+        self._skip = 0
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buf)
+
+    def feed(self, data: bytes) -> list[Frame | OversizedFrame]:
+        out: list[Frame | OversizedFrame] = []
+        if self._skip:
+            if len(data) <= self._skip:
+                self._skip -= len(data)
+                return out
+            data = data[self._skip:]
+            self._skip = 0
+        buf = self._buf
+        if not buf and len(data) >= HEADER_LEN:
+            # Fast path: parse straight from `data` and keep only the leftover.
+            src: bytes | bytearray = data
+        else:
+            buf += data
+            src = buf
+        pos = 0
+        end = len(src)
+        while end - pos >= HEADER_LEN:
+            length, stream_id, type_, flags = HEADER.unpack_from(src, pos)
+            if length > self.max_data:
+                out.append(OversizedFrame(stream_id, type_, flags, length))
+                pos += HEADER_LEN
+                if end - pos >= length:
+                    pos += length
+                    continue
+                self._skip = length - (end - pos)
+                pos = end
+                break
+            stop = pos + HEADER_LEN + length
+            if stop > end:
+                break
+            out.append(Frame(stream_id, type_, flags, bytes(src[pos + HEADER_LEN:stop])))
+            pos = stop
+        if src is buf:
+            del buf[:pos]
+        elif pos < end:
+            buf += data[pos:]
+        return out
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _len_field(tag: int, data: bytes) -> bytes:
+    return bytes((tag,)) + _varint(len(data)) + data if data else b""
+
+
+def encode_request(service: str, method: str, payload: bytes, timeout_nano: int = 0,
+                   metadata: Iterable[tuple[str, str]] = ()) -> bytes:
+    """ttrpc.Request, encoded by hand (hot path) exactly as protobuf would: fields in
+    number order, zero values omitted."""
+    parts = [_len_field(0x0A, service.encode()), _len_field(0x12, method.encode()),
+             _len_field(0x1A, payload)]
+    if timeout_nano:
+        # int64: negative values are 10-byte two's complement varints.
+        parts.append(b"\x20" + _varint(timeout_nano & 0xFFFFFFFFFFFFFFFF))
+    for key, value in metadata:
+        kv = _len_field(0x0A, key.encode()) + _len_field(0x12, value.encode())
+        parts.append(b"\x2A" + _varint(len(kv)) + kv)
+    return b"".join(parts)
+
+
+def encode_response(payload: bytes) -> bytes:
+    """A successful ttrpc.Response: no status, just the payload."""
+    return _len_field(0x12, payload)
+
+
+def encode_error_response(code: int, message: str) -> bytes:
+    status = ttrpc_pb2.Status(code=int(code), message=message)
+    return ttrpc_pb2.Response(status=status).SerializeToString()
+
+
+class ServerCore:
+    """Serves unary calls on one conn.
+
+    `receive` turns a frame into a RequestReceived for the application, or into an
+    immediate error answer (bytes to send) when the call cannot be served: even or reused
+    stream id (InvalidArgument), oversized (ResourceExhausted), malformed request
+    (InvalidArgument), unknown service/method (Unimplemented). Frames of other types are
+    dropped: a unary server never receives data frames that matter and never sends them.
+    """
+
+    def __init__(self, is_known: Callable[[str, str], bool], *,
+                 server_name: str = "server") -> None:
+        self.is_known = is_known
+        self.server_name = server_name
+        self.last_stream_id = 0
+        self.active: set[int] = set()
+        self.dropped_frames = 0
+
+    def _reject(self, stream_id: int, code: int, message: str) -> bytes:
+        return encode_frame(stream_id, TYPE_RESPONSE, encode_error_response(code, message))
+
+    def receive(self, frame: Frame | OversizedFrame) -> tuple[RequestReceived | None, bytes]:
+        if frame.type != TYPE_REQUEST:
+            self.dropped_frames += 1
+            return None, b""
+        sid = frame.stream_id
+        if sid % 2 == 0 or sid <= self.last_stream_id:
+            why = "even" if sid % 2 == 0 else f"not above the last one ({self.last_stream_id})"
+            return None, self._reject(sid, Code.INVALID_ARGUMENT,
+                                      f"stream id {sid} is {why}: client ids must be odd "
+                                      "and increasing")
+        self.last_stream_id = sid
+        if isinstance(frame, OversizedFrame):
+            return None, self._reject(sid, Code.RESOURCE_EXHAUSTED,
+                                      f"message length {frame.length} exceeds maximum "
+                                      f"message size of {MAX_DATA}")
+        req = ttrpc_pb2.Request()
+        try:
+            req.ParseFromString(frame.data)
+        except DecodeError:
+            return None, self._reject(sid, Code.INVALID_ARGUMENT,
+                                      "malformed ttrpc request (protobuf decode failed)")
+        if not self.is_known(req.service, req.method):
+            return None, self._reject(sid, Code.UNIMPLEMENTED,
+                                      f"{req.service}/{req.method} is not implemented by "
+                                      f"{self.server_name}")
+        self.active.add(sid)
+        meta = tuple((kv.key, kv.value) for kv in req.metadata)
+        return RequestReceived(sid, req.service, req.method, req.payload, req.timeout_nano,
+                               meta), b""
+
+    def _finish(self, stream_id: int) -> None:
+        try:
+            self.active.remove(stream_id)
+        except KeyError:
+            raise ProtocolError(f"stream {stream_id} has no call to answer") from None
+
+    def respond(self, stream_id: int, payload: bytes) -> bytes:
+        self._finish(stream_id)
+        return encode_frame(stream_id, TYPE_RESPONSE, encode_response(payload))
+
+    def respond_error(self, stream_id: int, code: int, message: str) -> bytes:
+        self._finish(stream_id)
+        return encode_frame(stream_id, TYPE_RESPONSE, encode_error_response(code, message))
+
+
+class ClientCore:
+    """Issues unary calls on one conn: ids 1, 3, 5, ...; responses matched by id in any
+    order; a response for no outstanding call (late, after a deadline) is dropped."""
+
+    def __init__(self) -> None:
+        self.next_stream_id = 1
+        self.pending: set[int] = set()
+        self.dropped_frames = 0
+
+    def request(self, service: str, method: str, payload: bytes, timeout_nano: int = 0,
+                metadata: Iterable[tuple[str, str]] = ()) -> tuple[int, bytes]:
+        sid = self.next_stream_id
+        self.next_stream_id += 2
+        self.pending.add(sid)
+        data = encode_request(service, method, payload, timeout_nano, metadata)
+        return sid, encode_frame(sid, TYPE_REQUEST, data)
+
+    def cancel(self, stream_id: int) -> None:
+        self.pending.discard(stream_id)
+
+    def receive(self, frame: Frame | OversizedFrame) -> ResponseReceived | None:
+        sid = frame.stream_id
+        if frame.type != TYPE_RESPONSE or sid not in self.pending:
+            self.dropped_frames += 1
+            return None
+        self.pending.remove(sid)
+        if isinstance(frame, OversizedFrame):
+            return ResponseReceived(sid, Code.RESOURCE_EXHAUSTED,
+                                    f"response length {frame.length} exceeds maximum "
+                                    f"message size of {MAX_DATA}", b"")
+        resp = ttrpc_pb2.Response()
+        try:
+            resp.ParseFromString(frame.data)
+        except DecodeError:
+            return ResponseReceived(sid, Code.INTERNAL,
+                                    "malformed ttrpc response (protobuf decode failed)", b"")
+        if resp.HasField("status") and resp.status.code != 0:
+            return ResponseReceived(sid, resp.status.code, resp.status.message, b"")
+        return ResponseReceived(sid, 0, "", resp.payload)

@@ -1,0 +1,89 @@
+"""Values the planner produces: what one container gets, independent of how it is applied.
+
+A ContainerPlan is neutral: `nri_plugin.enforce` turns it into an NRI ContainerAdjustment
+and/or cgroupfs writes, depending on the path (plugin or hook) and the cgroup version.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+TYPE_CHECKING = False  # `typing` costs the OCI hook start-up time; only checkers need it
+if TYPE_CHECKING:
+    from typing import Any
+
+
+class PlanError(Exception):
+    """A planning failure that names the annotation key, the field and what is allowed."""
+
+    def __init__(self, key: str, field_path: str, message: str,
+                 reason: str = "unsupported") -> None:
+        self.key = key
+        self.reason = reason  # metric label
+        self.field = field_path
+        self.message = message
+        super().__init__(f"{key}: {field_path}: {message}" if field_path else f"{key}: {message}")
+
+
+class SlaRefused(PlanError):
+    """Hard mode: a requested setting cannot be applied exactly, so the container is refused."""
+
+
+@dataclass(frozen=True)
+class Shortfall:
+    """One requested setting that cannot be applied as asked."""
+
+    field: str
+    message: str
+    reason: str  # metric label: policy | unsupported | placement | device | budget
+
+    def render(self, key: str) -> str:
+        return f"{key}: {self.field}: {self.message}"
+
+
+@dataclass(frozen=True)
+class IoLimit:
+    """io.max for one block device, resolved to MAJ:MIN."""
+
+    major: int
+    minor: int
+    read_bps: int | None = None
+    write_bps: int | None = None
+    read_iops: int | None = None
+    write_iops: int | None = None
+
+
+@dataclass(frozen=True)
+class MemoryPolicy:
+    """A NUMA memory policy for the container (NRI's LinuxMemoryPolicy)."""
+
+    mode: str  # bind | preferred | interleave
+    nodes: str  # cpulist-style node list, e.g. "0-1"
+
+
+@dataclass(frozen=True)
+class ContainerPlan:
+    """Everything one container gets. None means "leave as the runtime has it"."""
+
+    enforcement: str
+    cgroup_version: int
+    cpu_quota: int | None = None
+    cpu_period: int | None = None
+    cpus: str | None = None
+    mems: str | None = None
+    rt_runtime: int | None = None
+    rt_period: int | None = None
+    memory_max: int | None = None
+    memory_high: int | None = None
+    # v1 only, soft mode: memory.high has no v1 file, the soft limit stands in for it.
+    memory_soft_limit: int | None = None
+    memory_policy: MemoryPolicy | None = None
+    io_weight: int | None = None
+    io_max: tuple[IoLimit, ...] = ()
+    gpu_env: tuple[tuple[str, str], ...] = ()
+    gpu_devices: tuple[Any, ...] = ()  # nri_plugin.plan.gpu_injection.DeviceNode
+    gpu_cdi: tuple[str, ...] = ()
+    placement_record: dict[str, Any] | None = None
+    warnings: tuple[str, ...] = ()
+    reasons: tuple[str, ...] = field(default=())  # metric labels of the warnings
+    key: str = ""  # the annotation the SLA came from, for messages found later

@@ -1,0 +1,235 @@
+"""GPU, MIG and exclusive-CPU placement: which container holds what on this node.
+
+One `Allocator` per node keeps the ownership tables (GPU -> holders, MIG device -> owner,
+exclusive CPU -> owner) under one lock, so two containers can never hold the same
+exclusive GPU or CPU, whatever the interleaving of allocate, restore and release.
+
+Selection is deterministic (same state + same request = same answer) and best-fit:
+* topology constraint first (any | numa: one NUMA node | nvlink: pairwise NVLink peers);
+* do not break a free NVLink group when a choice exists that leaves it whole;
+* then the NUMA node with the fewest free GPUs that still fit (big holes stay big);
+* inside a node, GPUs with the fewest free NVLink peers first, then the lowest index.
+Exclusive CPUs are whole physical cores (every SMT sibling), taken from the GPUs' node,
+else the requested nodes, else the best-fitting node without GPUs; highest cores first
+because CPU 0 and its neighbours carry most kernel housekeeping and IRQ work.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping
+
+from nri_plugin.plan.placement_decision import Decision, validate_request
+from nri_plugin.plan.placement_model import (
+    EXCLUSIVE,
+    RUNTIME,
+    SHARED,
+    TOPOLOGIES,
+    Placement,
+    PlacementError,
+    PlacementRequest,
+    describe_gpus,
+)
+from nri_plugin.plan.runtime_gpus import resolve_runtime_devices
+from nri_plugin.topology.cpulist import CpuListError, format_cpulist, parse_cpulist
+from nri_plugin.topology.cpus import Topology
+from nri_plugin.topology.gpus import Gpu, GpuInventory, MigInstance
+
+TYPE_CHECKING = False  # `typing` costs the OCI hook start-up time; only checkers need it
+if TYPE_CHECKING:
+    from typing import Any
+
+# The names callers use come from here.
+__all__ = ["TOPOLOGIES", "Allocator", "Placement", "PlacementError", "PlacementRequest",
+           "describe_gpus", "resolve_runtime_devices"]
+
+
+class Allocator:
+    """Node-wide GPU / MIG / exclusive-CPU ownership. All public methods are thread-safe."""
+
+    def __init__(self, topology: Topology, inventory: GpuInventory,
+                 reserved_cpus: Iterable[int] = frozenset()) -> None:
+        self.topology = topology
+        self.inventory = inventory
+        self.reserved = (frozenset(reserved_cpus) | topology.reserved) & topology.online
+        self._lock = threading.RLock()
+        self._gpu_holders: dict[int, dict[str, str]] = {}  # gpu index -> owner -> kind
+        self._mig_owner: dict[str, str] = {}  # MIG uuid -> owner
+        self._cpu_owner: dict[int, str] = {}  # exclusive CPU -> owner
+        self._placements: dict[str, Placement] = {}
+        # whole GPUs that can be handed out (a MIG-enabled GPU is only given as instances)
+        self._whole_gpus = tuple(g for g in inventory.gpus if not g.mig_enabled)
+        self._node_cores = {n.id: topology.node_cores(n.id) for n in topology.nodes}
+        self._gpu_nodes = frozenset(g.numa_node for g in inventory.gpus
+                                    if g.numa_node is not None)
+        self._mem_nodes = frozenset(n.id for n in topology.nodes if n.has_memory)
+
+    # --- queries --------------------------------------------------------------------------
+
+    def placement_of(self, owner: str) -> Placement | None:
+        with self._lock:
+            return self._placements.get(owner)
+
+    def owners(self) -> tuple[str, ...]:
+        with self._lock:
+            return tuple(self._placements)
+
+    def gpus_in_use(self) -> dict[int, tuple[str, ...]]:
+        """GPU index -> its holders (owners), for metrics; MIG devices by parent index."""
+        with self._lock:
+            used = {i: tuple(sorted(h)) for i, h in self._gpu_holders.items() if h}
+            for uuid, owner in self._mig_owner.items():
+                found = self.inventory.find_mig(uuid)
+                if found:
+                    used[found[0].index] = (*used.get(found[0].index, ()), owner)
+            return used
+
+    def migs_in_use(self) -> dict[str, str]:
+        with self._lock:
+            return dict(self._mig_owner)
+
+    def exclusive_cpus_in_use(self) -> dict[int, str]:
+        with self._lock:
+            return dict(self._cpu_owner)
+
+    def shared_cpus(self) -> frozenset[int]:
+        """Online CPUs minus reserved minus every exclusive CPU: the pool that other SLA
+        containers' cpusets use."""
+        with self._lock:
+            return self.topology.online - self.reserved - self._cpu_owner.keys()
+
+    def current_cpus(self, owner: str) -> frozenset[int]:
+        """An aligned container's cpuset recomputed now: its nodes' CPUs minus what other
+        containers took as exclusive since (the planner pushes it as an update)."""
+        with self._lock:
+            p = self._placements.get(owner)
+            if p is None or not p.cpus:
+                return frozenset()
+            if p.exclusive_cpus:
+                return p.exclusive_cpus
+            return self._node_cpus(p.mems or self._nodes_of_cpus(p.cpus), owner)
+
+    # --- changes --------------------------------------------------------------------------
+
+    def release(self, owner: str) -> bool:
+        """Free everything `owner` holds; False when it held nothing."""
+        with self._lock:
+            placement = self._placements.pop(owner, None)
+            for holders in self._gpu_holders.values():
+                holders.pop(owner, None)
+            for uuid in [u for u, o in self._mig_owner.items() if o == owner]:
+                del self._mig_owner[uuid]
+            for cpu in [c for c, o in self._cpu_owner.items() if o == owner]:
+                del self._cpu_owner[cpu]
+            return placement is not None
+
+    def allocate(self, request: PlacementRequest, hard: bool = True) -> Placement:
+        """Place `request`. hard: exactly as asked or PlacementError (state unchanged);
+        soft: the best available, each shortfall in `warnings`."""
+        validate_request(request, self.topology)
+        with self._lock:
+            previous = self._placements.get(request.owner)
+            if previous is not None:
+                # a retried CreateContainer for the same owner replaces its old placement
+                self.release(request.owner)
+            try:
+                placement = Decision(self, request, hard).run()
+            except PlacementError:
+                if previous is not None:
+                    self._commit(request.owner, previous, kind=self._kind(previous))
+                raise
+            self._commit(request.owner, placement, kind=self._kind(placement))
+            return placement
+
+    def restore(self, owner: str, record: Mapping[str, Any]) -> Placement:
+        """Re-take what `owner` held according to its `to_record()` (plugin restart).
+
+        Raises PlacementError when the record names unknown GPUs or something another
+        owner already holds exclusively; the state is then unchanged.
+        """
+        placement = self._from_record(record)
+        kind = self._kind(placement)
+        with self._lock:
+            self.release(owner)
+            self._check_free(owner, placement, kind)
+            self._commit(owner, placement, kind)
+            return placement
+
+    # --- internals ------------------------------------------------------------------------
+
+    @staticmethod
+    def _kind(p: Placement) -> str:
+        return RUNTIME if p.from_runtime else SHARED if p.shared_gpus else EXCLUSIVE
+
+    def _commit(self, owner: str, p: Placement, kind: str) -> None:
+        if p.mig is not None:
+            self._mig_owner[p.mig.uuid] = owner
+        else:
+            for g in p.gpus:
+                self._gpu_holders.setdefault(g.index, {})[owner] = kind
+        for cpu in p.exclusive_cpus:
+            self._cpu_owner[cpu] = owner
+        self._placements[owner] = p
+
+    def _check_free(self, owner: str, p: Placement, kind: str) -> None:
+        if p.mig is not None:
+            other = self._mig_owner.get(p.mig.uuid)
+            if other not in (None, owner):
+                raise PlacementError(f"MIG device {p.mig.uuid} is already held by {other}")
+        elif kind != RUNTIME:  # the device plugin is the authority for runtime GPUs
+            for g in p.gpus:
+                for other, other_kind in self._gpu_holders.get(g.index, {}).items():
+                    if other != owner and (kind == EXCLUSIVE or other_kind != SHARED):
+                        raise PlacementError(f"GPU {g.index} is already held by {other}")
+        taken = {c: self._cpu_owner[c] for c in p.exclusive_cpus
+                 if self._cpu_owner.get(c) not in (None, owner)}
+        if taken:
+            others = ", ".join(sorted(set(taken.values())))
+            raise PlacementError(f"exclusive CPUs {format_cpulist(taken)} are already held "
+                                 f"by {others}", field="cpu.exclusive")
+
+    def _from_record(self, record: Mapping[str, Any]) -> Placement:
+        if not isinstance(record, Mapping):
+            raise PlacementError(f"placement record must be a mapping, got {record!r}")
+
+        def cpus(key: str) -> frozenset[int]:
+            try:
+                return parse_cpulist(str(record.get(key, "")))
+            except CpuListError as exc:
+                raise PlacementError(f"placement record: {key}: {exc}") from None
+
+        mig: MigInstance | None = None
+        gpus: list[Gpu] = []
+        if "mig" in record:
+            found = self.inventory.find_mig(str(record["mig"]))
+            if found is None:
+                raise PlacementError(f"placement record: MIG device {record['mig']} is not "
+                                     "on this node")
+            gpus, mig = [found[0]], found[1]
+        for ref in record.get("gpus", ()):
+            gpu = self.inventory.find(str(ref))
+            if gpu is None:
+                raise PlacementError(f"placement record: GPU {ref} is not on this node "
+                                     f"(GPUs: {describe_gpus(self.inventory.gpus)})")
+            gpus.append(gpu)
+        return Placement(
+            gpus=tuple(gpus), mig=mig, exclusive_cpus=cpus("exclusive"), cpus=cpus("cpus"),
+            mems=cpus("mems"), shared_gpus=bool(record.get("shared", False)),
+            from_runtime=bool(record.get("runtime", False)),
+            aligned=bool(record.get("aligned", False)),
+        )
+
+    def _free_cores(self, node_id: int) -> list[frozenset[int]]:
+        blocked = self.reserved | self._cpu_owner.keys()
+        return [c for c in self._node_cores.get(node_id, ()) if not (c & blocked)]
+
+    def _node_cpus(self, nodes: Iterable[int], owner: str) -> frozenset[int]:
+        cpus: set[int] = set()
+        for n in nodes:
+            if self.topology.has_node(n):
+                cpus |= self.topology.node(n).cpus
+        others = {c for c, o in self._cpu_owner.items() if o != owner}
+        return frozenset(cpus - self.reserved - others)
+
+    def _nodes_of_cpus(self, cpus: Iterable[int]) -> frozenset[int]:
+        return frozenset(n for c in cpus if (n := self.topology.node_of(c)) is not None)

@@ -1,0 +1,80 @@
+"""The SLA's gpu / cpu.exclusive / numa fields -> an Allocator request -> plan settings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from nri_plugin.plan.placement import PlacementError, PlacementRequest
+from nri_plugin.topology.cpulist import format_cpulist
+
+TYPE_CHECKING = False  # `typing` costs the OCI hook start-up time; only checkers need it
+if TYPE_CHECKING:
+    from typing import Any
+
+    from nri_plugin.plan.planner import PlanContext
+    from nri_plugin.sla.model import Sla
+
+
+@dataclass
+class PlacementOutcome:
+    """The allocator's answer as plan settings, warnings, or an error."""
+
+    settings: dict[str, Any] = field(default_factory=dict)
+    warnings: tuple[tuple[str, str], ...] = ()  # (field, message)
+    error: str | None = None
+    field: str = "gpu"
+
+
+def split_field(message: str, default: str) -> tuple[str, str]:
+    """The allocator's messages lead with the SLA field ("gpu.ids: ..."): split it off, so
+    the planner names it once."""
+    head, sep, rest = message.partition(": ")
+    if sep and head and " " not in head:
+        return head, rest
+    return default, message
+
+
+def placement_request(sla: Sla, ctx: PlanContext) -> PlacementRequest:
+    gpu, cpu, numa = sla.gpu, sla.cpu, sla.numa
+    env = ctx.container_env
+    return PlacementRequest(
+        owner=ctx.owner,
+        gpu_count=gpu.count if gpu else None,
+        gpu_ids=gpu.ids if gpu else (),
+        mig_profile=gpu.mig if gpu else None,
+        topology=gpu.topology if gpu else "any",
+        align=gpu.align if gpu else True,
+        exclusive_cpus=cpu.exclusive if cpu else None,
+        numa_nodes=numa.nodes if numa else None,
+        from_runtime=bool(gpu and gpu.source == "runtime"),
+        visible_devices=env.get("NVIDIA_VISIBLE_DEVICES"),
+    )
+
+
+def place(sla: Sla, ctx: PlanContext, hard: bool) -> PlacementOutcome:
+    """Allocate for the container; settings are plan fields (cpus, mems, GPU injection)."""
+    try:
+        placement = ctx.allocator.allocate(placement_request(sla, ctx), hard=hard)
+    except PlacementError as exc:
+        field_name, message = split_field(exc.message, exc.field)
+        return PlacementOutcome(error=message, field=field_name)
+    settings: dict[str, Any] = {"placement_record": placement.to_record()}
+    if placement.cpus:
+        settings["cpus"] = format_cpulist(placement.cpus)
+    if placement.mems:
+        settings["mems"] = format_cpulist(placement.mems)
+    if placement.gpus and not placement.from_runtime:
+        # Imported here: only GPU placements need it (the OCI hook's NUMA-only SLAs not).
+        from nri_plugin.plan.gpu_injection import InjectionError, gpu_injection
+
+        try:
+            injection = gpu_injection(placement, ctx.config.gpu.injection)
+        except InjectionError as exc:
+            ctx.allocator.release(ctx.owner)
+            return PlacementOutcome(error=str(exc), field="gpu")
+        settings.update(gpu_env=tuple(sorted(injection.env.items())),
+                        gpu_devices=injection.devices, gpu_cdi=injection.cdi_devices)
+    field_name = "gpu" if sla.gpu else ("cpu.exclusive" if sla.cpu and sla.cpu.exclusive
+                                        else "numa.nodes")
+    warnings = tuple(split_field(w, field_name) for w in placement.warnings)
+    return PlacementOutcome(settings, warnings, field=field_name)

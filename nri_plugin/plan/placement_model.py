@@ -1,0 +1,107 @@
+"""Placement values: what a container asks of the node and what it got."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from nri_plugin.topology.cpulist import format_cpulist
+from nri_plugin.topology.gpus import Gpu, MigInstance
+
+TYPE_CHECKING = False  # `typing` costs the OCI hook start-up time; only checkers need it
+if TYPE_CHECKING:
+    from typing import Any
+
+TOPOLOGIES = ("any", "numa", "nvlink")
+# How a GPU is held: by one container, shared, or assigned by the runtime (align only).
+EXCLUSIVE, SHARED, RUNTIME = "exclusive", "shared", "runtime"
+
+
+class PlacementError(Exception):
+    """A request that cannot be placed (hard mode) or is malformed; says what is free."""
+
+    def __init__(self, message: str, field: str = "gpu") -> None:
+        self.message = message
+        self.field = field
+        super().__init__(message)
+
+
+@dataclass(frozen=True)
+class PlacementRequest:
+    """What one container asks of the node (the planner maps an Sla onto this).
+
+    gpu_ids name GPUs by index, UUID or PCI bus id, or MIG devices by "MIG-" UUID or
+    "<gpu>:<mig index>". from_runtime: the GPUs were assigned by a device plugin; they are
+    read from `visible_devices` (NVIDIA_VISIBLE_DEVICES) and `cdi_devices` and only
+    aligned, never chosen.
+    """
+
+    owner: str
+    gpu_count: int | None = None
+    gpu_ids: tuple[str, ...] = ()
+    mig_profile: str | None = None
+    topology: str = "any"
+    align: bool = True
+    exclusive_cpus: int | None = None
+    numa_nodes: tuple[int, ...] | None = None
+    shared_gpus: bool = False
+    from_runtime: bool = False
+    visible_devices: str | None = None
+    cdi_devices: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Placement:
+    """What a container got. Empty `cpus`/`mems` mean "not constrained by placement"
+    (the container follows the shared pool)."""
+
+    gpus: tuple[Gpu, ...] = ()
+    mig: MigInstance | None = None
+    exclusive_cpus: frozenset[int] = frozenset()
+    cpus: frozenset[int] = frozenset()
+    mems: frozenset[int] = frozenset()
+    warnings: tuple[str, ...] = ()
+    shared_gpus: bool = False
+    from_runtime: bool = False
+    aligned: bool = field(default=False, compare=False)
+
+    def to_record(self) -> dict[str, Any]:
+        """Compact JSON-able form for the `sla.nri.io/applied` annotation."""
+        record: dict[str, Any] = {}
+        if self.gpus and self.mig is None:
+            record["gpus"] = [g.ref for g in self.gpus]
+        if self.mig is not None:
+            record["mig"] = self.mig.uuid
+        if self.exclusive_cpus:
+            record["exclusive"] = format_cpulist(self.exclusive_cpus)
+        if self.cpus:
+            record["cpus"] = format_cpulist(self.cpus)
+        if self.mems:
+            record["mems"] = format_cpulist(self.mems)
+        if self.shared_gpus:
+            record["shared"] = True
+        if self.from_runtime:
+            record["runtime"] = True
+        if self.aligned:
+            record["aligned"] = True
+        return record
+
+
+def describe_gpus(gpus: Iterable[Gpu]) -> str:
+    """"GPU 2, 3 (NUMA 0), GPU 6 (NUMA 1)"; "none" for no GPUs."""
+    by_node: dict[int | None, list[int]] = {}
+    for g in sorted(gpus, key=lambda g: g.index):
+        by_node.setdefault(g.numa_node, []).append(g.index)
+    if not by_node:
+        return "none"
+    parts = []
+    for node in sorted(by_node, key=lambda n: (n is None, n or 0)):
+        where = "NUMA ?" if node is None else f"NUMA {node}"
+        parts.append(f"GPU {', '.join(map(str, by_node[node]))} ({where})")
+    return ", ".join(parts)
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+

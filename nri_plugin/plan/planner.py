@@ -1,0 +1,224 @@
+"""plan_container: an SLA plus node facts become a ContainerPlan, or a refusal.
+
+Every setting the SLA asks for is either planned exactly or becomes a Shortfall. In hard
+mode any shortfall refuses the whole container (and releases what was reserved for it);
+in soft mode shortfalls become warnings and the rest is applied.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from nri_plugin.config import NodeConfig
+from nri_plugin.plan.model import ContainerPlan, IoLimit, MemoryPolicy, Shortfall, SlaRefused
+from nri_plugin.plan.rt_budget import RtBudget, RtBudgetExceeded, RtGrant
+from nri_plugin.sla.model import Sla
+
+TYPE_CHECKING = False  # `typing` costs the OCI hook start-up time; only checkers need it
+if TYPE_CHECKING:
+    from typing import Any
+
+MEMORY_POLICY_NRI_VERSION = (0, 12)
+
+
+@dataclass
+class PlanContext:
+    """What the planner needs to know about the node and the container."""
+
+    cgroup_version: int
+    namespace: str = ""
+    config: NodeConfig = field(default_factory=NodeConfig)
+    owner: str = ""
+    allocator: Any = None  # nri_plugin.plan.placement.Allocator
+    rt_budget: RtBudget | None = None
+    nri_version: str | None = None  # None: no NRI (the hook path)
+    resolve_device: Callable[[str], tuple[int, int]] | None = None
+    io_weight_supported: bool = True
+    container_env: Mapping[str, str] = field(default_factory=dict)
+
+
+def parse_nri_version(version: str | None) -> tuple[int, int] | None:
+    if not version:
+        return None
+    parts = version.lstrip("v").split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return None
+
+
+class _Planner:
+    def __init__(self, sla: Sla, ctx: PlanContext) -> None:
+        self.sla = sla
+        self.ctx = ctx
+        documents = [k for k in sla.keys if k.endswith("/pod") or "/container." in k]
+        self.key = documents[-1] if documents else ctx.config.annotation_prefix
+        self.settings: dict[str, Any] = {}
+        self.shortfalls: list[Shortfall] = []
+        self.reserved_placement = False
+        self.reserved_rt = False
+
+    def short(self, field_path: str, message: str, reason: str) -> None:
+        self.shortfalls.append(Shortfall(field_path, message, reason))
+
+    def allowed(self, permission: str, field_path: str) -> bool:
+        if self.ctx.config.allows(permission, self.ctx.namespace):
+            return True
+        self.short(field_path, f"namespace {self.ctx.namespace!r} may not use {permission} "
+                   f"on this node (node config permissions.{permission})", "policy")
+        return False
+
+    # -- sections ------------------------------------------------------------------
+    def plan_cpu(self) -> None:
+        cpu = self.sla.cpu
+        if cpu is None:
+            return
+        if cpu.quota_us is not None:  # the parser checked it against the kernel's minimum
+            self.settings.update(cpu_quota=cpu.quota_us, cpu_period=cpu.period_us)
+        elif cpu.period_us is not None:
+            self.settings["cpu_period"] = cpu.period_us
+        if cpu.rt_runtime_us is not None:
+            self.plan_rt(cpu.rt_runtime_us, cpu.rt_period_us or 1_000_000)
+
+    def plan_rt(self, runtime: int, period: int) -> None:
+        if self.ctx.cgroup_version == 2:
+            self.short("cpu.rt-runtime", "real-time budget is not available on cgroup v2 "
+                       "nodes (allowed only on cgroup v1)", "unsupported")
+            return
+        if not self.allowed("realtime", "cpu.rt-runtime"):
+            return
+        if self.ctx.rt_budget is not None:
+            try:
+                self.ctx.rt_budget.reserve(self.ctx.owner, RtGrant(runtime, period))
+            except RtBudgetExceeded as exc:
+                self.short("cpu.rt-runtime", str(exc), "budget")
+                return
+            self.reserved_rt = True
+        self.settings.update(rt_runtime=runtime, rt_period=period)
+
+    def plan_placement(self) -> None:
+        sla = self.sla
+        wants_gpu = sla.gpu is not None
+        wants_exclusive = sla.cpu is not None and sla.cpu.exclusive
+        wants_nodes = sla.numa is not None and sla.numa.nodes is not None
+        if not (wants_gpu or wants_exclusive or wants_nodes):
+            return
+        if wants_gpu and sla.gpu.source == "plugin" and not self.allowed("gpus", "gpu"):
+            return
+        if wants_exclusive and not self.allowed("exclusive-cpus", "cpu.exclusive"):
+            return
+        if self.ctx.allocator is None:
+            self.short("gpu" if wants_gpu else "numa", "no node topology is available to "
+                       "place this container", "unsupported")
+            return
+        from nri_plugin.plan.placement_adapter import place
+
+        outcome = place(self.sla, self.ctx, hard=self.sla.enforcement == "hard")
+        if outcome.error is not None:
+            self.short(outcome.field, outcome.error, "placement")
+            return
+        self.reserved_placement = True
+        self.settings.update(outcome.settings)
+        for field_path, warning in outcome.warnings:
+            self.short(field_path, warning, "placement")
+
+    def plan_memory_policy(self) -> None:
+        numa = self.sla.numa
+        if numa is None or numa.memory_policy in (None, "none"):
+            return
+        mems = self.settings.get("mems")
+        if mems is None:
+            self.short("numa.memory-policy", "needs NUMA nodes: set numa.nodes, cpu.exclusive "
+                       "or gpu with align", "unsupported")
+            return
+        version = parse_nri_version(self.ctx.nri_version)
+        if version is not None and version >= MEMORY_POLICY_NRI_VERSION:
+            self.settings["memory_policy"] = MemoryPolicy(numa.memory_policy, mems)
+        elif numa.memory_policy == "bind":
+            # cpuset.mems confines allocations to the same nodes: bind holds, said once.
+            self.short("numa.memory-policy", f"bind is enforced through cpuset.mems={mems} "
+                       "(memory policy needs NRI v0.12, containerd 2.3)", "unsupported")
+            if self.sla.enforcement == "hard":
+                self.shortfalls.pop()  # exact in effect: not a refusal
+        else:
+            runtime = f"NRI {self.ctx.nri_version}" if self.ctx.nri_version else "the OCI hook"
+            self.short("numa.memory-policy", f"{numa.memory_policy} needs NRI v0.12 "
+                       f"(containerd 2.3); {runtime} cannot set it (cpuset.mems={mems} "
+                       "applies)", "unsupported")
+
+    def plan_memory(self) -> None:
+        mem = self.sla.memory
+        if mem is None:
+            return
+        if mem.max is not None:
+            self.settings["memory_max"] = mem.max
+        if mem.high is not None:
+            if self.ctx.cgroup_version == 2:
+                self.settings["memory_high"] = mem.high
+            else:
+                self.short("memory.high", "not available on cgroup v1 nodes (allowed only on "
+                           "cgroup v2, soft mode writes memory.soft_limit_in_bytes instead)",
+                           "unsupported")
+                self.settings["memory_soft_limit"] = mem.high
+
+    def plan_io(self) -> None:
+        io = self.sla.io
+        if io is None:
+            return
+        if io.weight is not None:
+            if self.ctx.io_weight_supported:
+                self.settings["io_weight"] = io.weight
+            else:
+                self.short("io.weight", "no proportional IO controller is active on this node "
+                           "(io.weight needs the BFQ scheduler or io.cost)", "unsupported")
+        if io.max and self.allowed("io-max", "io.max"):
+            limits = []
+            for i, rule in enumerate(io.max):
+                try:
+                    major, minor = self.resolve(rule.device)
+                except (OSError, ValueError) as exc:
+                    self.short(f"io.max[{i}].device", str(exc), "device")
+                    continue
+                limits.append(IoLimit(major, minor, rule.read_bps, rule.write_bps,
+                                      rule.read_iops, rule.write_iops))
+            self.settings["io_max"] = tuple(limits)
+
+    def resolve(self, device: str) -> tuple[int, int]:
+        if self.ctx.resolve_device is not None:  # raises OSError/ValueError, named
+            return self.ctx.resolve_device(device)
+        major, _, minor = device.partition(":")
+        return int(major), int(minor)
+
+    # -- outcome -------------------------------------------------------------------
+    def release(self) -> None:
+        if self.reserved_placement and self.ctx.allocator is not None:
+            self.ctx.allocator.release(self.ctx.owner)
+        if self.reserved_rt and self.ctx.rt_budget is not None:
+            self.ctx.rt_budget.release(self.ctx.owner)
+
+    def finish(self) -> ContainerPlan:
+        if self.sla.enforcement == "hard" and self.shortfalls:
+            self.release()
+            first = self.shortfalls[0]
+            more = "; ".join(s.render(self.key) for s in self.shortfalls[1:])
+            message = first.message + (f" (also: {more})" if more else "")
+            raise SlaRefused(self.key, first.field, message, first.reason)
+        return ContainerPlan(self.sla.enforcement, self.ctx.cgroup_version, **self.settings,
+                             warnings=tuple(s.render(self.key) for s in self.shortfalls),
+                             reasons=tuple(s.reason for s in self.shortfalls), key=self.key)
+
+
+def plan_container(sla: Sla, ctx: PlanContext) -> ContainerPlan:
+    """Plan one container. Raises SlaRefused in hard mode when anything falls short."""
+    planner = _Planner(sla, ctx)
+    try:
+        planner.plan_cpu()
+        planner.plan_placement()
+        planner.plan_memory_policy()
+        planner.plan_memory()
+        planner.plan_io()
+    except BaseException:
+        planner.release()
+        raise
+    return planner.finish()

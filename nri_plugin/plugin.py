@@ -1,0 +1,178 @@
+"""SlaPlugin: the NRI plugin's handlers, running the data path for each container.
+
+CreateContainer: annotations -> SLA -> plan -> adjustment (or an error status, which
+makes containerd refuse the container). StartContainer: the direct cgroup writes that
+NRI cannot express on this node, read back. Stop/Remove: allocations released.
+Synchronize: allocations rebuilt from the `applied` records on existing containers.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from contextlib import nullcontext
+from typing import Any
+
+from nri_plugin.enforce.adjustment import build_adjustment, build_update
+from nri_plugin.node import Decision, NodeState, decide
+from nri_plugin.nri.pb import nri_pb2 as pb
+from nri_plugin.plan.model import ContainerPlan, PlanError
+from nri_plugin.plan.record import record_body
+
+log = logging.getLogger("nri_sla.plugin")
+
+UNVERSIONED_NRI = "older than v0.10"
+
+
+class StartRefused(Exception):
+    """Hard mode: a direct cgroup write failed at StartContainer; containerd fails the
+    start ("NRI container start failed: ...") before user code runs."""
+
+
+class SlaPlugin:
+    """Handlers for the NRI stub; the stub subscribes to exactly these events."""
+
+    def __init__(self, node: NodeState, metrics: Any = None) -> None:
+        self.node = node
+        self.metrics = metrics
+        self.nri_version: str | None = None
+        self.runtime = ""
+        self._plans: dict[str, ContainerPlan] = {}  # container id -> its SLA plan
+        self._unstarted: set[str] = set()  # created, direct writes still to do
+        self._hooks = None
+        if node.config.hook.inject:
+            # The OCI hook then verifies (reads back) what the plugin enforced.
+            from nri_plugin.hook.spec import hook_spec
+
+            self._hooks = hook_spec()
+
+    # -- life cycle --------------------------------------------------------------------
+    def on_registered(self, stub: Any) -> None:
+        """Called once registered: the runtime's NRI version came with Configure (runtimes
+        before NRI v0.10, e.g. containerd 1.7 to 2.1, do not send one)."""
+        self.nri_version = stub.nri_version or UNVERSIONED_NRI
+
+    def configure(self, config: str, runtime_name: str, runtime_version: str) -> None:
+        self.runtime = f"{runtime_name} {runtime_version}".strip()
+        log.info("configured by %s", self.runtime or "an unnamed runtime")
+        if config.strip():
+            # /etc/nri/conf.d/NN-nri-sla.conf only points at the node config, which the
+            # plugin already loaded from --config at start.
+            log.info("runtime passed plugin config %r; node config in use: %s",
+                     config.strip(), self.node.config.source)
+
+    def synchronize(self, pods: list[pb.PodSandbox], containers: list[pb.Container]) -> None:
+        with self._timed("Synchronize"):
+            self._synchronize(pods, containers)
+
+    def _synchronize(self, pods: list[pb.PodSandbox], containers: list[pb.Container]) -> None:
+        live = [c for c in containers
+                if c.state in (pb.CONTAINER_CREATED, pb.CONTAINER_RUNNING, pb.CONTAINER_PAUSED)]
+        restored = self.node.restore((c.id, dict(c.annotations)) for c in live)
+        self._plans.update(restored)
+        # Created but not started yet: StartContainer still owes the direct writes.
+        self._unstarted.update(c.id for c in live
+                               if c.state == pb.CONTAINER_CREATED and c.id in restored)
+        log.info("synchronized: %d pods, %d containers, %d allocations rebuilt",
+                 len(pods), len(containers), len(restored))
+        self._publish_usage()
+
+    # -- containers --------------------------------------------------------------------
+    def create_container(self, pod: pb.PodSandbox, container: pb.Container):
+        started = time.perf_counter()
+        decision = decide(self.node, dict(pod.annotations), container.name,
+                          namespace=pod.namespace, owner=container.id,
+                          nri_version=self.nri_version)
+        if decision.plan is not None:
+            try:
+                decision.plan = self.node.prepare_create(decision.plan,
+                                                         container.linux.cgroups_path)
+            except PlanError as exc:
+                self.node.release(container.id)
+                decision = Decision("refused", "budget", error=exc)
+        plan = decision.plan
+        record = record_body(plan, "nri") if plan is not None else {}
+        annotations = self.node.annotations_for(plan, "nri", record) if plan else {}
+        self._observe("CreateContainer", started, decision, record, pod, container)
+        if decision.error is not None:
+            raise decision.error  # the runtime shows the message to the user
+        if plan is None:
+            return None, None
+        self._plans[container.id] = plan
+        self._unstarted.add(container.id)
+        self.node.remember_cpuset(container.id, plan)
+        self._publish_usage()
+        return (build_adjustment(plan, annotations, self._hooks),
+                self._cpuset_updates(container.id))
+
+    def start_container(self, pod: pb.PodSandbox, container: pb.Container) -> None:
+        with self._timed("StartContainer"):
+            self._start(pod, container)
+
+    def _start(self, pod: pb.PodSandbox, container: pb.Container) -> None:
+        plan = self._plans.get(container.id)
+        if plan is None or container.id not in self._unstarted:
+            return
+        self._unstarted.discard(container.id)
+        problems = self.node.apply_direct(plan, container.linux.cgroups_path)
+        for problem in problems:
+            log.warning("%s/%s %s: %s", pod.namespace, pod.name, container.name, problem)
+        if problems and plan.enforcement == "hard":
+            raise StartRefused("; ".join(problems))
+
+    def update_container(self, pod: pb.PodSandbox, container: pb.Container,
+                         resources: pb.LinuxResources) -> list[pb.ContainerUpdate]:
+        """kubelet changed the container's resources: the SLA's settings stay in force."""
+        with self._timed("UpdateContainer"):
+            plan = self._plans.get(container.id)
+            return [build_update(container.id, plan)] if plan is not None else []
+
+    def stop_container(self, pod: pb.PodSandbox, container: pb.Container):
+        with self._timed("StopContainer"):
+            self._release(container.id)
+            return self._cpuset_updates(container.id)
+
+    def remove_container(self, pod: pb.PodSandbox, container: pb.Container) -> None:
+        with self._timed("RemoveContainer"):
+            self._release(container.id)
+
+    # -- helpers -------------------------------------------------------------------------
+    def _cpuset_updates(self, exclude: str) -> list[pb.ContainerUpdate]:
+        """Aligned containers whose node's shared CPUs changed (exclusive CPUs taken or
+        given back) get their new cpuset in the same answer."""
+        updates = []
+        for owner, cpus in self.node.cpuset_updates(exclude).items():
+            update = pb.ContainerUpdate(container_id=owner, ignore_failure=True)
+            update.linux.resources.cpu.cpus = cpus
+            updates.append(update)
+        return updates
+
+    def _timed(self, event: str):
+        return self.metrics.time(event) if self.metrics is not None else nullcontext()
+
+    def _release(self, container_id: str) -> None:
+        self._plans.pop(container_id, None)
+        self._unstarted.discard(container_id)
+        self.node.release(container_id)
+        self._publish_usage()
+
+    def _observe(self, event: str, started: float, decision: Decision,
+                 record: dict[str, Any], pod: pb.PodSandbox,
+                 container: pb.Container) -> None:
+        from nri_plugin.logging import log_decision
+
+        if decision.outcome != "skipped":
+            applied = {k: v for k, v in record.items() if k not in ("v", "path")}
+            log_decision(pod.namespace, pod.name, container.name, "nri", decision.outcome,
+                         applied, list(decision.warnings), decision.error_text)
+        if self.metrics is not None:
+            self.metrics.observe(event, time.perf_counter() - started)
+            if decision.outcome != "skipped":
+                self.metrics.record_decision(decision.outcome, decision.reason)
+
+    def _publish_usage(self) -> None:
+        if self.metrics is None:
+            return
+        gpus, cpus = self.node.usage()
+        self.metrics.set_gpus_in_use(gpus)
+        self.metrics.set_exclusive_cpus_in_use(cpus)

@@ -1,0 +1,305 @@
+"""From pod annotations to the validated, merged SLA of one container.
+
+Annotations read (``<prefix>`` is ``sla.nri.io`` unless the node config says otherwise):
+
+* ``<prefix>/pod``: YAML SLA for every container of the pod;
+* ``<prefix>/container.<name>``: YAML SLA for one container, merged over the pod one key
+  by key (container wins, nested mappings merge, lists are replaced, ``null`` clears);
+* ``<prefix>/enforcement``: ``hard`` | ``soft`` shortcut;
+* ``io.kubernetes.sla/enforcement-mode``: alias of the shortcut (seed compatibility).
+
+Enforcement precedence: container document > pod document > shortcut > alias > node
+default. Any other key under ``<prefix>/`` is an error (a typo such as ``pods`` would
+silently drop the SLA otherwise), except the keys nri-sla itself writes (``applied``,
+``warnings``).
+
+All problems of the annotations that apply to a container are collected: one raises an
+:class:`SlaError`, several an :class:`SlaErrors` (itself an SlaError). Parsed documents
+and resolved SLAs are cached by their exact text, so repeated events are cheap.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from functools import lru_cache
+
+from nri_plugin.sla.errors import SlaError, raise_all
+from nri_plugin.sla.model import (
+    DEFAULT_CPU_PERIOD_US,
+    DEFAULT_RT_PERIOD_US,
+    ENFORCEMENT_MODES,
+    CpuSla,
+    GpuSla,
+    IoSla,
+    MemorySla,
+    NumaSla,
+    Sla,
+)
+from nri_plugin.sla.quantities import format_cpu, format_duration, format_size, show
+from nri_plugin.sla.safeyaml import YamlProblem, load
+from nri_plugin.sla.schema import CLEAR, flatten, suggest
+
+DEFAULT_PREFIX = "sla.nri.io"
+ENFORCEMENT_ALIAS = "io.kubernetes.sla/enforcement-mode"
+OUTPUT_KEYS = ("applied", "warnings")  # written by nri-sla itself, never read as input
+MAX_ANNOTATION_BYTES = 16 * 1024  # checked before YAML parsing
+MAX_DEPTH = 8  # the schema itself needs 4 (io.max[0].device)
+MIN_CFS_QUOTA_US = 1000  # the kernel refuses a smaller cpu.cfs_quota_us
+# Caches hold annotation texts alive: only texts up to this size are cached, so hostile
+# pods cannot pin more than about 1024 x 4 KiB per cache (typical SLAs are < 1 KiB).
+MAX_CACHED_CHARS = 4096
+
+_CONTAINER_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", re.ASCII)
+_INPUT_NAMES = ("pod", "container.<name>", "enforcement")
+
+
+# -- one document -------------------------------------------------------------------------
+
+def _document(key: str, text: str) -> tuple[dict[str, object], tuple[SlaError, ...]]:
+    """Parse and check one annotation; problems are returned (and cached), not raised."""
+    if len(text) > MAX_CACHED_CHARS:
+        return _parse_document(key, text)
+    return _cached_document(key, text)
+
+
+def _parse_document(key: str, text: str) -> tuple[dict[str, object], tuple[SlaError, ...]]:
+    try:
+        data = load(text, max_bytes=MAX_ANNOTATION_BYTES, max_depth=MAX_DEPTH)
+    except YamlProblem as exc:
+        return {}, (SlaError(key, exc.path, exc.message),)
+    flat, problems = flatten(data)
+    return flat, tuple(SlaError(key, path, message) for path, message in problems)
+
+
+_cached_document = lru_cache(maxsize=1024)(_parse_document)
+
+
+def parse_sla_document(key: str, text: str, *, default_enforcement: str = "hard",
+                       complete: bool = True) -> Sla:
+    """Validate one annotation value on its own.
+
+    With ``complete`` (the default) the document is checked as the whole SLA, cross-field
+    rules included; pass ``complete=False`` for a pod document that container documents
+    will complete (e.g. ``gpu.topology`` in the pod, ``gpu.count`` per container).
+    """
+    _check_default(default_enforcement)
+    if not isinstance(text, str):
+        raise SlaError(key, "", f"must be a string, got {type(text).__name__}")
+    flat, problems = _document(key, text)
+    raise_all(list(problems))
+    merged, origin = _merge([(key, flat)])
+    enforcement = merged.get("enforcement", default_enforcement)
+    sla, problems2 = _build(merged, origin, enforcement, (key,), key, complete)
+    raise_all(problems2)
+    return sla
+
+
+# -- the container's SLA ------------------------------------------------------------------
+
+def sla_for_container(annotations: Mapping[str, str], container_name: str, *,
+                      default_enforcement: str = "hard",
+                      prefix: str = DEFAULT_PREFIX) -> Sla | None:
+    """The merged SLA of one container, or None when no SLA document applies to it.
+
+    Raises SlaError (or SlaErrors) naming the annotation key, field and allowed values.
+    """
+    _check_default(default_enforcement)
+    head = prefix + "/"
+    wanted = "container." + container_name
+    pod_text = ctr_text = shortcut = alias = None
+    strays: list[str] = []
+    for key, value in annotations.items():
+        if (key.startswith(head) or key == ENFORCEMENT_ALIAS) and not isinstance(value, str):
+            raise SlaError(key, "", f"must be a string, got {type(value).__name__}")
+        if key.startswith(head):
+            name = key[len(head):]
+            if name == "pod":
+                pod_text = value
+            elif name == wanted:
+                ctr_text = value
+            elif name == "enforcement":
+                shortcut = value
+            elif name not in OUTPUT_KEYS and not (
+                    name.startswith("container.") and _CONTAINER_NAME.fullmatch(name[10:])):
+                strays.append(key)
+        elif key == ENFORCEMENT_ALIAS:
+            alias = value
+    args = (prefix, container_name, default_enforcement, pod_text, ctr_text, shortcut, alias,
+            tuple(sorted(strays)))
+    big = any(v is not None and len(v) > MAX_CACHED_CHARS
+              for v in (pod_text, ctr_text, shortcut, alias))
+    sla, problems = _resolve_uncached(*args) if big else _resolve(*args)
+    raise_all(list(problems))
+    return sla
+
+
+def _resolve_uncached(prefix: str, container: str, default: str, pod_text: str | None,
+                      ctr_text: str | None, shortcut: str | None, alias: str | None,
+                      strays: tuple[str, ...]) -> tuple[Sla | None, tuple[SlaError, ...]]:
+    pod_key = f"{prefix}/pod"
+    ctr_key = f"{prefix}/container.{container}"
+    short_key = f"{prefix}/enforcement"
+    errors: list[SlaError] = [_stray_error(prefix, key) for key in strays]
+    docs: list[tuple[str, dict[str, object]]] = []
+    for key, text in ((pod_key, pod_text), (ctr_key, ctr_text)):
+        if text is not None:
+            flat, problems = _document(key, text)
+            errors.extend(problems)
+            docs.append((key, flat))
+    enforcement = default
+    keys: list[str] = [key for key, _ in docs]
+    for key, value in ((ENFORCEMENT_ALIAS, alias), (short_key, shortcut)):  # later wins
+        if value is None:
+            continue
+        keys.append(key)
+        if value.strip() in ENFORCEMENT_MODES:
+            enforcement = value.strip()
+        else:
+            errors.append(SlaError(key, "", f"must be one of {', '.join(ENFORCEMENT_MODES)}, "
+                                            f"got {show(value)}"))
+    if errors:
+        return None, tuple(errors)
+    if not docs:
+        return None, ()
+    merged, origin = _merge(docs)
+    enforcement = str(merged.get("enforcement", enforcement))
+    ordered = tuple(k for k in (pod_key, ctr_key, short_key, ENFORCEMENT_ALIAS) if k in keys)
+    sla, problems = _build(merged, origin, enforcement, ordered, docs[-1][0], True)
+    return (None if problems else sla), tuple(problems)
+
+
+_resolve = lru_cache(maxsize=1024)(_resolve_uncached)
+
+
+def _stray_error(prefix: str, key: str) -> SlaError:
+    name = key[len(prefix) + 1:]
+    if name.startswith("container."):
+        return SlaError(key, "", f"names container {show(name[10:])}, which is not a valid "
+                                 "container name (lowercase letters, digits and '-', at most "
+                                 "63 characters)")
+    guess = suggest(name, ("pod", "enforcement", "container"))
+    hint = f"; did you mean {prefix}/{guess}{'.<name>' if guess == 'container' else ''}?" \
+        if guess else ""
+    allowed = ", ".join(f"{prefix}/{n}" for n in _INPUT_NAMES)
+    return SlaError(key, "", f"is not a known annotation{hint} (known: {allowed})")
+
+
+def _check_default(default_enforcement: str) -> None:
+    if default_enforcement not in ENFORCEMENT_MODES:
+        raise ValueError(f"default_enforcement must be one of {', '.join(ENFORCEMENT_MODES)},"
+                         f" got {default_enforcement!r}")
+
+
+# -- merge and build ----------------------------------------------------------------------
+
+def _merge(docs: list[tuple[str, dict[str, object]]]
+           ) -> tuple[dict[str, object], dict[str, str]]:
+    """Later documents win key by key; CLEAR removes a field or a whole section."""
+    merged: dict[str, object] = {}
+    origin: dict[str, str] = {}
+    for key, flat in docs:
+        for path, value in flat.items():
+            if value is CLEAR:
+                doomed = [p for p in merged if p == path or p.startswith(path + ".")]
+                for p in doomed:
+                    del merged[p]
+                    del origin[p]
+            else:
+                merged[path] = value
+                origin[path] = key
+    return merged, origin
+
+
+def _build(m: dict[str, object], origin: dict[str, str], enforcement: str,
+           keys: tuple[str, ...], fallback_key: str, complete: bool
+           ) -> tuple[Sla, list[SlaError]]:
+    problems: list[SlaError] = []
+
+    def fail(message: str, field: str, *related: str) -> None:
+        sources = [origin[f] for f in (field, *related) if f in origin]
+        # the container document is the one to fix when it took part
+        key = sources[-1] if sources else fallback_key
+        if any(s == fallback_key for s in sources):
+            key = fallback_key
+        problems.append(SlaError(key, field, message))
+
+    cpu = numa = memory = io = gpu = None
+    if any(p.startswith("cpu.") for p in m):
+        limit = m.get("cpu.limit")
+        period = m.get("cpu.period")
+        rt_runtime = m.get("cpu.rt-runtime")
+        rt_period = m.get("cpu.rt-period")
+        exclusive = m.get("cpu.exclusive")
+        if complete and period is not None and limit is None:
+            fail(f"({format_duration(period)}) is set but cpu.limit is not; the period only "
+                 "applies to a CPU limit", "cpu.period")
+        if complete and rt_period is not None and rt_runtime is None:
+            fail(f"({format_duration(rt_period)}) is set but cpu.rt-runtime is not; set the "
+                 "real-time budget too", "cpu.rt-period")
+        if limit is not None and period is None:
+            period = DEFAULT_CPU_PERIOD_US
+        if rt_runtime is not None and rt_period is None:
+            rt_period = DEFAULT_RT_PERIOD_US
+        if complete and rt_runtime is not None and rt_runtime > rt_period:
+            fail(f"({format_duration(rt_runtime)}) must not exceed cpu.rt-period "
+                 f"({format_duration(rt_period)})", "cpu.rt-runtime", "cpu.rt-period")
+        if complete and limit is not None:
+            quota = round(limit * period)
+            if quota < MIN_CFS_QUOTA_US:
+                fail(f"({format_cpu(limit)}) at cpu.period {format_duration(period)} is a "
+                     f"quota of {format_duration(quota)}; the kernel's minimum is 1ms "
+                     "(raise the limit or the period)", "cpu.limit", "cpu.period")
+            if exclusive is not None and limit > exclusive:
+                fail(f"({format_cpu(limit)}) must not exceed cpu.exclusive ({exclusive}): "
+                     f"the container runs on {exclusive} CPUs only", "cpu.limit",
+                     "cpu.exclusive")
+        cpu = CpuSla(limit, period, rt_runtime, rt_period, exclusive)
+    if any(p.startswith("numa.") for p in m):
+        nodes = m.get("numa.nodes")
+        auto = nodes == "auto"
+        numa = NumaSla(None if auto else nodes, auto, m.get("numa.memory-policy"))
+    if "memory.high" in m or "memory.max" in m:
+        high, hard = m.get("memory.high"), m.get("memory.max")
+        if complete and high is not None and hard is not None and high >= hard:
+            fail(f"({format_size(high)}) must be below memory.max ({format_size(hard)})",
+                 "memory.high", "memory.max")
+        memory = MemorySla(high, hard)
+    if "io.weight" in m or m.get("io.max"):
+        io = IoSla(m.get("io.weight"), m.get("io.max") or ())
+    if any(p.startswith("gpu.") for p in m):
+        gpu = _gpu(m, complete, fail)
+    sla = Sla(enforcement, cpu, numa, memory, io, gpu, keys)
+    return sla, problems
+
+
+def _gpu(m: dict[str, object], complete: bool, fail) -> GpuSla:
+    chosen = [n for n in ("count", "ids", "mig") if m.get(f"gpu.{n}")]
+    source = m.get("gpu.from", "plugin")
+    if complete:
+        fields = [f"gpu.{n}" for n in chosen]
+        if len(chosen) > 1:
+            fail(f"sets {' and '.join(chosen)}; these are alternatives: set exactly one of "
+                 "gpu.count, gpu.ids or gpu.mig", fields[-1], *fields[:-1])
+        elif source == "runtime" and chosen:
+            fail("must not be set with gpu.from: runtime (the device plugin has already "
+                 "assigned the GPUs; nri-sla only aligns CPUs and memory to them)",
+                 fields[0], "gpu.from")
+        elif source == "plugin" and not chosen:
+            fail("needs a request: set one of gpu.count, gpu.ids or gpu.mig (or gpu.from: "
+                 "runtime to align to GPUs the device plugin assigned)", "gpu",
+                 *[p for p in m if p.startswith("gpu.")])
+    return GpuSla(
+        count=m.get("gpu.count"),
+        ids=m.get("gpu.ids") or (),
+        mig=m.get("gpu.mig"),
+        topology=m.get("gpu.topology", "any"),
+        align=m.get("gpu.align", True),
+        source=source,
+    )
+
+
+def clear_caches() -> None:
+    """Forget cached documents (benchmarks use it to measure cold parsing)."""
+    _cached_document.cache_clear()
+    _resolve.cache_clear()

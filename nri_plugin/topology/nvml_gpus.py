@@ -1,0 +1,170 @@
+"""GPU inventory from NVML (the `pynvml` module, or any object with the same functions).
+
+The module is passed in so tests can hand over a fake NVML; the real one is imported
+lazily because loading it costs start-up time the OCI hook must not pay.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import warnings
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from nri_plugin.topology.gpus import Gpu, MigInstance, normalize_bus_id
+from nri_plugin.topology.sysfs_gpus import pci_numa_node
+
+_MIG_NAME = re.compile(r"MIG\s+(\S+)\s*$")
+
+
+def import_pynvml() -> ModuleType:
+    with warnings.catch_warnings():
+        # the "pynvml" shim warns that it is deprecated in favour of nvidia-ml-py, which
+        # provides the very same module; the warning is noise for our users
+        warnings.simplefilter("ignore")
+        import pynvml
+    return pynvml
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def read_mig_minors(proc_root: Path) -> dict[tuple[int, int, int | None], int]:
+    """/proc/driver/nvidia-caps/mig-minors: (gpu minor, gi, ci or None) -> caps minor."""
+    table: dict[tuple[int, int, int | None], int] = {}
+    try:
+        text = (proc_root / "driver/nvidia-caps/mig-minors").read_text()
+    except OSError:
+        return table
+    pattern = re.compile(r"^gpu(\d+)/gi(\d+)(?:/ci(\d+))?/access\s+(\d+)$")
+    for line in text.splitlines():
+        m = pattern.match(line.strip())
+        if m:
+            ci = int(m.group(3)) if m.group(3) is not None else None
+            table[(int(m.group(1)), int(m.group(2)), ci)] = int(m.group(4))
+    return table
+
+
+class _Reader:
+    def __init__(self, nvml: Any, sysfs_root: Path, proc_root: Path) -> None:
+        self.nvml = nvml
+        self.sysfs_root = sysfs_root
+        self.mig_minors = read_mig_minors(proc_root)
+
+    def optional(self, fn_name: str, *args: Any) -> Any:
+        """Call an NVML function that older drivers or some GPUs do not support."""
+        fn = getattr(self.nvml, fn_name, None)
+        if fn is None:
+            return None
+        try:
+            return fn(*args)
+        except self.nvml.NVMLError:
+            return None
+
+    def read(self) -> tuple[Gpu, ...]:
+        nvml = self.nvml
+        count = nvml.nvmlDeviceGetCount()
+        handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+        buses = [normalize_bus_id(_text(nvml.nvmlDeviceGetPciInfo(h).busId)) or "" for h in handles]
+        index_of_bus = {bus: i for i, bus in enumerate(buses)}
+        links = [self.nvlink_remotes(h) for h in handles]
+        gpus = []
+        for i, handle in enumerate(handles):
+            bus = buses[i]
+            numa = self.optional("nvmlDeviceGetNumaNodeId", handle)
+            if numa is None or numa < 0:
+                numa = pci_numa_node(self.sysfs_root, bus)
+            memory = self.optional("nvmlDeviceGetMemoryInfo", handle)
+            minor = self.optional("nvmlDeviceGetMinorNumber", handle)
+            mode = self.optional("nvmlDeviceGetMigMode", handle)
+            mig_enabled = bool(mode) and mode[0] == getattr(nvml, "NVML_DEVICE_MIG_ENABLE", 1)
+            gpus.append(Gpu(
+                index=i,
+                uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
+                pci_bus_id=bus,
+                numa_node=numa,
+                memory_bytes=int(memory.total) if memory is not None else 0,
+                name=_text(self.optional("nvmlDeviceGetName", handle) or ""),
+                minor=minor,
+                nvlink_peers=self.peers(i, links, index_of_bus),
+                mig_enabled=mig_enabled,
+                mig_instances=self.mig_instances(i, handle, minor) if mig_enabled else (),
+            ))
+        return tuple(gpus)
+
+    def nvlink_remotes(self, handle: Any) -> set[str]:
+        remotes: set[str] = set()
+        enabled = getattr(self.nvml, "NVML_FEATURE_ENABLED", 1)
+        for link in range(getattr(self.nvml, "NVML_NVLINK_MAX_LINKS", 18)):
+            # links that do not exist answer NOT_SUPPORTED/INVALID_ARGUMENT: skip, not stop,
+            # because populated links need not be contiguous
+            if self.optional("nvmlDeviceGetNvLinkState", handle, link) != enabled:
+                continue
+            info = self.optional("nvmlDeviceGetNvLinkRemotePciInfo", handle, link)
+            bus = normalize_bus_id(_text(info.busId)) if info is not None else None
+            if bus:
+                remotes.add(bus)
+        return remotes
+
+    @staticmethod
+    def peers(i: int, links: list[set[str]], index_of_bus: dict[str, int]) -> frozenset[int]:
+        peers = {index_of_bus[b] for b in links[i] if b in index_of_bus}
+        # a remote that is not a GPU is an NVSwitch: GPUs on a common switch are peers
+        switches = {b for b in links[i] if b not in index_of_bus}
+        if switches:
+            peers |= {j for j, other in enumerate(links) if switches & other}
+        peers.discard(i)
+        return frozenset(peers)
+
+    def mig_instances(self, gpu_index: int, handle: Any,
+                      minor: int | None) -> tuple[MigInstance, ...]:
+        nvml = self.nvml
+        found = []
+        for k in range(self.optional("nvmlDeviceGetMaxMigDeviceCount", handle) or 0):
+            mig = self.optional("nvmlDeviceGetMigDeviceHandleByIndex", handle, k)
+            if mig is None:
+                continue  # slot without a MIG device
+            gi = int(self.optional("nvmlDeviceGetGpuInstanceId", mig) or 0)
+            ci = int(self.optional("nvmlDeviceGetComputeInstanceId", mig) or 0)
+            memory = self.optional("nvmlDeviceGetMemoryInfo", mig)
+            gpu_minor = gpu_index if minor is None else minor
+            caps = tuple(m for m in (self.mig_minors.get((gpu_minor, gi, None)),
+                                     self.mig_minors.get((gpu_minor, gi, ci))) if m is not None)
+            found.append(MigInstance(
+                uuid=_text(nvml.nvmlDeviceGetUUID(mig)),
+                profile=self.profile(mig),
+                gpu_index=gpu_index,
+                gi_id=gi,
+                ci_id=ci,
+                index=len(found),
+                memory_bytes=int(memory.total) if memory is not None else 0,
+                caps_minors=caps,
+            ))
+        return tuple(found)
+
+    def profile(self, mig: Any) -> str:
+        # NVML names a MIG device "<GPU name> MIG 1g.10gb"; the suffix is the profile
+        m = _MIG_NAME.search(_text(self.optional("nvmlDeviceGetName", mig) or ""))
+        if m:
+            return m.group(1)
+        attrs = self.optional("nvmlDeviceGetAttributes", mig)
+        if attrs is None:
+            return "unknown"
+        gib = round(attrs.memorySizeMB / 1024)
+        g, c = attrs.gpuInstanceSliceCount, attrs.computeInstanceSliceCount
+        return f"{g}g.{gib}gb" if c == g else f"{c}c.{g}g.{gib}gb"
+
+
+def read_nvml_gpus(nvml: Any, sysfs_root: Path = Path("/sys"),
+                   proc_root: Path = Path("/proc")) -> tuple[Gpu, ...]:
+    """Read every GPU through NVML; raises nvml.NVMLError (or OSError) when NVML fails."""
+    nvml.nvmlInit()
+    try:
+        return _Reader(nvml, sysfs_root, proc_root).read()
+    finally:
+        # a failing shutdown must not hide the inventory we already read
+        with contextlib.suppress(Exception):
+            nvml.nvmlShutdown()

@@ -1,0 +1,172 @@
+"""YAML snapshots of a node (CPUs, NUMA nodes, GPUs): `nri-sla inventory --save/--inventory`.
+
+A snapshot taken on a real GPU node lets `explain`, tests and benchmarks run anywhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from nri_plugin.topology.cpulist import CpuListError, format_cpulist, parse_cpulist
+from nri_plugin.topology.cpus import NumaNode, Topology
+from nri_plugin.topology.gpus import (
+    Gpu,
+    GpuInventory,
+    InventoryError,
+    MigInstance,
+    normalize_bus_id,
+)
+
+SNAPSHOT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class NodeSnapshot:
+    topology: Topology
+    inventory: GpuInventory
+
+
+def snapshot_to_dict(topology: Topology, inventory: GpuInventory) -> dict[str, Any]:
+    return {
+        "version": SNAPSHOT_VERSION,
+        "cpus": {
+            "online": format_cpulist(topology.online),
+            "cores": [format_cpulist(c) for c in topology.cores],
+        },
+        "numa": [
+            {"id": n.id, "cpus": format_cpulist(n.cpus),
+             "distances": [n.distances.get(o.id, 0) for o in topology.nodes],
+             "has_memory": n.has_memory}
+            for n in topology.nodes
+        ],
+        "gpu_source": inventory.source,
+        "gpus": [_gpu_to_dict(g) for g in inventory.gpus],
+    }
+
+
+def _gpu_to_dict(g: Gpu) -> dict[str, Any]:
+    return {
+        "index": g.index, "uuid": g.uuid, "pci_bus_id": g.pci_bus_id,
+        "numa_node": g.numa_node, "memory_bytes": g.memory_bytes, "name": g.name,
+        "minor": g.minor, "nvlink_peers": sorted(g.nvlink_peers),
+        "mig_enabled": g.mig_enabled,
+        "mig_instances": [
+            {"uuid": m.uuid, "profile": m.profile, "gi_id": m.gi_id, "ci_id": m.ci_id,
+             "index": m.index, "memory_bytes": m.memory_bytes,
+             "caps_minors": list(m.caps_minors)}
+            for m in g.mig_instances
+        ],
+    }
+
+
+def save_snapshot(path: Path, topology: Topology, inventory: GpuInventory) -> None:
+    # flow style for leaf lists keeps a 128-CPU core list on a few lines
+    text = yaml.safe_dump(snapshot_to_dict(topology, inventory), sort_keys=False,
+                          default_flow_style=None, width=96)
+    Path(path).write_text(text)
+
+
+class _Fields:
+    """Typed access to one mapping of the snapshot, naming the field path in errors."""
+
+    def __init__(self, where: str, data: Any) -> None:
+        if not isinstance(data, dict):
+            raise InventoryError(f"{where}: expected a mapping, got {type(data).__name__}")
+        self.where = where
+        self.data = data
+
+    def get(self, key: str, kind: type | tuple[type, ...], default: Any = ...) -> Any:
+        if key not in self.data:
+            if default is ...:
+                raise InventoryError(f"{self.where}.{key}: missing")
+            return default
+        value = self.data[key]
+        if value is None and default is None:
+            return None
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise InventoryError(f"{self.where}.{key}: expected {_kind_name(kind)}, "
+                                 f"got {value!r}")
+        return value
+
+    def cpus(self, key: str) -> frozenset[int]:
+        try:
+            return parse_cpulist(str(self.get(key, (str, int))))
+        except CpuListError as exc:
+            raise InventoryError(f"{self.where}.{key}: {exc}") from None
+
+
+def _kind_name(kind: type | tuple[type, ...]) -> str:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return " or ".join(k.__name__ for k in kinds)
+
+
+def snapshot_from_dict(data: Any, where: str = "snapshot") -> NodeSnapshot:
+    top = _Fields(where, data)
+    version = top.get("version", int)
+    if version != SNAPSHOT_VERSION:
+        raise InventoryError(f"{where}.version: {version} is not supported "
+                             f"(allowed: {SNAPSHOT_VERSION})")
+    cpus = _Fields(f"{where}.cpus", top.get("cpus", dict))
+    online = cpus.cpus("online")
+    cores = []
+    for i, text in enumerate(cpus.get("cores", list, [])):
+        try:
+            cores.append(parse_cpulist(str(text)))
+        except CpuListError as exc:
+            raise InventoryError(f"{where}.cpus.cores[{i}]: {exc}") from None
+    covered = frozenset().union(*cores) if cores else frozenset()
+    cores += [frozenset({c}) for c in sorted(online - covered)]
+    raw_nodes = top.get("numa", list, [])
+    ids = [_Fields(f"{where}.numa[{i}]", n).get("id", int) for i, n in enumerate(raw_nodes)]
+    nodes = []
+    for i, raw in enumerate(raw_nodes):
+        f = _Fields(f"{where}.numa[{i}]", raw)
+        row = f.get("distances", list, [])
+        nodes.append(NumaNode(ids[i], f.cpus("cpus") & online, dict(zip(ids, row, strict=False)),
+                              bool(f.get("has_memory", bool, True))))
+    if not nodes:
+        nodes = [NumaNode(0, online, {0: 10})]
+    topology = Topology(online, tuple(nodes), tuple(cores))
+    gpus = tuple(_gpu_from_dict(f"{where}.gpus[{i}]", g)
+                 for i, g in enumerate(top.get("gpus", list, [])))
+    return NodeSnapshot(topology, GpuInventory(gpus, "snapshot"))
+
+
+def _gpu_from_dict(where: str, raw: Any) -> Gpu:
+    f = _Fields(where, raw)
+    index = f.get("index", int)
+    bus_text = f.get("pci_bus_id", str)
+    bus = normalize_bus_id(bus_text)
+    if bus is None:
+        raise InventoryError(f"{where}.pci_bus_id: {bus_text!r} is not a PCI address "
+                             "(expected e.g. 0000:07:00.0)")
+    migs = []
+    for k, m in enumerate(f.get("mig_instances", list, [])):
+        mf = _Fields(f"{where}.mig_instances[{k}]", m)
+        migs.append(MigInstance(
+            uuid=mf.get("uuid", str), profile=mf.get("profile", str), gpu_index=index,
+            gi_id=mf.get("gi_id", int), ci_id=mf.get("ci_id", int),
+            index=mf.get("index", int, k), memory_bytes=mf.get("memory_bytes", int, 0),
+            caps_minors=tuple(mf.get("caps_minors", list, [])),
+        ))
+    return Gpu(
+        index=index, uuid=f.get("uuid", str, ""), pci_bus_id=bus,
+        numa_node=f.get("numa_node", int, None), memory_bytes=f.get("memory_bytes", int, 0),
+        name=f.get("name", str, ""), minor=f.get("minor", int, None),
+        nvlink_peers=frozenset(f.get("nvlink_peers", list, [])),
+        mig_enabled=f.get("mig_enabled", bool, bool(migs)), mig_instances=tuple(migs),
+    )
+
+
+def load_snapshot(path: Path) -> NodeSnapshot:
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except OSError as exc:
+        raise InventoryError(f"cannot read inventory snapshot {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise InventoryError(f"{path}: not valid YAML: {exc}") from None
+    return snapshot_from_dict(data, str(path))

@@ -1,0 +1,282 @@
+"""Fake node facts for tests, demos and benchmarks: sysfs trees and an NVML stand-in.
+
+Real hardware is not available in CI (no GPUs, one NUMA node), so these builders write
+the same files the kernel exposes (devices/system/{cpu,node}, bus/pci/devices) and offer
+the pynvml functions `nri_plugin.topology.nvml_gpus` calls, with the same error behaviour.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+
+from nri_plugin.topology.cpulist import format_cpulist
+
+GIB = 1024**3
+
+
+def build_sysfs(root: Path, nodes: int = 1, cores_per_node: int = 4, threads: int = 1,
+                numa_dirs: bool = True, offline: Iterable[int] = (),
+                pci: Sequence[tuple[str, int, int]] = ()) -> Path:
+    """Write a fake /sys under `root` and return it.
+
+    CPUs are numbered like Linux on x86: first thread of every core (node by node), then
+    the second threads, so with 2 nodes x 4 cores x 2 threads node 0 holds 0-3,8-11.
+    `pci` entries are (bus id "0000:07:00.0", PCI class e.g. 0x030200, numa node) for
+    NVIDIA functions. `numa_dirs=False` mimics a kernel without CONFIG_NUMA.
+    """
+    total_cores = nodes * cores_per_node
+    cpus = range(total_cores * threads)
+    online = sorted(set(cpus) - set(offline))
+    cpu_dir = root / "devices/system/cpu"
+    cpu_dir.mkdir(parents=True, exist_ok=True)
+    (cpu_dir / "online").write_text(format_cpulist(online) + "\n")
+    (cpu_dir / "possible").write_text(format_cpulist(cpus) + "\n")
+
+    def core_threads(core: int) -> list[int]:
+        return [core + t * total_cores for t in range(threads)]
+
+    for core in range(total_cores):
+        siblings = format_cpulist(core_threads(core)) + "\n"
+        for cpu in core_threads(core):
+            topo = cpu_dir / f"cpu{cpu}/topology"
+            topo.mkdir(parents=True, exist_ok=True)
+            (topo / "thread_siblings_list").write_text(siblings)
+            (topo / "core_cpus_list").write_text(siblings)
+    if numa_dirs:
+        node_dir = root / "devices/system/node"
+        node_dir.mkdir(parents=True, exist_ok=True)
+        all_nodes = format_cpulist(range(nodes)) + "\n"
+        for name in ("online", "possible", "has_memory", "has_cpu"):
+            (node_dir / name).write_text(all_nodes)
+        for n in range(nodes):
+            d = node_dir / f"node{n}"
+            d.mkdir(exist_ok=True)
+            mine = [c for core in range(n * cores_per_node, (n + 1) * cores_per_node)
+                    for c in core_threads(core)]
+            (d / "cpulist").write_text(format_cpulist(mine) + "\n")
+            (d / "distance").write_text(
+                " ".join("10" if m == n else "21" for m in range(nodes)) + "\n")
+    for bus, pci_class, numa in pci:
+        dev = root / "bus/pci/devices" / bus
+        dev.mkdir(parents=True, exist_ok=True)
+        (dev / "vendor").write_text("0x10de\n")
+        (dev / "class").write_text(f"0x{pci_class:06x}\n")
+        (dev / "numa_node").write_text(f"{numa}\n")
+    return root
+
+
+# --- fake NVML --------------------------------------------------------------------------
+
+NVML_SUCCESS = 0
+NVML_ERROR_UNINITIALIZED = 1
+NVML_ERROR_INVALID_ARGUMENT = 2
+NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_NOT_FOUND = 6
+NVML_ERROR_LIBRARY_NOT_FOUND = 12
+
+
+class FakeNVMLError(Exception):
+    def __init__(self, value: int) -> None:
+        self.value = value
+        super().__init__(f"NVML error {value}")
+
+
+@dataclass
+class FakeMig:
+    uuid: str
+    profile: str
+    gi: int
+    ci: int
+    memory: int
+
+
+@dataclass
+class FakeGpu:
+    uuid: str
+    bus: str  # NVML form "00000000:07:00.0"
+    numa: int | None  # None: nvmlDeviceGetNumaNodeId answers NOT_SUPPORTED
+    memory: int = 80 * GIB
+    name: str = "NVIDIA A100-SXM4-80GB"
+    minor: int = 0
+    links: list[str] = field(default_factory=list)  # remote bus ids, one per NVLink
+    mig: bool = False
+    migs: list[FakeMig] = field(default_factory=list)
+
+
+@dataclass
+class _Handle:
+    gpu: FakeGpu
+    mig: FakeMig | None = None
+
+
+class FakeNvml:
+    """Implements the subset of pynvml that nri-sla uses, backed by FakeGpu values."""
+
+    NVMLError = FakeNVMLError
+    NVML_FEATURE_ENABLED = 1
+    NVML_FEATURE_DISABLED = 0
+    NVML_DEVICE_MIG_ENABLE = 1
+    NVML_NVLINK_MAX_LINKS = 12
+
+    def __init__(self, gpus: Sequence[FakeGpu], fail_init: int | None = None) -> None:
+        self.gpus = list(gpus)
+        self.fail_init = fail_init
+        self.initialized = 0
+        self.calls = 0
+
+    def _check(self) -> None:
+        self.calls += 1
+        if self.initialized <= 0:
+            raise FakeNVMLError(NVML_ERROR_UNINITIALIZED)
+
+    def nvmlInit(self) -> None:
+        if self.fail_init is not None:
+            raise FakeNVMLError(self.fail_init)
+        self.initialized += 1
+
+    def nvmlShutdown(self) -> None:
+        self.initialized -= 1
+
+    def nvmlDeviceGetCount(self) -> int:
+        self._check()
+        return len(self.gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> _Handle:
+        self._check()
+        if not 0 <= index < len(self.gpus):
+            raise FakeNVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        return _Handle(self.gpus[index])
+
+    def nvmlDeviceGetUUID(self, h: _Handle) -> str:
+        self._check()
+        return h.mig.uuid if h.mig else h.gpu.uuid
+
+    def nvmlDeviceGetName(self, h: _Handle) -> str:
+        self._check()
+        return f"{h.gpu.name} MIG {h.mig.profile}" if h.mig else h.gpu.name
+
+    def nvmlDeviceGetPciInfo(self, h: _Handle) -> SimpleNamespace:
+        self._check()
+        return SimpleNamespace(busId=h.gpu.bus.encode())  # older pynvml gives bytes
+
+    def nvmlDeviceGetNumaNodeId(self, h: _Handle) -> int:
+        self._check()
+        if h.gpu.numa is None:
+            raise FakeNVMLError(NVML_ERROR_NOT_SUPPORTED)
+        return h.gpu.numa
+
+    def nvmlDeviceGetMemoryInfo(self, h: _Handle) -> SimpleNamespace:
+        self._check()
+        total = h.mig.memory if h.mig else h.gpu.memory
+        return SimpleNamespace(total=total, free=total, used=0)
+
+    def nvmlDeviceGetMinorNumber(self, h: _Handle) -> int:
+        self._check()
+        return h.gpu.minor
+
+    def nvmlDeviceGetNvLinkState(self, h: _Handle, link: int) -> int:
+        self._check()
+        if link >= len(h.gpu.links):
+            raise FakeNVMLError(NVML_ERROR_NOT_SUPPORTED)
+        return self.NVML_FEATURE_ENABLED
+
+    def nvmlDeviceGetNvLinkRemotePciInfo(self, h: _Handle, link: int) -> SimpleNamespace:
+        self._check()
+        if link >= len(h.gpu.links):
+            raise FakeNVMLError(NVML_ERROR_NOT_SUPPORTED)
+        return SimpleNamespace(busId=h.gpu.links[link])
+
+    def nvmlDeviceGetMigMode(self, h: _Handle) -> tuple[int, int]:
+        self._check()
+        mode = int(h.gpu.mig)
+        return mode, mode
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, h: _Handle) -> int:
+        self._check()
+        return 7 if h.gpu.mig else 0
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, h: _Handle, index: int) -> _Handle:
+        self._check()
+        if index >= len(h.gpu.migs):
+            raise FakeNVMLError(NVML_ERROR_NOT_FOUND)
+        return _Handle(h.gpu, h.gpu.migs[index])
+
+    def nvmlDeviceGetGpuInstanceId(self, h: _Handle) -> int:
+        self._check()
+        if h.mig is None:
+            raise FakeNVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        return h.mig.gi
+
+    def nvmlDeviceGetComputeInstanceId(self, h: _Handle) -> int:
+        self._check()
+        if h.mig is None:
+            raise FakeNVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        return h.mig.ci
+
+
+def _bus(n: int) -> str:
+    return f"00000000:{n:02X}:00.0"
+
+
+def dgx_like_gpus() -> list[FakeGpu]:
+    """8 GPUs on 2 NUMA nodes, NVLink hybrid cube-mesh: quads 0-3 and 4-7 fully
+    connected, plus pairs i <-> i+4 across the quads (as on a DGX-1)."""
+    buses = [0x07, 0x0F, 0x47, 0x4E, 0x87, 0x90, 0xB7, 0xBD]
+    gpus = []
+    for i, b in enumerate(buses):
+        quad = range(0, 4) if i < 4 else range(4, 8)
+        peers = [j for j in quad if j != i] + [(i + 4) % 8]
+        # two links to every peer, as real boxes bond several NVLinks per pair
+        links = [_bus(buses[j]) for j in peers for _ in range(2)]
+        gpus.append(FakeGpu(uuid=f"GPU-d0000000-0000-0000-0000-00000000000{i}", bus=_bus(b),
+                            numa=0 if i < 4 else 1, minor=i, links=links))
+    return gpus
+
+
+def dgx_like_pci() -> list[tuple[str, int, int]]:
+    return [(f"0000:{b:02x}:00.0", 0x030200, 0 if i < 4 else 1)
+            for i, b in enumerate([0x07, 0x0F, 0x47, 0x4E, 0x87, 0x90, 0xB7, 0xBD])]
+
+
+def pcie_box_gpus() -> list[FakeGpu]:
+    """4 PCIe GPUs, 2 per NUMA node, no NVLink; NVML cannot tell the NUMA node (sysfs can)."""
+    return [FakeGpu(uuid=f"GPU-c0000000-0000-0000-0000-00000000000{i}", bus=_bus(b),
+                    numa=None, memory=48 * GIB, name="NVIDIA L40S", minor=i)
+            for i, b in enumerate([0x17, 0x31, 0x98, 0xB1])]
+
+
+def pcie_box_pci() -> list[tuple[str, int, int]]:
+    return [(f"0000:{b:02x}:00.0", 0x030200, 0 if i < 2 else 1)
+            for i, b in enumerate([0x17, 0x31, 0x98, 0xB1])]
+
+
+def mig_box_gpus() -> list[FakeGpu]:
+    """2 GPUs on NUMA node 0: GPU 0 in MIG mode (3g.40gb, 2g.20gb, 1g.10gb x2), GPU 1 not."""
+    migs = [
+        FakeMig("MIG-a0000000-0000-0000-0000-000000000001", "3g.40gb", 2, 0, 40 * GIB),
+        FakeMig("MIG-a0000000-0000-0000-0000-000000000002", "2g.20gb", 3, 0, 20 * GIB),
+        FakeMig("MIG-a0000000-0000-0000-0000-000000000003", "1g.10gb", 9, 0, 10 * GIB),
+        FakeMig("MIG-a0000000-0000-0000-0000-000000000004", "1g.10gb", 10, 0, 10 * GIB),
+    ]
+    return [
+        FakeGpu(uuid="GPU-a0000000-0000-0000-0000-000000000000", bus=_bus(0x07), numa=0,
+                minor=0, mig=True, migs=migs),
+        FakeGpu(uuid="GPU-a0000000-0000-0000-0000-000000000010", bus=_bus(0x0F), numa=0,
+                minor=1),
+    ]
+
+
+def build_mig_proc(root: Path, gpu_minor: int, migs: Sequence[FakeMig]) -> Path:
+    """Write proc/driver/nvidia-caps/mig-minors entries for the MIG devices given."""
+    d = root / "driver/nvidia-caps"
+    d.mkdir(parents=True, exist_ok=True)
+    lines = ["config 1", "monitor 2"]
+    minor = 3
+    for m in migs:
+        lines.append(f"gpu{gpu_minor}/gi{m.gi}/access {minor + m.gi * 9}")
+        lines.append(f"gpu{gpu_minor}/gi{m.gi}/ci{m.ci}/access {minor + m.gi * 9 + 1 + m.ci}")
+    (d / "mig-minors").write_text("\n".join(lines) + "\n")
+    return root

@@ -159,7 +159,7 @@ class SlaPlugin:
     def _observe(self, event: str, started: float, decision: Decision,
                  record: dict[str, Any], pod: pb.PodSandbox,
                  container: pb.Container) -> None:
-        from nri_plugin.logging import log_decision
+        from nri_plugin.logsetup import log_decision
 
         if decision.outcome != "skipped":
             applied = {k: v for k, v in record.items() if k not in ("v", "path")}

@@ -30,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from nri_plugin.config import ConfigError, load_config
-    from nri_plugin.logging import setup_logging
+    from nri_plugin.logsetup import setup_logging
     from nri_plugin.metrics import Metrics, start_http_server
     from nri_plugin.nri.errors import NriError
     from nri_plugin.nri.service import run_service

@@ -1,4 +1,4 @@
-"""nri_plugin.logging: one structured line per decision, text (logfmt) or JSON."""
+"""nri_plugin.logsetup: one structured line per decision, text (logfmt) or JSON."""
 
 import io
 import json
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nri_plugin.logging import (
+from nri_plugin.logsetup import (
     LOGGER_NAME,
     LoggingSetupError,
     journald_stream,

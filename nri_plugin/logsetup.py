@@ -1,6 +1,7 @@
 """Structured logs: one line per event, as logfmt-style text or as JSON.
 
-`setup_logging(format, level)` configures the `nri_plugin` logger tree once at start-up;
+`setup_logging(format, level)` configures the `nri_sla` logger tree (every nri-sla
+logger is named under it, whatever the package is called) once at start-up;
 `log_decision(...)` writes the one line per container decision that operators grep
 for (see docs/operations.md). Extra key/values ride on a record as `extra={"fields":
 {...}}` (or via `log_event`) and are rendered by both formatters.

@@ -30,7 +30,8 @@ HOOK_MAIN = Path(__file__).resolve().parents[1] / "nri_plugin" / "hook" / "__mai
 _REPO = str(Path(__file__).resolve().parents[1])
 _SITE = f"{sys.prefix}/lib/python{sys.version_info[0]}.{sys.version_info[1]}/site-packages"
 STACK = (f"import sys; sys.path[:0] = [{_REPO!r}, {_SITE!r}]; import nri_plugin.config, "
-         "nri_plugin.plan.planner, nri_plugin.plan.placement, nri_plugin.enforce.cgroupfs, "
+         "nri_plugin.core, nri_plugin.plan.planner, nri_plugin.plan.placement, "
+         "nri_plugin.enforce.cgfile, nri_plugin.enforce.cgroupdetect, "
          "nri_plugin.enforce.plan_writes, nri_plugin.topology.cpus")
 CTR = "/kubepods/burstable/pod-1234/ctr-abcd"
 SLA = ("enforcement: hard\ncpu:\n  limit: 2.5\n  period: 100ms\nnuma:\n  nodes: '0'\n"
@@ -149,7 +150,7 @@ def main() -> int:
             ("-I -m nri_plugin.hook, SLA, cold", [*module, *cold], state_sla, empty_cold_cache),
             ("nri-sla hook (console script), SLA, warm", [script, "hook", *warm], state_sla),
             # Where the cold path's time goes: importing the shared data path alone.
-            ("(import sla+config+plan+enforce only)", [py, "-I", "-S", "-c", STACK],
+            ("(import sla+config+plan+enforce+core only)", [py, "-I", "-S", "-c", STACK],
              b""),
         ]
         results = measure(variants, args.runs)

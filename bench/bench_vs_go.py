@@ -208,7 +208,7 @@ def summary(fig: PluginFigures) -> dict[str, float]:
 def main(args: argparse.Namespace) -> dict:
     # The nri-sla of this Python (the checkout under test) before any other on PATH.
     beside = Path(sys.executable).with_name("nri-sla")
-    nri_plugin = args.nri_plugin or (str(beside) if beside.exists() else shutil.which("nri-sla"))
+    nri_plugin = args.nri_sla or (str(beside) if beside.exists() else shutil.which("nri-sla"))
     if not nri_plugin:
         raise BenchError("no nri-sla executable: pass --nri-sla PATH")
     plugin_cmds = {
@@ -290,7 +290,7 @@ def run() -> int:
     if missing:
         print(f"bench_vs_go: skipped: set {' and '.join(missing)} to executables: the Go "
               f"runtime driver (nri pkg/adaptation) and the Go plugin (nri pkg/stub); "
-              f"docs/benchmarks.md ('Against the real containerd') shows how to build them")
+              f"docs/benchmarks.md ('nri-sla against a Go plugin') shows how to build them")
         return 0
     try:
         out = main(args)

@@ -17,6 +17,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from nri_plugin.errors import InvalidInput
 from nri_plugin.sla.model import ENFORCEMENT_MODES
 from nri_plugin.sla.quantities import show
 from nri_plugin.sla.safeyaml import YamlProblem, key_text, load
@@ -32,7 +33,7 @@ LOG_FORMATS = ("text", "json")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
-class ConfigError(ValueError):
+class ConfigError(InvalidInput, ValueError):
     """A problem in the node config: ``source`` (file), ``field`` (dotted path), message."""
 
     def __init__(self, source: str, field: str, message: str) -> None:

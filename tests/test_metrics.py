@@ -186,3 +186,24 @@ def test_close_frees_the_port(metrics):
 def test_bind_conflict_raises_oserror(metrics, server):
     with pytest.raises(OSError):
         start_http_server(metrics, f"127.0.0.1:{server.port}")
+
+
+def test_every_failure_reason_is_a_metric_label():
+    # A failure whose reason the metric does not know would make the plugin's
+    # record_decision raise MetricsError before the runtime got its answer.
+    import nri_plugin.config
+    import nri_plugin.enforce.errors
+    import nri_plugin.hook.deadline
+    import nri_plugin.plan.model
+    import nri_plugin.plan.record
+    import nri_plugin.sla.errors  # noqa: F401 - every SlaFailure subclass is loaded
+    from nri_plugin.errors import SlaFailure
+    from nri_plugin.metrics import REASONS
+
+    seen, todo = [], [SlaFailure]
+    while todo:
+        cls = todo.pop()
+        seen.append(cls)
+        todo += cls.__subclasses__()
+    assert len(seen) > 10
+    assert {cls.__name__: cls.reason for cls in seen if cls.reason not in REASONS} == {}

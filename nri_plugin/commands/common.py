@@ -20,7 +20,7 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
 
 def node_from_args(args: argparse.Namespace, detect: bool = False):
     """A NodeState from the common arguments. Raises ConfigError/ValueError/OSError."""
-    from nri_plugin.node import build_node
+    from nri_plugin.core import build_node
 
     config = load_config(args.config)
     version = {"v1": 1, "v2": 2, None: None}[args.cgroup]

@@ -40,8 +40,9 @@ def flatten(prefix: str, value: Any) -> list[tuple[str, Any]]:
 def explain_container(node: Any, pod: Any, container: str, nri_version: str) -> dict[str, Any]:
     from google.protobuf.json_format import MessageToDict
 
-    from nri_plugin.enforce.adjustment import build_adjustment
-    from nri_plugin.node import decide
+    from nri_plugin.core import decide
+    from nri_plugin.enforce.plan_writes import cgroup_writes
+    from nri_plugin.plugin.adjustment import build_adjustment
 
     decision = decide(node, pod.annotations, container, namespace=pod.namespace,
                       owner=f"{pod.namespace}/{pod.name}/{container}", nri_version=nri_version,
@@ -54,8 +55,8 @@ def explain_container(node: Any, pod: Any, container: str, nri_version: str) -> 
         plan = decision.plan
         adjustment = build_adjustment(plan, node.annotations_for(plan, "nri"))
         result["adjustment"] = dict(flatten("", MessageToDict(adjustment)))
-        result["direct_writes"] = [f"{w.controller}/{w.file} = {w.value}"
-                                   for w in node.direct_writes(plan)]
+        result["direct_writes"] = [f"{w.controller}/{w.file} = {w.value}" for w in
+                                   cgroup_writes(plan, "direct", node.capabilities.bfq)]
         result["warnings"] = list(plan.warnings)
         if plan.placement_record:
             result["placement"] = plan.placement_record

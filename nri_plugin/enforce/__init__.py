@@ -1,21 +1,20 @@
-"""Enforcement: node facts, direct cgroup writes with read-back, RT budget, NRI adjustments.
+"""Enforcement: cgroup facts and paths, plan -> cgroup writes, the one cgroup writer with
+read-back, node capabilities (block devices, BFQ), the RT budget of ancestor cgroups.
 
-Importing this package (and any module in it except adjustment.py) must stay cheap and free
-of protobuf: the OCI hook imports it on every container start. Hence no re-exports of
-adjustment here, and cgroupspy is imported lazily by the writers that use it.
+Importing this package (and any module in it) must stay cheap and free of protobuf: the
+OCI hook imports it on every container start. The NRI adjustment is built on the plugin
+side (nri_plugin.plugin); cgroupspy is imported only by v1 writes.
 """
 
 # Re-exports resolved on first use (PEP 562): the OCI hook imports single light modules
 # (readback, systemd) on every container start and must not pay for the writers, node
 # facts and dataclasses that importing them all here would cost.
 _EXPORTS = {
-    "cgroupfs": ("CgroupV1Writer", "CgroupV2Writer", "CgroupWrite", "WriteResult",
-                 "apply_to_container", "raise_for_failures", "writer_for"),
+    "cgfile": ("CgroupWrite", "CgroupWriter", "WriteResult"),
+    "cgpaths": ("CgroupFacts", "CgroupPaths", "Hierarchy"),
+    "cgroupdetect": ("cgroup_paths_from_proc", "detect_cgroup_facts"),
     "errors": ("CgroupFactsError", "CgroupPathError", "CgroupWriteError", "DeviceError",
                "EnforceError", "RtBudgetError"),
-    "nodefacts": ("CgroupFacts", "CgroupPaths", "bfq_active", "cgroup_paths_from_proc",
-                  "container_cgroup_paths", "detect_cgroup_facts", "io_scheduler",
-                  "resolve_block_device"),
     "rt": ("RtChange", "raise_rt_ancestors", "release_rt_ancestors"),
 }
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
@@ -36,29 +35,4 @@ def __dir__() -> list[str]:
     return sorted([*globals(), *_WHERE])
 
 
-__all__ = [
-    "CgroupFacts",
-    "CgroupFactsError",
-    "CgroupPathError",
-    "CgroupPaths",
-    "CgroupV1Writer",
-    "CgroupV2Writer",
-    "CgroupWrite",
-    "CgroupWriteError",
-    "DeviceError",
-    "EnforceError",
-    "RtBudgetError",
-    "RtChange",
-    "WriteResult",
-    "apply_to_container",
-    "bfq_active",
-    "cgroup_paths_from_proc",
-    "container_cgroup_paths",
-    "detect_cgroup_facts",
-    "io_scheduler",
-    "raise_for_failures",
-    "raise_rt_ancestors",
-    "release_rt_ancestors",
-    "resolve_block_device",
-    "writer_for",
-]
+__all__ = sorted(_WHERE)  # resolved by __getattr__

@@ -1,11 +1,14 @@
-"""One cgroup file write, checked and read back: the core of every nri-sla cgroup writer.
+"""The one cgroup writer: every value nri-sla writes, checked, written and read back.
 
-`write_checked` refuses anything but a resource-control file inside the container's own
-cgroup, writes the value, reads it back and compares it the way the kernel normalises it
-(readback.py). The plugin's writers (cgroupfs.py: cgroupspy for v1 I/O) pass their own
-byte movers; the OCI hook (hook/writes.py) uses the plain write(2) below. Plain strings
-and os.path only: the hook runs this for every container with an SLA, from a cached
-decision too, where pathlib or dataclasses would cost more than the writes themselves.
+`CgroupWriter` writes `CgroupWrite`s into one container's cgroup (v1 or v2) for the plugin's
+direct writes and the OCI hook alike, and reads them back for verification (`drift`).
+Each write refuses anything but a resource-control file inside the container's own cgroup,
+is one write(2) of the whole value, and is read back and compared the way the kernel
+normalises it (readback.py). On v1 the bytes move through cgroupspy's controller objects
+(bound to our own resolved directories; see docs/cgroups.md for why not its node tree),
+for the controllers it knows. Plain strings and os.path only: the hook runs this for every
+container with an SLA, from a cached decision too, where pathlib or dataclasses would cost
+more than the writes themselves.
 """
 
 from __future__ import annotations
@@ -16,13 +19,13 @@ import os
 from nri_plugin.enforce.cgpaths import UNIFIED, within
 from nri_plugin.enforce.errors import CgroupWriteError
 from nri_plugin.enforce.readback import PAGE_SIZE, values_match
+from nri_plugin.value import Value
 
 TYPE_CHECKING = False  # typing costs the hook start-up time; only checkers need it
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Iterable, Mapping
 
-    # (ok, value read back, error, the file's path once the checks found it)
-    Checked = tuple[bool, str | None, CgroupWriteError | None, str | None]
+    from nri_plugin.enforce.cgpaths import CgroupPaths
 
 # Files nri-sla may write on v2: resource controls only; never cgroup.procs/cgroup.*.
 # (On v1 a file must carry its controller's prefix, which rules out tasks/cgroup.procs.)
@@ -100,27 +103,134 @@ def read_value(path: str) -> str:
         return fh.read()
 
 
-def write_checked(version: int, controller: str, name: str, value: str,
-                  dirs: Mapping[str, str],
-                  write: Callable[[str, str], None] = write_value,
-                  read: Callable[[str], str] = read_value,
-                  page_size: int = PAGE_SIZE) -> Checked:
-    """Check, write, read back, compare; every failure is a CgroupWriteError in the result,
-    never an exception. `write(path, value)` and `read(path)` move the bytes."""
-    try:
-        path = target(version, controller, name, value, dirs)
-    except CgroupWriteError as e:
-        return False, None, e, None
-    try:
-        write(path, value)
-    except OSError as e:
-        return False, None, CgroupWriteError(path, value, os_reason(e)), path
-    try:
-        read_back = read(path)
-    except OSError as e:
-        return False, None, CgroupWriteError(
-            path, value, f"read-back failed: {os_reason(e)}"), path
-    if values_match(name, value, read_back, page_size):
-        return True, read_back.strip(), None, path
-    return False, read_back.strip(), CgroupWriteError(
-        path, value, f"read back {read_back.strip()!r}, which does not match"), path
+class CgroupWrite(tuple):
+    """One value for one file: CgroupWrite("cpu", "cpu.cfs_quota_us", "50000").
+
+    A tuple (cheap, hashable, JSON-able as a list for the hook's decision cache)."""
+
+    __slots__ = ()
+
+    def __new__(cls, controller: str, file: str, value: str) -> CgroupWrite:
+        return tuple.__new__(cls, (controller, file, value))
+
+    @property
+    def controller(self) -> str:
+        return self[0]
+
+    @property
+    def file(self) -> str:
+        return self[1]
+
+    @property
+    def value(self) -> str:
+        return self[2]
+
+    def __repr__(self) -> str:
+        return f"CgroupWrite({self[0]!r}, {self[1]!r}, {self[2]!r})"
+
+
+class WriteResult(Value):
+    """The outcome of one CgroupWrite: the value read back, or the error."""
+
+    __slots__ = ("error", "ok", "path", "read_back", "write")
+
+    def __init__(self, write: CgroupWrite, ok: bool, read_back: str | None = None,
+                 error: CgroupWriteError | None = None, path: str | None = None) -> None:
+        self.write = write
+        self.ok = ok
+        self.read_back = read_back
+        self.error = error
+        self.path = path
+
+
+# v1 controllers whose files move through cgroupspy (the others: plain write(2)).
+CGROUPSPY_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory", "blkio", "devices")
+
+
+class _DirRef:
+    """The one attribute cgroupspy's Controller needs from a node: full_path (bytes)."""
+
+    def __init__(self, path: str) -> None:
+        self.full_path = os.fsencode(path)
+
+
+class CgroupWriter:
+    """Writes into (and reads back from) one container's cgroup, v1 or v2."""
+
+    def __init__(self, paths: CgroupPaths, page_size: int = PAGE_SIZE) -> None:
+        self.paths = paths
+        self.page_size = page_size
+        self._controllers: dict[str, object] = {}
+
+    def apply(self, writes: Iterable[CgroupWrite]) -> list[WriteResult]:
+        """Each write in order, each read back; keeps going after a failure (soft mode
+        wants every outcome; hard mode stops at the first failed result)."""
+        return [self.apply_one(w) for w in writes]
+
+    def apply_one(self, write: CgroupWrite) -> WriteResult:
+        controller, name, value = write
+        try:
+            path = target(self.paths.version, controller, name, value, self.paths.dirs)
+        except CgroupWriteError as e:
+            return WriteResult(write, False, None, e, None)
+        try:
+            self._write(controller, path, value)
+        except OSError as e:
+            return WriteResult(write, False, None, CgroupWriteError(path, value, os_reason(e)),
+                               path)
+        try:
+            read_back = self._read(controller, path)
+        except OSError as e:
+            return WriteResult(write, False, None, CgroupWriteError(
+                path, value, f"read-back failed: {os_reason(e)}"), path)
+        if values_match(name, value, read_back, self.page_size):
+            return WriteResult(write, True, read_back.strip(), None, path)
+        return WriteResult(write, False, read_back.strip(), CgroupWriteError(
+            path, value, f"read back {read_back.strip()!r}, which does not match"), path)
+
+    def drift(self, writes: Iterable[CgroupWrite]) -> list[str]:
+        """Verification: one text per setting whose file does not hold the planned value."""
+        problems = []
+        for controller, name, value in writes:
+            try:
+                # The writes' own checks: a cached file name is input too (no `..`, no
+                # symlink out of the container's cgroup, resource-control files only).
+                path = target(self.paths.version, controller, name, value, self.paths.dirs)
+                read = self._read(controller, path)
+            except CgroupWriteError as exc:
+                problems.append(f"{controller}/{name}: cannot read ({exc.detail})")
+                continue
+            except OSError as exc:  # the setting cannot hold
+                problems.append(f"{controller}/{name}: cannot read ({exc})")
+                continue
+            if not values_match(name, value, read, self.page_size):
+                problems.append(f"{path}: expected {value!r}, found {read.strip()!r}")
+        return problems
+
+    def _controller(self, controller: str, path: str) -> object | None:
+        if self.paths.version != 1 or controller not in CGROUPSPY_CONTROLLERS:
+            return None
+        key = f"{controller}:{os.path.dirname(path)}"
+        found = self._controllers.get(key)
+        if found is None:
+            from cgroupspy import controllers as cs  # only v1 writes pay for it
+
+            classes = {"cpu": cs.CpuController, "cpuacct": cs.CpuAcctController,
+                       "cpuset": cs.CpuSetController, "memory": cs.MemoryController,
+                       "blkio": cs.BlkIOController, "devices": cs.DevicesController}
+            found = self._controllers[key] = classes[controller](
+                _DirRef(os.path.dirname(path)))
+        return found
+
+    def _write(self, controller: str, path: str, value: str) -> None:
+        ctl = self._controller(controller, path)
+        if ctl is None:
+            write_value(path, value)
+        else:
+            ctl.set_property(os.path.basename(path).encode(), value)  # type: ignore[attr-defined]
+
+    def _read(self, controller: str, path: str) -> str:
+        ctl = self._controller(controller, path)
+        if ctl is None:
+            return read_value(path)
+        return ctl.get_property(os.path.basename(path).encode())  # type: ignore[attr-defined, no-any-return]

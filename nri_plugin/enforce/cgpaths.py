@@ -1,11 +1,13 @@
-"""Where a container's cgroup lives: the one implementation of nri-sla's cgroup path rules.
+"""Where a container's cgroup lives: nri-sla's cgroup path rules and the values they give.
 
 An OCI linux.cgroupsPath (cgroupfs `/a/b` or systemd `slice:prefix:name`) becomes one
 directory per hierarchy, refusing anything that would leave the hierarchy (`..`, NUL
-bytes, symlinks below it). Plain strings and os.path only: the OCI hook runs this for every
-container start, from a cached decision too, where importing pathlib or dataclasses would
-cost more than the rest of the run. `nodefacts` wraps these functions in its Path-based
-API (CgroupPaths) for the plugin; the hook (hook/cgdirs.py) uses them directly.
+bytes, symlinks below it). `CgroupFacts` (the node's layout: version, driver, hierarchies)
+and `CgroupPaths` (one container's directories) are the one pair of values the plugin and
+the OCI hook both use. Plain strings, os.path and slotted classes only: the hook runs this
+for every container start, from a cached decision too, where importing pathlib or
+dataclasses would cost more than the rest of the run. Detection (reading mountinfo and
+/proc) is cgroupdetect.py.
 """
 
 from __future__ import annotations
@@ -14,12 +16,14 @@ import os
 
 from nri_plugin.enforce.errors import CgroupFactsError, CgroupPathError
 from nri_plugin.enforce.systemd import is_systemd_form, systemd_cgroup_path
+from nri_plugin.value import Value
 
 UNIFIED = "unified"  # key of the single hierarchy on cgroup v2
 
 TYPE_CHECKING = False  # typing costs the hook start-up time; only checkers need it
 if TYPE_CHECKING:
     from collections.abc import Mapping
+    from os import PathLike
     from typing import TypeVar
 
     D = TypeVar("D")
@@ -113,3 +117,108 @@ def dir_of(dirs: Mapping[str, D], version: int, controller: str, cgroups_path: s
         raise CgroupFactsError(
             f"no {controller!r} hierarchy for cgroups path {cgroups_path!r}"
         ) from None
+
+
+class Hierarchy(Value):
+    """Where one hierarchy is mounted (resolved dir) and which cgroup its top dir shows."""
+
+    __slots__ = ("mount_root", "path")
+
+    def __init__(self, path: str | PathLike[str], mount_root: str = "/") -> None:
+        self.path = os.fspath(path)
+        self.mount_root = mount_root
+
+
+class CgroupFacts(Value):
+    """How this node's cgroups are laid out.
+
+    version 1 (legacy or hybrid) or 2; driver "cgroupfs" | "systemd" (the node default:
+    each path's own form still decides); hierarchies: v1 controller -> Hierarchy, v2
+    {UNIFIED: Hierarchy}; when empty, v1 hierarchies are looked up as dirs under root.
+    """
+
+    __slots__ = ("driver", "hierarchies", "root", "version")
+
+    def __init__(self, version: int, driver: str, root: str | PathLike[str],
+                 hierarchies: dict[str, Hierarchy] | None = None) -> None:
+        self.version = version
+        self.driver = driver
+        self.root = os.fspath(root)
+        self.hierarchies = hierarchies or {}
+
+    def hierarchy(self, controller: str = UNIFIED) -> Hierarchy:
+        if self.version == 2:
+            return self.hierarchies.get(UNIFIED) or Hierarchy(os.path.realpath(self.root))
+        found = self.hierarchies.get(controller) or scan_v1(self.root).get(controller)
+        if found is None:
+            raise CgroupFactsError(
+                f"cgroup v1 controller {controller!r} is not mounted under {self.root}")
+        return found
+
+    def controllers(self) -> dict[str, Hierarchy]:
+        """All hierarchies (v1: by controller; v2: {UNIFIED: ...})."""
+        if self.version == 2:
+            return {UNIFIED: self.hierarchy()}
+        return dict(self.hierarchies) or scan_v1(self.root)
+
+    def container_paths(self, cgroups_path: str) -> CgroupPaths:
+        """The container's dirs for an OCI linux.cgroupsPath (either form)."""
+        hierarchies = {name: h.path for name, h in self.controllers().items()}
+        dirs, roots = container_dirs(cgroups_path, hierarchies, self.root)
+        return CgroupPaths(cgroups_path, self.version, dirs, roots)
+
+    def to_json(self) -> dict:
+        return {"version": self.version, "driver": self.driver, "root": self.root,
+                "hierarchies": [[n, h.path, h.mount_root]
+                                for n, h in self.controllers().items()]}
+
+    @classmethod
+    def from_json(cls, doc: dict) -> CgroupFacts:
+        """Raises ValueError/TypeError/KeyError on a malformed document (a cache miss)."""
+        version, driver, root = doc["version"], doc["driver"], doc["root"]
+        if version not in (1, 2) or not isinstance(root, str) or not isinstance(driver, str):
+            raise ValueError("bad cgroup facts")
+        hierarchies: dict[str, Hierarchy] = {}
+        for name, path, mount_root in doc["hierarchies"]:
+            if not all(isinstance(x, str) for x in (name, path, mount_root)):
+                raise ValueError("bad hierarchy")
+            hierarchies[name] = Hierarchy(path, mount_root)
+        return cls(version, driver, root, hierarchies)
+
+
+class CgroupPaths(Value):
+    """A container's cgroup directories (they need not exist yet): v1 controller -> dir,
+    v2 {UNIFIED: dir}; `roots` has the same keys: the hierarchy each dir stays under."""
+
+    __slots__ = ("cgroups_path", "dirs", "roots", "version")
+
+    def __init__(self, cgroups_path: str, version: int, dirs: dict[str, str],
+                 roots: dict[str, str]) -> None:
+        self.cgroups_path = cgroups_path  # what the runtime gave, for messages
+        self.version = version
+        self.dirs = dirs
+        self.roots = roots
+
+    def dir(self, controller: str = UNIFIED) -> str:
+        return dir_of(self.dirs, self.version, controller, self.cgroups_path)
+
+    def missing(self) -> list[str]:
+        """Dirs that do not exist (yet): runc creates them when it creates the container."""
+        return [d for d in self.dirs.values() if not os.path.isdir(d)]
+
+
+def scan_v1(root: str) -> dict[str, Hierarchy]:
+    """v1 controllers from directory names under root ("cpu,cpuacct" serves both)."""
+    found: dict[str, Hierarchy] = {}
+    try:
+        entries = sorted(os.scandir(root), key=lambda e: e.name)
+    except OSError:
+        return found
+    for entry in entries:
+        if not entry.is_dir():
+            continue
+        resolved = os.path.realpath(entry.path)
+        for name in os.path.basename(resolved).split(",") + entry.name.split(","):
+            if name and name != UNIFIED:
+                found.setdefault(name, Hierarchy(resolved))
+    return found

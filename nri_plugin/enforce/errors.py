@@ -6,48 +6,56 @@ reason) to become a CreateContainer error or a hook's stderr line without a trac
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # `typing` and `pathlib` cost the OCI hook start-up time
-if TYPE_CHECKING:
-    from pathlib import Path
+from nri_plugin.errors import INTERNAL, INVALID, Refused
 
 
-class EnforceError(Exception):
+class EnforceError(Refused):
     """Base class: anything nri_plugin.enforce refuses or fails to do."""
 
 
 class CgroupFactsError(EnforceError):
     """The node's cgroup setup could not be detected or was given wrongly."""
 
+    kind = INTERNAL
+    reason = "internal"
+
 
 class CgroupPathError(EnforceError):
-    """A cgroups path is malformed or would leave its hierarchy."""
+    """A cgroups path is malformed or would leave its hierarchy (the runtime's input)."""
 
-    def __init__(self, cgroups_path: str, reason: str) -> None:
+    kind = INVALID
+    reason = "invalid"
+
+    def __init__(self, cgroups_path: str, detail: str) -> None:
         self.cgroups_path = cgroups_path
-        self.reason = reason
-        super().__init__(f"cgroups path {cgroups_path!r}: {reason}")
+        self.detail = detail  # `reason` stays the metric label
+        super().__init__(f"cgroups path {cgroups_path!r}: {detail}")
 
 
 class DeviceError(EnforceError):
     """A block device named in an SLA does not exist or is not usable for io limits."""
 
-    def __init__(self, device: str, reason: str) -> None:
+    reason = "device"
+
+    def __init__(self, device: str, detail: str) -> None:
         self.device = device
-        self.reason = reason
-        super().__init__(f"io device {device!r}: {reason}")
+        self.detail = detail
+        super().__init__(f"io device {device!r}: {detail}")
 
 
 class CgroupWriteError(EnforceError):
     """Writing (or reading back) one cgroup file failed."""
 
-    def __init__(self, path: Path | str, value: str, reason: str) -> None:
-        from pathlib import Path  # only when a write fails; see TYPE_CHECKING above
+    reason = "cgroup"
 
-        self.path = Path(path)
+    def __init__(self, path: str, value: str, detail: str) -> None:
+        self.path = str(path)
         self.value = value
-        self.reason = reason
-        super().__init__(f"cannot write {value!r} to {self.path}: {reason}")
+        self.detail = detail
+        super().__init__(f"cannot write {value!r} to {self.path}: {detail}")
 
 
 class RtBudgetError(EnforceError):
     """The real-time budget cannot be made available to a container."""
+
+    reason = "budget"

@@ -15,7 +15,7 @@ Results are rounded to the nearest integer.
 
 from __future__ import annotations
 
-from nri_plugin.enforce.cgroupfs import CgroupWrite
+from nri_plugin.enforce.cgfile import CgroupWrite
 from nri_plugin.plan.model import IoLimit
 
 IO_WEIGHT_MIN, IO_WEIGHT_DEFAULT, IO_WEIGHT_MAX = 1, 100, 10000

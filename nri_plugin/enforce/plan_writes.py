@@ -9,7 +9,7 @@ write to io.max, and runc writes a `unified` value in a single write).
 
 from __future__ import annotations
 
-from nri_plugin.enforce.cgroupfs import CgroupWrite
+from nri_plugin.enforce.cgfile import CgroupWrite
 from nri_plugin.enforce.mapping import (
     v1_cpu_writes,
     v1_io_writes,

@@ -21,6 +21,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from nri_plugin.enforce.cgpaths import CgroupPaths
 from nri_plugin.enforce.errors import RtBudgetError
 
 TYPE_CHECKING = False  # `typing` costs the OCI hook start-up time; only checkers need it
@@ -203,3 +204,10 @@ def release_rt_ancestors(changes: list[RtChange]) -> list[RtChange]:
             continue
         restored.append(change)
     return restored
+
+
+def make_rt_room(paths: CgroupPaths, runtime_us: int, period_us: int) -> list[RtChange]:
+    """raise_rt_ancestors for a container's cgroup (v1): what both front-ends call before
+    the container's own cpu.rt_runtime_us is written."""
+    return raise_rt_ancestors(Path(paths.dir("cpu")), runtime_us, period_us,
+                              Path(paths.roots["cpu"]))

@@ -38,17 +38,18 @@ def _bootstrap_path() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from nri_plugin.hook.errors import HookError
+    from nri_plugin.errors import SlaFailure
     from nri_plugin.hook.options import HELP, HelpRequested, parse_argv
+    from nri_plugin.hook.outcome import PREFIX
 
     try:
         opts = parse_argv(sys.argv[1:] if argv is None else argv)
     except HelpRequested:
         sys.stdout.write(HELP)
         return 0
-    except HookError as exc:
-        sys.stderr.write(exc.line() + "\n")
-        return exc.exit_code
+    except SlaFailure as exc:
+        sys.stderr.write(f"{PREFIX}{exc}\n")
+        return exc.exit_status
     from nri_plugin.hook.run import main as run_main
 
     return run_main(opts)

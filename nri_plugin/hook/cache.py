@@ -1,7 +1,7 @@
 """The hook's decision cache: replicas of a deployment skip yaml, the parser and the planner.
 
-Every container of a Deployment carries the same SLA annotations, so the hook's decision
-(the cgroup writes, RT budget, warnings, hard/soft: decision.HookDecision) recurs. A cold
+Every container of a Deployment carries the same SLA annotations, so what the core decided
+for it (the cgroup writes, RT budget, warnings, hard/soft: actions.CgroupActions) recurs. A cold
 run stores three entries (store.py), each keyed by a digest of everything it depends on:
 
 * config   <- hook code fingerprint, node config path and bytes: annotation prefix, log
@@ -9,14 +9,14 @@ run stores three entries (store.py), each keyed by a digest of everything it dep
 * facts    <- config key, cgroup root, the cgroup lines of /proc/self/mountinfo, the root's
               listing (symlink targets too) and cgroup.controllers: version and hierarchies;
 * decision <- facts key, container name and namespace, every annotation under the prefix
-              (plus the enforcement alias), NVIDIA_VISIBLE_DEVICES, whether the container's
-              cgroup has io.weight/io.bfq.weight files, the sysfs root; plus recorded
-              dependencies re-checked on every hit: block devices named by io.max (stat
-              and sysfs identity), the NUMA/CPU topology (online CPUs, node cpulists)
-              when placement used it, and PyYAML's files (an in-place upgrade).
+              (plus the enforcement alias), NVIDIA_VISIBLE_DEVICES, the sysfs root; plus
+              recorded dependencies re-checked on every hit: block devices named by io.max
+              (stat and sysfs identity), the NUMA/CPU topology (online CPUs, node
+              cpulists) when placement used it, the disks' I/O schedulers when the SLA
+              has an io.weight (they decide bfq or not), and PyYAML's files.
 
-A warm run (all three hit, every dependency unchanged) carries the decision out with the
-same code as a cold run (decision.carry_out). Anything unusual (no cgroupsPath, a GPU
+A warm run (all three hit, every dependency unchanged) carries the actions out with the
+same code as a cold run (actions.carry_out). Anything unusual (no cgroupsPath, a GPU
 section, a refused SLA, an unreadable file) is simply not cached: the cold path decides.
 /run is a tmpfs, so a reboot (new kernel, new hardware) starts empty.
 """
@@ -33,7 +33,7 @@ CONFIG_DEFAULT = "/etc/nri-sla/config.yaml"  # nri_plugin.config.DEFAULT_PATH
 CONFIG_LIMIT = 1024 * 1024  # nri_plugin.config.MAX_CONFIG_BYTES
 ENFORCEMENT_ALIAS = "io.kubernetes.sla/enforcement-mode"  # nri_plugin.sla.ENFORCEMENT_ALIAS
 DEVICE_SYSFS = "/sys"  # enforce.blockdev.SYSFS_ROOT: what resolve_block_device reads
-CODE_DIRS = ("", "sla", "plan", "enforce", "topology", "hook")  # what a decision runs
+CODE_DIRS = ("", "core", "sla", "plan", "enforce", "topology", "hook")  # what a decision runs
 
 TYPE_CHECKING = False  # typing costs start-up time; only checkers need it
 if TYPE_CHECKING:
@@ -111,13 +111,13 @@ def facts_key(ckey: str, root: str) -> str:
 
 
 def decision_key(fkey: str, prefix: str, annotations: dict[str, str], target: Target,
-                 spec: BundleSpec, weights: tuple[bool, bool], sysfs_root: str) -> str:
+                 spec: BundleSpec, sysfs_root: str) -> str:
     head = prefix + "/"
     chosen = sorted((k, v) for k, v in annotations.items()
                     if k.startswith(head) or k == ENFORCEMENT_ALIAS)
     gpus = spec.env.get("NVIDIA_VISIBLE_DEVICES")
     parts = ["decision", fkey, prefix, target.name, target.namespace, sysfs_root,
-             str(weights), "\0unset" if gpus is None else gpus]
+             "\0unset" if gpus is None else gpus]
     for k, v in chosen:
         parts += [k, v]
     return digest(*parts)
@@ -173,6 +173,18 @@ def topology_signature(sysfs_root: str) -> str:
     return digest(*parts)
 
 
+def scheduler_signature(sysfs_root: str) -> str:
+    """What enforce.blockdev.any_bfq reads, as one string: a change of any disk's scheduler
+    changes it (it decides whether io weights go to the bfq files, or apply at all)."""
+    block = os.path.join(sysfs_root, "block")
+    try:
+        names = sorted(os.listdir(block))
+    except OSError:
+        return "unlistable"
+    return digest(*(f"{n}={_read(os.path.join(block, n, 'queue', 'scheduler'))}"
+                    for n in names))
+
+
 def file_signature(path: str) -> str:
     """A file's identity (inode, size, mtime): a library upgraded in place changes it."""
     try:
@@ -205,6 +217,8 @@ def deps_hold(deps: object) -> bool:
             now = topology_signature(arg)
         elif kind == "file":
             now = file_signature(arg)
+        elif kind == "schedulers":
+            now = scheduler_signature(arg)
         else:
             return False
         if now != expected:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from nri_plugin.hook.errors import HookTimeout
+from nri_plugin.errors import InternalFailure
 
 try:
     # The C module: `signal` wraps it in enums, whose import costs more start-up time
@@ -19,6 +19,10 @@ except ImportError:  # pragma: no cover - other interpreters
     import signal  # type: ignore[no-redef]
 
 DEFAULT_TIMEOUT = 5.0  # seconds; runtimes give hooks their own (often larger) timeout
+
+
+class HookTimeout(InternalFailure):
+    """The hook ran past its own deadline (it never hangs the runtime)."""
 
 
 class Deadline:

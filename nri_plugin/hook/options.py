@@ -6,10 +6,10 @@
 
 from __future__ import annotations
 
+from nri_plugin.errors import InvalidInput
 from nri_plugin.hook.deadline import DEFAULT_TIMEOUT
-from nri_plugin.hook.errors import BadInput
-from nri_plugin.hook.spec import DEFAULT_STAGE, STAGES
-from nri_plugin.hook.values import Value
+from nri_plugin.hookspec import DEFAULT_STAGE, STAGES
+from nri_plugin.value import Value
 
 USAGE = ("usage: nri-sla hook [--stage createRuntime|prestart|poststart|createContainer] "
          "[--timeout S] [--config PATH] [--cgroup-root PATH] [--cache-dir DIR|off]")
@@ -55,9 +55,9 @@ class HookOptions(Value):
 
 def check(stage: str, timeout: float) -> None:
     if stage not in STAGES:
-        raise BadInput(f"--stage: {stage!r} is not one of {', '.join(STAGES)}")
+        raise InvalidInput(f"--stage: {stage!r} is not one of {', '.join(STAGES)}")
     if not 0 < timeout <= 300:
-        raise BadInput(f"--timeout: {timeout:g} is outside 0 < S <= 300 seconds")
+        raise InvalidInput(f"--timeout: {timeout:g} is outside 0 < S <= 300 seconds")
 
 
 def parse_argv(argv: list[str]) -> HookOptions:
@@ -71,7 +71,7 @@ def parse_argv(argv: list[str]) -> HookOptions:
             raise HelpRequested
         name, eq, inline = arg.partition("=")
         if name not in flags:
-            raise BadInput(f"unknown argument {arg!r}; {USAGE}")
+            raise InvalidInput(f"unknown argument {arg!r}; {USAGE}")
         if eq:
             values[flags[name]] = inline
             i += 1
@@ -79,16 +79,16 @@ def parse_argv(argv: list[str]) -> HookOptions:
             values[flags[name]] = argv[i + 1]
             i += 2
         else:
-            raise BadInput(f"{name} needs a value; {USAGE}")
+            raise InvalidInput(f"{name} needs a value; {USAGE}")
     try:
         timeout = float(values.get("timeout", DEFAULT_TIMEOUT))
     except ValueError:
-        raise BadInput(f"--timeout: {values['timeout']!r} is not a number of seconds") from None
+        raise InvalidInput(f"--timeout: {values['timeout']!r} is not a number of seconds") from None
     opts = HookOptions(stage=values.get("stage", DEFAULT_STAGE), timeout=timeout,
                        config=values.get("config"),
                        cgroup_root=values.get("cgroup_root"),
                        cache_dir=values.get("cache_dir"))
     check(opts.stage, opts.timeout)
     if opts.cache_dir not in (None, "off") and not opts.cache_dir.startswith("/"):
-        raise BadInput(f"--cache-dir: {opts.cache_dir!r} must be an absolute path or 'off'")
+        raise InvalidInput(f"--cache-dir: {opts.cache_dir!r} must be an absolute path or 'off'")
     return opts

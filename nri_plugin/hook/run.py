@@ -10,65 +10,16 @@ import os
 import sys
 import time
 
+from nri_plugin.errors import EXIT_OK, EXIT_STATUS, INTERNAL, REFUSED, SlaFailure
 from nri_plugin.hook.deadline import Deadline, alarm
-from nri_plugin.hook.errors import (
-    EXIT_INTERNAL,
-    EXIT_OK,
-    HookError,
-)
 from nri_plugin.hook.options import HookOptions
+from nri_plugin.hook.outcome import PREFIX, WARN, LoggedDecision, Outcome, RunState
 from nri_plugin.hook.state import load_bundle, read_state
 from nri_plugin.hook.target import has_sla, identify
-from nri_plugin.hook.values import Value
 
 TYPE_CHECKING = False  # typing itself costs start-up time; only checkers need it
 if TYPE_CHECKING:
     from typing import BinaryIO, TextIO
-
-    from nri_plugin.hook.target import Target
-
-
-class Outcome(Value):
-    """What the hook did; `lines` go to stderr (one line each)."""
-
-    __slots__ = ("action", "container_id", "decision", "exit_code", "lines")
-
-    def __init__(self, exit_code: int, action: str, lines: list[str] | None = None,
-                 container_id: str = "", decision: Decision | None = None) -> None:
-        self.exit_code = exit_code
-        self.action = action  # skipped | applied | verified | refused | failed
-        self.lines = lines if lines is not None else []
-        self.container_id = container_id
-        # What the decision log line says (docs/operations.md); None: nothing to log.
-        self.decision = decision
-
-
-class Decision(Value):
-    """One container decision, for the structured log (path "hook")."""
-
-    __slots__ = ("applied", "error", "log_format", "outcome", "target", "warnings")
-
-    def __init__(self, outcome: str, target: Target, log_format: str = "text",
-                 applied: dict | None = None, warnings: list[str] | None = None,
-                 error: str | None = None) -> None:
-        self.outcome = outcome  # enforced | warned | refused
-        self.target = target
-        self.log_format = log_format
-        self.applied = applied or {}  # what was set (the plan's record fields), if any
-        self.warnings = warnings or []
-        self.error = error
-
-
-class RunState(Value):
-    """Mutable facts learnt while running, needed to judge a late failure."""
-
-    __slots__ = ("container_id", "enforcement", "log_format", "target")
-
-    def __init__(self) -> None:
-        self.enforcement: str | None = None  # hard | soft once the SLA is parsed
-        self.container_id = ""
-        self.target: Target | None = None  # set once the container may have an SLA
-        self.log_format = "text"  # the node config's log.format, once loaded
 
 
 def run(opts: HookOptions, stdin: BinaryIO) -> Outcome:
@@ -77,25 +28,26 @@ def run(opts: HookOptions, stdin: BinaryIO) -> Outcome:
     try:
         with alarm(opts.timeout):
             return _run(opts, stdin, deadline, rs)
-    except HookError as exc:
-        return _failed(exc.exit_code, exc.line(), rs)
+    except SlaFailure as exc:
+        return _failed(exc.kind, f"{PREFIX}{exc}", rs)
     except Exception as exc:  # a bug must still end as one line, never a traceback
-        msg = f"nri-sla hook: internal error: {exc.__class__.__name__}: {exc}"
-        return _failed(EXIT_INTERNAL, msg[:2000], rs)
+        msg = f"{PREFIX}internal error: {exc.__class__.__name__}: {exc}"
+        return _failed(INTERNAL, msg[:2000], rs)
 
 
-def _failed(code: int, line: str, rs: RunState) -> Outcome:
+def _failed(kind: str, line: str, rs: RunState) -> Outcome:
     # Soft mode never blocks a container for our own trouble (timeouts, bugs, odd
     # systems); hard mode does, because then nothing proves the SLA holds.
-    if code == EXIT_INTERNAL and rs.enforcement == "soft":
-        warning = line.replace("nri-sla hook: ", "nri-sla hook: warning: ", 1)
-        decision = (Decision("warned", rs.target, rs.log_format, warnings=[warning])
+    if kind == INTERNAL and rs.enforcement == "soft":
+        warning = WARN + line.removeprefix(PREFIX)
+        decision = (LoggedDecision("warned", rs.target, rs.log_format, warnings=[warning])
                     if rs.target else None)
         return Outcome(EXIT_OK, "failed", [warning], rs.container_id, decision)
     # Once the container is known to carry an SLA, every failure refuses it: log that.
-    decision = Decision("refused", rs.target, rs.log_format, error=line) if rs.target else None
-    return Outcome(code, "refused" if code == 1 else "failed", [line], rs.container_id,
-                   decision)
+    decision = (LoggedDecision("refused", rs.target, rs.log_format, error=line)
+                if rs.target else None)
+    return Outcome(EXIT_STATUS[kind], "refused" if kind == REFUSED else "failed", [line],
+                   rs.container_id, decision)
 
 
 def _run(opts: HookOptions, stdin: BinaryIO, deadline: Deadline, rs: RunState) -> Outcome:
@@ -111,14 +63,15 @@ def _run(opts: HookOptions, stdin: BinaryIO, deadline: Deadline, rs: RunState) -
     rs.target = target
     if spec.cgroups_path:
         # A replica of a container seen before: its cached decision, no yaml/parser/planner.
+        # Imported only now: containers without an SLA never load the cache or writer.
         from nri_plugin.hook.warm import cached_run
 
         out = cached_run(opts, state, spec, annotations, target, deadline, rs)
         if out is not None:
             return out
     deadline.check("planning")
-    # Imported only now: the SLA parser (yaml), the planner and the cgroup writers.
-    from nri_plugin.hook.enforce import enforce
+    # Imported only now: the core (SLA parser with yaml, the planner, node detection).
+    from nri_plugin.hook.cold import enforce
 
     return enforce(opts, state, spec, annotations, target, deadline, rs)
 
@@ -153,13 +106,13 @@ def emit(outcome: Outcome, stderr: TextIO, log_path: str | None = None) -> None:
 
 def _bare(line: str) -> str:
     """A stderr line without its "nri-sla hook: [warning: ]" prefix (the log says path)."""
-    for prefix in ("nri-sla hook: warning: ", "nri-sla hook: "):
+    for prefix in (WARN, PREFIX):
         if line.startswith(prefix):
             return line[len(prefix):]
     return line
 
 
-def _log_decision(d: Decision, stream: TextIO) -> None:
+def _log_decision(d: LoggedDecision, stream: TextIO) -> None:
     """The plugin's decision line (docs/operations.md), with path "hook"."""
     from nri_plugin.decision_line import decision_line, journald_fd
 

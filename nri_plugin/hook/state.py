@@ -1,7 +1,7 @@
 """What the runtime hands the hook: the OCI state on stdin and the bundle's config.json.
 
 Both are read with a size bound, so a broken or hostile runtime input cannot make the
-hook allocate without limit, and every problem becomes a BadInput naming the field.
+hook allocate without limit, and every problem becomes a InvalidInput naming the field.
 """
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from __future__ import annotations
 import os
 import stat
 
-from nri_plugin.hook.errors import BadInput
+from nri_plugin.errors import InvalidInput
 from nri_plugin.hook.fastjson import loads
-from nri_plugin.hook.values import Value
+from nri_plugin.value import Value
 
 TYPE_CHECKING = False  # typing itself costs start-up time; only checkers need it
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ class BundleSpec(Value):
 def read_bounded(stream: BinaryIO, limit: int, what: str) -> bytes:
     data = stream.read(limit + 1)
     if len(data) > limit:
-        raise BadInput(f"{what} is larger than {limit} bytes")
+        raise InvalidInput(f"{what} is larger than {limit} bytes")
     return data
 
 
@@ -59,13 +59,13 @@ def _annotations(value: Any, where: str) -> dict[str, str]:
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise BadInput(f"{where}: annotations must be an object of strings")
+        raise InvalidInput(f"{where}: annotations must be an object of strings")
     for key, val in value.items():
         if not isinstance(val, str):
-            raise BadInput(f"{where}: annotation {key!r} must be a string, got "
+            raise InvalidInput(f"{where}: annotation {key!r} must be a string, got "
                            f"{type(val).__name__}")
         if len(val) > ANNOTATION_LIMIT:
-            raise BadInput(f"{where}: annotation {key!r} is longer than {ANNOTATION_LIMIT} "
+            raise InvalidInput(f"{where}: annotation {key!r} is longer than {ANNOTATION_LIMIT} "
                            "bytes")
     return value
 
@@ -74,11 +74,11 @@ def _json_object(data: bytes, what: str) -> dict[str, Any]:
     try:
         doc = loads(data.decode("utf-8"))
     except UnicodeDecodeError as exc:
-        raise BadInput(f"{what} is not valid JSON (not UTF-8 at byte {exc.start})") from None
+        raise InvalidInput(f"{what} is not valid JSON (not UTF-8 at byte {exc.start})") from None
     except (ValueError, RecursionError) as exc:
-        raise BadInput(f"{what} is not valid JSON ({str(exc)[:100]})") from None
+        raise InvalidInput(f"{what} is not valid JSON ({str(exc)[:100]})") from None
     if not isinstance(doc, dict):
-        raise BadInput(f"{what} must be a JSON object, got {type(doc).__name__}")
+        raise InvalidInput(f"{what} must be a JSON object, got {type(doc).__name__}")
     return doc
 
 
@@ -87,19 +87,19 @@ def parse_state(data: bytes) -> OciState:
     doc = _json_object(data, "OCI state on stdin")
     cid = doc.get("id")
     if not isinstance(cid, str) or not cid:
-        raise BadInput("OCI state: 'id' must be a non-empty string")
+        raise InvalidInput("OCI state: 'id' must be a non-empty string")
     bundle = doc.get("bundle")
     if not isinstance(bundle, str) or not bundle:
-        raise BadInput("OCI state: 'bundle' must be a non-empty string (the bundle path)")
+        raise InvalidInput("OCI state: 'bundle' must be a non-empty string (the bundle path)")
     if not os.path.isabs(bundle):
-        raise BadInput(f"OCI state: 'bundle' must be an absolute path, got {bundle[:120]!r}")
+        raise InvalidInput(f"OCI state: 'bundle' must be an absolute path, got {bundle[:120]!r}")
     pid = doc.get("pid")
     # bool is an int subclass: reject it explicitly.
     if pid is not None and (isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0):
-        raise BadInput(f"OCI state: 'pid' must be a positive integer, got {pid!r:.40}")
+        raise InvalidInput(f"OCI state: 'pid' must be a positive integer, got {pid!r:.40}")
     status = doc.get("status", "")
     if not isinstance(status, str):
-        raise BadInput("OCI state: 'status' must be a string")
+        raise InvalidInput("OCI state: 'status' must be a string")
     return OciState(id=cid, status=status, bundle=bundle, pid=pid,
                     annotations=_annotations(doc.get("annotations"), "OCI state"))
 
@@ -114,12 +114,12 @@ def load_bundle(bundle: str, limit: int = CONFIG_LIMIT) -> BundleSpec:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except FileNotFoundError:
-        raise BadInput(f"bundle {bundle[:200]!r} has no config.json") from None
+        raise InvalidInput(f"bundle {bundle[:200]!r} has no config.json") from None
     except OSError as exc:
-        raise BadInput(f"cannot open {path[:200]!r}: {exc.strerror}") from None
+        raise InvalidInput(f"cannot open {path[:200]!r}: {exc.strerror}") from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
-        raise BadInput(f"{path[:200]!r} is not a regular file")
+        raise InvalidInput(f"{path[:200]!r} is not a regular file")
     with os.fdopen(fd, "rb") as fh:
         data = read_bounded(fh, limit, f"{path[:200]!r}")
     return parse_config(data, path)
@@ -131,10 +131,10 @@ def parse_config(data: bytes, path: str = "config.json") -> BundleSpec:
     if linux is None:
         linux = {}
     if not isinstance(linux, dict):
-        raise BadInput(f"{path}: 'linux' must be an object")
+        raise InvalidInput(f"{path}: 'linux' must be an object")
     cgroups_path = linux.get("cgroupsPath")
     if cgroups_path is not None and not isinstance(cgroups_path, str):
-        raise BadInput(f"{path}: linux.cgroupsPath must be a string")
+        raise InvalidInput(f"{path}: linux.cgroupsPath must be a string")
     process = doc.get("process") or {}
     env_list = process.get("env") if isinstance(process, dict) else None
     env: dict[str, str] = {}

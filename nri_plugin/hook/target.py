@@ -7,7 +7,7 @@ io.kubernetes.cri-o.* keys. Pod sandboxes (pause containers) never get an SLA.
 
 from __future__ import annotations
 
-from nri_plugin.hook.values import Value
+from nri_plugin.value import Value
 
 NAME_KEYS = ("io.kubernetes.cri.container-name", "io.kubernetes.container.name")
 NAMESPACE_KEYS = ("io.kubernetes.cri.sandbox-namespace", "io.kubernetes.pod.namespace")

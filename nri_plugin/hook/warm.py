@@ -1,24 +1,23 @@
-"""A cache hit: the stored decision for these inputs, carried out (see cache.py).
+"""A cache hit: the stored CgroupActions for these inputs, carried out (see cache.py).
 
 Imports only the standard library's C modules, the hook's own light modules and the
 shared enforce.cgpaths/cgfile/readback/systemd/errors (none of them needs pathlib,
-dataclasses, re or yaml).
-Every doubt returns None, and the cold path decides and reports as it always did.
+dataclasses, re or yaml). Every doubt returns None, and the cold path decides and
+reports as it always did.
 """
 
 from __future__ import annotations
 
-import os
-
+from nri_plugin.enforce.cgpaths import CgroupFacts
+from nri_plugin.hook.actions import CgroupActions, carry_out
 from nri_plugin.hook.cache import config_key, decision_key, deps_hold, facts_key, open_store
-from nri_plugin.hook.cgdirs import NodeCgroups, container_dirs, weight_files
-from nri_plugin.hook.decision import HookDecision, carry_out
 
 TYPE_CHECKING = False  # typing costs start-up time; only checkers need it
 if TYPE_CHECKING:
+    from nri_plugin.enforce.cgpaths import CgroupPaths
     from nri_plugin.hook.deadline import Deadline
     from nri_plugin.hook.options import HookOptions
-    from nri_plugin.hook.run import Outcome, RunState
+    from nri_plugin.hook.outcome import Outcome, RunState
     from nri_plugin.hook.state import BundleSpec, OciState
     from nri_plugin.hook.target import Target
 
@@ -31,13 +30,13 @@ def cached_run(opts: HookOptions, state: OciState, spec: BundleSpec,
     found = lookup(opts, spec, annotations, target)
     if found is None:
         return None
-    decision, dirs, log_format = found
+    actions, paths, log_format = found
     rs.log_format = log_format
-    return carry_out(decision, dirs, target, state.id, rs, deadline)
+    return carry_out(actions, paths, target, state.id, rs, deadline)
 
 
 def lookup(opts: HookOptions, spec: BundleSpec, annotations: dict[str, str],
-           target: Target) -> tuple[HookDecision, object, str] | None:
+           target: Target) -> tuple[CgroupActions, CgroupPaths, str] | None:
     store = open_store(opts)
     if store is None or not spec.cgroups_path:
         return None
@@ -56,21 +55,18 @@ def lookup(opts: HookOptions, spec: BundleSpec, annotations: dict[str, str],
     if not facts:
         return None
     try:
-        node = NodeCgroups.from_json(facts)
         # A bad or missing cgroup is reported by the cold path, in its usual order.
-        dirs = container_dirs(spec.cgroups_path, node)
+        paths = CgroupFacts.from_json(facts).container_paths(spec.cgroups_path)
     except Exception:
         return None
-    if not all(os.path.isdir(d) for d in dirs.dirs.values()):
+    if paths.missing():
         return None
-    key = decision_key(fkey, prefix, annotations, target, spec,
-                       weight_files(dirs), opts.sysfs_root)
+    key = decision_key(fkey, prefix, annotations, target, spec, opts.sysfs_root)
     entry = store.get("decision", key)
     if not entry or not deps_hold(entry.get("deps")):
         return None
     try:
-        decision = HookDecision.from_json(entry["decision"])
+        actions = CgroupActions.from_json(entry["decision"])
     except (KeyError, TypeError, ValueError):
         return None
-    return decision, dirs, log_format
-
+    return actions, paths, log_format

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from nri_plugin.errors import Refused
+
 TYPE_CHECKING = False  # `typing` costs the OCI hook start-up time; only checkers need it
 if TYPE_CHECKING:
     from typing import Any
 
 
-class PlanError(Exception):
-    """A planning failure that names the annotation key, the field and what is allowed."""
+class PlanError(Refused):
+    """A planning failure that names the annotation key, the field and what is allowed;
+    `reason` (the metric label) says which kind of shortfall."""
 
     def __init__(self, key: str, field_path: str, message: str,
                  reason: str = "unsupported") -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, fields
 
+from nri_plugin.errors import InvalidInput
 from nri_plugin.plan.model import ContainerPlan, IoLimit, MemoryPolicy
 
 TYPE_CHECKING = False  # `typing` costs the OCI hook start-up time; only checkers need it
@@ -23,7 +24,7 @@ _SKIP = {"warnings", "reasons", "gpu_devices", "key"}
 _RECORDED = tuple(f.name for f in fields(ContainerPlan) if f.name not in _SKIP)
 
 
-class RecordError(ValueError):
+class RecordError(InvalidInput, ValueError):
     pass
 
 

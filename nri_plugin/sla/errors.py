@@ -6,8 +6,10 @@ came from, the field path inside the YAML document, and what is allowed.
 
 from __future__ import annotations
 
+from nri_plugin.errors import InvalidInput
 
-class SlaError(ValueError):
+
+class SlaError(InvalidInput, ValueError):
     """One problem in an SLA annotation.
 
     ``str(err)`` reads ``<annotation key>: <field> <message>``, e.g.

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from nri_plugin.enforce.nodefacts import CgroupFacts, cgroup_paths_from_proc, detect_cgroup_facts
+from nri_plugin.enforce.cgpaths import CgroupFacts
+from nri_plugin.enforce.cgroupdetect import cgroup_paths_from_proc, detect_cgroup_facts
 
 V1_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory", "blkio", "pids")
 
@@ -157,7 +158,7 @@ def scratch_v1() -> Iterator[Scratch]:
         for controller in ("cpu", "cpuset", "memory", "blkio"):
             if controller not in own.dirs:
                 continue
-            base = own.dirs[controller]
+            base = Path(own.dirs[controller])
             top[controller] = base / name
             pod[controller] = top[controller] / "pod"
             ctr[controller] = pod[controller] / "ctr"
@@ -252,7 +253,7 @@ def scratch_v2() -> Iterator[Path]:
     facts = _host_facts_or_skip()
     if facts.version != 2:
         pytest.skip("needs a cgroup v2 (unified) host; this one is v1/hybrid (see tests/vm)")
-    own = cgroup_paths_from_proc(os.getpid(), facts).unified
+    own = Path(cgroup_paths_from_proc(os.getpid(), facts).dir())
     available = (own / "cgroup.subtree_control").read_text().split()
     wanted = [c for c in ("cpu", "memory", "io") if c in available]
     if "memory" not in wanted:

@@ -7,8 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from nri_plugin.enforce import DeviceError, bfq_active, io_scheduler, resolve_block_device
-from nri_plugin.enforce.blockdev import any_bfq, whole_disk
+from nri_plugin.enforce import DeviceError
+from nri_plugin.enforce.blockdev import (
+    any_bfq,
+    bfq_active,
+    io_scheduler,
+    resolve_block_device,
+    resolve_io_device,
+    whole_disk,
+)
+from nri_plugin.enforce.capabilities import NodeCapabilities, detect_capabilities
 
 
 @pytest.fixture
@@ -44,6 +52,28 @@ def test_any_bfq_looks_at_every_whole_disk(sysfs: Path, tmp_path: Path, trees) -
     trees.make_sysfs_disk(other, "vda", "254:0", "[mq-deadline] bfq none")
     assert not any_bfq(other)
     assert not any_bfq(tmp_path / "missing")
+
+
+@pytest.mark.parametrize(("version", "bfq_disk", "want"), [
+    (2, True, NodeCapabilities(io_weight=True, bfq=True)),
+    (2, False, NodeCapabilities(io_weight=True, bfq=False)),  # io.weight (io.cost)
+    (1, True, NodeCapabilities(io_weight=True, bfq=True)),  # blkio.bfq.weight
+    (1, False, NodeCapabilities(io_weight=False, bfq=False)),  # CFQ is gone: nothing
+])
+def test_capabilities(sysfs: Path, tmp_path: Path, trees, version: int, bfq_disk: bool,
+                      want: NodeCapabilities) -> None:
+    if not bfq_disk:
+        sysfs = tmp_path / "no-bfq"
+        trees.make_sysfs_disk(sysfs, "vda", "254:0", "[mq-deadline] bfq none")
+    assert detect_capabilities(version, str(sysfs)) == want
+
+
+def test_resolve_io_device_speaks_value_error() -> None:
+    """The planner's resolver: a DeviceError becomes a ValueError with the same text."""
+    with pytest.raises(ValueError, match="empty device") as exc:
+        resolve_io_device("  ")
+    assert not isinstance(exc.value, DeviceError)
+    assert isinstance(exc.value.__cause__, DeviceError)
 
 
 def test_scheduler(sysfs: Path) -> None:

@@ -1,14 +1,16 @@
 """enforce.cgpaths and enforce.cgfile: the one implementation of cgroup path rules and
-checked file writes, as the plugin (nodefacts, cgroupfs writers) and the OCI hook
-(hook.cgdirs, hook.writes) each use it.
+checked file writes, as the plugin (CgroupFacts detected at start-up) and the OCI hook
+(the same facts, read back from its decision cache as JSON) each use it.
 
-Every case states its expected outcome and runs through each user, so a user that stops
-delegating (or delegates wrongly) fails here; the core's own edge cases follow.
+Every case states its expected outcome and runs through each way in, so a way in that
+stops delegating (or delegates wrongly) fails here; the core's own edge cases follow.
 """
 
 from __future__ import annotations
 
 import errno
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,11 +18,10 @@ from pathlib import Path
 import pytest
 
 from nri_plugin.enforce import cgfile, cgpaths
-from nri_plugin.enforce.cgroupfs import CgroupWrite, writer_for
+from nri_plugin.enforce.cgfile import CgroupWrite, CgroupWriter
+from nri_plugin.enforce.cgpaths import CgroupFacts, CgroupPaths
+from nri_plugin.enforce.cgroupdetect import detect_cgroup_facts
 from nri_plugin.enforce.errors import CgroupFactsError, CgroupPathError
-from nri_plugin.enforce.nodefacts import container_cgroup_paths, detect_cgroup_facts
-from nri_plugin.hook import writes as hook_writes
-from nri_plugin.hook.cgdirs import NodeCgroups, container_dirs
 
 SLICE = ("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-poda.slice/"
          "cri-containerd-abc.scope")
@@ -46,22 +47,30 @@ def _facts(tree: tuple[Path, Path], proc: Path):
     return detect_cgroup_facts(root, mountinfo=info, proc=proc)
 
 
+def _cached(facts: CgroupFacts) -> CgroupFacts:
+    """The facts as a hook cache hit sees them: stored as JSON, read back."""
+    return CgroupFacts.from_json(json.loads(json.dumps(facts.to_json())))
+
+
 def _resolve(user: str, cgroups_path: str, facts) -> dict[str, str]:
-    """hierarchy -> container dir (strings), through one user of cgpaths."""
-    if user == "nodefacts":
-        return {k: str(v) for k, v in container_cgroup_paths(cgroups_path, facts).dirs.items()}
-    if user == "hook":  # as a cache hit sees the node: from its JSON form
-        node = NodeCgroups.from_json(NodeCgroups.from_facts(facts).to_json())
-        return container_dirs(cgroups_path, node).dirs
-    hierarchies = {k: str(h.path) for k, h in facts.controllers().items()}
-    return cgpaths.container_dirs(cgroups_path, hierarchies, str(facts.root))[0]
+    """hierarchy -> container dir (strings), through one way into cgpaths."""
+    if user == "facts":
+        paths = facts.container_paths(cgroups_path)
+    elif user == "cached facts":
+        paths = _cached(facts).container_paths(cgroups_path)
+    else:
+        hierarchies = {k: h.path for k, h in facts.controllers().items()}
+        return cgpaths.container_dirs(cgroups_path, hierarchies, facts.root)[0]
+    assert all(type(d) is str for d in [*paths.dirs.values(), *paths.roots.values()])
+    assert paths.cgroups_path == cgroups_path and paths.version == facts.version
+    return paths.dirs
 
 
-@pytest.mark.parametrize("user", ["cgpaths", "nodefacts", "hook"])
+@pytest.mark.parametrize("user", ["cgpaths", "facts", "cached facts"])
 @pytest.mark.parametrize("version", [1, 2])
 def test_cgroups_path_forms(v1_tree, v2_tree, fake_proc, user, version):
     facts = _facts(v1_tree if version == 1 else v2_tree, fake_proc)
-    tops = {k: h.path.resolve() for k, h in facts.controllers().items()
+    tops = {k: Path(h.path).resolve() for k, h in facts.controllers().items()
             if not k.startswith("name=")}
     for top in set(tops.values()):
         (top / "elsewhere").mkdir(exist_ok=True)
@@ -145,13 +154,14 @@ V2_WRITES = [
 
 def _container(tree, proc):
     facts = _facts(tree, proc)
-    paths = container_cgroup_paths("/kubepods/pod-a/ctr-1", facts)
+    paths = facts.container_paths("/kubepods/pod-a/ctr-1")
     outside = tree[0].parent / "outside"
     outside.mkdir()
     (outside / "cpu.x").write_text("keep\n")
-    for name, d in paths.dirs.items():
+    for name, dir_ in paths.dirs.items():
         if name in ("blkio", "name=systemd"):
             continue  # blkio: the container's dir was never created
+        d = Path(dir_)
         d.mkdir(parents=True, exist_ok=True)
         for file in ("cpu.cfs_quota_us", "memory.limit_in_bytes", "cpuset.cpus", "pids.max",
                      "cpu.max", "memory.max", "io.max", "cgroup.procs"):
@@ -162,56 +172,79 @@ def _container(tree, proc):
     return facts, paths, outside
 
 
-@pytest.mark.parametrize("user", ["cgfile", "plugin writer", "hook"])
+@pytest.mark.parametrize("user", ["apply", "apply_one", "cached"])
 @pytest.mark.parametrize("version", [1, 2])
 def test_writes(v1_tree, v2_tree, fake_proc, user, version):
     facts, paths, outside = _container(v1_tree if version == 1 else v2_tree, fake_proc)
     cases = V1_WRITES if version == 1 else V2_WRITES
-    writes = [w for w, _ in cases]
-    if user == "plugin writer":
-        results = writer_for(paths).apply(CgroupWrite(*w) for w in writes)
-        got = [(r.ok, r.read_back, r.error) for r in results]
-    elif user == "hook":
-        dirs = container_dirs("/kubepods/pod-a/ctr-1", NodeCgroups.from_facts(facts))
-        got = [(r.ok, r.read_back, r.error) for r in hook_writes.apply(writes, dirs)]
-    else:
-        dirs = {k: str(v) for k, v in paths.dirs.items()}
-        got = [cgfile.write_checked(version, *w, dirs)[:3] for w in writes]
-    for ((controller, file, value), want), (ok, read_back, error) in zip(cases, got,
-                                                                          strict=True):
+    writes = [CgroupWrite(*w) for w, _ in cases]
+    if user == "apply":
+        results = CgroupWriter(paths).apply(writes)
+    elif user == "apply_one":  # a fresh writer per write: no state carried between them
+        results = [CgroupWriter(paths).apply_one(w) for w in writes]
+    else:  # a hook cache hit: facts and writes both read back from their JSON form
+        cached = _cached(facts).container_paths(paths.cgroups_path)
+        stored = json.loads(json.dumps([list(w) for w in writes]))
+        results = CgroupWriter(cached).apply(CgroupWrite(*w) for w in stored)
+    assert [r.write for r in results] == writes
+    for ((controller, file, value), want), r in zip(cases, results, strict=True):
         if want is None:
-            assert ok and error is None and read_back == value, (file, error)
+            assert r.ok and r.error is None and r.read_back == value, (file, r.error)
+            assert r.path == os.path.join(paths.dir(controller), file)
             # One write(2) with O_TRUNC: nothing of the longer previous value is left.
-            assert (paths.dir(controller) / file).read_text() == value
+            assert Path(paths.dir(controller), file).read_text() == value
         else:
-            assert not ok and want in str(error), (file, str(error))
-            assert str(error).startswith(f"cannot write {value!r} to ")
+            assert not r.ok and want in str(r.error), (file, str(r.error))
+            assert str(r.error).startswith(f"cannot write {value!r} to ")
     assert (outside / "cpu.x").read_text() == "keep\n"
 
 
-def test_write_checked_reports_read_back_problems(tmp_path):
+def _v2_writer(d: Path, cls: type[CgroupWriter] = CgroupWriter) -> CgroupWriter:
+    return cls(CgroupPaths(str(d), 2, {cgpaths.UNIFIED: str(d)}, {cgpaths.UNIFIED: str(d)}))
+
+
+def test_writer_reports_read_back_problems(tmp_path):
     (tmp_path / "cpuset.cpus").write_text("")
-    dirs = {"unified": str(tmp_path)}
 
-    def lying(path: str) -> str:
-        return "0-1\n"
+    class Lying(CgroupWriter):
+        def _read(self, controller: str, path: str) -> str:
+            return "0-1\n"
 
-    def failing(path: str) -> str:
-        raise OSError(errno.EACCES, "Permission denied")
+    class Failing(CgroupWriter):
+        def _read(self, controller: str, path: str) -> str:
+            raise OSError(errno.EACCES, "Permission denied")
 
-    ok, read_back, error, path = cgfile.write_checked(2, "cpuset", "cpuset.cpus", "3", dirs,
-                                                      read=lying)
-    assert not ok and read_back == "0-1" and path == str(tmp_path / "cpuset.cpus")
-    assert "read back '0-1', which does not match" in str(error)
-    ok, read_back, error, _ = cgfile.write_checked(2, "cpuset", "cpuset.cpus", "3", dirs,
-                                                   read=failing)
-    assert not ok and read_back is None
-    assert str(error).endswith("read-back failed: Permission denied (permission denied "
-                               "(needs root or a delegated cgroup))")
+    class Normalising(CgroupWriter):
+        def _read(self, controller: str, path: str) -> str:
+            return "0-2\n"
+
+    write = CgroupWrite("cpuset", "cpuset.cpus", "3")
+    r = _v2_writer(tmp_path, Lying).apply_one(write)
+    assert not r.ok and r.read_back == "0-1" and r.path == str(tmp_path / "cpuset.cpus")
+    assert "read back '0-1', which does not match" in str(r.error)
+    r = _v2_writer(tmp_path, Failing).apply_one(write)
+    assert not r.ok and r.read_back is None and r.path == str(tmp_path / "cpuset.cpus")
+    assert str(r.error).endswith("read-back failed: Permission denied (permission denied "
+                                 "(needs root or a delegated cgroup))")
     # The kernel's normalisation is not a mismatch: "0,1,2" reads back as "0-2".
-    ok, read_back, error, _ = cgfile.write_checked(2, "cpuset", "cpuset.cpus", "0,1,2", dirs,
-                                                   read=lambda p: "0-2\n")
-    assert ok and read_back == "0-2" and error is None
+    r = _v2_writer(tmp_path, Normalising).apply_one(CgroupWrite("cpuset", "cpuset.cpus",
+                                                                "0,1,2"))
+    assert r.ok and r.read_back == "0-2" and r.error is None
+
+
+def test_writer_reports_write_errors_with_the_path(tmp_path):
+    (tmp_path / "memory.max").write_text("")
+
+    class Refusing(CgroupWriter):
+        def _write(self, controller: str, path: str, value: str) -> None:
+            raise OSError(errno.EINVAL, "Invalid argument")
+
+    r = _v2_writer(tmp_path, Refusing).apply_one(CgroupWrite("memory", "memory.max", "x"))
+    assert not r.ok and r.read_back is None and r.path == str(tmp_path / "memory.max")
+    assert str(r.error) == (f"cannot write 'x' to {tmp_path / 'memory.max'}: Invalid argument "
+                            "(the kernel rejected the value (out of range, or conflicts with "
+                            "the parent))")
+    assert (tmp_path / "memory.max").read_text() == ""
 
 
 def test_os_reason_hints():
@@ -233,6 +266,7 @@ def test_shared_cores_import_lean():
                          text=True, check=True).stdout.split()
     assert "nri_plugin.enforce.cgfile" in out
     for heavy in ("pathlib", "dataclasses", "typing", "re", "logging", "json",
-                  "collections", "nri_plugin.enforce.nodefacts", "nri_plugin.enforce.cgroupfs"):
+                  "collections", "nri_plugin.enforce.cgroupdetect", "nri_plugin.enforce.rt",
+                  "cgroupspy"):
         assert heavy not in out, heavy
 

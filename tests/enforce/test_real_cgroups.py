@@ -13,26 +13,34 @@ import pytest
 
 from nri_plugin.enforce import (
     CgroupPaths,
-    CgroupV1Writer,
     CgroupWrite,
+    CgroupWriter,
     DeviceError,
     RtBudgetError,
     raise_rt_ancestors,
     release_rt_ancestors,
-    resolve_block_device,
 )
+from nri_plugin.enforce.blockdev import resolve_block_device
+from nri_plugin.enforce.cgpaths import UNIFIED
 from nri_plugin.enforce.mapping import v1_cpu_writes, v1_io_writes, v1_memory_writes
+from nri_plugin.enforce.rt import make_rt_room
 from nri_plugin.plan.model import IoLimit
 
 pytestmark = pytest.mark.root
 
 
-def _writer(scratch, *controllers: str) -> CgroupV1Writer:
+def _paths(scratch, *controllers: str) -> CgroupPaths:
+    """The scratch container's CgroupPaths, as facts.container_paths would give them: each
+    controller's dir, and the hierarchy (mount) it stays under."""
     missing = [c for c in controllers if c not in scratch.ctr]
     if missing:
         pytest.skip(f"cgroup v1 controller(s) {missing} not mounted on this host")
-    paths = CgroupPaths("scratch", 1, dict(scratch.ctr), dict(scratch.top))
-    return CgroupV1Writer(paths)
+    return CgroupPaths("scratch", 1, {c: str(d) for c, d in scratch.ctr.items()},
+                       {c: scratch.facts.hierarchy(c).path for c in scratch.ctr})
+
+
+def _writer(scratch, *controllers: str) -> CgroupWriter:
+    return CgroupWriter(_paths(scratch, *controllers))
 
 
 def _read(path: Path) -> str:
@@ -48,7 +56,8 @@ def test_cpu_bandwidth(scratch_v1) -> None:
     # The kernel refuses a quota under 1ms: a typed error naming file and value, no OSError.
     (bad,) = w.apply([CgroupWrite("cpu", "cpu.cfs_quota_us", "500")])
     assert not bad.ok and bad.error is not None
-    assert bad.error.path == scratch_v1.ctr["cpu"] / "cpu.cfs_quota_us"
+    assert bad.path == str(scratch_v1.ctr["cpu"] / "cpu.cfs_quota_us")
+    assert str(bad.error.path) == bad.path
     assert "Invalid argument" in str(bad.error) and "'500'" in str(bad.error)
 
 
@@ -61,7 +70,7 @@ def test_cpuset_normalised_and_refused(scratch_v1) -> None:
     assert results[-1].read_back == parent_cpus
     (bad,) = w.apply([CgroupWrite("cpuset", "cpuset.cpus", "4095")])  # no such CPU here
     assert not bad.ok and bad.error is not None
-    assert "out of range" in bad.error.reason or "Invalid argument" in bad.error.reason
+    assert "out of range" in str(bad.error) or "Invalid argument" in str(bad.error)
 
 
 def _cpus(text: str) -> set[int]:
@@ -109,7 +118,7 @@ def test_blkio_throttle_on_real_disk(scratch_v1) -> None:
         # CFQ left the kernel in 5.0: no blkio.weight. A clear error, not cgroupfs's EACCES.
         (cfq,) = w.apply(v1_io_writes(100, [], bfq=False))
         assert not cfq.ok and cfq.error is not None
-        assert "controller or feature is missing" in cfq.error.reason
+        assert "controller or feature is missing" in str(cfq.error)
 
 
 def test_blkio_partition_is_enodev_and_bfq_weight(scratch_v1, loop_disk) -> None:
@@ -119,7 +128,7 @@ def test_blkio_partition_is_enodev_and_bfq_weight(scratch_v1, loop_disk) -> None
         part = f"{loop_disk.part_major}:{loop_disk.part_minor}"
         # What the kernel says about partitions (documented in docs/cgroups.md) ...
         (bad,) = w.apply([CgroupWrite("blkio", "blkio.throttle.read_bps_device", f"{part} 1")])
-        assert not bad.ok and bad.error is not None and "No such device" in bad.error.reason
+        assert not bad.ok and bad.error is not None and "No such device" in str(bad.error)
         # ... so resolve_block_device refuses it up front, naming the disk.
         with pytest.raises(DeviceError, match=f"{loop_disk.major}:{loop_disk.minor}"):
             resolve_block_device(part)
@@ -137,16 +146,18 @@ def test_blkio_partition_is_enodev_and_bfq_weight(scratch_v1, loop_disk) -> None
 
 
 def test_rt_budget_propagation(scratch_v1) -> None:
-    w = _writer(scratch_v1, "cpu")
+    paths = _paths(scratch_v1, "cpu")
+    w = CgroupWriter(paths)
     ctr = scratch_v1.ctr["cpu"]
     if not (ctr / "cpu.rt_runtime_us").exists():
         pytest.skip("kernel without CONFIG_RT_GROUP_SCHED (no cpu.rt_runtime_us)")
-    root = scratch_v1.facts.hierarchy("cpu").path
+    root = Path(scratch_v1.facts.hierarchy("cpu").path)
     want = [CgroupWrite("cpu", "cpu.rt_runtime_us", "5000")]
     # Without raising the ancestors the kernel refuses the container's budget (runc's case).
     (refused,) = w.apply(want)
     assert not refused.ok and "Invalid argument" in str(refused.error)
-    changes = raise_rt_ancestors(ctr, 5000, 1_000_000, root)
+    # What both front-ends call: raise_rt_ancestors for the container's cpu dir and root.
+    changes = make_rt_room(paths, 5000, 1_000_000)
     changed = [c.path for c in changes]
     assert scratch_v1.top["cpu"] in changed and scratch_v1.pod["cpu"] in changed
     assert int(_read(scratch_v1.pod["cpu"] / "cpu.rt_runtime_us")) >= 5000
@@ -166,10 +177,10 @@ def test_rt_budget_propagation(scratch_v1) -> None:
 
 
 def test_v2_writes(scratch_v2: Path) -> None:
-    from nri_plugin.enforce import CgroupV2Writer
     from nri_plugin.enforce.mapping import v2_cpu_writes, v2_memory_writes
 
-    w = CgroupV2Writer(scratch_v2)
+    d = str(scratch_v2)
+    w = CgroupWriter(CgroupPaths(d, 2, {UNIFIED: d}, {UNIFIED: str(scratch_v2.parent)}))
     writes = v2_memory_writes(high=(64 << 20) + 1, max_bytes=128 << 20)
     if (scratch_v2 / "cpu.max").exists():
         writes += v2_cpu_writes(quota_us=50_000, period_us=100_000)

@@ -11,8 +11,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nri_plugin.enforce import RtBudgetError, raise_rt_ancestors, release_rt_ancestors
-from nri_plugin.enforce.rt import BW_SHIFT, plan_rt_ancestors, runtime_for_ratio, to_ratio
+from nri_plugin.enforce import (
+    CgroupFactsError,
+    CgroupPaths,
+    RtBudgetError,
+    raise_rt_ancestors,
+    release_rt_ancestors,
+)
+from nri_plugin.enforce.rt import (
+    BW_SHIFT,
+    make_rt_room,
+    plan_rt_ancestors,
+    runtime_for_ratio,
+    to_ratio,
+)
 
 
 def _group(path: Path, runtime: int, period: int = 1_000_000) -> Path:
@@ -49,6 +61,24 @@ def test_raises_every_ancestor_top_down(cpu_root: Path) -> None:
     restored = release_rt_ancestors(changes)
     assert [c.path for c in restored] == [c.path for c in reversed(changes)]
     assert (cpu_root / "kubepods" / "cpu.rt_runtime_us").read_text().strip() == "0"
+
+
+def test_make_rt_room_for_container_paths(cpu_root: Path) -> None:
+    """What both front-ends call: the container's cpu dir, under its hierarchy root."""
+    pod = cpu_root / "kubepods" / "burstable" / "pod1"
+    paths = CgroupPaths("/kubepods/burstable/pod1/ctr", 1,
+                        {"cpu": str(pod / "ctr"), "memory": "/elsewhere"},
+                        {"cpu": str(cpu_root), "memory": "/"})
+    changes = make_rt_room(paths, 5_000, 1_000_000)
+    assert [c.path for c in changes] == [cpu_root / "kubepods",
+                                         cpu_root / "kubepods" / "burstable", pod]
+    assert (pod / "cpu.rt_runtime_us").read_text().strip() == "5000"
+    release_rt_ancestors(changes)
+    with pytest.raises(RtBudgetError, match="budget exhausted"):
+        make_rt_room(paths, 900_000, 1_000_000)
+    no_cpu = CgroupPaths("/x", 1, {"memory": "/m/x"}, {"memory": "/m"})
+    with pytest.raises(CgroupFactsError, match="no 'cpu' hierarchy"):
+        make_rt_room(no_cpu, 5_000, 1_000_000)
 
 
 def test_container_dir_that_exists_is_not_double_counted(cpu_root: Path) -> None:

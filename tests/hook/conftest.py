@@ -98,7 +98,7 @@ def hook_command(stage: str, *extra: str, entry: str = "module") -> dict:
         args = [script, "hook", "--stage", stage, *extra]
         return {"path": script, "args": args, "timeout": 30}
     if entry == "fast":
-        from nri_plugin.hook.spec import fast_hook_entry
+        from nri_plugin.hookspec import fast_hook_entry
 
         hook = fast_hook_entry(stage, python=sys.executable, timeout=30)
         hook["args"] += list(extra)

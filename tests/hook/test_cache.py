@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-import nri_plugin.hook.enforce as cold_module
-from nri_plugin.hook.errors import EXIT_OK, EXIT_REFUSED
+import nri_plugin.hook.cold as cold_module
+from nri_plugin.errors import EXIT_INVALID, EXIT_OK, EXIT_REFUSED
 from nri_plugin.plan.model import ContainerPlan
 from nri_plugin.plan.record import encode_record
 from nri_plugin.topology.testing import build_sysfs
@@ -289,7 +289,7 @@ def test_foreign_owned_entries_are_ignored(world):
 def test_refusals_and_gpu_slas_are_not_cached(world):
     run, _config, _cdir, cache = world
     bad = {"sla.nri.io/pod": "memory:\n  high: 2Gi\n  max: 1Gi\n"}
-    assert run(bad)[0].exit_code == EXIT_REFUSED
+    assert run(bad)[0].exit_code == EXIT_INVALID
     assert _decisions(cache) == []
     gpu = {"sla.nri.io/pod": "enforcement: soft\ngpu:\n  count: 1\nmemory:\n  max: 64Mi\n"}
     assert run(gpu)[0].exit_code == EXIT_OK
@@ -335,13 +335,13 @@ def test_warm_run_imports_no_parser_planner_or_yaml(world, h, tmp_path):
 
 
 def test_cache_option_and_environment(tmp_path, monkeypatch):
+    from nri_plugin.errors import InvalidInput
     from nri_plugin.hook.cache import open_store
-    from nri_plugin.hook.errors import BadInput
     from nri_plugin.hook.options import HookOptions, parse_argv
 
     assert parse_argv(["--cache-dir", "off"]).cache_dir == "off"
     assert parse_argv([f"--cache-dir={tmp_path}"]).cache_dir == str(tmp_path)
-    with pytest.raises(BadInput, match="--cache-dir"):
+    with pytest.raises(InvalidInput, match="--cache-dir"):
         parse_argv(["--cache-dir", "relative/dir"])
     monkeypatch.setenv("NRI_SLA_HOOK_CACHE", "off")
     assert open_store(HookOptions()) is None

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from nri_plugin.hook.errors import EXIT_INTERNAL, EXIT_OK, EXIT_USAGE
+from nri_plugin.errors import EXIT_INTERNAL, EXIT_INVALID, EXIT_OK
 from nri_plugin.hook.options import parse_argv
 from nri_plugin.hook.state import STATE_LIMIT, parse_config
 
@@ -20,7 +20,7 @@ SLA = {"sla.nri.io/pod": "cpu:\n  limit: 1\n"}
 
 def test_not_json_exits_2_with_one_line(h):
     proc = h.run_subprocess(b"{not json")
-    assert proc.returncode == EXIT_USAGE
+    assert proc.returncode == EXIT_INVALID
     lines = proc.stderr.decode().splitlines()
     assert len(lines) == 1
     assert lines[0].startswith("nri-sla hook: OCI state on stdin is not valid JSON")
@@ -40,20 +40,20 @@ def test_not_json_exits_2_with_one_line(h):
 ])
 def test_bad_state_fields(state, needle, h):
     out = h.run_inproc(state)
-    assert out.exit_code == EXIT_USAGE
+    assert out.exit_code == EXIT_INVALID
     assert len(out.lines) == 1 and needle in out.lines[0], out.lines
 
 
 def test_state_larger_than_limit_is_refused(h):
     big = b'{"id": "x", "bundle": "/b", "pad": "' + b"a" * STATE_LIMIT + b'"}'
     out = h.run_inproc(big)
-    assert out.exit_code == EXIT_USAGE
+    assert out.exit_code == EXIT_INVALID
     assert f"larger than {STATE_LIMIT} bytes" in out.lines[0]
 
 
 def test_missing_bundle(tmp_path, h):
     out = h.run_inproc(h.state_json(tmp_path / "nope"))
-    assert out.exit_code == EXIT_USAGE
+    assert out.exit_code == EXIT_INVALID
     assert "has no config.json" in out.lines[0]
 
 
@@ -63,7 +63,7 @@ def test_config_json_symlink_is_refused(tmp_path, h):
     bundle.mkdir()
     (bundle / "config.json").symlink_to(real)
     out = h.run_inproc(h.state_json(bundle))
-    assert out.exit_code == EXIT_USAGE
+    assert out.exit_code == EXIT_INVALID
     assert "cannot open" in out.lines[0]
 
 
@@ -71,7 +71,7 @@ def test_config_json_not_regular(tmp_path, h):
     bundle = tmp_path / "b"
     (bundle / "config.json").mkdir(parents=True)
     out = h.run_inproc(h.state_json(bundle))
-    assert out.exit_code == EXIT_USAGE
+    assert out.exit_code == EXIT_INVALID
 
 
 def test_config_json_not_json(tmp_path, h):
@@ -79,14 +79,14 @@ def test_config_json_not_json(tmp_path, h):
     bundle.mkdir()
     (bundle / "config.json").write_text("nope")
     out = h.run_inproc(h.state_json(bundle))
-    assert out.exit_code == EXIT_USAGE
+    assert out.exit_code == EXIT_INVALID
     assert "config.json" in out.lines[0] and "not valid JSON" in out.lines[0]
 
 
 def test_hostile_annotation_value_too_long(tmp_path, h):
     bundle = h.write_bundle(tmp_path / "b", {"sla.nri.io/pod": "x" * (300 << 10)}, "/a/b")
     out = h.run_inproc(h.state_json(bundle))
-    assert out.exit_code == EXIT_USAGE
+    assert out.exit_code == EXIT_INVALID
     assert "annotation 'sla.nri.io/pod' is longer than" in out.lines[0]
 
 
@@ -101,9 +101,9 @@ def test_config_parse_keeps_env_and_cgroups_path():
 
 @pytest.mark.parametrize("doc", [{"linux": []}, {"linux": {"cgroupsPath": 5}}])
 def test_config_bad_linux(doc):
-    from nri_plugin.hook.errors import BadInput
+    from nri_plugin.errors import InvalidInput
 
-    with pytest.raises(BadInput):
+    with pytest.raises(InvalidInput):
         parse_config(json.dumps(doc).encode())
 
 
@@ -155,7 +155,7 @@ def test_no_sla_does_not_import_yaml_or_protobuf(tmp_path, h):
 ])
 def test_bad_arguments(argv, needle, h):
     proc = h.run_subprocess(b"", *argv)
-    assert proc.returncode == EXIT_USAGE
+    assert proc.returncode == EXIT_INVALID
     assert needle in proc.stderr.decode()
 
 
@@ -173,7 +173,7 @@ def test_console_entry_runs_the_same_hook(tmp_path, h):
                         capture_output=True, timeout=30)
     assert ok.returncode == EXIT_OK and ok.stderr == b""
     bad = subprocess.run([script, "hook"], input=b"[", capture_output=True, timeout=30)
-    assert bad.returncode == EXIT_USAGE
+    assert bad.returncode == EXIT_INVALID
     assert bad.stderr.decode().startswith("nri-sla hook: OCI state on stdin is not valid")
 
 
@@ -201,7 +201,7 @@ def test_log_file_gets_the_lines(tmp_path, h):
     log = tmp_path / "hook.log"
     env = {**os.environ, "NRI_SLA_HOOK_LOG": str(log)}
     proc = h.run_subprocess(b"[]", env=env)
-    assert proc.returncode == EXIT_USAGE
+    assert proc.returncode == EXIT_INVALID
     assert "- nri-sla hook: OCI state on stdin must be a JSON object" in log.read_text()
 
 
@@ -212,7 +212,7 @@ def test_multiline_messages_become_one_line(tmp_path, h):
                             "/a/b")
     (tmp_path / "config.yaml").write_text("enforcement: hard\n")
     proc = h.run_subprocess(h.state_json(bundle), "--config", str(tmp_path / "config.yaml"))
-    assert proc.returncode == 1, proc.stderr
+    assert proc.returncode == EXIT_INVALID, proc.stderr
     assert len(proc.stderr.decode().splitlines()) == 1, proc.stderr
     assert "cpu.limit" in proc.stderr.decode()
     from nri_plugin.hook.run import one_line

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from nri_plugin.hook.errors import EXIT_OK, EXIT_REFUSED
+from nri_plugin.errors import EXIT_OK, EXIT_REFUSED
 
 CTR = "/kubepods/pod-a/ctr-1"
 NAME = "io.kubernetes.cri.container-name"

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from nri_plugin.hook.deadline import Deadline, alarm
-from nri_plugin.hook.errors import EXIT_INTERNAL, EXIT_OK, EXIT_REFUSED, EXIT_USAGE, HookTimeout
+from nri_plugin.errors import EXIT_INTERNAL, EXIT_INVALID, EXIT_OK, EXIT_REFUSED
+from nri_plugin.hook.deadline import Deadline, HookTimeout, alarm
 from nri_plugin.plan.model import ContainerPlan
 from nri_plugin.plan.record import encode_record
 
@@ -96,7 +96,7 @@ def test_v2_bad_cgroups_path_writes_nothing(v2, tmp_path, cgroups_path):
     (tmp_path / "etc").mkdir()
     before = snapshot(tmp_path / "etc"), snapshot(root)
     out = run({"sla.nri.io/pod": "memory:\n  max: 64Mi\n"}, cgroups_path=cgroups_path)
-    assert out.exit_code == EXIT_USAGE, out.lines
+    assert out.exit_code == EXIT_INVALID, out.lines
     assert out.lines[0].startswith("nri-sla hook: container cgroup: cgroups path")
     assert (snapshot(tmp_path / "etc"), snapshot(root)) == before
 
@@ -107,21 +107,21 @@ def test_v2_symlink_in_the_tree_is_refused(v2, tmp_path):
     outside.mkdir()
     (root / "kubepods" / "evil").symlink_to(outside)
     out = run({"sla.nri.io/pod": "memory:\n  max: 64Mi\n"}, cgroups_path="/kubepods/evil")
-    assert out.exit_code == EXIT_USAGE and "symlink" in out.lines[0]
+    assert out.exit_code == EXIT_INVALID and "symlink" in out.lines[0]
     assert list(outside.iterdir()) == []
 
 
 def test_v2_no_cgroups_path_and_no_pid(v2):
     _root, _cdir, run = v2
     out = run({"sla.nri.io/pod": "memory:\n  max: 64Mi\n"}, cgroups_path=None, pid=None)
-    assert out.exit_code == EXIT_USAGE
+    assert out.exit_code == EXIT_INVALID
     assert "no linux.cgroupsPath and the state has no pid" in out.lines[0]
 
 
 def test_missing_container_cgroup(v2):
     _root, _cdir, run = v2
     out = run({"sla.nri.io/pod": "memory:\n  max: 64Mi\n"}, cgroups_path="/kubepods/nope")
-    assert out.exit_code == EXIT_USAGE and "does not exist" in out.lines[0]
+    assert out.exit_code == EXIT_INVALID and "does not exist" in out.lines[0]
 
 
 def test_bad_node_config_is_a_usage_error(v2, tmp_path):
@@ -129,7 +129,7 @@ def test_bad_node_config_is_a_usage_error(v2, tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("enforcement: sometimes\n")
     out = run({"sla.nri.io/pod": "memory:\n  max: 64Mi\n"}, config=str(bad))
-    assert out.exit_code == EXIT_USAGE and "enforcement" in out.lines[0]
+    assert out.exit_code == EXIT_INVALID and "enforcement" in out.lines[0]
 
 
 def test_internal_failure_hard_exits_3_soft_exits_0(v2, tmp_path):
@@ -265,7 +265,7 @@ def test_deadline_and_alarm():
 
 
 def test_hook_spec_shapes():
-    from nri_plugin.hook.spec import HookSpecError, hook_spec, hooks_d_document, oci_hooks
+    from nri_plugin.hookspec import HookSpecError, hook_spec, hooks_d_document, oci_hooks
 
     spec = hook_spec("createRuntime")
     assert list(spec) == ["create_runtime"]
@@ -283,7 +283,7 @@ def test_hook_spec_shapes():
 
 
 def test_packaged_hook_files_match_the_code():
-    from nri_plugin.hook.spec import hooks_d_document, oci_hooks
+    from nri_plugin.hookspec import hooks_d_document, oci_hooks
 
     top = Path(__file__).resolve().parents[2] / "hooks"
     assert json.loads((top / "nri-sla-hook.json").read_text()) == hooks_d_document("prestart")

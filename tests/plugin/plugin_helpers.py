@@ -7,8 +7,9 @@ import contextlib
 from pathlib import Path
 
 from nri_plugin.config import NodeConfig, Permissions
-from nri_plugin.enforce.nodefacts import CgroupFacts
-from nri_plugin.node import NodeState
+from nri_plugin.core import NodeState
+from nri_plugin.enforce.capabilities import NodeCapabilities
+from nri_plugin.enforce.cgpaths import CgroupFacts
 from nri_plugin.plan.placement import Allocator
 from nri_plugin.plan.rt_budget import RtBudget
 from nri_plugin.topology.snapshot import load_snapshot
@@ -77,7 +78,8 @@ def make_node(version: int, cgroup_root: Path | None = None, *, realtime=("*",),
     return NodeState(cfg, version, facts=facts,
                      allocator=Allocator(snapshot.topology, snapshot.inventory),
                      rt_budget=RtBudget(cfg.rt_budget * rt_share),
-                     io_weight_supported=True, bfq=True, resolve_device=resolve)
+                     capabilities=NodeCapabilities(io_weight=True, bfq=True),
+                     resolve_device=resolve)
 
 
 def make_container_dirs(root: Path, cgroups_path: str) -> dict[str, Path]:

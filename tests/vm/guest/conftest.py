@@ -291,6 +291,50 @@ class BusyboxBundle:
             subprocess.run(["runc", "delete", "--force", cid], capture_output=True)
         return RuncResult(proc.returncode, proc.stdout, proc.stderr)
 
+    @staticmethod
+    def oci_resources(adjustment: Any) -> dict[str, Any]:
+        """What containerd copies from an NRI adjustment into the spec's linux.resources."""
+        res = adjustment.linux.resources
+        cpu: dict[str, Any] = {}
+        if res.cpu.HasField("quota"):
+            cpu["quota"] = res.cpu.quota.value
+        if res.cpu.HasField("period"):
+            cpu["period"] = res.cpu.period.value
+        if res.cpu.cpus:
+            cpu["cpus"] = res.cpu.cpus
+        if res.cpu.mems:
+            cpu["mems"] = res.cpu.mems
+        out: dict[str, Any] = {"cpu": cpu, "unified": dict(res.unified)}
+        if res.memory.HasField("limit"):
+            out["memory"] = {"limit": res.memory.limit.value, "swap": res.memory.limit.value}
+        return out
+
+    def run_with_hook(self, args: list[str], annotations: dict[str, str], work: Path,
+                      timeout: float = 180,
+                      cache: str = "off") -> tuple[subprocess.CompletedProcess, str]:
+        """`runc run` of a spec without resources whose createRuntime hook is nri-sla's
+        (hard mode node config in `work`); returns runc's result and the hook's log."""
+        cid = f"nri-sla-hook-{uuid.uuid4().hex[:8]}"
+        config = self.config(args, {}, f"/{cid}")
+        config["annotations"] = {"io.kubernetes.cri.container-name": "app", **annotations}
+        log = work / "hook.log"
+        config["hooks"] = {"createRuntime": [{
+            "path": sys.executable,
+            # TCG is slow: a generous limit of the hook's own, below the runtime's.
+            "args": [sys.executable, "-I", "-m", "nri_plugin.hook", "--stage",
+                     "createRuntime", "--timeout", "100", "--config",
+                     str(work / "config.yaml"), "--cache-dir", cache],
+            "env": [f"NRI_SLA_HOOK_LOG={log}"], "timeout": 120}]}
+        (work / "config.yaml").write_text("enforcement: hard\n")
+        (self.dir / "config.json").write_text(json.dumps(config))
+        try:
+            proc = subprocess.run(["runc", "run", "--bundle", str(self.dir), cid],
+                                  capture_output=True, text=True, timeout=timeout,
+                                  stdin=subprocess.DEVNULL)
+        finally:
+            subprocess.run(["runc", "delete", "--force", cid], capture_output=True)
+        return proc, (log.read_text() if log.exists() else "")
+
 
 @pytest.fixture
 def busybox_bundle(tmp_path: Path) -> BusyboxBundle:

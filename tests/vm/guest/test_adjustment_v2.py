@@ -5,30 +5,12 @@ LinuxResources, swap = memory limit), applied by runc and read back by the conta
 from __future__ import annotations
 
 from nri_plugin.config import NodeConfig
-from nri_plugin.enforce.adjustment import build_adjustment
-from nri_plugin.node import build_node, decide
+from nri_plugin.core import build_node, decide
+from nri_plugin.plugin.adjustment import build_adjustment
 
 MIB = 1 << 20
 FILES = ["cpu.max", "cpuset.cpus", "cpuset.mems", "memory.max", "memory.high", "io.max",
          "io.weight"]
-
-
-def oci_resources(adjustment) -> dict:
-    """What containerd copies from an NRI adjustment into the OCI spec's linux.resources."""
-    res = adjustment.linux.resources
-    cpu: dict = {}
-    if res.cpu.HasField("quota"):
-        cpu["quota"] = res.cpu.quota.value
-    if res.cpu.HasField("period"):
-        cpu["period"] = res.cpu.period.value
-    if res.cpu.cpus:
-        cpu["cpus"] = res.cpu.cpus
-    if res.cpu.mems:
-        cpu["mems"] = res.cpu.mems
-    out: dict = {"cpu": cpu, "unified": dict(res.unified)}
-    if res.memory.HasField("limit"):
-        out["memory"] = {"limit": res.memory.limit.value, "swap": res.memory.limit.value}
-    return out
 
 
 def test_plugin_adjustment_applied_by_runc(busybox_bundle, virtio_disk, read_files_script,
@@ -42,7 +24,7 @@ def test_plugin_adjustment_applied_by_runc(busybox_bundle, virtio_disk, read_fil
                       owner="ctr-guest", nri_version="v0.12.0")
     assert decision.outcome == "enforced", decision.error
     adjustment = build_adjustment(decision.plan, node.annotations_for(decision.plan, "nri"))
-    resources = oci_resources(adjustment)
+    resources = busybox_bundle.oci_resources(adjustment)
     assert set(resources["unified"]) == {"memory.high", "io.weight", "io.max"}
 
     res = busybox_bundle.run(read_files_script(FILES), resources)

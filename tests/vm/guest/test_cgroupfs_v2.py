@@ -1,7 +1,8 @@
 """The cgroup v2 interface files nri-sla writes, on a real v2 kernel: what a write is read
 back as, which writes the kernel refuses (and with which errno), and that the limits act.
 
-These facts are what the v2 writers in nri_plugin/enforce/ rely on for read-back checks.
+These facts are what the cgroup writer (nri_plugin/enforce/cgfile.py) relies on for v2
+read-back checks (nri_plugin/enforce/readback.py).
 """
 
 import errno

@@ -7,36 +7,8 @@ hook wrote and the kernel accepted.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import uuid
-
 MIB = 1 << 20
 FILES = ["cpu.max", "cpuset.mems", "memory.high", "memory.max", "io.max"]
-
-
-def _run_with_hook(bundle, args, annotations, tmp_path, timeout=180, cache="off"):
-    cid = f"nri-sla-hook-{uuid.uuid4().hex[:8]}"
-    config = bundle.config(args, {}, f"/{cid}")
-    config["annotations"] = {"io.kubernetes.cri.container-name": "app", **annotations}
-    log = tmp_path / "hook.log"
-    config["hooks"] = {"createRuntime": [{
-        "path": sys.executable,
-        # TCG is slow: a generous limit of the hook's own, below the runtime's.
-        "args": [sys.executable, "-I", "-m", "nri_plugin.hook", "--stage", "createRuntime",
-                 "--timeout", "100", "--config", str(tmp_path / "config.yaml"),
-                 "--cache-dir", cache],
-        "env": [f"NRI_SLA_HOOK_LOG={log}"], "timeout": 120}]}
-    (tmp_path / "config.yaml").write_text("enforcement: hard\n")
-    (bundle.dir / "config.json").write_text(json.dumps(config))
-    try:
-        proc = subprocess.run(["runc", "run", "--bundle", str(bundle.dir), cid],
-                              capture_output=True, text=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL)
-    finally:
-        subprocess.run(["runc", "delete", "--force", cid], capture_output=True)
-    return proc, (log.read_text() if log.exists() else "")
 
 
 def test_hook_applies_the_sla_on_v2(busybox_bundle, virtio_disk, read_files_script, sections,
@@ -45,7 +17,7 @@ def test_hook_applies_the_sla_on_v2(busybox_bundle, virtio_disk, read_files_scri
     sla = (f"cpu:\n  limit: 0.5\n  period: 50ms\nnuma:\n  nodes: '0'\n"
            f"memory:\n  high: 48Mi\n  max: 64Mi\n"
            f"io:\n  max:\n    - device: '{dev}'\n      read-bps: 1Mi\n      write-iops: 300\n")
-    proc, log = _run_with_hook(busybox_bundle, read_files_script(FILES),
+    proc, log = busybox_bundle.run_with_hook(read_files_script(FILES),
                                {"sla.nri.io/pod": sla}, tmp_path)
     assert proc.returncode == 0, (proc.stderr, log)
     got = sections(proc.stdout)
@@ -59,7 +31,7 @@ def test_hook_applies_the_sla_on_v2(busybox_bundle, virtio_disk, read_files_scri
 def test_hook_soft_mode_warns_and_starts(busybox_bundle, read_files_script, sections,
                                          tmp_path):
     sla = "enforcement: soft\ncpu:\n  limit: 0.25\n  rt-runtime: 5ms\nio:\n  weight: 300\n"
-    proc, log = _run_with_hook(busybox_bundle, read_files_script(["cpu.max", "io.weight"]),
+    proc, log = busybox_bundle.run_with_hook(read_files_script(["cpu.max", "io.weight"]),
                                {"sla.nri.io/pod": sla}, tmp_path)
     assert proc.returncode == 0, (proc.stderr, log)
     got = sections(proc.stdout)
@@ -69,7 +41,7 @@ def test_hook_soft_mode_warns_and_starts(busybox_bundle, read_files_script, sect
 
 
 def test_hook_refuses_rt_on_v2_in_hard_mode(busybox_bundle, tmp_path):
-    proc, _log = _run_with_hook(busybox_bundle, ["/bin/true"],
+    proc, _log = busybox_bundle.run_with_hook(["/bin/true"],
                                 {"sla.nri.io/pod": "cpu:\n  rt-runtime: 5ms\n"}, tmp_path)
     assert proc.returncode != 0
     assert "cpu.rt-runtime" in proc.stderr and "cgroup v2" in proc.stderr
@@ -82,7 +54,7 @@ def test_hook_cache_hit_gives_the_same_cgroup_values(busybox_bundle, virtio_disk
            f"io:\n  max:\n    - {{device: '{virtio_disk.majmin}', write-iops: 300}}\n")
     runs = []
     for _ in range(2):
-        proc, log = _run_with_hook(busybox_bundle, read_files_script(FILES),
+        proc, log = busybox_bundle.run_with_hook(read_files_script(FILES),
                                    {"sla.nri.io/pod": sla}, tmp_path, cache=str(cache))
         assert proc.returncode == 0, (proc.stderr, log)
         runs.append(sections(proc.stdout))

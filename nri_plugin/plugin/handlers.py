@@ -13,15 +13,25 @@ import time
 from contextlib import nullcontext
 from typing import Any
 
-from nri_plugin.enforce.adjustment import build_adjustment, build_update
-from nri_plugin.node import Decision, NodeState, decide
+from nri_plugin.core import Decision, NodeState, decide
+from nri_plugin.errors import INTERNAL, INVALID, SlaFailure
+from nri_plugin.hookspec import hook_spec
+from nri_plugin.logsetup import log_decision
+from nri_plugin.nri.errors import Code, RpcError
 from nri_plugin.nri.pb import nri_pb2 as pb
-from nri_plugin.plan.model import ContainerPlan, PlanError
+from nri_plugin.plan.model import ContainerPlan
 from nri_plugin.plan.record import record_body
+from nri_plugin.plugin.adjustment import build_adjustment, build_update
 
 log = logging.getLogger("nri_sla.plugin")
 
 UNVERSIONED_NRI = "older than v0.10"
+# The failure's kind as the status the runtime gets (it shows the message to the user).
+STATUS = {INVALID: Code.INVALID_ARGUMENT, INTERNAL: Code.INTERNAL}
+
+
+def rpc_error(exc: SlaFailure) -> RpcError:
+    return RpcError(STATUS.get(exc.kind, Code.FAILED_PRECONDITION), str(exc))
 
 
 class StartRefused(Exception):
@@ -39,12 +49,8 @@ class SlaPlugin:
         self.runtime = ""
         self._plans: dict[str, ContainerPlan] = {}  # container id -> its SLA plan
         self._unstarted: set[str] = set()  # created, direct writes still to do
-        self._hooks = None
-        if node.config.hook.inject:
-            # The OCI hook then verifies (reads back) what the plugin enforced.
-            from nri_plugin.hook.spec import hook_spec
-
-            self._hooks = hook_spec()
+        # With hook.inject the OCI hook verifies (reads back) what the plugin enforced.
+        self._hooks = hook_spec() if node.config.hook.inject else None
 
     # -- life cycle --------------------------------------------------------------------
     def on_registered(self, stub: Any) -> None:
@@ -83,19 +89,19 @@ class SlaPlugin:
         decision = decide(self.node, dict(pod.annotations), container.name,
                           namespace=pod.namespace, owner=container.id,
                           nri_version=self.nri_version)
-        if decision.plan is not None:
+        if decision.plan is not None and decision.plan.rt_runtime and self.node.facts:
             try:
-                decision.plan = self.node.prepare_create(decision.plan,
-                                                         container.linux.cgroups_path)
-            except PlanError as exc:
+                paths = self.node.container_paths(container.linux.cgroups_path)
+                decision.plan, _ = self.node.make_rt_room(decision.plan, paths)
+            except SlaFailure as exc:
                 self.node.release(container.id)
-                decision = Decision("refused", "budget", error=exc)
+                decision = Decision("refused", error=exc)
         plan = decision.plan
         record = record_body(plan, "nri") if plan is not None else {}
         annotations = self.node.annotations_for(plan, "nri", record) if plan else {}
         self._observe("CreateContainer", started, decision, record, pod, container)
         if decision.error is not None:
-            raise decision.error  # the runtime shows the message to the user
+            raise rpc_error(decision.error)
         if plan is None:
             return None, None
         self._plans[container.id] = plan
@@ -114,7 +120,7 @@ class SlaPlugin:
         if plan is None or container.id not in self._unstarted:
             return
         self._unstarted.discard(container.id)
-        problems = self.node.apply_direct(plan, container.linux.cgroups_path)
+        problems = self.node.write_plan(plan, container.linux.cgroups_path, scope="direct")
         for problem in problems:
             log.warning("%s/%s %s: %s", pod.namespace, pod.name, container.name, problem)
         if problems and plan.enforcement == "hard":
@@ -159,8 +165,6 @@ class SlaPlugin:
     def _observe(self, event: str, started: float, decision: Decision,
                  record: dict[str, Any], pod: pb.PodSandbox,
                  container: pb.Container) -> None:
-        from nri_plugin.logsetup import log_decision
-
         if decision.outcome != "skipped":
             applied = {k: v for k, v in record.items() if k not in ("v", "path")}
             log_decision(pod.namespace, pod.name, container.name, "nri", decision.outcome,

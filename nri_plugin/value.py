@@ -1,4 +1,4 @@
-"""A tiny base for the hook's value classes.
+"""A tiny base for value classes on the OCI hook's start-up path.
 
 Not dataclasses on purpose: `import dataclasses` pulls in inspect, ast and dis, which
 costs more CPU than everything else the hook does for a container without an SLA (and

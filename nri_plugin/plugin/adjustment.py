@@ -27,7 +27,7 @@ def build_adjustment(plan: ContainerPlan, annotations: dict[str, str],
                      hooks: Mapping[str, list[dict[str, Any]]] | None = None,
                      ) -> pb.ContainerAdjustment:
     """The adjustment for a plan, carrying the given annotations (record, warnings) and
-    OCI hooks ({Hooks field: [{path, args, env, timeout}]}, nri_plugin.hook.spec.hook_spec)."""
+    OCI hooks ({Hooks field: [{path, args, env, timeout}]}, nri_plugin.hookspec.hook_spec)."""
     adj = pb.ContainerAdjustment()
     for stage, entries in (hooks or {}).items():
         for entry in entries:

@@ -1,7 +1,9 @@
-"""Cgroup version/driver detection and container path resolution on fake trees."""
+"""Cgroup version/driver detection (cgroupdetect) and container path resolution
+(CgroupFacts.container_paths) on fake trees."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -13,11 +15,10 @@ from nri_plugin.enforce import (
     CgroupFactsError,
     CgroupPathError,
     cgroup_paths_from_proc,
-    container_cgroup_paths,
     detect_cgroup_facts,
 )
+from nri_plugin.enforce.cgpaths import CgroupFacts, Hierarchy, safe_join
 from nri_plugin.enforce.mountinfo import parse_mountinfo, parse_proc_cgroup
-from nri_plugin.enforce.nodefacts import safe_join
 
 SYSTEMD_PATH = "kubepods-burstable-pod0a1b_2c3d.slice:cri-containerd:4f5e6d"
 SYSTEMD_EXPANDED = (
@@ -65,8 +66,10 @@ def test_detect_hybrid_is_v1(v1_tree: tuple[Path, Path], fake_proc: Path) -> Non
     facts = detect_cgroup_facts(root, mountinfo=info, proc=fake_proc)
     assert facts.version == 1
     assert facts.driver == "cgroupfs"  # no kubepods dirs, PID 1 is not systemd
-    assert facts.hierarchy("cpu").path == (root / "cpu").resolve()
+    assert facts.hierarchy("cpu").path == str((root / "cpu").resolve())
     assert "name=systemd" in facts.hierarchies
+    assert facts.root == str(root)
+    assert all(type(h.path) is str for h in facts.hierarchies.values())
     with pytest.raises(CgroupFactsError, match="hugetlb"):
         facts.hierarchy("hugetlb")
 
@@ -75,7 +78,7 @@ def test_detect_v2(v2_tree: tuple[Path, Path], fake_proc: Path) -> None:
     root, info = v2_tree
     facts = detect_cgroup_facts(root, mountinfo=info, proc=fake_proc)
     assert facts.version == 2
-    assert facts.hierarchy().path == root.resolve()
+    assert facts.hierarchy().path == str(root.resolve())
 
 
 def test_detect_v2_without_mountinfo_uses_cgroup_controllers(
@@ -91,9 +94,9 @@ def test_detect_comounted_cpu_cpuacct(tmp_path: Path, fake_proc: Path, trees) ->
     root, info = trees.make_v1_tree(tmp_path, comount_cpu=True)
     facts = detect_cgroup_facts(root, mountinfo=info, proc=fake_proc)
     assert facts.hierarchy("cpu").path == facts.hierarchy("cpuacct").path
-    assert facts.hierarchy("cpu").path.name == "cpu,cpuacct"
-    paths = container_cgroup_paths("/kubepods/pod1/c1", facts)
-    assert paths.dir("cpu") == root / "cpu,cpuacct" / "kubepods" / "pod1" / "c1"
+    assert Path(facts.hierarchy("cpu").path).name == "cpu,cpuacct"
+    paths = facts.container_paths("/kubepods/pod1/c1")
+    assert paths.dir("cpu") == str(root / "cpu,cpuacct" / "kubepods" / "pod1" / "c1")
 
 
 def test_detect_scan_fallback_without_mountinfo(tmp_path: Path, fake_proc: Path, trees) -> None:
@@ -102,7 +105,7 @@ def test_detect_scan_fallback_without_mountinfo(tmp_path: Path, fake_proc: Path,
     empty.write_text("")
     facts = detect_cgroup_facts(root, mountinfo=empty, proc=fake_proc)
     assert facts.version == 1
-    assert facts.hierarchy("cpuacct").path.name == "cpu,cpuacct"
+    assert Path(facts.hierarchy("cpuacct").path).name == "cpu,cpuacct"
 
 
 @pytest.mark.parametrize(
@@ -147,11 +150,11 @@ def test_explicit_settings_and_bad_values(v1_tree: tuple[Path, Path], fake_proc:
 def test_cgroupfs_paths_v1(v1_tree: tuple[Path, Path], fake_proc: Path) -> None:
     root, info = v1_tree
     facts = detect_cgroup_facts(root, mountinfo=info, proc=fake_proc)
-    paths = container_cgroup_paths("/kubepods/burstable/pod-uid/ctr1", facts)
+    paths = facts.container_paths("/kubepods/burstable/pod-uid/ctr1")
     for controller in ("cpu", "cpuset", "memory", "blkio"):
-        assert paths.dir(controller) == root / controller / "kubepods/burstable/pod-uid/ctr1"
+        assert paths.dir(controller) == str(root / controller / "kubepods/burstable/pod-uid/ctr1")
     assert "name=systemd" not in paths.dirs
-    assert paths.roots["memory"] == root / "memory"
+    assert paths.roots["memory"] == str(root / "memory")
 
 
 def test_systemd_paths_v1_and_v2(
@@ -159,14 +162,15 @@ def test_systemd_paths_v1_and_v2(
 ) -> None:
     root1, info1 = v1_tree
     facts1 = detect_cgroup_facts(root1, mountinfo=info1, proc=fake_proc)
-    assert container_cgroup_paths(SYSTEMD_PATH, facts1).dir("memory") == (
+    assert facts1.container_paths(SYSTEMD_PATH).dir("memory") == str(
         root1 / "memory" / SYSTEMD_EXPANDED
     )
     root2, info2 = v2_tree
     facts2 = detect_cgroup_facts(root2, mountinfo=info2, proc=fake_proc)
-    paths = container_cgroup_paths(SYSTEMD_PATH, facts2)
-    assert paths.unified == root2 / SYSTEMD_EXPANDED
-    assert paths.dir("memory") == paths.unified  # v2: one dir for every controller
+    paths = facts2.container_paths(SYSTEMD_PATH)
+    assert paths.dir() == str(root2 / SYSTEMD_EXPANDED)
+    assert paths.dirs == {"unified": paths.dir()}
+    assert paths.dir("memory") == paths.dir()  # v2: one dir for every controller
 
 
 @pytest.mark.parametrize(
@@ -190,7 +194,7 @@ def test_bad_paths_are_typed_errors(
     root, info = v1_tree
     facts = detect_cgroup_facts(root, mountinfo=info, proc=fake_proc)
     with pytest.raises(CgroupPathError, match=message) as exc:
-        container_cgroup_paths(cgroups_path, facts)
+        facts.container_paths(cgroups_path)
     assert exc.value.cgroups_path == cgroups_path
 
 
@@ -203,14 +207,14 @@ def test_symlink_escape_refused(
     (root / "memory" / "kubepods").symlink_to(outside)
     facts = detect_cgroup_facts(root, mountinfo=info, proc=fake_proc)
     with pytest.raises(CgroupPathError, match="symlink"):
-        container_cgroup_paths("/kubepods/pod/ctr", facts)
+        facts.container_paths("/kubepods/pod/ctr")
 
 
 def test_dot_and_double_slash_are_normalised(v1_tree: tuple[Path, Path], fake_proc: Path) -> None:
     root, info = v1_tree
     facts = detect_cgroup_facts(root, mountinfo=info, proc=fake_proc)
-    paths = container_cgroup_paths("kubepods//./pod/ctr/", facts)
-    assert paths.dir("cpu") == root / "cpu" / "kubepods" / "pod" / "ctr"
+    paths = facts.container_paths("kubepods//./pod/ctr/")
+    assert paths.dir("cpu") == str(root / "cpu" / "kubepods" / "pod" / "ctr")
 
 
 def test_paths_from_proc_v1_with_mount_root(tmp_path: Path, fake_proc: Path, trees) -> None:
@@ -226,8 +230,9 @@ def test_paths_from_proc_v1_with_mount_root(tmp_path: Path, fake_proc: Path, tre
         "2:cpuacct:/kubepods/pod1/ctr\n0::/\n"
     )
     paths = cgroup_paths_from_proc(4242, facts, proc=fake_proc)
-    assert paths.dir("memory") == root / "memory" / "ctr"
-    assert paths.dir("cpu") == root / "cpu" / "kubepods/pod1/ctr"
+    assert paths.dir("memory") == str(root / "memory" / "ctr")
+    assert paths.dir("cpu") == str(root / "cpu" / "kubepods/pod1/ctr")
+    assert paths.roots["memory"] == str(root / "memory")
     assert "name=systemd" not in paths.dirs
     pid_dir.joinpath("cgroup").write_text("5:memory:/elsewhere\n")
     with pytest.raises(CgroupPathError, match="outside the mounted subtree"):
@@ -239,11 +244,70 @@ def test_paths_from_proc_v2_and_missing_pid(v2_tree: tuple[Path, Path], fake_pro
     facts = detect_cgroup_facts(root, mountinfo=info, proc=fake_proc)
     (fake_proc / "7").mkdir()
     (fake_proc / "7" / "cgroup").write_text("0::/kubepods.slice/x.scope\n")
-    assert cgroup_paths_from_proc(7, facts, proc=fake_proc).unified == (
+    assert cgroup_paths_from_proc(7, facts, proc=fake_proc).dir() == str(
         root / "kubepods.slice" / "x.scope"
     )
     with pytest.raises(CgroupFactsError, match="cannot read"):
         cgroup_paths_from_proc(8, facts, proc=fake_proc)
+
+
+def test_values_take_path_or_str_and_hold_str(tmp_path: Path) -> None:
+    h = Hierarchy(tmp_path / "cpu", "/agent")
+    assert h.path == str(tmp_path / "cpu") and type(h.path) is str
+    assert h == Hierarchy(str(tmp_path / "cpu"), "/agent")
+    assert h != Hierarchy(tmp_path / "cpu")  # mount root "/" by default
+    facts = CgroupFacts(2, "systemd", tmp_path)
+    assert facts.root == str(tmp_path) and type(facts.root) is str
+    assert facts.hierarchies == {}
+    assert facts == CgroupFacts(2, "systemd", str(tmp_path), {})
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_facts_json_round_trip(
+    v1_tree: tuple[Path, Path], v2_tree: tuple[Path, Path], fake_proc: Path, version: int
+) -> None:
+    root, info = v1_tree if version == 1 else v2_tree
+    facts = detect_cgroup_facts(root, mountinfo=info, proc=fake_proc)
+    doc = json.loads(json.dumps(facts.to_json()))  # what the hook's cache stores
+    again = CgroupFacts.from_json(doc)
+    assert again == facts
+    assert again.controllers() == facts.controllers()
+    assert again.container_paths(SYSTEMD_PATH) == facts.container_paths(SYSTEMD_PATH)
+    assert again.container_paths("/kubepods/p/c") == facts.container_paths("/kubepods/p/c")
+
+
+def test_facts_json_from_a_scanned_v1_tree(tmp_path: Path, fake_proc: Path, trees) -> None:
+    root, _ = trees.make_v1_tree(tmp_path)
+    facts = CgroupFacts(1, "cgroupfs", root)  # no hierarchies: looked up under root
+    again = CgroupFacts.from_json(json.loads(json.dumps(facts.to_json())))
+    assert again.hierarchy("memory") == facts.hierarchy("memory")
+    assert again.container_paths("/a").dirs == facts.container_paths("/a").dirs
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"version": 3},
+        {"version": "2"},
+        {"root": None},
+        {"driver": 1},
+        {"hierarchies": [["unified", 1, "/"]]},
+        {"hierarchies": [["unified", "/x"]]},
+        {"hierarchies": None},
+        {"root": KeyError},
+    ],
+)
+def test_facts_from_bad_json(change: dict) -> None:
+    doc: dict = {"version": 2, "driver": "cgroupfs", "root": "/sys/fs/cgroup",
+                 "hierarchies": [["unified", "/sys/fs/cgroup", "/"]]}
+    assert CgroupFacts.from_json(doc).version == 2
+    for key, value in change.items():
+        if value is KeyError:
+            del doc[key]
+        else:
+            doc[key] = value
+    with pytest.raises((ValueError, TypeError, KeyError)):
+        CgroupFacts.from_json(doc)
 
 
 def test_real_host_detection() -> None:
@@ -254,7 +318,7 @@ def test_real_host_detection() -> None:
     assert facts.version in (1, 2)
     own = cgroup_paths_from_proc(os.getpid(), facts)
     for d in own.dirs.values():
-        assert d.is_dir(), d
+        assert os.path.isdir(d), d
     if facts.version == 1:
         assert {"cpu", "memory"} <= set(own.dirs)
 
@@ -268,9 +332,10 @@ def test_safe_join_never_leaves_the_hierarchy(tmp_path_factory, segments, absolu
     hierarchy = tmp_path_factory.mktemp("h")
     relative = ("/" if absolute else "") + "/".join(segments)
     try:
-        path = safe_join(hierarchy, relative, relative)
+        path = safe_join(str(hierarchy), relative, relative)
     except CgroupPathError as e:
-        assert ".." in segments or "NUL" in e.reason
+        assert ".." in segments or "NUL" in str(e)
         return
     assert ".." not in segments
-    assert path.resolve().is_relative_to(hierarchy.resolve())
+    assert type(path) is str
+    assert Path(path).resolve().is_relative_to(hierarchy.resolve())

@@ -77,7 +77,7 @@ def fast_hook_entry(stage: str = DEFAULT_STAGE, python: str = "/usr/bin/python3"
     SLA (docs/hook.md). `script` defaults to this installation's __main__.py."""
     _check_stage(stage)
     if script is None:
-        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "__main__.py")
+        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hook", "__main__.py")
     for path in (python, script):
         if not os.path.isabs(path):
             raise HookSpecError(f"hook paths must be absolute, got {path!r}")

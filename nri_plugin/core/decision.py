@@ -1,0 +1,99 @@
+"""decide: annotations -> SLA -> plan for one container, as one Decision. Never raises.
+
+The plugin and the OCI hook both call it; every failure becomes a Decision carrying an
+SlaFailure, whose kind (invalid / refused / internal) decides the hook's exit status,
+the plugin's error status and, with its reason, the decision metric.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from nri_plugin.config import NodeConfig
+from nri_plugin.core.nodestate import NodeState
+from nri_plugin.errors import SlaFailure
+from nri_plugin.plan.model import ContainerPlan, PlanError
+from nri_plugin.plan.planner import PlanContext, plan_container
+from nri_plugin.sla.errors import SlaError
+from nri_plugin.sla.model import Sla
+from nri_plugin.sla.parse import sla_for_container
+
+OUTCOMES = ("enforced", "warned", "refused", "skipped")
+
+
+@dataclass
+class Decision:
+    """The outcome for one container: enforced, warned, refused or skipped (no SLA)."""
+
+    outcome: str
+    plan: ContainerPlan | None = None
+    error: SlaFailure | None = None
+    sla: Sla | None = None  # what the annotations asked for, once parsed
+
+    @property
+    def reason(self) -> str:
+        """One word for the metric: "ok", or why it was refused or warned."""
+        if self.error is not None:
+            return self.error.reason
+        if self.plan is not None and self.plan.reasons:
+            return self.plan.reasons[0]
+        return "ok"
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        return self.plan.warnings if self.plan is not None else ()
+
+    @property
+    def error_text(self) -> str | None:
+        return str(self.error) if self.error is not None else None
+
+
+def decide(node: NodeState, annotations: Mapping[str, str], container_name: str, *,
+           namespace: str = "", owner: str = "", nri_version: str | None = None,
+           env: Mapping[str, str] | None = None) -> Decision:
+    """Run annotations -> SLA -> plan for one container. Never raises."""
+    try:
+        sla = parse_sla(node.config, annotations, container_name)
+    except SlaError as exc:
+        return Decision("refused", error=exc)
+    if sla is None:
+        return Decision("skipped")
+    try:
+        sla, notes = _within_front_end(node, sla)
+        ctx = PlanContext(
+            cgroup_version=node.cgroup_version, namespace=namespace, config=node.config,
+            owner=owner, allocator=node.allocator_for(sla), rt_budget=node.rt_budget,
+            nri_version=nri_version, resolve_device=node.resolve_device,
+            io_weight_supported=node.capabilities.io_weight, container_env=env or {})
+        plan = plan_container(sla, ctx)
+    except SlaFailure as exc:  # PlanError, or a placement/inventory failure
+        return Decision("refused", error=exc, sla=sla)
+    if notes:
+        plan = dataclasses.replace(plan, warnings=(*notes, *plan.warnings),
+                                   reasons=("unsupported", *plan.reasons))
+    return Decision("warned" if plan.warnings else "enforced", plan=plan, sla=sla)
+
+
+def parse_sla(config: NodeConfig, annotations: Mapping[str, str],
+              container_name: str) -> Sla | None:
+    """The container's SLA under the node's prefix and default enforcement; None: no SLA.
+    Raises SlaError naming the annotation key, the field and the allowed values."""
+    return sla_for_container(annotations, container_name,
+                             default_enforcement=config.enforcement,
+                             prefix=config.annotation_prefix)
+
+
+def _within_front_end(node: NodeState, sla: Sla) -> tuple[Sla, tuple[str, ...]]:
+    """A front-end that cannot add devices (the OCI hook) can only align with GPUs the
+    runtime assigned (`gpu.from: runtime`); hard mode refuses, soft mode drops the GPUs."""
+    if node.can_add_devices or sla.gpu is None or sla.gpu.source == "runtime":
+        return sla, ()
+    key = sla.keys[-1] if sla.keys else f"{node.prefix}/pod"
+    message = (f"{key}: gpu: the OCI hook cannot add GPU devices (gpu.from: plugin needs the "
+               "NRI plugin); use gpu.from: runtime to align with GPUs the runtime assigned")
+    if sla.enforcement == "hard":
+        raise PlanError(key, "gpu", message.split(": gpu: ", 1)[1], "unsupported")
+    return dataclasses.replace(sla, gpu=None), (message,)
+

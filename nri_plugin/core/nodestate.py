@@ -1,0 +1,216 @@
+"""NodeState: what outlives one container decision, for either front-end.
+
+The node config, cgroup facts and capabilities, the GPU / exclusive-CPU allocator and the
+RT budget. The plugin keeps one NodeState for its whole life (allocations persist across
+containers and are rebuilt from records on Synchronize); the OCI hook builds one per run
+with no memory of other containers (no RT budget, an allocator only when the SLA asks for
+placement). Either way the same decision, cgroup writer and RT code run.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from nri_plugin.config import NodeConfig
+from nri_plugin.enforce.blockdev import resolve_io_device
+from nri_plugin.enforce.capabilities import NodeCapabilities, detect_capabilities
+from nri_plugin.enforce.cgfile import CgroupWriter
+from nri_plugin.enforce.cgpaths import CgroupFacts, CgroupPaths
+from nri_plugin.enforce.cgroupdetect import detect_cgroup_facts
+from nri_plugin.enforce.errors import EnforceError
+from nri_plugin.enforce.plan_writes import cgroup_writes
+from nri_plugin.enforce.rt import RtChange, make_rt_room
+from nri_plugin.errors import InternalFailure, SlaFailure
+from nri_plugin.plan.model import ContainerPlan, PlanError
+from nri_plugin.plan.placement import Allocator
+from nri_plugin.plan.record import RecordError, decode_record, encode_record
+from nri_plugin.plan.rt_budget import RtBudget, RtGrant, kernel_rt_share
+from nri_plugin.sla.model import Sla
+from nri_plugin.topology.cpulist import format_cpulist
+from nri_plugin.topology.cpus import read_topology
+from nri_plugin.topology.gpus import GpuInventory
+from nri_plugin.topology.inventory import configured_inventory
+from nri_plugin.topology.snapshot import load_snapshot
+
+log = logging.getLogger("nri_sla.node")
+
+AllocatorFactory = Callable[[bool], Allocator]  # (GPUs needed) -> Allocator
+
+
+class NodeState:
+    """Node-wide state shared by every container decision."""
+
+    def __init__(self, config: NodeConfig, cgroup_version: int, *,
+                 facts: CgroupFacts | None = None, allocator: Allocator | None = None,
+                 allocator_factory: AllocatorFactory | None = None,
+                 rt_budget: RtBudget | None = None,
+                 capabilities: NodeCapabilities | None = None,
+                 resolve_device: Callable[[str], tuple[int, int]] | None = resolve_io_device,
+                 can_add_devices: bool = True) -> None:
+        self.config = config
+        self.cgroup_version = cgroup_version
+        self.facts = facts
+        self.allocator = allocator
+        # One-shot nodes (the hook) build an allocator only when an SLA asks for placement.
+        self.allocator_factory = allocator_factory
+        self.rt_budget = rt_budget
+        self.capabilities = capabilities or NodeCapabilities(io_weight=True, bfq=False)
+        self.resolve_device = resolve_device
+        self.can_add_devices = can_add_devices  # False: the OCI hook (no NRI to add them)
+        self._cpusets: dict[str, str] = {}  # aligned container -> cpuset it was last given
+
+    @property
+    def prefix(self) -> str:
+        return self.config.annotation_prefix
+
+    def allocator_for(self, sla: Sla) -> Allocator | None:
+        if self.allocator is not None or self.allocator_factory is None:
+            return self.allocator
+        wants = (sla.gpu is not None or sla.numa is not None
+                 or (sla.cpu is not None and bool(sla.cpu.exclusive)))
+        if not wants:
+            return None
+        try:
+            return self.allocator_factory(sla.gpu is not None)
+        except Exception as exc:  # sysfs / NVML trouble: the node's, not the SLA's
+            raise InternalFailure(f"node topology: {exc}") from exc
+
+    # -- records -------------------------------------------------------------------------
+    def annotations_for(self, plan: ContainerPlan, path: str,
+                        body: dict[str, Any] | None = None) -> dict[str, str]:
+        """`applied` (and `warnings`) for the container; `body`: the record, if built."""
+        annotations = {f"{self.prefix}/applied": encode_record(plan, path, body)}
+        if plan.warnings:
+            annotations[f"{self.prefix}/warnings"] = "; ".join(plan.warnings)
+        return annotations
+
+    def restore(self, containers: Iterable[tuple[str, Mapping[str, str]]]
+                ) -> dict[str, ContainerPlan]:
+        """Rebuild allocations from the `applied` records of existing containers; returns
+        the plans read back (container id -> plan)."""
+        restored: dict[str, ContainerPlan] = {}
+        for owner, labels in containers:
+            text = labels.get(f"{self.prefix}/applied")
+            if not text:
+                continue
+            try:
+                _, plan = decode_record(text)
+            except RecordError as exc:
+                log.warning("container %s: ignoring unreadable %s/applied: %s",
+                            owner, self.prefix, exc)
+                continue
+            if plan.rt_runtime and self.rt_budget is not None:
+                self.rt_budget.restore(owner, RtGrant(plan.rt_runtime, plan.rt_period or 1_000_000))
+            if plan.placement_record and self.allocator is not None:
+                try:
+                    self.allocator.restore(owner, plan.placement_record)
+                except Exception as exc:  # a record that no longer fits this node
+                    log.error("container %s: cannot rebuild its placement: %s", owner, exc)
+                else:
+                    self.remember_cpuset(owner, plan)
+            restored[owner] = plan
+        return restored
+
+    def remember_cpuset(self, owner: str, plan: ContainerPlan) -> None:
+        if plan.cpus:
+            self._cpusets[owner] = plan.cpus
+
+    def cpuset_updates(self, exclude: str) -> dict[str, str]:
+        """Aligned containers whose cpuset must change because exclusive CPUs were taken
+        or given back since they got it: container id -> new cpuset."""
+        if self.allocator is None:
+            return {}
+        changed = {}
+        for owner, old in list(self._cpusets.items()):
+            cpus = self.allocator.current_cpus(owner)
+            if owner == exclude or not cpus:
+                continue
+            new = format_cpulist(cpus)
+            if new != old:
+                self._cpusets[owner] = changed[owner] = new
+        return changed
+
+    def release(self, owner: str) -> None:
+        self._cpusets.pop(owner, None)
+        if self.rt_budget is not None:
+            self.rt_budget.release(owner)
+        if self.allocator is not None:
+            self.allocator.release(owner)
+
+    def usage(self) -> tuple[int, int]:
+        if self.allocator is None:
+            return 0, 0
+        return len(self.allocator.gpus_in_use()), len(self.allocator.exclusive_cpus_in_use())
+
+    # -- enforcement ---------------------------------------------------------------------
+    def container_paths(self, cgroups_path: str) -> CgroupPaths:
+        if self.facts is None:
+            raise InternalFailure("no cgroup facts: this node state only plans (explain)")
+        return self.facts.container_paths(cgroups_path)
+
+    def make_rt_room(self, plan: ContainerPlan, paths: CgroupPaths) -> tuple[ContainerPlan,
+                                                                             list[RtChange]]:
+        """cgroup v1: raise the ancestors' RT budget before the container's own is written
+        (the kernel refuses a child budget its parents lack). Hard mode: PlanError; soft
+        mode: the plan without RT, with a warning. Returns the changes made (to undo)."""
+        if not plan.rt_runtime or paths.version != 1:
+            return plan, []
+        try:
+            done = make_rt_room(paths, plan.rt_runtime, plan.rt_period or 1_000_000)
+        except EnforceError as exc:
+            key = plan.key or self.prefix
+            if plan.enforcement == "hard":
+                raise PlanError(key, "cpu.rt-runtime", str(exc), "budget") from exc
+            problem = f"{key}: cpu.rt-runtime: {exc}"
+            return replace(plan, rt_runtime=None, rt_period=None,
+                           warnings=(*plan.warnings, problem),
+                           reasons=(*plan.reasons, "budget")), []
+        return plan, done
+
+    def write_plan(self, plan: ContainerPlan, cgroups_path: str, scope: str) -> list[str]:
+        """Write the plan's `scope` settings ("all", or "direct": what NRI cannot carry)
+        into the container's cgroup; the failures as text."""
+        writes = cgroup_writes(plan, scope=scope, bfq=self.capabilities.bfq)
+        if not writes:
+            return []
+        try:
+            paths = self.container_paths(cgroups_path)
+        except SlaFailure as exc:
+            return [str(exc)]
+        return [str(r.error) for r in CgroupWriter(paths).apply(writes) if not r.ok]
+
+
+def node_allocator(config: NodeConfig, sysfs_root: str = "/sys", *,
+                   inventory_file: str | None = None, gpus: bool = True) -> Allocator:
+    """The GPU / exclusive-CPU allocator over this node (or a replayed snapshot).
+    gpus=False: topology only, no GPU inventory (NVML) loaded."""
+    reserved = frozenset(config.reserved_cpus)
+    if inventory_file:
+        snapshot = load_snapshot(Path(inventory_file))
+        return Allocator(snapshot.topology, snapshot.inventory, reserved)
+    inventory = (configured_inventory(config.gpu.inventory, Path(sysfs_root)) if gpus
+                 else GpuInventory())
+    return Allocator(read_topology(Path(sysfs_root)), inventory, reserved)
+
+
+def build_node(config: NodeConfig, *, cgroup_version: int | None = None,
+               inventory_file: str | None = None, sysfs_root: str = "/sys",
+               detect: bool = True) -> NodeState:
+    """The plugin's NodeState for this host (or a replayed inventory snapshot / fake sysfs).
+
+    detect=False: plan only (explain), no cgroup facts read from the host beyond the
+    version.
+    """
+    cg = config.cgroup
+    facts = None
+    if detect or cgroup_version is None:
+        facts = detect_cgroup_facts(cg.root, cg.driver, cgroup_version or cg.version or "auto")
+        cgroup_version = facts.version
+    return NodeState(config, cgroup_version, facts=facts,
+                     allocator=node_allocator(config, sysfs_root, inventory_file=inventory_file),
+                     rt_budget=RtBudget(config.rt_budget * kernel_rt_share()),
+                     capabilities=detect_capabilities(cgroup_version, sysfs_root))

@@ -1,0 +1,136 @@
+"""Detecting the node's cgroup layout (CgroupFacts) and a running process's cgroup dirs.
+
+Reads /proc/self/mountinfo, the cgroup root and /proc/<pid>/cgroup; the values and the
+path rules themselves are cgpaths.py. Runs once per plugin start and on the OCI hook's
+cold path (a cached hook run reuses the stored facts).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from nri_plugin.enforce import cgpaths
+from nri_plugin.enforce.cgpaths import UNIFIED, CgroupFacts, CgroupPaths, Hierarchy, scan_v1
+from nri_plugin.enforce.errors import CgroupFactsError
+from nri_plugin.enforce.mountinfo import CgroupMount, parse_mountinfo, parse_proc_cgroup
+from nri_plugin.enforce.systemd import is_systemd_form
+
+DRIVERS = ("cgroupfs", "systemd")
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+def _mounts_under(root: Path, mounts: list[CgroupMount]) -> list[CgroupMount]:
+    real = root.resolve()
+    return [m for m in mounts if m.mount_point == real or m.mount_point.parent == real]
+
+
+def _detect_version(root: Path, mounts: list[CgroupMount]) -> int:
+    real = root.resolve()
+    for m in mounts:
+        if m.mount_point == real:
+            return 2 if m.fstype == "cgroup2" else 1
+    # A tmpfs at root with v1 mounts below it: legacy or hybrid (hybrid's cgroup2 lives at
+    # root/unified without controllers, so nri-sla treats the node as v1).
+    if any(m.fstype == "cgroup" for m in mounts):
+        return 1
+    if (root / "cgroup.controllers").exists():
+        return 2
+    if scan_v1(str(root)):
+        return 1
+    raise CgroupFactsError(f"no cgroup hierarchy found at {root} (neither v1 nor v2)")
+
+
+def _detect_driver(version: int, hierarchies: dict[str, Hierarchy], root: Path, proc: Path,
+                   hint: str | None) -> str:
+    # 1. The runtime's own cgroups_path says it best: systemd form means the systemd driver.
+    if hint:
+        return "systemd" if is_systemd_form(hint) else "cgroupfs"
+    # 2. Where kubelet put the pods: kubepods.slice (systemd) or kubepods (cgroupfs).
+    top = Path((hierarchies.get(UNIFIED if version == 2 else "cpu") or Hierarchy(root)).path)
+    if (top / "kubepods.slice").is_dir():
+        return "systemd"
+    if (top / "kubepods").is_dir():
+        return "cgroupfs"
+    # 3. No pods yet: kubelet's own default follows the init system (systemd recommended).
+    return "systemd" if _read(proc / "1" / "comm").strip() == "systemd" else "cgroupfs"
+
+
+def detect_cgroup_facts(
+    root: str | os.PathLike[str] = "/sys/fs/cgroup",
+    driver: str = "auto",
+    version: int | str = "auto",
+    *,
+    mountinfo: Path = Path("/proc/self/mountinfo"),
+    proc: Path = Path("/proc"),
+    cgroups_path_hint: str | None = None,
+) -> CgroupFacts:
+    """Detect version (mounts, then cgroup.controllers) and driver (see _detect_driver)."""
+    root = Path(root)
+    if driver not in ("auto", *DRIVERS):
+        raise CgroupFactsError(
+            f"cgroup driver {driver!r}: allowed values are auto, cgroupfs, systemd")
+    if str(version) not in ("auto", "1", "2"):
+        raise CgroupFactsError(f"cgroup version {version!r}: allowed values are auto, 1, 2")
+    if not root.is_dir():
+        raise CgroupFactsError(f"cgroup root {root} is not a directory")
+    mounts = _mounts_under(root, parse_mountinfo(_read(mountinfo)))
+    ver = _detect_version(root, mounts) if str(version) == "auto" else int(version)
+
+    hierarchies: dict[str, Hierarchy] = {}
+    if ver == 2:
+        v2 = [m for m in mounts if m.fstype == "cgroup2" and m.mount_point == root.resolve()]
+        hierarchies[UNIFIED] = Hierarchy(root.resolve(), v2[0].root if v2 else "/")
+    else:
+        for m in mounts:
+            if m.fstype == "cgroup":
+                for c in m.controllers:
+                    hierarchies.setdefault(c, Hierarchy(m.mount_point.resolve(), m.root))
+        if not hierarchies:
+            hierarchies = scan_v1(str(root))
+    drv = driver if driver != "auto" else _detect_driver(ver, hierarchies, root, proc,
+                                                         cgroups_path_hint)
+    return CgroupFacts(ver, drv, root, hierarchies)
+
+
+def cgroup_paths_from_proc(pid: int, facts: CgroupFacts, proc: Path = Path("/proc")) -> CgroupPaths:
+    """The cgroup dirs of a running process, from /proc/<pid>/cgroup.
+
+    Paths there are relative to the reader's cgroup namespace, as are mount roots in
+    mountinfo, so a mount that shows only a subtree (agent in a container) is handled by
+    stripping that subtree's path.
+    """
+    source = proc / str(pid) / "cgroup"
+    try:
+        text = source.read_text()
+    except OSError as e:
+        raise CgroupFactsError(f"cannot read {source}: {e.strerror or e}") from None
+    dirs: dict[str, str] = {}
+    roots: dict[str, str] = {}
+    label = str(source)
+    hierarchies = facts.controllers()
+    for entry in parse_proc_cgroup(text):
+        if facts.version == 2:
+            if entry.hierarchy_id != 0:
+                continue
+            names: tuple[str, ...] = (UNIFIED,)
+        else:
+            if entry.hierarchy_id == 0:
+                continue  # the hybrid host's empty v2 line
+            names = tuple(c for c in entry.controllers if not c.startswith("name="))
+        for name in names:
+            h = hierarchies.get(name)
+            if h is None:
+                continue
+            rel = cgpaths.strip_mount_root(entry.path, h.mount_root, label)
+            dirs[name] = cgpaths.safe_join(h.path, rel, label)
+            roots[name] = h.path
+    if not dirs:
+        raise CgroupFactsError(f"{source} names no cgroup mounted under {facts.root}")
+    return CgroupPaths(label, facts.version, dirs, roots)

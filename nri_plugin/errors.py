@@ -1,0 +1,56 @@
+"""SlaFailure: the one root of every failure that decides a container's fate.
+
+Its `kind` says whose fault it is, and everything else follows from the kind:
+
+* invalid  - the input is wrong: an SLA annotation, the node config, what the runtime
+             handed over (state, bundle, cgroups path). The author of that input fixes it.
+* refused  - the input is valid but this node cannot honour it (hard mode): a policy, a
+             missing feature, no placement, a cgroup write the kernel refused.
+* internal - nri-sla or the system failed: a bug, a timeout, an unreadable /proc.
+
+The OCI hook's exit status is EXIT_STATUS[kind]; the plugin answers the runtime with the
+status code its front-end maps the kind to; `reason` is the metric's one-word label.
+Lean on purpose (no imports): the OCI hook loads it on every container start.
+"""
+
+from __future__ import annotations
+
+INVALID = "invalid"
+REFUSED = "refused"
+INTERNAL = "internal"
+KINDS = (INVALID, REFUSED, INTERNAL)
+
+EXIT_OK = 0  # enforced, verified or nothing to do; soft-mode warnings may be on stderr
+EXIT_REFUSED = 1  # hard mode: the SLA cannot be honoured exactly; the container must not run
+EXIT_INVALID = 2  # bad input: the SLA annotation, the command line, the runtime's state
+EXIT_INTERNAL = 3  # a bug, a system failure or a timeout (hard mode; soft mode warns, exits 0)
+EXIT_STATUS = {REFUSED: EXIT_REFUSED, INVALID: EXIT_INVALID, INTERNAL: EXIT_INTERNAL}
+
+
+class SlaFailure(Exception):
+    """Base of every nri-sla failure about a container; subclasses set kind and reason."""
+
+    kind = INTERNAL
+    reason = "internal"  # metric label (nri_sla_decisions_total{reason=...})
+
+    @property
+    def exit_status(self) -> int:
+        return EXIT_STATUS[self.kind]
+
+
+class InvalidInput(SlaFailure):
+    """Input nri-sla cannot use, named with where it came from."""
+
+    kind = INVALID
+    reason = "invalid"
+
+
+class Refused(SlaFailure):
+    """A valid SLA this node cannot honour exactly (hard mode)."""
+
+    kind = REFUSED
+    reason = "unsupported"
+
+
+class InternalFailure(SlaFailure):
+    """A bug or a system failure; hard mode refuses, soft mode warns."""

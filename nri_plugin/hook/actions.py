@@ -1,0 +1,138 @@
+"""CgroupActions: what a decision comes down to for the hook, and carrying it out.
+
+Everything the core decided for a container (the cgroup writes, the RT budget to make
+room for, warnings, hard/soft, the decision log's `applied` fields) in plain JSON-able
+values, so that the decision cache (cache.py) can hand it to later containers with the
+same inputs without importing yaml, the parser or the planner. Cold and cached runs carry
+actions out through the same code below, with the one cgroup writer (enforce.cgfile):
+a cached run can only do what the cold one did.
+"""
+
+from __future__ import annotations
+
+from nri_plugin.enforce.cgfile import CgroupWrite, CgroupWriter
+from nri_plugin.errors import EXIT_OK, Refused
+from nri_plugin.hook.outcome import WARN, LoggedDecision, Outcome
+from nri_plugin.value import Value
+
+KINDS = ("apply", "verify")
+
+TYPE_CHECKING = False  # typing costs start-up time; only checkers need it
+if TYPE_CHECKING:
+    from nri_plugin.enforce.cgpaths import CgroupPaths
+    from nri_plugin.hook.deadline import Deadline
+    from nri_plugin.hook.outcome import RunState
+    from nri_plugin.hook.target import Target
+
+
+class CgroupActions(Value):
+    """kind "apply": write `writes` (after making RT room on v1 for `rt`); "verify": read
+    `writes` back (the plugin applied them; drift is named after `source`). `lines` are
+    the warnings known before any write; `key` names the SLA annotation in RT messages."""
+
+    __slots__ = ("applied", "enforcement", "key", "kind", "lines", "rt", "source", "writes")
+
+    def __init__(self, kind: str, enforcement: str = "hard",
+                 writes: list[CgroupWrite] | None = None, rt: tuple[int, int] | None = None,
+                 lines: list[str] | None = None, applied: dict | None = None,
+                 source: str = "", key: str = "") -> None:
+        self.kind = kind
+        self.enforcement = enforcement
+        self.writes = writes or []
+        self.rt = rt  # (rt_runtime_us, rt_period_us) when the plan asks for RT
+        self.lines = lines or []
+        self.applied = applied or {}
+        self.source = source
+        self.key = key
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "enforcement": self.enforcement,
+                "writes": [list(w) for w in self.writes],
+                "rt": list(self.rt) if self.rt else None, "lines": self.lines,
+                "applied": self.applied, "source": self.source, "key": self.key}
+
+    @classmethod
+    def from_json(cls, doc: dict) -> CgroupActions:
+        """Raises ValueError on anything malformed (the caller treats it as a miss)."""
+        kind, enforcement = doc["kind"], doc["enforcement"]
+        if kind not in KINDS or enforcement not in ("hard", "soft"):
+            raise ValueError("bad decision kind or enforcement")
+        writes = []
+        for w in doc["writes"]:
+            if len(w) != 3 or not all(isinstance(x, str) for x in w):
+                raise ValueError("bad write")
+            writes.append(CgroupWrite(w[0], w[1], w[2]))
+        rt = doc["rt"]
+        if rt is not None:
+            if len(rt) != 2 or not all(type(x) is int for x in rt):
+                raise ValueError("bad rt")
+            rt = (rt[0], rt[1])
+        lines, applied, source, key = doc["lines"], doc["applied"], doc["source"], doc["key"]
+        if (not isinstance(lines, list) or not all(isinstance(x, str) for x in lines)
+                or not isinstance(applied, dict) or not isinstance(source, str)
+                or not isinstance(key, str)):
+            raise ValueError("bad lines, applied, source or key")
+        return cls(kind, enforcement, writes, rt, lines, applied, source, key)
+
+
+def carry_out(a: CgroupActions, paths: CgroupPaths, target: Target, cid: str,
+              rs: RunState, deadline: Deadline) -> Outcome:
+    """The writes (or read-backs) of the actions, as the hook's Outcome."""
+    rs.enforcement = a.enforcement
+    if a.kind == "verify":
+        deadline.check("verifying")
+        out = verify(a, paths, cid)
+        if out.lines:  # drift (soft): worth a decision line; none when all holds
+            out.decision = LoggedDecision("warned", target, rs.log_format, warnings=out.lines)
+        return out
+    deadline.check("writing cgroup files")
+    out = apply_writes(a, paths, cid)
+    out.decision = LoggedDecision("warned" if out.lines else "enforced", target,
+                                  rs.log_format, applied=a.applied, warnings=out.lines)
+    return out
+
+
+def verify(a: CgroupActions, paths: CgroupPaths, cid: str) -> Outcome:
+    problems = CgroupWriter(paths).drift(a.writes) if a.writes else []
+    if problems and a.enforcement == "hard":
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise Refused(f"drift from what {a.source} applied: {problems[0]}{more}")
+    return Outcome(EXIT_OK, "verified",
+                   [*a.lines, *(f"{WARN}drift from what {a.source} applied: {p}"
+                                for p in problems)], cid)
+
+
+def apply_writes(a: CgroupActions, paths: CgroupPaths, cid: str) -> Outcome:
+    hard = a.enforcement == "hard"
+    lines = list(a.lines)
+    writes = a.writes
+    raised: list = []
+    if a.rt is not None and paths.version == 1:
+        raised, problem = _rt_room(a.rt, a.key, paths)
+        if problem:
+            if hard:
+                raise Refused(problem)
+            lines.append(WARN + problem)
+            writes = [w for w in writes if not w.file.startswith("cpu.rt_")]
+    failures = [r for r in CgroupWriter(paths).apply(writes) if not r.ok]
+    if failures and hard:
+        if raised:
+            from nri_plugin.enforce.rt import release_rt_ancestors
+
+            release_rt_ancestors(raised)  # runc removes the container's cgroup; undo ours
+        more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
+        raise Refused(f"{failures[0].error}{more}")
+    lines += [WARN + str(r.error) for r in failures]
+    return Outcome(EXIT_OK, "applied", lines, cid)
+
+
+def _rt_room(rt: tuple[int, int], key: str, paths: CgroupPaths) -> tuple[list, str | None]:
+    """enforce.rt.make_rt_room, as the plugin runs it: (changes made, problem or None).
+    Only RT containers on v1 pay for importing the RT module (pathlib, fractions)."""
+    from nri_plugin.enforce.errors import EnforceError
+    from nri_plugin.enforce.rt import make_rt_room
+
+    try:
+        return make_rt_room(paths, rt[0], rt[1]), None
+    except EnforceError as exc:
+        return [], f"{key}: cpu.rt-runtime: {exc}"

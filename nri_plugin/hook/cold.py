@@ -1,0 +1,194 @@
+"""The hook's cold path: the core decides, the decision becomes CgroupActions, carried out.
+
+Imported only when the container may have an SLA and no cached decision fits (cache.py).
+The decision is the plugin's (nri_plugin.core.decide) on a one-shot NodeState: no RT
+budget memory, an allocator only when the SLA asks for placement, no device injection
+(docs/hook.md says what that means for exclusive CPUs and GPUs). What differs is the path:
+no NRI, so every setting is written directly (scope "all"). The actions are stored for
+the next replica when everything they depend on is in the cache key or its recorded deps.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from nri_plugin.config import ConfigError, NodeConfig, load_config
+from nri_plugin.core import NodeState, decide, node_allocator
+from nri_plugin.core.decision import Decision, parse_sla
+from nri_plugin.enforce.blockdev import resolve_io_device
+from nri_plugin.enforce.capabilities import detect_capabilities
+from nri_plugin.enforce.cgpaths import CgroupFacts, CgroupPaths
+from nri_plugin.enforce.cgroupdetect import cgroup_paths_from_proc, detect_cgroup_facts
+from nri_plugin.enforce.errors import EnforceError
+from nri_plugin.enforce.plan_writes import cgroup_writes
+from nri_plugin.errors import EXIT_OK, InternalFailure, InvalidInput, Refused
+from nri_plugin.hook import cache
+from nri_plugin.hook.actions import CgroupActions, carry_out
+from nri_plugin.hook.deadline import Deadline
+from nri_plugin.hook.options import HookOptions
+from nri_plugin.hook.outcome import WARN, Outcome, RunState
+from nri_plugin.hook.state import BundleSpec, OciState
+from nri_plugin.hook.target import Target
+from nri_plugin.plan.model import ContainerPlan
+from nri_plugin.plan.record import RecordError, decode_record, encode_record
+from nri_plugin.sla.model import Sla
+
+Deps = list[list[str]]
+
+
+def enforce(opts: HookOptions, state: OciState, spec: BundleSpec,
+            annotations: dict[str, str], target: Target, deadline: Deadline,
+            rs: RunState) -> Outcome:
+    # The core logs (GPU inventory fallbacks, ...); with no handler Python would print
+    # them to stderr, where runc expects the hook's one line.
+    logging.getLogger("nri_sla").addHandler(logging.NullHandler())
+    store = cache.open_store(opts) if spec.cgroups_path else None
+    ckey = cache.config_key(opts) if store else None  # before reading: a change = no store
+    config = load_node_config(opts.config)
+    rs.log_format = config.log.format
+    sla = parse_sla(config, annotations, target.name)
+    if sla is None:
+        return Outcome(EXIT_OK, "skipped", [], state.id)
+    rs.enforcement = sla.enforcement
+    deadline.check("finding the container's cgroup")
+    root = opts.cgroup_root or str(config.cgroup.root)
+    fkey = cache.facts_key(ckey, root) if ckey else None
+    facts = cgroup_facts(opts, config, spec)
+    paths = container_paths(facts, spec, state)
+    deps: Deps = []
+    record = annotations.get(f"{config.annotation_prefix}/applied")
+    if record is not None:
+        actions = verify_actions(record, sla)
+    else:
+        deadline.check("planning")
+        actions = plan_actions(config, facts, annotations, target, spec, opts.sysfs_root, deps)
+    if store and ckey and fkey and sla.gpu is None:
+        # GPU inventories (NVML) are not fingerprinted: GPU SLAs are always decided cold.
+        dkey = cache.decision_key(fkey, config.annotation_prefix, annotations, target, spec,
+                                  opts.sysfs_root)
+        if cache.config_key(opts) == ckey and cache.facts_key(ckey, root) == fkey:
+            store.put("config", ckey, {"prefix": config.annotation_prefix,
+                                       "log_format": config.log.format,
+                                       "cgroup_root": str(config.cgroup.root)})
+            store.put("facts", fkey, facts.to_json())
+            store.put("decision", dkey, {"decision": actions.to_json(),
+                                         "deps": [*deps, *cache.library_deps()]})
+    return carry_out(actions, paths, target, state.id, rs, deadline)
+
+
+def verify_actions(record: str, sla: Sla) -> CgroupActions:
+    """Verify-only: the plugin already enforced this container (`sla.nri.io/applied`).
+
+    The hook then writes nothing; it reads back what the record says NRI put into the
+    spec. Settings the plugin writes directly at StartContainer (scope "direct": io
+    limits, v1 memory soft limit, io weight) are not checked: at the hook's stages they
+    are not written yet. A record is no privilege: a forged one can only make the hook
+    write less for the pod that forged it, never grant anything.
+    """
+    try:
+        source, plan = decode_record(record)
+    except RecordError as exc:
+        # Not the plugin's record: enforcing as if it were absent would be a second writer
+        # racing the plugin; refusing is clearer in hard mode, a warning in soft.
+        msg = f"sla.nri.io/applied is not a valid record ({exc})"
+        if sla.enforcement == "hard":
+            raise Refused(msg) from None
+        return CgroupActions("verify", "soft", lines=[WARN + msg])
+    direct = set(cgroup_writes(plan, scope="direct"))
+    expected = [w for w in cgroup_writes(plan, scope="all") if w not in direct]
+    return CgroupActions("verify", sla.enforcement, expected, source=source)
+
+
+def plan_actions(config: NodeConfig, facts: CgroupFacts, annotations: dict[str, str],
+                 target: Target, spec: BundleSpec, sysfs_root: str,
+                 deps: Deps) -> CgroupActions:
+    """The core's decision on a one-shot node; `deps` collects what the decision cache
+    must re-check before reusing it (io.max devices, the CPU/NUMA topology, schedulers)."""
+    node = hook_node(config, facts, sysfs_root, deps)
+    decision = decide(node, annotations, target.name, namespace=target.namespace,
+                      owner=target.id, env=spec.env)
+    if decision.error is not None:
+        raise decision.error
+    plan = decision.plan
+    if plan is None:  # pragma: no cover - parse_sla found an SLA, so decide did too
+        raise InternalFailure("the SLA vanished between parsing and planning")
+    if _asks_io_weight(decision):
+        deps.append(["schedulers", sysfs_root, cache.scheduler_signature(sysfs_root)])
+    rt = (plan.rt_runtime, plan.rt_period or 1_000_000) if plan.rt_runtime else None
+    return CgroupActions("apply", plan.enforcement,
+                         cgroup_writes(plan, scope="all", bfq=node.capabilities.bfq), rt,
+                         [WARN + w for w in plan.warnings], applied_fields(plan),
+                         key=plan.key or config.annotation_prefix)
+
+
+def hook_node(config: NodeConfig, facts: CgroupFacts, sysfs_root: str,
+              deps: Deps) -> NodeState:
+    """A NodeState for one container: capabilities from this node, an allocator built only
+    when the SLA asks for placement, devices resolved through the core's resolver."""
+
+    def resolve_device(device: str) -> tuple[int, int]:
+        deps.append(["device", device, cache.device_signature(device)])
+        return resolve_io_device(device)
+
+    def allocator(gpus: bool) -> Any:
+        deps.append(["topology", sysfs_root, cache.topology_signature(sysfs_root)])
+        return node_allocator(config, sysfs_root, gpus=gpus)
+
+    return NodeState(config, facts.version, facts=facts, allocator_factory=allocator,
+                     capabilities=detect_capabilities(facts.version, sysfs_root),
+                     resolve_device=resolve_device, can_add_devices=False)
+
+
+def _asks_io_weight(decision: Decision) -> bool:
+    return (decision.sla is not None and decision.sla.io is not None
+            and decision.sla.io.weight is not None)
+
+
+def applied_fields(plan: ContainerPlan) -> dict[str, Any]:
+    """What was set, as in the plugin's `applied` record (minus version and path)."""
+    fields = json.loads(encode_record(plan, "hook"))
+    for key in ("v", "path", "enforcement", "cgroup_version"):
+        fields.pop(key, None)
+    return fields
+
+
+# ------------------------------------------------------------------ inputs
+
+
+def load_node_config(path: str | None) -> NodeConfig:
+    """The node config: `path`, else /etc/nri-sla/config.yaml when it exists, else defaults."""
+    try:
+        return load_config(path)
+    except ConfigError as exc:
+        raise InvalidInput(f"node config: {exc}") from None
+
+
+def cgroup_facts(opts: HookOptions, config: NodeConfig, spec: BundleSpec) -> CgroupFacts:
+    cg = config.cgroup
+    try:
+        return detect_cgroup_facts(opts.cgroup_root or cg.root, driver=cg.driver,
+                                   version=cg.version or "auto",
+                                   cgroups_path_hint=spec.cgroups_path)
+    except EnforceError as exc:
+        raise InternalFailure(f"cgroup facts: {exc}") from None
+
+
+def container_paths(facts: CgroupFacts, spec: BundleSpec, state: OciState) -> CgroupPaths:
+    """linux.cgroupsPath when given (what runc used), else /proc/<pid>/cgroup."""
+    try:
+        if spec.cgroups_path:
+            paths = facts.container_paths(spec.cgroups_path)
+        elif state.pid is not None:
+            paths = cgroup_paths_from_proc(state.pid, facts)
+        else:
+            raise InvalidInput("config.json has no linux.cgroupsPath and the state has no "
+                               "pid: cannot find the container's cgroup")
+    except EnforceError as exc:
+        raise InvalidInput(f"container cgroup: {exc}") from None
+    missing = paths.missing()
+    if missing:
+        raise InvalidInput(f"container cgroup {missing[0]} does not exist (hook stage too "
+                           "early? use createRuntime, prestart or poststart)")
+    return paths

@@ -1,0 +1,6 @@
+"""The NRI front-end: SlaPlugin's handlers run the core for each container event and
+answer in NRI's terms (the ContainerAdjustment builder lives here, with protobuf)."""
+
+from nri_plugin.plugin.handlers import SlaPlugin, StartRefused
+
+__all__ = ["SlaPlugin", "StartRefused"]

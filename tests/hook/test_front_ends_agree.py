@@ -1,0 +1,200 @@
+"""The plugin and the OCI hook, given the same SLA on the same node, leave the same values
+in the container's cgroup (fake v1 and v2 trees; tests/vm/guest repeats it on a real v2).
+
+Plugin path, as containerd runs it: CreateContainer (the core's decision, RT room on v1,
+the adjustment), runc applying the adjustment's linux.resources (as `runc_apply` below
+does on a fake tree), StartContainer (the direct writes). Hook path: `nri-sla hook`'s own
+flow over a bundle whose config.json carries the same annotations and cgroupsPath.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from nri_plugin.config import load_config
+from nri_plugin.core import decide
+from nri_plugin.core.nodestate import NodeState, node_allocator
+from nri_plugin.enforce.capabilities import detect_capabilities
+from nri_plugin.enforce.cgpaths import CgroupFacts
+from nri_plugin.errors import EXIT_OK, EXIT_STATUS
+from nri_plugin.hook.outcome import PREFIX, WARN
+from nri_plugin.plan.rt_budget import RtBudget
+from nri_plugin.plugin.adjustment import build_adjustment
+
+CTR = "/kubepods/pod-a/ctr-1"
+NAME = "io.kubernetes.cri.container-name"
+CONFIG = "permissions:\n  realtime: ['*']\n"
+
+# What the kernel shows in a new container cgroup, for the files nri-sla or runc write.
+V1_FILES = {
+    "cpu": {"cpu.cfs_quota_us": "-1", "cpu.cfs_period_us": "100000",
+            "cpu.rt_runtime_us": "0", "cpu.rt_period_us": "1000000"},
+    "cpuset": {"cpuset.cpus": "", "cpuset.mems": ""},
+    "memory": {"memory.limit_in_bytes": "9223372036854771712",
+               "memory.soft_limit_in_bytes": "9223372036854771712"},
+    "blkio": {"blkio.weight": "500", "blkio.bfq.weight": "100",
+              **{f"blkio.throttle.{k}_device": "" for k in
+                 ("read_bps", "write_bps", "read_iops", "write_iops")}},
+}
+V2_FILES = {"cpu.max": "max 100000", "cpuset.cpus": "", "cpuset.mems": "",
+            "memory.max": "max", "memory.high": "max", "io.max": "",
+            "io.weight": "default 100", "io.bfq.weight": "default 100"}
+
+
+def fake_tree(root: Path, version: int) -> dict[str, Path]:
+    """The container's dirs (and its ancestors, with the kernel's RT budget on v1)."""
+    rel = CTR.strip("/")
+    if version == 2:
+        d = root / rel
+        d.mkdir(parents=True)
+        (root / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+        for name, value in V2_FILES.items():
+            (d / name).write_text(value + "\n")
+        return {"unified": d}
+    dirs = {}
+    for controller, files in V1_FILES.items():
+        d = root / controller
+        for part in ("", *rel.split("/")):
+            d = d / part if part else d
+            d.mkdir(parents=True, exist_ok=True)
+            for name, value in files.items():
+                (d / name).write_text(value + "\n")
+        dirs[controller] = d
+    (root / "cpu" / "cpu.rt_runtime_us").write_text("950000\n")
+    return dirs
+
+
+def snapshot(dirs: dict[str, Path], root: Path) -> dict[str, str]:
+    """Every file of the container's dirs (and the RT budget of its ancestors)."""
+    out = {f"{c}/{f.name}": f.read_text().strip() for c, d in dirs.items()
+           for f in sorted(d.iterdir())}
+    if "cpu" in dirs:
+        for ancestor in (root / "cpu" / "kubepods", root / "cpu" / "kubepods" / "pod-a"):
+            out[f"{ancestor.relative_to(root)}/cpu.rt_runtime_us"] = \
+                ancestor.joinpath("cpu.rt_runtime_us").read_text().strip()
+    return out
+
+
+def runc_apply(resources, dirs: dict[str, Path], version: int) -> None:
+    """What runc writes for the linux.resources fields an nri-sla adjustment sets."""
+    def put(controller: str, name: str, value: object) -> None:
+        (dirs["unified" if version == 2 else controller] / name).write_text(f"{value}\n")
+
+    cpu = resources.cpu
+    if version == 1:
+        if cpu.HasField("period"):
+            put("cpu", "cpu.cfs_period_us", cpu.period.value)
+        if cpu.HasField("quota"):
+            put("cpu", "cpu.cfs_quota_us", cpu.quota.value)
+        if cpu.HasField("realtime_period"):
+            put("cpu", "cpu.rt_period_us", cpu.realtime_period.value)
+        if cpu.HasField("realtime_runtime"):
+            put("cpu", "cpu.rt_runtime_us", cpu.realtime_runtime.value)
+        if resources.memory.HasField("limit"):
+            put("memory", "memory.limit_in_bytes", resources.memory.limit.value)
+    else:
+        if cpu.HasField("quota") or cpu.HasField("period"):
+            quota = cpu.quota.value if cpu.HasField("quota") else "max"
+            put("cpu", "cpu.max", f"{quota} {cpu.period.value or 100000}")
+        if resources.memory.HasField("limit"):
+            put("memory", "memory.max", resources.memory.limit.value)
+        for name, value in resources.unified.items():
+            put("", name, value)
+    if cpu.cpus:
+        put("cpuset", "cpuset.cpus", cpu.cpus)
+    if cpu.mems:
+        put("cpuset", "cpuset.mems", cpu.mems)
+
+
+def through_plugin(tmp_path: Path, version: int, annotations: dict[str, str]):
+    root = tmp_path / "plugin"
+    dirs = fake_tree(root, version)
+    config = load_config(str(tmp_path / "config.yaml"))
+    facts = CgroupFacts(version, "cgroupfs", root)
+    node = NodeState(config, version, facts=facts, allocator=node_allocator(config),
+                     rt_budget=RtBudget(config.rt_budget * 0.95),
+                     capabilities=detect_capabilities(version))
+    decision = decide(node, annotations, "app", namespace="default", owner="ctr-1")
+    if decision.error is not None:
+        return decision.error.exit_status, [str(decision.error)], None
+    plan, _ = node.make_rt_room(decision.plan, facts.container_paths(CTR))
+    adjustment = build_adjustment(plan, node.annotations_for(plan, "nri"))
+    runc_apply(adjustment.linux.resources, dirs, version)
+    problems = node.write_plan(plan, CTR, scope="direct")
+    return EXIT_OK, [*plan.warnings, *problems], snapshot(dirs, root)
+
+
+def through_hook(tmp_path: Path, version: int, annotations: dict[str, str], h):
+    root = tmp_path / "hook"
+    dirs = fake_tree(root, version)
+    bundle = h.write_bundle(tmp_path / "bundle", {NAME: "app", **annotations}, CTR)
+    out = h.run_inproc(h.state_json(bundle), cgroup_root=str(root),
+                       config=str(tmp_path / "config.yaml"), cache_dir="off")
+    lines = [line.removeprefix(WARN).removeprefix(PREFIX) for line in out.lines]
+    if out.exit_code != EXIT_OK:
+        return out.exit_code, lines, None
+    return EXIT_OK, lines, snapshot(dirs, root)
+
+
+SLAS = {
+    "cpu and memory.max": "cpu: {limit: 0.5}\nmemory: {max: 64Mi}",
+    "period, memory.high below max": "cpu: {limit: 2, period: 50ms}\n"
+                                     "memory: {high: 48Mi, max: 64Mi}",
+    "io weight": "io: {weight: 300}",
+    "numa node 0": "numa: {nodes: '0'}\ncpu: {limit: 1}",
+    "container key over pod key": None,  # see ANNOTATIONS
+    "invalid: high above max": "memory: {high: 2Gi, max: 1Gi}",
+    "invalid: unknown field": "cpu: {limits: 2}",
+}
+ANNOTATIONS = {
+    "container key over pod key": {"sla.nri.io/pod": "cpu: {limit: 1}\nmemory: {max: 1Gi}",
+                                   "sla.nri.io/container.app": "cpu: {limit: 0.25}"},
+}
+V1_ONLY = {"rt budget with ancestors": "cpu: {limit: 1, rt-runtime: 5ms, rt-period: 1s}",
+           "soft memory.high (v1 soft limit)": "enforcement: soft\nmemory: {high: 32Mi}"}
+V2_ONLY = {"rt refused on v2": "cpu: {limit: 1, rt-runtime: 5ms}"}
+# Valid SLAs a node refuses in hard mode, and what the message names.
+REFUSED = {(2, "rt refused on v2"): "cgroup v2",
+           (1, "period, memory.high below max"): "memory.high"}
+if not detect_capabilities(1).io_weight:  # v1 without BFQ on any disk (this host's /sys)
+    REFUSED[1, "io weight"] = "io.weight"
+CASES = ([(v, name) for v in (1, 2) for name in SLAS] + [(1, name) for name in V1_ONLY]
+         + [(2, name) for name in V2_ONLY])
+
+
+@pytest.mark.parametrize(("version", "case"), CASES)
+def test_plugin_and_hook_write_the_same_values(tmp_path, h, version, case):
+    (tmp_path / "config.yaml").write_text(CONFIG)
+    text = {**SLAS, **V1_ONLY, **V2_ONLY}[case]
+    annotations = ANNOTATIONS.get(case) or {"sla.nri.io/pod": text}
+    plugin = through_plugin(tmp_path, version, annotations)
+    hook = through_hook(tmp_path, version, annotations, h)
+    assert hook == plugin
+    if case.startswith("invalid"):
+        assert plugin[0] == EXIT_STATUS["invalid"]
+    elif (version, case) in REFUSED:
+        assert plugin[0] == EXIT_STATUS["refused"] and REFUSED[version, case] in plugin[1][0]
+    else:
+        assert plugin[0] == EXIT_OK
+        pristine = tmp_path / "pristine"
+        assert plugin[2] != snapshot(fake_tree(pristine, version), pristine), \
+            "the SLA changed nothing: the comparison would prove nothing"
+
+
+def test_io_max_on_a_real_disk_agrees(tmp_path, h):
+    _dev, majmin = h.first_disk()
+    sla = f"io:\n  max:\n    - {{device: '{majmin}', read-bps: 1Mi, write-iops: 300}}\n"
+    for version in (1, 2):
+        work = tmp_path / f"v{version}"
+        work.mkdir()
+        (work / "config.yaml").write_text(CONFIG)
+        plugin = through_plugin(work, version, {"sla.nri.io/pod": sla})
+        hook = through_hook(work, version, {"sla.nri.io/pod": sla}, h)
+        assert hook == plugin and plugin[0] == EXIT_OK
+        files = plugin[2]
+        if version == 1:
+            assert files["blkio/blkio.throttle.read_bps_device"] == f"{majmin} {1 << 20}"
+        else:
+            assert files["unified/io.max"].startswith(majmin)

@@ -6,11 +6,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
 from nri_plugin.plan.placement import Allocator, Placement
-from nri_plugin.topology import Topology, load_inventory, read_topology
-from nri_plugin.topology.gpus import GpuInventory
-from nri_plugin.topology.testing import (
+
+from nri_plugin.simulated.hardware import (
     FakeNvml,
     build_mig_proc,
     build_sysfs,
@@ -20,6 +18,8 @@ from nri_plugin.topology.testing import (
     pcie_box_gpus,
     pcie_box_pci,
 )
+from nri_plugin.topology import Topology, load_inventory, read_topology
+from nri_plugin.topology.gpus import GpuInventory
 
 Node = tuple[Topology, GpuInventory]
 

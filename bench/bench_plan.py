@@ -17,7 +17,7 @@ from pathlib import Path
 from nri_plugin.config import NodeConfig
 from nri_plugin.enforce.adjustment import build_adjustment
 from nri_plugin.node import NodeState, decide
-from nri_plugin.plan.placement import Allocator
+from nri_plugin.plan.allocator import Allocator
 from nri_plugin.plan.rt_budget import RtBudget
 from nri_plugin.topology.snapshot import load_snapshot
 

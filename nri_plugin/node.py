@@ -99,7 +99,7 @@ class NodeState:
             if plan.rt_runtime:
                 self.rt_budget.restore(owner, RtGrant(plan.rt_runtime, plan.rt_period or 1_000_000))
             if plan.placement_record and self.allocator is not None:
-                from nri_plugin.plan.placement import PlacementError
+                from nri_plugin.plan.placement_values import PlacementError
 
                 try:
                     self.allocator.restore(owner, plan.placement_record)
@@ -217,7 +217,7 @@ def build_node(config: NodeConfig, *, cgroup_version: int | None = None,
     """
     from nri_plugin.enforce.blockdev import any_bfq
     from nri_plugin.enforce.nodefacts import detect_cgroup_facts
-    from nri_plugin.plan.placement import Allocator
+    from nri_plugin.plan.allocator import Allocator
     from nri_plugin.topology.cpus import read_topology
     from nri_plugin.topology.inventory import configured_inventory
     from nri_plugin.topology.snapshot import load_snapshot

@@ -211,7 +211,7 @@ def hook_allocator(sla: Any, config: Any, sysfs_root: str) -> Any:
         return None
     from pathlib import Path
 
-    from nri_plugin.plan.placement import Allocator
+    from nri_plugin.plan.allocator import Allocator
     from nri_plugin.topology.cpus import read_topology
     from nri_plugin.topology.gpus import GpuInventory
 

@@ -1,7 +1,7 @@
 """CPUs, SMT siblings and NUMA nodes of this machine, read from sysfs.
 
 Only facts: which CPUs are online, which CPUs share a physical core, and which CPUs and
-memory belong to which NUMA node. Who uses what is `nri_plugin.plan.placement`'s business.
+memory belong to which NUMA node. Who uses what is `nri_plugin.plan.allocator`'s business.
 """
 
 from __future__ import annotations

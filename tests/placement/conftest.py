@@ -6,8 +6,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from nri_plugin.plan.placement import Allocator, Placement
 
+from nri_plugin.plan.allocator import Allocator
+from nri_plugin.plan.placement_values import Placement
 from nri_plugin.simulated.hardware import (
     FakeNvml,
     build_mig_proc,

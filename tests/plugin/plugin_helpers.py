@@ -9,7 +9,7 @@ from pathlib import Path
 from nri_plugin.config import NodeConfig, Permissions
 from nri_plugin.enforce.nodefacts import CgroupFacts
 from nri_plugin.node import NodeState
-from nri_plugin.plan.placement import Allocator
+from nri_plugin.plan.allocator import Allocator
 from nri_plugin.plan.rt_budget import RtBudget
 from nri_plugin.topology.snapshot import load_snapshot
 

@@ -87,7 +87,7 @@ def test_this_machine():
 
 def test_hook_path_imports_stay_light():
     # the OCI hook imports placement on every container start: no YAML, NVML or logging
-    code = ("import sys, nri_plugin.plan.placement; "
+    code = ("import sys, nri_plugin.plan.allocator; "
             "print(sorted(m for m in ('yaml', 'pynvml', 'logging') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True,
                          check=True)

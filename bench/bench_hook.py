@@ -30,7 +30,7 @@ HOOK_MAIN = Path(__file__).resolve().parents[1] / "nri_plugin" / "hook" / "__mai
 _REPO = str(Path(__file__).resolve().parents[1])
 _SITE = f"{sys.prefix}/lib/python{sys.version_info[0]}.{sys.version_info[1]}/site-packages"
 STACK = (f"import sys; sys.path[:0] = [{_REPO!r}, {_SITE!r}]; import nri_plugin.config, "
-         "nri_plugin.core, nri_plugin.plan.planner, nri_plugin.plan.placement, "
+         "nri_plugin.core, nri_plugin.plan.planner, nri_plugin.plan.allocator, "
          "nri_plugin.enforce.cgfile, nri_plugin.enforce.cgroupdetect, "
          "nri_plugin.enforce.plan_writes, nri_plugin.topology.cpus")
 CTR = "/kubepods/burstable/pod-1234/ctr-abcd"

@@ -11,7 +11,8 @@ import argparse
 import statistics
 import time
 
-from nri_plugin.plan.placement import Allocator, PlacementError, PlacementRequest
+from nri_plugin.plan.allocator import Allocator
+from nri_plugin.plan.placement_values import PlacementError, PlacementRequest
 from nri_plugin.topology import Gpu, GpuInventory, NumaNode, Topology
 
 NODES, CORES, THREADS, GPUS = 8, 16, 2, 16

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from nri_plugin.config import NodeConfig
 from nri_plugin.core import NodeState, decide
-from nri_plugin.plan.placement import Allocator
+from nri_plugin.plan.allocator import Allocator
 from nri_plugin.plan.rt_budget import RtBudget
 from nri_plugin.plugin.adjustment import build_adjustment
 from nri_plugin.topology.snapshot import load_snapshot

@@ -9,10 +9,15 @@ from __future__ import annotations
 
 import sys
 
-# name -> (module under nri_plugin.commands, one-line help)
+# `nri-sla hook` is exec'd for every container: main() hands its argv to nri_plugin.hook
+# before argparse or any module below is imported (docs/hook.md).
+HOOK = "hook"
+HOOK_HELP = "OCI hook entry point (state JSON on stdin)"
+
+# name -> (module under nri_plugin.commands with add_arguments(parser) and main(args),
+# one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("run", "run the NRI plugin service"),
-    "hook": ("hook", "OCI hook entry point (state JSON on stdin)"),
     "explain": ("explain", "show what each container of a pod manifest would get"),
     "validate": ("validate", "check the SLA annotations of pod manifests (CI friendly)"),
     "inventory": ("inventory", "print the node's CPUs, NUMA nodes and GPUs"),
@@ -30,15 +35,15 @@ def _top_parser():
         description="Pod resource SLAs for containerd nodes (NRI plugin and OCI hook).",
     )
     parser.add_argument("--version", action="version", version=f"nri-sla {__version__}")
-    parser.add_argument("command", choices=sorted(COMMANDS), metavar="COMMAND",
-                        help="; ".join(f"{n}: {h}" for n, (_, h) in COMMANDS.items()))
+    helps = {name: help_text for name, (_, help_text) in COMMANDS.items()} | {HOOK: HOOK_HELP}
+    parser.add_argument("command", choices=sorted(helps), metavar="COMMAND",
+                        help="; ".join(f"{n}: {h}" for n, h in helps.items()))
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["hook"]:
-        # Exec'd for every container: straight to the hook, no argparse (docs/hook.md).
+    if argv[:1] == [HOOK]:
         from nri_plugin.hook.__main__ import main as hook_main
 
         return hook_main(argv[1:])

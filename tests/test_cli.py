@@ -1,8 +1,11 @@
+import importlib
 import subprocess
 import sys
 
+import pytest
+
 from nri_plugin import __version__
-from nri_plugin.cli import main
+from nri_plugin.cli import COMMANDS, HOOK, main
 
 
 def test_version_flag():
@@ -19,3 +22,27 @@ def test_unknown_command_exits_2(capsys):
     else:
         raise AssertionError("unknown command accepted")
     assert "invalid choice" in capsys.readouterr().err
+
+
+def test_every_listed_command_has_a_module():
+    for name, (module_name, _) in COMMANDS.items():
+        module = importlib.import_module(f"nri_plugin.commands.{module_name}")
+        assert callable(module.add_arguments) and callable(module.main), name
+
+
+def test_help_lists_the_commands_and_the_hook(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--help"])
+    assert exc.value.code == 0
+    listed = " ".join(capsys.readouterr().out.split())
+    for name in [*COMMANDS, HOOK]:
+        assert f"{name}: " in listed
+
+
+def test_hook_goes_straight_to_the_hook(monkeypatch):
+    import nri_plugin.hook.__main__ as hook_entry
+
+    seen: list[list[str]] = []
+    monkeypatch.setattr(hook_entry, "main", lambda argv: seen.append(argv) or 7)
+    assert main([HOOK, "--trace"]) == 7
+    assert seen == [["--trace"]]

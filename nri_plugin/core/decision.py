@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from nri_plugin.config import NodeConfig
 from nri_plugin.core.nodestate import NodeState
 from nri_plugin.errors import SlaFailure
+from nri_plugin.plan.context import PlanContext
 from nri_plugin.plan.model import ContainerPlan, PlanError
-from nri_plugin.plan.planner import PlanContext, plan_container
+from nri_plugin.plan.planner import plan_container
 from nri_plugin.sla.errors import SlaError
 from nri_plugin.sla.model import Sla
 from nri_plugin.sla.parse import sla_for_container

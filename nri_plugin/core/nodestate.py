@@ -25,8 +25,9 @@ from nri_plugin.enforce.errors import EnforceError
 from nri_plugin.enforce.plan_writes import cgroup_writes
 from nri_plugin.enforce.rt import RtChange, make_rt_room
 from nri_plugin.errors import InternalFailure, SlaFailure
+from nri_plugin.plan.allocator import Allocator
 from nri_plugin.plan.model import ContainerPlan, PlanError
-from nri_plugin.plan.placement import Allocator
+from nri_plugin.plan.placement_values import PlacementError
 from nri_plugin.plan.record import RecordError, decode_record, encode_record
 from nri_plugin.plan.rt_budget import RtBudget, RtGrant, kernel_rt_share
 from nri_plugin.sla.model import Sla
@@ -76,7 +77,7 @@ class NodeState:
             return None
         try:
             return self.allocator_factory(sla.gpu is not None)
-        except Exception as exc:  # sysfs / NVML trouble: the node's, not the SLA's
+        except OSError as exc:  # sysfs trouble: the node's, not the SLA's
             raise InternalFailure(f"node topology: {exc}") from exc
 
     # -- records -------------------------------------------------------------------------
@@ -108,7 +109,7 @@ class NodeState:
             if plan.placement_record and self.allocator is not None:
                 try:
                     self.allocator.restore(owner, plan.placement_record)
-                except Exception as exc:  # a record that no longer fits this node
+                except PlacementError as exc:  # a record that no longer fits this node
                     log.error("container %s: cannot rebuild its placement: %s", owner, exc)
                 else:
                     self.remember_cpuset(owner, plan)

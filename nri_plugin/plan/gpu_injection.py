@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nri_plugin.plan.placement import Placement
+from nri_plugin.plan.placement_values import Placement, PlacementError
 
 MODES = ("cdi", "env", "devices")
 CDI_NAMES = ("uuid", "index")
@@ -32,15 +32,6 @@ ENV_VISIBLE = "NVIDIA_VISIBLE_DEVICES"
 _CONTROL_NODES = (("nvidiactl", True), ("nvidia-uvm", True), ("nvidia-uvm-tools", False))
 
 StatFn = Callable[[str], os.stat_result]
-
-
-class InjectionError(Exception):
-    """The GPUs cannot be injected as configured (bad mode, missing device node...)."""
-
-    def __init__(self, message: str, field: str = "gpu") -> None:
-        self.message = message
-        self.field = field
-        super().__init__(message)
 
 
 @dataclass(frozen=True)
@@ -91,12 +82,12 @@ def _node(dev_root: Path, name: str, stat_fn: StatFn, required: bool) -> DeviceN
     except FileNotFoundError:
         if not required:
             return None
-        raise InjectionError(f"device node {host_path} does not exist (is the NVIDIA driver "
+        raise PlacementError(f"device node {host_path} does not exist (is the NVIDIA driver "
                              "loaded and nvidia-modprobe run?)") from None
     except OSError as exc:
-        raise InjectionError(f"cannot stat {host_path}: {exc.strerror}") from None
+        raise PlacementError(f"cannot stat {host_path}: {exc.strerror}") from None
     if not statmod.S_ISCHR(st.st_mode):
-        raise InjectionError(f"{host_path} is not a character device")
+        raise PlacementError(f"{host_path} is not a character device")
     return DeviceNode(path=f"/dev/{name}", type="c", major=os.major(st.st_rdev),
                       minor=os.minor(st.st_rdev), file_mode=statmod.S_IMODE(st.st_mode),
                       uid=st.st_uid, gid=st.st_gid)
@@ -107,7 +98,7 @@ def _device_nodes(p: Placement, dev_root: Path, stat_fn: StatFn) -> tuple[Device
     names += list(_CONTROL_NODES)
     if p.mig is not None:
         if not p.mig.caps_minors:
-            raise InjectionError(
+            raise PlacementError(
                 f"MIG device {p.mig.uuid}: its /dev/nvidia-caps minors are unknown "
                 "(/proc/driver/nvidia-caps/mig-minors was not readable when the inventory "
                 "was taken); use gpu injection mode cdi or env", field="gpu.mig")
@@ -125,10 +116,10 @@ def gpu_injection(placement: Placement, mode: str, dev_root: Path = Path("/dev")
     `stat_fn` reads the host's device nodes under `dev_root` (tests substitute it).
     """
     if mode not in MODES:
-        raise InjectionError(f"gpu injection mode {mode!r} is not one of {', '.join(MODES)}",
+        raise PlacementError(f"gpu injection mode {mode!r} is not one of {', '.join(MODES)}",
                              field="gpu_injection")
     if cdi_names not in CDI_NAMES:
-        raise InjectionError(f"CDI naming {cdi_names!r} is not one of {', '.join(CDI_NAMES)}",
+        raise PlacementError(f"CDI naming {cdi_names!r} is not one of {', '.join(CDI_NAMES)}",
                              field="gpu_injection")
     if not placement.gpus or placement.from_runtime:
         return GpuInjection()

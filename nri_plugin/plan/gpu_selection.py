@@ -82,6 +82,11 @@ def choose(free: Sequence[Gpu], n: int, topology: str, holders: Mapping[int, Map
         peers_lost = sum(len(g.nvlink_peers & free_ids - ids) for g in pick)
         return (len(broken), linked, len(nodes), node_free, peers_lost, tuple(sorted(ids)))
 
+    def fullest_first() -> list[Gpu]:
+        # across nodes, the fullest first: a choice spanning nodes then spans the fewest
+        order = sorted(by_node, key=lambda x: (-len(by_node[x]), x is None, x or 0))
+        return [g for node in order for g in by_node[node]]
+
     candidates: list[tuple[Gpu, ...]] = []
     for node, gpus in by_node.items():
         if len(gpus) < n or (node is None and topology == "numa"):
@@ -93,16 +98,11 @@ def choose(free: Sequence[Gpu], n: int, topology: str, holders: Mapping[int, Map
         else:
             candidates.append(tuple(gpus[:n]))
     if not candidates and topology == "nvlink" and n > 1:
-        ordered = [g for node in sorted(by_node, key=lambda x: (-len(by_node[x]), x is None,
-                                                                x or 0)) for g in by_node[node]]
-        clique = find_clique(ordered, n)
+        clique = find_clique(fullest_first(), n)
         if clique is not None:
             candidates.append(clique)
     if not candidates and topology == "any":
-        # span nodes: fewest nodes, so take from the fullest nodes first
-        ordered = [g for node in sorted(by_node, key=lambda x: (-len(by_node[x]), x is None,
-                                                                x or 0)) for g in by_node[node]]
-        candidates.append(tuple(ordered[:n]))
+        candidates.append(tuple(fullest_first()[:n]))
     if not candidates:
         return None
     best = min(candidates, key=cost)
@@ -128,5 +128,3 @@ def find_clique(ordered: Sequence[Gpu], n: int) -> tuple[Gpu, ...] | None:
     found = extend([], list(ordered))
     return tuple(found) if found is not None else None
 
-
-# --- GPUs assigned by the runtime (device plugin) ------------------------------------------

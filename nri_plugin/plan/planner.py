@@ -7,12 +7,9 @@ in soft mode shortfalls become warnings and the rest is applied.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-
-from nri_plugin.config import NodeConfig
+from nri_plugin.plan.context import PlanContext
 from nri_plugin.plan.model import ContainerPlan, IoLimit, MemoryPolicy, Shortfall, SlaRefused
-from nri_plugin.plan.rt_budget import RtBudget, RtBudgetExceeded, RtGrant
+from nri_plugin.plan.rt_budget import RtBudgetExceeded, RtGrant
 from nri_plugin.sla.model import Sla
 
 TYPE_CHECKING = False  # `typing` costs the OCI hook start-up time; only checkers need it
@@ -20,22 +17,6 @@ if TYPE_CHECKING:
     from typing import Any
 
 MEMORY_POLICY_NRI_VERSION = (0, 12)
-
-
-@dataclass
-class PlanContext:
-    """What the planner needs to know about the node and the container."""
-
-    cgroup_version: int
-    namespace: str = ""
-    config: NodeConfig = field(default_factory=NodeConfig)
-    owner: str = ""
-    allocator: Any = None  # nri_plugin.plan.placement.Allocator
-    rt_budget: RtBudget | None = None
-    nri_version: str | None = None  # None: no NRI (the hook path)
-    resolve_device: Callable[[str], tuple[int, int]] | None = None
-    io_weight_supported: bool = True
-    container_env: Mapping[str, str] = field(default_factory=dict)
 
 
 def parse_nri_version(version: str | None) -> tuple[int, int] | None:
@@ -112,7 +93,7 @@ class _Planner:
             self.short("gpu" if wants_gpu else "numa", "no node topology is available to "
                        "place this container", "unsupported")
             return
-        from nri_plugin.plan.placement_adapter import place
+        from nri_plugin.plan.placement_settings import place
 
         outcome = place(self.sla, self.ctx, hard=self.sla.enforcement == "hard")
         if outcome.error is not None:

@@ -1,7 +1,7 @@
 """CPUs, SMT siblings and NUMA nodes of this machine, read from sysfs.
 
 Only facts: which CPUs are online, which CPUs share a physical core, and which CPUs and
-memory belong to which NUMA node. Who uses what is `nri_plugin.plan.placement`'s business.
+memory belong to which NUMA node. Who uses what is `nri_plugin.plan.allocator`'s business.
 """
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nri_plugin.errors import InternalFailure
 from nri_plugin.topology.cpulist import CpuListError, format_cpulist, parse_cpulist
 
 
-class TopologyError(Exception):
+class TopologyError(InternalFailure):
     """sysfs (or a snapshot) does not describe a usable CPU topology."""
 
 

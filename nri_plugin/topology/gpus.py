@@ -5,8 +5,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from nri_plugin.errors import InternalFailure
 
-class InventoryError(Exception):
+
+class InventoryError(InternalFailure):
     """A GPU inventory source cannot be read (bad snapshot, unknown source name...)."""
 
 
@@ -70,9 +72,6 @@ class GpuInventory:
 
     def __post_init__(self) -> None:
         self._by_index.update({g.index: g for g in self.gpus})
-
-    def by_index(self, index: int) -> Gpu | None:
-        return self._by_index.get(index)
 
     def find(self, name: str) -> Gpu | None:
         """A GPU by index ("3"), UUID ("GPU-...", any case) or PCI bus id (any form)."""

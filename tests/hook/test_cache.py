@@ -19,7 +19,7 @@ import nri_plugin.hook.cold as cold_module
 from nri_plugin.errors import EXIT_INVALID, EXIT_OK, EXIT_REFUSED
 from nri_plugin.plan.model import ContainerPlan
 from nri_plugin.plan.record import encode_record
-from nri_plugin.topology.testing import build_sysfs
+from nri_plugin.simulated.hardware import build_sysfs
 
 CTR = "/kubepods/pod-a/ctr-1"
 NAME = "io.kubernetes.cri.container-name"

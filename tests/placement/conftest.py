@@ -7,10 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from nri_plugin.plan.placement import Allocator, Placement
-from nri_plugin.topology import Topology, load_inventory, read_topology
-from nri_plugin.topology.gpus import GpuInventory
-from nri_plugin.topology.testing import (
+from nri_plugin.plan.allocator import Allocator
+from nri_plugin.plan.placement_values import Placement
+from nri_plugin.simulated.hardware import (
     FakeNvml,
     build_mig_proc,
     build_sysfs,
@@ -20,6 +19,8 @@ from nri_plugin.topology.testing import (
     pcie_box_gpus,
     pcie_box_pci,
 )
+from nri_plugin.topology import Topology, load_inventory, read_topology
+from nri_plugin.topology.gpus import GpuInventory
 
 Node = tuple[Topology, GpuInventory]
 

@@ -3,8 +3,9 @@
 import threading
 from collections import Counter
 
-from nri_plugin.plan.placement import Allocator, PlacementError
-from nri_plugin.plan.placement import PlacementRequest as Req
+from nri_plugin.plan.allocator import Allocator
+from nri_plugin.plan.placement_values import PlacementError
+from nri_plugin.plan.placement_values import PlacementRequest as Req
 
 
 def _run(threads_fn):

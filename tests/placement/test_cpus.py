@@ -5,8 +5,9 @@ DGX-like fake: node 0 = CPUs 0-7,16-23, node 1 = 8-15,24-31; core k = {k, k+16}.
 
 import pytest
 
-from nri_plugin.plan.placement import Allocator, PlacementError
-from nri_plugin.plan.placement import PlacementRequest as Req
+from nri_plugin.plan.allocator import Allocator
+from nri_plugin.plan.placement_values import PlacementError
+from nri_plugin.plan.placement_values import PlacementRequest as Req
 from nri_plugin.topology import format_cpulist as fmt
 
 

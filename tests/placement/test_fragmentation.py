@@ -4,8 +4,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nri_plugin.plan.placement import Allocator, PlacementError
-from nri_plugin.plan.placement import PlacementRequest as Req
+from nri_plugin.plan.allocator import Allocator
+from nri_plugin.plan.placement_values import PlacementError
+from nri_plugin.plan.placement_values import PlacementRequest as Req
 from nri_plugin.topology import format_cpulist
 
 OPS = st.lists(st.one_of(

@@ -6,9 +6,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from nri_plugin.plan.gpu_injection import DeviceNode, GpuInjection, InjectionError, gpu_injection
-from nri_plugin.plan.placement import Allocator, Placement
-from nri_plugin.plan.placement import PlacementRequest as Req
+from nri_plugin.plan.allocator import Allocator
+from nri_plugin.plan.gpu_injection import DeviceNode, GpuInjection, gpu_injection
+from nri_plugin.plan.placement_values import Placement, PlacementError
+from nri_plugin.plan.placement_values import PlacementRequest as Req
 from nri_plugin.topology.gpus import Gpu, GpuInventory, MigInstance
 
 UVM_MAJOR = 508
@@ -89,14 +90,14 @@ def test_missing_uvm_tools_is_skipped_but_a_gpu_node_is_an_error(dgx, fake_dev):
     assert "/dev/nvidia-uvm-tools" not in [d.path for d in
                                            gpu_injection(p, "devices", fake_dev).devices]
     (fake_dev / "nvidia0").unlink()
-    with pytest.raises(InjectionError, match=r"dev/nvidia0 does not exist \(is the NVIDIA "):
+    with pytest.raises(PlacementError, match=r"dev/nvidia0 does not exist \(is the NVIDIA "):
         gpu_injection(p, "devices", fake_dev)
 
 
 def test_regular_file_is_not_a_device(dgx, tmp_path):
     for name in ("nvidia0", "nvidiactl"):
         (tmp_path / name).write_text("")
-    with pytest.raises(InjectionError, match="nvidia0 is not a character device"):
+    with pytest.raises(PlacementError, match="nvidia0 is not a character device"):
         gpu_injection(dgx.allocate(Req("a", gpu_count=1)), "devices", tmp_path)
 
 
@@ -116,7 +117,7 @@ def test_stat_function_is_injectable(dgx, tmp_path):
 def test_mig_without_caps_minors_cannot_use_devices_mode(dgx_node):
     gpu = dgx_node[1].gpus[0]
     p = Placement(gpus=(gpu,), mig=MigInstance("MIG-x", "1g.10gb", 0, 1, 0))
-    with pytest.raises(InjectionError, match="use gpu injection mode cdi or env"):
+    with pytest.raises(PlacementError, match="use gpu injection mode cdi or env"):
         gpu_injection(p, "devices", stat_fn=lambda _: None)
 
 
@@ -131,5 +132,5 @@ def test_nothing_to_inject(dgx):
     ({"mode": "cdi", "cdi_names": "pci"}, "CDI naming 'pci' is not one of uuid, index"),
 ])
 def test_bad_modes(kwargs, text):
-    with pytest.raises(InjectionError, match=text):
+    with pytest.raises(PlacementError, match=text):
         gpu_injection(Placement(), **kwargs)

@@ -2,8 +2,9 @@
 
 import pytest
 
-from nri_plugin.plan.placement import PlacementError, resolve_runtime_devices
-from nri_plugin.plan.placement import PlacementRequest as Req
+from nri_plugin.plan.placement_values import PlacementError
+from nri_plugin.plan.placement_values import PlacementRequest as Req
+from nri_plugin.plan.runtime_gpus import resolve_runtime_devices
 
 
 def runtime(visible=None, cdi=(), owner="r", **kw):

@@ -4,8 +4,9 @@ import re
 
 import pytest
 
-from nri_plugin.plan.placement import Allocator, PlacementError
-from nri_plugin.plan.placement import PlacementRequest as Req
+from nri_plugin.plan.allocator import Allocator
+from nri_plugin.plan.placement_values import PlacementError
+from nri_plugin.plan.placement_values import PlacementRequest as Req
 
 
 def R(count=None, topology="any", **kw):  # reads like a table row

@@ -7,8 +7,9 @@ from dataclasses import replace
 import pytest
 
 from nri_plugin.config import NodeConfig, Permissions
+from nri_plugin.plan.context import PlanContext
 from nri_plugin.plan.model import IoLimit, MemoryPolicy, SlaRefused
-from nri_plugin.plan.planner import PlanContext, plan_container
+from nri_plugin.plan.planner import plan_container
 from nri_plugin.plan.record import RecordError, decode_record, encode_record
 from nri_plugin.plan.rt_budget import RtBudget
 from nri_plugin.sla.parse import parse_sla_document

@@ -10,7 +10,7 @@ from nri_plugin.config import NodeConfig, Permissions
 from nri_plugin.core import NodeState
 from nri_plugin.enforce.capabilities import NodeCapabilities
 from nri_plugin.enforce.cgpaths import CgroupFacts
-from nri_plugin.plan.placement import Allocator
+from nri_plugin.plan.allocator import Allocator
 from nri_plugin.plan.rt_budget import RtBudget
 from nri_plugin.topology.snapshot import load_snapshot
 

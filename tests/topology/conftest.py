@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from nri_plugin.topology.testing import (
+from nri_plugin.simulated.hardware import (
     FakeNvml,
     build_mig_proc,
     build_sysfs,

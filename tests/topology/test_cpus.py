@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 
 import nri_plugin.topology as topology
+from nri_plugin.simulated.hardware import build_sysfs
 from nri_plugin.topology import TopologyError, read_topology
-from nri_plugin.topology.testing import build_sysfs
 
 
 @pytest.mark.parametrize(("nodes", "threads"), [(1, 1), (1, 2), (2, 1), (2, 2), (4, 1), (4, 2)])
@@ -87,7 +87,7 @@ def test_this_machine():
 
 def test_hook_path_imports_stay_light():
     # the OCI hook imports placement on every container start: no YAML, NVML or logging
-    code = ("import sys, nri_plugin.plan.placement; "
+    code = ("import sys, nri_plugin.plan.allocator; "
             "print(sorted(m for m in ('yaml', 'pynvml', 'logging') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True,
                          check=True)

@@ -3,15 +3,15 @@ from pathlib import Path
 
 import pytest
 
-from nri_plugin.topology import InventoryError, load_inventory
-from nri_plugin.topology.gpus import normalize_bus_id
-from nri_plugin.topology.nvml_gpus import import_pynvml
-from nri_plugin.topology.testing import (
+from nri_plugin.simulated.hardware import (
     NVML_ERROR_LIBRARY_NOT_FOUND,
     FakeGpu,
     FakeNvml,
     build_sysfs,
 )
+from nri_plugin.topology import InventoryError, load_inventory
+from nri_plugin.topology.gpus import normalize_bus_id
+from nri_plugin.topology.nvml_gpus import import_pynvml
 
 
 def test_dgx_like_through_nvml(dgx_sysfs, dgx_nvml):

@@ -1,15 +1,22 @@
-"""One allocate() call: validation and the best-fit decision, run under the allocator's
-lock (reads state, never writes it)."""
+"""Choosing one container's placement, best fit: GPUs (or a MIG device, or the GPUs the
+runtime assigned), exclusive CPUs and the aligned cpus/mems.
+
+A pure function of the node layout, a snapshot of holdings and the request: it never
+changes state, so the Allocator can run it under its lock and commit the answer, or drop
+it when it fails.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 from nri_plugin.plan.gpu_selection import choose, fits, ordered_nodes
-from nri_plugin.plan.placement_model import (
+from nri_plugin.plan.placement_values import (
     EXCLUSIVE,
     SHARED,
     TOPOLOGIES,
+    Holdings,
+    NodeLayout,
     Placement,
     PlacementError,
     PlacementRequest,
@@ -21,11 +28,9 @@ from nri_plugin.topology.cpulist import format_cpulist
 from nri_plugin.topology.cpus import Topology
 from nri_plugin.topology.gpus import Gpu, MigInstance
 
-TYPE_CHECKING = False  # `typing` costs the OCI hook start-up time; only checkers need it
-if TYPE_CHECKING:
-    from nri_plugin.plan.placement import Allocator
 
 def validate_request(r: PlacementRequest, topology: Topology) -> None:
+    """PlacementError naming the field when `r` is malformed, whatever the node holds."""
     if r.topology not in TOPOLOGIES:
         raise PlacementError(f"gpu.topology: {r.topology!r} is not one of "
                              f"{', '.join(TOPOLOGIES)}", field="gpu.topology")
@@ -44,11 +49,20 @@ def validate_request(r: PlacementRequest, topology: Topology) -> None:
                                  f"{topology.describe_nodes()})", field="numa.nodes")
 
 
-class Decision:
-    """One allocate() call, run under the allocator's lock. Reads state, never writes it."""
+def choose_placement(layout: NodeLayout, holdings: Holdings, request: PlacementRequest,
+                     hard: bool) -> Placement:
+    """The best placement for a valid `request` (see validate_request). hard: exactly as
+    asked or PlacementError; soft: the best available, each shortfall in `warnings`."""
+    return _BestFit(layout, holdings, request, hard).run()
 
-    def __init__(self, alloc: Allocator, request: PlacementRequest, hard: bool) -> None:
-        self.a = alloc
+
+class _BestFit:
+    """The working state of one choose_placement() call: the warnings gathered so far."""
+
+    def __init__(self, layout: NodeLayout, holdings: Holdings, request: PlacementRequest,
+                 hard: bool) -> None:
+        self.node = layout
+        self.held = holdings
         self.r = request
         self.hard = hard
         self.warnings: list[str] = []
@@ -71,7 +85,7 @@ class Decision:
             gpus = self.pick_gpus(r.gpu_count)
         else:
             gpus = ()
-        gpu_nodes = ordered_nodes(gpus, self.a.topology)
+        gpu_nodes = ordered_nodes(gpus, self.node.topology)
         align_nodes: tuple[int, ...] = ()
         if gpus and r.align and not gpu_nodes:
             self.fail_or_warn(f"gpu.align: the NUMA node of {describe_gpus(gpus)} is unknown "
@@ -87,9 +101,9 @@ class Decision:
         exclusive = self.pick_cpus(r.exclusive_cpus or 0, align_nodes)
         if exclusive:
             cpus = exclusive
-            mem_nodes = set(align_nodes) or self.a._nodes_of_cpus(exclusive)
+            mem_nodes = set(align_nodes) or self.node.nodes_of_cpus(exclusive)
         elif align_nodes:
-            cpus = self.a._node_cpus(align_nodes, r.owner)
+            cpus = self.node.node_cpus(align_nodes, self.held.exclusive_cpus)
             mem_nodes = set(align_nodes)
             if not cpus:
                 self.fail_or_warn(f"no shared CPU is left on NUMA node(s) "
@@ -97,7 +111,7 @@ class Decision:
                                   "numa.nodes")
         else:
             cpus, mem_nodes = frozenset(), set()
-        mems = frozenset(mem_nodes) & self.a._mem_nodes
+        mems = frozenset(mem_nodes) & self.node.mem_nodes
         return Placement(gpus=tuple(gpus), mig=mig, exclusive_cpus=exclusive,
                          cpus=cpus, mems=mems,
                          warnings=tuple(self.warnings), shared_gpus=r.shared_gpus,
@@ -108,10 +122,10 @@ class Decision:
     def free_gpus(self, on_requested_nodes: bool = True) -> list[Gpu]:
         """Whole GPUs this request may take: no holder (exclusive), or only shared holders
         (shared), restricted to the requested NUMA nodes unless told otherwise."""
-        holders = self.a._gpu_holders
+        holders = self.held.gpus
         nodes = set(self.r.numa_nodes) if self.r.numa_nodes and on_requested_nodes else None
         out = []
-        for g in self.a._whole_gpus:
+        for g in self.node.whole_gpus:
             held = holders.get(g.index)
             if held and (not self.r.shared_gpus or any(k != SHARED for k in held.values())):
                 continue
@@ -132,7 +146,7 @@ class Decision:
         free = self.free_gpus()
         where = (f" on NUMA node(s) {format_cpulist(self.r.numa_nodes)}"
                  if self.r.numa_nodes else "")
-        chosen = choose(free, n, self.r.topology, self.a._gpu_holders, self.r.shared_gpus)
+        chosen = choose(free, n, self.r.topology, self.held.gpus, self.r.shared_gpus)
         if chosen is not None:
             return chosen
         message = f"requested {self.what(n, self.r.topology)}{where}; free: {describe_gpus(free)}"
@@ -140,18 +154,18 @@ class Decision:
         # soft: relax the topology first, then the count
         order = TOPOLOGIES[: TOPOLOGIES.index(self.r.topology)][::-1]
         for topology in order:
-            chosen = choose(free, n, topology, self.a._gpu_holders, self.r.shared_gpus)
+            chosen = choose(free, n, topology, self.held.gpus, self.r.shared_gpus)
             if chosen is not None:
                 self.warnings.append(f"gave {self.what(n, topology)} instead")
                 return chosen
         if not free:
             return ()
-        chosen = choose(free, len(free), "any", self.a._gpu_holders, self.r.shared_gpus)
+        chosen = choose(free, len(free), "any", self.held.gpus, self.r.shared_gpus)
         self.warnings.append(f"gave {plural(len(free), 'GPU')} instead of {n}")
         return chosen or ()
 
     def named_gpus(self) -> tuple[tuple[Gpu, ...], MigInstance | None]:
-        inv, r = self.a.inventory, self.r
+        inv, r = self.node.inventory, self.r
         gpus: list[Gpu] = []
         mig: MigInstance | None = None
         # named GPUs are checked against numa.nodes by alignment, with a clearer message
@@ -160,7 +174,7 @@ class Decision:
         for name in r.gpu_ids:
             found_mig = inv.find_mig(name)
             if found_mig is not None:
-                owner = self.a._mig_owner.get(found_mig[1].uuid)
+                owner = self.held.migs.get(found_mig[1].uuid)
                 if mig is not None or gpus:
                     self.fail_or_warn(f"gpu.ids: a MIG device ({name}) cannot be combined "
                                       "with other GPUs", "gpu.ids")
@@ -180,7 +194,7 @@ class Decision:
                 self.fail_or_warn(f"gpu.ids: GPU {gpu.index} is in MIG mode; ask for a MIG "
                                   "profile (gpu.mig) or name a MIG device", "gpu.ids")
             elif gpu.index not in free:
-                holders = ", ".join(sorted(self.a._gpu_holders.get(gpu.index, {}))) or "?"
+                holders = ", ".join(sorted(self.held.gpus.get(gpu.index, {}))) or "?"
                 self.fail_or_warn(f"gpu.ids: GPU {gpu.index} is not available (held by "
                                   f"{holders}; free: {describe_gpus(free_gpus)})",
                                   "gpu.ids")
@@ -199,10 +213,10 @@ class Decision:
         nodes = set(self.r.numa_nodes) if self.r.numa_nodes else None
         free_by_gpu: list[tuple[Gpu, list[MigInstance]]] = []
         all_free: list[str] = []
-        for g in self.a.inventory.gpus:
+        for g in self.node.inventory.gpus:
             if not g.mig_enabled or (nodes is not None and g.numa_node not in nodes):
                 continue
-            free = [m for m in g.mig_instances if m.uuid not in self.a._mig_owner]
+            free = [m for m in g.mig_instances if m.uuid not in self.held.migs]
             all_free += [f"{m.profile} on GPU {g.index}" for m in free]
             free_by_gpu.append((g, free))
         # best fit: the GPU with the fewest free instances that still has the profile
@@ -217,13 +231,13 @@ class Decision:
         return (), None
 
     def runtime_gpus(self) -> tuple[tuple[Gpu, ...], MigInstance | None]:
-        gpus, migs, unknown = resolve_runtime_devices(self.a.inventory, self.r.visible_devices,
-                                                      self.r.cdi_devices)
+        gpus, migs, unknown = resolve_runtime_devices(
+            self.node.inventory, self.r.visible_devices, self.r.cdi_devices)
         for name in unknown:
             self.fail_or_warn(f"gpu.from runtime: {name!r} matches no GPU on this node "
-                              f"(GPUs: {describe_gpus(self.a.inventory.gpus)})", "gpu.from")
+                              f"(GPUs: {describe_gpus(self.node.inventory.gpus)})", "gpu.from")
         for g in gpus:
-            exclusive = [o for o, k in self.a._gpu_holders.get(g.index, {}).items()
+            exclusive = [o for o, k in self.held.gpus.get(g.index, {}).items()
                          if k == EXCLUSIVE and o != self.r.owner]
             if exclusive:
                 # the device plugin decided; report the double booking, do not refuse
@@ -233,12 +247,14 @@ class Decision:
 
     # --- CPUs -----------------------------------------------------------------------------
 
+    def free_cores(self, node_id: int) -> list[frozenset[int]]:
+        return self.node.free_cores(node_id, self.held.exclusive_cpus)
+
     def pick_cpus(self, n: int, align_nodes: Sequence[int]) -> frozenset[int]:
         if n <= 0:
             return frozenset()
-        a = self.a
         if align_nodes:
-            cores = [c for node in align_nodes for c in reversed(a._free_cores(node))]
+            cores = [c for node in align_nodes for c in reversed(self.free_cores(node))]
             where = f"NUMA node(s) {format_cpulist(align_nodes)}"
         else:
             cores = self.best_node_cores(n)
@@ -252,7 +268,7 @@ class Decision:
                           "cpu.exclusive")
         # soft: complete from the nearest other nodes
         rest = [c for node in self.nearest_nodes(align_nodes)
-                for c in reversed(a._free_cores(node))]
+                for c in reversed(self.free_cores(node))]
         got = take_cores(cores + rest, n)
         if got is None:
             got = frozenset().union(*(cores + rest)) if cores + rest else frozenset()
@@ -262,17 +278,16 @@ class Decision:
     def best_node_cores(self, n: int) -> list[frozenset[int]]:
         """Cores of the best single node for n CPUs: no GPUs there first, then the fewest
         free cores that still fit; else cores across nodes, fullest nodes first."""
-        a = self.a
-        free = {node.id: a._free_cores(node.id) for node in a.topology.nodes}
+        free = {node.id: self.free_cores(node.id) for node in self.node.topology.nodes}
         fitting = [nid for nid, cores in free.items() if sum(map(len, cores)) >= n]
         if fitting:
-            best = min(fitting, key=lambda nid: (nid in a._gpu_nodes, len(free[nid]), nid))
+            best = min(fitting, key=lambda nid: (nid in self.node.gpu_nodes, len(free[nid]), nid))
             return list(reversed(free[best]))
         order = sorted(free, key=lambda nid: (-len(free[nid]), nid))
         return [c for nid in order for c in reversed(free[nid])]
 
     def nearest_nodes(self, nodes: Sequence[int]) -> list[int]:
-        topo = self.a.topology
+        topo = self.node.topology
         others = [n for n in topo.nodes if n.id not in set(nodes)]
         if not nodes:
             return [n.id for n in others]

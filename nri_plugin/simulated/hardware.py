@@ -1,8 +1,11 @@
-"""Fake node facts for tests, demos and benchmarks: sysfs trees and an NVML stand-in.
+"""Simulated hardware: fake sysfs trees (CPUs, NUMA nodes, NVIDIA PCI functions), an NVML
+stand-in and three example machines (DGX-like, PCIe box, MIG box).
 
 Real hardware is not available in CI (no GPUs, one NUMA node), so these builders write
 the same files the kernel exposes (devices/system/{cpu,node}, bus/pci/devices) and offer
 the pynvml functions `nri_plugin.topology.nvml_gpus` calls, with the same error behaviour.
+The tests read node facts through them, and the example snapshots in examples/ were
+written from them.
 """
 
 from __future__ import annotations

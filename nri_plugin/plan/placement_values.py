@@ -1,12 +1,17 @@
-"""Placement values: what a container asks of the node and what it got."""
+"""Placement values: what a container asks of the node, what it got, and the node and its
+holdings as a placement choice reads them. Imports nothing from the rest of `plan`, so the
+allocator and the best-fit choice can both depend on it without depending on each other.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from nri_plugin.errors import Refused
 from nri_plugin.topology.cpulist import format_cpulist
-from nri_plugin.topology.gpus import Gpu, MigInstance
+from nri_plugin.topology.cpus import Topology
+from nri_plugin.topology.gpus import Gpu, GpuInventory, MigInstance
 
 TYPE_CHECKING = False  # `typing` costs the OCI hook start-up time; only checkers need it
 if TYPE_CHECKING:
@@ -17,8 +22,11 @@ TOPOLOGIES = ("any", "numa", "nvlink")
 EXCLUSIVE, SHARED, RUNTIME = "exclusive", "shared", "runtime"
 
 
-class PlacementError(Exception):
-    """A request that cannot be placed (hard mode) or is malformed; says what is free."""
+class PlacementError(Refused):
+    """A request that cannot be placed (hard mode) or is malformed, or GPUs that cannot be
+    injected as configured; the message says what is free or what is missing."""
+
+    reason = "placement"
 
     def __init__(self, message: str, field: str = "gpu") -> None:
         self.message = message
@@ -105,3 +113,56 @@ def plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
+
+
+@dataclass(frozen=True)
+class Holdings:
+    """Who holds what at one moment: copies the Allocator hands out under its lock, so a
+    placement choice reads one consistent state and cannot change the allocator's tables."""
+
+    gpus: Mapping[int, Mapping[str, str]] = field(default_factory=dict)  # index -> owner -> kind
+    migs: Mapping[str, str] = field(default_factory=dict)  # MIG uuid -> owner
+    exclusive_cpus: frozenset[int] = frozenset()
+
+
+@dataclass(frozen=True)
+class NodeLayout:
+    """The node as placement sees it. Fixed for an allocator's life, so what derives from
+    the topology and inventory is computed once instead of on every choice."""
+
+    topology: Topology
+    inventory: GpuInventory
+    reserved: frozenset[int]
+    whole_gpus: tuple[Gpu, ...]  # a MIG-enabled GPU is only handed out as instances
+    node_cores: Mapping[int, tuple[frozenset[int], ...]]
+    gpu_nodes: frozenset[int]
+    mem_nodes: frozenset[int]
+
+    @classmethod
+    def of(cls, topology: Topology, inventory: GpuInventory,
+           reserved_cpus: Iterable[int] = frozenset()) -> NodeLayout:
+        return cls(
+            topology=topology,
+            inventory=inventory,
+            reserved=(frozenset(reserved_cpus) | topology.reserved) & topology.online,
+            whole_gpus=tuple(g for g in inventory.gpus if not g.mig_enabled),
+            node_cores={n.id: topology.node_cores(n.id) for n in topology.nodes},
+            gpu_nodes=frozenset(g.numa_node for g in inventory.gpus if g.numa_node is not None),
+            mem_nodes=frozenset(n.id for n in topology.nodes if n.has_memory),
+        )
+
+    def free_cores(self, node_id: int, taken: Iterable[int]) -> list[frozenset[int]]:
+        """Whole cores of `node_id` with no reserved CPU and none in `taken`."""
+        blocked = self.reserved.union(taken)
+        return [c for c in self.node_cores.get(node_id, ()) if not (c & blocked)]
+
+    def node_cpus(self, nodes: Iterable[int], taken: Iterable[int]) -> frozenset[int]:
+        """The CPUs of `nodes` less the reserved ones and those in `taken`."""
+        cpus: set[int] = set()
+        for n in nodes:
+            if self.topology.has_node(n):
+                cpus |= self.topology.node(n).cpus
+        return frozenset(cpus.difference(self.reserved, taken))
+
+    def nodes_of_cpus(self, cpus: Iterable[int]) -> frozenset[int]:
+        return frozenset(n for c in cpus if (n := self.topology.node_of(c)) is not None)

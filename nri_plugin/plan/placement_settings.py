@@ -1,17 +1,19 @@
-"""The SLA's gpu / cpu.exclusive / numa fields -> an Allocator request -> plan settings."""
+"""Placement into the plan: the SLA's gpu / cpu.exclusive / numa fields become an
+Allocator request, and the placement it answers becomes plan settings (cpus, mems, GPU
+injection), warnings or an error."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from nri_plugin.plan.placement import PlacementError, PlacementRequest
+from nri_plugin.plan.placement_values import PlacementError, PlacementRequest
 from nri_plugin.topology.cpulist import format_cpulist
 
 TYPE_CHECKING = False  # `typing` costs the OCI hook start-up time; only checkers need it
 if TYPE_CHECKING:
     from typing import Any
 
-    from nri_plugin.plan.planner import PlanContext
+    from nri_plugin.plan.context import PlanContext
     from nri_plugin.sla.model import Sla
 
 
@@ -65,11 +67,11 @@ def place(sla: Sla, ctx: PlanContext, hard: bool) -> PlacementOutcome:
         settings["mems"] = format_cpulist(placement.mems)
     if placement.gpus and not placement.from_runtime:
         # Imported here: only GPU placements need it (the OCI hook's NUMA-only SLAs not).
-        from nri_plugin.plan.gpu_injection import InjectionError, gpu_injection
+        from nri_plugin.plan.gpu_injection import gpu_injection
 
         try:
             injection = gpu_injection(placement, ctx.config.gpu.injection)
-        except InjectionError as exc:
+        except PlacementError as exc:
             ctx.allocator.release(ctx.owner)
             return PlacementOutcome(error=str(exc), field="gpu")
         settings.update(gpu_env=tuple(sorted(injection.env.items())),

@@ -1,9 +1,11 @@
-"""GPU, MIG and exclusive-CPU placement: which container holds what on this node.
+"""The Allocator: which container holds which GPU, MIG device and exclusive CPU on this node.
 
 One `Allocator` per node keeps the ownership tables (GPU -> holders, MIG device -> owner,
 exclusive CPU -> owner) under one lock, so two containers can never hold the same
 exclusive GPU or CPU, whatever the interleaving of allocate, restore and release.
 
+The choice itself is `best_fit.choose_placement`, a pure function of the node layout, a
+`Holdings` snapshot taken under the lock and the request; the allocator commits its answer.
 Selection is deterministic (same state + same request = same answer) and best-fit:
 * topology constraint first (any | numa: one NUMA node | nvlink: pairwise NVLink peers);
 * do not break a free NVLink group when a choice exists that leaves it whole;
@@ -19,18 +21,18 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Mapping
 
-from nri_plugin.plan.placement_decision import Decision, validate_request
-from nri_plugin.plan.placement_model import (
+from nri_plugin.plan.best_fit import choose_placement, validate_request
+from nri_plugin.plan.placement_values import (
     EXCLUSIVE,
     RUNTIME,
     SHARED,
-    TOPOLOGIES,
+    Holdings,
+    NodeLayout,
     Placement,
     PlacementError,
     PlacementRequest,
     describe_gpus,
 )
-from nri_plugin.plan.runtime_gpus import resolve_runtime_devices
 from nri_plugin.topology.cpulist import CpuListError, format_cpulist, parse_cpulist
 from nri_plugin.topology.cpus import Topology
 from nri_plugin.topology.gpus import Gpu, GpuInventory, MigInstance
@@ -39,32 +41,34 @@ TYPE_CHECKING = False  # `typing` costs the OCI hook start-up time; only checker
 if TYPE_CHECKING:
     from typing import Any
 
-# The names callers use come from here.
-__all__ = ["TOPOLOGIES", "Allocator", "Placement", "PlacementError", "PlacementRequest",
-           "describe_gpus", "resolve_runtime_devices"]
-
 
 class Allocator:
     """Node-wide GPU / MIG / exclusive-CPU ownership. All public methods are thread-safe."""
 
     def __init__(self, topology: Topology, inventory: GpuInventory,
                  reserved_cpus: Iterable[int] = frozenset()) -> None:
-        self.topology = topology
-        self.inventory = inventory
-        self.reserved = (frozenset(reserved_cpus) | topology.reserved) & topology.online
+        self.layout = NodeLayout.of(topology, inventory, reserved_cpus)
         self._lock = threading.RLock()
         self._gpu_holders: dict[int, dict[str, str]] = {}  # gpu index -> owner -> kind
         self._mig_owner: dict[str, str] = {}  # MIG uuid -> owner
         self._cpu_owner: dict[int, str] = {}  # exclusive CPU -> owner
         self._placements: dict[str, Placement] = {}
-        # whole GPUs that can be handed out (a MIG-enabled GPU is only given as instances)
-        self._whole_gpus = tuple(g for g in inventory.gpus if not g.mig_enabled)
-        self._node_cores = {n.id: topology.node_cores(n.id) for n in topology.nodes}
-        self._gpu_nodes = frozenset(g.numa_node for g in inventory.gpus
-                                    if g.numa_node is not None)
-        self._mem_nodes = frozenset(n.id for n in topology.nodes if n.has_memory)
 
     # --- queries --------------------------------------------------------------------------
+
+    @property
+    def topology(self) -> Topology:
+        return self.layout.topology
+
+    @property
+    def inventory(self) -> GpuInventory:
+        return self.layout.inventory
+
+    def holdings(self) -> Holdings:
+        """A snapshot of who holds what; later changes do not show in it."""
+        with self._lock:
+            return Holdings(gpus={i: dict(h) for i, h in self._gpu_holders.items() if h},
+                            migs=dict(self._mig_owner), exclusive_cpus=frozenset(self._cpu_owner))
 
     def placement_of(self, owner: str) -> Placement | None:
         with self._lock:
@@ -96,7 +100,7 @@ class Allocator:
         """Online CPUs minus reserved minus every exclusive CPU: the pool that other SLA
         containers' cpusets use."""
         with self._lock:
-            return self.topology.online - self.reserved - self._cpu_owner.keys()
+            return self.topology.online - self.layout.reserved - self._cpu_owner.keys()
 
     def current_cpus(self, owner: str) -> frozenset[int]:
         """An aligned container's cpuset recomputed now: its nodes' CPUs minus what other
@@ -107,7 +111,8 @@ class Allocator:
                 return frozenset()
             if p.exclusive_cpus:
                 return p.exclusive_cpus
-            return self._node_cpus(p.mems or self._nodes_of_cpus(p.cpus), owner)
+            others = [c for c, o in self._cpu_owner.items() if o != owner]
+            return self.layout.node_cpus(p.mems or self.layout.nodes_of_cpus(p.cpus), others)
 
     # --- changes --------------------------------------------------------------------------
 
@@ -133,7 +138,8 @@ class Allocator:
                 # a retried CreateContainer for the same owner replaces its old placement
                 self.release(request.owner)
             try:
-                placement = Decision(self, request, hard).run()
+                # taken after the release: everything in the snapshot is another owner's
+                placement = choose_placement(self.layout, self.holdings(), request, hard)
             except PlacementError:
                 if previous is not None:
                     self._commit(request.owner, previous, kind=self._kind(previous))
@@ -218,18 +224,3 @@ class Allocator:
             from_runtime=bool(record.get("runtime", False)),
             aligned=bool(record.get("aligned", False)),
         )
-
-    def _free_cores(self, node_id: int) -> list[frozenset[int]]:
-        blocked = self.reserved | self._cpu_owner.keys()
-        return [c for c in self._node_cores.get(node_id, ()) if not (c & blocked)]
-
-    def _node_cpus(self, nodes: Iterable[int], owner: str) -> frozenset[int]:
-        cpus: set[int] = set()
-        for n in nodes:
-            if self.topology.has_node(n):
-                cpus |= self.topology.node(n).cpus
-        others = {c for c, o in self._cpu_owner.items() if o != owner}
-        return frozenset(cpus - self.reserved - others)
-
-    def _nodes_of_cpus(self, cpus: Iterable[int]) -> frozenset[int]:
-        return frozenset(n for c in cpus if (n := self.topology.node_of(c)) is not None)

@@ -1,0 +1,33 @@
+"""PlanContext: what the planner is told about the node and the container.
+
+A value on its own module so the planner and the modules it delegates to
+(`placement_settings`) can all read it without importing one another.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from nri_plugin.config import NodeConfig
+from nri_plugin.plan.rt_budget import RtBudget
+
+TYPE_CHECKING = False  # `typing` costs the OCI hook start-up time; only checkers need it
+if TYPE_CHECKING:
+    from nri_plugin.plan.allocator import Allocator
+
+
+@dataclass
+class PlanContext:
+    """What the planner needs to know about the node and the container."""
+
+    cgroup_version: int
+    namespace: str = ""
+    config: NodeConfig = field(default_factory=NodeConfig)
+    owner: str = ""
+    allocator: Allocator | None = None  # None: no node topology, placement is refused
+    rt_budget: RtBudget | None = None
+    nri_version: str | None = None  # None: no NRI (the hook path)
+    resolve_device: Callable[[str], tuple[int, int]] | None = None
+    io_weight_supported: bool = True
+    container_env: Mapping[str, str] = field(default_factory=dict)

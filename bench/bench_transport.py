@@ -20,7 +20,7 @@ import sys
 import tempfile
 import time
 
-from nri_plugin.nri.simulator import RuntimeSimulator, make_container, make_pod
+from nri_plugin.simulated.runtime import RuntimeSimulator, make_container, make_pod
 
 PLUGIN = r"""
 import asyncio, sys

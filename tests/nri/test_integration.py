@@ -14,7 +14,8 @@ from nri_plugin.nri.connection import Connection
 from nri_plugin.nri.core import Role
 from nri_plugin.nri.errors import Code, ConnectionClosed, PluginConfigError, RegistrationError
 from nri_plugin.nri.pb import nri_pb2 as pb
-from nri_plugin.nri.simulator import (
+from nri_plugin.nri.stub import PLUGIN_SERVICE, RUNTIME_SERVICE, Stub
+from nri_plugin.simulated.runtime import (
     PluginCallError,
     PluginDropped,
     RuntimeSimulator,
@@ -23,7 +24,6 @@ from nri_plugin.nri.simulator import (
     make_pod,
     make_resources,
 )
-from nri_plugin.nri.stub import PLUGIN_SERVICE, RUNTIME_SERVICE, Stub
 
 
 class Recorder:

@@ -15,7 +15,7 @@ from nri_plugin.nri import service
 from nri_plugin.nri.errors import PluginConfigError
 from nri_plugin.nri.pb import nri_pb2 as pb
 from nri_plugin.nri.service import ServiceOptions, SystemdNotifier, run_service
-from nri_plugin.nri.simulator import RuntimeSimulator, make_container, make_pod
+from nri_plugin.simulated.runtime import RuntimeSimulator, make_container, make_pod
 
 
 class Plugin:

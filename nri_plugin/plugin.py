@@ -16,6 +16,7 @@ from typing import Any
 from nri_plugin.enforce.adjustment import build_adjustment, build_update
 from nri_plugin.node import Decision, NodeState, decide
 from nri_plugin.nri.pb import nri_pb2 as pb
+from nri_plugin.nri.stub import CreateResult
 from nri_plugin.plan.model import ContainerPlan, PlanError
 from nri_plugin.plan.record import record_body
 
@@ -97,13 +98,13 @@ class SlaPlugin:
         if decision.error is not None:
             raise decision.error  # the runtime shows the message to the user
         if plan is None:
-            return None, None
+            return CreateResult()
         self._plans[container.id] = plan
         self._unstarted.add(container.id)
         self.node.remember_cpuset(container.id, plan)
         self._publish_usage()
-        return (build_adjustment(plan, annotations, self._hooks),
-                self._cpuset_updates(container.id))
+        return CreateResult(build_adjustment(plan, annotations, self._hooks),
+                            self._cpuset_updates(container.id))
 
     def start_container(self, pod: pb.PodSandbox, container: pb.Container) -> None:
         with self._timed("StartContainer"):

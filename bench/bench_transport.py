@@ -20,12 +20,12 @@ import sys
 import tempfile
 import time
 
-from nri_plugin.nri.simulator import RuntimeSimulator, make_container, make_pod
+from nri_plugin.simulated.runtime import RuntimeSimulator, make_container, make_pod
 
 PLUGIN = r"""
 import asyncio, sys
 from nri_plugin.nri.pb import nri_pb2 as pb
-from nri_plugin.nri.stub import Stub
+from nri_plugin.nri.stub import CreateResult, Stub
 
 class Trivial:
     def __init__(self):
@@ -41,7 +41,7 @@ class Trivial:
         self.known = {c.id: c for c in containers}
 
     def create_container(self, pod, ctr):
-        return self.adj, None
+        return CreateResult(self.adj)
 
     def remove_container(self, pod, ctr):
         self.known.pop(ctr.id, None)

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from google.protobuf import json_format
 
-from nri_plugin.nri.simulator import make_container, make_pod
+from nri_plugin.simulated.runtime import make_container, make_pod
 
 SLA = "cpu: {limit: 0.5}\nmemory: {max: 256Mi}"
 TARGETS = {"create_p50": 1.5, "create_p99": 2.0, "sync_1000": 3.0}

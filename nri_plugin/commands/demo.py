@@ -72,15 +72,15 @@ Row = tuple[str, str, str, list[str]]
 
 
 async def run_demo(pods: list[PodSpec], node: Any, runtime: str) -> list[Row]:
-    from nri_plugin.nri.simulator import (
+    from nri_plugin.nri.stub import Stub
+    from nri_plugin.plugin import SlaPlugin
+    from nri_plugin.simulated.runtime import (
         PluginCallError,
         RuntimeSimulator,
         SimulatorOptions,
         make_container,
         make_pod,
     )
-    from nri_plugin.nri.stub import Stub
-    from nri_plugin.plugin import SlaPlugin
 
     mode = "v0.12" if runtime == "containerd-2.3" else "v0.8"
     rows = []

@@ -4,6 +4,9 @@ Served calls run concurrently with our own outstanding calls (the runtime sends
 Configure while our RegisterPlugin is still waiting for its reply). A route that returns
 bytes is answered inline, in the same loop iteration (no task per call); a route that
 returns an awaitable gets a task. Exceptions become error statuses on that stream only.
+Bytes reach the socket only through `_flush`, which drains the core after each input,
+each served answer and each call; answers to one read go out in one write.
+A RemoteProtocolError from the core ends the connection at once.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 
 from nri_plugin.nri.core import NriCore, Role
-from nri_plugin.nri.errors import Code, ConnectionClosed, RpcError
+from nri_plugin.nri.errors import Code, ConnectionClosed, RemoteProtocolError, RpcError
 from nri_plugin.nri.mux import MAX_SEND_PAYLOAD
 from nri_plugin.nri.ttrpc import MAX_DATA, RequestReceived, ResponseReceived
 
@@ -49,10 +52,12 @@ class Connection(asyncio.Protocol):
         self.transport = transport
 
     def data_received(self, data: bytes) -> None:
-        events = self.core.receive_data(data)
-        auto = self.core.data_to_send()
-        if auto:
-            self._write(auto)
+        try:
+            events = self.core.receive_data(data)
+        except RemoteProtocolError as exc:
+            log.warning("ending the NRI connection: %s", exc)
+            self._shut(exc)
+            return
         for ev in events:
             if isinstance(ev, ResponseReceived):
                 fut = self._pending.pop(ev.stream_id, None)
@@ -60,18 +65,27 @@ class Connection(asyncio.Protocol):
                     fut.set_result(ev)
             else:
                 self._serve(ev)
+        self._flush()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.close_reason = exc
-        err = ConnectionClosed(f"connection closed{': ' + str(exc) if exc else ''}")
+        self._shut(exc)
+
+    def _shut(self, reason: BaseException | None) -> None:
+        """Fail our calls and cancel served ones, now: after a protocol error the
+        transport only closes on the next loop iteration, and nothing may use the closed
+        core until then."""
+        if self._closed.done():
+            return
+        self.close_reason = reason
+        err = ConnectionClosed(f"connection closed{': ' + str(reason) if reason else ''}")
         for fut in self._pending.values():
             if not fut.done():
                 fut.set_exception(err)
         self._pending.clear()
         for task in list(self._tasks):
             task.cancel()
-        if not self._closed.done():
-            self._closed.set_result(None)
+        self._closed.set_result(None)
+        self.close()
 
     # -- serving -------------------------------------------------------------
     def _serve(self, req: RequestReceived) -> None:
@@ -82,7 +96,7 @@ class Connection(asyncio.Protocol):
             self._answer_error(req, exc)
             return
         if isinstance(result, bytes):
-            self._write(self.core.send_response(req.stream_id, result))
+            self.core.send_response(req.stream_id, result)
             return
         task = self.loop.create_task(self._serve_async(req, result))
         self._tasks.add(task)
@@ -96,17 +110,19 @@ class Connection(asyncio.Protocol):
         except Exception as exc:
             self._answer_error(req, exc)
         else:
-            self._write(self.core.send_response(req.stream_id, payload))
+            self.core.send_response(req.stream_id, payload)
+        self._flush()
 
     def _answer_error(self, req: RequestReceived, exc: Exception) -> None:
         code, message = error_status(exc)
         if not isinstance(exc, RpcError):
             log.warning("%s/%s failed: %s", req.service, req.method, message,
                         exc_info=log.isEnabledFor(logging.DEBUG))
-        self._write(self.core.send_error(req.stream_id, code, message))
+        self.core.send_error(req.stream_id, code, message)
 
-    def _write(self, data: bytes) -> None:
-        if self.transport is not None and not self.transport.is_closing():
+    def _flush(self) -> None:
+        data = self.core.data_to_send()
+        if data and self.transport is not None and not self.transport.is_closing():
             self.transport.write(data)
 
     # -- calling -------------------------------------------------------------
@@ -118,10 +134,10 @@ class Connection(asyncio.Protocol):
         if self.is_closed:
             raise ConnectionClosed(f"{method}: connection is closed")
         timeout_nano = int(timeout * 1e9) if timeout else 0
-        sid, data = self.core.send_request(service, method, payload, timeout_nano, metadata)
+        sid = self.core.send_request(service, method, payload, timeout_nano, metadata)
         fut: asyncio.Future[ResponseReceived] = self.loop.create_future()
         self._pending[sid] = fut
-        self._write(data)
+        self._flush()
         timer = self.loop.call_later(timeout, self._expire, sid, method) if timeout else None
         try:
             resp = await fut

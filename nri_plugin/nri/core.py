@@ -1,9 +1,21 @@
 """One NRI connection as a sans-IO state machine: mux + ttrpc, both conns, one side.
 
-The plugin serves conn 1 and calls on conn 2; the runtime does the opposite. Feed raw
-socket bytes to `receive_data`; it returns the calls to serve and the responses to
-outstanding calls, and queues any automatic answers (rejections) for `data_to_send`.
-Every outgoing ttrpc message is cut into mux frames of at most 4,096 payload bytes.
+The plugin serves conn 1 (the Plugin service) and calls on conn 2 (the Runtime service);
+the runtime does the opposite.
+
+In: raw socket bytes go to `receive_data`, which returns the calls to serve and the
+responses to our outstanding calls.
+Out: one path. Our requests (`send_request`), our answers (`send_response`,
+`send_error`) and the answers the core gives by itself (calls it rejects on receipt) are
+queued in order; `data_to_send` takes them, already cut into mux frames of at most 4,096
+payload bytes. No method returns bytes to send.
+
+Errors come in two families. The peer breaking the protocol in a way no single call can
+be failed for raises RemoteProtocolError from `receive_data`: the core is then closed and
+the connection has to end. Our own misuse (answering a call that is not open, calling a
+service of our own side, using a closed core) raises LocalProtocolError and changes
+nothing. Problems confined to one call (bad request, unknown method, reused stream id)
+are answered on that call's stream and are not exceptions at all.
 """
 
 from __future__ import annotations
@@ -12,6 +24,7 @@ import enum
 from collections.abc import Callable, Iterable
 
 from nri_plugin.nri import mux
+from nri_plugin.nri.errors import LocalProtocolError, RemoteProtocolError
 from nri_plugin.nri.ttrpc import (
     MAX_DATA,
     ClientCore,
@@ -20,6 +33,9 @@ from nri_plugin.nri.ttrpc import (
     ResponseReceived,
     ServerCore,
 )
+
+PLUGIN_SERVICE = "nri.pkg.api.v1alpha1.Plugin"
+RUNTIME_SERVICE = "nri.pkg.api.v1alpha1.Runtime"
 
 Event = RequestReceived | ResponseReceived
 
@@ -35,8 +51,10 @@ class NriCore:
         self.role = role
         if role is Role.PLUGIN:
             self.server_conn, self.client_conn = mux.PLUGIN_CONN, mux.RUNTIME_CONN
+            self.peer_service = RUNTIME_SERVICE
         else:
             self.server_conn, self.client_conn = mux.RUNTIME_CONN, mux.PLUGIN_CONN
+            self.peer_service = PLUGIN_SERVICE
         self.max_send_payload = max_send_payload
         self._mux = mux.MuxDecoder()
         self._server_frames = FrameDecoder(max_data)
@@ -44,18 +62,29 @@ class NriCore:
         self.server = ServerCore(is_known, server_name=f"this {role.value}")
         self.client = ClientCore()
         self._out: list[bytes] = []
+        self.error: RemoteProtocolError | None = None  # set once the peer broke the protocol
 
     # -- input ---------------------------------------------------------------
     def receive_data(self, data: bytes) -> list[Event]:
+        """Events decoded from `data`. Raises RemoteProtocolError (and closes the core)
+        when the peer broke the protocol; events earlier in the same `data` are then
+        dropped with the connection."""
+        self._check_open("receive data")
+        try:
+            pieces = self._mux.feed(data)
+        except RemoteProtocolError as exc:
+            self.error = exc
+            self._out.clear()  # nothing more is owed to a peer that broke the protocol
+            raise
         events: list[Event] = []
-        for conn, piece in self._mux.feed(data):
+        for conn, piece in pieces:
             if conn == self.server_conn:
                 for frame in self._server_frames.feed(piece):
                     req, reply = self.server.receive(frame)
                     if req is not None:
                         events.append(req)
                     elif reply:
-                        self._out.append(self._wrap(self.server_conn, reply))
+                        self._queue(self.server_conn, reply)
             elif conn == self.client_conn:
                 for frame in self._client_frames.feed(piece):
                     resp = self.client.receive(frame)
@@ -64,29 +93,46 @@ class NriCore:
             # else: the runtime drops frames for conns it does not know; so do we.
         return events
 
-    def data_to_send(self) -> bytes:
-        out, self._out = b"".join(self._out), []
-        return out
-
     @property
     def buffered(self) -> int:
         """Bytes held for partly received ttrpc frames (bounded by max_data + a read)."""
         return self._server_frames.buffered + self._client_frames.buffered
 
     # -- output --------------------------------------------------------------
-    def _wrap(self, conn: int, frame: bytes) -> bytes:
-        return mux.encode(conn, frame, self.max_send_payload)
+    def data_to_send(self) -> bytes:
+        """Everything queued since the last call, in order; b"" when nothing is."""
+        out, self._out = b"".join(self._out), []
+        return out
 
     def send_request(self, service: str, method: str, payload: bytes, timeout_nano: int = 0,
-                     metadata: Iterable[tuple[str, str]] = ()) -> tuple[int, bytes]:
+                     metadata: Iterable[tuple[str, str]] = ()) -> int:
+        """Queue a unary call to the peer's service; returns its stream id."""
+        self._check_open(f"call {method}")
+        if service != self.peer_service:
+            raise LocalProtocolError(f"a {self.role.value} calls {self.peer_service}, "
+                                     f"not {service}")
         sid, frame = self.client.request(service, method, payload, timeout_nano, metadata)
-        return sid, self._wrap(self.client_conn, frame)
+        self._queue(self.client_conn, frame)
+        return sid
 
     def cancel(self, stream_id: int) -> None:
+        """Forget an outstanding call (its deadline passed); a late answer is dropped.
+        Allowed on a closed core and for calls already answered: a deadline may fire
+        while the answer or the connection's end is on its way."""
         self.client.cancel(stream_id)
 
-    def send_response(self, stream_id: int, payload: bytes) -> bytes:
-        return self._wrap(self.server_conn, self.server.respond(stream_id, payload))
+    def send_response(self, stream_id: int, payload: bytes) -> None:
+        self._check_open(f"answer stream {stream_id}")
+        self._queue(self.server_conn, self.server.respond(stream_id, payload))
 
-    def send_error(self, stream_id: int, code: int, message: str) -> bytes:
-        return self._wrap(self.server_conn, self.server.respond_error(stream_id, code, message))
+    def send_error(self, stream_id: int, code: int, message: str) -> None:
+        self._check_open(f"answer stream {stream_id}")
+        self._queue(self.server_conn, self.server.respond_error(stream_id, code, message))
+
+    def _queue(self, conn: int, frame: bytes) -> None:
+        self._out.append(mux.encode(conn, frame, self.max_send_payload))
+
+    def _check_open(self, doing: str) -> None:
+        if self.error is not None:
+            raise LocalProtocolError(f"cannot {doing}: the core is closed after the peer "
+                                     f"broke the protocol ({self.error})")

@@ -60,8 +60,14 @@ class ConnectionClosed(NriError):
     """The peer closed the socket (or it failed) while we needed it."""
 
 
-class ProtocolError(NriError):
-    """The peer broke the NRI/ttrpc protocol in a way that ends the connection."""
+class RemoteProtocolError(NriError):
+    """The peer broke the NRI/ttrpc protocol in a way no single call can be failed for:
+    the connection must end. Raised by NriCore.receive_data; the core is closed after it."""
+
+
+class LocalProtocolError(NriError):
+    """Our own code misused the protocol core (answering a call that is not open, calling
+    a service of the wrong side, using a closed core): a bug here, not in the peer."""
 
 
 class RegistrationError(NriError):

@@ -6,19 +6,25 @@ conn 1 carries the Plugin service (runtime calls plugin), conn 2 the Runtime ser
 (plugin calls runtime); conn 0 is reserved.
 
 The decoder never buffers a whole frame: it hands payload bytes on as they arrive, so a
-peer that announces a 4 GiB frame costs no memory. The per-conn byte streams are then
-cut into ttrpc messages by nri_plugin.nri.ttrpc.
+large frame costs no memory. The per-conn byte streams are then cut into ttrpc messages
+by nri_plugin.nri.ttrpc.
 """
 
 from __future__ import annotations
 
 import struct
 
+from nri_plugin.nri.errors import RemoteProtocolError
+
 HEADER = struct.Struct(">II")
 HEADER_LEN = HEADER.size
 # containerd's reader takes one mux frame into a 4,096-byte buffer: never send a
 # longer frame payload, or the runtime loses it.
 MAX_SEND_PAYLOAD = 4096
+# containerd's mux refuses to write a frame longer than one whole ttrpc message (10-byte
+# header + 4 MiB). A longer announced length means the peer is broken or the stream lost
+# sync; reading on would swallow every later frame as payload, so the connection ends.
+MAX_RECV_PAYLOAD = 10 + (4 << 20)
 
 PLUGIN_CONN = 1  # Plugin service: the runtime is the client
 RUNTIME_CONN = 2  # Runtime service: the plugin is the client
@@ -42,7 +48,8 @@ class MuxDecoder:
     """Turns raw socket bytes into (conn_id, payload piece) segments.
 
     A segment is a contiguous slice of one frame's payload; consecutive segments of the
-    same conn form that conn's byte stream. Memory held: at most 7 header bytes.
+    same conn form that conn's byte stream. Memory held: at most 7 header bytes. A frame
+    announcing more than MAX_RECV_PAYLOAD bytes raises RemoteProtocolError.
     """
 
     __slots__ = ("_conn", "_header", "_remaining")
@@ -79,4 +86,8 @@ class MuxDecoder:
             else:
                 self._conn, self._remaining = HEADER.unpack_from(data, pos)
                 pos += HEADER_LEN
+            if self._remaining > MAX_RECV_PAYLOAD:
+                raise RemoteProtocolError(
+                    f"mux frame for conn {self._conn} announces {self._remaining} bytes; "
+                    f"an NRI peer sends at most {MAX_RECV_PAYLOAD} (one ttrpc message)")
         return out

@@ -1,10 +1,10 @@
 """The plugin side of NRI: a Stub turns a plain Python object into an NRI plugin.
 
-A plugin is any object with handler methods (see nri_plugin.nri.events.HANDLERS and
-docs/transport.md); each may be `def` or `async def`. The stub subscribes to the events
-the object has handlers for, decodes requests, calls handlers, wraps their return values
-into the right response messages and reports handler exceptions as error statuses on
-that call only (the connection stays up).
+A plugin is any object with some of the handler methods of `PluginHandlers`; each may be
+`def` or `async def`. The stub subscribes to the events the object has handlers for,
+decodes requests, calls handlers, wraps their return values into the right response
+messages and reports handler exceptions as error statuses on that call only (the
+connection stays up).
 """
 
 from __future__ import annotations
@@ -15,32 +15,108 @@ import logging
 import re
 import socket
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
 
 from google.protobuf.message import DecodeError, Message
 
 from nri_plugin.nri import events as ev
 from nri_plugin.nri.connection import Connection, Route
-from nri_plugin.nri.core import Role
+from nri_plugin.nri.core import PLUGIN_SERVICE, RUNTIME_SERVICE, Role
 from nri_plugin.nri.errors import (
     Code,
     ConnectionClosed,
     PluginConfigError,
     RegistrationError,
+    RemoteProtocolError,
     RpcError,
 )
 from nri_plugin.nri.pb import nri_pb2 as pb
 
 log = logging.getLogger("nri_sla.nri.stub")
 
-PLUGIN_SERVICE = "nri.pkg.api.v1alpha1.Plugin"
-RUNTIME_SERVICE = "nri.pkg.api.v1alpha1.Runtime"
 NRI_VERSION = "v0.12.0"  # the NRI API version this package implements
 DEFAULT_SOCKET = "/var/run/nri/nri.sock"
 REGISTRATION_TIMEOUT = 5.0
 
 _NAME = re.compile(r"^[A-Za-z0-9_.+-]+$")
 _IDX = re.compile(r"^[0-9]{2}$")
+
+_T = TypeVar("_T")
+MaybeAwaitable = _T | Awaitable[_T]  # a handler may be `def` or `async def`
+
+
+@dataclass(frozen=True, slots=True)
+class CreateResult:
+    """The answer of a create_container handler, its only return shape."""
+
+    adjustment: pb.ContainerAdjustment | None = None  # None: the container as requested
+    updates: Sequence[pb.ContainerUpdate] = ()  # changes to other, existing containers
+    evictions: Sequence[pb.ContainerEviction] = ()  # containers the runtime should evict
+
+
+class PluginHandlers(Protocol):
+    """Every handler a plugin object may have, one per NRI event plus configure,
+    synchronize and shutdown. A plugin implements any subset: the stub subscribes to the
+    events of the handlers present (nri_plugin.nri.events.HANDLERS names them) and
+    answers Configure, Synchronize and Shutdown itself when their handler is missing.
+
+    A handler that raises fails that call only, with status Unknown and str(exc) as the
+    message (raise RpcError to choose the code); validate_container_adjustment is the
+    exception: raising rejects the adjustment, as the Go stub does.
+    """
+
+    def configure(self, config: str, runtime_name: str,
+                  runtime_version: str) -> MaybeAwaitable[int | None]:
+        """Return an event mask to subscribe with instead of the one derived from the
+        handlers present (the stub clips it to what the runtime knows)."""
+
+    def synchronize(self, pods: list[pb.PodSandbox], containers: list[pb.Container]
+                    ) -> MaybeAwaitable[Sequence[pb.ContainerUpdate] | None]:
+        """Called once with the runtime's whole state (all chunks joined)."""
+
+    def shutdown(self) -> MaybeAwaitable[None]: ...
+
+    def run_pod_sandbox(self, pod: pb.PodSandbox) -> MaybeAwaitable[None]: ...
+
+    def stop_pod_sandbox(self, pod: pb.PodSandbox) -> MaybeAwaitable[None]: ...
+
+    def remove_pod_sandbox(self, pod: pb.PodSandbox) -> MaybeAwaitable[None]: ...
+
+    def update_pod_sandbox(self, pod: pb.PodSandbox, overhead: pb.LinuxResources | None,
+                           resources: pb.LinuxResources | None) -> MaybeAwaitable[None]:
+        """overhead and resources are None when the event came as a StateChange."""
+
+    def post_update_pod_sandbox(self, pod: pb.PodSandbox) -> MaybeAwaitable[None]: ...
+
+    def create_container(self, pod: pb.PodSandbox,
+                         container: pb.Container) -> MaybeAwaitable[CreateResult]: ...
+
+    def post_create_container(self, pod: pb.PodSandbox,
+                              container: pb.Container) -> MaybeAwaitable[None]: ...
+
+    def start_container(self, pod: pb.PodSandbox,
+                        container: pb.Container) -> MaybeAwaitable[None]: ...
+
+    def post_start_container(self, pod: pb.PodSandbox,
+                             container: pb.Container) -> MaybeAwaitable[None]: ...
+
+    def update_container(self, pod: pb.PodSandbox, container: pb.Container,
+                         resources: pb.LinuxResources
+                         ) -> MaybeAwaitable[Sequence[pb.ContainerUpdate] | None]: ...
+
+    def post_update_container(self, pod: pb.PodSandbox,
+                              container: pb.Container) -> MaybeAwaitable[None]: ...
+
+    def stop_container(self, pod: pb.PodSandbox, container: pb.Container
+                       ) -> MaybeAwaitable[Sequence[pb.ContainerUpdate] | None]: ...
+
+    def remove_container(self, pod: pb.PodSandbox,
+                         container: pb.Container) -> MaybeAwaitable[None]: ...
+
+    def validate_container_adjustment(
+            self, request: pb.ValidateContainerAdjustmentRequest) -> MaybeAwaitable[None]:
+        """Raise to reject (sent as reject=true, reason=str(exc))."""
 
 
 def check_identity(name: str, idx: str) -> None:
@@ -70,24 +146,14 @@ def _decode(cls: type[Message], payload: bytes, method: str) -> Any:
                        f"{method}: malformed {cls.DESCRIPTOR.name}: {exc}") from None
 
 
-def _create_response(result: Any) -> pb.CreateContainerResponse:
-    """Handler result -> CreateContainerResponse. Accepted: None, an adjustment, a
-    ready response, or a tuple (adjustment | None, updates | None[, evictions])."""
-    if result is None:
-        return pb.CreateContainerResponse()
-    if isinstance(result, pb.CreateContainerResponse):
-        return result
-    if isinstance(result, pb.ContainerAdjustment):
-        return pb.CreateContainerResponse(adjust=result)
-    if isinstance(result, tuple) and 2 <= len(result) <= 3:
-        adjust, updates, *rest = result
-        resp = pb.CreateContainerResponse(update=updates or (), evict=(rest[0] or ()) if rest
-                                          else ())
-        if adjust is not None:
-            resp.adjust.CopyFrom(adjust)
-        return resp
-    raise TypeError("create_container must return (ContainerAdjustment | None, "
-                    f"list[ContainerUpdate] | None), got {type(result).__name__}")
+def _create_response(result: Any) -> bytes:
+    if not isinstance(result, CreateResult):
+        raise TypeError(f"create_container must return CreateResult, got "
+                        f"{type(result).__name__}")
+    resp = pb.CreateContainerResponse(update=result.updates, evict=result.evictions)
+    if result.adjustment is not None:
+        resp.adjust.CopyFrom(result.adjustment)
+    return resp.SerializeToString()
 
 
 def _updates(result: Any, method: str) -> Sequence[pb.ContainerUpdate]:
@@ -103,6 +169,8 @@ _EMPTY = b""  # every "no content" response encodes to zero bytes
 
 
 class Stub:
+    """Serves `plugin`, an object with any subset of the PluginHandlers methods."""
+
     def __init__(self, plugin: object, *, name: str, idx: str,
                  socket_path: str | None = None, sock: socket.socket | None = None,
                  on_ready: Callable[[], Any] | None = None,
@@ -180,8 +248,11 @@ class Stub:
             self._registered = False
             conn.close()
         if not self._stopping:
-            reason = f": {conn.close_reason}" if conn.close_reason else ""
-            raise ConnectionClosed(f"runtime closed the NRI connection{reason}")
+            reason = conn.close_reason
+            if isinstance(reason, RemoteProtocolError):
+                raise ConnectionClosed(f"NRI connection ended: {reason}") from reason
+            why = f": {reason}" if reason else ""
+            raise ConnectionClosed(f"runtime closed the NRI connection{why}")
 
     def stop(self) -> None:
         """End run() cleanly (it returns None)."""
@@ -266,9 +337,7 @@ class Stub:
 
         def answer(mask: Any) -> bytes:
             wanted = mask if isinstance(mask, int) and not isinstance(mask, bool) else \
-                getattr(self.plugin, "events", None)
-            if not isinstance(wanted, int):
-                wanted = ev.plugin_mask(self.plugin)
+                ev.plugin_mask(self.plugin)
             # A bit the runtime does not know makes it drop us: clip to its version.
             self.events = wanted & ev.known_mask(req.NRI_version)
             self._configured.set()
@@ -326,8 +395,7 @@ class Stub:
         if event == ev.CREATE_CONTAINER:
             def create(payload: bytes) -> bytes | Awaitable[bytes]:
                 req = _decode(req_cls, payload, method)
-                return _maybe_await(handler(req.pod, req.container),
-                                    lambda r: _create_response(r).SerializeToString())
+                return _maybe_await(handler(req.pod, req.container), _create_response)
             return create
         if event in (ev.UPDATE_CONTAINER, ev.STOP_CONTAINER):
             resp_cls = getattr(pb, method + "Response")

@@ -1,8 +1,11 @@
-"""ttrpc framing and unary call state machines (sans-IO: bytes in, events/bytes out).
+"""ttrpc framing and unary call state machines (sans-IO: frames in, events/frames out).
 
 Frame: 10-byte big-endian header (uint32 data_len, uint32 stream_id, uint8 type,
 uint8 flags) + data_len bytes. Data of a request frame is a ttrpc.Request, of a response
 frame a ttrpc.Response. Only unary calls are used by NRI.
+
+ServerCore and ClientCore hand the frames they produce to their owner, NriCore, which
+queues them for the socket (its data_to_send is the one output path).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from dataclasses import dataclass
 
 from google.protobuf.message import DecodeError
 
-from nri_plugin.nri.errors import Code, ProtocolError
+from nri_plugin.nri.errors import Code, LocalProtocolError
 from nri_plugin.nri.pb import ttrpc_pb2
 
 HEADER = struct.Struct(">IIBB")
@@ -172,7 +175,7 @@ class ServerCore:
     """Serves unary calls on one conn.
 
     `receive` turns a frame into a RequestReceived for the application, or into an
-    immediate error answer (bytes to send) when the call cannot be served: even or reused
+    immediate error answer (a frame to send) when the call cannot be served: even or reused
     stream id (InvalidArgument), oversized (ResourceExhausted), malformed request
     (InvalidArgument), unknown service/method (Unimplemented). Frames of other types are
     dropped: a unary server never receives data frames that matter and never sends them.
@@ -223,7 +226,8 @@ class ServerCore:
         try:
             self.active.remove(stream_id)
         except KeyError:
-            raise ProtocolError(f"stream {stream_id} has no call to answer") from None
+            raise LocalProtocolError(f"stream {stream_id} has no open call to answer "
+                                     "(never received, or already answered)") from None
 
     def respond(self, stream_id: int, payload: bytes) -> bytes:
         self._finish(stream_id)

@@ -19,6 +19,7 @@ from nri_plugin.hookspec import hook_spec
 from nri_plugin.logsetup import log_decision
 from nri_plugin.nri.errors import Code, RpcError
 from nri_plugin.nri.pb import nri_pb2 as pb
+from nri_plugin.nri.stub import CreateResult
 from nri_plugin.plan.model import ContainerPlan
 from nri_plugin.plan.record import record_body
 from nri_plugin.plugin.adjustment import build_adjustment, build_update
@@ -84,7 +85,7 @@ class SlaPlugin:
         self._publish_usage()
 
     # -- containers --------------------------------------------------------------------
-    def create_container(self, pod: pb.PodSandbox, container: pb.Container):
+    def create_container(self, pod: pb.PodSandbox, container: pb.Container) -> CreateResult:
         started = time.perf_counter()
         decision = decide(self.node, dict(pod.annotations), container.name,
                           namespace=pod.namespace, owner=container.id,
@@ -103,13 +104,13 @@ class SlaPlugin:
         if decision.error is not None:
             raise rpc_error(decision.error)
         if plan is None:
-            return None, None
+            return CreateResult()
         self._plans[container.id] = plan
         self._unstarted.add(container.id)
         self.node.remember_cpuset(container.id, plan)
         self._publish_usage()
-        return (build_adjustment(plan, annotations, self._hooks),
-                self._cpuset_updates(container.id))
+        return CreateResult(build_adjustment(plan, annotations, self._hooks),
+                            self._cpuset_updates(container.id))
 
     def start_container(self, pod: pb.PodSandbox, container: pb.Container) -> None:
         with self._timed("StartContainer"):

@@ -15,6 +15,7 @@ import yaml
 
 from nri_plugin.nri import mux
 from nri_plugin.nri.pb import nri_pb2 as pb
+from nri_plugin.nri.stub import CreateResult
 from nri_plugin.nri.ttrpc import Frame, FrameDecoder
 
 REPO = Path(__file__).resolve().parents[2]
@@ -80,7 +81,7 @@ class GoRefPlugin:
         self.calls.append(("create_container", ctr.name))
         text = pod.annotations.get(f"sla.nri.io/container.{ctr.name}")
         if text is None:
-            return None, None
+            return CreateResult()
         spec = yaml.safe_load(text)
         adj = pb.ContainerAdjustment()
         adj.annotations["sla.nri.io/applied-by"] = "goref"
@@ -90,7 +91,7 @@ class GoRefPlugin:
         if "cpu" in spec:
             res.cpu.quota.value = spec["cpu"]["quota-us"]
             res.cpu.period.value = spec["cpu"]["period-us"]
-        return adj, None
+        return CreateResult(adj)
 
     def stop_container(self, pod, ctr):
         self.calls.append(("stop_container", ctr.name))

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from nri_plugin.nri import mux
-from nri_plugin.nri.core import NriCore, Role
-from nri_plugin.nri.errors import Code, ProtocolError
+from nri_plugin.nri.core import PLUGIN_SERVICE, RUNTIME_SERVICE, NriCore, Role
+from nri_plugin.nri.errors import Code, LocalProtocolError, RemoteProtocolError
 from nri_plugin.nri.pb import ttrpc_pb2
 from nri_plugin.nri.ttrpc import (
     HEADER,
@@ -70,11 +70,20 @@ def test_mux_decoder_reassembles_byte_by_byte_and_interleaved():
     assert not dec.in_frame
 
 
-def test_mux_decoder_streams_huge_frames_without_buffering():
+def test_mux_decoder_streams_large_frames_without_buffering():
     dec = mux.MuxDecoder()
-    out = dec.feed(mux.HEADER.pack(1, 0xFFFFFFFF) + b"abc")
+    out = dec.feed(mux.HEADER.pack(1, mux.MAX_RECV_PAYLOAD) + b"abc")
     assert out == [(1, b"abc")] and dec.in_frame
     assert dec.feed(b"d" * 100) == [(1, b"d" * 100)]
+
+
+@pytest.mark.parametrize("split", [0, 5])
+def test_mux_frame_longer_than_any_peer_sends_is_a_remote_error(split):
+    header = mux.HEADER.pack(2, mux.MAX_RECV_PAYLOAD + 1)
+    dec = mux.MuxDecoder()
+    with pytest.raises(RemoteProtocolError, match=f"announces {mux.MAX_RECV_PAYLOAD + 1}"):
+        dec.feed(header[:split])
+        dec.feed(header[split:] + b"payload")
 
 
 # -- ttrpc framing ----------------------------------------------------------------------
@@ -118,7 +127,7 @@ def test_server_accepts_odd_increasing_ids_and_answers_once():
     assert (req.service, req.method, req.payload) == (SVC, "Configure", b"x")
     out = srv.respond(1, b"payload")
     assert out == encode_frame(1, TYPE_RESPONSE, encode_response(b"payload"))
-    with pytest.raises(ProtocolError):
+    with pytest.raises(LocalProtocolError, match="no open call"):
         srv.respond(1, b"again")
 
 
@@ -190,21 +199,80 @@ def test_client_bad_and_oversized_responses_fail_the_call_only():
 def test_plugin_and_runtime_cores_talk():
     plugin = NriCore(Role.PLUGIN, _known)
     runtime = NriCore(Role.RUNTIME, lambda s, m: m == "RegisterPlugin")
-    sid, wire = plugin.send_request("nri.pkg.api.v1alpha1.Runtime", "RegisterPlugin", b"r")
-    (got,) = runtime.receive_data(wire)
+    sid = plugin.send_request(RUNTIME_SERVICE, "RegisterPlugin", b"r")
+    (got,) = runtime.receive_data(plugin.data_to_send())
     assert isinstance(got, RequestReceived) and got.stream_id == sid == 1
     # runtime calls the plugin on conn 1 while the plugin's call is outstanding
-    sid2, wire2 = runtime.send_request(SVC, "Configure", b"c" * 9000)
+    sid2 = runtime.send_request(SVC, "Configure", b"c" * 9000)
+    wire2 = runtime.data_to_send()
     assert mux.HEADER.unpack_from(wire2)[0] == mux.PLUGIN_CONN
     (cfg,) = plugin.receive_data(wire2)
     assert cfg.payload == b"c" * 9000
-    (resp,) = runtime.receive_data(plugin.send_response(cfg.stream_id, b"ok"))
+    plugin.send_response(cfg.stream_id, b"ok")
+    (resp,) = runtime.receive_data(plugin.data_to_send())
     assert resp == ResponseReceived(sid2, 0, "", b"ok")
-    (reg,) = plugin.receive_data(runtime.send_response(sid, b""))
+    runtime.send_response(sid, b"")
+    (reg,) = plugin.receive_data(runtime.data_to_send())
     assert reg == ResponseReceived(1, 0, "", b"")
     # unknown conn ids are dropped; unknown methods answered automatically
     assert plugin.receive_data(mux.encode(7, b"junk")) == []
-    _, wire3 = runtime.send_request(SVC, "Nope", b"")
-    assert plugin.receive_data(wire3) == []
+    assert plugin.data_to_send() == b""
+    runtime.send_request(SVC, "Nope", b"")
+    assert plugin.receive_data(runtime.data_to_send()) == []
     (answer,) = runtime.receive_data(plugin.data_to_send())
     assert answer.code == Code.UNIMPLEMENTED
+
+
+def test_everything_to_send_leaves_through_data_to_send_in_order():
+    """Our call, a rejection the core makes on its own and our answer come out of the
+    one queue in the order they were made, and only once."""
+    plugin = NriCore(Role.PLUGIN, _known)
+    runtime = NriCore(Role.RUNTIME, lambda s, m: True)
+    runtime.send_request(SVC, "Nope", b"")  # stream 1: rejected by the plugin core
+    runtime.send_request(SVC, "Configure", b"cfg")  # stream 3: served
+    plugin.send_request(RUNTIME_SERVICE, "RegisterPlugin", b"r")
+    (cfg,) = plugin.receive_data(runtime.data_to_send())
+    plugin.send_response(cfg.stream_id, b"configured")
+    wire = plugin.data_to_send()
+    assert plugin.data_to_send() == b""
+    events = runtime.receive_data(wire)
+    assert [(type(e).__name__, e.stream_id) for e in events] == [
+        ("RequestReceived", 1), ("ResponseReceived", 1), ("ResponseReceived", 3)]
+    assert events[1].code == Code.UNIMPLEMENTED and events[2].payload == b"configured"
+
+
+def test_misuse_by_the_caller_is_a_local_error_and_changes_nothing():
+    plugin = NriCore(Role.PLUGIN, _known)
+    with pytest.raises(LocalProtocolError, match="stream 1 has no open call"):
+        plugin.send_response(1, b"")
+    with pytest.raises(LocalProtocolError, match="stream 5 has no open call"):
+        plugin.send_error(5, Code.INTERNAL, "x")
+    with pytest.raises(LocalProtocolError, match=f"a plugin calls {RUNTIME_SERVICE}"):
+        plugin.send_request(PLUGIN_SERVICE, "Configure", b"")
+    runtime = NriCore(Role.RUNTIME, _known)
+    with pytest.raises(LocalProtocolError, match=f"a runtime calls {PLUGIN_SERVICE}"):
+        runtime.send_request(RUNTIME_SERVICE, "RegisterPlugin", b"")
+    assert plugin.data_to_send() == runtime.data_to_send() == b""
+    assert plugin.error is None and plugin.client.next_stream_id == 1
+    # still fully usable
+    assert plugin.send_request(RUNTIME_SERVICE, "RegisterPlugin", b"") == 1
+
+
+def test_peer_breaking_the_protocol_closes_the_core():
+    plugin = NriCore(Role.PLUGIN, _known)
+    runtime = NriCore(Role.RUNTIME, lambda s, m: True)
+    runtime.send_request(SVC, "Configure", b"c")
+    (cfg,) = plugin.receive_data(runtime.data_to_send())
+    runtime.send_request(SVC, "Nope", b"")
+    plugin.receive_data(runtime.data_to_send())  # queues an Unimplemented answer
+    with pytest.raises(RemoteProtocolError):
+        plugin.receive_data(mux.HEADER.pack(mux.PLUGIN_CONN, 0xFFFFFFFF))
+    assert isinstance(plugin.error, RemoteProtocolError)
+    assert plugin.data_to_send() == b""  # nothing more is sent to that peer
+    for use in (lambda: plugin.receive_data(b""),
+                lambda: plugin.send_response(cfg.stream_id, b""),
+                lambda: plugin.send_error(cfg.stream_id, Code.INTERNAL, ""),
+                lambda: plugin.send_request(RUNTIME_SERVICE, "UpdateContainers", b"")):
+        with pytest.raises(LocalProtocolError, match="closed after the peer broke"):
+            use()
+    plugin.cancel(1)  # a deadline firing after the error is not a misuse

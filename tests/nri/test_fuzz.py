@@ -1,5 +1,6 @@
 """Property and fuzz tests of the decoders: random, truncated, huge and malformed input
-never crashes the core, memory stays bounded, bad streams are answered or dropped."""
+never crashes the core (at worst it ends the connection with RemoteProtocolError),
+memory stays bounded, bad streams are answered or dropped."""
 
 from __future__ import annotations
 
@@ -7,15 +8,16 @@ import asyncio
 import itertools
 import os
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nri_plugin.nri import mux
 from nri_plugin.nri.core import NriCore, Role
-from nri_plugin.nri.errors import Code
+from nri_plugin.nri.errors import Code, RemoteProtocolError
 from nri_plugin.nri.pb import nri_pb2 as pb
 from nri_plugin.nri.pb import ttrpc_pb2
-from nri_plugin.nri.stub import PLUGIN_SERVICE, Stub
+from nri_plugin.nri.stub import PLUGIN_SERVICE, RUNTIME_SERVICE, CreateResult, Stub
 from nri_plugin.nri.ttrpc import (
     HEADER,
     TYPE_REQUEST,
@@ -80,7 +82,12 @@ def _plugin_core() -> NriCore:
 def test_random_bytes_never_crash_the_core(junk, cuts):
     core = _plugin_core()
     for chunk in _chunks(junk, cuts):
-        core.receive_data(chunk)
+        try:
+            core.receive_data(chunk)
+        except RemoteProtocolError:
+            # a mux length no peer sends: the connection ends, nothing more goes out
+            assert core.error is not None and core.data_to_send() == b""
+            return
         core.data_to_send()
         assert core.buffered <= 4 * 1024 * 1024 + 10 + len(chunk)
 
@@ -120,17 +127,20 @@ def test_truncated_golden_like_stream_is_held_not_misparsed():
 
 def test_huge_length_fields_cost_no_memory():
     core = _plugin_core()
-    # ttrpc frame announcing 4 GiB inside a mux frame announcing 4 GiB
-    core.receive_data(mux.HEADER.pack(mux.PLUGIN_CONN, 0xFFFFFFFF)
-                      + HEADER.pack(0xFFFFFFF0, 1, TYPE_REQUEST, 0))
+    # ttrpc frame announcing 4 GiB, its "data" spread over legal-sized mux frames
+    core.receive_data(mux.encode(mux.PLUGIN_CONN, HEADER.pack(0xFFFFFFF0, 1, TYPE_REQUEST, 0)))
     answer = core.data_to_send()
     (_, piece), = mux.MuxDecoder().feed(answer)
     (resp,) = FrameDecoder().feed(piece)
     assert ttrpc_pb2.Response.FromString(resp.data).status.code == Code.RESOURCE_EXHAUSTED
-    junk = os.urandom(1 << 16)
+    junk = mux.encode(mux.PLUGIN_CONN, os.urandom(1 << 16), 1 << 16)
     for _ in range(160):  # 10 MiB of payload streams past
         assert core.receive_data(junk) == []
         assert core.buffered == 0
+    # a mux frame announcing 4 GiB would swallow every later frame: the connection ends
+    with pytest.raises(RemoteProtocolError):
+        core.receive_data(mux.HEADER.pack(mux.PLUGIN_CONN, 0xFFFFFFFF) + b"x" * 100)
+    assert core.buffered == 0
 
 
 def test_live_stub_survives_garbage_over_a_real_socket(sock_dir):
@@ -138,7 +148,7 @@ def test_live_stub_survives_garbage_over_a_real_socket(sock_dir):
     dropped; afterwards the same connection still serves a valid call."""
     class P:
         def create_container(self, pod, ctr):
-            return pb.ContainerAdjustment(annotations={"ok": "1"}), None
+            return CreateResult(pb.ContainerAdjustment(annotations={"ok": "1"}))
 
     async def main():
         path = os.path.join(sock_dir, "nri.sock")
@@ -210,21 +220,21 @@ def test_interleaved_calls_both_ways_survive_any_chunking(calls, cuts):
     sent_by_runtime, sent_by_plugin = [], []
     for from_runtime, payload in calls:
         if from_runtime:
-            sid, data = runtime.send_request(PLUGIN_SERVICE, "CreateContainer", payload)
-            wire_to_plugin += data
+            sid = runtime.send_request(PLUGIN_SERVICE, "CreateContainer", payload)
+            wire_to_plugin += runtime.data_to_send()
             sent_by_runtime.append((sid, payload))
         else:
-            sid, data = plugin.send_request("nri.pkg.api.v1alpha1.Runtime",
-                                            "UpdateContainers", payload)
-            wire_to_runtime += data
+            sid = plugin.send_request(RUNTIME_SERVICE, "UpdateContainers", payload)
+            wire_to_runtime += plugin.data_to_send()
             sent_by_plugin.append((sid, payload))
     got_plugin = [e for c in _chunks(wire_to_plugin, cuts) for e in plugin.receive_data(c)]
     got_runtime = [e for c in _chunks(wire_to_runtime, cuts) for e in runtime.receive_data(c)]
     assert [(e.stream_id, e.payload) for e in got_plugin] == sent_by_runtime
     assert [(e.stream_id, e.payload) for e in got_runtime] == sent_by_plugin
     # answer in reverse order: responses are matched by id, not position
-    answers = b"".join(plugin.send_response(e.stream_id, e.payload[::-1])
-                       for e in reversed(got_plugin))
+    for e in reversed(got_plugin):
+        plugin.send_response(e.stream_id, e.payload[::-1])
+    answers = plugin.data_to_send()
     done = [e for c in _chunks(answers, cuts) for e in runtime.receive_data(c)]
     assert sorted((e.stream_id, e.payload) for e in done) == sorted(
         (sid, p[::-1]) for sid, p in sent_by_runtime)

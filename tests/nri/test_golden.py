@@ -69,18 +69,20 @@ def _replay(golden, plugin) -> tuple[bytes, Stub]:
     register = next(f for c, f in golden.frames("p2r") if c == mux.RUNTIME_CONN)
     timeout = ttrpc_pb2.Request.FromString(register.data).timeout_nano
     core = NriCore(Role.PLUGIN, lambda s, m: (s, m) in stub.routes)
-    _, out = core.send_request(RUNTIME_SERVICE, "RegisterPlugin",
-                               stub.registration_request().SerializeToString(), timeout)
-    written = [out]
+    core.send_request(RUNTIME_SERVICE, "RegisterPlugin",
+                      stub.registration_request().SerializeToString(), timeout)
+    written = [core.data_to_send()]
     for direction, data in golden.records:
         if direction != "r2p":
             continue
-        for event in core.receive_data(data):
+        events = core.receive_data(data)
+        assert core.data_to_send() == b""  # the core rejected nothing on its own
+        for event in events:
             if isinstance(event, RequestReceived):
                 payload = stub.routes[(event.service, event.method)](event.payload)
                 assert isinstance(payload, bytes)
-                written.append(core.send_response(event.stream_id, payload))
-        assert core.data_to_send() == b""
+                core.send_response(event.stream_id, payload)
+        written.append(core.data_to_send())
     return b"".join(written), stub
 
 

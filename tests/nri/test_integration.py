@@ -12,9 +12,22 @@ import pytest
 from nri_plugin.nri import events as ev
 from nri_plugin.nri.connection import Connection
 from nri_plugin.nri.core import Role
-from nri_plugin.nri.errors import Code, ConnectionClosed, PluginConfigError, RegistrationError
+from nri_plugin.nri.errors import (
+    Code,
+    ConnectionClosed,
+    PluginConfigError,
+    RegistrationError,
+    RemoteProtocolError,
+)
 from nri_plugin.nri.pb import nri_pb2 as pb
-from nri_plugin.nri.simulator import (
+from nri_plugin.nri.stub import (
+    PLUGIN_SERVICE,
+    RUNTIME_SERVICE,
+    CreateResult,
+    PluginHandlers,
+    Stub,
+)
+from nri_plugin.simulated.runtime import (
     PluginCallError,
     PluginDropped,
     RuntimeSimulator,
@@ -23,7 +36,6 @@ from nri_plugin.nri.simulator import (
     make_pod,
     make_resources,
 )
-from nri_plugin.nri.stub import PLUGIN_SERVICE, RUNTIME_SERVICE, Stub
 
 
 class Recorder:
@@ -65,7 +77,8 @@ class Recorder:
         adj = pb.ContainerAdjustment()
         adj.annotations["sla.nri.io/applied"] = ctr.name
         adj.linux.resources.cpu.cpus = "0-1"
-        return adj, [pb.ContainerUpdate(container_id="other")]
+        return CreateResult(adj, [pb.ContainerUpdate(container_id="other")],
+                            [pb.ContainerEviction(container_id="victim", reason="make room")])
 
     def post_create_container(self, pod, ctr):
         self._rec("post_create_container", ctr)
@@ -144,6 +157,7 @@ def test_full_life_cycle(sock_dir, mode, configure_first):
         assert created.adjust.annotations["sla.nri.io/applied"] == "app"
         assert created.adjust.linux.resources.cpu.cpus == "0-1"
         assert [u.container_id for u in created.update] == ["other"]
+        assert [(e.container_id, e.reason) for e in created.evict] == [("victim", "make room")]
         assert [c[0] for c in plugin.calls] == LIFE_CYCLE
 
         plugin.calls.clear()
@@ -172,7 +186,7 @@ def test_full_life_cycle(sock_dir, mode, configure_first):
 def test_subscription_follows_handlers(sock_dir):
     class OnlyCreate:
         def create_container(self, pod, ctr):
-            return None
+            return CreateResult()
 
     async def main():
         sim, stub, task, s = await _start(sock_dir, OnlyCreate())
@@ -205,7 +219,7 @@ def test_out_of_order_responses(sock_dir):
     class Slow:
         async def create_container(self, pod, ctr):
             await asyncio.sleep(0.5 if ctr.name == "slow" else 0)
-            return pb.ContainerAdjustment(annotations={"who": ctr.name}), None
+            return CreateResult(pb.ContainerAdjustment(annotations={"who": ctr.name}))
 
     async def main():
         sim, stub, task, s = await _start(sock_dir, Slow())
@@ -230,7 +244,7 @@ def test_handler_error_becomes_status_and_connection_survives(sock_dir):
             self.n += 1
             if self.n == 1:
                 raise RuntimeError("memory.high (12Gi) must be below memory.max (10Gi)")
-            return None
+            return CreateResult()
 
         async def start_container(self, pod, ctr):
             raise ValueError("async failure")
@@ -252,10 +266,33 @@ def test_handler_error_becomes_status_and_connection_survives(sock_dir):
     asyncio.run(main())
 
 
+def test_create_container_has_one_return_shape(sock_dir):
+    class OldStyle:
+        def create_container(self, pod, ctr):
+            return pb.ContainerAdjustment(), None
+
+    async def main():
+        sim, stub, task, s = await _start(sock_dir, OldStyle())
+        pod = make_pod("p")
+        with pytest.raises(PluginCallError) as err:
+            await s.create_container(pod, make_container(pod, "c"))
+        assert err.value.code == Code.UNKNOWN
+        assert err.value.message == "create_container must return CreateResult, got tuple"
+        await _finish(sim, stub, task)
+    asyncio.run(main())
+
+
+def test_handler_protocol_covers_exactly_the_handlers_the_stub_routes():
+    declared = {name for name in vars(PluginHandlers) if not name.startswith("_")}
+    assert declared == set(ev.HANDLERS.values()) | {"configure", "synchronize", "shutdown"}
+    assert ev.plugin_mask(Recorder()) == ev.FULL_MASK  # Recorder has every event handler
+
+
 def test_slow_handler_misses_deadline_and_runtime_drops_plugin(sock_dir):
     class TooSlow:
         async def create_container(self, pod, ctr):
             await asyncio.sleep(5)
+            return CreateResult()
 
     async def main():
         opts = SimulatorOptions(request_timeout=0.2)
@@ -296,7 +333,7 @@ def test_new_events_clipped_for_old_runtime(sock_dir):
             pass
 
         def create_container(self, pod, ctr):
-            return None
+            return CreateResult()
 
     async def main():
         sim, stub, task, s = await _start(sock_dir, NewOnly(), SimulatorOptions(mode="v0.8"))
@@ -366,6 +403,26 @@ def test_stub_rejects_bad_identity_and_missing_socket(sock_dir):
     asyncio.run(main())
 
 
+def test_runtime_breaking_the_framing_ends_the_connection(sock_dir):
+    """A mux length no runtime sends (it would swallow every later frame): the stub hangs
+    up at once and run() says why; the runtime side sees the plugin gone."""
+    from nri_plugin.nri import mux
+
+    async def main():
+        sim, stub, task, s = await _start(sock_dir, Recorder())
+        s.conn.transport.write(mux.HEADER.pack(mux.PLUGIN_CONN, 0xFFFFFFFF) + b"junk")
+        with pytest.raises(ConnectionClosed, match="NRI connection ended: mux frame for "
+                           "conn 1 announces 4294967295 bytes") as err:
+            await asyncio.wait_for(task, 5)
+        assert isinstance(err.value.__cause__, RemoteProtocolError)
+        assert not stub.registered
+        await asyncio.wait_for(s.wait_closed(), 5)
+        with pytest.raises(PluginDropped):
+            await s.run_pod_sandbox(make_pod("p"))
+        await sim.close()
+    asyncio.run(main())
+
+
 def test_stub_on_given_socket_and_dropped_session_errors(sock_dir):
     async def main():
         sim = RuntimeSimulator(os.path.join(sock_dir, "unused"))
@@ -430,7 +487,7 @@ def test_simulator_requests_look_like_containerds(sock_dir, golden_loader):
 
     class Spy:
         def create_container(self, pod, ctr):
-            return None
+            return CreateResult()
 
     async def main():
         sim, stub, task, s = await _start(sock_dir, Spy())

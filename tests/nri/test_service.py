@@ -15,12 +15,13 @@ from nri_plugin.nri import service
 from nri_plugin.nri.errors import PluginConfigError
 from nri_plugin.nri.pb import nri_pb2 as pb
 from nri_plugin.nri.service import ServiceOptions, SystemdNotifier, run_service
-from nri_plugin.nri.simulator import RuntimeSimulator, make_container, make_pod
+from nri_plugin.nri.stub import CreateResult
+from nri_plugin.simulated.runtime import RuntimeSimulator, make_container, make_pod
 
 
 class Plugin:
     def create_container(self, pod, ctr):
-        return pb.ContainerAdjustment(annotations={"by": "service"}), None
+        return CreateResult(pb.ContainerAdjustment(annotations={"by": "service"}))
 
 
 def test_reconnects_after_runtime_restart_and_stops_cleanly(sock_dir):
@@ -110,9 +111,10 @@ def test_notifier_addresses_and_watchdog_interval():
 CHILD = textwrap.dedent("""
     import asyncio, sys
     from nri_plugin.nri.service import ServiceOptions, run_service
+    from nri_plugin.nri.stub import CreateResult
     class Plugin:
         def create_container(self, pod, ctr):
-            return None
+            return CreateResult()
     opts = ServiceOptions(socket_path=sys.argv[1] if len(sys.argv) > 1 else "",
                           name="child", idx="33")
     asyncio.run(run_service(Plugin(), opts))

@@ -14,7 +14,7 @@ import pytest
 
 from nri_plugin import __version__
 from nri_plugin.config import parse_config
-from nri_plugin.nri.simulator import RuntimeSimulator
+from nri_plugin.simulated.runtime import RuntimeSimulator
 
 # Dependency wheels survive between sessions here: only the first build needs PyPI.
 WHEELHOUSE = Path(os.environ.get("NRI_SLA_WHEELHOUSE", "/tmp/nri-sla-wheelhouse"))

@@ -16,7 +16,7 @@ import sys
 import pytest
 import yaml
 
-from nri_plugin.nri.simulator import RuntimeSimulator
+from nri_plugin.simulated.runtime import RuntimeSimulator
 
 NRI_ENV = {"NRI_PLUGIN_NAME": "nri-sla", "NRI_PLUGIN_IDX": "50", "NRI_PLUGIN_SOCKET": "3"}
 

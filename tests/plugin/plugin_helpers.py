@@ -98,9 +98,9 @@ def make_container_dirs(root: Path, cgroups_path: str) -> dict[str, Path]:
 async def plugin_session(node: NodeState, tmp_path: Path, mode: str = "v0.12", metrics=None,
                          pods=(), containers=(), **options):
     """The SLA plugin served over a real unix socket to the runtime simulator."""
-    from nri_plugin.nri.simulator import RuntimeSimulator, SimulatorOptions
     from nri_plugin.nri.stub import Stub
     from nri_plugin.plugin import SlaPlugin
+    from nri_plugin.simulated.runtime import RuntimeSimulator, SimulatorOptions
 
     socket_path = str(tmp_path / "nri.sock")
     sim_options = SimulatorOptions(mode=mode, **options)

@@ -13,7 +13,7 @@ from plugin_helpers import make_node
 from nri_plugin.commands.run import build_service
 from nri_plugin.metrics import Metrics, start_http_server
 from nri_plugin.nri.service import run_service
-from nri_plugin.nri.simulator import (
+from nri_plugin.simulated.runtime import (
     PluginCallError,
     RuntimeSimulator,
     SimulatorOptions,

@@ -15,7 +15,7 @@ from plugin_helpers import (
 )
 
 from nri_plugin.nri.pb import nri_pb2 as pb
-from nri_plugin.nri.simulator import PluginCallError, make_container, make_pod
+from nri_plugin.simulated.runtime import PluginCallError, make_container, make_pod
 from nri_plugin.topology.cpulist import parse_cpulist
 
 GiB = 1024**3
@@ -223,7 +223,7 @@ def test_hard_direct_write_failure_fails_the_start(tmp_path, v1_tree):
 
 
 def test_update_container_keeps_the_sla_also_after_a_restart(tmp_path):
-    from nri_plugin.nri.simulator import make_resources
+    from nri_plugin.simulated.runtime import make_resources
 
     async def scenario():
         pod = make_pod("p", annotations={"sla.nri.io/pod": "cpu: {limit: 0.5}\n"

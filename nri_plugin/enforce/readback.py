@@ -11,6 +11,8 @@ The kernel normalises many values, so a plain string compare would report false 
 
 from __future__ import annotations
 
+from nri_plugin.topology.cpulist import parse_cpulist
+
 PAGE_SIZE = 4096
 # v1 reads "unlimited" as PAGE_COUNTER_MAX pages; anything this large is "no limit".
 _V1_UNLIMITED_MIN = 1 << 62
@@ -53,21 +55,6 @@ def _device_rule(line: str) -> tuple[str, str] | None:
     if end == 0 or end == len(tail) or not tail[end].isspace():
         return None
     return f"{major}:{tail[:end]}", tail[end:].strip()
-
-
-def parse_cpu_list(text: str) -> set[int]:
-    """ "0-2,5" -> {0, 1, 2, 5}; raises ValueError on malformed input."""
-    out: set[int] = set()
-    for chunk in text.strip().split(","):
-        chunk = chunk.strip()
-        if not chunk:
-            continue
-        lo, sep, hi = chunk.partition("-")
-        start, end = int(lo), int(hi) if sep else int(lo)
-        if end < start:
-            raise ValueError(f"descending range {chunk!r}")
-        out.update(range(start, end + 1))
-    return out
 
 
 def _memory_matches(written: str, read: str, page_size: int) -> bool:
@@ -140,7 +127,7 @@ def values_match(file: str, written: str, read: str, page_size: int = PAGE_SIZE)
         return _memory_matches(written, read, page_size)
     if name in _CPUSET_FILES:
         try:
-            return parse_cpu_list(written) == parse_cpu_list(read)
+            return parse_cpulist(written) == parse_cpulist(read)
         except ValueError:
             return False
     if name in _DEVICE_VALUE_FILES:

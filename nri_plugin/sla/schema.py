@@ -30,6 +30,7 @@ from nri_plugin.sla.quantities import (
     show,
 )
 from nri_plugin.sla.safeyaml import key_text
+from nri_plugin.topology.cpulist import CpuListError, parse_cpulist
 
 CLEAR = type("Clear", (), {"__repr__": lambda self: "CLEAR", "__slots__": ()})()
 
@@ -142,19 +143,15 @@ _NODE_LIST = re.compile(r"[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*", re.ASCII)
 
 
 def parse_id_list(text: str, what: str, hi: int) -> tuple[int, ...]:
-    """Kernel list syntax "0", "0-3", "0,2,4-5" -> sorted ids; refuses duplicates."""
+    """Kernel list syntax "0", "0-3", "0,2,4-5" -> sorted ids (topology.cpulist's parser,
+    bounded by `hi` before any range is expanded); refuses duplicates."""
     if len(text) > 256 or not _NODE_LIST.fullmatch(text):
         raise Problem(f"must be {what} like 0, 0-1 or 0,2, got {show(text)}")
-    ids: list[int] = []
-    for part in text.split(","):
-        first, _, last = part.partition("-")
-        if len(first) > 5 or len(last) > 5:
-            raise Problem(f"ids must be from 0 to {hi}, got {show(text)}")
-        lo_id, hi_id = int(first), int(last or first)
-        if lo_id > hi_id:
-            raise Problem(f"has a reversed range {part} in {show(text)}; write {hi_id}-{lo_id}")
-        ids.extend(range(lo_id, hi_id + 1))
-    return _check_ids(ids, text, hi)
+    try:
+        ids = parse_cpulist(text, limit=hi, distinct=True)
+    except CpuListError as exc:
+        raise Problem(f"{exc.reason} in {show(text)}") from None
+    return _check_ids(list(ids), text, hi)
 
 
 def _check_ids(ids: list[int], value: object, hi: int) -> tuple[int, ...]:

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nri_plugin.enforce.readback import parse_cpu_list, values_match
+from nri_plugin.enforce.readback import values_match
+from nri_plugin.topology.cpulist import CpuListError, parse_cpulist
 
 
 @pytest.mark.parametrize(
@@ -46,10 +47,17 @@ def test_values_match(file: str, written: str, read: str, ok: bool) -> None:
 
 
 def test_cpu_list_errors() -> None:
-    with pytest.raises(ValueError):
-        parse_cpu_list("3-1")
-    with pytest.raises(ValueError):
-        parse_cpu_list("a")
+    with pytest.raises(CpuListError, match="reversed"):
+        parse_cpulist("3-1")
+    with pytest.raises(CpuListError, match="not a number"):
+        parse_cpulist("a")
+    with pytest.raises(CpuListError, match="from 0 to 63"):
+        parse_cpulist("0-999999999", limit=63)  # refused before the range is expanded
+    with pytest.raises(CpuListError, match="too large"):
+        parse_cpulist("9" * 5000)  # never reaches int() (Python refuses > 4300 digits)
+    with pytest.raises(CpuListError, match="twice"):
+        parse_cpulist("0-3,2", distinct=True)
+    assert parse_cpulist("0-3,2") == {0, 1, 2, 3}
 
 
 def _canonical(cpus: set[int]) -> str:
@@ -70,7 +78,7 @@ def _canonical(cpus: set[int]) -> str:
 @given(st.sets(st.integers(0, 255), min_size=1, max_size=40))
 def test_cpuset_any_spelling_matches_canonical(cpus: set[int]) -> None:
     written = ",".join(str(c) for c in sorted(cpus, reverse=True))
-    assert parse_cpu_list(_canonical(cpus)) == cpus
+    assert parse_cpulist(_canonical(cpus)) == cpus
     assert values_match("cpuset.cpus", written, _canonical(cpus) + "\n")
 
 

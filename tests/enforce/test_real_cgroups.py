@@ -74,9 +74,9 @@ def test_cpuset_normalised_and_refused(scratch_v1) -> None:
 
 
 def _cpus(text: str) -> set[int]:
-    from nri_plugin.enforce.readback import parse_cpu_list
+    from nri_plugin.topology.cpulist import parse_cpulist
 
-    return parse_cpu_list(text)
+    return parse_cpulist(text)
 
 
 def test_memory_rounding_and_soft_limit(scratch_v1) -> None:

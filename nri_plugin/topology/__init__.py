@@ -1,12 +1,11 @@
 """Node facts: CPUs, SMT siblings, NUMA nodes (sysfs) and GPUs (NVML, sysfs or snapshot).
 
-Names are imported lazily (PEP 562): the OCI hook imports `nri_plugin.topology.cpus` on every
-container start and must not pay for YAML, logging or NVML modules it does not use.
+Names are imported lazily (PEP 562): the OCI hook imports `nri_plugin.topology.cpulist` on
+every container start (cpuset read-backs) and must not pay for YAML, logging, NVML or
+importlib modules it does not use.
 """
 
 from __future__ import annotations
-
-import importlib
 
 _EXPORTS = {
     "CpuListError": "cpulist", "format_cpulist": "cpulist", "parse_cpulist": "cpulist",
@@ -49,6 +48,8 @@ def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'nri_plugin.topology' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"nri_plugin.topology.{module}"), name)
+    from importlib import import_module  # only here: the hook's read-backs load cpulist
+
+    value = getattr(import_module(f"nri_plugin.topology.{module}"), name)
     globals()[name] = value
     return value

@@ -265,8 +265,9 @@ def test_shared_cores_import_lean():
     out = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True,
                          text=True, check=True).stdout.split()
     assert "nri_plugin.enforce.cgfile" in out
+    assert "nri_plugin.topology.cpulist" in out  # cpuset read-backs
     for heavy in ("pathlib", "dataclasses", "typing", "re", "logging", "json",
-                  "collections", "nri_plugin.enforce.cgroupdetect", "nri_plugin.enforce.rt",
-                  "cgroupspy"):
+                  "collections", "importlib", "warnings", "nri_plugin.enforce.cgroupdetect",
+                  "nri_plugin.enforce.rt", "nri_plugin.topology.cpus", "cgroupspy"):
         assert heavy not in out, heavy
 

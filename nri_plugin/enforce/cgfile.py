@@ -16,7 +16,7 @@ from __future__ import annotations
 import errno
 import os
 
-from nri_plugin.enforce.cgpaths import UNIFIED, within
+from nri_plugin.enforce.cgpaths import UNIFIED
 from nri_plugin.enforce.errors import CgroupWriteError
 from nri_plugin.enforce.readback import PAGE_SIZE, values_match
 from nri_plugin.value import Value
@@ -74,14 +74,17 @@ def target(version: int, controller: str, name: str, value: str,
     if not os.path.isdir(base):
         raise CgroupWriteError(path, value,
                                "cgroup directory does not exist (container not created?)")
-    if not os.path.exists(path) and not os.path.islink(path):
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
         # Checked up front: an O_CREAT open (cgroupspy's) on cgroupfs answers a misleading
         # EACCES for a file the kernel does not provide.
-        raise CgroupWriteError(path, value, HINTS[errno.ENOENT])
-    # The container dir came from a validated path, but check the final file too: a
-    # symlink planted in a delegated subtree must not redirect the write elsewhere.
-    if os.path.islink(path) or not within(os.path.realpath(path), os.path.realpath(base)):
-        raise CgroupWriteError(path, value, f"resolves outside {base}")
+        raise CgroupWriteError(path, value, HINTS[errno.ENOENT]) from None
+    # The container dir came from a validated path (cgpaths.safe_join), and `name` is a
+    # plain name, so only the file itself could lead elsewhere: a symlink planted in a
+    # delegated subtree must not redirect the write.
+    if mode & 0o170000 == 0o120000:
+        raise CgroupWriteError(path, value, f"is a symlink: resolves outside {base}")
     return path
 
 

@@ -48,3 +48,17 @@ def test_device_rule_matches_the_old_regex(text):
     line = text.strip()
     m = _OLD_RULE.match(line)
     assert readback._device_rule(line) == ((m.group(1), m.group(2).strip()) if m else None)
+
+
+def test_the_hook_never_loads_protobuf_or_the_plugin():
+    """The cold path runs the plugin's core, not the plugin: no protobuf, no NRI code."""
+    import subprocess
+    import sys
+
+    code = ("import sys, nri_plugin.hook.cold, nri_plugin.hook.warm, nri_plugin.hook.run; "
+            "print(' '.join(sorted(sys.modules)))")
+    loaded = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True,
+                            text=True, check=True).stdout.split()
+    assert "nri_plugin.core.decision" in loaded
+    assert [m for m in loaded if m.startswith(("google.protobuf", "nri_plugin.nri",
+                                               "nri_plugin.plugin", "grpc"))] == []

@@ -39,7 +39,7 @@ from google.protobuf import json_format
 from nri_plugin.simulated.runtime import make_container, make_pod
 
 SLA = "cpu: {limit: 0.5}\nmemory: {max: 256Mi}"
-TARGETS = {"create_p50": 1.5, "create_p99": 2.0, "sync_1000": 3.0}
+TARGETS = {"create_p50": 1.25, "create_p99": 2.0, "sync_1000": 3.0}
 ENV_DRIVER = "NRI_SLA_BENCH_DRIVER"
 ENV_GO_PLUGIN = "NRI_SLA_BENCH_GO_PLUGIN"
 

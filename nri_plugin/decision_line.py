@@ -36,10 +36,16 @@ class LoggingSetupError(ValueError):
     """An unknown log format, level, decision path or outcome."""
 
 
+_second: list = [None, ""]  # the last whole second rendered, and its text
+
+
 def iso_time(created: float) -> str:
     """UTC, millisecond precision: 2026-11-29T08:45:38.312Z."""
-    millis = int((created % 1) * 1000)
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created)) + f".{millis:03d}Z"
+    whole = int(created)
+    if _second[0] != whole:  # a busy plugin logs many lines per second: format it once
+        _second[0], _second[1] = whole, time.strftime("%Y-%m-%dT%H:%M:%S",
+                                                       time.gmtime(whole))
+    return f"{_second[1]}.{int((created - whole) * 1000):03d}Z"
 
 
 def _escape(c: str) -> str:
@@ -80,27 +86,26 @@ def logfmt_value(value: object) -> str:
     return '"' + "".join(_escape(c) for c in text) + '"'
 
 
-def flatten(prefix: str, value: object, out: dict) -> None:
-    """{"cpu": {"quota": 1}} under "applied" -> applied.cpu.quota=1 (for text lines)."""
+def flatten(prefix: str, value: object, out: list) -> None:
+    """{"cpu": {"quota": 1}} under "applied" -> "applied.cpu.quota=1" (for text lines)."""
     if value and (type(value) is dict or isinstance(value, Mapping)):
         for key, sub in value.items():
             flatten(f"{prefix}.{key}", sub, out)
     else:
-        out[prefix] = value
+        out.append(f"{prefix}={logfmt_value(value)}")
 
 
 def text_line(created: float, level: str, logger: str, msg: str, fields: Mapping,
               exc: str | None = None, journal: bool = False) -> str:
     """One logfmt line (no newline). `journal`: no ts, a `<priority>` prefix instead."""
-    pairs: dict = {} if journal else {"ts": iso_time(created)}
-    pairs["level"] = level
-    pairs["logger"] = logger
-    pairs["msg"] = msg
+    pairs = [] if journal else [f"ts={iso_time(created)}"]
+    pairs += (f"level={logfmt_value(level)}", f"logger={logfmt_value(logger)}",
+              f"msg={logfmt_value(msg)}")
     for key, value in fields.items():
         flatten(key, value, pairs)
     if exc:
-        pairs["exc"] = exc
-    line = " ".join(f"{k}={logfmt_value(v)}" for k, v in pairs.items())
+        pairs.append(f"exc={logfmt_value(exc)}")
+    line = " ".join(pairs)
     return f"<{PRIORITY.get(level, 6)}>{line}" if journal else line
 
 

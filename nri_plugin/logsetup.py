@@ -105,6 +105,10 @@ def setup_logging(format: str = "text", level: str | int = "info",
         logger.removeHandler(old)
     logger.addHandler(handler)
     logger.setLevel(levelno)
+    # Neither formatter shows the caller, thread or process: skip collecting them for
+    # every record (the logging HOWTO's "Optimization"; findCaller walks the stack).
+    logging._srcfile = None
+    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     logger.propagate = False  # no second copy through a root handler someone else set
     return logger
 

@@ -8,7 +8,6 @@ events, reconnects when containerd restarts, serves Prometheus metrics and talks
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import sys
 
@@ -33,7 +32,7 @@ def main(args: argparse.Namespace) -> int:
     from nri_plugin.logsetup import setup_logging
     from nri_plugin.metrics import Metrics, start_http_server
     from nri_plugin.nri.errors import NriError
-    from nri_plugin.nri.service import run_service
+    from nri_plugin.nri.service import serve
 
     try:
         config = load_config(args.config)
@@ -50,7 +49,7 @@ def main(args: argparse.Namespace) -> int:
     log.info("nri-sla starting: cgroup v%d, %d GPUs, socket %s", node.cgroup_version,
              len(node.allocator.inventory.gpus) if node.allocator else 0, options.socket_path)
     try:
-        asyncio.run(run_service(plugin, options))
+        serve(plugin, options)
     except NriError as exc:
         print(f"nri-sla run: {exc}", file=sys.stderr)
         return 1

@@ -19,9 +19,10 @@ from nri_plugin.plan.model import ContainerPlan, PlanError
 from nri_plugin.plan.planner import plan_container
 from nri_plugin.sla.errors import SlaError
 from nri_plugin.sla.model import Sla
-from nri_plugin.sla.parse import sla_for_container
+from nri_plugin.sla.parse import ENFORCEMENT_ALIAS, sla_for_container
 
 OUTCOMES = ("enforced", "warned", "refused", "skipped")
+REUSABLE_LIMIT = 512  # remembered reusable decisions per NodeState
 
 
 @dataclass
@@ -43,6 +44,19 @@ class Decision:
         return "ok"
 
     @property
+    def reusable(self) -> bool:
+        """A plan that depends only on the annotations, the container's name and
+        namespace and the NRI version (and the node's config and capabilities, fixed for
+        a NodeState's life): no allocator, RT budget, block device or environment input.
+        Such a decision is the same for every replica, so decide() remembers it."""
+        sla = self.sla
+        if self.plan is None or sla is None:
+            return False
+        cpu_ok = sla.cpu is None or (not sla.cpu.exclusive and sla.cpu.rt_runtime_us is None)
+        return (cpu_ok and sla.gpu is None and sla.numa is None
+                and (sla.io is None or not sla.io.max))
+
+    @property
     def warnings(self) -> tuple[str, ...]:
         return self.plan.warnings if self.plan is not None else ()
 
@@ -55,6 +69,30 @@ def decide(node: NodeState, annotations: Mapping[str, str], container_name: str,
            namespace: str = "", owner: str = "", nri_version: str | None = None,
            env: Mapping[str, str] | None = None) -> Decision:
     """Run annotations -> SLA -> plan for one container. Never raises."""
+    key = _reuse_key(node, annotations, container_name, namespace, nri_version)
+    known = node.reusable.get(key)
+    if known is not None:  # a replica: the same plan object, nothing reserved for it
+        return Decision(known.outcome, plan=known.plan, sla=known.sla)
+    decision = _decide(node, annotations, container_name, namespace=namespace, owner=owner,
+                       nri_version=nri_version, env=env)
+    if decision.reusable:
+        if len(node.reusable) >= REUSABLE_LIMIT:
+            node.reusable.clear()  # bounded: many distinct SLAs only cost a re-plan
+        node.reusable[key] = decision
+    return decision
+
+
+def _reuse_key(node: NodeState, annotations: Mapping[str, str], container_name: str,
+               namespace: str, nri_version: str | None) -> tuple:
+    head = node.prefix + "/"
+    mine = tuple(sorted((k, v) for k, v in annotations.items()
+                        if k.startswith(head) or k == ENFORCEMENT_ALIAS))
+    return (container_name, namespace, nri_version, mine)
+
+
+def _decide(node: NodeState, annotations: Mapping[str, str], container_name: str, *,
+            namespace: str, owner: str, nri_version: str | None,
+            env: Mapping[str, str] | None) -> Decision:
     try:
         sla = parse_sla(node.config, annotations, container_name)
     except SlaError as exc:

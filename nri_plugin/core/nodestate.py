@@ -63,6 +63,8 @@ class NodeState:
         self.resolve_device = resolve_device
         self.can_add_devices = can_add_devices  # False: the OCI hook (no NRI to add them)
         self._cpusets: dict[str, str] = {}  # aligned container -> cpuset it was last given
+        # Reusable decisions by their inputs (core.decision.decide; bounded there).
+        self.reusable: dict[tuple, Any] = {}
 
     @property
     def prefix(self) -> str:

@@ -201,3 +201,16 @@ async def run_service(plugin: object, options: ServiceOptions | None = None) -> 
             loop.remove_signal_handler(sig)
         _call(opts.on_state, STOPPED)
         notifier.notify("STOPPING=1", "STATUS=stopped")
+
+
+def serve(plugin: object, options: ServiceOptions | None = None) -> None:
+    """run_service on uvloop's event loop when it is installed (the pyproject dependency:
+    its libuv transports cut the transport's share of each NRI call), else asyncio's."""
+    try:
+        import uvloop
+    except ImportError:  # a distribution without the wheel: asyncio does the same job
+        log.info("event loop: asyncio (uvloop not installed)")
+        asyncio.run(run_service(plugin, options))
+        return
+    log.info("event loop: uvloop %s", uvloop.__version__)
+    uvloop.run(run_service(plugin, options))

@@ -14,6 +14,7 @@ from contextlib import nullcontext
 from typing import Any
 
 from nri_plugin.core import Decision, NodeState, decide
+from nri_plugin.core.decision import REUSABLE_LIMIT
 from nri_plugin.errors import INTERNAL, INVALID, SlaFailure
 from nri_plugin.hookspec import hook_spec
 from nri_plugin.logsetup import log_decision
@@ -50,6 +51,8 @@ class SlaPlugin:
         self.runtime = ""
         self._plans: dict[str, ContainerPlan] = {}  # container id -> its SLA plan
         self._unstarted: set[str] = set()  # created, direct writes still to do
+        # id(plan) -> (plan, record, adjustment); the plan is kept, so the id stays its own.
+        self._answers: dict[int, tuple[ContainerPlan, dict[str, Any], Any]] = {}
         # With hook.inject the OCI hook verifies (reads back) what the plugin enforced.
         self._hooks = hook_spec() if node.config.hook.inject else None
 
@@ -98,8 +101,8 @@ class SlaPlugin:
                 self.node.release(container.id)
                 decision = Decision("refused", error=exc)
         plan = decision.plan
-        record = record_body(plan, "nri") if plan is not None else {}
-        annotations = self.node.annotations_for(plan, "nri", record) if plan else {}
+        record, adjustment = (self._answer(plan, decision.reusable) if plan is not None
+                              else ({}, None))
         self._observe("CreateContainer", started, decision, record, pod, container)
         if decision.error is not None:
             raise rpc_error(decision.error)
@@ -109,8 +112,24 @@ class SlaPlugin:
         self._unstarted.add(container.id)
         self.node.remember_cpuset(container.id, plan)
         self._publish_usage()
-        return CreateResult(build_adjustment(plan, annotations, self._hooks),
-                            self._cpuset_updates(container.id))
+        return CreateResult(adjustment, self._cpuset_updates(container.id))
+
+    def _answer(self, plan: ContainerPlan,
+                reusable: bool) -> tuple[dict[str, Any], pb.ContainerAdjustment]:
+        """The record and the adjustment for a plan. A reusable decision hands every
+        replica the same plan object, so its answer is built once (the message is only
+        ever copied into responses, never changed)."""
+        known = self._answers.get(id(plan))
+        if known is not None and known[0] is plan:
+            return known[1], known[2]
+        record = record_body(plan, "nri")
+        adjustment = build_adjustment(plan, self.node.annotations_for(plan, "nri", record),
+                                      self._hooks)
+        if reusable:
+            if len(self._answers) >= REUSABLE_LIMIT:
+                self._answers.clear()
+            self._answers[id(plan)] = (plan, record, adjustment)
+        return record, adjustment
 
     def start_container(self, pod: pb.PodSandbox, container: pb.Container) -> None:
         with self._timed("StartContainer"):

@@ -134,3 +134,5 @@ def test_prelaunched_nri_sla_registers_and_reports_ready(tmp_path, pk):
 
     rc, stderr = asyncio.run(main())
     assert rc == 0, stderr.decode()[-2000:]
+    # The installed project serves NRI on uvloop (a dependency), not asyncio's own loop.
+    assert b"event loop: uvloop" in stderr, stderr.decode()[-2000:]

@@ -7,8 +7,8 @@ containers (several rounds), then times CreateContainer round trips with a golde
 pod carrying `sla.nri.io/pod: "cpu: {limit: 0.5}\\nmemory: {max: 256Mi}"`. It is run
 once with a Go plugin (pkg/stub) doing the same work, and once with the real
 `nri-sla run`, alternating for --rounds rounds; the figures are pooled per plugin and
-printed as ratios next to design.md's targets (median <= 1.5x, p99 <= 2x, Synchronize of
-1,000 containers <= 3x). Also printed: nri-sla's RSS after the 1,000-container sync.
+printed as ratios next to the targets (median <= 1.25x, p99 <= 2x, Synchronize of 1,000
+containers <= 3x). Also printed: nri-sla's RSS after the 1,000-container sync.
 
 Needs two binaries built outside the repo (docs/benchmarks.md says how):
     NRI_SLA_BENCH_DRIVER=/tmp/nri-bench/bin/nri-bench-driver \\

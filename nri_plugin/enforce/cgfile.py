@@ -101,9 +101,14 @@ def write_value(path: str, value: str) -> None:
         os.close(fd)
 
 
-def read_value(path: str) -> str:
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        return fh.read()
+def read_value(path: str, limit: int = 1 << 16) -> str:
+    """A cgroup file's content (one read(2): cgroupfs hands a whole small file at once;
+    no text-file object per read on the hook's path)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return os.read(fd, limit).decode("utf-8", "replace")
+    finally:
+        os.close(fd)
 
 
 class CgroupWrite(tuple):

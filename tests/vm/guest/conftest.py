@@ -281,7 +281,9 @@ class BusyboxBundle:
             timeout: float = 60) -> RuncResult:
         """`runc run` in the foreground; the container's stdout comes back."""
         cid = f"nri-sla-{uuid.uuid4().hex[:8]}"
-        config = self.config(args, resources, f"/{cid}")
+        return self._runc_run(cid, self.config(args, resources, f"/{cid}"), timeout)
+
+    def _runc_run(self, cid: str, config: dict[str, Any], timeout: float) -> RuncResult:
         (self.dir / "config.json").write_text(json.dumps(config, indent=1))
         try:
             proc = subprocess.run(["runc", "run", "--bundle", str(self.dir), cid],
@@ -311,7 +313,7 @@ class BusyboxBundle:
 
     def run_with_hook(self, args: list[str], annotations: dict[str, str], work: Path,
                       timeout: float = 180,
-                      cache: str = "off") -> tuple[subprocess.CompletedProcess, str]:
+                      cache: str = "off") -> tuple[RuncResult, str]:
         """`runc run` of a spec without resources whose createRuntime hook is nri-sla's
         (hard mode node config in `work`); returns runc's result and the hook's log."""
         cid = f"nri-sla-hook-{uuid.uuid4().hex[:8]}"
@@ -326,14 +328,8 @@ class BusyboxBundle:
                      str(work / "config.yaml"), "--cache-dir", cache],
             "env": [f"NRI_SLA_HOOK_LOG={log}"], "timeout": 120}]}
         (work / "config.yaml").write_text("enforcement: hard\n")
-        (self.dir / "config.json").write_text(json.dumps(config))
-        try:
-            proc = subprocess.run(["runc", "run", "--bundle", str(self.dir), cid],
-                                  capture_output=True, text=True, timeout=timeout,
-                                  stdin=subprocess.DEVNULL)
-        finally:
-            subprocess.run(["runc", "delete", "--force", cid], capture_output=True)
-        return proc, (log.read_text() if log.exists() else "")
+        result = self._runc_run(cid, config, timeout)
+        return result, (log.read_text() if log.exists() else "")
 
 
 @pytest.fixture

@@ -39,7 +39,7 @@ def test_plugin_and_hook_leave_the_same_cgroup_values(case, busybox_bundle, virt
 
     by_hook, log = busybox_bundle.run_with_hook(read_files_script(FILES),
                                                {"sla.nri.io/pod": sla}, tmp_path)
-    assert by_hook.returncode == 0, (by_hook.stderr, log)
+    assert by_hook.rc == 0, (by_hook.stderr, log)
     plugin_files, hook_files = sections(by_plugin.stdout), sections(by_hook.stdout)
     assert hook_files == plugin_files
     untouched = sections(busybox_bundle.run(read_files_script(FILES), {}).stdout)

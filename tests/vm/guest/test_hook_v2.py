@@ -19,7 +19,7 @@ def test_hook_applies_the_sla_on_v2(busybox_bundle, virtio_disk, read_files_scri
            f"io:\n  max:\n    - device: '{dev}'\n      read-bps: 1Mi\n      write-iops: 300\n")
     proc, log = busybox_bundle.run_with_hook(read_files_script(FILES),
                                {"sla.nri.io/pod": sla}, tmp_path)
-    assert proc.returncode == 0, (proc.stderr, log)
+    assert proc.rc == 0, (proc.stderr, log)
     got = sections(proc.stdout)
     assert got["cpu.max"] == "25000 50000"
     assert got["cpuset.mems"] == "0"
@@ -33,7 +33,7 @@ def test_hook_soft_mode_warns_and_starts(busybox_bundle, read_files_script, sect
     sla = "enforcement: soft\ncpu:\n  limit: 0.25\n  rt-runtime: 5ms\nio:\n  weight: 300\n"
     proc, log = busybox_bundle.run_with_hook(read_files_script(["cpu.max", "io.weight"]),
                                {"sla.nri.io/pod": sla}, tmp_path)
-    assert proc.returncode == 0, (proc.stderr, log)
+    assert proc.rc == 0, (proc.stderr, log)
     got = sections(proc.stdout)
     assert got["cpu.max"] == "25000 100000"
     assert got["io.weight"].splitlines()[0] == "default 300"
@@ -43,7 +43,7 @@ def test_hook_soft_mode_warns_and_starts(busybox_bundle, read_files_script, sect
 def test_hook_refuses_rt_on_v2_in_hard_mode(busybox_bundle, tmp_path):
     proc, _log = busybox_bundle.run_with_hook(["/bin/true"],
                                 {"sla.nri.io/pod": "cpu:\n  rt-runtime: 5ms\n"}, tmp_path)
-    assert proc.returncode != 0
+    assert proc.rc != 0
     assert "cpu.rt-runtime" in proc.stderr and "cgroup v2" in proc.stderr
 
 
@@ -56,7 +56,7 @@ def test_hook_cache_hit_gives_the_same_cgroup_values(busybox_bundle, virtio_disk
     for _ in range(2):
         proc, log = busybox_bundle.run_with_hook(read_files_script(FILES),
                                    {"sla.nri.io/pod": sla}, tmp_path, cache=str(cache))
-        assert proc.returncode == 0, (proc.stderr, log)
+        assert proc.rc == 0, (proc.stderr, log)
         runs.append(sections(proc.stdout))
         assert any(p.name.startswith("decision-") for p in cache.iterdir())
     assert runs[0] == runs[1]

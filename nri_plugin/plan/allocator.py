@@ -52,6 +52,7 @@ class Allocator:
         self._gpu_holders: dict[int, dict[str, str]] = {}  # gpu index -> owner -> kind
         self._mig_owner: dict[str, str] = {}  # MIG uuid -> owner
         self._cpu_owner: dict[int, str] = {}  # exclusive CPU -> owner
+        self._snapshot: Holdings | None = None  # holdings() until the next change
         self._placements: dict[str, Placement] = {}
 
     # --- queries --------------------------------------------------------------------------
@@ -65,10 +66,14 @@ class Allocator:
         return self.layout.inventory
 
     def holdings(self) -> Holdings:
-        """A snapshot of who holds what; later changes do not show in it."""
+        """A snapshot of who holds what; later changes do not show in it. Copied once per
+        change, not per placement choice (a refusal then costs no copy at all)."""
         with self._lock:
-            return Holdings(gpus={i: dict(h) for i, h in self._gpu_holders.items() if h},
-                            migs=dict(self._mig_owner), exclusive_cpus=frozenset(self._cpu_owner))
+            if self._snapshot is None:
+                self._snapshot = Holdings(
+                    gpus={i: dict(h) for i, h in self._gpu_holders.items() if h},
+                    migs=dict(self._mig_owner), exclusive_cpus=frozenset(self._cpu_owner))
+            return self._snapshot
 
     def placement_of(self, owner: str) -> Placement | None:
         with self._lock:
@@ -120,13 +125,16 @@ class Allocator:
         """Free everything `owner` holds; False when it held nothing."""
         with self._lock:
             placement = self._placements.pop(owner, None)
+            if placement is None:  # every holding is committed with its placement
+                return False
+            self._snapshot = None
             for holders in self._gpu_holders.values():
                 holders.pop(owner, None)
             for uuid in [u for u, o in self._mig_owner.items() if o == owner]:
                 del self._mig_owner[uuid]
             for cpu in [c for c, o in self._cpu_owner.items() if o == owner]:
                 del self._cpu_owner[cpu]
-            return placement is not None
+            return True
 
     def allocate(self, request: PlacementRequest, hard: bool = True) -> Placement:
         """Place `request`. hard: exactly as asked or PlacementError (state unchanged);
@@ -168,6 +176,7 @@ class Allocator:
         return RUNTIME if p.from_runtime else SHARED if p.shared_gpus else EXCLUSIVE
 
     def _commit(self, owner: str, p: Placement, kind: str) -> None:
+        self._snapshot = None
         if p.mig is not None:
             self._mig_owner[p.mig.uuid] = owner
         else:

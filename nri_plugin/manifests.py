@@ -3,6 +3,13 @@
 Accepts Pods, Lists of them, and the workload kinds that carry a pod template
 (Deployment, StatefulSet, DaemonSet, ReplicaSet, Job, CronJob), in one or more YAML
 documents per file.
+
+Manifests are read through the hardened YAML reader the annotations use
+(nri_plugin.sla.safeyaml) with bounds sized for Kubernetes objects: the file's size is
+checked while reading (a FIFO or /dev/zero cannot make it read on), anchors and aliases
+(billion laughs), tags and duplicate keys are refused, and nesting, values and documents
+are capped, so a hostile manifest costs bounded time and memory and every problem is one
+ManifestError line naming the file.
 """
 
 from __future__ import annotations
@@ -12,9 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
+from nri_plugin.sla.safeyaml import YamlProblem, load_all
 
 MAX_MANIFEST_BYTES = 4 * 1024 * 1024
+# Far beyond real objects (a Deployment is ~10 levels and a few hundred values; a CRD's
+# schema can reach ~30 levels), far below what costs real memory (~100 bytes per value).
+MAX_MANIFEST_DEPTH = 64
+MAX_MANIFEST_NODES = 256 * 1024
+MAX_MANIFEST_DOCUMENTS = 4096
 _TEMPLATED = {"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job",
               "ReplicationController"}
 
@@ -55,8 +67,11 @@ def _pod_from(template: dict[str, Any], meta: dict[str, Any], source: str) -> Po
         container = _mapping(container, f"{source}: spec.containers[{i}]")
         name = str(container.get("name", f"container-{i}"))
         names.append(name)
-        envs[name] = {str(e.get("name")): str(e.get("value", "")) for e in
-                      container.get("env") or [] if isinstance(e, dict) and "value" in e}
+        env = container.get("env") or []
+        if not isinstance(env, list):
+            raise ManifestError(f"{source}: spec.containers[{i}].env must be a list")
+        envs[name] = {str(e.get("name")): str(e.get("value", "")) for e in env
+                      if isinstance(e, dict) and "value" in e}
     return PodSpec(
         source=source,
         namespace=str(pod_meta.get("namespace") or meta.get("namespace") or "default"),
@@ -70,14 +85,20 @@ def _pod_from(template: dict[str, Any], meta: dict[str, Any], source: str) -> Po
 def _pods_in(doc: Any, source: str) -> Iterator[PodSpec]:
     if doc is None:
         return
-    doc = _mapping(doc, source)
+    if not isinstance(doc, dict):
+        raise ManifestError(f"{source}: not a mapping (a Kubernetes object)")
     kind = doc.get("kind")
+    if not isinstance(kind, str):
+        return  # not a Kubernetes object nri-sla reads (and not hashable, maybe)
     meta = _mapping(doc.get("metadata"), f"{source}: metadata")
-    where = f"{source}: {kind}/{meta.get('name', '?')}"
+    where = f"{source}: {kind}/{_short(meta.get('name', '?'))}"
     if kind == "Pod":
         yield _pod_from(doc, meta, where)
-    elif kind == "List" or (isinstance(kind, str) and kind.endswith("List")):
-        for i, item in enumerate(doc.get("items") or []):
+    elif kind.endswith("List"):
+        items = doc.get("items") or []
+        if not isinstance(items, list):
+            raise ManifestError(f"{where}: items must be a list")
+        for i, item in enumerate(items):
             yield from _pods_in(item, f"{source}: items[{i}]")
     elif kind in _TEMPLATED:
         template = _mapping(_mapping(doc.get("spec"), where).get("template"), where)
@@ -88,19 +109,38 @@ def _pods_in(doc: Any, source: str) -> Iterator[PodSpec]:
         yield _pod_from(template, meta, where)
 
 
+def _short(value: object) -> str:
+    """A manifest value in a message: one line, at most 63 characters (a name's limit)."""
+    text = str(value)
+    text = text if len(text) <= 63 else text[:60] + "..."
+    return text if text.isprintable() else repr(text)
+
+
+def _read(path: Path) -> str:
+    try:
+        with path.open("rb") as file:
+            data = file.read(MAX_MANIFEST_BYTES + 1)  # bounded even for a FIFO or device
+    except OSError as exc:
+        raise ManifestError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if len(data) > MAX_MANIFEST_BYTES:
+        raise ManifestError(f"{path}: larger than {MAX_MANIFEST_BYTES} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ManifestError(f"{path}: cannot read: not UTF-8 text (byte {exc.start})") \
+            from None
+
+
 def load_pods(path: str | Path) -> list[PodSpec]:
-    """Every pod (or pod template) in a manifest file. Raises ManifestError."""
+    """Every pod (or pod template) in a manifest file. Raises ManifestError, whose
+    message is one line naming the file."""
     path = Path(path)
+    text = _read(path)
     try:
-        if path.stat().st_size > MAX_MANIFEST_BYTES:
-            raise ManifestError(f"{path}: larger than {MAX_MANIFEST_BYTES} bytes")
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ManifestError(f"{path}: cannot read: {exc}") from exc
-    try:
-        docs = list(yaml.safe_load_all(text))
-    except yaml.YAMLError as exc:
-        raise ManifestError(f"{path}: not valid YAML: {exc}") from exc
+        docs = load_all(text, max_bytes=MAX_MANIFEST_BYTES, max_depth=MAX_MANIFEST_DEPTH,
+                        max_nodes=MAX_MANIFEST_NODES, max_documents=MAX_MANIFEST_DOCUMENTS)
+    except YamlProblem as exc:
+        raise ManifestError(f"{path}: {exc}") from None
     pods: list[PodSpec] = []
     for i, doc in enumerate(docs):
         pods.extend(_pods_in(doc, f"{path}" if len(docs) == 1 else f"{path}[{i}]"))

@@ -10,6 +10,12 @@ several instances can live in one process (tests, the simulator) without clashin
 
 Label values are checked against short fixed vocabularies: a free-form label (an error
 message, a pod name) would create one time series per value and blow up the registry.
+
+The server serves each connection in a thread, at most MAX_CONNECTIONS at once (one more
+is answered 503 and closed at once), and ends any connection still open
+CONNECTION_DEADLINE seconds after it was accepted, whatever it is doing: a client that
+opens connections and sends nothing (or one byte at a time) holds a bounded number of
+threads for a bounded time.
 """
 
 from __future__ import annotations
@@ -18,10 +24,10 @@ import re
 import socket
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from time import perf_counter
+from time import monotonic, perf_counter
 from typing import ClassVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -45,6 +51,15 @@ _EVENT_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
 # range is sub-millisecond to a few hundred ms.
 REQUEST_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
                    2.0, 5.0)
+
+# HTTP connection bounds: a scrape or probe takes milliseconds and Prometheus and kubelet
+# open a few connections at most, so these only ever bite on stuck or hostile clients.
+MAX_CONNECTIONS = 16  # served at once (one thread each)
+CONNECTION_DEADLINE = 10.0  # seconds from accept to close, request and answer included
+IO_TIMEOUT = 5.0  # seconds one read or write may block
+_BUSY_BODY = b"busy: too many connections; retry later\n"
+_BUSY = (b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
+         b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(_BUSY_BODY), _BUSY_BODY))
 
 
 class MetricsError(ValueError):
@@ -192,17 +207,63 @@ def parse_address(address: str) -> ListenAddress | None:
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    # Connections past the cap queue in the kernel (no thread, no memory of ours) until
+    # accepted and answered 503; socketserver's default of 5 would drop their SYNs.
+    request_queue_size = 64
 
-    def __init__(self, listen: ListenAddress, metrics: Metrics) -> None:
+    def __init__(self, listen: ListenAddress, metrics: Metrics, *,
+                 max_connections: int = MAX_CONNECTIONS,
+                 deadline: float = CONNECTION_DEADLINE) -> None:
         if ":" in listen.host:
             self.address_family = socket.AF_INET6
         self.metrics = metrics
+        self.max_connections = max_connections
+        self.deadline = deadline
+        self._lock = threading.Lock()
+        self._open: dict[socket.socket, float] = {}  # served connection -> its deadline
         super().__init__((listen.host, listen.port), _Handler)
+
+    def process_request(self, request, client_address) -> None:  # type: ignore[override]
+        with self._lock:
+            full = len(self._open) >= self.max_connections
+            if not full:
+                self._open[request] = monotonic() + self.deadline
+        if full:
+            with suppress(OSError):
+                request.setblocking(False)  # never wait on this client
+                request.send(_BUSY)
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)  # starts the thread
+        except BaseException:
+            with self._lock:  # no thread will free the slot
+                self._open.pop(request, None)
+            raise
+
+    def process_request_thread(self, request, client_address) -> None:  # type: ignore[override]
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            with self._lock:
+                self._open.pop(request, None)
+
+    def service_actions(self) -> None:
+        # Runs in serve_forever's loop between polls: ends connections past their
+        # deadline. shutdown() wakes a thread blocked reading or writing them; its handler
+        # then finishes and the thread ends.
+        now = monotonic()
+        with self._lock:
+            late = [sock for sock, deadline in self._open.items() if deadline <= now]
+        for sock in late:
+            with suppress(OSError):  # closed meanwhile
+                sock.shutdown(socket.SHUT_RDWR)
 
 
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
     server_version = f"nri-sla/{__version__}"
+    timeout = IO_TIMEOUT  # per read or write; the server's deadline bounds the total
     _PLAIN: ClassVar[str] = "text/plain; charset=utf-8"
 
     def do_GET(self) -> None:  # http.server's naming
@@ -271,10 +332,13 @@ class MetricsServer:
         self.close()
 
 
-def start_http_server(metrics: Metrics, address: str) -> MetricsServer | None:
+def start_http_server(metrics: Metrics, address: str, *,
+                      max_connections: int = MAX_CONNECTIONS,
+                      deadline: float = CONNECTION_DEADLINE) -> MetricsServer | None:
     """Serve /metrics, /healthz and /readyz on `address`; "" disables (returns None).
     Raises MetricsError for a malformed address and OSError when it cannot bind."""
     listen = parse_address(address)
     if listen is None:
         return None
-    return MetricsServer(_Server(listen, metrics))
+    return MetricsServer(_Server(listen, metrics, max_connections=max_connections,
+                                 deadline=deadline))

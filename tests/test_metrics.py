@@ -174,6 +174,60 @@ def test_head_and_concurrent_scrapes(server):
     assert codes == [200] * 8
 
 
+def test_half_open_connections_are_capped_and_cut_at_the_deadline(metrics):
+    """Connections that send nothing hold at most max_connections threads, for at most
+    the deadline; the ones over the cap are told 503 at once; then the server serves."""
+    import time
+
+    before = threading.active_count()
+    with start_http_server(metrics, "127.0.0.1:0", max_connections=4, deadline=1.0) as srv:
+        idle = [socket.create_connection(("127.0.0.1", srv.port)) for _ in range(40)]
+        start = time.monotonic()
+        answers = []
+        for sock in idle:
+            sock.settimeout(5)
+            answers.append(sock.recv(4096))  # 503 now, or EOF at the deadline
+            assert threading.active_count() <= before + 1 + 4  # the server's + 4
+        elapsed = time.monotonic() - start
+        busy = [a for a in answers if a.startswith(b"HTTP/1.0 503 ")]
+        assert len(busy) == 36, answers
+        assert all(a.endswith(b"too many connections; retry later\n") for a in busy)
+        assert answers.count(b"") == 4  # the served ones: cut at the deadline
+        assert elapsed < 6.0, f"{elapsed:.2f}s"  # 1 s deadline; without one: forever
+        for sock in idle:
+            sock.close()
+        assert _get(srv.port, "/healthz")[0] == 200
+        # one byte at a time keeps each read under the 5 s timeout; the deadline cuts it
+        with socket.create_connection(("127.0.0.1", srv.port)) as slow:
+            slow.sendall(b"GET /healthz HTTP/1.0\r\nX-Slow: ")
+            start = time.monotonic()
+            slow.settimeout(0.1)
+            while time.monotonic() - start < 10:
+                try:
+                    slow.sendall(b"a")
+                    if slow.recv(1) == b"":
+                        break
+                except TimeoutError:
+                    continue
+                except OSError:
+                    break
+            assert time.monotonic() - start < 6.0  # 1 s deadline; without: minutes
+    for _ in range(50):
+        if threading.active_count() <= before:
+            break
+        time.sleep(0.05)
+    assert threading.active_count() <= before
+
+
+def test_default_connection_bounds(metrics):
+    from nri_plugin import metrics as metrics_module
+
+    assert (metrics_module.MAX_CONNECTIONS, metrics_module.CONNECTION_DEADLINE,
+            metrics_module.IO_TIMEOUT) == (16, 10.0, 5.0)
+    with start_http_server(metrics, "127.0.0.1:0") as srv:
+        assert srv._server.max_connections == 16 and srv._server.deadline == 10.0
+
+
 def test_close_frees_the_port(metrics):
     srv = start_http_server(metrics, "127.0.0.1:0")
     port = srv.port

@@ -2,7 +2,8 @@
 
 Node-independent: it checks what a workload owner controls (syntax, types, ranges,
 contradictions), not what a particular node can honour (`explain` does that). Exit status:
-0 all valid, 1 any SLA error, 2 a manifest that cannot be read.
+0 all valid, 1 any SLA error, 2 a manifest that cannot be read or is refused by the
+hardened YAML reader (one line naming the file and the problem).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from nri_plugin.sla.errors import SlaError
+    from nri_plugin.sla.errors import SlaError, SlaErrors
     from nri_plugin.sla.parse import sla_for_container
 
     status = 0
@@ -39,6 +40,8 @@ def main(args: argparse.Namespace) -> int:
                 except SlaError as exc:
                     for error in exc.errors:
                         print(f"{where}: {error}")
+                    if isinstance(exc, SlaErrors) and exc.omitted:
+                        print(f"{where}: ... and {exc.omitted} more problems")
                     status = max(status, 1)
                     continue
                 if not args.quiet:

@@ -7,6 +7,13 @@ returns an awaitable gets a task. Exceptions become error statuses on that strea
 Bytes reach the socket only through `_flush`, which drains the core after each input,
 each served answer and each call; answers to one read go out in one write.
 A RemoteProtocolError from the core ends the connection at once.
+
+Backpressure: when more than WRITE_HIGH_WATER bytes wait unsent (the peer reads slower
+than it calls), reading stops until they drain below WRITE_LOW_WATER, so a peer that
+stops reading cannot make us queue answers without end; its calls wait in its own socket
+buffer. Past MAX_UNSENT (only our own calls and answers already in progress can get
+there) the connection ends with ConnectionExhausted, as it does when our stream ids run
+out.
 """
 
 from __future__ import annotations
@@ -16,7 +23,13 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 
 from nri_plugin.nri.core import NriCore, Role
-from nri_plugin.nri.errors import Code, ConnectionClosed, RemoteProtocolError, RpcError
+from nri_plugin.nri.errors import (
+    Code,
+    ConnectionClosed,
+    ConnectionExhausted,
+    RemoteProtocolError,
+    RpcError,
+)
 from nri_plugin.nri.mux import MAX_SEND_PAYLOAD
 from nri_plugin.nri.ttrpc import MAX_DATA, RequestReceived, ResponseReceived
 
@@ -24,6 +37,15 @@ log = logging.getLogger("nri_sla.nri.connection")
 
 Route = Callable[[bytes], "bytes | Awaitable[bytes]"]
 Routes = Mapping[tuple[str, str], Route]
+
+# Unsent bytes at which reading pauses (and resumes): a few hundred answers, a quarter of
+# one largest message; containerd reads its socket continuously, so only a stuck or
+# hostile peer gets here.
+WRITE_HIGH_WATER = 1 << 20
+WRITE_LOW_WATER = 256 << 10
+# Unsent bytes at which the peer counts as gone: three largest ttrpc messages beyond the
+# high-water mark.
+MAX_UNSENT = 16 << 20
 
 
 def error_status(exc: BaseException) -> tuple[int, str]:
@@ -35,7 +57,10 @@ def error_status(exc: BaseException) -> tuple[int, str]:
 
 class Connection(asyncio.Protocol):
     def __init__(self, role: Role, routes: Routes, *, max_data: int = MAX_DATA,
-                 max_send_payload: int = MAX_SEND_PAYLOAD) -> None:
+                 max_send_payload: int = MAX_SEND_PAYLOAD,
+                 write_high_water: int = WRITE_HIGH_WATER,
+                 write_low_water: int = WRITE_LOW_WATER,
+                 max_unsent: int = MAX_UNSENT) -> None:
         self.routes = routes
         self.core = NriCore(role, lambda s, m: (s, m) in routes, max_data=max_data,
                             max_send_payload=max_send_payload)
@@ -45,10 +70,26 @@ class Connection(asyncio.Protocol):
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed: asyncio.Future[None] = self.loop.create_future()
         self.close_reason: BaseException | None = None
+        self._write_limits = (write_high_water, write_low_water)
+        self.max_unsent = max_unsent
+        self.reading_paused = False  # while the peer has too much of ours unread
 
     # -- asyncio.Protocol ----------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # a stream transport
+        high, low = self._write_limits
+        self.transport.set_write_buffer_limits(high=high, low=low)
+
+    def pause_writing(self) -> None:
+        # Stop taking calls we would have to answer into a buffer nobody drains.
+        self.reading_paused = True
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self.reading_paused = False
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
 
     def data_received(self, data: bytes) -> None:
         try:
@@ -123,6 +164,13 @@ class Connection(asyncio.Protocol):
         data = self.core.data_to_send()
         if data and self.transport is not None and not self.transport.is_closing():
             self.transport.write(data)
+            unsent = self.transport.get_write_buffer_size()
+            if unsent > self.max_unsent:
+                exc = ConnectionExhausted(f"the peer is not reading: {unsent} bytes unsent "
+                                          f"(at most {self.max_unsent})")
+                log.warning("ending the NRI connection: %s", exc)
+                self.transport.abort()  # close() would wait to flush what nobody reads
+                self._shut(exc)
 
     # -- calling -------------------------------------------------------------
     async def call(self, service: str, method: str, payload: bytes,
@@ -131,12 +179,18 @@ class Connection(asyncio.Protocol):
         """Unary call; returns the response payload or raises RpcError/ConnectionClosed.
         On timeout the call fails with DeadlineExceeded and a late answer is dropped."""
         if self.is_closed:
-            raise ConnectionClosed(f"{method}: connection is closed")
+            why = f" ({self.close_reason})" if self.close_reason else ""
+            raise ConnectionClosed(f"{method}: connection is closed{why}")
         timeout_nano = int(timeout * 1e9) if timeout else 0
-        sid = self.core.send_request(service, method, payload, timeout_nano, metadata)
+        try:
+            sid = self.core.send_request(service, method, payload, timeout_nano, metadata)
+        except ConnectionExhausted as exc:
+            log.warning("ending the NRI connection: %s", exc)
+            self._shut(exc)
+            raise ConnectionClosed(f"NRI connection ended: {exc}") from exc
         fut: asyncio.Future[ResponseReceived] = self.loop.create_future()
         self._pending[sid] = fut
-        self._flush()
+        self._flush()  # may end the connection (peer not reading): `fut` then fails
         timer = self.loop.call_later(timeout, self._expire, sid, method) if timeout else None
         try:
             resp = await fut

@@ -71,11 +71,14 @@ class NriCore:
         dropped with the connection."""
         self._check_open("receive data")
         try:
-            pieces = self._mux.feed(data)
+            return self._receive(data)
         except RemoteProtocolError as exc:
             self.error = exc
             self._out.clear()  # nothing more is owed to a peer that broke the protocol
             raise
+
+    def _receive(self, data: bytes) -> list[Event]:
+        pieces = self._mux.feed(data)
         events: list[Event] = []
         for conn, piece in pieces:
             if conn == self.server_conn:
@@ -106,7 +109,8 @@ class NriCore:
 
     def send_request(self, service: str, method: str, payload: bytes, timeout_nano: int = 0,
                      metadata: Iterable[tuple[str, str]] = ()) -> int:
-        """Queue a unary call to the peer's service; returns its stream id."""
+        """Queue a unary call to the peer's service; returns its stream id. Raises
+        ConnectionExhausted (nothing queued) once the stream ids are used up."""
         self._check_open(f"call {method}")
         if service != self.peer_service:
             raise LocalProtocolError(f"a {self.role.value} calls {self.peer_service}, "

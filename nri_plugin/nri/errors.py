@@ -70,6 +70,13 @@ class LocalProtocolError(NriError):
     a service of the wrong side, using a closed core): a bug here, not in the peer."""
 
 
+class ConnectionExhausted(NriError):
+    """The connection cannot go on and is ended; a new one starts afresh (the service
+    reconnects): our stream ids ran out (ttrpc ids are odd, increasing and 32-bit, and a
+    peer takes a wrapped id as reused), or the peer stopped reading while our unsent
+    bytes passed the cap."""
+
+
 class RegistrationError(NriError):
     """RegisterPlugin failed or did not complete within the registration timeout."""
 

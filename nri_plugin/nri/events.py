@@ -61,6 +61,10 @@ STATE_CHANGE_EVENTS = frozenset({
     RUN_POD_SANDBOX, STOP_POD_SANDBOX, REMOVE_POD_SANDBOX, POST_CREATE_CONTAINER,
     START_CONTAINER, POST_START_CONTAINER, POST_UPDATE_CONTAINER, REMOVE_CONTAINER,
 })
+# Events whose answer carries nothing back: the only ones StateChange may run. The others
+# (CreateContainer, UpdateContainer, StopContainer, ValidateContainerAdjustment) adjust
+# containers and always have their own RPC, whose answer carries the adjustment.
+NON_ADJUSTING_EVENTS = STATE_CHANGE_EVENTS | {UPDATE_POD_SANDBOX, POST_UPDATE_POD_SANDBOX}
 POD_EVENTS = frozenset({RUN_POD_SANDBOX, STOP_POD_SANDBOX, REMOVE_POD_SANDBOX,
                         UPDATE_POD_SANDBOX, POST_UPDATE_POD_SANDBOX})
 

@@ -26,9 +26,9 @@ from nri_plugin.nri.core import PLUGIN_SERVICE, RUNTIME_SERVICE, Role
 from nri_plugin.nri.errors import (
     Code,
     ConnectionClosed,
+    NriError,
     PluginConfigError,
     RegistrationError,
-    RemoteProtocolError,
     RpcError,
 )
 from nri_plugin.nri.pb import nri_pb2 as pb
@@ -44,6 +44,67 @@ _IDX = re.compile(r"^[0-9]{2}$")
 
 _T = TypeVar("_T")
 MaybeAwaitable = _T | Awaitable[_T]  # a handler may be `def` or `async def`
+
+
+@dataclass(frozen=True, slots=True)
+class SyncLimits:
+    """Bounds on one Synchronize, all its more=true parts together, checked as each part
+    arrives. containerd splits its state only when it exceeds 4 MiB, into parts of just
+    under 4 MiB, so a real node sends a few parts and a few thousand objects; a runtime
+    that keeps sending parts is refused instead of growing the plugin without end."""
+
+    parts: int = 1024
+    pods: int = 65_536
+    containers: int = 65_536
+    bytes: int = 64 << 20  # encoded; 10,000 CRI-shaped containers are ~27 MB
+
+    def describe(self) -> str:
+        return (f"{self.parts} parts, {self.pods} pods, {self.containers} containers, "
+                f"{self.bytes} bytes")
+
+
+class _SyncParts:
+    """The parts of one Synchronize so far. Once a bound is passed (or a part does not
+    decode) every later part of the same Synchronize fails too: the handler must never
+    see part of the runtime's state as if it were all of it."""
+
+    __slots__ = ("bytes", "containers", "failure", "limits", "parts", "pods")
+
+    def __init__(self, limits: SyncLimits) -> None:
+        self.limits = limits
+        self.pods: list[pb.PodSandbox] = []
+        self.containers: list[pb.Container] = []
+        self.parts = 0
+        self.bytes = 0
+        self.failure: RpcError | None = None
+
+    def fail(self, error: RpcError) -> RpcError:
+        if self.failure is None:  # logged once: later parts fail without a word
+            log.warning("%s", error.message)
+        self.failure = error
+        self.pods, self.containers = [], []  # nothing is kept for a refused state
+        return error
+
+    def add(self, req: pb.SynchronizeRequest, size: int) -> None:
+        """Join one part; raises RpcError (ResourceExhausted) past a bound."""
+        if self.failure is not None:
+            raise RpcError(self.failure.code, self.failure.message, "Synchronize")
+        self.parts += 1
+        self.bytes += size
+        limits = self.limits
+        for what, have, most in (("parts", self.parts, limits.parts),
+                                 ("bytes", self.bytes, limits.bytes),
+                                 ("pods", len(self.pods) + len(req.pods), limits.pods),
+                                 ("containers", len(self.containers) + len(req.containers),
+                                  limits.containers)):
+            if have > most:
+                raise self.fail(RpcError(
+                    Code.RESOURCE_EXHAUSTED,
+                    f"Synchronize refused: more than {most} {what} after {self.parts} "
+                    f"parts; nri-sla holds at most {limits.describe()} of runtime state",
+                    "Synchronize"))
+        self.pods.extend(req.pods)
+        self.containers.extend(req.containers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +124,9 @@ class PluginHandlers(Protocol):
 
     A handler that raises fails that call only, with status Unknown and str(exc) as the
     message (raise RpcError to choose the code); validate_container_adjustment is the
-    exception: raising rejects the adjustment, as the Go stub does.
+    exception: raising rejects the adjustment, as the Go stub does. A StateChange (how
+    NRI <= v0.11 runtimes send most events) runs only handlers whose answer carries
+    nothing (events.NON_ADJUSTING_EVENTS).
     """
 
     def configure(self, config: str, runtime_name: str,
@@ -175,7 +238,8 @@ class Stub:
                  socket_path: str | None = None, sock: socket.socket | None = None,
                  on_ready: Callable[[], Any] | None = None,
                  registration_timeout: float = REGISTRATION_TIMEOUT,
-                 nri_version: str = NRI_VERSION) -> None:
+                 nri_version: str = NRI_VERSION,
+                 sync_limits: SyncLimits = SyncLimits()) -> None:
         check_identity(name, idx)
         if socket_path is not None and sock is not None:
             raise PluginConfigError("give socket_path or sock, not both")
@@ -199,8 +263,8 @@ class Stub:
         self.config = ""
         self.request_timeout_ms = 0
         self.events = 0  # the mask we subscribed with
-        self._sync_pods: list[pb.PodSandbox] = []
-        self._sync_containers: list[pb.Container] = []
+        self.sync_limits = sync_limits
+        self._sync = _SyncParts(sync_limits)
         self.routes: dict[tuple[str, str], Route] = self._build_routes()
 
     # -- public --------------------------------------------------------------
@@ -225,6 +289,7 @@ class Stub:
                                    f"{exc.strerror or exc}") from exc
         self._conn = conn
         self._configured = asyncio.Event()
+        self._sync = _SyncParts(self.sync_limits)  # parts never carry over connections
         try:
             if self._stopping:  # stop() came while we were connecting
                 return
@@ -249,7 +314,7 @@ class Stub:
             conn.close()
         if not self._stopping:
             reason = conn.close_reason
-            if isinstance(reason, RemoteProtocolError):
+            if isinstance(reason, NriError):  # we ended it: protocol error, exhaustion
                 raise ConnectionClosed(f"NRI connection ended: {reason}") from reason
             why = f": {reason}" if reason else ""
             raise ConnectionClosed(f"runtime closed the NRI connection{why}")
@@ -345,18 +410,22 @@ class Stub:
         return _maybe_await(result, answer)
 
     def _synchronize(self, payload: bytes) -> bytes | Awaitable[bytes]:
-        req = _decode(pb.SynchronizeRequest, payload, "Synchronize")
-        self._sync_pods.extend(req.pods)
-        self._sync_containers.extend(req.containers)
+        parts = self._sync
+        try:
+            req = _decode(pb.SynchronizeRequest, payload, "Synchronize")
+        except RpcError as exc:
+            raise parts.fail(exc) from None  # which part was last is unknown: keep failing
+        if not req.more:  # the last part: the next Synchronize starts afresh
+            self._sync = _SyncParts(self.sync_limits)
+        parts.add(req, len(payload))
         if req.more:
             return pb.SynchronizeResponse(more=True).SerializeToString()
-        pods, self._sync_pods = self._sync_pods, []
-        containers, self._sync_containers = self._sync_containers, []
         handler = self._handler("synchronize")
         if handler is None:
             return _EMPTY
-        return _maybe_await(handler(pods, containers), lambda r: pb.SynchronizeResponse(
-            update=_updates(r, "synchronize")).SerializeToString())
+        return _maybe_await(handler(parts.pods, parts.containers),
+                            lambda r: pb.SynchronizeResponse(
+                                update=_updates(r, "synchronize")).SerializeToString())
 
     def _shutdown(self, payload: bytes) -> bytes | Awaitable[bytes]:
         handler = self._handler("shutdown")
@@ -367,14 +436,22 @@ class Stub:
     def _state_change(self, payload: bytes) -> bytes | Awaitable[bytes]:
         req = _decode(pb.StateChangeEvent, payload, "StateChange")
         name = ev.HANDLERS.get(req.event)
-        handler = self._handler(name) if name else None
+        if name is None:
+            return _EMPTY  # an event newer than this stub: nothing runs (as in the Go stub)
+        if req.event not in ev.NON_ADJUSTING_EVENTS:
+            # Its answer could not carry the adjustment: running create_container here
+            # would reserve GPUs and CPUs for a container the runtime never adjusts.
+            raise RpcError(Code.INVALID_ARGUMENT,
+                           f"StateChange cannot carry {ev.RPCS[req.event]} (event "
+                           f"{req.event}): it adjusts containers and has its own RPC; "
+                           "not run", "StateChange")
+        handler = self._handler(name)
         if handler is None:
             return _EMPTY
-        if req.event in ev.POD_EVENTS:
-            result = handler(req.pod) if req.event != ev.UPDATE_POD_SANDBOX else \
-                handler(req.pod, None, None)
-        elif req.event == ev.UPDATE_CONTAINER:
-            result = handler(req.pod, req.container, req.container.linux.resources)
+        if req.event == ev.UPDATE_POD_SANDBOX:
+            result = handler(req.pod, None, None)
+        elif req.event in ev.POD_EVENTS:
+            result = handler(req.pod)
         else:
             result = handler(req.pod, req.container)
         return _maybe_await(result, lambda _: _EMPTY)

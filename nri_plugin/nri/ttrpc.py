@@ -16,12 +16,20 @@ from dataclasses import dataclass
 
 from google.protobuf.message import DecodeError
 
-from nri_plugin.nri.errors import Code, LocalProtocolError
+from nri_plugin.nri.errors import (
+    Code,
+    ConnectionExhausted,
+    LocalProtocolError,
+    RemoteProtocolError,
+)
 from nri_plugin.nri.pb import ttrpc_pb2
 
 HEADER = struct.Struct(">IIBB")
 HEADER_LEN = HEADER.size
 MAX_DATA = 4 << 20  # 4 MiB, ttrpc's message length limit
+# The header's stream id is a uint32. Client ids are odd and strictly increasing per
+# connection, so the last one is 2**32 - 1; after it the connection can carry no call.
+MAX_STREAM_ID = 0xFFFFFFFF
 
 TYPE_REQUEST = 1
 TYPE_RESPONSE = 2
@@ -179,6 +187,11 @@ class ServerCore:
     stream id (InvalidArgument), oversized (ResourceExhausted), malformed request
     (InvalidArgument), unknown service/method (Unimplemented). Frames of other types are
     dropped: a unary server never receives data frames that matter and never sends them.
+
+    A request after stream id 2**32 - 1 raises RemoteProtocolError: no valid id can
+    follow that one (a Go client wraps around to 1), so rejecting call by call would fail
+    every later call on a connection that looks alive; ending it lets both sides start
+    a new one with fresh ids.
     """
 
     def __init__(self, is_known: Callable[[str, str], bool], *,
@@ -197,6 +210,10 @@ class ServerCore:
             self.dropped_frames += 1
             return None, b""
         sid = frame.stream_id
+        if self.last_stream_id == MAX_STREAM_ID:
+            raise RemoteProtocolError(
+                f"request on stream {sid} after stream id {MAX_STREAM_ID}: the peer's "
+                "stream ids are used up; the connection must be replaced")
         if sid % 2 == 0 or sid <= self.last_stream_id:
             why = "even" if sid % 2 == 0 else f"not above the last one ({self.last_stream_id})"
             return None, self._reject(sid, Code.INVALID_ARGUMENT,
@@ -240,7 +257,9 @@ class ServerCore:
 
 class ClientCore:
     """Issues unary calls on one conn: ids 1, 3, 5, ...; responses matched by id in any
-    order; a response for no outstanding call (late, after a deadline) is dropped."""
+    order; a response for no outstanding call (late, after a deadline) is dropped. Ids
+    never wrap (the peer would take a wrapped id as reused): after 2**32 - 1 a call
+    raises ConnectionExhausted."""
 
     def __init__(self) -> None:
         self.next_stream_id = 1
@@ -250,6 +269,9 @@ class ClientCore:
     def request(self, service: str, method: str, payload: bytes, timeout_nano: int = 0,
                 metadata: Iterable[tuple[str, str]] = ()) -> tuple[int, bytes]:
         sid = self.next_stream_id
+        if sid > MAX_STREAM_ID:
+            raise ConnectionExhausted(f"{method}: this connection has used its last stream "
+                                      f"id ({MAX_STREAM_ID}); a new connection is needed")
         self.next_stream_id += 2
         self.pending.add(sid)
         data = encode_request(service, method, payload, timeout_nano, metadata)

@@ -8,6 +8,11 @@ from __future__ import annotations
 
 from nri_plugin.errors import InvalidInput
 
+# Problems listed in one message; the rest are only counted. One hostile annotation can
+# hold thousands of unknown keys, and every problem would otherwise echo a line into the
+# CRI error kubelet shows, the decision log and the caches (16 KiB in, 200 KB out).
+MAX_REPORTED_ERRORS = 10
+
 
 class SlaError(InvalidInput, ValueError):
     """One problem in an SLA annotation.
@@ -40,34 +45,42 @@ class SlaErrors(SlaError):
     """Several problems at once (all of one pod's SLA annotations are checked together).
 
     It *is* an SlaError: ``key``, ``field`` and ``message`` are those of the first problem,
-    and ``str()`` joins all of them with "; " so that a single log line or CRI error
-    carries the whole list.
+    and ``str()`` joins the listed problems with "; " so that a single log line or CRI
+    error carries them, followed by "... and N more problems" when ``omitted`` (problems
+    found but not listed, beyond MAX_REPORTED_ERRORS) is not zero.
     """
 
-    def __init__(self, errors: list[SlaError] | tuple[SlaError, ...]) -> None:
+    def __init__(self, errors: list[SlaError] | tuple[SlaError, ...], omitted: int = 0) -> None:
         if not errors:
             raise ValueError("SlaErrors needs at least one error")
         self._errors = tuple(errors)
+        self.omitted = omitted
         first = self._errors[0]
         super().__init__(first.key, first.field, first.message)
-        ValueError.__init__(self, "; ".join(str(e) for e in self._errors))
+        text = "; ".join(str(e) for e in self._errors)
+        if omitted:
+            text += f"; ... and {omitted} more problem{'' if omitted == 1 else 's'}"
+        ValueError.__init__(self, text)
 
     @property
     def errors(self) -> tuple[SlaError, ...]:
+        """The listed problems (at most MAX_REPORTED_ERRORS when raised by raise_all)."""
         return self._errors
 
     def __reduce__(self):
-        return (SlaErrors, (self._errors,))
+        return (SlaErrors, (self._errors, self.omitted))
 
 
-def raise_all(errors: list[SlaError]) -> None:
-    """Raise nothing, the single error, or an SlaErrors aggregate.
+def raise_all(errors: list[SlaError] | tuple[SlaError, ...], omitted: int = 0) -> None:
+    """Raise nothing, the single error, or an SlaErrors aggregate listing at most
+    MAX_REPORTED_ERRORS problems (`omitted`: problems the caller already left out).
 
     Errors may come from a cache, so fresh instances are raised: re-raising a cached
     exception object would grow its traceback and pin frames in memory.
     """
-    fresh = [SlaError(e.key, e.field, e.message) for e in errors]
-    if len(fresh) == 1:
+    fresh = [SlaError(e.key, e.field, e.message) for e in errors[:MAX_REPORTED_ERRORS]]
+    omitted += len(errors) - len(fresh)
+    if len(fresh) == 1 and not omitted:
         raise fresh[0]
     if fresh:
-        raise SlaErrors(fresh)
+        raise SlaErrors(fresh, omitted)

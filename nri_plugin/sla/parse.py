@@ -14,8 +14,14 @@ silently drop the SLA otherwise), except the keys nri-sla itself writes (``appli
 ``warnings``).
 
 All problems of the annotations that apply to a container are collected: one raises an
-:class:`SlaError`, several an :class:`SlaErrors` (itself an SlaError). Parsed documents
-and resolved SLAs are cached by their exact text, so repeated events are cheap.
+:class:`SlaError`, several an :class:`SlaErrors` (itself an SlaError) listing the first
+MAX_REPORTED_ERRORS and counting the rest. Parsed documents and resolved SLAs are cached
+by their exact text, so repeated events are cheap.
+
+Work is bounded before it starts: each value by MAX_ANNOTATION_BYTES (safeyaml checks it
+before parsing), all the pod's keys under the prefix together by
+MAX_TOTAL_ANNOTATION_CHARS (checked before anything is parsed), and the problems kept per
+document or per pod by MAX_REPORTED_ERRORS.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ import re
 from collections.abc import Mapping
 from functools import lru_cache
 
-from nri_plugin.sla.errors import SlaError, raise_all
+from nri_plugin.sla.errors import MAX_REPORTED_ERRORS, SlaError, raise_all
 from nri_plugin.sla.model import (
     DEFAULT_CPU_PERIOD_US,
     DEFAULT_RT_PERIOD_US,
@@ -44,32 +50,45 @@ DEFAULT_PREFIX = "sla.nri.io"
 ENFORCEMENT_ALIAS = "io.kubernetes.sla/enforcement-mode"
 OUTPUT_KEYS = ("applied", "warnings")  # written by nri-sla itself, never read as input
 MAX_ANNOTATION_BYTES = 16 * 1024  # checked before YAML parsing
+# All keys under the prefix (and the alias) of one pod, keys and values together: four
+# full-size documents. Kubernetes allows 256 KiB of annotations, and each unknown key
+# under the prefix costs a "did you mean" search; checked before anything is parsed.
+MAX_TOTAL_ANNOTATION_CHARS = 64 * 1024
 MAX_DEPTH = 8  # the schema itself needs 4 (io.max[0].device)
 MIN_CFS_QUOTA_US = 1000  # the kernel refuses a smaller cpu.cfs_quota_us
 # Caches hold annotation texts alive: only texts up to this size are cached, so hostile
 # pods cannot pin more than about 1024 x 4 KiB per cache (typical SLAs are < 1 KiB).
 MAX_CACHED_CHARS = 4096
 
+# A Kubernetes annotation key is at most 253 (prefix) + 1 + 63 (name) characters.
+_MAX_KEY_CHARS = 317
 _CONTAINER_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", re.ASCII)
 _INPUT_NAMES = ("pod", "container.<name>", "enforcement")
 
 
 # -- one document -------------------------------------------------------------------------
 
-def _document(key: str, text: str) -> tuple[dict[str, object], tuple[SlaError, ...]]:
+# A checked document: the flat fields, the first MAX_REPORTED_ERRORS problems and how many
+# more were found (only counted, so a cache entry stays small whatever the text held).
+Document = tuple[dict[str, object], tuple[SlaError, ...], int]
+
+
+def _document(key: str, text: str) -> Document:
     """Parse and check one annotation; problems are returned (and cached), not raised."""
     if len(text) > MAX_CACHED_CHARS:
         return _parse_document(key, text)
     return _cached_document(key, text)
 
 
-def _parse_document(key: str, text: str) -> tuple[dict[str, object], tuple[SlaError, ...]]:
+def _parse_document(key: str, text: str) -> Document:
     try:
         data = load(text, max_bytes=MAX_ANNOTATION_BYTES, max_depth=MAX_DEPTH)
     except YamlProblem as exc:
-        return {}, (SlaError(key, exc.path, exc.message),)
+        return {}, (SlaError(key, exc.path, exc.message),), 0
     flat, problems = flatten(data)
-    return flat, tuple(SlaError(key, path, message) for path, message in problems)
+    kept = tuple(SlaError(key, path, message)
+                 for path, message in problems[:MAX_REPORTED_ERRORS])
+    return flat, kept, len(problems) - len(kept)
 
 
 _cached_document = lru_cache(maxsize=1024)(_parse_document)
@@ -86,8 +105,8 @@ def parse_sla_document(key: str, text: str, *, default_enforcement: str = "hard"
     _check_default(default_enforcement)
     if not isinstance(text, str):
         raise SlaError(key, "", f"must be a string, got {type(text).__name__}")
-    flat, problems = _document(key, text)
-    raise_all(list(problems))
+    flat, problems, omitted = _document(key, text)
+    raise_all(problems, omitted)
     merged, origin = _merge([(key, flat)])
     enforcement = merged.get("enforcement", default_enforcement)
     sla, problems2 = _build(merged, origin, enforcement, (key,), key, complete)
@@ -109,9 +128,13 @@ def sla_for_container(annotations: Mapping[str, str], container_name: str, *,
     wanted = "container." + container_name
     pod_text = ctr_text = shortcut = alias = None
     strays: list[str] = []
+    total = 0
     for key, value in annotations.items():
-        if (key.startswith(head) or key == ENFORCEMENT_ALIAS) and not isinstance(value, str):
-            raise SlaError(key, "", f"must be a string, got {type(value).__name__}")
+        if not (key.startswith(head) or key == ENFORCEMENT_ALIAS):
+            continue
+        if not isinstance(value, str):
+            raise SlaError(_shown_key(key), "", f"must be a string, got {type(value).__name__}")
+        total += len(key) + len(value)
         if key.startswith(head):
             name = key[len(head):]
             if name == "pod":
@@ -123,29 +146,40 @@ def sla_for_container(annotations: Mapping[str, str], container_name: str, *,
             elif name not in OUTPUT_KEYS and not (
                     name.startswith("container.") and _CONTAINER_NAME.fullmatch(name[10:])):
                 strays.append(key)
-        elif key == ENFORCEMENT_ALIAS:
+        else:
             alias = value
+    if total > MAX_TOTAL_ANNOTATION_CHARS:
+        raise SlaError(f"{head}*", "", f"annotations hold {total} characters together (keys "
+                                       f"and values); at most {MAX_TOTAL_ANNOTATION_CHARS} "
+                                       "are allowed")
     args = (prefix, container_name, default_enforcement, pod_text, ctr_text, shortcut, alias,
             tuple(sorted(strays)))
-    big = any(v is not None and len(v) > MAX_CACHED_CHARS
-              for v in (pod_text, ctr_text, shortcut, alias))
-    sla, problems = _resolve_uncached(*args) if big else _resolve(*args)
-    raise_all(list(problems))
+    # Only small inputs are cached (a cache entry pins its texts). Stray keys always end
+    # in a refusal, so their tuple is never made a cache key either.
+    big = bool(strays) or any(v is not None and len(v) > MAX_CACHED_CHARS
+                              for v in (pod_text, ctr_text, shortcut, alias))
+    sla, problems, omitted = _resolve_uncached(*args) if big else _resolve(*args)
+    raise_all(problems, omitted)
     return sla
 
 
 def _resolve_uncached(prefix: str, container: str, default: str, pod_text: str | None,
                       ctr_text: str | None, shortcut: str | None, alias: str | None,
-                      strays: tuple[str, ...]) -> tuple[Sla | None, tuple[SlaError, ...]]:
+                      strays: tuple[str, ...]) -> tuple[Sla | None, tuple[SlaError, ...], int]:
+    """The SLA, or None; the first problems found and how many more were only counted."""
     pod_key = f"{prefix}/pod"
     ctr_key = f"{prefix}/container.{container}"
     short_key = f"{prefix}/enforcement"
-    errors: list[SlaError] = [_stray_error(prefix, key) for key in strays]
+    # A "did you mean" search per stray key: only for the ones that will be listed.
+    errors: list[SlaError] = [_stray_error(prefix, key)
+                              for key in strays[:MAX_REPORTED_ERRORS]]
+    omitted = len(strays) - len(errors)
     docs: list[tuple[str, dict[str, object]]] = []
     for key, text in ((pod_key, pod_text), (ctr_key, ctr_text)):
         if text is not None:
-            flat, problems = _document(key, text)
+            flat, problems, more = _document(key, text)
             errors.extend(problems)
+            omitted += more
             docs.append((key, flat))
     enforcement = default
     keys: list[str] = [key for key, _ in docs]
@@ -159,21 +193,28 @@ def _resolve_uncached(prefix: str, container: str, default: str, pod_text: str |
             errors.append(SlaError(key, "", f"must be one of {', '.join(ENFORCEMENT_MODES)}, "
                                             f"got {show(value)}"))
     if errors:
-        return None, tuple(errors)
+        return None, tuple(errors), omitted
     if not docs:
-        return None, ()
+        return None, (), 0
     merged, origin = _merge(docs)
     enforcement = str(merged.get("enforcement", enforcement))
     ordered = tuple(k for k in (pod_key, ctr_key, short_key, ENFORCEMENT_ALIAS) if k in keys)
     sla, problems = _build(merged, origin, enforcement, ordered, docs[-1][0], True)
-    return (None if problems else sla), tuple(problems)
+    return (None if problems else sla), tuple(problems), 0
 
 
 _resolve = lru_cache(maxsize=1024)(_resolve_uncached)
 
 
+def _shown_key(key: str) -> str:
+    """An annotation key for a message: the runtime does not check key lengths (only the
+    Kubernetes API does), so a key past any valid length is cut."""
+    return key if len(key) <= _MAX_KEY_CHARS else key[:_MAX_KEY_CHARS] + "..."
+
+
 def _stray_error(prefix: str, key: str) -> SlaError:
-    name = key[len(prefix) + 1:]
+    name = key[len(prefix) + 1:][:_MAX_KEY_CHARS]
+    key = _shown_key(key)
     if name.startswith("container."):
         return SlaError(key, "", f"names container {show(name[10:])}, which is not a valid "
                                  "container name (lowercase letters, digits and '-', at most "

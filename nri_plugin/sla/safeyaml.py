@@ -4,7 +4,8 @@ Annotations come from anyone who can create a pod, so the reader refuses, before
 any Python object: text over a size limit (checked before parsing), anchors and aliases
 (the "billion laughs" expansion), explicit tags (``!!python/object``, ``!!binary``,
 custom ``!tags``), nesting deeper than a limit, too many nodes, duplicate mapping keys,
-non-string keys and more than one document.
+non-string keys and more than one document (``load_all``: more than a given number of
+documents, for Kubernetes manifests).
 
 It walks the event stream of PyYAML's parser (the libyaml C parser when available) and
 builds plain dicts, lists and scalars itself, resolving plain scalars with the YAML 1.2
@@ -114,6 +115,19 @@ def _too_big(text: str, max_bytes: int) -> str | None:
 
 def load(text: str, *, max_bytes: int, max_depth: int = 8, max_nodes: int = 4096) -> object:
     """Parse one YAML document safely (see the module doc). Empty text gives None."""
+    documents = _load(text, max_bytes, max_depth, max_nodes, max_documents=1)
+    return documents[0] if documents else None
+
+
+def load_all(text: str, *, max_bytes: int, max_depth: int, max_nodes: int,
+             max_documents: int) -> list[object]:
+    """Parse a stream of YAML documents safely, with the same refusals as `load`;
+    `max_nodes` counts the values of all documents together."""
+    return _load(text, max_bytes, max_depth, max_nodes, max_documents)
+
+
+def _load(text: str, max_bytes: int, max_depth: int, max_nodes: int,
+          max_documents: int) -> list[object]:
     if not isinstance(text, str):
         raise YamlProblem("", f"must be text, got {type(text).__name__}")
     reason = _too_big(text, max_bytes)
@@ -122,7 +136,8 @@ def load(text: str, *, max_bytes: int, max_depth: int = 8, max_nodes: int = 4096
     if "\x00" in text:
         raise YamlProblem("", "contains a NUL character")
     try:
-        return _compose(yaml.parse(text, Loader=_Loader), max_depth, max_nodes)
+        return _compose(yaml.parse(text, Loader=_Loader), max_depth, max_nodes,
+                        max_documents)
     except yaml.YAMLError as exc:
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         mark = getattr(exc, "problem_mark", None)
@@ -130,11 +145,12 @@ def load(text: str, *, max_bytes: int, max_depth: int = 8, max_nodes: int = 4096
         raise YamlProblem("", f"is not valid YAML: {problem}{at}") from None
 
 
-def _compose(events, max_depth: int, max_nodes: int) -> object:
+def _compose(events, max_depth: int, max_nodes: int, max_documents: int) -> list[object]:
     # Stack frames: [container, path, pending key (mappings) or None, key-is-next flag].
+    # Events are pulled one at a time, so parsing stops at the first refusal.
     stack: list[list] = []
     root: object = None
-    documents = 0
+    documents: list[object] = []
     nodes = 0
 
     def attach(value: object, event: yaml.Event) -> None:
@@ -165,12 +181,16 @@ def _compose(events, max_depth: int, max_nodes: int) -> object:
 
     for event in events:
         if isinstance(event, yaml.DocumentStartEvent):
-            documents += 1
-            if documents > 1:
-                raise YamlProblem("", f"holds more than one YAML document{_where(event)}")
+            if len(documents) == max_documents:
+                many = "one YAML document" if max_documents == 1 else \
+                    f"{max_documents} YAML documents"
+                raise YamlProblem("", f"holds more than {many}{_where(event)}")
             continue
-        if isinstance(event, yaml.StreamStartEvent | yaml.StreamEndEvent
-                      | yaml.DocumentEndEvent):
+        if isinstance(event, yaml.DocumentEndEvent):
+            documents.append(root)
+            root = None
+            continue
+        if isinstance(event, yaml.StreamStartEvent | yaml.StreamEndEvent):
             continue
         path = child_path()
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
@@ -185,7 +205,7 @@ def _compose(events, max_depth: int, max_nodes: int) -> object:
                                     f"are not allowed{_where(event)}")
         nodes += 1
         if nodes > max_nodes:
-            raise YamlProblem("", f"has more than {max_nodes} values")
+            raise YamlProblem("", f"has more than {max_nodes} values{_where(event)}")
         if isinstance(event, yaml.ScalarEvent):
             if stack and isinstance(stack[-1][0], dict) and stack[-1][3]:
                 attach(event.value, event)  # keys are taken as written
@@ -196,7 +216,8 @@ def _compose(events, max_depth: int, max_nodes: int) -> object:
                 raise YamlProblem(stack[-1][1], "has a key that is a list or mapping; keys "
                                                 f"must be plain strings{_where(event)}")
             if len(stack) >= max_depth:
-                raise YamlProblem(path, f"is nested more than {max_depth} levels deep")
+                raise YamlProblem(path, f"is nested more than {max_depth} levels deep"
+                                        f"{_where(event)}")
             container = [] if isinstance(event, yaml.SequenceStartEvent) else {}
             stack.append([container, path, None, True])
-    return root
+    return documents

@@ -178,6 +178,8 @@ def _numa_nodes(value: object) -> object:
     if isinstance(value, str):
         return parse_id_list(value, what, MAX_NUMA_NODE)
     if isinstance(value, list):
+        if len(value) > MAX_NUMA_NODE + 1:
+            raise Problem(f"names {len(value)} nodes; at most {MAX_NUMA_NODE + 1}")
         if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value):
             raise Problem(f"must be a list of NUMA node numbers like [0, 1], got "
                           f"{show(str(value))}")
@@ -278,6 +280,8 @@ _MIG_PROFILE = re.compile(r"(?:[1-9]c\.)?[1-9]g\.[0-9]{1,4}gb(?:[+-][a-z][a-z.]{
 def _gpu_ids(value: object) -> tuple[str, ...]:
     expected = "a list of GPU indexes, UUIDs or PCI bus ids like [0, 1] or [GPU-8f...]"
     if isinstance(value, str):
+        if value.count(",") >= MAX_GPUS:  # counted before the text is split
+            raise Problem(f"names {value.count(',') + 1} GPUs; at most {MAX_GPUS}")
         items: list[object] = [part.strip() for part in value.split(",")] if value else []
     elif isinstance(value, list):
         items = list(value)

@@ -6,11 +6,17 @@ import pytest
 
 from nri_plugin.nri import mux
 from nri_plugin.nri.core import PLUGIN_SERVICE, RUNTIME_SERVICE, NriCore, Role
-from nri_plugin.nri.errors import Code, LocalProtocolError, RemoteProtocolError
+from nri_plugin.nri.errors import (
+    Code,
+    ConnectionExhausted,
+    LocalProtocolError,
+    RemoteProtocolError,
+)
 from nri_plugin.nri.pb import ttrpc_pb2
 from nri_plugin.nri.ttrpc import (
     HEADER,
     MAX_DATA,
+    MAX_STREAM_ID,
     TYPE_DATA,
     TYPE_REQUEST,
     TYPE_RESPONSE,
@@ -140,6 +146,39 @@ def test_server_rejects_even_and_reused_ids(sid):
     got_sid, code, message = _status(reply)
     assert (got_sid, code) == (sid, Code.INVALID_ARGUMENT)
     assert f"stream id {sid}" in message
+
+
+def test_a_request_after_the_last_stream_id_ends_the_connection():
+    """A peer at id 2**32 - 1 can make no further valid call (a Go client wraps to 1):
+    answering each later call InvalidArgument would fail every call on a connection that
+    looks alive, so the core closes and the connection is replaced."""
+    plugin = NriCore(Role.PLUGIN, _known)
+    runtime = NriCore(Role.RUNTIME, lambda s, m: True)
+    runtime.client.next_stream_id = MAX_STREAM_ID
+    assert runtime.send_request(SVC, "Configure", b"top") == MAX_STREAM_ID
+    (top,) = plugin.receive_data(runtime.data_to_send())
+    assert top.stream_id == MAX_STREAM_ID  # the last id itself is valid and served
+    plugin.send_response(top.stream_id, b"ok")
+    assert runtime.receive_data(plugin.data_to_send())[0].payload == b"ok"
+    runtime.client.next_stream_id = 1  # what a wrapping client sends next
+    runtime.send_request(SVC, "Configure", b"wrapped")
+    with pytest.raises(RemoteProtocolError, match=f"after stream id {MAX_STREAM_ID}"):
+        plugin.receive_data(runtime.data_to_send())
+    assert plugin.error is not None and plugin.data_to_send() == b""
+
+
+def test_our_stream_ids_never_wrap():
+    cli = ClientCore()
+    cli.next_stream_id = MAX_STREAM_ID - 2
+    assert [cli.request(SVC, "A", b"")[0] for _ in range(2)] == [MAX_STREAM_ID - 2,
+                                                                  MAX_STREAM_ID]
+    with pytest.raises(ConnectionExhausted, match="used its last stream id"):
+        cli.request(SVC, "A", b"")
+    core = NriCore(Role.PLUGIN, _known)
+    core.client.next_stream_id = MAX_STREAM_ID + 2
+    with pytest.raises(ConnectionExhausted):
+        core.send_request(RUNTIME_SERVICE, "UpdateContainers", b"")
+    assert core.data_to_send() == b""  # nothing queued (the header could not hold it)
 
 
 def test_server_unknown_method_is_unimplemented_naming_it():

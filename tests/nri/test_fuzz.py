@@ -1,6 +1,7 @@
 """Property and fuzz tests of the decoders: random, truncated, huge and malformed input
 never crashes the core (at worst it ends the connection with RemoteProtocolError),
-memory stays bounded, bad streams are answered or dropped."""
+memory stays bounded, bad streams are answered or dropped; any stream ids, StateChange
+events and Synchronize part sequences keep to the protocol and the bounds."""
 
 from __future__ import annotations
 
@@ -12,14 +13,22 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from nri_plugin.nri import events as ev
 from nri_plugin.nri import mux
 from nri_plugin.nri.core import NriCore, Role
-from nri_plugin.nri.errors import Code, RemoteProtocolError
+from nri_plugin.nri.errors import Code, RemoteProtocolError, RpcError
 from nri_plugin.nri.pb import nri_pb2 as pb
 from nri_plugin.nri.pb import ttrpc_pb2
-from nri_plugin.nri.stub import PLUGIN_SERVICE, RUNTIME_SERVICE, CreateResult, Stub
+from nri_plugin.nri.stub import (
+    PLUGIN_SERVICE,
+    RUNTIME_SERVICE,
+    CreateResult,
+    Stub,
+    SyncLimits,
+)
 from nri_plugin.nri.ttrpc import (
     HEADER,
+    MAX_STREAM_ID,
     TYPE_REQUEST,
     TYPE_RESPONSE,
     Frame,
@@ -239,3 +248,94 @@ def test_interleaved_calls_both_ways_survive_any_chunking(calls, cuts):
     assert sorted((e.stream_id, e.payload) for e in done) == sorted(
         (sid, p[::-1]) for sid, p in sent_by_runtime)
     assert runtime.client.pending == set() and plugin.buffered == runtime.buffered == 0
+
+
+@FAST
+@given(st.lists(st.one_of(st.integers(0, MAX_STREAM_ID),
+                          st.integers(MAX_STREAM_ID - 8, MAX_STREAM_ID)), max_size=12))
+def test_any_stream_ids_are_served_rejected_or_end_the_connection_after_the_last(ids):
+    core = _plugin_core()
+    last = 0
+    for sid in ids:
+        wire = mux.encode(mux.PLUGIN_CONN, encode_frame(sid, TYPE_REQUEST, encode_request(
+            PLUGIN_SERVICE, "Shutdown", b"")))
+        if last == MAX_STREAM_ID:
+            with pytest.raises(RemoteProtocolError, match="used up"):
+                core.receive_data(wire)
+            return
+        events = core.receive_data(wire)
+        if sid % 2 and sid > last:
+            assert [e.stream_id for e in events] == [sid]
+            core.send_response(sid, b"")
+            last = sid
+        else:
+            assert events == []
+        (_conn, piece), *_ = mux.MuxDecoder().feed(core.data_to_send())
+        (frame,) = FrameDecoder().feed(piece)
+        assert frame.stream_id == sid  # answered (served or rejected) on its own stream
+
+
+class _Everything:
+    """Has every handler; records which ran."""
+
+    def __init__(self) -> None:
+        self.ran: list[str] = []
+        for name in ev.HANDLERS.values():
+            setattr(self, name, lambda *args, _name=name: self.ran.append(_name))
+
+
+@FAST
+@given(st.lists(st.integers(-1, 20), max_size=10))
+def test_state_change_runs_only_non_adjusting_handlers(event_numbers):
+    plugin = _Everything()
+    route = Stub(plugin, name="t", idx="01").routes[(PLUGIN_SERVICE, "StateChange")]
+    pod = pb.PodSandbox(name="p")
+    ctr = pb.Container(name="c")
+    for number in event_numbers:
+        payload = pb.StateChangeEvent(event=number, pod=pod, container=ctr)
+        try:
+            assert route(payload.SerializeToString()) == b""
+        except RpcError as exc:
+            assert number in ev.HANDLERS and number not in ev.NON_ADJUSTING_EVENTS
+            assert exc.code == Code.INVALID_ARGUMENT
+    ran = [ev.HANDLERS[n] for n in event_numbers if n in ev.NON_ADJUSTING_EVENTS]
+    assert plugin.ran == ran
+    assert "create_container" not in plugin.ran and "update_container" not in plugin.ran
+
+
+@FAST
+@given(st.lists(st.tuples(st.integers(0, 4), st.integers(0, 4), st.booleans()),
+                max_size=14),
+       st.integers(1, 6), st.integers(1, 8))
+def test_synchronize_parts_hand_on_only_whole_states_within_bounds(parts, max_parts,
+                                                                   max_containers):
+    synced: list[tuple[int, int]] = []
+
+    class Plugin:
+        def synchronize(self, pods, containers):
+            synced.append((len(pods), len(containers)))
+
+    limits = SyncLimits(parts=max_parts, pods=8, containers=max_containers, bytes=1 << 20)
+    route = Stub(Plugin(), name="t", idx="01",
+                 sync_limits=limits).routes[(PLUGIN_SERVICE, "Synchronize")]
+    expected: list[tuple[int, int]] = []
+    n_parts = pods = containers = 0
+    refused = False  # once over a bound, every later part of that Synchronize fails
+    for n_pods, n_ctrs, more in parts:
+        n_parts, pods, containers = n_parts + 1, pods + n_pods, containers + n_ctrs
+        refused = refused or not (n_parts <= max_parts and pods <= 8
+                                  and containers <= max_containers)
+        req = pb.SynchronizeRequest(pods=[pb.PodSandbox()] * n_pods,
+                                    containers=[pb.Container()] * n_ctrs, more=more)
+        try:
+            route(req.SerializeToString())
+        except RpcError as exc:
+            assert refused and exc.code == Code.RESOURCE_EXHAUSTED
+        else:
+            assert not refused
+        if not more:
+            if not refused:
+                expected.append((pods, containers))
+            n_parts = pods = containers = 0
+            refused = False
+    assert synced == expected

@@ -18,6 +18,7 @@ from nri_plugin.nri.errors import (
     PluginConfigError,
     RegistrationError,
     RemoteProtocolError,
+    RpcError,
 )
 from nri_plugin.nri.pb import nri_pb2 as pb
 from nri_plugin.nri.stub import (
@@ -26,6 +27,7 @@ from nri_plugin.nri.stub import (
     CreateResult,
     PluginHandlers,
     Stub,
+    SyncLimits,
 )
 from nri_plugin.simulated.runtime import (
     PluginCallError,
@@ -525,3 +527,206 @@ def test_failing_configure_gets_the_plugin_dropped(sock_dir):
             await asyncio.wait_for(task, 5)
         await sim.close()
     asyncio.run(main())
+
+
+# -- bounds: hostile or broken runtimes cost bounded memory and never wedge the plugin ----
+
+def test_state_change_never_runs_adjusting_handlers(sock_dir):
+    """containerd 1.7 sends only non-adjusting events as StateChange. One carrying
+    CreateContainer (or another adjusting event) is refused and runs nothing, so no
+    resources are reserved for a container the runtime never adjusts."""
+    async def main():
+        plugin = Recorder()
+        sim, stub, task, s = await _start(sock_dir, plugin, SimulatorOptions(mode="v0.8"))
+        pod = make_pod("p")
+        ctr = make_container(pod, "c")
+        for event in (ev.CREATE_CONTAINER, ev.UPDATE_CONTAINER, ev.STOP_CONTAINER,
+                      ev.VALIDATE_CONTAINER_ADJUSTMENT):
+            with pytest.raises(PluginCallError) as err:
+                await s.call("StateChange", pb.StateChangeEvent(event=event, pod=pod,
+                                                                container=ctr), pb.Empty)
+            assert err.value.code == Code.INVALID_ARGUMENT
+            assert f"StateChange cannot carry {ev.RPCS[event]} (event {event})" in \
+                err.value.message
+        assert plugin.calls == []
+        await s.call("StateChange", pb.StateChangeEvent(event=99, pod=pod), pb.Empty)
+        await s.call("StateChange", pb.StateChangeEvent(event=ev.START_CONTAINER, pod=pod,
+                                                        container=ctr), pb.Empty)
+        assert plugin.calls == [("start_container", "c")]
+        assert (await s.create_container(pod, ctr)).adjust.linux.resources.cpu.cpus == "0-1"
+        assert stub.registered and not task.done()
+        await _finish(sim, stub, task)
+    asyncio.run(main())
+
+
+def test_synchronize_over_its_bounds_fails_whole_and_is_never_handed_on(sock_dir):
+    pods = [make_pod(f"pod-{i}") for i in range(4)]
+    containers = [make_container(pods[i % 4], f"c{i}") for i in range(300)]
+
+    async def main():
+        plugin = Recorder()
+        path = os.path.join(sock_dir, "nri.sock")
+        opts = SimulatorOptions(sync_chunk_bytes=32 * 1024)  # ~12 parts
+        sim = await RuntimeSimulator(path, opts, pods=pods, containers=containers).start()
+        stub = Stub(plugin, name="test", idx="10", socket_path=path,
+                    sync_limits=SyncLimits(containers=100))
+        task = asyncio.create_task(stub.run())
+        with pytest.raises(PluginDropped, match=r"Synchronize refused: more than 100 "
+                           r"containers after \d+ parts; nri-sla holds at most 1024 parts"):
+            await sim.accept(timeout=5)
+        assert plugin.synced is None  # never called with a part of the state
+        with pytest.raises(ConnectionClosed):
+            await asyncio.wait_for(task, 5)
+        # the same runtime state within the bounds: one complete Synchronize
+        stub = Stub(plugin, name="test", idx="10", socket_path=path,
+                    sync_limits=SyncLimits(containers=300))
+        task = asyncio.create_task(stub.run())
+        await sim.accept(timeout=5)
+        assert plugin.synced == (4, 300)
+        await _finish(sim, stub, task)
+    asyncio.run(main())
+
+
+def test_100k_synchronize_parts_cost_bounded_memory_and_time():
+    """A runtime that never says more=false: the parts are refused once past the bounds
+    (every later part of the same Synchronize too), nothing more is held, and the next
+    Synchronize starts afresh."""
+    import resource
+    import time
+
+    def rss() -> int:  # upb allocates outside Python's allocator: tracemalloc misses it
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * resource.getpagesize()
+
+    plugin = Recorder()
+    stub = Stub(plugin, name="test", idx="10")
+    route = stub.routes[(PLUGIN_SERVICE, "Synchronize")]
+    pod = make_pod("p")
+    part = pb.SynchronizeRequest(pods=[pod], containers=[make_container(pod, "c")],
+                                 more=True).SerializeToString()
+    refused = 0
+    base = peak = rss()
+    start = time.perf_counter()
+    for n in range(100_000):
+        if n % 512 == 0:
+            peak = max(peak, rss())
+        try:
+            assert route(part) == pb.SynchronizeResponse(more=True).SerializeToString()
+        except RpcError as exc:
+            assert exc.code == Code.RESOURCE_EXHAUSTED
+            assert "more than 1024 parts" in exc.message
+            refused += 1
+    elapsed = time.perf_counter() - start
+    assert refused == 100_000 - SyncLimits().parts
+    assert plugin.synced is None
+    # Held without a bound, these 100k parts (2.7 KB each) took ~1.1 GB of RSS;
+    # bounded, at most 1,024 of them are held at once.
+    assert peak - base < 96 << 20, f"grew {(peak - base) >> 20} MiB"
+    assert elapsed < 60, f"{elapsed:.1f}s"
+    last = pb.SynchronizeRequest(pods=[pod], containers=[make_container(pod, "last")],
+                                 more=False).SerializeToString()
+    with pytest.raises(RpcError, match="more than 1024 parts"):
+        route(last)  # ends the refused Synchronize
+    answer = pb.SynchronizeResponse.FromString(asyncio.run(route(last)))  # a new one
+    assert plugin.synced == (1, 1)
+    assert [u.container_id for u in answer.update] == [make_container(pod, "last").id]
+
+
+def test_stream_ids_at_the_top_of_the_range_never_wedge_the_plugin(sock_dir):
+    """Ours: after 2**32 - 1 the connection ends and the service reconnects (fresh ids).
+    The runtime's: a call after its id 2**32 - 1 (a Go client wraps to 1) ends the
+    connection too, instead of every later call failing InvalidArgument."""
+    from nri_plugin.nri.service import ServiceOptions, run_service
+    from nri_plugin.nri.ttrpc import MAX_STREAM_ID
+
+    async def main():
+        path = os.path.join(sock_dir, "nri.sock")
+        sim = await RuntimeSimulator(path).start()
+        stubs: list[Stub] = []
+        reconnects: list[int] = []
+        stop = asyncio.Event()
+        opts = ServiceOptions(socket_path=path, name="ids", idx="10", backoff_initial=0.05,
+                              handle_signals=False, environ={}, on_ready=stubs.append,
+                              on_reconnect=reconnects.append, stop_event=stop)
+        svc = asyncio.create_task(run_service(Recorder(), opts))
+        s = await sim.accept(timeout=5)
+        pod = make_pod("p")
+        ctr = make_container(pod, "c")
+        # our side
+        stubs[-1]._conn.core.client.next_stream_id = MAX_STREAM_ID
+        await stubs[-1].update_containers([])  # the last id is valid
+        with pytest.raises(ConnectionClosed, match="used its last stream id"):
+            await stubs[-1].update_containers([])
+        s = await sim.accept(timeout=5)
+        assert reconnects == [1] and stubs[-1].registered
+        assert (await s.create_container(pod, ctr)).adjust.linux.resources.cpu.cpus == "0-1"
+        # the runtime's side
+        s.conn.core.client.next_stream_id = MAX_STREAM_ID
+        await s.create_container(pod, ctr)
+        s.conn.core.client.next_stream_id = 1  # wraps, as Go's uint32 counter does
+        with pytest.raises(PluginDropped):
+            await s.create_container(pod, ctr)
+        s = await sim.accept(timeout=5)
+        assert reconnects == [1, 2] and stubs[-1].registered
+        assert (await s.create_container(pod, ctr)).adjust.linux.resources.cpu.cpus == "0-1"
+        stop.set()
+        await asyncio.wait_for(svc, 5)
+        await sim.close()
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_a_runtime_that_stops_reading_gets_backpressure_then_is_dropped(sock_dir, loop):
+    """The runtime keeps calling but reads nothing: the stub stops reading once ~1 MiB
+    of answers wait (its calls stay in the runtime's socket), answers everything once the
+    runtime reads again, and stays registered. Our own calls piling up past the hard cap
+    end the connection instead of growing the buffer."""
+    from nri_plugin.nri.connection import MAX_UNSENT, WRITE_HIGH_WATER
+
+    class Chatty:
+        def stop_container(self, pod, ctr):  # ~6 KB per answer
+            return [pb.ContainerUpdate(container_id=f"{ctr.id}-{i}") for i in range(80)]
+
+    async def main():
+        sim, stub, task, s = await _start(sock_dir, Chatty())
+        ours = stub._conn
+        pod = make_pod("p")
+        payload = pb.StopContainerRequest(pod=pod, container=make_container(pod, "c"))
+        s.conn.transport.pause_reading()  # the runtime stops reading
+        calls = 4000  # ~24 MB of answers if nothing pushed back
+        for _ in range(calls):
+            s.conn.core.send_request(PLUGIN_SERVICE, "StopContainer",
+                                     payload.SerializeToString())
+        s.conn._flush()
+        peak = 0
+        for _ in range(100):
+            await asyncio.sleep(0.02)
+            peak = max(peak, ours.transport.get_write_buffer_size())
+        assert ours.reading_paused
+        # one read's worth of answers past the high-water mark, not the 24 MB
+        assert WRITE_HIGH_WATER <= peak < 4 * WRITE_HIGH_WATER, peak
+        assert len(s.conn.core.client.pending) == calls  # nothing answered yet
+        s.conn.transport.resume_reading()
+        for _ in range(500):
+            if not s.conn.core.client.pending:
+                break
+            await asyncio.sleep(0.02)
+        assert not s.conn.core.client.pending  # every call answered, in the end
+        assert stub.registered and not ours.reading_paused and not task.done()
+
+        s.conn.transport.pause_reading()
+        big = [pb.ContainerUpdate(container_id="x" * 1024) for _ in range(3000)]  # 3 MB
+        calls = [asyncio.create_task(stub.update_containers(big)) for _ in range(8)]
+        results = await asyncio.gather(*calls, return_exceptions=True)
+        assert all(isinstance(r, ConnectionClosed) and "the peer is not reading" in str(r)
+                   for r in results), results
+        with pytest.raises(ConnectionClosed, match=f"NRI connection ended: the peer is not "
+                           rf"reading: \d+ bytes unsent \(at most {MAX_UNSENT}\)"):
+            await asyncio.wait_for(task, 5)
+        assert ours.transport.get_write_buffer_size() == 0  # aborted, nothing kept
+        await sim.close()
+    if loop == "uvloop":  # what `nri-sla run` serves on
+        uvloop = pytest.importorskip("uvloop")
+        uvloop.run(main())
+    else:
+        asyncio.run(main())

@@ -1,15 +1,21 @@
-"""Property tests: whatever the annotations hold, the answer is an Sla or an SlaError."""
+"""Property tests: whatever the annotations hold, the answer is an Sla or an SlaError (with
+a bounded message); whatever a manifest file holds, `load_pods` gives pods or one
+ManifestError line."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import tempfile
+from pathlib import Path
 
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from nri_plugin.manifests import ManifestError, PodSpec, load_pods
 from nri_plugin.sla import QuantityError, Sla, SlaError, parse_sla_document, sla_for_container
+from nri_plugin.sla.errors import MAX_REPORTED_ERRORS
 from nri_plugin.sla.quantities import parse_count, parse_cpu, parse_duration, parse_size
 from nri_plugin.sla.schema import SECTIONS
 
@@ -47,11 +53,18 @@ def documents(draw):
     return doc
 
 
+# Longest listed problem: a key cut to 317 characters, a field path of 8 segments of at
+# most 42, a message with a value cut to 40 and the allowed fields: about 1 KB.
+MAX_MESSAGE_CHARS = (MAX_REPORTED_ERRORS + 1) * 1200
+
+
 def _outcome(fn, *args, **kwargs):
     try:
         return fn(*args, **kwargs)
     except SlaError as exc:
         assert str(exc).startswith(exc.key + ": ")
+        assert len(exc.errors) <= MAX_REPORTED_ERRORS
+        assert len(str(exc)) <= MAX_MESSAGE_CHARS
         return exc
 
 
@@ -116,3 +129,76 @@ def test_valid_values_round_trip(sample):
     assert round(sla.cpu.limit * 1000) == limit * 1000 + milli
     canon = yaml.safe_dump(sla.to_document())
     assert dataclasses.replace(parse_sla_document(POD, canon)) == sla
+
+
+@FUZZ
+@given(st.dictionaries(st.text(max_size=40).map(lambda s: "sla.nri.io/" + s),
+                       st.text(max_size=80), min_size=5, max_size=60),
+       st.one_of(st.none(), documents().map(yaml.safe_dump)))
+def test_many_annotations_give_a_bounded_answer(annotations, pod_document):
+    if pod_document is not None:
+        annotations[POD] = pod_document
+    result = _outcome(sla_for_container, annotations, "web")  # checks the message bound
+    assert result is None or isinstance(result, Sla | SlaError)
+
+
+manifest_values = st.recursive(
+    st.one_of(scalars, st.sampled_from(["Pod", "List", "PodList", "Deployment", "CronJob",
+                                        "Job", "cpu: {limit: 2}", "&a x", "*a", "!!str x"])),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
+        st.sampled_from(["kind", "metadata", "spec", "template", "jobTemplate", "items",
+                         "containers", "name", "namespace", "annotations", "env", "value",
+                         "sla.nri.io/pod", "sla.nri.io/container.c", "x"]),
+        inner, max_size=5),
+    max_leaves=25,
+)
+
+
+@st.composite
+def manifests(draw) -> str:
+    """Kubernetes-shaped documents with junk in random places, or hostile YAML text."""
+    kind = draw(st.sampled_from(["Pod", "List", "Deployment", "CronJob", "Service"]))
+    pod = {"metadata": {"name": draw(manifest_values),
+                        "annotations": draw(st.one_of(
+                            manifest_values, st.dictionaries(
+                                st.sampled_from(["sla.nri.io/pod", "sla.nri.io/container.c",
+                                                 "sla.nri.io/enforcement", "other"]),
+                                st.one_of(st.text(max_size=40),
+                                          documents().map(yaml.safe_dump)), max_size=3)))},
+           "spec": {"containers": draw(st.one_of(manifest_values, st.lists(
+               st.fixed_dictionaries({"name": st.sampled_from(["c", "d"]),
+                                      "env": manifest_values}), max_size=3)))}}
+    if kind in ("Pod", "Service"):
+        doc: object = {"kind": kind, **pod}
+    elif kind == "List":
+        doc = {"kind": "List", "items": draw(st.one_of(
+            manifest_values, st.lists(st.just({"kind": "Pod", **pod}), max_size=2)))}
+    elif kind == "CronJob":
+        doc = {"kind": kind, "spec": {"jobTemplate": {"spec": {"template": pod}}}}
+    else:
+        doc = {"kind": kind, "spec": {"template": draw(st.one_of(st.just(pod),
+                                                                  manifest_values))}}
+    text = yaml.safe_dump_all(draw(st.lists(st.one_of(st.just(doc), manifest_values),
+                                            min_size=1, max_size=3)))
+    return draw(st.one_of(st.just(text), st.sampled_from([
+        "a: &x [1]\nb: *x\n", "[" * 200, "kind: !!python/name:os.system\n",
+        "kind: Pod\nkind: List\n", "---\n" * 5000, "\t- x", "a: \x00"])))
+
+
+@FUZZ
+@given(st.one_of(manifests(), st.text(max_size=300)))
+def test_any_manifest_gives_pods_or_one_error_line(text):
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "m.yaml"
+        path.write_text(text, encoding="utf-8", errors="surrogatepass")
+        try:
+            pods = load_pods(path)
+        except ManifestError as exc:
+            message = str(exc)
+            assert message.startswith(str(path)) and "\n" not in message  # m.yaml[1]: ...
+            return
+    for pod in pods:
+        assert isinstance(pod, PodSpec)
+        for name in pod.containers:
+            result = _outcome(sla_for_container, pod.annotations, name)
+            assert result is None or isinstance(result, Sla | SlaError)

@@ -38,10 +38,25 @@ SLA = ("enforcement: hard\ncpu:\n  limit: 2.5\n  period: 100ms\nnuma:\n  nodes: 
        "memory:\n  high: 8Gi\n  max: 10Gi\nio:\n  weight: 500\n")
 
 
+def own_v2_cgroup() -> str | None:
+    """This process's cgroup v2 path ("0::" line; v2 and hybrid hosts), or None."""
+    with open("/proc/self/cgroup") as fh:
+        for line in fh:
+            if line.startswith("0::"):
+                return line[3:].strip()
+    return None
+
+
 def make_world(top: Path, sla: bool) -> tuple[Path, bytes, Path]:
-    """(cgroup root, state JSON, node config) for one container."""
+    """(cgroup root, state JSON, node config) for one container.
+
+    The hook finds a container's cgroup from /proc/<pid>/cgroup when the state has a pid
+    (runc always passes one): the state names this bench's own pid, and the fake tree
+    mirrors this process's v2 cgroup path, so every run reads a real /proc/<pid>/cgroup.
+    Without a v2 line (a pure v1 host) the state has no pid: cgroupsPath is used."""
     root = top / "cg"
-    cdir = root / CTR.strip("/")
+    own = own_v2_cgroup()
+    cdir = root / (own if own is not None else CTR).strip("/")
     cdir.mkdir(parents=True, exist_ok=True)
     (root / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
     for name, value in {"cpu.max": "max 100000", "cpuset.cpus": "", "cpuset.mems": "",
@@ -67,8 +82,10 @@ def make_world(top: Path, sla: bool) -> tuple[Path, bytes, Path]:
               "root": {"path": "rootfs"}, "mounts": mounts, "annotations": annotations,
               "linux": {"cgroupsPath": CTR, "resources": {"cpu": {"shares": 1024}}}}
     (bundle / "config.json").write_text(json.dumps(config, indent=1))
-    state = {"ociVersion": "1.1.0", "id": "abcd" * 16, "status": "creating", "pid": 4242,
+    state = {"ociVersion": "1.1.0", "id": "abcd" * 16, "status": "creating",
              "bundle": str(bundle), "annotations": annotations}
+    if own is not None:
+        state["pid"] = os.getpid()
     node_config = top / "config.yaml"
     node_config.write_text("enforcement: hard\n")
     return root, json.dumps(state).encode(), node_config

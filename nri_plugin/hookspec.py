@@ -19,6 +19,9 @@ STAGES: dict[str, str] = {
     "poststart": "poststart",
     "createContainer": "create_container",
 }
+# createContainer runs inside the container's namespaces: the state's pid is in the
+# container's pid namespace there (runc passes its getpid(), 1), not in the hook's /proc.
+IN_CONTAINER_STAGES = ("createContainer",)
 # Recommended stage: runs in the runtime namespace, after runc has created and configured
 # the container's cgroup, before the user's process exists (see docs/hook.md).
 DEFAULT_STAGE = "createRuntime"

@@ -12,7 +12,7 @@ side (nri_plugin.plugin); cgroupspy is imported only by v1 writes.
 _EXPORTS = {
     "cgfile": ("CgroupWrite", "CgroupWriter", "WriteResult"),
     "cgpaths": ("CgroupFacts", "CgroupPaths", "Hierarchy"),
-    "cgroupdetect": ("cgroup_paths_from_proc", "detect_cgroup_facts"),
+    "cgroupdetect": ("detect_cgroup_facts",),
     "errors": ("CgroupFactsError", "CgroupPathError", "CgroupWriteError", "DeviceError",
                "EnforceError", "RtBudgetError"),
     "rt": ("RtChange", "raise_rt_ancestors", "release_rt_ancestors"),

@@ -1,5 +1,10 @@
 """Block devices named in io.max rules: resolve to MAJ:MIN and inspect the I/O scheduler.
 
+A pod names the device, and nri-sla resolves it as root: only MAJ:MIN of a block device
+(/sys/dev/block) or a path under /dev, followed through symlinks only while they stay in
+/dev (devnode.py), and every way of not being a usable block device gets one message
+(NOT_A_DEVICE), so io.max cannot tell a tenant what exists on the host.
+
 Verified on this project's test host (kernel 6.18): writing a partition's MAJ:MIN into
 blkio.throttle.* fails with ENODEV (the kernel's per-cgroup block config only accepts whole
 disks; v2 io.max goes through the same parser). So a partition is refused here with a
@@ -13,10 +18,13 @@ import re
 import stat
 from pathlib import Path
 
+from nri_plugin.enforce.devnode import DEV_ROOT, dev_node
 from nri_plugin.enforce.errors import DeviceError
 
 _MAJ_MIN = re.compile(r"^(\d+):(\d+)$")
 SYSFS_ROOT = Path("/sys")
+# Missing, not a block device, outside /dev, a link out of /dev: the same words for all.
+NOT_A_DEVICE = "is not a block device under {root}"
 
 
 def _sysfs_dev(sysfs_root: Path, major: int, minor: int) -> Path:
@@ -25,37 +33,35 @@ def _sysfs_dev(sysfs_root: Path, major: int, minor: int) -> Path:
 
 def resolve_block_device(
     spec: str,
-    dev_root: Path = Path("/dev"),
+    dev_root: str = DEV_ROOT,
     sysfs_root: Path = SYSFS_ROOT,
     *,
     partition_to_disk: bool = False,
 ) -> tuple[int, int]:
     """ "MAJ:MIN" or a device path -> (major, minor) of a whole disk.
 
-    Relative paths are taken below dev_root ("nvme0n1" -> /dev/nvme0n1). A partition is a
-    DeviceError (the kernel refuses it) unless partition_to_disk, which returns its disk.
+    A path is absolute under dev_root or relative to it ("nvme0n1" -> /dev/nvme0n1);
+    symlinks are followed only inside dev_root. A partition is a DeviceError (the kernel
+    refuses it) unless partition_to_disk, which returns its disk.
     """
     spec = spec.strip()
     if not spec:
         raise DeviceError(spec, "empty device; give a block device path or 'MAJ:MIN'")
+    unusable = DeviceError(spec, NOT_A_DEVICE.format(root=dev_root))
     m = _MAJ_MIN.match(spec)
     if m:
         major, minor = int(m.group(1)), int(m.group(2))
-        if not _sysfs_dev(sysfs_root, major, minor).exists():
-            raise DeviceError(
-                spec, f"no block device {major}:{minor} (missing {sysfs_root}/dev/block/{spec})"
-            )
     else:
-        path = Path(spec) if spec.startswith("/") else dev_root / spec
+        node = dev_node(spec, dev_root)
         try:
-            st = os.stat(path)
-        except FileNotFoundError:
-            raise DeviceError(spec, f"{path} does not exist") from None
-        except OSError as e:
-            raise DeviceError(spec, f"cannot stat {path}: {e.strerror}") from None
-        if not stat.S_ISBLK(st.st_mode):
-            raise DeviceError(spec, f"{path} is not a block device")
+            st = os.lstat(node) if node is not None else None
+        except OSError:
+            st = None
+        if st is None or not stat.S_ISBLK(st.st_mode):
+            raise unusable
         major, minor = os.major(st.st_rdev), os.minor(st.st_rdev)
+    if not _sysfs_dev(sysfs_root, major, minor).exists():
+        raise unusable  # numbers no block device of this kernel has
     disk = whole_disk(major, minor, sysfs_root)
     if disk != (major, minor):
         if not partition_to_disk:

@@ -6,8 +6,9 @@ bytes, symlinks below it). `CgroupFacts` (the node's layout: version, driver, hi
 and `CgroupPaths` (one container's directories) are the one pair of values the plugin and
 the OCI hook both use. Plain strings, os.path and slotted classes only: the hook runs this
 for every container start, from a cached decision too, where importing pathlib or
-dataclasses would cost more than the rest of the run. Detection (reading mountinfo and
-/proc) is cgroupdetect.py.
+dataclasses would cost more than the rest of the run. Where a running process's cgroup is
+(/proc/<pid>/cgroup) is here too, for the same reason; detecting the node's layout
+(mountinfo, the cgroup root) is cgroupdetect.py.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from nri_plugin.enforce.systemd import is_systemd_form, systemd_cgroup_path
 from nri_plugin.value import Value
 
 UNIFIED = "unified"  # key of the single hierarchy on cgroup v2
+PROC_CGROUP_LIMIT = 64 << 10  # /proc/<pid>/cgroup: one short line per hierarchy
 
 TYPE_CHECKING = False  # typing costs the hook start-up time; only checkers need it
 if TYPE_CHECKING:
@@ -108,6 +110,20 @@ def strip_mount_root(path: str, mount_root: str, label: str) -> str:
     raise CgroupPathError(label, f"cgroup {path} is outside the mounted subtree {mount_root}")
 
 
+def parse_proc_cgroup(text: str, label: str) -> list[tuple[int, tuple[str, ...], str]]:
+    """/proc/<pid>/cgroup as (hierarchy id, controllers, path) per line: v1 lines
+    ``4:memory:/a``, the v2 line ``0::/a`` (controllers ()), or both on hybrid hosts."""
+    entries = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        parts = line.split(":", 2)
+        if len(parts) != 3 or not parts[0].isdigit():
+            raise CgroupFactsError(f"{label} line {lineno}: malformed: {line[:200]!r}")
+        entries.append((int(parts[0]), tuple(c for c in parts[1].split(",") if c), parts[2]))
+    return entries
+
+
 def dir_of(dirs: Mapping[str, D], version: int, controller: str, cgroups_path: str) -> D:
     """One container dir: v1 by controller; v2 has a single dir whatever the controller."""
     key = UNIFIED if version == 2 else controller
@@ -167,6 +183,43 @@ class CgroupFacts(Value):
         dirs, roots = container_dirs(cgroups_path, hierarchies, self.root)
         return CgroupPaths(cgroups_path, self.version, dirs, roots)
 
+    def process_paths(self, pid: int, proc: str = "/proc") -> CgroupPaths:
+        """The cgroup dirs a running process is in, from /proc/<pid>/cgroup: where the
+        runtime put it, whatever form (or relative path) its cgroupsPath had.
+
+        Paths there are relative to the reader's cgroup namespace, as are mount roots in
+        mountinfo, so a mount that shows only a subtree (agent in a container) is handled
+        by stripping that subtree's path.
+        """
+        source = f"{proc}/{pid}/cgroup"
+        try:
+            with open(source, "rb") as fh:
+                text = fh.read(PROC_CGROUP_LIMIT).decode("utf-8", "surrogateescape")
+        except OSError as e:
+            raise CgroupFactsError(f"cannot read {source}: {e.strerror or e}") from None
+        hierarchies = self.controllers()
+        dirs: dict[str, str] = {}
+        roots: dict[str, str] = {}
+        for hierarchy_id, controllers, path in parse_proc_cgroup(text, source):
+            if self.version == 2:
+                if hierarchy_id != 0:
+                    continue
+                names: tuple[str, ...] = (UNIFIED,)
+            else:
+                if hierarchy_id == 0:
+                    continue  # the hybrid host's empty v2 line
+                names = tuple(c for c in controllers if not c.startswith("name="))
+            for name in names:
+                h = hierarchies.get(name)
+                if h is None:
+                    continue
+                rel = strip_mount_root(path, h.mount_root, source)
+                dirs[name] = safe_join(h.path, rel, source)
+                roots[name] = h.path
+        if not dirs:
+            raise CgroupFactsError(f"{source} names no cgroup mounted under {self.root}")
+        return CgroupPaths(source, self.version, dirs, roots)
+
     def to_json(self) -> dict:
         return {"version": self.version, "driver": self.driver, "root": self.root,
                 "hierarchies": [[n, h.path, h.mount_root]
@@ -206,6 +259,19 @@ class CgroupPaths(Value):
         """Dirs that do not exist (yet): runc creates them when it creates the container."""
         return [d for d in self.dirs.values() if not os.path.isdir(d)]
 
+    def others_below(self) -> str | None:
+        """A cgroup below one of these dirs that holds processes, or None.
+
+        A container's own cgroup has no populated children while its runtime creates it
+        (its process has not run yet). One that has them is a pod, a QoS class, a slice or
+        the root: limits written there would bind every process below it.
+        """
+        for top in sorted(set(self.dirs.values())):
+            found = populated_below(top)
+            if found:
+                return found
+        return None
+
 
 def scan_v1(root: str) -> dict[str, Hierarchy]:
     """v1 controllers from directory names under root ("cpu,cpuacct" serves both)."""
@@ -222,3 +288,33 @@ def scan_v1(root: str) -> dict[str, Hierarchy]:
             if name and name != UNIFIED:
                 found.setdefault(name, Hierarchy(resolved))
     return found
+
+
+def _head(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(4096)
+    except OSError:
+        return None
+
+
+def populated_below(top: str) -> str | None:
+    """The first cgroup below `top` with a process in it (v2: `populated 1` in its
+    cgroup.events, for its whole subtree; v1: a non-empty cgroup.procs, searched down)."""
+    stack = [top]
+    while stack:
+        try:
+            with os.scandir(stack.pop()) as it:
+                children = sorted(e.path for e in it if e.is_dir(follow_symlinks=False))
+        except OSError:
+            continue
+        for child in children:
+            events = _head(os.path.join(child, "cgroup.events"))
+            if events is not None:
+                if b"populated 1" in events:
+                    return child
+                continue  # v2: nobody anywhere below this child
+            if (_head(os.path.join(child, "cgroup.procs")) or b"").strip():
+                return child
+            stack.append(child)
+    return None

@@ -1,8 +1,8 @@
-"""Detecting the node's cgroup layout (CgroupFacts) and a running process's cgroup dirs.
+"""Detecting the node's cgroup layout (CgroupFacts).
 
-Reads /proc/self/mountinfo, the cgroup root and /proc/<pid>/cgroup; the values and the
-path rules themselves are cgpaths.py. Runs once per plugin start and on the OCI hook's
-cold path (a cached hook run reuses the stored facts).
+Reads /proc/self/mountinfo and the cgroup root; the values and the path rules themselves
+are cgpaths.py (a running process's dirs too: CgroupFacts.process_paths). Runs once per
+plugin start and on the OCI hook's cold path (a cached hook run reuses the stored facts).
 """
 
 from __future__ import annotations
@@ -10,10 +10,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from nri_plugin.enforce import cgpaths
-from nri_plugin.enforce.cgpaths import UNIFIED, CgroupFacts, CgroupPaths, Hierarchy, scan_v1
+from nri_plugin.enforce.cgpaths import UNIFIED, CgroupFacts, Hierarchy, scan_v1
 from nri_plugin.enforce.errors import CgroupFactsError
-from nri_plugin.enforce.mountinfo import CgroupMount, parse_mountinfo, parse_proc_cgroup
+from nri_plugin.enforce.mountinfo import CgroupMount, parse_mountinfo
 from nri_plugin.enforce.systemd import is_systemd_form
 
 DRIVERS = ("cgroupfs", "systemd")
@@ -97,40 +96,3 @@ def detect_cgroup_facts(
     drv = driver if driver != "auto" else _detect_driver(ver, hierarchies, root, proc,
                                                          cgroups_path_hint)
     return CgroupFacts(ver, drv, root, hierarchies)
-
-
-def cgroup_paths_from_proc(pid: int, facts: CgroupFacts, proc: Path = Path("/proc")) -> CgroupPaths:
-    """The cgroup dirs of a running process, from /proc/<pid>/cgroup.
-
-    Paths there are relative to the reader's cgroup namespace, as are mount roots in
-    mountinfo, so a mount that shows only a subtree (agent in a container) is handled by
-    stripping that subtree's path.
-    """
-    source = proc / str(pid) / "cgroup"
-    try:
-        text = source.read_text()
-    except OSError as e:
-        raise CgroupFactsError(f"cannot read {source}: {e.strerror or e}") from None
-    dirs: dict[str, str] = {}
-    roots: dict[str, str] = {}
-    label = str(source)
-    hierarchies = facts.controllers()
-    for entry in parse_proc_cgroup(text):
-        if facts.version == 2:
-            if entry.hierarchy_id != 0:
-                continue
-            names: tuple[str, ...] = (UNIFIED,)
-        else:
-            if entry.hierarchy_id == 0:
-                continue  # the hybrid host's empty v2 line
-            names = tuple(c for c in entry.controllers if not c.startswith("name="))
-        for name in names:
-            h = hierarchies.get(name)
-            if h is None:
-                continue
-            rel = cgpaths.strip_mount_root(entry.path, h.mount_root, label)
-            dirs[name] = cgpaths.safe_join(h.path, rel, label)
-            roots[name] = h.path
-    if not dirs:
-        raise CgroupFactsError(f"{source} names no cgroup mounted under {facts.root}")
-    return CgroupPaths(label, facts.version, dirs, roots)

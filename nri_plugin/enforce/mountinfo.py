@@ -1,4 +1,5 @@
-"""Parse /proc/<pid>/mountinfo and /proc/<pid>/cgroup (only what cgroup detection needs).
+"""Parse /proc/<pid>/mountinfo (only what cgroup detection needs; /proc/<pid>/cgroup is
+cgpaths.parse_proc_cgroup, which the hook's cached run needs without `re`).
 
 mountinfo line layout (proc(5)):
 ``ID PARENT MAJ:MIN ROOT MOUNT-POINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPER-OPTIONS``.
@@ -46,15 +47,6 @@ class CgroupMount:
     controllers: tuple[str, ...]  # v1 controllers (and "name=..." hierarchies); () for v2
 
 
-@dataclass(frozen=True)
-class ProcCgroup:
-    """One line of /proc/<pid>/cgroup: ``ID:CONTROLLERS:PATH``."""
-
-    hierarchy_id: int
-    controllers: tuple[str, ...]  # () for the v2 line "0::/path"
-    path: str
-
-
 def _unescape(field: str) -> str:
     # The kernel escapes space, tab, newline and backslash in paths as \ooo.
     return _OCTAL_ESCAPE.sub(lambda m: chr(int(m.group(1), 8)), field)
@@ -95,17 +87,3 @@ def parse_mountinfo(text: str) -> list[CgroupMount]:
             )
         )
     return mounts
-
-
-def parse_proc_cgroup(text: str) -> list[ProcCgroup]:
-    """Parse /proc/<pid>/cgroup (v1 lines, the v2 "0::" line, or both on hybrid hosts)."""
-    entries: list[ProcCgroup] = []
-    for lineno, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        parts = line.split(":", 2)
-        if len(parts) != 3 or not parts[0].isdigit():
-            raise CgroupFactsError(f"/proc/<pid>/cgroup line {lineno}: malformed: {line!r}")
-        ctrls = tuple(c for c in parts[1].split(",") if c)
-        entries.append(ProcCgroup(int(parts[0]), ctrls, parts[2]))
-    return entries

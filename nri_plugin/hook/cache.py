@@ -8,7 +8,8 @@ run stores three entries (store.py), each keyed by a digest of everything it dep
               format, cgroup root/version/driver settings;
 * facts    <- config key, cgroup root, the cgroup lines of /proc/self/mountinfo, the root's
               listing (symlink targets too) and cgroup.controllers: version and hierarchies;
-* decision <- facts key, container name and namespace, every annotation under the prefix
+* decision <- facts key, container name and namespace (as target.identify trusts them, with
+              why a namespace was not trusted), every annotation under the prefix
               (plus the enforcement alias), NVIDIA_VISIBLE_DEVICES, the sysfs root; plus
               recorded dependencies re-checked on every hit: block devices named by io.max
               (stat and sysfs identity), the NUMA/CPU topology (online CPUs, node
@@ -16,8 +17,9 @@ run stores three entries (store.py), each keyed by a digest of everything it dep
               has an io.weight (they decide bfq or not), and PyYAML's files.
 
 A warm run (all three hit, every dependency unchanged) carries the actions out with the
-same code as a cold run (actions.carry_out). Anything unusual (no cgroupsPath, a GPU
-section, a refused SLA, an unreadable file) is simply not cached: the cold path decides.
+same code as a cold run (actions.carry_out). Anything unusual (neither a pid nor a
+cgroupsPath, a GPU section, a refused SLA, an unreadable file) is simply not cached: the
+cold path decides.
 /run is a tmpfs, so a reboot (new kernel, new hardware) starts empty.
 """
 
@@ -116,8 +118,9 @@ def decision_key(fkey: str, prefix: str, annotations: dict[str, str], target: Ta
     chosen = sorted((k, v) for k, v in annotations.items()
                     if k.startswith(head) or k == ENFORCEMENT_ALIAS)
     gpus = spec.env.get("NVIDIA_VISIBLE_DEVICES")
-    parts = ["decision", fkey, prefix, target.name, target.namespace, sysfs_root,
-             "\0unset" if gpus is None else gpus]
+    # The target's fields, not the raw keys: what identify() believed decides the plan.
+    parts = ["decision", fkey, prefix, target.name, target.namespace, target.distrust,
+             sysfs_root, "\0unset" if gpus is None else gpus]
     for k, v in chosen:
         parts += [k, v]
     return digest(*parts)
@@ -127,21 +130,27 @@ def decision_key(fkey: str, prefix: str, annotations: dict[str, str], target: Ta
 
 
 def device_signature(spec: str) -> str:
-    """What resolve_block_device sees for an io.max device: the node's type and numbers,
-    and the sysfs identity of MAJ:MIN (a partition resolves inside its disk)."""
+    """What resolve_block_device sees for an io.max device: the node under /dev the path
+    leads to (enforce.devnode, the resolver's own walk), its type and numbers, and the
+    sysfs identity of MAJ:MIN (a partition resolves inside its disk)."""
     spec = spec.strip()
     major, colon, minor = spec.partition(":")
     if colon and major.isdigit() and minor.isdigit():
         numbers = f"{int(major)}:{int(minor)}"
         sig = "numbers"
     else:
-        path = spec if spec.startswith("/") else os.path.join("/dev", spec)
+        # Imported only for decisions with io.max devices; lean (os and stat only).
+        from nri_plugin.enforce.devnode import dev_node
+
+        node = dev_node(spec)
+        if node is None:
+            return "outside"
         try:
-            st = os.stat(path)
+            st = os.lstat(node)
         except OSError as e:
             return f"error:{e.errno}"
         numbers = f"{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}"
-        sig = f"mode:{st.st_mode & 0o170000}:{numbers}"
+        sig = f"{node}:mode:{st.st_mode & 0o170000}:{numbers}"
     node = os.path.join(DEVICE_SYSFS, "dev", "block", numbers)
     return (f"{sig}:{os.path.realpath(node)}:{os.path.exists(node)}:"
             f"{os.path.exists(os.path.join(node, 'partition'))}")

@@ -20,18 +20,18 @@ from nri_plugin.core.decision import Decision, parse_sla
 from nri_plugin.enforce.blockdev import resolve_io_device
 from nri_plugin.enforce.capabilities import detect_capabilities
 from nri_plugin.enforce.cgpaths import CgroupFacts, CgroupPaths
-from nri_plugin.enforce.cgroupdetect import cgroup_paths_from_proc, detect_cgroup_facts
+from nri_plugin.enforce.cgroupdetect import detect_cgroup_facts
 from nri_plugin.enforce.errors import EnforceError
 from nri_plugin.enforce.plan_writes import cgroup_writes
-from nri_plugin.errors import EXIT_OK, InternalFailure, InvalidInput, Refused
-from nri_plugin.hook import cache
+from nri_plugin.errors import EXIT_OK, InternalFailure, InvalidInput, Refused, SlaFailure
+from nri_plugin.hook import cache, warm
 from nri_plugin.hook.actions import CgroupActions, carry_out
 from nri_plugin.hook.deadline import Deadline
 from nri_plugin.hook.options import HookOptions
 from nri_plugin.hook.outcome import WARN, Outcome, RunState
 from nri_plugin.hook.state import BundleSpec, OciState
 from nri_plugin.hook.target import Target
-from nri_plugin.plan.model import ContainerPlan
+from nri_plugin.plan.model import ContainerPlan, PlanError, SlaRefused
 from nri_plugin.plan.record import RecordError, decode_record, encode_record
 from nri_plugin.sla.model import Sla
 
@@ -44,7 +44,7 @@ def enforce(opts: HookOptions, state: OciState, spec: BundleSpec,
     # The core logs (GPU inventory fallbacks, ...); with no handler Python would print
     # them to stderr, where runc expects the hook's one line.
     logging.getLogger("nri_sla").addHandler(logging.NullHandler())
-    store = cache.open_store(opts) if spec.cgroups_path else None
+    store = cache.open_store(opts) if warm.locatable(opts, spec, state) else None
     ckey = cache.config_key(opts) if store else None  # before reading: a change = no store
     config = load_node_config(opts.config)
     rs.log_format = config.log.format
@@ -56,7 +56,7 @@ def enforce(opts: HookOptions, state: OciState, spec: BundleSpec,
     root = opts.cgroup_root or str(config.cgroup.root)
     fkey = cache.facts_key(ckey, root) if ckey else None
     facts = cgroup_facts(opts, config, spec)
-    paths = container_paths(facts, spec, state)
+    paths = container_paths(opts, facts, spec, state)
     deps: Deps = []
     record = annotations.get(f"{config.annotation_prefix}/applied")
     if record is not None:
@@ -110,17 +110,34 @@ def plan_actions(config: NodeConfig, facts: CgroupFacts, annotations: dict[str, 
     decision = decide(node, annotations, target.name, namespace=target.namespace,
                       owner=target.id, env=spec.env)
     if decision.error is not None:
-        raise decision.error
+        raise explain_namespace(decision.error, target)
     plan = decision.plan
     if plan is None:  # pragma: no cover - parse_sla found an SLA, so decide did too
         raise InternalFailure("the SLA vanished between parsing and planning")
     if _asks_io_weight(decision):
         deps.append(["schedulers", sysfs_root, cache.scheduler_signature(sysfs_root)])
     rt = (plan.rt_runtime, plan.rt_period or 1_000_000) if plan.rt_runtime else None
+    lines = [WARN + w for w in plan.warnings]
+    if target.distrust and "policy" in plan.reasons:
+        lines.append(f"{WARN}{plan.key}: {namespace_note(target)}")
     return CgroupActions("apply", plan.enforcement,
                          cgroup_writes(plan, scope="all", bfq=node.capabilities.bfq), rt,
-                         [WARN + w for w in plan.warnings], applied_fields(plan),
-                         key=plan.key or config.annotation_prefix)
+                         lines, applied_fields(plan), key=plan.key or config.annotation_prefix)
+
+
+def namespace_note(target: Target) -> str:
+    return (f"the pod's namespace is unknown ({target.distrust}): only what the node config "
+            "allows every namespace ('*') is granted")
+
+
+def explain_namespace(error: SlaFailure, target: Target) -> SlaFailure:
+    """A planner refusal for a container whose namespace keys were not believed says so:
+    a `namespace ''` refusal alone would not tell the pod's author why. Any planner
+    refusal, as only the first shortfall's reason survives into it (the rest are text)."""
+    if not target.distrust or not isinstance(error, PlanError):
+        return error
+    return SlaRefused(error.key, error.field, f"{error.message}; {namespace_note(target)}",
+                      error.reason)
 
 
 def hook_node(config: NodeConfig, facts: CgroupFacts, sysfs_root: str,
@@ -175,20 +192,27 @@ def cgroup_facts(opts: HookOptions, config: NodeConfig, spec: BundleSpec) -> Cgr
         raise InternalFailure(f"cgroup facts: {exc}") from None
 
 
-def container_paths(facts: CgroupFacts, spec: BundleSpec, state: OciState) -> CgroupPaths:
-    """linux.cgroupsPath when given (what runc used), else /proc/<pid>/cgroup."""
+def container_paths(opts: HookOptions, facts: CgroupFacts, spec: BundleSpec,
+                    state: OciState) -> CgroupPaths:
+    """/proc/<pid>/cgroup when the state has a pid, else linux.cgroupsPath (warm.py says
+    why); the container's own cgroup, never one that holds other processes' cgroups."""
+    if not warm.locatable(opts, spec, state):
+        raise InvalidInput("config.json has no linux.cgroupsPath and the state has no "
+                           f"pid usable at the {opts.stage} stage: cannot find the "
+                           "container's cgroup")
     try:
-        if spec.cgroups_path:
-            paths = facts.container_paths(spec.cgroups_path)
-        elif state.pid is not None:
-            paths = cgroup_paths_from_proc(state.pid, facts)
-        else:
-            raise InvalidInput("config.json has no linux.cgroupsPath and the state has no "
-                               "pid: cannot find the container's cgroup")
+        paths = warm.container_paths(opts, facts, spec, state)
     except EnforceError as exc:
         raise InvalidInput(f"container cgroup: {exc}") from None
     missing = paths.missing()
     if missing:
         raise InvalidInput(f"container cgroup {missing[0]} does not exist (hook stage too "
                            "early? use createRuntime, prestart or poststart)")
+    others = paths.others_below()
+    if others:
+        # A pod, QoS or kubepods cgroup (or the root) named as the container's: the SLA's
+        # limits would bind every container below it. The runtime's input is wrong.
+        raise InvalidInput(f"container cgroup {paths.cgroups_path}: {others} below it holds "
+                           "other processes: not a container's own cgroup (a pod or slice "
+                           "cgroup?); refusing to write limits over them")
     return paths

@@ -36,11 +36,13 @@ class HelpRequested(Exception):
 class HookOptions(Value):
     """What the command line asked for (see values.py for why not a dataclass)."""
 
-    __slots__ = ("cache_dir", "cgroup_root", "config", "stage", "sysfs_root", "timeout")
+    __slots__ = ("cache_dir", "cgroup_root", "config", "proc_root", "stage", "sysfs_root",
+                 "timeout")
 
     def __init__(self, stage: str = DEFAULT_STAGE, timeout: float = DEFAULT_TIMEOUT,
                  config: str | None = None, cgroup_root: str | None = None,
-                 sysfs_root: str = "/sys", cache_dir: str | None = None) -> None:
+                 sysfs_root: str = "/sys", cache_dir: str | None = None,
+                 proc_root: str = "/proc") -> None:
         self.stage = stage
         self.timeout = timeout
         # None: /etc/nri-sla/config.yaml when it exists, else the built-in defaults.
@@ -51,6 +53,9 @@ class HookOptions(Value):
         self.sysfs_root = sysfs_root
         # None: $NRI_SLA_HOOK_CACHE, else /run/nri-sla/hook-cache; "off": no cache.
         self.cache_dir = cache_dir
+        # Tests point this at a fake /proc (<pid>/cgroup into a fake cgroup tree); not a
+        # command-line option.
+        self.proc_root = proc_root
 
 
 def check(stage: str, timeout: float) -> None:

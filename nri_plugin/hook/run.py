@@ -61,14 +61,13 @@ def _run(opts: HookOptions, stdin: BinaryIO, deadline: Deadline, rs: RunState) -
     if target.sandbox or not has_sla(annotations, target.name):
         return Outcome(EXIT_OK, "skipped", [], state.id)
     rs.target = target
-    if spec.cgroups_path:
-        # A replica of a container seen before: its cached decision, no yaml/parser/planner.
-        # Imported only now: containers without an SLA never load the cache or writer.
-        from nri_plugin.hook.warm import cached_run
+    # A replica of a container seen before: its cached decision, no yaml/parser/planner.
+    # Imported only now: containers without an SLA never load the cache or writer.
+    from nri_plugin.hook.warm import cached_run
 
-        out = cached_run(opts, state, spec, annotations, target, deadline, rs)
-        if out is not None:
-            return out
+    out = cached_run(opts, state, spec, annotations, target, deadline, rs)
+    if out is not None:
+        return out
     deadline.check("planning")
     # Imported only now: the core (SLA parser with yaml, the planner, node detection).
     from nri_plugin.hook.cold import enforce

@@ -11,6 +11,7 @@ from __future__ import annotations
 from nri_plugin.enforce.cgpaths import CgroupFacts
 from nri_plugin.hook.actions import CgroupActions, carry_out
 from nri_plugin.hook.cache import config_key, decision_key, deps_hold, facts_key, open_store
+from nri_plugin.hookspec import IN_CONTAINER_STAGES
 
 TYPE_CHECKING = False  # typing costs start-up time; only checkers need it
 if TYPE_CHECKING:
@@ -24,10 +25,33 @@ if TYPE_CHECKING:
 LOG_FORMATS = ("text", "json")
 
 
+def process_pid(opts: HookOptions, state: OciState) -> int | None:
+    """The container's pid as the hook's /proc shows it: the state's, except at stages run
+    inside the container's namespaces (hookspec.IN_CONTAINER_STAGES)."""
+    return None if opts.stage in IN_CONTAINER_STAGES else state.pid
+
+
+def locatable(opts: HookOptions, spec: BundleSpec, state: OciState) -> bool:
+    """Whether container_paths can find the cgroup (and so a decision can be cached)."""
+    return process_pid(opts, state) is not None or bool(spec.cgroups_path)
+
+
+def container_paths(opts: HookOptions, facts: CgroupFacts, spec: BundleSpec,
+                    state: OciState) -> CgroupPaths:
+    """The container's cgroup dirs: where its process is (/proc/<pid>/cgroup) whenever
+    the state has a pid, because that is where the runtime put it: runc takes a relative
+    cgroupsPath from its own cgroup, and a spec's path is only what was asked for. Else
+    linux.cgroupsPath. Raises EnforceError (CgroupPathError, CgroupFactsError)."""
+    pid = process_pid(opts, state)
+    if pid is not None:
+        return facts.process_paths(pid, opts.proc_root)
+    return facts.container_paths(spec.cgroups_path or "")
+
+
 def cached_run(opts: HookOptions, state: OciState, spec: BundleSpec,
                annotations: dict[str, str], target: Target, deadline: Deadline,
                rs: RunState) -> Outcome | None:
-    found = lookup(opts, spec, annotations, target)
+    found = lookup(opts, state, spec, annotations, target)
     if found is None:
         return None
     actions, paths, log_format = found
@@ -35,10 +59,11 @@ def cached_run(opts: HookOptions, state: OciState, spec: BundleSpec,
     return carry_out(actions, paths, target, state.id, rs, deadline)
 
 
-def lookup(opts: HookOptions, spec: BundleSpec, annotations: dict[str, str],
+def lookup(opts: HookOptions, state: OciState, spec: BundleSpec,
+           annotations: dict[str, str],
            target: Target) -> tuple[CgroupActions, CgroupPaths, str] | None:
     store = open_store(opts)
-    if store is None or not spec.cgroups_path:
+    if store is None or not locatable(opts, spec, state):
         return None
     ckey = config_key(opts)
     config = store.get("config", ckey) if ckey else None
@@ -56,10 +81,10 @@ def lookup(opts: HookOptions, spec: BundleSpec, annotations: dict[str, str],
         return None
     try:
         # A bad or missing cgroup is reported by the cold path, in its usual order.
-        paths = CgroupFacts.from_json(facts).container_paths(spec.cgroups_path)
+        paths = container_paths(opts, CgroupFacts.from_json(facts), spec, state)
     except Exception:
         return None
-    if paths.missing():
+    if paths.missing() or paths.others_below():
         return None
     key = decision_key(fkey, prefix, annotations, target, spec, opts.sysfs_root)
     entry = store.get("decision", key)

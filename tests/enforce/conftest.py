@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from nri_plugin.enforce.cgpaths import CgroupFacts
-from nri_plugin.enforce.cgroupdetect import cgroup_paths_from_proc, detect_cgroup_facts
+from nri_plugin.enforce.cgroupdetect import detect_cgroup_facts
 
 V1_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory", "blkio", "pids")
 
@@ -149,7 +149,7 @@ def scratch_v1() -> Iterator[Scratch]:
     facts = _host_facts_or_skip()
     if facts.version != 1:
         pytest.skip("needs a cgroup v1 (or hybrid) host for v1 writes")
-    own = cgroup_paths_from_proc(os.getpid(), facts)
+    own = facts.process_paths(os.getpid())
     name = f"nri-sla-test-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     top: dict[str, Path] = {}
     pod: dict[str, Path] = {}
@@ -253,7 +253,7 @@ def scratch_v2() -> Iterator[Path]:
     facts = _host_facts_or_skip()
     if facts.version != 2:
         pytest.skip("needs a cgroup v2 (unified) host; this one is v1/hybrid (see tests/vm)")
-    own = Path(cgroup_paths_from_proc(os.getpid(), facts).dir())
+    own = Path(facts.process_paths(os.getpid()).dir())
     available = (own / "cgroup.subtree_control").read_text().split()
     wanted = [c for c in ("cpu", "memory", "io") if c in available]
     if "memory" not in wanted:

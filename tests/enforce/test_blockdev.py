@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import uuid
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from nri_plugin.enforce.blockdev import (
     whole_disk,
 )
 from nri_plugin.enforce.capabilities import NodeCapabilities, detect_capabilities
+from nri_plugin.enforce.devnode import dev_node
 
 
 @pytest.fixture
@@ -33,9 +35,10 @@ def sysfs(tmp_path: Path, trees) -> Path:
 def test_maj_min_checked_against_sysfs(sysfs: Path) -> None:
     assert resolve_block_device("8:16", sysfs_root=sysfs) == (8, 16)
     assert resolve_block_device(" 259:0 ", sysfs_root=sysfs) == (259, 0)
-    with pytest.raises(DeviceError, match="no block device 9:9") as exc:
+    with pytest.raises(DeviceError) as exc:
         resolve_block_device("9:9", sysfs_root=sysfs)
     assert exc.value.device == "9:9"
+    assert str(exc.value) == "io device '9:9': is not a block device under /dev"
 
 
 def test_partition_refused_or_mapped_to_disk(sysfs: Path) -> None:
@@ -84,17 +87,88 @@ def test_scheduler(sysfs: Path) -> None:
     assert bfq_active(8, 16, sysfs) and not bfq_active(259, 0, sysfs)
 
 
-def test_paths_missing_and_not_block(tmp_path: Path, sysfs: Path) -> None:
-    with pytest.raises(DeviceError, match="does not exist"):
-        resolve_block_device(str(tmp_path / "nvme9n1"), sysfs_root=sysfs)
-    regular = tmp_path / "file"
-    regular.write_text("x")
-    with pytest.raises(DeviceError, match="not a block device"):
-        resolve_block_device(str(regular), sysfs_root=sysfs)
-    with pytest.raises(DeviceError, match="not a block device"):
-        resolve_block_device("/dev/null")
+def test_empty_device() -> None:
     with pytest.raises(DeviceError, match="empty device"):
         resolve_block_device("  ")
+
+
+@pytest.fixture
+def real_dev_links():
+    """make(target) -> a symlink /dev/nri-sla-test-<random> -> target, removed afterwards.
+    Root only: /dev is the host's devtmpfs."""
+    if os.geteuid() != 0 or not os.access("/dev", os.W_OK):
+        pytest.skip("needs root and a writable /dev to place a symlink there")
+    made: list[Path] = []
+
+    def make(target: str) -> str:
+        link = Path(f"/dev/nri-sla-test-{uuid.uuid4().hex[:12]}")
+        link.symlink_to(target)
+        made.append(link)
+        return str(link)
+
+    yield make
+    for link in made:
+        link.unlink(missing_ok=True)
+
+
+def test_every_unusable_path_gets_the_same_answer(real_dev_links, tmp_path: Path) -> None:
+    """A tenant must not learn what exists on the host: a missing file, a host file, a
+    character device, a link out of /dev and a link that leaves /dev and comes back to a
+    real disk all read alike, and none is followed outside /dev."""
+    found = _first_real_disk()
+    detour = tmp_path / "detour"
+    if found is not None:
+        detour.symlink_to(found[0])  # /dev/x -> /tmp/... -> /dev/<disk>: left /dev
+    specs = ["/etc/shadow", "/nonexistent", "/dev/null", "/dev/nri-sla-missing-x",
+             real_dev_links("/etc/shadow"), real_dev_links("../etc/shadow"),
+             real_dev_links("/dev/../etc/passwd"), real_dev_links(str(detour)),
+             "1:3",  # /dev/null's numbers: no block device
+             "../etc/shadow", "disk/../../etc/shadow", "/dev/../etc/shadow"]
+    details = set()
+    for spec in specs:
+        with pytest.raises(DeviceError) as exc:
+            resolve_block_device(spec)
+        assert str(exc.value) == f"io device {spec!r}: is not a block device under /dev"
+        details.add(exc.value.detail)
+        with pytest.raises(ValueError) as exc:  # the planner's resolver: the same text
+            resolve_io_device(spec)
+        assert str(exc.value) == f"io device {spec!r}: is not a block device under /dev"
+    assert details == {"is not a block device under /dev"}
+
+
+def test_links_inside_dev_are_followed(real_dev_links) -> None:
+    found = _first_real_disk()
+    if found is None:
+        pytest.skip("no whole disk under /sys/block with a /dev node on this machine")
+    dev, maj, mnr = found
+    # Like /dev/disk/by-id/* -> ../../sda: relative, and absolute, both staying in /dev.
+    assert resolve_block_device(real_dev_links(dev.name)) == (maj, mnr)
+    assert resolve_block_device(real_dev_links(str(dev))) == (maj, mnr)
+    hop = real_dev_links(dev.name)
+    assert resolve_block_device(real_dev_links(hop)) == (maj, mnr)  # a chain inside /dev
+
+
+def test_dev_node_walks_inside_its_root_only(tmp_path: Path) -> None:
+    dev = tmp_path / "dev"
+    (dev / "disk" / "by-id").mkdir(parents=True)
+    (dev / "sda").write_text("")
+    (dev / "disk" / "by-id" / "wwn-1").symlink_to("../../sda")
+    (dev / "abs").symlink_to(str(dev / "sda"))
+    (dev / "out").symlink_to("/etc/shadow")
+    (dev / "up").symlink_to("..")
+    (dev / "loop1").symlink_to("loop2")
+    (dev / "loop2").symlink_to("loop1")
+    (tmp_path / "outside").symlink_to(str(dev / "sda"))
+    (dev / "via").symlink_to(str(tmp_path / "outside"))  # leaves, then comes back
+    root = str(dev)
+    assert dev_node("sda", root) == f"{root}/sda"
+    assert dev_node(f"{root}/disk/by-id/wwn-1", root) == f"{root}/sda"
+    assert dev_node("disk/by-id/../../sda", root) == f"{root}/sda"
+    assert dev_node("abs", root) == f"{root}/sda"
+    assert dev_node(f"{root}/./disk//by-id/", root) == f"{root}/disk/by-id"
+    for bad in ("out", "up/etc", "loop1", "via", "missing", "sda/x", "../etc/shadow",
+                f"{root}/../{dev.name}/sda", "/etc/shadow", f"{root}x/sda", "sd\0a"):
+        assert dev_node(bad, root) is None, bad
 
 
 def _first_real_disk() -> tuple[Path, int, int] | None:

@@ -14,11 +14,10 @@ from hypothesis import strategies as st
 from nri_plugin.enforce import (
     CgroupFactsError,
     CgroupPathError,
-    cgroup_paths_from_proc,
     detect_cgroup_facts,
 )
-from nri_plugin.enforce.cgpaths import CgroupFacts, Hierarchy, safe_join
-from nri_plugin.enforce.mountinfo import parse_mountinfo, parse_proc_cgroup
+from nri_plugin.enforce.cgpaths import CgroupFacts, Hierarchy, parse_proc_cgroup, safe_join
+from nri_plugin.enforce.mountinfo import parse_mountinfo
 
 SYSTEMD_PATH = "kubepods-burstable-pod0a1b_2c3d.slice:cri-containerd:4f5e6d"
 SYSTEMD_EXPANDED = (
@@ -54,11 +53,11 @@ def test_parse_mountinfo_rejects_garbage() -> None:
 
 
 def test_parse_proc_cgroup() -> None:
-    entries = parse_proc_cgroup("4:memory:/a/b\n1:cpu,cpuacct:/\n0::/x\n")
-    assert entries[1].controllers == ("cpu", "cpuacct")
-    assert entries[2].hierarchy_id == 0 and entries[2].controllers == ()
-    with pytest.raises(CgroupFactsError):
-        parse_proc_cgroup("x:y\n")
+    entries = parse_proc_cgroup("4:memory:/a/b\n1:cpu,cpuacct:/\n0::/x:y\n", "cg")
+    assert entries == [(4, ("memory",), "/a/b"), (1, ("cpu", "cpuacct"), "/"),
+                       (0, (), "/x:y")]
+    with pytest.raises(CgroupFactsError, match="cg line 1: malformed"):
+        parse_proc_cgroup("x:y\n", "cg")
 
 
 def test_detect_hybrid_is_v1(v1_tree: tuple[Path, Path], fake_proc: Path) -> None:
@@ -229,14 +228,14 @@ def test_paths_from_proc_v1_with_mount_root(tmp_path: Path, fake_proc: Path, tre
         "9:name=systemd:/x\n5:memory:/kubepods/pod1/ctr\n3:cpu:/kubepods/pod1/ctr\n"
         "2:cpuacct:/kubepods/pod1/ctr\n0::/\n"
     )
-    paths = cgroup_paths_from_proc(4242, facts, proc=fake_proc)
+    paths = facts.process_paths(4242, str(fake_proc))
     assert paths.dir("memory") == str(root / "memory" / "ctr")
     assert paths.dir("cpu") == str(root / "cpu" / "kubepods/pod1/ctr")
     assert paths.roots["memory"] == str(root / "memory")
     assert "name=systemd" not in paths.dirs
     pid_dir.joinpath("cgroup").write_text("5:memory:/elsewhere\n")
     with pytest.raises(CgroupPathError, match="outside the mounted subtree"):
-        cgroup_paths_from_proc(4242, facts, proc=fake_proc)
+        facts.process_paths(4242, str(fake_proc))
 
 
 def test_paths_from_proc_v2_and_missing_pid(v2_tree: tuple[Path, Path], fake_proc: Path) -> None:
@@ -244,11 +243,11 @@ def test_paths_from_proc_v2_and_missing_pid(v2_tree: tuple[Path, Path], fake_pro
     facts = detect_cgroup_facts(root, mountinfo=info, proc=fake_proc)
     (fake_proc / "7").mkdir()
     (fake_proc / "7" / "cgroup").write_text("0::/kubepods.slice/x.scope\n")
-    assert cgroup_paths_from_proc(7, facts, proc=fake_proc).dir() == str(
+    assert facts.process_paths(7, str(fake_proc)).dir() == str(
         root / "kubepods.slice" / "x.scope"
     )
     with pytest.raises(CgroupFactsError, match="cannot read"):
-        cgroup_paths_from_proc(8, facts, proc=fake_proc)
+        facts.process_paths(8, str(fake_proc))
 
 
 def test_values_take_path_or_str_and_hold_str(tmp_path: Path) -> None:
@@ -316,7 +315,7 @@ def test_real_host_detection() -> None:
         pytest.skip("no /sys/fs/cgroup on this machine")
     facts = detect_cgroup_facts()
     assert facts.version in (1, 2)
-    own = cgroup_paths_from_proc(os.getpid(), facts)
+    own = facts.process_paths(os.getpid())
     for d in own.dirs.values():
         assert os.path.isdir(d), d
     if facts.version == 1:

@@ -115,6 +115,16 @@ class Created:
     log: str  # the hook's own log file (NRI_SLA_HOOK_LOG)
 
 
+def own_cgroup(controller: str) -> str:
+    """This process's cgroup in a v1 controller's hierarchy (runc, our child, starts in it
+    and takes a relative cgroupsPath from it)."""
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _id, controllers, path = line.split(":", 2)
+        if controller in controllers.split(","):
+            return path
+    raise LookupError(f"no {controller} line in /proc/self/cgroup")
+
+
 class Runc:
     """Busybox containers under the real runc, in a scratch cgroup parent; cleans up."""
 
@@ -183,14 +193,20 @@ class Runc:
     def cleanup(self) -> None:
         for name in self.names:
             self.runc("delete", "--force", name)
-        # runc removes the container's cgroups; the scratch parent is ours to remove.
+        # runc removes the container's cgroups; the scratch parent is ours to remove (also
+        # below our own cgroup, where runc puts a relative cgroupsPath).
         for controller in V1_CONTROLLERS:
-            top = CGROUP_ROOT / controller / self.parent
-            if not top.is_dir():
-                continue
-            for sub in sorted(top.glob("**/"), key=lambda p: len(p.parts), reverse=True):
-                with contextlib.suppress(OSError):
-                    sub.rmdir()
+            try:
+                own = own_cgroup(controller).strip("/")
+            except LookupError:
+                own = ""
+            for top in {CGROUP_ROOT / controller / self.parent,
+                        CGROUP_ROOT / controller / own / self.parent}:
+                if not top.is_dir():
+                    continue
+                for sub in sorted(top.glob("**/"), key=lambda p: len(p.parts), reverse=True):
+                    with contextlib.suppress(OSError):
+                        sub.rmdir()
 
 
 @pytest.fixture
@@ -205,8 +221,11 @@ def runc_env(tmp_path: Path, base_spec: dict) -> Iterator[Runc]:
 # ------------------------------------------------------------------ in-process helpers
 
 
-def state_json(bundle: Path | str, cid: str = "ctr-1", pid: int | None = 4242,
+def state_json(bundle: Path | str, cid: str = "ctr-1", pid: int | None = None,
                **extra) -> bytes:
+    """The OCI state. No pid by default (a "creating" state may lack one): the hook then
+    takes linux.cgroupsPath inside the fake tree. With a pid it reads <proc>/<pid>/cgroup:
+    give such runs a fake /proc (fake_proc) or a real process."""
     doc = {"ociVersion": "1.0.2", "id": cid, "status": "creating", "bundle": str(bundle),
            **extra}
     if pid is not None:
@@ -255,6 +274,14 @@ def fake_v2_tree(root: Path, container_rel: str,
     return cdir
 
 
+def fake_proc(proc: Path, pid: int, cgroup: str) -> str:
+    """A /proc with <pid>/cgroup holding `cgroup` (e.g. "0::/kubepods/pod/ctr\n"), for the
+    hook's proc_root option; returns the root."""
+    (proc / str(pid)).mkdir(parents=True, exist_ok=True)
+    (proc / str(pid) / "cgroup").write_text(cgroup)
+    return str(proc)
+
+
 class Helpers:
     """The helpers above as one fixture (test modules cannot import conftest)."""
 
@@ -263,8 +290,10 @@ class Helpers:
     run_inproc = staticmethod(run_hook_inproc)
     run_subprocess = staticmethod(run_hook_subprocess)
     fake_v2_tree = staticmethod(fake_v2_tree)
+    fake_proc = staticmethod(fake_proc)
     first_disk = staticmethod(first_disk)
     hook_command = staticmethod(hook_command)
+    own_cgroup = staticmethod(own_cgroup)
 
 
 @pytest.fixture

@@ -23,6 +23,7 @@ from nri_plugin.simulated.hardware import build_sysfs
 
 CTR = "/kubepods/pod-a/ctr-1"
 NAME = "io.kubernetes.cri.container-name"
+TYPE = "io.kubernetes.cri.container-type"
 HOOK_MAIN = Path(__file__).resolve().parents[2] / "nri_plugin" / "hook" / "__main__.py"
 
 
@@ -39,11 +40,13 @@ def world(tmp_path, h, hook_cache_dir):
     config = tmp_path / "config.yaml"
     config.write_text("enforcement: hard\n")
 
-    def run(annotations, *, expect_hit=None, env=None, cid="ctr-1", files=None, **opts):
+    def run(annotations, *, expect_hit=None, env=None, cid="ctr-1", files=None, pid=None,
+            cgroups_path=CTR, **opts):
         for name, text in {**pristine, **(files or {})}.items():  # the same start each run
             (cdir / name).write_text(text)
-        bundle = h.write_bundle(tmp_path / f"bundle-{cid}", {NAME: "app", **annotations},
-                                CTR, env)
+        bundle = h.write_bundle(tmp_path / f"bundle-{cid}",
+                                {TYPE: "container", NAME: "app", **annotations},
+                                cgroups_path, env)
         opts.setdefault("config", str(config))
         opts.setdefault("cgroup_root", str(root))
         calls = []
@@ -56,7 +59,7 @@ def world(tmp_path, h, hook_cache_dir):
         mp = pytest.MonkeyPatch()
         mp.setattr(cold_module, "enforce", counting)
         try:
-            out = h.run_inproc(h.state_json(bundle, cid=cid), **opts)
+            out = h.run_inproc(h.state_json(bundle, cid=cid, pid=pid), **opts)
         finally:
             mp.undo()
         if expect_hit is not None:  # True: served from the cache; False: decided cold
@@ -181,7 +184,8 @@ def test_node_config_change_invalidates(world):
     assert hard.exit_code == EXIT_REFUSED
 
 
-@pytest.mark.parametrize("change", ["sla", "namespace", "name", "enforcement", "stray key"])
+@pytest.mark.parametrize("change", ["sla", "namespace", "name", "enforcement", "stray key",
+                                    "spoofed namespace"])
 def test_annotation_changes_invalidate(world, change):
     run, _config, _cdir, _cache = world
     base = {"sla.nri.io/pod": "cpu:\n  limit: 0.5\n",
@@ -196,6 +200,8 @@ def test_annotation_changes_invalidate(world, change):
     elif change == "name":
         changed[NAME] = "other"
         changed["sla.nri.io/container.other"] = "cpu:\n  limit: 1.5\n"
+    elif change == "spoofed namespace":  # not believed: the namespace becomes unknown
+        changed["io.kubernetes.pod.namespace"] = "prod-rt"
     elif change == "enforcement":
         changed["sla.nri.io/pod"] = "cpu:\n  limit: 1\n  rt-runtime: 5ms\n"
         changed["io.kubernetes.sla/enforcement-mode"] = "soft"
@@ -205,6 +211,30 @@ def test_annotation_changes_invalidate(world, change):
     out, out_files = run(changed, expect_hit=False)
     _same(out, off)
     assert out_files == off_files
+
+
+def test_warm_runs_find_the_cgroup_through_the_pid(world, h, tmp_path):
+    """A hit locates each replica's cgroup from /proc/<pid>/cgroup as the cold run does,
+    and a cgroup holding other processes is never written from the cache either."""
+    run, _config, cdir, _cache = world
+    other = h.fake_v2_tree(tmp_path / "cg", "/kubepods/pod-b/ctr-2")
+    proc = h.fake_proc(tmp_path / "proc", 11, f"0::{CTR}\n")
+    h.fake_proc(tmp_path / "proc", 12, "0::/kubepods/pod-b/ctr-2\n")
+    h.fake_proc(tmp_path / "proc", 13, "0::/kubepods/pod-a\n")
+    sla = {"sla.nri.io/pod": "memory:\n  max: 64Mi\n"}
+    # The spec's path is wrong on purpose: only the pid leads to the right cgroup.
+    cold, files = run(sla, pid=11, proc_root=proc, cgroups_path="/nowhere")
+    assert cold.exit_code == EXIT_OK and files["memory.max"] == str(64 << 20)
+    warm, _ = run(sla, pid=12, proc_root=proc, cid="ctr-2", expect_hit=True,
+                  cgroups_path="/nowhere")
+    assert warm.exit_code == EXIT_OK
+    assert (other / "memory.max").read_text() == str(64 << 20)
+    (cdir / "cgroup.events").write_text("populated 1\n")
+    (cdir.parent / "memory.max").write_text("max\n")
+    pod, _ = run(sla, pid=13, proc_root=proc, cid="ctr-3", expect_hit=False,
+                 cgroups_path="/nowhere")
+    assert pod.exit_code == EXIT_INVALID and "holds other processes" in pod.lines[0]
+    assert (cdir.parent / "memory.max").read_text() == "max\n"
 
 
 def test_per_replica_annotations_still_hit(world):
@@ -312,13 +342,25 @@ def test_store_bounds(tmp_path, monkeypatch):
     assert not [n for n in os.listdir(tmp_path / "c") if n.startswith(".tmp")]
 
 
-def test_warm_run_imports_no_parser_planner_or_yaml(world, h, tmp_path):
+@pytest.mark.parametrize("lookup", ["cgroupsPath", "pid"])
+def test_warm_run_imports_no_parser_planner_or_yaml(world, h, tmp_path, lookup):
     """The point of the cache: a hit loads none of yaml, the SLA parser, the planner,
-    dataclasses, pathlib, typing or re (each costs milliseconds per container)."""
-    run, config, _cdir, cache = world
-    sla = CASES["hard, cpu+numa+memory+io.weight"]
-    run(sla)
-    bundle = h.write_bundle(tmp_path / "bundle-x", {NAME: "app", **sla}, CTR)
+    dataclasses, pathlib, typing or re (each costs milliseconds per container); neither
+    when it reads /proc/<pid>/cgroup nor when it re-checks an io.max device path."""
+    _run, config, _cdir, cache = world
+    dev, _majmin = h.first_disk()
+    sla = {"sla.nri.io/pod": CASES["hard, cpu+numa+memory+io.weight"]["sla.nri.io/pod"]
+           + f"  max:\n    - device: {dev}\n      read-bps: 10Mi\n"}
+    root, pid = tmp_path / "cg", None
+    if lookup == "pid":  # this test's own process, in a fake tree mirroring its cgroup
+        own = [line[3:] for line in Path("/proc/self/cgroup").read_text().splitlines()
+               if line.startswith("0::")]
+        if not own:
+            pytest.skip("no cgroup v2 line in /proc/self/cgroup (a pure v1 host)")
+        root, pid = tmp_path / "cg-pid", os.getpid()
+        h.fake_v2_tree(root, own[0])
+    bundle = h.write_bundle(tmp_path / "bundle-x", {TYPE: "container", NAME: "app", **sla},
+                            CTR)
     heavy = ("yaml", "nri_plugin.sla", "nri_plugin.plan", "nri_plugin.config", "dataclasses",
              "pathlib", "typing", "re", "json", "logging", "nri_plugin.enforce.cgroupdetect",
              "nri_plugin.core", "nri_plugin.topology.cpus", "importlib", "cgroupspy")
@@ -326,12 +368,12 @@ def test_warm_run_imports_no_parser_planner_or_yaml(world, h, tmp_path):
     for _ in range(2):  # the second run is the hit (the first stores under this argv)
         proc = subprocess.run(
             [sys.executable, "-I", "-S", "-X", "importtime", str(HOOK_MAIN), "--config",
-             str(config), "--cgroup-root", str(tmp_path / "cg"), "--cache-dir", str(cache)],
-            input=h.state_json(bundle), capture_output=True, timeout=30)
+             str(config), "--cgroup-root", str(root), "--cache-dir", str(cache)],
+            input=h.state_json(bundle, pid=pid), capture_output=True, timeout=30)
         assert proc.returncode == 0, proc.stderr.decode()[-2000:]
         loaded = [line.rsplit("|", 1)[-1].strip() for line in
                   proc.stderr.decode().splitlines() if line.startswith("import time:")]
-    assert "nri_plugin.hook.warm" in loaded
+    assert "nri_plugin.hook.warm" in loaded and "nri_plugin.enforce.devnode" in loaded
     assert [m for m in loaded if m in heavy or m.startswith("yaml.")] == []
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import uuid
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +17,9 @@ pytestmark = [pytest.mark.runc, pytest.mark.root]
 
 NS = "io.kubernetes.cri.sandbox-namespace"
 NAME = "io.kubernetes.cri.container-name"
+CRIO_TYPE = "io.kubernetes.cri-o.ContainerType"
+KUBE_NS = "io.kubernetes.pod.namespace"
+CGROUP_ROOT = Path("/sys/fs/cgroup")
 RT_CONFIG = "permissions:\n  realtime: ['rt-*']\n"
 
 
@@ -161,15 +166,120 @@ def test_applied_record_drift_refuses_in_hard_mode(runc_env):
     assert runc_env.status("drift") == "absent"
 
 
-def test_escaping_cgroups_path_is_refused(runc_env):
-    # runc cleans "/../../<parent>/esc" to "/<parent>/esc" (inside the scratch parent);
-    # the hook refuses any ".." outright (exit 2) and writes nothing.
-    c = runc_env.create("esc", _annotations("cpu:\n  limit: 1\n", ns="default"),
-                        cgroups_path=f"/../../{runc_env.parent}/esc")
+def test_escaping_cgroups_path(runc_env):
+    # runc cleans "/../../<parent>/esc" to "/<parent>/esc" (inside the scratch parent).
+    # At createRuntime the hook follows the process (/proc/<pid>/cgroup) into that real
+    # cgroup; at createContainer it has only the spec's path and refuses any ".." (exit 2).
+    path = f"/../../{runc_env.parent}/esc"
+    sla = _annotations("cpu:\n  limit: 1\n", ns="default")
+    c = runc_env.create("esc", sla, cgroups_path=path)
+    assert c.returncode == 0, c.stderr
+    assert runc_env.read("cpu", "esc", "cpu.cfs_quota_us") == "100000"
+    c = runc_env.create("esc2", sla, cgroups_path=path + "2", stage="createContainer")
     assert c.returncode != 0
     assert "exit status 2" in c.stderr
     assert "'..' would leave the cgroup hierarchy" in c.stderr
-    assert runc_env.status("esc") == "absent"
+    assert runc_env.status("esc2") == "absent"
+
+
+def test_relative_cgroups_path_is_found_through_the_pid(runc_env, h):
+    """runc puts a relative cgroupsPath below its own cgroup (ours: it is our child), in
+    each hierarchy; the spec's path alone would send the hook to the hierarchy's root."""
+    rel = f"{runc_env.parent}/rel"
+    sla = "cpu:\n  limit: 0.5\nmemory:\n  max: 64Mi\n"
+    c = runc_env.create("rel", _annotations(sla, ns="default"), cgroups_path=rel)
+    assert c.returncode == 0, c.stderr
+    for controller, file, value in (("cpu", "cpu.cfs_quota_us", "50000"),
+                                    ("memory", "memory.limit_in_bytes", str(64 << 20))):
+        own = h.own_cgroup(controller)
+        where = CGROUP_ROOT / controller / own.strip("/") / rel
+        assert (where / file).read_text().strip() == value
+        if own != "/":  # this host: the memory cgroup of the test session
+            assert not (CGROUP_ROOT / controller / rel).exists()
+    assert runc_env.start("rel").returncode == 0
+
+
+def test_a_cgroup_holding_other_processes_is_refused(runc_env):
+    """A cgroupsPath naming a cgroup with a populated child (a pod- or slice-level cgroup):
+    the hook refuses (exit 2) instead of writing limits over the processes below it.
+
+    Another runc container below it would not do: runc itself cannot reuse a v1 cgroup
+    with children (devices.* cannot change there). So the process below is a plain one,
+    placed in the cpu and memory hierarchies only, as any other manager's could be."""
+    below = [CGROUP_ROOT / c / runc_env.parent / "pod" / "other" for c in ("cpu", "memory")]
+    sleeper = subprocess.Popen(["sleep", "300"])
+    try:
+        for d in below:
+            d.mkdir(parents=True)
+            (d / "cgroup.procs").write_text(str(sleeper.pid))
+        sla = _annotations("cpu:\n  limit: 0.1\nmemory:\n  max: 32Mi\n", ns="default")
+        c = runc_env.create("pod", sla, cgroups_path=f"/{runc_env.parent}/pod")
+        assert c.returncode != 0
+        assert "exit status 2" in c.stderr and "holds other processes" in c.stderr
+        assert f"cpu/{runc_env.parent}/pod/other below it" in c.stderr
+        assert runc_env.read("cpu", "pod", "cpu.cfs_quota_us") == "-1"  # nothing written
+        assert runc_env.read("memory", "pod", "memory.limit_in_bytes") != str(32 << 20)
+        assert runc_env.status("pod") == "absent"
+        assert sleeper.poll() is None  # the process below was left alone
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+@pytest.mark.parametrize(("keys", "granted"), [
+    ({CRIO_TYPE: "container", KUBE_NS: "rt-ok"}, True),  # CRI-O's own namespace key
+    ({NS: "rt-ok"}, True),  # containerd's
+    # A pod's annotation named like containerd's key, under CRI-O (which copies them all).
+    ({CRIO_TYPE: "container", KUBE_NS: "default", NS: "rt-ok"}, False),
+    # containerd copied a pod annotation named like kubelet's label.
+    ({NS: "default", KUBE_NS: "rt-ok"}, False),
+])
+def test_namespace_comes_from_the_runtimes_own_keys(runc_env, rt_config, keys, granted):
+    ann = {"sla.nri.io/pod": "cpu:\n  rt-runtime: 5ms\n", **keys}
+    if CRIO_TYPE in keys:
+        ann["io.kubernetes.container.name"] = "app"
+    else:
+        ann.update({NAME: "app", "io.kubernetes.cri.container-type": "container"})
+    c = runc_env.create("ns", ann, hook_args=("--config", rt_config))
+    if granted:
+        assert c.returncode == 0, c.stderr
+        assert runc_env.read("cpu", "ns", "cpu.rt_runtime_us") == "5000"
+        return
+    assert c.returncode != 0 and "exit status 1" in c.stderr
+    assert "namespace '' may not use realtime" in c.stderr
+    assert "the pod's namespace is unknown" in c.stderr
+    assert runc_env.status("ns") == "absent"
+
+
+def _hook_line(stderr: str) -> str:
+    """The hook's own line inside runc's error (runc quotes it, newline escaped)."""
+    return stderr.split("stderr: ", 1)[1].split("\\n", 1)[0]
+
+
+def test_io_max_devices_do_not_reveal_host_files(runc_env, h, tmp_path):
+    """Whatever an io.max device path names outside the block devices under /dev, the
+    answer does not depend on what exists: /dev/null, a missing node and a link out of
+    /dev read alike (refused); paths outside /dev are refused by the SLA schema before
+    anything is looked up (invalid), /etc/shadow like /nonexistent."""
+    link = Path(f"/dev/nri-sla-test-{uuid.uuid4().hex[:12]}")
+    link.symlink_to("/etc/shadow")
+    answers = {}
+    try:
+        for i, device in enumerate(("/dev/null", "/dev/nri-sla-test-missing", str(link),
+                                    "/etc/shadow", "/nonexistent")):
+            sla = f"io:\n  max:\n    - device: '{device}'\n      read-bps: 1Mi\n"
+            c = runc_env.create(f"dev{i}", _annotations(sla, ns="default"))
+            assert c.returncode != 0 and runc_env.status(f"dev{i}") == "absent"
+            status = c.stderr.split("exit status ", 1)[1][0]
+            answers[device] = (status, _hook_line(c.stderr).replace(device, "<dev>"))
+    finally:
+        link.unlink()
+    refused = ("1", "nri-sla hook: sla.nri.io/pod: io.max[0].device: io device '<dev>': "
+                    "is not a block device under /dev")
+    assert answers["/dev/null"] == answers["/dev/nri-sla-test-missing"] == \
+        answers[str(link)] == refused
+    assert answers["/etc/shadow"] == answers["/nonexistent"]
+    assert answers["/etc/shadow"][0] == "2"
 
 
 def test_replicas_reuse_the_cached_decision(runc_env, rt_config, h, tmp_path):

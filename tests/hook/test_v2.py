@@ -27,7 +27,7 @@ def v2(tmp_path, h):
     config = tmp_path / "config.yaml"
     config.write_text("enforcement: hard\n")
 
-    def run(annotations, cgroups_path=CTR, pid=4242, env=None, **opts):
+    def run(annotations, cgroups_path=CTR, pid=None, env=None, **opts):
         bundle = h.write_bundle(tmp_path / "bundle", {NAME: "app", **annotations},
                                 cgroups_path, env)
         opts.setdefault("config", str(config))
@@ -115,7 +115,7 @@ def test_v2_no_cgroups_path_and_no_pid(v2):
     _root, _cdir, run = v2
     out = run({"sla.nri.io/pod": "memory:\n  max: 64Mi\n"}, cgroups_path=None, pid=None)
     assert out.exit_code == EXIT_INVALID
-    assert "no linux.cgroupsPath and the state has no pid" in out.lines[0]
+    assert "no linux.cgroupsPath and the state has no pid usable" in out.lines[0]
 
 
 def test_missing_container_cgroup(v2):
@@ -310,7 +310,8 @@ def test_decision_line_goes_to_the_hook_log(v2, tmp_path, h, fmt):
     config.write_text(f"log:\n  format: {fmt}\n")
     log = tmp_path / f"hook-{fmt}.log"
     ann = {NAME: "app", "io.kubernetes.cri.sandbox-name": "web-0",
-           "io.kubernetes.cri.sandbox-namespace": "prod"}
+           "io.kubernetes.cri.sandbox-namespace": "prod",
+           "io.kubernetes.cri.container-type": "container"}
     cases = [("cpu:\n  limit: 0.5\n", "enforced"),
              ("enforcement: soft\ncpu:\n  rt-runtime: 5ms\n", "warned"),
              ("cpu:\n  rt-runtime: 5ms\n", "refused")]

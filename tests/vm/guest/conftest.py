@@ -312,13 +312,18 @@ class BusyboxBundle:
         return out
 
     def run_with_hook(self, args: list[str], annotations: dict[str, str], work: Path,
-                      timeout: float = 180,
-                      cache: str = "off") -> tuple[RuncResult, str]:
+                      timeout: float = 180, cache: str = "off",
+                      cgroups_path: str | None = None,
+                      node_config: str = "enforcement: hard\n",
+                      runtime_keys: dict[str, str] | None = None) -> tuple[RuncResult, str]:
         """`runc run` of a spec without resources whose createRuntime hook is nri-sla's
-        (hard mode node config in `work`); returns runc's result and the hook's log."""
+        (`node_config` in `work`; `runtime_keys`: the runtime's own annotations, default
+        containerd's container name); returns runc's result and the hook's log."""
         cid = f"nri-sla-hook-{uuid.uuid4().hex[:8]}"
-        config = self.config(args, {}, f"/{cid}")
-        config["annotations"] = {"io.kubernetes.cri.container-name": "app", **annotations}
+        config = self.config(args, {}, cgroups_path or f"/{cid}")
+        if runtime_keys is None:
+            runtime_keys = {"io.kubernetes.cri.container-name": "app"}
+        config["annotations"] = {**runtime_keys, **annotations}
         log = work / "hook.log"
         config["hooks"] = {"createRuntime": [{
             "path": sys.executable,
@@ -327,7 +332,7 @@ class BusyboxBundle:
                      "createRuntime", "--timeout", "100", "--config",
                      str(work / "config.yaml"), "--cache-dir", cache],
             "env": [f"NRI_SLA_HOOK_LOG={log}"], "timeout": 120}]}
-        (work / "config.yaml").write_text("enforcement: hard\n")
+        (work / "config.yaml").write_text(node_config)
         result = self._runc_run(cid, config, timeout)
         return result, (log.read_text() if log.exists() else "")
 

@@ -18,7 +18,7 @@ from nri_plugin.config import NodeConfig
 from nri_plugin.core import NodeState, decide
 from nri_plugin.plan.allocator import Allocator
 from nri_plugin.plan.rt_budget import RtBudget
-from nri_plugin.plugin.adjustment import build_adjustment
+from nri_plugin.plugin.adjustment import annotated, build_adjustment
 from nri_plugin.topology.snapshot import load_snapshot
 
 TYPICAL = {
@@ -37,7 +37,8 @@ def measure(node: NodeState, annotations: dict[str, str], n: int) -> list[float]
         start = time.perf_counter()
         decision = decide(node, annotations, "work", namespace="ml", owner=f"c{i}",
                           nri_version="v0.12.0")
-        build_adjustment(decision.plan, node.annotations_for(decision.plan, "nri"))
+        annotated(node.annotations_for(decision.plan, "nri", f"c{i}"),
+                  settings=build_adjustment(decision.plan))
         samples.append(time.perf_counter() - start)
         node.release(f"c{i}")
     return samples

@@ -17,6 +17,7 @@ SCRIPTS = [
     ("bench_sla.py", []),
     ("bench_plan.py", []),
     ("bench_placement.py", []),
+    ("bench_records.py", []),
     ("bench_transport.py", []),
     ("bench_hook.py", []),
     ("bench_vs_go.py", []),  # skips itself without the Go programs (docs/benchmarks.md)

@@ -24,6 +24,7 @@ from nri_plugin.sla.safeyaml import YamlProblem, key_text, load
 from nri_plugin.sla.schema import Problem, choice, parse_id_list, unknown_key_message
 
 DEFAULT_PATH = "/etc/nri-sla/config.yaml"
+DEFAULT_STATE_DIR = "/var/lib/nri-sla"
 MAX_CONFIG_BYTES = 1024 * 1024
 PERMISSIONS = ("realtime", "exclusive-cpus", "gpus", "io-max")
 GPU_INJECTIONS = ("cdi", "env", "devices")
@@ -130,6 +131,8 @@ class NodeConfig:
     permissions: Permissions = field(default_factory=Permissions)
     rt_budget: float = 0.5  # share of the kernel's RT budget SLA containers may take
     reserved_cpus: tuple[int, ...] = ()  # never handed out as exclusive CPUs
+    # Where nri-sla keeps what must outlive it: the key that authenticates its records.
+    state_dir: str = DEFAULT_STATE_DIR
     gpu: GpuConfig = field(default_factory=GpuConfig)
     cgroup: CgroupConfig = field(default_factory=CgroupConfig)
     nri: NriConfig = field(default_factory=NriConfig)
@@ -268,6 +271,7 @@ _TOP: _Schema = {
     "annotation-prefix": ("annotation_prefix", _prefix),
     "rt-budget": ("rt_budget", _rt_budget),
     "reserved-cpus": ("reserved_cpus", _cpu_list),
+    "state-dir": ("state_dir", _abs_path),
 }
 _SECTIONS: dict[str, tuple[type, _Schema]] = {
     "permissions": (Permissions, {

@@ -44,6 +44,10 @@ OUTCOMES = ("enforced", "refused", "warned")
 # "invalid" for bad input, "cgroup" for a write the kernel refused, "internal").
 REASONS = ("ok", "policy", "invalid", "unsupported", "placement", "device", "budget",
            "conflict", "cgroup", "internal")
+# Why Synchronize did not take a container's `applied` record (nri_plugin.plan.record,
+# nri_plugin.core.nodestate): not written by nri-sla for that container, malformed,
+# granting what the node config does not allow, or claiming what an earlier one holds.
+RECORD_PROBLEMS = ("unauthenticated", "invalid", "policy", "conflict")
 # Event labels are RPC / stage names such as CreateContainer or hook.
 _EVENT_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
 
@@ -93,6 +97,9 @@ class Metrics:
         self.reconnects = Counter(
             "reconnects", "Connections to the runtime made after the first one",
             namespace=NAMESPACE, registry=reg)
+        self.records_rejected = Counter(
+            "records_rejected", "applied records Synchronize ignored, by problem",
+            ["problem"], namespace=NAMESPACE, registry=reg)
         self.build_info = Gauge(
             "build_info", "Always 1; the version label says which nri-sla runs",
             ["version"], namespace=NAMESPACE, registry=reg)
@@ -103,6 +110,8 @@ class Metrics:
         for outcome, reason in (("enforced", "ok"), ("refused", "policy"),
                                 ("refused", "invalid"), ("warned", "unsupported")):
             self.decisions.labels(outcome=outcome, reason=reason)
+        for problem in RECORD_PROBLEMS:
+            self.records_rejected.labels(problem=problem)
 
     # -- decisions and latency ---------------------------------------------------------
     def record_decision(self, outcome: str, reason: str = "ok") -> None:
@@ -114,6 +123,13 @@ class Metrics:
             raise MetricsError(
                 f"decision reason {reason!r} is not one of {', '.join(REASONS)}")
         self.decisions.labels(outcome=outcome, reason=reason).inc()
+
+    def record_rejected(self, problem: str) -> None:
+        """Count one ignored record. Raises MetricsError on an unknown problem."""
+        if problem not in RECORD_PROBLEMS:
+            raise MetricsError(
+                f"record problem {problem!r} is not one of {', '.join(RECORD_PROBLEMS)}")
+        self.records_rejected.labels(problem=problem).inc()
 
     def observe(self, event: str, seconds: float) -> None:
         """Record how long handling `event` (e.g. "CreateContainer") took."""

@@ -18,11 +18,13 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sysfs-root", default="/sys", help=argparse.SUPPRESS)
 
 
-def node_from_args(args: argparse.Namespace, detect: bool = False):
-    """A NodeState from the common arguments. Raises ConfigError/ValueError/OSError."""
+def node_from_args(args: argparse.Namespace, detect: bool = False,
+                   record_key: bytes | None = None):
+    """A NodeState from the common arguments (`record_key`: the node's, for a plugin
+    whose records must outlive it). Raises ConfigError/ValueError/OSError."""
     from nri_plugin.core import build_node
 
     config = load_config(args.config)
     version = {"v1": 1, "v2": 2, None: None}[args.cgroup]
     return build_node(config, cgroup_version=version, inventory_file=args.inventory,
-                      sysfs_root=args.sysfs_root, detect=detect)
+                      sysfs_root=args.sysfs_root, detect=detect, record_key=record_key)

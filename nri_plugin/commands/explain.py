@@ -42,10 +42,11 @@ def explain_container(node: Any, pod: Any, container: str, nri_version: str) -> 
 
     from nri_plugin.core import decide
     from nri_plugin.enforce.plan_writes import cgroup_writes
-    from nri_plugin.plugin.adjustment import build_adjustment
+    from nri_plugin.plugin.adjustment import annotated, build_adjustment
 
+    owner = f"{pod.namespace}/{pod.name}/{container}"
     decision = decide(node, pod.annotations, container, namespace=pod.namespace,
-                      owner=f"{pod.namespace}/{pod.name}/{container}", nri_version=nri_version,
+                      owner=owner, nri_version=nri_version,
                       env=pod.environments.get(container, {}))
     result: dict[str, Any] = {"pod": f"{pod.namespace}/{pod.name}", "container": container,
                               "outcome": decision.outcome}
@@ -53,7 +54,8 @@ def explain_container(node: Any, pod: Any, container: str, nri_version: str) -> 
         result["error"] = str(decision.error)
     if decision.plan is not None:
         plan = decision.plan
-        adjustment = build_adjustment(plan, node.annotations_for(plan, "nri"))
+        adjustment = annotated(node.annotations_for(plan, "nri", owner),
+                               settings=build_adjustment(plan))
         result["adjustment"] = dict(flatten("", MessageToDict(adjustment)))
         result["direct_writes"] = [f"{w.controller}/{w.file} = {w.value}" for w in
                                    cgroup_writes(plan, "direct", node.capabilities.bfq)]

@@ -29,6 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from nri_plugin.config import ConfigError, load_config
+    from nri_plugin.core.recordkey import RecordKeyError, load_or_create_key
     from nri_plugin.logsetup import setup_logging
     from nri_plugin.metrics import Metrics, start_http_server
     from nri_plugin.nri.errors import NriError
@@ -37,8 +38,11 @@ def main(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config)
         setup_logging(args.log_format or config.log.format, config.log.level)
-        node = node_from_args(args, detect=True)
-    except (ConfigError, ValueError, OSError) as exc:
+        # Before the node: a key nri-sla cannot trust is refused, not replaced (that would
+        # disown every record on the node), and the plugin does not start without one.
+        key = load_or_create_key(config.state_dir)
+        node = node_from_args(args, detect=True, record_key=key)
+    except (ConfigError, RecordKeyError, ValueError, OSError) as exc:
         print(f"nri-sla run: {exc}", file=sys.stderr)
         return 2
     metrics = Metrics()

@@ -1,17 +1,18 @@
 """NodeState: what outlives one container decision, for either front-end.
 
-The node config, cgroup facts and capabilities, the GPU / exclusive-CPU allocator and the
-RT budget. The plugin keeps one NodeState for its whole life (allocations persist across
-containers and are rebuilt from records on Synchronize); the OCI hook builds one per run
-with no memory of other containers (no RT budget, an allocator only when the SLA asks for
-placement). Either way the same decision, cgroup writer and RT code run.
+The node config, cgroup facts and capabilities, the GPU / exclusive-CPU allocator, the
+RT budget and the key that authenticates nri-sla's records. The plugin keeps one NodeState
+for its whole life (allocations persist across containers and are rebuilt from records on
+every Synchronize, to exactly what the live containers hold); the OCI hook builds one per
+run with no memory of other containers (no RT budget, an allocator only when the SLA asks
+for placement). Either way the same decision, cgroup writer and RT code run.
 """
 
 from __future__ import annotations
 
-import logging
+import secrets
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,15 @@ from nri_plugin.errors import InternalFailure, SlaFailure
 from nri_plugin.plan.allocator import Allocator
 from nri_plugin.plan.model import ContainerPlan, PlanError
 from nri_plugin.plan.placement_values import PlacementError
-from nri_plugin.plan.record import RecordError, decode_record, encode_record
+from nri_plugin.plan.record import (
+    RecordError,
+    RecordLimits,
+    decode_record,
+    granted_permissions,
+    record_body,
+    record_text,
+    sign_record,
+)
 from nri_plugin.plan.rt_budget import RtBudget, RtGrant, kernel_rt_share
 from nri_plugin.sla.model import Sla
 from nri_plugin.topology.cpulist import format_cpulist
@@ -37,9 +46,50 @@ from nri_plugin.topology.gpus import GpuInventory
 from nri_plugin.topology.inventory import configured_inventory
 from nri_plugin.topology.snapshot import load_snapshot
 
-log = logging.getLogger("nri_sla.node")
-
 AllocatorFactory = Callable[[bool], Allocator]  # (GPUs needed) -> Allocator
+
+
+class RecordPolicy(RecordError):
+    """A trusted record that grants what the node config no longer allows its pod."""
+
+    problem = "policy"
+
+
+class RecordConflict(RecordError):
+    """A trusted record claiming GPUs or exclusive CPUs an earlier container holds."""
+
+    problem = "conflict"
+
+
+@dataclass(frozen=True)
+class LiveContainer:
+    """A container the runtime reports as created, running or paused (Synchronize)."""
+
+    id: str
+    namespace: str | None  # its pod's namespace; None: the runtime sent no pod for it
+    annotations: Mapping[str, str]
+    created_at: int = 0  # unix ns; of two conflicting claims the earlier container wins
+    cpus: str = ""  # its cpuset as the runtime reports it ("": not reported)
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """A record restore did not take: `problem` is the metric label (unauthenticated,
+    invalid, policy, conflict), `message` says why."""
+
+    container: str
+    problem: str
+    message: str
+
+
+@dataclass
+class Restored:
+    """What restore rebuilt: the plans read back (container id -> plan), the records it
+    ignored, and the owners it released because their containers are gone."""
+
+    plans: dict[str, ContainerPlan] = field(default_factory=dict)
+    rejected: list[Rejection] = field(default_factory=list)
+    released: tuple[str, ...] = ()
 
 
 class NodeState:
@@ -51,7 +101,7 @@ class NodeState:
                  rt_budget: RtBudget | None = None,
                  capabilities: NodeCapabilities | None = None,
                  resolve_device: Callable[[str], tuple[int, int]] | None = resolve_io_device,
-                 can_add_devices: bool = True) -> None:
+                 can_add_devices: bool = True, record_key: bytes | None = None) -> None:
         self.config = config
         self.cgroup_version = cgroup_version
         self.facts = facts
@@ -62,6 +112,9 @@ class NodeState:
         self.capabilities = capabilities or NodeCapabilities(io_weight=True, bfq=False)
         self.resolve_device = resolve_device
         self.can_add_devices = can_add_devices  # False: the OCI hook (no NRI to add them)
+        # The node's record key (core.recordkey); None: a key of this NodeState's own, for
+        # nodes whose records never outlive them (explain, demo, tests).
+        self.record_key = record_key or secrets.token_bytes(32)
         self._cpusets: dict[str, str] = {}  # aligned container -> cpuset it was last given
         # Reusable decisions by their inputs (core.decision.decide; bounded there).
         self.reusable: dict[tuple, Any] = {}
@@ -83,40 +136,88 @@ class NodeState:
             raise InternalFailure(f"node topology: {exc}") from exc
 
     # -- records -------------------------------------------------------------------------
-    def annotations_for(self, plan: ContainerPlan, path: str,
-                        body: dict[str, Any] | None = None) -> dict[str, str]:
-        """`applied` (and `warnings`) for the container; `body`: the record, if built."""
-        annotations = {f"{self.prefix}/applied": encode_record(plan, path, body)}
+    @property
+    def output_keys(self) -> tuple[str, str]:
+        """The annotations nri-sla writes (and removes where a pod set them itself)."""
+        return f"{self.prefix}/applied", f"{self.prefix}/warnings"
+
+    def annotations_for(self, plan: ContainerPlan, path: str, owner: str,
+                        text: str | None = None) -> dict[str, str]:
+        """`applied` (and `warnings`) for container `owner`; `text`: the record's
+        record_text, when already built (replicas share it; the MAC is per container)."""
+        applied, warnings = self.output_keys
+        text = text or record_text(record_body(plan, path))
+        annotations = {applied: sign_record(text, owner, self.record_key)}
         if plan.warnings:
-            annotations[f"{self.prefix}/warnings"] = "; ".join(plan.warnings)
+            annotations[warnings] = "; ".join(plan.warnings)
         return annotations
 
-    def restore(self, containers: Iterable[tuple[str, Mapping[str, str]]]
-                ) -> dict[str, ContainerPlan]:
-        """Rebuild allocations from the `applied` records of existing containers; returns
-        the plans read back (container id -> plan)."""
-        restored: dict[str, ContainerPlan] = {}
-        for owner, labels in containers:
-            text = labels.get(f"{self.prefix}/applied")
-            if not text:
+    def record_limits(self) -> RecordLimits:
+        """What a record may name on this node (its CPUs, NUMA nodes and GPUs)."""
+        if self.allocator is None:
+            return RecordLimits()
+        topology = self.allocator.topology
+        return RecordLimits(max_cpu=max(topology.online, default=0),
+                            max_node=max(topology.node_ids, default=0),
+                            inventory=self.allocator.inventory)
+
+    def restore(self, live: Iterable[LiveContainer]) -> Restored:
+        """Make the allocations exactly what the live containers' records hold.
+
+        Everything held before is let go first, so owners whose containers went away
+        while the plugin was disconnected are released and nothing is taken twice. Then
+        each record is taken again, earliest-created container first (ties by id): a
+        record counts only when it verifies for its container, is well-formed, grants
+        only what the node config allows the pod's namespace, and claims nothing an
+        earlier container holds. A record that fails any of these is one Rejection; it
+        never affects another container.
+        """
+        ordered = sorted(live, key=lambda c: (c.created_at, c.id))
+        held = {*self._cpusets, *(self.rt_budget.owners() if self.rt_budget else ()),
+                *(self.allocator.owners() if self.allocator else ())}
+        for owner in held:
+            self.release(owner)
+        result = Restored(released=tuple(sorted(held - {c.id for c in ordered})))
+        limits = self.record_limits()
+        applied = self.output_keys[0]
+        for container in ordered:
+            text = container.annotations.get(applied)
+            if text is None:
                 continue
             try:
-                _, plan = decode_record(text)
+                result.plans[container.id] = self._take(container, text, limits)
             except RecordError as exc:
-                log.warning("container %s: ignoring unreadable %s/applied: %s",
-                            owner, self.prefix, exc)
-                continue
-            if plan.rt_runtime and self.rt_budget is not None:
-                self.rt_budget.restore(owner, RtGrant(plan.rt_runtime, plan.rt_period or 1_000_000))
-            if plan.placement_record and self.allocator is not None:
-                try:
-                    self.allocator.restore(owner, plan.placement_record)
-                except PlacementError as exc:  # a record that no longer fits this node
-                    log.error("container %s: cannot rebuild its placement: %s", owner, exc)
-                else:
-                    self.remember_cpuset(owner, plan)
-            restored[owner] = plan
-        return restored
+                result.rejected.append(Rejection(container.id, exc.problem, str(exc)))
+        return result
+
+    def _take(self, container: LiveContainer, text: str, limits: RecordLimits
+              ) -> ContainerPlan:
+        """Re-take what one record holds; RecordError (nothing taken) when it must not."""
+        _, plan = decode_record(text, container.id, self.record_key, limits)
+        ns = container.namespace
+        for permission in granted_permissions(plan):
+            if ns is None or not self.config.allows(permission, ns):
+                who = "a container of no known pod" if ns is None else f"namespace {ns!r}"
+                raise RecordPolicy(f"grants {permission}, which {who} may not use (node "
+                                   f"config permissions.{permission})")
+        if plan.placement_record and self.allocator is not None:
+            try:
+                self.allocator.restore(container.id, plan.placement_record)
+            except PlacementError as exc:  # the state is unchanged: nothing to undo
+                raise RecordConflict(f"{exc} (created earlier); this claim is ignored"
+                                     ) from None
+            if plan.cpus:
+                # What the container has now (its record says what it got at creation;
+                # updates may have changed it since): cpuset_updates corrects it when
+                # exclusive CPUs changed hands meanwhile, or when the runtime does not say.
+                self._cpusets[container.id] = container.cpus
+        if plan.rt_runtime and self.rt_budget is not None:
+            # The kernel already gives the container this budget: counted even if the
+            # node's share is exceeded (a tightened rt-budget), so that no new grant adds
+            # to it.
+            self.rt_budget.restore(container.id, RtGrant(plan.rt_runtime,
+                                                         plan.rt_period or 1_000_000))
+        return plan
 
     def remember_cpuset(self, owner: str, plan: ContainerPlan) -> None:
         if plan.cpus:
@@ -202,7 +303,7 @@ def node_allocator(config: NodeConfig, sysfs_root: str = "/sys", *,
 
 def build_node(config: NodeConfig, *, cgroup_version: int | None = None,
                inventory_file: str | None = None, sysfs_root: str = "/sys",
-               detect: bool = True) -> NodeState:
+               detect: bool = True, record_key: bytes | None = None) -> NodeState:
     """The plugin's NodeState for this host (or a replayed inventory snapshot / fake sysfs).
 
     detect=False: plan only (explain), no cgroup facts read from the host beyond the
@@ -216,4 +317,5 @@ def build_node(config: NodeConfig, *, cgroup_version: int | None = None,
     return NodeState(config, cgroup_version, facts=facts,
                      allocator=node_allocator(config, sysfs_root, inventory_file=inventory_file),
                      rt_budget=RtBudget(config.rt_budget * kernel_rt_share()),
-                     capabilities=detect_capabilities(cgroup_version, sysfs_root))
+                     capabilities=detect_capabilities(cgroup_version, sysfs_root),
+                     record_key=record_key)

@@ -17,6 +17,7 @@ from typing import Any
 from nri_plugin.config import ConfigError, NodeConfig, load_config
 from nri_plugin.core import NodeState, decide, node_allocator
 from nri_plugin.core.decision import Decision, parse_sla
+from nri_plugin.core.recordkey import RecordKeyError, load_key
 from nri_plugin.enforce.blockdev import resolve_io_device
 from nri_plugin.enforce.capabilities import detect_capabilities
 from nri_plugin.enforce.cgpaths import CgroupFacts, CgroupPaths
@@ -32,7 +33,7 @@ from nri_plugin.hook.outcome import WARN, Outcome, RunState
 from nri_plugin.hook.state import BundleSpec, OciState
 from nri_plugin.hook.target import Target
 from nri_plugin.plan.model import ContainerPlan, PlanError, SlaRefused
-from nri_plugin.plan.record import RecordError, decode_record, encode_record
+from nri_plugin.plan.record import RecordError, decode_record, record_body
 from nri_plugin.sla.model import Sla
 
 Deps = list[list[str]]
@@ -60,12 +61,14 @@ def enforce(opts: HookOptions, state: OciState, spec: BundleSpec,
     deps: Deps = []
     record = annotations.get(f"{config.annotation_prefix}/applied")
     if record is not None:
-        actions = verify_actions(record, sla)
+        actions = verify_actions(record, sla, target.id, config.state_dir)
     else:
         deadline.check("planning")
         actions = plan_actions(config, facts, annotations, target, spec, opts.sysfs_root, deps)
-    if store and ckey and fkey and sla.gpu is None:
+    if store and ckey and fkey and sla.gpu is None and record is None:
         # GPU inventories (NVML) are not fingerprinted: GPU SLAs are always decided cold.
+        # A record is authenticated for one container id, which no cache key holds, and
+        # recurs on no other container: verification is always decided cold too.
         dkey = cache.decision_key(fkey, config.annotation_prefix, annotations, target, spec,
                                   opts.sysfs_root)
         if cache.config_key(opts) == ckey and cache.facts_key(ckey, root) == fkey:
@@ -78,18 +81,19 @@ def enforce(opts: HookOptions, state: OciState, spec: BundleSpec,
     return carry_out(actions, paths, target, state.id, rs, deadline)
 
 
-def verify_actions(record: str, sla: Sla) -> CgroupActions:
+def verify_actions(record: str, sla: Sla, owner: str, state_dir: str) -> CgroupActions:
     """Verify-only: the plugin already enforced this container (`sla.nri.io/applied`).
 
     The hook then writes nothing; it reads back what the record says NRI put into the
     spec. Settings the plugin writes directly at StartContainer (scope "direct": io
     limits, v1 memory soft limit, io weight) are not checked: at the hook's stages they
-    are not written yet. A record is no privilege: a forged one can only make the hook
-    write less for the pod that forged it, never grant anything.
+    are not written yet. Only a record authenticated with the node's record key for this
+    container counts; any other `applied` (forged by the pod, or unverifiable because
+    the key cannot be read) is not the plugin's record.
     """
     try:
-        source, plan = decode_record(record)
-    except RecordError as exc:
+        source, plan = decode_record(record, owner, load_key(state_dir))
+    except (RecordError, RecordKeyError) as exc:
         # Not the plugin's record: enforcing as if it were absent would be a second writer
         # racing the plugin; refusing is clearer in hard mode, a warning in soft.
         msg = f"sla.nri.io/applied is not a valid record ({exc})"
@@ -165,7 +169,8 @@ def _asks_io_weight(decision: Decision) -> bool:
 
 def applied_fields(plan: ContainerPlan) -> dict[str, Any]:
     """What was set, as in the plugin's `applied` record (minus version and path)."""
-    fields = json.loads(encode_record(plan, "hook"))
+    # As the record shows them: keys sorted, tuples as JSON lists.
+    fields = json.loads(json.dumps(record_body(plan, "hook"), sort_keys=True))
     for key in ("v", "path", "enforcement", "cgroup_version"):
         fields.pop(key, None)
     return fields

@@ -70,3 +70,7 @@ class RtBudget:
     def release(self, owner: str) -> None:
         with self._lock:
             self._grants.pop(owner, None)
+
+    def owners(self) -> tuple[str, ...]:
+        with self._lock:
+            return tuple(self._grants)

@@ -8,7 +8,7 @@ node: runc refuses the whole container for it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from nri_plugin.enforce.mapping import v2_io_max_line
@@ -16,6 +16,7 @@ from nri_plugin.enforce.plan_writes import unified_io_max
 from nri_plugin.nri.pb import nri_pb2 as pb
 from nri_plugin.plan.model import ContainerPlan
 
+REMOVE_MARK = "-"  # containerd/nri MarkForRemoval
 _MPOL_MODES = {
     "bind": pb.MPOL_BIND,
     "preferred": pb.MPOL_PREFERRED,
@@ -23,11 +24,12 @@ _MPOL_MODES = {
 }
 
 
-def build_adjustment(plan: ContainerPlan, annotations: dict[str, str],
+def build_adjustment(plan: ContainerPlan,
                      hooks: Mapping[str, list[dict[str, Any]]] | None = None,
                      ) -> pb.ContainerAdjustment:
-    """The adjustment for a plan, carrying the given annotations (record, warnings) and
-    OCI hooks ({Hooks field: [{path, args, env, timeout}]}, nri_plugin.hookspec.hook_spec)."""
+    """The adjustment for a plan, with the given OCI hooks ({Hooks field: [{path, args,
+    env, timeout}]}, nri_plugin.hookspec.hook_spec); the annotations are per container
+    (`annotated`)."""
     adj = pb.ContainerAdjustment()
     for stage, entries in (hooks or {}).items():
         for entry in entries:
@@ -35,8 +37,6 @@ def build_adjustment(plan: ContainerPlan, annotations: dict[str, str],
                                                  env=entry.get("env", []))
             if entry.get("timeout"):
                 hook.timeout.value = entry["timeout"]
-    for key, value in annotations.items():
-        adj.annotations[key] = value
     fill_resources(adj.linux.resources, plan)
     if plan.memory_policy is not None:
         policy = adj.linux.memory_policy
@@ -52,6 +52,19 @@ def build_adjustment(plan: ContainerPlan, annotations: dict[str, str],
         device.file_mode.value = node.file_mode
         device.uid.value = node.uid
         device.gid.value = node.gid
+    return adj
+
+
+def annotated(annotations: Mapping[str, str], remove: Iterable[str] = (),
+              settings: pb.ContainerAdjustment | None = None) -> pb.ContainerAdjustment:
+    """An adjustment that sets `annotations`, removes the keys in `remove` (NRI's
+    convention: the key with a "-" in front, value empty, deletes it from the spec) and
+    carries a copy of `settings` (build_adjustment's result, left unchanged)."""
+    adj = pb.ContainerAdjustment(annotations=annotations)
+    for key in remove:
+        adj.annotations[REMOVE_MARK + key] = ""
+    if settings is not None:
+        adj.MergeFrom(settings)
     return adj
 
 

@@ -15,21 +15,23 @@ from typing import Any
 
 from nri_plugin.core import Decision, NodeState, decide
 from nri_plugin.core.decision import REUSABLE_LIMIT
+from nri_plugin.core.nodestate import LiveContainer
 from nri_plugin.errors import INTERNAL, INVALID, SlaFailure
 from nri_plugin.hookspec import hook_spec
-from nri_plugin.logsetup import log_decision
+from nri_plugin.logsetup import log_decision, log_event
 from nri_plugin.nri.errors import Code, RpcError
 from nri_plugin.nri.pb import nri_pb2 as pb
 from nri_plugin.nri.stub import CreateResult
 from nri_plugin.plan.model import ContainerPlan
-from nri_plugin.plan.record import record_body
-from nri_plugin.plugin.adjustment import build_adjustment, build_update
+from nri_plugin.plan.record import record_body, record_text
+from nri_plugin.plugin.adjustment import annotated, build_adjustment, build_update
 
 log = logging.getLogger("nri_sla.plugin")
 
 UNVERSIONED_NRI = "older than v0.10"
 # The failure's kind as the status the runtime gets (it shows the message to the user).
 STATUS = {INVALID: Code.INVALID_ARGUMENT, INTERNAL: Code.INTERNAL}
+_LIVE_STATES = (pb.CONTAINER_CREATED, pb.CONTAINER_RUNNING, pb.CONTAINER_PAUSED)
 
 
 def rpc_error(exc: SlaFailure) -> RpcError:
@@ -51,8 +53,9 @@ class SlaPlugin:
         self.runtime = ""
         self._plans: dict[str, ContainerPlan] = {}  # container id -> its SLA plan
         self._unstarted: set[str] = set()  # created, direct writes still to do
-        # id(plan) -> (plan, record, adjustment); the plan is kept, so the id stays its own.
-        self._answers: dict[int, tuple[ContainerPlan, dict[str, Any], Any]] = {}
+        # id(plan) -> (plan, record, its record_text, adjustment without annotations); the
+        # plan is kept, so the id stays its own.
+        self._answers: dict[int, tuple[ContainerPlan, dict[str, Any], str, Any]] = {}
         # With hook.inject the OCI hook verifies (reads back) what the plugin enforced.
         self._hooks = hook_spec() if node.config.hook.inject else None
 
@@ -71,21 +74,37 @@ class SlaPlugin:
             log.info("runtime passed plugin config %r; node config in use: %s",
                      config.strip(), self.node.config.source)
 
-    def synchronize(self, pods: list[pb.PodSandbox], containers: list[pb.Container]) -> None:
+    def synchronize(self, pods: list[pb.PodSandbox], containers: list[pb.Container]
+                    ) -> list[pb.ContainerUpdate]:
         with self._timed("Synchronize"):
-            self._synchronize(pods, containers)
+            return self._synchronize(pods, containers)
 
-    def _synchronize(self, pods: list[pb.PodSandbox], containers: list[pb.Container]) -> None:
-        live = [c for c in containers
-                if c.state in (pb.CONTAINER_CREATED, pb.CONTAINER_RUNNING, pb.CONTAINER_PAUSED)]
-        restored = self.node.restore((c.id, dict(c.annotations)) for c in live)
-        self._plans.update(restored)
+    def _synchronize(self, pods: list[pb.PodSandbox], containers: list[pb.Container]
+                     ) -> list[pb.ContainerUpdate]:
+        """Rebuild every owner (allocator, RT budget, cpusets, plans, owed direct writes)
+        from the runtime's live containers alone: after any disconnect the plugin holds
+        exactly what they hold. A record that is not taken is logged and counted, and
+        changes nothing for any other container. Aligned containers whose node got back
+        exclusive CPUs (their holders went away meanwhile) get their wider cpuset."""
+        namespaces = {p.id: p.namespace for p in pods}
+        live = [LiveContainer(c.id, namespaces.get(c.pod_sandbox_id), c.annotations,
+                              c.created_at, c.linux.resources.cpu.cpus)
+                for c in containers if c.state in _LIVE_STATES]
+        restored = self.node.restore(live)
+        self._plans = restored.plans
         # Created but not started yet: StartContainer still owes the direct writes.
-        self._unstarted.update(c.id for c in live
-                               if c.state == pb.CONTAINER_CREATED and c.id in restored)
-        log.info("synchronized: %d pods, %d containers, %d allocations rebuilt",
-                 len(pods), len(containers), len(restored))
+        self._unstarted = {c.id for c in containers if c.state == pb.CONTAINER_CREATED
+                           and c.id in restored.plans}
+        for rejection in restored.rejected:
+            log_event(log, logging.WARNING, "record ignored", container=rejection.container,
+                      problem=rejection.problem, error=rejection.message)
+            if self.metrics is not None:
+                self.metrics.record_rejected(rejection.problem)
+        log.info("synchronized: %d pods, %d containers, %d allocations rebuilt, %d records "
+                 "ignored, %d owners released", len(pods), len(containers),
+                 len(restored.plans), len(restored.rejected), len(restored.released))
         self._publish_usage()
+        return self._cpuset_updates(exclude="")
 
     # -- containers --------------------------------------------------------------------
     def create_container(self, pod: pb.PodSandbox, container: pb.Container) -> CreateResult:
@@ -101,35 +120,49 @@ class SlaPlugin:
                 self.node.release(container.id)
                 decision = Decision("refused", error=exc)
         plan = decision.plan
-        record, adjustment = (self._answer(plan, decision.reusable) if plan is not None
-                              else ({}, None))
+        record, adjustment = (self._answer(plan, decision.reusable, container)
+                              if plan is not None else ({}, self._strip_outputs(container)))
         self._observe("CreateContainer", started, decision, record, pod, container)
         if decision.error is not None:
             raise rpc_error(decision.error)
         if plan is None:
-            return CreateResult()
+            return CreateResult(adjustment)
         self._plans[container.id] = plan
         self._unstarted.add(container.id)
         self.node.remember_cpuset(container.id, plan)
         self._publish_usage()
         return CreateResult(adjustment, self._cpuset_updates(container.id))
 
-    def _answer(self, plan: ContainerPlan,
-                reusable: bool) -> tuple[dict[str, Any], pb.ContainerAdjustment]:
+    def _answer(self, plan: ContainerPlan, reusable: bool, container: pb.Container
+                ) -> tuple[dict[str, Any], pb.ContainerAdjustment]:
         """The record and the adjustment for a plan. A reusable decision hands every
-        replica the same plan object, so its answer is built once (the message is only
-        ever copied into responses, never changed)."""
+        replica the same plan object, so its record body and settings are built once
+        (kept unchanged); each container gets its own copy carrying its own record,
+        authenticated for its id."""
         known = self._answers.get(id(plan))
         if known is not None and known[0] is plan:
-            return known[1], known[2]
-        record = record_body(plan, "nri")
-        adjustment = build_adjustment(plan, self.node.annotations_for(plan, "nri", record),
-                                      self._hooks)
-        if reusable:
-            if len(self._answers) >= REUSABLE_LIMIT:
-                self._answers.clear()
-            self._answers[id(plan)] = (plan, record, adjustment)
-        return record, adjustment
+            _, record, text, settings = known
+        else:
+            record = record_body(plan, "nri")
+            text, settings = record_text(record), build_adjustment(plan, self._hooks)
+            if reusable:
+                if len(self._answers) >= REUSABLE_LIMIT:
+                    self._answers.clear()
+                self._answers[id(plan)] = (plan, record, text, settings)
+        annotations = self.node.annotations_for(plan, "nri", container.id, text)
+        return record, annotated(annotations, self._pod_set(container, annotations), settings)
+
+    def _pod_set(self, container: pb.Container, answered: dict[str, str]) -> list[str]:
+        """nri-sla's own keys the container carries (a pod's runtime handler can copy pod
+        annotations into containers) that this answer does not overwrite."""
+        return [k for k in self.node.output_keys
+                if k in container.annotations and k not in answered]
+
+    def _strip_outputs(self, container: pb.Container) -> pb.ContainerAdjustment | None:
+        """No SLA: nothing to set, but a pod-set `applied`/`warnings` must not stay on a
+        container nri-sla answered for."""
+        stale = self._pod_set(container, {})
+        return annotated({}, stale) if stale else None
 
     def start_container(self, pod: pb.PodSandbox, container: pb.Container) -> None:
         with self._timed("StartContainer"):

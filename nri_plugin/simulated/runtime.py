@@ -107,6 +107,31 @@ def _embed(tag: int, data: bytes) -> bytes:
     return bytes(head) + data
 
 
+def adjust_container(stored: pb.Container, adjust: pb.ContainerAdjustment) -> None:
+    """What containerd keeps of an adjustment in the container's spec, as far as a later
+    Synchronize shows it: the annotations (a key marked with a leading "-" is removed,
+    every other key set; removals first, so a plugin may remove, then set) and the
+    cpuset."""
+    annotations = stored.annotations
+    for key in adjust.annotations:
+        if key.startswith("-"):
+            annotations.pop(key[1:], None)
+    for key, value in adjust.annotations.items():
+        if not key.startswith("-"):
+            annotations[key] = value
+    update_container(stored, adjust.linux.resources)
+
+
+def update_container(stored: pb.Container, resources: pb.LinuxResources) -> None:
+    """A cpuset change (an adjustment or a ContainerUpdate) kept in the stored spec;
+    containerd copies cpus/mems only when non-empty."""
+    cpu = stored.linux.resources.cpu
+    if resources.cpu.cpus:
+        cpu.cpus = resources.cpu.cpus
+    if resources.cpu.mems:
+        cpu.mems = resources.cpu.mems
+
+
 class PluginSession:
     """One connected plugin as the runtime sees it."""
 
@@ -195,6 +220,7 @@ class PluginSession:
         state = self.sim.state
         self.sync_updates = await self.synchronize(list(state.pods.values()),
                                                    list(state.containers.values()))
+        self._apply(self.sync_updates)
 
     async def synchronize(self, pods: list[pb.PodSandbox],
                           containers: list[pb.Container]) -> list[pb.ContainerUpdate]:
@@ -259,15 +285,43 @@ class PluginSession:
 
     async def create_container(self, pod: pb.PodSandbox, ctr: pb.Container,
                                **kw: Any) -> pb.CreateContainerResponse | None:
-        self.sim.state.containers[ctr.id] = ctr
-        return await self.event(ev.CREATE_CONTAINER, pod, ctr, **kw)
+        """CreateContainer; the runtime's copy of the container (what a later Synchronize
+        reports) gets the adjustment's annotations, as containerd puts them in the spec."""
+        stored = pb.Container()
+        stored.CopyFrom(ctr)
+        self.sim.state.containers[ctr.id] = stored
+        resp = await self.event(ev.CREATE_CONTAINER, pod, ctr, **kw)
+        if resp is not None:
+            adjust_container(stored, resp.adjust)
+            self._apply(resp.update)
+        return resp
+
+    async def start_container(self, pod: pb.PodSandbox, ctr: pb.Container, **kw: Any) -> Any:
+        self._set_state(ctr, pb.CONTAINER_RUNNING)
+        return await self.event(ev.START_CONTAINER, pod, ctr, **kw)
 
     async def update_container(self, pod: pb.PodSandbox, ctr: pb.Container,
                                resources: pb.LinuxResources, **kw: Any) -> Any:
         return await self.event(ev.UPDATE_CONTAINER, pod, ctr, linux_resources=resources, **kw)
 
     async def stop_container(self, pod: pb.PodSandbox, ctr: pb.Container, **kw: Any) -> Any:
-        return await self.event(ev.STOP_CONTAINER, pod, ctr, **kw)
+        self._set_state(ctr, pb.CONTAINER_STOPPED)
+        resp = await self.event(ev.STOP_CONTAINER, pod, ctr, **kw)
+        if resp is not None:
+            self._apply(resp.update)
+        return resp
+
+    def _apply(self, updates: Iterable[pb.ContainerUpdate]) -> None:
+        """Updates of other containers a plugin asked for, kept in their stored specs."""
+        for update in updates:
+            stored = self.sim.state.containers.get(update.container_id)
+            if stored is not None:
+                update_container(stored, update.linux.resources)
+
+    def _set_state(self, ctr: pb.Container, state: int) -> None:
+        stored = self.sim.state.containers.get(ctr.id)
+        if stored is not None:
+            stored.state = state
 
     async def remove_container(self, pod: pb.PodSandbox, ctr: pb.Container, **kw: Any) -> Any:
         self.sim.state.containers.pop(ctr.id, None)
@@ -283,8 +337,9 @@ class PluginSession:
         containerd's order; returns the CreateContainer response."""
         await self.run_pod_sandbox(pod)
         created = await self.create_container(pod, ctr)
-        for event in (ev.POST_CREATE_CONTAINER, ev.START_CONTAINER, ev.POST_START_CONTAINER):
-            await self.event(event, pod, ctr)
+        await self.event(ev.POST_CREATE_CONTAINER, pod, ctr)
+        await self.start_container(pod, ctr)
+        await self.event(ev.POST_START_CONTAINER, pod, ctr)
         await self.stop_container(pod, ctr)
         await self.remove_container(pod, ctr)
         await self.event(ev.STOP_POD_SANDBOX, pod)

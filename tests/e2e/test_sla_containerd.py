@@ -31,10 +31,17 @@ metrics:
 """
 
 
+def write_node_config(cluster) -> Path:
+    """NODE_CONFIG with a state directory (the record key) inside the cluster's base, so
+    that the suite never touches the host's /var/lib/nri-sla."""
+    config = cluster.base / "nri-sla.yaml"
+    config.write_text(NODE_CONFIG + f"state-dir: {cluster.base / 'nri-sla-state'}\n")
+    return config
+
+
 @pytest.fixture
 def sla_plugin(cluster, plugins, sla_plugin_argv):
-    config = cluster.base / "nri-sla.yaml"
-    config.write_text(NODE_CONFIG)
+    config = write_node_config(cluster)
     argv = [*sla_plugin_argv, "--config", str(config), "--socket", str(cluster.nri_sock),
             "--name", "nri-sla", "--index", "50", "--metrics-address", ""]
     proc = plugins.start(argv, "nri-sla")
@@ -84,9 +91,10 @@ def test_sla_plugin_reconnects_after_containerd_restart(cluster, sla_plugin):
     cluster.restart()  # SIGKILL: the plugin's connection drops mid-life
     cluster.wait_plugin_synchronized(PLUGIN, count=2, timeout=60)
     sla_plugin.wait_output(r"NRI connection lost")
-    # The surviving pod and container are replayed to the plugin after the reconnect.
-    print("evidence: plugin log:",
-          *sla_plugin.wait_output(r"synchronized: 1 pods, 1 containers"))
+    # The surviving pod and container are replayed to the plugin after the reconnect, the
+    # plugin's record in the container's spec authenticated and taken again.
+    print("evidence: plugin log:", *sla_plugin.wait_output(
+        r"synchronized: 1 pods, 1 containers, 1 allocations rebuilt, 0 records ignored"))
 
     after = cluster.run_pod("after", {
         "sla.nri.io/pod": "cpu: {limit: 0.2, period: 50ms}\nmemory: {max: 128Mi}\n"})
@@ -185,8 +193,7 @@ def test_fail_closed_validator_requires_nri_sla(cluster, plugins, sla_plugin_arg
         "tolerated", {"tolerate-missing-nri-plugins.noderesource.dev": "true"})
     assert cluster.cgroup(tolerated).cpu_quota == -1
 
-    config = cluster.base / "nri-sla.yaml"
-    config.write_text(NODE_CONFIG)
+    config = write_node_config(cluster)
     plugins.start([*sla_plugin_argv, "--config", str(config), "--socket",
                    str(cluster.nri_sock), "--name", "nri-sla", "--index", "50"], "nri-sla")
     cluster.wait_plugin_synchronized(PLUGIN)
@@ -196,8 +203,7 @@ def test_fail_closed_validator_requires_nri_sla(cluster, plugins, sla_plugin_arg
 
 def test_preinstalled_plugin_launched_by_containerd(cluster, sla_plugin_argv):
     """containerd starts `NN-name` from its plugin_path itself and hands it fd 3."""
-    config = cluster.base / "nri-sla.yaml"
-    config.write_text(NODE_CONFIG)
+    config = write_node_config(cluster)
     log = cluster.base / "preinstalled.log"
     args = " ".join(f"'{a}'" for a in [*sla_plugin_argv, "--config", str(config)])
     launcher = cluster.base / "nri" / "plugins" / "50-nri-sla"

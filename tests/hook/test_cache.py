@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import nri_plugin.hook.cold as cold_module
+from nri_plugin.core.recordkey import load_or_create_key
 from nri_plugin.errors import EXIT_INVALID, EXIT_OK, EXIT_REFUSED
 from nri_plugin.plan.model import ContainerPlan
 from nri_plugin.plan.record import encode_record
@@ -38,7 +39,7 @@ def world(tmp_path, h, hook_cache_dir):
     cdir = h.fake_v2_tree(root, CTR)
     pristine = _files(cdir)
     config = tmp_path / "config.yaml"
-    config.write_text("enforcement: hard\n")
+    config.write_text(f"enforcement: hard\nstate-dir: {tmp_path / 'state'}\n")
 
     def run(annotations, *, expect_hit=None, env=None, cid="ctr-1", files=None, pid=None,
             cgroups_path=CTR, **opts):
@@ -83,11 +84,6 @@ def _same(a, b) -> None:
             (db.outcome, db.applied, db.warnings, db.error)
 
 
-def _record(**fields) -> str:
-    return encode_record(ContainerPlan("hard", 2, **fields), "nri")
-
-
-PRESET = {"verify, no drift": {"memory.max": "67108864\n"}}
 CASES = {
     "hard, cpu+numa+memory+io.weight": {
         "sla.nri.io/pod": "cpu:\n  limit: 2.5\n  period: 100ms\nnuma:\n  nodes: '0'\n"
@@ -97,18 +93,6 @@ CASES = {
     "container-level over pod-level": {
         "sla.nri.io/pod": "cpu:\n  limit: 1\n", "sla.nri.io/container.app":
         "memory:\n  max: 64Mi\n"},
-    "verify, no drift": {
-        "sla.nri.io/pod": "cpu:\n  limit: 0.3\n",
-        "sla.nri.io/applied": _record(memory_max=64 << 20)},
-    "verify, hard drift": {
-        "sla.nri.io/pod": "cpu:\n  limit: 0.3\n",
-        "sla.nri.io/applied": _record(cpu_quota=30000, cpu_period=100000)},
-    "verify, soft drift": {
-        "sla.nri.io/pod": "enforcement: soft\ncpu:\n  limit: 0.3\n",
-        "sla.nri.io/applied": _record(cpu_quota=30000, cpu_period=100000)},
-    "verify, soft undecodable record": {
-        "sla.nri.io/pod": "enforcement: soft\ncpu:\n  limit: 0.3\n",
-        "sla.nri.io/applied": "{nope"},
     "exclusive cpus": {"sla.nri.io/pod": "cpu:\n  exclusive: 1\n"},
 }
 
@@ -116,18 +100,75 @@ CASES = {
 @pytest.mark.parametrize("case", list(CASES))
 def test_cache_hit_gives_the_cold_result(world, case):
     run, _config, _cdir, cache = world
-    annotations, files = CASES[case], PRESET.get(case)
-    off, off_files = run(annotations, cache_dir="off", files=files)
+    annotations = CASES[case]
+    off, off_files = run(annotations, cache_dir="off")
     assert not cache.exists()
-    cold, cold_files = run(annotations, files=files)
+    cold, cold_files = run(annotations)
     assert sorted(p.name.split("-")[0] for p in cache.iterdir()) == \
         ["config", "decision", "facts"]
     # A replica: another container id, the same SLA.
-    warm, warm_files = run(annotations, expect_hit=True, cid="ctr-2", files=files)
+    warm, warm_files = run(annotations, expect_hit=True, cid="ctr-2")
     _same(cold, off)
     _same(warm, cold)
     assert cold_files == off_files == warm_files
-    assert warm.exit_code == (EXIT_REFUSED if case == "verify, hard drift" else EXIT_OK)
+    assert warm.exit_code == EXIT_OK
+
+
+# The plugin's record (fields of a ContainerPlan("hard", 2, ...), for `owner`) or raw text;
+# the pod's SLA before "cpu: {limit: 0.3}"; the container's files before the run; the
+# hook's exit status and what its lines (or error) say.
+VERIFY_CASES = {
+    "no drift": ({"memory_max": 64 << 20}, "ctr-1", "", {"memory.max": "67108864\n"},
+                 EXIT_OK, ""),
+    "hard drift": ({"cpu_quota": 30000, "cpu_period": 100000}, "ctr-1", "", None,
+                   EXIT_REFUSED, "drift from what nri applied"),
+    "soft drift": ({"cpu_quota": 30000, "cpu_period": 100000}, "ctr-1",
+                   "enforcement: soft\n", None, EXIT_OK, "drift from what nri applied"),
+    "soft undecodable record": ("{nope", "ctr-1", "enforcement: soft\n", None, EXIT_OK,
+                                "not written by nri-sla"),
+    "hard, another container's record": ({"memory_max": 64 << 20}, "ctr-other", "", None,
+                                         EXIT_REFUSED, "not written by nri-sla for this "
+                                                       "container"),
+}
+
+
+@pytest.mark.parametrize("case", list(VERIFY_CASES))
+def test_verification_is_decided_cold_and_never_stored(world, tmp_path, case):
+    """A record is authenticated for one container id, which the decision key does not
+    hold: storing its verification would let a copy of the record on another container
+    hit it. Each run decides cold; the outcome is the same with and without a store."""
+    run, _config, _cdir, cache = world
+    fields, owner, sla, files, status, says = VERIFY_CASES[case]
+    key = load_or_create_key(str(tmp_path / "state"))
+    record = fields if isinstance(fields, str) else encode_record(
+        ContainerPlan("hard", 2, **fields), "nri", owner, key)
+    annotations = {"sla.nri.io/pod": sla + "cpu:\n  limit: 0.3\n",
+                   "sla.nri.io/applied": record}
+    off, off_files = run(annotations, cache_dir="off", files=files)
+    first, first_files = run(annotations, expect_hit=False, files=files)
+    again, again_files = run(annotations, expect_hit=False, files=files)
+    assert _decisions(cache) == []
+    _same(first, off)
+    _same(again, off)
+    assert off_files == first_files == again_files
+    assert off.exit_code == status
+    text = " ".join([*off.lines, str(off.decision.error if off.decision else "")])
+    assert says in text
+    if not says:
+        assert off.action == "verified"
+
+
+def test_a_record_without_a_readable_key_is_not_trusted(world, tmp_path):
+    """The record is right for this container, but this node's key file is gone (or
+    unreadable): nothing proves who wrote the record, so hard mode refuses."""
+    run, _config, _cdir, _cache = world
+    record = encode_record(ContainerPlan("hard", 2, memory_max=64 << 20), "nri", "ctr-1",
+                           load_or_create_key(str(tmp_path / "state")))
+    (tmp_path / "state" / "record.key").unlink()
+    out, _ = run({"sla.nri.io/pod": "cpu:\n  limit: 0.3\n", "sla.nri.io/applied": record},
+                 files={"memory.max": "67108864\n"})
+    assert out.exit_code == EXIT_REFUSED
+    assert "no record key" in str(out.decision.error)
 
 
 def test_io_max_device_is_rechecked_on_every_hit(world, h, tmp_path):

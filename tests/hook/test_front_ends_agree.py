@@ -120,7 +120,7 @@ def through_plugin(tmp_path: Path, version: int, annotations: dict[str, str]):
     if decision.error is not None:
         return decision.error.exit_status, [str(decision.error)], None
     plan, _ = node.make_rt_room(decision.plan, facts.container_paths(CTR))
-    adjustment = build_adjustment(plan, node.annotations_for(plan, "nri"))
+    adjustment = build_adjustment(plan)
     runc_apply(adjustment.linux.resources, dirs, version)
     problems = node.write_plan(plan, CTR, scope="direct")
     return EXIT_OK, [*plan.warnings, *problems], snapshot(dirs, root)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from nri_plugin.core.recordkey import load_or_create_key
 from nri_plugin.plan.model import ContainerPlan
 from nri_plugin.plan.record import encode_record
 
@@ -140,13 +141,22 @@ def _with_resources(runc_env, name: str, quota: int, period: int) -> None:
     cfg_path.write_text(json.dumps(cfg))
 
 
-def test_applied_record_only_verifies(runc_env):
+@pytest.fixture
+def keyed_config(tmp_path):
+    """A node config whose state directory holds a record key: (--config args, key)."""
+    path = tmp_path / "keyed.yaml"
+    path.write_text(f"state-dir: {tmp_path / 'state'}\n")
+    return ("--config", str(path)), load_or_create_key(str(tmp_path / "state"))
+
+
+def test_applied_record_only_verifies(runc_env, keyed_config):
     # What the plugin would have done through NRI: the spec carries the resources and the
     # record; the hook writes nothing and finds no drift.
+    args, key = keyed_config
     plan = ContainerPlan("hard", 1, cpu_quota=30000, cpu_period=100000)
     ann = {**_annotations("cpu:\n  limit: 0.3\n", ns="default"),
-           "sla.nri.io/applied": encode_record(plan, "nri")}
-    bundle = runc_env.bundle("rec", ann)
+           "sla.nri.io/applied": encode_record(plan, "nri", "rec", key)}
+    bundle = runc_env.bundle("rec", ann, hook_args=args)
     _with_resources(runc_env, "rec", 30000, 100000)
     runc_env.names.append("rec")
     proc = runc_env.runc("create", "--bundle", str(bundle), "rec",
@@ -155,15 +165,29 @@ def test_applied_record_only_verifies(runc_env):
     assert runc_env.read("cpu", "rec", "cpu.cfs_quota_us") == "30000"
 
 
-def test_applied_record_drift_refuses_in_hard_mode(runc_env):
+def test_applied_record_drift_refuses_in_hard_mode(runc_env, keyed_config):
+    args, key = keyed_config
     plan = ContainerPlan("hard", 1, cpu_quota=30000, cpu_period=100000)
     ann = {**_annotations("cpu:\n  limit: 0.3\n", ns="default"),
-           "sla.nri.io/applied": encode_record(plan, "nri")}
-    c = runc_env.create("drift", ann)  # the spec has no cpu resources: drift
+           "sla.nri.io/applied": encode_record(plan, "nri", "drift", key)}
+    c = runc_env.create("drift", ann, hook_args=args)  # the spec has no cpu resources
     assert c.returncode != 0
     assert "drift from what nri applied" in c.stderr and "cpu.cfs_quota_us" in c.stderr
     # Verify-only: the hook did not write the quota itself.
     assert runc_env.status("drift") == "absent"
+
+
+def test_a_record_copied_from_another_container_is_refused(runc_env, keyed_config):
+    """The record is genuine, but the plugin wrote it for another container: under the
+    real runc the hook refuses it (hard mode) instead of skipping enforcement."""
+    args, key = keyed_config
+    plan = ContainerPlan("hard", 1, cpu_quota=30000, cpu_period=100000)
+    ann = {**_annotations("cpu:\n  limit: 0.3\n", ns="default"),
+           "sla.nri.io/applied": encode_record(plan, "nri", "victim", key)}
+    c = runc_env.create("copy", ann, hook_args=args)
+    assert c.returncode != 0
+    assert "not written by nri-sla for this container" in c.stderr
+    assert runc_env.status("copy") == "absent"
 
 
 def test_escaping_cgroups_path(runc_env):

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from nri_plugin.core.recordkey import load_or_create_key
 from nri_plugin.errors import EXIT_INTERNAL, EXIT_INVALID, EXIT_OK, EXIT_REFUSED
 from nri_plugin.hook.deadline import Deadline, HookTimeout, alarm
 from nri_plugin.plan.model import ContainerPlan
@@ -25,7 +26,7 @@ def v2(tmp_path, h):
     root = tmp_path / "cg"
     cdir = h.fake_v2_tree(root, CTR)
     config = tmp_path / "config.yaml"
-    config.write_text("enforcement: hard\n")
+    config.write_text(f"enforcement: hard\nstate-dir: {tmp_path / 'state'}\n")
 
     def run(annotations, cgroups_path=CTR, pid=None, env=None, **opts):
         bundle = h.write_bundle(tmp_path / "bundle", {NAME: "app", **annotations},
@@ -145,24 +146,31 @@ def test_internal_failure_hard_exits_3_soft_exits_0(v2, tmp_path):
 # ------------------------------------------------------------------ verify-only mode
 
 
-def _record(**settings) -> str:
-    return encode_record(ContainerPlan("hard", 2, **settings), "nri")
+@pytest.fixture
+def record(tmp_path):
+    """record(**plan settings): the plugin's record for ctr-1 under this node's key."""
+    key = load_or_create_key(str(tmp_path / "state"))
+
+    def make(owner="ctr-1", key=key, **settings) -> str:
+        return encode_record(ContainerPlan("hard", 2, **settings), "nri", owner, key)
+
+    return make
 
 
-def test_applied_record_verifies_without_writing(v2, tmp_path):
+def test_applied_record_verifies_without_writing(v2, tmp_path, record):
     _root, cdir, run = v2
     (cdir / "cpu.max").write_text("30000 100000\n")
     before = snapshot(tmp_path / "cg")
     out = run({"sla.nri.io/pod": "cpu:\n  limit: 0.3\nmemory:\n  max: 64Mi\n",
-               "sla.nri.io/applied": _record(cpu_quota=30000, cpu_period=100000)})
+               "sla.nri.io/applied": record(cpu_quota=30000, cpu_period=100000)})
     assert (out.exit_code, out.action, out.lines) == (EXIT_OK, "verified", [])
     assert snapshot(tmp_path / "cg") == before  # memory.max left alone: the plugin's job
 
 
-def test_applied_record_drift(v2):
+def test_applied_record_drift(v2, record):
     _root, cdir, run = v2
     ann = {"sla.nri.io/pod": "cpu:\n  limit: 0.3\n",
-           "sla.nri.io/applied": _record(cpu_quota=30000, cpu_period=100000)}
+           "sla.nri.io/applied": record(cpu_quota=30000, cpu_period=100000)}
     out = run(ann)
     assert out.exit_code == EXIT_REFUSED
     assert "drift from what nri applied" in out.lines[0] and "cpu.max" in out.lines[0]
@@ -173,11 +181,27 @@ def test_applied_record_drift(v2):
     assert (cdir / "cpu.max").read_text().split()[0] == "max"  # verify never writes
 
 
-def test_forged_record_is_refused_in_hard_mode(v2):
+@pytest.mark.parametrize("forged", [
+    "{nope",
+    '{"cgroup_version":2,"enforcement":"hard","path":"nri","v":2}',  # no MAC
+    "another key",  # a MAC, but not this node's
+    "another container",  # this node's MAC, for another container
+])
+def test_forged_record_is_refused_in_hard_mode_and_only_warns_in_soft(v2, tmp_path, record,
+                                                                      forged):
+    """A pod that sets `applied` itself (to skip enforcement) gets no verify-only pass."""
     _root, _cdir, run = v2
-    out = run({"sla.nri.io/pod": "cpu:\n  limit: 0.3\n", "sla.nri.io/applied": "{nope"})
+    text = {"another key": record(key=bytes(32), cpu_quota=30000, cpu_period=100000),
+            "another container": record(owner="ctr-2", cpu_quota=30000, cpu_period=100000),
+            }.get(forged, forged)
+    before = snapshot(tmp_path / "cg")
+    out = run({"sla.nri.io/pod": "cpu:\n  limit: 0.3\n", "sla.nri.io/applied": text})
     assert out.exit_code == EXIT_REFUSED
     assert "sla.nri.io/applied is not a valid record" in out.lines[0]
+    soft = run({"sla.nri.io/pod": "enforcement: soft\ncpu:\n  limit: 0.3\n",
+                "sla.nri.io/applied": text})
+    assert soft.exit_code == EXIT_OK and "not a valid record" in soft.lines[0]
+    assert snapshot(tmp_path / "cg") == before
 
 
 # ------------------------------------------------------------------ GPUs

@@ -205,7 +205,8 @@ def test_packaged_plugin_registers_with_a_runtime(unpacked, tmp_path, pk):
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     config = tmp_path / "config.yaml"
-    config.write_text(f'metrics:\n  address: "127.0.0.1:{port}"\n')
+    # state-dir: the record key goes under tmp_path, not the host's /var/lib/nri-sla
+    config.write_text(f'metrics:\n  address: "127.0.0.1:{port}"\nstate-dir: {tmp_path / "state"}\n')
     sock_path = str(tmp_path / "nri.sock")
 
 

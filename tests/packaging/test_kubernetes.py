@@ -222,11 +222,14 @@ def test_volumes_mounts_and_host_paths(manifest):
     assert len(volumes) == len(pod["volumes"])  # unique names
     host = {v["hostPath"]["path"]: (v["name"], v["hostPath"]["type"])
             for v in volumes.values() if "hostPath" in v}
-    assert set(host) == {"/var/run/nri", "/sys", "/sys/fs/cgroup", "/dev"}
+    assert set(host) == {"/var/run/nri", "/sys", "/sys/fs/cgroup", "/dev", "/var/lib/nri-sla"}
     assert mounts["/sys"].get("readOnly") is True
     assert not mounts["/sys/fs/cgroup"].get("readOnly")  # cgroup writes
     assert not mounts["/var/run/nri"].get("readOnly")  # connect() needs write access
     assert host["/var/run/nri"][1] == "DirectoryOrCreate"
+    # The record key lives on the host: it outlives the pod, and the hook reads it there.
+    assert host["/var/lib/nri-sla"][1] == "DirectoryOrCreate"
+    assert not mounts["/var/lib/nri-sla"].get("readOnly")  # created at the first start
     cm_name = _by_kind(manifest, "ConfigMap")["metadata"]["name"]
     assert volumes["config"]["configMap"]["name"] == cm_name
     assert mounts["/etc/nri-sla"]["readOnly"] is True

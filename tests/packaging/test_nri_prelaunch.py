@@ -102,7 +102,9 @@ def test_prelaunched_nri_sla_registers_and_reports_ready(tmp_path, pk):
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     config = tmp_path / "config.yaml"
-    config.write_text(f'metrics:\n  address: "127.0.0.1:{port}"\nlog:\n  format: json\n')
+    # state-dir: the record key goes under tmp_path, not the host's /var/lib/nri-sla
+    config.write_text(f'metrics:\n  address: "127.0.0.1:{port}"\nlog:\n  format: json\n'
+                      f'state-dir: {tmp_path / "state"}\n')
     text = (pk.PACKAGING / "nri" / "50-nri-sla").read_text()
     wrapper = tmp_path / "50-nri-sla"
     wrapper.write_text(text.replace("NRI_SLA=/usr/bin/nri-sla", f"NRI_SLA={pk.VENV_NRI_SLA}")

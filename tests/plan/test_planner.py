@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 
 from nri_plugin.config import NodeConfig, Permissions
 from nri_plugin.plan.context import PlanContext
-from nri_plugin.plan.model import IoLimit, MemoryPolicy, SlaRefused
+from nri_plugin.plan.model import IoLimit, SlaRefused
 from nri_plugin.plan.planner import plan_container
-from nri_plugin.plan.record import RecordError, decode_record, encode_record
 from nri_plugin.plan.rt_budget import RtBudget
 from nri_plugin.sla.parse import parse_sla_document
 
@@ -99,19 +96,3 @@ def test_io_weight_without_proportional_controller():
 def test_placement_without_topology_is_a_shortfall():
     plan = plan_container(sla("gpu: {count: 1}", "soft"), ctx())
     assert "no node topology" in plan.warnings[0]
-
-
-def test_record_round_trip():
-    plan = plan_container(sla("cpu: {limit: 2}\nio:\n  max:\n  - {device: /dev/sda, "
-                              "write-bps: 1Mi}\nmemory: {max: 1Gi}"), ctx())
-    path, back = decode_record(encode_record(plan, "nri"))
-    assert path == "nri" and back == replace(plan, key="")  # the key is for messages only
-    policy = plan.__class__(**{**back.__dict__, "memory_policy": MemoryPolicy("bind", "0")})
-    assert decode_record(encode_record(policy, "hook"))[1].memory_policy == policy.memory_policy
-
-
-@pytest.mark.parametrize("text", ["", "[]", '{"v": 99}', '{"v": 1}', '{"v":1,"path":"x","bogus":1}',
-                                  "x" * 70_000])
-def test_bad_records_raise_record_error(text):
-    with pytest.raises(RecordError):
-        decode_record(text)

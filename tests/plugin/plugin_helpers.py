@@ -17,6 +17,8 @@ from nri_plugin.topology.snapshot import load_snapshot
 REPO = Path(__file__).resolve().parents[2]
 DGX = REPO / "examples" / "dgx-like.yaml"
 DEVICES = {"/dev/nvme0n1": (259, 0), "/dev/sda": (8, 0)}
+# The node's record key: every make_node shares it, as plugin restarts share the key file.
+RECORD_KEY = bytes(range(32))
 V1_CONTROLLERS = ("cpu", "cpuset", "memory", "blkio")
 # The files the kernel shows in a new v1 cgroup that nri-sla may write.
 V1_FILES = {
@@ -69,9 +71,11 @@ def resolve(spec: str) -> tuple[int, int]:
 
 
 def make_node(version: int, cgroup_root: Path | None = None, *, realtime=("*",),
-              rt_share: float = 0.95, **config) -> NodeState:
+              gpus=("*",), rt_share: float = 0.95, record_key: bytes = RECORD_KEY,
+              **config) -> NodeState:
     snapshot = load_snapshot(DGX)
-    cfg = NodeConfig(permissions=Permissions(realtime=tuple(realtime)), **config)
+    cfg = NodeConfig(permissions=Permissions(realtime=tuple(realtime), gpus=tuple(gpus)),
+                     **config)
     facts = None
     if cgroup_root is not None:
         facts = CgroupFacts(version=version, driver="cgroupfs", root=cgroup_root)
@@ -79,7 +83,7 @@ def make_node(version: int, cgroup_root: Path | None = None, *, realtime=("*",),
                      allocator=Allocator(snapshot.topology, snapshot.inventory),
                      rt_budget=RtBudget(cfg.rt_budget * rt_share),
                      capabilities=NodeCapabilities(io_weight=True, bfq=True),
-                     resolve_device=resolve)
+                     resolve_device=resolve, record_key=record_key)
 
 
 def make_container_dirs(root: Path, cgroups_path: str) -> dict[str, Path]:

@@ -54,6 +54,7 @@ def test_metrics_follow_simulated_events(tmp_path):
             ready = scrape(server, "/readyz")[0]
             ok = make_pod("ok", annotations={"sla.nri.io/pod": "gpu: {count: 2}\n"
                                                                "cpu: {exclusive: 2}"})
+            await session.run_pod_sandbox(ok)
             await session.create_container(ok, make_container(ok, "c"))
             bad = make_pod("bad", annotations={"sla.nri.io/pod": "cpu: {limit: -1}"})
             with contextlib.suppress(PluginCallError):
@@ -69,7 +70,10 @@ def test_metrics_follow_simulated_events(tmp_path):
                 break
             await asyncio.sleep(0.02)
         lost = scrape(server, "/readyz")[0]
-        async with RuntimeSimulator(socket_path, SimulatorOptions()) as sim:
+        # containerd back with the same containers: the allocations come back from them
+        state = sim.state
+        async with RuntimeSimulator(socket_path, SimulatorOptions(), pods=state.pods.values(),
+                                    containers=state.containers.values()) as sim:
             await sim.accept()
             text = scrape(server, "/metrics")[1]
         stop.set()

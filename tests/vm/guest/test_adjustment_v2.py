@@ -23,7 +23,7 @@ def test_plugin_adjustment_applied_by_runc(busybox_bundle, virtio_disk, read_fil
     decision = decide(node, {"sla.nri.io/pod": sla}, "app", namespace="default",
                       owner="ctr-guest", nri_version="v0.12.0")
     assert decision.outcome == "enforced", decision.error
-    adjustment = build_adjustment(decision.plan, node.annotations_for(decision.plan, "nri"))
+    adjustment = build_adjustment(decision.plan)
     resources = busybox_bundle.oci_resources(adjustment)
     assert set(resources["unified"]) == {"memory.high", "io.weight", "io.max"}
 
@@ -50,6 +50,7 @@ def test_rt_never_reaches_runc_on_v2():
     soft = decide(node, {"sla.nri.io/pod": "cpu: {limit: 1, rt-runtime: 5ms}",
                          "sla.nri.io/enforcement": "soft"}, "app", namespace="default",
                   owner="b")
-    adjustment = build_adjustment(soft.plan, node.annotations_for(soft.plan, "nri"))
+    adjustment = build_adjustment(soft.plan)
     assert not adjustment.linux.resources.cpu.HasField("realtime_runtime")
-    assert "cpu.rt-runtime" in adjustment.annotations["sla.nri.io/warnings"]
+    warnings = node.annotations_for(soft.plan, "nri", "b")["sla.nri.io/warnings"]
+    assert "cpu.rt-runtime" in warnings

@@ -32,7 +32,7 @@ def test_plugin_and_hook_leave_the_same_cgroup_values(case, busybox_bundle, virt
     decision = decide(node, {"sla.nri.io/pod": sla}, "app", namespace="default",
                       owner="ctr-agree", nri_version="v0.12.0")
     assert decision.outcome == "enforced", decision.error
-    adjustment = build_adjustment(decision.plan, node.annotations_for(decision.plan, "nri"))
+    adjustment = build_adjustment(decision.plan)
     resources = busybox_bundle.oci_resources(adjustment)
     by_plugin = busybox_bundle.run(read_files_script(FILES), resources)
     assert by_plugin.rc == 0, by_plugin.stderr

@@ -1,0 +1,140 @@
+"""Hostile pods against `nri-sla run` and a real containerd: records nri-sla did not write
+grant nothing and break nothing, and GPUs come back when their containers die while
+containerd is down.
+
+GPUs come from the inventory snapshot examples/dgx-like.yaml (8 A100s on 2 NUMA nodes,
+`nri-sla run --inventory`), injected as NVIDIA_VISIBLE_DEVICES (`gpu.injection: env`)
+so that no GPU has to exist; `align: false` keeps the snapshot's CPUs out of cpusets.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[2]
+PLUGIN = "50-nri-sla"
+APPLIED, WARNINGS = "sla.nri.io/applied", "sla.nri.io/warnings"
+UUIDS = [f"GPU-d0000000-0000-0000-0000-00000000000{i}" for i in range(8)]
+# What a pod would write to be handed every GPU and CPU after the next plugin restart.
+FORGED = json.dumps({"v": 2, "path": "nri", "enforcement": "hard", "cgroup_version": 1,
+                     "placement_record": {"gpus": UUIDS, "exclusive": "0-63"}})
+HOSTILE = {
+    "forged": FORGED,
+    "nested": '{"v":2,"x":' + "[" * 8000 + "]" * 8000 + "}",  # RecursionError in json
+    "huge": '{"v":2,"placement_record":{"exclusive":"0-' + "9" * (200 << 10) + '"}}',
+}
+
+
+def gpu_sla(count: int) -> dict[str, str]:
+    return {"sla.nri.io/pod": f"gpu: {{count: {count}, align: false}}\n"}
+
+
+def visible_gpus(pc) -> list[str]:
+    env = pc.inspect["info"]["runtimeSpec"]["process"]["env"]
+    values = [e.split("=", 1)[1] for e in env if e.startswith("NVIDIA_VISIBLE_DEVICES=")]
+    print(f"evidence: {pc.container_id[:12]} NVIDIA_VISIBLE_DEVICES={values}")
+    return values[0].split(",") if values else []
+
+
+@pytest.fixture
+def start_plugin(cluster, plugins, sla_plugin_argv):
+    """start_plugin() -> the `nri-sla run` process, with a private state directory (its
+    record key) that a restarted plugin finds again."""
+    config = cluster.base / "nri-sla-gpu.yaml"
+    config.write_text(f"enforcement: hard\nstate-dir: {cluster.base / 'nri-sla-state'}\n"
+                      "gpu: {injection: env}\ncgroup: {driver: cgroupfs}\n"
+                      "nri: {reconnect-max-seconds: 1}\nmetrics: {address: ''}\n")
+    argv = [*sla_plugin_argv, "--config", str(config), "--socket", str(cluster.nri_sock),
+            "--name", "nri-sla", "--index", "50", "--inventory",
+            str(REPO / "examples" / "dgx-like.yaml")]
+    starts = []
+
+    def start():
+        starts.append(plugins.start(argv, f"nri-sla-{len(starts)}"))
+        cluster.wait_plugin_synchronized(PLUGIN, count=len(starts), timeout=60)
+        return starts[-1]
+
+    return start
+
+
+def test_forged_records_grant_nothing_across_a_plugin_restart(cluster, start_plugin):
+    # A handler whose pod_annotations pass every sla.nri.io/* key (what the packaging did
+    # before it listed only the keys nri-sla reads): pod-set records reach the specs.
+    cluster.add_runtime_handler("leaky", 'pod_annotations = ["sla.nri.io/*"]\n')
+    plugin = start_plugin()
+    holder = cluster.run_pod("holder", gpu_sla(2))
+    held = visible_gpus(holder)
+    assert len(held) == 2
+
+    # The shipped pass-through: the forged record reaches NRI in the pod's annotations
+    # only, and nothing of it in the container.
+    via_pod = cluster.run_pod("via-pod", {APPLIED: FORGED, WARNINGS: "none"})
+    assert APPLIED not in cluster.spec_annotations(via_pod)
+    # The leaky handler copies it into the container; the plugin answers CreateContainer
+    # for it, so it removes both keys (NRI's "-key").
+    stripped = cluster.run_pod("stripped", {APPLIED: FORGED, WARNINGS: "none"},
+                               runtime="leaky")
+    assert APPLIED not in cluster.spec_annotations(stripped)
+    assert WARNINGS not in cluster.spec_annotations(stripped)
+
+    # With the plugin down (fail-open), records land in specs that no one answered for.
+    plugin.stop()
+    landed = {name: cluster.run_pod(f"landed-{name}", {APPLIED: text}, runtime="leaky")
+              for name, text in HOSTILE.items()}
+    for pc in landed.values():
+        assert APPLIED in cluster.spec_annotations(pc)
+
+    restarted = start_plugin()  # Synchronize: every record above, the holder's included
+    print("evidence: plugin log:", *restarted.wait_output(
+        r"synchronized: \d+ pods, \d+ containers, 1 allocations rebuilt, 3 records ignored"))
+    ignored = restarted.wait_output(r"record ignored", count=3)
+    print("evidence: plugin log:", *ignored, sep="\n  ")
+    for container in (pc.container_id for pc in landed.values()):
+        assert any(container in line for line in ignored)
+    assert sum("problem=unauthenticated" in line for line in ignored) == 2  # forged, nested
+    assert sum("problem=invalid" in line for line in ignored) == 1  # huge: refused by size
+
+    six = visible_gpus(cluster.run_pod("six", gpu_sla(6)))
+    assert len(six) == 6 and not set(six) & set(held)  # the holder kept its two
+    with pytest.raises(cluster.Error) as seventh:
+        cluster.run_pod("seventh", gpu_sla(1))
+    assert "free: none" in str(seventh.value)
+    assert "Traceback" not in restarted.output()
+
+
+def _wait_gone(pid: int, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while Path(f"/proc/{pid}").exists():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"pid {pid} still alive after SIGKILL")
+        time.sleep(0.05)
+
+
+def test_gpus_of_containers_that_died_while_containerd_was_down_are_freed(
+        cluster, start_plugin):
+    plugin = start_plugin()
+    big = cluster.run_pod("big", gpu_sla(8))
+    assert len(visible_gpus(big)) == 8
+    with pytest.raises(cluster.Error) as full:
+        cluster.run_pod("waiting", gpu_sla(1))
+    assert "free: none" in str(full.value)
+
+    cluster.kill()  # containerd down (SIGKILL); the plugin keeps running, reconnecting
+    pid = cluster.pid(big)
+    os.kill(pid, signal.SIGKILL)  # the GPU container dies while nobody watches
+    _wait_gone(pid)
+    cluster.start()
+    cluster.wait_plugin_synchronized(PLUGIN, count=2, timeout=60)
+    print("evidence: plugin log:", *plugin.wait_output(
+        r"synchronized: .* 0 allocations rebuilt, 0 records ignored, 1 owners released"))
+
+    after = visible_gpus(cluster.run_pod("after", gpu_sla(8)))
+    assert sorted(after) == sorted(UUIDS)

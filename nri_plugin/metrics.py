@@ -36,8 +36,8 @@ OUTCOMES = ("enforced", "refused", "warned")
 # Why, in one word: "ok" for a clean enforcement; the others name the failing stage.
 # The `reason` of nri_plugin.errors.SlaFailure and its subclasses (a plan's shortfalls,
 # "invalid" for bad input, "cgroup" for a write the kernel refused, "internal").
-REASONS = ("ok", "policy", "invalid", "unsupported", "placement", "device", "budget",
-           "conflict", "cgroup", "internal")
+REASONS = ("ok", "policy", "limit", "invalid", "unsupported", "placement", "device",
+           "budget", "conflict", "cgroup", "internal")
 # Event labels are RPC / stage names such as CreateContainer or hook.
 _EVENT_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
 

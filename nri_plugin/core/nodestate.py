@@ -26,6 +26,7 @@ from nri_plugin.enforce.plan_writes import cgroup_writes
 from nri_plugin.enforce.rt import RtChange, make_rt_room
 from nri_plugin.errors import InternalFailure, SlaFailure
 from nri_plugin.plan.allocator import Allocator
+from nri_plugin.plan.context import PodUsage
 from nri_plugin.plan.model import ContainerPlan, PlanError
 from nri_plugin.plan.placement_values import PlacementError
 from nri_plugin.plan.record import RecordError, decode_record, encode_record
@@ -63,6 +64,9 @@ class NodeState:
         self.resolve_device = resolve_device
         self.can_add_devices = can_add_devices  # False: the OCI hook (no NRI to add them)
         self._cpusets: dict[str, str] = {}  # aligned container -> cpuset it was last given
+        # Containers holding GPUs/CPUs/RT by pod, and back: the per-pod caps' input.
+        self._pod_of: dict[str, str] = {}
+        self._members: dict[str, set[str]] = {}
         # Reusable decisions by their inputs (core.decision.decide; bounded there).
         self.reusable: dict[tuple, Any] = {}
 
@@ -118,6 +122,37 @@ class NodeState:
             restored[owner] = plan
         return restored
 
+    def note_pod(self, owner: str, pod: str) -> None:
+        """`owner` belongs to `pod`: what it holds counts against the per-pod caps."""
+        self._forget_pod(owner)
+        self._pod_of[owner] = pod
+        self._members.setdefault(pod, set()).add(owner)
+
+    def _forget_pod(self, owner: str) -> None:
+        pod = self._pod_of.pop(owner, None)
+        if pod is None:
+            return
+        members = self._members[pod]
+        members.discard(owner)
+        if not members:
+            del self._members[pod]
+
+    def pod_usage(self, pod: str, owner: str) -> PodUsage:
+        """What the pod's containers other than `owner` hold (GPUs nri-sla chose, exclusive
+        CPUs, RT share); nothing when the pod is not known ("" or a one-shot node)."""
+        others = self._members.get(pod, set()) - {owner} if pod else set()
+        gpus = cpus = 0
+        rt = 0.0
+        for other in others:
+            placement = self.allocator.placement_of(other) if self.allocator else None
+            if placement is not None:
+                if not placement.from_runtime:
+                    gpus += 1 if placement.mig is not None else len(placement.gpus)
+                cpus += len(placement.exclusive_cpus)
+            if self.rt_budget is not None:
+                rt += self.rt_budget.share_of(other)
+        return PodUsage(gpus, cpus, rt)
+
     def remember_cpuset(self, owner: str, plan: ContainerPlan) -> None:
         if plan.cpus:
             self._cpusets[owner] = plan.cpus
@@ -139,6 +174,7 @@ class NodeState:
 
     def release(self, owner: str) -> None:
         self._cpusets.pop(owner, None)
+        self._forget_pod(owner)
         if self.rt_budget is not None:
             self.rt_budget.release(owner)
         if self.allocator is not None:

@@ -9,7 +9,9 @@ run stores three entries (store.py), each keyed by a digest of everything it dep
 * facts    <- config key, cgroup root, the cgroup lines of /proc/self/mountinfo, the root's
               listing (symlink targets too) and cgroup.controllers: version and hierarchies;
 * decision <- facts key, container name and namespace, every annotation under the prefix
-              (plus the enforcement alias), NVIDIA_VISIBLE_DEVICES, the sysfs root; plus
+              (plus the enforcement alias), what the runtime granted (linux.resources
+              CPU quota/period/shares and memory limit, NVIDIA_VISIBLE_DEVICES), the
+              sysfs root; plus
               recorded dependencies re-checked on every hit: block devices named by io.max
               (stat and sysfs identity), the NUMA/CPU topology (online CPUs, node
               cpulists) when placement used it, the disks' I/O schedulers when the SLA
@@ -115,9 +117,9 @@ def decision_key(fkey: str, prefix: str, annotations: dict[str, str], target: Ta
     head = prefix + "/"
     chosen = sorted((k, v) for k, v in annotations.items()
                     if k.startswith(head) or k == ENFORCEMENT_ALIAS)
-    gpus = spec.env.get("NVIDIA_VISIBLE_DEVICES")
+    # What the runtime granted caps the plan (nri_plugin.plan.grants): part of the key.
     parts = ["decision", fkey, prefix, target.name, target.namespace, sysfs_root,
-             "\0unset" if gpus is None else gpus]
+             *("\0unset" if v is None else str(v) for v in spec.granted.key())]
     for k, v in chosen:
         parts += [k, v]
     return digest(*parts)

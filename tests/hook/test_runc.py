@@ -15,7 +15,8 @@ pytestmark = [pytest.mark.runc, pytest.mark.root]
 
 NS = "io.kubernetes.cri.sandbox-namespace"
 NAME = "io.kubernetes.cri.container-name"
-RT_CONFIG = "permissions:\n  realtime: ['rt-*']\n"
+# No per-pod RT cap here: these tests reach the kernel's own budget.
+RT_CONFIG = "permissions:\n  realtime: ['rt-*']\npod-caps:\n  rt-share: 1\n"
 
 
 @pytest.fixture

@@ -26,7 +26,8 @@ from nri_plugin.sla.schema import Problem, choice, parse_id_list, unknown_key_me
 DEFAULT_PATH = "/etc/nri-sla/config.yaml"
 DEFAULT_STATE_DIR = "/var/lib/nri-sla"
 MAX_CONFIG_BYTES = 1024 * 1024
-PERMISSIONS = ("realtime", "exclusive-cpus", "gpus", "io-max")
+PERMISSIONS = ("realtime", "exclusive-cpus", "gpus", "io-max", "ungranted-gpus",
+               "exceed-runtime-limits")
 GPU_INJECTIONS = ("cdi", "env", "devices")
 GPU_INVENTORIES = ("auto", "nvml", "sysfs")  # or an absolute path to a snapshot file
 CGROUP_DRIVERS = ("auto", "cgroupfs", "systemd")
@@ -52,13 +53,49 @@ class Permissions:
     """Namespaces (names or shell globs) allowed to request each privileged feature.
 
     Safe defaults: real-time CPU time can starve a node, so nobody gets it unless listed;
-    exclusive CPUs, GPUs and io.max are open to all namespaces.
+    exclusive CPUs, GPUs and io.max are open to all namespaces, within what Kubernetes
+    granted the container (nri_plugin.plan.grants). Going beyond that grant, or GPUs that
+    no device plugin granted, only for the namespaces listed here.
     """
 
     realtime: tuple[str, ...] = ()
     exclusive_cpus: tuple[str, ...] = ("*",)
     gpus: tuple[str, ...] = ("*",)
     io_max: tuple[str, ...] = ("*",)
+    # GPUs nri-sla chooses for a container no device plugin granted any GPU to (nodes
+    # without the NVIDIA device plugin: nothing in Kubernetes counts these GPUs).
+    ungranted_gpus: tuple[str, ...] = ()
+    # CPU quota, memory.max, exclusive CPUs and GPU counts above the runtime's values.
+    exceed_runtime_limits: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Cap:
+    """A per-pod cap: a count, or a percentage of what the node has."""
+
+    value: float
+    percent: bool = False
+
+    def of(self, node_total: int) -> int:
+        """The cap as a count on a node with `node_total` of the resource."""
+        if self.percent:
+            return int(node_total * self.value // 100)
+        return int(self.value)
+
+    def __str__(self) -> str:
+        number = f"{self.value:g}"
+        return f"{number}%" if self.percent else number
+
+
+@dataclass(frozen=True, slots=True)
+class PodCaps:
+    """The node config's `pod-caps` section: the most one pod's containers together may
+    hold, whatever the runtime granted (a second line behind Kubernetes' accounting: soft
+    mode, namespaces allowed to exceed their grant, GPUs without a device plugin)."""
+
+    gpus: Cap = Cap(8)  # one HGX/DGX board
+    exclusive_cpus: Cap = Cap(50, percent=True)  # of the CPUs not in reserved-cpus
+    rt_share: float = 0.1  # rt-runtime / rt-period summed over the pod's containers
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +166,7 @@ class NodeConfig:
     enforcement: str = "hard"
     annotation_prefix: str = "sla.nri.io"
     permissions: Permissions = field(default_factory=Permissions)
+    pod_caps: PodCaps = field(default_factory=PodCaps)
     rt_budget: float = 0.5  # share of the kernel's RT budget SLA containers may take
     reserved_cpus: tuple[int, ...] = ()  # never handed out as exclusive CPUs
     # Where nri-sla keeps what must outlive it: the key that authenticates its records.
@@ -187,10 +225,22 @@ def _namespaces(value: object) -> tuple[str, ...]:
     return tuple(value)
 
 
-def _rt_budget(value: object) -> float:
+def _cap(value: object) -> Cap:
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 65536:
+        return Cap(value)
+    if isinstance(value, str) and value.endswith("%"):
+        number = value[:-1]
+        if number.isascii() and number.replace(".", "", 1).isdigit() \
+                and 0 <= float(number) <= 100:
+            return Cap(float(number), percent=True)
+    raise Problem(f"must be a count like 4 or a percentage of the node like \"50%\", got "
+                  f"{show(value)}")
+
+
+def _share(value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) \
             or not math.isfinite(value) or not 0 <= value <= 1:
-        raise Problem(f"must be a fraction from 0 to 1 (e.g. 0.5), got {show(value)}")
+        raise Problem(f"must be a fraction from 0 to 1 (e.g. 0.25), got {show(value)}")
     return float(value)
 
 
@@ -269,7 +319,7 @@ _Schema = dict[str, tuple[str, Callable[[object], object]]]
 _TOP: _Schema = {
     "enforcement": ("enforcement", choice(ENFORCEMENT_MODES)),
     "annotation-prefix": ("annotation_prefix", _prefix),
-    "rt-budget": ("rt_budget", _rt_budget),
+    "rt-budget": ("rt_budget", _share),
     "reserved-cpus": ("reserved_cpus", _cpu_list),
     "state-dir": ("state_dir", _abs_path),
 }
@@ -279,6 +329,13 @@ _SECTIONS: dict[str, tuple[type, _Schema]] = {
         "exclusive-cpus": ("exclusive_cpus", _namespaces),
         "gpus": ("gpus", _namespaces),
         "io-max": ("io_max", _namespaces),
+        "ungranted-gpus": ("ungranted_gpus", _namespaces),
+        "exceed-runtime-limits": ("exceed_runtime_limits", _namespaces),
+    }),
+    "pod-caps": (PodCaps, {
+        "gpus": ("gpus", _cap),
+        "exclusive-cpus": ("exclusive_cpus", _cap),
+        "rt-share": ("rt_share", _share),
     }),
     "gpu": (GpuConfig, {
         "injection": ("injection", choice(GPU_INJECTIONS)),
@@ -346,7 +403,7 @@ def parse_config(text: str, source: str = "<config>") -> NodeConfig:
             errors.append(ConfigError(source, name, f"must be a mapping with keys "
                                                     f"{', '.join(schema)}, got {show(section)}"))
             continue
-        top[name] = cls(**_fields(source, section, schema, name, errors))
+        top[name.replace("-", "_")] = cls(**_fields(source, section, schema, name, errors))
     if len(errors) == 1:
         raise errors[0]
     if errors:  # one error carrying every problem, each with its field path

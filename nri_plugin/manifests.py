@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nri_plugin.granted import DEFAULT_CPU_PERIOD_US, SHARES_PER_CPU, GrantedResources
+from nri_plugin.sla.quantities import QuantityError, parse_count, parse_cpu, parse_size
 from nri_plugin.sla.safeyaml import YamlProblem, load_all
 
 MAX_MANIFEST_BYTES = 4 * 1024 * 1024
@@ -35,6 +37,35 @@ class ManifestError(ValueError):
     pass
 
 
+GPU_RESOURCE = "nvidia.com/gpu"  # the NVIDIA device plugin's extended resource
+MIN_SHARES = 2  # kubelet: cpu shares of a container without a CPU request
+MIN_QUOTA_US = 1000  # kubelet: the smallest CFS quota it sets
+
+
+@dataclass(frozen=True)
+class ContainerResources:
+    """A container's `resources` (requests default to limits, as the API server does)."""
+
+    cpu_request_millis: int | None = None
+    cpu_limit_millis: int | None = None
+    memory_limit: int | None = None
+    gpus: int = 0  # limits nvidia.com/gpu
+
+    def kubelet_grant(self, gpu_cdi: tuple[str, ...] = (),
+                      gpu_visible: str | None = None) -> GrantedResources:
+        """What the kubelet hands the runtime for these resources (shares from the request,
+        quota from the limit at the 100ms period), plus a device plugin's GPU names and
+        NVIDIA_VISIBLE_DEVICES from the env."""
+        shares = max(MIN_SHARES, (self.cpu_request_millis or 0) * SHARES_PER_CPU // 1000)
+        quota = period = None
+        if self.cpu_limit_millis:
+            period = DEFAULT_CPU_PERIOD_US
+            quota = max(MIN_QUOTA_US, self.cpu_limit_millis * period // 1000)
+        return GrantedResources(cpu_quota=quota, cpu_period=period, cpu_shares=shares,
+                                memory_limit=self.memory_limit, gpu_visible=gpu_visible,
+                                gpu_cdi=gpu_cdi)
+
+
 @dataclass(frozen=True)
 class PodSpec:
     """The parts of a pod nri-sla reads."""
@@ -45,6 +76,7 @@ class PodSpec:
     annotations: dict[str, str]
     containers: tuple[str, ...]
     environments: dict[str, dict[str, str]]  # container -> literal env values
+    resources: dict[str, ContainerResources]  # container -> its resources
 
 
 def _mapping(value: Any, what: str) -> dict[str, Any]:
@@ -62,9 +94,10 @@ def _pod_from(template: dict[str, Any], meta: dict[str, Any], source: str) -> Po
     containers = spec.get("containers") or []
     if not isinstance(containers, list):
         raise ManifestError(f"{source}: spec.containers must be a list")
-    names, envs = [], {}
+    names, envs, resources = [], {}, {}
     for i, container in enumerate(containers):
-        container = _mapping(container, f"{source}: spec.containers[{i}]")
+        where = f"{source}: spec.containers[{i}]"
+        container = _mapping(container, where)
         name = str(container.get("name", f"container-{i}"))
         names.append(name)
         env = container.get("env") or []
@@ -72,6 +105,7 @@ def _pod_from(template: dict[str, Any], meta: dict[str, Any], source: str) -> Po
             raise ManifestError(f"{source}: spec.containers[{i}].env must be a list")
         envs[name] = {str(e.get("name")): str(e.get("value", "")) for e in env
                       if isinstance(e, dict) and "value" in e}
+        resources[name] = _resources(_mapping(container.get("resources"), where), where)
     return PodSpec(
         source=source,
         namespace=str(pod_meta.get("namespace") or meta.get("namespace") or "default"),
@@ -79,7 +113,30 @@ def _pod_from(template: dict[str, Any], meta: dict[str, Any], source: str) -> Po
         annotations={str(k): str(v) for k, v in annotations.items()},
         containers=tuple(names),
         environments=envs,
+        resources=resources,
     )
+
+
+def _resources(spec: dict[str, Any], where: str) -> ContainerResources:
+    limits = _mapping(spec.get("limits"), f"{where}.resources.limits")
+    requests = {**limits, **_mapping(spec.get("requests"), f"{where}.resources.requests")}
+
+    def quantity(section: dict[str, Any], name: str, parse: Any, what: str) -> Any:
+        if section.get(name) is None:
+            return None
+        try:
+            return parse(section[name])
+        except QuantityError as exc:
+            raise ManifestError(f"{where}.resources.{what}.{name} {exc}") from None
+
+    def millis(section: dict[str, Any], what: str) -> int | None:
+        cpus = quantity(section, "cpu", parse_cpu, what)
+        return None if cpus is None else round(cpus * 1000)
+
+    return ContainerResources(
+        cpu_request_millis=millis(requests, "requests"), cpu_limit_millis=millis(limits, "limits"),
+        memory_limit=quantity(limits, "memory", parse_size, "limits"),
+        gpus=quantity(limits, GPU_RESOURCE, parse_count, "limits") or 0)
 
 
 def _pods_in(doc: Any, source: str) -> Iterator[PodSpec]:

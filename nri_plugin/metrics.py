@@ -42,8 +42,8 @@ OUTCOMES = ("enforced", "refused", "warned")
 # Why, in one word: "ok" for a clean enforcement; the others name the failing stage.
 # The `reason` of nri_plugin.errors.SlaFailure and its subclasses (a plan's shortfalls,
 # "invalid" for bad input, "cgroup" for a write the kernel refused, "internal").
-REASONS = ("ok", "policy", "invalid", "unsupported", "placement", "device", "budget",
-           "conflict", "cgroup", "internal")
+REASONS = ("ok", "policy", "limit", "invalid", "unsupported", "placement", "device",
+           "budget", "conflict", "cgroup", "internal")
 # Why Synchronize did not take a container's `applied` record (nri_plugin.plan.record,
 # nri_plugin.core.nodestate): not written by nri-sla for that container, malformed,
 # granting what the node config does not allow, or claiming what an earlier one holds.

@@ -53,7 +53,7 @@ def test_decisions_counted_by_outcome_and_reason(metrics):
 
 @pytest.mark.parametrize(("outcome", "reason", "needle"), [
     ("accepted", "ok", "enforced, refused, warned"),
-    ("refused", "memory.high (12Gi) must be below", "ok, policy, invalid"),
+    ("refused", "memory.high (12Gi) must be below", "ok, policy, limit, invalid"),
 ])
 def test_unknown_labels_rejected_with_allowed_values(metrics, outcome, reason, needle):
     with pytest.raises(MetricsError, match=needle):

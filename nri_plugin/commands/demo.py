@@ -2,8 +2,11 @@
 
 Everything crosses a real unix socket as containerd would send it: the simulator
 registers, configures and synchronizes the plugin, then creates each example pod's
-containers; the table shows what each container got back (the adjustment) or the error
-containerd would show. The node is the replayed DGX-like inventory in examples/, so
+containers with the resources the kubelet derives from the manifest (CPU shares, quota,
+memory limit, and GPUs a simulated device plugin grants); the table shows what each
+container got back (the adjustment) or the error containerd would show. The node is the
+replayed DGX-like inventory with the demo's node policy (examples/demo-config.yaml); on
+cgroup v1 the RT budget of the pods' ancestors is raised in a scratch cgroup tree, so
 nothing on this machine is touched.
 """
 
@@ -12,6 +15,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
+import re
 import sys
 import tempfile
 import textwrap
@@ -31,7 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runtime", choices=("containerd-2.3", "containerd-1.7"),
                         default="containerd-2.3", help="which runtime the simulator plays")
     parser.add_argument("--verbose", "-v", action="store_true", help="show the plugin's log")
-    parser.set_defaults(inventory=str(EXAMPLES / "dgx-like.yaml"), cgroup="v2")
+    parser.set_defaults(inventory=str(EXAMPLES / "dgx-like.yaml"), cgroup="v2",
+                        config=str(EXAMPLES / "demo-config.yaml"))
 
 
 def summarize(response: Any, prefix: str) -> list[str]:
@@ -64,27 +70,65 @@ def summarize(response: Any, prefix: str) -> list[str]:
     lines += [f"device {d.path}" for d in adj.linux.devices]
     warnings = adj.annotations.get(f"{prefix}/warnings")
     if warnings:
-        lines += [f"warning: {w}" for w in warnings.split("; ")]
+        # "; "-joined, each warning led by its annotation key (a message may hold "; ").
+        lines += [f"warning: {w}" for w in re.split(f"; (?={re.escape(prefix)}/)", warnings)]
     return lines or ["(nothing to change)"]
 
 
 Row = tuple[str, str, str, list[str]]
 
+RT_ROOT = {"cpu.rt_runtime_us": "950000", "cpu.rt_period_us": "1000000"}  # kernel default
+RT_NEW_GROUP = {"cpu.rt_runtime_us": "0", "cpu.rt_period_us": "1000000"}  # a new cgroup
+
+
+def v1_cpu_tree(root: Path, parent: str) -> None:
+    """The cpu hierarchy of a cgroup v1 node as the kernel and kubelet leave it before
+    CreateContainer: the kernel's RT budget at the root, none in the pod's ancestors."""
+    group = root / "cpu"
+    for name, value in RT_ROOT.items():
+        if not (group / name).exists():
+            group.mkdir(parents=True, exist_ok=True)
+            (group / name).write_text(value)
+    for part in Path(parent.lstrip("/")).parts:
+        group = group / part
+        if not group.exists():
+            group.mkdir()
+            for name, value in RT_NEW_GROUP.items():
+                (group / name).write_text(value)
+
+
+def rt_ancestors(root: Path, parent: str) -> str:
+    """The ancestors' cpu.rt_runtime_us after the plugin made room, in one line."""
+    group, raised = root / "cpu", []
+    for part in Path(parent.lstrip("/")).parts:
+        group = group / part
+        runtime = (group / "cpu.rt_runtime_us").read_text().strip()
+        raised.append(f"{'pod' if part.startswith('pod') else part} {runtime}us")
+    return (f"rt budget of the ancestors: {', '.join(raised)} (node: "
+            f"{RT_ROOT['cpu.rt_runtime_us']}us per {RT_ROOT['cpu.rt_period_us']}us)")
+
 
 async def run_demo(pods: list[PodSpec], node: Any, runtime: str) -> list[Row]:
+    from nri_plugin.enforce.cgpaths import CgroupFacts
     from nri_plugin.nri.stub import Stub
     from nri_plugin.plugin import SlaPlugin
+    from nri_plugin.simulated.deviceplugin import DevicePlugin
     from nri_plugin.simulated.runtime import (
         PluginCallError,
         RuntimeSimulator,
         SimulatorOptions,
         make_container,
         make_pod,
+        make_resources,
     )
 
     mode = "v0.12" if runtime == "containerd-2.3" else "v0.8"
     rows = []
+    devices = DevicePlugin(node.allocator.inventory)
     with tempfile.TemporaryDirectory(prefix="nri-sla-demo-") as tmp:
+        cgroup_root = Path(tmp) / "cgroup"
+        if node.cgroup_version == 1:  # the plugin makes RT room in this scratch tree
+            node.facts = CgroupFacts(version=1, driver="cgroupfs", root=cgroup_root)
         socket_path = f"{tmp}/nri.sock"
         async with RuntimeSimulator(socket_path, SimulatorOptions(mode=mode)) as sim:
             plugin = SlaPlugin(node)
@@ -94,10 +138,20 @@ async def run_demo(pods: list[PodSpec], node: Any, runtime: str) -> list[Row]:
             plugin.on_registered(stub)
             for spec in pods:
                 pod = make_pod(spec.name, namespace=spec.namespace, annotations=spec.annotations)
+                if node.facts is not None:
+                    v1_cpu_tree(cgroup_root, pod.linux.cgroup_parent)
                 await session.run_pod_sandbox(pod)
                 for name in spec.containers:
                     env = [f"{k}={v}" for k, v in spec.environments.get(name, {}).items()]
-                    ctr = make_container(pod, name, env=env)
+                    res = spec.resources[name]
+                    # What the kubelet (and the device plugin) give the runtime for the
+                    # manifest's resources; the SLA may only tighten these.
+                    granted = res.kubelet_grant(devices.allocate(res.gpus))
+                    ctr = make_container(
+                        pod, name, env=env, cdi_devices=granted.gpu_cdi,
+                        resources=make_resources(
+                            cpu_shares=granted.cpu_shares, cpu_quota=granted.cpu_quota,
+                            cpu_period=granted.cpu_period, memory_limit=granted.memory_limit))
                     where = (f"{spec.namespace}/{spec.name}", name)
                     try:
                         response = await session.create_container(pod, ctr)
@@ -105,6 +159,9 @@ async def run_demo(pods: list[PodSpec], node: Any, runtime: str) -> list[Row]:
                         rows.append((*where, "REFUSED", [exc.message]))
                         continue
                     lines = summarize(response, node.prefix)
+                    if node.facts is not None and response.adjust.linux.resources.cpu.HasField(
+                            "realtime_runtime"):
+                        lines.insert(1, rt_ancestors(cgroup_root, pod.linux.cgroup_parent))
                     warned = any(line.startswith("warning") for line in lines)
                     rows.append((*where, "warned" if warned else "enforced", lines))
             stub.stop()
@@ -129,6 +186,15 @@ def print_table(rows: list[Row], out: Any) -> None:
             print(pad + line, file=out)
 
 
+def shown(path: str | None) -> str:
+    """A path as the user would type it here: relative below the working directory (the
+    same output in every checkout, so README can show it)."""
+    if path is None:
+        return "(defaults)"
+    relative = os.path.relpath(path)
+    return path if relative.startswith("..") else relative
+
+
 def main(args: argparse.Namespace) -> int:
     # The table says it all; the decision log lines are for `run` (or --verbose).
     logging.getLogger().setLevel(logging.INFO if args.verbose else logging.CRITICAL)
@@ -144,6 +210,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"nri-sla demo: {exc}", file=sys.stderr)
         return 2
     print(f"nri-sla demo: simulated {args.runtime} node, cgroup {args.cgroup}, "
-          f"{len(node.allocator.inventory.gpus)} GPUs from {args.inventory}\n")
+          f"{len(node.allocator.inventory.gpus)} GPUs from {shown(args.inventory)},\n"
+          f"node policy {shown(args.config)}\n")
     print_table(asyncio.run(run_demo(pods, node, args.runtime)), sys.stdout)
     return 0

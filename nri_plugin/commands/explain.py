@@ -37,17 +37,26 @@ def flatten(prefix: str, value: Any) -> list[tuple[str, Any]]:
     return [(prefix, value)]
 
 
-def explain_container(node: Any, pod: Any, container: str, nri_version: str) -> dict[str, Any]:
+def explain_container(node: Any, pod: Any, container: str, nri_version: str,
+                      devices: Any) -> dict[str, Any]:
+    """`devices`: the simulated device plugin granting the GPUs the container's limits
+    name, as on a node (the run's containers share one node)."""
     from google.protobuf.json_format import MessageToDict
 
     from nri_plugin.core import decide
     from nri_plugin.enforce.plan_writes import cgroup_writes
     from nri_plugin.plugin.adjustment import annotated, build_adjustment
 
+    resources = pod.resources[container]
+    # What the kubelet would hand the runtime for the manifest's resources.
+    granted = resources.kubelet_grant(
+        gpu_cdi=devices.allocate(resources.gpus),
+        gpu_visible=pod.environments.get(container, {}).get("NVIDIA_VISIBLE_DEVICES"))
     owner = f"{pod.namespace}/{pod.name}/{container}"
     decision = decide(node, pod.annotations, container, namespace=pod.namespace,
-                      owner=owner, nri_version=nri_version,
-                      env=pod.environments.get(container, {}))
+                      owner=owner,
+                      pod=f"{pod.namespace}/{pod.name}", nri_version=nri_version,
+                      granted=granted)
     result: dict[str, Any] = {"pod": f"{pod.namespace}/{pod.name}", "container": container,
                               "outcome": decision.outcome}
     if decision.error is not None:
@@ -89,7 +98,10 @@ def main(args: argparse.Namespace) -> int:
     except (ManifestError, ValueError, OSError) as exc:
         print(f"nri-sla explain: {exc}", file=sys.stderr)
         return 2
-    results = [explain_container(node, pod, name, args.nri_version)
+    from nri_plugin.simulated.deviceplugin import DevicePlugin
+
+    devices = DevicePlugin(node.allocator.inventory)
+    results = [explain_container(node, pod, name, args.nri_version, devices)
                for pod in pods for name in pod.containers]
     if args.json:
         json.dump(results, sys.stdout, indent=2)

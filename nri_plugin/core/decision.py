@@ -14,8 +14,10 @@ from dataclasses import dataclass
 from nri_plugin.config import NodeConfig
 from nri_plugin.core.nodestate import NodeState
 from nri_plugin.errors import SlaFailure
+from nri_plugin.granted import GrantedResources
 from nri_plugin.plan.context import PlanContext
-from nri_plugin.plan.model import ContainerPlan, PlanError
+from nri_plugin.plan.grants import refit_plan
+from nri_plugin.plan.model import ContainerPlan, PlanError, refusal
 from nri_plugin.plan.planner import plan_container
 from nri_plugin.sla.errors import SlaError
 from nri_plugin.sla.model import Sla
@@ -46,9 +48,10 @@ class Decision:
     @property
     def reusable(self) -> bool:
         """A plan that depends only on the annotations, the container's name and
-        namespace and the NRI version (and the node's config and capabilities, fixed for
-        a NodeState's life): no allocator, RT budget, block device or environment input.
-        Such a decision is the same for every replica, so decide() remembers it."""
+        namespace, the NRI version and what the runtime granted (and the node's config and
+        capabilities, fixed for a NodeState's life): no allocator, RT budget, block device
+        or pod input. Such a decision is the same for every replica, so decide()
+        remembers it."""
         sla = self.sla
         if self.plan is None or sla is None:
             return False
@@ -66,15 +69,24 @@ class Decision:
 
 
 def decide(node: NodeState, annotations: Mapping[str, str], container_name: str, *,
-           namespace: str = "", owner: str = "", nri_version: str | None = None,
-           env: Mapping[str, str] | None = None) -> Decision:
-    """Run annotations -> SLA -> plan for one container. Never raises."""
-    key = _reuse_key(node, annotations, container_name, namespace, nri_version)
+           namespace: str = "", owner: str = "", pod: str = "",
+           nri_version: str | None = None,
+           granted: GrantedResources | None = None) -> Decision:
+    """Run annotations -> SLA -> plan for one container. Never raises.
+
+    `granted`: what the runtime set for the container (None: nothing, so no cap from the
+    runtime); `pod`: the pod's id, for the per-pod caps ("" counts the container alone).
+    """
+    granted = granted if granted is not None else GrantedResources()
+    key = _reuse_key(node, annotations, container_name, namespace, nri_version, granted)
     known = node.reusable.get(key)
     if known is not None:  # a replica: the same plan object, nothing reserved for it
         return Decision(known.outcome, plan=known.plan, sla=known.sla)
     decision = _decide(node, annotations, container_name, namespace=namespace, owner=owner,
-                       nri_version=nri_version, env=env)
+                       pod=pod, nri_version=nri_version, granted=granted)
+    plan = decision.plan
+    if pod and plan is not None and (plan.placement_record or plan.rt_runtime):
+        node.note_pod(owner, pod)
     if decision.reusable:
         if len(node.reusable) >= REUSABLE_LIMIT:
             node.reusable.clear()  # bounded: many distinct SLAs only cost a re-plan
@@ -83,16 +95,17 @@ def decide(node: NodeState, annotations: Mapping[str, str], container_name: str,
 
 
 def _reuse_key(node: NodeState, annotations: Mapping[str, str], container_name: str,
-               namespace: str, nri_version: str | None) -> tuple:
+               namespace: str, nri_version: str | None, granted: GrantedResources) -> tuple:
     head = node.prefix + "/"
     mine = tuple(sorted((k, v) for k, v in annotations.items()
                         if k.startswith(head) or k == ENFORCEMENT_ALIAS))
-    return (container_name, namespace, nri_version, mine)
+    # The runtime's limits cap the plan: a replica with other limits is another decision.
+    return (container_name, namespace, nri_version, granted.key(), mine)
 
 
 def _decide(node: NodeState, annotations: Mapping[str, str], container_name: str, *,
-            namespace: str, owner: str, nri_version: str | None,
-            env: Mapping[str, str] | None) -> Decision:
+            namespace: str, owner: str, pod: str, nri_version: str | None,
+            granted: GrantedResources) -> Decision:
     try:
         sla = parse_sla(node.config, annotations, container_name)
     except SlaError as exc:
@@ -105,7 +118,8 @@ def _decide(node: NodeState, annotations: Mapping[str, str], container_name: str
             cgroup_version=node.cgroup_version, namespace=namespace, config=node.config,
             owner=owner, allocator=node.allocator_for(sla), rt_budget=node.rt_budget,
             nri_version=nri_version, resolve_device=node.resolve_device,
-            io_weight_supported=node.capabilities.io_weight, container_env=env or {})
+            io_weight_supported=node.capabilities.io_weight, granted=granted,
+            pod_usage=node.pod_usage(pod, owner))
         plan = plan_container(sla, ctx)
     except SlaFailure as exc:  # PlanError, or a placement/inventory failure
         return Decision("refused", error=exc, sla=sla)
@@ -113,6 +127,26 @@ def _decide(node: NodeState, annotations: Mapping[str, str], container_name: str
         plan = dataclasses.replace(plan, warnings=(*notes, *plan.warnings),
                                    reasons=("unsupported", *plan.reasons))
     return Decision("warned" if plan.warnings else "enforced", plan=plan, sla=sla)
+
+
+def recheck(node: NodeState, plan: ContainerPlan, granted: GrantedResources, *,
+            namespace: str) -> ContainerPlan:
+    """UpdateContainer: the runtime's limits changed (a kubelet resize), so the plan is
+    measured against the new ones. Hard mode raises SlaRefused naming both values (the
+    runtime then keeps the container as it was); soft mode returns the plan clamped, its
+    warnings added. `plan` is the one decided at creation, so a limit raised again
+    gives the SLA's own values back."""
+    ctx = PlanContext(cgroup_version=plan.cgroup_version, namespace=namespace,
+                      config=node.config, granted=granted)
+    fitted, shortfalls = refit_plan(plan, ctx)
+    if not shortfalls:
+        return plan
+    key = plan.key or node.prefix
+    if plan.enforcement == "hard":
+        raise refusal(key, shortfalls)
+    return dataclasses.replace(fitted, warnings=(*plan.warnings,
+                                                 *(s.render(key) for s in shortfalls)),
+                               reasons=(*plan.reasons, *(s.reason for s in shortfalls)))
 
 
 def parse_sla(config: NodeConfig, annotations: Mapping[str, str],

@@ -27,6 +27,7 @@ from nri_plugin.enforce.plan_writes import cgroup_writes
 from nri_plugin.enforce.rt import RtChange, make_rt_room
 from nri_plugin.errors import InternalFailure, SlaFailure
 from nri_plugin.plan.allocator import Allocator
+from nri_plugin.plan.context import PodUsage
 from nri_plugin.plan.model import ContainerPlan, PlanError
 from nri_plugin.plan.placement_values import PlacementError
 from nri_plugin.plan.record import (
@@ -116,6 +117,9 @@ class NodeState:
         # nodes whose records never outlive them (explain, demo, tests).
         self.record_key = record_key or secrets.token_bytes(32)
         self._cpusets: dict[str, str] = {}  # aligned container -> cpuset it was last given
+        # Containers holding GPUs/CPUs/RT by pod, and back: the per-pod caps' input.
+        self._pod_of: dict[str, str] = {}
+        self._members: dict[str, set[str]] = {}
         # Reusable decisions by their inputs (core.decision.decide; bounded there).
         self.reusable: dict[tuple, Any] = {}
 
@@ -173,7 +177,7 @@ class NodeState:
         never affects another container.
         """
         ordered = sorted(live, key=lambda c: (c.created_at, c.id))
-        held = {*self._cpusets, *(self.rt_budget.owners() if self.rt_budget else ()),
+        held = {*self._cpusets, *self._pod_of, *(self.rt_budget.owners() if self.rt_budget else ()),
                 *(self.allocator.owners() if self.allocator else ())}
         for owner in held:
             self.release(owner)
@@ -219,6 +223,37 @@ class NodeState:
                                                          plan.rt_period or 1_000_000))
         return plan
 
+    def note_pod(self, owner: str, pod: str) -> None:
+        """`owner` belongs to `pod`: what it holds counts against the per-pod caps."""
+        self._forget_pod(owner)
+        self._pod_of[owner] = pod
+        self._members.setdefault(pod, set()).add(owner)
+
+    def _forget_pod(self, owner: str) -> None:
+        pod = self._pod_of.pop(owner, None)
+        if pod is None:
+            return
+        members = self._members[pod]
+        members.discard(owner)
+        if not members:
+            del self._members[pod]
+
+    def pod_usage(self, pod: str, owner: str) -> PodUsage:
+        """What the pod's containers other than `owner` hold (GPUs nri-sla chose, exclusive
+        CPUs, RT share); nothing when the pod is not known ("" or a one-shot node)."""
+        others = self._members.get(pod, set()) - {owner} if pod else set()
+        gpus = cpus = 0
+        rt = 0.0
+        for other in others:
+            placement = self.allocator.placement_of(other) if self.allocator else None
+            if placement is not None:
+                if not placement.from_runtime:
+                    gpus += 1 if placement.mig is not None else len(placement.gpus)
+                cpus += len(placement.exclusive_cpus)
+            if self.rt_budget is not None:
+                rt += self.rt_budget.share_of(other)
+        return PodUsage(gpus, cpus, rt)
+
     def remember_cpuset(self, owner: str, plan: ContainerPlan) -> None:
         if plan.cpus:
             self._cpusets[owner] = plan.cpus
@@ -240,6 +275,7 @@ class NodeState:
 
     def release(self, owner: str) -> None:
         self._cpusets.pop(owner, None)
+        self._forget_pod(owner)
         if self.rt_budget is not None:
             self.rt_budget.release(owner)
         if self.allocator is not None:

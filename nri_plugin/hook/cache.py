@@ -10,7 +10,9 @@ run stores three entries (store.py), each keyed by a digest of everything it dep
               listing (symlink targets too) and cgroup.controllers: version and hierarchies;
 * decision <- facts key, container name and namespace (as target.identify trusts them, with
               why a namespace was not trusted), every annotation under the prefix
-              (plus the enforcement alias), NVIDIA_VISIBLE_DEVICES, the sysfs root; plus
+              (plus the enforcement alias), what the runtime granted (linux.resources
+              CPU quota/period/shares and memory limit, NVIDIA_VISIBLE_DEVICES), the
+              sysfs root; plus
               recorded dependencies re-checked on every hit: block devices named by io.max
               (stat and sysfs identity), the NUMA/CPU topology (online CPUs, node
               cpulists) when placement used it, the disks' I/O schedulers when the SLA
@@ -117,10 +119,10 @@ def decision_key(fkey: str, prefix: str, annotations: dict[str, str], target: Ta
     head = prefix + "/"
     chosen = sorted((k, v) for k, v in annotations.items()
                     if k.startswith(head) or k == ENFORCEMENT_ALIAS)
-    gpus = spec.env.get("NVIDIA_VISIBLE_DEVICES")
-    # The target's fields, not the raw keys: what identify() believed decides the plan.
+    # The target's fields, not the raw keys: what identify() believed decides the plan;
+    # what the runtime granted caps the plan (nri_plugin.plan.grants).
     parts = ["decision", fkey, prefix, target.name, target.namespace, target.distrust,
-             sysfs_root, "\0unset" if gpus is None else gpus]
+             sysfs_root, *("\0unset" if v is None else str(v) for v in spec.granted.key())]
     for k, v in chosen:
         parts += [k, v]
     return digest(*parts)

@@ -112,7 +112,7 @@ def plan_actions(config: NodeConfig, facts: CgroupFacts, annotations: dict[str, 
     must re-check before reusing it (io.max devices, the CPU/NUMA topology, schedulers)."""
     node = hook_node(config, facts, sysfs_root, deps)
     decision = decide(node, annotations, target.name, namespace=target.namespace,
-                      owner=target.id, env=spec.env)
+                      owner=target.id, granted=spec.granted)
     if decision.error is not None:
         raise explain_namespace(decision.error, target)
     plan = decision.plan

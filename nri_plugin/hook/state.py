@@ -10,6 +10,7 @@ import os
 import stat
 
 from nri_plugin.errors import InvalidInput
+from nri_plugin.granted import GrantedResources
 from nri_plugin.hook.fastjson import loads
 from nri_plugin.value import Value
 
@@ -39,13 +40,13 @@ class OciState(Value):
 class BundleSpec(Value):
     """The parts of <bundle>/config.json the hook uses."""
 
-    __slots__ = ("annotations", "cgroups_path", "env")
+    __slots__ = ("annotations", "cgroups_path", "granted")
 
     def __init__(self, annotations: dict[str, str], cgroups_path: str | None,
-                 env: dict[str, str]) -> None:
+                 granted: GrantedResources) -> None:
         self.annotations = annotations
         self.cgroups_path = cgroups_path
-        self.env = env
+        self.granted = granted  # what the runtime set: linux.resources, GPUs in the env
 
 
 def read_bounded(stream: BinaryIO, limit: int, what: str) -> bytes:
@@ -137,12 +138,45 @@ def parse_config(data: bytes, path: str = "config.json") -> BundleSpec:
         raise InvalidInput(f"{path}: linux.cgroupsPath must be a string")
     process = doc.get("process") or {}
     env_list = process.get("env") if isinstance(process, dict) else None
-    env: dict[str, str] = {}
+    visible = None
     if isinstance(env_list, list):
         for item in env_list:
             # The runtime's own env list; only well-formed NAME=VALUE entries matter here.
-            if isinstance(item, str) and "=" in item:
-                name, _, value = item.partition("=")
-                env[name] = value
+            if isinstance(item, str) and item.startswith("NVIDIA_VISIBLE_DEVICES="):
+                visible = item.partition("=")[2]
     return BundleSpec(annotations=_annotations(doc.get("annotations"), path),
-                      cgroups_path=cgroups_path or None, env=env)
+                      cgroups_path=cgroups_path or None,
+                      granted=_granted(linux.get("resources"), visible, path))
+
+
+def _section(parent: dict[str, Any], name: str, where: str) -> dict[str, Any]:
+    value = parent.get(name)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InvalidInput(f"{where}.{name} must be an object")
+    return value
+
+
+def _granted(resources: Any, visible: str | None, path: str) -> GrantedResources:
+    """linux.resources as the runtime wrote it (the kubelet's limits, runtime-spec
+    config-linux.md#control-groups); a value of the wrong type is refused, not guessed."""
+    if resources is None:
+        resources = {}
+    if not isinstance(resources, dict):
+        raise InvalidInput(f"{path}: linux.resources must be an object")
+    where = f"{path}: linux.resources"
+    cpu = _section(resources, "cpu", where)
+    memory = _section(resources, "memory", where)
+    numbers = {}
+    for section, name, field in ((cpu, "cpu", "quota"), (cpu, "cpu", "period"),
+                                 (cpu, "cpu", "shares"), (memory, "memory", "limit")):
+        value = section.get(field)
+        # bool is an int subclass: refuse it explicitly.
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise InvalidInput(f"{where}.{name}.{field} must be an integer, got "
+                               f"{value!r:.40}")
+        numbers[f"{name}_{field}"] = value
+    return GrantedResources(cpu_quota=numbers["cpu_quota"], cpu_period=numbers["cpu_period"],
+                            cpu_shares=numbers["cpu_shares"],
+                            memory_limit=numbers["memory_limit"], gpu_visible=visible)

@@ -6,15 +6,25 @@ A value on its own module so the planner and the modules it delegates to
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from nri_plugin.config import NodeConfig
+from nri_plugin.granted import GrantedResources
 from nri_plugin.plan.rt_budget import RtBudget
 
 TYPE_CHECKING = False  # `typing` costs the OCI hook start-up time; only checkers need it
 if TYPE_CHECKING:
     from nri_plugin.plan.allocator import Allocator
+
+
+@dataclass(frozen=True)
+class PodUsage:
+    """What the pod's other containers hold now (the per-pod caps count them too)."""
+
+    gpus: int = 0
+    exclusive_cpus: int = 0
+    rt_share: float = 0.0
 
 
 @dataclass
@@ -30,4 +40,7 @@ class PlanContext:
     nri_version: str | None = None  # None: no NRI (the hook path)
     resolve_device: Callable[[str], tuple[int, int]] | None = None
     io_weight_supported: bool = True
-    container_env: Mapping[str, str] = field(default_factory=dict)
+    # What the runtime set for the container (kubelet limits, device-plugin GPUs); the
+    # default, nothing set, caps nothing (only the node's per-pod caps apply).
+    granted: GrantedResources = field(default_factory=GrantedResources)
+    pod_usage: PodUsage = field(default_factory=PodUsage)

@@ -38,10 +38,18 @@ class Shortfall:
 
     field: str
     message: str
-    reason: str  # metric label: policy | unsupported | placement | device | budget
+    reason: str  # metric label: policy | limit | unsupported | placement | device | budget
 
     def render(self, key: str) -> str:
         return f"{key}: {self.field}: {self.message}"
+
+
+def refusal(key: str, shortfalls: list[Shortfall]) -> SlaRefused:
+    """Hard mode: one refusal naming the first shortfall, and the others after it."""
+    first = shortfalls[0]
+    more = "; ".join(s.render(key) for s in shortfalls[1:])
+    return SlaRefused(key, first.field, first.message + (f" (also: {more})" if more else ""),
+                      first.reason)
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,6 @@ def split_field(message: str, default: str) -> tuple[str, str]:
 
 def placement_request(sla: Sla, ctx: PlanContext) -> PlacementRequest:
     gpu, cpu, numa = sla.gpu, sla.cpu, sla.numa
-    env = ctx.container_env
     return PlacementRequest(
         owner=ctx.owner,
         gpu_count=gpu.count if gpu else None,
@@ -49,7 +48,8 @@ def placement_request(sla: Sla, ctx: PlanContext) -> PlacementRequest:
         exclusive_cpus=cpu.exclusive if cpu else None,
         numa_nodes=numa.nodes if numa else None,
         from_runtime=bool(gpu and gpu.source == "runtime"),
-        visible_devices=env.get("NVIDIA_VISIBLE_DEVICES"),
+        visible_devices=ctx.granted.gpu_visible,
+        cdi_devices=ctx.granted.gpu_cdi,
     )
 
 

@@ -7,8 +7,11 @@ in soft mode shortfalls become warnings and the rest is applied.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from nri_plugin.plan import grants
 from nri_plugin.plan.context import PlanContext
-from nri_plugin.plan.model import ContainerPlan, IoLimit, MemoryPolicy, Shortfall, SlaRefused
+from nri_plugin.plan.model import ContainerPlan, IoLimit, MemoryPolicy, Shortfall, refusal
 from nri_plugin.plan.rt_budget import RtBudgetExceeded, RtGrant
 from nri_plugin.sla.model import Sla
 
@@ -39,9 +42,17 @@ class _Planner:
         self.shortfalls: list[Shortfall] = []
         self.reserved_placement = False
         self.reserved_rt = False
+        self.soft = sla.enforcement == "soft"
 
     def short(self, field_path: str, message: str, reason: str) -> None:
         self.shortfalls.append(Shortfall(field_path, message, reason))
+
+    def within(self, fitted: tuple[Any, Shortfall | None]) -> Any:
+        """The value a grants.fit_* allows; its shortfall, if any, is noted."""
+        value, shortfall = fitted
+        if shortfall is not None:
+            self.shortfalls.append(shortfall)
+        return value
 
     def allowed(self, permission: str, field_path: str) -> bool:
         if self.ctx.config.allows(permission, self.ctx.namespace):
@@ -56,6 +67,7 @@ class _Planner:
         if cpu is None:
             return
         if cpu.quota_us is not None:  # the parser checked it against the kernel's minimum
+            cpu = self.within(grants.fit_cpu_limit(cpu, self.ctx, self.soft))
             self.settings.update(cpu_quota=cpu.quota_us, cpu_period=cpu.period_us)
         elif cpu.period_us is not None:
             self.settings["cpu_period"] = cpu.period_us
@@ -68,6 +80,9 @@ class _Planner:
                        "nodes (allowed only on cgroup v1)", "unsupported")
             return
         if not self.allowed("realtime", "cpu.rt-runtime"):
+            return
+        runtime = self.within(grants.fit_rt(runtime, period, self.ctx, self.soft))
+        if not runtime:
             return
         if self.ctx.rt_budget is not None:
             try:
@@ -89,13 +104,23 @@ class _Planner:
             return
         if wants_exclusive and not self.allowed("exclusive-cpus", "cpu.exclusive"):
             return
-        if self.ctx.allocator is None:
+        allocator = self.ctx.allocator
+        if allocator is None:
             self.short("gpu" if wants_gpu else "numa", "no node topology is available to "
                        "place this container", "unsupported")
             return
+        if wants_exclusive:
+            exclusive = self.within(grants.fit_exclusive(sla.cpu.exclusive, self.ctx,
+                                                         allocator, self.soft))
+            sla = replace(sla, cpu=replace(sla.cpu, exclusive=exclusive or None))
+        if wants_gpu:
+            sla = replace(sla, gpu=self.within(grants.fit_gpus(
+                sla.gpu, self.ctx, allocator.inventory, self.soft)))
+        if sla.gpu is None and not (sla.cpu and sla.cpu.exclusive) and not wants_nodes:
+            return  # nothing left to place once clamped
         from nri_plugin.plan.placement_settings import place
 
-        outcome = place(self.sla, self.ctx, hard=self.sla.enforcement == "hard")
+        outcome = place(sla, self.ctx, hard=not self.soft)
         if outcome.error is not None:
             self.short(outcome.field, outcome.error, "placement")
             return
@@ -133,7 +158,8 @@ class _Planner:
         if mem is None:
             return
         if mem.max is not None:
-            self.settings["memory_max"] = mem.max
+            self.settings["memory_max"] = self.within(
+                grants.fit_memory_max(mem.max, self.ctx, self.soft))
         if mem.high is not None:
             if self.ctx.cgroup_version == 2:
                 self.settings["memory_high"] = mem.high
@@ -181,10 +207,7 @@ class _Planner:
     def finish(self) -> ContainerPlan:
         if self.sla.enforcement == "hard" and self.shortfalls:
             self.release()
-            first = self.shortfalls[0]
-            more = "; ".join(s.render(self.key) for s in self.shortfalls[1:])
-            message = first.message + (f" (also: {more})" if more else "")
-            raise SlaRefused(self.key, first.field, message, first.reason)
+            raise refusal(self.key, self.shortfalls)
         return ContainerPlan(self.sla.enforcement, self.ctx.cgroup_version, **self.settings,
                              warnings=tuple(s.render(self.key) for s in self.shortfalls),
                              reasons=tuple(s.reason for s in self.shortfalls), key=self.key)

@@ -67,6 +67,11 @@ class RtBudget:
         with self._lock:
             self._grants[owner] = grant
 
+    def share_of(self, owner: str) -> float:
+        with self._lock:
+            grant = self._grants.get(owner)
+            return grant.share if grant is not None else 0.0
+
     def release(self, owner: str) -> None:
         with self._lock:
             self._grants.pop(owner, None)

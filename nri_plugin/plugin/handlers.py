@@ -14,9 +14,10 @@ from contextlib import nullcontext
 from typing import Any
 
 from nri_plugin.core import Decision, NodeState, decide
-from nri_plugin.core.decision import REUSABLE_LIMIT
+from nri_plugin.core.decision import REUSABLE_LIMIT, recheck
 from nri_plugin.core.nodestate import LiveContainer
 from nri_plugin.errors import INTERNAL, INVALID, SlaFailure
+from nri_plugin.granted import GrantedResources
 from nri_plugin.hookspec import hook_spec
 from nri_plugin.logsetup import log_decision, log_event
 from nri_plugin.nri.errors import Code, RpcError
@@ -36,6 +37,29 @@ _LIVE_STATES = (pb.CONTAINER_CREATED, pb.CONTAINER_RUNNING, pb.CONTAINER_PAUSED)
 
 def rpc_error(exc: SlaFailure) -> RpcError:
     return RpcError(STATUS.get(exc.kind, Code.FAILED_PRECONDITION), str(exc))
+
+
+def granted_resources(resources: pb.LinuxResources, container: pb.Container | None = None
+                      ) -> GrantedResources:
+    """What the runtime set for the container: the kubelet's CPU and memory values in the
+    request, and the GPUs a device plugin put in its env or CDI devices."""
+    cpu, memory = resources.cpu, resources.memory
+
+    def value(message: Any, name: str) -> int | None:
+        return getattr(message, name).value if message.HasField(name) else None
+
+    visible = None
+    cdi: tuple[str, ...] = ()
+    if container is not None:
+        for item in container.env:  # the runtime replaces a key, so there is one; the last
+            name, _, text = item.partition("=")
+            if name == "NVIDIA_VISIBLE_DEVICES":
+                visible = text
+        cdi = tuple(d.name for d in container.CDI_devices)
+    return GrantedResources(cpu_quota=value(cpu, "quota"), cpu_period=value(cpu, "period"),
+                            cpu_shares=value(cpu, "shares"),
+                            memory_limit=value(memory, "limit"), gpu_visible=visible,
+                            gpu_cdi=cdi)
 
 
 class StartRefused(Exception):
@@ -92,6 +116,9 @@ class SlaPlugin:
                 for c in containers if c.state in _LIVE_STATES]
         restored = self.node.restore(live)
         self._plans = restored.plans
+        pod_of = {c.id: c.pod_sandbox_id for c in containers}
+        for owner in restored.plans:  # what they hold counts against their pods' caps again
+            self.node.note_pod(owner, pod_of.get(owner, ""))
         # Created but not started yet: StartContainer still owes the direct writes.
         self._unstarted = {c.id for c in containers if c.state == pb.CONTAINER_CREATED
                            and c.id in restored.plans}
@@ -110,8 +137,9 @@ class SlaPlugin:
     def create_container(self, pod: pb.PodSandbox, container: pb.Container) -> CreateResult:
         started = time.perf_counter()
         decision = decide(self.node, dict(pod.annotations), container.name,
-                          namespace=pod.namespace, owner=container.id,
-                          nri_version=self.nri_version)
+                          namespace=pod.namespace, owner=container.id, pod=pod.id,
+                          nri_version=self.nri_version,
+                          granted=granted_resources(container.linux.resources, container))
         if decision.plan is not None and decision.plan.rt_runtime and self.node.facts:
             try:
                 paths = self.node.container_paths(container.linux.cgroups_path)
@@ -181,10 +209,24 @@ class SlaPlugin:
 
     def update_container(self, pod: pb.PodSandbox, container: pb.Container,
                          resources: pb.LinuxResources) -> list[pb.ContainerUpdate]:
-        """kubelet changed the container's resources: the SLA's settings stay in force."""
+        """kubelet changed the container's resources (a resize): the SLA's settings stay in
+        force within the new values. Hard mode refuses an update that leaves the SLA
+        above them (the container stays as it was); soft mode clamps and warns."""
         with self._timed("UpdateContainer"):
             plan = self._plans.get(container.id)
-            return [build_update(container.id, plan)] if plan is not None else []
+            if plan is None:
+                return []
+            try:
+                fitted = recheck(self.node, plan, granted_resources(resources),
+                                 namespace=pod.namespace)
+            except SlaFailure as exc:
+                log.warning("%s/%s %s: update refused: %s", pod.namespace, pod.name,
+                            container.name, exc)
+                raise rpc_error(exc) from None
+            for warning in fitted.warnings[len(plan.warnings):]:
+                log.warning("%s/%s %s: update: %s", pod.namespace, pod.name, container.name,
+                            warning)
+            return [build_update(container.id, fitted)]
 
     def stop_container(self, pod: pb.PodSandbox, container: pb.Container):
         with self._timed("StopContainer"):

@@ -498,8 +498,11 @@ def make_container(pod: pb.PodSandbox, name: str, *,
                    env: Iterable[str] = ("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin",),
                    args: Iterable[str] = ("/bin/sh", "-c", "sleep infinity"),
                    state: int = pb.CONTAINER_CREATED,
-                   image: str = "docker.io/library/busybox:latest") -> pb.Container:
-    """A Container as containerd describes it at CreateContainer (golden-like size)."""
+                   image: str = "docker.io/library/busybox:latest",
+                   cdi_devices: Iterable[str] = ()) -> pb.Container:
+    """A Container as containerd describes it at CreateContainer (golden-like size).
+    `resources`: what the kubelet set (default: a 100m CPU request, no limits);
+    `cdi_devices`: the CDI names a device plugin granted (GPUs)."""
     cid = _id(f"ctr/{pod.id}/{name}")
     parent = pod.linux.cgroup_parent
     if parent.endswith(".slice"):
@@ -537,4 +540,5 @@ def make_container(pod: pb.PodSandbox, name: str, *,
         args=list(args), env=[*env, f"HOSTNAME={pod.name}"], mounts=mounts,
         hooks=pb.Hooks(),
         linux=pb.LinuxContainer(namespaces=ns, cgroups_path=cgroups_path,
-                                resources=resources or make_resources(cpu_shares=102)))
+                                resources=resources or make_resources(cpu_shares=102)),
+        CDI_devices=[pb.CDIDevice(name=name) for name in cdi_devices])

@@ -19,9 +19,11 @@ def nri_plugin(*args: str) -> subprocess.CompletedProcess:
 
 
 def pod_file(tmp_path: Path, annotations: dict[str, str], kind: str = "Pod",
-             containers=("work",)) -> str:
+             containers=("work",), limits: dict | None = None) -> str:
+    resources = {"limits": limits} if limits else {}
     pod = {"metadata": {"name": "p", "namespace": "ml", "annotations": annotations},
-           "spec": {"containers": [{"name": c, "image": "busybox"} for c in containers]}}
+           "spec": {"containers": [{"name": c, "image": "busybox", "resources": resources}
+                                   for c in containers]}}
     if kind == "Pod":
         doc = {"apiVersion": "v1", "kind": "Pod", **pod}
     elif kind == "CronJob":
@@ -37,7 +39,8 @@ def pod_file(tmp_path: Path, annotations: dict[str, str], kind: str = "Pod",
 
 def test_explain_shows_gpus_and_numa_from_inventory(tmp_path):
     path = pod_file(tmp_path, {"sla.nri.io/pod": "gpu: {count: 2, topology: nvlink}\n"
-                                                 "cpu: {exclusive: 4}"})
+                                                 "cpu: {exclusive: 4}"},
+                    limits={"cpu": "4", "memory": "8Gi", "nvidia.com/gpu": 2})
     out = nri_plugin("explain", "--inventory", DGX, "--cgroup", "v2", "--json", path)
     assert out.returncode == 0, out.stderr
     (result,) = json.loads(out.stdout)
@@ -97,16 +100,48 @@ def test_demo_prints_table_with_enforced_and_refused():
     assert "CDI device nvidia.com/gpu=" in out.stdout
 
 
+def test_demo_refuses_a_pod_above_its_limits_and_clamps_a_soft_one():
+    text = " ".join(nri_plugin("demo").stdout.split())
+    assert ("shop/greedy app REFUSED sla.nri.io/pod: cpu.limit: 64 exceeds the 0.5 CPUs the "
+            "runtime granted") in text
+    assert "memory.max: 512Gi exceeds the 256Mi the runtime granted" in text
+    assert ("memory.max: 2Gi exceeds the 1536Mi the runtime granted (the pod's limit); "
+            "allowed: at most 1536Mi; clamped to 1536Mi") in text
+
+
+def test_readme_shows_what_make_demo_prints():
+    out = nri_plugin("demo")  # as `make demo` runs it: from the repository root
+    readme = (REPO / "README.md").read_text()
+    block = readme.split("What `make demo` prints", 1)[1].split("```\n", 2)[1]
+    assert block == out.stdout
+
+
 def test_demo_containerd_17_v1():
     out = nri_plugin("demo", "--runtime", "containerd-1.7", "--cgroup", "v1")
     assert out.returncode == 0, out.stderr
-    assert "NRI older than v0.10" in " ".join(out.stdout.split())
+    text = " ".join(out.stdout.split())
+    assert "NRI older than v0.10" in text
+    # The demo's node policy lets "trading" use real-time: granted, ancestors raised first.
+    assert ("trading/feed-handler feed enforced cpu: quota 200000us/100000us, rt "
+            "5000us/1000000us rt budget of the ancestors: kubepods 5000us, burstable 5000us, "
+            "pod 5000us") in text
+
+
+def test_explain_uses_the_manifests_resources(tmp_path):
+    path = pod_file(tmp_path, {"sla.nri.io/pod": "memory: {max: 1Gi}\ncpu: {exclusive: 2}"},
+                    limits={"cpu": "1", "memory": "512Mi"})
+    out = nri_plugin("explain", "--inventory", DGX, "--cgroup", "v2", path)
+    assert out.returncode == 1
+    assert ("memory.max: 1Gi exceeds the 512Mi the runtime granted (the pod's limit); allowed: "
+            "at most 512Mi") in out.stdout
+    assert "cpu.exclusive: 2 exceeds the CPU request the runtime granted (1000m" in out.stdout
 
 
 def test_node_config_inventory_snapshot_is_used(tmp_path):
     config = tmp_path / "config.yaml"
     config.write_text(f"gpu:\n  inventory: {DGX}\n  injection: env\n")
-    path = pod_file(tmp_path, {"sla.nri.io/pod": "gpu: {count: 1}"})
+    path = pod_file(tmp_path, {"sla.nri.io/pod": "gpu: {count: 1}"},
+                    limits={"nvidia.com/gpu": 1})
     out = nri_plugin("explain", "--config", str(config), "--cgroup", "v2", "--json", path)
     assert out.returncode == 0, out.stderr
     (result,) = json.loads(out.stdout)

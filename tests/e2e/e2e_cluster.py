@@ -227,8 +227,10 @@ class Cluster:
                          f"[{table}.options]\n{runc_options(self.bins.runc, self.base / 'runc')}")
 
     def run_pod(self, name: str, annotations: dict[str, str], container: str = "work",
-                runtime: str = "") -> PodContainer:
-        """Host-network pod + one started container; raises ClusterError on refusal."""
+                runtime: str = "", resources: dict[str, int] | None = None) -> PodContainer:
+        """Host-network pod + one started container; raises ClusterError on refusal.
+        `resources`: the container's CRI linux.resources as the kubelet sends them
+        (cpu_period, cpu_quota, cpu_shares, memory_limit_in_bytes)."""
         d = self.base / "pods" / name
         d.mkdir(parents=True, exist_ok=True)
         uid = uuid.uuid4().hex
@@ -242,7 +244,7 @@ class Cluster:
         }
         ctr = {"metadata": {"name": container}, "image": {"image": self.image},
                "command": ["/bin/sleep", "infinity"], "log_path": f"{container}.log",
-               "linux": {}}
+               "linux": {"resources": resources} if resources else {}}
         (d / "pod.json").write_text(json.dumps(pod))
         (d / "ctr.json").write_text(json.dumps(ctr))
         handler = ("--runtime", runtime) if runtime else ()
@@ -253,6 +255,12 @@ class Cluster:
         info = json.loads(self.crictl("inspect", "-o", "json", cid))
         path = info["info"]["runtimeSpec"]["linux"]["cgroupsPath"]
         return PodContainer(pod_id, cid, path, info)
+
+    def update(self, pc: PodContainer, cpu_quota: int, cpu_period: int,
+               memory: int) -> None:
+        """What the kubelet does on an in-place resize (CRI UpdateContainerResources)."""
+        self.crictl("update", "--cpu-quota", str(cpu_quota), "--cpu-period", str(cpu_period),
+                    "--memory", str(memory), pc.container_id)
 
     @staticmethod
     def cgroup(pc: PodContainer) -> CgroupValues:

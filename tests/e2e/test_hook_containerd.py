@@ -63,3 +63,26 @@ def test_hook_refuses_invalid_sla_in_hard_mode(cluster, hooked):
     assert "crictl start" in message  # runc create runs the hook at StartContainer
     assert "sla.nri.io/pod" in message
     assert "memory.max" in message
+
+
+# What the kubelet sends for limits {cpu: 500m, memory: 256Mi}; containerd writes it into
+# config.json's linux.resources, where the hook reads it.
+KUBELET_LIMITS = {"cpu_period": 100000, "cpu_quota": 50000, "cpu_shares": 512,
+                  "memory_limit_in_bytes": 268435456}
+GREEDY = "cpu: {limit: 64}\nmemory: {max: 512Gi}\n"
+
+
+def test_hook_holds_the_sla_to_the_kubelet_limits(cluster, hooked):
+    with pytest.raises(cluster.Error) as err:
+        cluster.run_pod("greedy", {"sla.nri.io/pod": GREEDY}, runtime=hooked,
+                        resources=KUBELET_LIMITS)
+    message = str(err.value)
+    print("evidence: refused by the hook:", message)
+    assert "crictl start" in message
+    assert "cpu.limit: 64 exceeds the 0.5 CPUs the runtime granted" in message
+    assert "memory.max: 512Gi exceeds the 256Mi the runtime granted" in message
+    soft = cluster.run_pod("greedy-soft", {"sla.nri.io/pod": "enforcement: soft\n" + GREEDY},
+                           runtime=hooked, resources=KUBELET_LIMITS)
+    values = cluster.cgroup(soft)
+    assert (values.cpu_quota, values.cpu_period, values.memory_limit) == (
+        50000, 100000, 268435456)

@@ -217,3 +217,50 @@ def test_preinstalled_plugin_launched_by_containerd(cluster, sla_plugin_argv):
     pc = cluster.run_pod("preinstalled", {"sla.nri.io/pod": POD_SLA})
     assert triple(cluster.cgroup(pc)) == (50000, 100000, 268435456)
     assert "configured by containerd" in log.read_text()
+
+
+# What the kubelet sends for limits {cpu: 500m, memory: 256Mi} (requests = limits).
+KUBELET_LIMITS = {"cpu_period": 100000, "cpu_quota": 50000, "cpu_shares": 512,
+                  "memory_limit_in_bytes": 268435456}
+GREEDY = "cpu: {limit: 64}\nmemory: {max: 512Gi}\n"
+
+
+def test_pod_raising_its_kubelet_limits_is_refused_or_clamped(cluster, sla_plugin):
+    """Hostile: an annotation asking 64 CPUs / 512Gi over kubelet limits of 0.5 / 256Mi."""
+    with pytest.raises(cluster.Error) as err:
+        cluster.run_pod("greedy", {"sla.nri.io/pod": GREEDY}, resources=KUBELET_LIMITS)
+    message = str(err.value)
+    print("evidence: refused:", message)
+    assert "crictl create" in message
+    assert ("sla.nri.io/pod: cpu.limit: 64 exceeds the 0.5 CPUs the runtime granted "
+            "(the pod's limit, quota 50000us per 100000us); allowed: at most 0.5") in message
+    assert ("memory.max: 512Gi exceeds the 256Mi the runtime granted (the pod's limit); "
+            "allowed: at most 256Mi") in message
+
+    soft = cluster.run_pod("greedy-soft", {"sla.nri.io/pod": "enforcement: soft\n" + GREEDY},
+                           resources=KUBELET_LIMITS)
+    # The kernel holds the kubelet's values, not 64 CPUs / 512Gi.
+    assert triple(cluster.cgroup(soft)) == (50000, 100000, 268435456)
+    warnings = cluster.spec_annotations(soft)["sla.nri.io/warnings"]
+    print("evidence: warnings:", warnings)
+    assert "clamped to quota 50000us per 100000us" in warnings
+    assert "clamped to 256Mi" in warnings
+
+
+def test_resize_below_the_sla_is_rechecked(cluster, sla_plugin):
+    """UpdateContainer (kubelet resize) against the new limits: hard refuses the update,
+    soft clamps to it; neither re-asserts the SLA above what Kubernetes now grants."""
+    roomy = {"cpu_period": 100000, "cpu_quota": 100000, "cpu_shares": 1024,
+             "memory_limit_in_bytes": 1 << 30}
+    hard = cluster.run_pod("resize-hard", {"sla.nri.io/pod": POD_SLA}, resources=roomy)
+    soft = cluster.run_pod("resize-soft", {"sla.nri.io/pod": "enforcement: soft\n" + POD_SLA},
+                           resources=roomy)
+    assert triple(cluster.cgroup(hard)) == (50000, 100000, 268435456)
+    with pytest.raises(cluster.Error) as err:
+        cluster.update(hard, cpu_quota=25000, cpu_period=100000, memory=128 << 20)
+    print("evidence: update refused:", err.value)
+    assert "memory.max: 256Mi exceeds the 128Mi the runtime granted" in str(err.value)
+    assert triple(cluster.cgroup(hard)) == (50000, 100000, 268435456)  # unchanged
+    cluster.update(soft, cpu_quota=25000, cpu_period=100000, memory=128 << 20)
+    assert triple(cluster.cgroup(soft)) == (25000, 100000, 134217728)
+    sla_plugin.wait_output(r"update: sla.nri.io/pod: cpu.limit: 0.5 exceeds the 0.25 CPUs")

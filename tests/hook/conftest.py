@@ -234,12 +234,15 @@ def state_json(bundle: Path | str, cid: str = "ctr-1", pid: int | None = None,
 
 
 def write_bundle(path: Path, annotations: dict[str, str], cgroups_path: str | None,
-                 env: list[str] | None = None) -> Path:
+                 env: list[str] | None = None, resources: dict | None = None) -> Path:
+    """config.json; `resources`: linux.resources as the runtime writes it (kubelet limits)."""
     path.mkdir(parents=True, exist_ok=True)
     spec = {"ociVersion": "1.0.2", "process": {"env": env or ["PATH=/bin"]},
             "annotations": annotations, "linux": {}}
     if cgroups_path is not None:
         spec["linux"]["cgroupsPath"] = cgroups_path
+    if resources is not None:
+        spec["linux"]["resources"] = resources
     (path / "config.json").write_text(json.dumps(spec))
     return path
 

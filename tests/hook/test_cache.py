@@ -42,12 +42,12 @@ def world(tmp_path, h, hook_cache_dir):
     config.write_text(f"enforcement: hard\nstate-dir: {tmp_path / 'state'}\n")
 
     def run(annotations, *, expect_hit=None, env=None, cid="ctr-1", files=None, pid=None,
-            cgroups_path=CTR, **opts):
+            cgroups_path=CTR, resources=None, **opts):
         for name, text in {**pristine, **(files or {})}.items():  # the same start each run
             (cdir / name).write_text(text)
         bundle = h.write_bundle(tmp_path / f"bundle-{cid}",
                                 {TYPE: "container", NAME: "app", **annotations},
-                                cgroups_path, env)
+                                cgroups_path, env, resources)
         opts.setdefault("config", str(config))
         opts.setdefault("cgroup_root", str(root))
         calls = []
@@ -276,6 +276,30 @@ def test_warm_runs_find_the_cgroup_through_the_pid(world, h, tmp_path):
                  cgroups_path="/nowhere")
     assert pod.exit_code == EXIT_INVALID and "holds other processes" in pod.lines[0]
     assert (cdir.parent / "memory.max").read_text() == "max\n"
+
+
+BIG = {"cpu": {"quota": 100000, "period": 100000, "shares": 1024},
+       "memory": {"limit": 128 << 20}}
+
+
+@pytest.mark.parametrize(("section", "field", "value", "exit_code"), [
+    ("cpu", "quota", 40000, EXIT_REFUSED),      # 0.4 CPU < the SLA's 0.5
+    ("cpu", "period", 250000, EXIT_REFUSED),    # 100000/250000: 0.4 CPU
+    ("cpu", "shares", 512, EXIT_OK),            # a smaller request: no exclusive CPUs here
+    ("memory", "limit", 32 << 20, EXIT_REFUSED),  # 32Mi < the SLA's 64Mi
+])
+def test_runtime_limits_are_in_the_key(world, section, field, value, exit_code):
+    """A replica whose kubelet limits differ is decided again: the grant caps the plan."""
+    run, _config, _cdir, _cache = world
+    sla = {"sla.nri.io/pod": "cpu:\n  limit: 0.5\nmemory:\n  max: 64Mi\n"}
+    assert run(sla, resources=BIG)[0].exit_code == EXIT_OK
+    assert run(sla, resources=BIG, expect_hit=True)[0].exit_code == EXIT_OK
+    other = {"cpu": dict(BIG["cpu"]), "memory": dict(BIG["memory"])}
+    other[section][field] = value
+    out, _ = run(sla, resources=other, expect_hit=False)
+    off, _ = run(sla, resources=other, cache_dir="off")
+    _same(out, off)
+    assert out.exit_code == exit_code
 
 
 def test_per_replica_annotations_still_hit(world):

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from nri_plugin.errors import EXIT_INTERNAL, EXIT_INVALID, EXIT_OK
+from nri_plugin.granted import GrantedResources
 from nri_plugin.hook.options import parse_argv
 from nri_plugin.hook.state import STATE_LIMIT, parse_config
 
@@ -90,16 +91,33 @@ def test_hostile_annotation_value_too_long(tmp_path, h):
     assert "annotation 'sla.nri.io/pod' is longer than" in out.lines[0]
 
 
-def test_config_parse_keeps_env_and_cgroups_path():
+def test_config_parse_keeps_grants_and_cgroups_path():
     spec = parse_config(json.dumps({
         "process": {"env": ["A=1", "NVIDIA_VISIBLE_DEVICES=0,1", 7, "junk"]},
-        "linux": {"cgroupsPath": "/k/c1"}, "annotations": {"k": "v"}}).encode())
-    assert spec.env == {"A": "1", "NVIDIA_VISIBLE_DEVICES": "0,1"}
+        "linux": {"cgroupsPath": "/k/c1",
+                  "resources": {"cpu": {"quota": 50000, "period": 100000, "shares": 512},
+                                "memory": {"limit": 268435456}}},
+        "annotations": {"k": "v"}}).encode())
+    assert spec.granted == GrantedResources(cpu_quota=50000, cpu_period=100000, cpu_shares=512,
+                                            memory_limit=268435456, gpu_visible="0,1")
     assert spec.cgroups_path == "/k/c1"
     assert spec.annotations == {"k": "v"}
 
 
-@pytest.mark.parametrize("doc", [{"linux": []}, {"linux": {"cgroupsPath": 5}}])
+def test_config_unlimited_resources_grant_nothing():
+    spec = parse_config(json.dumps({"linux": {"resources": {
+        "cpu": {"quota": -1, "period": 100000}, "memory": {"limit": -1}}}}).encode())
+    assert spec.granted.quota_period is None and spec.granted.memory_limit is None
+    assert parse_config(b'{"linux": {}}').granted == GrantedResources()
+
+
+@pytest.mark.parametrize("doc", [
+    {"linux": []}, {"linux": {"cgroupsPath": 5}}, {"linux": {"resources": []}},
+    {"linux": {"resources": {"cpu": 5}}},
+    {"linux": {"resources": {"cpu": {"quota": "50000"}}}},
+    {"linux": {"resources": {"memory": {"limit": True}}}},
+    {"linux": {"resources": {"cpu": {"shares": 1.5}}}},
+])
 def test_config_bad_linux(doc):
     from nri_plugin.errors import InvalidInput
 

@@ -61,6 +61,19 @@ gpu:
 """
 
 
+def guaranteed(cpus: int, memory: int = 16 << 30):
+    """A Guaranteed container's resources as the kubelet sets them: requests = limits."""
+    from nri_plugin.simulated.runtime import make_resources
+
+    return make_resources(cpu_shares=cpus * 1024, cpu_quota=cpus * 100_000,
+                          cpu_period=100_000, memory_limit=memory)
+
+
+def gpu_grant(*indexes: int) -> tuple[str, ...]:
+    """CDI names a device plugin grants (by GPU index)."""
+    return tuple(f"nvidia.com/gpu={i}" for i in indexes)
+
+
 def resolve(spec: str) -> tuple[int, int]:
     if spec in DEVICES:
         return DEVICES[spec]
@@ -74,8 +87,8 @@ def make_node(version: int, cgroup_root: Path | None = None, *, realtime=("*",),
               gpus=("*",), rt_share: float = 0.95, record_key: bytes = RECORD_KEY,
               **config) -> NodeState:
     snapshot = load_snapshot(DGX)
-    cfg = NodeConfig(permissions=Permissions(realtime=tuple(realtime), gpus=tuple(gpus)),
-                     **config)
+    config.setdefault("permissions", Permissions(realtime=tuple(realtime), gpus=tuple(gpus)))
+    cfg = NodeConfig(**config)
     facts = None
     if cgroup_root is not None:
         facts = CgroupFacts(version=version, driver="cgroupfs", root=cgroup_root)

@@ -8,7 +8,7 @@ import contextlib
 import urllib.error
 import urllib.request
 
-from plugin_helpers import make_node
+from plugin_helpers import gpu_grant, guaranteed, make_node
 
 from nri_plugin.commands.run import build_service
 from nri_plugin.metrics import Metrics, start_http_server
@@ -55,7 +55,8 @@ def test_metrics_follow_simulated_events(tmp_path):
             ok = make_pod("ok", annotations={"sla.nri.io/pod": "gpu: {count: 2}\n"
                                                                "cpu: {exclusive: 2}"})
             await session.run_pod_sandbox(ok)
-            await session.create_container(ok, make_container(ok, "c"))
+            await session.create_container(ok, make_container(
+                ok, "c", resources=guaranteed(2), cdi_devices=gpu_grant(0, 1)))
             bad = make_pod("bad", annotations={"sla.nri.io/pod": "cpu: {limit: -1}"})
             with contextlib.suppress(PluginCallError):
                 await session.create_container(bad, make_container(bad, "c"))

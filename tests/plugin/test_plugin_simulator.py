@@ -8,6 +8,8 @@ import json
 import pytest
 from plugin_helpers import (
     FULL_SLA,
+    gpu_grant,
+    guaranteed,
     make_container_dirs,
     make_node,
     make_pod_cgroups,
@@ -37,7 +39,9 @@ def test_full_sla_on_v2_node(tmp_path):
             pod = make_pod("trainer", namespace="ml", annotations={
                 "sla.nri.io/container.work": FULL_SLA.replace("  rt-runtime: 5ms\n", "")
                                                      .replace("  rt-period: 1s\n", "")})
-            ctr = make_container(pod, "work")
+            # The kubelet granted 4 CPUs, 16Gi and two GPUs (0 and 7, not NVLinked).
+            ctr = make_container(pod, "work", resources=guaranteed(4),
+                                 cdi_devices=gpu_grant(0, 7))
             return (await session.create_container(pod, ctr)).adjust, node
 
     adj, node = run(scenario())
@@ -68,7 +72,8 @@ def test_full_sla_on_v1_node_adds_direct_writes(tmp_path, v1_tree):
             sla = FULL_SLA.replace("  high: 8Gi\n", "")  # v1 has no memory.high: hard refuses
             pod = make_pod("trainer", namespace="ml",
                            annotations={"sla.nri.io/container.work": sla})
-            ctr = make_container(pod, "work")
+            ctr = make_container(pod, "work", resources=guaranteed(4),
+                                 cdi_devices=gpu_grant(0, 1))
             make_pod_cgroups(v1_tree, ctr.linux.cgroups_path)
             adj = (await session.create_container(pod, ctr)).adjust
             dirs = make_container_dirs(v1_tree, ctr.linux.cgroups_path)
@@ -139,14 +144,17 @@ def test_containerd_17_mode_and_no_sla_pods(tmp_path):
 def test_allocations_released_and_rebuilt_from_synchronize(tmp_path):
     one_gpu = {"sla.nri.io/pod": "gpu: {count: 1}"}
 
+    def one_granted(pod):
+        return make_container(pod, "c", cdi_devices=gpu_grant(0))
+
     async def scenario():
         async with plugin_session(make_node(2), tmp_path) as (_, session, _p):
             pod = make_pod("big", annotations={"sla.nri.io/pod": "gpu: {count: 8}"})
-            ctr = make_container(pod, "c")
+            ctr = make_container(pod, "c", cdi_devices=gpu_grant(*range(8)))
             adj = (await session.create_container(pod, ctr)).adjust
             other = make_pod("other", annotations=one_gpu)
             with pytest.raises(PluginCallError) as full:
-                await session.create_container(other, make_container(other, "c"))
+                await session.create_container(other, one_granted(other))
         # A restarted plugin learns the allocation from the running container's record.
         running = make_container(pod, "c", state=pb.CONTAINER_RUNNING,
                                  annotations=dict(adj.annotations))
@@ -154,9 +162,9 @@ def test_allocations_released_and_rebuilt_from_synchronize(tmp_path):
                                   containers=[running]) as (_, session, _p):
             third = make_pod("third", annotations=one_gpu)
             with pytest.raises(PluginCallError) as after_restart:
-                await session.create_container(third, make_container(third, "c"))
+                await session.create_container(third, one_granted(third))
             await session.stop_container(pod, running)
-            freed = await session.create_container(third, make_container(third, "c"))
+            freed = await session.create_container(third, one_granted(third))
         return full.value, after_restart.value, freed
 
     full, after_restart, freed = run(scenario())
@@ -172,7 +180,7 @@ def test_exclusive_cpus_leave_aligned_neighbours_cpusets(tmp_path):
             first = (await session.create_container(shared, make_container(shared, "c"))).adjust
             excl = make_pod("excl", annotations={"sla.nri.io/pod": "numa: {nodes: '1'}\n"
                                                                    "cpu: {exclusive: 4}"})
-            ctr = make_container(excl, "c")
+            ctr = make_container(excl, "c", resources=guaranteed(4))
             taken = await session.create_container(excl, ctr)
             given_back = await session.stop_container(excl, ctr)
             return first, taken, given_back

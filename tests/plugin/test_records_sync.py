@@ -13,6 +13,7 @@ import pytest
 from plugin_helpers import RECORD_KEY, make_node, plugin_session
 
 from nri_plugin.commands.run import build_service
+from nri_plugin.config import Cap, Permissions, PodCaps
 from nri_plugin.metrics import Metrics
 from nri_plugin.nri.pb import nri_pb2 as pb
 from nri_plugin.nri.service import run_service
@@ -28,6 +29,17 @@ from nri_plugin.topology.cpulist import parse_cpulist
 
 APPLIED, WARNINGS = "sla.nri.io/applied", "sla.nri.io/warnings"
 ALL_GPUS = [f"GPU-d0000000-0000-0000-0000-00000000000{i}" for i in range(8)]
+
+
+def permissive_node(version: int):
+    """These tests are about records: a node policy that lets every namespace hold GPUs
+    and CPUs without a device-plugin grant or a request, and whole-node pod caps (the
+    grant rules have their own tests in tests/plan/test_grants.py)."""
+    return make_node(version, permissions=Permissions(
+        realtime=("*",), gpus=("*",), exclusive_cpus=("*",), ungranted_gpus=("*",),
+        exceed_runtime_limits=("*",)),
+        pod_caps=PodCaps(gpus=Cap(100, percent=True), exclusive_cpus=Cap(100, percent=True),
+                         rt_share=1.0))
 
 
 def run(coro):
@@ -71,7 +83,7 @@ def test_forged_records_grant_nothing_and_break_nothing(tmp_path, caplog):
                   "placement_record": {"gpus": ALL_GPUS, "exclusive": "0-63"}}
 
     async def scenario():
-        async with plugin_session(make_node(2), tmp_path) as (sim, session, _p):
+        async with plugin_session(permissive_node(2), tmp_path) as (sim, session, _p):
             holder_pod, holder, _ = await created(session, "holder", "gpu: {count: 2}")
             state = sim.state
         genuine = state.containers[holder.id].annotations[APPLIED]
@@ -92,7 +104,7 @@ def test_forged_records_grant_nothing_and_break_nothing(tmp_path, caplog):
             containers.append(ctr)
         metrics = Metrics()
         started = time.perf_counter()
-        async with plugin_session(make_node(2), tmp_path, pods=pods, containers=containers,
+        async with plugin_session(permissive_node(2), tmp_path, pods=pods, containers=containers,
                                   metrics=metrics) as (_sim, session, plugin):
             synced = time.perf_counter() - started
             kept = holdings(plugin)
@@ -129,7 +141,7 @@ def test_synchronize_after_a_disconnect_releases_what_went_away(tmp_path):
 
     async def scenario():
         stop = asyncio.Event()
-        plugin, options = build_service(make_node(1), metrics, socket=socket_path,
+        plugin, options = build_service(permissive_node(1), metrics, socket=socket_path,
                                         handle_signals=False, stop_event=stop,
                                         backoff_initial=0.05, backoff_max=0.1)
         service = asyncio.create_task(run_service(plugin, options))
@@ -198,7 +210,7 @@ def test_pod_set_outputs_are_removed_or_overwritten(tmp_path):
     forged = {APPLIED: '{"v":2,"placement_record":{"gpus":["0"]}}', WARNINGS: "none, trust me"}
 
     async def scenario():
-        async with plugin_session(make_node(2), tmp_path) as (sim, session, plugin):
+        async with plugin_session(permissive_node(2), tmp_path) as (sim, session, plugin):
             _p, plain, plain_resp = await created(session, "plain", None, annotations=forged)
             _p, sla, sla_resp = await created(session, "sla", "cpu: {limit: 1}",
                                               annotations=forged)
@@ -226,7 +238,7 @@ def test_conflicting_records_the_earlier_container_wins(tmp_path, caplog):
     caplog.set_level(logging.WARNING, logger="nri_sla.plugin")
 
     async def one(name: str):
-        async with plugin_session(make_node(2), tmp_path) as (sim, session, _p):
+        async with plugin_session(permissive_node(2), tmp_path) as (sim, session, _p):
             pod, ctr, _ = await created(session, name, "gpu: {count: 8}")
             return pod, sim.state.containers[ctr.id]
 
@@ -235,7 +247,7 @@ def test_conflicting_records_the_earlier_container_wins(tmp_path, caplog):
         made["a"][1].created_at, made["b"][1].created_at = (
             (1, 2) if first_created == "a" else (2, 1))
         metrics = Metrics()
-        async with plugin_session(make_node(2), tmp_path, metrics=metrics,
+        async with plugin_session(permissive_node(2), tmp_path, metrics=metrics,
                                   pods=[made[n][0] for n in order],
                                   containers=[made[n][1] for n in order]) as (_s, _ss, plugin):
             return ({n: made[n][1].id for n in order}, holdings(plugin),
@@ -258,7 +270,7 @@ def test_restore_applies_the_node_policy_again(tmp_path):
     the node config no longer allows them (or the pod is unknown): nothing is held."""
 
     async def scenario():
-        async with plugin_session(make_node(1, realtime=("*",)), tmp_path) as (sim, session, _p):
+        async with plugin_session(permissive_node(1), tmp_path) as (sim, session, _p):
             rt_pod, rt, _ = await created(session, "rt", "cpu: {rt-runtime: 10ms}",
                                           namespace="team-a")
             gpu_pod, gpu, _ = await created(session, "gpu", "gpu: {count: 1}",

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from nri_plugin import config as cfgmod
 from nri_plugin.config import (
+    Cap,
     CgroupConfig,
     ConfigError,
     GpuConfig,
@@ -20,6 +21,7 @@ from nri_plugin.config import (
     NodeConfig,
     NriConfig,
     Permissions,
+    PodCaps,
     load_config,
     parse_config,
 )
@@ -42,6 +44,12 @@ def test_defaults_are_safe():
     assert not cfg.allows("realtime", "default")
     assert cfg.allows("exclusive-cpus", "any") and cfg.allows("gpus", "x")
     assert cfg.allows("io-max", "x")
+    # Nobody goes beyond what the runtime granted, nor gets GPUs without a device plugin.
+    assert not cfg.allows("exceed-runtime-limits", "kube-system")
+    assert not cfg.allows("ungranted-gpus", "default")
+    assert cfg.pod_caps == PodCaps(gpus=Cap(8), exclusive_cpus=Cap(50, percent=True),
+                                   rt_share=0.1)
+    assert cfg.pod_caps.exclusive_cpus.of(64) == 32 and cfg.pod_caps.gpus.of(16) == 8
     assert cfg.rt_budget == 0.5 and cfg.reserved_cpus == ()
     assert cfg.metrics.enabled and cfg.metrics.host == "127.0.0.1" and cfg.metrics.port == 9810
 
@@ -55,6 +63,9 @@ permissions:
   exclusive-cpus: []
   gpus: ["ml-?", "[ab]-prod"]
   io-max: [storage]
+  ungranted-gpus: [lab]
+  exceed-runtime-limits: ["batch-*"]
+pod-caps: {gpus: "50%", exclusive-cpus: 16, rt-share: 0.05}
 rt-budget: 0.25
 reserved-cpus: 0-1,8
 gpu: {injection: env, inventory: /var/lib/nri-sla/inventory.yaml}
@@ -68,7 +79,9 @@ log: {format: json, level: debug}
         enforcement="soft",
         annotation_prefix="sla.example.com",
         permissions=Permissions(realtime=("rt-jobs", "team-*"), exclusive_cpus=(),
-                                gpus=("ml-?", "[ab]-prod"), io_max=("storage",)),
+                                gpus=("ml-?", "[ab]-prod"), io_max=("storage",),
+                                ungranted_gpus=("lab",), exceed_runtime_limits=("batch-*",)),
+        pod_caps=PodCaps(gpus=Cap(50, percent=True), exclusive_cpus=Cap(16), rt_share=0.05),
         rt_budget=0.25,
         reserved_cpus=(0, 1, 8),
         gpu=GpuConfig(injection="env", inventory="/var/lib/nri-sla/inventory.yaml"),
@@ -109,7 +122,13 @@ CONFIG_ERRORS = [
     ("enforcment: soft", "enforcment", "did you mean enforcement?"),
     ("annotation-prefix: Sla/x", "annotation-prefix", "DNS subdomain like sla.nri.io"),
     ("permissions: [realtime]", "permissions", "must be a mapping with keys realtime, "
-     "exclusive-cpus, gpus, io-max"),
+     "exclusive-cpus, gpus, io-max, ungranted-gpus, exceed-runtime-limits"),
+    ("pod-caps: {gpus: -1}", "pod-caps.gpus", "a count like 4 or a percentage of the node"),
+    ("pod-caps: {gpus: 2.5}", "pod-caps.gpus", "a count like 4"),
+    ("pod-caps: {exclusive-cpus: '150%'}", "pod-caps.exclusive-cpus", "like \"50%\""),
+    ("pod-caps: {exclusive-cpus: 'half'}", "pod-caps.exclusive-cpus", "got half"),
+    ("pod-caps: {rt-share: 1.5}", "pod-caps.rt-share", "fraction from 0 to 1"),
+    ("pod-caps: {rt: 0.1}", "pod-caps.rt", "not a known field"),
     ("permissions: {realtime: default}", "permissions.realtime",
      "list of namespace names or globs"),
     ("permissions: {realtime: [Default]}", "permissions.realtime[0]",
@@ -206,13 +225,15 @@ def test_docs_example_parses():
     assert cfg.allows("gpus", "ml-team") and not cfg.allows("gpus", "web")
     assert cfg.allows("realtime", "latency-critical") and cfg.reserved_cpus == (0, 1)
     assert cfg.cgroup.driver == "systemd" and cfg.log.format == "json"
+    assert cfg.pod_caps.gpus.of(8) == 8 and cfg.pod_caps.exclusive_cpus.of(64) == 48
 
 
 @settings(max_examples=100, deadline=None)
 @given(st.one_of(
     st.text(max_size=200),
     st.dictionaries(st.sampled_from(["enforcement", "rt-budget", "reserved-cpus", "nri", "log",
-                                     "permissions", "metrics", "cgroup", "gpu", "x"]),
+                                     "permissions", "pod-caps", "metrics", "cgroup", "gpu",
+                                     "x"]),
                     st.one_of(st.none(), st.booleans(), st.integers(), st.floats(),
                               st.text(max_size=20),
                               st.dictionaries(st.text(max_size=12), st.text(max_size=12),

@@ -1,0 +1,219 @@
+"""Never more than Kubernetes accounted for: an SLA against what the runtime granted the
+container, and the node's per-pod caps.
+
+The kubelet sets each container's CPU quota and memory limit from the pod's limits and its
+CPU shares from the requests; a device plugin grants GPUs; the scheduler, LimitRange and
+ResourceQuota count exactly these (nri_plugin.granted). An SLA may tighten them and choose
+how the container uses them, but unless the node policy lists the namespace in
+`permissions.exceed-runtime-limits` it never raises them:
+
+* cpu.limit: at most the runtime's quota, compared as a rate (quota/period) so that a
+  different period cannot hide a larger share;
+* memory.max: at most the runtime's memory limit;
+* cpu.exclusive: at most the whole CPUs of the container's CPU request;
+* GPUs nri-sla chooses: at most as many as a device plugin granted (nri-sla then picks
+  which, better placed); none granted: only for namespaces in `permissions.ungranted-gpus`.
+
+No runtime value (unlimited) caps nothing. Whatever was granted, one pod's containers
+together stay within the node's `pod-caps` (GPUs, exclusive CPUs, real-time share).
+
+Each `fit_*` returns the value to plan with (clamped to what is allowed) and, when the SLA
+asked for more, the Shortfall naming both values: hard mode refuses the container with
+it, soft mode warns and plans the clamped value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from nri_plugin.plan.model import ContainerPlan, Shortfall
+from nri_plugin.plan.runtime_gpus import resolve_runtime_devices
+from nri_plugin.sla.model import CpuSla, GpuSla
+from nri_plugin.sla.quantities import format_cpu, format_duration, format_size
+from nri_plugin.topology.cpulist import parse_cpulist
+
+TYPE_CHECKING = False  # `typing` costs the OCI hook start-up time; only checkers need it
+if TYPE_CHECKING:
+    from nri_plugin.plan.allocator import Allocator
+    from nri_plugin.plan.context import PlanContext
+    from nri_plugin.topology.gpus import GpuInventory
+
+REASON = "limit"  # the metric label of every shortfall here
+MIN_QUOTA_US = 1000  # the kernel refuses a CFS quota below 1ms
+EXCEED = "exceed-runtime-limits"
+
+
+def _exceed_allowed(ctx: PlanContext) -> bool:
+    return ctx.config.allows(EXCEED, ctx.namespace)
+
+
+def _using(soft: bool, applied: str) -> str:
+    return f"; clamped to {applied}" if soft else ""
+
+
+def fit_cpu_limit(cpu: CpuSla, ctx: PlanContext, soft: bool) -> tuple[CpuSla, Shortfall | None]:
+    """cpu.limit within the runtime's CPU quota, as a rate."""
+    granted = ctx.granted.quota_period
+    quota = cpu.quota_us
+    if granted is None or quota is None or cpu.period_us is None or _exceed_allowed(ctx):
+        return cpu, None
+    q0, p0 = granted
+    period = cpu.period_us
+    if quota * p0 <= q0 * period:  # quota/period <= q0/p0, exactly (no float rounding)
+        return cpu, None
+    at_period = q0 * period // p0
+    if at_period >= MIN_QUOTA_US:  # the granted rate at the SLA's own period
+        fitted = replace(cpu, limit=at_period / period)
+    else:  # too short a period for that rate: the runtime's own quota and period
+        fitted = replace(cpu, limit=q0 / p0, period_us=p0)
+    allowed = format_cpu((q0 * 1000 // p0) / 1000)  # rounded down: never shows more
+    shown = fitted.quota_us, fitted.period_us
+    message = (f"{format_cpu(cpu.limit)} exceeds the {allowed} CPUs the runtime granted (the "
+               f"pod's limit, quota {q0}us per {p0}us); allowed: at most {allowed}"
+               f"{_using(soft, f'quota {shown[0]}us per {shown[1]}us')}")
+    return fitted, Shortfall("cpu.limit", message, REASON)
+
+
+def fit_memory_max(requested: int, ctx: PlanContext,
+                   soft: bool) -> tuple[int, Shortfall | None]:
+    """memory.max within the runtime's memory limit."""
+    granted = ctx.granted.memory_limit
+    if granted is None or requested <= granted or _exceed_allowed(ctx):
+        return requested, None
+    shown = format_size(granted)
+    message = (f"{format_size(requested)} exceeds the {shown} the runtime granted (the pod's "
+               f"limit); allowed: at most {shown}{_using(soft, shown)}")
+    return granted, Shortfall("memory.max", message, REASON)
+
+
+def _cap_note(setting: str, cap: object, total: int, held: int) -> str:
+    others = f", the pod's other containers hold {held}" if held else ""
+    return f"the node's per-pod cap (node config pod-caps.{setting}: {cap} = {total}{others})"
+
+
+def _request_limit(ctx: PlanContext) -> tuple[int, str] | None:
+    """(whole CPUs, why) of the container's CPU request; None: no cap from the runtime."""
+    millis = ctx.granted.cpu_request_millis
+    if millis is None or _exceed_allowed(ctx):
+        return None
+    return millis // 1000, (f"the CPU request the runtime granted ({millis}m: "
+                            f"{millis // 1000} whole CPUs)")
+
+
+def fit_exclusive(requested: int, ctx: PlanContext, allocator: Allocator,
+                  soft: bool) -> tuple[int, Shortfall | None]:
+    """cpu.exclusive within the container's CPU request and the per-pod cap."""
+    cap = ctx.config.pod_caps.exclusive_cpus
+    layout = allocator.layout
+    cap_total = cap.of(len(layout.topology.online - layout.reserved))
+    held = ctx.pod_usage.exclusive_cpus
+    limits: list[tuple[int, str]] = [
+        (max(cap_total - held, 0), _cap_note("exclusive-cpus", cap, cap_total, held))]
+    request = _request_limit(ctx)
+    if request is not None:
+        limits.insert(0, request)
+    allowed, why = min(limits, key=lambda lim: lim[0])
+    if requested <= allowed:
+        return requested, None
+    message = (f"{requested} exceeds {why}; allowed: at most {allowed}"
+               f"{_using(soft, str(allowed) if allowed else 'none')}")
+    return allowed, Shortfall("cpu.exclusive", message, REASON)
+
+
+def fit_rt(runtime: int, period: int, ctx: PlanContext,
+           soft: bool) -> tuple[int, Shortfall | None]:
+    """The real-time budget within the per-pod RT share; 0: none left."""
+    cap = ctx.config.pod_caps.rt_share
+    held = ctx.pod_usage.rt_share
+    if runtime * 1.0 / period <= cap - held + 1e-12:
+        return runtime, None
+    allowed = max(int((cap - held) * period), 0)
+    others = f", the pod's other containers hold {held:.1%}" if held else ""
+    shown = format_duration(allowed) if allowed else "none"
+    message = (f"{format_duration(runtime)} per {format_duration(period)} "
+               f"({runtime / period:.1%} of CPU time) exceeds the node's per-pod real-time "
+               f"cap (node config pod-caps.rt-share: {cap:.1%}{others}); allowed: at most "
+               f"{shown} per {format_duration(period)}{_using(soft, shown)}")
+    return allowed, Shortfall("cpu.rt-runtime", message, REASON)
+
+
+def granted_gpus(inventory: GpuInventory, ctx: PlanContext) -> tuple[int, int]:
+    """(whole GPUs, MIG devices) the runtime granted the container. "all" is no grant: no
+    device plugin writes it; a pod author or a bare runtime does."""
+    granted = ctx.granted
+    visible = ",".join(t for t in (granted.gpu_visible or "").split(",")
+                       if t.strip().lower() != "all")
+    cdi = [c for c in granted.gpu_cdi if c.partition("=")[2].strip().lower() != "all"]
+    gpus, migs, _ = resolve_runtime_devices(inventory, visible or None, cdi)
+    parents = {m.gpu_index for m in migs}
+    return sum(g.index not in parents for g in gpus), len(migs)
+
+
+def fit_gpus(gpu: GpuSla, ctx: PlanContext, inventory: GpuInventory,
+             soft: bool) -> tuple[GpuSla | None, Shortfall | None]:
+    """GPUs nri-sla chooses, within the device plugin's grant and the per-pod cap; None:
+    no GPU left to choose. GPUs the runtime assigned (`gpu.from: runtime`) are the
+    runtime's decision: nri-sla only aligns to them."""
+    if gpu.source == "runtime":
+        return gpu, None
+    wants = 1 if gpu.mig is not None else (gpu.count or len(gpu.ids))
+    field = "gpu.mig" if gpu.mig is not None else ("gpu.count" if gpu.count else "gpu.ids")
+    whole, migs = granted_gpus(inventory, ctx)
+    exceed = _exceed_allowed(ctx)
+    if whole + migs == 0 and not exceed and not ctx.config.allows("ungranted-gpus",
+                                                                     ctx.namespace):
+        message = (f"no device plugin granted this container a GPU (resources.limits "
+                   f"nvidia.com/gpu), and namespace {ctx.namespace!r} may not have GPUs "
+                   "without a grant (node config permissions.ungranted-gpus)"
+                   f"{_using(soft, 'no GPU')}")
+        return None, Shortfall("gpu", message, REASON)
+    cap = ctx.config.pod_caps.gpus
+    cap_total = cap.of(len(inventory.gpus))
+    held = ctx.pod_usage.gpus
+    limits: list[tuple[int, str]] = [
+        (max(cap_total - held, 0), _cap_note("gpus", cap, cap_total, held))]
+    if whole + migs and not exceed:
+        # A MIG device is a part of one GPU: a grant of either allows one MIG instance;
+        # whole GPUs only as many as were granted whole.
+        granted = whole + migs if gpu.mig is not None else whole
+        unit = "GPU or MIG device" if gpu.mig is not None else "whole GPU"
+        limits.insert(0, (granted, f"the {granted} {unit}(s) a device plugin granted "
+                                   "(resources.limits in the pod spec)"))
+    allowed, why = min(limits, key=lambda lim: lim[0])
+    if wants <= allowed:
+        return gpu, None
+    message = (f"{wants} exceeds {why}; allowed: at most {allowed}"
+               f"{_using(soft, str(allowed) if allowed else 'no GPU')}")
+    if allowed == 0:
+        return None, Shortfall(field, message, REASON)
+    if gpu.count:
+        return replace(gpu, count=allowed), Shortfall(field, message, REASON)
+    return replace(gpu, ids=gpu.ids[:allowed]), Shortfall(field, message, REASON)
+
+
+def refit_plan(plan: ContainerPlan, ctx: PlanContext) -> tuple[ContainerPlan, list[Shortfall]]:
+    """A planned container against new runtime values (UpdateContainer: a kubelet resize):
+    its CPU quota and memory.max clamped to them, and its exclusive CPUs checked against
+    the new request. Exclusive CPUs are not taken from a running container: soft mode
+    only warns about them."""
+    soft = plan.enforcement == "soft"
+    shortfalls: list[Shortfall] = []
+    changes: dict[str, int | None] = {}
+    if plan.cpu_quota is not None and plan.cpu_period:
+        cpu = CpuSla(limit=plan.cpu_quota / plan.cpu_period, period_us=plan.cpu_period)
+        fitted, short = fit_cpu_limit(cpu, ctx, soft)
+        if short is not None:
+            shortfalls.append(short)
+            changes.update(cpu_quota=fitted.quota_us, cpu_period=fitted.period_us)
+    if plan.memory_max is not None:
+        memory, short = fit_memory_max(plan.memory_max, ctx, soft)
+        if short is not None:
+            shortfalls.append(short)
+            changes["memory_max"] = memory
+    held = len(parse_cpulist(str((plan.placement_record or {}).get("exclusive", ""))))
+    request = _request_limit(ctx)
+    if held and request is not None and held > request[0]:
+        kept = "; the container keeps them until it is created again" if soft else ""
+        shortfalls.append(Shortfall("cpu.exclusive", f"{held} exceeds {request[1]}; allowed: "
+                                    f"at most {request[0]}{kept}", REASON))
+    return (replace(plan, **changes) if changes else plan), shortfalls

@@ -1,0 +1,312 @@
+"""Never more than Kubernetes accounted for: the planner against what the runtime granted
+(nri_plugin.plan.grants) and the node's per-pod caps; hard refuses naming both values,
+soft clamps and warns; UpdateContainer's re-check; the core's reuse key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from nri_plugin.config import Cap, NodeConfig, Permissions, PodCaps
+from nri_plugin.core import NodeState, decide
+from nri_plugin.core.decision import recheck
+from nri_plugin.granted import GrantedResources
+from nri_plugin.plan.allocator import Allocator
+from nri_plugin.plan.context import PlanContext, PodUsage
+from nri_plugin.plan.model import SlaRefused
+from nri_plugin.plan.planner import plan_container
+from nri_plugin.plan.rt_budget import RtBudget
+from nri_plugin.sla.parse import parse_sla_document
+from nri_plugin.topology.cpulist import parse_cpulist
+from nri_plugin.topology.snapshot import load_snapshot
+
+KEY = "sla.nri.io/pod"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+MiB, GiB = 1 << 20, 1 << 30
+# The kubelet's values for limits 0.5 CPU / 256Mi, requests 250m.
+KUBELET = GrantedResources(cpu_quota=50_000, cpu_period=100_000, cpu_shares=256,
+                           memory_limit=256 * MiB)
+
+
+def sla(text: str, enforcement: str = "hard"):
+    return parse_sla_document(KEY, text, default_enforcement=enforcement)
+
+
+def allocator(snapshot: str = "dgx-like.yaml") -> Allocator:
+    snap = load_snapshot(EXAMPLES / snapshot)
+    return Allocator(snap.topology, snap.inventory)
+
+
+def ctx(granted: GrantedResources = KUBELET, **kw) -> PlanContext:
+    kw.setdefault("config", NodeConfig(permissions=Permissions(realtime=("*",))))
+    kw.setdefault("namespace", "shop")
+    return PlanContext(cgroup_version=kw.pop("version", 2), owner="ctr-1", granted=granted,
+                       **kw)
+
+
+def refused(text: str, context: PlanContext) -> SlaRefused:
+    with pytest.raises(SlaRefused) as caught:
+        plan_container(sla(text), context)
+    return caught.value
+
+
+# -- CPU quota and memory.max: tighten only ------------------------------------------------
+
+def test_a_tighter_sla_is_planned_as_asked():
+    plan = plan_container(sla("cpu: {limit: 0.25}\nmemory: {high: 100Mi, max: 200Mi}"), ctx())
+    assert (plan.cpu_quota, plan.cpu_period, plan.memory_max) == (25_000, 100_000, 200 * MiB)
+    assert plan.warnings == ()
+
+
+def test_hard_refusal_names_both_values():
+    err = refused("cpu: {limit: 64}\nmemory: {max: 512Gi}", ctx())
+    assert str(err) == (
+        "sla.nri.io/pod: cpu.limit: 64 exceeds the 0.5 CPUs the runtime granted (the pod's "
+        "limit, quota 50000us per 100000us); allowed: at most 0.5 (also: sla.nri.io/pod: "
+        "memory.max: 512Gi exceeds the 256Mi the runtime granted (the pod's limit); "
+        "allowed: at most 256Mi)")
+    assert err.reason == "limit" and err.field == "cpu.limit"
+
+
+def test_soft_mode_clamps_to_the_grant_and_warns():
+    plan = plan_container(sla("cpu: {limit: 64}\nmemory: {max: 512Gi}", "soft"), ctx())
+    assert (plan.cpu_quota, plan.cpu_period, plan.memory_max) == (50_000, 100_000, 256 * MiB)
+    assert plan.warnings == (
+        "sla.nri.io/pod: cpu.limit: 64 exceeds the 0.5 CPUs the runtime granted (the pod's "
+        "limit, quota 50000us per 100000us); allowed: at most 0.5; clamped to quota 50000us "
+        "per 100000us",
+        "sla.nri.io/pod: memory.max: 512Gi exceeds the 256Mi the runtime granted (the pod's "
+        "limit); allowed: at most 256Mi; clamped to 256Mi")
+    assert plan.reasons == ("limit", "limit")
+
+
+@pytest.mark.parametrize(("text", "allowed"), [
+    ("cpu: {limit: 0.5, period: 1s}", True),     # quota 500000 > 50000, same rate
+    ("cpu: {limit: 0.5, period: 10ms}", True),   # quota 5000 < 50000, same rate
+    ("cpu: {limit: 0.6, period: 10ms}", False),  # quota 6000 < 50000, but 0.6 > 0.5 CPU
+    ("cpu: {limit: 0.501, period: 1s}", False),
+])
+def test_quota_is_compared_as_a_rate(text, allowed):
+    if allowed:
+        plan = plan_container(sla(text), ctx())
+        assert plan.warnings == ()
+    else:
+        assert refused(text, ctx()).field == "cpu.limit"
+
+
+def test_soft_clamp_keeps_the_sla_period_unless_below_the_kernel_minimum():
+    plan = plan_container(sla("cpu: {limit: 2, period: 10ms}", "soft"), ctx())
+    assert (plan.cpu_quota, plan.cpu_period) == (5_000, 10_000)  # 0.5 CPU at 10ms
+    plan = plan_container(sla("cpu: {limit: 1, period: 1ms}", "soft"), ctx())
+    # 0.5 CPU at 1ms would be a 500us quota, below the kernel's 1ms: the runtime's own
+    assert (plan.cpu_quota, plan.cpu_period) == (50_000, 100_000)
+
+
+def test_runtime_period_other_than_the_default_is_respected():
+    granted = GrantedResources(cpu_quota=20_000, cpu_period=50_000)  # 0.4 CPU
+    assert plan_container(sla("cpu: {limit: 0.4}"), ctx(granted)).cpu_quota == 40_000
+    assert "the 0.4 CPUs" in str(refused("cpu: {limit: 0.41}", ctx(granted)))
+
+
+def test_no_runtime_limit_caps_nothing():
+    plan = plan_container(sla("cpu: {limit: 64}\nmemory: {max: 512Gi}"),
+                          ctx(GrantedResources(cpu_quota=-1, memory_limit=-1)))
+    assert (plan.cpu_quota, plan.memory_max) == (6_400_000, 512 * GiB)
+
+
+def test_node_policy_may_let_a_namespace_exceed_the_grant():
+    config = NodeConfig(permissions=Permissions(exceed_runtime_limits=("batch-*",)))
+    plan = plan_container(sla("cpu: {limit: 64}\nmemory: {max: 512Gi}"),
+                          ctx(config=config, namespace="batch-1"))
+    assert (plan.cpu_quota, plan.memory_max) == (6_400_000, 512 * GiB)
+    assert refused("memory: {max: 512Gi}", ctx(config=config, namespace="web"))
+
+
+# -- exclusive CPUs: within the CPU request ------------------------------------------------
+
+@pytest.mark.parametrize(("granted", "whole"), [
+    (GrantedResources(cpu_shares=2048), 2),                      # requests.cpu: 2
+    (GrantedResources(cpu_shares=1536), 1),                      # 1500m
+    (GrantedResources(cpu_shares=2), 0),                         # no request (BestEffort)
+    (GrantedResources(cpu_quota=400_000, cpu_period=100_000), 4),  # no shares: the quota
+])
+def test_exclusive_cpus_stay_within_the_request(granted, whole):
+    assert granted.cpu_request_millis // 1000 == whole
+    err = refused("cpu: {exclusive: 8}", ctx(granted, allocator=allocator()))
+    assert err.field == "cpu.exclusive" and err.reason == "limit"
+    assert "8 exceeds the CPU request the runtime granted" in err.message
+    assert err.message.endswith(f"whole CPUs); allowed: at most {whole}")
+
+
+def test_soft_exclusive_is_clamped_to_the_request():
+    alloc = allocator()
+    plan = plan_container(sla("cpu: {exclusive: 8}", "soft"),
+                          ctx(GrantedResources(cpu_shares=2048), allocator=alloc))
+    assert len(parse_cpulist(plan.placement_record["exclusive"])) == 2
+    assert len(alloc.exclusive_cpus_in_use()) == 2
+    assert "allowed: at most 2; clamped to 2" in plan.warnings[0]
+
+
+def test_exclusive_request_without_whole_cpus_drops_exclusive_in_soft_mode():
+    alloc = allocator()
+    plan = plan_container(sla("cpu: {limit: 0.5, exclusive: 2}", "soft"),
+                          ctx(GrantedResources(cpu_shares=512), allocator=alloc))
+    assert plan.placement_record is None and plan.cpu_quota == 50_000
+    assert not alloc.exclusive_cpus_in_use()
+    assert "allowed: at most 0; clamped to none" in plan.warnings[0]
+
+
+def test_exclusive_per_pod_cap_counts_the_pods_other_containers():
+    config = NodeConfig(pod_caps=PodCaps(exclusive_cpus=Cap(6)))
+    granted = GrantedResources(cpu_shares=8192)
+    err = refused("cpu: {exclusive: 4}", ctx(granted, config=config, allocator=allocator(),
+                                              pod_usage=PodUsage(exclusive_cpus=4)))
+    assert err.message == ("4 exceeds the node's per-pod cap (node config "
+                           "pod-caps.exclusive-cpus: 6 = 6, the pod's other containers hold "
+                           "4); allowed: at most 2")
+    # the default: half of the node's CPUs (64 here)
+    err = refused("cpu: {exclusive: 40}", ctx(GrantedResources(cpu_shares=64 * 1024),
+                                               allocator=allocator()))
+    assert "pod-caps.exclusive-cpus: 50% = 32" in err.message
+
+
+# -- GPUs ----------------------------------------------------------------------------------
+
+def test_gpus_without_a_grant_only_for_listed_namespaces():
+    err = refused("gpu: {count: 1}", ctx(allocator=allocator()))
+    assert err.field == "gpu" and "permissions.ungranted-gpus" in err.message
+    config = NodeConfig(permissions=Permissions(ungranted_gpus=("shop",)))
+    plan = plan_container(sla("gpu: {count: 1}"), ctx(config=config, allocator=allocator()))
+    assert len(plan.placement_record["gpus"]) == 1
+
+
+def test_granted_gpus_are_chosen_anew_same_count_better_placed():
+    # The device plugin granted GPUs 0 and 7 (different NUMA nodes, no NVLink between).
+    granted = GrantedResources(gpu_cdi=("nvidia.com/gpu=0", "nvidia.com/gpu=7"))
+    alloc = allocator()
+    plan = plan_container(sla("gpu: {count: 2, topology: nvlink}"),
+                          ctx(granted, allocator=alloc))
+    chosen = [int(g.rsplit("-", 1)[1]) for g in plan.placement_record["gpus"]]
+    gpus = {g.index: g for g in alloc.inventory.gpus}
+    assert len(chosen) == 2 and chosen[1] in gpus[chosen[0]].nvlink_peers
+    err = refused("gpu: {count: 4}", ctx(granted, allocator=allocator()))
+    assert err.message.startswith("4 exceeds the 2 whole GPU(s) a device plugin granted")
+    assert err.field == "gpu.count" and err.message.endswith("allowed: at most 2")
+
+
+def test_soft_gpu_count_is_clamped_to_the_grant():
+    granted = GrantedResources(gpu_visible="GPU-d0000000-0000-0000-0000-000000000003")
+    plan = plan_container(sla("gpu: {count: 4}", "soft"), ctx(granted, allocator=allocator()))
+    assert len(plan.placement_record["gpus"]) == 1
+    assert "clamped to 1" in plan.warnings[0]
+    plan = plan_container(sla("gpu: {ids: [4, 5, 6]}", "soft"),
+                          ctx(GrantedResources(gpu_visible="0,1"), allocator=allocator()))
+    assert [g[-1] for g in plan.placement_record["gpus"]] == ["4", "5"]
+
+
+def test_all_is_no_grant():
+    for granted in (GrantedResources(gpu_visible="all"),
+                    GrantedResources(gpu_cdi=("nvidia.com/gpu=all",))):
+        assert refused("gpu: {count: 8}", ctx(granted, allocator=allocator())).field == "gpu"
+
+
+def test_gpus_the_runtime_assigned_are_aligned_not_capped():
+    config = NodeConfig(pod_caps=PodCaps(gpus=Cap(1)))
+    plan = plan_container(sla("gpu: {from: runtime}"),
+                          ctx(GrantedResources(gpu_visible="4,5"), config=config,
+                              allocator=allocator()))
+    assert plan.placement_record["runtime"] and plan.mems == "1"
+
+
+def test_a_mig_grant_allows_a_mig_instance_not_whole_gpus():
+    granted = GrantedResources(gpu_cdi=("nvidia.com/gpu=MIG-a0000000-0000-0000-0000-000000000003",))
+    plan = plan_container(sla("gpu: {mig: 1g.10gb}"),
+                          ctx(granted, allocator=allocator("mig-box.yaml")))
+    assert plan.placement_record["mig"].startswith("MIG-")
+    err = refused("gpu: {count: 1}", ctx(granted, allocator=allocator("mig-box.yaml")))
+    assert err.message.startswith("1 exceeds the 0 whole GPU(s) a device plugin granted")
+
+
+def test_gpu_per_pod_cap():
+    config = NodeConfig(pod_caps=PodCaps(gpus=Cap(25, percent=True)))  # 2 of 8
+    granted = GrantedResources(gpu_cdi=tuple(f"nvidia.com/gpu={i}" for i in range(4)))
+    err = refused("gpu: {count: 2}", ctx(granted, config=config, allocator=allocator(),
+                                          pod_usage=PodUsage(gpus=1)))
+    assert err.message == ("2 exceeds the node's per-pod cap (node config pod-caps.gpus: "
+                           "25% = 2, the pod's other containers hold 1); allowed: at most 1")
+
+
+# -- real-time share -----------------------------------------------------------------------
+
+def test_rt_share_per_pod_cap():
+    err = refused("cpu: {rt-runtime: 200ms, rt-period: 1s}", ctx(version=1))
+    assert err.field == "cpu.rt-runtime" and err.reason == "limit"
+    assert err.message == ("200ms per 1s (20.0% of CPU time) exceeds the node's per-pod "
+                           "real-time cap (node config pod-caps.rt-share: 10.0%); allowed: "
+                           "at most 100ms per 1s")
+    budget = RtBudget(0.5)
+    plan = plan_container(sla("cpu: {rt-runtime: 200ms, rt-period: 1s}", "soft"),
+                          ctx(version=1, rt_budget=budget, pod_usage=PodUsage(rt_share=0.08)))
+    assert (plan.rt_runtime, plan.rt_period) == (20_000, 1_000_000)
+    assert budget.share_of("ctr-1") == pytest.approx(0.02)
+
+
+# -- the core: UpdateContainer re-check, reuse key, per-pod usage ---------------------------
+
+def node(**config) -> NodeState:
+    snap = load_snapshot(EXAMPLES / "dgx-like.yaml")
+    return NodeState(NodeConfig(**config), 2,
+                     allocator=Allocator(snap.topology, snap.inventory),
+                     rt_budget=RtBudget(0.5))
+
+
+def test_recheck_against_resized_limits():
+    n = node()
+    ann = {KEY: "cpu: {limit: 0.5}\nmemory: {max: 256Mi}"}
+    plan = decide(n, ann, "c", namespace="shop", owner="a", granted=GrantedResources(
+        cpu_quota=100_000, memory_limit=GiB)).plan
+    smaller = GrantedResources(cpu_quota=25_000, memory_limit=128 * MiB)
+    with pytest.raises(SlaRefused, match=r"memory\.max: 256Mi exceeds the 128Mi"):
+        recheck(n, plan, smaller, namespace="shop")
+    soft_plan = decide(n, {**ann, "sla.nri.io/enforcement": "soft"}, "c", namespace="shop",
+                       owner="b", granted=GrantedResources(memory_limit=GiB)).plan
+    clamped = recheck(n, soft_plan, smaller, namespace="shop")
+    assert (clamped.cpu_quota, clamped.memory_max) == (25_000, 128 * MiB)
+    assert len(clamped.warnings) == 2
+    # raised again: the SLA's own values, not the clamped ones
+    assert recheck(n, soft_plan, GrantedResources(), namespace="shop") is soft_plan
+
+
+def test_recheck_reports_exclusive_cpus_above_a_smaller_request():
+    n = node()
+    plan = decide(n, {KEY: "cpu: {exclusive: 4}"}, "c", namespace="ml", owner="a",
+                  granted=GrantedResources(cpu_shares=4096)).plan
+    with pytest.raises(SlaRefused, match=r"cpu.exclusive: 4 exceeds the CPU request the "
+                                         r"runtime granted \(2000m: 2 whole CPUs\)"):
+        recheck(n, plan, GrantedResources(cpu_shares=2048), namespace="ml")
+
+
+def test_reuse_key_includes_the_grant():
+    n = node()
+    ann = {KEY: "memory: {max: 200Mi}"}
+    first = decide(n, ann, "c", namespace="shop", granted=KUBELET)
+    assert first.outcome == "enforced" and first.reusable
+    smaller = decide(n, ann, "c", namespace="shop",
+                     granted=GrantedResources(memory_limit=100 * MiB))
+    assert smaller.outcome == "refused" and "exceeds the 100Mi" in smaller.error_text
+    again = decide(n, ann, "c", namespace="shop", granted=KUBELET)
+    assert again.plan is first.plan  # the same grant: the remembered decision
+
+
+def test_per_pod_usage_follows_the_node_state():
+    n = node()
+    granted = GrantedResources(cpu_shares=8192,
+                               gpu_cdi=tuple(f"nvidia.com/gpu={i}" for i in range(2)))
+    first = decide(n, {KEY: "cpu: {exclusive: 4}\ngpu: {count: 2}"}, "a", namespace="ml",
+                   owner="a", pod="p", granted=granted)
+    assert first.outcome == "enforced"
+    assert n.pod_usage("p", "b") == PodUsage(gpus=2, exclusive_cpus=4)
+    assert n.pod_usage("other", "b") == PodUsage() and n.pod_usage("p", "a") == PodUsage()
+    n.release("a")
+    assert n.pod_usage("p", "b") == PodUsage()

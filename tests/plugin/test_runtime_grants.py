@@ -1,0 +1,162 @@
+"""Over the runtime simulator: a pod cannot take more than the kubelet granted it, neither
+at CreateContainer nor through UpdateContainer (a resize), unless the node policy says so."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from plugin_helpers import gpu_grant, guaranteed, make_node, plugin_session
+
+from nri_plugin.config import Permissions
+from nri_plugin.simulated.runtime import PluginCallError, make_container, make_pod, make_resources
+from nri_plugin.topology.cpulist import parse_cpulist
+
+MiB, GiB = 1 << 20, 1 << 30
+HOSTILE = "cpu: {limit: 64}\nmemory: {max: 512Gi}"
+# What the kubelet sets for limits {cpu: 500m, memory: 256Mi}.
+KUBELET = make_resources(cpu_shares=512, cpu_quota=50_000, cpu_period=100_000,
+                         memory_limit=256 * MiB)
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, 30))
+
+
+def test_pod_raising_its_limits_is_refused_in_hard_mode(tmp_path):
+    async def scenario():
+        async with plugin_session(make_node(2), tmp_path) as (_, session, plugin):
+            pod = make_pod("greedy", namespace="shop", annotations={"sla.nri.io/pod": HOSTILE})
+            with pytest.raises(PluginCallError) as caught:
+                await session.create_container(pod, make_container(pod, "c",
+                                                                   resources=KUBELET))
+            return caught.value, plugin
+
+    err, plugin = run(scenario())
+    assert err.message == (
+        "sla.nri.io/pod: cpu.limit: 64 exceeds the 0.5 CPUs the runtime granted (the pod's "
+        "limit, quota 50000us per 100000us); allowed: at most 0.5 (also: sla.nri.io/pod: "
+        "memory.max: 512Gi exceeds the 256Mi the runtime granted (the pod's limit); "
+        "allowed: at most 256Mi)")
+    assert not plugin._plans  # nothing recorded for a refused container
+
+
+def test_pod_raising_its_limits_is_clamped_in_soft_mode(tmp_path):
+    async def scenario():
+        async with plugin_session(make_node(2), tmp_path) as (_, session, _p):
+            pod = make_pod("greedy", namespace="shop", annotations={
+                "sla.nri.io/pod": HOSTILE, "sla.nri.io/enforcement": "soft"})
+            return (await session.create_container(
+                pod, make_container(pod, "c", resources=KUBELET))).adjust
+
+    adj = run(scenario())
+    res = adj.linux.resources
+    assert (res.cpu.quota.value, res.cpu.period.value) == (50_000, 100_000)
+    assert res.memory.limit.value == 256 * MiB
+    warnings = adj.annotations["sla.nri.io/warnings"]
+    assert "cpu.limit: 64 exceeds the 0.5 CPUs" in warnings
+    assert "memory.max: 512Gi exceeds the 256Mi the runtime granted" in warnings
+    applied = json.loads(adj.annotations["sla.nri.io/applied"])
+    assert applied["memory_max"] == 256 * MiB
+
+
+def test_listed_namespace_may_exceed_the_grant(tmp_path):
+    async def scenario():
+        node = make_node(2, permissions=Permissions(exceed_runtime_limits=("hpc",)))
+        async with plugin_session(node, tmp_path) as (_, session, _p):
+            pod = make_pod("big", namespace="hpc", annotations={"sla.nri.io/pod": HOSTILE})
+            return (await session.create_container(
+                pod, make_container(pod, "c", resources=KUBELET))).adjust
+
+    res = run(scenario()).linux.resources
+    assert res.cpu.quota.value == 6_400_000 and res.memory.limit.value == 512 * GiB
+
+
+def test_exclusive_cpus_and_gpus_stay_within_the_grant(tmp_path):
+    async def scenario():
+        async with plugin_session(make_node(2), tmp_path) as (_, session, _p):
+            pod = make_pod("train", namespace="ml", annotations={
+                "sla.nri.io/pod": "cpu: {exclusive: 8}\ngpu: {count: 8}",
+                "sla.nri.io/enforcement": "soft"})
+            # requests/limits: 2 CPUs, 2 GPUs from the device plugin
+            ctr = make_container(pod, "c", resources=guaranteed(2),
+                                 cdi_devices=gpu_grant(0, 1))
+            adj = (await session.create_container(pod, ctr)).adjust
+            ungranted = make_pod("lab", namespace="ml",
+                                 annotations={"sla.nri.io/pod": "gpu: {count: 1}"})
+            with pytest.raises(PluginCallError) as caught:
+                await session.create_container(ungranted, make_container(ungranted, "c"))
+            return adj, caught.value
+
+    adj, err = run(scenario())
+    placement = json.loads(adj.annotations["sla.nri.io/applied"])["placement_record"]
+    assert len(placement["gpus"]) == 2
+    assert len(parse_cpulist(placement["exclusive"])) == 2
+    assert "cpu.exclusive: 8 exceeds the CPU request" in adj.annotations["sla.nri.io/warnings"]
+    assert "gpu.count: 8 exceeds the 2 whole GPU(s)" in adj.annotations["sla.nri.io/warnings"]
+    assert "permissions.ungranted-gpus" in err.message
+
+
+def test_update_container_rechecks_against_the_new_limits(tmp_path):
+    sla = "cpu: {limit: 1}\nmemory: {max: 1Gi}"
+    big = make_resources(cpu_shares=2048, cpu_quota=200_000, cpu_period=100_000,
+                         memory_limit=2 * GiB)
+
+    async def scenario():
+        async with plugin_session(make_node(2), tmp_path) as (_, session, _p):
+            hard = make_pod("hard", annotations={"sla.nri.io/pod": sla})
+            hard_ctr = make_container(hard, "c", resources=big)
+            await session.create_container(hard, hard_ctr)
+            with pytest.raises(PluginCallError) as refused:
+                await session.update_container(hard, hard_ctr, KUBELET)  # shrunk below
+            soft = make_pod("soft", annotations={"sla.nri.io/pod": sla,
+                                                 "sla.nri.io/enforcement": "soft"})
+            soft_ctr = make_container(soft, "c", resources=big)
+            await session.create_container(soft, soft_ctr)
+            clamped = await session.update_container(soft, soft_ctr, KUBELET)
+            restored = await session.update_container(soft, soft_ctr, big)
+            return refused.value, clamped, restored
+
+    refused, clamped, restored = run(scenario())
+    assert refused.method == "UpdateContainer"
+    assert "cpu.limit: 1 exceeds the 0.5 CPUs the runtime granted" in refused.message
+    assert "memory.max: 1Gi exceeds the 256Mi" in refused.message
+    (update,) = clamped.update
+    res = update.linux.resources
+    assert (res.cpu.quota.value, res.memory.limit.value) == (50_000, 256 * MiB)
+    (update,) = restored.update  # limits raised again: the SLA's own values
+    res = update.linux.resources
+    assert (res.cpu.quota.value, res.memory.limit.value) == (100_000, GiB)
+
+
+def test_per_pod_cap_counts_the_pods_containers_also_after_a_restart(tmp_path):
+    from nri_plugin.config import Cap, PodCaps
+    from nri_plugin.nri.pb import nri_pb2 as pb
+
+    caps = PodCaps(gpus=Cap(1))
+    sla = {"sla.nri.io/pod": "gpu: {count: 1}"}
+
+    async def scenario():
+        pod = make_pod("two", namespace="ml", annotations=sla)
+        first = make_container(pod, "a", cdi_devices=gpu_grant(0))
+        second = make_container(pod, "b", cdi_devices=gpu_grant(1))
+        async with plugin_session(make_node(2, pod_caps=caps), tmp_path) as (_, session, _p):
+            adj = (await session.create_container(pod, first)).adjust
+            with pytest.raises(PluginCallError) as before:
+                await session.create_container(pod, second)
+            other = make_pod("other", namespace="ml", annotations=sla)
+            await session.create_container(other, make_container(other, "a",
+                                                                 cdi_devices=gpu_grant(2)))
+        running = make_container(pod, "a", state=pb.CONTAINER_RUNNING,
+                                 annotations=dict(adj.annotations), cdi_devices=gpu_grant(0))
+        async with plugin_session(make_node(2, pod_caps=caps), tmp_path, pods=[pod],
+                                  containers=[running]) as (_, session, _p):
+            with pytest.raises(PluginCallError) as after:
+                await session.create_container(pod, second)
+        return before.value, after.value
+
+    before, after = run(scenario())
+    for err in (before, after):
+        assert ("gpu.count: 1 exceeds the node's per-pod cap (node config pod-caps.gpus: 1 = "
+                "1, the pod's other containers hold 1); allowed: at most 0") in err.message

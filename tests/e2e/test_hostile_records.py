@@ -51,7 +51,11 @@ def start_plugin(cluster, plugins, sla_plugin_argv):
     config = cluster.base / "nri-sla-gpu.yaml"
     config.write_text(f"enforcement: hard\nstate-dir: {cluster.base / 'nri-sla-state'}\n"
                       "gpu: {injection: env}\ncgroup: {driver: cgroupfs}\n"
-                      "nri: {reconnect-max-seconds: 1}\nmetrics: {address: ''}\n")
+                      "nri: {reconnect-max-seconds: 1}\nmetrics: {address: ''}\n"
+                      # No device plugin here: the snapshot's GPUs are nri-sla's to hand
+                      # out, and the grant rules have their own e2e test.
+                      "permissions: {ungranted-gpus: ['*'], exceed-runtime-limits: ['*']}\n"
+                      "pod-caps: {exclusive-cpus: '100%'}\n")
     argv = [*sla_plugin_argv, "--config", str(config), "--socket", str(cluster.nri_sock),
             "--name", "nri-sla", "--index", "50", "--inventory",
             str(REPO / "examples" / "dgx-like.yaml")]

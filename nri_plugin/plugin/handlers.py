@@ -52,9 +52,8 @@ def granted_resources(resources: pb.LinuxResources, container: pb.Container | No
     cdi: tuple[str, ...] = ()
     if container is not None:
         for item in container.env:  # the runtime replaces a key, so there is one; the last
-            name, _, text = item.partition("=")
-            if name == "NVIDIA_VISIBLE_DEVICES":
-                visible = text
+            if item.startswith("NVIDIA_VISIBLE_DEVICES="):
+                visible = item[len("NVIDIA_VISIBLE_DEVICES="):]
         cdi = tuple(d.name for d in container.CDI_devices)
     return GrantedResources(cpu_quota=value(cpu, "quota"), cpu_period=value(cpu, "period"),
                             cpu_shares=value(cpu, "shares"),
@@ -158,7 +157,8 @@ class SlaPlugin:
         self._plans[container.id] = plan
         self._unstarted.add(container.id)
         self.node.remember_cpuset(container.id, plan)
-        self._publish_usage()
+        if plan.placement_record:  # only placements change the GPU/CPU gauges
+            self._publish_usage()
         return CreateResult(adjustment, self._cpuset_updates(container.id))
 
     def _answer(self, plan: ContainerPlan, reusable: bool, container: pb.Container
@@ -252,10 +252,11 @@ class SlaPlugin:
         return self.metrics.time(event) if self.metrics is not None else nullcontext()
 
     def _release(self, container_id: str) -> None:
-        self._plans.pop(container_id, None)
+        plan = self._plans.pop(container_id, None)
         self._unstarted.discard(container_id)
         self.node.release(container_id)
-        self._publish_usage()
+        if plan is not None and plan.placement_record:  # only placements change the gauges
+            self._publish_usage()
 
     def _observe(self, event: str, started: float, decision: Decision,
                  record: dict[str, Any], pod: pb.PodSandbox,

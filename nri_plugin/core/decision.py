@@ -164,9 +164,10 @@ def _within_front_end(node: NodeState, sla: Sla) -> tuple[Sla, tuple[str, ...]]:
     if node.can_add_devices or sla.gpu is None or sla.gpu.source == "runtime":
         return sla, ()
     key = sla.keys[-1] if sla.keys else f"{node.prefix}/pod"
-    message = (f"{key}: gpu: the OCI hook cannot add GPU devices (gpu.from: plugin needs the "
-               "NRI plugin); use gpu.from: runtime to align with GPUs the runtime assigned")
+    problem = PlanError(key, "gpu", "the OCI hook cannot add GPU devices (gpu.from: plugin "
+                        "needs the NRI plugin); use gpu.from: runtime to align with GPUs the "
+                        "runtime assigned", "unsupported")
     if sla.enforcement == "hard":
-        raise PlanError(key, "gpu", message.split(": gpu: ", 1)[1], "unsupported")
-    return dataclasses.replace(sla, gpu=None), (message,)
+        raise problem
+    return dataclasses.replace(sla, gpu=None), (str(problem),)
 

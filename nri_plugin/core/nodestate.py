@@ -71,6 +71,7 @@ class LiveContainer:
     annotations: Mapping[str, str]
     created_at: int = 0  # unix ns; of two conflicting claims the earlier container wins
     cpus: str = ""  # its cpuset as the runtime reports it ("": not reported)
+    pod: str = ""  # its pod's id: what it holds counts against that pod's caps again
 
 
 @dataclass(frozen=True)
@@ -192,6 +193,9 @@ class NodeState:
                 result.plans[container.id] = self._take(container, text, limits)
             except RecordError as exc:
                 result.rejected.append(Rejection(container.id, exc.problem, str(exc)))
+                continue
+            if container.pod:
+                self.note_pod(container.id, container.pod)
         return result
 
     def _take(self, container: LiveContainer, text: str, limits: RecordLimits

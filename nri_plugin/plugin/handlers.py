@@ -111,13 +111,10 @@ class SlaPlugin:
         exclusive CPUs (their holders went away meanwhile) get their wider cpuset."""
         namespaces = {p.id: p.namespace for p in pods}
         live = [LiveContainer(c.id, namespaces.get(c.pod_sandbox_id), c.annotations,
-                              c.created_at, c.linux.resources.cpu.cpus)
+                              c.created_at, c.linux.resources.cpu.cpus, c.pod_sandbox_id)
                 for c in containers if c.state in _LIVE_STATES]
         restored = self.node.restore(live)
         self._plans = restored.plans
-        pod_of = {c.id: c.pod_sandbox_id for c in containers}
-        for owner in restored.plans:  # what they hold counts against their pods' caps again
-            self.node.note_pod(owner, pod_of.get(owner, ""))
         # Created but not started yet: StartContainer still owes the direct writes.
         self._unstarted = {c.id for c in containers if c.state == pb.CONTAINER_CREATED
                            and c.id in restored.plans}

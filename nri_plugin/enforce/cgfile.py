@@ -151,6 +151,25 @@ class WriteResult(Value):
         self.path = path
 
 
+class Mismatch(Value):
+    """A setting whose file does not hold the planned value: what it holds (`found`), or
+    why it could not be read (`error`, `found` None)."""
+
+    __slots__ = ("error", "found", "path", "write")
+
+    def __init__(self, write: CgroupWrite, path: str | None, found: str | None,
+                 error: str | None = None) -> None:
+        self.write = write
+        self.path = path
+        self.found = found
+        self.error = error
+
+    def __str__(self) -> str:
+        if self.found is None:
+            return f"{self.write.controller}/{self.write.file}: cannot read ({self.error})"
+        return f"{self.path}: expected {self.write.value!r}, found {self.found!r}"
+
+
 # v1 controllers whose files move through cgroupspy (the others: plain write(2)).
 CGROUPSPY_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory", "blkio", "devices")
 
@@ -198,22 +217,27 @@ class CgroupWriter:
 
     def drift(self, writes: Iterable[CgroupWrite]) -> list[str]:
         """Verification: one text per setting whose file does not hold the planned value."""
-        problems = []
-        for controller, name, value in writes:
+        return [str(m) for m in self.mismatches(writes)]
+
+    def mismatches(self, writes: Iterable[CgroupWrite]) -> list[Mismatch]:
+        """Each setting whose file does not hold the planned value (or cannot be read)."""
+        found = []
+        for write in writes:
+            controller, name, value = write
             try:
                 # The writes' own checks: a cached file name is input too (no `..`, no
                 # symlink out of the container's cgroup, resource-control files only).
                 path = target(self.paths.version, controller, name, value, self.paths.dirs)
                 read = self._read(controller, path)
             except CgroupWriteError as exc:
-                problems.append(f"{controller}/{name}: cannot read ({exc.detail})")
+                found.append(Mismatch(write, None, None, exc.detail))
                 continue
             except OSError as exc:  # the setting cannot hold
-                problems.append(f"{controller}/{name}: cannot read ({exc})")
+                found.append(Mismatch(write, path, None, str(exc)))
                 continue
             if not values_match(name, value, read, self.page_size):
-                problems.append(f"{path}: expected {value!r}, found {read.strip()!r}")
-        return problems
+                found.append(Mismatch(write, path, read.strip()))
+        return found
 
     def _controller(self, controller: str, path: str) -> object | None:
         if self.paths.version != 1 or controller not in CGROUPSPY_CONTROLLERS:

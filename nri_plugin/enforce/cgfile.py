@@ -4,11 +4,11 @@
 direct writes and the OCI hook alike, and reads them back for verification (`drift`).
 Each write refuses anything but a resource-control file inside the container's own cgroup,
 is one write(2) of the whole value, and is read back and compared the way the kernel
-normalises it (readback.py). On v1 the bytes move through cgroupspy's controller objects
-(bound to our own resolved directories; see docs/cgroups.md for why not its node tree),
-for the controllers it knows. Plain strings and os.path only: the hook runs this for every
-container with an SLA, from a cached decision too, where pathlib or dataclasses would cost
-more than the writes themselves.
+normalises it (readback.py). On v1 written bytes move through cgroupspy's controller
+objects (bound to our own resolved directories; see docs/cgroups.md for why not its node
+tree), for the controllers it knows; every read is one read(2). Plain strings and os.path
+only: the hook runs this for every container with an SLA, from a cached decision too,
+where pathlib or dataclasses would cost more than the writes themselves.
 """
 
 from __future__ import annotations
@@ -70,13 +70,13 @@ def target(version: int, controller: str, name: str, value: str,
             raise CgroupWriteError(name, value, "not a resource control file (allowed "
                                    f"prefixes: {', '.join(V2_PREFIXES)})")
         base = dirs[UNIFIED]
-    path = os.path.join(base, name)
-    if not os.path.isdir(base):
-        raise CgroupWriteError(path, value,
-                               "cgroup directory does not exist (container not created?)")
+    path = base + "/" + name
     try:
         mode = os.lstat(path).st_mode
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
+        if not os.path.isdir(base):
+            raise CgroupWriteError(path, value, "cgroup directory does not exist (container "
+                                   "not created?)") from None
         # Checked up front: an O_CREAT open (cgroupspy's) on cgroupfs answers a misleading
         # EACCES for a file the kernel does not provide.
         raise CgroupWriteError(path, value, HINTS[errno.ENOENT]) from None
@@ -254,6 +254,11 @@ class CgroupWriter:
                 _DirRef(os.path.dirname(path)))
         return found
 
+    def _read(self, controller: str, path: str) -> str:
+        # One read(2) on v1 too: cgroupspy's get_property is open().read() through a text
+        # file object, which cost the drift watch more than the read itself.
+        return read_value(path)
+
     def _write(self, controller: str, path: str, value: str) -> None:
         ctl = self._controller(controller, path)
         if ctl is None:
@@ -261,8 +266,3 @@ class CgroupWriter:
         else:
             ctl.set_property(os.path.basename(path).encode(), value)  # type: ignore[attr-defined]
 
-    def _read(self, controller: str, path: str) -> str:
-        ctl = self._controller(controller, path)
-        if ctl is None:
-            return read_value(path)
-        return ctl.get_property(os.path.basename(path).encode())  # type: ignore[attr-defined, no-any-return]

@@ -87,19 +87,23 @@ def _throttling(text: str | None, version: int) -> CpuThrottling | None:
 
 
 def _pressure(resource: str, text: str | None) -> list[Pressure]:
+    """ "some avg10=1.00 avg60=0.50 avg300=0.10 total=123" lines (the kernel's fixed
+    order: avg10 first, total last)."""
     found = []
     for line in (text or "").splitlines():
-        kind, _, rest = line.partition(" ")
-        if kind not in PRESSURE_KINDS:
+        fields = line.split()
+        if len(fields) < 3 or fields[0] not in PRESSURE_KINDS:
             continue
-        fields = dict(item.partition("=")[::2] for item in rest.split())
+        avg, total = fields[1], fields[-1]
+        if not (avg.startswith("avg10=") and total.startswith("total=")
+                and total[6:].isdigit()):
+            continue
         try:
-            avg10 = float(fields["avg10"])
-            total = int(fields["total"])
-        except (KeyError, ValueError):
+            avg10 = float(avg[6:])
+        except ValueError:
             continue
-        if 0 <= avg10 <= 100 and total >= 0:  # a percentage (not nan, not inf)
-            found.append(Pressure(resource, kind, avg10 / 100, total / 1e6))
+        if 0 <= avg10 <= 100:  # a percentage (not nan, not inf)
+            found.append(Pressure(resource, fields[0], avg10 / 100, int(total[6:]) / 1e6))
     return found
 
 

@@ -7,8 +7,10 @@ client that can reach the metrics port could otherwise make the plugin read thou
 files on demand), the cost is one pass per interval whatever the scrape rate, and the
 throttling ratio covers exactly one interval. The series exist only for the containers
 of the last pass, so a container that goes away takes its series with it at the next
-pass; at most `limit` containers are exported (the rest are counted in
-`nri_sla_containers_unexported` and still shown by `nri-sla status`).
+pass. PSI goes out as the stall-time counters (rate() over any window is the pressure),
+not as avg10 sampled once per interval (`nri-sla status` shows avg10). At most `limit`
+containers are exported (the rest are counted in `nri_sla_containers_unexported` and
+still shown by `nri-sla status`).
 """
 
 from __future__ import annotations
@@ -68,9 +70,8 @@ def _families() -> dict[str, Metric]:
         counter("memory_events", "Memory limit events: high (reclaimed above "
                 "memory.high), max (hit memory.max; v1 memory.failcnt), oom, oom_kill",
                 "event"),
-        gauge("pressure_ratio", "PSI avg10: share of the last 10 s some (or all) of the "
-              "container's tasks stalled on the resource (cgroup v2)", "resource", "kind"),
-        counter("pressure_stalled_seconds", "PSI total stall time (cgroup v2)",
+        counter("pressure_stalled_seconds", "PSI: time some (or all) of the container's "
+                "tasks stalled on the resource (cgroup v2; rate() is the pressure)",
                 "resource", "kind"),
         gauge("cpu_limit_cores", "CPU bandwidth the SLA enforces (quota / period)"),
         gauge("memory_max_bytes", "memory.max the SLA enforces"),
@@ -99,7 +100,6 @@ def _add(families: dict[str, Metric], c: ContainerReport) -> None:
         for event, count in compliance.memory_events:
             put("memory_events", count, event)
         for p in compliance.pressure:
-            put("pressure_ratio", p.avg10, p.resource, p.kind)
             put("pressure_stalled_seconds", p.stalled_seconds, p.resource, p.kind)
     plan = c.plan
     put("cpu_limit_cores", cpu_limit(plan))

@@ -64,6 +64,9 @@ class Watched:
     repair: str = ""
     cpu: CpuThrottling | None = None  # the last pass's sample
     throttled_ratio: float | None = None
+    # (plan, cpuset) -> the plan with that cpuset and its settings by how they are set:
+    # built again only when either changes.
+    expected: tuple[ContainerPlan, str, ContainerPlan, dict[CgroupWrite, str]] | None = None
 
     def fields(self) -> dict[str, str]:
         return {"pod": f"{self.namespace}/{self.pod}", "container": self.name,
@@ -186,17 +189,27 @@ class DriftWatch:
             except SlaFailure as exc:
                 return None, f"no cgroup: {exc}"
         writer = watched.writer
-        plan = watched.plan
+        plan, via = self._expected(watched)
+        drifted = {m.write: m for m in writer.mismatches(via)}
+        if any(m.found is None for m in drifted.values()) and writer.paths.missing():
+            return None, "cgroup gone (the container exited?)"
+        return _Reading(plan, via, drifted, read_compliance(writer.paths)), WATCHED
+
+    def _expected(self, watched: Watched) -> tuple[ContainerPlan, dict[CgroupWrite, str]]:
+        """The plan with the cpuset the container should have now, and its settings:
+        CgroupWrite -> "runtime" (the adjustment's) or "direct" (nri-sla's own write)."""
         cpus = self.node.cpuset_of(watched.id)
+        known = watched.expected
+        if known is not None and known[0] is watched.plan and known[1] == cpus:
+            return known[2], known[3]
+        plan = watched.plan
         if cpus and plan.cpus and cpus != plan.cpus:
             plan = replace(plan, cpus=cpus)
         bfq = self.node.capabilities.bfq
         via = dict.fromkeys(cgroup_writes(plan, "runtime", bfq), "runtime")
         via.update(dict.fromkeys(cgroup_writes(plan, "direct", bfq), "direct"))
-        drifted = {m.write: m for m in writer.mismatches(via)}
-        if any(m.found is None for m in drifted.values()) and writer.paths.missing():
-            return None, "cgroup gone (the container exited?)"
-        return _Reading(plan, via, drifted, read_compliance(writer.paths)), WATCHED
+        watched.expected = (watched.plan, cpus, plan, via)
+        return plan, via
 
     def _report(self, watched: Watched, reading: _Reading | None, state: str,
                 ratio: float | None) -> ContainerReport:

@@ -87,10 +87,12 @@ def test_signals_and_enforced_values_become_container_series(tmp_path):
                 "cpu_throttled_seconds_total", "cpu_limit_cores", "memory_max_bytes",
                 "memory_high_bytes", "drifted_settings")}
             during["high"] = value("memory_events_total", event="high")
-            during["psi"] = value("pressure_ratio", resource="cpu", kind="some")
+            during["psi"] = value("pressure_stalled_seconds_total", resource="cpu",
+                                  kind="some")
             during["stalled"] = value("pressure_stalled_seconds_total", resource="cpu",
                                       kind="full")
-            during["io_psi"] = value("pressure_ratio", resource="io", kind="some")
+            during["io_psi"] = value("pressure_stalled_seconds_total", resource="io",
+                                     kind="some")
             text = generate_latest(metrics.registry).decode()
             await session.stop_container(pod, ctr)
             await session.remove_container(pod, ctr)
@@ -104,7 +106,7 @@ def test_signals_and_enforced_values_become_container_series(tmp_path):
         "cpu_throttled_ratio": 0.25, "cpu_periods_total": 1200,
         "cpu_throttled_periods_total": 60, "cpu_throttled_seconds_total": 1.2,
         "cpu_limit_cores": 1.5, "memory_max_bytes": 1 << 30,
-        "memory_high_bytes": 768 << 20, "drifted_settings": 0, "high": 7, "psi": 0.125,
+        "memory_high_bytes": 768 << 20, "drifted_settings": 0, "high": 7, "psi": 2.5,
         "stalled": 0.4, "io_psi": None}
     assert 'nri_sla_container_memory_events_total{container="server",event="high",' \
            'namespace="infer",pod="llm"} 7.0' in text

@@ -5,7 +5,9 @@ The plugin gets its containers as in production (CreateContainer, StartContainer
 its handlers); their cgroups are a fake tree on a tmpfs (/dev/shm) holding what runc and
 nri-sla wrote and what the kernel shows (cpu.stat, memory.events, PSI). With --real N
 (root, a cgroup v1 host) N containers get real cgroups instead, so the per-file cost of
-cgroupfs itself is measured too. Every figure is wall and CPU time of one pass.
+cgroupfs itself is measured too. Every figure is the median wall and CPU time (this
+process) of one pass, one scrape of the metrics registry, one status document; on a
+loaded machine the CPU time is the one to read.
 
     .venv/bin/python bench/bench_drift.py [--containers 1000] [--passes 7] [--real 200]
 """
@@ -133,11 +135,12 @@ def report(label: str, plugin: SlaPlugin, passes: int) -> None:
     assert all(r.state == "watched" and not r.drifted for r in plugin.watch.last.containers)
     metrics = plugin.metrics
     metrics.registry.register(ContainerCollector(lambda: plugin.watch.last, count))
-    scrape, _ = timed(lambda: generate_latest(metrics.registry), passes)
-    status, _ = timed(lambda: plugin.watch.look().to_json(True), passes)
-    print(f"{label:<34} {count:5d} containers {files:5d} settings: pass {wall * 1e3:7.1f} ms "
-          f"(cpu {cpu * 1e3:6.1f} ms, {wall / count * 1e6:5.1f} us/container); scrape "
-          f"{scrape * 1e3:6.1f} ms; status {status * 1e3:6.1f} ms", flush=True)
+    scrape = timed(lambda: generate_latest(metrics.registry), passes)
+    status = timed(lambda: plugin.watch.look().to_json(True), passes)
+    print(f"{label:<30} {count:5d} containers, {files:5d} settings; wall/cpu ms: pass "
+          f"{wall * 1e3:6.1f}/{cpu * 1e3:6.1f} ({cpu / count * 1e6:4.0f} us cpu/container), "
+          f"scrape {scrape[0] * 1e3:6.1f}/{scrape[1] * 1e3:6.1f}, status "
+          f"{status[0] * 1e3:6.1f}/{status[1] * 1e3:6.1f}", flush=True)
 
 
 def main() -> int:

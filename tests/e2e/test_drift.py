@@ -150,9 +150,11 @@ def test_soft_drift_is_reported_and_left(cluster, watching_plugin):
 
 
 def test_a_cpu_bound_container_at_its_quota_shows_throttling(cluster, watching_plugin):
-    pc = cluster.run_pod("busy", {"sla.nri.io/pod": "cpu: {limit: 0.2, period: 100ms}\n"},
+    # 5 ms of quota per 100 ms period: used up even when a loaded machine gives the loop
+    # a fraction of a CPU.
+    pc = cluster.run_pod("busy", {"sla.nri.io/pod": "cpu: {limit: 0.05, period: 100ms}\n"},
                          command=("/bin/sh", "-c", "while :; do :; done"))
-    assert cluster.cgroup(pc).cpu_quota == 20000
+    assert cluster.cgroup(pc).cpu_quota == 5000
     who = {"namespace": "nri-e2e", "pod": "busy", "container": "work"}
     until("throttling above 50% in the metrics", lambda: (metric(
         watching_plugin, "nri_sla_container_cpu_throttled_ratio", **who) or 0) > 0.5,

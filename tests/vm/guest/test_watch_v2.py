@@ -95,7 +95,7 @@ def test_a_container_above_memory_high_shows_high_events(cgroup_tree):
 
 def test_a_cpu_bound_container_shows_throttling_and_pressure(cgroup_tree):
     plugin, metrics = watching_plugin()
-    cgroup, who = started(plugin, cgroup_tree, "busy", "cpu: {limit: 0.1, period: 100ms}\n")
+    cgroup, who = started(plugin, cgroup_tree, "busy", "cpu: {limit: 0.05, period: 100ms}\n")
     busy = cgroup.spawn(["sh", "-c", "while :; do :; done"])
     try:
         plugin.drift_pass()

@@ -173,7 +173,7 @@ class DriftWatch:
             watched.settling = False
             state = SETTLING
         else:
-            self._verify(watched, reading.drifted, now)
+            self._verify(watched, reading, now)
             self._note(watched, reading)
             if (reading.drifted and watched.plan.enforcement == "hard"
                     and now >= watched.retry_at):
@@ -244,17 +244,19 @@ class DriftWatch:
             log_event(log, logging.INFO, "drift gone", **watched.fields(),
                       file=f"{write.controller}/{write.file}", value=write.value)
 
-    def _verify(self, watched: Watched, drifted: dict[CgroupWrite, Mismatch],
-                now: float) -> None:
-        """The runtime was asked to re-assert `pending` last pass: did it?"""
-        if not watched.pending:
+    def _verify(self, watched: Watched, reading: _Reading, now: float) -> None:
+        """The runtime was asked to re-assert `pending` last pass: did it? (Values no
+        longer expected, e.g. a cpuset nri-sla changed since, are neither.)"""
+        pending = [w for w in watched.pending if w in reading.via]
+        watched.pending = set()
+        if not pending:
             return
-        still = [w for w in watched.pending if w in drifted]
-        for write in watched.pending:
+        drifted = reading.drifted
+        still = [w for w in pending if w in drifted]
+        for write in pending:
             self._count_repair(write, "failed" if write in drifted else "repaired")
             if write not in drifted:
                 watched.reported.pop(write, None)  # logged as repaired, not as gone
-        watched.pending = set()
         if still:
             self._failed(watched, "the runtime's update did not restore "
                          + ", ".join(f"{w.controller}/{w.file}" for w in still), now)

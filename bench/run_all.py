@@ -18,6 +18,7 @@ SCRIPTS = [
     ("bench_plan.py", []),
     ("bench_placement.py", []),
     ("bench_records.py", []),
+    ("bench_drift.py", []),
     ("bench_transport.py", []),
     ("bench_hook.py", []),
     ("bench_vs_go.py", []),  # skips itself without the Go programs (docs/benchmarks.md)

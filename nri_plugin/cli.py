@@ -22,6 +22,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "validate": ("validate", "check the SLA annotations of pod manifests (CI friendly)"),
     "inventory": ("inventory", "print the node's CPUs, NUMA nodes and GPUs"),
     "demo": ("demo", "run the plugin against the built-in runtime simulator"),
+    "status": ("status", "show each SLA container: enforced vs actual, drift, throttling "
+               "(asks the running plugin)"),
 }
 
 

@@ -152,6 +152,22 @@ class MetricsConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class WatchConfig:
+    """The node config's `watch` section: the drift watch and the compliance signals."""
+
+    interval: float = 30.0  # seconds between passes; 0 turns the watch off
+    repair_backoff_max: float = 600.0  # longest wait before retrying a failed repair
+    metrics_containers: int = 1000  # containers with per-container series, at most
+
+
+@dataclass(frozen=True, slots=True)
+class StatusConfig:
+    """The node config's `status` section: the root-only socket `nri-sla status` reads."""
+
+    socket: str = "/run/nri-sla/status.sock"  # "" turns it off
+
+
+@dataclass(frozen=True, slots=True)
 class LogConfig:
     """The node config's `log` section."""
 
@@ -176,6 +192,8 @@ class NodeConfig:
     nri: NriConfig = field(default_factory=NriConfig)
     hook: HookConfig = field(default_factory=HookConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    watch: WatchConfig = field(default_factory=WatchConfig)
+    status: StatusConfig = field(default_factory=StatusConfig)
     log: LogConfig = field(default_factory=LogConfig)
     source: str = "<defaults>"  # the file it was read from
 
@@ -314,6 +332,31 @@ def _address(value: object) -> str:
     return value
 
 
+def _interval(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) \
+            or not math.isfinite(value) or not (value == 0 or 1 <= value <= 3600):
+        raise Problem(f"must be 0 (off) or a number of seconds from 1 to 3600, got "
+                      f"{show(value)}")
+    return float(value)
+
+
+def _backoff(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) \
+            or not math.isfinite(value) or not 1 <= value <= 86400:
+        raise Problem(f"must be a number of seconds from 1 to 86400, got {show(value)}")
+    return float(value)
+
+
+def _series_containers(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 100_000:
+        raise Problem(f"must be a count of containers from 0 to 100000, got {show(value)}")
+    return value
+
+
+def _socket(value: object) -> str:
+    return "" if value == "" else _abs_path(value)
+
+
 # section -> field -> (dataclass attribute, converter); "" section = top level
 _Schema = dict[str, tuple[str, Callable[[object], object]]]
 _TOP: _Schema = {
@@ -354,6 +397,12 @@ _SECTIONS: dict[str, tuple[type, _Schema]] = {
     }),
     "hook": (HookConfig, {"inject": ("inject", _bool)}),
     "metrics": (MetricsConfig, {"address": ("address", _address)}),
+    "watch": (WatchConfig, {
+        "interval-seconds": ("interval", _interval),
+        "repair-backoff-max-seconds": ("repair_backoff_max", _backoff),
+        "metrics-containers": ("metrics_containers", _series_containers),
+    }),
+    "status": (StatusConfig, {"socket": ("socket", _socket)}),
     "log": (LogConfig, {
         "format": ("format", choice(LOG_FORMATS)),
         "level": ("level", choice(LOG_LEVELS)),

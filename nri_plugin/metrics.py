@@ -48,6 +48,10 @@ REASONS = ("ok", "policy", "limit", "invalid", "unsupported", "placement", "devi
 # nri_plugin.core.nodestate): not written by nri-sla for that container, malformed,
 # granting what the node config does not allow, or claiming what an earlier one holds.
 RECORD_PROBLEMS = ("unauthenticated", "invalid", "policy", "conflict")
+# What drifted (the drift watch, nri_plugin.plugin.watch): the cgroup controller of the
+# setting, v1 blkio counted as io; and what became of a repair.
+DRIFT_KINDS = ("cpu", "cpuset", "memory", "io")
+REPAIR_OUTCOMES = ("repaired", "failed")
 # Event labels are RPC / stage names such as CreateContainer or hook.
 _EVENT_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
 
@@ -100,6 +104,12 @@ class Metrics:
         self.records_rejected = Counter(
             "records_rejected", "applied records Synchronize ignored, by problem",
             ["problem"], namespace=NAMESPACE, registry=reg)
+        self.drift_detected = Counter(
+            "drift_detected", "Enforced values found changed behind nri-sla's back, once "
+            "per change, by cgroup controller", ["kind"], namespace=NAMESPACE, registry=reg)
+        self.drift_repairs = Counter(
+            "drift_repairs", "Repairs of drifted values (hard mode), by controller and "
+            "outcome", ["kind", "outcome"], namespace=NAMESPACE, registry=reg)
         self.build_info = Gauge(
             "build_info", "Always 1; the version label says which nri-sla runs",
             ["version"], namespace=NAMESPACE, registry=reg)
@@ -116,6 +126,10 @@ class Metrics:
             self.decisions.labels(outcome=outcome, reason=reason)
         for problem in RECORD_PROBLEMS:
             self.records_rejected.labels(problem=problem)
+        for kind in DRIFT_KINDS:
+            self.drift_detected.labels(kind=kind)
+            for outcome in REPAIR_OUTCOMES:
+                self.drift_repairs.labels(kind=kind, outcome=outcome)
 
     # -- decisions and latency ---------------------------------------------------------
     def record_decision(self, outcome: str, reason: str = "ok") -> None:
@@ -138,6 +152,17 @@ class Metrics:
             raise MetricsError(
                 f"record problem {problem!r} is not one of {', '.join(RECORD_PROBLEMS)}")
         self.records_rejected.labels(problem=problem).inc()
+
+    def record_drift(self, kind: str) -> None:
+        """Count one drifted value. Raises MetricsError on an unknown kind."""
+        _check(kind, DRIFT_KINDS, "drift kind")
+        self.drift_detected.labels(kind=kind).inc()
+
+    def record_repair(self, kind: str, outcome: str) -> None:
+        """Count one repair of a drifted value (`repaired` or `failed`)."""
+        _check(kind, DRIFT_KINDS, "drift kind")
+        _check(outcome, REPAIR_OUTCOMES, "repair outcome")
+        self.drift_repairs.labels(kind=kind, outcome=outcome).inc()
 
     def observe(self, event: str, seconds: float) -> None:
         """Record how long handling `event` (e.g. "CreateContainer") took."""
@@ -189,6 +214,11 @@ class Metrics:
         """A sample's current value, e.g. value("nri_sla_decisions_total",
         outcome="enforced", reason="ok"); None when the series does not exist."""
         return self.registry.get_sample_value(name, labels or None)
+
+
+def _check(value: str, allowed: tuple[str, ...], what: str) -> None:
+    if value not in allowed:
+        raise MetricsError(f"{what} {value!r} is not one of {', '.join(allowed)}")
 
 
 def _check_event(event: str) -> None:

@@ -1,4 +1,5 @@
-"""Arguments shared by the subcommands that need a node (explain, run, demo)."""
+"""Arguments shared by the subcommands that need a node (explain, run, demo), and the
+table layout of the commands that print one (inventory, status)."""
 
 from __future__ import annotations
 
@@ -28,3 +29,9 @@ def node_from_args(args: argparse.Namespace, detect: bool = False,
     version = {"v1": 1, "v2": 2, None: None}[args.cgroup]
     return build_node(config, cgroup_version=version, inventory_file=args.inventory,
                       sysfs_root=args.sysfs_root, detect=detect, record_key=record_key)
+
+
+def table_lines(rows: list[list[str]]) -> list[str]:
+    """Rows (the first: the header) as aligned columns, two spaces apart."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]

@@ -8,6 +8,7 @@ import logging
 import sys
 from pathlib import Path
 
+from nri_plugin.commands.common import table_lines
 from nri_plugin.topology import (
     GpuInventory,
     InventoryError,
@@ -40,11 +41,6 @@ def _gib(n: int) -> str:
     return f"{n / 1024**3:.0f} GiB" if n else "-"
 
 
-def _table(rows: list[list[str]]) -> list[str]:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
-
-
 def render_table(topology: Topology, inventory: GpuInventory) -> str:
     lines = [
         f"CPUs: {len(topology.online)} online ({format_cpulist(topology.online)}), "
@@ -59,7 +55,7 @@ def render_table(topology: Topology, inventory: GpuInventory) -> str:
                           "yes" if n.has_memory else "no",
                           " ".join(str(n.distances.get(o.id, "?")) for o in topology.nodes),
                           ",".join(gpus) or "-"])
-    lines += _table(node_rows)
+    lines += table_lines(node_rows)
     lines.append("")
     source = f"GPUs: {len(inventory.gpus)} (source: {inventory.source}"
     if inventory.degraded_reason:
@@ -76,7 +72,7 @@ def render_table(topology: Topology, inventory: GpuInventory) -> str:
                 rows.append([f"  {g.index}:{m.index}", "", "", m.uuid, m.profile,
                              _gib(m.memory_bytes), "", f"gi {m.gi_id} ci {m.ci_id}"])
         lines.append("")
-        lines += _table(rows)
+        lines += table_lines(rows)
     return "\n".join(lines)
 
 

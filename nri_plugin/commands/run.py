@@ -50,6 +50,7 @@ def main(args: argparse.Namespace) -> int:
     server = start_http_server(metrics, address)
     plugin, options = build_service(node, metrics, socket=args.socket, name=args.name,
                                     index=args.index)
+    status = start_status_server(plugin, config.status.socket)
     log.info("nri-sla starting: cgroup v%d, %d GPUs, socket %s", node.cgroup_version,
              len(node.allocator.inventory.gpus) if node.allocator else 0, options.socket_path)
     try:
@@ -60,17 +61,39 @@ def main(args: argparse.Namespace) -> int:
     finally:
         if server is not None:
             server.close()
+        if status is not None:
+            status.close()
     return 0
+
+
+def start_status_server(plugin, path: str):
+    """The root-only socket `nri-sla status` reads; None when off or when it cannot be
+    made (logged: enforcement does not depend on it)."""
+    from nri_plugin.statussocket import BUILD_TIMEOUT, StatusServer
+
+    if not path:
+        return None
+    try:
+        return StatusServer(path, lambda: plugin.status(BUILD_TIMEOUT))
+    except OSError as exc:
+        log.warning("status socket %s not served: %s", path, exc)
+        return None
 
 
 def build_service(node, metrics, *, socket: str | None = None, name: str | None = None,
                   index: str | None = None, **options):
     """The SLA plugin and its service options, wired to the metrics (also used by tests)."""
-    from nri_plugin.nri.service import REGISTERED, ServiceOptions
+    from nri_plugin.nri.service import REGISTERED, Periodic, ServiceOptions
     from nri_plugin.plugin import SlaPlugin
+    from nri_plugin.plugin.container_metrics import ContainerCollector
 
     nri = node.config.nri
+    watch = node.config.watch
     plugin = SlaPlugin(node, metrics)
+    metrics.registry.register(ContainerCollector(lambda: plugin.watch.last,
+                                                 watch.metrics_containers))
+    if watch.interval:
+        options.setdefault("periodic", [Periodic(watch.interval, plugin.drift_pass)])
 
     def on_state(state: str) -> None:
         metrics.set_connected(state == REGISTERED)

@@ -262,6 +262,11 @@ class NodeState:
         if plan.cpus:
             self._cpusets[owner] = plan.cpus
 
+    def cpuset_of(self, owner: str) -> str:
+        """The cpuset an aligned container was last given ("": not aligned, or not known
+        yet); it replaces the plan's when exclusive CPUs changed hands since."""
+        return self._cpusets.get(owner, "")
+
     def cpuset_updates(self, exclude: str) -> dict[str, str]:
         """Aligned containers whose cpuset must change because exclusive CPUs were taken
         or given back since they got it: container id -> new cpuset."""

@@ -4,11 +4,11 @@
 direct writes and the OCI hook alike, and reads them back for verification (`drift`).
 Each write refuses anything but a resource-control file inside the container's own cgroup,
 is one write(2) of the whole value, and is read back and compared the way the kernel
-normalises it (readback.py). On v1 the bytes move through cgroupspy's controller objects
-(bound to our own resolved directories; see docs/cgroups.md for why not its node tree),
-for the controllers it knows. Plain strings and os.path only: the hook runs this for every
-container with an SLA, from a cached decision too, where pathlib or dataclasses would cost
-more than the writes themselves.
+normalises it (readback.py). On v1 written bytes move through cgroupspy's controller
+objects (bound to our own resolved directories; see docs/cgroups.md for why not its node
+tree), for the controllers it knows; every read is one read(2). Plain strings and os.path
+only: the hook runs this for every container with an SLA, from a cached decision too,
+where pathlib or dataclasses would cost more than the writes themselves.
 """
 
 from __future__ import annotations
@@ -70,13 +70,13 @@ def target(version: int, controller: str, name: str, value: str,
             raise CgroupWriteError(name, value, "not a resource control file (allowed "
                                    f"prefixes: {', '.join(V2_PREFIXES)})")
         base = dirs[UNIFIED]
-    path = os.path.join(base, name)
-    if not os.path.isdir(base):
-        raise CgroupWriteError(path, value,
-                               "cgroup directory does not exist (container not created?)")
+    path = base + "/" + name
     try:
         mode = os.lstat(path).st_mode
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
+        if not os.path.isdir(base):
+            raise CgroupWriteError(path, value, "cgroup directory does not exist (container "
+                                   "not created?)") from None
         # Checked up front: an O_CREAT open (cgroupspy's) on cgroupfs answers a misleading
         # EACCES for a file the kernel does not provide.
         raise CgroupWriteError(path, value, HINTS[errno.ENOENT]) from None
@@ -151,6 +151,25 @@ class WriteResult(Value):
         self.path = path
 
 
+class Mismatch(Value):
+    """A setting whose file does not hold the planned value: what it holds (`found`), or
+    why it could not be read (`error`, `found` None)."""
+
+    __slots__ = ("error", "found", "path", "write")
+
+    def __init__(self, write: CgroupWrite, path: str | None, found: str | None,
+                 error: str | None = None) -> None:
+        self.write = write
+        self.path = path
+        self.found = found
+        self.error = error
+
+    def __str__(self) -> str:
+        if self.found is None:
+            return f"{self.write.controller}/{self.write.file}: cannot read ({self.error})"
+        return f"{self.path}: expected {self.write.value!r}, found {self.found!r}"
+
+
 # v1 controllers whose files move through cgroupspy (the others: plain write(2)).
 CGROUPSPY_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory", "blkio", "devices")
 
@@ -198,22 +217,27 @@ class CgroupWriter:
 
     def drift(self, writes: Iterable[CgroupWrite]) -> list[str]:
         """Verification: one text per setting whose file does not hold the planned value."""
-        problems = []
-        for controller, name, value in writes:
+        return [str(m) for m in self.mismatches(writes)]
+
+    def mismatches(self, writes: Iterable[CgroupWrite]) -> list[Mismatch]:
+        """Each setting whose file does not hold the planned value (or cannot be read)."""
+        found = []
+        for write in writes:
+            controller, name, value = write
             try:
                 # The writes' own checks: a cached file name is input too (no `..`, no
                 # symlink out of the container's cgroup, resource-control files only).
                 path = target(self.paths.version, controller, name, value, self.paths.dirs)
                 read = self._read(controller, path)
             except CgroupWriteError as exc:
-                problems.append(f"{controller}/{name}: cannot read ({exc.detail})")
+                found.append(Mismatch(write, None, None, exc.detail))
                 continue
             except OSError as exc:  # the setting cannot hold
-                problems.append(f"{controller}/{name}: cannot read ({exc})")
+                found.append(Mismatch(write, path, None, str(exc)))
                 continue
             if not values_match(name, value, read, self.page_size):
-                problems.append(f"{path}: expected {value!r}, found {read.strip()!r}")
-        return problems
+                found.append(Mismatch(write, path, read.strip()))
+        return found
 
     def _controller(self, controller: str, path: str) -> object | None:
         if self.paths.version != 1 or controller not in CGROUPSPY_CONTROLLERS:
@@ -230,6 +254,11 @@ class CgroupWriter:
                 _DirRef(os.path.dirname(path)))
         return found
 
+    def _read(self, controller: str, path: str) -> str:
+        # One read(2) on v1 too: cgroupspy's get_property is open().read() through a text
+        # file object, which cost the drift watch more than the read itself.
+        return read_value(path)
+
     def _write(self, controller: str, path: str, value: str) -> None:
         ctl = self._controller(controller, path)
         if ctl is None:
@@ -237,8 +266,3 @@ class CgroupWriter:
         else:
             ctl.set_property(os.path.basename(path).encode(), value)  # type: ignore[attr-defined]
 
-    def _read(self, controller: str, path: str) -> str:
-        ctl = self._controller(controller, path)
-        if ctl is None:
-            return read_value(path)
-        return ctl.get_property(os.path.basename(path).encode())  # type: ignore[attr-defined, no-any-return]

@@ -9,6 +9,10 @@ Two ways in:
 
 SIGTERM/SIGINT end the service cleanly. With NOTIFY_SOCKET set, systemd hears READY=1
 after registration, WATCHDOG=1 every WATCHDOG_USEC/2 and STOPPING=1 at the end.
+
+`ServiceOptions.periodic`: work the plugin does on its own schedule (the drift watch), run
+on the event loop while registered; the container updates it returns go to the runtime
+as a plugin-initiated UpdateContainers.
 """
 
 from __future__ import annotations
@@ -19,11 +23,12 @@ import logging
 import os
 import signal
 import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from nri_plugin.nri.errors import NriError, PluginConfigError
+from nri_plugin.nri.pb import nri_pb2 as pb
 from nri_plugin.nri.stub import DEFAULT_SOCKET, REGISTRATION_TIMEOUT, Stub, check_identity
 
 log = logging.getLogger("nri_sla.nri.service")
@@ -33,6 +38,21 @@ CONNECTING = "connecting"
 REGISTERED = "registered"
 DISCONNECTED = "disconnected"
 STOPPED = "stopped"
+
+
+@dataclass(frozen=True)
+class Periodic:
+    """`run` every `interval` seconds (measured from the end of the previous run) while
+    registered. It runs on the event loop, between requests, so it sees the plugin's
+    state as its handlers leave it; the updates it returns are sent to the runtime."""
+
+    interval: float
+    run: Callable[[], list[pb.ContainerUpdate] | None]
+
+    def __post_init__(self) -> None:
+        if not self.interval > 0:
+            raise PluginConfigError(f"periodic {self.run!r}: interval must be above 0 "
+                                    f"seconds, got {self.interval!r}")
 
 
 @dataclass
@@ -50,6 +70,8 @@ class ServiceOptions:
     on_reconnect: Callable[[int], Any] | None = None
     # Called with the Stub once registered (e.g. to keep it for update_containers).
     on_ready: Callable[[Stub], Any] | None = None
+    # Plugin work on a schedule, run while registered (see Periodic).
+    periodic: Sequence[Periodic] = ()
     # Where NRI_PLUGIN_* and NOTIFY_SOCKET/WATCHDOG_* are read; default os.environ.
     environ: Mapping[str, str] | None = None
     # Set it to stop the service from outside (tests, embedding).
@@ -113,6 +135,29 @@ def _prelaunched(environ: Mapping[str, str]) -> tuple[socket.socket, str, str] |
     return sock, name, idx
 
 
+async def _every(periodic: Periodic, stub: Stub) -> None:
+    """One periodic task for one registration: ends with the connection (cancelled)."""
+    while True:
+        await asyncio.sleep(periodic.interval)
+        if not stub.registered:
+            continue
+        try:
+            updates = periodic.run()
+        except Exception:  # the plugin's bug: logged, and the next run comes as usual
+            log.exception("periodic %r failed", periodic.run)
+            continue
+        if not updates:
+            continue
+        try:
+            failed = await stub.update_containers(updates)
+        except NriError as exc:  # containerd answers an error when any update failed
+            log.warning("UpdateContainers of %d containers failed: %s", len(updates), exc)
+            continue
+        for update in failed:
+            log.warning("UpdateContainers: the runtime could not update container %s",
+                        update.container_id)
+
+
 def _call(callback: Callable[..., Any] | None, *args: Any) -> None:
     if callback is None:
         return
@@ -143,6 +188,7 @@ async def run_service(plugin: object, options: ServiceOptions | None = None) -> 
     watchdog = loop.create_task(notifier.watchdog())
     reconnects = 0
     ever_registered = False
+    periodic_tasks: list[asyncio.Task[None]] = []  # the current registration's
     delay = opts.backoff_initial
     try:
         while not stop.is_set():
@@ -160,6 +206,8 @@ async def run_service(plugin: object, options: ServiceOptions | None = None) -> 
                 notifier.notify("READY=1", f"STATUS=registered with {stub.runtime_name} "
                                 f"{stub.runtime_version}".rstrip())
                 _call(opts.on_ready, stub)
+                periodic_tasks.extend(loop.create_task(_every(p, stub))
+                                      for p in opts.periodic)
 
             if pre is not None:
                 sock, name, idx = pre
@@ -174,6 +222,9 @@ async def run_service(plugin: object, options: ServiceOptions | None = None) -> 
             stopper = loop.create_task(stop.wait())
             await asyncio.wait({run, stopper}, return_when=asyncio.FIRST_COMPLETED)
             stopper.cancel()
+            for task in periodic_tasks:  # they belong to this connection's registration
+                task.cancel()
+            periodic_tasks.clear()
             if stop.is_set():
                 stub.stop()
                 with contextlib.suppress(NriError, asyncio.CancelledError):
@@ -197,6 +248,8 @@ async def run_service(plugin: object, options: ServiceOptions | None = None) -> 
             delay = min(delay * 2, opts.backoff_max)
     finally:
         watchdog.cancel()
+        for task in periodic_tasks:
+            task.cancel()
         for sig in installed:
             loop.remove_signal_handler(sig)
         _call(opts.on_state, STOPPED)

@@ -4,10 +4,12 @@ CreateContainer: annotations -> SLA -> plan -> adjustment (or an error status, w
 makes containerd refuse the container). StartContainer: the direct cgroup writes that
 NRI cannot express on this node, read back. Stop/Remove: allocations released.
 Synchronize: allocations rebuilt from the `applied` records on existing containers.
+Between events the drift watch (`plugin.watch`) reads back what was enforced.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from contextlib import nullcontext
@@ -26,6 +28,7 @@ from nri_plugin.nri.stub import CreateResult
 from nri_plugin.plan.model import ContainerPlan
 from nri_plugin.plan.record import record_body, record_text
 from nri_plugin.plugin.adjustment import annotated, build_adjustment, build_update
+from nri_plugin.plugin.watch import DriftWatch, Watched
 
 log = logging.getLogger("nri_sla.plugin")
 
@@ -81,12 +84,19 @@ class SlaPlugin:
         self._answers: dict[int, tuple[ContainerPlan, dict[str, Any], str, Any]] = {}
         # With hook.inject the OCI hook verifies (reads back) what the plugin enforced.
         self._hooks = hook_spec() if node.config.hook.inject else None
+        watch = node.config.watch
+        self.watch = DriftWatch(node, metrics, interval=watch.interval,
+                                backoff_max=watch.repair_backoff_max)
+        self._stub: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     # -- life cycle --------------------------------------------------------------------
     def on_registered(self, stub: Any) -> None:
         """Called once registered: the runtime's NRI version came with Configure (runtimes
         before NRI v0.10, e.g. containerd 1.7 to 2.1, do not send one)."""
         self.nri_version = stub.nri_version or UNVERSIONED_NRI
+        self._stub = stub
+        self._loop = asyncio.get_running_loop()  # where status requests read the watch
 
     def configure(self, config: str, runtime_name: str, runtime_version: str) -> None:
         self.runtime = f"{runtime_name} {runtime_version}".strip()
@@ -109,6 +119,7 @@ class SlaPlugin:
         exactly what they hold. A record that is not taken is logged and counted, and
         changes nothing for any other container. Aligned containers whose node got back
         exclusive CPUs (their holders went away meanwhile) get their wider cpuset."""
+        by_id = {p.id: p for p in pods}
         namespaces = {p.id: p.namespace for p in pods}
         live = [LiveContainer(c.id, namespaces.get(c.pod_sandbox_id), c.annotations,
                               c.created_at, c.linux.resources.cpu.cpus, c.pod_sandbox_id)
@@ -118,6 +129,10 @@ class SlaPlugin:
         # Created but not started yet: StartContainer still owes the direct writes.
         self._unstarted = {c.id for c in containers if c.state == pb.CONTAINER_CREATED
                            and c.id in restored.plans}
+        self.watch.replace(
+            _watched(by_id.get(c.pod_sandbox_id), c, restored.plans[c.id],
+                     started=c.id not in self._unstarted)
+            for c in containers if c.id in restored.plans)
         for rejection in restored.rejected:
             log_event(log, logging.WARNING, "record ignored", container=rejection.container,
                       problem=rejection.problem, error=rejection.message)
@@ -127,7 +142,10 @@ class SlaPlugin:
                  "ignored, %d owners released", len(pods), len(containers),
                  len(restored.plans), len(restored.rejected), len(restored.released))
         self._publish_usage()
-        return self._cpuset_updates(exclude="")
+        updates = self._cpuset_updates(exclude="")
+        if self.watch.interval:  # drift while disconnected: repaired in this answer
+            updates += self.watch.run()
+        return updates
 
     # -- containers --------------------------------------------------------------------
     def create_container(self, pod: pb.PodSandbox, container: pb.Container) -> CreateResult:
@@ -153,6 +171,7 @@ class SlaPlugin:
             return CreateResult(adjustment)
         self._plans[container.id] = plan
         self._unstarted.add(container.id)
+        self.watch.watch(_watched(pod, container, plan))
         self.node.remember_cpuset(container.id, plan)
         if plan.placement_record:  # only placements change the GPU/CPU gauges
             self._publish_usage()
@@ -203,6 +222,7 @@ class SlaPlugin:
             log.warning("%s/%s %s: %s", pod.namespace, pod.name, container.name, problem)
         if problems and plan.enforcement == "hard":
             raise StartRefused("; ".join(problems))
+        self.watch.started(container.id)
 
     def update_container(self, pod: pb.PodSandbox, container: pb.Container,
                          resources: pb.LinuxResources) -> list[pb.ContainerUpdate]:
@@ -223,6 +243,7 @@ class SlaPlugin:
             for warning in fitted.warnings[len(plan.warnings):]:
                 log.warning("%s/%s %s: update: %s", pod.namespace, pod.name, container.name,
                             warning)
+            self.watch.refit(container.id, fitted)
             return [build_update(container.id, fitted)]
 
     def stop_container(self, pod: pb.PodSandbox, container: pb.Container):
@@ -234,6 +255,23 @@ class SlaPlugin:
         with self._timed("RemoveContainer"):
             self._release(container.id)
 
+    # -- the drift watch ------------------------------------------------------------------
+    def drift_pass(self) -> list[pb.ContainerUpdate]:
+        """The service's Periodic: one pass of the drift watch; the updates re-assert
+        runtime-applied values (sent as UpdateContainers)."""
+        return self.watch.run()
+
+    def status(self, timeout: float) -> dict[str, Any]:
+        """The node's status document, read on the service's event loop (called from the
+        status socket's thread: the watch's state belongs to the loop)."""
+        registered = bool(self._stub is not None and self._stub.registered)
+        if self._loop is None or not self._loop.is_running():
+            return self.watch.last.to_json(registered)
+
+        async def look() -> dict[str, Any]:
+            return self.watch.look().to_json(registered)
+        return asyncio.run_coroutine_threadsafe(look(), self._loop).result(timeout)
+
     # -- helpers -------------------------------------------------------------------------
     def _cpuset_updates(self, exclude: str) -> list[pb.ContainerUpdate]:
         """Aligned containers whose node's shared CPUs changed (exclusive CPUs taken or
@@ -243,6 +281,7 @@ class SlaPlugin:
             update = pb.ContainerUpdate(container_id=owner, ignore_failure=True)
             update.linux.resources.cpu.cpus = cpus
             updates.append(update)
+        self.watch.expect_change(u.container_id for u in updates)
         return updates
 
     def _timed(self, event: str):
@@ -251,6 +290,7 @@ class SlaPlugin:
     def _release(self, container_id: str) -> None:
         plan = self._plans.pop(container_id, None)
         self._unstarted.discard(container_id)
+        self.watch.forget(container_id)
         self.node.release(container_id)
         if plan is not None and plan.placement_record:  # only placements change the gauges
             self._publish_usage()
@@ -273,3 +313,9 @@ class SlaPlugin:
         gpus, cpus = self.node.usage()
         self.metrics.set_gpus_in_use(gpus)
         self.metrics.set_exclusive_cpus_in_use(cpus)
+
+
+def _watched(pod: pb.PodSandbox | None, container: pb.Container, plan: ContainerPlan,
+             started: bool = False) -> Watched:
+    return Watched(container.id, pod.namespace if pod else "", pod.name if pod else "",
+                   container.name, container.linux.cgroups_path, plan, started=started)

@@ -43,3 +43,11 @@ def read_cgroup(cgroups_path: str) -> CgroupValues:
     p = read_file(CGROUP_ROOT / "cpu" / rel / "cpu.cfs_period_us")
     m = read_file(CGROUP_ROOT / "memory" / rel / "memory.limit_in_bytes")
     return CgroupValues(*(None if v is None else int(v) for v in (q, p, m)))
+
+
+def whole_disk() -> str | None:
+    """MAJ:MIN of a real whole disk (blkio throttling takes whole disks only)."""
+    for dev in sorted(Path("/sys/block").iterdir()):
+        if (dev / "device").exists() and (dev / "dev").exists():
+            return (dev / "dev").read_text().strip()
+    return None

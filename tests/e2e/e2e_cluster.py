@@ -227,10 +227,12 @@ class Cluster:
                          f"[{table}.options]\n{runc_options(self.bins.runc, self.base / 'runc')}")
 
     def run_pod(self, name: str, annotations: dict[str, str], container: str = "work",
-                runtime: str = "", resources: dict[str, int] | None = None) -> PodContainer:
+                runtime: str = "", resources: dict[str, int] | None = None,
+                command: tuple[str, ...] = ("/bin/sleep", "infinity")) -> PodContainer:
         """Host-network pod + one started container; raises ClusterError on refusal.
         `resources`: the container's CRI linux.resources as the kubelet sends them
-        (cpu_period, cpu_quota, cpu_shares, memory_limit_in_bytes)."""
+        (cpu_period, cpu_quota, cpu_shares, memory_limit_in_bytes); `command`: what the
+        container runs (busybox applets)."""
         d = self.base / "pods" / name
         d.mkdir(parents=True, exist_ok=True)
         uid = uuid.uuid4().hex
@@ -243,7 +245,7 @@ class Cluster:
                       "security_context": {"namespace_options": {"network": 2}}},
         }
         ctr = {"metadata": {"name": container}, "image": {"image": self.image},
-               "command": ["/bin/sleep", "infinity"], "log_path": f"{container}.log",
+               "command": list(command), "log_path": f"{container}.log",
                "linux": {"resources": resources} if resources else {}}
         (d / "pod.json").write_text(json.dumps(pod))
         (d / "ctr.json").write_text(json.dumps(ctr))

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from e2e_cgroup import whole_disk
 
 pytestmark = pytest.mark.e2e
 
@@ -100,14 +101,6 @@ def test_sla_plugin_reconnects_after_containerd_restart(cluster, sla_plugin):
         "sla.nri.io/pod": "cpu: {limit: 0.2, period: 50ms}\nmemory: {max: 128Mi}\n"})
     assert triple(cluster.cgroup(after)) == (10000, 50000, 134217728)
     assert triple(cluster.cgroup(before)) == (50000, 100000, 268435456)
-
-
-def whole_disk() -> str | None:
-    """MAJ:MIN of a real whole disk (blkio throttling takes whole disks only)."""
-    for dev in sorted(Path("/sys/block").iterdir()):
-        if (dev / "device").exists() and (dev / "dev").exists():
-            return (dev / "dev").read_text().strip()
-    return None
 
 
 def test_soft_sla_direct_writes_land_at_start(cluster, sla_plugin):

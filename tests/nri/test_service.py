@@ -175,3 +175,53 @@ def test_prelaunched_process_without_path_in_environment():
         s.drop("runtime shuts the plugin down")
         assert await asyncio.wait_for(proc.wait(), 10) == 0
     asyncio.run(main())
+
+
+def test_periodic_runs_while_registered_and_its_updates_reach_the_runtime(sock_dir):
+    """ServiceOptions.periodic: run on the loop every interval while registered; what it
+    returns goes out as a plugin-initiated UpdateContainers; a run that raises is logged
+    and the next one comes as usual; nothing runs while disconnected."""
+    async def main():
+        path = os.path.join(sock_dir, "nri.sock")
+        runs: list[float] = []
+
+        def work():
+            runs.append(asyncio.get_running_loop().time())
+            if len(runs) == 2:
+                raise RuntimeError("a bug in one run")
+            return [pb.ContainerUpdate(container_id=f"c{len(runs)}")]
+
+        stop = asyncio.Event()
+        opts = ServiceOptions(socket_path=path, handle_signals=False, environ={},
+                              backoff_initial=0.05, backoff_max=0.1, stop_event=stop,
+                              periodic=[service.Periodic(0.1, work)])
+        svc = asyncio.create_task(run_service(Plugin(), opts))
+        sim = await RuntimeSimulator(path).start()
+        session = await sim.accept(timeout=5)
+        for _ in range(200):
+            if len(session.unsolicited) >= 3:
+                break
+            await asyncio.sleep(0.02)
+        sent = [u.container_id for req in session.unsolicited for u in req.update]
+        assert sent[:3] == ["c1", "c3", "c4"]  # run 2 raised: nothing sent for it
+        await sim.close()  # disconnected: no runs until registered again
+        await asyncio.sleep(0.05)
+        idle = len(runs)
+        await asyncio.sleep(0.4)
+        assert len(runs) == idle
+        sim = await RuntimeSimulator(path).start()
+        session = await sim.accept(timeout=5)
+        for _ in range(200):
+            if session.unsolicited:
+                break
+            await asyncio.sleep(0.02)
+        assert session.unsolicited and len(runs) > idle
+        stop.set()
+        await asyncio.wait_for(svc, 5)
+        await sim.close()
+    asyncio.run(main())
+
+
+def test_periodic_interval_must_be_positive():
+    with pytest.raises(PluginConfigError, match="interval must be above 0"):
+        service.Periodic(0, list)

@@ -77,3 +77,13 @@ def test_systemd_analyze_security_exposure(tmp_path, pk):
     line = next(ln for ln in res.stdout.splitlines() if "Overall exposure level" in ln)
     score = float(line.split("level for")[1].split(":")[1].split()[0])
     assert score <= 4.0, line  # "OK" band; an unhardened unit scores 9.6
+
+
+def test_runtime_directory_holds_the_status_socket(unit):
+    """ProtectSystem=strict makes /run read-only: the unit gives the plugin /run/nri-sla,
+    where the status socket goes by default, and keeps it (the hook's cache) on stop."""
+    from nri_plugin.config import NodeConfig
+
+    assert one(unit, "Service", "RuntimeDirectory") == "nri-sla"
+    assert one(unit, "Service", "RuntimeDirectoryPreserve") == "yes"
+    assert NodeConfig().status.socket == "/run/nri-sla/status.sock"

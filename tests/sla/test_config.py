@@ -106,13 +106,16 @@ log: {format: json, level: debug}
     ("nri: {plugin-index: '05'}", "05"), ("metrics: {address: ''}", ""),
     ("metrics: {address: ':9810'}", ":9810"), ("rt-budget: 0", 0.0), ("rt-budget: 1", 1.0),
     ("gpu: {inventory: sysfs}", "sysfs"), ("log:\n", None),
+    ("watch: {interval-seconds: 0}", 0.0), ("watch: {interval-seconds: 2.5}", 2.5),
+    ("status: {socket: ''}", ""), ("status: {socket: /run/x//s.sock}", "/run/x/s.sock"),
 ])
 def test_field_forms(text, expected):
     cfg = parse_config(text, SRC)
     got = {
         "reserved-cpus": cfg.reserved_cpus, "cgroup": cfg.cgroup.version,
         "nri": cfg.nri.plugin_index, "metrics": cfg.metrics.address, "rt-budget": cfg.rt_budget,
-        "gpu": cfg.gpu.inventory, "log": None,
+        "gpu": cfg.gpu.inventory, "log": None, "watch": cfg.watch.interval,
+        "status": cfg.status.socket,
     }[text.split(":")[0]]
     assert got == expected
 
@@ -157,6 +160,15 @@ CONFIG_ERRORS = [
     ("hook: {inject: yes}", "hook.inject", "true or false, got yes"),
     ("metrics: {address: 9810}", "metrics.address", "host:port like 127.0.0.1:9810"),
     ("metrics: {address: 'localhost:99999'}", "metrics.address", "port 1..65535"),
+    ("watch: {interval-seconds: 0.5}", "watch.interval-seconds",
+     "0 (off) or a number of seconds from 1 to 3600"),
+    ("watch: {interval-seconds: -1}", "watch.interval-seconds", "got -1"),
+    ("watch: {interval-seconds: 30s}", "watch.interval-seconds", "number of seconds"),
+    ("watch: {repair-backoff-max-seconds: 0}", "watch.repair-backoff-max-seconds",
+     "from 1 to 86400"),
+    ("watch: {metrics-containers: 1.5}", "watch.metrics-containers", "count of containers"),
+    ("watch: {interval: 30}", "watch.interval", "did you mean interval-seconds?"),
+    ("status: {socket: status.sock}", "status.socket", "absolute path"),
     ("log: {format: xml}", "log.format", "one of text, json"),
     ("log: {level: INFO}", "log.level", "one of debug, info, warning, error"),
     ("log: {colour: true}", "log.colour", "not a known field", "format, level"),

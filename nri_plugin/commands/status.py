@@ -1,0 +1,108 @@
+"""`nri-sla status`: the node's SLA containers as the running plugin sees them now.
+
+One row per container: its SLA in short, how many enforced values the kernel still
+holds, CPU throttling, memory limit events and pressure, its CPUs and GPUs; each drifted
+value and any repair under way below the table. Read from the plugin's root-only status
+socket (docs/operations.md, "The status table"); `--json` prints the document itself.
+Exit status 0, or 1 with one line on stderr when the plugin cannot be asked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+from nri_plugin.commands.common import table_lines
+from nri_plugin.config import DEFAULT_PATH, ConfigError, load_config
+
+HEADER = ["POD", "CONTAINER", "SLA", "HOLDS", "THROTTLED", "MEMORY", "PRESSURE", "CPUS",
+          "GPUS"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print the status document "
+                        "(JSON) instead of the table")
+    parser.add_argument("--socket", default=None, help="the plugin's status socket "
+                        "(default: status.socket of the node config)")
+    parser.add_argument("--config", default=None,
+                        help=f"node config file (default {DEFAULT_PATH} if present)")
+
+
+def main(args: argparse.Namespace) -> int:
+    from nri_plugin.statussocket import StatusError, read_status
+
+    path = args.socket
+    if path is None:
+        try:
+            path = load_config(args.config).status.socket
+        except ConfigError as exc:
+            print(f"nri-sla status: {exc}", file=sys.stderr)
+            return 2
+        if not path:
+            print("nri-sla status: the node config turns the status socket off "
+                  "(status.socket is \"\")", file=sys.stderr)
+            return 1
+    try:
+        document = read_status(path)
+    except StatusError as exc:
+        print(f"nri-sla status: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(document, indent=2) if args.json else render(document))
+    return 0
+
+
+def render(doc: dict[str, Any], now: float | None = None) -> str:
+    containers = doc.get("containers", [])
+    drifted = sum(1 for c in containers if c.get("drifted"))
+    interval = doc.get("interval") or 0
+    watch = f"watch every {interval:g}s" if interval else "drift watch off"
+    runtime = ("registered with the runtime" if doc.get("registered")
+               else "NOT registered with the runtime")
+    age = (now if now is not None else time.time()) - float(doc.get("at", 0))
+    lines = [f"{len(containers)} SLA containers, {drifted} drifted; {watch}; {runtime} "
+             f"(read {max(age, 0):.0f}s ago)"]
+    if containers:
+        lines += table_lines([HEADER, *(_row(c) for c in containers)])
+    notes = [note for c in containers for note in _notes(c)]
+    if notes:
+        lines += ["", *notes]
+    return "\n".join(lines)
+
+
+def _row(c: dict[str, Any]) -> list[str]:
+    settings = c.get("settings", [])
+    holding = sum(1 for s in settings if not s.get("drifted"))
+    holds = f"{holding}/{len(settings)}" if settings else c.get("state", "-")
+    ratio = c.get("throttled_ratio")
+    throttled = "-" if ratio is None else f"{ratio:.1%}"
+    events = c.get("memory_events", {})
+    memory = " ".join(f"{k}={v}" for k, v in events.items() if v) or "-"
+    pressure = c.get("pressure", {})
+    psi = " ".join(f"{r}={pressure[f'{r}.some']:.0%}" for r in ("cpu", "memory", "io")
+                   if f"{r}.some" in pressure) or "-"
+    cpus = c.get("cpus") or "-"
+    if c.get("exclusive_cpus"):
+        cpus += f" (excl {c['exclusive_cpus']})"
+    return [f"{c.get('namespace', '')}/{c.get('pod', '')}", c.get("container", ""),
+            c.get("sla", ""), holds, throttled, memory, psi, cpus,
+            ",".join(c.get("gpus", [])) or "-"]
+
+
+def _notes(c: dict[str, Any]) -> list[str]:
+    who = f"{c.get('namespace', '')}/{c.get('pod', '')} {c.get('container', '')}"
+    notes = [f"{who}: {s.get('controller')}/{s.get('file')} holds {s.get('actual')!r}, "
+             f"SLA {s.get('expected')!r} (set {_via(s)})"
+             for s in c.get("settings", []) if s.get("drifted")]
+    if c.get("repair"):
+        notes.append(f"{who}: repair {c['repair']}")
+    state = c.get("state", "")
+    if state not in ("watched", "not started", "settling"):
+        notes.append(f"{who}: {state}")
+    return notes
+
+
+def _via(setting: dict[str, Any]) -> str:
+    return "by nri-sla" if setting.get("via") == "direct" else "through the runtime"

@@ -1,0 +1,136 @@
+"""Compliance signals per SLA container (fake cgroup v2 files): throttling over the last
+interval, memory events, PSI and the enforced values, as Prometheus series labelled
+namespace/pod/container that go away with the container, capped in number."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from plugin_helpers import guaranteed, make_node, plugin_session
+from prometheus_client.exposition import generate_latest
+
+from nri_plugin.config import WatchConfig
+from nri_plugin.metrics import Metrics
+from nri_plugin.plugin.container_metrics import ContainerCollector
+from nri_plugin.simulated.runtime import make_container, make_pod
+
+SLA = "cpu: {limit: 1.5}\nmemory: {max: 1Gi, high: 768Mi}"
+V2_FILES = ("cpu.max", "cpuset.cpus", "cpuset.mems", "memory.max", "memory.high",
+            "io.weight")
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, 30))
+
+
+def v2_container(root: Path, cgroups_path: str) -> Path:
+    d = root / cgroups_path.lstrip("/")
+    d.mkdir(parents=True)
+    for name in V2_FILES:
+        (d / name).touch()
+    return d
+
+
+def signals(d: Path, periods: int, throttled: int, high: int = 0) -> None:
+    """What the kernel shows in a v2 container cgroup."""
+    (d / "cpu.stat").write_text(f"usage_usec 5000000\nuser_usec 4000000\nsystem_usec 1000000\n"
+                                f"nr_periods {periods}\nnr_throttled {throttled}\n"
+                                f"throttled_usec {throttled * 20000}\nnr_bursts 0\n"
+                                "burst_usec 0\n")
+    (d / "memory.events").write_text(f"low 0\nhigh {high}\nmax 1\noom 0\noom_kill 0\n")
+    (d / "cpu.pressure").write_text("some avg10=12.50 avg60=3.00 avg300=1.00 total=2500000\n"
+                                    "full avg10=2.00 avg60=0.50 avg300=0.10 total=400000\n")
+    (d / "memory.pressure").write_text("some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
+                                       "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
+    (d / "io.pressure").write_text("garbage line\nsome avg10=x total=1\n")  # skipped
+
+
+def collect(metrics: Metrics, plugin) -> None:
+    """The per-container series of the plugin's watch, as `nri-sla run` registers them."""
+    limit = plugin.node.config.watch.metrics_containers
+    metrics.registry.register(ContainerCollector(lambda: plugin.watch.last, limit))
+
+
+async def started(session, plugin, node, root: Path, pod_name: str, name: str):
+    pod = make_pod(pod_name, namespace="infer", annotations={"sla.nri.io/pod": SLA})
+    ctr = make_container(pod, name, resources=guaranteed(2))
+    await session.create_container(pod, ctr)
+    d = v2_container(root, ctr.linux.cgroups_path)
+    assert node.write_plan(plugin.watch.containers[ctr.id].plan, ctr.linux.cgroups_path,
+                           scope="runtime") == []
+    await session.start_container(pod, ctr)
+    return pod, ctr, d
+
+
+def test_signals_and_enforced_values_become_container_series(tmp_path):
+    root = tmp_path / "cgroup"
+    root.mkdir()
+    metrics = Metrics()
+    node = make_node(2, root, watch=WatchConfig(interval=30))
+    who = {"namespace": "infer", "pod": "llm", "container": "server"}
+
+    def value(name: str, **labels: str) -> float | None:
+        return metrics.value(f"nri_sla_container_{name}", **who, **labels)
+
+    async def scenario():
+        async with plugin_session(node, tmp_path, metrics=metrics) as (_, session, served):
+            collect(metrics, served)
+            pod, ctr, d = await started(session, served, node, root, "llm", "server")
+            signals(d, periods=1000, throttled=10)
+            served.drift_pass()
+            first = value("cpu_throttled_ratio")
+            signals(d, periods=1200, throttled=60, high=7)  # 50 of 200 periods throttled
+            served.drift_pass()
+            during = {name: value(name) for name in (
+                "cpu_throttled_ratio", "cpu_periods_total", "cpu_throttled_periods_total",
+                "cpu_throttled_seconds_total", "cpu_limit_cores", "memory_max_bytes",
+                "memory_high_bytes", "drifted_settings")}
+            during["high"] = value("memory_events_total", event="high")
+            during["psi"] = value("pressure_stalled_seconds_total", resource="cpu",
+                                  kind="some")
+            during["stalled"] = value("pressure_stalled_seconds_total", resource="cpu",
+                                      kind="full")
+            during["io_psi"] = value("pressure_stalled_seconds_total", resource="io",
+                                     kind="some")
+            text = generate_latest(metrics.registry).decode()
+            await session.stop_container(pod, ctr)
+            await session.remove_container(pod, ctr)
+            served.drift_pass()
+            after = value("cpu_limit_cores")
+            return first, during, text, after
+
+    first, during, text, after = run(scenario())
+    assert first is None  # one sample: no interval yet
+    assert during == {
+        "cpu_throttled_ratio": 0.25, "cpu_periods_total": 1200,
+        "cpu_throttled_periods_total": 60, "cpu_throttled_seconds_total": 1.2,
+        "cpu_limit_cores": 1.5, "memory_max_bytes": 1 << 30,
+        "memory_high_bytes": 768 << 20, "drifted_settings": 0, "high": 7, "psi": 2.5,
+        "stalled": 0.4, "io_psi": None}
+    assert 'nri_sla_container_memory_events_total{container="server",event="high",' \
+           'namespace="infer",pod="llm"} 7.0' in text
+    assert after is None  # the container went away: its series with it
+    assert "nri_sla_container_" not in generate_latest(metrics.registry).decode().replace(
+        "# HELP nri_sla_container_", "").replace("# TYPE nri_sla_container_", "")
+
+
+def test_series_are_capped_and_the_rest_counted(tmp_path):
+    root = tmp_path / "cgroup"
+    root.mkdir()
+    metrics = Metrics()
+    node = make_node(2, root, watch=WatchConfig(interval=30, metrics_containers=2))
+
+    async def scenario():
+        async with plugin_session(node, tmp_path, metrics=metrics) as (_, session, served):
+            collect(metrics, served)
+            for i in range(5):
+                await started(session, served, node, root, f"p{i}", "c")
+            served.drift_pass()
+
+    run(scenario())
+    text = generate_latest(metrics.registry).decode()
+    exported = {line.split('pod="')[1].split('"')[0] for line in text.splitlines()
+                if line.startswith("nri_sla_container_cpu_limit_cores{")}
+    assert exported == {"p0", "p1"}  # in a stable order: namespace, pod, container
+    assert metrics.value("nri_sla_containers_unexported") == 3

@@ -315,9 +315,12 @@ class NodeState:
                            reasons=(*plan.reasons, "budget")), []
         return plan, done
 
-    def write_plan(self, plan: ContainerPlan, cgroups_path: str, scope: str) -> list[str]:
+    def write_plan(self, plan: ContainerPlan, cgroups_path: str, scope: str, *,
+                   undo_on_failure: bool | None = None) -> list[str]:
         """Write the plan's `scope` settings ("all", or "direct": what NRI cannot carry)
-        into the container's cgroup; the failures as text."""
+        into the container's cgroup; the failures as text. Hard mode writes all or none
+        (the first failure undoes the earlier writes); soft mode keeps what held.
+        `undo_on_failure` overrides the mode's choice (False: a running container)."""
         writes = cgroup_writes(plan, scope=scope, bfq=self.capabilities.bfq)
         if not writes:
             return []
@@ -325,7 +328,10 @@ class NodeState:
             paths = self.container_paths(cgroups_path)
         except SlaFailure as exc:
             return [str(exc)]
-        return [str(r.error) for r in CgroupWriter(paths).apply(writes) if not r.ok]
+        if undo_on_failure is None:
+            undo_on_failure = plan.enforcement == "hard"
+        results = CgroupWriter(paths).apply(writes, undo_on_failure=undo_on_failure)
+        return [str(r.error) for r in results if not r.ok]
 
 
 def node_allocator(config: NodeConfig, sysfs_root: str = "/sys", *,

@@ -100,6 +100,10 @@ class Metrics:
         self.records_rejected = Counter(
             "records_rejected", "applied records Synchronize ignored, by problem",
             ["problem"], namespace=NAMESPACE, registry=reg)
+        self.unenforced = Counter(
+            "unenforced_containers", "Containers found at Synchronize that asked an SLA but "
+            "were created while nri-sla was not registered (each counted once)",
+            namespace=NAMESPACE, registry=reg)
         self.build_info = Gauge(
             "build_info", "Always 1; the version label says which nri-sla runs",
             ["version"], namespace=NAMESPACE, registry=reg)
@@ -138,6 +142,10 @@ class Metrics:
             raise MetricsError(
                 f"record problem {problem!r} is not one of {', '.join(RECORD_PROBLEMS)}")
         self.records_rejected.labels(problem=problem).inc()
+
+    def count_unenforced(self) -> None:
+        """One more container found created without nri-sla's enforcement."""
+        self.unenforced.inc()
 
     def observe(self, event: str, seconds: float) -> None:
         """Record how long handling `event` (e.g. "CreateContainer") took."""

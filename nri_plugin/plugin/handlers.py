@@ -3,7 +3,8 @@
 CreateContainer: annotations -> SLA -> plan -> adjustment (or an error status, which
 makes containerd refuse the container). StartContainer: the direct cgroup writes that
 NRI cannot express on this node, read back. Stop/Remove: allocations released.
-Synchronize: allocations rebuilt from the `applied` records on existing containers.
+Synchronize: allocations rebuilt from the `applied` records on existing containers, and
+containers created while the plugin was away (an SLA asked, no record) reported.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from contextlib import nullcontext
 from typing import Any
 
 from nri_plugin.core import Decision, NodeState, decide
-from nri_plugin.core.decision import REUSABLE_LIMIT, recheck
+from nri_plugin.core.decision import REUSABLE_LIMIT, parse_sla, recheck
 from nri_plugin.core.nodestate import LiveContainer
 from nri_plugin.errors import INTERNAL, INVALID, SlaFailure
 from nri_plugin.granted import GrantedResources
@@ -26,6 +27,7 @@ from nri_plugin.nri.stub import CreateResult
 from nri_plugin.plan.model import ContainerPlan
 from nri_plugin.plan.record import record_body, record_text
 from nri_plugin.plugin.adjustment import annotated, build_adjustment, build_update
+from nri_plugin.sla.errors import SlaError
 
 log = logging.getLogger("nri_sla.plugin")
 
@@ -81,6 +83,8 @@ class SlaPlugin:
         self._answers: dict[int, tuple[ContainerPlan, dict[str, Any], str, Any]] = {}
         # With hook.inject the OCI hook verifies (reads back) what the plugin enforced.
         self._hooks = hook_spec() if node.config.hook.inject else None
+        # Live containers already reported as created unenforced (each counted once).
+        self._unenforced: set[str] = set()
 
     # -- life cycle --------------------------------------------------------------------
     def on_registered(self, stub: Any) -> None:
@@ -114,20 +118,70 @@ class SlaPlugin:
                               c.created_at, c.linux.resources.cpu.cpus, c.pod_sandbox_id)
                 for c in containers if c.state in _LIVE_STATES]
         restored = self.node.restore(live)
+        # Started while we were away (not by this process, or before it saw the start):
+        # its direct writes are owed now, since no StartContainer will come for it.
+        started_away = [c for c in containers if c.id in restored.plans
+                        and c.state in (pb.CONTAINER_RUNNING, pb.CONTAINER_PAUSED)
+                        and (c.id not in self._plans or c.id in self._unstarted)]
         self._plans = restored.plans
         # Created but not started yet: StartContainer still owes the direct writes.
         self._unstarted = {c.id for c in containers if c.state == pb.CONTAINER_CREATED
                            and c.id in restored.plans}
+        for ctr in started_away:
+            self._write_owed(ctr)
         for rejection in restored.rejected:
             log_event(log, logging.WARNING, "record ignored", container=rejection.container,
                       problem=rejection.problem, error=rejection.message)
             if self.metrics is not None:
                 self.metrics.record_rejected(rejection.problem)
+        unenforced = self._report_unenforced(pods, containers)
         log.info("synchronized: %d pods, %d containers, %d allocations rebuilt, %d records "
-                 "ignored, %d owners released", len(pods), len(containers),
-                 len(restored.plans), len(restored.rejected), len(restored.released))
+                 "ignored, %d owners released, %d created unenforced", len(pods),
+                 len(containers), len(restored.plans), len(restored.rejected),
+                 len(restored.released), unenforced)
         self._publish_usage()
         return self._cpuset_updates(exclude="")
+
+    def _write_owed(self, container: pb.Container) -> None:
+        """The direct writes of a container that started while nri-sla was away. It runs
+        already, so hard mode cannot refuse it any more: what fails is a warning."""
+        plan = self._plans[container.id]
+        problems = self.node.write_plan(plan, container.linux.cgroups_path, scope="direct",
+                                        undo_on_failure=False)
+        if problems:
+            log_event(log, logging.WARNING, "direct writes after a missed start failed",
+                      container=container.id, error="; ".join(problems))
+
+    def _report_unenforced(self, pods: list[pb.PodSandbox], containers: list[pb.Container]
+                           ) -> int:
+        """Live containers whose pod asks an SLA for them but which carry no `applied`
+        record: created while no nri-sla was registered (the runtime restarted, the plugin
+        was down or missed the runtime's deadline), so nothing of their SLA was enforced
+        or refused. Each is logged and counted once per process; they stay unenforced
+        until recreated (nothing can add their devices or record now: docs/reliability.md).
+        Returns how many there are now."""
+        by_id = {p.id: p for p in pods}
+        applied = self.node.output_keys[0]
+        now: set[str] = set()
+        for ctr in containers:
+            pod = by_id.get(ctr.pod_sandbox_id)
+            if ctr.state not in _LIVE_STATES or pod is None or applied in ctr.annotations:
+                continue
+            try:
+                asked = parse_sla(self.node.config, pod.annotations, ctr.name) is not None
+            except SlaError:
+                asked = True  # invalid: nri-sla would have refused it
+            if not asked:
+                continue
+            now.add(ctr.id)
+            if ctr.id in self._unenforced:
+                continue
+            log_event(log, logging.WARNING, "created unenforced", container=ctr.id,
+                      namespace=pod.namespace, pod=pod.name, container_name=ctr.name)
+            if self.metrics is not None:
+                self.metrics.count_unenforced()
+        self._unenforced = now  # forget the gone ones: bounded by the live containers
+        return len(now)
 
     # -- containers --------------------------------------------------------------------
     def create_container(self, pod: pb.PodSandbox, container: pb.Container) -> CreateResult:
@@ -202,6 +256,9 @@ class SlaPlugin:
         for problem in problems:
             log.warning("%s/%s %s: %s", pod.namespace, pod.name, container.name, problem)
         if problems and plan.enforcement == "hard":
+            # A container whose start failed never runs (CRI does not start it again: the
+            # kubelet creates a new one), so what it holds is free for that one at once.
+            self._release(container.id)
             raise StartRefused("; ".join(problems))
 
     def update_container(self, pod: pb.PodSandbox, container: pb.Container,

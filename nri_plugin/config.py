@@ -122,7 +122,7 @@ class NriConfig:
     socket: str = "/var/run/nri/nri.sock"
     plugin_name: str = "nri-sla"
     plugin_index: str = "50"  # two digits; NRI orders plugins by it
-    reconnect_max_seconds: float = 30.0
+    reconnect_max_seconds: float = 5.0  # nri.service.ServiceOptions.backoff_max says why
 
 
 @dataclass(frozen=True, slots=True)

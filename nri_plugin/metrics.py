@@ -94,6 +94,10 @@ class Metrics:
         self.registered = Gauge(
             "registered", "1 while registered with the runtime (ready)",
             namespace=NAMESPACE, registry=reg)
+        self.connect_attempts = Counter(
+            "connect_attempts", "Attempts to connect to the runtime's NRI socket (each "
+            "retry counts; growing while `registered` is 0: the runtime is unreachable)",
+            namespace=NAMESPACE, registry=reg)
         self.reconnects = Counter(
             "reconnects", "Connections to the runtime made after the first one",
             namespace=NAMESPACE, registry=reg)
@@ -179,6 +183,9 @@ class Metrics:
     def set_registered(self, value: bool) -> None:
         self._registered = bool(value)
         self.registered.set(1 if value else 0)
+
+    def inc_connect_attempts(self) -> None:
+        self.connect_attempts.inc()
 
     def inc_reconnects(self) -> None:
         self.reconnects.inc()

@@ -66,7 +66,7 @@ def main(args: argparse.Namespace) -> int:
 def build_service(node, metrics, *, socket: str | None = None, name: str | None = None,
                   index: str | None = None, **options):
     """The SLA plugin and its service options, wired to the metrics (also used by tests)."""
-    from nri_plugin.nri.service import REGISTERED, ServiceOptions
+    from nri_plugin.nri.service import CONNECTING, REGISTERED, ServiceOptions
     from nri_plugin.plugin import SlaPlugin
 
     nri = node.config.nri
@@ -75,6 +75,8 @@ def build_service(node, metrics, *, socket: str | None = None, name: str | None 
     def on_state(state: str) -> None:
         metrics.set_connected(state == REGISTERED)
         metrics.set_registered(state == REGISTERED)
+        if state == CONNECTING:
+            metrics.inc_connect_attempts()
 
     options.setdefault("backoff_max", nri.reconnect_max_seconds)
     return plugin, ServiceOptions(

@@ -19,11 +19,11 @@ import logging
 import os
 import signal
 import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from nri_plugin.nri.errors import NriError, PluginConfigError
+from nri_plugin.nri.errors import ConnectionClosed, NriError, PluginConfigError
 from nri_plugin.nri.stub import DEFAULT_SOCKET, REGISTRATION_TIMEOUT, Stub, check_identity
 
 log = logging.getLogger("nri_sla.nri.service")
@@ -35,13 +35,50 @@ DISCONNECTED = "disconnected"
 STOPPED = "stopped"
 
 
+@dataclass(frozen=True)
+class Periodic:
+    """Work run every `interval` seconds on the service's loop while registered (the
+    first run one interval after registration); the container updates `run` returns, if
+    any, go to the runtime with UpdateContainers. An exception is logged and the next
+    run comes as planned."""
+
+    interval: float
+    run: Callable[[], Sequence[Any] | None]  # -> list[pb.ContainerUpdate] | None
+    name: str = ""  # for the log
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.interval, int | float) and self.interval > 0):
+            raise PluginConfigError(f"periodic {self.name or self.run!r}: interval must be "
+                                    f"a number of seconds above 0, got {self.interval!r}")
+
+
+async def _every(job: Periodic, stub: Stub) -> None:
+    """`job` every interval for as long as `stub`'s connection lasts (cancelled then)."""
+    name = job.name or getattr(job.run, "__qualname__", repr(job.run))
+    while True:
+        await asyncio.sleep(job.interval)
+        try:
+            updates = job.run()
+            if updates:
+                failed = await stub.update_containers(updates)
+                if failed:
+                    log.warning("%s: the runtime did not apply %d of %d container updates",
+                                name, len(failed), len(updates))
+        except ConnectionClosed:
+            return  # the service reconnects; a new stub gets new runs
+        except Exception:  # one bad run must not end the others or the service
+            log.exception("periodic %s failed", name)
+
+
 @dataclass
 class ServiceOptions:
     socket_path: str = DEFAULT_SOCKET
     name: str = "nri-sla"
     idx: str = "50"
     backoff_initial: float = 0.5
-    backoff_max: float = 30.0
+    # The most a reconnect waits: each second without a plugin is a second of pods
+    # created unenforced, and a failed connect to a unix socket costs one system call.
+    backoff_max: float = 5.0
     registration_timeout: float = REGISTRATION_TIMEOUT
     handle_signals: bool = True
     # Called with CONNECTING / REGISTERED / DISCONNECTED / STOPPED.
@@ -54,6 +91,8 @@ class ServiceOptions:
     environ: Mapping[str, str] | None = None
     # Set it to stop the service from outside (tests, embedding).
     stop_event: asyncio.Event | None = field(default=None, repr=False)
+    # Work run while registered (Periodic), e.g. rescans whose changes go to the runtime.
+    periodic: Sequence[Periodic] = ()
 
     def __post_init__(self) -> None:
         if not 0 < self.backoff_initial <= self.backoff_max:
@@ -113,6 +152,36 @@ def _prelaunched(environ: Mapping[str, str]) -> tuple[socket.socket, str, str] |
     return sock, name, idx
 
 
+class _Unreachable:
+    """Attempts that found no runtime to register with (the socket missing or refusing,
+    registration failing): the first of a streak and then one a minute are warnings with
+    the count, the others debug lines, so that a node whose containerd stays down says
+    so without a line every few seconds."""
+
+    INTERVAL = 60.0  # s between warnings while the runtime stays unreachable
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.since: float | None = None
+        self.attempts = 0
+        self.warned = 0.0
+
+    def failed(self, exc: BaseException, delay: float, now: float) -> None:
+        self.attempts += 1
+        if self.since is None:
+            self.since = self.warned = now
+            log.warning("NRI runtime not reachable: %s; retrying in %.1fs", exc, delay)
+        elif now - self.warned >= self.INTERVAL:
+            self.warned = now
+            log.warning("NRI runtime still not reachable after %d attempts in %.0fs: %s; "
+                        "retrying in %.1fs", self.attempts, now - self.since, exc, delay)
+        else:
+            log.debug("NRI runtime not reachable (attempt %d): %s; retrying in %.1fs",
+                      self.attempts, exc, delay)
+
+
 def _call(callback: Callable[..., Any] | None, *args: Any) -> None:
     if callback is None:
         return
@@ -144,13 +213,15 @@ async def run_service(plugin: object, options: ServiceOptions | None = None) -> 
     reconnects = 0
     ever_registered = False
     delay = opts.backoff_initial
+    unreachable = _Unreachable()
     try:
         while not stop.is_set():
             _call(opts.on_state, CONNECTING)
             notifier.notify("STATUS=connecting to the NRI runtime")
             registered_now = False
+            jobs: list[asyncio.Task[None]] = []  # the periodic runs of this connection
 
-            def ready(stub: Stub) -> None:
+            def ready(stub: Stub, jobs: list[asyncio.Task[None]]) -> None:
                 nonlocal registered_now, ever_registered, reconnects
                 if ever_registered:
                     reconnects += 1
@@ -160,6 +231,7 @@ async def run_service(plugin: object, options: ServiceOptions | None = None) -> 
                 notifier.notify("READY=1", f"STATUS=registered with {stub.runtime_name} "
                                 f"{stub.runtime_version}".rstrip())
                 _call(opts.on_ready, stub)
+                jobs.extend(loop.create_task(_every(job, stub)) for job in opts.periodic)
 
             if pre is not None:
                 sock, name, idx = pre
@@ -169,11 +241,13 @@ async def run_service(plugin: object, options: ServiceOptions | None = None) -> 
                 stub = Stub(plugin, name=opts.name, idx=opts.idx,
                             socket_path=opts.socket_path,
                             registration_timeout=opts.registration_timeout)
-            stub.on_ready = lambda s=stub: ready(s)
+            stub.on_ready = lambda s=stub, j=jobs: ready(s, j)
             run = loop.create_task(stub.run())
             stopper = loop.create_task(stop.wait())
             await asyncio.wait({run, stopper}, return_when=asyncio.FIRST_COMPLETED)
             stopper.cancel()
+            for job in jobs:  # they served that connection only
+                job.cancel()
             if stop.is_set():
                 stub.stop()
                 with contextlib.suppress(NriError, asyncio.CancelledError):
@@ -189,9 +263,12 @@ async def run_service(plugin: object, options: ServiceOptions | None = None) -> 
                     log.info("pre-launched connection ended (%s); exiting so that the "
                              "runtime can launch us again", exc)
                     break
-                log.warning("NRI connection lost: %s; retrying in %.1fs", exc, delay)
-            if registered_now:
-                delay = opts.backoff_initial
+                if registered_now:
+                    delay = opts.backoff_initial
+                    unreachable.reset()
+                    log.warning("NRI connection lost: %s; retrying in %.1fs", exc, delay)
+                else:
+                    unreachable.failed(exc, delay, loop.time())
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), delay)
             delay = min(delay * 2, opts.backoff_max)

@@ -85,6 +85,10 @@ class Metrics:
         self.gpus_in_use = Gauge(
             "gpus_in_use", "GPUs currently allocated to containers",
             namespace=NAMESPACE, registry=reg)
+        self.gpus_missing = Gauge(
+            "gpus_missing", "GPUs containers hold that the inventory no longer lists "
+            "(fallen off the bus, driver gone): never handed out again while held",
+            namespace=NAMESPACE, registry=reg)
         self.exclusive_cpus_in_use = Gauge(
             "exclusive_cpus_in_use", "CPUs currently given exclusively to containers",
             namespace=NAMESPACE, registry=reg)
@@ -192,6 +196,9 @@ class Metrics:
 
     def set_gpus_in_use(self, n: int) -> None:
         self.gpus_in_use.set(_count(n, "gpus_in_use"))
+
+    def set_gpus_missing(self, n: int) -> None:
+        self.gpus_missing.set(_count(n, "gpus_missing"))
 
     def set_exclusive_cpus_in_use(self, n: int) -> None:
         self.exclusive_cpus_in_use.set(_count(n, "exclusive_cpus_in_use"))

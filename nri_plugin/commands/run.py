@@ -66,7 +66,7 @@ def main(args: argparse.Namespace) -> int:
 def build_service(node, metrics, *, socket: str | None = None, name: str | None = None,
                   index: str | None = None, **options):
     """The SLA plugin and its service options, wired to the metrics (also used by tests)."""
-    from nri_plugin.nri.service import CONNECTING, REGISTERED, ServiceOptions
+    from nri_plugin.nri.service import CONNECTING, REGISTERED, Periodic, ServiceOptions
     from nri_plugin.plugin import SlaPlugin
 
     nri = node.config.nri
@@ -79,6 +79,10 @@ def build_service(node, metrics, *, socket: str | None = None, name: str | None 
             metrics.inc_connect_attempts()
 
     options.setdefault("backoff_max", nri.reconnect_max_seconds)
+    rescan = node.config.gpu.rescan_interval
+    if rescan and node.read_inventory is not None:
+        options.setdefault("periodic", [Periodic(rescan, plugin.rescan_inventory,
+                                                 "GPU inventory rescan")])
     return plugin, ServiceOptions(
         socket_path=socket or nri.socket, name=name or nri.plugin_name,
         idx=index or nri.plugin_index, on_state=on_state,

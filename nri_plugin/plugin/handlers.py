@@ -113,6 +113,7 @@ class SlaPlugin:
         exactly what they hold. A record that is not taken is logged and counted, and
         changes nothing for any other container. Aligned containers whose node got back
         exclusive CPUs (their holders went away meanwhile) get their wider cpuset."""
+        self.rescan_inventory()  # records may name GPUs that came (or went) meanwhile
         namespaces = {p.id: p.namespace for p in pods}
         live = [LiveContainer(c.id, namespaces.get(c.pod_sandbox_id), c.annotations,
                               c.created_at, c.linux.resources.cpu.cpus, c.pod_sandbox_id)
@@ -182,6 +183,30 @@ class SlaPlugin:
                 self.metrics.count_unenforced()
         self._unenforced = now  # forget the gone ones: bounded by the live containers
         return len(now)
+
+    def rescan_inventory(self) -> None:
+        """Read the node's GPUs again (every gpu.rescan-interval seconds through the
+        service's Periodic, and at every Synchronize). A GPU gone while a container holds
+        it stays that container's and is never handed out ("GPU vanished" once, naming
+        the holders; nri_sla_gpus_missing); a new one is offered at once. A read that
+        fails changes nothing (a flaky NVML must not take GPUs away). Returns None: no
+        container needs an update for it."""
+        try:
+            change = self.node.rescan_inventory()
+        except (SlaFailure, OSError) as exc:
+            log_event(log, logging.WARNING, "GPU inventory rescan failed", error=str(exc))
+            return None
+        if change is None:
+            return None
+        for gpu, holders in change.vanished:
+            log_event(log, logging.WARNING, "GPU vanished", gpu=gpu.ref, index=gpu.index,
+                      holders=",".join(holders) or "none")
+        for what, gpus in (("GPU appeared", change.appeared), ("GPU back", change.back)):
+            for gpu in gpus:
+                log_event(log, logging.INFO, what, gpu=gpu.ref, index=gpu.index)
+        if change.vanished or change.appeared or change.back:
+            self._publish_usage()
+        return None
 
     # -- containers --------------------------------------------------------------------
     def create_container(self, pod: pb.PodSandbox, container: pb.Container) -> CreateResult:
@@ -330,3 +355,5 @@ class SlaPlugin:
         gpus, cpus = self.node.usage()
         self.metrics.set_gpus_in_use(gpus)
         self.metrics.set_exclusive_cpus_in_use(cpus)
+        if self.node.allocator is not None:
+            self.metrics.set_gpus_missing(len(self.node.allocator.missing_gpus()))

@@ -175,3 +175,55 @@ def test_prelaunched_process_without_path_in_environment():
         s.drop("runtime shuts the plugin down")
         assert await asyncio.wait_for(proc.wait(), 10) == 0
     asyncio.run(main())
+
+
+def test_periodic_work_runs_while_registered_and_sends_its_updates(sock_dir, caplog):
+    """Periodic runs every interval only while registered, its updates reach the runtime
+    (UpdateContainers), a run that raises is logged and the next one still comes."""
+    import logging
+
+    caplog.set_level(logging.ERROR, logger="nri_sla.nri.service")
+
+    async def main():
+        path = os.path.join(sock_dir, "nri.sock")
+        runs: list[float] = []
+        pod = make_pod("p")
+        ctr = make_container(pod, "c")
+
+        def tick():
+            runs.append(asyncio.get_running_loop().time())
+            if len(runs) == 2:
+                raise RuntimeError("boom")
+            update = pb.ContainerUpdate(container_id=ctr.id)
+            update.linux.resources.cpu.cpus = f"0-{len(runs)}"
+            return [update]
+
+        stop = asyncio.Event()
+        opts = ServiceOptions(socket_path=path, backoff_initial=0.05, backoff_max=0.1,
+                              handle_signals=False, environ={}, stop_event=stop,
+                              periodic=[service.Periodic(0.05, tick, "tick")])
+        svc = asyncio.create_task(run_service(Plugin(), opts))
+        await asyncio.sleep(0.2)
+        assert runs == []  # not registered: nothing runs
+        sim = await RuntimeSimulator(path, containers=[ctr]).start()
+        s = await sim.accept(timeout=5)
+        for _ in range(100):
+            if len(s.unsolicited) >= 3:
+                break
+            await asyncio.sleep(0.02)
+        assert len(s.unsolicited) >= 3 and len(runs) >= 4  # run 2 raised: no update
+        assert sim.state.containers[ctr.id].linux.resources.cpu.cpus.startswith("0-")
+        await sim.close()
+        await asyncio.sleep(0.05)
+        stopped_at = len(runs)
+        await asyncio.sleep(0.2)
+        assert len(runs) <= stopped_at + 1  # the runtime is gone: no more runs
+        stop.set()
+        await asyncio.wait_for(svc, 5)
+    asyncio.run(main())
+    assert any("periodic tick failed" in r.getMessage() for r in caplog.records)
+
+
+def test_periodic_interval_must_be_positive():
+    with pytest.raises(PluginConfigError, match="interval must be"):
+        service.Periodic(0, lambda: None, "x")

@@ -93,7 +93,7 @@ def make_node(version: int, cgroup_root: Path | None = None, *, realtime=("*",),
     if cgroup_root is not None:
         facts = CgroupFacts(version=version, driver="cgroupfs", root=cgroup_root)
     return NodeState(cfg, version, facts=facts,
-                     allocator=Allocator(snapshot.topology, snapshot.inventory),
+                     allocator=Allocator(snapshot.topology, snapshot.inventory, cfg.reserved_cpus),
                      rt_budget=RtBudget(cfg.rt_budget * rt_share),
                      capabilities=NodeCapabilities(io_weight=True, bfq=True),
                      resolve_device=resolve, record_key=record_key)

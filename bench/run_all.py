@@ -20,6 +20,7 @@ SCRIPTS = [
     ("bench_records.py", []),
     ("bench_transport.py", []),
     ("bench_hook.py", []),
+    ("bench_lifecycles.py", []),
     ("bench_vs_go.py", []),  # skips itself without the Go programs (docs/benchmarks.md)
 ]
 

@@ -169,6 +169,15 @@ def runc_create(root: Path, container) -> dict[str, Path]:
     return dirs
 
 
+def remove_pod_cgroups(root: Path, cgroups_path: str) -> None:
+    """What the kubelet does once a pod is gone: its cgroup removed in every hierarchy."""
+    import shutil
+
+    for controller in V1_CONTROLLERS:
+        shutil.rmtree(root / controller / Path(cgroups_path.lstrip("/")).parent,
+                      ignore_errors=True)
+
+
 def make_pod_cgroups(root: Path, cgroups_path: str) -> None:
     """What the kernel and kubelet provide before CreateContainer: the RT files at the
     cpu hierarchy's root (the kernel's default budget) and the pod's parent cgroups."""

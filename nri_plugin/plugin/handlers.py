@@ -19,7 +19,7 @@ from nri_plugin.core.decision import REUSABLE_LIMIT, parse_sla, recheck
 from nri_plugin.core.nodestate import LiveContainer
 from nri_plugin.errors import INTERNAL, INVALID, SlaFailure
 from nri_plugin.granted import GrantedResources
-from nri_plugin.hookspec import hook_spec
+from nri_plugin.hookspec import hook_spec, is_sla_hook
 from nri_plugin.logsetup import log_decision, log_event
 from nri_plugin.nri.errors import Code, RpcError
 from nri_plugin.nri.pb import nri_pb2 as pb
@@ -39,6 +39,14 @@ _LIVE_STATES = (pb.CONTAINER_CREATED, pb.CONTAINER_RUNNING, pb.CONTAINER_PAUSED)
 
 def rpc_error(exc: SlaFailure) -> RpcError:
     return RpcError(STATUS.get(exc.kind, Code.FAILED_PRECONDITION), str(exc))
+
+
+def _hook_enforced(container: pb.Container) -> bool:
+    """The container's spec runs the nri-sla OCI hook (the fallback of docs/install.md):
+    the hook enforced its SLA at creation, or refused it."""
+    hooks = container.hooks
+    return any(is_sla_hook(h.path, h.args) for stage in (hooks.create_runtime,
+               hooks.prestart, hooks.create_container) for h in stage)
 
 
 def granted_resources(resources: pb.LinuxResources, container: pb.Container | None = None
@@ -158,15 +166,17 @@ class SlaPlugin:
         """Live containers whose pod asks an SLA for them but which carry no `applied`
         record: created while no nri-sla was registered (the runtime restarted, the plugin
         was down or missed the runtime's deadline), so nothing of their SLA was enforced
-        or refused. Each is logged and counted once per process; they stay unenforced
-        until recreated (nothing can add their devices or record now: docs/reliability.md).
+        or refused (unless their spec runs the nri-sla OCI hook, which enforced them).
+        Each is logged and counted once per process; they stay unenforced until
+        recreated (nothing can add their devices or record now: docs/reliability.md).
         Returns how many there are now."""
         by_id = {p.id: p for p in pods}
         applied = self.node.output_keys[0]
         now: set[str] = set()
         for ctr in containers:
             pod = by_id.get(ctr.pod_sandbox_id)
-            if ctr.state not in _LIVE_STATES or pod is None or applied in ctr.annotations:
+            if ctr.state not in _LIVE_STATES or pod is None or applied in ctr.annotations \
+                    or _hook_enforced(ctr):
                 continue
             try:
                 asked = parse_sla(self.node.config, pod.annotations, ctr.name) is not None

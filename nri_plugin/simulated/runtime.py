@@ -240,8 +240,12 @@ class PluginSession:
     async def synchronize(self, pods: list[pb.PodSandbox],
                           containers: list[pb.Container]) -> list[pb.ContainerUpdate]:
         updates: list[pb.ContainerUpdate] = []
+        # One request timeout for all the parts together, as containerd (1.7 and 2.3)
+        # sets one context deadline before it sends the first.
+        deadline = asyncio.get_running_loop().time() + self.opts.request_timeout
         for chunk in chunk_state(pods, containers, self.opts.sync_chunk_bytes):
-            resp = await self.call("Synchronize", chunk, pb.SynchronizeResponse)
+            left = max(deadline - asyncio.get_running_loop().time(), 0.001)
+            resp = await self.call("Synchronize", chunk, pb.SynchronizeResponse, left)
             if chunk.more and (not resp.more or len(resp.update)):
                 self.drop("plugin did not acknowledge a Synchronize chunk with more=true")
                 raise PluginDropped(self.drop_reason)

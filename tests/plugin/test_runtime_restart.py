@@ -125,3 +125,46 @@ def test_containerd_killed_while_120_pods_are_created(tmp_path, v1_tree, caplog)
     assert all(len(owners) == 1 for owners in r["held"]["gpus"].values())
     assert r["held"]["gpus"] and r["held"]["cpus"] and r["held"]["rt"]
     assert r["held_again"] == r["held"]
+
+
+def test_which_containers_count_as_created_unenforced(tmp_path, caplog):
+    """Only a live container whose pod asks an SLA for it, without a record and without
+    the nri-sla OCI hook in its spec (the fallback that enforced it), is reported."""
+    from plugin_helpers import plugin_session
+
+    from nri_plugin.hookspec import fast_hook_entry, hook_entry
+    from nri_plugin.nri.pb import nri_pb2 as pb
+    from nri_plugin.simulated.runtime import make_container, make_pod
+
+    caplog.set_level(logging.WARNING, logger="nri_sla.plugin")
+    sla = {"sla.nri.io/container.app": "cpu: {limit: 1}"}
+    made = {}
+    for name, asked in (("bare", sla), ("plain", None), ("hooked", sla),
+                        ("fast-hooked", sla), ("sidecar", sla), ("stopped", sla),
+                        ("forged", sla), ("invalid", {"sla.nri.io/pod": "cpu: 7"})):
+        pod = make_pod(name, annotations=asked)
+        ctr = make_container(pod, "side" if name == "sidecar" else "app",
+                             state=pb.CONTAINER_RUNNING)
+        made[name] = (pod, ctr)
+    for name, entry in (("hooked", hook_entry()), ("fast-hooked", fast_hook_entry())):
+        made[name][1].hooks.create_runtime.add(path=entry["path"], args=entry["args"])
+    made["stopped"][1].state = pb.CONTAINER_STOPPED
+    made["forged"][1].annotations["sla.nri.io/applied"] = '{"v":2}'
+    metrics = Metrics()
+
+    async def scenario():
+        async with plugin_session(permissive_node(2), tmp_path, metrics=metrics,
+                                  pods=[p for p, _ in made.values()],
+                                  containers=[c for _, c in made.values()]):
+            pass
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
+    reported = {r.fields["pod"]: r.fields for r in caplog.records
+                if r.getMessage() == "created unenforced"}
+    assert set(reported) == {"bare", "invalid"}
+    bare = reported["bare"]
+    assert bare == {"container": made["bare"][1].id, "namespace": "default", "pod": "bare",
+                    "container_name": "app"}
+    assert metrics.value("nri_sla_unenforced_containers_total") == 2
+    ignored = [r for r in caplog.records if r.getMessage() == "record ignored"]
+    assert [r.fields["container"] for r in ignored] == [made["forged"][1].id]

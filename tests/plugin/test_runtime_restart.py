@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import time
 
 from fault_helpers import (
     MIX,
@@ -95,9 +96,14 @@ def test_containerd_killed_while_120_pods_are_created(tmp_path, v1_tree, caplog)
         await third.close()
         return result
 
+    started = time.monotonic()
     r = asyncio.run(asyncio.wait_for(scenario(), 120))
     kubelet, sim, records = r["kubelet"], r["sim"], r["records"]
     unadjusted = kubelet.cri.unadjusted
+    print(f"{PODS} pods in {time.monotonic() - started:.1f} s: {r['created_before']} "
+          f"containers before the kill, {len(unadjusted)} created while the plugin was "
+          f"away, {len(records)} enforced and live at the end, {len(kubelet.refused)} "
+          f"refused, {len(kubelet.removed)} deleted by the kubelet")
     assert KILL_AFTER <= r["created_before"] < PODS
     assert len(sim.state.containers) > r["created_before"]
     # Some pods were created while no plugin was registered: exactly those that asked an

@@ -15,11 +15,11 @@ from contextlib import nullcontext
 from typing import Any
 
 from nri_plugin.core import Decision, NodeState, decide
-from nri_plugin.core.decision import REUSABLE_LIMIT, parse_sla, recheck
+from nri_plugin.core.decision import REUSABLE_LIMIT, recheck
 from nri_plugin.core.nodestate import LiveContainer
 from nri_plugin.errors import INTERNAL, INVALID, SlaFailure
 from nri_plugin.granted import GrantedResources
-from nri_plugin.hookspec import hook_spec, is_sla_hook
+from nri_plugin.hookspec import hook_spec
 from nri_plugin.logsetup import log_decision, log_event
 from nri_plugin.nri.errors import Code, RpcError
 from nri_plugin.nri.pb import nri_pb2 as pb
@@ -27,26 +27,17 @@ from nri_plugin.nri.stub import CreateResult
 from nri_plugin.plan.model import ContainerPlan
 from nri_plugin.plan.record import record_body, record_text
 from nri_plugin.plugin.adjustment import annotated, build_adjustment, build_update
-from nri_plugin.sla.errors import SlaError
+from nri_plugin.plugin.unenforced import LIVE_STATES, UnenforcedContainers
 
 log = logging.getLogger("nri_sla.plugin")
 
 UNVERSIONED_NRI = "older than v0.10"
 # The failure's kind as the status the runtime gets (it shows the message to the user).
 STATUS = {INVALID: Code.INVALID_ARGUMENT, INTERNAL: Code.INTERNAL}
-_LIVE_STATES = (pb.CONTAINER_CREATED, pb.CONTAINER_RUNNING, pb.CONTAINER_PAUSED)
 
 
 def rpc_error(exc: SlaFailure) -> RpcError:
     return RpcError(STATUS.get(exc.kind, Code.FAILED_PRECONDITION), str(exc))
-
-
-def _hook_enforced(container: pb.Container) -> bool:
-    """The container's spec runs the nri-sla OCI hook (the fallback of docs/install.md):
-    the hook enforced its SLA at creation, or refused it."""
-    hooks = container.hooks
-    return any(is_sla_hook(h.path, h.args) for stage in (hooks.create_runtime,
-               hooks.prestart, hooks.create_container) for h in stage)
 
 
 def granted_resources(resources: pb.LinuxResources, container: pb.Container | None = None
@@ -91,8 +82,7 @@ class SlaPlugin:
         self._answers: dict[int, tuple[ContainerPlan, dict[str, Any], str, Any]] = {}
         # With hook.inject the OCI hook verifies (reads back) what the plugin enforced.
         self._hooks = hook_spec() if node.config.hook.inject else None
-        # Live containers already reported as created unenforced (each counted once).
-        self._unenforced: set[str] = set()
+        self._unenforced = UnenforcedContainers(metrics)  # created while we were away
 
     # -- life cycle --------------------------------------------------------------------
     def on_registered(self, stub: Any) -> None:
@@ -125,7 +115,7 @@ class SlaPlugin:
         namespaces = {p.id: p.namespace for p in pods}
         live = [LiveContainer(c.id, namespaces.get(c.pod_sandbox_id), c.annotations,
                               c.created_at, c.linux.resources.cpu.cpus, c.pod_sandbox_id)
-                for c in containers if c.state in _LIVE_STATES]
+                for c in containers if c.state in LIVE_STATES]
         restored = self.node.restore(live)
         # Started while we were away (not by this process, or before it saw the start):
         # its direct writes are owed now, since no StartContainer will come for it.
@@ -143,7 +133,8 @@ class SlaPlugin:
                       problem=rejection.problem, error=rejection.message)
             if self.metrics is not None:
                 self.metrics.record_rejected(rejection.problem)
-        unenforced = self._report_unenforced(pods, containers)
+        unenforced = self._unenforced.report(self.node.config, self.node.output_keys[0],
+                                             pods, containers)
         log.info("synchronized: %d pods, %d containers, %d allocations rebuilt, %d records "
                  "ignored, %d owners released, %d created unenforced", len(pods),
                  len(containers), len(restored.plans), len(restored.rejected),
@@ -160,39 +151,6 @@ class SlaPlugin:
         if problems:
             log_event(log, logging.WARNING, "direct writes after a missed start failed",
                       container=container.id, error="; ".join(problems))
-
-    def _report_unenforced(self, pods: list[pb.PodSandbox], containers: list[pb.Container]
-                           ) -> int:
-        """Live containers whose pod asks an SLA for them but which carry no `applied`
-        record: created while no nri-sla was registered (the runtime restarted, the plugin
-        was down or missed the runtime's deadline), so nothing of their SLA was enforced
-        or refused (unless their spec runs the nri-sla OCI hook, which enforced them).
-        Each is logged and counted once per process; they stay unenforced until
-        recreated (nothing can add their devices or record now: docs/reliability.md).
-        Returns how many there are now."""
-        by_id = {p.id: p for p in pods}
-        applied = self.node.output_keys[0]
-        now: set[str] = set()
-        for ctr in containers:
-            pod = by_id.get(ctr.pod_sandbox_id)
-            if ctr.state not in _LIVE_STATES or pod is None or applied in ctr.annotations \
-                    or _hook_enforced(ctr):
-                continue
-            try:
-                asked = parse_sla(self.node.config, pod.annotations, ctr.name) is not None
-            except SlaError:
-                asked = True  # invalid: nri-sla would have refused it
-            if not asked:
-                continue
-            now.add(ctr.id)
-            if ctr.id in self._unenforced:
-                continue
-            log_event(log, logging.WARNING, "created unenforced", container=ctr.id,
-                      namespace=pod.namespace, pod=pod.name, container_name=ctr.name)
-            if self.metrics is not None:
-                self.metrics.count_unenforced()
-        self._unenforced = now  # forget the gone ones: bounded by the live containers
-        return len(now)
 
     def rescan_inventory(self) -> None:
         """Read the node's GPUs again (every gpu.rescan-interval seconds through the

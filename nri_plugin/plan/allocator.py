@@ -68,6 +68,7 @@ class Allocator:
         # restore finds them unheld (prune_missing) or listed again.
         self._missing: dict[str, Gpu] = {}
         self._missing_holders: dict[str, dict[str, str]] = {}  # identity -> owner -> kind
+        self._known: GpuInventory | None = None  # known_inventory() until they change
         self._mig_owner: dict[str, str] = {}  # MIG uuid -> owner
         self._cpu_owner: dict[int, str] = {}  # exclusive CPU -> owner
         self._snapshot: Holdings | None = None  # holdings() until the next change
@@ -127,8 +128,11 @@ class Allocator:
         with self._lock:
             if not self._missing:
                 return self.inventory
-            return GpuInventory((*self._missing.values(), *self.inventory.gpus),
-                                self.inventory.source, self.inventory.degraded_reason)
+            if self._known is None:  # one per change: restore asks for every record
+                self._known = GpuInventory((*self._missing.values(), *self.inventory.gpus),
+                                           self.inventory.source,
+                                           self.inventory.degraded_reason)
+            return self._known
 
     def migs_in_use(self) -> dict[str, str]:
         with self._lock:
@@ -231,6 +235,7 @@ class Allocator:
             self._listed = frozenset(now)
             self._gpu_holders, self._missing_holders = {}, {}
             self._missing = {k: g for k, g in self._missing.items() if k not in now}
+            self._known = None
             for owner, p in self._placements.items():
                 if p.mig is None:
                     self._hold_gpus(owner, p, self._kind(p))
@@ -251,6 +256,7 @@ class Allocator:
                 del self._missing_holders[key]
             for key in [k for k in self._missing if k not in self._missing_holders]:
                 del self._missing[key]
+                self._known = None
 
     # --- internals ------------------------------------------------------------------------
 
@@ -262,7 +268,9 @@ class Allocator:
             if key in self._listed:
                 self._gpu_holders.setdefault(g.index, {})[owner] = kind
             else:
-                self._missing.setdefault(key, g)
+                if key not in self._missing:
+                    self._missing[key] = g
+                    self._known = None
                 self._missing_holders.setdefault(key, {})[owner] = kind
 
     def _holders(self, g: Gpu) -> dict[str, str]:

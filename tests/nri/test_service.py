@@ -227,3 +227,24 @@ def test_periodic_work_runs_while_registered_and_sends_its_updates(sock_dir, cap
 def test_periodic_interval_must_be_positive():
     with pytest.raises(PluginConfigError, match="interval must be"):
         service.Periodic(0, lambda: None, "x")
+
+
+def test_an_unreachable_runtime_warns_once_per_streak_then_once_a_minute(caplog):
+    import logging
+
+    caplog.set_level(logging.DEBUG, logger="nri_sla.nri.service")
+    unreachable = service._Unreachable()
+    err = ConnectionError("cannot connect to NRI socket /x: No such file or directory")
+    for now in (0.0, 1.0, 3.0, 59.0, 61.0, 70.0):
+        unreachable.failed(err, 5.0, now)
+    unreachable.reset()  # registered again: the next failure starts a new streak
+    unreachable.failed(err, 0.5, 100.0)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == [
+        "NRI runtime not reachable: cannot connect to NRI socket /x: No such file or "
+        "directory; retrying in 5.0s",
+        "NRI runtime still not reachable after 5 attempts in 61s: cannot connect to NRI "
+        "socket /x: No such file or directory; retrying in 5.0s",
+        "NRI runtime not reachable: cannot connect to NRI socket /x: No such file or "
+        "directory; retrying in 0.5s"]
+    assert sum(r.levelno == logging.DEBUG for r in caplog.records) == 4

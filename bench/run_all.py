@@ -21,6 +21,7 @@ SCRIPTS = [
     ("bench_drift.py", []),
     ("bench_transport.py", []),
     ("bench_hook.py", []),
+    ("bench_lifecycles.py", []),
     ("bench_vs_go.py", []),  # skips itself without the Go programs (docs/benchmarks.md)
 ]
 

@@ -104,6 +104,7 @@ class GpuConfig:
 
     injection: str = "cdi"  # cdi | env | devices
     inventory: str = "auto"  # auto | nvml | sysfs | /absolute/path/to/snapshot.yaml
+    rescan_interval: float = 60.0  # s between inventory rescans by the plugin; 0: never
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +123,7 @@ class NriConfig:
     socket: str = "/var/run/nri/nri.sock"
     plugin_name: str = "nri-sla"
     plugin_index: str = "50"  # two digits; NRI orders plugins by it
-    reconnect_max_seconds: float = 30.0
+    reconnect_max_seconds: float = 5.0  # nri.service.ServiceOptions.backoff_max says why
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,6 +312,14 @@ def _plugin_index(value: object) -> str:
     raise Problem(f"must be two digits from \"00\" to \"99\", got {show(value)}")
 
 
+def _rescan(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) \
+            or not math.isfinite(value) or not (value == 0 or 1 <= value <= 86400):
+        raise Problem(f"must be 0 (never) or a number of seconds from 1 to 86400, got "
+                      f"{show(value)}")
+    return float(value)
+
+
 def _reconnect(value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) \
             or not math.isfinite(value) or not 0 < value <= 3600:
@@ -383,6 +392,7 @@ _SECTIONS: dict[str, tuple[type, _Schema]] = {
     "gpu": (GpuConfig, {
         "injection": ("injection", choice(GPU_INJECTIONS)),
         "inventory": ("inventory", _inventory),
+        "rescan-interval": ("rescan_interval", _rescan),
     }),
     "cgroup": (CgroupConfig, {
         "root": ("root", _abs_path),

@@ -94,6 +94,16 @@ def fast_hook_entry(stage: str = DEFAULT_STAGE, python: str = "/usr/bin/python3"
     }
 
 
+def is_sla_hook(path: str, args: list[str] | tuple[str, ...]) -> bool:
+    """Whether an OCI hook entry runs the nri-sla hook, in any of the forms above
+    (`nri-sla hook ...`, `python3 -I -S .../nri_plugin/hook/__main__.py ...`), e.g. from
+    containerd's base_runtime_spec: such a container was enforced by the hook."""
+    if os.path.basename(path) == os.path.basename(DEFAULT_BINARY):
+        return "hook" in args[1:2]
+    return any(a.endswith(os.path.join("nri_plugin", "hook", "__main__.py"))
+               or a == "nri_plugin.hook" for a in args)
+
+
 def hooks_d_document(stage: str = DEFAULT_STAGE, binary: str = DEFAULT_BINARY,
                      annotation_regex: str = r"^sla\.nri\.io/(pod|container\..+)$",
                      ) -> dict[str, Any]:

@@ -89,6 +89,10 @@ class Metrics:
         self.gpus_in_use = Gauge(
             "gpus_in_use", "GPUs currently allocated to containers",
             namespace=NAMESPACE, registry=reg)
+        self.gpus_missing = Gauge(
+            "gpus_missing", "GPUs containers hold that the inventory no longer lists "
+            "(fallen off the bus, driver gone): never handed out again while held",
+            namespace=NAMESPACE, registry=reg)
         self.exclusive_cpus_in_use = Gauge(
             "exclusive_cpus_in_use", "CPUs currently given exclusively to containers",
             namespace=NAMESPACE, registry=reg)
@@ -97,6 +101,10 @@ class Metrics:
             namespace=NAMESPACE, registry=reg)
         self.registered = Gauge(
             "registered", "1 while registered with the runtime (ready)",
+            namespace=NAMESPACE, registry=reg)
+        self.connect_attempts = Counter(
+            "connect_attempts", "Attempts to connect to the runtime's NRI socket (each "
+            "retry counts; growing while `registered` is 0: the runtime is unreachable)",
             namespace=NAMESPACE, registry=reg)
         self.reconnects = Counter(
             "reconnects", "Connections to the runtime made after the first one",
@@ -110,6 +118,10 @@ class Metrics:
         self.drift_repairs = Counter(
             "drift_repairs", "Repairs of drifted values (hard mode), by controller and "
             "outcome", ["kind", "outcome"], namespace=NAMESPACE, registry=reg)
+        self.unenforced = Counter(
+            "unenforced_containers", "Containers found at Synchronize that asked an SLA but "
+            "were created while nri-sla was not registered (each counted once)",
+            namespace=NAMESPACE, registry=reg)
         self.build_info = Gauge(
             "build_info", "Always 1; the version label says which nri-sla runs",
             ["version"], namespace=NAMESPACE, registry=reg)
@@ -163,6 +175,9 @@ class Metrics:
         _check(kind, DRIFT_KINDS, "drift kind")
         _check(outcome, REPAIR_OUTCOMES, "repair outcome")
         self.drift_repairs.labels(kind=kind, outcome=outcome).inc()
+    def count_unenforced(self) -> None:
+        """One more container found created without nri-sla's enforcement."""
+        self.unenforced.inc()
 
     def observe(self, event: str, seconds: float) -> None:
         """Record how long handling `event` (e.g. "CreateContainer") took."""
@@ -197,11 +212,17 @@ class Metrics:
         self._registered = bool(value)
         self.registered.set(1 if value else 0)
 
+    def inc_connect_attempts(self) -> None:
+        self.connect_attempts.inc()
+
     def inc_reconnects(self) -> None:
         self.reconnects.inc()
 
     def set_gpus_in_use(self, n: int) -> None:
         self.gpus_in_use.set(_count(n, "gpus_in_use"))
+
+    def set_gpus_missing(self, n: int) -> None:
+        self.gpus_missing.set(_count(n, "gpus_missing"))
 
     def set_exclusive_cpus_in_use(self, n: int) -> None:
         self.exclusive_cpus_in_use.set(_count(n, "exclusive_cpus_in_use"))

@@ -83,7 +83,7 @@ def start_status_server(plugin, path: str):
 def build_service(node, metrics, *, socket: str | None = None, name: str | None = None,
                   index: str | None = None, **options):
     """The SLA plugin and its service options, wired to the metrics (also used by tests)."""
-    from nri_plugin.nri.service import REGISTERED, Periodic, ServiceOptions
+    from nri_plugin.nri.service import CONNECTING, REGISTERED, Periodic, ServiceOptions
     from nri_plugin.plugin import SlaPlugin
     from nri_plugin.plugin.container_metrics import ContainerCollector
 
@@ -92,14 +92,21 @@ def build_service(node, metrics, *, socket: str | None = None, name: str | None 
     plugin = SlaPlugin(node, metrics)
     metrics.registry.register(ContainerCollector(lambda: plugin.watch.last,
                                                  watch.metrics_containers))
-    if watch.interval:
-        options.setdefault("periodic", [Periodic(watch.interval, plugin.drift_pass)])
 
     def on_state(state: str) -> None:
         metrics.set_connected(state == REGISTERED)
         metrics.set_registered(state == REGISTERED)
+        if state == CONNECTING:
+            metrics.inc_connect_attempts()
 
     options.setdefault("backoff_max", nri.reconnect_max_seconds)
+    periodic = []
+    if watch.interval:
+        periodic.append(Periodic(watch.interval, plugin.drift_pass, "drift watch"))
+    rescan = node.config.gpu.rescan_interval
+    if rescan and node.read_inventory is not None:
+        periodic.append(Periodic(rescan, plugin.rescan_inventory, "GPU inventory rescan"))
+    options.setdefault("periodic", periodic)
     return plugin, ServiceOptions(
         socket_path=socket or nri.socket, name=name or nri.plugin_name,
         idx=index or nri.plugin_index, on_state=on_state,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ from nri_plugin.enforce.errors import EnforceError
 from nri_plugin.enforce.plan_writes import cgroup_writes
 from nri_plugin.enforce.rt import RtChange, make_rt_room
 from nri_plugin.errors import InternalFailure, SlaFailure
-from nri_plugin.plan.allocator import Allocator
+from nri_plugin.plan.allocator import Allocator, InventoryChange
 from nri_plugin.plan.context import PodUsage
 from nri_plugin.plan.model import ContainerPlan, PlanError
 from nri_plugin.plan.placement_values import PlacementError
@@ -103,7 +104,8 @@ class NodeState:
                  rt_budget: RtBudget | None = None,
                  capabilities: NodeCapabilities | None = None,
                  resolve_device: Callable[[str], tuple[int, int]] | None = resolve_io_device,
-                 can_add_devices: bool = True, record_key: bytes | None = None) -> None:
+                 can_add_devices: bool = True, record_key: bytes | None = None,
+                 read_inventory: Callable[[], GpuInventory] | None = None) -> None:
         self.config = config
         self.cgroup_version = cgroup_version
         self.facts = facts
@@ -117,6 +119,8 @@ class NodeState:
         # The node's record key (core.recordkey); None: a key of this NodeState's own, for
         # nodes whose records never outlive them (explain, demo, tests).
         self.record_key = record_key or secrets.token_bytes(32)
+        # Reads the node's GPUs again (rescan_inventory); None: this node never rescans.
+        self.read_inventory = read_inventory
         self._cpusets: dict[str, str] = {}  # aligned container -> cpuset it was last given
         # Containers holding GPUs/CPUs/RT by pod, and back: the per-pod caps' input.
         self._pod_of: dict[str, str] = {}
@@ -164,7 +168,7 @@ class NodeState:
         topology = self.allocator.topology
         return RecordLimits(max_cpu=max(topology.online, default=0),
                             max_node=max(topology.node_ids, default=0),
-                            inventory=self.allocator.inventory)
+                            inventory=self.allocator.known_inventory())
 
     def restore(self, live: Iterable[LiveContainer]) -> Restored:
         """Make the allocations exactly what the live containers' records hold.
@@ -196,6 +200,8 @@ class NodeState:
                 continue
             if container.pod:
                 self.note_pod(container.id, container.pod)
+        if self.allocator is not None:
+            self.allocator.prune_missing()  # vanished GPUs no live record holds: gone
         return result
 
     def _take(self, container: LiveContainer, text: str, limits: RecordLimits
@@ -291,9 +297,20 @@ class NodeState:
             self.allocator.release(owner)
 
     def usage(self) -> tuple[int, int]:
+        """GPUs held (vanished ones included: their holders still have them) and
+        exclusive CPUs held."""
         if self.allocator is None:
             return 0, 0
-        return len(self.allocator.gpus_in_use()), len(self.allocator.exclusive_cpus_in_use())
+        gpus = len(self.allocator.gpus_in_use()) + len(self.allocator.missing_gpus())
+        return gpus, len(self.allocator.exclusive_cpus_in_use())
+
+    def rescan_inventory(self) -> InventoryChange | None:
+        """Read the node's GPUs again and hand them to the allocator (Allocator.rescan
+        says what happens to held GPUs); None when this node does not rescan. Raises
+        InventoryError or OSError when the inventory cannot be read (nothing changes)."""
+        if self.allocator is None or self.read_inventory is None:
+            return None
+        return self.allocator.rescan(self.read_inventory())
 
     # -- enforcement ---------------------------------------------------------------------
     def container_paths(self, cgroups_path: str) -> CgroupPaths:
@@ -320,9 +337,12 @@ class NodeState:
                            reasons=(*plan.reasons, "budget")), []
         return plan, done
 
-    def write_plan(self, plan: ContainerPlan, cgroups_path: str, scope: str) -> list[str]:
+    def write_plan(self, plan: ContainerPlan, cgroups_path: str, scope: str, *,
+                   undo_on_failure: bool | None = None) -> list[str]:
         """Write the plan's `scope` settings ("all", or "direct": what NRI cannot carry)
-        into the container's cgroup; the failures as text."""
+        into the container's cgroup; the failures as text. Hard mode writes all or none
+        (the first failure undoes the earlier writes); soft mode keeps what held.
+        `undo_on_failure` overrides the mode's choice (False: a running container)."""
         writes = cgroup_writes(plan, scope=scope, bfq=self.capabilities.bfq)
         if not writes:
             return []
@@ -330,7 +350,18 @@ class NodeState:
             paths = self.container_paths(cgroups_path)
         except SlaFailure as exc:
             return [str(exc)]
-        return [str(r.error) for r in CgroupWriter(paths).apply(writes) if not r.ok]
+        if undo_on_failure is None:
+            undo_on_failure = plan.enforcement == "hard"
+        results = CgroupWriter(paths).apply(writes, undo_on_failure=undo_on_failure)
+        return [str(r.error) for r in results if not r.ok]
+
+
+def read_gpu_inventory(config: NodeConfig, sysfs_root: str = "/sys",
+                       inventory_file: str | None = None) -> GpuInventory:
+    """The node's GPUs from where the config says (or a replayed snapshot file)."""
+    if inventory_file:
+        return load_snapshot(Path(inventory_file)).inventory
+    return configured_inventory(config.gpu.inventory, Path(sysfs_root))
 
 
 def node_allocator(config: NodeConfig, sysfs_root: str = "/sys", *,
@@ -341,8 +372,7 @@ def node_allocator(config: NodeConfig, sysfs_root: str = "/sys", *,
     if inventory_file:
         snapshot = load_snapshot(Path(inventory_file))
         return Allocator(snapshot.topology, snapshot.inventory, reserved)
-    inventory = (configured_inventory(config.gpu.inventory, Path(sysfs_root)) if gpus
-                 else GpuInventory())
+    inventory = read_gpu_inventory(config, sysfs_root) if gpus else GpuInventory()
     return Allocator(read_topology(Path(sysfs_root)), inventory, reserved)
 
 
@@ -363,4 +393,6 @@ def build_node(config: NodeConfig, *, cgroup_version: int | None = None,
                      allocator=node_allocator(config, sysfs_root, inventory_file=inventory_file),
                      rt_budget=RtBudget(config.rt_budget * kernel_rt_share()),
                      capabilities=detect_capabilities(cgroup_version, sysfs_root),
-                     record_key=record_key)
+                     record_key=record_key,
+                     read_inventory=partial(read_gpu_inventory, config, sysfs_root,
+                                            inventory_file))

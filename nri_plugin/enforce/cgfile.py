@@ -2,6 +2,9 @@
 
 `CgroupWriter` writes `CgroupWrite`s into one container's cgroup (v1 or v2) for the plugin's
 direct writes and the OCI hook alike, and reads them back for verification (`drift`).
+Hard mode applies them all or none (`apply(..., undo_on_failure=True)`): each file's value
+is read before it is written, and a failure writes the earlier files' old values back,
+newest first, so that a refused container is not left half-enforced.
 Each write refuses anything but a resource-control file inside the container's own cgroup,
 is one write(2) of the whole value, and is read back and compared the way the kernel
 normalises it (readback.py). On v1 written bytes move through cgroupspy's controller
@@ -18,7 +21,7 @@ import os
 
 from nri_plugin.enforce.cgpaths import UNIFIED
 from nri_plugin.enforce.errors import CgroupWriteError
-from nri_plugin.enforce.readback import PAGE_SIZE, values_match
+from nri_plugin.enforce.readback import PAGE_SIZE, restore_value, values_match
 from nri_plugin.value import Value
 
 TYPE_CHECKING = False  # typing costs the hook start-up time; only checkers need it
@@ -189,10 +192,65 @@ class CgroupWriter:
         self.page_size = page_size
         self._controllers: dict[str, object] = {}
 
-    def apply(self, writes: Iterable[CgroupWrite]) -> list[WriteResult]:
-        """Each write in order, each read back; keeps going after a failure (soft mode
-        wants every outcome; hard mode stops at the first failed result)."""
-        return [self.apply_one(w) for w in writes]
+    def apply(self, writes: Iterable[CgroupWrite], *,
+              undo_on_failure: bool = False) -> list[WriteResult]:
+        """Each write in order, each read back. By default it keeps going after a
+        failure (soft mode keeps what succeeded and wants every outcome).
+
+        undo_on_failure (hard mode): all or none. Each file's value is read before the
+        write (a file that cannot be read is not written: it could not be undone); at
+        the first failure every earlier write is undone, newest first, and the results
+        end with that failure, its error naming what was undone and what could not be.
+        """
+        if not undo_on_failure:
+            return [self.apply_one(w) for w in writes]
+        results: list[WriteResult] = []
+        done: list[tuple[CgroupWrite, str, str]] = []  # (write, path, value before it)
+        for write in writes:
+            controller, name, value = write
+            try:
+                path = target(self.paths.version, controller, name, value, self.paths.dirs)
+            except CgroupWriteError as e:
+                return [*results, self._undone(WriteResult(write, False, None, e, None), done)]
+            try:
+                before = self._read(controller, path)
+            except OSError as e:
+                failed = WriteResult(write, False, None, CgroupWriteError(
+                    path, value, f"cannot read the value to undo: {os_reason(e)}"), path)
+                return [*results, self._undone(failed, done)]
+            try:
+                self._write(controller, path, value)
+            except OSError as e:  # not written: only the earlier ones to undo
+                failed = WriteResult(write, False, None,
+                                     CgroupWriteError(path, value, os_reason(e)), path)
+                return [*results, self._undone(failed, done)]
+            done.append((write, path, before))  # written: undone too if it does not hold
+            result = self._read_back(write, path)
+            if not result.ok:
+                return [*results, self._undone(result, done)]
+            results.append(result)
+        return results
+
+    def _undone(self, failed: WriteResult, done: list[tuple[CgroupWrite, str, str]]
+                ) -> WriteResult:
+        """Write back the old values of `done`, newest first; `failed` with its error
+        saying what was undone and what could not be."""
+        undone, stuck = [], []
+        for (controller, name, value), path, before in reversed(done):
+            old = restore_value(name, value, before)
+            try:
+                self._write(controller, path, old)
+                undone.append(name)
+            except OSError as e:
+                stuck.append(f"{name} (still {value!r}: {os_reason(e)})")
+        error = failed.error
+        if error is not None and (undone or stuck):
+            notes = [f"undone: {', '.join(undone)}"] if undone else []
+            if stuck:
+                notes.append(f"could not undo {', '.join(stuck)}")
+            error = CgroupWriteError(error.path, error.value,
+                                     f"{error.detail}; {'; '.join(notes)}")
+        return WriteResult(failed.write, False, failed.read_back, error, failed.path)
 
     def apply_one(self, write: CgroupWrite) -> WriteResult:
         controller, name, value = write
@@ -200,11 +258,21 @@ class CgroupWriter:
             path = target(self.paths.version, controller, name, value, self.paths.dirs)
         except CgroupWriteError as e:
             return WriteResult(write, False, None, e, None)
+        return self._write_at(write, path)
+
+    def _write_at(self, write: CgroupWrite, path: str) -> WriteResult:
+        """One checked write (`path` from target()), read back and compared."""
+        controller, _, value = write
         try:
             self._write(controller, path, value)
         except OSError as e:
             return WriteResult(write, False, None, CgroupWriteError(path, value, os_reason(e)),
                                path)
+        return self._read_back(write, path)
+
+    def _read_back(self, write: CgroupWrite, path: str) -> WriteResult:
+        """The file's content after `write`, compared the way the kernel normalises it."""
+        controller, name, value = write
         try:
             read_back = self._read(controller, path)
         except OSError as e:

@@ -7,6 +7,10 @@ The kernel normalises many values, so a plain string compare would report false 
 * per-device files (blkio.throttle.*, io.max, io.weight, blkio.bfq.weight_device) list one
   "MAJ:MIN ..." line per device, and a rule set to 0/"max" disappears;
 * io.weight / io.bfq.weight on v2 read "default N" for a written "N".
+
+`restore_value` is the inverse the hard mode's undo needs: from a file's content before a
+write, the value that puts back what that write changed (for a per-device file, only
+that device's line).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ _MEMORY_SIZE_FILES = frozenset(
 _CPUSET_FILES = frozenset(
     {"cpuset.cpus", "cpuset.mems", "cpuset.cpus.exclusive", "cpuset.mems.exclusive"}
 )
+_WEIGHT_FILES = frozenset({"io.weight", "io.bfq.weight", "blkio.bfq.weight", "blkio.weight"})
 _DEVICE_VALUE_FILES = frozenset(
     {"blkio.throttle.read_bps_device", "blkio.throttle.write_bps_device",
      "blkio.throttle.read_iops_device", "blkio.throttle.write_iops_device",
@@ -136,8 +141,38 @@ def values_match(file: str, written: str, read: str, page_size: int = PAGE_SIZE)
         return _device_value_matches(written, read)
     if file == "io.max":
         return _io_max_matches(written, read)
-    if file in ("io.weight", "io.bfq.weight", "blkio.bfq.weight", "blkio.weight"):
+    if file in _WEIGHT_FILES:
         return _weight_matches(written, read)
     if file == "cpu.max":
         return _cpu_max_matches(written, read)
     return " ".join(written.split()) == " ".join(read.split())
+
+
+# What removes a device's rule from a per-device file (no line before the write).
+_NO_IO_MAX = "rbps=max wbps=max riops=max wiops=max"
+
+
+def restore_value(file: str, written: str, before: str) -> str:
+    """What to write to `file` to undo writing `written` over the content `before`.
+
+    Per-device files change only the written device's line: its old rule is written
+    back, or the rule is removed ("0", "default", all "max") when it had none. A v1
+    memory size read as "unlimited" (a page count near 2^63) goes back as "-1".
+    """
+    name = _name(file)
+    old = before.strip()
+    if name in _DEVICE_VALUE_FILES or file == "io.max" or (
+            file in _WEIGHT_FILES and not written.strip().isdigit()):
+        key = written.strip().partition(" ")[0]
+        line = _device_lines(before).get(key)
+        if line is not None:
+            return f"{key} {line}"
+        if file == "io.max":
+            return f"{key} {_NO_IO_MAX}"
+        return f"{key} {'default' if file in _WEIGHT_FILES else '0'}"
+    if file in _WEIGHT_FILES and not old.isdigit():
+        default = _device_lines(before).get("default")
+        return default if default is not None else old
+    if name in _MEMORY_SIZE_FILES and old.isdigit() and int(old) >= _V1_UNLIMITED_MIN:
+        return "-1"
+    return old

@@ -114,7 +114,9 @@ def apply_writes(a: CgroupActions, paths: CgroupPaths, cid: str) -> Outcome:
                 raise Refused(problem)
             lines.append(WARN + problem)
             writes = [w for w in writes if not w.file.startswith("cpu.rt_")]
-    failures = [r for r in CgroupWriter(paths).apply(writes) if not r.ok]
+    # Hard: all or none (the writer undoes its earlier writes at the first failure).
+    failures = [r for r in CgroupWriter(paths).apply(writes, undo_on_failure=hard)
+                if not r.ok]
     if failures and hard:
         if raised:
             from nri_plugin.enforce.rt import release_rt_ancestors

@@ -10,9 +10,9 @@ Two ways in:
 SIGTERM/SIGINT end the service cleanly. With NOTIFY_SOCKET set, systemd hears READY=1
 after registration, WATCHDOG=1 every WATCHDOG_USEC/2 and STOPPING=1 at the end.
 
-`ServiceOptions.periodic`: work the plugin does on its own schedule (the drift watch), run
-on the event loop while registered; the container updates it returns go to the runtime
-as a plugin-initiated UpdateContainers.
+`ServiceOptions.periodic`: work the plugin does on its own schedule (the drift watch, GPU
+rescans), run on the event loop while registered; the container updates it returns go
+to the runtime as a plugin-initiated UpdateContainers.
 """
 
 from __future__ import annotations
@@ -27,8 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from nri_plugin.nri.errors import NriError, PluginConfigError
-from nri_plugin.nri.pb import nri_pb2 as pb
+from nri_plugin.nri.errors import ConnectionClosed, NriError, PluginConfigError
 from nri_plugin.nri.stub import DEFAULT_SOCKET, REGISTRATION_TIMEOUT, Stub, check_identity
 
 log = logging.getLogger("nri_sla.nri.service")
@@ -42,17 +41,43 @@ STOPPED = "stopped"
 
 @dataclass(frozen=True)
 class Periodic:
-    """`run` every `interval` seconds (measured from the end of the previous run) while
-    registered. It runs on the event loop, between requests, so it sees the plugin's
-    state as its handlers leave it; the updates it returns are sent to the runtime."""
+    """Work run every `interval` seconds on the service's loop while registered (the
+    first run one interval after registration); the container updates `run` returns, if
+    any, go to the runtime with UpdateContainers. An exception is logged and the next
+    run comes as planned."""
 
     interval: float
-    run: Callable[[], list[pb.ContainerUpdate] | None]
+    run: Callable[[], Sequence[Any] | None]  # -> list[pb.ContainerUpdate] | None
+    name: str = ""  # for the log
 
     def __post_init__(self) -> None:
-        if not self.interval > 0:
-            raise PluginConfigError(f"periodic {self.run!r}: interval must be above 0 "
-                                    f"seconds, got {self.interval!r}")
+        if not (isinstance(self.interval, int | float) and self.interval > 0):
+            raise PluginConfigError(f"periodic {self.name or self.run!r}: interval must be "
+                                    f"a number of seconds above 0, got {self.interval!r}")
+
+
+async def _every(job: Periodic, stub: Stub) -> None:
+    """`job` every interval for as long as `stub`'s connection lasts (cancelled then)."""
+    name = job.name or getattr(job.run, "__qualname__", repr(job.run))
+    while True:
+        await asyncio.sleep(job.interval)
+        if not stub.registered:
+            continue
+        updates: Sequence[Any] | None = ()
+        try:
+            updates = job.run()
+            if updates:
+                failed = await stub.update_containers(updates)
+                if failed:
+                    log.warning("%s: the runtime did not apply %d of %d container updates",
+                                name, len(failed), len(updates))
+        except ConnectionClosed:
+            return  # the service reconnects; a new stub gets new runs
+        except NriError as exc:  # containerd answers an error when any update failed
+            log.warning("%s: UpdateContainers of %d containers failed: %s", name,
+                        len(updates or ()), exc)
+        except Exception:  # one bad run must not end the others or the service
+            log.exception("periodic %s failed", name)
 
 
 @dataclass
@@ -61,7 +86,9 @@ class ServiceOptions:
     name: str = "nri-sla"
     idx: str = "50"
     backoff_initial: float = 0.5
-    backoff_max: float = 30.0
+    # The most a reconnect waits: each second without a plugin is a second of pods
+    # created unenforced, and a failed connect to a unix socket costs one system call.
+    backoff_max: float = 5.0
     registration_timeout: float = REGISTRATION_TIMEOUT
     handle_signals: bool = True
     # Called with CONNECTING / REGISTERED / DISCONNECTED / STOPPED.
@@ -70,12 +97,12 @@ class ServiceOptions:
     on_reconnect: Callable[[int], Any] | None = None
     # Called with the Stub once registered (e.g. to keep it for update_containers).
     on_ready: Callable[[Stub], Any] | None = None
-    # Plugin work on a schedule, run while registered (see Periodic).
-    periodic: Sequence[Periodic] = ()
     # Where NRI_PLUGIN_* and NOTIFY_SOCKET/WATCHDOG_* are read; default os.environ.
     environ: Mapping[str, str] | None = None
     # Set it to stop the service from outside (tests, embedding).
     stop_event: asyncio.Event | None = field(default=None, repr=False)
+    # Work run while registered (Periodic), e.g. rescans whose changes go to the runtime.
+    periodic: Sequence[Periodic] = ()
 
     def __post_init__(self) -> None:
         if not 0 < self.backoff_initial <= self.backoff_max:
@@ -135,27 +162,34 @@ def _prelaunched(environ: Mapping[str, str]) -> tuple[socket.socket, str, str] |
     return sock, name, idx
 
 
-async def _every(periodic: Periodic, stub: Stub) -> None:
-    """One periodic task for one registration: ends with the connection (cancelled)."""
-    while True:
-        await asyncio.sleep(periodic.interval)
-        if not stub.registered:
-            continue
-        try:
-            updates = periodic.run()
-        except Exception:  # the plugin's bug: logged, and the next run comes as usual
-            log.exception("periodic %r failed", periodic.run)
-            continue
-        if not updates:
-            continue
-        try:
-            failed = await stub.update_containers(updates)
-        except NriError as exc:  # containerd answers an error when any update failed
-            log.warning("UpdateContainers of %d containers failed: %s", len(updates), exc)
-            continue
-        for update in failed:
-            log.warning("UpdateContainers: the runtime could not update container %s",
-                        update.container_id)
+class _Unreachable:
+    """Attempts that found no runtime to register with (the socket missing or refusing,
+    registration failing): the first of a streak and then one a minute are warnings with
+    the count, the others debug lines, so that a node whose containerd stays down says
+    so without a line every few seconds."""
+
+    INTERVAL = 60.0  # s between warnings while the runtime stays unreachable
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.since: float | None = None
+        self.attempts = 0
+        self.warned = 0.0
+
+    def failed(self, exc: BaseException, delay: float, now: float) -> None:
+        self.attempts += 1
+        if self.since is None:
+            self.since = self.warned = now
+            log.warning("NRI runtime not reachable: %s; retrying in %.1fs", exc, delay)
+        elif now - self.warned >= self.INTERVAL:
+            self.warned = now
+            log.warning("NRI runtime still not reachable after %d attempts in %.0fs: %s; "
+                        "retrying in %.1fs", self.attempts, now - self.since, exc, delay)
+        else:
+            log.debug("NRI runtime not reachable (attempt %d): %s; retrying in %.1fs",
+                      self.attempts, exc, delay)
 
 
 def _call(callback: Callable[..., Any] | None, *args: Any) -> None:
@@ -188,15 +222,16 @@ async def run_service(plugin: object, options: ServiceOptions | None = None) -> 
     watchdog = loop.create_task(notifier.watchdog())
     reconnects = 0
     ever_registered = False
-    periodic_tasks: list[asyncio.Task[None]] = []  # the current registration's
     delay = opts.backoff_initial
+    unreachable = _Unreachable()
     try:
         while not stop.is_set():
             _call(opts.on_state, CONNECTING)
             notifier.notify("STATUS=connecting to the NRI runtime")
             registered_now = False
+            jobs: list[asyncio.Task[None]] = []  # the periodic runs of this connection
 
-            def ready(stub: Stub) -> None:
+            def ready(stub: Stub, jobs: list[asyncio.Task[None]]) -> None:
                 nonlocal registered_now, ever_registered, reconnects
                 if ever_registered:
                     reconnects += 1
@@ -206,8 +241,7 @@ async def run_service(plugin: object, options: ServiceOptions | None = None) -> 
                 notifier.notify("READY=1", f"STATUS=registered with {stub.runtime_name} "
                                 f"{stub.runtime_version}".rstrip())
                 _call(opts.on_ready, stub)
-                periodic_tasks.extend(loop.create_task(_every(p, stub))
-                                      for p in opts.periodic)
+                jobs.extend(loop.create_task(_every(job, stub)) for job in opts.periodic)
 
             if pre is not None:
                 sock, name, idx = pre
@@ -217,14 +251,13 @@ async def run_service(plugin: object, options: ServiceOptions | None = None) -> 
                 stub = Stub(plugin, name=opts.name, idx=opts.idx,
                             socket_path=opts.socket_path,
                             registration_timeout=opts.registration_timeout)
-            stub.on_ready = lambda s=stub: ready(s)
+            stub.on_ready = lambda s=stub, j=jobs: ready(s, j)
             run = loop.create_task(stub.run())
             stopper = loop.create_task(stop.wait())
             await asyncio.wait({run, stopper}, return_when=asyncio.FIRST_COMPLETED)
             stopper.cancel()
-            for task in periodic_tasks:  # they belong to this connection's registration
-                task.cancel()
-            periodic_tasks.clear()
+            for job in jobs:  # they served that connection only
+                job.cancel()
             if stop.is_set():
                 stub.stop()
                 with contextlib.suppress(NriError, asyncio.CancelledError):
@@ -240,16 +273,17 @@ async def run_service(plugin: object, options: ServiceOptions | None = None) -> 
                     log.info("pre-launched connection ended (%s); exiting so that the "
                              "runtime can launch us again", exc)
                     break
-                log.warning("NRI connection lost: %s; retrying in %.1fs", exc, delay)
-            if registered_now:
-                delay = opts.backoff_initial
+                if registered_now:
+                    delay = opts.backoff_initial
+                    unreachable.reset()
+                    log.warning("NRI connection lost: %s; retrying in %.1fs", exc, delay)
+                else:
+                    unreachable.failed(exc, delay, loop.time())
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), delay)
             delay = min(delay * 2, opts.backoff_max)
     finally:
         watchdog.cancel()
-        for task in periodic_tasks:
-            task.cancel()
         for sig in installed:
             loop.remove_signal_handler(sig)
         _call(opts.on_state, STOPPED)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
 
 from nri_plugin.plan.best_fit import choose_placement, validate_request
 from nri_plugin.plan.placement_values import (
@@ -42,14 +43,32 @@ if TYPE_CHECKING:
     from typing import Any
 
 
+@dataclass(frozen=True)
+class InventoryChange:
+    """What a rescan found: GPUs gone (with who holds each), GPUs new to the node, and
+    vanished GPUs that are listed again while still held."""
+
+    vanished: tuple[tuple[Gpu, tuple[str, ...]], ...] = ()
+    appeared: tuple[Gpu, ...] = ()
+    back: tuple[Gpu, ...] = ()
+
+
 class Allocator:
     """Node-wide GPU / MIG / exclusive-CPU ownership. All public methods are thread-safe."""
 
     def __init__(self, topology: Topology, inventory: GpuInventory,
                  reserved_cpus: Iterable[int] = frozenset()) -> None:
-        self.layout = NodeLayout.of(topology, inventory, reserved_cpus)
+        self._reserved = frozenset(reserved_cpus)
+        self.layout = NodeLayout.of(topology, inventory, self._reserved)
+        self._listed = frozenset(g.identity for g in inventory.gpus)
         self._lock = threading.RLock()
         self._gpu_holders: dict[int, dict[str, str]] = {}  # gpu index -> owner -> kind
+        # GPUs a rescan no longer lists while containers held them (by Gpu.identity):
+        # still theirs, never in the layout, so never chosen; kept until a rescan or
+        # restore finds them unheld (prune_missing) or listed again.
+        self._missing: dict[str, Gpu] = {}
+        self._missing_holders: dict[str, dict[str, str]] = {}  # identity -> owner -> kind
+        self._known: GpuInventory | None = None  # known_inventory() until they change
         self._mig_owner: dict[str, str] = {}  # MIG uuid -> owner
         self._cpu_owner: dict[int, str] = {}  # exclusive CPU -> owner
         self._snapshot: Holdings | None = None  # holdings() until the next change
@@ -93,6 +112,28 @@ class Allocator:
                     used[found[0].index] = (*used.get(found[0].index, ()), owner)
             return used
 
+    def missing_gpus(self) -> dict[str, tuple[str, ...]]:
+        """Held GPUs the inventory no longer lists (and held MIG devices gone with their
+        GPU): their identity (or MIG uuid) -> holders."""
+        with self._lock:
+            missing = {key: tuple(sorted(h)) for key, h in self._missing_holders.items() if h}
+            for uuid, owner in self._mig_owner.items():
+                if self.inventory.find_mig(uuid) is None:
+                    missing[uuid] = (owner,)
+            return missing
+
+    def known_inventory(self) -> GpuInventory:
+        """The GPUs a record may name: the inventory's and the vanished ones still known
+        (listed first, so that an index names a GPU of the inventory)."""
+        with self._lock:
+            if not self._missing:
+                return self.inventory
+            if self._known is None:  # one per change: restore asks for every record
+                self._known = GpuInventory((*self._missing.values(), *self.inventory.gpus),
+                                           self.inventory.source,
+                                           self.inventory.degraded_reason)
+            return self._known
+
     def migs_in_use(self) -> dict[str, str]:
         with self._lock:
             return dict(self._mig_owner)
@@ -129,6 +170,8 @@ class Allocator:
                 return False
             self._snapshot = None
             for holders in self._gpu_holders.values():
+                holders.pop(owner, None)
+            for holders in self._missing_holders.values():
                 holders.pop(owner, None)
             for uuid in [u for u, o in self._mig_owner.items() if o == owner]:
                 del self._mig_owner[uuid]
@@ -169,7 +212,71 @@ class Allocator:
             self._commit(owner, placement, kind)
             return placement
 
+    def rescan(self, inventory: GpuInventory) -> InventoryChange:
+        """Take a fresh read of the node's GPUs while containers hold some.
+
+        Indices follow the new read (NVML and sysfs renumber when a GPU leaves the bus);
+        every holding follows its GPU by identity. A held GPU that is no longer listed
+        stays its holders' (their containers run on) and is never offered; one listed
+        anew is offered at once; a vanished one listed again is offered once released.
+        """
+        with self._lock:
+            before = {g.identity: g for g in self.inventory.gpus}
+            now = {g.identity: g for g in inventory.gpus}
+            was_missing = set(self._missing)
+            for owner, p in list(self._placements.items()):
+                mig = p.mig
+                if mig is not None:
+                    found = inventory.find_mig(mig.uuid)
+                    mig = found[1] if found else mig
+                gpus = tuple(now.get(g.identity, g) for g in p.gpus)
+                self._placements[owner] = replace(p, gpus=gpus, mig=mig)
+            self.layout = NodeLayout.of(self.topology, inventory, self._reserved)
+            self._listed = frozenset(now)
+            self._gpu_holders, self._missing_holders = {}, {}
+            self._missing = {k: g for k, g in self._missing.items() if k not in now}
+            self._known = None
+            for owner, p in self._placements.items():
+                if p.mig is None:
+                    self._hold_gpus(owner, p, self._kind(p))
+            self._snapshot = None
+            vanished = tuple((g, tuple(sorted(self._missing_holders.get(k, {}))))
+                             for k, g in before.items() if k not in now)
+            self.prune_missing()
+            return InventoryChange(
+                vanished=vanished,
+                appeared=tuple(g for k, g in now.items()
+                               if k not in before and k not in was_missing),
+                back=tuple(g for k, g in now.items() if k in was_missing))
+
+    def prune_missing(self) -> None:
+        """Forget vanished GPUs nobody holds any more (released, or not restored)."""
+        with self._lock:
+            for key in [k for k, h in self._missing_holders.items() if not h]:
+                del self._missing_holders[key]
+            for key in [k for k in self._missing if k not in self._missing_holders]:
+                del self._missing[key]
+                self._known = None
+
     # --- internals ------------------------------------------------------------------------
+
+    def _hold_gpus(self, owner: str, p: Placement, kind: str) -> None:
+        """Record `owner` as a holder of `p`'s GPUs: by index while the inventory lists
+        one, by identity among the missing otherwise."""
+        for g in p.gpus:
+            key = g.identity
+            if key in self._listed:
+                self._gpu_holders.setdefault(g.index, {})[owner] = kind
+            else:
+                if key not in self._missing:
+                    self._missing[key] = g
+                    self._known = None
+                self._missing_holders.setdefault(key, {})[owner] = kind
+
+    def _holders(self, g: Gpu) -> dict[str, str]:
+        if g.identity in self._missing:
+            return self._missing_holders.get(g.identity, {})
+        return self._gpu_holders.get(g.index, {})
 
     @staticmethod
     def _kind(p: Placement) -> str:
@@ -180,8 +287,7 @@ class Allocator:
         if p.mig is not None:
             self._mig_owner[p.mig.uuid] = owner
         else:
-            for g in p.gpus:
-                self._gpu_holders.setdefault(g.index, {})[owner] = kind
+            self._hold_gpus(owner, p, kind)
         for cpu in p.exclusive_cpus:
             self._cpu_owner[cpu] = owner
         self._placements[owner] = p
@@ -193,7 +299,7 @@ class Allocator:
                 raise PlacementError(f"MIG device {p.mig.uuid} is already held by {other}")
         elif kind != RUNTIME:  # the device plugin is the authority for runtime GPUs
             for g in p.gpus:
-                for other, other_kind in self._gpu_holders.get(g.index, {}).items():
+                for other, other_kind in self._holders(g).items():
                     if other != owner and (kind == EXCLUSIVE or other_kind != SHARED):
                         raise PlacementError(f"GPU {g.index} is already held by {other}")
         taken = {c: self._cpu_owner[c] for c in p.exclusive_cpus
@@ -215,14 +321,15 @@ class Allocator:
 
         mig: MigInstance | None = None
         gpus: list[Gpu] = []
+        known = self.known_inventory()
         if "mig" in record:
-            found = self.inventory.find_mig(str(record["mig"]))
+            found = known.find_mig(str(record["mig"]))
             if found is None:
                 raise PlacementError(f"placement record: MIG device {record['mig']} is not "
                                      "on this node")
             gpus, mig = [found[0]], found[1]
         for ref in record.get("gpus", ()):
-            gpu = self.inventory.find(str(ref))
+            gpu = known.find(str(ref))
             if gpu is None:
                 raise PlacementError(f"placement record: GPU {ref} is not on this node "
                                      f"(GPUs: {describe_gpus(self.inventory.gpus)})")

@@ -3,7 +3,8 @@
 CreateContainer: annotations -> SLA -> plan -> adjustment (or an error status, which
 makes containerd refuse the container). StartContainer: the direct cgroup writes that
 NRI cannot express on this node, read back. Stop/Remove: allocations released.
-Synchronize: allocations rebuilt from the `applied` records on existing containers.
+Synchronize: allocations rebuilt from the `applied` records on existing containers, and
+containers created while the plugin was away (an SLA asked, no record) reported.
 Between events the drift watch (`plugin.watch`) reads back what was enforced.
 """
 
@@ -28,6 +29,7 @@ from nri_plugin.nri.stub import CreateResult
 from nri_plugin.plan.model import ContainerPlan
 from nri_plugin.plan.record import record_body, record_text
 from nri_plugin.plugin.adjustment import annotated, build_adjustment, build_update
+from nri_plugin.plugin.unenforced import LIVE_STATES, UnenforcedContainers
 from nri_plugin.plugin.watch import DriftWatch, Watched
 
 log = logging.getLogger("nri_sla.plugin")
@@ -35,7 +37,6 @@ log = logging.getLogger("nri_sla.plugin")
 UNVERSIONED_NRI = "older than v0.10"
 # The failure's kind as the status the runtime gets (it shows the message to the user).
 STATUS = {INVALID: Code.INVALID_ARGUMENT, INTERNAL: Code.INTERNAL}
-_LIVE_STATES = (pb.CONTAINER_CREATED, pb.CONTAINER_RUNNING, pb.CONTAINER_PAUSED)
 
 
 def rpc_error(exc: SlaFailure) -> RpcError:
@@ -89,6 +90,7 @@ class SlaPlugin:
                                 backoff_max=watch.repair_backoff_max)
         self._stub: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._unenforced = UnenforcedContainers(metrics)  # created while we were away
 
     # -- life cycle --------------------------------------------------------------------
     def on_registered(self, stub: Any) -> None:
@@ -119,16 +121,24 @@ class SlaPlugin:
         exactly what they hold. A record that is not taken is logged and counted, and
         changes nothing for any other container. Aligned containers whose node got back
         exclusive CPUs (their holders went away meanwhile) get their wider cpuset."""
+        self.rescan_inventory()  # records may name GPUs that came (or went) meanwhile
         by_id = {p.id: p for p in pods}
         namespaces = {p.id: p.namespace for p in pods}
         live = [LiveContainer(c.id, namespaces.get(c.pod_sandbox_id), c.annotations,
                               c.created_at, c.linux.resources.cpu.cpus, c.pod_sandbox_id)
-                for c in containers if c.state in _LIVE_STATES]
+                for c in containers if c.state in LIVE_STATES]
         restored = self.node.restore(live)
+        # Started while we were away (not by this process, or before it saw the start):
+        # its direct writes are owed now, since no StartContainer will come for it.
+        started_away = [c for c in containers if c.id in restored.plans
+                        and c.state in (pb.CONTAINER_RUNNING, pb.CONTAINER_PAUSED)
+                        and (c.id not in self._plans or c.id in self._unstarted)]
         self._plans = restored.plans
         # Created but not started yet: StartContainer still owes the direct writes.
         self._unstarted = {c.id for c in containers if c.state == pb.CONTAINER_CREATED
                            and c.id in restored.plans}
+        for ctr in started_away:
+            self._write_owed(ctr)
         self.watch.replace(
             _watched(by_id.get(c.pod_sandbox_id), c, restored.plans[c.id],
                      started=c.id not in self._unstarted)
@@ -138,14 +148,51 @@ class SlaPlugin:
                       problem=rejection.problem, error=rejection.message)
             if self.metrics is not None:
                 self.metrics.record_rejected(rejection.problem)
+        unenforced = self._unenforced.report(self.node.config, self.node.output_keys[0],
+                                             pods, containers)
         log.info("synchronized: %d pods, %d containers, %d allocations rebuilt, %d records "
-                 "ignored, %d owners released", len(pods), len(containers),
-                 len(restored.plans), len(restored.rejected), len(restored.released))
+                 "ignored, %d owners released, %d created unenforced", len(pods),
+                 len(containers), len(restored.plans), len(restored.rejected),
+                 len(restored.released), unenforced)
         self._publish_usage()
         updates = self._cpuset_updates(exclude="")
         if self.watch.interval:  # drift while disconnected: repaired in this answer
             updates += self.watch.run()
         return updates
+
+    def _write_owed(self, container: pb.Container) -> None:
+        """The direct writes of a container that started while nri-sla was away. It runs
+        already, so hard mode cannot refuse it any more: what fails is a warning."""
+        plan = self._plans[container.id]
+        problems = self.node.write_plan(plan, container.linux.cgroups_path, scope="direct",
+                                        undo_on_failure=False)
+        if problems:
+            log_event(log, logging.WARNING, "direct writes after a missed start failed",
+                      container=container.id, error="; ".join(problems))
+
+    def rescan_inventory(self) -> None:
+        """Read the node's GPUs again (every gpu.rescan-interval seconds through the
+        service's Periodic, and at every Synchronize). A GPU gone while a container holds
+        it stays that container's and is never handed out ("GPU vanished" once, naming
+        the holders; nri_sla_gpus_missing); a new one is offered at once. A read that
+        fails changes nothing (a flaky NVML must not take GPUs away). Returns None: no
+        container needs an update for it."""
+        try:
+            change = self.node.rescan_inventory()
+        except (SlaFailure, OSError) as exc:
+            log_event(log, logging.WARNING, "GPU inventory rescan failed", error=str(exc))
+            return None
+        if change is None:
+            return None
+        for gpu, holders in change.vanished:
+            log_event(log, logging.WARNING, "GPU vanished", gpu=gpu.ref, index=gpu.index,
+                      holders=",".join(holders) or "none")
+        for what, gpus in (("GPU appeared", change.appeared), ("GPU back", change.back)):
+            for gpu in gpus:
+                log_event(log, logging.INFO, what, gpu=gpu.ref, index=gpu.index)
+        if change.vanished or change.appeared or change.back:
+            self._publish_usage()
+        return None
 
     # -- containers --------------------------------------------------------------------
     def create_container(self, pod: pb.PodSandbox, container: pb.Container) -> CreateResult:
@@ -221,6 +268,9 @@ class SlaPlugin:
         for problem in problems:
             log.warning("%s/%s %s: %s", pod.namespace, pod.name, container.name, problem)
         if problems and plan.enforcement == "hard":
+            # A container whose start failed never runs (CRI does not start it again: the
+            # kubelet creates a new one), so what it holds is free for that one at once.
+            self._release(container.id)
             raise StartRefused("; ".join(problems))
         self.watch.started(container.id)
 
@@ -313,6 +363,8 @@ class SlaPlugin:
         gpus, cpus = self.node.usage()
         self.metrics.set_gpus_in_use(gpus)
         self.metrics.set_exclusive_cpus_in_use(cpus)
+        if self.node.allocator is not None:
+            self.metrics.set_gpus_missing(len(self.node.allocator.missing_gpus()))
 
 
 def _watched(pod: pb.PodSandbox | None, container: pb.Container, plan: ContainerPlan,

@@ -30,6 +30,7 @@ from nri_plugin.nri.core import Role
 from nri_plugin.nri.errors import Code, ConnectionClosed, NriError, PluginConfigError, RpcError
 from nri_plugin.nri.pb import nri_pb2 as pb
 from nri_plugin.nri.stub import PLUGIN_SERVICE, RUNTIME_SERVICE
+from nri_plugin.simulated.syncgate import SyncGate
 
 MODES = {"v0.12": ("v0.12.0", "2.3.4"), "v0.8": ("", "1.7.34")}
 NAMESPACE_METADATA = (("containerd-namespace-ttrpc", "k8s.io"),)
@@ -122,14 +123,24 @@ def adjust_container(stored: pb.Container, adjust: pb.ContainerAdjustment) -> No
     update_container(stored, adjust.linux.resources)
 
 
+_CPU_VALUES = ("shares", "quota", "period", "realtime_runtime", "realtime_period")
+
+
 def update_container(stored: pb.Container, resources: pb.LinuxResources) -> None:
-    """A cpuset change (an adjustment or a ContainerUpdate) kept in the stored spec;
-    containerd copies cpus/mems only when non-empty."""
-    cpu = stored.linux.resources.cpu
-    if resources.cpu.cpus:
-        cpu.cpus = resources.cpu.cpus
-    if resources.cpu.mems:
-        cpu.mems = resources.cpu.mems
+    """What an adjustment or a ContainerUpdate changes in the stored spec: the CPU and
+    memory values it sets, its unified entries, and the cpuset (containerd copies
+    cpus/mems only when non-empty)."""
+    cpu, new = stored.linux.resources.cpu, resources.cpu
+    if new.cpus:
+        cpu.cpus = new.cpus
+    if new.mems:
+        cpu.mems = new.mems
+    for name in _CPU_VALUES:
+        if new.HasField(name):
+            getattr(cpu, name).CopyFrom(getattr(new, name))
+    if resources.memory.HasField("limit"):
+        stored.linux.resources.memory.limit.CopyFrom(resources.memory.limit)
+    stored.linux.resources.unified.update(resources.unified)
 
 
 class PluginSession:
@@ -197,7 +208,9 @@ class PluginSession:
     def _update_containers(self, payload: bytes) -> bytes:
         req = pb.UpdateContainersRequest.FromString(payload)
         self.unsolicited.append(req)
-        failed = [u for u in req.update if u.container_id not in self.sim.state.containers]
+        known = self.sim.state.containers
+        failed = [u for u in req.update if u.container_id not in known]
+        self.apply_updates(u for u in req.update if u.container_id in known)
         return pb.UpdateContainersResponse(failed=failed).SerializeToString()
 
     # -- plugin service calls ------------------------------------------------
@@ -218,15 +231,21 @@ class PluginSession:
 
     async def _synchronize_initial(self) -> None:
         state = self.sim.state
-        self.sync_updates = await self.synchronize(list(state.pods.values()),
-                                                   list(state.containers.values()))
-        self._apply(self.sync_updates)
+        async with self.sim.sync_gate.sync():  # no CRI operation in flight meanwhile
+            self.sync_updates = await self.synchronize(list(state.pods.values()),
+                                                       list(state.containers.values()))
+            self.apply_updates(self.sync_updates)
+            self.ready.set()  # joins sim.plugins() before any operation can go on
 
     async def synchronize(self, pods: list[pb.PodSandbox],
                           containers: list[pb.Container]) -> list[pb.ContainerUpdate]:
         updates: list[pb.ContainerUpdate] = []
+        # One request timeout for all the parts together, as containerd (1.7 and 2.3)
+        # sets one context deadline before it sends the first.
+        deadline = asyncio.get_running_loop().time() + self.opts.request_timeout
         for chunk in chunk_state(pods, containers, self.opts.sync_chunk_bytes):
-            resp = await self.call("Synchronize", chunk, pb.SynchronizeResponse)
+            left = max(deadline - asyncio.get_running_loop().time(), 0.001)
+            resp = await self.call("Synchronize", chunk, pb.SynchronizeResponse, left)
             if chunk.more and (not resp.more or len(resp.update)):
                 self.drop("plugin did not acknowledge a Synchronize chunk with more=true")
                 raise PluginDropped(self.drop_reason)
@@ -293,7 +312,7 @@ class PluginSession:
         resp = await self.event(ev.CREATE_CONTAINER, pod, ctr, **kw)
         if resp is not None:
             adjust_container(stored, resp.adjust)
-            self._apply(resp.update)
+            self.apply_updates(resp.update)
         return resp
 
     async def start_container(self, pod: pb.PodSandbox, ctr: pb.Container, **kw: Any) -> Any:
@@ -308,10 +327,10 @@ class PluginSession:
         self._set_state(ctr, pb.CONTAINER_STOPPED)
         resp = await self.event(ev.STOP_CONTAINER, pod, ctr, **kw)
         if resp is not None:
-            self._apply(resp.update)
+            self.apply_updates(resp.update)
         return resp
 
-    def _apply(self, updates: Iterable[pb.ContainerUpdate]) -> None:
+    def apply_updates(self, updates: Iterable[pb.ContainerUpdate]) -> None:
         """Updates of other containers a plugin asked for, kept in their stored specs."""
         for update in updates:
             stored = self.sim.state.containers.get(update.container_id)
@@ -369,6 +388,15 @@ class RuntimeSimulator:
         self._accepted: asyncio.Queue[PluginSession] = asyncio.Queue()
         self._server: asyncio.AbstractServer | None = None
         self._watchdogs: set[asyncio.Task[None]] = set()
+        self.sync_gate = SyncGate()
+        self.closed = False  # close() ran: this runtime instance is gone
+
+    def plugins(self) -> list[PluginSession]:
+        """The plugins events go to now: registered, synchronized and still connected,
+        in index order (containerd's r.plugins)."""
+        ready = [s for s in self.sessions if s.ready.is_set() and s.error is None
+                 and not s.conn.is_closed]
+        return sorted(ready, key=lambda s: s.idx)
 
     async def start(self) -> RuntimeSimulator:
         with contextlib.suppress(FileNotFoundError):
@@ -413,6 +441,7 @@ class RuntimeSimulator:
 
     async def close(self) -> None:
         """Stop listening and drop every plugin (like a containerd restart)."""
+        self.closed = True
         if self._server is not None:
             self._server.close()
         for session in self.sessions:

@@ -48,8 +48,15 @@ class Gpu:
 
     @property
     def ref(self) -> str:
-        """The most stable name for this GPU: its UUID, else its index."""
-        return self.uuid or str(self.index)
+        """The most stable name for this GPU: its UUID, else its PCI bus id (indices
+        change when a GPU leaves the bus), else its index."""
+        return self.uuid or self.pci_bus_id or str(self.index)
+
+    @property
+    def identity(self) -> str:
+        """What stays the same for this GPU across inventory reads, whichever source
+        (NVML or its sysfs fallback) read it: the PCI bus id, else the UUID."""
+        return self.pci_bus_id or self.uuid.lower() or f"index {self.index}"
 
     @property
     def device_minor(self) -> int:

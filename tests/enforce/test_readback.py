@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nri_plugin.enforce.readback import values_match
+from nri_plugin.enforce.readback import restore_value, values_match
 from nri_plugin.topology.cpulist import CpuListError, parse_cpulist
 
 
@@ -88,3 +88,29 @@ def test_memory_page_rounding(n: int) -> None:
     assert values_match("memory.limit_in_bytes", str(n), str(n // 4096 * 4096))
     if n % 4096:
         assert not values_match("memory.limit_in_bytes", str(n), str(n))
+
+
+@pytest.mark.parametrize(
+    ("file", "written", "before", "undo"),
+    [
+        ("cpu.cfs_quota_us", "50000", "-1\n", "-1"),
+        ("cpu.max", "50000 100000", "max 100000\n", "max 100000"),
+        ("cpuset.cpus", "2-3", "0-7\n", "0-7"),
+        ("memory.limit_in_bytes", "67108864", "9223372036854771712\n", "-1"),  # v1 unlimited
+        ("memory.max", "67108864", "max\n", "max"),
+        ("memory.soft_limit_in_bytes", "1048576", "4096\n", "4096"),
+        # per-device files: only the written device's line goes back
+        ("blkio.throttle.read_bps_device", "259:0 1000", "", "259:0 0"),
+        ("blkio.throttle.read_bps_device", "259:0 1000", "8:0 5\n259:0 7\n", "259:0 7"),
+        ("io.max", "259:0 rbps=1000", "8:0 rbps=5 wbps=max riops=max wiops=max\n",
+         "259:0 rbps=max wbps=max riops=max wiops=max"),
+        ("io.max", "259:0 rbps=1000", "259:0 rbps=5 wbps=max riops=max wiops=max\n",
+         "259:0 rbps=5 wbps=max riops=max wiops=max"),
+        ("io.weight", "500", "default 100\n", "100"),
+        ("io.weight", "259:0 500", "default 100\n", "259:0 default"),
+        ("io.weight", "259:0 500", "default 100\n259:0 300\n", "259:0 300"),
+        ("blkio.bfq.weight", "500", "100\n", "100"),
+    ])
+def test_restore_value_undoes_the_write(file: str, written: str, before: str,
+                                        undo: str) -> None:
+    assert restore_value(file, written, before) == undo

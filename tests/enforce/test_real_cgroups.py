@@ -91,6 +91,44 @@ def test_memory_rounding_and_soft_limit(scratch_v1) -> None:
     assert unlimited.ok and int(unlimited.read_back or 0) >= 1 << 62
 
 
+# Hard mode's all-or-none against the kernel: the SLA's cpu and memory values, then a
+# cpuset the kernel refuses (no such CPU: EINVAL/ERANGE for real).
+_HARD_WRITES = [CgroupWrite("cpu", "cpu.cfs_quota_us", "250000"),
+                CgroupWrite("cpu", "cpu.cfs_period_us", "50000"),
+                CgroupWrite("memory", "memory.limit_in_bytes", str(64 << 20)),
+                CgroupWrite("cpuset", "cpuset.cpus", "4095")]
+_HARD_FILES = [("cpu", "cpu.cfs_quota_us"), ("cpu", "cpu.cfs_period_us"),
+               ("memory", "memory.limit_in_bytes")]
+
+
+def test_hard_mode_undoes_earlier_writes_when_the_kernel_refuses_one(scratch_v1) -> None:
+    w = _writer(scratch_v1, "cpu", "cpuset", "memory")
+    before = {f: _read(scratch_v1.ctr[c] / f) for c, f in _HARD_FILES}
+    results = w.apply(_HARD_WRITES, undo_on_failure=True)
+    assert [r.ok for r in results] == [True, True, True, False]
+    message = str(results[-1].error)
+    assert "cpuset.cpus" in message and ("Invalid argument" in message
+                                         or "out of range" in message)
+    assert "undone: memory.limit_in_bytes, cpu.cfs_period_us, cpu.cfs_quota_us" in message
+    assert {f: _read(scratch_v1.ctr[c] / f) for c, f in _HARD_FILES} == before
+    # Soft mode keeps what the kernel took.
+    results = w.apply(_HARD_WRITES)
+    assert [r.ok for r in results] == [True, True, True, False]
+    assert _read(scratch_v1.ctr["cpu"] / "cpu.cfs_quota_us") == "250000"
+
+
+def test_hard_mode_with_a_cgroup_removed_before_the_writes(scratch_v1) -> None:
+    """The container's memory cgroup removed between create and start (rmdir, for real):
+    the cpu writes before it are undone."""
+    w = _writer(scratch_v1, "cpu", "memory")
+    before = _read(scratch_v1.ctr["cpu"] / "cpu.cfs_quota_us")
+    scratch_v1.ctr["memory"].rmdir()
+    results = w.apply(_HARD_WRITES[:3], undo_on_failure=True)
+    assert [r.ok for r in results] == [True, True, False]
+    assert "cgroup directory does not exist" in str(results[-1].error)
+    assert _read(scratch_v1.ctr["cpu"] / "cpu.cfs_quota_us") == before
+
+
 def _real_disk() -> tuple[int, int]:
     for entry in sorted(Path("/sys/block").iterdir()):
         if entry.name.startswith(("loop", "ram", "zram")):

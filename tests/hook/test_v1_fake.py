@@ -88,3 +88,46 @@ def test_v1_rt_over_budget_soft_drops_rt_keeps_rest(v1):
     assert any("real-time budget" in line for line in out.lines), out.lines
     assert dirs["cpu"].joinpath("cpu.rt_runtime_us").read_text().strip() == "0"
     assert dirs["cpu"].joinpath("cpu.cfs_quota_us").read_text().strip() == "100000"
+
+
+def _refuse(monkeypatch, file: str, code: int) -> None:
+    """The kernel answers `code` to every write of `file` (a plain file cannot: the one
+    writer's write call is patched)."""
+    import os
+
+    from nri_plugin.enforce.cgfile import CgroupWriter
+
+    real = CgroupWriter._write
+
+    def write(self, controller, path, value):
+        if os.path.basename(path) == file:
+            raise OSError(code, os.strerror(code))
+        real(self, controller, path, value)
+    monkeypatch.setattr(CgroupWriter, "_write", write)
+
+
+def test_v1_hard_refused_write_undoes_the_earlier_ones(v1, monkeypatch):
+    import errno
+
+    root, dirs, run = v1
+    _refuse(monkeypatch, "memory.limit_in_bytes", errno.EBUSY)
+    out = run("cpu:\n  limit: 0.5\n  rt-runtime: 10ms\nmemory:\n  max: 64Mi\n")
+    assert out.exit_code == EXIT_REFUSED
+    assert "Device or resource busy" in out.lines[0]
+    assert "undone: cpu.rt_runtime_us, cpu.rt_period_us, cpu.cfs_quota_us" in out.lines[0]
+    cpu = dirs["cpu"]
+    assert cpu.joinpath("cpu.cfs_quota_us").read_text().strip() == "-1"
+    assert cpu.joinpath("cpu.rt_runtime_us").read_text().strip() == "0"
+    for ancestor in (root / "cpu" / "kubepods", root / "cpu" / "kubepods" / "pod-a"):
+        assert ancestor.joinpath("cpu.rt_runtime_us").read_text().strip() == "0"
+
+
+def test_v1_soft_refused_write_keeps_the_others(v1, monkeypatch):
+    import errno
+
+    _root, dirs, run = v1
+    _refuse(monkeypatch, "memory.limit_in_bytes", errno.EBUSY)
+    out = run("enforcement: soft\ncpu:\n  limit: 0.5\nmemory:\n  max: 64Mi\n")
+    assert out.exit_code == EXIT_OK
+    assert any("memory.limit_in_bytes" in line and "busy" in line for line in out.lines)
+    assert dirs["cpu"].joinpath("cpu.cfs_quota_us").read_text().strip() == "50000"

@@ -177,51 +177,74 @@ def test_prelaunched_process_without_path_in_environment():
     asyncio.run(main())
 
 
-def test_periodic_runs_while_registered_and_its_updates_reach_the_runtime(sock_dir):
-    """ServiceOptions.periodic: run on the loop every interval while registered; what it
-    returns goes out as a plugin-initiated UpdateContainers; a run that raises is logged
-    and the next one comes as usual; nothing runs while disconnected."""
+def test_periodic_work_runs_while_registered_and_sends_its_updates(sock_dir, caplog):
+    """Periodic runs every interval only while registered, its updates reach the runtime
+    (UpdateContainers), a run that raises is logged and the next one still comes."""
+    import logging
+
+    caplog.set_level(logging.ERROR, logger="nri_sla.nri.service")
+
     async def main():
         path = os.path.join(sock_dir, "nri.sock")
         runs: list[float] = []
+        pod = make_pod("p")
+        ctr = make_container(pod, "c")
 
-        def work():
+        def tick():
             runs.append(asyncio.get_running_loop().time())
             if len(runs) == 2:
-                raise RuntimeError("a bug in one run")
-            return [pb.ContainerUpdate(container_id=f"c{len(runs)}")]
+                raise RuntimeError("boom")
+            update = pb.ContainerUpdate(container_id=ctr.id)
+            update.linux.resources.cpu.cpus = f"0-{len(runs)}"
+            return [update]
 
         stop = asyncio.Event()
-        opts = ServiceOptions(socket_path=path, handle_signals=False, environ={},
-                              backoff_initial=0.05, backoff_max=0.1, stop_event=stop,
-                              periodic=[service.Periodic(0.1, work)])
+        opts = ServiceOptions(socket_path=path, backoff_initial=0.05, backoff_max=0.1,
+                              handle_signals=False, environ={}, stop_event=stop,
+                              periodic=[service.Periodic(0.05, tick, "tick")])
         svc = asyncio.create_task(run_service(Plugin(), opts))
-        sim = await RuntimeSimulator(path).start()
-        session = await sim.accept(timeout=5)
-        for _ in range(200):
-            if len(session.unsolicited) >= 3:
+        await asyncio.sleep(0.2)
+        assert runs == []  # not registered: nothing runs
+        sim = await RuntimeSimulator(path, containers=[ctr]).start()
+        s = await sim.accept(timeout=5)
+        for _ in range(100):
+            if len(s.unsolicited) >= 3:
                 break
             await asyncio.sleep(0.02)
-        sent = [u.container_id for req in session.unsolicited for u in req.update]
-        assert sent[:3] == ["c1", "c3", "c4"]  # run 2 raised: nothing sent for it
-        await sim.close()  # disconnected: no runs until registered again
+        assert len(s.unsolicited) >= 3 and len(runs) >= 4  # run 2 raised: no update
+        assert sim.state.containers[ctr.id].linux.resources.cpu.cpus.startswith("0-")
+        await sim.close()
         await asyncio.sleep(0.05)
-        idle = len(runs)
-        await asyncio.sleep(0.4)
-        assert len(runs) == idle
-        sim = await RuntimeSimulator(path).start()
-        session = await sim.accept(timeout=5)
-        for _ in range(200):
-            if session.unsolicited:
-                break
-            await asyncio.sleep(0.02)
-        assert session.unsolicited and len(runs) > idle
+        stopped_at = len(runs)
+        await asyncio.sleep(0.2)
+        assert len(runs) <= stopped_at + 1  # the runtime is gone: no more runs
         stop.set()
         await asyncio.wait_for(svc, 5)
-        await sim.close()
     asyncio.run(main())
+    assert any("periodic tick failed" in r.getMessage() for r in caplog.records)
 
 
 def test_periodic_interval_must_be_positive():
-    with pytest.raises(PluginConfigError, match="interval must be above 0"):
-        service.Periodic(0, list)
+    with pytest.raises(PluginConfigError, match="interval must be"):
+        service.Periodic(0, lambda: None, "x")
+
+
+def test_an_unreachable_runtime_warns_once_per_streak_then_once_a_minute(caplog):
+    import logging
+
+    caplog.set_level(logging.DEBUG, logger="nri_sla.nri.service")
+    unreachable = service._Unreachable()
+    err = ConnectionError("cannot connect to NRI socket /x: No such file or directory")
+    for now in (0.0, 1.0, 3.0, 59.0, 61.0, 70.0):
+        unreachable.failed(err, 5.0, now)
+    unreachable.reset()  # registered again: the next failure starts a new streak
+    unreachable.failed(err, 0.5, 100.0)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == [
+        "NRI runtime not reachable: cannot connect to NRI socket /x: No such file or "
+        "directory; retrying in 5.0s",
+        "NRI runtime still not reachable after 5 attempts in 61s: cannot connect to NRI "
+        "socket /x: No such file or directory; retrying in 5.0s",
+        "NRI runtime not reachable: cannot connect to NRI socket /x: No such file or "
+        "directory; retrying in 0.5s"]
+    assert sum(r.levelno == logging.DEBUG for r in caplog.records) == 4

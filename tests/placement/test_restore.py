@@ -81,3 +81,44 @@ def test_release(dgx):
     assert dgx.release("a") is False
     assert dgx.gpus_in_use() == {} and dgx.exclusive_cpus_in_use() == {}
     assert dgx.shared_cpus() == dgx.topology.online
+
+
+def test_rescan_follows_gpus_by_bus_id_when_sysfs_renumbers(tmp_path):
+    """A sysfs inventory (no UUIDs) numbers GPUs by bus order: one leaving renumbers the
+    rest. Holdings follow each GPU, the vanished one stays its holder's, records name
+    bus ids and restore takes them back."""
+    import shutil
+
+    from nri_plugin.simulated.hardware import build_sysfs, dgx_like_pci
+    from nri_plugin.topology import load_inventory, read_topology
+
+    sysfs = build_sysfs(tmp_path / "sys", nodes=2, cores_per_node=8, threads=2,
+                        pci=dgx_like_pci())
+    alloc = Allocator(read_topology(sysfs), load_inventory("sysfs", sysfs_root=sysfs))
+    a = alloc.allocate(Req("a", gpu_count=2, topology="any"))
+    b = alloc.allocate(Req("b", gpu_count=2, topology="any"))
+    assert a.to_record()["gpus"][0].startswith("0000:")  # bus ids, not indices
+    gone = a.gpus[0]
+    shutil.rmtree(sysfs / "bus/pci/devices" / gone.pci_bus_id)
+    change = alloc.rescan(load_inventory("sysfs", sysfs_root=sysfs))
+    assert [(g.pci_bus_id, holders) for g, holders in change.vanished] == [
+        (gone.pci_bus_id, ("a",))]
+    assert alloc.missing_gpus() == {gone.pci_bus_id: ("a",)}
+    # b's GPUs moved to new indices, still b's; the free ones are the 7 listed less 3 held
+    inv = alloc.inventory
+    assert {inv.find(g.pci_bus_id).index for g in b.gpus} == {
+        i for i, owners in alloc.gpus_in_use().items() if owners == ("b",)}
+    with pytest.raises(PlacementError):
+        alloc.allocate(Req("c", gpu_count=5))
+    assert len(alloc.allocate(Req("c", gpu_count=4)).gpus) == 4
+    # a restart of the records on the same allocator (Synchronize) keeps a's vanished GPU
+    records = {o: alloc.placement_of(o).to_record() for o in ("a", "b", "c")}
+    for owner in records:
+        alloc.release(owner)
+    for owner, record in records.items():
+        alloc.restore(owner, record)
+    alloc.prune_missing()
+    assert alloc.missing_gpus() == {gone.pci_bus_id: ("a",)}
+    alloc.release("a")
+    alloc.prune_missing()
+    assert alloc.missing_gpus() == {}

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 from pathlib import Path
 
-from nri_plugin.config import NodeConfig, Permissions
+from nri_plugin.config import Cap, NodeConfig, Permissions, PodCaps
 from nri_plugin.core import NodeState
 from nri_plugin.enforce.capabilities import NodeCapabilities
 from nri_plugin.enforce.cgpaths import CgroupFacts
@@ -93,10 +93,22 @@ def make_node(version: int, cgroup_root: Path | None = None, *, realtime=("*",),
     if cgroup_root is not None:
         facts = CgroupFacts(version=version, driver="cgroupfs", root=cgroup_root)
     return NodeState(cfg, version, facts=facts,
-                     allocator=Allocator(snapshot.topology, snapshot.inventory),
+                     allocator=Allocator(snapshot.topology, snapshot.inventory, cfg.reserved_cpus),
                      rt_budget=RtBudget(cfg.rt_budget * rt_share),
                      capabilities=NodeCapabilities(io_weight=True, bfq=True),
                      resolve_device=resolve, record_key=record_key)
+
+
+def permissive_node(version: int, cgroup_root: Path | None = None, **config) -> NodeState:
+    """A node policy that lets every namespace hold GPUs, CPUs and RT time without a
+    device-plugin grant or a request, and whole-node pod caps: for the tests about records
+    and faults (the grant rules have their own tests in tests/plan/test_grants.py)."""
+    config.setdefault("permissions", Permissions(
+        realtime=("*",), gpus=("*",), exclusive_cpus=("*",), ungranted_gpus=("*",),
+        exceed_runtime_limits=("*",)))
+    return make_node(version, cgroup_root, pod_caps=PodCaps(
+        gpus=Cap(100, percent=True), exclusive_cpus=Cap(100, percent=True), rt_share=1.0),
+        **config)
 
 
 def make_container_dirs(root: Path, cgroups_path: str) -> dict[str, Path]:
@@ -137,15 +149,47 @@ async def plugin_session(node: NodeState, tmp_path: Path, mode: str = "v0.12", m
                 await serving
 
 
+def runc_create(root: Path, container) -> dict[str, Path]:
+    """What runc create does on a v1 node with the spec the runtime kept (the plugins'
+    adjustments in it): the container's dirs, and the spec's CPU, cpuset and memory
+    values in their files."""
+    dirs = make_container_dirs(root, container.linux.cgroups_path)
+    res = container.linux.resources
+    cpu = res.cpu
+    values = {("cpu", "cpu.cfs_period_us"): cpu.period, ("cpu", "cpu.cfs_quota_us"): cpu.quota,
+              ("cpu", "cpu.rt_period_us"): cpu.realtime_period,
+              ("cpu", "cpu.rt_runtime_us"): cpu.realtime_runtime,
+              ("memory", "memory.limit_in_bytes"): res.memory.limit}
+    for (controller, name), value in values.items():
+        if value.ListFields():
+            (dirs[controller] / name).write_text(str(value.value))
+    for name, text in (("cpuset.cpus", cpu.cpus), ("cpuset.mems", cpu.mems)):
+        if text:
+            (dirs["cpuset"] / name).write_text(text)
+    return dirs
+
+
+def remove_pod_cgroups(root: Path, cgroups_path: str) -> None:
+    """What the kubelet does once a pod is gone: its cgroup removed in every hierarchy."""
+    import shutil
+
+    for controller in V1_CONTROLLERS:
+        shutil.rmtree(root / controller / Path(cgroups_path.lstrip("/")).parent,
+                      ignore_errors=True)
+
+
 def make_pod_cgroups(root: Path, cgroups_path: str) -> None:
     """What the kernel and kubelet provide before CreateContainer: the RT files at the
     cpu hierarchy's root (the kernel's default budget) and the pod's parent cgroups."""
     cpu = root / "cpu"
-    (cpu / "cpu.rt_period_us").write_text("1000000")
-    (cpu / "cpu.rt_runtime_us").write_text("950000")
+    if not (cpu / "cpu.rt_runtime_us").exists():  # other pods' budgets stay as they are
+        (cpu / "cpu.rt_period_us").write_text("1000000")
+        (cpu / "cpu.rt_runtime_us").write_text("950000")
     parent = cpu
     for part in Path(cgroups_path.lstrip("/")).parent.parts:
         parent = parent / part
-        parent.mkdir(exist_ok=True)
+        if parent.exists():
+            continue
+        parent.mkdir()
         (parent / "cpu.rt_period_us").write_text("1000000")
         (parent / "cpu.rt_runtime_us").write_text("0")

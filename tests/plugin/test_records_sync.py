@@ -10,10 +10,9 @@ import logging
 import time
 
 import pytest
-from plugin_helpers import RECORD_KEY, make_node, plugin_session
+from plugin_helpers import RECORD_KEY, make_node, permissive_node, plugin_session
 
 from nri_plugin.commands.run import build_service
-from nri_plugin.config import Cap, Permissions, PodCaps
 from nri_plugin.metrics import Metrics
 from nri_plugin.nri.pb import nri_pb2 as pb
 from nri_plugin.nri.service import run_service
@@ -29,17 +28,6 @@ from nri_plugin.topology.cpulist import parse_cpulist
 
 APPLIED, WARNINGS = "sla.nri.io/applied", "sla.nri.io/warnings"
 ALL_GPUS = [f"GPU-d0000000-0000-0000-0000-00000000000{i}" for i in range(8)]
-
-
-def permissive_node(version: int):
-    """These tests are about records: a node policy that lets every namespace hold GPUs
-    and CPUs without a device-plugin grant or a request, and whole-node pod caps (the
-    grant rules have their own tests in tests/plan/test_grants.py)."""
-    return make_node(version, permissions=Permissions(
-        realtime=("*",), gpus=("*",), exclusive_cpus=("*",), ungranted_gpus=("*",),
-        exceed_runtime_limits=("*",)),
-        pod_caps=PodCaps(gpus=Cap(100, percent=True), exclusive_cpus=Cap(100, percent=True),
-                         rt_share=1.0))
 
 
 def run(coro):

@@ -68,7 +68,7 @@ permissions:
 pod-caps: {gpus: "50%", exclusive-cpus: 16, rt-share: 0.05}
 rt-budget: 0.25
 reserved-cpus: 0-1,8
-gpu: {injection: env, inventory: /var/lib/nri-sla/inventory.yaml}
+gpu: {injection: env, inventory: /var/lib/nri-sla/inventory.yaml, rescan-interval: 0}
 cgroup: {root: /sys/fs/cgroup/, driver: systemd, version: 2}
 nri: {socket: /run/nri/nri.sock, plugin-name: sla, plugin-index: 7, reconnect-max-seconds: 2.5}
 hook: {inject: true}
@@ -84,7 +84,8 @@ log: {format: json, level: debug}
         pod_caps=PodCaps(gpus=Cap(50, percent=True), exclusive_cpus=Cap(16), rt_share=0.05),
         rt_budget=0.25,
         reserved_cpus=(0, 1, 8),
-        gpu=GpuConfig(injection="env", inventory="/var/lib/nri-sla/inventory.yaml"),
+        gpu=GpuConfig(injection="env", inventory="/var/lib/nri-sla/inventory.yaml",
+                      rescan_interval=0.0),
         cgroup=CgroupConfig(root="/sys/fs/cgroup", driver="systemd", version=2),
         nri=NriConfig(socket="/run/nri/nri.sock", plugin_name="sla", plugin_index="07",
                       reconnect_max_seconds=2.5),
@@ -155,6 +156,8 @@ CONFIG_ERRORS = [
     ("nri: {plugin-name: 'a b'}", "nri.plugin-name", "letters, digits"),
     ("nri: {plugin-index: 100}", "nri.plugin-index", "two digits from \"00\" to \"99\""),
     ("nri: {plugin-index: '5'}", "nri.plugin-index", "two digits"),
+    ("gpu: {rescan-interval: 0.5}", "gpu.rescan-interval", "0 (never) or a number of seconds"),
+    ("gpu: {rescan-interval: 1m}", "gpu.rescan-interval", "from 1 to 86400, got 1m"),
     ("nri: {reconnect-max-seconds: 0}", "nri.reconnect-max-seconds", "above 0 and at most 3600"),
     ("nri: {reconnect-max-seconds: 30s}", "nri.reconnect-max-seconds", "number of seconds"),
     ("hook: {inject: yes}", "hook.inject", "true or false, got yes"),

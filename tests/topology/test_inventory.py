@@ -76,7 +76,8 @@ def test_auto_degrades_to_sysfs_with_a_reason(dgx_sysfs, caplog):
     assert "falling back to sysfs" in caplog.text
     assert [g.pci_bus_id for g in inv.gpus][:2] == ["0000:07:00.0", "0000:0f:00.0"]
     assert [g.numa_node for g in inv.gpus] == [0, 0, 0, 0, 1, 1, 1, 1]
-    assert all(g.uuid == "" and g.ref == str(g.index) for g in inv.gpus)
+    # No UUIDs: a record names each GPU by its bus id (its index changes if one goes).
+    assert all(g.uuid == "" and g.ref == g.pci_bus_id for g in inv.gpus)
 
 
 def test_nvml_failing_mid_way_degrades_too(dgx_sysfs, dgx_nvml):

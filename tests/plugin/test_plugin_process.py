@@ -1,0 +1,200 @@
+"""`nri-sla run` as its own process against the runtime simulator's socket.
+
+Started before the runtime (the NRI socket missing), it retries with capped back-off and
+says so (log, /metrics, /readyz); once the socket appears it registers. Then, with 100
+pods being created at once, it is SIGKILLed and started again, and 20 more pods come:
+the containers created meanwhile are reported as created unenforced, the records it wrote
+before the kill are taken back, and no GPU or exclusive CPU is given twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from fault_helpers import Kubelet
+from plugin_helpers import DGX
+
+from nri_plugin.core.recordkey import load_key
+from nri_plugin.nri.pb import nri_pb2 as pb
+from nri_plugin.plan.record import decode_record
+from nri_plugin.simulated.cri import Cri
+from nri_plugin.simulated.runtime import RuntimeSimulator
+from nri_plugin.topology.cpulist import parse_cpulist
+
+PODS = 100
+KILL_AFTER = 30
+AFTER = 20  # pods created once the restarted plugin registered
+# cgroup v2 planning: everything travels in the adjustment, nothing is written on this host.
+MIX = ("gpu: {count: 2, align: false}", "cpu: {exclusive: 2}",
+       "cpu: {limit: 1}\nmemory: {max: 1Gi}", None)
+CONFIG = """\
+state-dir: {state}
+permissions:
+  exclusive-cpus: ["*"]
+  gpus: ["*"]
+  ungranted-gpus: ["*"]
+  exceed-runtime-limits: ["*"]
+pod-caps: {{gpus: "100%", exclusive-cpus: "100%"}}
+nri: {{socket: {socket}, reconnect-max-seconds: 0.5}}
+metrics: {{address: "127.0.0.1:{port}"}}
+log: {{format: json}}
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def log_lines(log: Path) -> list[dict]:
+    """The JSON log lines of every process that wrote to `log`."""
+    return [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
+
+
+class PluginProcess:
+    """One `nri-sla run` process; its JSON log lines, its metrics endpoint."""
+
+    def __init__(self, config: Path, log: Path, port: int) -> None:
+        self.log = log
+        self.port = port
+        cli = Path(sys.executable).parent / "nri-sla"
+        self.proc = subprocess.Popen(
+            [str(cli), "run", "--config", str(config), "--cgroup", "v2",
+             "--inventory", str(DGX)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log.open("a"))
+
+    def lines(self) -> list[dict]:
+        return log_lines(self.log)
+
+    def get(self, path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=2) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+        except OSError:
+            return 0, ""
+
+    def metric(self, name: str) -> float:
+        for line in self.get("/metrics")[1].splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+        return -1.0
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+async def until(check, timeout: float = 20.0, what: str = ""):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what or check}"
+        await asyncio.sleep(0.05)
+
+
+def test_plugin_process_before_runtime_then_sigkilled_under_load(tmp_path):
+    socket_path = tmp_path / "nri.sock"
+    state = tmp_path / "state"
+    port = free_port()
+    config = tmp_path / "config.yaml"
+    config.write_text(CONFIG.format(state=state, socket=socket_path, port=port))
+    log = tmp_path / "plugin.log"
+    cgroups = tmp_path / "cgroup"  # the kubelet's fake runc tree (nothing reads it here)
+    for c in ("cpu", "cpuset", "memory", "blkio"):
+        (cgroups / c).mkdir(parents=True)
+
+    async def scenario():
+        plugin = PluginProcess(config, log, port)
+        procs = [plugin]
+        try:
+            # No runtime yet: retries, not ready, and says why.
+            await until(lambda: plugin.metric("nri_sla_connect_attempts_total") >= 3,
+                        what="connect attempts")
+            waiting = (plugin.get("/readyz"), plugin.metric("nri_sla_registered"),
+                       [r for r in plugin.lines() if "not reachable" in r["msg"]])
+            sim = await RuntimeSimulator(str(socket_path)).start()
+            await sim.accept(timeout=20)
+            ready = plugin.get("/readyz")
+            cri = Cri(sim)
+            kubelet = Kubelet(cri, cgroups)
+            pods = [asyncio.create_task(kubelet.pod(f"p{i}", MIX[i % len(MIX)]))
+                    for i in range(PODS)]
+            await until(lambda: len(sim.state.containers) >= KILL_AFTER, what="creates")
+            plugin.kill()  # SIGKILL: no goodbye, in the middle of the load
+            killed_at = len(sim.state.containers)
+            # Pods that surely come while it is down (the load's own may all be done).
+            await asyncio.gather(*(kubelet.pod(f"down{i}", MIX[i % len(MIX)])
+                                   for i in range(len(MIX))))
+            plugin = PluginProcess(config, log, port)
+            procs.append(plugin)
+            await sim.accept(timeout=20)
+            # More pods once it is back: what it gives them must not collide with what
+            # the records of the killed process hold.
+            pods += [asyncio.create_task(kubelet.pod(f"after{i}", MIX[i % len(MIX)]))
+                     for i in range(AFTER)]
+            await asyncio.wait_for(asyncio.gather(*pods), 60)
+            metrics = {name: plugin.metric(f"nri_sla_{name}") for name in (
+                "unenforced_containers_total", "gpus_in_use", "exclusive_cpus_in_use")}
+            await sim.close()
+            return waiting, ready, killed_at, kubelet, sim, metrics
+        finally:
+            for p in procs:
+                p.stop()
+
+    waiting, ready, killed_at, kubelet, sim, metrics = asyncio.run(
+        asyncio.wait_for(scenario(), 120))
+    (status, body), registered, unreachable = waiting
+    assert (status, registered) == (503, 0.0) and "not registered" in body
+    assert unreachable and "No such file or directory" in unreachable[0]["msg"]
+    assert len(unreachable) == 1  # one warning per streak (then one a minute)
+    assert ready[0] == 200
+    assert killed_at >= KILL_AFTER
+    # Containers created while no plugin was registered: reported, each once.
+    lines = log_lines(log)
+    reported = {r["container"] for r in lines if r["msg"] == "created unenforced"}
+    asked = {cid for cid, c in sim.state.containers.items()
+             if "sla.nri.io/pod" in sim.state.pods[c.pod_sandbox_id].annotations}
+    assert kubelet.cri.unadjusted & asked, "nothing was created while the plugin was down"
+    assert reported == kubelet.cri.unadjusted & asked
+    assert metrics["unenforced_containers_total"] == len(reported)
+    # The records of both processes together: no GPU or CPU twice, and exactly what the
+    # restarted plugin counts as in use.
+    key = load_key(str(tmp_path / "state"))
+    gpus: list[str] = []
+    cpus: list[int] = []
+    for cid, c in sim.state.containers.items():
+        if c.state in (pb.CONTAINER_CREATED, pb.CONTAINER_RUNNING) and \
+                "sla.nri.io/applied" in c.annotations:
+            placement = decode_record(c.annotations["sla.nri.io/applied"], cid,
+                                      key)[1].placement_record or {}
+            gpus += placement.get("gpus", [])
+            cpus += parse_cpulist(placement.get("exclusive", ""))
+    assert len(set(gpus)) == len(gpus) and len(set(cpus)) == len(cpus)
+    assert len(gpus) == 8  # the restarted plugin gave the rest away (GPUs ran out)
+    assert any(name.startswith("after") for name in kubelet.refused)
+    assert metrics["gpus_in_use"] == len(gpus)
+    assert metrics["exclusive_cpus_in_use"] == len(cpus)
+    assert not os.path.exists(sim.socket_path)

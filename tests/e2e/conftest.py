@@ -58,7 +58,8 @@ def _failed(request: pytest.FixtureRequest) -> bool:
 
 @pytest.fixture
 def e2e_image_builder():
-    """The image builder module (test modules cannot import harness modules directly)."""
+    """The image builder module (also importable directly: this file puts the harness
+    modules' directory on sys.path before any test module is imported)."""
     return e2e_image
 
 
@@ -184,10 +185,10 @@ class Plugins:
         return p
 
     def start_probe(self, cluster: Cluster, name: str = "e2e-probe",
-                    idx: str = "10") -> PluginProcess:
+                    idx: str = "10", sabotage: bool = False) -> PluginProcess:
         argv = [sys.executable, str(HERE / "probe_plugin.py"), "--socket",
                 str(cluster.nri_sock), "--name", name, "--idx", idx]
-        return self.start(argv, name)
+        return self.start(argv + ["--sabotage"] * sabotage, name)
 
 
 @pytest.fixture

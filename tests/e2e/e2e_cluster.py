@@ -61,6 +61,14 @@ def containerd_version(binary: Path) -> tuple[int, int, int]:
 
 
 @dataclass(frozen=True)
+class PodFiles:
+    """crictl's input files for one pod: the sandbox config and the container config."""
+
+    pod: Path
+    container: Path
+
+
+@dataclass(frozen=True)
 class PodContainer:
     pod_id: str
     container_id: str
@@ -226,10 +234,10 @@ class Cluster:
         self.reconfigure(f"\n[{table}]\nruntime_type = \"io.containerd.runc.v2\"\n{settings}"
                          f"[{table}.options]\n{runc_options(self.bins.runc, self.base / 'runc')}")
 
-    def run_pod(self, name: str, annotations: dict[str, str], container: str = "work",
-                runtime: str = "", resources: dict[str, int] | None = None,
-                command: tuple[str, ...] = ("/bin/sleep", "infinity")) -> PodContainer:
-        """Host-network pod + one started container; raises ClusterError on refusal.
+    def pod_files(self, name: str, annotations: dict[str, str], container: str = "work",
+                  resources: dict[str, int] | None = None, namespace: str = NAMESPACE,
+                  command: tuple[str, ...] = ("/bin/sleep", "infinity")) -> PodFiles:
+        """The CRI pod sandbox and container configs of a host-network pod, as files.
         `resources`: the container's CRI linux.resources as the kubelet sends them
         (cpu_period, cpu_quota, cpu_shares, memory_limit_in_bytes); `command`: what the
         container runs (busybox applets)."""
@@ -237,7 +245,7 @@ class Cluster:
         d.mkdir(parents=True, exist_ok=True)
         uid = uuid.uuid4().hex
         pod = {
-            "metadata": {"name": name, "namespace": NAMESPACE, "uid": uid, "attempt": 0},
+            "metadata": {"name": name, "namespace": namespace, "uid": uid, "attempt": 0},
             "annotations": annotations,
             "log_directory": str(d),
             # One cgroup per pod under the private parent, as kubelet lays them out.
@@ -247,16 +255,36 @@ class Cluster:
         ctr = {"metadata": {"name": container}, "image": {"image": self.image},
                "command": list(command), "log_path": f"{container}.log",
                "linux": {"resources": resources} if resources else {}}
-        (d / "pod.json").write_text(json.dumps(pod))
-        (d / "ctr.json").write_text(json.dumps(ctr))
+        files = PodFiles(d / "pod.json", d / "ctr.json")
+        files.pod.write_text(json.dumps(pod))
+        files.container.write_text(json.dumps(ctr))
+        return files
+
+    def run_sandbox(self, files: PodFiles, runtime: str = "") -> str:
+        """CRI RunPodSandbox; returns the pod id."""
         handler = ("--runtime", runtime) if runtime else ()
-        pod_id = self.crictl("runp", *handler, str(d / "pod.json")).strip()
-        cid = self.crictl("create", "--no-pull", pod_id, str(d / "ctr.json"),
-                          str(d / "pod.json")).strip()
-        self.crictl("start", cid)
-        info = json.loads(self.crictl("inspect", "-o", "json", cid))
+        return self.crictl("runp", *handler, str(files.pod)).strip()
+
+    def create_container(self, pod_id: str, files: PodFiles) -> str:
+        """CRI CreateContainer (where NRI's CreateContainer runs); returns its id."""
+        return self.crictl("create", "--no-pull", pod_id, str(files.container),
+                           str(files.pod)).strip()
+
+    def inspect(self, pod_id: str, container_id: str) -> PodContainer:
+        info = json.loads(self.crictl("inspect", "-o", "json", container_id))
         path = info["info"]["runtimeSpec"]["linux"]["cgroupsPath"]
-        return PodContainer(pod_id, cid, path, info)
+        return PodContainer(pod_id, container_id, path, info)
+
+    def run_pod(self, name: str, annotations: dict[str, str], container: str = "work",
+                runtime: str = "", resources: dict[str, int] | None = None,
+                namespace: str = NAMESPACE,
+                command: tuple[str, ...] = ("/bin/sleep", "infinity")) -> PodContainer:
+        """Host-network pod + one started container; raises ClusterError on refusal."""
+        files = self.pod_files(name, annotations, container, resources, namespace, command)
+        pod_id = self.run_sandbox(files, runtime)
+        cid = self.create_container(pod_id, files)
+        self.crictl("start", cid)
+        return self.inspect(pod_id, cid)
 
     def update(self, pc: PodContainer, cpu_quota: int, cpu_period: int,
                memory: int) -> None:
@@ -298,7 +326,7 @@ class Cluster:
         problems: list[str] = []
         if self.proc is not None and self.proc.poll() is None:
             try:
-                self.crictl("rmp", "--all", "--force", timeout=120)
+                self.crictl("rmp", "--all", "--force", timeout=600)  # 200 pods: minutes
             except (ClusterError, subprocess.TimeoutExpired) as exc:
                 problems.append(f"removing pods: {exc}")
             self.kill(signal.SIGTERM)

@@ -40,9 +40,11 @@ def mem_available_mib() -> int:
 
 def run_wave(cluster, prefix: str):
     pods, expected = sla_pods(PODS, prefix)
+    load = os.getloadavg()[0]
     rollout = Rollout(cluster, pods, WORKERS).start()
     runs = rollout.wait(timeout=1200)
-    print(f"evidence: {prefix}: {rollout.summary()}; MemAvailable {mem_available_mib()} MiB")
+    print(f"evidence: {prefix}: {rollout.summary()}; MemAvailable {mem_available_mib()} MiB; "
+          f"load average {load:.1f} before, {os.getloadavg()[0]:.1f} after")
     for stage in STAGES:
         print(f"evidence: {prefix}: {stage_figures(runs, stage)}")
     failed = [f"{r.name} at {r.failed_at}: {r.error}" for r in runs if r.failed_at]
@@ -56,7 +58,7 @@ def pod_seconds(runs) -> float:
 
 def test_200_pods_at_once_with_and_without_nri_sla(cluster, plugins, sla_plugin_argv):
     bare, bare_runs, _ = run_wave(cluster, "bare")
-    cluster.crictl("rmp", "--all", "--force", timeout=900)
+    assert not cluster.remove_pods()
 
     sla = SlaService(cluster, plugins, sla_plugin_argv)
     plugin = sla.start()

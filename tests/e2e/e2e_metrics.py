@@ -74,3 +74,14 @@ def histogram_quantile(q: float, buckets: list[tuple[float, float]]) -> tuple[fl
             return lower, upper
         lower = upper
     return lower, math.inf
+
+
+def per_bucket(buckets: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Cumulative buckets -> (upper bound, observations in that bucket alone), the
+    non-empty ones."""
+    out, below = [], 0.0
+    for le, count in buckets:
+        if count > below:
+            out.append((le, count - below))
+        below = count
+    return out

@@ -5,7 +5,7 @@ against the SLA its pod asked for.
 A worker thread per concurrent pod runs `crictl runp`, `create` and `start` and records
 each stage's wall time, or the stage that failed and the runtime's message. As the
 kubelet does, a stage is tried again while containerd cannot be reached (it is being
-restarted) and after the one failure a SIGKILLed containerd leaves behind (below);
+restarted) and after the one failure a SIGKILLed containerd leaves behind (TRANSIENT);
 any other failure is final: the tests look at what it left behind.
 """
 
@@ -23,10 +23,14 @@ from dataclasses import dataclass, field
 from e2e_cgroup import CgroupValues, cgroup_v2_only, read_cgroup
 
 STAGES = ("runp", "create", "start")
-# Failures after which the kubelet's retry succeeds: containerd down or restarting, and
-# the snapshot directory a SIGKILL left under the native snapshotter's next id (the first
+# Failures of a request that never reached containerd, which the kubelet's retry gets
+# through: containerd down (no socket, or nobody on it) or still starting (1.7), and the
+# snapshot directory a SIGKILL left under the native snapshotter's next id (the first
 # snapshot after the restart fails "failed to rename: ... file exists" and removes it).
-TRANSIENT = ("connect: connection refused", "code = Unavailable", "file exists")
+# A request cut off in flight is not retried: it may have been done (a second start of a
+# started container fails "container is in CONTAINER_RUNNING state").
+TRANSIENT = ("connect: connection refused", "connect: no such file or directory",
+             "server is not initialized yet", "file exists")
 RETRY_FOR = 60.0  # seconds a stage keeps being retried
 APPLIED = "sla.nri.io/applied"
 # No memory limit as read_cgroup reports it: v1 memory.limit_in_bytes, v2 "max".

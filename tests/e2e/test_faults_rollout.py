@@ -43,7 +43,8 @@ def failures(runs) -> dict[str, int]:
             why = "GPU refused" if "free: none" in r.error else "cut off by the fault"
             kinds.setdefault(f"{r.failed_at}: {why}", []).append(r.error)
     for kind, errors in kinds.items():
-        print(f"evidence: {len(errors)} failed at {kind}, e.g. {errors[0][-240:]}")
+        why = errors[0][errors[0].find("desc = "):][:200]  # the runtime's own words
+        print(f"evidence: {len(errors)} failed at {kind}, e.g. {why}")
     return {kind: len(errors) for kind, errors in kinds.items()}
 
 

@@ -90,13 +90,11 @@ class SlaService:
         return self.current
 
     def wait_registered(self, timeout: float = 60.0) -> None:
+        """The next registration: a started process's first, or the running one's again
+        after containerd restarted or dropped it."""
         self.registrations += 1
         self.cluster.wait_plugin_synchronized(PLUGIN, count=self.registrations,
                                               timeout=timeout)
-
-    def reconnected(self, timeout: float = 60.0) -> None:
-        """The running plugin registered again (after containerd restarted or dropped it)."""
-        self.wait_registered(timeout)
 
     def signal(self, sig: int) -> None:
         self.current.proc.send_signal(sig)

@@ -110,7 +110,7 @@ def test_plugin_slower_than_the_runtime_request_timeout(cluster, sla):
 
     # The plugin reads the stale request and its closed connection, dials again, and
     # Synchronize rebuilds its state from the live containers alone.
-    sla.reconnected()
+    sla.wait_registered()
     print("evidence: plugin log:", plugin.wait_output(r"NRI connection lost")[0])
     summary = syncs(plugin, count=2)[1]
     assert (summary.rebuilt, summary.ignored, summary.unenforced) == (1, 0, 2)

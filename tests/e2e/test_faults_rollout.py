@@ -57,7 +57,7 @@ def test_containerd_killed_in_the_middle_of_a_rollout(cluster, sla):
     cluster.kill()  # SIGKILL: CRI calls in flight fail, shims and containers live on
     cluster.start()
     up = time.monotonic() - t0
-    sla.reconnected()
+    sla.wait_registered()
     print(f"evidence: containerd back {up:.1f}s after the SIGKILL, nri-sla registered "
           f"again {time.monotonic() - t0:.1f}s after it")
     runs = rollout.wait()

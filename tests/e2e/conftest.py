@@ -14,6 +14,7 @@ It also needs root and a writable cgroup hierarchy (v1 or v2). See docs/e2e.md.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -58,7 +59,8 @@ def _failed(request: pytest.FixtureRequest) -> bool:
 
 @pytest.fixture
 def e2e_image_builder():
-    """The image builder module (test modules cannot import harness modules directly)."""
+    """The image builder module (also importable directly: this file puts the harness
+    modules' directory on sys.path before any test module is imported)."""
     return e2e_image
 
 
@@ -111,12 +113,12 @@ def e2e_image_archive(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, s
     return archive.path, archive.name
 
 
-@pytest.fixture
-def cluster(e2e_bins: Binaries, e2e_image_archive: tuple[Path, str],
-            request: pytest.FixtureRequest) -> Iterator[Cluster]:
+@contextlib.contextmanager
+def _private_containerd(bins: Binaries, image: tuple[Path, str],
+                        request: pytest.FixtureRequest) -> Iterator[Cluster]:
     # A short path under /tmp: unix socket paths are limited to 107 bytes.
     base = Path(tempfile.mkdtemp(prefix="nrie2e-", dir="/tmp"))
-    c = Cluster(e2e_bins, base, image_tar=e2e_image_archive[0], image=e2e_image_archive[1])
+    c = Cluster(bins, base, image_tar=image[0], image=image[1])
     try:
         c.prepare()
         c.start()
@@ -129,6 +131,21 @@ def cluster(e2e_bins: Binaries, e2e_image_archive: tuple[Path, str],
         if problems:
             print("---- cleanup problems\n" + "\n".join(problems))
         assert not c.base.exists(), f"cleanup left {c.base}"
+
+
+@pytest.fixture
+def cluster(e2e_bins: Binaries, e2e_image_archive: tuple[Path, str],
+            request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    with _private_containerd(e2e_bins, e2e_image_archive, request) as c:
+        yield c
+
+
+@pytest.fixture
+def second_cluster(e2e_bins: Binaries, e2e_image_archive: tuple[Path, str],
+                   request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    """Another private containerd beside `cluster` (own sockets, state, cgroup parent)."""
+    with _private_containerd(e2e_bins, e2e_image_archive, request) as c:
+        yield c
 
 
 @dataclass
@@ -184,10 +201,10 @@ class Plugins:
         return p
 
     def start_probe(self, cluster: Cluster, name: str = "e2e-probe",
-                    idx: str = "10") -> PluginProcess:
+                    idx: str = "10", sabotage: bool = False) -> PluginProcess:
         argv = [sys.executable, str(HERE / "probe_plugin.py"), "--socket",
                 str(cluster.nri_sock), "--name", name, "--idx", idx]
-        return self.start(argv, name)
+        return self.start(argv + ["--sabotage"] * sabotage, name)
 
 
 @pytest.fixture

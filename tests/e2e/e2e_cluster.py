@@ -21,6 +21,7 @@ import signal
 import subprocess
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
@@ -58,6 +59,14 @@ def containerd_version(binary: Path) -> tuple[int, int, int]:
     if not m:
         raise ClusterError(f"cannot read a version from {binary} --version: {out!r}")
     return int(m[1]), int(m[2]), int(m[3])
+
+
+@dataclass(frozen=True)
+class PodFiles:
+    """crictl's input files for one pod: the sandbox config and the container config."""
+
+    pod: Path
+    container: Path
 
 
 @dataclass(frozen=True)
@@ -226,10 +235,10 @@ class Cluster:
         self.reconfigure(f"\n[{table}]\nruntime_type = \"io.containerd.runc.v2\"\n{settings}"
                          f"[{table}.options]\n{runc_options(self.bins.runc, self.base / 'runc')}")
 
-    def run_pod(self, name: str, annotations: dict[str, str], container: str = "work",
-                runtime: str = "", resources: dict[str, int] | None = None,
-                command: tuple[str, ...] = ("/bin/sleep", "infinity")) -> PodContainer:
-        """Host-network pod + one started container; raises ClusterError on refusal.
+    def pod_files(self, name: str, annotations: dict[str, str], container: str = "work",
+                  resources: dict[str, int] | None = None, namespace: str = NAMESPACE,
+                  command: tuple[str, ...] = ("/bin/sleep", "infinity")) -> PodFiles:
+        """The CRI pod sandbox and container configs of a host-network pod, as files.
         `resources`: the container's CRI linux.resources as the kubelet sends them
         (cpu_period, cpu_quota, cpu_shares, memory_limit_in_bytes); `command`: what the
         container runs (busybox applets)."""
@@ -237,7 +246,7 @@ class Cluster:
         d.mkdir(parents=True, exist_ok=True)
         uid = uuid.uuid4().hex
         pod = {
-            "metadata": {"name": name, "namespace": NAMESPACE, "uid": uid, "attempt": 0},
+            "metadata": {"name": name, "namespace": namespace, "uid": uid, "attempt": 0},
             "annotations": annotations,
             "log_directory": str(d),
             # One cgroup per pod under the private parent, as kubelet lays them out.
@@ -247,16 +256,36 @@ class Cluster:
         ctr = {"metadata": {"name": container}, "image": {"image": self.image},
                "command": list(command), "log_path": f"{container}.log",
                "linux": {"resources": resources} if resources else {}}
-        (d / "pod.json").write_text(json.dumps(pod))
-        (d / "ctr.json").write_text(json.dumps(ctr))
+        files = PodFiles(d / "pod.json", d / "ctr.json")
+        files.pod.write_text(json.dumps(pod))
+        files.container.write_text(json.dumps(ctr))
+        return files
+
+    def run_sandbox(self, files: PodFiles, runtime: str = "") -> str:
+        """CRI RunPodSandbox; returns the pod id."""
         handler = ("--runtime", runtime) if runtime else ()
-        pod_id = self.crictl("runp", *handler, str(d / "pod.json")).strip()
-        cid = self.crictl("create", "--no-pull", pod_id, str(d / "ctr.json"),
-                          str(d / "pod.json")).strip()
-        self.crictl("start", cid)
-        info = json.loads(self.crictl("inspect", "-o", "json", cid))
+        return self.crictl("runp", *handler, str(files.pod)).strip()
+
+    def create_container(self, pod_id: str, files: PodFiles) -> str:
+        """CRI CreateContainer (where NRI's CreateContainer runs); returns its id."""
+        return self.crictl("create", "--no-pull", pod_id, str(files.container),
+                           str(files.pod)).strip()
+
+    def inspect(self, pod_id: str, container_id: str) -> PodContainer:
+        info = json.loads(self.crictl("inspect", "-o", "json", container_id))
         path = info["info"]["runtimeSpec"]["linux"]["cgroupsPath"]
-        return PodContainer(pod_id, cid, path, info)
+        return PodContainer(pod_id, container_id, path, info)
+
+    def run_pod(self, name: str, annotations: dict[str, str], container: str = "work",
+                runtime: str = "", resources: dict[str, int] | None = None,
+                namespace: str = NAMESPACE,
+                command: tuple[str, ...] = ("/bin/sleep", "infinity")) -> PodContainer:
+        """Host-network pod + one started container; raises ClusterError on refusal."""
+        files = self.pod_files(name, annotations, container, resources, namespace, command)
+        pod_id = self.run_sandbox(files, runtime)
+        cid = self.create_container(pod_id, files)
+        self.crictl("start", cid)
+        return self.inspect(pod_id, cid)
 
     def update(self, pc: PodContainer, cpu_quota: int, cpu_period: int,
                memory: int) -> None:
@@ -292,15 +321,34 @@ class Cluster:
         """The annotations in the OCI spec runc got (adjustments included)."""
         return pc.inspect["info"]["runtimeSpec"].get("annotations", {})
 
+    def remove_pods(self, workers: int = 8) -> list[str]:
+        """Stop and remove every pod, `workers` at a time (`crictl rmp --all` stops them
+        all at once, and 200 stops on two busy CPUs outlive crictl's 30 s deadline);
+        returns what could not be removed."""
+        ids = self.crictl("pods", "-q").split()
+
+        def remove(pod_id: str) -> str:
+            problem = ""
+            for _ in range(3):  # a stop that ran out of time goes on: try again
+                try:
+                    self.crictl("rmp", "--force", pod_id, timeout=120)
+                    return ""
+                except (ClusterError, subprocess.TimeoutExpired) as exc:
+                    problem = f"removing pod {pod_id}: {exc}"
+            return problem
+
+        with ThreadPoolExecutor(workers) as pool:
+            return [p for p in pool.map(remove, ids) if p]
+
     # -- teardown ----------------------------------------------------------------
     def cleanup(self) -> list[str]:
         """Best effort, in dependency order; returns what could not be undone."""
         problems: list[str] = []
         if self.proc is not None and self.proc.poll() is None:
             try:
-                self.crictl("rmp", "--all", "--force", timeout=120)
+                problems += self.remove_pods()
             except (ClusterError, subprocess.TimeoutExpired) as exc:
-                problems.append(f"removing pods: {exc}")
+                problems.append(f"listing pods: {exc}")
             self.kill(signal.SIGTERM)
         for pid in self._stray_pids():
             with contextlib.suppress(ProcessLookupError):

@@ -9,6 +9,11 @@ Synchronize with no updates, and for CreateContainer adjusts the container from 
 pod annotations when present (`e2e.nri-sla.io/cpu-quota`, `.../cpu-period`,
 `.../memory-limit`, plain integers) and always adds the container annotation
 `e2e.nri-sla.io/probe=seen`. When the runtime goes away it dials again every 0.2 s.
+With `--sabotage` it also takes StartContainer, and removes the cgroup v1 controller
+directory named by the pod annotation `e2e.nri-sla.io/remove-cgroup` (e.g. `blkio`) from
+under the container (its processes moved to the parent first): the cgroup a later plugin
+writes into is gone between create and start, as when something else on the node deletes
+it.
 Every step is printed as one line on stdout ("registered", "synchronized ...", ...), which
 the tests read.
 
@@ -18,10 +23,12 @@ the tests read.
 from __future__ import annotations
 
 import argparse
+import os
 import socket
 import struct
 import sys
 import time
+from pathlib import Path
 
 from nri_plugin.nri.pb import nri_pb2, ttrpc_pb2
 
@@ -33,7 +40,10 @@ MAX_FRAME = 4096  # containerd reads one mux frame into a 4 KiB buffer
 PLUGIN_SVC = "nri.pkg.api.v1alpha1.Plugin"
 RUNTIME_SVC = "nri.pkg.api.v1alpha1.Runtime"
 CREATE_CONTAINER_MASK = 1 << (4 - 1)
+START_CONTAINER_MASK = 1 << (6 - 1)
 ANN = "e2e.nri-sla.io/"
+REMOVE_CGROUP = ANN + "remove-cgroup"
+CGROUP_V1_ROOT = Path("/sys/fs/cgroup")
 
 
 def say(msg: str) -> None:
@@ -88,11 +98,25 @@ def adjust(req: nri_pb2.CreateContainerRequest) -> nri_pb2.CreateContainerRespon
     return resp
 
 
-def serve(method: str, payload: bytes) -> bytes:
+def remove_cgroup(req: nri_pb2.StartContainerRequest | nri_pb2.StateChangeEvent) -> None:
+    """Move the container's processes up and remove its cgroup of one v1 controller
+    (cgroupfs driver paths: /parent/pod<uid>/<id>)."""
+    controller = req.pod.annotations.get(REMOVE_CGROUP)
+    if not controller:
+        return
+    d = CGROUP_V1_ROOT / controller / req.container.linux.cgroups_path.lstrip("/")
+    for pid in (d / "cgroup.procs").read_text().split():
+        (d.parent / "cgroup.procs").write_text(pid)
+    os.rmdir(d)
+    say(f"removed {d}")
+
+
+def serve(method: str, payload: bytes, sabotage: bool = False) -> bytes:
     if method == "Configure":
         cfg = nri_pb2.ConfigureRequest.FromString(payload)
         say(f"configured runtime={cfg.runtime_name} version={cfg.runtime_version}")
-        return nri_pb2.ConfigureResponse(events=CREATE_CONTAINER_MASK).SerializeToString()
+        events = CREATE_CONTAINER_MASK | (START_CONTAINER_MASK if sabotage else 0)
+        return nri_pb2.ConfigureResponse(events=events).SerializeToString()
     if method == "Synchronize":
         sync = nri_pb2.SynchronizeRequest.FromString(payload)
         say(f"synchronized pods={len(sync.pods)} containers={len(sync.containers)} "
@@ -102,10 +126,17 @@ def serve(method: str, payload: bytes) -> bytes:
         req = nri_pb2.CreateContainerRequest.FromString(payload)
         say(f"create pod={req.pod.name} container={req.container.name}")
         return adjust(req).SerializeToString()
+    if method == "StartContainer":
+        remove_cgroup(nri_pb2.StartContainerRequest.FromString(payload))
+        return nri_pb2.StartContainerResponse().SerializeToString()
+    if method == "StateChange":  # NRI before v0.10 (containerd 1.7) sends starts this way
+        event = nri_pb2.StateChangeEvent.FromString(payload)
+        if event.event == nri_pb2.START_CONTAINER:
+            remove_cgroup(event)
     return nri_pb2.Empty().SerializeToString()  # Shutdown, StateChange, ...
 
 
-def session(sock: socket.socket, name: str, idx: str) -> None:
+def session(sock: socket.socket, name: str, idx: str, sabotage: bool) -> None:
     reg = nri_pb2.RegisterPluginRequest(plugin_name=name, plugin_idx=idx)
     call = ttrpc_pb2.Request(service=RUNTIME_SVC, method="RegisterPlugin",
                              payload=reg.SerializeToString())
@@ -121,7 +152,7 @@ def session(sock: socket.socket, name: str, idx: str) -> None:
                 say("registered")
             elif conn == PLUGIN_CONN and type_ == REQUEST:
                 req = ttrpc_pb2.Request.FromString(body)
-                out = ttrpc_pb2.Response(payload=serve(req.method, req.payload))
+                out = ttrpc_pb2.Response(payload=serve(req.method, req.payload, sabotage))
                 sock.sendall(frame(PLUGIN_CONN, sid, RESPONSE, out.SerializeToString()))
 
 
@@ -130,13 +161,15 @@ def main() -> int:
     ap.add_argument("--socket", required=True)
     ap.add_argument("--name", default="e2e-probe")
     ap.add_argument("--idx", default="10")
+    ap.add_argument("--sabotage", action="store_true",
+                    help=f"remove the cgroup named by {REMOVE_CGROUP} at StartContainer")
     args = ap.parse_args()
     while True:
         try:
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
                 sock.connect(args.socket)
                 say("connected")
-                session(sock, args.name, args.idx)
+                session(sock, args.name, args.idx, args.sabotage)
             say("disconnected")
         except OSError as exc:
             if not isinstance(exc, FileNotFoundError | ConnectionRefusedError):

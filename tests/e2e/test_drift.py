@@ -12,15 +12,14 @@ nri-sla itself.
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 from e2e_cgroup import whole_disk
+from e2e_metrics import free_port, scrape
 
 pytestmark = pytest.mark.e2e
 PLUGIN = "50-nri-sla"
@@ -31,12 +30,6 @@ cgroup: {{driver: cgroupfs}}
 nri: {{reconnect-max-seconds: 1}}
 watch: {{interval-seconds: {INTERVAL}}}
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
@@ -53,7 +46,7 @@ def watching_plugin(cluster, plugins, sla_plugin_argv):
     cluster.wait_plugin_synchronized(PLUGIN)
     proc.wait_output(r"synchronized: 0 pods")
     proc.status = status
-    proc.metrics_url = f"http://127.0.0.1:{port}/metrics"
+    proc.metrics_port = port
     return proc
 
 
@@ -64,15 +57,10 @@ def status(plugin, *args: str) -> subprocess.CompletedProcess:
 
 
 def metric(plugin, name: str, **labels: str) -> float | None:
-    text = urllib.request.urlopen(plugin.metrics_url, timeout=10).read().decode()
-    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
-    for line in text.splitlines():
-        if line.startswith(f"{name}{{") or line.startswith(f"{name} "):
-            series, _, value = line.rpartition(" ")
-            if all(f'{k}="{v}"' in series for k, v in labels.items()):
-                return float(value)
-    print(f"evidence: no {name}{{{want}}} in the scrape")
-    return None
+    value = scrape(plugin.metrics_port).get(name, **labels)
+    if value is None:
+        print(f"evidence: no {name}{labels} in the scrape")
+    return value
 
 
 def cgroup_dir(cluster, pc, controller: str) -> Path:

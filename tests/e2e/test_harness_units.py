@@ -82,3 +82,30 @@ def test_containerd_config_enables_nri_on_private_paths(e2e_config_module, major
     assert "sla.nri.io/applied" not in str(runtimes["runc"]["pod_annotations"])
     assert runtimes["runc"]["pod_annotations"] == e2e_config_module.shipped_settings(major)[1]
     assert opts["Root"] == f"{base}/runc"
+
+
+def test_histogram_figures_name_the_bucket_of_each_quantile():
+    from e2e_metrics import histogram_quantile, per_bucket  # conftest.py: harness on path
+
+    inf = float("inf")
+    cumulative = [(0.001, 5.0), (0.0025, 150.0), (0.005, 190.0), (0.01, 200.0), (inf, 200.0)]
+    assert histogram_quantile(0.5, cumulative) == (0.001, 0.0025)
+    assert histogram_quantile(0.99, cumulative) == (0.005, 0.01)
+    assert histogram_quantile(0.01, cumulative) == (0.0, 0.001)
+    assert per_bucket(cumulative) == [(0.001, 5.0), (0.0025, 145.0), (0.005, 40.0),
+                                      (0.01, 10.0)]
+    with pytest.raises(ValueError):
+        histogram_quantile(0.5, [(inf, 0.0)])
+
+
+def test_rollout_pods_each_ask_their_own_sla():
+    from e2e_rollout import Expected, percentile, sla_pods
+
+    pods, expected = sla_pods(20, "r", gpu_every=8)
+    assert [name for name, _ in pods] == sorted(expected) and len(expected) == 20
+    assert expected["r001"] == Expected(10000, 100000, 65 << 20, 0)
+    assert pods[1][1]["sla.nri.io/pod"] == (
+        "cpu: {limit: 100m, period: 100ms}\nmemory: {max: 65Mi}\n")
+    assert [n for n, e in expected.items() if e.gpus] == ["r000", "r008", "r016"]
+    assert len({(e.cpu_quota, e.memory_limit) for e in expected.values()}) == 20
+    assert (percentile([3.0, 1.0, 2.0], 50), percentile([1.0, 2.0, 3.0], 99)) == (2.0, 3.0)

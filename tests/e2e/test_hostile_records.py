@@ -2,9 +2,9 @@
 grant nothing and break nothing, and GPUs come back when their containers die while
 containerd is down.
 
-GPUs come from the inventory snapshot examples/dgx-like.yaml (8 A100s on 2 NUMA nodes,
-`nri-sla run --inventory`), injected as NVIDIA_VISIBLE_DEVICES (`gpu.injection: env`)
-so that no GPU has to exist; `align: false` keeps the snapshot's CPUs out of cpusets.
+GPUs come from the inventory snapshot examples/dgx-like.yaml (e2e_service.py), injected
+as NVIDIA_VISIBLE_DEVICES so that no GPU has to exist; `align: false` keeps the
+snapshot's CPUs out of cpusets.
 """
 
 from __future__ import annotations
@@ -16,16 +16,20 @@ import time
 from pathlib import Path
 
 import pytest
+from e2e_service import (  # conftest.py: harness on sys.path
+    GPU_UUIDS,
+    PLUGIN,
+    SlaService,
+    gpu_sla,
+    visible_gpus,
+)
 
 pytestmark = pytest.mark.e2e
 
-REPO = Path(__file__).resolve().parents[2]
-PLUGIN = "50-nri-sla"
 APPLIED, WARNINGS = "sla.nri.io/applied", "sla.nri.io/warnings"
-UUIDS = [f"GPU-d0000000-0000-0000-0000-00000000000{i}" for i in range(8)]
 # What a pod would write to be handed every GPU and CPU after the next plugin restart.
 FORGED = json.dumps({"v": 2, "path": "nri", "enforcement": "hard", "cgroup_version": 1,
-                     "placement_record": {"gpus": UUIDS, "exclusive": "0-63"}})
+                     "placement_record": {"gpus": GPU_UUIDS, "exclusive": "0-63"}})
 HOSTILE = {
     "forged": FORGED,
     "nested": '{"v":2,"x":' + "[" * 8000 + "]" * 8000 + "}",  # RecursionError in json
@@ -33,40 +37,11 @@ HOSTILE = {
 }
 
 
-def gpu_sla(count: int) -> dict[str, str]:
-    return {"sla.nri.io/pod": f"gpu: {{count: {count}, align: false}}\n"}
-
-
-def visible_gpus(pc) -> list[str]:
-    env = pc.inspect["info"]["runtimeSpec"]["process"]["env"]
-    values = [e.split("=", 1)[1] for e in env if e.startswith("NVIDIA_VISIBLE_DEVICES=")]
-    print(f"evidence: {pc.container_id[:12]} NVIDIA_VISIBLE_DEVICES={values}")
-    return values[0].split(",") if values else []
-
-
 @pytest.fixture
 def start_plugin(cluster, plugins, sla_plugin_argv):
     """start_plugin() -> the `nri-sla run` process, with a private state directory (its
     record key) that a restarted plugin finds again."""
-    config = cluster.base / "nri-sla-gpu.yaml"
-    config.write_text(f"enforcement: hard\nstate-dir: {cluster.base / 'nri-sla-state'}\n"
-                      "gpu: {injection: env}\ncgroup: {driver: cgroupfs}\n"
-                      "nri: {reconnect-max-seconds: 1}\nmetrics: {address: ''}\n"
-                      # No device plugin here: the snapshot's GPUs are nri-sla's to hand
-                      # out, and the grant rules have their own e2e test.
-                      "permissions: {ungranted-gpus: ['*'], exceed-runtime-limits: ['*']}\n"
-                      "pod-caps: {exclusive-cpus: '100%'}\n")
-    argv = [*sla_plugin_argv, "--config", str(config), "--socket", str(cluster.nri_sock),
-            "--name", "nri-sla", "--index", "50", "--inventory",
-            str(REPO / "examples" / "dgx-like.yaml")]
-    starts = []
-
-    def start():
-        starts.append(plugins.start(argv, f"nri-sla-{len(starts)}"))
-        cluster.wait_plugin_synchronized(PLUGIN, count=len(starts), timeout=60)
-        return starts[-1]
-
-    return start
+    return SlaService(cluster, plugins, sla_plugin_argv, metrics=False).start
 
 
 def test_forged_records_grant_nothing_across_a_plugin_restart(cluster, start_plugin):
@@ -141,4 +116,4 @@ def test_gpus_of_containers_that_died_while_containerd_was_down_are_freed(
         r"synchronized: .* 0 allocations rebuilt, 0 records ignored, 1 owners released"))
 
     after = visible_gpus(cluster.run_pod("after", gpu_sla(8)))
-    assert sorted(after) == sorted(UUIDS)
+    assert sorted(after) == sorted(GPU_UUIDS)

@@ -1,0 +1,210 @@
+"""Single faults against `nri-sla run` and a real containerd (issue #12): the plugin up
+before containerd and its socket, a plugin slower than the runtime's request timeout, a
+cgroup removed between create and start, the node config changed under running pods.
+
+The plugin runs with the 8-GPU snapshot (e2e_service.py): GPUs are what allocations are
+counted with. Tests that read "created unenforced" (log line and
+nri_sla_unenforced_containers_total) depend on issue #12's plugin side.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from e2e_cgroup import CGROUP_ROOT, read_file, whole_disk
+from e2e_checks import only_free_gpus_left, reported_unenforced, syncs
+from e2e_config import shipped_settings
+from e2e_metrics import ready
+from e2e_rollout import APPLIED
+from e2e_service import SlaService, gpu_sla, visible_gpus
+
+pytestmark = pytest.mark.e2e
+
+POD_SLA = {"sla.nri.io/pod": "cpu: {limit: 0.5, period: 100ms}\nmemory: {max: 256Mi}\n"}
+REMOVE_CGROUP = "e2e.nri-sla.io/remove-cgroup"  # probe_plugin.py --sabotage
+
+
+@pytest.fixture
+def sla(cluster, plugins, sla_plugin_argv) -> SlaService:
+    return SlaService(cluster, plugins, sla_plugin_argv)
+
+
+def triple(values):
+    return values.cpu_quota, values.cpu_period, values.memory_limit
+
+
+def unenforced(cluster, pc) -> None:
+    """The container runs with nothing of its SLA: no record, no quota, no GPU."""
+    assert APPLIED not in cluster.spec_annotations(pc)
+    assert cluster.cgroup(pc).cpu_quota == -1
+    assert not visible_gpus(pc)
+
+
+def test_plugin_up_before_containerd_and_its_socket(cluster, sla):
+    early = cluster.run_pod("early", POD_SLA)  # no plugin yet: created unenforced
+    cluster.kill()  # SIGKILL: containerd's NRI socket file stays behind, nobody listening
+    stale = cluster.nri_sock.exists()
+    sla.configure(log={"level": "debug"})  # every failed dial, not only the first
+    first = sla.start(wait=False)
+    dial = r"cannot connect to NRI socket \S+: "
+    if stale:
+        print("evidence: plugin log:", first.wait_output(dial + "Connection refused")[0])
+    cluster.nri_sock.unlink(missing_ok=True)
+    print("evidence: plugin log:", first.wait_output(dial + "No such file or directory",
+                                                     count=2)[-1])
+    assert ready(sla.port) == 503  # /readyz: not registered
+    assert sla.scrape().get("nri_sla_registered") == 0
+
+    cluster.start()  # the socket appears; the plugin's next dial registers
+    sla.wait_registered()
+    summary = syncs(first)[0]
+    assert (summary.pods, summary.containers, summary.rebuilt, summary.unenforced) == (
+        1, 1, 0, 1)
+    assert reported_unenforced(first) == {early.container_id}
+    assert ready(sla.port) == 200
+    after = cluster.run_pod("after", POD_SLA)
+    assert triple(cluster.cgroup(after)) == (50000, 100000, 268435456)
+    unenforced(cluster, early)
+
+
+def request_timeout(cluster) -> float:
+    """containerd's plugin_request_timeout, from the shipped config the harness uses."""
+    text = shipped_settings(cluster.major)[0]["plugin_request_timeout"]
+    assert text.endswith("s") and not text.endswith("ms"), text
+    return float(text[:-1])
+
+
+def test_plugin_slower_than_the_runtime_request_timeout(cluster, sla):
+    timeout = request_timeout(cluster)
+    plugin = sla.start()
+    holder = cluster.run_pod("holder", {"sla.nri.io/pod": (
+        "cpu: {limit: 0.3}\ngpu: {count: 2, align: false}\n")})
+    held = set(visible_gpus(holder))
+    assert len(held) == 2
+
+    sla.signal(signal.SIGSTOP)  # a handler that does not answer in time
+    try:
+        files = cluster.pod_files("slow", {"sla.nri.io/pod": (
+            "cpu: {limit: 0.2}\ngpu: {count: 2, align: false}\n")})
+        pod_id = cluster.run_sandbox(files)
+        t0 = time.monotonic()
+        cid = cluster.create_container(pod_id, files)
+        waited = time.monotonic() - t0
+        cluster.crictl("start", cid)
+        slow = cluster.inspect(pod_id, cid)
+        print(f"evidence: crictl create waited {waited:.2f}s on a stopped plugin "
+              f"(plugin_request_timeout {timeout}s)")
+        assert waited >= timeout * 0.9
+        print("evidence: containerd log:", *cluster.wait_log(
+            r"closing plugin \S*nri-sla, failed to handle CreateContainer request: "
+            r"context deadline exceeded"))
+        # Dropped: the next container does not wait at all.
+        t0 = time.monotonic()
+        quick = cluster.run_pod("quick", {"sla.nri.io/pod": "cpu: {limit: 0.2}\n"})
+        assert time.monotonic() - t0 < timeout
+    finally:
+        sla.signal(signal.SIGCONT)
+
+    # The plugin reads the stale request and its closed connection, dials again, and
+    # Synchronize rebuilds its state from the live containers alone.
+    sla.wait_registered()
+    print("evidence: plugin log:", plugin.wait_output(r"NRI connection lost")[0])
+    summary = syncs(plugin, count=2)[1]
+    assert (summary.rebuilt, summary.ignored, summary.unenforced) == (1, 0, 2)
+    assert reported_unenforced(plugin) == {slow.container_id, quick.container_id}
+    unenforced(cluster, slow)
+    unenforced(cluster, quick)
+    assert cluster.cgroup(holder).cpu_quota == 30000
+    samples = sla.scrape()
+    assert samples.get("nri_sla_unenforced_containers_total") == 2
+    assert samples.get("nri_sla_gpus_in_use") == 2  # the stale request's GPUs went back
+    only_free_gpus_left(cluster, held)
+
+
+def test_direct_write_into_a_cgroup_removed_before_start(cluster, plugins, sla):
+    """A second plugin (index 10, before nri-sla) removes the container's blkio cgroup at
+    StartContainer; nri-sla's direct blkio writes then find no cgroup."""
+    if cluster.cgroup_v2:
+        pytest.skip("v1 only: the direct writes here are blkio files (v2 writes io.max "
+                    "through the runtime)")
+    disk = whole_disk()
+    if disk is None:
+        pytest.skip("no whole block disk under /sys/block to throttle")
+    saboteur = plugins.start_probe(cluster, sabotage=True)
+    cluster.wait_plugin_synchronized("10-e2e-probe")
+    plugin = sla.start()
+    io = f"io:\n  max:\n    - {{device: '{disk}', read-bps: 10Mi, write-iops: 100}}\n"
+
+    with pytest.raises(cluster.Error) as err:
+        cluster.run_pod("hard", {"sla.nri.io/pod": io + "gpu: {count: 8, align: false}\n",
+                                 REMOVE_CGROUP: "blkio"})
+    message = str(err.value)
+    print("evidence: refused:", message)
+    print("evidence: probe:", saboteur.wait_output(r"^removed .*/blkio/")[0])
+    assert "crictl start" in message and "NRI container start failed" in message
+    assert "blkio.throttle.read_bps_device" in message and "does not exist" in message
+    # Nothing of it stays: the runtime deleted the task (its cgroups with it), and the
+    # 8 GPUs are free for the next pod at once.
+    assert len(visible_gpus(cluster.run_pod("next", gpu_sla(8)))) == 8
+
+    soft = cluster.run_pod("soft", {"sla.nri.io/pod": (
+        "enforcement: soft\nmemory: {high: 128Mi, max: 256Mi}\n" + io),
+        REMOVE_CGROUP: "blkio"})
+    rel = soft.cgroups_path.lstrip("/")
+    assert not (CGROUP_ROOT / "blkio" / rel).exists()
+    # What could be written is in force; the blkio rule is nowhere, not on the pod either.
+    assert cluster.cgroup_file(soft, "memory", "memory.soft_limit_in_bytes") == "134217728"
+    assert cluster.cgroup(soft).memory_limit == 268435456
+    pod_blkio = CGROUP_ROOT / "blkio" / Path(rel).parent
+    assert read_file(pod_blkio / "blkio.throttle.read_bps_device") == ""
+    print("evidence: plugin log:", *plugin.wait_output(
+        r"nri-e2e/soft work: cannot write .*blkio.throttle.read_bps_device"))
+
+
+KUBELET_LIMITS = {"cpu_period": 100000, "cpu_quota": 50000, "cpu_shares": 512,
+                  "memory_limit_in_bytes": 268435456}
+GREEDY = "cpu: {limit: 64}\nmemory: {max: 512Gi}\n"
+
+
+def test_node_config_changed_under_running_pods(cluster, sla):
+    """soft -> hard and GPUs taken from the pods' namespace, with pods running: running
+    containers keep what the kernel holds; new ones get the new policy; a revoked grant no
+    longer counts, so its GPUs go to the next pod allowed GPUs (drain first)."""
+    sla.configure(enforcement="soft", permissions={"ungranted-gpus": ["*"]})
+    before = sla.start()
+    trainer = cluster.run_pod("trainer", gpu_sla(4))
+    trainer_gpus = set(visible_gpus(trainer))
+    greedy = cluster.run_pod("greedy", {"sla.nri.io/pod": GREEDY}, resources=KUBELET_LIMITS)
+    assert triple(cluster.cgroup(greedy)) == (50000, 100000, 268435456)  # clamped (soft)
+
+    sla.stop()
+    sla.configure(enforcement="hard", permissions={"ungranted-gpus": ["*"], "gpus": ["team-b"]})
+    after = sla.start()
+    summary = syncs(after)[0]
+    # The trainer's record grants GPUs its namespace may no longer have: not taken again.
+    assert (summary.rebuilt, summary.ignored) == (1, 1)
+    ignored = after.wait_output(r"record ignored")
+    print("evidence: plugin log:", *ignored)
+    assert trainer.container_id in ignored[0] and "problem=policy" in ignored[0]
+    assert sla.scrape().get("nri_sla_gpus_in_use") == 0
+    # Running containers: untouched.
+    assert triple(cluster.cgroup(greedy)) == (50000, 100000, 268435456)
+    assert set(visible_gpus(cluster.inspect(trainer.pod_id, trainer.container_id))) == (
+        trainer_gpus)
+    # New containers: the new policy.
+    with pytest.raises(cluster.Error) as hard:
+        cluster.run_pod("greedy-again", {"sla.nri.io/pod": GREEDY}, resources=KUBELET_LIMITS)
+    assert "cpu.limit: 64 exceeds the 0.5 CPUs the runtime granted" in str(hard.value)
+    with pytest.raises(cluster.Error) as revoked:
+        cluster.run_pod("gpu-again", gpu_sla(1))
+    print("evidence: refused:", revoked.value)
+    assert "namespace 'nri-e2e' may not use gpus on this node" in str(revoked.value)
+    # All 8 GPUs go to the namespace that may have them, the trainer's 4 included.
+    team_b = set(visible_gpus(cluster.run_pod("team-b", gpu_sla(8), namespace="team-b")))
+    print(f"evidence: GPUs the trainer still uses, now also team-b's: "
+          f"{len(team_b & trainer_gpus)}")
+    assert team_b >= trainer_gpus and len(team_b) == 8
+    assert "Traceback" not in before.output() + after.output()

@@ -47,7 +47,7 @@ REASONS = ("ok", "policy", "limit", "invalid", "unsupported", "placement", "devi
 # Why Synchronize did not take a container's `applied` record (nri_plugin.plan.record,
 # nri_plugin.core.nodestate): not written by nri-sla for that container, malformed,
 # granting what the node config does not allow, or claiming what an earlier one holds.
-RECORD_PROBLEMS = ("unauthenticated", "invalid", "policy", "conflict")
+RECORD_PROBLEMS = ("unauthenticated", "invalid", "conflict")
 # What drifted (the drift watch, nri_plugin.plugin.watch): the cgroup controller of the
 # setting, v1 blkio counted as io; and what became of a repair.
 DRIFT_KINDS = ("cpu", "cpuset", "memory", "io")
@@ -112,6 +112,10 @@ class Metrics:
         self.records_rejected = Counter(
             "records_rejected", "applied records Synchronize ignored, by problem",
             ["problem"], namespace=NAMESPACE, registry=reg)
+        self.records_out_of_policy = Counter(
+            "records_out_of_policy", "applied records Synchronize took although the node "
+            "config no longer allows what they grant (the pod should be drained)",
+            namespace=NAMESPACE, registry=reg)
         self.drift_detected = Counter(
             "drift_detected", "Enforced values found changed behind nri-sla's back, once "
             "per change, by cgroup controller", ["kind"], namespace=NAMESPACE, registry=reg)
@@ -164,6 +168,9 @@ class Metrics:
             raise MetricsError(
                 f"record problem {problem!r} is not one of {', '.join(RECORD_PROBLEMS)}")
         self.records_rejected.labels(problem=problem).inc()
+
+    def record_out_of_policy(self) -> None:
+        self.records_out_of_policy.inc()
 
     def record_drift(self, kind: str) -> None:
         """Count one drifted value. Raises MetricsError on an unknown kind."""

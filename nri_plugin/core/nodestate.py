@@ -51,12 +51,6 @@ from nri_plugin.topology.snapshot import load_snapshot
 AllocatorFactory = Callable[[bool], Allocator]  # (GPUs needed) -> Allocator
 
 
-class RecordPolicy(RecordError):
-    """A trusted record that grants what the node config no longer allows its pod."""
-
-    problem = "policy"
-
-
 class RecordConflict(RecordError):
     """A trusted record claiming GPUs or exclusive CPUs an earlier container holds."""
 
@@ -77,8 +71,9 @@ class LiveContainer:
 
 @dataclass(frozen=True)
 class Rejection:
-    """A record restore did not take: `problem` is the metric label (unauthenticated,
-    invalid, policy, conflict), `message` says why."""
+    """A record restore did not take (or, in `Restored.out_of_policy`, took although the
+    node config no longer allows it): `problem` is the metric label (unauthenticated,
+    invalid, conflict; policy), `message` says why."""
 
     container: str
     problem: str
@@ -88,10 +83,12 @@ class Rejection:
 @dataclass
 class Restored:
     """What restore rebuilt: the plans read back (container id -> plan), the records it
-    ignored, and the owners it released because their containers are gone."""
+    ignored, the records it took although the node config no longer allows what they
+    grant, and the owners it released because their containers are gone."""
 
     plans: dict[str, ContainerPlan] = field(default_factory=dict)
     rejected: list[Rejection] = field(default_factory=list)
+    out_of_policy: list[Rejection] = field(default_factory=list)
     released: tuple[str, ...] = ()
 
 
@@ -176,10 +173,13 @@ class NodeState:
         Everything held before is let go first, so owners whose containers went away
         while the plugin was disconnected are released and nothing is taken twice. Then
         each record is taken again, earliest-created container first (ties by id): a
-        record counts only when it verifies for its container, is well-formed, grants
-        only what the node config allows the pod's namespace, and claims nothing an
-        earlier container holds. A record that fails any of these is one Rejection; it
-        never affects another container.
+        record counts only when it verifies for its container, is well-formed and claims
+        nothing an earlier container holds; a record that fails any of these is one
+        Rejection, and never affects another container. A verified record granting what
+        the node config no longer allows the pod's namespace (the config changed under
+        running pods) is still taken: the container uses those GPUs, CPUs and RT time
+        until it ends, so handing them to another would double them. It is reported
+        (`out_of_policy`) so that the operator drains the pod.
         """
         ordered = sorted(live, key=lambda c: (c.created_at, c.id))
         held = {*self._cpusets, *self._pod_of, *(self.rt_budget.owners() if self.rt_budget else ()),
@@ -194,10 +194,12 @@ class NodeState:
             if text is None:
                 continue
             try:
-                result.plans[container.id] = self._take(container, text, limits)
+                result.plans[container.id], breach = self._take(container, text, limits)
             except RecordError as exc:
                 result.rejected.append(Rejection(container.id, exc.problem, str(exc)))
                 continue
+            if breach:
+                result.out_of_policy.append(Rejection(container.id, "policy", breach))
             if container.pod:
                 self.note_pod(container.id, container.pod)
         if self.allocator is not None:
@@ -205,15 +207,17 @@ class NodeState:
         return result
 
     def _take(self, container: LiveContainer, text: str, limits: RecordLimits
-              ) -> ContainerPlan:
-        """Re-take what one record holds; RecordError (nothing taken) when it must not."""
+              ) -> tuple[ContainerPlan, str]:
+        """Re-take what one record holds, and what of it the node config no longer allows
+        ("" when all is allowed); RecordError (nothing taken) when it must not be taken."""
         _, plan = decode_record(text, container.id, self.record_key, limits)
         ns = container.namespace
-        for permission in granted_permissions(plan):
-            if ns is None or not self.config.allows(permission, ns):
-                who = "a container of no known pod" if ns is None else f"namespace {ns!r}"
-                raise RecordPolicy(f"grants {permission}, which {who} may not use (node "
-                                   f"config permissions.{permission})")
+        who = "a container of no known pod" if ns is None else f"namespace {ns!r}"
+        breach = "; ".join(
+            f"grants {permission}, which {who} may no longer use (node config "
+            f"permissions.{permission}); held until the container ends"
+            for permission in granted_permissions(plan)
+            if ns is None or not self.config.allows(permission, ns))
         if plan.placement_record and self.allocator is not None:
             try:
                 self.allocator.restore(container.id, plan.placement_record)
@@ -231,7 +235,7 @@ class NodeState:
             # to it.
             self.rt_budget.restore(container.id, RtGrant(plan.rt_runtime,
                                                          plan.rt_period or 1_000_000))
-        return plan
+        return plan, breach
 
     def note_pod(self, owner: str, pod: str) -> None:
         """`owner` belongs to `pod`: what it holds counts against the per-pod caps."""

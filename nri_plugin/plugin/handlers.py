@@ -148,6 +148,11 @@ class SlaPlugin:
                       problem=rejection.problem, error=rejection.message)
             if self.metrics is not None:
                 self.metrics.record_rejected(rejection.problem)
+        for breach in restored.out_of_policy:
+            log_event(log, logging.WARNING, "record outside the node policy",
+                      container=breach.container, error=breach.message)
+            if self.metrics is not None:
+                self.metrics.record_out_of_policy()
         unenforced = self._unenforced.report(self.node.config, self.node.output_keys[0],
                                              pods, containers)
         log.info("synchronized: %d pods, %d containers, %d allocations rebuilt, %d records "

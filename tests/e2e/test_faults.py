@@ -171,8 +171,8 @@ GREEDY = "cpu: {limit: 64}\nmemory: {max: 512Gi}\n"
 
 def test_node_config_changed_under_running_pods(cluster, sla):
     """soft -> hard and GPUs taken from the pods' namespace, with pods running: running
-    containers keep what the kernel holds; new ones get the new policy; a revoked grant no
-    longer counts, so its GPUs go to the next pod allowed GPUs (drain first)."""
+    containers keep what the kernel holds; new ones get the new policy; a revoked grant is
+    still held (reported as out of policy), so its GPUs are never handed out twice."""
     sla.configure(enforcement="soft", permissions={"ungranted-gpus": ["*"]})
     before = sla.start()
     trainer = cluster.run_pod("trainer", gpu_sla(4))
@@ -184,12 +184,14 @@ def test_node_config_changed_under_running_pods(cluster, sla):
     sla.configure(enforcement="hard", permissions={"ungranted-gpus": ["*"], "gpus": ["team-b"]})
     after = sla.start()
     summary = syncs(after)[0]
-    # The trainer's record grants GPUs its namespace may no longer have: not taken again.
-    assert (summary.rebuilt, summary.ignored) == (1, 1)
-    ignored = after.wait_output(r"record ignored")
-    print("evidence: plugin log:", *ignored)
-    assert trainer.container_id in ignored[0] and "problem=policy" in ignored[0]
-    assert sla.scrape().get("nri_sla_gpus_in_use") == 0
+    # The trainer's record grants GPUs its namespace may no longer have: held, reported.
+    assert (summary.rebuilt, summary.ignored) == (2, 0)
+    breach = after.wait_output(r"record outside the node policy")
+    print("evidence: plugin log:", *breach)
+    assert trainer.container_id in breach[0] and "may no longer use" in breach[0]
+    scraped = sla.scrape()
+    assert scraped.get("nri_sla_gpus_in_use") == 4
+    assert scraped.get("nri_sla_records_out_of_policy_total") == 1
     # Running containers: untouched.
     assert triple(cluster.cgroup(greedy)) == (50000, 100000, 268435456)
     assert set(visible_gpus(cluster.inspect(trainer.pod_id, trainer.container_id))) == (
@@ -202,9 +204,10 @@ def test_node_config_changed_under_running_pods(cluster, sla):
         cluster.run_pod("gpu-again", gpu_sla(1))
     print("evidence: refused:", revoked.value)
     assert "namespace 'nri-e2e' may not use gpus on this node" in str(revoked.value)
-    # All 8 GPUs go to the namespace that may have them, the trainer's 4 included.
-    team_b = set(visible_gpus(cluster.run_pod("team-b", gpu_sla(8), namespace="team-b")))
-    print(f"evidence: GPUs the trainer still uses, now also team-b's: "
-          f"{len(team_b & trainer_gpus)}")
-    assert team_b >= trainer_gpus and len(team_b) == 8
+    # The namespace that may have GPUs gets the 4 the trainer does not use, never its 4.
+    with pytest.raises(cluster.Error) as full:
+        cluster.run_pod("team-b-8", gpu_sla(8), namespace="team-b")
+    print("evidence: 8 GPUs refused while the trainer holds 4:", full.value)
+    team_b = set(visible_gpus(cluster.run_pod("team-b", gpu_sla(4), namespace="team-b")))
+    assert len(team_b) == 4 and not team_b & trainer_gpus
     assert "Traceback" not in before.output() + after.output()

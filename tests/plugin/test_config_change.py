@@ -3,10 +3,11 @@
 Running containers keep what they were given (nri-sla cannot take a device or a cgroup
 value from a running container, and does not try). At Synchronize their records are
 checked again under the new config (core.nodestate.restore): a record granting what the
-namespace may no longer use is ignored ("record ignored", problem=policy), so its GPUs,
-exclusive CPUs and RT share stop counting and can go to new containers; a record the new
-config still allows is taken back whole, even where it holds CPUs now in reserved-cpus
-(they are kept until it ends, never handed to another). New containers get the new
+namespace may no longer use is still taken ("record outside the node policy",
+nri_sla_records_out_of_policy_total), since the container keeps using its GPUs, exclusive
+CPUs and RT share until it ends and handing them to a new container would double them;
+a record the new config allows is taken back whole, even where it holds CPUs now in
+reserved-cpus (they are kept until it ends, never handed to another). New containers get the new
 config: its default enforcement, permissions and reserved CPUs.
 """
 
@@ -73,19 +74,24 @@ def test_restart_with_a_changed_config(tmp_path, v1_tree, caplog):
                 ("ml", "gpu: {count: 8, align: false}", "ml-train"),
                 ("excl2", "cpu: {exclusive: 4}", "default"),
                 ("hard", "enforcement: hard\ncpu: {rt-runtime: 10ms}", "team-a"))}
-        return old, state, held, kept, new
+            free_gpus = 8 - len(plugin.node.allocator.gpus_in_use())  # after "ml"
+        return old, state, held, kept, new, free_gpus
 
-    old, state, held, kept, new = asyncio.run(asyncio.wait_for(scenario(), 30))
+    old, state, held, kept, new, free_gpus = asyncio.run(asyncio.wait_for(scenario(), 30))
     ids = {name: ctr.id for name, (_pod, ctr, _r) in old.items()}
     # The running containers are untouched by the restart (still running, same spec).
     assert all(state.containers[i].state == pb.CONTAINER_RUNNING for i in ids.values())
-    # Records re-checked: rt and gpu grant what team-a may no longer use: not counted.
+    # Records re-checked: rt and gpu grant what team-a may no longer use: still held, and
+    # reported.
     gpus, cpus, rt, plans = kept
-    assert plans == [ids["excl"]] and gpus == {} and rt == ()
+    assert plans == sorted(ids.values())
+    assert set(gpus.values()) == {(ids["gpu"],)} and len(gpus) == 2 and rt == (ids["rt"],)
     assert set(cpus) == held and set(cpus.values()) == {ids["excl"]}
-    ignored = {r.fields["container"]: r.fields["problem"] for r in caplog.records
-               if r.getMessage() == "record ignored"}
-    assert ignored == {ids["rt"]: "policy", ids["gpu"]: "policy"}
+    assert not [r for r in caplog.records if r.getMessage() == "record ignored"]
+    breaches = {r.fields["container"]: r.fields["error"] for r in caplog.records
+                if r.getMessage() == "record outside the node policy"}
+    assert set(breaches) == {ids["rt"], ids["gpu"]}
+    assert "may no longer use" in breaches[ids["gpu"]]
     # New containers: the new default (soft) warns and drops what is not allowed ...
     for name in ("rt2", "gpu2"):
         assert "sla.nri.io/warnings" in new[name].adjust.annotations, name
@@ -93,9 +99,11 @@ def test_restart_with_a_changed_config(tmp_path, v1_tree, caplog):
     assert not new["gpu2"].adjust.CDI_devices
     # ... an explicit hard SLA is still refused ...
     assert isinstance(new["hard"], str) and "realtime" in new["hard"]
-    # ... all 8 GPUs go to an allowed namespace, the 2 team-a's container still uses
-    # included (it no longer counts: drain such pods when revoking a grant) ...
-    assert len(new["ml"].adjust.CDI_devices) == 8
+    # ... 8 GPUs for an allowed namespace do not fit: team-a's container still uses 2
+    # (none handed out twice; drain such pods when revoking a grant), so the soft default
+    # gives the 6 free ones and says so ...
+    assert free_gpus == 0 and len(new["ml"].adjust.CDI_devices) == 6
+    assert "requested 8 GPUs" in new["ml"].adjust.annotations["sla.nri.io/warnings"]
     # ... and exclusive CPUs come from outside reserved-cpus and what excl holds.
     got = parse_cpulist(new["excl2"].adjust.linux.resources.cpu.cpus)
     assert len(got) == 4 and not got & held

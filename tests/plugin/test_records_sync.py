@@ -253,9 +253,10 @@ def test_conflicting_records_the_earlier_container_wins(tmp_path, caplog):
         assert warning.fields["problem"] == "conflict" and winner in warning.fields["error"]
 
 
-def test_restore_applies_the_node_policy_again(tmp_path):
-    """Records made while a namespace was allowed realtime and GPUs are not taken once
-    the node config no longer allows them (or the pod is unknown): nothing is held."""
+def test_restore_holds_records_the_node_policy_no_longer_allows(tmp_path):
+    """Records made while a namespace was allowed realtime and GPUs, once the node config
+    no longer allows them (or the pod is unknown): still held (the containers use them
+    until they end; nothing is handed out twice), each reported as out of policy."""
 
     async def scenario():
         async with plugin_session(permissive_node(1), tmp_path) as (sim, session, _p):
@@ -272,5 +273,6 @@ def test_restore_applies_the_node_policy_again(tmp_path):
             return holdings(plugin), metrics
 
     (gpus, exclusive, rt, plans, _u), metrics = run(scenario())
-    assert (gpus, exclusive, rt, plans) == ({}, {}, (), [])
-    assert counted(metrics, "records_rejected_total", problem="policy") == 3
+    assert len(gpus) == 1 and len(exclusive) == 2 and len(rt) == 1 and len(plans) == 3
+    assert counted(metrics, "records_out_of_policy_total") == 3
+    assert counted(metrics, "records_rejected_total", problem="invalid") == 0

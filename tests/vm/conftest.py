@@ -114,7 +114,7 @@ def guest_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
     # All (or none) selected: name the directory (short command line, same tests).
     whole = not selected or set(selected) >= set(_all_ids)
     args = [str(GUEST_DIR.relative_to(REPO))] if whole else selected
-    timeout = float(os.environ.get(TIMEOUT_ENV, "240"))
+    timeout = float(os.environ.get(TIMEOUT_ENV, "420"))
     script = h.pytest_script(REPO, Path(sys.executable), args,
                              per_test_timeout=min(120.0, timeout / 2))
     earlier = ""

@@ -70,7 +70,7 @@ class GuestKind:
 
 
 GUEST_KINDS = {
-    BUSYBOX: GuestKind(BUSYBOX, "tests/vm/guest", "cgroup v2 guest", 240, 120),
+    BUSYBOX: GuestKind(BUSYBOX, "tests/vm/guest", "cgroup v2 guest", 420, 120),
     # Generous: dpkg -i and Python starting as a service take tens of seconds each under
     # TCG on a loaded host. Two disks: io.max on two devices is what the plugin writes
     # itself (tests/vm/systemd_guest/test_packaged_service.py).

@@ -7,6 +7,7 @@ the helpers reach them through the `pk` fixture.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import shutil
 import sys
 import urllib.error
@@ -20,24 +21,6 @@ REPO = Path(__file__).resolve().parents[2]
 PACKAGING = REPO / "packaging"
 # The nri-sla entry point of the environment running the tests (the venv's).
 VENV_NRI_SLA = Path(sys.executable).with_name("nri-sla")
-
-
-def parse_unit(path: Path) -> dict[str, dict[str, list[str]]]:
-    """Parse a systemd unit into section -> key -> values (keys may repeat)."""
-    sections: dict[str, dict[str, list[str]]] = {}
-    current: dict[str, list[str]] | None = None
-    for raw in path.read_text().splitlines():
-        line = raw.strip()
-        if not line or line[0] in "#;":
-            continue
-        if line.startswith("[") and line.endswith("]"):
-            current = sections.setdefault(line[1:-1], {})
-            continue
-        assert current is not None, f"{path}: key outside a section: {line}"
-        key, sep, value = line.partition("=")
-        assert sep, f"{path}: not KEY=VALUE: {line}"
-        current.setdefault(key.strip(), []).append(value.strip())
-    return sections
 
 
 def need_tool(name: str, package: str) -> str:
@@ -68,7 +51,22 @@ async def wait_ready(port: int, tries: int = 100) -> int:
     return status
 
 
+def load_package_tools():
+    """package_tools.py, under the name tests/vm's conftest loads it by too."""
+    key = "nri_sla_package_tools"
+    if key not in sys.modules:
+        spec = importlib.util.spec_from_file_location(key, Path(__file__).with_name(
+            "package_tools.py"))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[key] = module
+        spec.loader.exec_module(module)
+    return sys.modules[key]
+
+
 @pytest.fixture(scope="session")
 def pk() -> SimpleNamespace:
+    tools = load_package_tools()
     return SimpleNamespace(REPO=REPO, PACKAGING=PACKAGING, VENV_NRI_SLA=VENV_NRI_SLA,
-                           parse_unit=parse_unit, need_tool=need_tool, wait_ready=wait_ready)
+                           parse_unit=tools.parse_unit, need_tool=need_tool,
+                           wait_ready=wait_ready, build_deb=tools.build_deb,
+                           DebUnavailable=tools.DebUnavailable)

@@ -2,7 +2,6 @@
 and purge it in a scratch dpkg root (maintainer scripts included)."""
 
 import asyncio
-import os
 import re
 import signal
 import socket
@@ -15,9 +14,6 @@ import pytest
 from nri_plugin import __version__
 from nri_plugin.config import parse_config
 from nri_plugin.simulated.runtime import RuntimeSimulator
-
-# Dependency wheels survive between sessions here: only the first build needs PyPI.
-WHEELHOUSE = Path(os.environ.get("NRI_SLA_WHEELHOUSE", "/tmp/nri-sla-wheelhouse"))
 
 EXPECTED = [
     "./usr/bin/nri-sla",
@@ -40,18 +36,13 @@ EXPECTED = [
 def deb(tmp_path_factory, pk) -> Path:
     pk.need_tool("dpkg-deb", "dpkg")
     out = tmp_path_factory.mktemp("deb")
-    env = dict(os.environ, PYTHON=sys.executable, OUT_DIR=str(out),
-               WHEELHOUSE=str(WHEELHOUSE), DEB_COMPRESS="gzip")
-    res = subprocess.run([str(pk.PACKAGING / "deb" / "build.sh")], env=env,
-                         capture_output=True, text=True, timeout=300)
-    if res.returncode != 0 and "could not fetch dependency wheels" in res.stderr:
-        pytest.skip("building the .deb needs PyPI once (pip wheel) or NRI_SLA_WHEELHOUSE="
-                    "a directory holding the dependency wheels")
-    assert res.returncode == 0, res.stderr[-3000:]
-    path = Path(res.stdout.strip().splitlines()[-1])
+    try:
+        path = pk.build_deb(out, sys.executable)
+    except pk.DebUnavailable as exc:
+        pytest.skip(str(exc))
     arch = subprocess.run(["dpkg", "--print-architecture"], capture_output=True, text=True,
                           check=True).stdout.strip()
-    assert path == out / f"nri-sla_{__version__}_{arch}.deb"
+    assert path.name == f"nri-sla_{__version__}_{arch}.deb"
     return path
 
 

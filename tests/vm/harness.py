@@ -9,8 +9,16 @@ controllers, chroots into the host root and runs one shell script handed in thro
 second, writable 9p share. The same share carries the results back. The host Python,
 virtualenv and runc are therefore used as they are; nothing is installed into the guest.
 
+A second kind of guest boots systemd as PID 1 (init="systemd"): the initramfs lays a
+tmpfs overlay over the read-only host root (so the guest may install packages and write
+unit files: all of it is gone when the guest powers off), masks the units that only slow
+an emulated boot down, and switch_roots into /lib/systemd/systemd, which boots a target of
+one unit: the guest command, after which systemd powers the machine off.
+
 Usable both as a library (tests/vm/conftest.py loads it) and as a script:
     .venv/bin/python tests/vm/harness.py [pytest args...]   # default: tests/vm/guest
+    .venv/bin/python tests/vm/harness.py --systemd [pytest args...]
+                                    # the systemd guest; default: tests/vm/systemd_guest
 """
 
 from __future__ import annotations
@@ -39,6 +47,36 @@ GUEST_MODULES = ("virtio_pci", "virtio_blk", "9pnet_virtio", "9p", "bfq")
 # Controllers enabled for the root's children (what nri-sla writes).
 GUEST_CONTROLLERS = ("cpu", "cpuset", "memory", "io", "pids")
 
+# The systemd guest's initramfs needs only the way to its root: virtio, 9p, overlayfs (and
+# the scratch disk's driver: without udev nobody else loads it). systemd loads anything
+# else from the host's /usr/lib/modules, which is the booted kernel's.
+SYSTEMD_GUEST_MODULES = ("virtio_pci", "virtio_blk", "9pnet_virtio", "9p", "overlay")
+
+BUSYBOX = "busybox"
+SYSTEMD = "systemd"
+INITS = (BUSYBOX, SYSTEMD)
+
+
+@dataclasses.dataclass(frozen=True)
+class GuestKind:
+    """A kind of guest and the directory of guest tests that runs in it."""
+
+    init: str  # BUSYBOX or SYSTEMD
+    tests: str  # relative to the repository
+    label: str  # names the guest in summaries
+    timeout: float  # seconds for a whole run
+    per_test_timeout: float  # inside the guest (pytest-timeout), fixtures included
+    disks: int = 1
+
+
+GUEST_KINDS = {
+    BUSYBOX: GuestKind(BUSYBOX, "tests/vm/guest", "cgroup v2 guest", 420, 120),
+    # Generous: dpkg -i and Python starting as a service take tens of seconds each under
+    # TCG on a loaded host. Two disks: io.max on two devices is what the plugin writes
+    # itself (tests/vm/systemd_guest/test_packaged_service.py).
+    SYSTEMD: GuestKind(SYSTEMD, "tests/vm/systemd_guest", "systemd guest", 600, 300, 2),
+}
+
 KERNEL_ARGS = (
     "cgroup_no_v1=all systemd.unified_cgroup_hierarchy=1 console=ttyS0 panic=-1 "
     # Under TCG the speculative-execution mitigations only cost time.
@@ -48,12 +86,53 @@ KERNEL_ARGS = (
 # The guest sees the I/O share here (inside the chroot, on the guest's fresh /tmp).
 GUEST_IO_DIR = "/tmp/nri-sla-vm"
 GUEST_ENV_FLAG = "NRI_SLA_VM_GUEST"
+# What runs as PID 1 in the guest (BUSYBOX or SYSTEMD), for the guest tests' skip checks.
+GUEST_INIT_ENV = "NRI_SLA_VM_INIT"
+# The systemd guest's path to the Debian package the host built into the I/O share.
+GUEST_DEB_ENV = "NRI_SLA_VM_DEB"
+
+# The systemd guest boots this target: the guest command's unit and basic.target.
+SYSTEMD_TARGET = "nri-sla-vm.target"
+SYSTEMD_COMMAND_UNIT = "nri-sla-vm.service"
+# Units masked in the systemd guest, and why. What is left to boot is the core of
+# sysinit.target (journald, tmpfiles, sysctl, the API file systems), sockets.target (dbus
+# is socket-activated: runc's and containerd's systemd cgroup drivers use the bus when it
+# is there) and the command. Each unit start costs a fork+exec of a dynamically linked
+# binary over 9p, about 0.2-1 s under TCG.
+SYSTEMD_MASKED = (
+    # persistent timers (apt-daily, man-db, fstrim, ...) would fire at the first boot
+    "timers.target",
+    # no hotplug: the initramfs loaded the drivers of the few virtio devices, and udev's
+    # coldplug (trigger + settle) costs many seconds under TCG
+    "systemd-udevd.service", "systemd-udevd-control.socket", "systemd-udevd-kernel.socket",
+    "systemd-udev-trigger.service", "systemd-udev-settle.service",
+    # no login on the console, no network, no hardware to probe
+    "getty.target", "serial-getty@ttyS0.service", "systemd-timesyncd.service",
+    "systemd-networkd.service", "networking.service", "systemd-pstore.service",
+    "proc-sys-fs-binfmt_misc.automount", "systemd-binfmt.service",
+    "systemd-firstboot.service", "systemd-repart.service",
+    # state a throwaway machine does not keep: users (the host's are there), the
+    # journal on disk (it stays in /run), the random seed, utmp; the host's root is
+    # neither remounted nor given static device nodes (devtmpfs has them)
+    "systemd-sysusers.service", "systemd-journal-flush.service",
+    "systemd-random-seed.service", "systemd-update-utmp.service",
+    "systemd-remount-fs.service", "systemd-tmpfiles-setup-dev.service",
+    "kmod-static-nodes.service", "systemd-modules-load.service",
+    # debug and special-purpose file systems nothing here uses
+    "sys-kernel-config.mount", "sys-fs-fuse-connections.mount", "sys-kernel-debug.mount",
+    "sys-kernel-tracing.mount", "dev-hugepages.mount",
+)
+# Generators run before any unit (each a process: seconds in all under TCG); the guest
+# needs none (no fstab, crypttab, gettys or SysV scripts), so all of them are masked.
+SYSTEMD_GENERATOR_DIRS = (Path("/lib/systemd/system-generators"),
+                          Path("/usr/lib/systemd/system-generators"))
 
 # TCG by default: /dev/kvm may exist yet be unusable (nested virtualisation: qemu aborts
 # setting MSRs). Set NRI_SLA_VM_ACCEL=kvm where KVM works.
 ACCEL_ENV = "NRI_SLA_VM_ACCEL"
 
 APT_HINT = "apt-get install qemu-system-x86 linux-image-amd64 busybox-static"
+SYSTEMD_INIT = Path("/lib/systemd/systemd")
 
 
 class VmUnavailable(Exception):
@@ -240,23 +319,11 @@ def cpio_newc(entries: Iterable[tuple[str, int, bytes]]) -> bytes:
     return bytes(out)
 
 
-def init_script(modules: list[str], keep: tuple[str, ...] = ()) -> str:
-    """The guest's /init: busybox sh, runs as PID 1 in the initramfs.
-
-    `keep`: host paths (the repository, the virtualenv) that lie under /tmp or /run, which
-    the guest covers with fresh tmpfs; they are bind-mounted back on top of it (a CI clone
-    may well live in /tmp).
-    """
+def _init_prologue(modules: list[str]) -> str:
+    """Both inits start alike: busybox applets, API filesystems, the modules."""
     insmods = "\n".join(
         f"insmod /modules/{Path(m).name.split('.ko')[0]}.ko || fail 'insmod {m}'"
         for m in modules)
-    controllers = " ".join(f"+{c}" for c in GUEST_CONTROLLERS)
-    io = f"/host{GUEST_IO_DIR}"
-    hidden = [p for p in keep if Path(p).parts[1:2] in (("tmp",), ("run",))]
-    save = "".join(f"mkdir -p /keep{p} && mount -o bind /host{p} /keep{p} "
-                   f"|| fail 'keep {p}'\n" for p in hidden)
-    restore = "".join(f"mkdir -p /host{p} && mount -o bind /keep{p} /host{p} "
-                      f"|| fail 'restore {p}'\n" for p in hidden)
     return f"""#!/bin/busybox sh
 /bin/busybox --install -s /bin
 export PATH=/bin
@@ -265,9 +332,33 @@ mount -t proc proc /proc && mount -t sysfs sys /sys && mount -t devtmpfs dev /de
   || fail "mount proc/sys/dev"
 echo "NRI_SLA_VM: init: loading modules (uptime $(cat /proc/uptime))"
 {insmods}
-mkdir -p /host
-mount -t 9p -o trans=virtio,version=9p2000.L,ro,cache=loose,msize=512000 host /host \\
-  || fail "mount host root over 9p"
+"""
+
+
+HOST_9P_OPTIONS = "trans=virtio,version=9p2000.L,ro,cache=loose,msize=512000"
+IO_9P_OPTIONS = "trans=virtio,version=9p2000.L,msize=512000"
+
+
+def _hidden_by_tmpfs(keep: tuple[str, ...]) -> list[str]:
+    return [p for p in keep if Path(p).parts[1:2] in (("tmp",), ("run",))]
+
+
+def init_script(modules: list[str], keep: tuple[str, ...] = ()) -> str:
+    """The busybox guest's /init: busybox sh, runs as PID 1 in the initramfs.
+
+    `keep`: host paths (the repository, the virtualenv) that lie under /tmp or /run, which
+    the guest covers with fresh tmpfs; they are bind-mounted back on top of it (a CI clone
+    may well live in /tmp).
+    """
+    controllers = " ".join(f"+{c}" for c in GUEST_CONTROLLERS)
+    io = f"/host{GUEST_IO_DIR}"
+    hidden = _hidden_by_tmpfs(keep)
+    save = "".join(f"mkdir -p /keep{p} && mount -o bind /host{p} /keep{p} "
+                   f"|| fail 'keep {p}'\n" for p in hidden)
+    restore = "".join(f"mkdir -p /host{p} && mount -o bind /keep{p} /host{p} "
+                      f"|| fail 'restore {p}'\n" for p in hidden)
+    return _init_prologue(modules) + f"""mkdir -p /host
+mount -t 9p -o {HOST_9P_OPTIONS} host /host || fail "mount host root over 9p"
 {save}for d in tmp run; do mount -t tmpfs -o mode=1777 tmpfs /host/$d || fail "tmpfs /$d"; done
 {restore}mount -t proc proc /host/proc && mount -t sysfs sys /host/sys \\
   && mount -t devtmpfs dev /host/dev || fail "mount proc/sys/dev in host root"
@@ -278,7 +369,7 @@ mount -t cgroup2 cgroup2 /host/sys/fs/cgroup || fail "mount cgroup2"
 echo "{controllers}" > /host/sys/fs/cgroup/cgroup.subtree_control \\
   || fail "enable controllers {controllers}"
 mkdir -p {io}
-mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000 io {io} || fail "mount io share"
+mount -t 9p -o {IO_9P_OPTIONS} io {io} || fail "mount io share"
 cat /proc/uptime > {io}/started
 echo "NRI_SLA_VM: running command (uptime $(cat /proc/uptime))"
 chroot /host /bin/sh {GUEST_IO_DIR}/run.sh > {io}/output.txt 2>&1
@@ -290,8 +381,108 @@ poweroff -f
 """
 
 
-def build_initramfs(tools: VmTools, dest: Path, keep: tuple[str, ...] = ()) -> Path:
-    modules = module_load_order(tools.modules_dir, GUEST_MODULES)
+def systemd_init_script(modules: list[str], keep: tuple[str, ...] = ()) -> str:
+    """The systemd guest's /init: builds the root and hands PID 1 over to systemd.
+
+    The root is an overlay: the host root (9p, read-only) below, a tmpfs above, so the
+    guest can write anywhere and nothing reaches the host. /tmp and /run are fresh tmpfs
+    (with `keep` bound back, as in the busybox guest); the I/O share is on /tmp. The unit
+    files of /overlay (systemd_overlay_files) are copied in before systemd starts.
+    """
+    io = f"/root{GUEST_IO_DIR}"
+    binds = "".join(f"mkdir -p /root{p} && mount -o bind /lower{p} /root{p} "
+                    f"|| fail 'keep {p}'\n" for p in _hidden_by_tmpfs(keep))
+    return _init_prologue(modules) + f"""mkdir -p /lower /upper /root
+mount -t 9p -o {HOST_9P_OPTIONS} host /lower || fail "mount host root over 9p"
+mount -t tmpfs -o mode=755 tmpfs /upper && mkdir /upper/data /upper/work \\
+  || fail "tmpfs for the overlay"
+mount -t overlay -o lowerdir=/lower,upperdir=/upper/data,workdir=/upper/work overlay /root \\
+  || fail "overlay over the host root"
+# A host that is itself a container has /.dockerenv: systemd would take the guest for a
+# container too and ignore the kernel command line (systemd.unit=).
+rm -f /root/.dockerenv
+mount -t tmpfs -o mode=1777 tmpfs /root/tmp \\
+  && mount -t tmpfs -o mode=755,nosuid,nodev tmpfs /root/run || fail "tmpfs /tmp, /run"
+{binds}mkdir -p {io}
+mount -t 9p -o {IO_9P_OPTIONS} io {io} || fail "mount io share"
+cp -a /overlay/. /root/ || fail "copy the guest's unit files"
+echo "NRI_SLA_VM: switching root to systemd (uptime $(cat /proc/uptime))"
+for d in dev proc sys; do mount --move /$d /root/$d || fail "move /$d"; done
+exec switch_root /root {SYSTEMD_INIT}
+"""
+
+
+def systemd_overlay_files() -> list[tuple[str, int, bytes]]:
+    """Files the systemd guest gets on top of the host root: the target it boots, the
+    unit that runs the guest command and powers off, the masks, and an empty fstab and
+    crypttab (the host's would name the host's disks, which the guest waits for)."""
+    io = GUEST_IO_DIR
+    command = f"""#!/bin/sh
+# The guest command (tests/vm/harness.py): marks the end of boot, runs run.sh, keeps its
+# output and exit status in the I/O share. The unit powers the guest off afterwards.
+cat /proc/uptime > {io}/started
+echo "NRI_SLA_VM: running command (uptime $(cat /proc/uptime))" > /dev/console
+/bin/sh {io}/run.sh > {io}/output.txt 2>&1
+echo $? > {io}/rc.tmp && mv {io}/rc.tmp {io}/rc
+echo "NRI_SLA_VM: command finished rc=$(cat {io}/rc) (uptime $(cat /proc/uptime))" \\
+  > /dev/console
+sync
+"""
+    target = f"""[Unit]
+Description=nri-sla test guest: basic system and the guest command
+Requires=basic.target {SYSTEMD_COMMAND_UNIT}
+After=basic.target
+AllowIsolate=yes
+"""
+    service = """[Unit]
+Description=nri-sla test guest command (tests/vm/harness.py)
+After=basic.target
+# Whatever the command's exit status (it is in the I/O share, synced), the guest ends
+# here, at once: a regular shutdown would wait 90 s for a container's PID 1 that ignores
+# SIGTERM (a test that leaks one must not cost that).
+SuccessAction=poweroff-immediate
+FailureAction=poweroff-immediate
+
+[Service]
+Type=oneshot
+ExecStart=/bin/sh /etc/nri-sla-vm/command.sh
+# The host side bounds the whole run (NRI_SLA_VM_TIMEOUT), not systemd's 90 s default.
+TimeoutStartSec=infinity
+StandardOutput=journal+console
+"""
+    tmpfiles = ("# The guest's /tmp is a fresh tmpfs holding bind mounts and the I/O share:\n"
+                "# create it, never clean it (the stock tmp.conf says D: empty at boot).\n"
+                "d /tmp 1777 root root -\n")
+    reg = stat.S_IFREG | 0o644
+    files: list[tuple[str, int, bytes]] = [
+        (d, stat.S_IFDIR | 0o755, b"") for d in
+        ("overlay", "overlay/etc", "overlay/etc/systemd", "overlay/etc/systemd/system",
+         "overlay/etc/tmpfiles.d", "overlay/etc/nri-sla-vm")]
+    files += [
+        ("overlay/etc/nri-sla-vm/command.sh", stat.S_IFREG | 0o755, command.encode()),
+        (f"overlay/etc/systemd/system/{SYSTEMD_TARGET}", reg, target.encode()),
+        (f"overlay/etc/systemd/system/{SYSTEMD_COMMAND_UNIT}", reg, service.encode()),
+        ("overlay/etc/tmpfiles.d/tmp.conf", reg, tmpfiles.encode()),
+        ("overlay/etc/fstab", reg, b"# nri-sla test guest: nothing to mount\n"),
+        ("overlay/etc/crypttab", reg, b""),
+    ]
+    files += [(f"overlay/etc/systemd/system/{unit}", stat.S_IFLNK | 0o777, b"/dev/null")
+              for unit in SYSTEMD_MASKED]
+    generators = sorted({g.name for d in SYSTEMD_GENERATOR_DIRS if d.is_dir()
+                         for g in d.iterdir()})
+    if generators:
+        files.append(("overlay/etc/systemd/system-generators", stat.S_IFDIR | 0o755, b""))
+    files += [(f"overlay/etc/systemd/system-generators/{g}", stat.S_IFLNK | 0o777,
+               b"/dev/null") for g in generators]
+    return files
+
+
+def build_initramfs(tools: VmTools, dest: Path, keep: tuple[str, ...] = (),
+                    init: str = BUSYBOX) -> Path:
+    if init not in INITS:
+        raise ValueError(f"guest init {init!r}: one of {', '.join(INITS)}")
+    wanted = SYSTEMD_GUEST_MODULES if init == SYSTEMD else GUEST_MODULES
+    modules = module_load_order(tools.modules_dir, wanted)
     entries: list[tuple[str, int, bytes]] = [
         (d, stat.S_IFDIR | 0o755, b"") for d in ("bin", "dev", "proc", "sys", "modules")
     ]
@@ -301,7 +492,12 @@ def build_initramfs(tools: VmTools, dest: Path, keep: tuple[str, ...] = ()) -> P
         name = Path(mod).name.split(".ko")[0] + ".ko"
         entries.append((f"modules/{name}", stat.S_IFREG | 0o644,
                         _read_module(tools.modules_dir / mod)))
-    entries.append(("init", stat.S_IFREG | 0o755, init_script(modules, keep).encode()))
+    if init == SYSTEMD:
+        script = systemd_init_script(modules, keep)
+        entries += systemd_overlay_files()
+    else:
+        script = init_script(modules, keep)
+    entries.append(("init", stat.S_IFREG | 0o755, script.encode()))
     dest.write_bytes(cpio_newc(entries))
     return dest
 
@@ -330,47 +526,64 @@ def write_disk_image(path: Path, size_mib: int) -> None:
         f.truncate(size_mib << 20)
 
 
-def qemu_command(tools: VmTools, initramfs: Path, io_dir: Path, disk: Path,
-                 memory_mib: int = 1024, cpus: int = 2) -> list[str]:
+def qemu_command(tools: VmTools, initramfs: Path, io_dir: Path, disk: Path | list[Path],
+                 memory_mib: int = 1024, cpus: int = 2, init: str = BUSYBOX) -> list[str]:
+    kernel_args = KERNEL_ARGS
+    if init == SYSTEMD:
+        kernel_args += f" systemd.unit={SYSTEMD_TARGET}"
     return [
         str(tools.qemu), "-accel", os.environ.get(ACCEL_ENV, "tcg,thread=multi"),
         "-cpu", "max",
         "-m", str(memory_mib), "-smp", str(cpus),
         "-nodefaults", "-nographic", "-no-reboot", "-serial", "stdio",
         "-kernel", str(tools.kernel), "-initrd", str(initramfs),
-        "-append", KERNEL_ARGS,
+        "-append", kernel_args,
         "-virtfs", "local,path=/,mount_tag=host,security_model=none,readonly=on,"
                    "multidevs=remap",
         "-virtfs", f"local,path={io_dir},mount_tag=io,security_model=none,multidevs=remap",
-        "-drive", f"file={disk},if=virtio,format=raw",
+        *(arg for d in (disk if isinstance(disk, list) else [disk])
+          for arg in ("-drive", f"file={d},if=virtio,format=raw")),
     ]
 
 
 def run_in_guest(script: str, work_dir: Path, timeout: float = 240.0,
                  tools: VmTools | None = None, disk_mib: int = 64,
-                 keep: tuple[str, ...] = ()) -> GuestRun:
-    """Boot a guest, run `script` (sh) chrooted into the host root, power off.
+                 keep: tuple[str, ...] = (), init: str = BUSYBOX,
+                 env: dict[str, str] | None = None, disks: int = 1) -> GuestRun:
+    """Boot a guest, run `script` (sh) in the host root, power off.
 
-    The script runs as root with cwd /, HOME=/tmp and GUEST_ENV_FLAG=1; it finds the I/O
-    share at GUEST_IO_DIR and /dev/vda is a blank disk of disk_mib MiB.
+    init=BUSYBOX: the script runs chrooted into the read-only host root from the
+    initramfs's /init. init=SYSTEMD: systemd is PID 1 on a writable overlay of the host
+    root and runs the script as a oneshot service after basic.target.
+    The script runs as root with cwd /, HOME=/tmp, GUEST_ENV_FLAG=1 and GUEST_INIT_ENV set
+    to `init`, and `env`; it finds the I/O share at GUEST_IO_DIR (files placed in
+    work_dir/io before the boot are there too); /dev/vda (and /dev/vdb... when disks > 1)
+    are blank disks of disk_mib MiB.
     Raises VmUnavailable if the tools are missing, VmError on a boot failure or timeout.
     """
     tools = tools or find_tools()
+    if init == SYSTEMD and not SYSTEMD_INIT.is_file():
+        raise VmUnavailable(f"no {SYSTEMD_INIT} on this host for the systemd guest "
+                            f"(apt-get install systemd)")
     work_dir.mkdir(parents=True, exist_ok=True)
     io_dir = work_dir / "io"
-    shutil.rmtree(io_dir, ignore_errors=True)  # no stale rc/results from an earlier run
-    io_dir.mkdir()
-    initramfs = build_initramfs(tools, work_dir / "initramfs.cpio", keep)
-    disk = work_dir / "disk.img"
-    write_disk_image(disk, disk_mib)
+    for stale in ("rc", "rc.tmp", "started", "output.txt", "results.json", "junit.xml"):
+        (io_dir / stale).unlink(missing_ok=True)  # none left from an earlier run
+    io_dir.mkdir(exist_ok=True)
+    initramfs = build_initramfs(tools, work_dir / "initramfs.cpio", keep, init)
+    images = [work_dir / ("disk.img" if i == 0 else f"disk{i}.img") for i in range(disks)]
+    for image in images:
+        write_disk_image(image, disk_mib)
     (io_dir / "run.sh").write_text(
         # The host root is read-only in the guest: caches go to the guest's /tmp.
-        f"export HOME=/tmp {GUEST_ENV_FLAG}=1 PYTHONDONTWRITEBYTECODE=1 "
+        f"export HOME=/tmp {GUEST_ENV_FLAG}=1 {GUEST_INIT_ENV}={init} "
+        f"PYTHONDONTWRITEBYTECODE=1 "
         f"HYPOTHESIS_STORAGE_DIRECTORY=/tmp/.hypothesis\n"
         f"export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n"
-        f"cd /\n{script}\n")
+        + "".join(f"export {k}={shlex.quote(v)}\n" for k, v in (env or {}).items())
+        + f"cd /\n{script}\n")
     console_path = work_dir / "console.log"
-    cmd = qemu_command(tools, initramfs, io_dir, disk)
+    cmd = qemu_command(tools, initramfs, io_dir, images, init=init)
     started = time.monotonic()
     boot_seconds = None
     timed_out = False
@@ -449,13 +662,33 @@ def load_results(io_dir: Path) -> dict[str, dict]:
     return json.loads(path.read_text())
 
 
+def _systemd_guest_inputs(repo: Path, io_dir: Path) -> dict[str, str]:
+    """The Debian package, built as the pytest fixture builds it, in the I/O share."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "nri_sla_package_tools", repo / "tests" / "packaging" / "package_tools.py")
+    tools = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tools)
+    io_dir.mkdir(parents=True, exist_ok=True)
+    deb = tools.build_deb(io_dir, sys.executable)
+    return {GUEST_DEB_ENV: f"{GUEST_IO_DIR}/{deb.name}"}
+
+
 def main(argv: list[str]) -> int:
     repo = Path(__file__).resolve().parents[2]
-    args = argv or ["tests/vm/guest"]
+    kind = GUEST_KINDS[BUSYBOX]
+    if argv[:1] == ["--systemd"]:
+        kind, argv = GUEST_KINDS[SYSTEMD], argv[1:]
+    args = argv or [kind.tests]
     with tempfile.TemporaryDirectory(prefix="nri-sla-vm-") as tmp:
+        env = _systemd_guest_inputs(repo, Path(tmp) / "io") if kind.init == SYSTEMD else {}
         try:
-            run = run_in_guest(pytest_script(repo, Path(sys.executable), args), Path(tmp),
-                               keep=guest_keep(repo))
+            script = pytest_script(repo, Path(sys.executable), args,
+                                   per_test_timeout=kind.per_test_timeout)
+            run = run_in_guest(script, Path(tmp), timeout=kind.timeout,
+                               keep=guest_keep(repo), init=kind.init, env=env,
+                               disks=kind.disks)
         except (VmUnavailable, VmError) as exc:
             print(exc, file=sys.stderr)
             return 2

@@ -176,3 +176,88 @@ def test_init_script_binds_back_paths_hidden_by_guest_tmpfs(vm_harness):
     restore = script.index("mount -o bind /keep/tmp/ci/clone /host/tmp/ci/clone")
     assert save < tmpfs < restore
     assert "/work/main/.venv" not in script  # not under /tmp or /run: visible as it is
+
+
+# ------------------------------------------------------------------ the systemd guest
+
+
+def test_systemd_init_builds_an_overlay_root_and_hands_over_to_systemd(vm_harness):
+    script = vm_harness.systemd_init_script(["kernel/fs/overlayfs/overlay.ko"],
+                                            keep=("/tmp/ci/clone", "/work/main/.venv"))
+    order = [script.index(s) for s in (
+        "insmod /modules/overlay.ko",
+        "mount -t 9p -o trans=virtio,version=9p2000.L,ro,cache=loose,msize=512000 host /lower",
+        "mount -t overlay -o lowerdir=/lower,upperdir=/upper/data,workdir=/upper/work",
+        "rm -f /root/.dockerenv",
+        "mount -t tmpfs -o mode=1777 tmpfs /root/tmp",
+        "mount -o bind /lower/tmp/ci/clone /root/tmp/ci/clone",  # bound back over /tmp
+        "/root/tmp/nri-sla-vm",  # the I/O share, on the fresh /tmp
+        "cp -a /overlay/. /root/",
+        "mount --move /$d /root/$d",
+        "exec switch_root /root /lib/systemd/systemd")]
+    assert order == sorted(order)
+    assert "/work/main/.venv" not in script  # not under /tmp or /run: visible as it is
+    assert "poweroff" not in script.split("exec switch_root")[1]  # systemd powers off
+
+
+def test_systemd_overlay_boots_one_unit_and_masks_the_slow_ones(vm_harness, tmp_path):
+    files = {name: (mode, data) for name, mode, data in vm_harness.systemd_overlay_files()}
+    unit_dir = "overlay/etc/systemd/system"
+    target = files[f"{unit_dir}/{vm_harness.SYSTEMD_TARGET}"][1].decode()
+    assert f"Requires=basic.target {vm_harness.SYSTEMD_COMMAND_UNIT}" in target
+    service = files[f"{unit_dir}/{vm_harness.SYSTEMD_COMMAND_UNIT}"][1].decode()
+    for line in ("Type=oneshot", "SuccessAction=poweroff-immediate",
+                 "FailureAction=poweroff-immediate", "TimeoutStartSec=infinity",
+                 "ExecStart=/bin/sh /etc/nri-sla-vm/command.sh"):
+        assert line in service.splitlines()
+    command = files["overlay/etc/nri-sla-vm/command.sh"][1].decode()
+    io = vm_harness.GUEST_IO_DIR
+    assert command.index(f"> {io}/started") < command.index(f"{io}/run.sh") < command.index(
+        f"mv {io}/rc.tmp {io}/rc")
+    for unit in ("systemd-udevd.service", "timers.target", "getty.target"):
+        mode, target_path = files[f"{unit_dir}/{unit}"]
+        assert stat.S_ISLNK(mode) and target_path == b"/dev/null"
+    generators = [n for n in files if n.startswith("overlay/etc/systemd/system-generators/")]
+    if any(d.is_dir() for d in vm_harness.SYSTEMD_GENERATOR_DIRS):
+        assert "overlay/etc/systemd/system-generators/systemd-fstab-generator" in generators
+    assert files["overlay/etc/fstab"][1].startswith(b"#")  # the host's names host disks
+    assert b"d /tmp 1777 root root -" in files["overlay/etc/tmpfiles.d/tmp.conf"][1]
+
+
+def test_qemu_command_for_the_systemd_guest(vm_harness, tmp_path):
+    tools = vm_harness.VmTools(Path("/usr/bin/qemu-system-x86_64"), Path("/boot/vmlinuz-x"),
+                               Path("/usr/lib/modules/x"), Path("/bin/busybox"))
+    disks = [tmp_path / "a.img", tmp_path / "b.img"]
+    cmd = vm_harness.qemu_command(tools, tmp_path / "i.cpio", tmp_path / "io", disks,
+                                  init=vm_harness.SYSTEMD)
+    append = cmd[cmd.index("-append") + 1]
+    assert f"systemd.unit={vm_harness.SYSTEMD_TARGET}" in append
+    assert [cmd[i + 1] for i, a in enumerate(cmd) if a == "-drive"] == [
+        f"file={d},if=virtio,format=raw" for d in disks]
+    busybox = vm_harness.qemu_command(tools, tmp_path / "i.cpio", tmp_path / "io", disks[0])
+    assert "systemd.unit" not in busybox[busybox.index("-append") + 1]
+
+
+def test_systemd_guest_without_systemd_says_what_to_install(vm_harness, tmp_path,
+                                                            monkeypatch):
+    monkeypatch.setattr(vm_harness, "SYSTEMD_INIT", tmp_path / "no-systemd")
+    tools = vm_harness.VmTools(Path("/q"), Path("/k"), Path("/m"), Path("/b"))
+    with pytest.raises(vm_harness.VmUnavailable, match="apt-get install systemd"):
+        vm_harness.run_in_guest("true", tmp_path, tools=tools, init=vm_harness.SYSTEMD)
+
+
+def test_systemd_initramfs_unpacks_with_units_and_masks(vm_harness, tmp_path):
+    try:
+        tools = vm_harness.find_tools()
+    except vm_harness.VmUnavailable as exc:
+        pytest.skip(str(exc))
+    archive = vm_harness.build_initramfs(tools, tmp_path / "i.cpio", init=vm_harness.SYSTEMD)
+    out = tmp_path / "out"
+    out.mkdir()
+    subprocess.run([str(tools.busybox), "cpio", "-i", "-d"], input=archive.read_bytes(),
+                   cwd=out, check=True, capture_output=True)
+    assert (out / "modules" / "overlay.ko").is_file()
+    assert not (out / "modules" / "bfq.ko").exists()  # systemd loads what else it needs
+    masked = out / "overlay/etc/systemd/system/systemd-udevd.service"
+    assert masked.is_symlink() and str(masked.readlink()) == "/dev/null"
+    assert "switch_root" in (out / "init").read_text()

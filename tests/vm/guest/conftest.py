@@ -11,16 +11,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib.util
-import json
 import os
-import shutil
 import subprocess
 import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -29,19 +26,21 @@ HOST_OPT_IN = "NRI_SLA_CGROUP2_HOST"
 HERE = Path(__file__).resolve().parent
 
 
-def _harness():
-    name = "nri_sla_vm_harness"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, HERE.parent / "harness.py")
+def _vm_module(name: str):
+    """tests/vm/<name>.py, loaded once under the name every tests/vm conftest uses for it
+    (test modules and conftests cannot import each other with --import-mode=importlib)."""
+    key = f"nri_sla_vm_{name}"
+    if key not in sys.modules:
+        spec = importlib.util.spec_from_file_location(key, HERE.parent / f"{name}.py")
         module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
+        sys.modules[key] = module
         spec.loader.exec_module(module)
-    return sys.modules[name]
+    return sys.modules[key]
 
 
 def cgroup2_skip_reason() -> str | None:
     """Why guest tests cannot run here, or None if they can."""
-    h = _harness()
+    h = _vm_module("harness")
     if os.environ.get(h.GUEST_ENV_FLAG) != "1" and os.environ.get(HOST_OPT_IN) != "1":
         return ("cgroup v2 guest test: runs inside the qemu guest booted by "
                 "tests/vm/test_cgroup_v2_guest.py (or set NRI_SLA_CGROUP2_HOST=1 on a "
@@ -67,51 +66,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         item.add_marker(pytest.mark.vm)
         if reason:
             item.add_marker(pytest.mark.skip(reason=reason))
-
-
-# --------------------------------------------------------------- results for the host
-
-_results: dict[str, dict[str, Any]] = {}
-
-
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """Fold setup/call/teardown into one result per test, for the outer host test."""
-    entry = _results.setdefault(report.nodeid, {"outcome": "passed", "longrepr": "",
-                                                 "sections": "", "duration": 0.0})
-    entry["duration"] += report.duration
-    if report.outcome == "failed":
-        entry["outcome"] = "failed" if report.when == "call" else "error"
-        entry["longrepr"] += f"[{report.when}] {report.longreprtext}\n"
-    elif report.outcome == "skipped" and entry["outcome"] == "passed":
-        entry["outcome"] = "skipped"
-        longrepr = report.longrepr
-        entry["longrepr"] = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
-    if report.when in ("call", "teardown") or report.outcome != "passed":
-        entry["sections"] = "\n".join(f"--- {title}\n{text}" for title, text in
-                                      report.sections)
-    if report.when == "teardown":
-        # Written after every test: if the guest dies or times out mid-run, the tests that
-        # finished still report their own results on the host.
-        _write_results()
-
-
-def pytest_collectreport(report: pytest.CollectReport) -> None:
-    if report.failed:
-        _results[report.nodeid] = {"outcome": "error", "longrepr": report.longreprtext,
-                                   "sections": "", "duration": 0.0}
-
-
-def _write_results() -> None:
-    h = _harness()
-    io_dir = Path(h.GUEST_IO_DIR)
-    if os.environ.get(h.GUEST_ENV_FLAG) == "1" and io_dir.is_dir():
-        tmp = io_dir / "results.json.tmp"
-        tmp.write_text(json.dumps(_results, indent=1))
-        tmp.replace(io_dir / "results.json")
-
-
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    _write_results()
 
 
 # --------------------------------------------------------------- cgroup helpers
@@ -184,7 +138,7 @@ def cgroup_tree() -> Iterator[Callable[[str], Cgroup]]:
     """make(rel) creates /sys/fs/cgroup/<rel> (e.g. kubepods/burstable/pod1/ctr) with every
     guest controller delegated down to it, as kubelet and runc would; removed afterwards."""
     created: list[Path] = []
-    controllers = " ".join(f"+{c}" for c in _harness().GUEST_CONTROLLERS)
+    controllers = " ".join(f"+{c}" for c in _vm_module("harness").GUEST_CONTROLLERS)
 
     def make(rel: str) -> Cgroup:
         path = CGROUP_ROOT
@@ -234,122 +188,12 @@ def virtio_partition(virtio_disk) -> BlockDevice:
     return BlockDevice(Path("/dev/vda1"), int(major), int(minor))
 
 
-# --------------------------------------------------------------- runc bundles
-
-BUSYBOX_APPLETS = ("sh", "cat", "ls", "echo", "sleep", "grep", "true")
-
-
-@dataclasses.dataclass
-class RuncResult:
-    rc: int
-    stdout: str
-    stderr: str
-
-
-@dataclasses.dataclass
-class BusyboxBundle:
-    """An OCI bundle whose rootfs is the static busybox; config.json is built per test."""
-
-    dir: Path
-
-    def config(self, args: list[str], resources: dict[str, Any],
-               cgroups_path: str) -> dict[str, Any]:
-        return {
-            "ociVersion": "1.0.2",
-            "process": {"user": {"uid": 0, "gid": 0}, "args": args, "cwd": "/",
-                        "env": ["PATH=/bin"], "terminal": False},
-            "root": {"path": "rootfs", "readonly": True},
-            "hostname": "nri-sla-guest",
-            "mounts": [
-                {"destination": "/proc", "type": "proc", "source": "proc"},
-                {"destination": "/dev", "type": "tmpfs", "source": "tmpfs",
-                 "options": ["nosuid", "mode=755"]},
-                {"destination": "/sys", "type": "sysfs", "source": "sysfs",
-                 "options": ["nosuid", "noexec", "nodev", "ro"]},
-                # With a cgroup namespace this shows the container's own cgroup as root.
-                {"destination": "/sys/fs/cgroup", "type": "cgroup", "source": "cgroup",
-                 "options": ["nosuid", "noexec", "nodev", "ro"]},
-            ],
-            "linux": {
-                "cgroupsPath": cgroups_path,
-                "namespaces": [{"type": t} for t in ("pid", "mount", "ipc", "uts", "cgroup")],
-                "resources": resources,
-            },
-        }
-
-    def run(self, args: list[str], resources: dict[str, Any],
-            timeout: float = 60) -> RuncResult:
-        """`runc run` in the foreground; the container's stdout comes back."""
-        cid = f"nri-sla-{uuid.uuid4().hex[:8]}"
-        return self._runc_run(cid, self.config(args, resources, f"/{cid}"), timeout)
-
-    def _runc_run(self, cid: str, config: dict[str, Any], timeout: float) -> RuncResult:
-        (self.dir / "config.json").write_text(json.dumps(config, indent=1))
-        try:
-            proc = subprocess.run(["runc", "run", "--bundle", str(self.dir), cid],
-                                  capture_output=True, text=True, timeout=timeout,
-                                  stdin=subprocess.DEVNULL)
-        finally:
-            subprocess.run(["runc", "delete", "--force", cid], capture_output=True)
-        return RuncResult(proc.returncode, proc.stdout, proc.stderr)
-
-    @staticmethod
-    def oci_resources(adjustment: Any) -> dict[str, Any]:
-        """What containerd copies from an NRI adjustment into the spec's linux.resources."""
-        res = adjustment.linux.resources
-        cpu: dict[str, Any] = {}
-        if res.cpu.HasField("quota"):
-            cpu["quota"] = res.cpu.quota.value
-        if res.cpu.HasField("period"):
-            cpu["period"] = res.cpu.period.value
-        if res.cpu.cpus:
-            cpu["cpus"] = res.cpu.cpus
-        if res.cpu.mems:
-            cpu["mems"] = res.cpu.mems
-        out: dict[str, Any] = {"cpu": cpu, "unified": dict(res.unified)}
-        if res.memory.HasField("limit"):
-            out["memory"] = {"limit": res.memory.limit.value, "swap": res.memory.limit.value}
-        return out
-
-    def run_with_hook(self, args: list[str], annotations: dict[str, str], work: Path,
-                      timeout: float = 180, cache: str = "off",
-                      cgroups_path: str | None = None,
-                      node_config: str = "enforcement: hard\n",
-                      runtime_keys: dict[str, str] | None = None) -> tuple[RuncResult, str]:
-        """`runc run` of a spec without resources whose createRuntime hook is nri-sla's
-        (`node_config` in `work`; `runtime_keys`: the runtime's own annotations, default
-        containerd's container name); returns runc's result and the hook's log."""
-        cid = f"nri-sla-hook-{uuid.uuid4().hex[:8]}"
-        config = self.config(args, {}, cgroups_path or f"/{cid}")
-        if runtime_keys is None:
-            runtime_keys = {"io.kubernetes.cri.container-name": "app"}
-        config["annotations"] = {**runtime_keys, **annotations}
-        log = work / "hook.log"
-        config["hooks"] = {"createRuntime": [{
-            "path": sys.executable,
-            # TCG is slow: a generous limit of the hook's own, below the runtime's.
-            "args": [sys.executable, "-I", "-m", "nri_plugin.hook", "--stage",
-                     "createRuntime", "--timeout", "100", "--config",
-                     str(work / "config.yaml"), "--cache-dir", cache],
-            "env": [f"NRI_SLA_HOOK_LOG={log}"], "timeout": 120}]}
-        (work / "config.yaml").write_text(node_config)
-        result = self._runc_run(cid, config, timeout)
-        return result, (log.read_text() if log.exists() else "")
-
-
 @pytest.fixture
-def busybox_bundle(tmp_path: Path) -> BusyboxBundle:
-    runc = shutil.which("runc")
-    busybox = Path("/bin/busybox")
-    if runc is None or not busybox.exists():
-        pytest.skip("needs runc and /bin/busybox (apt-get install runc busybox-static)")
-    rootfs = tmp_path / "rootfs"
-    for d in ("bin", "proc", "sys", "dev", "tmp"):
-        (rootfs / d).mkdir(parents=True)
-    shutil.copy2(busybox, rootfs / "bin" / "busybox")
-    for applet in BUSYBOX_APPLETS:
-        (rootfs / "bin" / applet).symlink_to("busybox")
-    return BusyboxBundle(tmp_path)
+def busybox_bundle(tmp_path: Path):
+    bundles = _vm_module("oci_bundle")
+    if reason := bundles.runc_skip_reason():
+        pytest.skip(reason)
+    return bundles.make_busybox_bundle(tmp_path)
 
 
 @pytest.fixture

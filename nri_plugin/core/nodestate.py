@@ -13,7 +13,6 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +44,7 @@ from nri_plugin.sla.model import Sla
 from nri_plugin.topology.cpulist import format_cpulist
 from nri_plugin.topology.cpus import read_topology
 from nri_plugin.topology.gpus import GpuInventory
-from nri_plugin.topology.inventory import configured_inventory
+from nri_plugin.topology.inventory import InventoryReader, configured_reader
 from nri_plugin.topology.snapshot import load_snapshot
 
 AllocatorFactory = Callable[[bool], Allocator]  # (GPUs needed) -> Allocator
@@ -360,23 +359,33 @@ class NodeState:
         return [str(r.error) for r in results if not r.ok]
 
 
+def inventory_reader(config: NodeConfig, sysfs_root: str = "/sys",
+                     inventory_file: str | None = None) -> InventoryReader:
+    """The reader of the node's GPUs from where the config says (or a replayed snapshot
+    file); one per process, so that it keeps NVML's last good read."""
+    if inventory_file:
+        return InventoryReader("snapshot", snapshot=Path(inventory_file))
+    return configured_reader(config.gpu.inventory, Path(sysfs_root))
+
+
 def read_gpu_inventory(config: NodeConfig, sysfs_root: str = "/sys",
                        inventory_file: str | None = None) -> GpuInventory:
-    """The node's GPUs from where the config says (or a replayed snapshot file)."""
-    if inventory_file:
-        return load_snapshot(Path(inventory_file)).inventory
-    return configured_inventory(config.gpu.inventory, Path(sysfs_root))
+    """The node's GPUs from where the config says (or a replayed snapshot file), once."""
+    return inventory_reader(config, sysfs_root, inventory_file).read()
 
 
 def node_allocator(config: NodeConfig, sysfs_root: str = "/sys", *,
-                   inventory_file: str | None = None, gpus: bool = True) -> Allocator:
+                   inventory_file: str | None = None, gpus: bool = True,
+                   inventory: GpuInventory | None = None) -> Allocator:
     """The GPU / exclusive-CPU allocator over this node (or a replayed snapshot).
-    gpus=False: topology only, no GPU inventory (NVML) loaded."""
+    gpus=False: topology only, no GPU inventory (NVML) loaded; `inventory`: one already
+    read."""
     reserved = frozenset(config.reserved_cpus)
     if inventory_file:
         snapshot = load_snapshot(Path(inventory_file))
-        return Allocator(snapshot.topology, snapshot.inventory, reserved)
-    inventory = read_gpu_inventory(config, sysfs_root) if gpus else GpuInventory()
+        return Allocator(snapshot.topology, inventory or snapshot.inventory, reserved)
+    if inventory is None:
+        inventory = read_gpu_inventory(config, sysfs_root) if gpus else GpuInventory()
     return Allocator(read_topology(Path(sysfs_root)), inventory, reserved)
 
 
@@ -393,10 +402,10 @@ def build_node(config: NodeConfig, *, cgroup_version: int | None = None,
     if detect or cgroup_version is None:
         facts = detect_cgroup_facts(cg.root, cg.driver, cgroup_version or cg.version or "auto")
         cgroup_version = facts.version
+    reader = inventory_reader(config, sysfs_root, inventory_file)
     return NodeState(config, cgroup_version, facts=facts,
-                     allocator=node_allocator(config, sysfs_root, inventory_file=inventory_file),
+                     allocator=node_allocator(config, sysfs_root, inventory_file=inventory_file,
+                                              inventory=reader.read()),
                      rt_budget=RtBudget(config.rt_budget * kernel_rt_share()),
                      capabilities=detect_capabilities(cgroup_version, sysfs_root),
-                     record_key=record_key,
-                     read_inventory=partial(read_gpu_inventory, config, sysfs_root,
-                                            inventory_file))
+                     record_key=record_key, read_inventory=reader.read)

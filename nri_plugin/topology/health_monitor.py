@@ -65,23 +65,29 @@ class _Session:
 
     def __init__(self, nvml: Any) -> None:
         self.nvml = nvml
+        self.handles: dict[str, Any] = {}
+        self.lost: dict[str, GpuHealth] = {}  # GPUs found lost while the session opened
+        self.no_events: list[str] = []  # GPUs that cannot report XIDs (NOT_SUPPORTED)
         nvml.nvmlInit()
         try:
             self.events = nvml.nvmlEventSetCreate()
         except Exception:
             nvml.nvmlShutdown()
             raise
-        self.handles: dict[str, Any] = {}
-        self.lost: dict[str, GpuHealth] = {}  # GPUs found lost while the session opened
-        self.no_events: list[str] = []  # GPUs that cannot report XIDs (NOT_SUPPORTED)
-        for i in range(nvml.nvmlDeviceGetCount()):
+        try:
+            self._register(nvml.nvmlDeviceGetCount())
+        except Exception:
+            self.close()
+            raise
+
+    def _register(self, count: int) -> None:
+        nvml = self.nvml
+        for i in range(count):
             try:
                 handle = nvml.nvmlDeviceGetHandleByIndex(i)
                 identity = _identity(nvml, handle)
-            except nvml.NVMLError as exc:
-                if error_code(exc) == NVML_ERROR_GPU_IS_LOST:
-                    self.lost[f"index {i}"] = health_of_error(exc)
-                continue  # unread: the inventory read marks it
+            except nvml.NVMLError:
+                continue  # NVML cannot say which GPU it is: the inventory read marks it
             self.handles[identity] = handle
             try:
                 nvml.nvmlDeviceRegisterEvents(handle, XID_CRITICAL_ERROR, self.events)

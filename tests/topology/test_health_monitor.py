@@ -118,3 +118,14 @@ def test_gpus_without_xid_events_stay_watched_for_loss(dgx_sysfs, caplog):
     gpus[0].lost = True
     assert monitor.poll(0).changed[0][2].state == "unhealthy"
 
+
+
+def test_a_session_that_fails_half_way_leaves_nvml_closed(dgx_sysfs, dgx_nvml):
+    _, monitor = watched(dgx_sysfs, dgx_nvml)
+
+    def count_fails():
+        raise dgx_nvml.NVMLError(NVML_ERROR_UNKNOWN)
+
+    dgx_nvml.nvmlDeviceGetCount = count_fails
+    assert not monitor.poll(0)
+    assert dgx_nvml.initialized == 0

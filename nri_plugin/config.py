@@ -105,6 +105,7 @@ class GpuConfig:
     injection: str = "cdi"  # cdi | env | devices
     inventory: str = "auto"  # auto | nvml | sysfs | /absolute/path/to/snapshot.yaml
     rescan_interval: float = 60.0  # s between inventory rescans by the plugin; 0: never
+    health_interval: float = 10.0  # s between GPU health polls (NVML XIDs); 0: never
 
 
 @dataclass(frozen=True, slots=True)
@@ -393,6 +394,7 @@ _SECTIONS: dict[str, tuple[type, _Schema]] = {
         "injection": ("injection", choice(GPU_INJECTIONS)),
         "inventory": ("inventory", _inventory),
         "rescan-interval": ("rescan_interval", _rescan),
+        "health-interval": ("health_interval", _rescan),
     }),
     "cgroup": (CgroupConfig, {
         "root": ("root", _abs_path),

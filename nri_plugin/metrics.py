@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -34,6 +34,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import choose_encoder
 
 from nri_plugin import __version__
+from nri_plugin.topology.gpu_health import HEALTHY, UNHEALTHY, UNKNOWN
+from nri_plugin.topology.gpus import Gpu
 
 NAMESPACE = "nri_sla"
 
@@ -52,6 +54,9 @@ RECORD_PROBLEMS = ("unauthenticated", "invalid", "conflict")
 # setting, v1 blkio counted as io; and what became of a repair.
 DRIFT_KINDS = ("cpu", "cpuset", "memory", "io")
 REPAIR_OUTCOMES = ("repaired", "failed")
+# nri_sla_gpu_healthy's value per GpuHealth state (alert on < 1).
+HEALTH_VALUES = {HEALTHY: 1, UNHEALTHY: 0, UNKNOWN: -1}
+_GPU_RE = re.compile(r"^[A-Za-z0-9:.\-]{1,80}$")
 # Event labels are RPC / stage names such as CreateContainer or hook.
 _EVENT_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
 
@@ -93,6 +98,11 @@ class Metrics:
             "gpus_missing", "GPUs containers hold that the inventory no longer lists "
             "(fallen off the bus, driver gone): never handed out again while held",
             namespace=NAMESPACE, registry=reg)
+        self.gpu_healthy = Gauge(
+            "gpu_healthy", "Each GPU's health: 1 healthy, 0 unhealthy (lost, critical XID), "
+            "-1 unknown (NVML could not read it); only healthy GPUs go to new containers",
+            ["gpu", "index"], namespace=NAMESPACE, registry=reg)
+        self._gpu_labels: set[tuple[str, str]] = set()  # the GPU series set last time
         self.exclusive_cpus_in_use = Gauge(
             "exclusive_cpus_in_use", "CPUs currently given exclusively to containers",
             namespace=NAMESPACE, registry=reg)
@@ -231,6 +241,18 @@ class Metrics:
     def set_gpus_missing(self, n: int) -> None:
         self.gpus_missing.set(_count(n, "gpus_missing"))
 
+    def set_gpu_health(self, gpus: Iterable[Gpu]) -> None:
+        """One nri_sla_gpu_healthy series per listed GPU (labels: its UUID, else its bus
+        id; its index); series of GPUs no longer listed are removed."""
+        labels = set()
+        for g in gpus:
+            key = (_gpu_label(g.ref), str(g.index))
+            labels.add(key)
+            self.gpu_healthy.labels(*key).set(HEALTH_VALUES[g.health.state])
+        for gone in self._gpu_labels - labels:
+            self.gpu_healthy.remove(*gone)
+        self._gpu_labels = labels
+
     def set_exclusive_cpus_in_use(self, n: int) -> None:
         self.exclusive_cpus_in_use.set(_count(n, "exclusive_cpus_in_use"))
 
@@ -247,6 +269,13 @@ class Metrics:
 def _check(value: str, allowed: tuple[str, ...], what: str) -> None:
     if value not in allowed:
         raise MetricsError(f"{what} {value!r} is not one of {', '.join(allowed)}")
+
+
+def _gpu_label(ref: str) -> str:
+    # NVML's own strings, but still bounded: a label value is one time series
+    if not _GPU_RE.match(ref):
+        raise MetricsError(f"GPU label {ref!r} must be a UUID, PCI bus id or index")
+    return ref
 
 
 def _check_event(event: str) -> None:

@@ -106,6 +106,9 @@ def build_service(node, metrics, *, socket: str | None = None, name: str | None 
     rescan = node.config.gpu.rescan_interval
     if rescan and node.read_inventory is not None:
         periodic.append(Periodic(rescan, plugin.rescan_inventory, "GPU inventory rescan"))
+    health = node.config.gpu.health_interval
+    if health and node.health_monitor is not None:
+        periodic.append(Periodic(health, plugin.poll_gpu_health, "GPU health"))
     options.setdefault("periodic", periodic)
     return plugin, ServiceOptions(
         socket_path=socket or nri.socket, name=name or nri.plugin_name,

@@ -2,7 +2,8 @@
 
 One row per container: its SLA in short, how many enforced values the kernel still
 holds, CPU throttling, memory limit events and pressure, its CPUs and GPUs; each drifted
-value and any repair under way below the table. Read from the plugin's root-only status
+value and any repair under way below the table; then the node's GPUs by health, with a
+line for each GPU that is not healthy. Read from the plugin's root-only status
 socket (docs/operations.md, "The status table"); `--json` prints the document itself.
 Exit status 0, or 1 with one line on stderr when the plugin cannot be asked.
 """
@@ -69,7 +70,25 @@ def render(doc: dict[str, Any], now: float | None = None) -> str:
     notes = [note for c in containers for note in _notes(c)]
     if notes:
         lines += ["", *notes]
+    gpus = doc.get("gpus", [])
+    if gpus:
+        lines += ["", *_gpu_lines(gpus)]
     return "\n".join(lines)
+
+
+def _gpu_lines(gpus: list[dict[str, Any]]) -> list[str]:
+    """"GPUs: 8 (7 healthy, 1 unhealthy)" and a line for each GPU not healthy."""
+    states: dict[str, int] = {}
+    for g in gpus:
+        states[g.get("health", "unknown")] = states.get(g.get("health", "unknown"), 0) + 1
+    counts = ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
+    lines = [f"GPUs: {len(gpus)} ({counts})"]
+    for g in gpus:
+        if g.get("health") != "healthy":
+            mig = "; MIG mode unknown" if g.get("mig") == "unknown" else ""
+            lines.append(f"GPU {g.get('index')} ({g.get('gpu')}): {g.get('health')}: "
+                         f"{g.get('reason') or 'no reason given'}{mig}")
+    return lines
 
 
 def _row(c: dict[str, Any]) -> list[str]:

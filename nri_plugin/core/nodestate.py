@@ -13,7 +13,6 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +44,8 @@ from nri_plugin.sla.model import Sla
 from nri_plugin.topology.cpulist import format_cpulist
 from nri_plugin.topology.cpus import read_topology
 from nri_plugin.topology.gpus import GpuInventory
-from nri_plugin.topology.inventory import configured_inventory
+from nri_plugin.topology.health_monitor import GpuHealthMonitor, HealthChange
+from nri_plugin.topology.inventory import InventoryReader, configured_reader
 from nri_plugin.topology.snapshot import load_snapshot
 
 AllocatorFactory = Callable[[bool], Allocator]  # (GPUs needed) -> Allocator
@@ -102,7 +102,8 @@ class NodeState:
                  capabilities: NodeCapabilities | None = None,
                  resolve_device: Callable[[str], tuple[int, int]] | None = resolve_io_device,
                  can_add_devices: bool = True, record_key: bytes | None = None,
-                 read_inventory: Callable[[], GpuInventory] | None = None) -> None:
+                 read_inventory: Callable[[], GpuInventory] | None = None,
+                 health_monitor: GpuHealthMonitor | None = None) -> None:
         self.config = config
         self.cgroup_version = cgroup_version
         self.facts = facts
@@ -118,6 +119,8 @@ class NodeState:
         self.record_key = record_key or secrets.token_bytes(32)
         # Reads the node's GPUs again (rescan_inventory); None: this node never rescans.
         self.read_inventory = read_inventory
+        # Each GPU's health (NVML events, lost GPUs); None: this node does not watch it.
+        self.health_monitor = health_monitor
         self._cpusets: dict[str, str] = {}  # aligned container -> cpuset it was last given
         # Containers holding GPUs/CPUs/RT by pod, and back: the per-pod caps' input.
         self._pod_of: dict[str, str] = {}
@@ -314,7 +317,21 @@ class NodeState:
         InventoryError or OSError when the inventory cannot be read (nothing changes)."""
         if self.allocator is None or self.read_inventory is None:
             return None
-        return self.allocator.rescan(self.read_inventory())
+        inventory = self.read_inventory()
+        if self.health_monitor is not None:
+            self.health_monitor.track(inventory)
+            inventory = self.health_monitor.apply(inventory)
+        return self.allocator.rescan(inventory)
+
+    def poll_gpu_health(self, timeout_ms: int = 0) -> HealthChange | None:
+        """One health step (GpuHealthMonitor.poll); a change reaches the allocator at once
+        (an unhealthy GPU is never a new container's choice). None: no monitor here."""
+        if self.health_monitor is None or self.allocator is None:
+            return None
+        change = self.health_monitor.poll(timeout_ms)
+        if change:
+            self.allocator.rescan(self.health_monitor.apply(self.allocator.inventory))
+        return change
 
     # -- enforcement ---------------------------------------------------------------------
     def container_paths(self, cgroups_path: str) -> CgroupPaths:
@@ -360,23 +377,33 @@ class NodeState:
         return [str(r.error) for r in results if not r.ok]
 
 
+def inventory_reader(config: NodeConfig, sysfs_root: str = "/sys",
+                     inventory_file: str | None = None) -> InventoryReader:
+    """The reader of the node's GPUs from where the config says (or a replayed snapshot
+    file); one per process, so that it keeps NVML's last good read."""
+    if inventory_file:
+        return InventoryReader("snapshot", snapshot=Path(inventory_file))
+    return configured_reader(config.gpu.inventory, Path(sysfs_root))
+
+
 def read_gpu_inventory(config: NodeConfig, sysfs_root: str = "/sys",
                        inventory_file: str | None = None) -> GpuInventory:
-    """The node's GPUs from where the config says (or a replayed snapshot file)."""
-    if inventory_file:
-        return load_snapshot(Path(inventory_file)).inventory
-    return configured_inventory(config.gpu.inventory, Path(sysfs_root))
+    """The node's GPUs from where the config says (or a replayed snapshot file), once."""
+    return inventory_reader(config, sysfs_root, inventory_file).read()
 
 
 def node_allocator(config: NodeConfig, sysfs_root: str = "/sys", *,
-                   inventory_file: str | None = None, gpus: bool = True) -> Allocator:
+                   inventory_file: str | None = None, gpus: bool = True,
+                   inventory: GpuInventory | None = None) -> Allocator:
     """The GPU / exclusive-CPU allocator over this node (or a replayed snapshot).
-    gpus=False: topology only, no GPU inventory (NVML) loaded."""
+    gpus=False: topology only, no GPU inventory (NVML) loaded; `inventory`: one already
+    read."""
     reserved = frozenset(config.reserved_cpus)
     if inventory_file:
         snapshot = load_snapshot(Path(inventory_file))
-        return Allocator(snapshot.topology, snapshot.inventory, reserved)
-    inventory = read_gpu_inventory(config, sysfs_root) if gpus else GpuInventory()
+        return Allocator(snapshot.topology, inventory or snapshot.inventory, reserved)
+    if inventory is None:
+        inventory = read_gpu_inventory(config, sysfs_root) if gpus else GpuInventory()
     return Allocator(read_topology(Path(sysfs_root)), inventory, reserved)
 
 
@@ -393,10 +420,16 @@ def build_node(config: NodeConfig, *, cgroup_version: int | None = None,
     if detect or cgroup_version is None:
         facts = detect_cgroup_facts(cg.root, cg.driver, cgroup_version or cg.version or "auto")
         cgroup_version = facts.version
+    reader = inventory_reader(config, sysfs_root, inventory_file)
+    inventory = reader.read()
+    monitor = None
+    if reader.source in ("auto", "nvml"):  # NVML may answer later even if it does not now
+        monitor = GpuHealthMonitor()
+        monitor.track(inventory)
     return NodeState(config, cgroup_version, facts=facts,
-                     allocator=node_allocator(config, sysfs_root, inventory_file=inventory_file),
+                     allocator=node_allocator(config, sysfs_root, inventory_file=inventory_file,
+                                              inventory=inventory),
                      rt_budget=RtBudget(config.rt_budget * kernel_rt_share()),
                      capabilities=detect_capabilities(cgroup_version, sysfs_root),
-                     record_key=record_key,
-                     read_inventory=partial(read_gpu_inventory, config, sysfs_root,
-                                            inventory_file))
+                     record_key=record_key, read_inventory=reader.read,
+                     health_monitor=monitor)

@@ -190,7 +190,10 @@ class _BestFit:
                 self.fail_or_warn(f"gpu.ids: {name!r} matches no GPU on this node "
                                   f"(GPUs: {describe_gpus(inv.gpus)}; name them by index, "
                                   "UUID or PCI bus id)", "gpu.ids")
-            elif gpu.mig_enabled:
+            elif not gpu.health.healthy:
+                self.fail_or_warn(f"gpu.ids: GPU {gpu.index} is {gpu.health}; it is not "
+                                  "handed to new containers", "gpu.ids")
+            elif gpu.mig_enabled or gpu.mig_unknown:
                 self.fail_or_warn(f"gpu.ids: GPU {gpu.index} is in MIG mode; ask for a MIG "
                                   "profile (gpu.mig) or name a MIG device", "gpu.ids")
             elif gpu.index not in free:
@@ -214,7 +217,8 @@ class _BestFit:
         free_by_gpu: list[tuple[Gpu, list[MigInstance]]] = []
         all_free: list[str] = []
         for g in self.node.inventory.gpus:
-            if not g.mig_enabled or (nodes is not None and g.numa_node not in nodes):
+            if not g.mig_enabled or not g.health.healthy \
+                    or (nodes is not None and g.numa_node not in nodes):
                 continue
             free = [m for m in g.mig_instances if m.uuid not in self.held.migs]
             all_free += [f"{m.profile} on GPU {g.index}" for m in free]

@@ -29,6 +29,7 @@ from nri_plugin.nri.stub import CreateResult
 from nri_plugin.plan.model import ContainerPlan
 from nri_plugin.plan.record import record_body, record_text
 from nri_plugin.plugin.adjustment import annotated, build_adjustment, build_update
+from nri_plugin.plugin.report import gpus_json
 from nri_plugin.plugin.unenforced import LIVE_STATES, UnenforcedContainers
 from nri_plugin.plugin.watch import DriftWatch, Watched
 
@@ -197,6 +198,16 @@ class SlaPlugin:
                 log_event(log, logging.INFO, what, gpu=gpu.ref, index=gpu.index)
         if change.vanished or change.appeared or change.back:
             self._publish_usage()
+        else:
+            self._publish_gpu_health()  # a read may have found GPUs unknown (or back)
+        return None
+
+    def poll_gpu_health(self) -> None:
+        """The service's Periodic (gpu.health-interval): NVML's XID events and lost GPUs
+        since the last poll, without waiting (this runs on the event loop). The monitor
+        logs each change; the allocator stops offering a GPU that is not healthy."""
+        if self.node.poll_gpu_health(0):
+            self._publish_gpu_health()
         return None
 
     # -- containers --------------------------------------------------------------------
@@ -321,11 +332,17 @@ class SlaPlugin:
         status socket's thread: the watch's state belongs to the loop)."""
         registered = bool(self._stub is not None and self._stub.registered)
         if self._loop is None or not self._loop.is_running():
-            return self.watch.last.to_json(registered)
+            return self._with_gpus(self.watch.last.to_json(registered))
 
         async def look() -> dict[str, Any]:
-            return self.watch.look().to_json(registered)
+            return self._with_gpus(self.watch.look().to_json(registered))
         return asyncio.run_coroutine_threadsafe(look(), self._loop).result(timeout)
+
+    def _with_gpus(self, doc: dict[str, Any]) -> dict[str, Any]:
+        """The status document with the node's GPUs and their health."""
+        allocator = self.node.allocator
+        doc["gpus"] = gpus_json(allocator.inventory) if allocator is not None else []
+        return doc
 
     # -- helpers -------------------------------------------------------------------------
     def _cpuset_updates(self, exclude: str) -> list[pb.ContainerUpdate]:
@@ -370,6 +387,11 @@ class SlaPlugin:
         self.metrics.set_exclusive_cpus_in_use(cpus)
         if self.node.allocator is not None:
             self.metrics.set_gpus_missing(len(self.node.allocator.missing_gpus()))
+        self._publish_gpu_health()
+
+    def _publish_gpu_health(self) -> None:
+        if self.metrics is not None and self.node.allocator is not None:
+            self.metrics.set_gpu_health(self.node.allocator.inventory.gpus)
 
 
 def _watched(pod: pb.PodSandbox | None, container: pb.Container, plan: ContainerPlan,

@@ -14,6 +14,7 @@ from typing import Any
 from nri_plugin.enforce.compliance import Compliance
 from nri_plugin.plan.model import ContainerPlan
 from nri_plugin.topology.cpulist import parse_cpulist
+from nri_plugin.topology.gpus import GpuInventory
 
 REPORT_VERSION = 1  # of the status JSON document
 
@@ -95,6 +96,14 @@ class NodeReport:
         return {"version": REPORT_VERSION, "at": self.at, "interval": self.interval,
                 "registered": registered,
                 "containers": [c.to_json() for c in self.containers]}
+
+
+def gpus_json(inventory: GpuInventory) -> list[dict[str, Any]]:
+    """The node's GPUs for the status document: who each is, its MIG mode and health."""
+    return [{"index": g.index, "gpu": g.ref, "pci_bus_id": g.pci_bus_id, "name": g.name,
+             "mig": "unknown" if g.mig_unknown else "enabled" if g.mig_enabled else "off",
+             "health": g.health.state, "reason": g.health.reason}
+            for g in inventory.gpus]
 
 
 def gpu_refs(plan: ContainerPlan) -> list[str]:

@@ -78,7 +78,12 @@ NVML_ERROR_UNINITIALIZED = 1
 NVML_ERROR_INVALID_ARGUMENT = 2
 NVML_ERROR_NOT_SUPPORTED = 3
 NVML_ERROR_NOT_FOUND = 6
+NVML_ERROR_TIMEOUT = 10
 NVML_ERROR_LIBRARY_NOT_FOUND = 12
+NVML_ERROR_GPU_IS_LOST = 15
+NVML_ERROR_UNKNOWN = 999
+NVML_XID_CRITICAL_ERROR = 0x8  # nvmlEventTypeXidCriticalError
+NVML_NO_INSTANCE = 0xFFFFFFFF  # an event's GPU/compute instance id when not a MIG device
 
 
 class FakeNVMLError(Exception):
@@ -107,12 +112,24 @@ class FakeGpu:
     links: list[str] = field(default_factory=list)  # remote bus ids, one per NVLink
     mig: bool = False
     migs: list[FakeMig] = field(default_factory=list)
+    # Faults: a lost GPU fails every call about it with GPU_IS_LOST; `errors` fails the
+    # named pynvml functions for this GPU only (e.g. {"nvmlDeviceGetMigMode": 999});
+    # `xid_events=False`: the GPU cannot register for XID events (NOT_SUPPORTED).
+    lost: bool = False
+    errors: dict[str, int] = field(default_factory=dict)
+    xid_events: bool = True
 
 
 @dataclass
 class _Handle:
     gpu: FakeGpu
     mig: FakeMig | None = None
+
+
+@dataclass
+class FakeEventSet:
+    gpus: list[FakeGpu] = field(default_factory=list)  # registered for XID events
+    freed: bool = False
 
 
 class FakeNvml:
@@ -124,16 +141,31 @@ class FakeNvml:
     NVML_DEVICE_MIG_ENABLE = 1
     NVML_NVLINK_MAX_LINKS = 12
 
+    nvmlEventTypeXidCriticalError = NVML_XID_CRITICAL_ERROR
+
     def __init__(self, gpus: Sequence[FakeGpu], fail_init: int | None = None) -> None:
         self.gpus = list(gpus)
         self.fail_init = fail_init
         self.initialized = 0
         self.calls = 0
+        self.xids: list[SimpleNamespace] = []  # queued XID events, oldest first
+        self.waits: list[int] = []  # the timeout (ms) of every nvmlEventSetWait_v2
 
-    def _check(self) -> None:
+    def _check(self, gpu: FakeGpu | None = None, call: str = "") -> None:
         self.calls += 1
         if self.initialized <= 0:
             raise FakeNVMLError(NVML_ERROR_UNINITIALIZED)
+        if gpu is not None and gpu.lost:
+            raise FakeNVMLError(NVML_ERROR_GPU_IS_LOST)
+        if gpu is not None and call in gpu.errors:
+            raise FakeNVMLError(gpu.errors[call])
+
+    def queue_xid(self, gpu: FakeGpu, xid: int, gi: int = NVML_NO_INSTANCE,
+                  ci: int = NVML_NO_INSTANCE) -> None:
+        """An XID error the driver reports for `gpu` (gi/ci: on one of its MIG devices)."""
+        self.xids.append(SimpleNamespace(device=_Handle(gpu), eventType=NVML_XID_CRITICAL_ERROR,
+                                         eventData=xid, gpuInstanceId=gi,
+                                         computeInstanceId=ci))
 
     def nvmlInit(self) -> None:
         if self.fail_init is not None:
@@ -151,73 +183,103 @@ class FakeNvml:
         self._check()
         if not 0 <= index < len(self.gpus):
             raise FakeNVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        self._check(self.gpus[index], "nvmlDeviceGetHandleByIndex")
         return _Handle(self.gpus[index])
 
     def nvmlDeviceGetUUID(self, h: _Handle) -> str:
-        self._check()
+        self._check(h.gpu, "nvmlDeviceGetUUID")
         return h.mig.uuid if h.mig else h.gpu.uuid
 
     def nvmlDeviceGetName(self, h: _Handle) -> str:
-        self._check()
+        self._check(h.gpu, "nvmlDeviceGetName")
         return f"{h.gpu.name} MIG {h.mig.profile}" if h.mig else h.gpu.name
 
     def nvmlDeviceGetPciInfo(self, h: _Handle) -> SimpleNamespace:
-        self._check()
+        self._check(h.gpu, "nvmlDeviceGetPciInfo")
         return SimpleNamespace(busId=h.gpu.bus.encode())  # older pynvml gives bytes
 
     def nvmlDeviceGetNumaNodeId(self, h: _Handle) -> int:
-        self._check()
+        self._check(h.gpu, "nvmlDeviceGetNumaNodeId")
         if h.gpu.numa is None:
             raise FakeNVMLError(NVML_ERROR_NOT_SUPPORTED)
         return h.gpu.numa
 
     def nvmlDeviceGetMemoryInfo(self, h: _Handle) -> SimpleNamespace:
-        self._check()
+        self._check(h.gpu, "nvmlDeviceGetMemoryInfo")
         total = h.mig.memory if h.mig else h.gpu.memory
         return SimpleNamespace(total=total, free=total, used=0)
 
     def nvmlDeviceGetMinorNumber(self, h: _Handle) -> int:
-        self._check()
+        self._check(h.gpu, "nvmlDeviceGetMinorNumber")
         return h.gpu.minor
 
     def nvmlDeviceGetNvLinkState(self, h: _Handle, link: int) -> int:
-        self._check()
+        self._check(h.gpu, "nvmlDeviceGetNvLinkState")
         if link >= len(h.gpu.links):
             raise FakeNVMLError(NVML_ERROR_NOT_SUPPORTED)
         return self.NVML_FEATURE_ENABLED
 
     def nvmlDeviceGetNvLinkRemotePciInfo(self, h: _Handle, link: int) -> SimpleNamespace:
-        self._check()
+        self._check(h.gpu, "nvmlDeviceGetNvLinkRemotePciInfo")
         if link >= len(h.gpu.links):
             raise FakeNVMLError(NVML_ERROR_NOT_SUPPORTED)
         return SimpleNamespace(busId=h.gpu.links[link])
 
     def nvmlDeviceGetMigMode(self, h: _Handle) -> tuple[int, int]:
-        self._check()
+        self._check(h.gpu, "nvmlDeviceGetMigMode")
         mode = int(h.gpu.mig)
         return mode, mode
 
     def nvmlDeviceGetMaxMigDeviceCount(self, h: _Handle) -> int:
-        self._check()
+        self._check(h.gpu, "nvmlDeviceGetMaxMigDeviceCount")
         return 7 if h.gpu.mig else 0
 
     def nvmlDeviceGetMigDeviceHandleByIndex(self, h: _Handle, index: int) -> _Handle:
-        self._check()
+        self._check(h.gpu, "nvmlDeviceGetMigDeviceHandleByIndex")
         if index >= len(h.gpu.migs):
             raise FakeNVMLError(NVML_ERROR_NOT_FOUND)
         return _Handle(h.gpu, h.gpu.migs[index])
 
     def nvmlDeviceGetGpuInstanceId(self, h: _Handle) -> int:
-        self._check()
+        self._check(h.gpu, "nvmlDeviceGetGpuInstanceId")
         if h.mig is None:
             raise FakeNVMLError(NVML_ERROR_INVALID_ARGUMENT)
         return h.mig.gi
 
     def nvmlDeviceGetComputeInstanceId(self, h: _Handle) -> int:
-        self._check()
+        self._check(h.gpu, "nvmlDeviceGetComputeInstanceId")
         if h.mig is None:
             raise FakeNVMLError(NVML_ERROR_INVALID_ARGUMENT)
         return h.mig.ci
+
+    # --- events (XIDs) ---------------------------------------------------------------
+
+    def nvmlEventSetCreate(self) -> FakeEventSet:
+        self._check()
+        return FakeEventSet()
+
+    def nvmlDeviceGetSupportedEventTypes(self, h: _Handle) -> int:
+        self._check(h.gpu, "nvmlDeviceGetSupportedEventTypes")
+        return NVML_XID_CRITICAL_ERROR if h.gpu.xid_events else 0
+
+    def nvmlDeviceRegisterEvents(self, h: _Handle, types: int, events: FakeEventSet) -> None:
+        self._check(h.gpu, "nvmlDeviceRegisterEvents")
+        if not h.gpu.xid_events:
+            raise FakeNVMLError(NVML_ERROR_NOT_SUPPORTED)
+        events.gpus.append(h.gpu)
+
+    def nvmlEventSetWait_v2(self, events: FakeEventSet, timeout_ms: int) -> SimpleNamespace:
+        """The oldest queued event of a registered GPU; TIMEOUT at once when none (the
+        fake does not sleep)."""
+        self._check()
+        self.waits.append(timeout_ms)
+        for i, event in enumerate(self.xids):
+            if any(event.device.gpu is g for g in events.gpus):
+                return self.xids.pop(i)
+        raise FakeNVMLError(NVML_ERROR_TIMEOUT)
+
+    def nvmlEventSetFree(self, events: FakeEventSet) -> None:
+        events.freed = True
 
 
 def _bus(n: int) -> str:

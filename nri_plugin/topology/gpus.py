@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass, field
 
 from nri_plugin.errors import InternalFailure
+from nri_plugin.topology.gpu_health import GPU_HEALTHY, GpuHealth
 
 
 class InventoryError(InternalFailure):
@@ -45,6 +46,17 @@ class Gpu:
     nvlink_peers: frozenset[int] = frozenset()
     mig_enabled: bool = False
     mig_instances: tuple[MigInstance, ...] = ()
+    # The inventory read's word on it: unknown when its facts could not be read this time
+    # (then they are the last good read's), unhealthy when NVML says it is lost.
+    health: GpuHealth = GPU_HEALTHY
+    # NVML could not tell its MIG mode: it may be partitioned, so it is never handed out
+    # whole (`mig_enabled` and the instances are the last good read's, if any).
+    mig_unknown: bool = False
+
+    @property
+    def offered_whole(self) -> bool:
+        """May a new container get this GPU whole: healthy and surely not in MIG mode."""
+        return self.health.healthy and not self.mig_enabled and not self.mig_unknown
 
     @property
     def ref(self) -> str:

@@ -13,6 +13,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from nri_plugin.topology.gpu_health import GPU_HEALTHY, GpuHealth, unhealthy, unknown
 from nri_plugin.topology.gpus import Gpu, MigInstance, normalize_bus_id
 from nri_plugin.topology.sysfs_gpus import pci_numa_node
 
@@ -48,6 +49,25 @@ def read_mig_minors(proc_root: Path) -> dict[tuple[int, int, int | None], int]:
     return table
 
 
+# NVML return codes this module tells apart (nvml.h; the same numbers in pynvml)
+NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_FUNCTION_NOT_FOUND = 13  # a driver older than the call
+NVML_ERROR_GPU_IS_LOST = 15
+
+
+def error_code(exc: BaseException) -> int | None:
+    """The NVML return code of an NVMLError (pynvml and fakes keep it in `value`)."""
+    value = getattr(exc, "value", None)
+    return value if isinstance(value, int) else None
+
+
+def health_of_error(exc: BaseException) -> GpuHealth:
+    """What a failed NVML call for one GPU says of it: lost (unhealthy), or unread."""
+    if error_code(exc) == NVML_ERROR_GPU_IS_LOST:
+        return unhealthy("NVML: the GPU is lost (fallen off the bus or hung)")
+    return unknown(f"NVML: {type(exc).__name__}: {exc}")
+
+
 class _Reader:
     def __init__(self, nvml: Any, sysfs_root: Path, proc_root: Path) -> None:
         self.nvml = nvml
@@ -55,45 +75,94 @@ class _Reader:
         self.mig_minors = read_mig_minors(proc_root)
 
     def optional(self, fn_name: str, *args: Any) -> Any:
-        """Call an NVML function that older drivers or some GPUs do not support."""
+        """Call an NVML function that older drivers or some GPUs do not support. A lost
+        GPU is not an unsupported call: that error goes on (the GPU is marked lost)."""
         fn = getattr(self.nvml, fn_name, None)
         if fn is None:
             return None
         try:
             return fn(*args)
-        except self.nvml.NVMLError:
+        except self.nvml.NVMLError as exc:
+            if error_code(exc) == NVML_ERROR_GPU_IS_LOST:
+                raise
             return None
 
     def read(self) -> tuple[Gpu, ...]:
+        """Every GPU NVML counts. One whose calls fail is still listed, as a placeholder
+        (index, and the bus id when that was read) with the failure as its health: the
+        caller puts the last good facts in (topology.inventory)."""
         nvml = self.nvml
         count = nvml.nvmlDeviceGetCount()
-        handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
-        buses = [normalize_bus_id(_text(nvml.nvmlDeviceGetPciInfo(h).busId)) or "" for h in handles]
-        index_of_bus = {bus: i for i, bus in enumerate(buses)}
-        links = [self.nvlink_remotes(h) for h in handles]
+        probes: list[tuple[Any, str] | Gpu] = [self.probe(i) for i in range(count)]
+        index_of_bus = {p[1]: i for i, p in enumerate(probes) if isinstance(p, tuple)}
+        links: list[set[str]] = []
+        for i, p in enumerate(probes):
+            remotes: set[str] = set()
+            if isinstance(p, tuple):
+                try:
+                    remotes = self.nvlink_remotes(p[0])
+                except nvml.NVMLError as exc:
+                    probes[i] = _placeholder(i, p[1], health_of_error(exc))
+            links.append(remotes)
         gpus = []
-        for i, handle in enumerate(handles):
-            bus = buses[i]
-            numa = self.optional("nvmlDeviceGetNumaNodeId", handle)
-            if numa is None or numa < 0:
-                numa = pci_numa_node(self.sysfs_root, bus)
-            memory = self.optional("nvmlDeviceGetMemoryInfo", handle)
-            minor = self.optional("nvmlDeviceGetMinorNumber", handle)
-            mode = self.optional("nvmlDeviceGetMigMode", handle)
-            mig_enabled = bool(mode) and mode[0] == getattr(nvml, "NVML_DEVICE_MIG_ENABLE", 1)
-            gpus.append(Gpu(
-                index=i,
-                uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
-                pci_bus_id=bus,
-                numa_node=numa,
-                memory_bytes=int(memory.total) if memory is not None else 0,
-                name=_text(self.optional("nvmlDeviceGetName", handle) or ""),
-                minor=minor,
-                nvlink_peers=self.peers(i, links, index_of_bus),
-                mig_enabled=mig_enabled,
-                mig_instances=self.mig_instances(i, handle, minor) if mig_enabled else (),
-            ))
+        for i, p in enumerate(probes):
+            if not isinstance(p, tuple):
+                gpus.append(p)
+                continue
+            handle, bus = p
+            try:
+                gpus.append(self.gpu(i, handle, bus, self.peers(i, links, index_of_bus)))
+            except nvml.NVMLError as exc:
+                gpus.append(_placeholder(i, bus, health_of_error(exc)))
         return tuple(gpus)
+
+    def probe(self, i: int) -> tuple[Any, str] | Gpu:
+        """GPU i's handle and bus id, or its placeholder when NVML fails for it."""
+        bus = ""
+        try:
+            handle = self.nvml.nvmlDeviceGetHandleByIndex(i)
+            bus = normalize_bus_id(_text(self.nvml.nvmlDeviceGetPciInfo(handle).busId)) or ""
+        except self.nvml.NVMLError as exc:
+            return _placeholder(i, bus, health_of_error(exc))
+        return handle, bus
+
+    def gpu(self, i: int, handle: Any, bus: str, peers: frozenset[int]) -> Gpu:
+        nvml = self.nvml
+        numa = self.optional("nvmlDeviceGetNumaNodeId", handle)
+        if numa is None or numa < 0:
+            numa = pci_numa_node(self.sysfs_root, bus)
+        memory = self.optional("nvmlDeviceGetMemoryInfo", handle)
+        minor = self.optional("nvmlDeviceGetMinorNumber", handle)
+        mig_enabled, mig_error = self.mig_mode(handle)
+        return Gpu(
+            index=i,
+            uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
+            pci_bus_id=bus,
+            numa_node=numa,
+            memory_bytes=int(memory.total) if memory is not None else 0,
+            name=_text(self.optional("nvmlDeviceGetName", handle) or ""),
+            minor=minor,
+            nvlink_peers=peers,
+            mig_enabled=mig_enabled,
+            mig_instances=self.mig_instances(i, handle, minor) if mig_enabled else (),
+            health=GPU_HEALTHY if mig_error is None else mig_error,
+            mig_unknown=mig_error is not None,
+        )
+
+    def mig_mode(self, handle: Any) -> tuple[bool, GpuHealth | None]:
+        """(MIG enabled, None), or (False, why the mode is unknown)."""
+        fn = getattr(self.nvml, "nvmlDeviceGetMigMode", None)
+        if fn is None:
+            return False, None  # a library that predates MIG: no GPU of it has MIG
+        try:
+            current = fn(handle)[0]
+        except self.nvml.NVMLError as exc:
+            if error_code(exc) in (NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_FUNCTION_NOT_FOUND):
+                return False, None  # a GPU (or driver) without MIG
+            if error_code(exc) == NVML_ERROR_GPU_IS_LOST:
+                raise
+            return False, unknown(f"MIG mode unreadable (NVML: {type(exc).__name__}: {exc})")
+        return current == getattr(self.nvml, "NVML_DEVICE_MIG_ENABLE", 1), None
 
     def nvlink_remotes(self, handle: Any) -> set[str]:
         remotes: set[str] = set()
@@ -158,9 +227,17 @@ class _Reader:
         return f"{g}g.{gib}gb" if c == g else f"{c}c.{g}g.{gib}gb"
 
 
+def _placeholder(index: int, bus: str, health: GpuHealth) -> Gpu:
+    """A GPU NVML counts but whose facts it did not give: its MIG mode is unknown too."""
+    return Gpu(index=index, uuid="", pci_bus_id=bus, numa_node=None, health=health,
+               mig_unknown=True)
+
+
 def read_nvml_gpus(nvml: Any, sysfs_root: Path = Path("/sys"),
                    proc_root: Path = Path("/proc")) -> tuple[Gpu, ...]:
-    """Read every GPU through NVML; raises nvml.NVMLError (or OSError) when NVML fails."""
+    """Read every GPU through NVML. Raises nvml.NVMLError (or OSError) when NVML as a
+    whole fails (init, count); a GPU whose own calls fail is listed with that failure as
+    its health (unknown, or unhealthy when lost) and placeholder facts."""
     nvml.nvmlInit()
     try:
         return _Reader(nvml, sysfs_root, proc_root).read()

@@ -162,3 +162,14 @@ def test_table_rows_and_notes():
         "infer/llm-0 server: cpu/cpu.cfs_quota_us holds '100000', SLA '400000' (set through "
         "the runtime)",
         "infer/llm-0 server: repair requested through the runtime"]
+
+
+def test_gpu_health_below_the_table():
+    gpus = [{"index": i, "gpu": f"GPU-{i}", "pci_bus_id": f"0000:0{i}:00.0", "name": "",
+             "mig": "off", "health": "healthy", "reason": ""} for i in range(4)]
+    gpus[1].update(health="unhealthy", reason="XID 79")
+    gpus[3].update(health="unknown", reason="NVML: error 999", mig="unknown")
+    lines = render({**DOC, "gpus": gpus}, now=1012.0).splitlines()
+    assert lines[-3:] == ["GPUs: 4 (2 healthy, 1 unhealthy, 1 unknown)",
+                          "GPU 1 (GPU-1): unhealthy: XID 79",
+                          "GPU 3 (GPU-3): unknown: NVML: error 999; MIG mode unknown"]

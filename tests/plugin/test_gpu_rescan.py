@@ -20,10 +20,18 @@ from nri_plugin.config import Cap, GpuConfig, NodeConfig, Permissions, PodCaps
 from nri_plugin.core import NodeState
 from nri_plugin.metrics import Metrics
 from nri_plugin.plan.allocator import Allocator
-from nri_plugin.simulated.hardware import FakeNvml, build_sysfs, dgx_like_gpus, dgx_like_pci
+from nri_plugin.simulated.hardware import (
+    NVML_ERROR_LIBRARY_NOT_FOUND,
+    NVML_ERROR_UNKNOWN,
+    FakeNvml,
+    build_sysfs,
+    dgx_like_gpus,
+    dgx_like_pci,
+    mig_box_gpus,
+)
 from nri_plugin.simulated.runtime import PluginCallError, make_container, make_pod
 from nri_plugin.topology.cpus import read_topology
-from nri_plugin.topology.inventory import load_inventory
+from nri_plugin.topology.inventory import InventoryReader, load_inventory
 
 CONFIG = NodeConfig(
     permissions=Permissions(gpus=("*",), ungranted_gpus=("*",),
@@ -135,3 +143,53 @@ def test_rescan_interval_becomes_a_periodic_of_the_service(tmp_path, interval, r
     rescans = [p for p in options.periodic if p.run == plugin.rescan_inventory]
     assert [p.interval for p in rescans] == [interval] * runs
 
+
+
+MIG_BOX_PCI = [("0000:07:00.0", 0x030200, 0), ("0000:0f:00.0", 0x030200, 0)]
+
+
+@pytest.mark.parametrize("fault", ["one GPU's call", "the whole library"])
+def test_nvml_failing_after_it_worked_never_offers_a_mig_gpu_whole(tmp_path, fault):
+    """Before: one NVML error in a rescan dropped the inventory to sysfs, where GPU 0 lost
+    its MIG flag; it was then handed out whole while "a" held one of its MIG instances."""
+    nvml = FakeNvml(mig_box_gpus())
+    sysfs = build_sysfs(tmp_path / "sys", nodes=1, cores_per_node=8, threads=2,
+                        pci=MIG_BOX_PCI)
+    reader = InventoryReader("auto", sysfs_root=sysfs, nvml=nvml)
+    node = NodeState(CONFIG, 2, allocator=Allocator(read_topology(sysfs), reader.read()),
+                     record_key=RECORD_KEY, read_inventory=reader.read)
+    mig_gpu, whole_gpu = nvml.gpus
+
+    async def ask(session, name, sla):
+        pod = make_pod(name, annotations={"sla.nri.io/pod": sla})
+        await session.run_pod_sandbox(pod)
+        try:
+            resp = await session.create_container(pod, make_container(pod, "c"))
+        except PluginCallError as exc:
+            return exc.message
+        return {d.name.partition("=")[2] for d in resp.adjust.CDI_devices}
+
+    async def scenario():
+        async with plugin_session(node, tmp_path) as (_sim, session, plugin):
+            held = await ask(session, "a", "gpu: {mig: 1g.10gb, align: false}")
+            if fault == "one GPU's call":
+                whole_gpu.errors = {"nvmlDeviceGetUUID": NVML_ERROR_UNKNOWN}
+            else:
+                nvml.fail_init = NVML_ERROR_LIBRARY_NOT_FOUND
+            plugin.rescan_inventory()
+            both = await ask(session, "b", "gpu: {count: 2, align: false}")
+            one = await ask(session, "c", "gpu: {count: 1, align: false}")
+            mig = await ask(session, "d", "gpu: {mig: 1g.10gb, align: false}")
+            return held, both, one, mig
+
+    held, both, one, mig = asyncio.run(asyncio.wait_for(scenario(), 30))
+    assert held == {mig_gpu.migs[2].uuid}
+    assert isinstance(both, str) and "free: none" in both  # GPU 0 is never whole
+    assert isinstance(one, str) and "free: none" in one  # GPU 1 is unknown: not offered
+    inventory = node.allocator.inventory
+    assert inventory.source == "nvml" and inventory.gpus[0].mig_enabled
+    assert mig_gpu.migs[2].uuid in node.allocator.migs_in_use()  # still "a"'s
+    if fault == "one GPU's call":  # GPU 0 still reads well: its other instance is offered
+        assert mig == {mig_gpu.migs[3].uuid}
+    else:  # nothing reads: no new placement on any GPU
+        assert isinstance(mig, str) and "free MIG instances: none" in mig

@@ -158,6 +158,7 @@ CONFIG_ERRORS = [
     ("nri: {plugin-index: '5'}", "nri.plugin-index", "two digits"),
     ("gpu: {rescan-interval: 0.5}", "gpu.rescan-interval", "0 (never) or a number of seconds"),
     ("gpu: {rescan-interval: 1m}", "gpu.rescan-interval", "from 1 to 86400, got 1m"),
+    ("gpu: {health-interval: -1}", "gpu.health-interval", "0 (never) or a number of seconds"),
     ("nri: {reconnect-max-seconds: 0}", "nri.reconnect-max-seconds", "above 0 and at most 3600"),
     ("nri: {reconnect-max-seconds: 30s}", "nri.reconnect-max-seconds", "number of seconds"),
     ("hook: {inject: yes}", "hook.inject", "true or false, got yes"),

@@ -5,12 +5,15 @@ import pytest
 
 from nri_plugin.simulated.hardware import (
     NVML_ERROR_LIBRARY_NOT_FOUND,
+    NVML_ERROR_NOT_SUPPORTED,
+    NVML_ERROR_UNKNOWN,
     FakeGpu,
     FakeNvml,
     build_sysfs,
 )
 from nri_plugin.topology import InventoryError, load_inventory
 from nri_plugin.topology.gpus import normalize_bus_id
+from nri_plugin.topology.inventory import InventoryReader
 from nri_plugin.topology.nvml_gpus import import_pynvml
 
 
@@ -80,14 +83,72 @@ def test_auto_degrades_to_sysfs_with_a_reason(dgx_sysfs, caplog):
     assert all(g.uuid == "" and g.ref == g.pci_bus_id for g in inv.gpus)
 
 
-def test_nvml_failing_mid_way_degrades_too(dgx_sysfs, dgx_nvml):
-    def boom(handle):
-        raise dgx_nvml.NVMLError(15)  # GPU is lost
-
-    dgx_nvml.nvmlDeviceGetUUID = boom
+def test_one_gpu_failing_before_nvml_ever_worked_is_unknown_not_sysfs(dgx_sysfs, dgx_nvml):
+    # NVML answered (it counted the GPUs): one GPU's failing call marks that GPU alone
+    dgx_nvml.gpus[3].errors = {"nvmlDeviceGetUUID": NVML_ERROR_UNKNOWN}
     inv = load_inventory(sysfs_root=dgx_sysfs, nvml=dgx_nvml)
-    assert inv.source == "sysfs" and len(inv.gpus) == 8
+    assert inv.source == "nvml" and len(inv.gpus) == 8
+    assert [g.health.state for g in inv.gpus] == ["healthy"] * 3 + ["unknown"] + ["healthy"] * 4
+    assert "1 of 8" in inv.degraded_reason
+    # never read well: a placeholder with its bus id, never offered whole
+    gpu3 = inv.gpus[3]
+    assert (gpu3.uuid, gpu3.pci_bus_id, gpu3.mig_unknown) == ("", "0000:4e:00.0", True)
+    assert not gpu3.offered_whole and all(g.offered_whole for g in inv.gpus if g is not gpu3)
+    assert inv.gpus[0].nvlink_peers == {1, 2, 3, 4}  # the others keep their NVLinks
     assert dgx_nvml.initialized == 0
+
+
+def test_lost_gpu_is_unhealthy(dgx_sysfs, dgx_nvml):
+    dgx_nvml.gpus[5].lost = True
+    inv = load_inventory(sysfs_root=dgx_sysfs, nvml=dgx_nvml)
+    assert inv.gpus[5].health.state == "unhealthy" and "lost" in inv.gpus[5].health.reason
+    assert inv.gpus[5].pci_bus_id == ""  # not even its handle: NVML knows only its index
+
+
+def test_after_nvml_worked_a_failure_keeps_the_last_good_read(dgx_sysfs, mig_nvml, mig_proc):
+    reader = InventoryReader(sysfs_root=dgx_sysfs, nvml=mig_nvml, proc_root=mig_proc)
+    good = reader.read()
+    gpu0, gpu1 = good.gpus
+    # one GPU's call fails: that GPU keeps its last good facts, marked unknown
+    mig_nvml.gpus[0].errors = {"nvmlDeviceGetUUID": NVML_ERROR_UNKNOWN}
+    inv = reader.read()
+    assert inv.source == "nvml" and len(inv.gpus) == 2
+    assert inv.gpus[0].mig_enabled and inv.gpus[0].mig_instances == gpu0.mig_instances
+    assert inv.gpus[0].uuid == gpu0.uuid and inv.gpus[0].health.state == "unknown"
+    assert inv.gpus[1] == gpu1  # the rest of the fresh read
+    # NVML fails as a whole: the last good read, every GPU unknown, never sysfs
+    mig_nvml.fail_init = NVML_ERROR_LIBRARY_NOT_FOUND
+    inv = reader.read()
+    assert inv.source == "nvml" and "last good read" in inv.degraded_reason
+    assert [g.uuid for g in inv.gpus] == [gpu0.uuid, gpu1.uuid]
+    assert [g.health.state for g in inv.gpus] == ["unknown", "unknown"]
+    assert inv.gpus[0].mig_enabled and not any(g.offered_whole for g in inv.gpus)
+    # NVML back: the fresh read again
+    mig_nvml.fail_init = None
+    mig_nvml.gpus[0].errors = {}
+    assert reader.read().gpus == good.gpus
+
+
+def test_mig_mode_unreadable_is_never_whole(dgx_sysfs, mig_nvml, mig_proc):
+    mig_nvml.gpus[1].errors = {"nvmlDeviceGetMigMode": NVML_ERROR_UNKNOWN}
+    reader = InventoryReader(sysfs_root=dgx_sysfs, nvml=mig_nvml, proc_root=mig_proc)
+    first = reader.read().gpus[1]  # never read before: MIG off as far as NVML said, unknown
+    assert first.uuid and not first.mig_enabled and first.mig_unknown
+    assert first.health.state == "unknown" and "MIG mode" in first.health.reason
+    assert not first.offered_whole
+    # the last good read said MIG: still MIG (with its instances) while unreadable
+    mig_nvml.gpus[1].errors = {}
+    assert reader.read().gpus[0].mig_enabled
+    mig_nvml.gpus[0].errors = {"nvmlDeviceGetMigMode": NVML_ERROR_UNKNOWN}
+    gpu0 = reader.read().gpus[0]
+    assert gpu0.mig_enabled and len(gpu0.mig_instances) == 4 and gpu0.mig_unknown
+
+
+def test_mig_mode_not_supported_is_no_mig(dgx_sysfs, dgx_nvml):
+    # pre-Ampere GPUs answer NOT_SUPPORTED: no MIG, nothing unknown
+    dgx_nvml.gpus[0].errors = {"nvmlDeviceGetMigMode": NVML_ERROR_NOT_SUPPORTED}
+    gpu0 = load_inventory(sysfs_root=dgx_sysfs, nvml=dgx_nvml).gpus[0]
+    assert gpu0.offered_whole and gpu0.health.healthy
 
 
 def test_explicit_nvml_source_raises(dgx_sysfs):

@@ -47,6 +47,7 @@ class Kubelet:
         self.registrations: queue.Queue = queue.Queue()
         self.lists: queue.Queue = queue.Queue()
         self.plugin = None  # (channel, DevicePluginStub) of the registered plugin
+        self.connected = threading.Event()  # set once the registered plugin is dialled
         self.options = None
         self.server = None
         self.pods = None  # a ListPodResourcesResponse
@@ -85,6 +86,7 @@ class Kubelet:
         self.server.start()
 
     def stop(self) -> None:
+        self.connected.clear()
         if self.plugin is not None:
             self.plugin[0].close()
             self.plugin = None
@@ -117,6 +119,7 @@ class Kubelet:
         if self.plugin is not None:
             self.plugin[0].close()
         self.plugin = (channel, stub)
+        self.connected.set()
         try:
             self.options = as_dict(stub.GetDevicePluginOptions(self.dp.Empty(), timeout=10))
             for answer in stub.ListAndWatch(self.dp.Empty()):
@@ -140,6 +143,8 @@ class Kubelet:
                             "PreStartContainer": self.dp.PreStartContainerRequest,
                             "GetDevicePluginOptions": self.dp.Empty}[method]
             request = json_format.ParseDict(cmd.get("request", {}), request_type())
+            if not self.connected.wait(cmd.get("timeout", 10)):
+                raise queue.Empty
             try:
                 return {"response": as_dict(getattr(self.plugin[1], method)(request, timeout=10))}
             except grpc.RpcError as exc:

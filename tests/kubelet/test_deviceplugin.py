@@ -74,6 +74,14 @@ def registered(make_kubelet, start_plugin):
     return start
 
 
+def _next_devices(kubelet) -> dict[str, tuple[str, list[int]]]:
+    """The next device list, past the end of a stream a kubelet restart closed."""
+    listed = kubelet.next_list()
+    while "stream_ended" in listed:
+        listed = kubelet.next_list()
+    return _devices(listed)
+
+
 def _devices(listed: dict) -> dict[str, tuple[str, list[int]]]:
     return {d["ID"]: (d["health"], [int(n.get("ID", 0)) for n in d["topology"]["nodes"]])
             for d in listed["devices"]}
@@ -218,12 +226,10 @@ def test_kubelet_restart_gets_a_new_registration(registered, sock_dir):
     kubelet.next_list()
     kubelet.command("restart")  # wipes the plugin's socket, serves kubelet.sock anew
     assert kubelet.registration(timeout=10)["resource_name"] == "nvidia.com/gpu"
-    ended = kubelet.next_list()  # the old stream ended with the old connection ...
-    listed = kubelet.next_list() if "stream_ended" in ended else ended
-    assert set(_devices(listed)) == set(UUID)  # ... and the new one lists every GPU
+    assert set(_next_devices(kubelet)) == set(UUID)  # the new stream lists every GPU
     assert (sock_dir / "nri-sla-gpu.sock").is_socket()
     running.plugin.update(health={UUID[0]: False})
-    assert _devices(kubelet.next_list())[UUID[0]][0] == "Unhealthy"
+    assert _next_devices(kubelet)[UUID[0]][0] == "Unhealthy"
     assert "response" in kubelet.call("Allocate", {"container_requests": [
         {"devices_ids": [UUID[1]]}]})
 

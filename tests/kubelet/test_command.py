@@ -64,3 +64,22 @@ def test_errors_are_one_line(tmp_path, capsys, args, config, status, message):
     err = capsys.readouterr().err
     assert code == status
     assert err.startswith(message.format(config=path)) and err.count("\n") == 1, err
+
+
+def test_docs_name_every_flag_and_config_key():
+    import argparse
+    import re
+
+    from nri_plugin.commands import device_plugin
+    from nri_plugin.config import DevicePluginConfig
+
+    parser = argparse.ArgumentParser()
+    device_plugin.add_arguments(parser)
+    flags = {s for a in parser._actions for s in a.option_strings if s.startswith("--")}
+    doc = (REPO / "docs" / "device-plugin.md").read_text()
+    table = set(re.findall(r"^\| `(--[a-z-]+)", doc, re.M))
+    assert table == flags - {"--help"}
+    config_doc = (REPO / "docs" / "config.md").read_text()
+    for name in DevicePluginConfig.__dataclass_fields__:
+        key = f"device-plugin.{name.replace('_', '-')}"
+        assert f"| `{key}` |" in config_doc and key in doc, key

@@ -112,7 +112,7 @@ class GpuDevicePlugin(pb_grpc.DevicePluginServicer):
         self._changed = threading.Condition()
         self._stop = threading.Event()
         self._server: grpc.Server | None = None
-        self._served: tuple[int, int] | None = None  # (our socket's inode, kubelet.sock's)
+        self._served: tuple[tuple[int, int, int], ...] | None = None  # _inodes() when registered
 
     # -- inputs -----------------------------------------------------------------------
     def update(self, inventory: GpuInventory | None = None,
@@ -309,12 +309,15 @@ class GpuDevicePlugin(pb_grpc.DevicePluginServicer):
         self.settings.socket_path.unlink(missing_ok=True)
         log.info("device plugin stopped, %s removed", self.settings.socket_path)
 
-    def _inodes(self) -> tuple[int, int] | None:
+    def _inodes(self) -> tuple[tuple[int, int, int], ...] | None:
+        """Which files our socket and kubelet.sock are now; None when one is missing.
+        The change time tells a re-created file from the old one whose inode number the
+        filesystem handed out again."""
         try:
-            return (os.stat(self.settings.socket_path).st_ino,
-                    os.stat(self.settings.kubelet_socket).st_ino)
+            stats = (os.stat(self.settings.socket_path), os.stat(self.settings.kubelet_socket))
         except OSError:
             return None
+        return tuple((st.st_dev, st.st_ino, st.st_ctime_ns) for st in stats)
 
 
 def _bounded(items: Iterable, what: str, limit: int) -> list:

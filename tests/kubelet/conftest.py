@@ -5,6 +5,7 @@ pkg/apis directory, e.g. a checkout of github.com/kubernetes/kubelet)."""
 from __future__ import annotations
 
 import os
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -18,6 +19,10 @@ from kubelet_harness import PROJECT_STUBS, FakeKubelet, Stubs
 PROTOS_ENV = "NRI_SLA_KUBELET_PROTOS"
 # the two APIs nri-sla speaks, as laid out under the kubelet's pkg/apis
 PUBLISHED = ("deviceplugin/v1beta1/api.proto", "podresources/v1/api.proto")
+# Kubelets up to 1.33 (v0.33.x) annotate these protos with gogoproto options, which steer
+# Go code generation only (no wire effect): dropped so protoc needs no gogo.proto.
+_GOGO = re.compile(r'^import "github.com/gogo/protobuf/gogoproto/gogo.proto";\n'
+                   r'|^option \(gogoproto\.[^;]*;\n|\s*\[\(gogoproto\.[^\]]*\]', re.M)
 
 
 @pytest.fixture(scope="session")
@@ -30,9 +35,13 @@ def published_stubs(tmp_path_factory) -> Stubs:
 
     missing = [p for p in PUBLISHED if not (Path(root) / p).is_file()]
     assert not missing, f"{PROTOS_ENV}={root} has no {', '.join(missing)}"
+    src = tmp_path_factory.mktemp("published-protos")
+    for name in PUBLISHED:
+        (src / name).parent.mkdir(parents=True)
+        (src / name).write_text(_GOGO.sub("", (Path(root) / name).read_text()))
     out = tmp_path_factory.mktemp("published-stubs")
-    run_protoc([f"-I{root}", f"--python_out={out}", f"--grpc_python_out={out}",
-                *(str(Path(root) / p) for p in PUBLISHED)], ", ".join(PUBLISHED))
+    run_protoc([f"-I{src}", f"--python_out={out}", f"--grpc_python_out={out}",
+                *(str(src / p) for p in PUBLISHED)], ", ".join(PUBLISHED))
     return Stubs("published", "deviceplugin.v1beta1.api_pb2", "podresources.v1.api_pb2", out)
 
 

@@ -176,7 +176,10 @@ def main() -> int:
                       podresources_socket=args.podresources_socket)
     kubelet.start()
     print(json.dumps({"ready": True, "pid": os.getpid(),
-                      "files": sorted({m.DESCRIPTOR.name for m in mods[::2]})}), flush=True)
+                      "files": sorted({m.DESCRIPTOR.name for m in mods[::2]}),
+                      "allocate_fields": sorted(
+                          f.name for f in mods[0].ContainerAllocateResponse.DESCRIPTOR.fields)}),
+          flush=True)
     for line in sys.stdin:
         try:
             answer = kubelet.command(json.loads(line))

@@ -33,6 +33,7 @@ lint: $(STAMP)
 
 proto: $(STAMP)
 	$(PY) -m nri_plugin.nri.protogen
+	$(PY) -m nri_plugin.kubelet.protogen
 
 bench: $(STAMP)
 	$(PY) bench/run_all.py

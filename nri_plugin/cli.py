@@ -22,6 +22,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "validate": ("validate", "check the SLA annotations of pod manifests (CI friendly)"),
     "inventory": ("inventory", "print the node's CPUs, NUMA nodes and GPUs"),
     "demo": ("demo", "run the plugin against the built-in runtime simulator"),
+    "device-plugin": ("device_plugin", "serve the node's GPUs to the kubelet as its device "
+                      "plugin (nri-sla's choice becomes the grant)"),
     "status": ("status", "show each SLA container: enforced vs actual, drift, throttling "
                "(asks the running plugin)"),
 }

@@ -109,6 +109,15 @@ class GpuConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class DevicePluginConfig:
+    """The node config's `device-plugin` section: `nri-sla device-plugin`, the node's GPU
+    device plugin for the kubelet (docs/device-plugin.md)."""
+
+    resource_name: str = "nvidia.com/gpu"  # the extended resource pods ask for
+    socket_dir: str = "/var/lib/kubelet/device-plugins"  # the kubelet's kubelet.sock is here
+
+
+@dataclass(frozen=True, slots=True)
 class CgroupConfig:
     """The node config's `cgroup` section."""
 
@@ -190,6 +199,7 @@ class NodeConfig:
     # Where nri-sla keeps what must outlive it: the key that authenticates its records.
     state_dir: str = DEFAULT_STATE_DIR
     gpu: GpuConfig = field(default_factory=GpuConfig)
+    device_plugin: DevicePluginConfig = field(default_factory=DevicePluginConfig)
     cgroup: CgroupConfig = field(default_factory=CgroupConfig)
     nri: NriConfig = field(default_factory=NriConfig)
     hook: HookConfig = field(default_factory=HookConfig)
@@ -284,6 +294,22 @@ def _inventory(value: object) -> str:
         return _abs_path(value)
     raise Problem(f"must be one of {', '.join(GPU_INVENTORIES)} or an absolute path to an "
                   f"inventory snapshot, got {show(value)}")
+
+
+_RESOURCE_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?", re.ASCII)
+
+
+def _resource_name(value: object) -> str:
+    # An extended resource the kubelet accepts from a device plugin: <domain>/<name>,
+    # outside the kubernetes.io domains Kubernetes keeps for itself.
+    domain, _, name = value.partition("/") if isinstance(value, str) else ("", "", "")
+    if not (len(domain) <= 253 and _DNS_SUBDOMAIN.fullmatch(domain)
+            and _RESOURCE_NAME.fullmatch(name)) \
+            or domain == "kubernetes.io" or domain.endswith(".kubernetes.io"):
+        raise Problem(f"must be an extended resource name like nvidia.com/gpu (a DNS "
+                      f"domain outside kubernetes.io, '/', a name of up to 63 letters, "
+                      f"digits, '-', '_', '.'), got {show(value)}")
+    return value
 
 
 def _cgroup_version(value: object) -> int | None:
@@ -395,6 +421,10 @@ _SECTIONS: dict[str, tuple[type, _Schema]] = {
         "inventory": ("inventory", _inventory),
         "rescan-interval": ("rescan_interval", _rescan),
         "health-interval": ("health_interval", _rescan),
+    }),
+    "device-plugin": (DevicePluginConfig, {
+        "resource-name": ("resource_name", _resource_name),
+        "socket-dir": ("socket_dir", _abs_path),
     }),
     "cgroup": (CgroupConfig, {
         "root": ("root", _abs_path),

@@ -23,20 +23,25 @@ class ProtogenError(RuntimeError):
     """protoc failed or grpcio-tools is missing."""
 
 
-def generate(out_dir: Path, proto_dir: Path = PROTO_DIR) -> list[Path]:
-    """Run protoc for every proto in PROTOS; return the written module paths."""
+def run_protoc(args: list[str], what: str) -> None:
+    """Run grpcio-tools' protoc with `args` (the well-known types are on the include
+    path); ProtogenError when grpcio-tools is missing or protoc fails."""
     try:
         from grpc_tools import protoc
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ProtogenError("grpcio-tools is needed: pip install 'nri-sla[test]'") from exc
-    out_dir.mkdir(parents=True, exist_ok=True)
     # google/protobuf/any.proto ships inside grpc_tools.
     include = resources.files("grpc_tools") / "_proto"
-    args = ["protoc", f"-I{proto_dir}", f"-I{include}", f"--python_out={out_dir}"]
-    args += [str(proto_dir / name) for name in PROTOS]
-    rc = protoc.main(args)
+    rc = protoc.main(["protoc", *args, f"-I{include}"])
     if rc != 0:
-        raise ProtogenError(f"protoc exited {rc} for {', '.join(PROTOS)}")
+        raise ProtogenError(f"protoc exited {rc} for {what}")
+
+
+def generate(out_dir: Path, proto_dir: Path = PROTO_DIR) -> list[Path]:
+    """Run protoc for every proto in PROTOS; return the written module paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    run_protoc([f"-I{proto_dir}", f"--python_out={out_dir}",
+                *(str(proto_dir / name) for name in PROTOS)], ", ".join(PROTOS))
     return [out_dir / (Path(name).stem + "_pb2.py") for name in PROTOS]
 
 

@@ -96,8 +96,9 @@ EOF
 chmod 0755 "$STAGE/usr/bin/nri-sla"
 
 # --- 4. system integration files --------------------------------------------------------
-install -D -m 0644 "$REPO/packaging/systemd/nri-sla.service" \
-    "$STAGE/lib/systemd/system/nri-sla.service"
+for unit in nri-sla.service nri-sla-device-plugin.service; do
+    install -D -m 0644 "$REPO/packaging/systemd/$unit" "$STAGE/lib/systemd/system/$unit"
+done
 install -D -m 0755 "$REPO/packaging/nri/50-nri-sla" "$STAGE/usr/share/nri-sla/nri-plugin/50-nri-sla"
 install -D -m 0644 "$REPO/packaging/nri/50-nri-sla.conf" \
     "$STAGE/usr/share/nri-sla/nri-plugin/50-nri-sla.conf"
@@ -148,9 +149,10 @@ set -e
 if [ "$1" = configure ] && [ -z "$DPKG_ROOT" ] && [ -d /run/systemd/system ]; then
     systemctl daemon-reload || true
     # Not enabled or started on first install: containerd needs NRI configured first
-    # (see /usr/share/doc/nri-sla/install.md). On upgrade, restart a running service.
+    # (see /usr/share/doc/nri-sla/install.md); the device plugin only on nodes without
+    # another GPU device plugin. On upgrade, restart the running services.
     if [ -n "$2" ]; then
-        systemctl try-restart nri-sla.service || true
+        systemctl try-restart nri-sla.service nri-sla-device-plugin.service || true
     fi
 fi
 exit 0
@@ -161,7 +163,7 @@ set -e
 case "$1" in
     remove|deconfigure)
         if [ -z "$DPKG_ROOT" ] && [ -d /run/systemd/system ]; then
-            systemctl stop nri-sla.service || true
+            systemctl stop nri-sla.service nri-sla-device-plugin.service || true
         fi
         # .pyc files Python may have added beside the packaged ones
         find "$DPKG_ROOT/usr/lib/nri-sla" -name __pycache__ -type d -prune \
@@ -178,6 +180,8 @@ case "$1" in
         # `systemctl enable nri-sla` linked it into containerd's wants
         rm -f "$DPKG_ROOT/etc/systemd/system/containerd.service.wants/nri-sla.service"
         rmdir "$DPKG_ROOT/etc/systemd/system/containerd.service.wants" 2>/dev/null || true
+        # `systemctl enable nri-sla-device-plugin` linked it into multi-user.target's
+        rm -f "$DPKG_ROOT/etc/systemd/system/multi-user.target.wants/nri-sla-device-plugin.service"
         if [ -z "$DPKG_ROOT" ] && [ -d /run/systemd/system ]; then
             systemctl daemon-reload || true
         fi

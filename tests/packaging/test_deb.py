@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,10 @@ EXPECTED = [
     "./usr/lib/nri-sla/site/yaml/__init__.py",
     "./usr/lib/nri-sla/site/google/protobuf/__init__.py",
     "./usr/lib/nri-sla/site/prometheus_client/__init__.py",
+    "./usr/lib/nri-sla/site/grpc/__init__.py",
+    "./usr/lib/nri-sla/site/nri_plugin/kubelet/pb/deviceplugin_v1beta1_pb2_grpc.py",
     "./lib/systemd/system/nri-sla.service",
+    "./lib/systemd/system/nri-sla-device-plugin.service",
     "./usr/share/nri-sla/nri-plugin/50-nri-sla",
     "./usr/share/nri-sla/nri-plugin/50-nri-sla.conf",
     "./usr/share/nri-sla/containerd/config.toml.example",
@@ -161,6 +165,7 @@ def test_install_and_purge_in_scratch_root(deb, tmp_path, pk):
     assert "Status: install ok installed" in status.stdout
     assert (root / "usr/bin/nri-sla").is_file()
     assert (root / "lib/systemd/system/nri-sla.service").is_file()
+    assert (root / "lib/systemd/system/nri-sla-device-plugin.service").is_file()
     # what an admin adds: local config, state, `systemctl enable` (wants symlink)
     (root / "etc/nri-sla").mkdir(exist_ok=True)
     (root / "etc/nri-sla/local-override.yaml").write_text("enforcement: soft\n")
@@ -169,11 +174,16 @@ def test_install_and_purge_in_scratch_root(deb, tmp_path, pk):
     wants = root / "etc/systemd/system/containerd.service.wants"
     wants.mkdir(parents=True)
     (wants / "nri-sla.service").symlink_to("/lib/systemd/system/nri-sla.service")
+    multi_user = root / "etc/systemd/system/multi-user.target.wants"
+    multi_user.mkdir(parents=True)
+    (multi_user / "nri-sla-device-plugin.service").symlink_to(
+        "/lib/systemd/system/nri-sla-device-plugin.service")
     res = subprocess.run([*dpkg, "--purge", "nri-sla"], capture_output=True, text=True,
                          timeout=120)
     assert res.returncode == 0, res.stderr
     left = sorted(str(p.relative_to(root)) for p in root.rglob("*")
                   if not p.is_dir() and not str(p).startswith(str(admin)))
+    multi_user.rmdir()  # only the package's link was in it (a real system has others)
     assert left == [], left
     for gone in ("etc/nri-sla", "var/lib/nri-sla", "usr/lib/nri-sla", "usr/share/nri-sla",
                  "etc/systemd/system/containerd.service.wants"):
@@ -222,3 +232,31 @@ def test_packaged_plugin_registers_with_a_runtime(unpacked, tmp_path, pk):
 
     rc, stderr = asyncio.run(main())
     assert rc == 0, stderr.decode()[-2000:]
+
+
+def test_packaged_device_plugin_registers_with_a_kubelet(unpacked, pk):
+    """`nri-sla device-plugin` from the unpacked package (bundled grpcio) registers with
+    the fake kubelet, lists the snapshot's GPUs and stops cleanly on SIGTERM."""
+    sys.path.insert(0, str(pk.REPO / "tests" / "kubelet"))
+    from kubelet_harness import PROJECT_STUBS, FakeKubelet
+
+    with tempfile.TemporaryDirectory(prefix="nri-sla-deb") as d:  # short socket paths
+        sock_dir = Path(d)
+        kubelet = FakeKubelet(PROJECT_STUBS, sock_dir)
+        proc = subprocess.Popen(
+            [*_python_for(unpacked), str(unpacked / "usr/bin/nri-sla"), "device-plugin",
+             "--inventory", str(pk.REPO / "examples" / "dgx-like.yaml"),
+             "--socket-dir", d, "--config", "/dev/null"],
+            env={"PATH": "/usr/bin:/bin"}, cwd="/", stderr=subprocess.PIPE, text=True)
+        try:
+            assert kubelet.registration(timeout=30)["resource_name"] == "nvidia.com/gpu"
+            assert len(kubelet.next_list()["devices"]) == 8
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=20)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+            kubelet.close()
+        assert proc.returncode == 0, err[-2000:]
+        assert not (sock_dir / "nri-sla-gpu.sock").exists()

@@ -282,6 +282,32 @@ def test_chart_values_take_effect():
     assert parse_config(cm["data"]["config.yaml"]).enforcement == "soft"
 
 
+def test_chart_device_plugin_option():
+    from nri_plugin.commands import device_plugin
+
+    docs = render_chart({"devicePlugin": {"enabled": True,
+                                          "socketDir": "/var/lib/k/device-plugins"}})
+    pod = _by_kind(docs, "DaemonSet")["spec"]["template"]["spec"]
+    main, dp = pod["containers"]
+    assert main["name"] == "nri-sla" and dp["name"] == "device-plugin"
+    assert dp["image"] == main["image"]
+    assert dp["command"] == ["nri-sla", "device-plugin"]
+    parser = argparse.ArgumentParser(exit_on_error=False)
+    device_plugin.add_arguments(parser)
+    args = parser.parse_args(dp["args"])
+    assert args.config == "/etc/nri-sla/config.yaml"
+    assert args.socket_dir == "/var/lib/k/device-plugins"
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["mountPath"]: m["name"] for m in dp["volumeMounts"]}
+    assert volumes[mounts["/var/lib/k/device-plugins"]]["hostPath"] == {
+        "path": "/var/lib/k/device-plugins", "type": "Directory"}
+    assert all(m in volumes for m in mounts.values())
+    assert {"/etc/nri-sla", "/dev", "/sys"} <= set(mounts)
+    # off by default: the plain manifest has one container and no kubelet mount
+    (ctr,) = _by_kind(render_chart(), "DaemonSet")["spec"]["template"]["spec"]["containers"]
+    assert ctr["name"] == "nri-sla"
+
+
 def test_chart_metadata():
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     assert chart["apiVersion"] == "v2" and chart["name"] == "nri-sla"
@@ -319,7 +345,9 @@ def test_objects_match_the_kubernetes_openapi_schema(manifest, source):
     docs = {"manifest": lambda: manifest,
             "chart-defaults": render_chart,
             "chart-overrides": lambda: render_chart({"runtimeClassName": "nvidia",
-                                                     "nvidiaVisibleDevices": "all"})}[source]()
+                                                     "nvidiaVisibleDevices": "all",
+                                                     "devicePlugin": {"enabled": True}})
+            }[source]()
     for doc in docs:
         # strict: unknown fields (typos such as "readOnlly") are errors too
         kv.validate(doc, "1.30.0", strict=True)

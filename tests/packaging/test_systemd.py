@@ -1,11 +1,14 @@
-"""packaging/systemd/nri-sla.service: key settings, and `systemd-analyze verify`."""
+"""packaging/systemd/: nri-sla.service and nri-sla-device-plugin.service: key settings,
+`systemd-analyze verify` and the security exposure of both."""
 
 import subprocess
 from pathlib import Path
 
 import pytest
 
-UNIT = Path(__file__).resolve().parents[2] / "packaging" / "systemd" / "nri-sla.service"
+UNITS = Path(__file__).resolve().parents[2] / "packaging" / "systemd"
+UNIT = UNITS / "nri-sla.service"
+DEVICE_PLUGIN_UNIT = UNITS / "nri-sla-device-plugin.service"
 
 
 @pytest.fixture(scope="module")
@@ -51,13 +54,31 @@ def test_hardening_keeps_cgroupfs_and_nri_socket_writable(unit):
     assert caps and set(caps) <= {"CAP_DAC_OVERRIDE", "CAP_DAC_READ_SEARCH"}
 
 
-def test_systemd_analyze_verify(tmp_path, pk):
+def test_device_plugin_unit(pk):
+    dp = pk.parse_unit(DEVICE_PLUGIN_UNIT)
+    assert one(dp, "Service", "ExecStart") == (
+        "/usr/bin/nri-sla device-plugin --config /etc/nri-sla/config.yaml")
+    assert one(dp, "Service", "Type") == "simple"  # `device-plugin` sends no sd_notify
+    assert one(dp, "Service", "Restart") == "always"
+    assert one(dp, "Unit", "StartLimitIntervalSec") == "0"
+    # re-registers by itself after a kubelet restart: not stopped with the kubelet
+    assert "PartOf" not in dp["Unit"] and "BindsTo" not in dp["Unit"]
+    assert one(dp, "Install", "WantedBy") == "multi-user.target"
+    assert one(dp, "Service", "ProtectSystem") == "strict"
+    assert one(dp, "Service", "ReadWritePaths") == "-/var/lib/kubelet/device-plugins"
+    assert "PrivateDevices" not in dp["Service"]  # NVML and the device nodes are in /dev
+    assert one(dp, "Service", "RestrictAddressFamilies") == "AF_UNIX"
+    assert one(dp, "Service", "CapabilityBoundingSet") == ""
+
+
+@pytest.mark.parametrize("path", [UNIT, DEVICE_PLUGIN_UNIT], ids=lambda p: p.name)
+def test_systemd_analyze_verify(tmp_path, pk, path):
     analyze = pk.need_tool("systemd-analyze", "systemd")
     if not pk.VENV_NRI_SLA.exists():
         pytest.skip(f"{pk.VENV_NRI_SLA} missing: install the project (pip install -e .)")
     # verify checks that ExecStart= exists: point it at this environment's nri-sla.
-    copy = tmp_path / "nri-sla.service"
-    copy.write_text(UNIT.read_text().replace("/usr/bin/nri-sla", str(pk.VENV_NRI_SLA)))
+    copy = tmp_path / path.name
+    copy.write_text(path.read_text().replace("/usr/bin/nri-sla", str(pk.VENV_NRI_SLA)))
     res = subprocess.run([analyze, "verify", str(copy)], capture_output=True, text=True,
                          timeout=60)
     assert res.returncode == 0, res.stderr
@@ -66,10 +87,11 @@ def test_systemd_analyze_verify(tmp_path, pk):
     assert not complaints, "\n".join(complaints)
 
 
-def test_systemd_analyze_security_exposure(tmp_path, pk):
+@pytest.mark.parametrize("path", [UNIT, DEVICE_PLUGIN_UNIT], ids=lambda p: p.name)
+def test_systemd_analyze_security_exposure(tmp_path, pk, path):
     analyze = pk.need_tool("systemd-analyze", "systemd")
-    copy = tmp_path / "nri-sla.service"
-    copy.write_text(UNIT.read_text())
+    copy = tmp_path / path.name
+    copy.write_text(path.read_text())
     res = subprocess.run([analyze, "security", "--offline=yes", "--no-pager", str(copy)],
                          capture_output=True, text=True, timeout=60)
     if "--offline" in res.stderr and res.returncode != 0:

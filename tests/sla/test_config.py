@@ -14,6 +14,7 @@ from nri_plugin.config import (
     Cap,
     CgroupConfig,
     ConfigError,
+    DevicePluginConfig,
     GpuConfig,
     HookConfig,
     LogConfig,
@@ -69,6 +70,7 @@ pod-caps: {gpus: "50%", exclusive-cpus: 16, rt-share: 0.05}
 rt-budget: 0.25
 reserved-cpus: 0-1,8
 gpu: {injection: env, inventory: /var/lib/nri-sla/inventory.yaml, rescan-interval: 0}
+device-plugin: {resource-name: example.com/accel, socket-dir: /run/kubelet/plugins/}
 cgroup: {root: /sys/fs/cgroup/, driver: systemd, version: 2}
 nri: {socket: /run/nri/nri.sock, plugin-name: sla, plugin-index: 7, reconnect-max-seconds: 2.5}
 hook: {inject: true}
@@ -86,6 +88,8 @@ log: {format: json, level: debug}
         reserved_cpus=(0, 1, 8),
         gpu=GpuConfig(injection="env", inventory="/var/lib/nri-sla/inventory.yaml",
                       rescan_interval=0.0),
+        device_plugin=DevicePluginConfig(resource_name="example.com/accel",
+                                         socket_dir="/run/kubelet/plugins"),
         cgroup=CgroupConfig(root="/sys/fs/cgroup", driver="systemd", version=2),
         nri=NriConfig(socket="/run/nri/nri.sock", plugin_name="sla", plugin_index="07",
                       reconnect_max_seconds=2.5),
@@ -148,6 +152,16 @@ CONFIG_ERRORS = [
     ("gpu: {injection: nvidia}", "gpu.injection", "one of cdi, env, devices"),
     ("gpu: {inventory: inv.yaml}", "gpu.inventory",
      "one of auto, nvml, sysfs or an absolute path"),
+    ("device-plugin: {resource-name: gpu}", "device-plugin.resource-name",
+     "extended resource name like nvidia.com/gpu", "got gpu"),
+    ("device-plugin: {resource-name: kubernetes.io/gpu}", "device-plugin.resource-name",
+     "outside kubernetes.io"),
+    ("device-plugin: {resource-name: NVIDIA.com/gpu}", "device-plugin.resource-name",
+     "extended resource name"),
+    ("device-plugin: {resource-name: nvidia.com/-gpu}", "device-plugin.resource-name",
+     "extended resource name"),
+    ("device-plugin: {socket-dir: device-plugins}", "device-plugin.socket-dir", "absolute path"),
+    ("device-plugin: {socket: /x}", "device-plugin.socket", "not a known field"),
     ("cgroup: {root: sys/fs/cgroup}", "cgroup.root", "absolute path"),
     ("cgroup: {driver: cgroupv2}", "cgroup.driver", "one of auto, cgroupfs, systemd"),
     ("cgroup: {version: 3}", "cgroup.version", "one of auto, 1, 2, got 3"),

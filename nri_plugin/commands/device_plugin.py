@@ -1,0 +1,54 @@
+"""`nri-sla device-plugin`: serve this node's GPUs to the kubelet as its GPU device plugin,
+so that nri-sla's topology choice is the kubelet's grant (nri_plugin.kubelet.deviceplugin;
+docs/device-plugin.md). For nodes where no other device plugin advertises GPUs."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from pathlib import Path
+
+from nri_plugin.config import DEFAULT_PATH
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", default=None,
+                        help=f"node config file (default {DEFAULT_PATH} if present)")
+    parser.add_argument("--inventory", default=None, metavar="FILE",
+                        help="serve the GPUs of a node snapshot (nri-sla inventory --save) "
+                             "instead of the config's gpu.inventory")
+    parser.add_argument("--socket-dir", default=None, metavar="DIR",
+                        help="the kubelet's device-plugin directory (default from the "
+                             "config's device-plugin.socket-dir: /var/lib/kubelet/device-plugins)")
+    parser.add_argument("--log-format", choices=("text", "json"), default=None)
+
+
+def main(args: argparse.Namespace) -> int:
+    from nri_plugin.config import load_config
+    from nri_plugin.errors import SlaFailure
+    from nri_plugin.kubelet.deviceplugin import GpuDevicePlugin, PluginSettings
+    from nri_plugin.logsetup import setup_logging
+    from nri_plugin.topology.inventory import configured_inventory
+
+    try:
+        config = load_config(args.config)
+        setup_logging(args.log_format or config.log.format, config.log.level)
+        socket_dir = Path(args.socket_dir or config.device_plugin.socket_dir)
+        if not socket_dir.is_dir():
+            raise FileNotFoundError(f"{socket_dir} is not a directory (is the kubelet "
+                                    "installed? device-plugin.socket-dir or --socket-dir)")
+        setting = str(Path(args.inventory).resolve()) if args.inventory \
+            else config.gpu.inventory
+        inventory = configured_inventory(setting)
+    except (SlaFailure, ValueError, OSError) as exc:
+        print(f"nri-sla device-plugin: {exc}", file=sys.stderr)
+        return 2 if isinstance(exc, ValueError) else 1
+    plugin = GpuDevicePlugin(PluginSettings(
+        socket_dir=socket_dir, resource_name=config.device_plugin.resource_name,
+        injection=config.gpu.injection), inventory)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda _sig, _frame: plugin.stop())
+    plugin.run(rescan=lambda: configured_inventory(setting),
+               rescan_interval=config.gpu.rescan_interval)
+    return 0

@@ -1,0 +1,54 @@
+"""Regenerate the protobuf and gRPC modules in nri_plugin/kubelet/pb/ from proto/kubelet/.
+
+    python -m nri_plugin.kubelet.protogen [--out DIR]
+
+Needs grpcio-tools (a dev/test dependency); the generated modules need protobuf and
+grpcio. The protos are compiled under the import path nri_plugin/kubelet/pb/, so the
+gRPC modules import their messages from this package and the descriptor file names
+(nri_plugin/kubelet/pb/<name>.proto) cannot clash with another copy of the same API.
+The committed modules must equal what this produces: tests/kubelet/test_protogen.py checks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from nri_plugin.nri.protogen import ProtogenError, run_protoc
+
+REPO = Path(__file__).resolve().parents[2]
+PROTO_DIR = REPO / "proto" / "kubelet"
+PACKAGE_PATH = "nri_plugin/kubelet/pb"
+PROTOS = ("deviceplugin_v1beta1.proto", "podresources_v1.proto")
+
+
+def generate(out_root: Path, proto_dir: Path = PROTO_DIR) -> list[Path]:
+    """Write <out_root>/nri_plugin/kubelet/pb/<name>_pb2.py and _pb2_grpc.py for every
+    proto in PROTOS; return their paths."""
+    out_root.mkdir(parents=True, exist_ok=True)
+    run_protoc([f"-I{PACKAGE_PATH}={proto_dir}", f"--python_out={out_root}",
+                f"--grpc_python_out={out_root}",
+                *(f"{PACKAGE_PATH}/{name}" for name in PROTOS)], ", ".join(PROTOS))
+    out_dir = out_root / PACKAGE_PATH
+    return [out_dir / (Path(name).stem + suffix) for name in PROTOS
+            for suffix in ("_pb2.py", "_pb2_grpc.py")]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m nri_plugin.kubelet.protogen",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=REPO,
+                        help=f"root the package path is written under (default {REPO})")
+    args = parser.parse_args(argv)
+    try:
+        for path in generate(args.out):
+            print(path)
+    except ProtogenError as exc:
+        print(f"protogen: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

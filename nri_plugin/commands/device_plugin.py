@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+import threading
 from pathlib import Path
 
 from nri_plugin.config import DEFAULT_PATH
@@ -29,7 +30,8 @@ def main(args: argparse.Namespace) -> int:
     from nri_plugin.errors import SlaFailure
     from nri_plugin.kubelet.deviceplugin import GpuDevicePlugin, PluginSettings
     from nri_plugin.logsetup import setup_logging
-    from nri_plugin.topology.inventory import configured_inventory
+    from nri_plugin.topology.inventory import configured_reader
+    from nri_plugin.topology.watched import WatchedInventory
 
     try:
         config = load_config(args.config)
@@ -40,7 +42,8 @@ def main(args: argparse.Namespace) -> int:
                                     "installed? device-plugin.socket-dir or --socket-dir)")
         setting = str(Path(args.inventory).resolve()) if args.inventory \
             else config.gpu.inventory
-        inventory = configured_inventory(setting)
+        gpus = WatchedInventory(configured_reader(setting))
+        inventory = gpus.read()
     except (SlaFailure, ValueError, OSError) as exc:
         print(f"nri-sla device-plugin: {exc}", file=sys.stderr)
         return 2 if isinstance(exc, ValueError) else 1
@@ -49,6 +52,12 @@ def main(args: argparse.Namespace) -> int:
         injection=config.gpu.injection), inventory)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda _sig, _frame: plugin.stop())
-    plugin.run(rescan=lambda: configured_inventory(setting),
-               rescan_interval=config.gpu.rescan_interval)
+    if gpus.monitor is not None and config.gpu.health_interval:
+        threading.Thread(target=plugin.follow_health, args=(gpus, config.gpu.health_interval),
+                         name="gpu-health", daemon=True).start()
+    try:
+        plugin.run(rescan=gpus.read, rescan_interval=config.gpu.rescan_interval)
+    finally:
+        gpus.close()
     return 0
+

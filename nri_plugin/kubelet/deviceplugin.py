@@ -32,6 +32,7 @@ from nri_plugin.kubelet.selection import preferred_gpus
 from nri_plugin.plan.gpu_injection import gpu_injection
 from nri_plugin.plan.placement_values import Placement, PlacementError
 from nri_plugin.topology.gpus import Gpu, GpuInventory, InventoryError
+from nri_plugin.topology.watched import WatchedInventory
 
 log = logging.getLogger("nri_sla.kubelet.deviceplugin")
 
@@ -54,8 +55,10 @@ def device_id(gpu: Gpu) -> str:
 
 @dataclass(frozen=True)
 class DeviceTable:
-    """The GPUs this plugin advertises, by device id, and which are healthy. MIG-enabled
-    GPUs are left out: handing one out whole would bypass its MIG instances."""
+    """The GPUs this plugin advertises, by device id, and which are healthy (by the
+    inventory's own health: NVML events, lost or unreadable GPUs; or `health` given by
+    id). MIG-enabled GPUs and GPUs in an unknown MIG mode are left out: handing one out
+    whole would bypass its MIG instances."""
 
     inventory: GpuInventory
     by_id: Mapping[str, Gpu]
@@ -63,8 +66,10 @@ class DeviceTable:
 
     @classmethod
     def build(cls, inventory: GpuInventory, health: Mapping[str, bool]) -> DeviceTable:
-        by_id = {device_id(g): g for g in inventory.gpus if not g.mig_enabled}
-        return cls(inventory, by_id, frozenset(i for i in by_id if health.get(i) is False))
+        by_id = {device_id(g): g for g in inventory.gpus
+                 if not g.mig_enabled and not g.mig_unknown}
+        return cls(inventory, by_id, frozenset(
+            i for i, g in by_id.items() if health.get(i) is False or not g.health.healthy))
 
     def devices(self) -> list[pb.Device]:
         return [pb.Device(
@@ -290,6 +295,13 @@ class GpuDevicePlugin(pb_grpc.DevicePluginServicer):
                 except InventoryError as exc:
                     log.warning("GPU inventory rescan failed, keeping the last list: %s", exc)
         self._shutdown()
+
+    def follow_health(self, gpus: WatchedInventory, interval: float) -> None:
+        """Until stop(): NVML health events (XIDs, lost GPUs) reach ListAndWatch as soon
+        as they come; each poll waits up to `interval` s for them (run in a thread)."""
+        while not self._stop.is_set():
+            if gpus.poll(int(interval * 1000)) and gpus.last is not None:
+                self.update(inventory=gpus.with_health(gpus.last))
 
     def stop(self) -> None:
         """Ask run() to return (safe from a signal handler or another thread)."""

@@ -12,8 +12,13 @@ from pathlib import Path
 import pytest
 
 from nri_plugin.kubelet.deviceplugin import GpuDevicePlugin, PluginSettings
+from nri_plugin.simulated.hardware import FakeNvml, build_sysfs, dgx_like_gpus, dgx_like_pci
+from nri_plugin.topology.gpu_health import unknown
 from nri_plugin.topology.gpus import GpuInventory
+from nri_plugin.topology.health_monitor import GpuHealthMonitor
+from nri_plugin.topology.inventory import InventoryReader
 from nri_plugin.topology.snapshot import load_snapshot
+from nri_plugin.topology.watched import WatchedInventory
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 DGX = load_snapshot(EXAMPLES / "dgx-like.yaml").inventory
@@ -255,3 +260,41 @@ def test_stop_removes_the_socket(registered, sock_dir):
     _, running = registered()
     running.stop()
     assert not (sock_dir / "nri-sla-gpu.sock").exists()
+
+
+def test_gpus_the_inventory_marks_unhealthy_or_mig_unknown(registered):
+    """The inventory's own health (NVML could not read a GPU, or it was lost) shows as
+    Unhealthy; a GPU whose MIG mode NVML cannot tell is not offered at all."""
+    gpus = list(DGX.gpus)
+    gpus[1] = dataclasses.replace(gpus[1], health=unknown("NVML: GPU 1 unreadable"))
+    gpus[2] = dataclasses.replace(gpus[2], mig_unknown=True)
+    kubelet, _ = registered(inventory=dataclasses.replace(DGX, gpus=tuple(gpus)))
+    listed = _devices(kubelet.next_list())
+    assert UUID[2] not in listed and listed[UUID[1]][0] == "Unhealthy"
+    assert all(listed[u][0] == "Healthy" for i, u in enumerate(UUID) if i not in (1, 2))
+
+
+def test_an_xid_reaches_list_and_watch(registered, tmp_path):
+    """A critical XID heard by the health thread (follow_health, as the command runs it)
+    turns the GPU Unhealthy in the kubelet's list; an application XID does not."""
+    nvml = FakeNvml(dgx_like_gpus())
+    sysfs = build_sysfs(tmp_path / "sys", nodes=2, cores_per_node=8, threads=2,
+                        pci=dgx_like_pci())
+    gpus = WatchedInventory(InventoryReader("nvml", sysfs_root=sysfs, nvml=nvml),
+                            GpuHealthMonitor(nvml))
+    inventory = gpus.read()
+    kubelet, running = registered(inventory=inventory)
+    ids = [g.uuid for g in inventory.gpus]
+    assert {h for h, _ in _devices(kubelet.next_list()).values()} == {"Healthy"}
+    follower = threading.Thread(target=running.plugin.follow_health, args=(gpus, 0.05),
+                                daemon=True)
+    follower.start()
+    nvml.queue_xid(nvml.gpus[6], 31)  # the application's fault: no new list
+    with pytest.raises(AssertionError, match="timed out"):
+        kubelet.next_list(timeout=0.5)
+    nvml.queue_xid(nvml.gpus[6], 79)  # fallen off the bus
+    listed = _devices(kubelet.next_list())
+    assert [i for i, u in enumerate(ids) if listed[u][0] == "Unhealthy"] == [6]
+    running.stop()
+    follower.join(5)
+    assert not follower.is_alive()

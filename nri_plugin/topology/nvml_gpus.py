@@ -9,11 +9,13 @@ from __future__ import annotations
 import contextlib
 import re
 import warnings
+from collections import Counter
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from nri_plugin.topology.gpus import Gpu, MigInstance, normalize_bus_id
+from nri_plugin.topology.pcie import level_of_nvml, per_gpu, sysfs_levels
 from nri_plugin.topology.sysfs_gpus import pci_numa_node
 
 _MIG_NAME = re.compile(r"MIG\s+(\S+)\s*$")
@@ -71,12 +73,10 @@ class _Reader:
         buses = [normalize_bus_id(_text(nvml.nvmlDeviceGetPciInfo(h).busId)) or "" for h in handles]
         index_of_bus = {bus: i for i, bus in enumerate(buses)}
         links = [self.nvlink_remotes(h) for h in handles]
+        numas = [self.numa_node(h, bus) for h, bus in zip(handles, buses, strict=True)]
+        levels = self.pcie_levels(handles, buses, numas)
         gpus = []
         for i, handle in enumerate(handles):
-            bus = buses[i]
-            numa = self.optional("nvmlDeviceGetNumaNodeId", handle)
-            if numa is None or numa < 0:
-                numa = pci_numa_node(self.sysfs_root, bus)
             memory = self.optional("nvmlDeviceGetMemoryInfo", handle)
             minor = self.optional("nvmlDeviceGetMinorNumber", handle)
             mode = self.optional("nvmlDeviceGetMigMode", handle)
@@ -84,19 +84,40 @@ class _Reader:
             gpus.append(Gpu(
                 index=i,
                 uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
-                pci_bus_id=bus,
-                numa_node=numa,
+                pci_bus_id=buses[i],
+                numa_node=numas[i],
                 memory_bytes=int(memory.total) if memory is not None else 0,
                 name=_text(self.optional("nvmlDeviceGetName", handle) or ""),
                 minor=minor,
-                nvlink_peers=self.peers(i, links, index_of_bus),
+                nvlink_links=self.link_counts(i, links, index_of_bus),
+                pcie_levels=per_gpu(levels, i),
                 mig_enabled=mig_enabled,
                 mig_instances=self.mig_instances(i, handle, minor) if mig_enabled else (),
             ))
         return tuple(gpus)
 
-    def nvlink_remotes(self, handle: Any) -> set[str]:
-        remotes: set[str] = set()
+    def numa_node(self, handle: Any, bus: str) -> int | None:
+        numa = self.optional("nvmlDeviceGetNumaNodeId", handle)
+        if numa is None or numa < 0:
+            return pci_numa_node(self.sysfs_root, bus)
+        return int(numa)
+
+    def pcie_levels(self, handles: list[Any], buses: list[str],
+                    numas: list[int | None]) -> dict[tuple[int, int], str]:
+        """(i, j) -> PCIe level: NVML's common ancestor, else the sysfs PCI tree."""
+        levels = sysfs_levels(self.sysfs_root, buses, numas)
+        for i in range(len(handles)):
+            for j in range(i + 1, len(handles)):
+                value = self.optional("nvmlDeviceGetTopologyCommonAncestor",
+                                      handles[i], handles[j])
+                level = level_of_nvml(int(value)) if value is not None else None
+                if level is not None:
+                    levels[(i, j)] = levels[(j, i)] = level
+        return levels
+
+    def nvlink_remotes(self, handle: Any) -> Counter[str]:
+        """Remote PCI bus id -> number of active NVLinks to it."""
+        remotes: Counter[str] = Counter()
         enabled = getattr(self.nvml, "NVML_FEATURE_ENABLED", 1)
         for link in range(getattr(self.nvml, "NVML_NVLINK_MAX_LINKS", 18)):
             # links that do not exist answer NOT_SUPPORTED/INVALID_ARGUMENT: skip, not stop,
@@ -106,18 +127,26 @@ class _Reader:
             info = self.optional("nvmlDeviceGetNvLinkRemotePciInfo", handle, link)
             bus = normalize_bus_id(_text(info.busId)) if info is not None else None
             if bus:
-                remotes.add(bus)
+                remotes[bus] += 1
         return remotes
 
     @staticmethod
-    def peers(i: int, links: list[set[str]], index_of_bus: dict[str, int]) -> frozenset[int]:
-        peers = {index_of_bus[b] for b in links[i] if b in index_of_bus}
-        # a remote that is not a GPU is an NVSwitch: GPUs on a common switch are peers
-        switches = {b for b in links[i] if b not in index_of_bus}
-        if switches:
-            peers |= {j for j, other in enumerate(links) if switches & other}
-        peers.discard(i)
-        return frozenset(peers)
+    def link_counts(i: int, links: list[Counter[str]],
+                    index_of_bus: dict[str, int]) -> tuple[tuple[int, int], ...]:
+        """(peer, NVLinks) for GPU i. A remote that is not a GPU is an NVSwitch: two GPUs on
+        common switches are peers with as many links as both have into those switches
+        (each side's links bound what the pair can use)."""
+        counts: Counter[int] = Counter()
+        for bus, n in links[i].items():
+            if bus in index_of_bus:
+                counts[index_of_bus[bus]] += n
+        switches = {b: n for b, n in links[i].items() if b not in index_of_bus}
+        for j, other in enumerate(links):
+            shared = sum(min(n, other[b]) for b, n in switches.items() if b in other)
+            if shared:
+                counts[j] += shared
+        counts.pop(i, None)
+        return tuple(sorted(counts.items()))
 
     def mig_instances(self, gpu_index: int, handle: Any,
                       minor: int | None) -> tuple[MigInstance, ...]:

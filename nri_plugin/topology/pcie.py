@@ -7,7 +7,10 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
+
+_ROOT_BUS = re.compile(r"^pci[0-9a-f]{4}:[0-9a-f]{2}$")  # a host bridge's root bus in sysfs
 
 # nvmlGpuTopologyLevel_t values: INTERNAL 0, SINGLE 10, MULTIPLE 20, HOSTBRIDGE 30, NODE 40,
 # SYSTEM 50. INTERNAL (two GPUs on one board) sits behind the board's own switch.
@@ -26,7 +29,7 @@ def pci_path(sysfs_root: Path, bus_id: str) -> tuple[str, ...]:
     if not link.exists():
         return ()
     parts = Path(os.path.realpath(link)).parts
-    root = next((i for i, part in enumerate(parts) if part.startswith("pci")), None)
+    root = next((i for i, part in enumerate(parts) if _ROOT_BUS.match(part)), None)
     return tuple(parts[root:]) if root is not None else ()
 
 

@@ -152,3 +152,9 @@ def test_inventory_table_shows_link_counts_and_switch_peers(tmp_path):
     assert "NVLink peers  PCIe switch" in out
     row = next(line for line in out.splitlines() if "GPU-e0" in line)
     assert "1,2,3x2,4x2" in row and row.split()[-2] == "1"
+
+
+def test_flat_sysfs_without_bridges_tells_no_pcie_distance(dgx_sysfs):
+    # bus/pci/devices entries that are plain directories (no link into /sys/devices)
+    inv = load_inventory("sysfs", sysfs_root=dgx_sysfs)
+    assert len(inv.gpus) == 8 and all(g.pcie_levels == () for g in inv.gpus)

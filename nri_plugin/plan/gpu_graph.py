@@ -1,0 +1,135 @@
+"""The GPUs of a node as weighted pairs, for choosing sets of them quickly.
+
+A pair's weight orders first by NVLinks between the two GPUs, then by PCIe closeness
+(same switch 3, same host bridge 2, same socket 1, across sockets 0): weight = links *
+scale + closeness, with `scale` above any sum of closeness, so comparing two sets' summed
+weights compares (NVLinks, PCIe) in that order. Sets are bit masks over GPU positions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from nri_plugin.topology.gpus import Gpu, GpuInventory
+
+PCIE_CLOSENESS = {"switch": 3, "hostbridge": 2, "numa": 1, "system": 0}
+# a table of every subset's weight (2^n ints) is built for boxes up to this many GPUs
+TABLE_GPUS = 16
+_CACHE_SIZE = 8
+
+
+def pcie_closeness(a: Gpu, b: Gpu) -> int:
+    """PCIE_CLOSENESS of the pair; without a PCIe fact, one NUMA node counts as one socket."""
+    level = a.pcie_level(b.index)
+    if level is None:
+        level = "numa" if a.numa_node is not None and a.numa_node == b.numa_node else "system"
+    return PCIE_CLOSENESS[level]
+
+
+@dataclass(frozen=True)
+class GpuGraph:
+    indexes: tuple[int, ...]  # bit position -> GPU index
+    numa: tuple[int | None, ...]  # bit position -> NUMA node
+    links: tuple[tuple[int, ...], ...]  # NVLinks between positions
+    closeness: tuple[tuple[int, ...], ...]  # PCIe closeness between positions
+    scale: int
+    adjacent: tuple[int, ...] = field(init=False)  # position -> mask of NVLink peers
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "adjacent", tuple(
+            sum(1 << j for j, n in enumerate(row) if n) for row in self.links))
+
+    @classmethod
+    def of(cls, inventory: GpuInventory) -> GpuGraph:
+        gpus = sorted(inventory.gpus, key=lambda g: g.index)
+        pairs = len(gpus) * (len(gpus) - 1) // 2
+        return cls(
+            indexes=tuple(g.index for g in gpus),
+            numa=tuple(g.numa_node for g in gpus),
+            links=tuple(tuple(0 if a is b else a.links_to(b.index) for b in gpus)
+                        for a in gpus),
+            closeness=tuple(tuple(0 if a is b else pcie_closeness(a, b) for b in gpus)
+                            for a in gpus),
+            scale=3 * pairs + 1,
+        )
+
+    @cached_property
+    def weights(self) -> tuple[tuple[int, ...], ...]:
+        return tuple(tuple(n * self.scale + c for n, c in zip(links, close, strict=True))
+                     for links, close in zip(self.links, self.closeness, strict=True))
+
+    @cached_property
+    def position(self) -> dict[int, int]:
+        return {index: pos for pos, index in enumerate(self.indexes)}
+
+    def mask(self, indexes: Iterable[int]) -> int:
+        """The mask of GPU indexes; unknown indexes are left out."""
+        pos = self.position
+        return sum(1 << pos[i] for i in set(indexes) if i in pos)
+
+    def members(self, mask: int) -> tuple[int, ...]:
+        """GPU indexes in the mask, ascending."""
+        return tuple(self.indexes[p] for p in range(len(self.indexes)) if mask >> p & 1)
+
+    @cached_property
+    def table(self) -> list[int]:
+        """Weight of every subset, by mask: each mask with top bit h adds h's weights to
+        the lower bits (their own sums built the same way), 2^n steps in all."""
+        table = [0] * (1 << len(self.indexes))
+        for h, row in enumerate(self.weights):
+            top = 1 << h
+            to_top = [0] * top  # to_top[m]: summed weight from h to the GPUs of m
+            for m in range(1, top):
+                low = m & -m
+                to_top[m] = to_top[m ^ low] + row[low.bit_length() - 1]
+                table[top | m] = table[m] + to_top[m]
+        return table
+
+    def weight(self, mask: int, use_table: bool = False) -> int:
+        """Summed pair weights inside the mask."""
+        if use_table:
+            return self.table[mask]
+        bits = [p for p in range(len(self.indexes)) if mask >> p & 1]
+        w = self.weights
+        return sum(w[a][b] for i, a in enumerate(bits) for b in bits[i + 1:])
+
+    def split(self, weight: int) -> tuple[int, int]:
+        """(NVLinks, PCIe closeness) of a summed weight."""
+        return divmod(weight, self.scale)
+
+    def connected(self, mask: int) -> bool:
+        """Every GPU of the mask reaches every other over NVLinks inside the mask."""
+        if mask == 0:
+            return True
+        reach = frontier = mask & -mask
+        while frontier:
+            grown = 0
+            f = frontier
+            while f:
+                low = f & -f
+                grown |= self.adjacent[low.bit_length() - 1]
+                f ^= low
+            frontier = grown & mask & ~reach
+            reach |= frontier
+        return reach == mask
+
+    def numa_nodes(self, mask: int) -> int:
+        return len({self.numa[p] for p in range(len(self.indexes)) if mask >> p & 1})
+
+
+_graphs: dict[int, tuple[GpuInventory, GpuGraph]] = {}
+
+
+def graph_of(inventory: GpuInventory) -> GpuGraph:
+    """The inventory's graph, built once per inventory (a node's inventory lives long:
+    the allocator's, the device plugin's); the few most recent are kept."""
+    hit = _graphs.get(id(inventory))
+    if hit is not None and hit[0] is inventory:
+        return hit[1]
+    graph = GpuGraph.of(inventory)
+    if len(_graphs) >= _CACHE_SIZE:
+        _graphs.pop(next(iter(_graphs)))
+    _graphs[id(inventory)] = (inventory, graph)
+    return graph

@@ -1,9 +1,11 @@
 """The GPUs of a node as weighted pairs, for choosing sets of them quickly.
 
-A pair's weight orders first by NVLinks between the two GPUs, then by PCIe closeness
-(same switch 3, same host bridge 2, same socket 1, across sockets 0): weight = links *
-scale + closeness, with `scale` above any sum of closeness, so comparing two sets' summed
-weights compares (NVLinks, PCIe) in that order. Sets are bit masks over GPU positions.
+A pair's weight orders first by NVLinks between the two GPUs, then, for a pair without
+NVLink, by PCIe closeness (same switch 3, same host bridge 2, same socket 1, across
+sockets 0): NVLinked GPUs talk over their NVLinks, so their PCIe path does not add to
+what they exchange. weight = links * scale + closeness, with `scale` above any sum of
+closeness, so comparing two sets' summed weights compares (NVLinks, PCIe) in that order.
+Sets are bit masks over GPU positions.
 """
 
 from __future__ import annotations
@@ -50,8 +52,8 @@ class GpuGraph:
             numa=tuple(g.numa_node for g in gpus),
             links=tuple(tuple(0 if a is b else a.links_to(b.index) for b in gpus)
                         for a in gpus),
-            closeness=tuple(tuple(0 if a is b else pcie_closeness(a, b) for b in gpus)
-                            for a in gpus),
+            closeness=tuple(tuple(0 if a is b or a.links_to(b.index) else pcie_closeness(a, b)
+                                  for b in gpus) for a in gpus),
             scale=3 * pairs + 1,
         )
 

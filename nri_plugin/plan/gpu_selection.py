@@ -4,7 +4,8 @@ The score of a set, compared in this order (see docs/placement.md, "GPU selectio
 1. hard constraints: `numa`: all on one (known) NUMA node; `nvlink`: the set is connected
    over NVLinks inside it (not every pair linked: the best connected set wins by 2.);
 2. bandwidth inside the set: the sum of NVLinks over its pairs, then the sum of PCIe
-   closeness (same switch > same host bridge > same socket > across sockets);
+   closeness over its pairs without NVLink (same switch 3 > same host bridge 2 > same
+   socket 1 > across sockets 0);
 3. what is left free stays connected: the same two sums over the GPUs left free (so
    a free NVLink pair or PCIe-switch pair is not broken when an equal set exists);
 4. fewest NUMA nodes spanned; 5. lowest GPU indexes.
@@ -34,7 +35,7 @@ class GpuScore:
     """A GPU set's score components; `key()` orders sets best first."""
 
     nvlink_links: int  # NVLinks between the set's GPUs (each pair's links summed)
-    pcie: int  # PCIe closeness summed over the set's pairs
+    pcie: int  # PCIe closeness summed over the set's pairs without NVLink
     left_nvlink_links: int  # the same sums over the GPUs left free
     left_pcie: int
     numa_nodes: int

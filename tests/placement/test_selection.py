@@ -64,11 +64,13 @@ def test_one_gpu_taken_then_nvlink_quad_goes_to_the_other_node(dgx, ids):
         dgx.allocate(R(4, "nvlink", owner="c"))
 
 
-def test_prefers_the_node_with_fewest_free_gpus(dgx, ids):
+def test_a_pair_leaves_the_best_connected_gpus_free(dgx, ids):
     for owner in "abc":
         dgx.allocate(R(1, owner=owner))  # GPUs 0,1,2: node 0 has one left
-    assert ids(dgx.allocate(R(2, owner="d"))) == [4, 5]  # does not fit node 0
-    assert ids(dgx.allocate(R(1, owner="e"))) == [3]  # node 0 has the fewest free
+    # 3-7 and 4-5 are both NVLinked pairs; taking 3-7 leaves the triangle 4,5,6 free
+    # (6 links) where 4-5 would leave 3-7 and 6-7 (4): bandwidth ties, what is left decides
+    assert ids(dgx.allocate(R(2, owner="d"))) == [3, 7]
+    assert ids(dgx.allocate(R(2, "numa", owner="e"))) == [4, 5]
 
 
 def test_does_not_break_a_free_nvlink_pair_when_a_loose_gpu_exists(topology_of,

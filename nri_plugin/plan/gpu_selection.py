@@ -149,19 +149,23 @@ class _Search:
 
     def exhaustive(self, pool: int, must: int, rest: int, use_table: bool) -> None:
         bits = [1 << p for p in range(len(self.graph.indexes)) if pool >> p & 1]
-        scored = [(self.value(must + sum(c), use_table), must + sum(c))
-                  for c in combinations(bits, rest)]
-        self.evaluated += len(scored)
-        if not scored:
+        masks = [must + sum(c) for c in combinations(bits, rest)]
+        self.evaluated += len(masks)
+        if not masks:
             return
+        if use_table:  # the hot loop of a big request: table lookups only
+            table, bound, unheld = self.graph.table, self.bound, self.unheld
+            scored = [(table[m] * bound + table[unheld & ~m], m) for m in masks]
+        else:
+            scored = [(self.value(m, False), m) for m in masks]
         if not self.nvlink:
-            top = max(v for v, _ in scored)
+            top = max(scored)[0]
             for v, m in scored:
                 if v == top:
                     self.offer(m, v)
             return
         # nvlink: the best connected sets; most sets scored never need the check
-        scored.sort(key=lambda vm: -vm[0])
+        scored.sort(reverse=True)
         found = None
         for v, m in scored:
             if found is not None and v < found:

@@ -27,7 +27,6 @@ from nri_plugin.topology.cpus import Topology
 from nri_plugin.topology.gpus import Gpu, GpuInventory
 
 EXHAUSTIVE_LIMIT = 12_870  # C(16, 8): every request on a 16-GPU box is searched exhaustively
-_TABLE_FROM = 256  # combinations from which the subset-weight table pays for itself
 
 
 @dataclass(frozen=True)
@@ -70,7 +69,9 @@ def score_gpu_set(inventory: GpuInventory, gpus: Iterable[int], free: Iterable[i
 
 
 def _score(graph: GpuGraph, chosen: int, unheld: int) -> GpuScore:
-    inside, left = graph.split(graph.weight(chosen)), graph.split(graph.weight(unheld & ~chosen))
+    table = graph.has_table
+    inside = graph.split(graph.weight(chosen, table))
+    left = graph.split(graph.weight(unheld & ~chosen, table))
     return GpuScore(inside[0], inside[1], left[0], left[1], graph.numa_nodes(chosen),
                     graph.members(chosen))
 
@@ -93,14 +94,17 @@ def choose_gpus(inventory: GpuInventory, free: Iterable[int], count: int, *,
     if topology == "numa":
         pools = [(free_mask & node, must) for node in graph_numa_masks(graph)
                  if must & ~node == 0]
+    elif topology == "nvlink":
+        # a connected set lies inside one NVLink component of the free GPUs
+        pools = [(part, must) for part in graph.components(free_mask)
+                 if must & ~part == 0 and bin(part).count("1") >= count]
     else:
         pools = [(free_mask, must)]
     rest = count - bin(must).count("1")
     sizes = [comb(bin(pool & ~m).count("1"), rest) for pool, m in pools]
     if sum(sizes) <= exhaustive_limit:
-        use_table = sum(sizes) >= _TABLE_FROM and len(graph.indexes) <= 16
-        for (pool, m), _ in zip(pools, sizes, strict=True):
-            search.exhaustive(pool & ~m, m, rest, use_table)
+        for pool, m in pools:
+            search.exhaustive(pool & ~m, m, rest)
         kind = "exhaustive"
     else:
         for pool, m in pools:
@@ -110,6 +114,13 @@ def choose_gpus(inventory: GpuInventory, free: Iterable[int], count: int, *,
         return None
     score = _score(graph, search.best, search.unheld)
     return GpuChoice(score.gpus, score, kind, search.evaluated)
+
+
+def lower_indexes(a: int, b: int) -> bool:
+    """Whether set a's sorted GPU positions come first: of two sets of one size, the one
+    holding the lowest position where they differ (positions follow GPU indexes)."""
+    differ = a ^ b
+    return bool(differ & -differ & a)
 
 
 def graph_numa_masks(graph: GpuGraph) -> list[int]:
@@ -128,36 +139,42 @@ class _Search:
         self.graph = graph
         self.unheld = unheld
         self.nvlink = topology == "nvlink"
-        self.bound = graph.weight(graph.mask(graph.indexes)) + 1  # above any left weight
+        self.bound = graph.total_weight + 1  # above any weight left free
         self.best: int | None = None
-        self.best_key: tuple[int, int, tuple[int, ...]] | None = None
+        self.best_value = self.best_numa = 0
         self.evaluated = 0
 
-    def value(self, mask: int, use_table: bool) -> int:
+    def value(self, mask: int) -> int:
         """Bandwidth inside, then what is left free, as one comparable number."""
         g = self.graph
-        return (g.weight(mask, use_table) * self.bound
-                + g.weight(self.unheld & ~mask, use_table))
+        return (g.weight(mask, g.has_table) * self.bound
+                + g.weight(self.unheld & ~mask, g.has_table))
 
     def offer(self, mask: int, value: int) -> None:
+        """Keep `mask` if it beats the best so far: value, then fewest NUMA nodes, then
+        lowest indexes; the NVLink check last, as it costs most."""
+        numa = self.graph.numa_nodes(mask)
+        if self.best is not None:
+            if (value, -numa) != (self.best_value, -self.best_numa):
+                if (value, -numa) < (self.best_value, -self.best_numa):
+                    return
+            elif not lower_indexes(mask, self.best):
+                return
         if self.nvlink and not self.graph.connected(mask):
             return
-        # ties on value: fewest NUMA nodes, then lowest indexes
-        key = (-value, self.graph.numa_nodes(mask), self.graph.members(mask))
-        if self.best_key is None or key < self.best_key:
-            self.best, self.best_key = mask, key
+        self.best, self.best_value, self.best_numa = mask, value, numa
 
-    def exhaustive(self, pool: int, must: int, rest: int, use_table: bool) -> None:
+    def exhaustive(self, pool: int, must: int, rest: int) -> None:
         bits = [1 << p for p in range(len(self.graph.indexes)) if pool >> p & 1]
         masks = [must + sum(c) for c in combinations(bits, rest)]
         self.evaluated += len(masks)
         if not masks:
             return
-        if use_table:  # the hot loop of a big request: table lookups only
+        if self.graph.has_table:  # the hot loop of a big request: table lookups only
             table, bound, unheld = self.graph.table, self.bound, self.unheld
             scored = [(table[m] * bound + table[unheld & ~m], m) for m in masks]
         else:
-            scored = [(self.value(m, False), m) for m in masks]
+            scored = [(self.value(m), m) for m in masks]
         if not self.nvlink:
             top = max(scored)[0]
             for v, m in scored:
@@ -187,14 +204,14 @@ class _Search:
                         if mask >> p & 1:
                             reach |= self.graph.adjacent[p]
                     options &= reach
-                grown = [(self.value(mask | 1 << p, False), -p, mask | 1 << p)
+                grown = [(self.value(mask | 1 << p), -p, mask | 1 << p)
                          for p in range(len(self.graph.indexes)) if options >> p & 1]
                 self.evaluated += len(grown)
                 if not grown:
                     break
                 mask = max(grown)[2]
             if bin(mask).count("1") == count:
-                self.offer(mask, self.value(mask, False))
+                self.offer(mask, self.value(mask))
 
 
 def ordered_nodes(gpus: Sequence[Gpu], topology: Topology) -> tuple[int, ...]:

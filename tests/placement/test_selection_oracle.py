@@ -157,9 +157,14 @@ def test_big_box_uses_best_first_with_must_include():
                       if local in (a, b))
         gpus.append(Gpu(i, f"GPU-{i}", f"0000:{i + 1:02x}:00.0", i // 8, nvlink_links=links))
     inv = GpuInventory(tuple(gpus), "snapshot")
-    choice = choose_gpus(inv, range(24), 8, topology="nvlink", must_include={9})
-    assert choice.search == "best-first" and 9 in choice.gpus
-    assert set(choice.gpus) == set(range(8, 16))  # the whole octet: 16 NVLinks inside
+    # any: C(23, 7) sets hold GPU 9, too many; best-first grows the set from GPU 9
+    choice = choose_gpus(inv, range(24), 8, must_include={9})
+    assert choice.search == "best-first"
+    assert set(choice.gpus) == set(range(8, 16))  # the whole octet: 24 NVLinks inside
     assert choice.score.nvlink_links == 24
+    # nvlink: only GPU 9's NVLink component (its octet) can hold a connected set
+    choice = choose_gpus(inv, range(24), 8, topology="nvlink", must_include={9})
+    assert choice.search == "exhaustive" and choice.evaluated == 1
+    assert set(choice.gpus) == set(range(8, 16))
     assert choose_gpus(inv, range(24), 2).gpus == (0, 3)  # a double link, lowest indexes
     assert choose_gpus(inv, range(24), 9, topology="numa") is None

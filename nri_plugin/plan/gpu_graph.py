@@ -23,6 +23,12 @@ TABLE_GPUS = 16
 _CACHE_SIZE = 8
 
 
+def links(a: Gpu, b: Gpu) -> int:
+    """NVLinks between a and b as either side reports them (a link joins both ends; a
+    hand-written snapshot may list it on one side only)."""
+    return max(a.links_to(b.index), b.links_to(a.index))
+
+
 def pcie_closeness(a: Gpu, b: Gpu) -> int:
     """PCIE_CLOSENESS of the pair; without a PCIe fact, one NUMA node counts as one socket."""
     level = a.pcie_level(b.index)
@@ -51,9 +57,8 @@ class GpuGraph:
         return cls(
             indexes=tuple(g.index for g in gpus),
             numa=tuple(g.numa_node for g in gpus),
-            links=tuple(tuple(0 if a is b else a.links_to(b.index) for b in gpus)
-                        for a in gpus),
-            closeness=tuple(tuple(0 if a is b or a.links_to(b.index) else pcie_closeness(a, b)
+            links=tuple(tuple(0 if a is b else links(a, b) for b in gpus) for a in gpus),
+            closeness=tuple(tuple(0 if a is b or links(a, b) else pcie_closeness(a, b)
                                   for b in gpus) for a in gpus),
             scale=3 * pairs + 1,
         )

@@ -168,3 +168,13 @@ def test_big_box_uses_best_first_with_must_include():
     assert set(choice.gpus) == set(range(8, 16))
     assert choose_gpus(inv, range(24), 2).gpus == (0, 3)  # a double link, lowest indexes
     assert choose_gpus(inv, range(24), 9, topology="numa") is None
+
+
+def test_a_link_listed_on_one_side_joins_both():
+    # a hand-written snapshot may list an NVLink on one GPU only
+    inv = GpuInventory((Gpu(0, "", "0000:01:00.0", 0, nvlink_links=((1, 2),)),
+                        Gpu(1, "", "0000:02:00.0", 0), Gpu(2, "", "0000:03:00.0", 0)),
+                       "snapshot")
+    choice = choose_gpus(inv, {0, 1, 2}, 2, topology="nvlink")
+    assert choice.gpus == (0, 1) and choice.score.nvlink_links == 2
+    assert score_gpu_set(inv, (1, 0), {0, 1, 2}) == choice.score

@@ -181,15 +181,13 @@ class _Search:
                 if v == top:
                     self.offer(m, v)
             return
-        # nvlink: the best connected sets; most sets scored never need the check
+        # nvlink: best first, until the values drop below a connected set's; offer()
+        # checks connectivity only for a set that would beat the best so far
         scored.sort(reverse=True)
-        found = None
         for v, m in scored:
-            if found is not None and v < found:
+            if self.best is not None and v < self.best_value:
                 break
-            if self.graph.connected(m):
-                found = v
-                self.offer(m, v)
+            self.offer(m, v)
 
     def best_first(self, pool: int, must: int, count: int) -> None:
         seeds = [must] if must else [1 << p for p in range(len(self.graph.indexes))

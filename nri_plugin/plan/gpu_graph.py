@@ -104,9 +104,9 @@ class GpuGraph:
                 table[top | m] = table[m] + to_top[m]
         return table
 
-    def weight(self, mask: int, use_table: bool = False) -> int:
+    def weight(self, mask: int) -> int:
         """Summed pair weights inside the mask."""
-        if use_table:
+        if self.has_table:
             return self.table[mask]
         bits = [p for p in range(len(self.indexes)) if mask >> p & 1]
         w = self.weights
@@ -138,15 +138,16 @@ class GpuGraph:
         return len(self.components(mask)) <= 1
 
     @cached_property
-    def numa_masks(self) -> tuple[int, ...]:
-        """One mask per NUMA node (GPUs of unknown node together as one)."""
+    def node_masks(self) -> dict[int | None, int]:
+        """NUMA node -> mask of its GPUs (None: GPUs whose node is unknown)."""
         nodes: dict[int | None, int] = {}
         for pos, node in enumerate(self.numa):
             nodes[node] = nodes.get(node, 0) | 1 << pos
-        return tuple(nodes.values())
+        return nodes
 
     def numa_nodes(self, mask: int) -> int:
-        return sum(1 for node in self.numa_masks if node & mask)
+        """NUMA nodes the mask spans (unknown counts as one)."""
+        return sum(1 for node in self.node_masks.values() if node & mask)
 
 
 _graphs: dict[int, tuple[GpuInventory, GpuGraph]] = {}

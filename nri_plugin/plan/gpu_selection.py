@@ -23,6 +23,7 @@ from itertools import combinations
 from math import comb
 
 from nri_plugin.plan.gpu_graph import GpuGraph, graph_of
+from nri_plugin.plan.placement_values import TOPOLOGIES
 from nri_plugin.topology.cpus import Topology
 from nri_plugin.topology.gpus import Gpu, GpuInventory
 
@@ -69,9 +70,8 @@ def score_gpu_set(inventory: GpuInventory, gpus: Iterable[int], free: Iterable[i
 
 
 def _score(graph: GpuGraph, chosen: int, unheld: int) -> GpuScore:
-    table = graph.has_table
-    inside = graph.split(graph.weight(chosen, table))
-    left = graph.split(graph.weight(unheld & ~chosen, table))
+    inside = graph.split(graph.weight(chosen))
+    left = graph.split(graph.weight(unheld & ~chosen))
     return GpuScore(inside[0], inside[1], left[0], left[1], graph.numa_nodes(chosen),
                     graph.members(chosen))
 
@@ -83,6 +83,8 @@ def choose_gpus(inventory: GpuInventory, free: Iterable[int], count: int, *,
     """The best `count` GPUs (indexes) out of `free` under `topology` ("any", "numa",
     "nvlink"), holding `must_include`; None when no set satisfies the constraints.
     `shared`: GPUs of `free` already held by shared users (see score_gpu_set)."""
+    if topology not in TOPOLOGIES:
+        raise ValueError(f"topology {topology!r} is not one of {', '.join(TOPOLOGIES)}")
     graph = graph_of(inventory)
     free_mask = graph.mask(free)
     must = graph.mask(must_include)
@@ -91,9 +93,12 @@ def choose_gpus(inventory: GpuInventory, free: Iterable[int], count: int, *,
     if bin(must).count("1") > count or bin(free_mask).count("1") < count:
         return None
     search = _Search(graph, free_mask & ~graph.mask(shared), topology)
-    if topology == "numa":
-        pools = [(free_mask & node, must) for node in graph_numa_masks(graph)
-                 if must & ~node == 0]
+    if count == 0:
+        pools = [(0, 0)]  # the empty set satisfies every constraint
+    elif topology == "numa":
+        # GPUs of an unknown node never satisfy `numa`
+        pools = [(free_mask & gpus, must) for node, gpus in sorted(
+            (n, m) for n, m in graph.node_masks.items() if n is not None) if must & ~gpus == 0]
     elif topology == "nvlink":
         # a connected set lies inside one NVLink component of the free GPUs
         pools = [(part, must) for part in graph.components(free_mask)
@@ -123,15 +128,6 @@ def lower_indexes(a: int, b: int) -> bool:
     return bool(differ & -differ & a)
 
 
-def graph_numa_masks(graph: GpuGraph) -> list[int]:
-    """One mask per known NUMA node (GPUs of unknown node never satisfy `numa`)."""
-    nodes: dict[int, int] = {}
-    for pos, node in enumerate(graph.numa):
-        if node is not None:
-            nodes[node] = nodes.get(node, 0) | 1 << pos
-    return [nodes[n] for n in sorted(nodes)]
-
-
 class _Search:
     """The best set found so far under one request's constraints."""
 
@@ -147,8 +143,7 @@ class _Search:
     def value(self, mask: int) -> int:
         """Bandwidth inside, then what is left free, as one comparable number."""
         g = self.graph
-        return (g.weight(mask, g.has_table) * self.bound
-                + g.weight(self.unheld & ~mask, g.has_table))
+        return g.weight(mask) * self.bound + g.weight(self.unheld & ~mask)
 
     def offer(self, mask: int, value: int) -> None:
         """Keep `mask` if it beats the best so far: value, then fewest NUMA nodes, then

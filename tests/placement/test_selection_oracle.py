@@ -178,3 +178,15 @@ def test_a_link_listed_on_one_side_joins_both():
     choice = choose_gpus(inv, {0, 1, 2}, 2, topology="nvlink")
     assert choice.gpus == (0, 1) and choice.score.nvlink_links == 2
     assert score_gpu_set(inv, (1, 0), {0, 1, 2}) == choice.score
+
+
+def test_edge_requests(boxes):
+    inv = boxes["dgx1v"][1]
+    for topology in ("any", "numa", "nvlink"):
+        assert choose_gpus(inv, (), 0, topology=topology).gpus == ()
+        assert choose_gpus(inv, {3}, 1, topology=topology).gpus == (3,)
+    assert choose_gpus(inv, {0, 1}, 3) is None
+    assert choose_gpus(inv, {0, 1}, 1, must_include={5}) is None  # 5 is not free
+    assert choose_gpus(inv, {0, 1}, 1, must_include={0, 1}) is None  # more than asked
+    with pytest.raises(ValueError, match="'ring' is not one of any, numa, nvlink"):
+        choose_gpus(inv, {0}, 1, topology="ring")

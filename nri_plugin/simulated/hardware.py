@@ -338,8 +338,9 @@ def _switch_pairs(buses: Sequence[int], roots: Sequence[int]) -> list[tuple[str,
     return paths
 
 
-# nvidia-smi topo -m of a DGX-1 with V100s: NV2 = two bonded NVLinks, NV1 = one. Each V100
-# has 6 links: quads 0-3 and 4-7 fully connected, plus i <-> i+4.
+# A DGX-1 with V100s (nvidia-smi topo -m: NV2 = two bonded NVLinks, NV1 = one; the link
+# counts and bus ids agree with NCCL's topology dump of one, NVIDIA/nccl issue 671). Each
+# V100 has 6 links: quads 0-3 and 4-7 fully connected, plus i <-> i+4.
 DGX1V_LINKS = {(0, 1): 1, (0, 2): 1, (0, 3): 2, (0, 4): 2, (1, 2): 2, (1, 3): 1, (1, 5): 2,
                (2, 3): 2, (2, 6): 1, (3, 7): 1, (4, 5): 1, (4, 6): 1, (4, 7): 2, (5, 6): 2,
                (5, 7): 1, (6, 7): 2}

@@ -185,26 +185,50 @@ class _Search:
             self.offer(m, v)
 
     def best_first(self, pool: int, must: int, count: int) -> None:
-        seeds = [must] if must else [1 << p for p in range(len(self.graph.indexes))
-                                      if pool >> p & 1]
+        n = len(self.graph.indexes)
+        seeds = [must] if must else [1 << p for p in range(n) if pool >> p & 1]
         for seed in seeds:
-            mask = seed
-            while bin(mask).count("1") < count:
-                options = pool & ~mask
-                if self.nvlink:
-                    reach = 0
-                    for p in range(len(self.graph.indexes)):
-                        if mask >> p & 1:
-                            reach |= self.graph.adjacent[p]
-                    options &= reach
-                grown = [(self.value(mask | 1 << p), -p, mask | 1 << p)
-                         for p in range(len(self.graph.indexes)) if options >> p & 1]
-                self.evaluated += len(grown)
-                if not grown:
-                    break
-                mask = max(grown)[2]
+            mask = self.grow(seed, pool, count)
             if bin(mask).count("1") == count:
                 self.offer(mask, self.value(mask))
+
+    def grow(self, mask: int, pool: int, count: int) -> int:
+        """Add to `mask`, one at a time, the GPU of `pool` giving the best value (the
+        lowest index on ties); for nvlink only GPUs linked to the set. Sums are kept per
+        GPU, so a step costs O(GPUs), not a rescoring of every pair."""
+        g, n = self.graph, len(self.graph.indexes)
+        w = g.weights
+        inside, left = g.weight(mask), g.weight(self.unheld & ~mask)
+        members = [p for p in range(n) if mask >> p & 1]
+        # to_set[p]: p's weight to the set; to_left[p]: p's weight to the free rest
+        to_set = [sum(w[q][p] for q in members) for p in range(n)]
+        to_left = [sum(w[p][q] for q in range(n) if self.unheld >> q & 1 and not mask >> q & 1)
+                   for p in range(n)]
+        reach = 0
+        for q in members:
+            reach |= g.adjacent[q]
+        while len(members) < count:
+            options = pool & ~mask & (reach if self.nvlink else -1)
+            best = None
+            for p in range(n):
+                if options >> p & 1:
+                    lost = to_left[p] if self.unheld >> p & 1 else 0
+                    value = (inside + to_set[p]) * self.bound + left - lost
+                    if best is None or value > best[0]:
+                        best = (value, p, lost)
+            self.evaluated += bin(options).count("1")
+            if best is None:
+                break
+            _, q, lost = best
+            inside, left = inside + to_set[q], left - lost
+            mask |= 1 << q
+            members.append(q)
+            reach |= g.adjacent[q]
+            for p in range(n):
+                to_set[p] += w[q][p]
+                if self.unheld >> q & 1:
+                    to_left[p] -= w[p][q]
+        return mask
 
 
 def ordered_nodes(gpus: Sequence[Gpu], topology: Topology) -> tuple[int, ...]:

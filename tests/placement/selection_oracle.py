@@ -71,3 +71,27 @@ def free_states(inventory: GpuInventory) -> Iterator[frozenset[int]]:
     for n in range(len(ids) + 1):
         for c in combinations(ids, n):
             yield frozenset(c)
+
+
+def greedy(inventory: GpuInventory, free: Iterable[int], count: int,
+           topology: str) -> tuple | None:
+    """The best-first search rescored from scratch at every step: from each free GPU,
+    add the GPU giving the best key (for nvlink one linked to the set); the best key."""
+    pool = [g for g in inventory.gpus if g.index in set(free)]
+    found = []
+    for seed in pool:
+        chosen = [seed]
+        while len(chosen) < count:
+            ids = {g.index for g in chosen}
+            options = [g for g in pool if g.index not in ids and (
+                topology != "nvlink" or any(g.index in c.nvlink_peers or c.index in
+                                            g.nvlink_peers for c in chosen))]
+            if topology == "numa":
+                options = [g for g in options if g.numa_node == seed.numa_node]
+            if not options:
+                break
+            # best by bandwidth and what is left, lowest index on ties
+            chosen.append(min(options, key=lambda g: (key(chosen + [g], pool)[:4], g.index)))
+        if len(chosen) == count and feasible(chosen, topology):
+            found.append(key(chosen, pool))
+    return min(found) if found else None

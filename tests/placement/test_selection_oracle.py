@@ -25,7 +25,7 @@ from nri_plugin.simulated.hardware import (
 from nri_plugin.topology import Topology, load_inventory, read_topology
 from nri_plugin.topology.gpus import Gpu, GpuInventory
 
-from .selection_oracle import best, free_states, key
+from .selection_oracle import best, free_states, greedy, key
 
 MACHINES = {"dgx1v": dgx1v_gpus, "nvswitch": nvswitch_gpus, "pcie-pairs": pcie_pairs_gpus}
 
@@ -146,6 +146,8 @@ def test_best_first_finds_a_set_whenever_one_exists(boxes, topology):
             if got is not None:
                 assert got.search == "best-first" and set(got.gpus) <= free
                 assert got.score.key() >= want  # never better than the optimum
+                # and the set a from-scratch best-first search finds
+                assert got.score.key() == greedy(inv, free, count, topology)
 
 
 def test_big_box_uses_best_first_with_must_include():

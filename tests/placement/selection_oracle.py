@@ -91,7 +91,7 @@ def greedy(inventory: GpuInventory, free: Iterable[int], count: int,
             if not options:
                 break
             # best by bandwidth and what is left, lowest index on ties
-            chosen.append(min(options, key=lambda g: (key(chosen + [g], pool)[:4], g.index)))
+            chosen.append(min(options, key=lambda g: (key([*chosen, g], pool)[:4], g.index)))
         if len(chosen) == count and feasible(chosen, topology):
             found.append(key(chosen, pool))
     return min(found) if found else None

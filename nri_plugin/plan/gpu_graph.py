@@ -150,17 +150,25 @@ class GpuGraph:
         return sum(1 for node in self.node_masks.values() if node & mask)
 
 
-_graphs: dict[int, tuple[GpuInventory, GpuGraph]] = {}
+Facts = tuple[tuple[int, int | None, tuple[tuple[int, int], ...], tuple[tuple[int, str], ...]], ...]
+_graphs: dict[Facts, GpuGraph] = {}
+_last: list[tuple[GpuInventory, GpuGraph]] = []
 
 
 def graph_of(inventory: GpuInventory) -> GpuGraph:
-    """The inventory's graph, built once per inventory (a node's inventory lives long:
-    the allocator's, the device plugin's); the few most recent are kept."""
-    hit = _graphs.get(id(inventory))
-    if hit is not None and hit[0] is inventory:
-        return hit[1]
-    graph = GpuGraph.of(inventory)
-    if len(_graphs) >= _CACHE_SIZE:
-        _graphs.pop(next(iter(_graphs)))
-    _graphs[id(inventory)] = (inventory, graph)
+    """The inventory's graph, built once per set of facts it reads (indexes, NUMA nodes,
+    links, PCIe levels): a rescan that finds the same GPUs reuses the graph and its subset
+    table. The most recent inventory is recognised without reading its facts."""
+    last = _last[0] if _last else None  # one read: other threads may replace it
+    if last is not None and last[0] is inventory:
+        return last[1]
+    facts = tuple((g.index, g.numa_node, g.nvlink_links, g.pcie_levels)
+                  for g in inventory.gpus)
+    graph = _graphs.get(facts)
+    if graph is None:
+        graph = GpuGraph.of(inventory)
+        if len(_graphs) >= _CACHE_SIZE:
+            _graphs.pop(next(iter(_graphs)))
+        _graphs[facts] = graph
+    _last[:] = [(inventory, graph)]
     return graph

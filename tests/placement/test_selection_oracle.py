@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from nri_plugin.plan.allocator import Allocator
+from nri_plugin.plan.gpu_graph import graph_of
 from nri_plugin.plan.gpu_selection import choose_gpus, score_gpu_set
 from nri_plugin.plan.placement_values import PlacementError, PlacementRequest
 from nri_plugin.simulated.hardware import (
@@ -192,3 +193,12 @@ def test_edge_requests(boxes):
     assert choose_gpus(inv, {0, 1}, 1, must_include={0, 1}) is None  # more than asked
     with pytest.raises(ValueError, match="'ring' is not one of any, numa, nvlink"):
         choose_gpus(inv, {0}, 1, topology="ring")
+
+
+def test_a_rescan_with_the_same_facts_reuses_the_graph(boxes):
+    inv = boxes["dgx1v"][1]
+    again = GpuInventory(tuple(replace(g, memory_bytes=1) for g in inv.gpus), "nvml")
+    assert graph_of(again) is graph_of(inv)
+    moved = GpuInventory(tuple(replace(g, numa_node=0) for g in inv.gpus), "nvml")
+    assert graph_of(moved) is not graph_of(inv)
+    assert choose_gpus(moved, range(8), 8, topology="numa") is not None  # one node now

@@ -102,7 +102,7 @@ def main() -> int:
                 worst_small = max(worst_small, med)
             print(f"{name:16} {len(inv.gpus):4} {size:4} {med:7.0f}us {p99:7.0f}us  "
                   f"{','.join(sorted(searches)) or '-':12} {refused}/{args.rounds}")
-        print(f"{name:16} subset table (once per inventory): {table * 1e3:.1f} ms")
+        print(f"{name:16} subset table (built once): {table * 1e3:.1f} ms")
         half = len(inv.gpus) // 2
         for topology in TOPOLOGIES:  # the most sets: half the GPUs out of all free
             times = []

@@ -17,6 +17,7 @@ SCRIPTS = [
     ("bench_sla.py", []),
     ("bench_plan.py", []),
     ("bench_placement.py", []),
+    ("bench_selection.py", []),
     ("bench_records.py", []),
     ("bench_drift.py", []),
     ("bench_transport.py", []),

@@ -3,6 +3,8 @@
 A dry run of the plugin's data path: the adjustment fields containerd would receive and
 the cgroup files nri-sla would write itself at StartContainer. Exit status 1 when any
 container would be refused, 2 when a manifest or the node config cannot be read.
+`--gpus N` instead shows the GPUs nri-sla's chooser prefers and their score
+(explain_gpus.py); exit 1 when no set satisfies the request.
 """
 
 from __future__ import annotations
@@ -12,13 +14,15 @@ import json
 import sys
 from typing import Any
 
+from nri_plugin.commands import explain_gpus
 from nri_plugin.commands.common import add_node_arguments, node_from_args
 from nri_plugin.manifests import ManifestError, load_pods
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("manifests", nargs="+", metavar="POD.yaml",
+    parser.add_argument("manifests", nargs="*", metavar="POD.yaml",
                         help="Pod, List or workload manifests (Deployment, Job, ...)")
+    explain_gpus.add_arguments(parser)
     add_node_arguments(parser)
     parser.add_argument("--nri-version", default="v0.12.0",
                         help="the runtime's NRI version (memory policy needs v0.12.0)")
@@ -92,10 +96,15 @@ def render(result: dict[str, Any], out: Any) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    if (args.gpus is None) == (not args.manifests):
+        print("nri-sla explain: give pod manifests or --gpus N (not both)", file=sys.stderr)
+        return 2
     try:
         node = node_from_args(args)
+        if args.gpus is not None:
+            return gpu_preference(node.allocator.inventory, args)
         pods = [pod for path in args.manifests for pod in load_pods(path)]
-    except (ManifestError, ValueError, OSError) as exc:
+    except (ManifestError, explain_gpus.GpuListError, ValueError, OSError) as exc:
         print(f"nri-sla explain: {exc}", file=sys.stderr)
         return 2
     from nri_plugin.simulated.deviceplugin import DevicePlugin
@@ -110,3 +119,13 @@ def main(args: argparse.Namespace) -> int:
         for result in results:
             render(result, sys.stdout)
     return 1 if any(r["outcome"] == "refused" for r in results) else 0
+
+
+def gpu_preference(inventory: Any, args: argparse.Namespace) -> int:
+    result = explain_gpus.prefer(inventory, args)
+    if args.json:
+        json.dump(result, sys.stdout, indent=2)
+        print()
+    else:
+        print("\n".join(explain_gpus.render(result)))
+    return 0 if "gpus" in result else 1

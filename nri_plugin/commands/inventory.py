@@ -10,6 +10,7 @@ from pathlib import Path
 
 from nri_plugin.commands.common import table_lines
 from nri_plugin.topology import (
+    Gpu,
     GpuInventory,
     InventoryError,
     Topology,
@@ -41,6 +42,11 @@ def _gib(n: int) -> str:
     return f"{n / 1024**3:.0f} GiB" if n else "-"
 
 
+def describe_links(g: Gpu) -> str:
+    """NVLink peers, "x<links>" after those with more than one: "1,2,3x2,4x2"."""
+    return ",".join(f"{p}x{n}" if n > 1 else str(p) for p, n in g.nvlink_links) or "-"
+
+
 def render_table(topology: Topology, inventory: GpuInventory) -> str:
     lines = [
         f"CPUs: {len(topology.online)} online ({format_cpulist(topology.online)}), "
@@ -62,15 +68,17 @@ def render_table(topology: Topology, inventory: GpuInventory) -> str:
         source += f"; degraded: {inventory.degraded_reason}"
     lines.append(source + ")")
     if inventory.gpus:
-        rows = [["GPU", "NUMA", "PCI", "UUID", "name", "memory", "NVLink peers", "MIG"]]
+        rows = [["GPU", "NUMA", "PCI", "UUID", "name", "memory", "NVLink peers",
+                 "PCIe switch", "MIG"]]
         for g in inventory.gpus:
             rows.append([str(g.index), "?" if g.numa_node is None else str(g.numa_node),
                          g.pci_bus_id, g.uuid or "-", g.name or "-", _gib(g.memory_bytes),
-                         ",".join(map(str, sorted(g.nvlink_peers))) or "-",
+                         describe_links(g),
+                         ",".join(str(p) for p, lv in g.pcie_levels if lv == "switch") or "-",
                          f"{len(g.mig_instances)} instance(s)" if g.mig_enabled else "-"])
             for m in g.mig_instances:
                 rows.append([f"  {g.index}:{m.index}", "", "", m.uuid, m.profile,
-                             _gib(m.memory_bytes), "", f"gi {m.gi_id} ci {m.ci_id}"])
+                             _gib(m.memory_bytes), "", "", f"gi {m.gi_id} ci {m.ci_id}"])
         lines.append("")
         lines += table_lines(rows)
     return "\n".join(lines)

@@ -8,34 +8,23 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from nri_plugin.plan.gpu_selection import choose
+from nri_plugin.plan.gpu_selection import choose_gpus
 from nri_plugin.topology.gpus import Gpu, GpuInventory
 
-# Tried in this order when nothing is pinned: the best NVLink-connected set, else one
-# NUMA node, else the least fragmenting set anywhere.
+# Tried in this order: the best NVLink-connected set, else one NUMA node, else the best
+# set anywhere (each scored by links, PCIe distance and what it leaves free).
 _PREFERENCES = ("nvlink", "numa", "any")
 
 
 def preferred_gpus(inventory: GpuInventory, available: Sequence[Gpu],
                    must_include: Sequence[Gpu], size: int) -> list[Gpu]:
     """`size` GPUs among `available` (which holds `must_include`), the pinned ones
-    included, best connected first, in index order. `inventory` is the whole node, for
-    scorers that weigh what the choice leaves to others. Callers check
-    len(must_include) <= size <= len(available)."""
-    del inventory  # today's scorer looks at the available GPUs only
-    if not must_include:
-        for topology in _PREFERENCES:
-            picked = choose(available, size, topology, holders={}, shared=False)
-            if picked is not None:
-                return list(picked)
-    chosen = list(must_include)
-    rest = [g for g in available if g not in chosen]
-    while len(chosen) < size:
-        # the GPU with most NVLink peers among those already chosen, then most on their
-        # NUMA nodes, then the lowest index
-        best = max(rest, key=lambda g: (sum(c.index in g.nvlink_peers for c in chosen),
-                                        sum(c.numa_node == g.numa_node for c in chosen),
-                                        -g.index))
-        chosen.append(best)
-        rest.remove(best)
-    return sorted(chosen, key=lambda g: g.index)
+    included, in index order. Callers check len(must_include) <= size <= len(available)."""
+    free = [g.index for g in available]
+    pinned = [g.index for g in must_include]
+    for topology in _PREFERENCES:
+        choice = choose_gpus(inventory, free, size, must_include=pinned, topology=topology)
+        if choice is not None:
+            by_index = {g.index: g for g in available}
+            return [by_index[i] for i in sorted(choice.gpus)]
+    raise AssertionError("choose_gpus(topology='any') found no set among enough GPUs")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from nri_plugin.plan.gpu_selection import choose, fits, ordered_nodes
+from nri_plugin.plan.gpu_selection import choose_gpus, fits, ordered_nodes
 from nri_plugin.plan.placement_values import (
     EXCLUSIVE,
     SHARED,
@@ -142,11 +142,19 @@ class _BestFit:
             return f"{n} {kind}GPUs on one NUMA node"
         return plural(n, f"{kind}GPU")
 
+    def choose(self, free: Sequence[Gpu], n: int, topology: str) -> tuple[Gpu, ...] | None:
+        by_index = {g.index: g for g in free}
+        # shared requests pack onto GPUs other shared users hold: those are not "left free"
+        shared = [i for i in by_index if self.held.gpus.get(i)] if self.r.shared_gpus else ()
+        choice = choose_gpus(self.node.inventory, by_index, n, topology=topology,
+                             shared=shared)
+        return None if choice is None else tuple(by_index[i] for i in choice.gpus)
+
     def pick_gpus(self, n: int) -> tuple[Gpu, ...]:
         free = self.free_gpus()
         where = (f" on NUMA node(s) {format_cpulist(self.r.numa_nodes)}"
                  if self.r.numa_nodes else "")
-        chosen = choose(free, n, self.r.topology, self.held.gpus, self.r.shared_gpus)
+        chosen = self.choose(free, n, self.r.topology)
         if chosen is not None:
             return chosen
         message = f"requested {self.what(n, self.r.topology)}{where}; free: {describe_gpus(free)}"
@@ -154,13 +162,13 @@ class _BestFit:
         # soft: relax the topology first, then the count
         order = TOPOLOGIES[: TOPOLOGIES.index(self.r.topology)][::-1]
         for topology in order:
-            chosen = choose(free, n, topology, self.held.gpus, self.r.shared_gpus)
+            chosen = self.choose(free, n, topology)
             if chosen is not None:
                 self.warnings.append(f"gave {self.what(n, topology)} instead")
                 return chosen
         if not free:
             return ()
-        chosen = choose(free, len(free), "any", self.held.gpus, self.r.shared_gpus)
+        chosen = self.choose(free, len(free), "any")
         self.warnings.append(f"gave {plural(len(free), 'GPU')} instead of {n}")
         return chosen or ()
 
@@ -206,7 +214,7 @@ class _BestFit:
                                   "gpu.ids")
             elif gpu not in gpus:
                 gpus.append(gpu)
-        if len(gpus) > 1 and mig is None and not fits(gpus, self.r.topology):
+        if len(gpus) > 1 and mig is None and not fits(inv, gpus, self.r.topology):
             self.fail_or_warn(f"gpu.ids: GPUs {describe_gpus(gpus)} do not satisfy "
                               f"gpu.topology {self.r.topology}", "gpu.topology")
         return tuple(gpus), mig

@@ -1,13 +1,234 @@
-"""Choosing GPUs: pure functions over the free GPUs and the NVLink graph (deterministic)."""
+"""Choosing GPUs: pure, deterministic functions over a node's GPUs and which are free.
+
+The score of a set, compared in this order (see docs/placement.md, "GPU selection"):
+1. hard constraints: `numa`: all on one (known) NUMA node; `nvlink`: the set is connected
+   over NVLinks inside it (not every pair linked: the best connected set wins by 2.);
+2. bandwidth inside the set: the sum of NVLinks over its pairs, then the sum of PCIe
+   closeness over its pairs without NVLink (same switch 3 > same host bridge 2 > same
+   socket 1 > across sockets 0);
+3. what is left free stays connected: the same two sums over the GPUs left free (so
+   a free NVLink pair or PCIe-switch pair is not broken when an equal set exists);
+4. fewest NUMA nodes spanned; 5. lowest GPU indexes.
+
+Every combination is scored when there are at most `EXHAUSTIVE_LIMIT` of them (any
+request on a box of up to 16 GPUs); beyond that a best-first search grows a set from each
+free GPU (or from `must_include`) one best GPU at a time.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from itertools import combinations
+from math import comb
 
+from nri_plugin.plan.gpu_graph import GpuGraph, graph_of
+from nri_plugin.plan.placement_values import TOPOLOGIES
 from nri_plugin.topology.cpus import Topology
-from nri_plugin.topology.gpus import Gpu
+from nri_plugin.topology.gpus import Gpu, GpuInventory
 
-CLIQUE_SEARCH_BUDGET = 20_000  # DFS steps; NVLink graphs are small, this only caps pathology
+EXHAUSTIVE_LIMIT = 12_870  # C(16, 8): every request on a 16-GPU box is searched exhaustively
+
+
+@dataclass(frozen=True)
+class GpuScore:
+    """A GPU set's score components; `key()` orders sets best first."""
+
+    nvlink_links: int  # NVLinks between the set's GPUs (each pair's links summed)
+    pcie: int  # PCIe closeness summed over the set's pairs without NVLink
+    left_nvlink_links: int  # the same sums over the GPUs left free
+    left_pcie: int
+    numa_nodes: int
+    gpus: tuple[int, ...]
+
+    def key(self) -> tuple[int, int, int, int, int, tuple[int, ...]]:
+        return (-self.nvlink_links, -self.pcie, -self.left_nvlink_links, -self.left_pcie,
+                self.numa_nodes, self.gpus)
+
+    def describe(self) -> str:
+        return (f"NVLinks inside {self.nvlink_links}, PCIe closeness {self.pcie}; left free: "
+                f"NVLinks {self.left_nvlink_links}, PCIe closeness {self.left_pcie}; "
+                f"NUMA nodes {self.numa_nodes}")
+
+
+@dataclass(frozen=True)
+class GpuChoice:
+    gpus: tuple[int, ...]
+    score: GpuScore
+    search: str  # "exhaustive" or "best-first"
+    evaluated: int  # sets scored
+
+
+def score_gpu_set(inventory: GpuInventory, gpus: Iterable[int], free: Iterable[int], *,
+                  shared: Iterable[int] = ()) -> GpuScore:
+    """The score of `gpus` taken out of `free`; `shared` GPUs (free for a shared request,
+    already held by other shared users) do not count as left free."""
+    graph = graph_of(inventory)
+    chosen = graph.mask(gpus)
+    unheld = graph.mask(free) & ~graph.mask(shared)
+    return _score(graph, chosen, unheld)
+
+
+def _score(graph: GpuGraph, chosen: int, unheld: int) -> GpuScore:
+    inside = graph.split(graph.weight(chosen))
+    left = graph.split(graph.weight(unheld & ~chosen))
+    return GpuScore(inside[0], inside[1], left[0], left[1], graph.numa_nodes(chosen),
+                    graph.members(chosen))
+
+
+def choose_gpus(inventory: GpuInventory, free: Iterable[int], count: int, *,
+                must_include: Iterable[int] = (), topology: str = "any",
+                shared: Iterable[int] = (),
+                exhaustive_limit: int = EXHAUSTIVE_LIMIT) -> GpuChoice | None:
+    """The best `count` GPUs (indexes) out of `free` under `topology` ("any", "numa",
+    "nvlink"), holding `must_include`; None when no set satisfies the constraints.
+    `shared`: GPUs of `free` already held by shared users (see score_gpu_set)."""
+    if topology not in TOPOLOGIES:
+        raise ValueError(f"topology {topology!r} is not one of {', '.join(TOPOLOGIES)}")
+    graph = graph_of(inventory)
+    free_mask = graph.mask(free)
+    must = graph.mask(must_include)
+    if set(must_include) - set(graph.members(free_mask)) or count < 0:
+        return None
+    if bin(must).count("1") > count or bin(free_mask).count("1") < count:
+        return None
+    search = _Search(graph, free_mask & ~graph.mask(shared), topology)
+    if count == 0:
+        pools = [(0, 0)]  # the empty set satisfies every constraint
+    elif topology == "numa":
+        # GPUs of an unknown node never satisfy `numa`
+        pools = [(free_mask & gpus, must) for node, gpus in sorted(
+            (n, m) for n, m in graph.node_masks.items() if n is not None) if must & ~gpus == 0]
+    elif topology == "nvlink":
+        # a connected set lies inside one NVLink component of the free GPUs
+        pools = [(part, must) for part in graph.components(free_mask)
+                 if must & ~part == 0 and bin(part).count("1") >= count]
+    else:
+        pools = [(free_mask, must)]
+    rest = count - bin(must).count("1")
+    sizes = [comb(bin(pool & ~m).count("1"), rest) for pool, m in pools]
+    if sum(sizes) <= exhaustive_limit:
+        for pool, m in pools:
+            search.exhaustive(pool & ~m, m, rest)
+        kind = "exhaustive"
+    else:
+        for pool, m in pools:
+            search.best_first(pool, m, count)
+        kind = "best-first"
+    if search.best is None:
+        return None
+    score = _score(graph, search.best, search.unheld)
+    return GpuChoice(score.gpus, score, kind, search.evaluated)
+
+
+def lower_indexes(a: int, b: int) -> bool:
+    """Whether set a's sorted GPU positions come first: of two sets of one size, the one
+    holding the lowest position where they differ (positions follow GPU indexes)."""
+    differ = a ^ b
+    return bool(differ & -differ & a)
+
+
+class _Search:
+    """The best set found so far under one request's constraints."""
+
+    def __init__(self, graph: GpuGraph, unheld: int, topology: str) -> None:
+        self.graph = graph
+        self.unheld = unheld
+        self.nvlink = topology == "nvlink"
+        self.bound = graph.total_weight + 1  # above any weight left free
+        self.best: int | None = None
+        self.best_value = self.best_numa = 0
+        self.evaluated = 0
+
+    def value(self, mask: int) -> int:
+        """Bandwidth inside, then what is left free, as one comparable number."""
+        g = self.graph
+        return g.weight(mask) * self.bound + g.weight(self.unheld & ~mask)
+
+    def offer(self, mask: int, value: int) -> None:
+        """Keep `mask` if it beats the best so far: value, then fewest NUMA nodes, then
+        lowest indexes; the NVLink check last, as it costs most."""
+        numa = self.graph.numa_nodes(mask)
+        if self.best is not None:
+            if (value, -numa) != (self.best_value, -self.best_numa):
+                if (value, -numa) < (self.best_value, -self.best_numa):
+                    return
+            elif not lower_indexes(mask, self.best):
+                return
+        if self.nvlink and not self.graph.connected(mask):
+            return
+        self.best, self.best_value, self.best_numa = mask, value, numa
+
+    def exhaustive(self, pool: int, must: int, rest: int) -> None:
+        bits = [1 << p for p in range(len(self.graph.indexes)) if pool >> p & 1]
+        masks = [must + sum(c) for c in combinations(bits, rest)]
+        self.evaluated += len(masks)
+        if not masks:
+            return
+        if self.graph.has_table:  # the hot loop of a big request: table lookups only
+            table, bound, unheld = self.graph.table, self.bound, self.unheld
+            scored = [(table[m] * bound + table[unheld & ~m], m) for m in masks]
+        else:
+            scored = [(self.value(m), m) for m in masks]
+        if not self.nvlink:
+            top = max(scored)[0]
+            for v, m in scored:
+                if v == top:
+                    self.offer(m, v)
+            return
+        # nvlink: best first, until the values drop below a connected set's; offer()
+        # checks connectivity only for a set that would beat the best so far
+        scored.sort(reverse=True)
+        for v, m in scored:
+            if self.best is not None and v < self.best_value:
+                break
+            self.offer(m, v)
+
+    def best_first(self, pool: int, must: int, count: int) -> None:
+        n = len(self.graph.indexes)
+        seeds = [must] if must else [1 << p for p in range(n) if pool >> p & 1]
+        for seed in seeds:
+            mask = self.grow(seed, pool, count)
+            if bin(mask).count("1") == count:
+                self.offer(mask, self.value(mask))
+
+    def grow(self, mask: int, pool: int, count: int) -> int:
+        """Add to `mask`, one at a time, the GPU of `pool` giving the best value (the
+        lowest index on ties); for nvlink only GPUs linked to the set. Sums are kept per
+        GPU, so a step costs O(GPUs), not a rescoring of every pair."""
+        g, n = self.graph, len(self.graph.indexes)
+        w = g.weights
+        inside, left = g.weight(mask), g.weight(self.unheld & ~mask)
+        members = [p for p in range(n) if mask >> p & 1]
+        # to_set[p]: p's weight to the set; to_left[p]: p's weight to the free rest
+        to_set = [sum(w[q][p] for q in members) for p in range(n)]
+        to_left = [sum(w[p][q] for q in range(n) if self.unheld >> q & 1 and not mask >> q & 1)
+                   for p in range(n)]
+        reach = 0
+        for q in members:
+            reach |= g.adjacent[q]
+        while len(members) < count:
+            options = pool & ~mask & (reach if self.nvlink else -1)
+            best = None
+            for p in range(n):
+                if options >> p & 1:
+                    lost = to_left[p] if self.unheld >> p & 1 else 0
+                    value = (inside + to_set[p]) * self.bound + left - lost
+                    if best is None or value > best[0]:
+                        best = (value, p, lost)
+            self.evaluated += bin(options).count("1")
+            if best is None:
+                break
+            _, q, lost = best
+            inside, left = inside + to_set[q], left - lost
+            mask |= 1 << q
+            members.append(q)
+            reach |= g.adjacent[q]
+            for p in range(n):
+                to_set[p] += w[q][p]
+                if self.unheld >> q & 1:
+                    to_left[p] -= w[p][q]
+        return mask
 
 
 def ordered_nodes(gpus: Sequence[Gpu], topology: Topology) -> tuple[int, ...]:
@@ -22,109 +243,11 @@ def ordered_nodes(gpus: Sequence[Gpu], topology: Topology) -> tuple[int, ...]:
     return tuple(sorted(counts, key=lambda n: (-counts[n], n)))
 
 
-def fits(gpus: Sequence[Gpu], topology: str) -> bool:
+def fits(inventory: GpuInventory, gpus: Sequence[Gpu], topology: str) -> bool:
+    """Whether named GPUs satisfy the hard constraint of `topology`."""
     if topology == "numa":
         return len({g.numa_node for g in gpus}) == 1 and gpus[0].numa_node is not None
     if topology == "nvlink":
-        return all(h.index in g.nvlink_peers for g in gpus for h in gpus if h is not g)
+        graph = graph_of(inventory)
+        return graph.connected(graph.mask(g.index for g in gpus))
     return True
-
-
-def components(free: Sequence[Gpu]) -> dict[int, frozenset[int]]:
-    """GPU index -> its connected component in the NVLink graph of the free GPUs."""
-    free_ids = {g.index for g in free}
-    peers = {g.index: g.nvlink_peers & free_ids for g in free}
-    comp: dict[int, frozenset[int]] = {}
-    for g in free:
-        if g.index in comp:
-            continue
-        seen, stack = {g.index}, [g.index]
-        while stack:
-            for p in peers[stack.pop()]:
-                if p not in seen:
-                    seen.add(p)
-                    stack.append(p)
-        group = frozenset(seen)
-        for i in group:
-            comp[i] = group
-    return comp
-
-
-def choose(free: Sequence[Gpu], n: int, topology: str, holders: Mapping[int, Mapping[str, str]],
-            shared: bool) -> tuple[Gpu, ...] | None:
-    """The best n GPUs among `free` under `topology`, or None when impossible."""
-    if n > len(free):
-        return None
-    if n == 0:
-        return ()
-    comp = components(free)
-    free_ids = set(comp)
-
-    def key(g: Gpu) -> tuple[int, ...]:
-        # shared requests pack onto GPUs that are already shared (frees stay free);
-        # fewest free NVLink peers first keeps well-connected groups for NVLink requests
-        unshared = 0 if (shared and holders.get(g.index)) else 1
-        return (unshared, len(comp[g.index]), len(g.nvlink_peers & free_ids), g.index)
-
-    by_node: dict[int | None, list[Gpu]] = {}
-    for g in sorted(free, key=key):
-        by_node.setdefault(g.numa_node, []).append(g)
-
-    def cost(pick: Sequence[Gpu]) -> tuple[int, int, int, int, int, tuple[int, ...]]:
-        ids = {g.index for g in pick}
-        # 1. free NVLink groups split by this choice; 2. for requests that do not need
-        # NVLink, NVLinked GPUs used up (a whole free pair is still a pair lost);
-        # 3. NUMA nodes spanned; 4. best fit: free GPUs on those nodes; 5. peers cut off
-        broken = {comp[i] for i in ids if len(comp[i]) > 1 and not comp[i] <= ids}
-        linked = 0 if topology == "nvlink" else sum(len(comp[i]) > 1 for i in ids)
-        nodes = {g.numa_node for g in pick}
-        node_free = sum(len(by_node[x]) for x in nodes)
-        peers_lost = sum(len(g.nvlink_peers & free_ids - ids) for g in pick)
-        return (len(broken), linked, len(nodes), node_free, peers_lost, tuple(sorted(ids)))
-
-    def fullest_first() -> list[Gpu]:
-        # across nodes, the fullest first: a choice spanning nodes then spans the fewest
-        order = sorted(by_node, key=lambda x: (-len(by_node[x]), x is None, x or 0))
-        return [g for node in order for g in by_node[node]]
-
-    candidates: list[tuple[Gpu, ...]] = []
-    for node, gpus in by_node.items():
-        if len(gpus) < n or (node is None and topology == "numa"):
-            continue
-        if topology == "nvlink" and n > 1:
-            clique = find_clique(gpus, n)
-            if clique is not None:
-                candidates.append(clique)
-        else:
-            candidates.append(tuple(gpus[:n]))
-    if not candidates and topology == "nvlink" and n > 1:
-        clique = find_clique(fullest_first(), n)
-        if clique is not None:
-            candidates.append(clique)
-    if not candidates and topology == "any":
-        candidates.append(tuple(fullest_first()[:n]))
-    if not candidates:
-        return None
-    best = min(candidates, key=cost)
-    return tuple(sorted(best, key=lambda g: g.index))
-
-
-def find_clique(ordered: Sequence[Gpu], n: int) -> tuple[Gpu, ...] | None:
-    """First n pairwise NVLink-connected GPUs in `ordered` order (depth-first)."""
-    budget = [CLIQUE_SEARCH_BUDGET]
-
-    def extend(chosen: list[Gpu], rest: list[Gpu]) -> list[Gpu] | None:
-        if len(chosen) == n:
-            return chosen
-        for i, g in enumerate(rest):
-            budget[0] -= 1
-            if budget[0] < 0 or len(chosen) + len(rest) - i < n:
-                return None
-            found = extend([*chosen, g], [h for h in rest[i + 1:] if h.index in g.nvlink_peers])
-            if found is not None:
-                return found
-        return None
-
-    found = extend([], list(ordered))
-    return tuple(found) if found is not None else None
-

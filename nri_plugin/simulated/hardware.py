@@ -1,5 +1,7 @@
-"""Simulated hardware: fake sysfs trees (CPUs, NUMA nodes, NVIDIA PCI functions), an NVML
-stand-in and three example machines (DGX-like, PCIe box, MIG box).
+"""Simulated hardware: fake sysfs trees (CPUs, NUMA nodes, NVIDIA PCI functions and the PCI
+bridges above them), an NVML stand-in and example machines (DGX-like, PCIe box, MIG box,
+and for GPU selection: a DGX-1V-like box with weighted NVLinks, an NVSwitch box, a box of
+PCIe switch pairs).
 
 Real hardware is not available in CI (no GPUs, one NUMA node), so these builders write
 the same files the kernel exposes (devices/system/{cpu,node}, bus/pci/devices) and offer
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import takewhile
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -84,6 +87,8 @@ NVML_ERROR_GPU_IS_LOST = 15
 NVML_ERROR_UNKNOWN = 999
 NVML_XID_CRITICAL_ERROR = 0x8  # nvmlEventTypeXidCriticalError
 NVML_NO_INSTANCE = 0xFFFFFFFF  # an event's GPU/compute instance id when not a MIG device
+NVML_TOPOLOGY_SINGLE, NVML_TOPOLOGY_HOSTBRIDGE = 10, 30
+NVML_TOPOLOGY_NODE, NVML_TOPOLOGY_SYSTEM = 40, 50
 
 
 class FakeNVMLError(Exception):
@@ -118,6 +123,9 @@ class FakeGpu:
     lost: bool = False
     errors: dict[str, int] = field(default_factory=dict)
     xid_events: bool = True
+    # the PCI bridges above the GPU, root bus first ("pci0000:00", root port, switch
+    # ports...); empty: NVML cannot tell the PCIe topology (older drivers)
+    pci_path: tuple[str, ...] = ()
 
 
 @dataclass
@@ -224,6 +232,20 @@ class FakeNvml:
         if link >= len(h.gpu.links):
             raise FakeNVMLError(NVML_ERROR_NOT_SUPPORTED)
         return SimpleNamespace(busId=h.gpu.links[link])
+
+    def nvmlDeviceGetTopologyCommonAncestor(self, h1: _Handle, h2: _Handle) -> int:
+        """NVML's level for the nearest common PCI ancestor, read off the fake tree."""
+        self._check(h1.gpu, "nvmlDeviceGetTopologyCommonAncestor")
+        self._check(h2.gpu, "nvmlDeviceGetTopologyCommonAncestor")
+        a, b = h1.gpu.pci_path, h2.gpu.pci_path
+        if not a or not b:
+            raise FakeNVMLError(NVML_ERROR_NOT_SUPPORTED)
+        shared = len(list(takewhile(lambda pair: pair[0] == pair[1], zip(a, b, strict=False))))
+        if shared >= 2:
+            return NVML_TOPOLOGY_SINGLE
+        if shared == 1:
+            return NVML_TOPOLOGY_HOSTBRIDGE
+        return NVML_TOPOLOGY_NODE if h1.gpu.numa == h2.gpu.numa else NVML_TOPOLOGY_SYSTEM
 
     def nvmlDeviceGetMigMode(self, h: _Handle) -> tuple[int, int]:
         self._check(h.gpu, "nvmlDeviceGetMigMode")
@@ -345,3 +367,85 @@ def build_mig_proc(root: Path, gpu_minor: int, migs: Sequence[FakeMig]) -> Path:
         lines.append(f"gpu{gpu_minor}/gi{m.gi}/ci{m.ci}/access {minor + m.gi * 9 + 1 + m.ci}")
     (d / "mig-minors").write_text("\n".join(lines) + "\n")
     return root
+
+
+# --- PCI trees and the selection machines ---------------------------------------------
+
+
+def build_pci_tree(root: Path, gpus: Sequence[FakeGpu], pci_class: int = 0x030200) -> Path:
+    """Write the GPUs under /sys/devices/<pci_path...>/<bus> and link them from
+    /sys/bus/pci/devices, as the kernel does. Use instead of build_sysfs(pci=...)."""
+    for g in gpus:
+        bus = f"{int(g.bus.split(':')[0], 16):04x}:{g.bus.split(':', 1)[1].lower()}"
+        dev = root / "devices" / Path(*g.pci_path) / bus
+        dev.mkdir(parents=True, exist_ok=True)
+        (dev / "vendor").write_text("0x10de\n")
+        (dev / "class").write_text(f"0x{pci_class:06x}\n")
+        (dev / "numa_node").write_text(f"{-1 if g.numa is None else g.numa}\n")
+        links = root / "bus/pci/devices"
+        links.mkdir(parents=True, exist_ok=True)
+        (links / bus).symlink_to(Path("../../..") / dev.relative_to(root))
+    return root
+
+
+def _switch_pairs(buses: Sequence[int], roots: Sequence[int]) -> list[tuple[str, ...]]:
+    """PCI paths for GPUs in pairs behind one PCIe switch each; pair k's switch hangs off
+    a root port of the root complex whose bus is roots[k] (equal roots: one host bridge)."""
+    paths = []
+    for i in range(len(buses)):
+        k, root = i // 2, roots[i // 2]
+        up = buses[2 * k] - 2  # the switch's upstream port, then its downstream ports
+        port = sum(1 for r in roots[:k] if r == root) + 1
+        paths.append((f"pci0000:{root:02x}", f"0000:{root:02x}:{port:02x}.0",
+                      f"0000:{up:02x}:00.0", f"0000:{up + 1:02x}:{8 * (1 + i % 2):02x}.0"))
+    return paths
+
+
+# A DGX-1 with V100s (nvidia-smi topo -m: NV2 = two bonded NVLinks, NV1 = one; the link
+# counts and bus ids agree with NCCL's topology dump of one, NVIDIA/nccl issue 671). Each
+# V100 has 6 links: quads 0-3 and 4-7 fully connected, plus i <-> i+4.
+DGX1V_LINKS = {(0, 1): 1, (0, 2): 1, (0, 3): 2, (0, 4): 2, (1, 2): 2, (1, 3): 1, (1, 5): 2,
+               (2, 3): 2, (2, 6): 1, (3, 7): 1, (4, 5): 1, (4, 6): 1, (4, 7): 2, (5, 6): 2,
+               (5, 7): 1, (6, 7): 2}
+DGX1V_BUSES = [0x06, 0x07, 0x0A, 0x0B, 0x85, 0x86, 0x89, 0x8A]
+
+
+def dgx1v_gpus() -> list[FakeGpu]:
+    """8 V100s, hybrid cube-mesh with weighted links (DGX1V_LINKS), 2 NUMA nodes; PCIe
+    pairs 0-1, 2-3 behind switches under one host bridge per socket (likewise 4-7)."""
+    paths = _switch_pairs(DGX1V_BUSES, [0x00, 0x00, 0x80, 0x80])
+    gpus = []
+    for i, b in enumerate(DGX1V_BUSES):
+        links = [_bus(DGX1V_BUSES[j if k == i else k]) for (k, j), n in DGX1V_LINKS.items()
+                 if i in (k, j) for _ in range(n)]
+        gpus.append(FakeGpu(uuid=f"GPU-e0000000-0000-0000-0000-00000000000{i}", bus=_bus(b),
+                            numa=i // 4, memory=32 * GIB, name="Tesla V100-SXM2-32GB",
+                            minor=i, links=links, pci_path=paths[i]))
+    return gpus
+
+
+NVSWITCH_BUSES = [0x07, 0x0F, 0x47, 0x4E, 0x87, 0x90, 0xB7, 0xBD]
+
+
+def nvswitch_gpus() -> list[FakeGpu]:
+    """8 A100s, each with 12 NVLinks, 2 into each of 6 NVSwitches (every pair has full
+    bandwidth); PCIe pairs behind switches, one root complex per switch, 2 per socket."""
+    switches = [_bus(0xC4 + s) for s in range(6)]
+    paths = _switch_pairs(NVSWITCH_BUSES, [0x00, 0x40, 0x80, 0xA0])
+    return [FakeGpu(uuid=f"GPU-f0000000-0000-0000-0000-00000000000{i}", bus=_bus(b),
+                    numa=i // 4, minor=i, links=[s for s in switches for _ in range(2)],
+                    pci_path=paths[i])
+            for i, b in enumerate(NVSWITCH_BUSES)]
+
+
+PCIE_PAIRS_BUSES = [0x1A, 0x1B, 0x3C, 0x3D, 0x9A, 0x9B, 0xBC, 0xBD]
+
+
+def pcie_pairs_gpus() -> list[FakeGpu]:
+    """8 L40S without NVLink: pairs behind PCIe switches, 2 switches per socket on
+    different root complexes (host bridges)."""
+    paths = _switch_pairs(PCIE_PAIRS_BUSES, [0x00, 0x30, 0x80, 0xB0])
+    return [FakeGpu(uuid=f"GPU-b0000000-0000-0000-0000-00000000000{i}", bus=_bus(b),
+                    numa=i // 4, memory=48 * GIB, name="NVIDIA L40S", minor=i,
+                    pci_path=paths[i])
+            for i, b in enumerate(PCIE_PAIRS_BUSES)]

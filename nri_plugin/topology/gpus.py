@@ -32,9 +32,22 @@ class MigInstance:
     caps_minors: tuple[int, ...] = ()
 
 
+# How far apart two GPUs are on PCIe, nearest first: behind one PCIe switch (or several
+# switches without crossing a host bridge), under one host bridge, on one CPU socket (NUMA
+# node) across host bridges, across sockets. NVML's SINGLE/MULTIPLE, HOSTBRIDGE, NODE and
+# SYSTEM topology levels.
+PCIE_LEVELS = ("switch", "hostbridge", "numa", "system")
+
+
 @dataclass(frozen=True)
 class Gpu:
-    """One physical GPU. `uuid` is empty when the source cannot tell (sysfs)."""
+    """One physical GPU. `uuid` is empty when the source cannot tell (sysfs).
+
+    `nvlink_links` is (peer index, number of NVLinks to it) per peer, sorted by peer;
+    `nvlink_peers` is its set of peers. Give either one (the other is derived): a source
+    that knows only peers means one link each. `pcie_levels` is (peer index, one of
+    PCIE_LEVELS) for the peers whose PCIe distance is known.
+    """
 
     index: int
     uuid: str
@@ -57,6 +70,38 @@ class Gpu:
     def offered_whole(self) -> bool:
         """May a new container get this GPU whole: healthy and surely not in MIG mode."""
         return self.health.healthy and not self.mig_enabled and not self.mig_unknown
+    nvlink_links: tuple[tuple[int, int], ...] = ()
+    pcie_levels: tuple[tuple[int, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.nvlink_links:
+            links = tuple(sorted(self.nvlink_links))
+            peers = frozenset(p for p, _ in links)
+            if self.nvlink_peers and self.nvlink_peers != peers:
+                raise InventoryError(f"GPU {self.index}: NVLink peers {sorted(self.nvlink_peers)}"
+                                     f" differ from the peers of its links {sorted(peers)}")
+            if any(n < 1 for _, n in links) or len(peers) != len(links):
+                raise InventoryError(f"GPU {self.index}: NVLink link counts {list(links)} "
+                                     "must name each peer once with at least 1 link")
+        else:
+            links = tuple((p, 1) for p in sorted(self.nvlink_peers))
+            peers = frozenset(self.nvlink_peers)
+        bad = [level for _, level in self.pcie_levels if level not in PCIE_LEVELS]
+        if bad:
+            raise InventoryError(f"GPU {self.index}: PCIe level {bad[0]!r} is not one of "
+                                 f"{', '.join(PCIE_LEVELS)}")
+        # frozen: the derived fields are set once, here
+        object.__setattr__(self, "nvlink_links", links)
+        object.__setattr__(self, "nvlink_peers", peers)
+        object.__setattr__(self, "pcie_levels", tuple(sorted(self.pcie_levels)))
+
+    def links_to(self, peer: int) -> int:
+        """NVLinks between this GPU and `peer` (0: none)."""
+        return next((n for p, n in self.nvlink_links if p == peer), 0)
+
+    def pcie_level(self, peer: int) -> str | None:
+        """One of PCIE_LEVELS, or None when no source could tell."""
+        return next((level for p, level in self.pcie_levels if p == peer), None)
 
     @property
     def ref(self) -> str:

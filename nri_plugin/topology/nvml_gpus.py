@@ -9,12 +9,14 @@ from __future__ import annotations
 import contextlib
 import re
 import warnings
+from collections import Counter
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from nri_plugin.topology.gpu_health import GPU_HEALTHY, GpuHealth, unhealthy, unknown
 from nri_plugin.topology.gpus import Gpu, MigInstance, normalize_bus_id
+from nri_plugin.topology.pcie import level_of_nvml, per_gpu, sysfs_levels
 from nri_plugin.topology.sysfs_gpus import pci_numa_node
 
 _MIG_NAME = re.compile(r"MIG\s+(\S+)\s*$")
@@ -95,15 +97,23 @@ class _Reader:
         count = nvml.nvmlDeviceGetCount()
         probes: list[tuple[Any, str] | Gpu] = [self.probe(i) for i in range(count)]
         index_of_bus = {p[1]: i for i, p in enumerate(probes) if isinstance(p, tuple)}
-        links: list[set[str]] = []
+        links: list[Counter[str]] = []
         for i, p in enumerate(probes):
-            remotes: set[str] = set()
+            remotes: Counter[str] = Counter()
             if isinstance(p, tuple):
                 try:
                     remotes = self.nvlink_remotes(p[0])
                 except nvml.NVMLError as exc:
                     probes[i] = _placeholder(i, p[1], health_of_error(exc))
             links.append(remotes)
+        numas: dict[int, int | None] = {}
+        for i, p in enumerate(probes):
+            if isinstance(p, tuple):
+                try:
+                    numas[i] = self.numa_node(*p)
+                except nvml.NVMLError as exc:
+                    probes[i] = _placeholder(i, p[1], health_of_error(exc))
+        levels = self.pcie_levels(probes, numas)
         gpus = []
         for i, p in enumerate(probes):
             if not isinstance(p, tuple):
@@ -111,7 +121,9 @@ class _Reader:
                 continue
             handle, bus = p
             try:
-                gpus.append(self.gpu(i, handle, bus, self.peers(i, links, index_of_bus)))
+                gpus.append(self.gpu(i, handle, bus, numas[i],
+                                     self.link_counts(i, links, index_of_bus),
+                                     per_gpu(levels, i)))
             except nvml.NVMLError as exc:
                 gpus.append(_placeholder(i, bus, health_of_error(exc)))
         return tuple(gpus)
@@ -126,11 +138,9 @@ class _Reader:
             return _placeholder(i, bus, health_of_error(exc))
         return handle, bus
 
-    def gpu(self, i: int, handle: Any, bus: str, peers: frozenset[int]) -> Gpu:
+    def gpu(self, i: int, handle: Any, bus: str, numa: int | None,
+            links: tuple[tuple[int, int], ...], pcie: tuple[tuple[int, str], ...]) -> Gpu:
         nvml = self.nvml
-        numa = self.optional("nvmlDeviceGetNumaNodeId", handle)
-        if numa is None or numa < 0:
-            numa = pci_numa_node(self.sysfs_root, bus)
         memory = self.optional("nvmlDeviceGetMemoryInfo", handle)
         minor = self.optional("nvmlDeviceGetMinorNumber", handle)
         mig_enabled, mig_error = self.mig_mode(handle)
@@ -142,7 +152,8 @@ class _Reader:
             memory_bytes=int(memory.total) if memory is not None else 0,
             name=_text(self.optional("nvmlDeviceGetName", handle) or ""),
             minor=minor,
-            nvlink_peers=peers,
+            nvlink_links=links,
+            pcie_levels=pcie,
             mig_enabled=mig_enabled,
             mig_instances=self.mig_instances(i, handle, minor) if mig_enabled else (),
             health=GPU_HEALTHY if mig_error is None else mig_error,
@@ -164,8 +175,34 @@ class _Reader:
             return False, unknown(f"MIG mode unreadable (NVML: {type(exc).__name__}: {exc})")
         return current == getattr(self.nvml, "NVML_DEVICE_MIG_ENABLE", 1), None
 
-    def nvlink_remotes(self, handle: Any) -> set[str]:
-        remotes: set[str] = set()
+    def numa_node(self, handle: Any, bus: str) -> int | None:
+        numa = self.optional("nvmlDeviceGetNumaNodeId", handle)
+        if numa is None or numa < 0:
+            return pci_numa_node(self.sysfs_root, bus)
+        return int(numa)
+
+    def pcie_levels(self, probes: list[tuple[Any, str] | Gpu],
+                    numas: dict[int, int | None]) -> dict[tuple[int, int], str]:
+        """(i, j) -> PCIe level between the GPUs NVML read: NVML's common ancestor, else
+        the sysfs PCI tree."""
+        buses = [p[1] if isinstance(p, tuple) else p.pci_bus_id for p in probes]
+        levels = sysfs_levels(self.sysfs_root, buses,
+                              [numas.get(i) for i in range(len(probes))])
+        read = [(i, p[0]) for i, p in enumerate(probes) if isinstance(p, tuple)]
+        for a, (i, hi) in enumerate(read):
+            for j, hj in read[a + 1:]:
+                try:
+                    value = self.optional("nvmlDeviceGetTopologyCommonAncestor", hi, hj)
+                except self.nvml.NVMLError:  # a lost GPU: its own calls mark it
+                    continue
+                level = level_of_nvml(int(value)) if value is not None else None
+                if level is not None:
+                    levels[(i, j)] = levels[(j, i)] = level
+        return levels
+
+    def nvlink_remotes(self, handle: Any) -> Counter[str]:
+        """Remote PCI bus id -> number of active NVLinks to it."""
+        remotes: Counter[str] = Counter()
         enabled = getattr(self.nvml, "NVML_FEATURE_ENABLED", 1)
         for link in range(getattr(self.nvml, "NVML_NVLINK_MAX_LINKS", 18)):
             # links that do not exist answer NOT_SUPPORTED/INVALID_ARGUMENT: skip, not stop,
@@ -175,18 +212,26 @@ class _Reader:
             info = self.optional("nvmlDeviceGetNvLinkRemotePciInfo", handle, link)
             bus = normalize_bus_id(_text(info.busId)) if info is not None else None
             if bus:
-                remotes.add(bus)
+                remotes[bus] += 1
         return remotes
 
     @staticmethod
-    def peers(i: int, links: list[set[str]], index_of_bus: dict[str, int]) -> frozenset[int]:
-        peers = {index_of_bus[b] for b in links[i] if b in index_of_bus}
-        # a remote that is not a GPU is an NVSwitch: GPUs on a common switch are peers
-        switches = {b for b in links[i] if b not in index_of_bus}
-        if switches:
-            peers |= {j for j, other in enumerate(links) if switches & other}
-        peers.discard(i)
-        return frozenset(peers)
+    def link_counts(i: int, links: list[Counter[str]],
+                    index_of_bus: dict[str, int]) -> tuple[tuple[int, int], ...]:
+        """(peer, NVLinks) for GPU i. A remote that is not a GPU is an NVSwitch: two GPUs on
+        common switches are peers with as many links as both have into those switches
+        (each side's links bound what the pair can use)."""
+        counts: Counter[int] = Counter()
+        for bus, n in links[i].items():
+            if bus in index_of_bus:
+                counts[index_of_bus[bus]] += n
+        switches = {b: n for b, n in links[i].items() if b not in index_of_bus}
+        for j, other in enumerate(links):
+            shared = sum(min(n, other[b]) for b, n in switches.items() if b in other)
+            if shared:
+                counts[j] += shared
+        counts.pop(i, None)
+        return tuple(sorted(counts.items()))
 
     def mig_instances(self, gpu_index: int, handle: Any,
                       minor: int | None) -> tuple[MigInstance, ...]:

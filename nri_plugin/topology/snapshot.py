@@ -14,6 +14,7 @@ import yaml
 from nri_plugin.topology.cpulist import CpuListError, format_cpulist, parse_cpulist
 from nri_plugin.topology.cpus import NumaNode, Topology
 from nri_plugin.topology.gpus import (
+    PCIE_LEVELS,
     Gpu,
     GpuInventory,
     InventoryError,
@@ -53,6 +54,9 @@ def _gpu_to_dict(g: Gpu) -> dict[str, Any]:
         "index": g.index, "uuid": g.uuid, "pci_bus_id": g.pci_bus_id,
         "numa_node": g.numa_node, "memory_bytes": g.memory_bytes, "name": g.name,
         "minor": g.minor, "nvlink_peers": sorted(g.nvlink_peers),
+        "nvlink_links": [[peer, n] for peer, n in g.nvlink_links],
+        "pcie": {level: [p for p, lv in g.pcie_levels if lv == level] for level in PCIE_LEVELS
+                 if any(lv == level for _, lv in g.pcie_levels)},
         "mig_enabled": g.mig_enabled,
         "mig_instances": [
             {"uuid": m.uuid, "profile": m.profile, "gi_id": m.gi_id, "ci_id": m.ci_id,
@@ -153,13 +157,58 @@ def _gpu_from_dict(where: str, raw: Any) -> Gpu:
             index=mf.get("index", int, k), memory_bytes=mf.get("memory_bytes", int, 0),
             caps_minors=tuple(mf.get("caps_minors", list, [])),
         ))
+    nvlink_peers = frozenset(_ints(f"{where}.nvlink_peers", f.get("nvlink_peers", list, [])))
+    nvlink_links = _links(f"{where}.nvlink_links", f.get("nvlink_links", list, []))
+    pcie_levels = _pcie(f"{where}.pcie", f.get("pcie", dict, {}))
+    try:
+        return _gpu(f, index, bus, nvlink_peers, nvlink_links, pcie_levels, tuple(migs))
+    except InventoryError as exc:
+        raise InventoryError(f"{where}: {exc}") from None
+
+
+def _gpu(f: _Fields, index: int, bus: str, nvlink_peers: frozenset[int],
+         nvlink_links: tuple[tuple[int, int], ...], pcie_levels: tuple[tuple[int, str], ...],
+         migs: tuple[MigInstance, ...]) -> Gpu:
     return Gpu(
         index=index, uuid=f.get("uuid", str, ""), pci_bus_id=bus,
         numa_node=f.get("numa_node", int, None), memory_bytes=f.get("memory_bytes", int, 0),
         name=f.get("name", str, ""), minor=f.get("minor", int, None),
-        nvlink_peers=frozenset(f.get("nvlink_peers", list, [])),
-        mig_enabled=f.get("mig_enabled", bool, bool(migs)), mig_instances=tuple(migs),
+        nvlink_peers=nvlink_peers, nvlink_links=nvlink_links, pcie_levels=pcie_levels,
+        mig_enabled=f.get("mig_enabled", bool, bool(migs)), mig_instances=migs,
     )
+
+
+def _ints(where: str, raw: list[Any]) -> list[int]:
+    for k, value in enumerate(raw):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise InventoryError(f"{where}[{k}]: expected a GPU index, got {value!r}")
+    return raw
+
+
+def _links(where: str, raw: list[Any]) -> tuple[tuple[int, int], ...]:
+    """[[peer, links], ...]; absent in snapshots older than link counts (one link per
+    peer is then assumed from nvlink_peers)."""
+    out = []
+    for k, pair in enumerate(raw):
+        if (not isinstance(pair, list) or len(pair) != 2
+                or not all(isinstance(v, int) and not isinstance(v, bool) for v in pair)
+                or pair[1] < 1):
+            raise InventoryError(f"{where}[{k}]: expected [peer index, links >= 1], "
+                                 f"got {pair!r}")
+        out.append((pair[0], pair[1]))
+    return tuple(out)
+
+
+def _pcie(where: str, raw: dict[Any, Any]) -> tuple[tuple[int, str], ...]:
+    """{level: [peer, ...]} with levels from PCIE_LEVELS; absent in older snapshots."""
+    out = []
+    for level, peers in raw.items():
+        if level not in PCIE_LEVELS:
+            raise InventoryError(f"{where}: {level!r} is not one of {', '.join(PCIE_LEVELS)}")
+        if not isinstance(peers, list):
+            raise InventoryError(f"{where}.{level}: expected a list of GPU indexes")
+        out += [(p, level) for p in _ints(f"{where}.{level}", peers)]
+    return tuple(out)
 
 
 def load_snapshot(path: Path) -> NodeSnapshot:

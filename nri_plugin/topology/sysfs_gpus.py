@@ -1,7 +1,8 @@
 """GPU inventory from sysfs: NVIDIA display/3D PCI functions and their NUMA node.
 
 Used when NVML is missing or failing. It cannot see UUIDs, memory sizes, NVLink or MIG;
-GPUs are numbered in PCI bus order, which is also NVML's default enumeration order.
+GPUs are numbered in PCI bus order, which is also NVML's default enumeration order. PCIe
+distances between GPUs come from the PCI tree.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from nri_plugin.topology.gpus import Gpu, normalize_bus_id
+from nri_plugin.topology.pcie import per_gpu, sysfs_levels
 
 NVIDIA_VENDOR = 0x10DE
 # PCI class 0x0300xx is a VGA controller, 0x0302xx a 3D controller (data-centre GPUs)
@@ -56,16 +58,20 @@ def read_sysfs_gpus(sysfs_root: Path = Path("/sys"),
             bus = normalize_bus_id(entry.name)
             if bus:
                 found.append(bus)
+    buses = sorted(found)
+    numas = [pci_numa_node(sysfs_root, bus) for bus in buses]
+    levels = sysfs_levels(sysfs_root, buses, numas)
     gpus = []
-    for index, bus in enumerate(sorted(found)):
+    for index, bus in enumerate(buses):
         info = _proc_info(proc_root, bus)
         minor = info.get("Device Minor", "")
         gpus.append(Gpu(
             index=index,
             uuid=info.get("GPU UUID", "") if info.get("GPU UUID", "").startswith("GPU-") else "",
             pci_bus_id=bus,
-            numa_node=pci_numa_node(sysfs_root, bus),
+            numa_node=numas[index],
             name=info.get("Model", ""),
             minor=int(minor) if minor.isdigit() else None,
+            pcie_levels=per_gpu(levels, index),
         ))
     return tuple(gpus)

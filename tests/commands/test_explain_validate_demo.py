@@ -146,3 +146,35 @@ def test_node_config_inventory_snapshot_is_used(tmp_path):
     assert out.returncode == 0, out.stderr
     (result,) = json.loads(out.stdout)
     assert result["adjustment"]["env"][0]["key"] == "NVIDIA_VISIBLE_DEVICES"
+
+
+DGX1V = str(REPO / "examples" / "dgx1v.yaml")
+
+
+def test_explain_gpus_shows_the_preference_and_its_score():
+    out = nri_plugin("explain", "--inventory", DGX1V, "--gpus", "2", "--free", "0,1,3")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    # 0-3 are joined by two NVLinks, 0-1 and 1-3 by one
+    assert lines[0] == ("GPU preference for 2 GPU(s), topology any, free GPUs 0-1,3: "
+                        "GPU 0, 3")
+    assert lines[1] == ("  score: NVLinks inside 2, PCIe closeness 0; left free: NVLinks 0, "
+                        "PCIe closeness 0; NUMA nodes 1")
+    out = nri_plugin("explain", "--inventory", DGX1V, "--gpus", "6", "--topology", "nvlink",
+                     "--must-include", "7", "--json")
+    result = json.loads(out.stdout)
+    assert len(result["gpus"]) == 6 and 7 in result["gpus"]
+    assert result["search"] == "exhaustive" and result["score"]["nvlink_links"] >= 12
+
+
+@pytest.mark.parametrize(("args", "rc", "message"), [
+    (["--gpus", "2", "--topology", "nvlink", "--free", "0,5"], 1, "none satisfies"),
+    (["--gpus", "2", "--free", "0,9"], 2, "--free: no GPU 9 on this node (GPUs: 0-7)"),
+    (["--gpus", "2", "--must-include", "x"], 2, "--must-include: "),
+    (["--gpus", "-1"], 2, "--gpus: -1 must be >= 0"),
+    ([], 2, "give pod manifests or --gpus N"),
+])
+def test_explain_gpus_errors(args, rc, message):
+    out = nri_plugin("explain", "--inventory", DGX1V, *args)
+    assert out.returncode == rc
+    assert message in out.stdout + out.stderr

@@ -5,6 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nri_plugin.plan.allocator import Allocator
+from nri_plugin.plan.gpu_selection import fits
 from nri_plugin.plan.placement_values import PlacementError
 from nri_plugin.plan.placement_values import PlacementRequest as Req
 from nri_plugin.topology import format_cpulist
@@ -38,7 +39,7 @@ def test_random_sequences_keep_the_invariants(dgx_node, ops):
         if topology == "numa" and count:
             assert len({g.numa_node for g in p.gpus}) == 1
         if topology == "nvlink":
-            assert all(h.index in g.nvlink_peers for g in p.gpus for h in p.gpus if h != g)
+            assert fits(alloc.inventory, p.gpus, "nvlink")  # NVLink-connected
         assert len(p.exclusive_cpus) >= cpus and not p.exclusive_cpus & {0, 16}
         if count and cpus:
             assert {alloc.topology.node_of(c) for c in p.exclusive_cpus} <= {

@@ -31,7 +31,7 @@ def test_dgx_fresh(dgx, ids, request_, expected):
 
 
 @pytest.mark.parametrize(("request_", "message"), [
-    (R(5, "nvlink"), "requested 5 NVLink-connected GPUs; free: GPU 0, 1, 2, 3 (NUMA 0), "
+    (R(9, "nvlink"), "requested 9 NVLink-connected GPUs; free: GPU 0, 1, 2, 3 (NUMA 0), "
                      "GPU 4, 5, 6, 7 (NUMA 1)"),
     (R(5, "numa"), "requested 5 GPUs on one NUMA node; free: GPU 0, 1, 2, 3 (NUMA 0)"),
     (R(9), "requested 9 GPUs; free: GPU 0"),
@@ -64,11 +64,13 @@ def test_one_gpu_taken_then_nvlink_quad_goes_to_the_other_node(dgx, ids):
         dgx.allocate(R(4, "nvlink", owner="c"))
 
 
-def test_prefers_the_node_with_fewest_free_gpus(dgx, ids):
+def test_a_pair_leaves_the_best_connected_gpus_free(dgx, ids):
     for owner in "abc":
         dgx.allocate(R(1, owner=owner))  # GPUs 0,1,2: node 0 has one left
-    assert ids(dgx.allocate(R(2, owner="d"))) == [4, 5]  # does not fit node 0
-    assert ids(dgx.allocate(R(1, owner="e"))) == [3]  # node 0 has the fewest free
+    # 3-7 and 4-5 are both NVLinked pairs; taking 3-7 leaves the triangle 4,5,6 free
+    # (6 links) where 4-5 would leave 3-7 and 6-7 (4): bandwidth ties, what is left decides
+    assert ids(dgx.allocate(R(2, owner="d"))) == [3, 7]
+    assert ids(dgx.allocate(R(2, "numa", owner="e"))) == [4, 5]
 
 
 def test_does_not_break_a_free_nvlink_pair_when_a_loose_gpu_exists(topology_of,
@@ -78,8 +80,16 @@ def test_does_not_break_a_free_nvlink_pair_when_a_loose_gpu_exists(topology_of,
                        (4, 1, set()))
     alloc = Allocator(topology_of(), inv)
     assert ids(alloc.allocate(R(1, owner="a"))) == [2]
-    assert ids(alloc.allocate(R(2, owner="b"))) == [3, 4]
-    assert ids(alloc.allocate(R(2, "nvlink", owner="c"))) == [0, 1]
+    assert ids(alloc.allocate(R(1, owner="b"))) == [3]
+    assert ids(alloc.allocate(R(1, owner="c"))) == [4]
+    assert ids(alloc.allocate(R(2, "nvlink", owner="d"))) == [0, 1]
+
+
+def test_bandwidth_comes_before_keeping_pairs_free(topology_of, inventory_of, ids):
+    # a 2-GPU request, even `any`, gets the NVLinked pair over two PCIe GPUs
+    inv = inventory_of((0, 0, {1}), (1, 0, {0}), (2, 1, set()), (3, 1, set()))
+    alloc = Allocator(topology_of(), inv)
+    assert ids(alloc.allocate(R(2, owner="a"))) == [0, 1]
 
 
 def test_inside_a_node_loose_gpus_go_first(topology_of, inventory_of, ids):

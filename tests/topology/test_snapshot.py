@@ -27,7 +27,8 @@ def test_roundtrip_keeps_every_fact(tmp_path, dgx_sysfs, mig_nvml, mig_proc):
     assert load_inventory("snapshot", snapshot=path).gpus == inv.gpus
 
 
-@pytest.mark.parametrize("name", ["dgx-like.yaml", "pcie-box.yaml", "mig-box.yaml"])
+@pytest.mark.parametrize("name", ["dgx-like.yaml", "pcie-box.yaml", "mig-box.yaml",
+                                  "dgx1v.yaml", "nvswitch-box.yaml", "pcie-pairs.yaml"])
 def test_shipped_examples_load(name):
     snap = load_snapshot(EXAMPLES / name)
     assert snap.inventory.gpus

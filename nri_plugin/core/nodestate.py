@@ -101,7 +101,7 @@ class NodeState:
                  rt_budget: RtBudget | None = None,
                  capabilities: NodeCapabilities | None = None,
                  resolve_device: Callable[[str], tuple[int, int]] | None = resolve_io_device,
-                 can_add_devices: bool = True, record_key: bytes | None = None,
+                 record_key: bytes | None = None,
                  read_inventory: Callable[[], GpuInventory] | None = None) -> None:
         self.config = config
         self.cgroup_version = cgroup_version
@@ -112,7 +112,6 @@ class NodeState:
         self.rt_budget = rt_budget
         self.capabilities = capabilities or NodeCapabilities(io_weight=True, bfq=False)
         self.resolve_device = resolve_device
-        self.can_add_devices = can_add_devices  # False: the OCI hook (no NRI to add them)
         # The node's record key (core.recordkey); None: a key of this NodeState's own, for
         # nodes whose records never outlive them (explain, demo, tests).
         self.record_key = record_key or secrets.token_bytes(32)
@@ -253,20 +252,18 @@ class NodeState:
             del self._members[pod]
 
     def pod_usage(self, pod: str, owner: str) -> PodUsage:
-        """What the pod's containers other than `owner` hold (GPUs nri-sla chose, exclusive
-        CPUs, RT share); nothing when the pod is not known ("" or a one-shot node)."""
+        """What the pod's containers other than `owner` hold (exclusive CPUs, RT share);
+        nothing when the pod is not known ("" or a one-shot node)."""
         others = self._members.get(pod, set()) - {owner} if pod else set()
-        gpus = cpus = 0
+        cpus = 0
         rt = 0.0
         for other in others:
             placement = self.allocator.placement_of(other) if self.allocator else None
             if placement is not None:
-                if not placement.from_runtime:
-                    gpus += 1 if placement.mig is not None else len(placement.gpus)
                 cpus += len(placement.exclusive_cpus)
             if self.rt_budget is not None:
                 rt += self.rt_budget.share_of(other)
-        return PodUsage(gpus, cpus, rt)
+        return PodUsage(cpus, rt)
 
     def remember_cpuset(self, owner: str, plan: ContainerPlan) -> None:
         if plan.cpus:

@@ -20,7 +20,13 @@ from nri_plugin.core import Decision, NodeState, decide
 from nri_plugin.core.decision import REUSABLE_LIMIT, recheck
 from nri_plugin.core.nodestate import LiveContainer
 from nri_plugin.errors import INTERNAL, INVALID, SlaFailure
-from nri_plugin.granted import GrantedResources
+from nri_plugin.granted import (
+    ENV_VISIBLE,
+    GrantedResources,
+    bounded_names,
+    device_mount_ids,
+    gpu_device_numbers,
+)
 from nri_plugin.hookspec import hook_spec
 from nri_plugin.logsetup import log_decision, log_event
 from nri_plugin.nri.errors import Code, RpcError
@@ -46,23 +52,27 @@ def rpc_error(exc: SlaFailure) -> RpcError:
 def granted_resources(resources: pb.LinuxResources, container: pb.Container | None = None
                       ) -> GrantedResources:
     """What the runtime set for the container: the kubelet's CPU and memory values in the
-    request, and the GPUs a device plugin put in its env or CDI devices."""
+    request and the GPU evidence a device plugin's grant left (CDI devices, GPU device
+    nodes, volume mounts); NVIDIA_VISIBLE_DEVICES only to report an env that is no grant.
+    Every list is bounded before anything is built from it (nri_plugin.granted)."""
     cpu, memory = resources.cpu, resources.memory
 
     def value(message: Any, name: str) -> int | None:
         return getattr(message, name).value if message.HasField(name) else None
 
-    visible = None
-    cdi: tuple[str, ...] = ()
+    evidence: dict[str, Any] = {}
     if container is not None:
-        for item in container.env:  # the runtime replaces a key, so there is one; the last
-            if item.startswith("NVIDIA_VISIBLE_DEVICES="):
-                visible = item[len("NVIDIA_VISIBLE_DEVICES="):]
-        cdi = tuple(d.name for d in container.CDI_devices)
+        for item in container.env:  # the runtime keeps one per key; the last
+            if item.startswith(ENV_VISIBLE + "="):
+                evidence["env_gpus"] = item[len(ENV_VISIBLE) + 1:]
+        evidence.update(
+            cdi_devices=bounded_names(d.name for d in container.CDI_devices),
+            gpu_devices=gpu_device_numbers((d.type, d.major, d.minor)
+                                           for d in container.linux.devices),
+            device_mounts=device_mount_ids(m.destination for m in container.mounts))
     return GrantedResources(cpu_quota=value(cpu, "quota"), cpu_period=value(cpu, "period"),
                             cpu_shares=value(cpu, "shares"),
-                            memory_limit=value(memory, "limit"), gpu_visible=visible,
-                            gpu_cdi=cdi)
+                            memory_limit=value(memory, "limit"), **evidence)
 
 
 class StartRefused(Exception):

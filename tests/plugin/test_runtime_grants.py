@@ -39,7 +39,7 @@ def test_pod_raising_its_limits_is_refused_in_hard_mode(tmp_path):
         "limit, quota 50000us per 100000us); allowed: at most 0.5 (also: sla.nri.io/pod: "
         "memory.max: 512Gi exceeds the 256Mi the runtime granted (the pod's limit); "
         "allowed: at most 256Mi)")
-    assert not plugin._plans  # nothing recorded for a refused container
+    assert len(plugin.registry) == 0  # nothing recorded for a refused container
 
 
 def test_pod_raising_its_limits_is_clamped_in_soft_mode(tmp_path):

@@ -94,8 +94,10 @@ def test_exclusive_cpus_and_gpus_stay_within_the_grant(tmp_path):
     assert len(placement["gpus"]) == 2
     assert len(parse_cpulist(placement["exclusive"])) == 2
     assert "cpu.exclusive: 8 exceeds the CPU request" in adj.annotations["sla.nri.io/warnings"]
-    assert "gpu.count: 8 exceeds the 2 whole GPU(s)" in adj.annotations["sla.nri.io/warnings"]
-    assert "permissions.ungranted-gpus" in err.message
+    assert ("gpu.count: asks for 8 whole GPUs; the grant has 2 (granted: GPU 0"
+            in adj.annotations["sla.nri.io/warnings"])
+    assert "CDI_devices" not in str(adj) and not adj.CDI_devices  # nothing added
+    assert "no device plugin granted this container a GPU" in err.message
 
 
 def test_update_container_rechecks_against_the_new_limits(tmp_path):
@@ -134,22 +136,22 @@ def test_per_pod_cap_counts_the_pods_containers_also_after_a_restart(tmp_path):
     from nri_plugin.config import Cap, PodCaps
     from nri_plugin.nri.pb import nri_pb2 as pb
 
-    caps = PodCaps(gpus=Cap(1))
-    sla = {"sla.nri.io/pod": "gpu: {count: 1}"}
+    caps = PodCaps(exclusive_cpus=Cap(2))
+    sla = {"sla.nri.io/pod": "cpu: {exclusive: 2}"}
 
     async def scenario():
         pod = make_pod("two", namespace="ml", annotations=sla)
-        first = make_container(pod, "a", cdi_devices=gpu_grant(0))
-        second = make_container(pod, "b", cdi_devices=gpu_grant(1))
+        first = make_container(pod, "a", resources=guaranteed(2))
+        second = make_container(pod, "b", resources=guaranteed(2))
         async with plugin_session(make_node(2, pod_caps=caps), tmp_path) as (_, session, _p):
             adj = (await session.create_container(pod, first)).adjust
             with pytest.raises(PluginCallError) as before:
                 await session.create_container(pod, second)
             other = make_pod("other", namespace="ml", annotations=sla)
             await session.create_container(other, make_container(other, "a",
-                                                                 cdi_devices=gpu_grant(2)))
-        running = make_container(pod, "a", state=pb.CONTAINER_RUNNING,
-                                 annotations=dict(adj.annotations), cdi_devices=gpu_grant(0))
+                                                                 resources=guaranteed(2)))
+        running = make_container(pod, "a", state=pb.CONTAINER_RUNNING, resources=guaranteed(2),
+                                 annotations=dict(adj.annotations))
         async with plugin_session(make_node(2, pod_caps=caps), tmp_path, pods=[pod],
                                   containers=[running]) as (_, session, _p):
             with pytest.raises(PluginCallError) as after:
@@ -158,5 +160,6 @@ def test_per_pod_cap_counts_the_pods_containers_also_after_a_restart(tmp_path):
 
     before, after = run(scenario())
     for err in (before, after):
-        assert ("gpu.count: 1 exceeds the node's per-pod cap (node config pod-caps.gpus: 1 = "
-                "1, the pod's other containers hold 1); allowed: at most 0") in err.message
+        assert ("cpu.exclusive: 2 exceeds the node's per-pod cap (node config "
+                "pod-caps.exclusive-cpus: 2 = 2, the pod's other containers hold 2); allowed: "
+                "at most 0") in err.message

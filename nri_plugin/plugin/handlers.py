@@ -257,10 +257,15 @@ class SlaPlugin:
             log_event(log, logging.INFO, "GPU env is not a grant", container=container.id,
                       env=grant.env_only[:64])
         self.node.hold_grant(container.id, grant)
+        # What it can open: its grant, and what its placement holds (the same GPUs, or,
+        # for a record from before issue 18, the GPUs nri-sla chose and added then).
+        held = self.node.allocator.placement_of(container.id) if self.node.allocator else None
+        opens = GrantedGpus.of((*grant.gpus, *(held.gpus if held else ())),
+                               (*grant.migs, *(held.migs if held else ())))
         state = pb.ContainerState.Name(container.state).removeprefix("CONTAINER_").lower()
         entry = ContainerEntry(container.id, container.pod_sandbox_id,
                                pod.namespace if pod else "", pod.name if pod else "",
-                               container.name, state, GrantedGpus.of(grant), plan,
+                               container.name, state, opens, plan,
                                writes_owed=owed and plan is not None)
         self.registry.add(entry)
         return entry

@@ -1,8 +1,9 @@
 """One registry of the containers the runtime reports to the plugin.
 
 Every container CreateContainer or Synchronize reports has one entry, with or without an
-SLA: who it is (ids, pod, names), its state, the GPUs its device plugin granted it (read
-from what the runtime wrote: nri_plugin.plan.runtime_gpus), its plan when nri-sla
+SLA: who it is (ids, pod, names), its state, the GPUs it can open (what its device plugin
+granted, read from what the runtime wrote: nri_plugin.plan.runtime_gpus; and for a record
+from before issue 18, the GPUs nri-sla chose then), its plan when nri-sla
 decided one, and whether that plan's direct writes are still owed (StartContainer, or a
 Synchronize that finds it started). StopContainer and RemoveContainer drop the entry.
 
@@ -18,12 +19,12 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from nri_plugin.plan.model import ContainerPlan
-from nri_plugin.plan.runtime_gpus import GpuGrant
+from nri_plugin.topology.gpus import Gpu, MigInstance
 
 
 @dataclass(frozen=True)
 class GrantedGpus:
-    """A container's grant by identity: whole GPUs (Gpu.identity) and MIG devices
+    """The GPUs a container can open, by identity: whole GPUs (Gpu.identity) and MIG devices
     (uuid, parent Gpu.identity); identities, not indexes, so that a rescan that renumbers
     GPUs changes nothing here."""
 
@@ -31,9 +32,9 @@ class GrantedGpus:
     migs: frozenset[tuple[str, str]] = frozenset()
 
     @classmethod
-    def of(cls, grant: GpuGrant) -> GrantedGpus:
-        return cls(frozenset(g.identity for g in grant.gpus),
-                   frozenset((m.uuid, parent.identity) for parent, m in grant.migs))
+    def of(cls, gpus: Iterable[Gpu], migs: Iterable[tuple[Gpu, MigInstance]]) -> GrantedGpus:
+        return cls(frozenset(g.identity for g in gpus),
+                   frozenset((m.uuid, parent.identity) for parent, m in migs))
 
     def __bool__(self) -> bool:
         return bool(self.whole or self.migs)

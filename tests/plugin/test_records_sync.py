@@ -290,3 +290,38 @@ def test_restore_holds_records_the_node_policy_no_longer_allows(tmp_path):
     assert len(gpus) == 1 and len(exclusive) == 2 and len(rt) == 1 and len(plans) == 3
     assert counted(metrics, "records_out_of_policy_total") == 3
     assert counted(metrics, "records_rejected_total", problem="invalid") == 0
+
+
+def test_a_record_from_before_issue_18_keeps_its_gpus_and_sharing_is_reported(tmp_path,
+                                                                               caplog):
+    """Upgrade: a running container whose record lists GPUs nri-sla chose and injected
+    (gpu_cdi, flags of the old format) keeps them until it ends; a new container the
+    kubelet granted one of them can open it too: logged once per pair, counted, and the
+    count drops back when the old container stops."""
+    caplog.set_level(logging.WARNING, logger="nri_sla.plugin")
+    old_pod = make_pod("old", namespace="ml", annotations={"sla.nri.io/pod": "gpu: {count: 2}"})
+    old = make_container(old_pod, "c", state=pb.CONTAINER_RUNNING)
+    body = {"v": 2, "path": "nri", "enforcement": "hard", "cgroup_version": 2,
+            "gpu_cdi": [f"nvidia.com/gpu={ALL_GPUS[0]}", f"nvidia.com/gpu={ALL_GPUS[1]}"],
+            "placement_record": {"gpus": ALL_GPUS[:2], "shared": True}}
+    old.annotations[APPLIED] = sign_record(record_text(body), old.id, RECORD_KEY)
+    metrics = Metrics()
+
+    async def scenario():
+        async with plugin_session(permissive_node(2), tmp_path, pods=[old_pod],
+                                  containers=[old], metrics=metrics) as (_s, session, plugin):
+            restored = plugin.node.allocator.gpus_in_use()
+            _p, new, resp = await created(session, "new", "gpu: {count: 1}", gpus=(1,))
+            shared = (plugin.node.allocator.gpus_in_use(), counted(metrics, "gpus_shared"))
+            await session.stop_container(old_pod, old)
+            after = (plugin.node.allocator.gpus_in_use(), counted(metrics, "gpus_shared"))
+        return restored, new, resp, shared, after
+
+    restored, new, resp, shared, after = run(scenario())
+    assert restored == {0: (old.id,), 1: (old.id,)}
+    assert not resp.adjust.CDI_devices  # nri-sla adds nothing to the new one
+    assert shared == ({0: (old.id,), 1: tuple(sorted((old.id, new.id)))}, 1)
+    (pair,) = [r for r in caplog.records if r.getMessage() == "GPU shared by two containers"]
+    assert {pair.fields["container"], pair.fields["other"]} == {old.id, new.id}
+    assert "ml/old c" in pair.fields["pods"] and "default/new c" in pair.fields["pods"]
+    assert after == ({1: (new.id,)}, 0)

@@ -163,3 +163,42 @@ def test_per_pod_cap_counts_the_pods_containers_also_after_a_restart(tmp_path):
         assert ("cpu.exclusive: 2 exceeds the node's per-pod cap (node config "
                 "pod-caps.exclusive-cpus: 2 = 2, the pod's other containers hold 2); allowed: "
                 "at most 0") in err.message
+
+
+def test_the_grant_is_read_from_the_runtime_never_the_env(tmp_path, caplog):
+    """The NRI request's CDI devices, GPU device nodes and device-plugin mounts are the
+    grant (bounded); NVIDIA_VISIBLE_DEVICES is only reported; a container without an SLA
+    holds its grant all the same."""
+    import logging
+
+    from nri_plugin.granted import GrantedResources
+    from nri_plugin.plugin.handlers import granted_resources
+
+    caplog.set_level(logging.INFO, logger="nri_sla.plugin")
+    pod = make_pod("p", namespace="ml")
+    ctr = make_container(pod, "c", env=("NVIDIA_VISIBLE_DEVICES=all",),
+                         cdi_devices=("k8s.device-plugin.nvidia.com/gpu=3", "vendor.x/nic=0"))
+    ctr.linux.devices.add(path="/dev/nvidia5", type="c", major=195, minor=5)
+    ctr.linux.devices.add(path="/dev/nvidiactl", type="c", major=195, minor=255)
+    ctr.linux.devices.add(path="/dev/sda", type="b", major=8, minor=0)
+    ctr.mounts.add(destination="/var/run/nvidia-container-devices/GPU-x", source="/dev/null")
+    for i in range(1000):  # a flood of devices: only the first 256 are looked at
+        ctr.linux.devices.add(path=f"/dev/x{i}", type="c", major=195, minor=7)
+    granted = granted_resources(ctr.linux.resources, ctr)
+    assert granted.cdi_devices == ("k8s.device-plugin.nvidia.com/gpu=3", "vendor.x/nic=0")
+    assert granted.gpu_devices[:2] == ((195, 5), (195, 255)) and len(granted.gpu_devices) == 255
+    assert granted.device_mounts == ("GPU-x",) and granted.env_gpus == "all"
+    assert granted_resources(ctr.linux.resources) == GrantedResources(cpu_shares=102)
+
+    env_only = make_container(make_pod("e"), "c", env=("NVIDIA_VISIBLE_DEVICES=0,1",))
+
+    async def scenario():
+        async with plugin_session(make_node(2), tmp_path) as (_, session, plugin):
+            await session.create_container(pod, ctr)  # no SLA
+            await session.create_container(make_pod("e"), env_only)
+            return plugin.node.allocator.gpus_in_use()
+
+    held = run(scenario())
+    assert held == {3: (ctr.id,), 5: (ctr.id,), 7: (ctr.id,)}
+    assert any(r.getMessage() == "GPU env is not a grant" and r.fields["env"] == "0,1"
+               for r in caplog.records)

@@ -96,11 +96,6 @@ class GrantedResources(Value):
     def __hash__(self) -> int:
         return hash(self._fields())
 
-    @property
-    def has_gpu_evidence(self) -> bool:
-        """Whether the runtime wrote anything a GPU grant is read from (the env is not)."""
-        return bool(self.cdi_devices or self.gpu_devices or self.device_mounts)
-
     def key(self) -> tuple:
         """Every field, for the decision caches (the core's reuse key, the hook's cache)."""
         return self._fields()

@@ -144,7 +144,6 @@ class NodeLayout:
     topology: Topology
     inventory: GpuInventory
     reserved: frozenset[int]
-    whole_gpus: tuple[Gpu, ...]  # a MIG-enabled GPU is only handed out as instances
     node_cores: Mapping[int, tuple[frozenset[int], ...]]
     gpu_nodes: frozenset[int]
     mem_nodes: frozenset[int]
@@ -156,7 +155,6 @@ class NodeLayout:
             topology=topology,
             inventory=inventory,
             reserved=(frozenset(reserved_cpus) | topology.reserved) & topology.online,
-            whole_gpus=tuple(g for g in inventory.gpus if not g.mig_enabled),
             node_cores={n.id: topology.node_cores(n.id) for n in topology.nodes},
             gpu_nodes=frozenset(g.numa_node for g in inventory.gpus if g.numa_node is not None),
             mem_nodes=frozenset(n.id for n in topology.nodes if n.has_memory),

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from itertools import islice
 
 from nri_plugin.granted import MAX_GRANT_ITEMS, NVIDIA_MAJOR, GrantedResources
-from nri_plugin.plan.placement_values import describe_grant
 from nri_plugin.topology.gpus import Gpu, GpuInventory, MigInstance
 
 _NOTHING = {"", "none", "void"}
@@ -41,9 +40,6 @@ class GpuGrant:
     @property
     def empty(self) -> bool:
         return not (self.gpus or self.migs)
-
-    def describe(self) -> str:
-        return describe_grant(self.gpus, (m for _, m in self.migs))
 
 
 def cdi_grant_names(cdi_devices: Iterable[str], kinds: Iterable[str]) -> list[str]:

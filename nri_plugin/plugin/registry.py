@@ -15,7 +15,7 @@ message a pod author sees never names the other container.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from nri_plugin.plan.model import ContainerPlan
@@ -79,9 +79,6 @@ class ContainerRegistry:
 
     def __len__(self) -> int:
         return len(self._entries)
-
-    def __iter__(self) -> Iterator[ContainerEntry]:
-        return iter(list(self._entries.values()))
 
     def get(self, container_id: str) -> ContainerEntry | None:
         return self._entries.get(container_id)

@@ -29,8 +29,8 @@ from nri_plugin.kubelet.errors import KubeletApiError
 from nri_plugin.kubelet.pb import deviceplugin_v1beta1_pb2 as pb
 from nri_plugin.kubelet.pb import deviceplugin_v1beta1_pb2_grpc as pb_grpc
 from nri_plugin.kubelet.selection import preferred_gpus
-from nri_plugin.plan.gpu_injection import gpu_injection
-from nri_plugin.plan.placement_values import Placement, PlacementError
+from nri_plugin.plan.gpu_injection import ChosenGpus, gpu_injection
+from nri_plugin.plan.placement_values import PlacementError
 from nri_plugin.topology.gpus import Gpu, GpuInventory, InventoryError
 from nri_plugin.topology.watched import WatchedInventory
 
@@ -214,7 +214,7 @@ class GpuDevicePlugin(pb_grpc.DevicePluginServicer):
         return gpus
 
     def _allocation(self, gpus: Sequence[Gpu]) -> pb.ContainerAllocateResponse:
-        injection = gpu_injection(Placement(gpus=tuple(gpus)), self.settings.injection,
+        injection = gpu_injection(ChosenGpus(gpus=tuple(gpus)), self.settings.injection,
                                   dev_root=self.settings.dev_root)
         return pb.ContainerAllocateResponse(
             envs=dict(injection.env),

@@ -12,7 +12,7 @@ import pytest
 from plugin_helpers import RECORD_KEY, plugin_session
 
 from nri_plugin.commands.run import build_service
-from nri_plugin.config import Cap, GpuConfig, NodeConfig, Permissions, PodCaps
+from nri_plugin.config import GpuConfig, NodeConfig, Permissions
 from nri_plugin.core import NodeState
 from nri_plugin.metrics import Metrics
 from nri_plugin.plan.allocator import Allocator
@@ -28,10 +28,7 @@ from nri_plugin.topology.cpus import read_topology
 from nri_plugin.topology.health_monitor import GpuHealthMonitor
 from nri_plugin.topology.inventory import InventoryReader
 
-CONFIG = NodeConfig(
-    permissions=Permissions(gpus=("*",), ungranted_gpus=("*",),
-                            exceed_runtime_limits=("*",)),
-    pod_caps=PodCaps(gpus=Cap(100, percent=True)))
+CONFIG = NodeConfig(permissions=Permissions(gpus=("*",), exceed_runtime_limits=("*",)))
 
 
 def watched_node(tmp_path, nvml: FakeNvml) -> NodeState:
@@ -46,17 +43,23 @@ def watched_node(tmp_path, nvml: FakeNvml) -> NodeState:
                      health_monitor=monitor)
 
 
-async def ask(session, name, sla):
+async def ask(session, name, sla, granted):
+    """A pod whose device plugin granted GPUs `granted` (UUIDs): its warnings, or the
+    refusal's message."""
     pod = make_pod(name, annotations={"sla.nri.io/pod": sla})
     await session.run_pod_sandbox(pod)
+    ctr = make_container(pod, "c", cdi_devices=[f"nvidia.com/gpu={u}" for u in granted])
     try:
-        resp = await session.create_container(pod, make_container(pod, "c"))
+        resp = await session.create_container(pod, ctr)
     except PluginCallError as exc:
         return exc.message
-    return {d.name.partition("=")[2] for d in resp.adjust.CDI_devices}
+    return resp.adjust.annotations.get("sla.nri.io/warnings", "")
 
 
-def test_unhealthy_and_unknown_gpus_are_never_chosen_and_are_reported(tmp_path, caplog):
+def test_unhealthy_and_unknown_gpus_are_reported_and_fail_a_hard_sla(tmp_path, caplog):
+    """Health reaches the metrics, the status document and the log; a hard SLA granted a
+    GPU that needs a reset is refused, a soft one warned; a GPU NVML could not read this
+    time only warns."""
     caplog.set_level(logging.INFO, logger="nri_sla.topology.health")
     nvml = FakeNvml(dgx_like_gpus())
     node = watched_node(tmp_path, nvml)
@@ -69,37 +72,38 @@ def test_unhealthy_and_unknown_gpus_are_never_chosen_and_are_reported(tmp_path, 
     async def scenario():
         seen = {}
         async with plugin_session(node, tmp_path, metrics=metrics) as (_sim, session, plugin):
-            seen["a"] = await ask(session, "a", "gpu: {count: 2, align: false}")
-            held = sorted(uuids.index(u) for u in seen["a"])
-            nvml.queue_xid(nvml.gpus[held[0]], 79)  # a held GPU fell off the bus
+            seen["a"] = await ask(session, "a", "gpu: {count: 2}", uuids[0:2])
+            nvml.queue_xid(nvml.gpus[0], 79)  # a held GPU fell off the bus
             nvml.queue_xid(nvml.gpus[7], 48)  # a free one: double-bit ECC error
             nvml.queue_xid(nvml.gpus[6], 13)  # an application fault on a free one
             plugin.poll_gpu_health()
             nvml.gpus[5].errors = {"nvmlDeviceGetUUID": NVML_ERROR_UNKNOWN}
             plugin.rescan_inventory()
             seen["gauges"] = [healthy(i) for i in range(8)]
-            seen["b"] = await ask(session, "b", "gpu: {count: 4, align: false}")
-            seen["c"] = await ask(session, "c", "gpu: {count: 1, align: false}")
-            seen["named"] = await ask(session, "d", "gpu: {ids: ['7'], align: false}")
+            seen["hard"] = await ask(session, "b", "gpu: {count: 1}", uuids[7:8])
+            seen["soft"] = await ask(session, "c", "gpu: {count: 1}\nenforcement: soft",
+                                     uuids[7:8])
+            seen["unknown"] = await ask(session, "d", "gpu: {count: 1}", uuids[5:6])
+            seen["fine"] = await ask(session, "e", "gpu: {count: 1}", uuids[6:7])
             seen["status"] = await asyncio.to_thread(plugin.status, 5)  # as the socket does
-            return held, seen
+            return seen
 
-    held, seen = asyncio.run(asyncio.wait_for(scenario(), 30))
+    seen = asyncio.run(asyncio.wait_for(scenario(), 30))
+    assert seen["a"] == ""
     expected = [1.0] * 8
-    expected[held[0]], expected[7], expected[5] = 0.0, 0.0, -1.0
+    expected[0], expected[7], expected[5] = 0.0, 0.0, -1.0
     assert seen["gauges"] == expected
-    # 8 GPUs: 2 held ("a" keeps its unhealthy one), 7 and 5 not offered: 4 left
-    offered = {uuids[i] for i in range(8) if i not in (*held, 5, 7)}
-    assert seen["b"] == offered
-    assert isinstance(seen["c"], str) and "free: none" in seen["c"]
-    assert "gpu.ids: GPU 7 is unhealthy (XID 48)" in seen["named"]
+    assert "gpu: granted GPU 7 is unhealthy (XID 48) and needs a reset" in seen["hard"]
+    assert "gpu: granted GPU 7 is unhealthy (XID 48)" in seen["soft"]
+    assert "gpu: granted GPU 5 is unknown" in seen["unknown"]
+    assert seen["fine"] == ""  # XID 13 is the application's fault
     gpus = {g["index"]: g for g in seen["status"]["gpus"]}
     assert (gpus[7]["health"], gpus[7]["reason"]) == ("unhealthy", "XID 48")
     assert (gpus[5]["health"], gpus[5]["mig"]) == ("unknown", "unknown")
-    assert gpus[6]["health"] == "healthy"  # XID 13 is the application's fault
+    assert gpus[6]["health"] == "healthy"
     changed = sorted((r.fields["index"], r.fields["health"]) for r in caplog.records
                      if r.getMessage() == "GPU health changed")
-    assert changed == sorted([(held[0], "unhealthy"), (7, "unhealthy"), (5, "unknown")])
+    assert changed == sorted([(0, "unhealthy"), (7, "unhealthy"), (5, "unknown")])
 
 
 @pytest.mark.parametrize(("interval", "runs"), [(10.0, 1), (0.0, 0)])

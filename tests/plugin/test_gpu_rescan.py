@@ -9,6 +9,7 @@ simulator and rescans as its Periodic and every Synchronize do (SlaPlugin.rescan
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from dataclasses import replace
 
@@ -16,7 +17,7 @@ import pytest
 from plugin_helpers import RECORD_KEY, plugin_session
 
 from nri_plugin.commands.run import build_service
-from nri_plugin.config import Cap, GpuConfig, NodeConfig, Permissions, PodCaps
+from nri_plugin.config import GpuConfig, NodeConfig, Permissions
 from nri_plugin.core import NodeState
 from nri_plugin.metrics import Metrics
 from nri_plugin.plan.allocator import Allocator
@@ -33,10 +34,7 @@ from nri_plugin.simulated.runtime import PluginCallError, make_container, make_p
 from nri_plugin.topology.cpus import read_topology
 from nri_plugin.topology.inventory import InventoryReader, load_inventory
 
-CONFIG = NodeConfig(
-    permissions=Permissions(gpus=("*",), ungranted_gpus=("*",),
-                            exceed_runtime_limits=("*",)),
-    pod_caps=PodCaps(gpus=Cap(100, percent=True)))
+CONFIG = NodeConfig(permissions=Permissions(gpus=("*",), exceed_runtime_limits=("*",)))
 
 
 def nvml_node(tmp_path, nvml: FakeNvml) -> NodeState:
@@ -50,7 +48,9 @@ def nvml_node(tmp_path, nvml: FakeNvml) -> NodeState:
 
 
 def uuids(resp) -> set[str]:
-    return {d.name.removeprefix("nvidia.com/gpu=") for d in resp.adjust.CDI_devices}
+    """The GPUs the container's record holds (its grant)."""
+    return set(json.loads(resp.adjust.annotations["sla.nri.io/applied"])
+               ["placement_record"]["gpus"])
 
 
 def test_gpus_vanishing_and_appearing_while_held(tmp_path, caplog):
@@ -62,10 +62,11 @@ def test_gpus_vanishing_and_appearing_while_held(tmp_path, caplog):
     def gauge(name):
         return metrics.value(f"nri_sla_{name}")
 
-    async def gpus(session, name, count):
+    async def gpus(session, name, granted):
+        """A pod the kubelet granted the GPUs `granted` (UUIDs) and whose SLA asks them."""
         pod = make_pod(name, annotations={
-            "sla.nri.io/pod": f"gpu: {{count: {count}, align: false}}"})
-        ctr = make_container(pod, "c")
+            "sla.nri.io/pod": f"gpu: {{count: {len(granted)}, align: false}}"})
+        ctr = make_container(pod, "c", cdi_devices=[f"nvidia.com/gpu={u}" for u in granted])
         await session.run_pod_sandbox(pod)
         try:
             return pod, ctr, uuids(await session.create_container(pod, ctr))
@@ -74,14 +75,16 @@ def test_gpus_vanishing_and_appearing_while_held(tmp_path, caplog):
 
     async def scenario():
         seen = {}
+        all_gpus = [g.uuid for g in nvml.gpus]
         async with plugin_session(node, tmp_path, metrics=metrics) as (sim, session, plugin):
-            a_pod, a, seen["a"] = await gpus(session, "a", 2)
+            a_pod, a, seen["a"] = await gpus(session, "a", all_gpus[:2])
             gone = next(g for g in nvml.gpus if g.uuid in seen["a"])
             nvml.gpus.remove(gone)  # falls off the bus while "a" holds it
             plugin.rescan_inventory()
             seen["missing"] = (gauge("gpus_missing"), gauge("gpus_in_use"))
-            _p, _c, seen["b"] = await gpus(session, "b", 7)  # 7 listed, "a" holds one
-            c_pod, c, seen["c"] = await gpus(session, "c", 6)
+            # a grant naming the vanished GPU matches nothing listed: refused, named
+            _p, _c, seen["b"] = await gpus(session, "b", [gone.uuid])
+            c_pod, c, seen["c"] = await gpus(session, "c", all_gpus[2:])
             plugin.rescan_inventory()  # nothing new: no second "GPU vanished"
             # Synchronize while it is gone: "a"'s record still counts, GPU included.
             stored = list(sim.state.containers.values())
@@ -90,14 +93,14 @@ def test_gpus_vanishing_and_appearing_while_held(tmp_path, caplog):
             await session.stop_container(c_pod, c)
             nvml.gpus.append(gone)  # back on the bus; "a" still holds it
             plugin.rescan_inventory()
-            _p, _c, seen["d"] = await gpus(session, "d", 7)
-            await session.stop_container(a_pod, a)  # now it is free again
-            _p, _c, seen["e"] = await gpus(session, "e", 8)
+            seen["back"] = plugin.node.allocator.gpus_in_use()
+            await session.stop_container(a_pod, a)  # now nobody holds it
+            _p, _c, seen["e"] = await gpus(session, "e", all_gpus)
             extra = replace(dgx_like_gpus()[0], uuid="GPU-e0000000-0000-0000-0000-000000000009",
                             bus="00000000:C1:00.0", minor=8)
             nvml.gpus.append(extra)  # a ninth GPU appears
             plugin.rescan_inventory()
-            _p, _c, seen["f"] = await gpus(session, "f", 1)
+            _p, _c, seen["f"] = await gpus(session, "f", [extra.uuid])
             seen["end"] = (gauge("gpus_missing"), gauge("gpus_in_use"))
         return gone.uuid, extra.uuid, seen
 
@@ -105,16 +108,16 @@ def test_gpus_vanishing_and_appearing_while_held(tmp_path, caplog):
     assert gone in seen["a"]
     (vanished,) = [r for r in caplog.records if r.getMessage() == "GPU vanished"]
     assert vanished.fields["gpu"] == gone and vanished.fields["holders"]
-    # Still held by "a", never handed out: 7 listed GPUs, one of them "a"'s.
+    # Still held by "a": one listed GPU and the missing one.
     assert seen["missing"] == (1, 2)
-    assert "free" in seen["b"]
+    assert f"{gone!r}, which match no GPU on this node" in seen["b"]
     assert len(seen["c"]) == 6 and gone not in seen["c"] and not seen["c"] & seen["a"]
     assert seen["synced"] == (1, 8)  # restore kept "a"'s vanished GPU
-    # Back while held: still "a"'s (the 6 free ones went to "c" and back)...
+    # Back while held: still "a"'s ...
     assert any(r.getMessage() == "GPU back" and r.fields["gpu"] == gone
                for r in caplog.records)
-    assert "free" in seen["d"]
-    # ... and offered once "a" let go: all 8 again.
+    assert len(seen["back"]) == 2 and all(len(h) == 1 for h in seen["back"].values())
+    # ... and a grant naming it once "a" let go holds it again.
     assert len(seen["e"]) == 8 and gone in seen["e"]
     assert any(r.getMessage() == "GPU appeared" and r.fields["gpu"] == extra
                for r in caplog.records)
@@ -149,9 +152,11 @@ MIG_BOX_PCI = [("0000:07:00.0", 0x030200, 0), ("0000:0f:00.0", 0x030200, 0)]
 
 
 @pytest.mark.parametrize("fault", ["one GPU's call", "the whole library"])
-def test_nvml_failing_after_it_worked_never_offers_a_mig_gpu_whole(tmp_path, fault):
+def test_nvml_failing_after_it_worked_never_takes_a_mig_gpu_for_whole(tmp_path, fault):
     """Before: one NVML error in a rescan dropped the inventory to sysfs, where GPU 0 lost
-    its MIG flag; it was then handed out whole while "a" held one of its MIG instances."""
+    its MIG flag and counted as a whole GPU while "a" held one of its MIG instances. Now
+    the last good read keeps the flag: a grant of GPU 0 is no whole GPU, "a" keeps its
+    instance, and `nri-sla device-plugin` (tests/kubelet) does not advertise GPU 0."""
     nvml = FakeNvml(mig_box_gpus())
     sysfs = build_sysfs(tmp_path / "sys", nodes=1, cores_per_node=8, threads=2,
                         pci=MIG_BOX_PCI)
@@ -160,36 +165,32 @@ def test_nvml_failing_after_it_worked_never_offers_a_mig_gpu_whole(tmp_path, fau
                      record_key=RECORD_KEY, read_inventory=reader.read)
     mig_gpu, whole_gpu = nvml.gpus
 
-    async def ask(session, name, sla):
+    async def ask(session, name, sla, granted):
         pod = make_pod(name, annotations={"sla.nri.io/pod": sla})
         await session.run_pod_sandbox(pod)
+        ctr = make_container(pod, "c", cdi_devices=[f"nvidia.com/gpu={granted}"])
         try:
-            resp = await session.create_container(pod, make_container(pod, "c"))
+            await session.create_container(pod, ctr)
         except PluginCallError as exc:
             return exc.message
-        return {d.name.partition("=")[2] for d in resp.adjust.CDI_devices}
+        return "created"
 
     async def scenario():
         async with plugin_session(node, tmp_path) as (_sim, session, plugin):
-            held = await ask(session, "a", "gpu: {mig: 1g.10gb, align: false}")
+            held = await ask(session, "a", "gpu: {mig: 1g.10gb, align: false}",
+                             mig_gpu.migs[2].uuid)
             if fault == "one GPU's call":
                 whole_gpu.errors = {"nvmlDeviceGetUUID": NVML_ERROR_UNKNOWN}
             else:
                 nvml.fail_init = NVML_ERROR_LIBRARY_NOT_FOUND
             plugin.rescan_inventory()
-            both = await ask(session, "b", "gpu: {count: 2, align: false}")
-            one = await ask(session, "c", "gpu: {count: 1, align: false}")
-            mig = await ask(session, "d", "gpu: {mig: 1g.10gb, align: false}")
-            return held, both, one, mig
+            whole = await ask(session, "b", "gpu: {count: 1, align: false}", mig_gpu.uuid)
+            return held, whole
 
-    held, both, one, mig = asyncio.run(asyncio.wait_for(scenario(), 30))
-    assert held == {mig_gpu.migs[2].uuid}
-    assert isinstance(both, str) and "free: none" in both  # GPU 0 is never whole
-    assert isinstance(one, str) and "free: none" in one  # GPU 1 is unknown: not offered
+    held, whole = asyncio.run(asyncio.wait_for(scenario(), 30))
+    assert held == "created"
+    assert "gpu.count: asks for 1 whole GPU; the grant has 0" in whole
     inventory = node.allocator.inventory
     assert inventory.source == "nvml" and inventory.gpus[0].mig_enabled
     assert mig_gpu.migs[2].uuid in node.allocator.migs_in_use()  # still "a"'s
-    if fault == "one GPU's call":  # GPU 0 still reads well: its other instance is offered
-        assert mig == {mig_gpu.migs[3].uuid}
-    else:  # nothing reads: no new placement on any GPU
-        assert isinstance(mig, str) and "free MIG instances: none" in mig
+    assert inventory.gpus[1].health.state == "unknown"

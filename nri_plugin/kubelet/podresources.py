@@ -121,7 +121,7 @@ class PodResourcesClient:
         code = exc.code()
         if code == grpc.StatusCode.DEADLINE_EXCEEDED:
             return self._error(f"{method}: no answer within {self.timeout:g}s")
-        if code == grpc.StatusCode.UNAVAILABLE and not _is_socket(self.socket_path):
+        if code == grpc.StatusCode.UNAVAILABLE and not is_socket(self.socket_path):
             return self._error("the socket does not exist (is the kubelet running, and is "
                                "its pod-resources directory mounted here?)")
         if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
@@ -158,7 +158,7 @@ class PodResourcesClient:
         return PodDevices(pod.namespace, pod.name, containers)
 
 
-def _is_socket(path: str) -> bool:
+def is_socket(path: str) -> bool:
     try:
         return stat.S_ISSOCK(os.stat(path).st_mode)
     except OSError:

@@ -38,6 +38,7 @@ from nri_plugin.nri.stub import CreateResult
 from nri_plugin.plan.model import ContainerPlan
 from nri_plugin.plan.record import record_body, record_text
 from nri_plugin.plugin.adjustment import annotated, build_adjustment, build_update
+from nri_plugin.plugin.kubelet_grants import KubeletGrants, asks_kubelet
 from nri_plugin.plugin.registry import ContainerEntry, ContainerRegistry, GrantedGpus
 from nri_plugin.plugin.report import gpus_json
 from nri_plugin.plugin.unenforced import LIVE_STATES, UnenforcedContainers
@@ -94,6 +95,9 @@ class SlaPlugin:
         self.nri_version: str | None = None
         self.runtime = ""
         self.registry = ContainerRegistry()  # every container the runtime reported
+        # The kubelet's books, for containers whose only GPU evidence is their env.
+        self.kubelet = KubeletGrants(node.config.gpu.podresources_socket,
+                                     node.config.gpu.grant_resources)
         # id(plan) -> (plan, record, its record_text, adjustment without annotations); the
         # plan is kept, so the id stays its own.
         self._answers: dict[int, tuple[ContainerPlan, dict[str, Any], str, Any]] = {}
@@ -148,10 +152,14 @@ class SlaPlugin:
         started_away = [c for c in containers if c.id in restored.plans
                         and c.state in (pb.CONTAINER_RUNNING, pb.CONTAINER_PAUSED)
                         and (c.id not in known or c.id in owed)]
+        grants = {c.id: granted_resources(c.linux.resources, c)
+                  for c in containers if c.state in LIVE_STATES}
+        books = self.kubelet.for_all() if any(map(asks_kubelet, grants.values())) else {}
         self.registry.replace(
             self._entry(by_id.get(c.pod_sandbox_id), c, restored.plans.get(c.id),
                         # Created but not started yet: StartContainer owes the writes.
-                        owed=c.state == pb.CONTAINER_CREATED)
+                        owed=c.state == pb.CONTAINER_CREATED, granted=grants[c.id],
+                        kubelet_ids=books.get(_key(by_id.get(c.pod_sandbox_id), c), ()))
             for c in containers if c.state in LIVE_STATES)
         for ctr in started_away:
             self._write_owed(ctr)
@@ -230,9 +238,12 @@ class SlaPlugin:
     def create_container(self, pod: pb.PodSandbox, container: pb.Container) -> CreateResult:
         started = time.perf_counter()
         granted = granted_resources(container.linux.resources, container)
+        kubelet_ids = (self.kubelet.for_container(pod.namespace, pod.name, container.name)
+                       if asks_kubelet(granted) else ())
         decision = decide(self.node, dict(pod.annotations), container.name,
                           namespace=pod.namespace, owner=container.id, pod=pod.id,
-                          nri_version=self.nri_version, granted=granted)
+                          nri_version=self.nri_version, granted=granted,
+                          kubelet_gpu_ids=kubelet_ids)
         if decision.plan is not None and decision.plan.rt_runtime and self.node.facts:
             try:
                 paths = self.node.container_paths(container.linux.cgroups_path)
@@ -246,7 +257,8 @@ class SlaPlugin:
         self._observe("CreateContainer", started, decision, record, pod, container)
         if decision.error is not None:
             raise rpc_error(decision.error)
-        entry = self._entry(pod, container, plan, owed=plan is not None, granted=granted)
+        entry = self._entry(pod, container, plan, owed=plan is not None, granted=granted,
+                            kubelet_ids=kubelet_ids)
         if plan is None:
             self._publish_holders(entry)
             return CreateResult(adjustment)
@@ -256,14 +268,12 @@ class SlaPlugin:
         return CreateResult(adjustment, self._cpuset_updates(container.id))
 
     def _entry(self, pod: pb.PodSandbox | None, container: pb.Container,
-               plan: ContainerPlan | None, *, owed: bool,
-               granted: GrantedResources | None = None) -> ContainerEntry:
+               plan: ContainerPlan | None, *, owed: bool, granted: GrantedResources,
+               kubelet_ids: tuple[str, ...] = ()) -> ContainerEntry:
         """The container's registry entry, its grant held (nri-sla's placement holds it
         where there is one; otherwise the grant alone). `owed`: a plan's direct writes
-        are still to do."""
-        if granted is None:
-            granted = granted_resources(container.linux.resources, container)
-        grant = self.node.gpu_grant(granted)
+        are still to do; `kubelet_ids`: its GPU device ids in the kubelet's books."""
+        grant = self.node.gpu_grant(granted, kubelet_ids)
         if grant.env_only and plan is None:
             log_event(log, logging.INFO, "GPU env is not a grant", container=container.id,
                       env=grant.env_only[:64])
@@ -459,6 +469,11 @@ class SlaPlugin:
     def _publish_gpu_health(self) -> None:
         if self.metrics is not None and self.node.allocator is not None:
             self.metrics.set_gpu_health(self.node.allocator.inventory.gpus)
+
+
+def _key(pod: pb.PodSandbox | None, container: pb.Container) -> tuple[str, str, str]:
+    """How the kubelet's PodResources names a container."""
+    return (pod.namespace, pod.name, container.name) if pod else ("", "", container.name)
 
 
 def _watched(pod: pb.PodSandbox | None, container: pb.Container, plan: ContainerPlan,

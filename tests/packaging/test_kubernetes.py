@@ -222,7 +222,11 @@ def test_volumes_mounts_and_host_paths(manifest):
     assert len(volumes) == len(pod["volumes"])  # unique names
     host = {v["hostPath"]["path"]: (v["name"], v["hostPath"]["type"])
             for v in volumes.values() if "hostPath" in v}
-    assert set(host) == {"/var/run/nri", "/sys", "/sys/fs/cgroup", "/dev", "/var/lib/nri-sla"}
+    assert set(host) == {"/var/run/nri", "/sys", "/sys/fs/cgroup", "/dev", "/var/lib/nri-sla",
+                         "/var/lib/kubelet/pod-resources"}
+    # The kubelet's PodResources socket (gpu.podresources-socket): connect() to a unix
+    # socket works through a read-only bind mount (only the superblock's flag counts).
+    assert mounts["/var/lib/kubelet/pod-resources"]["readOnly"] is True
     assert mounts["/sys"].get("readOnly") is True
     assert not mounts["/sys/fs/cgroup"].get("readOnly")  # cgroup writes
     assert not mounts["/var/run/nri"].get("readOnly")  # connect() needs write access

@@ -58,14 +58,15 @@ def node_config(state_dir: Path, metrics_port: int | None, **overrides: Any) -> 
 class SlaService:
     """Starts `nri-sla run` processes for one cluster (at most one alive at a time)."""
 
-    def __init__(self, cluster, plugins, argv: list[str], *, metrics: bool = True) -> None:
+    def __init__(self, cluster, plugins, argv: list[str], *, metrics: bool = True,
+                 inventory: Path = INVENTORY) -> None:
         self.cluster = cluster
         self.plugins = plugins
         self.config_path = cluster.base / "nri-sla.yaml"
         self.port = e2e_metrics.free_port() if metrics else None
         self.argv = [*argv, "--config", str(self.config_path), "--socket",
                      str(cluster.nri_sock), "--name", "nri-sla", "--index", "50",
-                     "--inventory", str(INVENTORY)]
+                     "--inventory", str(inventory)]
         self.processes: list = []
         self.registrations = 0  # "connected and synchronized" lines containerd logged
         self.configure()

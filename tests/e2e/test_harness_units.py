@@ -73,6 +73,8 @@ def test_containerd_config_enables_nri_on_private_paths(e2e_config_module, major
         unpack = plugins["io.containerd.transfer.v1.local"]["unpack_config"]
         assert unpack == [{"platform": "linux/amd64", "snapshotter": "native"}]
     assert cri["restrict_oom_score_adj"] is True
+    # CDI on (1.7 defaults to off) and resolved only from the cluster's own spec directory
+    assert (cri["enable_cdi"], cri["cdi_spec_dirs"]) == (True, [f"{base}/cdi"])
     opts = runtimes["runc"]["options"]
     assert (opts["BinaryName"], opts["SystemdCgroup"]) == (str(runc), False)
     # the shipped config's NRI timeouts and pass-through, not settings of the harness's own

@@ -67,10 +67,12 @@ def assert_aligned(cluster, gpus: FakeGpus, pc, indexes: tuple[int, ...]) -> Non
 @pytest.mark.parametrize("mode", MODES)
 def test_a_container_opens_exactly_its_grant(cluster, gpus, gpu_plugin, mode):
     gpu_plugin(mode)
-    grants = {  # pod name: (how the kubelet passes the grant, GPUs granted)
-        "cdi-toolkit-kind": (gpus.cdi_grant(KINDS[0], (0, 1)), (0, 1)),
+    # pod name: (how the kubelet passes the grant, GPUs granted). Not GPUs 0 and 1 first:
+    # a plugin that chose GPUs itself would pick that free NVLink pair, and show here.
+    grants = {
+        "cdi-toolkit-kind": (gpus.cdi_grant(KINDS[0], (2, 3)), (2, 3)),
         "cdi-device-plugin-kind": (gpus.cdi_grant(KINDS[1], (4, 5)), (4, 5)),
-        "device-nodes": (gpus.device_grant((2, 3)), (2, 3)),
+        "device-nodes": (gpus.device_grant((0, 1)), (0, 1)),
     }
     for name, (grant, granted) in grants.items():
         pc = cluster.run_pod(name, TWO, grant=grant)

@@ -21,6 +21,7 @@ pytestmark = pytest.mark.e2e
 
 MODES = ("cdi", "env", "devices")
 TWO = {"sla.nri.io/pod": "gpu: {count: 2}\n"}
+SHARED_METRIC = "nri_sla_gpus_shared"
 EVERY_GPU_ENV = {"envs": [{"key": "NVIDIA_VISIBLE_DEVICES", "value": "0,1,2,3,4,5,6,7"}]}
 
 
@@ -90,6 +91,10 @@ def test_env_naming_gpus_is_no_grant(cluster, gpus, gpu_plugin, mode):
     plain = cluster.run_pod("env-only", {}, grant=EVERY_GPU_ENV)
     assert_opens(gpus, plain, ())
     assert gpus.access(plain).visible_env == "0,1,2,3,4,5,6,7"  # the tenant's, unchanged
+    # The plugin says that the env was the only evidence, and counted it as no grant.
+    print("evidence: plugin log:", *plugin.current.wait_output(
+        rf"{plain.container_id[:12]}.*NVIDIA_VISIBLE_DEVICES|NVIDIA_VISIBLE_DEVICES.*"
+        rf"{plain.container_id[:12]}"))
 
     soft = cluster.run_pod("env-soft", {"sla.nri.io/pod": "enforcement: soft\n"
                                         "gpu: {count: 2}\n"}, grant=EVERY_GPU_ENV)
@@ -101,7 +106,9 @@ def test_env_naming_gpus_is_no_grant(cluster, gpus, gpu_plugin, mode):
     with pytest.raises(cluster.Error) as hard:
         cluster.run_pod("env-hard", TWO, grant=EVERY_GPU_ENV)
     print("evidence: refused:", hard.value)
-    assert "sla.nri.io/pod" in str(hard.value) and "gpu" in str(hard.value)
+    assert "sla.nri.io/pod: gpu: no device plugin granted this container a GPU" in str(
+        hard.value)
+    assert "NVIDIA_VISIBLE_DEVICES" in str(hard.value)  # named, and not taken as a grant
 
     # The env pods hold nothing: a real grant of every GPU goes through.
     every = cluster.run_pod("every", {"sla.nri.io/pod": "gpu: {count: 8, align: false}\n"},
@@ -119,9 +126,26 @@ def test_a_gpu_held_without_an_sla_is_never_given_to_another(cluster, gpus, gpu_
     with pytest.raises(cluster.Error) as ungranted:
         cluster.run_pod("ungranted", {"sla.nri.io/pod": "gpu: {count: 1}\n"})
     print("evidence: refused:", ungranted.value)
-    samples = plugin.scrape()
-    print("evidence: metrics:", {k: v for k, v in samples.values.items() if "gpu" in k[0]})
-    assert "GPU 3" not in plugin.current.output()  # nobody was given, nor shares, GPU 3
+    assert "no device plugin granted this container a GPU" in str(ungranted.value)
+    assert shared_gpus(plugin) == 0
+    gpu3 = gpus.by_index(3).uuid
+    assert gpu3 not in plugin.current.output()  # nothing reported about GPU 3
+
+    # The control: the kubelet itself grants GPU 3 a second time. nri-sla neither caused
+    # it nor can undo it (NRI cannot remove a device), but it reports it.
+    second = cluster.run_pod("second-holder", {}, grant=gpus.device_grant((3,)))
+    assert_opens(gpus, second, (3,))
+    print("evidence: plugin log:", *plugin.current.wait_output(
+        rf"{gpu3}.*{second.container_id[:12]}|{second.container_id[:12]}.*{gpu3}"))
+    assert shared_gpus(plugin) == 1
+
+
+def shared_gpus(service: SlaService) -> float:
+    """nri-sla's count of GPUs that two live containers can open."""
+    samples = service.scrape()
+    found = {name: v for (name, labels), v in samples.values.items() if "shared" in name}
+    print("evidence: metrics:", found)
+    return samples.get(SHARED_METRIC) or 0.0
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -139,6 +163,8 @@ def test_an_sla_its_grant_does_not_satisfy_is_refused(cluster, gpus, gpu_plugin,
         message = str(refused.value)
         print("evidence: refused:", message)
         assert "crictl create" in message and f"sla.nri.io/pod: {field}" in message
+        for index in granted:  # the message names what was granted
+            assert gpus.by_index(index).uuid in message
         soft = cluster.run_pod(f"soft-{n}", {"sla.nri.io/pod": "enforcement: soft\n" + sla},
                                grant=grant)
         assert_opens(gpus, soft, granted)

@@ -46,6 +46,7 @@ class FakeGpu:
     uuid: str
     minor: int
     numa_node: int
+    pci_bus_id: str
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,8 @@ class FakeGpus:
     def make(cls, base: Path) -> FakeGpus:
         """Device nodes, CDI specs and the inventory snapshot under `base`."""
         snapshot = yaml.safe_load(INVENTORY.read_text())
-        gpus = tuple(FakeGpu(g["index"], g["uuid"], g["minor"], g["numa_node"])
+        gpus = tuple(FakeGpu(g["index"], g["uuid"], g["minor"], g["numa_node"],
+                             g["pci_bus_id"])
                      for g in snapshot["gpus"])
         dev_dir, cdi_dir = base / "gpu-dev", base / "cdi"
         dev_dir.mkdir(exist_ok=True)

@@ -24,15 +24,17 @@ from __future__ import annotations
 import json
 import os
 import stat
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 from e2e_cgroup import CGROUP_ROOT, cgroup_v2_only, read_file
-from e2e_service import INVENTORY
 
 from nri_plugin.topology.cpulist import format_cpulist, parse_cpulist
 
+REPO = Path(__file__).resolve().parents[2]
+INVENTORY = REPO / "examples" / "dgx-like.yaml"  # 8 A100s on 2 NUMA nodes
 NVIDIA_MAJOR = 195  # the NVIDIA driver's character device major
 NOT_GPUS = frozenset({254, 255})  # nvidia-modeset, nvidiactl
 KINDS = ("nvidia.com/gpu", "k8s.device-plugin.nvidia.com/gpu")
@@ -47,6 +49,16 @@ class FakeGpu:
     minor: int
     numa_node: int
     pci_bus_id: str
+
+
+def inventory_gpus() -> tuple[FakeGpu, ...]:
+    snapshot = yaml.safe_load(INVENTORY.read_text())
+    return tuple(FakeGpu(g["index"], g["uuid"], g["minor"], g["numa_node"], g["pci_bus_id"])
+                 for g in snapshot["gpus"])
+
+
+GPUS = inventory_gpus()
+GPU_UUIDS = [g.uuid for g in GPUS]
 
 
 @dataclass(frozen=True)
@@ -73,9 +85,7 @@ class FakeGpus:
     def make(cls, base: Path) -> FakeGpus:
         """Device nodes, CDI specs and the inventory snapshot under `base`."""
         snapshot = yaml.safe_load(INVENTORY.read_text())
-        gpus = tuple(FakeGpu(g["index"], g["uuid"], g["minor"], g["numa_node"],
-                             g["pci_bus_id"])
-                     for g in snapshot["gpus"])
+        gpus = GPUS
         dev_dir, cdi_dir = base / "gpu-dev", base / "cdi"
         dev_dir.mkdir(exist_ok=True)
         cdi_dir.mkdir(exist_ok=True)
@@ -200,6 +210,46 @@ def kernel_allowed(cgroups_path: str, minors: frozenset[int]) -> frozenset[int] 
             continue
         allowed |= minors if minor == "*" else minors & {int(minor)}
     return frozenset(allowed)
+
+
+def spec_gpus(spec: dict) -> list[str]:
+    """The UUIDs of the GPUs an OCI spec's container can open (its GPU device nodes)."""
+    minors = spec_gpu_nodes(spec)
+    return [g.uuid for g in GPUS if g.minor in minors]
+
+
+class NoGpuLeft(Exception):
+    """The kubelet has fewer free GPUs than a pod asks: it would keep the pod pending."""
+
+
+@dataclass
+class GpuBooks:
+    """The kubelet's GPU books (its device manager with the NVIDIA device plugin, cdi-cri
+    strategy): a pod gets the lowest free GPUs as CDI devices of the device plugin's kind;
+    they are free again once the test says its pod is gone. Thread-safe (rollouts)."""
+
+    gpus: FakeGpus
+    held: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def free(self) -> list[int]:
+        with self.lock:
+            taken = {i for indexes in self.held.values() for i in indexes}
+            return [g.index for g in self.gpus.gpus if g.index not in taken]
+
+    def allocate(self, pod: str, count: int) -> dict:
+        """The CRI ContainerConfig fields of pod `pod`'s grant of `count` GPUs."""
+        with self.lock:
+            taken = {i for indexes in self.held.values() for i in indexes}
+            free = [g.index for g in self.gpus.gpus if g.index not in taken]
+            if len(free) < count:
+                raise NoGpuLeft(f"{pod}: {count} GPUs asked, free: {free or 'none'}")
+            self.held[pod] = tuple(free[:count])
+            return self.gpus.cdi_grant(KINDS[1], self.held[pod])
+
+    def release(self, pod: str) -> None:
+        with self.lock:
+            self.held.pop(pod, None)
 
 
 def spec_env(spec: dict) -> str | None:

@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from e2e_cgroup import CgroupValues, cgroup_v2_only, read_cgroup
+from e2e_gpu import spec_gpus
 
 STAGES = ("runp", "create", "start")
 # Failures of a request that never reached containerd, which the kubelet's retry gets
@@ -174,7 +175,7 @@ class NodeContainer:
     pod_name: str
     state: str  # CONTAINER_RUNNING, CONTAINER_CREATED, CONTAINER_EXITED, ...
     spec_annotations: dict[str, str]
-    gpus: tuple[str, ...]  # NVIDIA_VISIBLE_DEVICES in its spec
+    gpus: tuple[str, ...]  # UUIDs of the GPU device nodes in its spec
     cgroups_path: str
 
     @property
@@ -184,14 +185,6 @@ class NodeContainer:
 
     def cgroup(self) -> CgroupValues:
         return read_cgroup(self.cgroups_path)
-
-
-def spec_gpus(spec: dict) -> list[str]:
-    """NVIDIA_VISIBLE_DEVICES of an OCI spec (the runtime keeps one value per key)."""
-    for item in spec.get("process", {}).get("env", []):
-        if item.startswith("NVIDIA_VISIBLE_DEVICES="):
-            return [g for g in item.split("=", 1)[1].split(",") if g]
-    return []
 
 
 def node_containers(cluster, workers: int = 4) -> list[NodeContainer]:

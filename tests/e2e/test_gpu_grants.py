@@ -38,7 +38,7 @@ def gpu_plugin(cluster, plugins, sla_plugin_argv, gpus):
     GPUs' inventory and the default permissions (no GPU without a grant, nothing above
     the runtime's limits)."""
     def start(mode: str = "cdi", **overrides) -> SlaService:
-        service = SlaService(cluster, plugins, sla_plugin_argv, inventory=gpus.inventory)
+        service = SlaService(cluster, plugins, sla_plugin_argv, gpus=gpus)
         service.configure(gpu={"injection": mode}, permissions={}, **overrides)
         service.start()
         return service

@@ -326,6 +326,12 @@ class Cluster:
         """The annotations in the OCI spec runc got (adjustments included)."""
         return pc.inspect["info"]["runtimeSpec"].get("annotations", {})
 
+    def remove_pod(self, name: str) -> None:
+        """Stop and remove the pod(s) named `name` (crictl's --name is a regex)."""
+        for pod in json.loads(self.crictl("pods", "-o", "json"))["items"]:
+            if pod["metadata"]["name"] == name:
+                self.crictl("rmp", "--force", pod["id"])
+
     def remove_pods(self, workers: int = 8) -> list[str]:
         """Stop and remove every pod, `workers` at a time (`crictl rmp --all` stops them
         all at once, and 200 stops on two busy CPUs outlive crictl's 30 s deadline);

@@ -108,11 +108,27 @@ class SlaService:
     def stop(self) -> None:
         self.current.stop()
 
-    def run_gpu_pod(self, name: str, count: int, **kwargs: Any):
-        """A pod asking `count` GPUs (gpu_sla), granted them by the kubelet's books first;
-        raises NoGpuLeft (the kubelet keeps it pending) or the runtime's refusal."""
-        return self.cluster.run_pod(name, gpu_sla(count),
-                                    grant=self.books.allocate(name, count), **kwargs)
+    def run_gpu_pod(self, name: str, count: int, annotations: dict[str, str] | None = None,
+                    **kwargs: Any):
+        """A pod granted `count` GPUs by the kubelet's books, its SLA `annotations` (default
+        gpu_sla(count)); raises NoGpuLeft (the kubelet would keep it pending) or the
+        runtime's refusal, after removing the pod and freeing its GPUs (as once the pod
+        is deleted)."""
+        grant = self.books.allocate(name, count)
+        try:
+            return self.cluster.run_pod(name, annotations or gpu_sla(count), grant=grant,
+                                        **kwargs)
+        except self.cluster.Error:
+            self.cluster.remove_pod(name)
+            self.books.release(name)
+            raise
+
+    def assert_gpus_counted(self, in_use: int) -> None:
+        """The plugin counts `in_use` GPUs held by live containers, none by two."""
+        samples = self.scrape()
+        counted = samples.get("nri_sla_gpus_in_use"), samples.get("nri_sla_gpus_shared")
+        print("evidence: metrics: nri_sla_gpus_in_use, nri_sla_gpus_shared =", counted)
+        assert counted == (in_use, 0)
 
     def scrape(self) -> e2e_metrics.Samples:
         if self.port is None:

@@ -44,14 +44,6 @@ def sla(cluster, plugins, sla_plugin_argv):
     return SlaService(cluster, plugins, sla_plugin_argv)
 
 
-def assert_gpus_counted(sla, in_use: int) -> None:
-    """The plugin counts `in_use` GPUs held, none of them by two containers."""
-    samples = sla.scrape()
-    counted = samples.get("nri_sla_gpus_in_use"), samples.get("nri_sla_gpus_shared")
-    print("evidence: metrics: nri_sla_gpus_in_use, nri_sla_gpus_shared =", counted)
-    assert counted == (in_use, 0)
-
-
 def test_forged_records_grant_nothing_across_a_plugin_restart(cluster, sla):
     # A handler whose pod_annotations pass every sla.nri.io/* key (what the packaging did
     # before it listed only the keys nri-sla reads): pod-set records reach the specs.
@@ -92,7 +84,7 @@ def test_forged_records_grant_nothing_across_a_plugin_restart(cluster, sla):
     # The kubelet grants the other 6: the forged all-GPU record made nobody their holder.
     six = visible_gpus(sla.run_gpu_pod("six", 6))
     assert len(six) == 6 and not set(six) & set(held)
-    assert_gpus_counted(sla, 8)
+    sla.assert_gpus_counted(8)
     assert "Traceback" not in restarted.output()
 
 
@@ -108,7 +100,7 @@ def test_gpus_of_containers_that_died_while_containerd_was_down_are_freed(cluste
     plugin = sla.start()
     big = sla.run_gpu_pod("big", 8)
     assert len(visible_gpus(big)) == 8
-    assert_gpus_counted(sla, 8)
+    sla.assert_gpus_counted(8)
 
     cluster.kill()  # containerd down (SIGKILL); the plugin keeps running, reconnecting
     pid = cluster.pid(big)
@@ -122,4 +114,4 @@ def test_gpus_of_containers_that_died_while_containerd_was_down_are_freed(cluste
     sla.books.release("big")  # the kubelet gives the dead pod's GPUs to the next one
     after = visible_gpus(sla.run_gpu_pod("after", 8))
     assert sorted(after) == sorted(GPU_UUIDS)
-    assert_gpus_counted(sla, 8)  # the dead container holds none of them any more
+    sla.assert_gpus_counted(8)  # the dead container holds none of them any more

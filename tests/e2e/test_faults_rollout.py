@@ -49,7 +49,8 @@ def failures(runs) -> dict[str, int]:
             why = "no GPU left" if r.failed_at == "admit" else "cut off by the fault"
             kinds.setdefault(f"{r.failed_at}: {why}", []).append(r.error)
     for kind, errors in kinds.items():
-        why = errors[0][errors[0].find("desc = "):][:200]  # the runtime's own words
+        desc = errors[0].find("desc = ")  # the runtime's own words, or the kubelet's
+        why = errors[0][max(desc, 0):][:200]
         print(f"evidence: {len(errors)} failed at {kind}, e.g. {why}")
     return {kind: len(errors) for kind, errors in kinds.items()}
 

@@ -148,7 +148,7 @@ async def run_demo(pods: list[PodSpec], node: Any, runtime: str) -> list[Row]:
                     # manifest's resources; the SLA may only tighten these.
                     granted = res.kubelet_grant(devices.allocate(res.gpus))
                     ctr = make_container(
-                        pod, name, env=env, cdi_devices=granted.gpu_cdi,
+                        pod, name, env=env, cdi_devices=granted.cdi_devices,
                         resources=make_resources(
                             cpu_shares=granted.cpu_shares, cpu_quota=granted.cpu_quota,
                             cpu_period=granted.cpu_period, memory_limit=granted.memory_limit))

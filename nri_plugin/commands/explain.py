@@ -50,8 +50,8 @@ def explain_container(node: Any, pod: Any, container: str, nri_version: str,
     resources = pod.resources[container]
     # What the kubelet would hand the runtime for the manifest's resources.
     granted = resources.kubelet_grant(
-        gpu_cdi=devices.allocate(resources.gpus),
-        gpu_visible=pod.environments.get(container, {}).get("NVIDIA_VISIBLE_DEVICES"))
+        cdi_devices=devices.allocate(resources.gpus),
+        env_gpus=pod.environments.get(container, {}).get("NVIDIA_VISIBLE_DEVICES"))
     owner = f"{pod.namespace}/{pod.name}/{container}"
     decision = decide(node, pod.annotations, container, namespace=pod.namespace,
                       owner=owner,

@@ -109,7 +109,7 @@ class Cluster:
     def prepare(self) -> None:
         self.major, self.minor, _ = containerd_version(self.bins.containerd)
         for d in ("root", "state", "runc", "nri/plugins", "nri/conf.d", "cni/bin",
-                  "cni/net.d", "pods"):
+                  "cni/net.d", "pods", "cdi"):
             (self.base / d).mkdir(parents=True, exist_ok=True)
         # containerd finds the shim by its fixed name on PATH: link whatever was supplied.
         (self.base / "bin").mkdir(exist_ok=True)
@@ -237,11 +237,14 @@ class Cluster:
 
     def pod_files(self, name: str, annotations: dict[str, str], container: str = "work",
                   resources: dict[str, int] | None = None, namespace: str = NAMESPACE,
-                  command: tuple[str, ...] = ("/bin/sleep", "infinity")) -> PodFiles:
+                  command: tuple[str, ...] = ("/bin/sleep", "infinity"),
+                  grant: dict | None = None) -> PodFiles:
         """The CRI pod sandbox and container configs of a host-network pod, as files.
         `resources`: the container's CRI linux.resources as the kubelet sends them
         (cpu_period, cpu_quota, cpu_shares, memory_limit_in_bytes); `command`: what the
-        container runs (busybox applets)."""
+        container runs (busybox applets); `grant`: more CRI ContainerConfig fields, as the
+        kubelet fills them from a device plugin's Allocate answer (`CDI_devices`,
+        `devices`, `envs`, `mounts`)."""
         d = self.base / "pods" / name
         d.mkdir(parents=True, exist_ok=True)
         uid = uuid.uuid4().hex
@@ -255,7 +258,7 @@ class Cluster:
         }
         ctr = {"metadata": {"name": container}, "image": {"image": self.image},
                "command": list(command), "log_path": f"{container}.log",
-               "linux": {"resources": resources} if resources else {}}
+               "linux": {"resources": resources} if resources else {}} | (grant or {})
         files = PodFiles(d / "pod.json", d / "ctr.json")
         files.pod.write_text(json.dumps(pod))
         files.container.write_text(json.dumps(ctr))
@@ -279,9 +282,11 @@ class Cluster:
     def run_pod(self, name: str, annotations: dict[str, str], container: str = "work",
                 runtime: str = "", resources: dict[str, int] | None = None,
                 namespace: str = NAMESPACE,
-                command: tuple[str, ...] = ("/bin/sleep", "infinity")) -> PodContainer:
+                command: tuple[str, ...] = ("/bin/sleep", "infinity"),
+                grant: dict | None = None) -> PodContainer:
         """Host-network pod + one started container; raises ClusterError on refusal."""
-        files = self.pod_files(name, annotations, container, resources, namespace, command)
+        files = self.pod_files(name, annotations, container, resources, namespace, command,
+                               grant)
         pod_id = self.run_sandbox(files, runtime)
         cid = self.create_container(pod_id, files)
         self.crictl("start", cid)
@@ -320,6 +325,12 @@ class Cluster:
     def spec_annotations(pc: PodContainer) -> dict[str, str]:
         """The annotations in the OCI spec runc got (adjustments included)."""
         return pc.inspect["info"]["runtimeSpec"].get("annotations", {})
+
+    def remove_pod(self, name: str) -> None:
+        """Stop and remove the pod(s) named `name` (crictl's --name is a regex)."""
+        for pod in json.loads(self.crictl("pods", "-o", "json"))["items"]:
+            if pod["metadata"]["name"] == name:
+                self.crictl("rmp", "--force", pod["id"])
 
     def remove_pods(self, workers: int = 8) -> list[str]:
         """Stop and remove every pod, `workers` at a time (`crictl rmp --all` stops them

@@ -1,7 +1,9 @@
 """containerd config files for the e2e harness (1.7: config v2, 2.x: config v3).
 
 NRI on a private socket, CRI with the cgroupfs driver and the native snapshotter, runc
-as the runtime binary, everything under one base directory. The NRI timeouts and switches
+as the runtime binary, CDI on with the base dir's `cdi/` as its only spec directory (never
+the host's /etc/cdi; containerd 1.7 has CDI off by default, 2.x on), everything under one
+base directory. The NRI timeouts and switches
 and the pod-annotation pass-through are read from the configs nri-sla ships
 (config.toml.example; packaging/containerd/config-1.7.toml.example): only paths differ.
 """
@@ -67,6 +69,7 @@ def render_config(major: int, base: Path, runc: Path, image: str, arch: str) -> 
                     f"pod_annotations = {toml_value(pass_through)}\n")
     # No CAP_SYS_RESOURCE in CI sandboxes: CRI must not raise oom_score_adj.
     cri_common = ("restrict_oom_score_adj = true\n"
+                  f'enable_cdi = true\ncdi_spec_dirs = ["{base}/cdi"]\n'
                   "disable_apparmor = true\nenable_selinux = false\n"
                   "enable_unprivileged_ports = false\nenable_unprivileged_icmp = false\n")
     opts = runc_options(runc, base / "runc")

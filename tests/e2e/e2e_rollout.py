@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from e2e_cgroup import CgroupValues, cgroup_v2_only, read_cgroup
+from e2e_gpu import NoGpuLeft, spec_gpus
 
 STAGES = ("runp", "create", "start")
 # Failures of a request that never reached containerd, which the kubelet's retry gets
@@ -56,11 +57,14 @@ class PodRun:
 
 
 class Rollout:
-    """`pods` (name, annotations) created by `workers` threads at once."""
+    """`pods` (name, annotations) created by `workers` threads at once. `grants`: the
+    kubelet's admission of a pod, its device grant (CRI ContainerConfig fields) or None;
+    NoGpuLeft keeps the pod from being made (stage "admit")."""
 
     def __init__(self, cluster, pods: Iterable[tuple[str, dict[str, str]]],
-                 workers: int) -> None:
+                 workers: int, grants: Callable[[str], dict | None] | None = None) -> None:
         self.cluster = cluster
+        self.grants = grants
         self.runs = [PodRun(name, annotations) for name, annotations in pods]
         self.workers = workers
         self._done = 0
@@ -78,7 +82,12 @@ class Rollout:
     def _run(self, run: PodRun) -> None:
         c = self.cluster
         try:
-            files = c.pod_files(run.name, run.annotations)
+            try:
+                grant = self.grants(run.name) if self.grants else None
+            except NoGpuLeft as exc:
+                run.failed_at, run.error = "admit", str(exc)
+                return
+            files = c.pod_files(run.name, run.annotations, grant=grant)
             steps: list[tuple[str, Callable[[], str]]] = [
                 ("runp", lambda: c.run_sandbox(files)),
                 ("create", lambda: c.create_container(run.pod_id, files)),
@@ -174,7 +183,7 @@ class NodeContainer:
     pod_name: str
     state: str  # CONTAINER_RUNNING, CONTAINER_CREATED, CONTAINER_EXITED, ...
     spec_annotations: dict[str, str]
-    gpus: tuple[str, ...]  # NVIDIA_VISIBLE_DEVICES in its spec
+    gpus: tuple[str, ...]  # UUIDs of the GPU device nodes in its spec
     cgroups_path: str
 
     @property
@@ -184,14 +193,6 @@ class NodeContainer:
 
     def cgroup(self) -> CgroupValues:
         return read_cgroup(self.cgroups_path)
-
-
-def spec_gpus(spec: dict) -> list[str]:
-    """NVIDIA_VISIBLE_DEVICES of an OCI spec (the runtime keeps one value per key)."""
-    for item in spec.get("process", {}).get("env", []):
-        if item.startswith("NVIDIA_VISIBLE_DEVICES="):
-            return [g for g in item.split("=", 1)[1].split(",") if g]
-    return []
 
 
 def node_containers(cluster, workers: int = 4) -> list[NodeContainer]:
@@ -241,8 +242,9 @@ class Audit:
 
 def audit(containers: Iterable[NodeContainer], expected: dict[str, Expected]) -> Audit:
     """Check each running container of a pod named in `expected`: with nri-sla's record,
-    the cgroup holds exactly its SLA and the spec exactly its GPU count; without one,
-    nothing of the SLA is in force (no quota, no memory limit, no GPU)."""
+    the cgroup holds exactly its SLA; without one, nothing of the SLA is in force (no
+    quota, no memory limit). Either way it can open exactly as many GPUs as it was
+    granted (the kubelet's grant is applied by the runtime, plugin or not)."""
     result = Audit()
     v2 = cgroup_v2_only()
     for c in containers:
@@ -251,14 +253,14 @@ def audit(containers: Iterable[NodeContainer], expected: dict[str, Expected]) ->
             continue
         got = c.cgroup()
         have = (got.cpu_quota, got.cpu_period, got.memory_limit, len(c.gpus))
+        for gpu in c.gpus:
+            result.gpu_owners.setdefault(gpu, []).append(c.id)
         if c.enforced:
             result.enforced.append(c)
             should = (want.cpu_quota, want.cpu_period, want.memory_limit, want.gpus)
-            for gpu in c.gpus:
-                result.gpu_owners.setdefault(gpu, []).append(c.id)
         else:
             result.unenforced.append(c)
-            should = (-1, got.cpu_period, -1 if v2 else UNLIMITED_MEMORY_V1, 0)
+            should = (-1, got.cpu_period, -1 if v2 else UNLIMITED_MEMORY_V1, want.gpus)
         if have != should:
             result.wrong.append(f"{c.pod_name} {c.id[:12]} enforced={c.enforced}: "
                                 f"quota/period/memory/gpus {have}, expected {should}")
@@ -269,8 +271,8 @@ def sla_pods(count: int, prefix: str, gpu_every: int = 0
              ) -> tuple[list[tuple[str, dict[str, str]]], dict[str, Expected]]:
     """`count` pods named <prefix>000.., each with its own SLA (CPU limit 50m..450m at a
     100ms period, memory.max 64Mi + its number in MiB) so that a value landing in the
-    wrong container shows; every `gpu_every`-th one also asks one GPU. Returns the pods
-    and what each one's cgroup must hold."""
+    wrong container shows; every `gpu_every`-th one also asks one GPU (of its grant).
+    Returns the pods and what each one's cgroup must hold."""
     pods, expected = [], {}
     for i in range(count):
         millis, mib = 50 * (1 + i % 9), 64 + i

@@ -1,10 +1,11 @@
 """`nri-sla run` beside a private containerd, as a node runs it: started, killed, stopped,
 restarted with a changed node config, scraped.
 
-GPUs come from the inventory snapshot examples/dgx-like.yaml (8 A100s on 2 NUMA nodes,
-`--inventory`), injected as NVIDIA_VISIBLE_DEVICES (`gpu.injection: env`) so that no GPU
-has to exist: they are what the fault tests count allocations with. The state directory
-(the record key) lives in the cluster's base dir and survives plugin restarts.
+GPUs are the fake ones of e2e_gpu.py (the 8 A100s of examples/dgx-like.yaml as device
+nodes and CDI specs, the inventory `--inventory` reads), granted to pods by the kubelet's
+books (`GpuBooks`, `SlaService.run_gpu_pod`) as the NVIDIA device plugin's CDI devices:
+nri-sla verifies a grant, never makes one. The state directory (the record key) lives in
+the cluster's base dir and survives plugin restarts.
 """
 
 from __future__ import annotations
@@ -15,25 +16,22 @@ from pathlib import Path
 from typing import Any
 
 import e2e_metrics
-from e2e_rollout import spec_gpus
+from e2e_gpu import GPU_UUIDS, FakeGpus, GpuBooks, spec_gpus
 
-REPO = Path(__file__).resolve().parents[2]
-INVENTORY = REPO / "examples" / "dgx-like.yaml"
 PLUGIN = "50-nri-sla"  # how containerd names it in its log
-GPUS = 8  # in INVENTORY
-GPU_UUIDS = [f"GPU-d0000000-0000-0000-0000-00000000000{i}" for i in range(GPUS)]
+GPUS = len(GPU_UUIDS)
 
 
 def gpu_sla(count: int) -> dict[str, str]:
-    """Pod annotations asking `count` GPUs (align: false keeps the snapshot's 64 CPUs out
-    of this host's cpusets)."""
+    """Pod annotations asking `count` GPUs of the grant (align: false keeps the GPUs' NUMA
+    CPUs out of this host's cpusets)."""
     return {"sla.nri.io/pod": f"gpu: {{count: {count}, align: false}}\n"}
 
 
 def visible_gpus(pc) -> list[str]:
-    """The GPUs a started container got (NVIDIA_VISIBLE_DEVICES in its OCI spec)."""
+    """The GPUs a started container can open (the GPU device nodes in its OCI spec)."""
     gpus = spec_gpus(pc.inspect["info"]["runtimeSpec"])
-    print(f"evidence: {pc.container_id[:12]} NVIDIA_VISIBLE_DEVICES={','.join(gpus)}")
+    print(f"evidence: {pc.container_id[:12]} GPUs {','.join(gpus) or 'none'}")
     return gpus
 
 
@@ -58,14 +56,17 @@ def node_config(state_dir: Path, metrics_port: int | None, **overrides: Any) -> 
 class SlaService:
     """Starts `nri-sla run` processes for one cluster (at most one alive at a time)."""
 
-    def __init__(self, cluster, plugins, argv: list[str], *, metrics: bool = True) -> None:
+    def __init__(self, cluster, plugins, argv: list[str], *, metrics: bool = True,
+                 gpus: FakeGpus | None = None) -> None:
         self.cluster = cluster
         self.plugins = plugins
+        self.gpus = gpus or FakeGpus.make(cluster.base)
+        self.books = GpuBooks(self.gpus)
         self.config_path = cluster.base / "nri-sla.yaml"
         self.port = e2e_metrics.free_port() if metrics else None
         self.argv = [*argv, "--config", str(self.config_path), "--socket",
                      str(cluster.nri_sock), "--name", "nri-sla", "--index", "50",
-                     "--inventory", str(INVENTORY)]
+                     "--inventory", str(self.gpus.inventory)]
         self.processes: list = []
         self.registrations = 0  # "connected and synchronized" lines containerd logged
         self.configure()
@@ -106,6 +107,28 @@ class SlaService:
 
     def stop(self) -> None:
         self.current.stop()
+
+    def run_gpu_pod(self, name: str, count: int, annotations: dict[str, str] | None = None,
+                    **kwargs: Any):
+        """A pod granted `count` GPUs by the kubelet's books, its SLA `annotations` (default
+        gpu_sla(count)); raises NoGpuLeft (the kubelet would keep it pending) or the
+        runtime's refusal, after removing the pod and freeing its GPUs (as once the pod
+        is deleted)."""
+        grant = self.books.allocate(name, count)
+        try:
+            return self.cluster.run_pod(name, annotations or gpu_sla(count), grant=grant,
+                                        **kwargs)
+        except self.cluster.Error:
+            self.cluster.remove_pod(name)
+            self.books.release(name)
+            raise
+
+    def assert_gpus_counted(self, in_use: int) -> None:
+        """The plugin counts `in_use` GPUs held by live containers, none by two."""
+        samples = self.scrape()
+        counted = samples.get("nri_sla_gpus_in_use"), samples.get("nri_sla_gpus_shared")
+        print("evidence: metrics: nri_sla_gpus_in_use, nri_sla_gpus_shared =", counted)
+        assert counted == (in_use, 0)
 
     def scrape(self) -> e2e_metrics.Samples:
         if self.port is None:

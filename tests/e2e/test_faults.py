@@ -2,9 +2,10 @@
 before containerd and its socket, a plugin slower than the runtime's request timeout, a
 cgroup removed between create and start, the node config changed under running pods.
 
-The plugin runs with the 8-GPU snapshot (e2e_service.py): GPUs are what allocations are
-counted with. Tests that read "created unenforced" (log line and
-nri_sla_unenforced_containers_total) depend on issue #12's plugin side.
+The plugin runs with the 8 fake GPUs of e2e_gpu.py, granted by the kubelet's books
+(e2e_service.py): the GPU gauges say whom nri-sla counts as their holders. Tests that
+read "created unenforced" (log line and nri_sla_unenforced_containers_total) depend on
+issue #12's plugin side.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ import pytest
 from e2e_cgroup import CGROUP_ROOT, read_file, whole_disk
 from e2e_checks import only_free_gpus_left, reported_unenforced, syncs
 from e2e_config import shipped_settings
+from e2e_gpu import NoGpuLeft
 from e2e_metrics import ready
 from e2e_rollout import APPLIED
-from e2e_service import SlaService, gpu_sla, visible_gpus
+from e2e_service import SlaService, visible_gpus
 
 pytestmark = pytest.mark.e2e
 
@@ -37,10 +39,9 @@ def triple(values):
 
 
 def unenforced(cluster, pc) -> None:
-    """The container runs with nothing of its SLA: no record, no quota, no GPU."""
+    """The container runs with nothing of its SLA: no record, no quota."""
     assert APPLIED not in cluster.spec_annotations(pc)
     assert cluster.cgroup(pc).cpu_quota == -1
-    assert not visible_gpus(pc)
 
 
 def test_plugin_up_before_containerd_and_its_socket(cluster, sla):
@@ -80,7 +81,7 @@ def request_timeout(cluster) -> float:
 def test_plugin_slower_than_the_runtime_request_timeout(cluster, sla):
     timeout = request_timeout(cluster)
     plugin = sla.start()
-    holder = cluster.run_pod("holder", {"sla.nri.io/pod": (
+    holder = sla.run_gpu_pod("holder", 2, {"sla.nri.io/pod": (
         "cpu: {limit: 0.3}\ngpu: {count: 2, align: false}\n")})
     held = set(visible_gpus(holder))
     assert len(held) == 2
@@ -88,7 +89,8 @@ def test_plugin_slower_than_the_runtime_request_timeout(cluster, sla):
     sla.signal(signal.SIGSTOP)  # a handler that does not answer in time
     try:
         files = cluster.pod_files("slow", {"sla.nri.io/pod": (
-            "cpu: {limit: 0.2}\ngpu: {count: 2, align: false}\n")})
+            "cpu: {limit: 0.2}\ngpu: {count: 2, align: false}\n")},
+            grant=sla.books.allocate("slow", 2))
         pod_id = cluster.run_sandbox(files)
         t0 = time.monotonic()
         cid = cluster.create_container(pod_id, files)
@@ -117,11 +119,14 @@ def test_plugin_slower_than_the_runtime_request_timeout(cluster, sla):
     assert reported_unenforced(plugin) == {slow.container_id, quick.container_id}
     unenforced(cluster, slow)
     unenforced(cluster, quick)
+    # Without the plugin the kubelet's grant still reached the container: 2 GPUs, learnt
+    # as held from Synchronize, not from the stale request.
+    held |= set(visible_gpus(slow))
+    assert len(held) == 4
     assert cluster.cgroup(holder).cpu_quota == 30000
-    samples = sla.scrape()
-    assert samples.get("nri_sla_unenforced_containers_total") == 2
-    assert samples.get("nri_sla_gpus_in_use") == 2  # the stale request's GPUs went back
-    only_free_gpus_left(cluster, held)
+    assert sla.scrape().get("nri_sla_unenforced_containers_total") == 2
+    sla.assert_gpus_counted(4)
+    only_free_gpus_left(sla, held)
 
 
 def test_direct_write_into_a_cgroup_removed_before_start(cluster, plugins, sla):
@@ -139,16 +144,17 @@ def test_direct_write_into_a_cgroup_removed_before_start(cluster, plugins, sla):
     io = f"io:\n  max:\n    - {{device: '{disk}', read-bps: 10Mi, write-iops: 100}}\n"
 
     with pytest.raises(cluster.Error) as err:
-        cluster.run_pod("hard", {"sla.nri.io/pod": io + "gpu: {count: 8, align: false}\n",
-                                 REMOVE_CGROUP: "blkio"})
+        sla.run_gpu_pod("hard", 8, {"sla.nri.io/pod": io + "gpu: {count: 8, align: false}\n",
+                                    REMOVE_CGROUP: "blkio"})
     message = str(err.value)
     print("evidence: refused:", message)
     print("evidence: probe:", saboteur.wait_output(r"^removed .*/blkio/")[0])
     assert "crictl start" in message and "NRI container start failed" in message
     assert "blkio.throttle.read_bps_device" in message and "does not exist" in message
-    # Nothing of it stays: the runtime deleted the task (its cgroups with it), and the
-    # 8 GPUs are free for the next pod at once.
-    assert len(visible_gpus(cluster.run_pod("next", gpu_sla(8)))) == 8
+    # Nothing of it stays: the runtime deleted the task (its cgroups with it); the failed
+    # pod removed, its 8 GPUs go to the next pod, and nri-sla counts them for it alone.
+    assert len(visible_gpus(sla.run_gpu_pod("next", 8))) == 8
+    sla.assert_gpus_counted(8)
 
     soft = cluster.run_pod("soft", {"sla.nri.io/pod": (
         "enforcement: soft\nmemory: {high: 128Mi, max: 256Mi}\n" + io),
@@ -171,11 +177,12 @@ GREEDY = "cpu: {limit: 64}\nmemory: {max: 512Gi}\n"
 
 def test_node_config_changed_under_running_pods(cluster, sla):
     """soft -> hard and GPUs taken from the pods' namespace, with pods running: running
-    containers keep what the kernel holds; new ones get the new policy; a revoked grant is
-    still held (reported as out of policy), so its GPUs are never handed out twice."""
+    containers keep what the kernel holds; new ones get the new policy; a record the
+    policy no longer allows is still held (reported as out of policy), so nri-sla still
+    counts its GPUs and sees them opened by nobody else."""
     sla.configure(enforcement="soft", permissions={})
     before = sla.start()
-    trainer = cluster.run_pod("trainer", gpu_sla(4))
+    trainer = sla.run_gpu_pod("trainer", 4)
     trainer_gpus = set(visible_gpus(trainer))
     greedy = cluster.run_pod("greedy", {"sla.nri.io/pod": GREEDY}, resources=KUBELET_LIMITS)
     assert triple(cluster.cgroup(greedy)) == (50000, 100000, 268435456)  # clamped (soft)
@@ -184,14 +191,13 @@ def test_node_config_changed_under_running_pods(cluster, sla):
     sla.configure(enforcement="hard", permissions={"gpus": ["team-b"]})
     after = sla.start()
     summary = syncs(after)[0]
-    # The trainer's record grants GPUs its namespace may no longer have: held, reported.
+    # The trainer's record holds GPUs its namespace may no longer ask for: held, reported.
     assert (summary.rebuilt, summary.ignored) == (2, 0)
     breach = after.wait_output(r"record outside the node policy")
     print("evidence: plugin log:", *breach)
     assert trainer.container_id in breach[0] and "may no longer use" in breach[0]
-    scraped = sla.scrape()
-    assert scraped.get("nri_sla_gpus_in_use") == 4
-    assert scraped.get("nri_sla_records_out_of_policy_total") == 1
+    assert sla.scrape().get("nri_sla_records_out_of_policy_total") == 1
+    sla.assert_gpus_counted(4)
     # Running containers: untouched.
     assert triple(cluster.cgroup(greedy)) == (50000, 100000, 268435456)
     assert set(visible_gpus(cluster.inspect(trainer.pod_id, trainer.container_id))) == (
@@ -201,13 +207,14 @@ def test_node_config_changed_under_running_pods(cluster, sla):
         cluster.run_pod("greedy-again", {"sla.nri.io/pod": GREEDY}, resources=KUBELET_LIMITS)
     assert "cpu.limit: 64 exceeds the 0.5 CPUs the runtime granted" in str(hard.value)
     with pytest.raises(cluster.Error) as revoked:
-        cluster.run_pod("gpu-again", gpu_sla(1))
+        sla.run_gpu_pod("gpu-again", 1)
     print("evidence: refused:", revoked.value)
     assert "namespace 'nri-e2e' may not use gpus on this node" in str(revoked.value)
-    # The namespace that may have GPUs gets the 4 the trainer does not use, never its 4.
-    with pytest.raises(cluster.Error) as full:
-        cluster.run_pod("team-b-8", gpu_sla(8), namespace="team-b")
-    print("evidence: 8 GPUs refused while the trainer holds 4:", full.value)
-    team_b = set(visible_gpus(cluster.run_pod("team-b", gpu_sla(4), namespace="team-b")))
+    # The namespace that may ask for GPUs: the kubelet has 4 left (never the trainer's),
+    # and a team-b pod granted them opens exactly those.
+    with pytest.raises(NoGpuLeft):
+        sla.run_gpu_pod("team-b-8", 8, namespace="team-b")
+    team_b = set(visible_gpus(sla.run_gpu_pod("team-b", 4, namespace="team-b")))
     assert len(team_b) == 4 and not team_b & trainer_gpus
+    sla.assert_gpus_counted(8)
     assert "Traceback" not in before.output() + after.output()

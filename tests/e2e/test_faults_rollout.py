@@ -1,11 +1,12 @@
 """A rollout's worst moments against `nri-sla run` and a real containerd (issue #12):
 containerd, then the plugin, SIGKILLed while 104 pods are being created 12 at a time.
 
-Each pod asks its own CPU limit and memory.max, every 8th also one of the 8 snapshot GPUs
-(13 ask, so some are refused "free: none"). Afterwards every running container holds its
-SLA in its real cgroup files (or holds none of it and nri-sla reported it as created
-unenforced), no GPU is held twice, nri-sla's GPU gauge is what the containers hold, and
-a pod asking all free GPUs gets exactly the ones no container holds.
+Each pod asks its own CPU limit and memory.max, every 8th also one GPU, granted by the
+kubelet's books (13 ask 1 of the 8 fake GPUs, so the kubelet admits 8 and keeps the rest
+pending). Afterwards every running container holds its SLA in its real cgroup files (or
+holds none of it and nri-sla reported it as created unenforced) and opens exactly its
+grant, no GPU is open to two containers, nri-sla's GPU gauges count what the containers
+hold, and a pod granted every free GPU opens exactly the ones no container holds.
 
 Depends on the plugin reporting containers created while it was away ("created
 unenforced", nri_sla_unenforced_containers_total; issue #12's plugin side).
@@ -34,16 +35,22 @@ def sla(cluster, plugins, sla_plugin_argv) -> SlaService:
     return SlaService(cluster, plugins, sla_plugin_argv)
 
 
+def gpu_grants(sla, expected):
+    """The kubelet's admission of each rollout pod: its GPU grant when its SLA asks one."""
+    return lambda name: sla.books.allocate(name, 1) if expected[name].gpus else None
+
+
 def failures(runs) -> dict[str, int]:
     """Failed pods by stage and cause; each must carry the runtime's message."""
     kinds: dict[str, list[str]] = {}
     for r in runs:
         if r.failed_at:
             assert r.error.strip(), f"{r.name} failed at {r.failed_at} without a message"
-            why = "GPU refused" if "free: none" in r.error else "cut off by the fault"
+            why = "no GPU left" if r.failed_at == "admit" else "cut off by the fault"
             kinds.setdefault(f"{r.failed_at}: {why}", []).append(r.error)
     for kind, errors in kinds.items():
-        why = errors[0][errors[0].find("desc = "):][:200]  # the runtime's own words
+        desc = errors[0].find("desc = ")  # the runtime's own words, or the kubelet's
+        why = errors[0][max(desc, 0):][:200]
         print(f"evidence: {len(errors)} failed at {kind}, e.g. {why}")
     return {kind: len(errors) for kind, errors in kinds.items()}
 
@@ -51,7 +58,7 @@ def failures(runs) -> dict[str, int]:
 def test_containerd_killed_in_the_middle_of_a_rollout(cluster, sla):
     sla.start()
     pods, expected = sla_pods(PODS, "r", gpu_every=8)
-    rollout = Rollout(cluster, pods, WORKERS).start()
+    rollout = Rollout(cluster, pods, WORKERS, gpu_grants(sla, expected)).start()
     rollout.wait_finished(FAULT_AFTER)
     t0 = time.monotonic()
     cluster.kill()  # SIGKILL: CRI calls in flight fail, shims and containers live on
@@ -86,14 +93,14 @@ def test_containerd_killed_in_the_middle_of_a_rollout(cluster, sla):
     assert summary.rebuilt == len(result.enforced)
     assert summary.ignored == 0
     assert sla.scrape().get("nri_sla_unenforced_containers_total") == len(reported)
-    only_free_gpus_left(cluster, set(result.gpu_owners))
+    only_free_gpus_left(sla, set(result.gpu_owners))
     assert "Traceback" not in first.output() + sla.current.output()
 
 
 def test_plugin_killed_in_the_middle_of_a_rollout(cluster, sla):
     killed = sla.start()
     pods, expected = sla_pods(PODS, "r", gpu_every=8)
-    rollout = Rollout(cluster, pods, WORKERS).start()
+    rollout = Rollout(cluster, pods, WORKERS, gpu_grants(sla, expected)).start()
     rollout.wait_finished(FAULT_AFTER)
     t0 = time.monotonic()
     sla.kill()  # as the OOM killer would: containerd drops it, pods keep coming
@@ -115,5 +122,5 @@ def test_plugin_killed_in_the_middle_of_a_rollout(cluster, sla):
     assert summary.unenforced == len(reported)
     assert summary.ignored == 0
     assert sla.scrape().get("nri_sla_unenforced_containers_total") == len(reported)
-    only_free_gpus_left(cluster, set(result.gpu_owners))
+    only_free_gpus_left(sla, set(result.gpu_owners))
     assert "Traceback" not in killed.output() + restarted.output()

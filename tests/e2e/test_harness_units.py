@@ -73,6 +73,8 @@ def test_containerd_config_enables_nri_on_private_paths(e2e_config_module, major
         unpack = plugins["io.containerd.transfer.v1.local"]["unpack_config"]
         assert unpack == [{"platform": "linux/amd64", "snapshotter": "native"}]
     assert cri["restrict_oom_score_adj"] is True
+    # CDI on (1.7 defaults to off) and resolved only from the cluster's own spec directory
+    assert (cri["enable_cdi"], cri["cdi_spec_dirs"]) == (True, [f"{base}/cdi"])
     opts = runtimes["runc"]["options"]
     assert (opts["BinaryName"], opts["SystemdCgroup"]) == (str(runc), False)
     # the shipped config's NRI timeouts and pass-through, not settings of the harness's own
@@ -109,3 +111,47 @@ def test_rollout_pods_each_ask_their_own_sla():
     assert [n for n, e in expected.items() if e.gpus] == ["r000", "r008", "r016"]
     assert len({(e.cpu_quota, e.memory_limit) for e in expected.values()}) == 20
     assert (percentile([3.0, 1.0, 2.0], 50), percentile([1.0, 2.0, 3.0], 99)) == (2.0, 3.0)
+
+
+def test_gpu_access_is_read_as_runc_applies_device_rules():
+    from e2e_gpu import rule_allowed, spec_gpu_nodes  # conftest.py: harness on path
+
+    gpus = frozenset(range(8))
+    node = {"type": "c", "major": 195}
+    spec = {"linux": {
+        "devices": [node | {"minor": 4}, node | {"minor": 255}, {"type": "c", "major": 1,
+                                                                  "minor": 3}],
+        "resources": {"devices": [
+            {"allow": False, "access": "rwm"},  # containerd's deny-all first
+            {"allow": True, "type": "c", "major": 195, "minor": 4, "access": "rw"},
+            {"allow": True, "type": "c", "major": 195, "access": "m"},  # mknod only
+            {"allow": True, "type": "c", "major": 195, "minor": 5, "access": "rw"},
+            {"allow": False, "type": "c", "major": 195, "minor": 5, "access": "rwm"},
+        ]}}}
+    assert spec_gpu_nodes(spec) == {4}  # nvidiactl (255) and /dev/null are no GPUs
+    assert rule_allowed(spec, gpus) == {4}  # the last matching rule decides GPU 5
+    spec["linux"]["resources"]["devices"].append({"allow": True, "access": "rwm"})
+    assert rule_allowed(spec, gpus) == gpus  # a wildcard opens every GPU
+
+
+def test_kubelet_books_grant_only_free_gpus():
+    from e2e_gpu import GPUS, KINDS, FakeGpus, GpuBooks, NoGpuLeft
+
+    fake = FakeGpus(Path("/dev-x"), Path("/cdi-x"), Path("/inv-x"), GPUS,
+                    (frozenset({0}), frozenset({1})))
+    books = GpuBooks(fake)
+    first = books.allocate("a", 6)
+    assert first["CDI_devices"][0] == {"name": f"{KINDS[1]}={GPUS[0].uuid}"}  # by UUID
+    assert [d["name"] for d in first["CDI_devices"][1:]] == [f"{KINDS[1]}={i}"
+                                                             for i in range(1, 6)]
+    assert books.free() == [6, 7]
+    with pytest.raises(NoGpuLeft, match=r"b: 3 GPUs asked, free: \[6, 7\]"):
+        books.allocate("b", 3)
+    books.release("a")
+    assert books.free() == list(range(8))
+    spec = fake.cdi_spec(KINDS[0])
+    names = [d["name"] for d in spec["devices"]]
+    assert names == [n for g in GPUS for n in (str(g.index), g.uuid)]
+    assert spec["devices"][9]["containerEdits"]["deviceNodes"] == [{
+        "path": "/dev/nvidia4", "hostPath": "/dev-x/nvidia4", "type": "c", "major": 195,
+        "minor": 4, "permissions": "rw"}]

@@ -1,10 +1,11 @@
 """Hostile pods against `nri-sla run` and a real containerd: records nri-sla did not write
-grant nothing and break nothing, and GPUs come back when their containers die while
-containerd is down.
+grant nothing and break nothing, and GPUs of containers that die while containerd is down
+are no longer counted as held.
 
-GPUs come from the inventory snapshot examples/dgx-like.yaml (e2e_service.py), injected
-as NVIDIA_VISIBLE_DEVICES so that no GPU has to exist; `align: false` keeps the
-snapshot's CPUs out of cpusets.
+GPUs are the fake ones of e2e_gpu.py, granted by the kubelet's books (e2e_service.py) as
+the NVIDIA device plugin's CDI devices; `align: false` keeps the snapshot's NUMA CPUs out
+of cpusets. nri-sla verifies grants and counts holders (`nri_sla_gpus_in_use`); two
+containers able to open one GPU would show in `nri_sla_gpus_shared`.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from e2e_service import (  # conftest.py: harness on sys.path
     GPU_UUIDS,
     PLUGIN,
     SlaService,
-    gpu_sla,
     visible_gpus,
 )
 
@@ -38,18 +38,18 @@ HOSTILE = {
 
 
 @pytest.fixture
-def start_plugin(cluster, plugins, sla_plugin_argv):
-    """start_plugin() -> the `nri-sla run` process, with a private state directory (its
-    record key) that a restarted plugin finds again."""
-    return SlaService(cluster, plugins, sla_plugin_argv, metrics=False).start
+def sla(cluster, plugins, sla_plugin_argv):
+    """`nri-sla run` processes with a private state directory (its record key) that a
+    restarted plugin finds again, and the kubelet's GPU books."""
+    return SlaService(cluster, plugins, sla_plugin_argv)
 
 
-def test_forged_records_grant_nothing_across_a_plugin_restart(cluster, start_plugin):
+def test_forged_records_grant_nothing_across_a_plugin_restart(cluster, sla):
     # A handler whose pod_annotations pass every sla.nri.io/* key (what the packaging did
     # before it listed only the keys nri-sla reads): pod-set records reach the specs.
     cluster.add_runtime_handler("leaky", 'pod_annotations = ["sla.nri.io/*"]\n')
-    plugin = start_plugin()
-    holder = cluster.run_pod("holder", gpu_sla(2))
+    sla.start()
+    holder = sla.run_gpu_pod("holder", 2)
     held = visible_gpus(holder)
     assert len(held) == 2
 
@@ -65,13 +65,13 @@ def test_forged_records_grant_nothing_across_a_plugin_restart(cluster, start_plu
     assert WARNINGS not in cluster.spec_annotations(stripped)
 
     # With the plugin down (fail-open), records land in specs that no one answered for.
-    plugin.stop()
+    sla.stop()
     landed = {name: cluster.run_pod(f"landed-{name}", {APPLIED: text}, runtime="leaky")
               for name, text in HOSTILE.items()}
     for pc in landed.values():
         assert APPLIED in cluster.spec_annotations(pc)
 
-    restarted = start_plugin()  # Synchronize: every record above, the holder's included
+    restarted = sla.start()  # Synchronize: every record above, the holder's included
     print("evidence: plugin log:", *restarted.wait_output(
         r"synchronized: \d+ pods, \d+ containers, 1 allocations rebuilt, 3 records ignored"))
     ignored = restarted.wait_output(r"record ignored", count=3)
@@ -81,11 +81,10 @@ def test_forged_records_grant_nothing_across_a_plugin_restart(cluster, start_plu
     assert sum("problem=unauthenticated" in line for line in ignored) == 2  # forged, nested
     assert sum("problem=invalid" in line for line in ignored) == 1  # huge: refused by size
 
-    six = visible_gpus(cluster.run_pod("six", gpu_sla(6)))
-    assert len(six) == 6 and not set(six) & set(held)  # the holder kept its two
-    with pytest.raises(cluster.Error) as seventh:
-        cluster.run_pod("seventh", gpu_sla(1))
-    assert "free: none" in str(seventh.value)
+    # The kubelet grants the other 6: the forged all-GPU record made nobody their holder.
+    six = visible_gpus(sla.run_gpu_pod("six", 6))
+    assert len(six) == 6 and not set(six) & set(held)
+    sla.assert_gpus_counted(8)
     assert "Traceback" not in restarted.output()
 
 
@@ -97,14 +96,11 @@ def _wait_gone(pid: int, timeout: float = 20.0) -> None:
         time.sleep(0.05)
 
 
-def test_gpus_of_containers_that_died_while_containerd_was_down_are_freed(
-        cluster, start_plugin):
-    plugin = start_plugin()
-    big = cluster.run_pod("big", gpu_sla(8))
+def test_gpus_of_containers_that_died_while_containerd_was_down_are_freed(cluster, sla):
+    plugin = sla.start()
+    big = sla.run_gpu_pod("big", 8)
     assert len(visible_gpus(big)) == 8
-    with pytest.raises(cluster.Error) as full:
-        cluster.run_pod("waiting", gpu_sla(1))
-    assert "free: none" in str(full.value)
+    sla.assert_gpus_counted(8)
 
     cluster.kill()  # containerd down (SIGKILL); the plugin keeps running, reconnecting
     pid = cluster.pid(big)
@@ -115,5 +111,7 @@ def test_gpus_of_containers_that_died_while_containerd_was_down_are_freed(
     print("evidence: plugin log:", *plugin.wait_output(
         r"synchronized: .* 0 allocations rebuilt, 0 records ignored, 1 owners released"))
 
-    after = visible_gpus(cluster.run_pod("after", gpu_sla(8)))
+    sla.books.release("big")  # the kubelet gives the dead pod's GPUs to the next one
+    after = visible_gpus(sla.run_gpu_pod("after", 8))
     assert sorted(after) == sorted(GPU_UUIDS)
+    sla.assert_gpus_counted(8)  # the dead container holds none of them any more

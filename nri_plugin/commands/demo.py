@@ -113,18 +113,18 @@ async def run_demo(pods: list[PodSpec], node: Any, runtime: str) -> list[Row]:
     from nri_plugin.nri.stub import Stub
     from nri_plugin.plugin import SlaPlugin
     from nri_plugin.simulated.deviceplugin import DevicePlugin
+    from nri_plugin.simulated.kubelet import Kubelet, container_request
     from nri_plugin.simulated.runtime import (
         PluginCallError,
         RuntimeSimulator,
         SimulatorOptions,
-        make_container,
         make_pod,
         make_resources,
     )
 
     mode = "v0.12" if runtime == "containerd-2.3" else "v0.8"
     rows = []
-    devices = DevicePlugin(node.allocator.inventory)
+    kubelet = Kubelet(DevicePlugin(node.allocator.inventory, "envvar"))
     with tempfile.TemporaryDirectory(prefix="nri-sla-demo-") as tmp:
         cgroup_root = Path(tmp) / "cgroup"
         if node.cgroup_version == 1:  # the plugin makes RT room in this scratch tree
@@ -146,9 +146,12 @@ async def run_demo(pods: list[PodSpec], node: Any, runtime: str) -> list[Row]:
                     res = spec.resources[name]
                     # What the kubelet (and the device plugin) give the runtime for the
                     # manifest's resources; the SLA may only tighten these.
-                    granted = res.kubelet_grant(devices.allocate(res.gpus))
-                    ctr = make_container(
-                        pod, name, env=env, cdi_devices=granted.gpu_cdi,
+                    grant = kubelet.admit(pod.uid, pod.namespace, pod.name, name, res.gpus)
+                    alloc = grant.allocation
+                    granted = res.kubelet_grant(alloc.cdi_devices,
+                                                alloc.envs.get("NVIDIA_VISIBLE_DEVICES"))
+                    ctr = container_request(
+                        pod, name, grant, env=env,
                         resources=make_resources(
                             cpu_shares=granted.cpu_shares, cpu_quota=granted.cpu_quota,
                             cpu_period=granted.cpu_period, memory_limit=granted.memory_limit))

@@ -42,6 +42,7 @@ from nri_plugin.simulated.syncgate import SyncGate
 
 MODES = {"v0.12": ("v0.12.0", "2.3.4"), "v0.8": ("", "1.7.34")}
 NAMESPACE_METADATA = (("containerd-namespace-ttrpc", "k8s.io"),)
+DEFAULT_ENV = ("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin",)  # an image's
 
 
 class PluginCallError(RpcError):
@@ -539,14 +540,17 @@ def make_container(pod: pb.PodSandbox, name: str, *,
                    annotations: Mapping[str, str] | None = None,
                    labels: Mapping[str, str] | None = None,
                    resources: pb.LinuxResources | None = None,
-                   env: Iterable[str] = ("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin",),
+                   env: Iterable[str] = DEFAULT_ENV,
                    args: Iterable[str] = ("/bin/sh", "-c", "sleep infinity"),
                    state: int = pb.CONTAINER_CREATED,
                    image: str = "docker.io/library/busybox:latest",
-                   cdi_devices: Iterable[str] = ()) -> pb.Container:
+                   cdi_devices: Iterable[str] = (),
+                   devices: Iterable[pb.LinuxDevice] = (),
+                   mounts: Iterable[pb.Mount] = ()) -> pb.Container:
     """A Container as containerd describes it at CreateContainer (golden-like size).
     `resources`: what the kubelet set (default: a 100m CPU request, no limits);
-    `cdi_devices`: the CDI names a device plugin granted (GPUs)."""
+    `cdi_devices`, `devices`, `mounts` (after the usual ones): what a device plugin's
+    Allocate answered (kubelet.py)."""
     cid = _id(f"ctr/{pod.id}/{name}")
     parent = pod.linux.cgroup_parent
     if parent.endswith(".slice"):
@@ -568,6 +572,7 @@ def make_container(pod: pb.PodSandbox, name: str, *,
            "io.cri-containerd.kind": "container"}
     lab.update(labels or {})
     sandbox_dir = f"/var/lib/containerd/io.containerd.grpc.v1.cri/sandboxes/{pod.id}"
+    extra_mounts = list(mounts)
     mounts = [pb.Mount(destination="/proc", type="proc", source="proc",
                        options=["nosuid", "noexec", "nodev"]),
               pb.Mount(destination="/dev", type="tmpfs", source="tmpfs",
@@ -577,12 +582,13 @@ def make_container(pod: pb.PodSandbox, name: str, *,
     mounts += [pb.Mount(destination=f"/etc/{f}", type="bind", source=f"{sandbox_dir}/{f}",
                         options=["rbind", "rprivate", "rw"])
                for f in ("hostname", "hosts", "resolv.conf")]
+    mounts += extra_mounts
     ns = [pb.LinuxNamespace(type=t, path=f"/proc/{pod.pid}/ns/{t[:3]}")
           for t in ("pid", "ipc", "uts", "network")] + [pb.LinuxNamespace(type="mount")]
     return pb.Container(
         id=cid, pod_sandbox_id=pod.id, name=name, state=state, labels=lab, annotations=ann,
         args=list(args), env=[*env, f"HOSTNAME={pod.name}"], mounts=mounts,
         hooks=pb.Hooks(),
-        linux=pb.LinuxContainer(namespaces=ns, cgroups_path=cgroups_path,
+        linux=pb.LinuxContainer(namespaces=ns, cgroups_path=cgroups_path, devices=devices,
                                 resources=resources or make_resources(cpu_shares=102)),
         CDI_devices=[pb.CDIDevice(name=name) for name in cdi_devices])

@@ -6,8 +6,9 @@ strategy per node, drawn), containerd as the simulator plays it (CDI specs for b
 NVIDIA kinds resolved before NRI, the whole adjustment applied to a modelled OCI spec),
 and `nri-sla run`'s service over a real socket. Pods with and without SLAs (every GPU SLA
 form: count, ids, topology any/numa/nvlink, align; hard and soft), pods whose env names
-GPUs without a grant, removals, the plugin restarted (a fresh node state, Synchronize)
-and containerd restarted (the plugin reconnects). After every step:
+GPUs without a grant, several pods created at once, removals, pods created while
+no plugin is registered, the plugin restarted (a fresh node state, Synchronize) and
+containerd restarted (the plugin reconnects). After every step:
 
 * no GPU can be opened by two live containers;
 * every live container can open exactly its kubelet grant;
@@ -82,10 +83,12 @@ def pod_plans(draw: st.DrawFn, env_writers: bool) -> PodPlan:
 
 
 def steps(env_writers: bool) -> st.SearchStrategy[list[tuple]]:
+    pods = st.lists(pod_plans(env_writers), min_size=1, max_size=3)
     step = st.one_of(
-        st.tuples(st.just("pod"), pod_plans(env_writers)),
-        st.tuples(st.just("pod"), pod_plans(env_writers)),
+        st.tuples(st.just("pods"), pods),
+        st.tuples(st.just("pods"), pods),
         st.tuples(st.just("remove"), st.integers(0, 7)),
+        st.tuples(st.just("plugin away"), pods),
         st.tuples(st.just("restart plugin")),
         st.tuples(st.just("restart runtime")))
     return st.lists(step, min_size=1, max_size=8)
@@ -211,10 +214,15 @@ async def play(strategy: str, plan: list[tuple], socket: str) -> World:
     await world.sim.accept(timeout=10)
     try:
         for step in plan:
-            if step[0] == "pod":
-                await world.pod(step[1])
+            if step[0] == "pods":  # created at once (the runtime takes them in turn)
+                await asyncio.gather(*(world.pod(p) for p in step[1]))
             elif step[0] == "remove":
                 await world.remove(step[1])
+            elif step[0] == "plugin away":  # created while no plugin is registered
+                await world.stop_plugin()
+                await asyncio.gather(*(world.pod(p) for p in step[1]))
+                await world.start_plugin()
+                await world.sim.accept(timeout=10)
             elif step[0] == "restart plugin":
                 await world.stop_plugin()
                 await world.start_plugin()

@@ -71,14 +71,6 @@ class CdiSpec:
     edits: ContainerEdits = ContainerEdits()  # applied once for any device of this spec
 
 
-@dataclass(frozen=True)
-class Resolved:
-    """What resolving a list of CDI names gives: the edits to apply, in order."""
-
-    names: tuple[str, ...]
-    edits: tuple[ContainerEdits, ...]
-
-
 def parse_name(name: str) -> tuple[str, str]:
     """(kind, device) of a fully qualified CDI name `vendor/class=device`."""
     kind, sep, device = name.partition("=")
@@ -116,9 +108,9 @@ class CdiRegistry:
     def kinds(self) -> tuple[str, ...]:
         return tuple(sorted(self._specs))
 
-    def resolve(self, names: Sequence[str]) -> Resolved:
-        """Every name's edits, each spec's own edits once (before its first device's), and
-        duplicates once; CdiError naming every unresolvable name."""
+    def resolve(self, names: Sequence[str]) -> tuple[ContainerEdits, ...]:
+        """The edits to apply, in order: every name's, each spec's own once (before its
+        first device's), duplicates once; CdiError naming every unresolvable name."""
         unique = list(dict.fromkeys(names))
         edits: list[ContainerEdits] = []
         seen_kinds: set[str] = set()
@@ -137,7 +129,7 @@ class CdiRegistry:
         if missing:
             raise CdiError(f"CDI device injection failed: unresolvable CDI devices "
                            f"{', '.join(missing)}")
-        return Resolved(tuple(unique), tuple(edits))
+        return tuple(edits)
 
 
 # -- spec files ---------------------------------------------------------------------------

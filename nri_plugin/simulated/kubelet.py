@@ -71,10 +71,6 @@ class Kubelet:
         self._choose = choose
         self._books: dict[tuple[str, str], Grant] = {}  # (pod uid, container) -> grant
 
-    @property
-    def grants(self) -> tuple[Grant, ...]:
-        return tuple(self._books.values())
-
     def allocated(self) -> set[str]:
         return {i for g in self._books.values() for i in g.device_ids}
 

@@ -118,7 +118,7 @@ def inject_cdi(spec: OciSpec, names: list[str], cdi: CdiRegistry | None) -> None
     if not names:
         return
     if cdi is not None:
-        for edits in cdi.resolve(names).edits:
+        for edits in cdi.resolve(names):
             apply_edits(spec, edits)
     spec.cdi_devices += names
 
@@ -204,7 +204,7 @@ def _named(inventory: GpuInventory, names: list[str]) -> set[int]:
     return found
 
 
-def env_value(spec: OciSpec, key: str) -> str | None:
+def _env_value(spec: OciSpec, key: str) -> str | None:
     values = [e.partition("=")[2] for e in spec.env if _env_key(e) == key]
     return values[-1] if values else None
 
@@ -229,7 +229,7 @@ def openable_gpus(spec: OciSpec, inventory: GpuInventory,
     if runtime.accept_mounts and listed:
         found |= _named(inventory, listed)
     elif runtime.accept_env:
-        visible = env_value(spec, ENV_VISIBLE)
+        visible = _env_value(spec, ENV_VISIBLE)
         if visible is not None and visible.strip().lower() not in _NO_DEVICES:
             found |= _named(inventory, [n.strip() for n in visible.split(",") if n.strip()])
     return frozenset(found)

@@ -106,7 +106,7 @@ def test_the_cdi_specs_name_gpus_by_uuid_index_and_all_under_both_kinds(tmp_path
     assert cdi.kinds == tuple(sorted(CDI_KINDS))
     uuid = INVENTORY.gpus[2].uuid
     for kind in CDI_KINDS:
-        edits = cdi.resolve([f"{kind}=2", f"{kind}={uuid}"]).edits
+        edits = cdi.resolve([f"{kind}=2", f"{kind}={uuid}"])
         assert [n.path for e in edits for n in e.device_nodes] == [
             "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia2", "/dev/nvidia2"]
-        assert len(cdi.resolve([f"{kind}=all"]).edits[1].device_nodes) == 8
+        assert len(cdi.resolve([f"{kind}=all"])[1].device_nodes) == 8

@@ -12,7 +12,8 @@ containerd restarted (the plugin reconnects). After every step:
 
 * no GPU can be opened by two live containers;
 * every live container can open exactly its kubelet grant;
-* the GPUs the plugin holds are the union of the live containers' grants.
+* the GPUs the plugin holds are the union of the live containers' grants;
+* a refusal names no GPU but the pod's own.
 
 The runtime accepts NVIDIA_VISIBLE_DEVICES only on the node whose device plugin uses the
 envvar strategy (that strategy needs it); on the others it is configured not to, and only
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -155,6 +157,9 @@ class World:
             await self.cri.create_container(pod, ctr)
             await self.cri.start_container(pod, ctr)
         except PluginCallError as exc:
+            named = set(re.findall(r"GPU-[0-9a-f-]{36}", exc.message))
+            assert named <= set(grant.device_ids), (
+                f"{pod.name} refused naming GPUs it was not granted: {exc.message}")
             self.refused.append(exc.message)
             await self.cri.remove_container(pod, ctr)
             await self.cri.remove_pod(pod)

@@ -44,9 +44,8 @@ SLAS = ("gpu: {count: 1, align: false}", "cpu: {exclusive: 2}",
 SYNC_SLA = "cpu: {limit: 1}\nmemory: {max: 1Gi}"
 CONFIG = """\
 state-dir: {state}
-permissions: {{gpus: ["*"], exclusive-cpus: ["*"], ungranted-gpus: ["*"],
-               exceed-runtime-limits: ["*"]}}
-pod-caps: {{gpus: "100%", exclusive-cpus: "100%"}}
+permissions: {{gpus: ["*"], exclusive-cpus: ["*"], exceed-runtime-limits: ["*"]}}
+pod-caps: {{exclusive-cpus: "100%"}}
 nri: {{socket: {socket}}}
 gpu: {{rescan-interval: 0}}
 metrics: {{address: ""}}
@@ -83,7 +82,10 @@ async def main(args: argparse.Namespace) -> dict:
         for i in range(args.lifecycles):
             sla = SLAS[i % len(SLAS)]
             pod = make_pod(f"lc-{i}", annotations={"sla.nri.io/pod": sla} if sla else None)
-            await session.container_life_cycle(pod, make_container(pod, "c"))
+            # a GPU SLA verifies the device plugin's grant: one GPU, as the kubelet gives
+            grant = (f"nvidia.com/gpu={i % 8}",) if sla and "gpu" in sla else ()
+            await session.container_life_cycle(pod, make_container(pod, "c",
+                                                                   cdi_devices=grant))
             if (i + 1) % 1000 == 0:
                 samples.append((i + 1, rss_mib(proc.pid)))
         out["lifecycles"] = args.lifecycles

@@ -1,4 +1,5 @@
-"""Placement decision time on a big node: 16 GPUs, 8 NUMA nodes, 1,000 live containers.
+"""Placement decision time on a big node: 16 GPUs, 8 NUMA nodes, 1,000 live containers
+(GPUs are each container's grant, verified against its SLA and aligned to).
 
 Usage: .venv/bin/python bench/bench_placement.py [--rounds N] [--topology nvswitch|quads]
 Prints, per request kind, the median / p99 time of one allocate() (or restore())
@@ -40,16 +41,22 @@ def big_node(nvlink: str) -> tuple[Topology, GpuInventory]:
         tuple(gpus), "snapshot")
 
 
+def granted(inventory: GpuInventory, owner: str, *indexes: int, **kw) -> PlacementRequest:
+    """`owner`'s request with GPUs `indexes` granted by the device plugin."""
+    return PlacementRequest(owner, wants_gpu=True,
+                            granted_gpus=tuple(inventory.gpus[i] for i in indexes), **kw)
+
+
 def populate(alloc: Allocator, live: int) -> dict[str, int]:
     """Fill the node with `live` containers of mixed kinds, as a busy GPU node looks."""
-    kinds = {"exclusive-gpu": 0, "shared-gpu": 0, "exclusive-cpu": 0, "aligned": 0, "plain": 0}
+    kinds = {"granted-gpu": 0, "shared-gpu": 0, "exclusive-cpu": 0, "aligned": 0, "plain": 0}
+    inv = alloc.inventory
     for i in range(live):
         owner = f"pod{i}/c"
         if i < 6:
-            req, kind = PlacementRequest(owner, gpu_count=1, exclusive_cpus=2), "exclusive-gpu"
-        elif i < 306:
-            req, kind = PlacementRequest(owner, gpu_count=1, shared_gpus=True,
-                                         numa_nodes=(4 + i % 2,)), "shared-gpu"
+            req, kind = granted(inv, owner, i, exclusive_cpus=2), "granted-gpu"
+        elif i < 306:  # GPUs 8 and 9 (NUMA 4), granted to many (time-sliced)
+            req, kind = granted(inv, owner, 8 + i % 2, align=False), "shared-gpu"
         elif i < 336:
             req, kind = PlacementRequest(owner, exclusive_cpus=2), "exclusive-cpu"
         elif i < 766:
@@ -89,28 +96,27 @@ def main() -> int:
     alloc = Allocator(topology, inventory)
     kinds = populate(alloc, args.live)
     # a record of a placement that is free again, as after a plugin restart
-    record = alloc.allocate(PlacementRequest("gone", gpu_count=2, exclusive_cpus=4)).to_record()
+    record = alloc.allocate(granted(inventory, "gone", 12, 13, exclusive_cpus=4)).to_record()
     alloc.release("gone")
-    free = GPUS - len(alloc.gpus_in_use())
+    free = GPUS - len(alloc.gpus_in_use())  # GPUs no container was granted
     print(f"node: {len(topology.online)} CPUs, {NODES} NUMA nodes, {GPUS} GPUs "
           f"(NVLink {args.topology}); live containers: {len(alloc.owners())} "
           f"({', '.join(f'{k} {v}' for k, v in kinds.items())}); free GPUs {free}")
 
-    def req(**kw):
-        return lambda a, owner: a.allocate(PlacementRequest(owner, **kw))
+    def req(*gpus: int, **kw):
+        return lambda a, owner: a.allocate(granted(inventory, owner, *gpus, **kw))
 
     cases = [
-        ("1 GPU any", req(gpu_count=1)),
-        ("2 GPUs nvlink", req(gpu_count=2, topology="nvlink")),
-        ("4 GPUs nvlink (soft)", lambda a, o: a.allocate(
-            PlacementRequest(o, gpu_count=4, topology="nvlink"), hard=False)),
-        ("2 GPUs numa + 8 excl CPUs", req(gpu_count=2, topology="numa", exclusive_cpus=8)),
-        ("shared GPU", req(gpu_count=1, shared_gpus=True)),
+        ("1 GPU granted", req(14, gpu_count=1)),
+        ("2 GPUs nvlink", req(12, 13, gpu_count=2, topology="nvlink")),
+        ("4 GPUs nvlink (soft, not met)", lambda a, o: a.allocate(
+            granted(inventory, o, 0, 5, 10, 15, gpu_count=4, topology="nvlink"), hard=False)),
+        ("2 GPUs numa + 8 excl CPUs", req(14, 15, gpu_count=2, topology="numa",
+                                          exclusive_cpus=8)),
+        ("shared GPU", req(8, align=False)),
         ("8 excl CPUs, no GPU", req(exclusive_cpus=8)),
         ("numa.nodes 3", req(numa_nodes=(3,))),
-        ("runtime NVIDIA_VISIBLE_DEVICES", req(from_runtime=True,
-                                               visible_devices="GPU-bench-0014,15")),
-        ("impossible 12 GPUs (hard)", req(gpu_count=12, topology="nvlink")),
+        ("grant lacks 12 GPUs (hard)", req(12, 13, gpu_count=12, topology="nvlink")),
         ("restore from record", lambda a, o: a.restore(o, record)),
     ]
     print(f"{'request':34} {'median':>9} {'p99':>9} {'mean':>9}  refused")

@@ -26,11 +26,28 @@ from nri_plugin.sla.schema import Problem, choice, parse_id_list, unknown_key_me
 DEFAULT_PATH = "/etc/nri-sla/config.yaml"
 DEFAULT_STATE_DIR = "/var/lib/nri-sla"
 MAX_CONFIG_BYTES = 1024 * 1024
-PERMISSIONS = ("realtime", "exclusive-cpus", "gpus", "io-max", "ungranted-gpus",
-               "exceed-runtime-limits")
+PERMISSIONS = ("realtime", "exclusive-cpus", "gpus", "io-max", "exceed-runtime-limits")
 GPU_INJECTIONS = ("cdi", "env", "devices")
 GPU_INVENTORIES = ("auto", "nvml", "sysfs")  # or an absolute path to a snapshot file
 CGROUP_DRIVERS = ("auto", "cgroupfs", "systemd")
+# The CDI kinds a GPU grant is read from: the NVIDIA container toolkit's and the NVIDIA
+# device plugin's (cdi-cri strategy), whole GPUs and MIG devices.
+DEFAULT_GRANT_CDI_KINDS = ("nvidia.com/gpu", "nvidia.com/mig",
+                           "k8s.device-plugin.nvidia.com/gpu",
+                           "k8s.device-plugin.nvidia.com/mig")
+DEFAULT_GRANT_RESOURCES = ("nvidia.com/gpu", "nvidia.com/mig-*")
+DEFAULT_PODRESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
+MAX_LISTED = 32  # entries in a list of CDI kinds or resource names
+# Keys that issue 18 removed: nri-sla no longer chooses GPUs in the NRI plugin or the
+# hook, so there is nothing left for them to allow or cap. An old file that still sets
+# one is refused with this line (a silently ignored security setting would mislead).
+REMOVED_KEYS = {
+    "permissions.ungranted-gpus": "was removed: nri-sla no longer gives GPUs to containers "
+                                  "(a container opens exactly its device plugin's grant); "
+                                  "delete the key",
+    "pod-caps.gpus": "was removed: the kubelet counts GPUs (resources.limits nvidia.com/gpu);"
+                     " delete the key",
+}
 LOG_FORMATS = ("text", "json")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -53,19 +70,16 @@ class Permissions:
     """Namespaces (names or shell globs) allowed to request each privileged feature.
 
     Safe defaults: real-time CPU time can starve a node, so nobody gets it unless listed;
-    exclusive CPUs, GPUs and io.max are open to all namespaces, within what Kubernetes
-    granted the container (nri_plugin.plan.grants). Going beyond that grant, or GPUs that
-    no device plugin granted, only for the namespaces listed here.
+    exclusive CPUs, a `gpu` section (a requirement on the device plugin's grant) and io.max
+    are open to all namespaces, within what Kubernetes granted the container
+    (nri_plugin.plan.grants). Going beyond that grant only for the namespaces listed here.
     """
 
     realtime: tuple[str, ...] = ()
     exclusive_cpus: tuple[str, ...] = ("*",)
     gpus: tuple[str, ...] = ("*",)
     io_max: tuple[str, ...] = ("*",)
-    # GPUs nri-sla chooses for a container no device plugin granted any GPU to (nodes
-    # without the NVIDIA device plugin: nothing in Kubernetes counts these GPUs).
-    ungranted_gpus: tuple[str, ...] = ()
-    # CPU quota, memory.max, exclusive CPUs and GPU counts above the runtime's values.
+    # CPU quota, memory.max and exclusive CPUs above the runtime's values.
     exceed_runtime_limits: tuple[str, ...] = ()
 
 
@@ -91,9 +105,9 @@ class Cap:
 class PodCaps:
     """The node config's `pod-caps` section: the most one pod's containers together may
     hold, whatever the runtime granted (a second line behind Kubernetes' accounting: soft
-    mode, namespaces allowed to exceed their grant, GPUs without a device plugin)."""
+    mode, namespaces allowed to exceed their grant). GPUs have no cap here: the kubelet
+    counts them, and a container opens exactly its grant."""
 
-    gpus: Cap = Cap(8)  # one HGX/DGX board
     exclusive_cpus: Cap = Cap(50, percent=True)  # of the CPUs not in reserved-cpus
     rt_share: float = 0.1  # rt-runtime / rt-period summed over the pod's containers
 
@@ -105,6 +119,12 @@ class GpuConfig:
     injection: str = "cdi"  # cdi | env | devices
     inventory: str = "auto"  # auto | nvml | sysfs | /absolute/path/to/snapshot.yaml
     rescan_interval: float = 60.0  # s between inventory rescans by the plugin; 0: never
+    # CDI kinds ("vendor/class") whose devices are a GPU grant (runtime_gpus.resolve_grant)
+    grant_cdi_kinds: tuple[str, ...] = DEFAULT_GRANT_CDI_KINDS
+    # the kubelet's PodResources socket; "" turns it off
+    podresources_socket: str = DEFAULT_PODRESOURCES_SOCKET
+    # resource names (a trailing * matches any suffix) whose PodResources devices are GPUs
+    grant_resources: tuple[str, ...] = DEFAULT_GRANT_RESOURCES
 
 
 @dataclass(frozen=True, slots=True)
@@ -366,6 +386,31 @@ def _socket(value: object) -> str:
     return "" if value == "" else _abs_path(value)
 
 
+_CDI_KIND = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,62}[A-Za-z0-9])?"
+                       r"/[A-Za-z0-9]([A-Za-z0-9_.-]{0,62}[A-Za-z0-9])?")
+_RESOURCE = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,62}[A-Za-z0-9])?"
+                       r"/[A-Za-z0-9]([A-Za-z0-9_.-]{0,62}[A-Za-z0-9*])?")
+
+
+def _names(pattern: re.Pattern[str], what: str, example: str) -> Callable[[object],
+                                                                          tuple[str, ...]]:
+    def check(value: object) -> tuple[str, ...]:
+        if not isinstance(value, list) or len(value) > MAX_LISTED:
+            raise Problem(f"must be a list of at most {MAX_LISTED} {what} like [{example}], "
+                          f"got {show(value)}")
+        for index, item in enumerate(value):
+            if not isinstance(item, str) or not pattern.fullmatch(item):
+                raise Problem(f"must be a {what} like {example}, got {show(item)}",
+                              f"[{index}]")
+        return tuple(value)
+    return check
+
+
+_cdi_kinds = _names(_CDI_KIND, "CDI kind (vendor/class)", "nvidia.com/gpu")
+_resources = _names(_RESOURCE, "resource name (domain/name, a trailing * for any suffix)",
+                    "nvidia.com/mig-*")
+
+
 # section -> field -> (dataclass attribute, converter); "" section = top level
 _Schema = dict[str, tuple[str, Callable[[object], object]]]
 _TOP: _Schema = {
@@ -381,11 +426,9 @@ _SECTIONS: dict[str, tuple[type, _Schema]] = {
         "exclusive-cpus": ("exclusive_cpus", _namespaces),
         "gpus": ("gpus", _namespaces),
         "io-max": ("io_max", _namespaces),
-        "ungranted-gpus": ("ungranted_gpus", _namespaces),
         "exceed-runtime-limits": ("exceed_runtime_limits", _namespaces),
     }),
     "pod-caps": (PodCaps, {
-        "gpus": ("gpus", _cap),
         "exclusive-cpus": ("exclusive_cpus", _cap),
         "rt-share": ("rt_share", _share),
     }),
@@ -393,6 +436,9 @@ _SECTIONS: dict[str, tuple[type, _Schema]] = {
         "injection": ("injection", choice(GPU_INJECTIONS)),
         "inventory": ("inventory", _inventory),
         "rescan-interval": ("rescan_interval", _rescan),
+        "grant-cdi-kinds": ("grant_cdi_kinds", _cdi_kinds),
+        "podresources-socket": ("podresources_socket", _socket),
+        "grant-resources": ("grant_resources", _resources),
     }),
     "cgroup": (CgroupConfig, {
         "root": ("root", _abs_path),
@@ -427,6 +473,9 @@ def _fields(source: str, data: Mapping, schema: _Schema, parent: str,
     for key, raw in data.items():
         path = f"{parent}.{key_text(key)}" if parent else key_text(key)
         if key in _SECTIONS and not parent:
+            continue
+        if path in REMOVED_KEYS:
+            errors.append(ConfigError(source, path, REMOVED_KEYS[path]))
             continue
         if key not in schema:
             errors.append(ConfigError(source, path, unknown_key_message(

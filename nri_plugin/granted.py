@@ -2,11 +2,14 @@
 
 The kubelet turns a container's resources into the values the runtime applies: CPU quota
 and period from limits.cpu, CPU shares from requests.cpu (shares = millicores * 1024 /
-1000, at least 2) and the memory limit from limits.memory; a device plugin names the GPUs
-it granted (NVIDIA_VISIBLE_DEVICES, CDI device names). Kubernetes (scheduler, LimitRange,
-ResourceQuota) accounted exactly these, so an SLA may only tighten them
-(nri_plugin.plan.grants). The plugin reads them from the CreateContainer / UpdateContainer
-request, the OCI hook from config.json.
+1000, at least 2) and the memory limit from limits.memory. A device plugin's GPU grant
+reaches the container as CDI device names (CRI), GPU device nodes (linux.devices) or
+mounts under /var/run/nvidia-container-devices/ (its volume-mounts strategy): that is the
+GPU evidence kept here, resolved against the inventory by nri_plugin.plan.runtime_gpus.
+NVIDIA_VISIBLE_DEVICES is kept only to say that an env is not a grant: a pod author (or
+the image) writes it. Kubernetes (scheduler, LimitRange, ResourceQuota) accounted exactly
+these, so an SLA may only tighten them (nri_plugin.plan.grants). The plugin reads them
+from the CreateContainer / UpdateContainer request, the OCI hook from config.json.
 
 Not a dataclass: the hook's warm path builds one from config.json for its cache key, and
 `import dataclasses` costs it more than the rest of its work (see value.py). Frozen and
@@ -15,10 +18,46 @@ hashable all the same: it is part of the core's reuse key.
 
 from __future__ import annotations
 
+from itertools import islice
+
 from nri_plugin.value import Value
+
+TYPE_CHECKING = False  # `typing` costs the OCI hook start-up time; only checkers need it
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 DEFAULT_CPU_PERIOD_US = 100_000  # the kernel's (and kubelet's) CFS period
 SHARES_PER_CPU = 1024  # kubelet: shares = millicores * 1024 / 1000
+NVIDIA_MAJOR = 195  # /dev/nvidiaN, nvidiactl (255) and nvidia-modeset (254)
+DEVICE_MOUNT_DIR = "/var/run/nvidia-container-devices/"  # volume-mounts strategy
+ENV_VISIBLE = "NVIDIA_VISIBLE_DEVICES"
+# Bounds on the GPU evidence, applied by the readers before anything is expanded: a
+# container has at most a node's worth of GPUs (and MIG devices), so more names than this
+# are not a grant anyone wrote; what is over is dropped, a name cut to the bound matches
+# no GPU and shows as unknown.
+MAX_GRANT_ITEMS = 256
+MAX_GRANT_NAME = 128
+MAX_ENV_GPUS = 4096
+
+
+def bounded_names(names: Iterable[str]) -> tuple[str, ...]:
+    """At most MAX_GRANT_ITEMS names, each cut to MAX_GRANT_NAME characters."""
+    return tuple(n[:MAX_GRANT_NAME] for n in islice(names, MAX_GRANT_ITEMS))
+
+
+def gpu_device_numbers(devices: Iterable[tuple[str, int, int]]) -> tuple[tuple[int, int], ...]:
+    """(major, minor) of the character devices of NVIDIA's major among (type, major,
+    minor) entries, at most MAX_GRANT_ITEMS looked at."""
+    return tuple((major, minor) for kind, major, minor in islice(devices, MAX_GRANT_ITEMS)
+                 if kind == "c" and major == NVIDIA_MAJOR)
+
+
+def device_mount_ids(destinations: Iterable[str]) -> tuple[str, ...]:
+    """The device ids of mounts under DEVICE_MOUNT_DIR (the path's last element), at most
+    MAX_GRANT_ITEMS mounts looked at."""
+    ids = (d[len(DEVICE_MOUNT_DIR):].strip("/").rpartition("/")[2]
+           for d in islice(destinations, MAX_GRANT_ITEMS) if d.startswith(DEVICE_MOUNT_DIR))
+    return bounded_names(i for i in ids if i)
 
 
 def _positive(value: int | None) -> int | None:
@@ -29,19 +68,27 @@ def _positive(value: int | None) -> int | None:
 class GrantedResources(Value):
     """The runtime's limits for one container; None = not set (unlimited)."""
 
-    __slots__ = ("cpu_period", "cpu_quota", "cpu_shares", "gpu_cdi", "gpu_visible",
-                 "memory_limit")
+    __slots__ = ("cdi_devices", "cpu_period", "cpu_quota", "cpu_shares", "device_mounts",
+                 "env_gpus", "gpu_devices", "memory_limit")
 
     def __init__(self, cpu_quota: int | None = None, cpu_period: int | None = None,
-                 cpu_shares: int | None = None, memory_limit: int | None = None,
-                 gpu_visible: str | None = None, gpu_cdi: tuple[str, ...] = ()) -> None:
+                 cpu_shares: int | None = None, memory_limit: int | None = None, *,
+                 cdi_devices: Iterable[str] = (),
+                 gpu_devices: Iterable[tuple[int, int]] = (),
+                 device_mounts: Iterable[str] = (),
+                 env_gpus: str | None = None) -> None:
         init = object.__setattr__
         init(self, "cpu_quota", _positive(cpu_quota))
         init(self, "cpu_period", _positive(cpu_period))
         init(self, "cpu_shares", _positive(cpu_shares))
         init(self, "memory_limit", _positive(memory_limit))
-        init(self, "gpu_visible", gpu_visible)  # NVIDIA_VISIBLE_DEVICES as the runtime set it
-        init(self, "gpu_cdi", tuple(gpu_cdi))  # CDI device names in the request
+        # GPU evidence, bounded by the readers (bounded_names, gpu_device_numbers,
+        # device_mount_ids) and again here for callers that build one directly:
+        init(self, "cdi_devices", bounded_names(cdi_devices))  # every CDI name, any kind
+        init(self, "gpu_devices", tuple(islice(gpu_devices, MAX_GRANT_ITEMS)))  # (major, minor)
+        init(self, "device_mounts", bounded_names(device_mounts))  # device ids
+        # NVIDIA_VISIBLE_DEVICES: never a grant, only reported ("env only")
+        init(self, "env_gpus", None if env_gpus is None else env_gpus[:MAX_ENV_GPUS])
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"GrantedResources is frozen (cannot set {name})")

@@ -51,19 +51,19 @@ class ContainerResources:
     memory_limit: int | None = None
     gpus: int = 0  # limits nvidia.com/gpu
 
-    def kubelet_grant(self, gpu_cdi: tuple[str, ...] = (),
-                      gpu_visible: str | None = None) -> GrantedResources:
+    def kubelet_grant(self, cdi_devices: tuple[str, ...] = (),
+                      env_gpus: str | None = None) -> GrantedResources:
         """What the kubelet hands the runtime for these resources (shares from the request,
-        quota from the limit at the 100ms period), plus a device plugin's GPU names and
-        NVIDIA_VISIBLE_DEVICES from the env."""
+        quota from the limit at the 100ms period), plus a device plugin's CDI names and
+        NVIDIA_VISIBLE_DEVICES from the env (reported, never a grant)."""
         shares = max(MIN_SHARES, (self.cpu_request_millis or 0) * SHARES_PER_CPU // 1000)
         quota = period = None
         if self.cpu_limit_millis:
             period = DEFAULT_CPU_PERIOD_US
             quota = max(MIN_QUOTA_US, self.cpu_limit_millis * period // 1000)
         return GrantedResources(cpu_quota=quota, cpu_period=period, cpu_shares=shares,
-                                memory_limit=self.memory_limit, gpu_visible=gpu_visible,
-                                gpu_cdi=gpu_cdi)
+                                memory_limit=self.memory_limit, env_gpus=env_gpus,
+                                cdi_devices=cdi_devices)
 
 
 @dataclass(frozen=True)

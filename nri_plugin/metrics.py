@@ -87,7 +87,11 @@ class Metrics:
             "request_seconds", "Time spent handling one runtime request or hook run",
             ["event"], namespace=NAMESPACE, registry=reg, buckets=REQUEST_BUCKETS)
         self.gpus_in_use = Gauge(
-            "gpus_in_use", "GPUs currently allocated to containers",
+            "gpus_in_use", "GPUs that live containers were granted (every holder counts)",
+            namespace=NAMESPACE, registry=reg)
+        self.gpus_shared = Gauge(
+            "gpus_shared", "GPUs (and MIG devices) that two or more live containers can "
+            "open: the kubelet's or an old record's doing, never nri-sla's",
             namespace=NAMESPACE, registry=reg)
         self.gpus_missing = Gauge(
             "gpus_missing", "GPUs containers hold that the inventory no longer lists "
@@ -227,6 +231,9 @@ class Metrics:
 
     def set_gpus_in_use(self, n: int) -> None:
         self.gpus_in_use.set(_count(n, "gpus_in_use"))
+
+    def set_gpus_shared(self, n: int) -> None:
+        self.gpus_shared.set(_count(n, "gpus_shared"))
 
     def set_gpus_missing(self, n: int) -> None:
         self.gpus_missing.set(_count(n, "gpus_missing"))

@@ -81,7 +81,9 @@ def test_state_gauges(metrics):
     metrics.set_registered(True)
     metrics.inc_reconnects()
     metrics.set_gpus_in_use(3)
+    metrics.set_gpus_shared(1)
     metrics.set_exclusive_cpus_in_use(8)
+    assert metrics.value("nri_sla_gpus_shared") == 1
     assert metrics.value("nri_sla_connected") == 1
     assert metrics.value("nri_sla_registered") == 1
     assert metrics.value("nri_sla_reconnects_total") == 1
@@ -92,6 +94,8 @@ def test_state_gauges(metrics):
     for bad in (-1, 1.5, True):
         with pytest.raises(MetricsError, match="non-negative integer"):
             metrics.set_gpus_in_use(bad)
+        with pytest.raises(MetricsError, match="non-negative integer"):
+            metrics.set_gpus_shared(bad)
 
 
 def test_instances_do_not_share_a_registry():

@@ -55,10 +55,9 @@ def explain_container(node: Any, pod: Any, container: str, nri_version: str,
     except AdmissionRefused as exc:  # the kubelet, not nri-sla, turns the pod away
         return {**where, "outcome": "not admitted", "error": str(exc)}
     # What the kubelet would hand the runtime for the manifest's resources.
-    # The device plugin's env comes after the pod spec's: the runtime keeps the last.
-    env = {**pod.environments.get(container, {}), **grant.allocation.envs}
-    granted = resources.kubelet_grant(gpu_cdi=grant.allocation.cdi_devices,
-                                      gpu_visible=env.get("NVIDIA_VISIBLE_DEVICES"))
+    granted = resources.kubelet_grant(
+        cdi_devices=grant.allocation.cdi_devices,
+        env_gpus=pod.environments.get(container, {}).get("NVIDIA_VISIBLE_DEVICES"))
     owner = f"{pod.namespace}/{pod.name}/{container}"
     decision = decide(node, pod.annotations, container, namespace=pod.namespace,
                       owner=owner,
@@ -107,7 +106,7 @@ def main(args: argparse.Namespace) -> int:
     from nri_plugin.simulated.deviceplugin import DevicePlugin
     from nri_plugin.simulated.kubelet import Kubelet
 
-    kubelet = Kubelet(DevicePlugin(node.allocator.inventory, "envvar"))
+    kubelet = Kubelet(DevicePlugin(node.allocator.inventory))
     results = [explain_container(node, pod, name, args.nri_version, kubelet)
                for pod in pods for name in pod.containers]
     if args.json:

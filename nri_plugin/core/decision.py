@@ -17,7 +17,7 @@ from nri_plugin.errors import SlaFailure
 from nri_plugin.granted import GrantedResources
 from nri_plugin.plan.context import PlanContext
 from nri_plugin.plan.grants import refit_plan
-from nri_plugin.plan.model import ContainerPlan, PlanError, refusal
+from nri_plugin.plan.model import ContainerPlan, refusal
 from nri_plugin.plan.planner import plan_container
 from nri_plugin.sla.errors import SlaError
 from nri_plugin.sla.model import Sla
@@ -71,11 +71,14 @@ class Decision:
 def decide(node: NodeState, annotations: Mapping[str, str], container_name: str, *,
            namespace: str = "", owner: str = "", pod: str = "",
            nri_version: str | None = None,
-           granted: GrantedResources | None = None) -> Decision:
+           granted: GrantedResources | None = None,
+           kubelet_gpu_ids: tuple[str, ...] = ()) -> Decision:
     """Run annotations -> SLA -> plan for one container. Never raises.
 
     `granted`: what the runtime set for the container (None: nothing, so no cap from the
-    runtime); `pod`: the pod's id, for the per-pod caps ("" counts the container alone).
+    runtime); `pod`: the pod's id, for the per-pod caps ("" counts the container alone);
+    `kubelet_gpu_ids`: the device ids the kubelet reports for it (PodResources), more GPU
+    grant evidence. The OCI hook verifies GPU SLAs as the plugin does: neither adds a GPU.
     """
     granted = granted if granted is not None else GrantedResources()
     key = _reuse_key(node, annotations, container_name, namespace, nri_version, granted)
@@ -83,7 +86,8 @@ def decide(node: NodeState, annotations: Mapping[str, str], container_name: str,
     if known is not None:  # a replica: the same plan object, nothing reserved for it
         return Decision(known.outcome, plan=known.plan, sla=known.sla)
     decision = _decide(node, annotations, container_name, namespace=namespace, owner=owner,
-                       pod=pod, nri_version=nri_version, granted=granted)
+                       pod=pod, nri_version=nri_version, granted=granted,
+                       kubelet_gpu_ids=kubelet_gpu_ids)
     plan = decision.plan
     if pod and plan is not None and (plan.placement_record or plan.rt_runtime):
         node.note_pod(owner, pod)
@@ -105,7 +109,7 @@ def _reuse_key(node: NodeState, annotations: Mapping[str, str], container_name: 
 
 def _decide(node: NodeState, annotations: Mapping[str, str], container_name: str, *,
             namespace: str, owner: str, pod: str, nri_version: str | None,
-            granted: GrantedResources) -> Decision:
+            granted: GrantedResources, kubelet_gpu_ids: tuple[str, ...]) -> Decision:
     try:
         sla = parse_sla(node.config, annotations, container_name)
     except SlaError as exc:
@@ -113,19 +117,15 @@ def _decide(node: NodeState, annotations: Mapping[str, str], container_name: str
     if sla is None:
         return Decision("skipped")
     try:
-        sla, notes = _within_front_end(node, sla)
         ctx = PlanContext(
             cgroup_version=node.cgroup_version, namespace=namespace, config=node.config,
             owner=owner, allocator=node.allocator_for(sla), rt_budget=node.rt_budget,
             nri_version=nri_version, resolve_device=node.resolve_device,
             io_weight_supported=node.capabilities.io_weight, granted=granted,
-            pod_usage=node.pod_usage(pod, owner))
+            pod_usage=node.pod_usage(pod, owner), kubelet_gpu_ids=kubelet_gpu_ids)
         plan = plan_container(sla, ctx)
     except SlaFailure as exc:  # PlanError, or a placement/inventory failure
         return Decision("refused", error=exc, sla=sla)
-    if notes:
-        plan = dataclasses.replace(plan, warnings=(*notes, *plan.warnings),
-                                   reasons=("unsupported", *plan.reasons))
     return Decision("warned" if plan.warnings else "enforced", plan=plan, sla=sla)
 
 
@@ -156,18 +156,3 @@ def parse_sla(config: NodeConfig, annotations: Mapping[str, str],
     return sla_for_container(annotations, container_name,
                              default_enforcement=config.enforcement,
                              prefix=config.annotation_prefix)
-
-
-def _within_front_end(node: NodeState, sla: Sla) -> tuple[Sla, tuple[str, ...]]:
-    """A front-end that cannot add devices (the OCI hook) can only align with GPUs the
-    runtime assigned (`gpu.from: runtime`); hard mode refuses, soft mode drops the GPUs."""
-    if node.can_add_devices or sla.gpu is None or sla.gpu.source == "runtime":
-        return sla, ()
-    key = sla.keys[-1] if sla.keys else f"{node.prefix}/pod"
-    problem = PlanError(key, "gpu", "the OCI hook cannot add GPU devices (gpu.from: plugin "
-                        "needs the NRI plugin); use gpu.from: runtime to align with GPUs the "
-                        "runtime assigned", "unsupported")
-    if sla.enforcement == "hard":
-        raise problem
-    return dataclasses.replace(sla, gpu=None), (str(problem),)
-

@@ -27,10 +27,11 @@ from nri_plugin.enforce.errors import EnforceError
 from nri_plugin.enforce.plan_writes import cgroup_writes
 from nri_plugin.enforce.rt import RtChange, make_rt_room
 from nri_plugin.errors import InternalFailure, SlaFailure
+from nri_plugin.granted import GrantedResources
 from nri_plugin.plan.allocator import Allocator, InventoryChange
 from nri_plugin.plan.context import PodUsage
 from nri_plugin.plan.model import ContainerPlan, PlanError
-from nri_plugin.plan.placement_values import PlacementError
+from nri_plugin.plan.placement_values import PlacementError, PlacementRequest
 from nri_plugin.plan.record import (
     RecordError,
     RecordLimits,
@@ -41,6 +42,7 @@ from nri_plugin.plan.record import (
     sign_record,
 )
 from nri_plugin.plan.rt_budget import RtBudget, RtGrant, kernel_rt_share
+from nri_plugin.plan.runtime_gpus import GpuGrant, resolve_grant
 from nri_plugin.sla.model import Sla
 from nri_plugin.topology.cpulist import format_cpulist
 from nri_plugin.topology.cpus import read_topology
@@ -101,7 +103,7 @@ class NodeState:
                  rt_budget: RtBudget | None = None,
                  capabilities: NodeCapabilities | None = None,
                  resolve_device: Callable[[str], tuple[int, int]] | None = resolve_io_device,
-                 can_add_devices: bool = True, record_key: bytes | None = None,
+                 record_key: bytes | None = None,
                  read_inventory: Callable[[], GpuInventory] | None = None) -> None:
         self.config = config
         self.cgroup_version = cgroup_version
@@ -112,7 +114,6 @@ class NodeState:
         self.rt_budget = rt_budget
         self.capabilities = capabilities or NodeCapabilities(io_weight=True, bfq=False)
         self.resolve_device = resolve_device
-        self.can_add_devices = can_add_devices  # False: the OCI hook (no NRI to add them)
         # The node's record key (core.recordkey); None: a key of this NodeState's own, for
         # nodes whose records never outlive them (explain, demo, tests).
         self.record_key = record_key or secrets.token_bytes(32)
@@ -253,20 +254,18 @@ class NodeState:
             del self._members[pod]
 
     def pod_usage(self, pod: str, owner: str) -> PodUsage:
-        """What the pod's containers other than `owner` hold (GPUs nri-sla chose, exclusive
-        CPUs, RT share); nothing when the pod is not known ("" or a one-shot node)."""
+        """What the pod's containers other than `owner` hold (exclusive CPUs, RT share);
+        nothing when the pod is not known ("" or a one-shot node)."""
         others = self._members.get(pod, set()) - {owner} if pod else set()
-        gpus = cpus = 0
+        cpus = 0
         rt = 0.0
         for other in others:
             placement = self.allocator.placement_of(other) if self.allocator else None
             if placement is not None:
-                if not placement.from_runtime:
-                    gpus += 1 if placement.mig is not None else len(placement.gpus)
                 cpus += len(placement.exclusive_cpus)
             if self.rt_budget is not None:
                 rt += self.rt_budget.share_of(other)
-        return PodUsage(gpus, cpus, rt)
+        return PodUsage(cpus, rt)
 
     def remember_cpuset(self, owner: str, plan: ContainerPlan) -> None:
         if plan.cpus:
@@ -299,6 +298,25 @@ class NodeState:
             self.rt_budget.release(owner)
         if self.allocator is not None:
             self.allocator.release(owner)
+
+    def gpu_grant(self, granted: GrantedResources,
+                  kubelet_gpu_ids: tuple[str, ...] = ()) -> GpuGrant:
+        """The GPUs `granted` names on this node (runtime_gpus.resolve_grant); nothing on
+        a node without an allocator."""
+        if self.allocator is None:
+            return GpuGrant()
+        return resolve_grant(self.allocator.inventory, granted,
+                             self.config.gpu.grant_cdi_kinds, kubelet_gpu_ids)
+
+    def hold_grant(self, owner: str, grant: GpuGrant) -> None:
+        """`owner` holds its granted GPUs when nri-sla placed nothing for it (no SLA, or
+        one without placement): every container that can open a GPU is a holder, so that
+        the status and the metrics see them all. Never refused: the grant is the
+        kubelet's."""
+        if self.allocator is None or grant.empty or self.allocator.placement_of(owner):
+            return
+        self.allocator.allocate(PlacementRequest(owner, align=False, granted_gpus=grant.gpus,
+                                                 granted_migs=grant.migs))
 
     def usage(self) -> tuple[int, int]:
         """GPUs held (vanished ones included: their holders still have them) and

@@ -159,7 +159,7 @@ def hook_node(config: NodeConfig, facts: CgroupFacts, sysfs_root: str,
 
     return NodeState(config, facts.version, facts=facts, allocator_factory=allocator,
                      capabilities=detect_capabilities(facts.version, sysfs_root),
-                     resolve_device=resolve_device, can_add_devices=False)
+                     resolve_device=resolve_device)
 
 
 def _asks_io_weight(decision: Decision) -> bool:

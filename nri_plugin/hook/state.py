@@ -10,7 +10,7 @@ import os
 import stat
 
 from nri_plugin.errors import InvalidInput
-from nri_plugin.granted import GrantedResources
+from nri_plugin.granted import ENV_VISIBLE, GrantedResources, device_mount_ids, gpu_device_numbers
 from nri_plugin.hook.fastjson import loads
 from nri_plugin.value import Value
 
@@ -46,7 +46,7 @@ class BundleSpec(Value):
                  granted: GrantedResources) -> None:
         self.annotations = annotations
         self.cgroups_path = cgroups_path
-        self.granted = granted  # what the runtime set: linux.resources, GPUs in the env
+        self.granted = granted  # what the runtime set: linux.resources, GPU evidence
 
 
 def read_bounded(stream: BinaryIO, limit: int, what: str) -> bytes:
@@ -136,17 +136,37 @@ def parse_config(data: bytes, path: str = "config.json") -> BundleSpec:
     cgroups_path = linux.get("cgroupsPath")
     if cgroups_path is not None and not isinstance(cgroups_path, str):
         raise InvalidInput(f"{path}: linux.cgroupsPath must be a string")
-    process = doc.get("process") or {}
-    env_list = process.get("env") if isinstance(process, dict) else None
-    visible = None
-    if isinstance(env_list, list):
-        for item in env_list:
-            # The runtime's own env list; only well-formed NAME=VALUE entries matter here.
-            if isinstance(item, str) and item.startswith("NVIDIA_VISIBLE_DEVICES="):
-                visible = item.partition("=")[2]
     return BundleSpec(annotations=_annotations(doc.get("annotations"), path),
                       cgroups_path=cgroups_path or None,
-                      granted=_granted(linux.get("resources"), visible, path))
+                      granted=_granted(linux.get("resources"), _gpu_evidence(doc, linux),
+                                       path))
+
+
+def _gpu_evidence(doc: dict[str, Any], linux: dict[str, Any]) -> dict[str, Any]:
+    """The GPU evidence in config.json (GrantedResources' keyword arguments): the runtime
+    resolved the CRI's CDI devices into linux.devices and mounts already; cdi.k8s.io/*
+    annotations are not read (a pod sets annotations). Entries of the wrong shape are no
+    evidence; every list is bounded before it is read (nri_plugin.granted)."""
+    devices = linux.get("devices")
+    mounts = doc.get("mounts")
+    process = doc.get("process")
+    env = process.get("env") if isinstance(process, dict) else None
+    evidence: dict[str, Any] = {
+        "gpu_devices": gpu_device_numbers(
+            (d.get("type"), d.get("major"), d.get("minor"))
+            for d in (devices if isinstance(devices, list) else ())
+            if isinstance(d, dict) and type(d.get("major")) is int
+            and type(d.get("minor")) is int),
+        "device_mounts": device_mount_ids(
+            m["destination"] for m in (mounts if isinstance(mounts, list) else ())
+            if isinstance(m, dict) and isinstance(m.get("destination"), str)),
+    }
+    if isinstance(env, list):
+        for item in env:
+            # The runtime's own env list; only well-formed NAME=VALUE entries matter here.
+            if isinstance(item, str) and item.startswith(ENV_VISIBLE + "="):
+                evidence["env_gpus"] = item.partition("=")[2]
+    return evidence
 
 
 def _section(parent: dict[str, Any], name: str, where: str) -> dict[str, Any]:
@@ -158,7 +178,7 @@ def _section(parent: dict[str, Any], name: str, where: str) -> dict[str, Any]:
     return value
 
 
-def _granted(resources: Any, visible: str | None, path: str) -> GrantedResources:
+def _granted(resources: Any, evidence: dict[str, Any], path: str) -> GrantedResources:
     """linux.resources as the runtime wrote it (the kubelet's limits, runtime-spec
     config-linux.md#control-groups); a value of the wrong type is refused, not guessed."""
     if resources is None:
@@ -179,4 +199,4 @@ def _granted(resources: Any, visible: str | None, path: str) -> GrantedResources
         numbers[f"{name}_{field}"] = value
     return GrantedResources(cpu_quota=numbers["cpu_quota"], cpu_period=numbers["cpu_period"],
                             cpu_shares=numbers["cpu_shares"],
-                            memory_limit=numbers["memory_limit"], gpu_visible=visible)
+                            memory_limit=numbers["memory_limit"], **evidence)

@@ -1,19 +1,20 @@
 """The Allocator: which container holds which GPU, MIG device and exclusive CPU on this node.
 
-One `Allocator` per node keeps the ownership tables (GPU -> holders, MIG device -> owner,
-exclusive CPU -> owner) under one lock, so two containers can never hold the same
-exclusive GPU or CPU, whatever the interleaving of allocate, restore and release.
+One `Allocator` per node keeps the ownership tables (GPU -> holders, MIG device ->
+holders, exclusive CPU -> owner) under one lock, so two containers can never hold the
+same exclusive CPU, whatever the interleaving of allocate, restore and release.
 
-The choice itself is `best_fit.choose_placement`, a pure function of the node layout, a
-`Holdings` snapshot taken under the lock and the request; the allocator commits its answer.
-Selection is deterministic (same state + same request = same answer) and best-fit:
-* topology constraint first (any | numa: one NUMA node | nvlink: pairwise NVLink peers);
-* do not break a free NVLink group when a choice exists that leaves it whole;
-* then the NUMA node with the fewest free GPUs that still fit (big holes stay big);
-* inside a node, GPUs with the fewest free NVLink peers first, then the lowest index.
-Exclusive CPUs are whole physical cores (every SMT sibling), taken from the GPUs' node,
-else the requested nodes, else the best-fitting node without GPUs; highest cores first
-because CPU 0 and its neighbours carry most kernel housekeeping and IRQ work.
+GPUs are never chosen here: a container holds exactly what its device plugin granted
+(nri_plugin.plan.runtime_gpus), shared or not, so that status and metrics see every
+holder; two holders of one GPU are the kubelet's doing and are reported, not refused
+(nri_plugin.plugin.registry). Records from before issue 18 (GPUs nri-sla chose) are
+restored the same way: those containers keep them until they end.
+
+The placement itself is `best_fit.choose_placement`, a pure function of the node layout,
+a `Holdings` snapshot taken under the lock and the request; the allocator commits its
+answer. Exclusive CPUs are whole physical cores (every SMT sibling), taken from the GPUs'
+node, else the requested nodes, else the best-fitting node without GPUs; highest cores
+first because CPU 0 and its neighbours carry most kernel housekeeping and IRQ work.
 """
 
 from __future__ import annotations
@@ -24,9 +25,7 @@ from dataclasses import dataclass, replace
 
 from nri_plugin.plan.best_fit import choose_placement, validate_request
 from nri_plugin.plan.placement_values import (
-    EXCLUSIVE,
-    RUNTIME,
-    SHARED,
+    GRANTED,
     Holdings,
     NodeLayout,
     Placement,
@@ -69,7 +68,7 @@ class Allocator:
         self._missing: dict[str, Gpu] = {}
         self._missing_holders: dict[str, dict[str, str]] = {}  # identity -> owner -> kind
         self._known: GpuInventory | None = None  # known_inventory() until they change
-        self._mig_owner: dict[str, str] = {}  # MIG uuid -> owner
+        self._mig_holders: dict[str, dict[str, str]] = {}  # MIG uuid -> owner -> kind
         self._cpu_owner: dict[int, str] = {}  # exclusive CPU -> owner
         self._snapshot: Holdings | None = None  # holdings() until the next change
         self._placements: dict[str, Placement] = {}
@@ -91,7 +90,8 @@ class Allocator:
             if self._snapshot is None:
                 self._snapshot = Holdings(
                     gpus={i: dict(h) for i, h in self._gpu_holders.items() if h},
-                    migs=dict(self._mig_owner), exclusive_cpus=frozenset(self._cpu_owner))
+                    migs={u: dict(h) for u, h in self._mig_holders.items() if h},
+                    exclusive_cpus=frozenset(self._cpu_owner))
             return self._snapshot
 
     def placement_of(self, owner: str) -> Placement | None:
@@ -105,21 +105,21 @@ class Allocator:
     def gpus_in_use(self) -> dict[int, tuple[str, ...]]:
         """GPU index -> its holders (owners), for metrics; MIG devices by parent index."""
         with self._lock:
-            used = {i: tuple(sorted(h)) for i, h in self._gpu_holders.items() if h}
-            for uuid, owner in self._mig_owner.items():
+            used = {i: set(h) for i, h in self._gpu_holders.items() if h}
+            for uuid, holders in self._mig_holders.items():
                 found = self.inventory.find_mig(uuid)
-                if found:
-                    used[found[0].index] = (*used.get(found[0].index, ()), owner)
-            return used
+                if found and holders:
+                    used.setdefault(found[0].index, set()).update(holders)
+            return {i: tuple(sorted(h)) for i, h in used.items()}
 
     def missing_gpus(self) -> dict[str, tuple[str, ...]]:
         """Held GPUs the inventory no longer lists (and held MIG devices gone with their
         GPU): their identity (or MIG uuid) -> holders."""
         with self._lock:
             missing = {key: tuple(sorted(h)) for key, h in self._missing_holders.items() if h}
-            for uuid, owner in self._mig_owner.items():
-                if self.inventory.find_mig(uuid) is None:
-                    missing[uuid] = (owner,)
+            for uuid, holders in self._mig_holders.items():
+                if holders and self.inventory.find_mig(uuid) is None:
+                    missing[uuid] = tuple(sorted(holders))
             return missing
 
     def known_inventory(self) -> GpuInventory:
@@ -134,9 +134,10 @@ class Allocator:
                                            self.inventory.degraded_reason)
             return self._known
 
-    def migs_in_use(self) -> dict[str, str]:
+    def migs_in_use(self) -> dict[str, tuple[str, ...]]:
+        """MIG uuid -> its holders."""
         with self._lock:
-            return dict(self._mig_owner)
+            return {u: tuple(sorted(h)) for u, h in self._mig_holders.items() if h}
 
     def exclusive_cpus_in_use(self) -> dict[int, str]:
         with self._lock:
@@ -173,8 +174,10 @@ class Allocator:
                 holders.pop(owner, None)
             for holders in self._missing_holders.values():
                 holders.pop(owner, None)
-            for uuid in [u for u, o in self._mig_owner.items() if o == owner]:
-                del self._mig_owner[uuid]
+            for uuid in [u for u, h in self._mig_holders.items() if owner in h]:
+                del self._mig_holders[uuid][owner]
+                if not self._mig_holders[uuid]:
+                    del self._mig_holders[uuid]
             for cpu in [c for c, o in self._cpu_owner.items() if o == owner]:
                 del self._cpu_owner[cpu]
             return True
@@ -193,23 +196,23 @@ class Allocator:
                 placement = choose_placement(self.layout, self.holdings(), request, hard)
             except PlacementError:
                 if previous is not None:
-                    self._commit(request.owner, previous, kind=self._kind(previous))
+                    self._commit(request.owner, previous)
                 raise
-            self._commit(request.owner, placement, kind=self._kind(placement))
+            self._commit(request.owner, placement)
             return placement
 
     def restore(self, owner: str, record: Mapping[str, Any]) -> Placement:
         """Re-take what `owner` held according to its `to_record()` (plugin restart).
 
-        Raises PlacementError when the record names unknown GPUs or something another
-        owner already holds exclusively; the state is then unchanged.
+        Raises PlacementError when the record names unknown GPUs or exclusive CPUs another
+        owner already holds; the state is then unchanged. GPUs are never refused: the
+        container can open them whoever else holds them too.
         """
         placement = self._from_record(record)
-        kind = self._kind(placement)
         with self._lock:
             self.release(owner)
-            self._check_free(owner, placement, kind)
-            self._commit(owner, placement, kind)
+            self._check_free(owner, placement)
+            self._commit(owner, placement)
             return placement
 
     def rescan(self, inventory: GpuInventory) -> InventoryChange:
@@ -225,20 +228,17 @@ class Allocator:
             now = {g.identity: g for g in inventory.gpus}
             was_missing = set(self._missing)
             for owner, p in list(self._placements.items()):
-                mig = p.mig
-                if mig is not None:
-                    found = inventory.find_mig(mig.uuid)
-                    mig = found[1] if found else mig
+                migs = tuple(inventory.find_mig(m.uuid) or (now.get(g.identity, g), m)
+                             for g, m in p.migs)
                 gpus = tuple(now.get(g.identity, g) for g in p.gpus)
-                self._placements[owner] = replace(p, gpus=gpus, mig=mig)
+                self._placements[owner] = replace(p, gpus=gpus, migs=migs)
             self.layout = NodeLayout.of(self.topology, inventory, self._reserved)
             self._listed = frozenset(now)
             self._gpu_holders, self._missing_holders = {}, {}
             self._missing = {k: g for k, g in self._missing.items() if k not in now}
             self._known = None
             for owner, p in self._placements.items():
-                if p.mig is None:
-                    self._hold_gpus(owner, p, self._kind(p))
+                self._hold_gpus(owner, p)
             self._snapshot = None
             vanished = tuple((g, tuple(sorted(self._missing_holders.get(k, {}))))
                              for k, g in before.items() if k not in now)
@@ -260,48 +260,29 @@ class Allocator:
 
     # --- internals ------------------------------------------------------------------------
 
-    def _hold_gpus(self, owner: str, p: Placement, kind: str) -> None:
-        """Record `owner` as a holder of `p`'s GPUs: by index while the inventory lists
-        one, by identity among the missing otherwise."""
+    def _hold_gpus(self, owner: str, p: Placement) -> None:
+        """Record `owner` as a holder of `p`'s whole GPUs (by index while the inventory
+        lists one, by identity among the missing otherwise) and of its MIG devices."""
         for g in p.gpus:
             key = g.identity
             if key in self._listed:
-                self._gpu_holders.setdefault(g.index, {})[owner] = kind
+                self._gpu_holders.setdefault(g.index, {})[owner] = GRANTED
             else:
                 if key not in self._missing:
                     self._missing[key] = g
                     self._known = None
-                self._missing_holders.setdefault(key, {})[owner] = kind
+                self._missing_holders.setdefault(key, {})[owner] = GRANTED
+        for _, m in p.migs:
+            self._mig_holders.setdefault(m.uuid, {})[owner] = GRANTED
 
-    def _holders(self, g: Gpu) -> dict[str, str]:
-        if g.identity in self._missing:
-            return self._missing_holders.get(g.identity, {})
-        return self._gpu_holders.get(g.index, {})
-
-    @staticmethod
-    def _kind(p: Placement) -> str:
-        return RUNTIME if p.from_runtime else SHARED if p.shared_gpus else EXCLUSIVE
-
-    def _commit(self, owner: str, p: Placement, kind: str) -> None:
+    def _commit(self, owner: str, p: Placement) -> None:
         self._snapshot = None
-        if p.mig is not None:
-            self._mig_owner[p.mig.uuid] = owner
-        else:
-            self._hold_gpus(owner, p, kind)
+        self._hold_gpus(owner, p)
         for cpu in p.exclusive_cpus:
             self._cpu_owner[cpu] = owner
         self._placements[owner] = p
 
-    def _check_free(self, owner: str, p: Placement, kind: str) -> None:
-        if p.mig is not None:
-            other = self._mig_owner.get(p.mig.uuid)
-            if other not in (None, owner):
-                raise PlacementError(f"MIG device {p.mig.uuid} is already held by {other}")
-        elif kind != RUNTIME:  # the device plugin is the authority for runtime GPUs
-            for g in p.gpus:
-                for other, other_kind in self._holders(g).items():
-                    if other != owner and (kind == EXCLUSIVE or other_kind != SHARED):
-                        raise PlacementError(f"GPU {g.index} is already held by {other}")
+    def _check_free(self, owner: str, p: Placement) -> None:
         taken = {c: self._cpu_owner[c] for c in p.exclusive_cpus
                  if self._cpu_owner.get(c) not in (None, owner)}
         if taken:
@@ -319,15 +300,16 @@ class Allocator:
             except CpuListError as exc:
                 raise PlacementError(f"placement record: {key}: {exc}") from None
 
-        mig: MigInstance | None = None
+        migs: list[tuple[Gpu, MigInstance]] = []
         gpus: list[Gpu] = []
         known = self.known_inventory()
-        if "mig" in record:
-            found = known.find_mig(str(record["mig"]))
+        # "mig": one MIG device, as records from before issue 18 name it
+        mig_refs = [*record.get("migs", ()), *([record["mig"]] if "mig" in record else [])]
+        for ref in mig_refs:
+            found = known.find_mig(str(ref))
             if found is None:
-                raise PlacementError(f"placement record: MIG device {record['mig']} is not "
-                                     "on this node")
-            gpus, mig = [found[0]], found[1]
+                raise PlacementError(f"placement record: MIG device {ref} is not on this node")
+            migs.append(found)
         for ref in record.get("gpus", ()):
             gpu = known.find(str(ref))
             if gpu is None:
@@ -335,8 +317,6 @@ class Allocator:
                                      f"(GPUs: {describe_gpus(self.inventory.gpus)})")
             gpus.append(gpu)
         return Placement(
-            gpus=tuple(gpus), mig=mig, exclusive_cpus=cpus("exclusive"), cpus=cpus("cpus"),
-            mems=cpus("mems"), shared_gpus=bool(record.get("shared", False)),
-            from_runtime=bool(record.get("runtime", False)),
-            aligned=bool(record.get("aligned", False)),
+            gpus=tuple(gpus), migs=tuple(migs), exclusive_cpus=cpus("exclusive"),
+            cpus=cpus("cpus"), mems=cpus("mems"), aligned=bool(record.get("aligned", False)),
         )

@@ -1,5 +1,9 @@
-"""Choosing one container's placement, best fit: GPUs (or a MIG device, or the GPUs the
-runtime assigned), exclusive CPUs and the aligned cpus/mems.
+"""One container's placement: its granted GPUs verified against the SLA, its exclusive
+CPUs chosen best fit, and the cpus/mems aligned to the GPUs' NUMA nodes.
+
+GPUs are never chosen here (the kubelet and its device plugin are the GPU accountant):
+the SLA's gpu section is a requirement on the grant, and a grant that lacks it is
+refused (hard) or warned about (soft), naming only this container's granted devices.
 
 A pure function of the node layout, a snapshot of holdings and the request: it never
 changes state, so the Allocator can run it under its lock and commit the answer, or drop
@@ -10,10 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from nri_plugin.plan.gpu_selection import choose, fits, ordered_nodes
+from nri_plugin.plan.gpu_selection import fits, ordered_nodes
 from nri_plugin.plan.placement_values import (
-    EXCLUSIVE,
-    SHARED,
     TOPOLOGIES,
     Holdings,
     NodeLayout,
@@ -21,12 +23,12 @@ from nri_plugin.plan.placement_values import (
     PlacementError,
     PlacementRequest,
     describe_gpus,
+    describe_grant,
     plural,
 )
-from nri_plugin.plan.runtime_gpus import resolve_runtime_devices
 from nri_plugin.topology.cpulist import format_cpulist
 from nri_plugin.topology.cpus import Topology
-from nri_plugin.topology.gpus import Gpu, MigInstance
+from nri_plugin.topology.gpus import Gpu
 
 
 def validate_request(r: PlacementRequest, topology: Topology) -> None:
@@ -74,17 +76,10 @@ class _BestFit:
 
     def run(self) -> Placement:
         r = self.r
-        mig: MigInstance | None = None
-        if r.from_runtime:
-            gpus, mig = self.runtime_gpus()
-        elif r.mig_profile is not None:
-            gpus, mig = self.pick_mig()
-        elif r.gpu_ids:
-            gpus, mig = self.named_gpus()
-        elif r.gpu_count:
-            gpus = self.pick_gpus(r.gpu_count)
-        else:
-            gpus = ()
+        placement = Placement(gpus=r.granted_gpus, migs=r.granted_migs)
+        gpus = placement.touched
+        if r.wants_gpu:
+            self.verify_grant(gpus)
         gpu_nodes = ordered_nodes(gpus, self.node.topology)
         align_nodes: tuple[int, ...] = ()
         if gpus and r.align and not gpu_nodes:
@@ -94,8 +89,8 @@ class _BestFit:
             align_nodes = gpu_nodes
             if r.numa_nodes and not set(gpu_nodes) <= set(r.numa_nodes):
                 self.fail_or_warn(
-                    f"numa.nodes {format_cpulist(r.numa_nodes)} does not hold the GPUs "
-                    f"({describe_gpus(gpus)}); cpus/mems follow the GPUs", "numa.nodes")
+                    f"numa.nodes {format_cpulist(r.numa_nodes)} does not hold the granted "
+                    f"GPUs ({describe_gpus(gpus)}); cpus/mems follow the GPUs", "numa.nodes")
         elif r.numa_nodes:
             align_nodes = tuple(r.numa_nodes)
         exclusive = self.pick_cpus(r.exclusive_cpus or 0, align_nodes)
@@ -112,138 +107,42 @@ class _BestFit:
         else:
             cpus, mem_nodes = frozenset(), set()
         mems = frozenset(mem_nodes) & self.node.mem_nodes
-        return Placement(gpus=tuple(gpus), mig=mig, exclusive_cpus=exclusive,
-                         cpus=cpus, mems=mems,
-                         warnings=tuple(self.warnings), shared_gpus=r.shared_gpus,
-                         from_runtime=r.from_runtime, aligned=bool(align_nodes))
+        return Placement(gpus=r.granted_gpus, migs=r.granted_migs, exclusive_cpus=exclusive,
+                         cpus=cpus, mems=mems, warnings=tuple(self.warnings),
+                         aligned=bool(align_nodes))
 
-    # --- GPUs -----------------------------------------------------------------------------
+    # --- the grant against the SLA ---------------------------------------------------------
 
-    def free_gpus(self, on_requested_nodes: bool = True) -> list[Gpu]:
-        """Whole GPUs this request may take: no holder (exclusive), or only shared holders
-        (shared), restricted to the requested NUMA nodes unless told otherwise."""
-        holders = self.held.gpus
-        nodes = set(self.r.numa_nodes) if self.r.numa_nodes and on_requested_nodes else None
-        out = []
-        for g in self.node.whole_gpus:
-            held = holders.get(g.index)
-            if held and (not self.r.shared_gpus or any(k != SHARED for k in held.values())):
-                continue
-            if nodes is not None and g.numa_node not in nodes:
-                continue
-            out.append(g)
-        return out
-
-    def what(self, n: int, topology: str) -> str:
-        kind = "shared " if self.r.shared_gpus else ""
-        if topology == "nvlink" and n > 1:
-            return f"{n} NVLink-connected {kind}GPUs"
-        if topology == "numa" and n > 1:
-            return f"{n} {kind}GPUs on one NUMA node"
-        return plural(n, f"{kind}GPU")
-
-    def pick_gpus(self, n: int) -> tuple[Gpu, ...]:
-        free = self.free_gpus()
-        where = (f" on NUMA node(s) {format_cpulist(self.r.numa_nodes)}"
-                 if self.r.numa_nodes else "")
-        chosen = choose(free, n, self.r.topology, self.held.gpus, self.r.shared_gpus)
-        if chosen is not None:
-            return chosen
-        message = f"requested {self.what(n, self.r.topology)}{where}; free: {describe_gpus(free)}"
-        self.fail_or_warn(message, "gpu.count")
-        # soft: relax the topology first, then the count
-        order = TOPOLOGIES[: TOPOLOGIES.index(self.r.topology)][::-1]
-        for topology in order:
-            chosen = choose(free, n, topology, self.held.gpus, self.r.shared_gpus)
-            if chosen is not None:
-                self.warnings.append(f"gave {self.what(n, topology)} instead")
-                return chosen
-        if not free:
-            return ()
-        chosen = choose(free, len(free), "any", self.held.gpus, self.r.shared_gpus)
-        self.warnings.append(f"gave {plural(len(free), 'GPU')} instead of {n}")
-        return chosen or ()
-
-    def named_gpus(self) -> tuple[tuple[Gpu, ...], MigInstance | None]:
-        inv, r = self.node.inventory, self.r
-        gpus: list[Gpu] = []
-        mig: MigInstance | None = None
-        # named GPUs are checked against numa.nodes by alignment, with a clearer message
-        free_gpus = self.free_gpus(on_requested_nodes=False)
-        free = {g.index for g in free_gpus}
+    def verify_grant(self, touched: Sequence[Gpu]) -> None:
+        """Each gpu requirement the grant does not meet: a refusal (hard) or a warning."""
+        r = self.r
+        whole = [g for g in r.granted_gpus if not g.mig_enabled]
+        migs = [m for _, m in r.granted_migs]
+        granted = f"granted: {describe_grant(r.granted_gpus, migs)}"
+        if r.gpu_count and len(whole) < r.gpu_count:
+            self.fail_or_warn(f"gpu.count: asks for {plural(r.gpu_count, 'whole GPU')}; the "
+                              f"grant has {len(whole)} ({granted})", "gpu.count")
+        inventory = self.node.inventory
         for name in r.gpu_ids:
-            found_mig = inv.find_mig(name)
-            if found_mig is not None:
-                owner = self.held.migs.get(found_mig[1].uuid)
-                if mig is not None or gpus:
-                    self.fail_or_warn(f"gpu.ids: a MIG device ({name}) cannot be combined "
-                                      "with other GPUs", "gpu.ids")
-                    continue
-                if owner is not None:
-                    self.fail_or_warn(f"gpu.ids: MIG device {name} is held by {owner}",
-                                      "gpu.ids")
-                    continue
-                gpus, mig = [found_mig[0]], found_mig[1]
-                continue
-            gpu = inv.find(name)
-            if gpu is None:
-                self.fail_or_warn(f"gpu.ids: {name!r} matches no GPU on this node "
-                                  f"(GPUs: {describe_gpus(inv.gpus)}; name them by index, "
-                                  "UUID or PCI bus id)", "gpu.ids")
-            elif gpu.mig_enabled:
-                self.fail_or_warn(f"gpu.ids: GPU {gpu.index} is in MIG mode; ask for a MIG "
-                                  "profile (gpu.mig) or name a MIG device", "gpu.ids")
-            elif gpu.index not in free:
-                holders = ", ".join(sorted(self.held.gpus.get(gpu.index, {}))) or "?"
-                self.fail_or_warn(f"gpu.ids: GPU {gpu.index} is not available (held by "
-                                  f"{holders}; free: {describe_gpus(free_gpus)})",
+            found_mig = inventory.find_mig(name)
+            gpu = inventory.find(name) if found_mig is None else None
+            if found_mig is None and gpu is None:
+                self.fail_or_warn(f"gpu.ids: {name!r} names no GPU on this node ({granted})",
                                   "gpu.ids")
-            elif mig is not None:
-                self.fail_or_warn("gpu.ids: a MIG device cannot be combined with other GPUs",
-                                  "gpu.ids")
-            elif gpu not in gpus:
-                gpus.append(gpu)
-        if len(gpus) > 1 and mig is None and not fits(gpus, self.r.topology):
-            self.fail_or_warn(f"gpu.ids: GPUs {describe_gpus(gpus)} do not satisfy "
-                              f"gpu.topology {self.r.topology}", "gpu.topology")
-        return tuple(gpus), mig
-
-    def pick_mig(self) -> tuple[tuple[Gpu, ...], MigInstance | None]:
-        profile = self.r.mig_profile or ""
-        nodes = set(self.r.numa_nodes) if self.r.numa_nodes else None
-        free_by_gpu: list[tuple[Gpu, list[MigInstance]]] = []
-        all_free: list[str] = []
-        for g in self.node.inventory.gpus:
-            if not g.mig_enabled or (nodes is not None and g.numa_node not in nodes):
-                continue
-            free = [m for m in g.mig_instances if m.uuid not in self.held.migs]
-            all_free += [f"{m.profile} on GPU {g.index}" for m in free]
-            free_by_gpu.append((g, free))
-        # best fit: the GPU with the fewest free instances that still has the profile
-        candidates = sorted(((len(free), g.index, g, m) for g, free in free_by_gpu
-                             for m in free if m.profile == profile), key=lambda t: t[:2])
-        if candidates:
-            _, _, gpu, mig = candidates[0]
-            return (gpu,), mig
-        self.fail_or_warn(f"requested a MIG {profile} instance; free MIG instances: "
-                          f"{', '.join(all_free) or 'none'} (nri-sla does not create MIG "
-                          "instances; the node admin does)", "gpu.mig")
-        return (), None
-
-    def runtime_gpus(self) -> tuple[tuple[Gpu, ...], MigInstance | None]:
-        gpus, migs, unknown = resolve_runtime_devices(
-            self.node.inventory, self.r.visible_devices, self.r.cdi_devices)
-        for name in unknown:
-            self.fail_or_warn(f"gpu.from runtime: {name!r} matches no GPU on this node "
-                              f"(GPUs: {describe_gpus(self.node.inventory.gpus)})", "gpu.from")
-        for g in gpus:
-            exclusive = [o for o, k in self.held.gpus.get(g.index, {}).items()
-                         if k == EXCLUSIVE and o != self.r.owner]
-            if exclusive:
-                # the device plugin decided; report the double booking, do not refuse
-                self.warnings.append(f"GPU {g.index} given by the runtime is also held "
-                                     f"exclusively by {', '.join(exclusive)}")
-        return gpus, migs[0] if len(migs) == 1 else None
+            elif found_mig is not None and found_mig[1] not in migs:
+                self.fail_or_warn(f"gpu.ids: MIG device {name} is not granted to this "
+                                  f"container ({granted})", "gpu.ids")
+            elif gpu is not None and gpu not in whole:
+                self.fail_or_warn(f"gpu.ids: GPU {name} is not granted to this container "
+                                  f"({granted})", "gpu.ids")
+        if r.mig_profile is not None and r.mig_profile not in {m.profile for m in migs}:
+            self.fail_or_warn(f"gpu.mig: asks for a MIG {r.mig_profile} device; none is "
+                              f"granted ({granted})", "gpu.mig")
+        if len(touched) > 1 and r.topology != "any" and not fits(touched, r.topology):
+            lacks = ("are not all on one NUMA node" if r.topology == "numa"
+                     else "are not all NVLink-connected to each other")
+            self.fail_or_warn(f"gpu.topology: {r.topology}: the granted GPUs {lacks} "
+                              f"({granted})", "gpu.topology")
 
     # --- CPUs -----------------------------------------------------------------------------
 

@@ -22,7 +22,6 @@ if TYPE_CHECKING:
 class PodUsage:
     """What the pod's other containers hold now (the per-pod caps count them too)."""
 
-    gpus: int = 0
     exclusive_cpus: int = 0
     rt_share: float = 0.0
 
@@ -40,7 +39,10 @@ class PlanContext:
     nri_version: str | None = None  # None: no NRI (the hook path)
     resolve_device: Callable[[str], tuple[int, int]] | None = None
     io_weight_supported: bool = True
-    # What the runtime set for the container (kubelet limits, device-plugin GPUs); the
-    # default, nothing set, caps nothing (only the node's per-pod caps apply).
+    # What the runtime set for the container (kubelet limits, device-plugin GPU evidence);
+    # the default, nothing set, caps nothing (only the node's per-pod caps apply).
     granted: GrantedResources = field(default_factory=GrantedResources)
+    # Device ids the kubelet reports for the container (PodResources: GPU UUIDs, MIG
+    # UUIDs, indexes), more grant evidence for runtime_gpus.resolve_grant.
+    kubelet_gpu_ids: tuple[str, ...] = ()
     pod_usage: PodUsage = field(default_factory=PodUsage)

@@ -10,12 +10,12 @@ how the container uses them, but unless the node policy lists the namespace in
 * cpu.limit: at most the runtime's quota, compared as a rate (quota/period) so that a
   different period cannot hide a larger share;
 * memory.max: at most the runtime's memory limit;
-* cpu.exclusive: at most the whole CPUs of the container's CPU request;
-* GPUs nri-sla chooses: at most as many as a device plugin granted (nri-sla then picks
-  which, better placed); none granted: only for namespaces in `permissions.ungranted-gpus`.
+* cpu.exclusive: at most the whole CPUs of the container's CPU request.
 
-No runtime value (unlimited) caps nothing. Whatever was granted, one pod's containers
-together stay within the node's `pod-caps` (GPUs, exclusive CPUs, real-time share).
+GPUs are not here: nri-sla never adds one, a container opens exactly its device plugin's
+grant, and the SLA's gpu section is verified against that grant (best_fit). No runtime
+value (unlimited) caps nothing. Whatever was granted, one pod's containers together stay
+within the node's `pod-caps` (exclusive CPUs, real-time share).
 
 Each `fit_*` returns the value to plan with (clamped to what is allowed) and, when the SLA
 asked for more, the Shortfall naming both values: hard mode refuses the container with
@@ -27,8 +27,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from nri_plugin.plan.model import ContainerPlan, Shortfall
-from nri_plugin.plan.runtime_gpus import resolve_runtime_devices
-from nri_plugin.sla.model import CpuSla, GpuSla
+from nri_plugin.sla.model import CpuSla
 from nri_plugin.sla.quantities import format_cpu, format_duration, format_size
 from nri_plugin.topology.cpulist import parse_cpulist
 
@@ -36,7 +35,6 @@ TYPE_CHECKING = False  # `typing` costs the OCI hook start-up time; only checker
 if TYPE_CHECKING:
     from nri_plugin.plan.allocator import Allocator
     from nri_plugin.plan.context import PlanContext
-    from nri_plugin.topology.gpus import GpuInventory
 
 REASON = "limit"  # the metric label of every shortfall here
 MIN_QUOTA_US = 1000  # the kernel refuses a CFS quota below 1ms
@@ -135,60 +133,6 @@ def fit_rt(runtime: int, period: int, ctx: PlanContext,
                f"cap (node config pod-caps.rt-share: {cap:.1%}{others}); allowed: at most "
                f"{shown} per {format_duration(period)}{_using(soft, shown)}")
     return allowed, Shortfall("cpu.rt-runtime", message, REASON)
-
-
-def granted_gpus(inventory: GpuInventory, ctx: PlanContext) -> tuple[int, int]:
-    """(whole GPUs, MIG devices) the runtime granted the container. "all" is no grant: no
-    device plugin writes it; a pod author or a bare runtime does."""
-    granted = ctx.granted
-    visible = ",".join(t for t in (granted.gpu_visible or "").split(",")
-                       if t.strip().lower() != "all")
-    cdi = [c for c in granted.gpu_cdi if c.partition("=")[2].strip().lower() != "all"]
-    gpus, migs, _ = resolve_runtime_devices(inventory, visible or None, cdi)
-    parents = {m.gpu_index for m in migs}
-    return sum(g.index not in parents for g in gpus), len(migs)
-
-
-def fit_gpus(gpu: GpuSla, ctx: PlanContext, inventory: GpuInventory,
-             soft: bool) -> tuple[GpuSla | None, Shortfall | None]:
-    """GPUs nri-sla chooses, within the device plugin's grant and the per-pod cap; None:
-    no GPU left to choose. GPUs the runtime assigned (`gpu.from: runtime`) are the
-    runtime's decision: nri-sla only aligns to them."""
-    if gpu.source == "runtime":
-        return gpu, None
-    wants = 1 if gpu.mig is not None else (gpu.count or len(gpu.ids))
-    field = "gpu.mig" if gpu.mig is not None else ("gpu.count" if gpu.count else "gpu.ids")
-    whole, migs = granted_gpus(inventory, ctx)
-    exceed = _exceed_allowed(ctx)
-    if whole + migs == 0 and not exceed and not ctx.config.allows("ungranted-gpus",
-                                                                     ctx.namespace):
-        message = (f"no device plugin granted this container a GPU (resources.limits "
-                   f"nvidia.com/gpu), and namespace {ctx.namespace!r} may not have GPUs "
-                   "without a grant (node config permissions.ungranted-gpus)"
-                   f"{_using(soft, 'no GPU')}")
-        return None, Shortfall("gpu", message, REASON)
-    cap = ctx.config.pod_caps.gpus
-    cap_total = cap.of(len(inventory.gpus))
-    held = ctx.pod_usage.gpus
-    limits: list[tuple[int, str]] = [
-        (max(cap_total - held, 0), _cap_note("gpus", cap, cap_total, held))]
-    if whole + migs and not exceed:
-        # A MIG device is a part of one GPU: a grant of either allows one MIG instance;
-        # whole GPUs only as many as were granted whole.
-        granted = whole + migs if gpu.mig is not None else whole
-        unit = "GPU or MIG device" if gpu.mig is not None else "whole GPU"
-        limits.insert(0, (granted, f"the {granted} {unit}(s) a device plugin granted "
-                                   "(resources.limits in the pod spec)"))
-    allowed, why = min(limits, key=lambda lim: lim[0])
-    if wants <= allowed:
-        return gpu, None
-    message = (f"{wants} exceeds {why}; allowed: at most {allowed}"
-               f"{_using(soft, str(allowed) if allowed else 'no GPU')}")
-    if allowed == 0:
-        return None, Shortfall(field, message, REASON)
-    if gpu.count:
-        return replace(gpu, count=allowed), Shortfall(field, message, REASON)
-    return replace(gpu, ids=gpu.ids[:allowed]), Shortfall(field, message, REASON)
 
 
 def refit_plan(plan: ContainerPlan, ctx: PlanContext) -> tuple[ContainerPlan, list[Shortfall]]:

@@ -91,9 +91,6 @@ class ContainerPlan:
     memory_policy: MemoryPolicy | None = None
     io_weight: int | None = None
     io_max: tuple[IoLimit, ...] = ()
-    gpu_env: tuple[tuple[str, str], ...] = ()
-    gpu_devices: tuple[Any, ...] = ()  # nri_plugin.plan.gpu_injection.DeviceNode
-    gpu_cdi: tuple[str, ...] = ()
     placement_record: dict[str, Any] | None = None
     warnings: tuple[str, ...] = ()
     reasons: tuple[str, ...] = field(default=())  # metric labels of the warnings

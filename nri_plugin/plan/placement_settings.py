@@ -1,6 +1,7 @@
-"""Placement into the plan: the SLA's gpu / cpu.exclusive / numa fields become an
-Allocator request, and the placement it answers becomes plan settings (cpus, mems, GPU
-injection), warnings or an error."""
+"""Placement into the plan: the SLA's gpu / cpu.exclusive / numa fields and the
+container's GPU grant become an Allocator request, and the placement it answers becomes
+plan settings (cpus, mems, the record), warnings or an error. Nothing here adds a GPU to
+the container: it opens exactly its grant."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from nri_plugin.plan.context import PlanContext
+    from nri_plugin.plan.runtime_gpus import GpuGrant
     from nri_plugin.sla.model import Sla
 
 
@@ -36,10 +38,11 @@ def split_field(message: str, default: str) -> tuple[str, str]:
     return default, message
 
 
-def placement_request(sla: Sla, ctx: PlanContext) -> PlacementRequest:
+def placement_request(sla: Sla, ctx: PlanContext, grant: GpuGrant) -> PlacementRequest:
     gpu, cpu, numa = sla.gpu, sla.cpu, sla.numa
     return PlacementRequest(
         owner=ctx.owner,
+        wants_gpu=gpu is not None,
         gpu_count=gpu.count if gpu else None,
         gpu_ids=gpu.ids if gpu else (),
         mig_profile=gpu.mig if gpu else None,
@@ -47,16 +50,16 @@ def placement_request(sla: Sla, ctx: PlanContext) -> PlacementRequest:
         align=gpu.align if gpu else True,
         exclusive_cpus=cpu.exclusive if cpu else None,
         numa_nodes=numa.nodes if numa else None,
-        from_runtime=bool(gpu and gpu.source == "runtime"),
-        visible_devices=ctx.granted.gpu_visible,
-        cdi_devices=ctx.granted.gpu_cdi,
+        granted_gpus=grant.gpus,
+        granted_migs=grant.migs,
     )
 
 
-def place(sla: Sla, ctx: PlanContext, hard: bool) -> PlacementOutcome:
-    """Allocate for the container; settings are plan fields (cpus, mems, GPU injection)."""
+def place(sla: Sla, ctx: PlanContext, grant: GpuGrant, hard: bool) -> PlacementOutcome:
+    """Verify the grant, allocate exclusive CPUs and align; settings are plan fields
+    (cpus, mems, the placement record)."""
     try:
-        placement = ctx.allocator.allocate(placement_request(sla, ctx), hard=hard)
+        placement = ctx.allocator.allocate(placement_request(sla, ctx, grant), hard=hard)
     except PlacementError as exc:
         field_name, message = split_field(exc.message, exc.field)
         return PlacementOutcome(error=message, field=field_name)
@@ -65,17 +68,6 @@ def place(sla: Sla, ctx: PlanContext, hard: bool) -> PlacementOutcome:
         settings["cpus"] = format_cpulist(placement.cpus)
     if placement.mems:
         settings["mems"] = format_cpulist(placement.mems)
-    if placement.gpus and not placement.from_runtime:
-        # Imported here: only GPU placements need it (the OCI hook's NUMA-only SLAs not).
-        from nri_plugin.plan.gpu_injection import gpu_injection
-
-        try:
-            injection = gpu_injection(placement, ctx.config.gpu.injection)
-        except PlacementError as exc:
-            ctx.allocator.release(ctx.owner)
-            return PlacementOutcome(error=str(exc), field="gpu")
-        settings.update(gpu_env=tuple(sorted(injection.env.items())),
-                        gpu_devices=injection.devices, gpu_cdi=injection.cdi_devices)
     field_name = "gpu" if sla.gpu else ("cpu.exclusive" if sla.cpu and sla.cpu.exclusive
                                         else "numa.nodes")
     warnings = tuple(split_field(w, field_name) for w in placement.warnings)

@@ -18,13 +18,12 @@ if TYPE_CHECKING:
     from typing import Any
 
 TOPOLOGIES = ("any", "numa", "nvlink")
-# How a GPU is held: by one container, shared, or assigned by the runtime (align only).
-EXCLUSIVE, SHARED, RUNTIME = "exclusive", "shared", "runtime"
+GRANTED = "granted"  # how a container holds a GPU: its device plugin granted it
 
 
 class PlacementError(Refused):
-    """A request that cannot be placed (hard mode) or is malformed, or GPUs that cannot be
-    injected as configured; the message says what is free or what is missing."""
+    """A request that cannot be placed (hard mode) or is malformed, or a grant that lacks
+    what the SLA asks; the message says what is free, granted or missing."""
 
     reason = "placement"
 
@@ -38,13 +37,14 @@ class PlacementError(Refused):
 class PlacementRequest:
     """What one container asks of the node (the planner maps an Sla onto this).
 
-    gpu_ids name GPUs by index, UUID or PCI bus id, or MIG devices by "MIG-" UUID or
-    "<gpu>:<mig index>". from_runtime: the GPUs were assigned by a device plugin; they are
-    read from `visible_devices` (NVIDIA_VISIBLE_DEVICES) and `cdi_devices` and only
-    aligned, never chosen.
+    GPUs are never chosen here: `granted_gpus` / `granted_migs` are what a device plugin
+    granted the container (nri_plugin.plan.runtime_gpus), and with `wants_gpu` (the SLA
+    has a gpu section) the other gpu fields are requirements on that grant: gpu_ids name
+    GPUs by index, UUID or PCI bus id, or MIG devices by "MIG-" UUID or "<gpu>:<mig>".
     """
 
     owner: str
+    wants_gpu: bool = False
     gpu_count: int | None = None
     gpu_ids: tuple[str, ...] = ()
     mig_profile: str | None = None
@@ -52,44 +52,45 @@ class PlacementRequest:
     align: bool = True
     exclusive_cpus: int | None = None
     numa_nodes: tuple[int, ...] | None = None
-    shared_gpus: bool = False
-    from_runtime: bool = False
-    visible_devices: str | None = None
-    cdi_devices: tuple[str, ...] = ()
+    granted_gpus: tuple[Gpu, ...] = ()
+    granted_migs: tuple[tuple[Gpu, MigInstance], ...] = ()  # (parent, MIG device)
 
 
 @dataclass(frozen=True)
 class Placement:
-    """What a container got. Empty `cpus`/`mems` mean "not constrained by placement"
-    (the container follows the shared pool)."""
+    """What a container holds: its granted whole GPUs and MIG devices (with their parent
+    GPUs), its exclusive CPUs and the aligned cpus/mems. Empty `cpus`/`mems` mean "not
+    constrained by placement" (the container follows the shared pool)."""
 
     gpus: tuple[Gpu, ...] = ()
-    mig: MigInstance | None = None
+    migs: tuple[tuple[Gpu, MigInstance], ...] = ()
     exclusive_cpus: frozenset[int] = frozenset()
     cpus: frozenset[int] = frozenset()
     mems: frozenset[int] = frozenset()
     warnings: tuple[str, ...] = ()
-    shared_gpus: bool = False
-    from_runtime: bool = False
     aligned: bool = field(default=False, compare=False)
+
+    @property
+    def touched(self) -> tuple[Gpu, ...]:
+        """The whole GPUs and the MIG devices' parents, each once, by index."""
+        gpus = {g.index: g for g in self.gpus}
+        for parent, _ in self.migs:
+            gpus.setdefault(parent.index, parent)
+        return tuple(gpus[i] for i in sorted(gpus))
 
     def to_record(self) -> dict[str, Any]:
         """Compact JSON-able form for the `sla.nri.io/applied` annotation."""
         record: dict[str, Any] = {}
-        if self.gpus and self.mig is None:
+        if self.gpus:
             record["gpus"] = [g.ref for g in self.gpus]
-        if self.mig is not None:
-            record["mig"] = self.mig.uuid
+        if self.migs:
+            record["migs"] = [m.uuid for _, m in self.migs]
         if self.exclusive_cpus:
             record["exclusive"] = format_cpulist(self.exclusive_cpus)
         if self.cpus:
             record["cpus"] = format_cpulist(self.cpus)
         if self.mems:
             record["mems"] = format_cpulist(self.mems)
-        if self.shared_gpus:
-            record["shared"] = True
-        if self.from_runtime:
-            record["runtime"] = True
         if self.aligned:
             record["aligned"] = True
         return record
@@ -109,6 +110,16 @@ def describe_gpus(gpus: Iterable[Gpu]) -> str:
     return ", ".join(parts)
 
 
+def describe_grant(gpus: Iterable[Gpu], migs: Iterable[MigInstance]) -> str:
+    """One container's grant, each device by index and UUID: "GPU 1 (GPU-..., NUMA 0),
+    MIG 1g.10gb MIG-... on GPU 0"; "no GPU". Messages a pod author sees use this: it
+    names only that container's own devices."""
+    parts = [f"GPU {g.index} ({g.uuid or g.pci_bus_id or 'no UUID'}, "
+             f"NUMA {'?' if g.numa_node is None else g.numa_node})" for g in gpus]
+    parts += [f"MIG {m.profile} {m.uuid} on GPU {m.gpu_index}" for m in migs]
+    return ", ".join(parts) or "no GPU"
+
+
 def plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
@@ -121,7 +132,7 @@ class Holdings:
     placement choice reads one consistent state and cannot change the allocator's tables."""
 
     gpus: Mapping[int, Mapping[str, str]] = field(default_factory=dict)  # index -> owner -> kind
-    migs: Mapping[str, str] = field(default_factory=dict)  # MIG uuid -> owner
+    migs: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # uuid -> owner -> kind
     exclusive_cpus: frozenset[int] = frozenset()
 
 
@@ -133,7 +144,6 @@ class NodeLayout:
     topology: Topology
     inventory: GpuInventory
     reserved: frozenset[int]
-    whole_gpus: tuple[Gpu, ...]  # a MIG-enabled GPU is only handed out as instances
     node_cores: Mapping[int, tuple[frozenset[int], ...]]
     gpu_nodes: frozenset[int]
     mem_nodes: frozenset[int]
@@ -145,7 +155,6 @@ class NodeLayout:
             topology=topology,
             inventory=inventory,
             reserved=(frozenset(reserved_cpus) | topology.reserved) & topology.online,
-            whole_gpus=tuple(g for g in inventory.gpus if not g.mig_enabled),
             node_cores={n.id: topology.node_cores(n.id) for n in topology.nodes},
             gpu_nodes=frozenset(g.numa_node for g in inventory.gpus if g.numa_node is not None),
             mem_nodes=frozenset(n.id for n in topology.nodes if n.has_memory),

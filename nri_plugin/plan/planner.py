@@ -13,6 +13,7 @@ from nri_plugin.plan import grants
 from nri_plugin.plan.context import PlanContext
 from nri_plugin.plan.model import ContainerPlan, IoLimit, MemoryPolicy, Shortfall, refusal
 from nri_plugin.plan.rt_budget import RtBudgetExceeded, RtGrant
+from nri_plugin.plan.runtime_gpus import GpuGrant, resolve_grant
 from nri_plugin.sla.model import Sla
 
 TYPE_CHECKING = False  # `typing` costs the OCI hook start-up time; only checkers need it
@@ -30,6 +31,16 @@ def parse_nri_version(version: str | None) -> tuple[int, int] | None:
         return int(parts[0]), int(parts[1])
     except (IndexError, ValueError):
         return None
+
+
+def no_grant_message(grant: GpuGrant, soft: bool) -> str:
+    """Why a gpu section has nothing to verify: no device plugin granted a GPU (and an env
+    naming GPUs is no grant: the pod author or the image wrote it)."""
+    env = (f"; its env NVIDIA_VISIBLE_DEVICES={grant.env_only[:64]!r} is not a grant"
+           if grant.env_only else "")
+    return ("no device plugin granted this container a GPU (resources.limits "
+            f"nvidia.com/gpu or a MIG resource in the pod spec){env}"
+            f"{'; no GPU is aligned' if soft else ''}")
 
 
 class _Planner:
@@ -100,7 +111,7 @@ class _Planner:
         wants_nodes = sla.numa is not None and sla.numa.nodes is not None
         if not (wants_gpu or wants_exclusive or wants_nodes):
             return
-        if wants_gpu and sla.gpu.source == "plugin" and not self.allowed("gpus", "gpu"):
+        if wants_gpu and not self.allowed("gpus", "gpu"):
             return
         if wants_exclusive and not self.allowed("exclusive-cpus", "cpu.exclusive"):
             return
@@ -113,14 +124,19 @@ class _Planner:
             exclusive = self.within(grants.fit_exclusive(sla.cpu.exclusive, self.ctx,
                                                          allocator, self.soft))
             sla = replace(sla, cpu=replace(sla.cpu, exclusive=exclusive or None))
-        if wants_gpu:
-            sla = replace(sla, gpu=self.within(grants.fit_gpus(
-                sla.gpu, self.ctx, allocator.inventory, self.soft)))
+        grant = resolve_grant(allocator.inventory, self.ctx.granted,
+                              self.ctx.config.gpu.grant_cdi_kinds, self.ctx.kubelet_gpu_ids)
+        if wants_gpu and grant.unknown:
+            self.short("gpu", f"the grant names {', '.join(map(repr, grant.unknown[:8]))}, "
+                       "which match no GPU on this node", "placement")
+        if wants_gpu and grant.empty:
+            self.short("gpu", no_grant_message(grant, self.soft), "placement")
+            sla = replace(sla, gpu=None)
         if sla.gpu is None and not (sla.cpu and sla.cpu.exclusive) and not wants_nodes:
             return  # nothing left to place once clamped
         from nri_plugin.plan.placement_settings import place
 
-        outcome = place(sla, self.ctx, hard=not self.soft)
+        outcome = place(sla, self.ctx, grant, hard=not self.soft)
         if outcome.error is not None:
             self.short(outcome.field, outcome.error, "placement")
             return

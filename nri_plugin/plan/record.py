@@ -41,7 +41,7 @@ MAX_RECORD_DEPTH = 3  # object > placement_record / io_max > gpus list / one io.
 MAX_ID = 65535  # highest CPU or NUMA node id without node facts (the hook)
 PATHS = ("nri", "hook")
 
-_SKIP = {"warnings", "reasons", "gpu_devices", "key"}
+_SKIP = {"warnings", "reasons", "key"}
 _RECORDED = tuple(f.name for f in fields(ContainerPlan) if f.name not in _SKIP)
 _MAC_HEAD = ',"mac":"'
 _MAC_HEX = 64
@@ -85,8 +85,6 @@ def record_body(plan: ContainerPlan, path: str) -> dict[str, Any]:
             value = [asdict(limit) for limit in value]
         elif name == "memory_policy":
             value = asdict(value)
-        elif name == "gpu_env":
-            value = dict(value)
         body[name] = value
     return body
 
@@ -134,6 +132,8 @@ def decode_record(text: object, owner: str, key: bytes,
             values[name] = check(raw, limits)
         except _Bad as exc:
             raise RecordError(f"{name}: {exc}") from None
+    for name in _INJECTED:  # checked above; the runtime applied them when it was created
+        values.pop(name, None)
     rt_runtime, rt_period = values.get("rt_runtime"), values.get("rt_period")
     if (rt_runtime is None) != (rt_period is None):
         raise RecordError("rt_runtime and rt_period come together")
@@ -146,8 +146,8 @@ def granted_permissions(plan: ContainerPlan) -> tuple[str, ...]:
     """The node config permissions (config.PERMISSIONS) that what `plan` holds needs, as
     the planner checks them when it grants each: a restored record is held to the same."""
     placement = plan.placement_record or {}
-    chosen_gpus = ("gpus" in placement or "mig" in placement) and not placement.get("runtime")
-    needs = {"realtime": plan.rt_runtime is not None, "gpus": chosen_gpus,
+    gpus = any(name in placement for name in ("gpus", "mig", "migs"))
+    needs = {"realtime": plan.rt_runtime is not None, "gpus": gpus,
              "exclusive-cpus": "exclusive" in placement, "io-max": bool(plan.io_max)}
     return tuple(name for name, needed in needs.items() if needed)
 
@@ -274,7 +274,7 @@ def _io_max(value: object, limits: RecordLimits) -> tuple[IoLimit, ...]:
 
 
 def _gpu_env(value: object, _limits: RecordLimits) -> tuple[tuple[str, str], ...]:
-    doc = _mapping(value, ("NVIDIA_VISIBLE_DEVICES",))  # the only one gpu_injection sets
+    doc = _mapping(value, ("NVIDIA_VISIBLE_DEVICES",))  # the only one nri-sla ever set
     return tuple(sorted((k, _name(v)) for k, v in doc.items()))
 
 
@@ -293,19 +293,28 @@ def _gpu_ref(value: object, limits: RecordLimits, mig: bool) -> str:
     return ref
 
 
+# "shared" and "runtime": flags of records from before issue 18 (nri-sla chose GPUs),
+# still read so that those containers keep what they hold; never written any more.
 _FLAGS = ("shared", "runtime", "aligned")
+
+
+def _gpu_refs(doc: dict[str, Any], name: str, limits: RecordLimits, mig: bool) -> list[str]:
+    refs = doc[name]
+    if not isinstance(refs, list) or not 0 < len(refs) <= MAX_GPUS:
+        raise _Bad(f"{name} must be a list of 1 to {MAX_GPUS} "
+                   f"{'MIG devices' if mig else 'GPUs'}")
+    return [_gpu_ref(g, limits, mig=mig) for g in refs]
 
 
 def _placement(value: object, limits: RecordLimits) -> dict[str, Any]:
     """Allocator.restore's input (Placement.to_record), checked field by field."""
-    doc = _mapping(value, ("gpus", "mig", "exclusive", "cpus", "mems", *_FLAGS))
+    doc = _mapping(value, ("gpus", "mig", "migs", "exclusive", "cpus", "mems", *_FLAGS))
     checked: dict[str, Any] = {}
-    gpus = doc.get("gpus")
-    if gpus is not None:
-        if not isinstance(gpus, list) or not 0 < len(gpus) <= MAX_GPUS:
-            raise _Bad(f"gpus must be a list of 1 to {MAX_GPUS} GPUs")
-        checked["gpus"] = [_gpu_ref(g, limits, mig=False) for g in gpus]
-    if "mig" in doc:
+    if "gpus" in doc:
+        checked["gpus"] = _gpu_refs(doc, "gpus", limits, mig=False)
+    if "migs" in doc:
+        checked["migs"] = _gpu_refs(doc, "migs", limits, mig=True)
+    if "mig" in doc:  # a record from before issue 18: one MIG device
         checked["mig"] = _gpu_ref(doc["mig"], limits, mig=True)
     for name in ("exclusive", "cpus"):
         if name in doc:
@@ -320,6 +329,7 @@ def _placement(value: object, limits: RecordLimits) -> dict[str, Any]:
     return checked
 
 
+_INJECTED = ("gpu_env", "gpu_cdi")
 _FIELDS: dict[str, Callable[[object, RecordLimits], Any]] = {
     "enforcement": _choice("hard", "soft"),
     "cgroup_version": _choice(1, 2),
@@ -335,6 +345,7 @@ _FIELDS: dict[str, Callable[[object, RecordLimits], Any]] = {
     "memory_policy": _memory_policy,
     "io_weight": _int(1, 10000),
     "io_max": _io_max,
+    # what nri-sla injected before issue 18: read (and checked) from old records only
     "gpu_env": _gpu_env,
     "gpu_cdi": _gpu_cdi,
     "placement_record": _placement,

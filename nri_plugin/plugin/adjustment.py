@@ -1,5 +1,8 @@
 """ContainerPlan -> NRI ContainerAdjustment: the part of a plan the runtime applies itself.
 
+Never a device, CDI name or GPU env: a container opens exactly the GPUs its device plugin
+granted (nri-sla only verifies that grant and aligns CPUs and memory to it).
+
 What NRI cannot express on the node (cgroup v1: memory soft limit, blkio weight and
 throttles) is left to the direct writer at StartContainer (`plan_writes.cgroup_writes`
 with scope "direct"). A `unified` key is never put into an adjustment on a cgroup v1
@@ -42,16 +45,6 @@ def build_adjustment(plan: ContainerPlan,
         policy = adj.linux.memory_policy
         policy.mode = _MPOL_MODES[plan.memory_policy.mode]
         policy.nodes = plan.memory_policy.nodes
-    for name, value in plan.gpu_env:
-        adj.env.add(key=name, value=value)
-    for name in plan.gpu_cdi:
-        adj.CDI_devices.add(name=name)
-    for node in plan.gpu_devices:
-        device = adj.linux.devices.add(path=node.path, type=node.type, major=node.major,
-                                       minor=node.minor)
-        device.file_mode.value = node.file_mode
-        device.uid.value = node.uid
-        device.gid.value = node.gid
     return adj
 
 

@@ -5,6 +5,9 @@ makes containerd refuse the container). StartContainer: the direct cgroup writes
 NRI cannot express on this node, read back. Stop/Remove: allocations released.
 Synchronize: allocations rebuilt from the `applied` records on existing containers, and
 containers created while the plugin was away (an SLA asked, no record) reported.
+Every container the runtime reports, with or without an SLA, has one entry in the
+registry (`plugin.registry`): its grant, its plan, whether direct writes are owed; every
+grant is held, and GPUs two containers can open are reported. nri-sla never adds a GPU.
 Between events the drift watch (`plugin.watch`) reads back what was enforced.
 """
 
@@ -20,7 +23,13 @@ from nri_plugin.core import Decision, NodeState, decide
 from nri_plugin.core.decision import REUSABLE_LIMIT, recheck
 from nri_plugin.core.nodestate import LiveContainer
 from nri_plugin.errors import INTERNAL, INVALID, SlaFailure
-from nri_plugin.granted import GrantedResources
+from nri_plugin.granted import (
+    ENV_VISIBLE,
+    GrantedResources,
+    bounded_names,
+    device_mount_ids,
+    gpu_device_numbers,
+)
 from nri_plugin.hookspec import hook_spec
 from nri_plugin.logsetup import log_decision, log_event
 from nri_plugin.nri.errors import Code, RpcError
@@ -29,6 +38,7 @@ from nri_plugin.nri.stub import CreateResult
 from nri_plugin.plan.model import ContainerPlan
 from nri_plugin.plan.record import record_body, record_text
 from nri_plugin.plugin.adjustment import annotated, build_adjustment, build_update
+from nri_plugin.plugin.registry import ContainerEntry, ContainerRegistry, GrantedGpus
 from nri_plugin.plugin.unenforced import LIVE_STATES, UnenforcedContainers
 from nri_plugin.plugin.watch import DriftWatch, Watched
 
@@ -46,23 +56,27 @@ def rpc_error(exc: SlaFailure) -> RpcError:
 def granted_resources(resources: pb.LinuxResources, container: pb.Container | None = None
                       ) -> GrantedResources:
     """What the runtime set for the container: the kubelet's CPU and memory values in the
-    request, and the GPUs a device plugin put in its env or CDI devices."""
+    request and the GPU evidence a device plugin's grant left (CDI devices, GPU device
+    nodes, volume mounts); NVIDIA_VISIBLE_DEVICES only to report an env that is no grant.
+    Every list is bounded before anything is built from it (nri_plugin.granted)."""
     cpu, memory = resources.cpu, resources.memory
 
     def value(message: Any, name: str) -> int | None:
         return getattr(message, name).value if message.HasField(name) else None
 
-    visible = None
-    cdi: tuple[str, ...] = ()
+    evidence: dict[str, Any] = {}
     if container is not None:
-        for item in container.env:  # the runtime replaces a key, so there is one; the last
-            if item.startswith("NVIDIA_VISIBLE_DEVICES="):
-                visible = item[len("NVIDIA_VISIBLE_DEVICES="):]
-        cdi = tuple(d.name for d in container.CDI_devices)
+        for item in container.env:  # the runtime keeps one per key; the last
+            if item.startswith(ENV_VISIBLE + "="):
+                evidence["env_gpus"] = item[len(ENV_VISIBLE) + 1:]
+        evidence.update(
+            cdi_devices=bounded_names(d.name for d in container.CDI_devices),
+            gpu_devices=gpu_device_numbers((d.type, d.major, d.minor)
+                                           for d in container.linux.devices),
+            device_mounts=device_mount_ids(m.destination for m in container.mounts))
     return GrantedResources(cpu_quota=value(cpu, "quota"), cpu_period=value(cpu, "period"),
                             cpu_shares=value(cpu, "shares"),
-                            memory_limit=value(memory, "limit"), gpu_visible=visible,
-                            gpu_cdi=cdi)
+                            memory_limit=value(memory, "limit"), **evidence)
 
 
 class StartRefused(Exception):
@@ -78,8 +92,7 @@ class SlaPlugin:
         self.metrics = metrics
         self.nri_version: str | None = None
         self.runtime = ""
-        self._plans: dict[str, ContainerPlan] = {}  # container id -> its SLA plan
-        self._unstarted: set[str] = set()  # created, direct writes still to do
+        self.registry = ContainerRegistry()  # every container the runtime reported
         # id(plan) -> (plan, record, its record_text, adjustment without annotations); the
         # plan is kept, so the id stays its own.
         self._answers: dict[int, tuple[ContainerPlan, dict[str, Any], str, Any]] = {}
@@ -130,18 +143,20 @@ class SlaPlugin:
         restored = self.node.restore(live)
         # Started while we were away (not by this process, or before it saw the start):
         # its direct writes are owed now, since no StartContainer will come for it.
+        known, owed = self.registry.plans(), self.registry.owed()
         started_away = [c for c in containers if c.id in restored.plans
                         and c.state in (pb.CONTAINER_RUNNING, pb.CONTAINER_PAUSED)
-                        and (c.id not in self._plans or c.id in self._unstarted)]
-        self._plans = restored.plans
-        # Created but not started yet: StartContainer still owes the direct writes.
-        self._unstarted = {c.id for c in containers if c.state == pb.CONTAINER_CREATED
-                           and c.id in restored.plans}
+                        and (c.id not in known or c.id in owed)]
+        self.registry.replace(
+            self._entry(by_id.get(c.pod_sandbox_id), c, restored.plans.get(c.id),
+                        # Created but not started yet: StartContainer owes the writes.
+                        owed=c.state == pb.CONTAINER_CREATED)
+            for c in containers if c.state in LIVE_STATES)
         for ctr in started_away:
             self._write_owed(ctr)
         self.watch.replace(
             _watched(by_id.get(c.pod_sandbox_id), c, restored.plans[c.id],
-                     started=c.id not in self._unstarted)
+                     started=c.id not in self.registry.owed())
             for c in containers if c.id in restored.plans)
         for rejection in restored.rejected:
             log_event(log, logging.WARNING, "record ignored", container=rejection.container,
@@ -160,6 +175,7 @@ class SlaPlugin:
                  len(containers), len(restored.plans), len(restored.rejected),
                  len(restored.released), unenforced)
         self._publish_usage()
+        self._report_shared()
         updates = self._cpuset_updates(exclude="")
         if self.watch.interval:  # drift while disconnected: repaired in this answer
             updates += self.watch.run()
@@ -168,7 +184,7 @@ class SlaPlugin:
     def _write_owed(self, container: pb.Container) -> None:
         """The direct writes of a container that started while nri-sla was away. It runs
         already, so hard mode cannot refuse it any more: what fails is a warning."""
-        plan = self._plans[container.id]
+        plan = self.registry.get(container.id).plan
         problems = self.node.write_plan(plan, container.linux.cgroups_path, scope="direct",
                                         undo_on_failure=False)
         if problems:
@@ -202,10 +218,10 @@ class SlaPlugin:
     # -- containers --------------------------------------------------------------------
     def create_container(self, pod: pb.PodSandbox, container: pb.Container) -> CreateResult:
         started = time.perf_counter()
+        granted = granted_resources(container.linux.resources, container)
         decision = decide(self.node, dict(pod.annotations), container.name,
                           namespace=pod.namespace, owner=container.id, pod=pod.id,
-                          nri_version=self.nri_version,
-                          granted=granted_resources(container.linux.resources, container))
+                          nri_version=self.nri_version, granted=granted)
         if decision.plan is not None and decision.plan.rt_runtime and self.node.facts:
             try:
                 paths = self.node.container_paths(container.linux.cgroups_path)
@@ -219,15 +235,58 @@ class SlaPlugin:
         self._observe("CreateContainer", started, decision, record, pod, container)
         if decision.error is not None:
             raise rpc_error(decision.error)
+        entry = self._entry(pod, container, plan, owed=plan is not None, granted=granted)
         if plan is None:
+            self._publish_holders(entry)
             return CreateResult(adjustment)
-        self._plans[container.id] = plan
-        self._unstarted.add(container.id)
         self.watch.watch(_watched(pod, container, plan))
         self.node.remember_cpuset(container.id, plan)
-        if plan.placement_record:  # only placements change the GPU/CPU gauges
-            self._publish_usage()
+        self._publish_holders(entry)
         return CreateResult(adjustment, self._cpuset_updates(container.id))
+
+    def _entry(self, pod: pb.PodSandbox | None, container: pb.Container,
+               plan: ContainerPlan | None, *, owed: bool,
+               granted: GrantedResources | None = None) -> ContainerEntry:
+        """The container's registry entry, its grant held (nri-sla's placement holds it
+        where there is one; otherwise the grant alone). `owed`: a plan's direct writes
+        are still to do."""
+        if granted is None:
+            granted = granted_resources(container.linux.resources, container)
+        grant = self.node.gpu_grant(granted)
+        if grant.env_only and plan is None:
+            log_event(log, logging.INFO, "GPU env is not a grant", container=container.id,
+                      env=grant.env_only[:64])
+        self.node.hold_grant(container.id, grant)
+        # What it can open: its grant, and what its placement holds (the same GPUs, or,
+        # for a record from before issue 18, the GPUs nri-sla chose and added then).
+        held = self.node.allocator.placement_of(container.id) if self.node.allocator else None
+        opens = GrantedGpus.of((*grant.gpus, *(held.gpus if held else ())),
+                               (*grant.migs, *(held.migs if held else ())))
+        state = pb.ContainerState.Name(container.state).removeprefix("CONTAINER_").lower()
+        entry = ContainerEntry(container.id, container.pod_sandbox_id,
+                               pod.namespace if pod else "", pod.name if pod else "",
+                               container.name, state, opens, plan,
+                               writes_owed=owed and plan is not None)
+        self.registry.add(entry)
+        return entry
+
+    def _publish_holders(self, entry: ContainerEntry) -> None:
+        """A new holder: the gauges, and GPUs it shares with another container."""
+        if entry.gpus or (entry.plan is not None and entry.plan.placement_record):
+            self._publish_usage()
+        if entry.gpus:
+            self._report_shared()
+
+    def _report_shared(self) -> None:
+        """GPUs two or more live containers can open: each pair once in the operator's
+        log (the kubelet's or an old record's doing: nri-sla adds no GPU), the count as
+        nri_sla_gpus_shared."""
+        shared = self.registry.shared()
+        for device, a, b in self.registry.new_shared_pairs(shared):
+            log_event(log, logging.WARNING, "GPU shared by two containers", gpu=device,
+                      container=a.id, other=b.id, pods=f"{a.who}; {b.who}")
+        if self.metrics is not None:
+            self.metrics.set_gpus_shared(len(shared))
 
     def _answer(self, plan: ContainerPlan, reusable: bool, container: pb.Container
                 ) -> tuple[dict[str, Any], pb.ContainerAdjustment]:
@@ -265,10 +324,14 @@ class SlaPlugin:
             self._start(pod, container)
 
     def _start(self, pod: pb.PodSandbox, container: pb.Container) -> None:
-        plan = self._plans.get(container.id)
-        if plan is None or container.id not in self._unstarted:
+        entry = self.registry.get(container.id)
+        if entry is None:
             return
-        self._unstarted.discard(container.id)
+        entry.state = "running"
+        plan = entry.plan
+        if plan is None or not entry.writes_owed:
+            return
+        entry.writes_owed = False
         problems = self.node.write_plan(plan, container.linux.cgroups_path, scope="direct")
         for problem in problems:
             log.warning("%s/%s %s: %s", pod.namespace, pod.name, container.name, problem)
@@ -285,7 +348,8 @@ class SlaPlugin:
         force within the new values. Hard mode refuses an update that leaves the SLA
         above them (the container stays as it was); soft mode clamps and warns."""
         with self._timed("UpdateContainer"):
-            plan = self._plans.get(container.id)
+            entry = self.registry.get(container.id)
+            plan = entry.plan if entry is not None else None
             if plan is None:
                 return []
             try:
@@ -343,12 +407,15 @@ class SlaPlugin:
         return self.metrics.time(event) if self.metrics is not None else nullcontext()
 
     def _release(self, container_id: str) -> None:
-        plan = self._plans.pop(container_id, None)
-        self._unstarted.discard(container_id)
+        entry = self.registry.remove(container_id)
         self.watch.forget(container_id)
         self.node.release(container_id)
-        if plan is not None and plan.placement_record:  # only placements change the gauges
-            self._publish_usage()
+        if entry is None:
+            return
+        if entry.gpus or (entry.plan is not None and entry.plan.placement_record):
+            self._publish_usage()  # only holdings change the gauges
+        if entry.gpus:
+            self._report_shared()
 
     def _observe(self, event: str, started: float, decision: Decision,
                  record: dict[str, Any], pod: pb.PodSandbox,

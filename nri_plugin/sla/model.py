@@ -139,7 +139,8 @@ class GpuSla:
     mig: str | None = None  # MIG profile, e.g. 1g.10gb
     topology: str = "any"  # any | numa | nvlink
     align: bool = True  # bind cpus/mems to the GPUs' NUMA node(s)
-    source: str = "plugin"  # plugin (nri-sla picks) | runtime (already assigned)
+    # plugin | runtime, as written (old manifests): both mean "the grant" since issue 18
+    source: str = "plugin"
 
     def to_document(self) -> dict[str, object]:
         doc: dict[str, object] = {}

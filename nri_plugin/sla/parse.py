@@ -322,14 +322,9 @@ def _gpu(m: dict[str, object], complete: bool, fail) -> GpuSla:
         if len(chosen) > 1:
             fail(f"sets {' and '.join(chosen)}; these are alternatives: set exactly one of "
                  "gpu.count, gpu.ids or gpu.mig", fields[-1], *fields[:-1])
-        elif source == "runtime" and chosen:
-            fail("must not be set with gpu.from: runtime (the device plugin has already "
-                 "assigned the GPUs; nri-sla only aligns CPUs and memory to them)",
-                 fields[0], "gpu.from")
-        elif source == "plugin" and not chosen:
-            fail("needs a request: set one of gpu.count, gpu.ids or gpu.mig (or gpu.from: "
-                 "runtime to align to GPUs the device plugin assigned)", "gpu",
-                 *[p for p in m if p.startswith("gpu.")])
+        # gpu.from (plugin | runtime) stays accepted for old manifests: either way the
+        # section is a requirement on the device plugin's grant, a request or none (none:
+        # align to whatever was granted, which must be at least one GPU).
     return GpuSla(
         count=m.get("gpu.count"),
         ids=m.get("gpu.ids") or (),

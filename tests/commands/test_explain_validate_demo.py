@@ -45,10 +45,10 @@ def test_explain_shows_gpus_and_numa_from_inventory(tmp_path):
     assert out.returncode == 0, out.stderr
     (result,) = json.loads(out.stdout)
     adj = result["adjustment"]
-    assert len(adj["CDIDevices"]) == 2
+    assert "CDIDevices" not in adj and "env" not in adj  # nri-sla adds no GPU
     assert adj["linux.resources.cpu.mems"] in ("0", "1")
     record = json.loads(adj["annotations.sla.nri.io/applied"])
-    assert len(record["placement_record"]["gpus"]) == 2
+    assert len(record["placement_record"]["gpus"]) == 2  # the device plugin's grant
     assert record["placement_record"]["exclusive"]
 
 
@@ -97,7 +97,7 @@ def test_demo_prints_table_with_enforced_and_refused():
     assert any(line.startswith("POD") and "RESULT" in line for line in lines)
     assert "REFUSED" in out.stdout and "enforced" in out.stdout
     assert "memory.high (12Gi) must be below memory.max (10Gi)" in " ".join(out.stdout.split())
-    assert "CDI device nvidia.com/gpu=" in out.stdout
+    assert "CDI device" not in out.stdout  # the grant is the device plugin's, never added
 
 
 def test_demo_refuses_a_pod_above_its_limits_and_clamps_a_soft_one():
@@ -145,4 +145,6 @@ def test_node_config_inventory_snapshot_is_used(tmp_path):
     out = nri_plugin("explain", "--config", str(config), "--cgroup", "v2", "--json", path)
     assert out.returncode == 0, out.stderr
     (result,) = json.loads(out.stdout)
-    assert result["adjustment"]["env"][0]["key"] == "NVIDIA_VISIBLE_DEVICES"
+    record = json.loads(result["adjustment"]["annotations.sla.nri.io/applied"])
+    assert record["placement_record"]["gpus"] == ["GPU-d0000000-0000-0000-0000-000000000000"]
+    assert "env" not in result["adjustment"]  # injection: env is the device plugin's mode

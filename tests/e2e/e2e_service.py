@@ -47,9 +47,9 @@ def node_config(state_dir: Path, metrics_port: int | None, **overrides: Any) -> 
         "cgroup": {"driver": "cgroupfs"},
         "nri": {"reconnect-max-seconds": 1},
         "metrics": {"address": f"127.0.0.1:{metrics_port}" if metrics_port else ""},
-        # No device plugin here: the snapshot's GPUs are nri-sla's to hand out, and the
-        # grant rules have their own e2e test.
-        "permissions": {"ungranted-gpus": ["*"], "exceed-runtime-limits": ["*"]},
+        # The grant rules have their own e2e test. (permissions.ungranted-gpus is gone:
+        # nri-sla no longer hands out GPUs; GPU pods need a grant the runtime passes.)
+        "permissions": {"exceed-runtime-limits": ["*"]},
         "pod-caps": {"exclusive-cpus": "100%"},
     }
     return config | {k.replace("_", "-"): v for k, v in overrides.items()}

@@ -173,7 +173,7 @@ def test_node_config_changed_under_running_pods(cluster, sla):
     """soft -> hard and GPUs taken from the pods' namespace, with pods running: running
     containers keep what the kernel holds; new ones get the new policy; a revoked grant is
     still held (reported as out of policy), so its GPUs are never handed out twice."""
-    sla.configure(enforcement="soft", permissions={"ungranted-gpus": ["*"]})
+    sla.configure(enforcement="soft", permissions={})
     before = sla.start()
     trainer = cluster.run_pod("trainer", gpu_sla(4))
     trainer_gpus = set(visible_gpus(trainer))
@@ -181,7 +181,7 @@ def test_node_config_changed_under_running_pods(cluster, sla):
     assert triple(cluster.cgroup(greedy)) == (50000, 100000, 268435456)  # clamped (soft)
 
     sla.stop()
-    sla.configure(enforcement="hard", permissions={"ungranted-gpus": ["*"], "gpus": ["team-b"]})
+    sla.configure(enforcement="hard", permissions={"gpus": ["team-b"]})
     after = sla.start()
     summary = syncs(after)[0]
     # The trainer's record grants GPUs its namespace may no longer have: held, reported.

@@ -234,11 +234,17 @@ def state_json(bundle: Path | str, cid: str = "ctr-1", pid: int | None = None,
 
 
 def write_bundle(path: Path, annotations: dict[str, str], cgroups_path: str | None,
-                 env: list[str] | None = None, resources: dict | None = None) -> Path:
-    """config.json; `resources`: linux.resources as the runtime writes it (kubelet limits)."""
+                 env: list[str] | None = None, resources: dict | None = None,
+                 devices: list[dict] | None = None, mounts: list[dict] | None = None) -> Path:
+    """config.json; `resources`: linux.resources as the runtime writes it (kubelet limits);
+    `devices` (linux.devices) and `mounts`: where a device plugin's GPU grant shows."""
     path.mkdir(parents=True, exist_ok=True)
     spec = {"ociVersion": "1.0.2", "process": {"env": env or ["PATH=/bin"]},
             "annotations": annotations, "linux": {}}
+    if devices is not None:
+        spec["linux"]["devices"] = devices
+    if mounts is not None:
+        spec["mounts"] = mounts
     if cgroups_path is not None:
         spec["linux"]["cgroupsPath"] = cgroups_path
     if resources is not None:

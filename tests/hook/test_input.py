@@ -96,12 +96,21 @@ def test_config_parse_keeps_grants_and_cgroups_path():
         "process": {"env": ["A=1", "NVIDIA_VISIBLE_DEVICES=0,1", 7, "junk"]},
         "linux": {"cgroupsPath": "/k/c1",
                   "resources": {"cpu": {"quota": 50000, "period": 100000, "shares": 512},
-                                "memory": {"limit": 268435456}}},
-        "annotations": {"k": "v"}}).encode())
+                                "memory": {"limit": 268435456}},
+                  "devices": [{"path": "/dev/nvidia3", "type": "c", "major": 195, "minor": 3},
+                              {"path": "/dev/nvidiactl", "type": "c", "major": 195,
+                               "minor": 255},
+                              {"path": "/dev/sda", "type": "b", "major": 8, "minor": 0},
+                              {"type": "c", "major": "195", "minor": 4}, "junk"]},
+        "mounts": [{"destination": "/var/run/nvidia-container-devices/GPU-1"},
+                   {"destination": "/proc"}, {"destination": 5}, []],
+        "annotations": {"k": "v", "cdi.k8s.io/x": "nvidia.com/gpu=all"}}).encode())
     assert spec.granted == GrantedResources(cpu_quota=50000, cpu_period=100000, cpu_shares=512,
-                                            memory_limit=268435456, gpu_visible="0,1")
+                                            memory_limit=268435456,
+                                            gpu_devices=((195, 3), (195, 255)),
+                                            device_mounts=("GPU-1",), env_gpus="0,1")
     assert spec.cgroups_path == "/k/c1"
-    assert spec.annotations == {"k": "v"}
+    assert spec.annotations == {"k": "v", "cdi.k8s.io/x": "nvidia.com/gpu=all"}
 
 
 def test_config_unlimited_resources_grant_nothing():

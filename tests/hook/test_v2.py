@@ -16,6 +16,7 @@ from nri_plugin.hook.deadline import Deadline, HookTimeout, alarm
 from nri_plugin.plan.model import ContainerPlan
 from nri_plugin.plan.record import encode_record
 
+DGX = Path(__file__).resolve().parents[2] / "examples" / "dgx-like.yaml"
 CTR = "/kubepods/pod-a/ctr-1"
 NAME = "io.kubernetes.cri.container-name"
 
@@ -207,22 +208,52 @@ def test_forged_record_is_refused_in_hard_mode_and_only_warns_in_soft(v2, tmp_pa
 # ------------------------------------------------------------------ GPUs
 
 
-def test_gpu_from_plugin_cannot_be_done_by_the_hook(v2):
+def test_the_hook_verifies_gpu_slas_and_adds_no_gpu(v2):
     _root, _cdir, run = v2
     out = run({"sla.nri.io/pod": "gpu:\n  count: 1\n"})
     assert out.exit_code == EXIT_REFUSED
-    assert "cannot add GPU devices" in out.lines[0]
+    assert "no device plugin granted this container a GPU" in out.lines[0]
     soft = run({"sla.nri.io/pod": "enforcement: soft\ngpu:\n  count: 1\nmemory:\n  max: 64Mi\n"})
     assert soft.exit_code == EXIT_OK
-    assert any("cannot add GPU devices" in line for line in soft.lines)
+    assert any("no GPU is aligned" in line for line in soft.lines)
 
 
-def test_gpu_from_runtime_names_unknown_gpus_in_one_line(v2):
+def test_an_env_naming_gpus_is_no_grant(v2):
     _root, _cdir, run = v2
     out = run({"sla.nri.io/pod": "gpu:\n  from: runtime\n"},
               env=["NVIDIA_VISIBLE_DEVICES=GPU-0000"])
+    assert out.exit_code == EXIT_REFUSED and len(out.lines) == 1
+    assert "NVIDIA_VISIBLE_DEVICES='GPU-0000' is not a grant" in out.lines[0]
+
+
+def test_the_grant_in_config_json_is_verified_and_aligned_to(tmp_path, h):
+    """The runtime resolved the device plugin's grant into mounts (volume-mounts strategy)
+    and linux.devices; cdi.k8s.io annotations are a pod's to write, never read."""
+    root = tmp_path / "cg"
+    cdir = h.fake_v2_tree(root, CTR)
+    config = tmp_path / "config.yaml"
+    config.write_text(f"state-dir: {tmp_path / 'state'}\ngpu: {{inventory: {DGX}}}\n")
+
+    def run(sla, **grant):
+        bundle = h.write_bundle(tmp_path / "bundle", {
+            NAME: "app", "sla.nri.io/pod": sla, "cdi.k8s.io/x": "nvidia.com/gpu=all"},
+            CTR, **grant)
+        return h.run_inproc(h.state_json(bundle), config=str(config), cgroup_root=str(root))
+
+    gpu0 = {"mounts": [{"destination": "/var/run/nvidia-container-devices/"
+                                       "GPU-d0000000-0000-0000-0000-000000000000"}]}
+    out = run("gpu: {count: 1}", **gpu0)
+    assert out.exit_code == EXIT_OK, out.lines
+    assert (cdir / "cpuset.mems").read_text().strip() == "0"
+    out = run("gpu: {count: 2}", devices=[{"path": "/dev/nvidia0", "type": "c",
+                                           "major": 195, "minor": 0}])
     assert out.exit_code == EXIT_REFUSED
-    assert len(out.lines) == 1 and "GPU-0000" in out.lines[0] and "matches no GPU" in out.lines[0]
+    assert "asks for 2 whole GPUs; the grant has 1 (granted: GPU 0" in out.lines[0]
+    out = run("gpu: {count: 1}")  # the annotation alone: no grant
+    assert "no device plugin granted" in out.lines[0]
+    out = run("gpu: {count: 1}", mounts=[
+        {"destination": "/var/run/nvidia-container-devices/GPU-0000"}])
+    assert "'GPU-0000', which match no GPU on this node" in out.lines[0]
 
 
 def test_gpu_inventory_fallback_does_not_reach_stderr(v2, tmp_path, h):

@@ -4,6 +4,7 @@ DGX-like fake: node 0 = CPUs 0-7,16-23, node 1 = 8-15,24-31; core k = {k, k+16}.
 """
 
 import pytest
+from grant_helpers import granted
 
 from nri_plugin.plan.allocator import Allocator
 from nri_plugin.plan.placement_values import PlacementError
@@ -12,7 +13,7 @@ from nri_plugin.topology import format_cpulist as fmt
 
 
 def test_gpu_aligned_exclusive_cpus_are_whole_cores_from_the_gpu_node(dgx):
-    p = dgx.allocate(Req("a", gpu_count=1, exclusive_cpus=4))
+    p = dgx.allocate(granted(dgx, "a", 0, exclusive_cpus=4))
     assert fmt(p.exclusive_cpus) == "6-7,22-23"  # highest cores of node 0
     assert p.cpus == p.exclusive_cpus and p.mems == {0}
     assert dgx.exclusive_cpus_in_use() == dict.fromkeys(p.exclusive_cpus, "a")
@@ -26,25 +27,25 @@ def test_odd_counts_round_up_to_whole_cores(dgx):
 
 def test_aligned_container_gets_its_node_minus_reserved_and_exclusive(dgx_node):
     alloc = Allocator(*dgx_node, reserved_cpus={0, 16})
-    alloc.allocate(Req("x", gpu_count=1, exclusive_cpus=2))  # takes 7,23
-    p = alloc.allocate(Req("a", gpu_count=1))
+    alloc.allocate(granted(alloc, "x", 0, exclusive_cpus=2))  # takes 7,23
+    p = alloc.allocate(granted(alloc, "a", 1))
     assert fmt(p.cpus) == "1-6,17-22" and p.mems == {0} and not p.exclusive_cpus
     assert fmt(alloc.shared_cpus()) == "1-6,8-15,17-22,24-31"
     # a later exclusive grab shrinks what "a" should now get
-    alloc.allocate(Req("y", gpu_count=1, exclusive_cpus=2))
+    alloc.allocate(granted(alloc, "y", 2, exclusive_cpus=2))
     assert fmt(alloc.current_cpus("a")) == "1-5,17-21"
     alloc.release("x")
     assert fmt(alloc.current_cpus("a")) == "1-5,7,17-21,23"
 
 
 def test_gpus_on_two_nodes_align_to_both(pcie, ids):
-    p = pcie.allocate(Req("a", gpu_count=3))
+    p = pcie.allocate(granted(pcie, "a", 0, 1, 2))
     assert ids(p) == [0, 1, 2] and p.mems == {0, 1}
     assert p.cpus == pcie.topology.online
 
 
 def test_align_false_leaves_cpus_alone(dgx):
-    p = dgx.allocate(Req("a", gpu_count=1, align=False))
+    p = dgx.allocate(granted(dgx, "a", 0, align=False))
     assert p.cpus == frozenset() and p.mems == frozenset()
     assert "aligned" not in p.to_record()
 
@@ -81,13 +82,13 @@ def test_exclusive_spanning_nodes_when_no_single_node_fits(dgx):
 
 
 def test_not_enough_cores_on_the_gpu_node(dgx):
-    dgx.allocate(Req("a", gpu_count=1, exclusive_cpus=12))  # 6 of node 0's 8 cores
+    dgx.allocate(granted(dgx, "a", 0, exclusive_cpus=12))  # 6 of node 0's 8 cores
     with pytest.raises(PlacementError) as err:
-        dgx.allocate(Req("b", gpu_count=1, exclusive_cpus=6))
+        dgx.allocate(granted(dgx, "b", 1, exclusive_cpus=6))
     assert err.value.field == "cpu.exclusive"
     assert str(err.value) == ("requested 6 exclusive CPUs on NUMA node(s) 0; free whole cores "
                               "there: 4 CPUs (0-1,16-17)")
-    soft = dgx.allocate(Req("b", gpu_count=1, exclusive_cpus=6), hard=False)
+    soft = dgx.allocate(granted(dgx, "b", 1, exclusive_cpus=6), hard=False)
     assert len(soft.exclusive_cpus) == 6
     assert {0, 1, 16, 17} < soft.exclusive_cpus  # the rest from the nearest node
     assert soft.warnings[-1].startswith("gave 6 exclusive CPUs")
@@ -95,23 +96,23 @@ def test_not_enough_cores_on_the_gpu_node(dgx):
 
 def test_reserved_cpus_are_never_exclusive(dgx_node):
     alloc = Allocator(*dgx_node, reserved_cpus={7})
-    p = alloc.allocate(Req("a", gpu_count=1, exclusive_cpus=2))
+    p = alloc.allocate(granted(alloc, "a", 0, exclusive_cpus=2))
     assert 7 not in p.exclusive_cpus and 23 not in p.exclusive_cpus  # 23 shares 7's core
 
 
 def test_numa_nodes_that_do_not_hold_the_named_gpus(dgx):
-    with pytest.raises(PlacementError, match=r"numa\.nodes 1 does not hold the GPUs"):
-        dgx.allocate(Req("a", gpu_ids=("0",), numa_nodes=(1,)))
+    with pytest.raises(PlacementError, match=r"numa\.nodes 1 does not hold the granted GPUs"):
+        dgx.allocate(granted(dgx, "a", 0, gpu_ids=("0",), numa_nodes=(1,)))
 
 
 def test_unknown_gpu_node_on_a_multi_node_box(topology_of, inventory_of):
     alloc = Allocator(topology_of(nodes=2), inventory_of((0, None, set())))
     with pytest.raises(PlacementError, match=r"NUMA node of GPU 0 .* is unknown"):
-        alloc.allocate(Req("a", gpu_count=1))
-    p = alloc.allocate(Req("a", gpu_count=1), hard=False)
+        alloc.allocate(granted(alloc, "a", 0))
+    p = alloc.allocate(granted(alloc, "a", 0), hard=False)
     assert p.gpus and not p.cpus and p.warnings
 
 
 def test_unknown_gpu_node_on_a_one_node_box_is_node_0(topology_of, inventory_of):
     alloc = Allocator(topology_of(nodes=1), inventory_of((0, None, set())))
-    assert alloc.allocate(Req("a", gpu_count=1)).mems == {0}
+    assert alloc.allocate(granted(alloc, "a", 0)).mems == {0}

@@ -1,50 +1,50 @@
-"""The Allocator's Holdings snapshots and the pure best-fit choice that reads them."""
+"""The Allocator's Holdings snapshots and the pure placement that reads them."""
 
 from dataclasses import FrozenInstanceError
 
 import pytest
+from grant_helpers import granted
 
 from nri_plugin.plan.best_fit import choose_placement
-from nri_plugin.plan.placement_values import EXCLUSIVE, SHARED, Holdings
+from nri_plugin.plan.placement_values import GRANTED, Holdings
 from nri_plugin.plan.placement_values import PlacementRequest as Req
 
 
 def test_holdings_name_every_holder(dgx, mig):
-    a = dgx.allocate(Req("a", gpu_count=1))
-    s1 = dgx.allocate(Req("s1", gpu_count=1, shared_gpus=True))
-    s2 = dgx.allocate(Req("s2", gpu_count=1, shared_gpus=True))
+    dgx.allocate(granted(dgx, "a", 2))
+    dgx.allocate(granted(dgx, "s1", 0, wants_gpu=False))
+    dgx.allocate(granted(dgx, "s2", 0))
     c = dgx.allocate(Req("c", exclusive_cpus=2))
-    assert s1.gpus == s2.gpus  # shared requests pack onto a shared GPU
     assert dgx.holdings() == Holdings(
-        gpus={a.gpus[0].index: {"a": EXCLUSIVE},
-              s1.gpus[0].index: {"s1": SHARED, "s2": SHARED}},
+        gpus={2: {"a": GRANTED}, 0: {"s1": GRANTED, "s2": GRANTED}},
         migs={}, exclusive_cpus=c.exclusive_cpus)
-    m = mig.allocate(Req("m", mig_profile="1g.10gb"))
-    assert mig.holdings() == Holdings(gpus={}, migs={m.mig.uuid: "m"})
+    m = mig.allocate(granted(mig, "m", migs=("0:2",)))
+    assert mig.holdings() == Holdings(gpus={}, migs={m.migs[0][1].uuid: {"m": GRANTED}})
 
 
 def test_holdings_are_a_snapshot(dgx):
-    a = dgx.allocate(Req("a", gpu_count=1))
+    dgx.allocate(granted(dgx, "a", 0))
     c = dgx.allocate(Req("c", exclusive_cpus=2))
     snap = dgx.holdings()
     dgx.release("a")
     dgx.release("c")
-    dgx.allocate(Req("d", gpu_count=2, shared_gpus=True))
-    assert snap.gpus == {a.gpus[0].index: {"a": EXCLUSIVE}}
+    dgx.allocate(granted(dgx, "d", 0, 1))
+    assert snap.gpus == {0: {"a": GRANTED}}
     assert snap.exclusive_cpus == c.exclusive_cpus
     assert dgx.holdings().exclusive_cpus == frozenset()
     with pytest.raises(FrozenInstanceError):
         snap.exclusive_cpus = frozenset()  # type: ignore[misc]
 
 
-def test_choice_reads_the_snapshot_and_changes_nothing(dgx, ids):
-    dgx.allocate(Req("a", gpu_count=2, topology="nvlink"))
+def test_placement_reads_the_snapshot_and_changes_nothing(dgx, ids):
+    dgx.allocate(granted(dgx, "a", 4, exclusive_cpus=4))
     snap = dgx.holdings()
-    request = Req("b", gpu_count=2, topology="nvlink", exclusive_cpus=2)
+    request = granted(dgx, "b", 4, 5, gpu_count=2, topology="nvlink", exclusive_cpus=2)
     first = choose_placement(dgx.layout, snap, request, hard=True)
-    assert ids(first) == [2, 3]
+    assert ids(first) == [4, 5] and first.exclusive_cpus == {13, 29}
     assert choose_placement(dgx.layout, snap, request, hard=True) == first
     assert dgx.holdings() == snap and dgx.placement_of("b") is None
     assert dgx.allocate(request) == first  # the allocator commits the same answer
     # the same request against an empty node: the snapshot, not the allocator, decides
-    assert ids(choose_placement(dgx.layout, Holdings(), request, hard=True)) == [0, 1]
+    assert choose_placement(dgx.layout, Holdings(), request, hard=True).exclusive_cpus == {
+        15, 31}

@@ -1,76 +1,131 @@
-"""GPUs assigned by a device plugin (gpu.from: runtime): parse, align, never choose."""
+"""GPU grants: read only from what the runtime wrote (resolve_grant), then verified
+against the SLA's gpu section and aligned to, never chosen or replaced."""
 
 import pytest
+from grant_helpers import granted
 
+from nri_plugin.granted import (
+    MAX_GRANT_ITEMS,
+    MAX_GRANT_NAME,
+    GrantedResources,
+    device_mount_ids,
+    gpu_device_numbers,
+)
 from nri_plugin.plan.placement_values import PlacementError
-from nri_plugin.plan.placement_values import PlacementRequest as Req
-from nri_plugin.plan.runtime_gpus import resolve_runtime_devices
+from nri_plugin.plan.runtime_gpus import resolve_grant
+
+KINDS = ("nvidia.com/gpu", "nvidia.com/mig", "k8s.device-plugin.nvidia.com/gpu")
+UUID5 = "GPU-d0000000-0000-0000-0000-000000000005"
 
 
-def runtime(visible=None, cdi=(), owner="r", **kw):
-    return Req(owner, from_runtime=True, visible_devices=visible, cdi_devices=tuple(cdi), **kw)
+def indexes(inv, evidence, extra=()):
+    grant = resolve_grant(inv, GrantedResources(**evidence), KINDS, extra)
+    return [g.index for g in grant.gpus], grant
 
 
-@pytest.mark.parametrize(("visible", "cdi", "expected"), [
-    ("0,GPU-d0000000-0000-0000-0000-000000000005", (), [0, 5]),
-    ("all", (), list(range(8))),
-    ("ALL", (), list(range(8))),
-    ("none", (), []),
-    ("void", (), []),
-    ("", (), []),
-    (None, ("nvidia.com/gpu=3",), [3]),
-    (None, ("nvidia.com/gpu=GPU-d0000000-0000-0000-0000-000000000006",
-            "nvidia.com/gpu=7"), [6, 7]),
-    (None, ("nvidia.com/gpu=all",), list(range(8))),
-    (None, ("vendor.example/nic=0",), []),  # other vendors' CDI devices are ignored
-    ("2, 2 ,0000:B7:00.0", (), [2, 6]),  # duplicates once, spaces and bus ids tolerated
+@pytest.mark.parametrize(("evidence", "expected"), [
+    ({"cdi_devices": ("nvidia.com/gpu=3",)}, [3]),
+    ({"cdi_devices": (f"nvidia.com/gpu={UUID5}", "k8s.device-plugin.nvidia.com/gpu=7")},
+     [5, 7]),
+    ({"cdi_devices": ("nvidia.com/gpu=all",)}, list(range(8))),
+    ({"cdi_devices": ("vendor.example/nic=0",)}, []),  # a kind not configured
+    ({"cdi_devices": ("k8s.device-plugin.nvidia.com/mig=0",)}, []),  # not in KINDS here
+    ({"gpu_devices": ((195, 2), (195, 255), (195, 254), (10, 3))}, [2]),
+    ({"device_mounts": ("1", UUID5)}, [1, 5]),
+    ({"env_gpus": "0,1,2,3,4,5,6,7"}, []),  # an env is never a grant
+    ({"env_gpus": "all", "cdi_devices": ("nvidia.com/gpu=4",)}, [4]),
 ])
-def test_resolve(dgx_node, visible, cdi, expected):
-    _, inv = dgx_node
-    gpus, migs, unknown = resolve_runtime_devices(inv, visible, cdi)
-    assert [g.index for g in gpus] == expected and migs == () and unknown == ()
+def test_grant_evidence(dgx_node, evidence, expected):
+    got, grant = indexes(dgx_node[1], evidence)
+    assert got == expected and grant.migs == () and grant.unknown == ()
 
 
-def test_resolve_mig_names(mig_node):
-    _, inv = mig_node
+def test_an_env_alone_is_reported_as_no_grant(dgx_node):
+    _, grant = indexes(dgx_node[1], {"env_gpus": " 0,1 "})
+    assert grant.empty and grant.env_only == "0,1"
+    for env in ("void", "none", ""):
+        assert indexes(dgx_node[1], {"env_gpus": env})[1].env_only is None
+
+
+def test_kubelet_device_ids_are_evidence(dgx_node):
+    assert indexes(dgx_node[1], {}, extra=("6", UUID5))[0] == [5, 6]
+
+
+def test_unknown_names_are_kept_once(dgx_node):
+    _, grant = indexes(dgx_node[1], {"cdi_devices": ("nvidia.com/gpu=GPU-ffff",) * 3})
+    assert grant.unknown == ("GPU-ffff",) and grant.empty
+
+
+def test_mig_names(mig_node):
+    inv = mig_node[1]
     m = inv.gpus[0].mig_instances
-    gpus, migs, unknown = resolve_runtime_devices(inv, f"{m[1].uuid},0:3", ())
-    assert [g.index for g in gpus] == [0] and migs == (m[1], m[3]) and unknown == ()
-    gpus, migs, _ = resolve_runtime_devices(inv, None, ("nvidia.com/gpu=0:2",))
-    assert migs == (m[2],)
+    grant = resolve_grant(inv, GrantedResources(cdi_devices=(
+        f"nvidia.com/mig={m[1].uuid}", "nvidia.com/gpu=0:3")), KINDS)
+    assert grant.gpus == () and [mig for _, mig in grant.migs] == [m[1], m[3]]
+    assert {parent.index for parent, _ in grant.migs} == {0}
 
 
-def test_align_to_runtime_gpus(dgx, ids):
-    p = dgx.allocate(runtime("4,5", exclusive_cpus=2))
+def test_evidence_is_bounded_before_it_is_read():
+    many = [f"nvidia.com/gpu={i}" for i in range(MAX_GRANT_ITEMS * 4)]
+    assert len(GrantedResources(cdi_devices=many).cdi_devices) == MAX_GRANT_ITEMS
+    assert len(GrantedResources(cdi_devices=["x" * 10_000]).cdi_devices[0]) == MAX_GRANT_NAME
+    devices = [("c", 195, i) for i in range(MAX_GRANT_ITEMS * 4)]
+    assert len(gpu_device_numbers(iter(devices))) == MAX_GRANT_ITEMS
+    mounts = [f"/var/run/nvidia-container-devices/{i}" for i in range(MAX_GRANT_ITEMS * 4)]
+    assert len(device_mount_ids(iter(mounts))) == MAX_GRANT_ITEMS
+    assert device_mount_ids(["/var/run/nvidia-container-devices/GPU-1/", "/etc/x",
+                             "/var/run/nvidia-container-devices/"]) == ("GPU-1",)
+
+
+# -- the allocator: the grant held, verified and aligned to --------------------------------
+
+def test_align_to_granted_gpus(dgx, ids):
+    p = dgx.allocate(granted(dgx, "r", 4, 5, exclusive_cpus=2))
     assert ids(p) == [4, 5] and p.mems == {1}
     assert p.exclusive_cpus == {15, 31}
-    assert p.from_runtime and p.to_record()["runtime"] is True
-    # the plugin will not hand these GPUs out itself
-    assert 4 not in ids(dgx.allocate(Req("x", gpu_count=4, topology="nvlink")))
+    assert p.to_record() == {"gpus": [p.gpus[0].ref, p.gpus[1].ref], "exclusive": "15,31",
+                             "cpus": "15,31", "mems": "1", "aligned": True}
 
 
-def test_runtime_nothing_visible_means_no_alignment(dgx):
-    p = dgx.allocate(runtime("void"))
+def test_no_grant_means_no_alignment(dgx):
+    p = dgx.allocate(granted(dgx, "r"))
     assert p.gpus == () and p.cpus == frozenset() and p.mems == frozenset()
 
 
-def test_runtime_single_mig(mig):
-    p = mig.allocate(runtime("0:1"))
-    assert p.mig is not None and p.mig.profile == "2g.20gb" and p.mems == {0}
-    assert mig.allocate(Req("x", mig_profile="1g.10gb")).mig.index == 2
-
-
-def test_unknown_runtime_device(dgx):
+def test_granted_mig_device(mig):
+    p = mig.allocate(granted(mig, "r", migs=("0:1",), mig_profile="2g.20gb"))
+    assert [m.profile for _, m in p.migs] == ["2g.20gb"] and p.mems == {0}
+    assert p.to_record()["migs"] == [p.migs[0][1].uuid]
     with pytest.raises(PlacementError) as err:
-        dgx.allocate(runtime("GPU-ffff"))
-    assert err.value.field == "gpu.from"
-    assert "'GPU-ffff' matches no GPU on this node" in str(err.value)
-    p = dgx.allocate(runtime("GPU-ffff,1"), hard=False)
-    assert [g.index for g in p.gpus] == [1] and "GPU-ffff" in p.warnings[0]
+        mig.allocate(granted(mig, "x", migs=("0:1",), mig_profile="1g.10gb"))
+    assert err.value.field == "gpu.mig"
 
 
-def test_runtime_double_booking_is_reported_not_refused(dgx):
-    dgx.allocate(Req("x", gpu_count=1))  # GPU 0, chosen by nri-sla
-    p = dgx.allocate(runtime("0"))
-    assert p.warnings == ("GPU 0 given by the runtime is also held exclusively by x",)
-    assert dgx.gpus_in_use() == {0: ("r", "x")}
+@pytest.mark.parametrize(("grant", "sla", "field", "text"), [
+    ((0, 7), {"gpu_count": 3}, "gpu.count", "asks for 3 whole GPUs; the grant has 2"),
+    ((0, 7), {"topology": "numa"}, "gpu.topology", "are not all on one NUMA node"),
+    ((1, 6), {"topology": "nvlink"}, "gpu.topology", "not all NVLink-connected"),
+    ((0,), {"gpu_ids": ("3",)}, "gpu.ids", "GPU 3 is not granted to this container"),
+    ((0,), {"gpu_ids": ("GPU-nope",)}, "gpu.ids", "'GPU-nope' names no GPU on this node"),
+])
+def test_a_grant_short_of_the_sla(dgx, grant, sla, field, text):
+    with pytest.raises(PlacementError) as err:
+        dgx.allocate(granted(dgx, "r", *grant, **sla))
+    assert err.value.field == field and text in str(err.value)
+    # only this container's devices are named: its grant, by index and UUID
+    assert "granted: GPU " in str(err.value) and dgx.gpus_in_use() == {}
+    soft = dgx.allocate(granted(dgx, "r", *grant, **sla), hard=False)
+    assert [g.index for g in soft.gpus] == list(grant) and text in soft.warnings[0]
+
+
+def test_a_grant_that_meets_the_sla(dgx, ids):
+    p = dgx.allocate(granted(dgx, "r", 0, 1, 2, 3, gpu_count=4, topology="nvlink",
+                             gpu_ids=("0", "GPU-d0000000-0000-0000-0000-000000000003")))
+    assert ids(p) == [0, 1, 2, 3] and p.warnings == ()
+
+
+def test_two_holders_of_one_gpu_are_both_recorded_never_refused(dgx):
+    """The kubelet's doing (or an old record's): both can open it, so both hold it."""
+    dgx.allocate(granted(dgx, "a", 0, wants_gpu=False))
+    p = dgx.allocate(granted(dgx, "b", 0, exclusive_cpus=2))
+    assert p.warnings == () and dgx.gpus_in_use() == {0: ("a", "b")}

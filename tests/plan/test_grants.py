@@ -171,70 +171,96 @@ def test_exclusive_per_pod_cap_counts_the_pods_other_containers():
     assert "pod-caps.exclusive-cpus: 50% = 32" in err.message
 
 
-# -- GPUs ----------------------------------------------------------------------------------
+# -- GPUs: a requirement on the device plugin's grant, never chosen --------------------------
 
-def test_gpus_without_a_grant_only_for_listed_namespaces():
+UUID = "GPU-d0000000-0000-0000-0000-00000000000"  # + the index: dgx-like.yaml's GPUs
+
+
+def cdi(*names: object, kind: str = "nvidia.com/gpu") -> GrantedResources:
+    return GrantedResources(cdi_devices=tuple(f"{kind}={n}" for n in names))
+
+
+def test_no_grant_is_refused_and_an_env_is_no_grant():
     err = refused("gpu: {count: 1}", ctx(allocator=allocator()))
-    assert err.field == "gpu" and "permissions.ungranted-gpus" in err.message
-    config = NodeConfig(permissions=Permissions(ungranted_gpus=("shop",)))
-    plan = plan_container(sla("gpu: {count: 1}"), ctx(config=config, allocator=allocator()))
-    assert len(plan.placement_record["gpus"]) == 1
-
-
-def test_granted_gpus_are_chosen_anew_same_count_better_placed():
-    # The device plugin granted GPUs 0 and 7 (different NUMA nodes, no NVLink between).
-    granted = GrantedResources(gpu_cdi=("nvidia.com/gpu=0", "nvidia.com/gpu=7"))
-    alloc = allocator()
-    plan = plan_container(sla("gpu: {count: 2, topology: nvlink}"),
-                          ctx(granted, allocator=alloc))
-    chosen = [int(g.rsplit("-", 1)[1]) for g in plan.placement_record["gpus"]]
-    gpus = {g.index: g for g in alloc.inventory.gpus}
-    assert len(chosen) == 2 and chosen[1] in gpus[chosen[0]].nvlink_peers
-    err = refused("gpu: {count: 4}", ctx(granted, allocator=allocator()))
-    assert err.message.startswith("4 exceeds the 2 whole GPU(s) a device plugin granted")
-    assert err.field == "gpu.count" and err.message.endswith("allowed: at most 2")
-
-
-def test_soft_gpu_count_is_clamped_to_the_grant():
-    granted = GrantedResources(gpu_visible="GPU-d0000000-0000-0000-0000-000000000003")
-    plan = plan_container(sla("gpu: {count: 4}", "soft"), ctx(granted, allocator=allocator()))
-    assert len(plan.placement_record["gpus"]) == 1
-    assert "clamped to 1" in plan.warnings[0]
-    plan = plan_container(sla("gpu: {ids: [4, 5, 6]}", "soft"),
-                          ctx(GrantedResources(gpu_visible="0,1"), allocator=allocator()))
-    assert [g[-1] for g in plan.placement_record["gpus"]] == ["4", "5"]
-
-
-def test_all_is_no_grant():
-    for granted in (GrantedResources(gpu_visible="all"),
-                    GrantedResources(gpu_cdi=("nvidia.com/gpu=all",))):
-        assert refused("gpu: {count: 8}", ctx(granted, allocator=allocator())).field == "gpu"
-
-
-def test_gpus_the_runtime_assigned_are_aligned_not_capped():
-    config = NodeConfig(pod_caps=PodCaps(gpus=Cap(1)))
-    plan = plan_container(sla("gpu: {from: runtime}"),
-                          ctx(GrantedResources(gpu_visible="4,5"), config=config,
+    assert err.field == "gpu" and err.message.startswith(
+        "no device plugin granted this container a GPU")
+    err = refused("gpu: {count: 8}", ctx(GrantedResources(env_gpus="0,1,2,3,4,5,6,7"),
+                                          allocator=allocator()))
+    assert "its env NVIDIA_VISIBLE_DEVICES='0,1,2,3,4,5,6,7' is not a grant" in err.message
+    plan = plan_container(sla("gpu: {count: 1}\ncpu: {exclusive: 2}", "soft"),
+                          ctx(GrantedResources(cpu_shares=2048, env_gpus="all"),
                               allocator=allocator()))
-    assert plan.placement_record["runtime"] and plan.mems == "1"
+    assert "gpus" not in plan.placement_record and plan.placement_record["exclusive"]
+    assert "no GPU is aligned" in plan.warnings[0]
 
 
-def test_a_mig_grant_allows_a_mig_instance_not_whole_gpus():
-    granted = GrantedResources(gpu_cdi=("nvidia.com/gpu=MIG-a0000000-0000-0000-0000-000000000003",))
+def test_the_grant_is_held_and_aligned_to_never_replaced():
+    # The device plugin granted GPUs 0 and 7 (different NUMA nodes, no NVLink between).
+    granted = cdi(0, 7)
+    plan = plan_container(sla("gpu: {count: 2}"), ctx(granted, allocator=allocator()))
+    assert [g[-1] for g in plan.placement_record["gpus"]] == ["0", "7"]
+    assert plan.mems == "0-1"
+    err = refused("gpu: {count: 2, topology: nvlink}", ctx(granted, allocator=allocator()))
+    assert err.field == "gpu.topology" and err.message == (
+        "nvlink: the granted GPUs are not all NVLink-connected to each other (granted: "
+        "GPU 0 (GPU-d0000000-0000-0000-0000-000000000000, NUMA 0), "
+        "GPU 7 (GPU-d0000000-0000-0000-0000-000000000007, NUMA 1))")
+    err = refused("gpu: {count: 4}", ctx(granted, allocator=allocator()))
+    assert err.field == "gpu.count"
+    assert err.message.startswith("asks for 4 whole GPUs; the grant has 2 (granted: GPU 0")
+
+
+def test_soft_grant_shortfalls_warn_and_keep_the_grant():
+    granted = cdi("GPU-d0000000-0000-0000-0000-000000000003")
+    plan = plan_container(sla("gpu: {count: 4}", "soft"), ctx(granted, allocator=allocator()))
+    assert plan.placement_record["gpus"] == ["GPU-d0000000-0000-0000-0000-000000000003"]
+    assert "asks for 4 whole GPUs; the grant has 1" in plan.warnings[0]
+    plan = plan_container(sla("gpu: {ids: [0, 5]}", "soft"), ctx(cdi(0, 1),
+                                                                allocator=allocator()))
+    assert [g[-1] for g in plan.placement_record["gpus"]] == ["0", "1"]
+    assert "gpu.ids: GPU 5 is not granted to this container" in plan.warnings[0]
+
+
+def test_every_grant_kind_and_evidence_counts():
+    """The NVIDIA device plugin's CDI kind, GPU device nodes and volume mounts are grants;
+    a CDI kind the node config does not list is not."""
+    for granted in (cdi(4, 5, kind="k8s.device-plugin.nvidia.com/gpu"),
+                    GrantedResources(gpu_devices=((195, 4), (195, 5), (195, 255))),
+                    GrantedResources(device_mounts=("4", f"{UUID}5"))):
+        plan = plan_container(sla("gpu: {count: 2, topology: numa}"),
+                              ctx(granted, allocator=allocator()))
+        assert [g[-1] for g in plan.placement_record["gpus"]] == ["4", "5"]
+        assert plan.mems == "1"
+    err = refused("gpu: {count: 1}", ctx(cdi(0, kind="example.com/gpu"),
+                                          allocator=allocator()))
+    assert err.message.startswith("no device plugin granted")
+
+
+def test_all_is_every_gpu_when_the_runtime_wrote_it():
+    plan = plan_container(sla("gpu: {count: 8}"), ctx(cdi("all"), allocator=allocator()))
+    assert len(plan.placement_record["gpus"]) == 8
+
+
+def test_gpu_from_stays_accepted_and_means_the_grant():
+    for text in ("gpu: {from: runtime}", "gpu: {from: plugin, count: 2}"):
+        plan = plan_container(sla(text), ctx(cdi(4, 5), allocator=allocator()))
+        assert plan.placement_record["gpus"] and plan.mems == "1"
+
+
+def test_a_mig_grant_meets_a_mig_profile_not_a_whole_gpu_count():
+    granted = cdi("MIG-a0000000-0000-0000-0000-000000000003")
     plan = plan_container(sla("gpu: {mig: 1g.10gb}"),
                           ctx(granted, allocator=allocator("mig-box.yaml")))
-    assert plan.placement_record["mig"].startswith("MIG-")
+    assert plan.placement_record["migs"] == ["MIG-a0000000-0000-0000-0000-000000000003"]
     err = refused("gpu: {count: 1}", ctx(granted, allocator=allocator("mig-box.yaml")))
-    assert err.message.startswith("1 exceeds the 0 whole GPU(s) a device plugin granted")
+    assert err.message.startswith("asks for 1 whole GPU; the grant has 0 (granted: MIG 1g.10gb")
+    err = refused("gpu: {mig: 7g.80gb}", ctx(granted, allocator=allocator("mig-box.yaml")))
+    assert err.field == "gpu.mig" and "none is granted" in err.message
 
 
-def test_gpu_per_pod_cap():
-    config = NodeConfig(pod_caps=PodCaps(gpus=Cap(25, percent=True)))  # 2 of 8
-    granted = GrantedResources(gpu_cdi=tuple(f"nvidia.com/gpu={i}" for i in range(4)))
-    err = refused("gpu: {count: 2}", ctx(granted, config=config, allocator=allocator(),
-                                          pod_usage=PodUsage(gpus=1)))
-    assert err.message == ("2 exceeds the node's per-pod cap (node config pod-caps.gpus: "
-                           "25% = 2, the pod's other containers hold 1); allowed: at most 1")
+def test_unknown_grant_names_are_reported():
+    err = refused("gpu: {count: 1}", ctx(cdi("GPU-elsewhere"), allocator=allocator()))
+    assert "'GPU-elsewhere', which match no GPU on this node" in err.message
 
 
 # -- real-time share -----------------------------------------------------------------------
@@ -302,11 +328,11 @@ def test_reuse_key_includes_the_grant():
 def test_per_pod_usage_follows_the_node_state():
     n = node()
     granted = GrantedResources(cpu_shares=8192,
-                               gpu_cdi=tuple(f"nvidia.com/gpu={i}" for i in range(2)))
+                               cdi_devices=tuple(f"nvidia.com/gpu={i}" for i in range(2)))
     first = decide(n, {KEY: "cpu: {exclusive: 4}\ngpu: {count: 2}"}, "a", namespace="ml",
                    owner="a", pod="p", granted=granted)
     assert first.outcome == "enforced"
-    assert n.pod_usage("p", "b") == PodUsage(gpus=2, exclusive_cpus=4)
+    assert n.pod_usage("p", "b") == PodUsage(exclusive_cpus=4)
     assert n.pod_usage("other", "b") == PodUsage() and n.pod_usage("p", "a") == PodUsage()
     n.release("a")
     assert n.pod_usage("p", "b") == PodUsage()

@@ -26,15 +26,13 @@ from nri_plugin.plan.record import (
 GPU0, GPU1 = (g.uuid for g in SNAPSHOT.inventory.gpus[:2])
 BASE = {"v": 2, "path": "nri", "enforcement": "hard", "cgroup_version": 2}
 
-# Every recorded field set, as the planner would (gpu_devices, warnings, reasons and key
-# are not recorded).
+# Every recorded field set, as the planner would (warnings, reasons and key are not
+# recorded).
 FULL = ContainerPlan(
     "soft", 1, cpu_quota=250_000, cpu_period=100_000, cpus="0-3,32-35", mems="0",
     rt_runtime=5000, rt_period=1_000_000, memory_max=10 << 30, memory_high=8 << 30,
     memory_soft_limit=8 << 30, memory_policy=MemoryPolicy("bind", "0"), io_weight=500,
     io_max=(IoLimit(259, 0, read_bps=500 << 20, write_iops=10000),),
-    gpu_env=(("NVIDIA_VISIBLE_DEVICES", f"{GPU0},{GPU1}"),),
-    gpu_cdi=(f"nvidia.com/gpu={GPU0}", f"nvidia.com/gpu={GPU1}"),
     placement_record={"gpus": [GPU0, GPU1], "exclusive": "2-3,34-35", "cpus": "0-3,32-35",
                       "mems": "0", "aligned": True})
 
@@ -51,7 +49,23 @@ def test_every_field_round_trips():
     assert signed(BASE) == signed_text(json.dumps(BASE, separators=(",", ":"), sort_keys=True))
     # A plan field that is recorded but not checked (or the reverse) would fail restore.
     recorded = {f.name for f in fields(ContainerPlan)} - record_module._SKIP
-    assert set(record_module._FIELDS) == recorded
+    assert set(record_module._FIELDS) - set(record_module._INJECTED) == recorded
+
+
+def test_a_record_from_before_issue_18_still_restores():
+    """nri-sla chose and injected GPUs then: the record's injection is checked and left
+    out of the plan (the runtime applied it at creation), its GPUs are still held."""
+    old = {**BASE, "gpu_env": {"NVIDIA_VISIBLE_DEVICES": f"{GPU0},{GPU1}"},
+           "gpu_cdi": [f"nvidia.com/gpu={GPU0}", f"nvidia.com/gpu={GPU1}"],
+           "placement_record": {"gpus": [GPU0, GPU1], "shared": True, "runtime": True}}
+    _, plan = decode_record(signed(old), OWNER, KEY, NODE)
+    assert plan == ContainerPlan("hard", 2, placement_record={
+        "gpus": [GPU0, GPU1], "shared": True, "runtime": True})
+    mig = SNAPSHOT.inventory.gpus[0].mig_instances
+    if mig:  # the snapshot's first GPU in MIG mode: the old one-device form
+        _, plan = decode_record(signed({**BASE, "placement_record": {"mig": mig[0].uuid}}),
+                                OWNER, KEY, NODE)
+        assert plan.placement_record == {"mig": mig[0].uuid}
 
 
 def test_a_plain_plan_round_trips_without_node_facts():
@@ -143,6 +157,8 @@ def test_deep_nesting_is_refused_before_json_parses_it():
     ({"placement_record": {"gpus": ["GPU-not-here"]}}, "GPU 'GPU-not-here' is not on this node"),
     ({"placement_record": {"gpus": ["8"]}}, "GPU '8' is not on this node"),
     ({"placement_record": {"mig": "MIG-none"}}, "MIG device 'MIG-none' is not on this node"),
+    ({"placement_record": {"migs": ["MIG-none"]}}, "MIG device 'MIG-none' is not on this node"),
+    ({"placement_record": {"migs": []}}, "migs must be a list of 1 to"),
     ({"placement_record": {"exclusive": "0-4294967295"}}, "names an id too large"),
     ({"placement_record": {"shared": 1}}, "shared must be true when present, got 1"),
     ({"placement_record": {"owner": "x"}}, "'owner' is not one of"),
@@ -189,8 +205,9 @@ def test_the_hook_checks_gpu_names_for_form_only():
 @pytest.mark.parametrize(("plan", "needs"), [
     (ContainerPlan("hard", 2, cpu_quota=1000), ()),
     (FULL, ("realtime", "gpus", "exclusive-cpus", "io-max")),
-    (ContainerPlan("hard", 1, placement_record={"gpus": [GPU0], "runtime": True}), ()),
+    (ContainerPlan("hard", 1, placement_record={"gpus": [GPU0], "runtime": True}), ("gpus",)),
     (ContainerPlan("hard", 1, placement_record={"mig": "MIG-1"}), ("gpus",)),
+    (ContainerPlan("hard", 1, placement_record={"migs": ["MIG-1"]}), ("gpus",)),
     (ContainerPlan("hard", 1, placement_record={"cpus": "0-3", "mems": "0"}), ()),
 ])
 def test_granted_permissions(plan, needs):

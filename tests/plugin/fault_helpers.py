@@ -6,9 +6,10 @@ enforced container's plan, the plugin holds exactly what the live records hold."
 from __future__ import annotations
 
 import asyncio
+import re
 from pathlib import Path
 
-from plugin_helpers import make_pod_cgroups, runc_create
+from plugin_helpers import gpu_grant, make_pod_cgroups, runc_create
 
 from nri_plugin.core.decision import parse_sla
 from nri_plugin.enforce.cgfile import CgroupWriter
@@ -30,12 +31,22 @@ MIX = ("gpu: {count: 2, align: false}",
        None)
 
 
-class Kubelet:
-    """Creates pods through the current runtime instance; `replace` swaps the instance."""
+def gpus_asked(sla: str | None) -> int:
+    """The GPUs a MIX pod's limits ask (its SLA's gpu.count): the kubelet grants them."""
+    found = re.search(r"gpu: \{count: (\d+)", sla or "")
+    return int(found.group(1)) if found else 0
 
-    def __init__(self, cri: Cri, cgroup_root: Path) -> None:
+
+class Kubelet:
+    """Creates pods through the current runtime instance; `replace` swaps the instance.
+    Keeps the node's GPU books as the kubelet does: a pod whose GPUs are not free is not
+    admitted (`unadmitted`), one admitted gets distinct GPUs (CDI names, its grant)."""
+
+    def __init__(self, cri: Cri, cgroup_root: Path, gpus: int = 8) -> None:
         self.cri = cri
         self.root = cgroup_root
+        self.free_gpus = list(range(gpus))
+        self.unadmitted: set[str] = set()  # pod names the kubelet had no GPUs for
         self._up = asyncio.Event()
         self._up.set()
         self.refused: dict[str, str] = {}  # pod name -> the plugin's message
@@ -55,7 +66,12 @@ class Kubelet:
         A runtime that dies on the way is waited out and the rest retried `retry_after`
         seconds after the next one is up (the kubelet's back-off)."""
         pod = make_pod(name, annotations={"sla.nri.io/pod": sla} if sla else None)
-        ctr = make_container(pod, "c")
+        wanted = gpus_asked(sla)
+        if wanted > len(self.free_gpus):
+            self.unadmitted.add(name)
+            return
+        grant, self.free_gpus = self.free_gpus[:wanted], self.free_gpus[wanted:]
+        ctr = make_container(pod, "c", cdi_devices=gpu_grant(*grant))
         while True:
             await self._up.wait()
             cri = self.cri
@@ -79,6 +95,7 @@ class Kubelet:
                 stored = await cri.create_container(pod, ctr)
             except PluginCallError as exc:
                 self.refused[pod.name] = exc.message
+                self.free_gpus += grant_of(ctr)
                 return
             self.created += 1
         if stored.state == pb.CONTAINER_CREATED:
@@ -87,12 +104,19 @@ class Kubelet:
                 await cri.start_container(pod, ctr)
             except PluginCallError as exc:
                 self.refused[pod.name] = exc.message
+                self.free_gpus += grant_of(ctr)
                 return
         if churn and APPLIED in stored.annotations:
             await cri.stop_container(pod, ctr)
             await cri.remove_container(pod, ctr)
             await cri.remove_pod(pod)
             self.removed.add(ctr.id)
+            self.free_gpus += grant_of(ctr)
+
+
+def grant_of(ctr: pb.Container) -> list[int]:
+    """The GPU indexes the kubelet granted `ctr` (gpu_grant's CDI names)."""
+    return [int(d.name.rpartition("=")[2]) for d in ctr.CDI_devices]
 
 
 def asks_sla(plugin, sim, ctr: pb.Container) -> bool:
@@ -125,7 +149,7 @@ def holdings(plugin) -> dict[str, object]:
     allocator = plugin.node.allocator
     return {"gpus": {i: set(o) for i, o in allocator.gpus_in_use().items()},
             "cpus": allocator.exclusive_cpus_in_use(),
-            "rt": set(plugin.node.rt_budget.owners()), "plans": set(plugin._plans)}
+            "rt": set(plugin.node.rt_budget.owners()), "plans": set(plugin.registry.plans())}
 
 
 def held_by_records(plugin, records) -> dict[str, object]:

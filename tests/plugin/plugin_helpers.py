@@ -100,15 +100,14 @@ def make_node(version: int, cgroup_root: Path | None = None, *, realtime=("*",),
 
 
 def permissive_node(version: int, cgroup_root: Path | None = None, **config) -> NodeState:
-    """A node policy that lets every namespace hold GPUs, CPUs and RT time without a
-    device-plugin grant or a request, and whole-node pod caps: for the tests about records
-    and faults (the grant rules have their own tests in tests/plan/test_grants.py)."""
+    """A node policy that lets every namespace hold CPUs and RT time without a request,
+    and whole-node pod caps: for the tests about records and faults (the grant rules have
+    their own tests in tests/plan/test_grants.py). GPUs are always a device plugin's grant
+    (gpu_grant)."""
     config.setdefault("permissions", Permissions(
-        realtime=("*",), gpus=("*",), exclusive_cpus=("*",), ungranted_gpus=("*",),
-        exceed_runtime_limits=("*",)))
+        realtime=("*",), gpus=("*",), exclusive_cpus=("*",), exceed_runtime_limits=("*",)))
     return make_node(version, cgroup_root, pod_caps=PodCaps(
-        gpus=Cap(100, percent=True), exclusive_cpus=Cap(100, percent=True), rt_share=1.0),
-        **config)
+        exclusive_cpus=Cap(100, percent=True), rt_share=1.0), **config)
 
 
 def make_container_dirs(root: Path, cgroups_path: str) -> dict[str, Path]:

@@ -17,7 +17,7 @@ import os
 import shutil
 
 import pytest
-from plugin_helpers import make_container_dirs, permissive_node, plugin_session
+from plugin_helpers import gpu_grant, make_container_dirs, permissive_node, plugin_session
 
 from nri_plugin.enforce.cgfile import CgroupWriter
 from nri_plugin.nri import events as ev
@@ -53,11 +53,11 @@ def run(coro):
 
 async def start_one(tmp_path, v1_tree, enforcement: str, before_start=None):
     """Create and start one pod with IO_SLA; (StartContainer's error or None, the
-    container's blkio files afterwards, GPUs another pod gets afterwards)."""
-    async with plugin_session(permissive_node(1, v1_tree), tmp_path) as (_s, session, _p):
+    container's blkio files afterwards, the holders of its granted GPU afterwards)."""
+    async with plugin_session(permissive_node(1, v1_tree), tmp_path) as (_s, session, plugin):
         pod = make_pod("io", annotations={"sla.nri.io/pod": IO_SLA,
                                           "sla.nri.io/enforcement": enforcement})
-        ctr = make_container(pod, "c")
+        ctr = make_container(pod, "c", cdi_devices=gpu_grant(0))
         await session.create_container(pod, ctr)
         blkio = make_container_dirs(v1_tree, ctr.linux.cgroups_path)["blkio"]
         for name, value in BEFORE.items():
@@ -72,13 +72,8 @@ async def start_one(tmp_path, v1_tree, enforcement: str, before_start=None):
         except PluginCallError as exc:
             error = exc
         files = {n: (blkio / n).read_text() for n in BEFORE} if blkio.exists() else None
-        big = make_pod("big", annotations={"sla.nri.io/pod": "gpu: {count: 8}"})
-        try:
-            got = len((await session.create_container(big, make_container(big, "c"))
-                       ).adjust.CDI_devices)
-        except PluginCallError:
-            got = 0
-        return error, files, got
+        holders = plugin.node.allocator.gpus_in_use().get(0, ())
+        return error, files, "held" if holders == (ctr.id,) else holders
 
 
 @pytest.mark.parametrize("code", [errno.EINVAL, errno.EBUSY, errno.EPERM])
@@ -94,7 +89,7 @@ def test_hard_refused_write_undoes_the_others_and_frees_the_gpu(tmp_path, v1_tre
     # drops the rule written with 0; this plain file shows that write).
     assert files == {"blkio.bfq.weight": "100", "blkio.throttle.read_bps_device": "259:0 0",
                      "blkio.throttle.write_iops_device": ""}
-    assert gpus_after == 8  # the refused container's GPU was freed at the refusal
+    assert gpus_after == ()  # the refused container no longer holds its GPU
 
 
 def test_soft_refused_write_warns_and_keeps_the_rest(tmp_path, v1_tree, monkeypatch, caplog):
@@ -107,7 +102,7 @@ def test_soft_refused_write_warns_and_keeps_the_rest(tmp_path, v1_tree, monkeypa
     assert files["blkio.throttle.write_iops_device"] == ""
     assert any("write_iops_device" in m and "Device or resource busy" in m
                for m in caplog.messages)
-    assert gpus_after == 0  # it runs and keeps its GPU
+    assert gpus_after == "held"  # it runs and keeps its GPU
 
 
 @pytest.mark.parametrize("enforcement", ["hard", "soft"])
@@ -117,6 +112,6 @@ def test_cgroup_removed_between_create_and_start(tmp_path, v1_tree, enforcement)
     assert files is None
     if enforcement == "hard":
         assert error is not None and "cgroup directory does not exist" in error.message
-        assert gpus_after == 8
+        assert gpus_after == ()
     else:
-        assert error is None and gpus_after == 0
+        assert error is None and gpus_after == "held"

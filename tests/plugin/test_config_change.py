@@ -16,18 +16,16 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from plugin_helpers import make_node, make_pod_cgroups, plugin_session
+from plugin_helpers import gpu_grant, make_node, make_pod_cgroups, plugin_session
 
 from nri_plugin.config import Cap, Permissions, PodCaps
 from nri_plugin.nri.pb import nri_pb2 as pb
 from nri_plugin.simulated.runtime import PluginCallError, make_container, make_pod
 from nri_plugin.topology.cpulist import parse_cpulist
 
-CAPS = PodCaps(gpus=Cap(100, percent=True), exclusive_cpus=Cap(100, percent=True),
-               rt_share=1.0)
+CAPS = PodCaps(exclusive_cpus=Cap(100, percent=True), rt_share=1.0)
 BEFORE = dict(enforcement="hard", pod_caps=CAPS, permissions=Permissions(
-    realtime=("team-a",), gpus=("*",), exclusive_cpus=("*",), ungranted_gpus=("*",),
-    exceed_runtime_limits=("*",)))
+    realtime=("team-a",), gpus=("*",), exclusive_cpus=("*",), exceed_runtime_limits=("*",)))
 
 
 def after(reserved: tuple[int, ...]) -> dict:
@@ -35,12 +33,12 @@ def after(reserved: tuple[int, ...]) -> dict:
     CPUs a running container holds exclusively now reserved."""
     return dict(enforcement="soft", pod_caps=CAPS, reserved_cpus=reserved,
                 permissions=Permissions(realtime=(), gpus=("ml-*",), exclusive_cpus=("*",),
-                                        ungranted_gpus=("*",), exceed_runtime_limits=("*",)))
+                                        exceed_runtime_limits=("*",)))
 
 
-async def run_pod(session, root, name, sla, namespace="default"):
+async def run_pod(session, root, name, sla, namespace="default", gpus=()):
     pod = make_pod(name, namespace=namespace, annotations={"sla.nri.io/pod": sla})
-    ctr = make_container(pod, "c")
+    ctr = make_container(pod, "c", cdi_devices=gpu_grant(*gpus))
     make_pod_cgroups(root, ctr.linux.cgroups_path)
     await session.run_pod_sandbox(pod)
     try:
@@ -56,10 +54,11 @@ def test_restart_with_a_changed_config(tmp_path, v1_tree, caplog):
 
     async def scenario():
         async with plugin_session(make_node(1, v1_tree, **BEFORE), tmp_path) as (sim, session, _p):
-            old = {name: await run_pod(session, v1_tree, name, sla, ns) for name, sla, ns in (
-                ("rt", "cpu: {rt-runtime: 10ms}", "team-a"),
-                ("gpu", "gpu: {count: 2, align: false}", "team-a"),
-                ("excl", "cpu: {exclusive: 4}", "default"))}
+            old = {name: await run_pod(session, v1_tree, name, sla, ns, gpus)
+                   for name, sla, ns, gpus in (
+                       ("rt", "cpu: {rt-runtime: 10ms}", "team-a", ()),
+                       ("gpu", "gpu: {count: 2, align: false}", "team-a", (0, 1)),
+                       ("excl", "cpu: {exclusive: 4}", "default", ()))}
             state = sim.state
         held = frozenset(parse_cpulist(old["excl"][2].adjust.linux.resources.cpu.cpus))
         node = make_node(1, v1_tree, **after(tuple(sorted(held))))
@@ -67,17 +66,18 @@ def test_restart_with_a_changed_config(tmp_path, v1_tree, caplog):
                                   containers=state.containers.values()) as (_s, session, plugin):
             kept = (dict(plugin.node.allocator.gpus_in_use()),
                     plugin.node.allocator.exclusive_cpus_in_use(),
-                    plugin.node.rt_budget.owners(), sorted(plugin._plans))
-            new = {name: (await run_pod(session, v1_tree, name, sla, ns))[2] for name, sla, ns in (
-                ("rt2", "cpu: {rt-runtime: 10ms}", "team-a"),
-                ("gpu2", "gpu: {count: 1, align: false}", "team-a"),
-                ("ml", "gpu: {count: 8, align: false}", "ml-train"),
-                ("excl2", "cpu: {exclusive: 4}", "default"),
-                ("hard", "enforcement: hard\ncpu: {rt-runtime: 10ms}", "team-a"))}
-            free_gpus = 8 - len(plugin.node.allocator.gpus_in_use())  # after "ml"
-        return old, state, held, kept, new, free_gpus
+                    plugin.node.rt_budget.owners(), sorted(plugin.registry.plans()))
+            new = {name: (await run_pod(session, v1_tree, name, sla, ns, gpus))[2]
+                   for name, sla, ns, gpus in (
+                       ("rt2", "cpu: {rt-runtime: 10ms}", "team-a", ()),
+                       ("gpu2", "gpu: {count: 1, align: false}", "team-a", (2,)),
+                       ("ml", "gpu: {count: 8, align: false}", "ml-train", range(3, 8)),
+                       ("excl2", "cpu: {exclusive: 4}", "default", ()),
+                       ("hard", "enforcement: hard\ncpu: {rt-runtime: 10ms}", "team-a", ()))}
+            in_use = plugin.node.allocator.gpus_in_use()  # after "ml"
+        return old, state, held, kept, new, in_use
 
-    old, state, held, kept, new, free_gpus = asyncio.run(asyncio.wait_for(scenario(), 30))
+    old, state, held, kept, new, in_use = asyncio.run(asyncio.wait_for(scenario(), 30))
     ids = {name: ctr.id for name, (_pod, ctr, _r) in old.items()}
     # The running containers are untouched by the restart (still running, same spec).
     assert all(state.containers[i].state == pb.CONTAINER_RUNNING for i in ids.values())
@@ -96,14 +96,15 @@ def test_restart_with_a_changed_config(tmp_path, v1_tree, caplog):
     for name in ("rt2", "gpu2"):
         assert "sla.nri.io/warnings" in new[name].adjust.annotations, name
     assert not new["rt2"].adjust.linux.resources.cpu.HasField("realtime_runtime")
-    assert not new["gpu2"].adjust.CDI_devices
+    assert "permissions.gpus" in new["gpu2"].adjust.annotations["sla.nri.io/warnings"]
     # ... an explicit hard SLA is still refused ...
     assert isinstance(new["hard"], str) and "realtime" in new["hard"]
-    # ... 8 GPUs for an allowed namespace do not fit: team-a's container still uses 2
-    # (none handed out twice; drain such pods when revoking a grant), so the soft default
-    # gives the 6 free ones and says so ...
-    assert free_gpus == 0 and len(new["ml"].adjust.CDI_devices) == 6
-    assert "requested 8 GPUs" in new["ml"].adjust.annotations["sla.nri.io/warnings"]
+    # ... an allowed namespace's SLA asking 8 GPUs of a 5-GPU grant: the soft default
+    # warns, and nri-sla adds none (team-a's container still holds its 2, gpu2 its one:
+    # every grant is held) ...
+    assert len(in_use) == 8 and not new["ml"].adjust.CDI_devices
+    assert ("asks for 8 whole GPUs; the grant has 5"
+            in new["ml"].adjust.annotations["sla.nri.io/warnings"])
     # ... and exclusive CPUs come from outside reserved-cpus and what excl holds.
     got = parse_cpulist(new["excl2"].adjust.linux.resources.cpu.cpus)
     assert len(got) == 4 and not got & held

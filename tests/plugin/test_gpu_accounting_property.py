@@ -32,7 +32,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from plugin_helpers import make_node
@@ -250,10 +249,6 @@ async def play(strategy: str, plan: list[tuple], socket: str) -> World:
     return world
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "nri-sla still adds its own GPU choice and counts only SLA containers' GPUs as held "
-    "(issue 18): a pod without an SLA granted GPU 0 and an SLA pod granted GPU 1 both "
-    "open GPU 0"))
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(worlds())
 def test_containers_open_exactly_their_grant(world_plan):

@@ -9,6 +9,7 @@ simulator and rescans as its Periodic and every Synchronize do (SlaPlugin.rescan
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from dataclasses import replace
 
@@ -16,7 +17,7 @@ import pytest
 from plugin_helpers import RECORD_KEY, plugin_session
 
 from nri_plugin.commands.run import build_service
-from nri_plugin.config import Cap, GpuConfig, NodeConfig, Permissions, PodCaps
+from nri_plugin.config import GpuConfig, NodeConfig, Permissions
 from nri_plugin.core import NodeState
 from nri_plugin.metrics import Metrics
 from nri_plugin.plan.allocator import Allocator
@@ -25,10 +26,7 @@ from nri_plugin.simulated.runtime import PluginCallError, make_container, make_p
 from nri_plugin.topology.cpus import read_topology
 from nri_plugin.topology.inventory import load_inventory
 
-CONFIG = NodeConfig(
-    permissions=Permissions(gpus=("*",), ungranted_gpus=("*",),
-                            exceed_runtime_limits=("*",)),
-    pod_caps=PodCaps(gpus=Cap(100, percent=True)))
+CONFIG = NodeConfig(permissions=Permissions(gpus=("*",), exceed_runtime_limits=("*",)))
 
 
 def nvml_node(tmp_path, nvml: FakeNvml) -> NodeState:
@@ -42,7 +40,9 @@ def nvml_node(tmp_path, nvml: FakeNvml) -> NodeState:
 
 
 def uuids(resp) -> set[str]:
-    return {d.name.removeprefix("nvidia.com/gpu=") for d in resp.adjust.CDI_devices}
+    """The GPUs the container's record holds (its grant)."""
+    return set(json.loads(resp.adjust.annotations["sla.nri.io/applied"])
+               ["placement_record"]["gpus"])
 
 
 def test_gpus_vanishing_and_appearing_while_held(tmp_path, caplog):
@@ -54,10 +54,11 @@ def test_gpus_vanishing_and_appearing_while_held(tmp_path, caplog):
     def gauge(name):
         return metrics.value(f"nri_sla_{name}")
 
-    async def gpus(session, name, count):
+    async def gpus(session, name, granted):
+        """A pod the kubelet granted the GPUs `granted` (UUIDs) and whose SLA asks them."""
         pod = make_pod(name, annotations={
-            "sla.nri.io/pod": f"gpu: {{count: {count}, align: false}}"})
-        ctr = make_container(pod, "c")
+            "sla.nri.io/pod": f"gpu: {{count: {len(granted)}, align: false}}"})
+        ctr = make_container(pod, "c", cdi_devices=[f"nvidia.com/gpu={u}" for u in granted])
         await session.run_pod_sandbox(pod)
         try:
             return pod, ctr, uuids(await session.create_container(pod, ctr))
@@ -66,14 +67,16 @@ def test_gpus_vanishing_and_appearing_while_held(tmp_path, caplog):
 
     async def scenario():
         seen = {}
+        all_gpus = [g.uuid for g in nvml.gpus]
         async with plugin_session(node, tmp_path, metrics=metrics) as (sim, session, plugin):
-            a_pod, a, seen["a"] = await gpus(session, "a", 2)
+            a_pod, a, seen["a"] = await gpus(session, "a", all_gpus[:2])
             gone = next(g for g in nvml.gpus if g.uuid in seen["a"])
             nvml.gpus.remove(gone)  # falls off the bus while "a" holds it
             plugin.rescan_inventory()
             seen["missing"] = (gauge("gpus_missing"), gauge("gpus_in_use"))
-            _p, _c, seen["b"] = await gpus(session, "b", 7)  # 7 listed, "a" holds one
-            c_pod, c, seen["c"] = await gpus(session, "c", 6)
+            # a grant naming the vanished GPU matches nothing listed: refused, named
+            _p, _c, seen["b"] = await gpus(session, "b", [gone.uuid])
+            c_pod, c, seen["c"] = await gpus(session, "c", all_gpus[2:])
             plugin.rescan_inventory()  # nothing new: no second "GPU vanished"
             # Synchronize while it is gone: "a"'s record still counts, GPU included.
             stored = list(sim.state.containers.values())
@@ -82,14 +85,14 @@ def test_gpus_vanishing_and_appearing_while_held(tmp_path, caplog):
             await session.stop_container(c_pod, c)
             nvml.gpus.append(gone)  # back on the bus; "a" still holds it
             plugin.rescan_inventory()
-            _p, _c, seen["d"] = await gpus(session, "d", 7)
-            await session.stop_container(a_pod, a)  # now it is free again
-            _p, _c, seen["e"] = await gpus(session, "e", 8)
+            seen["back"] = plugin.node.allocator.gpus_in_use()
+            await session.stop_container(a_pod, a)  # now nobody holds it
+            _p, _c, seen["e"] = await gpus(session, "e", all_gpus)
             extra = replace(dgx_like_gpus()[0], uuid="GPU-e0000000-0000-0000-0000-000000000009",
                             bus="00000000:C1:00.0", minor=8)
             nvml.gpus.append(extra)  # a ninth GPU appears
             plugin.rescan_inventory()
-            _p, _c, seen["f"] = await gpus(session, "f", 1)
+            _p, _c, seen["f"] = await gpus(session, "f", [extra.uuid])
             seen["end"] = (gauge("gpus_missing"), gauge("gpus_in_use"))
         return gone.uuid, extra.uuid, seen
 
@@ -97,16 +100,16 @@ def test_gpus_vanishing_and_appearing_while_held(tmp_path, caplog):
     assert gone in seen["a"]
     (vanished,) = [r for r in caplog.records if r.getMessage() == "GPU vanished"]
     assert vanished.fields["gpu"] == gone and vanished.fields["holders"]
-    # Still held by "a", never handed out: 7 listed GPUs, one of them "a"'s.
+    # Still held by "a": one listed GPU and the missing one.
     assert seen["missing"] == (1, 2)
-    assert "free" in seen["b"]
+    assert f"{gone!r}, which match no GPU on this node" in seen["b"]
     assert len(seen["c"]) == 6 and gone not in seen["c"] and not seen["c"] & seen["a"]
     assert seen["synced"] == (1, 8)  # restore kept "a"'s vanished GPU
-    # Back while held: still "a"'s (the 6 free ones went to "c" and back)...
+    # Back while held: still "a"'s ...
     assert any(r.getMessage() == "GPU back" and r.fields["gpu"] == gone
                for r in caplog.records)
-    assert "free" in seen["d"]
-    # ... and offered once "a" let go: all 8 again.
+    assert len(seen["back"]) == 2 and all(len(h) == 1 for h in seen["back"].values())
+    # ... and a grant naming it once "a" let go holds it again.
     assert len(seen["e"]) == 8 and gone in seen["e"]
     assert any(r.getMessage() == "GPU appeared" and r.fields["gpu"] == extra
                for r in caplog.records)

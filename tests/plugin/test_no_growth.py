@@ -12,6 +12,7 @@ import logging
 import tracemalloc
 
 from plugin_helpers import (
+    gpu_grant,
     make_pod_cgroups,
     permissive_node,
     plugin_session,
@@ -41,7 +42,8 @@ def test_lifecycles_do_not_grow_the_heap(tmp_path, v1_tree, caplog):
                 for i in range(start, start + count):
                     sla = SLAS[i % len(SLAS)]
                     pod = make_pod(f"p{i}", annotations={"sla.nri.io/pod": sla} if sla else None)
-                    ctr = make_container(pod, "c")
+                    grant = gpu_grant(i % 8) if sla and "gpu" in sla else ()
+                    ctr = make_container(pod, "c", cdi_devices=grant)
                     rt = sla is not None and "rt-runtime" in sla
                     if rt:  # the RT room needs the pod's cgroups (as the kubelet makes them)
                         make_pod_cgroups(v1_tree, ctr.linux.cgroups_path)
@@ -66,5 +68,5 @@ def test_lifecycles_do_not_grow_the_heap(tmp_path, v1_tree, caplog):
     grown, top, plugin = asyncio.run(asyncio.wait_for(scenario(), 120))
     assert grown < BOUND, "\n".join(str(s) for s in top)
     node = plugin.node
-    assert plugin._plans == {} and not plugin._unstarted and node.usage() == (0, 0)
+    assert len(plugin.registry) == 0 and node.usage() == (0, 0)
     assert node.rt_budget.owners() == () and not node._pod_of and not node._cpusets

@@ -39,12 +39,20 @@ def test_full_sla_on_v2_node(tmp_path):
             pod = make_pod("trainer", namespace="ml", annotations={
                 "sla.nri.io/container.work": FULL_SLA.replace("  rt-runtime: 5ms\n", "")
                                                      .replace("  rt-period: 1s\n", "")})
-            # The kubelet granted 4 CPUs, 16Gi and two GPUs (0 and 7, not NVLinked).
+            # The kubelet granted 4 CPUs, 16Gi and two GPUs: 0 and 7 (not NVLinked) are
+            # refused for gpu.topology nvlink, 4 and 5 (NVLinked, NUMA 1) meet it.
             ctr = make_container(pod, "work", resources=guaranteed(4),
                                  cdi_devices=gpu_grant(0, 7))
-            return (await session.create_container(pod, ctr)).adjust, node
+            with pytest.raises(PluginCallError) as refused:
+                await session.create_container(pod, ctr)
+            ctr = make_container(pod, "work", resources=guaranteed(4),
+                                 cdi_devices=gpu_grant(4, 5))
+            return (await session.create_container(pod, ctr)).adjust, node, refused.value
 
-    adj, node = run(scenario())
+    adj, node, refused = run(scenario())
+    assert ("gpu.topology: nvlink: the granted GPUs are not all NVLink-connected to each other "
+            "(granted: GPU 0 (GPU-d0000000-0000-0000-0000-000000000000, NUMA 0), GPU 7 "
+            "(GPU-d0000000-0000-0000-0000-000000000007, NUMA 1))") in refused.message
     res = adj.linux.resources
     assert res.cpu.quota.value == 250_000 and res.cpu.period.value == 100_000
     assert res.memory.limit.value == 10 * GiB
@@ -53,9 +61,12 @@ def test_full_sla_on_v2_node(tmp_path):
     assert res.unified["io.max"] == (f"259:0 rbps={500 * MiB} wbps={200 * MiB} "
                                      "riops=20000 wiops=10000")
     assert not res.cpu.HasField("realtime_runtime")
-    # two NVLink-connected GPUs, CPUs and memory of their NUMA node, four of them exclusive
-    assert len(adj.CDI_devices) == 2
+    # the two granted GPUs, CPUs and memory of their NUMA node, four of them exclusive;
+    # nothing added to what the device plugin granted
+    assert not adj.CDI_devices and not adj.env and not adj.linux.devices
     record = applied(adj)
+    assert [g[-1] for g in record["placement_record"]["gpus"]] == ["4", "5"]
+    assert res.cpu.mems == "1"
     exclusive = record["placement_record"]["exclusive"]
     assert res.cpu.mems == record["placement_record"]["mems"]
     assert res.cpu.cpus and exclusive
@@ -142,35 +153,40 @@ def test_containerd_17_mode_and_no_sla_pods(tmp_path):
 
 
 def test_allocations_released_and_rebuilt_from_synchronize(tmp_path):
+    """Every granted container holds its GPUs, with or without an SLA; a restarted plugin
+    learns them from the running containers (record or not) and lets go at Stop."""
     one_gpu = {"sla.nri.io/pod": "gpu: {count: 1}"}
 
-    def one_granted(pod):
-        return make_container(pod, "c", cdi_devices=gpu_grant(0))
-
     async def scenario():
-        async with plugin_session(make_node(2), tmp_path) as (_, session, _p):
-            pod = make_pod("big", annotations={"sla.nri.io/pod": "gpu: {count: 8}"})
-            ctr = make_container(pod, "c", cdi_devices=gpu_grant(*range(8)))
+        async with plugin_session(make_node(2), tmp_path) as (_, session, plugin):
+            pod = make_pod("big", annotations={"sla.nri.io/pod": "gpu: {count: 6}"})
+            ctr = make_container(pod, "c", cdi_devices=gpu_grant(*range(6)))
             adj = (await session.create_container(pod, ctr)).adjust
-            other = make_pod("other", annotations=one_gpu)
-            with pytest.raises(PluginCallError) as full:
-                await session.create_container(other, one_granted(other))
-        # A restarted plugin learns the allocation from the running container's record.
-        running = make_container(pod, "c", state=pb.CONTAINER_RUNNING,
-                                 annotations=dict(adj.annotations))
-        async with plugin_session(make_node(2), tmp_path, pods=[pod],
-                                  containers=[running]) as (_, session, _p):
+            plain = make_pod("plain")  # no SLA: its grant counts all the same
+            plain_ctr = make_container(plain, "c", cdi_devices=gpu_grant(6, 7))
+            await session.create_container(plain, plain_ctr)
+            before = plugin.node.allocator.gpus_in_use()
+        # A restarted plugin learns the holders from the running containers.
+        running = [make_container(pod, "c", state=pb.CONTAINER_RUNNING,
+                                  annotations=dict(adj.annotations),
+                                  cdi_devices=gpu_grant(*range(6))),
+                   make_container(plain, "c", state=pb.CONTAINER_RUNNING,
+                                  cdi_devices=gpu_grant(6, 7))]
+        async with plugin_session(make_node(2), tmp_path, pods=[pod, plain],
+                                  containers=running) as (_, session, plugin):
+            after_restart = plugin.node.allocator.gpus_in_use()
+            await session.stop_container(pod, running[0])
             third = make_pod("third", annotations=one_gpu)
-            with pytest.raises(PluginCallError) as after_restart:
-                await session.create_container(third, one_granted(third))
-            await session.stop_container(pod, running)
-            freed = await session.create_container(third, one_granted(third))
-        return full.value, after_restart.value, freed
+            freed = await session.create_container(
+                third, make_container(third, "c", cdi_devices=gpu_grant(0)))
+            end = plugin.node.allocator.gpus_in_use()
+        return ctr.id, plain_ctr.id, before, after_restart, freed, end
 
-    full, after_restart, freed = run(scenario())
-    assert "free: none" in full.message
-    assert "free: none" in after_restart.message
-    assert len(freed.adjust.CDI_devices) == 1
+    big, plain, before, after_restart, freed, end = run(scenario())
+    assert before == after_restart == {**dict.fromkeys(range(6), (big,)),
+                                       6: (plain,), 7: (plain,)}
+    assert applied(freed.adjust)["placement_record"]["gpus"][0].endswith("0")
+    assert set(end) == {0, 6, 7} and end[6] == (plain,)
 
 
 def test_exclusive_cpus_leave_aligned_neighbours_cpusets(tmp_path):

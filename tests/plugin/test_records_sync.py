@@ -9,8 +9,7 @@ import json
 import logging
 import time
 
-import pytest
-from plugin_helpers import RECORD_KEY, make_node, permissive_node, plugin_session
+from plugin_helpers import RECORD_KEY, gpu_grant, make_node, permissive_node, plugin_session
 
 from nri_plugin.commands.run import build_service
 from nri_plugin.metrics import Metrics
@@ -18,7 +17,6 @@ from nri_plugin.nri.pb import nri_pb2 as pb
 from nri_plugin.nri.service import run_service
 from nri_plugin.plan.record import decode_record, record_text, sign_record
 from nri_plugin.simulated.runtime import (
-    PluginCallError,
     RuntimeSimulator,
     SimulatorOptions,
     make_container,
@@ -39,12 +37,14 @@ def counted(metrics: Metrics, name: str, **labels: str) -> float:
 
 
 async def created(session, name: str, sla: str | None, *, namespace: str = "default",
-                  annotations: dict[str, str] | None = None, created_at: int = 0):
-    """A pod + one container created through the plugin; (pod, container, response)."""
+                  annotations: dict[str, str] | None = None, created_at: int = 0,
+                  gpus: tuple[int, ...] = ()):
+    """A pod + one container (granted GPUs `gpus` by a device plugin) created through the
+    plugin; (pod, container, response)."""
     pod = make_pod(name, namespace=namespace,
                    annotations={"sla.nri.io/pod": sla} if sla else None)
     await session.run_pod_sandbox(pod)
-    ctr = make_container(pod, "c", annotations=annotations)
+    ctr = make_container(pod, "c", annotations=annotations, cdi_devices=gpu_grant(*gpus))
     ctr.created_at = created_at
     return pod, ctr, await session.create_container(pod, ctr)
 
@@ -62,7 +62,8 @@ def forged_container(name: str, applied, namespace: str = "default"):
 def holdings(plugin) -> tuple:
     allocator = plugin.node.allocator
     return (allocator.gpus_in_use(), allocator.exclusive_cpus_in_use(),
-            plugin.node.rt_budget.owners(), sorted(plugin._plans), sorted(plugin._unstarted))
+            plugin.node.rt_budget.owners(), sorted(plugin.registry.plans()),
+            sorted(plugin.registry.owed()))
 
 
 def test_forged_records_grant_nothing_and_break_nothing(tmp_path, caplog):
@@ -72,7 +73,8 @@ def test_forged_records_grant_nothing_and_break_nothing(tmp_path, caplog):
 
     async def scenario():
         async with plugin_session(permissive_node(2), tmp_path) as (sim, session, _p):
-            holder_pod, holder, _ = await created(session, "holder", "gpu: {count: 2}")
+            holder_pod, holder, _ = await created(session, "holder", "gpu: {count: 2}",
+                                                  gpus=(0, 1))
             state = sim.state
         genuine = state.containers[holder.id].annotations[APPLIED]
         hostile = {
@@ -96,17 +98,17 @@ def test_forged_records_grant_nothing_and_break_nothing(tmp_path, caplog):
                                   metrics=metrics) as (_sim, session, plugin):
             synced = time.perf_counter() - started
             kept = holdings(plugin)
-            six = await created(session, "six", "gpu: {count: 6}")
-            with pytest.raises(PluginCallError) as seventh:
-                await created(session, "seventh", "gpu: {count: 1}")
-        return holder.id, kept, six[2], seventh.value, metrics, synced
+            six = await created(session, "six", "gpu: {count: 6}", gpus=(2, 3, 4, 5, 6, 7))
+            held = plugin.node.allocator.gpus_in_use()
+        return holder.id, kept, six, held, metrics, synced
 
-    holder_id, kept, six, seventh, metrics, synced = run(scenario())
+    holder_id, kept, six, held, metrics, synced = run(scenario())
     gpus, exclusive, _rt, plans, _unstarted = kept
     assert plans == [holder_id] and exclusive == {}
     assert sorted(gpus) == [0, 1] and all(h == (holder_id,) for h in gpus.values())
-    assert len(six.adjust.CDI_devices) == 6  # the forgers hold none of the other six
-    assert "free: none" in seventh.message
+    # the forgers hold none of the other six: each is six's alone
+    assert {i: h for i, h in held.items() if i >= 2} == dict.fromkeys(range(2, 8), (six[1].id,))
+    assert counted(metrics, "gpus_shared") == 0
     assert counted(metrics, "records_rejected_total", problem="unauthenticated") == 3
     assert counted(metrics, "records_rejected_total", problem="invalid") == 2
     assert synced < 5  # registration + Synchronize with a 1 MiB and an 8000-deep record
@@ -143,7 +145,8 @@ def test_synchronize_after_a_disconnect_releases_what_went_away(tmp_path):
                               ("stays", "gpu: {count: 2, align: false}\n"
                                         "cpu: {exclusive: 2}\nnuma: {nodes: '1'}"),
                               ("unstarted", "numa: {nodes: '1'}")):
-                pod, ctr, resp = await created(session, name, sla)
+                grant = {"gone-gpus": (0, 1, 2, 3), "stays": (4, 5)}.get(name, ())
+                pod, ctr, resp = await created(session, name, sla, gpus=grant)
                 if name != "unstarted":
                     await session.start_container(pod, ctr)
                 ids[name], cpusets[name] = ctr.id, resp.adjust.linux.resources.cpu.cpus
@@ -162,9 +165,11 @@ def test_synchronize_after_a_disconnect_releases_what_went_away(tmp_path):
                 after.append((holdings(plugin), list(session.sync_updates),
                               counted(metrics, "registered"), counted(metrics, "gpus_in_use"),
                               counted(metrics, "exclusive_cpus_in_use")))
-                if len(after) == 2:
+                if len(after) == 2:  # the kubelet gives the dead containers' GPUs again
                     _pod, _c, six = await created(session, "six",
-                                                  "gpu: {count: 6, align: false}")
+                                                  "gpu: {count: 6, align: false}",
+                                                  gpus=(0, 1, 2, 3, 6, 7))
+                    six = (six, holdings(plugin)[0], counted(metrics, "gpus_shared"))
         stop.set()
         await asyncio.wait_for(service, 5)
         return ids, cpusets, narrowed, before, after, six
@@ -188,7 +193,8 @@ def test_synchronize_after_a_disconnect_releases_what_went_away(tmp_path):
         (ids["neighbour"], cpusets["neighbour"])]
     assert second == first and replayed == []  # replayed: nothing taken twice or moved
     assert counted(metrics, "reconnects_total") == 2
-    assert len(six.adjust.CDI_devices) == 6  # the dead containers' GPUs are free again
+    six, gpus, shared = six
+    assert not six.adjust.CDI_devices and len(gpus) == 8 and shared == 0  # no one held twice
 
 
 def test_pod_set_outputs_are_removed_or_overwritten(tmp_path):
@@ -220,14 +226,16 @@ def test_pod_set_outputs_are_removed_or_overwritten(tmp_path):
 
 
 def test_conflicting_records_the_earlier_container_wins(tmp_path, caplog):
-    """Two authentic records claiming the same GPUs (made by two plugin instances that did
-    not know of each other): the earlier-created container keeps them, whatever order
-    the runtime lists them in; the other's claim is ignored with a warning naming both."""
+    """Two authentic records claiming the same exclusive CPUs (made by two plugin
+    instances that did not know of each other): the earlier-created container keeps them,
+    whatever order the runtime lists them in; the other's claim is ignored with a warning
+    naming both. GPUs are never a conflict: both were granted GPU 0 by the kubelet, so
+    both hold it, and the sharing is reported instead."""
     caplog.set_level(logging.WARNING, logger="nri_sla.plugin")
 
     async def one(name: str):
         async with plugin_session(permissive_node(2), tmp_path) as (sim, session, _p):
-            pod, ctr, _ = await created(session, name, "gpu: {count: 8}")
+            pod, ctr, _ = await created(session, name, "cpu: {exclusive: 4}", gpus=(0,))
             return pod, sim.state.containers[ctr.id]
 
     async def scenario(first_created: str, order: tuple[str, str]):
@@ -239,18 +247,24 @@ def test_conflicting_records_the_earlier_container_wins(tmp_path, caplog):
                                   pods=[made[n][0] for n in order],
                                   containers=[made[n][1] for n in order]) as (_s, _ss, plugin):
             return ({n: made[n][1].id for n in order}, holdings(plugin),
-                    counted(metrics, "records_rejected_total", problem="conflict"))
+                    counted(metrics, "records_rejected_total", problem="conflict"),
+                    counted(metrics, "gpus_shared"))
 
     for first_created, order in (("a", ("a", "b")), ("a", ("b", "a")), ("b", ("a", "b"))):
         caplog.clear()
-        ids, (gpus, _x, _rt, plans, _u), conflicts = run(scenario(first_created, order))
+        ids, (gpus, cpus, _rt, plans, _u), conflicts, shared = run(
+            scenario(first_created, order))
         winner, loser = ids[first_created], ids["b" if first_created == "a" else "a"]
-        assert plans == [winner] and len(gpus) == 8
-        assert all(held == (winner,) for held in gpus.values())
+        assert plans == [winner] and len(cpus) == 4
+        assert all(held == winner for held in cpus.values())
         assert conflicts == 1
         (warning,) = [r for r in caplog.records if r.getMessage() == "record ignored"]
         assert warning.fields["container"] == loser
         assert warning.fields["problem"] == "conflict" and winner in warning.fields["error"]
+        assert gpus == {0: tuple(sorted(ids.values()))} and shared == 1
+        (pair,) = [r for r in caplog.records
+                   if r.getMessage() == "GPU shared by two containers"]
+        assert {pair.fields["container"], pair.fields["other"]} == set(ids.values())
 
 
 def test_restore_holds_records_the_node_policy_no_longer_allows(tmp_path):
@@ -263,7 +277,7 @@ def test_restore_holds_records_the_node_policy_no_longer_allows(tmp_path):
             rt_pod, rt, _ = await created(session, "rt", "cpu: {rt-runtime: 10ms}",
                                           namespace="team-a")
             gpu_pod, gpu, _ = await created(session, "gpu", "gpu: {count: 1}",
-                                            namespace="team-a")
+                                            namespace="team-a", gpus=(3,))
             _o, orphan, _ = await created(session, "orphan", "cpu: {exclusive: 2}")
             containers = [sim.state.containers[c.id] for c in (rt, gpu, orphan)]
         metrics = Metrics()
@@ -276,3 +290,38 @@ def test_restore_holds_records_the_node_policy_no_longer_allows(tmp_path):
     assert len(gpus) == 1 and len(exclusive) == 2 and len(rt) == 1 and len(plans) == 3
     assert counted(metrics, "records_out_of_policy_total") == 3
     assert counted(metrics, "records_rejected_total", problem="invalid") == 0
+
+
+def test_a_record_from_before_issue_18_keeps_its_gpus_and_sharing_is_reported(tmp_path,
+                                                                               caplog):
+    """Upgrade: a running container whose record lists GPUs nri-sla chose and injected
+    (gpu_cdi, flags of the old format) keeps them until it ends; a new container the
+    kubelet granted one of them can open it too: logged once per pair, counted, and the
+    count drops back when the old container stops."""
+    caplog.set_level(logging.WARNING, logger="nri_sla.plugin")
+    old_pod = make_pod("old", namespace="ml", annotations={"sla.nri.io/pod": "gpu: {count: 2}"})
+    old = make_container(old_pod, "c", state=pb.CONTAINER_RUNNING)
+    body = {"v": 2, "path": "nri", "enforcement": "hard", "cgroup_version": 2,
+            "gpu_cdi": [f"nvidia.com/gpu={ALL_GPUS[0]}", f"nvidia.com/gpu={ALL_GPUS[1]}"],
+            "placement_record": {"gpus": ALL_GPUS[:2], "shared": True}}
+    old.annotations[APPLIED] = sign_record(record_text(body), old.id, RECORD_KEY)
+    metrics = Metrics()
+
+    async def scenario():
+        async with plugin_session(permissive_node(2), tmp_path, pods=[old_pod],
+                                  containers=[old], metrics=metrics) as (_s, session, plugin):
+            restored = plugin.node.allocator.gpus_in_use()
+            _p, new, resp = await created(session, "new", "gpu: {count: 1}", gpus=(1,))
+            shared = (plugin.node.allocator.gpus_in_use(), counted(metrics, "gpus_shared"))
+            await session.stop_container(old_pod, old)
+            after = (plugin.node.allocator.gpus_in_use(), counted(metrics, "gpus_shared"))
+        return restored, new, resp, shared, after
+
+    restored, new, resp, shared, after = run(scenario())
+    assert restored == {0: (old.id,), 1: (old.id,)}
+    assert not resp.adjust.CDI_devices  # nri-sla adds nothing to the new one
+    assert shared == ({0: (old.id,), 1: tuple(sorted((old.id, new.id)))}, 1)
+    (pair,) = [r for r in caplog.records if r.getMessage() == "GPU shared by two containers"]
+    assert {pair.fields["container"], pair.fields["other"]} == {old.id, new.id}
+    assert "ml/old c" in pair.fields["pods"] and "default/new c" in pair.fields["pods"]
+    assert after == ({1: (new.id,)}, 0)

@@ -39,7 +39,7 @@ def test_pod_raising_its_limits_is_refused_in_hard_mode(tmp_path):
         "limit, quota 50000us per 100000us); allowed: at most 0.5 (also: sla.nri.io/pod: "
         "memory.max: 512Gi exceeds the 256Mi the runtime granted (the pod's limit); "
         "allowed: at most 256Mi)")
-    assert not plugin._plans  # nothing recorded for a refused container
+    assert len(plugin.registry) == 0  # nothing recorded for a refused container
 
 
 def test_pod_raising_its_limits_is_clamped_in_soft_mode(tmp_path):
@@ -94,8 +94,10 @@ def test_exclusive_cpus_and_gpus_stay_within_the_grant(tmp_path):
     assert len(placement["gpus"]) == 2
     assert len(parse_cpulist(placement["exclusive"])) == 2
     assert "cpu.exclusive: 8 exceeds the CPU request" in adj.annotations["sla.nri.io/warnings"]
-    assert "gpu.count: 8 exceeds the 2 whole GPU(s)" in adj.annotations["sla.nri.io/warnings"]
-    assert "permissions.ungranted-gpus" in err.message
+    assert ("gpu.count: asks for 8 whole GPUs; the grant has 2 (granted: GPU 0"
+            in adj.annotations["sla.nri.io/warnings"])
+    assert "CDI_devices" not in str(adj) and not adj.CDI_devices  # nothing added
+    assert "no device plugin granted this container a GPU" in err.message
 
 
 def test_update_container_rechecks_against_the_new_limits(tmp_path):
@@ -134,22 +136,22 @@ def test_per_pod_cap_counts_the_pods_containers_also_after_a_restart(tmp_path):
     from nri_plugin.config import Cap, PodCaps
     from nri_plugin.nri.pb import nri_pb2 as pb
 
-    caps = PodCaps(gpus=Cap(1))
-    sla = {"sla.nri.io/pod": "gpu: {count: 1}"}
+    caps = PodCaps(exclusive_cpus=Cap(2))
+    sla = {"sla.nri.io/pod": "cpu: {exclusive: 2}"}
 
     async def scenario():
         pod = make_pod("two", namespace="ml", annotations=sla)
-        first = make_container(pod, "a", cdi_devices=gpu_grant(0))
-        second = make_container(pod, "b", cdi_devices=gpu_grant(1))
+        first = make_container(pod, "a", resources=guaranteed(2))
+        second = make_container(pod, "b", resources=guaranteed(2))
         async with plugin_session(make_node(2, pod_caps=caps), tmp_path) as (_, session, _p):
             adj = (await session.create_container(pod, first)).adjust
             with pytest.raises(PluginCallError) as before:
                 await session.create_container(pod, second)
             other = make_pod("other", namespace="ml", annotations=sla)
             await session.create_container(other, make_container(other, "a",
-                                                                 cdi_devices=gpu_grant(2)))
-        running = make_container(pod, "a", state=pb.CONTAINER_RUNNING,
-                                 annotations=dict(adj.annotations), cdi_devices=gpu_grant(0))
+                                                                 resources=guaranteed(2)))
+        running = make_container(pod, "a", state=pb.CONTAINER_RUNNING, resources=guaranteed(2),
+                                 annotations=dict(adj.annotations))
         async with plugin_session(make_node(2, pod_caps=caps), tmp_path, pods=[pod],
                                   containers=[running]) as (_, session, _p):
             with pytest.raises(PluginCallError) as after:
@@ -158,5 +160,45 @@ def test_per_pod_cap_counts_the_pods_containers_also_after_a_restart(tmp_path):
 
     before, after = run(scenario())
     for err in (before, after):
-        assert ("gpu.count: 1 exceeds the node's per-pod cap (node config pod-caps.gpus: 1 = "
-                "1, the pod's other containers hold 1); allowed: at most 0") in err.message
+        assert ("cpu.exclusive: 2 exceeds the node's per-pod cap (node config "
+                "pod-caps.exclusive-cpus: 2 = 2, the pod's other containers hold 2); allowed: "
+                "at most 0") in err.message
+
+
+def test_the_grant_is_read_from_the_runtime_never_the_env(tmp_path, caplog):
+    """The NRI request's CDI devices, GPU device nodes and device-plugin mounts are the
+    grant (bounded); NVIDIA_VISIBLE_DEVICES is only reported; a container without an SLA
+    holds its grant all the same."""
+    import logging
+
+    from nri_plugin.granted import GrantedResources
+    from nri_plugin.plugin.handlers import granted_resources
+
+    caplog.set_level(logging.INFO, logger="nri_sla.plugin")
+    pod = make_pod("p", namespace="ml")
+    ctr = make_container(pod, "c", env=("NVIDIA_VISIBLE_DEVICES=all",),
+                         cdi_devices=("k8s.device-plugin.nvidia.com/gpu=3", "vendor.x/nic=0"))
+    ctr.linux.devices.add(path="/dev/nvidia5", type="c", major=195, minor=5)
+    ctr.linux.devices.add(path="/dev/nvidiactl", type="c", major=195, minor=255)
+    ctr.linux.devices.add(path="/dev/sda", type="b", major=8, minor=0)
+    ctr.mounts.add(destination="/var/run/nvidia-container-devices/GPU-x", source="/dev/null")
+    for i in range(1000):  # a flood of devices: only the first 256 are looked at
+        ctr.linux.devices.add(path=f"/dev/x{i}", type="c", major=195, minor=7)
+    granted = granted_resources(ctr.linux.resources, ctr)
+    assert granted.cdi_devices == ("k8s.device-plugin.nvidia.com/gpu=3", "vendor.x/nic=0")
+    assert granted.gpu_devices[:2] == ((195, 5), (195, 255)) and len(granted.gpu_devices) == 255
+    assert granted.device_mounts == ("GPU-x",) and granted.env_gpus == "all"
+    assert granted_resources(ctr.linux.resources) == GrantedResources(cpu_shares=102)
+
+    env_only = make_container(make_pod("e"), "c", env=("NVIDIA_VISIBLE_DEVICES=0,1",))
+
+    async def scenario():
+        async with plugin_session(make_node(2), tmp_path) as (_, session, plugin):
+            await session.create_container(pod, ctr)  # no SLA
+            await session.create_container(make_pod("e"), env_only)
+            return plugin.node.allocator.gpus_in_use()
+
+    held = run(scenario())
+    assert held == {3: (ctr.id,), 5: (ctr.id,), 7: (ctr.id,)}
+    assert any(r.getMessage() == "GPU env is not a grant" and r.fields["env"] == "0,1"
+               for r in caplog.records)

@@ -22,7 +22,7 @@ import threading
 import time
 
 from fault_helpers import held_by_records, holdings, live_records
-from plugin_helpers import permissive_node
+from plugin_helpers import gpu_grant, permissive_node
 
 from nri_plugin.commands.run import build_service
 from nri_plugin.metrics import Metrics
@@ -86,16 +86,18 @@ def test_handler_past_the_deadline_is_dropped_and_recovers(tmp_path, monkeypatch
             first = await sim.accept()
             cri = Cri(sim)
             made = {}
-            for name, gpus in (("before", 2), ("slow", 2)):
-                pod = make_pod(name, annotations={"sla.nri.io/pod": f"gpu: {{count: {gpus}}}"})
+            for name, grant in (("before", (0, 1)), ("slow", (2, 3))):
+                pod = make_pod(name, annotations={"sla.nri.io/pod": "gpu: {count: 2}"})
                 await cri.run_pod(pod)
                 started = time.monotonic()
-                made[name] = await cri.create_container(pod, make_container(pod, "c"))
+                made[name] = await cri.create_container(
+                    pod, make_container(pod, "c", cdi_devices=gpu_grant(*grant)))
                 waited = time.monotonic() - started
             second = await sim.accept(timeout=10)  # the plugin is back
-            after = make_pod("after", annotations={"sla.nri.io/pod": "gpu: {count: 6}"})
+            after = make_pod("after", annotations={"sla.nri.io/pod": "gpu: {count: 4}"})
             await cri.run_pod(after)
-            made["after"] = await cri.create_container(after, make_container(after, "c"))
+            made["after"] = await cri.create_container(
+                after, make_container(after, "c", cdi_devices=gpu_grant(4, 5, 6, 7)))
             records = live_records(plugin, sim)
             return (first, second, cri, made, waited, records, holdings(plugin),
                     held_by_records(plugin, records))
@@ -111,14 +113,15 @@ def test_handler_past_the_deadline_is_dropped_and_recovers(tmp_path, monkeypatch
     assert "CreateContainer" in first.drop_reason and "deadline" in first.drop_reason
     assert first.conn.is_closed and second is not first
     slow = made["slow"]
-    assert slow.id in cri.unadjusted and not slow.CDI_devices
+    assert slow.id in cri.unadjusted and len(slow.CDI_devices) == 2  # its grant, no more
     assert "sla.nri.io/applied" not in slow.annotations
-    # nri-sla saw the connection go, came back, reported the container, and holds exactly
-    # what the records hold: the late answer's two GPUs are free again.
+    # nri-sla saw the connection go, came back, reported the container, and holds what the
+    # records hold plus the unenforced container's grant (it can open those GPUs).
     assert any("NRI connection lost" in m for m in caplog.messages)
     assert metrics.value("nri_sla_reconnects_total") == 1
     (reported,) = [r for r in caplog.records if r.getMessage() == "created unenforced"]
     assert reported.fields["container"] == slow.id and reported.fields["pod"] == "slow"
     assert metrics.value("nri_sla_unenforced_containers_total") == 1
     assert set(records) == {made["before"].id, made["after"].id}
-    assert held == want and len(held["gpus"]) == 8
+    assert held == {**want, "gpus": {**want["gpus"], 2: {slow.id}, 3: {slow.id}}}
+    assert len(held["gpus"]) == 8

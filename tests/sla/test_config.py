@@ -44,12 +44,17 @@ def test_defaults_are_safe():
     assert not cfg.allows("realtime", "default")
     assert cfg.allows("exclusive-cpus", "any") and cfg.allows("gpus", "x")
     assert cfg.allows("io-max", "x")
-    # Nobody goes beyond what the runtime granted, nor gets GPUs without a device plugin.
+    # Nobody goes beyond what the runtime granted; GPUs are only ever the grant.
     assert not cfg.allows("exceed-runtime-limits", "kube-system")
-    assert not cfg.allows("ungranted-gpus", "default")
-    assert cfg.pod_caps == PodCaps(gpus=Cap(8), exclusive_cpus=Cap(50, percent=True),
-                                   rt_share=0.1)
-    assert cfg.pod_caps.exclusive_cpus.of(64) == 32 and cfg.pod_caps.gpus.of(16) == 8
+    with pytest.raises(ValueError, match="unknown permission 'ungranted-gpus'"):
+        cfg.allows("ungranted-gpus", "default")
+    assert cfg.pod_caps == PodCaps(exclusive_cpus=Cap(50, percent=True), rt_share=0.1)
+    assert cfg.pod_caps.exclusive_cpus.of(64) == 32
+    assert cfg.gpu.grant_cdi_kinds == ("nvidia.com/gpu", "nvidia.com/mig",
+                                       "k8s.device-plugin.nvidia.com/gpu",
+                                       "k8s.device-plugin.nvidia.com/mig")
+    assert cfg.gpu.grant_resources == ("nvidia.com/gpu", "nvidia.com/mig-*")
+    assert cfg.gpu.podresources_socket == "/var/lib/kubelet/pod-resources/kubelet.sock"
     assert cfg.rt_budget == 0.5 and cfg.reserved_cpus == ()
     assert cfg.metrics.enabled and cfg.metrics.host == "127.0.0.1" and cfg.metrics.port == 9810
 
@@ -63,12 +68,13 @@ permissions:
   exclusive-cpus: []
   gpus: ["ml-?", "[ab]-prod"]
   io-max: [storage]
-  ungranted-gpus: [lab]
   exceed-runtime-limits: ["batch-*"]
-pod-caps: {gpus: "50%", exclusive-cpus: 16, rt-share: 0.05}
+pod-caps: {exclusive-cpus: 16, rt-share: 0.05}
 rt-budget: 0.25
 reserved-cpus: 0-1,8
-gpu: {injection: env, inventory: /var/lib/nri-sla/inventory.yaml, rescan-interval: 0}
+gpu: {injection: env, inventory: /var/lib/nri-sla/inventory.yaml, rescan-interval: 0,
+      grant-cdi-kinds: [example.com/accel], podresources-socket: "",
+      grant-resources: [example.com/accel, "example.com/part-*"]}
 cgroup: {root: /sys/fs/cgroup/, driver: systemd, version: 2}
 nri: {socket: /run/nri/nri.sock, plugin-name: sla, plugin-index: 7, reconnect-max-seconds: 2.5}
 hook: {inject: true}
@@ -80,12 +86,14 @@ log: {format: json, level: debug}
         annotation_prefix="sla.example.com",
         permissions=Permissions(realtime=("rt-jobs", "team-*"), exclusive_cpus=(),
                                 gpus=("ml-?", "[ab]-prod"), io_max=("storage",),
-                                ungranted_gpus=("lab",), exceed_runtime_limits=("batch-*",)),
-        pod_caps=PodCaps(gpus=Cap(50, percent=True), exclusive_cpus=Cap(16), rt_share=0.05),
+                                exceed_runtime_limits=("batch-*",)),
+        pod_caps=PodCaps(exclusive_cpus=Cap(16), rt_share=0.05),
         rt_budget=0.25,
         reserved_cpus=(0, 1, 8),
         gpu=GpuConfig(injection="env", inventory="/var/lib/nri-sla/inventory.yaml",
-                      rescan_interval=0.0),
+                      rescan_interval=0.0, grant_cdi_kinds=("example.com/accel",),
+                      podresources_socket="",
+                      grant_resources=("example.com/accel", "example.com/part-*")),
         cgroup=CgroupConfig(root="/sys/fs/cgroup", driver="systemd", version=2),
         nri=NriConfig(socket="/run/nri/nri.sock", plugin_name="sla", plugin_index="07",
                       reconnect_max_seconds=2.5),
@@ -126,9 +134,21 @@ CONFIG_ERRORS = [
     ("enforcment: soft", "enforcment", "did you mean enforcement?"),
     ("annotation-prefix: Sla/x", "annotation-prefix", "DNS subdomain like sla.nri.io"),
     ("permissions: [realtime]", "permissions", "must be a mapping with keys realtime, "
-     "exclusive-cpus, gpus, io-max, ungranted-gpus, exceed-runtime-limits"),
-    ("pod-caps: {gpus: -1}", "pod-caps.gpus", "a count like 4 or a percentage of the node"),
-    ("pod-caps: {gpus: 2.5}", "pod-caps.gpus", "a count like 4"),
+     "exclusive-cpus, gpus, io-max, exceed-runtime-limits"),
+    ("pod-caps: {exclusive-cpus: -1}", "pod-caps.exclusive-cpus",
+     "a count like 4 or a percentage of the node"),
+    ("pod-caps: {exclusive-cpus: 2.5}", "pod-caps.exclusive-cpus", "a count like 4"),
+    # removed by issue 18: one clear line, never silently ignored
+    ("pod-caps: {gpus: 8}", "pod-caps.gpus", "was removed: the kubelet counts GPUs"),
+    ("permissions: {ungranted-gpus: [lab]}", "permissions.ungranted-gpus",
+     "was removed: nri-sla no longer gives GPUs to containers"),
+    ("gpu: {grant-cdi-kinds: [nvidia.com]}", "gpu.grant-cdi-kinds[0]",
+     "must be a CDI kind (vendor/class) like nvidia.com/gpu, got nvidia.com"),
+    ("gpu: {grant-cdi-kinds: nvidia.com/gpu}", "gpu.grant-cdi-kinds", "must be a list of at "
+     "most 32 CDI kind"),
+    ("gpu: {grant-resources: [nvidia.com/gpu, 'a b/c']}", "gpu.grant-resources[1]",
+     "must be a resource name"),
+    ("gpu: {podresources-socket: kubelet.sock}", "gpu.podresources-socket", "absolute"),
     ("pod-caps: {exclusive-cpus: '150%'}", "pod-caps.exclusive-cpus", "like \"50%\""),
     ("pod-caps: {exclusive-cpus: 'half'}", "pod-caps.exclusive-cpus", "got half"),
     ("pod-caps: {rt-share: 1.5}", "pod-caps.rt-share", "fraction from 0 to 1"),
@@ -240,7 +260,7 @@ def test_docs_example_parses():
     assert cfg.allows("gpus", "ml-team") and not cfg.allows("gpus", "web")
     assert cfg.allows("realtime", "latency-critical") and cfg.reserved_cpus == (0, 1)
     assert cfg.cgroup.driver == "systemd" and cfg.log.format == "json"
-    assert cfg.pod_caps.gpus.of(8) == 8 and cfg.pod_caps.exclusive_cpus.of(64) == 48
+    assert cfg.pod_caps.exclusive_cpus.of(64) == 48
 
 
 @settings(max_examples=100, deadline=None)

@@ -69,11 +69,12 @@ def test_container_document_completes_pod_document():
            WEB: "gpu: {count: 2}\nmemory: {max: 2Gi}"}
     sla = sla_for_container(ann, "web")
     assert sla.gpu.count == 2 and sla.gpu.topology == "nvlink"
-    with pytest.raises(SlaError) as info:
+    # the pod's section alone asks that whatever db was granted be NVLink-connected
+    db = sla_for_container(ann, "db")
+    assert db.gpu.count is None and db.gpu.topology == "nvlink"
+    ann[POD] = "gpu: {count: 1, ids: [0]}"
+    with pytest.raises(SlaError, match="sets count and ids; these are alternatives"):
         sla_for_container(ann, "db")
-    assert str(info.value) == ("sla.nri.io/pod: gpu needs a request: set one of gpu.count, "
-                               "gpu.ids or gpu.mig (or gpu.from: runtime to align to GPUs "
-                               "the device plugin assigned)")
 
 
 def test_cross_field_error_names_the_container_document(check):

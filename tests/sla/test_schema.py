@@ -110,6 +110,11 @@ def test_numa_forms(text, expected):
     ("gpu: {from: runtime, align: true, topology: any}",
      GpuSla(None, (), None, "any", True, "runtime")),
     ("gpu: {count: 1, ids: []}", GpuSla(1, (), None, "any", True, "plugin")),
+    # a requirement on the grant: gpu.from (either value) and no request are fine since
+    # issue 18 (no request: whatever was granted, at least one GPU, aligned to)
+    ("gpu: {from: runtime, count: 1}", GpuSla(1, (), None, "any", True, "runtime")),
+    ("gpu: {topology: nvlink}", GpuSla(None, (), None, "nvlink", True, "plugin")),
+    ("gpu: {ids: []}", GpuSla(None, (), None, "any", True, "plugin")),
 ])
 def test_gpu_forms(text, expected):
     assert parse_sla_document(POD, text).gpu == expected
@@ -251,9 +256,6 @@ CROSS_ERRORS = [
     ("gpu: {count: 1, ids: [0]}", "gpu.ids",
      "sets count and ids; these are alternatives: set exactly one of gpu.count, gpu.ids"),
     ("gpu: {count: 1, mig: 1g.10gb}", "gpu.mig", "alternatives"),
-    ("gpu: {from: runtime, count: 1}", "gpu.count", "must not be set with gpu.from: runtime"),
-    ("gpu: {topology: nvlink}", "gpu", "needs a request: set one of gpu.count, gpu.ids"),
-    ("gpu: {ids: []}", "gpu", "needs a request"),
 ]
 
 

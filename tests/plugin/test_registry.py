@@ -1,0 +1,60 @@
+"""The registry of the plugin's containers: one entry per reported container, every
+grant counted, GPUs two containers can open found and each pair reported once."""
+
+from __future__ import annotations
+
+from nri_plugin.plan.model import ContainerPlan
+from nri_plugin.plugin.registry import ContainerEntry, ContainerRegistry, GrantedGpus
+
+MIG = ("MIG-1", "0000:07:00.0")  # (uuid, parent GPU identity)
+
+
+def entry(cid: str, whole=(), migs=(), plan=None, owed=False) -> ContainerEntry:
+    return ContainerEntry(cid, f"pod-{cid}", "ns", f"p{cid}", "c", "created",
+                          GrantedGpus(frozenset(whole), frozenset(migs)), plan, owed)
+
+
+def test_plans_and_owed_writes_follow_the_entries():
+    reg = ContainerRegistry()
+    plan = ContainerPlan("hard", 2, memory_max=1 << 20)
+    reg.add(entry("a", plan=plan, owed=True))
+    reg.add(entry("b"))  # no SLA: still an entry
+    assert len(reg) == 2 and reg.plans() == {"a": plan} and reg.owed() == {"a"}
+    assert reg.remove("a").plan is plan and reg.remove("a") is None
+    assert reg.plans() == {} and len(reg) == 1 and reg.get("b").plan is None
+
+
+def test_shared_gpus_and_mig_devices():
+    reg = ContainerRegistry()
+    reg.add(entry("a", whole={"0000:07:00.0", "0000:0f:00.0"}))
+    reg.add(entry("b", whole={"0000:0f:00.0"}))  # the kubelet gave b one of a's
+    reg.add(entry("c", migs={MIG}))  # a MIG device on a's first GPU
+    reg.add(entry("d", migs={("MIG-2", "0000:47:00.0")}))
+    reg.add(entry("e", migs={("MIG-2", "0000:47:00.0")}))
+    shared = {s.device: s.containers for s in reg.shared()}
+    assert shared == {"0000:07:00.0": ("a", "c"), "0000:0f:00.0": ("a", "b"),
+                      "MIG-2": ("d", "e")}
+
+
+def test_each_pair_is_reported_once_while_both_live():
+    reg = ContainerRegistry()
+    reg.add(entry("a", whole={"g0"}))
+    reg.add(entry("b", whole={"g0"}))
+    first = reg.new_shared_pairs(reg.shared())
+    assert [(d, a.id, b.id) for d, a, b in first] == [("g0", "a", "b")]
+    assert reg.new_shared_pairs(reg.shared()) == []
+    reg.add(entry("c", whole={"g0"}))
+    assert [(a.id, b.id) for _, a, b in reg.new_shared_pairs(reg.shared())] == [
+        ("a", "c"), ("b", "c")]
+    reg.remove("b")
+    reg.add(entry("b", whole={"g0"}))  # a new container b: its pairs are new again
+    assert len(reg.new_shared_pairs(reg.shared())) == 2
+    reg.replace([entry("a", whole={"g0"})])
+    assert reg.shared() == [] and reg.new_shared_pairs(reg.shared()) == []
+
+
+def test_no_grant_shares_nothing():
+    reg = ContainerRegistry()
+    reg.add(entry("a"))
+    reg.add(entry("b"))
+    assert reg.shared() == [] and not reg.get("a").gpus

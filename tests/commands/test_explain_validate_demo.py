@@ -148,3 +148,13 @@ def test_node_config_inventory_snapshot_is_used(tmp_path):
     record = json.loads(result["adjustment"]["annotations.sla.nri.io/applied"])
     assert record["placement_record"]["gpus"] == ["GPU-d0000000-0000-0000-0000-000000000000"]
     assert "env" not in result["adjustment"]  # injection: env is the device plugin's mode
+
+
+def test_explain_says_when_the_kubelet_would_not_admit_the_pod(tmp_path):
+    # Two containers of 6 GPUs each on an 8-GPU node: the second is never admitted.
+    path = pod_file(tmp_path, {}, containers=("a", "b"), limits={"nvidia.com/gpu": 6})
+    out = nri_plugin("explain", "--inventory", DGX, "--cgroup", "v2", path)
+    assert out.returncode == 1
+    assert ("ml/p / b: not admitted\n  error: pod ml/p: Allocate failed due to requested "
+            "number of devices unavailable for nvidia.com/gpu. Requested: 6, Available: 2"
+            ) in out.stdout

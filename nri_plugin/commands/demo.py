@@ -3,8 +3,10 @@
 Everything crosses a real unix socket as containerd would send it: the simulator
 registers, configures and synchronizes the plugin, then creates each example pod's
 containers with the resources the kubelet derives from the manifest (CPU shares, quota,
-memory limit, and GPUs a simulated device plugin grants); the table shows what each
-container got back (the adjustment) or the error containerd would show. The node is the
+memory limit, and GPUs the simulated kubelet books from a device plugin with the NVIDIA
+cdi-cri strategy, resolved against the node's CDI specs); the table shows the grant, the
+GPUs the created container can open (from its final OCI spec), and what it got back (the
+adjustment) or the error containerd would show. The node is the
 replayed DGX-like inventory with the demo's node policy (examples/demo-config.yaml); on
 cgroup v1 the RT budget of the pods' ancestors is raised in a scratch cgroup tree, so
 nothing on this machine is touched.
@@ -20,11 +22,14 @@ import re
 import sys
 import tempfile
 import textwrap
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from nri_plugin.commands.common import add_node_arguments, node_from_args
 from nri_plugin.manifests import ManifestError, PodSpec, load_pods
+from nri_plugin.simulated.ocispec import ENV_VISIBLE, NvidiaRuntime
+from nri_plugin.topology.gpus import GpuInventory
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -77,6 +82,26 @@ def summarize(response: Any, prefix: str) -> list[str]:
 
 Row = tuple[str, str, str, list[str]]
 
+# The node's nvidia-container-runtime as NVIDIA recommends it beside a CDI device plugin:
+# NVIDIA_VISIBLE_DEVICES from an unprivileged container's env opens nothing.
+DEMO_RUNTIME = NvidiaRuntime(accept_env=False)
+
+
+def numbers(indexes: Iterable[int]) -> str:
+    return ",".join(str(i) for i in sorted(indexes))
+
+
+def gpu_lines(inventory: GpuInventory, device_ids: Iterable[str], env: list[str]) -> list[str]:
+    """The kubelet's grant in a line (GPU indexes and their NUMA nodes), or what an env
+    that names GPUs gets: nothing."""
+    gpus = [g for g in (inventory.find(i) for i in device_ids) if g is not None]
+    if gpus:
+        nodes = numbers({g.numa_node for g in gpus if g.numa_node is not None})
+        return [f"granted GPUs {numbers(g.index for g in gpus)} (NUMA {nodes}) by the "
+                "device plugin"]
+    named = [e for e in env if e.startswith(f"{ENV_VISIBLE}=")]
+    return [f"granted no GPU: {named[-1]} in the env is not a grant"] if named else []
+
 RT_ROOT = {"cpu.rt_runtime_us": "950000", "cpu.rt_period_us": "1000000"}  # kernel default
 RT_NEW_GROUP = {"cpu.rt_runtime_us": "0", "cpu.rt_period_us": "1000000"}  # a new cgroup
 
@@ -112,25 +137,29 @@ async def run_demo(pods: list[PodSpec], node: Any, runtime: str) -> list[Row]:
     from nri_plugin.enforce.cgpaths import CgroupFacts
     from nri_plugin.nri.stub import Stub
     from nri_plugin.plugin import SlaPlugin
-    from nri_plugin.simulated.deviceplugin import DevicePlugin
+    from nri_plugin.simulated.cdi import CdiRegistry
+    from nri_plugin.simulated.deviceplugin import DevicePlugin, nvidia_cdi_specs
+    from nri_plugin.simulated.kubelet import AdmissionRefused, Kubelet, container_request
+    from nri_plugin.simulated.ocispec import openable_gpus
     from nri_plugin.simulated.runtime import (
         PluginCallError,
         RuntimeSimulator,
         SimulatorOptions,
-        make_container,
         make_pod,
         make_resources,
     )
 
     mode = "v0.12" if runtime == "containerd-2.3" else "v0.8"
     rows = []
-    devices = DevicePlugin(node.allocator.inventory)
+    inventory = node.allocator.inventory
+    kubelet = Kubelet(DevicePlugin(inventory, "cdi-cri"))
     with tempfile.TemporaryDirectory(prefix="nri-sla-demo-") as tmp:
         cgroup_root = Path(tmp) / "cgroup"
         if node.cgroup_version == 1:  # the plugin makes RT room in this scratch tree
             node.facts = CgroupFacts(version=1, driver="cgroupfs", root=cgroup_root)
         socket_path = f"{tmp}/nri.sock"
-        async with RuntimeSimulator(socket_path, SimulatorOptions(mode=mode)) as sim:
+        async with RuntimeSimulator(socket_path, SimulatorOptions(mode=mode),
+                                    cdi=CdiRegistry(nvidia_cdi_specs(inventory))) as sim:
             plugin = SlaPlugin(node)
             stub = Stub(plugin, name="nri-sla", idx="50", socket_path=socket_path)
             serving = asyncio.create_task(stub.run())
@@ -144,24 +173,35 @@ async def run_demo(pods: list[PodSpec], node: Any, runtime: str) -> list[Row]:
                 for name in spec.containers:
                     env = [f"{k}={v}" for k, v in spec.environments.get(name, {}).items()]
                     res = spec.resources[name]
+                    where = (f"{spec.namespace}/{spec.name}", name)
                     # What the kubelet (and the device plugin) give the runtime for the
                     # manifest's resources; the SLA may only tighten these.
-                    granted = res.kubelet_grant(devices.allocate(res.gpus))
-                    ctr = make_container(
-                        pod, name, env=env, cdi_devices=granted.cdi_devices,
+                    try:
+                        grant = kubelet.admit(pod.uid, pod.namespace, pod.name, name, res.gpus)
+                    except AdmissionRefused as exc:
+                        rows.append((*where, "NOT ADMITTED", [str(exc)]))
+                        continue
+                    granted = res.kubelet_grant()
+                    ctr = container_request(
+                        pod, name, grant, env=env,
                         resources=make_resources(
                             cpu_shares=granted.cpu_shares, cpu_quota=granted.cpu_quota,
                             cpu_period=granted.cpu_period, memory_limit=granted.memory_limit))
-                    where = (f"{spec.namespace}/{spec.name}", name)
+                    gpus = gpu_lines(inventory, grant.device_ids, env)
                     try:
                         response = await session.create_container(pod, ctr)
                     except PluginCallError as exc:
-                        rows.append((*where, "REFUSED", [exc.message]))
+                        rows.append((*where, "REFUSED", [*gpus, exc.message]))
                         continue
-                    lines = summarize(response, node.prefix)
+                    opens = openable_gpus(sim.state.specs[ctr.id], inventory, DEMO_RUNTIME)
+                    if gpus or opens:
+                        gpus.append(f"opens GPUs {numbers(opens)}" if opens
+                                    else "opens no GPU")
+                    lines = [*gpus, *summarize(response, node.prefix)]
                     if node.facts is not None and response.adjust.linux.resources.cpu.HasField(
                             "realtime_runtime"):
-                        lines.insert(1, rt_ancestors(cgroup_root, pod.linux.cgroup_parent))
+                        lines.insert(len(gpus) + 1,
+                                     rt_ancestors(cgroup_root, pod.linux.cgroup_parent))
                     warned = any(line.startswith("warning") for line in lines)
                     rows.append((*where, "warned" if warned else "enforced", lines))
             stub.stop()

@@ -42,27 +42,32 @@ def flatten(prefix: str, value: Any) -> list[tuple[str, Any]]:
 
 
 def explain_container(node: Any, pod: Any, container: str, nri_version: str,
-                      devices: Any) -> dict[str, Any]:
-    """`devices`: the simulated device plugin granting the GPUs the container's limits
-    name, as on a node (the run's containers share one node)."""
+                      kubelet: Any) -> dict[str, Any]:
+    """`kubelet`: the simulated kubelet and device plugin granting the GPUs the
+    container's limits name, as on a node (the run's containers share one node)."""
     from google.protobuf.json_format import MessageToDict
 
     from nri_plugin.core import decide
     from nri_plugin.enforce.plan_writes import cgroup_writes
     from nri_plugin.plugin.adjustment import annotated, build_adjustment
+    from nri_plugin.simulated.kubelet import AdmissionRefused
 
     resources = pod.resources[container]
+    where = {"pod": f"{pod.namespace}/{pod.name}", "container": container}
+    try:
+        grant = kubelet.admit(where["pod"], pod.namespace, pod.name, container, resources.gpus)
+    except AdmissionRefused as exc:  # the kubelet, not nri-sla, turns the pod away
+        return {**where, "outcome": "not admitted", "error": str(exc)}
     # What the kubelet would hand the runtime for the manifest's resources.
     granted = resources.kubelet_grant(
-        cdi_devices=devices.allocate(resources.gpus),
+        cdi_devices=grant.allocation.cdi_devices,
         env_gpus=pod.environments.get(container, {}).get("NVIDIA_VISIBLE_DEVICES"))
     owner = f"{pod.namespace}/{pod.name}/{container}"
     decision = decide(node, pod.annotations, container, namespace=pod.namespace,
                       owner=owner,
                       pod=f"{pod.namespace}/{pod.name}", nri_version=nri_version,
                       granted=granted)
-    result: dict[str, Any] = {"pod": f"{pod.namespace}/{pod.name}", "container": container,
-                              "outcome": decision.outcome}
+    result: dict[str, Any] = {**where, "outcome": decision.outcome}
     if decision.error is not None:
         result["error"] = str(decision.error)
     if decision.plan is not None:
@@ -108,9 +113,10 @@ def main(args: argparse.Namespace) -> int:
         print(f"nri-sla explain: {exc}", file=sys.stderr)
         return 2
     from nri_plugin.simulated.deviceplugin import DevicePlugin
+    from nri_plugin.simulated.kubelet import Kubelet
 
-    devices = DevicePlugin(node.allocator.inventory)
-    results = [explain_container(node, pod, name, args.nri_version, devices)
+    kubelet = Kubelet(DevicePlugin(node.allocator.inventory))
+    results = [explain_container(node, pod, name, args.nri_version, kubelet)
                for pod in pods for name in pod.containers]
     if args.json:
         json.dump(results, sys.stdout, indent=2)
@@ -118,7 +124,7 @@ def main(args: argparse.Namespace) -> int:
     else:
         for result in results:
             render(result, sys.stdout)
-    return 1 if any(r["outcome"] == "refused" for r in results) else 0
+    return 1 if any(r["outcome"] in ("refused", "not admitted") for r in results) else 0
 
 
 def gpu_preference(inventory: Any, args: argparse.Namespace) -> int:

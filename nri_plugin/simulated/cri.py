@@ -34,6 +34,7 @@ from nri_plugin.simulated.runtime import (
     PluginSession,
     RuntimeSimulator,
     adjust_container,
+    build_spec,
 )
 
 
@@ -55,19 +56,24 @@ class Cri:
             self.sim.state.pods[pod.id] = pod
 
     async def create_container(self, pod: pb.PodSandbox, ctr: pb.Container) -> pb.Container:
-        """The container as the runtime keeps it (adjusted by the plugins that answered).
-        Raises PluginCallError when a plugin refused it (no container then)."""
+        """The container as the runtime keeps it (adjusted by the plugins that answered);
+        its spec is then in sim.state.specs. `ctr` is the CRI request (what the kubelet
+        and its device plugins asked for). Raises CdiError when a CDI device cannot be
+        resolved (before any plugin hears of it) and PluginCallError when a plugin
+        refused the container (no container then)."""
         async with self.sim.sync_gate.operation():
+            spec, shown = build_spec(ctr, self.sim.cdi)
             stored = pb.Container()
-            stored.CopyFrom(ctr)
+            stored.CopyFrom(shown)
             answered = False
-            for session, resp in await self._relay(ev.CREATE_CONTAINER, pod, ctr):
+            for session, resp in await self._relay(ev.CREATE_CONTAINER, pod, shown):
                 answered = True
                 if resp is not None:
-                    adjust_container(stored, resp.adjust)
+                    adjust_container(stored, spec, resp.adjust, self.sim.cdi)
                     session.apply_updates(resp.update)
             self._alive()
             self.sim.state.containers[ctr.id] = stored
+            self.sim.state.specs[ctr.id] = spec
             if not answered:
                 self.unadjusted.add(ctr.id)
             await self._relay(ev.POST_CREATE_CONTAINER, pod, stored)
@@ -96,7 +102,7 @@ class Cri:
         async with self.sim.sync_gate.operation():
             await self._relay(ev.REMOVE_CONTAINER, pod, ctr)
             self._alive()
-            self.sim.state.containers.pop(ctr.id, None)
+            self.sim.state.forget(ctr.id)
 
     async def remove_pod(self, pod: pb.PodSandbox) -> None:
         async with self.sim.sync_gate.operation():

@@ -1,26 +1,106 @@
-"""A GPU device plugin, simulated, for `nri-sla demo` and `explain`.
+"""The NVIDIA GPU device plugin, simulated: what it advertises, what its Allocate answers
+in each of its device-list strategies, and the CDI specs its node has.
 
-The kubelet asks the device plugin for the GPUs a container's limits name
-(`nvidia.com/gpu: N`) and hands them to the runtime, here as CDI device names. Like a
-device plugin without topology hints it gives the lowest free GPUs; nri-sla may then
-choose better-placed ones of the same count (nri_plugin.plan.grants).
+The kubelet (kubelet.py) picks the device ids; Allocate turns them into what the runtime
+gets in the CRI request. The NVIDIA device plugin's strategies (`deviceListStrategy`):
+
+* envvar: NVIDIA_VISIBLE_DEVICES=<uuid,...>; nvidia-container-runtime (legacy mode)
+  reads it and mounts the GPUs in;
+* volume-mounts: one mount per device at /var/run/nvidia-container-devices/<uuid> (and
+  NVIDIA_VISIBLE_DEVICES pointing there), read by the runtime when configured to;
+* cdi-cri: CRI CDI devices `k8s.device-plugin.nvidia.com/gpu=<uuid>`;
+* cdi-annotations: the same names in a `cdi.k8s.io/` annotation (containerd resolves
+  those too);
+
+and, as other device plugins (and `nri-sla device-plugin`) may answer, device-nodes:
+/dev/nvidiaN with the host's numbers plus the control nodes.
+
+Device ids are the GPUs' UUIDs (the plugin's default `device-id-strategy`); MIG-mode GPUs
+are not advertised whole.
 """
 
 from __future__ import annotations
 
-from nri_plugin.topology.gpus import GpuInventory
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
-CDI_PREFIX = "nvidia.com/gpu="  # the NVIDIA device plugin's CDI kind
+from nri_plugin.errors import InvalidInput
+from nri_plugin.simulated.cdi import CdiSpec, ContainerEdits, DeviceNode, Mount
+from nri_plugin.simulated.ocispec import DEVICE_MOUNT_DIR, ENV_VISIBLE, NVIDIA_MAJOR
+from nri_plugin.topology.gpus import Gpu, GpuInventory
+
+RESOURCE = "nvidia.com/gpu"
+STRATEGIES = ("envvar", "volume-mounts", "cdi-cri", "cdi-annotations", "device-nodes")
+PLUGIN_CDI_KIND = "k8s.device-plugin.nvidia.com/gpu"  # the names the plugin's CDI uses
+CDI_KINDS = ("nvidia.com/gpu", PLUGIN_CDI_KIND)  # what nvidia-ctk and the plugin generate
+ANNOTATION_KEY = "cdi.k8s.io/nvidia-device-plugin_gpu"
+NVIDIACTL = DeviceNode("/dev/nvidiactl", "c", NVIDIA_MAJOR, 255)
+# nvidia-uvm's major is given out by the kernel at load time; any value but 195 will do.
+NVIDIA_UVM = DeviceNode("/dev/nvidia-uvm", "c", 508, 0)
+
+
+class UnknownDevice(InvalidInput):
+    """Allocate was asked for a device id the plugin does not advertise."""
+
+
+@dataclass(frozen=True)
+class ContainerAllocation:
+    """The plugin's ContainerAllocateResponse: what the kubelet puts in the CRI request."""
+
+    envs: Mapping[str, str] = field(default_factory=dict, hash=False)
+    mounts: tuple[Mount, ...] = ()
+    devices: tuple[DeviceNode, ...] = ()
+    annotations: Mapping[str, str] = field(default_factory=dict, hash=False)
+    cdi_devices: tuple[str, ...] = ()
+
+
+def _gpu_node(gpu: Gpu) -> DeviceNode:
+    return DeviceNode(f"/dev/nvidia{gpu.device_minor}", "c", NVIDIA_MAJOR, gpu.device_minor)
 
 
 class DevicePlugin:
-    """Whole GPUs handed out in index order; each once."""
+    def __init__(self, inventory: GpuInventory, strategy: str = "cdi-cri") -> None:
+        if strategy not in STRATEGIES:
+            raise InvalidInput(f"device list strategy {strategy!r}: allowed "
+                               f"{', '.join(STRATEGIES)}")
+        self.strategy = strategy
+        self._gpus = {g.uuid: g for g in inventory.gpus if not g.mig_enabled and g.uuid}
 
-    def __init__(self, inventory: GpuInventory) -> None:
-        self._free = [g for g in inventory.gpus if not g.mig_enabled]
+    def device_ids(self) -> tuple[str, ...]:
+        """What ListAndWatch advertises for nvidia.com/gpu, in the inventory's order."""
+        return tuple(self._gpus)
 
-    def allocate(self, count: int) -> tuple[str, ...]:
-        """CDI names of `count` GPUs (fewer when the node has no more: the kubelet would
-        not admit such a pod; a dry run shows what the rest makes of it)."""
-        taken, self._free = self._free[:count], self._free[count:]
-        return tuple(f"{CDI_PREFIX}{g.uuid}" for g in taken)
+    def allocate(self, ids: Sequence[str]) -> ContainerAllocation:
+        unknown = [i for i in ids if i not in self._gpus]
+        if unknown:
+            raise UnknownDevice(f"Allocate: unknown device ids {', '.join(unknown)}")
+        names = ",".join(ids)
+        if self.strategy == "envvar":
+            return ContainerAllocation(envs={ENV_VISIBLE: names})
+        if self.strategy == "volume-mounts":
+            return ContainerAllocation(
+                envs={ENV_VISIBLE: DEVICE_MOUNT_DIR.rstrip("/")},
+                mounts=tuple(Mount(DEVICE_MOUNT_DIR + i, "/dev/null") for i in ids))
+        cdi = tuple(f"{PLUGIN_CDI_KIND}={i}" for i in ids)
+        if self.strategy == "cdi-cri":
+            return ContainerAllocation(cdi_devices=cdi)
+        if self.strategy == "cdi-annotations":
+            return ContainerAllocation(annotations={ANNOTATION_KEY: ",".join(cdi)})
+        nodes = tuple(_gpu_node(self._gpus[i]) for i in ids)
+        return ContainerAllocation(devices=(*nodes, NVIDIACTL, NVIDIA_UVM))
+
+
+def nvidia_cdi_specs(inventory: GpuInventory) -> list[CdiSpec]:
+    """The node's CDI specs for its whole GPUs, under both kinds, each GPU by UUID and by
+    index (and `all`); the common edits add the control nodes and, as nvidia-ctk's specs do,
+    NVIDIA_VISIBLE_DEVICES=void so that the legacy runtime adds nothing on top."""
+    whole = [g for g in inventory.gpus if not g.mig_enabled]
+    devices: dict[str, ContainerEdits] = {}
+    for gpu in whole:
+        edits = ContainerEdits(device_nodes=(_gpu_node(gpu),))
+        devices[str(gpu.index)] = edits
+        if gpu.uuid:
+            devices[gpu.uuid] = edits
+    devices["all"] = ContainerEdits(device_nodes=tuple(_gpu_node(g) for g in whole))
+    common = ContainerEdits(env=(f"{ENV_VISIBLE}=void",), device_nodes=(NVIDIACTL, NVIDIA_UVM))
+    return [CdiSpec(kind=kind, devices=devices, edits=common) for kind in CDI_KINDS]

@@ -30,10 +30,19 @@ from nri_plugin.nri.core import Role
 from nri_plugin.nri.errors import Code, ConnectionClosed, NriError, PluginConfigError, RpcError
 from nri_plugin.nri.pb import nri_pb2 as pb
 from nri_plugin.nri.stub import PLUGIN_SERVICE, RUNTIME_SERVICE
+from nri_plugin.simulated.cdi import CdiRegistry
+from nri_plugin.simulated.ocispec import (
+    OciSpec,
+    apply_adjustment,
+    spec_from_request,
+    update_resources,
+    write_container,
+)
 from nri_plugin.simulated.syncgate import SyncGate
 
 MODES = {"v0.12": ("v0.12.0", "2.3.4"), "v0.8": ("", "1.7.34")}
 NAMESPACE_METADATA = (("containerd-namespace-ttrpc", "k8s.io"),)
+DEFAULT_ENV = ("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin",)  # an image's
 
 
 class PluginCallError(RpcError):
@@ -74,6 +83,21 @@ class SimulatorOptions:
 class RuntimeState:
     pods: dict[str, pb.PodSandbox] = field(default_factory=dict)
     containers: dict[str, pb.Container] = field(default_factory=dict)
+    specs: dict[str, OciSpec] = field(default_factory=dict)  # of the containers created here
+
+    def update(self, container_id: str, resources: pb.LinuxResources) -> None:
+        """A ContainerUpdate (a plugin's, or the kubelet's resize) applied to the spec
+        and to the stored container."""
+        stored = self.containers.get(container_id)
+        if stored is not None:
+            update_resources(stored.linux.resources, resources)
+        spec = self.specs.get(container_id)
+        if spec is not None:
+            update_resources(spec.resources, resources)
+
+    def forget(self, container_id: str) -> None:
+        self.containers.pop(container_id, None)
+        self.specs.pop(container_id, None)
 
 
 def chunk_state(pods: list[pb.PodSandbox], containers: list[pb.Container],
@@ -108,39 +132,23 @@ def _embed(tag: int, data: bytes) -> bytes:
     return bytes(head) + data
 
 
-def adjust_container(stored: pb.Container, adjust: pb.ContainerAdjustment) -> None:
-    """What containerd keeps of an adjustment in the container's spec, as far as a later
-    Synchronize shows it: the annotations (a key marked with a leading "-" is removed,
-    every other key set; removals first, so a plugin may remove, then set) and the
-    cpuset."""
-    annotations = stored.annotations
-    for key in adjust.annotations:
-        if key.startswith("-"):
-            annotations.pop(key[1:], None)
-    for key, value in adjust.annotations.items():
-        if not key.startswith("-"):
-            annotations[key] = value
-    update_container(stored, adjust.linux.resources)
+def build_spec(ctr: pb.Container, cdi: CdiRegistry | None) -> tuple[OciSpec, pb.Container]:
+    """containerd's CreateContainer up to its NRI call: the spec built from the request
+    (CDI devices injected; CdiError when one cannot be resolved) and the container as
+    the plugins are shown it."""
+    spec = spec_from_request(ctr, cdi)
+    shown = pb.Container()
+    shown.CopyFrom(ctr)
+    write_container(spec, shown)
+    return spec, shown
 
 
-_CPU_VALUES = ("shares", "quota", "period", "realtime_runtime", "realtime_period")
-
-
-def update_container(stored: pb.Container, resources: pb.LinuxResources) -> None:
-    """What an adjustment or a ContainerUpdate changes in the stored spec: the CPU and
-    memory values it sets, its unified entries, and the cpuset (containerd copies
-    cpus/mems only when non-empty)."""
-    cpu, new = stored.linux.resources.cpu, resources.cpu
-    if new.cpus:
-        cpu.cpus = new.cpus
-    if new.mems:
-        cpu.mems = new.mems
-    for name in _CPU_VALUES:
-        if new.HasField(name):
-            getattr(cpu, name).CopyFrom(getattr(new, name))
-    if resources.memory.HasField("limit"):
-        stored.linux.resources.memory.limit.CopyFrom(resources.memory.limit)
-    stored.linux.resources.unified.update(resources.unified)
+def adjust_container(stored: pb.Container, spec: OciSpec, adjust: pb.ContainerAdjustment,
+                     cdi: CdiRegistry | None) -> None:
+    """An adjustment applied to the spec, and the runtime's copy of the container (what a
+    later Synchronize reports) rewritten from it."""
+    apply_adjustment(spec, adjust, cdi)
+    write_container(spec, stored)
 
 
 class PluginSession:
@@ -304,14 +312,17 @@ class PluginSession:
 
     async def create_container(self, pod: pb.PodSandbox, ctr: pb.Container,
                                **kw: Any) -> pb.CreateContainerResponse | None:
-        """CreateContainer; the runtime's copy of the container (what a later Synchronize
-        reports) gets the adjustment's annotations, as containerd puts them in the spec."""
+        """CreateContainer as containerd runs it (ocispec.py): the spec built, CDI devices
+        injected, the plugin shown the result, its adjustment applied to the spec and the
+        runtime's copy of the container (what a later Synchronize reports)."""
+        spec, shown = build_spec(ctr, self.sim.cdi)
         stored = pb.Container()
-        stored.CopyFrom(ctr)
+        stored.CopyFrom(shown)
         self.sim.state.containers[ctr.id] = stored
-        resp = await self.event(ev.CREATE_CONTAINER, pod, ctr, **kw)
+        self.sim.state.specs[ctr.id] = spec
+        resp = await self.event(ev.CREATE_CONTAINER, pod, shown, **kw)
         if resp is not None:
-            adjust_container(stored, resp.adjust)
+            adjust_container(stored, spec, resp.adjust, self.sim.cdi)
             self.apply_updates(resp.update)
         return resp
 
@@ -333,9 +344,7 @@ class PluginSession:
     def apply_updates(self, updates: Iterable[pb.ContainerUpdate]) -> None:
         """Updates of other containers a plugin asked for, kept in their stored specs."""
         for update in updates:
-            stored = self.sim.state.containers.get(update.container_id)
-            if stored is not None:
-                update_container(stored, update.linux.resources)
+            self.sim.state.update(update.container_id, update.linux.resources)
 
     def _set_state(self, ctr: pb.Container, state: int) -> None:
         stored = self.sim.state.containers.get(ctr.id)
@@ -343,7 +352,7 @@ class PluginSession:
             stored.state = state
 
     async def remove_container(self, pod: pb.PodSandbox, ctr: pb.Container, **kw: Any) -> Any:
-        self.sim.state.containers.pop(ctr.id, None)
+        self.sim.state.forget(ctr.id)
         return await self.event(ev.REMOVE_CONTAINER, pod, ctr, **kw)
 
     async def remove_pod_sandbox(self, pod: pb.PodSandbox, **kw: Any) -> Any:
@@ -380,10 +389,17 @@ class PluginSession:
 class RuntimeSimulator:
     def __init__(self, socket_path: str, options: SimulatorOptions | None = None, *,
                  pods: Iterable[pb.PodSandbox] = (),
-                 containers: Iterable[pb.Container] = ()) -> None:
+                 containers: Iterable[pb.Container] = (),
+                 specs: Mapping[str, OciSpec] | None = None,
+                 cdi: CdiRegistry | None = None) -> None:
+        """`pods`, `containers` and their `specs`: what this runtime instance already runs
+        (a restarted containerd's state); `cdi`: the specs of its CDI directories (None:
+        CDI names stay unresolved references, for tests that need no CDI spec)."""
         self.socket_path = socket_path
         self.options = options or SimulatorOptions()
-        self.state = RuntimeState({p.id: p for p in pods}, {c.id: c for c in containers})
+        self.state = RuntimeState({p.id: p for p in pods}, {c.id: c for c in containers},
+                                  dict(specs or {}))
+        self.cdi = cdi
         self.sessions: list[PluginSession] = []
         self._accepted: asyncio.Queue[PluginSession] = asyncio.Queue()
         self._server: asyncio.AbstractServer | None = None
@@ -524,14 +540,17 @@ def make_container(pod: pb.PodSandbox, name: str, *,
                    annotations: Mapping[str, str] | None = None,
                    labels: Mapping[str, str] | None = None,
                    resources: pb.LinuxResources | None = None,
-                   env: Iterable[str] = ("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin",),
+                   env: Iterable[str] = DEFAULT_ENV,
                    args: Iterable[str] = ("/bin/sh", "-c", "sleep infinity"),
                    state: int = pb.CONTAINER_CREATED,
                    image: str = "docker.io/library/busybox:latest",
-                   cdi_devices: Iterable[str] = ()) -> pb.Container:
+                   cdi_devices: Iterable[str] = (),
+                   devices: Iterable[pb.LinuxDevice] = (),
+                   mounts: Iterable[pb.Mount] = ()) -> pb.Container:
     """A Container as containerd describes it at CreateContainer (golden-like size).
     `resources`: what the kubelet set (default: a 100m CPU request, no limits);
-    `cdi_devices`: the CDI names a device plugin granted (GPUs)."""
+    `cdi_devices`, `devices`, `mounts` (after the usual ones): what a device plugin's
+    Allocate answered (kubelet.py)."""
     cid = _id(f"ctr/{pod.id}/{name}")
     parent = pod.linux.cgroup_parent
     if parent.endswith(".slice"):
@@ -553,6 +572,7 @@ def make_container(pod: pb.PodSandbox, name: str, *,
            "io.cri-containerd.kind": "container"}
     lab.update(labels or {})
     sandbox_dir = f"/var/lib/containerd/io.containerd.grpc.v1.cri/sandboxes/{pod.id}"
+    extra_mounts = list(mounts)
     mounts = [pb.Mount(destination="/proc", type="proc", source="proc",
                        options=["nosuid", "noexec", "nodev"]),
               pb.Mount(destination="/dev", type="tmpfs", source="tmpfs",
@@ -562,12 +582,13 @@ def make_container(pod: pb.PodSandbox, name: str, *,
     mounts += [pb.Mount(destination=f"/etc/{f}", type="bind", source=f"{sandbox_dir}/{f}",
                         options=["rbind", "rprivate", "rw"])
                for f in ("hostname", "hosts", "resolv.conf")]
+    mounts += extra_mounts
     ns = [pb.LinuxNamespace(type=t, path=f"/proc/{pod.pid}/ns/{t[:3]}")
           for t in ("pid", "ipc", "uts", "network")] + [pb.LinuxNamespace(type="mount")]
     return pb.Container(
         id=cid, pod_sandbox_id=pod.id, name=name, state=state, labels=lab, annotations=ann,
         args=list(args), env=[*env, f"HOSTNAME={pod.name}"], mounts=mounts,
         hooks=pb.Hooks(),
-        linux=pb.LinuxContainer(namespaces=ns, cgroups_path=cgroups_path,
+        linux=pb.LinuxContainer(namespaces=ns, cgroups_path=cgroups_path, devices=devices,
                                 resources=resources or make_resources(cpu_shares=102)),
         CDI_devices=[pb.CDIDevice(name=name) for name in cdi_devices])

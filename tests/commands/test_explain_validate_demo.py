@@ -180,3 +180,26 @@ def test_explain_gpus_errors(args, rc, message):
     out = nri_plugin("explain", "--inventory", DGX1V, *args)
     assert out.returncode == rc
     assert message in out.stdout + out.stderr
+
+
+def test_explain_says_when_the_kubelet_would_not_admit_the_pod(tmp_path):
+    # Two containers of 6 GPUs each on an 8-GPU node: the second is never admitted.
+    path = pod_file(tmp_path, {}, containers=("a", "b"), limits={"nvidia.com/gpu": 6})
+    out = nri_plugin("explain", "--inventory", DGX, "--cgroup", "v2", path)
+    assert out.returncode == 1
+    assert ("ml/p / b: not admitted\n  error: pod ml/p: Allocate failed due to requested "
+            "number of devices unavailable for nvidia.com/gpu. Requested: 6, Available: 2"
+            ) in out.stdout
+
+
+def test_demo_shows_a_pod_the_kubelet_does_not_admit(tmp_path):
+    first = pod_file(tmp_path, {}, limits={"nvidia.com/gpu": 6})
+    second = tmp_path / "second.yaml"
+    second.write_text(Path(first).read_text().replace('"name": "p"', '"name": "q"'))
+    out = nri_plugin("demo", first, str(second))
+    assert out.returncode == 0, out.stderr
+    text = " ".join(out.stdout.split())
+    assert "ml/p work enforced granted GPUs 0,1,2,3,4,5 (NUMA 0,1) by the device plugin " \
+           "opens GPUs 0,1,2,3,4,5" in text
+    assert ("ml/q work NOT ADMITTED pod ml/q: Allocate failed due to requested number of "
+            "devices unavailable for nvidia.com/gpu. Requested: 6, Available: 2") in text

@@ -235,14 +235,21 @@ def test_volumes_mounts_and_host_paths(manifest):
     assert mounts["/etc/nri-sla"]["readOnly"] is True
 
 
-def test_probes_use_the_metrics_port(manifest):
-    (ctr,) = _by_kind(manifest, "DaemonSet")["spec"]["template"]["spec"]["containers"]
+def test_probes_use_the_health_port_not_the_metrics_port(manifest):
+    """The kubelet probes the probe listener (nri_plugin.health), which a connection flood
+    on the metrics port cannot starve; no hostNetwork, so it probes the pod IP and the
+    listener must bind every interface."""
+    pod = _by_kind(manifest, "DaemonSet")["spec"]["template"]["spec"]
+    (ctr,) = pod["containers"]
     ports = {p["name"]: p["containerPort"] for p in ctr["ports"]}
     assert all(len(name) <= 15 for name in ports)
-    assert ctr["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
-    assert ctr["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert ctr["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
+    assert ctr["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert not pod.get("hostNetwork")
     i = ctr["args"].index("--metrics-address")
     assert ctr["args"][i + 1] == f":{ports['metrics']}"
+    i = ctr["args"].index("--health-address")
+    assert ctr["args"][i + 1] == f":{ports['health']}" and ports["health"] != ports["metrics"]
 
 
 def test_args_are_accepted_by_nri_sla_run(manifest):
@@ -253,7 +260,7 @@ def test_args_are_accepted_by_nri_sla_run(manifest):
     run.add_arguments(parser)
     args = parser.parse_args(ctr["args"])
     assert args.config == "/etc/nri-sla/config.yaml"
-    assert args.metrics_address == ":9810"
+    assert args.metrics_address == ":9810" and args.health_address == ":9811"
 
 
 def test_configmap_is_a_valid_node_config(manifest):
@@ -268,7 +275,7 @@ def test_chart_defaults_render_the_plain_manifest(manifest):
 
 
 def test_chart_values_take_effect():
-    docs = render_chart({"metricsPort": 9900, "runtimeClassName": "nvidia",
+    docs = render_chart({"metricsPort": 9900, "healthPort": 9901, "runtimeClassName": "nvidia",
                          "nvidiaVisibleDevices": "all", "image": {"tag": "dev"},
                          "config": {"enforcement": "soft"}})
     ds = _by_kind(docs, "DaemonSet")
@@ -277,6 +284,8 @@ def test_chart_values_take_effect():
     assert pod["runtimeClassName"] == "nvidia"
     assert ctr["env"] == [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]
     assert ctr["ports"][0]["containerPort"] == 9900 and ":9900" in ctr["args"]
+    assert ctr["ports"][1] == {"name": "health", "containerPort": 9901, "protocol": "TCP"}
+    assert ":9901" in ctr["args"]
     assert ctr["image"] == "nri-sla:dev"
     cm = _by_kind(docs, "ConfigMap")
     assert parse_config(cm["data"]["config.yaml"]).enforcement == "soft"

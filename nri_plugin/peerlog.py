@@ -6,7 +6,9 @@ That is the peer's behaviour, not a fault of nri-sla, and anyone who can reach t
 can cause it thousands of times a second: socketserver's default reaction (a traceback
 on stderr per connection) would let them flood the node's logs. `PeerErrorLog` counts
 such failures and writes at most one line per `interval` (60 s) per listener, naming
-how many connections failed and how, through the structured log.
+how many connections failed and how (exception class names: anything but connection and
+timeout errors there is a bug in nri-sla's handler, worth a report), through the
+structured log.
 
 The first failure after a quiet interval is logged at once (count 1); the ones that follow
 within the interval are counted and written by the next `note` or `flush` once the
@@ -42,14 +44,13 @@ class PeerErrorLog:
         self._logged_at: float | None = None
         self.total = 0  # every failure noted, logged or not
 
-    def note(self, exc: BaseException | None) -> None:
-        """One connection failed with `exc` (None: dropped without an exception)."""
-        kind = type(exc).__name__ if exc is not None else "dropped"
+    def note(self, exc: BaseException) -> None:
+        """One connection failed with `exc`."""
+        kind = type(exc).__name__
         with self._lock:
             self.total += 1
             self._kinds[kind] = self._kinds.get(kind, 0) + 1
-            if exc is not None:
-                self._last_error = str(exc)[:_MESSAGE_CHARS]
+            self._last_error = str(exc)[:_MESSAGE_CHARS]
         self.flush()
 
     def flush(self) -> None:
@@ -62,7 +63,7 @@ class PeerErrorLog:
             kinds, self._kinds = self._kinds, {}
             last, self._last_error = self._last_error, ""
             self._logged_at = now
-        log_event(self.logger, logging.WARNING, "HTTP connections failed by the peer",
+        log_event(self.logger, logging.WARNING, "HTTP connections failed",
                   listener=self.listener, count=sum(kinds.values()),
                   errors=",".join(f"{k}:{n}" for k, n in sorted(kinds.items())),
                   last_error=last, every_seconds=self.interval)

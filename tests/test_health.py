@@ -3,6 +3,7 @@ does to the metrics port or to the listener itself (issue 19), over real sockets
 
 from __future__ import annotations
 
+import logging
 import socket
 import statistics
 import sys
@@ -16,7 +17,7 @@ from nri_plugin.health import HEAD_DEADLINE, MAX_HEAD, MAX_PENDING, answer, star
 from nri_plugin.metrics import Metrics, MetricsError, start_http_server
 
 sys.path.insert(0, str(Path(__file__).parent))
-from http_flood import HeldConnections, probe
+from http_flood import HeldConnections, probe, resetting_requests
 
 LOCAL = "127.0.0.1"
 
@@ -146,3 +147,23 @@ def test_addresses_config_key_and_flag(metrics):
     parser = argparse.ArgumentParser()
     run.add_arguments(parser)
     assert parser.parse_args(["--health-address", ":9811"]).health_address == ":9811"
+
+
+def test_resetting_peers_leave_no_traceback_and_at_most_one_line(capfd):
+    lines: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.DEBUG)
+    handler.emit = lines.append  # type: ignore[method-assign]
+    logger = logging.getLogger("nri_sla.health")
+    logger.addHandler(handler)
+    try:
+        with start_health_server(f"{LOCAL}:0", lambda: True) as health:
+            resetting_requests(LOCAL, health.port, 200, b"GET /healthz HTTP/1.1\r\n\r\n")
+            assert probe(LOCAL, health.port).status == 200
+            total = health.peer_errors.total
+    finally:
+        logger.removeHandler(handler)
+    out, err = capfd.readouterr()
+    assert err == "" and "Traceback" not in out
+    assert len(lines) == (1 if total else 0) and total <= 200
+    print(f"evidence: 200 resetting connections on the probe listener: {total} failed "
+          f"on our side, {len(lines)} log line(s), 0 bytes on stderr")

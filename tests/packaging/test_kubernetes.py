@@ -368,3 +368,36 @@ def test_schema_check_catches_a_typo(manifest):
     ds["spec"]["template"]["spec"]["containers"][0]["volumeMounts"][0]["readOnlly"] = True
     with pytest.raises(kv.ValidationError):
         kv.validate(ds, "1.30.0", strict=True)
+
+
+# -- NetworkPolicy ---------------------------------------------------------------------------
+def test_network_policy_admits_only_the_scraper_to_the_metrics_port():
+    assert not [d for d in render_chart() if d["kind"] == "NetworkPolicy"]  # off by default
+    docs = render_chart({"networkPolicy": {"enabled": True, "scraper": {
+        "namespace": "obs", "podLabels": {"app.kubernetes.io/name": "vmagent"}}}})
+    policy = _by_kind(docs, "NetworkPolicy")
+    ds = _by_kind(docs, "DaemonSet")
+    pod = ds["spec"]["template"]["spec"]
+    assert policy["metadata"]["namespace"] == ds["metadata"]["namespace"] == NAMESPACE
+    # it selects exactly the DaemonSet's pods, for ingress
+    assert policy["spec"]["podSelector"] == ds["spec"]["selector"]
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    # one rule: the scraper (both selectors in one peer: AND), the metrics port only
+    (rule,) = policy["spec"]["ingress"]
+    assert rule["from"] == [{
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "obs"}},
+        "podSelector": {"matchLabels": {"app.kubernetes.io/name": "vmagent"}}}]
+    assert rule["ports"] == [{"port": "metrics", "protocol": "TCP"}]
+    # the defaults: every pod of namespace monitoring, nothing else
+    (default_rule,) = _by_kind(render_chart({"networkPolicy": {"enabled": True}}),
+                               "NetworkPolicy")["spec"]["ingress"]
+    assert default_rule["from"] == [{
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+        "podSelector": {"matchLabels": {}}}]
+    (ctr,) = pod["containers"]
+    assert "metrics" in {p["name"] for p in ctr["ports"]}
+    # the probes need no rule: they come from the node, which policies always admit; the
+    # policy applies only because the pods are not on the host network
+    assert ctr["livenessProbe"]["httpGet"]["port"] == "health" and not pod.get("hostNetwork")
+    kv = pytest.importorskip("kubernetes_validate", reason="pip install kubernetes-validate")
+    kv.validate(policy, "1.30.0", strict=True)

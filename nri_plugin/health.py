@@ -44,7 +44,7 @@ MAX_HEAD = 4096  # bytes of request head read at most
 _ACCEPTS_PER_TURN = 32  # accepted per loop turn before the pending ones are read
 _POLL = 0.2  # seconds the loop waits for events (deadline checks, close)
 
-_PATHS = {
+_PATHS: dict[str, Callable[[bool], tuple[int, bytes]]] = {
     "/healthz": lambda ready: (200, b"ok\n"),
     "/readyz": lambda ready: ((200, b"ready: registered with the runtime\n") if ready
                               else (503, b"not ready: not registered with the runtime\n")),

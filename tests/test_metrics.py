@@ -360,3 +360,22 @@ def test_peer_error_log_writes_once_per_interval():
     assert [r.fields["count"] for r in handler.records] == [1, 1000]
     assert handler.records[1].fields["errors"] == "BrokenPipeError:1,ConnectionResetError:999"
     assert peers.total == 1001
+
+
+def test_operations_doc_lists_exactly_the_exported_metrics(metrics):
+    """docs/operations.md's metric table names every metric the plugin exports, the
+    per-container collector's included, and nothing else."""
+    import re
+
+    from nri_plugin.plugin.container_metrics import ContainerCollector
+    from nri_plugin.plugin.report import NodeReport
+
+    families = [*metrics.registry.collect(),
+                *ContainerCollector(lambda: NodeReport(0.0, 30.0), 10).describe()]
+    exported = {f.name + ("_total" if f.type == "counter" else "") for f in families}
+    doc = (Path(__file__).parents[1] / "docs" / "operations.md").read_text()
+    section = doc.split("\n## Metrics\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|")[1] for line in section.splitlines()
+            if line.startswith("| `nri_sla_")]
+    documented = {name for row in rows for name in re.findall(r"`(nri_sla_[a-z_]+)`", row)}
+    assert documented == exported

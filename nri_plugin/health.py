@@ -91,7 +91,7 @@ class HealthServer:
         try:
             self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             self._sock.bind((listen.host, listen.port))
-            self._sock.listen(128)
+            self._sock.listen(1024)  # a burst of connects queues in the kernel, not dropped
             self._sock.setblocking(False)
         except OSError:
             self._sock.close()

@@ -41,6 +41,9 @@ log = logging.getLogger("nri_sla.health")
 MAX_PENDING = 256  # connections waiting for their request head
 HEAD_DEADLINE = 2.0  # seconds from accept to a complete request head
 MAX_HEAD = 4096  # bytes of request head read at most
+# Connections the kernel queues before accept: a burst of connects waits there instead of
+# having SYNs dropped (a dropped probe SYN is retried after 1 s, the kubelet's timeout).
+BACKLOG = 1024
 _ACCEPTS_PER_TURN = 32  # accepted per loop turn before the pending ones are read
 _POLL = 0.2  # seconds the loop waits for events (deadline checks, close)
 
@@ -91,7 +94,7 @@ class HealthServer:
         try:
             self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             self._sock.bind((listen.host, listen.port))
-            self._sock.listen(1024)  # a burst of connects queues in the kernel, not dropped
+            self._sock.listen(BACKLOG)
             self._sock.setblocking(False)
         except OSError:
             self._sock.close()

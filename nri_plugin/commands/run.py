@@ -55,9 +55,15 @@ def main(args: argparse.Namespace) -> int:
                       else args.health_address)
     try:
         server = start_http_server(metrics, address)
+    except (MetricsError, OSError) as exc:
+        print(f"nri-sla run: {_listen_error('metrics', address, exc)}", file=sys.stderr)
+        return 2
+    try:
         health = start_health_server(health_address, lambda: metrics.is_registered)
     except (MetricsError, OSError) as exc:
-        print(f"nri-sla run: {exc}", file=sys.stderr)
+        print(f"nri-sla run: {_listen_error('health', health_address, exc)}", file=sys.stderr)
+        if server is not None:
+            server.close()
         return 2
     plugin, options = build_service(node, metrics, socket=args.socket, name=args.name,
                                     index=args.index)
@@ -76,6 +82,11 @@ def main(args: argparse.Namespace) -> int:
         if status is not None:
             status.close()
     return 0
+
+
+def _listen_error(what: str, address: str, exc: Exception) -> str:
+    # A MetricsError already names the address; a bind error (OSError) does not.
+    return str(exc) if isinstance(exc, ValueError) else f"{what} address {address!r}: {exc}"
 
 
 def start_status_server(plugin, path: str):

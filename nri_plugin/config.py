@@ -168,6 +168,8 @@ class MetricsConfig:
     """The node config's `metrics` section."""
 
     address: str = "127.0.0.1:9810"  # host:port; "" disables the metrics endpoint
+    # host:port of the probe listener (/healthz, /readyz only; nri_plugin.health); "" off
+    health_address: str = ""
 
     @property
     def enabled(self) -> bool:
@@ -484,7 +486,8 @@ _SECTIONS: dict[str, tuple[type, _Schema]] = {
         "reconnect-max-seconds": ("reconnect_max_seconds", _reconnect),
     }),
     "hook": (HookConfig, {"inject": ("inject", _bool)}),
-    "metrics": (MetricsConfig, {"address": ("address", _address)}),
+    "metrics": (MetricsConfig, {"address": ("address", _address),
+                                "health-address": ("health_address", _address)}),
     "watch": (WatchConfig, {
         "interval-seconds": ("interval", _interval),
         "repair-backoff-max-seconds": ("repair_backoff_max", _backoff),

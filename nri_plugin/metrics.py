@@ -15,13 +15,18 @@ The server serves each connection in a thread, at most MAX_CONNECTIONS at once (
 is answered 503 and closed at once), and ends any connection still open
 CONNECTION_DEADLINE seconds after it was accepted, whatever it is doing: a client that
 opens connections and sends nothing (or one byte at a time) holds a bounded number of
-threads for a bounded time.
+threads for a bounded time. That cap makes these /healthz and /readyz unfit for the
+kubelet's probes (a client holding 16 connections makes them answer 503): probes go to
+the probe listener, nri_plugin.health. A connection that fails by the peer's doing (a
+reset before the answer) is counted into one rate-limited log line, never a traceback.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 import socket
+import sys
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
@@ -34,8 +39,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import choose_encoder
 
 from nri_plugin import __version__
+from nri_plugin.peerlog import PeerErrorLog
 from nri_plugin.topology.gpu_health import HEALTHY, UNHEALTHY, UNKNOWN
 from nri_plugin.topology.gpus import Gpu
+
+log = logging.getLogger("nri_sla.metrics")
 
 NAMESPACE = "nri_sla"
 
@@ -305,24 +313,25 @@ class ListenAddress:
     port: int
 
 
-def parse_address(address: str) -> ListenAddress | None:
-    """Parse a metrics address: "HOST:PORT", ":PORT" (all interfaces), "[::1]:PORT".
-    "" disables the server (None). Port 0 picks a free port (tests)."""
+def parse_address(address: str, what: str = "metrics address") -> ListenAddress | None:
+    """Parse a listen address (`what` names it in errors): "HOST:PORT", ":PORT" (all
+    interfaces), "[::1]:PORT". "" disables the server (None). Port 0 picks a free port
+    (tests)."""
     address = address.strip()
     if not address:
         return None
     host, sep, port_text = address.rpartition(":")
     if not sep:
         raise MetricsError(
-            f"metrics address {address!r} must be HOST:PORT, :PORT or [IPv6]:PORT "
-            "(\"\" disables the metrics server)")
+            f"{what} {address!r} must be HOST:PORT, :PORT or [IPv6]:PORT "
+            "(\"\" disables the server)")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
     elif ":" in host:
-        raise MetricsError(f"metrics address {address!r}: put an IPv6 host in brackets, "
+        raise MetricsError(f"{what} {address!r}: put an IPv6 host in brackets, "
                            "e.g. [::1]:9477")
     if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
-        raise MetricsError(f"metrics address {address!r}: port must be 0..65535")
+        raise MetricsError(f"{what} {address!r}: port must be 0..65535")
     return ListenAddress(host=host or "0.0.0.0", port=int(port_text))
 
 
@@ -343,7 +352,16 @@ class _Server(ThreadingHTTPServer):
         self.deadline = deadline
         self._lock = threading.Lock()
         self._open: dict[socket.socket, float] = {}  # served connection -> its deadline
+        self.peer_errors = PeerErrorLog(log, "metrics")
         super().__init__((listen.host, listen.port), _Handler)
+
+    def handle_error(self, request, client_address) -> None:  # type: ignore[override]
+        # socketserver's default prints a traceback to stderr for every connection whose
+        # handler raised; a peer that resets before the answer makes that happen at will.
+        # One rate-limited structured line instead (nri_plugin.peerlog).
+        exc = sys.exc_info()[1]
+        if exc is not None:
+            self.peer_errors.note(exc)
 
     def process_request(self, request, client_address) -> None:  # type: ignore[override]
         with self._lock:
@@ -374,6 +392,7 @@ class _Server(ThreadingHTTPServer):
         # Runs in serve_forever's loop between polls: ends connections past their
         # deadline. shutdown() wakes a thread blocked reading or writing them; its handler
         # then finishes and the thread ends.
+        self.peer_errors.flush()
         now = monotonic()
         with self._lock:
             late = [sock for sock, deadline in self._open.items() if deadline <= now]

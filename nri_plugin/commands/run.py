@@ -24,14 +24,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--index", default=None, help="plugin index, two digits (default 50)")
     parser.add_argument("--metrics-address", default=None,
                         help='host:port for /metrics, /healthz, /readyz ("" disables)')
+    parser.add_argument("--health-address", default=None,
+                        help='host:port for /healthz and /readyz alone, the probes\' '
+                        'listener that no connection flood starves ("" disables)')
     parser.add_argument("--log-format", choices=("text", "json"), default=None)
 
 
 def main(args: argparse.Namespace) -> int:
     from nri_plugin.config import ConfigError, load_config
     from nri_plugin.core.recordkey import RecordKeyError, load_or_create_key
+    from nri_plugin.health import start_health_server
     from nri_plugin.logsetup import setup_logging
-    from nri_plugin.metrics import Metrics, start_http_server
+    from nri_plugin.metrics import Metrics, MetricsError, start_http_server
     from nri_plugin.nri.errors import NriError
     from nri_plugin.nri.service import serve
 
@@ -47,7 +51,20 @@ def main(args: argparse.Namespace) -> int:
         return 2
     metrics = Metrics()
     address = config.metrics.address if args.metrics_address is None else args.metrics_address
-    server = start_http_server(metrics, address)
+    health_address = (config.metrics.health_address if args.health_address is None
+                      else args.health_address)
+    try:
+        server = start_http_server(metrics, address)
+    except (MetricsError, OSError) as exc:
+        print(f"nri-sla run: {_listen_error('metrics', address, exc)}", file=sys.stderr)
+        return 2
+    try:
+        health = start_health_server(health_address, lambda: metrics.is_registered)
+    except (MetricsError, OSError) as exc:
+        print(f"nri-sla run: {_listen_error('health', health_address, exc)}", file=sys.stderr)
+        if server is not None:
+            server.close()
+        return 2
     plugin, options = build_service(node, metrics, socket=args.socket, name=args.name,
                                     index=args.index)
     status = start_status_server(plugin, config.status.socket)
@@ -59,11 +76,17 @@ def main(args: argparse.Namespace) -> int:
         print(f"nri-sla run: {exc}", file=sys.stderr)
         return 1
     finally:
-        if server is not None:
-            server.close()
+        for listener in (server, health):
+            if listener is not None:
+                listener.close()
         if status is not None:
             status.close()
     return 0
+
+
+def _listen_error(what: str, address: str, exc: Exception) -> str:
+    # A MetricsError already names the address; a bind error (OSError) does not.
+    return str(exc) if isinstance(exc, ValueError) else f"{what} address {address!r}: {exc}"
 
 
 def start_status_server(plugin, path: str):

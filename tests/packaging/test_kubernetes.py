@@ -239,14 +239,21 @@ def test_volumes_mounts_and_host_paths(manifest):
     assert mounts["/etc/nri-sla"]["readOnly"] is True
 
 
-def test_probes_use_the_metrics_port(manifest):
-    (ctr,) = _by_kind(manifest, "DaemonSet")["spec"]["template"]["spec"]["containers"]
+def test_probes_use_the_health_port_not_the_metrics_port(manifest):
+    """The kubelet probes the probe listener (nri_plugin.health), which a connection flood
+    on the metrics port cannot starve; no hostNetwork, so it probes the pod IP and the
+    listener must bind every interface."""
+    pod = _by_kind(manifest, "DaemonSet")["spec"]["template"]["spec"]
+    (ctr,) = pod["containers"]
     ports = {p["name"]: p["containerPort"] for p in ctr["ports"]}
     assert all(len(name) <= 15 for name in ports)
-    assert ctr["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
-    assert ctr["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert ctr["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
+    assert ctr["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert not pod.get("hostNetwork")
     i = ctr["args"].index("--metrics-address")
     assert ctr["args"][i + 1] == f":{ports['metrics']}"
+    i = ctr["args"].index("--health-address")
+    assert ctr["args"][i + 1] == f":{ports['health']}" and ports["health"] != ports["metrics"]
 
 
 def test_args_are_accepted_by_nri_sla_run(manifest):
@@ -257,7 +264,7 @@ def test_args_are_accepted_by_nri_sla_run(manifest):
     run.add_arguments(parser)
     args = parser.parse_args(ctr["args"])
     assert args.config == "/etc/nri-sla/config.yaml"
-    assert args.metrics_address == ":9810"
+    assert args.metrics_address == ":9810" and args.health_address == ":9811"
 
 
 def test_configmap_is_a_valid_node_config(manifest):
@@ -272,7 +279,7 @@ def test_chart_defaults_render_the_plain_manifest(manifest):
 
 
 def test_chart_values_take_effect():
-    docs = render_chart({"metricsPort": 9900, "runtimeClassName": "nvidia",
+    docs = render_chart({"metricsPort": 9900, "healthPort": 9901, "runtimeClassName": "nvidia",
                          "nvidiaVisibleDevices": "all", "image": {"tag": "dev"},
                          "config": {"enforcement": "soft"}})
     ds = _by_kind(docs, "DaemonSet")
@@ -281,6 +288,8 @@ def test_chart_values_take_effect():
     assert pod["runtimeClassName"] == "nvidia"
     assert ctr["env"] == [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]
     assert ctr["ports"][0]["containerPort"] == 9900 and ":9900" in ctr["args"]
+    assert ctr["ports"][1] == {"name": "health", "containerPort": 9901, "protocol": "TCP"}
+    assert ":9901" in ctr["args"]
     assert ctr["image"] == "nri-sla:dev"
     cm = _by_kind(docs, "ConfigMap")
     assert parse_config(cm["data"]["config.yaml"]).enforcement == "soft"
@@ -363,3 +372,36 @@ def test_schema_check_catches_a_typo(manifest):
     ds["spec"]["template"]["spec"]["containers"][0]["volumeMounts"][0]["readOnlly"] = True
     with pytest.raises(kv.ValidationError):
         kv.validate(ds, "1.30.0", strict=True)
+
+
+# -- NetworkPolicy ---------------------------------------------------------------------------
+def test_network_policy_admits_only_the_scraper_to_the_metrics_port():
+    assert not [d for d in render_chart() if d["kind"] == "NetworkPolicy"]  # off by default
+    docs = render_chart({"networkPolicy": {"enabled": True, "scraper": {
+        "namespace": "obs", "podLabels": {"app.kubernetes.io/name": "vmagent"}}}})
+    policy = _by_kind(docs, "NetworkPolicy")
+    ds = _by_kind(docs, "DaemonSet")
+    pod = ds["spec"]["template"]["spec"]
+    assert policy["metadata"]["namespace"] == ds["metadata"]["namespace"] == NAMESPACE
+    # it selects exactly the DaemonSet's pods, for ingress
+    assert policy["spec"]["podSelector"] == ds["spec"]["selector"]
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    # one rule: the scraper (both selectors in one peer: AND), the metrics port only
+    (rule,) = policy["spec"]["ingress"]
+    assert rule["from"] == [{
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "obs"}},
+        "podSelector": {"matchLabels": {"app.kubernetes.io/name": "vmagent"}}}]
+    assert rule["ports"] == [{"port": "metrics", "protocol": "TCP"}]
+    # the defaults: every pod of namespace monitoring, nothing else
+    (default_rule,) = _by_kind(render_chart({"networkPolicy": {"enabled": True}}),
+                               "NetworkPolicy")["spec"]["ingress"]
+    assert default_rule["from"] == [{
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+        "podSelector": {"matchLabels": {}}}]
+    (ctr,) = pod["containers"]
+    assert "metrics" in {p["name"] for p in ctr["ports"]}
+    # the probes need no rule: they come from the node, which policies always admit; the
+    # policy applies only because the pods are not on the host network
+    assert ctr["livenessProbe"]["httpGet"]["port"] == "health" and not pod.get("hostNetwork")
+    kv = pytest.importorskip("kubernetes_validate", reason="pip install kubernetes-validate")
+    kv.validate(policy, "1.30.0", strict=True)

@@ -5,14 +5,17 @@ namespace/pod/container that go away with the container, capped in number."""
 from __future__ import annotations
 
 import asyncio
+from itertools import pairwise
 from pathlib import Path
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from plugin_helpers import guaranteed, make_node, plugin_session
 from prometheus_client.exposition import generate_latest
 
 from nri_plugin.config import WatchConfig
 from nri_plugin.metrics import Metrics
-from nri_plugin.plugin.container_metrics import ContainerCollector
+from nri_plugin.plugin.container_metrics import ContainerCollector, fair_quota
 from nri_plugin.simulated.runtime import make_container, make_pod
 
 SLA = "cpu: {limit: 1.5}\nmemory: {max: 1Gi, high: 768Mi}"
@@ -52,8 +55,9 @@ def collect(metrics: Metrics, plugin) -> None:
     metrics.registry.register(ContainerCollector(lambda: plugin.watch.last, limit))
 
 
-async def started(session, plugin, node, root: Path, pod_name: str, name: str):
-    pod = make_pod(pod_name, namespace="infer", annotations={"sla.nri.io/pod": SLA})
+async def started(session, plugin, node, root: Path, pod_name: str, name: str,
+                  namespace: str = "infer"):
+    pod = make_pod(pod_name, namespace=namespace, annotations={"sla.nri.io/pod": SLA})
     ctr = make_container(pod, name, resources=guaranteed(2))
     await session.create_container(pod, ctr)
     d = v2_container(root, ctr.linux.cgroups_path)
@@ -134,3 +138,69 @@ def test_series_are_capped_and_the_rest_counted(tmp_path):
                 if line.startswith("nri_sla_container_cpu_limit_cores{")}
     assert exported == {"p0", "p1"}  # in a stable order: namespace, pod, container
     assert metrics.value("nri_sla_containers_unexported") == 3
+    assert metrics.value("nri_sla_namespace_containers_unexported", namespace="infer") == 3
+
+
+def test_one_namespace_cannot_silence_the_others_series(tmp_path, caplog):
+    """Issue 19: the cap kept the first 1,000 containers in (namespace, pod, name) order,
+    so 1,000 containers in `batch` dropped every series of `prod`. The cap is shared
+    round-robin between namespaces: all 5 of prod are exported, batch gets the rest."""
+    import logging
+    import time
+
+    root = tmp_path / "cgroup"
+    root.mkdir()
+    metrics = Metrics()
+    node = make_node(2, root, watch=WatchConfig(interval=30, metrics_containers=1000))
+
+    async def scenario():
+        async with plugin_session(node, tmp_path, metrics=metrics) as (_, session, served):
+            collect(metrics, served)
+            for i in range(1000):
+                await started(session, served, node, root, f"job-{i:04d}", "c", "batch")
+            for i in range(5):
+                await started(session, served, node, root, f"web-{i}", "app", "prod")
+            served.drift_pass()
+
+    run(scenario())
+    caplog.set_level(logging.WARNING, logger="nri_sla.metrics")
+    start = time.perf_counter()
+    text = generate_latest(metrics.registry).decode()
+    took = time.perf_counter() - start
+    generate_latest(metrics.registry)  # a second scrape: no second line
+    series = [line for line in text.splitlines()
+              if line.startswith("nri_sla_container_cpu_limit_cores{")]
+    prod = {line.split('pod="')[1].split('"')[0] for line in series if 'namespace="prod"' in line}
+    assert prod == {f"web-{i}" for i in range(5)}
+    assert len(series) == 1000
+    for i in range(5):  # every series of a prod container, not only one
+        who = {"namespace": "prod", "pod": f"web-{i}", "container": "app"}
+        assert metrics.value("nri_sla_container_memory_max_bytes", **who) == 1 << 30
+        assert metrics.value("nri_sla_container_drifted_settings", **who) == 0
+    assert metrics.value("nri_sla_containers_unexported") == 5
+    assert metrics.value("nri_sla_namespace_containers_unexported", namespace="batch") == 5
+    assert metrics.value("nri_sla_namespace_containers_unexported", namespace="prod") is None
+    # batch keeps its first 995 by pod name: deterministic
+    assert 'pod="job-0994"' in text and 'pod="job-0995"' not in text
+    lines = [r for r in caplog.records if r.getMessage() == "per-container series capped"]
+    assert len(lines) == 1 and lines[0].fields["unexported"] == 5
+    assert lines[0].fields["largest"] == "batch"
+    print(f"evidence: 1,005 containers, cap 1,000: prod 5/5 exported, batch 995/1000, "
+          f"scrape {took * 1000:.0f} ms, {len(lines)} log line")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.text("abcdef", min_size=1, max_size=3), st.integers(1, 50),
+                       max_size=12), st.integers(0, 200))
+def test_fair_quota_is_round_robin(counts, limit):
+    quota = fair_quota(counts, limit)
+    assert set(quota) == set(counts)
+    assert sum(quota.values()) == min(limit, sum(counts.values()))
+    assert all(0 <= quota[ns] <= counts[ns] for ns in counts)
+    capped = [ns for ns in counts if quota[ns] < counts[ns]]
+    for ns in capped:  # a namespace left short has at least what any other got, minus one
+        assert quota[ns] >= max(quota.values()) - 1
+    # round-robin in name order: of two capped namespaces the earlier never has fewer
+    capped.sort()
+    assert all(quota[a] >= quota[b] for a, b in pairwise(capped))
+    assert fair_quota(dict(reversed(list(counts.items()))), limit) == quota

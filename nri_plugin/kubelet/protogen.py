@@ -11,11 +11,10 @@ The committed modules must equal what this produces: tests/kubelet/test_protogen
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
-from nri_plugin.nri.protogen import ProtogenError, run_protoc
+from nri_plugin.nri.protogen import protogen_main, run_protoc
 
 REPO = Path(__file__).resolve().parents[2]
 PROTO_DIR = REPO / "proto" / "kubelet"
@@ -36,18 +35,7 @@ def generate(out_root: Path, proto_dir: Path = PROTO_DIR) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m nri_plugin.kubelet.protogen",
-                                     description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=REPO,
-                        help=f"root the package path is written under (default {REPO})")
-    args = parser.parse_args(argv)
-    try:
-        for path in generate(args.out):
-            print(path)
-    except ProtogenError as exc:
-        print(f"protogen: {exc}", file=sys.stderr)
-        return 1
-    return 0
+    return protogen_main("nri_plugin.kubelet.protogen", __doc__ or "", generate, REPO, argv)
 
 
 if __name__ == "__main__":

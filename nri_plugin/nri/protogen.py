@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
@@ -45,18 +46,25 @@ def generate(out_dir: Path, proto_dir: Path = PROTO_DIR) -> list[Path]:
     return [out_dir / (Path(name).stem + "_pb2.py") for name in PROTOS]
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m nri_plugin.nri.protogen",
-                                     description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=PB_DIR, help=f"default {PB_DIR}")
+def protogen_main(module: str, doc: str, generate_into: Callable[[Path], list[Path]],
+                  default_out: Path, argv: list[str] | None = None) -> int:
+    """The command line of a generator `module` (`doc`: its docstring): `--out DIR`, the
+    written paths printed."""
+    parser = argparse.ArgumentParser(prog=f"python -m {module}",
+                                     description=doc.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=default_out, help=f"default {default_out}")
     args = parser.parse_args(argv)
     try:
-        for path in generate(args.out):
+        for path in generate_into(args.out):
             print(path)
     except ProtogenError as exc:
         print(f"protogen: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return protogen_main("nri_plugin.nri.protogen", __doc__ or "", generate, PB_DIR, argv)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ import argparse
 import logging
 import sys
 
-from nri_plugin.commands.common import add_node_arguments, node_from_args
+from nri_plugin.commands.common import add_log_arguments, add_node_arguments, node_from_args
 
 log = logging.getLogger("nri_sla.run")
 
@@ -24,40 +24,64 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--index", default=None, help="plugin index, two digits (default 50)")
     parser.add_argument("--metrics-address", default=None,
                         help='host:port for /metrics, /healthz, /readyz ("" disables)')
-    parser.add_argument("--log-format", choices=("text", "json"), default=None)
+    add_log_arguments(parser)
 
 
 def main(args: argparse.Namespace) -> int:
+    from nri_plugin import __version__
     from nri_plugin.config import ConfigError, load_config
     from nri_plugin.core.recordkey import RecordKeyError, load_or_create_key
+    from nri_plugin.errors import EXIT_INTERNAL, EXIT_INVALID, EXIT_UNAVAILABLE
     from nri_plugin.logsetup import setup_logging
-    from nri_plugin.metrics import Metrics, start_http_server
+    from nri_plugin.metrics import Metrics, MetricsError, start_http_server
     from nri_plugin.nri.errors import NriError
     from nri_plugin.nri.service import serve
+    from nri_plugin.nri.stub import check_identity
+    from nri_plugin.topology.snapshot import load_snapshot
 
+    # What the operator gave is checked before the first log line, so that a mistake is
+    # the one line on stderr (docs/operations.md "Exit statuses"); a bad --inventory
+    # reaches nri_plugin.cli, one line of its kind.
     try:
         config = load_config(args.config)
-        setup_logging(args.log_format or config.log.format, config.log.level)
+        setup_logging(args.log_format or config.log.format, args.log_level or config.log.level)
+        check_identity(args.name or config.nri.plugin_name, args.index or config.nri.plugin_index)
+        if args.inventory is not None:
+            load_snapshot(args.inventory)  # read again below; here only to fail early
         # Before the node: a key nri-sla cannot trust is refused, not replaced (that would
         # disown every record on the node), and the plugin does not start without one.
         key = load_or_create_key(config.state_dir)
-        node = node_from_args(args, detect=True, record_key=key)
     except (ConfigError, RecordKeyError, ValueError, OSError) as exc:
         print(f"nri-sla run: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_INVALID
     metrics = Metrics()
     address = config.metrics.address if args.metrics_address is None else args.metrics_address
-    server = start_http_server(metrics, address)
-    plugin, options = build_service(node, metrics, socket=args.socket, name=args.name,
-                                    index=args.index)
-    status = start_status_server(plugin, config.status.socket)
-    log.info("nri-sla starting: cgroup v%d, %d GPUs, socket %s", node.cgroup_version,
-             len(node.allocator.inventory.gpus) if node.allocator else 0, options.socket_path)
     try:
-        serve(plugin, options)
-    except NriError as exc:
+        server = start_http_server(metrics, address)
+    except MetricsError as exc:
         print(f"nri-sla run: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_INVALID
+    except OSError as exc:  # the port is taken, or the address is not this host's
+        print(f"nri-sla run: metrics address {address}: {exc.strerror or exc}",
+              file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    log.info("nri-sla %s starting (config %s)", __version__, config.source)
+    status = None
+    try:
+        node = node_from_args(args, detect=True, record_key=key)
+        plugin, options = build_service(node, metrics, socket=args.socket, name=args.name,
+                                        index=args.index)
+        status = start_status_server(plugin, config.status.socket)
+        log.info("node: cgroup v%d, %d GPUs; NRI socket %s", node.cgroup_version,
+                 len(node.allocator.inventory.gpus) if node.allocator else 0,
+                 options.socket_path)
+        serve(plugin, options)
+    except NriError as exc:  # before NriError's ValueError subclass: after start-up
+        print(f"nri-sla run: {exc}", file=sys.stderr)
+        return EXIT_INTERNAL
+    except (ValueError, OSError) as exc:  # the node's config against this host
+        print(f"nri-sla run: {exc}", file=sys.stderr)
+        return EXIT_INVALID
     finally:
         if server is not None:
             server.close()

@@ -46,11 +46,11 @@ def one_line(done: subprocess.CompletedProcess[str]) -> str:
 
 RUN = ("run", "--config", "{dir}/config.yaml", "--cgroup", "v2", "--inventory", DGX)
 CASES = {
-    "metrics address": (RUN + ("--metrics-address", "bogus"), EXIT_INVALID,
+    "metrics address": ((*RUN, "--metrics-address", "bogus"), EXIT_INVALID,
                         "nri-sla run: metrics address 'bogus' must be HOST:PORT"),
-    "plugin index": (RUN + ("--index", "7"), EXIT_INVALID,
+    "plugin index": ((*RUN, "--index", "7"), EXIT_INVALID,
                      "nri-sla run: plugin index '7' is invalid: exactly two digits"),
-    "plugin name": (RUN + ("--name", "a b"), EXIT_INVALID,
+    "plugin name": ((*RUN, "--name", "a b"), EXIT_INVALID,
                     "nri-sla run: plugin name 'a b' is invalid"),
     "run missing inventory": (
         ("run", "--config", "{dir}/config.yaml", "--inventory", "{dir}/none.yaml"),
@@ -95,7 +95,7 @@ def test_metrics_port_in_use_is_unavailable(node):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        address = "127.0.0.1:%d" % taken.getsockname()[1]
+        address = f"127.0.0.1:{taken.getsockname()[1]}"
         done = cli(*(a.format(dir=node) for a in RUN), "--metrics-address", address)
     assert one_line(done) == f"nri-sla run: metrics address {address}: Address already in use"
     assert done.returncode == EXIT_UNAVAILABLE

@@ -70,7 +70,8 @@ def main(args: argparse.Namespace) -> int:
     try:
         node = node_from_args(args, detect=True, record_key=key)
         plugin, options = build_service(node, metrics, socket=args.socket, name=args.name,
-                                        index=args.index)
+                                        index=args.index,
+                                        on_reload=lambda: reload_node(node, args))
         status = start_status_server(plugin, config.status.socket)
         log.info("node: cgroup v%d, %d GPUs; NRI socket %s", node.cgroup_version,
                  len(node.allocator.inventory.gpus) if node.allocator else 0,
@@ -88,6 +89,19 @@ def main(args: argparse.Namespace) -> int:
         if status is not None:
             status.close()
     return 0
+
+
+def reload_node(node, args: argparse.Namespace) -> None:
+    """SIGHUP: the node config read again; its live keys applied (the command line's log
+    flags still win), the rest kept until a restart (nri_plugin.config_reload)."""
+    from nri_plugin.config_reload import reload_config
+    from nri_plugin.logsetup import setup_logging
+
+    done = reload_config(args.config, node.config)
+    if done is not None:
+        node.reconfigure(done.config)
+        setup_logging(args.log_format or done.config.log.format,
+                      args.log_level or done.config.log.level)
 
 
 def start_status_server(plugin, path: str):

@@ -8,6 +8,7 @@ chart simple enough to review at a glance.
 """
 
 import argparse
+import hashlib
 import json
 import re
 import shutil
@@ -52,6 +53,9 @@ FUNCS = {
     "nindent": lambda n, s: "\n" + _indent(int(n), s),
     "quote": lambda s: json.dumps(_show(s)),
     "default": lambda d, v: v if _truthy(v) else d,
+    "sha256sum": lambda s: hashlib.sha256(s.encode()).hexdigest(),
+    # Helm names a chart's templates <chart>/templates/<file>.
+    "include": lambda name, ctx: render_template((CHART.parent / name).read_text(), ctx),
 }
 
 
@@ -60,6 +64,8 @@ def _term(tok: str, ctx: dict) -> Any:
         return json.loads(tok)
     if re.fullmatch(r"-?\d+", tok):
         return int(tok)
+    if tok == ".":
+        return ctx
     if tok.startswith("."):
         value: Any = ctx
         for part in tok[1:].split("."):
@@ -175,6 +181,7 @@ def test_renderer_subset():
     assert render_template('{{ .Values.e | default .Chart.AppVersion | quote }}', ctx) == \
         '"1.2"'
     assert render_template("a\n{{- if .Values.e }}\nb\n{{- end }}\nc", ctx) == "a\nc"
+    assert render_template('{{ "x" | sha256sum }}', ctx) == hashlib.sha256(b"x").hexdigest()
     with pytest.raises(AssertionError, match="unsupported"):
         render_template("{{ range .Values.l }}{{ end }}", ctx)
 
@@ -284,6 +291,20 @@ def test_chart_values_take_effect():
     assert ctr["image"] == "nri-sla:dev"
     cm = _by_kind(docs, "ConfigMap")
     assert parse_config(cm["data"]["config.yaml"]).enforcement == "soft"
+
+
+def test_a_changed_configmap_rolls_the_pods():
+    def checksum(docs: list[dict]) -> str:
+        return _by_kind(docs, "DaemonSet")["spec"]["template"]["metadata"]["annotations"][
+            "checksum/config"]
+
+    default = render_chart()
+    configmap = render_template((CHART / "templates" / "configmap.yaml").read_text(), {
+        "Values": yaml.safe_load((CHART / "values.yaml").read_text()),
+        "Release": {"Name": RELEASE, "Namespace": NAMESPACE}})
+    assert checksum(default) == hashlib.sha256(configmap.encode()).hexdigest()
+    assert checksum(render_chart({"config": {"enforcement": "soft"}})) != checksum(default)
+    assert checksum(render_chart({"metricsPort": 9900})) == checksum(default)
 
 
 def test_chart_device_plugin_option():

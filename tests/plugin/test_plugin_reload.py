@@ -13,8 +13,9 @@ import signal
 from pathlib import Path
 
 from fault_helpers import APPLIED, Kubelet
-from test_plugin_process import PluginProcess, free_port, until
+from test_plugin_process import PluginProcess, free_port, log_lines, until
 
+from nri_plugin import __version__
 from nri_plugin.simulated.cri import Cri
 from nri_plugin.simulated.runtime import RuntimeSimulator
 
@@ -77,6 +78,8 @@ def test_sighup_applies_a_good_config_and_keeps_the_old_on_a_bad_one(tmp_path):
 
     kubelet, sim, reloaded, refused, lines, registered, alive, code = asyncio.run(
         asyncio.wait_for(scenario(), 90))
+    first = log_lines(tmp_path / "plugin.log")[0]
+    assert first["msg"] == f"nri-sla {__version__} starting (config {config})"
     assert "before" in kubelet.refused and "exclusive-cpus" in kubelet.refused["before"]
     assert reloaded == [lines[0]] and reloaded[0]["level"] == "info"
     assert reloaded[0]["msg"] == (f"config reloaded from {config}: applied "

@@ -166,6 +166,42 @@ def test_validate_json(tmp_path):
                                                       "ok"]
 
 
+IO_POLICY = ("io:\n  max:\n  - {device: /dev/nvme0n1, read-bps: 100Mi}\n"
+             "  - {device: '259:0', write-bps: 10Mi}\n"
+             "numa: {nodes: '0', memory-policy: interleave}\nenforcement: soft")
+
+
+def test_explain_replaying_a_node_does_not_look_up_devices_here(tmp_path):
+    path = pod_file(tmp_path, {"sla.nri.io/pod": IO_POLICY})
+    out = nri_plugin("explain", "--inventory", DGX, "--cgroup", "v2", "--json", path)
+    assert out.returncode == 0, out.stderr
+    [result] = json.loads(out.stdout)
+    assert (result["outcome"], result["nri_version"]) == ("enforced", "v0.12.0")
+    assert result["direct_writes"] == ["io/io.max = 0:0 rbps=104857600",
+                                       "io/io.max = 259:0 wbps=10485760"]
+    assert result["warnings"] == [
+        "io.max device /dev/nvme0n1: not looked up here (--inventory replays another node), "
+        "shown as 0:0; that node resolves it at CreateContainer"]
+    assert result["adjustment"]["linux.memoryPolicy.mode"] == "MPOL_INTERLEAVE"
+
+
+def test_explain_for_a_runtime_without_nri_version(tmp_path):
+    path = pod_file(tmp_path, {"sla.nri.io/pod": IO_POLICY})
+    out = nri_plugin("explain", "--inventory", DGX, "--cgroup", "v2", "--nri-version",
+                     "unversioned", path)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "runtime: NRI older than v0.10 (--nri-version)"
+    assert ("  warning: sla.nri.io/pod: numa.memory-policy: interleave needs NRI v0.12 "
+            "(containerd 2.3); NRI older than v0.10 cannot set it (cpuset.mems=0 applies)"
+            ) in lines
+    assert not any("memoryPolicy" in line for line in lines)
+    bad = nri_plugin("explain", "--nri-version", "12", path)
+    assert bad.returncode == 2
+    assert bad.stderr.splitlines()[-1] == (
+        "nri-sla explain: error: argument --nri-version: '12' is not vX.Y[.Z] or unversioned")
+
+
 def test_demo_prints_table_with_enforced_and_refused():
     out = nri_plugin("demo")
     assert out.returncode == 0, out.stderr

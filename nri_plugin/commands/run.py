@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 
 from nri_plugin.commands.common import add_log_arguments, add_node_arguments, node_from_args
@@ -39,6 +40,9 @@ def main(args: argparse.Namespace) -> int:
     from nri_plugin.nri.stub import check_identity
     from nri_plugin.topology.snapshot import load_snapshot
 
+    # A reload asked for while starting (systemctl reload, a ConfigMap roll) must not stop
+    # the plugin: ignored until the service's own SIGHUP handler reloads.
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     # What the operator gave is checked before the first log line, so that a mistake is
     # the one line on stderr (docs/operations.md "Exit statuses"); a bad --inventory
     # reaches nri_plugin.cli, one line of its kind.
@@ -77,12 +81,12 @@ def main(args: argparse.Namespace) -> int:
                  len(node.allocator.inventory.gpus) if node.allocator else 0,
                  options.socket_path)
         serve(plugin, options)
-    except NriError as exc:  # before NriError's ValueError subclass: after start-up
-        print(f"nri-sla run: {exc}", file=sys.stderr)
-        return EXIT_INTERNAL
-    except (ValueError, OSError) as exc:  # the node's config against this host
+    except (ValueError, OSError) as exc:  # the config against this host, a bad NRI_PLUGIN_*
         print(f"nri-sla run: {exc}", file=sys.stderr)
         return EXIT_INVALID
+    except NriError as exc:  # the runtime, after start-up
+        print(f"nri-sla run: {exc}", file=sys.stderr)
+        return EXIT_INTERNAL
     finally:
         if server is not None:
             server.close()

@@ -107,3 +107,14 @@ def test_version_command_says_what_version_flag_says():
     assert (done.returncode, done.stdout, done.stderr) == (EXIT_OK, f"nri-sla {__version__}\n",
                                                            "")
     assert re.fullmatch(r"\d+\.\d+\.\d+.*", __version__)
+
+
+def test_docs_table_lists_every_status():
+    from nri_plugin import errors
+
+    doc = (REPO / "docs" / "operations.md").read_text()
+    table = doc.split("## Start-up and exit statuses", 1)[1].split("\n\n| status |", 1)[1]
+    shown = [int(n) for n in re.findall(r"^\| (\d) \|", table.split("\n\n", 1)[0], re.M)]
+    statuses = sorted(v for k, v in vars(errors).items() if k.startswith("EXIT_") and
+                      isinstance(v, int))
+    assert shown == statuses == [0, 1, 2, 3, 4]

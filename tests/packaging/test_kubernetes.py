@@ -54,7 +54,8 @@ FUNCS = {
     "quote": lambda s: json.dumps(_show(s)),
     "default": lambda d, v: v if _truthy(v) else d,
     "sha256sum": lambda s: hashlib.sha256(s.encode()).hexdigest(),
-    # Helm names a chart's templates <chart>/templates/<file>.
+    "print": lambda *parts: "".join(_show(p) for p in parts),  # strings: no spaces between
+    # Helm names a chart's templates <chart>/templates/<file> (.Template.BasePath/<file>).
     "include": lambda name, ctx: render_template((CHART.parent / name).read_text(), ctx),
 }
 
@@ -66,6 +67,10 @@ def _term(tok: str, ctx: dict) -> Any:
         return int(tok)
     if tok == ".":
         return ctx
+    if tok.startswith("(") and tok.endswith(")"):
+        return _pipeline(tok[1:-1], ctx)
+    if tok.startswith("$."):  # the root context: the only one this renderer has
+        tok = tok[1:]
     if tok.startswith("."):
         value: Any = ctx
         for part in tok[1:].split("."):
@@ -78,7 +83,7 @@ def _term(tok: str, ctx: dict) -> Any:
 def _pipeline(expr: str, ctx: dict) -> Any:
     value: Any = None
     for i, cmd in enumerate(c.strip() for c in expr.split("|")):
-        words = re.findall(r'"(?:[^"\\]|\\.)*"|\S+', cmd)
+        words = re.findall(r'"(?:[^"\\]|\\.)*"|\([^()]*\)|\S+', cmd)
         if words[0] in FUNCS:
             args = [_term(w, ctx) for w in words[1:]] + ([value] if i else [])
             value = FUNCS[words[0]](*args)
@@ -144,7 +149,8 @@ def render_chart(overrides: dict | None = None) -> list[dict]:
                                  timeout=60)
         return [d for d in yaml.safe_load_all(res.stdout) if d]
     ctx = {"Values": values, "Release": {"Name": RELEASE, "Namespace": NAMESPACE},
-           "Chart": {k[0].upper() + k[1:]: v for k, v in chart.items()}}
+           "Chart": {k[0].upper() + k[1:]: v for k, v in chart.items()},
+           "Template": {"BasePath": f"{chart['name']}/templates"}}
     docs = []
     for tpl in sorted((CHART / "templates").glob("*.yaml")):
         docs += [d for d in yaml.safe_load_all(render_template(tpl.read_text(), ctx)) if d]
@@ -182,6 +188,9 @@ def test_renderer_subset():
         '"1.2"'
     assert render_template("a\n{{- if .Values.e }}\nb\n{{- end }}\nc", ctx) == "a\nc"
     assert render_template('{{ "x" | sha256sum }}', ctx) == hashlib.sha256(b"x").hexdigest()
+    assert render_template('{{ print $.Chart.AppVersion "/x" }}', ctx) == "1.2/x"
+    assert render_template('{{ (print "x") | sha256sum }}', ctx) == \
+        hashlib.sha256(b"x").hexdigest()
     with pytest.raises(AssertionError, match="unsupported"):
         render_template("{{ range .Values.l }}{{ end }}", ctx)
 

@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
                       "plugin (nri-sla's choice becomes the grant)"),
     "status": ("status", "show each SLA container: enforced vs actual, drift, throttling "
                "(asks the running plugin)"),
+    "version": ("version", "print nri-sla's version"),
 }
 
 
@@ -55,12 +56,17 @@ def main(argv: list[str] | None = None) -> int:
     import importlib
     import logging
 
+    from nri_plugin.errors import EXIT_INVALID, SlaFailure, one_line
+
     # One-shot commands: warnings as plain lines (`run` sets up its own structured log).
     logging.basicConfig(level=logging.WARNING, format="nri-sla: %(message)s")
     top = _top_parser()
-    if not argv or argv[0].startswith("-"):
-        top.parse_args(argv or ["--help"])
-        return 2
+    if not argv:
+        top.print_usage(sys.stderr)
+        return EXIT_INVALID
+    if argv[0].startswith("-"):
+        top.parse_args(argv)  # --help, --version: exit 0; anything else: usage, exit 2
+        return EXIT_INVALID
     name = argv[0]
     if name not in COMMANDS:
         top.parse_args(argv[:1])  # prints the choices and exits 2
@@ -69,7 +75,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=f"nri-sla {name}", description=help_text)
     module.add_arguments(parser)
     args = parser.parse_args(argv[1:])
-    return int(module.main(args) or 0)
+    try:
+        return int(module.main(args) or 0)
+    except SlaFailure as exc:  # whose fault it is decides the status (nri_plugin.errors)
+        print(f"nri-sla {name}: {one_line(str(exc))}", file=sys.stderr)
+        return exc.exit_status
 
 
 if __name__ == "__main__":

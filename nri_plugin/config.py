@@ -500,6 +500,12 @@ _SECTIONS: dict[str, tuple[type, _Schema]] = {
     }),
 }
 TOP_KEYS: tuple[str, ...] = (*_TOP, *_SECTIONS)
+# Every dotted key as written in the file -> its attributes on NodeConfig.
+KEY_ATTRIBUTES: dict[str, tuple[str, ...]] = {
+    **{key: (attribute,) for key, (attribute, _) in _TOP.items()},
+    **{f"{section}.{key}": (section.replace("-", "_"), attribute)
+       for section, (_, schema) in _SECTIONS.items() for key, (attribute, _) in schema.items()},
+}
 
 
 def _fields(source: str, data: Mapping, schema: _Schema, parent: str,

@@ -10,6 +10,8 @@ Its `kind` says whose fault it is, and everything else follows from the kind:
 
 The OCI hook's exit status is EXIT_STATUS[kind]; the plugin answers the runtime with the
 status code its front-end maps the kind to; `reason` is the metric's one-word label.
+Every `nri-sla` command exits with the same table (EXIT_*, docs/operations.md "Exit
+statuses"); a failure that reaches the command line is one line on stderr (one_line).
 Lean on purpose (no imports): the OCI hook loads it on every container start.
 """
 
@@ -24,6 +26,9 @@ EXIT_OK = 0  # enforced, verified or nothing to do; soft-mode warnings may be on
 EXIT_REFUSED = 1  # hard mode: the SLA cannot be honoured exactly; the container must not run
 EXIT_INVALID = 2  # bad input: the SLA annotation, the command line, the runtime's state
 EXIT_INTERNAL = 3  # a bug, a system failure or a timeout (hard mode; soft mode warns, exits 0)
+# Commands only: what the command needs is taken or not there (the metrics port in use,
+# no plugin answering on the status socket); nothing is wrong with the input.
+EXIT_UNAVAILABLE = 4
 EXIT_STATUS = {REFUSED: EXIT_REFUSED, INVALID: EXIT_INVALID, INTERNAL: EXIT_INTERNAL}
 
 
@@ -36,6 +41,13 @@ class SlaFailure(Exception):
     @property
     def exit_status(self) -> int:
         return EXIT_STATUS[self.kind]
+
+
+def one_line(text: str, limit: int = 4000) -> str:
+    """`text` on one bounded line: runc embeds the hook's stderr in its own one-line error
+    and an operator greps a command's; a YAML snippet or an exception may carry newlines."""
+    flat = " ".join(text.split("\n")).replace("\r", " ")
+    return flat if len(flat) <= limit else flat[:limit - 3] + "..."
 
 
 class InvalidInput(SlaFailure):

@@ -74,9 +74,12 @@ class PodSpec:
     namespace: str
     name: str
     annotations: dict[str, str]
+    # Every container the runtime creates for the pod, in that order: the init containers
+    # (CreateContainer comes for them too, and the pod's SLA applies), then the others.
     containers: tuple[str, ...]
     environments: dict[str, dict[str, str]]  # container -> literal env values
     resources: dict[str, ContainerResources]  # container -> its resources
+    init_containers: frozenset[str] = frozenset()  # the names of spec.initContainers
 
 
 def _mapping(value: Any, what: str) -> dict[str, Any]:
@@ -91,29 +94,32 @@ def _pod_from(template: dict[str, Any], meta: dict[str, Any], source: str) -> Po
     pod_meta = _mapping(template.get("metadata"), f"{source}: metadata")
     spec = _mapping(template.get("spec"), f"{source}: spec")
     annotations = _mapping(pod_meta.get("annotations"), f"{source}: metadata.annotations")
-    containers = spec.get("containers") or []
-    if not isinstance(containers, list):
-        raise ManifestError(f"{source}: spec.containers must be a list")
     names, envs, resources = [], {}, {}
-    for i, container in enumerate(containers):
-        where = f"{source}: spec.containers[{i}]"
-        container = _mapping(container, where)
-        name = str(container.get("name", f"container-{i}"))
-        names.append(name)
-        env = container.get("env") or []
-        if not isinstance(env, list):
-            raise ManifestError(f"{source}: spec.containers[{i}].env must be a list")
-        envs[name] = {str(e.get("name")): str(e.get("value", "")) for e in env
-                      if isinstance(e, dict) and "value" in e}
-        resources[name] = _resources(_mapping(container.get("resources"), where), where)
+    init: list[str] = []
+    for field, unnamed in (("initContainers", "init-container"), ("containers", "container")):
+        containers = spec.get(field) or []
+        if not isinstance(containers, list):
+            raise ManifestError(f"{source}: spec.{field} must be a list")
+        for i, container in enumerate(containers):
+            where = f"{source}: spec.{field}[{i}]"
+            container = _mapping(container, where)
+            name = str(container.get("name", f"{unnamed}-{i}"))
+            (init if field == "initContainers" else names).append(name)
+            env = container.get("env") or []
+            if not isinstance(env, list):
+                raise ManifestError(f"{where}.env must be a list")
+            envs[name] = {str(e.get("name")): str(e.get("value", "")) for e in env
+                          if isinstance(e, dict) and "value" in e}
+            resources[name] = _resources(_mapping(container.get("resources"), where), where)
     return PodSpec(
         source=source,
         namespace=str(pod_meta.get("namespace") or meta.get("namespace") or "default"),
         name=str(pod_meta.get("name") or meta.get("name") or "unnamed"),
         annotations={str(k): str(v) for k, v in annotations.items()},
-        containers=tuple(names),
+        containers=(*init, *names),
         environments=envs,
         resources=resources,
+        init_containers=frozenset(init),
     )
 
 

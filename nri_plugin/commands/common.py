@@ -19,6 +19,16 @@ def add_node_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sysfs-root", default="/sys", help=argparse.SUPPRESS)
 
 
+def add_log_arguments(parser: argparse.ArgumentParser) -> None:
+    """--log-format and --log-level of the long-running commands (over log.* of the config)."""
+    from nri_plugin.logsetup import FORMATS, LEVELS
+
+    parser.add_argument("--log-format", choices=FORMATS, default=None,
+                        help="log line format (default log.format of the config: text)")
+    parser.add_argument("--log-level", choices=LEVELS, default=None,
+                        help="least level logged (default log.level of the config: info)")
+
+
 def node_from_args(args: argparse.Namespace, detect: bool = False,
                    record_key: bytes | None = None):
     """A NodeState from the common arguments (`record_key`: the node's, for a plugin

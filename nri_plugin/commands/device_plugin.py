@@ -10,6 +10,7 @@ import sys
 import threading
 from pathlib import Path
 
+from nri_plugin.commands.common import add_log_arguments
 from nri_plugin.config import DEFAULT_PATH
 
 
@@ -22,12 +23,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--socket-dir", default=None, metavar="DIR",
                         help="the kubelet's device-plugin directory (default from the "
                              "config's device-plugin.socket-dir: /var/lib/kubelet/device-plugins)")
-    parser.add_argument("--log-format", choices=("text", "json"), default=None)
+    add_log_arguments(parser)
 
 
 def main(args: argparse.Namespace) -> int:
     from nri_plugin.config import load_config
-    from nri_plugin.errors import SlaFailure
+    from nri_plugin.errors import EXIT_INVALID, EXIT_UNAVAILABLE, SlaFailure
     from nri_plugin.kubelet.deviceplugin import GpuDevicePlugin, PluginSettings
     from nri_plugin.logsetup import setup_logging
     from nri_plugin.topology.inventory import configured_reader
@@ -35,18 +36,19 @@ def main(args: argparse.Namespace) -> int:
 
     try:
         config = load_config(args.config)
-        setup_logging(args.log_format or config.log.format, config.log.level)
+        setup_logging(args.log_format or config.log.format, args.log_level or config.log.level)
         socket_dir = Path(args.socket_dir or config.device_plugin.socket_dir)
         if not socket_dir.is_dir():
-            raise FileNotFoundError(f"{socket_dir} is not a directory (is the kubelet "
-                                    "installed? device-plugin.socket-dir or --socket-dir)")
+            print(f"nri-sla device-plugin: {socket_dir} is not a directory (is the kubelet "
+                  "installed? device-plugin.socket-dir or --socket-dir)", file=sys.stderr)
+            return EXIT_UNAVAILABLE
         setting = str(Path(args.inventory).resolve()) if args.inventory \
             else config.gpu.inventory
         gpus = WatchedInventory(configured_reader(setting))
         inventory = gpus.read()
     except (SlaFailure, ValueError, OSError) as exc:
         print(f"nri-sla device-plugin: {exc}", file=sys.stderr)
-        return 2 if isinstance(exc, ValueError) else 1
+        return exc.exit_status if isinstance(exc, SlaFailure) else EXIT_INVALID
     plugin = GpuDevicePlugin(PluginSettings(
         socket_dir=socket_dir, resource_name=config.device_plugin.resource_name,
         injection=config.gpu.injection), inventory)

@@ -1,7 +1,9 @@
 """`nri-sla explain POD.yaml`: what each container would get on this node, or why not.
 
 A dry run of the plugin's data path: the adjustment fields containerd would receive and
-the cgroup files nri-sla would write itself at StartContainer. Exit status 1 when any
+the cgroup files nri-sla would write itself at StartContainer, for the NRI version
+`--nri-version` names (the first line says which). With `--inventory` (another node's
+snapshot) io.max device paths are not looked up on this machine. Exit status 1 when any
 container would be refused, 2 when a manifest or the node config cannot be read.
 `--gpus N` instead shows the GPUs nri-sla's chooser prefers and their score
 (explain_gpus.py); exit 1 when no set satisfies the request.
@@ -24,9 +26,48 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="Pod, List or workload manifests (Deployment, Job, ...)")
     explain_gpus.add_arguments(parser)
     add_node_arguments(parser)
-    parser.add_argument("--nri-version", default="v0.12.0",
-                        help="the runtime's NRI version (memory policy needs v0.12.0)")
+    parser.add_argument("--nri-version", default=NEWEST_NRI, type=nri_version,
+                        metavar="vX.Y.Z|unversioned",
+                        help=f"the NRI version the node's runtime speaks (default {NEWEST_NRI}: "
+                             "containerd 2.3; `unversioned`: runtimes that send none, "
+                             "containerd 1.7 to 2.1); numa.memory-policy needs v0.12")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+NEWEST_NRI = "v0.12.0"  # the newest NRI this package speaks (nri_plugin.nri.stub)
+UNVERSIONED = "unversioned"
+
+
+def nri_version(text: str) -> str:
+    """--nri-version: vX.Y[.Z], or `unversioned` (the plugin's name for a runtime's empty
+    version); argparse reports the error as a usage error (exit 2)."""
+    from nri_plugin.nri.events import parse_version
+    from nri_plugin.plugin.handlers import UNVERSIONED_NRI
+
+    if text == UNVERSIONED:
+        return UNVERSIONED_NRI
+    if parse_version(text) is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not vX.Y[.Z] or {UNVERSIONED}")
+    return text
+
+
+class ReplayedDevices:
+    """io.max devices when --inventory replays another node: a MAJ:MIN is taken as
+    written, a device path is that node's and cannot be looked up here. Such a path is
+    planned as 0:0 and listed in `unresolved` (explain says so); the node resolves it at
+    CreateContainer and, in hard mode, refuses a container whose path it lacks."""
+
+    def __init__(self) -> None:
+        self.unresolved: list[str] = []
+
+    def __call__(self, device: str) -> tuple[int, int]:
+        from nri_plugin.enforce.blockdev import parse_maj_min
+
+        numbers = parse_maj_min(device)
+        if numbers is None:
+            self.unresolved.append(device)
+            return 0, 0
+        return numbers
 
 
 def flatten(prefix: str, value: Any) -> list[tuple[str, Any]]:
@@ -44,7 +85,9 @@ def flatten(prefix: str, value: Any) -> list[tuple[str, Any]]:
 def explain_container(node: Any, pod: Any, container: str, nri_version: str,
                       kubelet: Any) -> dict[str, Any]:
     """`kubelet`: the simulated kubelet and device plugin granting the GPUs the
-    container's limits name, as on a node (the run's containers share one node)."""
+    container's limits name, as on a node (the run's containers share one node). With a
+    ReplayedDevices as the node's resolve_device, the paths it could not resolve become
+    warnings."""
     from google.protobuf.json_format import MessageToDict
 
     from nri_plugin.core import decide
@@ -67,7 +110,12 @@ def explain_container(node: Any, pod: Any, container: str, nri_version: str,
                       owner=owner,
                       pod=f"{pod.namespace}/{pod.name}", nri_version=nri_version,
                       granted=granted)
-    result: dict[str, Any] = {**where, "outcome": decision.outcome}
+    replayed = node.resolve_device if isinstance(node.resolve_device, ReplayedDevices) \
+        else None
+    unresolved = [*replayed.unresolved] if replayed is not None else []
+    if replayed is not None:
+        replayed.unresolved.clear()
+    result: dict[str, Any] = {**where, "outcome": decision.outcome, "nri_version": nri_version}
     if decision.error is not None:
         result["error"] = str(decision.error)
     if decision.plan is not None:
@@ -77,7 +125,9 @@ def explain_container(node: Any, pod: Any, container: str, nri_version: str,
         result["adjustment"] = dict(flatten("", MessageToDict(adjustment)))
         result["direct_writes"] = [f"{w.controller}/{w.file} = {w.value}" for w in
                                    cgroup_writes(plan, "direct", node.capabilities.bfq)]
-        result["warnings"] = list(plan.warnings)
+        result["warnings"] = [*plan.warnings, *(
+            f"io.max device {path}: not looked up here (--inventory replays another node), "
+            "shown as 0:0; that node resolves it at CreateContainer" for path in unresolved)]
         if plan.placement_record:
             result["placement"] = plan.placement_record
     return result
@@ -106,6 +156,8 @@ def main(args: argparse.Namespace) -> int:
         return 2
     try:
         node = node_from_args(args)
+        if args.inventory is not None:  # another node's: its /dev is not this machine's
+            node.resolve_device = ReplayedDevices()
         if args.gpus is not None:
             return gpu_preference(node.allocator.inventory, args)
         pods = [pod for path in args.manifests for pod in load_pods(path)]
@@ -122,6 +174,7 @@ def main(args: argparse.Namespace) -> int:
         json.dump(results, sys.stdout, indent=2)
         print()
     else:
+        print(f"runtime: NRI {args.nri_version} (--nri-version)")
         for result in results:
             render(result, sys.stdout)
     return 1 if any(r["outcome"] in ("refused", "not admitted") for r in results) else 0

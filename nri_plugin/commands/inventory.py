@@ -9,12 +9,11 @@ import sys
 from pathlib import Path
 
 from nri_plugin.commands.common import table_lines
+from nri_plugin.errors import EXIT_INTERNAL
 from nri_plugin.topology import (
     Gpu,
     GpuInventory,
-    InventoryError,
     Topology,
-    TopologyError,
     format_cpulist,
     load_inventory,
     load_snapshot,
@@ -97,9 +96,9 @@ def main(args: argparse.Namespace) -> int:
                                        proc_root=args.proc_root)
         if args.save is not None:
             save_snapshot(args.save, topology, inventory)
-    except (InventoryError, TopologyError, OSError) as exc:
+    except OSError as exc:  # the host's sysfs or --save's file (a bad snapshot: nri_plugin.cli)
         print(f"nri-sla inventory: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_INTERNAL
     if args.json:
         body = snapshot_to_dict(topology, inventory)
         body["gpu_degraded_reason"] = inventory.degraded_reason

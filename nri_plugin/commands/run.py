@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 
-from nri_plugin.commands.common import add_node_arguments, node_from_args
+from nri_plugin.commands.common import add_log_arguments, add_node_arguments, node_from_args
 
 log = logging.getLogger("nri_sla.run")
 
@@ -27,56 +28,78 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--health-address", default=None,
                         help='host:port for /healthz and /readyz alone, the probes\' '
                         'listener that no connection flood starves ("" disables)')
-    parser.add_argument("--log-format", choices=("text", "json"), default=None)
+    add_log_arguments(parser)
 
 
 def main(args: argparse.Namespace) -> int:
+    from nri_plugin import __version__
     from nri_plugin.config import ConfigError, load_config
     from nri_plugin.core.recordkey import RecordKeyError, load_or_create_key
+    from nri_plugin.errors import EXIT_INTERNAL, EXIT_INVALID, EXIT_UNAVAILABLE
     from nri_plugin.health import start_health_server
     from nri_plugin.logsetup import setup_logging
     from nri_plugin.metrics import Metrics, MetricsError, start_http_server
     from nri_plugin.nri.errors import NriError
     from nri_plugin.nri.service import serve
+    from nri_plugin.nri.stub import check_identity
+    from nri_plugin.topology.snapshot import load_snapshot
 
+    # A reload asked for while starting (systemctl reload, a ConfigMap roll) must not stop
+    # the plugin: ignored until the service's own SIGHUP handler reloads.
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    # What the operator gave is checked before the first log line, so that a mistake is
+    # the one line on stderr (docs/operations.md "Exit statuses"); a bad --inventory
+    # reaches nri_plugin.cli, one line of its kind.
     try:
         config = load_config(args.config)
-        setup_logging(args.log_format or config.log.format, config.log.level)
+        setup_logging(args.log_format or config.log.format, args.log_level or config.log.level)
+        check_identity(args.name or config.nri.plugin_name, args.index or config.nri.plugin_index)
+        if args.inventory is not None:
+            load_snapshot(args.inventory)  # read again below; here only to fail early
         # Before the node: a key nri-sla cannot trust is refused, not replaced (that would
         # disown every record on the node), and the plugin does not start without one.
         key = load_or_create_key(config.state_dir)
-        node = node_from_args(args, detect=True, record_key=key)
     except (ConfigError, RecordKeyError, ValueError, OSError) as exc:
         print(f"nri-sla run: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_INVALID
     metrics = Metrics()
     address = config.metrics.address if args.metrics_address is None else args.metrics_address
     health_address = (config.metrics.health_address if args.health_address is None
                       else args.health_address)
+    listeners: list = []
+    for what, where, start in (
+            ("metrics", address, lambda: start_http_server(metrics, address)),
+            ("health", health_address,
+             lambda: start_health_server(health_address, lambda: metrics.is_registered))):
+        try:
+            listeners.append(start())
+        except (MetricsError, OSError) as exc:
+            for listener in listeners:
+                if listener is not None:
+                    listener.close()
+            print(f"nri-sla run: {_listen_error(what, where, exc)}", file=sys.stderr)
+            # a bad address is the operator's input; a taken port, the host's state
+            return EXIT_INVALID if isinstance(exc, ValueError) else EXIT_UNAVAILABLE
+    log.info("nri-sla %s starting (config %s)", __version__, config.source)
+    status = None
     try:
-        server = start_http_server(metrics, address)
-    except (MetricsError, OSError) as exc:
-        print(f"nri-sla run: {_listen_error('metrics', address, exc)}", file=sys.stderr)
-        return 2
-    try:
-        health = start_health_server(health_address, lambda: metrics.is_registered)
-    except (MetricsError, OSError) as exc:
-        print(f"nri-sla run: {_listen_error('health', health_address, exc)}", file=sys.stderr)
-        if server is not None:
-            server.close()
-        return 2
-    plugin, options = build_service(node, metrics, socket=args.socket, name=args.name,
-                                    index=args.index)
-    status = start_status_server(plugin, config.status.socket)
-    log.info("nri-sla starting: cgroup v%d, %d GPUs, socket %s", node.cgroup_version,
-             len(node.allocator.inventory.gpus) if node.allocator else 0, options.socket_path)
-    try:
+        node = node_from_args(args, detect=True, record_key=key)
+        plugin, options = build_service(node, metrics, socket=args.socket, name=args.name,
+                                        index=args.index,
+                                        on_reload=lambda: reload_node(node, args))
+        status = start_status_server(plugin, config.status.socket)
+        log.info("node: cgroup v%d, %d GPUs; NRI socket %s", node.cgroup_version,
+                 len(node.allocator.inventory.gpus) if node.allocator else 0,
+                 options.socket_path)
         serve(plugin, options)
-    except NriError as exc:
+    except (ValueError, OSError) as exc:  # the config against this host, a bad NRI_PLUGIN_*
         print(f"nri-sla run: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_INVALID
+    except NriError as exc:  # the runtime, after start-up
+        print(f"nri-sla run: {exc}", file=sys.stderr)
+        return EXIT_INTERNAL
     finally:
-        for listener in (server, health):
+        for listener in listeners:
             if listener is not None:
                 listener.close()
         if status is not None:
@@ -86,7 +109,22 @@ def main(args: argparse.Namespace) -> int:
 
 def _listen_error(what: str, address: str, exc: Exception) -> str:
     # A MetricsError already names the address; a bind error (OSError) does not.
-    return str(exc) if isinstance(exc, ValueError) else f"{what} address {address!r}: {exc}"
+    if isinstance(exc, ValueError):
+        return str(exc)
+    return f"{what} address {address}: {getattr(exc, 'strerror', None) or exc}"
+
+
+def reload_node(node, args: argparse.Namespace) -> None:
+    """SIGHUP: the node config read again; its live keys applied (the command line's log
+    flags still win), the rest kept until a restart (nri_plugin.config_reload)."""
+    from nri_plugin.config_reload import reload_config
+    from nri_plugin.logsetup import setup_logging
+
+    done = reload_config(args.config, node.config)
+    if done is not None:
+        node.reconfigure(done.config)
+        setup_logging(args.log_format or done.config.log.format,
+                      args.log_level or done.config.log.level)
 
 
 def start_status_server(plugin, path: str):

@@ -33,6 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from nri_plugin.errors import EXIT_UNAVAILABLE
     from nri_plugin.statussocket import StatusError, read_status
 
     path = args.socket
@@ -45,12 +46,12 @@ def main(args: argparse.Namespace) -> int:
         if not path:
             print("nri-sla status: the node config turns the status socket off "
                   "(status.socket is \"\")", file=sys.stderr)
-            return 1
+            return EXIT_UNAVAILABLE
     try:
         document = read_status(path)
     except StatusError as exc:
         print(f"nri-sla status: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_UNAVAILABLE
     print(json.dumps(document, indent=2) if args.json else render(document))
     return 0
 

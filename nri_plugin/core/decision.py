@@ -49,9 +49,9 @@ class Decision:
     def reusable(self) -> bool:
         """A plan that depends only on the annotations, the container's name and
         namespace, the NRI version and what the runtime granted (and the node's config and
-        capabilities, fixed for a NodeState's life): no allocator, RT budget, block device
-        or pod input. Such a decision is the same for every replica, so decide()
-        remembers it."""
+        capabilities: a reload, NodeState.reconfigure, forgets them all): no allocator, RT
+        budget, block device or pod input. Such a decision is the same for every replica, so
+        decide() remembers it."""
         sla = self.sla
         if self.plan is None or sla is None:
             return False

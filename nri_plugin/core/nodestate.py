@@ -133,6 +133,13 @@ class NodeState:
     def prefix(self) -> str:
         return self.config.annotation_prefix
 
+    def reconfigure(self, config: NodeConfig) -> None:
+        """Decide with `config` from now on (a reload: nri_plugin.config_reload says which
+        of its keys may differ from the config the node was built with). The remembered
+        decisions were made under the old one and are dropped."""
+        self.config = config
+        self.reusable.clear()
+
     def allocator_for(self, sla: Sla) -> Allocator | None:
         if self.allocator is not None or self.allocator_factory is None:
             return self.allocator

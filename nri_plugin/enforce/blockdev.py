@@ -31,6 +31,12 @@ def _sysfs_dev(sysfs_root: Path, major: int, minor: int) -> Path:
     return sysfs_root / "dev" / "block" / f"{major}:{minor}"
 
 
+def parse_maj_min(spec: str) -> tuple[int, int] | None:
+    """(major, minor) of a "MAJ:MIN" device spec; None for anything else (a path)."""
+    m = _MAJ_MIN.match(spec.strip())
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
 def resolve_block_device(
     spec: str,
     dev_root: str = DEV_ROOT,
@@ -48,9 +54,9 @@ def resolve_block_device(
     if not spec:
         raise DeviceError(spec, "empty device; give a block device path or 'MAJ:MIN'")
     unusable = DeviceError(spec, NOT_A_DEVICE.format(root=dev_root))
-    m = _MAJ_MIN.match(spec)
-    if m:
-        major, minor = int(m.group(1)), int(m.group(2))
+    numbers = parse_maj_min(spec)
+    if numbers is not None:
+        major, minor = numbers
     else:
         node = dev_node(spec, dev_root)
         try:

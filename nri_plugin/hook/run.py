@@ -10,7 +10,14 @@ import os
 import sys
 import time
 
-from nri_plugin.errors import EXIT_OK, EXIT_STATUS, INTERNAL, REFUSED, SlaFailure
+from nri_plugin.errors import (
+    EXIT_OK,
+    EXIT_STATUS,
+    INTERNAL,
+    REFUSED,
+    SlaFailure,
+    one_line,
+)
 from nri_plugin.hook.deadline import Deadline, alarm
 from nri_plugin.hook.options import HookOptions
 from nri_plugin.hook.outcome import PREFIX, WARN, LoggedDecision, Outcome, RunState
@@ -73,13 +80,6 @@ def _run(opts: HookOptions, stdin: BinaryIO, deadline: Deadline, rs: RunState) -
     from nri_plugin.hook.cold import enforce
 
     return enforce(opts, state, spec, annotations, target, deadline, rs)
-
-
-def one_line(text: str, limit: int = 4000) -> str:
-    """runc embeds the hook's stderr in its own one-line error: keep each message on one
-    line (a YAML snippet or an exception may carry newlines) and bounded."""
-    flat = " ".join(text.split("\n")).replace("\r", " ")
-    return flat if len(flat) <= limit else flat[:limit - 3] + "..."
 
 
 def emit(outcome: Outcome, stderr: TextIO, log_path: str | None = None) -> None:

@@ -7,8 +7,10 @@ Two ways in:
   NRI_PLUGIN_NAME, NRI_PLUGIN_IDX and NRI_PLUGIN_SOCKET=3 (a connected socket, no PATH).
   When that connection ends we exit: containerd launches us again.
 
-SIGTERM/SIGINT end the service cleanly. With NOTIFY_SOCKET set, systemd hears READY=1
-after registration, WATCHDOG=1 every WATCHDOG_USEC/2 and STOPPING=1 at the end.
+SIGTERM/SIGINT end the service cleanly; SIGHUP calls `ServiceOptions.on_reload` (the
+embedding code reads its configuration again) and never ends it. With NOTIFY_SOCKET set,
+systemd hears READY=1 after registration, WATCHDOG=1 every WATCHDOG_USEC/2 and STOPPING=1
+at the end.
 
 `ServiceOptions.periodic`: work the plugin does on its own schedule (the drift watch, GPU
 rescans), run on the event loop while registered; the container updates it returns go
@@ -103,6 +105,8 @@ class ServiceOptions:
     stop_event: asyncio.Event | None = field(default=None, repr=False)
     # Work run while registered (Periodic), e.g. rescans whose changes go to the runtime.
     periodic: Sequence[Periodic] = ()
+    # Called on SIGHUP, on the loop (with handle_signals); SIGHUP is ignored without it.
+    on_reload: Callable[[], Any] | None = None
 
     def __post_init__(self) -> None:
         if not 0 < self.backoff_initial <= self.backoff_max:
@@ -213,9 +217,11 @@ async def run_service(plugin: object, options: ServiceOptions | None = None) -> 
     loop = asyncio.get_running_loop()
     installed: list[int] = []
     if opts.handle_signals:
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        handlers = {signal.SIGTERM: stop.set, signal.SIGINT: stop.set,
+                    signal.SIGHUP: lambda: _call(opts.on_reload)}
+        for sig, handler in handlers.items():
             try:
-                loop.add_signal_handler(sig, stop.set)
+                loop.add_signal_handler(sig, handler)
                 installed.append(sig)
             except (NotImplementedError, RuntimeError, ValueError):
                 pass  # not the main thread: the embedding code handles signals

@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from nri_plugin.plan.model import ContainerPlan, Shortfall
-from nri_plugin.sla.model import CpuSla
+from nri_plugin.sla.model import CpuSla, Sla
 from nri_plugin.sla.quantities import format_cpu, format_duration, format_size
 from nri_plugin.topology.cpulist import parse_cpulist
 
@@ -113,9 +113,29 @@ def fit_exclusive(requested: int, ctx: PlanContext, allocator: Allocator,
     allowed, why = min(limits, key=lambda lim: lim[0])
     if requested <= allowed:
         return requested, None
+    return allowed, _exclusive_shortfall(requested, allowed, why, soft)
+
+
+def _exclusive_shortfall(requested: int, allowed: int, why: str, soft: bool) -> Shortfall:
     message = (f"{requested} exceeds {why}; allowed: at most {allowed}"
                f"{_using(soft, str(allowed) if allowed else 'none')}")
-    return allowed, Shortfall("cpu.exclusive", message, REASON)
+    return Shortfall("cpu.exclusive", message, REASON)
+
+
+def grant_shortfalls(sla: Sla, ctx: PlanContext) -> list[Shortfall]:
+    """What `sla` asks above what the runtime granted, before any fact of a node (no
+    allocator, no pod caps): `nri-sla validate` with the pod's own resources. Under
+    `ctx.config` (hard mode) every node with that policy refuses these."""
+    soft = sla.enforcement == "soft"
+    found: list[Shortfall | None] = []
+    if sla.cpu is not None:
+        found.append(fit_cpu_limit(sla.cpu, ctx, soft)[1])
+        request = _request_limit(ctx)
+        if sla.cpu.exclusive and request is not None and sla.cpu.exclusive > request[0]:
+            found.append(_exclusive_shortfall(sla.cpu.exclusive, request[0], request[1], soft))
+    if sla.memory is not None and sla.memory.max is not None:
+        found.append(fit_memory_max(sla.memory.max, ctx, soft)[1])
+    return [s for s in found if s is not None]
 
 
 def fit_rt(runtime: int, period: int, ctx: PlanContext,

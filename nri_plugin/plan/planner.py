@@ -43,12 +43,18 @@ def no_grant_message(grant: GpuGrant, soft: bool) -> str:
             f"{'; no GPU is aligned' if soft else ''}")
 
 
+def sla_key(sla: Sla, prefix: str) -> str:
+    """The annotation a message about `sla` names: the container's own document when it
+    has one, else the pod's (else the prefix: an enforcement-only SLA)."""
+    documents = [k for k in sla.keys if k.endswith("/pod") or "/container." in k]
+    return documents[-1] if documents else prefix
+
+
 class _Planner:
     def __init__(self, sla: Sla, ctx: PlanContext) -> None:
         self.sla = sla
         self.ctx = ctx
-        documents = [k for k in sla.keys if k.endswith("/pod") or "/container." in k]
-        self.key = documents[-1] if documents else ctx.config.annotation_prefix
+        self.key = sla_key(sla, ctx.config.annotation_prefix)
         self.settings: dict[str, Any] = {}
         self.shortfalls: list[Shortfall] = []
         self.reserved_placement = False

@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 
+from nri_plugin.errors import INVALID, one_line
 from nri_plugin.topology.cpulist import CpuListError, format_cpulist, parse_cpulist
 from nri_plugin.topology.cpus import NumaNode, Topology
 from nri_plugin.topology.gpus import (
@@ -211,11 +212,35 @@ def _pcie(where: str, raw: dict[Any, Any]) -> tuple[tuple[int, str], ...]:
     return tuple(out)
 
 
+class SnapshotError(InventoryError):
+    """A snapshot file nri-sla cannot use: the operator's input (`--inventory`,
+    gpu.inventory), so its kind is invalid, not internal."""
+
+    kind = INVALID
+    reason = "invalid"
+
+
 def load_snapshot(path: Path) -> NodeSnapshot:
+    """Raises SnapshotError with a one-line message naming `path`."""
     try:
         data = yaml.safe_load(Path(path).read_text())
     except OSError as exc:
-        raise InventoryError(f"cannot read inventory snapshot {path}: {exc.strerror}") from None
+        raise SnapshotError(f"cannot read inventory snapshot {path}: {exc.strerror}") from None
     except yaml.YAMLError as exc:
-        raise InventoryError(f"{path}: not valid YAML: {exc}") from None
-    return snapshot_from_dict(data, str(path))
+        raise SnapshotError(f"inventory snapshot {path}: not valid YAML: {_yaml_problem(exc)}"
+                            ) from None
+    try:
+        return snapshot_from_dict(data, str(path))
+    except SnapshotError:
+        raise
+    except InventoryError as exc:
+        raise SnapshotError(str(exc)) from None
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """The parser's problem and where, without the multi-line snippet it quotes."""
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem:
+        mark = exc.problem_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        return f"{exc.problem}{where}"
+    return one_line(str(exc))

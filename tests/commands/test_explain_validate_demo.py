@@ -90,6 +90,118 @@ def test_validate_exit_codes(tmp_path):
     assert out.returncode == 2 and "cannot read" in out.stderr
 
 
+GREEDY = """\
+apiVersion: v1
+kind: Pod
+metadata:
+  name: greedy
+  namespace: ml
+  annotations:
+    sla.nri.io/pod: "cpu: {limit: 64}"
+spec:
+  initContainers:
+  - name: setup
+    resources: {limits: {cpu: "0.5"}}
+  containers:
+  - name: app
+    resources: {limits: {cpu: "0.5", memory: 256Mi}}
+  - name: side
+    resources: {limits: {cpu: "64"}}
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: soft
+  annotations:
+    sla.nri.io/pod: "enforcement: soft\\nmemory: {max: 1Gi}"
+spec:
+  containers:
+  - {name: app, resources: {limits: {memory: 256Mi}}}
+  - {name: plain}
+"""
+OVER_CPU = ("sla.nri.io/pod: cpu.limit: 64 exceeds the 0.5 CPUs the runtime granted (the pod's "
+            "limit, quota 50000us per 100000us); allowed: at most 0.5")
+
+
+def test_validate_applies_the_pods_own_limits_to_init_containers_too(tmp_path):
+    path = tmp_path / "pods.yaml"
+    path.write_text(GREEDY)
+    out = nri_plugin("validate", str(path))
+    assert out.returncode == 1, out.stderr
+    where = f"{path}[0]: Pod/greedy"
+    assert out.stdout.splitlines() == [
+        f"{where} init container setup: {OVER_CPU}",
+        f"{where} container app: {OVER_CPU}",
+        f"{where} container side: ok",
+        f"{path}[1]: Pod/soft container app: warning: sla.nri.io/pod: memory.max: 1Gi exceeds "
+        "the 256Mi the runtime granted (the pod's limit); allowed: at most 256Mi; clamped to "
+        "256Mi",
+        f"{path}[1]: Pod/soft container plain: ok",
+        "1 manifests, 5 containers: 2 ok, 2 refused, 1 warned"]
+    # What the node config allows: the namespace may exceed its limits there.
+    config = tmp_path / "config.yaml"
+    config.write_text("permissions: {exceed-runtime-limits: [ml]}\n")
+    out = nri_plugin("validate", "--config", str(config), "-q", str(path))
+    assert out.returncode == 0
+    assert out.stdout.splitlines()[-1] == "1 manifests, 5 containers: 4 ok, 0 refused, 1 warned"
+    # explain says the same for this node (the rule is the planner's, not validate's own).
+    explained = json.loads(nri_plugin("explain", "--json", "--inventory", DGX,
+                                      str(path)).stdout)
+    assert [r["outcome"] for r in explained] == ["refused", "refused", "enforced", "warned",
+                                                 "enforced"]
+    assert explained[0]["error"] == OVER_CPU
+
+
+def test_validate_json(tmp_path):
+    path = tmp_path / "pods.yaml"
+    path.write_text(GREEDY)
+    out = nri_plugin("validate", "--json", str(path), str(tmp_path / "missing.yaml"))
+    assert out.returncode == 2 and out.stderr.count("\n") == 1  # the unreadable one
+    doc = json.loads(out.stdout)
+    assert {k: doc[k] for k in ("manifests", "containers", "ok", "refused", "warned")} == {
+        "manifests": 2, "containers": 5, "ok": 2, "refused": 2, "warned": 1}
+    assert doc["results"][0] == {"source": f"{path}[0]: Pod/greedy", "container": "setup",
+                                 "init": True, "outcome": "refused", "problems": [OVER_CPU]}
+    assert [r["outcome"] for r in doc["results"]] == ["refused", "refused", "ok", "warned",
+                                                      "ok"]
+
+
+IO_POLICY = ("io:\n  max:\n  - {device: /dev/nvme0n1, read-bps: 100Mi}\n"
+             "  - {device: '259:0', write-bps: 10Mi}\n"
+             "numa: {nodes: '0', memory-policy: interleave}\nenforcement: soft")
+
+
+def test_explain_replaying_a_node_does_not_look_up_devices_here(tmp_path):
+    path = pod_file(tmp_path, {"sla.nri.io/pod": IO_POLICY})
+    out = nri_plugin("explain", "--inventory", DGX, "--cgroup", "v2", "--json", path)
+    assert out.returncode == 0, out.stderr
+    [result] = json.loads(out.stdout)
+    assert (result["outcome"], result["nri_version"]) == ("enforced", "v0.12.0")
+    assert result["direct_writes"] == ["io/io.max = 0:0 rbps=104857600",
+                                       "io/io.max = 259:0 wbps=10485760"]
+    assert result["warnings"] == [
+        "io.max device /dev/nvme0n1: not looked up here (--inventory replays another node), "
+        "shown as 0:0; that node resolves it at CreateContainer"]
+    assert result["adjustment"]["linux.memoryPolicy.mode"] == "MPOL_INTERLEAVE"
+
+
+def test_explain_for_a_runtime_without_nri_version(tmp_path):
+    path = pod_file(tmp_path, {"sla.nri.io/pod": IO_POLICY})
+    out = nri_plugin("explain", "--inventory", DGX, "--cgroup", "v2", "--nri-version",
+                     "unversioned", path)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "runtime: NRI older than v0.10 (--nri-version)"
+    assert ("  warning: sla.nri.io/pod: numa.memory-policy: interleave needs NRI v0.12 "
+            "(containerd 2.3); NRI older than v0.10 cannot set it (cpuset.mems=0 applies)"
+            ) in lines
+    assert not any("memoryPolicy" in line for line in lines)
+    bad = nri_plugin("explain", "--nri-version", "12", path)
+    assert bad.returncode == 2
+    assert bad.stderr.splitlines()[-1] == (
+        "nri-sla explain: error: argument --nri-version: '12' is not vX.Y[.Z] or unversioned")
+
+
 def test_demo_prints_table_with_enforced_and_refused():
     out = nri_plugin("demo")
     assert out.returncode == 0, out.stderr

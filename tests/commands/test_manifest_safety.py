@@ -173,5 +173,6 @@ def test_validate_lists_ten_problems_and_counts_the_rest(tmp_path):
     out = run_cli("validate", str(path))
     assert out.returncode == 1
     lines = out.stdout.splitlines()
-    assert len(lines) == 11
-    assert lines[-1].endswith("container c: ... and 40 more problems")
+    assert len(lines) == 12
+    assert lines[-2].endswith("container c: ... and 40 more problems")
+    assert lines[-1] == "1 manifests, 1 containers: 0 ok, 1 refused, 0 warned"

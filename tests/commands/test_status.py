@@ -124,13 +124,13 @@ def status_cli(*args: str) -> subprocess.CompletedProcess:
 
 def test_cli_says_in_one_line_when_the_plugin_is_not_running(run_dir):
     done = status_cli("--socket", str(run_dir / "status.sock"))
-    assert done.returncode == 1 and done.stdout == ""
+    assert done.returncode == 4 and done.stdout == ""
     assert done.stderr == f"nri-sla status: nri-sla is not running (nothing serves " \
                           f"{run_dir / 'status.sock'})\n"
     config = run_dir / "config.yaml"
     config.write_text('status: {socket: ""}\n')
     done = status_cli("--config", str(config))
-    assert done.returncode == 1
+    assert done.returncode == 4
     assert done.stderr == 'nri-sla status: the node config turns the status socket off ' \
                           '(status.socket is "")\n'
 

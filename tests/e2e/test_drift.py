@@ -157,6 +157,6 @@ def test_a_cpu_bound_container_at_its_quota_shows_throttling(cluster, watching_p
 def test_status_says_in_one_line_when_the_plugin_is_gone(cluster, watching_plugin):
     watching_plugin.stop()
     gone = status(watching_plugin)
-    assert gone.returncode == 1 and gone.stdout == ""
+    assert gone.returncode == 4 and gone.stdout == ""
     assert gone.stderr == f"nri-sla status: nri-sla is not running (nothing serves " \
                           f"{watching_plugin.status})\n"

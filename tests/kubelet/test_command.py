@@ -60,13 +60,13 @@ def test_serves_registers_allocates_and_stops_on_sigterm(make_kubelet, sock_dir,
 
 
 @pytest.mark.parametrize(("args", "config", "status", "message"), [
-    (["--socket-dir", "/nonexistent/device-plugins"], "", 1,
+    (["--socket-dir", "/nonexistent/device-plugins"], "", 4,
      "nri-sla device-plugin: /nonexistent/device-plugins is not a directory (is the kubelet "
      "installed? device-plugin.socket-dir or --socket-dir)"),
     ([], "device-plugin: {resource-name: gpu}", 2,
      "nri-sla device-plugin: {config}: device-plugin.resource-name must be an extended "
      "resource name like nvidia.com/gpu"),
-    (["--inventory", "/nonexistent/snapshot.yaml", "--socket-dir", "/"], "", 1,
+    (["--inventory", "/nonexistent/snapshot.yaml", "--socket-dir", "/"], "", 2,
      "nri-sla device-plugin: cannot read inventory snapshot /nonexistent/snapshot.yaml"),
 ])
 def test_errors_are_one_line(tmp_path, capsys, args, config, status, message):

@@ -248,3 +248,29 @@ def test_an_unreachable_runtime_warns_once_per_streak_then_once_a_minute(caplog)
         "NRI runtime not reachable: cannot connect to NRI socket /x: No such file or "
         "directory; retrying in 0.5s"]
     assert sum(r.levelno == logging.DEBUG for r in caplog.records) == 4
+
+
+def test_a_service_without_runtime_keeps_warning(sock_dir, caplog, monkeypatch):
+    """The service's own loop, not only _Unreachable: a runtime that never comes gets a
+    warning per interval (a minute; 0.3 s here) for as long as it stays away."""
+    import logging
+
+    caplog.set_level(logging.DEBUG, logger="nri_sla.nri.service")
+    monkeypatch.setattr(service._Unreachable, "INTERVAL", 0.3)
+
+    async def main():
+        stop = asyncio.Event()
+        opts = ServiceOptions(socket_path=os.path.join(sock_dir, "absent.sock"),
+                              backoff_initial=0.02, backoff_max=0.05, handle_signals=False,
+                              environ={}, stop_event=stop)
+        svc = asyncio.create_task(run_service(Plugin(), opts))
+        await asyncio.sleep(1.1)
+        stop.set()
+        await asyncio.wait_for(svc, 5)
+    asyncio.run(main())
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings[0].startswith("NRI runtime not reachable: cannot connect to NRI socket")
+    assert 3 <= len(warnings) <= 5, warnings
+    assert all(w.startswith("NRI runtime still not reachable after ") for w in warnings[1:])
+    assert sum(r.levelno == logging.DEBUG and "not reachable" in r.getMessage()
+               for r in caplog.records) > len(warnings)

@@ -8,6 +8,7 @@ chart simple enough to review at a glance.
 """
 
 import argparse
+import hashlib
 import json
 import re
 import shutil
@@ -52,6 +53,10 @@ FUNCS = {
     "nindent": lambda n, s: "\n" + _indent(int(n), s),
     "quote": lambda s: json.dumps(_show(s)),
     "default": lambda d, v: v if _truthy(v) else d,
+    "sha256sum": lambda s: hashlib.sha256(s.encode()).hexdigest(),
+    "print": lambda *parts: "".join(_show(p) for p in parts),  # strings: no spaces between
+    # Helm names a chart's templates <chart>/templates/<file> (.Template.BasePath/<file>).
+    "include": lambda name, ctx: render_template((CHART.parent / name).read_text(), ctx),
 }
 
 
@@ -60,6 +65,12 @@ def _term(tok: str, ctx: dict) -> Any:
         return json.loads(tok)
     if re.fullmatch(r"-?\d+", tok):
         return int(tok)
+    if tok == ".":
+        return ctx
+    if tok.startswith("(") and tok.endswith(")"):
+        return _pipeline(tok[1:-1], ctx)
+    if tok.startswith("$."):  # the root context: the only one this renderer has
+        tok = tok[1:]
     if tok.startswith("."):
         value: Any = ctx
         for part in tok[1:].split("."):
@@ -72,7 +83,7 @@ def _term(tok: str, ctx: dict) -> Any:
 def _pipeline(expr: str, ctx: dict) -> Any:
     value: Any = None
     for i, cmd in enumerate(c.strip() for c in expr.split("|")):
-        words = re.findall(r'"(?:[^"\\]|\\.)*"|\S+', cmd)
+        words = re.findall(r'"(?:[^"\\]|\\.)*"|\([^()]*\)|\S+', cmd)
         if words[0] in FUNCS:
             args = [_term(w, ctx) for w in words[1:]] + ([value] if i else [])
             value = FUNCS[words[0]](*args)
@@ -138,7 +149,8 @@ def render_chart(overrides: dict | None = None) -> list[dict]:
                                  timeout=60)
         return [d for d in yaml.safe_load_all(res.stdout) if d]
     ctx = {"Values": values, "Release": {"Name": RELEASE, "Namespace": NAMESPACE},
-           "Chart": {k[0].upper() + k[1:]: v for k, v in chart.items()}}
+           "Chart": {k[0].upper() + k[1:]: v for k, v in chart.items()},
+           "Template": {"BasePath": f"{chart['name']}/templates"}}
     docs = []
     for tpl in sorted((CHART / "templates").glob("*.yaml")):
         docs += [d for d in yaml.safe_load_all(render_template(tpl.read_text(), ctx)) if d]
@@ -175,6 +187,10 @@ def test_renderer_subset():
     assert render_template('{{ .Values.e | default .Chart.AppVersion | quote }}', ctx) == \
         '"1.2"'
     assert render_template("a\n{{- if .Values.e }}\nb\n{{- end }}\nc", ctx) == "a\nc"
+    assert render_template('{{ "x" | sha256sum }}', ctx) == hashlib.sha256(b"x").hexdigest()
+    assert render_template('{{ print $.Chart.AppVersion "/x" }}', ctx) == "1.2/x"
+    assert render_template('{{ (print "x") | sha256sum }}', ctx) == \
+        hashlib.sha256(b"x").hexdigest()
     with pytest.raises(AssertionError, match="unsupported"):
         render_template("{{ range .Values.l }}{{ end }}", ctx)
 
@@ -293,6 +309,20 @@ def test_chart_values_take_effect():
     assert ctr["image"] == "nri-sla:dev"
     cm = _by_kind(docs, "ConfigMap")
     assert parse_config(cm["data"]["config.yaml"]).enforcement == "soft"
+
+
+def test_a_changed_configmap_rolls_the_pods():
+    def checksum(docs: list[dict]) -> str:
+        return _by_kind(docs, "DaemonSet")["spec"]["template"]["metadata"]["annotations"][
+            "checksum/config"]
+
+    default = render_chart()
+    configmap = render_template((CHART / "templates" / "configmap.yaml").read_text(), {
+        "Values": yaml.safe_load((CHART / "values.yaml").read_text()),
+        "Release": {"Name": RELEASE, "Namespace": NAMESPACE}})
+    assert checksum(default) == hashlib.sha256(configmap.encode()).hexdigest()
+    assert checksum(render_chart({"config": {"enforcement": "soft"}})) != checksum(default)
+    assert checksum(render_chart({"metricsPort": 9900})) == checksum(default)
 
 
 def test_chart_device_plugin_option():

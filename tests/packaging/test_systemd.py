@@ -37,6 +37,10 @@ def test_service_type_and_watchdog(unit):
     assert one(unit, "Service", "WatchdogSec") == "30"
     assert one(unit, "Service", "Restart") == "always"
     assert svc["ExecStart"] == ["/usr/bin/nri-sla run --config /etc/nri-sla/config.yaml"]
+    # `systemctl reload` is SIGHUP (a reload, never a stop: tests/plugin/test_plugin_reload)
+    assert one(unit, "Service", "ExecReload") == "/bin/kill -HUP $MAINPID"
+    # A node without NRI makes `systemctl start` fail in bounded time, then Restart= retries.
+    assert one(unit, "Service", "TimeoutStartSec") == "30"
 
 
 def test_hardening_keeps_cgroupfs_and_nri_socket_writable(unit):

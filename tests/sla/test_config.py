@@ -296,3 +296,30 @@ def test_config_fuzz_only_config_error(text):
         assert str(exc).startswith(SRC + ": ")
     else:
         assert isinstance(cfg, NodeConfig) and cfg.enforcement in ("hard", "soft")
+
+
+def test_reload_applies_the_live_keys_and_names_the_others():
+    from nri_plugin.config_reload import plan_reload
+
+    old = parse_config("permissions: {gpus: [a]}\nwatch: {interval-seconds: 30}\n", "old.yaml")
+    new = parse_config("enforcement: soft\npermissions: {gpus: [b]}\nlog: {level: debug}\n"
+                       "watch: {interval-seconds: 5}\nnri: {socket: /x.sock}\n", "new.yaml")
+    done = plan_reload(old, new)
+    assert done.applied == ("enforcement", "permissions.gpus", "log.level")
+    assert done.need_restart == ("nri.socket", "watch.interval-seconds")
+    assert (done.config.enforcement, done.config.permissions.gpus) == ("soft", ("b",))
+    assert done.config.log.level == "debug" and done.config.source == "new.yaml"
+    assert (done.config.nri.socket, done.config.watch.interval) == (old.nri.socket, 30)
+    assert plan_reload(old, old).applied == plan_reload(old, old).need_restart == ()
+
+
+def test_docs_say_which_keys_reload_live():
+    from nri_plugin.config import KEY_ATTRIBUTES
+    from nri_plugin.config_reload import LIVE_ATTRIBUTES
+
+    text = (ROOT / "docs" / "config.md").read_text().split("## Reload (SIGHUP)", 1)[1]
+    live = text.split("Applied live:", 1)[1].split("\n\n", 1)[0]
+    restart = text.split("Need a restart:", 1)[1].split("\n\n", 1)[0]
+    for key, attributes in KEY_ATTRIBUTES.items():
+        shown = f"`{key.split('.')[0]}`" if attributes[0] in LIVE_ATTRIBUTES else f"`{key}`"
+        assert shown in (live if attributes[0] in LIVE_ATTRIBUTES else restart), key

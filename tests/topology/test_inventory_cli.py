@@ -46,10 +46,10 @@ def test_replay_the_dgx_example_as_a_table(capsys):
     assert "1,2,3,4" in out  # NVLink peers of GPU 0
 
 
-def test_bad_snapshot_is_one_line_and_exit_1(tmp_path, capsys):
+def test_bad_snapshot_is_one_line_and_exit_2(tmp_path, capsys):
     bad = tmp_path / "bad.yaml"
     bad.write_text("version: 7\ncpus: {online: '0'}\n")
-    assert main(["inventory", "--inventory", str(bad)]) == 1
+    assert main(["inventory", "--inventory", str(bad)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("nri-sla inventory: ") and "version: 7 is not supported" in err
     assert "Traceback" not in err

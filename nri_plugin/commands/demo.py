@@ -4,8 +4,10 @@ Everything crosses a real unix socket as containerd would send it: the simulator
 registers, configures and synchronizes the plugin, then creates each example pod's
 containers with the resources the kubelet derives from the manifest (CPU shares, quota,
 memory limit, and GPUs the simulated kubelet books from a device plugin with the NVIDIA
-cdi-cri strategy, resolved against the node's CDI specs); the table shows the grant, the
-GPUs the created container can open (from its final OCI spec), and what it got back (the
+cdi-cri strategy, resolved against the node's CDI specs, or another device-list strategy);
+the simulated kubelet serves its books on its PodResources socket, which the plugin asks
+(never a real kubelet's). The table shows the grant, the GPUs the created container can
+open (from its final OCI spec) and those nri-sla holds for it, and what it got back (the
 adjustment) or the error containerd would show. The node is the
 replayed DGX-like inventory with the demo's node policy (examples/demo-config.yaml); on
 cgroup v1 the RT budget of the pods' ancestors is raised in a scratch cgroup tree, so
@@ -28,6 +30,7 @@ from typing import Any
 
 from nri_plugin.commands.common import add_node_arguments, node_from_args
 from nri_plugin.manifests import ManifestError, PodSpec, load_pods
+from nri_plugin.simulated.deviceplugin import STRATEGIES
 from nri_plugin.simulated.ocispec import ENV_VISIBLE, NvidiaRuntime
 from nri_plugin.topology.gpus import GpuInventory
 
@@ -40,6 +43,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_node_arguments(parser)
     parser.add_argument("--runtime", choices=("containerd-2.3", "containerd-1.7"),
                         default="containerd-2.3", help="which runtime the simulator plays")
+    parser.add_argument("--device-list-strategy", choices=STRATEGIES, default="cdi-cri",
+                        help="how the simulated NVIDIA device plugin hands each grant to the "
+                             "runtime; with envvar the node's runtime accepts "
+                             "NVIDIA_VISIBLE_DEVICES (that strategy needs it) and nri-sla "
+                             "learns the grant from the kubelet's PodResources")
     parser.add_argument("--verbose", "-v", action="store_true", help="show the plugin's log")
     parser.set_defaults(inventory=str(EXAMPLES / "dgx-like.yaml"), cgroup="v2",
                         config=str(EXAMPLES / "demo-config.yaml"))
@@ -82,9 +90,12 @@ def summarize(response: Any, prefix: str) -> list[str]:
 
 Row = tuple[str, str, str, list[str]]
 
-# The node's nvidia-container-runtime as NVIDIA recommends it beside a CDI device plugin:
-# NVIDIA_VISIBLE_DEVICES from an unprivileged container's env opens nothing.
-DEMO_RUNTIME = NvidiaRuntime(accept_env=False)
+def demo_runtime(strategy: str) -> NvidiaRuntime:
+    """The node's nvidia-container-runtime as NVIDIA recommends it beside a device plugin
+    with `strategy`: NVIDIA_VISIBLE_DEVICES from an unprivileged container's env opens
+    nothing, unless the envvar strategy needs the env accepted (then a tenant's env is the
+    runtime's leak)."""
+    return NvidiaRuntime(accept_env=strategy == "envvar")
 
 
 def numbers(indexes: Iterable[int]) -> str:
@@ -133,7 +144,18 @@ def rt_ancestors(root: Path, parent: str) -> str:
             f"{RT_ROOT['cpu.rt_runtime_us']}us per {RT_ROOT['cpu.rt_period_us']}us)")
 
 
-async def run_demo(pods: list[PodSpec], node: Any, runtime: str) -> list[Row]:
+def held_line(inventory: GpuInventory, opens: Iterable[int], held: frozenset[str]) -> str:
+    """What the container can open, and the GPUs nri-sla holds for it (by identity)."""
+    held_gpus = [g.index for g in inventory.gpus if g.identity in held]
+    opened = list(opens)
+    return (f"{f'opens GPUs {numbers(opened)}' if opened else 'opens no GPU'}, nri-sla holds "
+            f"{f'GPUs {numbers(held_gpus)}' if held_gpus else 'none'}")
+
+
+async def run_demo(pods: list[PodSpec], node: Any, runtime: str,
+                   strategy: str = "cdi-cri") -> list[Row]:
+    import dataclasses
+
     from nri_plugin.enforce.cgpaths import CgroupFacts
     from nri_plugin.nri.stub import Stub
     from nri_plugin.plugin import SlaPlugin
@@ -141,6 +163,7 @@ async def run_demo(pods: list[PodSpec], node: Any, runtime: str) -> list[Row]:
     from nri_plugin.simulated.deviceplugin import DevicePlugin, nvidia_cdi_specs
     from nri_plugin.simulated.kubelet import AdmissionRefused, Kubelet, container_request
     from nri_plugin.simulated.ocispec import openable_gpus
+    from nri_plugin.simulated.podresources_server import PodResourcesServer
     from nri_plugin.simulated.runtime import (
         PluginCallError,
         RuntimeSimulator,
@@ -152,8 +175,13 @@ async def run_demo(pods: list[PodSpec], node: Any, runtime: str) -> list[Row]:
     mode = "v0.12" if runtime == "containerd-2.3" else "v0.8"
     rows = []
     inventory = node.allocator.inventory
-    kubelet = Kubelet(DevicePlugin(inventory, "cdi-cri"))
-    with tempfile.TemporaryDirectory(prefix="nri-sla-demo-") as tmp:
+    kubelet = Kubelet(DevicePlugin(inventory, strategy))
+    node_runtime = demo_runtime(strategy)
+    with tempfile.TemporaryDirectory(prefix="nri-sla-demo-") as tmp, \
+            PodResourcesServer(kubelet, f"{tmp}/kubelet.sock") as books:
+        # the plugin asks the simulated kubelet's books, never a real kubelet's
+        node.config = dataclasses.replace(node.config, gpu=dataclasses.replace(
+            node.config.gpu, podresources_socket=books.socket_path))
         cgroup_root = Path(tmp) / "cgroup"
         if node.cgroup_version == 1:  # the plugin makes RT room in this scratch tree
             node.facts = CgroupFacts(version=1, driver="cgroupfs", root=cgroup_root)
@@ -193,10 +221,10 @@ async def run_demo(pods: list[PodSpec], node: Any, runtime: str) -> list[Row]:
                     except PluginCallError as exc:
                         rows.append((*where, "REFUSED", [*gpus, exc.message]))
                         continue
-                    opens = openable_gpus(sim.state.specs[ctr.id], inventory, DEMO_RUNTIME)
-                    if gpus or opens:
-                        gpus.append(f"opens GPUs {numbers(opens)}" if opens
-                                    else "opens no GPU")
+                    opens = openable_gpus(sim.state.specs[ctr.id], inventory, node_runtime)
+                    held = plugin.registry.get(ctr.id).gpus.whole
+                    if gpus or opens or held:
+                        gpus.append(held_line(inventory, opens, held))
                     lines = [*gpus, *summarize(response, node.prefix)]
                     if node.facts is not None and response.adjust.linux.resources.cpu.HasField(
                             "realtime_runtime"):
@@ -252,5 +280,6 @@ def main(args: argparse.Namespace) -> int:
     print(f"nri-sla demo: simulated {args.runtime} node, cgroup {args.cgroup}, "
           f"{len(node.allocator.inventory.gpus)} GPUs from {shown(args.inventory)},\n"
           f"node policy {shown(args.config)}\n")
-    print_table(asyncio.run(run_demo(pods, node, args.runtime)), sys.stdout)
+    print_table(asyncio.run(run_demo(pods, node, args.runtime, args.device_list_strategy)),
+                sys.stdout)
     return 0

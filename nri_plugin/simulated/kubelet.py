@@ -4,8 +4,9 @@ At admission the kubelet's device manager gives each container as many of the de
 plugin's advertised, unallocated devices as its `nvidia.com/gpu` limit says, asks the
 plugin to Allocate them, and puts the answer (env, mounts, device nodes, annotations,
 CDI devices) into the container's CRI CreateContainer request. Its books (pod, container
--> device ids) are what the PodResources API reports; a pod's devices are free again
-once the pod is gone.
+-> device ids) are what the PodResources API reports (built here straight into that API's
+messages, which `podresources_server.py` serves); a pod's devices are free again once the
+pod is gone.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nri_plugin.errors import Refused
+from nri_plugin.kubelet.pb import podresources_v1_pb2 as pr
 from nri_plugin.nri.pb import nri_pb2 as pb
 from nri_plugin.simulated.deviceplugin import RESOURCE, ContainerAllocation, DevicePlugin
 from nri_plugin.simulated.runtime import DEFAULT_ENV, make_container
@@ -38,27 +40,6 @@ class Grant:
     container: str
     device_ids: tuple[str, ...]
     allocation: ContainerAllocation
-
-
-@dataclass(frozen=True)
-class ContainerDevices:
-    resource_name: str
-    device_ids: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class ContainerResources:
-    name: str
-    devices: tuple[ContainerDevices, ...]
-
-
-@dataclass(frozen=True)
-class PodResources:
-    """One pod as PodResources List reports it (v1: name, namespace, containers)."""
-
-    name: str
-    namespace: str
-    containers: tuple[ContainerResources, ...]
 
 
 def _lowest(free: Sequence[str], count: int) -> Sequence[str]:
@@ -96,16 +77,24 @@ class Kubelet:
         for key in [k for k in self._books if k[0] == pod_uid]:
             del self._books[key]
 
-    def pod_resources(self) -> tuple[PodResources, ...]:
-        """The books as PodResources List answers them."""
+    def pod_resources(self) -> tuple[pr.PodResources, ...]:
+        """The books as PodResources List answers them: each pod holding devices, with
+        its containers that hold some, in admission order."""
         pods: dict[str, list[Grant]] = {}
-        for grant in self._books.values():
+        # list(): one copy under the GIL, as a server thread may read while a test admits
+        for grant in list(self._books.values()):
             pods.setdefault(grant.pod_uid, []).append(grant)
         return tuple(
-            PodResources(grants[0].pod, grants[0].namespace, tuple(
-                ContainerResources(g.container, (ContainerDevices(RESOURCE, g.device_ids),))
-                for g in grants))
+            pr.PodResources(name=grants[0].pod, namespace=grants[0].namespace, containers=[
+                pr.ContainerResources(name=g.container, devices=[
+                    pr.ContainerDevices(resource_name=RESOURCE, device_ids=g.device_ids)])
+                for g in grants])
             for grants in pods.values())
+
+    def allocatable(self) -> tuple[pr.ContainerDevices, ...]:
+        """What GetAllocatableResources reports: every device the plugin advertises."""
+        return (pr.ContainerDevices(resource_name=RESOURCE,
+                                    device_ids=self.plugin.device_ids()),)
 
 
 def container_request(pod: pb.PodSandbox, name: str, grant: Grant,

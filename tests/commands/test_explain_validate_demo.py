@@ -239,6 +239,22 @@ def test_demo_containerd_17_v1():
             "pod 5000us") in text
 
 
+def test_demo_with_the_envvar_strategy_reads_grants_from_the_kubelets_books():
+    # The grant reaches the runtime as NVIDIA_VISIBLE_DEVICES alone: nri-sla holds it and
+    # aligns to it only through the simulated kubelet's PodResources.
+    out = nri_plugin("demo", "--device-list-strategy", "envvar")
+    assert out.returncode == 0, out.stderr
+    assert out.stderr == ""
+    text = " ".join(out.stdout.split())
+    assert ("ml/inference server enforced granted GPUs 0 (NUMA 0) by the device plugin "
+            "opens GPUs 0, nri-sla holds GPUs 0 cpu: quota 400000us/100000us, cpus "
+            "0-15,32-47, mems 0") in text
+    assert "opens GPUs 5,6, nri-sla holds GPUs 5,6" in text
+    # the runtime accepts the env from any pod: the notebook's is the runtime's leak
+    assert ("lab/notebook jupyter warned granted no GPU: NVIDIA_VISIBLE_DEVICES=all in the "
+            "env is not a grant opens GPUs 0,1,2,3,4,5,6,7, nri-sla holds none") in text
+
+
 def test_explain_uses_the_manifests_resources(tmp_path):
     path = pod_file(tmp_path, {"sla.nri.io/pod": "memory: {max: 1Gi}\ncpu: {exclusive: 2}"},
                     limits={"cpu": "1", "memory": "512Mi"})

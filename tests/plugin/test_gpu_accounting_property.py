@@ -1,7 +1,8 @@
 """Property: whatever the order of pods, removals, plugin restarts and runtime restarts,
 a container can open exactly the GPUs the kubelet granted it, and nri-sla knows them.
 
-The world: the simulated kubelet's books and NVIDIA device plugin (one device-list
+The world: the simulated kubelet's books (served on its PodResources socket, which the
+plugin's `gpu.podresources-socket` names) and NVIDIA device plugin (one device-list
 strategy per node, drawn), containerd as the simulator plays it (CDI specs for both
 NVIDIA kinds resolved before NRI, the whole adjustment applied to a modelled OCI spec),
 and `nri-sla run`'s service over a real socket. Pods with and without SLAs (every GPU SLA
@@ -12,8 +13,9 @@ containerd restarted (the plugin reconnects). After every step:
 
 * no GPU can be opened by two live containers;
 * every live container can open exactly its kubelet grant;
-* the GPUs the plugin holds are the union of the live containers' grants (with the
-  envvar strategy: within it, as only PodResources, not served here, could say more);
+* the GPUs the plugin holds are exactly the union of the live containers' grants (with
+  the envvar strategy, whose grant reaches the runtime as env alone, the plugin learns it
+  from the kubelet's PodResources, served from the simulated kubelet's books);
 * a refusal names no GPU but those of the pod's grant and its own env.
 
 The runtime accepts NVIDIA_VISIBLE_DEVICES only on the node whose device plugin uses the
@@ -47,16 +49,17 @@ from nri_plugin.simulated.cri import Cri
 from nri_plugin.simulated.deviceplugin import STRATEGIES, DevicePlugin, nvidia_cdi_specs
 from nri_plugin.simulated.kubelet import AdmissionRefused, Grant, Kubelet, container_request
 from nri_plugin.simulated.ocispec import NvidiaRuntime, openable_gpus
+from nri_plugin.simulated.podresources_server import PodResourcesServer
 from nri_plugin.simulated.runtime import PluginCallError, RuntimeSimulator, make_pod
 
 
-def node() -> NodeState:
-    """The DGX-like node; PodResources off: the simulator does not serve it, and a real
-    kubelet on the test machine must not answer for the simulated one."""
-    return make_node(2, gpu=GpuConfig(podresources_socket=""))
+def node(podresources_socket: str) -> NodeState:
+    """The DGX-like node, asking the simulated kubelet's PodResources (never a real
+    kubelet's on the test machine)."""
+    return make_node(2, gpu=GpuConfig(podresources_socket=podresources_socket))
 
 
-INVENTORY = node().allocator.inventory
+INVENTORY = node("").allocator.inventory
 CDI = CdiRegistry(nvidia_cdi_specs(INVENTORY))
 UUID = r"GPU-[0-9a-f-]{36}"
 ENV_ONLY = "envvar"  # the strategy whose grant reaches the runtime as env alone
@@ -122,7 +125,8 @@ class Live:
 
 @dataclass
 class World:
-    socket: str
+    socket: str  # NRI
+    podresources_socket: str
     kubelet: Kubelet
     runtime: NvidiaRuntime
     sim: RuntimeSimulator | None = None
@@ -136,7 +140,8 @@ class World:
 
     async def start_plugin(self) -> None:
         self.stop = asyncio.Event()
-        self.plugin, options = build_service(node(), Metrics(), socket=self.socket,
+        self.plugin, options = build_service(node(self.podresources_socket), Metrics(),
+                                             socket=self.socket,
                                              handle_signals=False, stop_event=self.stop,
                                              backoff_initial=0.01, backoff_max=0.05)
         self.service = asyncio.create_task(run_service(self.plugin, options))
@@ -213,24 +218,24 @@ def check(world: World) -> None:
             seen[gpu] = cid
     held = set(world.plugin.node.allocator.gpus_in_use())
     wanted = set().union(*(granted(live) for live in world.live.values()))
-    if world.kubelet.plugin.strategy == ENV_ONLY:
-        # The envvar strategy leaves nothing in the spec but the env, which is never a
-        # grant: only the kubelet's PodResources could tell the plugin, which the
-        # simulator does not serve (node()).
-        assert held <= wanted, f"the plugin holds GPUs {sorted(held - wanted)} not granted"
-        return
     assert held == wanted, f"the plugin holds GPUs {sorted(held)}, granted {sorted(wanted)}"
 
 
 @contextlib.contextmanager
-def socket_dir() -> Iterator[str]:
+def socket_dir() -> Iterator[Path]:
     with tempfile.TemporaryDirectory(prefix="nri-sla-prop-") as tmp:
-        yield str(Path(tmp) / "nri.sock")
+        yield Path(tmp)
 
 
-async def play(strategy: str, plan: list[tuple], socket: str) -> World:
-    world = World(socket, Kubelet(DevicePlugin(INVENTORY, strategy)),
+async def play(strategy: str, plan: list[tuple], sockets: Path) -> World:
+    kubelet = Kubelet(DevicePlugin(INVENTORY, strategy))
+    world = World(str(sockets / "nri.sock"), str(sockets / "kubelet.sock"), kubelet,
                   NvidiaRuntime(accept_env=strategy == ENV_ONLY))
+    with PodResourcesServer(kubelet, world.podresources_socket):
+        return await play_steps(world, plan)
+
+
+async def play_steps(world: World, plan: list[tuple]) -> World:
     await world.start_runtime()
     await world.start_plugin()
     await world.sim.accept(timeout=10)
@@ -262,5 +267,5 @@ async def play(strategy: str, plan: list[tuple], socket: str) -> World:
 @given(worlds())
 def test_containers_open_exactly_their_grant(world_plan):
     strategy, plan = world_plan
-    with socket_dir() as socket:
-        asyncio.run(asyncio.wait_for(play(strategy, plan, socket), 60))
+    with socket_dir() as sockets:
+        asyncio.run(asyncio.wait_for(play(strategy, plan, sockets), 60))

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from nri_plugin.kubelet.pb import podresources_v1_pb2 as pr
 from nri_plugin.simulated.cdi import CdiRegistry, load_dir, write_dir
 from nri_plugin.simulated.cri import Cri
 from nri_plugin.simulated.deviceplugin import (
@@ -17,12 +18,7 @@ from nri_plugin.simulated.deviceplugin import (
     UnknownDevice,
     nvidia_cdi_specs,
 )
-from nri_plugin.simulated.kubelet import (
-    AdmissionRefused,
-    ContainerDevices,
-    Kubelet,
-    container_request,
-)
+from nri_plugin.simulated.kubelet import AdmissionRefused, Kubelet, container_request
 from nri_plugin.simulated.ocispec import NvidiaRuntime, openable_gpus, spec_from_request
 from nri_plugin.simulated.runtime import RuntimeSimulator, make_pod
 from nri_plugin.topology.snapshot import load_snapshot
@@ -86,7 +82,8 @@ def test_the_books_free_a_pods_devices_and_pod_resources_reports_them():
     assert kubelet.admit(b.uid, "ml", "b", "sidecar", 0).device_ids == ()
     [pa, pb_] = kubelet.pod_resources()
     assert (pa.name, pa.namespace, pa.containers[0].name) == ("a", "ml", "x")
-    assert pa.containers[0].devices == (ContainerDevices("nvidia.com/gpu", first.device_ids),)
+    assert list(pa.containers[0].devices) == [
+        pr.ContainerDevices(resource_name="nvidia.com/gpu", device_ids=first.device_ids)]
     assert [c.name for c in pb_.containers] == ["y"]
     kubelet.remove_pod(a.uid)
     assert kubelet.admit(b.uid, "ml", "b", "z", 6).device_ids == first.device_ids

@@ -10,6 +10,7 @@ for placement). Either way the same decision, cgroup writer and RT code run.
 
 from __future__ import annotations
 
+import logging
 import secrets
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -50,6 +51,8 @@ from nri_plugin.topology.gpus import GpuInventory
 from nri_plugin.topology.health_monitor import GpuHealthMonitor, HealthChange
 from nri_plugin.topology.inventory import InventoryReader, configured_reader
 from nri_plugin.topology.snapshot import load_snapshot
+
+log = logging.getLogger("nri_sla.rt")
 
 AllocatorFactory = Callable[[bool], Allocator]  # (GPUs needed) -> Allocator
 
@@ -392,6 +395,9 @@ class NodeState:
             done = make_rt_room(paths, plan.rt_runtime, plan.rt_period or 1_000_000)
         except EnforceError as exc:
             key = plan.key or self.prefix
+            note = getattr(exc, "operator_note", "")
+            if note:  # what the other groups take: the operator's, not the pod's
+                log.info("RT room refused for %s: %s", owner or paths.cgroups_path, note)
             if plan.enforcement == "hard":
                 raise PlanError(key, "cpu.rt-runtime", str(exc), "budget") from exc
             problem = f"{key}: cpu.rt-runtime: {exc}"

@@ -163,20 +163,23 @@ def plan_rt_ancestors(
         if node == root:
             if required > have:
                 raise RtBudgetError(
-                    f"real-time budget exhausted: {cpu_dir} needs {runtime_us}us per "
-                    f"{period_us}us, which brings the groups under {root} to "
-                    f"{_fmt_share(required)} of CPU time; the node allows {_fmt_share(have)} "
-                    f"(cpu.rt_runtime_us {runtime} / cpu.rt_period_us {period})"
-                )
+                    f"real-time budget exhausted: {runtime_us}us per {period_us}us does not "
+                    f"fit in what the node allows real-time groups ({_fmt_share(have)} of "
+                    "CPU time in all) now",
+                    f"{cpu_dir} needs {runtime_us}us per {period_us}us, which brings the "
+                    f"groups under {root} to {_fmt_share(required)} of CPU time; the node "
+                    f"allows {_fmt_share(have)} (cpu.rt_runtime_us {runtime} / "
+                    f"cpu.rt_period_us {period})")
             break
         if required > have:
             new = _runtime_covering(period, required, required_exact)
             if new > period or required > global_share:
                 raise RtBudgetError(
-                    f"real-time budget: {node} would need {_fmt_share(required)} "
-                    f"({new}us per {period}us), more than the node allows "
-                    f"({_fmt_share(global_share)})"
-                )
+                    f"real-time budget exhausted: {runtime_us}us per {period_us}us does not "
+                    f"fit in what the node allows real-time groups ({_fmt_share(global_share)}"
+                    " of CPU time in all) now",
+                    f"{node} would need {_fmt_share(required)} ({new}us per {period}us), "
+                    f"more than the node allows ({_fmt_share(global_share)})")
             changes.append(RtChange(node, runtime, new))
             have = to_ratio(period, new)
             runtime = new
@@ -223,9 +226,9 @@ def raise_rt_ancestors(
             release_rt_ancestors(done)
             hint = " (another group took the budget meanwhile?)" if e.errno == errno.EINVAL else ""
             raise RtBudgetError(
-                f"cannot raise {change.path / RUNTIME_FILE} from {change.old_us} to "
-                f"{change.new_us}: {e.strerror}{hint}"
-            ) from None
+                f"cannot raise the real-time budget of {change.path}: {e.strerror}{hint}",
+                f"{change.path / RUNTIME_FILE} from {change.old_us} to {change.new_us}: "
+                f"{e.strerror}") from None
         done.append(change)
     return done
 

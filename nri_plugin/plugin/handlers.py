@@ -369,23 +369,20 @@ class SlaPlugin:
     def update_container(self, pod: pb.PodSandbox, container: pb.Container,
                          resources: pb.LinuxResources) -> list[pb.ContainerUpdate]:
         """kubelet changed the container's resources (a resize): the SLA's settings stay in
-        force within the new values. Hard mode refuses an update that leaves the SLA
-        above them (the container stays as it was); soft mode clamps and warns."""
+        force within the new values. An SLA above them is clamped to them in either mode
+        and warned about (core.decision.recheck: a refused update would leave the
+        container on its old, larger limits)."""
         with self._timed("UpdateContainer"):
             entry = self.registry.get(container.id)
             plan = entry.plan if entry is not None else None
             if plan is None:
                 return []
-            try:
-                fitted = recheck(self.node, plan, granted_resources(resources),
-                                 namespace=pod.namespace)
-            except SlaFailure as exc:
-                log.warning("%s/%s %s: update refused: %s", pod.namespace, pod.name,
-                            container.name, exc)
-                raise rpc_error(exc) from None
+            fitted = recheck(self.node, plan, granted_resources(resources),
+                             namespace=pod.namespace)
             for warning in fitted.warnings[len(plan.warnings):]:
-                log.warning("%s/%s %s: update: %s", pod.namespace, pod.name, container.name,
-                            warning)
+                log.warning("%s/%s %s: update: %s (%s mode: clamped to the new limits)",
+                            pod.namespace, pod.name, container.name, warning,
+                            plan.enforcement)
             self.watch.refit(container.id, fitted)
             return [build_update(container.id, fitted)]
 

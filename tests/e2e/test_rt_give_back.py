@@ -18,7 +18,7 @@ CPU = Path("/sys/fs/cgroup/cpu")
 
 
 def rt_sla(ms: int) -> dict[str, str]:
-    return {"sla.nri.io/pod": f"cpu: {{rt-runtime: {ms}ms, rt-period: 1s}}\\n"}
+    return {"sla.nri.io/pod": f"cpu: {{rt-runtime: {ms}ms, rt-period: 1s}}\n"}
 
 
 def budget(path: Path) -> int | None:

@@ -10,11 +10,14 @@ import time
 from pathlib import Path
 
 import pytest
-from test_sla_containerd import PLUGIN, write_node_config
+from test_sla_containerd import NODE_CONFIG, PLUGIN
 
 pytestmark = pytest.mark.e2e
 
 CPU = Path("/sys/fs/cgroup/cpu")
+# Big RT pods, so that a raise left behind is seen: one pod may take 90% of CPU time as
+# real time, SLA containers all the kernel's RT share (the root's 95%).
+RT_CONFIG = NODE_CONFIG + "pod-caps: {rt-share: 0.9}\nrt-budget: 1.0\n"
 
 
 def rt_sla(ms: int) -> dict[str, str]:
@@ -52,7 +55,9 @@ def rt_host(cluster):
 
 
 def start_plugin(cluster, plugins, sla_plugin_argv, starts: int):
-    argv = [*sla_plugin_argv, "--config", str(write_node_config(cluster)), "--socket",
+    config = cluster.base / "nri-sla-rt.yaml"  # the state dir (the ledger) outlives restarts
+    config.write_text(RT_CONFIG + f"state-dir: {cluster.base / 'nri-sla-state'}\n")
+    argv = [*sla_plugin_argv, "--config", str(config), "--socket",
             str(cluster.nri_sock), "--name", "nri-sla", "--index", "50",
             "--metrics-address", ""]
     proc = plugins.start(argv, f"nri-sla-{starts}")
@@ -83,12 +88,12 @@ def test_plugin_restart_gives_back_what_went_away_meanwhile(cluster, plugins,
     cluster.run_pod("plain", {})
     before = budget(rt_host)
     kept = cluster.run_pod("kept", rt_sla(30))
-    gone = cluster.run_pod("gone", rt_sla(200))
-    assert budget(rt_host) == 230_000 + before
+    gone = cluster.run_pod("gone", rt_sla(500))
+    assert budget(rt_host) == 530_000 + before
     first.stop()
     remove(cluster, gone)  # the plugin is down: nobody gives its budget back now
     time.sleep(1)
-    assert budget(rt_host) == 230_000 + before
+    assert budget(rt_host) == 530_000 + before
     second = start_plugin(cluster, plugins, sla_plugin_argv, 2)
     # One RT pod live: exactly its budget stays.
     assert settles(rt_host, 30_000 + before) == 30_000 + before
@@ -97,6 +102,7 @@ def test_plugin_restart_gives_back_what_went_away_meanwhile(cluster, plugins,
     third = start_plugin(cluster, plugins, sla_plugin_argv, 3)
     assert settles(rt_host, before) == before  # none live: all of it given back
     print("evidence: plugin log:", *third.wait_output(r"RT budget given back"))
-    # The budget is available: a pod needing most of what SLA containers may take runs.
-    big = cluster.run_pod("big", rt_sla(400))
-    assert cluster.cgroup_file(big, "cpu", "cpu.rt_runtime_us") == "400000"
+    # The budget is available: with the 530 ms left behind (and the empty pod cgroup of
+    # "gone" still holding 500 ms) the kernel could not hold this one.
+    big = cluster.run_pod("big", rt_sla(600))
+    assert cluster.cgroup_file(big, "cpu", "cpu.rt_runtime_us") == "600000"

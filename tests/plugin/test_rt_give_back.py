@@ -160,3 +160,26 @@ def test_created_not_started_rt_container_keeps_its_raise(tmp_path, v1_tree):
     after, ctr = run(scenario())
     pod_dir = str(Path(ctr.linux.cgroups_path.lstrip("/")).parent)
     assert after[pod_dir] == 40_000 and after["kubepods"] == 40_000
+
+
+def test_a_cgroup_removed_after_the_event_is_given_back_at_the_next_drift_pass(
+        tmp_path, v1_tree):
+    """RemoveContainer may come before runc's cgroup is gone (or while the kernel still
+    counts it): nothing is lowered under a live child, and the next drift pass gives the
+    raise back."""
+    async def scenario():
+        node = _node(v1_tree, None)
+        node.rt_ledger = RtLedger()
+        async with plugin_session(node, tmp_path) as (sim, session, plugin):
+            pod, ctr = _rt_pod("late", 70)
+            dirs = await _create_and_run(sim, session, v1_tree, pod, ctr)
+            await session.stop_container(pod, ctr)
+            await session.remove_container(pod, ctr)
+            still = _ancestors(v1_tree)
+            shutil.rmtree(dirs["cpu"])
+            plugin.drift_pass()
+            return still, _ancestors(v1_tree)
+
+    still, after = run(scenario())
+    assert still["kubepods"] == 70_000  # its cgroup still held 70 ms: kept
+    assert after["kubepods"] == after["kubepods/burstable"] == 0

@@ -23,7 +23,7 @@ from nri_plugin.enforce.capabilities import NodeCapabilities, detect_capabilitie
 from nri_plugin.enforce.cgfile import CgroupWriter
 from nri_plugin.enforce.cgpaths import CgroupFacts, CgroupPaths
 from nri_plugin.enforce.cgroupdetect import detect_cgroup_facts
-from nri_plugin.enforce.errors import EnforceError
+from nri_plugin.enforce.errors import EnforceError, RtBudgetError
 from nri_plugin.enforce.plan_writes import cgroup_writes
 from nri_plugin.enforce.rt import RtChange, make_rt_room
 from nri_plugin.enforce.rt_ledger import LEDGER_FILE, RtLedger
@@ -258,13 +258,20 @@ class NodeState:
         return plan, breach
 
     def _note_rt_dir(self, owner: str, plan: ContainerPlan, cgroups_path: str) -> None:
-        if self.facts is None or self.cgroup_version != 1 or not plan.rt_runtime:
+        if self.facts is None or self.cgroup_version != 1:
             return
         try:
-            cpu_dir = self.facts.container_paths(cgroups_path).dir("cpu")
+            self._keep_rt(owner, plan, self.facts.container_paths(cgroups_path))
         except SlaFailure:
             return  # no cpu hierarchy: nothing raised for it
-        self._rt_dirs[owner] = (_resolved(cpu_dir), plan.rt_runtime, plan.rt_period or 1_000_000)
+
+    def _keep_rt(self, owner: str, plan: ContainerPlan, paths: CgroupPaths) -> None:
+        """`owner`'s RT budget keeps its ancestors' raise (give_back_rt) until released."""
+        cpu_dir = Path(paths.dir("cpu"))
+        # Named as enforce.rt names the groups (links resolved: /sys/fs/cgroup/cpu is often
+        # a link to cpu,cpuacct), whether or not the dir exists yet.
+        self._rt_dirs[owner] = (cpu_dir.parent.resolve() / cpu_dir.name,
+                                plan.rt_runtime or 0, plan.rt_period or 1_000_000)
 
     def note_pod(self, owner: str, pod: str) -> None:
         """`owner` belongs to `pod`: what it holds counts against the per-pod caps."""
@@ -395,9 +402,10 @@ class NodeState:
             done = make_rt_room(paths, plan.rt_runtime, plan.rt_period or 1_000_000)
         except EnforceError as exc:
             key = plan.key or self.prefix
-            note = getattr(exc, "operator_note", "")
-            if note:  # what the other groups take: the operator's, not the pod's
-                log.info("RT room refused for %s: %s", owner or paths.cgroups_path, note)
+            if isinstance(exc, RtBudgetError) and exc.operator_note:
+                # What the other groups take: the operator's, never the pod's message.
+                log.info("RT room refused for %s: %s", owner or paths.cgroups_path,
+                         exc.operator_note)
             if plan.enforcement == "hard":
                 raise PlanError(key, "cpu.rt-runtime", str(exc), "budget") from exc
             problem = f"{key}: cpu.rt-runtime: {exc}"
@@ -405,8 +413,7 @@ class NodeState:
                            warnings=(*plan.warnings, problem),
                            reasons=(*plan.reasons, "budget")), []
         if owner:
-            self._rt_dirs[owner] = (_resolved(paths.dir("cpu")), plan.rt_runtime,
-                                    plan.rt_period or 1_000_000)
+            self._keep_rt(owner, plan, paths)
         if self.rt_ledger is not None:
             self.rt_ledger.note(done)
         return plan, done
@@ -441,13 +448,6 @@ class NodeState:
             undo_on_failure = plan.enforcement == "hard"
         results = CgroupWriter(paths).apply(writes, undo_on_failure=undo_on_failure)
         return [str(r.error) for r in results if not r.ok]
-
-
-def _resolved(cgroup_dir: str) -> Path:
-    """A cgroup dir as enforce.rt names it (its parent's links resolved: /sys/fs/cgroup/cpu
-    is often a link to cpu,cpuacct), whether or not it exists yet."""
-    path = Path(cgroup_dir)
-    return path.parent.resolve() / path.name
 
 
 def inventory_reader(config: NodeConfig, sysfs_root: str = "/sys",

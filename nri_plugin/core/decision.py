@@ -17,7 +17,7 @@ from nri_plugin.errors import SlaFailure
 from nri_plugin.granted import GrantedResources
 from nri_plugin.plan.context import PlanContext
 from nri_plugin.plan.grants import refit_plan
-from nri_plugin.plan.model import ContainerPlan, refusal
+from nri_plugin.plan.model import ContainerPlan
 from nri_plugin.plan.planner import plan_container
 from nri_plugin.sla.errors import SlaError
 from nri_plugin.sla.model import Sla
@@ -132,9 +132,12 @@ def _decide(node: NodeState, annotations: Mapping[str, str], container_name: str
 def recheck(node: NodeState, plan: ContainerPlan, granted: GrantedResources, *,
             namespace: str) -> ContainerPlan:
     """UpdateContainer: the runtime's limits changed (a kubelet resize), so the plan is
-    measured against the new ones. Hard mode raises SlaRefused naming both values (the
-    runtime then keeps the container as it was); soft mode returns the plan clamped, its
-    warnings added. `plan` is the one decided at creation, so a limit raised again
+    measured against the new ones and returned clamped to them, its warnings added, in
+    either mode. Never refused: a runtime whose plugin fails UpdateContainer keeps the
+    container's old resources, so a refused resize down would leave the container above
+    the limits Kubernetes now accounts for it (docs/reliability.md, "Resizes"); hard mode
+    is a promise at creation, and a resize below the SLA is the pod owner's (or the
+    kubelet's) own doing. `plan` is the one decided at creation, so a limit raised again
     gives the SLA's own values back."""
     ctx = PlanContext(cgroup_version=plan.cgroup_version, namespace=namespace,
                       config=node.config, granted=granted)
@@ -142,8 +145,6 @@ def recheck(node: NodeState, plan: ContainerPlan, granted: GrantedResources, *,
     if not shortfalls:
         return plan
     key = plan.key or node.prefix
-    if plan.enforcement == "hard":
-        raise refusal(key, shortfalls)
     return dataclasses.replace(fitted, warnings=(*plan.warnings,
                                                  *(s.render(key) for s in shortfalls)),
                                reasons=(*plan.reasons, *(s.reason for s in shortfalls)))

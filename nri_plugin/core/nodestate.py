@@ -10,6 +10,7 @@ for placement). Either way the same decision, cgroup writer and RT code run.
 
 from __future__ import annotations
 
+import logging
 import secrets
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -22,9 +23,10 @@ from nri_plugin.enforce.capabilities import NodeCapabilities, detect_capabilitie
 from nri_plugin.enforce.cgfile import CgroupWriter
 from nri_plugin.enforce.cgpaths import CgroupFacts, CgroupPaths
 from nri_plugin.enforce.cgroupdetect import detect_cgroup_facts
-from nri_plugin.enforce.errors import EnforceError
+from nri_plugin.enforce.errors import EnforceError, RtBudgetError
 from nri_plugin.enforce.plan_writes import cgroup_writes
 from nri_plugin.enforce.rt import RtChange, make_rt_room
+from nri_plugin.enforce.rt_ledger import LEDGER_FILE, RtLedger
 from nri_plugin.errors import InternalFailure, SlaFailure
 from nri_plugin.granted import GrantedResources
 from nri_plugin.plan.allocator import Allocator, InventoryChange
@@ -50,6 +52,8 @@ from nri_plugin.topology.health_monitor import GpuHealthMonitor, HealthChange
 from nri_plugin.topology.inventory import InventoryReader, configured_reader
 from nri_plugin.topology.snapshot import load_snapshot
 
+log = logging.getLogger("nri_sla.rt")
+
 AllocatorFactory = Callable[[bool], Allocator]  # (GPUs needed) -> Allocator
 
 
@@ -69,6 +73,7 @@ class LiveContainer:
     created_at: int = 0  # unix ns; of two conflicting claims the earlier container wins
     cpus: str = ""  # its cpuset as the runtime reports it ("": not reported)
     pod: str = ""  # its pod's id: what it holds counts against that pod's caps again
+    cgroups_path: str = ""  # its OCI linux.cgroupsPath: where its RT budget lives
 
 
 @dataclass(frozen=True)
@@ -92,6 +97,7 @@ class Restored:
     rejected: list[Rejection] = field(default_factory=list)
     out_of_policy: list[Rejection] = field(default_factory=list)
     released: tuple[str, ...] = ()
+    rt_given_back: list[RtChange] = field(default_factory=list)
 
 
 class NodeState:
@@ -101,6 +107,7 @@ class NodeState:
                  facts: CgroupFacts | None = None, allocator: Allocator | None = None,
                  allocator_factory: AllocatorFactory | None = None,
                  rt_budget: RtBudget | None = None,
+                 rt_ledger: RtLedger | None = None,
                  capabilities: NodeCapabilities | None = None,
                  resolve_device: Callable[[str], tuple[int, int]] | None = resolve_io_device,
                  record_key: bytes | None = None,
@@ -113,6 +120,9 @@ class NodeState:
         # One-shot nodes (the hook) build an allocator only when an SLA asks for placement.
         self.allocator_factory = allocator_factory
         self.rt_budget = rt_budget
+        # What nri-sla raised in RT ancestors (v1), given back when no longer needed; None:
+        # this node never gives back (the hook: no event tells it a container ended).
+        self.rt_ledger = rt_ledger
         self.capabilities = capabilities or NodeCapabilities(io_weight=True, bfq=False)
         self.resolve_device = resolve_device
         # The node's record key (core.recordkey); None: a key of this NodeState's own, for
@@ -123,6 +133,8 @@ class NodeState:
         # Each GPU's health (NVML events, lost GPUs); None: this node does not watch it.
         self.health_monitor = health_monitor
         self._cpusets: dict[str, str] = {}  # aligned container -> cpuset it was last given
+        # RT containers -> (cpu cgroup dir, runtime, period): what their ancestors keep.
+        self._rt_dirs: dict[str, tuple[Path, int, int]] = {}
         # Containers holding GPUs/CPUs/RT by pod, and back: the per-pod caps' input.
         self._pod_of: dict[str, str] = {}
         self._members: dict[str, set[str]] = {}
@@ -193,7 +205,8 @@ class NodeState:
         (`out_of_policy`) so that the operator drains the pod.
         """
         ordered = sorted(live, key=lambda c: (c.created_at, c.id))
-        held = {*self._cpusets, *self._pod_of, *(self.rt_budget.owners() if self.rt_budget else ()),
+        held = {*self._cpusets, *self._pod_of, *self._rt_dirs,
+                *(self.rt_budget.owners() if self.rt_budget else ()),
                 *(self.allocator.owners() if self.allocator else ())}
         for owner in held:
             self.release(owner)
@@ -215,6 +228,7 @@ class NodeState:
                 self.note_pod(container.id, container.pod)
         if self.allocator is not None:
             self.allocator.prune_missing()  # vanished GPUs no live record holds: gone
+        result.rt_given_back = self.give_back_rt()
         return result
 
     def _take(self, container: LiveContainer, text: str, limits: RecordLimits
@@ -246,7 +260,25 @@ class NodeState:
             # to it.
             self.rt_budget.restore(container.id, RtGrant(plan.rt_runtime,
                                                          plan.rt_period or 1_000_000))
+        if plan.rt_runtime and container.cgroups_path:
+            self._note_rt_dir(container.id, plan, container.cgroups_path)
         return plan, breach
+
+    def _note_rt_dir(self, owner: str, plan: ContainerPlan, cgroups_path: str) -> None:
+        if self.facts is None or self.cgroup_version != 1:
+            return
+        try:
+            self._keep_rt(owner, plan, self.facts.container_paths(cgroups_path))
+        except SlaFailure:
+            return  # no cpu hierarchy: nothing raised for it
+
+    def _keep_rt(self, owner: str, plan: ContainerPlan, paths: CgroupPaths) -> None:
+        """`owner`'s RT budget keeps its ancestors' raise (give_back_rt) until released."""
+        cpu_dir = Path(paths.dir("cpu"))
+        # Named as enforce.rt names the groups (links resolved: /sys/fs/cgroup/cpu is often
+        # a link to cpu,cpuacct), whether or not the dir exists yet.
+        self._rt_dirs[owner] = (cpu_dir.parent.resolve() / cpu_dir.name,
+                                plan.rt_runtime or 0, plan.rt_period or 1_000_000)
 
     def note_pod(self, owner: str, pod: str) -> None:
         """`owner` belongs to `pod`: what it holds counts against the per-pod caps."""
@@ -303,6 +335,7 @@ class NodeState:
 
     def release(self, owner: str) -> None:
         self._cpusets.pop(owner, None)
+        self._rt_dirs.pop(owner, None)
         self._forget_pod(owner)
         if self.rt_budget is not None:
             self.rt_budget.release(owner)
@@ -364,24 +397,46 @@ class NodeState:
             raise InternalFailure("no cgroup facts: this node state only plans (explain)")
         return self.facts.container_paths(cgroups_path)
 
-    def make_rt_room(self, plan: ContainerPlan, paths: CgroupPaths) -> tuple[ContainerPlan,
-                                                                             list[RtChange]]:
+    def make_rt_room(self, plan: ContainerPlan, paths: CgroupPaths, owner: str = ""
+                     ) -> tuple[ContainerPlan, list[RtChange]]:
         """cgroup v1: raise the ancestors' RT budget before the container's own is written
         (the kernel refuses a child budget its parents lack). Hard mode: PlanError; soft
-        mode: the plan without RT, with a warning. Returns the changes made (to undo)."""
+        mode: the plan without RT, with a warning. Returns the changes made (to undo); they
+        go into the ledger, and `owner`'s budget keeps them until it is released."""
         if not plan.rt_runtime or paths.version != 1:
             return plan, []
         try:
             done = make_rt_room(paths, plan.rt_runtime, plan.rt_period or 1_000_000)
         except EnforceError as exc:
             key = plan.key or self.prefix
+            if isinstance(exc, RtBudgetError) and exc.operator_note:
+                # What the other groups take: the operator's, never the pod's message.
+                log.info("RT room refused for %s: %s", owner or paths.cgroups_path,
+                         exc.operator_note)
             if plan.enforcement == "hard":
                 raise PlanError(key, "cpu.rt-runtime", str(exc), "budget") from exc
             problem = f"{key}: cpu.rt-runtime: {exc}"
             return replace(plan, rt_runtime=None, rt_period=None,
                            warnings=(*plan.warnings, problem),
                            reasons=(*plan.reasons, "budget")), []
+        if owner:
+            self._keep_rt(owner, plan, paths)
+        if self.rt_ledger is not None:
+            self.rt_ledger.note(done)
         return plan, done
+
+    def give_back_rt(self) -> list[RtChange]:
+        """Lower what nri-sla raised in RT ancestors to what the containers below still
+        need (rt_ledger); the RT containers this node knows keep their budget even before
+        runc wrote it. Returns the changes made."""
+        if self.rt_ledger is None or self.facts is None or self.cgroup_version != 1:
+            return []
+        try:
+            root = Path(self.facts.hierarchy("cpu").path)
+        except SlaFailure:
+            return []
+        pending = {path: (runtime, period) for path, runtime, period in self._rt_dirs.values()}
+        return self.rt_ledger.give_back(root, pending)
 
     def write_plan(self, plan: ContainerPlan, cgroups_path: str, scope: str, *,
                    undo_on_failure: bool | None = None) -> list[str]:
@@ -455,6 +510,8 @@ def build_node(config: NodeConfig, *, cgroup_version: int | None = None,
                      allocator=node_allocator(config, sysfs_root, inventory_file=inventory_file,
                                               inventory=inventory),
                      rt_budget=RtBudget(config.rt_budget * kernel_rt_share()),
+                     rt_ledger=(RtLedger(Path(config.state_dir) / LEDGER_FILE)
+                                if detect and cgroup_version == 1 else None),
                      capabilities=detect_capabilities(cgroup_version, sysfs_root),
                      record_key=record_key, read_inventory=reader.read,
                      health_monitor=monitor)

@@ -318,3 +318,27 @@ def populated_below(top: str) -> str | None:
                 return child
             stack.append(child)
     return None
+
+
+def container_cgroup_of(found: CgroupPaths, cgroups_path: str, pid: int) -> CgroupPaths:
+    """The container's dirs from where its process is (`found`: /proc/<pid>/cgroup), held
+    to the container's own linux.cgroupsPath. The pid in the OCI state was the container's
+    when the runtime wrote the state; a process that ended since (a container that exits at
+    once, a poststart hook) can have its pid reused before the hook reads /proc, and the
+    new owner's cgroup (another tenant's container) must not get this SLA. Every found dir
+    must be the path config.json names, or below it (a container that made cgroups of its
+    own): the dir named is returned. CgroupPathError otherwise: nothing is written."""
+    # Cleaned as runc cleans it ("/../../a/b" is "/a/b"): the dir runc made.
+    relative = os.path.normpath("/" + relative_path(cgroups_path).lstrip("/")).rstrip("/")
+    dirs = {}
+    for name, found_dir in found.dirs.items():
+        if not relative:  # the hierarchy's root: every process is below it
+            dirs[name] = found.roots[name]
+            continue
+        at = (found_dir + "/").rfind(relative + "/")
+        if at < 0:
+            raise CgroupPathError(cgroups_path, f"process {pid} is in {found_dir}, not in the "
+                                  "container's cgroup (the container's process ended and its "
+                                  "pid was reused?); nothing written")
+        dirs[name] = found_dir[:at + len(relative)]
+    return CgroupPaths(found.cgroups_path, found.version, dirs, dict(found.roots))

@@ -56,6 +56,12 @@ class CgroupWriteError(EnforceError):
 
 
 class RtBudgetError(EnforceError):
-    """The real-time budget cannot be made available to a container."""
+    """The real-time budget cannot be made available to a container. The message names
+    only the container's own budget and the node's limit; `operator_note` has what the
+    other groups take (the operator's log, never the pod's events)."""
+
+    def __init__(self, message: str, operator_note: str = "") -> None:
+        self.operator_note = operator_note
+        super().__init__(message)
 
     reason = "budget"

@@ -26,6 +26,7 @@ from nri_plugin.enforce.errors import RtBudgetError
 
 TYPE_CHECKING = False  # `typing` costs the OCI hook start-up time; only checkers need it
 if TYPE_CHECKING:  # fractions costs ~7 ms to import; the hook only pays when RT is asked
+    from collections.abc import Mapping
     from fractions import Fraction
 
 BW_SHIFT = 20
@@ -73,18 +74,45 @@ def _share(cgroup: Path) -> int:
     return to_ratio(_read_int(cgroup / PERIOD_FILE), _read_int(cgroup / RUNTIME_FILE))
 
 
-def _children_shares(cgroup: Path, exclude: str) -> tuple[int, Fraction]:
-    """Sum of the children's shares: kernel fixed point, and exact (runtime/period)."""
+def _children_shares(cgroup: Path, exclude: str = "",
+                     pending: Mapping[Path, tuple[int, int]] | None = None
+                     ) -> tuple[int, Fraction]:
+    """Sum of the children's shares: kernel fixed point, and exact (runtime/period).
+    `pending`: container dirs (-> runtime, period) whose budget nri-sla granted but runc
+    may not have written yet (or whose dir does not exist yet): each counts with the larger
+    of what it has and what it was granted."""
     from fractions import Fraction
 
+    pending = pending or {}
     fixed, exact = 0, Fraction(0)
+    seen = set()
     for entry in cgroup.iterdir():
         if entry.name != exclude and entry.is_dir() and not entry.is_symlink():
             period = _read_int(entry / PERIOD_FILE)
             runtime = _read_int(entry / RUNTIME_FILE)
+            granted = pending.get(entry)
+            if granted is not None and to_ratio(granted[1], granted[0]) > to_ratio(period,
+                                                                                   runtime):
+                runtime, period = granted
+            seen.add(entry)
             fixed += to_ratio(period, runtime)
             exact += Fraction(max(runtime, 0), period) if period > 0 else 0
+    for path, (runtime, period) in pending.items():
+        if path.parent == cgroup and path not in seen and path.name != exclude:
+            fixed += to_ratio(period, runtime)
+            exact += Fraction(runtime, period)
     return fixed, exact
+
+
+def _runtime_covering(period: int, fixed: int, exact: Fraction) -> int:
+    """The runtime (per `period`) a group needs for children whose shares sum to `fixed`
+    (kernel fixed point) and `exact`. The kernel compares truncated fixed-point shares, so
+    the minimal accepted value can be a microsecond under the exact sum (24999 for
+    20000+5000); the exact ceiling is taken when larger, which is what an operator reading
+    the files expects."""
+    if fixed <= 0:
+        return 0
+    return max(runtime_for_ratio(period, fixed), math.ceil(exact * period))
 
 
 def _ancestors(cpu_dir: Path, hierarchy_root: Path) -> list[Path]:
@@ -135,23 +163,23 @@ def plan_rt_ancestors(
         if node == root:
             if required > have:
                 raise RtBudgetError(
-                    f"real-time budget exhausted: {cpu_dir} needs {runtime_us}us per "
-                    f"{period_us}us, which brings the groups under {root} to "
-                    f"{_fmt_share(required)} of CPU time; the node allows {_fmt_share(have)} "
-                    f"(cpu.rt_runtime_us {runtime} / cpu.rt_period_us {period})"
-                )
+                    f"real-time budget exhausted: {runtime_us}us per {period_us}us does not "
+                    f"fit in what the node allows real-time groups ({_fmt_share(have)} of "
+                    "CPU time in all) now",
+                    f"{cpu_dir} needs {runtime_us}us per {period_us}us, which brings the "
+                    f"groups under {root} to {_fmt_share(required)} of CPU time; the node "
+                    f"allows {_fmt_share(have)} (cpu.rt_runtime_us {runtime} / "
+                    f"cpu.rt_period_us {period})")
             break
         if required > have:
-            # The kernel compares truncated fixed-point shares, so the minimal accepted value
-            # can be a microsecond under the exact sum (24999 for 20000+5000); take the exact
-            # ceiling when larger, which is what an operator reading the files expects.
-            new = max(runtime_for_ratio(period, required), math.ceil(required_exact * period))
+            new = _runtime_covering(period, required, required_exact)
             if new > period or required > global_share:
                 raise RtBudgetError(
-                    f"real-time budget: {node} would need {_fmt_share(required)} "
-                    f"({new}us per {period}us), more than the node allows "
-                    f"({_fmt_share(global_share)})"
-                )
+                    f"real-time budget exhausted: {runtime_us}us per {period_us}us does not "
+                    f"fit in what the node allows real-time groups ({_fmt_share(global_share)}"
+                    " of CPU time in all) now",
+                    f"{node} would need {_fmt_share(required)} ({new}us per {period}us), "
+                    f"more than the node allows ({_fmt_share(global_share)})")
             changes.append(RtChange(node, runtime, new))
             have = to_ratio(period, new)
             runtime = new
@@ -162,7 +190,19 @@ def plan_rt_ancestors(
     return changes
 
 
-def _write_runtime(cgroup: Path, value: int) -> None:
+def read_runtime(cgroup: Path) -> int:
+    """The group's cpu.rt_runtime_us; RtBudgetError when it cannot be read."""
+    return _read_int(cgroup / RUNTIME_FILE)
+
+
+def needed_runtime(cgroup: Path, pending: Mapping[Path, tuple[int, int]]) -> int:
+    """The least cpu.rt_runtime_us the kernel lets `cgroup` hold (in its own period): what
+    its children take, the `pending` containers below it counted as granted."""
+    fixed, exact = _children_shares(cgroup, pending=pending)
+    return _runtime_covering(_read_int(cgroup / PERIOD_FILE), fixed, exact)
+
+
+def write_runtime(cgroup: Path, value: int) -> None:
     from cgroupspy.controllers import CpuController  # lazy: cheap, but only RT pays
 
     class _Ref:
@@ -181,14 +221,14 @@ def raise_rt_ancestors(
     done: list[RtChange] = []
     for change in changes:
         try:
-            _write_runtime(change.path, change.new_us)
+            write_runtime(change.path, change.new_us)
         except OSError as e:
             release_rt_ancestors(done)
             hint = " (another group took the budget meanwhile?)" if e.errno == errno.EINVAL else ""
             raise RtBudgetError(
-                f"cannot raise {change.path / RUNTIME_FILE} from {change.old_us} to "
-                f"{change.new_us}: {e.strerror}{hint}"
-            ) from None
+                f"cannot raise the real-time budget of {change.path}: {e.strerror}{hint}",
+                f"{change.path / RUNTIME_FILE} from {change.old_us} to {change.new_us}: "
+                f"{e.strerror}") from None
         done.append(change)
     return done
 
@@ -199,7 +239,7 @@ def release_rt_ancestors(changes: list[RtChange]) -> list[RtChange]:
     restored = []
     for change in reversed(changes):
         try:
-            _write_runtime(change.path, change.old_us)
+            write_runtime(change.path, change.old_us)
         except OSError:
             continue
         restored.append(change)

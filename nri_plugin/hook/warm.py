@@ -8,7 +8,7 @@ reports as it always did.
 
 from __future__ import annotations
 
-from nri_plugin.enforce.cgpaths import CgroupFacts
+from nri_plugin.enforce.cgpaths import CgroupFacts, container_cgroup_of
 from nri_plugin.hook.actions import CgroupActions, carry_out
 from nri_plugin.hook.cache import config_key, decision_key, deps_hold, facts_key, open_store
 from nri_plugin.hookspec import IN_CONTAINER_STAGES
@@ -40,12 +40,15 @@ def container_paths(opts: HookOptions, facts: CgroupFacts, spec: BundleSpec,
                     state: OciState) -> CgroupPaths:
     """The container's cgroup dirs: where its process is (/proc/<pid>/cgroup) whenever
     the state has a pid, because that is where the runtime put it: runc takes a relative
-    cgroupsPath from its own cgroup, and a spec's path is only what was asked for. Else
-    linux.cgroupsPath. Raises EnforceError (CgroupPathError, CgroupFactsError)."""
+    cgroupsPath from its own cgroup, and a spec's path is only what was asked for; held to
+    that linux.cgroupsPath when there is one (a reused pid names another cgroup:
+    cgpaths.container_cgroup_of). Else linux.cgroupsPath. Raises EnforceError
+    (CgroupPathError, CgroupFactsError)."""
     pid = process_pid(opts, state)
-    if pid is not None:
-        return facts.process_paths(pid, opts.proc_root)
-    return facts.container_paths(spec.cgroups_path or "")
+    if pid is None:
+        return facts.container_paths(spec.cgroups_path or "")
+    found = facts.process_paths(pid, opts.proc_root)
+    return container_cgroup_of(found, spec.cgroups_path, pid) if spec.cgroups_path else found
 
 
 def cached_run(opts: HookOptions, state: OciState, spec: BundleSpec,

@@ -12,6 +12,7 @@ it when it fails.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 from nri_plugin.plan.gpu_selection import fits, ordered_nodes
@@ -30,6 +31,10 @@ from nri_plugin.topology.cpulist import format_cpulist
 from nri_plugin.topology.cpus import Topology
 from nri_plugin.topology.gpu_health import UNHEALTHY
 from nri_plugin.topology.gpus import Gpu
+
+# The operator's picture of a shortfall (what is free where); the pod's message names only
+# its own request, its grant and the node policy (docs/security.md, "What a tenant learns").
+log = logging.getLogger("nri_sla.placement")
 
 
 def validate_request(r: PlacementRequest, topology: Topology) -> None:
@@ -102,9 +107,10 @@ class _BestFit:
             cpus = self.node.node_cpus(align_nodes, self.held.exclusive_cpus)
             mem_nodes = set(align_nodes)
             if not cpus:
-                self.fail_or_warn(f"no shared CPU is left on NUMA node(s) "
-                                  f"{format_cpulist(align_nodes)} (all reserved or exclusive)",
-                                  "numa.nodes")
+                log.info("no shared CPU left for %s on NUMA node(s) %s: all reserved or "
+                         "exclusive", r.owner or "a container", format_cpulist(align_nodes))
+                self.fail_or_warn(f"NUMA node(s) {format_cpulist(align_nodes)} have no CPU "
+                                  "this container can be given now", "numa.nodes")
         else:
             cpus, mem_nodes = frozenset(), set()
         mems = frozenset(mem_nodes) & self.node.mem_nodes
@@ -173,9 +179,11 @@ class _BestFit:
         if taken is not None:
             return taken
         free = frozenset().union(*cores) if cores else frozenset()
-        self.fail_or_warn(f"requested {n} exclusive CPUs on {where}; free whole cores there: "
-                          f"{len(free)} CPUs ({format_cpulist(free) or 'none'})",
-                          "cpu.exclusive")
+        log.info("exclusive CPUs short for %s: %d asked on %s, free whole cores there: %d "
+                 "CPUs (%s)", self.r.owner or "a container", n, where, len(free),
+                 format_cpulist(free) or "none")
+        self.fail_or_warn(f"requested {n} exclusive CPUs on {where}; not that many whole "
+                          "cores can be given there now", "cpu.exclusive")
         # soft: complete from the nearest other nodes
         rest = [c for node in self.nearest_nodes(align_nodes)
                 for c in reversed(self.free_cores(node))]

@@ -8,13 +8,17 @@ released and rebuilt from the runtime's state after a restart.
 
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+log = logging.getLogger("nri_sla.rt")
+
 
 class RtBudgetExceeded(Exception):
-    pass
+    """The node's RT budget cannot take a grant; the message names only the grant and
+    the budget's size (what others hold goes to the operator's log)."""
 
 
 @dataclass(frozen=True)
@@ -57,9 +61,12 @@ class RtBudget:
             used = sum(g.share for o, g in self._grants.items() if o != owner)
             if used + grant.share > self.total_share + 1e-9:
                 free = max(self.total_share - used, 0.0)
+                log.info("RT budget short for %s: needs %.1f%%, %.1f%% free of %.1f%%", owner,
+                         grant.share * 100, free * 100, self.total_share * 100)
                 raise RtBudgetExceeded(
                     f"needs {grant.share:.1%} of CPU time as real-time; the node's RT budget "
-                    f"has {free:.1%} free of {self.total_share:.1%}")
+                    f"for SLA containers ({self.total_share:.1%}: node config rt-budget of "
+                    "the kernel's share) cannot take that much more now")
             self._grants[owner] = grant
 
     def restore(self, owner: str, grant: RtGrant) -> None:

@@ -22,6 +22,7 @@ from typing import Any
 from nri_plugin.core import Decision, NodeState, decide
 from nri_plugin.core.decision import REUSABLE_LIMIT, recheck
 from nri_plugin.core.nodestate import LiveContainer
+from nri_plugin.enforce.rt import RtChange
 from nri_plugin.errors import INTERNAL, INVALID, SlaFailure
 from nri_plugin.granted import (
     ENV_VISIBLE,
@@ -143,9 +144,11 @@ class SlaPlugin:
         by_id = {p.id: p for p in pods}
         namespaces = {p.id: p.namespace for p in pods}
         live = [LiveContainer(c.id, namespaces.get(c.pod_sandbox_id), c.annotations,
-                              c.created_at, c.linux.resources.cpu.cpus, c.pod_sandbox_id)
+                              c.created_at, c.linux.resources.cpu.cpus, c.pod_sandbox_id,
+                              c.linux.cgroups_path)
                 for c in containers if c.state in LIVE_STATES]
         restored = self.node.restore(live)
+        _log_given_back(restored.rt_given_back)
         # Started while we were away (not by this process, or before it saw the start):
         # its direct writes are owed now, since no StartContainer will come for it.
         known, owed = self.registry.plans(), self.registry.owed()
@@ -247,7 +250,7 @@ class SlaPlugin:
         if decision.plan is not None and decision.plan.rt_runtime and self.node.facts:
             try:
                 paths = self.node.container_paths(container.linux.cgroups_path)
-                decision.plan, _ = self.node.make_rt_room(decision.plan, paths)
+                decision.plan, _ = self.node.make_rt_room(decision.plan, paths, container.id)
             except SlaFailure as exc:
                 self.node.release(container.id)
                 decision = Decision("refused", error=exc)
@@ -366,39 +369,41 @@ class SlaPlugin:
     def update_container(self, pod: pb.PodSandbox, container: pb.Container,
                          resources: pb.LinuxResources) -> list[pb.ContainerUpdate]:
         """kubelet changed the container's resources (a resize): the SLA's settings stay in
-        force within the new values. Hard mode refuses an update that leaves the SLA
-        above them (the container stays as it was); soft mode clamps and warns."""
+        force within the new values. An SLA above them is clamped to them in either mode
+        and warned about (core.decision.recheck: a refused update would leave the
+        container on its old, larger limits)."""
         with self._timed("UpdateContainer"):
             entry = self.registry.get(container.id)
             plan = entry.plan if entry is not None else None
             if plan is None:
                 return []
-            try:
-                fitted = recheck(self.node, plan, granted_resources(resources),
-                                 namespace=pod.namespace)
-            except SlaFailure as exc:
-                log.warning("%s/%s %s: update refused: %s", pod.namespace, pod.name,
-                            container.name, exc)
-                raise rpc_error(exc) from None
+            fitted = recheck(self.node, plan, granted_resources(resources),
+                             namespace=pod.namespace)
             for warning in fitted.warnings[len(plan.warnings):]:
-                log.warning("%s/%s %s: update: %s", pod.namespace, pod.name, container.name,
-                            warning)
+                log.warning("%s/%s %s: update: %s (%s mode: clamped to the new limits)",
+                            pod.namespace, pod.name, container.name, warning,
+                            plan.enforcement)
             self.watch.refit(container.id, fitted)
             return [build_update(container.id, fitted)]
 
     def stop_container(self, pod: pb.PodSandbox, container: pb.Container):
         with self._timed("StopContainer"):
             self._release(container.id)
+            _log_given_back(self.node.give_back_rt())  # if runc removed its cgroup already
             return self._cpuset_updates(container.id)
 
     def remove_container(self, pod: pb.PodSandbox, container: pb.Container) -> None:
         with self._timed("RemoveContainer"):
             self._release(container.id)
+            # Runc removed the container's cgroup by now: its RT budget leaves its parents.
+            _log_given_back(self.node.give_back_rt())
 
     # -- the drift watch ------------------------------------------------------------------
     def drift_pass(self) -> list[pb.ContainerUpdate]:
         """The service's Periodic: one pass of the drift watch; the updates re-assert
-        runtime-applied values (sent as UpdateContainers)."""
+        runtime-applied values (sent as UpdateContainers). RT budget raised for containers
+        whose cgroup went away since is given back."""
+        _log_given_back(self.node.give_back_rt())
         return self.watch.run()
 
     def status(self, timeout: float) -> dict[str, Any]:
@@ -469,6 +474,12 @@ class SlaPlugin:
     def _publish_gpu_health(self) -> None:
         if self.metrics is not None and self.node.allocator is not None:
             self.metrics.set_gpu_health(self.node.allocator.inventory.gpus)
+
+
+def _log_given_back(changes: list[RtChange]) -> None:
+    for change in changes:
+        log_event(log, logging.INFO, "RT budget given back", cgroup=str(change.path),
+                  before=change.old_us, now=change.new_us)
 
 
 def _key(pod: pb.PodSandbox | None, container: pb.Container) -> tuple[str, str, str]:

@@ -24,6 +24,7 @@ from nri_plugin.enforce.blockdev import resolve_block_device
 from nri_plugin.enforce.cgpaths import UNIFIED
 from nri_plugin.enforce.mapping import v1_cpu_writes, v1_io_writes, v1_memory_writes
 from nri_plugin.enforce.rt import make_rt_room
+from nri_plugin.enforce.rt_ledger import RtLedger
 from nri_plugin.plan.model import IoLimit
 
 pytestmark = pytest.mark.root
@@ -212,6 +213,43 @@ def test_rt_budget_propagation(scratch_v1) -> None:
     (ctr / "cpu.rt_runtime_us").write_text("0")
     assert len(release_rt_ancestors(changes)) == len(changes)
     assert _read(scratch_v1.top["cpu"] / "cpu.rt_runtime_us") == "0"
+
+
+def test_rt_budget_given_back(scratch_v1, tmp_path: Path) -> None:
+    """The kernel's view of the give-back: RT containers created then removed leave their
+    ancestors where they were; with one left, the ancestors keep exactly its budget (the
+    kernel would refuse a microsecond less); a restarted plugin with no RT container gives
+    back what the one before it raised."""
+    paths = _paths(scratch_v1, "cpu")
+    ctr = scratch_v1.ctr["cpu"]
+    if not (ctr / "cpu.rt_runtime_us").exists():
+        pytest.skip("kernel without CONFIG_RT_GROUP_SCHED (no cpu.rt_runtime_us)")
+    root = Path(scratch_v1.facts.hierarchy("cpu").path)
+    top, pod = scratch_v1.top["cpu"], scratch_v1.pod["cpu"]
+    before = {d: _read(d / "cpu.rt_runtime_us") for d in (top, pod)}
+    ledger_file = tmp_path / "rt-raises.json"
+    ledger = RtLedger(ledger_file)
+    ledger.note(make_rt_room(paths, 5000, 1_000_000))
+    (ctr / "cpu.rt_runtime_us").write_text("5000")
+    sibling = pod / "sibling"
+    sibling.mkdir()
+    ledger.note(raise_rt_ancestors(sibling, 3000, 1_000_000, root))
+    (sibling / "cpu.rt_runtime_us").write_text("3000")
+    assert _read(top / "cpu.rt_runtime_us") == "8000"
+    assert ledger.give_back(root, {}) == []  # both live: all still needed
+    ctr.rmdir()  # runc delete
+    ledger.give_back(root, {})
+    assert _read(pod / "cpu.rt_runtime_us") == _read(top / "cpu.rt_runtime_us") == "3000"
+    with pytest.raises(OSError):  # exactly what it needs: the kernel takes no less
+        (pod / "cpu.rt_runtime_us").write_text("2999")
+    sibling_granted = RtLedger(ledger_file)  # a plugin restart, the sibling still live
+    assert sibling_granted.give_back(root, {}) == []
+    (sibling / "cpu.rt_runtime_us").write_text("0")
+    sibling.rmdir()
+    restarted = RtLedger(ledger_file)  # a restart with no RT container left
+    assert restarted.give_back(root, {})
+    assert {d: _read(d / "cpu.rt_runtime_us") for d in (top, pod)} == before
+    assert restarted.raises == {}
 
 
 def test_v2_writes(scratch_v2: Path) -> None:

@@ -97,8 +97,13 @@ def test_different_periods_use_shares(cpu_root: Path) -> None:
 def test_root_budget_exhausted(cpu_root: Path) -> None:
     pod = cpu_root / "kubepods" / "burstable" / "pod1"
     # system.slice holds 10%, root allows 95%: 90% more does not fit.
-    with pytest.raises(RtBudgetError, match=r"budget exhausted.*node allows 95\.00%"):
+    with pytest.raises(RtBudgetError, match=r"budget exhausted.*\(95\.00% of CPU time in all\)"
+                       ) as caught:
         plan_rt_ancestors(pod / "ctr", 900_000, 1_000_000, cpu_root)
+    # What the other groups take is the operator's: not in the message, in the note.
+    assert "100.00%" not in str(caught.value) and "system.slice" not in str(caught.value)
+    assert "brings the groups under" in caught.value.operator_note
+    assert "100.00%" in caught.value.operator_note
     assert (cpu_root / "kubepods" / "cpu.rt_runtime_us").read_text().strip() == "0"
     assert plan_rt_ancestors(pod / "ctr", 850_000, 1_000_000, cpu_root)
 

@@ -263,19 +263,42 @@ def test_warm_runs_find_the_cgroup_through_the_pid(world, h, tmp_path):
     h.fake_proc(tmp_path / "proc", 12, "0::/kubepods/pod-b/ctr-2\n")
     h.fake_proc(tmp_path / "proc", 13, "0::/kubepods/pod-a\n")
     sla = {"sla.nri.io/pod": "memory:\n  max: 64Mi\n"}
-    # The spec's path is wrong on purpose: only the pid leads to the right cgroup.
-    cold, files = run(sla, pid=11, proc_root=proc, cgroups_path="/nowhere")
+    # Relative spec paths (runc takes them from its own cgroup): only the pid leads to the
+    # cgroup, held to the path the spec names.
+    cold, files = run(sla, pid=11, proc_root=proc, cgroups_path="pod-a/ctr-1")
     assert cold.exit_code == EXIT_OK and files["memory.max"] == str(64 << 20)
     warm, _ = run(sla, pid=12, proc_root=proc, cid="ctr-2", expect_hit=True,
-                  cgroups_path="/nowhere")
+                  cgroups_path="pod-b/ctr-2")
     assert warm.exit_code == EXIT_OK
     assert (other / "memory.max").read_text() == str(64 << 20)
     (cdir / "cgroup.events").write_text("populated 1\n")
     (cdir.parent / "memory.max").write_text("max\n")
     pod, _ = run(sla, pid=13, proc_root=proc, cid="ctr-3", expect_hit=False,
-                 cgroups_path="/nowhere")
+                 cgroups_path="pod-a")
     assert pod.exit_code == EXIT_INVALID and "holds other processes" in pod.lines[0]
     assert (cdir.parent / "memory.max").read_text() == "max\n"
+
+
+def test_a_reused_pid_never_leads_to_another_containers_cgroup(world, h, tmp_path):
+    """PID reuse: the container's process ended between the runtime writing the state and
+    the hook reading /proc/<pid>/cgroup, and the pid now belongs to another tenant's
+    container. Its cgroup is not the one config.json names: refused, nothing written there,
+    from the cache or not. A process in a cgroup below its own container's is the
+    container's (the named dir is written)."""
+    run, _config, _cdir, _cache = world
+    other = h.fake_v2_tree(tmp_path / "cg", "/kubepods/pod-b/ctr-2")
+    (other / "memory.max").write_text("max\n")
+    proc = h.fake_proc(tmp_path / "proc", 12, "0::/kubepods/pod-b/ctr-2\n")
+    h.fake_proc(tmp_path / "proc", 14, f"0::{CTR}/init.scope\n")
+    sla = {"sla.nri.io/pod": "memory:\n  max: 64Mi\n"}
+    for cache in ({"cache_dir": "off"}, {}):  # no cache, then a cached decision at hand
+        assert run(sla, **cache)[0].exit_code == EXIT_OK
+        reused, _ = run(sla, pid=12, proc_root=proc, cgroups_path=CTR, expect_hit=False)
+        assert reused.exit_code == EXIT_INVALID
+        assert "pid was reused?" in reused.lines[0] and "pod-b/ctr-2" in reused.lines[0]
+        assert (other / "memory.max").read_text() == "max\n"
+    nested, files = run(sla, pid=14, proc_root=proc, cgroups_path=CTR)
+    assert nested.exit_code == EXIT_OK and files["memory.max"] == str(64 << 20)
 
 
 BIG = {"cpu": {"quota": 100000, "period": 100000, "shares": 1024},
@@ -425,7 +448,7 @@ def test_warm_run_imports_no_parser_planner_or_yaml(world, h, tmp_path, lookup):
         root, pid = tmp_path / "cg-pid", os.getpid()
         h.fake_v2_tree(root, own[0])
     bundle = h.write_bundle(tmp_path / "bundle-x", {TYPE: "container", NAME: "app", **sla},
-                            CTR)
+                            CTR if pid is None else own[0])
     heavy = ("yaml", "nri_plugin.sla", "nri_plugin.plan", "nri_plugin.config", "dataclasses",
              "pathlib", "typing", "re", "json", "logging", "nri_plugin.enforce.cgroupdetect",
              "nri_plugin.core", "nri_plugin.topology.cpus", "importlib", "cgroupspy")

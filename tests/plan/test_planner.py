@@ -53,7 +53,8 @@ def test_realtime_budget_is_accounted_and_released():
     assert (first.rt_runtime, first.rt_period) == (5000, 1_000_000)
     second = PlanContext(cgroup_version=1, namespace="rt-b", owner="ctr-2",
                          config=ctx().config, rt_budget=budget)
-    with pytest.raises(SlaRefused, match=r"RT budget has 0\.5% free"):
+    with pytest.raises(SlaRefused,
+                       match=r"RT budget for SLA containers \(1\.0%.*cannot take that much"):
         plan_container(sla("cpu: {rt-runtime: 6ms, rt-period: 1s}"), second)
     budget.release("ctr-1")
     assert plan_container(sla("cpu: {rt-runtime: 6ms, rt-period: 1s}"), second).rt_runtime == 6000

@@ -29,6 +29,8 @@ V1_FILES = {
               "blkio.throttle.write_bps_device", "blkio.throttle.read_iops_device",
               "blkio.throttle.write_iops_device"),
 }
+# What the kernel puts in those files of a new cgroup, where the tests read them.
+V1_DEFAULTS = {"cpu.rt_runtime_us": "0", "cpu.rt_period_us": "1000000"}
 
 # The design's full example (gpu: count form; mig and ids are alternatives to count).
 FULL_SLA = """\
@@ -117,7 +119,7 @@ def make_container_dirs(root: Path, cgroups_path: str) -> dict[str, Path]:
         d = root / controller / cgroups_path.lstrip("/")
         d.mkdir(parents=True, exist_ok=True)
         for name in V1_FILES[controller]:
-            (d / name).touch()
+            (d / name).write_text(V1_DEFAULTS.get(name, ""))
         dirs[controller] = d
     return dirs
 

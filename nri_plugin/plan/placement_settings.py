@@ -59,7 +59,8 @@ def place(sla: Sla, ctx: PlanContext, grant: GpuGrant, hard: bool) -> PlacementO
     """Verify the grant, allocate exclusive CPUs and align; settings are plan fields
     (cpus, mems, the placement record)."""
     try:
-        placement = ctx.allocator.allocate(placement_request(sla, ctx, grant), hard=hard)
+        placement = ctx.allocator.allocate(placement_request(sla, ctx, grant), hard=hard,
+                                           floors=ctx.cpu_floors)
     except PlacementError as exc:
         field_name, message = split_field(exc.message, exc.field)
         return PlacementOutcome(error=message, field=field_name)

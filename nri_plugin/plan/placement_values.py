@@ -127,6 +127,16 @@ def plural(n: int, word: str) -> str:
 
 
 @dataclass(frozen=True)
+class CpuFloor:
+    """Of `cpus`, at least `need` must stay out of every exclusive set: running containers
+    whose cpuset is drawn from them need that many for their CPU requests (or, for a
+    cpuset someone else pinned, every one of them). nri_plugin.plan.cpupool makes them."""
+
+    cpus: frozenset[int]
+    need: int
+
+
+@dataclass(frozen=True)
 class Holdings:
     """Who holds what at one moment: copies the Allocator hands out under its lock, so a
     placement choice reads one consistent state and cannot change the allocator's tables."""

@@ -17,6 +17,7 @@ import asyncio
 import logging
 import time
 from contextlib import nullcontext
+from dataclasses import replace
 from typing import Any
 
 from nri_plugin.core import Decision, NodeState, decide
@@ -43,6 +44,7 @@ from nri_plugin.plugin.registry import ContainerEntry, ContainerRegistry, Grante
 from nri_plugin.plugin.report import gpus_json
 from nri_plugin.plugin.unenforced import LIVE_STATES, UnenforcedContainers
 from nri_plugin.plugin.watch import DriftWatch, Watched
+from nri_plugin.topology.cpulist import format_cpulist
 
 log = logging.getLogger("nri_sla.plugin")
 
@@ -159,7 +161,8 @@ class SlaPlugin:
             self._entry(by_id.get(c.pod_sandbox_id), c, restored.plans.get(c.id),
                         # Created but not started yet: StartContainer owes the writes.
                         owed=c.state == pb.CONTAINER_CREATED, granted=grants[c.id],
-                        kubelet_ids=books.get(_key(by_id.get(c.pod_sandbox_id), c), ()))
+                        kubelet_ids=books.get(_key(by_id.get(c.pod_sandbox_id), c), ()),
+                        created=False)
             for c in containers if c.state in LIVE_STATES)
         for ctr in started_away:
             self._write_owed(ctr)
@@ -258,21 +261,36 @@ class SlaPlugin:
         if decision.error is not None:
             raise rpc_error(decision.error)
         entry = self._entry(pod, container, plan, owed=plan is not None, granted=granted,
-                            kubelet_ids=kubelet_ids)
-        if plan is None:
-            self._publish_holders(entry)
-            return CreateResult(adjustment)
-        self.watch.watch(_watched(pod, container, plan))
-        self.node.remember_cpuset(container.id, plan)
+                            kubelet_ids=kubelet_ids, created=True)
+        adjustment = self._with_cpuset(container.id, adjustment)
+        if plan is not None:  # watched with the cpuset it was given
+            cpus = adjustment.linux.resources.cpu.cpus if adjustment is not None else ""
+            self.watch.watch(_watched(pod, container, replace(plan, cpus=cpus or plan.cpus)))
         self._publish_holders(entry)
         return CreateResult(adjustment, self._cpuset_updates(container.id))
 
+    def _with_cpuset(self, container_id: str, adjustment: pb.ContainerAdjustment | None
+                     ) -> pb.ContainerAdjustment | None:
+        """The adjustment carrying the container's cpuset in the node's CPU pool (with or
+        without an SLA: no container runs on another's exclusive CPUs)."""
+        cpus = self.node.cpuset_of(container_id)
+        if not cpus:
+            return adjustment
+        self.node.told_cpuset(container_id, cpus)
+        planned = adjustment is not None and adjustment.linux.resources.cpu.cpus
+        if not planned and self.node.runs_everywhere(cpus):
+            return adjustment  # without a cpuset it runs on every online CPU already
+        adjustment = adjustment if adjustment is not None else pb.ContainerAdjustment()
+        adjustment.linux.resources.cpu.cpus = cpus
+        return adjustment
+
     def _entry(self, pod: pb.PodSandbox | None, container: pb.Container,
                plan: ContainerPlan | None, *, owed: bool, granted: GrantedResources,
-               kubelet_ids: tuple[str, ...] = ()) -> ContainerEntry:
+               kubelet_ids: tuple[str, ...] = (), created: bool) -> ContainerEntry:
         """The container's registry entry, its grant held (nri-sla's placement holds it
-        where there is one; otherwise the grant alone). `owed`: a plan's direct writes
-        are still to do; `kubelet_ids`: its GPU device ids in the kubelet's books."""
+        where there is one; otherwise the grant alone), its place in the CPU pool.
+        `owed`: a plan's direct writes are still to do; `kubelet_ids`: its GPU device ids
+        in the kubelet's books; `created`: at CreateContainer (else Synchronize)."""
         grant = self.node.gpu_grant(granted, kubelet_ids)
         if grant.env_only and plan is None:
             log_event(log, logging.INFO, "GPU env is not a grant", container=container.id,
@@ -289,6 +307,8 @@ class SlaPlugin:
                                container.name, state, opens, plan,
                                writes_owed=owed and plan is not None)
         self.registry.add(entry)
+        self.node.join_pool(container.id, granted.cpu_request_millis,
+                            container.linux.resources.cpu.cpus, created=created)
         return entry
 
     def _publish_holders(self, entry: ContainerEntry) -> None:
@@ -370,21 +390,40 @@ class SlaPlugin:
         above them (the container stays as it was); soft mode clamps and warns."""
         with self._timed("UpdateContainer"):
             entry = self.registry.get(container.id)
-            plan = entry.plan if entry is not None else None
-            if plan is None:
+            if entry is None:
                 return []
-            try:
-                fitted = recheck(self.node, plan, granted_resources(resources),
-                                 namespace=pod.namespace)
-            except SlaFailure as exc:
-                log.warning("%s/%s %s: update refused: %s", pod.namespace, pod.name,
-                            container.name, exc)
-                raise rpc_error(exc) from None
-            for warning in fitted.warnings[len(plan.warnings):]:
-                log.warning("%s/%s %s: update: %s", pod.namespace, pod.name, container.name,
-                            warning)
-            self.watch.refit(container.id, fitted)
-            return [build_update(container.id, fitted)]
+            plan = entry.plan
+            granted = granted_resources(resources)
+            fitted = None
+            if plan is not None:
+                try:
+                    fitted = recheck(self.node, plan, granted, namespace=pod.namespace)
+                except SlaFailure as exc:
+                    log.warning("%s/%s %s: update refused: %s", pod.namespace, pod.name,
+                                container.name, exc)
+                    raise rpc_error(exc) from None
+                for warning in fitted.warnings[len(plan.warnings):]:
+                    log.warning("%s/%s %s: update: %s", pod.namespace, pod.name,
+                                container.name, warning)
+                self.watch.refit(container.id, fitted)
+            given = self.node.resize_cpus(container.id, granted.cpu_request_millis,
+                                          pod.namespace)
+            if given:
+                # Both modes give them back (Kubernetes accounts the new request only);
+                # soft mode says so, as its SLA asked for more.
+                level = logging.WARNING if plan and plan.enforcement == "soft" else logging.INFO
+                log_event(log, level, "exclusive CPUs given back after a resize",
+                          container=container.id, cpus=format_cpulist(given),
+                          request=f"{granted.cpu_request_millis}m")
+            cpus = self.node.cpuset_of(container.id)
+            if fitted is None and not cpus:
+                return []
+            update = (build_update(container.id, fitted) if fitted is not None
+                      else pb.ContainerUpdate(container_id=container.id))
+            if cpus:  # the container's set now, never the plan's creation-time one
+                update.linux.resources.cpu.cpus = cpus
+                self.node.told_cpuset(container.id, cpus)
+            return [update, *self._cpuset_updates(container.id)]
 
     def stop_container(self, pod: pb.PodSandbox, container: pb.Container):
         with self._timed("StopContainer"):
@@ -420,8 +459,8 @@ class SlaPlugin:
 
     # -- helpers -------------------------------------------------------------------------
     def _cpuset_updates(self, exclude: str) -> list[pb.ContainerUpdate]:
-        """Aligned containers whose node's shared CPUs changed (exclusive CPUs taken or
-        given back) get their new cpuset in the same answer."""
+        """Containers whose cpuset in the node's CPU pool changed (exclusive CPUs taken or
+        given back), with an SLA or not, get their new cpuset in the same answer."""
         updates = []
         for owner, cpus in self.node.cpuset_updates(exclude).items():
             update = pb.ContainerUpdate(container_id=owner, ignore_failure=True)

@@ -2,7 +2,8 @@
 
 Each container, with or without an SLA, is one of four kinds:
 
-* exclusive: its own CPUs, which the Allocator gave it and no other cpuset holds;
+* exclusive: its own CPUs, which the Allocator gave it and no other cpuset holds (and
+  the shared pool too when they are fewer than its request: soft mode clamped them);
 * aligned: the CPUs of its NUMA nodes, less the reserved and the exclusive ones;
 * shared: every online CPU less the reserved and the exclusive ones (a container without
   an SLA, or one whose SLA places nothing);
@@ -79,9 +80,12 @@ class CpuPool:
         if member is not None and member.pinned:
             return member.pinned
         placement = self.allocator.placement_of(owner)
-        if placement is not None and placement.cpus:
-            return self.allocator.current_cpus(owner)
-        return self.allocator.shared_cpus()
+        if placement is None or not placement.cpus:
+            return self.allocator.shared_cpus()
+        cpus = self.allocator.current_cpus(owner)
+        if placement.exclusive_cpus and member is not None and len(cpus) < member.need:
+            cpus |= self.allocator.shared_cpus()
+        return cpus
 
     def told(self, owner: str, cpus: frozenset[int]) -> None:
         """`owner` was just given `cpus` (its CreateContainer or UpdateContainer answer)."""
@@ -101,10 +105,12 @@ class CpuPool:
 
     def floors(self, exclude: str = "") -> tuple[CpuFloor, ...]:
         """What a new exclusive request (by `exclude`) must leave: per set of CPUs the
-        members draw from, the most any of them needs; a pinned cpuset whole."""
+        members draw from, the most any of them needs; a pinned cpuset whole; and one
+        shared CPU always, for the containers still to come (one without a CPU request
+        is never refused, and a cpuset is never empty)."""
         layout = self.allocator.layout
         everything = layout.topology.online - layout.reserved
-        need: dict[frozenset[int], int] = {}
+        need: dict[frozenset[int], int] = {everything: 1}
         for owner, member in self._members.items():
             if owner == exclude:
                 continue
@@ -112,10 +118,13 @@ class CpuPool:
                 cpus, n = member.pinned, len(member.pinned)
             else:
                 placement = self.allocator.placement_of(owner)
-                if placement is not None and placement.exclusive_cpus:
-                    continue  # holds its own CPUs
                 cpus, n = everything, member.need
-                if placement is not None and placement.cpus:
+                if placement is not None and placement.exclusive_cpus:
+                    # its own CPUs, and the shared pool for what they lack
+                    n -= len(placement.exclusive_cpus)
+                    if n <= 0:
+                        continue
+                elif placement is not None and placement.cpus:
                     nodes = placement.mems or layout.nodes_of_cpus(placement.cpus)
                     cpus = layout.node_cpus(nodes, ())
             need[cpus] = max(need.get(cpus, 0), n)

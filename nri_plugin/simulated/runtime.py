@@ -309,7 +309,12 @@ class PluginSession:
         stored = pb.Container()
         stored.CopyFrom(ctr)
         self.sim.state.containers[ctr.id] = stored
-        resp = await self.event(ev.CREATE_CONTAINER, pod, ctr, **kw)
+        try:
+            resp = await self.event(ev.CREATE_CONTAINER, pod, ctr, **kw)
+        except PluginCallError:
+            # containerd fails the creation: the container never exists
+            self.sim.state.containers.pop(ctr.id, None)
+            raise
         if resp is not None:
             adjust_container(stored, resp.adjust)
             self.apply_updates(resp.update)
@@ -321,7 +326,16 @@ class PluginSession:
 
     async def update_container(self, pod: pb.PodSandbox, ctr: pb.Container,
                                resources: pb.LinuxResources, **kw: Any) -> Any:
-        return await self.event(ev.UPDATE_CONTAINER, pod, ctr, linux_resources=resources, **kw)
+        """UpdateContainer (a kubelet resize); when the plugin accepts it, the stored spec
+        gets the new resources, then the plugin's updates (its own and other
+        containers'), as containerd applies them."""
+        resp = await self.event(ev.UPDATE_CONTAINER, pod, ctr, linux_resources=resources, **kw)
+        stored = self.sim.state.containers.get(ctr.id)
+        if stored is not None:
+            update_container(stored, resources)
+        if resp is not None:
+            self.apply_updates(resp.update)
+        return resp
 
     async def stop_container(self, pod: pb.PodSandbox, ctr: pb.Container, **kw: Any) -> Any:
         self._set_state(ctr, pb.CONTAINER_STOPPED)

@@ -339,6 +339,23 @@ class NodeState:
             return frozenset()
         return pool.allocator.shrink_exclusive(owner, request_millis // 1000)
 
+    def cpus_short(self, owner: str, request_millis: int | None) -> tuple[int, int] | None:
+        """(whole CPUs a new request needs, CPUs `owner`'s cpuset can hold) when they do not
+        fit (a resize up that the CPUs outside every exclusive set cannot give); None
+        when they fit, or the cpuset is not nri-sla's."""
+        pool = self.cpu_pool
+        member = pool.member(owner) if pool is not None else None
+        if member is None or member.pinned:
+            return None
+        need = cpus_needed(request_millis)
+        placement = pool.allocator.placement_of(owner)
+        cpus = pool.cpuset(owner)
+        if placement is not None and placement.exclusive_cpus:
+            cpus = placement.exclusive_cpus
+            if need > len(cpus):
+                cpus = cpus | pool.allocator.shared_cpus()
+        return (need, len(cpus)) if len(cpus) < need else None
+
     def release(self, owner: str) -> None:
         if self.cpu_pool is not None:
             self.cpu_pool.leave(owner)

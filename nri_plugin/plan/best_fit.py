@@ -118,6 +118,10 @@ class _BestFit:
                 self.fail_or_warn(f"no shared CPU is left on NUMA node(s) "
                                   f"{format_cpulist(align_nodes)} (all reserved or exclusive)",
                                   "numa.nodes")
+            elif len(cpus) < r.cpus_needed:
+                self.fail_or_warn(f"the CPU request needs {r.cpus_needed} whole CPUs; NUMA "
+                                  f"node(s) {format_cpulist(align_nodes)} cannot give this "
+                                  "container that many outside exclusive sets", "numa.nodes")
         else:
             cpus, mem_nodes = frozenset(), set()
         mems = frozenset(mem_nodes) & self.node.mem_nodes

@@ -22,15 +22,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from nri_plugin.plan.allocator import Allocator
-from nri_plugin.plan.placement_values import CpuFloor
+from nri_plugin.plan.placement_values import CpuFloor, cpus_needed
 
-MILLIS_PER_CPU = 1000
-
-
-def cpus_needed(request_millis: int | None) -> int:
-    """Whole CPUs a CPU request needs, rounded up; at least one (a cpuset is never
-    empty, and a container without a request still runs)."""
-    return max(1, -(-(request_millis or 0) // MILLIS_PER_CPU))
+__all__ = ["CpuPool", "PoolMember", "cpus_needed"]
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,7 @@ class PlacementRequest:
     align: bool = True
     exclusive_cpus: int | None = None
     numa_nodes: tuple[int, ...] | None = None
+    cpus_needed: int = 0  # whole CPUs its CPU request needs: an aligned cpuset holds them
     granted_gpus: tuple[Gpu, ...] = ()
     granted_migs: tuple[tuple[Gpu, MigInstance], ...] = ()  # (parent, MIG device)
 
@@ -94,6 +95,12 @@ class Placement:
         if self.aligned:
             record["aligned"] = True
         return record
+
+
+def cpus_needed(request_millis: int | None) -> int:
+    """Whole CPUs a CPU request needs, rounded up; at least one (a cpuset is never
+    empty, and a container without a request still runs)."""
+    return max(1, -(-(request_millis or 0) // 1000))
 
 
 def describe_gpus(gpus: Iterable[Gpu]) -> str:

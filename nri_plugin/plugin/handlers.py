@@ -36,7 +36,7 @@ from nri_plugin.logsetup import log_decision, log_event
 from nri_plugin.nri.errors import Code, RpcError
 from nri_plugin.nri.pb import nri_pb2 as pb
 from nri_plugin.nri.stub import CreateResult
-from nri_plugin.plan.model import ContainerPlan
+from nri_plugin.plan.model import ContainerPlan, SlaRefused
 from nri_plugin.plan.record import record_body, record_text
 from nri_plugin.plugin.adjustment import annotated, build_adjustment, build_update
 from nri_plugin.plugin.kubelet_grants import KubeletGrants, asks_kubelet
@@ -406,6 +406,7 @@ class SlaPlugin:
                     log.warning("%s/%s %s: update: %s", pod.namespace, pod.name,
                                 container.name, warning)
                 self.watch.refit(container.id, fitted)
+            self._check_room(pod, container, plan, granted)
             given = self.node.resize_cpus(container.id, granted.cpu_request_millis,
                                           pod.namespace)
             if given:
@@ -424,6 +425,26 @@ class SlaPlugin:
                 update.linux.resources.cpu.cpus = cpus
                 self.node.told_cpuset(container.id, cpus)
             return [update, *self._cpuset_updates(container.id)]
+
+    def _check_room(self, pod: pb.PodSandbox, container: pb.Container,
+                    plan: ContainerPlan | None, granted: GrantedResources) -> None:
+        """A resize up whose request the container's cpuset cannot hold (its NUMA nodes'
+        CPUs outside every exclusive set are fewer): refused for a hard SLA (the runtime
+        keeps the container as it was), logged otherwise."""
+        short = self.node.cpus_short(container.id, granted.cpu_request_millis)
+        if short is None:
+            return
+        need, have = short
+        message = (f"the CPU request the runtime granted ({granted.cpu_request_millis}m) "
+                   f"needs {need} whole CPUs; this container's cpuset can hold {have} (node "
+                   "policy: a cpuset is drawn from its NUMA nodes' CPUs outside every "
+                   "exclusive set)")
+        if plan is not None and plan.enforcement == "hard":
+            log.warning("%s/%s %s: update refused: %s", pod.namespace, pod.name,
+                        container.name, message)
+            raise rpc_error(SlaRefused(plan.key or self.node.prefix, "cpu", message, "limit"))
+        log_event(log, logging.WARNING, "resize beyond the cpuset", container=container.id,
+                  error=message)
 
     def stop_container(self, pod: pb.PodSandbox, container: pb.Container):
         with self._timed("StopContainer"):

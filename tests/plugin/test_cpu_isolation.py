@@ -209,3 +209,26 @@ def test_a_restart_keeps_what_a_resize_gave_back(tmp_path):
     kept, held, breaches = run(scenario())
     assert not breaches, breaches
     assert len(kept) == 2 and set(held) == kept
+
+
+def test_a_resize_up_the_cpuset_cannot_hold_is_refused_in_hard_mode(tmp_path):
+    """The aligned pod's node keeps 8 CPUs outside a neighbour's exclusive 24: a resize
+    to 12 CPUs is refused (the runtime keeps it as it was), naming only its own request,
+    its cpuset and the node policy; a resize to 8 is answered with that cpuset."""
+    async def scenario():
+        async with plugin_session(make_node(2), tmp_path) as (sim, session, plugin):
+            pod, aligned = await create(session, "aligned", ALIGNED, 4, namespace="a")
+            _, excl = await create(session, "excl", exclusive(24, nodes="0"), 24,
+                                   namespace="b")
+            with pytest.raises(PluginCallError) as refused:
+                await session.update_container(pod, aligned, guaranteed(12))
+            fits = await session.update_container(pod, aligned, guaranteed(8))
+            return refused.value, fits, cpuset(sim, aligned), cpuset(sim, excl)
+
+    refused, fits, aligned, excl = run(scenario())
+    assert refused.message == (
+        "sla.nri.io/pod: cpu: the CPU request the runtime granted (12000m) needs 12 whole "
+        "CPUs; this container's cpuset can hold 8 (node policy: a cpuset is drawn from its "
+        "NUMA nodes' CPUs outside every exclusive set)")
+    assert len(aligned) == 8 and aligned == NODE0 - excl
+    assert parse_cpulist(fits.update[0].linux.resources.cpu.cpus) == aligned

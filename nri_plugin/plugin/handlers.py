@@ -458,8 +458,10 @@ class SlaPlugin:
     # -- the drift watch ------------------------------------------------------------------
     def drift_pass(self) -> list[pb.ContainerUpdate]:
         """The service's Periodic: one pass of the drift watch; the updates re-assert
-        runtime-applied values (sent as UpdateContainers)."""
-        return self.watch.run()
+        runtime-applied values (sent as UpdateContainers), after the cpusets the CPU pool
+        changed since the last answer (exclusive CPUs freed by a RemoveContainer that no
+        StopContainer preceded: its answer carries no updates)."""
+        return [*self._cpuset_updates(exclude=""), *self.watch.run()]
 
     def status(self, timeout: float) -> dict[str, Any]:
         """The node's status document, read on the service's event loop (called from the

@@ -216,7 +216,7 @@ def test_a_resize_up_the_cpuset_cannot_hold_is_refused_in_hard_mode(tmp_path):
     to 12 CPUs is refused (the runtime keeps it as it was), naming only its own request,
     its cpuset and the node policy; a resize to 8 is answered with that cpuset."""
     async def scenario():
-        async with plugin_session(make_node(2), tmp_path) as (sim, session, plugin):
+        async with plugin_session(make_node(2), tmp_path) as (sim, session, _plugin):
             pod, aligned = await create(session, "aligned", ALIGNED, 4, namespace="a")
             _, excl = await create(session, "excl", exclusive(24, nodes="0"), 24,
                                    namespace="b")
@@ -232,3 +232,25 @@ def test_a_resize_up_the_cpuset_cannot_hold_is_refused_in_hard_mode(tmp_path):
         "NUMA nodes' CPUs outside every exclusive set)")
     assert len(aligned) == 8 and aligned == NODE0 - excl
     assert parse_cpulist(fits.update[0].linux.resources.cpu.cpus) == aligned
+
+
+def test_cpus_freed_by_a_remove_reach_the_neighbours_with_the_next_watch_pass(tmp_path):
+    """RemoveContainer answers nothing: a container removed without a StopContainer (it
+    never started) frees its exclusive CPUs, and the next drift-watch pass sends the
+    neighbour its wider cpuset."""
+    async def scenario():
+        async with plugin_session(make_node(2), tmp_path) as (sim, session, plugin):
+            plain_pod = make_pod("plain", namespace="x")
+            plain = make_container(plain_pod, "c")
+            await session.create_container(plain_pod, plain)
+            pod, excl = await create(session, "excl", exclusive(8), 8, namespace="y")
+            narrowed = cpuset(sim, plain)
+            await session.remove_container(pod, excl)
+            updates = plugin.drift_pass()
+            session.apply_updates(updates)
+            return narrowed, updates, cpuset(sim, plain), plugin.drift_pass()
+
+    narrowed, updates, widened, again = run(scenario())
+    assert len(narrowed) == 56
+    assert [u.linux.resources.cpu.cpus for u in updates] == ["0-63"]
+    assert widened == parse_cpulist("0-63") and again == []

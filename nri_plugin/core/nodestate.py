@@ -348,13 +348,8 @@ class NodeState:
         if member is None or member.pinned:
             return None
         need = cpus_needed(request_millis)
-        placement = pool.allocator.placement_of(owner)
-        cpus = pool.cpuset(owner)
-        if placement is not None and placement.exclusive_cpus:
-            cpus = placement.exclusive_cpus
-            if need > len(cpus):
-                cpus = cpus | pool.allocator.shared_cpus()
-        return (need, len(cpus)) if len(cpus) < need else None
+        have = len(pool.cpuset(owner, need))
+        return (need, have) if have < need else None
 
     def release(self, owner: str) -> None:
         if self.cpu_pool is not None:

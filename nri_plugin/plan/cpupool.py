@@ -67,9 +67,10 @@ class CpuPool:
         self._members.clear()
         self._told.clear()
 
-    def cpuset(self, owner: str) -> frozenset[int]:
+    def cpuset(self, owner: str, need: int | None = None) -> frozenset[int]:
         """The cpuset `owner` should have now (the shared pool for a container the pool
-        does not know)."""
+        does not know); `need`: for a CPU request of that many whole CPUs instead of its
+        own (a resize)."""
         member = self._members.get(owner)
         if member is not None and member.pinned:
             return member.pinned
@@ -77,7 +78,9 @@ class CpuPool:
         if placement is None or not placement.cpus:
             return self.allocator.shared_cpus()
         cpus = self.allocator.current_cpus(owner)
-        if placement.exclusive_cpus and member is not None and len(cpus) < member.need:
+        if need is None:
+            need = member.need if member is not None else 0
+        if placement.exclusive_cpus and len(cpus) < need:
             cpus |= self.allocator.shared_cpus()
         return cpus
 

@@ -387,7 +387,9 @@ class SlaPlugin:
                          resources: pb.LinuxResources) -> list[pb.ContainerUpdate]:
         """kubelet changed the container's resources (a resize): the SLA's settings stay in
         force within the new values. Hard mode refuses an update that leaves the SLA
-        above them (the container stays as it was); soft mode clamps and warns."""
+        above them (the container stays as it was); soft mode clamps and warns. With or
+        without an SLA, the answer carries the container's current cpuset; exclusive CPUs
+        above the new request are given back and the neighbours' new cpusets go with it."""
         with self._timed("UpdateContainer"):
             entry = self.registry.get(container.id)
             if entry is None:

@@ -254,3 +254,43 @@ def test_cpus_freed_by_a_remove_reach_the_neighbours_with_the_next_watch_pass(tm
     assert len(narrowed) == 56
     assert [u.linux.resources.cpu.cpus for u in updates] == ["0-63"]
     assert widened == parse_cpulist("0-63") and again == []
+
+
+def test_a_restart_leaves_pinned_cpusets_alone_and_keeps_the_pool(tmp_path):
+    """Synchronize: a container without an SLA whose cpuset holds another's exclusive CPUs
+    was pinned by someone else while nri-sla was away (nri-sla never puts one there): left
+    alone, never updated. One on the shared pool nri-sla gave it gets no update while the
+    pool is unchanged, and widens when the exclusive holder stops."""
+    from nri_plugin.topology.cpulist import format_cpulist
+
+    async def scenario():
+        async with plugin_session(make_node(2), tmp_path) as (sim, session, _plugin):
+            excl_pod, excl = await create(session, "excl", exclusive(8), 8, namespace="y")
+            plain_pod = make_pod("plain", namespace="x")
+            plain = make_container(plain_pod, "c")
+            await session.create_container(plain_pod, plain)
+            stored = {c.id: c for c in sim.state.containers.values()}
+        pinned_pod = make_pod("pinned", namespace="x")
+        held = format_cpulist(cpuset_of(stored[excl.id]))
+        pinned = make_container(pinned_pod, "c", state=pb.CONTAINER_RUNNING,
+                                resources=make_resources(cpu_shares=1024, cpus=held))
+        for ctr in stored.values():
+            ctr.state = pb.CONTAINER_RUNNING
+        async with plugin_session(make_node(2), tmp_path,
+                                  pods=[excl_pod, plain_pod, pinned_pod],
+                                  containers=[*stored.values(), pinned]
+                                  ) as (sim, session, plugin):
+            at_sync = list(session.sync_updates)
+            breaches = pool_breaches(sim, plugin.node)
+            stopped = await session.stop_container(excl_pod, excl)
+            return (at_sync, breaches, [u.container_id for u in stopped.update],
+                    cpuset(sim, plain), cpuset(sim, pinned), held)
+
+    at_sync, breaches, updated, plain, pinned, held = run(scenario())
+    assert at_sync == [] and breaches == ["c: runs on exclusive CPUs " + held]
+    assert plain == parse_cpulist("0-63") and pinned == parse_cpulist(held)
+    assert len(updated) == 1  # the plain container only
+
+
+def cpuset_of(ctr) -> frozenset[int]:
+    return parse_cpulist(ctr.linux.resources.cpu.cpus)

@@ -277,8 +277,8 @@ class NodeState:
         ("" or the whole online set: not pinned). At CreateContainer (`created`) nri-sla
         has not set it yet, so any other cpuset was pinned by someone else (the kubelet's
         static CPU manager): left alone, its CPUs never made exclusive. At Synchronize a
-        cpuset is nri-sla's own when it could be its shared pool (no reserved and no
-        exclusive CPU in it); any other one is pinned."""
+        cpuset is nri-sla's own when it holds no exclusive CPU (nri-sla never put one
+        there, and no CPU became exclusive while it was away); any other one is pinned."""
         pool = self.cpu_pool
         if pool is None:
             return
@@ -291,8 +291,7 @@ class NodeState:
         whole = not cpus or cpus == layout.topology.online
         placed = placement is not None and bool(placement.cpus)
         exclusive = pool.allocator.exclusive_cpus_in_use().keys()
-        foreign = not placed and not whole and (
-            created or bool(cpus & layout.reserved) or not cpus.isdisjoint(exclusive))
+        foreign = not placed and not whole and (created or not cpus.isdisjoint(exclusive))
         pinned = cpus if foreign else frozenset()
         # What it runs on now: without a cpuset, every online CPU.
         pool.join(owner, PoolMember(cpus_needed(request_millis), pinned),

@@ -5,8 +5,8 @@ Each container, with or without an SLA, is one of four kinds:
 * exclusive: its own CPUs, which the Allocator gave it and no other cpuset holds (and
   the shared pool too when they are fewer than its request: soft mode clamped them);
 * aligned: the CPUs of its NUMA nodes, less the reserved and the exclusive ones;
-* shared: every online CPU less the reserved and the exclusive ones (a container without
-  an SLA, or one whose SLA places nothing);
+* shared: every online CPU less the exclusive ones (a container without an SLA, or one
+  whose SLA places nothing);
 * pinned: created with a cpuset someone else chose (the kubelet's static CPU manager):
   left as it is, and none of its CPUs ever becomes exclusive.
 
@@ -76,13 +76,18 @@ class CpuPool:
             return member.pinned
         placement = self.allocator.placement_of(owner)
         if placement is None or not placement.cpus:
-            return self.allocator.shared_cpus()
+            return self.shared()
         cpus = self.allocator.current_cpus(owner)
         if need is None:
             need = member.need if member is not None else 0
         if placement.exclusive_cpus and len(cpus) < need:
-            cpus |= self.allocator.shared_cpus()
+            cpus |= self.shared()
         return cpus
+
+    def shared(self) -> frozenset[int]:
+        """The shared pool: every online CPU that is not exclusive. Reserved CPUs are in
+        it: they are never exclusive, not kept from containers."""
+        return self.allocator.topology.online - self.allocator.exclusive_cpus_in_use().keys()
 
     def told(self, owner: str, cpus: frozenset[int]) -> None:
         """`owner` was just given `cpus` (its CreateContainer or UpdateContainer answer)."""

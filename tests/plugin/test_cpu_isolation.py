@@ -294,3 +294,25 @@ def test_a_restart_leaves_pinned_cpusets_alone_and_keeps_the_pool(tmp_path):
 
 def cpuset_of(ctr) -> frozenset[int]:
     return parse_cpulist(ctr.linux.resources.cpu.cpus)
+
+
+def test_reserved_cpus_stay_in_the_shared_pool(tmp_path):
+    """`reserved-cpus` are never exclusive, not kept from containers: with CPUs held
+    exclusively, a container without an SLA runs on every other CPU, reserved ones
+    included; with none held it gets no cpuset at all."""
+    async def scenario():
+        node = make_node(2, reserved_cpus=(0, 32))
+        async with plugin_session(node, tmp_path) as (sim, session, plugin):
+            first_pod = make_pod("first", namespace="x")
+            first = await session.create_container(first_pod, make_container(first_pod, "c"))
+            _, excl = await create(session, "excl", exclusive(8), 8, namespace="y")
+            plain_pod = make_pod("plain", namespace="x")
+            plain = make_container(plain_pod, "c")
+            await session.create_container(plain_pod, plain)
+            return (first.adjust.linux.resources.cpu.cpus, cpuset(sim, excl),
+                    cpuset(sim, plain), pool_breaches(sim, plugin.node))
+
+    first, excl, plain, breaches = run(scenario())
+    assert not breaches, breaches
+    assert first == "" and not excl & {0, 32}
+    assert plain == parse_cpulist("0-63") - excl and {0, 32} <= plain

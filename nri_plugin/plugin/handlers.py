@@ -273,16 +273,23 @@ class SlaPlugin:
                      ) -> pb.ContainerAdjustment | None:
         """The adjustment carrying the container's cpuset in the node's CPU pool (with or
         without an SLA: no container runs on another's exclusive CPUs)."""
-        cpus = self.node.cpuset_of(container_id)
+        planned = adjustment is not None and bool(adjustment.linux.resources.cpu.cpus)
+        cpus = self._cpuset_to_send(container_id, planned)
         if not cpus:
             return adjustment
-        self.node.told_cpuset(container_id, cpus)
-        planned = adjustment is not None and adjustment.linux.resources.cpu.cpus
-        if not planned and self.node.runs_everywhere(cpus):
-            return adjustment  # without a cpuset it runs on every online CPU already
         adjustment = adjustment if adjustment is not None else pb.ContainerAdjustment()
         adjustment.linux.resources.cpu.cpus = cpus
         return adjustment
+
+    def _cpuset_to_send(self, container_id: str, planned: bool) -> str:
+        """The container's current cpuset for an answer about it (counted as told), or ""
+        when none need be sent: no pool on this node, or every online CPU while nri-sla
+        planned none (a container without a cpuset runs on all of them already)."""
+        cpus = self.node.cpuset_of(container_id)
+        if not cpus:
+            return ""
+        self.node.told_cpuset(container_id, cpus)
+        return "" if not planned and self.node.runs_everywhere(cpus) else cpus
 
     def _entry(self, pod: pb.PodSandbox | None, container: pb.Container,
                plan: ContainerPlan | None, *, owed: bool, granted: GrantedResources,
@@ -418,15 +425,16 @@ class SlaPlugin:
                 log_event(log, level, "exclusive CPUs given back after a resize",
                           container=container.id, cpus=format_cpulist(given),
                           request=f"{granted.cpu_request_millis}m")
-            cpus = self.node.cpuset_of(container.id)
+            # the container's set now, never the plan's creation-time one
+            cpus = self._cpuset_to_send(container.id, bool(fitted and fitted.cpus))
+            others = self._cpuset_updates(container.id)
             if fitted is None and not cpus:
-                return []
+                return others
             update = (build_update(container.id, fitted) if fitted is not None
                       else pb.ContainerUpdate(container_id=container.id))
-            if cpus:  # the container's set now, never the plan's creation-time one
+            if cpus:
                 update.linux.resources.cpu.cpus = cpus
-                self.node.told_cpuset(container.id, cpus)
-            return [update, *self._cpuset_updates(container.id)]
+            return [update, *others]
 
     def _check_room(self, pod: pb.PodSandbox, container: pb.Container,
                     plan: ContainerPlan | None, granted: GrantedResources) -> None:

@@ -122,7 +122,8 @@ def _decide(node: NodeState, annotations: Mapping[str, str], container_name: str
             owner=owner, allocator=node.allocator_for(sla), rt_budget=node.rt_budget,
             nri_version=nri_version, resolve_device=node.resolve_device,
             io_weight_supported=node.capabilities.io_weight, granted=granted,
-            pod_usage=node.pod_usage(pod, owner), kubelet_gpu_ids=kubelet_gpu_ids)
+            pod_usage=node.pod_usage(pod, owner), kubelet_gpu_ids=kubelet_gpu_ids,
+            cpu_floors=node.cpu_floors(owner))
         plan = plan_container(sla, ctx)
     except SlaFailure as exc:  # PlanError, or a placement/inventory failure
         return Decision("refused", error=exc, sla=sla)

@@ -31,8 +31,9 @@ from nri_plugin.errors import InternalFailure, SlaFailure
 from nri_plugin.granted import GrantedResources
 from nri_plugin.plan.allocator import Allocator, InventoryChange
 from nri_plugin.plan.context import PodUsage
+from nri_plugin.plan.cpupool import CpuPool, PoolMember, cpus_needed
 from nri_plugin.plan.model import ContainerPlan, PlanError
-from nri_plugin.plan.placement_values import PlacementError, PlacementRequest
+from nri_plugin.plan.placement_values import CpuFloor, PlacementError, PlacementRequest
 from nri_plugin.plan.record import (
     RecordError,
     RecordLimits,
@@ -45,7 +46,7 @@ from nri_plugin.plan.record import (
 from nri_plugin.plan.rt_budget import RtBudget, RtGrant, kernel_rt_share
 from nri_plugin.plan.runtime_gpus import GpuGrant, resolve_grant
 from nri_plugin.sla.model import Sla
-from nri_plugin.topology.cpulist import format_cpulist
+from nri_plugin.topology.cpulist import CpuListError, format_cpulist, parse_cpulist
 from nri_plugin.topology.cpus import read_topology
 from nri_plugin.topology.gpus import GpuInventory
 from nri_plugin.topology.health_monitor import GpuHealthMonitor, HealthChange
@@ -132,9 +133,10 @@ class NodeState:
         self.read_inventory = read_inventory
         # Each GPU's health (NVML events, lost GPUs); None: this node does not watch it.
         self.health_monitor = health_monitor
-        self._cpusets: dict[str, str] = {}  # aligned container -> cpuset it was last given
         # RT containers -> (cpu cgroup dir, runtime, period): what their ancestors keep.
         self._rt_dirs: dict[str, tuple[Path, int, int]] = {}
+        # Every live container's cpuset (the plugin's; one-shot nodes keep none).
+        self.cpu_pool = CpuPool(allocator) if allocator is not None else None
         # Containers holding GPUs/CPUs/RT by pod, and back: the per-pod caps' input.
         self._pod_of: dict[str, str] = {}
         self._members: dict[str, set[str]] = {}
@@ -205,11 +207,13 @@ class NodeState:
         (`out_of_policy`) so that the operator drains the pod.
         """
         ordered = sorted(live, key=lambda c: (c.created_at, c.id))
-        held = {*self._cpusets, *self._pod_of, *self._rt_dirs,
+        held = {*self._pod_of, *self._rt_dirs,
                 *(self.rt_budget.owners() if self.rt_budget else ()),
                 *(self.allocator.owners() if self.allocator else ())}
         for owner in held:
             self.release(owner)
+        if self.cpu_pool is not None:
+            self.cpu_pool.clear()  # the plugin has every live container join again
         result = Restored(released=tuple(sorted(held - {c.id for c in ordered})))
         limits = self.record_limits()
         applied = self.output_keys[0]
@@ -245,15 +249,11 @@ class NodeState:
             if ns is None or not self.config.allows(permission, ns))
         if plan.placement_record and self.allocator is not None:
             try:
-                self.allocator.restore(container.id, plan.placement_record)
+                self.allocator.restore(container.id,
+                                       _still_held(plan.placement_record, container.cpus))
             except PlacementError as exc:  # the state is unchanged: nothing to undo
                 raise RecordConflict(f"{exc} (created earlier); this claim is ignored"
                                      ) from None
-            if plan.cpus:
-                # What the container has now (its record says what it got at creation;
-                # updates may have changed it since): cpuset_updates corrects it when
-                # exclusive CPUs changed hands meanwhile, or when the runtime does not say.
-                self._cpusets[container.id] = container.cpus
         if plan.rt_runtime and self.rt_budget is not None:
             # The kernel already gives the container this budget: counted even if the
             # node's share is exceeded (a tightened rt-budget), so that no new grant adds
@@ -309,32 +309,89 @@ class NodeState:
                 rt += self.rt_budget.share_of(other)
         return PodUsage(cpus, rt)
 
-    def remember_cpuset(self, owner: str, plan: ContainerPlan) -> None:
-        if plan.cpus:
-            self._cpusets[owner] = plan.cpus
+    # -- the CPU pool (plan.cpupool) ----------------------------------------------------
+    def join_pool(self, owner: str, request_millis: int | None, reported: str, *,
+                  created: bool) -> None:
+        """`owner` is a live container whose cpuset the runtime reports as `reported`
+        ("" or the whole online set: not pinned). At CreateContainer (`created`) nri-sla
+        has not set it yet, so any other cpuset was pinned by someone else (the kubelet's
+        static CPU manager): left alone, its CPUs never made exclusive. At Synchronize a
+        cpuset is nri-sla's own when it holds no exclusive CPU (nri-sla never put one
+        there, and no CPU became exclusive while it was away); any other one is pinned."""
+        pool = self.cpu_pool
+        if pool is None:
+            return
+        placement = self.allocator.placement_of(owner) if self.allocator else None
+        try:
+            cpus = parse_cpulist(reported)
+        except CpuListError:
+            cpus = frozenset()  # a cpuset the kernel would not take: ours to set
+        layout = pool.allocator.layout
+        whole = not cpus or cpus == layout.topology.online
+        placed = placement is not None and bool(placement.cpus)
+        exclusive = pool.allocator.exclusive_cpus_in_use().keys()
+        foreign = not placed and not whole and (created or not cpus.isdisjoint(exclusive))
+        pinned = cpus if foreign else frozenset()
+        # What it runs on now: without a cpuset, every online CPU.
+        pool.join(owner, PoolMember(cpus_needed(request_millis), pinned),
+                  None if created else cpus or layout.topology.online)
 
     def cpuset_of(self, owner: str) -> str:
-        """The cpuset an aligned container was last given ("": not aligned, or not known
-        yet); it replaces the plan's when exclusive CPUs changed hands since."""
-        return self._cpusets.get(owner, "")
+        """The cpuset `owner` should have now ("": no pool on this node): an answer about
+        it (create, update, resize, repair) carries this, never its creation-time one."""
+        return format_cpulist(self.cpu_pool.cpuset(owner)) if self.cpu_pool else ""
+
+    def runs_everywhere(self, cpus: str) -> bool:
+        """`cpus` is every online CPU: what a container without a cpuset runs on."""
+        return self.allocator is not None and parse_cpulist(cpus) == self.allocator.topology.online
+
+    def told_cpuset(self, owner: str, cpus: str) -> None:
+        """`owner` was just given `cpus`."""
+        if self.cpu_pool is not None and cpus:
+            self.cpu_pool.told(owner, parse_cpulist(cpus))
 
     def cpuset_updates(self, exclude: str) -> dict[str, str]:
-        """Aligned containers whose cpuset must change because exclusive CPUs were taken
-        or given back since they got it: container id -> new cpuset."""
-        if self.allocator is None:
+        """Containers (but `exclude`) whose cpuset must change because exclusive CPUs were
+        taken or given back since they were told theirs: container id -> new cpuset."""
+        if self.cpu_pool is None:
             return {}
-        changed = {}
-        for owner, old in list(self._cpusets.items()):
-            cpus = self.allocator.current_cpus(owner)
-            if owner == exclude or not cpus:
-                continue
-            new = format_cpulist(cpus)
-            if new != old:
-                self._cpusets[owner] = changed[owner] = new
-        return changed
+        return {owner: format_cpulist(cpus)
+                for owner, cpus in self.cpu_pool.changes(exclude).items()}
+
+    def cpu_floors(self, owner: str) -> tuple[CpuFloor, ...]:
+        """What exclusive CPUs for `owner` must leave to the other live containers."""
+        return self.cpu_pool.floors(owner) if self.cpu_pool is not None else ()
+
+    def resize_cpus(self, owner: str, request_millis: int | None,
+                    namespace: str) -> frozenset[int]:
+        """`owner`'s CPU request changed (UpdateContainer): the pool counts the new one,
+        and exclusive CPUs beyond its whole CPUs are given back (unless the namespace may
+        exceed the runtime's limits). Returns the CPUs given back."""
+        pool = self.cpu_pool
+        if pool is None:
+            return frozenset()
+        member = pool.member(owner)
+        if member is not None:
+            pool.join(owner, replace(member, need=cpus_needed(request_millis)))
+        if request_millis is None or self.config.allows("exceed-runtime-limits", namespace):
+            return frozenset()
+        return pool.allocator.shrink_exclusive(owner, request_millis // 1000)
+
+    def cpus_short(self, owner: str, request_millis: int | None) -> tuple[int, int] | None:
+        """(whole CPUs a new request needs, CPUs `owner`'s cpuset can hold) when they do not
+        fit (a resize up that the CPUs outside every exclusive set cannot give); None
+        when they fit, or the cpuset is not nri-sla's."""
+        pool = self.cpu_pool
+        member = pool.member(owner) if pool is not None else None
+        if member is None or member.pinned:
+            return None
+        need = cpus_needed(request_millis)
+        have = len(pool.cpuset(owner, need))
+        return (need, have) if have < need else None
 
     def release(self, owner: str) -> None:
-        self._cpusets.pop(owner, None)
+        if self.cpu_pool is not None:
+            self.cpu_pool.leave(owner)
         self._rt_dirs.pop(owner, None)
         self._forget_pod(owner)
         if self.rt_budget is not None:
@@ -455,6 +512,25 @@ class NodeState:
             undo_on_failure = plan.enforcement == "hard"
         results = CgroupWriter(paths).apply(writes, undo_on_failure=undo_on_failure)
         return [str(r.error) for r in results if not r.ok]
+
+
+def _still_held(record: Mapping[str, Any], reported: str) -> Mapping[str, Any]:
+    """A placement record as the container holds it now: the exclusive CPUs nri-sla gave
+    back since creation (a resize down) are no longer in the cpuset the runtime reports,
+    so they are not taken again."""
+    if not reported or "exclusive" not in record:
+        return record
+    try:
+        now = parse_cpulist(reported)
+        held = parse_cpulist(str(record["exclusive"])) & now
+    except CpuListError:
+        return record  # the record's own check refuses it
+    kept = {k: v for k, v in record.items() if k not in ("exclusive", "cpus")}
+    if held:
+        kept["exclusive"] = kept["cpus"] = format_cpulist(held)
+    elif record.get("aligned"):
+        kept["cpus"] = format_cpulist(now)
+    return kept
 
 
 def inventory_reader(config: NodeConfig, sysfs_root: str = "/sys",

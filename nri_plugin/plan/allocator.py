@@ -20,12 +20,13 @@ first because CPU 0 and its neighbours carry most kernel housekeeping and IRQ wo
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from nri_plugin.plan.best_fit import choose_placement, validate_request
 from nri_plugin.plan.placement_values import (
     GRANTED,
+    CpuFloor,
     Holdings,
     NodeLayout,
     Placement,
@@ -182,9 +183,11 @@ class Allocator:
                 del self._cpu_owner[cpu]
             return True
 
-    def allocate(self, request: PlacementRequest, hard: bool = True) -> Placement:
+    def allocate(self, request: PlacementRequest, hard: bool = True,
+                 floors: Sequence[CpuFloor] = ()) -> Placement:
         """Place `request`. hard: exactly as asked or PlacementError (state unchanged);
-        soft: the best available, each shortfall in `warnings`."""
+        soft: the best available, each shortfall in `warnings`. `floors`: what its
+        exclusive CPUs must leave to running containers (nri_plugin.plan.cpupool)."""
         validate_request(request, self.topology)
         with self._lock:
             previous = self._placements.get(request.owner)
@@ -193,13 +196,41 @@ class Allocator:
                 self.release(request.owner)
             try:
                 # taken after the release: everything in the snapshot is another owner's
-                placement = choose_placement(self.layout, self.holdings(), request, hard)
+                placement = choose_placement(self.layout, self.holdings(), request, hard,
+                                             floors)
             except PlacementError:
                 if previous is not None:
                     self._commit(request.owner, previous)
                 raise
             self._commit(request.owner, placement)
             return placement
+
+    def shrink_exclusive(self, owner: str, at_most: int) -> frozenset[int]:
+        """Give back `owner`'s exclusive CPUs beyond the whole cores that hold `at_most`
+        CPUs (its request shrank); the lowest cores go first, as the highest were taken
+        first. An aligned container keeps its NUMA nodes' shared CPUs, any other one
+        joins the shared pool. Returns the CPUs given back."""
+        with self._lock:
+            p = self._placements.get(owner)
+            if p is None or len(p.exclusive_cpus) <= at_most:
+                return frozenset()
+            cores = sorted({self.topology.core_of(c) for c in p.exclusive_cpus},
+                           key=min, reverse=True)
+            kept: set[int] = set()
+            for core in cores:
+                if len(kept) >= at_most:
+                    break
+                kept |= core & p.exclusive_cpus
+            given = p.exclusive_cpus - kept
+            for cpu in given:
+                del self._cpu_owner[cpu]
+            self._snapshot = None
+            cpus = frozenset(kept)
+            if not cpus and p.aligned:
+                cpus = self.layout.node_cpus(p.mems or self.layout.nodes_of_cpus(p.cpus),
+                                             self._cpu_owner)
+            self._placements[owner] = replace(p, exclusive_cpus=frozenset(kept), cpus=cpus)
+            return given
 
     def restore(self, owner: str, record: Mapping[str, Any]) -> Placement:
         """Re-take what `owner` held according to its `to_record()` (plugin restart).

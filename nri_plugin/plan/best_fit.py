@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from nri_plugin.plan.gpu_selection import fits, ordered_nodes
 from nri_plugin.plan.placement_values import (
     TOPOLOGIES,
+    CpuFloor,
     Holdings,
     NodeLayout,
     Placement,
@@ -57,23 +58,35 @@ def validate_request(r: PlacementRequest, topology: Topology) -> None:
                                  f"{topology.describe_nodes()})", field="numa.nodes")
 
 
+# Why an exclusive request that free cores could meet is not met; it names only the
+# node policy, never the containers it protects.
+SQUEEZE = ("taking them would leave running containers fewer CPUs than their CPU requests "
+           "(node policy: exclusive CPUs never shrink another container's cpuset below its "
+           "request)")
+
+
 def choose_placement(layout: NodeLayout, holdings: Holdings, request: PlacementRequest,
-                     hard: bool) -> Placement:
+                     hard: bool, floors: Sequence[CpuFloor] = ()) -> Placement:
     """The best placement for a valid `request` (see validate_request). hard: exactly as
-    asked or PlacementError; soft: the best available, each shortfall in `warnings`."""
-    return _BestFit(layout, holdings, request, hard).run()
+    asked or PlacementError; soft: the best available, each shortfall in `warnings`.
+    `floors`: what exclusive CPUs must leave to the running containers (never taken)."""
+    return _BestFit(layout, holdings, request, hard, floors).run()
 
 
 class _BestFit:
     """The working state of one choose_placement() call: the warnings gathered so far."""
 
     def __init__(self, layout: NodeLayout, holdings: Holdings, request: PlacementRequest,
-                 hard: bool) -> None:
+                 hard: bool, floors: Sequence[CpuFloor] = ()) -> None:
         self.node = layout
         self.held = holdings
         self.r = request
         self.hard = hard
         self.warnings: list[str] = []
+        # Per floor: its CPUs not reserved or exclusive now, and how many of them exclusive
+        # CPUs may still take (negative: none, the floor is already short).
+        blocked = layout.reserved | holdings.exclusive_cpus
+        self.budgets = [(f.cpus - blocked, len(f.cpus - blocked) - f.need) for f in floors]
 
     def fail_or_warn(self, message: str, field: str) -> None:
         if self.hard:
@@ -111,6 +124,10 @@ class _BestFit:
                          "exclusive", r.owner or "a container", format_cpulist(align_nodes))
                 self.fail_or_warn(f"NUMA node(s) {format_cpulist(align_nodes)} have no CPU "
                                   "this container can be given now", "numa.nodes")
+            elif len(cpus) < r.cpus_needed:
+                self.fail_or_warn(f"the CPU request needs {r.cpus_needed} whole CPUs; NUMA "
+                                  f"node(s) {format_cpulist(align_nodes)} cannot give this "
+                                  "container that many outside exclusive sets", "numa.nodes")
         else:
             cpus, mem_nodes = frozenset(), set()
         mems = frozenset(mem_nodes) & self.node.mem_nodes
@@ -175,21 +192,23 @@ class _BestFit:
         else:
             cores = self.best_node_cores(n)
             where = "this node"
-        taken = take_cores(cores, n)
-        if taken is not None:
+        taken = take_cores(cores, n, self.budgets)
+        if len(taken) >= n:
             return taken
-        free = frozenset().union(*cores) if cores else frozenset()
-        log.info("exclusive CPUs short for %s: %d asked on %s, free whole cores there: %d "
-                 "CPUs (%s)", self.r.owner or "a container", n, where, len(free),
-                 format_cpulist(free) or "none")
-        self.fail_or_warn(f"requested {n} exclusive CPUs on {where}; not that many whole "
-                          "cores can be given there now", "cpu.exclusive")
+        if len(take_cores(cores, n)) >= n:
+            self.fail_or_warn(f"requested {n} exclusive CPUs on {where}; {SQUEEZE}",
+                              "cpu.exclusive")
+        else:
+            free = frozenset().union(*cores) if cores else frozenset()
+            log.info("exclusive CPUs short for %s: %d asked on %s, free whole cores there: "
+                     "%d CPUs (%s)", self.r.owner or "a container", n, where, len(free),
+                     format_cpulist(free) or "none")
+            self.fail_or_warn(f"requested {n} exclusive CPUs on {where}; not that many whole "
+                              "cores can be given there now", "cpu.exclusive")
         # soft: complete from the nearest other nodes
         rest = [c for node in self.nearest_nodes(align_nodes)
                 for c in reversed(self.free_cores(node))]
-        got = take_cores(cores + rest, n)
-        if got is None:
-            got = frozenset().union(*(cores + rest)) if cores + rest else frozenset()
+        got = take_cores(cores + rest, n, self.budgets)
         self.warnings.append(f"gave {len(got)} exclusive CPUs ({format_cpulist(got) or 'none'})")
         return got
 
@@ -197,7 +216,8 @@ class _BestFit:
         """Cores of the best single node for n CPUs: no GPUs there first, then the fewest
         free cores that still fit; else cores across nodes, fullest nodes first."""
         free = {node.id: self.free_cores(node.id) for node in self.node.topology.nodes}
-        fitting = [nid for nid, cores in free.items() if sum(map(len, cores)) >= n]
+        fitting = [nid for nid, cores in free.items()
+                   if len(take_cores(list(reversed(cores)), n, self.budgets)) >= n]
         if fitting:
             best = min(fitting, key=lambda nid: (nid in self.node.gpu_nodes, len(free[nid]), nid))
             return list(reversed(free[best]))
@@ -213,10 +233,19 @@ class _BestFit:
         return [n.id for n in sorted(others, key=lambda o: (home.distances.get(o.id, 255), o.id))]
 
 
-def take_cores(cores: Sequence[frozenset[int]], n: int) -> frozenset[int] | None:
+def take_cores(cores: Sequence[frozenset[int]], n: int,
+               budgets: Sequence[tuple[frozenset[int], int]] = ()) -> frozenset[int]:
+    """Whole cores, in order, until there are at least n CPUs (fewer when the cores run
+    out); a core that would take more of a floor's CPUs than its budget allows is
+    skipped."""
+    left = [budget for _, budget in budgets]
     taken: set[int] = set()
     for core in cores:
         if len(taken) >= n:
             break
+        costs = [len(core & cpus) for cpus, _ in budgets]
+        if any(cost > left[i] for i, cost in enumerate(costs) if cost):
+            continue
+        left = [budget - cost for budget, cost in zip(left, costs, strict=True)]
         taken |= core
-    return frozenset(taken) if len(taken) >= n else None
+    return frozenset(taken)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from nri_plugin.config import NodeConfig
 from nri_plugin.granted import GrantedResources
+from nri_plugin.plan.placement_values import CpuFloor
 from nri_plugin.plan.rt_budget import RtBudget
 
 TYPE_CHECKING = False  # `typing` costs the OCI hook start-up time; only checkers need it
@@ -46,3 +47,5 @@ class PlanContext:
     # UUIDs, indexes), more grant evidence for runtime_gpus.resolve_grant.
     kubelet_gpu_ids: tuple[str, ...] = ()
     pod_usage: PodUsage = field(default_factory=PodUsage)
+    # What exclusive CPUs must leave to the node's running containers (plan.cpupool).
+    cpu_floors: tuple[CpuFloor, ...] = ()

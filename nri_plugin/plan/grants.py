@@ -29,7 +29,6 @@ from dataclasses import replace
 from nri_plugin.plan.model import ContainerPlan, Shortfall
 from nri_plugin.sla.model import CpuSla, Sla
 from nri_plugin.sla.quantities import format_cpu, format_duration, format_size
-from nri_plugin.topology.cpulist import parse_cpulist
 
 TYPE_CHECKING = False  # `typing` costs the OCI hook start-up time; only checkers need it
 if TYPE_CHECKING:
@@ -157,9 +156,8 @@ def fit_rt(runtime: int, period: int, ctx: PlanContext,
 
 def refit_plan(plan: ContainerPlan, ctx: PlanContext) -> tuple[ContainerPlan, list[Shortfall]]:
     """A planned container against new runtime values (UpdateContainer: a kubelet resize):
-    its CPU quota and memory.max clamped to them, and its exclusive CPUs checked against
-    the new request. Exclusive CPUs are not taken from a running container: soft mode
-    only warns about them."""
+    its CPU quota and memory.max clamped to them. Exclusive CPUs follow the new request
+    in the CPU pool (NodeState.resize_cpus), not here."""
     soft = plan.enforcement == "soft"
     shortfalls: list[Shortfall] = []
     changes: dict[str, int | None] = {}
@@ -174,10 +172,4 @@ def refit_plan(plan: ContainerPlan, ctx: PlanContext) -> tuple[ContainerPlan, li
         if short is not None:
             shortfalls.append(short)
             changes["memory_max"] = memory
-    held = len(parse_cpulist(str((plan.placement_record or {}).get("exclusive", ""))))
-    request = _request_limit(ctx)
-    if held and request is not None and held > request[0]:
-        kept = "; the container keeps them until it is created again" if soft else ""
-        shortfalls.append(Shortfall("cpu.exclusive", f"{held} exceeds {request[1]}; allowed: "
-                                    f"at most {request[0]}{kept}", REASON))
     return (replace(plan, **changes) if changes else plan), shortfalls

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from nri_plugin.plan.placement_values import PlacementError, PlacementRequest
+from nri_plugin.plan.placement_values import PlacementError, PlacementRequest, cpus_needed
 from nri_plugin.topology.cpulist import format_cpulist
 
 TYPE_CHECKING = False  # `typing` costs the OCI hook start-up time; only checkers need it
@@ -52,6 +52,7 @@ def placement_request(sla: Sla, ctx: PlanContext, grant: GpuGrant) -> PlacementR
         numa_nodes=numa.nodes if numa else None,
         granted_gpus=grant.gpus,
         granted_migs=grant.migs,
+        cpus_needed=cpus_needed(ctx.granted.cpu_request_millis),
     )
 
 
@@ -59,7 +60,8 @@ def place(sla: Sla, ctx: PlanContext, grant: GpuGrant, hard: bool) -> PlacementO
     """Verify the grant, allocate exclusive CPUs and align; settings are plan fields
     (cpus, mems, the placement record)."""
     try:
-        placement = ctx.allocator.allocate(placement_request(sla, ctx, grant), hard=hard)
+        placement = ctx.allocator.allocate(placement_request(sla, ctx, grant), hard=hard,
+                                           floors=ctx.cpu_floors)
     except PlacementError as exc:
         field_name, message = split_field(exc.message, exc.field)
         return PlacementOutcome(error=message, field=field_name)

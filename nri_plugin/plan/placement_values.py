@@ -52,6 +52,7 @@ class PlacementRequest:
     align: bool = True
     exclusive_cpus: int | None = None
     numa_nodes: tuple[int, ...] | None = None
+    cpus_needed: int = 0  # whole CPUs its CPU request needs: an aligned cpuset holds them
     granted_gpus: tuple[Gpu, ...] = ()
     granted_migs: tuple[tuple[Gpu, MigInstance], ...] = ()  # (parent, MIG device)
 
@@ -96,6 +97,12 @@ class Placement:
         return record
 
 
+def cpus_needed(request_millis: int | None) -> int:
+    """Whole CPUs a CPU request needs, rounded up; at least one (a cpuset is never
+    empty, and a container without a request still runs)."""
+    return max(1, -(-(request_millis or 0) // 1000))
+
+
 def describe_gpus(gpus: Iterable[Gpu]) -> str:
     """"GPU 2, 3 (NUMA 0), GPU 6 (NUMA 1)"; "none" for no GPUs."""
     by_node: dict[int | None, list[int]] = {}
@@ -124,6 +131,16 @@ def plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
+
+
+@dataclass(frozen=True)
+class CpuFloor:
+    """Of `cpus`, at least `need` must stay out of every exclusive set: running containers
+    whose cpuset is drawn from them need that many for their CPU requests (or, for a
+    cpuset someone else pinned, every one of them). nri_plugin.plan.cpupool makes them."""
+
+    cpus: frozenset[int]
+    need: int
 
 
 @dataclass(frozen=True)

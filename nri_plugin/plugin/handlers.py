@@ -17,6 +17,7 @@ import asyncio
 import logging
 import time
 from contextlib import nullcontext
+from dataclasses import replace
 from typing import Any
 
 from nri_plugin.core import Decision, NodeState, decide
@@ -36,7 +37,7 @@ from nri_plugin.logsetup import log_decision, log_event
 from nri_plugin.nri.errors import Code, RpcError
 from nri_plugin.nri.pb import nri_pb2 as pb
 from nri_plugin.nri.stub import CreateResult
-from nri_plugin.plan.model import ContainerPlan
+from nri_plugin.plan.model import ContainerPlan, SlaRefused
 from nri_plugin.plan.record import record_body, record_text
 from nri_plugin.plugin.adjustment import annotated, build_adjustment, build_update
 from nri_plugin.plugin.kubelet_grants import KubeletGrants, asks_kubelet
@@ -44,6 +45,7 @@ from nri_plugin.plugin.registry import ContainerEntry, ContainerRegistry, Grante
 from nri_plugin.plugin.report import gpus_json
 from nri_plugin.plugin.unenforced import LIVE_STATES, UnenforcedContainers
 from nri_plugin.plugin.watch import DriftWatch, Watched
+from nri_plugin.topology.cpulist import format_cpulist
 
 log = logging.getLogger("nri_sla.plugin")
 
@@ -162,7 +164,8 @@ class SlaPlugin:
             self._entry(by_id.get(c.pod_sandbox_id), c, restored.plans.get(c.id),
                         # Created but not started yet: StartContainer owes the writes.
                         owed=c.state == pb.CONTAINER_CREATED, granted=grants[c.id],
-                        kubelet_ids=books.get(_key(by_id.get(c.pod_sandbox_id), c), ()))
+                        kubelet_ids=books.get(_key(by_id.get(c.pod_sandbox_id), c), ()),
+                        created=False)
             for c in containers if c.state in LIVE_STATES)
         for ctr in started_away:
             self._write_owed(ctr)
@@ -261,21 +264,43 @@ class SlaPlugin:
         if decision.error is not None:
             raise rpc_error(decision.error)
         entry = self._entry(pod, container, plan, owed=plan is not None, granted=granted,
-                            kubelet_ids=kubelet_ids)
-        if plan is None:
-            self._publish_holders(entry)
-            return CreateResult(adjustment)
-        self.watch.watch(_watched(pod, container, plan))
-        self.node.remember_cpuset(container.id, plan)
+                            kubelet_ids=kubelet_ids, created=True)
+        adjustment = self._with_cpuset(container.id, adjustment)
+        if plan is not None:  # watched with the cpuset it was given
+            cpus = adjustment.linux.resources.cpu.cpus if adjustment is not None else ""
+            self.watch.watch(_watched(pod, container, replace(plan, cpus=cpus or plan.cpus)))
         self._publish_holders(entry)
         return CreateResult(adjustment, self._cpuset_updates(container.id))
 
+    def _with_cpuset(self, container_id: str, adjustment: pb.ContainerAdjustment | None
+                     ) -> pb.ContainerAdjustment | None:
+        """The adjustment carrying the container's cpuset in the node's CPU pool (with or
+        without an SLA: no container runs on another's exclusive CPUs)."""
+        planned = adjustment is not None and bool(adjustment.linux.resources.cpu.cpus)
+        cpus = self._cpuset_to_send(container_id, planned)
+        if not cpus:
+            return adjustment
+        adjustment = adjustment if adjustment is not None else pb.ContainerAdjustment()
+        adjustment.linux.resources.cpu.cpus = cpus
+        return adjustment
+
+    def _cpuset_to_send(self, container_id: str, planned: bool) -> str:
+        """The container's current cpuset for an answer about it (counted as told), or ""
+        when none need be sent: no pool on this node, or every online CPU while nri-sla
+        planned none (a container without a cpuset runs on all of them already)."""
+        cpus = self.node.cpuset_of(container_id)
+        if not cpus:
+            return ""
+        self.node.told_cpuset(container_id, cpus)
+        return "" if not planned and self.node.runs_everywhere(cpus) else cpus
+
     def _entry(self, pod: pb.PodSandbox | None, container: pb.Container,
                plan: ContainerPlan | None, *, owed: bool, granted: GrantedResources,
-               kubelet_ids: tuple[str, ...] = ()) -> ContainerEntry:
+               kubelet_ids: tuple[str, ...] = (), created: bool) -> ContainerEntry:
         """The container's registry entry, its grant held (nri-sla's placement holds it
-        where there is one; otherwise the grant alone). `owed`: a plan's direct writes
-        are still to do; `kubelet_ids`: its GPU device ids in the kubelet's books."""
+        where there is one; otherwise the grant alone), its place in the CPU pool.
+        `owed`: a plan's direct writes are still to do; `kubelet_ids`: its GPU device ids
+        in the kubelet's books; `created`: at CreateContainer (else Synchronize)."""
         grant = self.node.gpu_grant(granted, kubelet_ids)
         if grant.env_only and plan is None:
             log_event(log, logging.INFO, "GPU env is not a grant", container=container.id,
@@ -292,6 +317,8 @@ class SlaPlugin:
                                container.name, state, opens, plan,
                                writes_owed=owed and plan is not None)
         self.registry.add(entry)
+        self.node.join_pool(container.id, granted.cpu_request_millis,
+                            container.linux.resources.cpu.cpus, created=created)
         return entry
 
     def _publish_holders(self, entry: ContainerEntry) -> None:
@@ -371,20 +398,63 @@ class SlaPlugin:
         """kubelet changed the container's resources (a resize): the SLA's settings stay in
         force within the new values. An SLA above them is clamped to them in either mode
         and warned about (core.decision.recheck: a refused update would leave the
-        container on its old, larger limits)."""
+        container on its old, larger limits). With or without an SLA, the answer carries
+        the container's current cpuset; exclusive CPUs above the new request are given
+        back and the neighbours' new cpusets go with it."""
         with self._timed("UpdateContainer"):
             entry = self.registry.get(container.id)
-            plan = entry.plan if entry is not None else None
-            if plan is None:
+            if entry is None:
                 return []
-            fitted = recheck(self.node, plan, granted_resources(resources),
-                             namespace=pod.namespace)
-            for warning in fitted.warnings[len(plan.warnings):]:
-                log.warning("%s/%s %s: update: %s (%s mode: clamped to the new limits)",
-                            pod.namespace, pod.name, container.name, warning,
-                            plan.enforcement)
-            self.watch.refit(container.id, fitted)
-            return [build_update(container.id, fitted)]
+            plan = entry.plan
+            granted = granted_resources(resources)
+            fitted = None
+            if plan is not None:
+                fitted = recheck(self.node, plan, granted, namespace=pod.namespace)
+                for warning in fitted.warnings[len(plan.warnings):]:
+                    log.warning("%s/%s %s: update: %s (%s mode: clamped to the new limits)",
+                                pod.namespace, pod.name, container.name, warning,
+                                plan.enforcement)
+                self.watch.refit(container.id, fitted)
+            self._check_room(pod, container, plan, granted)
+            given = self.node.resize_cpus(container.id, granted.cpu_request_millis,
+                                          pod.namespace)
+            if given:
+                # Both modes give them back (Kubernetes accounts the new request only);
+                # soft mode says so, as its SLA asked for more.
+                level = logging.WARNING if plan and plan.enforcement == "soft" else logging.INFO
+                log_event(log, level, "exclusive CPUs given back after a resize",
+                          container=container.id, cpus=format_cpulist(given),
+                          request=f"{granted.cpu_request_millis}m")
+            # the container's set now, never the plan's creation-time one
+            cpus = self._cpuset_to_send(container.id, bool(fitted and fitted.cpus))
+            others = self._cpuset_updates(container.id)
+            if fitted is None and not cpus:
+                return others
+            update = (build_update(container.id, fitted) if fitted is not None
+                      else pb.ContainerUpdate(container_id=container.id))
+            if cpus:
+                update.linux.resources.cpu.cpus = cpus
+            return [update, *others]
+
+    def _check_room(self, pod: pb.PodSandbox, container: pb.Container,
+                    plan: ContainerPlan | None, granted: GrantedResources) -> None:
+        """A resize up whose request the container's cpuset cannot hold (its NUMA nodes'
+        CPUs outside every exclusive set are fewer): refused for a hard SLA (the runtime
+        keeps the container as it was), logged otherwise."""
+        short = self.node.cpus_short(container.id, granted.cpu_request_millis)
+        if short is None:
+            return
+        need, have = short
+        message = (f"the CPU request the runtime granted ({granted.cpu_request_millis}m) "
+                   f"needs {need} whole CPUs; this container's cpuset can hold {have} (node "
+                   "policy: a cpuset is drawn from its NUMA nodes' CPUs outside every "
+                   "exclusive set)")
+        if plan is not None and plan.enforcement == "hard":
+            log.warning("%s/%s %s: update refused: %s", pod.namespace, pod.name,
+                        container.name, message)
+            raise rpc_error(SlaRefused(plan.key or self.node.prefix, "cpu", message, "limit"))
+        log_event(log, logging.WARNING, "resize beyond the cpuset", container=container.id,
+                  error=message)
 
     def stop_container(self, pod: pb.PodSandbox, container: pb.Container):
         with self._timed("StopContainer"):
@@ -401,10 +471,12 @@ class SlaPlugin:
     # -- the drift watch ------------------------------------------------------------------
     def drift_pass(self) -> list[pb.ContainerUpdate]:
         """The service's Periodic: one pass of the drift watch; the updates re-assert
-        runtime-applied values (sent as UpdateContainers). RT budget raised for containers
-        whose cgroup went away since is given back."""
+        runtime-applied values (sent as UpdateContainers), after the cpusets the CPU pool
+        changed since the last answer (exclusive CPUs freed by a RemoveContainer that no
+        StopContainer preceded: its answer carries no updates). RT budget raised for
+        containers whose cgroup went away since is given back."""
         _log_given_back(self.node.give_back_rt())
-        return self.watch.run()
+        return [*self._cpuset_updates(exclude=""), *self.watch.run()]
 
     def status(self, timeout: float) -> dict[str, Any]:
         """The node's status document, read on the service's event loop (called from the
@@ -425,8 +497,8 @@ class SlaPlugin:
 
     # -- helpers -------------------------------------------------------------------------
     def _cpuset_updates(self, exclude: str) -> list[pb.ContainerUpdate]:
-        """Aligned containers whose node's shared CPUs changed (exclusive CPUs taken or
-        given back) get their new cpuset in the same answer."""
+        """Containers whose cpuset in the node's CPU pool changed (exclusive CPUs taken or
+        given back), with an SLA or not, get their new cpuset in the same answer."""
         updates = []
         for owner, cpus in self.node.cpuset_updates(exclude).items():
             update = pb.ContainerUpdate(container_id=owner, ignore_failure=True)

@@ -203,7 +203,7 @@ class DriftWatch:
         if known is not None and known[0] is watched.plan and known[1] == cpus:
             return known[2], known[3]
         plan = watched.plan
-        if cpus and plan.cpus and cpus != plan.cpus:
+        if cpus and cpus != plan.cpus and (plan.cpus or not self.node.runs_everywhere(cpus)):
             plan = replace(plan, cpus=cpus)
         bfq = self.node.capabilities.bfq
         via = dict.fromkeys(cgroup_writes(plan, "runtime", bfq), "runtime")

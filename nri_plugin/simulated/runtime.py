@@ -320,7 +320,13 @@ class PluginSession:
         stored.CopyFrom(shown)
         self.sim.state.containers[ctr.id] = stored
         self.sim.state.specs[ctr.id] = spec
-        resp = await self.event(ev.CREATE_CONTAINER, pod, shown, **kw)
+        try:
+            resp = await self.event(ev.CREATE_CONTAINER, pod, shown, **kw)
+        except PluginCallError:
+            # containerd fails the creation: the container never exists
+            self.sim.state.containers.pop(ctr.id, None)
+            self.sim.state.specs.pop(ctr.id, None)
+            raise
         if resp is not None:
             adjust_container(stored, spec, resp.adjust, self.sim.cdi)
             self.apply_updates(resp.update)
@@ -332,7 +338,14 @@ class PluginSession:
 
     async def update_container(self, pod: pb.PodSandbox, ctr: pb.Container,
                                resources: pb.LinuxResources, **kw: Any) -> Any:
-        return await self.event(ev.UPDATE_CONTAINER, pod, ctr, linux_resources=resources, **kw)
+        """UpdateContainer (a kubelet resize); when the plugin accepts it, the stored spec
+        gets the new resources, then the plugin's updates (its own and other
+        containers'), as containerd applies them."""
+        resp = await self.event(ev.UPDATE_CONTAINER, pod, ctr, linux_resources=resources, **kw)
+        self.sim.state.update(ctr.id, resources)
+        if resp is not None:
+            self.apply_updates(resp.update)
+        return resp
 
     async def stop_container(self, pod: pb.PodSandbox, ctr: pb.Container, **kw: Any) -> Any:
         self._set_state(ctr, pb.CONTAINER_STOPPED)

@@ -305,13 +305,20 @@ def test_recheck_against_resized_limits():
     assert recheck(n, soft_plan, GrantedResources(), namespace="shop") is soft_plan
 
 
-def test_recheck_reports_exclusive_cpus_above_a_smaller_request():
+def test_exclusive_cpus_above_a_smaller_request_are_given_back():
+    """A resize down is no refusal for exclusive CPUs (hard or soft): the pool gives back
+    the cores above the new request, so Kubernetes' accounting and the node agree."""
     n = node()
     plan = decide(n, {KEY: "cpu: {exclusive: 4}"}, "c", namespace="ml", owner="a",
                   granted=GrantedResources(cpu_shares=4096)).plan
-    fitted = recheck(n, plan, GrantedResources(cpu_shares=2048), namespace="ml")
-    assert any("cpu.exclusive: 4 exceeds the CPU request the runtime granted (2000m: 2 "
-               "whole CPUs)" in w for w in fitted.warnings)
+    smaller = GrantedResources(cpu_shares=2048)
+    assert recheck(n, plan, smaller, namespace="ml") is plan
+    held = n.allocator.placement_of("a").exclusive_cpus
+    given = n.resize_cpus("a", smaller.cpu_request_millis, "ml")
+    kept = n.allocator.placement_of("a").exclusive_cpus
+    assert len(held) == 4 and len(given) == 2 and kept == held - given
+    assert set(n.allocator.exclusive_cpus_in_use()) == kept
+    assert n.resize_cpus("a", smaller.cpu_request_millis, "ml") == frozenset()  # once
 
 
 def test_reuse_key_includes_the_grant():

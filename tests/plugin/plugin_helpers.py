@@ -194,3 +194,34 @@ def make_pod_cgroups(root: Path, cgroups_path: str) -> None:
         parent.mkdir()
         (parent / "cpu.rt_period_us").write_text("1000000")
         (parent / "cpu.rt_runtime_us").write_text("0")
+
+
+def pool_breaches(sim, node: NodeState) -> list[str]:
+    """What the node's CPU pool rule finds wrong in the cpusets the runtime holds (the
+    simulator's stored specs, which every adjustment and update reached): an exclusive
+    CPU in another container's cpuset, a cpuset below its CPU request, a cpuset other
+    than the pool model's. Empty: the rule holds."""
+    from nri_plugin.plan.cpupool import cpus_needed
+    from nri_plugin.plugin.handlers import granted_resources
+    from nri_plugin.plugin.unenforced import LIVE_STATES
+    from nri_plugin.topology.cpulist import format_cpulist, parse_cpulist
+
+    online = node.allocator.topology.online
+    owner_of = node.allocator.exclusive_cpus_in_use()
+    found = []
+    for ctr in sim.state.containers.values():
+        if ctr.state not in LIVE_STATES:
+            continue
+        text = ctr.linux.resources.cpu.cpus
+        cpus = parse_cpulist(text) or online  # no cpuset: every online CPU
+        theirs = {c for c in cpus if owner_of.get(c, ctr.id) != ctr.id}
+        if theirs:
+            found.append(f"{ctr.name}: runs on exclusive CPUs {format_cpulist(theirs)}")
+        need = cpus_needed(granted_resources(ctr.linux.resources).cpu_request_millis)
+        if len(cpus) < need:
+            found.append(f"{ctr.name}: {len(cpus)} CPUs for a request of {need}")
+        model = parse_cpulist(node.cpuset_of(ctr.id))
+        if model != cpus:
+            found.append(f"{ctr.name}: holds {format_cpulist(cpus)}, the pool says "
+                         f"{format_cpulist(model)}")
+    return found

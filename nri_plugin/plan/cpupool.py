@@ -1,0 +1,133 @@
+"""The node's CPU pool: the cpuset every container the runtime reports should have.
+
+Each container, with or without an SLA, is one of four kinds:
+
+* exclusive: its own CPUs, which the Allocator gave it and no other cpuset holds (and
+  the shared pool too when they are fewer than its request: soft mode clamped them);
+* aligned: the CPUs of its NUMA nodes, less the reserved and the exclusive ones;
+* shared: every online CPU less the exclusive ones (a container without an SLA, or one
+  whose SLA places nothing);
+* pinned: created with a cpuset someone else chose (the kubelet's static CPU manager):
+  left as it is, and none of its CPUs ever becomes exclusive.
+
+The pool is the truth nri-sla re-asserts: `changes` says which containers' cpusets moved
+since they were last told (exclusive CPUs taken or given back), and the plugin sends
+those through UpdateContainers. A container's cpuset never shrinks below what its CPU
+request needs: `floors` are what an exclusive request must leave to the others (the
+Allocator refuses or clamps the request instead of squeezing them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nri_plugin.plan.allocator import Allocator
+from nri_plugin.plan.placement_values import CpuFloor, cpus_needed
+
+__all__ = ["CpuPool", "PoolMember", "cpus_needed"]
+
+
+@dataclass(frozen=True)
+class PoolMember:
+    """One container as the pool sees it: the whole CPUs its request needs, and the
+    cpuset someone else pinned it to (empty: nri-sla's to set)."""
+
+    need: int
+    pinned: frozenset[int] = frozenset()
+
+
+class CpuPool:
+    """Every live container's place in the node's CPUs. The exclusive sets and the
+    aligned nodes are the Allocator's; the members (and what each was last told) are
+    the pool's. Used from the plugin's event loop only."""
+
+    def __init__(self, allocator: Allocator) -> None:
+        self.allocator = allocator
+        self._members: dict[str, PoolMember] = {}
+        self._told: dict[str, frozenset[int]] = {}  # the cpuset each was last given
+
+    def __len__(self) -> int:
+        return len(self._members)
+
+    def join(self, owner: str, member: PoolMember,
+             told: frozenset[int] | None = None) -> None:
+        """`owner` is a live container (again); `told`: the cpuset it has now, when known."""
+        self._members[owner] = member
+        if told is not None:
+            self._told[owner] = told
+
+    def member(self, owner: str) -> PoolMember | None:
+        return self._members.get(owner)
+
+    def leave(self, owner: str) -> None:
+        self._members.pop(owner, None)
+        self._told.pop(owner, None)
+
+    def clear(self) -> None:
+        self._members.clear()
+        self._told.clear()
+
+    def cpuset(self, owner: str, need: int | None = None) -> frozenset[int]:
+        """The cpuset `owner` should have now (the shared pool for a container the pool
+        does not know); `need`: for a CPU request of that many whole CPUs instead of its
+        own (a resize)."""
+        member = self._members.get(owner)
+        if member is not None and member.pinned:
+            return member.pinned
+        placement = self.allocator.placement_of(owner)
+        if placement is None or not placement.cpus:
+            return self.shared()
+        cpus = self.allocator.current_cpus(owner)
+        if need is None:
+            need = member.need if member is not None else 0
+        if placement.exclusive_cpus and len(cpus) < need:
+            cpus |= self.shared()
+        return cpus
+
+    def shared(self) -> frozenset[int]:
+        """The shared pool: every online CPU that is not exclusive. Reserved CPUs are in
+        it: they are never exclusive, not kept from containers."""
+        return self.allocator.topology.online - self.allocator.exclusive_cpus_in_use().keys()
+
+    def told(self, owner: str, cpus: frozenset[int]) -> None:
+        """`owner` was just given `cpus` (its CreateContainer or UpdateContainer answer)."""
+        self._told[owner] = cpus
+
+    def changes(self, exclude: str = "") -> dict[str, frozenset[int]]:
+        """Members (but `exclude`) whose cpuset is not what they were last told: container
+        id -> the cpuset to send; each counts as told from now on."""
+        changed = {}
+        for owner, member in self._members.items():
+            if owner == exclude or member.pinned:
+                continue
+            cpus = self.cpuset(owner)
+            if self._told.get(owner) != cpus:
+                self._told[owner] = changed[owner] = cpus
+        return changed
+
+    def floors(self, exclude: str = "") -> tuple[CpuFloor, ...]:
+        """What a new exclusive request (by `exclude`) must leave: per set of CPUs the
+        members draw from, the most any of them needs; a pinned cpuset whole; and one
+        shared CPU always, for the containers still to come (one without a CPU request
+        is never refused, and a cpuset is never empty)."""
+        layout = self.allocator.layout
+        everything = layout.topology.online - layout.reserved
+        need: dict[frozenset[int], int] = {everything: 1}
+        for owner, member in self._members.items():
+            if owner == exclude:
+                continue
+            if member.pinned:
+                cpus, n = member.pinned, len(member.pinned)
+            else:
+                placement = self.allocator.placement_of(owner)
+                cpus, n = everything, member.need
+                if placement is not None and placement.exclusive_cpus:
+                    # its own CPUs, and the shared pool for what they lack
+                    n -= len(placement.exclusive_cpus)
+                    if n <= 0:
+                        continue
+                elif placement is not None and placement.cpus:
+                    nodes = placement.mems or layout.nodes_of_cpus(placement.cpus)
+                    cpus = layout.node_cpus(nodes, ())
+            need[cpus] = max(need.get(cpus, 0), n)
+        return tuple(CpuFloor(cpus, n) for cpus, n in need.items())

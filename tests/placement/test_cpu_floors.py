@@ -1,0 +1,92 @@
+"""Exclusive CPUs within the CPU pool's floors (what running containers need), the pool's
+cpusets and floors, and exclusive CPUs given back on a resize down. The DGX-like fake: 2
+NUMA nodes x 8 cores x 2 threads, node 0 = CPUs 0-7,16-23."""
+
+import pytest
+
+from nri_plugin.plan.best_fit import SQUEEZE, choose_placement, take_cores
+from nri_plugin.plan.cpupool import CpuPool, PoolMember, cpus_needed
+from nri_plugin.plan.placement_values import CpuFloor, Holdings, PlacementError
+from nri_plugin.plan.placement_values import PlacementRequest as Req
+from nri_plugin.topology.cpulist import parse_cpulist
+
+NODE0 = parse_cpulist("0-7,16-23")
+NODE1 = parse_cpulist("8-15,24-31")
+
+
+def test_take_cores_skips_what_a_floor_keeps():
+    cores = [frozenset({7, 23}), frozenset({6, 22}), frozenset({15, 31})]
+    budgets = [(NODE0, 2)]  # of node 0, only 2 CPUs may still go
+    assert take_cores(cores, 4, budgets) == {7, 23, 15, 31}
+    assert take_cores(cores, 4) == {7, 23, 6, 22}
+    assert take_cores(cores, 6, budgets) == {7, 23, 15, 31}  # short: what the floors allow
+
+
+def test_best_node_is_one_where_the_floors_hold(dgx):
+    floors = (CpuFloor(NODE0, 10),)  # an aligned neighbour on node 0 needs 10 of its 16
+    p = choose_placement(dgx.layout, Holdings(), Req("x", exclusive_cpus=8), True, floors)
+    # without floors node 0 wins the tie; it would keep 8 of the 10: node 1
+    free = choose_placement(dgx.layout, Holdings(), Req("x", exclusive_cpus=8), True)
+    assert free.exclusive_cpus <= NODE0
+    assert p.exclusive_cpus <= NODE1 and len(p.exclusive_cpus) == 8
+
+
+def test_squeeze_is_refused_or_clamped_naming_only_the_policy(dgx):
+    floors = (CpuFloor(NODE0, 10),)
+    request = Req("x", exclusive_cpus=8, numa_nodes=(0,))
+    with pytest.raises(PlacementError) as refused:
+        choose_placement(dgx.layout, Holdings(), request, True, floors)
+    assert refused.value.message == f"requested 8 exclusive CPUs on NUMA node(s) 0; {SQUEEZE}"
+    soft = choose_placement(dgx.layout, Holdings(), request, False, floors)
+    assert len(soft.exclusive_cpus & NODE0) == 6  # 16 - 10
+    assert len(soft.exclusive_cpus) == 8  # completed from node 1, with a warning
+    assert soft.warnings[0].endswith(SQUEEZE)
+
+
+def test_a_pinned_cpuset_is_never_taken(dgx):
+    pinned = frozenset({7, 23})
+    p = choose_placement(dgx.layout, Holdings(), Req("x", exclusive_cpus=14,
+                                                     numa_nodes=(0,)),
+                         False, (CpuFloor(pinned, len(pinned)),))
+    assert not p.exclusive_cpus & pinned and len(p.exclusive_cpus) == 14
+
+
+def test_the_pool_gives_every_kind_its_cpuset_and_floor(dgx):
+    pool = CpuPool(dgx)
+    dgx.allocate(Req("aligned", numa_nodes=(0,)))
+    dgx.allocate(Req("excl", exclusive_cpus=4, numa_nodes=(0,)))
+    for owner, need in (("aligned", 8), ("excl", 6), ("plain", 2)):
+        pool.join(owner, PoolMember(need))
+    pool.join("pinned", PoolMember(1, frozenset({8, 24})))
+    held = dgx.placement_of("excl").exclusive_cpus
+    everything = dgx.topology.online
+    assert pool.cpuset("aligned") == NODE0 - held
+    assert pool.cpuset("plain") == everything - held
+    assert pool.cpuset("pinned") == {8, 24}
+    # 4 exclusive CPUs for a request of 6: its own and the shared pool
+    assert pool.cpuset("excl") == everything
+    assert pool.cpuset("excl", need=4) == held
+    assert set(pool.floors()) == {CpuFloor(everything, 2), CpuFloor(NODE0, 8),
+                                  CpuFloor(frozenset({8, 24}), 2)}
+    assert pool.changes() == {o: pool.cpuset(o) for o in ("aligned", "excl", "plain")}
+    assert pool.changes() == {}  # told once
+    dgx.release("excl")
+    assert pool.changes() == {"aligned": NODE0, "plain": everything}
+
+
+def test_shrink_keeps_the_highest_cores_and_an_aligned_container_its_nodes(dgx):
+    p = dgx.allocate(Req("a", exclusive_cpus=8, numa_nodes=(0,)))
+    given = dgx.shrink_exclusive("a", 3)
+    kept = dgx.placement_of("a").exclusive_cpus
+    assert len(kept) == 4 and kept | given == p.exclusive_cpus
+    assert max(kept) > max(given)  # the highest cores stay
+    assert set(dgx.exclusive_cpus_in_use()) == kept
+    assert dgx.shrink_exclusive("a", 0) == kept
+    after = dgx.placement_of("a")
+    assert not after.exclusive_cpus and after.cpus == NODE0  # aligned to node 0 still
+    b = dgx.allocate(Req("b", exclusive_cpus=4))
+    assert dgx.shrink_exclusive("b", 4) == frozenset() and dgx.placement_of("b") == b
+
+
+def test_cpus_needed_rounds_up_and_is_never_zero():
+    assert [cpus_needed(m) for m in (None, 0, 2, 1000, 1001, 2500)] == [1, 1, 1, 1, 2, 3]

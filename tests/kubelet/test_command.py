@@ -17,18 +17,6 @@ DGX = REPO / "examples" / "dgx-like.yaml"
 FIRST_UUID = "GPU-d0000000-0000-0000-0000-000000000000"
 
 
-@pytest.fixture(autouse=True)
-def _restore_logging():
-    """cli.main() points the nri_sla logger at this test's captured stderr, which is
-    closed afterwards: later tests' threads must not log into it."""
-    import logging
-
-    logger = logging.getLogger("nri_sla")
-    saved = (list(logger.handlers), logger.level, logger.propagate)
-    yield
-    logger.handlers[:], logger.level, logger.propagate = saved[0], saved[1], saved[2]
-
-
 def _command(*args: str) -> list[str]:
     return [sys.executable, "-m", "nri_plugin.cli", "device-plugin", *args]
 

@@ -24,16 +24,6 @@ APPLIED = {"cpu": {"quota": 250000, "period": 100000}, "cpus": "0-3", "mems": "0
 WARN = "memory.high: cgroup v1 has no memory.high; wrote memory.soft_limit_in_bytes"
 
 
-@pytest.fixture(autouse=True)
-def _restore_logger():
-    logger = logging.getLogger(LOGGER_NAME)
-    saved = (list(logger.handlers), logger.level, logger.propagate)
-    yield
-    logger.handlers[:] = saved[0]
-    logger.setLevel(saved[1])
-    logger.propagate = saved[2]
-
-
 _UNESCAPE = {"\\": "\\", '"': '"', "n": "\n", "r": "\r", "t": "\t"}
 
 

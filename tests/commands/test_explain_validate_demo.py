@@ -331,3 +331,23 @@ def test_demo_shows_a_pod_the_kubelet_does_not_admit(tmp_path):
            "opens GPUs 0,1,2,3,4,5" in text
     assert ("ml/q work NOT ADMITTED pod ml/q: Allocate failed due to requested number of "
             "devices unavailable for nvidia.com/gpu. Requested: 6, Available: 2") in text
+
+
+def test_validate_refuses_a_container_key_naming_no_container(tmp_path):
+    # The plugin sees one container at a time and cannot tell; validate sees the pod.
+    path = pod_file(tmp_path, {"sla.nri.io/container.ap": "cpu: {limit: 1}",
+                               "sla.nri.io/container.sidecar": "cpu: {limit: 1}"},
+                    containers=("app", "sidecar"))
+    out = nri_plugin("validate", path)
+    assert out.returncode == 1, out.stderr
+    assert (f"{path}: Pod/p: sla.nri.io/container.ap: names container ap, which this pod "
+            "does not have (its containers: app, sidecar); did you mean "
+            "sla.nri.io/container.app?") in out.stdout.splitlines()
+    assert out.stdout.splitlines()[-1] == (
+        "1 manifests, 2 containers: 2 ok, 0 refused, 0 warned; 1 pods with annotations "
+        "naming no container")
+    doc = json.loads(nri_plugin("validate", "--json", path).stdout)
+    assert (doc["containers"], doc["pod_problems"]) == (2, 1)
+    assert nri_plugin("validate", pod_file(tmp_path, {"sla.nri.io/container.app": "cpu: "
+                                                      "{limit: 1}"},
+                                           containers=("app",))).returncode == 0

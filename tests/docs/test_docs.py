@@ -46,8 +46,6 @@ SKIPPED: dict[tuple[str, str], str] = {
     ("README.md", "nri-sla validate deploy/*.yaml"): "the reader's manifests",
     ("README.md", "nri-sla validate --json deploy/*.yaml"): "the reader's manifests",
     ("README.md", "nri-sla explain pod.yaml"): "the reader's manifest, this host's node",
-    ("README.md", "nri-sla explain --inventory examples/dgx-like.yaml --cgroup v1 pod.yaml"):
-        "the reader's manifest",
     ("README.md", "nri-sla explain --nri-version unversioned pod.yaml"):
         "the reader's manifest, this host's node",
     ("docs/sla.md", "nri-sla validate bomb.yaml"):

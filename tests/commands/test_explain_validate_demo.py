@@ -351,3 +351,25 @@ def test_validate_refuses_a_container_key_naming_no_container(tmp_path):
     assert nri_plugin("validate", pod_file(tmp_path, {"sla.nri.io/container.app": "cpu: "
                                                       "{limit: 1}"},
                                            containers=("app",))).returncode == 0
+
+
+def test_demo_help_states_the_defaults_it_uses():
+    def flat(text: str) -> str:  # argparse wraps paths at '-': compare without blanks
+        return "".join(text.split())
+
+    text = flat(nri_plugin("demo", "--help").stdout)
+    assert flat(f"node config file (default {REPO / 'examples' / 'demo-config.yaml'})") in text
+    assert flat("instead of this host's (default v2)") in text
+    assert flat(f"(default {DGX})") in text
+    assert "/etc/nri-sla/config.yaml" not in text  # explain's and run's default, not the demo's
+    explain = flat(nri_plugin("explain", "--help").stdout)
+    assert flat("(default /etc/nri-sla/config.yaml if present)") in explain
+
+
+def test_demo_verbose_logs_decisions_with_their_fields():
+    out = nri_plugin("demo", "--verbose", "examples/pods/30-web.yaml")
+    assert out.returncode == 0, out.stderr
+    [line] = [x for x in out.stderr.splitlines() if 'msg="sla decision"' in x]
+    assert line.endswith('pod=shop/web container=web path=nri outcome=refused applied="" '
+                         'warnings="" error="sla.nri.io/container.web: memory.high (12Gi) '
+                         'must be below memory.max (10Gi)"')

@@ -10,7 +10,9 @@ once with a Go plugin (pkg/stub) doing the same work, and once with the real
 printed as ratios next to the targets (median <= 1.25x, p99 <= 2x, Synchronize of 1,000
 containers <= 3x). Also printed: nri-sla's RSS after the 1,000-container sync.
 
-Needs two binaries built outside the repo (docs/benchmarks.md says how):
+Needs two Go programs that are not in this repository yet, neither as source nor as
+binaries (docs/benchmarks.md describes what they do, the flags and the protocol this
+script expects; until their sources are added nobody can rebuild them from here):
     NRI_SLA_BENCH_DRIVER=/tmp/nri-bench/bin/nri-bench-driver \\
     NRI_SLA_BENCH_GO_PLUGIN=/tmp/nri-bench/bin/nri-bench-goplugin \\
     .venv/bin/python bench/bench_vs_go.py [--rounds 3] [--requests 3000] [--json]
@@ -290,7 +292,8 @@ def run() -> int:
     if missing:
         print(f"bench_vs_go: skipped: set {' and '.join(missing)} to executables: the Go "
               f"runtime driver (nri pkg/adaptation) and the Go plugin (nri pkg/stub); "
-              f"docs/benchmarks.md ('nri-sla against a Go plugin') shows how to build them")
+              f"their sources are not in this repository yet; docs/benchmarks.md ('nri-sla "
+              f"against a Go plugin') describes what they must do")
         return 0
     try:
         out = main(args)

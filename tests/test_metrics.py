@@ -383,3 +383,14 @@ def test_operations_doc_lists_exactly_the_exported_metrics(metrics):
             if line.startswith("| `nri_sla_")]
     documented = {name for row in rows for name in re.findall(r"`(nri_sla_[a-z_]+)`", row)}
     assert documented == exported
+    # "exactly these, and beside each counter and histogram series its `_created`": every
+    # sample of the node-wide exposition is a documented metric's
+    from prometheus_client import generate_latest
+
+    assert "the `_created` series" in section
+    suffixes = {"counter": ("_total", "_created"), "histogram": ("_bucket", "_sum", "_count",
+                                                                   "_created"), "gauge": ("",)}
+    for family in metrics.registry.collect():
+        for sample in family.samples:
+            assert sample.name in {family.name + s for s in suffixes[family.type]}, sample.name
+    assert b"_created" in generate_latest(metrics.registry)

@@ -8,14 +8,19 @@ import argparse
 from nri_plugin.config import DEFAULT_PATH, load_config
 
 
-def add_node_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", default=None,
-                        help=f"node config file (default {DEFAULT_PATH} if present)")
-    parser.add_argument("--cgroup", choices=("v1", "v2"), default=None,
-                        help="plan for a cgroup v1 or v2 node instead of this host's")
-    parser.add_argument("--inventory", default=None, metavar="FILE",
+def add_node_arguments(parser: argparse.ArgumentParser, config: str | None = None,
+                       cgroup: str | None = None, inventory: str | None = None) -> None:
+    """--config, --cgroup and --inventory; a command that plays a node of its own (demo)
+    passes its defaults, and the help states them."""
+    parser.add_argument("--config", default=config,
+                        help=f"node config file (default {config or DEFAULT_PATH + ' if present'})")
+    parser.add_argument("--cgroup", choices=("v1", "v2"), default=cgroup,
+                        help="plan for a cgroup v1 or v2 node instead of this host's"
+                             + (f" (default {cgroup})" if cgroup else ""))
+    parser.add_argument("--inventory", default=inventory, metavar="FILE",
                         help="replay a node snapshot (nri-sla inventory --save) "
-                             "instead of reading this host's CPUs and GPUs")
+                             "instead of reading this host's CPUs and GPUs"
+                             + (f" (default {inventory})" if inventory else ""))
     parser.add_argument("--sysfs-root", default="/sys", help=argparse.SUPPRESS)
 
 

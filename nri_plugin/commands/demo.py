@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from nri_plugin.commands.common import add_node_arguments, node_from_args
+from nri_plugin.logsetup import FORMATS, setup_logging
 from nri_plugin.manifests import ManifestError, PodSpec, load_pods
 from nri_plugin.simulated.deviceplugin import STRATEGIES
 from nri_plugin.simulated.ocispec import ENV_VISIBLE, NvidiaRuntime
@@ -40,7 +41,8 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("pods", nargs="*", metavar="POD.yaml",
                         help=f"pod manifests (default: {EXAMPLES}/pods/*.yaml)")
-    add_node_arguments(parser)
+    add_node_arguments(parser, config=str(EXAMPLES / "demo-config.yaml"), cgroup="v2",
+                       inventory=str(EXAMPLES / "dgx-like.yaml"))
     parser.add_argument("--runtime", choices=("containerd-2.3", "containerd-1.7"),
                         default="containerd-2.3", help="which runtime the simulator plays")
     parser.add_argument("--device-list-strategy", choices=STRATEGIES, default="cdi-cri",
@@ -48,9 +50,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "runtime; with envvar the node's runtime accepts "
                              "NVIDIA_VISIBLE_DEVICES (that strategy needs it) and nri-sla "
                              "learns the grant from the kubelet's PodResources")
-    parser.add_argument("--verbose", "-v", action="store_true", help="show the plugin's log")
-    parser.set_defaults(inventory=str(EXAMPLES / "dgx-like.yaml"), cgroup="v2",
-                        config=str(EXAMPLES / "demo-config.yaml"))
+    parser.add_argument("--verbose", "-v", action="store_true",
+                        help="show the plugin's log on stderr, as `nri-sla run` writes it "
+                             "(decisions with their fields)")
+    parser.add_argument("--log-format", choices=FORMATS, default="text",
+                        help="the format of --verbose's lines (default text)")
 
 
 def summarize(response: Any, prefix: str) -> list[str]:
@@ -264,8 +268,11 @@ def shown(path: str | None) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    # The table says it all; the decision log lines are for `run` (or --verbose).
-    logging.getLogger().setLevel(logging.INFO if args.verbose else logging.CRITICAL)
+    # The table says it all; the log is for `run` (or --verbose, in run's own format).
+    if args.verbose:
+        setup_logging(args.log_format, "info")
+    else:
+        logging.getLogger().setLevel(logging.CRITICAL)
     paths = args.pods or sorted(str(p) for p in (EXAMPLES / "pods").glob("*.yaml"))
     if not paths:
         print(f"nri-sla demo: no pod manifests given and none in {EXAMPLES}/pods",

@@ -6,9 +6,12 @@ pod's own resources (cpu.limit over the CPU limit, memory.max over the memory li
 cpu.exclusive over the whole CPUs of the request), unless the node config (`--config`;
 default: the built-in defaults) lets the namespace exceed them. What a particular node can
 honour (CPUs, GPUs, devices) is `explain`'s. Init containers are checked too: the runtime
-creates them like the others and the pod's SLA applies to them. Exit status: 0 nothing
-refused (soft-mode warnings allowed), 1 any SLA error or refusal, 2 a manifest that cannot
-be read or is refused by the hardened YAML reader (one line on stderr naming the file).
+creates them like the others and the pod's SLA applies to them. A
+`<prefix>/container.<name>` naming no container of the pod is an error here (the plugin,
+shown one container at a time, cannot tell a misspelt name from another container's).
+Exit status: 0 nothing refused (soft-mode warnings allowed), 1 any SLA error or refusal,
+2 a manifest that cannot be read or is refused by the hardened YAML reader (one line on
+stderr naming the file).
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ class Checked:
     """One container's verdict."""
 
     source: str
-    container: str
+    container: str  # "" for a problem of the pod's annotations that is no container's
     init: bool
     outcome: str  # ok | no SLA | warned | refused
     problems: list[str] = field(default_factory=list)  # errors (refused) or warnings
@@ -84,10 +87,24 @@ def check_container(config: NodeConfig, pod: PodSpec, name: str) -> Checked:
     return checked
 
 
+def check_pod(config: NodeConfig, pod: PodSpec) -> list[Checked]:
+    """Each container's verdict, and one for container keys that name none of them."""
+    from nri_plugin.sla.parse import keys_naming_no_container
+
+    results = [check_container(config, pod, name) for name in pod.containers]
+    strays = keys_naming_no_container(pod.annotations, pod.containers,
+                                      prefix=config.annotation_prefix)
+    if strays:
+        results.append(Checked(pod.source, "", False, REFUSED, [str(e) for e in strays]))
+    return results
+
+
 def summary(manifests: int, results: list[Checked]) -> dict[str, int]:
-    counts = Counter(OK if r.outcome == NO_SLA else r.outcome for r in results)
-    return {"manifests": manifests, "containers": len(results), "ok": counts[OK],
-            "refused": counts[REFUSED], "warned": counts[WARNED]}
+    containers = [r for r in results if r.container]
+    counts = Counter(OK if r.outcome == NO_SLA else r.outcome for r in containers)
+    return {"manifests": manifests, "containers": len(containers), "ok": counts[OK],
+            "refused": counts[REFUSED], "warned": counts[WARNED],
+            "pod_problems": sum(1 for r in results if not r.container)}
 
 
 def main(args: argparse.Namespace) -> int:
@@ -103,8 +120,7 @@ def main(args: argparse.Namespace) -> int:
             print(f"error: {exc}", file=sys.stderr)
             status = EXIT_INVALID
             continue
-        results += [check_container(config, pod, name) for pod in pods
-                    for name in pod.containers]
+        results += [checked for pod in pods for checked in check_pod(config, pod)]
     if any(r.outcome == REFUSED for r in results):
         status = max(status, EXIT_REFUSED)
     counts = summary(len(args.manifests), results)
@@ -115,12 +131,15 @@ def main(args: argparse.Namespace) -> int:
     for r in results:
         print_result(r, args.quiet)
     print(f"{counts['manifests']} manifests, {counts['containers']} containers: "
-          f"{counts['ok']} ok, {counts['refused']} refused, {counts['warned']} warned")
+          f"{counts['ok']} ok, {counts['refused']} refused, {counts['warned']} warned"
+          + (f"; {counts['pod_problems']} pods with annotations naming no container"
+             if counts["pod_problems"] else ""))
     return status
 
 
 def print_result(r: Checked, quiet: bool) -> None:
-    where = f"{r.source} {'init container' if r.init else 'container'} {r.container}"
+    where = (f"{r.source} {'init container' if r.init else 'container'} {r.container}"
+             if r.container else r.source)
     if r.problems:
         label = "warning: " if r.outcome == WARNED else ""
         for problem in r.problems:

@@ -65,23 +65,26 @@ def check(stage: str, timeout: float) -> None:
         raise InvalidInput(f"--timeout: {timeout:g} is outside 0 < S <= 300 seconds")
 
 
+# `nri-sla hook`'s flags (no argparse: the hook's start-up must stay cheap) -> option.
+FLAGS = {"--stage": "stage", "--timeout": "timeout", "--config": "config",
+         "--cgroup-root": "cgroup_root", "--cache-dir": "cache_dir"}
+
+
 def parse_argv(argv: list[str]) -> HookOptions:
     values: dict[str, str] = {}
-    flags = {"--stage": "stage", "--timeout": "timeout", "--config": "config",
-             "--cgroup-root": "cgroup_root", "--cache-dir": "cache_dir"}
     i = 0
     while i < len(argv):
         arg = argv[i]
         if arg in ("-h", "--help"):
             raise HelpRequested
         name, eq, inline = arg.partition("=")
-        if name not in flags:
+        if name not in FLAGS:
             raise InvalidInput(f"unknown argument {arg!r}; {USAGE}")
         if eq:
-            values[flags[name]] = inline
+            values[FLAGS[name]] = inline
             i += 1
         elif i + 1 < len(argv):
-            values[flags[name]] = argv[i + 1]
+            values[FLAGS[name]] = argv[i + 1]
             i += 2
         else:
             raise InvalidInput(f"{name} needs a value; {USAGE}")

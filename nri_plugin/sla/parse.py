@@ -27,7 +27,7 @@ document or per pod by MAX_REPORTED_ERRORS.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from functools import lru_cache
 
 from nri_plugin.sla.errors import MAX_REPORTED_ERRORS, SlaError, raise_all
@@ -161,6 +161,28 @@ def sla_for_container(annotations: Mapping[str, str], container_name: str, *,
     sla, problems, omitted = _resolve_uncached(*args) if big else _resolve(*args)
     raise_all(problems, omitted)
     return sla
+
+
+def keys_naming_no_container(annotations: Mapping[str, str], containers: Collection[str], *,
+                             prefix: str = DEFAULT_PREFIX) -> list[SlaError]:
+    """One SlaError per `<prefix>/container.<name>` whose name is none of `containers`
+    (the pod's, init containers included): its SLA applies to no container. Only a whole
+    pod can tell (the runtime shows the plugin one container at a time), so `validate`
+    checks it. The first MAX_REPORTED_ERRORS are kept."""
+    head = f"{prefix}/container."
+    errors = []
+    names = sorted(containers)
+    for key in annotations:
+        name = key[len(head):] if key.startswith(head) else None
+        if name is None or name in containers or not _CONTAINER_NAME.fullmatch(name):
+            continue  # an invalid name is sla_for_container's error already
+        guess = suggest(name, names)
+        errors.append(SlaError(key, "", f"names container {show(name)}, which this pod does "
+                                        f"not have (its containers: {', '.join(map(show, names))})"
+                                        + (f"; did you mean {head}{guess}?" if guess else "")))
+        if len(errors) == MAX_REPORTED_ERRORS:
+            break
+    return errors
 
 
 def _resolve_uncached(prefix: str, container: str, default: str, pod_text: str | None,

@@ -331,3 +331,45 @@ def test_demo_shows_a_pod_the_kubelet_does_not_admit(tmp_path):
            "opens GPUs 0,1,2,3,4,5" in text
     assert ("ml/q work NOT ADMITTED pod ml/q: Allocate failed due to requested number of "
             "devices unavailable for nvidia.com/gpu. Requested: 6, Available: 2") in text
+
+
+def test_validate_refuses_a_container_key_naming_no_container(tmp_path):
+    # The plugin sees one container at a time and cannot tell; validate sees the pod.
+    path = pod_file(tmp_path, {"sla.nri.io/container.ap": "cpu: {limit: 1}",
+                               "sla.nri.io/container.sidecar": "cpu: {limit: 1}"},
+                    containers=("app", "sidecar"))
+    out = nri_plugin("validate", path)
+    assert out.returncode == 1, out.stderr
+    assert (f"{path}: Pod/p: sla.nri.io/container.ap: names container ap, which this pod "
+            "does not have (its containers: app, sidecar); did you mean "
+            "sla.nri.io/container.app?") in out.stdout.splitlines()
+    assert out.stdout.splitlines()[-1] == (
+        "1 manifests, 2 containers: 2 ok, 0 refused, 0 warned; 1 pods with annotations "
+        "naming no container")
+    doc = json.loads(nri_plugin("validate", "--json", path).stdout)
+    assert (doc["containers"], doc["pod_problems"]) == (2, 1)
+    assert nri_plugin("validate", pod_file(tmp_path, {"sla.nri.io/container.app": "cpu: "
+                                                      "{limit: 1}"},
+                                           containers=("app",))).returncode == 0
+
+
+def test_demo_help_states_the_defaults_it_uses():
+    def flat(text: str) -> str:  # argparse wraps paths at '-': compare without blanks
+        return "".join(text.split())
+
+    text = flat(nri_plugin("demo", "--help").stdout)
+    assert flat(f"node config file (default {REPO / 'examples' / 'demo-config.yaml'})") in text
+    assert flat("instead of this host's (default v2)") in text
+    assert flat(f"(default {DGX})") in text
+    assert "/etc/nri-sla/config.yaml" not in text  # explain's and run's default, not the demo's
+    explain = flat(nri_plugin("explain", "--help").stdout)
+    assert flat("(default /etc/nri-sla/config.yaml if present)") in explain
+
+
+def test_demo_verbose_logs_decisions_with_their_fields():
+    out = nri_plugin("demo", "--verbose", "examples/pods/30-web.yaml")
+    assert out.returncode == 0, out.stderr
+    [line] = [x for x in out.stderr.splitlines() if 'msg="sla decision"' in x]
+    assert line.endswith('pod=shop/web container=web path=nri outcome=refused applied="" '
+                         'warnings="" error="sla.nri.io/container.web: memory.high (12Gi) '
+                         'must be below memory.max (10Gi)"')

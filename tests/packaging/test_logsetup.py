@@ -5,6 +5,9 @@ import json
 import logging
 import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -20,8 +23,12 @@ from nri_plugin.logsetup import (
     setup_logging,
 )
 
-APPLIED = {"cpu": {"quota": 250000, "period": 100000}, "cpus": "0-3", "mems": "0"}
-WARN = "memory.high: cgroup v1 has no memory.high; wrote memory.soft_limit_in_bytes"
+# The shape of a real `applied` (a record's fields: see test_plugin_decision_line).
+APPLIED = {"enforcement": "soft", "cgroup_version": 1, "cpu_quota": 250000,
+           "cpu_period": 100000, "cpus": "0-3", "mems": "0"}
+WARN = ("sla.nri.io/container.app: memory.high: not available on cgroup v1 nodes (allowed "
+        "only on cgroup v2, soft mode writes memory.soft_limit_in_bytes instead)")
+REPO = Path(__file__).resolve().parents[2]
 
 
 _UNESCAPE = {"\\": "\\", '"': '"', "n": "\n", "r": "\r", "t": "\t"}
@@ -75,9 +82,28 @@ def test_text_decision_line(monkeypatch):
     assert kv["level"] == "warning" and kv["msg"] == "sla decision"
     assert kv["pod"] == "default/web" and kv["container"] == "app"
     assert kv["path"] == "nri" and kv["outcome"] == "warned"
-    assert kv["applied.cpu.quota"] == "250000" and kv["applied.cpus"] == "0-3"
+    assert kv["applied.cpu_quota"] == "250000" and kv["applied.cpus"] == "0-3"
     assert kv["warnings"] == WARN
     assert "error" not in kv
+
+
+def test_plugin_decision_line():
+    """The line the plugin itself writes for a decision (the demo's simulated runtime
+    drives the real plugin; its --verbose log is `run`'s): the record's fields flattened,
+    the placement record's nested ones with dotted keys, no version, path or MAC."""
+    out = subprocess.run(
+        [sys.executable, "-m", "nri_plugin.cli", "demo", "--verbose",
+         "examples/pods/10-inference.yaml"], capture_output=True, text=True, timeout=60,
+        cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    [line] = [line for line in out.stderr.splitlines() if 'msg="sla decision"' in line]
+    kv = _logfmt(line)
+    assert (kv["level"], kv["pod"], kv["container"], kv["outcome"]) == (
+        "info", "ml/inference", "server", "enforced")
+    assert kv["applied.cpu_quota"] == "400000" and kv["applied.cgroup_version"] == "2"
+    assert kv["applied.memory_policy.mode"] == "bind"
+    assert kv["applied.placement_record.gpus"] == "GPU-d0000000-0000-0000-0000-000000000000"
+    assert not {"applied.v", "applied.path", "applied.mac"} & kv.keys()
 
 
 def test_json_decision_line():

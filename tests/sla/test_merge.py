@@ -188,3 +188,20 @@ def test_hostile_keys_are_cut_short_in_messages(check):
     err = check.error_of('cpu: {"a\\nb' + "x" * 1000 + '": 1}\n')
     assert err.field == "cpu.'a\\nbxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx...'"
     assert "\n" not in str(err) and len(str(err)) < 300
+
+
+def test_container_keys_naming_no_container_of_the_pod():
+    from nri_plugin.sla.parse import keys_naming_no_container
+
+    annotations = {POD: "cpu: {limit: 1}", "sla.nri.io/container.ap": "cpu: {limit: 1}",
+                   WEB: "cpu: {limit: 1}", "sla.nri.io/container.Bad_Name": "x",
+                   "other.io/container.zzz": "x"}
+    [error] = keys_naming_no_container(annotations, ("app", "web"))
+    assert str(error) == ("sla.nri.io/container.ap: names container ap, which this pod does "
+                          "not have (its containers: app, web); did you mean "
+                          "sla.nri.io/container.app?")
+    assert keys_naming_no_container(annotations, ("ap", "app", "web")) == []
+    assert keys_naming_no_container({"x.io/container.ap": "c"}, ("app",), prefix="x.io")
+    # hostile: many keys, a bounded answer
+    many = {f"sla.nri.io/container.c{i}": "cpu: {limit: 1}" for i in range(5000)}
+    assert len(keys_naming_no_container(many, ("app",))) == 10

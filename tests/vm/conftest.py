@@ -1,5 +1,7 @@
 """Host side of the qemu guests: boot each kind once per session, run its guest tests in
 it, and hand each guest test's result to one outer test (parametrized by guest node id).
+The guests the selected tests use boot at the same time, each in a thread of its own, when
+the first outer test needs one (boots.py); each outer test waits for its own guest.
 
 Two kinds of guest, each with its directory of guest tests (see harness.py):
 * tests/vm/guest/: busybox as init, the host root read-only, cgroup v2 set up by hand;
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import compileall
 import dataclasses
+import functools
 import importlib.util
 import json
 import os
@@ -62,6 +65,11 @@ def _harness():
 @pytest.fixture(scope="session")
 def vm_harness():
     return _harness()
+
+
+@pytest.fixture(scope="session")
+def vm_boots():
+    return _vm_module("boots")
 
 
 def in_guest() -> bool:
@@ -154,7 +162,7 @@ class BootContext:
         with self._mktemp_lock:
             return self.tmp_path_factory.mktemp(name)
 
-    def cpus(self, kind):
+    def cpus(self, kind: Any) -> Any:  # harness.GuestKind -> harness.GuestCpus
         """The guest's vCPUs: the host's cores shared out between the guests booting."""
         h = _harness()
         return h.guest_cpus(kind, max(1, h.host_cores() // self.guests))
@@ -213,7 +221,7 @@ def _boot(ctx: BootContext, suite: GuestSuite,
     return run
 
 
-def _boot_busybox(ctx: BootContext):
+def _boot_busybox(ctx: BootContext) -> Any:
     """The busybox cgroup v2 guest's run of the selected tests/vm/guest tests."""
     return _boot(ctx, SUITES["guest_nodeid"])
 
@@ -238,7 +246,7 @@ def _e2e_binaries() -> tuple[dict[str, str], tuple[str, ...]]:
     return env, tuple(sorted(d for d in dirs if Path(d).is_dir()))
 
 
-def _boot_systemd(ctx: BootContext):
+def _boot_systemd(ctx: BootContext) -> Any:
     """The systemd guest's run of the selected tests/vm/systemd_guest tests, with the
     Debian package built here (`make deb`'s build.sh) in its I/O share."""
     if shutil.which("dpkg-deb") is None:
@@ -263,41 +271,6 @@ def _boot_systemd(ctx: BootContext):
 
 BOOTERS: dict[str, Callable[[BootContext], Any]] = {
     "guest_nodeid": _boot_busybox, "systemd_nodeid": _boot_systemd}
-
-
-class GuestBoots:
-    """The session's guests, all booting at once, each in a thread of its own; a guest's
-    outer tests wait for its run (or its skip or failure, raised as the fixture's)."""
-
-    def __init__(self, ctx: BootContext, params: list[str]) -> None:
-        self._ctx = ctx
-        self._threads: dict[str, threading.Thread] = {}
-        self._runs: dict[str, Any] = {}
-        self._outcomes: dict[str, BaseException] = {}
-        for param in params:
-            thread = threading.Thread(target=self._boot, args=(param,), daemon=True,
-                                      name=f"boot {SUITES[param].kind.label}")
-            self._threads[param] = thread
-            thread.start()
-
-    def _boot(self, param: str) -> None:
-        try:
-            self._runs[param] = BOOTERS[param](self._ctx)
-        except BaseException as exc:  # pytest's skip and fail are BaseExceptions too
-            self._outcomes[param] = exc
-
-    def wait(self, param: str):
-        """The guest's run; its skip or failure raised here, in the waiting test."""
-        self._threads[param].join()
-        if param in self._outcomes:
-            raise self._outcomes[param]
-        return self._runs[param]
-
-    def stop(self) -> None:
-        """Kill the guests still running (the session is over) and let their threads end."""
-        self._ctx.cancel.set()
-        for thread in self._threads.values():
-            thread.join(timeout=30)
 
 
 def compile_for_guests() -> None:
@@ -325,19 +298,21 @@ def guest_boots(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
     if params:
         compile_for_guests()
     ctx = BootContext(request, tmp_path_factory, threading.Event(), max(1, len(params)))
-    boots = GuestBoots(ctx, params)
+    boots = _vm_module("boots").GuestBoots(
+        {param: functools.partial(boot, ctx) for param, boot in BOOTERS.items()}, params,
+        ctx.cancel)
     yield boots
     boots.stop()
 
 
 @pytest.fixture(scope="session")
-def guest_run(guest_boots: GuestBoots):
+def guest_run(guest_boots):
     """The busybox cgroup v2 guest's run of the selected tests/vm/guest tests."""
     return guest_boots.wait("guest_nodeid")
 
 
 @pytest.fixture(scope="session")
-def systemd_guest_run(guest_boots: GuestBoots):
+def systemd_guest_run(guest_boots):
     """The systemd guest's run of the selected tests/vm/systemd_guest tests, with the
     Debian package built here in its I/O share."""
     return guest_boots.wait("systemd_nodeid")

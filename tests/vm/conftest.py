@@ -1,5 +1,7 @@
 """Host side of the qemu guests: boot each kind once per session, run its guest tests in
 it, and hand each guest test's result to one outer test (parametrized by guest node id).
+The guests the selected tests use boot at the same time, each in a thread of its own, when
+the first outer test needs one (boots.py); each outer test waits for its own guest.
 
 Two kinds of guest, each with its directory of guest tests (see harness.py):
 * tests/vm/guest/: busybox as init, the host root read-only, cgroup v2 set up by hand;
@@ -15,13 +17,16 @@ See docs/testing-cgroup-v2.md.
 
 from __future__ import annotations
 
+import compileall
 import dataclasses
+import functools
 import importlib.util
 import json
 import os
 import shutil
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
@@ -62,6 +67,11 @@ def vm_harness():
     return _harness()
 
 
+@pytest.fixture(scope="session")
+def vm_boots():
+    return _vm_module("boots")
+
+
 def in_guest() -> bool:
     return os.environ.get(_harness().GUEST_ENV_FLAG) == "1"
 
@@ -73,6 +83,7 @@ class GuestSuite:
 
     param: str  # the outer test's parameter: the guest node id
     kind: Any  # harness.GuestKind
+    fixture: str  # the session fixture that boots it and hands its run to the outer tests
     ids: list[str] = dataclasses.field(default_factory=list)
     collection_error: str | None = None
     summary: str | None = None
@@ -83,8 +94,8 @@ class GuestSuite:
 
 
 SUITES = {s.param: s for s in (
-    GuestSuite("guest_nodeid", _harness().GUEST_KINDS["busybox"]),
-    GuestSuite("systemd_nodeid", _harness().GUEST_KINDS["systemd"]),
+    GuestSuite("guest_nodeid", _harness().GUEST_KINDS["busybox"], "guest_run"),
+    GuestSuite("systemd_nodeid", _harness().GUEST_KINDS["systemd"], "systemd_guest_run"),
 )}
 
 
@@ -135,8 +146,30 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             metafunc.parametrize(param, ids, ids=ids)
 
 
-def _boot(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
-          suite: GuestSuite, prepare: Callable[[Path], dict[str, str]] | None = None,
+@dataclasses.dataclass
+class BootContext:
+    """What every guest boot of the session shares: the session's request, a temporary
+    directory maker safe to call from the boot threads, the event that kills the guests
+    when the session ends, and how many guests boot at once."""
+
+    request: pytest.FixtureRequest
+    tmp_path_factory: pytest.TempPathFactory
+    cancel: threading.Event
+    guests: int
+    _mktemp_lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+
+    def mktemp(self, name: str) -> Path:
+        with self._mktemp_lock:
+            return self.tmp_path_factory.mktemp(name)
+
+    def cpus(self, kind: Any) -> Any:  # harness.GuestKind -> harness.GuestCpus
+        """The guest's vCPUs: the host's cores shared out between the guests booting."""
+        h = _harness()
+        return h.guest_cpus(kind, max(1, h.host_cores() // self.guests))
+
+
+def _boot(ctx: BootContext, suite: GuestSuite,
+          prepare: Callable[[Path], dict[str, str]] | None = None,
           extra_keep: tuple[str, ...] = ()):
     """Boot `suite`'s guest once and run its selected tests in it (a harness.GuestRun).
 
@@ -144,14 +177,12 @@ def _boot(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
     for the guest command's environment.
     """
     h = _harness()
-    if in_guest():
-        pytest.skip("already inside a qemu guest")
     try:
         tools = h.find_tools()
     except h.VmUnavailable as exc:
         pytest.skip(f"{suite.kind.label} unavailable: {exc}")
     selected = sorted({
-        item.callspec.params[suite.param] for item in request.session.items
+        item.callspec.params[suite.param] for item in ctx.request.session.items
         if hasattr(item, "callspec") and suite.param in item.callspec.params
     } - {COLLECTION_ERROR})
     # All (or none) selected: name the directory (short command line, same tests).
@@ -162,12 +193,13 @@ def _boot(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
                              per_test_timeout=min(suite.kind.per_test_timeout, timeout / 2))
     earlier = ""
     for attempt in (1, 2):
-        work = tmp_path_factory.mktemp(suite.kind.label.replace(" ", "-"))
+        work = ctx.mktemp(suite.kind.label.replace(" ", "-"))
         env = prepare(work / "io") if prepare else {}
         try:
             run = h.run_in_guest(script, work, timeout=timeout, tools=tools,
                                  keep=h.guest_keep(REPO) + extra_keep, init=suite.kind.init,
-                                 env=env, disks=suite.kind.disks)
+                                 env=env, disks=suite.kind.disks,
+                                 cpus=ctx.cpus(suite.kind), cancel=ctx.cancel)
         except h.VmUnavailable as exc:  # e.g. the kernel lacks a module the guest needs
             pytest.skip(f"{suite.kind.label} unavailable: {exc}")
         except h.VmError as exc:
@@ -189,10 +221,9 @@ def _boot(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
     return run
 
 
-@pytest.fixture(scope="session")
-def guest_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+def _boot_busybox(ctx: BootContext) -> Any:
     """The busybox cgroup v2 guest's run of the selected tests/vm/guest tests."""
-    return _boot(request, tmp_path_factory, SUITES["guest_nodeid"])
+    return _boot(ctx, SUITES["guest_nodeid"])
 
 
 def _package_tools():
@@ -215,16 +246,14 @@ def _e2e_binaries() -> tuple[dict[str, str], tuple[str, ...]]:
     return env, tuple(sorted(d for d in dirs if Path(d).is_dir()))
 
 
-@pytest.fixture(scope="session")
-def systemd_guest_run(request: pytest.FixtureRequest,
-                      tmp_path_factory: pytest.TempPathFactory):
+def _boot_systemd(ctx: BootContext) -> Any:
     """The systemd guest's run of the selected tests/vm/systemd_guest tests, with the
     Debian package built here (`make deb`'s build.sh) in its I/O share."""
     if shutil.which("dpkg-deb") is None:
         pytest.skip("the systemd guest installs the Debian package: building it needs "
                     "dpkg-deb (apt-get install dpkg-dev)")
     tools = _package_tools()
-    deb_dir = tmp_path_factory.mktemp("deb")
+    deb_dir = ctx.mktemp("deb")
     try:
         deb = tools.build_deb(deb_dir, sys.executable)
     except tools.DebUnavailable as exc:
@@ -237,7 +266,56 @@ def systemd_guest_run(request: pytest.FixtureRequest,
         shutil.copy2(deb, io_dir / deb.name)
         return {**e2e_env, h.GUEST_DEB_ENV: f"{h.GUEST_IO_DIR}/{deb.name}"}
 
-    return _boot(request, tmp_path_factory, SUITES["systemd_nodeid"], prepare, e2e_dirs)
+    return _boot(ctx, SUITES["systemd_nodeid"], prepare, e2e_dirs)
+
+
+BOOTERS: dict[str, Callable[[BootContext], Any]] = {
+    "guest_nodeid": _boot_busybox, "systemd_nodeid": _boot_systemd}
+
+
+def compile_for_guests() -> None:
+    """Byte-compile nri_plugin here, natively, before the guests boot. A guest sees the
+    tree read-only and keeps nothing it compiles, so without these .pyc files (a host
+    running with PYTHONDONTWRITEBYTECODE=1 never writes them) every Python process in a
+    guest, each hook run included, compiles every nri_plugin module it imports: seconds
+    per process under TCG. Up-to-date files are left alone."""
+    compileall.compile_dir(REPO / "nri_plugin", quiet=1)
+
+
+def _selected_guests(session: pytest.Session) -> list[str]:
+    """The guests whose run some selected test uses (directly or through another fixture)."""
+    return [param for param, suite in SUITES.items()
+            if any(suite.fixture in getattr(item, "fixturenames", ()) for item in session.items)]
+
+
+@pytest.fixture(scope="session")
+def guest_boots(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    """Every guest the session's tests use, started together when the first of them needs
+    one (each with its share of the host's cores: see BootContext.cpus)."""
+    if in_guest():
+        pytest.skip("already inside a qemu guest")
+    params = _selected_guests(request.session)
+    if params:
+        compile_for_guests()
+    ctx = BootContext(request, tmp_path_factory, threading.Event(), max(1, len(params)))
+    boots = _vm_module("boots").GuestBoots(
+        {param: functools.partial(boot, ctx) for param, boot in BOOTERS.items()}, params,
+        ctx.cancel)
+    yield boots
+    boots.stop()
+
+
+@pytest.fixture(scope="session")
+def guest_run(guest_boots):
+    """The busybox cgroup v2 guest's run of the selected tests/vm/guest tests."""
+    return guest_boots.wait("guest_nodeid")
+
+
+@pytest.fixture(scope="session")
+def systemd_guest_run(guest_boots):
+    """The systemd guest's run of the selected tests/vm/systemd_guest tests, with the
+    Debian package built here in its I/O share."""
+    return guest_boots.wait("systemd_nodeid")
 
 
 def pytest_terminal_summary(terminalreporter) -> None:

@@ -34,6 +34,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -67,10 +68,12 @@ class GuestKind:
     timeout: float  # seconds for a whole run
     per_test_timeout: float  # inside the guest (pytest-timeout), fixtures included
     disks: int = 1
+    cpus: int = 1  # the fewest vCPUs its tests need
 
 
 GUEST_KINDS = {
-    BUSYBOX: GuestKind(BUSYBOX, "tests/vm/guest", "cgroup v2 guest", 420, 120),
+    # Two vCPUs at least: the cpuset tests name CPUs 0 and 1.
+    BUSYBOX: GuestKind(BUSYBOX, "tests/vm/guest", "cgroup v2 guest", 420, 120, cpus=2),
     # Generous: dpkg -i and Python starting as a service take tens of seconds each under
     # TCG on a loaded host. Two disks: io.max on two devices is what the plugin writes
     # itself (tests/vm/systemd_guest/test_packaged_service.py).
@@ -130,6 +133,9 @@ SYSTEMD_GENERATOR_DIRS = (Path("/lib/systemd/system-generators"),
 # TCG by default: /dev/kvm may exist yet be unusable (nested virtualisation: qemu aborts
 # setting MSRs). Set NRI_SLA_VM_ACCEL=kvm where KVM works.
 ACCEL_ENV = "NRI_SLA_VM_ACCEL"
+# The most vCPUs a guest gets, however many host cores there are: the guest tests are
+# mostly one process at a time.
+MAX_GUEST_CPUS = 2
 
 APT_HINT = "apt-get install qemu-system-x86 linux-image-amd64 busybox-static"
 SYSTEMD_INIT = Path("/lib/systemd/systemd")
@@ -158,6 +164,31 @@ class VmTools:
     @property
     def kernel_version(self) -> str:
         return self.modules_dir.name
+
+
+@dataclasses.dataclass(frozen=True)
+class GuestCpus:
+    """A guest's vCPUs and how TCG runs them on the host (qemu's -smp and -accel)."""
+
+    cpus: int
+    accel: str
+
+
+def host_cores() -> int:
+    return len(os.sched_getaffinity(0))
+
+
+def guest_cpus(kind: GuestKind, host_threads: int) -> GuestCpus:
+    """vCPUs for a guest of `kind` whose share of the host is `host_threads` cores (all of
+    them when it runs alone, half each when two guests boot at once): as many as its share,
+    MAX_GUEST_CPUS at most and never fewer than its tests need. TCG runs one host thread
+    per vCPU only when the share has a core for each (more busy threads than cores only
+    contend on a 2-core host); otherwise one thread runs all of the guest's vCPUs."""
+    cpus = max(kind.cpus, min(host_threads, MAX_GUEST_CPUS))
+    return GuestCpus(cpus, "tcg,thread=multi" if host_threads >= cpus else "tcg,thread=single")
+
+
+DEFAULT_CPUS = GuestCpus(2, "tcg,thread=multi")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -527,14 +558,15 @@ def write_disk_image(path: Path, size_mib: int) -> None:
 
 
 def qemu_command(tools: VmTools, initramfs: Path, io_dir: Path, disk: Path | list[Path],
-                 memory_mib: int = 1024, cpus: int = 2, init: str = BUSYBOX) -> list[str]:
+                 memory_mib: int = 1024, cpus: GuestCpus = DEFAULT_CPUS,
+                 init: str = BUSYBOX) -> list[str]:
     kernel_args = KERNEL_ARGS
     if init == SYSTEMD:
         kernel_args += f" systemd.unit={SYSTEMD_TARGET}"
     return [
-        str(tools.qemu), "-accel", os.environ.get(ACCEL_ENV, "tcg,thread=multi"),
+        str(tools.qemu), "-accel", os.environ.get(ACCEL_ENV) or cpus.accel,
         "-cpu", "max",
-        "-m", str(memory_mib), "-smp", str(cpus),
+        "-m", str(memory_mib), "-smp", str(cpus.cpus),
         "-nodefaults", "-nographic", "-no-reboot", "-serial", "stdio",
         "-kernel", str(tools.kernel), "-initrd", str(initramfs),
         "-append", kernel_args,
@@ -549,7 +581,9 @@ def qemu_command(tools: VmTools, initramfs: Path, io_dir: Path, disk: Path | lis
 def run_in_guest(script: str, work_dir: Path, timeout: float = 240.0,
                  tools: VmTools | None = None, disk_mib: int = 64,
                  keep: tuple[str, ...] = (), init: str = BUSYBOX,
-                 env: dict[str, str] | None = None, disks: int = 1) -> GuestRun:
+                 env: dict[str, str] | None = None, disks: int = 1,
+                 cpus: GuestCpus = DEFAULT_CPUS,
+                 cancel: threading.Event | None = None) -> GuestRun:
     """Boot a guest, run `script` (sh) in the host root, power off.
 
     init=BUSYBOX: the script runs chrooted into the read-only host root from the
@@ -559,6 +593,7 @@ def run_in_guest(script: str, work_dir: Path, timeout: float = 240.0,
     to `init`, and `env`; it finds the I/O share at GUEST_IO_DIR (files placed in
     work_dir/io before the boot are there too); /dev/vda (and /dev/vdb... when disks > 1)
     are blank disks of disk_mib MiB.
+    Setting `cancel` (from another thread) kills the guest: VmError.
     Raises VmUnavailable if the tools are missing, VmError on a boot failure or timeout.
     """
     tools = tools or find_tools()
@@ -583,7 +618,8 @@ def run_in_guest(script: str, work_dir: Path, timeout: float = 240.0,
         + "".join(f"export {k}={shlex.quote(v)}\n" for k, v in (env or {}).items())
         + f"cd /\n{script}\n")
     console_path = work_dir / "console.log"
-    cmd = qemu_command(tools, initramfs, io_dir, images, init=init)
+    cancel = cancel or threading.Event()  # one nobody sets: just the poll interval
+    cmd = qemu_command(tools, initramfs, io_dir, images, cpus=cpus, init=init)
     started = time.monotonic()
     boot_seconds = None
     timed_out = False
@@ -597,7 +633,8 @@ def run_in_guest(script: str, work_dir: Path, timeout: float = 240.0,
                 if time.monotonic() - started > timeout:
                     timed_out = True
                     break
-                time.sleep(0.1)
+                if cancel.wait(0.1):  # the poll interval
+                    break
         finally:
             if proc.poll() is None:
                 proc.kill()
@@ -608,6 +645,8 @@ def run_in_guest(script: str, work_dir: Path, timeout: float = 240.0,
     if rc_file.exists():
         return GuestRun(int(rc_file.read_text().strip()), io_dir, console_text,
                         boot_seconds, total)
+    if cancel.is_set():
+        raise VmError(f"guest killed after {total:.0f} s: cancelled", console_text)
     why = (f"guest did not finish within {timeout:.0f} s" if timed_out
            else f"guest command never finished (qemu exit {proc.returncode})")
     if boot_seconds is None:  # it never got as far as the command: a boot failure
@@ -688,7 +727,7 @@ def main(argv: list[str]) -> int:
                                    per_test_timeout=kind.per_test_timeout)
             run = run_in_guest(script, Path(tmp), timeout=kind.timeout,
                                keep=guest_keep(repo), init=kind.init, env=env,
-                               disks=kind.disks)
+                               disks=kind.disks, cpus=guest_cpus(kind, host_cores()))
         except (VmUnavailable, VmError) as exc:
             print(exc, file=sys.stderr)
             return 2

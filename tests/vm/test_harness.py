@@ -6,6 +6,8 @@ import lzma
 import shutil
 import stat
 import subprocess
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -261,3 +263,46 @@ def test_systemd_initramfs_unpacks_with_units_and_masks(vm_harness, tmp_path):
     masked = out / "overlay/etc/systemd/system/systemd-udevd.service"
     assert masked.is_symlink() and str(masked.readlink()) == "/dev/null"
     assert "switch_root" in (out / "init").read_text()
+
+
+def test_two_guests_on_two_cores_get_one_host_thread_each(vm_harness):
+    kinds = vm_harness.GUEST_KINDS
+    busybox, systemd = kinds[vm_harness.BUSYBOX], kinds[vm_harness.SYSTEMD]
+    # The busybox guest's cpuset tests need CPUs 0 and 1: both, on one TCG thread.
+    assert vm_harness.guest_cpus(busybox, 1) == vm_harness.GuestCpus(2, "tcg,thread=single")
+    assert vm_harness.guest_cpus(systemd, 1) == vm_harness.GuestCpus(1, "tcg,thread=multi")
+    # Alone on two cores (or with more cores to share), as before: 2 vCPUs, a thread each.
+    for kind in (busybox, systemd):
+        for share in (2, 8):
+            assert vm_harness.guest_cpus(kind, share) == vm_harness.DEFAULT_CPUS
+
+
+def test_qemu_command_takes_the_guest_cpus_unless_the_accel_is_set(vm_harness, tmp_path,
+                                                                   monkeypatch):
+    tools = vm_harness.VmTools(Path("/usr/bin/qemu-system-x86_64"), Path("/boot/vmlinuz-x"),
+                               Path("/usr/lib/modules/x"), Path("/bin/busybox"))
+    monkeypatch.delenv(vm_harness.ACCEL_ENV, raising=False)
+    cpus = vm_harness.GuestCpus(2, "tcg,thread=single")
+    cmd = vm_harness.qemu_command(tools, tmp_path / "i.cpio", tmp_path / "io",
+                                  tmp_path / "d.img", cpus=cpus)
+    assert cmd[cmd.index("-smp") + 1] == "2"
+    assert cmd[cmd.index("-accel") + 1] == "tcg,thread=single"
+    monkeypatch.setenv(vm_harness.ACCEL_ENV, "kvm")
+    cmd = vm_harness.qemu_command(tools, tmp_path / "i.cpio", tmp_path / "io",
+                                  tmp_path / "d.img", cpus=cpus)
+    assert cmd[cmd.index("-accel") + 1] == "kvm"
+
+
+@pytest.mark.vm
+def test_cancelling_a_guest_kills_it_at_once(vm_harness, tmp_path):
+    """What the session does with a guest still running when the session ends."""
+    try:
+        tools = vm_harness.find_tools()
+    except vm_harness.VmUnavailable as exc:
+        pytest.skip(str(exc))
+    cancel = threading.Event()
+    threading.Timer(1.0, cancel.set).start()
+    started = time.monotonic()
+    with pytest.raises(vm_harness.VmError, match="cancelled"):
+        vm_harness.run_in_guest("sleep 600", tmp_path, timeout=60, tools=tools, cancel=cancel)
+    assert time.monotonic() - started < 30

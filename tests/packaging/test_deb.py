@@ -146,9 +146,9 @@ def test_inventory_from_the_package(unpacked):
     assert res.stdout.strip()
 
 
-def test_install_and_purge_in_scratch_root(deb, tmp_path, pk):
+def scratch_dpkg(root: Path, pk) -> list[str]:
+    """A dpkg command line installing into an empty package database under root."""
     pk.need_tool("dpkg", "dpkg")
-    root = tmp_path / "root"
     admin = root / "var/lib/dpkg"
     for sub in ("info", "updates", "triggers"):
         (admin / sub).mkdir(parents=True)
@@ -157,8 +157,14 @@ def test_install_and_purge_in_scratch_root(deb, tmp_path, pk):
     # chrootless: the maintainer scripts run here with DPKG_ROOT=root (there is no
     # shell inside the scratch root); python3 is not in its database, hence
     # --force-depends.
-    dpkg = ["dpkg", f"--root={root}", "--force-script-chrootless", "--force-depends",
+    return ["dpkg", f"--root={root}", "--force-script-chrootless", "--force-depends",
             "--log=/dev/null"]
+
+
+def test_install_and_purge_in_scratch_root(deb, tmp_path, pk):
+    root = tmp_path / "root"
+    admin = root / "var/lib/dpkg"
+    dpkg = scratch_dpkg(root, pk)
     res = subprocess.run([*dpkg, "-i", str(deb)], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     status = subprocess.run([*dpkg, "-s", "nri-sla"], capture_output=True, text=True)
@@ -190,6 +196,54 @@ def test_install_and_purge_in_scratch_root(deb, tmp_path, pk):
         assert not (root / gone).exists(), gone
     status = subprocess.run([*dpkg, "-s", "nri-sla"], capture_output=True, text=True)
     assert status.returncode != 0  # purged: unknown to dpkg
+
+
+def test_removal_leaves_containerd_a_working_config(deb, tmp_path, pk):
+    """remove takes out the drop-in `containerd-config --write` made (never another
+    file); purge keeps the base spec while a containerd config still names it."""
+    root = tmp_path / "root"
+    dpkg = scratch_dpkg(root, pk)
+    res = subprocess.run([*dpkg, "-i", str(deb)], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    spec = root / "etc/nri-sla/base-runtime-spec.json"
+    shipped_spec = spec.read_text()
+    conf_d = root / "etc/containerd/conf.d"
+    ours = conf_d / "nri-sla.toml"
+    write = subprocess.run(
+        [str(pk.VENV_NRI_SLA), "containerd-config", "--containerd-version", "2.2",
+         "--fail-closed", "--write", str(ours), "--base-runtime-spec", str(spec),
+         "--main-config", str(root / "etc/containerd/config.toml")],
+        capture_output=True, text=True, timeout=60)
+    assert write.returncode == 0, write.stderr
+    foreign = conf_d / "registry.toml"
+    foreign.write_text("version = 3\n")
+    # an operator who merged the example into the main config by hand
+    (root / "etc/containerd/config.toml").write_text(
+        'version = 3\n[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]\n'
+        '  base_runtime_spec = "/etc/nri-sla/base-runtime-spec.json"\n')
+    res = subprocess.run([*dpkg, "--remove", "nri-sla"], capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert not ours.exists() and foreign.read_text() == "version = 3\n"
+    assert "took out /etc/containerd/conf.d/nri-sla.toml" in res.stderr
+    assert "restart containerd now: it requires nri-sla (fail closed)" in res.stderr
+    assert not (root / "usr/bin/nri-sla").exists()
+    assert spec.read_text() == shipped_spec  # a conffile: remove keeps it
+    res = subprocess.run([*dpkg, "--purge", "nri-sla"], capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert spec.read_text() == shipped_spec  # still named by containerd's config
+    assert sorted(p.name for p in spec.parent.iterdir()) == [spec.name]
+    assert "kept /etc/nri-sla/base-runtime-spec.json" in res.stderr
+    assert not (root / "var/lib/nri-sla").exists()
+    # once the operator takes the setting out, a purge leaves nothing
+    (root / "etc/containerd/config.toml").write_text("version = 3\n")
+    res = subprocess.run([*dpkg, "-i", str(deb)], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    res = subprocess.run([*dpkg, "--purge", "nri-sla"], capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert not (root / "etc/nri-sla").exists() and "kept" not in res.stderr
 
 
 def test_build_script_syntax(pk):

@@ -30,6 +30,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                "the defaults"),
     "containerd-config": ("containerd_config", "print or write the containerd settings "
                           "nri-sla needs, as a drop-in for containerd's imports"),
+    "host-hook": ("host_hook", "put the OCI hook, its config and the base runtime spec on "
+                  "the host (the DaemonSet's initContainer)"),
     "version": ("version", "print nri-sla's version"),
 }
 

@@ -74,6 +74,10 @@ if ! pip_target 2>/dev/null; then
     pip_target
 fi
 rm -rf "${STAGE:?}$SITE/bin"  # console scripts of dependencies: unused, wrong paths
+# Extension modules as wheels ship them may carry debug info (uvloop's: 13.6 MB of 14):
+# stripped, as Debian strips what it packages. Needs binutils' strip.
+command -v strip >/dev/null || die "strip not found (apt-get install binutils)"
+find "$STAGE$SITE" -name '*.so' -type f -exec strip --strip-unneeded {} +
 # Byte-compile now, with the installed path recorded (tracebacks name real files, and
 # root-run hooks never write stray .pyc files that dpkg would not know about).
 "$PYTHON" -m compileall -q -j0 -d "$SITE" "$STAGE$SITE" >/dev/null

@@ -138,6 +138,16 @@ def test_package_code_not_the_checkout(unpacked):
     assert all(p.startswith(site) for p in res.stdout.split()), res.stdout
 
 
+def test_extension_modules_are_stripped(unpacked, pk):
+    readelf = pk.need_tool("readelf", "binutils")
+    modules = sorted((unpacked / "usr/lib/nri-sla/site").rglob("*.so"))
+    assert any(m.name.startswith("loop.") for m in modules)  # uvloop's, 13.6 MB unstripped
+    for module in modules:
+        sections = subprocess.run([readelf, "-S", "-W", str(module)], capture_output=True,
+                                  text=True, check=True).stdout
+        assert ".debug_info" not in sections and ".symtab" not in sections, module
+
+
 def test_inventory_from_the_package(unpacked):
     if not (unpacked / "usr/lib/nri-sla/site/nri_plugin/commands/inventory.py").exists():
         pytest.skip("nri_plugin/commands/inventory.py not written yet: nothing to run")

@@ -53,6 +53,7 @@ FUNCS = {
     "nindent": lambda n, s: "\n" + _indent(int(n), s),
     "quote": lambda s: json.dumps(_show(s)),
     "default": lambda d, v: v if _truthy(v) else d,
+    "or": lambda *values: next((v for v in values if _truthy(v)), values[-1]),
     "sha256sum": lambda s: hashlib.sha256(s.encode()).hexdigest(),
     "print": lambda *parts: "".join(_show(p) for p in parts),  # strings: no spaces between
     # Helm names a chart's templates <chart>/templates/<file> (.Template.BasePath/<file>).
@@ -324,6 +325,36 @@ def test_host_hook_refuses_a_config_that_does_not_validate(tmp_path, pk):
     assert not (tmp_path / "host").exists()
 
 
+def test_chart_pod_values_take_effect():
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}]}]}}}
+    docs = render_chart({"imagePullSecrets": [{"name": "regcred"}], "affinity": affinity,
+                         "podAnnotations": {"example.com/team": "platform"},
+                         "extraArgs": ["--log-level", "debug"],
+                         "extraEnv": [{"name": "TZ", "value": "UTC"}]})
+    template = _by_kind(docs, "DaemonSet")["spec"]["template"]
+    pod = template["spec"]
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+    assert pod["affinity"] == affinity
+    annotations = template["metadata"]["annotations"]
+    assert annotations["example.com/team"] == "platform"
+    assert annotations["tolerate-missing-plugins.nri.io"] == "true"  # kept beside them
+    (ctr,) = pod["containers"]
+    assert ctr["args"][-2:] == ["--log-level", "debug"]
+    assert ctr["env"] == [{"name": "TZ", "value": "UTC"}]
+    from nri_plugin.commands import run
+
+    parser = argparse.ArgumentParser(exit_on_error=False)
+    run.add_arguments(parser)
+    assert parser.parse_args(ctr["args"]).log_level == "debug"
+    both = render_chart({"nvidiaVisibleDevices": "all",
+                         "extraEnv": [{"name": "TZ", "value": "UTC"}]})
+    (ctr,) = _by_kind(both, "DaemonSet")["spec"]["template"]["spec"]["containers"]
+    assert ctr["env"] == [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
+                          {"name": "TZ", "value": "UTC"}]
+
+
 def test_chart_can_leave_the_host_alone():
     pod = _by_kind(render_chart({"hostHook": {"enabled": False}}), "DaemonSet")["spec"][
         "template"]["spec"]
@@ -464,9 +495,15 @@ def test_objects_match_the_kubernetes_openapi_schema(manifest, source):
                "OpenAPI schemas)")
     docs = {"manifest": lambda: manifest,
             "chart-defaults": render_chart,
-            "chart-overrides": lambda: render_chart({"runtimeClassName": "nvidia",
-                                                     "nvidiaVisibleDevices": "all",
-                                                     "devicePlugin": {"enabled": True}})
+            "chart-overrides": lambda: render_chart({
+                "runtimeClassName": "nvidia", "nvidiaVisibleDevices": "all",
+                "devicePlugin": {"enabled": True}, "imagePullSecrets": [{"name": "regcred"}],
+                "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchExpressions": [
+                        {"key": "gpu", "operator": "Exists"}]}]}}},
+                "podAnnotations": {"example.com/team": "platform"},
+                "extraArgs": ["--log-level", "debug"],
+                "extraEnv": [{"name": "TZ", "value": "UTC"}]})
             }[source]()
     for doc in docs:
         # strict: unknown fields (typos such as "readOnlly") are errors too

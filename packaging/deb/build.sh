@@ -132,6 +132,12 @@ if [ -f "$REPO/hooks/nri-sla-hook.json" ]; then
     install -D -m 0644 "$REPO/hooks/nri-sla-hook.json" \
         "$STAGE/usr/share/containers/oci/hooks.d/nri-sla-hook.json"
 fi
+# nri-sla(1) and the bash completion, from the staged code's own parsers
+install -d "$STAGE/usr/share/man/man1" "$STAGE/usr/share/bash-completion/completions"
+PYTHONPATH="$STAGE$SITE" "$PYTHON" -S "$REPO/packaging/deb/cli_docs.py" man \
+    | gzip -9n > "$STAGE/usr/share/man/man1/nri-sla.1.gz"
+PYTHONPATH="$STAGE$SITE" "$PYTHON" -S "$REPO/packaging/deb/cli_docs.py" bash \
+    > "$STAGE/usr/share/bash-completion/completions/nri-sla"
 install -d "$STAGE/usr/share/doc/$PKG"
 install -m 0644 "$REPO"/docs/*.md "$STAGE/usr/share/doc/$PKG/"
 {

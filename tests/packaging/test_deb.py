@@ -33,6 +33,8 @@ EXPECTED = [
     "./usr/share/nri-sla/containerd/config.toml.example",
     "./usr/share/nri-sla/containerd/config-1.7.toml.example",
     "./usr/share/doc/nri-sla/copyright",
+    "./usr/share/man/man1/nri-sla.1.gz",
+    "./usr/share/bash-completion/completions/nri-sla",
 ]
 
 
@@ -136,6 +138,35 @@ def test_package_code_not_the_checkout(unpacked):
     assert res.returncode == 0, res.stderr
     site = str((unpacked / "usr/lib/nri-sla/site").resolve())
     assert all(p.startswith(site) for p in res.stdout.split()), res.stdout
+
+
+def test_man_page_and_completion_cover_every_command_and_flag(unpacked, pk):
+    import gzip
+
+    from nri_plugin.cli import COMMANDS
+
+    man = pk.need_tool("man", "man-db")
+    page = unpacked / "usr/share/man/man1/nri-sla.1.gz"
+    shown = subprocess.run([man, "-l", str(page)], capture_output=True, text=True,
+                           env={"MANWIDTH": "200", "PATH": "/usr/bin:/bin"}, timeout=60)
+    assert shown.returncode == 0 and "warning" not in shown.stderr, shown.stderr
+    text = shown.stdout
+    roff = gzip.decompress(page.read_bytes()).decode()
+    completion = (unpacked / "usr/share/bash-completion/completions/nri-sla").read_text()
+    for name in COMMANDS:
+        assert f"nri-sla {name}\n" in text, name
+    for flag in ("--fail-closed", "--dry-run", "--containerd-version", "--host-root",
+                 "--metrics-address", "--log-level"):
+        assert flag in text and flag in completion, flag
+    assert "nri-sla config check" in text and roff.startswith(".TH NRI-SLA 1")
+    bash = pk.need_tool("bash", "bash")
+    script = (f"source {unpacked}/usr/share/bash-completion/completions/nri-sla; "
+              "COMP_WORDS=(nri-sla containerd-config --dr); COMP_CWORD=2; _nri_sla; "
+              'echo "${COMPREPLY[*]}"; COMP_WORDS=(nri-sla config sh); _nri_sla; '
+              'echo "${COMPREPLY[*]}"')
+    out = subprocess.run([bash, "--norc", "-c", script], capture_output=True, text=True,
+                         timeout=60)
+    assert out.stdout.splitlines() == ["--dry-run", "show"], out.stderr
 
 
 def test_extension_modules_are_stripped(unpacked, pk):

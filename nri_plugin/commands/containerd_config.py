@@ -30,7 +30,7 @@ from nri_plugin.containerd_dropin import (
     render,
     written_by_nri_sla,
 )
-from nri_plugin.errors import EXIT_UNAVAILABLE
+from nri_plugin.errors import EXIT_UNAVAILABLE, InternalFailure
 
 PROG = "nri-sla containerd-config"
 
@@ -73,19 +73,22 @@ def _read(path: str) -> str | None:
     try:
         with open(path, encoding="utf-8") as f:
             return f.read()
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
     except (OSError, UnicodeDecodeError) as exc:
         raise ContainerdConfigError(f"{path}: cannot be read: {exc}") from None
 
 
 def _write_atomically(path: str, text: str) -> None:
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     tmp = f"{path}.nri-sla-tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)  # containerd never reads half a file
+    try:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)  # containerd never reads half a file
+    except OSError as exc:
+        raise InternalFailure(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def _warn_unless_imported(main_config: str, dropin: str) -> None:

@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from nri_plugin.config import DEFAULT_PATH
+from nri_plugin.errors import InternalFailure
 from nri_plugin.hostinstall import HOST_BASE_SPEC, HOST_DIR, install
 
 # Where the Dockerfile puts hooks/base-runtime-spec.json.
@@ -25,7 +26,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    done = install(Path(args.host_root), args.config, Path(args.base_spec_template))
+    try:
+        done = install(Path(args.host_root), args.config, Path(args.base_spec_template))
+    except OSError as exc:  # a host path not mounted or not writable, a missing template
+        raise InternalFailure(f"cannot install under {args.host_root}: {exc}") from None
     print(f"installed the nri-sla hook in {HOST_DIR} ({done.runtime.name}), its config "
           f"and {HOST_BASE_SPEC} under {args.host_root}")
     return 0

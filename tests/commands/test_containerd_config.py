@@ -17,7 +17,7 @@ from nri_plugin.containerd_dropin import (
     ContainerdVersion,
     parse_version,
 )
-from nri_plugin.errors import EXIT_INVALID, EXIT_OK
+from nri_plugin.errors import EXIT_INTERNAL, EXIT_INVALID, EXIT_OK
 
 REPO = Path(__file__).resolve().parents[2]
 NRI = "io.containerd.nri.v1.nri"
@@ -163,3 +163,13 @@ def test_says_when_containerd_would_not_import_it(capsys, tmp_path):
 def test_version_value_is_plain():
     assert str(ContainerdVersion(2, 2)) == "2.2"
     assert ContainerdVersion(2, 2).has_validator and not ContainerdVersion(2, 1).has_validator
+
+
+def test_an_unwritable_path_is_one_line(capsys, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    status, out, err = run(capsys, "--containerd-version", "2.2", "--write",
+                           str(blocker / "nri-sla.toml"))
+    assert status == EXIT_INTERNAL and out == ""
+    assert err.splitlines()[-1].startswith(f"nri-sla containerd-config: cannot write "
+                                           f"{blocker}/nri-sla.toml: ")

@@ -325,6 +325,18 @@ def test_host_hook_refuses_a_config_that_does_not_validate(tmp_path, pk):
     assert not (tmp_path / "host").exists()
 
 
+def test_host_hook_command_failures_are_one_line(tmp_path, pk):
+    # the host path not writable (here: a file where a directory must be)
+    (tmp_path / "host").write_text("")
+    res = subprocess.run([str(pk.VENV_NRI_SLA), "host-hook", "--host-root",
+                          str(tmp_path / "host"), "--config", "/dev/null",
+                          "--base-spec-template", str(pk.REPO / "hooks/base-runtime-spec.json")],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 3, res.stderr
+    assert res.stderr.startswith(f"nri-sla host-hook: cannot install under {tmp_path}/host: ")
+    assert len(res.stderr.splitlines()) == 1
+
+
 def test_chart_pod_values_take_effect():
     affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
         "nodeSelectorTerms": [{"matchExpressions": [

@@ -281,5 +281,6 @@ def test_removed_package_leaves_containerd_creating_containers(node, systemd, pa
             assert node.cgroup_values(inspect) == {"cpu.max": "max 100000",
                                                    "memory.max": "max"}  # nothing enforced
     finally:
-        reinstalled = systemd.run(["dpkg", "-i", str(package.deb)], timeout=300)
+        reinstalled = systemd.run(["dpkg", "--force-confold", "-i", str(package.deb)],
+                                  timeout=300)
         assert reinstalled.returncode == 0, reinstalled.stdout + reinstalled.stderr

@@ -26,6 +26,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
                       "plugin (nri-sla's choice becomes the grant)"),
     "status": ("status", "show each SLA container: enforced vs actual, drift, throttling "
                "(asks the running plugin)"),
+    "config": ("node_config", "check a node config file, show the one in effect, or print "
+               "the defaults"),
+    "containerd-config": ("containerd_config", "print or write the containerd settings "
+                          "nri-sla needs, as a drop-in for containerd's imports"),
+    "host-hook": ("host_hook", "put the OCI hook, its config and the base runtime spec on "
+                  "the host (the DaemonSet's initContainer)"),
     "version": ("version", "print nri-sla's version"),
 }
 

@@ -532,16 +532,19 @@ def _fields(source: str, data: Mapping, schema: _Schema, parent: str,
     return values
 
 
-def parse_config(text: str, source: str = "<config>") -> NodeConfig:
-    """Parse the text of a node config file. Empty text gives all defaults."""
+def check_config(text: str, source: str = "<config>") -> tuple[NodeConfig | None,
+                                                               list[ConfigError]]:
+    """The config in the text and every problem found, each with its field path (the
+    config is None when there is a problem). Empty text gives all defaults."""
     try:
         data = load(text, max_bytes=MAX_CONFIG_BYTES, max_depth=8)
     except YamlProblem as exc:
-        raise ConfigError(source, exc.path, exc.message) from None
+        return None, [ConfigError(source, exc.path, exc.message)]
     if data is None:
-        return NodeConfig(source=source)
+        return NodeConfig(source=source), []
     if not isinstance(data, Mapping):
-        raise ConfigError(source, "", f"must be a YAML mapping of settings, got {show(data)}")
+        return None, [ConfigError(source, "", f"must be a YAML mapping of settings, got "
+                                              f"{show(data)}")]
     errors: list[ConfigError] = []
     top = _fields(source, data, _TOP, "", errors)
     for name, (cls, schema) in _SECTIONS.items():
@@ -553,27 +556,38 @@ def parse_config(text: str, source: str = "<config>") -> NodeConfig:
                                                     f"{', '.join(schema)}, got {show(section)}"))
             continue
         top[name.replace("-", "_")] = cls(**_fields(source, section, schema, name, errors))
+    return (None, errors) if errors else (NodeConfig(source=source, **top), [])
+
+
+def parse_config(text: str, source: str = "<config>") -> NodeConfig:
+    """Parse the text of a node config file. Empty text gives all defaults."""
+    config, errors = check_config(text, source)
     if len(errors) == 1:
         raise errors[0]
     if errors:  # one error carrying every problem, each with its field path
         rest = "; ".join(str(e).removeprefix(f"{source}: ") for e in errors[1:])
         raise ConfigError(source, errors[0].field, f"{errors[0].message}; {rest}")
-    return NodeConfig(source=source, **top)
+    assert config is not None
+    return config
+
+
+def read_config_text(path: str) -> str:
+    """The text of a config file that must exist (at most MAX_CONFIG_BYTES + 1 read)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read(MAX_CONFIG_BYTES + 1)
+    except FileNotFoundError:
+        raise ConfigError(path, "", "does not exist (give an existing file, or no "
+                                    "--config for the defaults)") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(path, "", f"cannot be read: {exc}") from None
 
 
 def load_config(path: str | None = None) -> NodeConfig:
     """Read the node config. ``None`` reads DEFAULT_PATH when it exists, else defaults;
     an explicitly given path must exist."""
-    explicit = path is not None
-    path = DEFAULT_PATH if path is None else path
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read(MAX_CONFIG_BYTES + 1)
-    except FileNotFoundError:
-        if explicit:
-            raise ConfigError(path, "", "does not exist (give an existing file, or no "
-                                        "--config for the defaults)") from None
-        return NodeConfig()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(path, "", f"cannot be read: {exc}") from None
-    return parse_config(text, path)
+    if path is None:
+        if not os.path.exists(DEFAULT_PATH):
+            return NodeConfig()
+        path = DEFAULT_PATH
+    return parse_config(read_config_text(path), path)

@@ -32,6 +32,15 @@ RUNTIME_TIMEOUT = 10
 HOOK_TIMEOUT = 5
 
 
+# runc fails a container whose hook binary is missing. The base runtime spec outlives the
+# package (a conffile: `apt remove` keeps it, and containerd keeps what it loaded until it
+# restarts), so its hook runs through /bin/sh, which is always there, and does nothing
+# once nri-sla is gone: `sh -c SCRIPT $0 BINARY hook ARGS...`.
+SHELL = "/bin/sh"
+IF_INSTALLED = 'test -x "$1" || exit 0; exec "$@"'
+IF_INSTALLED_NAME = "nri-sla-hook-if-installed"  # $0: what ps and runc's errors show
+
+
 class HookSpecError(ValueError):
     pass
 
@@ -42,22 +51,25 @@ def _check_stage(stage: str) -> None:
 
 
 def hook_entry(stage: str = DEFAULT_STAGE, binary: str = DEFAULT_BINARY,
-               timeout: int = RUNTIME_TIMEOUT) -> dict[str, Any]:
-    """One OCI hook object (runtime-spec config.md#posix-platform-hooks)."""
+               timeout: int = RUNTIME_TIMEOUT, if_installed: bool = False) -> dict[str, Any]:
+    """One OCI hook object (runtime-spec config.md#posix-platform-hooks). `if_installed`:
+    through /bin/sh, exiting 0 when `binary` is not there (see SHELL)."""
     _check_stage(stage)
     if not os.path.isabs(binary):
         raise HookSpecError(f"hook binary must be an absolute path, got {binary!r}")
-    return {
-        "path": binary,
-        "args": [os.path.basename(binary), "hook", "--stage", stage,
-                 "--timeout", str(min(HOOK_TIMEOUT, max(timeout - 1, 1)))],
-        "timeout": timeout,
-    }
+    command = ["hook", "--stage", stage,
+               "--timeout", str(min(HOOK_TIMEOUT, max(timeout - 1, 1)))]
+    if if_installed:
+        return {"path": SHELL,
+                "args": ["sh", "-c", IF_INSTALLED, IF_INSTALLED_NAME, binary, *command],
+                "timeout": timeout}
+    return {"path": binary, "args": [os.path.basename(binary), *command], "timeout": timeout}
 
 
 def oci_hooks(stage: str = DEFAULT_STAGE, binary: str = DEFAULT_BINARY) -> dict[str, Any]:
-    """The `hooks` object of a config.json (e.g. containerd's base_runtime_spec)."""
-    return {stage: [hook_entry(stage, binary)]}
+    """The `hooks` object of a config.json: containerd's base_runtime_spec, which may
+    outlive the installation, hence the if-installed form."""
+    return {stage: [hook_entry(stage, binary, if_installed=True)]}
 
 
 def hook_spec(stage: str = DEFAULT_STAGE, binary: str = DEFAULT_BINARY) -> dict[str, Any]:
@@ -96,10 +108,13 @@ def fast_hook_entry(stage: str = DEFAULT_STAGE, python: str = "/usr/bin/python3"
 
 def is_sla_hook(path: str, args: list[str] | tuple[str, ...]) -> bool:
     """Whether an OCI hook entry runs the nri-sla hook, in any of the forms above
-    (`nri-sla hook ...`, `python3 -I -S .../nri_plugin/hook/__main__.py ...`), e.g. from
+    (`nri-sla hook ...`, its if-installed shell form, `python3 -I -S
+    .../nri_plugin/hook/__main__.py ...`), e.g. from
     containerd's base_runtime_spec: such a container was enforced by the hook."""
     if os.path.basename(path) == os.path.basename(DEFAULT_BINARY):
         return "hook" in args[1:2]
+    if path == SHELL and list(args[2:4]) == [IF_INSTALLED, IF_INSTALLED_NAME]:
+        return list(args[5:6]) == ["hook"]
     return any(a.endswith(os.path.join("nri_plugin", "hook", "__main__.py"))
                or a == "nri_plugin.hook" for a in args)
 

@@ -74,6 +74,10 @@ if ! pip_target 2>/dev/null; then
     pip_target
 fi
 rm -rf "${STAGE:?}$SITE/bin"  # console scripts of dependencies: unused, wrong paths
+# Extension modules as wheels ship them may carry debug info (uvloop's: 13.6 MB of 14):
+# stripped, as Debian strips what it packages. Needs binutils' strip.
+command -v strip >/dev/null || die "strip not found (apt-get install binutils)"
+find "$STAGE$SITE" -name '*.so' -type f -exec strip --strip-unneeded {} +
 # Byte-compile now, with the installed path recorded (tracebacks name real files, and
 # root-run hooks never write stray .pyc files that dpkg would not know about).
 "$PYTHON" -m compileall -q -j0 -d "$SITE" "$STAGE$SITE" >/dev/null
@@ -128,6 +132,12 @@ if [ -f "$REPO/hooks/nri-sla-hook.json" ]; then
     install -D -m 0644 "$REPO/hooks/nri-sla-hook.json" \
         "$STAGE/usr/share/containers/oci/hooks.d/nri-sla-hook.json"
 fi
+# nri-sla(1) and the bash completion, from the staged code's own parsers
+install -d "$STAGE/usr/share/man/man1" "$STAGE/usr/share/bash-completion/completions"
+PYTHONPATH="$STAGE$SITE" "$PYTHON" -S "$REPO/packaging/deb/cli_docs.py" man \
+    | gzip -9n > "$STAGE/usr/share/man/man1/nri-sla.1.gz"
+PYTHONPATH="$STAGE$SITE" "$PYTHON" -S "$REPO/packaging/deb/cli_docs.py" bash \
+    > "$STAGE/usr/share/bash-completion/completions/nri-sla"
 install -d "$STAGE/usr/share/doc/$PKG"
 install -m 0644 "$REPO"/docs/*.md "$STAGE/usr/share/doc/$PKG/"
 {
@@ -157,13 +167,44 @@ if [ "$1" = configure ] && [ -z "$DPKG_ROOT" ] && [ -d /run/systemd/system ]; th
 fi
 exit 0
 EOF
+# Removal must leave containerd able to create containers:
+# * prerm takes out the drop-in `nri-sla containerd-config --write` made (first line: its
+#   marker; never another file) before the binary goes. If that drop-in made containerd
+#   fail closed (required_plugins), containerd is restarted at once: it would refuse every
+#   new container without nri-sla. Otherwise the next containerd restart drops it.
+# * the base spec's hook exits 0 once /usr/bin/nri-sla is gone (nri_plugin/hookspec.py).
+# * dpkg deletes conffiles before postrm purge: prerm keeps a copy of the base spec, and
+#   postrm purge puts it back when a containerd config still names it (containerd does
+#   not start its CRI plugin when base_runtime_spec is missing), saying so.
 cat > "$STAGE/DEBIAN/prerm" <<'EOF'
 #!/bin/sh
 set -e
+SPEC=/etc/nri-sla/base-runtime-spec.json
+MARKER='# Written by `nri-sla containerd-config`'
 case "$1" in
     remove|deconfigure)
+        for dropin in "$DPKG_ROOT"/etc/containerd/conf.d/*.toml; do
+            [ -f "$dropin" ] && [ "$(head -c ${#MARKER} "$dropin")" = "$MARKER" ] || continue
+            if grep -q '^ *required_plugins' "$dropin"; then fail_closed=yes; fi
+            rm -f "$dropin"
+            echo "nri-sla: took out ${dropin#"$DPKG_ROOT"}" >&2
+        done
+        if [ -n "$fail_closed" ] && [ -z "$DPKG_ROOT" ] && [ -d /run/systemd/system ]; then
+            echo "nri-sla: restarting containerd: it required nri-sla (fail closed)" >&2
+            systemctl try-restart containerd.service || true
+        elif [ -n "$fail_closed" ]; then
+            echo "nri-sla: restart containerd now: it requires nri-sla (fail closed)" >&2
+        fi
+        if grep -rqs 'required_plugins.*nri-sla' "$DPKG_ROOT/etc/containerd"; then
+            echo "nri-sla: /etc/containerd still requires nri-sla (required_plugins): take" \
+                 "it out and restart containerd, or no container starts" >&2
+        fi
         if [ -z "$DPKG_ROOT" ] && [ -d /run/systemd/system ]; then
             systemctl stop nri-sla.service nri-sla-device-plugin.service || true
+        fi
+        if [ -f "$DPKG_ROOT$SPEC" ]; then
+            mkdir -p "$DPKG_ROOT/var/lib/nri-sla"
+            cp -p "$DPKG_ROOT$SPEC" "$DPKG_ROOT/var/lib/nri-sla/base-runtime-spec.json.kept"
         fi
         # .pyc files Python may have added beside the packaged ones
         find "$DPKG_ROOT/usr/lib/nri-sla" -name __pycache__ -type d -prune \
@@ -188,7 +229,16 @@ case "$1" in
         ;;
 esac
 if [ "$1" = purge ]; then
-    rm -rf "$DPKG_ROOT/etc/nri-sla" "$DPKG_ROOT/var/lib/nri-sla"
+    SPEC=/etc/nri-sla/base-runtime-spec.json
+    kept="$DPKG_ROOT/var/lib/nri-sla/base-runtime-spec.json.kept"
+    rm -rf "$DPKG_ROOT/etc/nri-sla"
+    if [ -f "$kept" ] && grep -rqsF "$SPEC" "$DPKG_ROOT/etc/containerd"; then
+        mkdir -p "$DPKG_ROOT/etc/nri-sla"
+        mv "$kept" "$DPKG_ROOT$SPEC"
+        echo "nri-sla: kept $SPEC: containerd's config still names it" \
+             "(base_runtime_spec); take that out, restart containerd, then delete it" >&2
+    fi
+    rm -rf "$DPKG_ROOT/var/lib/nri-sla"
 fi
 exit 0
 EOF

@@ -69,6 +69,22 @@ SKIPPED: dict[tuple[str, str], str] = {
     ("docs/operations.md", "sudo nri-sla status"): "root and a running plugin",
     ("docs/device-plugin.md", "nri-sla device-plugin [--config FILE] [--inventory FILE] "
      "[--socket-dir DIR] [--log-format text|json]"): "a synopsis, not a command",
+    # The node's own files: /etc/nri-sla and /etc/containerd, an installed containerd.
+    ("docs/config.md", "nri-sla config check /etc/nri-sla/config.yaml"):
+        "the node's config file; tests/commands/test_config_command.py checks its lines",
+    ("docs/config.md", "nri-sla config default > config.yaml"):
+        "writes a file; tests/commands/test_config_command.py checks that check accepts it",
+    ("docs/install.md", "nri-sla config check /etc/nri-sla/config.yaml"):
+        "the node's config file; tests/commands/test_config_command.py",
+    ("docs/install.md", "nri-sla config check"):
+        "the node's /etc/nri-sla/config.yaml; tests/commands/test_config_command.py",
+    ("docs/install.md", "nri-sla containerd-config"):
+        "an installed containerd (its --version); tests/commands/test_containerd_config.py "
+        "runs it with --containerd-version",
+    ("docs/install.md", "nri-sla containerd-config --write --dry-run"):
+        "the node's /etc/containerd; tests/commands/test_containerd_config.py",
+    ("docs/install.md", "nri-sla containerd-config --write"):
+        "writes into /etc/containerd; tests/commands/test_containerd_config.py",
 }
 
 

@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 from e2e_config import shipped_settings, toml_value
 
+from nri_plugin.hookspec import DEFAULT_BINARY
+
 pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
@@ -36,8 +38,9 @@ def nri_sla_executable() -> Path:
 def hooked(cluster):
     """A runtime handler "hooked" set up as the packaging sets up the fallback."""
     spec = json.loads((REPO / "hooks" / "base-runtime-spec.json").read_text())
-    for hook in spec["hooks"]["createRuntime"]:
-        hook["path"] = str(nri_sla_executable())  # the packaged /usr/bin path is not here
+    for hook in spec["hooks"]["createRuntime"]:  # the packaged /usr/bin path is not here
+        hook["args"] = [str(nri_sla_executable()) if a == DEFAULT_BINARY else a
+                        for a in hook["args"]]
     base_spec = cluster.base / "base-runtime-spec.json"
     base_spec.write_text(json.dumps(spec))
     cluster.add_runtime_handler("hooked", (

@@ -348,6 +348,8 @@ def test_packaged_hook_files_match_the_code():
     assert json.loads((top / "nri-sla-hook.json").read_text()) == hooks_d_document("prestart")
     base = json.loads((top / "base-runtime-spec.json").read_text())
     assert base["hooks"] == oci_hooks("createRuntime")
+    (entry,) = base["hooks"]["createRuntime"]
+    assert entry["path"] == "/bin/sh" and "/usr/bin/nri-sla" in entry["args"]
     assert base["process"]["terminal"] is False
     toml = (top / "containerd-config.toml.example").read_text()
     assert "base_runtime_spec" in toml and "pod_annotations" in toml
@@ -397,3 +399,38 @@ def test_no_decision_line_without_an_sla(tmp_path, h):
     log = tmp_path / "hook.log"
     emit(out, io.StringIO(), str(log))
     assert not log.exists()
+
+
+# ------------------------------------------------------------------ a removed installation
+
+
+def _run_hook_entry(entry: dict, binary: Path, stdin: str) -> subprocess.CompletedProcess:
+    """Run an OCI hook entry as runc does (execve of path with args as argv), the packaged
+    binary path swapped for `binary`."""
+    args = [str(binary) if a == "/usr/bin/nri-sla" else a for a in entry["args"]]
+    return subprocess.run(args, executable=entry["path"], input=stdin,
+                          capture_output=True, text=True, timeout=10)
+
+
+def test_base_spec_hook_does_nothing_once_nri_sla_is_gone(tmp_path):
+    # `apt remove` keeps the base spec (a conffile) and containerd keeps the spec it
+    # loaded: runc would fail every container whose hook binary is missing
+    from nri_plugin.hookspec import is_sla_hook, oci_hooks
+
+    (entry,) = oci_hooks("createRuntime")["createRuntime"]
+    assert is_sla_hook(entry["path"], entry["args"])
+    gone = _run_hook_entry(entry, tmp_path / "absent" / "nri-sla", '{"id": "c1"}')
+    assert (gone.returncode, gone.stdout, gone.stderr) == (0, "", "")
+
+
+def test_base_spec_hook_runs_nri_sla_when_installed(tmp_path):
+    from nri_plugin.hookspec import oci_hooks
+
+    # stands in for /usr/bin/nri-sla: its argv and stdin back, and a refusal's status
+    fake = tmp_path / "nri-sla"
+    fake.write_text("#!/bin/sh\nprintf '%s|' \"$@\"; cat; exit 1\n")
+    fake.chmod(0o755)
+    (entry,) = oci_hooks("createRuntime")["createRuntime"]
+    res = _run_hook_entry(entry, fake, '{"id": "c1"}')
+    assert res.returncode == 1  # a hard refusal still fails the container
+    assert res.stdout == 'hook|--stage|createRuntime|--timeout|5|{"id": "c1"}'

@@ -39,6 +39,8 @@ def build_deb(out_dir: Path, python: str, compress: str = "gzip") -> Path:
     if res.returncode != 0 and "could not fetch dependency wheels" in res.stderr:
         raise DebUnavailable("building the .deb needs PyPI once (pip wheel) or "
                              "NRI_SLA_WHEELHOUSE=a directory holding the dependency wheels")
+    if res.returncode != 0 and "strip not found" in res.stderr:
+        raise DebUnavailable("building the .deb needs strip (apt-get install binutils)")
     if res.returncode != 0 and "dpkg-deb not found" in res.stderr:
         raise DebUnavailable("building the .deb needs dpkg-deb (apt-get install dpkg-dev)")
     if res.returncode != 0:

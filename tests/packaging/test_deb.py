@@ -33,6 +33,8 @@ EXPECTED = [
     "./usr/share/nri-sla/containerd/config.toml.example",
     "./usr/share/nri-sla/containerd/config-1.7.toml.example",
     "./usr/share/doc/nri-sla/copyright",
+    "./usr/share/man/man1/nri-sla.1.gz",
+    "./usr/share/bash-completion/completions/nri-sla",
 ]
 
 
@@ -138,6 +140,45 @@ def test_package_code_not_the_checkout(unpacked):
     assert all(p.startswith(site) for p in res.stdout.split()), res.stdout
 
 
+def test_man_page_and_completion_cover_every_command_and_flag(unpacked, pk):
+    import gzip
+
+    from nri_plugin.cli import COMMANDS
+
+    man = pk.need_tool("man", "man-db")
+    page = unpacked / "usr/share/man/man1/nri-sla.1.gz"
+    shown = subprocess.run([man, "-l", str(page)], capture_output=True, text=True,
+                           env={"MANWIDTH": "200", "PATH": "/usr/bin:/bin"}, timeout=60)
+    assert shown.returncode == 0 and "warning" not in shown.stderr, shown.stderr
+    text = shown.stdout
+    roff = gzip.decompress(page.read_bytes()).decode()
+    completion = (unpacked / "usr/share/bash-completion/completions/nri-sla").read_text()
+    for name in COMMANDS:
+        assert f"nri-sla {name}\n" in text, name
+    for flag in ("--fail-closed", "--dry-run", "--containerd-version", "--host-root",
+                 "--metrics-address", "--log-level"):
+        assert flag in text and flag in completion, flag
+    assert "nri-sla config check" in text and roff.startswith(".TH NRI-SLA 1")
+    bash = pk.need_tool("bash", "bash")
+    script = (f"source {unpacked}/usr/share/bash-completion/completions/nri-sla; "
+              "COMP_WORDS=(nri-sla containerd-config --dr); COMP_CWORD=2; _nri_sla; "
+              'echo "${COMPREPLY[*]}"; COMP_WORDS=(nri-sla config sh); _nri_sla; '
+              'echo "${COMPREPLY[*]}"')
+    out = subprocess.run([bash, "--norc", "-c", script], capture_output=True, text=True,
+                         timeout=60)
+    assert out.stdout.splitlines() == ["--dry-run", "show"], out.stderr
+
+
+def test_extension_modules_are_stripped(unpacked, pk):
+    readelf = pk.need_tool("readelf", "binutils")
+    modules = sorted((unpacked / "usr/lib/nri-sla/site").rglob("*.so"))
+    assert any(m.name.startswith("loop.") for m in modules)  # uvloop's, 13.6 MB unstripped
+    for module in modules:
+        sections = subprocess.run([readelf, "-S", "-W", str(module)], capture_output=True,
+                                  text=True, check=True).stdout
+        assert ".debug_info" not in sections and ".symtab" not in sections, module
+
+
 def test_inventory_from_the_package(unpacked):
     if not (unpacked / "usr/lib/nri-sla/site/nri_plugin/commands/inventory.py").exists():
         pytest.skip("nri_plugin/commands/inventory.py not written yet: nothing to run")
@@ -146,9 +187,9 @@ def test_inventory_from_the_package(unpacked):
     assert res.stdout.strip()
 
 
-def test_install_and_purge_in_scratch_root(deb, tmp_path, pk):
+def scratch_dpkg(root: Path, pk) -> list[str]:
+    """A dpkg command line installing into an empty package database under root."""
     pk.need_tool("dpkg", "dpkg")
-    root = tmp_path / "root"
     admin = root / "var/lib/dpkg"
     for sub in ("info", "updates", "triggers"):
         (admin / sub).mkdir(parents=True)
@@ -157,8 +198,14 @@ def test_install_and_purge_in_scratch_root(deb, tmp_path, pk):
     # chrootless: the maintainer scripts run here with DPKG_ROOT=root (there is no
     # shell inside the scratch root); python3 is not in its database, hence
     # --force-depends.
-    dpkg = ["dpkg", f"--root={root}", "--force-script-chrootless", "--force-depends",
+    return ["dpkg", f"--root={root}", "--force-script-chrootless", "--force-depends",
             "--log=/dev/null"]
+
+
+def test_install_and_purge_in_scratch_root(deb, tmp_path, pk):
+    root = tmp_path / "root"
+    admin = root / "var/lib/dpkg"
+    dpkg = scratch_dpkg(root, pk)
     res = subprocess.run([*dpkg, "-i", str(deb)], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     status = subprocess.run([*dpkg, "-s", "nri-sla"], capture_output=True, text=True)
@@ -190,6 +237,54 @@ def test_install_and_purge_in_scratch_root(deb, tmp_path, pk):
         assert not (root / gone).exists(), gone
     status = subprocess.run([*dpkg, "-s", "nri-sla"], capture_output=True, text=True)
     assert status.returncode != 0  # purged: unknown to dpkg
+
+
+def test_removal_leaves_containerd_a_working_config(deb, tmp_path, pk):
+    """remove takes out the drop-in `containerd-config --write` made (never another
+    file); purge keeps the base spec while a containerd config still names it."""
+    root = tmp_path / "root"
+    dpkg = scratch_dpkg(root, pk)
+    res = subprocess.run([*dpkg, "-i", str(deb)], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    spec = root / "etc/nri-sla/base-runtime-spec.json"
+    shipped_spec = spec.read_text()
+    conf_d = root / "etc/containerd/conf.d"
+    ours = conf_d / "nri-sla.toml"
+    write = subprocess.run(
+        [str(pk.VENV_NRI_SLA), "containerd-config", "--containerd-version", "2.2",
+         "--fail-closed", "--write", str(ours), "--base-runtime-spec", str(spec),
+         "--main-config", str(root / "etc/containerd/config.toml")],
+        capture_output=True, text=True, timeout=60)
+    assert write.returncode == 0, write.stderr
+    foreign = conf_d / "registry.toml"
+    foreign.write_text("version = 3\n")
+    # an operator who merged the example into the main config by hand
+    (root / "etc/containerd/config.toml").write_text(
+        'version = 3\n[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]\n'
+        '  base_runtime_spec = "/etc/nri-sla/base-runtime-spec.json"\n')
+    res = subprocess.run([*dpkg, "--remove", "nri-sla"], capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert not ours.exists() and foreign.read_text() == "version = 3\n"
+    assert "took out /etc/containerd/conf.d/nri-sla.toml" in res.stderr
+    assert "restart containerd now: it requires nri-sla (fail closed)" in res.stderr
+    assert not (root / "usr/bin/nri-sla").exists()
+    assert spec.read_text() == shipped_spec  # a conffile: remove keeps it
+    res = subprocess.run([*dpkg, "--purge", "nri-sla"], capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert spec.read_text() == shipped_spec  # still named by containerd's config
+    assert sorted(p.name for p in spec.parent.iterdir()) == [spec.name]
+    assert "kept /etc/nri-sla/base-runtime-spec.json" in res.stderr
+    assert not (root / "var/lib/nri-sla").exists()
+    # once the operator takes the setting out, a purge leaves nothing
+    (root / "etc/containerd/config.toml").write_text("version = 3\n")
+    res = subprocess.run([*dpkg, "-i", str(deb)], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    res = subprocess.run([*dpkg, "--purge", "nri-sla"], capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert not (root / "etc/nri-sla").exists() and "kept" not in res.stderr
 
 
 def test_build_script_syntax(pk):

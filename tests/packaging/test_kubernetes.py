@@ -53,6 +53,7 @@ FUNCS = {
     "nindent": lambda n, s: "\n" + _indent(int(n), s),
     "quote": lambda s: json.dumps(_show(s)),
     "default": lambda d, v: v if _truthy(v) else d,
+    "or": lambda *values: next((v for v in values if _truthy(v)), values[-1]),
     "sha256sum": lambda s: hashlib.sha256(s.encode()).hexdigest(),
     "print": lambda *parts: "".join(_show(p) for p in parts),  # strings: no spaces between
     # Helm names a chart's templates <chart>/templates/<file> (.Template.BasePath/<file>).
@@ -239,7 +240,10 @@ def test_volumes_mounts_and_host_paths(manifest):
     host = {v["hostPath"]["path"]: (v["name"], v["hostPath"]["type"])
             for v in volumes.values() if "hostPath" in v}
     assert set(host) == {"/var/run/nri", "/sys", "/sys/fs/cgroup", "/dev", "/var/lib/nri-sla",
-                         "/var/lib/kubelet/pod-resources"}
+                         "/var/lib/kubelet/pod-resources", "/opt/nri-sla", "/etc/nri-sla"}
+    # the host's /opt/nri-sla and /etc/nri-sla are the initContainer's alone
+    assert {host["/opt/nri-sla"][0], host["/etc/nri-sla"][0]}.isdisjoint(
+        m["name"] for m in ctr["volumeMounts"])
     # The kubelet's PodResources socket (gpu.podresources-socket): connect() to a unix
     # socket works through a read-only bind mount (only the superblock's flag counts).
     assert mounts["/var/lib/kubelet/pod-resources"]["readOnly"] is True
@@ -253,6 +257,122 @@ def test_volumes_mounts_and_host_paths(manifest):
     cm_name = _by_kind(manifest, "ConfigMap")["metadata"]["name"]
     assert volumes["config"]["configMap"]["name"] == cm_name
     assert mounts["/etc/nri-sla"]["readOnly"] is True
+
+
+def test_host_hook_init_container_installs_the_configmaps_policy(manifest, tmp_path, pk):
+    """The initContainer runs `nri-sla host-hook` from the plugin's image, with the same
+    ConfigMap mounted where the plugin reads it; run here against a scratch host root,
+    the hook it installs runs on its own (its own interpreter copy) with that config."""
+    from nri_plugin.commands import host_hook
+    from nri_plugin.hookspec import oci_hooks
+    from nri_plugin.hostinstall import HOST_BINARY, install
+
+    pod = _by_kind(manifest, "DaemonSet")["spec"]["template"]["spec"]
+    (init,) = pod["initContainers"]
+    (ctr,) = pod["containers"]
+    assert init["image"] == ctr["image"]
+    assert init["command"] == ["nri-sla", "host-hook"]
+    parser = argparse.ArgumentParser(exit_on_error=False)
+    host_hook.add_arguments(parser)
+    args = parser.parse_args(init["args"])
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["mountPath"]: m["name"] for m in init["volumeMounts"]}
+    plugin_mounts = {m["mountPath"]: m["name"] for m in ctr["volumeMounts"]}
+    # one policy: the file the initContainer installs is the one the plugin reads
+    assert args.config == "/etc/nri-sla/config.yaml"
+    assert mounts["/etc/nri-sla"] == plugin_mounts["/etc/nri-sla"] == "config"
+    for host_dir in ("/opt/nri-sla", "/etc/nri-sla"):
+        volume = volumes[mounts[args.host_root + host_dir]]
+        assert volume["hostPath"] == {"path": host_dir, "type": "DirectoryOrCreate"}
+    # the Dockerfile puts the spec template where the command looks by default
+    assert f"COPY hooks/base-runtime-spec.json {args.base_spec_template}" in (
+        pk.REPO / "Dockerfile").read_text()
+
+    configmap = tmp_path / "configmap" / "config.yaml"
+    configmap.parent.mkdir()
+    configmap.write_text(_by_kind(manifest, "ConfigMap")["data"]["config.yaml"])
+    host = tmp_path / "host"
+    done = install(host, str(configmap), pk.REPO / "hooks" / "base-runtime-spec.json")
+    assert done.config.read_text() == configmap.read_text()
+    spec = json.loads(done.base_spec.read_text())
+    shipped = json.loads((pk.REPO / "hooks" / "base-runtime-spec.json").read_text())
+    assert spec["hooks"] == oci_hooks("createRuntime", HOST_BINARY)
+    assert {k: v for k, v in spec.items() if k != "hooks"} == {
+        k: v for k, v in shipped.items() if k != "hooks"}
+    version = subprocess.run([str(done.binary), "version"], capture_output=True, text=True,
+                             timeout=60, env={"PATH": "/usr/bin:/bin"})
+    assert version.returncode == 0 and version.stdout.startswith("nri-sla "), version.stderr
+    # the copied interpreter runs from the copy, not from the image's prefix
+    where = subprocess.run([str(done.runtime / "bin" / "python3"), "-I", "-S", "-c",
+                            "import os; print(os.__file__)"], capture_output=True, text=True,
+                           timeout=60, env={"LD_LIBRARY_PATH": str(done.runtime / "lib")})
+    assert where.stdout.startswith(str(done.runtime)), where
+    # a second start replaces the runtime and leaves one
+    again = install(host, str(configmap), pk.REPO / "hooks" / "base-runtime-spec.json")
+    assert again.runtime != done.runtime
+    assert [p.name for p in (host / "opt/nri-sla").glob("runtime-*")] == [again.runtime.name]
+    assert (host / "opt/nri-sla/current").readlink() == Path(again.runtime.name)
+
+
+def test_host_hook_refuses_a_config_that_does_not_validate(tmp_path, pk):
+    from nri_plugin.config import ConfigError
+    from nri_plugin.hostinstall import install
+
+    bad = tmp_path / "config.yaml"
+    bad.write_text("enforcement: sometimes\n")
+    with pytest.raises(ConfigError, match="enforcement"):
+        install(tmp_path / "host", str(bad), pk.REPO / "hooks" / "base-runtime-spec.json")
+    assert not (tmp_path / "host").exists()
+
+
+def test_host_hook_command_failures_are_one_line(tmp_path, pk):
+    # the host path not writable (here: a file where a directory must be)
+    (tmp_path / "host").write_text("")
+    res = subprocess.run([str(pk.VENV_NRI_SLA), "host-hook", "--host-root",
+                          str(tmp_path / "host"), "--config", "/dev/null",
+                          "--base-spec-template", str(pk.REPO / "hooks/base-runtime-spec.json")],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 3, res.stderr
+    assert res.stderr.startswith(f"nri-sla host-hook: cannot install under {tmp_path}/host: ")
+    assert len(res.stderr.splitlines()) == 1
+
+
+def test_chart_pod_values_take_effect():
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}]}]}}}
+    docs = render_chart({"imagePullSecrets": [{"name": "regcred"}], "affinity": affinity,
+                         "podAnnotations": {"example.com/team": "platform"},
+                         "extraArgs": ["--log-level", "debug"],
+                         "extraEnv": [{"name": "TZ", "value": "UTC"}]})
+    template = _by_kind(docs, "DaemonSet")["spec"]["template"]
+    pod = template["spec"]
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+    assert pod["affinity"] == affinity
+    annotations = template["metadata"]["annotations"]
+    assert annotations["example.com/team"] == "platform"
+    assert annotations["tolerate-missing-plugins.nri.io"] == "true"  # kept beside them
+    (ctr,) = pod["containers"]
+    assert ctr["args"][-2:] == ["--log-level", "debug"]
+    assert ctr["env"] == [{"name": "TZ", "value": "UTC"}]
+    from nri_plugin.commands import run
+
+    parser = argparse.ArgumentParser(exit_on_error=False)
+    run.add_arguments(parser)
+    assert parser.parse_args(ctr["args"]).log_level == "debug"
+    both = render_chart({"nvidiaVisibleDevices": "all",
+                         "extraEnv": [{"name": "TZ", "value": "UTC"}]})
+    (ctr,) = _by_kind(both, "DaemonSet")["spec"]["template"]["spec"]["containers"]
+    assert ctr["env"] == [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
+                          {"name": "TZ", "value": "UTC"}]
+
+
+def test_chart_can_leave_the_host_alone():
+    pod = _by_kind(render_chart({"hostHook": {"enabled": False}}), "DaemonSet")["spec"][
+        "template"]["spec"]
+    assert "initContainers" not in pod
+    assert not {"/opt/nri-sla", "/etc/nri-sla"} & {
+        v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
 
 
 def test_probes_use_the_health_port_not_the_metrics_port(manifest):
@@ -387,9 +507,15 @@ def test_objects_match_the_kubernetes_openapi_schema(manifest, source):
                "OpenAPI schemas)")
     docs = {"manifest": lambda: manifest,
             "chart-defaults": render_chart,
-            "chart-overrides": lambda: render_chart({"runtimeClassName": "nvidia",
-                                                     "nvidiaVisibleDevices": "all",
-                                                     "devicePlugin": {"enabled": True}})
+            "chart-overrides": lambda: render_chart({
+                "runtimeClassName": "nvidia", "nvidiaVisibleDevices": "all",
+                "devicePlugin": {"enabled": True}, "imagePullSecrets": [{"name": "regcred"}],
+                "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchExpressions": [
+                        {"key": "gpu", "operator": "Exists"}]}]}}},
+                "podAnnotations": {"example.com/team": "platform"},
+                "extraArgs": ["--log-level", "debug"],
+                "extraEnv": [{"name": "TZ", "value": "UTC"}]})
             }[source]()
     for doc in docs:
         # strict: unknown fields (typos such as "readOnlly") are errors too

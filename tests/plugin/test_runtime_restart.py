@@ -148,13 +148,15 @@ def test_which_containers_count_as_created_unenforced(tmp_path, caplog):
     sla = {"sla.nri.io/container.app": "cpu: {limit: 1}"}
     made = {}
     for name, asked in (("bare", sla), ("plain", None), ("hooked", sla),
-                        ("fast-hooked", sla), ("sidecar", sla), ("stopped", sla),
-                        ("forged", sla), ("invalid", {"sla.nri.io/pod": "cpu: 7"})):
+                        ("fast-hooked", sla), ("shell-hooked", sla), ("sidecar", sla),
+                        ("stopped", sla), ("forged", sla),
+                        ("invalid", {"sla.nri.io/pod": "cpu: 7"})):
         pod = make_pod(name, annotations=asked)
         ctr = make_container(pod, "side" if name == "sidecar" else "app",
                              state=pb.CONTAINER_RUNNING)
         made[name] = (pod, ctr)
-    for name, entry in (("hooked", hook_entry()), ("fast-hooked", fast_hook_entry())):
+    for name, entry in (("hooked", hook_entry()), ("fast-hooked", fast_hook_entry()),
+                        ("shell-hooked", hook_entry(if_installed=True))):
         made[name][1].hooks.create_runtime.add(path=entry["path"], args=entry["args"])
     made["stopped"][1].state = pb.CONTAINER_STOPPED
     made["forged"][1].annotations["sla.nri.io/applied"] = '{"v":2}'

@@ -259,3 +259,28 @@ def test_daemon_reload_keeps_the_nri_values_and_resets_the_hooks(node, systemd):
     after = {name: node.cgroup_values(inspect) for name, inspect in pods.items()}
     assert after == {"nri-path": {"cpu.max": "50000 100000", "memory.max": str(128 * MIB)},
                      "hook-path": {"cpu.max": "max 100000", "memory.max": "max"}}
+
+
+def test_removed_package_leaves_containerd_creating_containers(node, systemd, package):
+    """`apt remove`: the binary goes, the base spec (a conffile) stays, and containerd
+    runs its hook for every container, before and after a restart: the hook's /bin/sh
+    entry exits 0 without nri-sla. The shipped config merged by hand still requires
+    nri-sla on 2.x, which the removal says (prerm); the pods here tolerate it."""
+    removed = systemd.run(["dpkg", "--remove", "nri-sla"], timeout=300)
+    try:
+        assert removed.returncode == 0, removed.stdout + removed.stderr
+        assert not Path("/usr/bin/nri-sla").exists()
+        assert Path("/etc/nri-sla/base-runtime-spec.json").is_file()
+        if node.major >= 2:
+            assert "still requires nri-sla (required_plugins)" in removed.stderr
+        annotations = {"sla.nri.io/pod": SLA, TOLERATE: "true"}
+        for name in ("after-remove", "after-restart"):
+            if name == "after-restart":  # containerd reads the base spec file again
+                sh("systemctl", "restart", "containerd", timeout=240)
+            inspect = node.run_pod(name, annotations)  # created and started
+            assert node.cgroup_values(inspect) == {"cpu.max": "max 100000",
+                                                   "memory.max": "max"}  # nothing enforced
+    finally:
+        reinstalled = systemd.run(["dpkg", "--force-confold", "-i", str(package.deb)],
+                                  timeout=300)
+        assert reinstalled.returncode == 0, reinstalled.stdout + reinstalled.stderr

@@ -1,0 +1,40 @@
+"""A NodeConfig written back as the YAML mapping of its file (`nri-sla config show` and
+`default`): every key of the schema, in the schema's order, each value in a form the
+parser takes back unchanged (tests/commands/test_config_command.py holds it to that)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from nri_plugin.config import KEY_ATTRIBUTES, Cap, NodeConfig
+
+
+def _file_value(value: Any, key: str) -> Any:
+    if isinstance(value, Cap):
+        return str(value) if value.percent else int(value.value)
+    if isinstance(value, tuple):
+        return list(value)
+    if value is None and key == "cgroup.version":
+        return "auto"  # None: detected at start
+    return value
+
+
+def config_mapping(config: NodeConfig) -> dict[str, Any]:
+    """The config as the nested mapping its file would hold."""
+    mapping: dict[str, Any] = {}
+    for key, attributes in KEY_ATTRIBUTES.items():
+        value: Any = config
+        for attribute in attributes:
+            value = getattr(value, attribute)
+        *sections, name = key.split(".")
+        target = mapping
+        for section in sections:
+            target = target.setdefault(section, {})
+        target[name] = _file_value(value, key)
+    return mapping
+
+
+def config_yaml(config: NodeConfig) -> str:
+    return yaml.safe_dump(config_mapping(config), sort_keys=False, default_flow_style=False)

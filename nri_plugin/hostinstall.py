@@ -1,0 +1,159 @@
+"""The OCI hook put on the host from the DaemonSet's image (its initContainer runs
+`nri-sla host-hook`): the DaemonSet route's fallback, with the ConfigMap as its policy.
+
+runc runs the hook on the host, where neither this image's Python nor nri-sla exist. So
+the interpreter that runs this code is copied there with what nri-sla needs:
+
+    /opt/nri-sla/runtime-<version>-<id>/  bin/python3, lib/ (libpython, stdlib), site/
+    /opt/nri-sla/current -> runtime-...   switched by rename: a hook starting meanwhile
+                                          sees the old or the new tree, never half
+    /opt/nri-sla/bin/nri-sla              sh launcher: current's python3 -I -S
+    /etc/nri-sla/config.yaml              the ConfigMap's file (the hook's default path)
+    /etc/nri-sla/base-runtime-spec.json   the shipped base spec, its hook running the
+                                          launcher through /bin/sh (exits 0 once gone)
+
+A config that does not validate is not installed (the hook would refuse every SLA pod).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import sys
+import sysconfig
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+import nri_plugin
+from nri_plugin.config import parse_config, read_config_text
+from nri_plugin.hookspec import DEFAULT_STAGE, oci_hooks
+
+HOST_DIR = "/opt/nri-sla"
+HOST_BINARY = f"{HOST_DIR}/bin/nri-sla"
+HOST_CONFIG = "/etc/nri-sla/config.yaml"
+HOST_BASE_SPEC = "/etc/nri-sla/base-runtime-spec.json"
+# Not needed by any nri-sla command; most of the standard library's size.
+SKIPPED_STDLIB = {"site-packages", "dist-packages", "test", "idlelib", "tkinter",
+                  "turtledemo", "ensurepip", "lib2to3", "pydoc_data"}
+LAUNCHER = """#!/bin/sh
+# nri-sla on the host, put here by the nri-sla DaemonSet (nri_plugin/hostinstall.py)
+here=$(dirname "$(readlink -f "$0")")/../current
+LD_LIBRARY_PATH="$here/lib" exec "$here/bin/python3" -I -S "$here/nri-sla.py" "$@"
+"""
+ENTRY = """import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "site"))
+from nri_plugin.cli import main  # noqa: E402
+
+sys.exit(main())
+"""
+
+
+@dataclass(frozen=True)
+class HostInstall:
+    runtime: Path  # the runtime directory now current
+    binary: Path
+    config: Path
+    base_spec: Path
+
+
+def _requirement_names(dist: metadata.Distribution) -> list[str]:
+    names = []
+    for requirement in dist.requires or ():
+        if "extra ==" in requirement:
+            continue  # test and tool extras
+        match = re.match(r"[A-Za-z0-9._-]+", requirement)
+        if match:
+            names.append(match.group(0))
+    return names
+
+
+def _dependency_files(root: str = "nri-sla") -> list[tuple[Path, str]]:
+    """(file, path relative to its site dir) of every distribution nri-sla needs, nri-sla
+    itself excepted (it may be an editable install: nri_plugin is copied from its code)."""
+    seen: set[str] = set()
+    files: list[tuple[Path, str]] = []
+    pending = _requirement_names(metadata.distribution(root))
+    while pending:
+        name = pending.pop().lower().replace("_", "-")
+        if name in seen:
+            continue
+        seen.add(name)
+        dist = metadata.distribution(name)
+        pending += _requirement_names(dist)
+        for file in dist.files or ():
+            if ".." in file.parts or "__pycache__" in file.parts:
+                continue  # console scripts outside the site dir; stale caches
+            files.append((Path(dist.locate_file(file)), str(file)))
+    return files
+
+
+def _copy_tree(source: Path, target: Path, skip: set[str] = frozenset()) -> None:
+    # config-3.X-<arch>: the static libpython and build files, for compiling extensions
+    shutil.copytree(source, target, symlinks=True, dirs_exist_ok=True,
+                    ignore=lambda _dir, names: [n for n in names if n in skip
+                                                or n.startswith("config-3")])
+
+
+def _copy_runtime(target: Path) -> None:
+    version = f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    (target / "bin").mkdir(parents=True)
+    shutil.copy2(os.path.realpath(sys.executable), target / "bin" / "python3")
+    libdir = Path(sysconfig.get_config_var("LIBDIR") or "/nonexistent")
+    library = sysconfig.get_config_var("LDLIBRARY") or ""
+    (target / "lib").mkdir()
+    if library.endswith(".so") or ".so." in library:  # a shared libpython
+        for path in libdir.glob(f"lib{version}*.so*"):
+            if path.is_symlink():  # libpython3.X.so -> libpython3.X.so.1.0
+                (target / "lib" / path.name).symlink_to(os.readlink(path))
+            else:
+                shutil.copy2(path, target / "lib" / path.name)
+    _copy_tree(Path(sysconfig.get_paths()["stdlib"]), target / "lib" / version,
+               SKIPPED_STDLIB)
+    site = target / "site"
+    _copy_tree(Path(nri_plugin.__file__).parent, site / "nri_plugin", {"__pycache__"})
+    for path, relative in _dependency_files():
+        (site / relative).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, site / relative)
+    (target / "nri-sla.py").write_text(ENTRY)
+
+
+def _write(path: Path, text: str, mode: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".nri-sla-tmp")
+    tmp.write_text(text)
+    tmp.chmod(mode)
+    os.replace(tmp, path)
+
+
+def install(host_root: Path, config: str, base_spec_template: Path) -> HostInstall:
+    """Put the hook, its policy and the base spec under host_root (the host's / as the
+    initContainer mounts it). Raises ConfigError for a config that does not validate."""
+    text = read_config_text(config)
+    parse_config(text, config)
+    top = host_root / HOST_DIR.lstrip("/")
+    # a new name each time (an initContainer is often PID 1): the current tree stays whole
+    # until the link moves
+    runtime = top / f"runtime-{nri_plugin.__version__}-{secrets.token_hex(4)}"
+    _copy_runtime(runtime)
+    link = top / "current.nri-sla-tmp"
+    link.unlink(missing_ok=True)
+    link.symlink_to(runtime.name)
+    os.replace(link, top / "current")
+    for old in top.glob("runtime-*"):  # what no hook can start any more
+        if old != runtime:
+            shutil.rmtree(old, ignore_errors=True)
+    binary = host_root / HOST_BINARY.lstrip("/")
+    _write(binary, LAUNCHER, 0o755)
+    config_path = host_root / HOST_CONFIG.lstrip("/")
+    _write(config_path, text, 0o644)
+    spec = json.loads(base_spec_template.read_text())
+    spec["hooks"] = oci_hooks(DEFAULT_STAGE, HOST_BINARY)
+    spec_path = host_root / HOST_BASE_SPEC.lstrip("/")
+    _write(spec_path, json.dumps(spec, indent=2) + "\n", 0o644)
+    return HostInstall(runtime, binary, config_path, spec_path)

@@ -4,8 +4,8 @@ The same Cluster (e2e_cluster.py) with CRI-O as the daemon: everything under one
 directory (config, storage root and run root, the CRI socket, the NRI socket, hooks.d,
 runc's state root), the cgroupfs manager, pods in the host network namespace under a
 private cgroup parent. CRI-O has no image import: the suite's OCI archive is served by a
-tiny local registry on 127.0.0.1 (plain HTTP, named in `insecure_registries`) and pulled
-once with crictl. Enabled by NRI_SLA_CRIO (conftest.py).
+tiny local registry on 127.0.0.1 (plain HTTP, `insecure` in a private registries.conf) and
+pulled once with crictl. Enabled by NRI_SLA_CRIO (conftest.py).
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
-from e2e_cluster import Cluster, ClusterError
+from e2e_cluster import Cluster, ClusterError, PodFiles
 
 INDEX = "application/vnd.oci.image.index.v1+json"
 
@@ -118,9 +119,11 @@ class ArchiveRegistry:
         self.server.server_close()
 
 
-def render_crio_config(base: Path, bins: CrioBinaries, registry: str) -> str:
+def render_crio_config(base: Path, bins: CrioBinaries, image: str) -> str:
     """CRI-O's config for one private instance: every path under `base`, cgroupfs, NRI on
-    at base/nri.sock, hooks.d at base/hooks.d (empty until a test installs a hook)."""
+    at base/nri.sock, hooks.d at base/hooks.d (empty until a test installs a hook). The
+    suite's image is the pause image too: CRI-O pulls it for every pod even when it drops
+    the infra container (host-network pods, drop_infra_ctr)."""
     return f"""\
 [crio]
 root = "{base}/root"
@@ -152,7 +155,8 @@ monitor_cgroup = "pod"
 
 [crio.image]
 signature_policy = "{base}/policy.json"
-insecure_registries = ["{registry}"]
+pause_image = "{image}"
+pause_command = "/bin/sleep"
 short_name_mode = "disabled"
 
 [crio.network]
@@ -201,13 +205,16 @@ class CrioNode(Cluster):
     def prepare(self) -> None:
         self.major, self.minor, _ = crio_version(self.bins.crio)
         for d in ("root", "run", "runc", "nri/plugins", "nri/conf.d", "cni/net.d", "pods",
-                  "hooks.d", "logs", "exits", "attach", "ns", "crio.conf.d"):
+                  "hooks.d", "logs", "exits", "attach", "ns", "crio.conf.d", "registries.conf.d"):
             (self.base / d).mkdir(parents=True, exist_ok=True)
         (self.base / "policy.json").write_text(
             '{"default": [{"type": "insecureAcceptAnything"}]}\n')
         assert self.registry is not None
-        (self.base / "crio.conf").write_text(
-            render_crio_config(self.base, self.bins, self.registry.address))
+        (self.base / "crio.conf").write_text(render_crio_config(self.base, self.bins, self.image))
+        # CRI-O 1.36 reads insecure registries only from registries.conf (containers/image);
+        # its hidden --registries-conf(-dir) flags point it at this one, not the host's.
+        (self.base / "registries.conf").write_text(
+            f'[[registry]]\nlocation = "{self.registry.address}"\ninsecure = true\n')
         (self.base / "crictl.yaml").write_text(
             f"runtime-endpoint: unix://{self.sock}\nimage-endpoint: unix://{self.sock}\n"
             "timeout: 30\ndebug: false\npull-image-on-create: false\n")
@@ -220,7 +227,9 @@ class CrioNode(Cluster):
             log.flush()
             self.proc = subprocess.Popen(
                 [str(self.bins.crio), "--config", str(self.base / "crio.conf"),
-                 "--config-dir", str(self.base / "crio.conf.d"), "--log-level", "info"],
+                 "--config-dir", str(self.base / "crio.conf.d"), "--log-level", "info",
+                 "--registries-conf", str(self.base / "registries.conf"),
+                 "--registries-conf-dir", str(self.base / "registries.conf.d")],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
                 start_new_session=True)
         deadline = time.monotonic() + timeout
@@ -246,6 +255,19 @@ class CrioNode(Cluster):
                               timeout)
         print("evidence: crio log:", *lines, sep="\n  ")
         return lines
+
+    def pod_files(self, *args: Any, **kw: Any) -> PodFiles:
+        """Cluster's pod, with its own PID namespace per container: then CRI-O drops the
+        infra container (drop_infra_ctr), whose oom_score_adj -998 an unprivileged
+        sandbox (as the test host) cannot set."""
+        files = super().pod_files(*args, **kw)
+        pod = json.loads(files.pod.read_text())
+        pod["linux"]["security_context"]["namespace_options"]["pid"] = 1  # CONTAINER
+        files.pod.write_text(json.dumps(pod))
+        ctr = json.loads(files.container.read_text())
+        ctr.setdefault("linux", {})["security_context"] = {"namespace_options": {"pid": 1}}
+        files.container.write_text(json.dumps(ctr))
+        return files
 
     def install_hook(self, document: dict) -> Path:
         """A hooks.d file, as the package installs nri-sla-hook.json (CRI-O reads the

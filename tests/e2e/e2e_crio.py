@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import tarfile
 import threading
@@ -255,6 +256,13 @@ class CrioNode(Cluster):
                               timeout)
         print("evidence: crio log:", *lines, sep="\n  ")
         return lines
+
+    def add_drop_in(self, source: Path) -> None:
+        """A crio.conf.d drop-in (as an operator installs the packaged ones): crio stopped
+        cleanly, the file added to its --config-dir, crio started again (state kept)."""
+        self.kill(signal.SIGTERM)
+        (self.base / "crio.conf.d" / source.name).write_text(source.read_text())
+        self.start()
 
     def pod_files(self, *args: Any, **kw: Any) -> PodFiles:
         """Cluster's pod, with its own PID namespace per container: then CRI-O drops the

@@ -106,6 +106,29 @@ def test_nri_strips_a_forged_record(crio, crio_plugin):
     assert crio.spec_annotations(pc)["sla.nri.io/applied"] != FORGED
 
 
+def test_fail_closed_drop_in_requires_nri_sla(crio, plugins, sla_plugin_argv):
+    """The packaged 51-nri-sla-fail-closed.conf (CRI-O >= 1.34): without nri-sla CRI-O
+    refuses to create a container, the toleration annotation lets one through, and with
+    nri-sla connected the SLA lands."""
+    if (crio.major, crio.minor) < (1, 34):
+        pytest.skip("NRI's default validator needs CRI-O 1.34 or later")
+    crio.add_drop_in(REPO / "packaging" / "crio" / "51-nri-sla-fail-closed.conf")
+    with pytest.raises(crio.Error) as err:
+        crio.run_pod("unguarded", {"sla.nri.io/pod": POD_SLA})
+    print("evidence: refused without nri-sla:", err.value)
+    assert "nri-sla" in str(err.value)
+    tolerated = crio.run_pod("tolerated", {
+        "tolerate-missing-nri-plugins.noderesource.dev": "true"})
+    assert crio.cgroup(tolerated).cpu_quota == -1
+    argv = [*sla_plugin_argv, "--config", str(node_config(crio)), "--socket",
+            str(crio.nri_sock), "--name", "nri-sla", "--index", "50",
+            "--metrics-address", ""]
+    plugins.start(argv, "nri-sla")
+    crio.wait_plugin_synchronized("50-nri-sla")
+    pc = crio.run_pod("guarded", {"sla.nri.io/pod": POD_SLA})
+    assert triple(crio.cgroup(pc)) == (50000, 100000, 256 << 20)
+
+
 # -- through the hook (no plugin) -----------------------------------------------------------
 
 def test_hook_pod_sla_lands_in_real_cgroup(crio, crio_hook):

@@ -29,8 +29,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nri-version", default=NEWEST_NRI, type=nri_version,
                         metavar="vX.Y.Z|unversioned",
                         help=f"the NRI version the node's runtime speaks (default {NEWEST_NRI}: "
-                             "containerd 2.3; `unversioned`: runtimes that send none, "
-                             "containerd 1.7 to 2.1); numa.memory-policy needs v0.12")
+                             "containerd 2.3; v0.11.0: CRI-O 1.35-1.36, containerd 2.2.1+; v0.8.0: "
+                             "containerd 1.7.26 to 2.1; `unversioned`: a runtime that sends "
+                             "none and whose release nri-sla does not know); "
+                             "numa.memory-policy needs v0.12")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 

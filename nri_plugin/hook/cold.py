@@ -17,7 +17,7 @@ from typing import Any
 from nri_plugin.config import ConfigError, NodeConfig, load_config
 from nri_plugin.core import NodeState, decide, node_allocator
 from nri_plugin.core.decision import Decision, parse_sla
-from nri_plugin.core.recordkey import RecordKeyError, load_key
+from nri_plugin.core.recordkey import NoRecordKey, RecordKeyError, load_key
 from nri_plugin.enforce.blockdev import resolve_io_device
 from nri_plugin.enforce.capabilities import detect_capabilities
 from nri_plugin.enforce.cgpaths import CgroupFacts, CgroupPaths
@@ -60,11 +60,16 @@ def enforce(opts: HookOptions, state: OciState, spec: BundleSpec,
     paths = container_paths(opts, facts, spec, state)
     deps: Deps = []
     record = annotations.get(f"{config.annotation_prefix}/applied")
-    if record is not None:
-        actions = verify_actions(record, sla, target.id, config.state_dir)
+    verified = None if record is None else verify_actions(record, sla, target.id,
+                                                          config.state_dir)
+    if isinstance(verified, CgroupActions):
+        actions = verified
     else:
         deadline.check("planning")
         actions = plan_actions(config, facts, annotations, target, spec, opts.sysfs_root, deps)
+        if verified is not None:  # a record that is not the plugin's: ignored, said so
+            actions.lines.insert(0, f"{WARN}{config.annotation_prefix}/applied ignored: "
+                                    f"{verified}")
     if store and ckey and fkey and sla.gpu is None and record is None:
         # GPU inventories (NVML) are not fingerprinted: GPU SLAs are always decided cold.
         # A record is authenticated for one container id, which no cache key holds, and
@@ -81,22 +86,29 @@ def enforce(opts: HookOptions, state: OciState, spec: BundleSpec,
     return carry_out(actions, paths, target, state.id, rs, deadline)
 
 
-def verify_actions(record: str, sla: Sla, owner: str, state_dir: str) -> CgroupActions:
+def verify_actions(record: str, sla: Sla, owner: str, state_dir: str
+                   ) -> CgroupActions | str:
     """Verify-only: the plugin already enforced this container (`sla.nri.io/applied`).
 
     The hook then writes nothing; it reads back what the record says NRI put into the
     spec. Settings the plugin writes directly at StartContainer (scope "direct": io
     limits, v1 memory soft limit, io weight) are not checked: at the hook's stages they
     are not written yet. Only a record authenticated with the node's record key for this
-    container counts; any other `applied` (forged by the pod, or unverifiable because
-    the key cannot be read) is not the plugin's record.
+    container counts. Any other `applied` comes from the pod (CRI-O copies every pod
+    annotation into the spec, and the plugin, had it answered, would have overwritten it):
+    returned as the reason it is not a record, and the SLA is enforced as if it were
+    absent. Only a key file that exists but cannot be trusted leaves the record
+    undecidable: the plugin may have enforced, and a second writer would race it, so hard
+    mode refuses and soft mode warns.
     """
     try:
         source, plan = decode_record(record, owner, load_key(state_dir))
-    except (RecordError, RecordKeyError) as exc:
-        # Not the plugin's record: enforcing as if it were absent would be a second writer
-        # racing the plugin; refusing is clearer in hard mode, a warning in soft.
-        msg = f"sla.nri.io/applied is not a valid record ({exc})"
+    except NoRecordKey:
+        return "not a valid record (no record key on this node: no plugin wrote it)"
+    except RecordError as exc:
+        return f"not a valid record ({exc})"
+    except RecordKeyError as exc:
+        msg = f"sla.nri.io/applied cannot be verified ({exc})"
         if sla.enforcement == "hard":
             raise Refused(msg) from None
         return CgroupActions("verify", "soft", lines=[WARN + msg])

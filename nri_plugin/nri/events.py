@@ -68,8 +68,8 @@ NON_ADJUSTING_EVENTS = STATE_CHANGE_EVENTS | {UPDATE_POD_SANDBOX, POST_UPDATE_PO
 POD_EVENTS = frozenset({RUN_POD_SANDBOX, STOP_POD_SANDBOX, REMOVE_POD_SANDBOX,
                         UPDATE_POD_SANDBOX, POST_UPDATE_POD_SANDBOX})
 
-LEGACY_MASK = 0x7FF  # events 1-11: NRI <= v0.9 (containerd 1.7, 2.0, 2.1)
-FULL_MASK = 0x3FFF  # events 1-14: NRI >= v0.10
+LEGACY_MASK = 0x7FF  # events 1-11: NRI <= v0.9 (containerd 1.7 to 2.1, CRI-O to 1.33)
+FULL_MASK = 0x3FFF  # events 1-14: NRI >= v0.10 (containerd 2.2, CRI-O 1.34)
 _V010 = (0, 10, 0)
 _VERSION = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?")
 
@@ -95,7 +95,8 @@ def parse_version(text: str) -> tuple[int, int, int] | None:
 
 def known_mask(nri_version: str) -> int:
     """Events the runtime understands; a bit outside this makes it drop the plugin.
-    Runtimes before v0.10 do not send their NRI version at all."""
+    Runtimes before v0.12 do not send their NRI version (nri_plugin.nri.levels knows it
+    from their release); "" means unknown, the oldest set."""
     version = parse_version(nri_version)
     return FULL_MASK if version is not None and version >= _V010 else LEGACY_MASK
 

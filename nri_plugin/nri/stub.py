@@ -31,6 +31,7 @@ from nri_plugin.nri.errors import (
     RegistrationError,
     RpcError,
 )
+from nri_plugin.nri.levels import NriLevel, nri_level
 from nri_plugin.nri.pb import nri_pb2 as pb
 
 log = logging.getLogger("nri_sla.nri.stub")
@@ -259,7 +260,7 @@ class Stub:
         self._configured = asyncio.Event()
         self.runtime_name = ""
         self.runtime_version = ""
-        self.nri_version = ""
+        self.nri_level = NriLevel("", "unknown")  # from Configure
         self.config = ""
         self.request_timeout_ms = 0
         self.events = 0  # the mask we subscribed with
@@ -271,6 +272,12 @@ class Stub:
     @property
     def registered(self) -> bool:
         return self._registered
+
+    @property
+    def nri_version(self) -> str:
+        """The runtime's NRI version: sent in Configure, else known from its release
+        (nri_plugin.nri.levels); "" when neither."""
+        return self.nri_level.version
 
     async def run(self) -> None:
         """Connect, register and serve until the connection ends. Returns None after
@@ -303,7 +310,7 @@ class Stub:
             self._registered = True
             log.info("registered as %s-%s with %s %s (NRI %s)", self.idx, self.name,
                      self.runtime_name or "runtime", self.runtime_version,
-                     self.nri_version or "<= v0.9")
+                     self.nri_level.describe())
             if self.on_ready is not None:
                 done = self.on_ready()
                 if inspect.isawaitable(done):
@@ -347,7 +354,7 @@ class Stub:
     async def _wait_configured(self, conn: Connection) -> None:
         # containerd answers RegisterPlugin first and sends Configure right after (see
         # the golden recordings); like the reference stub, we are only ready once
-        # configured, so on_ready sees runtime_name/nri_version filled in.
+        # configured, so on_ready sees runtime_name/nri_level filled in.
         closed = asyncio.ensure_future(conn.wait_closed())
         configured = asyncio.ensure_future(self._configured.wait())
         try:
@@ -394,7 +401,7 @@ class Stub:
         self.config = req.config
         self.runtime_name = req.runtime_name
         self.runtime_version = req.runtime_version
-        self.nri_version = req.NRI_version
+        self.nri_level = nri_level(req.NRI_version, req.runtime_name, req.runtime_version)
         self.request_timeout_ms = req.request_timeout
         handler = self._handler("configure")
         result = None if handler is None else handler(req.config, req.runtime_name,
@@ -404,7 +411,7 @@ class Stub:
             wanted = mask if isinstance(mask, int) and not isinstance(mask, bool) else \
                 ev.plugin_mask(self.plugin)
             # A bit the runtime does not know makes it drop us: clip to its version.
-            self.events = wanted & ev.known_mask(req.NRI_version)
+            self.events = wanted & ev.known_mask(self.nri_level.version)
             self._configured.set()
             return pb.ConfigureResponse(events=self.events).SerializeToString()
         return _maybe_await(result, answer)

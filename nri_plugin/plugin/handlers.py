@@ -49,7 +49,7 @@ from nri_plugin.topology.cpulist import format_cpulist
 
 log = logging.getLogger("nri_sla.plugin")
 
-UNVERSIONED_NRI = "older than v0.10"
+UNVERSIONED_NRI = "older than v0.12"  # no version sent, runtime release not in the table
 # The failure's kind as the status the runtime gets (it shows the message to the user).
 STATUS = {INVALID: Code.INVALID_ARGUMENT, INTERNAL: Code.INTERNAL}
 
@@ -115,8 +115,9 @@ class SlaPlugin:
 
     # -- life cycle --------------------------------------------------------------------
     def on_registered(self, stub: Any) -> None:
-        """Called once registered: the runtime's NRI version came with Configure (runtimes
-        before NRI v0.10, e.g. containerd 1.7 to 2.1, do not send one)."""
+        """Called once registered: the runtime's NRI version came with Configure, or (NRI
+        before v0.12 sends none: containerd 1.7 to 2.2, CRI-O up to 1.36) the stub knows
+        it from the runtime's name and release."""
         self.nri_version = stub.nri_version or UNVERSIONED_NRI
         self._stub = stub
         self._loop = asyncio.get_running_loop()  # where status requests read the watch

@@ -9,8 +9,9 @@ NRI version does not know drops the plugin, a missed deadline drops the plugin, 
 messages are cut into 4,096-byte mux frames, Synchronize is chunked (more=true) when the
 state exceeds `sync_chunk_bytes`.
 
-Modes: "v0.12" (containerd 2.3: dedicated RPC per event) and "v0.8" (containerd 1.7:
-most events as StateChange, no NRI version in Configure, events 12-14 unknown).
+Modes: "v0.12" (containerd 2.3: dedicated RPC per event), "v0.11" (CRI-O 1.36: most
+events as StateChange, no NRI version in Configure, events 1-14 known) and "v0.8"
+(containerd 1.7: as v0.11, but events 12-14 unknown).
 """
 
 from __future__ import annotations
@@ -40,7 +41,23 @@ from nri_plugin.simulated.ocispec import (
 )
 from nri_plugin.simulated.syncgate import SyncGate
 
-MODES = {"v0.12": ("v0.12.0", "2.3.4"), "v0.8": ("", "1.7.34")}
+
+@dataclass(frozen=True)
+class SimulatedNri:
+    """One runtime's NRI as the simulator plays it."""
+
+    sent_version: str  # what its Configure carries (NRI before v0.12 sends nothing)
+    speaks: str  # the NRI version it vendors: the events it knows
+    runtime_name: str
+    runtime_version: str
+    state_change: bool  # the events without an answer go as StateChange (NRI < v0.12)
+
+
+MODES = {
+    "v0.12": SimulatedNri("v0.12.0", "v0.12.0", "containerd", "2.3.4", state_change=False),
+    "v0.11": SimulatedNri("", "v0.11.0", "cri-o", "1.36.3", state_change=True),
+    "v0.8": SimulatedNri("", "v0.8.0", "containerd", "1.7.34", state_change=True),
+}
 NAMESPACE_METADATA = (("containerd-namespace-ttrpc", "k8s.io"),)
 DEFAULT_ENV = ("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin",)  # an image's
 
@@ -56,8 +73,8 @@ class PluginDropped(NriError):
 @dataclass
 class SimulatorOptions:
     mode: str = "v0.12"
-    runtime_name: str = "containerd"
-    runtime_version: str = ""  # default: by mode, "2.3.4" or "1.7.34"
+    runtime_name: str = ""  # default: by mode (MODES)
+    runtime_version: str = ""  # default: by mode
     config: str = ""
     registration_timeout: float = 5.0
     request_timeout: float = 2.0
@@ -71,12 +88,12 @@ class SimulatorOptions:
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise PluginConfigError(f"simulator mode {self.mode!r}: allowed {sorted(MODES)}")
-        if not self.runtime_version:
-            self.runtime_version = MODES[self.mode][1]
+        self.runtime_name = self.runtime_name or MODES[self.mode].runtime_name
+        self.runtime_version = self.runtime_version or MODES[self.mode].runtime_version
 
     @property
-    def nri_version(self) -> str:
-        return MODES[self.mode][0]
+    def nri(self) -> SimulatedNri:
+        return MODES[self.mode]
 
 
 @dataclass
@@ -228,9 +245,9 @@ class PluginSession:
             runtime_version=self.opts.runtime_version,
             registration_timeout=int(self.opts.registration_timeout * 1000),
             request_timeout=int(self.opts.request_timeout * 1000),
-            NRI_version=self.opts.nri_version)
+            NRI_version=self.opts.nri.sent_version)
         resp = await self.call("Configure", req, pb.ConfigureResponse)
-        known = ev.known_mask(self.opts.nri_version)
+        known = ev.known_mask(self.opts.nri.speaks)
         if resp.events & ~known:
             self.drop(f"plugin subscribed to unknown events 0x{resp.events & ~known:x} "
                       f"(runtime knows 0x{known:x})")
@@ -288,13 +305,11 @@ class PluginSession:
         when the plugin is not subscribed or the event went as StateChange."""
         if not self.subscribed(event):
             return None
-        if self.opts.mode == "v0.8":
-            if event > ev.REMOVE_CONTAINER:
-                return None  # unknown to that runtime
-            if event in ev.STATE_CHANGE_EVENTS:
-                req = pb.StateChangeEvent(event=event, pod=pod, container=container)
-                await self.call("StateChange", req, pb.Empty, timeout)
-                return None
+        if self.opts.nri.state_change and (event in ev.STATE_CHANGE_EVENTS
+                                           or event == ev.POST_UPDATE_POD_SANDBOX):
+            req = pb.StateChangeEvent(event=event, pod=pod, container=container)
+            await self.call("StateChange", req, pb.Empty, timeout)
+            return None
         method = ev.RPCS[event]
         # Every event request starts with pod = 1 (and container = 2): encode those by
         # concatenation instead of deep-copying both messages into a new request.

@@ -110,6 +110,10 @@ install -D -m 0644 "$REPO/config.toml.example" \
     "$STAGE/usr/share/nri-sla/containerd/config.toml.example"
 install -D -m 0644 "$REPO/packaging/containerd/config-1.7.toml.example" \
     "$STAGE/usr/share/nri-sla/containerd/config-1.7.toml.example"
+# CRI-O drop-ins: shipped, not enabled (the operator copies them to /etc/crio/crio.conf.d).
+for dropin in 50-nri-sla.conf 51-nri-sla-fail-closed.conf; do
+    install -D -m 0644 "$REPO/packaging/crio/$dropin" "$STAGE/usr/share/nri-sla/crio/$dropin"
+done
 # The service and the pre-launch wrapper pass --config /etc/nri-sla/config.yaml, which
 # must exist: ship the example, or a file of comments only (= all defaults).
 conffiles=(/etc/nri-sla/config.yaml)

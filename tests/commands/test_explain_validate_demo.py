@@ -191,9 +191,9 @@ def test_explain_for_a_runtime_without_nri_version(tmp_path):
                      "unversioned", path)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    assert lines[0] == "runtime: NRI older than v0.10 (--nri-version)"
+    assert lines[0] == "runtime: NRI older than v0.12 (--nri-version)"
     assert ("  warning: sla.nri.io/pod: numa.memory-policy: interleave needs NRI v0.12 "
-            "(containerd 2.3); NRI older than v0.10 cannot set it (cpuset.mems=0 applies)"
+            "(containerd 2.3); NRI older than v0.12 cannot set it (cpuset.mems=0 applies)"
             ) in lines
     assert not any("memoryPolicy" in line for line in lines)
     bad = nri_plugin("explain", "--nri-version", "12", path)
@@ -232,7 +232,7 @@ def test_demo_containerd_17_v1():
     out = nri_plugin("demo", "--runtime", "containerd-1.7", "--cgroup", "v1")
     assert out.returncode == 0, out.stderr
     text = " ".join(out.stdout.split())
-    assert "NRI older than v0.10" in text
+    assert "NRI v0.8.0 cannot set it" in text  # sends none: told from its release
     # The demo's node policy lets "trading" use real-time: granted, ancestors raised first.
     assert ("trading/feed-handler feed enforced cpu: quota 200000us/100000us, rt "
             "5000us/1000000us rt budget of the ancestors: kubepods 5000us, burstable 5000us, "

@@ -46,7 +46,7 @@ SKIPPED: dict[tuple[str, str], str] = {
     ("README.md", "nri-sla validate deploy/*.yaml"): "the reader's manifests",
     ("README.md", "nri-sla validate --json deploy/*.yaml"): "the reader's manifests",
     ("README.md", "nri-sla explain pod.yaml"): "the reader's manifest, this host's node",
-    ("README.md", "nri-sla explain --nri-version unversioned pod.yaml"):
+    ("README.md", "nri-sla explain --nri-version v0.11.0 pod.yaml"):
         "the reader's manifest, this host's node",
     ("docs/sla.md", "nri-sla validate bomb.yaml"):
         "the alias bomb is written by tests/commands/test_manifest_safety.py, which checks "

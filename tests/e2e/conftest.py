@@ -10,6 +10,10 @@ The suite runs only when the binaries are supplied:
               NRI_SLA_E2E_PLUGIN_ARGS (extra arguments for `nri-sla run`)
 
 It also needs root and a writable cgroup hierarchy (v1 or v2). See docs/e2e.md.
+
+CRI-O as the runtime (test_crio.py) instead: NRI_SLA_CRIO=/path/crio (1.34 or later),
+NRI_SLA_CRICTL, NRI_SLA_RUNC; optional NRI_SLA_CONMON (default /usr/bin/conmon),
+NRI_SLA_PINNS (default: beside crio).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).parent))  # the harness modules beside thi
 import e2e_config
 import e2e_image
 from e2e_cluster import Binaries, Cluster, ClusterError
+from e2e_crio import ArchiveRegistry, CrioBinaries, CrioNode
 from e2e_image import ImageBuildError, build_image_archive
 
 HERE = Path(__file__).parent
@@ -146,6 +151,49 @@ def second_cluster(e2e_bins: Binaries, e2e_image_archive: tuple[Path, str],
     """Another private containerd beside `cluster` (own sockets, state, cgroup parent)."""
     with _private_containerd(e2e_bins, e2e_image_archive, request) as c:
         yield c
+
+
+CRIO_HELP = ("set NRI_SLA_CRIO (a crio binary, 1.34 or later), NRI_SLA_CRICTL and "
+             "NRI_SLA_RUNC to run the CRI-O e2e tests; optional NRI_SLA_CONMON (default "
+             "/usr/bin/conmon), NRI_SLA_PINNS (default: beside crio)")
+
+
+@pytest.fixture(scope="session")
+def crio_bins() -> CrioBinaries:
+    env = os.environ
+    if not all(env.get(k) for k in ("NRI_SLA_CRIO", "NRI_SLA_CRICTL", "NRI_SLA_RUNC")):
+        pytest.skip(CRIO_HELP)
+    if os.geteuid() != 0:
+        pytest.skip("the CRI-O e2e tests run crio and runc: run them as root")
+    crio = Path(env["NRI_SLA_CRIO"])
+    bins = CrioBinaries(crio=crio, conmon=Path(env.get("NRI_SLA_CONMON", "/usr/bin/conmon")),
+                        pinns=Path(env.get("NRI_SLA_PINNS") or crio.with_name("pinns")),
+                        crictl=Path(env["NRI_SLA_CRICTL"]), runc=Path(env["NRI_SLA_RUNC"]))
+    if missing := bins.missing():
+        pytest.skip(f"not an executable file: {', '.join(missing)} ({CRIO_HELP})")
+    return bins
+
+
+@pytest.fixture
+def crio(crio_bins: CrioBinaries, e2e_image_archive: tuple[Path, str],
+         request: pytest.FixtureRequest) -> Iterator[CrioNode]:
+    """One private CRI-O, its image pulled from a registry serving the suite's archive."""
+    base = Path(tempfile.mkdtemp(prefix="nrie2e-crio-", dir="/tmp"))
+    with ArchiveRegistry(e2e_image_archive[0], "nri-e2e/busybox", "1") as registry:
+        c = CrioNode(crio_bins, base, image_tar=e2e_image_archive[0], image=registry.image,
+                     registry=registry)  # type: ignore[arg-type]
+        try:
+            c.prepare()
+            c.start()
+            c.import_image()
+            yield c
+        finally:
+            if _failed(request):
+                print(f"---- crio log (tail) {c.log_path}\n{c.log_tail(80)}")
+            problems = c.cleanup()
+            if problems:
+                print("---- cleanup problems\n" + "\n".join(problems))
+            assert not c.base.exists(), f"cleanup left {c.base}"
 
 
 @dataclass

@@ -155,3 +155,35 @@ def test_kubelet_books_grant_only_free_gpus():
     assert spec["devices"][9]["containerEdits"]["deviceNodes"] == [{
         "path": "/dev/nvidia4", "hostPath": "/dev-x/nvidia4", "type": "c", "major": 195,
         "minor": 4, "permissions": "rw"}]
+
+
+def test_archive_registry_serves_the_image_as_a_registry_does(e2e_image_builder, tmp_path):
+    """What CRI-O's pull asks of the registry (API v2): the manifest by tag (a digest
+    header that is the body's sha256), the same by digest, and every blob it names."""
+    import urllib.request
+
+    from e2e_crio import ArchiveRegistry
+
+    if not e2e_image_builder.is_static_elf(BUSYBOX):
+        pytest.skip("needs a static /bin/busybox (apt-get install busybox-static)")
+    archive = e2e_image_builder.build_image_archive(tmp_path / "img.tar", BUSYBOX)
+
+    def get(url: str):
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            return resp.read(), resp.headers
+
+    with ArchiveRegistry(archive.path, "nri-e2e/busybox", "1") as reg:
+        root = f"http://{reg.address}/v2/"
+        assert get(root)[0] == b"{}"
+        body, headers = get(root + "nri-e2e/busybox/manifests/1")
+        digest = "sha256:" + hashlib.sha256(body).hexdigest()
+        assert headers["Docker-Content-Digest"] == digest == archive.manifest_digest
+        manifest = json.loads(body)
+        assert headers["Content-Type"] == manifest["mediaType"]
+        assert get(root + f"nri-e2e/busybox/manifests/{digest}")[0] == body
+        for blob in [manifest["config"], *manifest["layers"]]:
+            data, _ = get(root + f"nri-e2e/busybox/blobs/{blob['digest']}")
+            assert "sha256:" + hashlib.sha256(data).hexdigest() == blob["digest"]
+        with pytest.raises(urllib.error.HTTPError, match="404"):
+            get(root + "other/manifests/1")
+        assert reg.image == f"{reg.address}/nri-e2e/busybox:1"

@@ -147,7 +147,12 @@ class Runc:
 
     def bundle(self, name: str, annotations: dict[str, str], stage: str = "createRuntime",
                hook_args: tuple[str, ...] = (), env: tuple[str, ...] = (),
-               entry: str = "module", cgroups_path: str | None = None) -> Path:
+               entry: str = "module", cgroups_path: str | None = None,
+               run_at: str | None = None, capture: bool = False) -> Path:
+        """`run_at`: the stage the runtime runs the hook at, when it is not the one the
+        hook was installed for (CRI-O runs hooks.d `prestart` hooks at createRuntime).
+        `capture`: a shell hook before ours saves the OCI state it got and whether the
+        container's cpu cgroup existed then (bundle/state.json, bundle/cgroup)."""
         bundle = self.base / name
         bundle.mkdir()
         spec = json.loads(json.dumps(self.spec))
@@ -158,7 +163,14 @@ class Runc:
         # The test's own decision cache, not the host's /run/nri-sla/hook-cache.
         hook["env"] = [f"NRI_SLA_HOOK_LOG={bundle / 'hook.log'}", "PATH=/usr/bin:/bin",
                        f"NRI_SLA_HOOK_CACHE={self.base / 'hook-cache'}"]
-        spec["hooks"] = {stage: [hook]}
+        hooks = [hook]
+        if capture:
+            cpu_dir = self.cgroup_dir("cpu", name)
+            script = (f"cat > {bundle}/state.json; "
+                      f"if test -d {cpu_dir}; then echo exists; else echo absent; fi "
+                      f"> {bundle}/cgroup")
+            hooks.insert(0, {"path": "/bin/sh", "args": ["sh", "-c", script], "timeout": 10})
+        spec["hooks"] = {run_at or stage: hooks}
         (bundle / "config.json").write_text(json.dumps(spec))
         return bundle
 

@@ -126,9 +126,10 @@ VERIFY_CASES = {
                    "enforcement: soft\n", None, EXIT_OK, "drift from what nri applied"),
     "soft undecodable record": ("{nope", "ctr-1", "enforcement: soft\n", None, EXIT_OK,
                                 "not written by nri-sla"),
+    # Not this container's record: ignored, the SLA enforced (and not stored either).
     "hard, another container's record": ({"memory_max": 64 << 20}, "ctr-other", "", None,
-                                         EXIT_REFUSED, "not written by nri-sla for this "
-                                                       "container"),
+                                         EXIT_OK, "applied ignored: not a valid record (not "
+                                                  "written by nri-sla for this container"),
 }
 
 
@@ -158,17 +159,24 @@ def test_verification_is_decided_cold_and_never_stored(world, tmp_path, case):
         assert off.action == "verified"
 
 
-def test_a_record_without_a_readable_key_is_not_trusted(world, tmp_path):
-    """The record is right for this container, but this node's key file is gone (or
-    unreadable): nothing proves who wrote the record, so hard mode refuses."""
+def test_a_record_without_a_trusted_key_is_not_trusted(world, tmp_path):
+    """The record is right for this container, but this node's key file is not one nri-sla
+    trusts: nothing proves who wrote the record, and the plugin may have enforced, so hard
+    mode refuses. With no key file at all no plugin ever wrote a record here: the record
+    is ignored and the SLA enforced."""
     run, _config, _cdir, _cache = world
     record = encode_record(ContainerPlan("hard", 2, memory_max=64 << 20), "nri", "ctr-1",
                            load_or_create_key(str(tmp_path / "state")))
-    (tmp_path / "state" / "record.key").unlink()
-    out, _ = run({"sla.nri.io/pod": "cpu:\n  limit: 0.3\n", "sla.nri.io/applied": record},
-                 files={"memory.max": "67108864\n"})
+    annotations = {"sla.nri.io/pod": "cpu:\n  limit: 0.3\n", "sla.nri.io/applied": record}
+    (tmp_path / "state" / "record.key").chmod(0o640)
+    out, _ = run(annotations, files={"memory.max": "67108864\n"})
     assert out.exit_code == EXIT_REFUSED
-    assert "no record key" in str(out.decision.error)
+    assert "cannot be verified" in str(out.decision.error)
+    (tmp_path / "state" / "record.key").unlink()
+    out, files = run(annotations, files={"memory.max": "67108864\n"})
+    assert (out.exit_code, out.action) == (EXIT_OK, "applied")
+    assert "no record key on this node" in out.lines[0]
+    assert files["cpu.max"].split() == ["30000", "100000"]
 
 
 def test_io_max_device_is_rechecked_on_every_hit(world, h, tmp_path):

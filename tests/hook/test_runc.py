@@ -178,17 +178,39 @@ def test_applied_record_drift_refuses_in_hard_mode(runc_env, keyed_config):
     assert runc_env.status("drift") == "absent"
 
 
-def test_a_record_copied_from_another_container_is_refused(runc_env, keyed_config):
+def test_a_record_copied_from_another_container_is_ignored(runc_env, keyed_config):
     """The record is genuine, but the plugin wrote it for another container: under the
-    real runc the hook refuses it (hard mode) instead of skipping enforcement."""
+    real runc the hook ignores it (with a warning) and enforces the SLA itself."""
     args, key = keyed_config
     plan = ContainerPlan("hard", 1, cpu_quota=30000, cpu_period=100000)
     ann = {**_annotations("cpu:\n  limit: 0.3\n", ns="default"),
            "sla.nri.io/applied": encode_record(plan, "nri", "victim", key)}
     c = runc_env.create("copy", ann, hook_args=args)
-    assert c.returncode != 0
-    assert "not written by nri-sla for this container" in c.stderr
-    assert runc_env.status("copy") == "absent"
+    assert c.returncode == 0, c.stderr
+    assert "applied ignored: not a valid record" in c.stderr + c.log
+    assert runc_env.read("cpu", "copy", "cpu.cfs_quota_us") == "30000"
+
+
+@pytest.mark.parametrize(("installed", "run_at"), [("prestart", "prestart"),
+                                                   ("prestart", "createRuntime"),
+                                                   ("createRuntime", "createRuntime")])
+def test_prestart_run_at_create_runtime_behaves_the_same(runc_env, installed, run_at):
+    """CRI-O turns hooks.d `prestart` into `createRuntime`: the hook installed for one and
+    run at the other gets the same OCI state (status creating, the container's pid), finds
+    the cgroup already made, and enforces the same; a refusal is the same refusal."""
+    sla = "cpu:\n  limit: 0.25\nmemory:\n  max: 64Mi\n"
+    c = runc_env.create("st", _annotations(sla, ns="default"), stage=installed,
+                        run_at=run_at, capture=True)
+    assert c.returncode == 0, c.stderr
+    bundle = runc_env.base / "st"
+    state = json.loads((bundle / "state.json").read_text())
+    assert (state["status"], state["id"]) == ("creating", "st") and state["pid"] > 0
+    assert (bundle / "cgroup").read_text().strip() == "exists"
+    assert runc_env.read("cpu", "st", "cpu.cfs_quota_us") == "25000"
+    assert runc_env.read("memory", "st", "memory.limit_in_bytes") == str(64 << 20)
+    refused = runc_env.create("st2", _annotations("memory:\n  high: 64Mi\n", ns="default"),
+                              stage=installed, run_at=run_at)
+    assert refused.returncode != 0 and "memory.high" in refused.stderr
 
 
 def test_escaping_cgroups_path(runc_env):

@@ -187,21 +187,41 @@ def test_applied_record_drift(v2, record):
     '{"cgroup_version":2,"enforcement":"hard","path":"nri","v":2}',  # no MAC
     "another key",  # a MAC, but not this node's
     "another container",  # this node's MAC, for another container
+    "no key on the node",  # a MAC, and no plugin ever ran here
 ])
-def test_forged_record_is_refused_in_hard_mode_and_only_warns_in_soft(v2, tmp_path, record,
-                                                                      forged):
-    """A pod that sets `applied` itself (to skip enforcement) gets no verify-only pass."""
-    _root, _cdir, run = v2
+@pytest.mark.parametrize("enforcement", ["hard", "soft"])
+def test_forged_record_is_ignored_and_the_sla_enforced(v2, tmp_path, record, forged,
+                                                       enforcement):
+    """A pod that sets `applied` itself (to skip enforcement; CRI-O copies every pod
+    annotation into the spec) gets no verify-only pass: the record is ignored, said in a
+    warning, and the SLA enforced as for any pod, as the NRI path does."""
+    _root, cdir, run = v2
     text = {"another key": record(key=bytes(32), cpu_quota=30000, cpu_period=100000),
             "another container": record(owner="ctr-2", cpu_quota=30000, cpu_period=100000),
+            "no key on the node": record(cpu_quota=30000, cpu_period=100000),
             }.get(forged, forged)
+    if forged == "no key on the node":
+        (tmp_path / "state" / "record.key").unlink()
+    out = run({"sla.nri.io/pod": f"enforcement: {enforcement}\ncpu:\n  limit: 0.3\n",
+               "sla.nri.io/applied": text})
+    assert (out.exit_code, out.action) == (EXIT_OK, "applied")
+    assert "warning: sla.nri.io/applied ignored: not a valid record (" in out.lines[0]
+    assert (cdir / "cpu.max").read_text().split() == ["30000", "100000"]
+
+
+def test_a_record_under_an_untrusted_key_is_undecidable(v2, tmp_path, record):
+    """A key file the hook cannot trust: the plugin may have enforced, so hard refuses and
+    soft only warns; neither writes."""
+    _root, _cdir, run = v2
+    text = record(cpu_quota=30000, cpu_period=100000)
+    (tmp_path / "state" / "record.key").chmod(0o644)
     before = snapshot(tmp_path / "cg")
     out = run({"sla.nri.io/pod": "cpu:\n  limit: 0.3\n", "sla.nri.io/applied": text})
     assert out.exit_code == EXIT_REFUSED
-    assert "sla.nri.io/applied is not a valid record" in out.lines[0]
+    assert "sla.nri.io/applied cannot be verified" in out.lines[0]
     soft = run({"sla.nri.io/pod": "enforcement: soft\ncpu:\n  limit: 0.3\n",
                 "sla.nri.io/applied": text})
-    assert soft.exit_code == EXIT_OK and "not a valid record" in soft.lines[0]
+    assert soft.exit_code == EXIT_OK and "cannot be verified" in soft.lines[0]
     assert snapshot(tmp_path / "cg") == before
 
 

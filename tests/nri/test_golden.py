@@ -103,11 +103,15 @@ def test_replay_matches_reference_plugin_byte_for_byte(golden, goref_classes):
 
 
 def test_configure_reports_runtime_identity(golden_loader, goref_classes):
-    for name, version, nri in (("containerd-2.3.4.jsonl", "2.3.4+unknown", "v0.12.0"),
-                               ("containerd-1.7.34.jsonl", "1.7.34+unknown", "")):
+    # 1.7.34 sends no NRI version: its release tells it (nri_plugin.nri.levels).
+    for name, version, nri, source in (
+            ("containerd-2.3.4.jsonl", "2.3.4+unknown", "v0.12.0", "sent"),
+            ("containerd-1.7.34.jsonl", "1.7.34+unknown", "v0.8.0",
+             "containerd 1.7.34+unknown (release table)")):
         _, stub = _replay(golden_loader(name), goref_classes[0]())
         assert (stub.runtime_name, stub.runtime_version, stub.nri_version) == \
             ("containerd", version, nri)
+        assert stub.nri_level.source == source
         assert stub.request_timeout_ms == 2000
 
 

@@ -131,9 +131,11 @@ async def _finish(sim, stub, task):
     await sim.close()
 
 
-@pytest.mark.parametrize("mode", ["v0.12", "v0.8"])
+@pytest.mark.parametrize("mode", ["v0.12", "v0.11", "v0.8"])
 @pytest.mark.parametrize("configure_first", [True, False])
 def test_full_life_cycle(sock_dir, mode, configure_first):
+    """v0.11 is CRI-O 1.36: no NRI version in Configure, yet events 12-14 known; the stub
+    tells that from its name and release and subscribes to them."""
     async def main():
         plugin = Recorder()
         existing = make_pod("existing")
@@ -145,12 +147,16 @@ def test_full_life_cycle(sock_dir, mode, configure_first):
             containers=[make_container(existing, "a"), make_container(existing, "b")],
             on_ready=lambda: ready.append(plugin.config))
         # on_ready comes after Configure, whichever order the runtime uses
-        assert ready == [("answer: 42", "containerd", opts.runtime_version)]
+        runtime = "cri-o" if mode == "v0.11" else "containerd"
+        assert ready == [("answer: 42", runtime, opts.runtime_version)]
         assert stub.registered
         assert (s.name, s.idx, s.plugin_nri_version) == ("test", "10", "v0.12.0")
-        assert plugin.config == ("answer: 42", "containerd", opts.runtime_version)
-        assert stub.nri_version == ("v0.12.0" if mode == "v0.12" else "")
-        assert s.events == (ev.FULL_MASK if mode == "v0.12" else ev.LEGACY_MASK)
+        assert plugin.config == ("answer: 42", runtime, opts.runtime_version)
+        assert stub.nri_version == {"v0.12": "v0.12.0", "v0.11": "v0.11.0",
+                                    "v0.8": "v0.8.0"}[mode]
+        assert stub.nri_level.source == ("sent" if mode == "v0.12" else
+                                         f"{runtime} {opts.runtime_version} (release table)")
+        assert s.events == (ev.LEGACY_MASK if mode == "v0.8" else ev.FULL_MASK)
         assert plugin.synced == (1, 2) and len(s.sync_updates) == 1
 
         pod = make_pod("web", annotations={"sla.nri.io/pod": "cpu: {limit: 1}"})
@@ -171,7 +177,7 @@ def test_full_life_cycle(sock_dir, mode, configure_first):
         await s.event(ev.UPDATE_POD_SANDBOX, pod, overhead_linux_resources=pb.LinuxResources())
         await s.event(ev.POST_UPDATE_POD_SANDBOX, pod)
         expected = ["update_container", "post_update_container", "stop_container"]
-        if mode == "v0.12":
+        if mode != "v0.8":
             expected += ["update_pod_sandbox", "post_update_pod_sandbox"]
             ok = await s.event(ev.VALIDATE_CONTAINER_ADJUSTMENT, pod, ctr,
                                adjust=pb.ContainerAdjustment(annotations={"a": "b"}))

@@ -32,6 +32,8 @@ EXPECTED = [
     "./usr/share/nri-sla/nri-plugin/50-nri-sla.conf",
     "./usr/share/nri-sla/containerd/config.toml.example",
     "./usr/share/nri-sla/containerd/config-1.7.toml.example",
+    "./usr/share/nri-sla/crio/50-nri-sla.conf",
+    "./usr/share/nri-sla/crio/51-nri-sla-fail-closed.conf",
     "./usr/share/doc/nri-sla/copyright",
     "./usr/share/man/man1/nri-sla.1.gz",
     "./usr/share/bash-completion/completions/nri-sla",

@@ -275,3 +275,23 @@ def test_update_container_keeps_the_sla_also_after_a_restart(tmp_path):
         assert res.memory.limit.value == 2 << 30
         assert res.unified["memory.high"] == str(1 << 30)
     assert not untouched.update
+
+
+def test_crio_136_is_told_by_its_release(tmp_path):
+    """CRI-O 1.36 (NRI v0.11) sends no NRI version: the plugin knows it from the release
+    (not "older than v0.10"), and the memory-policy message names that version."""
+    sla = "numa: {nodes: '0', memory-policy: interleave}\nenforcement: soft"
+
+    async def scenario():
+        async with plugin_session(make_node(2), tmp_path, mode="v0.11") as (
+                _, session, plugin):
+            pod = make_pod("p", annotations={"sla.nri.io/pod": sla})
+            adj = (await session.create_container(pod, make_container(pod, "c"))).adjust
+            return plugin.nri_version, plugin.runtime, adj
+
+    version, runtime, adj = run(scenario())
+    assert (version, runtime) == ("v0.11.0", "cri-o 1.36.3")
+    warnings = adj.annotations["sla.nri.io/warnings"]
+    assert "interleave needs NRI v0.12" in warnings
+    assert "NRI v0.11.0 cannot set it (cpuset.mems=0 applies)" in warnings
+    assert not adj.linux.HasField("memory_policy")

@@ -12,7 +12,6 @@ it when it fails.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 
 from nri_plugin.plan.gpu_selection import fits, ordered_nodes
@@ -33,9 +32,16 @@ from nri_plugin.topology.cpus import Topology
 from nri_plugin.topology.gpu_health import UNHEALTHY
 from nri_plugin.topology.gpus import Gpu
 
-# The operator's picture of a shortfall (what is free where); the pod's message names only
-# its own request, its grant and the node policy (docs/security.md, "What a tenant learns").
-log = logging.getLogger("nri_sla.placement")
+
+
+def _tell_operator(message: str, *args: object) -> None:
+    """The operator's picture of a shortfall (what is free where): the pod's message names
+    only its own request, its grant and the node policy (docs/security.md, "What a tenant
+    learns"). `logging` is imported only here: the OCI hook imports placement on
+    every container start and must stay light (tests/topology/test_cpus.py)."""
+    import logging
+
+    logging.getLogger("nri_sla.placement").info(message, *args)
 
 
 def validate_request(r: PlacementRequest, topology: Topology) -> None:
@@ -120,7 +126,7 @@ class _BestFit:
             cpus = self.node.node_cpus(align_nodes, self.held.exclusive_cpus)
             mem_nodes = set(align_nodes)
             if not cpus:
-                log.info("no shared CPU left for %s on NUMA node(s) %s: all reserved or "
+                _tell_operator("no shared CPU left for %s on NUMA node(s) %s: all reserved or "
                          "exclusive", r.owner or "a container", format_cpulist(align_nodes))
                 self.fail_or_warn(f"NUMA node(s) {format_cpulist(align_nodes)} have no CPU "
                                   "this container can be given now", "numa.nodes")
@@ -200,7 +206,7 @@ class _BestFit:
                               "cpu.exclusive")
         else:
             free = frozenset().union(*cores) if cores else frozenset()
-            log.info("exclusive CPUs short for %s: %d asked on %s, free whole cores there: "
+            _tell_operator("exclusive CPUs short for %s: %d asked on %s, free whole cores there: "
                      "%d CPUs (%s)", self.r.owner or "a container", n, where, len(free),
                      format_cpulist(free) or "none")
             self.fail_or_warn(f"requested {n} exclusive CPUs on {where}; not that many whole "

@@ -33,7 +33,6 @@ from nri_plugin.topology.gpu_health import UNHEALTHY
 from nri_plugin.topology.gpus import Gpu
 
 
-
 def _tell_operator(message: str, *args: object) -> None:
     """The operator's picture of a shortfall (what is free where): the pod's message names
     only its own request, its grant and the node policy (docs/security.md, "What a tenant

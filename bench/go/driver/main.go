@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	nri "github.com/containerd/nri/pkg/adaptation"
@@ -128,7 +129,12 @@ func main() {
 	var syncUs []float64
 	synced := make(chan struct{})
 	var once sync.Once
+	var started atomic.Bool
 	syncFn := func(ctx context.Context, cb nri.SyncCB) error {
+		if !started.Load() { // Start() synchronizes the pre-installed plugins: none here
+			_, err := cb(ctx, syncPods, syncCtrs)
+			return err
+		}
 		for i := 0; i < *syncRounds; i++ {
 			start := time.Now()
 			if _, err := cb(ctx, syncPods, syncCtrs); err != nil {
@@ -158,6 +164,7 @@ func main() {
 		fail("start: %v", err)
 	}
 	defer r.Stop()
+	started.Store(true)
 	emit(map[string]interface{}{"event": "listening", "socket": *socket})
 
 	select {

@@ -63,11 +63,12 @@ type plan struct {
 type planKey struct{ pod, ctr string }
 
 type plugin struct {
-	key   []byte
-	log   bool
-	mu    sync.Mutex
-	plans map[planKey]plan          // memo per annotation text
-	live  map[string]*api.Container // per-container state: the containers the runtime reported
+	key    []byte
+	cgroup int // the node's cgroup version, recorded as nri-sla records it
+	log    bool
+	mu     sync.Mutex
+	plans  map[planKey]plan          // memo per annotation text
+	live   map[string]*api.Container // per-container state: the containers the runtime reported
 }
 
 func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox,
@@ -210,7 +211,7 @@ func validate(d document) (plan, error) {
 // sorted keys (encoding/json sorts map keys), then the MAC as the object's last member.
 func (p *plugin) record(pl *plan, id string) string {
 	body := map[string]interface{}{
-		"v": recordV, "path": "nri", "enforcement": pl.enforcement, "cgroup_version": 2,
+		"v": recordV, "path": "nri", "enforcement": pl.enforcement, "cgroup_version": p.cgroup,
 	}
 	if pl.quota > 0 {
 		body["cpu_quota"], body["cpu_period"] = pl.quota, pl.period
@@ -238,7 +239,11 @@ func main() {
 		fmt.Fprintln(os.Stderr, "nri-bench-goplugin:", err)
 		os.Exit(1)
 	}
-	p := &plugin{key: key, log: *logDecisions,
+	cgroup := 1
+	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
+		cgroup = 2
+	}
+	p := &plugin{key: key, cgroup: cgroup, log: *logDecisions,
 		plans: map[planKey]plan{}, live: map[string]*api.Container{}}
 	opts := []stub.Option{stub.WithPluginName("nri-bench-goplugin"), stub.WithPluginIdx("50")}
 	if *socket != "" {

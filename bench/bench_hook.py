@@ -80,7 +80,7 @@ def make_world(top: Path, sla: bool) -> tuple[Path, bytes, Path]:
                "options": ["rbind", "ro"]} for i in range(12)]
     config = {"ociVersion": "1.1.0", "process": {"args": ["/app"], "env": env, "cwd": "/"},
               "root": {"path": "rootfs"}, "mounts": mounts, "annotations": annotations,
-              "linux": {"cgroupsPath": CTR, "resources": {"cpu": {"shares": 1024}}}}
+              "linux": {"cgroupsPath": own or CTR, "resources": {"cpu": {"shares": 1024}}}}
     (bundle / "config.json").write_text(json.dumps(config, indent=1))
     state = {"ociVersion": "1.1.0", "id": "abcd" * 16, "status": "creating",
              "bundle": str(bundle), "annotations": annotations}

@@ -73,6 +73,10 @@ class Allocator:
         self._cpu_owner: dict[int, str] = {}  # exclusive CPU -> owner
         self._snapshot: Holdings | None = None  # holdings() until the next change
         self._placements: dict[str, Placement] = {}
+        # Bumped whenever some container's cpuset may have moved: a placement with CPUs
+        # committed or released, exclusive CPUs given back, a new layout. The CPU pool
+        # re-checks every member only when it moved (nri_plugin.plan.cpupool).
+        self._cpu_generation = 0
 
     # --- queries --------------------------------------------------------------------------
 
@@ -94,6 +98,11 @@ class Allocator:
                     migs={u: dict(h) for u, h in self._mig_holders.items() if h},
                     exclusive_cpus=frozenset(self._cpu_owner))
             return self._snapshot
+
+    @property
+    def cpu_generation(self) -> int:
+        with self._lock:
+            return self._cpu_generation
 
     def placement_of(self, owner: str) -> Placement | None:
         with self._lock:
@@ -171,6 +180,8 @@ class Allocator:
             if placement is None:  # every holding is committed with its placement
                 return False
             self._snapshot = None
+            if placement.cpus or placement.exclusive_cpus:
+                self._cpu_generation += 1
             for holders in self._gpu_holders.values():
                 holders.pop(owner, None)
             for holders in self._missing_holders.values():
@@ -225,6 +236,7 @@ class Allocator:
             for cpu in given:
                 del self._cpu_owner[cpu]
             self._snapshot = None
+            self._cpu_generation += 1
             cpus = frozenset(kept)
             if not cpus and p.aligned:
                 cpus = self.layout.node_cpus(p.mems or self.layout.nodes_of_cpus(p.cpus),
@@ -264,6 +276,7 @@ class Allocator:
                 gpus = tuple(now.get(g.identity, g) for g in p.gpus)
                 self._placements[owner] = replace(p, gpus=gpus, migs=migs)
             self.layout = NodeLayout.of(self.topology, inventory, self._reserved)
+            self._cpu_generation += 1
             self._listed = frozenset(now)
             self._gpu_holders, self._missing_holders = {}, {}
             self._missing = {k: g for k, g in self._missing.items() if k not in now}
@@ -308,6 +321,8 @@ class Allocator:
 
     def _commit(self, owner: str, p: Placement) -> None:
         self._snapshot = None
+        if p.cpus or p.exclusive_cpus:
+            self._cpu_generation += 1
         self._hold_gpus(owner, p)
         for cpu in p.exclusive_cpus:
             self._cpu_owner[cpu] = owner

@@ -45,6 +45,11 @@ class CpuPool:
         self.allocator = allocator
         self._members: dict[str, PoolMember] = {}
         self._told: dict[str, frozenset[int]] = {}  # the cpuset each was last given
+        # `changes` compares every member only when the allocator's CPUs moved since the
+        # last time (its cpu_generation); otherwise only the members joined or told since
+        # (a CreateContainer without exclusive CPUs then costs nothing per live container).
+        self._checked_generation: int | None = None
+        self._unchecked: set[str] = set()
 
     def __len__(self) -> int:
         return len(self._members)
@@ -53,6 +58,7 @@ class CpuPool:
              told: frozenset[int] | None = None) -> None:
         """`owner` is a live container (again); `told`: the cpuset it has now, when known."""
         self._members[owner] = member
+        self._unchecked.add(owner)
         if told is not None:
             self._told[owner] = told
 
@@ -62,10 +68,13 @@ class CpuPool:
     def leave(self, owner: str) -> None:
         self._members.pop(owner, None)
         self._told.pop(owner, None)
+        self._unchecked.discard(owner)
 
     def clear(self) -> None:
         self._members.clear()
         self._told.clear()
+        self._unchecked.clear()
+        self._checked_generation = None
 
     def cpuset(self, owner: str, need: int | None = None) -> frozenset[int]:
         """The cpuset `owner` should have now (the shared pool for a container the pool
@@ -92,13 +101,21 @@ class CpuPool:
     def told(self, owner: str, cpus: frozenset[int]) -> None:
         """`owner` was just given `cpus` (its CreateContainer or UpdateContainer answer)."""
         self._told[owner] = cpus
+        self._unchecked.add(owner)
 
     def changes(self, exclude: str = "") -> dict[str, frozenset[int]]:
         """Members (but `exclude`) whose cpuset is not what they were last told: container
         id -> the cpuset to send; each counts as told from now on."""
+        generation = self.allocator.cpu_generation
+        if generation == self._checked_generation:
+            owners = [o for o in self._unchecked if o in self._members]
+        else:
+            owners = list(self._members)
+        self._checked_generation = generation
+        self._unchecked = {exclude} if exclude in self._members else set()
         changed = {}
-        for owner, member in self._members.items():
-            if owner == exclude or member.pinned:
+        for owner in owners:
+            if owner == exclude or self._members[owner].pinned:
                 continue
             cpus = self.cpuset(owner)
             if self._told.get(owner) != cpus:

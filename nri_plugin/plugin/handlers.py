@@ -170,9 +170,10 @@ class SlaPlugin:
             for c in containers if c.state in LIVE_STATES)
         for ctr in started_away:
             self._write_owed(ctr)
+        still_owed = self.registry.owed()  # once: it is built over every entry
         self.watch.replace(
             _watched(by_id.get(c.pod_sandbox_id), c, restored.plans[c.id],
-                     started=c.id not in self.registry.owed())
+                     started=c.id not in still_owed)
             for c in containers if c.id in restored.plans)
         for rejection in restored.rejected:
             log_event(log, logging.WARNING, "record ignored", container=rejection.container,

@@ -90,3 +90,31 @@ def test_shrink_keeps_the_highest_cores_and_an_aligned_container_its_nodes(dgx):
 
 def test_cpus_needed_rounds_up_and_is_never_zero():
     assert [cpus_needed(m) for m in (None, 0, 2, 1000, 1001, 2500)] == [1, 1, 1, 1, 2, 3]
+
+
+def test_changes_rechecks_everyone_only_when_the_allocators_cpus_moved(dgx):
+    pool = CpuPool(dgx)
+    everything = dgx.topology.online
+    for owner in ("a", "b"):
+        pool.join(owner, PoolMember(1))
+    assert pool.changes() == {"a": everything, "b": everything}  # never told before
+    # A placement without CPUs moves no cpuset: nothing to re-check, nothing sent.
+    generation = dgx.cpu_generation
+    dgx.allocate(Req("gpu-only", align=False))
+    assert dgx.cpu_generation == generation
+    assert pool.changes() == {}
+    # A member joined since the last call is checked without a full pass.
+    pool.join("c", PoolMember(1))
+    assert pool.changes() == {"c": everything}
+    # An excluded member (its own CreateContainer answer) is checked the next time.
+    pool.join("d", PoolMember(1))
+    assert pool.changes(exclude="d") == {}
+    assert pool.changes() == {"d": everything}
+    # Exclusive CPUs taken: every member's cpuset moved, including the excluded one later.
+    held = dgx.allocate(Req("excl", exclusive_cpus=4)).exclusive_cpus
+    assert dgx.cpu_generation > generation
+    assert pool.changes(exclude="a") == {o: everything - held for o in ("b", "c", "d")}
+    assert pool.changes() == {"a": everything - held}
+    # Given back (a release): every member again.
+    dgx.release("excl")
+    assert pool.changes() == {o: everything for o in ("a", "b", "c", "d")}

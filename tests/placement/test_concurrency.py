@@ -30,16 +30,21 @@ def _run(threads_fn):
 
 
 def _assert_no_double_holding(alloc: Allocator):
-    cpus = Counter()
-    holders: dict[int, set[str]] = {}
-    for owner in alloc.owners():
-        p = alloc.placement_of(owner)
-        for g in p.gpus:
-            holders.setdefault(g.index, set()).add(owner)
-        cpus.update(p.exclusive_cpus)
+    # One consistent look: the allocator's own (re-entrant) lock held across the reads,
+    # or another thread's release between owners() and placement_of() fails the check
+    # without the allocator having done anything wrong.
+    with alloc._lock:
+        cpus = Counter()
+        holders: dict[int, set[str]] = {}
+        for owner in alloc.owners():
+            p = alloc.placement_of(owner)
+            for g in p.gpus:
+                holders.setdefault(g.index, set()).add(owner)
+            cpus.update(p.exclusive_cpus)
+        in_use = {i: set(h) for i, h in alloc.gpus_in_use().items()}
     assert all(n == 1 for n in cpus.values()), cpus
     # the GPU tables say exactly what the placements hold
-    assert {i: set(h) for i, h in alloc.gpus_in_use().items()} == holders
+    assert in_use == holders
 
 
 def test_parallel_allocations_never_share(dgx):

@@ -123,19 +123,27 @@ def _private_containerd(bins: Binaries, image: tuple[Path, str],
                         request: pytest.FixtureRequest) -> Iterator[Cluster]:
     # A short path under /tmp: unix socket paths are limited to 107 bytes.
     base = Path(tempfile.mkdtemp(prefix="nrie2e-", dir="/tmp"))
-    c = Cluster(bins, base, image_tar=image[0], image=image[1])
-    try:
-        c.prepare()
-        c.start()
-        c.import_image()
+    with _running(Cluster(bins, base, image_tar=image[0], image=image[1]), "containerd",
+                  request) as c:
         yield c
+
+
+@contextlib.contextmanager
+def _running(node, what: str, request: pytest.FixtureRequest) -> Iterator:
+    """`node` (a Cluster or a CrioNode) prepared, started and given its image; its log's
+    tail printed when the test failed, and its base dir gone afterwards."""
+    try:
+        node.prepare()
+        node.start()
+        node.import_image()
+        yield node
     finally:
         if _failed(request):
-            print(f"---- containerd log (tail) {c.log_path}\n{c.log_tail(80)}")
-        problems = c.cleanup()
+            print(f"---- {what} log (tail) {node.log_path}\n{node.log_tail(80)}")
+        problems = node.cleanup()
         if problems:
             print("---- cleanup problems\n" + "\n".join(problems))
-        assert not c.base.exists(), f"cleanup left {c.base}"
+        assert not node.base.exists(), f"cleanup left {node.base}"
 
 
 @pytest.fixture
@@ -180,20 +188,10 @@ def crio(crio_bins: CrioBinaries, e2e_image_archive: tuple[Path, str],
     """One private CRI-O, its image pulled from a registry serving the suite's archive."""
     base = Path(tempfile.mkdtemp(prefix="nrie2e-crio-", dir="/tmp"))
     with ArchiveRegistry(e2e_image_archive[0], "nri-e2e/busybox", "1") as registry:
-        c = CrioNode(crio_bins, base, image_tar=e2e_image_archive[0], image=registry.image,
-                     registry=registry)  # type: ignore[arg-type]
-        try:
-            c.prepare()
-            c.start()
-            c.import_image()
+        node = CrioNode(crio_bins, base, image_tar=e2e_image_archive[0], image=registry.image,
+                        registry=registry)  # type: ignore[arg-type]
+        with _running(node, "crio", request) as c:
             yield c
-        finally:
-            if _failed(request):
-                print(f"---- crio log (tail) {c.log_path}\n{c.log_tail(80)}")
-            problems = c.cleanup()
-            if problems:
-                print("---- cleanup problems\n" + "\n".join(problems))
-            assert not c.base.exists(), f"cleanup left {c.base}"
 
 
 @dataclass

@@ -58,6 +58,7 @@ class _Planner:
         self.settings: dict[str, Any] = {}
         self.shortfalls: list[Shortfall] = []
         self.reserved_placement = False
+        self.placement_short = False  # placement fell short: no NUMA nodes to follow
         self.reserved_rt = False
         self.soft = sla.enforcement == "soft"
 
@@ -157,6 +158,8 @@ class _Planner:
             return
         mems = self.settings.get("mems")
         if mems is None:
+            if self.placement_short:
+                return  # the placement's own shortfall says why there are no nodes
             self.short("numa.memory-policy", "needs NUMA nodes: set numa.nodes, cpu.exclusive "
                        "or gpu with align", "unsupported")
             return
@@ -240,7 +243,9 @@ def plan_container(sla: Sla, ctx: PlanContext) -> ContainerPlan:
     planner = _Planner(sla, ctx)
     try:
         planner.plan_cpu()
+        before = len(planner.shortfalls)
         planner.plan_placement()
+        planner.placement_short = len(planner.shortfalls) > before
         planner.plan_memory_policy()
         planner.plan_memory()
         planner.plan_io()

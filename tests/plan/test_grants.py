@@ -210,6 +210,18 @@ def test_the_grant_is_held_and_aligned_to_never_replaced():
     assert err.message.startswith("asks for 4 whole GPUs; the grant has 2 (granted: GPU 0")
 
 
+def test_a_memory_policy_adds_no_second_refusal_to_a_failed_placement():
+    """The placement's refusal says why there are no NUMA nodes; "memory-policy needs NUMA
+    nodes" would only send the pod author to set what they did set. Without any placement
+    asked for, that message is the only one and stays."""
+    policy = "\nnuma: {memory-policy: interleave}"
+    err = refused("gpu: {count: 2, topology: nvlink}" + policy,
+                  ctx(cdi(0, 7), allocator=allocator()))
+    assert err.field == "gpu.topology" and "memory-policy" not in str(err)
+    err = refused("cpu: {limit: 1}" + policy, ctx(cdi(0), allocator=allocator()))
+    assert err.field == "numa.memory-policy" and "needs NUMA nodes" in err.message
+
+
 def test_soft_grant_shortfalls_warn_and_keep_the_grant():
     granted = cdi("GPU-d0000000-0000-0000-0000-000000000003")
     plan = plan_container(sla("gpu: {count: 4}", "soft"), ctx(granted, allocator=allocator()))

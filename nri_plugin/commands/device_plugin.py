@@ -44,7 +44,7 @@ def main(args: argparse.Namespace) -> int:
             return EXIT_UNAVAILABLE
         setting = str(Path(args.inventory).resolve()) if args.inventory \
             else config.gpu.inventory
-        gpus = WatchedInventory(configured_reader(setting))
+        gpus = WatchedInventory.of(configured_reader(setting))
         inventory = gpus.read()
     except (SlaFailure, ValueError, OSError) as exc:
         print(f"nri-sla device-plugin: {exc}", file=sys.stderr)

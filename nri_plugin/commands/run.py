@@ -165,10 +165,10 @@ def build_service(node, metrics, *, socket: str | None = None, name: str | None 
     if watch.interval:
         periodic.append(Periodic(watch.interval, plugin.drift_pass, "drift watch"))
     rescan = node.config.gpu.rescan_interval
-    if rescan and node.read_inventory is not None:
+    if rescan and node.gpus is not None:
         periodic.append(Periodic(rescan, plugin.rescan_inventory, "GPU inventory rescan"))
     health = node.config.gpu.health_interval
-    if health and node.health_monitor is not None:
+    if health and node.gpus is not None and node.gpus.monitor is not None:
         periodic.append(Periodic(health, plugin.poll_gpu_health, "GPU health"))
     options.setdefault("periodic", periodic)
     return plugin, ServiceOptions(

@@ -49,9 +49,10 @@ from nri_plugin.sla.model import Sla
 from nri_plugin.topology.cpulist import CpuListError, format_cpulist, parse_cpulist
 from nri_plugin.topology.cpus import read_topology
 from nri_plugin.topology.gpus import GpuInventory
-from nri_plugin.topology.health_monitor import GpuHealthMonitor, HealthChange
+from nri_plugin.topology.health_monitor import HealthChange
 from nri_plugin.topology.inventory import InventoryReader, configured_reader
 from nri_plugin.topology.snapshot import load_snapshot
+from nri_plugin.topology.watched import WatchedInventory
 
 log = logging.getLogger("nri_sla.rt")
 
@@ -112,8 +113,7 @@ class NodeState:
                  capabilities: NodeCapabilities | None = None,
                  resolve_device: Callable[[str], tuple[int, int]] | None = resolve_io_device,
                  record_key: bytes | None = None,
-                 read_inventory: Callable[[], GpuInventory] | None = None,
-                 health_monitor: GpuHealthMonitor | None = None) -> None:
+                 gpus: WatchedInventory | None = None) -> None:
         self.config = config
         self.cgroup_version = cgroup_version
         self.facts = facts
@@ -130,9 +130,9 @@ class NodeState:
         # nodes whose records never outlive them (explain, demo, tests).
         self.record_key = record_key or secrets.token_bytes(32)
         # Reads the node's GPUs again (rescan_inventory); None: this node never rescans.
-        self.read_inventory = read_inventory
-        # Each GPU's health (NVML events, lost GPUs); None: this node does not watch it.
-        self.health_monitor = health_monitor
+        # Reads the node's GPUs again with their health (rescan_inventory, poll_gpu_health);
+        # None: this node never rescans.
+        self.gpus = gpus
         # RT containers -> (cpu cgroup dir, runtime, period): what their ancestors keep.
         self._rt_dirs: dict[str, tuple[Path, int, int]] = {}
         # Every live container's cpuset (the plugin's; one-shot nodes keep none).
@@ -430,22 +430,18 @@ class NodeState:
         """Read the node's GPUs again and hand them to the allocator (Allocator.rescan
         says what happens to held GPUs); None when this node does not rescan. Raises
         InventoryError or OSError when the inventory cannot be read (nothing changes)."""
-        if self.allocator is None or self.read_inventory is None:
+        if self.allocator is None or self.gpus is None:
             return None
-        inventory = self.read_inventory()
-        if self.health_monitor is not None:
-            self.health_monitor.track(inventory)
-            inventory = self.health_monitor.apply(inventory)
-        return self.allocator.rescan(inventory)
+        return self.allocator.rescan(self.gpus.read())
 
     def poll_gpu_health(self, timeout_ms: int = 0) -> HealthChange | None:
         """One health step (GpuHealthMonitor.poll); a change reaches the allocator at once
         (an unhealthy GPU is never a new container's choice). None: no monitor here."""
-        if self.health_monitor is None or self.allocator is None:
+        if self.gpus is None or self.allocator is None:
             return None
-        change = self.health_monitor.poll(timeout_ms)
+        change = self.gpus.poll(timeout_ms)
         if change:
-            self.allocator.rescan(self.health_monitor.apply(self.allocator.inventory))
+            self.allocator.rescan(self.gpus.with_health(self.allocator.inventory))
         return change
 
     # -- enforcement ---------------------------------------------------------------------
@@ -576,12 +572,8 @@ def build_node(config: NodeConfig, *, cgroup_version: int | None = None,
     if detect or cgroup_version is None:
         facts = detect_cgroup_facts(cg.root, cg.driver, cgroup_version or cg.version or "auto")
         cgroup_version = facts.version
-    reader = inventory_reader(config, sysfs_root, inventory_file)
-    inventory = reader.read()
-    monitor = None
-    if reader.source in ("auto", "nvml"):  # NVML may answer later even if it does not now
-        monitor = GpuHealthMonitor()
-        monitor.track(inventory)
+    gpus = WatchedInventory.of(inventory_reader(config, sysfs_root, inventory_file))
+    inventory = gpus.read()
     return NodeState(config, cgroup_version, facts=facts,
                      allocator=node_allocator(config, sysfs_root, inventory_file=inventory_file,
                                               inventory=inventory),
@@ -589,5 +581,4 @@ def build_node(config: NodeConfig, *, cgroup_version: int | None = None,
                      rt_ledger=(RtLedger(Path(config.state_dir) / LEDGER_FILE)
                                 if detect and cgroup_version == 1 else None),
                      capabilities=detect_capabilities(cgroup_version, sysfs_root),
-                     record_key=record_key, read_inventory=reader.read,
-                     health_monitor=monitor)
+                     record_key=record_key, gpus=gpus)

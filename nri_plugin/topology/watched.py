@@ -10,16 +10,20 @@ from nri_plugin.topology.inventory import InventoryReader
 
 
 class WatchedInventory:
-    """`read()` reads the GPUs again; `poll()` waits for health events. Only NVML sources
-    are watched: a snapshot or sysfs read has no NVML to hear XIDs from."""
+    """`read()` reads the GPUs again; `poll()` waits for health events (none without a
+    monitor). `reader`: anything with read() -> GpuInventory (an InventoryReader)."""
 
     def __init__(self, reader: InventoryReader,
                  monitor: GpuHealthMonitor | None = None) -> None:
         self.reader = reader
-        watched = reader.source in ("auto", "nvml")
-        self.monitor = monitor if monitor is not None else (
-            GpuHealthMonitor() if watched else None)
+        self.monitor = monitor
         self.last: GpuInventory | None = None  # the last read, health applied
+
+    @classmethod
+    def of(cls, reader: InventoryReader) -> WatchedInventory:
+        """`reader`'s GPUs, their health watched when NVML reads them (a snapshot or sysfs
+        read has no NVML to hear XIDs from; NVML may answer later even if not now)."""
+        return cls(reader, GpuHealthMonitor() if reader.source in ("auto", "nvml") else None)
 
     def read(self) -> GpuInventory:
         """Raises InventoryError (or OSError) when the GPUs cannot be read."""

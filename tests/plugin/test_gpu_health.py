@@ -27,6 +27,7 @@ from nri_plugin.simulated.runtime import PluginCallError, make_container, make_p
 from nri_plugin.topology.cpus import read_topology
 from nri_plugin.topology.health_monitor import GpuHealthMonitor
 from nri_plugin.topology.inventory import InventoryReader
+from nri_plugin.topology.watched import WatchedInventory
 
 CONFIG = NodeConfig(permissions=Permissions(gpus=("*",), exceed_runtime_limits=("*",)))
 
@@ -34,13 +35,10 @@ CONFIG = NodeConfig(permissions=Permissions(gpus=("*",), exceed_runtime_limits=(
 def watched_node(tmp_path, nvml: FakeNvml) -> NodeState:
     sysfs = build_sysfs(tmp_path / "sys", nodes=2, cores_per_node=8, threads=2,
                         pci=dgx_like_pci())
-    reader = InventoryReader("auto", sysfs_root=sysfs, nvml=nvml)
-    monitor = GpuHealthMonitor(nvml)
-    inventory = reader.read()
-    monitor.track(inventory)
-    return NodeState(CONFIG, 2, allocator=Allocator(read_topology(sysfs), inventory),
-                     record_key=RECORD_KEY, read_inventory=reader.read,
-                     health_monitor=monitor)
+    gpus = WatchedInventory(InventoryReader("auto", sysfs_root=sysfs, nvml=nvml),
+                            GpuHealthMonitor(nvml))
+    return NodeState(CONFIG, 2, allocator=Allocator(read_topology(sysfs), gpus.read()),
+                     record_key=RECORD_KEY, gpus=gpus)
 
 
 async def ask(session, name, sla, granted):

@@ -12,6 +12,7 @@ import asyncio
 import json
 import logging
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 from plugin_helpers import RECORD_KEY, plugin_session
@@ -33,6 +34,7 @@ from nri_plugin.simulated.hardware import (
 from nri_plugin.simulated.runtime import PluginCallError, make_container, make_pod
 from nri_plugin.topology.cpus import read_topology
 from nri_plugin.topology.inventory import InventoryReader, load_inventory
+from nri_plugin.topology.watched import WatchedInventory
 
 CONFIG = NodeConfig(permissions=Permissions(gpus=("*",), exceed_runtime_limits=("*",)))
 
@@ -41,10 +43,10 @@ def nvml_node(tmp_path, nvml: FakeNvml) -> NodeState:
     sysfs = build_sysfs(tmp_path / "sys", nodes=2, cores_per_node=8, threads=2,
                         pci=dgx_like_pci())
 
-    def read():
-        return load_inventory("nvml", sysfs_root=sysfs, nvml=nvml)
-    return NodeState(CONFIG, 2, allocator=Allocator(read_topology(sysfs), read()),
-                     record_key=RECORD_KEY, read_inventory=read)
+    # each read a fresh one: no last good read kept (tests/topology covers keeping it)
+    fresh = SimpleNamespace(read=lambda: load_inventory("nvml", sysfs_root=sysfs, nvml=nvml))
+    return NodeState(CONFIG, 2, allocator=Allocator(read_topology(sysfs), fresh.read()),
+                     record_key=RECORD_KEY, gpus=WatchedInventory(fresh))
 
 
 def uuids(resp) -> set[str]:
@@ -162,7 +164,7 @@ def test_nvml_failing_after_it_worked_never_takes_a_mig_gpu_for_whole(tmp_path, 
                         pci=MIG_BOX_PCI)
     reader = InventoryReader("auto", sysfs_root=sysfs, nvml=nvml)
     node = NodeState(CONFIG, 2, allocator=Allocator(read_topology(sysfs), reader.read()),
-                     record_key=RECORD_KEY, read_inventory=reader.read)
+                     record_key=RECORD_KEY, gpus=WatchedInventory(reader))
     mig_gpu, whole_gpu = nvml.gpus
 
     async def ask(session, name, sla, granted):

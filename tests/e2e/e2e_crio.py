@@ -274,6 +274,13 @@ class CrioNode(Cluster):
         files.pod.write_text(json.dumps(pod))
         ctr = json.loads(files.container.read_text())
         ctr.setdefault("linux", {})["security_context"] = {"namespace_options": {"pid": 1}}
+        # The labels the kubelet puts on every container: CRI-O names the container to NRI
+        # and in the spec (io.kubernetes.container.name) from them, not from its metadata.
+        meta = pod["metadata"]
+        ctr["labels"] = {"io.kubernetes.container.name": ctr["metadata"]["name"],
+                         "io.kubernetes.pod.name": meta["name"],
+                         "io.kubernetes.pod.namespace": meta["namespace"],
+                         "io.kubernetes.pod.uid": meta["uid"]}
         files.container.write_text(json.dumps(ctr))
         return files
 

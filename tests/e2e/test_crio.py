@@ -14,17 +14,20 @@ import json
 import sys
 from pathlib import Path
 
+import e2e_sla_cases as cases
 import pytest
+from e2e_sla_cases import POD_SLA, triple
 
 from nri_plugin.hookspec import hooks_d_document
 
 pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
-POD_SLA = "cpu: {limit: 0.5, period: 100ms}\nmemory: {max: 256Mi}\n"
 FORGED = '{"v":2,"path":"nri","cgroup_version":1,"enforcement":"hard","mac":"00"}'
 NODE_CONFIG = """\
 enforcement: hard
+permissions:
+  realtime: ["nri-e2e"]
 cgroup:
   driver: cgroupfs
 nri:
@@ -64,10 +67,6 @@ def crio_hook(crio):
     doc["hook"]["args"] += ["--config", str(node_config(crio))]
     crio.install_hook(doc)
     return doc
-
-
-def triple(values):
-    return values.cpu_quota, values.cpu_period, values.memory_limit
 
 
 # -- through NRI --------------------------------------------------------------------------
@@ -129,6 +128,46 @@ def test_fail_closed_drop_in_requires_nri_sla(crio, plugins, sla_plugin_argv):
     assert triple(crio.cgroup(pc)) == (50000, 100000, 256 << 20)
 
 
+def test_nri_container_sla_overrides_pod_sla(crio, crio_plugin):
+    cases.container_sla_overrides_pod_sla(crio)
+
+
+def test_nri_soft_sla_direct_writes_land_at_start(crio, crio_plugin):
+    pc = cases.soft_sla_direct_writes_land(crio)
+    if not crio.cgroup_v2:
+        assert "memory.high" in crio.spec_annotations(pc).get("sla.nri.io/warnings", "")
+
+
+def test_nri_numa_nodes_bind_cpuset(crio, crio_plugin):
+    cases.numa_nodes_bind_cpuset(crio)
+
+
+def test_nri_rt_budget_lands_with_ancestors_raised(crio, crio_plugin):
+    cases.rt_budget_lands_with_ancestors_raised(crio)
+
+
+def test_nri_pod_raising_its_kubelet_limits_is_refused_or_clamped(crio, crio_plugin):
+    message = cases.kubelet_limits_refused_or_clamped(crio)
+    assert "crictl create" in message  # refused at CreateContainer, as under containerd
+
+
+def test_nri_resize_below_the_sla_is_rechecked(crio, crio_plugin):
+    cases.resize_below_the_sla_is_rechecked(crio, crio_plugin)
+
+
+def test_nri_plugin_reconnects_after_crio_restart(crio, crio_plugin):
+    before = crio.run_pod("before", {"sla.nri.io/pod": POD_SLA})
+    crio.restart()  # SIGKILL: the plugin's connection drops mid-life, conmon survives
+    crio.wait_plugin_synchronized("50-nri-sla", count=2, timeout=60)
+    crio_plugin.wait_output(r"NRI connection lost")
+    print("evidence: plugin log:", *crio_plugin.wait_output(
+        r"synchronized: 1 pods, 1 containers, 1 allocations rebuilt, 0 records ignored"))
+    after = crio.run_pod("after", {
+        "sla.nri.io/pod": "cpu: {limit: 0.2, period: 50ms}\nmemory: {max: 128Mi}\n"})
+    assert triple(crio.cgroup(after)) == (10000, 50000, 128 << 20)
+    assert triple(crio.cgroup(before)) == (50000, 100000, 256 << 20)
+
+
 # -- through the hook (no plugin) -----------------------------------------------------------
 
 def test_hook_pod_sla_lands_in_real_cgroup(crio, crio_hook):
@@ -159,3 +198,23 @@ def test_hook_refusal_reaches_crictl(crio, crio_hook):
         crio.run_pod("bad", {"sla.nri.io/pod": "memory: {max: lots}\n"})
     print("evidence: refused by the hook:", err.value)
     assert "memory.max" in str(err.value)
+
+
+def test_hook_container_sla_overrides_pod_sla(crio, crio_hook):
+    cases.container_sla_overrides_pod_sla(crio)
+
+
+def test_hook_soft_sla_direct_writes_land_at_start(crio, crio_hook):
+    """The hook runs after the spec is written: its soft warning cannot reach the spec's
+    annotations (only the NRI path adds sla.nri.io/warnings); the writes land all the same."""
+    pc = cases.soft_sla_direct_writes_land(crio)
+    assert "sla.nri.io/warnings" not in crio.spec_annotations(pc)
+
+
+def test_hook_numa_nodes_bind_cpuset(crio, crio_hook):
+    cases.numa_nodes_bind_cpuset(crio)
+
+
+def test_hook_holds_the_sla_to_the_kubelet_limits(crio, crio_hook):
+    message = cases.kubelet_limits_refused_or_clamped(crio)
+    assert "crictl create" in message  # CRI-O runs the hook at createRuntime: runc create

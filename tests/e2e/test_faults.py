@@ -22,6 +22,7 @@ from e2e_gpu import NoGpuLeft
 from e2e_metrics import ready
 from e2e_rollout import APPLIED
 from e2e_service import SlaService, visible_gpus
+from e2e_sla_cases import GREEDY, KUBELET_LIMITS, triple
 
 pytestmark = pytest.mark.e2e
 
@@ -32,10 +33,6 @@ REMOVE_CGROUP = "e2e.nri-sla.io/remove-cgroup"  # probe_plugin.py --sabotage
 @pytest.fixture
 def sla(cluster, plugins, sla_plugin_argv) -> SlaService:
     return SlaService(cluster, plugins, sla_plugin_argv)
-
-
-def triple(values):
-    return values.cpu_quota, values.cpu_period, values.memory_limit
 
 
 def unenforced(cluster, pc) -> None:
@@ -168,11 +165,6 @@ def test_direct_write_into_a_cgroup_removed_before_start(cluster, plugins, sla):
     assert read_file(pod_blkio / "blkio.throttle.read_bps_device") == ""
     print("evidence: plugin log:", *plugin.wait_output(
         r"nri-e2e/soft work: cannot write .*blkio.throttle.read_bps_device"))
-
-
-KUBELET_LIMITS = {"cpu_period": 100000, "cpu_quota": 50000, "cpu_shares": 512,
-                  "memory_limit_in_bytes": 268435456}
-GREEDY = "cpu: {limit: 64}\nmemory: {max: 512Gi}\n"
 
 
 def test_node_config_changed_under_running_pods(cluster, sla):

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 from e2e_config import shipped_settings, toml_value
+from e2e_sla_cases import GREEDY, KUBELET_LIMITS, POD_SLA
 
 from nri_plugin.hookspec import DEFAULT_BINARY
 
 pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
-POD_SLA = "cpu: {limit: 0.5, period: 100ms}\nmemory: {max: 256Mi}\n"
 
 
 def nri_sla_executable() -> Path:
@@ -68,13 +68,8 @@ def test_hook_refuses_invalid_sla_in_hard_mode(cluster, hooked):
     assert "memory.max" in message
 
 
-# What the kubelet sends for limits {cpu: 500m, memory: 256Mi}; containerd writes it into
-# config.json's linux.resources, where the hook reads it.
-KUBELET_LIMITS = {"cpu_period": 100000, "cpu_quota": 50000, "cpu_shares": 512,
-                  "memory_limit_in_bytes": 268435456}
-GREEDY = "cpu: {limit: 64}\nmemory: {max: 512Gi}\n"
-
-
+# KUBELET_LIMITS: containerd writes them into config.json's linux.resources, where the
+# hook reads them.
 def test_hook_holds_the_sla_to_the_kubelet_limits(cluster, hooked):
     with pytest.raises(cluster.Error) as err:
         cluster.run_pod("greedy", {"sla.nri.io/pod": GREEDY}, runtime=hooked,

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import e2e_sla_cases as cases
 import pytest
-from e2e_cgroup import whole_disk
+from e2e_sla_cases import POD_SLA, triple
 
 pytestmark = pytest.mark.e2e
 
 PLUGIN = "50-nri-sla"
-POD_SLA = "cpu: {limit: 0.5, period: 100ms}\nmemory: {max: 256Mi}\n"
 
 
 # Node policy for the run: real-time allowed for the e2e namespace only, quick reconnects.
@@ -53,10 +53,6 @@ def sla_plugin(cluster, plugins, sla_plugin_argv):
     return proc
 
 
-def triple(values):
-    return values.cpu_quota, values.cpu_period, values.memory_limit
-
-
 def test_pod_sla_lands_in_real_cgroup(cluster, sla_plugin):
     plain = cluster.run_pod("no-sla", {})
     assert triple(cluster.cgroup(plain))[0] == -1  # no SLA: the plugin leaves it alone
@@ -69,12 +65,7 @@ def test_pod_sla_lands_in_real_cgroup(cluster, sla_plugin):
 
 
 def test_container_sla_overrides_pod_sla(cluster, sla_plugin):
-    pc = cluster.run_pod("override", {
-        "sla.nri.io/pod": POD_SLA,
-        "sla.nri.io/container.work": "cpu: {limit: 0.25}\n",
-    })
-    # cpu.limit from the container key, period and memory.max from the pod key.
-    assert triple(cluster.cgroup(pc)) == (25000, 100000, 268435456)
+    cases.container_sla_overrides_pod_sla(cluster)
 
 
 def test_invalid_sla_fails_container_creation_with_named_key(cluster, sla_plugin):
@@ -104,52 +95,17 @@ def test_sla_plugin_reconnects_after_containerd_restart(cluster, sla_plugin):
 
 
 def test_soft_sla_direct_writes_land_at_start(cluster, sla_plugin):
-    disk = whole_disk()
-    if disk is None:
-        pytest.skip("no whole block disk under /sys/block to throttle")
-    pc = cluster.run_pod("soft", {"sla.nri.io/pod": (
-        "enforcement: soft\n"
-        "memory: {high: 128Mi, max: 256Mi}\n"
-        f"io:\n  max:\n    - {{device: '{disk}', read-bps: 10Mi, write-iops: 100}}\n")})
-    assert cluster.cgroup(pc).memory_limit == 268435456
-    if cluster.cgroup_v2:
-        assert cluster.cgroup_file(pc, "memory", "memory.high") == "134217728"
-        io_max = cluster.cgroup_file(pc, "io", "io.max") or ""
-        assert f"{disk} rbps=10485760 wbps=max riops=max wiops=100" in io_max
-    else:
-        # No memory.high on v1: soft mode falls back to the soft limit, with a warning.
-        assert cluster.cgroup_file(pc, "memory", "memory.soft_limit_in_bytes") == "134217728"
-        assert cluster.cgroup_file(pc, "blkio", "blkio.throttle.read_bps_device") == (
-            f"{disk} 10485760")
-        assert cluster.cgroup_file(pc, "blkio", "blkio.throttle.write_iops_device") == (
-            f"{disk} 100")
+    pc = cases.soft_sla_direct_writes_land(cluster)
+    if not cluster.cgroup_v2:
         assert "memory.high" in cluster.spec_annotations(pc).get("sla.nri.io/warnings", "")
 
 
 def test_numa_nodes_bind_cpuset(cluster, sla_plugin):
-    node0 = Path("/sys/devices/system/node/node0/cpulist")
-    if not node0.exists():
-        pytest.skip("no NUMA sysfs (/sys/devices/system/node/node0)")
-    pc = cluster.run_pod("numa", {"sla.nri.io/pod": 'numa: {nodes: "0"}\n'})
-    assert cluster.cgroup_file(pc, "cpuset", "cpuset.mems") == "0"
-    assert cluster.cgroup_file(pc, "cpuset", "cpuset.cpus") == node0.read_text().strip()
+    cases.numa_nodes_bind_cpuset(cluster)
 
 
 def test_rt_budget_lands_with_ancestors_raised(cluster, sla_plugin):
-    if cluster.cgroup_v2:
-        pytest.skip("real-time budgets are cgroup v1 only (v2 ignores them)")
-    if not Path("/sys/fs/cgroup/cpu/cpu.rt_runtime_us").exists():
-        pytest.skip("kernel without CONFIG_RT_GROUP_SCHED (no cpu.rt_runtime_us)")
-    pc = cluster.run_pod("rt", {"sla.nri.io/pod": "cpu: {rt-runtime: 5ms, rt-period: 1s}\n"})
-    assert cluster.cgroup_file(pc, "cpu", "cpu.rt_runtime_us") == "5000"
-    assert cluster.cgroup_file(pc, "cpu", "cpu.rt_period_us") == "1000000"
-    # runc can only set a child's budget when every ancestor has at least as much:
-    # the pod cgroup and the private parent were raised by the plugin.
-    pod_dir = Path("/sys/fs/cgroup/cpu") / pc.cgroups_path.lstrip("/")
-    for ancestor in (pod_dir.parent, pod_dir.parent.parent):
-        budget = int((ancestor / "cpu.rt_runtime_us").read_text())
-        print(f"evidence: {ancestor}/cpu.rt_runtime_us = {budget}")
-        assert budget >= 5000
+    cases.rt_budget_lands_with_ancestors_raised(cluster)
 
 
 def test_memory_policy_bind_reaches_the_process(cluster, sla_plugin):
@@ -212,48 +168,14 @@ def test_preinstalled_plugin_launched_by_containerd(cluster, sla_plugin_argv):
     assert "configured by containerd" in log.read_text()
 
 
-# What the kubelet sends for limits {cpu: 500m, memory: 256Mi} (requests = limits).
-KUBELET_LIMITS = {"cpu_period": 100000, "cpu_quota": 50000, "cpu_shares": 512,
-                  "memory_limit_in_bytes": 268435456}
-GREEDY = "cpu: {limit: 64}\nmemory: {max: 512Gi}\n"
-
-
 def test_pod_raising_its_kubelet_limits_is_refused_or_clamped(cluster, sla_plugin):
-    """Hostile: an annotation asking 64 CPUs / 512Gi over kubelet limits of 0.5 / 256Mi."""
-    with pytest.raises(cluster.Error) as err:
-        cluster.run_pod("greedy", {"sla.nri.io/pod": GREEDY}, resources=KUBELET_LIMITS)
-    message = str(err.value)
-    print("evidence: refused:", message)
+    message = cases.kubelet_limits_refused_or_clamped(cluster)
     assert "crictl create" in message
     assert ("sla.nri.io/pod: cpu.limit: 64 exceeds the 0.5 CPUs the runtime granted "
             "(the pod's limit, quota 50000us per 100000us); allowed: at most 0.5") in message
     assert ("memory.max: 512Gi exceeds the 256Mi the runtime granted (the pod's limit); "
             "allowed: at most 256Mi") in message
 
-    soft = cluster.run_pod("greedy-soft", {"sla.nri.io/pod": "enforcement: soft\n" + GREEDY},
-                           resources=KUBELET_LIMITS)
-    # The kernel holds the kubelet's values, not 64 CPUs / 512Gi.
-    assert triple(cluster.cgroup(soft)) == (50000, 100000, 268435456)
-    warnings = cluster.spec_annotations(soft)["sla.nri.io/warnings"]
-    print("evidence: warnings:", warnings)
-    assert "clamped to quota 50000us per 100000us" in warnings
-    assert "clamped to 256Mi" in warnings
-
 
 def test_resize_below_the_sla_is_rechecked(cluster, sla_plugin):
-    """UpdateContainer (kubelet resize) against the new limits: never refused (containerd
-    would keep the old, larger limits), the SLA clamped to them in both modes; neither
-    re-asserts the SLA above what Kubernetes now grants."""
-    roomy = {"cpu_period": 100000, "cpu_quota": 100000, "cpu_shares": 1024,
-             "memory_limit_in_bytes": 1 << 30}
-    hard = cluster.run_pod("resize-hard", {"sla.nri.io/pod": POD_SLA}, resources=roomy)
-    soft = cluster.run_pod("resize-soft", {"sla.nri.io/pod": "enforcement: soft\n" + POD_SLA},
-                           resources=roomy)
-    assert triple(cluster.cgroup(hard)) == (50000, 100000, 268435456)
-    for pc in (hard, soft):
-        cluster.update(pc, cpu_quota=25000, cpu_period=100000, memory=128 << 20)
-        assert triple(cluster.cgroup(pc)) == (25000, 100000, 134217728)
-    print("evidence: plugin log:", *sla_plugin.wait_output(
-        r"update: sla.nri.io/pod: cpu.limit: 0.5 exceeds the 0.25 CPUs.*hard mode", count=1))
-    sla_plugin.wait_output(r"update: sla.nri.io/pod: cpu.limit: 0.5 exceeds the 0.25 CPUs.*"
-                           r"soft mode")
+    cases.resize_below_the_sla_is_rechecked(cluster, sla_plugin)

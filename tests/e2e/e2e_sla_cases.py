@@ -36,10 +36,10 @@ def container_sla_overrides_pod_sla(node, **run: Any) -> None:
     assert triple(node.cgroup(pc)) == (25000, 100000, 268435456)
 
 
-def soft_sla_direct_writes_land(node, **run: Any):
-    """The soft SLA's memory and io writes, read back; returns the container for the
-    caller's check of the warning (v1 has no memory.high: soft falls back to the soft
-    limit and warns), which only the NRI path can put into the spec."""
+def soft_sla_direct_writes_land(node, *, warning_in_spec: bool = True, **run: Any):
+    """The soft SLA's memory and io writes, read back. v1 has no memory.high: soft mode
+    falls back to the soft limit and warns; the NRI path puts that warning into the spec
+    (`warning_in_spec`), the hook cannot (it runs after the spec is written)."""
     disk = whole_disk()
     if disk is None:
         pytest.skip("no whole block disk under /sys/block to throttle")
@@ -59,7 +59,10 @@ def soft_sla_direct_writes_land(node, **run: Any):
             f"{disk} 10485760")
         assert node.cgroup_file(pc, "blkio", "blkio.throttle.write_iops_device") == (
             f"{disk} 100")
-    return pc
+        if warning_in_spec:
+            assert "memory.high" in node.spec_annotations(pc).get("sla.nri.io/warnings", "")
+    if not warning_in_spec:
+        assert "sla.nri.io/warnings" not in node.spec_annotations(pc)
 
 
 def numa_nodes_bind_cpuset(node, **run: Any) -> None:

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 
 from nri_plugin.errors import InvalidInput
 from nri_plugin.sla.model import ENFORCEMENT_MODES
-from nri_plugin.sla.quantities import show
-from nri_plugin.sla.safeyaml import YamlProblem, key_text, load
 from nri_plugin.sla.schema import Problem, choice, parse_id_list, unknown_key_message
+from nri_plugin.text.quantities import show
+from nri_plugin.text.safeyaml import YamlProblem, key_text, load
 
 DEFAULT_PATH = "/etc/nri-sla/config.yaml"
 DEFAULT_STATE_DIR = "/var/lib/nri-sla"

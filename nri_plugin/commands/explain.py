@@ -18,7 +18,7 @@ from typing import Any
 
 from nri_plugin.commands import explain_gpus
 from nri_plugin.commands.common import add_node_arguments, node_from_args
-from nri_plugin.manifests import ManifestError, load_pods
+from nri_plugin.commands.manifests import ManifestError, load_pods
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

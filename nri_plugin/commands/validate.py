@@ -22,9 +22,9 @@ import sys
 from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 
+from nri_plugin.commands.manifests import ManifestError, PodSpec, load_pods
 from nri_plugin.config import NodeConfig, load_config
 from nri_plugin.errors import EXIT_INVALID, EXIT_OK, EXIT_REFUSED
-from nri_plugin.manifests import ManifestError, PodSpec, load_pods
 
 OK, NO_SLA, WARNED, REFUSED = "ok", "no SLA", "warned", "refused"
 

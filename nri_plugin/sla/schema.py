@@ -20,7 +20,7 @@ from nri_plugin.sla.model import (
     MEMORY_POLICIES,
     IoMaxRule,
 )
-from nri_plugin.sla.quantities import (
+from nri_plugin.text.quantities import (
     QuantityError,
     format_size,
     parse_count,
@@ -29,7 +29,7 @@ from nri_plugin.sla.quantities import (
     parse_size,
     show,
 )
-from nri_plugin.sla.safeyaml import key_text
+from nri_plugin.text.safeyaml import key_text
 from nri_plugin.topology.cpulist import CpuListError, parse_cpulist
 
 CLEAR = type("Clear", (), {"__repr__": lambda self: "CLEAR", "__slots__": ()})()

@@ -13,11 +13,17 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nri_plugin.manifests import ManifestError, PodSpec, load_pods
-from nri_plugin.sla import QuantityError, Sla, SlaError, parse_sla_document, sla_for_container
+from nri_plugin.commands.manifests import ManifestError, PodSpec, load_pods
+from nri_plugin.sla import Sla, SlaError, parse_sla_document, sla_for_container
 from nri_plugin.sla.errors import MAX_REPORTED_ERRORS
-from nri_plugin.sla.quantities import parse_count, parse_cpu, parse_duration, parse_size
 from nri_plugin.sla.schema import SECTIONS
+from nri_plugin.text.quantities import (
+    QuantityError,
+    parse_count,
+    parse_cpu,
+    parse_duration,
+    parse_size,
+)
 
 # SLA_FUZZ_EXAMPLES=5000 for a long soak; the suite default stays quick
 FUZZ = settings(max_examples=int(os.environ.get("SLA_FUZZ_EXAMPLES", "150")), deadline=None,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nri_plugin.sla.quantities import (
+from nri_plugin.text.quantities import (
     MAX_INT64,
     QuantityError,
     format_cpu,
@@ -15,7 +15,7 @@ from nri_plugin.sla.quantities import (
     parse_duration,
     parse_size,
 )
-from nri_plugin.sla.safeyaml import YamlFloat
+from nri_plugin.text.safeyaml import YamlFloat
 
 SIZES = [
     ("0", 0), (0, 0), ("1", 1), (4096, 4096), ("1k", 1000), ("1Ki", 1024),

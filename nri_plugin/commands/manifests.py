@@ -5,7 +5,7 @@ Accepts Pods, Lists of them, and the workload kinds that carry a pod template
 documents per file.
 
 Manifests are read through the hardened YAML reader the annotations use
-(nri_plugin.sla.safeyaml) with bounds sized for Kubernetes objects: the file's size is
+(nri_plugin.text.safeyaml) with bounds sized for Kubernetes objects: the file's size is
 checked while reading (a FIFO or /dev/zero cannot make it read on), anchors and aliases
 (billion laughs), tags and duplicate keys are refused, and nesting, values and documents
 are capped, so a hostile manifest costs bounded time and memory and every problem is one
@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from nri_plugin.granted import DEFAULT_CPU_PERIOD_US, SHARES_PER_CPU, GrantedResources
-from nri_plugin.sla.quantities import QuantityError, parse_count, parse_cpu, parse_size
-from nri_plugin.sla.safeyaml import YamlProblem, load_all
+from nri_plugin.text.quantities import QuantityError, parse_count, parse_cpu, parse_size
+from nri_plugin.text.safeyaml import YamlProblem, load_all
 
 MAX_MANIFEST_BYTES = 4 * 1024 * 1024
 # Far beyond real objects (a Deployment is ~10 levels and a few hundred values; a CRD's

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from nri_plugin.granted import DEFAULT_CPU_PERIOD_US, SHARES_PER_CPU, GrantedResources
-from nri_plugin.text.quantities import QuantityError, parse_count, parse_cpu, parse_size
+from nri_plugin.text.fields import FieldProblem
+from nri_plugin.text.quantities import parse_count, parse_cpu, parse_size
 from nri_plugin.text.safeyaml import YamlProblem, load_all
 
 MAX_MANIFEST_BYTES = 4 * 1024 * 1024
@@ -132,7 +133,7 @@ def _resources(spec: dict[str, Any], where: str) -> ContainerResources:
             return None
         try:
             return parse(section[name])
-        except QuantityError as exc:
+        except FieldProblem as exc:
             raise ManifestError(f"{where}.resources.{what}.{name} {exc}") from None
 
     def millis(section: dict[str, Any], what: str) -> int | None:

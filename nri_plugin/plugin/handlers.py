@@ -24,7 +24,7 @@ from nri_plugin.core import Decision, NodeState, decide
 from nri_plugin.core.decision import REUSABLE_LIMIT, recheck
 from nri_plugin.core.nodestate import LiveContainer
 from nri_plugin.enforce.rt import RtChange
-from nri_plugin.errors import INTERNAL, INVALID, SlaFailure
+from nri_plugin.errors import INTERNAL, INVALID, Refused, SlaFailure
 from nri_plugin.granted import (
     ENV_VISIBLE,
     GrantedResources,
@@ -84,9 +84,12 @@ def granted_resources(resources: pb.LinuxResources, container: pb.Container | No
                             memory_limit=value(memory, "limit"), **evidence)
 
 
-class StartRefused(Exception):
+class StartRefused(Refused):
     """Hard mode: a direct cgroup write failed at StartContainer; containerd fails the
-    start ("NRI container start failed: ...") before user code runs."""
+    start ("NRI container start failed: ...") before user code runs. It reaches the stub
+    as it is (not through rpc_error), so the runtime sees ttrpc status Unknown."""
+
+    reason = "cgroup"  # the metric label of CgroupWriteError, the refusal behind it
 
 
 class SlaPlugin:

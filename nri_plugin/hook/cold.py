@@ -132,7 +132,7 @@ def plan_actions(config: NodeConfig, facts: CgroupFacts, annotations: dict[str, 
         raise InternalFailure("the SLA vanished between parsing and planning")
     if _asks_io_weight(decision):
         deps.append(["schedulers", sysfs_root, cache.scheduler_signature(sysfs_root)])
-    rt = (plan.rt_runtime, plan.rt_period or 1_000_000) if plan.rt_runtime else None
+    rt = (plan.rt_runtime, plan.rt_period_in_force) if plan.rt_runtime else None
     lines = [WARN + w for w in plan.warnings]
     if target.distrust and "policy" in plan.reasons:
         lines.append(f"{WARN}{plan.key}: {namespace_note(target)}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from nri_plugin.errors import Refused
+from nri_plugin.sla.model import DEFAULT_RT_PERIOD_US
 
 TYPE_CHECKING = False  # `typing` costs the OCI hook start-up time; only checkers need it
 if TYPE_CHECKING:
@@ -95,3 +96,8 @@ class ContainerPlan:
     warnings: tuple[str, ...] = ()
     reasons: tuple[str, ...] = field(default=())  # metric labels of the warnings
     key: str = ""  # the annotation the SLA came from, for messages found later
+
+    @property
+    def rt_period_in_force(self) -> int:
+        """The real-time period the budget is per: the plan's, else the kernel's default."""
+        return self.rt_period or DEFAULT_RT_PERIOD_US

@@ -14,7 +14,7 @@ from nri_plugin.plan.context import PlanContext
 from nri_plugin.plan.model import ContainerPlan, IoLimit, MemoryPolicy, Shortfall, refusal
 from nri_plugin.plan.rt_budget import RtBudgetExceeded, RtGrant
 from nri_plugin.plan.runtime_gpus import GpuGrant, resolve_grant
-from nri_plugin.sla.model import Sla
+from nri_plugin.sla.model import DEFAULT_RT_PERIOD_US, Sla
 
 TYPE_CHECKING = False  # `typing` costs the OCI hook start-up time; only checkers need it
 if TYPE_CHECKING:
@@ -90,7 +90,7 @@ class _Planner:
         elif cpu.period_us is not None:
             self.settings["cpu_period"] = cpu.period_us
         if cpu.rt_runtime_us is not None:
-            self.plan_rt(cpu.rt_runtime_us, cpu.rt_period_us or 1_000_000)
+            self.plan_rt(cpu.rt_runtime_us, cpu.rt_period_us or DEFAULT_RT_PERIOD_US)
 
     def plan_rt(self, runtime: int, period: int) -> None:
         if self.ctx.cgroup_version == 2:

@@ -6,7 +6,7 @@ import pytest
 
 from nri_plugin.config import NodeConfig, Permissions
 from nri_plugin.plan.context import PlanContext
-from nri_plugin.plan.model import IoLimit, SlaRefused
+from nri_plugin.plan.model import ContainerPlan, IoLimit, SlaRefused
 from nri_plugin.plan.planner import plan_container
 from nri_plugin.plan.rt_budget import RtBudget
 from nri_plugin.sla.parse import parse_sla_document
@@ -44,6 +44,13 @@ def test_realtime_refusals(version, ns, expect):
     with pytest.raises(SlaRefused, match=expect) as caught:
         plan_container(sla("cpu: {rt-runtime: 5ms}"), ctx(version, namespace=ns))
     assert caught.value.key == KEY and caught.value.field == "cpu.rt-runtime"
+
+
+def test_the_rt_period_in_force_defaults_to_the_kernels():
+    half = plan_container(sla("cpu: {rt-runtime: 5ms, rt-period: 500ms}"),
+                          ctx(1, namespace="rt-a"))
+    assert half.rt_period_in_force == 500_000
+    assert ContainerPlan("hard", 1, rt_runtime=5000).rt_period_in_force == 1_000_000
 
 
 def test_realtime_budget_is_accounted_and_released():

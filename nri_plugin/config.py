@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from nri_plugin.errors import InvalidInput
-from nri_plugin.sla.model import ENFORCEMENT_MODES
+from nri_plugin.sla import DEFAULT_PREFIX, ENFORCEMENT_MODES
 from nri_plugin.text.fields import (
     FieldProblem,
     choice,
@@ -219,7 +219,7 @@ class NodeConfig:
     """The validated node config (/etc/nri-sla/config.yaml)."""
 
     enforcement: str = "hard"
-    annotation_prefix: str = "sla.nri.io"
+    annotation_prefix: str = DEFAULT_PREFIX
     permissions: Permissions = field(default_factory=Permissions)
     pod_caps: PodCaps = field(default_factory=PodCaps)
     rt_budget: float = 0.5  # share of the kernel's RT budget SLA containers may take

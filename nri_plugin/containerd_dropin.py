@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass
 
 from nri_plugin.errors import InvalidInput
+from nri_plugin.sla import DEFAULT_PREFIX, ENFORCEMENT_ALIAS
 
 NRI_PLUGIN = "io.containerd.nri.v1.nri"
 # The CRI plugin that holds the runtime handlers, by config version.
@@ -30,8 +31,8 @@ DEFAULT_BASE_SPEC = "/etc/nri-sla/base-runtime-spec.json"
 # The first line of every drop-in this module writes: what the package's maintainer
 # scripts look for before they take a drop-in out (never someone else's file).
 MARKER = "# Written by `nri-sla containerd-config`"
-PASSED_ANNOTATIONS = ("sla.nri.io/pod", "sla.nri.io/container.*", "sla.nri.io/enforcement",
-                      "io.kubernetes.sla/enforcement-mode")
+PASSED_ANNOTATIONS = (f"{DEFAULT_PREFIX}/pod", f"{DEFAULT_PREFIX}/container.*",
+                      f"{DEFAULT_PREFIX}/enforcement", ENFORCEMENT_ALIAS)
 # containerd 2.2 reads a fixed key; later releases the one configured here.
 TOLERATION_KEYS = ("tolerate-missing-plugins.nri.io",
                    "tolerate-missing-nri-plugins.noderesource.dev")

@@ -44,11 +44,6 @@ PODS_TO_TOLERATE = ("the CNI's pods (calico-node, cilium, flannel, ...)", "kube-
 _VERSION = re.compile(r"\bv?(\d+)\.(\d+)(?:\.\d+)?")
 
 
-class ContainerdConfigError(InvalidInput):
-    """A containerd version nri-sla cannot configure, a setting it lacks, or a drop-in
-    path holding someone else's file."""
-
-
 @dataclass(frozen=True)
 class ContainerdVersion:
     major: int
@@ -72,12 +67,12 @@ def parse_version(text: str, source: str) -> ContainerdVersion:
     # the module path's "/v2" is no version: take the first x.y
     match = _VERSION.search(text)
     if match is None:
-        raise ContainerdConfigError(f"{source}: no containerd version (x.y) in "
-                                     f"{text.strip()[:200]!r}")
+        raise InvalidInput(f"{source}: no containerd version (x.y) in "
+                           f"{text.strip()[:200]!r}")
     version = ContainerdVersion(int(match.group(1)), int(match.group(2)))
     if (version.major, version.minor) < (1, 7) or version.major > 2:
-        raise ContainerdConfigError(f"{source}: containerd {version} is not supported: "
-                                     f"NRI needs 1.7 or 2.x")
+        raise InvalidInput(f"{source}: containerd {version} is not supported: "
+                           f"NRI needs 1.7 or 2.x")
     return version
 
 
@@ -101,7 +96,7 @@ def render(options: DropinOptions) -> str:
     """The drop-in's text: valid TOML of the version's config format."""
     version = options.version
     if options.fail_closed and not version.has_validator:
-        raise ContainerdConfigError(
+        raise InvalidInput(
             f"--fail-closed: containerd {version} has no NRI default validator (2.2 and "
             f"later); the OCI hook in the base runtime spec is the fallback there")
     runc = f'plugins."{CRI_RUNTIME_PLUGIN[version.config_version]}".containerd.runtimes.runc'

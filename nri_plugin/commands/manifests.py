@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nri_plugin.errors import InvalidInput
 from nri_plugin.granted import DEFAULT_CPU_PERIOD_US, SHARES_PER_CPU, GrantedResources
 from nri_plugin.text.fields import FieldProblem
 from nri_plugin.text.quantities import parse_count, parse_cpu, parse_size
@@ -34,8 +35,8 @@ _TEMPLATED = {"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job",
               "ReplicationController"}
 
 
-class ManifestError(ValueError):
-    pass
+class ManifestError(InvalidInput, ValueError):
+    """A manifest nri-sla cannot read: one line naming the file (and the object)."""
 
 
 GPU_RESOURCE = "nvidia.com/gpu"  # the NVIDIA device plugin's extended resource

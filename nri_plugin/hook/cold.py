@@ -32,7 +32,7 @@ from nri_plugin.hook.options import HookOptions
 from nri_plugin.hook.outcome import WARN, Outcome, RunState
 from nri_plugin.hook.state import BundleSpec, OciState
 from nri_plugin.hook.target import Target
-from nri_plugin.plan.model import ContainerPlan, PlanError, SlaRefused
+from nri_plugin.plan.model import ContainerPlan, PlanError
 from nri_plugin.plan.record import RecordError, decode_record, record_body
 from nri_plugin.sla.model import Sla
 
@@ -152,7 +152,7 @@ def explain_namespace(error: SlaFailure, target: Target) -> SlaFailure:
     refusal, as only the first shortfall's reason survives into it (the rest are text)."""
     if not target.distrust or not isinstance(error, PlanError):
         return error
-    return SlaRefused(error.key, error.field, f"{error.message}; {namespace_note(target)}",
+    return PlanError(error.key, error.field, f"{error.message}; {namespace_note(target)}",
                       error.reason)
 
 

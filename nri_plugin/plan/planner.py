@@ -239,7 +239,7 @@ class _Planner:
 
 
 def plan_container(sla: Sla, ctx: PlanContext) -> ContainerPlan:
-    """Plan one container. Raises SlaRefused in hard mode when anything falls short."""
+    """Plan one container. Raises PlanError in hard mode when anything falls short."""
     planner = _Planner(sla, ctx)
     try:
         planner.plan_cpu()

@@ -6,7 +6,7 @@ import pytest
 
 from nri_plugin.config import NodeConfig, Permissions
 from nri_plugin.plan.context import PlanContext
-from nri_plugin.plan.model import ContainerPlan, IoLimit, SlaRefused
+from nri_plugin.plan.model import ContainerPlan, IoLimit, PlanError
 from nri_plugin.plan.planner import plan_container
 from nri_plugin.plan.rt_budget import RtBudget
 from nri_plugin.sla.parse import parse_sla_document
@@ -41,7 +41,7 @@ def test_cpu_limit_becomes_quota_over_period():
     (1, "default", "may not use realtime"),
 ])
 def test_realtime_refusals(version, ns, expect):
-    with pytest.raises(SlaRefused, match=expect) as caught:
+    with pytest.raises(PlanError, match=expect) as caught:
         plan_container(sla("cpu: {rt-runtime: 5ms}"), ctx(version, namespace=ns))
     assert caught.value.key == KEY and caught.value.field == "cpu.rt-runtime"
 
@@ -60,7 +60,7 @@ def test_realtime_budget_is_accounted_and_released():
     assert (first.rt_runtime, first.rt_period) == (5000, 1_000_000)
     second = PlanContext(cgroup_version=1, namespace="rt-b", owner="ctr-2",
                          config=ctx().config, rt_budget=budget)
-    with pytest.raises(SlaRefused,
+    with pytest.raises(PlanError,
                        match=r"RT budget for SLA containers \(1\.0%.*cannot take that much"):
         plan_container(sla("cpu: {rt-runtime: 6ms, rt-period: 1s}"), second)
     budget.release("ctr-1")
@@ -85,19 +85,19 @@ def test_memory_high_on_v2_is_unified():
 def test_io_devices_resolved_and_missing_device_named():
     plan = plan_container(sla("io:\n  max:\n  - {device: /dev/sda, read-bps: 1Mi}"), ctx())
     assert plan.io_max == (IoLimit(8, 0, read_bps=1024**2),)
-    with pytest.raises(SlaRefused, match=r"io\.max\[0\]\.device"):
+    with pytest.raises(PlanError, match=r"io\.max\[0\]\.device"):
         plan_container(sla("io:\n  max:\n  - {device: /dev/nvme9n1, read-bps: 1Mi}"), ctx())
 
 
 def test_io_max_needs_permission():
     config = NodeConfig(permissions=Permissions(io_max=("storage",)))
-    with pytest.raises(SlaRefused, match=r"permissions\.io-max"):
+    with pytest.raises(PlanError, match=r"permissions\.io-max"):
         plan_container(sla("io:\n  max:\n  - {device: '8:0', write-iops: 10}"),
                        ctx(config=config, namespace="web"))
 
 
 def test_io_weight_without_proportional_controller():
-    with pytest.raises(SlaRefused, match="BFQ"):
+    with pytest.raises(PlanError, match="BFQ"):
         plan_container(sla("io: {weight: 300}"), ctx(1, io_weight_supported=False))
 
 

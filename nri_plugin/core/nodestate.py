@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from nri_plugin.config import NodeConfig
-from nri_plugin.enforce.blockdev import resolve_io_device
+from nri_plugin.enforce.blockdev import resolve_block_device
 from nri_plugin.enforce.capabilities import NodeCapabilities, detect_capabilities
 from nri_plugin.enforce.cgfile import CgroupWriter
 from nri_plugin.enforce.cgpaths import CgroupFacts, CgroupPaths
@@ -111,7 +111,7 @@ class NodeState:
                  rt_budget: RtBudget | None = None,
                  rt_ledger: RtLedger | None = None,
                  capabilities: NodeCapabilities | None = None,
-                 resolve_device: Callable[[str], tuple[int, int]] | None = resolve_io_device,
+                 resolve_device: Callable[[str], tuple[int, int]] | None = resolve_block_device,
                  record_key: bytes | None = None,
                  gpus: WatchedInventory | None = None) -> None:
         self.config = config

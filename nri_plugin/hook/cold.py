@@ -18,7 +18,7 @@ from nri_plugin.config import ConfigError, NodeConfig, load_config
 from nri_plugin.core import NodeState, decide, node_allocator
 from nri_plugin.core.decision import Decision, parse_sla
 from nri_plugin.core.recordkey import NoRecordKey, RecordKeyError, load_key
-from nri_plugin.enforce.blockdev import resolve_io_device
+from nri_plugin.enforce.blockdev import resolve_block_device
 from nri_plugin.enforce.capabilities import detect_capabilities
 from nri_plugin.enforce.cgpaths import CgroupFacts, CgroupPaths
 from nri_plugin.enforce.cgroupdetect import detect_cgroup_facts
@@ -163,7 +163,7 @@ def hook_node(config: NodeConfig, facts: CgroupFacts, sysfs_root: str,
 
     def resolve_device(device: str) -> tuple[int, int]:
         deps.append(["device", device, cache.device_signature(device)])
-        return resolve_io_device(device)
+        return resolve_block_device(device)
 
     def allocator(gpus: bool) -> Any:
         deps.append(["topology", sysfs_root, cache.topology_signature(sysfs_root)])

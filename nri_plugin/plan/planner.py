@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from nri_plugin.errors import SlaFailure
 from nri_plugin.plan import grants
 from nri_plugin.plan.context import PlanContext
 from nri_plugin.plan.model import ContainerPlan, IoLimit, MemoryPolicy, Shortfall, refusal
@@ -209,7 +210,7 @@ class _Planner:
             for i, rule in enumerate(io.max):
                 try:
                     major, minor = self.resolve(rule.device)
-                except (OSError, ValueError) as exc:
+                except (SlaFailure, OSError, ValueError) as exc:
                     self.short(f"io.max[{i}].device", str(exc), "device")
                     continue
                 limits.append(IoLimit(major, minor, rule.read_bps, rule.write_bps,
@@ -217,10 +218,10 @@ class _Planner:
             self.settings["io_max"] = tuple(limits)
 
     def resolve(self, device: str) -> tuple[int, int]:
-        if self.ctx.resolve_device is not None:  # raises OSError/ValueError, named
+        if self.ctx.resolve_device is not None:  # raises an SlaFailure or OSError, named
             return self.ctx.resolve_device(device)
         major, _, minor = device.partition(":")
-        return int(major), int(minor)
+        return int(major), int(minor)  # no resolver: MAJ:MIN as written, else ValueError
 
     # -- outcome -------------------------------------------------------------------
     def release(self) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from nri_plugin.config import NodeConfig, Permissions
+from nri_plugin.enforce.errors import DeviceError
 from nri_plugin.plan.context import PlanContext
 from nri_plugin.plan.model import ContainerPlan, IoLimit, PlanError
 from nri_plugin.plan.planner import plan_container
@@ -21,7 +22,7 @@ def sla(text: str, enforcement: str = "hard"):
 def resolve(spec: str) -> tuple[int, int]:
     if spec == "/dev/sda":
         return 8, 0
-    raise ValueError(f"{spec}: no such block device")
+    raise DeviceError(spec, "no such block device")
 
 
 def ctx(version: int = 2, **kw) -> PlanContext:

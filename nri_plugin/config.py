@@ -18,10 +18,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from nri_plugin.errors import InvalidInput
-from nri_plugin.sla.model import ENFORCEMENT_MODES
-from nri_plugin.sla.quantities import show
-from nri_plugin.sla.safeyaml import YamlProblem, key_text, load
-from nri_plugin.sla.schema import Problem, choice, parse_id_list, unknown_key_message
+from nri_plugin.sla import DEFAULT_PREFIX, ENFORCEMENT_MODES
+from nri_plugin.text.fields import (
+    FieldProblem,
+    choice,
+    key_text,
+    parse_id_list,
+    show,
+    unknown_key_message,
+)
+from nri_plugin.text.safeyaml import YamlProblem, load
 
 DEFAULT_PATH = "/etc/nri-sla/config.yaml"
 DEFAULT_STATE_DIR = "/var/lib/nri-sla"
@@ -213,7 +219,7 @@ class NodeConfig:
     """The validated node config (/etc/nri-sla/config.yaml)."""
 
     enforcement: str = "hard"
-    annotation_prefix: str = "sla.nri.io"
+    annotation_prefix: str = DEFAULT_PREFIX
     permissions: Permissions = field(default_factory=Permissions)
     pod_caps: PodCaps = field(default_factory=PodCaps)
     rt_budget: float = 0.5  # share of the kernel's RT budget SLA containers may take
@@ -244,13 +250,13 @@ class NodeConfig:
 
 def _bool(value: object) -> bool:
     if not isinstance(value, bool):
-        raise Problem(f"must be true or false, got {show(value)}")
+        raise FieldProblem(f"must be true or false, got {show(value)}")
     return value
 
 
 def _abs_path(value: object) -> str:
     if not isinstance(value, str) or not value.startswith("/") or "\x00" in value:
-        raise Problem(f"must be an absolute path, got {show(value)}")
+        raise FieldProblem(f"must be an absolute path, got {show(value)}")
     return os.path.normpath(value)
 
 
@@ -261,18 +267,18 @@ _NAMESPACE_GLOB = re.compile(r"[a-z0-9*?\[\]!-]{1,63}", re.ASCII)
 
 def _prefix(value: object) -> str:
     if not isinstance(value, str) or len(value) > 253 or not _DNS_SUBDOMAIN.fullmatch(value):
-        raise Problem(f"must be a DNS subdomain like sla.nri.io (lowercase, no '/'), "
+        raise FieldProblem(f"must be a DNS subdomain like sla.nri.io (lowercase, no '/'), "
                       f"got {show(value)}")
     return value
 
 
 def _namespaces(value: object) -> tuple[str, ...]:
     if not isinstance(value, list):
-        raise Problem(f"must be a list of namespace names or globs like [kube-system, "
+        raise FieldProblem(f"must be a list of namespace names or globs like [kube-system, "
                       f"'team-*'], got {show(value)}")
     for index, item in enumerate(value):
         if not isinstance(item, str) or not _NAMESPACE_GLOB.fullmatch(item):
-            raise Problem(f"must be a namespace name or glob (lowercase letters, digits, '-',"
+            raise FieldProblem(f"must be a namespace name or glob (lowercase letters, digits, '-',"
                           f" and * ? [ ]), got {show(item)}", f"[{index}]")
     return tuple(value)
 
@@ -285,14 +291,14 @@ def _cap(value: object) -> Cap:
         if number.isascii() and number.replace(".", "", 1).isdigit() \
                 and 0 <= float(number) <= 100:
             return Cap(float(number), percent=True)
-    raise Problem(f"must be a count like 4 or a percentage of the node like \"50%\", got "
+    raise FieldProblem(f"must be a count like 4 or a percentage of the node like \"50%\", got "
                   f"{show(value)}")
 
 
 def _share(value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) \
             or not math.isfinite(value) or not 0 <= value <= 1:
-        raise Problem(f"must be a fraction from 0 to 1 (e.g. 0.25), got {show(value)}")
+        raise FieldProblem(f"must be a fraction from 0 to 1 (e.g. 0.25), got {show(value)}")
     return float(value)
 
 
@@ -305,7 +311,7 @@ def _cpu_list(value: object) -> tuple[int, ...]:
                                        and v >= 0 for v in value):
         value = ",".join(str(v) for v in value)
     if not isinstance(value, str):
-        raise Problem(f"must be a CPU list like \"0-1\" or \"0,2\", got {show(value)}")
+        raise FieldProblem(f"must be a CPU list like \"0-1\" or \"0,2\", got {show(value)}")
     return parse_id_list(value, "a CPU list", 65535)
 
 
@@ -314,7 +320,7 @@ def _inventory(value: object) -> str:
         return value
     if isinstance(value, str) and value.startswith("/"):
         return _abs_path(value)
-    raise Problem(f"must be one of {', '.join(GPU_INVENTORIES)} or an absolute path to an "
+    raise FieldProblem(f"must be one of {', '.join(GPU_INVENTORIES)} or an absolute path to an "
                   f"inventory snapshot, got {show(value)}")
 
 
@@ -328,7 +334,7 @@ def _resource_name(value: object) -> str:
     if not (len(domain) <= 253 and _DNS_SUBDOMAIN.fullmatch(domain)
             and _RESOURCE_NAME.fullmatch(name)) \
             or domain == "kubernetes.io" or domain.endswith(".kubernetes.io"):
-        raise Problem(f"must be an extended resource name like nvidia.com/gpu (a DNS "
+        raise FieldProblem(f"must be an extended resource name like nvidia.com/gpu (a DNS "
                       f"domain outside kubernetes.io, '/', a name of up to 63 letters, "
                       f"digits, '-', '_', '.'), got {show(value)}")
     return value
@@ -339,7 +345,7 @@ def _cgroup_version(value: object) -> int | None:
         return None
     if type(value) in (int, str) and value in (1, 2, "1", "2"):
         return int(value)
-    raise Problem(f"must be one of auto, 1, 2, got {show(value)}")
+    raise FieldProblem(f"must be one of auto, 1, 2, got {show(value)}")
 
 
 _PLUGIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}", re.ASCII)
@@ -347,7 +353,7 @@ _PLUGIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}", re.ASCII)
 
 def _plugin_name(value: object) -> str:
     if not isinstance(value, str) or not _PLUGIN_NAME.fullmatch(value):
-        raise Problem(f"must be a name of letters, digits, '.', '_' and '-', got "
+        raise FieldProblem(f"must be a name of letters, digits, '.', '_' and '-', got "
                       f"{show(value)}")
     return value
 
@@ -358,13 +364,13 @@ def _plugin_index(value: object) -> str:
         return f"{value:02d}"
     if isinstance(value, str) and re.fullmatch(r"[0-9]{2}", value, re.ASCII):
         return value
-    raise Problem(f"must be two digits from \"00\" to \"99\", got {show(value)}")
+    raise FieldProblem(f"must be two digits from \"00\" to \"99\", got {show(value)}")
 
 
 def _rescan(value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) \
             or not math.isfinite(value) or not (value == 0 or 1 <= value <= 86400):
-        raise Problem(f"must be 0 (never) or a number of seconds from 1 to 86400, got "
+        raise FieldProblem(f"must be 0 (never) or a number of seconds from 1 to 86400, got "
                       f"{show(value)}")
     return float(value)
 
@@ -372,7 +378,7 @@ def _rescan(value: object) -> float:
 def _reconnect(value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) \
             or not math.isfinite(value) or not 0 < value <= 3600:
-        raise Problem(f"must be a number of seconds above 0 and at most 3600, got "
+        raise FieldProblem(f"must be a number of seconds above 0 and at most 3600, got "
                       f"{show(value)}")
     return float(value)
 
@@ -385,7 +391,7 @@ def _address(value: object) -> str:
         return ""
     m = _HOST_PORT.fullmatch(value) if isinstance(value, str) else None
     if m is None or not 1 <= int(m.group(2)) <= 65535:
-        raise Problem(f"must be host:port like 127.0.0.1:9810 or [::1]:9810 (port 1..65535),"
+        raise FieldProblem(f"must be host:port like 127.0.0.1:9810 or [::1]:9810 (port 1..65535),"
                       f" or \"\" to disable, got {show(value)}")
     return value
 
@@ -393,7 +399,7 @@ def _address(value: object) -> str:
 def _interval(value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) \
             or not math.isfinite(value) or not (value == 0 or 1 <= value <= 3600):
-        raise Problem(f"must be 0 (off) or a number of seconds from 1 to 3600, got "
+        raise FieldProblem(f"must be 0 (off) or a number of seconds from 1 to 3600, got "
                       f"{show(value)}")
     return float(value)
 
@@ -401,13 +407,13 @@ def _interval(value: object) -> float:
 def _backoff(value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) \
             or not math.isfinite(value) or not 1 <= value <= 86400:
-        raise Problem(f"must be a number of seconds from 1 to 86400, got {show(value)}")
+        raise FieldProblem(f"must be a number of seconds from 1 to 86400, got {show(value)}")
     return float(value)
 
 
 def _series_containers(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 100_000:
-        raise Problem(f"must be a count of containers from 0 to 100000, got {show(value)}")
+        raise FieldProblem(f"must be a count of containers from 0 to 100000, got {show(value)}")
     return value
 
 
@@ -425,11 +431,11 @@ def _names(pattern: re.Pattern[str], what: str, example: str) -> Callable[[objec
                                                                           tuple[str, ...]]:
     def check(value: object) -> tuple[str, ...]:
         if not isinstance(value, list) or len(value) > MAX_LISTED:
-            raise Problem(f"must be a list of at most {MAX_LISTED} {what} like [{example}], "
+            raise FieldProblem(f"must be a list of at most {MAX_LISTED} {what} like [{example}], "
                           f"got {show(value)}")
         for index, item in enumerate(value):
             if not isinstance(item, str) or not pattern.fullmatch(item):
-                raise Problem(f"must be a {what} like {example}, got {show(item)}",
+                raise FieldProblem(f"must be a {what} like {example}, got {show(item)}",
                               f"[{index}]")
         return tuple(value)
     return check
@@ -527,7 +533,7 @@ def _fields(source: str, data: Mapping, schema: _Schema, parent: str,
         attribute, convert = schema[key]
         try:
             values[attribute] = convert(raw)
-        except Problem as exc:
+        except FieldProblem as exc:
             errors.append(ConfigError(source, path + exc.sub, exc.message))
     return values
 

@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass
 
 from nri_plugin.errors import InvalidInput
+from nri_plugin.sla import DEFAULT_PREFIX, ENFORCEMENT_ALIAS
 
 NRI_PLUGIN = "io.containerd.nri.v1.nri"
 # The CRI plugin that holds the runtime handlers, by config version.
@@ -30,8 +31,8 @@ DEFAULT_BASE_SPEC = "/etc/nri-sla/base-runtime-spec.json"
 # The first line of every drop-in this module writes: what the package's maintainer
 # scripts look for before they take a drop-in out (never someone else's file).
 MARKER = "# Written by `nri-sla containerd-config`"
-PASSED_ANNOTATIONS = ("sla.nri.io/pod", "sla.nri.io/container.*", "sla.nri.io/enforcement",
-                      "io.kubernetes.sla/enforcement-mode")
+PASSED_ANNOTATIONS = (f"{DEFAULT_PREFIX}/pod", f"{DEFAULT_PREFIX}/container.*",
+                      f"{DEFAULT_PREFIX}/enforcement", ENFORCEMENT_ALIAS)
 # containerd 2.2 reads a fixed key; later releases the one configured here.
 TOLERATION_KEYS = ("tolerate-missing-plugins.nri.io",
                    "tolerate-missing-nri-plugins.noderesource.dev")
@@ -41,11 +42,6 @@ PODS_TO_TOLERATE = ("the CNI's pods (calico-node, cilium, flannel, ...)", "kube-
                     "static pods (kube-apiserver, etcd, ... in the kubelet's manifest dir)",
                     "the nri-sla DaemonSet itself (it carries both keys)")
 _VERSION = re.compile(r"\bv?(\d+)\.(\d+)(?:\.\d+)?")
-
-
-class ContainerdConfigError(InvalidInput):
-    """A containerd version nri-sla cannot configure, a setting it lacks, or a drop-in
-    path holding someone else's file."""
 
 
 @dataclass(frozen=True)
@@ -71,12 +67,12 @@ def parse_version(text: str, source: str) -> ContainerdVersion:
     # the module path's "/v2" is no version: take the first x.y
     match = _VERSION.search(text)
     if match is None:
-        raise ContainerdConfigError(f"{source}: no containerd version (x.y) in "
-                                     f"{text.strip()[:200]!r}")
+        raise InvalidInput(f"{source}: no containerd version (x.y) in "
+                           f"{text.strip()[:200]!r}")
     version = ContainerdVersion(int(match.group(1)), int(match.group(2)))
     if (version.major, version.minor) < (1, 7) or version.major > 2:
-        raise ContainerdConfigError(f"{source}: containerd {version} is not supported: "
-                                     f"NRI needs 1.7 or 2.x")
+        raise InvalidInput(f"{source}: containerd {version} is not supported: "
+                           f"NRI needs 1.7 or 2.x")
     return version
 
 
@@ -100,7 +96,7 @@ def render(options: DropinOptions) -> str:
     """The drop-in's text: valid TOML of the version's config format."""
     version = options.version
     if options.fail_closed and not version.has_validator:
-        raise ContainerdConfigError(
+        raise InvalidInput(
             f"--fail-closed: containerd {version} has no NRI default validator (2.2 and "
             f"later); the OCI hook in the base runtime spec is the fallback there")
     runc = f'plugins."{CRI_RUNTIME_PLUGIN[version.config_version]}".containerd.runtimes.runc'

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 
+from nri_plugin.errors import InvalidInput
+
 TYPE_CHECKING = False  # importing typing costs the no-SLA path more than the rest of it
 if TYPE_CHECKING:
     from typing import Any
@@ -41,8 +43,8 @@ IF_INSTALLED = 'test -x "$1" || exit 0; exec "$@"'
 IF_INSTALLED_NAME = "nri-sla-hook-if-installed"  # $0: what ps and runc's errors show
 
 
-class HookSpecError(ValueError):
-    pass
+class HookSpecError(InvalidInput, ValueError):
+    """A hook stage or path nri-sla cannot put into a hook entry (config or flags)."""
 
 
 def _check_stage(stage: str) -> None:

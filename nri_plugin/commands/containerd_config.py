@@ -22,7 +22,6 @@ from nri_plugin.containerd_dropin import (
     DEFAULT_MAIN_CONFIG,
     PODS_TO_TOLERATE,
     TOLERATION_KEYS,
-    ContainerdConfigError,
     ContainerdVersion,
     DropinOptions,
     imported_by,
@@ -30,7 +29,7 @@ from nri_plugin.containerd_dropin import (
     render,
     written_by_nri_sla,
 )
-from nri_plugin.errors import EXIT_UNAVAILABLE, InternalFailure
+from nri_plugin.errors import EXIT_UNAVAILABLE, InternalFailure, InvalidInput
 
 PROG = "nri-sla containerd-config"
 
@@ -76,7 +75,7 @@ def _read(path: str) -> str | None:
     except (FileNotFoundError, NotADirectoryError):
         return None
     except (OSError, UnicodeDecodeError) as exc:
-        raise ContainerdConfigError(f"{path}: cannot be read: {exc}") from None
+        raise InvalidInput(f"{path}: cannot be read: {exc}") from None
 
 
 def _write_atomically(path: str, text: str) -> None:
@@ -100,7 +99,7 @@ def _warn_unless_imported(main_config: str, dropin: str) -> None:
     try:
         imported = imported_by(tomllib.loads(text), dropin)
     except tomllib.TOMLDecodeError as exc:
-        raise ContainerdConfigError(f"{main_config}: not valid TOML: {exc}") from None
+        raise InvalidInput(f"{main_config}: not valid TOML: {exc}") from None
     if not imported:
         print(f"{PROG}: {main_config} does not import {dropin}: add imports = "
               f"[\"{os.path.dirname(dropin)}/*.toml\"] at its top (before any table)",
@@ -129,13 +128,13 @@ def main(args: argparse.Namespace) -> int:
               f"OCI hook fallback stays off)", file=sys.stderr)
     if args.write is None:
         if args.dry_run:
-            raise ContainerdConfigError("--dry-run needs --write (the file to diff against)")
+            raise InvalidInput("--dry-run needs --write (the file to diff against)")
         sys.stdout.write(text)
         return 0
     old = _read(args.write)
     if old is not None and not written_by_nri_sla(old):
-        raise ContainerdConfigError(f"{args.write} exists and was not written by nri-sla: "
-                                    f"move it away or give another --write path")
+        raise InvalidInput(f"{args.write} exists and was not written by nri-sla: "
+                           f"move it away or give another --write path")
     if args.dry_run:
         diff = difflib.unified_diff((old or "").splitlines(keepends=True),
                                     text.splitlines(keepends=True),

@@ -18,7 +18,8 @@ from typing import Any
 
 from nri_plugin.commands import explain_gpus
 from nri_plugin.commands.common import add_node_arguments, node_from_args
-from nri_plugin.manifests import ManifestError, load_pods
+from nri_plugin.commands.manifests import load_pods
+from nri_plugin.errors import InvalidInput
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -163,7 +164,7 @@ def main(args: argparse.Namespace) -> int:
         if args.gpus is not None:
             return gpu_preference(node.allocator.inventory, args)
         pods = [pod for path in args.manifests for pod in load_pods(path)]
-    except (ManifestError, explain_gpus.GpuListError, ValueError, OSError) as exc:
+    except (InvalidInput, ValueError, OSError) as exc:  # ManifestError, ConfigError, --gpus
         print(f"nri-sla explain: {exc}", file=sys.stderr)
         return 2
     from nri_plugin.simulated.deviceplugin import DevicePlugin

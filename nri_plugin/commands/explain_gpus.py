@@ -13,10 +13,6 @@ from nri_plugin.topology.cpulist import CpuListError, format_cpulist, parse_cpul
 from nri_plugin.topology.gpus import GpuInventory
 
 
-class GpuListError(InvalidInput):
-    """--gpus, --free or --must-include that cannot be used on this node."""
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpus", type=int, metavar="N", default=None,
                         help="instead of manifests: the N GPUs nri-sla would prefer here")
@@ -33,21 +29,21 @@ def _indexes(flag: str, text: str, known: frozenset[int]) -> frozenset[int]:
     try:
         found = parse_cpulist(text)
     except CpuListError as exc:
-        raise GpuListError(f"{flag}: {exc}") from None
+        raise InvalidInput(f"{flag}: {exc}") from None
     unknown = found - known
     if unknown:
-        raise GpuListError(f"{flag}: no GPU {format_cpulist(unknown)} on this node "
+        raise InvalidInput(f"{flag}: no GPU {format_cpulist(unknown)} on this node "
                            f"(GPUs: {format_cpulist(known) or 'none'})")
     return found
 
 
 def prefer(inventory: GpuInventory, args: argparse.Namespace) -> dict[str, Any]:
-    """The choice as a JSON-able dict; raises GpuListError for bad --free/--must-include."""
+    """The choice as a JSON-able dict; raises InvalidInput for bad --free/--must-include."""
     whole = frozenset(g.index for g in inventory.gpus if not g.mig_enabled)
     free = whole if args.free is None else _indexes("--free", args.free, whole)
     must = _indexes("--must-include", args.must_include, whole)
     if args.gpus < 0:
-        raise GpuListError(f"--gpus: {args.gpus} must be >= 0")
+        raise InvalidInput(f"--gpus: {args.gpus} must be >= 0")
     result: dict[str, Any] = {"count": args.gpus, "topology": args.topology,
                               "free": sorted(free), "must_include": sorted(must)}
     choice = choose_gpus(inventory, free, args.gpus, must_include=must,

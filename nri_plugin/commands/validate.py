@@ -22,9 +22,10 @@ import sys
 from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 
+from nri_plugin.commands.manifests import ManifestError, PodSpec, load_pods
 from nri_plugin.config import NodeConfig, load_config
 from nri_plugin.errors import EXIT_INVALID, EXIT_OK, EXIT_REFUSED
-from nri_plugin.manifests import ManifestError, PodSpec, load_pods
+from nri_plugin.sla import DEFAULT_PREFIX
 
 OK, NO_SLA, WARNED, REFUSED = "ok", "no SLA", "warned", "refused"
 
@@ -33,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("manifests", nargs="+", metavar="POD.yaml")
     parser.add_argument("--prefix", default=None,
                         help="annotation prefix (default annotation-prefix of --config: "
-                             "sla.nri.io)")
+                             f"{DEFAULT_PREFIX})")
     parser.add_argument("--config", default=None, metavar="FILE",
                         help="node config whose enforcement default and permissions apply "
                              "(default: the built-in defaults; nobody may exceed the pod's "

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from nri_plugin.config import NodeConfig
-from nri_plugin.enforce.blockdev import resolve_io_device
+from nri_plugin.enforce.blockdev import resolve_block_device
 from nri_plugin.enforce.capabilities import NodeCapabilities, detect_capabilities
 from nri_plugin.enforce.cgfile import CgroupWriter
 from nri_plugin.enforce.cgpaths import CgroupFacts, CgroupPaths
@@ -111,7 +111,7 @@ class NodeState:
                  rt_budget: RtBudget | None = None,
                  rt_ledger: RtLedger | None = None,
                  capabilities: NodeCapabilities | None = None,
-                 resolve_device: Callable[[str], tuple[int, int]] | None = resolve_io_device,
+                 resolve_device: Callable[[str], tuple[int, int]] | None = resolve_block_device,
                  record_key: bytes | None = None,
                  gpus: WatchedInventory | None = None) -> None:
         self.config = config
@@ -259,7 +259,7 @@ class NodeState:
             # node's share is exceeded (a tightened rt-budget), so that no new grant adds
             # to it.
             self.rt_budget.restore(container.id, RtGrant(plan.rt_runtime,
-                                                         plan.rt_period or 1_000_000))
+                                                         plan.rt_period_in_force))
         if plan.rt_runtime and container.cgroups_path:
             self._note_rt_dir(container.id, plan, container.cgroups_path)
         return plan, breach
@@ -278,7 +278,7 @@ class NodeState:
         # Named as enforce.rt names the groups (links resolved: /sys/fs/cgroup/cpu is often
         # a link to cpu,cpuacct), whether or not the dir exists yet.
         self._rt_dirs[owner] = (cpu_dir.parent.resolve() / cpu_dir.name,
-                                plan.rt_runtime or 0, plan.rt_period or 1_000_000)
+                                plan.rt_runtime or 0, plan.rt_period_in_force)
 
     def note_pod(self, owner: str, pod: str) -> None:
         """`owner` belongs to `pod`: what it holds counts against the per-pod caps."""
@@ -459,7 +459,7 @@ class NodeState:
         if not plan.rt_runtime or paths.version != 1:
             return plan, []
         try:
-            done = make_rt_room(paths, plan.rt_runtime, plan.rt_period or 1_000_000)
+            done = make_rt_room(paths, plan.rt_runtime, plan.rt_period_in_force)
         except EnforceError as exc:
             key = plan.key or self.prefix
             if isinstance(exc, RtBudgetError) and exc.operator_note:

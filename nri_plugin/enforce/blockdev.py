@@ -129,12 +129,3 @@ def any_bfq(sysfs_root: Path = SYSFS_ROOT) -> bool:
                for maj, _, mnr in (dev.partition(":") for dev in devs)
                if maj.isdigit() and mnr.isdigit())
 
-
-def resolve_io_device(spec: str) -> tuple[int, int]:
-    """The device resolver both front-ends hand the planner: MAJ:MIN of an io.max device.
-    The planner names a ValueError as a shortfall of the rule's field (io.max[i].device)."""
-    try:
-        return resolve_block_device(spec)
-    except DeviceError as exc:
-        raise ValueError(str(exc)) from exc
-

@@ -18,7 +18,7 @@ from nri_plugin.config import ConfigError, NodeConfig, load_config
 from nri_plugin.core import NodeState, decide, node_allocator
 from nri_plugin.core.decision import Decision, parse_sla
 from nri_plugin.core.recordkey import NoRecordKey, RecordKeyError, load_key
-from nri_plugin.enforce.blockdev import resolve_io_device
+from nri_plugin.enforce.blockdev import resolve_block_device
 from nri_plugin.enforce.capabilities import detect_capabilities
 from nri_plugin.enforce.cgpaths import CgroupFacts, CgroupPaths
 from nri_plugin.enforce.cgroupdetect import detect_cgroup_facts
@@ -32,7 +32,7 @@ from nri_plugin.hook.options import HookOptions
 from nri_plugin.hook.outcome import WARN, Outcome, RunState
 from nri_plugin.hook.state import BundleSpec, OciState
 from nri_plugin.hook.target import Target
-from nri_plugin.plan.model import ContainerPlan, PlanError, SlaRefused
+from nri_plugin.plan.model import ContainerPlan, PlanError
 from nri_plugin.plan.record import RecordError, decode_record, record_body
 from nri_plugin.sla.model import Sla
 
@@ -132,7 +132,7 @@ def plan_actions(config: NodeConfig, facts: CgroupFacts, annotations: dict[str, 
         raise InternalFailure("the SLA vanished between parsing and planning")
     if _asks_io_weight(decision):
         deps.append(["schedulers", sysfs_root, cache.scheduler_signature(sysfs_root)])
-    rt = (plan.rt_runtime, plan.rt_period or 1_000_000) if plan.rt_runtime else None
+    rt = (plan.rt_runtime, plan.rt_period_in_force) if plan.rt_runtime else None
     lines = [WARN + w for w in plan.warnings]
     if target.distrust and "policy" in plan.reasons:
         lines.append(f"{WARN}{plan.key}: {namespace_note(target)}")
@@ -152,7 +152,7 @@ def explain_namespace(error: SlaFailure, target: Target) -> SlaFailure:
     refusal, as only the first shortfall's reason survives into it (the rest are text)."""
     if not target.distrust or not isinstance(error, PlanError):
         return error
-    return SlaRefused(error.key, error.field, f"{error.message}; {namespace_note(target)}",
+    return PlanError(error.key, error.field, f"{error.message}; {namespace_note(target)}",
                       error.reason)
 
 
@@ -163,7 +163,7 @@ def hook_node(config: NodeConfig, facts: CgroupFacts, sysfs_root: str,
 
     def resolve_device(device: str) -> tuple[int, int]:
         deps.append(["device", device, cache.device_signature(device)])
-        return resolve_io_device(device)
+        return resolve_block_device(device)
 
     def allocator(gpus: bool) -> Any:
         deps.append(["topology", sysfs_root, cache.topology_signature(sysfs_root)])

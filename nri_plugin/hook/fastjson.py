@@ -8,11 +8,13 @@ so we drive it directly and fall back to `json` where `_json` is missing.
 
 from __future__ import annotations
 
+from nri_plugin.errors import InvalidInput
+
 _WHITESPACE = " \t\n\r"
 
 
-class JsonError(ValueError):
-    pass
+class JsonError(InvalidInput, ValueError):
+    """Text that is not one valid JSON document; the message names the position."""
 
 
 def _no_constants(name: str) -> object:

@@ -38,6 +38,7 @@ class PlanContext:
     allocator: Allocator | None = None  # None: no node topology, placement is refused
     rt_budget: RtBudget | None = None
     nri_version: str | None = None  # None: no NRI (the hook path)
+    # MAJ:MIN of an io.max device; raises an SlaFailure (DeviceError) or OSError naming it
     resolve_device: Callable[[str], tuple[int, int]] | None = None
     io_weight_supported: bool = True
     # What the runtime set for the container (kubelet limits, device-plugin GPU evidence);

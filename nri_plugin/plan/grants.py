@@ -28,7 +28,7 @@ from dataclasses import replace
 
 from nri_plugin.plan.model import ContainerPlan, Shortfall
 from nri_plugin.sla.model import CpuSla, Sla
-from nri_plugin.sla.quantities import format_cpu, format_duration, format_size
+from nri_plugin.text.quantities import format_cpu, format_duration, format_size
 
 TYPE_CHECKING = False  # `typing` costs the OCI hook start-up time; only checkers need it
 if TYPE_CHECKING:

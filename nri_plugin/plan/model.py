@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from nri_plugin.errors import Refused
+from nri_plugin.sla.model import DEFAULT_RT_PERIOD_US
 
 TYPE_CHECKING = False  # `typing` costs the OCI hook start-up time; only checkers need it
 if TYPE_CHECKING:
@@ -17,7 +18,8 @@ if TYPE_CHECKING:
 
 class PlanError(Refused):
     """A planning failure that names the annotation key, the field and what is allowed;
-    `reason` (the metric label) says which kind of shortfall."""
+    `reason` (the metric label) says which kind of shortfall. Hard mode refuses the
+    container with it when a requested setting cannot be applied exactly."""
 
     def __init__(self, key: str, field_path: str, message: str,
                  reason: str = "unsupported") -> None:
@@ -26,10 +28,6 @@ class PlanError(Refused):
         self.field = field_path
         self.message = message
         super().__init__(f"{key}: {field_path}: {message}" if field_path else f"{key}: {message}")
-
-
-class SlaRefused(PlanError):
-    """Hard mode: a requested setting cannot be applied exactly, so the container is refused."""
 
 
 @dataclass(frozen=True)
@@ -44,12 +42,12 @@ class Shortfall:
         return f"{key}: {self.field}: {self.message}"
 
 
-def refusal(key: str, shortfalls: list[Shortfall]) -> SlaRefused:
+def refusal(key: str, shortfalls: list[Shortfall]) -> PlanError:
     """Hard mode: one refusal naming the first shortfall, and the others after it."""
     first = shortfalls[0]
     more = "; ".join(s.render(key) for s in shortfalls[1:])
-    return SlaRefused(key, first.field, first.message + (f" (also: {more})" if more else ""),
-                      first.reason)
+    return PlanError(key, first.field, first.message + (f" (also: {more})" if more else ""),
+                     first.reason)
 
 
 @dataclass(frozen=True)
@@ -95,3 +93,8 @@ class ContainerPlan:
     warnings: tuple[str, ...] = ()
     reasons: tuple[str, ...] = field(default=())  # metric labels of the warnings
     key: str = ""  # the annotation the SLA came from, for messages found later
+
+    @property
+    def rt_period_in_force(self) -> int:
+        """The real-time period the budget is per: the plan's, else the kernel's default."""
+        return self.rt_period or DEFAULT_RT_PERIOD_US

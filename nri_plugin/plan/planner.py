@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from nri_plugin.errors import SlaFailure
 from nri_plugin.plan import grants
 from nri_plugin.plan.context import PlanContext
 from nri_plugin.plan.model import ContainerPlan, IoLimit, MemoryPolicy, Shortfall, refusal
 from nri_plugin.plan.rt_budget import RtBudgetExceeded, RtGrant
 from nri_plugin.plan.runtime_gpus import GpuGrant, resolve_grant
-from nri_plugin.sla.model import Sla
+from nri_plugin.sla.model import DEFAULT_RT_PERIOD_US, Sla
 
 TYPE_CHECKING = False  # `typing` costs the OCI hook start-up time; only checkers need it
 if TYPE_CHECKING:
@@ -90,7 +91,7 @@ class _Planner:
         elif cpu.period_us is not None:
             self.settings["cpu_period"] = cpu.period_us
         if cpu.rt_runtime_us is not None:
-            self.plan_rt(cpu.rt_runtime_us, cpu.rt_period_us or 1_000_000)
+            self.plan_rt(cpu.rt_runtime_us, cpu.rt_period_us or DEFAULT_RT_PERIOD_US)
 
     def plan_rt(self, runtime: int, period: int) -> None:
         if self.ctx.cgroup_version == 2:
@@ -209,7 +210,7 @@ class _Planner:
             for i, rule in enumerate(io.max):
                 try:
                     major, minor = self.resolve(rule.device)
-                except (OSError, ValueError) as exc:
+                except (SlaFailure, OSError, ValueError) as exc:
                     self.short(f"io.max[{i}].device", str(exc), "device")
                     continue
                 limits.append(IoLimit(major, minor, rule.read_bps, rule.write_bps,
@@ -217,10 +218,10 @@ class _Planner:
             self.settings["io_max"] = tuple(limits)
 
     def resolve(self, device: str) -> tuple[int, int]:
-        if self.ctx.resolve_device is not None:  # raises OSError/ValueError, named
+        if self.ctx.resolve_device is not None:  # raises an SlaFailure or OSError, named
             return self.ctx.resolve_device(device)
         major, _, minor = device.partition(":")
-        return int(major), int(minor)
+        return int(major), int(minor)  # no resolver: MAJ:MIN as written, else ValueError
 
     # -- outcome -------------------------------------------------------------------
     def release(self) -> None:
@@ -239,7 +240,7 @@ class _Planner:
 
 
 def plan_container(sla: Sla, ctx: PlanContext) -> ContainerPlan:
-    """Plan one container. Raises SlaRefused in hard mode when anything falls short."""
+    """Plan one container. Raises PlanError in hard mode when anything falls short."""
     planner = _Planner(sla, ctx)
     try:
         planner.plan_cpu()

@@ -13,12 +13,16 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from nri_plugin.errors import Refused
+
 log = logging.getLogger("nri_sla.rt")
 
 
-class RtBudgetExceeded(Exception):
+class RtBudgetExceeded(Refused):
     """The node's RT budget cannot take a grant; the message names only the grant and
     the budget's size (what others hold goes to the operator's log)."""
+
+    reason = "budget"
 
 
 @dataclass(frozen=True)

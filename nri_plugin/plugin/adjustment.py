@@ -75,7 +75,7 @@ def fill_resources(resources: pb.LinuxResources, plan: ContainerPlan) -> None:
         cpu.mems = plan.mems
     if plan.rt_runtime is not None and plan.cgroup_version == 1:
         cpu.realtime_runtime.value = plan.rt_runtime
-        cpu.realtime_period.value = plan.rt_period or 1_000_000
+        cpu.realtime_period.value = plan.rt_period_in_force
     if plan.memory_max is not None:
         resources.memory.limit.value = plan.memory_max
     if plan.cgroup_version == 2:

@@ -24,7 +24,7 @@ from nri_plugin.core import Decision, NodeState, decide
 from nri_plugin.core.decision import REUSABLE_LIMIT, recheck
 from nri_plugin.core.nodestate import LiveContainer
 from nri_plugin.enforce.rt import RtChange
-from nri_plugin.errors import INTERNAL, INVALID, SlaFailure
+from nri_plugin.errors import INTERNAL, INVALID, Refused, SlaFailure
 from nri_plugin.granted import (
     ENV_VISIBLE,
     GrantedResources,
@@ -37,7 +37,7 @@ from nri_plugin.logsetup import log_decision, log_event
 from nri_plugin.nri.errors import Code, RpcError
 from nri_plugin.nri.pb import nri_pb2 as pb
 from nri_plugin.nri.stub import CreateResult
-from nri_plugin.plan.model import ContainerPlan, SlaRefused
+from nri_plugin.plan.model import ContainerPlan, PlanError
 from nri_plugin.plan.record import record_body, record_text
 from nri_plugin.plugin.adjustment import annotated, build_adjustment, build_update
 from nri_plugin.plugin.kubelet_grants import KubeletGrants, asks_kubelet
@@ -84,9 +84,12 @@ def granted_resources(resources: pb.LinuxResources, container: pb.Container | No
                             memory_limit=value(memory, "limit"), **evidence)
 
 
-class StartRefused(Exception):
+class StartRefused(Refused):
     """Hard mode: a direct cgroup write failed at StartContainer; containerd fails the
-    start ("NRI container start failed: ...") before user code runs."""
+    start ("NRI container start failed: ...") before user code runs. It reaches the stub
+    as it is (not through rpc_error), so the runtime sees ttrpc status Unknown."""
+
+    reason = "cgroup"  # the metric label of CgroupWriteError, the refusal behind it
 
 
 class SlaPlugin:
@@ -454,7 +457,7 @@ class SlaPlugin:
         if plan is not None and plan.enforcement == "hard":
             log.warning("%s/%s %s: update refused: %s", pod.namespace, pod.name,
                         container.name, message)
-            raise rpc_error(SlaRefused(plan.key or self.node.prefix, "cpu", message, "limit"))
+            raise rpc_error(PlanError(plan.key or self.node.prefix, "cpu", message, "limit"))
         log_event(log, logging.WARNING, "resize beyond the cpuset", container=container.id,
                   error=message)
 

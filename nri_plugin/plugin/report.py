@@ -139,7 +139,7 @@ def describe_plan(plan: ContainerPlan) -> str:
     if limit is not None:
         parts.append(f"cpu={limit:g}")
     if plan.rt_runtime:
-        parts.append(f"rt={plan.rt_runtime}/{plan.rt_period or 1_000_000}us")
+        parts.append(f"rt={plan.rt_runtime}/{plan.rt_period_in_force}us")
     exclusive = (plan.placement_record or {}).get("exclusive")
     if exclusive:
         parts.append(f"excl={len(parse_cpulist(str(exclusive)))}")

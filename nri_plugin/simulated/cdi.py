@@ -32,11 +32,6 @@ MAX_SPEC_BYTES = 1 << 20  # a spec file larger than this is not one an admin wro
 StatFn = Callable[[str], os.stat_result]
 
 
-class CdiError(InvalidInput):
-    """A CDI spec file cannot be read, or a CDI name cannot be resolved (the runtime then
-    fails the container's creation)."""
-
-
 @dataclass(frozen=True)
 class DeviceNode:
     """A device node to create in the container (OCI linux.devices)."""
@@ -76,7 +71,7 @@ def parse_name(name: str) -> tuple[str, str]:
     kind, sep, device = name.partition("=")
     vendor, slash, cls = kind.partition("/")
     if not (sep and slash and vendor and cls and device):
-        raise CdiError(f"CDI device {name!r}: not a qualified name vendor/class=device")
+        raise InvalidInput(f"CDI device {name!r}: not a qualified name vendor/class=device")
     return kind, device
 
 
@@ -101,7 +96,7 @@ class CdiRegistry:
     def add(self, spec: CdiSpec) -> None:
         if spec.kind in self._specs:
             # CDI lets a later directory override a kind; the model keeps one source.
-            raise CdiError(f"CDI kind {spec.kind} is defined twice")
+            raise InvalidInput(f"CDI kind {spec.kind} is defined twice")
         self._specs[spec.kind] = spec
 
     @property
@@ -110,7 +105,7 @@ class CdiRegistry:
 
     def resolve(self, names: Sequence[str]) -> tuple[ContainerEdits, ...]:
         """The edits to apply, in order: every name's, each spec's own once (before its
-        first device's), duplicates once; CdiError naming every unresolvable name."""
+        first device's), duplicates once; InvalidInput naming every unresolvable name."""
         unique = list(dict.fromkeys(names))
         edits: list[ContainerEdits] = []
         seen_kinds: set[str] = set()
@@ -127,8 +122,8 @@ class CdiRegistry:
                 edits.append(spec.edits)
             edits.append(device_edits)
         if missing:
-            raise CdiError(f"CDI device injection failed: unresolvable CDI devices "
-                           f"{', '.join(missing)}")
+            raise InvalidInput(f"CDI device injection failed: unresolvable CDI devices "
+                               f"{', '.join(missing)}")
         return tuple(edits)
 
 
@@ -138,13 +133,13 @@ def _strings(value: Any, what: str) -> tuple[str, ...]:
     if value is None:
         return ()
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise CdiError(f"{what}: expected a list of strings")
+        raise InvalidInput(f"{what}: expected a list of strings")
     return tuple(value)
 
 
 def _device_node(entry: Any, where: str, stat_fn: StatFn) -> DeviceNode:
     if not isinstance(entry, dict) or not isinstance(entry.get("path"), str):
-        raise CdiError(f"{where}: a device node needs a path")
+        raise InvalidInput(f"{where}: a device node needs a path")
     path = entry["path"]
     major, minor = entry.get("major"), entry.get("minor")
     kind = entry.get("type") or "c"
@@ -154,17 +149,17 @@ def _device_node(entry: Any, where: str, stat_fn: StatFn) -> DeviceNode:
         try:
             st = stat_fn(host)
         except OSError as exc:
-            raise CdiError(f"{where}: device node {host}: {exc.strerror}") from None
+            raise InvalidInput(f"{where}: device node {host}: {exc.strerror}") from None
         major, minor = os.major(st.st_rdev), os.minor(st.st_rdev)
     if not isinstance(major, int) or not isinstance(minor, int):
-        raise CdiError(f"{where}: device node {path}: major and minor must be integers")
+        raise InvalidInput(f"{where}: device node {path}: major and minor must be integers")
     return DeviceNode(path=path, type=str(kind), major=major, minor=minor)
 
 
 def _mount(entry: Any, where: str) -> Mount:
     if not isinstance(entry, dict) or not isinstance(entry.get("containerPath"), str) \
             or not isinstance(entry.get("hostPath"), str):
-        raise CdiError(f"{where}: a mount needs hostPath and containerPath")
+        raise InvalidInput(f"{where}: a mount needs hostPath and containerPath")
     return Mount(destination=entry["containerPath"], source=entry["hostPath"],
                  type=str(entry.get("type") or "bind"),
                  options=_strings(entry.get("options"), f"{where}: mount options"))
@@ -174,11 +169,11 @@ def _edits(raw: Any, where: str, stat_fn: StatFn) -> ContainerEdits:
     if raw is None:
         return ContainerEdits()
     if not isinstance(raw, dict):
-        raise CdiError(f"{where}: containerEdits must be a mapping")
+        raise InvalidInput(f"{where}: containerEdits must be a mapping")
     nodes = raw.get("deviceNodes") or []
     mounts = raw.get("mounts") or []
     if not isinstance(nodes, list) or not isinstance(mounts, list):
-        raise CdiError(f"{where}: deviceNodes and mounts must be lists")
+        raise InvalidInput(f"{where}: deviceNodes and mounts must be lists")
     return ContainerEdits(
         env=_strings(raw.get("env"), f"{where}: env"),
         device_nodes=tuple(_device_node(n, where, stat_fn) for n in nodes),
@@ -190,17 +185,17 @@ def parse_spec(text: str, source: str, stat_fn: StatFn = os.stat) -> CdiSpec:
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise CdiError(f"{source}: not a CDI spec: {exc}") from None
+        raise InvalidInput(f"{source}: not a CDI spec: {exc}") from None
     if not isinstance(raw, dict):
-        raise CdiError(f"{source}: not a CDI spec (expected a mapping)")
+        raise InvalidInput(f"{source}: not a CDI spec (expected a mapping)")
     kind = raw.get("kind")
     if not isinstance(kind, str):
-        raise CdiError(f"{source}: kind is missing")
+        raise InvalidInput(f"{source}: kind is missing")
     parse_name(f"{kind}=x")  # vendor/class form
     devices: dict[str, ContainerEdits] = {}
     for entry in raw.get("devices") or []:
         if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
-            raise CdiError(f"{source}: every device needs a name")
+            raise InvalidInput(f"{source}: every device needs a name")
         where = f"{source}: device {entry['name']}"
         devices[entry["name"]] = _edits(entry.get("containerEdits"), where, stat_fn)
     return CdiSpec(kind=kind, devices=devices,
@@ -214,7 +209,7 @@ def load_dir(directory: Path, stat_fn: StatFn = os.stat) -> CdiRegistry:
         if path.suffix not in (".yaml", ".yml", ".json") or not path.is_file():
             continue
         if path.stat().st_size > MAX_SPEC_BYTES:
-            raise CdiError(f"{path}: larger than {MAX_SPEC_BYTES} bytes")
+            raise InvalidInput(f"{path}: larger than {MAX_SPEC_BYTES} bytes")
         registry.add(parse_spec(path.read_text(), str(path), stat_fn))
     return registry
 

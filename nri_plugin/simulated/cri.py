@@ -58,7 +58,7 @@ class Cri:
     async def create_container(self, pod: pb.PodSandbox, ctr: pb.Container) -> pb.Container:
         """The container as the runtime keeps it (adjusted by the plugins that answered);
         its spec is then in sim.state.specs. `ctr` is the CRI request (what the kubelet
-        and its device plugins asked for). Raises CdiError when a CDI device cannot be
+        and its device plugins asked for). Raises InvalidInput when a CDI device cannot be
         resolved (before any plugin hears of it) and PluginCallError when a plugin
         refused the container (no container then)."""
         async with self.sim.sync_gate.operation():

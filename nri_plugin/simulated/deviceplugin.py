@@ -39,10 +39,6 @@ NVIDIACTL = DeviceNode("/dev/nvidiactl", "c", NVIDIA_MAJOR, 255)
 NVIDIA_UVM = DeviceNode("/dev/nvidia-uvm", "c", 508, 0)
 
 
-class UnknownDevice(InvalidInput):
-    """Allocate was asked for a device id the plugin does not advertise."""
-
-
 @dataclass(frozen=True)
 class ContainerAllocation:
     """The plugin's ContainerAllocateResponse: what the kubelet puts in the CRI request."""
@@ -73,7 +69,7 @@ class DevicePlugin:
     def allocate(self, ids: Sequence[str]) -> ContainerAllocation:
         unknown = [i for i in ids if i not in self._gpus]
         if unknown:
-            raise UnknownDevice(f"Allocate: unknown device ids {', '.join(unknown)}")
+            raise InvalidInput(f"Allocate: unknown device ids {', '.join(unknown)}")
         names = ",".join(ids)
         if self.strategy == "envvar":
             return ContainerAllocation(envs={ENV_VISIBLE: names})

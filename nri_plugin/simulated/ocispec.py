@@ -111,7 +111,7 @@ def apply_edits(spec: OciSpec, edits: ContainerEdits) -> None:
 
 
 def inject_cdi(spec: OciSpec, names: list[str], cdi: CdiRegistry | None) -> None:
-    """Resolve CDI names and apply their edits (CdiError: creation fails). Without a
+    """Resolve CDI names and apply their edits (InvalidInput: creation fails). Without a
     registry the simulator keeps the names as references only: the tests that look at
     nothing but the plugin's answer need no CDI spec."""
     names = [n for n in dict.fromkeys(names) if n not in spec.cdi_devices]

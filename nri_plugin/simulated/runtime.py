@@ -151,7 +151,7 @@ def _embed(tag: int, data: bytes) -> bytes:
 
 def build_spec(ctr: pb.Container, cdi: CdiRegistry | None) -> tuple[OciSpec, pb.Container]:
     """containerd's CreateContainer up to its NRI call: the spec built from the request
-    (CDI devices injected; CdiError when one cannot be resolved) and the container as
+    (CDI devices injected; InvalidInput when one cannot be resolved) and the container as
     the plugins are shown it."""
     spec = spec_from_request(ctr, cdi)
     shown = pb.Container()

@@ -29,16 +29,6 @@ from nri_plugin.sla.parse import (
     parse_sla_document,
     sla_for_container,
 )
-from nri_plugin.sla.quantities import (
-    QuantityError,
-    format_cpu,
-    format_duration,
-    format_size,
-    parse_count,
-    parse_cpu,
-    parse_duration,
-    parse_size,
-)
 
 __all__ = [
     "DEFAULT_CPU_PERIOD_US",
@@ -57,17 +47,9 @@ __all__ = [
     "IoSla",
     "MemorySla",
     "NumaSla",
-    "QuantityError",
     "Sla",
     "SlaError",
     "SlaErrors",
-    "format_cpu",
-    "format_duration",
-    "format_size",
-    "parse_count",
-    "parse_cpu",
-    "parse_duration",
-    "parse_size",
     "parse_sla_document",
     "sla_for_container",
 ]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nri_plugin.sla.quantities import format_cpu, format_duration, format_size
+from nri_plugin.text.quantities import format_cpu, format_duration, format_size
 
 ENFORCEMENT_MODES = ("hard", "soft")
 MEMORY_POLICIES = ("bind", "preferred", "interleave", "none")

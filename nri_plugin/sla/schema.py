@@ -20,17 +20,22 @@ from nri_plugin.sla.model import (
     MEMORY_POLICIES,
     IoMaxRule,
 )
-from nri_plugin.sla.quantities import (
-    QuantityError,
+from nri_plugin.text.fields import (
+    FieldProblem,
+    check_ids,
+    choice,
+    key_text,
+    parse_id_list,
+    show,
+    unknown_key_message,
+)
+from nri_plugin.text.quantities import (
     format_size,
     parse_count,
     parse_cpu,
     parse_duration,
     parse_size,
-    show,
 )
-from nri_plugin.sla.safeyaml import key_text
-from nri_plugin.topology.cpulist import CpuListError, parse_cpulist
 
 CLEAR = type("Clear", (), {"__repr__": lambda self: "CLEAR", "__slots__": ()})()
 
@@ -43,72 +48,30 @@ MAX_MAJOR = 4095  # Linux dev_t: 12-bit major, 20-bit minor
 MAX_MINOR = 2**20 - 1
 
 
-class Problem(ValueError):
-    """A field's value is wrong. ``sub`` extends the field path (``[0].device``)."""
-
-    def __init__(self, message: str, sub: str = "") -> None:
-        self.message = message
-        self.sub = sub
-        super().__init__(message)
-
-
-def suggest(name: str, valid: list[str] | tuple[str, ...]) -> str | None:
-    """Closest valid key: same key in kebab-case (rt_runtime, rtRuntime), else difflib."""
-    kebab = re.sub(r"(?<=[a-z0-9])([A-Z])", r"-\1", name).replace("_", "-").lower()
-    if kebab in valid:
-        return kebab
-    import difflib  # only on the error path: keeps the hook's import time down
-
-    close = difflib.get_close_matches(kebab, valid, n=1, cutoff=0.6)
-    return close[0] if close else None
-
-
-def unknown_key_message(name: str, valid: tuple[str, ...], parent: str) -> str:
-    guess = suggest(name[:64], valid)
-    hint = f"; did you mean {guess}?" if guess else ""
-    where = f"{parent} fields" if parent else "top-level fields"
-    return f"is not a known field{hint} ({where}: {', '.join(valid)})"
-
-
 # -- scalar converters -------------------------------------------------------------------
-
-def choice(allowed: tuple[str, ...]) -> Callable[[object], str]:
-    def convert(value: object) -> str:
-        if not isinstance(value, str) or value not in allowed:
-            raise Problem(f"must be one of {', '.join(allowed)}, got {show(value)}")
-        return value
-    return convert
-
 
 def _int(value: object, lo: int, hi: int, what: str = "a whole number") -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         quoted = " (remove the quotes)" if isinstance(value, str) and value.isdigit() else ""
-        raise Problem(f"must be {what} from {lo} to {hi}, got {show(value)}{quoted}")
+        raise FieldProblem(f"must be {what} from {lo} to {hi}, got {show(value)}{quoted}")
     if not lo <= value <= hi:
-        raise Problem(f"must be from {lo} to {hi}, got {show(value)}")
+        raise FieldProblem(f"must be from {lo} to {hi}, got {show(value)}")
     return value
 
 
-def _quantity(parser: Callable[[object], object], value: object) -> object:
-    try:
-        return parser(value)
-    except QuantityError as exc:
-        raise Problem(str(exc)) from None
-
-
 def _cpu_limit(value: object) -> float:
-    cpus = _quantity(parse_cpu, value)
+    cpus = parse_cpu(value)
     if not 0 < cpus <= MAX_CPUS:
-        raise Problem(f"must be between 0.001 and {MAX_CPUS} CPUs (e.g. 2.5 or 2500m), "
+        raise FieldProblem(f"must be between 0.001 and {MAX_CPUS} CPUs (e.g. 2.5 or 2500m), "
                       f"got {show(value)}")
     return cpus
 
 
 def _duration(lo: int, hi: int, lo_text: str, hi_text: str) -> Callable[[object], int]:
     def convert(value: object) -> int:
-        us = _quantity(parse_duration, value)
+        us = parse_duration(value)
         if not lo <= us <= hi:
-            raise Problem(f"must be between {lo_text} and {hi_text}, got {show(value)}")
+            raise FieldProblem(f"must be between {lo_text} and {hi_text}, got {show(value)}")
         return us
     return convert
 
@@ -118,9 +81,9 @@ def _exclusive(value: object) -> int:
 
 
 def _memory(value: object) -> int:
-    size = _quantity(parse_size, value)
+    size = parse_size(value)
     if size < MIN_MEMORY:
-        raise Problem(f"must be at least {format_size(MIN_MEMORY)} (a size like 512Mi or "
+        raise FieldProblem(f"must be at least {format_size(MIN_MEMORY)} (a size like 512Mi or "
                       f"8Gi), got {show(value)}")
     return size
 
@@ -135,33 +98,8 @@ def _gpu_count(value: object) -> int:
 
 def _bool(value: object) -> bool:
     if not isinstance(value, bool):
-        raise Problem(f"must be true or false, got {show(value)}")
+        raise FieldProblem(f"must be true or false, got {show(value)}")
     return value
-
-
-_NODE_LIST = re.compile(r"[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*", re.ASCII)
-
-
-def parse_id_list(text: str, what: str, hi: int) -> tuple[int, ...]:
-    """Kernel list syntax "0", "0-3", "0,2,4-5" -> sorted ids (topology.cpulist's parser,
-    bounded by `hi` before any range is expanded); refuses duplicates."""
-    if len(text) > 256 or not _NODE_LIST.fullmatch(text):
-        raise Problem(f"must be {what} like 0, 0-1 or 0,2, got {show(text)}")
-    try:
-        ids = parse_cpulist(text, limit=hi, distinct=True)
-    except CpuListError as exc:
-        raise Problem(f"{exc.reason} in {show(text)}") from None
-    return _check_ids(list(ids), text, hi)
-
-
-def _check_ids(ids: list[int], value: object, hi: int) -> tuple[int, ...]:
-    if not ids:
-        raise Problem(f"must name at least one id, got {show(value)}")
-    if max(ids) > hi:
-        raise Problem(f"ids must be from 0 to {hi}, got {show(value)}")
-    if len(set(ids)) != len(ids):
-        raise Problem(f"names an id twice in {show(value)}")
-    return tuple(sorted(ids))
 
 
 def _numa_nodes(value: object) -> object:
@@ -169,22 +107,22 @@ def _numa_nodes(value: object) -> object:
     if value == "auto":
         return "auto"
     if isinstance(value, bool):
-        raise Problem(f"must be {what} like 0, 0-1 or 0,2, or a list like [0, 1]; "
+        raise FieldProblem(f"must be {what} like 0, 0-1 or 0,2, or a list like [0, 1]; "
                       f"got {show(value)}")
     if isinstance(value, int):
         if value < 0:
-            raise Problem(f"must not be negative, got {show(value)}")
-        return _check_ids([value], value, MAX_NUMA_NODE)
+            raise FieldProblem(f"must not be negative, got {show(value)}")
+        return check_ids([value], value, MAX_NUMA_NODE)
     if isinstance(value, str):
         return parse_id_list(value, what, MAX_NUMA_NODE)
     if isinstance(value, list):
         if len(value) > MAX_NUMA_NODE + 1:
-            raise Problem(f"names {len(value)} nodes; at most {MAX_NUMA_NODE + 1}")
+            raise FieldProblem(f"names {len(value)} nodes; at most {MAX_NUMA_NODE + 1}")
         if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value):
-            raise Problem(f"must be a list of NUMA node numbers like [0, 1], got "
+            raise FieldProblem(f"must be a list of NUMA node numbers like [0, 1], got "
                           f"{show(str(value))}")
-        return _check_ids(list(value), str(value), MAX_NUMA_NODE)
-    raise Problem(f"must be {what} like 0, 0-1 or 0,2, or a list like [0, 1]; "
+        return check_ids(list(value), str(value), MAX_NUMA_NODE)
+    raise FieldProblem(f"must be {what} like 0, 0-1 or 0,2, or a list like [0, 1]; "
                   f"got {show(value)}")
 
 
@@ -195,16 +133,16 @@ _MAJ_MIN = re.compile(r"([0-9]{1,7}):([0-9]{1,7})", re.ASCII)
 def _device(value: object) -> str:
     expected = "a block device path like /dev/nvme0n1 or MAJ:MIN like 259:0"
     if not isinstance(value, str) or len(value) > 255:
-        raise Problem(f"must be {expected}, got {show(value)}")
+        raise FieldProblem(f"must be {expected}, got {show(value)}")
     m = _MAJ_MIN.fullmatch(value)
     if m:
         major, minor = int(m.group(1)), int(m.group(2))
         if major > MAX_MAJOR or minor > MAX_MINOR:
-            raise Problem(f"({value}) is out of range: major 0..{MAX_MAJOR}, "
+            raise FieldProblem(f"({value}) is out of range: major 0..{MAX_MAJOR}, "
                           f"minor 0..{MAX_MINOR}")
         return f"{major}:{minor}"
     if not _DEVICE_PATH.fullmatch(value) or "/../" in value + "/" or "/./" in value + "/":
-        raise Problem(f"must be {expected}, got {show(value)}")
+        raise FieldProblem(f"must be {expected}, got {show(value)}")
     return value
 
 
@@ -213,11 +151,11 @@ _RULE_FIELDS = ("device", "read-bps", "write-bps", "read-iops", "write-iops")
 
 def _io_rule(value: object) -> IoMaxRule:
     if not isinstance(value, dict):
-        raise Problem(f"must be a mapping with device and limits ({', '.join(_RULE_FIELDS)})"
+        raise FieldProblem(f"must be a mapping with device and limits ({', '.join(_RULE_FIELDS)})"
                       f", got {show(value)}")
     for name in value:
         if name not in _RULE_FIELDS:
-            raise Problem(unknown_key_message(name, _RULE_FIELDS, "io.max rule"),
+            raise FieldProblem(unknown_key_message(name, _RULE_FIELDS, "io.max rule"),
                           f".{key_text(name)}")
     limits: dict[str, int | None] = {}
     for name in _RULE_FIELDS[1:]:
@@ -226,46 +164,42 @@ def _io_rule(value: object) -> IoMaxRule:
             limits[name] = None
             continue
         parser = parse_size if name.endswith("bps") else parse_count
-        amount = _quantity_at(parser, raw, f".{name}")
+        try:
+            amount = parser(raw)
+        except FieldProblem as exc:
+            raise FieldProblem(exc.message, f".{name}") from None
         if amount < 1:
-            raise Problem(f"must be at least 1, got {show(raw)}", f".{name}")
+            raise FieldProblem(f"must be at least 1, got {show(raw)}", f".{name}")
         limits[name] = amount
     if value.get("device") is None:
-        raise Problem("is required: a block device path like /dev/nvme0n1 or MAJ:MIN",
+        raise FieldProblem("is required: a block device path like /dev/nvme0n1 or MAJ:MIN",
                       ".device")
     try:
         device = _device(value["device"])
-    except Problem as exc:
-        raise Problem(exc.message, ".device") from None
+    except FieldProblem as exc:
+        raise FieldProblem(exc.message, ".device") from None
     if all(v is None for v in limits.values()):
-        raise Problem("needs at least one limit: read-bps, write-bps, read-iops or "
+        raise FieldProblem("needs at least one limit: read-bps, write-bps, read-iops or "
                       "write-iops")
     return IoMaxRule(device, limits["read-bps"], limits["write-bps"], limits["read-iops"],
                      limits["write-iops"])
 
 
-def _quantity_at(parser: Callable[[object], int], value: object, sub: str) -> int:
-    try:
-        return parser(value)
-    except QuantityError as exc:
-        raise Problem(str(exc), sub) from None
-
-
 def _io_max(value: object) -> tuple[IoMaxRule, ...]:
     if not isinstance(value, list):
-        raise Problem(f"must be a list of rules like [{{device: /dev/nvme0n1, read-bps: "
+        raise FieldProblem(f"must be a list of rules like [{{device: /dev/nvme0n1, read-bps: "
                       f"500Mi}}], got {show(value)}")
     if len(value) > MAX_IO_RULES:
-        raise Problem(f"has {len(value)} rules; at most {MAX_IO_RULES} are allowed")
+        raise FieldProblem(f"has {len(value)} rules; at most {MAX_IO_RULES} are allowed")
     rules: list[IoMaxRule] = []
     seen: set[str] = set()
     for index, item in enumerate(value):
         try:
             rule = _io_rule(item)
-        except Problem as exc:
-            raise Problem(exc.message, f"[{index}]{exc.sub}") from None
+        except FieldProblem as exc:
+            raise FieldProblem(exc.message, f"[{index}]{exc.sub}") from None
         if rule.device in seen:
-            raise Problem(f"names device {rule.device} twice; merge the limits into one "
+            raise FieldProblem(f"names device {rule.device} twice; merge the limits into one "
                           "rule", f"[{index}].device")
         seen.add(rule.device)
         rules.append(rule)
@@ -281,14 +215,14 @@ def _gpu_ids(value: object) -> tuple[str, ...]:
     expected = "a list of GPU indexes, UUIDs or PCI bus ids like [0, 1] or [GPU-8f...]"
     if isinstance(value, str):
         if value.count(",") >= MAX_GPUS:  # counted before the text is split
-            raise Problem(f"names {value.count(',') + 1} GPUs; at most {MAX_GPUS}")
+            raise FieldProblem(f"names {value.count(',') + 1} GPUs; at most {MAX_GPUS}")
         items: list[object] = [part.strip() for part in value.split(",")] if value else []
     elif isinstance(value, list):
         items = list(value)
     else:
-        raise Problem(f"must be {expected}, got {show(value)}")
+        raise FieldProblem(f"must be {expected}, got {show(value)}")
     if len(items) > MAX_GPUS:
-        raise Problem(f"names {len(items)} GPUs; at most {MAX_GPUS}")
+        raise FieldProblem(f"names {len(items)} GPUs; at most {MAX_GPUS}")
     ids: list[str] = []
     for index, item in enumerate(items):
         if isinstance(item, int) and not isinstance(item, bool) and 0 <= item <= 9999:
@@ -296,16 +230,16 @@ def _gpu_ids(value: object) -> tuple[str, ...]:
         elif isinstance(item, str) and _GPU_ID.fullmatch(item):
             ids.append(item)
         else:
-            raise Problem(f"must be a GPU index, UUID or PCI bus id, got {show(item)}",
+            raise FieldProblem(f"must be a GPU index, UUID or PCI bus id, got {show(item)}",
                           f"[{index}]")
     if len(set(ids)) != len(ids):
-        raise Problem(f"names a GPU twice: {show(','.join(ids))}")
+        raise FieldProblem(f"names a GPU twice: {show(','.join(ids))}")
     return tuple(ids)
 
 
 def _mig(value: object) -> str:
     if not isinstance(value, str) or not _MIG_PROFILE.fullmatch(value):
-        raise Problem(f"must be a MIG profile like 1g.10gb or 3g.40gb, got {show(value)}")
+        raise FieldProblem(f"must be a MIG profile like 1g.10gb or 3g.40gb, got {show(value)}")
     return value
 
 
@@ -377,5 +311,5 @@ def _convert_into(flat: dict[str, object], problems: list[tuple[str, str]], path
         return
     try:
         flat[path] = convert(raw)
-    except Problem as exc:
+    except FieldProblem as exc:
         problems.append((path + exc.sub, exc.message))

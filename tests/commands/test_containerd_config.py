@@ -13,11 +13,10 @@ import pytest
 from nri_plugin.cli import main
 from nri_plugin.containerd_dropin import (
     MARKER,
-    ContainerdConfigError,
     ContainerdVersion,
     parse_version,
 )
-from nri_plugin.errors import EXIT_INTERNAL, EXIT_INVALID, EXIT_OK
+from nri_plugin.errors import EXIT_INTERNAL, EXIT_INVALID, EXIT_OK, InvalidInput
 
 REPO = Path(__file__).resolve().parents[2]
 NRI = "io.containerd.nri.v1.nri"
@@ -103,7 +102,7 @@ def test_version_from_containerd_output(text, expected):
 
 @pytest.mark.parametrize("text", ["1.6.33", "3.0", "containerd dev"])
 def test_unsupported_versions_are_one_line(text):
-    with pytest.raises(ContainerdConfigError, match="containerd"):
+    with pytest.raises(InvalidInput, match="containerd"):
         parse_version(text, "--containerd-version")
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from nri_plugin.manifests import (
+from nri_plugin.commands.manifests import (
     MAX_MANIFEST_BYTES,
     MAX_MANIFEST_DEPTH,
     MAX_MANIFEST_DOCUMENTS,

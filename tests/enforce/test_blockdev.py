@@ -14,7 +14,6 @@ from nri_plugin.enforce.blockdev import (
     bfq_active,
     io_scheduler,
     resolve_block_device,
-    resolve_io_device,
     whole_disk,
 )
 from nri_plugin.enforce.capabilities import NodeCapabilities, detect_capabilities
@@ -71,14 +70,6 @@ def test_capabilities(sysfs: Path, tmp_path: Path, trees, version: int, bfq_disk
     assert detect_capabilities(version, str(sysfs)) == want
 
 
-def test_resolve_io_device_speaks_value_error() -> None:
-    """The planner's resolver: a DeviceError becomes a ValueError with the same text."""
-    with pytest.raises(ValueError, match="empty device") as exc:
-        resolve_io_device("  ")
-    assert not isinstance(exc.value, DeviceError)
-    assert isinstance(exc.value.__cause__, DeviceError)
-
-
 def test_scheduler(sysfs: Path) -> None:
     assert io_scheduler(259, 0, sysfs) == "none"
     assert io_scheduler(8, 16, sysfs) == "bfq"
@@ -130,9 +121,6 @@ def test_every_unusable_path_gets_the_same_answer(real_dev_links, tmp_path: Path
             resolve_block_device(spec)
         assert str(exc.value) == f"io device {spec!r}: is not a block device under /dev"
         details.add(exc.value.detail)
-        with pytest.raises(ValueError) as exc:  # the planner's resolver: the same text
-            resolve_io_device(spec)
-        assert str(exc.value) == f"io device {spec!r}: is not a block device under /dev"
     assert details == {"is not a block device under /dev"}
 
 

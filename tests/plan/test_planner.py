@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from nri_plugin.config import NodeConfig, Permissions
+from nri_plugin.enforce.errors import DeviceError
 from nri_plugin.plan.context import PlanContext
-from nri_plugin.plan.model import IoLimit, SlaRefused
+from nri_plugin.plan.model import ContainerPlan, IoLimit, PlanError
 from nri_plugin.plan.planner import plan_container
 from nri_plugin.plan.rt_budget import RtBudget
 from nri_plugin.sla.parse import parse_sla_document
@@ -21,7 +22,7 @@ def sla(text: str, enforcement: str = "hard"):
 def resolve(spec: str) -> tuple[int, int]:
     if spec == "/dev/sda":
         return 8, 0
-    raise ValueError(f"{spec}: no such block device")
+    raise DeviceError(spec, "no such block device")
 
 
 def ctx(version: int = 2, **kw) -> PlanContext:
@@ -41,9 +42,16 @@ def test_cpu_limit_becomes_quota_over_period():
     (1, "default", "may not use realtime"),
 ])
 def test_realtime_refusals(version, ns, expect):
-    with pytest.raises(SlaRefused, match=expect) as caught:
+    with pytest.raises(PlanError, match=expect) as caught:
         plan_container(sla("cpu: {rt-runtime: 5ms}"), ctx(version, namespace=ns))
     assert caught.value.key == KEY and caught.value.field == "cpu.rt-runtime"
+
+
+def test_the_rt_period_in_force_defaults_to_the_kernels():
+    half = plan_container(sla("cpu: {rt-runtime: 5ms, rt-period: 500ms}"),
+                          ctx(1, namespace="rt-a"))
+    assert half.rt_period_in_force == 500_000
+    assert ContainerPlan("hard", 1, rt_runtime=5000).rt_period_in_force == 1_000_000
 
 
 def test_realtime_budget_is_accounted_and_released():
@@ -53,7 +61,7 @@ def test_realtime_budget_is_accounted_and_released():
     assert (first.rt_runtime, first.rt_period) == (5000, 1_000_000)
     second = PlanContext(cgroup_version=1, namespace="rt-b", owner="ctr-2",
                          config=ctx().config, rt_budget=budget)
-    with pytest.raises(SlaRefused,
+    with pytest.raises(PlanError,
                        match=r"RT budget for SLA containers \(1\.0%.*cannot take that much"):
         plan_container(sla("cpu: {rt-runtime: 6ms, rt-period: 1s}"), second)
     budget.release("ctr-1")
@@ -78,19 +86,19 @@ def test_memory_high_on_v2_is_unified():
 def test_io_devices_resolved_and_missing_device_named():
     plan = plan_container(sla("io:\n  max:\n  - {device: /dev/sda, read-bps: 1Mi}"), ctx())
     assert plan.io_max == (IoLimit(8, 0, read_bps=1024**2),)
-    with pytest.raises(SlaRefused, match=r"io\.max\[0\]\.device"):
+    with pytest.raises(PlanError, match=r"io\.max\[0\]\.device"):
         plan_container(sla("io:\n  max:\n  - {device: /dev/nvme9n1, read-bps: 1Mi}"), ctx())
 
 
 def test_io_max_needs_permission():
     config = NodeConfig(permissions=Permissions(io_max=("storage",)))
-    with pytest.raises(SlaRefused, match=r"permissions\.io-max"):
+    with pytest.raises(PlanError, match=r"permissions\.io-max"):
         plan_container(sla("io:\n  max:\n  - {device: '8:0', write-iops: 10}"),
                        ctx(config=config, namespace="web"))
 
 
 def test_io_weight_without_proportional_controller():
-    with pytest.raises(SlaRefused, match="BFQ"):
+    with pytest.raises(PlanError, match="BFQ"):
         plan_container(sla("io: {weight: 300}"), ctx(1, io_weight_supported=False))
 
 

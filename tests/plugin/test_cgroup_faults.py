@@ -20,7 +20,10 @@ import pytest
 from plugin_helpers import gpu_grant, make_container_dirs, permissive_node, plugin_session
 
 from nri_plugin.enforce.cgfile import CgroupWriter
+from nri_plugin.errors import REFUSED, SlaFailure
 from nri_plugin.nri import events as ev
+from nri_plugin.nri.errors import Code
+from nri_plugin.plugin import StartRefused
 from nri_plugin.simulated.runtime import PluginCallError, make_container, make_pod
 
 MiB = 1024**2
@@ -82,6 +85,7 @@ def test_hard_refused_write_undoes_the_others_and_frees_the_gpu(tmp_path, v1_tre
     refuse(monkeypatch, "blkio.throttle.write_iops_device", code)
     error, files, gpus_after = run(start_one(tmp_path, v1_tree, "hard"))
     assert error is not None and error.method == "StartContainer"
+    assert error.code == Code.UNKNOWN  # StartRefused is raised as it is (kind refused)
     assert os.strerror(code) in error.message
     assert "blkio.throttle.write_iops_device" in error.message
     assert "undone: blkio.throttle.read_bps_device, blkio.bfq.weight" in error.message
@@ -90,6 +94,12 @@ def test_hard_refused_write_undoes_the_others_and_frees_the_gpu(tmp_path, v1_tre
     assert files == {"blkio.bfq.weight": "100", "blkio.throttle.read_bps_device": "259:0 0",
                      "blkio.throttle.write_iops_device": ""}
     assert gpus_after == ()  # the refused container no longer holds its GPU
+
+
+def test_a_start_refusal_is_a_refused_failure():
+    refusal = StartRefused("cannot write '1' to /sys/fs/cgroup/x: Device or resource busy")
+    assert isinstance(refusal, SlaFailure) and refusal.kind == REFUSED
+    assert refusal.reason == "cgroup"
 
 
 def test_soft_refused_write_warns_and_keeps_the_rest(tmp_path, v1_tree, monkeypatch, caplog):

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from nri_plugin.errors import InvalidInput
 from nri_plugin.kubelet.pb import podresources_v1_pb2 as pr
 from nri_plugin.simulated.cdi import CdiRegistry, load_dir, write_dir
 from nri_plugin.simulated.cri import Cri
@@ -15,7 +16,6 @@ from nri_plugin.simulated.deviceplugin import (
     CDI_KINDS,
     STRATEGIES,
     DevicePlugin,
-    UnknownDevice,
     nvidia_cdi_specs,
 )
 from nri_plugin.simulated.kubelet import AdmissionRefused, Kubelet, container_request
@@ -93,7 +93,7 @@ def test_the_books_free_a_pods_devices_and_pod_resources_reports_them():
 def test_the_plugin_advertises_whole_gpus_only_and_knows_its_ids():
     plugin = DevicePlugin(MIG_INVENTORY)
     assert plugin.device_ids() == ("GPU-a0000000-0000-0000-0000-000000000010",)
-    with pytest.raises(UnknownDevice, match="GPU-a0000000-0000-0000-0000-000000000000"):
+    with pytest.raises(InvalidInput, match="GPU-a0000000-0000-0000-0000-000000000000"):
         plugin.allocate(["GPU-a0000000-0000-0000-0000-000000000000"])
 
 

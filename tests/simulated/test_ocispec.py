@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from nri_plugin.errors import InvalidInput
 from nri_plugin.nri.pb import nri_pb2 as pb
-from nri_plugin.simulated.cdi import CdiError, CdiRegistry, load_dir, parse_spec
+from nri_plugin.simulated.cdi import CdiRegistry, load_dir, parse_spec
 from nri_plugin.simulated.ocispec import (
     NvidiaRuntime,
     apply_adjustment,
@@ -95,9 +96,9 @@ def test_a_directory_of_yaml_and_json_specs(tmp_path):
 
 
 def test_an_unknown_name_fails_the_creation():
-    with pytest.raises(CdiError, match=r"unresolvable CDI devices nvidia\.com/gpu=9"):
+    with pytest.raises(InvalidInput, match=r"unresolvable CDI devices nvidia\.com/gpu=9"):
         spec_from_request(gpu_container("nvidia.com/gpu=3", "nvidia.com/gpu=9"), registry())
-    with pytest.raises(CdiError, match="not a qualified name"):
+    with pytest.raises(InvalidInput, match="not a qualified name"):
         spec_from_request(gpu_container("gpu3"), registry())
 
 
@@ -110,7 +111,7 @@ def test_an_unknown_name_fails_the_creation():
     ("[1, 2", "not a CDI spec"),
 ])
 def test_broken_spec_files_are_named(text, message):
-    with pytest.raises(CdiError, match=message):
+    with pytest.raises(InvalidInput, match=message):
         parse_spec(text, "bad.yaml", fake_stat)
 
 

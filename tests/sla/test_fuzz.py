@@ -13,11 +13,17 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nri_plugin.manifests import ManifestError, PodSpec, load_pods
-from nri_plugin.sla import QuantityError, Sla, SlaError, parse_sla_document, sla_for_container
+from nri_plugin.commands.manifests import ManifestError, PodSpec, load_pods
+from nri_plugin.sla import Sla, SlaError, parse_sla_document, sla_for_container
 from nri_plugin.sla.errors import MAX_REPORTED_ERRORS
-from nri_plugin.sla.quantities import parse_count, parse_cpu, parse_duration, parse_size
 from nri_plugin.sla.schema import SECTIONS
+from nri_plugin.text.fields import FieldProblem
+from nri_plugin.text.quantities import (
+    parse_count,
+    parse_cpu,
+    parse_duration,
+    parse_size,
+)
 
 # SLA_FUZZ_EXAMPLES=5000 for a long soak; the suite default stays quick
 FUZZ = settings(max_examples=int(os.environ.get("SLA_FUZZ_EXAMPLES", "150")), deadline=None,
@@ -106,11 +112,11 @@ def test_random_annotations(annotations, name):
 @given(st.one_of(scalars, st.from_regex(r"[+-]?[0-9]{0,25}(\.[0-9]{0,5})?"
                                         r"([eE][+-]?[0-9]{1,12}|Ki|Mi|Gi|Ei|m|k|E|ms|us|s)?",
                                         fullmatch=True)))
-def test_quantity_parsers_raise_only_quantity_error(value):
+def test_quantity_parsers_raise_only_field_problems(value):
     for parser in (parse_size, parse_count, parse_cpu, parse_duration):
         try:
             result = parser(value)
-        except QuantityError:
+        except FieldProblem:
             continue
         assert isinstance(result, int | float)
         if parser is not parse_cpu:

@@ -1,8 +1,8 @@
 """Kubernetes-style quantities: sizes in bytes, counts, CPU amounts and durations.
 
 Pure functions on annotation values (str, or the int/float a YAML scalar became). Each
-raises :class:`QuantityError` with a sentence that says what was expected; the schema
-wraps it into an SlaError naming the annotation key and field.
+raises :class:`~nri_plugin.text.fields.FieldProblem` with a sentence that says what was
+expected; the reader wraps it into its own error naming where the value came from.
 
 Arithmetic is exact (integer numerator and denominator): ``1.5Gi`` is 1610612736 bytes, never a
 rounded float. Decisions (see docs/sla.md):
@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import math
 import re
+
+from nri_plugin.text.fields import FieldProblem, show
 
 MAX_INT64 = 2**63 - 1
 
@@ -44,23 +46,6 @@ _DURATION_UNITS = {"us": 1, "µs": 1, "ms": 1000, "s": 1_000_000}
 _SIZE_HINT = "a size like 512Mi, 8Gi, 1G or 1048576"
 
 
-class QuantityError(ValueError):
-    """A value is not a valid quantity; the message says what is expected."""
-
-
-def show(value: object) -> str:
-    """The value as the user wrote it, for messages: plain when short and printable, else
-    quoted and cut to 40 characters so hostile input cannot flood a log line."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if value is None:
-        return "null"
-    text = getattr(value, "text", None) or (value if isinstance(value, str) else repr(value))
-    if 0 < len(text) <= 40 and text.isprintable() and " " not in text and "'" not in text:
-        return text
-    return repr(text[:40] + "...") if len(text) > 40 else repr(text)
-
-
 def _ratio(number: str) -> tuple[int, int]:
     """"12.5" -> (125, 10): an exact decimal as numerator and power-of-ten denominator."""
     whole, _, frac = number.partition(".")
@@ -72,7 +57,7 @@ def _exact(value: object, expected: str) -> tuple[int, int]:
     denominator > 0). Plain ints instead of ``fractions`` keep the import cheap: the OCI
     hook imports this module for every container start."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise QuantityError(f"must be {expected}, got {show(value)}")
+        raise FieldProblem(f"must be {expected}, got {show(value)}")
     if isinstance(value, int):
         if value.bit_length() > 64:  # clamp: the callers' range checks report it
             return (_HUGE if value > 0 else -_HUGE), 1
@@ -82,14 +67,14 @@ def _exact(value: object, expected: str) -> tuple[int, int]:
         text = getattr(value, "text", None)
         if text is None:
             if not math.isfinite(value):
-                raise QuantityError(f"must be {expected}, got {show(value)}")
+                raise FieldProblem(f"must be {expected}, got {show(value)}")
             return value.as_integer_ratio()
         value = text
     if len(value) > _MAX_NUMBER_CHARS:
-        raise QuantityError(f"must be {expected}, got {show(value)} (too long)")
+        raise FieldProblem(f"must be {expected}, got {show(value)} (too long)")
     m = _QUANTITY.fullmatch(value)
     if m is None:
-        raise QuantityError(f"must be {expected}, got {show(value)}")
+        raise FieldProblem(f"must be {expected}, got {show(value)}")
     sign, number, suffix = m.groups()
     num, den = _ratio(number)
     if sign == "-":
@@ -112,15 +97,15 @@ def parse_size(value: object) -> int:
     """Bytes from a Kubernetes quantity: ``512Mi``, ``1G``, ``1.5Gi``, ``1e9``, ``4096``."""
     num, den = _exact(value, _SIZE_HINT)
     if num < 0:
-        raise QuantityError(f"must not be negative, got {show(value)}")
+        raise FieldProblem(f"must not be negative, got {show(value)}")
     if num % den:
         hint = ""
         if isinstance(value, str) and value.endswith("m"):
             hint = f" (the suffix m means 1/1000; did you mean {value[:-1]}Mi?)"
-        raise QuantityError(
+        raise FieldProblem(
             f"({show(value)}) is {num / den:g} bytes; sizes must be whole bytes{hint}")
     if num // den > MAX_INT64:
-        raise QuantityError(f"({show(value)}) is too large (at most {MAX_INT64} bytes)")
+        raise FieldProblem(f"({show(value)}) is too large (at most {MAX_INT64} bytes)")
     return num // den
 
 
@@ -128,11 +113,11 @@ def parse_count(value: object) -> int:
     """A whole non-negative count such as IOPS: ``20000``, ``20k``, ``2e4``."""
     num, den = _exact(value, "a whole number like 20000 or 20k")
     if num < 0:
-        raise QuantityError(f"must not be negative, got {show(value)}")
+        raise FieldProblem(f"must not be negative, got {show(value)}")
     if num % den:
-        raise QuantityError(f"({show(value)}) must be a whole number")
+        raise FieldProblem(f"({show(value)}) must be a whole number")
     if num // den > MAX_INT64:
-        raise QuantityError(f"({show(value)}) is too large (at most {MAX_INT64})")
+        raise FieldProblem(f"({show(value)}) is too large (at most {MAX_INT64})")
     return num // den
 
 
@@ -140,12 +125,12 @@ def parse_cpu(value: object) -> float:
     """CPUs from ``2.5``, ``2``, ``"2.5"`` or ``"2500m"`` (1m = 0.001 CPU is the finest)."""
     expected = "CPUs like 2.5 or 2500m"
     if isinstance(value, str) and not _CPU.fullmatch(value):
-        raise QuantityError(f"must be {expected}, got {show(value)}")
+        raise FieldProblem(f"must be {expected}, got {show(value)}")
     num, den = _exact(value, expected)
     if num < 0:
-        raise QuantityError(f"must not be negative, got {show(value)}")
+        raise FieldProblem(f"must not be negative, got {show(value)}")
     if (num * 1000) % den:
-        raise QuantityError(f"({show(value)}) is finer than 1m (0.001 CPU), the smallest step")
+        raise FieldProblem(f"({show(value)}) is finer than 1m (0.001 CPU), the smallest step")
     return num / den
 
 
@@ -153,25 +138,25 @@ def parse_duration(value: object) -> int:
     """Microseconds from ``100ms``, ``1s``, ``1.5ms``, ``500us``: the unit is required."""
     expected = "a duration with a unit: us, ms or s (e.g. 100ms)"
     if isinstance(value, bool) or not isinstance(value, str | int | float):
-        raise QuantityError(f"must be {expected}, got {show(value)}")
+        raise FieldProblem(f"must be {expected}, got {show(value)}")
     if not isinstance(value, str):
-        raise QuantityError(
+        raise FieldProblem(
             f"({show(value)}) needs a unit: us, ms or s, e.g. {show(value)}ms "
             "(a bare number is ambiguous)")
     if len(value) > _MAX_NUMBER_CHARS:
-        raise QuantityError(f"must be {expected}, got {show(value)} (too long)")
+        raise FieldProblem(f"must be {expected}, got {show(value)} (too long)")
     m = _DURATION.fullmatch(value)
     if m is None:
-        raise QuantityError(f"must be {expected}, got {show(value)}")
+        raise FieldProblem(f"must be {expected}, got {show(value)}")
     sign, number, unit = m.groups()
     if sign == "-":
-        raise QuantityError(f"must not be negative, got {show(value)}")
+        raise FieldProblem(f"must not be negative, got {show(value)}")
     num, den = _ratio(number)
     num *= _DURATION_UNITS[unit]
     if num % den:
-        raise QuantityError(f"({show(value)}) must be a whole number of microseconds")
+        raise FieldProblem(f"({show(value)}) must be a whole number of microseconds")
     if num // den > MAX_INT64:
-        raise QuantityError(f"({show(value)}) is too large")
+        raise FieldProblem(f"({show(value)}) is too large")
     return num // den
 
 

@@ -20,6 +20,9 @@ import re
 
 import yaml
 
+from nri_plugin.errors import InvalidInput
+from nri_plugin.text.fields import key_text
+
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 _NULL = frozenset({"", "~", "null", "Null", "NULL"})
@@ -44,21 +47,13 @@ class YamlFloat(float):
         return obj
 
 
-class YamlProblem(ValueError):
+class YamlProblem(InvalidInput, ValueError):
     """Unsafe or malformed YAML. ``path`` is the dotted field path ("" = document)."""
 
     def __init__(self, path: str, message: str) -> None:
         self.path = path
         self.message = message
         super().__init__(f"{path} {message}" if path else message)
-
-
-def key_text(key: str) -> str:
-    """A mapping key as it may appear in a field path: printable, at most 40 characters
-    (keys are user input and end up in log lines and CRI error messages)."""
-    if len(key) <= 40 and key.isprintable() and key.strip() == key and key:
-        return key
-    return repr(key[:40] + "..." if len(key) > 40 else key)
 
 
 def _join(path: str, segment: str | int) -> str:

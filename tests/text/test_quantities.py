@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from nri_plugin.sla.quantities import (
+from nri_plugin.text.fields import FieldProblem
+from nri_plugin.text.quantities import (
     MAX_INT64,
-    QuantityError,
     format_cpu,
     format_duration,
     format_size,
@@ -15,7 +15,7 @@ from nri_plugin.sla.quantities import (
     parse_duration,
     parse_size,
 )
-from nri_plugin.sla.safeyaml import YamlFloat
+from nri_plugin.text.safeyaml import YamlFloat
 
 SIZES = [
     ("0", 0), (0, 0), ("1", 1), (4096, 4096), ("1k", 1000), ("1Ki", 1024),
@@ -50,7 +50,7 @@ SIZE_ERRORS = [
 
 @pytest.mark.parametrize(("text", "fragment"), SIZE_ERRORS)
 def test_size_refused(text, fragment):
-    with pytest.raises(QuantityError) as info:
+    with pytest.raises(FieldProblem) as info:
         parse_size(text)
     assert fragment in str(info.value)
 
@@ -63,7 +63,7 @@ def test_count(text, expected):
 
 @pytest.mark.parametrize("text", ["1.5", "-1", "1Ki0", "lots", "1m"])
 def test_count_refused(text):
-    with pytest.raises(QuantityError):
+    with pytest.raises(FieldProblem):
         parse_count(text)
 
 
@@ -82,7 +82,7 @@ def test_cpu_accepted(text, expected):
     ("1e3", "CPUs like"), (float("nan"), "CPUs like"), ("", "CPUs like"),
 ])
 def test_cpu_refused(text, fragment):
-    with pytest.raises(QuantityError) as info:
+    with pytest.raises(FieldProblem) as info:
         parse_cpu(text)
     assert fragment in str(info.value)
 
@@ -104,7 +104,7 @@ def test_duration_accepted(text, expected):
     (True, "a duration"), ("9" * 41 + "s", "too long"), ("1s500ms", "a duration"),
 ])
 def test_duration_refused(text, fragment):
-    with pytest.raises(QuantityError) as info:
+    with pytest.raises(FieldProblem) as info:
         parse_duration(text)
     assert fragment in str(info.value)
 

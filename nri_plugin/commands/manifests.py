@@ -5,7 +5,7 @@ Accepts Pods, Lists of them, and the workload kinds that carry a pod template
 documents per file.
 
 Manifests are read through the hardened YAML reader the annotations use
-(nri_plugin.sla.safeyaml) with bounds sized for Kubernetes objects: the file's size is
+(nri_plugin.text.safeyaml) with bounds sized for Kubernetes objects: the file's size is
 checked while reading (a FIFO or /dev/zero cannot make it read on), anchors and aliases
 (billion laughs), tags and duplicate keys are refused, and nesting, values and documents
 are capped, so a hostile manifest costs bounded time and memory and every problem is one
@@ -19,9 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nri_plugin.errors import InvalidInput
 from nri_plugin.granted import DEFAULT_CPU_PERIOD_US, SHARES_PER_CPU, GrantedResources
-from nri_plugin.sla.quantities import QuantityError, parse_count, parse_cpu, parse_size
-from nri_plugin.sla.safeyaml import YamlProblem, load_all
+from nri_plugin.text.fields import FieldProblem
+from nri_plugin.text.quantities import parse_count, parse_cpu, parse_size
+from nri_plugin.text.safeyaml import YamlProblem, load_all
 
 MAX_MANIFEST_BYTES = 4 * 1024 * 1024
 # Far beyond real objects (a Deployment is ~10 levels and a few hundred values; a CRD's
@@ -33,8 +35,8 @@ _TEMPLATED = {"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job",
               "ReplicationController"}
 
 
-class ManifestError(ValueError):
-    pass
+class ManifestError(InvalidInput, ValueError):
+    """A manifest nri-sla cannot read: one line naming the file (and the object)."""
 
 
 GPU_RESOURCE = "nvidia.com/gpu"  # the NVIDIA device plugin's extended resource
@@ -132,7 +134,7 @@ def _resources(spec: dict[str, Any], where: str) -> ContainerResources:
             return None
         try:
             return parse(section[name])
-        except QuantityError as exc:
+        except FieldProblem as exc:
             raise ManifestError(f"{where}.resources.{what}.{name} {exc}") from None
 
     def millis(section: dict[str, Any], what: str) -> int | None:

@@ -1,0 +1,39 @@
+"""Every failure nri-sla raises to a caller is an SlaFailure (docs/architecture.md)."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+
+import nri_plugin
+from nri_plugin.errors import KINDS, SlaFailure
+
+# Protocol code knows no SLA; the simulated runtime, kubelet and NVML raise what the real
+# ones would.
+OUTSIDE_PACKAGES = ("nri_plugin.nri.", "nri_plugin.simulated.")
+# Operator-facing (the metrics port, the log set-up, the status socket) and `--help`.
+OUTSIDE = {"MetricsError", "LoggingSetupError", "StatusError", "HelpRequested"}
+
+
+def exception_classes() -> list[type[BaseException]]:
+    found = []
+    for info in pkgutil.walk_packages(nri_plugin.__path__, "nri_plugin."):
+        if info.name.endswith("__main__"):
+            continue
+        module = importlib.import_module(info.name)
+        found += [c for c in vars(module).values() if inspect.isclass(c)
+                  and issubclass(c, BaseException) and c.__module__ == info.name]
+    return found
+
+
+def test_every_exception_class_is_under_the_root():
+    classes = exception_classes()
+    assert len(classes) > 30
+    outside = [f"{c.__module__}.{c.__name__}" for c in classes
+               if not issubclass(c, SlaFailure) and not c.__name__.startswith("_")
+               and not c.__module__.startswith(OUTSIDE_PACKAGES) and c.__name__ not in OUTSIDE]
+    assert outside == []
+    for cls in classes:
+        if issubclass(cls, SlaFailure):
+            assert cls.kind in KINDS and cls.reason, cls

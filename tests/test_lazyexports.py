@@ -1,0 +1,41 @@
+"""The lazy re-exports of the packages the OCI hook passes through (enforce, topology)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = str(Path(__file__).resolve().parents[1])
+
+
+def loaded_after(code: str) -> list[str]:
+    """The nri_plugin modules and importlib loaded by `code` in a fresh interpreter."""
+    probe = (f"import sys; sys.path.insert(0, {ROOT!r}); {code}; "
+             "print(' '.join(m for m in sys.modules if m.startswith(('nri_plugin', "
+             "'importlib'))))")
+    return subprocess.run([sys.executable, "-I", "-S", "-c", probe], capture_output=True,
+                          text=True, check=True).stdout.split()
+
+
+@pytest.mark.parametrize(("package", "name", "module"), [
+    ("nri_plugin.enforce", "CgroupWriter", "nri_plugin.enforce.cgfile"),
+    ("nri_plugin.topology", "read_topology", "nri_plugin.topology.cpus"),
+])
+def test_a_name_loads_its_module_on_first_use_only(package, name, module):
+    assert module not in loaded_after(f"import {package}")
+    assert "importlib" not in loaded_after(f"import {package}")
+    assert module in loaded_after(f"import {package}; {package}.{name}")
+
+
+def test_exports_are_listed_and_unknown_names_refused():
+    import nri_plugin.enforce as enforce
+    import nri_plugin.topology as topology
+
+    assert "CgroupWriter" in enforce.__all__ and "CgroupWriter" in dir(enforce)
+    assert topology.parse_cpulist("0-2") == {0, 1, 2}
+    assert vars(topology)["parse_cpulist"] is topology.parse_cpulist  # cached
+    with pytest.raises(AttributeError, match=r"'nri_plugin\.topology' has no attribute 'nope'"):
+        topology.nope  # noqa: B018

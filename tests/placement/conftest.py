@@ -1,15 +1,12 @@
 """Allocators over fake nodes: a DGX-like box, a PCIe box, a MIG box, a one-node box.
-Requests for granted GPUs: grant_helpers.py (importable)."""
+Requests for granted GPUs: tests/support/grant_helpers.py."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 
 from nri_plugin.plan.allocator import Allocator
 from nri_plugin.plan.placement_values import Placement

@@ -4,12 +4,12 @@ DGX-like fake: node 0 = CPUs 0-7,16-23, node 1 = 8-15,24-31; core k = {k, k+16}.
 """
 
 import pytest
-from grant_helpers import granted
 
 from nri_plugin.plan.allocator import Allocator
 from nri_plugin.plan.placement_values import PlacementError
 from nri_plugin.plan.placement_values import PlacementRequest as Req
 from nri_plugin.topology import format_cpulist as fmt
+from tests.support.grant_helpers import granted
 
 
 def test_gpu_aligned_exclusive_cpus_are_whole_cores_from_the_gpu_node(dgx):

@@ -3,11 +3,11 @@
 from dataclasses import FrozenInstanceError
 
 import pytest
-from grant_helpers import granted
 
 from nri_plugin.plan.best_fit import choose_placement
 from nri_plugin.plan.placement_values import GRANTED, Holdings
 from nri_plugin.plan.placement_values import PlacementRequest as Req
+from tests.support.grant_helpers import granted
 
 
 def test_holdings_name_every_holder(dgx, mig):

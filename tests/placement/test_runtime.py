@@ -2,7 +2,6 @@
 against the SLA's gpu section and aligned to, never chosen or replaced."""
 
 import pytest
-from grant_helpers import granted
 
 from nri_plugin.granted import (
     MAX_GRANT_ITEMS,
@@ -13,6 +12,7 @@ from nri_plugin.granted import (
 )
 from nri_plugin.plan.placement_values import PlacementError
 from nri_plugin.plan.runtime_gpus import resolve_grant
+from tests.support.grant_helpers import granted
 
 KINDS = ("nvidia.com/gpu", "nvidia.com/mig", "k8s.device-plugin.nvidia.com/gpu")
 UUID5 = "GPU-d0000000-0000-0000-0000-000000000005"

@@ -3,7 +3,8 @@ the kubelet) on fresh fake nodes and after a few choices. The NRI plugin and the
 never choose: tests/placement/test_runtime.py verifies grants against the SLA."""
 
 import pytest
-from grant_helpers import Node
+
+from tests.support.grant_helpers import Node
 
 
 @pytest.fixture

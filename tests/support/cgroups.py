@@ -40,6 +40,11 @@ V2_FILES: Mapping[str, str] = {
     "memory.high": "max", "io.max": "", "io.weight": "default 100", "cgroup.procs": ""}
 
 
+def _write(cgroup: Path, files: Mapping[str, str]) -> None:
+    for name, value in files.items():
+        (cgroup / name).write_text(value + "\n" if value else "")
+
+
 def mountinfo_line(mid: int, root: str, mount_point: Path, fstype: str, opts: str) -> str:
     return (f"{mid} 23 0:{mid} {root} {mount_point} rw,relatime shared:{mid} - {fstype} "
             f"cgroup {opts}")
@@ -55,16 +60,17 @@ class CgroupTree:
     version: int
 
     def hierarchies(self) -> dict[str, Path]:
-        """Where each controller's cgroups live (v2: the one tree, as "unified")."""
+        """Where each hierarchy's cgroups live (v2: the one tree, as "unified"; v1: one per
+        mount, the hybrid host's cgroup2 mount as "unified")."""
         if self.version == 2:
             return {"unified": self.root}
-        return {controller: self.root / controller for controller in V1_FILES}
+        return {name: self.root / name for name in (*(m for m, _ in V1_MOUNTS), "unified")}
 
     def add_cgroup(self, cgroups_path: str, files: Mapping | None = None) -> dict[str, Path]:
-        """The cgroup at `cgroups_path` in every hierarchy (v1: cpu, cpuset, memory, blkio;
-        v2: "unified"), as runc creates a container's and the kubelet a pod's: it and
-        each missing ancestor hold `files` (default V1_FILES / V2_FILES); ancestors that
-        exist stay as they are."""
+        """The cgroup at `cgroups_path` in every hierarchy, as runc creates a container's:
+        it (its files reset if it was there) and each missing ancestor hold `files` (default
+        V1_FILES per controller / V2_FILES); ancestors that exist stay as they are. Its dir
+        per hierarchy (see `hierarchies`)."""
         files = files if files is not None else (V2_FILES if self.version == 2 else V1_FILES)
         dirs = {}
         for key, top in self.hierarchies().items():
@@ -73,13 +79,15 @@ class CgroupTree:
                 wanted = {**files, "cgroup.controllers": offered}
             else:
                 wanted = files.get(key, {})
-            d = top
-            for part in Path(cgroups_path.strip("/")).parts:
-                d = d / part
-                if not d.is_dir():
-                    d.mkdir()
-                    for name, value in wanted.items():
-                        (d / name).write_text(value + "\n" if value else "")
+            parts = Path(cgroups_path.strip("/")).parts
+            for depth in range(1, len(parts)):
+                ancestor = top.joinpath(*parts[:depth])
+                if not ancestor.is_dir():
+                    ancestor.mkdir()
+                    _write(ancestor, wanted)
+            d = top.joinpath(*parts)
+            d.mkdir(exist_ok=True)
+            _write(d, wanted)
             dirs[key] = d
         return dirs
 
@@ -101,8 +109,7 @@ def make_v1_tree(root: Path, *, comount_cpu: bool = False) -> CgroupTree:
     (root / "unified").mkdir(exist_ok=True)
     lines.append(mountinfo_line(40, "/", root / "unified", "cgroup2", "rw,nsdelegate"))
     for controller, files in V1_FILES.items():
-        for name, value in files.items():
-            (root / controller / name).write_text(value + "\n" if value else "")
+        _write(root / controller, files)
     (root / "cpu" / "cpu.rt_runtime_us").write_text(f"{RT_BUDGET_US}\n")
     info = root.with_name(f"{root.name}.mountinfo")
     info.write_text("\n".join(lines) + "\n")

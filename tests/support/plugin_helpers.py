@@ -157,9 +157,12 @@ def remove_pod_cgroups(tree: CgroupTree, cgroups_path: str) -> None:
 
 
 def make_pod_cgroups(tree: CgroupTree, cgroups_path: str) -> None:
-    """What the kubelet provides before CreateContainer: the pod's parent cgroups (with
-    the kernel's RT files in cpu; the hierarchy's root holds the node's RT budget)."""
-    tree.add_cgroup(str(Path(cgroups_path.lstrip("/")).parent))
+    """What the kubelet provides before CreateContainer: the pod's cgroup (with the
+    kernel's RT files in cpu; the hierarchy's root holds the node's RT budget), unless the
+    pod has one already (another container's)."""
+    pod = Path(cgroups_path.lstrip("/")).parent
+    if not any((top / pod).is_dir() for top in tree.hierarchies().values()):
+        tree.add_cgroup(str(pod))
 
 
 def pool_breaches(sim, node: NodeState) -> list[str]:

@@ -12,8 +12,8 @@ import threading
 import time
 
 import pytest
-from e2e_metrics import free_port, scrape
 
+from tests.e2e.e2e_metrics import free_port, scrape
 from tests.support.http_flood import HeldConnections, probe, resetting_requests
 
 pytestmark = pytest.mark.e2e

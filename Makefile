@@ -26,10 +26,12 @@ demo: $(STAMP)
 
 test: $(STAMP) system-deps-test
 	$(PY) -m ruff check .
+	$(VENV)/bin/lint-imports --no-logo --no-cache
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
+	$(VENV)/bin/lint-imports --no-logo --no-cache
 
 proto: $(STAMP)
 	$(PY) -m nri_plugin.nri.protogen

@@ -6,18 +6,14 @@ from __future__ import annotations
 import logging
 import socket
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from nri_plugin.config import parse_config
 from nri_plugin.health import HEAD_DEADLINE, MAX_HEAD, MAX_PENDING, answer, start_health_server
 from nri_plugin.metrics import Metrics, MetricsError, start_http_server
-
-sys.path.insert(0, str(Path(__file__).parent))
-from http_flood import HeldConnections, probe, resetting_requests
+from tests.support.http_flood import HeldConnections, probe, resetting_requests
 
 LOCAL = "127.0.0.1"
 

@@ -2,7 +2,6 @@
 
 import logging
 import socket
-import sys
 import threading
 import time
 import urllib.error
@@ -20,9 +19,7 @@ from nri_plugin.metrics import (
     parse_address,
     start_http_server,
 )
-
-sys.path.insert(0, str(Path(__file__).parent))
-from http_flood import resetting_requests
+from tests.support.http_flood import resetting_requests
 
 
 def _get(port: int, path: str, accept: str = "") -> tuple[int, str, str]:

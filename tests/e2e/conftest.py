@@ -35,12 +35,9 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))  # the harness modules beside this file
-import e2e_config
-import e2e_image
-from e2e_cluster import Binaries, Cluster, ClusterError
-from e2e_crio import ArchiveRegistry, CrioBinaries, CrioNode
-from e2e_image import ImageBuildError, build_image_archive
+from tests.e2e.e2e_cluster import Binaries, Cluster, ClusterError
+from tests.e2e.e2e_crio import ArchiveRegistry, CrioBinaries, CrioNode
+from tests.e2e.e2e_image import ImageBuildError, build_image_archive
 
 HERE = Path(__file__).parent
 DEFAULT_IMAGE = "nri-e2e.local/busybox:1"
@@ -60,18 +57,6 @@ def pytest_runtest_makereport(item, call):
 def _failed(request: pytest.FixtureRequest) -> bool:
     reps = (getattr(request.node, f"rep_{when}", None) for when in ("setup", "call"))
     return any(rep is not None and rep.failed for rep in reps)
-
-
-@pytest.fixture
-def e2e_image_builder():
-    """The image builder module (also importable directly: this file puts the harness
-    modules' directory on sys.path before any test module is imported)."""
-    return e2e_image
-
-
-@pytest.fixture
-def e2e_config_module():
-    return e2e_config
 
 
 @pytest.fixture(scope="session")

@@ -7,9 +7,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from e2e_gpu import GPUS, KINDS
-from e2e_rollout import Audit, Expected, audit, node_containers
-from e2e_service import GPU_UUIDS, gpu_sla, visible_gpus
+from tests.e2e.e2e_gpu import GPUS, KINDS
+from tests.e2e.e2e_rollout import Audit, Expected, audit, node_containers
+from tests.e2e.e2e_service import GPU_UUIDS, gpu_sla, visible_gpus
 
 SYNC = re.compile(r"synchronized: (\d+) pods, (\d+) containers, (\d+) allocations rebuilt, "
                   r"(\d+) records ignored, (\d+) owners released, (\d+) created unenforced")

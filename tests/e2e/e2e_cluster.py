@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from e2e_cgroup import CGROUP_ROOT, CgroupValues, cgroup_v2_only, read_cgroup, read_file
-from e2e_config import goarch, render_config, runc_options
+from tests.e2e.e2e_cgroup import CGROUP_ROOT, CgroupValues, cgroup_v2_only, read_cgroup, read_file
+from tests.e2e.e2e_config import goarch, render_config, runc_options
 
 SHIM_SOCKET_DIR = Path("/run/containerd/s")  # fixed by containerd, whatever its state dir
 NAMESPACE = "nri-e2e"  # the Kubernetes namespace of every e2e pod

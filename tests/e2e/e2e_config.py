@@ -15,7 +15,7 @@ import platform
 import tomllib
 from pathlib import Path
 
-from e2e_image import GOARCH
+from tests.e2e.e2e_image import GOARCH
 
 
 def goarch() -> str:

@@ -22,7 +22,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from e2e_cluster import Cluster, ClusterError, PodFiles
+from tests.e2e.e2e_cluster import Cluster, ClusterError, PodFiles
 
 INDEX = "application/vnd.oci.image.index.v1+json"
 

@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
-from e2e_cgroup import CGROUP_ROOT, cgroup_v2_only, read_file
 
 from nri_plugin.topology.cpulist import format_cpulist, parse_cpulist
+from tests.e2e.e2e_cgroup import CGROUP_ROOT, cgroup_v2_only, read_file
 
 REPO = Path(__file__).resolve().parents[2]
 INVENTORY = REPO / "examples" / "dgx-like.yaml"  # 8 A100s on 2 NUMA nodes

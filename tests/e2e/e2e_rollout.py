@@ -20,8 +20,8 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from e2e_cgroup import CgroupValues, cgroup_v2_only, read_cgroup
-from e2e_gpu import NoGpuLeft, spec_gpus
+from tests.e2e.e2e_cgroup import CgroupValues, cgroup_v2_only, read_cgroup
+from tests.e2e.e2e_gpu import NoGpuLeft, spec_gpus
 
 STAGES = ("runp", "create", "start")
 # Failures of a request that never reached containerd, which the kubelet's retry gets

@@ -15,8 +15,8 @@ import signal
 from pathlib import Path
 from typing import Any
 
-import e2e_metrics
-from e2e_gpu import GPU_UUIDS, FakeGpus, GpuBooks, spec_gpus
+from tests.e2e import e2e_metrics
+from tests.e2e.e2e_gpu import GPU_UUIDS, FakeGpus, GpuBooks, spec_gpus
 
 PLUGIN = "50-nri-sla"  # how containerd names it in its log
 GPUS = len(GPU_UUIDS)

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_cgroup import whole_disk
+
+from tests.e2e.e2e_cgroup import whole_disk
 
 POD_SLA = "cpu: {limit: 0.5, period: 100ms}\nmemory: {max: 256Mi}\n"
 POD_SLA_TRIPLE = (50000, 100000, 268435456)

@@ -14,11 +14,11 @@ import json
 import sys
 from pathlib import Path
 
-import e2e_sla_cases as cases
 import pytest
-from e2e_sla_cases import POD_SLA, triple
 
 from nri_plugin.hookspec import hooks_d_document
+from tests.e2e import e2e_sla_cases as cases
+from tests.e2e.e2e_sla_cases import POD_SLA, triple
 
 pytestmark = pytest.mark.e2e
 

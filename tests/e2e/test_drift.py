@@ -18,8 +18,9 @@ import time
 from pathlib import Path
 
 import pytest
-from e2e_cgroup import whole_disk
-from e2e_metrics import free_port, scrape
+
+from tests.e2e.e2e_cgroup import whole_disk
+from tests.e2e.e2e_metrics import free_port, scrape
 
 pytestmark = pytest.mark.e2e
 PLUGIN = "50-nri-sla"

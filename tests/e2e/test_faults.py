@@ -15,14 +15,15 @@ import time
 from pathlib import Path
 
 import pytest
-from e2e_cgroup import CGROUP_ROOT, read_file, whole_disk
-from e2e_checks import only_free_gpus_left, reported_unenforced, syncs
-from e2e_config import shipped_settings
-from e2e_gpu import NoGpuLeft
-from e2e_metrics import ready
-from e2e_rollout import APPLIED
-from e2e_service import SlaService, visible_gpus
-from e2e_sla_cases import GREEDY, KUBELET_LIMITS, triple
+
+from tests.e2e.e2e_cgroup import CGROUP_ROOT, read_file, whole_disk
+from tests.e2e.e2e_checks import only_free_gpus_left, reported_unenforced, syncs
+from tests.e2e.e2e_config import shipped_settings
+from tests.e2e.e2e_gpu import NoGpuLeft
+from tests.e2e.e2e_metrics import ready
+from tests.e2e.e2e_rollout import APPLIED
+from tests.e2e.e2e_service import SlaService, visible_gpus
+from tests.e2e.e2e_sla_cases import GREEDY, KUBELET_LIMITS, triple
 
 pytestmark = pytest.mark.e2e
 

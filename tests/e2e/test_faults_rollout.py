@@ -17,9 +17,16 @@ from __future__ import annotations
 import time
 
 import pytest
-from e2e_checks import check_node, only_free_gpus_left, reported_unenforced, start_created, syncs
-from e2e_rollout import Rollout, sla_pods
-from e2e_service import SlaService
+
+from tests.e2e.e2e_checks import (
+    check_node,
+    only_free_gpus_left,
+    reported_unenforced,
+    start_created,
+    syncs,
+)
+from tests.e2e.e2e_rollout import Rollout, sla_pods
+from tests.e2e.e2e_service import SlaService
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]  # ~2 min each on 2 CPUs
 

@@ -12,10 +12,10 @@ rules) and from the kernel's devices.list (cgroup v1).
 from __future__ import annotations
 
 import pytest
-from e2e_gpu import KINDS, FakeGpus, host_has_two_cpus  # conftest.py: harness on sys.path
-from e2e_service import SlaService
 
 from nri_plugin.topology.cpulist import format_cpulist
+from tests.e2e.e2e_gpu import KINDS, FakeGpus, host_has_two_cpus
+from tests.e2e.e2e_service import SlaService
 
 pytestmark = pytest.mark.e2e
 

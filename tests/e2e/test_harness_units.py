@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e import e2e_config, e2e_image
+
 BUSYBOX = Path("/bin/busybox")
 
 
@@ -22,10 +24,10 @@ def _blobs(archive: Path) -> tuple[dict, dict[str, bytes]]:
     return index, blobs
 
 
-def test_image_archive_is_a_consistent_oci_layout(e2e_image_builder, tmp_path):
-    if not BUSYBOX.exists() or not e2e_image_builder.is_static_elf(BUSYBOX):
+def test_image_archive_is_a_consistent_oci_layout(tmp_path):
+    if not BUSYBOX.exists() or not e2e_image.is_static_elf(BUSYBOX):
         pytest.skip("needs a static /bin/busybox (apt-get install busybox-static)")
-    archive = e2e_image_builder.build_image_archive(tmp_path / "img.tar", BUSYBOX, "x.io/bb:7")
+    archive = e2e_image.build_image_archive(tmp_path / "img.tar", BUSYBOX, "x.io/bb:7")
     index, blobs = _blobs(archive.path)
     for digest, data in blobs.items():  # every blob is named by its content
         assert digest == "sha256:" + hashlib.sha256(data).hexdigest()
@@ -43,17 +45,17 @@ def test_image_archive_is_a_consistent_oci_layout(e2e_image_builder, tmp_path):
     assert names["bin/sleep"].issym() and names["bin/sleep"].linkname == "busybox"
 
 
-def test_dynamic_binary_is_refused_with_a_hint(e2e_image_builder, tmp_path):
+def test_dynamic_binary_is_refused_with_a_hint(tmp_path):
     dynamic = Path("/bin/sh").resolve()
-    assert not e2e_image_builder.is_static_elf(dynamic)
-    with pytest.raises(e2e_image_builder.ImageBuildError, match="busybox-static"):
-        e2e_image_builder.build_image_archive(tmp_path / "img.tar", dynamic)
+    assert not e2e_image.is_static_elf(dynamic)
+    with pytest.raises(e2e_image.ImageBuildError, match="busybox-static"):
+        e2e_image.build_image_archive(tmp_path / "img.tar", dynamic)
 
 
 @pytest.mark.parametrize("major", [1, 2])
-def test_containerd_config_enables_nri_on_private_paths(e2e_config_module, major):
+def test_containerd_config_enables_nri_on_private_paths(major):
     base, runc = Path("/tmp/nrie2e-x"), Path("/opt/runc")
-    text = e2e_config_module.render_config(major, base, runc, "img:1", "amd64")
+    text = e2e_config.render_config(major, base, runc, "img:1", "amd64")
     cfg = tomllib.loads(text)
     plugins = cfg["plugins"]
     nri = plugins["io.containerd.nri.v1.nri"]
@@ -78,16 +80,16 @@ def test_containerd_config_enables_nri_on_private_paths(e2e_config_module, major
     opts = runtimes["runc"]["options"]
     assert (opts["BinaryName"], opts["SystemdCgroup"]) == (str(runc), False)
     # the shipped config's NRI timeouts and pass-through, not settings of the harness's own
-    shipped = tomllib.loads(e2e_config_module.SHIPPED[major].read_text())
+    shipped = tomllib.loads(e2e_config.SHIPPED[major].read_text())
     assert nri["plugin_request_timeout"] == shipped["plugins"]["io.containerd.nri.v1.nri"][
         "plugin_request_timeout"]
     assert "sla.nri.io/applied" not in str(runtimes["runc"]["pod_annotations"])
-    assert runtimes["runc"]["pod_annotations"] == e2e_config_module.shipped_settings(major)[1]
+    assert runtimes["runc"]["pod_annotations"] == e2e_config.shipped_settings(major)[1]
     assert opts["Root"] == f"{base}/runc"
 
 
 def test_histogram_figures_name_the_bucket_of_each_quantile():
-    from e2e_metrics import histogram_quantile, per_bucket  # conftest.py: harness on path
+    from tests.e2e.e2e_metrics import histogram_quantile, per_bucket
 
     inf = float("inf")
     cumulative = [(0.001, 5.0), (0.0025, 150.0), (0.005, 190.0), (0.01, 200.0), (inf, 200.0)]
@@ -101,7 +103,7 @@ def test_histogram_figures_name_the_bucket_of_each_quantile():
 
 
 def test_rollout_pods_each_ask_their_own_sla():
-    from e2e_rollout import Expected, percentile, sla_pods
+    from tests.e2e.e2e_rollout import Expected, percentile, sla_pods
 
     pods, expected = sla_pods(20, "r", gpu_every=8)
     assert [name for name, _ in pods] == sorted(expected) and len(expected) == 20
@@ -114,7 +116,7 @@ def test_rollout_pods_each_ask_their_own_sla():
 
 
 def test_gpu_access_is_read_as_runc_applies_device_rules():
-    from e2e_gpu import rule_allowed, spec_gpu_nodes  # conftest.py: harness on path
+    from tests.e2e.e2e_gpu import rule_allowed, spec_gpu_nodes
 
     gpus = frozenset(range(8))
     node = {"type": "c", "major": 195}
@@ -135,7 +137,7 @@ def test_gpu_access_is_read_as_runc_applies_device_rules():
 
 
 def test_kubelet_books_grant_only_free_gpus():
-    from e2e_gpu import GPUS, KINDS, FakeGpus, GpuBooks, NoGpuLeft
+    from tests.e2e.e2e_gpu import GPUS, KINDS, FakeGpus, GpuBooks, NoGpuLeft
 
     fake = FakeGpus(Path("/dev-x"), Path("/cdi-x"), Path("/inv-x"), GPUS,
                     (frozenset({0}), frozenset({1})))
@@ -157,16 +159,16 @@ def test_kubelet_books_grant_only_free_gpus():
         "minor": 4, "permissions": "rw"}]
 
 
-def test_archive_registry_serves_the_image_as_a_registry_does(e2e_image_builder, tmp_path):
+def test_archive_registry_serves_the_image_as_a_registry_does(tmp_path):
     """What CRI-O's pull asks of the registry (API v2): the manifest by tag (a digest
     header that is the body's sha256), the same by digest, and every blob it names."""
     import urllib.request
 
-    from e2e_crio import ArchiveRegistry
+    from tests.e2e.e2e_crio import ArchiveRegistry
 
-    if not e2e_image_builder.is_static_elf(BUSYBOX):
+    if not e2e_image.is_static_elf(BUSYBOX):
         pytest.skip("needs a static /bin/busybox (apt-get install busybox-static)")
-    archive = e2e_image_builder.build_image_archive(tmp_path / "img.tar", BUSYBOX)
+    archive = e2e_image.build_image_archive(tmp_path / "img.tar", BUSYBOX)
 
     def get(url: str):
         with urllib.request.urlopen(url, timeout=10) as resp:

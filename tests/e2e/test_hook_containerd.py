@@ -14,10 +14,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from e2e_config import shipped_settings, toml_value
-from e2e_sla_cases import GREEDY, KUBELET_LIMITS, POD_SLA
 
 from nri_plugin.hookspec import DEFAULT_BINARY
+from tests.e2e.e2e_config import shipped_settings, toml_value
+from tests.e2e.e2e_sla_cases import GREEDY, KUBELET_LIMITS, POD_SLA
 
 pytestmark = pytest.mark.e2e
 

@@ -17,7 +17,8 @@ import time
 from pathlib import Path
 
 import pytest
-from e2e_service import (  # conftest.py: harness on sys.path
+
+from tests.e2e.e2e_service import (
     GPU_UUIDS,
     PLUGIN,
     SlaService,

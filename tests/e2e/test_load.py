@@ -16,10 +16,19 @@ import os
 from pathlib import Path
 
 import pytest
-from e2e_checks import check_node
-from e2e_metrics import histogram_quantile, per_bucket
-from e2e_rollout import STAGES, Expected, Rollout, audit, node_containers, sla_pods, stage_figures
-from e2e_service import SlaService
+
+from tests.e2e.e2e_checks import check_node
+from tests.e2e.e2e_metrics import histogram_quantile, per_bucket
+from tests.e2e.e2e_rollout import (
+    STAGES,
+    Expected,
+    Rollout,
+    audit,
+    node_containers,
+    sla_pods,
+    stage_figures,
+)
+from tests.e2e.e2e_service import SlaService
 
 pytestmark = [
     pytest.mark.e2e,

@@ -8,16 +8,13 @@ series cap leaves the small namespace's series in place.
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
-from e2e_metrics import free_port, scrape
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/http_flood.py
-from http_flood import HeldConnections, probe, resetting_requests
+from tests.e2e.e2e_metrics import free_port, scrape
+from tests.support.http_flood import HeldConnections, probe, resetting_requests
 
 pytestmark = pytest.mark.e2e
 PLUGIN = "50-nri-sla"

@@ -10,7 +10,8 @@ import time
 from pathlib import Path
 
 import pytest
-from test_sla_containerd import NODE_CONFIG, PLUGIN
+
+from tests.e2e.test_sla_containerd import NODE_CONFIG, PLUGIN
 
 pytestmark = pytest.mark.e2e
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import e2e_sla_cases as cases
 import pytest
-from e2e_sla_cases import POD_SLA, triple
+
+from tests.e2e import e2e_sla_cases as cases
+from tests.e2e.e2e_sla_cases import POD_SLA, triple
 
 pytestmark = pytest.mark.e2e
 

@@ -1,4 +1,5 @@
-"""Fixtures for nri_plugin.enforce: fake cgroup/sysfs trees and real scratch cgroups."""
+"""Fixtures for nri_plugin.enforce: a fake /proc and real scratch cgroups (fake cgroup
+trees: tests/support/cgroups.py, the v1_tree and v2_tree fixtures of tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -17,63 +18,6 @@ import pytest
 from nri_plugin.enforce.cgpaths import CgroupFacts
 from nri_plugin.enforce.cgroupdetect import detect_cgroup_facts
 
-V1_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory", "blkio", "pids")
-
-
-def mountinfo_line(mid: int, root: str, mount_point: Path, fstype: str, opts: str) -> str:
-    return (
-        f"{mid} 23 0:{mid} {root} {mount_point} rw,relatime shared:{mid} - {fstype} cgroup {opts}"
-    )
-
-
-def make_v1_tree(base: Path, comount_cpu: bool = False) -> tuple[Path, Path]:
-    """A fake v1 (hybrid) /sys/fs/cgroup under base, and its mountinfo file."""
-    root = base / "cgroup"
-    root.mkdir(parents=True)
-    lines = [f"22 1 0:21 / {root} rw - tmpfs tmpfs rw,mode=755"]
-    mounts = (
-        [("cpu,cpuacct", "rw,cpu,cpuacct")]
-        if comount_cpu
-        else [("cpu", "rw,cpu"), ("cpuacct", "rw,cpuacct")]
-    )
-    mounts += [
-        ("cpuset", "rw,cpuset"),
-        ("memory", "rw,memory"),
-        ("blkio", "rw,blkio"),
-        ("pids", "rw,pids"),
-        ("systemd", "rw,xattr,name=systemd"),
-    ]
-    for i, (name, opts) in enumerate(mounts, 30):
-        (root / name).mkdir()
-        lines.append(mountinfo_line(i, "/", root / name, "cgroup", opts))
-    if comount_cpu:
-        (root / "cpu").symlink_to("cpu,cpuacct")
-        (root / "cpuacct").symlink_to("cpu,cpuacct")
-    (root / "unified").mkdir()
-    lines.append(mountinfo_line(40, "/", root / "unified", "cgroup2", "rw,nsdelegate"))
-    info = base / "mountinfo"
-    info.write_text("\n".join(lines) + "\n")
-    return root, info
-
-
-def make_v2_tree(base: Path) -> tuple[Path, Path]:
-    root = base / "cgroup"
-    root.mkdir(parents=True)
-    (root / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
-    info = base / "mountinfo"
-    info.write_text(mountinfo_line(30, "/", root, "cgroup2", "rw,nsdelegate") + "\n")
-    return root, info
-
-
-@pytest.fixture
-def v1_tree(tmp_path: Path) -> tuple[Path, Path]:
-    return make_v1_tree(tmp_path / "v1")
-
-
-@pytest.fixture
-def v2_tree(tmp_path: Path) -> tuple[Path, Path]:
-    return make_v2_tree(tmp_path / "v2")
-
 
 @pytest.fixture
 def fake_proc(tmp_path: Path) -> Path:
@@ -81,32 +25,6 @@ def fake_proc(tmp_path: Path) -> Path:
     (proc / "1").mkdir(parents=True)
     (proc / "1" / "comm").write_text("init\n")
     return proc
-
-
-def make_sysfs_disk(
-    sysfs: Path,
-    name: str,
-    dev: str,
-    scheduler: str = "[none] bfq",
-    partitions: tuple[tuple[str, str], ...] = (),
-) -> None:
-    """sysfs/devices/virtual/block/<name> (+ partitions) with /sys/dev/block and
-    /sys/block links."""
-    disk = sysfs / "devices" / "virtual" / "block" / name
-    (disk / "queue").mkdir(parents=True)
-    (disk / "dev").write_text(dev + "\n")
-    (disk / "queue" / "scheduler").write_text(scheduler + "\n")
-    links = sysfs / "dev" / "block"
-    links.mkdir(parents=True, exist_ok=True)
-    (links / dev).symlink_to(disk)
-    (sysfs / "block").mkdir(exist_ok=True)
-    (sysfs / "block" / name).symlink_to(disk)  # whole disks only, as in the kernel
-    for pname, pdev in partitions:
-        part = disk / pname
-        part.mkdir()
-        (part / "dev").write_text(pdev + "\n")
-        (part / "partition").write_text("1\n")
-        (links / pdev).symlink_to(part)
 
 
 # ------------------------------------------------------------------ real cgroups
@@ -230,20 +148,6 @@ def loop_disk(tmp_path: Path) -> Iterator[LoopDisk]:
             with contextlib.suppress(OSError):
                 sched.write_text(old_sched)
         subprocess.run([losetup, "-d", str(dev)], capture_output=True, timeout=20)
-
-
-class Trees:
-    """Helpers handed to tests as a fixture (test modules cannot import conftest)."""
-
-    make_v1_tree = staticmethod(make_v1_tree)
-    make_v2_tree = staticmethod(make_v2_tree)
-    make_sysfs_disk = staticmethod(make_sysfs_disk)
-    mountinfo_line = staticmethod(mountinfo_line)
-
-
-@pytest.fixture
-def trees() -> type[Trees]:
-    return Trees
 
 
 @pytest.fixture

@@ -18,16 +18,17 @@ from nri_plugin.enforce.blockdev import (
 )
 from nri_plugin.enforce.capabilities import NodeCapabilities, detect_capabilities
 from nri_plugin.enforce.devnode import dev_node
+from tests.support.sysfs_disks import make_sysfs_disk
 
 
 @pytest.fixture
-def sysfs(tmp_path: Path, trees) -> Path:
+def sysfs(tmp_path: Path) -> Path:
     root = tmp_path / "sys"
-    trees.make_sysfs_disk(
+    make_sysfs_disk(
         root, "nvme0n1", "259:0", "[none] mq-deadline", partitions=(("nvme0n1p1", "259:1"),)
     )
-    trees.make_sysfs_disk(root, "sdb", "8:16", "mq-deadline kyber [bfq] none")
-    trees.make_sysfs_disk(root, "zram0", "253:0", "none")
+    make_sysfs_disk(root, "sdb", "8:16", "mq-deadline kyber [bfq] none")
+    make_sysfs_disk(root, "zram0", "253:0", "none")
     return root
 
 
@@ -48,10 +49,10 @@ def test_partition_refused_or_mapped_to_disk(sysfs: Path) -> None:
     assert whole_disk(8, 16, sysfs) == (8, 16)
 
 
-def test_any_bfq_looks_at_every_whole_disk(sysfs: Path, tmp_path: Path, trees) -> None:
+def test_any_bfq_looks_at_every_whole_disk(sysfs: Path, tmp_path: Path) -> None:
     assert any_bfq(sysfs)  # sdb
     other = tmp_path / "other"
-    trees.make_sysfs_disk(other, "vda", "254:0", "[mq-deadline] bfq none")
+    make_sysfs_disk(other, "vda", "254:0", "[mq-deadline] bfq none")
     assert not any_bfq(other)
     assert not any_bfq(tmp_path / "missing")
 
@@ -62,11 +63,11 @@ def test_any_bfq_looks_at_every_whole_disk(sysfs: Path, tmp_path: Path, trees) -
     (1, True, NodeCapabilities(io_weight=True, bfq=True)),  # blkio.bfq.weight
     (1, False, NodeCapabilities(io_weight=False, bfq=False)),  # CFQ is gone: nothing
 ])
-def test_capabilities(sysfs: Path, tmp_path: Path, trees, version: int, bfq_disk: bool,
+def test_capabilities(sysfs: Path, tmp_path: Path, version: int, bfq_disk: bool,
                       want: NodeCapabilities) -> None:
     if not bfq_disk:
         sysfs = tmp_path / "no-bfq"
-        trees.make_sysfs_disk(sysfs, "vda", "254:0", "[mq-deadline] bfq none")
+        make_sysfs_disk(sysfs, "vda", "254:0", "[mq-deadline] bfq none")
     assert detect_capabilities(version, str(sysfs)) == want
 
 

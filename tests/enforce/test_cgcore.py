@@ -22,6 +22,7 @@ from nri_plugin.enforce.cgfile import CgroupWrite, CgroupWriter
 from nri_plugin.enforce.cgpaths import CgroupFacts, CgroupPaths
 from nri_plugin.enforce.cgroupdetect import detect_cgroup_facts
 from nri_plugin.enforce.errors import CgroupFactsError, CgroupPathError
+from tests.support.cgroups import CgroupTree
 
 SLICE = ("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-poda.slice/"
          "cri-containerd-abc.scope")
@@ -42,9 +43,8 @@ PATHS = {
 }
 
 
-def _facts(tree: tuple[Path, Path], proc: Path):
-    root, info = tree
-    return detect_cgroup_facts(root, mountinfo=info, proc=proc)
+def _facts(tree: CgroupTree, proc: Path):
+    return detect_cgroup_facts(tree.root, mountinfo=tree.mountinfo, proc=proc)
 
 
 def _cached(facts: CgroupFacts) -> CgroupFacts:
@@ -152,10 +152,10 @@ V2_WRITES = [
 ]
 
 
-def _container(tree, proc):
+def _container(tree: CgroupTree, proc: Path):
     facts = _facts(tree, proc)
     paths = facts.container_paths("/kubepods/pod-a/ctr-1")
-    outside = tree[0].parent / "outside"
+    outside = tree.root.parent / "outside"
     outside.mkdir()
     (outside / "cpu.x").write_text("keep\n")
     for name, dir_ in paths.dirs.items():

@@ -18,6 +18,7 @@ from nri_plugin.enforce import (
 )
 from nri_plugin.enforce.cgpaths import CgroupFacts, Hierarchy, parse_proc_cgroup, safe_join
 from nri_plugin.enforce.mountinfo import parse_mountinfo
+from tests.support.cgroups import CgroupTree, make_v1_tree
 
 SYSTEMD_PATH = "kubepods-burstable-pod0a1b_2c3d.slice:cri-containerd:4f5e6d"
 SYSTEMD_EXPANDED = (
@@ -60,8 +61,8 @@ def test_parse_proc_cgroup() -> None:
         parse_proc_cgroup("x:y\n", "cg")
 
 
-def test_detect_hybrid_is_v1(v1_tree: tuple[Path, Path], fake_proc: Path) -> None:
-    root, info = v1_tree
+def test_detect_hybrid_is_v1(v1_tree: CgroupTree, fake_proc: Path) -> None:
+    root, info = v1_tree.root, v1_tree.mountinfo
     facts = detect_cgroup_facts(root, mountinfo=info, proc=fake_proc)
     assert facts.version == 1
     assert facts.driver == "cgroupfs"  # no kubepods dirs, PID 1 is not systemd
@@ -73,24 +74,25 @@ def test_detect_hybrid_is_v1(v1_tree: tuple[Path, Path], fake_proc: Path) -> Non
         facts.hierarchy("hugetlb")
 
 
-def test_detect_v2(v2_tree: tuple[Path, Path], fake_proc: Path) -> None:
-    root, info = v2_tree
+def test_detect_v2(v2_tree: CgroupTree, fake_proc: Path) -> None:
+    root, info = v2_tree.root, v2_tree.mountinfo
     facts = detect_cgroup_facts(root, mountinfo=info, proc=fake_proc)
     assert facts.version == 2
     assert facts.hierarchy().path == str(root.resolve())
 
 
 def test_detect_v2_without_mountinfo_uses_cgroup_controllers(
-    v2_tree: tuple[Path, Path], tmp_path: Path, fake_proc: Path
+    v2_tree: CgroupTree, tmp_path: Path, fake_proc: Path
 ) -> None:
-    root, _ = v2_tree
+    root, _ = v2_tree.root, v2_tree.mountinfo
     empty = tmp_path / "empty-mountinfo"
     empty.write_text("")
     assert detect_cgroup_facts(root, mountinfo=empty, proc=fake_proc).version == 2
 
 
-def test_detect_comounted_cpu_cpuacct(tmp_path: Path, fake_proc: Path, trees) -> None:
-    root, info = trees.make_v1_tree(tmp_path, comount_cpu=True)
+def test_detect_comounted_cpu_cpuacct(tmp_path: Path, fake_proc: Path) -> None:
+    tree = make_v1_tree(tmp_path / "cgroup", comount_cpu=True)
+    root, info = tree.root, tree.mountinfo
     facts = detect_cgroup_facts(root, mountinfo=info, proc=fake_proc)
     assert facts.hierarchy("cpu").path == facts.hierarchy("cpuacct").path
     assert Path(facts.hierarchy("cpu").path).name == "cpu,cpuacct"
@@ -98,8 +100,8 @@ def test_detect_comounted_cpu_cpuacct(tmp_path: Path, fake_proc: Path, trees) ->
     assert paths.dir("cpu") == str(root / "cpu,cpuacct" / "kubepods" / "pod1" / "c1")
 
 
-def test_detect_scan_fallback_without_mountinfo(tmp_path: Path, fake_proc: Path, trees) -> None:
-    root, _ = trees.make_v1_tree(tmp_path, comount_cpu=True)
+def test_detect_scan_fallback_without_mountinfo(tmp_path: Path, fake_proc: Path) -> None:
+    root = make_v1_tree(tmp_path / "cgroup", comount_cpu=True).root
     empty = tmp_path / "empty"
     empty.write_text("")
     facts = detect_cgroup_facts(root, mountinfo=empty, proc=fake_proc)
@@ -119,13 +121,13 @@ def test_detect_scan_fallback_without_mountinfo(tmp_path: Path, fake_proc: Path,
     ],
 )
 def test_driver_auto(
-    v1_tree: tuple[Path, Path],
+    v1_tree: CgroupTree,
     fake_proc: Path,
     setup: str | None,
     hint: str | None,
     expected: str,
 ) -> None:
-    root, info = v1_tree
+    root, info = v1_tree.root, v1_tree.mountinfo
     if setup == "pid1-systemd":
         (fake_proc / "1" / "comm").write_text("systemd\n")
     elif setup:
@@ -134,8 +136,8 @@ def test_driver_auto(
     assert facts.driver == expected
 
 
-def test_explicit_settings_and_bad_values(v1_tree: tuple[Path, Path], fake_proc: Path) -> None:
-    root, info = v1_tree
+def test_explicit_settings_and_bad_values(v1_tree: CgroupTree, fake_proc: Path) -> None:
+    root, info = v1_tree.root, v1_tree.mountinfo
     facts = detect_cgroup_facts(root, driver="systemd", version=1, mountinfo=info, proc=fake_proc)
     assert (facts.version, facts.driver) == (1, "systemd")
     with pytest.raises(CgroupFactsError, match="allowed values are auto, cgroupfs, systemd"):
@@ -146,8 +148,8 @@ def test_explicit_settings_and_bad_values(v1_tree: tuple[Path, Path], fake_proc:
         detect_cgroup_facts(root / "nope", mountinfo=info)
 
 
-def test_cgroupfs_paths_v1(v1_tree: tuple[Path, Path], fake_proc: Path) -> None:
-    root, info = v1_tree
+def test_cgroupfs_paths_v1(v1_tree: CgroupTree, fake_proc: Path) -> None:
+    root, info = v1_tree.root, v1_tree.mountinfo
     facts = detect_cgroup_facts(root, mountinfo=info, proc=fake_proc)
     paths = facts.container_paths("/kubepods/burstable/pod-uid/ctr1")
     for controller in ("cpu", "cpuset", "memory", "blkio"):
@@ -157,14 +159,14 @@ def test_cgroupfs_paths_v1(v1_tree: tuple[Path, Path], fake_proc: Path) -> None:
 
 
 def test_systemd_paths_v1_and_v2(
-    v1_tree: tuple[Path, Path], v2_tree: tuple[Path, Path], fake_proc: Path
+    v1_tree: CgroupTree, v2_tree: CgroupTree, fake_proc: Path
 ) -> None:
-    root1, info1 = v1_tree
+    root1, info1 = v1_tree.root, v1_tree.mountinfo
     facts1 = detect_cgroup_facts(root1, mountinfo=info1, proc=fake_proc)
     assert facts1.container_paths(SYSTEMD_PATH).dir("memory") == str(
         root1 / "memory" / SYSTEMD_EXPANDED
     )
-    root2, info2 = v2_tree
+    root2, info2 = v2_tree.root, v2_tree.mountinfo
     facts2 = detect_cgroup_facts(root2, mountinfo=info2, proc=fake_proc)
     paths = facts2.container_paths(SYSTEMD_PATH)
     assert paths.dir() == str(root2 / SYSTEMD_EXPANDED)
@@ -188,9 +190,9 @@ def test_systemd_paths_v1_and_v2(
     ],
 )
 def test_bad_paths_are_typed_errors(
-    v1_tree: tuple[Path, Path], fake_proc: Path, cgroups_path: str, message: str
+    v1_tree: CgroupTree, fake_proc: Path, cgroups_path: str, message: str
 ) -> None:
-    root, info = v1_tree
+    root, info = v1_tree.root, v1_tree.mountinfo
     facts = detect_cgroup_facts(root, mountinfo=info, proc=fake_proc)
     with pytest.raises(CgroupPathError, match=message) as exc:
         facts.container_paths(cgroups_path)
@@ -198,9 +200,9 @@ def test_bad_paths_are_typed_errors(
 
 
 def test_symlink_escape_refused(
-    v1_tree: tuple[Path, Path], fake_proc: Path, tmp_path: Path
+    v1_tree: CgroupTree, fake_proc: Path, tmp_path: Path
 ) -> None:
-    root, info = v1_tree
+    root, info = v1_tree.root, v1_tree.mountinfo
     outside = tmp_path / "outside"
     outside.mkdir()
     (root / "memory" / "kubepods").symlink_to(outside)
@@ -209,15 +211,16 @@ def test_symlink_escape_refused(
         facts.container_paths("/kubepods/pod/ctr")
 
 
-def test_dot_and_double_slash_are_normalised(v1_tree: tuple[Path, Path], fake_proc: Path) -> None:
-    root, info = v1_tree
+def test_dot_and_double_slash_are_normalised(v1_tree: CgroupTree, fake_proc: Path) -> None:
+    root, info = v1_tree.root, v1_tree.mountinfo
     facts = detect_cgroup_facts(root, mountinfo=info, proc=fake_proc)
     paths = facts.container_paths("kubepods//./pod/ctr/")
     assert paths.dir("cpu") == str(root / "cpu" / "kubepods" / "pod" / "ctr")
 
 
-def test_paths_from_proc_v1_with_mount_root(tmp_path: Path, fake_proc: Path, trees) -> None:
-    root, info = trees.make_v1_tree(tmp_path)
+def test_paths_from_proc_v1_with_mount_root(tmp_path: Path, fake_proc: Path) -> None:
+    tree = make_v1_tree(tmp_path / "cgroup")
+    root, info = tree.root, tree.mountinfo
     # The memory mount shows only /kubepods/pod1 (agent inside a pod's cgroup namespace view).
     text = info.read_text().replace(f"/ {root / 'memory'}", f"/kubepods/pod1 {root / 'memory'}")
     info.write_text(text)
@@ -238,8 +241,8 @@ def test_paths_from_proc_v1_with_mount_root(tmp_path: Path, fake_proc: Path, tre
         facts.process_paths(4242, str(fake_proc))
 
 
-def test_paths_from_proc_v2_and_missing_pid(v2_tree: tuple[Path, Path], fake_proc: Path) -> None:
-    root, info = v2_tree
+def test_paths_from_proc_v2_and_missing_pid(v2_tree: CgroupTree, fake_proc: Path) -> None:
+    root, info = v2_tree.root, v2_tree.mountinfo
     facts = detect_cgroup_facts(root, mountinfo=info, proc=fake_proc)
     (fake_proc / "7").mkdir()
     (fake_proc / "7" / "cgroup").write_text("0::/kubepods.slice/x.scope\n")
@@ -263,9 +266,10 @@ def test_values_take_path_or_str_and_hold_str(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("version", [1, 2])
 def test_facts_json_round_trip(
-    v1_tree: tuple[Path, Path], v2_tree: tuple[Path, Path], fake_proc: Path, version: int
+    v1_tree: CgroupTree, v2_tree: CgroupTree, fake_proc: Path, version: int
 ) -> None:
-    root, info = v1_tree if version == 1 else v2_tree
+    tree = v1_tree if version == 1 else v2_tree
+    root, info = tree.root, tree.mountinfo
     facts = detect_cgroup_facts(root, mountinfo=info, proc=fake_proc)
     doc = json.loads(json.dumps(facts.to_json()))  # what the hook's cache stores
     again = CgroupFacts.from_json(doc)
@@ -275,8 +279,8 @@ def test_facts_json_round_trip(
     assert again.container_paths("/kubepods/p/c") == facts.container_paths("/kubepods/p/c")
 
 
-def test_facts_json_from_a_scanned_v1_tree(tmp_path: Path, fake_proc: Path, trees) -> None:
-    root, _ = trees.make_v1_tree(tmp_path)
+def test_facts_json_from_a_scanned_v1_tree(tmp_path: Path, fake_proc: Path) -> None:
+    root = make_v1_tree(tmp_path / "cgroup").root
     facts = CgroupFacts(1, "cgroupfs", root)  # no hierarchies: looked up under root
     again = CgroupFacts.from_json(json.loads(json.dumps(facts.to_json())))
     assert again.hierarchy("memory") == facts.hierarchy("memory")

@@ -22,6 +22,7 @@ from nri_plugin.enforce import (
 )
 from nri_plugin.enforce.cgpaths import UNIFIED
 from nri_plugin.errors import REFUSED, SlaFailure
+from tests.support.cgroups import CgroupTree
 
 
 def v2_writer(d: Path, cls: type[CgroupWriter] = CgroupWriter) -> CgroupWriter:
@@ -116,8 +117,8 @@ def test_mismatch_is_reported(tmp_path: Path) -> None:
     assert (d / "cpuset.cpus").read_text() == "3"  # written, then found wrong
 
 
-def test_v1_writer_on_fake_tree(v1_tree: tuple[Path, Path], fake_proc: Path) -> None:
-    root, info = v1_tree
+def test_v1_writer_on_fake_tree(v1_tree: CgroupTree, fake_proc: Path) -> None:
+    root, info = v1_tree.root, v1_tree.mountinfo
     facts = detect_cgroup_facts(root, mountinfo=info, proc=fake_proc)
     paths = facts.container_paths("/kubepods/pod1/ctr")
     for controller in ("cpu", "memory"):
@@ -145,11 +146,11 @@ def test_v1_writer_on_fake_tree(v1_tree: tuple[Path, Path], fake_proc: Path) -> 
 
 
 def test_paths_version_decides_the_rules(
-    v1_tree: tuple[Path, Path], fake_proc: Path, v2_dir: Path
+    v1_tree: CgroupTree, fake_proc: Path, v2_dir: Path
 ) -> None:
     """One writer: v1 paths get v1's rules (a file must carry its controller's prefix, and
     that controller must be mounted), v2 paths v2's (resource files only, one dir)."""
-    root, info = v1_tree
+    root, info = v1_tree.root, v1_tree.mountinfo
     paths = detect_cgroup_facts(root, mountinfo=info, proc=fake_proc).container_paths("/x")
     Path(paths.dir("memory")).mkdir()
     Path(paths.dir("memory"), "memory.max").write_text("")
@@ -167,8 +168,8 @@ def test_paths_version_decides_the_rules(
     assert not r.ok and "not a resource control file" in str(r.error)
 
 
-def test_container_paths_systemd_v2(v2_tree: tuple[Path, Path], fake_proc: Path) -> None:
-    root, info = v2_tree
+def test_container_paths_systemd_v2(v2_tree: CgroupTree, fake_proc: Path) -> None:
+    root, info = v2_tree.root, v2_tree.mountinfo
     facts = detect_cgroup_facts(root, mountinfo=info, proc=fake_proc)
     scope = root / "kubepods.slice" / "kubepods-pod1.slice" / "cri-containerd-abc.scope"
     scope.mkdir(parents=True)
@@ -180,7 +181,7 @@ def test_container_paths_systemd_v2(v2_tree: tuple[Path, Path], fake_proc: Path)
 
 
 def test_drift_reads_back_without_writing(
-    v1_tree: tuple[Path, Path], fake_proc: Path, v2_dir: Path
+    v1_tree: CgroupTree, fake_proc: Path, v2_dir: Path
 ) -> None:
     (v2_dir / "memory.max").write_text("8192\n")
     (v2_dir / "cpu.max").write_text("max 100000\n")
@@ -200,7 +201,7 @@ def test_drift_reads_back_without_writing(
     assert (v2_dir / "io.max").read_text().startswith("8:0 rbps=2")  # nothing written
     assert not (v2_dir / "memory.swap.max").exists()
     # v1: read through each controller's own dir; an unmounted controller cannot hold.
-    root, info = v1_tree
+    root, info = v1_tree.root, v1_tree.mountinfo
     paths = detect_cgroup_facts(root, mountinfo=info, proc=fake_proc).container_paths("/c")
     cpu = Path(paths.dir("cpu"))
     cpu.mkdir()

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.cgroups import V2_CONTROLLERS, make_v2_tree
+
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 V1_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory", "blkio", "pids", "devices", "freezer",
                   "hugetlb", "net_cls", "net_prio", "perf_event", "rdma", "misc", "systemd",
@@ -280,19 +282,9 @@ def run_hook_subprocess(state: bytes, *args: str, timeout: float = 30,
 
 
 def fake_v2_tree(root: Path, container_rel: str,
-                 controllers: str = "cpuset cpu io memory pids") -> Path:
-    """A directory that looks like a cgroup2 mount with the container's dir in it."""
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "cgroup.controllers").write_text(controllers + "\n")
-    (root / "cgroup.subtree_control").write_text(controllers + "\n")
-    cdir = root / container_rel.strip("/")
-    cdir.mkdir(parents=True, exist_ok=True)
-    defaults = {"cpu.max": "max 100000", "cpuset.cpus": "", "cpuset.mems": "",
-                "memory.max": "max", "memory.high": "max", "io.max": "", "io.weight":
-                "default 100", "cgroup.controllers": controllers, "cgroup.procs": ""}
-    for name, value in defaults.items():
-        (cdir / name).write_text(value + "\n" if value else "")
-    return cdir
+                 controllers: str = V2_CONTROLLERS) -> Path:
+    """A cgroup2 mount at `root` with the container's cgroup in it; its dir."""
+    return make_v2_tree(root, controllers).add_cgroup(container_rel)["unified"]
 
 
 def fake_proc(proc: Path, pid: int, cgroup: str) -> str:

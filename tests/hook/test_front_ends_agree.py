@@ -22,48 +22,17 @@ from nri_plugin.errors import EXIT_OK, EXIT_STATUS
 from nri_plugin.hook.outcome import PREFIX, WARN
 from nri_plugin.plan.rt_budget import RtBudget
 from nri_plugin.plugin.adjustment import build_adjustment
+from tests.support.cgroups import V2_FILES, make_v1_tree, make_v2_tree
 
 CTR = "/kubepods/pod-a/ctr-1"
 NAME = "io.kubernetes.cri.container-name"
 CONFIG = "permissions:\n  realtime: ['*']\n"
 
-# What the kernel shows in a new container cgroup, for the files nri-sla or runc write.
-V1_FILES = {
-    "cpu": {"cpu.cfs_quota_us": "-1", "cpu.cfs_period_us": "100000",
-            "cpu.rt_runtime_us": "0", "cpu.rt_period_us": "1000000"},
-    "cpuset": {"cpuset.cpus": "", "cpuset.mems": ""},
-    "memory": {"memory.limit_in_bytes": "9223372036854771712",
-               "memory.soft_limit_in_bytes": "9223372036854771712"},
-    "blkio": {"blkio.weight": "500", "blkio.bfq.weight": "100",
-              **{f"blkio.throttle.{k}_device": "" for k in
-                 ("read_bps", "write_bps", "read_iops", "write_iops")}},
-}
-V2_FILES = {"cpu.max": "max 100000", "cpuset.cpus": "", "cpuset.mems": "",
-            "memory.max": "max", "memory.high": "max", "io.max": "",
-            "io.weight": "default 100", "io.bfq.weight": "default 100"}
-
-
 def fake_tree(root: Path, version: int) -> dict[str, Path]:
     """The container's dirs (and its ancestors, with the kernel's RT budget on v1)."""
-    rel = CTR.strip("/")
-    if version == 2:
-        d = root / rel
-        d.mkdir(parents=True)
-        (root / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
-        for name, value in V2_FILES.items():
-            (d / name).write_text(value + "\n")
-        return {"unified": d}
-    dirs = {}
-    for controller, files in V1_FILES.items():
-        d = root / controller
-        for part in ("", *rel.split("/")):
-            d = d / part if part else d
-            d.mkdir(parents=True, exist_ok=True)
-            for name, value in files.items():
-                (d / name).write_text(value + "\n")
-        dirs[controller] = d
-    (root / "cpu" / "cpu.rt_runtime_us").write_text("950000\n")
-    return dirs
+    if version == 2:  # a bfq disk: io.bfq.weight is there
+        return make_v2_tree(root).add_cgroup(CTR, {**V2_FILES, "io.bfq.weight": "default 100"})
+    return make_v1_tree(root).add_cgroup(CTR)
 
 
 def snapshot(dirs: dict[str, Path], root: Path) -> dict[str, str]:

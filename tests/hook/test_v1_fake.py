@@ -6,37 +6,16 @@ from __future__ import annotations
 import pytest
 
 from nri_plugin.errors import EXIT_OK, EXIT_REFUSED
+from tests.support.cgroups import make_v1_tree
 
 CTR = "/kubepods/pod-a/ctr-1"
 NAME = "io.kubernetes.cri.container-name"
 
 
-def _v1_tree(root, controllers=("cpu", "cpuset", "memory", "blkio")):
-    files = {
-        "cpu": {"cpu.cfs_quota_us": "-1", "cpu.cfs_period_us": "100000",
-                "cpu.rt_runtime_us": "0", "cpu.rt_period_us": "1000000"},
-        "cpuset": {"cpuset.cpus": "0-1", "cpuset.mems": "0"},
-        "memory": {"memory.limit_in_bytes": "9223372036854771712",
-                   "memory.soft_limit_in_bytes": "9223372036854771712"},
-        "blkio": {"blkio.throttle.read_bps_device": ""},
-    }
-    for c in controllers:
-        parts = [root / c]
-        for p in CTR.strip("/").split("/"):
-            parts.append(parts[-1] / p)
-        for d in parts:
-            d.mkdir(parents=True, exist_ok=True)
-            for name, value in files[c].items():
-                (d / name).write_text(value + "\n")
-    # The hierarchy root holds the kernel's whole RT budget.
-    (root / "cpu" / "cpu.rt_runtime_us").write_text("950000\n")
-    return {c: root / c / CTR.strip("/") for c in controllers}
-
-
 @pytest.fixture
 def v1(tmp_path, h):
     root = tmp_path / "cg"
-    dirs = _v1_tree(root)
+    dirs = make_v1_tree(root).add_cgroup(CTR)
     config = tmp_path / "config.yaml"
     # No per-pod RT cap: these tests reach the kernel's own budget.
     config.write_text("permissions:\n  realtime: ['*']\npod-caps:\n  rt-share: 1\n")

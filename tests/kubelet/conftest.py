@@ -6,15 +6,12 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))  # kubelet_harness beside this file
-
-from kubelet_harness import PROJECT_STUBS, FakeKubelet, Stubs
+from tests.support.kubelet_harness import PROJECT_STUBS, FakeKubelet, Stubs
 
 PROTOS_ENV = "NRI_SLA_KUBELET_PROTOS"
 # the two APIs nri-sla speaks, as laid out under the kubelet's pkg/apis

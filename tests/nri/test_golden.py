@@ -10,6 +10,7 @@ from nri_plugin.nri.pb import nri_pb2 as pb
 from nri_plugin.nri.pb import ttrpc_pb2
 from nri_plugin.nri.stub import PLUGIN_SERVICE, RUNTIME_SERVICE, Stub
 from nri_plugin.nri.ttrpc import TYPE_REQUEST, TYPE_RESPONSE, RequestReceived
+from tests.support.nri_golden import GoRefAllEvents, GoRefPlugin, load_golden
 
 
 def _request_class(method: str):
@@ -86,9 +87,8 @@ def _replay(golden, plugin) -> tuple[bytes, Stub]:
     return b"".join(written), stub
 
 
-def test_replay_matches_reference_plugin_byte_for_byte(golden, goref_classes):
-    plain, all_events = goref_classes
-    plugin = all_events() if "all-events" in golden.name else plain()
+def test_replay_matches_reference_plugin_byte_for_byte(golden):
+    plugin = GoRefAllEvents() if "all-events" in golden.name else GoRefPlugin()
     ours, stub = _replay(golden, plugin)
     # RegisterPlugin request, Configure response (events mask), the CreateContainer
     # adjustment and every empty answer: identical bytes, mux headers included.
@@ -102,21 +102,21 @@ def test_replay_matches_reference_plugin_byte_for_byte(golden, goref_classes):
         assert len(names) == 9
 
 
-def test_configure_reports_runtime_identity(golden_loader, goref_classes):
+def test_configure_reports_runtime_identity():
     # 1.7.34 sends no NRI version: its release tells it (nri_plugin.nri.levels).
     for name, version, nri, source in (
             ("containerd-2.3.4.jsonl", "2.3.4+unknown", "v0.12.0", "sent"),
             ("containerd-1.7.34.jsonl", "1.7.34+unknown", "v0.8.0",
              "containerd 1.7.34+unknown (release table)")):
-        _, stub = _replay(golden_loader(name), goref_classes[0]())
+        _, stub = _replay(load_golden(name), GoRefPlugin())
         assert (stub.runtime_name, stub.runtime_version, stub.nri_version) == \
             ("containerd", version, nri)
         assert stub.nri_level.source == source
         assert stub.request_timeout_ms == 2000
 
 
-def test_adjustment_response_bytes(golden_loader, goref_classes):
-    g = golden_loader("containerd-2.3.4.jsonl")
+def test_adjustment_response_bytes():
+    g = load_golden("containerd-2.3.4.jsonl")
     responses = [f for c, f in g.frames("p2r") if c == mux.PLUGIN_CONN]
     adjust = [f for f in responses if f.data][-1]
     resp = pb.CreateContainerResponse.FromString(

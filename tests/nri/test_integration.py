@@ -38,6 +38,7 @@ from nri_plugin.simulated.runtime import (
     make_pod,
     make_resources,
 )
+from tests.support.nri_golden import load_golden
 
 
 class Recorder:
@@ -482,13 +483,13 @@ def test_stop_during_registration_returns_quietly(sock_dir):
     asyncio.run(main())
 
 
-def test_simulator_requests_look_like_containerds(sock_dir, golden_loader):
+def test_simulator_requests_look_like_containerds(sock_dir):
     """Same envelope as the recorded containerd CreateContainer: service, method,
     namespace metadata, deadline of about request_timeout."""
     from nri_plugin.nri import mux
     from nri_plugin.nri.pb import ttrpc_pb2
 
-    golden = golden_loader("containerd-2.3.4.jsonl")
+    golden = load_golden("containerd-2.3.4.jsonl")
     recorded = next(ttrpc_pb2.Request.FromString(f.data) for c, f in golden.frames("r2p")
                     if c == mux.PLUGIN_CONN and b"CreateContainer" in f.data)
     seen = []

@@ -334,8 +334,7 @@ def test_packaged_plugin_registers_with_a_runtime(unpacked, tmp_path, pk):
 def test_packaged_device_plugin_registers_with_a_kubelet(unpacked, pk):
     """`nri-sla device-plugin` from the unpacked package (bundled grpcio) registers with
     the fake kubelet, lists the snapshot's GPUs and stops cleanly on SIGTERM."""
-    sys.path.insert(0, str(pk.REPO / "tests" / "kubelet"))
-    from kubelet_harness import PROJECT_STUBS, FakeKubelet
+    from tests.support.kubelet_harness import PROJECT_STUBS, FakeKubelet
 
     with tempfile.TemporaryDirectory(prefix="nri-sla-deb") as d:  # short socket paths
         sock_dir = Path(d)

@@ -1,18 +1,15 @@
 """Allocators over fake nodes: a DGX-like box, a PCIe box, a MIG box, a one-node box.
-Requests for granted GPUs: grant_helpers.py (importable)."""
+Requests for granted GPUs, small inventories, the GPUs a placement holds:
+tests/support/grant_helpers.py."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-
 from nri_plugin.plan.allocator import Allocator
-from nri_plugin.plan.placement_values import Placement
 from nri_plugin.simulated.hardware import (
     FakeNvml,
     build_mig_proc,
@@ -74,30 +71,6 @@ def pcie(pcie_node) -> Allocator:
 @pytest.fixture
 def mig(mig_node) -> Allocator:
     return Allocator(*mig_node)
-
-
-def gpu_ids(p: Placement) -> list[int]:
-    return [g.index for g in p.gpus]
-
-
-@pytest.fixture
-def ids() -> Callable[[Placement], list[int]]:
-    return gpu_ids
-
-
-def make_inventory(*specs: tuple[int, int | None, set[int]]) -> GpuInventory:
-    """GPUs from (index, numa node, NVLink peers) triples."""
-    from nri_plugin.topology.gpus import Gpu
-
-    return GpuInventory(tuple(
-        Gpu(index=i, uuid=f"GPU-{i:04d}", pci_bus_id=f"0000:{0x10 + i:02x}:00.0",
-            numa_node=node, minor=i, nvlink_peers=frozenset(peers))
-        for i, node, peers in specs), "snapshot")
-
-
-@pytest.fixture
-def inventory_of() -> Callable[..., GpuInventory]:
-    return make_inventory
 
 
 @pytest.fixture(scope="session")

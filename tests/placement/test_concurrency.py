@@ -4,10 +4,9 @@ container holds exactly the GPUs it was granted."""
 import threading
 from collections import Counter
 
-from grant_helpers import granted
-
 from nri_plugin.plan.allocator import Allocator
 from nri_plugin.plan.placement_values import PlacementError
+from tests.support.grant_helpers import granted
 
 
 def _run(threads_fn):

@@ -4,12 +4,12 @@ DGX-like fake: node 0 = CPUs 0-7,16-23, node 1 = 8-15,24-31; core k = {k, k+16}.
 """
 
 import pytest
-from grant_helpers import granted
 
 from nri_plugin.plan.allocator import Allocator
 from nri_plugin.plan.placement_values import PlacementError
 from nri_plugin.plan.placement_values import PlacementRequest as Req
 from nri_plugin.topology import format_cpulist as fmt
+from tests.support.grant_helpers import gpu_ids, granted, make_inventory
 
 
 def test_gpu_aligned_exclusive_cpus_are_whole_cores_from_the_gpu_node(dgx):
@@ -38,9 +38,9 @@ def test_aligned_container_gets_its_node_minus_reserved_and_exclusive(dgx_node):
     assert fmt(alloc.current_cpus("a")) == "1-5,7,17-21,23"
 
 
-def test_gpus_on_two_nodes_align_to_both(pcie, ids):
+def test_gpus_on_two_nodes_align_to_both(pcie):
     p = pcie.allocate(granted(pcie, "a", 0, 1, 2))
-    assert ids(p) == [0, 1, 2] and p.mems == {0, 1}
+    assert gpu_ids(p) == [0, 1, 2] and p.mems == {0, 1}
     assert p.cpus == pcie.topology.online
 
 
@@ -63,9 +63,9 @@ def test_no_gpu_no_numa_no_exclusive_is_unconstrained(dgx):
                                                           frozenset(), ())
 
 
-def test_exclusive_without_gpus_prefers_a_node_without_gpus(topology_of, inventory_of):
+def test_exclusive_without_gpus_prefers_a_node_without_gpus(topology_of):
     # 4 nodes x 4 cores; GPUs only on nodes 0 and 1
-    alloc = Allocator(topology_of(nodes=4), inventory_of((0, 0, set()), (1, 1, set())))
+    alloc = Allocator(topology_of(nodes=4), make_inventory((0, 0, set()), (1, 1, set())))
     p = alloc.allocate(Req("a", exclusive_cpus=2))
     assert alloc.topology.node_of(min(p.exclusive_cpus)) == 2
     # best fit among GPU-less nodes: node 2 now has fewer free cores, so it is chosen again
@@ -105,14 +105,14 @@ def test_numa_nodes_that_do_not_hold_the_named_gpus(dgx):
         dgx.allocate(granted(dgx, "a", 0, gpu_ids=("0",), numa_nodes=(1,)))
 
 
-def test_unknown_gpu_node_on_a_multi_node_box(topology_of, inventory_of):
-    alloc = Allocator(topology_of(nodes=2), inventory_of((0, None, set())))
+def test_unknown_gpu_node_on_a_multi_node_box(topology_of):
+    alloc = Allocator(topology_of(nodes=2), make_inventory((0, None, set())))
     with pytest.raises(PlacementError, match=r"NUMA node of GPU 0 .* is unknown"):
         alloc.allocate(granted(alloc, "a", 0))
     p = alloc.allocate(granted(alloc, "a", 0), hard=False)
     assert p.gpus and not p.cpus and p.warnings
 
 
-def test_unknown_gpu_node_on_a_one_node_box_is_node_0(topology_of, inventory_of):
-    alloc = Allocator(topology_of(nodes=1), inventory_of((0, None, set())))
+def test_unknown_gpu_node_on_a_one_node_box_is_node_0(topology_of):
+    alloc = Allocator(topology_of(nodes=1), make_inventory((0, None, set())))
     assert alloc.allocate(granted(alloc, "a", 0)).mems == {0}

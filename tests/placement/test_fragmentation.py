@@ -1,7 +1,6 @@
 """Allocate/release sequences over grants: invariants hold, placements are deterministic,
 and choosing in a row (the device plugin's choice) limits fragmentation."""
 
-from grant_helpers import Node, granted
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -9,6 +8,7 @@ from nri_plugin.plan.allocator import Allocator
 from nri_plugin.plan.gpu_selection import fits
 from nri_plugin.plan.placement_values import PlacementError
 from nri_plugin.topology import format_cpulist
+from tests.support.grant_helpers import Node, granted
 
 OPS = st.lists(st.one_of(
     st.tuples(st.just("alloc"), st.frozensets(st.integers(0, 7), max_size=4),

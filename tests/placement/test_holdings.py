@@ -3,11 +3,11 @@
 from dataclasses import FrozenInstanceError
 
 import pytest
-from grant_helpers import granted
 
 from nri_plugin.plan.best_fit import choose_placement
 from nri_plugin.plan.placement_values import GRANTED, Holdings
 from nri_plugin.plan.placement_values import PlacementRequest as Req
+from tests.support.grant_helpers import gpu_ids, granted
 
 
 def test_holdings_name_every_holder(dgx, mig):
@@ -36,12 +36,12 @@ def test_holdings_are_a_snapshot(dgx):
         snap.exclusive_cpus = frozenset()  # type: ignore[misc]
 
 
-def test_placement_reads_the_snapshot_and_changes_nothing(dgx, ids):
+def test_placement_reads_the_snapshot_and_changes_nothing(dgx):
     dgx.allocate(granted(dgx, "a", 4, exclusive_cpus=4))
     snap = dgx.holdings()
     request = granted(dgx, "b", 4, 5, gpu_count=2, topology="nvlink", exclusive_cpus=2)
     first = choose_placement(dgx.layout, snap, request, hard=True)
-    assert ids(first) == [4, 5] and first.exclusive_cpus == {13, 29}
+    assert gpu_ids(first) == [4, 5] and first.exclusive_cpus == {13, 29}
     assert choose_placement(dgx.layout, snap, request, hard=True) == first
     assert dgx.holdings() == snap and dgx.placement_of("b") is None
     assert dgx.allocate(request) == first  # the allocator commits the same answer

@@ -3,11 +3,11 @@
 import json
 
 import pytest
-from grant_helpers import granted
 
 from nri_plugin.plan.allocator import Allocator
 from nri_plugin.plan.placement_values import PlacementError
 from nri_plugin.plan.placement_values import PlacementRequest as Req
+from tests.support.grant_helpers import granted
 
 
 def test_record_is_small_json(dgx):

@@ -2,7 +2,6 @@
 against the SLA's gpu section and aligned to, never chosen or replaced."""
 
 import pytest
-from grant_helpers import granted
 
 from nri_plugin.granted import (
     MAX_GRANT_ITEMS,
@@ -13,6 +12,7 @@ from nri_plugin.granted import (
 )
 from nri_plugin.plan.placement_values import PlacementError
 from nri_plugin.plan.runtime_gpus import resolve_grant
+from tests.support.grant_helpers import gpu_ids, granted
 
 KINDS = ("nvidia.com/gpu", "nvidia.com/mig", "k8s.device-plugin.nvidia.com/gpu")
 UUID5 = "GPU-d0000000-0000-0000-0000-000000000005"
@@ -79,9 +79,9 @@ def test_evidence_is_bounded_before_it_is_read():
 
 # -- the allocator: the grant held, verified and aligned to --------------------------------
 
-def test_align_to_granted_gpus(dgx, ids):
+def test_align_to_granted_gpus(dgx):
     p = dgx.allocate(granted(dgx, "r", 4, 5, exclusive_cpus=2))
-    assert ids(p) == [4, 5] and p.mems == {1}
+    assert gpu_ids(p) == [4, 5] and p.mems == {1}
     assert p.exclusive_cpus == {15, 31}
     assert p.to_record() == {"gpus": [p.gpus[0].ref, p.gpus[1].ref], "exclusive": "15,31",
                              "cpus": "15,31", "mems": "1", "aligned": True}
@@ -118,10 +118,10 @@ def test_a_grant_short_of_the_sla(dgx, grant, sla, field, text):
     assert [g.index for g in soft.gpus] == list(grant) and text in soft.warnings[0]
 
 
-def test_a_grant_that_meets_the_sla(dgx, ids):
+def test_a_grant_that_meets_the_sla(dgx):
     p = dgx.allocate(granted(dgx, "r", 0, 1, 2, 3, gpu_count=4, topology="nvlink",
                              gpu_ids=("0", "GPU-d0000000-0000-0000-0000-000000000003")))
-    assert ids(p) == [0, 1, 2, 3] and p.warnings == ()
+    assert gpu_ids(p) == [0, 1, 2, 3] and p.warnings == ()
 
 
 def test_two_holders_of_one_gpu_are_both_recorded_never_refused(dgx):

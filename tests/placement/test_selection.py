@@ -3,7 +3,8 @@ the kubelet) on fresh fake nodes and after a few choices. The NRI plugin and the
 never choose: tests/placement/test_runtime.py verifies grants against the SLA."""
 
 import pytest
-from grant_helpers import Node
+
+from tests.support.grant_helpers import Node, make_inventory
 
 
 @pytest.fixture
@@ -56,22 +57,22 @@ def test_nvlinks_come_before_staying_on_one_numa_node(dgx_gpus):
     assert dgx_gpus.pick(2, "numa", owner="e") == [4, 5]
 
 
-def test_does_not_break_a_free_nvlink_pair_when_a_loose_gpu_exists(inventory_of):
+def test_does_not_break_a_free_nvlink_pair_when_a_loose_gpu_exists():
     # node 0: NVLink pair 0-1; node 1: three PCIe GPUs. Fewest-free alone would pick node 0.
-    node = Node(inventory_of((0, 0, {1}), (1, 0, {0}), (2, 1, set()), (3, 1, set()),
+    node = Node(make_inventory((0, 0, {1}), (1, 0, {0}), (2, 1, set()), (3, 1, set()),
                              (4, 1, set())))
     assert [node.pick(1, owner=o) for o in "abc"] == [[2], [3], [4]]
     assert node.pick(2, "nvlink", owner="d") == [0, 1]
 
 
-def test_bandwidth_comes_before_keeping_pairs_free(inventory_of):
+def test_bandwidth_comes_before_keeping_pairs_free():
     # a 2-GPU request, even `any`, gets the NVLinked pair over two PCIe GPUs
-    node = Node(inventory_of((0, 0, {1}), (1, 0, {0}), (2, 1, set()), (3, 1, set())))
+    node = Node(make_inventory((0, 0, {1}), (1, 0, {0}), (2, 1, set()), (3, 1, set())))
     assert node.pick(2, owner="a") == [0, 1]
 
 
-def test_inside_a_node_loose_gpus_go_first(inventory_of):
-    node = Node(inventory_of((0, 0, {1}), (1, 0, {0}), (2, 0, set())))
+def test_inside_a_node_loose_gpus_go_first():
+    node = Node(make_inventory((0, 0, {1}), (1, 0, {0}), (2, 0, set())))
     assert node.pick(1, owner="a") == [2]
     assert node.pick(2, "nvlink", owner="b") == [0, 1]
 

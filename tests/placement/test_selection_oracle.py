@@ -25,8 +25,7 @@ from nri_plugin.simulated.hardware import (
 )
 from nri_plugin.topology import Topology, load_inventory, read_topology
 from nri_plugin.topology.gpus import Gpu, GpuInventory
-
-from .selection_oracle import best, free_states, greedy, key
+from tests.support.selection_oracle import best, free_states, greedy, key
 
 MACHINES = {"dgx1v": dgx1v_gpus, "nvswitch": nvswitch_gpus, "pcie-pairs": pcie_pairs_gpus}
 

@@ -8,7 +8,6 @@ import time
 from dataclasses import fields, replace
 
 import pytest
-from record_helpers import KEY, NODE, OWNER, SNAPSHOT, signed_text
 
 from nri_plugin.plan import record as record_module
 from nri_plugin.plan.model import ContainerPlan, IoLimit, MemoryPolicy
@@ -22,6 +21,7 @@ from nri_plugin.plan.record import (
     record_text,
     sign_record,
 )
+from tests.support.record_helpers import KEY, NODE, OWNER, SNAPSHOT, signed_text
 
 GPU0, GPU1 = (g.uuid for g in SNAPSHOT.inventory.gpus[:2])
 BASE = {"v": 2, "path": "nri", "enforcement": "hard", "cgroup_version": 2}

@@ -12,11 +12,11 @@ import time
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from record_helpers import NODE, SNAPSHOT, signed_text
 
 from nri_plugin.plan import record as record_module
 from nri_plugin.plan.model import ContainerPlan
 from nri_plugin.plan.record import RecordError, decode_record, record_text, sign_record
+from tests.support.record_helpers import NODE, SNAPSHOT, signed_text
 
 # RECORD_FUZZ_EXAMPLES=5000 for a long soak; the suite default stays quick
 FUZZ = settings(max_examples=int(os.environ.get("RECORD_FUZZ_EXAMPLES", "200")),

@@ -17,7 +17,6 @@ import os
 import shutil
 
 import pytest
-from plugin_helpers import gpu_grant, make_container_dirs, permissive_node, plugin_session
 
 from nri_plugin.enforce.cgfile import CgroupWriter
 from nri_plugin.errors import REFUSED, SlaFailure
@@ -25,6 +24,7 @@ from nri_plugin.nri import events as ev
 from nri_plugin.nri.errors import Code
 from nri_plugin.plugin import StartRefused
 from nri_plugin.simulated.runtime import PluginCallError, make_container, make_pod
+from tests.support.plugin_helpers import gpu_grant, permissive_node, plugin_session
 
 MiB = 1024**2
 IO_SLA = """\
@@ -62,7 +62,7 @@ async def start_one(tmp_path, v1_tree, enforcement: str, before_start=None):
                                           "sla.nri.io/enforcement": enforcement})
         ctr = make_container(pod, "c", cdi_devices=gpu_grant(0))
         await session.create_container(pod, ctr)
-        blkio = make_container_dirs(v1_tree, ctr.linux.cgroups_path)["blkio"]
+        blkio = v1_tree.add_cgroup(ctr.linux.cgroups_path)["blkio"]
         for name, value in BEFORE.items():
             (blkio / name).write_text(value)
         if before_start is not None:

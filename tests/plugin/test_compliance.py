@@ -10,29 +10,18 @@ from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from plugin_helpers import guaranteed, make_node, plugin_session
 from prometheus_client.exposition import generate_latest
 
 from nri_plugin.config import WatchConfig
 from nri_plugin.metrics import Metrics
 from nri_plugin.plugin.container_metrics import ContainerCollector, fair_quota
 from nri_plugin.simulated.runtime import make_container, make_pod
+from tests.support.cgroups import CgroupTree
+from tests.support.plugin_helpers import guaranteed, make_node, plugin_session
 
 SLA = "cpu: {limit: 1.5}\nmemory: {max: 1Gi, high: 768Mi}"
-V2_FILES = ("cpu.max", "cpuset.cpus", "cpuset.mems", "memory.max", "memory.high",
-            "io.weight")
-
-
 def run(coro):
     return asyncio.run(asyncio.wait_for(coro, 30))
-
-
-def v2_container(root: Path, cgroups_path: str) -> Path:
-    d = root / cgroups_path.lstrip("/")
-    d.mkdir(parents=True)
-    for name in V2_FILES:
-        (d / name).touch()
-    return d
 
 
 def signals(d: Path, periods: int, throttled: int, high: int = 0) -> None:
@@ -55,23 +44,21 @@ def collect(metrics: Metrics, plugin) -> None:
     metrics.registry.register(ContainerCollector(lambda: plugin.watch.last, limit))
 
 
-async def started(session, plugin, node, root: Path, pod_name: str, name: str,
+async def started(session, plugin, node, tree: CgroupTree, pod_name: str, name: str,
                   namespace: str = "infer"):
     pod = make_pod(pod_name, namespace=namespace, annotations={"sla.nri.io/pod": SLA})
     ctr = make_container(pod, name, resources=guaranteed(2))
     await session.create_container(pod, ctr)
-    d = v2_container(root, ctr.linux.cgroups_path)
+    d = tree.add_cgroup(ctr.linux.cgroups_path)["unified"]
     assert node.write_plan(plugin.watch.containers[ctr.id].plan, ctr.linux.cgroups_path,
                            scope="runtime") == []
     await session.start_container(pod, ctr)
     return pod, ctr, d
 
 
-def test_signals_and_enforced_values_become_container_series(tmp_path):
-    root = tmp_path / "cgroup"
-    root.mkdir()
+def test_signals_and_enforced_values_become_container_series(tmp_path, v2_tree):
     metrics = Metrics()
-    node = make_node(2, root, watch=WatchConfig(interval=30))
+    node = make_node(2, v2_tree, watch=WatchConfig(interval=30))
     who = {"namespace": "infer", "pod": "llm", "container": "server"}
 
     def value(name: str, **labels: str) -> float | None:
@@ -80,7 +67,7 @@ def test_signals_and_enforced_values_become_container_series(tmp_path):
     async def scenario():
         async with plugin_session(node, tmp_path, metrics=metrics) as (_, session, served):
             collect(metrics, served)
-            pod, ctr, d = await started(session, served, node, root, "llm", "server")
+            pod, ctr, d = await started(session, served, node, v2_tree, "llm", "server")
             signals(d, periods=1000, throttled=10)
             served.drift_pass()
             first = value("cpu_throttled_ratio")
@@ -119,17 +106,15 @@ def test_signals_and_enforced_values_become_container_series(tmp_path):
         "# HELP nri_sla_container_", "").replace("# TYPE nri_sla_container_", "")
 
 
-def test_series_are_capped_and_the_rest_counted(tmp_path):
-    root = tmp_path / "cgroup"
-    root.mkdir()
+def test_series_are_capped_and_the_rest_counted(tmp_path, v2_tree):
     metrics = Metrics()
-    node = make_node(2, root, watch=WatchConfig(interval=30, metrics_containers=2))
+    node = make_node(2, v2_tree, watch=WatchConfig(interval=30, metrics_containers=2))
 
     async def scenario():
         async with plugin_session(node, tmp_path, metrics=metrics) as (_, session, served):
             collect(metrics, served)
             for i in range(5):
-                await started(session, served, node, root, f"p{i}", "c")
+                await started(session, served, node, v2_tree, f"p{i}", "c")
             served.drift_pass()
 
     run(scenario())
@@ -141,25 +126,23 @@ def test_series_are_capped_and_the_rest_counted(tmp_path):
     assert metrics.value("nri_sla_namespace_containers_unexported", namespace="infer") == 3
 
 
-def test_one_namespace_cannot_silence_the_others_series(tmp_path, caplog):
+def test_one_namespace_cannot_silence_the_others_series(tmp_path, v2_tree, caplog):
     """Issue 19: the cap kept the first 1,000 containers in (namespace, pod, name) order,
     so 1,000 containers in `batch` dropped every series of `prod`. The cap is shared
     round-robin between namespaces: all 5 of prod are exported, batch gets the rest."""
     import logging
     import time
 
-    root = tmp_path / "cgroup"
-    root.mkdir()
     metrics = Metrics()
-    node = make_node(2, root, watch=WatchConfig(interval=30, metrics_containers=1000))
+    node = make_node(2, v2_tree, watch=WatchConfig(interval=30, metrics_containers=1000))
 
     async def scenario():
         async with plugin_session(node, tmp_path, metrics=metrics) as (_, session, served):
             collect(metrics, served)
             for i in range(1000):
-                await started(session, served, node, root, f"job-{i:04d}", "c", "batch")
+                await started(session, served, node, v2_tree, f"job-{i:04d}", "c", "batch")
             for i in range(5):
-                await started(session, served, node, root, f"web-{i}", "app", "prod")
+                await started(session, served, node, v2_tree, f"web-{i}", "app", "prod")
             served.drift_pass()
 
     run(scenario())

@@ -16,12 +16,11 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from plugin_helpers import gpu_grant, make_node, make_pod_cgroups, plugin_session
-
 from nri_plugin.config import Cap, Permissions, PodCaps
 from nri_plugin.nri.pb import nri_pb2 as pb
 from nri_plugin.simulated.runtime import PluginCallError, make_container, make_pod
 from nri_plugin.topology.cpulist import parse_cpulist
+from tests.support.plugin_helpers import gpu_grant, make_node, make_pod_cgroups, plugin_session
 
 CAPS = PodCaps(exclusive_cpus=Cap(100, percent=True), rt_share=1.0)
 BEFORE = dict(enforcement="hard", pod_caps=CAPS, permissions=Permissions(

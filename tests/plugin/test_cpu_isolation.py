@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from plugin_helpers import guaranteed, make_node, plugin_session, pool_breaches
 
 from nri_plugin.nri.pb import nri_pb2 as pb
 from nri_plugin.simulated.runtime import (
@@ -17,6 +16,7 @@ from nri_plugin.simulated.runtime import (
     make_resources,
 )
 from nri_plugin.topology.cpulist import parse_cpulist
+from tests.support.plugin_helpers import guaranteed, make_node, plugin_session, pool_breaches
 
 NODE0 = parse_cpulist("0-15,32-47")  # the DGX-like snapshot's NUMA node 0
 ALIGNED = {"sla.nri.io/pod": "numa: {nodes: '0'}"}

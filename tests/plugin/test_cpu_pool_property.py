@@ -16,10 +16,10 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from plugin_helpers import guaranteed, make_node, plugin_session, pool_breaches
 
 from nri_plugin.nri.pb import nri_pb2 as pb
 from nri_plugin.simulated.runtime import PluginCallError, make_container, make_pod
+from tests.support.plugin_helpers import guaranteed, make_node, plugin_session, pool_breaches
 
 CAPACITY = 64  # the DGX-like snapshot's CPUs
 # aligned and exclusive pods, and node 0, are drawn more often: they meet there

@@ -10,8 +10,6 @@ import logging
 import time
 from pathlib import Path
 
-from plugin_helpers import guaranteed, make_container_dirs, make_node, plugin_session
-
 from nri_plugin.commands.run import build_service
 from nri_plugin.config import WatchConfig
 from nri_plugin.enforce.mapping import io_weight_to_bfq
@@ -19,6 +17,8 @@ from nri_plugin.metrics import Metrics
 from nri_plugin.nri.pb import nri_pb2 as pb
 from nri_plugin.nri.service import run_service
 from nri_plugin.simulated.runtime import RuntimeSimulator, make_container, make_pod
+from tests.support.cgroups import CgroupTree
+from tests.support.plugin_helpers import guaranteed, make_node, plugin_session
 
 HARD = "cpu: {limit: 2, period: 100ms}\nmemory: {max: 1Gi}\nio: {weight: 500}"
 BFQ_WEIGHT = str(io_weight_to_bfq(500))
@@ -46,7 +46,7 @@ def runc_update(dirs: dict[str, Path], update: pb.ContainerUpdate) -> None:
         (dirs["cpuset"] / "cpuset.cpus").write_text(res.cpu.cpus)
 
 
-async def started(session, plugin, node, tree: Path, name: str, sla: str,
+async def started(session, plugin, node, tree: CgroupTree, name: str, sla: str,
                   mode: str = "hard", namespace: str = "web"):
     """A pod with one started SLA container whose cgroup holds what runc and nri-sla
     wrote; returns (pod, container, its cgroup dirs)."""
@@ -54,7 +54,7 @@ async def started(session, plugin, node, tree: Path, name: str, sla: str,
         f"sla.nri.io/container.{name}": sla, "sla.nri.io/enforcement": mode})
     ctr = make_container(pod, name, resources=guaranteed(4))
     await session.create_container(pod, ctr)
-    dirs = make_container_dirs(tree, ctr.linux.cgroups_path)
+    dirs = tree.add_cgroup(ctr.linux.cgroups_path)
     # runc create: the adjustment's values land in the new cgroup
     assert node.write_plan(plugin.watch.containers[ctr.id].plan, ctr.linux.cgroups_path,
                            scope="runtime") == []

@@ -36,7 +36,6 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from plugin_helpers import make_node
 
 from nri_plugin.commands.run import build_service
 from nri_plugin.config import GpuConfig
@@ -51,6 +50,7 @@ from nri_plugin.simulated.kubelet import AdmissionRefused, Grant, Kubelet, conta
 from nri_plugin.simulated.ocispec import NvidiaRuntime, openable_gpus
 from nri_plugin.simulated.podresources_server import PodResourcesServer
 from nri_plugin.simulated.runtime import PluginCallError, RuntimeSimulator, make_pod
+from tests.support.plugin_helpers import make_node
 
 
 def node(podresources_socket: str) -> NodeState:

@@ -9,7 +9,6 @@ import logging
 from dataclasses import replace
 
 import pytest
-from plugin_helpers import RECORD_KEY, plugin_session
 
 from nri_plugin.commands.run import build_service
 from nri_plugin.config import GpuConfig, NodeConfig, Permissions
@@ -28,6 +27,7 @@ from nri_plugin.topology.cpus import read_topology
 from nri_plugin.topology.health_monitor import GpuHealthMonitor
 from nri_plugin.topology.inventory import InventoryReader
 from nri_plugin.topology.watched import WatchedInventory
+from tests.support.plugin_helpers import RECORD_KEY, plugin_session
 
 CONFIG = NodeConfig(permissions=Permissions(gpus=("*",), exceed_runtime_limits=("*",)))
 

@@ -15,7 +15,6 @@ from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
-from plugin_helpers import RECORD_KEY, plugin_session
 
 from nri_plugin.commands.run import build_service
 from nri_plugin.config import GpuConfig, NodeConfig, Permissions
@@ -35,6 +34,7 @@ from nri_plugin.simulated.runtime import PluginCallError, make_container, make_p
 from nri_plugin.topology.cpus import read_topology
 from nri_plugin.topology.inventory import InventoryReader, load_inventory
 from nri_plugin.topology.watched import WatchedInventory
+from tests.support.plugin_helpers import RECORD_KEY, plugin_session
 
 CONFIG = NodeConfig(permissions=Permissions(gpus=("*",), exceed_runtime_limits=("*",)))
 

@@ -8,8 +8,6 @@ import contextlib
 import urllib.error
 import urllib.request
 
-from plugin_helpers import gpu_grant, guaranteed, make_node
-
 from nri_plugin.commands.run import build_service
 from nri_plugin.metrics import Metrics, start_http_server
 from nri_plugin.nri.service import run_service
@@ -20,6 +18,7 @@ from nri_plugin.simulated.runtime import (
     make_container,
     make_pod,
 )
+from tests.support.plugin_helpers import gpu_grant, guaranteed, make_node
 
 
 def scrape(server, path: str) -> tuple[int, str]:

@@ -11,15 +11,14 @@ import gc
 import logging
 import tracemalloc
 
-from plugin_helpers import (
+from nri_plugin.simulated.runtime import make_container, make_pod
+from tests.support.plugin_helpers import (
     gpu_grant,
     make_pod_cgroups,
     permissive_node,
     plugin_session,
     remove_pod_cgroups,
 )
-
-from nri_plugin.simulated.runtime import make_container, make_pod
 
 SLAS = ("gpu: {count: 1, align: false}", "cpu: {exclusive: 2}", "cpu: {rt-runtime: 1ms}",
         "cpu: {limit: 1}\nmemory: {max: 1Gi}", None)

@@ -10,19 +10,7 @@ before the kill are taken back, and no GPU or exclusive CPU is given twice.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
-import signal
-import socket
-import subprocess
-import sys
-import time
-import urllib.error
-import urllib.request
-from pathlib import Path
-
-from fault_helpers import Kubelet
-from plugin_helpers import DGX
 
 from nri_plugin.core.recordkey import load_key
 from nri_plugin.nri.pb import nri_pb2 as pb
@@ -30,6 +18,9 @@ from nri_plugin.plan.record import decode_record
 from nri_plugin.simulated.cri import Cri
 from nri_plugin.simulated.runtime import RuntimeSimulator
 from nri_plugin.topology.cpulist import parse_cpulist
+from tests.support.cgroups import make_v1_tree
+from tests.support.fault_helpers import Kubelet
+from tests.support.plugin_process import PluginProcess, free_port, log_lines, until
 
 PODS = 100
 KILL_AFTER = 30
@@ -50,70 +41,6 @@ log: {{format: json}}
 """
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def log_lines(log: Path) -> list[dict]:
-    """The JSON log lines of every process that wrote to `log`."""
-    return [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
-
-
-class PluginProcess:
-    """One `nri-sla run` process; its JSON log lines, its metrics endpoint."""
-
-    def __init__(self, config: Path, log: Path, port: int) -> None:
-        self.log = log
-        self.port = port
-        cli = Path(sys.executable).parent / "nri-sla"
-        self.proc = subprocess.Popen(
-            [str(cli), "run", "--config", str(config), "--cgroup", "v2",
-             "--inventory", str(DGX)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log.open("a"))
-
-    def lines(self) -> list[dict]:
-        return log_lines(self.log)
-
-    def get(self, path: str) -> tuple[int, str]:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=2) as r:
-                return r.status, r.read().decode()
-        except urllib.error.HTTPError as exc:
-            return exc.code, exc.read().decode()
-        except OSError:
-            return 0, ""
-
-    def metric(self, name: str) -> float:
-        for line in self.get("/metrics")[1].splitlines():
-            if line.startswith(name + " "):
-                return float(line.split()[1])
-        return -1.0
-
-    def kill(self) -> None:
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(10)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.kill()
-
-
-async def until(check, timeout: float = 20.0, what: str = ""):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what or check}"
-        await asyncio.sleep(0.05)
-
-
 def test_plugin_process_before_runtime_then_sigkilled_under_load(tmp_path):
     socket_path = tmp_path / "nri.sock"
     state = tmp_path / "state"
@@ -121,9 +48,8 @@ def test_plugin_process_before_runtime_then_sigkilled_under_load(tmp_path):
     config = tmp_path / "config.yaml"
     config.write_text(CONFIG.format(state=state, socket=socket_path, port=port))
     log = tmp_path / "plugin.log"
-    cgroups = tmp_path / "cgroup"  # the kubelet's fake runc tree (nothing reads it here)
-    for c in ("cpu", "cpuset", "memory", "blkio"):
-        (cgroups / c).mkdir(parents=True)
+    # the kubelet's fake runc tree (nothing reads it here)
+    cgroups = make_v1_tree(tmp_path / "cgroup")
 
     async def scenario():
         plugin = PluginProcess(config, log, port)

@@ -12,12 +12,12 @@ import asyncio
 import signal
 from pathlib import Path
 
-from fault_helpers import APPLIED, Kubelet
-from test_plugin_process import PluginProcess, free_port, log_lines, until
-
 from nri_plugin import __version__
 from nri_plugin.simulated.cri import Cri
 from nri_plugin.simulated.runtime import RuntimeSimulator
+from tests.support.cgroups import make_v1_tree
+from tests.support.fault_helpers import APPLIED, Kubelet
+from tests.support.plugin_process import PluginProcess, free_port, log_lines, until
 
 EXCLUSIVE = "cpu: {exclusive: 2}"
 CONFIG = """\
@@ -40,9 +40,7 @@ def test_sighup_applies_a_good_config_and_keeps_the_old_on_a_bad_one(tmp_path):
     port = free_port()
     config = tmp_path / "config.yaml"
     write(config, port, "[]", 0.5)
-    cgroups = tmp_path / "cgroup"
-    for c in ("cpu", "cpuset", "memory", "blkio"):
-        (cgroups / c).mkdir(parents=True)
+    cgroups = make_v1_tree(tmp_path / "cgroup")
 
     async def scenario():
         sim = await RuntimeSimulator(str(tmp_path / "nri.sock")).start()

@@ -6,19 +6,18 @@ import asyncio
 import json
 
 import pytest
-from plugin_helpers import (
-    FULL_SLA,
-    gpu_grant,
-    guaranteed,
-    make_container_dirs,
-    make_node,
-    make_pod_cgroups,
-    plugin_session,
-)
 
 from nri_plugin.nri.pb import nri_pb2 as pb
 from nri_plugin.simulated.runtime import PluginCallError, make_container, make_pod
 from nri_plugin.topology.cpulist import parse_cpulist
+from tests.support.plugin_helpers import (
+    FULL_SLA,
+    gpu_grant,
+    guaranteed,
+    make_node,
+    make_pod_cgroups,
+    plugin_session,
+)
 
 GiB = 1024**3
 MiB = 1024**2
@@ -87,7 +86,7 @@ def test_full_sla_on_v1_node_adds_direct_writes(tmp_path, v1_tree):
                                  cdi_devices=gpu_grant(0, 1))
             make_pod_cgroups(v1_tree, ctr.linux.cgroups_path)
             adj = (await session.create_container(pod, ctr)).adjust
-            dirs = make_container_dirs(v1_tree, ctr.linux.cgroups_path)
+            dirs = v1_tree.add_cgroup(ctr.linux.cgroups_path)
             await session.event(6, pod, ctr)  # StartContainer: the direct writes
             return adj, dirs
 
@@ -128,7 +127,7 @@ def test_soft_memory_high_on_v1_starts_with_warning(tmp_path, v1_tree):
                 "sla.nri.io/enforcement": "soft"})
             ctr = make_container(pod, "web")
             adj = (await session.create_container(pod, ctr)).adjust
-            dirs = make_container_dirs(v1_tree, ctr.linux.cgroups_path)
+            dirs = v1_tree.add_cgroup(ctr.linux.cgroups_path)
             await session.event(6, pod, ctr)
             return adj, dirs
 
@@ -236,7 +235,7 @@ def test_hard_direct_write_failure_fails_the_start(tmp_path, v1_tree):
             ctr = make_container(pod, "c")
             await session.create_container(pod, ctr)
             # the cgroup exists but this kernel has no blkio throttle files
-            (v1_tree / "blkio" / ctr.linux.cgroups_path.lstrip("/")).mkdir(parents=True)
+            (v1_tree.root / "blkio" / ctr.linux.cgroups_path.lstrip("/")).mkdir(parents=True)
             with pytest.raises(PluginCallError) as caught:
                 await session.event(6, pod, ctr)
             return caught.value

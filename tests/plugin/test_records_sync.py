@@ -9,8 +9,6 @@ import json
 import logging
 import time
 
-from plugin_helpers import RECORD_KEY, gpu_grant, make_node, permissive_node, plugin_session
-
 from nri_plugin.commands.run import build_service
 from nri_plugin.metrics import Metrics
 from nri_plugin.nri.pb import nri_pb2 as pb
@@ -23,6 +21,13 @@ from nri_plugin.simulated.runtime import (
     make_pod,
 )
 from nri_plugin.topology.cpulist import parse_cpulist
+from tests.support.plugin_helpers import (
+    RECORD_KEY,
+    gpu_grant,
+    make_node,
+    permissive_node,
+    plugin_session,
+)
 
 APPLIED, WARNINGS = "sla.nri.io/applied", "sla.nri.io/warnings"
 ALL_GPUS = [f"GPU-d0000000-0000-0000-0000-00000000000{i}" for i in range(8)]

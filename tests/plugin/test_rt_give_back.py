@@ -10,17 +10,18 @@ import shutil
 from pathlib import Path
 
 import pytest
-from plugin_helpers import (
+
+from nri_plugin.enforce.rt_ledger import LEDGER_FILE, RtLedger
+from nri_plugin.nri.pb import nri_pb2 as pb
+from nri_plugin.simulated.runtime import PluginCallError, make_container, make_pod
+from tests.support.cgroups import CgroupTree
+from tests.support.plugin_helpers import (
     make_pod_cgroups,
     permissive_node,
     plugin_session,
     remove_pod_cgroups,
     runc_create,
 )
-
-from nri_plugin.enforce.rt_ledger import LEDGER_FILE, RtLedger
-from nri_plugin.nri.pb import nri_pb2 as pb
-from nri_plugin.simulated.runtime import PluginCallError, make_container, make_pod
 
 
 def run(coro):
@@ -31,7 +32,7 @@ def _rt(path: Path) -> int:
     return int((path / "cpu.rt_runtime_us").read_text())
 
 
-def _node(v1_tree: Path, ledger: Path | None):
+def _node(v1_tree: CgroupTree, ledger: Path | None):
     # The whole kernel share for SLA containers: only the kernel's arithmetic refuses here.
     node = permissive_node(1, v1_tree, rt_budget=1.0)
     node.rt_ledger = RtLedger(ledger) if ledger is not None else None
@@ -44,7 +45,7 @@ def _rt_pod(name: str, runtime_ms: int, qos: str = "burstable"):
     return pod, make_container(pod, "c")
 
 
-async def _create_and_run(sim, session, v1_tree: Path, pod, ctr) -> dict[str, Path]:
+async def _create_and_run(sim, session, v1_tree: CgroupTree, pod, ctr) -> dict[str, Path]:
     await session.run_pod_sandbox(pod)
     make_pod_cgroups(v1_tree, ctr.linux.cgroups_path)
     await session.create_container(pod, ctr)
@@ -53,8 +54,8 @@ async def _create_and_run(sim, session, v1_tree: Path, pod, ctr) -> dict[str, Pa
     return dirs
 
 
-def _ancestors(v1_tree: Path) -> dict[str, int]:
-    cpu = v1_tree / "cpu"
+def _ancestors(v1_tree: CgroupTree) -> dict[str, int]:
+    cpu = v1_tree.root / "cpu"
     return {str(p.relative_to(cpu)): _rt(p) for p in sorted(cpu.rglob("*"))
             if p.is_dir() and (p / "cpu.rt_runtime_us").exists()}
 

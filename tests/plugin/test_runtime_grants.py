@@ -7,11 +7,11 @@ import asyncio
 import json
 
 import pytest
-from plugin_helpers import gpu_grant, guaranteed, make_node, plugin_session
 
 from nri_plugin.config import Permissions
 from nri_plugin.simulated.runtime import PluginCallError, make_container, make_pod, make_resources
 from nri_plugin.topology.cpulist import parse_cpulist
+from tests.support.plugin_helpers import gpu_grant, guaranteed, make_node, plugin_session
 
 MiB, GiB = 1 << 20, 1 << 30
 HOSTILE = "cpu: {limit: 64}\nmemory: {max: 512Gi}"

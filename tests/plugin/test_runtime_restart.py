@@ -16,7 +16,12 @@ import logging
 import re
 import time
 
-from fault_helpers import (
+from nri_plugin.commands.run import build_service
+from nri_plugin.metrics import Metrics
+from nri_plugin.nri.service import run_service
+from nri_plugin.simulated.cri import Cri
+from nri_plugin.simulated.runtime import RuntimeSimulator, SimulatorOptions
+from tests.support.fault_helpers import (
     MIX,
     Kubelet,
     asks_sla,
@@ -25,13 +30,7 @@ from fault_helpers import (
     holdings,
     live_records,
 )
-from plugin_helpers import permissive_node
-
-from nri_plugin.commands.run import build_service
-from nri_plugin.metrics import Metrics
-from nri_plugin.nri.service import run_service
-from nri_plugin.simulated.cri import Cri
-from nri_plugin.simulated.runtime import RuntimeSimulator, SimulatorOptions
+from tests.support.plugin_helpers import permissive_node
 
 PODS = 120
 KILL_AFTER = 40  # containers created before containerd is killed
@@ -138,11 +137,10 @@ def test_containerd_killed_while_120_pods_are_created(tmp_path, v1_tree, caplog)
 def test_which_containers_count_as_created_unenforced(tmp_path, caplog):
     """Only a live container whose pod asks an SLA for it, without a record and without
     the nri-sla OCI hook in its spec (the fallback that enforced it), is reported."""
-    from plugin_helpers import plugin_session
-
     from nri_plugin.hookspec import fast_hook_entry, hook_entry
     from nri_plugin.nri.pb import nri_pb2 as pb
     from nri_plugin.simulated.runtime import make_container, make_pod
+    from tests.support.plugin_helpers import plugin_session
 
     caplog.set_level(logging.WARNING, logger="nri_sla.plugin")
     sla = {"sla.nri.io/container.app": "cpu: {limit: 1}"}

@@ -21,9 +21,6 @@ import logging
 import threading
 import time
 
-from fault_helpers import held_by_records, holdings, live_records
-from plugin_helpers import gpu_grant, permissive_node
-
 from nri_plugin.commands.run import build_service
 from nri_plugin.metrics import Metrics
 from nri_plugin.nri.service import run_service
@@ -35,6 +32,8 @@ from nri_plugin.simulated.runtime import (
     make_container,
     make_pod,
 )
+from tests.support.fault_helpers import held_by_records, holdings, live_records
+from tests.support.plugin_helpers import gpu_grant, permissive_node
 
 REQUEST_TIMEOUT = 0.5  # s; containerd's default is 2 s
 SLOW = 1.5  # s the handler takes for the pod named "slow"

@@ -8,13 +8,12 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from plugin_helpers import guaranteed, make_container_dirs, make_node, plugin_session
-
 from nri_plugin.commands.status import render
 from nri_plugin.config import WatchConfig
 from nri_plugin.metrics import Metrics
 from nri_plugin.simulated.runtime import make_container, make_pod
 from nri_plugin.statussocket import StatusServer, read_status
+from tests.support.plugin_helpers import guaranteed, make_node, plugin_session
 
 
 def test_status_reads_the_watched_containers_now(tmp_path, v1_tree):
@@ -29,7 +28,7 @@ def test_status_reads_the_watched_containers_now(tmp_path, v1_tree):
                            annotations={"sla.nri.io/container.app": "cpu: {limit: 2}"})
             ctr = make_container(pod, "app", resources=guaranteed(4))
             await session.create_container(pod, ctr)
-            dirs = make_container_dirs(v1_tree, ctr.linux.cgroups_path)
+            dirs = v1_tree.add_cgroup(ctr.linux.cgroups_path)
             node.write_plan(plugin.watch.containers[ctr.id].plan, ctr.linux.cgroups_path,
                             scope="runtime")
             await session.start_container(pod, ctr)

@@ -9,7 +9,8 @@ import asyncio
 import logging
 import re
 
-from plugin_helpers import (
+from nri_plugin.simulated.runtime import PluginCallError, make_container, make_pod
+from tests.support.plugin_helpers import (
     gpu_grant,
     guaranteed,
     make_pod_cgroups,
@@ -17,8 +18,6 @@ from plugin_helpers import (
     plugin_session,
     runc_create,
 )
-
-from nri_plugin.simulated.runtime import PluginCallError, make_container, make_pod
 
 WARNINGS = "sla.nri.io/warnings"
 # Words that describe the node's occupancy or someone else's holdings.
@@ -43,9 +42,9 @@ def run(coro):
 def test_refusals_and_warnings_name_no_other_tenant(tmp_path, v1_tree, caplog):
     caplog.set_level(logging.INFO)
     # Someone outside Kubernetes holds half the kernel's RT time (a system service).
-    (v1_tree / "cpu" / "system.slice").mkdir()
-    (v1_tree / "cpu" / "system.slice" / "cpu.rt_period_us").write_text("1000000")
-    (v1_tree / "cpu" / "system.slice" / "cpu.rt_runtime_us").write_text("500000")
+    (v1_tree.root / "cpu" / "system.slice").mkdir()
+    (v1_tree.root / "cpu" / "system.slice" / "cpu.rt_period_us").write_text("1000000")
+    (v1_tree.root / "cpu" / "system.slice" / "cpu.rt_runtime_us").write_text("500000")
 
     async def scenario():
         node = permissive_node(1, v1_tree, rt_budget=1.0)

@@ -22,7 +22,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from plugin_helpers import guaranteed, make_node, plugin_session
 
 from nri_plugin.commands.status import render
 from nri_plugin.config import WatchConfig
@@ -31,6 +30,7 @@ from nri_plugin.metrics import Metrics
 from nri_plugin.plugin.container_metrics import ContainerCollector
 from nri_plugin.simulated.runtime import make_container, make_pod
 from nri_plugin.statussocket import StatusServer, read_status
+from tests.support.plugin_helpers import guaranteed, make_node, plugin_session
 
 pytestmark = pytest.mark.root
 CGROUP = Path("/sys/fs/cgroup")

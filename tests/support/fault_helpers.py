@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-from pathlib import Path
-
-from plugin_helpers import gpu_grant, make_pod_cgroups, runc_create
 
 from nri_plugin.core.decision import parse_sla
 from nri_plugin.enforce.cgfile import CgroupWriter
@@ -19,6 +16,8 @@ from nri_plugin.plan.record import decode_record
 from nri_plugin.simulated.cri import Cri, RuntimeGone
 from nri_plugin.simulated.runtime import PluginCallError, make_container, make_pod
 from nri_plugin.topology.cpulist import parse_cpulist
+from tests.support.cgroups import CgroupTree
+from tests.support.plugin_helpers import gpu_grant, make_pod_cgroups, runc_create
 
 APPLIED = "sla.nri.io/applied"
 LIVE = (pb.CONTAINER_CREATED, pb.CONTAINER_RUNNING, pb.CONTAINER_PAUSED)
@@ -42,9 +41,9 @@ class Kubelet:
     Keeps the node's GPU books as the kubelet does: a pod whose GPUs are not free is not
     admitted (`unadmitted`), one admitted gets distinct GPUs (CDI names, its grant)."""
 
-    def __init__(self, cri: Cri, cgroup_root: Path, gpus: int = 8) -> None:
+    def __init__(self, cri: Cri, tree: CgroupTree, gpus: int = 8) -> None:
         self.cri = cri
-        self.root = cgroup_root
+        self.tree = tree
         self.free_gpus = list(range(gpus))
         self.unadmitted: set[str] = set()  # pod names the kubelet had no GPUs for
         self._up = asyncio.Event()
@@ -88,7 +87,7 @@ class Kubelet:
         state = cri.sim.state
         if pod.id not in state.pods:
             await cri.run_pod(pod)
-        make_pod_cgroups(self.root, ctr.linux.cgroups_path)
+        make_pod_cgroups(self.tree, ctr.linux.cgroups_path)
         stored = state.containers.get(ctr.id)
         if stored is None:
             try:
@@ -99,7 +98,7 @@ class Kubelet:
                 return
             self.created += 1
         if stored.state == pb.CONTAINER_CREATED:
-            runc_create(self.root, stored)
+            runc_create(self.tree, stored)
             try:
                 await cri.start_container(pod, ctr)
             except PluginCallError as exc:

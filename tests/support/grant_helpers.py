@@ -1,12 +1,13 @@
-"""Placement requests for granted GPUs (what a device plugin granted, by index), and
-choices in a row over one inventory (what `nri-sla device-plugin` chooses)."""
+"""Placement requests for granted GPUs (what a device plugin granted, by index), choices
+in a row over one inventory (what `nri-sla device-plugin` chooses), small inventories and
+the GPUs a placement holds."""
 
 from __future__ import annotations
 
 from nri_plugin.plan.allocator import Allocator
 from nri_plugin.plan.gpu_selection import choose_gpus
-from nri_plugin.plan.placement_values import PlacementRequest
-from nri_plugin.topology.gpus import GpuInventory
+from nri_plugin.plan.placement_values import Placement, PlacementRequest
+from nri_plugin.topology.gpus import Gpu, GpuInventory
 
 
 def granted(alloc: Allocator, owner: str, *indexes: int, migs: tuple[str, ...] = (),
@@ -17,6 +18,19 @@ def granted(alloc: Allocator, owner: str, *indexes: int, migs: tuple[str, ...] =
     kw.setdefault("wants_gpu", True)
     return PlacementRequest(owner, granted_gpus=tuple(inv.gpus[i] for i in indexes),
                             granted_migs=tuple(inv.find_mig(m) for m in migs), **kw)
+
+
+def gpu_ids(p: Placement) -> list[int]:
+    """The indexes of the GPUs a placement holds."""
+    return [g.index for g in p.gpus]
+
+
+def make_inventory(*specs: tuple[int, int | None, set[int]]) -> GpuInventory:
+    """GPUs from (index, numa node, NVLink peers) triples."""
+    return GpuInventory(tuple(
+        Gpu(index=i, uuid=f"GPU-{i:04d}", pci_bus_id=f"0000:{0x10 + i:02x}:00.0",
+            numa_node=node, minor=i, nvlink_peers=frozenset(peers))
+        for i, node, peers in specs), "snapshot")
 
 
 class Node:

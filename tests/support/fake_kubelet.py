@@ -12,7 +12,7 @@ descriptor pool cannot hold twice.
 
 MOD is the *_pb2 module; its *_pb2_grpc sibling is imported too. The test drives it with
 one JSON object per line on stdin and reads one JSON answer per line on stdout
-(tests/kubelet/kubelet_harness.py). Messages travel as protobuf JSON with the proto field
+(tests/support/kubelet_harness.py). Messages travel as protobuf JSON with the proto field
 names, which both sets of stubs share.
 """
 

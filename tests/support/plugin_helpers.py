@@ -1,4 +1,6 @@
-"""Helpers for the plugin's data-path tests: a replayed DGX-like node, fake cgroup trees."""
+"""Helpers for the plugin's data-path tests: a replayed DGX-like node over a fake cgroup
+tree (tests/support/cgroups.py), the plugin served to the runtime simulator, what runc
+and the kubelet do to the tree."""
 
 from __future__ import annotations
 
@@ -13,25 +15,13 @@ from nri_plugin.enforce.cgpaths import CgroupFacts
 from nri_plugin.plan.allocator import Allocator
 from nri_plugin.plan.rt_budget import RtBudget
 from nri_plugin.topology.snapshot import load_snapshot
+from tests.support.cgroups import CgroupTree
 
 REPO = Path(__file__).resolve().parents[2]
 DGX = REPO / "examples" / "dgx-like.yaml"
 DEVICES = {"/dev/nvme0n1": (259, 0), "/dev/sda": (8, 0)}
 # The node's record key: every make_node shares it, as plugin restarts share the key file.
 RECORD_KEY = bytes(range(32))
-V1_CONTROLLERS = ("cpu", "cpuset", "memory", "blkio")
-# The files the kernel shows in a new v1 cgroup that nri-sla may write.
-V1_FILES = {
-    "cpu": ("cpu.cfs_quota_us", "cpu.cfs_period_us", "cpu.rt_runtime_us", "cpu.rt_period_us"),
-    "cpuset": ("cpuset.cpus", "cpuset.mems"),
-    "memory": ("memory.limit_in_bytes", "memory.soft_limit_in_bytes"),
-    "blkio": ("blkio.bfq.weight", "blkio.throttle.read_bps_device",
-              "blkio.throttle.write_bps_device", "blkio.throttle.read_iops_device",
-              "blkio.throttle.write_iops_device"),
-}
-# What the kernel puts in those files of a new cgroup, where the tests read them.
-V1_DEFAULTS = {"cpu.rt_runtime_us": "0", "cpu.rt_period_us": "1000000"}
-
 # The design's full example (gpu: count form; mig and ids are alternatives to count).
 FULL_SLA = """\
 enforcement: hard
@@ -85,15 +75,15 @@ def resolve(spec: str) -> tuple[int, int]:
     raise OSError(f"{spec}: no such block device")
 
 
-def make_node(version: int, cgroup_root: Path | None = None, *, realtime=("*",),
+def make_node(version: int, tree: CgroupTree | None = None, *, realtime=("*",),
               gpus=("*",), rt_share: float = 0.95, record_key: bytes = RECORD_KEY,
               **config) -> NodeState:
     snapshot = load_snapshot(DGX)
     config.setdefault("permissions", Permissions(realtime=tuple(realtime), gpus=tuple(gpus)))
     cfg = NodeConfig(**config)
     facts = None
-    if cgroup_root is not None:
-        facts = CgroupFacts(version=version, driver="cgroupfs", root=cgroup_root)
+    if tree is not None:
+        facts = CgroupFacts(version=version, driver="cgroupfs", root=tree.root)
     return NodeState(cfg, version, facts=facts,
                      allocator=Allocator(snapshot.topology, snapshot.inventory, cfg.reserved_cpus),
                      rt_budget=RtBudget(cfg.rt_budget * rt_share),
@@ -101,27 +91,15 @@ def make_node(version: int, cgroup_root: Path | None = None, *, realtime=("*",),
                      resolve_device=resolve, record_key=record_key)
 
 
-def permissive_node(version: int, cgroup_root: Path | None = None, **config) -> NodeState:
+def permissive_node(version: int, tree: CgroupTree | None = None, **config) -> NodeState:
     """A node policy that lets every namespace hold CPUs and RT time without a request,
     and whole-node pod caps: for the tests about records and faults (the grant rules have
     their own tests in tests/plan/test_grants.py). GPUs are always a device plugin's grant
     (gpu_grant)."""
     config.setdefault("permissions", Permissions(
         realtime=("*",), gpus=("*",), exclusive_cpus=("*",), exceed_runtime_limits=("*",)))
-    return make_node(version, cgroup_root, pod_caps=PodCaps(
+    return make_node(version, tree, pod_caps=PodCaps(
         exclusive_cpus=Cap(100, percent=True), rt_share=1.0), **config)
-
-
-def make_container_dirs(root: Path, cgroups_path: str) -> dict[str, Path]:
-    """What runc create does: the container's dir in every hierarchy."""
-    dirs = {}
-    for controller in V1_CONTROLLERS:
-        d = root / controller / cgroups_path.lstrip("/")
-        d.mkdir(parents=True, exist_ok=True)
-        for name in V1_FILES[controller]:
-            (d / name).write_text(V1_DEFAULTS.get(name, ""))
-        dirs[controller] = d
-    return dirs
 
 
 @contextlib.asynccontextmanager
@@ -150,11 +128,11 @@ async def plugin_session(node: NodeState, tmp_path: Path, mode: str = "v0.12", m
                 await serving
 
 
-def runc_create(root: Path, container) -> dict[str, Path]:
+def runc_create(tree: CgroupTree, container) -> dict[str, Path]:
     """What runc create does on a v1 node with the spec the runtime kept (the plugins'
     adjustments in it): the container's dirs, and the spec's CPU, cpuset and memory
     values in their files."""
-    dirs = make_container_dirs(root, container.linux.cgroups_path)
+    dirs = tree.add_cgroup(container.linux.cgroups_path)
     res = container.linux.resources
     cpu = res.cpu
     values = {("cpu", "cpu.cfs_period_us"): cpu.period, ("cpu", "cpu.cfs_quota_us"): cpu.quota,
@@ -170,30 +148,21 @@ def runc_create(root: Path, container) -> dict[str, Path]:
     return dirs
 
 
-def remove_pod_cgroups(root: Path, cgroups_path: str) -> None:
+def remove_pod_cgroups(tree: CgroupTree, cgroups_path: str) -> None:
     """What the kubelet does once a pod is gone: its cgroup removed in every hierarchy."""
     import shutil
 
-    for controller in V1_CONTROLLERS:
-        shutil.rmtree(root / controller / Path(cgroups_path.lstrip("/")).parent,
-                      ignore_errors=True)
+    for top in tree.hierarchies().values():
+        shutil.rmtree(top / Path(cgroups_path.lstrip("/")).parent, ignore_errors=True)
 
 
-def make_pod_cgroups(root: Path, cgroups_path: str) -> None:
-    """What the kernel and kubelet provide before CreateContainer: the RT files at the
-    cpu hierarchy's root (the kernel's default budget) and the pod's parent cgroups."""
-    cpu = root / "cpu"
-    if not (cpu / "cpu.rt_runtime_us").exists():  # other pods' budgets stay as they are
-        (cpu / "cpu.rt_period_us").write_text("1000000")
-        (cpu / "cpu.rt_runtime_us").write_text("950000")
-    parent = cpu
-    for part in Path(cgroups_path.lstrip("/")).parent.parts:
-        parent = parent / part
-        if parent.exists():
-            continue
-        parent.mkdir()
-        (parent / "cpu.rt_period_us").write_text("1000000")
-        (parent / "cpu.rt_runtime_us").write_text("0")
+def make_pod_cgroups(tree: CgroupTree, cgroups_path: str) -> None:
+    """What the kubelet provides before CreateContainer: the pod's cgroup (with the
+    kernel's RT files in cpu; the hierarchy's root holds the node's RT budget), unless the
+    pod has one already (another container's)."""
+    pod = Path(cgroups_path.lstrip("/")).parent
+    if not any((top / pod).is_dir() for top in tree.hierarchies().values()):
+        tree.add_cgroup(str(pod))
 
 
 def pool_breaches(sim, node: NodeState) -> list[str]:

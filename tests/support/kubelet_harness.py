@@ -1,4 +1,4 @@
-"""The test side of tests/kubelet/fake_kubelet.py: start it with one set of stubs, send it
+"""The test side of tests/support/fake_kubelet.py: start it with one set of stubs, send it
 commands, read its answers."""
 
 from __future__ import annotations

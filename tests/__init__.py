@@ -1,0 +1,1 @@
+"""nri-sla's test suites; shared helpers live in tests.support."""

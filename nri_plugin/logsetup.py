@@ -2,9 +2,10 @@
 
 `setup_logging(format, level)` configures the `nri_sla` logger tree (every nri-sla
 logger is named under it, whatever the package is called) once at start-up;
-`log_decision(...)` writes the one line per container decision that operators grep
-for (see docs/operations.md). Extra key/values ride on a record as `extra={"fields":
-{...}}` (or via `log_event`) and are rendered by both formatters.
+`log_decision(event)` writes the one line per container decision that operators grep
+for (see docs/operations.md; the event and its rendering: nri_plugin.core.event).
+Extra key/values ride on a record as `extra={"fields": {...}}` (or via `log_event`) and
+are rendered by both formatters.
 
 Under systemd the output goes to journald, which stamps every line itself: when
 $JOURNAL_STREAM names our stderr, text lines carry no timestamp and start with a
@@ -15,14 +16,15 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
-from nri_plugin.decision_line import (
+from nri_plugin.core.event import (
+    LOGGER,
+    MESSAGE,
     OUTCOMES,
     PATHS,
+    DecisionEvent,
     LoggingSetupError,
-    decision_fields,
     journald_fd,
     json_line,
     logfmt_value,
@@ -59,7 +61,7 @@ def journald_stream(stream: TextIO) -> bool:
     return journald_fd(fd)
 
 
-# -- rendering: nri_plugin.decision_line (shared with the OCI hook, which has no `logging`) --
+# -- rendering: nri_plugin.core.event (shared with the OCI hook, which has no `logging`) --
 class TextFormatter(logging.Formatter):
     """`ts=... level=info logger=nri_sla.plugin msg="..." key=value ...`"""
 
@@ -126,16 +128,7 @@ def log_event(logger: logging.Logger, level: int, msg: str, **fields: Any) -> No
     logger.log(level, msg, extra={"fields": fields})
 
 
-def log_decision(pod_ns: str, pod_name: str, container: str, path: str, outcome: str,
-                 applied: Mapping[str, Any] | None = None,
-                 warnings: Sequence[str] = (), error: str | None = None,
-                 logger: logging.Logger | None = None) -> None:
-    """One line per container decision: who, by which path, what happened, what was set.
-
-    enforced -> info, warned (soft SLA, something not applied) -> warning,
-    refused (the container was not created) -> error.
-    """
-    level, fields = decision_fields(pod_ns, pod_name, container, path, outcome, applied,
-                                    warnings, error)
-    log_event(logger or logging.getLogger(f"{LOGGER_NAME}.decision"),
-              _level(level), "sla decision", **fields)
+def log_decision(event: DecisionEvent, logger: logging.Logger | None = None) -> None:
+    """One line per container decision (nri_plugin.core.event says what it holds)."""
+    log_event(logger or logging.getLogger(LOGGER), _level(event.level), MESSAGE,
+              **event.fields())

@@ -20,8 +20,9 @@ from contextlib import nullcontext
 from dataclasses import replace
 from typing import Any
 
-from nri_plugin.core import Decision, NodeState, decide
+from nri_plugin.core import ContainerRequest, Decision, NodeState, decide
 from nri_plugin.core.decision import REUSABLE_LIMIT, recheck
+from nri_plugin.core.event import DecisionEvent, applied_fields
 from nri_plugin.core.nodestate import LiveContainer
 from nri_plugin.enforce.rt import RtChange
 from nri_plugin.errors import INTERNAL, INVALID, SlaFailure
@@ -248,14 +249,15 @@ class SlaPlugin:
         granted = granted_resources(container.linux.resources, container)
         kubelet_ids = (self.kubelet.for_container(pod.namespace, pod.name, container.name)
                        if asks_kubelet(granted) else ())
-        decision = decide(self.node, dict(pod.annotations), container.name,
-                          namespace=pod.namespace, owner=container.id, pod=pod.id,
-                          nri_version=self.nri_version, granted=granted,
-                          kubelet_gpu_ids=kubelet_ids)
+        decision = decide(self.node, ContainerRequest(
+            dict(pod.annotations), container.name, namespace=pod.namespace,
+            owner=container.id, pod=pod.id, nri_version=self.nri_version, granted=granted,
+            kubelet_gpu_ids=kubelet_ids))
         if decision.plan is not None and decision.plan.rt_runtime and self.node.facts:
             try:
                 paths = self.node.container_paths(container.linux.cgroups_path)
-                decision.plan, _ = self.node.make_rt_room(decision.plan, paths, container.id)
+                room, _ = self.node.make_rt_room(decision.plan, paths, container.id)
+                decision = replace(decision, plan=room)  # this container's own
             except SlaFailure as exc:
                 self.node.release(container.id)
                 decision = Decision("refused", error=exc)
@@ -527,9 +529,9 @@ class SlaPlugin:
                  record: dict[str, Any], pod: pb.PodSandbox,
                  container: pb.Container) -> None:
         if decision.outcome != "skipped":
-            applied = {k: v for k, v in record.items() if k not in ("v", "path")}
-            log_decision(pod.namespace, pod.name, container.name, "nri", decision.outcome,
-                         applied, list(decision.warnings), decision.error_text)
+            log_decision(DecisionEvent(pod.namespace, pod.name, container.name, "nri",
+                                       decision.outcome, applied_fields(record),
+                                       decision.warnings, decision.error_text))
         if self.metrics is not None:
             self.metrics.observe(event, time.perf_counter() - started)
             if decision.outcome != "skipped":

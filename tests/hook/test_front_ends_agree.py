@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from nri_plugin.config import load_config
-from nri_plugin.core import decide
+from nri_plugin.core import ContainerRequest, decide
 from nri_plugin.core.nodestate import NodeState, node_allocator
 from nri_plugin.enforce.capabilities import detect_capabilities
 from nri_plugin.enforce.cgpaths import CgroupFacts
@@ -116,7 +116,8 @@ def through_plugin(tmp_path: Path, version: int, annotations: dict[str, str]):
     node = NodeState(config, version, facts=facts, allocator=node_allocator(config),
                      rt_budget=RtBudget(config.rt_budget * 0.95),
                      capabilities=detect_capabilities(version))
-    decision = decide(node, annotations, "app", namespace="default", owner="ctr-1")
+    decision = decide(node, ContainerRequest(annotations, "app", namespace="default",
+                                               owner="ctr-1"))
     if decision.error is not None:
         return decision.error.exit_status, [str(decision.error)], None
     plan, _ = node.make_rt_room(decision.plan, facts.container_paths(CTR))

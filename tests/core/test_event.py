@@ -1,8 +1,8 @@
-"""The decision line the hook writes to NRI_SLA_HOOK_LOG (nri_plugin.decision_line).
+"""The decision event (nri_plugin.core.event): one value, one renderer for both front-ends.
 
-One renderer serves the hook and nri_plugin.logsetup; these tests check what the hook's call
-produces and that the plugin's logging path (handler, record time, level names, journald
-detection) wires it up to the same line.
+The hook renders it for NRI_SLA_HOOK_LOG, the plugin through nri_plugin.logsetup; these
+tests check what the renderer produces and that the plugin's logging path (handler,
+record time, level names, journald detection) wires it up to the same line.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from nri_plugin.decision_line import LoggingSetupError, decision_line
+from nri_plugin.core.event import DecisionEvent, LoggingSetupError, applied_fields, render_event
 from nri_plugin.logsetup import log_decision, setup_logging
 
 CREATED = 1_795_000_000.25
@@ -26,8 +26,8 @@ WARNINGS = ['sla.nri.io/pod: cpu.rt-runtime: "no", budget', "two\nlines\x1b"]
 
 
 def test_text_line_fields_and_escapes():
-    line = decision_line("text", "prod", "web-0", "app", "hook", "warned", APPLIED,
-                         WARNINGS, None, CREATED)
+    line = render_event(DecisionEvent("prod", "web-0", "app", "hook", "warned", APPLIED,
+                                      WARNINGS), "text", CREATED)
     assert line.startswith("ts=2026-11-18T11:06:40.250Z ")
     assert (" level=warning logger=nri_sla.decision msg=\"sla decision\" pod=prod/web-0"
             " container=app path=hook outcome=warned applied.cpu_quota=50000 "
@@ -41,8 +41,8 @@ def test_text_line_fields_and_escapes():
 
 
 def test_json_line_keeps_structure():
-    line = decision_line("json", "ml", "train-0", "trainer", "hook", "refused", {}, [],
-                         "memory.high: too big", CREATED)
+    line = render_event(DecisionEvent("ml", "train-0", "trainer", "hook", "refused", {}, [],
+                                      "memory.high: too big"), "json", CREATED)
     obj = json.loads(line)
     assert obj == {"ts": "2026-11-18T11:06:40.250Z", "level": "error",
                    "logger": "nri_sla.decision", "msg": "sla decision", "pod": "ml/train-0",
@@ -56,7 +56,7 @@ def test_json_line_keeps_structure():
 ])
 def test_bad_path_or_outcome_is_a_typed_error(path, outcome, needle):
     with pytest.raises(LoggingSetupError, match=needle):
-        decision_line("text", "ns", "p", "c", path, outcome, {}, [], None, CREATED)
+        DecisionEvent("ns", "p", "c", path, outcome)
 
 
 def _plugin_line(tmp_path: Path, fmt: str, outcome: str, error: str | None,
@@ -70,8 +70,8 @@ def _plugin_line(tmp_path: Path, fmt: str, outcome: str, error: str | None,
         mp.setattr(time, "time", lambda: CREATED)  # the log record's creation time
         with open(path, "a", encoding="utf-8") as fh:
             logger = setup_logging(fmt, "info", stream=fh)
-            log_decision("prod", "web-0", "app", "hook", outcome, applied=APPLIED,
-                         warnings=WARNINGS, error=error)
+            log_decision(DecisionEvent("prod", "web-0", "app", "hook", outcome, APPLIED,
+                                       WARNINGS, error))
             for handler in logger.handlers:
                 handler.flush()
     return path.read_text(encoding="utf-8")
@@ -85,8 +85,8 @@ def test_hook_line_is_the_plugins_line(tmp_path, monkeypatch, fmt, outcome, erro
     """The plugin logs through `logging`; the hook renders directly: same bytes."""
     monkeypatch.delenv("JOURNAL_STREAM", raising=False)
     shared = _plugin_line(tmp_path, fmt, outcome, error, monkeypatch, journal)
-    mine = decision_line(fmt, "prod", "web-0", "app", "hook", outcome, APPLIED, WARNINGS,
-                         error, CREATED, journal=journal)
+    mine = render_event(DecisionEvent("prod", "web-0", "app", "hook", outcome, APPLIED,
+                                      WARNINGS, error), fmt, CREATED, journal=journal)
     assert mine + "\n" == shared
     if journal:
         assert shared.startswith("<4>level=warning ")
@@ -94,14 +94,26 @@ def test_hook_line_is_the_plugins_line(tmp_path, monkeypatch, fmt, outcome, erro
 
 def test_text_rendering_imports_no_logging_typing_or_json():
     """The hook renders a text line on every cached run: it must stay import-lean."""
-    code = ("import sys; import nri_plugin.decision_line as d; "
-            "d.decision_line('text', 'n', 'p', 'c', 'hook', 'warned', {'a': {'b': 1}}, "
-            "['w'], None, 0.0); print(' '.join(sorted(sys.modules)))")
+    code = ("import sys; import nri_plugin.core.event as e; "
+            "e.render_event(e.DecisionEvent('n', 'p', 'c', 'hook', 'warned', {'a': {'b': 1}}, "
+            "['w']), 'text', 0.0); print(' '.join(sorted(sys.modules)))")
     root = str(Path(__file__).resolve().parents[2])
     out = subprocess.run([sys.executable, "-I", "-S", "-c",
                           f"import sys; sys.path.insert(0, {root!r}); {code}"],
                          capture_output=True, text=True, check=True).stdout.split()
-    assert "nri_plugin.decision_line" in out
+    assert "nri_plugin.core.event" in out
     for heavy in ("logging", "typing", "json", "collections", "re", "dataclasses",
-                  "pathlib"):
+                  "pathlib", "importlib", "nri_plugin.core.decision",
+                  "nri_plugin.core.nodestate"):
         assert heavy not in out, heavy
+
+
+def test_applied_fields_are_the_records_without_its_framing():
+    """Both front-ends fill `applied` with this: the record minus version and path, keys
+    sorted, whichever path wrote it."""
+    record = {"v": 2, "path": "nri", "enforcement": "hard", "cgroup_version": 2,
+              "cpu_quota": 1}
+    assert applied_fields(record) == {"cgroup_version": 2, "cpu_quota": 1,
+                                      "enforcement": "hard"}
+    assert list(applied_fields({**record, "path": "hook"})) == [
+        "cgroup_version", "cpu_quota", "enforcement"]

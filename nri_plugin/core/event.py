@@ -1,10 +1,13 @@
-"""Rendering nri-sla's structured log lines (logfmt-style text or JSON), without `logging`.
+"""The decision event both front-ends log, and nri-sla's structured lines, without `logging`.
 
-One renderer for every line nri-sla writes: `nri_plugin.logsetup`'s formatters call it for
-each record, and the OCI hook calls `decision_line` directly for NRI_SLA_HOOK_LOG.
-The hook runs for every container start, so this module imports neither `logging` nor
-`typing`/`collections.abc` (together they would triple a cached hook run's time), and
-`json` only when a JSON line is asked for.
+One container decision is one `DecisionEvent` (who, by which path, what happened, what
+was applied), filled the same way by the plugin and the OCI hook (`applied_fields` of the
+container's record), and rendered by one function, `render_event`: the plugin's
+`logsetup.log_decision` writes it to the configured handlers, the hook to
+NRI_SLA_HOOK_LOG. `logsetup`'s formatters render every other line with `text_line` and
+`json_line`. The hook runs for every container start, so this module imports neither
+`logging` nor `typing`/`collections.abc` (together they would triple a cached hook run's
+time), and `json` only when a JSON line is asked for.
 
 Text: `ts=... level=info logger=nri_sla.decision msg="sla decision" key=value ...`;
 nested mappings flatten to dotted keys (applied.cpu.quota=1). Under journald the line has
@@ -20,7 +23,10 @@ import time
 # imported this module, which collections.abc only re-exports.
 from _collections_abc import Mapping, Sequence
 
+from nri_plugin.value import Value
+
 LOGGER = "nri_sla.decision"
+MESSAGE = "sla decision"
 PATHS = ("nri", "hook")
 OUTCOMES = ("enforced", "refused", "warned")
 # Decision outcome -> level: refused means the container was not created.
@@ -136,32 +142,68 @@ def journald_fd(fd: int) -> bool:
     return (st.st_dev, st.st_ino) == (dev, ino)
 
 
-def decision_fields(pod_ns: str, pod_name: str, container: str, path: str, outcome: str,
-                    applied: Mapping | None = None, warnings: Sequence[str] = (),
-                    error: str | None = None) -> tuple[str, dict]:
-    """(level, fields) of one container decision: who, by which path, what happened, what
-    was set. enforced -> info, warned (soft SLA, something not applied) -> warning,
-    refused (the container was not created) -> error."""
-    if path not in PATHS:
-        raise LoggingSetupError(f"decision path {path!r} is not one of {', '.join(PATHS)}")
-    if outcome not in OUTCOMES:
-        raise LoggingSetupError(
-            f"decision outcome {outcome!r} is not one of {', '.join(OUTCOMES)}")
-    fields: dict = {"pod": f"{pod_ns}/{pod_name}", "container": container, "path": path,
-                    "outcome": outcome, "applied": dict(applied or {}),
-                    "warnings": list(warnings)}
-    if error is not None:
-        fields["error"] = error
-    return OUTCOME_LEVELS[outcome], fields
+RECORD_FRAMING = ("v", "path")  # the record's own fields, not what was applied
 
 
-def decision_line(fmt: str, pod_ns: str, pod_name: str, container: str, path: str,
-                  outcome: str, applied: Mapping | None, warnings: Sequence[str],
-                  error: str | None, created: float, journal: bool = False) -> str:
-    """The decision line (no newline) as `nri_plugin.logsetup.log_decision` writes it through
-    a handler in `fmt` ("text" | "json"), as of time `created`."""
-    level, fields = decision_fields(pod_ns, pod_name, container, path, outcome, applied,
-                                    warnings, error)
+def applied_fields(record: Mapping) -> dict:
+    """What was applied, as the event shows it: the container's record (plan.record's
+    body) without its version and path, as its JSON text holds it (keys sorted at every
+    level, tuples as lists). Both front-ends fill `applied` with this, so one decision
+    logs the same fields whichever path enforced it (the hook's cache keeps it as JSON)."""
+    return {key: _as_json(record[key]) for key in sorted(record) if key not in RECORD_FRAMING}
+
+
+def _as_json(value: object) -> object:
+    if type(value) is dict:
+        return {key: _as_json(value[key]) for key in sorted(value)}
+    if type(value) in (list, tuple):
+        return [_as_json(item) for item in value]
+    return value
+
+
+class DecisionEvent(Value):
+    """One container decision as the log shows it: enforced -> info, warned (soft SLA,
+    something not applied) -> warning, refused (the container was not created) -> error."""
+
+    __slots__ = ("applied", "container", "error", "namespace", "outcome", "path", "pod",
+                 "warnings")
+
+    def __init__(self, namespace: str, pod: str, container: str, path: str, outcome: str,
+                 applied: Mapping | None = None, warnings: Sequence[str] = (),
+                 error: str | None = None) -> None:
+        if path not in PATHS:
+            raise LoggingSetupError(
+                f"decision path {path!r} is not one of {', '.join(PATHS)}")
+        if outcome not in OUTCOMES:
+            raise LoggingSetupError(
+                f"decision outcome {outcome!r} is not one of {', '.join(OUTCOMES)}")
+        self.namespace = namespace
+        self.pod = pod
+        self.container = container
+        self.path = path  # nri | hook
+        self.outcome = outcome  # enforced | warned | refused
+        self.applied = applied or {}  # applied_fields of the container's record
+        self.warnings = warnings
+        self.error = error
+
+    @property
+    def level(self) -> str:
+        return OUTCOME_LEVELS[self.outcome]
+
+    def fields(self) -> dict:
+        """The event's key/values, in the order the line shows them."""
+        fields: dict = {"pod": f"{self.namespace}/{self.pod}", "container": self.container,
+                        "path": self.path, "outcome": self.outcome,
+                        "applied": dict(self.applied), "warnings": list(self.warnings)}
+        if self.error is not None:
+            fields["error"] = self.error
+        return fields
+
+
+def render_event(event: DecisionEvent, fmt: str, created: float,
+                 journal: bool = False) -> str:
+    """The decision line (no newline) in `fmt` ("text" | "json") as of time `created`:
+    the bytes `logsetup.log_decision` writes through a handler in that format."""
     if fmt == "json":
-        return json_line(created, level, LOGGER, "sla decision", fields)
-    return text_line(created, level, LOGGER, "sla decision", fields, journal=journal)
+        return json_line(created, event.level, LOGGER, MESSAGE, event.fields())
+    return text_line(created, event.level, LOGGER, MESSAGE, event.fields(), journal=journal)

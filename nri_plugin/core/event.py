@@ -203,7 +203,40 @@ class DecisionEvent(Value):
 def render_event(event: DecisionEvent, fmt: str, created: float,
                  journal: bool = False) -> str:
     """The decision line (no newline) in `fmt` ("text" | "json") as of time `created`:
-    the bytes `logsetup.log_decision` writes through a handler in that format."""
+    what `text_line`/`json_line` make of the event's fields, the bytes
+    `logsetup.log_decision` writes through a handler in that format."""
     if fmt == "json":
         return json_line(created, event.level, LOGGER, MESSAGE, event.fields())
-    return text_line(created, event.level, LOGGER, MESSAGE, event.fields(), journal=journal)
+    level = event.level
+    # text_line's rendering, with the parts that repeat computed once: the head, and the
+    # flattened `applied` of a plan every replica shares (the plugin keeps that mapping).
+    line = (f"{_HEADS[level]} pod={logfmt_value(f'{event.namespace}/{event.pod}')} "
+            f"container={logfmt_value(event.container)} path={event.path} "
+            f"outcome={event.outcome} {_applied_text(event.applied)} "
+            f"warnings={logfmt_value(list(event.warnings))}")
+    if event.error is not None:
+        line = f"{line} error={logfmt_value(event.error)}"
+    return f"<{PRIORITY[level]}>{line}" if journal else f"ts={iso_time(created)} {line}"
+
+
+_HEADS = {level: f"level={level} logger={LOGGER} msg={logfmt_value(MESSAGE)}"
+          for level in OUTCOME_LEVELS.values()}
+APPLIED_TEXT_LIMIT = 512  # remembered renderings of `applied` mappings
+# id(applied) -> (that mapping, kept so that its id stays its own; its text).
+_applied_texts: dict = {}
+
+
+def _applied_text(applied: Mapping) -> str:
+    """`applied` flattened (applied.cpu_quota=1 ...), once per mapping: the plugin hands
+    every replica of a reusable plan the same one, unchanged (applied_fields' values are
+    never changed once made)."""
+    known = _applied_texts.get(id(applied))
+    if known is not None and known[0] is applied:
+        return known[1]
+    pairs: list = []
+    flatten("applied", applied, pairs)
+    text = " ".join(pairs)
+    if len(_applied_texts) >= APPLIED_TEXT_LIMIT:
+        _applied_texts.clear()
+    _applied_texts[id(applied)] = (applied, text)
+    return text

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
+import os
 import pstats
 import time
 
@@ -92,7 +93,7 @@ def main() -> None:
     if args.profile:
         profile = cProfile.Profile()
         profile.runcall(run, plugin, payloads[args.warmup:])
-        pstats.Stats(profile).sort_stats("cumulative").print_stats(45)
+        pstats.Stats(profile).sort_stats(os.environ.get("BENCH_SORT", "cumulative")).print_stats(45)
         return
     samples = sorted(run(plugin, payloads[args.warmup:]))
     p50, p99 = samples[len(samples) // 2], samples[int(len(samples) * 0.99)]

@@ -139,7 +139,7 @@ def log_decision(event: DecisionEvent, logger: logging.Logger | None = None) -> 
     without building one (the largest part of a create's cost otherwise). Any other
     set-up (a handler or filter someone added, propagation to the root) goes through
     `logging` as every other line does."""
-    logger = logger or logging.getLogger(LOGGER)
+    logger = logger or _DECISIONS
     level = _LEVELNO[event.level]
     if not logger.isEnabledFor(level):
         return
@@ -163,6 +163,7 @@ def log_decision(event: DecisionEvent, logger: logging.Logger | None = None) -> 
 
 
 _LEVELNO = {name: getattr(logging, name.upper()) for name in LEVELS}
+_DECISIONS = logging.getLogger(LOGGER)
 
 
 def _own_handlers(logger: logging.Logger, level: int) -> list[logging.StreamHandler] | None:

@@ -209,11 +209,12 @@ def render_event(event: DecisionEvent, fmt: str, created: float,
         return json_line(created, event.level, LOGGER, MESSAGE, event.fields())
     level = event.level
     # text_line's rendering, with the parts that repeat computed once: the head, and the
-    # flattened `applied` of a plan every replica shares (the plugin keeps that mapping).
+    # flattened `applied` of a plan every replica shares (the plugin keeps that mapping);
+    # the warnings joined as logfmt_value joins a list.
     line = (f"{_HEADS[level]} pod={logfmt_value(f'{event.namespace}/{event.pod}')} "
             f"container={logfmt_value(event.container)} path={event.path} "
             f"outcome={event.outcome} {_applied_text(event.applied)} "
-            f"warnings={logfmt_value(list(event.warnings))}")
+            f"warnings={logfmt_value('; '.join(map(str, event.warnings)))}")
     if event.error is not None:
         line = f"{line} error={logfmt_value(event.error)}"
     return f"<{PRIORITY[level]}>{line}" if journal else f"ts={iso_time(created)} {line}"

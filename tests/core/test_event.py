@@ -7,7 +7,9 @@ record time, level names, journald detection) wires it up to the same line.
 
 from __future__ import annotations
 
+import io
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -16,7 +18,16 @@ from pathlib import Path
 
 import pytest
 
-from nri_plugin.core.event import DecisionEvent, LoggingSetupError, applied_fields, render_event
+from nri_plugin.core.event import (
+    LOGGER,
+    MESSAGE,
+    DecisionEvent,
+    LoggingSetupError,
+    applied_fields,
+    json_line,
+    render_event,
+    text_line,
+)
 from nri_plugin.logsetup import log_decision, setup_logging
 
 CREATED = 1_795_000_000.25
@@ -117,3 +128,45 @@ def test_applied_fields_are_the_records_without_its_framing():
                                       "enforcement": "hard"}
     assert list(applied_fields({**record, "path": "hook"})) == [
         "cgroup_version", "cpu_quota", "enforcement"]
+
+
+EVENTS = [
+    DecisionEvent("prod", "web-0", "app", "nri", "enforced", APPLIED),
+    DecisionEvent("prod", "web-0", "app", "hook", "warned", APPLIED, WARNINGS),
+    DecisionEvent("ml", "t", "c", "nri", "refused", {}, (), 'bad "x"\n=y'),
+    DecisionEvent('n s', 'p\x1b', 'c"x', "nri", "warned", {"k": "a b\nc", "e": []}, ["1", "2=2"]),
+]
+
+
+@pytest.mark.parametrize("event", EVENTS)
+@pytest.mark.parametrize("journal", [False, True])
+def test_render_event_is_text_line_of_its_fields(event, journal):
+    """render_event keeps parts that repeat (the head, a plan's applied text): the bytes
+    stay those of the generic renderer the formatters use for every other line."""
+    for _ in range(2):  # the second time from the remembered applied text
+        assert render_event(event, "text", CREATED, journal) == text_line(
+            CREATED, event.level, LOGGER, MESSAGE, event.fields(), journal=journal)
+    assert render_event(event, "json", CREATED) == json_line(
+        CREATED, event.level, LOGGER, MESSAGE, event.fields())
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_log_decision_writes_the_same_bytes_through_logging(tmp_path, monkeypatch, fmt):
+    """log_decision writes straight to setup_logging's handlers; with anything else in
+    the way (here a filter) the line goes through `logging`: the same bytes either way."""
+    monkeypatch.delenv("JOURNAL_STREAM", raising=False)
+    monkeypatch.setattr(time, "time", lambda: CREATED)
+    lines = []
+    for through_logging in (False, True):
+        out = io.StringIO()
+        logger = setup_logging(fmt, "info", stream=out)
+        allow = logging.Filter()  # lets every record through, but is a filter
+        if through_logging:
+            logger.addFilter(allow)
+        try:
+            for event in EVENTS:
+                log_decision(event)
+        finally:
+            logger.removeFilter(allow)
+        lines.append(out.getvalue())
+    assert lines[0] == lines[1] and lines[0].count("\n") == len(EVENTS)

@@ -81,9 +81,10 @@ def granted_resources(resources: pb.LinuxResources, container: pb.Container | No
         if container.linux.devices:
             evidence["gpu_devices"] = gpu_device_numbers(
                 (d.type, d.major, d.minor) for d in container.linux.devices)
-        destinations = [m.destination for m in islice(container.mounts, MAX_GRANT_ITEMS)]
-        if any(d.startswith(DEVICE_MOUNT_DIR) for d in destinations):
-            evidence["device_mounts"] = device_mount_ids(destinations)
+        device_mounts = [m.destination for m in islice(container.mounts, MAX_GRANT_ITEMS)
+                         if m.destination.startswith(DEVICE_MOUNT_DIR)]
+        if device_mounts:
+            evidence["device_mounts"] = device_mount_ids(device_mounts)
     return GrantedResources(cpu_quota=cpu.quota.value if cpu.HasField("quota") else None,
                             cpu_period=cpu.period.value if cpu.HasField("period") else None,
                             cpu_shares=cpu.shares.value if cpu.HasField("shares") else None,

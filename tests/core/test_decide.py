@@ -56,3 +56,17 @@ def test_no_sla_is_skipped_and_a_bad_one_refused_naming_the_key():
     bad = decide(node, ContainerRequest({"sla.nri.io/pod": "cpu: {limits: 2}"}, "app"))
     assert bad.outcome == "refused" and bad.error is not None
     assert bad.error.kind == "invalid" and "sla.nri.io/pod" in bad.error_text
+
+
+def test_the_reuse_key_sees_every_field_of_the_grant():
+    """A replica with another grant is another decision: the grant's key (spelled out for
+    speed) must change with each of its fields, and equal grants give equal keys."""
+    base = dict(cpu_quota=1, cpu_period=2, cpu_shares=3, memory_limit=4, cdi_devices=("a",),
+                gpu_devices=((195, 0),), device_mounts=("m",), env_gpus="0")
+    other = dict(cpu_quota=5, cpu_period=6, cpu_shares=7, memory_limit=8, cdi_devices=("b",),
+                 gpu_devices=((195, 1),), device_mounts=("n",), env_gpus="1")
+    key = GrantedResources(**base).key()
+    assert key == GrantedResources(**base).key()
+    assert len(key) == len(GrantedResources.__slots__) == len(base)
+    for name in base:
+        assert GrantedResources(**{**base, name: other[name]}).key() != key, name

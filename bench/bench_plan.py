@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from nri_plugin.config import NodeConfig
-from nri_plugin.core import NodeState, decide
+from nri_plugin.core import ContainerRequest, NodeState, decide
 from nri_plugin.plan.allocator import Allocator
 from nri_plugin.plan.rt_budget import RtBudget
 from nri_plugin.plugin.adjustment import annotated, build_adjustment
@@ -35,8 +35,8 @@ def measure(node: NodeState, annotations: dict[str, str], n: int) -> list[float]
     samples = []
     for i in range(n):
         start = time.perf_counter()
-        decision = decide(node, annotations, "work", namespace="ml", owner=f"c{i}",
-                          nri_version="v0.12.0")
+        decision = decide(node, ContainerRequest(annotations, "work", namespace="ml",
+                                                 owner=f"c{i}", nri_version="v0.12.0"))
         annotated(node.annotations_for(decision.plan, "nri", f"c{i}"),
                   settings=build_adjustment(decision.plan))
         samples.append(time.perf_counter() - start)

@@ -16,6 +16,7 @@ HERE = Path(__file__).resolve().parent
 SCRIPTS = [
     ("bench_sla.py", []),
     ("bench_plan.py", []),
+    ("bench_create.py", []),
     ("bench_placement.py", []),
     ("bench_selection.py", []),
     ("bench_records.py", []),

@@ -84,9 +84,13 @@ class GrantedResources(Value):
         init(self, "memory_limit", _positive(memory_limit))
         # GPU evidence, bounded by the readers (bounded_names, gpu_device_numbers,
         # device_mount_ids) and again here for callers that build one directly:
-        init(self, "cdi_devices", bounded_names(cdi_devices))  # every CDI name, any kind
-        init(self, "gpu_devices", tuple(islice(gpu_devices, MAX_GRANT_ITEMS)))  # (major, minor)
-        init(self, "device_mounts", bounded_names(device_mounts))  # device ids
+        # (Most containers carry none: the empty default is kept as it is.)
+        init(self, "cdi_devices",  # every CDI name, any kind
+             bounded_names(cdi_devices) if cdi_devices != () else ())
+        init(self, "gpu_devices",  # (major, minor)
+             tuple(islice(gpu_devices, MAX_GRANT_ITEMS)) if gpu_devices != () else ())
+        init(self, "device_mounts",  # device ids
+             bounded_names(device_mounts) if device_mounts != () else ())
         # NVIDIA_VISIBLE_DEVICES: never a grant, only reported ("env only")
         init(self, "env_gpus", None if env_gpus is None else env_gpus[:MAX_ENV_GPUS])
 
@@ -97,8 +101,10 @@ class GrantedResources(Value):
         return hash(self._fields())
 
     def key(self) -> tuple:
-        """Every field, for the decision caches (the core's reuse key, the hook's cache)."""
-        return self._fields()
+        """Every field, for the decision caches (the core's reuse key, the hook's cache).
+        Spelled out: built for every CreateContainer, and Value._fields' loop is slower."""
+        return (self.cdi_devices, self.cpu_period, self.cpu_quota, self.cpu_shares,
+                self.device_mounts, self.env_gpus, self.gpu_devices, self.memory_limit)
 
     @property
     def quota_period(self) -> tuple[int, int] | None:

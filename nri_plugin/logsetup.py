@@ -2,9 +2,10 @@
 
 `setup_logging(format, level)` configures the `nri_sla` logger tree (every nri-sla
 logger is named under it, whatever the package is called) once at start-up;
-`log_decision(...)` writes the one line per container decision that operators grep
-for (see docs/operations.md). Extra key/values ride on a record as `extra={"fields":
-{...}}` (or via `log_event`) and are rendered by both formatters.
+`log_decision(event)` writes the one line per container decision that operators grep
+for (see docs/operations.md; the event and its rendering: nri_plugin.core.event).
+Extra key/values ride on a record as `extra={"fields": {...}}` (or via `log_event`) and
+are rendered by both formatters.
 
 Under systemd the output goes to journald, which stamps every line itself: when
 $JOURNAL_STREAM names our stderr, text lines carry no timestamp and start with a
@@ -15,17 +16,20 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Mapping, Sequence
+import time
 from typing import Any, TextIO
 
-from nri_plugin.decision_line import (
+from nri_plugin.core.event import (
+    LOGGER,
+    MESSAGE,
     OUTCOMES,
     PATHS,
+    DecisionEvent,
     LoggingSetupError,
-    decision_fields,
     journald_fd,
     json_line,
     logfmt_value,
+    render_event,
     text_line,
 )
 
@@ -59,7 +63,7 @@ def journald_stream(stream: TextIO) -> bool:
     return journald_fd(fd)
 
 
-# -- rendering: nri_plugin.decision_line (shared with the OCI hook, which has no `logging`) --
+# -- rendering: nri_plugin.core.event (shared with the OCI hook, which has no `logging`) --
 class TextFormatter(logging.Formatter):
     """`ts=... level=info logger=nri_sla.plugin msg="..." key=value ...`"""
 
@@ -126,16 +130,54 @@ def log_event(logger: logging.Logger, level: int, msg: str, **fields: Any) -> No
     logger.log(level, msg, extra={"fields": fields})
 
 
-def log_decision(pod_ns: str, pod_name: str, container: str, path: str, outcome: str,
-                 applied: Mapping[str, Any] | None = None,
-                 warnings: Sequence[str] = (), error: str | None = None,
-                 logger: logging.Logger | None = None) -> None:
-    """One line per container decision: who, by which path, what happened, what was set.
+def log_decision(event: DecisionEvent, logger: logging.Logger | None = None) -> None:
+    """One line per container decision (nri_plugin.core.event says what it holds).
 
-    enforced -> info, warned (soft SLA, something not applied) -> warning,
-    refused (the container was not created) -> error.
-    """
-    level, fields = decision_fields(pod_ns, pod_name, container, path, outcome, applied,
-                                    warnings, error)
-    log_event(logger or logging.getLogger(f"{LOGGER_NAME}.decision"),
-              _level(level), "sla decision", **fields)
+    Written once per CreateContainer, so when the only handlers that would take it are
+    setup_logging's own (no filters), the line is rendered by `render_event` and written
+    to their streams directly: the same bytes their formatter would make of the record,
+    without building one (the largest part of a create's cost otherwise). Any other
+    set-up (a handler or filter someone added, propagation to the root) goes through
+    `logging` as every other line does."""
+    logger = logger or _DECISIONS
+    level = _LEVELNO[event.level]
+    if not logger.isEnabledFor(level):
+        return
+    handlers = _own_handlers(logger, level)
+    if handlers is None:
+        log_event(logger, level, MESSAGE, **event.fields())
+        return
+    created = time.time()
+    for handler in handlers:
+        formatter = handler.formatter
+        journal = isinstance(formatter, TextFormatter) and formatter.journald
+        line = render_event(event, "json" if isinstance(formatter, JsonFormatter) else "text",
+                            created, journal)
+        with handler.lock:  # type: ignore[union-attr]  # StreamHandler always has one
+            try:
+                handler.stream.write(line + handler.terminator)
+                handler.stream.flush()
+            except Exception:  # as StreamHandler.emit: reported, never raised
+                handler.handleError(logger.makeRecord(logger.name, level, "", 0, MESSAGE,
+                                                      (), None))
+
+
+_LEVELNO = {name: getattr(logging, name.upper()) for name in LEVELS}
+_DECISIONS = logging.getLogger(LOGGER)
+
+
+def _own_handlers(logger: logging.Logger, level: int) -> list[logging.StreamHandler] | None:
+    """The handlers `logger.log(level, ...)` would call, when each is setup_logging's own
+    and no filter is in the way; else None. Walks the tree as Logger.callHandlers does."""
+    found: list[logging.StreamHandler] = []
+    current: logging.Logger | None = logger
+    while current is not None:
+        if current.filters:
+            return None
+        for handler in current.handlers:
+            if not getattr(handler, _HANDLER_MARK, False) or handler.filters:
+                return None
+            if level >= handler.level:
+                found.append(handler)  # type: ignore[arg-type]  # a StreamHandler
+        current = current.parent if current.propagate else None
+    return found if found else None

@@ -93,7 +93,7 @@ def explain_container(node: Any, pod: Any, container: str, nri_version: str,
     warnings."""
     from google.protobuf.json_format import MessageToDict
 
-    from nri_plugin.core import decide
+    from nri_plugin.core import ContainerRequest, decide
     from nri_plugin.enforce.plan_writes import cgroup_writes
     from nri_plugin.plugin.adjustment import annotated, build_adjustment
     from nri_plugin.simulated.kubelet import AdmissionRefused
@@ -109,10 +109,9 @@ def explain_container(node: Any, pod: Any, container: str, nri_version: str,
         cdi_devices=grant.allocation.cdi_devices,
         env_gpus=pod.environments.get(container, {}).get("NVIDIA_VISIBLE_DEVICES"))
     owner = f"{pod.namespace}/{pod.name}/{container}"
-    decision = decide(node, pod.annotations, container, namespace=pod.namespace,
-                      owner=owner,
-                      pod=f"{pod.namespace}/{pod.name}", nri_version=nri_version,
-                      granted=granted)
+    decision = decide(node, ContainerRequest(
+        pod.annotations, container, namespace=pod.namespace, owner=owner,
+        pod=f"{pod.namespace}/{pod.name}", nri_version=nri_version, granted=granted))
     replayed = node.resolve_device if isinstance(node.resolve_device, ReplayedDevices) \
         else None
     unresolved = [*replayed.unresolved] if replayed is not None else []

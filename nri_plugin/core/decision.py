@@ -1,19 +1,22 @@
-"""decide: annotations -> SLA -> plan for one container, as one Decision. Never raises.
+"""decide: one ContainerRequest -> SLA -> plan, as one frozen Decision. Never raises.
 
 The plugin and the OCI hook both call it; every failure becomes a Decision carrying an
 SlaFailure, whose kind (invalid / refused / internal) decides the hook's exit status,
-the plugin's error status and, with its reason, the decision metric.
+the plugin's error status and, with its reason, the decision metric. An exception that
+is no SlaFailure (a bug) becomes an `internal` one, its traceback logged once.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from nri_plugin.config import NodeConfig
 from nri_plugin.core.nodestate import NodeState
-from nri_plugin.errors import SlaFailure
+from nri_plugin.core.request import ContainerRequest
+from nri_plugin.errors import InternalFailure, SlaFailure
 from nri_plugin.granted import GrantedResources
 from nri_plugin.plan.context import PlanContext
 from nri_plugin.plan.grants import refit_plan
@@ -26,10 +29,14 @@ from nri_plugin.sla.parse import ENFORCEMENT_ALIAS, sla_for_container
 OUTCOMES = ("enforced", "warned", "refused", "skipped")
 REUSABLE_LIMIT = 512  # remembered reusable decisions per NodeState
 
+log = logging.getLogger("nri_sla.core")
 
-@dataclass
+
+@dataclass(frozen=True)
 class Decision:
-    """The outcome for one container: enforced, warned, refused or skipped (no SLA)."""
+    """The outcome for one container: enforced, warned, refused or skipped (no SLA).
+    Frozen: a reusable decision is handed to every replica; a front-end that changes the
+    plan (RT room) makes its own copy (dataclasses.replace)."""
 
     outcome: str
     plan: ContainerPlan | None = None
@@ -68,29 +75,33 @@ class Decision:
         return str(self.error) if self.error is not None else None
 
 
-def decide(node: NodeState, annotations: Mapping[str, str], container_name: str, *,
-           namespace: str = "", owner: str = "", pod: str = "",
-           nri_version: str | None = None,
-           granted: GrantedResources | None = None,
-           kubelet_gpu_ids: tuple[str, ...] = ()) -> Decision:
+def decide(node: NodeState, request: ContainerRequest) -> Decision:
     """Run annotations -> SLA -> plan for one container. Never raises.
 
-    `granted`: what the runtime set for the container (None: nothing, so no cap from the
-    runtime); `pod`: the pod's id, for the per-pod caps ("" counts the container alone);
-    `kubelet_gpu_ids`: the device ids the kubelet reports for it (PodResources), more GPU
-    grant evidence. The OCI hook verifies GPU SLAs as the plugin does: neither adds a GPU.
+    The OCI hook verifies GPU SLAs as the plugin does: neither adds a GPU. A failure that
+    is no SlaFailure is a bug: the container gets an `internal` failure (hard mode
+    refuses, the hook's soft mode warns) and the operator the traceback, once.
     """
-    granted = granted if granted is not None else GrantedResources()
-    key = _reuse_key(node, annotations, container_name, namespace, nri_version, granted)
+    try:
+        return _remembered(node, request)
+    except Exception as exc:
+        log.error("deciding container %s failed", request.owner or request.name,
+                  exc_info=True)
+        return Decision("refused", error=InternalFailure(
+            f"internal error while deciding the SLA: {exc.__class__.__name__}: {exc}"))
+
+
+def _remembered(node: NodeState, request: ContainerRequest) -> Decision:
+    """A replica's decision from the reusable ones, else a new one (remembered when
+    reusable)."""
+    key = _reuse_key(node, request)
     known = node.reusable.get(key)
-    if known is not None:  # a replica: the same plan object, nothing reserved for it
-        return Decision(known.outcome, plan=known.plan, sla=known.sla)
-    decision = _decide(node, annotations, container_name, namespace=namespace, owner=owner,
-                       pod=pod, nri_version=nri_version, granted=granted,
-                       kubelet_gpu_ids=kubelet_gpu_ids)
+    if known is not None:  # a replica: the same frozen decision, nothing reserved for it
+        return known
+    decision = _decide(node, request)
     plan = decision.plan
-    if pod and plan is not None and (plan.placement_record or plan.rt_runtime):
-        node.note_pod(owner, pod)
+    if request.pod and plan is not None and (plan.placement_record or plan.rt_runtime):
+        node.note_pod(request.owner, request.pod)
     if decision.reusable:
         if len(node.reusable) >= REUSABLE_LIMIT:
             node.reusable.clear()  # bounded: many distinct SLAs only cost a re-plan
@@ -98,32 +109,32 @@ def decide(node: NodeState, annotations: Mapping[str, str], container_name: str,
     return decision
 
 
-def _reuse_key(node: NodeState, annotations: Mapping[str, str], container_name: str,
-               namespace: str, nri_version: str | None, granted: GrantedResources) -> tuple:
+def _reuse_key(node: NodeState, request: ContainerRequest) -> tuple:
     head = node.prefix + "/"
-    mine = tuple(sorted((k, v) for k, v in annotations.items()
+    mine = tuple(sorted((k, v) for k, v in request.annotations.items()
                         if k.startswith(head) or k == ENFORCEMENT_ALIAS))
     # The runtime's limits cap the plan: a replica with other limits is another decision.
-    return (container_name, namespace, nri_version, granted.key(), mine)
+    return (request.name, request.namespace, request.nri_version, request.granted.key(),
+            mine)
 
 
-def _decide(node: NodeState, annotations: Mapping[str, str], container_name: str, *,
-            namespace: str, owner: str, pod: str, nri_version: str | None,
-            granted: GrantedResources, kubelet_gpu_ids: tuple[str, ...]) -> Decision:
+def _decide(node: NodeState, request: ContainerRequest) -> Decision:
     try:
-        sla = parse_sla(node.config, annotations, container_name)
+        sla = parse_sla(node.config, request.annotations, request.name)
     except SlaError as exc:
         return Decision("refused", error=exc)
     if sla is None:
         return Decision("skipped")
+    owner, pod = request.owner, request.pod
     try:
         ctx = PlanContext(
-            cgroup_version=node.cgroup_version, namespace=namespace, config=node.config,
-            owner=owner, allocator=node.allocator_for(sla), rt_budget=node.rt_budget,
-            nri_version=nri_version, resolve_device=node.resolve_device,
-            io_weight_supported=node.capabilities.io_weight, granted=granted,
-            pod_usage=node.pod_usage(pod, owner), kubelet_gpu_ids=kubelet_gpu_ids,
-            cpu_floors=node.cpu_floors(owner))
+            cgroup_version=node.cgroup_version, namespace=request.namespace,
+            config=node.config, owner=owner, allocator=node.allocator_for(sla),
+            rt_budget=node.rt_budget, nri_version=request.nri_version,
+            resolve_device=node.resolve_device,
+            io_weight_supported=node.capabilities.io_weight, granted=request.granted,
+            pod_usage=node.pod_usage(pod, owner),
+            kubelet_gpu_ids=request.kubelet_gpu_ids, cpu_floors=node.cpu_floors(owner))
         plan = plan_container(sla, ctx)
     except SlaFailure as exc:  # PlanError, or a placement/inventory failure
         return Decision("refused", error=exc, sla=sla)

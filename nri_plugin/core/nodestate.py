@@ -137,6 +137,8 @@ class NodeState:
         self._rt_dirs: dict[str, tuple[Path, int, int]] = {}
         # Every live container's cpuset (the plugin's; one-shot nodes keep none).
         self.cpu_pool = CpuPool(allocator) if allocator is not None else None
+        # The last cpuset answered and its text: most answers carry the shared pool.
+        self._answered: tuple[frozenset[int], str] = (frozenset(), "")
         # Containers holding GPUs/CPUs/RT by pod, and back: the per-pod caps' input.
         self._pod_of: dict[str, str] = {}
         self._members: dict[str, set[str]] = {}
@@ -345,10 +347,23 @@ class NodeState:
         """`cpus` is every online CPU: what a container without a cpuset runs on."""
         return self.allocator is not None and parse_cpulist(cpus) == self.allocator.topology.online
 
-    def told_cpuset(self, owner: str, cpus: str) -> None:
-        """`owner` was just given `cpus`."""
-        if self.cpu_pool is not None and cpus:
-            self.cpu_pool.told(owner, parse_cpulist(cpus))
+    def answer_cpuset(self, owner: str, planned: bool) -> str:
+        """The cpuset an answer about `owner` carries (cpuset_of's), counted as told; ""
+        when none need be sent: no pool on this node, or every online CPU while nri-sla
+        planned none (`planned`: a container without a cpuset runs on all of them
+        already). Sent with every CreateContainer: the set is compared, not its text, and
+        the text of the last one (mostly the shared pool, again) is not made twice."""
+        if self.cpu_pool is None:
+            return ""
+        cpus = self.cpu_pool.cpuset(owner)
+        if not cpus:
+            return ""
+        self.cpu_pool.told(owner, cpus)
+        if not planned and cpus == self.cpu_pool.allocator.topology.online:
+            return ""
+        if self._answered[0] != cpus:
+            self._answered = (cpus, format_cpulist(cpus))
+        return self._answered[1]
 
     def cpuset_updates(self, exclude: str) -> dict[str, str]:
         """Containers (but `exclude`) whose cpuset must change because exclusive CPUs were

@@ -10,13 +10,13 @@ the next replica when everything they depend on is in the cache key or its recor
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
 from nri_plugin.config import ConfigError, NodeConfig, load_config
-from nri_plugin.core import NodeState, decide, node_allocator
+from nri_plugin.core import ContainerRequest, NodeState, decide, node_allocator
 from nri_plugin.core.decision import Decision, parse_sla
+from nri_plugin.core.event import applied_fields
 from nri_plugin.core.recordkey import NoRecordKey, RecordKeyError, load_key
 from nri_plugin.enforce.blockdev import resolve_block_device
 from nri_plugin.enforce.capabilities import detect_capabilities
@@ -32,7 +32,7 @@ from nri_plugin.hook.options import HookOptions
 from nri_plugin.hook.outcome import WARN, Outcome, RunState
 from nri_plugin.hook.state import BundleSpec, OciState
 from nri_plugin.hook.target import Target
-from nri_plugin.plan.model import ContainerPlan, PlanError
+from nri_plugin.plan.model import PlanError
 from nri_plugin.plan.record import RecordError, decode_record, record_body
 from nri_plugin.sla.model import Sla
 
@@ -123,8 +123,9 @@ def plan_actions(config: NodeConfig, facts: CgroupFacts, annotations: dict[str, 
     """The core's decision on a one-shot node; `deps` collects what the decision cache
     must re-check before reusing it (io.max devices, the CPU/NUMA topology, schedulers)."""
     node = hook_node(config, facts, sysfs_root, deps)
-    decision = decide(node, annotations, target.name, namespace=target.namespace,
-                      owner=target.id, granted=spec.granted)
+    decision = decide(node, ContainerRequest(annotations, target.name,
+                                             namespace=target.namespace, owner=target.id,
+                                             granted=spec.granted))
     if decision.error is not None:
         raise explain_namespace(decision.error, target)
     plan = decision.plan
@@ -138,7 +139,8 @@ def plan_actions(config: NodeConfig, facts: CgroupFacts, annotations: dict[str, 
         lines.append(f"{WARN}{plan.key}: {namespace_note(target)}")
     return CgroupActions("apply", plan.enforcement,
                          cgroup_writes(plan, scope="all", bfq=node.capabilities.bfq), rt,
-                         lines, applied_fields(plan), key=plan.key or config.annotation_prefix)
+                         lines, applied_fields(record_body(plan, "hook")),
+                         key=plan.key or config.annotation_prefix)
 
 
 def namespace_note(target: Target) -> str:
@@ -177,15 +179,6 @@ def hook_node(config: NodeConfig, facts: CgroupFacts, sysfs_root: str,
 def _asks_io_weight(decision: Decision) -> bool:
     return (decision.sla is not None and decision.sla.io is not None
             and decision.sla.io.weight is not None)
-
-
-def applied_fields(plan: ContainerPlan) -> dict[str, Any]:
-    """What was set, as in the plugin's `applied` record (minus version and path)."""
-    # As the record shows them: keys sorted, tuples as JSON lists.
-    fields = json.loads(json.dumps(record_body(plan, "hook"), sort_keys=True))
-    for key in ("v", "path", "enforcement", "cgroup_version"):
-        fields.pop(key, None)
-    return fields
 
 
 # ------------------------------------------------------------------ inputs

@@ -113,17 +113,16 @@ def _bare(line: str) -> str:
 
 def _log_decision(d: LoggedDecision, stream: TextIO) -> None:
     """The plugin's decision line (docs/operations.md), with path "hook"."""
-    from nri_plugin.decision_line import decision_line, journald_fd
+    from nri_plugin.core.event import DecisionEvent, journald_fd, render_event
 
     t = d.target
     try:
         journal = d.log_format == "text" and journald_fd(stream.fileno())
     except (AttributeError, OSError, ValueError):  # not a real file (tests)
         journal = False
-    stream.write(decision_line(d.log_format, t.namespace, t.pod or t.id, t.name, "hook",
-                               d.outcome, d.applied, [_bare(w) for w in d.warnings],
-                               _bare(d.error) if d.error else None, time.time(),
-                               journal) + "\n")
+    event = DecisionEvent(t.namespace, t.pod or t.id, t.name, "hook", d.outcome, d.applied,
+                          [_bare(w) for w in d.warnings], _bare(d.error) if d.error else None)
+    stream.write(render_event(event, d.log_format, time.time(), journal) + "\n")
     stream.flush()
 
 

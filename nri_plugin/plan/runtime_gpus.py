@@ -42,6 +42,9 @@ class GpuGrant:
         return not (self.gpus or self.migs)
 
 
+NO_GRANT = GpuGrant()
+
+
 def cdi_grant_names(cdi_devices: Iterable[str], kinds: Iterable[str]) -> list[str]:
     """The device names of the CDI devices whose kind ("vendor/class") is in `kinds`."""
     wanted = set(kinds)
@@ -58,6 +61,9 @@ def resolve_grant(inventory: GpuInventory, granted: GrantedResources,
     """The GPUs and MIG devices `granted` names on this node (see the module docstring).
     `extra_ids`: the kubelet's device ids for the container (GPU UUIDs, MIG UUIDs or
     indexes), at most MAX_GRANT_ITEMS of them read."""
+    if (granted.env_gpus is None and extra_ids == () and not granted.cdi_devices
+            and not granted.gpu_devices and not granted.device_mounts):
+        return NO_GRANT  # most containers: no evidence at all, nothing to look up
     names = cdi_grant_names(granted.cdi_devices, cdi_kinds)
     names += granted.device_mounts
     names += [str(i)[:128] for i in islice(extra_ids, MAX_GRANT_ITEMS)]

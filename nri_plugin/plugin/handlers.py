@@ -18,15 +18,19 @@ import logging
 import time
 from contextlib import nullcontext
 from dataclasses import replace
+from itertools import islice
 from typing import Any
 
-from nri_plugin.core import Decision, NodeState, decide
+from nri_plugin.core import ContainerRequest, Decision, NodeState, decide
 from nri_plugin.core.decision import REUSABLE_LIMIT, recheck
+from nri_plugin.core.event import DecisionEvent, applied_fields
 from nri_plugin.core.nodestate import LiveContainer
 from nri_plugin.enforce.rt import RtChange
 from nri_plugin.errors import INTERNAL, INVALID, Refused, SlaFailure
 from nri_plugin.granted import (
+    DEVICE_MOUNT_DIR,
     ENV_VISIBLE,
+    MAX_GRANT_ITEMS,
     GrantedResources,
     bounded_names,
     device_mount_ids,
@@ -63,25 +67,32 @@ def granted_resources(resources: pb.LinuxResources, container: pb.Container | No
     """What the runtime set for the container: the kubelet's CPU and memory values in the
     request and the GPU evidence a device plugin's grant left (CDI devices, GPU device
     nodes, volume mounts); NVIDIA_VISIBLE_DEVICES only to report an env that is no grant.
-    Every list is bounded before anything is built from it (nri_plugin.granted)."""
+    Every list is bounded before anything is built from it (nri_plugin.granted). Read on
+    every CreateContainer: a kind of evidence the request does not carry (most containers
+    have no CDI device, no device node and no device mount) is not built at all."""
     cpu, memory = resources.cpu, resources.memory
-
-    def value(message: Any, name: str) -> int | None:
-        return getattr(message, name).value if message.HasField(name) else None
-
     evidence: dict[str, Any] = {}
     if container is not None:
         for item in container.env:  # the runtime keeps one per key; the last
-            if item.startswith(ENV_VISIBLE + "="):
-                evidence["env_gpus"] = item[len(ENV_VISIBLE) + 1:]
-        evidence.update(
-            cdi_devices=bounded_names(d.name for d in container.CDI_devices),
-            gpu_devices=gpu_device_numbers((d.type, d.major, d.minor)
-                                           for d in container.linux.devices),
-            device_mounts=device_mount_ids(m.destination for m in container.mounts))
-    return GrantedResources(cpu_quota=value(cpu, "quota"), cpu_period=value(cpu, "period"),
-                            cpu_shares=value(cpu, "shares"),
-                            memory_limit=value(memory, "limit"), **evidence)
+            if item.startswith(_ENV_HEAD):
+                evidence["env_gpus"] = item[len(_ENV_HEAD):]
+        if container.CDI_devices:
+            evidence["cdi_devices"] = bounded_names(d.name for d in container.CDI_devices)
+        if container.linux.devices:
+            evidence["gpu_devices"] = gpu_device_numbers(
+                (d.type, d.major, d.minor) for d in container.linux.devices)
+        device_mounts = [m.destination for m in islice(container.mounts, MAX_GRANT_ITEMS)
+                         if m.destination.startswith(DEVICE_MOUNT_DIR)]
+        if device_mounts:
+            evidence["device_mounts"] = device_mount_ids(device_mounts)
+    return GrantedResources(cpu_quota=cpu.quota.value if cpu.HasField("quota") else None,
+                            cpu_period=cpu.period.value if cpu.HasField("period") else None,
+                            cpu_shares=cpu.shares.value if cpu.HasField("shares") else None,
+                            memory_limit=(memory.limit.value if memory.HasField("limit")
+                                          else None), **evidence)
+
+
+_ENV_HEAD = ENV_VISIBLE + "="
 
 
 class StartRefused(Refused):
@@ -104,9 +115,9 @@ class SlaPlugin:
         # The kubelet's books, for containers whose only GPU evidence is their env.
         self.kubelet = KubeletGrants(node.config.gpu.podresources_socket,
                                      node.config.gpu.grant_resources)
-        # id(plan) -> (plan, record, its record_text, adjustment without annotations); the
-        # plan is kept, so the id stays its own.
-        self._answers: dict[int, tuple[ContainerPlan, dict[str, Any], str, Any]] = {}
+        # id(plan) -> (plan, its record_text, the event's applied fields, adjustment
+        # without annotations); the plan is kept, so the id stays its own.
+        self._answers: dict[int, tuple[ContainerPlan, str, dict[str, Any], Any]] = {}
         # With hook.inject the OCI hook verifies (reads back) what the plugin enforced.
         self._hooks = hook_spec() if node.config.hook.inject else None
         watch = node.config.watch
@@ -251,21 +262,22 @@ class SlaPlugin:
         granted = granted_resources(container.linux.resources, container)
         kubelet_ids = (self.kubelet.for_container(pod.namespace, pod.name, container.name)
                        if asks_kubelet(granted) else ())
-        decision = decide(self.node, dict(pod.annotations), container.name,
-                          namespace=pod.namespace, owner=container.id, pod=pod.id,
-                          nri_version=self.nri_version, granted=granted,
-                          kubelet_gpu_ids=kubelet_ids)
+        decision = decide(self.node, ContainerRequest(
+            dict(pod.annotations), container.name, namespace=pod.namespace,
+            owner=container.id, pod=pod.id, nri_version=self.nri_version, granted=granted,
+            kubelet_gpu_ids=kubelet_ids))
         if decision.plan is not None and decision.plan.rt_runtime and self.node.facts:
             try:
                 paths = self.node.container_paths(container.linux.cgroups_path)
-                decision.plan, _ = self.node.make_rt_room(decision.plan, paths, container.id)
+                room, _ = self.node.make_rt_room(decision.plan, paths, container.id)
+                decision = replace(decision, plan=room)  # this container's own
             except SlaFailure as exc:
                 self.node.release(container.id)
                 decision = Decision("refused", error=exc)
         plan = decision.plan
-        record, adjustment = (self._answer(plan, decision.reusable, container)
-                              if plan is not None else ({}, self._strip_outputs(container)))
-        self._observe("CreateContainer", started, decision, record, pod, container)
+        applied, adjustment = (self._answer(plan, decision.reusable, container)
+                               if plan is not None else ({}, self._strip_outputs(container)))
+        self._observe("CreateContainer", started, decision, applied, pod, container)
         if decision.error is not None:
             raise rpc_error(decision.error)
         entry = self._entry(pod, container, plan, owed=plan is not None, granted=granted,
@@ -273,7 +285,8 @@ class SlaPlugin:
         adjustment = self._with_cpuset(container.id, adjustment)
         if plan is not None:  # watched with the cpuset it was given
             cpus = adjustment.linux.resources.cpu.cpus if adjustment is not None else ""
-            self.watch.watch(_watched(pod, container, replace(plan, cpus=cpus or plan.cpus)))
+            given = plan if not cpus or cpus == plan.cpus else replace(plan, cpus=cpus)
+            self.watch.watch(_watched(pod, container, given))
         self._publish_holders(entry)
         return CreateResult(adjustment, self._cpuset_updates(container.id))
 
@@ -282,22 +295,12 @@ class SlaPlugin:
         """The adjustment carrying the container's cpuset in the node's CPU pool (with or
         without an SLA: no container runs on another's exclusive CPUs)."""
         planned = adjustment is not None and bool(adjustment.linux.resources.cpu.cpus)
-        cpus = self._cpuset_to_send(container_id, planned)
+        cpus = self.node.answer_cpuset(container_id, planned)
         if not cpus:
             return adjustment
         adjustment = adjustment if adjustment is not None else pb.ContainerAdjustment()
         adjustment.linux.resources.cpu.cpus = cpus
         return adjustment
-
-    def _cpuset_to_send(self, container_id: str, planned: bool) -> str:
-        """The container's current cpuset for an answer about it (counted as told), or ""
-        when none need be sent: no pool on this node, or every online CPU while nri-sla
-        planned none (a container without a cpuset runs on all of them already)."""
-        cpus = self.node.cpuset_of(container_id)
-        if not cpus:
-            return ""
-        self.node.told_cpuset(container_id, cpus)
-        return "" if not planned and self.node.runs_everywhere(cpus) else cpus
 
     def _entry(self, pod: pb.PodSandbox | None, container: pb.Container,
                plan: ContainerPlan | None, *, owed: bool, granted: GrantedResources,
@@ -346,22 +349,25 @@ class SlaPlugin:
 
     def _answer(self, plan: ContainerPlan, reusable: bool, container: pb.Container
                 ) -> tuple[dict[str, Any], pb.ContainerAdjustment]:
-        """The record and the adjustment for a plan. A reusable decision hands every
-        replica the same plan object, so its record body and settings are built once
-        (kept unchanged); each container gets its own copy carrying its own record,
+        """The decision event's applied fields and the adjustment for a plan. A reusable
+        decision hands every replica the same plan object, so its record, applied fields
+        and settings are built once (kept unchanged: the event's rendering of them is
+        remembered too); each container gets its own copy carrying its own record,
         authenticated for its id."""
         known = self._answers.get(id(plan))
         if known is not None and known[0] is plan:
-            _, record, text, settings = known
+            _, text, applied, settings = known
         else:
             record = record_body(plan, "nri")
             text, settings = record_text(record), build_adjustment(plan, self._hooks)
+            applied = applied_fields(record)
             if reusable:
                 if len(self._answers) >= REUSABLE_LIMIT:
                     self._answers.clear()
-                self._answers[id(plan)] = (plan, record, text, settings)
+                self._answers[id(plan)] = (plan, text, applied, settings)
         annotations = self.node.annotations_for(plan, "nri", container.id, text)
-        return record, annotated(annotations, self._pod_set(container, annotations), settings)
+        return applied, annotated(annotations, self._pod_set(container, annotations),
+                                  settings)
 
     def _pod_set(self, container: pb.Container, answered: dict[str, str]) -> list[str]:
         """nri-sla's own keys the container carries (a pod's runtime handler can copy pod
@@ -431,7 +437,7 @@ class SlaPlugin:
                           container=container.id, cpus=format_cpulist(given),
                           request=f"{granted.cpu_request_millis}m")
             # the container's set now, never the plan's creation-time one
-            cpus = self._cpuset_to_send(container.id, bool(fitted and fitted.cpus))
+            cpus = self.node.answer_cpuset(container.id, bool(fitted and fitted.cpus))
             others = self._cpuset_updates(container.id)
             if fitted is None and not cpus:
                 return others
@@ -527,12 +533,12 @@ class SlaPlugin:
             self._report_shared()
 
     def _observe(self, event: str, started: float, decision: Decision,
-                 record: dict[str, Any], pod: pb.PodSandbox,
+                 applied: dict[str, Any], pod: pb.PodSandbox,
                  container: pb.Container) -> None:
         if decision.outcome != "skipped":
-            applied = {k: v for k, v in record.items() if k not in ("v", "path")}
-            log_decision(pod.namespace, pod.name, container.name, "nri", decision.outcome,
-                         applied, list(decision.warnings), decision.error_text)
+            log_decision(DecisionEvent(pod.namespace, pod.name, container.name, "nri",
+                                       decision.outcome, applied, decision.warnings,
+                                       decision.error_text))
         if self.metrics is not None:
             self.metrics.observe(event, time.perf_counter() - started)
             if decision.outcome != "skipped":

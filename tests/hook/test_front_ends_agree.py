@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from nri_plugin.config import load_config
-from nri_plugin.core import decide
+from nri_plugin.core import ContainerRequest, decide
 from nri_plugin.core.nodestate import NodeState, node_allocator
 from nri_plugin.enforce.capabilities import detect_capabilities
 from nri_plugin.enforce.cgpaths import CgroupFacts
@@ -85,7 +85,8 @@ def through_plugin(tmp_path: Path, version: int, annotations: dict[str, str]):
     node = NodeState(config, version, facts=facts, allocator=node_allocator(config),
                      rt_budget=RtBudget(config.rt_budget * 0.95),
                      capabilities=detect_capabilities(version))
-    decision = decide(node, annotations, "app", namespace="default", owner="ctr-1")
+    decision = decide(node, ContainerRequest(annotations, "app", namespace="default",
+                                               owner="ctr-1"))
     if decision.error is not None:
         return decision.error.exit_status, [str(decision.error)], None
     plan, _ = node.make_rt_room(decision.plan, facts.container_paths(CTR))
@@ -167,3 +168,83 @@ def test_io_max_on_a_real_disk_agrees(tmp_path, h):
             assert files["blkio/blkio.throttle.read_bps_device"] == f"{majmin} {1 << 20}"
         else:
             assert files["unified/io.max"].startswith(majmin)
+
+
+# -- the decision event: the same decision logs the same fields from both front-ends --------
+POD_KEYS = {"io.kubernetes.cri.sandbox-name": "web-0",
+            "io.kubernetes.cri.sandbox-namespace": "prod",
+            "io.kubernetes.cri.container-type": "container"}
+# Every field of the event but the two that say which front-end and when.
+EVENT_FIELDS = ("level", "logger", "msg", "pod", "container", "outcome", "applied",
+                "warnings", "error")
+
+
+def plugin_event(tmp_path: Path, version: int, annotations: dict[str, str]) -> dict:
+    """The plugin's line for one CreateContainer (SlaPlugin's handler, as the stub calls
+    it), in JSON as `nri-sla run --log-format json` writes it."""
+    import contextlib
+    import io
+    import json
+
+    from nri_plugin.logsetup import setup_logging
+    from nri_plugin.nri.errors import RpcError
+    from nri_plugin.nri.pb import nri_pb2 as pb
+    from nri_plugin.plugin import SlaPlugin
+
+    root = tmp_path / "plugin"
+    fake_tree(root, version)
+    config = load_config(str(tmp_path / "config.yaml"))
+    node = NodeState(config, version, facts=CgroupFacts(version, "cgroupfs", root),
+                     allocator=node_allocator(config),
+                     rt_budget=RtBudget(config.rt_budget * 0.95),
+                     capabilities=detect_capabilities(version))
+    pod = pb.PodSandbox(id="pod-a", name="web-0", namespace="prod", annotations=annotations)
+    container = pb.Container(id="ctr-1", pod_sandbox_id="pod-a", name="app",
+                             state=pb.CONTAINER_CREATED, annotations=annotations)
+    container.linux.cgroups_path = CTR
+    out = io.StringIO()
+    setup_logging("json", "info", stream=out)
+    with contextlib.suppress(RpcError):  # refused: the line says so
+        SlaPlugin(node).create_container(pod, container)
+    [line] = out.getvalue().splitlines()
+    return json.loads(line)
+
+
+def hook_event(tmp_path: Path, version: int, annotations: dict[str, str], h) -> dict:
+    """The hook's line for the same container (NRI_SLA_HOOK_LOG), in JSON."""
+    import io
+    import json
+
+    from nri_plugin.hook.run import emit
+
+    root = tmp_path / "hook"
+    fake_tree(root, version)
+    bundle = h.write_bundle(tmp_path / "bundle", {NAME: "app", **POD_KEYS, **annotations},
+                            CTR)
+    out = h.run_inproc(h.state_json(bundle), cgroup_root=str(root),
+                       config=str(tmp_path / "config.yaml"), cache_dir="off")
+    log = tmp_path / "hook.log"
+    emit(out, io.StringIO(), str(log))
+    [line] = log.read_text().splitlines()
+    return json.loads(line)
+
+
+EVENT_CASES = [(2, "cpu and memory.max"), (1, "cpu and memory.max"),
+               (2, "period, memory.high below max"), (1, "period, memory.high below max"),
+               (1, "rt budget with ancestors"), (1, "soft memory.high (v1 soft limit)"),
+               (2, "invalid: unknown field"), (2, "rt refused on v2")]
+
+
+@pytest.mark.parametrize(("version", "case"), EVENT_CASES)
+def test_the_same_decision_logs_the_same_fields(tmp_path, h, version, case):
+    (tmp_path / "config.yaml").write_text(CONFIG + "log:\n  format: json\n")
+    annotations = {"sla.nri.io/pod": {**SLAS, **V1_ONLY, **V2_ONLY}[case]}
+    plugin = plugin_event(tmp_path, version, annotations)
+    hook = hook_event(tmp_path, version, annotations, h)
+    assert (plugin["path"], hook["path"]) == ("nri", "hook")
+    assert set(plugin) - {"ts"} - set(EVENT_FIELDS) == {"path"}
+    assert set(plugin) == set(hook)
+    assert {k: hook.get(k) for k in EVENT_FIELDS} == {k: plugin.get(k) for k in EVENT_FIELDS}
+    if plugin["outcome"] != "refused":  # what was applied, as both record it
+        assert plugin["applied"]["enforcement"] in ("hard", "soft")
+        assert plugin["applied"]["cgroup_version"] == version

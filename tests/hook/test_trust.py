@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from nri_plugin.config import NodeConfig, Permissions
-from nri_plugin.core import NodeState, decide
+from nri_plugin.core import ContainerRequest, NodeState, decide
 from nri_plugin.errors import EXIT_INVALID, EXIT_OK, EXIT_REFUSED
 from nri_plugin.hook.target import identify
 
@@ -199,7 +199,7 @@ def test_the_plugin_resolves_devices_the_same_way():
     messages = set()
     for device in ("/dev/null", "/dev/nri-sla-no-such-device"):
         sla = f"io:\n  max:\n    - device: {device}\n      read-bps: 1Mi\n"
-        d = decide(node, {"sla.nri.io/pod": sla}, "app", namespace="prod")
+        d = decide(node, ContainerRequest({"sla.nri.io/pod": sla}, "app", namespace="prod"))
         assert d.error is not None and d.error.kind == "refused"
         messages.add(str(d.error).replace(device, "<dev>"))
     assert messages == {"sla.nri.io/pod: io.max[0].device: io device '<dev>': is not a "

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from nri_plugin.core.event import DecisionEvent
 from nri_plugin.logsetup import (
     LOGGER_NAME,
     LoggingSetupError,
@@ -74,7 +75,7 @@ def test_text_decision_line(monkeypatch):
     monkeypatch.delenv("JOURNAL_STREAM", raising=False)
     out = io.StringIO()
     setup_logging("text", "info", stream=out)
-    log_decision("default", "web", "app", "nri", "warned", APPLIED, [WARN])
+    log_decision(DecisionEvent("default", "web", "app", "nri", "warned", APPLIED, [WARN]))
     lines = out.getvalue().splitlines()
     assert len(lines) == 1
     kv = _logfmt(lines[0])
@@ -110,7 +111,7 @@ def test_json_decision_line():
     out = io.StringIO()
     setup_logging("json", "debug", stream=out)
     err = "sla.nri.io/container.web: memory.high (12Gi) must be below memory.max (10Gi)"
-    log_decision("ml", "train-0", "trainer", "hook", "refused", {}, [], err)
+    log_decision(DecisionEvent("ml", "train-0", "trainer", "hook", "refused", {}, [], err))
     obj = json.loads(out.getvalue())
     assert obj["level"] == "error" and obj["outcome"] == "refused"
     assert obj["pod"] == "ml/train-0" and obj["path"] == "hook"
@@ -122,8 +123,8 @@ def test_level_filters_and_setup_is_idempotent():
     out = io.StringIO()
     setup_logging("text", "info", stream=out)
     setup_logging("text", "warning", stream=out)  # replaces, does not add a handler
-    log_decision("a", "b", "c", "nri", "enforced", APPLIED)  # info: filtered
-    log_decision("a", "b", "c", "nri", "refused", error="no GPU left")
+    log_decision(DecisionEvent("a", "b", "c", "nri", "enforced", APPLIED))  # info: filtered
+    log_decision(DecisionEvent("a", "b", "c", "nri", "refused", error="no GPU left"))
     assert len(out.getvalue().splitlines()) == 1
     assert "outcome=refused" in out.getvalue()
 
@@ -134,7 +135,7 @@ def test_journald_mode_drops_timestamp_and_adds_priority(tmp_path, monkeypatch):
         monkeypatch.setenv("JOURNAL_STREAM", f"{st.st_dev}:{st.st_ino}")
         assert journald_stream(stream)
         setup_logging("text", "info", stream=stream)
-        log_decision("default", "web", "app", "nri", "warned", APPLIED, [WARN])
+        log_decision(DecisionEvent("default", "web", "app", "nri", "warned", APPLIED, [WARN]))
         log_event(logging.getLogger(f"{LOGGER_NAME}.plugin"), logging.INFO, "registered",
                   runtime="containerd", version="2.1.4")
         stream.seek(0)
@@ -149,14 +150,15 @@ def test_journal_stream_of_another_file_is_ignored(tmp_path, monkeypatch):
     with open(out, "w") as stream:
         assert not journald_stream(stream)
         setup_logging("text", stream=stream)
-        log_decision("a", "b", "c", "nri", "enforced", APPLIED)
+        log_decision(DecisionEvent("a", "b", "c", "nri", "enforced", APPLIED))
     assert out.read_text().startswith("ts=")
 
 
 def test_hostile_values_stay_on_one_line():
     out = io.StringIO()
     setup_logging("text", stream=out)
-    log_decision('ns', 'p', 'c"x', "nri", "warned", {"k": "a b\nc"}, ["one", "two=2"])
+    log_decision(DecisionEvent('ns', 'p', 'c"x', "nri", "warned", {"k": "a b\nc"},
+                               ["one", "two=2"]))
     (line,) = out.getvalue().splitlines()
     kv = _logfmt(line)
     assert kv["container"] == 'c"x' and kv["applied.k"] == "a b\nc"
@@ -184,7 +186,7 @@ def test_bad_setup(kwargs, needle):
 ])
 def test_bad_decision_fields(path, outcome, needle):
     with pytest.raises(LoggingSetupError, match=needle):
-        log_decision("a", "b", "c", path, outcome)
+        log_decision(DecisionEvent("a", "b", "c", path, outcome))
 
 
 @settings(max_examples=200, deadline=None)

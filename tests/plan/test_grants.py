@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from nri_plugin.config import Cap, NodeConfig, Permissions, PodCaps
-from nri_plugin.core import NodeState, decide
+from nri_plugin.core import ContainerRequest, NodeState, decide
 from nri_plugin.core.decision import recheck
 from nri_plugin.granted import GrantedResources
 from nri_plugin.plan.allocator import Allocator
@@ -302,14 +302,16 @@ def node(**config) -> NodeState:
 def test_recheck_against_resized_limits():
     n = node()
     ann = {KEY: "cpu: {limit: 0.5}\nmemory: {max: 256Mi}"}
-    plan = decide(n, ann, "c", namespace="shop", owner="a", granted=GrantedResources(
-        cpu_quota=100_000, memory_limit=GiB)).plan
+    plan = decide(n, ContainerRequest(ann, "c", namespace="shop", owner="a",
+                                      granted=GrantedResources(cpu_quota=100_000,
+                                                               memory_limit=GiB))).plan
     smaller = GrantedResources(cpu_quota=25_000, memory_limit=128 * MiB)
     hard = recheck(n, plan, smaller, namespace="shop")  # hard mode clamps a resize too
     assert (hard.cpu_quota, hard.memory_max) == (25_000, 128 * MiB)
     assert any("memory.max: 256Mi exceeds the 128Mi" in w for w in hard.warnings)
-    soft_plan = decide(n, {**ann, "sla.nri.io/enforcement": "soft"}, "c", namespace="shop",
-                       owner="b", granted=GrantedResources(memory_limit=GiB)).plan
+    soft = {**ann, "sla.nri.io/enforcement": "soft"}
+    soft_plan = decide(n, ContainerRequest(soft, "c", namespace="shop", owner="b",
+                                           granted=GrantedResources(memory_limit=GiB))).plan
     clamped = recheck(n, soft_plan, smaller, namespace="shop")
     assert (clamped.cpu_quota, clamped.memory_max) == (25_000, 128 * MiB)
     assert len(clamped.warnings) == 2
@@ -321,8 +323,8 @@ def test_exclusive_cpus_above_a_smaller_request_are_given_back():
     """A resize down is no refusal for exclusive CPUs (hard or soft): the pool gives back
     the cores above the new request, so Kubernetes' accounting and the node agree."""
     n = node()
-    plan = decide(n, {KEY: "cpu: {exclusive: 4}"}, "c", namespace="ml", owner="a",
-                  granted=GrantedResources(cpu_shares=4096)).plan
+    plan = decide(n, ContainerRequest({KEY: "cpu: {exclusive: 4}"}, "c", namespace="ml",
+                                      owner="a", granted=GrantedResources(cpu_shares=4096))).plan
     smaller = GrantedResources(cpu_shares=2048)
     assert recheck(n, plan, smaller, namespace="ml") is plan
     held = n.allocator.placement_of("a").exclusive_cpus
@@ -336,12 +338,12 @@ def test_exclusive_cpus_above_a_smaller_request_are_given_back():
 def test_reuse_key_includes_the_grant():
     n = node()
     ann = {KEY: "memory: {max: 200Mi}"}
-    first = decide(n, ann, "c", namespace="shop", granted=KUBELET)
+    first = decide(n, ContainerRequest(ann, "c", namespace="shop", granted=KUBELET))
     assert first.outcome == "enforced" and first.reusable
-    smaller = decide(n, ann, "c", namespace="shop",
-                     granted=GrantedResources(memory_limit=100 * MiB))
+    smaller = decide(n, ContainerRequest(ann, "c", namespace="shop",
+                                         granted=GrantedResources(memory_limit=100 * MiB)))
     assert smaller.outcome == "refused" and "exceeds the 100Mi" in smaller.error_text
-    again = decide(n, ann, "c", namespace="shop", granted=KUBELET)
+    again = decide(n, ContainerRequest(ann, "c", namespace="shop", granted=KUBELET))
     assert again.plan is first.plan  # the same grant: the remembered decision
 
 
@@ -349,8 +351,8 @@ def test_per_pod_usage_follows_the_node_state():
     n = node()
     granted = GrantedResources(cpu_shares=8192,
                                cdi_devices=tuple(f"nvidia.com/gpu={i}" for i in range(2)))
-    first = decide(n, {KEY: "cpu: {exclusive: 4}\ngpu: {count: 2}"}, "a", namespace="ml",
-                   owner="a", pod="p", granted=granted)
+    first = decide(n, ContainerRequest({KEY: "cpu: {exclusive: 4}\ngpu: {count: 2}"}, "a",
+                                       namespace="ml", owner="a", pod="p", granted=granted))
     assert first.outcome == "enforced"
     assert n.pod_usage("p", "b") == PodUsage(exclusive_cpus=4)
     assert n.pod_usage("other", "b") == PodUsage() and n.pod_usage("p", "a") == PodUsage()

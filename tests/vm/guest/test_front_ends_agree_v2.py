@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from nri_plugin.config import NodeConfig
-from nri_plugin.core import build_node, decide
+from nri_plugin.core import ContainerRequest, build_node, decide
 from nri_plugin.plugin.adjustment import build_adjustment
 
 FILES = ["cpu.max", "cpuset.cpus", "cpuset.mems", "memory.max", "memory.high", "io.max",
@@ -29,8 +29,9 @@ def test_plugin_and_hook_leave_the_same_cgroup_values(case, busybox_bundle, virt
                                                       read_files_script, sections, tmp_path):
     sla = SLAS[case].replace("DISK", virtio_disk.majmin)
     node = build_node(NodeConfig(), detect=True)
-    decision = decide(node, {"sla.nri.io/pod": sla}, "app", namespace="default",
-                      owner="ctr-agree", nri_version="v0.12.0")
+    decision = decide(node, ContainerRequest({"sla.nri.io/pod": sla}, "app",
+                                             namespace="default", owner="ctr-agree",
+                                             nri_version="v0.12.0"))
     assert decision.outcome == "enforced", decision.error
     adjustment = build_adjustment(decision.plan)
     resources = busybox_bundle.oci_resources(adjustment)

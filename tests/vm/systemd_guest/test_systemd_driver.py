@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from nri_plugin.config import NodeConfig
-from nri_plugin.core import build_node, decide
+from nri_plugin.core import ContainerRequest, build_node, decide
 from nri_plugin.plugin.adjustment import build_adjustment
 
 MIB = 1 << 20
@@ -59,8 +59,9 @@ def two_paths(package, systemd, tmp_path_factory):
         pod, ctr = bundles.pod_container("runtime", {"sla.nri.io/pod": SLA})
         node = build_node(NodeConfig(), detect=True)
         assert (node.cgroup_version, node.facts.driver) == (2, "systemd")
-        decision = decide(node, dict(pod.annotations), ctr.name, namespace=pod.namespace,
-                          owner=ctr.id, nri_version="v0.12.0")
+        decision = decide(node, ContainerRequest(dict(pod.annotations), ctr.name,
+                                                 namespace=pod.namespace, owner=ctr.id,
+                                                 nri_version="v0.12.0"))
         assert decision.outcome == "enforced", decision.error
         resources = bundles.bundle.oci_resources(build_adjustment(decision.plan))
         result, by_runtime = bundles.start(ctr, resources=resources)

@@ -1,0 +1,72 @@
+"""decide(node, ContainerRequest) -> a frozen Decision; it never raises."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+import pytest
+
+from nri_plugin.config import NodeConfig
+from nri_plugin.core import ContainerRequest, Decision, NodeState, decide
+from nri_plugin.errors import INTERNAL
+from nri_plugin.granted import GrantedResources
+
+IO_SLA = {"sla.nri.io/pod": "io:\n  max:\n    - {device: /dev/sda, read-bps: 1Mi}\n"}
+
+
+def broken_resolver(device: str) -> tuple[int, int]:
+    """A device resolver with a bug: not the OSError/SlaFailure the planner expects."""
+    raise KeyError(device)
+
+
+def test_a_bug_becomes_an_internal_failure_logged_once_with_its_traceback(caplog):
+    node = NodeState(NodeConfig(), 2, resolve_device=broken_resolver)
+    with caplog.at_level(logging.ERROR, logger="nri_sla"):
+        decision = decide(node, ContainerRequest(IO_SLA, "app", namespace="prod",
+                                                 owner="ctr-1"))
+    assert decision.outcome == "refused" and decision.plan is None
+    assert decision.error is not None and decision.error.kind == INTERNAL
+    assert decision.reason == "internal"
+    assert decision.error_text == ("internal error while deciding the SLA: KeyError: "
+                                   "'/dev/sda'")
+    [record] = caplog.records
+    assert record.levelno == logging.ERROR and "ctr-1" in record.getMessage()
+    assert record.exc_info is not None and record.exc_info[0] is KeyError
+
+
+def test_a_reusable_decision_is_frozen_and_shared():
+    node = NodeState(NodeConfig(), 2)
+    request = ContainerRequest({"sla.nri.io/pod": "cpu: {limit: 1}"}, "app",
+                               namespace="prod", owner="a",
+                               granted=GrantedResources(cpu_quota=100_000))
+    first = decide(node, request)
+    replica = decide(node, dataclasses.replace(request, owner="b"))
+    assert first.outcome == "enforced" and first.reusable
+    assert replica is first  # nothing in it can change: every replica may hold it
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        first.plan = None  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        request.name = "other"  # type: ignore[misc]
+
+
+def test_no_sla_is_skipped_and_a_bad_one_refused_naming_the_key():
+    node = NodeState(NodeConfig(), 2)
+    assert decide(node, ContainerRequest({}, "app")) == Decision("skipped")
+    bad = decide(node, ContainerRequest({"sla.nri.io/pod": "cpu: {limits: 2}"}, "app"))
+    assert bad.outcome == "refused" and bad.error is not None
+    assert bad.error.kind == "invalid" and "sla.nri.io/pod" in bad.error_text
+
+
+def test_the_reuse_key_sees_every_field_of_the_grant():
+    """A replica with another grant is another decision: the grant's key (spelled out for
+    speed) must change with each of its fields, and equal grants give equal keys."""
+    base = dict(cpu_quota=1, cpu_period=2, cpu_shares=3, memory_limit=4, cdi_devices=("a",),
+                gpu_devices=((195, 0),), device_mounts=("m",), env_gpus="0")
+    other = dict(cpu_quota=5, cpu_period=6, cpu_shares=7, memory_limit=8, cdi_devices=("b",),
+                 gpu_devices=((195, 1),), device_mounts=("n",), env_gpus="1")
+    key = GrantedResources(**base).key()
+    assert key == GrantedResources(**base).key()
+    assert len(key) == len(GrantedResources.__slots__) == len(base)
+    for name in base:
+        assert GrantedResources(**{**base, name: other[name]}).key() != key, name

@@ -1,0 +1,41 @@
+"""A bug while deciding reaches the runtime as an INTERNAL status, never as a traceback
+through the stub: the core's decide never raises (core.decision)."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from nri_plugin.config import NodeConfig
+from nri_plugin.core import NodeState
+from nri_plugin.logsetup import setup_logging
+from nri_plugin.nri.errors import Code, RpcError
+from nri_plugin.nri.pb import nri_pb2 as pb
+from nri_plugin.plugin import SlaPlugin
+
+IO_SLA = "io:\n  max:\n    - {device: /dev/sda, read-bps: 1Mi}\n"
+
+
+def broken_resolver(device: str) -> tuple[int, int]:
+    raise KeyError(device)  # a bug: not the OSError the planner expects
+
+
+def test_a_bug_is_an_internal_status_and_one_decision_line():
+    plugin = SlaPlugin(NodeState(NodeConfig(), 2, resolve_device=broken_resolver))
+    pod = pb.PodSandbox(id="pod-a", name="web-0", namespace="prod",
+                        annotations={"sla.nri.io/pod": IO_SLA})
+    container = pb.Container(id="ctr-1", pod_sandbox_id="pod-a", name="app")
+    out = io.StringIO()
+    setup_logging("json", "info", stream=out)
+    with pytest.raises(RpcError) as raised:
+        plugin.create_container(pod, container)
+    assert raised.value.code == Code.INTERNAL
+    assert raised.value.message.startswith("internal error while deciding the SLA: KeyError")
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    # The operator's traceback (once), then the decision line the refusal logs.
+    assert [line["logger"] for line in lines] == ["nri_sla.core", "nri_sla.decision"]
+    assert "KeyError" in lines[0]["exc"] and "Traceback" in lines[0]["exc"]
+    assert (lines[1]["outcome"], lines[1]["error"]) == ("refused", raised.value.message)
+    assert plugin.registry.get("ctr-1") is None  # refused: nothing registered for it

@@ -1,6 +1,6 @@
 """Rendering nri-sla's structured log lines (logfmt-style text or JSON), without `logging`.
 
-One renderer for every line nri-sla writes: `nri_plugin.logsetup`'s formatters call it for
+One renderer for every line nri-sla writes: `nri_plugin.ops.logsetup`'s formatters call it for
 each record, and the OCI hook calls `decision_line` directly for NRI_SLA_HOOK_LOG.
 The hook runs for every container start, so this module imports neither `logging` nor
 `typing`/`collections.abc` (together they would triple a cached hook run's time), and
@@ -158,7 +158,7 @@ def decision_fields(pod_ns: str, pod_name: str, container: str, path: str, outco
 def decision_line(fmt: str, pod_ns: str, pod_name: str, container: str, path: str,
                   outcome: str, applied: Mapping | None, warnings: Sequence[str],
                   error: str | None, created: float, journal: bool = False) -> str:
-    """The decision line (no newline) as `nri_plugin.logsetup.log_decision` writes it through
+    """The decision line (no newline) as `nri_plugin.ops.logsetup.log_decision` writes it through
     a handler in `fmt` ("text" | "json"), as of time `created`."""
     level, fields = decision_fields(pod_ns, pod_name, container, path, outcome, applied,
                                     warnings, error)

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from nri_plugin.logsetup import LOGGER_NAME
+from nri_plugin.ops.logsetup import LOGGER_NAME
 
 
 @pytest.fixture(autouse=True)

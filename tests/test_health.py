@@ -1,4 +1,4 @@
-"""nri_plugin.health: the probe listener answers the kubelet's probes whatever a client
+"""nri_plugin.ops.health: the probe listener answers the kubelet's probes whatever a client
 does to the metrics port or to the listener itself (issue 19), over real sockets."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from nri_plugin.config import parse_config
-from nri_plugin.health import HEAD_DEADLINE, MAX_HEAD, MAX_PENDING, answer, start_health_server
-from nri_plugin.metrics import Metrics, MetricsError, start_http_server
+from nri_plugin.ops.health import HEAD_DEADLINE, MAX_HEAD, MAX_PENDING, answer, start_health_server
+from nri_plugin.ops.metrics import Metrics, MetricsError, start_http_server
 
 sys.path.insert(0, str(Path(__file__).parent))
 from http_flood import HeldConnections, probe, resetting_requests

@@ -1,4 +1,4 @@
-"""nri_plugin.metrics: the registry's contents and the HTTP endpoints over real sockets."""
+"""nri_plugin.ops.metrics: the registry's contents and the HTTP endpoints over real sockets."""
 
 import logging
 import socket
@@ -13,7 +13,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from nri_plugin import __version__
-from nri_plugin.metrics import (
+from nri_plugin.ops.metrics import (
     ListenAddress,
     Metrics,
     MetricsError,
@@ -234,7 +234,7 @@ def test_half_open_connections_are_capped_and_cut_at_the_deadline(metrics):
 
 
 def test_default_connection_bounds(metrics):
-    from nri_plugin import metrics as metrics_module
+    from nri_plugin.ops import metrics as metrics_module
 
     assert (metrics_module.MAX_CONNECTIONS, metrics_module.CONNECTION_DEADLINE,
             metrics_module.IO_TIMEOUT) == (16, 10.0, 5.0)
@@ -266,7 +266,7 @@ def test_every_failure_reason_is_a_metric_label():
     import nri_plugin.plan.record
     import nri_plugin.sla.errors  # noqa: F401 - every SlaFailure subclass is loaded
     from nri_plugin.errors import SlaFailure
-    from nri_plugin.metrics import REASONS
+    from nri_plugin.ops.metrics import REASONS
 
     seen, todo = [], [SlaFailure]
     while todo:
@@ -343,7 +343,7 @@ def test_resetting_peers_give_one_rate_limited_line_and_no_traceback(metrics, ca
 
 
 def test_peer_error_log_writes_once_per_interval():
-    from nri_plugin.peerlog import PeerErrorLog
+    from nri_plugin.ops.peerlog import PeerErrorLog
 
     handler = _Records()
     logger = logging.getLogger("nri_sla.test_peerlog")

@@ -36,12 +36,12 @@ def main(args: argparse.Namespace) -> int:
     from nri_plugin.config import ConfigError, load_config
     from nri_plugin.core.recordkey import RecordKeyError, load_or_create_key
     from nri_plugin.errors import EXIT_INTERNAL, EXIT_INVALID, EXIT_UNAVAILABLE
-    from nri_plugin.health import start_health_server
-    from nri_plugin.logsetup import setup_logging
-    from nri_plugin.metrics import Metrics, MetricsError, start_http_server
     from nri_plugin.nri.errors import NriError
     from nri_plugin.nri.service import serve
     from nri_plugin.nri.stub import check_identity
+    from nri_plugin.ops.health import start_health_server
+    from nri_plugin.ops.logsetup import setup_logging
+    from nri_plugin.ops.metrics import Metrics, MetricsError, start_http_server
     from nri_plugin.topology.snapshot import load_snapshot
 
     # A reload asked for while starting (systemctl reload, a ConfigMap roll) must not stop
@@ -116,9 +116,9 @@ def _listen_error(what: str, address: str, exc: Exception) -> str:
 
 def reload_node(node, args: argparse.Namespace) -> None:
     """SIGHUP: the node config read again; its live keys applied (the command line's log
-    flags still win), the rest kept until a restart (nri_plugin.config_reload)."""
-    from nri_plugin.config_reload import reload_config
-    from nri_plugin.logsetup import setup_logging
+    flags still win), the rest kept until a restart (nri_plugin.ops.config_reload)."""
+    from nri_plugin.ops.config_reload import reload_config
+    from nri_plugin.ops.logsetup import setup_logging
 
     done = reload_config(args.config, node.config)
     if done is not None:
@@ -130,7 +130,7 @@ def reload_node(node, args: argparse.Namespace) -> None:
 def start_status_server(plugin, path: str):
     """The root-only socket `nri-sla status` reads; None when off or when it cannot be
     made (logged: enforcement does not depend on it)."""
-    from nri_plugin.statussocket import BUILD_TIMEOUT, StatusServer
+    from nri_plugin.ops.statussocket import BUILD_TIMEOUT, StatusServer
 
     if not path:
         return None

@@ -33,10 +33,10 @@ from nri_plugin.granted import (
     gpu_device_numbers,
 )
 from nri_plugin.hookspec import hook_spec
-from nri_plugin.logsetup import log_decision, log_event
 from nri_plugin.nri.errors import Code, RpcError
 from nri_plugin.nri.pb import nri_pb2 as pb
 from nri_plugin.nri.stub import CreateResult
+from nri_plugin.ops.logsetup import log_decision, log_event
 from nri_plugin.plan.model import ContainerPlan, SlaRefused
 from nri_plugin.plan.record import record_body, record_text
 from nri_plugin.plugin.adjustment import annotated, build_adjustment, build_update

@@ -18,8 +18,8 @@ from typing import Any
 from nri_plugin.config import NodeConfig
 from nri_plugin.core.decision import parse_sla
 from nri_plugin.hookspec import is_sla_hook
-from nri_plugin.logsetup import log_event
 from nri_plugin.nri.pb import nri_pb2 as pb
+from nri_plugin.ops.logsetup import log_event
 from nri_plugin.sla.errors import SlaError
 
 log = logging.getLogger("nri_sla.plugin")

@@ -29,8 +29,8 @@ from nri_plugin.enforce.cgfile import CgroupWrite, CgroupWriter, Mismatch
 from nri_plugin.enforce.compliance import Compliance, CpuThrottling, read_compliance
 from nri_plugin.enforce.plan_writes import cgroup_writes
 from nri_plugin.errors import SlaFailure
-from nri_plugin.logsetup import log_event
 from nri_plugin.nri.pb import nri_pb2 as pb
+from nri_plugin.ops.logsetup import log_event
 from nri_plugin.plan.model import ContainerPlan
 from nri_plugin.plugin.adjustment import build_update
 from nri_plugin.plugin.report import ContainerReport, NodeReport, SettingReport

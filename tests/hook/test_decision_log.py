@@ -1,6 +1,6 @@
 """The decision line the hook writes to NRI_SLA_HOOK_LOG (nri_plugin.decision_line).
 
-One renderer serves the hook and nri_plugin.logsetup; these tests check what the hook's call
+One renderer serves the hook and nri_plugin.ops.logsetup; these tests check what the hook's call
 produces and that the plugin's logging path (handler, record time, level names, journald
 detection) wires it up to the same line.
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from nri_plugin.decision_line import LoggingSetupError, decision_line
-from nri_plugin.logsetup import log_decision, setup_logging
+from nri_plugin.ops.logsetup import log_decision, setup_logging
 
 CREATED = 1_795_000_000.25
 APPLIED = {"cpu_quota": 50000, "cpus": "0-3", "io_max": [{"device": "/dev/vda"}],

@@ -12,9 +12,9 @@ from plugin_helpers import guaranteed, make_container_dirs, make_node, plugin_se
 
 from nri_plugin.commands.status import render
 from nri_plugin.config import WatchConfig
-from nri_plugin.metrics import Metrics
+from nri_plugin.ops.metrics import Metrics
+from nri_plugin.ops.statussocket import StatusServer, read_status
 from nri_plugin.simulated.runtime import make_container, make_pod
-from nri_plugin.statussocket import StatusServer, read_status
 
 
 def test_status_reads_the_watched_containers_now(tmp_path, v1_tree):

@@ -17,7 +17,7 @@ CONNECTION_DEADLINE seconds after it was accepted, whatever it is doing: a clien
 opens connections and sends nothing (or one byte at a time) holds a bounded number of
 threads for a bounded time. That cap makes these /healthz and /readyz unfit for the
 kubelet's probes (a client holding 16 connections makes them answer 503): probes go to
-the probe listener, nri_plugin.health. A connection that fails by the peer's doing (a
+the probe listener, nri_plugin.ops.health. A connection that fails by the peer's doing (a
 reset before the answer) is counted into one rate-limited log line, never a traceback.
 """
 
@@ -39,7 +39,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import choose_encoder
 
 from nri_plugin import __version__
-from nri_plugin.peerlog import PeerErrorLog
+from nri_plugin.ops.peerlog import PeerErrorLog
 from nri_plugin.topology.gpu_health import HEALTHY, UNHEALTHY, UNKNOWN
 from nri_plugin.topology.gpus import Gpu
 
@@ -358,7 +358,7 @@ class _Server(ThreadingHTTPServer):
     def handle_error(self, request, client_address) -> None:  # type: ignore[override]
         # socketserver's default prints a traceback to stderr for every connection whose
         # handler raised; a peer that resets before the answer makes that happen at will.
-        # One rate-limited structured line instead (nri_plugin.peerlog).
+        # One rate-limited structured line instead (nri_plugin.ops.peerlog).
         exc = sys.exc_info()[1]
         if exc is not None:
             self.peer_errors.note(exc)

@@ -14,7 +14,8 @@ import pytest
 
 from nri_plugin.config import parse_config
 from nri_plugin.ops.health import HEAD_DEADLINE, MAX_HEAD, MAX_PENDING, answer, start_health_server
-from nri_plugin.ops.metrics import Metrics, MetricsError, start_http_server
+from nri_plugin.ops.metrics import Metrics, MetricsError
+from nri_plugin.ops.metrics_http import start_http_server
 
 sys.path.insert(0, str(Path(__file__).parent))
 from http_flood import HeldConnections, probe, resetting_requests

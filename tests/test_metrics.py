@@ -1,4 +1,5 @@
-"""nri_plugin.ops.metrics: the registry's contents and the HTTP endpoints over real sockets."""
+"""nri_plugin.ops.metrics (the registry's contents) and nri_plugin.ops.metrics_http (the
+HTTP endpoints, over real sockets)."""
 
 import logging
 import socket
@@ -13,13 +14,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from nri_plugin import __version__
-from nri_plugin.ops.metrics import (
-    ListenAddress,
-    Metrics,
-    MetricsError,
-    parse_address,
-    start_http_server,
-)
+from nri_plugin.ops.metrics import Metrics, MetricsError
+from nri_plugin.ops.metrics_http import ListenAddress, parse_address, start_http_server
 
 sys.path.insert(0, str(Path(__file__).parent))
 from http_flood import resetting_requests
@@ -234,10 +230,10 @@ def test_half_open_connections_are_capped_and_cut_at_the_deadline(metrics):
 
 
 def test_default_connection_bounds(metrics):
-    from nri_plugin.ops import metrics as metrics_module
+    from nri_plugin.ops import metrics_http
 
-    assert (metrics_module.MAX_CONNECTIONS, metrics_module.CONNECTION_DEADLINE,
-            metrics_module.IO_TIMEOUT) == (16, 10.0, 5.0)
+    assert (metrics_http.MAX_CONNECTIONS, metrics_http.CONNECTION_DEADLINE,
+            metrics_http.IO_TIMEOUT) == (16, 10.0, 5.0)
     with start_http_server(metrics, "127.0.0.1:0") as srv:
         assert srv._server.max_connections == 16 and srv._server.deadline == 10.0
 
@@ -394,3 +390,23 @@ def test_operations_doc_lists_exactly_the_exported_metrics(metrics):
         for sample in family.samples:
             assert sample.name in {family.name + s for s in suffixes[family.type]}, sample.name
     assert b"_created" in generate_latest(metrics.registry)
+
+
+def test_the_null_sink_takes_every_report_the_registry_takes():
+    # A plugin without metrics reports to NullMetrics: a method missing there, or taking
+    # other arguments, would fail only on that path (the demo, tests without metrics).
+    import inspect
+
+    from nri_plugin.ops.metrics import MetricsSink, NullMetrics
+
+    reports = sorted(name for name in vars(MetricsSink) if not name.startswith("_"))
+    assert "record_decision" in reports and "time" in reports
+    for name in reports:
+        wanted = list(inspect.signature(getattr(MetricsSink, name)).parameters.values())
+        for sink in (Metrics, NullMetrics):
+            got = list(inspect.signature(getattr(sink, name)).parameters.values())
+            assert got == wanted, (sink.__name__, name)
+    null = NullMetrics()
+    null.record_decision("enforced", "ok")
+    with null.time("CreateContainer"):
+        null.observe("CreateContainer", 0.001)

@@ -41,7 +41,8 @@ def main(args: argparse.Namespace) -> int:
     from nri_plugin.nri.stub import check_identity
     from nri_plugin.ops.health import start_health_server
     from nri_plugin.ops.logsetup import setup_logging
-    from nri_plugin.ops.metrics import Metrics, MetricsError, start_http_server
+    from nri_plugin.ops.metrics import Metrics, MetricsError
+    from nri_plugin.ops.metrics_http import start_http_server
     from nri_plugin.topology.snapshot import load_snapshot
 
     # A reload asked for while starting (systemctl reload, a ConfigMap roll) must not stop

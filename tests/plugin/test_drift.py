@@ -12,12 +12,12 @@ from pathlib import Path
 
 from plugin_helpers import guaranteed, make_container_dirs, make_node, plugin_session
 
-from nri_plugin.commands.run import build_service
 from nri_plugin.config import WatchConfig
 from nri_plugin.enforce.mapping import io_weight_to_bfq
 from nri_plugin.nri.pb import nri_pb2 as pb
 from nri_plugin.nri.service import run_service
 from nri_plugin.ops.metrics import Metrics
+from nri_plugin.plugin.service import build_service
 from nri_plugin.simulated.runtime import RuntimeSimulator, make_container, make_pod
 
 HARD = "cpu: {limit: 2, period: 100ms}\nmemory: {max: 1Gi}\nio: {weight: 500}"

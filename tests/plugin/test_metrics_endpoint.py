@@ -10,10 +10,10 @@ import urllib.request
 
 from plugin_helpers import gpu_grant, guaranteed, make_node
 
-from nri_plugin.commands.run import build_service
 from nri_plugin.nri.service import run_service
 from nri_plugin.ops.metrics import Metrics
 from nri_plugin.ops.metrics_http import start_http_server
+from nri_plugin.plugin.service import build_service
 from nri_plugin.simulated.runtime import (
     PluginCallError,
     RuntimeSimulator,

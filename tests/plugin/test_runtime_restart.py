@@ -27,9 +27,9 @@ from fault_helpers import (
 )
 from plugin_helpers import permissive_node
 
-from nri_plugin.commands.run import build_service
 from nri_plugin.nri.service import run_service
 from nri_plugin.ops.metrics import Metrics
+from nri_plugin.plugin.service import build_service
 from nri_plugin.simulated.cri import Cri
 from nri_plugin.simulated.runtime import RuntimeSimulator, SimulatorOptions
 

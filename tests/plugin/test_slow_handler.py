@@ -24,10 +24,10 @@ import time
 from fault_helpers import held_by_records, holdings, live_records
 from plugin_helpers import gpu_grant, permissive_node
 
-from nri_plugin.commands.run import build_service
 from nri_plugin.nri.service import run_service
 from nri_plugin.ops.metrics import Metrics
 from nri_plugin.plugin import SlaPlugin
+from nri_plugin.plugin.service import build_service
 from nri_plugin.simulated.cri import Cri
 from nri_plugin.simulated.runtime import (
     RuntimeSimulator,

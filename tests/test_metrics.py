@@ -274,13 +274,15 @@ def test_every_failure_reason_is_a_metric_label():
 
 
 def test_gpu_health_series_follow_the_listed_gpus():
-    from nri_plugin.topology.gpu_health import unhealthy, unknown
+    from nri_plugin.ops.metrics import HEALTH_VALUES
+    from nri_plugin.topology.gpu_health import STATES, unhealthy, unknown
     from nri_plugin.topology.gpus import Gpu
 
     m = Metrics()
     gpus = [Gpu(0, "GPU-a", "0000:07:00.0", 0), Gpu(1, "", "0000:0f:00.0", 0,
                                                    health=unhealthy("XID 79")),
             Gpu(2, "GPU-c", "0000:47:00.0", 1, health=unknown("NVML: error 999"))]
+    assert sorted(HEALTH_VALUES) == sorted(STATES)  # every state has its value
     m.set_gpu_health(gpus)
     value = "nri_sla_gpu_healthy"
     assert [m.value(value, gpu=g.ref, index=str(g.index)) for g in gpus] == [1.0, 0.0, -1.0]

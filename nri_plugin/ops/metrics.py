@@ -21,8 +21,6 @@ from typing import Any, Protocol
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from nri_plugin import __version__
-from nri_plugin.topology.gpu_health import HEALTHY, UNHEALTHY, UNKNOWN
-from nri_plugin.topology.gpus import Gpu
 
 NAMESPACE = "nri_sla"
 
@@ -41,8 +39,9 @@ RECORD_PROBLEMS = ("unauthenticated", "invalid", "conflict")
 # setting, v1 blkio counted as io; and what became of a repair.
 DRIFT_KINDS = ("cpu", "cpuset", "memory", "io")
 REPAIR_OUTCOMES = ("repaired", "failed")
-# nri_sla_gpu_healthy's value per GpuHealth state (alert on < 1).
-HEALTH_VALUES = {HEALTHY: 1, UNHEALTHY: 0, UNKNOWN: -1}
+# nri_sla_gpu_healthy's value per GPU health state (alert on < 1); the states of
+# nri_plugin.topology.gpu_health (tests/test_metrics.py holds the two equal).
+HEALTH_VALUES = {"healthy": 1, "unhealthy": 0, "unknown": -1}
 _GPU_RE = re.compile(r"^[A-Za-z0-9:.\-]{1,80}$")
 # Event labels are RPC / stage names such as CreateContainer or hook.
 _EVENT_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
@@ -54,6 +53,22 @@ REQUEST_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0
 
 class MetricsError(ValueError):
     """A label value or server address that the metrics layer does not accept."""
+
+
+class GpuHealthState(Protocol):
+    @property
+    def state(self) -> str: ...
+
+
+class ListedGpu(Protocol):
+    """What nri_sla_gpu_healthy shows of a GPU (a nri_plugin.topology.gpus.Gpu)."""
+
+    @property
+    def ref(self) -> str: ...
+    @property
+    def index(self) -> int: ...
+    @property
+    def health(self) -> GpuHealthState: ...
 
 
 class MetricsSink(Protocol):
@@ -71,7 +86,7 @@ class MetricsSink(Protocol):
     def set_gpus_in_use(self, n: int) -> None: ...
     def set_gpus_shared(self, n: int) -> None: ...
     def set_gpus_missing(self, n: int) -> None: ...
-    def set_gpu_health(self, gpus: Iterable[Gpu]) -> None: ...
+    def set_gpu_health(self, gpus: Iterable[ListedGpu]) -> None: ...
     def set_exclusive_cpus_in_use(self, n: int) -> None: ...
 
 
@@ -111,7 +126,7 @@ class NullMetrics:
     def set_gpus_missing(self, n: int) -> None:
         pass
 
-    def set_gpu_health(self, gpus: Iterable[Gpu]) -> None:
+    def set_gpu_health(self, gpus: Iterable[ListedGpu]) -> None:
         pass
 
     def set_exclusive_cpus_in_use(self, n: int) -> None:
@@ -301,7 +316,7 @@ class Metrics:
     def set_gpus_missing(self, n: int) -> None:
         self.gpus_missing.set(_count(n, "gpus_missing"))
 
-    def set_gpu_health(self, gpus: Iterable[Gpu]) -> None:
+    def set_gpu_health(self, gpus: Iterable[ListedGpu]) -> None:
         """One nri_sla_gpu_healthy series per listed GPU (labels: its UUID, else its bus
         id; its index); series of GPUs no longer listed are removed."""
         labels = set()

@@ -13,12 +13,12 @@ from typing import Any
 
 from nri_plugin.core import NodeState
 from nri_plugin.nri.service import CONNECTING, REGISTERED, Periodic, ServiceOptions, serve
-from nri_plugin.ops.config_reload import reload_config
 from nri_plugin.ops.health import start_health_server
 from nri_plugin.ops.logsetup import setup_logging
 from nri_plugin.ops.metrics import Metrics
 from nri_plugin.ops.metrics_http import start_http_server
 from nri_plugin.ops.statussocket import BUILD_TIMEOUT, StatusServer
+from nri_plugin.plugin.config_reload import reload_config
 from nri_plugin.plugin.container_metrics import ContainerCollector
 from nri_plugin.plugin.handlers import SlaPlugin
 
@@ -107,7 +107,7 @@ def reload_node(node: NodeState, config_path: str | None, log_format: str | None
                 log_level: str | None) -> None:
     """SIGHUP: the node config read again; its live keys applied (`log_format` and
     `log_level`, the command line's, still win), the rest kept until a restart
-    (nri_plugin.ops.config_reload)."""
+    (nri_plugin.plugin.config_reload)."""
     done = reload_config(config_path, node.config)
     if done is not None:
         node.reconfigure(done.config)

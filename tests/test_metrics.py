@@ -412,3 +412,15 @@ def test_the_null_sink_takes_every_report_the_registry_takes():
     null.record_decision("enforced", "ok")
     with null.time("CreateContainer"):
         null.observe("CreateContainer", 0.001)
+
+
+def test_a_plugin_without_metrics_does_not_load_prometheus_client():
+    # The null sink costs nothing: prometheus_client (about 2 MiB) comes with Metrics().
+    import subprocess
+
+    code = ("import sys; from nri_plugin.plugin import SlaPlugin; "
+            "from nri_plugin.ops.metrics import NO_METRICS; "
+            "print('prometheus_client' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=120).stdout
+    assert out.strip() == "False"

@@ -16,11 +16,12 @@ import re
 from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from time import perf_counter
-from typing import Any, Protocol
-
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from typing import TYPE_CHECKING, Any, Protocol
 
 from nri_plugin import __version__
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry, Counter, Gauge
 
 NAMESPACE = "nri_sla"
 
@@ -141,6 +142,10 @@ class Metrics:
     """The plugin's metrics, in a registry of their own (a `MetricsSink`)."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        # prometheus_client is imported by the methods that make series: a plugin that
+        # reports to NullMetrics (the demo, tests) never loads it.
+        from prometheus_client import CollectorRegistry
+
         self.registry = registry if registry is not None else CollectorRegistry()
         self._decision_series()
         self._holding_series()
@@ -152,12 +157,18 @@ class Metrics:
         self.build_info.labels(version=__version__).set(1)
 
     def _counter(self, name: str, help_text: str, labels: Iterable[str] = ()) -> Counter:
+        from prometheus_client import Counter
+
         return Counter(name, help_text, labels, namespace=NAMESPACE, registry=self.registry)
 
     def _gauge(self, name: str, help_text: str, labels: Iterable[str] = ()) -> Gauge:
+        from prometheus_client import Gauge
+
         return Gauge(name, help_text, labels, namespace=NAMESPACE, registry=self.registry)
 
     def _decision_series(self) -> None:
+        from prometheus_client import Histogram
+
         self.decisions = self._counter(
             "decisions", "SLA decisions per container, by outcome and reason",
             ["outcome", "reason"])

@@ -24,9 +24,9 @@ import time
 
 from nri_plugin.config import NodeConfig
 from nri_plugin.core import build_node
-from nri_plugin.logsetup import setup_logging
 from nri_plugin.nri.pb import nri_pb2 as pb
 from nri_plugin.nri.stub import _create_response
+from nri_plugin.ops.logsetup import setup_logging
 from nri_plugin.plugin import SlaPlugin
 from nri_plugin.simulated.runtime import make_container, make_pod
 

@@ -31,7 +31,7 @@ from nri_plugin.core.nodestate import NodeState
 from nri_plugin.enforce.capabilities import NodeCapabilities
 from nri_plugin.enforce.cgpaths import CgroupFacts
 from nri_plugin.enforce.cgroupdetect import detect_cgroup_facts
-from nri_plugin.metrics import Metrics
+from nri_plugin.ops.metrics import Metrics
 from nri_plugin.plugin.container_metrics import ContainerCollector
 from nri_plugin.plugin.handlers import SlaPlugin
 from nri_plugin.simulated.runtime import make_container, make_pod, make_resources

@@ -174,7 +174,7 @@ class MetricsConfig:
     """The node config's `metrics` section."""
 
     address: str = "127.0.0.1:9810"  # host:port; "" disables the metrics endpoint
-    # host:port of the probe listener (/healthz, /readyz only; nri_plugin.health); "" off
+    # host:port of the probe listener (/healthz, /readyz only; nri_plugin.ops.health); "" off
     health_address: str = ""
 
     @property

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from nri_plugin.logsetup import LOGGER_NAME
+from nri_plugin.ops.logsetup import LOGGER_NAME
 from tests.support.cgroups import CgroupTree, make_v1_tree, make_v2_tree
 
 

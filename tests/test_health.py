@@ -1,4 +1,4 @@
-"""nri_plugin.health: the probe listener answers the kubelet's probes whatever a client
+"""nri_plugin.ops.health: the probe listener answers the kubelet's probes whatever a client
 does to the metrics port or to the listener itself (issue 19), over real sockets."""
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ import time
 import pytest
 
 from nri_plugin.config import parse_config
-from nri_plugin.health import HEAD_DEADLINE, MAX_HEAD, MAX_PENDING, answer, start_health_server
-from nri_plugin.metrics import Metrics, MetricsError, start_http_server
+from nri_plugin.ops.health import HEAD_DEADLINE, MAX_HEAD, MAX_PENDING, answer, start_health_server
+from nri_plugin.ops.metrics import Metrics, MetricsError
+from nri_plugin.ops.metrics_http import start_http_server
 from tests.support.http_flood import HeldConnections, probe, resetting_requests
 
 LOCAL = "127.0.0.1"

@@ -1,7 +1,10 @@
-"""nri_plugin.metrics: the registry's contents and the HTTP endpoints over real sockets."""
+"""nri_plugin.ops.metrics (the registry's contents) and nri_plugin.ops.metrics_http (the
+HTTP endpoints, over real sockets)."""
 
 import logging
 import socket
+import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -12,13 +15,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from nri_plugin import __version__
-from nri_plugin.metrics import (
-    ListenAddress,
-    Metrics,
-    MetricsError,
-    parse_address,
-    start_http_server,
-)
+from nri_plugin.ops.metrics import Metrics, MetricsError
+from nri_plugin.ops.metrics_http import ListenAddress, parse_address, start_http_server
 from tests.support.http_flood import resetting_requests
 
 
@@ -231,10 +229,10 @@ def test_half_open_connections_are_capped_and_cut_at_the_deadline(metrics):
 
 
 def test_default_connection_bounds(metrics):
-    from nri_plugin import metrics as metrics_module
+    from nri_plugin.ops import metrics_http
 
-    assert (metrics_module.MAX_CONNECTIONS, metrics_module.CONNECTION_DEADLINE,
-            metrics_module.IO_TIMEOUT) == (16, 10.0, 5.0)
+    assert (metrics_http.MAX_CONNECTIONS, metrics_http.CONNECTION_DEADLINE,
+            metrics_http.IO_TIMEOUT) == (16, 10.0, 5.0)
     with start_http_server(metrics, "127.0.0.1:0") as srv:
         assert srv._server.max_connections == 16 and srv._server.deadline == 10.0
 
@@ -263,7 +261,7 @@ def test_every_failure_reason_is_a_metric_label():
     import nri_plugin.plan.record
     import nri_plugin.sla.errors  # noqa: F401 - every SlaFailure subclass is loaded
     from nri_plugin.errors import SlaFailure
-    from nri_plugin.metrics import REASONS
+    from nri_plugin.ops.metrics import REASONS
 
     seen, todo = [], [SlaFailure]
     while todo:
@@ -275,13 +273,15 @@ def test_every_failure_reason_is_a_metric_label():
 
 
 def test_gpu_health_series_follow_the_listed_gpus():
-    from nri_plugin.topology.gpu_health import unhealthy, unknown
+    from nri_plugin.ops.metrics import HEALTH_VALUES
+    from nri_plugin.topology.gpu_health import STATES, unhealthy, unknown
     from nri_plugin.topology.gpus import Gpu
 
     m = Metrics()
     gpus = [Gpu(0, "GPU-a", "0000:07:00.0", 0), Gpu(1, "", "0000:0f:00.0", 0,
                                                    health=unhealthy("XID 79")),
             Gpu(2, "GPU-c", "0000:47:00.0", 1, health=unknown("NVML: error 999"))]
+    assert sorted(HEALTH_VALUES) == sorted(STATES)  # every state has its value
     m.set_gpu_health(gpus)
     value = "nri_sla_gpu_healthy"
     assert [m.value(value, gpu=g.ref, index=str(g.index)) for g in gpus] == [1.0, 0.0, -1.0]
@@ -340,7 +340,7 @@ def test_resetting_peers_give_one_rate_limited_line_and_no_traceback(metrics, ca
 
 
 def test_peer_error_log_writes_once_per_interval():
-    from nri_plugin.peerlog import PeerErrorLog
+    from nri_plugin.ops.peerlog import PeerErrorLog
 
     handler = _Records()
     logger = logging.getLogger("nri_sla.test_peerlog")
@@ -391,3 +391,33 @@ def test_operations_doc_lists_exactly_the_exported_metrics(metrics):
         for sample in family.samples:
             assert sample.name in {family.name + s for s in suffixes[family.type]}, sample.name
     assert b"_created" in generate_latest(metrics.registry)
+
+
+def test_the_null_sink_takes_every_report_the_registry_takes():
+    # A plugin without metrics reports to NullMetrics: a method missing there, or taking
+    # other arguments, would fail only on that path (the demo, tests without metrics).
+    import inspect
+
+    from nri_plugin.ops.metrics import MetricsSink, NullMetrics
+
+    reports = sorted(name for name in vars(MetricsSink) if not name.startswith("_"))
+    assert "record_decision" in reports and "time" in reports
+    for name in reports:
+        wanted = list(inspect.signature(getattr(MetricsSink, name)).parameters.values())
+        for sink in (Metrics, NullMetrics):
+            got = list(inspect.signature(getattr(sink, name)).parameters.values())
+            assert got == wanted, (sink.__name__, name)
+    null = NullMetrics()
+    null.record_decision("enforced", "ok")
+    with null.time("CreateContainer"):
+        null.observe("CreateContainer", 0.001)
+
+
+def test_a_plugin_without_metrics_does_not_load_prometheus_client():
+    # The null sink costs nothing: prometheus_client (about 2 MiB) comes with Metrics().
+    code = ("import sys; from nri_plugin.plugin import SlaPlugin; "
+            "from nri_plugin.ops.metrics import NO_METRICS; "
+            "print('prometheus_client' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=120).stdout
+    assert out.strip() == "False"

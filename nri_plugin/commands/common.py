@@ -26,7 +26,7 @@ def add_node_arguments(parser: argparse.ArgumentParser, config: str | None = Non
 
 def add_log_arguments(parser: argparse.ArgumentParser) -> None:
     """--log-format and --log-level of the long-running commands (over log.* of the config)."""
-    from nri_plugin.logsetup import FORMATS, LEVELS
+    from nri_plugin.ops.logsetup import FORMATS, LEVELS
 
     parser.add_argument("--log-format", choices=FORMATS, default=None,
                         help="log line format (default log.format of the config: text)")

@@ -4,7 +4,7 @@ containerd version, printed or written as a drop-in that containerd's `imports` 
 `--dry-run` shows the unified diff against the drop-in that is there and writes nothing.
 A rewrite with the same settings leaves the file untouched. A file at the drop-in path
 that nri-sla did not write is never overwritten. What can break a node is opt-in:
-`--fail-closed` (the validator) and `--systemd-cgroup` (nri_plugin.containerd_dropin).
+`--fail-closed` (the validator) and `--systemd-cgroup` (nri_plugin.commands.containerd_dropin).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tomllib
 
-from nri_plugin.containerd_dropin import (
+from nri_plugin.commands.containerd_dropin import (
     DEFAULT_BASE_SPEC,
     DEFAULT_DROPIN,
     DEFAULT_MAIN_CONFIG,

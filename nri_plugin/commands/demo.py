@@ -30,7 +30,7 @@ from typing import Any
 
 from nri_plugin.commands.common import add_node_arguments, node_from_args
 from nri_plugin.commands.manifests import ManifestError, PodSpec, load_pods
-from nri_plugin.logsetup import FORMATS, setup_logging
+from nri_plugin.ops.logsetup import FORMATS, setup_logging
 from nri_plugin.simulated.deviceplugin import STRATEGIES
 from nri_plugin.simulated.ocispec import ENV_VISIBLE, NvidiaRuntime
 from nri_plugin.topology.gpus import GpuInventory

@@ -30,7 +30,7 @@ def main(args: argparse.Namespace) -> int:
     from nri_plugin.config import load_config
     from nri_plugin.errors import EXIT_INVALID, EXIT_UNAVAILABLE, SlaFailure
     from nri_plugin.kubelet.deviceplugin import GpuDevicePlugin, PluginSettings
-    from nri_plugin.logsetup import setup_logging
+    from nri_plugin.ops.logsetup import setup_logging
     from nri_plugin.topology.inventory import configured_reader
     from nri_plugin.topology.watched import WatchedInventory
 

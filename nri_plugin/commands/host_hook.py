@@ -1,14 +1,14 @@
 """`nri-sla host-hook`: put the OCI hook fallback, its config and the base runtime spec on
-the host, from the DaemonSet's image (its initContainer; nri_plugin.hostinstall)."""
+the host, from the DaemonSet's image (its initContainer; nri_plugin.commands.hostinstall)."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
+from nri_plugin.commands.hostinstall import HOST_BASE_SPEC, HOST_DIR, install
 from nri_plugin.config import DEFAULT_PATH
 from nri_plugin.errors import InternalFailure
-from nri_plugin.hostinstall import HOST_BASE_SPEC, HOST_DIR, install
 
 # Where the Dockerfile puts hooks/base-runtime-spec.json.
 IMAGE_BASE_SPEC = "/usr/share/nri-sla/base-runtime-spec.json"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from nri_plugin.commands.config_render import config_yaml
 from nri_plugin.config import (
     DEFAULT_PATH,
     NodeConfig,
@@ -19,7 +20,6 @@ from nri_plugin.config import (
     load_config,
     read_config_text,
 )
-from nri_plugin.config_render import config_yaml
 from nri_plugin.errors import EXIT_INVALID, EXIT_OK, one_line
 
 

@@ -34,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from nri_plugin.errors import EXIT_UNAVAILABLE
-    from nri_plugin.statussocket import StatusError, read_status
+    from nri_plugin.ops.statussocket import StatusError, read_status
 
     path = args.socket
     if path is None:

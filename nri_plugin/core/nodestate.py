@@ -150,7 +150,7 @@ class NodeState:
         return self.config.annotation_prefix
 
     def reconfigure(self, config: NodeConfig) -> None:
-        """Decide with `config` from now on (a reload: nri_plugin.config_reload says which
+        """Decide with `config` from now on (a reload: nri_plugin.plugin.config_reload says which
         of its keys may differ from the config the node was built with). The remembered
         decisions were made under the old one and are dropped."""
         self.config = config

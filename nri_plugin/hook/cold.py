@@ -16,7 +16,6 @@ from typing import Any
 from nri_plugin.config import ConfigError, NodeConfig, load_config
 from nri_plugin.core import ContainerRequest, NodeState, decide, node_allocator
 from nri_plugin.core.decision import Decision, parse_sla
-from nri_plugin.core.event import applied_fields
 from nri_plugin.core.recordkey import NoRecordKey, RecordKeyError, load_key
 from nri_plugin.enforce.blockdev import resolve_block_device
 from nri_plugin.enforce.capabilities import detect_capabilities
@@ -32,6 +31,7 @@ from nri_plugin.hook.options import HookOptions
 from nri_plugin.hook.outcome import WARN, Outcome, RunState
 from nri_plugin.hook.state import BundleSpec, OciState
 from nri_plugin.hook.target import Target
+from nri_plugin.ops.event import applied_fields
 from nri_plugin.plan.model import PlanError
 from nri_plugin.plan.record import RecordError, decode_record, record_body
 from nri_plugin.sla.model import Sla

@@ -113,7 +113,7 @@ def _bare(line: str) -> str:
 
 def _log_decision(d: LoggedDecision, stream: TextIO) -> None:
     """The plugin's decision line (docs/operations.md), with path "hook"."""
-    from nri_plugin.core.event import DecisionEvent, journald_fd, render_event
+    from nri_plugin.ops.event import DecisionEvent, journald_fd, render_event
 
     t = d.target
     try:

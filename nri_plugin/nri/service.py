@@ -205,89 +205,141 @@ def _call(callback: Callable[..., Any] | None, *args: Any) -> None:
         log.exception("service callback %r failed", callback)
 
 
+def _install_signal_handlers(loop: asyncio.AbstractEventLoop, stop: asyncio.Event,
+                             on_reload: Callable[[], Any] | None) -> list[int]:
+    """SIGTERM and SIGINT set `stop`, SIGHUP calls `on_reload`; returns the signals
+    handled (none off the main thread, where the embedding code handles signals)."""
+    handlers = {signal.SIGTERM: stop.set, signal.SIGINT: stop.set,
+                signal.SIGHUP: lambda: _call(on_reload)}
+    installed: list[int] = []
+    for sig, handler in handlers.items():
+        try:
+            loop.add_signal_handler(sig, handler)
+            installed.append(sig)
+        except (NotImplementedError, RuntimeError, ValueError):
+            pass  # not the main thread: the embedding code handles signals
+    return installed
+
+
+class _Backoff:
+    """The wait before the next connection attempt: doubled after each, at most
+    `maximum`, back to `initial` once a connection had registered; the attempts that
+    found no runtime are reported by _Unreachable."""
+
+    def __init__(self, initial: float, maximum: float) -> None:
+        self.initial = initial
+        self.maximum = maximum
+        self.delay = initial
+        self.unreachable = _Unreachable()
+
+    def lost(self, exc: NriError, registered: bool, now: float) -> None:
+        """A connection ended by `exc`; `registered`: it had registered."""
+        if registered:
+            self.delay = self.initial
+            self.unreachable.reset()
+            log.warning("NRI connection lost: %s; retrying in %.1fs", exc, self.delay)
+        else:
+            self.unreachable.failed(exc, self.delay, now)
+
+    def next_delay(self) -> float:
+        delay = self.delay
+        self.delay = min(delay * 2, self.maximum)
+        return delay
+
+
+class _Connections:
+    """One connection to the runtime after another, a Stub each (on the pre-launched
+    socket, or dialling `socket_path`): the state callbacks and systemd status of each,
+    its periodic jobs, and the registrations counted across them."""
+
+    def __init__(self, plugin: object, opts: ServiceOptions, notifier: SystemdNotifier,
+                 prelaunched: tuple[socket.socket, str, str] | None) -> None:
+        self.plugin = plugin
+        self.opts = opts
+        self.notifier = notifier
+        self.prelaunched = prelaunched
+        self.reconnects = 0
+        self.ever_registered = False
+        self.registered_now = False  # the last connection registered
+
+    def _stub(self) -> Stub:
+        timeout = self.opts.registration_timeout
+        if self.prelaunched is not None:
+            sock, name, idx = self.prelaunched
+            return Stub(self.plugin, name=name, idx=idx, sock=sock,
+                        registration_timeout=timeout)
+        return Stub(self.plugin, name=self.opts.name, idx=self.opts.idx,
+                    socket_path=self.opts.socket_path, registration_timeout=timeout)
+
+    def _ready(self, stub: Stub, jobs: list[asyncio.Task[None]]) -> None:
+        if self.ever_registered:
+            self.reconnects += 1
+            _call(self.opts.on_reconnect, self.reconnects)
+        self.registered_now = self.ever_registered = True
+        _call(self.opts.on_state, REGISTERED)
+        self.notifier.notify("READY=1", f"STATUS=registered with {stub.runtime_name} "
+                             f"{stub.runtime_version}".rstrip())
+        _call(self.opts.on_ready, stub)
+        loop = asyncio.get_running_loop()
+        jobs.extend(loop.create_task(_every(job, stub)) for job in self.opts.periodic)
+
+    async def serve_one(self, stop: asyncio.Event) -> NriError | None:
+        """One connection, served until it ends or `stop` is set: the NriError that
+        ended it; None when stopped, or when the stub returned on its own."""
+        _call(self.opts.on_state, CONNECTING)
+        self.notifier.notify("STATUS=connecting to the NRI runtime")
+        self.registered_now = False
+        jobs: list[asyncio.Task[None]] = []  # the periodic runs of this connection
+        stub = self._stub()
+        stub.on_ready = lambda: self._ready(stub, jobs)
+        loop = asyncio.get_running_loop()
+        run = loop.create_task(stub.run())
+        stopper = loop.create_task(stop.wait())
+        await asyncio.wait({run, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        stopper.cancel()
+        for job in jobs:  # they served that connection only
+            job.cancel()
+        if stop.is_set():
+            stub.stop()
+            with contextlib.suppress(NriError, asyncio.CancelledError):
+                await asyncio.wait_for(run, 2.0)
+            return None
+        try:
+            run.result()
+        except NriError as exc:
+            _call(self.opts.on_state, DISCONNECTED)
+            self.notifier.notify(f"STATUS=disconnected: {exc}")
+            return exc
+        return None  # returned without stop(): treat as done
+
+
 async def run_service(plugin: object, options: ServiceOptions | None = None) -> None:
     """Serve `plugin` until SIGTERM/SIGINT (or options.stop_event); returns None."""
     opts = options or ServiceOptions()
     environ = os.environ if opts.environ is None else opts.environ
-    pre = _prelaunched(environ)
-    if pre is None:
+    prelaunched = _prelaunched(environ)
+    if prelaunched is None:
         check_identity(opts.name, opts.idx)
     notifier = SystemdNotifier(environ)
     stop = opts.stop_event or asyncio.Event()
     loop = asyncio.get_running_loop()
-    installed: list[int] = []
-    if opts.handle_signals:
-        handlers = {signal.SIGTERM: stop.set, signal.SIGINT: stop.set,
-                    signal.SIGHUP: lambda: _call(opts.on_reload)}
-        for sig, handler in handlers.items():
-            try:
-                loop.add_signal_handler(sig, handler)
-                installed.append(sig)
-            except (NotImplementedError, RuntimeError, ValueError):
-                pass  # not the main thread: the embedding code handles signals
+    installed = (_install_signal_handlers(loop, stop, opts.on_reload)
+                 if opts.handle_signals else [])
     watchdog = loop.create_task(notifier.watchdog())
-    reconnects = 0
-    ever_registered = False
-    delay = opts.backoff_initial
-    unreachable = _Unreachable()
+    connections = _Connections(plugin, opts, notifier, prelaunched)
+    backoff = _Backoff(opts.backoff_initial, opts.backoff_max)
     try:
         while not stop.is_set():
-            _call(opts.on_state, CONNECTING)
-            notifier.notify("STATUS=connecting to the NRI runtime")
-            registered_now = False
-            jobs: list[asyncio.Task[None]] = []  # the periodic runs of this connection
-
-            def ready(stub: Stub, jobs: list[asyncio.Task[None]]) -> None:
-                nonlocal registered_now, ever_registered, reconnects
-                if ever_registered:
-                    reconnects += 1
-                    _call(opts.on_reconnect, reconnects)
-                registered_now = ever_registered = True
-                _call(opts.on_state, REGISTERED)
-                notifier.notify("READY=1", f"STATUS=registered with {stub.runtime_name} "
-                                f"{stub.runtime_version}".rstrip())
-                _call(opts.on_ready, stub)
-                jobs.extend(loop.create_task(_every(job, stub)) for job in opts.periodic)
-
-            if pre is not None:
-                sock, name, idx = pre
-                stub = Stub(plugin, name=name, idx=idx, sock=sock,
-                            registration_timeout=opts.registration_timeout)
-            else:
-                stub = Stub(plugin, name=opts.name, idx=opts.idx,
-                            socket_path=opts.socket_path,
-                            registration_timeout=opts.registration_timeout)
-            stub.on_ready = lambda s=stub, j=jobs: ready(s, j)
-            run = loop.create_task(stub.run())
-            stopper = loop.create_task(stop.wait())
-            await asyncio.wait({run, stopper}, return_when=asyncio.FIRST_COMPLETED)
-            stopper.cancel()
-            for job in jobs:  # they served that connection only
-                job.cancel()
-            if stop.is_set():
-                stub.stop()
-                with contextlib.suppress(NriError, asyncio.CancelledError):
-                    await asyncio.wait_for(run, 2.0)
+            ended = await connections.serve_one(stop)
+            if ended is None:
                 break
-            try:
-                run.result()
-                break  # returned without stop(): treat as done
-            except NriError as exc:
-                _call(opts.on_state, DISCONNECTED)
-                notifier.notify(f"STATUS=disconnected: {exc}")
-                if pre is not None:
-                    log.info("pre-launched connection ended (%s); exiting so that the "
-                             "runtime can launch us again", exc)
-                    break
-                if registered_now:
-                    delay = opts.backoff_initial
-                    unreachable.reset()
-                    log.warning("NRI connection lost: %s; retrying in %.1fs", exc, delay)
-                else:
-                    unreachable.failed(exc, delay, loop.time())
+            if prelaunched is not None:
+                log.info("pre-launched connection ended (%s); exiting so that the "
+                         "runtime can launch us again", ended)
+                break
+            backoff.lost(ended, connections.registered_now, loop.time())
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), delay)
-            delay = min(delay * 2, opts.backoff_max)
+                await asyncio.wait_for(stop.wait(), backoff.next_delay())
     finally:
         watchdog.cancel()
         for sig in installed:

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from nri_plugin.logsetup import log_event
+from nri_plugin.ops.logsetup import log_event
 from nri_plugin.plugin.report import ContainerReport, NodeReport, cpu_limit, gpu_refs, memory_high
 from nri_plugin.topology.cpulist import parse_cpulist
 

@@ -16,14 +16,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from contextlib import nullcontext
 from dataclasses import replace
 from itertools import islice
 from typing import Any
 
 from nri_plugin.core import ContainerRequest, Decision, NodeState, decide
 from nri_plugin.core.decision import REUSABLE_LIMIT, recheck
-from nri_plugin.core.event import DecisionEvent, applied_fields
 from nri_plugin.core.nodestate import LiveContainer
 from nri_plugin.enforce.rt import RtChange
 from nri_plugin.errors import INTERNAL, INVALID, Refused, SlaFailure
@@ -37,10 +35,12 @@ from nri_plugin.granted import (
     gpu_device_numbers,
 )
 from nri_plugin.hookspec import hook_spec
-from nri_plugin.logsetup import log_decision, log_event
 from nri_plugin.nri.errors import Code, RpcError
 from nri_plugin.nri.pb import nri_pb2 as pb
 from nri_plugin.nri.stub import CreateResult
+from nri_plugin.ops.event import DecisionEvent, applied_fields
+from nri_plugin.ops.logsetup import log_decision, log_event
+from nri_plugin.ops.metrics import NO_METRICS, MetricsSink
 from nri_plugin.plan.model import ContainerPlan, PlanError
 from nri_plugin.plan.record import record_body, record_text
 from nri_plugin.plugin.adjustment import annotated, build_adjustment, build_update
@@ -106,7 +106,7 @@ class StartRefused(Refused):
 class SlaPlugin:
     """Handlers for the NRI stub; the stub subscribes to exactly these events."""
 
-    def __init__(self, node: NodeState, metrics: Any = None) -> None:
+    def __init__(self, node: NodeState, metrics: MetricsSink = NO_METRICS) -> None:
         self.node = node
         self.metrics = metrics
         self.nri_version: str | None = None
@@ -192,13 +192,11 @@ class SlaPlugin:
         for rejection in restored.rejected:
             log_event(log, logging.WARNING, "record ignored", container=rejection.container,
                       problem=rejection.problem, error=rejection.message)
-            if self.metrics is not None:
-                self.metrics.record_rejected(rejection.problem)
+            self.metrics.record_rejected(rejection.problem)
         for breach in restored.out_of_policy:
             log_event(log, logging.WARNING, "record outside the node policy",
                       container=breach.container, error=breach.message)
-            if self.metrics is not None:
-                self.metrics.record_out_of_policy()
+            self.metrics.record_out_of_policy()
         unenforced = self._unenforced.report(self.node.config, self.node.output_keys[0],
                                              pods, containers)
         log.info("synchronized: %d pods, %d containers, %d allocations rebuilt, %d records "
@@ -344,8 +342,7 @@ class SlaPlugin:
         for device, a, b in self.registry.new_shared_pairs(shared):
             log_event(log, logging.WARNING, "GPU shared by two containers", gpu=device,
                       container=a.id, other=b.id, pods=f"{a.who}; {b.who}")
-        if self.metrics is not None:
-            self.metrics.set_gpus_shared(len(shared))
+        self.metrics.set_gpus_shared(len(shared))
 
     def _answer(self, plan: ContainerPlan, reusable: bool, container: pb.Container
                 ) -> tuple[dict[str, Any], pb.ContainerAdjustment]:
@@ -519,7 +516,7 @@ class SlaPlugin:
         return updates
 
     def _timed(self, event: str):
-        return self.metrics.time(event) if self.metrics is not None else nullcontext()
+        return self.metrics.time(event)
 
     def _release(self, container_id: str) -> None:
         entry = self.registry.remove(container_id)
@@ -539,14 +536,11 @@ class SlaPlugin:
             log_decision(DecisionEvent(pod.namespace, pod.name, container.name, "nri",
                                        decision.outcome, applied, decision.warnings,
                                        decision.error_text))
-        if self.metrics is not None:
-            self.metrics.observe(event, time.perf_counter() - started)
-            if decision.outcome != "skipped":
-                self.metrics.record_decision(decision.outcome, decision.reason)
+        self.metrics.observe(event, time.perf_counter() - started)
+        if decision.outcome != "skipped":
+            self.metrics.record_decision(decision.outcome, decision.reason)
 
     def _publish_usage(self) -> None:
-        if self.metrics is None:
-            return
         gpus, cpus = self.node.usage()
         self.metrics.set_gpus_in_use(gpus)
         self.metrics.set_exclusive_cpus_in_use(cpus)
@@ -555,7 +549,7 @@ class SlaPlugin:
         self._publish_gpu_health()
 
     def _publish_gpu_health(self) -> None:
-        if self.metrics is not None and self.node.allocator is not None:
+        if self.node.allocator is not None:
             self.metrics.set_gpu_health(self.node.allocator.inventory.gpus)
 
 

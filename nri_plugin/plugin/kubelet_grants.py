@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from nri_plugin.granted import GrantedResources
 from nri_plugin.kubelet.errors import KubeletApiError
 from nri_plugin.kubelet.podresources import PodResourcesClient, granted_device_ids, is_socket
-from nri_plugin.logsetup import log_event
+from nri_plugin.ops.logsetup import log_event
 
 log = logging.getLogger("nri_sla.plugin.kubelet")
 

@@ -13,13 +13,13 @@ docs/install.md) was enforced, or refused, by the hook and is not reported.
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from nri_plugin.config import NodeConfig
 from nri_plugin.core.decision import parse_sla
 from nri_plugin.hookspec import is_sla_hook
-from nri_plugin.logsetup import log_event
 from nri_plugin.nri.pb import nri_pb2 as pb
+from nri_plugin.ops.logsetup import log_event
+from nri_plugin.ops.metrics import MetricsSink
 from nri_plugin.sla.errors import SlaError
 
 log = logging.getLogger("nri_sla.plugin")
@@ -37,7 +37,7 @@ def hook_enforced(container: pb.Container) -> bool:
 class UnenforcedContainers:
     """The live containers already reported (each is reported once per process)."""
 
-    def __init__(self, metrics: Any = None) -> None:
+    def __init__(self, metrics: MetricsSink) -> None:
         self.metrics = metrics
         self._reported: set[str] = set()
 
@@ -62,7 +62,6 @@ class UnenforcedContainers:
                 continue
             log_event(log, logging.WARNING, "created unenforced", container=ctr.id,
                       namespace=pod.namespace, pod=pod.name, container_name=ctr.name)
-            if self.metrics is not None:
-                self.metrics.count_unenforced()
+            self.metrics.count_unenforced()
         self._reported = now  # the gone ones forgotten: bounded by the live containers
         return len(now)

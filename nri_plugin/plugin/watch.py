@@ -22,15 +22,15 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from nri_plugin.core.nodestate import NodeState
 from nri_plugin.enforce.cgfile import CgroupWrite, CgroupWriter, Mismatch
 from nri_plugin.enforce.compliance import Compliance, CpuThrottling, read_compliance
 from nri_plugin.enforce.plan_writes import cgroup_writes
 from nri_plugin.errors import SlaFailure
-from nri_plugin.logsetup import log_event
 from nri_plugin.nri.pb import nri_pb2 as pb
+from nri_plugin.ops.logsetup import log_event
+from nri_plugin.ops.metrics import MetricsSink
 from nri_plugin.plan.model import ContainerPlan
 from nri_plugin.plugin.adjustment import build_update
 from nri_plugin.plugin.report import ContainerReport, NodeReport, SettingReport
@@ -85,7 +85,7 @@ class _Reading:
 
 
 class DriftWatch:
-    def __init__(self, node: NodeState, metrics: Any = None, *, interval: float,
+    def __init__(self, node: NodeState, metrics: MetricsSink, *, interval: float,
                  backoff_max: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.node = node
         self.metrics = metrics
@@ -139,8 +139,7 @@ class DriftWatch:
             if update is not None:
                 updates.append(update)
         self.last = NodeReport(time.time(), self.interval, tuple(reports))
-        if self.metrics is not None:
-            self.metrics.observe("DriftWatch", time.perf_counter() - started)
+        self.metrics.observe("DriftWatch", time.perf_counter() - started)
         return updates
 
     def look(self) -> NodeReport:
@@ -303,12 +302,10 @@ class DriftWatch:
         log_event(log, logging.INFO, "drift repaired", **watched.fields(), how=how)
 
     def _count_drift(self, write: CgroupWrite) -> None:
-        if self.metrics is not None:
-            self.metrics.record_drift(KIND[write.controller])
+        self.metrics.record_drift(KIND[write.controller])
 
     def _count_repair(self, write: CgroupWrite, outcome: str) -> None:
-        if self.metrics is not None:
-            self.metrics.record_repair(KIND[write.controller], outcome)
+        self.metrics.record_repair(KIND[write.controller], outcome)
 
 
 def _setting(write: CgroupWrite, via: str, mismatch: Mismatch | None) -> SettingReport:

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from nri_plugin.logsetup import log_event
+from nri_plugin.ops.logsetup import log_event
 from nri_plugin.topology.gpu_health import GPU_HEALTHY, GpuHealth, unhealthy
 from nri_plugin.topology.gpus import Gpu, GpuInventory, normalize_bus_id
 from nri_plugin.topology.nvml_gpus import (

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from nri_plugin.cli import main
-from nri_plugin.containerd_dropin import (
+from nri_plugin.commands.containerd_dropin import (
     MARKER,
     ContainerdVersion,
     parse_version,

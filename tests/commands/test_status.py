@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from nri_plugin.commands.status import render
-from nri_plugin.statussocket import StatusError, StatusServer, read_status
+from nri_plugin.ops.statussocket import StatusError, StatusServer, read_status
 
 REPO = Path(__file__).resolve().parents[2]
 NOBODY = 65534

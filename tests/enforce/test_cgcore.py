@@ -261,7 +261,7 @@ def test_shared_cores_import_lean():
     code = (f"import sys; sys.path.insert(0, {root!r}); "
             "import nri_plugin.enforce.cgfile, nri_plugin.enforce.cgpaths, "
             "nri_plugin.enforce.devnode, "
-            "nri_plugin.core.event; "
+            "nri_plugin.ops.event; "
             "print(' '.join(sorted(sys.modules)))")
     out = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True,
                          text=True, check=True).stdout.split()

@@ -186,9 +186,9 @@ def plugin_event(tmp_path: Path, version: int, annotations: dict[str, str]) -> d
     import io
     import json
 
-    from nri_plugin.logsetup import setup_logging
     from nri_plugin.nri.errors import RpcError
     from nri_plugin.nri.pb import nri_pb2 as pb
+    from nri_plugin.ops.logsetup import setup_logging
     from nri_plugin.plugin import SlaPlugin
 
     root = tmp_path / "plugin"

@@ -402,7 +402,7 @@ def test_decision_line_goes_to_the_hook_log(v2, tmp_path, h, fmt):
         docs = [json.loads(line) for line in lines]
         assert [d["outcome"] for d in docs] == [c[1] for c in cases]
         assert all(d["path"] == "hook" and d["pod"] == "prod/web-0" for d in docs)
-        # The plugin's fields for the same decision (core.event.applied_fields).
+        # The plugin's fields for the same decision (ops.event.applied_fields).
         assert docs[0]["applied"] == {"cgroup_version": 2, "cpu_period": 100000,
                                       "cpu_quota": 50000, "enforcement": "hard"}
         assert docs[1]["warnings"][0].startswith("sla.nri.io/pod: cpu.rt-runtime")

@@ -20,7 +20,7 @@ EXPECTED = [
     "./usr/bin/nri-sla",
     "./usr/lib/nri-sla/site/nri_plugin/__init__.py",
     "./usr/lib/nri-sla/site/nri_plugin/cli.py",
-    "./usr/lib/nri-sla/site/nri_plugin/metrics.py",
+    "./usr/lib/nri-sla/site/nri_plugin/ops/metrics.py",
     "./usr/lib/nri-sla/site/yaml/__init__.py",
     "./usr/lib/nri-sla/site/google/protobuf/__init__.py",
     "./usr/lib/nri-sla/site/prometheus_client/__init__.py",

@@ -264,8 +264,8 @@ def test_host_hook_init_container_installs_the_configmaps_policy(manifest, tmp_p
     ConfigMap mounted where the plugin reads it; run here against a scratch host root,
     the hook it installs runs on its own (its own interpreter copy) with that config."""
     from nri_plugin.commands import host_hook
+    from nri_plugin.commands.hostinstall import HOST_BINARY, install
     from nri_plugin.hookspec import oci_hooks
-    from nri_plugin.hostinstall import HOST_BINARY, install
 
     pod = _by_kind(manifest, "DaemonSet")["spec"]["template"]["spec"]
     (init,) = pod["initContainers"]
@@ -315,8 +315,8 @@ def test_host_hook_init_container_installs_the_configmaps_policy(manifest, tmp_p
 
 
 def test_host_hook_refuses_a_config_that_does_not_validate(tmp_path, pk):
+    from nri_plugin.commands.hostinstall import install
     from nri_plugin.config import ConfigError
-    from nri_plugin.hostinstall import install
 
     bad = tmp_path / "config.yaml"
     bad.write_text("enforcement: sometimes\n")
@@ -376,7 +376,7 @@ def test_chart_can_leave_the_host_alone():
 
 
 def test_probes_use_the_health_port_not_the_metrics_port(manifest):
-    """The kubelet probes the probe listener (nri_plugin.health), which a connection flood
+    """The kubelet probes the probe listener (nri_plugin.ops.health), which a connection flood
     on the metrics port cannot starve; no hostNetwork, so it probes the pod IP and the
     listener must bind every interface."""
     pod = _by_kind(manifest, "DaemonSet")["spec"]["template"]["spec"]

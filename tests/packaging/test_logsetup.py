@@ -1,4 +1,4 @@
-"""nri_plugin.logsetup: one structured line per decision, text (logfmt) or JSON."""
+"""nri_plugin.ops.logsetup: one structured line per decision, text (logfmt) or JSON."""
 
 import io
 import json
@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nri_plugin.core.event import DecisionEvent
-from nri_plugin.logsetup import (
+from nri_plugin.ops.event import DecisionEvent
+from nri_plugin.ops.logsetup import (
     LOGGER_NAME,
     LoggingSetupError,
     journald_stream,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from nri_plugin.metrics import OUTCOMES, REPAIR_OUTCOMES, Metrics
+from nri_plugin.ops.metrics import OUTCOMES, REPAIR_OUTCOMES, Metrics
 from nri_plugin.plugin.container_metrics import ContainerCollector
 from nri_plugin.plugin.report import NodeReport
 

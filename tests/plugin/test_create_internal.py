@@ -10,9 +10,9 @@ import pytest
 
 from nri_plugin.config import NodeConfig
 from nri_plugin.core import NodeState
-from nri_plugin.logsetup import setup_logging
 from nri_plugin.nri.errors import Code, RpcError
 from nri_plugin.nri.pb import nri_pb2 as pb
+from nri_plugin.ops.logsetup import setup_logging
 from nri_plugin.plugin import SlaPlugin
 
 IO_SLA = "io:\n  max:\n    - {device: /dev/sda, read-bps: 1Mi}\n"

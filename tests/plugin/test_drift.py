@@ -10,12 +10,12 @@ import logging
 import time
 from pathlib import Path
 
-from nri_plugin.commands.run import build_service
 from nri_plugin.config import WatchConfig
 from nri_plugin.enforce.mapping import io_weight_to_bfq
-from nri_plugin.metrics import Metrics
 from nri_plugin.nri.pb import nri_pb2 as pb
 from nri_plugin.nri.service import run_service
+from nri_plugin.ops.metrics import Metrics
+from nri_plugin.plugin.service import build_service
 from nri_plugin.simulated.runtime import RuntimeSimulator, make_container, make_pod
 from tests.support.cgroups import CgroupTree
 from tests.support.plugin_helpers import guaranteed, make_node, plugin_session

@@ -37,12 +37,12 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nri_plugin.commands.run import build_service
 from nri_plugin.config import GpuConfig
 from nri_plugin.core import NodeState
-from nri_plugin.metrics import Metrics
 from nri_plugin.nri.pb import nri_pb2 as pb
 from nri_plugin.nri.service import run_service
+from nri_plugin.ops.metrics import Metrics
+from nri_plugin.plugin.service import build_service
 from nri_plugin.simulated.cdi import CdiRegistry
 from nri_plugin.simulated.cri import Cri
 from nri_plugin.simulated.deviceplugin import STRATEGIES, DevicePlugin, nvidia_cdi_specs

@@ -10,11 +10,11 @@ from dataclasses import replace
 
 import pytest
 
-from nri_plugin.commands.run import build_service
 from nri_plugin.config import GpuConfig, NodeConfig, Permissions
 from nri_plugin.core import NodeState
-from nri_plugin.metrics import Metrics
+from nri_plugin.ops.metrics import Metrics
 from nri_plugin.plan.allocator import Allocator
+from nri_plugin.plugin.service import build_service
 from nri_plugin.simulated.hardware import (
     NVML_ERROR_UNKNOWN,
     FakeNvml,

@@ -8,9 +8,10 @@ import contextlib
 import urllib.error
 import urllib.request
 
-from nri_plugin.commands.run import build_service
-from nri_plugin.metrics import Metrics, start_http_server
 from nri_plugin.nri.service import run_service
+from nri_plugin.ops.metrics import Metrics
+from nri_plugin.ops.metrics_http import start_http_server
+from nri_plugin.plugin.service import build_service
 from nri_plugin.simulated.runtime import (
     PluginCallError,
     RuntimeSimulator,

@@ -9,11 +9,11 @@ import json
 import logging
 import time
 
-from nri_plugin.commands.run import build_service
-from nri_plugin.metrics import Metrics
 from nri_plugin.nri.pb import nri_pb2 as pb
 from nri_plugin.nri.service import run_service
+from nri_plugin.ops.metrics import Metrics
 from nri_plugin.plan.record import decode_record, record_text, sign_record
+from nri_plugin.plugin.service import build_service
 from nri_plugin.simulated.runtime import (
     RuntimeSimulator,
     SimulatorOptions,

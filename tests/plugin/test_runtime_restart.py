@@ -16,9 +16,9 @@ import logging
 import re
 import time
 
-from nri_plugin.commands.run import build_service
-from nri_plugin.metrics import Metrics
 from nri_plugin.nri.service import run_service
+from nri_plugin.ops.metrics import Metrics
+from nri_plugin.plugin.service import build_service
 from nri_plugin.simulated.cri import Cri
 from nri_plugin.simulated.runtime import RuntimeSimulator, SimulatorOptions
 from tests.support.fault_helpers import (

@@ -21,10 +21,10 @@ import logging
 import threading
 import time
 
-from nri_plugin.commands.run import build_service
-from nri_plugin.metrics import Metrics
 from nri_plugin.nri.service import run_service
+from nri_plugin.ops.metrics import Metrics
 from nri_plugin.plugin import SlaPlugin
+from nri_plugin.plugin.service import build_service
 from nri_plugin.simulated.cri import Cri
 from nri_plugin.simulated.runtime import (
     RuntimeSimulator,

@@ -10,9 +10,9 @@ from pathlib import Path
 
 from nri_plugin.commands.status import render
 from nri_plugin.config import WatchConfig
-from nri_plugin.metrics import Metrics
+from nri_plugin.ops.metrics import Metrics
+from nri_plugin.ops.statussocket import StatusServer, read_status
 from nri_plugin.simulated.runtime import make_container, make_pod
-from nri_plugin.statussocket import StatusServer, read_status
 from tests.support.plugin_helpers import guaranteed, make_node, plugin_session
 
 

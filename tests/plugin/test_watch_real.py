@@ -26,10 +26,10 @@ import pytest
 from nri_plugin.commands.status import render
 from nri_plugin.config import WatchConfig
 from nri_plugin.enforce.cgroupdetect import detect_cgroup_facts
-from nri_plugin.metrics import Metrics
+from nri_plugin.ops.metrics import Metrics
+from nri_plugin.ops.statussocket import StatusServer, read_status
 from nri_plugin.plugin.container_metrics import ContainerCollector
 from nri_plugin.simulated.runtime import make_container, make_pod
-from nri_plugin.statussocket import StatusServer, read_status
 from tests.support.plugin_helpers import guaranteed, make_node, plugin_session
 
 pytestmark = pytest.mark.root

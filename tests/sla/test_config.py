@@ -299,7 +299,7 @@ def test_config_fuzz_only_config_error(text):
 
 
 def test_reload_applies_the_live_keys_and_names_the_others():
-    from nri_plugin.config_reload import plan_reload
+    from nri_plugin.plugin.config_reload import plan_reload
 
     old = parse_config("permissions: {gpus: [a]}\nwatch: {interval-seconds: 30}\n", "old.yaml")
     new = parse_config("enforcement: soft\npermissions: {gpus: [b]}\nlog: {level: debug}\n"
@@ -315,7 +315,7 @@ def test_reload_applies_the_live_keys_and_names_the_others():
 
 def test_docs_say_which_keys_reload_live():
     from nri_plugin.config import KEY_ATTRIBUTES
-    from nri_plugin.config_reload import LIVE_ATTRIBUTES
+    from nri_plugin.plugin.config_reload import LIVE_ATTRIBUTES
 
     text = (ROOT / "docs" / "config.md").read_text().split("## Reload (SIGHUP)", 1)[1]
     live = text.split("Applied live:", 1)[1].split("\n\n", 1)[0]

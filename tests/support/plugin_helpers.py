@@ -12,6 +12,7 @@ from nri_plugin.config import Cap, NodeConfig, Permissions, PodCaps
 from nri_plugin.core import NodeState
 from nri_plugin.enforce.capabilities import NodeCapabilities
 from nri_plugin.enforce.cgpaths import CgroupFacts
+from nri_plugin.ops.metrics import NO_METRICS, MetricsSink
 from nri_plugin.plan.allocator import Allocator
 from nri_plugin.plan.rt_budget import RtBudget
 from nri_plugin.topology.snapshot import load_snapshot
@@ -103,8 +104,9 @@ def permissive_node(version: int, tree: CgroupTree | None = None, **config) -> N
 
 
 @contextlib.asynccontextmanager
-async def plugin_session(node: NodeState, tmp_path: Path, mode: str = "v0.12", metrics=None,
-                         pods=(), containers=(), **options):
+async def plugin_session(node: NodeState, tmp_path: Path, mode: str = "v0.12",
+                         metrics: MetricsSink = NO_METRICS, pods=(), containers=(),
+                         **options):
     """The SLA plugin served over a real unix socket to the runtime simulator."""
     from nri_plugin.nri.stub import Stub
     from nri_plugin.plugin import SlaPlugin

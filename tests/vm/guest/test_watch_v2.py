@@ -15,7 +15,7 @@ import uuid
 from nri_plugin.commands.status import render
 from nri_plugin.config import NodeConfig, WatchConfig
 from nri_plugin.core import build_node
-from nri_plugin.metrics import Metrics
+from nri_plugin.ops.metrics import Metrics
 from nri_plugin.plugin import SlaPlugin
 from nri_plugin.plugin.container_metrics import ContainerCollector
 from nri_plugin.simulated.runtime import make_container, make_pod, make_resources

@@ -19,7 +19,7 @@ connections between the probe's connect and its request reaching the node's kern
 suffers from as well (the chart's NetworkPolicy keeps other pods off the port).
 
 Answers are HTTP/1.1 with `Connection: close`; nothing is logged per connection (peer
-failures go to one rate-limited line, nri_plugin.peerlog).
+failures go to one rate-limited line, nri_plugin.ops.peerlog).
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from time import monotonic
 
 from nri_plugin import __version__
-from nri_plugin.metrics import ListenAddress, parse_address
-from nri_plugin.peerlog import PeerErrorLog
+from nri_plugin.ops.metrics_http import ListenAddress, parse_address
+from nri_plugin.ops.peerlog import PeerErrorLog
 
 log = logging.getLogger("nri_sla.health")
 

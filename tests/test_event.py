@@ -1,6 +1,6 @@
-"""The decision event (nri_plugin.core.event): one value, one renderer for both front-ends.
+"""The decision event (nri_plugin.ops.event): one value, one renderer for both front-ends.
 
-The hook renders it for NRI_SLA_HOOK_LOG, the plugin through nri_plugin.logsetup; these
+The hook renders it for NRI_SLA_HOOK_LOG, the plugin through nri_plugin.ops.logsetup; these
 tests check what the renderer produces and that the plugin's logging path (handler,
 record time, level names, journald detection) wires it up to the same line.
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from nri_plugin.core.event import (
+from nri_plugin.ops.event import (
     LOGGER,
     MESSAGE,
     DecisionEvent,
@@ -28,7 +28,7 @@ from nri_plugin.core.event import (
     render_event,
     text_line,
 )
-from nri_plugin.logsetup import log_decision, setup_logging
+from nri_plugin.ops.logsetup import log_decision, setup_logging
 
 CREATED = 1_795_000_000.25
 APPLIED = {"cpu_quota": 50000, "cpus": "0-3", "io_max": [{"device": "/dev/vda"}],
@@ -105,14 +105,14 @@ def test_hook_line_is_the_plugins_line(tmp_path, monkeypatch, fmt, outcome, erro
 
 def test_text_rendering_imports_no_logging_typing_or_json():
     """The hook renders a text line on every cached run: it must stay import-lean."""
-    code = ("import sys; import nri_plugin.core.event as e; "
+    code = ("import sys; import nri_plugin.ops.event as e; "
             "e.render_event(e.DecisionEvent('n', 'p', 'c', 'hook', 'warned', {'a': {'b': 1}}, "
             "['w']), 'text', 0.0); print(' '.join(sorted(sys.modules)))")
     root = str(Path(__file__).resolve().parents[2])
     out = subprocess.run([sys.executable, "-I", "-S", "-c",
                           f"import sys; sys.path.insert(0, {root!r}); {code}"],
                          capture_output=True, text=True, check=True).stdout.split()
-    assert "nri_plugin.core.event" in out
+    assert "nri_plugin.ops.event" in out
     for heavy in ("logging", "typing", "json", "collections", "re", "dataclasses",
                   "pathlib", "importlib", "nri_plugin.core.decision",
                   "nri_plugin.core.nodestate"):

@@ -23,7 +23,7 @@ import threading
 from collections.abc import Callable
 from time import monotonic
 
-from nri_plugin.logsetup import log_event
+from nri_plugin.ops.logsetup import log_event
 
 INTERVAL = 60.0  # seconds between two lines of one listener
 _MESSAGE_CHARS = 120  # of the last error's text, which a peer may influence

@@ -3,7 +3,7 @@
 `setup_logging(format, level)` configures the `nri_sla` logger tree (every nri-sla
 logger is named under it, whatever the package is called) once at start-up;
 `log_decision(event)` writes the one line per container decision that operators grep
-for (see docs/operations.md; the event and its rendering: nri_plugin.core.event).
+for (see docs/operations.md; the event and its rendering: nri_plugin.ops.event).
 Extra key/values ride on a record as `extra={"fields": {...}}` (or via `log_event`) and
 are rendered by both formatters.
 
@@ -19,7 +19,7 @@ import sys
 import time
 from typing import Any, TextIO
 
-from nri_plugin.core.event import (
+from nri_plugin.ops.event import (
     LOGGER,
     MESSAGE,
     OUTCOMES,
@@ -63,7 +63,7 @@ def journald_stream(stream: TextIO) -> bool:
     return journald_fd(fd)
 
 
-# -- rendering: nri_plugin.core.event (shared with the OCI hook, which has no `logging`) --
+# -- rendering: nri_plugin.ops.event (shared with the OCI hook, which has no `logging`) --
 class TextFormatter(logging.Formatter):
     """`ts=... level=info logger=nri_sla.plugin msg="..." key=value ...`"""
 
@@ -131,7 +131,7 @@ def log_event(logger: logging.Logger, level: int, msg: str, **fields: Any) -> No
 
 
 def log_decision(event: DecisionEvent, logger: logging.Logger | None = None) -> None:
-    """One line per container decision (nri_plugin.core.event says what it holds).
+    """One line per container decision (nri_plugin.ops.event says what it holds).
 
     Written once per CreateContainer, so when the only handlers that would take it are
     setup_logging's own (no filters), the line is rendered by `render_event` and written

@@ -40,7 +40,7 @@ HOST_BASE_SPEC = "/etc/nri-sla/base-runtime-spec.json"
 SKIPPED_STDLIB = {"site-packages", "dist-packages", "test", "idlelib", "tkinter",
                   "turtledemo", "ensurepip", "lib2to3", "pydoc_data"}
 LAUNCHER = """#!/bin/sh
-# nri-sla on the host, put here by the nri-sla DaemonSet (nri_plugin/hostinstall.py)
+# nri-sla on the host, put here by the nri-sla DaemonSet (nri_plugin/commands/hostinstall.py)
 here=$(dirname "$(readlink -f "$0")")/../current
 LD_LIBRARY_PATH="$here/lib" exec "$here/bin/python3" -I -S "$here/nri-sla.py" "$@"
 """

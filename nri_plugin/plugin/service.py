@@ -1,0 +1,132 @@
+"""The plugin service assembled (what `nri-sla run` runs once its arguments are checked):
+the SLA plugin and the service options that wire it to its metrics and its periodic work
+(`build_service`, which the tests use too), the HTTP listeners (`start_listeners`), the
+status socket, the SIGHUP reload (`reload_node`) and the serving itself (`serve_node`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from nri_plugin.core import NodeState
+from nri_plugin.nri.service import CONNECTING, REGISTERED, Periodic, ServiceOptions, serve
+from nri_plugin.ops.health import start_health_server
+from nri_plugin.ops.logsetup import setup_logging
+from nri_plugin.ops.metrics import Metrics
+from nri_plugin.ops.metrics_http import start_http_server
+from nri_plugin.ops.statussocket import BUILD_TIMEOUT, StatusServer
+from nri_plugin.plugin.config_reload import reload_config
+from nri_plugin.plugin.container_metrics import ContainerCollector
+from nri_plugin.plugin.handlers import SlaPlugin
+
+log = logging.getLogger("nri_sla.run")
+
+
+def build_service(node: NodeState, metrics: Metrics, *, socket: str | None = None,
+                  name: str | None = None, index: str | None = None,
+                  **options: Any) -> tuple[SlaPlugin, ServiceOptions]:
+    """The SLA plugin and its service options, wired to the metrics; `socket`, `name` and
+    `index` over the node config's, `options` over the other ServiceOptions."""
+    nri = node.config.nri
+    plugin = SlaPlugin(node, metrics)
+    metrics.registry.register(ContainerCollector(lambda: plugin.watch.last,
+                                                 node.config.watch.metrics_containers))
+
+    def on_state(state: str) -> None:
+        metrics.set_connected(state == REGISTERED)
+        metrics.set_registered(state == REGISTERED)
+        if state == CONNECTING:
+            metrics.inc_connect_attempts()
+
+    options.setdefault("backoff_max", nri.reconnect_max_seconds)
+    options.setdefault("periodic", periodic_work(node, plugin))
+    return plugin, ServiceOptions(
+        socket_path=socket or nri.socket, name=name or nri.plugin_name,
+        idx=index or nri.plugin_index, on_state=on_state,
+        on_reconnect=lambda _total: metrics.inc_reconnects(),
+        on_ready=plugin.on_registered, **options)
+
+
+def periodic_work(node: NodeState, plugin: SlaPlugin) -> list[Periodic]:
+    """The plugin's own schedule, as the node config sets it (an interval of 0: off): the
+    drift watch, and with GPUs their rescan and health polls."""
+    work = []
+    if node.config.watch.interval:
+        work.append(Periodic(node.config.watch.interval, plugin.drift_pass, "drift watch"))
+    gpu = node.config.gpu
+    if gpu.rescan_interval and node.gpus is not None:
+        work.append(Periodic(gpu.rescan_interval, plugin.rescan_inventory,
+                             "GPU inventory rescan"))
+    if gpu.health_interval and node.gpus is not None and node.gpus.monitor is not None:
+        work.append(Periodic(gpu.health_interval, plugin.poll_gpu_health, "GPU health"))
+    return work
+
+
+def start_listeners(metrics: Metrics, metrics_address: str,
+                    health_address: str) -> contextlib.ExitStack:
+    """The metrics server and the probe listener ("" turns either off), closed together
+    when the returned stack is. Raises MetricsError (a ValueError) for an address that is
+    no address, OSError naming the listener and its address for one not served (a port
+    taken); nothing stays open then."""
+    listeners = contextlib.ExitStack()
+    starts: tuple[tuple[str, str, Callable[[], Any]], ...] = (
+        ("metrics", metrics_address, lambda: start_http_server(metrics, metrics_address)),
+        ("health", health_address,
+         lambda: start_health_server(health_address, lambda: metrics.is_registered)))
+    try:
+        for what, address, start in starts:
+            try:
+                server = start()
+            except OSError as exc:  # a MetricsError names the address; a bind error not
+                raise OSError(f"{what} address {address}: "
+                              f"{getattr(exc, 'strerror', None) or exc}") from exc
+            if server is not None:
+                listeners.callback(server.close)
+    except BaseException:
+        listeners.close()  # what started before the one that failed
+        raise
+    return listeners
+
+
+def start_status_server(plugin: SlaPlugin, path: str) -> StatusServer | None:
+    """The root-only socket `nri-sla status` reads; None when off or when it cannot be
+    made (logged: enforcement does not depend on it)."""
+    if not path:
+        return None
+    try:
+        return StatusServer(path, lambda: plugin.status(BUILD_TIMEOUT))
+    except OSError as exc:
+        log.warning("status socket %s not served: %s", path, exc)
+        return None
+
+
+def reload_node(node: NodeState, config_path: str | None, log_format: str | None,
+                log_level: str | None) -> None:
+    """SIGHUP: the node config read again; its live keys applied (`log_format` and
+    `log_level`, the command line's, still win), the rest kept until a restart
+    (nri_plugin.plugin.config_reload)."""
+    done = reload_config(config_path, node.config)
+    if done is not None:
+        node.reconfigure(done.config)
+        setup_logging(log_format or done.config.log.format,
+                      log_level or done.config.log.level)
+
+
+def serve_node(node: NodeState, metrics: Metrics, *, status_socket: str,
+               **service: Any) -> None:
+    """Serve the plugin for `node` until SIGTERM/SIGINT, with its status socket;
+    `service`: build_service's keywords. Raises NriError when the runtime fails it,
+    ValueError/OSError for a setting this host cannot serve."""
+    plugin, options = build_service(node, metrics, **service)
+    status = start_status_server(plugin, status_socket)
+    try:
+        log.info("node: cgroup v%d, %d GPUs; NRI socket %s", node.cgroup_version,
+                 len(node.allocator.inventory.gpus) if node.allocator else 0,
+                 options.socket_path)
+        serve(plugin, options)
+    finally:
+        if status is not None:
+            status.close()

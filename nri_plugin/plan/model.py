@@ -32,7 +32,7 @@ class SlaRefused(PlanError):
     """Hard mode: a requested setting cannot be applied exactly, so the container is refused."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Shortfall:
     """One requested setting that cannot be applied as asked."""
 
@@ -52,7 +52,7 @@ def refusal(key: str, shortfalls: list[Shortfall]) -> SlaRefused:
                       first.reason)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class IoLimit:
     """io.max for one block device, resolved to MAJ:MIN."""
 
@@ -64,7 +64,7 @@ class IoLimit:
     write_iops: int | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class MemoryPolicy:
     """A NUMA memory policy for the container (NRI's LinuxMemoryPolicy)."""
 
@@ -72,7 +72,7 @@ class MemoryPolicy:
     nodes: str  # cpulist-style node list, e.g. "0-1"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ContainerPlan:
     """Everything one container gets. None means "leave as the runtime has it"."""
 

@@ -27,7 +27,7 @@ from nri_plugin.plan.placement_values import CpuFloor, cpus_needed
 __all__ = ["CpuPool", "PoolMember", "cpus_needed"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PoolMember:
     """One container as the pool sees it: the whole CPUs its request needs, and the
     cpuset someone else pinned it to (empty: nri-sla's to set)."""
@@ -50,6 +50,9 @@ class CpuPool:
         # (a CreateContainer without exclusive CPUs then costs nothing per live container).
         self._checked_generation: int | None = None
         self._unchecked: set[str] = set()
+        # The shared pool as of an allocator generation: one set object, which every
+        # member told it shares (most of them), instead of one copy per member.
+        self._shared: tuple[int, frozenset[int]] | None = None
 
     def __len__(self) -> int:
         return len(self._members)
@@ -96,11 +99,16 @@ class CpuPool:
     def shared(self) -> frozenset[int]:
         """The shared pool: every online CPU that is not exclusive. Reserved CPUs are in
         it: they are never exclusive, not kept from containers."""
-        return self.allocator.topology.online - self.allocator.exclusive_cpus_in_use().keys()
+        generation = self.allocator.cpu_generation
+        if self._shared is None or self._shared[0] != generation:
+            self._shared = (generation, self.allocator.topology.online
+                            - self.allocator.exclusive_cpus_in_use().keys())
+        return self._shared[1]
 
     def told(self, owner: str, cpus: frozenset[int]) -> None:
         """`owner` was just given `cpus` (its CreateContainer or UpdateContainer answer)."""
-        self._told[owner] = cpus
+        shared = self.shared()
+        self._told[owner] = shared if cpus == shared else cpus
         self._unchecked.add(owner)
 
     def changes(self, exclude: str = "") -> dict[str, frozenset[int]]:

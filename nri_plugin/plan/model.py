@@ -30,7 +30,7 @@ class PlanError(Refused):
         super().__init__(f"{key}: {field_path}: {message}" if field_path else f"{key}: {message}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Shortfall:
     """One requested setting that cannot be applied as asked."""
 
@@ -50,7 +50,7 @@ def refusal(key: str, shortfalls: list[Shortfall]) -> PlanError:
                      first.reason)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class IoLimit:
     """io.max for one block device, resolved to MAJ:MIN."""
 
@@ -62,7 +62,7 @@ class IoLimit:
     write_iops: int | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class MemoryPolicy:
     """A NUMA memory policy for the container (NRI's LinuxMemoryPolicy)."""
 
@@ -70,7 +70,7 @@ class MemoryPolicy:
     nodes: str  # cpulist-style node list, e.g. "0-1"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ContainerPlan:
     """Everything one container gets. None means "leave as the runtime has it"."""
 

@@ -8,6 +8,9 @@ such a container (GPU env, no runtime evidence) the kubelet's books are asked wh
 it really holds. A call runs on the plugin's event loop inside containerd's request
 deadline, so it is short (`CALL_TIMEOUT`) and a failing kubelet costs one warning a
 minute, never the container: the grant is then the runtime's evidence alone.
+
+The client (grpcio: about 8 MiB of the plugin's memory) is imported at the first lookup,
+so a node where no container's GPU evidence is its env alone never loads it.
 """
 
 from __future__ import annotations
@@ -15,11 +18,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
 
 from nri_plugin.granted import GrantedResources
 from nri_plugin.kubelet.errors import KubeletApiError
-from nri_plugin.kubelet.podresources import PodResourcesClient, granted_device_ids, is_socket
 from nri_plugin.ops.logsetup import log_event
+
+if TYPE_CHECKING:
+    from nri_plugin.kubelet.podresources import PodResourcesClient
 
 log = logging.getLogger("nri_sla.plugin.kubelet")
 
@@ -53,6 +59,8 @@ class KubeletGrants:
         client = self._connect()
         if client is None:
             return ()
+        from nri_plugin.kubelet.podresources import granted_device_ids
+
         try:
             devices = client.get(namespace, pod)
         except KubeletApiError as exc:
@@ -66,6 +74,8 @@ class KubeletGrants:
         client = self._connect()
         if client is None:
             return {}
+        from nri_plugin.kubelet.podresources import granted_device_ids
+
         try:
             pods = client.list()
         except KubeletApiError as exc:
@@ -77,6 +87,8 @@ class KubeletGrants:
                 if (ids := granted_device_ids(resources, self.patterns))}
 
     def _connect(self) -> PodResourcesClient | None:
+        from nri_plugin.kubelet.podresources import PodResourcesClient, is_socket
+
         if not self.socket or not is_socket(self.socket):
             return None  # no kubelet on this node (or not mounted here): nothing to ask
         if self._client is None:

@@ -24,6 +24,7 @@ from nri_plugin.topology.sysfs_gpus import read_sysfs_gpus
 log = logging.getLogger("nri_sla.topology.inventory")
 
 SOURCES = ("auto", "nvml", "sysfs", "snapshot")
+DRIVER_DIR = "driver/nvidia"  # under /proc while NVIDIA's kernel driver is loaded
 
 
 def _nvml_reason(exc: BaseException) -> str:
@@ -59,6 +60,11 @@ class InventoryReader:
             return load_snapshot(self.snapshot).inventory
         if self.source == "sysfs":
             return GpuInventory(read_sysfs_gpus(self.sysfs_root, self.proc_root), "sysfs")
+        if self.nvml is None and self.source == "auto" and not self._driver_loaded():
+            # NVML cannot answer without NVIDIA's kernel driver: pynvml (1 MiB of the
+            # plugin's memory) is not even loaded on such a node
+            return self._nvml_failed(FileNotFoundError(
+                f"no NVIDIA kernel driver loaded ({self.proc_root / DRIVER_DIR} is absent)"))
         try:
             module = self.nvml if self.nvml is not None else import_pynvml()
             gpus = read_nvml_gpus(module, self.sysfs_root, self.proc_root)
@@ -71,6 +77,9 @@ class InventoryReader:
         reason = f"NVML could not read {unread} of {len(fresh)} GPUs" if unread else None
         self.last_nvml = GpuInventory(fresh, "nvml", reason)
         return self.last_nvml
+
+    def _driver_loaded(self) -> bool:
+        return (self.proc_root / DRIVER_DIR).is_dir()
 
     def _nvml_failed(self, exc: BaseException) -> GpuInventory:
         reason = _nvml_reason(exc)

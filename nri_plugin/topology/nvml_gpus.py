@@ -24,8 +24,8 @@ _MIG_NAME = re.compile(r"MIG\s+(\S+)\s*$")
 
 def import_pynvml() -> ModuleType:
     with warnings.catch_warnings():
-        # the "pynvml" shim warns that it is deprecated in favour of nvidia-ml-py, which
-        # provides the very same module; the warning is noise for our users
+        # nri-sla depends on nvidia-ml-py (the `pynvml` module); where the deprecated
+        # "pynvml" package is installed too, it warns at this import: noise for our users
         warnings.simplefilter("ignore")
         import pynvml
     return pynvml

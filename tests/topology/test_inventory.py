@@ -151,6 +151,24 @@ def test_mig_mode_not_supported_is_no_mig(dgx_sysfs, dgx_nvml):
     assert gpu0.offered_whole and gpu0.health.healthy
 
 
+def test_auto_without_the_nvidia_driver_never_loads_pynvml(dgx_sysfs, tmp_path, monkeypatch):
+    # No /proc/driver/nvidia: NVML cannot answer, so pynvml is not imported for nothing
+    # (the plugin's memory); the inventory is sysfs's, as when NVML fails.
+    imports = []
+    monkeypatch.setattr("nri_plugin.topology.inventory.import_pynvml",
+                        lambda: imports.append(1) or FakeNvml(
+                            [], fail_init=NVML_ERROR_LIBRARY_NOT_FOUND))
+    reader = InventoryReader(sysfs_root=dgx_sysfs, proc_root=tmp_path)
+    inv = reader.read()
+    assert inv.source == "sysfs" and len(inv.gpus) == 8 and imports == []
+    assert "no NVIDIA kernel driver loaded" in inv.degraded_reason
+    # the driver there: NVML is asked (and fails here: sysfs again, NVML's reason)
+    (tmp_path / "driver/nvidia").mkdir(parents=True)
+    inv = reader.read()
+    assert imports == [1] and inv.source == "sysfs"
+    assert "NVML error 12" in inv.degraded_reason
+
+
 def test_explicit_nvml_source_raises(dgx_sysfs):
     broken = FakeNvml([], fail_init=NVML_ERROR_LIBRARY_NOT_FOUND)
     with pytest.raises(InventoryError, match="NVML unavailable"):

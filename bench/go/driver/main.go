@@ -111,10 +111,14 @@ func main() {
 	syncRounds := flag.Int("sync-rounds", 5, "Synchronize calls on the plugin's connection")
 	waitStdin := flag.Bool("wait-stdin", false, "hold after synced and done until a stdin line")
 	rawPath := flag.String("raw", "", "write every timed round trip in ns to this file")
+	requestTimeout := flag.Duration("request-timeout", 2*time.Second,
+		"the plugin's deadline per request (containerd's default 2s); a longer one lets a "+
+			"Synchronize that misses it be timed instead of dropping the plugin")
 	flag.Parse()
 	if *socket == "" || *payloadPath == "" {
 		fail("-socket and -payload are required")
 	}
+	nri.SetPluginRequestTimeout(*requestTimeout)
 	nrilog.Set(quiet{})
 	pod, ctr, syncPods, syncCtrs := readPayload(*payloadPath)
 	stdin := bufio.NewReader(os.Stdin)

@@ -50,7 +50,7 @@ from pathlib import Path
 from google.protobuf import json_format
 
 from nri_plugin.config import load_config
-from nri_plugin.core import build_node, decide
+from nri_plugin.core import ContainerRequest, build_node, decide
 from nri_plugin.core.recordkey import load_or_create_key
 from nri_plugin.plan.record import encode_record
 from nri_plugin.simulated.runtime import make_container, make_pod
@@ -117,7 +117,7 @@ def record_plan(config: Path | None, key: bytes):
     logging.getLogger("nri_sla").setLevel(logging.ERROR)
     node = build_node(load_config(str(config) if config else None), detect=True,
                       record_key=key)
-    decision = decide(node, {SLA_KEY: SLA}, "c", namespace="default")
+    decision = decide(node, ContainerRequest({SLA_KEY: SLA}, "c", namespace="default"))
     if decision.plan is None:
         raise BenchError(f"no plan for the bench SLA on this host: {decision.error}")
     return decision.plan

@@ -7,7 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from plugin_helpers import DGX
+from tests.support.plugin_helpers import DGX
 
 SCRIPT = """
 import sys

@@ -40,7 +40,7 @@ def _bootstrap_path() -> None:
 def main(argv: list[str] | None = None) -> int:
     from nri_plugin.errors import SlaFailure
     from nri_plugin.hook.options import HELP, HelpRequested, parse_argv
-    from nri_plugin.hook.outcome import PREFIX
+    from nri_plugin.hook.values import PREFIX
 
     try:
         opts = parse_argv(sys.argv[1:] if argv is None else argv)

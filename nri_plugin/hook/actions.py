@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from nri_plugin.enforce.cgfile import CgroupWrite, CgroupWriter
 from nri_plugin.errors import EXIT_OK, Refused
-from nri_plugin.hook.outcome import WARN, LoggedDecision, Outcome
+from nri_plugin.hook.values import WARN, LoggedDecision, Outcome
 from nri_plugin.value import Value
 
 KINDS = ("apply", "verify")
@@ -20,9 +20,7 @@ KINDS = ("apply", "verify")
 TYPE_CHECKING = False  # typing costs start-up time; only checkers need it
 if TYPE_CHECKING:
     from nri_plugin.enforce.cgpaths import CgroupPaths
-    from nri_plugin.hook.deadline import Deadline
-    from nri_plugin.hook.outcome import RunState
-    from nri_plugin.hook.target import Target
+    from nri_plugin.hook.values import Run
 
 
 class CgroupActions(Value):
@@ -75,20 +73,22 @@ class CgroupActions(Value):
         return cls(kind, enforcement, writes, rt, lines, applied, source, key)
 
 
-def carry_out(a: CgroupActions, paths: CgroupPaths, target: Target, cid: str,
-              rs: RunState, deadline: Deadline) -> Outcome:
-    """The writes (or read-backs) of the actions, as the hook's Outcome."""
-    rs.enforcement = a.enforcement
+def carry_out(a: CgroupActions, cgroup: CgroupPaths, run: Run) -> Outcome:
+    """The writes (or read-backs) of the actions in the container's cgroup, as the hook's
+    Outcome: the one way both the cached and the cold decision are carried out."""
+    progress, cid = run.progress, run.oci.id
+    progress.enforcement = a.enforcement
     if a.kind == "verify":
-        deadline.check("verifying")
-        out = verify(a, paths, cid)
+        run.deadline.check("verifying")
+        out = verify(a, cgroup, cid)
         if out.lines:  # drift (soft): worth a decision line; none when all holds
-            out.decision = LoggedDecision("warned", target, rs.log_format, warnings=out.lines)
+            out.decision = LoggedDecision("warned", run.target, progress.log_format,
+                                          warnings=out.lines)
         return out
-    deadline.check("writing cgroup files")
-    out = apply_writes(a, paths, cid)
-    out.decision = LoggedDecision("warned" if out.lines else "enforced", target,
-                                  rs.log_format, applied=a.applied, warnings=out.lines)
+    run.deadline.check("writing cgroup files")
+    out = apply_writes(a, cgroup, cid)
+    out.decision = LoggedDecision("warned" if out.lines else "enforced", run.target,
+                                  progress.log_format, applied=a.applied, warnings=out.lines)
     return out
 
 

@@ -1,4 +1,5 @@
-"""The hook's main flow: state -> config.json -> SLA -> plan -> cgroupfs -> read-back.
+"""The hook's flow: state -> config.json -> who the container is -> one Run -> its actions,
+cached (warm.py) or the core's (cold.py) -> carried out in cgroupfs and read back.
 
 Everything before "there is an SLA for this container" uses only the standard library,
 so containers without an SLA (and pod sandboxes) cost a JSON parse and nothing more.
@@ -18,11 +19,25 @@ from nri_plugin.errors import (
     SlaFailure,
     one_line,
 )
-from nri_plugin.hook.deadline import Deadline, alarm
+from nri_plugin.hook.inputs import has_sla, identify, load_bundle, read_state
 from nri_plugin.hook.options import HookOptions
-from nri_plugin.hook.outcome import PREFIX, WARN, LoggedDecision, Outcome, RunState
-from nri_plugin.hook.state import load_bundle, read_state
-from nri_plugin.hook.target import has_sla, identify
+from nri_plugin.hook.values import (
+    PREFIX,
+    WARN,
+    Deadline,
+    HookTimeout,
+    LoggedDecision,
+    Outcome,
+    Progress,
+    Run,
+)
+
+try:
+    # The C module: `signal` wraps it in enums, whose import costs more start-up time
+    # than the whole no-SLA path of the hook. Same functions, same constants.
+    import _signal as signal
+except ImportError:  # pragma: no cover - other interpreters
+    import signal  # type: ignore[no-redef]
 
 TYPE_CHECKING = False  # typing itself costs start-up time; only checkers need it
 if TYPE_CHECKING:
@@ -31,18 +46,41 @@ if TYPE_CHECKING:
 
 def run(opts: HookOptions, stdin: BinaryIO) -> Outcome:
     deadline = Deadline(opts.timeout)
-    rs = RunState()
+    progress = Progress()
     try:
         with alarm(opts.timeout):
-            return _run(opts, stdin, deadline, rs)
+            return _run(opts, stdin, deadline, progress)
     except SlaFailure as exc:
-        return _failed(exc.kind, f"{PREFIX}{exc}", rs)
+        return _failed(exc.kind, f"{PREFIX}{exc}", progress)
     except Exception as exc:  # a bug must still end as one line, never a traceback
         msg = f"{PREFIX}internal error: {exc.__class__.__name__}: {exc}"
-        return _failed(INTERNAL, msg[:2000], rs)
+        return _failed(INTERNAL, msg[:2000], progress)
 
 
-def _failed(kind: str, line: str, rs: RunState) -> Outcome:
+class alarm:  # lower case: used like a function, `with alarm(5): ...`
+    """Raise HookTimeout in the main thread if the block runs past `seconds`: the backstop
+    for a step that blocks (a stuck stdin, a stuck cgroupfs write), where the Deadline
+    checked between steps cannot help. A class rather than @contextmanager: contextlib is
+    one more import per container."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.previous: object = None
+
+    def _fire(self, signum: int, frame: object) -> None:
+        raise HookTimeout(f"timed out after {self.seconds:g}s (blocked in a step)")
+
+    def __enter__(self) -> alarm:
+        self.previous = signal.signal(signal.SIGALRM, self._fire)
+        signal.setitimer(signal.ITIMER_REAL, self.seconds)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, self.previous)
+
+
+def _failed(kind: str, line: str, rs: Progress) -> Outcome:
     # Soft mode never blocks a container for our own trouble (timeouts, bugs, odd
     # systems); hard mode does, because then nothing proves the SLA holds.
     if kind == INTERNAL and rs.enforcement == "soft":
@@ -57,9 +95,10 @@ def _failed(kind: str, line: str, rs: RunState) -> Outcome:
                    rs.container_id, decision)
 
 
-def _run(opts: HookOptions, stdin: BinaryIO, deadline: Deadline, rs: RunState) -> Outcome:
+def _run(opts: HookOptions, stdin: BinaryIO, deadline: Deadline,
+         progress: Progress) -> Outcome:
     state = read_state(stdin)
-    rs.container_id = state.id
+    progress.container_id = state.id
     deadline.check("loading config.json")
     spec = load_bundle(state.bundle)
     # config.json is the source of truth; the state's copy fills gaps (older runtimes).
@@ -67,19 +106,26 @@ def _run(opts: HookOptions, stdin: BinaryIO, deadline: Deadline, rs: RunState) -
     target = identify(state.id, annotations)
     if target.sandbox or not has_sla(annotations, target.name):
         return Outcome(EXIT_OK, "skipped", [], state.id)
-    rs.target = target
-    # A replica of a container seen before: its cached decision, no yaml/parser/planner.
-    # Imported only now: containers without an SLA never load the cache or writer.
-    from nri_plugin.hook.warm import cached_run
+    progress.target = target
+    run = Run(opts, state, spec, annotations, target, deadline, progress)
+    # Two paths to the same actions. Warm: a replica of a container seen before gets its
+    # cached decision (no yaml, parser or planner). Imported only now: containers without
+    # an SLA never load the cache or the writer.
+    from nri_plugin.hook.warm import cached_actions
 
-    out = cached_run(opts, state, spec, annotations, target, deadline, rs)
-    if out is not None:
-        return out
-    deadline.check("planning")
-    # Imported only now: the core (SLA parser with yaml, the planner, node detection).
-    from nri_plugin.hook.cold import enforce
+    found = cached_actions(run)
+    if found is None:
+        deadline.check("planning")
+        # Cold: the core decides (SLA parser with yaml, the planner, node detection).
+        from nri_plugin.hook.cold import core_actions
 
-    return enforce(opts, state, spec, annotations, target, deadline, rs)
+        found = core_actions(run)
+        if found is None:  # the node config's prefix finds no SLA after all
+            return Outcome(EXIT_OK, "skipped", [], state.id)
+    from nri_plugin.hook.actions import carry_out
+
+    actions, cgroup = found
+    return carry_out(actions, cgroup, run)
 
 
 def emit(outcome: Outcome, stderr: TextIO, log_path: str | None = None) -> None:

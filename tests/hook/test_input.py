@@ -13,8 +13,8 @@ import pytest
 
 from nri_plugin.errors import EXIT_INTERNAL, EXIT_INVALID, EXIT_OK
 from nri_plugin.granted import GrantedResources
+from nri_plugin.hook.inputs import STATE_LIMIT, parse_config
 from nri_plugin.hook.options import parse_argv
-from nri_plugin.hook.state import STATE_LIMIT, parse_config
 
 SLA = {"sla.nri.io/pod": "cpu:\n  limit: 1\n"}
 

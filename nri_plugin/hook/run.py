@@ -20,7 +20,7 @@ from nri_plugin.errors import (
     one_line,
 )
 from nri_plugin.hook.inputs import has_sla, identify, load_bundle, read_state
-from nri_plugin.hook.options import HookOptions
+from nri_plugin.hook.options import HELP, HelpRequested, HookOptions, parse_argv
 from nri_plugin.hook.values import (
     PREFIX,
     WARN,
@@ -173,7 +173,48 @@ def _log_decision(d: LoggedDecision, stream: TextIO) -> None:
     stream.flush()
 
 
-def main(opts: HookOptions, log_path: str | None = None) -> int:
+def main(argv: list[str] | None = None, log_path: str | None = None) -> int:
+    """`nri-sla hook [options]`: the OCI state on stdin; the exit status (docs/hook.md)."""
+    try:
+        opts = parse_argv(sys.argv[1:] if argv is None else argv)
+    except HelpRequested:
+        sys.stdout.write(HELP)
+        return 0
+    except SlaFailure as exc:
+        sys.stderr.write(f"{PREFIX}{exc}\n")
+        return exc.exit_status
     outcome = run(opts, sys.stdin.buffer)
     emit(outcome, sys.stderr, log_path or os.environ.get("NRI_SLA_HOOK_LOG"))
     return outcome.exit_code
+
+
+def exit_from_file(as_file: bool) -> None:
+    """__main__.py's end: main()'s status, without the interpreter's teardown.
+
+    Run as a file (`python3 -I -S .../__main__.py`), no site ran: put the interpreter's
+    own site-packages on sys.path for the dependencies (yaml, cgroupspy). Everything the
+    hook writes is flushed or closed when main returns (stderr, the decision log, the cache
+    files), so the teardown of every module it loaded, which costs a cached run more than
+    its own cgroup writes, is skipped."""
+    if as_file:
+        add_site_packages()
+    status = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
+
+
+def add_site_packages() -> None:
+    """What site does for a venv (pyvenv.cfg next to bin/) or Debian's interpreter."""
+    version = f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    venv = os.path.dirname(os.path.dirname(os.path.abspath(sys.executable)))
+    if os.path.isfile(os.path.join(venv, "pyvenv.cfg")):
+        candidates = [os.path.join(venv, "lib", version, "site-packages")]
+    else:
+        candidates = [os.path.join(sys.prefix, "lib", version, "site-packages")]
+        if sys.prefix == "/usr":  # Debian's own interpreter: its dist-packages directories
+            candidates += [f"/usr/local/lib/{version}/dist-packages",
+                           "/usr/lib/python3/dist-packages"]
+    for candidate in candidates:
+        if candidate not in sys.path and os.path.isdir(candidate):
+            sys.path.append(candidate)

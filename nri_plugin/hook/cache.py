@@ -24,14 +24,14 @@ cgroupsPath, a GPU section, a refused SLA, an unreadable file) is simply not cac
 cold path decides.
 /run is a tmpfs, so a reboot (new kernel, new hardware) starts empty.
 
-The files (Store): one small JSON document per key in a root-only tmpfs dir. Trust rules
-(a cache must never be a way in): the directory is created 0700 and used only
-when it is a real directory (not a symlink) owned by the hook's user with no group/other
-permissions; an entry is used only when it is a regular file (opened with O_NOFOLLOW)
-owned by that user, not group/other-writable, at most MAX_ENTRY_BYTES, whose first line is
-the digest of the rest and whose body names the key it was stored under. Anything else is
-a miss, never an error. Writes go to a temporary file renamed into place (atomic), and
-the directory is kept under MAX_ENTRIES by removing the oldest entries.
+The files (Store): one small JSON document per key in a root-only tmpfs dir. Trust rules (a
+cache must never be a way in): the directory is created 0700 and used only when it is a
+real directory (not a symlink) owned by the hook's user with no group/other permissions;
+an entry is used only when it is a regular file (opened with O_NOFOLLOW) owned by that
+user, not group/other-writable, at most MAX_ENTRY_BYTES, whose first line is the digest of
+the rest and whose body names the key it was stored under. Anything else is a miss, never
+an error. Writes go to a temporary file renamed into place (atomic), and the directory is
+kept under MAX_ENTRIES by removing the oldest entries.
 """
 
 from __future__ import annotations

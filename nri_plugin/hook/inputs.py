@@ -227,8 +227,6 @@ def _granted(resources: Any, evidence: dict[str, Any], path: str) -> GrantedReso
 
 # ------------------------------------------------------------------ who the container is
 
-
-
 CONTAINERD_PREFIX = "io.kubernetes.cri."
 CRIO_PREFIX = "io.kubernetes.cri-o."
 CONTAINERD_TYPE = "io.kubernetes.cri.container-type"

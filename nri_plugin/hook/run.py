@@ -80,19 +80,19 @@ class alarm:  # lower case: used like a function, `with alarm(5): ...`
         signal.signal(signal.SIGALRM, self.previous)
 
 
-def _failed(kind: str, line: str, rs: Progress) -> Outcome:
+def _failed(kind: str, line: str, progress: Progress) -> Outcome:
     # Soft mode never blocks a container for our own trouble (timeouts, bugs, odd
     # systems); hard mode does, because then nothing proves the SLA holds.
-    if kind == INTERNAL and rs.enforcement == "soft":
+    if kind == INTERNAL and progress.enforcement == "soft":
         warning = WARN + line.removeprefix(PREFIX)
-        decision = (LoggedDecision("warned", rs.target, rs.log_format, warnings=[warning])
-                    if rs.target else None)
-        return Outcome(EXIT_OK, "failed", [warning], rs.container_id, decision)
+        decision = (LoggedDecision("warned", progress.target, progress.log_format,
+                                   warnings=[warning]) if progress.target else None)
+        return Outcome(EXIT_OK, "failed", [warning], progress.container_id, decision)
     # Once the container is known to carry an SLA, every failure refuses it: log that.
-    decision = (LoggedDecision("refused", rs.target, rs.log_format, error=line)
-                if rs.target else None)
+    decision = (LoggedDecision("refused", progress.target, progress.log_format, error=line)
+                if progress.target else None)
     return Outcome(EXIT_STATUS[kind], "refused" if kind == REFUSED else "failed", [line],
-                   rs.container_id, decision)
+                   progress.container_id, decision)
 
 
 def _run(opts: HookOptions, stdin: BinaryIO, deadline: Deadline,

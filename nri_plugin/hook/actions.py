@@ -8,7 +8,6 @@ actions out through the same code below, with the one cgroup writer (enforce.cgf
 a cached run can only do what the cold one did.
 """
 
-from __future__ import annotations
 
 from nri_plugin.enforce.cgfile import CgroupWrite, CgroupWriter
 from nri_plugin.errors import EXIT_OK, Refused
@@ -50,7 +49,7 @@ class CgroupActions(Value):
                 "applied": self.applied, "source": self.source, "key": self.key}
 
     @classmethod
-    def from_json(cls, doc: dict) -> CgroupActions:
+    def from_json(cls, doc: dict) -> "CgroupActions":
         """Raises ValueError on anything malformed (the caller treats it as a miss)."""
         kind, enforcement = doc["kind"], doc["enforcement"]
         if kind not in KINDS or enforcement not in ("hard", "soft"):
@@ -73,7 +72,7 @@ class CgroupActions(Value):
         return cls(kind, enforcement, writes, rt, lines, applied, source, key)
 
 
-def carry_out(a: CgroupActions, cgroup: CgroupPaths, run: Run) -> Outcome:
+def carry_out(a: CgroupActions, cgroup: "CgroupPaths", run: "Run") -> Outcome:
     """The writes (or read-backs) of the actions in the container's cgroup, as the hook's
     Outcome: the one way both the cached and the cold decision are carried out."""
     progress, cid = run.progress, run.oci.id
@@ -92,7 +91,7 @@ def carry_out(a: CgroupActions, cgroup: CgroupPaths, run: Run) -> Outcome:
     return out
 
 
-def verify(a: CgroupActions, paths: CgroupPaths, cid: str) -> Outcome:
+def verify(a: CgroupActions, paths: "CgroupPaths", cid: str) -> Outcome:
     problems = CgroupWriter(paths).drift(a.writes) if a.writes else []
     if problems and a.enforcement == "hard":
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
@@ -102,7 +101,7 @@ def verify(a: CgroupActions, paths: CgroupPaths, cid: str) -> Outcome:
                                 for p in problems)], cid)
 
 
-def apply_writes(a: CgroupActions, paths: CgroupPaths, cid: str) -> Outcome:
+def apply_writes(a: CgroupActions, paths: "CgroupPaths", cid: str) -> Outcome:
     hard = a.enforcement == "hard"
     lines = list(a.lines)
     writes = a.writes
@@ -128,7 +127,7 @@ def apply_writes(a: CgroupActions, paths: CgroupPaths, cid: str) -> Outcome:
     return Outcome(EXIT_OK, "applied", lines, cid)
 
 
-def _rt_room(rt: tuple[int, int], key: str, paths: CgroupPaths) -> tuple[list, str | None]:
+def _rt_room(rt: tuple[int, int], key: str, paths: "CgroupPaths") -> tuple[list, str | None]:
     """enforce.rt.make_rt_room, as the plugin runs it: (changes made, problem or None).
     Only RT containers on v1 pay for importing the RT module (pathlib, fractions)."""
     from nri_plugin.enforce.errors import EnforceError

@@ -34,7 +34,6 @@ an error. Writes go to a temporary file renamed into place (atomic), and the dir
 kept under MAX_ENTRIES by removing the oldest entries.
 """
 
-from __future__ import annotations
 
 import os
 import stat
@@ -68,7 +67,7 @@ if TYPE_CHECKING:
 _code: str | None = None
 
 
-def open_store(opts: HookOptions) -> Store | None:
+def open_store(opts: "HookOptions") -> "Store | None":
     """--cache-dir, else $NRI_SLA_HOOK_CACHE, else /run/nri-sla/hook-cache; "off": none."""
     where = opts.cache_dir if opts.cache_dir is not None else os.environ.get(ENV_DIR)
     where = DEFAULT_DIR if where is None else where
@@ -97,7 +96,7 @@ def code_fingerprint() -> str:
     return _code
 
 
-def config_key(opts: HookOptions) -> str | None:
+def config_key(opts: "HookOptions") -> str | None:
     """None when the config cannot be read (the cold path reports why)."""
     path = opts.config if opts.config is not None else CONFIG_DEFAULT
     try:
@@ -134,7 +133,7 @@ def facts_key(ckey: str, root: str) -> str:
     return digest(*parts)
 
 
-def decision_key(run: Run, fkey: str, prefix: str) -> str:
+def decision_key(run: "Run", fkey: str, prefix: str) -> str:
     head = prefix + "/"
     chosen = sorted((k, v) for k, v in run.annotations.items()
                     if k.startswith(head) or k == ENFORCEMENT_ALIAS)

@@ -27,7 +27,6 @@ to every namespace, matches "", so every feature the node grants per namespace i
 (hard) or dropped (soft), and `distrust` says why.
 """
 
-from __future__ import annotations
 
 import os
 import stat
@@ -72,14 +71,14 @@ class BundleSpec(Value):
         self.granted = granted  # what the runtime set: linux.resources, GPU evidence
 
 
-def read_bounded(stream: BinaryIO, limit: int, what: str) -> bytes:
+def read_bounded(stream: "BinaryIO", limit: int, what: str) -> bytes:
     data = stream.read(limit + 1)
     if len(data) > limit:
         raise InvalidInput(f"{what} is larger than {limit} bytes")
     return data
 
 
-def _annotations(value: Any, where: str) -> dict[str, str]:
+def _annotations(value: "Any", where: str) -> dict[str, str]:
     if value is None:
         return {}
     if not isinstance(value, dict):
@@ -94,7 +93,7 @@ def _annotations(value: Any, where: str) -> dict[str, str]:
     return value
 
 
-def _json_object(data: bytes, what: str) -> dict[str, Any]:
+def _json_object(data: bytes, what: str) -> "dict[str, Any]":
     try:
         doc = loads(data.decode("utf-8"))
     except UnicodeDecodeError as exc:
@@ -128,7 +127,7 @@ def parse_state(data: bytes) -> OciState:
                     annotations=_annotations(doc.get("annotations"), "OCI state"))
 
 
-def read_state(stream: BinaryIO, limit: int = STATE_LIMIT) -> OciState:
+def read_state(stream: "BinaryIO", limit: int = STATE_LIMIT) -> OciState:
     return parse_state(read_bounded(stream, limit, "OCI state on stdin"))
 
 
@@ -165,7 +164,7 @@ def parse_config(data: bytes, path: str = "config.json") -> BundleSpec:
                                        path))
 
 
-def _gpu_evidence(doc: dict[str, Any], linux: dict[str, Any]) -> dict[str, Any]:
+def _gpu_evidence(doc: "dict[str, Any]", linux: "dict[str, Any]") -> "dict[str, Any]":
     """The GPU evidence in config.json (GrantedResources' keyword arguments): the runtime
     resolved the CRI's CDI devices into linux.devices and mounts already; cdi.k8s.io/*
     annotations are not read (a pod sets annotations). Entries of the wrong shape are no
@@ -192,7 +191,7 @@ def _gpu_evidence(doc: dict[str, Any], linux: dict[str, Any]) -> dict[str, Any]:
     return evidence
 
 
-def _section(parent: dict[str, Any], name: str, where: str) -> dict[str, Any]:
+def _section(parent: "dict[str, Any]", name: str, where: str) -> "dict[str, Any]":
     value = parent.get(name)
     if value is None:
         return {}
@@ -201,7 +200,7 @@ def _section(parent: dict[str, Any], name: str, where: str) -> dict[str, Any]:
     return value
 
 
-def _granted(resources: Any, evidence: dict[str, Any], path: str) -> GrantedResources:
+def _granted(resources: "Any", evidence: "dict[str, Any]", path: str) -> GrantedResources:
     """linux.resources as the runtime wrote it (the kubelet's limits, runtime-spec
     config-linux.md#control-groups); a value of the wrong type is refused, not guessed."""
     if resources is None:

@@ -8,7 +8,6 @@ linux.cgroupsPath when there is one: a reused pid names another container's cgro
 container's own cgroup, never one that holds other processes' cgroups.
 """
 
-from __future__ import annotations
 
 from nri_plugin.enforce.cgpaths import container_cgroup_of
 from nri_plugin.enforce.errors import EnforceError
@@ -21,18 +20,18 @@ if TYPE_CHECKING:
     from nri_plugin.hook.values import Run
 
 
-def process_pid(run: Run) -> int | None:
+def process_pid(run: "Run") -> int | None:
     """The container's pid as the hook's /proc shows it: the state's, except at stages run
     inside the container's namespaces (hookspec.IN_CONTAINER_STAGES)."""
     return None if run.opts.stage in IN_CONTAINER_STAGES else run.oci.pid
 
 
-def locatable(run: Run) -> bool:
+def locatable(run: "Run") -> bool:
     """Whether container_cgroup can find the cgroup (and so a decision can be cached)."""
     return process_pid(run) is not None or bool(run.spec.cgroups_path)
 
 
-def container_cgroup(run: Run, facts: CgroupFacts) -> CgroupPaths:
+def container_cgroup(run: "Run", facts: "CgroupFacts") -> "CgroupPaths":
     """The container's cgroup dirs under `facts`' hierarchies; InvalidInput when the
     runtime's input does not lead to an existing cgroup of the container's own."""
     if not locatable(run):

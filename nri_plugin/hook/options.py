@@ -4,7 +4,6 @@
 `python3 -I -m nri_plugin.hook` are the same entry and share HookOptions.
 """
 
-from __future__ import annotations
 
 from nri_plugin.errors import InvalidInput
 from nri_plugin.hookspec import DEFAULT_STAGE, STAGES

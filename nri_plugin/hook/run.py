@@ -5,7 +5,6 @@ Everything before "there is an SLA for this container" uses only the standard li
 so containers without an SLA (and pod sandboxes) cost a JSON parse and nothing more.
 """
 
-from __future__ import annotations
 
 import os
 import sys
@@ -44,7 +43,7 @@ if TYPE_CHECKING:
     from typing import BinaryIO, TextIO
 
 
-def run(opts: HookOptions, stdin: BinaryIO) -> Outcome:
+def run(opts: HookOptions, stdin: "BinaryIO") -> Outcome:
     deadline = Deadline(opts.timeout)
     progress = Progress()
     try:
@@ -70,7 +69,7 @@ class alarm:  # lower case: used like a function, `with alarm(5): ...`
     def _fire(self, signum: int, frame: object) -> None:
         raise HookTimeout(f"timed out after {self.seconds:g}s (blocked in a step)")
 
-    def __enter__(self) -> alarm:
+    def __enter__(self) -> "alarm":
         self.previous = signal.signal(signal.SIGALRM, self._fire)
         signal.setitimer(signal.ITIMER_REAL, self.seconds)
         return self
@@ -95,7 +94,7 @@ def _failed(kind: str, line: str, progress: Progress) -> Outcome:
                    progress.container_id, decision)
 
 
-def _run(opts: HookOptions, stdin: BinaryIO, deadline: Deadline,
+def _run(opts: HookOptions, stdin: "BinaryIO", deadline: Deadline,
          progress: Progress) -> Outcome:
     state = read_state(stdin)
     progress.container_id = state.id
@@ -128,7 +127,7 @@ def _run(opts: HookOptions, stdin: BinaryIO, deadline: Deadline,
     return carry_out(actions, cgroup, run)
 
 
-def emit(outcome: Outcome, stderr: TextIO, log_path: str | None = None) -> None:
+def emit(outcome: Outcome, stderr: "TextIO", log_path: str | None = None) -> None:
     outcome.lines = [one_line(line) for line in outcome.lines]
     for line in outcome.lines:
         stderr.write(line + "\n")
@@ -157,7 +156,7 @@ def _bare(line: str) -> str:
     return line
 
 
-def _log_decision(d: LoggedDecision, stream: TextIO) -> None:
+def _log_decision(d: LoggedDecision, stream: "TextIO") -> None:
     """The plugin's decision line (docs/operations.md), with path "hook"."""
     from nri_plugin.decision_line import decision_line, journald_fd
 

@@ -5,7 +5,6 @@ A leaf module: the run, the cached path, the cold path and the actions all use t
 none of them needs another's module.
 """
 
-from __future__ import annotations
 
 import time
 
@@ -62,8 +61,8 @@ class Run(Value):
 
     __slots__ = ("annotations", "deadline", "oci", "opts", "progress", "spec", "target")
 
-    def __init__(self, opts: HookOptions, oci: OciState, spec: BundleSpec,
-                 annotations: dict[str, str], target: Target, deadline: Deadline,
+    def __init__(self, opts: "HookOptions", oci: "OciState", spec: "BundleSpec",
+                 annotations: dict[str, str], target: "Target", deadline: Deadline,
                  progress: Progress) -> None:
         fields = {"opts": opts, "oci": oci, "spec": spec, "annotations": annotations,
                   "target": target, "deadline": deadline, "progress": progress}
@@ -82,7 +81,7 @@ class LoggedDecision(Value):
 
     __slots__ = ("applied", "error", "log_format", "outcome", "target", "warnings")
 
-    def __init__(self, outcome: str, target: Target, log_format: str = "text",
+    def __init__(self, outcome: str, target: "Target", log_format: str = "text",
                  applied: dict | None = None, warnings: list[str] | None = None,
                  error: str | None = None) -> None:
         self.outcome = outcome  # enforced | warned | refused

@@ -7,7 +7,6 @@ re or yaml). Every doubt is a miss (None), and the cold path decides and reports
 always did.
 """
 
-from __future__ import annotations
 
 from nri_plugin.enforce.cgpaths import CgroupFacts
 from nri_plugin.hook.actions import CgroupActions
@@ -22,7 +21,7 @@ if TYPE_CHECKING:
 LOG_FORMATS = ("text", "json")
 
 
-def cached_actions(run: Run) -> tuple[CgroupActions, CgroupPaths] | None:
+def cached_actions(run: "Run") -> "tuple[CgroupActions, CgroupPaths] | None":
     """The stored decision for this container and its cgroup, or None (a miss)."""
     store = open_store(run.opts)
     if store is None or not locatable(run):

@@ -5,7 +5,6 @@ NUMA node lists and cgroup read-backs all use it. Lean (no imports at run time):
 hook's read-back compares cpusets with it on every container start.
 """
 
-from __future__ import annotations
 
 TYPE_CHECKING = False  # `collections` and `typing` cost the OCI hook start-up time
 if TYPE_CHECKING:
@@ -53,7 +52,7 @@ def parse_cpulist(text: str, *, limit: int | None = None,
     return frozenset(cpus)
 
 
-def format_cpulist(cpus: Iterable[int]) -> str:
+def format_cpulist(cpus: "Iterable[int]") -> str:
     """Format a set of CPU ids as the shortest "0-3,8-11" form (sorted; "" for none)."""
     ordered = sorted(set(cpus))
     parts: list[str] = []

@@ -63,7 +63,8 @@ def make_world(top: Path, sla: bool) -> tuple[Path, bytes, Path]:
     (root / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
     for name, value in {"cpu.max": "max 100000", "cpuset.cpus": "", "cpuset.mems": "",
                         "memory.max": "max", "memory.high": "max", "io.weight": "default 100",
-                        "io.max": ""}.items():
+                        # where io weights go when a disk of this host uses bfq
+                        "io.bfq.weight": "default 100", "io.max": ""}.items():
         (cdir / name).write_text(value)
     bundle = top / ("bundle-sla" if sla else "bundle-plain")
     bundle.mkdir(exist_ok=True)

@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
-"""Start-up cost of the OCI hook: wall time and peak RSS per invocation.
+"""Start-up cost of the OCI hook: wall time, CPU time and peak RSS per invocation.
 
 Each variant is exec'd N times with a realistic OCI state on stdin (a containerd-style
 bundle whose config.json carries an SLA) against a fake cgroup v2 tree, next to a bare
-`python3 -I -S -c pass` on the same interpreter. Targets (docs/hook.md, design.md):
-median within 3x of bare python, peak RSS under 40 MiB.
+`python3 -I -S -c pass` on the same interpreter. Targets (docs/hook.md, issue 21): a
+cached (warm) run and a container without an SLA within 1.5x of bare python, a cold run
+within 5x, peak RSS under 40 MiB.
 
 SLA variants run "cold" (the decision cache emptied before every run: the first container
 of a deployment on a node), "warm" (a cache hit: every later replica) and with the cache
-off (`--cache-dir off`).
+off (`--cache-dir off`). CPU time (the child's user + system time, from wait4) is shown
+next to wall time: on a loaded machine it is the steadier of the two.
 
     .venv/bin/python bench/bench_hook.py [--runs 50]
 """
@@ -61,7 +63,8 @@ def make_world(top: Path, sla: bool) -> tuple[Path, bytes, Path]:
     (root / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
     for name, value in {"cpu.max": "max 100000", "cpuset.cpus": "", "cpuset.mems": "",
                         "memory.max": "max", "memory.high": "max", "io.weight": "default 100",
-                        "io.max": ""}.items():
+                        # where io weights go when a disk of this host uses bfq
+                        "io.bfq.weight": "default 100", "io.max": ""}.items():
         (cdir / name).write_text(value)
     bundle = top / ("bundle-sla" if sla else "bundle-plain")
     bundle.mkdir(exist_ok=True)
@@ -92,8 +95,8 @@ def make_world(top: Path, sla: bool) -> tuple[Path, bytes, Path]:
 
 
 def run_once(argv: list[str], stdin: bytes,
-             env: dict[str, str] | None = None) -> tuple[float, int, int]:
-    """(wall seconds, peak RSS KiB, exit status) of one exec."""
+             env: dict[str, str] | None = None) -> tuple[float, float, int, int]:
+    """(wall seconds, CPU seconds, peak RSS KiB, exit status) of one exec."""
     start = time.perf_counter()
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, env=env)
@@ -106,7 +109,7 @@ def run_once(argv: list[str], stdin: bytes,
     proc.stderr.close()
     if proc.returncode != 0 and b"pass" not in argv[-1].encode():
         raise SystemExit(f"{argv} exited {proc.returncode}: {err.decode()[:300]}")
-    return wall, usage.ru_maxrss, proc.returncode
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss, proc.returncode
 
 
 def measure(variants: list[tuple], runs: int) -> list[dict]:
@@ -117,19 +120,22 @@ def measure(variants: list[tuple], runs: int) -> list[dict]:
     for _, argv, stdin, _prepare, env in variants:
         run_once(argv, stdin, env)  # warm the page cache and __pycache__ (and the cache)
     walls: list[list[float]] = [[] for _ in variants]
+    cpus: list[list[float]] = [[] for _ in variants]
     rss: list[list[float]] = [[] for _ in variants]
     for _ in range(runs):
         for i, (_, argv, stdin, prepare, env) in enumerate(variants):
             if prepare is not None:
                 prepare()
-            w, r, _ = run_once(argv, stdin, env)
+            w, c, r, _ = run_once(argv, stdin, env)
             walls[i].append(w * 1000)
+            cpus[i].append(c * 1000)
             rss[i].append(r / 1024)
     out = []
-    for (name, *_), ws, rs in zip(variants, walls, rss, strict=True):
+    for (name, *_), ws, cs, rs in zip(variants, walls, cpus, rss, strict=True):
         ws.sort()
         out.append({"name": name, "median_ms": statistics.median(ws),
-                    "p90_ms": ws[int(0.9 * (len(ws) - 1))], "peak_rss_mib": max(rs)})
+                    "p90_ms": ws[int(0.9 * (len(ws) - 1))],
+                    "cpu_ms": statistics.median(cs), "peak_rss_mib": max(rs)})
     return out
 
 
@@ -171,16 +177,18 @@ def main() -> int:
              b""),
         ]
         results = measure(variants, args.runs)
-    bare = results[0]["median_ms"]
+    bare, bare_cpu = results[0]["median_ms"], results[0]["cpu_ms"]
     print(f"OCI hook start-up, {args.runs} runs each, {os.cpu_count()} CPUs, "
           f"Python {sys.version.split()[0]}")
-    print(f"{'variant':44} {'median ms':>10} {'p90 ms':>8} {'x bare':>7} {'peak RSS MiB':>13}")
+    print(f"{'variant':44} {'median ms':>10} {'p90 ms':>8} {'x bare':>7} {'CPU ms':>7} "
+          f"{'x bare':>7} {'peak RSS MiB':>13}")
     for r in results:
         print(f"{r['name']:44} {r['median_ms']:10.1f} {r['p90_ms']:8.1f} "
-              f"{r['median_ms'] / bare:7.2f} {r['peak_rss_mib']:13.1f}")
-    for r in results[1:4]:
-        ok = r["median_ms"] <= 3 * bare and r["peak_rss_mib"] < 40
-        print(f"target for {r['name']}: median <= 3x bare and peak RSS < 40 MiB: "
+              f"{r['median_ms'] / bare:7.2f} {r['cpu_ms']:7.1f} {r['cpu_ms'] / bare_cpu:7.2f} "
+              f"{r['peak_rss_mib']:13.1f}")
+    for r, limit in zip(results[1:4], (1.5, 1.5, 5), strict=True):
+        ok = r["median_ms"] <= limit * bare and r["peak_rss_mib"] < 40
+        print(f"target for {r['name']}: median <= {limit:g}x bare and peak RSS < 40 MiB: "
               f"{'met' if ok else 'NOT met'}")
     return 0
 

@@ -55,7 +55,7 @@ def _top_parser():
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == [HOOK]:
-        from nri_plugin.hook.__main__ import main as hook_main
+        from nri_plugin.hook.run import main as hook_main
 
         return hook_main(argv[1:])
     import argparse

@@ -15,7 +15,6 @@ statuses"); a failure that reaches the command line is one line on stderr (one_l
 Lean on purpose (no imports): the OCI hook loads it on every container start.
 """
 
-from __future__ import annotations
 
 INVALID = "invalid"
 REFUSED = "refused"

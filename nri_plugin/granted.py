@@ -16,7 +16,6 @@ Not a dataclass: the hook's warm path builds one from config.json for its cache 
 hashable all the same: it is part of the core's reuse key.
 """
 
-from __future__ import annotations
 
 from itertools import islice
 
@@ -40,19 +39,19 @@ MAX_GRANT_NAME = 128
 MAX_ENV_GPUS = 4096
 
 
-def bounded_names(names: Iterable[str]) -> tuple[str, ...]:
+def bounded_names(names: "Iterable[str]") -> tuple[str, ...]:
     """At most MAX_GRANT_ITEMS names, each cut to MAX_GRANT_NAME characters."""
     return tuple(n[:MAX_GRANT_NAME] for n in islice(names, MAX_GRANT_ITEMS))
 
 
-def gpu_device_numbers(devices: Iterable[tuple[str, int, int]]) -> tuple[tuple[int, int], ...]:
+def gpu_device_numbers(devices: "Iterable[tuple[str, int, int]]") -> tuple[tuple[int, int], ...]:
     """(major, minor) of the character devices of NVIDIA's major among (type, major,
     minor) entries, at most MAX_GRANT_ITEMS looked at."""
     return tuple((major, minor) for kind, major, minor in islice(devices, MAX_GRANT_ITEMS)
                  if kind == "c" and major == NVIDIA_MAJOR)
 
 
-def device_mount_ids(destinations: Iterable[str]) -> tuple[str, ...]:
+def device_mount_ids(destinations: "Iterable[str]") -> tuple[str, ...]:
     """The device ids of mounts under DEVICE_MOUNT_DIR (the path's last element), at most
     MAX_GRANT_ITEMS mounts looked at."""
     ids = (d[len(DEVICE_MOUNT_DIR):].strip("/").rpartition("/")[2]
@@ -73,9 +72,9 @@ class GrantedResources(Value):
 
     def __init__(self, cpu_quota: int | None = None, cpu_period: int | None = None,
                  cpu_shares: int | None = None, memory_limit: int | None = None, *,
-                 cdi_devices: Iterable[str] = (),
-                 gpu_devices: Iterable[tuple[int, int]] = (),
-                 device_mounts: Iterable[str] = (),
+                 cdi_devices: "Iterable[str]" = (),
+                 gpu_devices: "Iterable[tuple[int, int]]" = (),
+                 device_mounts: "Iterable[str]" = (),
                  env_gpus: str | None = None) -> None:
         init = object.__setattr__
         init(self, "cpu_quota", _positive(cpu_quota))

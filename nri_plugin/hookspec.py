@@ -4,7 +4,6 @@ Pure functions (no I/O) so the plugin (`nri-sla run`, injecting the hook through
 ContainerAdjustment.hooks), the packaging files in hooks/ and the tests share one truth.
 """
 
-from __future__ import annotations
 
 import os
 
@@ -53,7 +52,7 @@ def _check_stage(stage: str) -> None:
 
 
 def hook_entry(stage: str = DEFAULT_STAGE, binary: str = DEFAULT_BINARY,
-               timeout: int = RUNTIME_TIMEOUT, if_installed: bool = False) -> dict[str, Any]:
+               timeout: int = RUNTIME_TIMEOUT, if_installed: bool = False) -> "dict[str, Any]":
     """One OCI hook object (runtime-spec config.md#posix-platform-hooks). `if_installed`:
     through /bin/sh, exiting 0 when `binary` is not there (see SHELL)."""
     _check_stage(stage)
@@ -68,13 +67,13 @@ def hook_entry(stage: str = DEFAULT_STAGE, binary: str = DEFAULT_BINARY,
     return {"path": binary, "args": [os.path.basename(binary), *command], "timeout": timeout}
 
 
-def oci_hooks(stage: str = DEFAULT_STAGE, binary: str = DEFAULT_BINARY) -> dict[str, Any]:
+def oci_hooks(stage: str = DEFAULT_STAGE, binary: str = DEFAULT_BINARY) -> "dict[str, Any]":
     """The `hooks` object of a config.json: containerd's base_runtime_spec, which may
     outlive the installation, hence the if-installed form."""
     return {stage: [hook_entry(stage, binary, if_installed=True)]}
 
 
-def hook_spec(stage: str = DEFAULT_STAGE, binary: str = DEFAULT_BINARY) -> dict[str, Any]:
+def hook_spec(stage: str = DEFAULT_STAGE, binary: str = DEFAULT_BINARY) -> "dict[str, Any]":
     """The hook as NRI's ContainerAdjustment.hooks wants it: {hooks-field: [Hook]}.
 
     Keys and values follow nri api.proto's `Hooks`/`Hook` (path, args, env, timeout), so
@@ -88,7 +87,7 @@ def hook_spec(stage: str = DEFAULT_STAGE, binary: str = DEFAULT_BINARY) -> dict[
 
 def fast_hook_entry(stage: str = DEFAULT_STAGE, python: str = "/usr/bin/python3",
                     script: str | None = None, timeout: int = RUNTIME_TIMEOUT,
-                    ) -> dict[str, Any]:
+                    ) -> "dict[str, Any]":
     """The hook as `python3 -I -S <nri_plugin/hook/__main__.py>`: no site, no console-script
     wrapper, no argparse; about 1.5x a bare interpreter start for containers without an
     SLA (docs/hook.md). `script` defaults to this installation's __main__.py."""
@@ -123,7 +122,7 @@ def is_sla_hook(path: str, args: list[str] | tuple[str, ...]) -> bool:
 
 def hooks_d_document(stage: str = DEFAULT_STAGE, binary: str = DEFAULT_BINARY,
                      annotation_regex: str = r"^sla\.nri\.io/(pod|container\..+)$",
-                     ) -> dict[str, Any]:
+                     ) -> "dict[str, Any]":
     """An oci-hooks(5) hooks.d file (CRI-O, podman): injected only when an SLA is present."""
     entry = hook_entry(stage, binary)
     return {

@@ -6,7 +6,6 @@ the hook is exec'd for every container). Subclasses list their fields in __slots
 set them in __init__; this base gives them equality and a readable repr.
 """
 
-from __future__ import annotations
 
 
 class Value:

@@ -41,9 +41,9 @@ def test_help_lists_the_commands_and_the_hook(capsys):
 
 
 def test_hook_goes_straight_to_the_hook(monkeypatch):
-    import nri_plugin.hook.__main__ as hook_entry
+    import nri_plugin.hook.run as hook_run
 
     seen: list[list[str]] = []
-    monkeypatch.setattr(hook_entry, "main", lambda argv: seen.append(argv) or 7)
+    monkeypatch.setattr(hook_run, "main", lambda argv: seen.append(argv) or 7)
     assert main([HOOK, "--trace"]) == 7
     assert seen == [["--trace"]]

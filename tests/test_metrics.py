@@ -256,7 +256,7 @@ def test_every_failure_reason_is_a_metric_label():
     # record_decision raise MetricsError before the runtime got its answer.
     import nri_plugin.config
     import nri_plugin.enforce.errors
-    import nri_plugin.hook.deadline
+    import nri_plugin.hook.values
     import nri_plugin.plan.model
     import nri_plugin.plan.record
     import nri_plugin.sla.errors  # noqa: F401 - every SlaFailure subclass is loaded

@@ -11,7 +11,7 @@ for placement). Either way the same decision, cgroup writer and RT code run.
 from __future__ import annotations
 
 import logging
-import secrets
+import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -128,7 +128,7 @@ class NodeState:
         self.resolve_device = resolve_device
         # The node's record key (core.recordkey); None: a key of this NodeState's own, for
         # nodes whose records never outlive them (explain, demo, tests).
-        self.record_key = record_key or secrets.token_bytes(32)
+        self.record_key = record_key or os.urandom(32)  # what secrets.token_bytes does
         # Reads the node's GPUs again (rescan_inventory); None: this node never rescans.
         # Reads the node's GPUs again with their health (rescan_inventory, poll_gpu_health);
         # None: this node never rescans.

@@ -14,7 +14,6 @@ only: the hook runs this for every container with an SLA, from a cached decision
 where pathlib or dataclasses would cost more than the writes themselves.
 """
 
-from __future__ import annotations
 
 import errno
 import os
@@ -53,7 +52,7 @@ def os_reason(e: OSError) -> str:
 
 
 def target(version: int, controller: str, name: str, value: str,
-           dirs: Mapping[str, str]) -> str:
+           dirs: "Mapping[str, str]") -> str:
     """The file to write, after every check; raises CgroupWriteError.
 
     `dirs` are the container's dirs (v1: controller -> dir; v2: {UNIFIED: dir}).
@@ -121,7 +120,7 @@ class CgroupWrite(tuple):
 
     __slots__ = ()
 
-    def __new__(cls, controller: str, file: str, value: str) -> CgroupWrite:
+    def __new__(cls, controller: str, file: str, value: str) -> "CgroupWrite":
         return tuple.__new__(cls, (controller, file, value))
 
     @property
@@ -187,12 +186,12 @@ class _DirRef:
 class CgroupWriter:
     """Writes into (and reads back from) one container's cgroup, v1 or v2."""
 
-    def __init__(self, paths: CgroupPaths, page_size: int = PAGE_SIZE) -> None:
+    def __init__(self, paths: "CgroupPaths", page_size: int = PAGE_SIZE) -> None:
         self.paths = paths
         self.page_size = page_size
         self._controllers: dict[str, object] = {}
 
-    def apply(self, writes: Iterable[CgroupWrite], *,
+    def apply(self, writes: "Iterable[CgroupWrite]", *,
               undo_on_failure: bool = False) -> list[WriteResult]:
         """Each write in order, each read back. By default it keeps going after a
         failure (soft mode keeps what succeeded and wants every outcome).
@@ -283,11 +282,11 @@ class CgroupWriter:
         return WriteResult(write, False, read_back.strip(), CgroupWriteError(
             path, value, f"read back {read_back.strip()!r}, which does not match"), path)
 
-    def drift(self, writes: Iterable[CgroupWrite]) -> list[str]:
+    def drift(self, writes: "Iterable[CgroupWrite]") -> list[str]:
         """Verification: one text per setting whose file does not hold the planned value."""
         return [str(m) for m in self.mismatches(writes)]
 
-    def mismatches(self, writes: Iterable[CgroupWrite]) -> list[Mismatch]:
+    def mismatches(self, writes: "Iterable[CgroupWrite]") -> list[Mismatch]:
         """Each setting whose file does not hold the planned value (or cannot be read)."""
         found = []
         for write in writes:

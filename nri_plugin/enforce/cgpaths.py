@@ -11,7 +11,6 @@ dataclasses would cost more than the rest of the run. Where a running process's 
 (mountinfo, the cgroup root) is cgroupdetect.py.
 """
 
-from __future__ import annotations
 
 import os
 
@@ -81,7 +80,7 @@ def relative_path(cgroups_path: str) -> str:
 
 
 def container_dirs(
-    cgroups_path: str, hierarchies: Mapping[str, str], root: str
+    cgroups_path: str, hierarchies: "Mapping[str, str]", root: str
 ) -> tuple[dict[str, str], dict[str, str]]:
     """(dirs, roots) for an OCI linux.cgroupsPath: hierarchy name -> the container's dir,
     and the hierarchy mount dir it must stay under. `hierarchies` maps name -> mount dir
@@ -124,7 +123,7 @@ def parse_proc_cgroup(text: str, label: str) -> list[tuple[int, tuple[str, ...],
     return entries
 
 
-def dir_of(dirs: Mapping[str, D], version: int, controller: str, cgroups_path: str) -> D:
+def dir_of(dirs: "Mapping[str, D]", version: int, controller: str, cgroups_path: str) -> "D":
     """One container dir: v1 by controller; v2 has a single dir whatever the controller."""
     key = UNIFIED if version == 2 else controller
     try:
@@ -140,7 +139,7 @@ class Hierarchy(Value):
 
     __slots__ = ("mount_root", "path")
 
-    def __init__(self, path: str | PathLike[str], mount_root: str = "/") -> None:
+    def __init__(self, path: "str | PathLike[str]", mount_root: str = "/") -> None:
         self.path = os.fspath(path)
         self.mount_root = mount_root
 
@@ -155,7 +154,7 @@ class CgroupFacts(Value):
 
     __slots__ = ("driver", "hierarchies", "root", "version")
 
-    def __init__(self, version: int, driver: str, root: str | PathLike[str],
+    def __init__(self, version: int, driver: str, root: "str | PathLike[str]",
                  hierarchies: dict[str, Hierarchy] | None = None) -> None:
         self.version = version
         self.driver = driver
@@ -177,13 +176,13 @@ class CgroupFacts(Value):
             return {UNIFIED: self.hierarchy()}
         return dict(self.hierarchies) or scan_v1(self.root)
 
-    def container_paths(self, cgroups_path: str) -> CgroupPaths:
+    def container_paths(self, cgroups_path: str) -> "CgroupPaths":
         """The container's dirs for an OCI linux.cgroupsPath (either form)."""
         hierarchies = {name: h.path for name, h in self.controllers().items()}
         dirs, roots = container_dirs(cgroups_path, hierarchies, self.root)
         return CgroupPaths(cgroups_path, self.version, dirs, roots)
 
-    def process_paths(self, pid: int, proc: str = "/proc") -> CgroupPaths:
+    def process_paths(self, pid: int, proc: str = "/proc") -> "CgroupPaths":
         """The cgroup dirs a running process is in, from /proc/<pid>/cgroup: where the
         runtime put it, whatever form (or relative path) its cgroupsPath had.
 
@@ -226,7 +225,7 @@ class CgroupFacts(Value):
                                 for n, h in self.controllers().items()]}
 
     @classmethod
-    def from_json(cls, doc: dict) -> CgroupFacts:
+    def from_json(cls, doc: dict) -> "CgroupFacts":
         """Raises ValueError/TypeError/KeyError on a malformed document (a cache miss)."""
         version, driver, root = doc["version"], doc["driver"], doc["root"]
         if version not in (1, 2) or not isinstance(root, str) or not isinstance(driver, str):

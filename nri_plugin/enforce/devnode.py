@@ -11,7 +11,6 @@ Lean on purpose (os and stat only): the OCI hook's cached run re-checks the devi
 cached decision with it (hook/cache.py device_signature).
 """
 
-from __future__ import annotations
 
 import os
 import stat

@@ -4,7 +4,6 @@ Every failure that reaches a caller is one of these, carrying enough context (pa
 reason) to become a CreateContainer error or a hook's stderr line without a traceback.
 """
 
-from __future__ import annotations
 
 from nri_plugin.errors import INTERNAL, INVALID, Refused
 

@@ -13,7 +13,6 @@ write, the value that puts back what that write changed (for a per-device file, 
 that device's line).
 """
 
-from __future__ import annotations
 
 PAGE_SIZE = 4096
 # v1 reads "unlimited" as PAGE_COUNTER_MAX pages; anything this large is "no limit".

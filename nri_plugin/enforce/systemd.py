@@ -7,7 +7,6 @@ convention, also used by containerd and CRI-O). The container then lives in the 
 systemd nests slices by dashes: ``a-b-c.slice`` lives at ``/a.slice/a-b.slice/a-b-c.slice``.
 """
 
-from __future__ import annotations
 
 from nri_plugin.enforce.errors import CgroupPathError
 

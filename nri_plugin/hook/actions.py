@@ -8,11 +8,10 @@ actions out through the same code below, with the one cgroup writer (enforce.cgf
 a cached run can only do what the cold one did.
 """
 
-from __future__ import annotations
 
 from nri_plugin.enforce.cgfile import CgroupWrite, CgroupWriter
 from nri_plugin.errors import EXIT_OK, Refused
-from nri_plugin.hook.outcome import WARN, LoggedDecision, Outcome
+from nri_plugin.hook.values import WARN, LoggedDecision, Outcome
 from nri_plugin.value import Value
 
 KINDS = ("apply", "verify")
@@ -20,9 +19,7 @@ KINDS = ("apply", "verify")
 TYPE_CHECKING = False  # typing costs start-up time; only checkers need it
 if TYPE_CHECKING:
     from nri_plugin.enforce.cgpaths import CgroupPaths
-    from nri_plugin.hook.deadline import Deadline
-    from nri_plugin.hook.outcome import RunState
-    from nri_plugin.hook.target import Target
+    from nri_plugin.hook.values import Run
 
 
 class CgroupActions(Value):
@@ -52,7 +49,7 @@ class CgroupActions(Value):
                 "applied": self.applied, "source": self.source, "key": self.key}
 
     @classmethod
-    def from_json(cls, doc: dict) -> CgroupActions:
+    def from_json(cls, doc: dict) -> "CgroupActions":
         """Raises ValueError on anything malformed (the caller treats it as a miss)."""
         kind, enforcement = doc["kind"], doc["enforcement"]
         if kind not in KINDS or enforcement not in ("hard", "soft"):
@@ -75,24 +72,26 @@ class CgroupActions(Value):
         return cls(kind, enforcement, writes, rt, lines, applied, source, key)
 
 
-def carry_out(a: CgroupActions, paths: CgroupPaths, target: Target, cid: str,
-              rs: RunState, deadline: Deadline) -> Outcome:
-    """The writes (or read-backs) of the actions, as the hook's Outcome."""
-    rs.enforcement = a.enforcement
+def carry_out(a: CgroupActions, cgroup: "CgroupPaths", run: "Run") -> Outcome:
+    """The writes (or read-backs) of the actions in the container's cgroup, as the hook's
+    Outcome: the one way both the cached and the cold decision are carried out."""
+    progress, cid = run.progress, run.oci.id
+    progress.enforcement = a.enforcement
     if a.kind == "verify":
-        deadline.check("verifying")
-        out = verify(a, paths, cid)
+        run.deadline.check("verifying")
+        out = verify(a, cgroup, cid)
         if out.lines:  # drift (soft): worth a decision line; none when all holds
-            out.decision = LoggedDecision("warned", target, rs.log_format, warnings=out.lines)
+            out.decision = LoggedDecision("warned", run.target, progress.log_format,
+                                          warnings=out.lines)
         return out
-    deadline.check("writing cgroup files")
-    out = apply_writes(a, paths, cid)
-    out.decision = LoggedDecision("warned" if out.lines else "enforced", target,
-                                  rs.log_format, applied=a.applied, warnings=out.lines)
+    run.deadline.check("writing cgroup files")
+    out = apply_writes(a, cgroup, cid)
+    out.decision = LoggedDecision("warned" if out.lines else "enforced", run.target,
+                                  progress.log_format, applied=a.applied, warnings=out.lines)
     return out
 
 
-def verify(a: CgroupActions, paths: CgroupPaths, cid: str) -> Outcome:
+def verify(a: CgroupActions, paths: "CgroupPaths", cid: str) -> Outcome:
     problems = CgroupWriter(paths).drift(a.writes) if a.writes else []
     if problems and a.enforcement == "hard":
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
@@ -102,7 +101,7 @@ def verify(a: CgroupActions, paths: CgroupPaths, cid: str) -> Outcome:
                                 for p in problems)], cid)
 
 
-def apply_writes(a: CgroupActions, paths: CgroupPaths, cid: str) -> Outcome:
+def apply_writes(a: CgroupActions, paths: "CgroupPaths", cid: str) -> Outcome:
     hard = a.enforcement == "hard"
     lines = list(a.lines)
     writes = a.writes
@@ -128,7 +127,7 @@ def apply_writes(a: CgroupActions, paths: CgroupPaths, cid: str) -> Outcome:
     return Outcome(EXIT_OK, "applied", lines, cid)
 
 
-def _rt_room(rt: tuple[int, int], key: str, paths: CgroupPaths) -> tuple[list, str | None]:
+def _rt_room(rt: tuple[int, int], key: str, paths: "CgroupPaths") -> tuple[list, str | None]:
     """enforce.rt.make_rt_room, as the plugin runs it: (changes made, problem or None).
     Only RT containers on v1 pay for importing the RT module (pathlib, fractions)."""
     from nri_plugin.enforce.errors import EnforceError

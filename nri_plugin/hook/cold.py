@@ -1,6 +1,8 @@
-"""The hook's cold path: the core decides, the decision becomes CgroupActions, carried out.
+"""The cold path: the core decides, and its decision becomes CgroupActions.
 
-Imported only when the container may have an SLA and no cached decision fits (cache.py).
+One of the run's two paths (warm.py is the other): run.py imports this one only when the
+container may have an SLA and no cached decision fits (cache.py), and carries out what
+either path hands back the same way (actions.carry_out).
 The decision is the plugin's (nri_plugin.core.decide) on a one-shot NodeState: no RT
 budget memory, an allocator only when the SLA asks for placement, no device injection
 (docs/hook.md says what that means for exclusive CPUs and GPUs). What differs is the path:
@@ -23,14 +25,13 @@ from nri_plugin.enforce.cgpaths import CgroupFacts, CgroupPaths
 from nri_plugin.enforce.cgroupdetect import detect_cgroup_facts
 from nri_plugin.enforce.errors import EnforceError
 from nri_plugin.enforce.plan_writes import cgroup_writes
-from nri_plugin.errors import EXIT_OK, InternalFailure, InvalidInput, Refused, SlaFailure
-from nri_plugin.hook import cache, warm
-from nri_plugin.hook.actions import CgroupActions, carry_out
-from nri_plugin.hook.deadline import Deadline
+from nri_plugin.errors import InternalFailure, InvalidInput, Refused, SlaFailure
+from nri_plugin.hook import cache
+from nri_plugin.hook.actions import CgroupActions
+from nri_plugin.hook.inputs import BundleSpec, Target
+from nri_plugin.hook.locate import container_cgroup, locatable
 from nri_plugin.hook.options import HookOptions
-from nri_plugin.hook.outcome import WARN, Outcome, RunState
-from nri_plugin.hook.state import BundleSpec, OciState
-from nri_plugin.hook.target import Target
+from nri_plugin.hook.values import WARN, Run
 from nri_plugin.ops.event import applied_fields
 from nri_plugin.plan.model import PlanError
 from nri_plugin.plan.record import RecordError, decode_record, record_body
@@ -39,34 +40,36 @@ from nri_plugin.sla.model import Sla
 Deps = list[list[str]]
 
 
-def enforce(opts: HookOptions, state: OciState, spec: BundleSpec,
-            annotations: dict[str, str], target: Target, deadline: Deadline,
-            rs: RunState) -> Outcome:
+def core_actions(run: Run) -> tuple[CgroupActions, CgroupPaths] | None:
+    """The core's decision for the container as CgroupActions, and the container's cgroup;
+    None when the node config's prefix finds no SLA for it after all. Stores the actions
+    for the next replica when the cache can hold them."""
+    opts, target, progress = run.opts, run.target, run.progress
     # The core logs (GPU inventory fallbacks, ...); with no handler Python would print
     # them to stderr, where runc expects the hook's one line.
     logging.getLogger("nri_sla").addHandler(logging.NullHandler())
-    store = cache.open_store(opts) if warm.locatable(opts, spec, state) else None
+    store = cache.open_store(opts) if locatable(run) else None
     ckey = cache.config_key(opts) if store else None  # before reading: a change = no store
     config = load_node_config(opts.config)
-    rs.log_format = config.log.format
-    sla = parse_sla(config, annotations, target.name)
+    progress.log_format = config.log.format
+    sla = parse_sla(config, run.annotations, target.name)
     if sla is None:
-        return Outcome(EXIT_OK, "skipped", [], state.id)
-    rs.enforcement = sla.enforcement
-    deadline.check("finding the container's cgroup")
+        return None
+    progress.enforcement = sla.enforcement
+    run.deadline.check("finding the container's cgroup")
     root = opts.cgroup_root or str(config.cgroup.root)
     fkey = cache.facts_key(ckey, root) if ckey else None
-    facts = cgroup_facts(opts, config, spec)
-    paths = container_paths(opts, facts, spec, state)
+    facts = cgroup_facts(opts, config, run.spec)
+    cgroup = container_cgroup(run, facts)
     deps: Deps = []
-    record = annotations.get(f"{config.annotation_prefix}/applied")
+    record = run.annotations.get(f"{config.annotation_prefix}/applied")
     verified = None if record is None else verify_actions(record, sla, target.id,
                                                           config.state_dir)
     if isinstance(verified, CgroupActions):
         actions = verified
     else:
-        deadline.check("planning")
-        actions = plan_actions(config, facts, annotations, target, spec, opts.sysfs_root, deps)
+        run.deadline.check("planning")
+        actions = plan_actions(run, config, facts, deps)
         if verified is not None:  # a record that is not the plugin's: ignored, said so
             actions.lines.insert(0, f"{WARN}{config.annotation_prefix}/applied ignored: "
                                     f"{verified}")
@@ -74,8 +77,7 @@ def enforce(opts: HookOptions, state: OciState, spec: BundleSpec,
         # GPU inventories (NVML) are not fingerprinted: GPU SLAs are always decided cold.
         # A record is authenticated for one container id, which no cache key holds, and
         # recurs on no other container: verification is always decided cold too.
-        dkey = cache.decision_key(fkey, config.annotation_prefix, annotations, target, spec,
-                                  opts.sysfs_root)
+        dkey = cache.decision_key(run, fkey, config.annotation_prefix)
         if cache.config_key(opts) == ckey and cache.facts_key(ckey, root) == fkey:
             store.put("config", ckey, {"prefix": config.annotation_prefix,
                                        "log_format": config.log.format,
@@ -83,7 +85,7 @@ def enforce(opts: HookOptions, state: OciState, spec: BundleSpec,
             store.put("facts", fkey, facts.to_json())
             store.put("decision", dkey, {"decision": actions.to_json(),
                                          "deps": [*deps, *cache.library_deps()]})
-    return carry_out(actions, paths, target, state.id, rs, deadline)
+    return actions, cgroup
 
 
 def verify_actions(record: str, sla: Sla, owner: str, state_dir: str
@@ -117,11 +119,12 @@ def verify_actions(record: str, sla: Sla, owner: str, state_dir: str
     return CgroupActions("verify", sla.enforcement, expected, source=source)
 
 
-def plan_actions(config: NodeConfig, facts: CgroupFacts, annotations: dict[str, str],
-                 target: Target, spec: BundleSpec, sysfs_root: str,
+def plan_actions(run: Run, config: NodeConfig, facts: CgroupFacts,
                  deps: Deps) -> CgroupActions:
     """The core's decision on a one-shot node; `deps` collects what the decision cache
     must re-check before reusing it (io.max devices, the CPU/NUMA topology, schedulers)."""
+    annotations, target, spec, sysfs_root = (run.annotations, run.target, run.spec,
+                                             run.opts.sysfs_root)
     node = hook_node(config, facts, sysfs_root, deps)
     decision = decide(node, ContainerRequest(annotations, target.name,
                                              namespace=target.namespace, owner=target.id,
@@ -200,29 +203,3 @@ def cgroup_facts(opts: HookOptions, config: NodeConfig, spec: BundleSpec) -> Cgr
                                    cgroups_path_hint=spec.cgroups_path)
     except EnforceError as exc:
         raise InternalFailure(f"cgroup facts: {exc}") from None
-
-
-def container_paths(opts: HookOptions, facts: CgroupFacts, spec: BundleSpec,
-                    state: OciState) -> CgroupPaths:
-    """/proc/<pid>/cgroup when the state has a pid, else linux.cgroupsPath (warm.py says
-    why); the container's own cgroup, never one that holds other processes' cgroups."""
-    if not warm.locatable(opts, spec, state):
-        raise InvalidInput("config.json has no linux.cgroupsPath and the state has no "
-                           f"pid usable at the {opts.stage} stage: cannot find the "
-                           "container's cgroup")
-    try:
-        paths = warm.container_paths(opts, facts, spec, state)
-    except EnforceError as exc:
-        raise InvalidInput(f"container cgroup: {exc}") from None
-    missing = paths.missing()
-    if missing:
-        raise InvalidInput(f"container cgroup {missing[0]} does not exist (hook stage too "
-                           "early? use createRuntime, prestart or poststart)")
-    others = paths.others_below()
-    if others:
-        # A pod, QoS or kubepods cgroup (or the root) named as the container's: the SLA's
-        # limits would bind every container below it. The runtime's input is wrong.
-        raise InvalidInput(f"container cgroup {paths.cgroups_path}: {others} below it holds "
-                           "other processes: not a container's own cgroup (a pod or slice "
-                           "cgroup?); refusing to write limits over them")
-    return paths

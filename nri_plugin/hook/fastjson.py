@@ -6,7 +6,6 @@ import). The C scanner in `_json`, which `json` itself uses, needs only a contex
 so we drive it directly and fall back to `json` where `_json` is missing.
 """
 
-from __future__ import annotations
 
 from nri_plugin.errors import InvalidInput
 

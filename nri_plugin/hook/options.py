@@ -4,12 +4,12 @@
 `python3 -I -m nri_plugin.hook` are the same entry and share HookOptions.
 """
 
-from __future__ import annotations
 
 from nri_plugin.errors import InvalidInput
-from nri_plugin.hook.deadline import DEFAULT_TIMEOUT
 from nri_plugin.hookspec import DEFAULT_STAGE, STAGES
 from nri_plugin.value import Value
+
+DEFAULT_TIMEOUT = 5.0  # seconds; runtimes give hooks their own (often larger) timeout
 
 USAGE = ("usage: nri-sla hook [--stage createRuntime|prestart|poststart|createContainer] "
          "[--timeout S] [--config PATH] [--cgroup-root PATH] [--cache-dir DIR|off]")

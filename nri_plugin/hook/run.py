@@ -1,10 +1,10 @@
-"""The hook's main flow: state -> config.json -> SLA -> plan -> cgroupfs -> read-back.
+"""The hook's flow: state -> config.json -> who the container is -> one Run -> its actions,
+cached (warm.py) or the core's (cold.py) -> carried out in cgroupfs and read back.
 
 Everything before "there is an SLA for this container" uses only the standard library,
 so containers without an SLA (and pod sandboxes) cost a JSON parse and nothing more.
 """
 
-from __future__ import annotations
 
 import os
 import sys
@@ -18,48 +18,86 @@ from nri_plugin.errors import (
     SlaFailure,
     one_line,
 )
-from nri_plugin.hook.deadline import Deadline, alarm
-from nri_plugin.hook.options import HookOptions
-from nri_plugin.hook.outcome import PREFIX, WARN, LoggedDecision, Outcome, RunState
-from nri_plugin.hook.state import load_bundle, read_state
-from nri_plugin.hook.target import has_sla, identify
+from nri_plugin.hook.inputs import has_sla, identify, load_bundle, read_state
+from nri_plugin.hook.options import HELP, HelpRequested, HookOptions, parse_argv
+from nri_plugin.hook.values import (
+    PREFIX,
+    WARN,
+    Deadline,
+    HookTimeout,
+    LoggedDecision,
+    Outcome,
+    Progress,
+    Run,
+)
+
+try:
+    # The C module: `signal` wraps it in enums, whose import costs more start-up time
+    # than the whole no-SLA path of the hook. Same functions, same constants.
+    import _signal as signal
+except ImportError:  # pragma: no cover - other interpreters
+    import signal  # type: ignore[no-redef]
 
 TYPE_CHECKING = False  # typing itself costs start-up time; only checkers need it
 if TYPE_CHECKING:
     from typing import BinaryIO, TextIO
 
 
-def run(opts: HookOptions, stdin: BinaryIO) -> Outcome:
+def run(opts: HookOptions, stdin: "BinaryIO") -> Outcome:
     deadline = Deadline(opts.timeout)
-    rs = RunState()
+    progress = Progress()
     try:
         with alarm(opts.timeout):
-            return _run(opts, stdin, deadline, rs)
+            return _run(opts, stdin, deadline, progress)
     except SlaFailure as exc:
-        return _failed(exc.kind, f"{PREFIX}{exc}", rs)
+        return _failed(exc.kind, f"{PREFIX}{exc}", progress)
     except Exception as exc:  # a bug must still end as one line, never a traceback
         msg = f"{PREFIX}internal error: {exc.__class__.__name__}: {exc}"
-        return _failed(INTERNAL, msg[:2000], rs)
+        return _failed(INTERNAL, msg[:2000], progress)
 
 
-def _failed(kind: str, line: str, rs: RunState) -> Outcome:
+class alarm:  # lower case: used like a function, `with alarm(5): ...`
+    """Raise HookTimeout in the main thread if the block runs past `seconds`: the backstop
+    for a step that blocks (a stuck stdin, a stuck cgroupfs write), where the Deadline
+    checked between steps cannot help. A class rather than @contextmanager: contextlib is
+    one more import per container."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.previous: object = None
+
+    def _fire(self, signum: int, frame: object) -> None:
+        raise HookTimeout(f"timed out after {self.seconds:g}s (blocked in a step)")
+
+    def __enter__(self) -> "alarm":
+        self.previous = signal.signal(signal.SIGALRM, self._fire)
+        signal.setitimer(signal.ITIMER_REAL, self.seconds)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, self.previous)
+
+
+def _failed(kind: str, line: str, progress: Progress) -> Outcome:
     # Soft mode never blocks a container for our own trouble (timeouts, bugs, odd
     # systems); hard mode does, because then nothing proves the SLA holds.
-    if kind == INTERNAL and rs.enforcement == "soft":
+    if kind == INTERNAL and progress.enforcement == "soft":
         warning = WARN + line.removeprefix(PREFIX)
-        decision = (LoggedDecision("warned", rs.target, rs.log_format, warnings=[warning])
-                    if rs.target else None)
-        return Outcome(EXIT_OK, "failed", [warning], rs.container_id, decision)
+        decision = (LoggedDecision("warned", progress.target, progress.log_format,
+                                   warnings=[warning]) if progress.target else None)
+        return Outcome(EXIT_OK, "failed", [warning], progress.container_id, decision)
     # Once the container is known to carry an SLA, every failure refuses it: log that.
-    decision = (LoggedDecision("refused", rs.target, rs.log_format, error=line)
-                if rs.target else None)
+    decision = (LoggedDecision("refused", progress.target, progress.log_format, error=line)
+                if progress.target else None)
     return Outcome(EXIT_STATUS[kind], "refused" if kind == REFUSED else "failed", [line],
-                   rs.container_id, decision)
+                   progress.container_id, decision)
 
 
-def _run(opts: HookOptions, stdin: BinaryIO, deadline: Deadline, rs: RunState) -> Outcome:
+def _run(opts: HookOptions, stdin: "BinaryIO", deadline: Deadline,
+         progress: Progress) -> Outcome:
     state = read_state(stdin)
-    rs.container_id = state.id
+    progress.container_id = state.id
     deadline.check("loading config.json")
     spec = load_bundle(state.bundle)
     # config.json is the source of truth; the state's copy fills gaps (older runtimes).
@@ -67,22 +105,29 @@ def _run(opts: HookOptions, stdin: BinaryIO, deadline: Deadline, rs: RunState) -
     target = identify(state.id, annotations)
     if target.sandbox or not has_sla(annotations, target.name):
         return Outcome(EXIT_OK, "skipped", [], state.id)
-    rs.target = target
-    # A replica of a container seen before: its cached decision, no yaml/parser/planner.
-    # Imported only now: containers without an SLA never load the cache or writer.
-    from nri_plugin.hook.warm import cached_run
+    progress.target = target
+    run = Run(opts, state, spec, annotations, target, deadline, progress)
+    # Two paths to the same actions. Warm: a replica of a container seen before gets its
+    # cached decision (no yaml, parser or planner). Imported only now: containers without
+    # an SLA never load the cache or the writer.
+    from nri_plugin.hook.warm import cached_actions
 
-    out = cached_run(opts, state, spec, annotations, target, deadline, rs)
-    if out is not None:
-        return out
-    deadline.check("planning")
-    # Imported only now: the core (SLA parser with yaml, the planner, node detection).
-    from nri_plugin.hook.cold import enforce
+    found = cached_actions(run)
+    if found is None:
+        deadline.check("planning")
+        # Cold: the core decides (SLA parser with yaml, the planner, node detection).
+        from nri_plugin.hook.cold import core_actions
 
-    return enforce(opts, state, spec, annotations, target, deadline, rs)
+        found = core_actions(run)
+        if found is None:  # the node config's prefix finds no SLA after all
+            return Outcome(EXIT_OK, "skipped", [], state.id)
+    from nri_plugin.hook.actions import carry_out
+
+    actions, cgroup = found
+    return carry_out(actions, cgroup, run)
 
 
-def emit(outcome: Outcome, stderr: TextIO, log_path: str | None = None) -> None:
+def emit(outcome: Outcome, stderr: "TextIO", log_path: str | None = None) -> None:
     outcome.lines = [one_line(line) for line in outcome.lines]
     for line in outcome.lines:
         stderr.write(line + "\n")
@@ -111,7 +156,7 @@ def _bare(line: str) -> str:
     return line
 
 
-def _log_decision(d: LoggedDecision, stream: TextIO) -> None:
+def _log_decision(d: LoggedDecision, stream: "TextIO") -> None:
     """The plugin's decision line (docs/operations.md), with path "hook"."""
     from nri_plugin.ops.event import DecisionEvent, journald_fd, render_event
 
@@ -126,7 +171,48 @@ def _log_decision(d: LoggedDecision, stream: TextIO) -> None:
     stream.flush()
 
 
-def main(opts: HookOptions, log_path: str | None = None) -> int:
+def main(argv: list[str] | None = None, log_path: str | None = None) -> int:
+    """`nri-sla hook [options]`: the OCI state on stdin; the exit status (docs/hook.md)."""
+    try:
+        opts = parse_argv(sys.argv[1:] if argv is None else argv)
+    except HelpRequested:
+        sys.stdout.write(HELP)
+        return 0
+    except SlaFailure as exc:
+        sys.stderr.write(f"{PREFIX}{exc}\n")
+        return exc.exit_status
     outcome = run(opts, sys.stdin.buffer)
     emit(outcome, sys.stderr, log_path or os.environ.get("NRI_SLA_HOOK_LOG"))
     return outcome.exit_code
+
+
+def exit_from_file(as_file: bool) -> None:
+    """__main__.py's end: main()'s status, without the interpreter's teardown.
+
+    Run as a file (`python3 -I -S .../__main__.py`), no site ran: put the interpreter's
+    own site-packages on sys.path for the dependencies (yaml, cgroupspy). Everything the
+    hook writes is flushed or closed when main returns (stderr, the decision log, the cache
+    files), so the teardown of every module it loaded, which costs a cached run more than
+    its own cgroup writes, is skipped."""
+    if as_file:
+        add_site_packages()
+    status = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
+
+
+def add_site_packages() -> None:
+    """What site does for a venv (pyvenv.cfg next to bin/) or Debian's interpreter."""
+    version = f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    venv = os.path.dirname(os.path.dirname(os.path.abspath(sys.executable)))
+    if os.path.isfile(os.path.join(venv, "pyvenv.cfg")):
+        candidates = [os.path.join(venv, "lib", version, "site-packages")]
+    else:
+        candidates = [os.path.join(sys.prefix, "lib", version, "site-packages")]
+        if sys.prefix == "/usr":  # Debian's own interpreter: its dist-packages directories
+            candidates += [f"/usr/local/lib/{version}/dist-packages",
+                           "/usr/lib/python3/dist-packages"]
+    for candidate in candidates:
+        if candidate not in sys.path and os.path.isdir(candidate):
+            sys.path.append(candidate)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from nri_plugin.plan.gpu_selection import fits, ordered_nodes
 from nri_plugin.plan.placement_values import (
     TOPOLOGIES,
     CpuFloor,
@@ -32,6 +31,10 @@ from nri_plugin.topology.cpus import Topology
 from nri_plugin.topology.gpu_health import UNHEALTHY
 from nri_plugin.topology.gpus import Gpu
 
+TYPE_CHECKING = False  # only checkers need it
+if TYPE_CHECKING:
+    from types import ModuleType
+
 
 def _tell_operator(message: str, *args: object) -> None:
     """The operator's picture of a shortfall (what is free where): the pod's message names
@@ -41,6 +44,14 @@ def _tell_operator(message: str, *args: object) -> None:
     import logging
 
     logging.getLogger("nri_sla.placement").info(message, *args)
+
+
+def _gpu_selection() -> ModuleType:
+    """GPU selection (NVLink graphs, NUMA fits), imported for GPU placements only: a
+    CPU/NUMA-only SLA, e.g. the OCI hook's first container of an SLA, skips it."""
+    from nri_plugin.plan import gpu_selection
+
+    return gpu_selection
 
 
 def validate_request(r: PlacementRequest, topology: Topology) -> None:
@@ -104,7 +115,7 @@ class _BestFit:
         gpus = placement.touched
         if r.wants_gpu:
             self.verify_grant(gpus)
-        gpu_nodes = ordered_nodes(gpus, self.node.topology)
+        gpu_nodes = _gpu_selection().ordered_nodes(gpus, self.node.topology) if gpus else ()
         align_nodes: tuple[int, ...] = ()
         if gpus and r.align and not gpu_nodes:
             self.fail_or_warn(f"gpu.align: the NUMA node of {describe_gpus(gpus)} is unknown "
@@ -176,8 +187,8 @@ class _BestFit:
                                   f"reset ({granted})", "gpu")
             elif not gpu.health.healthy:
                 self.warnings.append(f"gpu: granted GPU {gpu.index} is {gpu.health}")
-        if len(touched) > 1 and r.topology != "any" and not fits(inventory, touched,
-                                                                  r.topology):
+        if len(touched) > 1 and r.topology != "any" and not _gpu_selection().fits(
+                inventory, touched, r.topology):
             lacks = ("are not all on one NUMA node" if r.topology == "numa"
                      else "are not connected to each other over NVLink")
             self.fail_or_warn(f"gpu.topology: {r.topology}: the granted GPUs {lacks} "

@@ -19,7 +19,6 @@ the node's inventory, RT runtime <= period). Every failure is a RecordError.
 
 from __future__ import annotations
 
-import hmac
 import json
 import re
 from dataclasses import asdict, dataclass, fields
@@ -106,6 +105,10 @@ def encode_record(plan: ContainerPlan, path: str, owner: str, key: bytes) -> str
 
 
 def _mac(text: str, owner: str, key: bytes) -> str:
+    # Imported here: hmac loads OpenSSL's hashlib, which the OCI hook's cold run (no
+    # `applied` record to check) would pay for on every first container of an SLA.
+    import hmac
+
     return hmac.digest(key, f"{owner}\0{text}".encode(), "sha256").hex()
 
 
@@ -164,6 +167,8 @@ def _authenticated_json(text: object, owner: str, key: bytes) -> dict[str, Any]:
             or text[-2:] != '"}' or not _HEX.issuperset(mac)):
         raise UnauthenticatedRecord("not written by nri-sla (no record MAC)")
     signed = text[:-_MAC_TAIL] + "}"
+    import hmac  # as in _mac
+
     if not hmac.compare_digest(mac, _mac(signed, owner, key)):
         raise UnauthenticatedRecord("not written by nri-sla for this container (MAC does "
                                     "not verify)")

@@ -5,7 +5,6 @@ NUMA node lists and cgroup read-backs all use it. Lean (only nri_plugin.errors):
 hook's read-back compares cpusets with it on every container start.
 """
 
-from __future__ import annotations
 
 from nri_plugin.errors import InvalidInput
 
@@ -55,7 +54,7 @@ def parse_cpulist(text: str, *, limit: int | None = None,
     return frozenset(cpus)
 
 
-def format_cpulist(cpus: Iterable[int]) -> str:
+def format_cpulist(cpus: "Iterable[int]") -> str:
     """Format a set of CPU ids as the shortest "0-3,8-11" form (sorted; "" for none)."""
     ordered = sorted(set(cpus))
     parts: list[str] = []

@@ -19,7 +19,7 @@ from nri_plugin.core.nodestate import NodeState, node_allocator
 from nri_plugin.enforce.capabilities import detect_capabilities
 from nri_plugin.enforce.cgpaths import CgroupFacts
 from nri_plugin.errors import EXIT_OK, EXIT_STATUS
-from nri_plugin.hook.outcome import PREFIX, WARN
+from nri_plugin.hook.values import PREFIX, WARN
 from nri_plugin.plan.rt_budget import RtBudget
 from nri_plugin.plugin.adjustment import build_adjustment
 from tests.support.cgroups import V2_FILES, make_v1_tree, make_v2_tree

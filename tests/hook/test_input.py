@@ -13,8 +13,8 @@ import pytest
 
 from nri_plugin.errors import EXIT_INTERNAL, EXIT_INVALID, EXIT_OK
 from nri_plugin.granted import GrantedResources
+from nri_plugin.hook.inputs import STATE_LIMIT, parse_config
 from nri_plugin.hook.options import parse_argv
-from nri_plugin.hook.state import STATE_LIMIT, parse_config
 
 SLA = {"sla.nri.io/pod": "cpu:\n  limit: 1\n"}
 
@@ -160,7 +160,7 @@ def test_other_containers_sla_is_not_ours(tmp_path, h):
 
 def test_no_sla_does_not_import_yaml_or_protobuf(tmp_path, h):
     bundle = h.write_bundle(tmp_path / "b", {"x": "y"}, "/a/b")
-    code = ("import sys, io\nfrom nri_plugin.hook.__main__ import main\n"
+    code = ("import sys, io\nfrom nri_plugin.hook.run import main\n"
             "sys.stdin = io.TextIOWrapper(io.BytesIO(sys.argv[1].encode()))\n"
             "rc = main([])\n"
             "bad = [m for m in ('yaml', 'google.protobuf', 'pynvml', 'argparse') "

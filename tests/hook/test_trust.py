@@ -15,7 +15,7 @@ import pytest
 from nri_plugin.config import NodeConfig, Permissions
 from nri_plugin.core import ContainerRequest, NodeState, decide
 from nri_plugin.errors import EXIT_INVALID, EXIT_OK, EXIT_REFUSED
-from nri_plugin.hook.target import identify
+from nri_plugin.hook.inputs import identify
 
 CRI_TYPE = "io.kubernetes.cri.container-type"
 CRI_NS = "io.kubernetes.cri.sandbox-namespace"

@@ -12,7 +12,8 @@ import pytest
 
 from nri_plugin.core.recordkey import load_or_create_key
 from nri_plugin.errors import EXIT_INTERNAL, EXIT_INVALID, EXIT_OK, EXIT_REFUSED
-from nri_plugin.hook.deadline import Deadline, HookTimeout, alarm
+from nri_plugin.hook.run import alarm
+from nri_plugin.hook.values import Deadline, HookTimeout
 from nri_plugin.plan.model import ContainerPlan
 from nri_plugin.plan.record import encode_record
 

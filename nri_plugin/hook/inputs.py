@@ -1,10 +1,32 @@
-"""What the runtime hands the hook: the OCI state on stdin and the bundle's config.json.
+"""What the runtime hands the hook, and who the container is.
 
-Both are read with a size bound, so a broken or hostile runtime input cannot make the
-hook allocate without limit, and every problem becomes a InvalidInput naming the field.
+The OCI state on stdin and the bundle's config.json are both read with a size bound, so a
+broken or hostile runtime input cannot make the hook allocate without limit, and every
+problem becomes an InvalidInput naming the field.
+
+Who the container is comes from the keys only its runtime writes (never from a pod's own
+text).
+
+Pod annotations reach config.json too (containerd copies those its `pod_annotations` globs
+match, CRI-O copies all of them, podman takes any `--annotation`), and a pod may name its
+annotations like a runtime's keys. So the hook first decides which runtime wrote the spec,
+from the container-type key that runtime always sets, and then reads the container's
+name and namespace from that runtime's own keys only:
+
+* containerd (CRI): `io.kubernetes.cri.*`, written after the pod annotations it copies;
+* CRI-O: `io.kubernetes.cri-o.*` plus kubelet's labels (`io.kubernetes.pod.namespace`,
+  `io.kubernetes.container.name`), which CRI-O writes after the pod's annotations, so
+  kubelet's value wins. CRI-O sets `io.kubernetes.cri-o.Namespace` on pod sandboxes only:
+  in a container's spec it can only be a pod's annotation;
+* podman and plain runc: no Kubernetes namespace at all.
+
+The namespace decides the node config's permissions (realtime, io.max, ...). When it
+cannot be trusted (both runtimes' keys in one spec, namespace keys that disagree, a
+namespace key without any runtime's marker) it is "": only a `*` pattern, a feature open
+to every namespace, matches "", so every feature the node grants per namespace is refused
+(hard) or dropped (soft), and `distrust` says why.
 """
 
-from __future__ import annotations
 
 import os
 import stat
@@ -49,14 +71,14 @@ class BundleSpec(Value):
         self.granted = granted  # what the runtime set: linux.resources, GPU evidence
 
 
-def read_bounded(stream: BinaryIO, limit: int, what: str) -> bytes:
+def read_bounded(stream: "BinaryIO", limit: int, what: str) -> bytes:
     data = stream.read(limit + 1)
     if len(data) > limit:
         raise InvalidInput(f"{what} is larger than {limit} bytes")
     return data
 
 
-def _annotations(value: Any, where: str) -> dict[str, str]:
+def _annotations(value: "Any", where: str) -> dict[str, str]:
     if value is None:
         return {}
     if not isinstance(value, dict):
@@ -71,7 +93,7 @@ def _annotations(value: Any, where: str) -> dict[str, str]:
     return value
 
 
-def _json_object(data: bytes, what: str) -> dict[str, Any]:
+def _json_object(data: bytes, what: str) -> "dict[str, Any]":
     try:
         doc = loads(data.decode("utf-8"))
     except UnicodeDecodeError as exc:
@@ -105,7 +127,7 @@ def parse_state(data: bytes) -> OciState:
                     annotations=_annotations(doc.get("annotations"), "OCI state"))
 
 
-def read_state(stream: BinaryIO, limit: int = STATE_LIMIT) -> OciState:
+def read_state(stream: "BinaryIO", limit: int = STATE_LIMIT) -> OciState:
     return parse_state(read_bounded(stream, limit, "OCI state on stdin"))
 
 
@@ -142,7 +164,7 @@ def parse_config(data: bytes, path: str = "config.json") -> BundleSpec:
                                        path))
 
 
-def _gpu_evidence(doc: dict[str, Any], linux: dict[str, Any]) -> dict[str, Any]:
+def _gpu_evidence(doc: "dict[str, Any]", linux: "dict[str, Any]") -> "dict[str, Any]":
     """The GPU evidence in config.json (GrantedResources' keyword arguments): the runtime
     resolved the CRI's CDI devices into linux.devices and mounts already; cdi.k8s.io/*
     annotations are not read (a pod sets annotations). Entries of the wrong shape are no
@@ -169,7 +191,7 @@ def _gpu_evidence(doc: dict[str, Any], linux: dict[str, Any]) -> dict[str, Any]:
     return evidence
 
 
-def _section(parent: dict[str, Any], name: str, where: str) -> dict[str, Any]:
+def _section(parent: "dict[str, Any]", name: str, where: str) -> "dict[str, Any]":
     value = parent.get(name)
     if value is None:
         return {}
@@ -178,7 +200,7 @@ def _section(parent: dict[str, Any], name: str, where: str) -> dict[str, Any]:
     return value
 
 
-def _granted(resources: Any, evidence: dict[str, Any], path: str) -> GrantedResources:
+def _granted(resources: "Any", evidence: "dict[str, Any]", path: str) -> GrantedResources:
     """linux.resources as the runtime wrote it (the kubelet's limits, runtime-spec
     config-linux.md#control-groups); a value of the wrong type is refused, not guessed."""
     if resources is None:
@@ -200,3 +222,89 @@ def _granted(resources: Any, evidence: dict[str, Any], path: str) -> GrantedReso
     return GrantedResources(cpu_quota=numbers["cpu_quota"], cpu_period=numbers["cpu_period"],
                             cpu_shares=numbers["cpu_shares"],
                             memory_limit=numbers["memory_limit"], **evidence)
+
+
+# ------------------------------------------------------------------ who the container is
+
+CONTAINERD_PREFIX = "io.kubernetes.cri."
+CRIO_PREFIX = "io.kubernetes.cri-o."
+CONTAINERD_TYPE = "io.kubernetes.cri.container-type"
+CRIO_TYPE = "io.kubernetes.cri-o.ContainerType"
+# runtime -> (container-type key, container name, pod namespace, pod name)
+RUNTIME_KEYS = {
+    "containerd": (CONTAINERD_TYPE, "io.kubernetes.cri.container-name",
+                   "io.kubernetes.cri.sandbox-namespace", "io.kubernetes.cri.sandbox-name"),
+    "cri-o": (CRIO_TYPE, "io.kubernetes.container.name", "io.kubernetes.pod.namespace",
+              "io.kubernetes.pod.name"),
+}
+# Every key that names a namespace: any of them next to the runtime's own must agree.
+NAMESPACE_KEYS = ("io.kubernetes.cri.sandbox-namespace", "io.kubernetes.pod.namespace",
+                  "io.kubernetes.cri-o.Namespace")
+
+
+class Target(Value):
+    __slots__ = ("distrust", "id", "name", "namespace", "pod", "sandbox")
+
+    def __init__(self, id: str, name: str, namespace: str, sandbox: bool,
+                 pod: str = "", distrust: str = "") -> None:
+        self.id = id
+        self.name = name
+        self.namespace = namespace  # "" when unknown: see the module docstring
+        self.sandbox = sandbox
+        self.pod = pod
+        self.distrust = distrust  # why the namespace keys were not believed, or ""
+
+
+def _runtime(annotations: dict[str, str]) -> tuple[str, str]:
+    """(runtime, distrust): the runtime whose container-type key is set and whose rival's
+    keys are absent; ("", why) when the keys contradict each other."""
+    containerd = any(k.startswith(CONTAINERD_PREFIX) for k in annotations)
+    crio = any(k.startswith(CRIO_PREFIX) for k in annotations)
+    if containerd and crio:
+        return "", ("the spec carries both containerd's (io.kubernetes.cri.*) and CRI-O's "
+                    "(io.kubernetes.cri-o.*) keys")
+    if CONTAINERD_TYPE in annotations:
+        return "containerd", ""
+    if CRIO_TYPE in annotations:
+        return "cri-o", ""
+    named = [k for k in NAMESPACE_KEYS if k in annotations]
+    if named:
+        return "", f"{named[0]} is set but no runtime's container-type key is"
+    return "", ""
+
+
+def _show(value: str) -> str:
+    return repr(value if len(value) <= 63 else value[:60] + "...")
+
+
+def identify(container_id: str, annotations: dict[str, str]) -> Target:
+    runtime, distrust = _runtime(annotations)
+    if runtime:
+        type_key, name_key, ns_key, pod_key = RUNTIME_KEYS[runtime]
+        namespace = annotations.get(ns_key, "")
+        for other in NAMESPACE_KEYS:
+            if other != ns_key and annotations.get(other, namespace) != namespace:
+                distrust = (f"{other}={_show(annotations[other])} contradicts {runtime}'s "
+                            f"{ns_key}={_show(namespace)}")
+                namespace = ""
+                break
+        return Target(id=container_id, name=annotations.get(name_key) or container_id,
+                      namespace=namespace, sandbox=annotations.get(type_key) == "sandbox",
+                      pod=annotations.get(pod_key, ""), distrust=distrust)
+    # No runtime to believe: names only label the logs and pick among the pod's own SLA
+    # documents, so any runtime's key will do; the namespace stays unknown.
+    keys = RUNTIME_KEYS.values()
+    name = next((annotations[k[1]] for k in keys if annotations.get(k[1])), container_id)
+    pod = next((annotations[k[3]] for k in keys if annotations.get(k[3])), "")
+    sandbox = any(annotations.get(k[0]) == "sandbox" for k in keys)
+    return Target(id=container_id, name=name, namespace="", sandbox=sandbox, pod=pod,
+                  distrust=distrust)
+
+
+def has_sla(annotations: dict[str, str], name: str) -> bool:
+    """Cheap pre-check before importing the SLA parser (and yaml): may there be an SLA for
+    this container? `<prefix>/pod` or `<prefix>/container.<name>` under any prefix (the
+    node config may change `sla.nri.io`; the parser decides). Pod annotations reach every
+    container, so another container's `container.<other>` key alone does not count."""
+    mine = "/container." + name
+    return any(k.endswith("/pod") or k.endswith(mine) for k in annotations)

@@ -1,0 +1,42 @@
+"""The hook as one run: one frozen Run value, two paths (warm, cold) side by side."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from nri_plugin.granted import GrantedResources
+from nri_plugin.hook.inputs import BundleSpec, OciState, identify
+from nri_plugin.hook.options import HookOptions
+from nri_plugin.hook.values import Deadline, Progress, Run
+
+
+def _run() -> Run:
+    annotations = {"io.kubernetes.cri.container-type": "container",
+                   "io.kubernetes.cri.container-name": "app"}
+    state = OciState("c1", "creating", "/b", 42, {})
+    spec = BundleSpec(annotations, "/kubepods/c1", GrantedResources())
+    return Run(HookOptions(), state, spec, annotations, identify("c1", annotations),
+               Deadline(5), Progress())
+
+
+def test_a_run_is_frozen():
+    run = _run()
+    with pytest.raises(AttributeError, match="frozen"):
+        run.target = None
+    with pytest.raises(AttributeError, match="frozen"):
+        del run.spec
+    assert run.target.name == "app" and run.oci.pid == 42
+    run.progress.log_format = "json"  # what the run learns is its progress, not the run
+    assert run.progress.log_format == "json"
+
+
+@pytest.mark.parametrize(("path", "other"), [("warm", "cold"), ("cold", "warm")])
+def test_the_two_paths_never_load_each_other(path, other):
+    code = (f"import sys, nri_plugin.hook.{path}; "
+            f"print('nri_plugin.hook.{other}' in sys.modules)")
+    out = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True,
+                         check=True, timeout=60)
+    assert out.stdout.strip() == "False"

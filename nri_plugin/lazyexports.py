@@ -6,15 +6,13 @@ every re-exported name up front would cost. Lean on purpose (no imports until a 
 first looked up).
 """
 
-from __future__ import annotations
-
 TYPE_CHECKING = False  # `typing` costs the OCI hook start-up time; only checkers need it
 if TYPE_CHECKING:
     from collections.abc import Callable
 
 
 def lazy_exports(namespace: dict[str, object], exports: dict[str, tuple[str, ...]]
-                 ) -> tuple[Callable[[str], object], Callable[[], list[str]], list[str]]:
+                 ) -> "tuple[Callable[[str], object], Callable[[], list[str]], list[str]]":
     """A package's ``__getattr__``, ``__dir__`` and ``__all__`` for `exports` (module ->
     the names it gives the package); `namespace` is the package's ``globals()``, where a
     name lands once looked up so that later lookups skip ``__getattr__``."""

@@ -14,8 +14,6 @@ nested mappings flatten to dotted keys (applied.cpu.quota=1). Under journald the
 no `ts` (journald stamps it) and starts with a syslog priority prefix (`<4>`).
 """
 
-from __future__ import annotations
-
 import os
 import time
 

@@ -37,6 +37,7 @@ from nri_plugin.config import Cap, NodeConfig, Permissions, PodCaps
 from nri_plugin.core import NodeState
 from nri_plugin.enforce.capabilities import NodeCapabilities
 from nri_plugin.enforce.cgpaths import CgroupFacts
+from nri_plugin.enforce.plan_writes import cgroup_writes
 from nri_plugin.nri.pb import nri_pb2 as pb
 from nri_plugin.plan.allocator import Allocator
 from nri_plugin.plan.rt_budget import RtBudget
@@ -81,8 +82,10 @@ def build(n: int, case: str, cgroup_root: Path
                 ctr.annotations.update(answer.adjustment.annotations)
         entry = maker.registry.get(ctr.id)
         if entry is not None and entry.plan is not None:
-            (cgroup_root / ctr.linux.cgroups_path.lstrip("/")).mkdir(parents=True)
-            maker.node.write_plan(entry.plan, ctr.linux.cgroups_path, "all")
+            cgroup = cgroup_root / ctr.linux.cgroups_path.lstrip("/")
+            cgroup.mkdir(parents=True)
+            for write in cgroup_writes(entry.plan, "all", bfq=False):
+                (cgroup / write.file).write_text(write.value)
         ctr.state = pb.CONTAINER_RUNNING
         pods.append(pod)
         containers.append(ctr)

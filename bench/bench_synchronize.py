@@ -30,7 +30,6 @@ import pstats
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from nri_plugin.config import Cap, NodeConfig, Permissions, PodCaps
@@ -81,10 +80,10 @@ def build(n: int, case: str, cgroup_root: Path
             if case == "records":
                 ctr.annotations.update(answer.adjustment.annotations)
         entry = maker.registry.get(ctr.id)
-        if entry is not None and entry.plan is not None:
+        if entry is not None and entry.decided_plan is not None:
             cgroup = cgroup_root / ctr.linux.cgroups_path.lstrip("/")
             cgroup.mkdir(parents=True)
-            for write in cgroup_writes(entry.plan, "all", bfq=False):
+            for write in cgroup_writes(entry.decided_plan, "all", bfq=False):
                 (cgroup / write.file).write_text(write.value)
         ctr.state = pb.CONTAINER_RUNNING
         pods.append(pod)
@@ -92,9 +91,11 @@ def build(n: int, case: str, cgroup_root: Path
     return pods, containers
 
 
-def measure(run: Callable[[], object]) -> tuple[float, float]:
+def measure(plugin: SlaPlugin, pods: list[pb.PodSandbox], containers: list[pb.Container]
+            ) -> tuple[float, float]:
+    """CPU and wall seconds of one Synchronize."""
     cpu, wall = time.process_time(), time.perf_counter()
-    run()
+    plugin.synchronize(pods, containers)
     return time.process_time() - cpu, time.perf_counter() - wall
 
 
@@ -116,8 +117,8 @@ def main() -> int:
                 restart, reconnect = [], []
                 for _ in range(args.repeat):
                     plugin = SlaPlugin(node(root))
-                    restart.append(measure(lambda: plugin.synchronize(pods, containers)))
-                    reconnect.append(measure(lambda: plugin.synchronize(pods, containers)))
+                    restart.append(measure(plugin, pods, containers))
+                    reconnect.append(measure(plugin, pods, containers))
                 if args.profile:
                     plugin = SlaPlugin(node(root))
                     profile = cProfile.Profile()

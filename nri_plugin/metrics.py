@@ -204,9 +204,9 @@ class Metrics:
         _check(kind, DRIFT_KINDS, "drift kind")
         _check(outcome, REPAIR_OUTCOMES, "repair outcome")
         self.drift_repairs.labels(kind=kind, outcome=outcome).inc()
-    def count_unenforced(self) -> None:
-        """One more container found created without nri-sla's enforcement."""
-        self.unenforced.inc()
+    def count_unenforced(self, containers: int = 1) -> None:
+        """More containers found created without nri-sla's enforcement."""
+        self.unenforced.inc(containers)
 
     def observe(self, event: str, seconds: float) -> None:
         """Record how long handling `event` (e.g. "CreateContainer") took."""

@@ -20,8 +20,8 @@ def test_plans_and_owed_writes_follow_the_entries():
     reg.add(entry("a", plan=plan, owed=True))
     reg.add(entry("b"))  # no SLA: still an entry
     assert len(reg) == 2 and reg.plans() == {"a": plan} and reg.owed() == {"a"}
-    assert reg.remove("a").plan is plan and reg.remove("a") is None
-    assert reg.plans() == {} and len(reg) == 1 and reg.get("b").plan is None
+    assert reg.remove("a").decided_plan is plan and reg.remove("a") is None
+    assert reg.plans() == {} and len(reg) == 1 and reg.get("b").decided_plan is None
 
 
 def test_shared_gpus_and_mig_devices():

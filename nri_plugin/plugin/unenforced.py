@@ -73,9 +73,9 @@ class UnenforcedContainers:
     def report(self, config: NodeConfig, applied_key: str, pod_of: Mapping[str, pb.PodSandbox],
                live: list[pb.Container], known: ContainerRegistry) -> int:
         """Log and count the new ones among the `live` containers; returns how many there
-        are now. A container the plugin saw before (`known`: the registry before this
-        Synchronize) and did not report has its answer already (it asks no SLA, or was
-        enforced): its SLA is not read again."""
+        are now. A container the plugin saw before without a plan (`known`: the registry
+        before this Synchronize) and did not report asks no SLA: it is not read again. (One
+        with a plan but no record got an answer the runtime never applied: reported.)"""
         now: dict[str, Unenforced] = {}
         new: list[Unenforced] = []
         for ctr in live:
@@ -86,7 +86,8 @@ class UnenforcedContainers:
             if seen is not None:
                 now[ctr.id] = seen
                 continue
-            if known.get(ctr.id) is not None or hook_enforced(ctr) \
+            entry = known.get(ctr.id)
+            if (entry is not None and entry.decided_plan is None) or hook_enforced(ctr) \
                     or not _asks_sla(config, pod, ctr):
                 continue
             now[ctr.id] = found = Unenforced(ctr.id, pod.namespace, pod.name, ctr.name)

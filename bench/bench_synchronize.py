@@ -105,6 +105,7 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--case", nargs="+", default=["records", "no records", "no SLA"])
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--sort", default="cumulative", help="the profile's order (pstats)")
     args = parser.parse_args()
     # What a service logs at its default level goes somewhere, as in `nri-sla run`.
     logging.basicConfig(level=logging.INFO, filename="/dev/null")
@@ -124,7 +125,7 @@ def main() -> int:
                     profile = cProfile.Profile()
                     profile.runcall(plugin.synchronize, pods, containers)
                     print(f"-- profile: {n} containers, {case}")
-                    pstats.Stats(profile).sort_stats("cumulative").print_stats(25)
+                    pstats.Stats(profile).sort_stats(args.sort).print_stats(30)
             finally:
                 shutil.rmtree(root, ignore_errors=True)
             for what, samples in (("restart", restart), ("reconnect", reconnect)):

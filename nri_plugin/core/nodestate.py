@@ -37,11 +37,12 @@ from nri_plugin.plan.placement_values import CpuFloor, PlacementError, Placement
 from nri_plugin.plan.record import (
     RecordError,
     RecordLimits,
-    decode_record,
     granted_permissions,
+    parse_record,
     record_body,
     record_text,
     sign_record,
+    verified_text,
 )
 from nri_plugin.plan.rt_budget import RtBudget, RtGrant, kernel_rt_share
 from nri_plugin.plan.runtime_gpus import GpuGrant, resolve_grant
@@ -217,12 +218,14 @@ class NodeState:
         result = Restored(released=tuple(sorted(held - {c.id for c in ordered})))
         limits = self.record_limits()
         applied = self.output_keys[0]
+        parsed: dict[str, ContainerPlan] = {}  # verified text -> its plan: replicas share one
         for container in ordered:
             text = container.annotations.get(applied)
             if text is None:
                 continue
             try:
-                result.plans[container.id], breach = self._take(container, text, limits)
+                result.plans[container.id], breach = self._take(container, text, limits,
+                                                                parsed)
             except RecordError as exc:
                 result.rejected.append(Rejection(container.id, exc.problem, str(exc)))
                 continue
@@ -235,11 +238,15 @@ class NodeState:
         result.rt_given_back = self.give_back_rt()
         return result
 
-    def _take(self, container: LiveContainer, text: str, limits: RecordLimits
-              ) -> tuple[ContainerPlan, str]:
+    def _take(self, container: LiveContainer, text: str, limits: RecordLimits,
+              parsed: dict[str, ContainerPlan]) -> tuple[ContainerPlan, str]:
         """Re-take what one record holds, and what of it the node config no longer allows
-        ("" when all is allowed); RecordError (nothing taken) when it must not be taken."""
-        _, plan = decode_record(text, container.id, self.record_key, limits)
+        ("" when all is allowed); RecordError (nothing taken) when it must not be taken.
+        Every record's MAC is checked; `parsed` spares parsing a verified text twice."""
+        signed = verified_text(text, container.id, self.record_key)
+        plan = parsed.get(signed)
+        if plan is None:
+            plan = parsed[signed] = parse_record(signed, limits)[1]
         ns = container.namespace
         who = "a container of no known pod" if ns is None else f"namespace {ns!r}"
         breach = "; ".join(
@@ -329,8 +336,8 @@ class NodeState:
         layout = pool.allocator.layout
         whole = not cpus or cpus == layout.topology.online
         placed = placement is not None and bool(placement.cpus)
-        exclusive = pool.allocator.exclusive_cpus_in_use().keys()
-        foreign = not placed and not whole and (created or not cpus.isdisjoint(exclusive))
+        foreign = not placed and not whole and (
+            created or not cpus.isdisjoint(pool.allocator.exclusive_cpus_in_use()))
         pinned = cpus if foreign else frozenset()
         # What it runs on now: without a cpuset, every online CPU.
         pool.join(owner, PoolMember(cpus_needed(request_millis), pinned),

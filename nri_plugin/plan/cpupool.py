@@ -50,6 +50,7 @@ class CpuPool:
         # (a CreateContainer without exclusive CPUs then costs nothing per live container).
         self._checked_generation: int | None = None
         self._unchecked: set[str] = set()
+        self._shared: tuple[int, frozenset[int]] | None = None  # (cpu_generation, pool)
 
     def __len__(self) -> int:
         return len(self._members)
@@ -95,8 +96,13 @@ class CpuPool:
 
     def shared(self) -> frozenset[int]:
         """The shared pool: every online CPU that is not exclusive. Reserved CPUs are in
-        it: they are never exclusive, not kept from containers."""
-        return self.allocator.topology.online - self.allocator.exclusive_cpus_in_use().keys()
+        it: they are never exclusive, not kept from containers. Computed once per change of
+        the exclusive sets (the allocator's cpu_generation): every member asks."""
+        generation = self.allocator.cpu_generation
+        if self._shared is None or self._shared[0] != generation:
+            self._shared = (generation, self.allocator.topology.online
+                            - self.allocator.exclusive_cpus_in_use().keys())
+        return self._shared[1]
 
     def told(self, owner: str, cpus: frozenset[int]) -> None:
         """`owner` was just given `cpus` (its CreateContainer or UpdateContainer answer)."""

@@ -58,6 +58,9 @@ def resolve_grant(inventory: GpuInventory, granted: GrantedResources,
     """The GPUs and MIG devices `granted` names on this node (see the module docstring).
     `extra_ids`: the kubelet's device ids for the container (GPU UUIDs, MIG UUIDs or
     indexes), at most MAX_GRANT_ITEMS of them read."""
+    if not (granted.cdi_devices or granted.device_mounts or granted.gpu_devices
+            or granted.env_gpus is not None or extra_ids):
+        return GpuGrant()  # most containers: no GPU evidence at all
     names = cdi_grant_names(granted.cdi_devices, cdi_kinds)
     names += granted.device_mounts
     names += [str(i)[:128] for i in islice(extra_ids, MAX_GRANT_ITEMS)]

@@ -49,6 +49,9 @@ from nri_plugin.topology.cpulist import format_cpulist
 
 log = logging.getLogger("nri_sla.plugin")
 
+# The registry's state names: CONTAINER_RUNNING -> "running".
+STATE_NAMES = {number: name.removeprefix("CONTAINER_").lower()
+               for name, number in pb.ContainerState.items()}
 UNVERSIONED_NRI = "older than v0.12"  # no version sent, runtime release not in the table
 # The failure's kind as the status the runtime gets (it shows the message to the user).
 STATUS = {INVALID: Code.INVALID_ARGUMENT, INTERNAL: Code.INTERNAL}
@@ -198,8 +201,8 @@ class SlaPlugin:
             self._entry(pod_of.get(c.pod_sandbox_id), c, plans.get(c.id),
                         # Created but not started yet: StartContainer owes the writes.
                         owed=c.state == pb.CONTAINER_CREATED, granted=granted,
-                        kubelet_ids=books.get(_key(pod_of.get(c.pod_sandbox_id), c), ()),
-                        created=False)
+                        kubelet_ids=books.get(_key(pod_of.get(c.pod_sandbox_id), c), ())
+                        if books else (), created=False)
             for c, granted in zip(live, grants, strict=True))
         return started_away
 
@@ -273,6 +276,7 @@ class SlaPlugin:
             raise rpc_error(decision.error)
         entry = self._entry(pod, container, plan, owed=plan is not None, granted=granted,
                             kubelet_ids=kubelet_ids, created=True)
+        self.registry.add(entry)
         adjustment = self._with_cpuset(container.id, adjustment)
         if plan is not None:  # in force (and read back) with the cpuset it was given
             cpus = adjustment.linux.resources.cpu.cpus if adjustment is not None else ""
@@ -305,8 +309,9 @@ class SlaPlugin:
     def _entry(self, pod: pb.PodSandbox | None, container: pb.Container,
                plan: ContainerPlan | None, *, owed: bool, granted: GrantedResources,
                kubelet_ids: tuple[str, ...] = (), created: bool) -> ContainerEntry:
-        """The container's registry entry, its grant held (nri-sla's placement holds it
-        where there is one; otherwise the grant alone), its place in the CPU pool.
+        """The container's registry entry (for the caller to add), its grant held (nri-sla's
+        placement holds it where there is one; otherwise the grant alone), its place in
+        the CPU pool.
         `owed`: a plan's direct writes are still to do; `kubelet_ids`: its GPU device ids
         in the kubelet's books; `created`: at CreateContainer (else Synchronize)."""
         grant = self.node.gpu_grant(granted, kubelet_ids)
@@ -319,12 +324,11 @@ class SlaPlugin:
         held = self.node.allocator.placement_of(container.id) if self.node.allocator else None
         opens = GrantedGpus.of((*grant.gpus, *(held.gpus if held else ())),
                                (*grant.migs, *(held.migs if held else ())))
-        state = pb.ContainerState.Name(container.state).removeprefix("CONTAINER_").lower()
         entry = ContainerEntry(container.id, container.pod_sandbox_id, _namespace(pod) or "",
-                               pod.name if pod else "", container.name, state, opens, plan,
+                               pod.name if pod else "", container.name,
+                               STATE_NAMES.get(container.state, "unknown"), opens, plan,
                                writes_owed=owed and plan is not None,
                                cgroups_path=container.linux.cgroups_path)
-        self.registry.add(entry)
         self.node.join_pool(container.id, granted.cpu_request_millis,
                             container.linux.resources.cpu.cpus, created=created)
         return entry

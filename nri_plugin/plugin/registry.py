@@ -40,11 +40,15 @@ class GrantedGpus:
 
     @classmethod
     def of(cls, gpus: Iterable[Gpu], migs: Iterable[tuple[Gpu, MigInstance]]) -> GrantedGpus:
-        return cls(frozenset(g.identity for g in gpus),
-                   frozenset((m.uuid, parent.identity) for parent, m in migs))
+        whole = frozenset(g.identity for g in gpus)
+        mig_ids = frozenset((m.uuid, parent.identity) for parent, m in migs)
+        return cls(whole, mig_ids) if whole or mig_ids else NO_GPUS
 
     def __bool__(self) -> bool:
         return bool(self.whole or self.migs)
+
+
+NO_GPUS = GrantedGpus()  # what most containers can open: one value for all of them
 
 
 @dataclass(eq=False, slots=True)
@@ -76,7 +80,7 @@ class ContainerEntry:
     pod_name: str
     name: str
     state: str  # created | running | paused | stopped | unknown
-    gpus: GrantedGpus = field(default_factory=GrantedGpus)
+    gpus: GrantedGpus = NO_GPUS
     # nri-sla's decision (at CreateContainer, or restored from the container's record at
     # Synchronize); None: no SLA, or none taken.
     decided_plan: ContainerPlan | None = None

@@ -88,9 +88,6 @@ def decide(node: NodeState, annotations: Mapping[str, str], container_name: str,
     decision = _decide(node, annotations, container_name, namespace=namespace, owner=owner,
                        pod=pod, nri_version=nri_version, granted=granted,
                        kubelet_gpu_ids=kubelet_gpu_ids)
-    plan = decision.plan
-    if pod and plan is not None and (plan.placement_record or plan.rt_runtime):
-        node.note_pod(owner, pod)
     if decision.reusable:
         if len(node.reusable) >= REUSABLE_LIMIT:
             node.reusable.clear()  # bounded: many distinct SLAs only cost a re-plan

@@ -138,9 +138,9 @@ class NodeState:
         self._rt_dirs: dict[str, tuple[Path, int, int]] = {}
         # Every live container's cpuset (the plugin's; one-shot nodes keep none).
         self.cpu_pool = CpuPool(allocator) if allocator is not None else None
-        # Containers holding GPUs/CPUs/RT by pod, and back: the per-pod caps' input.
-        self._pod_of: dict[str, str] = {}
-        self._members: dict[str, set[str]] = {}
+        # Pod id -> its containers' ids, the per-pod caps' input: the plugin's registry
+        # (plugin.registry) knows them; a one-shot node knows no other container.
+        self.pod_members: Callable[[str], Iterable[str]] = _no_members
         # Reusable decisions by their inputs (core.decision.decide; bounded there).
         self.reusable: dict[tuple, Any] = {}
 
@@ -208,7 +208,7 @@ class NodeState:
         (`out_of_policy`) so that the operator drains the pod.
         """
         ordered = sorted(live, key=lambda c: (c.created_at, c.id))
-        held = {*self._pod_of, *self._rt_dirs,
+        held = {*self._rt_dirs,
                 *(self.rt_budget.owners() if self.rt_budget else ()),
                 *(self.allocator.owners() if self.allocator else ())}
         for owner in held:
@@ -231,8 +231,6 @@ class NodeState:
                 continue
             if breach:
                 result.out_of_policy.append(Rejection(container.id, "policy", breach))
-            if container.pod:
-                self.note_pod(container.id, container.pod)
         if self.allocator is not None:
             self.allocator.prune_missing()  # vanished GPUs no live record holds: gone
         result.rt_given_back = self.give_back_rt()
@@ -287,25 +285,10 @@ class NodeState:
         self._rt_dirs[owner] = (cpu_dir.parent.resolve() / cpu_dir.name,
                                 plan.rt_runtime or 0, plan.rt_period or 1_000_000)
 
-    def note_pod(self, owner: str, pod: str) -> None:
-        """`owner` belongs to `pod`: what it holds counts against the per-pod caps."""
-        self._forget_pod(owner)
-        self._pod_of[owner] = pod
-        self._members.setdefault(pod, set()).add(owner)
-
-    def _forget_pod(self, owner: str) -> None:
-        pod = self._pod_of.pop(owner, None)
-        if pod is None:
-            return
-        members = self._members[pod]
-        members.discard(owner)
-        if not members:
-            del self._members[pod]
-
     def pod_usage(self, pod: str, owner: str) -> PodUsage:
         """What the pod's containers other than `owner` hold (exclusive CPUs, RT share);
         nothing when the pod is not known ("" or a one-shot node)."""
-        others = self._members.get(pod, set()) - {owner} if pod else set()
+        others = [o for o in self.pod_members(pod) if o != owner] if pod else ()
         cpus = 0
         rt = 0.0
         for other in others:
@@ -400,7 +383,6 @@ class NodeState:
         if self.cpu_pool is not None:
             self.cpu_pool.leave(owner)
         self._rt_dirs.pop(owner, None)
-        self._forget_pod(owner)
         if self.rt_budget is not None:
             self.rt_budget.release(owner)
         if self.allocator is not None:
@@ -515,6 +497,10 @@ class NodeState:
             undo_on_failure = plan.enforcement == "hard"
         results = CgroupWriter(paths).apply(writes, undo_on_failure=undo_on_failure)
         return [str(r.error) for r in results if not r.ok]
+
+
+def _no_members(pod: str) -> Iterable[str]:
+    return ()
 
 
 def _still_held(record: Mapping[str, Any], reported: str) -> Mapping[str, Any]:

@@ -101,6 +101,7 @@ class SlaPlugin:
         self.nri_version: str | None = None
         self.runtime = ""
         self.registry = ContainerRegistry()  # every container the runtime reported
+        node.pod_members = self.registry.members  # the per-pod caps count its pods
         # The kubelet's books, for containers whose only GPU evidence is their env.
         self.kubelet = KubeletGrants(node.config.gpu.podresources_socket,
                                      node.config.gpu.grant_resources)

@@ -14,6 +14,7 @@ import logging
 import secrets
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -207,7 +208,7 @@ class NodeState:
         until it ends, so handing them to another would double them. It is reported
         (`out_of_policy`) so that the operator drains the pod.
         """
-        ordered = sorted(live, key=lambda c: (c.created_at, c.id))
+        ordered = sorted(live, key=attrgetter("created_at", "id"))
         held = {*self._rt_dirs,
                 *(self.rt_budget.owners() if self.rt_budget else ()),
                 *(self.allocator.owners() if self.allocator else ())}
@@ -218,7 +219,7 @@ class NodeState:
         result = Restored(released=tuple(sorted(held - {c.id for c in ordered})))
         limits = self.record_limits()
         applied = self.output_keys[0]
-        parsed: dict[str, ContainerPlan] = {}  # verified text -> its plan: replicas share one
+        parsed: dict[str, tuple[ContainerPlan, tuple[str, ...]]] = {}  # replicas share one
         for container in ordered:
             text = container.annotations.get(applied)
             if text is None:
@@ -237,20 +238,24 @@ class NodeState:
         return result
 
     def _take(self, container: LiveContainer, text: str, limits: RecordLimits,
-              parsed: dict[str, ContainerPlan]) -> tuple[ContainerPlan, str]:
+              parsed: dict[str, tuple[ContainerPlan, tuple[str, ...]]]
+              ) -> tuple[ContainerPlan, str]:
         """Re-take what one record holds, and what of it the node config no longer allows
         ("" when all is allowed); RecordError (nothing taken) when it must not be taken.
-        Every record's MAC is checked; `parsed` spares parsing a verified text twice."""
+        Every record's MAC is checked; `parsed` (verified text -> its plan and the
+        permissions it needs) spares parsing a verified text twice."""
         signed = verified_text(text, container.id, self.record_key)
-        plan = parsed.get(signed)
-        if plan is None:
-            plan = parsed[signed] = parse_record(signed, limits)[1]
+        known = parsed.get(signed)
+        if known is None:
+            plan = parse_record(signed, limits)[1]
+            known = parsed[signed] = (plan, granted_permissions(plan))
+        plan, permissions = known
         ns = container.namespace
         who = "a container of no known pod" if ns is None else f"namespace {ns!r}"
         breach = "; ".join(
             f"grants {permission}, which {who} may no longer use (node config "
             f"permissions.{permission}); held until the container ends"
-            for permission in granted_permissions(plan)
+            for permission in permissions
             if ns is None or not self.config.allows(permission, ns))
         if plan.placement_record and self.allocator is not None:
             try:

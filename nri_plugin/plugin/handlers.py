@@ -52,6 +52,7 @@ log = logging.getLogger("nri_sla.plugin")
 # The registry's state names: CONTAINER_RUNNING -> "running".
 STATE_NAMES = {number: name.removeprefix("CONTAINER_").lower()
                for name, number in pb.ContainerState.items()}
+ENV_VISIBLE_PREFIX = ENV_VISIBLE + "="
 UNVERSIONED_NRI = "older than v0.12"  # no version sent, runtime release not in the table
 # The failure's kind as the status the runtime gets (it shows the message to the user).
 STATUS = {INVALID: Code.INVALID_ARGUMENT, INTERNAL: Code.INTERNAL}
@@ -75,13 +76,16 @@ def granted_resources(resources: pb.LinuxResources, container: pb.Container | No
     evidence: dict[str, Any] = {}
     if container is not None:
         for item in container.env:  # the runtime keeps one per key; the last
-            if item.startswith(ENV_VISIBLE + "="):
-                evidence["env_gpus"] = item[len(ENV_VISIBLE) + 1:]
-        evidence.update(
-            cdi_devices=bounded_names(d.name for d in container.CDI_devices),
-            gpu_devices=gpu_device_numbers((d.type, d.major, d.minor)
-                                           for d in container.linux.devices),
-            device_mounts=device_mount_ids(m.destination for m in container.mounts))
+            if item.startswith(ENV_VISIBLE_PREFIX):
+                evidence["env_gpus"] = item[len(ENV_VISIBLE_PREFIX):]
+        # Read only where the runtime sent any: Synchronize reads every container's.
+        cdi, devices = container.CDI_devices, container.linux.devices
+        if cdi:
+            evidence["cdi_devices"] = bounded_names(d.name for d in cdi)
+        if devices:
+            evidence["gpu_devices"] = gpu_device_numbers((d.type, d.major, d.minor)
+                                                         for d in devices)
+        evidence["device_mounts"] = device_mount_ids([m.destination for m in container.mounts])
     return GrantedResources(cpu_quota=value(cpu, "quota"), cpu_period=value(cpu, "period"),
                             cpu_shares=value(cpu, "shares"),
                             memory_limit=value(memory, "limit"), **evidence)

@@ -47,7 +47,7 @@ SETTLING = "settling"  # nri-sla changed what it expects since the last pass
 # the others (and soft mode's reports, and every container's signals) wait for the next
 # periodic pass: the answer must come within the runtime's request timeout (containerd:
 # 2 s) on a node of thousands of containers.
-SYNC_READBACK = 64
+SYNC_READBACK = 16
 KIND = {"cpu": "cpu", "cpuset": "cpuset", "memory": "memory", "blkio": "io", "io": "io"}
 
 

@@ -41,7 +41,12 @@ from nri_plugin.plan.model import ContainerPlan, SlaRefused
 from nri_plugin.plan.record import record_body, record_text
 from nri_plugin.plugin.adjustment import annotated, build_adjustment, build_update
 from nri_plugin.plugin.kubelet_grants import KubeletGrants, asks_kubelet
-from nri_plugin.plugin.registry import ContainerEntry, ContainerRegistry, GrantedGpus
+from nri_plugin.plugin.registry import (
+    NO_GPUS,
+    ContainerEntry,
+    ContainerRegistry,
+    GrantedGpus,
+)
 from nri_plugin.plugin.report import gpus_json
 from nri_plugin.plugin.unenforced import LIVE_STATES, UnenforcedContainers
 from nri_plugin.plugin.watch import DriftWatch
@@ -327,8 +332,9 @@ class SlaPlugin:
         # What it can open: its grant, and what its placement holds (the same GPUs, or,
         # for a record from before issue 18, the GPUs nri-sla chose and added then).
         held = self.node.allocator.placement_of(container.id) if self.node.allocator else None
-        opens = GrantedGpus.of((*grant.gpus, *(held.gpus if held else ())),
-                               (*grant.migs, *(held.migs if held else ())))
+        opens = NO_GPUS if grant.empty and held is None else GrantedGpus.of(
+            (*grant.gpus, *(held.gpus if held else ())),
+            (*grant.migs, *(held.migs if held else ())))
         entry = ContainerEntry(container.id, container.pod_sandbox_id, _namespace(pod) or "",
                                pod.name if pod else "", container.name,
                                STATE_NAMES.get(container.state, "unknown"), opens, plan,

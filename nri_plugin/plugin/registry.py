@@ -177,20 +177,11 @@ class ContainerRegistry:
             if not members:
                 del self._by_pod[entry.pod_id]
 
-    def plans(self) -> dict[str, ContainerPlan]:
-        """Container id -> its decided plan, for the containers nri-sla decided one for."""
-        return {e.id: e.decided_plan for e in self._entries.values()
-                if e.decided_plan is not None}
-
     def watched(self) -> list[ContainerEntry]:
         """The containers the drift watch follows (those with a plan in force), in the
         order the status shows them."""
         return sorted((e for e in self._entries.values() if e.current_plan is not None),
                       key=lambda e: (e.namespace, e.pod_name, e.name, e.id))
-
-    def owed(self) -> set[str]:
-        """Containers whose plan's direct writes are still owed."""
-        return {e.id for e in self._entries.values() if e.writes_owed}
 
     def shared(self) -> list[SharedGpu]:
         """GPUs and MIG devices two or more live containers can open: a GPU granted

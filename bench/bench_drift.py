@@ -73,7 +73,7 @@ def populate(plugin: SlaPlugin, count: int, make_dirs: Callable[[str], None],
         ctr.linux.cgroups_path = prefix + ctr.linux.cgroups_path
         plugin.create_container(pod, ctr)
         make_dirs(ctr.linux.cgroups_path)
-        plan = plugin.watch.containers[ctr.id].plan
+        plan = plugin.registry.get(ctr.id).current_plan
         assert plugin.node.write_plan(plan, ctr.linux.cgroups_path, "runtime") == []
         plugin.start_container(pod, ctr)
 
@@ -129,7 +129,7 @@ def timed(work: Callable[[], object], passes: int) -> tuple[float, float]:
 
 
 def report(label: str, plugin: SlaPlugin, passes: int) -> None:
-    count = len(plugin.watch.containers)
+    count = len(plugin.registry.watched())
     files = sum(len(r.settings) for r in plugin.watch.look().containers)
     wall, cpu = timed(plugin.drift_pass, passes)
     assert all(r.state == "watched" and not r.drifted for r in plugin.watch.last.containers)

@@ -20,6 +20,7 @@ SCRIPTS = [
     ("bench_placement.py", []),
     ("bench_selection.py", []),
     ("bench_records.py", []),
+    ("bench_synchronize.py", []),
     ("bench_drift.py", []),
     ("bench_transport.py", []),
     ("bench_hook.py", []),

@@ -41,6 +41,8 @@ MAX_ENV_GPUS = 4096
 
 def bounded_names(names: "Iterable[str]") -> tuple[str, ...]:
     """At most MAX_GRANT_ITEMS names, each cut to MAX_GRANT_NAME characters."""
+    if isinstance(names, tuple) and not names:  # most containers' evidence: none
+        return ()
     return tuple(n[:MAX_GRANT_NAME] for n in islice(names, MAX_GRANT_ITEMS))
 
 
@@ -54,9 +56,9 @@ def gpu_device_numbers(devices: "Iterable[tuple[str, int, int]]") -> tuple[tuple
 def device_mount_ids(destinations: "Iterable[str]") -> tuple[str, ...]:
     """The device ids of mounts under DEVICE_MOUNT_DIR (the path's last element), at most
     MAX_GRANT_ITEMS mounts looked at."""
-    ids = (d[len(DEVICE_MOUNT_DIR):].strip("/").rpartition("/")[2]
-           for d in islice(destinations, MAX_GRANT_ITEMS) if d.startswith(DEVICE_MOUNT_DIR))
-    return bounded_names(i for i in ids if i)
+    ids = [d[len(DEVICE_MOUNT_DIR):].strip("/").rpartition("/")[2]
+           for d in islice(destinations, MAX_GRANT_ITEMS) if d.startswith(DEVICE_MOUNT_DIR)]
+    return bounded_names([i for i in ids if i]) if ids else ()
 
 
 def _positive(value: int | None) -> int | None:

@@ -74,6 +74,12 @@ def render(doc: dict[str, Any], now: float | None = None) -> str:
     gpus = doc.get("gpus", [])
     if gpus:
         lines += ["", *_gpu_lines(gpus)]
+    unenforced = doc.get("unenforced", [])
+    if unenforced:
+        lines += ["", f"created unenforced (an SLA asked, none enforced: recreate them): "
+                      f"{len(unenforced)}",
+                  *(f"  {u.get('namespace', '')}/{u.get('pod', '')} {u.get('container', '')} "
+                    f"({str(u.get('id', ''))[:12]})" for u in unenforced)]
     return "\n".join(lines)
 
 

@@ -99,9 +99,6 @@ def _remembered(node: NodeState, request: ContainerRequest) -> Decision:
     if known is not None:  # a replica: the same frozen decision, nothing reserved for it
         return known
     decision = _decide(node, request)
-    plan = decision.plan
-    if request.pod and plan is not None and (plan.placement_record or plan.rt_runtime):
-        node.note_pod(request.owner, request.pod)
     if decision.reusable:
         if len(node.reusable) >= REUSABLE_LIMIT:
             node.reusable.clear()  # bounded: many distinct SLAs only cost a re-plan

@@ -14,6 +14,7 @@ import logging
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -37,11 +38,12 @@ from nri_plugin.plan.placement_values import CpuFloor, PlacementError, Placement
 from nri_plugin.plan.record import (
     RecordError,
     RecordLimits,
-    decode_record,
     granted_permissions,
+    parse_record,
     record_body,
     record_text,
     sign_record,
+    verified_text,
 )
 from nri_plugin.plan.rt_budget import RtBudget, RtGrant, kernel_rt_share
 from nri_plugin.plan.runtime_gpus import GpuGrant, resolve_grant
@@ -139,9 +141,9 @@ class NodeState:
         self.cpu_pool = CpuPool(allocator) if allocator is not None else None
         # The last cpuset answered and its text: most answers carry the shared pool.
         self._answered: tuple[frozenset[int], str] = (frozenset(), "")
-        # Containers holding GPUs/CPUs/RT by pod, and back: the per-pod caps' input.
-        self._pod_of: dict[str, str] = {}
-        self._members: dict[str, set[str]] = {}
+        # Pod id -> its containers' ids, the per-pod caps' input: the plugin's registry
+        # (plugin.registry) knows them; a one-shot node knows no other container.
+        self.pod_members: Callable[[str], Iterable[str]] = _no_members
         # Reusable decisions by their inputs (core.decision.decide; bounded there).
         self.reusable: dict[tuple, Any] = {}
 
@@ -208,8 +210,8 @@ class NodeState:
         until it ends, so handing them to another would double them. It is reported
         (`out_of_policy`) so that the operator drains the pod.
         """
-        ordered = sorted(live, key=lambda c: (c.created_at, c.id))
-        held = {*self._pod_of, *self._rt_dirs,
+        ordered = sorted(live, key=attrgetter("created_at", "id"))
+        held = {*self._rt_dirs,
                 *(self.rt_budget.owners() if self.rt_budget else ()),
                 *(self.allocator.owners() if self.allocator else ())}
         for owner in held:
@@ -219,35 +221,43 @@ class NodeState:
         result = Restored(released=tuple(sorted(held - {c.id for c in ordered})))
         limits = self.record_limits()
         applied = self.output_keys[0]
+        parsed: dict[str, tuple[ContainerPlan, tuple[str, ...]]] = {}  # replicas share one
         for container in ordered:
             text = container.annotations.get(applied)
             if text is None:
                 continue
             try:
-                result.plans[container.id], breach = self._take(container, text, limits)
+                result.plans[container.id], breach = self._take(container, text, limits,
+                                                                parsed)
             except RecordError as exc:
                 result.rejected.append(Rejection(container.id, exc.problem, str(exc)))
                 continue
             if breach:
                 result.out_of_policy.append(Rejection(container.id, "policy", breach))
-            if container.pod:
-                self.note_pod(container.id, container.pod)
         if self.allocator is not None:
             self.allocator.prune_missing()  # vanished GPUs no live record holds: gone
         result.rt_given_back = self.give_back_rt()
         return result
 
-    def _take(self, container: LiveContainer, text: str, limits: RecordLimits
+    def _take(self, container: LiveContainer, text: str, limits: RecordLimits,
+              parsed: dict[str, tuple[ContainerPlan, tuple[str, ...]]]
               ) -> tuple[ContainerPlan, str]:
         """Re-take what one record holds, and what of it the node config no longer allows
-        ("" when all is allowed); RecordError (nothing taken) when it must not be taken."""
-        _, plan = decode_record(text, container.id, self.record_key, limits)
+        ("" when all is allowed); RecordError (nothing taken) when it must not be taken.
+        Every record's MAC is checked; `parsed` (verified text -> its plan and the
+        permissions it needs) spares parsing a verified text twice."""
+        signed = verified_text(text, container.id, self.record_key)
+        known = parsed.get(signed)
+        if known is None:
+            plan = parse_record(signed, limits)[1]
+            known = parsed[signed] = (plan, granted_permissions(plan))
+        plan, permissions = known
         ns = container.namespace
         who = "a container of no known pod" if ns is None else f"namespace {ns!r}"
         breach = "; ".join(
             f"grants {permission}, which {who} may no longer use (node config "
             f"permissions.{permission}); held until the container ends"
-            for permission in granted_permissions(plan)
+            for permission in permissions
             if ns is None or not self.config.allows(permission, ns))
         if plan.placement_record and self.allocator is not None:
             try:
@@ -282,25 +292,10 @@ class NodeState:
         self._rt_dirs[owner] = (cpu_dir.parent.resolve() / cpu_dir.name,
                                 plan.rt_runtime or 0, plan.rt_period_in_force)
 
-    def note_pod(self, owner: str, pod: str) -> None:
-        """`owner` belongs to `pod`: what it holds counts against the per-pod caps."""
-        self._forget_pod(owner)
-        self._pod_of[owner] = pod
-        self._members.setdefault(pod, set()).add(owner)
-
-    def _forget_pod(self, owner: str) -> None:
-        pod = self._pod_of.pop(owner, None)
-        if pod is None:
-            return
-        members = self._members[pod]
-        members.discard(owner)
-        if not members:
-            del self._members[pod]
-
     def pod_usage(self, pod: str, owner: str) -> PodUsage:
         """What the pod's containers other than `owner` hold (exclusive CPUs, RT share);
         nothing when the pod is not known ("" or a one-shot node)."""
-        others = self._members.get(pod, set()) - {owner} if pod else set()
+        others = [o for o in self.pod_members(pod) if o != owner] if pod else ()
         cpus = 0
         rt = 0.0
         for other in others:
@@ -331,8 +326,8 @@ class NodeState:
         layout = pool.allocator.layout
         whole = not cpus or cpus == layout.topology.online
         placed = placement is not None and bool(placement.cpus)
-        exclusive = pool.allocator.exclusive_cpus_in_use().keys()
-        foreign = not placed and not whole and (created or not cpus.isdisjoint(exclusive))
+        foreign = not placed and not whole and (
+            created or not cpus.isdisjoint(pool.allocator.exclusive_cpus_in_use()))
         pinned = cpus if foreign else frozenset()
         # What it runs on now: without a cpuset, every online CPU.
         pool.join(owner, PoolMember(cpus_needed(request_millis), pinned),
@@ -408,7 +403,6 @@ class NodeState:
         if self.cpu_pool is not None:
             self.cpu_pool.leave(owner)
         self._rt_dirs.pop(owner, None)
-        self._forget_pod(owner)
         if self.rt_budget is not None:
             self.rt_budget.release(owner)
         if self.allocator is not None:
@@ -523,6 +517,10 @@ class NodeState:
             undo_on_failure = plan.enforcement == "hard"
         results = CgroupWriter(paths).apply(writes, undo_on_failure=undo_on_failure)
         return [str(r.error) for r in results if not r.ok]
+
+
+def _no_members(pod: str) -> Iterable[str]:
+    return ()
 
 
 def _still_held(record: Mapping[str, Any], reported: str) -> Mapping[str, Any]:

@@ -81,7 +81,7 @@ class MetricsSink(Protocol):
     def record_out_of_policy(self) -> None: ...
     def record_drift(self, kind: str) -> None: ...
     def record_repair(self, kind: str, outcome: str) -> None: ...
-    def count_unenforced(self) -> None: ...
+    def count_unenforced(self, containers: int = 1) -> None: ...
     def observe(self, event: str, seconds: float) -> None: ...
     def time(self, event: str) -> AbstractContextManager[None]: ...
     def set_gpus_in_use(self, n: int) -> None: ...
@@ -109,7 +109,7 @@ class NullMetrics:
     def record_repair(self, kind: str, outcome: str) -> None:
         pass
 
-    def count_unenforced(self) -> None:
+    def count_unenforced(self, containers: int = 1) -> None:
         pass
 
     def observe(self, event: str, seconds: float) -> None:
@@ -275,9 +275,9 @@ class Metrics:
         _check(outcome, REPAIR_OUTCOMES, "repair outcome")
         self.drift_repairs.labels(kind=kind, outcome=outcome).inc()
 
-    def count_unenforced(self) -> None:
-        """One more container found created without nri-sla's enforcement."""
-        self.unenforced.inc()
+    def count_unenforced(self, containers: int = 1) -> None:
+        """More containers found created without nri-sla's enforcement."""
+        self.unenforced.inc(containers)
 
     def observe(self, event: str, seconds: float) -> None:
         """Record how long handling `event` (e.g. "CreateContainer") took."""

@@ -98,7 +98,8 @@ class CpuPool:
 
     def shared(self) -> frozenset[int]:
         """The shared pool: every online CPU that is not exclusive. Reserved CPUs are in
-        it: they are never exclusive, not kept from containers."""
+        it: they are never exclusive, not kept from containers. Computed once per change of
+        the exclusive sets (the allocator's cpu_generation): every member asks."""
         generation = self.allocator.cpu_generation
         if self._shared is None or self._shared[0] != generation:
             self._shared = (generation, self.allocator.topology.online

@@ -117,7 +117,37 @@ def decode_record(text: object, owner: str, key: bytes,
     """The enforcing path and the plan from `owner`'s record. Raises
     UnauthenticatedRecord when nri-sla did not write it for this container, RecordError
     when it is malformed or names what this node does not have."""
-    body = _authenticated_json(text, owner, key)
+    return parse_record(verified_text(text, owner, key), limits)
+
+
+def verified_text(text: object, owner: str, key: bytes) -> str:
+    """The signed JSON (the record less its MAC member) of `owner`'s record, once its
+    size and MAC are checked: what parse_record reads. Replicas' records differ in their
+    MAC only, so the plugin parses each signed text once per Synchronize."""
+    if not isinstance(text, str):
+        raise RecordError(f"must be a string, got {type(text).__name__}")
+    if len(text) > MAX_RECORD_BYTES:
+        raise RecordError(f"larger than {MAX_RECORD_BYTES} bytes ({len(text)})")
+    if not text.isascii():  # nri-sla writes ASCII only, so characters are bytes here
+        raise UnauthenticatedRecord("not written by nri-sla (non-ASCII text)")
+    mac = text[-_MAC_TAIL + len(_MAC_HEAD):-2]
+    if (len(text) <= _MAC_TAIL or text[-_MAC_TAIL:-_MAC_TAIL + len(_MAC_HEAD)] != _MAC_HEAD
+            or text[-2:] != '"}' or not _HEX.issuperset(mac)):
+        raise UnauthenticatedRecord("not written by nri-sla (no record MAC)")
+    signed = text[:-_MAC_TAIL] + "}"
+    import hmac  # as in _mac
+
+    if not hmac.compare_digest(mac, _mac(signed, owner, key)):
+        raise UnauthenticatedRecord("not written by nri-sla for this container (MAC does "
+                                    "not verify)")
+    return signed
+
+
+def parse_record(signed: str, limits: RecordLimits | None = None
+                 ) -> tuple[str, ContainerPlan]:
+    """The enforcing path and the plan from a record's verified text (verified_text).
+    Raises RecordError when it is malformed or names what this node does not have."""
+    body = _parsed_json(signed)
     limits = limits or RecordLimits()
     path = body.pop("path", None)
     if path not in PATHS:
@@ -155,23 +185,7 @@ def granted_permissions(plan: ContainerPlan) -> tuple[str, ...]:
     return tuple(name for name, needed in needs.items() if needed)
 
 
-def _authenticated_json(text: object, owner: str, key: bytes) -> dict[str, Any]:
-    if not isinstance(text, str):
-        raise RecordError(f"must be a string, got {type(text).__name__}")
-    if len(text) > MAX_RECORD_BYTES:
-        raise RecordError(f"larger than {MAX_RECORD_BYTES} bytes ({len(text)})")
-    if not text.isascii():  # nri-sla writes ASCII only, so characters are bytes here
-        raise UnauthenticatedRecord("not written by nri-sla (non-ASCII text)")
-    mac = text[-_MAC_TAIL + len(_MAC_HEAD):-2]
-    if (len(text) <= _MAC_TAIL or text[-_MAC_TAIL:-_MAC_TAIL + len(_MAC_HEAD)] != _MAC_HEAD
-            or text[-2:] != '"}' or not _HEX.issuperset(mac)):
-        raise UnauthenticatedRecord("not written by nri-sla (no record MAC)")
-    signed = text[:-_MAC_TAIL] + "}"
-    import hmac  # as in _mac
-
-    if not hmac.compare_digest(mac, _mac(signed, owner, key)):
-        raise UnauthenticatedRecord("not written by nri-sla for this container (MAC does "
-                                    "not verify)")
+def _parsed_json(signed: str) -> dict[str, Any]:
     # Authentic, so this holds for every record nri-sla writes; checked anyway, before
     # parsing, so that a leaked key or a bug cannot make json recurse or expand.
     depth = 0

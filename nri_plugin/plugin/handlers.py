@@ -22,7 +22,7 @@ from typing import Any
 
 from nri_plugin.core import ContainerRequest, Decision, NodeState, decide
 from nri_plugin.core.decision import REUSABLE_LIMIT, recheck
-from nri_plugin.core.nodestate import LiveContainer
+from nri_plugin.core.nodestate import LiveContainer, Restored
 from nri_plugin.enforce.rt import RtChange
 from nri_plugin.errors import INTERNAL, INVALID, Refused, SlaFailure
 from nri_plugin.granted import (
@@ -45,14 +45,23 @@ from nri_plugin.plan.model import ContainerPlan, PlanError
 from nri_plugin.plan.record import record_body, record_text
 from nri_plugin.plugin.adjustment import annotated, build_adjustment, build_update
 from nri_plugin.plugin.kubelet_grants import KubeletGrants, asks_kubelet
-from nri_plugin.plugin.registry import ContainerEntry, ContainerRegistry, GrantedGpus
+from nri_plugin.plugin.registry import (
+    NO_GPUS,
+    ContainerEntry,
+    ContainerRegistry,
+    GrantedGpus,
+)
 from nri_plugin.plugin.report import gpus_json
 from nri_plugin.plugin.unenforced import LIVE_STATES, UnenforcedContainers
-from nri_plugin.plugin.watch import DriftWatch, Watched
+from nri_plugin.plugin.watch import DriftWatch
 from nri_plugin.topology.cpulist import format_cpulist
 
 log = logging.getLogger("nri_sla.plugin")
 
+# The registry's state names: CONTAINER_RUNNING -> "running".
+STATE_NAMES = {number: name.removeprefix("CONTAINER_").lower()
+               for name, number in pb.ContainerState.items()}
+ENV_VISIBLE_PREFIX = ENV_VISIBLE + "="
 UNVERSIONED_NRI = "older than v0.12"  # no version sent, runtime release not in the table
 # The failure's kind as the status the runtime gets (it shows the message to the user).
 STATUS = {INVALID: Code.INVALID_ARGUMENT, INTERNAL: Code.INTERNAL}
@@ -74,8 +83,8 @@ def granted_resources(resources: pb.LinuxResources, container: pb.Container | No
     evidence: dict[str, Any] = {}
     if container is not None:
         for item in container.env:  # the runtime keeps one per key; the last
-            if item.startswith(_ENV_HEAD):
-                evidence["env_gpus"] = item[len(_ENV_HEAD):]
+            if item.startswith(ENV_VISIBLE_PREFIX):
+                evidence["env_gpus"] = item[len(ENV_VISIBLE_PREFIX):]
         if container.CDI_devices:
             evidence["cdi_devices"] = bounded_names(d.name for d in container.CDI_devices)
         if container.linux.devices:
@@ -92,7 +101,6 @@ def granted_resources(resources: pb.LinuxResources, container: pb.Container | No
                                           else None), **evidence)
 
 
-_ENV_HEAD = ENV_VISIBLE + "="
 
 
 class StartRefused(Refused):
@@ -112,6 +120,7 @@ class SlaPlugin:
         self.nri_version: str | None = None
         self.runtime = ""
         self.registry = ContainerRegistry()  # every container the runtime reported
+        node.pod_members = self.registry.members  # the per-pod caps count its pods
         # The kubelet's books, for containers whose only GPU evidence is their env.
         self.kubelet = KubeletGrants(node.config.gpu.podresources_socket,
                                      node.config.gpu.grant_resources)
@@ -121,7 +130,7 @@ class SlaPlugin:
         # With hook.inject the OCI hook verifies (reads back) what the plugin enforced.
         self._hooks = hook_spec() if node.config.hook.inject else None
         watch = node.config.watch
-        self.watch = DriftWatch(node, metrics, interval=watch.interval,
+        self.watch = DriftWatch(node, self.registry, metrics, interval=watch.interval,
                                 backoff_max=watch.repair_backoff_max)
         self._stub: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -147,48 +156,41 @@ class SlaPlugin:
 
     def synchronize(self, pods: list[pb.PodSandbox], containers: list[pb.Container]
                     ) -> list[pb.ContainerUpdate]:
-        with self._timed("Synchronize"):
-            return self._synchronize(pods, containers)
-
-    def _synchronize(self, pods: list[pb.PodSandbox], containers: list[pb.Container]
-                     ) -> list[pb.ContainerUpdate]:
-        """Rebuild every owner (allocator, RT budget, cpusets, plans, owed direct writes)
+        """Rebuild every owner (allocator, RT budget, CPU pool, the registry's entries)
         from the runtime's live containers alone: after any disconnect the plugin holds
         exactly what they hold. A record that is not taken is logged and counted, and
         changes nothing for any other container. Aligned containers whose node got back
         exclusive CPUs (their holders went away meanwhile) get their wider cpuset."""
-        self.rescan_inventory()  # records may name GPUs that came (or went) meanwhile
-        by_id = {p.id: p for p in pods}
-        namespaces = {p.id: p.namespace for p in pods}
-        live = [LiveContainer(c.id, namespaces.get(c.pod_sandbox_id), c.annotations,
+        with self._timed("Synchronize"):
+            self.rescan_inventory()  # records may name GPUs that came (or went) meanwhile
+            pod_of = {p.id: p for p in pods}
+            live = [c for c in containers if c.state in LIVE_STATES]
+            restored = self.node.restore(
+                LiveContainer(c.id, _namespace(pod_of.get(c.pod_sandbox_id)), c.annotations,
                               c.created_at, c.linux.resources.cpu.cpus, c.pod_sandbox_id,
-                              c.linux.cgroups_path)
-                for c in containers if c.state in LIVE_STATES]
-        restored = self.node.restore(live)
-        _log_given_back(restored.rt_given_back)
-        # Started while we were away (not by this process, or before it saw the start):
-        # its direct writes are owed now, since no StartContainer will come for it.
-        known, owed = self.registry.plans(), self.registry.owed()
-        started_away = [c for c in containers if c.id in restored.plans
-                        and c.state in (pb.CONTAINER_RUNNING, pb.CONTAINER_PAUSED)
-                        and (c.id not in known or c.id in owed)]
-        grants = {c.id: granted_resources(c.linux.resources, c)
-                  for c in containers if c.state in LIVE_STATES}
-        books = self.kubelet.for_all() if any(map(asks_kubelet, grants.values())) else {}
-        self.registry.replace(
-            self._entry(by_id.get(c.pod_sandbox_id), c, restored.plans.get(c.id),
-                        # Created but not started yet: StartContainer owes the writes.
-                        owed=c.state == pb.CONTAINER_CREATED, granted=grants[c.id],
-                        kubelet_ids=books.get(_key(by_id.get(c.pod_sandbox_id), c), ()),
-                        created=False)
-            for c in containers if c.state in LIVE_STATES)
-        for ctr in started_away:
-            self._write_owed(ctr)
-        still_owed = self.registry.owed()  # once: it is built over every entry
-        self.watch.replace(
-            _watched(by_id.get(c.pod_sandbox_id), c, restored.plans[c.id],
-                     started=c.id not in still_owed)
-            for c in containers if c.id in restored.plans)
+                              c.linux.cgroups_path) for c in live)
+            _log_given_back(restored.rt_given_back)
+            self._report_restore_problems(restored)
+            # Before the registry is rebuilt: what it knew needs no second look.
+            unenforced = self._unenforced.report(self.node.config, self.node.output_keys[0],
+                                                 pod_of, live, known=self.registry)
+            for ctr in self._rebuild_registry(pod_of, live, restored.plans):
+                self._write_owed(ctr)
+            log.info("synchronized: %d pods, %d containers, %d allocations rebuilt, %d "
+                     "records ignored, %d owners released, %d created unenforced", len(pods),
+                     len(containers), len(restored.plans), len(restored.rejected),
+                     len(restored.released), unenforced)
+            self._publish_usage()
+            self._report_shared()
+            updates = self._cpuset_updates(exclude="")
+            if self.watch.interval:  # drift while disconnected: repaired in this answer
+                updates += self.watch.run_in_sync()  # (on a large node, partly: watch.py)
+            return updates
+
+    def _report_restore_problems(self, restored: Restored) -> None:
+        """Each record restore did not take, and each it took outside the node policy:
+        one line and one count (a forged or stale record is a tenant's doing or an
+        operator's to act on, never a reason to fail the Synchronize)."""
         for rejection in restored.rejected:
             log_event(log, logging.WARNING, "record ignored", container=rejection.container,
                       problem=rejection.problem, error=rejection.message)
@@ -197,25 +199,38 @@ class SlaPlugin:
             log_event(log, logging.WARNING, "record outside the node policy",
                       container=breach.container, error=breach.message)
             self.metrics.record_out_of_policy()
-        unenforced = self._unenforced.report(self.node.config, self.node.output_keys[0],
-                                             pods, containers)
-        log.info("synchronized: %d pods, %d containers, %d allocations rebuilt, %d records "
-                 "ignored, %d owners released, %d created unenforced", len(pods),
-                 len(containers), len(restored.plans), len(restored.rejected),
-                 len(restored.released), unenforced)
-        self._publish_usage()
-        self._report_shared()
-        updates = self._cpuset_updates(exclude="")
-        if self.watch.interval:  # drift while disconnected: repaired in this answer
-            updates += self.watch.run()
-        return updates
+
+    def _rebuild_registry(self, pod_of: dict[str, pb.PodSandbox], live: list[pb.Container],
+                          plans: dict[str, ContainerPlan]) -> list[pb.Container]:
+        """One entry per live container, its plan the one its record restored; returns
+        the containers whose direct writes are owed now: started while nri-sla was away
+        (not by this process, or before it saw the start), so no StartContainer will
+        come for them."""
+        started_away = []
+        for ctr in live:
+            if ctr.id not in plans or ctr.state == pb.CONTAINER_CREATED:
+                continue
+            known = self.registry.get(ctr.id)
+            if known is None or known.decided_plan is None or known.writes_owed:
+                started_away.append(ctr)
+        grants = [granted_resources(c.linux.resources, c) for c in live]
+        books = self.kubelet.for_all() if any(map(asks_kubelet, grants)) else {}
+        self.registry.replace(
+            self._entry(pod_of.get(c.pod_sandbox_id), c, plans.get(c.id),
+                        # Created but not started yet: StartContainer owes the writes.
+                        owed=c.state == pb.CONTAINER_CREATED, granted=granted,
+                        kubelet_ids=books.get(_key(pod_of.get(c.pod_sandbox_id), c), ())
+                        if books else (), created=False)
+            for c, granted in zip(live, grants, strict=True))
+        return started_away
 
     def _write_owed(self, container: pb.Container) -> None:
         """The direct writes of a container that started while nri-sla was away. It runs
         already, so hard mode cannot refuse it any more: what fails is a warning."""
-        plan = self.registry.get(container.id).plan
-        problems = self.node.write_plan(plan, container.linux.cgroups_path, scope="direct",
-                                        undo_on_failure=False)
+        entry = self.registry.get(container.id)
+        assert entry is not None and entry.decided_plan is not None  # _rebuild_registry's
+        problems = self.node.write_plan(entry.decided_plan, container.linux.cgroups_path,
+                                        scope="direct", undo_on_failure=False)
         if problems:
             log_event(log, logging.WARNING, "direct writes after a missed start failed",
                       container=container.id, error="; ".join(problems))
@@ -280,11 +295,11 @@ class SlaPlugin:
             raise rpc_error(decision.error)
         entry = self._entry(pod, container, plan, owed=plan is not None, granted=granted,
                             kubelet_ids=kubelet_ids, created=True)
+        self.registry.add(entry)
         adjustment = self._with_cpuset(container.id, adjustment)
-        if plan is not None:  # watched with the cpuset it was given
+        if plan is not None:  # in force (and read back) with the cpuset it was given
             cpus = adjustment.linux.resources.cpu.cpus if adjustment is not None else ""
-            given = plan if not cpus or cpus == plan.cpus else replace(plan, cpus=cpus)
-            self.watch.watch(_watched(pod, container, given))
+            entry.current_plan = plan if not cpus or cpus == plan.cpus else replace(plan, cpus=cpus)
         self._publish_holders(entry)
         return CreateResult(adjustment, self._cpuset_updates(container.id))
 
@@ -303,8 +318,9 @@ class SlaPlugin:
     def _entry(self, pod: pb.PodSandbox | None, container: pb.Container,
                plan: ContainerPlan | None, *, owed: bool, granted: GrantedResources,
                kubelet_ids: tuple[str, ...] = (), created: bool) -> ContainerEntry:
-        """The container's registry entry, its grant held (nri-sla's placement holds it
-        where there is one; otherwise the grant alone), its place in the CPU pool.
+        """The container's registry entry (for the caller to add), its grant held (nri-sla's
+        placement holds it where there is one; otherwise the grant alone), its place in
+        the CPU pool.
         `owed`: a plan's direct writes are still to do; `kubelet_ids`: its GPU device ids
         in the kubelet's books; `created`: at CreateContainer (else Synchronize)."""
         grant = self.node.gpu_grant(granted, kubelet_ids)
@@ -315,21 +331,21 @@ class SlaPlugin:
         # What it can open: its grant, and what its placement holds (the same GPUs, or,
         # for a record from before issue 18, the GPUs nri-sla chose and added then).
         held = self.node.allocator.placement_of(container.id) if self.node.allocator else None
-        opens = GrantedGpus.of((*grant.gpus, *(held.gpus if held else ())),
-                               (*grant.migs, *(held.migs if held else ())))
-        state = pb.ContainerState.Name(container.state).removeprefix("CONTAINER_").lower()
-        entry = ContainerEntry(container.id, container.pod_sandbox_id,
-                               pod.namespace if pod else "", pod.name if pod else "",
-                               container.name, state, opens, plan,
-                               writes_owed=owed and plan is not None)
-        self.registry.add(entry)
+        opens = NO_GPUS if grant.empty and held is None else GrantedGpus.of(
+            (*grant.gpus, *(held.gpus if held else ())),
+            (*grant.migs, *(held.migs if held else ())))
+        entry = ContainerEntry(container.id, container.pod_sandbox_id, _namespace(pod) or "",
+                               pod.name if pod else "", container.name,
+                               STATE_NAMES.get(container.state, "unknown"), opens, plan,
+                               writes_owed=owed and plan is not None,
+                               cgroups_path=container.linux.cgroups_path)
         self.node.join_pool(container.id, granted.cpu_request_millis,
                             container.linux.resources.cpu.cpus, created=created)
         return entry
 
     def _publish_holders(self, entry: ContainerEntry) -> None:
         """A new holder: the gauges, and GPUs it shares with another container."""
-        if entry.gpus or (entry.plan is not None and entry.plan.placement_record):
+        if entry.holds:
             self._publish_usage()
         if entry.gpus:
             self._report_shared()
@@ -387,7 +403,7 @@ class SlaPlugin:
         if entry is None:
             return
         entry.state = "running"
-        plan = entry.plan
+        plan = entry.decided_plan
         if plan is None or not entry.writes_owed:
             return
         entry.writes_owed = False
@@ -399,7 +415,6 @@ class SlaPlugin:
             # kubelet creates a new one), so what it holds is free for that one at once.
             self._release(container.id)
             raise StartRefused("; ".join(problems))
-        self.watch.started(container.id)
 
     def update_container(self, pod: pb.PodSandbox, container: pb.Container,
                          resources: pb.LinuxResources) -> list[pb.ContainerUpdate]:
@@ -413,7 +428,7 @@ class SlaPlugin:
             entry = self.registry.get(container.id)
             if entry is None:
                 return []
-            plan = entry.plan
+            plan = entry.decided_plan
             granted = granted_resources(resources)
             fitted = None
             if plan is not None:
@@ -422,7 +437,7 @@ class SlaPlugin:
                     log.warning("%s/%s %s: update: %s (%s mode: clamped to the new limits)",
                                 pod.namespace, pod.name, container.name, warning,
                                 plan.enforcement)
-                self.watch.refit(container.id, fitted)
+                self.watch.refit(entry, fitted)
             self._check_room(pod, container, plan, granted)
             given = self.node.resize_cpus(container.id, granted.cpu_request_millis,
                                           pod.namespace)
@@ -498,9 +513,11 @@ class SlaPlugin:
         return asyncio.run_coroutine_threadsafe(look(), self._loop).result(timeout)
 
     def _with_gpus(self, doc: dict[str, Any]) -> dict[str, Any]:
-        """The status document with the node's GPUs and their health."""
+        """The status document with the node's GPUs and their health, and the containers
+        created unenforced."""
         allocator = self.node.allocator
         doc["gpus"] = gpus_json(allocator.inventory) if allocator is not None else []
+        doc["unenforced"] = [u.to_json() for u in self._unenforced.containers]
         return doc
 
     # -- helpers -------------------------------------------------------------------------
@@ -519,12 +536,13 @@ class SlaPlugin:
         return self.metrics.time(event)
 
     def _release(self, container_id: str) -> None:
+        """The container is gone: its entry (and the watch's memory of it) and what the
+        node gave it."""
         entry = self.registry.remove(container_id)
-        self.watch.forget(container_id)
         self.node.release(container_id)
         if entry is None:
             return
-        if entry.gpus or (entry.plan is not None and entry.plan.placement_record):
+        if entry.holds:
             self._publish_usage()  # only holdings change the gauges
         if entry.gpus:
             self._report_shared()
@@ -564,7 +582,7 @@ def _key(pod: pb.PodSandbox | None, container: pb.Container) -> tuple[str, str, 
     return (pod.namespace, pod.name, container.name) if pod else ("", "", container.name)
 
 
-def _watched(pod: pb.PodSandbox | None, container: pb.Container, plan: ContainerPlan,
-             started: bool = False) -> Watched:
-    return Watched(container.id, pod.namespace if pod else "", pod.name if pod else "",
-                   container.name, container.linux.cgroups_path, plan, started=started)
+
+def _namespace(pod: pb.PodSandbox | None) -> str | None:
+    """The container's pod's namespace; None: the runtime sent no pod for it."""
+    return pod.namespace if pod is not None else None

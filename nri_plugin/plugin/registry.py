@@ -1,11 +1,16 @@
-"""One registry of the containers the runtime reports to the plugin.
+"""One registry of the containers the runtime reports to the plugin: the plugin's only
+per-container state (the node's allocator, RT budget and CPU pool hold what containers
+were given, by container id; nothing else in the plugin keeps a container).
 
 Every container CreateContainer or Synchronize reports has one entry, with or without an
-SLA: who it is (ids, pod, names), its state, the GPUs it can open (what its device plugin
-granted, read from what the runtime wrote: nri_plugin.plan.runtime_gpus; and for a record
-from before issue 18, the GPUs nri-sla chose then), its plan when nri-sla
-decided one, and whether that plan's direct writes are still owed (StartContainer, or a
-Synchronize that finds it started). StopContainer and RemoveContainer drop the entry.
+SLA: who it is (ids, pod, names, cgroup), its state, the GPUs it can open (what its device
+plugin granted, read from what the runtime wrote: nri_plugin.plan.runtime_gpus; and for a
+record from before issue 18, the GPUs nri-sla chose then), the plan nri-sla decided for
+it (`decided_plan`) and the one in force now (`current_plan`: the decided one as the
+container was given it, refitted at each resize), whether the decided plan's direct
+writes are still owed (StartContainer, or a Synchronize that finds it started), and what
+the drift watch keeps between its passes (`drift`). StopContainer and RemoveContainer
+drop the entry, and everything with it.
 
 Every entry's grant counts: two live containers able to open one GPU is the kubelet's (or
 an old record's) doing, never nri-sla's, and is reported (`sharing`): once per pair of
@@ -15,9 +20,11 @@ message a pod author sees never names the other container.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
+from nri_plugin.enforce.cgfile import CgroupWrite, CgroupWriter
+from nri_plugin.enforce.compliance import CpuThrottling
 from nri_plugin.plan.model import ContainerPlan
 from nri_plugin.topology.gpus import Gpu, MigInstance
 
@@ -33,14 +40,37 @@ class GrantedGpus:
 
     @classmethod
     def of(cls, gpus: Iterable[Gpu], migs: Iterable[tuple[Gpu, MigInstance]]) -> GrantedGpus:
-        return cls(frozenset(g.identity for g in gpus),
-                   frozenset((m.uuid, parent.identity) for parent, m in migs))
+        whole = frozenset(g.identity for g in gpus)
+        mig_ids = frozenset((m.uuid, parent.identity) for parent, m in migs)
+        return cls(whole, mig_ids) if whole or mig_ids else NO_GPUS
 
     def __bool__(self) -> bool:
         return bool(self.whole or self.migs)
 
 
-@dataclass
+NO_GPUS = GrantedGpus()  # what most containers can open: one value for all of them
+
+
+@dataclass(eq=False, slots=True)
+class DriftMemory:
+    """What the drift watch (plugin.watch) keeps of one SLA container between passes."""
+
+    settling: bool = False  # expectations changed by nri-sla itself since the last pass
+    writer: CgroupWriter | None = None  # over the container's cgroup, once found
+    # Drift already logged: setting -> (found, error) as reported (logged once per change).
+    reported: dict[CgroupWrite, tuple[str | None, str]] = field(default_factory=dict)
+    pending: set[CgroupWrite] = field(default_factory=set)  # re-asserted via the runtime
+    failures: int = 0  # failed repairs in a row
+    retry_at: float = 0.0  # monotonic time before which no repair is tried
+    repair: str = ""  # the repair under way or failed, for people
+    cpu: CpuThrottling | None = None  # the last pass's sample
+    throttled_ratio: float | None = None
+    # (plan, cpuset) -> the plan with that cpuset and its settings by how they are set:
+    # built again only when either changes.
+    expected: tuple[ContainerPlan, str, ContainerPlan, dict[CgroupWrite, str]] | None = None
+
+
+@dataclass(eq=False, slots=True)
 class ContainerEntry:
     """One container the runtime reported."""
 
@@ -50,14 +80,37 @@ class ContainerEntry:
     pod_name: str
     name: str
     state: str  # created | running | paused | stopped | unknown
-    gpus: GrantedGpus = field(default_factory=GrantedGpus)
-    plan: ContainerPlan | None = None  # nri-sla's decision; None: no SLA (or none taken)
-    writes_owed: bool = False  # the plan's direct writes are still to do
+    gpus: GrantedGpus = NO_GPUS
+    # nri-sla's decision (at CreateContainer, or restored from the container's record at
+    # Synchronize); None: no SLA, or none taken.
+    decided_plan: ContainerPlan | None = None
+    writes_owed: bool = False  # the decided plan's direct writes are still to do
+    cgroups_path: str = ""  # the OCI linux.cgroupsPath the runtime gave it
+    # What is enforced now, and what the drift watch reads back: the decided plan with the
+    # cpuset the container was given, refitted at each resize (UpdateContainer).
+    current_plan: ContainerPlan | None = None
+    drift: DriftMemory | None = None  # the watch's, from its first look at the container
+
+    def __post_init__(self) -> None:
+        if self.current_plan is None:
+            self.current_plan = self.decided_plan
 
     @property
     def who(self) -> str:
         """namespace/pod container, for the operator's log."""
         return f"{self.namespace}/{self.pod_name} {self.name}"
+
+    @property
+    def started(self) -> bool:
+        """Its process runs with the decided plan's direct writes made (what the drift
+        watch reads back only then)."""
+        return not self.writes_owed
+
+    @property
+    def holds(self) -> bool:
+        """It holds GPUs or a placement: releasing it changes the node's gauges."""
+        plan = self.decided_plan
+        return bool(self.gpus) or (plan is not None and bool(plan.placement_record))
 
 
 @dataclass(frozen=True)
@@ -75,6 +128,7 @@ class ContainerRegistry:
 
     def __init__(self) -> None:
         self._entries: dict[str, ContainerEntry] = {}
+        self._by_pod: dict[str, set[str]] = {}  # pod id -> its containers' ids
         self._pairs_reported: set[tuple[str, str, str]] = set()  # (device, a, b), a < b
 
     def __len__(self) -> int:
@@ -83,29 +137,51 @@ class ContainerRegistry:
     def get(self, container_id: str) -> ContainerEntry | None:
         return self._entries.get(container_id)
 
+    def __iter__(self) -> Iterator[ContainerEntry]:
+        return iter(self._entries.values())
+
     def add(self, entry: ContainerEntry) -> None:
         """Add (or replace, for a retried CreateContainer) one container's entry."""
+        self._forget_pod(entry.id)
         self._entries[entry.id] = entry
+        self._by_pod.setdefault(entry.pod_id, set()).add(entry.id)
 
     def remove(self, container_id: str) -> ContainerEntry | None:
+        self._forget_pod(container_id)
         entry = self._entries.pop(container_id, None)
-        if entry is not None:
+        if entry is not None and self._pairs_reported:
             self._pairs_reported = {p for p in self._pairs_reported if container_id not in p}
         return entry
 
     def replace(self, entries: Iterable[ContainerEntry]) -> None:
         """Synchronize: exactly these containers from now on."""
         self._entries = {e.id: e for e in entries}
+        self._by_pod = {}
+        for e in self._entries.values():
+            self._by_pod.setdefault(e.pod_id, set()).add(e.id)
         self._pairs_reported = {p for p in self._pairs_reported
                                 if p[1] in self._entries and p[2] in self._entries}
 
-    def plans(self) -> dict[str, ContainerPlan]:
-        """Container id -> its plan, for the containers nri-sla decided one for."""
-        return {e.id: e.plan for e in self._entries.values() if e.plan is not None}
+    def members(self, pod: str) -> Iterable[str]:
+        """The ids of pod `pod`'s containers (core.nodestate.PodMembers: the per-pod caps
+        count what they hold)."""
+        return self._by_pod.get(pod, ()) if pod else ()
 
-    def owed(self) -> set[str]:
-        """Containers whose plan's direct writes are still owed."""
-        return {e.id for e in self._entries.values() if e.writes_owed}
+    def _forget_pod(self, container_id: str) -> None:
+        entry = self._entries.get(container_id)
+        if entry is None:
+            return
+        members = self._by_pod.get(entry.pod_id)
+        if members is not None:
+            members.discard(container_id)
+            if not members:
+                del self._by_pod[entry.pod_id]
+
+    def watched(self) -> list[ContainerEntry]:
+        """The containers the drift watch follows (those with a plan in force), in the
+        order the status shows them."""
+        return sorted((e for e in self._entries.values() if e.current_plan is not None),
+                      key=lambda e: (e.namespace, e.pod_name, e.name, e.id))
 
     def shared(self) -> list[SharedGpu]:
         """GPUs and MIG devices two or more live containers can open: a GPU granted

@@ -3,16 +3,21 @@
 NRI fails open: a container created while the plugin was away (the runtime restarted
 before it came back, it was down, or it missed the runtime's deadline for that very
 container) runs without its SLA and without a record. `UnenforcedContainers` reports
-each live one whose pod asks an SLA for it: one "created unenforced" warning and one
-`nri_sla_unenforced_containers_total` increment per container per process. They stay
-unenforced until recreated (nothing can add their devices or a record now:
-docs/reliability.md). A container whose spec runs the nri-sla OCI hook (the fallback of
-docs/install.md) was enforced, or refused, by the hook and is not reported.
+each live one whose pod asks an SLA for it, once per container per process: one
+`nri_sla_unenforced_containers_total` increment each, one "created unenforced" warning
+each for the first `NAMED` new ones of a Synchronize and one "created unenforced, more"
+line with how many others there are (a reconnect to a node of thousands must not write
+thousands of lines), and every one of them, named, in the status document (`nri-sla
+status`). They stay unenforced until recreated (nothing can add their devices or a record
+now: docs/reliability.md). A container whose spec runs the nri-sla OCI hook (the fallback
+of docs/install.md) was enforced, or refused, by the hook and is not reported.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 from nri_plugin.config import NodeConfig
 from nri_plugin.core.decision import parse_sla
@@ -20,11 +25,15 @@ from nri_plugin.hookspec import is_sla_hook
 from nri_plugin.nri.pb import nri_pb2 as pb
 from nri_plugin.ops.logsetup import log_event
 from nri_plugin.ops.metrics import MetricsSink
+from nri_plugin.plugin.registry import ContainerRegistry
 from nri_plugin.sla.errors import SlaError
 
 log = logging.getLogger("nri_sla.plugin")
 
 LIVE_STATES = (pb.CONTAINER_CREATED, pb.CONTAINER_RUNNING, pb.CONTAINER_PAUSED)
+# New containers named one line each per Synchronize; the others in one line, the
+# metric and the status document.
+NAMED = 32
 
 
 def hook_enforced(container: pb.Container) -> bool:
@@ -34,34 +43,69 @@ def hook_enforced(container: pb.Container) -> bool:
                hooks.prestart, hooks.create_container) for h in stage)
 
 
+@dataclass(frozen=True, slots=True)
+class Unenforced:
+    """One container created unenforced, as the status document names it."""
+
+    id: str
+    namespace: str
+    pod: str
+    container: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"id": self.id, "namespace": self.namespace, "pod": self.pod,
+                "container": self.container}
+
+
 class UnenforcedContainers:
-    """The live containers already reported (each is reported once per process)."""
+    """The live containers created unenforced (each reported once per process)."""
 
     def __init__(self, metrics: MetricsSink) -> None:
         self.metrics = metrics
-        self._reported: set[str] = set()
+        self._reported: dict[str, Unenforced] = {}
 
-    def report(self, config: NodeConfig, applied_key: str, pods: list[pb.PodSandbox],
-               containers: list[pb.Container]) -> int:
-        """Log and count the new ones; returns how many there are now."""
-        by_id = {p.id: p for p in pods}
-        now: set[str] = set()
-        for ctr in containers:
-            pod = by_id.get(ctr.pod_sandbox_id)
-            if ctr.state not in LIVE_STATES or pod is None \
-                    or applied_key in ctr.annotations or hook_enforced(ctr):
+    @property
+    def containers(self) -> list[Unenforced]:
+        """Every live container created unenforced, for the status document."""
+        return sorted(self._reported.values(), key=lambda u: (u.namespace, u.pod,
+                                                              u.container, u.id))
+
+    def report(self, config: NodeConfig, applied_key: str, pod_of: Mapping[str, pb.PodSandbox],
+               live: list[pb.Container], known: ContainerRegistry) -> int:
+        """Log and count the new ones among the `live` containers; returns how many there
+        are now. A container the plugin saw before without a plan (`known`: the registry
+        before this Synchronize) and did not report asks no SLA: it is not read again. (One
+        with a plan but no record got an answer the runtime never applied: reported.)"""
+        now: dict[str, Unenforced] = {}
+        new: list[Unenforced] = []
+        for ctr in live:
+            pod = pod_of.get(ctr.pod_sandbox_id)
+            if pod is None or applied_key in ctr.annotations:
                 continue
-            try:
-                asked = parse_sla(config, pod.annotations, ctr.name) is not None
-            except SlaError:
-                asked = True  # invalid: nri-sla would have refused it
-            if not asked:
+            seen = self._reported.get(ctr.id)
+            if seen is not None:
+                now[ctr.id] = seen
                 continue
-            now.add(ctr.id)
-            if ctr.id in self._reported:
+            entry = known.get(ctr.id)
+            if (entry is not None and entry.decided_plan is None) or hook_enforced(ctr) \
+                    or not _asks_sla(config, pod, ctr):
                 continue
-            log_event(log, logging.WARNING, "created unenforced", container=ctr.id,
-                      namespace=pod.namespace, pod=pod.name, container_name=ctr.name)
-            self.metrics.count_unenforced()
+            now[ctr.id] = found = Unenforced(ctr.id, pod.namespace, pod.name, ctr.name)
+            new.append(found)
         self._reported = now  # the gone ones forgotten: bounded by the live containers
+        for found in new[:NAMED]:
+            log_event(log, logging.WARNING, "created unenforced", container=found.id,
+                      namespace=found.namespace, pod=found.pod, container_name=found.container)
+        if len(new) > NAMED:
+            log_event(log, logging.WARNING, "created unenforced, more",
+                      containers=len(new) - NAMED, named=NAMED, see="nri-sla status")
+        if new:
+            self.metrics.count_unenforced(len(new))
         return len(now)
+
+
+def _asks_sla(config: NodeConfig, pod: pb.PodSandbox, ctr: pb.Container) -> bool:
+    try:
+        return parse_sla(config, pod.annotations, ctr.name) is not None
+    except SlaError:
+        return True  # invalid: nri-sla would have refused it

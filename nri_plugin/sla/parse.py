@@ -130,9 +130,10 @@ def sla_for_container(annotations: Mapping[str, str], container_name: str, *,
     pod_text = ctr_text = shortcut = alias = None
     strays: list[str] = []
     total = 0
-    for key, value in annotations.items():
-        if not (key.startswith(head) or key == ENFORCEMENT_ALIAS):
+    for key in annotations:  # the value read only for nri-sla's keys (a protobuf map's
+        if not (key.startswith(head) or key == ENFORCEMENT_ALIAS):  # items() is slow)
             continue
+        value = annotations[key]
         if not isinstance(value, str):
             raise SlaError(_shown_key(key), "", f"must be a string, got {type(value).__name__}")
         total += len(key) + len(value)

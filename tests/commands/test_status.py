@@ -173,3 +173,13 @@ def test_gpu_health_below_the_table():
     assert lines[-3:] == ["GPUs: 4 (2 healthy, 1 unhealthy, 1 unknown)",
                           "GPU 1 (GPU-1): unhealthy: XID 79",
                           "GPU 3 (GPU-3): unknown: NVML: error 999; MIG mode unknown"]
+
+
+def test_containers_created_unenforced_below_the_table():
+    unenforced = [{"id": "ab" * 32, "namespace": "web", "pod": "api-1", "container": "app"},
+                  {"id": "cd" * 32, "namespace": "web", "pod": "api-2", "container": "app"}]
+    lines = render({**DOC, "unenforced": unenforced}, now=1012.0).splitlines()
+    assert lines[-3:] == [
+        "created unenforced (an SLA asked, none enforced: recreate them): 2",
+        "  web/api-1 app (abababababab)", "  web/api-2 app (cdcdcdcdcdcd)"]
+    assert "created unenforced" not in render(DOC, now=1012.0)

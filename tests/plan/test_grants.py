@@ -349,6 +349,7 @@ def test_reuse_key_includes_the_grant():
 
 def test_per_pod_usage_follows_the_node_state():
     n = node()
+    n.pod_members = lambda pod: {"p": ("a", "b")}.get(pod, ())  # the plugin: its registry
     granted = GrantedResources(cpu_shares=8192,
                                cdi_devices=tuple(f"nvidia.com/gpu={i}" for i in range(2)))
     first = decide(n, ContainerRequest({KEY: "cpu: {exclusive: 4}\ngpu: {count: 2}"}, "a",

@@ -50,7 +50,7 @@ async def started(session, plugin, node, tree: CgroupTree, pod_name: str, name: 
     ctr = make_container(pod, name, resources=guaranteed(2))
     await session.create_container(pod, ctr)
     d = tree.add_cgroup(ctr.linux.cgroups_path)["unified"]
-    assert node.write_plan(plugin.watch.containers[ctr.id].plan, ctr.linux.cgroups_path,
+    assert node.write_plan(plugin.registry.get(ctr.id).current_plan, ctr.linux.cgroups_path,
                            scope="runtime") == []
     await session.start_container(pod, ctr)
     return pod, ctr, d

@@ -65,7 +65,8 @@ def test_restart_with_a_changed_config(tmp_path, v1_tree, caplog):
                                   containers=state.containers.values()) as (_s, session, plugin):
             kept = (dict(plugin.node.allocator.gpus_in_use()),
                     plugin.node.allocator.exclusive_cpus_in_use(),
-                    plugin.node.rt_budget.owners(), sorted(plugin.registry.plans()))
+                    plugin.node.rt_budget.owners(),
+                    sorted(e.id for e in plugin.registry if e.decided_plan))
             new = {name: (await run_pod(session, v1_tree, name, sla, ns, gpus))[2]
                    for name, sla, ns, gpus in (
                        ("rt2", "cpu: {rt-runtime: 10ms}", "team-a", ()),

@@ -56,7 +56,7 @@ async def started(session, plugin, node, tree: CgroupTree, name: str, sla: str,
     await session.create_container(pod, ctr)
     dirs = tree.add_cgroup(ctr.linux.cgroups_path)
     # runc create: the adjustment's values land in the new cgroup
-    assert node.write_plan(plugin.watch.containers[ctr.id].plan, ctr.linux.cgroups_path,
+    assert node.write_plan(plugin.registry.get(ctr.id).current_plan, ctr.linux.cgroups_path,
                            scope="runtime") == []
     await session.start_container(pod, ctr)  # nri-sla's direct writes
     return pod, ctr, dirs

@@ -68,4 +68,5 @@ def test_lifecycles_do_not_grow_the_heap(tmp_path, v1_tree, caplog):
     assert grown < BOUND, "\n".join(str(s) for s in top)
     node = plugin.node
     assert len(plugin.registry) == 0 and node.usage() == (0, 0)
-    assert node.rt_budget.owners() == () and not node._pod_of and not len(node.cpu_pool)
+    assert node.rt_budget.owners() == () and not len(node.cpu_pool)
+    assert not plugin.registry._by_pod  # no pod left behind

@@ -67,8 +67,8 @@ def forged_container(name: str, applied, namespace: str = "default"):
 def holdings(plugin) -> tuple:
     allocator = plugin.node.allocator
     return (allocator.gpus_in_use(), allocator.exclusive_cpus_in_use(),
-            plugin.node.rt_budget.owners(), sorted(plugin.registry.plans()),
-            sorted(plugin.registry.owed()))
+            plugin.node.rt_budget.owners(), sorted(e.id for e in plugin.registry if e.decided_plan),
+            sorted(e.id for e in plugin.registry if e.writes_owed))
 
 
 def test_forged_records_grant_nothing_and_break_nothing(tmp_path, caplog):

@@ -19,9 +19,11 @@ def test_plans_and_owed_writes_follow_the_entries():
     plan = ContainerPlan("hard", 2, memory_max=1 << 20)
     reg.add(entry("a", plan=plan, owed=True))
     reg.add(entry("b"))  # no SLA: still an entry
-    assert len(reg) == 2 and reg.plans() == {"a": plan} and reg.owed() == {"a"}
-    assert reg.remove("a").plan is plan and reg.remove("a") is None
-    assert reg.plans() == {} and len(reg) == 1 and reg.get("b").plan is None
+    assert len(reg) == 2 and [(e.id, e.decided_plan) for e in reg if e.decided_plan] == [
+        ("a", plan)]
+    assert [e.id for e in reg if e.writes_owed] == ["a"] and not reg.get("a").started
+    assert reg.remove("a").decided_plan is plan and reg.remove("a") is None
+    assert len(reg) == 1 and reg.get("b").decided_plan is None
 
 
 def test_shared_gpus_and_mig_devices():

@@ -29,7 +29,7 @@ def test_status_reads_the_watched_containers_now(tmp_path, v1_tree):
             ctr = make_container(pod, "app", resources=guaranteed(4))
             await session.create_container(pod, ctr)
             dirs = v1_tree.add_cgroup(ctr.linux.cgroups_path)
-            node.write_plan(plugin.watch.containers[ctr.id].plan, ctr.linux.cgroups_path,
+            node.write_plan(plugin.registry.get(ctr.id).current_plan, ctr.linux.cgroups_path,
                             scope="runtime")
             await session.start_container(pod, ctr)
             (dirs["cpu"] / "cpu.cfs_quota_us").write_text("50000")

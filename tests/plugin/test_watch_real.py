@@ -83,7 +83,7 @@ async def started(session, plugin, node, cgroups_path: str, sla: str):
     ctr = make_container(pod, "server", resources=guaranteed(1))
     ctr.linux.cgroups_path = cgroups_path
     await session.create_container(pod, ctr)
-    dirs = runc_create(node, plugin.watch.containers[ctr.id].plan, cgroups_path)
+    dirs = runc_create(node, plugin.registry.get(ctr.id).current_plan, cgroups_path)
     await session.start_container(pod, ctr)
     return dirs
 
@@ -153,7 +153,7 @@ def test_values_changed_behind_nri_slas_back_are_repaired(tmp_path, cgroups_path
             found_in = time.monotonic() - start
             repaired_rule = rule.read_text().split()
             # the runtime applies the re-asserted values, as runc update does
-            node.write_plan(plugin.watch.containers[update.container_id].plan,
+            node.write_plan(plugin.registry.get(update.container_id).current_plan,
                             cgroups_path, scope="runtime")
             assert plugin.drift_pass() == []
             return update, found_in, repaired_rule, quota.read_text().strip()

@@ -148,7 +148,8 @@ def holdings(plugin) -> dict[str, object]:
     allocator = plugin.node.allocator
     return {"gpus": {i: set(o) for i, o in allocator.gpus_in_use().items()},
             "cpus": allocator.exclusive_cpus_in_use(),
-            "rt": set(plugin.node.rt_budget.owners()), "plans": set(plugin.registry.plans())}
+            "rt": set(plugin.node.rt_budget.owners()),
+            "plans": {e.id for e in plugin.registry if e.decided_plan}}
 
 
 def held_by_records(plugin, records) -> dict[str, object]:

@@ -40,7 +40,7 @@ def started(plugin: SlaPlugin, cgroup_tree, name: str, sla: str):
     ctr.linux.cgroups_path = f"/{rel}"
     plugin.create_container(pod, ctr)
     cgroup = cgroup_tree(rel)
-    plan = plugin.watch.containers[ctr.id].plan
+    plan = plugin.registry.get(ctr.id).current_plan
     assert plugin.node.write_plan(plan, ctr.linux.cgroups_path, scope="runtime") == []
     plugin.start_container(pod, ctr)
     return cgroup, {"namespace": "guest", "pod": name, "container": "app"}

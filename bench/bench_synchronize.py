@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+"""What the plugin's Synchronize handler costs, in-process, for N live containers.
+
+Each case builds N running containers (one pod each, the simulator's make_pod and
+make_container), every one asking an SLA (CPU and memory limits), and runs
+`SlaPlugin.synchronize` on a plugin that has just started (a restart: nothing known):
+
+* records: every container carries the `applied` record the plugin wrote at its
+  CreateContainer (genuine: made by a plugin over the same node key), so restore
+  verifies and decodes every one;
+* no records: no container carries one (created while no plugin was registered), so
+  every one is reported "created unenforced";
+* no SLA: plain containers.
+
+Then a second Synchronize on the same plugin (a reconnect: the runtime restarted). The
+node plans for cgroup v2 over examples/dgx-like.yaml, its cgroup tree a temporary
+directory holding every container's files as runc wrote them, and the drift watch on
+(its default interval). Figures: CPU time (time.process_time) and wall time, best of
+--repeat; --profile prints the top of a cProfile of one restart Synchronize per case.
+
+    .venv/bin/python bench/bench_synchronize.py [--n 1000 10000] [--repeat 3] [--profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import logging
+import pstats
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from nri_plugin.config import Cap, NodeConfig, Permissions, PodCaps
+from nri_plugin.core import NodeState
+from nri_plugin.enforce.capabilities import NodeCapabilities
+from nri_plugin.enforce.cgpaths import CgroupFacts
+from nri_plugin.enforce.plan_writes import cgroup_writes
+from nri_plugin.nri.pb import nri_pb2 as pb
+from nri_plugin.plan.allocator import Allocator
+from nri_plugin.plan.rt_budget import RtBudget
+from nri_plugin.plugin import SlaPlugin
+from nri_plugin.simulated.runtime import make_container, make_pod, make_resources
+from nri_plugin.topology.snapshot import load_snapshot
+
+DGX = Path(__file__).resolve().parents[1] / "examples" / "dgx-like.yaml"
+KEY = bytes(range(32))  # the node's record key, shared by the plugin before and after
+SLA = "cpu: {limit: 1}\nmemory: {max: 1Gi}"
+TARGET_10K = 0.5  # seconds (issue 21)
+
+
+def node(cgroup_root: Path) -> NodeState:
+    snapshot = load_snapshot(DGX)
+    config = NodeConfig(permissions=Permissions(exclusive_cpus=("*",),
+                                                exceed_runtime_limits=("*",)),
+                        pod_caps=PodCaps(exclusive_cpus=Cap(100, percent=True)))
+    return NodeState(config, 2, facts=CgroupFacts(version=2, driver="cgroupfs",
+                                                  root=cgroup_root),
+                     allocator=Allocator(snapshot.topology, snapshot.inventory),
+                     rt_budget=RtBudget(0.5),
+                     capabilities=NodeCapabilities(io_weight=True, bfq=False),
+                     record_key=KEY)
+
+
+def build(n: int, case: str, cgroup_root: Path
+          ) -> tuple[list[pb.PodSandbox], list[pb.Container]]:
+    """N running containers as the runtime reports them at Synchronize, their cgroups
+    written as runc would (the plugin's adjustment applied)."""
+    maker = SlaPlugin(node(cgroup_root))  # the plugin that created them
+    pods, containers = [], []
+    for i in range(n):
+        pod = make_pod(f"sync-{i}", annotations={"sla.nri.io/pod": SLA} if case != "no SLA"
+                       else None)
+        ctr = make_container(pod, "c", resources=make_resources(cpu_shares=102),
+                             state=pb.CONTAINER_CREATED)
+        answer = maker.create_container(pod, ctr)
+        if answer.adjustment is not None:
+            ctr.linux.resources.MergeFrom(answer.adjustment.linux.resources)
+            if case == "records":
+                ctr.annotations.update(answer.adjustment.annotations)
+        entry = maker.registry.get(ctr.id)
+        if entry is not None and entry.decided_plan is not None:
+            cgroup = cgroup_root / ctr.linux.cgroups_path.lstrip("/")
+            cgroup.mkdir(parents=True)
+            for write in cgroup_writes(entry.decided_plan, "all", bfq=False):
+                (cgroup / write.file).write_text(write.value)
+        ctr.state = pb.CONTAINER_RUNNING
+        pods.append(pod)
+        containers.append(ctr)
+    return pods, containers
+
+
+def measure(plugin: SlaPlugin, pods: list[pb.PodSandbox], containers: list[pb.Container]
+            ) -> tuple[float, float]:
+    """CPU and wall seconds of one Synchronize."""
+    cpu, wall = time.process_time(), time.perf_counter()
+    plugin.synchronize(pods, containers)
+    return time.process_time() - cpu, time.perf_counter() - wall
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, nargs="+", default=[1000, 10000])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--case", nargs="+", default=["records", "no records", "no SLA"])
+    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--sort", default="cumulative", help="the profile's order (pstats)")
+    args = parser.parse_args()
+    # What a service logs at its default level goes somewhere, as in `nri-sla run`.
+    logging.basicConfig(level=logging.INFO, filename="/dev/null")
+    missed = False
+    for n in args.n:
+        for case in args.case:
+            root = Path(tempfile.mkdtemp(prefix="nri-bench-sync-"))
+            try:
+                pods, containers = build(n, case, root)
+                restart, reconnect = [], []
+                for _ in range(args.repeat):
+                    plugin = SlaPlugin(node(root))
+                    restart.append(measure(plugin, pods, containers))
+                    reconnect.append(measure(plugin, pods, containers))
+                if args.profile:
+                    plugin = SlaPlugin(node(root))
+                    profile = cProfile.Profile()
+                    profile.runcall(plugin.synchronize, pods, containers)
+                    print(f"-- profile: {n} containers, {case}")
+                    pstats.Stats(profile).sort_stats(args.sort).print_stats(30)
+            finally:
+                shutil.rmtree(root, ignore_errors=True)
+            for what, samples in (("restart", restart), ("reconnect", reconnect)):
+                cpu, wall = min(samples)
+                over = n >= 10000 and wall > TARGET_10K
+                missed |= over
+                print(f"Synchronize {n:>6} containers, {case:<10} {what:<9} "
+                      f"cpu {cpu * 1e3:8.1f} ms  wall {wall * 1e3:8.1f} ms"
+                      f"{'  (over the 0.5 s target)' if over else ''}", flush=True)
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

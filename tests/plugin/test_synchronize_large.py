@@ -7,7 +7,6 @@ reads the others)."""
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 from nri_plugin.config import WatchConfig
 from nri_plugin.enforce.plan_writes import cgroup_writes
@@ -15,6 +14,7 @@ from nri_plugin.nri.pb import nri_pb2 as pb
 from nri_plugin.ops.metrics import Metrics
 from nri_plugin.plugin import SlaPlugin, unenforced, watch
 from nri_plugin.simulated.runtime import make_container, make_pod, make_resources
+from tests.support.cgroups import CgroupTree
 from tests.support.plugin_helpers import make_node
 
 HARD = "enforcement: hard\nmemory: {max: 1Gi}"
@@ -60,19 +60,19 @@ def test_many_created_unenforced_are_summarised_and_all_in_the_status(caplog):
     assert {u["id"] for u in plugin.status(1.0)["unenforced"]} == everyone - {containers[0].id}
 
 
-def test_the_pass_inside_synchronize_reads_back_a_bounded_number(tmp_path: Path,
+def test_the_pass_inside_synchronize_reads_back_a_bounded_number(v2_tree: CgroupTree,
                                                                  monkeypatch):
     """Drift while disconnected in three hard containers, the in-sync read-back bounded to
     two: the answer repairs two, the next periodic pass the third."""
     monkeypatch.setattr(watch, "SYNC_READBACK", 2)
-    node = make_node(2, tmp_path, watch=WatchConfig(interval=30))
+    node = make_node(2, v2_tree, watch=WatchConfig(interval=30))
     plugin = SlaPlugin(node)
     pods, containers = running(3, HARD)
     for pod, ctr in zip(pods, containers, strict=True):
         ctr.state = pb.CONTAINER_CREATED
         answer = plugin.create_container(pod, ctr)
         ctr.annotations.update(answer.adjustment.annotations)  # the runtime keeps them
-        cgroup = tmp_path / ctr.linux.cgroups_path.lstrip("/")
+        cgroup = v2_tree.root / ctr.linux.cgroups_path.lstrip("/")
         cgroup.mkdir(parents=True)
         for write in cgroup_writes(plugin.registry.get(ctr.id).current_plan, "all", False):
             (cgroup / write.file).write_text(write.value)  # what runc wrote

@@ -32,7 +32,7 @@ from nri_plugin.errors import InternalFailure, SlaFailure
 from nri_plugin.granted import GrantedResources
 from nri_plugin.plan.allocator import Allocator, InventoryChange
 from nri_plugin.plan.context import PodUsage
-from nri_plugin.plan.cpupool import CpuPool, PoolMember, cpus_needed
+from nri_plugin.plan.cpupool import CpuPool, PoolMember, ReportedCpusets, cpus_needed
 from nri_plugin.plan.model import ContainerPlan, PlanError
 from nri_plugin.plan.placement_values import CpuFloor, PlacementError, PlacementRequest
 from nri_plugin.plan.record import (
@@ -222,13 +222,16 @@ class NodeState:
         limits = self.record_limits()
         applied = self.output_keys[0]
         parsed: dict[str, tuple[ContainerPlan, tuple[str, ...]]] = {}  # replicas share one
+        cpusets = ReportedCpusets((c.cpus for c in ordered),
+                                  self.allocator.topology.online if self.allocator else
+                                  frozenset())
         for container in ordered:
             text = container.annotations.get(applied)
             if text is None:
                 continue
             try:
                 result.plans[container.id], breach = self._take(container, text, limits,
-                                                                parsed)
+                                                                parsed, cpusets)
             except RecordError as exc:
                 result.rejected.append(Rejection(container.id, exc.problem, str(exc)))
                 continue
@@ -240,12 +243,13 @@ class NodeState:
         return result
 
     def _take(self, container: LiveContainer, text: str, limits: RecordLimits,
-              parsed: dict[str, tuple[ContainerPlan, tuple[str, ...]]]
-              ) -> tuple[ContainerPlan, str]:
+              parsed: dict[str, tuple[ContainerPlan, tuple[str, ...]]],
+              cpusets: ReportedCpusets) -> tuple[ContainerPlan, str]:
         """Re-take what one record holds, and what of it the node config no longer allows
         ("" when all is allowed); RecordError (nothing taken) when it must not be taken.
         Every record's MAC is checked; `parsed` (verified text -> its plan and the
-        permissions it needs) spares parsing a verified text twice."""
+        permissions it needs) spares parsing a verified text twice; `cpusets`: every live
+        container's, which tell its exclusive CPUs still held."""
         signed = verified_text(text, container.id, self.record_key)
         known = parsed.get(signed)
         if known is None:
@@ -261,8 +265,8 @@ class NodeState:
             if ns is None or not self.config.allows(permission, ns))
         if plan.placement_record and self.allocator is not None:
             try:
-                self.allocator.restore(container.id,
-                                       _still_held(plan.placement_record, container.cpus))
+                self.allocator.restore(container.id, _still_held(
+                    plan.placement_record, container.cpus, cpusets))
             except PlacementError as exc:  # the state is unchanged: nothing to undo
                 raise RecordConflict(f"{exc} (created earlier); this claim is ignored"
                                      ) from None
@@ -523,17 +527,25 @@ def _no_members(pod: str) -> Iterable[str]:
     return ()
 
 
-def _still_held(record: Mapping[str, Any], reported: str) -> Mapping[str, Any]:
-    """A placement record as the container holds it now: the exclusive CPUs nri-sla gave
-    back since creation (a resize down) are no longer in the cpuset the runtime reports,
-    so they are not taken again."""
+def _still_held(record: Mapping[str, Any], reported: str,
+                cpusets: ReportedCpusets) -> Mapping[str, Any]:
+    """A placement record as the container holds it now (the record is not rewritten
+    when a resize down gives exclusive CPUs back): of the record's exclusive CPUs, those
+    its reported cpuset holds. A cpuset of its exclusive CPUs alone holds none given
+    back. One with CPUs beyond them (the shared pool too: soft mode clamped its exclusive
+    CPUs, or a resize down and up again) holds the given-back ones as well, as the shared
+    pool has them: of those, a CPU another live container's cpuset holds is shared, not
+    its own. Never more than the record grants; `cpusets`: every live container's."""
     if not reported or "exclusive" not in record:
         return record
     try:
         now = parse_cpulist(reported)
-        held = parse_cpulist(str(record["exclusive"])) & now
+        granted = parse_cpulist(str(record["exclusive"]))
     except CpuListError:
         return record  # the record's own check refuses it
+    held = granted & now
+    if not now <= granted:
+        held -= cpusets.elsewhere(reported)
     kept = {k: v for k, v in record.items() if k not in ("exclusive", "cpus")}
     if held:
         kept["exclusive"] = kept["cpus"] = format_cpulist(held)

@@ -19,12 +19,14 @@ Allocator refuses or clamps the request instead of squeezing them).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from nri_plugin.plan.allocator import Allocator
 from nri_plugin.plan.placement_values import CpuFloor, cpus_needed
+from nri_plugin.topology.cpulist import CpuListError, parse_cpulist
 
-__all__ = ["CpuPool", "PoolMember", "cpus_needed"]
+__all__ = ["CpuPool", "PoolMember", "ReportedCpusets", "cpus_needed"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,3 +159,43 @@ class CpuPool:
                     cpus = layout.node_cpus(nodes, ())
             need[cpus] = max(need.get(cpus, 0), n)
         return tuple(CpuFloor(cpus, n) for cpus, n in need.items())
+
+
+class ReportedCpusets:
+    """The cpusets the runtime reports for the live containers (Synchronize): which CPUs
+    other containers run on, for a restore that must tell a container's exclusive CPUs
+    from the shared ones in its cpuset. A cpuset of every online CPU, none, or one the
+    kernel would not take says nothing (such a container was never placed) and counts for
+    no CPU. Read only when asked: most restores never ask."""
+
+    def __init__(self, reported: Iterable[str], online: frozenset[int]) -> None:
+        self._reported = reported  # read once, at the first ask
+        self._online = online
+        self._holders: dict[int, int] | None = None  # CPU -> cpusets holding it
+
+    def elsewhere(self, own: str) -> frozenset[int]:
+        """The CPUs in the cpuset of a live container other than one reporting `own`
+        (one of the reported cpusets)."""
+        holders = self._count()
+        mine = self._placed(own)
+        return frozenset(cpu for cpu, n in holders.items() if n > (1 if cpu in mine else 0))
+
+    def _count(self) -> dict[int, int]:
+        if self._holders is None:
+            texts: dict[str, int] = {}
+            for text in self._reported:
+                texts[text] = texts.get(text, 0) + 1
+            holders: dict[int, int] = {}
+            for text, n in texts.items():
+                for cpu in self._placed(text):
+                    holders[cpu] = holders.get(cpu, 0) + n
+            self._holders = holders
+        return self._holders
+
+    def _placed(self, text: str) -> frozenset[int]:
+        """The CPUs of a cpuset that places its container (empty: one that says nothing)."""
+        try:
+            cpus = parse_cpulist(text)
+        except CpuListError:
+            return frozenset()
+        return frozenset() if cpus == self._online else cpus

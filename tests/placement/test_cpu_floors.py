@@ -5,7 +5,7 @@ NUMA nodes x 8 cores x 2 threads, node 0 = CPUs 0-7,16-23."""
 import pytest
 
 from nri_plugin.plan.best_fit import SQUEEZE, choose_placement, take_cores
-from nri_plugin.plan.cpupool import CpuPool, PoolMember, cpus_needed
+from nri_plugin.plan.cpupool import CpuPool, PoolMember, ReportedCpusets, cpus_needed
 from nri_plugin.plan.placement_values import CpuFloor, Holdings, PlacementError
 from nri_plugin.plan.placement_values import PlacementRequest as Req
 from nri_plugin.topology.cpulist import parse_cpulist
@@ -118,3 +118,15 @@ def test_changes_rechecks_everyone_only_when_the_allocators_cpus_moved(dgx):
     # Given back (a release): every member again.
     dgx.release("excl")
     assert pool.changes() == {o: everything for o in ("a", "b", "c", "d")}
+
+
+def test_reported_cpusets_say_which_cpus_other_containers_run_on():
+    """A cpuset of every online CPU, none, or one the kernel would not take counts for no
+    CPU; a container's own cpuset counts for it only as often as another reports it."""
+    online = parse_cpulist("0-31")
+    reported = ["0-31", "", "0-3", "4-5", "4-5", "6,x", "8-9"]
+    cpusets = ReportedCpusets(reported, online)
+    assert cpusets.elsewhere("0-3") == parse_cpulist("4-5,8-9")
+    assert cpusets.elsewhere("4-5") == parse_cpulist("0-5,8-9")  # a replica has 4-5 too
+    assert cpusets.elsewhere("0-31") == cpusets.elsewhere("") == parse_cpulist("0-5,8-9")
+    assert ReportedCpusets(["0-31", ""], online).elsewhere("0-31") == frozenset()

@@ -211,6 +211,46 @@ def test_a_restart_keeps_what_a_resize_gave_back(tmp_path):
     assert len(kept) == 2 and set(held) == kept
 
 
+@pytest.mark.parametrize("neighbour", [True, False])
+def test_a_restart_after_a_resize_down_and_up_keeps_the_given_back_cpus_shared(
+        tmp_path, neighbour):
+    """A resize down gives 2 of 4 exclusive CPUs back, one up again runs the container on
+    its 2 and the shared pool (the record still names all 4). A restarted plugin takes
+    back only the 2: the given-back ones are in the plain neighbour's cpuset, so they are
+    shared, and nobody's cpuset moves. Without a neighbour nothing tells them apart: the
+    record's 4 (what the SLA grants and the container's cpuset holds) are taken again."""
+    async def scenario():
+        async with plugin_session(make_node(2), tmp_path) as (sim, session, plugin):
+            pod, excl = await create(session, "excl", exclusive(4), 4, namespace="t")
+            await session.update_container(pod, excl, guaranteed(2))
+            kept = frozenset(plugin.node.allocator.exclusive_cpus_in_use())
+            if neighbour:
+                await create(session, "plain", {}, 1, namespace="x")
+            await session.update_container(pod, excl, guaranteed(4))
+            before = {c.id: cpuset_of(c) for c in sim.state.containers.values()}
+            stored = list(sim.state.containers.values())
+            pods = list(sim.state.pods.values())
+        for ctr in stored:
+            ctr.state = pb.CONTAINER_RUNNING
+        async with plugin_session(make_node(2), tmp_path, pods=pods, containers=stored
+                                  ) as (sim, session, plugin):
+            after = {c.id: cpuset_of(c) for c in sim.state.containers.values()}
+            return (kept, before, after, list(session.sync_updates),
+                    frozenset(plugin.node.allocator.exclusive_cpus_in_use()),
+                    plugin.node.allocator.placement_of(excl.id).exclusive_cpus,
+                    pool_breaches(sim, plugin.node), excl.id)
+
+    kept, before, after, at_sync, held, excl_held, breaches, excl_id = run(scenario())
+    assert not breaches, breaches
+    assert len(kept) == 2 and before[excl_id] == parse_cpulist("0-63")
+    if neighbour:
+        assert held == excl_held == kept  # the 2 it kept, not the record's 4
+        assert at_sync == [] and after == before
+    else:
+        assert len(held) == 4 and held == excl_held > kept
+        assert after[excl_id] == held  # its request is 4: its 4 exclusive CPUs alone
+
+
 def test_a_resize_up_the_cpuset_cannot_hold_is_refused_in_hard_mode(tmp_path):
     """The aligned pod's node keeps 8 CPUs outside a neighbour's exclusive 24: a resize
     to 12 CPUs is refused (the runtime keeps it as it was), naming only its own request,

@@ -14,7 +14,7 @@ import contextlib
 import tempfile
 from pathlib import Path
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from nri_plugin.nri.pb import nri_pb2 as pb
@@ -101,6 +101,10 @@ async def play(sequence, tmp: Path) -> list[str]:
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(steps)
+# A resize down gives exclusive CPUs back and one up again runs them on the shared pool
+# too: a restart must not take back, from the record, what the plain container shares.
+@example([("create", "exclusive-hard", 2, None), ("resize", 0, 1), ("create", "plain", 1, None),
+          ("resize", 0, 2), ("restart",)])
 def test_the_cpu_pool_holds_over_random_pods(sequence):
     with tempfile.TemporaryDirectory() as tmp:
         found = asyncio.run(asyncio.wait_for(play(sequence, Path(tmp)), 60))

@@ -38,6 +38,9 @@ STACK = (f"import sys; sys.path[:0] = [{_REPO!r}, {_SITE!r}]; import nri_plugin.
 CTR = "/kubepods/burstable/pod-1234/ctr-abcd"
 SLA = ("enforcement: hard\ncpu:\n  limit: 2.5\n  period: 100ms\nnuma:\n  nodes: '0'\n"
        "memory:\n  high: 8Gi\n  max: 10Gi\nio:\n  weight: 500\n")
+# The same without numa: no placement, so a cold run builds no allocator (core.nodestate
+# imports it, the CPU/GPU topology and the RT modules at first use).
+SLA_NO_PLACEMENT = SLA.replace("numa:\n  nodes: '0'\n", "")
 
 
 def own_v2_cgroup() -> str | None:
@@ -49,7 +52,7 @@ def own_v2_cgroup() -> str | None:
     return None
 
 
-def make_world(top: Path, sla: bool) -> tuple[Path, bytes, Path]:
+def make_world(top: Path, sla: bool, sla_text: str = SLA) -> tuple[Path, bytes, Path]:
     """(cgroup root, state JSON, node config) for one container.
 
     The hook finds a container's cgroup from /proc/<pid>/cgroup when the state has a pid
@@ -66,7 +69,8 @@ def make_world(top: Path, sla: bool) -> tuple[Path, bytes, Path]:
                         # where io weights go when a disk of this host uses bfq
                         "io.bfq.weight": "default 100", "io.max": ""}.items():
         (cdir / name).write_text(value)
-    bundle = top / ("bundle-sla" if sla else "bundle-plain")
+    bundle = top / (("bundle-sla" if sla_text == SLA else "bundle-sla-2") if sla
+                    else "bundle-plain")
     bundle.mkdir(exist_ok=True)
     annotations = {
         "io.kubernetes.cri.container-type": "container",
@@ -76,7 +80,7 @@ def make_world(top: Path, sla: bool) -> tuple[Path, bytes, Path]:
         "io.kubernetes.cri.image-name": "registry.example/app:1.0",
     }
     if sla:
-        annotations["sla.nri.io/pod"] = SLA
+        annotations["sla.nri.io/pod"] = sla_text
     env = ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
            "HOSTNAME=app", *(f"VAR_{i}=value-{i}" for i in range(30))]
     mounts = [{"destination": f"/mnt/m{i}", "type": "bind", "source": f"/var/lib/m{i}",
@@ -149,6 +153,7 @@ def main() -> int:
         top = Path(tmp)
         root, state_sla, node_config = make_world(top, sla=True)
         _, state_plain, _ = make_world(top, sla=False)
+        _, state_cpu, _ = make_world(top, sla=True, sla_text=SLA_NO_PLACEMENT)
         warm_dir, cold_dir = top / "cache-warm", top / "cache-cold"
         opts = ["--cgroup-root", str(root), "--config", str(node_config)]
         warm = [*opts, "--cache-dir", str(warm_dir)]
@@ -164,6 +169,8 @@ def main() -> int:
             ("-I -S __main__.py, no SLA", [*fast, *warm], state_plain),
             ("-I -S __main__.py, SLA, warm (cache hit)", [*fast, *warm], state_sla),
             ("-I -S __main__.py, SLA, cold (cache miss)", [*fast, *cold], state_sla,
+             empty_cold_cache),
+            ("-I -S __main__.py, SLA without numa, cold", [*fast, *cold], state_cpu,
              empty_cold_cache),
             ("-I -S __main__.py, SLA, cache off", [*fast, *opts, "--cache-dir", "off"],
              state_sla),

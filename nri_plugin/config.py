@@ -260,13 +260,18 @@ def _abs_path(value: object) -> str:
     return os.path.normpath(value)
 
 
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*",
-                            re.ASCII)
-_NAMESPACE_GLOB = re.compile(r"[a-z0-9*?\[\]!-]{1,63}", re.ASCII)
+# Field patterns are compiled on first use (`re`'s own cache, ASCII): most configs set few
+# of these fields, and every cold run of the OCI hook imports this module.
+_DNS_SUBDOMAIN = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+_NAMESPACE_GLOB = r"[a-z0-9*?\[\]!-]{1,63}"
+
+
+def _fullmatch(pattern: str, text: str) -> re.Match[str] | None:
+    return re.fullmatch(pattern, text, re.ASCII)
 
 
 def _prefix(value: object) -> str:
-    if not isinstance(value, str) or len(value) > 253 or not _DNS_SUBDOMAIN.fullmatch(value):
+    if not isinstance(value, str) or len(value) > 253 or not _fullmatch(_DNS_SUBDOMAIN, value):
         raise FieldProblem(f"must be a DNS subdomain like sla.nri.io (lowercase, no '/'), "
                       f"got {show(value)}")
     return value
@@ -277,7 +282,7 @@ def _namespaces(value: object) -> tuple[str, ...]:
         raise FieldProblem(f"must be a list of namespace names or globs like [kube-system, "
                       f"'team-*'], got {show(value)}")
     for index, item in enumerate(value):
-        if not isinstance(item, str) or not _NAMESPACE_GLOB.fullmatch(item):
+        if not isinstance(item, str) or not _fullmatch(_NAMESPACE_GLOB, item):
             raise FieldProblem(f"must be a namespace name or glob (lowercase letters, digits, '-',"
                           f" and * ? [ ]), got {show(item)}", f"[{index}]")
     return tuple(value)
@@ -324,15 +329,15 @@ def _inventory(value: object) -> str:
                   f"inventory snapshot, got {show(value)}")
 
 
-_RESOURCE_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?", re.ASCII)
+_RESOURCE_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
 
 
 def _resource_name(value: object) -> str:
     # An extended resource the kubelet accepts from a device plugin: <domain>/<name>,
     # outside the kubernetes.io domains Kubernetes keeps for itself.
     domain, _, name = value.partition("/") if isinstance(value, str) else ("", "", "")
-    if not (len(domain) <= 253 and _DNS_SUBDOMAIN.fullmatch(domain)
-            and _RESOURCE_NAME.fullmatch(name)) \
+    if not (len(domain) <= 253 and _fullmatch(_DNS_SUBDOMAIN, domain)
+            and _fullmatch(_RESOURCE_NAME, name)) \
             or domain == "kubernetes.io" or domain.endswith(".kubernetes.io"):
         raise FieldProblem(f"must be an extended resource name like nvidia.com/gpu (a DNS "
                       f"domain outside kubernetes.io, '/', a name of up to 63 letters, "
@@ -348,11 +353,11 @@ def _cgroup_version(value: object) -> int | None:
     raise FieldProblem(f"must be one of auto, 1, 2, got {show(value)}")
 
 
-_PLUGIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}", re.ASCII)
+_PLUGIN_NAME = r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}"
 
 
 def _plugin_name(value: object) -> str:
-    if not isinstance(value, str) or not _PLUGIN_NAME.fullmatch(value):
+    if not isinstance(value, str) or not _fullmatch(_PLUGIN_NAME, value):
         raise FieldProblem(f"must be a name of letters, digits, '.', '_' and '-', got "
                       f"{show(value)}")
     return value
@@ -383,13 +388,13 @@ def _reconnect(value: object) -> float:
     return float(value)
 
 
-_HOST_PORT = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]*):([0-9]{1,5})", re.ASCII)
+_HOST_PORT = r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]*):([0-9]{1,5})"
 
 
 def _address(value: object) -> str:
     if value == "":
         return ""
-    m = _HOST_PORT.fullmatch(value) if isinstance(value, str) else None
+    m = _fullmatch(_HOST_PORT, value) if isinstance(value, str) else None
     if m is None or not 1 <= int(m.group(2)) <= 65535:
         raise FieldProblem(f"must be host:port like 127.0.0.1:9810 or [::1]:9810 (port 1..65535),"
                       f" or \"\" to disable, got {show(value)}")
@@ -421,20 +426,20 @@ def _socket(value: object) -> str:
     return "" if value == "" else _abs_path(value)
 
 
-_CDI_KIND = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,62}[A-Za-z0-9])?"
-                       r"/[A-Za-z0-9]([A-Za-z0-9_.-]{0,62}[A-Za-z0-9])?")
-_RESOURCE = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,62}[A-Za-z0-9])?"
-                       r"/[A-Za-z0-9]([A-Za-z0-9_.-]{0,62}[A-Za-z0-9*])?")
+_CDI_KIND = (r"[A-Za-z0-9]([A-Za-z0-9.-]{0,62}[A-Za-z0-9])?"
+             r"/[A-Za-z0-9]([A-Za-z0-9_.-]{0,62}[A-Za-z0-9])?")
+_RESOURCE = (r"[A-Za-z0-9]([A-Za-z0-9.-]{0,62}[A-Za-z0-9])?"
+             r"/[A-Za-z0-9]([A-Za-z0-9_.-]{0,62}[A-Za-z0-9*])?")
 
 
-def _names(pattern: re.Pattern[str], what: str, example: str) -> Callable[[object],
+def _names(pattern: str, what: str, example: str) -> Callable[[object],
                                                                           tuple[str, ...]]:
     def check(value: object) -> tuple[str, ...]:
         if not isinstance(value, list) or len(value) > MAX_LISTED:
             raise FieldProblem(f"must be a list of at most {MAX_LISTED} {what} like [{example}], "
                           f"got {show(value)}")
         for index, item in enumerate(value):
-            if not isinstance(item, str) or not pattern.fullmatch(item):
+            if not isinstance(item, str) or not _fullmatch(pattern, item):
                 raise FieldProblem(f"must be a {what} like {example}, got {show(item)}",
                               f"[{index}]")
         return tuple(value)

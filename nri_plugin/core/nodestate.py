@@ -12,29 +12,14 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from operator import attrgetter
 from pathlib import Path
-from typing import Any
 
-from nri_plugin.config import NodeConfig
 from nri_plugin.enforce.blockdev import resolve_block_device
-from nri_plugin.enforce.capabilities import NodeCapabilities, detect_capabilities
-from nri_plugin.enforce.cgfile import CgroupWriter
-from nri_plugin.enforce.cgpaths import CgroupFacts, CgroupPaths
-from nri_plugin.enforce.cgroupdetect import detect_cgroup_facts
-from nri_plugin.enforce.errors import EnforceError, RtBudgetError
-from nri_plugin.enforce.plan_writes import cgroup_writes
-from nri_plugin.enforce.rt import RtChange, make_rt_room
-from nri_plugin.enforce.rt_ledger import LEDGER_FILE, RtLedger
+from nri_plugin.enforce.capabilities import NodeCapabilities
 from nri_plugin.errors import InternalFailure, SlaFailure
-from nri_plugin.granted import GrantedResources
-from nri_plugin.plan.allocator import Allocator, InventoryChange
-from nri_plugin.plan.context import PodUsage
-from nri_plugin.plan.cpupool import CpuPool, PoolMember, ReportedCpusets, cpus_needed
-from nri_plugin.plan.model import ContainerPlan, PlanError
-from nri_plugin.plan.placement_values import CpuFloor, PlacementError, PlacementRequest
+from nri_plugin.plan.model import PlanError
 from nri_plugin.plan.record import (
     RecordError,
     RecordLimits,
@@ -45,20 +30,38 @@ from nri_plugin.plan.record import (
     sign_record,
     verified_text,
 )
-from nri_plugin.plan.rt_budget import RtBudget, RtGrant, kernel_rt_share
-from nri_plugin.plan.runtime_gpus import GpuGrant, resolve_grant
-from nri_plugin.sla.model import Sla
 from nri_plugin.topology.cpulist import CpuListError, format_cpulist, parse_cpulist
-from nri_plugin.topology.cpus import read_topology
-from nri_plugin.topology.gpus import GpuInventory
-from nri_plugin.topology.health_monitor import HealthChange
-from nri_plugin.topology.inventory import InventoryReader, configured_reader
-from nri_plugin.topology.snapshot import load_snapshot
-from nri_plugin.topology.watched import WatchedInventory
+
+# The OCI hook builds a one-shot NodeState per cold run: what only a long-lived node (the
+# plugin's allocator, CPU pool, GPU inventory and health, RT budget and ledger) or an SLA
+# asking for placement needs is imported where it is first used, so that a CPU/memory-only
+# run does not pay for it (tests/hook/test_cold_imports.py pins this).
+TYPE_CHECKING = False  # `typing` costs the hook's cold run; only checkers need it
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Mapping
+    from typing import Any
+
+    from nri_plugin.config import NodeConfig
+    from nri_plugin.enforce.cgpaths import CgroupFacts, CgroupPaths
+    from nri_plugin.enforce.rt import RtChange
+    from nri_plugin.enforce.rt_ledger import RtLedger
+    from nri_plugin.granted import GrantedResources
+    from nri_plugin.plan.allocator import Allocator, InventoryChange
+    from nri_plugin.plan.context import PodUsage
+    from nri_plugin.plan.cpupool import CpuPool, ReportedCpusets
+    from nri_plugin.plan.model import ContainerPlan
+    from nri_plugin.plan.placement_values import CpuFloor
+    from nri_plugin.plan.rt_budget import RtBudget
+    from nri_plugin.plan.runtime_gpus import GpuGrant
+    from nri_plugin.sla.model import Sla
+    from nri_plugin.topology.gpus import GpuInventory
+    from nri_plugin.topology.health_monitor import HealthChange
+    from nri_plugin.topology.inventory import InventoryReader
+    from nri_plugin.topology.watched import WatchedInventory
+
+    AllocatorFactory = Callable[[bool], Allocator]  # (GPUs needed) -> Allocator
 
 log = logging.getLogger("nri_sla.rt")
-
-AllocatorFactory = Callable[[bool], Allocator]  # (GPUs needed) -> Allocator
 
 
 class RecordConflict(RecordError):
@@ -138,7 +141,11 @@ class NodeState:
         # RT containers -> (cpu cgroup dir, runtime, period): what their ancestors keep.
         self._rt_dirs: dict[str, tuple[Path, int, int]] = {}
         # Every live container's cpuset (the plugin's; one-shot nodes keep none).
-        self.cpu_pool = CpuPool(allocator) if allocator is not None else None
+        self.cpu_pool: CpuPool | None = None
+        if allocator is not None:
+            from nri_plugin.plan.cpupool import CpuPool
+
+            self.cpu_pool = CpuPool(allocator)
         # The last cpuset answered and its text: most answers carry the shared pool.
         self._answered: tuple[frozenset[int], str] = (frozenset(), "")
         # Pod id -> its containers' ids, the per-pod caps' input: the plugin's registry
@@ -222,6 +229,8 @@ class NodeState:
         limits = self.record_limits()
         applied = self.output_keys[0]
         parsed: dict[str, tuple[ContainerPlan, tuple[str, ...]]] = {}  # replicas share one
+        from nri_plugin.plan.cpupool import ReportedCpusets
+
         cpusets = ReportedCpusets((c.cpus for c in ordered),
                                   self.allocator.topology.online if self.allocator else
                                   frozenset())
@@ -264,6 +273,8 @@ class NodeState:
             for permission in permissions
             if ns is None or not self.config.allows(permission, ns))
         if plan.placement_record and self.allocator is not None:
+            from nri_plugin.plan.placement_values import PlacementError
+
             try:
                 self.allocator.restore(container.id, _still_held(
                     plan.placement_record, container.cpus, cpusets))
@@ -271,6 +282,8 @@ class NodeState:
                 raise RecordConflict(f"{exc} (created earlier); this claim is ignored"
                                      ) from None
         if plan.rt_runtime and self.rt_budget is not None:
+            from nri_plugin.plan.rt_budget import RtGrant
+
             # The kernel already gives the container this budget: counted even if the
             # node's share is exceeded (a tightened rt-budget), so that no new grant adds
             # to it.
@@ -299,6 +312,8 @@ class NodeState:
     def pod_usage(self, pod: str, owner: str) -> PodUsage:
         """What the pod's containers other than `owner` hold (exclusive CPUs, RT share);
         nothing when the pod is not known ("" or a one-shot node)."""
+        from nri_plugin.plan.context import PodUsage
+
         others = [o for o in self.pod_members(pod) if o != owner] if pod else ()
         cpus = 0
         rt = 0.0
@@ -322,6 +337,8 @@ class NodeState:
         pool = self.cpu_pool
         if pool is None:
             return
+        from nri_plugin.plan.cpupool import PoolMember, cpus_needed
+
         placement = self.allocator.placement_of(owner) if self.allocator else None
         try:
             cpus = parse_cpulist(reported)
@@ -384,6 +401,8 @@ class NodeState:
         pool = self.cpu_pool
         if pool is None:
             return frozenset()
+        from nri_plugin.plan.cpupool import cpus_needed
+
         member = pool.member(owner)
         if member is not None:
             pool.join(owner, replace(member, need=cpus_needed(request_millis)))
@@ -399,6 +418,8 @@ class NodeState:
         member = pool.member(owner) if pool is not None else None
         if member is None or member.pinned:
             return None
+        from nri_plugin.plan.cpupool import cpus_needed
+
         need = cpus_needed(request_millis)
         have = len(pool.cpuset(owner, need))
         return (need, have) if have < need else None
@@ -416,6 +437,8 @@ class NodeState:
                   kubelet_gpu_ids: tuple[str, ...] = ()) -> GpuGrant:
         """The GPUs `granted` names on this node (runtime_gpus.resolve_grant); nothing on
         a node without an allocator."""
+        from nri_plugin.plan.runtime_gpus import GpuGrant, resolve_grant
+
         if self.allocator is None:
             return GpuGrant()
         return resolve_grant(self.allocator.inventory, granted,
@@ -428,6 +451,8 @@ class NodeState:
         kubelet's."""
         if self.allocator is None or grant.empty or self.allocator.placement_of(owner):
             return
+        from nri_plugin.plan.placement_values import PlacementRequest
+
         self.allocator.allocate(PlacementRequest(owner, align=False, granted_gpus=grant.gpus,
                                                  granted_migs=grant.migs))
 
@@ -471,6 +496,9 @@ class NodeState:
         go into the ledger, and `owner`'s budget keeps them until it is released."""
         if not plan.rt_runtime or paths.version != 1:
             return plan, []
+        from nri_plugin.enforce.errors import EnforceError, RtBudgetError
+        from nri_plugin.enforce.rt import make_rt_room
+
         try:
             done = make_rt_room(paths, plan.rt_runtime, plan.rt_period_in_force)
         except EnforceError as exc:
@@ -510,6 +538,9 @@ class NodeState:
         into the container's cgroup; the failures as text. Hard mode writes all or none
         (the first failure undoes the earlier writes); soft mode keeps what held.
         `undo_on_failure` overrides the mode's choice (False: a running container)."""
+        from nri_plugin.enforce.cgfile import CgroupWriter
+        from nri_plugin.enforce.plan_writes import cgroup_writes
+
         writes = cgroup_writes(plan, scope=scope, bfq=self.capabilities.bfq)
         if not writes:
             return []
@@ -558,6 +589,8 @@ def inventory_reader(config: NodeConfig, sysfs_root: str = "/sys",
                      inventory_file: str | None = None) -> InventoryReader:
     """The reader of the node's GPUs from where the config says (or a replayed snapshot
     file); one per process, so that it keeps NVML's last good read."""
+    from nri_plugin.topology.inventory import InventoryReader, configured_reader
+
     if inventory_file:
         return InventoryReader("snapshot", snapshot=Path(inventory_file))
     return configured_reader(config.gpu.inventory, Path(sysfs_root))
@@ -575,8 +608,14 @@ def node_allocator(config: NodeConfig, sysfs_root: str = "/sys", *,
     """The GPU / exclusive-CPU allocator over this node (or a replayed snapshot).
     gpus=False: topology only, no GPU inventory (NVML) loaded; `inventory`: one already
     read."""
+    from nri_plugin.plan.allocator import Allocator
+    from nri_plugin.topology.cpus import read_topology
+    from nri_plugin.topology.gpus import GpuInventory
+
     reserved = frozenset(config.reserved_cpus)
     if inventory_file:
+        from nri_plugin.topology.snapshot import load_snapshot
+
         snapshot = load_snapshot(Path(inventory_file))
         return Allocator(snapshot.topology, inventory or snapshot.inventory, reserved)
     if inventory is None:
@@ -592,6 +631,12 @@ def build_node(config: NodeConfig, *, cgroup_version: int | None = None,
     detect=False: plan only (explain), no cgroup facts read from the host beyond the
     version.
     """
+    from nri_plugin.enforce.capabilities import detect_capabilities
+    from nri_plugin.enforce.cgroupdetect import detect_cgroup_facts
+    from nri_plugin.enforce.rt_ledger import LEDGER_FILE, RtLedger
+    from nri_plugin.plan.rt_budget import RtBudget, kernel_rt_share
+    from nri_plugin.topology.watched import WatchedInventory
+
     cg = config.cgroup
     facts = None
     if detect or cgroup_version is None:

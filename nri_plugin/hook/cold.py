@@ -13,7 +13,6 @@ the next replica when everything they depend on is in the cache key or its recor
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from nri_plugin.config import ConfigError, NodeConfig, load_config
 from nri_plugin.core import ContainerRequest, NodeState, decide, node_allocator
@@ -36,6 +35,10 @@ from nri_plugin.ops.event import applied_fields
 from nri_plugin.plan.model import PlanError
 from nri_plugin.plan.record import RecordError, decode_record, record_body
 from nri_plugin.sla.model import Sla
+
+TYPE_CHECKING = False  # `typing` costs every cold run; only checkers need it
+if TYPE_CHECKING:
+    from nri_plugin.plan.allocator import Allocator
 
 Deps = list[list[str]]
 
@@ -170,7 +173,7 @@ def hook_node(config: NodeConfig, facts: CgroupFacts, sysfs_root: str,
         deps.append(["device", device, cache.device_signature(device)])
         return resolve_block_device(device)
 
-    def allocator(gpus: bool) -> Any:
+    def allocator(gpus: bool) -> Allocator:
         deps.append(["topology", sysfs_root, cache.topology_signature(sysfs_root)])
         return node_allocator(config, sysfs_root, gpus=gpus)
 

@@ -6,17 +6,18 @@ A value on its own module so the planner and the modules it delegates to
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from nri_plugin.config import NodeConfig
 from nri_plugin.granted import GrantedResources
-from nri_plugin.plan.placement_values import CpuFloor
-from nri_plugin.plan.rt_budget import RtBudget
 
 TYPE_CHECKING = False  # `typing` costs the OCI hook start-up time; only checkers need it
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from nri_plugin.plan.allocator import Allocator
+    from nri_plugin.plan.placement_values import CpuFloor
+    from nri_plugin.plan.rt_budget import RtBudget
 
 
 @dataclass(frozen=True)

@@ -13,13 +13,13 @@ from nri_plugin.errors import SlaFailure
 from nri_plugin.plan import grants
 from nri_plugin.plan.context import PlanContext
 from nri_plugin.plan.model import ContainerPlan, IoLimit, MemoryPolicy, Shortfall, refusal
-from nri_plugin.plan.rt_budget import RtBudgetExceeded, RtGrant
-from nri_plugin.plan.runtime_gpus import GpuGrant, resolve_grant
 from nri_plugin.sla.model import DEFAULT_RT_PERIOD_US, Sla
 
 TYPE_CHECKING = False  # `typing` costs the OCI hook start-up time; only checkers need it
 if TYPE_CHECKING:
     from typing import Any
+
+    from nri_plugin.plan.runtime_gpus import GpuGrant
 
 MEMORY_POLICY_NRI_VERSION = (0, 12)
 
@@ -104,6 +104,9 @@ class _Planner:
         if not runtime:
             return
         if self.ctx.rt_budget is not None:
+            # Only the plugin keeps an RT budget: the hook's cold run never loads it.
+            from nri_plugin.plan.rt_budget import RtBudgetExceeded, RtGrant
+
             try:
                 self.ctx.rt_budget.reserve(self.ctx.owner, RtGrant(runtime, period))
             except RtBudgetExceeded as exc:
@@ -132,6 +135,8 @@ class _Planner:
             exclusive = self.within(grants.fit_exclusive(sla.cpu.exclusive, self.ctx,
                                                          allocator, self.soft))
             sla = replace(sla, cpu=replace(sla.cpu, exclusive=exclusive or None))
+        from nri_plugin.plan.runtime_gpus import resolve_grant  # placements only
+
         grant = resolve_grant(allocator.inventory, self.ctx.granted,
                               self.ctx.config.gpu.grant_cdi_kinds, self.ctx.kubelet_gpu_ids)
         if wants_gpu and grant.unknown:

@@ -27,12 +27,13 @@ from nri_plugin.errors import InvalidInput
 from nri_plugin.plan.model import ContainerPlan, IoLimit, MemoryPolicy
 from nri_plugin.sla.schema import MAX_GPUS, MAX_IO_RULES, MAX_MAJOR, MAX_MINOR, MAX_NUMA_NODE
 from nri_plugin.topology.cpulist import CpuListError, parse_cpulist
-from nri_plugin.topology.gpus import GpuInventory
 
 TYPE_CHECKING = False  # `typing` costs the OCI hook start-up time; only checkers need it
 if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
+
+    from nri_plugin.topology.gpus import GpuInventory
 
 RECORD_VERSION = 2  # 2: authenticated (version 1 records carried no MAC and are refused)
 MAX_RECORD_BYTES = 16 * 1024  # a full record (8 GPUs, io.max rules) is well under 2 KiB

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from nri_plugin.plan.allocator import Allocator
 from nri_plugin.plan.placement_values import CpuFloor, cpus_needed
+from nri_plugin.topology.cpulist import NO_CPUS
 
 __all__ = ["CpuPool", "PoolMember", "cpus_needed"]
 
@@ -33,7 +34,7 @@ class PoolMember:
     cpuset someone else pinned it to (empty: nri-sla's to set)."""
 
     need: int
-    pinned: frozenset[int] = frozenset()
+    pinned: frozenset[int] = NO_CPUS
 
 
 class CpuPool:

@@ -29,7 +29,7 @@ from nri_plugin.plan.model import ContainerPlan
 from nri_plugin.topology.gpus import Gpu, MigInstance
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class GrantedGpus:
     """The GPUs a container can open, by identity: whole GPUs (Gpu.identity) and MIG devices
     (uuid, parent Gpu.identity); identities, not indexes, so that a rescan that renumbers

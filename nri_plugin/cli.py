@@ -36,27 +36,15 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def _parser(prog: str, description: str):
-    """An argparse parser whose help is as wide as the terminal. argparse finds the width
-    through shutil, which imports bz2 and lzma: 0.6 MiB that `nri-sla run` would keep for
-    its life, for a help text it never prints."""
-    import argparse
-    import os
-
-    try:
-        width = int(os.environ.get("COLUMNS", "")) or os.get_terminal_size().columns
-    except (ValueError, OSError):
-        width = 80
-    # argparse's own margin (HelpFormatter without a width: the terminal's less 2).
-    return argparse.ArgumentParser(prog=prog, description=description, formatter_class=(
-        lambda prog: argparse.HelpFormatter(prog, width=max(width - 2, 11))))
-
-
 def _top_parser():
+    import argparse
+
     from nri_plugin import __version__
 
-    parser = _parser("nri-sla",
-                     "Pod resource SLAs for containerd nodes (NRI plugin and OCI hook).")
+    parser = argparse.ArgumentParser(
+        prog="nri-sla",
+        description="Pod resource SLAs for containerd nodes (NRI plugin and OCI hook).",
+    )
     parser.add_argument("--version", action="version", version=f"nri-sla {__version__}")
     helps = {name: help_text for name, (_, help_text) in COMMANDS.items()} | {HOOK: HOOK_HELP}
     parser.add_argument("command", choices=sorted(helps), metavar="COMMAND",
@@ -70,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         from nri_plugin.hook.run import main as hook_main
 
         return hook_main(argv[1:])
+    import argparse
     import importlib
     import logging
 
@@ -89,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         top.parse_args(argv[:1])  # prints the choices and exits 2
     module_name, help_text = COMMANDS[name]
     module = importlib.import_module(f"nri_plugin.commands.{module_name}")
-    parser = _parser(f"nri-sla {name}", help_text)
+    parser = argparse.ArgumentParser(prog=f"nri-sla {name}", description=help_text)
     module.add_arguments(parser)
     args = parser.parse_args(argv[1:])
     try:

@@ -18,7 +18,6 @@ import logging
 import time
 from dataclasses import replace
 from itertools import islice
-from sys import intern
 from typing import Any
 
 from nri_plugin.core import ContainerRequest, Decision, NodeState, decide
@@ -329,7 +328,7 @@ class SlaPlugin:
         `owed`: a plan's direct writes are still to do; `kubelet_ids`: its GPU device ids
         in the kubelet's books; `created`: at CreateContainer (else Synchronize)."""
         # One string for the id, wherever it is kept (each read of a protobuf field makes
-        # a new one); the pod's strings shared by its containers (sys.intern).
+        # a new one; the registry shares the pod's strings among its containers).
         container_id = container.id
         grant = self.node.gpu_grant(granted, kubelet_ids)
         if grant.env_only and plan is None:
@@ -342,10 +341,10 @@ class SlaPlugin:
         opens = NO_GPUS if grant.empty and held is None else GrantedGpus.of(
             (*grant.gpus, *(held.gpus if held else ())),
             (*grant.migs, *(held.migs if held else ())))
-        entry = ContainerEntry(container_id, intern(container.pod_sandbox_id),
-                               intern(_namespace(pod) or ""), intern(pod.name) if pod else "",
-                               container.name, STATE_NAMES.get(container.state, "unknown"),
-                               opens, plan, writes_owed=owed and plan is not None,
+        entry = ContainerEntry(container_id, container.pod_sandbox_id, _namespace(pod) or "",
+                               pod.name if pod else "", container.name,
+                               STATE_NAMES.get(container.state, "unknown"), opens, plan,
+                               writes_owed=owed and plan is not None,
                                cgroups_path=container.linux.cgroups_path)
         self.node.join_pool(container_id, granted.cpu_request_millis,
                             container.linux.resources.cpu.cpus, created=created)

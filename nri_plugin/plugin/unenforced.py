@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from sys import intern
 
 from nri_plugin.config import NodeConfig
 from nri_plugin.core.decision import parse_sla
@@ -91,9 +90,7 @@ class UnenforcedContainers:
             if (entry is not None and entry.decided_plan is None) or hook_enforced(ctr) \
                     or not _asks_sla(config, pod, ctr):
                 continue
-            # The pod's strings shared by its containers (kept until they go).
-            now[ctr.id] = found = Unenforced(ctr.id, intern(pod.namespace), intern(pod.name),
-                                             ctr.name)
+            now[ctr.id] = found = Unenforced(ctr.id, pod.namespace, pod.name, ctr.name)
             new.append(found)
         self._reported = now  # the gone ones forgotten: bounded by the live containers
         for found in new[:NAMED]:

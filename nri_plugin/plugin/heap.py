@@ -6,7 +6,8 @@ upb's arenas) and the handler's work at once; freed, most of it stays in glibc's
 freed a large mapped block, so the next request lands in the heap too). glibc's
 `malloc_trim(0)` returns those pages: `nri-sla run`'s resident size after a
 Synchronize of 1,000 is 7.7 MiB lower with it (docs/benchmarks.md, "Plugin memory").
-It walks the heap once (about a millisecond), so it runs after a large Synchronize only.
+It walks the heap once (0.9 ms of CPU after a Synchronize of 1,000, 3.8 ms the first
+time), so it runs after a large Synchronize only, once its answer is on its way.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from nri_plugin.plan.record import (
     sign_record,
     verified_text,
 )
-from nri_plugin.topology.cpulist import CpuListError, format_cpulist, parse_cpulist
+from nri_plugin.topology.cpulist import NO_CPUS, CpuListError, format_cpulist, parse_cpulist
 
 # The OCI hook builds a one-shot NodeState per cold run: what only a long-lived node (the
 # plugin's allocator, CPU pool, GPU inventory and health, RT budget and ledger) or an SLA
@@ -70,7 +70,7 @@ class RecordConflict(RecordError):
     problem = "conflict"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LiveContainer:
     """A container the runtime reports as created, running or paused (Synchronize)."""
 
@@ -343,13 +343,13 @@ class NodeState:
         try:
             cpus = parse_cpulist(reported)
         except CpuListError:
-            cpus = frozenset()  # a cpuset the kernel would not take: ours to set
+            cpus = NO_CPUS  # a cpuset the kernel would not take: ours to set
         layout = pool.allocator.layout
         whole = not cpus or cpus == layout.topology.online
         placed = placement is not None and bool(placement.cpus)
         foreign = not placed and not whole and (
             created or not cpus.isdisjoint(pool.allocator.exclusive_cpus_in_use()))
-        pinned = cpus if foreign else frozenset()
+        pinned = cpus if foreign else NO_CPUS
         # What it runs on now: without a cpuset, every online CPU.
         pool.join(owner, PoolMember(cpus_needed(request_millis), pinned),
                   None if created else cpus or layout.topology.online)

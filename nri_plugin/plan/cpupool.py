@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from nri_plugin.plan.allocator import Allocator
 from nri_plugin.plan.placement_values import CpuFloor, cpus_needed
-from nri_plugin.topology.cpulist import CpuListError, parse_cpulist
+from nri_plugin.topology.cpulist import NO_CPUS, CpuListError, parse_cpulist
 
 __all__ = ["CpuPool", "PoolMember", "ReportedCpusets", "cpus_needed"]
 
@@ -35,7 +35,7 @@ class PoolMember:
     cpuset someone else pinned it to (empty: nri-sla's to set)."""
 
     need: int
-    pinned: frozenset[int] = frozenset()
+    pinned: frozenset[int] = NO_CPUS
 
 
 class CpuPool:

@@ -44,6 +44,7 @@ from nri_plugin.ops.metrics import NO_METRICS, MetricsSink
 from nri_plugin.plan.model import ContainerPlan, PlanError
 from nri_plugin.plan.record import record_body, record_text
 from nri_plugin.plugin.adjustment import annotated, build_adjustment, build_update
+from nri_plugin.plugin.heap import TRIM_AFTER_CONTAINERS, release_freed_heap
 from nri_plugin.plugin.kubelet_grants import KubeletGrants, asks_kubelet
 from nri_plugin.plugin.registry import (
     NO_GPUS,
@@ -185,6 +186,9 @@ class SlaPlugin:
             updates = self._cpuset_updates(exclude="")
             if self.watch.interval:  # drift while disconnected: repaired in this answer
                 updates += self.watch.run_in_sync()  # (on a large node, partly: watch.py)
+            if len(containers) >= TRIM_AFTER_CONTAINERS and self._loop is not None:
+                # Once the answer is sent and the request freed (the next loop turn).
+                self._loop.call_soon(release_freed_heap)
             return updates
 
     def _report_restore_problems(self, restored: Restored) -> None:
@@ -296,7 +300,7 @@ class SlaPlugin:
         entry = self._entry(pod, container, plan, owed=plan is not None, granted=granted,
                             kubelet_ids=kubelet_ids, created=True)
         self.registry.add(entry)
-        adjustment = self._with_cpuset(container.id, adjustment)
+        adjustment = self._with_cpuset(entry.id, adjustment)
         if plan is not None:  # in force (and read back) with the cpuset it was given
             cpus = adjustment.linux.resources.cpu.cpus if adjustment is not None else ""
             entry.current_plan = plan if not cpus or cpus == plan.cpus else replace(plan, cpus=cpus)
@@ -323,23 +327,26 @@ class SlaPlugin:
         the CPU pool.
         `owed`: a plan's direct writes are still to do; `kubelet_ids`: its GPU device ids
         in the kubelet's books; `created`: at CreateContainer (else Synchronize)."""
+        # One string for the id, wherever it is kept (each read of a protobuf field makes
+        # a new one; the registry shares the pod's strings among its containers).
+        container_id = container.id
         grant = self.node.gpu_grant(granted, kubelet_ids)
         if grant.env_only and plan is None:
-            log_event(log, logging.INFO, "GPU env is not a grant", container=container.id,
+            log_event(log, logging.INFO, "GPU env is not a grant", container=container_id,
                       env=grant.env_only[:64])
-        self.node.hold_grant(container.id, grant)
+        self.node.hold_grant(container_id, grant)
         # What it can open: its grant, and what its placement holds (the same GPUs, or,
         # for a record from before issue 18, the GPUs nri-sla chose and added then).
-        held = self.node.allocator.placement_of(container.id) if self.node.allocator else None
+        held = self.node.allocator.placement_of(container_id) if self.node.allocator else None
         opens = NO_GPUS if grant.empty and held is None else GrantedGpus.of(
             (*grant.gpus, *(held.gpus if held else ())),
             (*grant.migs, *(held.migs if held else ())))
-        entry = ContainerEntry(container.id, container.pod_sandbox_id, _namespace(pod) or "",
+        entry = ContainerEntry(container_id, container.pod_sandbox_id, _namespace(pod) or "",
                                pod.name if pod else "", container.name,
                                STATE_NAMES.get(container.state, "unknown"), opens, plan,
                                writes_owed=owed and plan is not None,
                                cgroups_path=container.linux.cgroups_path)
-        self.node.join_pool(container.id, granted.cpu_request_millis,
+        self.node.join_pool(container_id, granted.cpu_request_millis,
                             container.linux.resources.cpu.cpus, created=created)
         return entry
 

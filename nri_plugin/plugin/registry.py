@@ -29,7 +29,7 @@ from nri_plugin.plan.model import ContainerPlan
 from nri_plugin.topology.gpus import Gpu, MigInstance
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class GrantedGpus:
     """The GPUs a container can open, by identity: whole GPUs (Gpu.identity) and MIG devices
     (uuid, parent Gpu.identity); identities, not indexes, so that a rescan that renumbers
@@ -144,7 +144,7 @@ class ContainerRegistry:
         """Add (or replace, for a retried CreateContainer) one container's entry."""
         self._forget_pod(entry.id)
         self._entries[entry.id] = entry
-        self._by_pod.setdefault(entry.pod_id, set()).add(entry.id)
+        self._join_pod(entry)
 
     def remove(self, container_id: str) -> ContainerEntry | None:
         self._forget_pod(container_id)
@@ -158,7 +158,7 @@ class ContainerRegistry:
         self._entries = {e.id: e for e in entries}
         self._by_pod = {}
         for e in self._entries.values():
-            self._by_pod.setdefault(e.pod_id, set()).add(e.id)
+            self._join_pod(e)
         self._pairs_reported = {p for p in self._pairs_reported
                                 if p[1] in self._entries and p[2] in self._entries}
 
@@ -166,6 +166,19 @@ class ContainerRegistry:
         """The ids of pod `pod`'s containers (core.nodestate.PodMembers: the per-pod caps
         count what they hold)."""
         return self._by_pod.get(pod, ()) if pod else ()
+
+    def _join_pod(self, entry: ContainerEntry) -> None:
+        """`entry` counts among its pod's containers, and shares the pod's strings with
+        the others (each protobuf read makes new ones: 0.2 KB a container)."""
+        members = self._by_pod.get(entry.pod_id)
+        if members is None:
+            self._by_pod[entry.pod_id] = {entry.id}
+            return
+        other = self._entries[next(iter(members))]
+        if (other.namespace, other.pod_name) == (entry.namespace, entry.pod_name):
+            entry.pod_id, entry.namespace, entry.pod_name = (other.pod_id, other.namespace,
+                                                             other.pod_name)
+        members.add(entry.id)
 
     def _forget_pod(self, container_id: str) -> None:
         entry = self._entries.get(container_id)

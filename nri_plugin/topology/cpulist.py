@@ -22,6 +22,11 @@ class CpuListError(InvalidInput, ValueError):
         super().__init__(f"invalid CPU list {text!r}: {reason} (expected e.g. '0-3,8-11')")
 
 
+# The empty CPU set, one object: most containers pin none, and a container's value keeps
+# this one rather than an empty set of its own (216 bytes each).
+NO_CPUS: frozenset[int] = frozenset()
+
+
 def parse_cpulist(text: str, *, limit: int | None = None,
                   distinct: bool = False) -> frozenset[int]:
     """Parse "0-3,8,10-11" into {0,1,2,3,8,10,11}; an empty or blank string is the empty set.
@@ -32,7 +37,7 @@ def parse_cpulist(text: str, *, limit: int | None = None,
     cpus: set[int] = set()
     stripped = text.strip()
     if not stripped:
-        return frozenset()
+        return NO_CPUS
     for part in stripped.split(","):
         part = part.strip()
         if not part:

@@ -60,3 +60,21 @@ def test_no_grant_shares_nothing():
     reg.add(entry("a"))
     reg.add(entry("b"))
     assert reg.shared() == [] and not reg.get("a").gpus
+
+
+def test_containers_of_one_pod_share_its_strings():
+    def of_pod(cid: str, pod_name: str) -> ContainerEntry:
+        # Built as the plugin builds them: each protobuf read makes a new string.
+        return ContainerEntry(cid, "".join(("pod-", "x")), "".join(("n", "s")),
+                              "".join(list(pod_name)), "c", "created")
+
+    reg = ContainerRegistry()
+    reg.add(of_pod("a", "web"))
+    reg.add(of_pod("b", "web"))
+    assert reg.get("a").pod_name is reg.get("b").pod_name
+    reg.replace([of_pod("a", "web"), of_pod("b", "web"), of_pod("c", "other")])
+    a, b, c = (reg.get(cid) for cid in "abc")
+    assert a.pod_id is b.pod_id and a.namespace is b.namespace and a.pod_name is b.pod_name
+    # One pod id, another name (a runtime's own bug): each keeps what it was told.
+    assert (c.pod_id, c.pod_name) == ("pod-x", "other") and c.pod_name is not a.pod_name
+    assert sorted(reg.members("pod-x")) == ["a", "b", "c"]

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import urllib.error
-import urllib.request
 
 from nri_plugin.nri.service import run_service
 from nri_plugin.ops.metrics import Metrics
@@ -20,14 +18,11 @@ from nri_plugin.simulated.runtime import (
     make_pod,
 )
 from tests.support.plugin_helpers import gpu_grant, guaranteed, make_node
+from tests.support.plugin_process import http_get
 
 
 def scrape(server, path: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{server.port}{path}", timeout=5) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
+    return http_get(server.port, path, timeout=5)
 
 
 def sample(text: str, name: str) -> float:

@@ -44,13 +44,7 @@ class PluginProcess:
         return log_lines(self.log)
 
     def get(self, path: str) -> tuple[int, str]:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=2) as r:
-                return r.status, r.read().decode()
-        except urllib.error.HTTPError as exc:
-            return exc.code, exc.read().decode()
-        except OSError:
-            return 0, ""
+        return http_get(self.port, path)
 
     def metric(self, name: str) -> float:
         for line in self.get("/metrics")[1].splitlines():
@@ -79,3 +73,14 @@ async def until(check, timeout: float = 20.0, what: str = ""):
             return value
         assert time.monotonic() < deadline, f"timed out waiting for {what or check}"
         await asyncio.sleep(0.05)
+
+
+def http_get(port: int, path: str, timeout: float = 2) -> tuple[int, str]:
+    """(status, body) of GET `path` on 127.0.0.1:`port`; (0, "") when nothing answers."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=timeout) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+    except OSError:
+        return 0, ""

@@ -193,9 +193,15 @@ def check_identity(name: str, idx: str) -> None:
                                 "00-99 (plugins run in ascending index order)")
 
 
+# What plain (`def`) handlers return: never awaitable.
+_PLAIN_ANSWERS = frozenset({type(None), CreateResult, list, tuple, int})
+
+
 def _maybe_await(result: Any, then: Callable[[Any], bytes]) -> bytes | Awaitable[bytes]:
     """Apply `then` now, or after awaiting when the handler was a coroutine."""
-    if inspect.isawaitable(result):
+    # The answers of plain handlers are told apart without inspect's ABC check (every
+    # call comes through here).
+    if type(result) not in _PLAIN_ANSWERS and inspect.isawaitable(result):
         async def finish() -> bytes:
             return then(await result)
         return finish()

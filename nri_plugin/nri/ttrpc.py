@@ -239,7 +239,7 @@ class ServerCore:
                                       f"{req.service}/{req.method} is not implemented by "
                                       f"{self.server_name}")
         self.active.add(sid)
-        meta = tuple((kv.key, kv.value) for kv in req.metadata)
+        meta = tuple((kv.key, kv.value) for kv in req.metadata) if req.metadata else ()
         return RequestReceived(sid, req.service, req.method, req.payload, req.timeout_nano,
                                meta), b""
 

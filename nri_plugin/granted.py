@@ -61,11 +61,6 @@ def device_mount_ids(destinations: "Iterable[str]") -> tuple[str, ...]:
     return bounded_names([i for i in ids if i]) if ids else ()
 
 
-def _positive(value: int | None) -> int | None:
-    # The runtime writes "unlimited" as -1 (quota, memory) or leaves the field out.
-    return value if value is not None and value > 0 else None
-
-
 class GrantedResources(Value):
     """The runtime's limits for one container; None = not set (unlimited)."""
 
@@ -79,10 +74,16 @@ class GrantedResources(Value):
                  device_mounts: "Iterable[str]" = (),
                  env_gpus: str | None = None) -> None:
         init = object.__setattr__
-        init(self, "cpu_quota", _positive(cpu_quota))
-        init(self, "cpu_period", _positive(cpu_period))
-        init(self, "cpu_shares", _positive(cpu_shares))
-        init(self, "memory_limit", _positive(memory_limit))
+        # The runtime writes "unlimited" as -1 (quota, memory) or leaves the field out:
+        # both are None here. (Spelled out, not a helper: one is built for every
+        # CreateContainer and every synchronized container.)
+        init(self, "cpu_quota", cpu_quota if cpu_quota is not None and cpu_quota > 0 else None)
+        init(self, "cpu_period",
+             cpu_period if cpu_period is not None and cpu_period > 0 else None)
+        init(self, "cpu_shares",
+             cpu_shares if cpu_shares is not None and cpu_shares > 0 else None)
+        init(self, "memory_limit",
+             memory_limit if memory_limit is not None and memory_limit > 0 else None)
         # GPU evidence, bounded by the readers (bounded_names, gpu_device_numbers,
         # device_mount_ids) and again here for callers that build one directly:
         # (Most containers carry none: the empty default is kept as it is.)

@@ -154,8 +154,14 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
+def embedded_field(tag: int, data: bytes) -> bytes:
+    """A length-delimited protobuf field (`tag`: its key byte), written even when `data`
+    is empty: how protobuf writes an embedded message that is set."""
+    return bytes((tag,)) + _varint(len(data)) + data
+
+
 def _len_field(tag: int, data: bytes) -> bytes:
-    return bytes((tag,)) + _varint(len(data)) + data if data else b""
+    return embedded_field(tag, data) if data else b""
 
 
 def encode_request(service: str, method: str, payload: bytes, timeout_nano: int = 0,
@@ -239,7 +245,7 @@ class ServerCore:
                                       f"{req.service}/{req.method} is not implemented by "
                                       f"{self.server_name}")
         self.active.add(sid)
-        meta = tuple((kv.key, kv.value) for kv in req.metadata)
+        meta = tuple((kv.key, kv.value) for kv in req.metadata) if req.metadata else ()
         return RequestReceived(sid, req.service, req.method, req.payload, req.timeout_nano,
                                meta), b""
 

@@ -99,14 +99,14 @@ class Allocator:
                     exclusive_cpus=frozenset(self._cpu_owner))
             return self._snapshot
 
+    # These two read one attribute or one dict entry, which the GIL makes atomic: no lock
+    # (they run several times per CreateContainer and per synchronized container).
     @property
     def cpu_generation(self) -> int:
-        with self._lock:
-            return self._cpu_generation
+        return self._cpu_generation
 
     def placement_of(self, owner: str) -> Placement | None:
-        with self._lock:
-            return self._placements.get(owner)
+        return self._placements.get(owner)
 
     def owners(self) -> tuple[str, ...]:
         with self._lock:

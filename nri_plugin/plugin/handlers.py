@@ -17,7 +17,6 @@ import asyncio
 import logging
 import time
 from dataclasses import replace
-from itertools import islice
 from typing import Any
 
 from nri_plugin.core import ContainerRequest, Decision, NodeState, decide
@@ -91,8 +90,11 @@ def granted_resources(resources: pb.LinuxResources, container: pb.Container | No
         if container.linux.devices:
             evidence["gpu_devices"] = gpu_device_numbers(
                 (d.type, d.major, d.minor) for d in container.linux.devices)
-        device_mounts = [m.destination for m in islice(container.mounts, MAX_GRANT_ITEMS)
-                         if m.destination.startswith(DEVICE_MOUNT_DIR)]
+        mounts = container.mounts
+        if len(mounts) > MAX_GRANT_ITEMS:  # (a slice: islice over protobuf's list is slow)
+            mounts = mounts[:MAX_GRANT_ITEMS]
+        device_mounts = [path for m in mounts
+                         if (path := m.destination).startswith(DEVICE_MOUNT_DIR)]
         if device_mounts:
             evidence["device_mounts"] = device_mount_ids(device_mounts)
     return GrantedResources(cpu_quota=cpu.quota.value if cpu.HasField("quota") else None,
@@ -279,8 +281,9 @@ class SlaPlugin:
         granted = granted_resources(container.linux.resources, container)
         kubelet_ids = (self.kubelet.for_container(pod.namespace, pod.name, container.name)
                        if asks_kubelet(granted) else ())
+        # (items(): protobuf's map copies faster so than through its Mapping methods)
         decision = decide(self.node, ContainerRequest(
-            dict(pod.annotations), container.name, namespace=pod.namespace,
+            dict(pod.annotations.items()), container.name, namespace=pod.namespace,
             owner=container.id, pod=pod.id, nri_version=self.nri_version, granted=granted,
             kubelet_gpu_ids=kubelet_ids))
         if decision.plan is not None and decision.plan.rt_runtime and self.node.facts:
@@ -531,8 +534,11 @@ class SlaPlugin:
     def _cpuset_updates(self, exclude: str) -> list[pb.ContainerUpdate]:
         """Containers whose cpuset in the node's CPU pool changed (exclusive CPUs taken or
         given back), with an SLA or not, get their new cpuset in the same answer."""
+        changed = self.node.cpuset_updates(exclude)
+        if not changed:  # (nearly every CreateContainer)
+            return []
         updates = []
-        for owner, cpus in self.node.cpuset_updates(exclude).items():
+        for owner, cpus in changed.items():
             update = pb.ContainerUpdate(container_id=owner, ignore_failure=True)
             update.linux.resources.cpu.cpus = cpus
             updates.append(update)
@@ -557,12 +563,13 @@ class SlaPlugin:
     def _observe(self, event: str, started: float, decision: Decision,
                  applied: dict[str, Any], pod: pb.PodSandbox,
                  container: pb.Container) -> None:
-        if decision.outcome != "skipped":
+        decided = decision.outcome != "skipped"
+        if decided:
             log_decision(DecisionEvent(pod.namespace, pod.name, container.name, "nri",
                                        decision.outcome, applied, decision.warnings,
                                        decision.error_text))
         self.metrics.observe(event, time.perf_counter() - started)
-        if decision.outcome != "skipped":
+        if decided:
             self.metrics.record_decision(decision.outcome, decision.reason)
 
     def _publish_usage(self) -> None:

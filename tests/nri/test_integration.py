@@ -737,3 +737,35 @@ def test_a_runtime_that_stops_reading_gets_backpressure_then_is_dropped(sock_dir
         uvloop.run(main())
     else:
         asyncio.run(main())
+
+
+def test_create_response_bytes_are_protobufs_own():
+    """The stub writes CreateContainerResponse field by field: the same bytes protobuf
+    makes of the message, for every shape of answer (none, an empty adjustment, updates
+    and evictions too); a wrong message kind in a field fails the call, as protobuf's
+    constructor would."""
+    adjustment = pb.ContainerAdjustment(annotations={"a": "b"})
+    adjustment.linux.resources.cpu.cpus = "0-3"
+    update = pb.ContainerUpdate(container_id="other", ignore_failure=True)
+    update.linux.resources.cpu.cpus = "4-7"
+    eviction = pb.ContainerEviction(container_id="gone", reason="why")
+    answers = [CreateResult(), CreateResult(pb.ContainerAdjustment()),
+               CreateResult(adjustment), CreateResult(None, [update, update]),
+               CreateResult(adjustment, [update], [eviction, eviction])]
+
+    class Answers:
+        def create_container(self, pod, ctr):
+            return answers.pop(0)
+
+    route = Stub(Answers(), name="x", idx="01").routes[(PLUGIN_SERVICE, "CreateContainer")]
+    pod = make_pod("p")
+    request = pb.CreateContainerRequest(pod=pod, container=make_container(pod, "c"))
+    for answer in list(answers):
+        expected = pb.CreateContainerResponse(update=answer.updates, evict=answer.evictions)
+        if answer.adjustment is not None:
+            expected.adjust.CopyFrom(answer.adjustment)
+        assert route(request.SerializeToString()) == expected.SerializeToString()
+
+    answers.append(CreateResult(None, [eviction]))
+    with pytest.raises(TypeError, match="holds a ContainerEviction where a ContainerUpdate"):
+        route(request.SerializeToString())

@@ -188,6 +188,13 @@ def test_the_grant_is_read_from_the_runtime_never_the_env(tmp_path, caplog):
     assert granted.gpu_devices[:2] == ((195, 5), (195, 255)) and len(granted.gpu_devices) == 255
     assert granted.device_mounts == ("GPU-x",) and granted.env_gpus == "all"
     assert granted_resources(ctr.linux.resources) == GrantedResources(cpu_shares=102)
+    flooded = make_container(pod, "f")  # mounts too: only the first 256 are looked at
+    for i in range(300):
+        flooded.mounts.add(destination=f"/data/{i}" if i < 256
+                           else f"/var/run/nvidia-container-devices/GPU-{i}")
+    assert granted_resources(flooded.linux.resources, flooded).device_mounts == ()
+    flooded.mounts[255].destination = "/var/run/nvidia-container-devices/GPU-last"
+    assert granted_resources(flooded.linux.resources, flooded).device_mounts == ("GPU-last",)
 
     env_only = make_container(make_pod("e"), "c", env=("NVIDIA_VISIBLE_DEVICES=0,1",))
 

@@ -114,11 +114,7 @@ def parse_count(value: object) -> int:
     num, den = _exact(value, "a whole number like 20000 or 20k")
     if num < 0:
         raise FieldProblem(f"must not be negative, got {show(value)}")
-    if num % den:
-        raise FieldProblem(f"({show(value)}) must be a whole number")
-    if num // den > MAX_INT64:
-        raise FieldProblem(f"({show(value)}) is too large (at most {MAX_INT64})")
-    return num // den
+    return _whole(value, num, den, "")
 
 
 def parse_cpu(value: object) -> float:
@@ -152,11 +148,15 @@ def parse_duration(value: object) -> int:
     if sign == "-":
         raise FieldProblem(f"must not be negative, got {show(value)}")
     num, den = _ratio(number)
-    num *= _DURATION_UNITS[unit]
+    return _whole(value, num * _DURATION_UNITS[unit], den, " microseconds")
+
+
+def _whole(value: object, num: int, den: int, unit: str) -> int:
+    """num/den as a whole int64 count of `unit` ("" for a bare count)."""
     if num % den:
-        raise FieldProblem(f"({show(value)}) must be a whole number of microseconds")
+        raise FieldProblem(f"({show(value)}) must be a whole number{' of' + unit if unit else ''}")
     if num // den > MAX_INT64:
-        raise FieldProblem(f"({show(value)}) is too large")
+        raise FieldProblem(f"({show(value)}) is too large (at most {MAX_INT64}{unit})")
     return num // den
 
 

@@ -7,7 +7,6 @@ is an :class:`SlaError` naming the annotation key, the field and what is allowed
 
 from nri_plugin.sla.errors import SlaError, SlaErrors
 from nri_plugin.sla.model import (
-    DEFAULT_CPU_PERIOD_US,
     DEFAULT_RT_PERIOD_US,
     ENFORCEMENT_MODES,
     GPU_SOURCES,
@@ -31,7 +30,6 @@ from nri_plugin.sla.parse import (
 )
 
 __all__ = [
-    "DEFAULT_CPU_PERIOD_US",
     "DEFAULT_PREFIX",
     "DEFAULT_RT_PERIOD_US",
     "ENFORCEMENT_ALIAS",

@@ -19,7 +19,6 @@ MEMORY_POLICIES = ("bind", "preferred", "interleave", "none")
 GPU_TOPOLOGIES = ("any", "numa", "nvlink")
 GPU_SOURCES = ("plugin", "runtime")
 
-DEFAULT_CPU_PERIOD_US = 100_000  # the kernel's own default CFS period
 DEFAULT_RT_PERIOD_US = 1_000_000  # the kernel's default sched_rt_period_us
 
 

@@ -30,9 +30,9 @@ import re
 from collections.abc import Collection, Mapping
 from functools import lru_cache
 
+from nri_plugin.granted import DEFAULT_CPU_PERIOD_US  # the kernel's own default CFS period
 from nri_plugin.sla.errors import MAX_REPORTED_ERRORS, SlaError, raise_all
 from nri_plugin.sla.model import (
-    DEFAULT_CPU_PERIOD_US,
     DEFAULT_RT_PERIOD_US,
     ENFORCEMENT_MODES,
     CpuSla,

@@ -261,6 +261,9 @@ def test_daemon_reload_keeps_the_nri_values_and_resets_the_hooks(node, systemd):
                      "hook-path": {"cpu.max": "max 100000", "memory.max": "max"}}
 
 
+# Two package operations (remove, then the reinstall that leaves the guest as it was): dpkg
+# takes 120-180 s per install in the TCG guest, so the default 300 s cannot hold both.
+@pytest.mark.timeout(600)
 def test_removed_package_leaves_containerd_creating_containers(node, systemd, package):
     """`apt remove`: the binary goes, the base spec (a conffile) stays, and containerd
     runs its hook for every container, before and after a restart: the hook's /bin/sh

@@ -35,9 +35,9 @@ kept under MAX_ENTRIES by removing the oldest entries.
 """
 
 
-import os
-import stat
+import posix  # not os: nri_plugin/posixfs.py says why
 import sys
+from _stat import S_ISDIR, S_ISREG
 
 try:  # the C module directly: `hashlib` imports OpenSSL bindings (start-up time)
     from _blake2 import blake2b
@@ -45,6 +45,17 @@ except ImportError:  # pragma: no cover - other interpreters
     from hashlib import blake2b
 
 from nri_plugin.hook.fastjson import loads
+from nri_plugin.posixfs import (
+    abspath,
+    dirname,
+    exists,
+    getenv,
+    isabs,
+    isdir,
+    join,
+    makedirs,
+    realpath,
+)
 
 # Mirrors of constants in modules the warm path must not import (tests compare them).
 CONFIG_DEFAULT = "/etc/nri-sla/config.yaml"  # nri_plugin.config.DEFAULT_PATH
@@ -69,9 +80,9 @@ _code: str | None = None
 
 def open_store(opts: "HookOptions") -> "Store | None":
     """--cache-dir, else $NRI_SLA_HOOK_CACHE, else /run/nri-sla/hook-cache; "off": none."""
-    where = opts.cache_dir if opts.cache_dir is not None else os.environ.get(ENV_DIR)
+    where = opts.cache_dir if opts.cache_dir is not None else getenv(ENV_DIR)
     where = DEFAULT_DIR if where is None else where
-    if where in ("", "off") or not os.path.isabs(where):
+    if where in ("", "off") or not isabs(where):
         return None
     return Store(where)
 
@@ -81,11 +92,11 @@ def code_fingerprint() -> str:
     edited checkout never reuses an older version's decisions."""
     global _code
     if _code is None:
-        pkg = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        pkg = dirname(dirname(abspath(__file__)))
         parts = [sys.version, getattr(sys.modules.get("nri_plugin"), "__version__", "?"), pkg]
         for sub in CODE_DIRS:
             try:
-                with os.scandir(os.path.join(pkg, sub)) as it:
+                with posix.scandir(join(pkg, sub)) as it:
                     for e in it:
                         if e.name.endswith(".py"):
                             st = e.stat()
@@ -115,8 +126,8 @@ def facts_key(ckey: str, root: str) -> str:
     """What detect_cgroup_facts reads: mounts (cgroup lines only: other mounts come and go
     with every container), the root and its entries (v1 hierarchies by name), and
     cgroup.controllers (a v2 root)."""
-    parts = ["facts", ckey, root, os.path.realpath(root), str(os.path.isdir(root)),
-             str(os.path.exists(os.path.join(root, "cgroup.controllers")))]
+    parts = ["facts", ckey, root, realpath(root), str(isdir(root)),
+             str(exists(join(root, "cgroup.controllers")))]
     try:
         with open("/proc/self/mountinfo", "rb") as fh:
             mounts = fh.read()
@@ -124,9 +135,9 @@ def facts_key(ckey: str, root: str) -> str:
         mounts = b""
     parts += [line for line in mounts.split(b"\n") if b"cgroup" in line]
     try:
-        with os.scandir(root) as it:
+        with posix.scandir(root) as it:
             for e in sorted(it, key=lambda e: e.name):
-                link = os.path.realpath(e.path) if e.is_symlink() else ""
+                link = realpath(e.path) if e.is_symlink() else ""
                 parts.append(f"{e.name}:{e.is_dir()}:{link}")
     except OSError:
         parts.append("unlistable")
@@ -168,14 +179,14 @@ def device_signature(spec: str) -> str:
         if node is None:
             return "outside"
         try:
-            st = os.lstat(node)
+            st = posix.lstat(node)
         except OSError as e:
             return f"error:{e.errno}"
-        numbers = f"{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}"
+        numbers = f"{posix.major(st.st_rdev)}:{posix.minor(st.st_rdev)}"
         sig = f"{node}:mode:{st.st_mode & 0o170000}:{numbers}"
-    node = os.path.join(DEVICE_SYSFS, "dev", "block", numbers)
-    return (f"{sig}:{os.path.realpath(node)}:{os.path.exists(node)}:"
-            f"{os.path.exists(os.path.join(node, 'partition'))}")
+    node = join(DEVICE_SYSFS, "dev", "block", numbers)
+    return (f"{sig}:{realpath(node)}:{exists(node)}:"
+            f"{exists(join(node, 'partition'))}")
 
 
 def _read(path: str) -> str:
@@ -189,37 +200,37 @@ def _read(path: str) -> str:
 def topology_signature(sysfs_root: str) -> str:
     """The CPU/NUMA facts read_topology builds on. CPUs and nodes change at runtime only
     through hotplug, which these files show; anything else needs a reboot (empty /run)."""
-    cpu = os.path.join(sysfs_root, "devices/system/cpu")
-    node = os.path.join(sysfs_root, "devices/system/node")
-    parts = [_read(os.path.join(cpu, "online"))]
+    cpu = join(sysfs_root, "devices/system/cpu")
+    node = join(sysfs_root, "devices/system/node")
+    parts = [_read(join(cpu, "online"))]
     for name in ("online", "possible", "has_memory"):
-        parts.append(_read(os.path.join(node, name)))
+        parts.append(_read(join(node, name)))
     try:
-        names = sorted(n for n in os.listdir(node) if n.startswith("node"))
+        names = sorted(n for n in posix.listdir(node) if n.startswith("node"))
     except OSError:
         names = []
     for name in names:
-        parts += [name, _read(os.path.join(node, name, "cpulist")),
-                  _read(os.path.join(node, name, "distance"))]
+        parts += [name, _read(join(node, name, "cpulist")),
+                  _read(join(node, name, "distance"))]
     return digest(*parts)
 
 
 def scheduler_signature(sysfs_root: str) -> str:
     """What enforce.blockdev.any_bfq reads, as one string: a change of any disk's scheduler
     changes it (it decides whether io weights go to the bfq files, or apply at all)."""
-    block = os.path.join(sysfs_root, "block")
+    block = join(sysfs_root, "block")
     try:
-        names = sorted(os.listdir(block))
+        names = sorted(posix.listdir(block))
     except OSError:
         return "unlistable"
-    return digest(*(f"{n}={_read(os.path.join(block, n, 'queue', 'scheduler'))}"
+    return digest(*(f"{n}={_read(join(block, n, 'queue', 'scheduler'))}"
                     for n in names))
 
 
 def file_signature(path: str) -> str:
     """A file's identity (inode, size, mtime): a library upgraded in place changes it."""
     try:
-        st = os.stat(path)
+        st = posix.stat(path)
     except OSError as e:
         return f"error:{e.errno}"
     return f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
@@ -275,46 +286,46 @@ class Store:
 
     def __init__(self, directory: str) -> None:
         self.directory = directory
-        self.uid = os.geteuid()
+        self.uid = posix.geteuid()
 
     def _dir_ok(self, create: bool) -> bool:
         try:
-            st = os.lstat(self.directory)
+            st = posix.lstat(self.directory)
         except FileNotFoundError:
             if not create:
                 return False
             try:
-                os.makedirs(os.path.dirname(self.directory), mode=0o755, exist_ok=True)
-                os.mkdir(self.directory, 0o700)
-                st = os.lstat(self.directory)
+                makedirs(dirname(self.directory), 0o755)
+                posix.mkdir(self.directory, 0o700)
+                st = posix.lstat(self.directory)
             except OSError:
                 return False
         except OSError:
             return False
-        return (stat.S_ISDIR(st.st_mode) and st.st_uid == self.uid
+        return (S_ISDIR(st.st_mode) and st.st_uid == self.uid
                 and st.st_mode & 0o077 == 0)
 
     def _path(self, kind: str, key: str) -> str:
-        return os.path.join(self.directory, f"{kind}-{key}")
+        return join(self.directory, f"{kind}-{key}")
 
     def get(self, kind: str, key: str) -> dict | None:
         if not self._dir_ok(create=False):
             return None
         try:
-            fd = os.open(self._path(kind, key), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
-                         | os.O_NONBLOCK)
+            fd = posix.open(self._path(kind, key), posix.O_RDONLY | posix.O_NOFOLLOW
+                            | posix.O_CLOEXEC | posix.O_NONBLOCK)
         except OSError:
             return None
         try:
-            st = os.fstat(fd)
-            if (not stat.S_ISREG(st.st_mode) or st.st_uid != self.uid
+            st = posix.fstat(fd)
+            if (not S_ISREG(st.st_mode) or st.st_uid != self.uid
                     or st.st_mode & 0o022 or st.st_size > MAX_ENTRY_BYTES):
                 return None
-            data = os.read(fd, MAX_ENTRY_BYTES + 1)
+            data = posix.read(fd, MAX_ENTRY_BYTES + 1)
         except OSError:
             return None
         finally:
-            os.close(fd)
+            posix.close(fd)
         return decode(data, kind, key)
 
     def put(self, kind: str, key: str, doc: dict) -> bool:
@@ -323,15 +334,15 @@ class Store:
         if len(data) > MAX_ENTRY_BYTES or not self._dir_ok(create=True):
             return False
         final = self._path(kind, key)
-        tmp = os.path.join(self.directory, f".tmp-{os.getpid()}-{kind}-{key}")
+        tmp = join(self.directory, f".tmp-{posix.getpid()}-{kind}-{key}")
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-                         | os.O_CLOEXEC, 0o600)
+            fd = posix.open(tmp, posix.O_WRONLY | posix.O_CREAT | posix.O_EXCL
+                            | posix.O_NOFOLLOW | posix.O_CLOEXEC, 0o600)
             try:
-                os.write(fd, data)
+                posix.write(fd, data)
             finally:
-                os.close(fd)
-            os.rename(tmp, final)
+                posix.close(fd)
+            posix.rename(tmp, final)
         except OSError:
             _remove(tmp)
             return False
@@ -341,7 +352,7 @@ class Store:
     def _trim(self) -> None:
         """Keep at most MAX_ENTRIES files: drop the least recently written ones."""
         try:
-            with os.scandir(self.directory) as it:
+            with posix.scandir(self.directory) as it:
                 entries = [(e.stat(follow_symlinks=False).st_mtime_ns, e.path) for e in it]
         except OSError:
             return
@@ -355,7 +366,7 @@ class Store:
 def _remove(path: str) -> bool:
     # Not contextlib.suppress: contextlib is one more import on every cached run.
     try:
-        os.unlink(path)
+        posix.unlink(path)
     except OSError:
         return False
     return True

@@ -28,12 +28,13 @@ to every namespace, matches "", so every feature the node grants per namespace i
 """
 
 
-import os
-import stat
+import posix  # not os: nri_plugin/posixfs.py says why
+from _stat import S_ISREG
 
 from nri_plugin.errors import InvalidInput
 from nri_plugin.granted import ENV_VISIBLE, GrantedResources, device_mount_ids, gpu_device_numbers
 from nri_plugin.hook.fastjson import loads
+from nri_plugin.posixfs import join
 from nri_plugin.value import Value
 
 TYPE_CHECKING = False  # typing itself costs start-up time; only checkers need it
@@ -114,7 +115,7 @@ def parse_state(data: bytes) -> OciState:
     bundle = doc.get("bundle")
     if not isinstance(bundle, str) or not bundle:
         raise InvalidInput("OCI state: 'bundle' must be a non-empty string (the bundle path)")
-    if not os.path.isabs(bundle):
+    if not bundle.startswith("/"):
         raise InvalidInput(f"OCI state: 'bundle' must be an absolute path, got {bundle[:120]!r}")
     pid = doc.get("pid")
     # bool is an int subclass: reject it explicitly.
@@ -133,17 +134,18 @@ def read_state(stream: "BinaryIO", limit: int = STATE_LIMIT) -> OciState:
 
 def load_bundle(bundle: str, limit: int = CONFIG_LIMIT) -> BundleSpec:
     """Load <bundle>/config.json: a regular file, not a symlink, at most `limit` bytes."""
-    path = os.path.join(bundle, "config.json")
+    path = join(bundle, "config.json")
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        fd = posix.open(path, posix.O_RDONLY | posix.O_NOFOLLOW | posix.O_CLOEXEC
+                        | posix.O_NONBLOCK)
     except FileNotFoundError:
         raise InvalidInput(f"bundle {bundle[:200]!r} has no config.json") from None
     except OSError as exc:
         raise InvalidInput(f"cannot open {path[:200]!r}: {exc.strerror}") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
+    if not S_ISREG(posix.fstat(fd).st_mode):
+        posix.close(fd)
         raise InvalidInput(f"{path[:200]!r} is not a regular file")
-    with os.fdopen(fd, "rb") as fh:
+    with open(fd, "rb") as fh:
         data = read_bounded(fh, limit, f"{path[:200]!r}")
     return parse_config(data, path)
 

@@ -441,7 +441,7 @@ def test_store_bounds(tmp_path, monkeypatch):
 @pytest.mark.parametrize("lookup", ["cgroupsPath", "pid"])
 def test_warm_run_imports_no_parser_planner_or_yaml(world, h, tmp_path, lookup):
     """The point of the cache: a hit loads none of yaml, the SLA parser, the planner,
-    dataclasses, pathlib, typing or re (each costs milliseconds per container); neither
+    dataclasses, pathlib, typing, re or os (each costs milliseconds per container); neither
     when it reads /proc/<pid>/cgroup nor when it re-checks an io.max device path."""
     _run, config, _cdir, cache = world
     dev, _majmin = h.first_disk()
@@ -463,7 +463,10 @@ def test_warm_run_imports_no_parser_planner_or_yaml(world, h, tmp_path, lookup):
              "importlib", "cgroupspy",
              # `from __future__ import annotations` imports a module: the modules a warm
              # run loads quote their annotations instead (docs/hook.md, issue 21).
-             "__future__")
+             "__future__",
+             # `python3 -I -S` does not load os; a warm run takes its calls from the
+             # built-in posix instead (nri_plugin/posixfs.py, issue 21).
+             "os", "posixpath", "genericpath", "stat", "_collections_abc")
     loaded = []
     for _ in range(2):  # the second run is the hit (the first stores under this argv)
         proc = subprocess.run(

@@ -4,10 +4,13 @@ Every container of a Deployment carries the same SLA annotations, so what the co
 for it (the cgroup writes, RT budget, warnings, hard/soft: actions.CgroupActions) recurs. A cold
 run stores three entries (Store, below), each keyed by a digest of everything it depends on:
 
-* config   <- hook code fingerprint, node config path and bytes: annotation prefix, log
-              format, cgroup root/version/driver settings;
-* facts    <- config key, cgroup root, the cgroup lines of /proc/self/mountinfo, the root's
-              listing (symlink targets too) and cgroup.controllers: version and hierarchies;
+* config   <- Python and nri-sla versions, the package's path, node config path and
+              bytes: annotation prefix, log format, cgroup root/version/driver settings,
+              and the code's state (code_state: each module's file identity, re-checked
+              on every hit);
+* facts    <- config key, the code state's digest, cgroup root, the cgroup lines of
+              /proc/self/mountinfo, the root's listing (symlink targets too) and
+              cgroup.controllers: version and hierarchies;
 * decision <- facts key, container name and namespace (as inputs.identify trusts them, with
               why a namespace was not trusted), every annotation under the prefix
               (plus the enforcement alias), what the runtime granted (linux.resources
@@ -44,7 +47,7 @@ try:  # the C module directly: `hashlib` imports OpenSSL bindings (start-up time
 except ImportError:  # pragma: no cover - other interpreters
     from hashlib import blake2b
 
-from nri_plugin.hook.fastjson import loads
+from nri_plugin.hook.inputs import loads
 from nri_plugin.posixfs import (
     abspath,
     dirname,
@@ -62,7 +65,8 @@ CONFIG_DEFAULT = "/etc/nri-sla/config.yaml"  # nri_plugin.config.DEFAULT_PATH
 CONFIG_LIMIT = 1024 * 1024  # nri_plugin.config.MAX_CONFIG_BYTES
 ENFORCEMENT_ALIAS = "io.kubernetes.sla/enforcement-mode"  # nri_plugin.sla.ENFORCEMENT_ALIAS
 DEVICE_SYSFS = "/sys"  # enforce.blockdev.SYSFS_ROOT: what resolve_block_device reads
-CODE_DIRS = ("", "core", "sla", "plan", "enforce", "topology", "hook")  # what a decision runs
+# What a decision runs through (the plugin's, commands' and kubelet's modules it does not).
+CODE_DIRS = ("", "/core", "/sla", "/plan", "/enforce", "/topology", "/hook", "/text")
 
 DEFAULT_DIR = "/run/nri-sla/hook-cache"
 ENV_DIR = "NRI_SLA_HOOK_CACHE"  # a directory, or "off"
@@ -75,7 +79,8 @@ if TYPE_CHECKING:
     from nri_plugin.hook.options import HookOptions
     from nri_plugin.hook.values import Run
 
-_code: str | None = None
+PACKAGE = dirname(dirname(abspath(__file__)))  # the nri_plugin directory
+_code: dict | None = None
 
 
 def open_store(opts: "HookOptions") -> "Store | None":
@@ -87,24 +92,64 @@ def open_store(opts: "HookOptions") -> "Store | None":
     return Store(where)
 
 
-def code_fingerprint() -> str:
-    """Version plus (mtime, size) of every module a decision runs through: an upgrade or an
-    edited checkout never reuses an older version's decisions."""
+def code_state(fresh: bool = False) -> dict:
+    """What decides whether a stored decision is still this installation's: {"digest",
+    "files"}, files [path below the package, inode, ctime_ns] of every module a decision
+    runs through (CODE_DIRS) and of those directories (a module added, removed or renamed
+    changes its directory's). An upgrade (pip, dpkg, git: new files, new inodes) or an
+    edited file (its ctime: the kernel sets it on every write, rename or touch, and no one
+    can set it back, unlike mtime and size) never reuses an older version's decisions.
+    Taken once per run, before the cold path imports its modules (run.py): a file that
+    changes while they load makes the stored state stale. A cold run stores it in the
+    config entry; a hit re-stats the files it lists (code_unchanged)."""
     global _code
-    if _code is None:
-        pkg = dirname(dirname(abspath(__file__)))
-        parts = [sys.version, getattr(sys.modules.get("nri_plugin"), "__version__", "?"), pkg]
+    if _code is None or fresh:
+        files = []
         for sub in CODE_DIRS:
+            where = PACKAGE + sub
             try:
-                with posix.scandir(join(pkg, sub)) as it:
-                    for e in it:
-                        if e.name.endswith(".py"):
-                            st = e.stat()
-                            parts.append(f"{sub}/{e.name}:{st.st_mtime_ns}:{st.st_size}")
+                with posix.scandir(where) as it:
+                    names = sorted(e.name for e in it if e.name.endswith(".py"))
             except OSError:
-                parts.append(f"{sub}:unreadable")
-        _code = digest(*sorted(parts))
+                names = []
+            for rel in (sub, *(f"{sub}/{name}" for name in names)):
+                try:
+                    st = posix.stat(PACKAGE + rel)
+                    files.append([rel, st.st_ino, st.st_ctime_ns])
+                except OSError as e:
+                    files.append([rel, -1, e.errno])
+        _code = {"digest": digest(*(str(x) for f in files for x in f)), "files": files}
     return _code
+
+
+def code_that_ran(code: dict) -> dict:
+    """`code` (code_state) with only the files a hit must re-check: the directories and
+    the modules loaded now, at the end of a cold run. A module the decision never loaded
+    cannot have shaped it (to load one, a loaded module would have to change, or a file
+    be added: its directory changes), and each file less is a stat less per hit."""
+    loaded = {abspath(module.__file__) for name, module in list(sys.modules.items())
+              if name.startswith("nri_plugin") and getattr(module, "__file__", None)}
+    return {"digest": code["digest"],
+            "files": [f for f in code["files"]
+                      if not f[0].endswith(".py") or PACKAGE + f[0] in loaded]}
+
+
+def code_unchanged(code: object) -> str | None:
+    """A config entry's code state: its digest when every file it lists still has the
+    identity recorded (a hit), else None. The one check every hit pays for, so a plain
+    loop: a stat per file, no formatting."""
+    if not isinstance(code, dict) or not isinstance(code.get("files"), list):
+        return None
+    stat = posix.stat
+    try:
+        for rel, ino, ctime in code["files"]:
+            st = stat(PACKAGE + rel)
+            if st.st_ctime_ns != ctime or st.st_ino != ino:
+                return None
+    except (OSError, TypeError, ValueError):
+        return None
+    found = code.get("digest")
+    return found if isinstance(found, str) else None
 
 
 def config_key(opts: "HookOptions") -> str | None:
@@ -119,14 +164,16 @@ def config_key(opts: "HookOptions") -> str | None:
         data = b"\0absent"  # the built-in defaults
     except OSError:
         return None
-    return digest("config", code_fingerprint(), path, str(opts.config is None), data)
+    # The code's identity that costs nothing to check; its files: code_state.
+    version = getattr(sys.modules.get("nri_plugin"), "__version__", "?")
+    return digest("config", sys.version, version, PACKAGE, path, str(opts.config is None), data)
 
 
-def facts_key(ckey: str, root: str) -> str:
+def facts_key(ckey: str, code: str, root: str) -> str:
     """What detect_cgroup_facts reads: mounts (cgroup lines only: other mounts come and go
     with every container), the root and its entries (v1 hierarchies by name), and
     cgroup.controllers (a v2 root)."""
-    parts = ["facts", ckey, root, realpath(root), str(isdir(root)),
+    parts = ["facts", ckey, code, root, realpath(root), str(isdir(root)),
              str(exists(join(root, "cgroup.controllers")))]
     try:
         with open("/proc/self/mountinfo", "rb") as fh:
@@ -373,7 +420,7 @@ def _remove(path: str) -> bool:
 
 
 def encode(doc: dict, kind: str, key: str) -> bytes:
-    import json  # cold runs only (they write); reads use fastjson
+    import json  # cold runs only (they write); reads use inputs.loads
 
     body = json.dumps({"kind": kind, "key": key, "doc": doc}, sort_keys=True,
                       separators=(",", ":")).encode()

@@ -33,7 +33,6 @@ from _stat import S_ISREG
 
 from nri_plugin.errors import InvalidInput
 from nri_plugin.granted import ENV_VISIBLE, GrantedResources, device_mount_ids, gpu_device_numbers
-from nri_plugin.hook.fastjson import loads
 from nri_plugin.posixfs import join
 from nri_plugin.value import Value
 
@@ -44,6 +43,75 @@ if TYPE_CHECKING:
 STATE_LIMIT = 1 << 20  # 1 MiB: a state is a few hundred bytes plus the annotations
 CONFIG_LIMIT = 8 << 20  # 8 MiB: config.json with many mounts/env/annotations
 ANNOTATION_LIMIT = 256 << 10  # one annotation value; Kubernetes caps all of them at 256 KiB
+
+
+# ------------------------------------------------------------------ JSON without `json`
+# The hook parses a small state and config.json for every container; `import json` costs
+# about as much as the rest of the no-SLA path together (json.decoder compiles regexes at
+# import). The C scanner in `_json`, which `json` itself uses, needs only a context object,
+# so we drive it directly and fall back to `json` where `_json` is missing. Here rather
+# than in a module of its own: each module imported costs a cached run ~0.4 M instructions.
+
+_WHITESPACE = " \t\n\r"
+
+
+class JsonError(InvalidInput, ValueError):
+    """Text that is not one valid JSON document; the message names the position."""
+
+
+def _no_constants(name: str) -> object:
+    raise JsonError(f"{name} is not valid JSON")
+
+
+class _Context:
+    """The attributes `_json.make_scanner` reads (those of json.JSONDecoder)."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+    parse_constant = staticmethod(_no_constants)
+
+
+_scanner = None
+
+
+def loads(text: str) -> object:
+    """Parse one JSON document; raises JsonError (a ValueError) naming the position."""
+    global _scanner
+    if _scanner is None:
+        try:
+            from _json import make_scanner
+        except ImportError:  # pragma: no cover - interpreters without the C accelerator
+            return _slow(text)
+        _scanner = make_scanner(_Context)
+    start = len(text) - len(text.lstrip(_WHITESPACE))
+    try:
+        value, end = _scanner(text, start)
+    except JsonError:
+        raise
+    except Exception:
+        # Malformed input: the C scanner's own errors need json.decoder imported (and are
+        # not all proper exceptions without it), so let `json` say what is wrong.
+        return _slow(text)
+    if end < len(text.rstrip(_WHITESPACE)):
+        return _slow(text)  # extra data after the document
+    return value
+
+
+def _slow(text: str) -> object:
+    import json
+
+    try:
+        return json.loads(text, parse_constant=_no_constants)
+    except JsonError:
+        raise
+    except ValueError as exc:
+        raise JsonError(str(exc)) from None
+
+
+# ------------------------------------------------------------------ the OCI state and spec
 
 
 class OciState(Value):

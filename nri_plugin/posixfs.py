@@ -1,4 +1,4 @@
-"""os.path's rules and the file calls nri-sla needs, on the built-in `posix` module alone.
+"""os.path's rules and file reads, on the built-in `posix` module alone.
 
 Why not `os`: the OCI hook's cached run must start within 1.5x of a bare `python3 -I -S`,
 which never loads `os`; `import os` (with `_collections_abc` for `os.environ`, `posixpath`,
@@ -16,6 +16,7 @@ from _stat import S_ISDIR, S_ISLNK, S_ISREG
 from posix import _path_normpath  # os.path.normpath's own C implementation (posixpath's)
 
 _ENCODING, _ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
+READ_CHUNK = 1 << 16  # bytes per read(2): a cgroup, sysfs or /proc file comes in one
 MAX_LINKS = 40  # symlinks followed in one lookup: the kernel's own limit (ELOOP)
 
 
@@ -115,6 +116,29 @@ def realpath(path: str) -> str:
             resolved = ""
         pending.extend(target.split("/")[::-1])
     return resolved or "/"
+
+
+def read_fd(fd: int, limit: int = -1) -> bytes:
+    """What a binary file's read(limit) gives (all of it when limit < 0), without the io
+    objects open() builds for each file (a buffered reader, a tty check, a seek)."""
+    chunks = []
+    size = 0
+    while limit < 0 or size < limit:
+        chunk = posix.read(fd, READ_CHUNK if limit < 0 else min(limit - size, READ_CHUNK))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
+
+
+def read_file(path: str, limit: int = -1) -> bytes:
+    """open(path, "rb").read(limit); raises OSError as open() does."""
+    fd = posix.open(path, posix.O_RDONLY | posix.O_CLOEXEC)
+    try:
+        return read_fd(fd, limit)
+    finally:
+        posix.close(fd)
 
 
 def makedirs(path: str, mode: int = 0o777) -> None:

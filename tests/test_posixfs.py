@@ -1,6 +1,7 @@
 """nri_plugin.posixfs gives os.path's results (the hook's cached run must not load os)."""
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -60,3 +61,20 @@ def test_getenv_and_makedirs(tmp_path, monkeypatch):
     (tmp_path / "file").write_text("")
     with pytest.raises(FileExistsError):
         posixfs.makedirs(str(tmp_path / "file"))
+
+
+@pytest.mark.parametrize("limit", [-1, 0, 1, 5, 1 << 16, (1 << 16) + 3, 1 << 20])
+def test_reads_match_a_binary_files_read(tmp_path, limit):
+    path = tmp_path / "f"
+    path.write_bytes(bytes(range(256)) * 1000)  # 256,000 bytes: several chunks
+    with open(path, "rb") as fh:
+        expected = fh.read(limit)
+    assert posixfs.read_file(str(path), limit) == expected
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert posixfs.read_fd(fd, limit) == expected
+    finally:
+        os.close(fd)
+    assert posixfs.read_file("/proc/self/mountinfo") == Path("/proc/self/mountinfo").read_bytes()
+    with pytest.raises(FileNotFoundError):
+        posixfs.read_file(str(tmp_path / "missing"))

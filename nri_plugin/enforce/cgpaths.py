@@ -15,7 +15,7 @@ dataclasses would cost more than the rest of the run. Where a running process's 
 import posix  # not os: nri_plugin/posixfs.py says why
 
 from nri_plugin.enforce.errors import CgroupFactsError, CgroupPathError
-from nri_plugin.posixfs import basename, isdir, islink, join, normpath, realpath
+from nri_plugin.posixfs import basename, isdir, islink, join, normpath, read_file, realpath
 from nri_plugin.value import Value
 
 UNIFIED = "unified"  # key of the single hierarchy on cgroup v2
@@ -245,8 +245,7 @@ class CgroupFacts(Value):
         """
         source = f"{proc}/{pid}/cgroup"
         try:
-            with open(source, "rb") as fh:
-                text = fh.read(PROC_CGROUP_LIMIT).decode("utf-8", "surrogateescape")
+            text = read_file(source, PROC_CGROUP_LIMIT).decode("utf-8", "surrogateescape")
         except OSError as e:
             raise CgroupFactsError(f"cannot read {source}: {e.strerror or e}") from None
         hierarchies = self.controllers()
@@ -344,8 +343,7 @@ def scan_v1(root: str) -> dict[str, Hierarchy]:
 
 def _head(path: str) -> bytes | None:
     try:
-        with open(path, "rb") as fh:
-            return fh.read(4096)
+        return read_file(path, 4096)
     except OSError:
         return None
 

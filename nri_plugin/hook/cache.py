@@ -57,6 +57,7 @@ from nri_plugin.posixfs import (
     isdir,
     join,
     makedirs,
+    read_file,
     realpath,
 )
 
@@ -156,8 +157,7 @@ def config_key(opts: "HookOptions") -> str | None:
     """None when the config cannot be read (the cold path reports why)."""
     path = opts.config if opts.config is not None else CONFIG_DEFAULT
     try:
-        with open(path, "rb") as fh:
-            data = fh.read(CONFIG_LIMIT + 1)
+        data = read_file(path, CONFIG_LIMIT + 1)
     except FileNotFoundError:
         if opts.config is not None:
             return None
@@ -176,8 +176,7 @@ def facts_key(ckey: str, code: str, root: str) -> str:
     parts = ["facts", ckey, code, root, realpath(root), str(isdir(root)),
              str(exists(join(root, "cgroup.controllers")))]
     try:
-        with open("/proc/self/mountinfo", "rb") as fh:
-            mounts = fh.read()
+        mounts = read_file("/proc/self/mountinfo")
     except OSError:
         mounts = b""
     parts += [line for line in mounts.split(b"\n") if b"cgroup" in line]
@@ -238,8 +237,7 @@ def device_signature(spec: str) -> str:
 
 def _read(path: str) -> str:
     try:
-        with open(path, "rb") as fh:
-            return fh.read(65536).decode("utf-8", "replace")
+        return read_file(path, 65536).decode("utf-8", "replace")
     except OSError as e:
         return f"\0error:{e.errno}"
 

@@ -33,7 +33,7 @@ from _stat import S_ISREG
 
 from nri_plugin.errors import InvalidInput
 from nri_plugin.granted import ENV_VISIBLE, GrantedResources, device_mount_ids, gpu_device_numbers
-from nri_plugin.posixfs import join
+from nri_plugin.posixfs import join, read_fd
 from nri_plugin.value import Value
 
 TYPE_CHECKING = False  # typing itself costs start-up time; only checkers need it
@@ -141,7 +141,10 @@ class BundleSpec(Value):
 
 
 def read_bounded(stream: "BinaryIO", limit: int, what: str) -> bytes:
-    data = stream.read(limit + 1)
+    return _bounded(stream.read(limit + 1), limit, what)
+
+
+def _bounded(data: bytes, limit: int, what: str) -> bytes:
     if len(data) > limit:
         raise InvalidInput(f"{what} is larger than {limit} bytes")
     return data
@@ -213,9 +216,11 @@ def load_bundle(bundle: str, limit: int = CONFIG_LIMIT) -> BundleSpec:
     if not S_ISREG(posix.fstat(fd).st_mode):
         posix.close(fd)
         raise InvalidInput(f"{path[:200]!r} is not a regular file")
-    with open(fd, "rb") as fh:
-        data = read_bounded(fh, limit, f"{path[:200]!r}")
-    return parse_config(data, path)
+    try:
+        data = read_fd(fd, limit + 1)
+    finally:
+        posix.close(fd)
+    return parse_config(_bounded(data, limit, f"{path[:200]!r}"), path)
 
 
 def parse_config(data: bytes, path: str = "config.json") -> BundleSpec:

@@ -93,7 +93,7 @@ def open_store(opts: "HookOptions") -> "Store | None":
     return Store(where)
 
 
-def code_state(fresh: bool = False) -> dict:
+def code_state() -> dict:
     """What decides whether a stored decision is still this installation's: {"digest",
     "files"}, files [path below the package, inode, ctime_ns] of every module a decision
     runs through (CODE_DIRS) and of those directories (a module added, removed or renamed
@@ -104,7 +104,7 @@ def code_state(fresh: bool = False) -> dict:
     changes while they load makes the stored state stale. A cold run stores it in the
     config entry; a hit re-stats the files it lists (code_unchanged)."""
     global _code
-    if _code is None or fresh:
+    if _code is None:
         files = []
         for sub in CODE_DIRS:
             where = PACKAGE + sub

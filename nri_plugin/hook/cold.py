@@ -82,7 +82,8 @@ def core_actions(run: Run) -> tuple[CgroupActions, CgroupPaths] | None:
         # A record is authenticated for one container id, which no cache key holds, and
         # recurs on no other container: verification is always decided cold too.
         dkey = cache.decision_key(run, fkey, config.annotation_prefix)
-        if (cache.config_key(opts) == ckey and cache.code_state(fresh=True) == code
+        # A module changed since `code` was taken is caught by the next hit's re-check.
+        if (cache.config_key(opts) == ckey
                 and cache.facts_key(ckey, code["digest"], root) == fkey):
             store.put("config", ckey, {"prefix": config.annotation_prefix,
                                        "log_format": config.log.format,

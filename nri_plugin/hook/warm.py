@@ -2,8 +2,8 @@
 
 One of the run's two paths (cold.py is the other; run.py tries this one first). Imports
 only the standard library's C modules, the hook's own light modules and the shared
-enforce.cgpaths/cgfile/readback/systemd/errors (none of them needs pathlib, dataclasses,
-re or yaml). Every doubt is a miss (None), and the cold path decides and reports as it
+enforce.cgpaths/cgfile/readback/errors and posixfs (none of them needs os, pathlib,
+dataclasses, re or yaml). Every doubt is a miss (None), and the cold path decides and reports as it
 always did.
 """
 

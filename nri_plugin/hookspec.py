@@ -5,9 +5,8 @@ ContainerAdjustment.hooks), the packaging files in hooks/ and the tests share on
 """
 
 
-import os
-
 from nri_plugin.errors import InvalidInput
+from nri_plugin.posixfs import abspath, basename, dirname, isabs, join
 
 TYPE_CHECKING = False  # importing typing costs the no-SLA path more than the rest of it
 if TYPE_CHECKING:
@@ -56,7 +55,7 @@ def hook_entry(stage: str = DEFAULT_STAGE, binary: str = DEFAULT_BINARY,
     """One OCI hook object (runtime-spec config.md#posix-platform-hooks). `if_installed`:
     through /bin/sh, exiting 0 when `binary` is not there (see SHELL)."""
     _check_stage(stage)
-    if not os.path.isabs(binary):
+    if not isabs(binary):
         raise HookSpecError(f"hook binary must be an absolute path, got {binary!r}")
     command = ["hook", "--stage", stage,
                "--timeout", str(min(HOOK_TIMEOUT, max(timeout - 1, 1)))]
@@ -64,7 +63,7 @@ def hook_entry(stage: str = DEFAULT_STAGE, binary: str = DEFAULT_BINARY,
         return {"path": SHELL,
                 "args": ["sh", "-c", IF_INSTALLED, IF_INSTALLED_NAME, binary, *command],
                 "timeout": timeout}
-    return {"path": binary, "args": [os.path.basename(binary), *command], "timeout": timeout}
+    return {"path": binary, "args": [basename(binary), *command], "timeout": timeout}
 
 
 def oci_hooks(stage: str = DEFAULT_STAGE, binary: str = DEFAULT_BINARY) -> "dict[str, Any]":
@@ -93,9 +92,9 @@ def fast_hook_entry(stage: str = DEFAULT_STAGE, python: str = "/usr/bin/python3"
     SLA (docs/hook.md). `script` defaults to this installation's __main__.py."""
     _check_stage(stage)
     if script is None:
-        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hook", "__main__.py")
+        script = join(dirname(abspath(__file__)), "hook", "__main__.py")
     for path in (python, script):
-        if not os.path.isabs(path):
+        if not isabs(path):
             raise HookSpecError(f"hook paths must be absolute, got {path!r}")
     return {
         "path": python,
@@ -112,11 +111,11 @@ def is_sla_hook(path: str, args: list[str] | tuple[str, ...]) -> bool:
     (`nri-sla hook ...`, its if-installed shell form, `python3 -I -S
     .../nri_plugin/hook/__main__.py ...`), e.g. from
     containerd's base_runtime_spec: such a container was enforced by the hook."""
-    if os.path.basename(path) == os.path.basename(DEFAULT_BINARY):
+    if basename(path) == basename(DEFAULT_BINARY):
         return "hook" in args[1:2]
     if path == SHELL and list(args[2:4]) == [IF_INSTALLED, IF_INSTALLED_NAME]:
         return list(args[5:6]) == ["hook"]
-    return any(a.endswith(os.path.join("nri_plugin", "hook", "__main__.py"))
+    return any(a.endswith(join("nri_plugin", "hook", "__main__.py"))
                or a == "nri_plugin.hook" for a in args)
 
 

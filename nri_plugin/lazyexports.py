@@ -1,7 +1,7 @@
 """Package names resolved on first use (PEP 562), for packages the OCI hook passes through.
 
-The hook imports single light modules of `enforce` and `topology` on every container
-start and must not pay for the writers, node facts, YAML or dataclasses that importing
+The hook imports single modules of `core` and `topology` (a cold run: its decision; the
+CPU-list parser) and must not pay for the node facts, YAML or dataclasses that importing
 every re-exported name up front would cost. Lean on purpose (no imports until a name is
 first looked up).
 """

@@ -1,4 +1,4 @@
-"""The lazy re-exports of the packages the OCI hook passes through (enforce, topology)."""
+"""The lazy re-exports of the packages the OCI hook passes through (core, topology)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def loaded_after(code: str) -> list[str]:
 
 
 @pytest.mark.parametrize(("package", "name", "module"), [
-    ("nri_plugin.enforce", "CgroupWriter", "nri_plugin.enforce.cgfile"),
+    ("nri_plugin.core", "ContainerRequest", "nri_plugin.core.request"),
     ("nri_plugin.topology", "read_topology", "nri_plugin.topology.cpus"),
 ])
 def test_a_name_loads_its_module_on_first_use_only(package, name, module):
@@ -31,10 +31,10 @@ def test_a_name_loads_its_module_on_first_use_only(package, name, module):
 
 
 def test_exports_are_listed_and_unknown_names_refused():
-    import nri_plugin.enforce as enforce
+    import nri_plugin.core as core
     import nri_plugin.topology as topology
 
-    assert "CgroupWriter" in enforce.__all__ and "CgroupWriter" in dir(enforce)
+    assert "ContainerRequest" in core.__all__ and "ContainerRequest" in dir(core)
     assert topology.parse_cpulist("0-2") == {0, 1, 2}
     assert vars(topology)["parse_cpulist"] is topology.parse_cpulist  # cached
     with pytest.raises(AttributeError, match=r"'nri_plugin\.topology' has no attribute 'nope'"):

@@ -9,18 +9,19 @@ Each write refuses anything but a resource-control file inside the container's o
 is one write(2) of the whole value, and is read back and compared the way the kernel
 normalises it (readback.py). On v1 written bytes move through cgroupspy's controller
 objects (bound to our own resolved directories; see docs/cgroups.md for why not its node
-tree), for the controllers it knows; every read is one read(2). Plain strings and os.path
+tree), for the controllers it knows; every read is one read(2). Plain strings and posix
 only: the hook runs this for every container with an SLA, from a cached decision too,
 where pathlib or dataclasses would cost more than the writes themselves.
 """
 
 
 import errno
-import os
+import posix  # not os: nri_plugin/posixfs.py says why
 
 from nri_plugin.enforce.cgpaths import UNIFIED
 from nri_plugin.enforce.errors import CgroupWriteError
 from nri_plugin.enforce.readback import PAGE_SIZE, restore_value, values_match
+from nri_plugin.posixfs import basename, dirname, fsencode, isdir
 from nri_plugin.value import Value
 
 TYPE_CHECKING = False  # typing costs the hook start-up time; only checkers need it
@@ -74,9 +75,9 @@ def target(version: int, controller: str, name: str, value: str,
         base = dirs[UNIFIED]
     path = base + "/" + name
     try:
-        mode = os.lstat(path).st_mode
+        mode = posix.lstat(path).st_mode
     except (FileNotFoundError, NotADirectoryError):
-        if not os.path.isdir(base):
+        if not isdir(base):
             raise CgroupWriteError(path, value, "cgroup directory does not exist (container "
                                    "not created?)") from None
         # Checked up front: an O_CREAT open (cgroupspy's) on cgroupfs answers a misleading
@@ -96,21 +97,21 @@ def write_value(path: str, value: str) -> None:
     O_TRUNC as runc (and cgroupspy's open "w") use it: cgroupfs ignores it, while a test's
     plain-file tree must not keep the tail of a longer previous value.
     """
-    fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC)
+    fd = posix.open(path, posix.O_WRONLY | posix.O_TRUNC | posix.O_CLOEXEC)
     try:
-        os.write(fd, value.encode())
+        posix.write(fd, value.encode())
     finally:
-        os.close(fd)
+        posix.close(fd)
 
 
 def read_value(path: str, limit: int = 1 << 16) -> str:
     """A cgroup file's content (one read(2): cgroupfs hands a whole small file at once;
     no text-file object per read on the hook's path)."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    fd = posix.open(path, posix.O_RDONLY | posix.O_CLOEXEC)
     try:
-        return os.read(fd, limit).decode("utf-8", "replace")
+        return posix.read(fd, limit).decode("utf-8", "replace")
     finally:
-        os.close(fd)
+        posix.close(fd)
 
 
 class CgroupWrite(tuple):
@@ -180,7 +181,7 @@ class _DirRef:
     """The one attribute cgroupspy's Controller needs from a node: full_path (bytes)."""
 
     def __init__(self, path: str) -> None:
-        self.full_path = os.fsencode(path)
+        self.full_path = fsencode(path)
 
 
 class CgroupWriter:
@@ -309,7 +310,7 @@ class CgroupWriter:
     def _controller(self, controller: str, path: str) -> object | None:
         if self.paths.version != 1 or controller not in CGROUPSPY_CONTROLLERS:
             return None
-        key = f"{controller}:{os.path.dirname(path)}"
+        key = f"{controller}:{dirname(path)}"
         found = self._controllers.get(key)
         if found is None:
             from cgroupspy import controllers as cs  # only v1 writes pay for it
@@ -318,7 +319,7 @@ class CgroupWriter:
                        "cpuset": cs.CpuSetController, "memory": cs.MemoryController,
                        "blkio": cs.BlkIOController, "devices": cs.DevicesController}
             found = self._controllers[key] = classes[controller](
-                _DirRef(os.path.dirname(path)))
+                _DirRef(dirname(path)))
         return found
 
     def _read(self, controller: str, path: str) -> str:
@@ -331,5 +332,5 @@ class CgroupWriter:
         if ctl is None:
             write_value(path, value)
         else:
-            ctl.set_property(os.path.basename(path).encode(), value)  # type: ignore[attr-defined]
+            ctl.set_property(basename(path).encode(), value)  # type: ignore[attr-defined]
 

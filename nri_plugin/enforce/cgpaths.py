@@ -4,18 +4,18 @@ An OCI linux.cgroupsPath (cgroupfs `/a/b` or systemd `slice:prefix:name`) become
 directory per hierarchy, refusing anything that would leave the hierarchy (`..`, NUL
 bytes, symlinks below it). `CgroupFacts` (the node's layout: version, driver, hierarchies)
 and `CgroupPaths` (one container's directories) are the one pair of values the plugin and
-the OCI hook both use. Plain strings, os.path and slotted classes only: the hook runs this
-for every container start, from a cached decision too, where importing pathlib or
+the OCI hook both use. Plain strings, posixfs and slotted classes only: the hook runs
+this for every container start, from a cached decision too, where importing pathlib or
 dataclasses would cost more than the rest of the run. Where a running process's cgroup is
 (/proc/<pid>/cgroup) is here too, for the same reason; detecting the node's layout
 (mountinfo, the cgroup root) is cgroupdetect.py.
 """
 
 
-import os
+import posix  # not os: nri_plugin/posixfs.py says why
 
 from nri_plugin.enforce.errors import CgroupFactsError, CgroupPathError
-from nri_plugin.enforce.systemd import is_systemd_form, systemd_cgroup_path
+from nri_plugin.posixfs import basename, isdir, islink, join, normpath, read_file, realpath
 from nri_plugin.value import Value
 
 UNIFIED = "unified"  # key of the single hierarchy on cgroup v2
@@ -48,15 +48,68 @@ def safe_join(hierarchy: str, relative: str, cgroups_path: str) -> str:
     parts = [p for p in relative.split("/") if p not in ("", ".")]
     if ".." in parts:
         raise CgroupPathError(cgroups_path, "'..' would leave the cgroup hierarchy")
-    base = os.path.realpath(hierarchy)
+    base = realpath(hierarchy)
     path = base
     for part in parts:
-        path = os.path.join(path, part)
-        if os.path.islink(path):
+        path = join(path, part)
+        if islink(path):
             raise CgroupPathError(cgroups_path, f"{path} is a symlink")
-    if not within(os.path.realpath(path), base):
+    if not within(realpath(path), base):
         raise CgroupPathError(cgroups_path, f"{path} resolves outside {base}")
     return path
+
+
+# ------------------------------------------------------------------ systemd's form
+# The systemd cgroup driver's cgroups_path form, expanded to a cgroup directory path.
+#
+# With the systemd driver the OCI ``linux.cgroupsPath`` is ``slice:prefix:name`` (runc's
+# convention, also used by containerd and CRI-O). The container then lives in the unit
+# ``<prefix>-<name>.scope`` (or in ``name`` itself when it ends in ``.slice``) inside
+# ``slice``; an empty slice means ``system.slice`` and ``-.slice``/``-`` is the root slice.
+# systemd nests slices by dashes: ``a-b-c.slice`` lives at ``/a.slice/a-b.slice/a-b-c.slice``.
+
+_SLICE = ".slice"
+
+
+def is_systemd_form(cgroups_path: str) -> bool:
+    """True for ``slice:prefix:name`` (exactly two colons, no leading slash)."""
+    return not cgroups_path.startswith("/") and cgroups_path.count(":") == 2
+
+
+def expand_slice(cgroups_path: str, slice_name: str) -> str:
+    """``a-b.slice`` -> ``/a.slice/a-b.slice``; ``-.slice`` -> ``/``."""
+    if slice_name in ("-", "-.slice"):
+        return "/"
+    if not slice_name.endswith(_SLICE) or len(slice_name) == len(_SLICE):
+        raise CgroupPathError(cgroups_path, f"slice {slice_name!r} must be '<name>.slice'")
+    if "/" in slice_name:
+        raise CgroupPathError(cgroups_path, f"slice {slice_name!r} must not contain '/'")
+    stem = slice_name[: -len(_SLICE)]
+    if stem.startswith("-") or stem.endswith("-") or "--" in stem:
+        # systemd refuses these unit names: every dash must separate two path components.
+        raise CgroupPathError(
+            cgroups_path, f"slice {slice_name!r}: dashes must separate non-empty components"
+        )
+    parts = stem.split("-")
+    out = []
+    for i in range(len(parts)):
+        out.append("-".join(parts[: i + 1]) + _SLICE)
+    return "/" + "/".join(out)
+
+
+def systemd_cgroup_path(cgroups_path: str) -> str:
+    """Expand ``slice:prefix:name`` to the container's path inside each hierarchy."""
+    if not is_systemd_form(cgroups_path):
+        raise CgroupPathError(cgroups_path, "expected the systemd form 'slice:prefix:name'")
+    slice_name, prefix, name = cgroups_path.split(":")
+    if not name:
+        raise CgroupPathError(cgroups_path, "the name part of 'slice:prefix:name' is empty")
+    for label, part in (("prefix", prefix), ("name", name)):
+        if "/" in part or part in (".", ".."):
+            raise CgroupPathError(cgroups_path, f"{label} {part!r} must be a plain unit name")
+    base = expand_slice(cgroups_path, slice_name or "system.slice")
+    unit = name if name.endswith(_SLICE) else f"{prefix}-{name}.scope"
+    return base.rstrip("/") + "/" + unit
 
 
 def relative_path(cgroups_path: str) -> str:
@@ -140,7 +193,7 @@ class Hierarchy(Value):
     __slots__ = ("mount_root", "path")
 
     def __init__(self, path: "str | PathLike[str]", mount_root: str = "/") -> None:
-        self.path = os.fspath(path)
+        self.path = posix.fspath(path)
         self.mount_root = mount_root
 
 
@@ -158,12 +211,12 @@ class CgroupFacts(Value):
                  hierarchies: dict[str, Hierarchy] | None = None) -> None:
         self.version = version
         self.driver = driver
-        self.root = os.fspath(root)
+        self.root = posix.fspath(root)
         self.hierarchies = hierarchies or {}
 
     def hierarchy(self, controller: str = UNIFIED) -> Hierarchy:
         if self.version == 2:
-            return self.hierarchies.get(UNIFIED) or Hierarchy(os.path.realpath(self.root))
+            return self.hierarchies.get(UNIFIED) or Hierarchy(realpath(self.root))
         found = self.hierarchies.get(controller) or scan_v1(self.root).get(controller)
         if found is None:
             raise CgroupFactsError(
@@ -192,8 +245,7 @@ class CgroupFacts(Value):
         """
         source = f"{proc}/{pid}/cgroup"
         try:
-            with open(source, "rb") as fh:
-                text = fh.read(PROC_CGROUP_LIMIT).decode("utf-8", "surrogateescape")
+            text = read_file(source, PROC_CGROUP_LIMIT).decode("utf-8", "surrogateescape")
         except OSError as e:
             raise CgroupFactsError(f"cannot read {source}: {e.strerror or e}") from None
         hierarchies = self.controllers()
@@ -256,7 +308,7 @@ class CgroupPaths(Value):
 
     def missing(self) -> list[str]:
         """Dirs that do not exist (yet): runc creates them when it creates the container."""
-        return [d for d in self.dirs.values() if not os.path.isdir(d)]
+        return [d for d in self.dirs.values() if not isdir(d)]
 
     def others_below(self) -> str | None:
         """A cgroup below one of these dirs that holds processes, or None.
@@ -276,14 +328,14 @@ def scan_v1(root: str) -> dict[str, Hierarchy]:
     """v1 controllers from directory names under root ("cpu,cpuacct" serves both)."""
     found: dict[str, Hierarchy] = {}
     try:
-        entries = sorted(os.scandir(root), key=lambda e: e.name)
+        entries = sorted(posix.scandir(root), key=lambda e: e.name)
     except OSError:
         return found
     for entry in entries:
         if not entry.is_dir():
             continue
-        resolved = os.path.realpath(entry.path)
-        for name in os.path.basename(resolved).split(",") + entry.name.split(","):
+        resolved = realpath(entry.path)
+        for name in basename(resolved).split(",") + entry.name.split(","):
             if name and name != UNIFIED:
                 found.setdefault(name, Hierarchy(resolved))
     return found
@@ -291,8 +343,7 @@ def scan_v1(root: str) -> dict[str, Hierarchy]:
 
 def _head(path: str) -> bytes | None:
     try:
-        with open(path, "rb") as fh:
-            return fh.read(4096)
+        return read_file(path, 4096)
     except OSError:
         return None
 
@@ -303,17 +354,17 @@ def populated_below(top: str) -> str | None:
     stack = [top]
     while stack:
         try:
-            with os.scandir(stack.pop()) as it:
+            with posix.scandir(stack.pop()) as it:
                 children = sorted(e.path for e in it if e.is_dir(follow_symlinks=False))
         except OSError:
             continue
         for child in children:
-            events = _head(os.path.join(child, "cgroup.events"))
+            events = _head(join(child, "cgroup.events"))
             if events is not None:
                 if b"populated 1" in events:
                     return child
                 continue  # v2: nobody anywhere below this child
-            if (_head(os.path.join(child, "cgroup.procs")) or b"").strip():
+            if (_head(join(child, "cgroup.procs")) or b"").strip():
                 return child
             stack.append(child)
     return None
@@ -328,7 +379,7 @@ def container_cgroup_of(found: CgroupPaths, cgroups_path: str, pid: int) -> Cgro
     must be the path config.json names, or below it (a container that made cgroups of its
     own): the dir named is returned. CgroupPathError otherwise: nothing is written."""
     # Cleaned as runc cleans it ("/../../a/b" is "/a/b"): the dir runc made.
-    relative = os.path.normpath("/" + relative_path(cgroups_path).lstrip("/")).rstrip("/")
+    relative = normpath("/" + relative_path(cgroups_path).lstrip("/")).rstrip("/")
     dirs = {}
     for name, found_dir in found.dirs.items():
         if not relative:  # the hierarchy's root: every process is below it

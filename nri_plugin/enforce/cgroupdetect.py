@@ -10,10 +10,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from nri_plugin.enforce.cgpaths import UNIFIED, CgroupFacts, Hierarchy, scan_v1
+from nri_plugin.enforce.cgpaths import UNIFIED, CgroupFacts, Hierarchy, is_systemd_form, scan_v1
 from nri_plugin.enforce.errors import CgroupFactsError
 from nri_plugin.enforce.mountinfo import CgroupMount, parse_mountinfo
-from nri_plugin.enforce.systemd import is_systemd_form
 
 DRIVERS = ("cgroupfs", "systemd")
 

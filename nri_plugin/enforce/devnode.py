@@ -7,16 +7,18 @@ fd/0` or a link through /tmp is not). Whatever the reason a path does not lead t
 under /dev (missing, outside, a loop, unreadable), the answer is the same None, so the
 caller's message cannot tell a tenant which host files exist.
 
-Lean on purpose (os and stat only): the OCI hook's cached run re-checks the devices of a
-cached decision with it (hook/cache.py device_signature).
+Lean on purpose (posix calls only, not os: nri_plugin/posixfs.py says why): the OCI
+hook's cached run re-checks the devices of a cached decision with it (hook/cache.py
+device_signature).
 """
 
 
-import os
-import stat
+import posix
+from _stat import S_ISLNK
+
+from nri_plugin.posixfs import MAX_LINKS, dirname
 
 DEV_ROOT = "/dev"
-MAX_LINKS = 40  # the kernel's own limit on symlinks in one lookup (ELOOP)
 
 
 def _under(path: str, root: str) -> bool:
@@ -38,14 +40,14 @@ def dev_node(spec: str, dev_root: str = DEV_ROOT) -> str | None:
         if part == "..":
             if done == root:
                 return None
-            done = os.path.dirname(done)
+            done = dirname(done)
             continue
         step = f"{done}/{part}"
         try:
-            if not stat.S_ISLNK(os.lstat(step).st_mode):
+            if not S_ISLNK(posix.lstat(step).st_mode):
                 done = step
                 continue
-            target = os.readlink(step)
+            target = posix.readlink(step)
         except OSError:  # missing, not a directory on the way, unreadable
             return None
         links += 1

@@ -14,13 +14,13 @@ import sys
 
 if __name__ == "__main__":
     if not __package__:
-        import os
-
-        # Without -I/-P, sys.path[0] is this file's directory (nri_plugin/hook): drop it, so
-        # hook modules never shadow top-level names; then put the package's parent first.
-        here = os.path.dirname(os.path.abspath(__file__))
-        sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
-        sys.path.insert(0, os.path.dirname(os.path.dirname(here)))
+        # Without -I/-P the interpreter put this file's directory (nri_plugin/hook) first
+        # on sys.path: drop it, so hook modules never shadow top-level names. Then put the
+        # package's parent first: __file__ is absolute, and string operations suffice
+        # (`os` would cost a cached run more than all its cgroup writes: posixfs.py).
+        if not sys.flags.safe_path:
+            del sys.path[0]
+        sys.path.insert(0, __file__.rpartition("/nri_plugin/hook/")[0] or "/")
     from nri_plugin.hook.run import exit_from_file
 
     exit_from_file(as_file=not __package__)

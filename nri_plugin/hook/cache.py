@@ -4,10 +4,13 @@ Every container of a Deployment carries the same SLA annotations, so what the co
 for it (the cgroup writes, RT budget, warnings, hard/soft: actions.CgroupActions) recurs. A cold
 run stores three entries (Store, below), each keyed by a digest of everything it depends on:
 
-* config   <- hook code fingerprint, node config path and bytes: annotation prefix, log
-              format, cgroup root/version/driver settings;
-* facts    <- config key, cgroup root, the cgroup lines of /proc/self/mountinfo, the root's
-              listing (symlink targets too) and cgroup.controllers: version and hierarchies;
+* config   <- Python and nri-sla versions, the package's path, node config path and
+              bytes: annotation prefix, log format, cgroup root/version/driver settings,
+              and the code's state (code_state: each module's file identity, re-checked
+              on every hit);
+* facts    <- config key, the code state's digest, cgroup root, the cgroup lines of
+              /proc/self/mountinfo, the root's listing (symlink targets too) and
+              cgroup.controllers: version and hierarchies;
 * decision <- facts key, container name and namespace (as inputs.identify trusts them, with
               why a namespace was not trusted), every annotation under the prefix
               (plus the enforcement alias), what the runtime granted (linux.resources
@@ -35,23 +38,36 @@ kept under MAX_ENTRIES by removing the oldest entries.
 """
 
 
-import os
-import stat
+import posix  # not os: nri_plugin/posixfs.py says why
 import sys
+from _stat import S_ISDIR, S_ISREG
 
 try:  # the C module directly: `hashlib` imports OpenSSL bindings (start-up time)
     from _blake2 import blake2b
 except ImportError:  # pragma: no cover - other interpreters
     from hashlib import blake2b
 
-from nri_plugin.hook.fastjson import loads
+from nri_plugin.hook.inputs import loads
+from nri_plugin.posixfs import (
+    abspath,
+    dirname,
+    exists,
+    getenv,
+    isabs,
+    isdir,
+    join,
+    makedirs,
+    read_file,
+    realpath,
+)
 
 # Mirrors of constants in modules the warm path must not import (tests compare them).
 CONFIG_DEFAULT = "/etc/nri-sla/config.yaml"  # nri_plugin.config.DEFAULT_PATH
 CONFIG_LIMIT = 1024 * 1024  # nri_plugin.config.MAX_CONFIG_BYTES
 ENFORCEMENT_ALIAS = "io.kubernetes.sla/enforcement-mode"  # nri_plugin.sla.ENFORCEMENT_ALIAS
 DEVICE_SYSFS = "/sys"  # enforce.blockdev.SYSFS_ROOT: what resolve_block_device reads
-CODE_DIRS = ("", "core", "sla", "plan", "enforce", "topology", "hook")  # what a decision runs
+# What a decision runs through (the plugin's, commands' and kubelet's modules it does not).
+CODE_DIRS = ("", "/core", "/sla", "/plan", "/enforce", "/topology", "/hook", "/text")
 
 DEFAULT_DIR = "/run/nri-sla/hook-cache"
 ENV_DIR = "NRI_SLA_HOOK_CACHE"  # a directory, or "off"
@@ -64,69 +80,110 @@ if TYPE_CHECKING:
     from nri_plugin.hook.options import HookOptions
     from nri_plugin.hook.values import Run
 
-_code: str | None = None
+PACKAGE = dirname(dirname(abspath(__file__)))  # the nri_plugin directory
+_code: dict | None = None
 
 
 def open_store(opts: "HookOptions") -> "Store | None":
     """--cache-dir, else $NRI_SLA_HOOK_CACHE, else /run/nri-sla/hook-cache; "off": none."""
-    where = opts.cache_dir if opts.cache_dir is not None else os.environ.get(ENV_DIR)
+    where = opts.cache_dir if opts.cache_dir is not None else getenv(ENV_DIR)
     where = DEFAULT_DIR if where is None else where
-    if where in ("", "off") or not os.path.isabs(where):
+    if where in ("", "off") or not isabs(where):
         return None
     return Store(where)
 
 
-def code_fingerprint() -> str:
-    """Version plus (mtime, size) of every module a decision runs through: an upgrade or an
-    edited checkout never reuses an older version's decisions."""
+def code_state() -> dict:
+    """What decides whether a stored decision is still this installation's: {"digest",
+    "files"}, files [path below the package, inode, ctime_ns] of every module a decision
+    runs through (CODE_DIRS) and of those directories (a module added, removed or renamed
+    changes its directory's). An upgrade (pip, dpkg, git: new files, new inodes) or an
+    edited file (its ctime: the kernel sets it on every write, rename or touch, and no one
+    can set it back, unlike mtime and size) never reuses an older version's decisions.
+    Taken once per run, before the cold path imports its modules (run.py): a file that
+    changes while they load makes the stored state stale. A cold run stores it in the
+    config entry; a hit re-stats the files it lists (code_unchanged)."""
     global _code
     if _code is None:
-        pkg = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        parts = [sys.version, getattr(sys.modules.get("nri_plugin"), "__version__", "?"), pkg]
+        files = []
         for sub in CODE_DIRS:
+            where = PACKAGE + sub
             try:
-                with os.scandir(os.path.join(pkg, sub)) as it:
-                    for e in it:
-                        if e.name.endswith(".py"):
-                            st = e.stat()
-                            parts.append(f"{sub}/{e.name}:{st.st_mtime_ns}:{st.st_size}")
+                with posix.scandir(where) as it:
+                    names = sorted(e.name for e in it if e.name.endswith(".py"))
             except OSError:
-                parts.append(f"{sub}:unreadable")
-        _code = digest(*sorted(parts))
+                names = []
+            for rel in (sub, *(f"{sub}/{name}" for name in names)):
+                try:
+                    st = posix.stat(PACKAGE + rel)
+                    files.append([rel, st.st_ino, st.st_ctime_ns])
+                except OSError as e:
+                    files.append([rel, -1, e.errno])
+        _code = {"digest": digest(*(str(x) for f in files for x in f)), "files": files}
     return _code
+
+
+def code_that_ran(code: dict) -> dict:
+    """`code` (code_state) with only the files a hit must re-check: the directories and
+    the modules loaded now, at the end of a cold run. A module the decision never loaded
+    cannot have shaped it (to load one, a loaded module would have to change, or a file
+    be added: its directory changes), and each file less is a stat less per hit."""
+    loaded = {abspath(module.__file__) for name, module in list(sys.modules.items())
+              if name.startswith("nri_plugin") and getattr(module, "__file__", None)}
+    return {"digest": code["digest"],
+            "files": [f for f in code["files"]
+                      if not f[0].endswith(".py") or PACKAGE + f[0] in loaded]}
+
+
+def code_unchanged(code: object) -> str | None:
+    """A config entry's code state: its digest when every file it lists still has the
+    identity recorded (a hit), else None. The one check every hit pays for, so a plain
+    loop: a stat per file, no formatting."""
+    if not isinstance(code, dict) or not isinstance(code.get("files"), list):
+        return None
+    stat = posix.stat
+    try:
+        for rel, ino, ctime in code["files"]:
+            st = stat(PACKAGE + rel)
+            if st.st_ctime_ns != ctime or st.st_ino != ino:
+                return None
+    except (OSError, TypeError, ValueError):
+        return None
+    found = code.get("digest")
+    return found if isinstance(found, str) else None
 
 
 def config_key(opts: "HookOptions") -> str | None:
     """None when the config cannot be read (the cold path reports why)."""
     path = opts.config if opts.config is not None else CONFIG_DEFAULT
     try:
-        with open(path, "rb") as fh:
-            data = fh.read(CONFIG_LIMIT + 1)
+        data = read_file(path, CONFIG_LIMIT + 1)
     except FileNotFoundError:
         if opts.config is not None:
             return None
         data = b"\0absent"  # the built-in defaults
     except OSError:
         return None
-    return digest("config", code_fingerprint(), path, str(opts.config is None), data)
+    # The code's identity that costs nothing to check; its files: code_state.
+    version = getattr(sys.modules.get("nri_plugin"), "__version__", "?")
+    return digest("config", sys.version, version, PACKAGE, path, str(opts.config is None), data)
 
 
-def facts_key(ckey: str, root: str) -> str:
+def facts_key(ckey: str, code: str, root: str) -> str:
     """What detect_cgroup_facts reads: mounts (cgroup lines only: other mounts come and go
     with every container), the root and its entries (v1 hierarchies by name), and
     cgroup.controllers (a v2 root)."""
-    parts = ["facts", ckey, root, os.path.realpath(root), str(os.path.isdir(root)),
-             str(os.path.exists(os.path.join(root, "cgroup.controllers")))]
+    parts = ["facts", ckey, code, root, realpath(root), str(isdir(root)),
+             str(exists(join(root, "cgroup.controllers")))]
     try:
-        with open("/proc/self/mountinfo", "rb") as fh:
-            mounts = fh.read()
+        mounts = read_file("/proc/self/mountinfo")
     except OSError:
         mounts = b""
     parts += [line for line in mounts.split(b"\n") if b"cgroup" in line]
     try:
-        with os.scandir(root) as it:
+        with posix.scandir(root) as it:
             for e in sorted(it, key=lambda e: e.name):
-                link = os.path.realpath(e.path) if e.is_symlink() else ""
+                link = realpath(e.path) if e.is_symlink() else ""
                 parts.append(f"{e.name}:{e.is_dir()}:{link}")
     except OSError:
         parts.append("unlistable")
@@ -168,20 +225,19 @@ def device_signature(spec: str) -> str:
         if node is None:
             return "outside"
         try:
-            st = os.lstat(node)
+            st = posix.lstat(node)
         except OSError as e:
             return f"error:{e.errno}"
-        numbers = f"{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}"
+        numbers = f"{posix.major(st.st_rdev)}:{posix.minor(st.st_rdev)}"
         sig = f"{node}:mode:{st.st_mode & 0o170000}:{numbers}"
-    node = os.path.join(DEVICE_SYSFS, "dev", "block", numbers)
-    return (f"{sig}:{os.path.realpath(node)}:{os.path.exists(node)}:"
-            f"{os.path.exists(os.path.join(node, 'partition'))}")
+    node = join(DEVICE_SYSFS, "dev", "block", numbers)
+    return (f"{sig}:{realpath(node)}:{exists(node)}:"
+            f"{exists(join(node, 'partition'))}")
 
 
 def _read(path: str) -> str:
     try:
-        with open(path, "rb") as fh:
-            return fh.read(65536).decode("utf-8", "replace")
+        return read_file(path, 65536).decode("utf-8", "replace")
     except OSError as e:
         return f"\0error:{e.errno}"
 
@@ -189,37 +245,37 @@ def _read(path: str) -> str:
 def topology_signature(sysfs_root: str) -> str:
     """The CPU/NUMA facts read_topology builds on. CPUs and nodes change at runtime only
     through hotplug, which these files show; anything else needs a reboot (empty /run)."""
-    cpu = os.path.join(sysfs_root, "devices/system/cpu")
-    node = os.path.join(sysfs_root, "devices/system/node")
-    parts = [_read(os.path.join(cpu, "online"))]
+    cpu = join(sysfs_root, "devices/system/cpu")
+    node = join(sysfs_root, "devices/system/node")
+    parts = [_read(join(cpu, "online"))]
     for name in ("online", "possible", "has_memory"):
-        parts.append(_read(os.path.join(node, name)))
+        parts.append(_read(join(node, name)))
     try:
-        names = sorted(n for n in os.listdir(node) if n.startswith("node"))
+        names = sorted(n for n in posix.listdir(node) if n.startswith("node"))
     except OSError:
         names = []
     for name in names:
-        parts += [name, _read(os.path.join(node, name, "cpulist")),
-                  _read(os.path.join(node, name, "distance"))]
+        parts += [name, _read(join(node, name, "cpulist")),
+                  _read(join(node, name, "distance"))]
     return digest(*parts)
 
 
 def scheduler_signature(sysfs_root: str) -> str:
     """What enforce.blockdev.any_bfq reads, as one string: a change of any disk's scheduler
     changes it (it decides whether io weights go to the bfq files, or apply at all)."""
-    block = os.path.join(sysfs_root, "block")
+    block = join(sysfs_root, "block")
     try:
-        names = sorted(os.listdir(block))
+        names = sorted(posix.listdir(block))
     except OSError:
         return "unlistable"
-    return digest(*(f"{n}={_read(os.path.join(block, n, 'queue', 'scheduler'))}"
+    return digest(*(f"{n}={_read(join(block, n, 'queue', 'scheduler'))}"
                     for n in names))
 
 
 def file_signature(path: str) -> str:
     """A file's identity (inode, size, mtime): a library upgraded in place changes it."""
     try:
-        st = os.stat(path)
+        st = posix.stat(path)
     except OSError as e:
         return f"error:{e.errno}"
     return f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
@@ -275,46 +331,46 @@ class Store:
 
     def __init__(self, directory: str) -> None:
         self.directory = directory
-        self.uid = os.geteuid()
+        self.uid = posix.geteuid()
 
     def _dir_ok(self, create: bool) -> bool:
         try:
-            st = os.lstat(self.directory)
+            st = posix.lstat(self.directory)
         except FileNotFoundError:
             if not create:
                 return False
             try:
-                os.makedirs(os.path.dirname(self.directory), mode=0o755, exist_ok=True)
-                os.mkdir(self.directory, 0o700)
-                st = os.lstat(self.directory)
+                makedirs(dirname(self.directory), 0o755)
+                posix.mkdir(self.directory, 0o700)
+                st = posix.lstat(self.directory)
             except OSError:
                 return False
         except OSError:
             return False
-        return (stat.S_ISDIR(st.st_mode) and st.st_uid == self.uid
+        return (S_ISDIR(st.st_mode) and st.st_uid == self.uid
                 and st.st_mode & 0o077 == 0)
 
     def _path(self, kind: str, key: str) -> str:
-        return os.path.join(self.directory, f"{kind}-{key}")
+        return join(self.directory, f"{kind}-{key}")
 
     def get(self, kind: str, key: str) -> dict | None:
         if not self._dir_ok(create=False):
             return None
         try:
-            fd = os.open(self._path(kind, key), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
-                         | os.O_NONBLOCK)
+            fd = posix.open(self._path(kind, key), posix.O_RDONLY | posix.O_NOFOLLOW
+                            | posix.O_CLOEXEC | posix.O_NONBLOCK)
         except OSError:
             return None
         try:
-            st = os.fstat(fd)
-            if (not stat.S_ISREG(st.st_mode) or st.st_uid != self.uid
+            st = posix.fstat(fd)
+            if (not S_ISREG(st.st_mode) or st.st_uid != self.uid
                     or st.st_mode & 0o022 or st.st_size > MAX_ENTRY_BYTES):
                 return None
-            data = os.read(fd, MAX_ENTRY_BYTES + 1)
+            data = posix.read(fd, MAX_ENTRY_BYTES + 1)
         except OSError:
             return None
         finally:
-            os.close(fd)
+            posix.close(fd)
         return decode(data, kind, key)
 
     def put(self, kind: str, key: str, doc: dict) -> bool:
@@ -323,15 +379,15 @@ class Store:
         if len(data) > MAX_ENTRY_BYTES or not self._dir_ok(create=True):
             return False
         final = self._path(kind, key)
-        tmp = os.path.join(self.directory, f".tmp-{os.getpid()}-{kind}-{key}")
+        tmp = join(self.directory, f".tmp-{posix.getpid()}-{kind}-{key}")
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-                         | os.O_CLOEXEC, 0o600)
+            fd = posix.open(tmp, posix.O_WRONLY | posix.O_CREAT | posix.O_EXCL
+                            | posix.O_NOFOLLOW | posix.O_CLOEXEC, 0o600)
             try:
-                os.write(fd, data)
+                posix.write(fd, data)
             finally:
-                os.close(fd)
-            os.rename(tmp, final)
+                posix.close(fd)
+            posix.rename(tmp, final)
         except OSError:
             _remove(tmp)
             return False
@@ -341,7 +397,7 @@ class Store:
     def _trim(self) -> None:
         """Keep at most MAX_ENTRIES files: drop the least recently written ones."""
         try:
-            with os.scandir(self.directory) as it:
+            with posix.scandir(self.directory) as it:
                 entries = [(e.stat(follow_symlinks=False).st_mtime_ns, e.path) for e in it]
         except OSError:
             return
@@ -355,14 +411,14 @@ class Store:
 def _remove(path: str) -> bool:
     # Not contextlib.suppress: contextlib is one more import on every cached run.
     try:
-        os.unlink(path)
+        posix.unlink(path)
     except OSError:
         return False
     return True
 
 
 def encode(doc: dict, kind: str, key: str) -> bytes:
-    import json  # cold runs only (they write); reads use fastjson
+    import json  # cold runs only (they write); reads use inputs.loads
 
     body = json.dumps({"kind": kind, "key": key, "doc": doc}, sort_keys=True,
                       separators=(",", ":")).encode()

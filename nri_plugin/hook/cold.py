@@ -53,6 +53,7 @@ def core_actions(run: Run) -> tuple[CgroupActions, CgroupPaths] | None:
     logging.getLogger("nri_sla").addHandler(logging.NullHandler())
     store = cache.open_store(opts) if locatable(run) else None
     ckey = cache.config_key(opts) if store else None  # before reading: a change = no store
+    code = cache.code_state()  # taken before this module loaded (run.py)
     config = load_node_config(opts.config)
     progress.log_format = config.log.format
     sla = parse_sla(config, run.annotations, target.name)
@@ -61,7 +62,7 @@ def core_actions(run: Run) -> tuple[CgroupActions, CgroupPaths] | None:
     progress.enforcement = sla.enforcement
     run.deadline.check("finding the container's cgroup")
     root = opts.cgroup_root or str(config.cgroup.root)
-    fkey = cache.facts_key(ckey, root) if ckey else None
+    fkey = cache.facts_key(ckey, code["digest"], root) if ckey else None
     facts = cgroup_facts(opts, config, run.spec)
     cgroup = container_cgroup(run, facts)
     deps: Deps = []
@@ -81,10 +82,13 @@ def core_actions(run: Run) -> tuple[CgroupActions, CgroupPaths] | None:
         # A record is authenticated for one container id, which no cache key holds, and
         # recurs on no other container: verification is always decided cold too.
         dkey = cache.decision_key(run, fkey, config.annotation_prefix)
-        if cache.config_key(opts) == ckey and cache.facts_key(ckey, root) == fkey:
+        # A module changed since `code` was taken is caught by the next hit's re-check.
+        if (cache.config_key(opts) == ckey
+                and cache.facts_key(ckey, code["digest"], root) == fkey):
             store.put("config", ckey, {"prefix": config.annotation_prefix,
                                        "log_format": config.log.format,
-                                       "cgroup_root": str(config.cgroup.root)})
+                                       "cgroup_root": str(config.cgroup.root),
+                                       "code": cache.code_that_ran(code)})
             store.put("facts", fkey, facts.to_json())
             store.put("decision", dkey, {"decision": actions.to_json(),
                                          "deps": [*deps, *cache.library_deps()]})

@@ -28,12 +28,12 @@ to every namespace, matches "", so every feature the node grants per namespace i
 """
 
 
-import os
-import stat
+import posix  # not os: nri_plugin/posixfs.py says why
+from _stat import S_ISREG
 
 from nri_plugin.errors import InvalidInput
 from nri_plugin.granted import ENV_VISIBLE, GrantedResources, device_mount_ids, gpu_device_numbers
-from nri_plugin.hook.fastjson import loads
+from nri_plugin.posixfs import join, read_fd
 from nri_plugin.value import Value
 
 TYPE_CHECKING = False  # typing itself costs start-up time; only checkers need it
@@ -43,6 +43,75 @@ if TYPE_CHECKING:
 STATE_LIMIT = 1 << 20  # 1 MiB: a state is a few hundred bytes plus the annotations
 CONFIG_LIMIT = 8 << 20  # 8 MiB: config.json with many mounts/env/annotations
 ANNOTATION_LIMIT = 256 << 10  # one annotation value; Kubernetes caps all of them at 256 KiB
+
+
+# ------------------------------------------------------------------ JSON without `json`
+# The hook parses a small state and config.json for every container; `import json` costs
+# about as much as the rest of the no-SLA path together (json.decoder compiles regexes at
+# import). The C scanner in `_json`, which `json` itself uses, needs only a context object,
+# so we drive it directly and fall back to `json` where `_json` is missing. Here rather
+# than in a module of its own: each module imported costs a cached run ~0.4 M instructions.
+
+_WHITESPACE = " \t\n\r"
+
+
+class JsonError(InvalidInput, ValueError):
+    """Text that is not one valid JSON document; the message names the position."""
+
+
+def _no_constants(name: str) -> object:
+    raise JsonError(f"{name} is not valid JSON")
+
+
+class _Context:
+    """The attributes `_json.make_scanner` reads (those of json.JSONDecoder)."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+    parse_constant = staticmethod(_no_constants)
+
+
+_scanner = None
+
+
+def loads(text: str) -> object:
+    """Parse one JSON document; raises JsonError (a ValueError) naming the position."""
+    global _scanner
+    if _scanner is None:
+        try:
+            from _json import make_scanner
+        except ImportError:  # pragma: no cover - interpreters without the C accelerator
+            return _slow(text)
+        _scanner = make_scanner(_Context)
+    start = len(text) - len(text.lstrip(_WHITESPACE))
+    try:
+        value, end = _scanner(text, start)
+    except JsonError:
+        raise
+    except Exception:
+        # Malformed input: the C scanner's own errors need json.decoder imported (and are
+        # not all proper exceptions without it), so let `json` say what is wrong.
+        return _slow(text)
+    if end < len(text.rstrip(_WHITESPACE)):
+        return _slow(text)  # extra data after the document
+    return value
+
+
+def _slow(text: str) -> object:
+    import json
+
+    try:
+        return json.loads(text, parse_constant=_no_constants)
+    except JsonError:
+        raise
+    except ValueError as exc:
+        raise JsonError(str(exc)) from None
+
+
+# ------------------------------------------------------------------ the OCI state and spec
 
 
 class OciState(Value):
@@ -72,7 +141,10 @@ class BundleSpec(Value):
 
 
 def read_bounded(stream: "BinaryIO", limit: int, what: str) -> bytes:
-    data = stream.read(limit + 1)
+    return _bounded(stream.read(limit + 1), limit, what)
+
+
+def _bounded(data: bytes, limit: int, what: str) -> bytes:
     if len(data) > limit:
         raise InvalidInput(f"{what} is larger than {limit} bytes")
     return data
@@ -114,7 +186,7 @@ def parse_state(data: bytes) -> OciState:
     bundle = doc.get("bundle")
     if not isinstance(bundle, str) or not bundle:
         raise InvalidInput("OCI state: 'bundle' must be a non-empty string (the bundle path)")
-    if not os.path.isabs(bundle):
+    if not bundle.startswith("/"):
         raise InvalidInput(f"OCI state: 'bundle' must be an absolute path, got {bundle[:120]!r}")
     pid = doc.get("pid")
     # bool is an int subclass: reject it explicitly.
@@ -133,19 +205,22 @@ def read_state(stream: "BinaryIO", limit: int = STATE_LIMIT) -> OciState:
 
 def load_bundle(bundle: str, limit: int = CONFIG_LIMIT) -> BundleSpec:
     """Load <bundle>/config.json: a regular file, not a symlink, at most `limit` bytes."""
-    path = os.path.join(bundle, "config.json")
+    path = join(bundle, "config.json")
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        fd = posix.open(path, posix.O_RDONLY | posix.O_NOFOLLOW | posix.O_CLOEXEC
+                        | posix.O_NONBLOCK)
     except FileNotFoundError:
         raise InvalidInput(f"bundle {bundle[:200]!r} has no config.json") from None
     except OSError as exc:
         raise InvalidInput(f"cannot open {path[:200]!r}: {exc.strerror}") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
+    if not S_ISREG(posix.fstat(fd).st_mode):
+        posix.close(fd)
         raise InvalidInput(f"{path[:200]!r} is not a regular file")
-    with os.fdopen(fd, "rb") as fh:
-        data = read_bounded(fh, limit, f"{path[:200]!r}")
-    return parse_config(data, path)
+    try:
+        data = read_fd(fd, limit + 1)
+    finally:
+        posix.close(fd)
+    return parse_config(_bounded(data, limit, f"{path[:200]!r}"), path)
 
 
 def parse_config(data: bytes, path: str = "config.json") -> BundleSpec:

@@ -6,7 +6,7 @@ so containers without an SLA (and pod sandboxes) cost a JSON parse and nothing m
 """
 
 
-import os
+import posix  # not os: posixfs.py says why
 import sys
 import time
 
@@ -30,6 +30,7 @@ from nri_plugin.hook.values import (
     Progress,
     Run,
 )
+from nri_plugin.posixfs import abspath, dirname, getenv, isdir, isfile, join
 
 try:
     # The C module: `signal` wraps it in enums, whose import costs more start-up time
@@ -115,6 +116,11 @@ def _run(opts: HookOptions, stdin: "BinaryIO", deadline: Deadline,
     found = cached_actions(run)
     if found is None:
         deadline.check("planning")
+        # The code's state before the cold path loads it: a file changed while it loads
+        # must not be taken as the code that decided (cache.code_state).
+        from nri_plugin.hook.cache import code_state
+
+        code_state()
         # Cold: the core decides (SLA parser with yaml, the planner, node detection).
         from nri_plugin.hook.cold import core_actions
 
@@ -182,7 +188,7 @@ def main(argv: list[str] | None = None, log_path: str | None = None) -> int:
         sys.stderr.write(f"{PREFIX}{exc}\n")
         return exc.exit_status
     outcome = run(opts, sys.stdin.buffer)
-    emit(outcome, sys.stderr, log_path or os.environ.get("NRI_SLA_HOOK_LOG"))
+    emit(outcome, sys.stderr, log_path or getenv("NRI_SLA_HOOK_LOG"))
     return outcome.exit_code
 
 
@@ -199,20 +205,20 @@ def exit_from_file(as_file: bool) -> None:
     status = main()
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(status)
+    posix._exit(status)
 
 
 def add_site_packages() -> None:
     """What site does for a venv (pyvenv.cfg next to bin/) or Debian's interpreter."""
     version = f"python{sys.version_info[0]}.{sys.version_info[1]}"
-    venv = os.path.dirname(os.path.dirname(os.path.abspath(sys.executable)))
-    if os.path.isfile(os.path.join(venv, "pyvenv.cfg")):
-        candidates = [os.path.join(venv, "lib", version, "site-packages")]
+    venv = dirname(dirname(abspath(sys.executable)))
+    if isfile(join(venv, "pyvenv.cfg")):
+        candidates = [join(venv, "lib", version, "site-packages")]
     else:
-        candidates = [os.path.join(sys.prefix, "lib", version, "site-packages")]
+        candidates = [join(sys.prefix, "lib", version, "site-packages")]
         if sys.prefix == "/usr":  # Debian's own interpreter: its dist-packages directories
             candidates += [f"/usr/local/lib/{version}/dist-packages",
                            "/usr/lib/python3/dist-packages"]
     for candidate in candidates:
-        if candidate not in sys.path and os.path.isdir(candidate):
+        if candidate not in sys.path and isdir(candidate):
             sys.path.append(candidate)

@@ -2,15 +2,22 @@
 
 One of the run's two paths (cold.py is the other; run.py tries this one first). Imports
 only the standard library's C modules, the hook's own light modules and the shared
-enforce.cgpaths/cgfile/readback/systemd/errors (none of them needs pathlib, dataclasses,
-re or yaml). Every doubt is a miss (None), and the cold path decides and reports as it
+enforce.cgpaths/cgfile/readback/errors and posixfs (none of them needs os, pathlib,
+dataclasses, re or yaml). Every doubt is a miss (None), and the cold path decides and reports as it
 always did.
 """
 
 
 from nri_plugin.enforce.cgpaths import CgroupFacts
 from nri_plugin.hook.actions import CgroupActions
-from nri_plugin.hook.cache import config_key, decision_key, deps_hold, facts_key, open_store
+from nri_plugin.hook.cache import (
+    code_unchanged,
+    config_key,
+    decision_key,
+    deps_hold,
+    facts_key,
+    open_store,
+)
 from nri_plugin.hook.locate import container_cgroup, locatable
 
 TYPE_CHECKING = False  # typing costs start-up time; only checkers need it
@@ -28,14 +35,15 @@ def cached_actions(run: "Run") -> "tuple[CgroupActions, CgroupPaths] | None":
         return None
     ckey = config_key(run.opts)
     config = store.get("config", ckey) if ckey else None
-    if not config:
+    code = code_unchanged(config.get("code")) if config else None
+    if not code:  # no entry, or the code changed since it was stored: decided afresh
         return None
     prefix, log_format, root = (config.get("prefix"), config.get("log_format"),
                                 config.get("cgroup_root"))
     if (not isinstance(prefix, str) or log_format not in LOG_FORMATS
             or not isinstance(root, str)):
         return None
-    fkey = facts_key(ckey, run.opts.cgroup_root or root)
+    fkey = facts_key(ckey, code, run.opts.cgroup_root or root)
     facts = store.get("facts", fkey)
     if not facts:
         return None

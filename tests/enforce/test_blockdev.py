@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from nri_plugin.enforce import DeviceError
 from nri_plugin.enforce.blockdev import (
     any_bfq,
     bfq_active,
@@ -18,6 +17,7 @@ from nri_plugin.enforce.blockdev import (
 )
 from nri_plugin.enforce.capabilities import NodeCapabilities, detect_capabilities
 from nri_plugin.enforce.devnode import dev_node
+from nri_plugin.enforce.errors import DeviceError
 from tests.support.sysfs_disks import make_sysfs_disk
 
 

@@ -11,12 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nri_plugin.enforce import (
-    CgroupFactsError,
-    CgroupPathError,
-    detect_cgroup_facts,
-)
 from nri_plugin.enforce.cgpaths import CgroupFacts, Hierarchy, parse_proc_cgroup, safe_join
+from nri_plugin.enforce.cgroupdetect import detect_cgroup_facts
+from nri_plugin.enforce.errors import CgroupFactsError, CgroupPathError
 from nri_plugin.enforce.mountinfo import parse_mountinfo
 from tests.support.cgroups import CgroupTree, make_v1_tree
 

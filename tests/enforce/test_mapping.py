@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nri_plugin.enforce import CgroupWrite
+from nri_plugin.enforce.cgfile import CgroupWrite
 from nri_plugin.enforce.mapping import (
     io_weight_to_bfq,
     io_weight_to_cfq,

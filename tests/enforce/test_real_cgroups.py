@@ -11,19 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from nri_plugin.enforce import (
-    CgroupPaths,
-    CgroupWrite,
-    CgroupWriter,
-    DeviceError,
-    RtBudgetError,
-    raise_rt_ancestors,
-    release_rt_ancestors,
-)
 from nri_plugin.enforce.blockdev import resolve_block_device
-from nri_plugin.enforce.cgpaths import UNIFIED
+from nri_plugin.enforce.cgfile import CgroupWrite, CgroupWriter
+from nri_plugin.enforce.cgpaths import UNIFIED, CgroupPaths
+from nri_plugin.enforce.errors import DeviceError, RtBudgetError
 from nri_plugin.enforce.mapping import v1_cpu_writes, v1_io_writes, v1_memory_writes
-from nri_plugin.enforce.rt import make_rt_room
+from nri_plugin.enforce.rt import make_rt_room, raise_rt_ancestors, release_rt_ancestors
 from nri_plugin.enforce.rt_ledger import RtLedger
 from nri_plugin.plan.model import IoLimit
 

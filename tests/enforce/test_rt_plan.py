@@ -11,17 +11,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nri_plugin.enforce import (
-    CgroupFactsError,
-    CgroupPaths,
-    RtBudgetError,
-    raise_rt_ancestors,
-    release_rt_ancestors,
-)
+from nri_plugin.enforce.cgpaths import CgroupPaths
+from nri_plugin.enforce.errors import CgroupFactsError, RtBudgetError
 from nri_plugin.enforce.rt import (
     BW_SHIFT,
     make_rt_room,
     plan_rt_ancestors,
+    raise_rt_ancestors,
+    release_rt_ancestors,
     runtime_for_ratio,
     to_ratio,
 )

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nri_plugin.enforce import CgroupPathError
-from nri_plugin.enforce.systemd import expand_slice, is_systemd_form, systemd_cgroup_path
+from nri_plugin.enforce.cgpaths import expand_slice, is_systemd_form, systemd_cgroup_path
+from nri_plugin.enforce.errors import CgroupPathError
 
 
 @pytest.mark.parametrize(

@@ -12,15 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from nri_plugin.enforce import (
-    CgroupPaths,
-    CgroupWrite,
-    CgroupWriteError,
-    CgroupWriter,
-    WriteResult,
-    detect_cgroup_facts,
-)
-from nri_plugin.enforce.cgpaths import UNIFIED
+from nri_plugin.enforce.cgfile import CgroupWrite, CgroupWriter, WriteResult
+from nri_plugin.enforce.cgpaths import UNIFIED, CgroupPaths
+from nri_plugin.enforce.cgroupdetect import detect_cgroup_facts
+from nri_plugin.enforce.errors import CgroupWriteError
 from nri_plugin.errors import REFUSED, SlaFailure
 from tests.support.cgroups import CgroupTree
 

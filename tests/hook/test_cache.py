@@ -441,7 +441,7 @@ def test_store_bounds(tmp_path, monkeypatch):
 @pytest.mark.parametrize("lookup", ["cgroupsPath", "pid"])
 def test_warm_run_imports_no_parser_planner_or_yaml(world, h, tmp_path, lookup):
     """The point of the cache: a hit loads none of yaml, the SLA parser, the planner,
-    dataclasses, pathlib, typing or re (each costs milliseconds per container); neither
+    dataclasses, pathlib, typing, re or os (each costs milliseconds per container); neither
     when it reads /proc/<pid>/cgroup nor when it re-checks an io.max device path."""
     _run, config, _cdir, cache = world
     dev, _majmin = h.first_disk()
@@ -463,7 +463,10 @@ def test_warm_run_imports_no_parser_planner_or_yaml(world, h, tmp_path, lookup):
              "importlib", "cgroupspy",
              # `from __future__ import annotations` imports a module: the modules a warm
              # run loads quote their annotations instead (docs/hook.md, issue 21).
-             "__future__")
+             "__future__",
+             # `python3 -I -S` does not load os; a warm run takes its calls from the
+             # built-in posix instead (nri_plugin/posixfs.py, issue 21).
+             "os", "posixpath", "genericpath", "stat", "_collections_abc")
     loaded = []
     for _ in range(2):  # the second run is the hit (the first stores under this argv)
         proc = subprocess.run(
@@ -526,3 +529,61 @@ def test_library_files_are_dependencies(world, tmp_path):
     run(sla, expect_hit=True)
     lib.write_text("v2 longer")
     run(sla, expect_hit=False)
+
+
+def test_an_edited_or_upgraded_install_never_reuses_a_decision(tmp_path, h):
+    """The code's state (cache.code_state) is in every decision's key: a module of the
+    decision edited in place (same size, mtime set back), replaced the way dpkg and pip
+    do (a new file renamed over it, same bytes and mtime) or a module added next to them
+    is a miss; a module the decision never loaded (the NVML reader, for a CPU/memory SLA)
+    changes nothing. Runs a copy of the package as the fast entry does, in processes."""
+    import shutil
+
+    pkg = tmp_path / "install" / "nri_plugin"
+    shutil.copytree(HOOK_MAIN.parents[1], pkg,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    root = tmp_path / "cg"
+    h.fake_v2_tree(root, CTR)
+    config = tmp_path / "config.yaml"
+    config.write_text("enforcement: hard\n")
+    bundle = h.write_bundle(tmp_path / "bundle", {TYPE: "container", NAME: "app",
+                                                  "sla.nri.io/pod": "memory:\n  max: 64Mi\n"},
+                            CTR)
+
+    def cold() -> bool:
+        proc = subprocess.run(
+            [sys.executable, "-I", "-S", "-X", "importtime", str(pkg / "hook" / "__main__.py"),
+             "--config", str(config), "--cgroup-root", str(root),
+             "--cache-dir", str(tmp_path / "cache")],
+            input=h.state_json(bundle), capture_output=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+        return b"nri_plugin.hook.cold" in proc.stderr
+
+    def settle() -> None:
+        # Cold runs until one stores its decision (the first run after a change may not:
+        # the modules it loads write __pycache__ into their directories, so the state it
+        # took before loading them is stale at once), then every run hits.
+        cold(), cold()
+        assert not cold()
+
+    settle()
+    planner = pkg / "plan" / "planner.py"
+    st = planner.stat()
+    text = planner.read_bytes()
+    planner.write_bytes(text.replace(b"def ", b"def ", 1))  # rewritten in place, same bytes
+    os.utime(planner, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert planner.stat().st_size == st.st_size and planner.stat().st_ino == st.st_ino
+    assert cold()
+    settle()
+    new = planner.with_suffix(".py.dpkg-new")
+    new.write_bytes(text)
+    os.utime(new, ns=(st.st_atime_ns, st.st_mtime_ns))
+    new.rename(planner)
+    assert cold()
+    settle()
+    (pkg / "sla" / "added.py").write_text("")
+    assert cold()
+    settle()
+    nvml = pkg / "topology" / "nvml_gpus.py"
+    nvml.write_bytes(nvml.read_bytes() + b"\n")
+    assert not cold()

@@ -306,13 +306,13 @@ def test_sla_container_imports_no_protobuf_or_nvml(v2, tmp_path, h, mode):
                                               "cpu:\n  limit: 1\nmemory:\n  max: 64Mi\n"}, CTR)
     config = tmp_path / "config.yaml"
     # Run the real entry point, then list the heavy modules it loaded: the fast entry ends
-    # with os._exit (no interpreter teardown), -m with sys.exit (atexit): catch both.
-    probe = ("import atexit, os, sys\n"
+    # with posix._exit (no interpreter teardown), -m with sys.exit (atexit): catch both.
+    probe = ("import atexit, posix, sys\n"
              "def heavy():\n"
              "    print(sorted(m for m in ('google.protobuf', 'pynvml', 'grpc', 'argparse',"
              " 'prometheus_client') if m in sys.modules), flush=True)\n"
-             "_exit = os._exit\n"
-             "os._exit = lambda status: (heavy(), _exit(status))\n"
+             "_exit = posix._exit\n"
+             "posix._exit = lambda status: (heavy(), _exit(status))\n"
              "atexit.register(heavy)\n")
     main = Path(__file__).resolve().parents[2] / "nri_plugin" / "hook" / "__main__.py"
     if mode == "-S":

@@ -40,7 +40,6 @@ def main(args: argparse.Namespace) -> int:
     from nri_plugin.nri.errors import NriError
     from nri_plugin.nri.stub import check_identity
     from nri_plugin.ops.logsetup import setup_logging
-    from nri_plugin.ops.metrics import Metrics
     from nri_plugin.plugin.service import reload_node, serve_node, start_listeners
     from nri_plugin.topology.snapshot import load_snapshot
 
@@ -62,10 +61,8 @@ def main(args: argparse.Namespace) -> int:
     except (ConfigError, RecordKeyError, ValueError, OSError) as exc:
         print(f"nri-sla run: {exc}", file=sys.stderr)
         return EXIT_INVALID
-    metrics = Metrics()
     try:
-        listeners = start_listeners(
-            metrics,
+        metrics, listeners = start_listeners(
             config.metrics.address if args.metrics_address is None else args.metrics_address,
             config.metrics.health_address if args.health_address is None
             else args.health_address)

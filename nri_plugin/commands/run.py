@@ -40,12 +40,15 @@ def main(args: argparse.Namespace) -> int:
     from nri_plugin.nri.errors import NriError
     from nri_plugin.nri.stub import check_identity
     from nri_plugin.ops.logsetup import setup_logging
+    from nri_plugin.plugin.heap import keep_large_blocks_mapped
     from nri_plugin.plugin.service import reload_node, serve_node, start_listeners
     from nri_plugin.topology.snapshot import load_snapshot
 
     # A reload asked for while starting (systemctl reload, a ConfigMap roll) must not stop
     # the plugin: ignored until the service's own SIGHUP handler reloads.
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    # Before the first large request: a Synchronize's megabytes stay out of the heap.
+    keep_large_blocks_mapped()
     # What the operator gave is checked before the first log line, so that a mistake is
     # the one line on stderr (docs/operations.md "Exit statuses"); a bad --inventory
     # reaches nri_plugin.cli, one line of its kind.

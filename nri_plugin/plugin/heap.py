@@ -21,7 +21,7 @@ answer is on its way.
 
 from __future__ import annotations
 
-import ctypes
+from typing import Any
 
 # Containers in a Synchronize from which the freed heap is given back after it.
 TRIM_AFTER_CONTAINERS = 256
@@ -31,14 +31,16 @@ M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD = 128 << 10
 
 
-def _libc_function(name: str) -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
+def _libc_function(name: str) -> Any:
     """The C library's `name`; None where it has none (musl has no malloc_trim)."""
+    import ctypes  # only here: what imports the plugin without serving it never loads it
+
     return getattr(ctypes.CDLL(None), name, None)
 
 
 def keep_large_blocks_mapped() -> bool:
-    """glibc's mmap threshold fixed at MMAP_THRESHOLD; False where the C library does not
-    take it (musl's mallopt does nothing and returns 0)."""
+    """glibc's mmap threshold fixed at MMAP_THRESHOLD; False where the C library has no
+    mallopt or does not take the parameter (not glibc)."""
     mallopt = _libc_function("mallopt")
     return mallopt is not None and mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1
 

@@ -15,8 +15,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from nri_plugin import __version__
+from nri_plugin.ops.listenaddress import ListenAddress, parse_address
 from nri_plugin.ops.metrics import Metrics, MetricsError
-from nri_plugin.ops.metrics_http import ListenAddress, parse_address, start_http_server
+from nri_plugin.ops.metrics_http import start_http_server
 from tests.support.http_flood import resetting_requests
 
 
@@ -421,3 +422,31 @@ def test_a_plugin_without_metrics_does_not_load_prometheus_client():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=120).stdout
     assert out.strip() == "False"
+
+
+def test_the_registration_only_sink_keeps_what_the_probes_read():
+    # `nri-sla run` without a metrics endpoint reports to RegistrationOnly: every report
+    # the service makes must be taken as Metrics takes it, and /readyz must follow the
+    # registration as it does with Metrics (registered, then the connection lost).
+    import inspect
+
+    from nri_plugin.ops.metrics import RegistrationOnly, ServiceMetrics
+
+    reports = sorted(name for name in vars(ServiceMetrics) if not name.startswith("_"))
+    assert "set_registered" in reports and "is_registered" in reports
+    for name in reports:
+        if name == "is_registered":
+            continue
+        wanted = list(inspect.signature(getattr(ServiceMetrics, name)).parameters.values())
+        for sink in (Metrics, RegistrationOnly):
+            got = list(inspect.signature(getattr(sink, name)).parameters.values())
+            assert got == wanted, (sink.__name__, name)
+    for sink in (Metrics(), RegistrationOnly()):
+        sink.inc_connect_attempts()
+        sink.set_connected(True)
+        assert not sink.is_registered
+        sink.set_registered(True)
+        assert sink.is_registered
+        sink.inc_reconnects()
+        sink.set_connected(False)
+        assert not sink.is_registered

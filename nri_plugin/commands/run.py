@@ -40,13 +40,15 @@ def main(args: argparse.Namespace) -> int:
     from nri_plugin.nri.errors import NriError
     from nri_plugin.nri.stub import check_identity
     from nri_plugin.ops.logsetup import setup_logging
-    from nri_plugin.ops.metrics import Metrics
+    from nri_plugin.plugin.heap import keep_large_blocks_mapped
     from nri_plugin.plugin.service import reload_node, serve_node, start_listeners
     from nri_plugin.topology.snapshot import load_snapshot
 
     # A reload asked for while starting (systemctl reload, a ConfigMap roll) must not stop
     # the plugin: ignored until the service's own SIGHUP handler reloads.
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    # Before the first large request: a Synchronize's megabytes stay out of the heap.
+    keep_large_blocks_mapped()
     # What the operator gave is checked before the first log line, so that a mistake is
     # the one line on stderr (docs/operations.md "Exit statuses"); a bad --inventory
     # reaches nri_plugin.cli, one line of its kind.
@@ -62,10 +64,8 @@ def main(args: argparse.Namespace) -> int:
     except (ConfigError, RecordKeyError, ValueError, OSError) as exc:
         print(f"nri-sla run: {exc}", file=sys.stderr)
         return EXIT_INVALID
-    metrics = Metrics()
     try:
-        listeners = start_listeners(
-            metrics,
+        metrics, listeners = start_listeners(
             config.metrics.address if args.metrics_address is None else args.metrics_address,
             config.metrics.health_address if args.health_address is None
             else args.health_address)

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from time import monotonic
 
 from nri_plugin import __version__
-from nri_plugin.ops.metrics_http import ListenAddress, parse_address
+from nri_plugin.ops.listenaddress import ListenAddress, parse_address
 from nri_plugin.ops.peerlog import PeerErrorLog
 
 log = logging.getLogger("nri_sla.health")

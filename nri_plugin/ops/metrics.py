@@ -4,7 +4,8 @@
 several instances can live in one process (tests, the simulator) without clashing;
 nri_plugin.ops.metrics_http serves it. `MetricsSink` is what the plugin reports through;
 `NullMetrics` is the sink that keeps nothing, for a plugin run without metrics (the demo,
-tests).
+tests). `ServiceMetrics` adds what `nri-sla run`'s service reports (its connection and
+registration); `RegistrationOnly` is that service's sink when it serves no metrics endpoint.
 
 Label values are checked against short fixed vocabularies: a free-form label (an error
 message, a pod name) would create one time series per value and blow up the registry.
@@ -136,6 +137,45 @@ class NullMetrics:
 
 # The sink of a plugin run without metrics.
 NO_METRICS = NullMetrics()
+
+
+class ServiceMetrics(MetricsSink, Protocol):
+    """What `nri-sla run`'s service reports besides the plugin's sink: its connection to
+    the runtime, and whether it is registered (the probe listener's /readyz)."""
+
+    def set_connected(self, value: bool) -> None: ...
+    def set_registered(self, value: bool) -> None: ...
+    def inc_connect_attempts(self) -> None: ...
+    def inc_reconnects(self) -> None: ...
+    @property
+    def is_registered(self) -> bool: ...
+
+
+class RegistrationOnly(NullMetrics):
+    """The service's sink when `nri-sla run` serves no metrics endpoint: no series (none
+    could be read), so prometheus_client is never imported (4.3 MiB of the plugin's memory
+    with what its package imports: http.server, urllib, ssl; docs/benchmarks.md "Plugin
+    memory"); only the registration state the probe listener's /readyz reads."""
+
+    def __init__(self) -> None:
+        self._registered = False
+
+    def set_connected(self, value: bool) -> None:
+        if not value:  # as in Metrics: registration does not outlive its connection
+            self._registered = False
+
+    def set_registered(self, value: bool) -> None:
+        self._registered = bool(value)
+
+    def inc_connect_attempts(self) -> None:
+        pass
+
+    def inc_reconnects(self) -> None:
+        pass
+
+    @property
+    def is_registered(self) -> bool:
+        return self._registered
 
 
 class Metrics:

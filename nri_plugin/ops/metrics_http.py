@@ -23,7 +23,6 @@ import socket
 import sys
 import threading
 from contextlib import suppress
-from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from time import monotonic
 from typing import ClassVar
@@ -31,7 +30,8 @@ from typing import ClassVar
 from prometheus_client.exposition import choose_encoder
 
 from nri_plugin import __version__
-from nri_plugin.ops.metrics import Metrics, MetricsError
+from nri_plugin.ops.listenaddress import ListenAddress, parse_address
+from nri_plugin.ops.metrics import Metrics
 from nri_plugin.ops.peerlog import PeerErrorLog
 
 log = logging.getLogger("nri_sla.metrics")
@@ -45,34 +45,6 @@ _BUSY_BODY = b"busy: too many connections; retry later\n"
 _BUSY = (b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
          b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(_BUSY_BODY), _BUSY_BODY))
 
-
-
-@dataclass(frozen=True)
-class ListenAddress:
-    host: str
-    port: int
-
-
-def parse_address(address: str, what: str = "metrics address") -> ListenAddress | None:
-    """Parse a listen address (`what` names it in errors): "HOST:PORT", ":PORT" (all
-    interfaces), "[::1]:PORT". "" disables the server (None). Port 0 picks a free port
-    (tests)."""
-    address = address.strip()
-    if not address:
-        return None
-    host, sep, port_text = address.rpartition(":")
-    if not sep:
-        raise MetricsError(
-            f"{what} {address!r} must be HOST:PORT, :PORT or [IPv6]:PORT "
-            "(\"\" disables the server)")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    elif ":" in host:
-        raise MetricsError(f"{what} {address!r}: put an IPv6 host in brackets, "
-                           "e.g. [::1]:9477")
-    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
-        raise MetricsError(f"{what} {address!r}: port must be 0..65535")
-    return ListenAddress(host=host or "0.0.0.0", port=int(port_text))
 
 
 class _Server(ThreadingHTTPServer):

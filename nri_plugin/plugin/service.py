@@ -1,6 +1,7 @@
 """The plugin service assembled (what `nri-sla run` runs once its arguments are checked):
 the SLA plugin and the service options that wire it to its metrics and its periodic work
-(`build_service`, which the tests use too), the HTTP listeners (`start_listeners`), the
+(`build_service`, which the tests use too), the metrics (Prometheus series only when a
+metrics address is set: `service_metrics`) and the HTTP listeners (`start_listeners`), the
 status socket, the SIGHUP reload (`reload_node`) and the serving itself (`serve_node`).
 """
 
@@ -14,26 +15,31 @@ from typing import Any
 from nri_plugin.core import NodeState
 from nri_plugin.nri.service import CONNECTING, REGISTERED, Periodic, ServiceOptions, serve
 from nri_plugin.ops.health import start_health_server
+from nri_plugin.ops.listenaddress import parse_address
 from nri_plugin.ops.logsetup import setup_logging
-from nri_plugin.ops.metrics import Metrics
-from nri_plugin.ops.metrics_http import start_http_server
+from nri_plugin.ops.metrics import Metrics, RegistrationOnly, ServiceMetrics
 from nri_plugin.ops.statussocket import BUILD_TIMEOUT, StatusServer
 from nri_plugin.plugin.config_reload import reload_config
-from nri_plugin.plugin.container_metrics import ContainerCollector
 from nri_plugin.plugin.handlers import SlaPlugin
 
 log = logging.getLogger("nri_sla.run")
 
 
-def build_service(node: NodeState, metrics: Metrics, *, socket: str | None = None,
+def build_service(node: NodeState, metrics: ServiceMetrics, *, socket: str | None = None,
                   name: str | None = None, index: str | None = None,
                   **options: Any) -> tuple[SlaPlugin, ServiceOptions]:
-    """The SLA plugin and its service options, wired to the metrics; `socket`, `name` and
-    `index` over the node config's, `options` over the other ServiceOptions."""
+    """The SLA plugin and its service options, wired to the metrics (the per-container
+    series too when they are Prometheus series); `socket`, `name` and `index` over the
+    node config's, `options` over the other ServiceOptions."""
     nri = node.config.nri
     plugin = SlaPlugin(node, metrics)
-    metrics.registry.register(ContainerCollector(lambda: plugin.watch.last,
-                                                 node.config.watch.metrics_containers))
+    if isinstance(metrics, Metrics):
+        # Here, not at the top: it imports prometheus_client, which a plugin serving no
+        # metrics endpoint never loads (ops.metrics.RegistrationOnly).
+        from nri_plugin.plugin.container_metrics import ContainerCollector
+
+        metrics.registry.register(ContainerCollector(lambda: plugin.watch.last,
+                                                     node.config.watch.metrics_containers))
 
     def on_state(state: str) -> None:
         metrics.set_connected(state == REGISTERED)
@@ -65,15 +71,29 @@ def periodic_work(node: NodeState, plugin: SlaPlugin) -> list[Periodic]:
     return work
 
 
-def start_listeners(metrics: Metrics, metrics_address: str,
-                    health_address: str) -> contextlib.ExitStack:
-    """The metrics server and the probe listener ("" turns either off), closed together
-    when the returned stack is. Raises MetricsError (a ValueError) for an address that is
-    no address, OSError naming the listener and its address for one not served (a port
-    taken); nothing stays open then."""
+def service_metrics(address: str) -> tuple[ServiceMetrics, Callable[[], Any]]:
+    """The service's metrics and what starts their server: Prometheus series served at
+    `address`; for "" the registration state alone (ops.metrics.RegistrationOnly), and
+    neither prometheus_client nor http.server is imported (4.3 MiB of the plugin's
+    memory). Raises MetricsError for an address that is no address."""
+    if parse_address(address) is None:
+        return RegistrationOnly(), lambda: None
+    from nri_plugin.ops.metrics_http import start_http_server
+
+    metrics = Metrics()
+    return metrics, lambda: start_http_server(metrics, address)
+
+
+def start_listeners(metrics_address: str, health_address: str
+                    ) -> tuple[ServiceMetrics, contextlib.ExitStack]:
+    """The service's metrics (service_metrics), with their server and the probe listener
+    ("" turns either off) started, closed together when the returned stack is. Raises
+    MetricsError (a ValueError) for an address that is no address, OSError naming the
+    listener and its address for one not served (a port taken); nothing stays open then."""
+    metrics, start_metrics = service_metrics(metrics_address)
     listeners = contextlib.ExitStack()
     starts: tuple[tuple[str, str, Callable[[], Any]], ...] = (
-        ("metrics", metrics_address, lambda: start_http_server(metrics, metrics_address)),
+        ("metrics", metrics_address, start_metrics),
         ("health", health_address,
          lambda: start_health_server(health_address, lambda: metrics.is_registered)))
     try:
@@ -88,7 +108,7 @@ def start_listeners(metrics: Metrics, metrics_address: str,
     except BaseException:
         listeners.close()  # what started before the one that failed
         raise
-    return listeners
+    return metrics, listeners
 
 
 def start_status_server(plugin: SlaPlugin, path: str) -> StatusServer | None:
@@ -115,7 +135,7 @@ def reload_node(node: NodeState, config_path: str | None, log_format: str | None
                       log_level or done.config.log.level)
 
 
-def serve_node(node: NodeState, metrics: Metrics, *, status_socket: str,
+def serve_node(node: NodeState, metrics: ServiceMetrics, *, status_socket: str,
                **service: Any) -> None:
     """Serve the plugin for `node` until SIGTERM/SIGINT, with its status socket;
     `service`: build_service's keywords. Raises NriError when the runtime fails it,

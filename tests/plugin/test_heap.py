@@ -1,12 +1,15 @@
-"""The C heap's freed pages go back to the kernel after a large Synchronize (plugin.heap):
-glibc's malloc_trim really returns them, and the plugin asks for it once the answer to a
-Synchronize of TRIM_AFTER_CONTAINERS containers or more is on its way, not for a smaller
-one."""
+"""The C heap of `nri-sla run` (plugin.heap): with the mmap threshold kept where glibc
+starts it, large blocks freed go back to the kernel at once, also after glibc would have
+raised it; the heap's freed pages go back after a large Synchronize: glibc's malloc_trim
+really returns them, and the plugin asks for it once the answer to a Synchronize of
+TRIM_AFTER_CONTAINERS containers or more is on its way, not for a smaller one."""
 
 from __future__ import annotations
 
 import asyncio
 import re
+import subprocess
+import sys
 from types import SimpleNamespace
 
 from nri_plugin.nri.pb import nri_pb2 as pb
@@ -19,6 +22,38 @@ from tests.support.plugin_helpers import make_node
 def rss_kib() -> int:
     with open("/proc/self/status") as f:
         return int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1))
+
+
+# A freed 4 MiB block makes glibc raise its mmap threshold to 4 MiB (when it may): the
+# 512 KiB blocks after it come from the heap, where the newest one, kept, holds the others'
+# freed pages resident.
+LARGE_BLOCKS = """
+import re, sys
+from nri_plugin.plugin.heap import keep_large_blocks_mapped
+
+def rss_kib():
+    with open("/proc/self/status") as f:
+        return int(re.search(r"VmRSS:\\s+(\\d+)", f.read()).group(1))
+
+if sys.argv[1] == "kept":
+    assert keep_large_blocks_mapped()
+big = b"x" * (4 << 20)  # written, so resident (bytes(n) may not touch its pages)
+del big
+before = rss_kib()
+blocks = [b"x" * (512 << 10) for _ in range(40)]
+kept = blocks[-1]
+del blocks
+print(rss_kib() - before)
+"""
+
+
+def test_large_blocks_stay_mapped_once_the_threshold_is_kept():
+    def resident_after(mode: str) -> int:
+        return int(subprocess.run([sys.executable, "-c", LARGE_BLOCKS, mode], check=True,
+                                  capture_output=True, text=True).stdout)
+
+    assert resident_after("glibc") > 15 << 10, "glibc kept its threshold: nothing to show"
+    assert resident_after("kept") < 4 << 10, "freed 512 KiB blocks stayed resident"
 
 
 def test_freed_heap_pages_are_given_back():

@@ -1,11 +1,15 @@
 """What the plugin loads: grpcio (about 8 MiB of `nri-sla run`'s memory) only once a
 container's GPU evidence is its env alone and the kubelet's books must be asked
-(plugin.kubelet_grants); docs/benchmarks.md, "Plugin memory"."""
+(plugin.kubelet_grants); prometheus_client and http.server only with a metrics endpoint;
+docs/benchmarks.md, "Plugin memory"."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+
+import pytest
 
 from tests.support.plugin_helpers import DGX
 
@@ -33,3 +37,47 @@ def test_run_loads_grpc_only_when_the_kubelet_is_asked():
     out = subprocess.run([sys.executable, "-I", "-c", SCRIPT, str(DGX)], capture_output=True,
                          text=True, check=True).stdout.split()
     assert out == ["False", "True"]
+
+
+# `nri-sla run` itself, up to its first connection attempt (the NRI socket missing), then
+# SIGTERM: which of the modules that only a metrics endpoint needs it has loaded by then.
+RUN = """
+import json, os, signal, sys, threading, time
+from nri_plugin import cli
+
+config, log, metrics_address = sys.argv[1:4]
+loaded = {}
+
+def look_once_connecting():
+    deadline = time.monotonic() + 60
+    while "NRI runtime not reachable" not in open(log).read():
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    loaded.update((name, name in sys.modules) for name in
+                  ("prometheus_client", "http.server", "nri_plugin.ops.metrics_http"))
+    os.kill(os.getpid(), signal.SIGTERM)
+
+threading.Thread(target=look_once_connecting, daemon=True).start()
+rc = cli.main(["run", "--config", config, "--metrics-address", metrics_address,
+               "--health-address", "", "--cgroup", "v2", "--inventory", sys.argv[4]])
+print(json.dumps({"rc": rc, **loaded}))
+"""
+
+
+@pytest.mark.parametrize("metrics_address, served", [("", False), ("127.0.0.1:0", True)])
+def test_run_loads_the_metrics_server_only_with_a_metrics_address(tmp_path, metrics_address,
+                                                                   served):
+    # Without one the service keeps its registration state alone (ops.metrics.
+    # RegistrationOnly): prometheus_client, whose package imports its exposition's
+    # http.server, urllib and ssl, and http.server are 4.3 MiB of the plugin's memory.
+    config, log = tmp_path / "config.yaml", tmp_path / "plugin.log"
+    config.write_text(f"state-dir: {tmp_path / 'state'}\n"
+                      f"nri: {{socket: {tmp_path / 'none.sock'}}}\nstatus: {{socket: ''}}\n")
+    with log.open("w") as stderr:
+        out = subprocess.run([sys.executable, "-I", "-c", RUN, str(config), str(log),
+                              metrics_address, str(DGX)],
+                             stdout=subprocess.PIPE, stderr=stderr, text=True, timeout=120)
+    assert json.loads(out.stdout) == {"rc": 0, "prometheus_client": served,
+                                      "http.server": served,
+                                      "nri_plugin.ops.metrics_http": served}, log.read_text()

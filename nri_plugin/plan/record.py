@@ -47,6 +47,7 @@ _MAC_HEAD = ',"mac":"'
 _MAC_HEX = 64
 _MAC_TAIL = len(_MAC_HEAD) + _MAC_HEX + len('"}')
 _HEX = frozenset("0123456789abcdef")
+_SHA256_BLOCK = 64  # bytes: HMAC pads the key to one block
 _INT64 = (1 << 63) - 1
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 _BRACKET = re.compile(r"[\[\]{}]")
@@ -105,12 +106,29 @@ def encode_record(plan: ContainerPlan, path: str, owner: str, key: bytes) -> str
     return sign_record(record_text(record_body(plan, path)), owner, key)
 
 
-def _mac(text: str, owner: str, key: bytes) -> str:
-    # Imported here: hmac loads OpenSSL's hashlib, which the OCI hook's cold run (no
-    # `applied` record to check) would pay for on every first container of an SLA.
-    import hmac
+# The last key's HMAC-SHA256 start (RFC 2104): SHA-256 states that have taken in the key
+# XOR ipad and XOR opad blocks. hmac.digest redoes both blocks, and OpenSSL 3 looks the
+# algorithm up by name again, for every MAC; with the states kept, a MAC is two state
+# copies and three short hashes: 5 -> 2 us in a hot loop, 23 -> 9 us with cold caches,
+# as the plugin runs each CreateContainer (docs/benchmarks.md, "CreateContainer in the
+# plugin"). tests/plan check it against hmac.digest.
+_pads: list = [None, None, None]  # key, inner state, outer state
 
-    return hmac.digest(key, f"{owner}\0{text}".encode(), "sha256").hex()
+
+def _mac(text: str, owner: str, key: bytes) -> str:
+    if _pads[0] != key:
+        # Imported here: OpenSSL's hashlib, which the OCI hook's cold run (no `applied`
+        # record to check) would pay for on every first container of an SLA.
+        import hashlib
+
+        block = (hashlib.sha256(key).digest() if len(key) > _SHA256_BLOCK else key
+                 ).ljust(_SHA256_BLOCK, b"\0")
+        _pads[:] = (key, hashlib.sha256(bytes(b ^ 0x36 for b in block)),
+                    hashlib.sha256(bytes(b ^ 0x5C for b in block)))
+    inner, outer = _pads[1].copy(), _pads[2].copy()
+    inner.update(f"{owner}\0{text}".encode())
+    outer.update(inner.digest())
+    return outer.hexdigest()
 
 
 def decode_record(text: object, owner: str, key: bytes,

@@ -10,7 +10,13 @@ every create sees the same live set; the removal is not timed). Warm: --warmup c
 first. Logging as `nri-sla run` sets it up (text, info) into a null stream, so the
 decision line is rendered and written as in production.
 
-    .venv/bin/python bench/bench_create.py [--n 5000] [--live 1000] [--profile]
+--evict MIB writes over that many MiB before every create (untimed): the CPU caches
+then hold none of the create's code and data, as in `nri-sla run`, which sleeps between
+the runtime's requests while the runtime (and everything else on the node) runs. A
+create costs 2-3x its hot-loop CPU so (docs/benchmarks.md, "CreateContainer in the
+plugin"); 8 covers this VM's 2 MiB L2 with room.
+
+    .venv/bin/python bench/bench_create.py [--n 5000] [--live 1000] [--evict 8] [--profile]
 """
 
 from __future__ import annotations
@@ -67,10 +73,15 @@ def create(plugin: SlaPlugin, payload: bytes) -> tuple[str, bytes]:
     return req.container.id, _create_response(plugin.create_container(req.pod, req.container))
 
 
-def run(plugin: SlaPlugin, payloads: list[bytes]) -> list[float]:
+def run(plugin: SlaPlugin, payloads: list[bytes], evict_mib: int = 0) -> list[float]:
     samples = []
     clock = time.process_time_ns
+    # One byte per 64-byte cache line of the buffer written: every line is evicted.
+    junk = bytearray(evict_mib << 20)
+    line_bytes = bytes(len(junk[::64]))
     for payload in payloads:
+        if evict_mib:
+            junk[::64] = line_bytes
         start = clock()
         cid, _ = create(plugin, payload)
         samples.append((clock() - start) / 1000)
@@ -83,6 +94,8 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=5000, help="timed creates")
     parser.add_argument("--warmup", type=int, default=500)
     parser.add_argument("--live", type=int, default=1000, help="containers registered")
+    parser.add_argument("--evict", type=int, default=0, metavar="MIB",
+                        help="write over MIB MiB before each create (cold caches)")
     parser.add_argument("--profile", action="store_true", help="cProfile the timed creates")
     args = parser.parse_args()
     setup_logging("text", "info", stream=NullStream())
@@ -92,12 +105,13 @@ def main() -> None:
     run(plugin, payloads[:args.warmup])
     if args.profile:
         profile = cProfile.Profile()
-        profile.runcall(run, plugin, payloads[args.warmup:])
+        profile.runcall(run, plugin, payloads[args.warmup:], args.evict)
         pstats.Stats(profile).sort_stats(os.environ.get("BENCH_SORT", "cumulative")).print_stats(45)
         return
-    samples = sorted(run(plugin, payloads[args.warmup:]))
+    samples = sorted(run(plugin, payloads[args.warmup:], args.evict))
     p50, p99 = samples[len(samples) // 2], samples[int(len(samples) * 0.99)]
-    print(f"CreateContainer in-process (decode + handler + encode), n={len(samples)}: "
+    caches = f", {args.evict} MiB written before each" if args.evict else ""
+    print(f"CreateContainer in-process (decode + handler + encode{caches}), n={len(samples)}: "
           f"CPU p50 {p50:.0f} us, p99 {p99:.0f} us, mean {sum(samples) / len(samples):.0f} us")
 
 

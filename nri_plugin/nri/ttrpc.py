@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from google.protobuf.message import DecodeError
 
@@ -40,16 +40,17 @@ FLAG_REMOTE_OPEN = 2
 FLAG_NO_DATA = 4
 
 
-@dataclass(frozen=True, slots=True)
-class Frame:
+# The events are NamedTuples, not frozen dataclasses: one of each is made per call, and
+# a frozen dataclass sets every field through object.__setattr__ (a 6-field event: 1.9
+# against 0.7 us).
+class Frame(NamedTuple):
     stream_id: int
     type: int
     flags: int
     data: bytes
 
 
-@dataclass(frozen=True, slots=True)
-class OversizedFrame:
+class OversizedFrame(NamedTuple):
     """A frame whose announced length exceeds the limit; its data is skipped unread."""
 
     stream_id: int
@@ -58,8 +59,7 @@ class OversizedFrame:
     length: int
 
 
-@dataclass(frozen=True, slots=True)
-class RequestReceived:
+class RequestReceived(NamedTuple):
     stream_id: int
     service: str
     method: str
@@ -68,8 +68,7 @@ class RequestReceived:
     metadata: tuple[tuple[str, str], ...]
 
 
-@dataclass(frozen=True, slots=True)
-class ResponseReceived:
+class ResponseReceived(NamedTuple):
     """The end of a call: code 0 and payload, or an error code and message."""
 
     stream_id: int

@@ -281,9 +281,12 @@ class SlaPlugin:
         granted = granted_resources(container.linux.resources, container)
         kubelet_ids = (self.kubelet.for_container(pod.namespace, pod.name, container.name)
                        if asks_kubelet(granted) else ())
-        # (items(): protobuf's map copies faster so than through its Mapping methods)
+        # Copied key by key: protobuf's map iterates and looks up natively, but its items()
+        # is collections.abc's ItemsView, a generator in Python (dict(m) goes through it).
+        annotations = pod.annotations
         decision = decide(self.node, ContainerRequest(
-            dict(pod.annotations.items()), container.name, namespace=pod.namespace,
+            {key: annotations[key] for key in annotations}, container.name,
+            namespace=pod.namespace,
             owner=container.id, pod=pod.id, nri_version=self.nri_version, granted=granted,
             kubelet_gpu_ids=kubelet_ids))
         if decision.plan is not None and decision.plan.rt_runtime and self.node.facts:

@@ -52,6 +52,18 @@ def test_every_field_round_trips():
     assert set(record_module._FIELDS) - set(record_module._INJECTED) == recorded
 
 
+def test_the_mac_is_hmac_sha256_for_any_key_and_after_a_key_change():
+    """sign_record keeps the last key's HMAC start: it must stay the documented MAC for
+    keys shorter than, as long as and longer than SHA-256's block, and when keys
+    alternate (a test's key, then the node's)."""
+    text = record_text(BASE)
+    for key in (KEY, b"", b"k", bytes(64), bytes(range(65)), KEY, b"\xff" * 200, KEY):
+        for owner in (OWNER, "other"):
+            assert signed(BASE, owner, key) == signed_text(text, owner, key)
+            assert decode_record(signed(BASE, owner, key), owner, key)[0] == "nri"
+    assert signed(BASE, OWNER, KEY) != signed(BASE, OWNER, KEY[::-1])
+
+
 def test_a_record_from_before_issue_18_still_restores():
     """nri-sla chose and injected GPUs then: the record's injection is checked and left
     out of the plan (the runtime applied it at creation), its GPUs are still held."""

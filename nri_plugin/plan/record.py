@@ -48,7 +48,6 @@ _MAC_HEAD = ',"mac":"'
 _MAC_HEX = 64
 _MAC_TAIL = len(_MAC_HEAD) + _MAC_HEX + len('"}')
 _HEX = frozenset("0123456789abcdef")
-_SHA256_BLOCK = 64  # bytes: HMAC pads the key to one block
 _INT64 = (1 << 63) - 1
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 _BRACKET = re.compile(r"[\[\]{}]")
@@ -108,29 +107,24 @@ def encode_record(plan: ContainerPlan, path: str, owner: str, key: bytes) -> str
 
 
 def _mac(text: str, owner: str, key: bytes) -> str:
-    inner_start, outer_start = _hmac_start(key)
-    inner, outer = inner_start.copy(), outer_start.copy()
-    inner.update(f"{owner}\0{text}".encode())
-    outer.update(inner.digest())
-    return outer.hexdigest()
+    mac = _keyed_hmac(key).copy()
+    mac.update(f"{owner}\0{text}".encode())
+    return mac.hexdigest()
 
 
 @lru_cache(maxsize=1)  # a node has one key
-def _hmac_start(key: bytes) -> tuple[Any, Any]:
-    """HMAC-SHA256's start for `key` (RFC 2104): the SHA-256 states that have taken in
-    the key XOR ipad and XOR opad blocks. hmac.digest redoes both blocks, and OpenSSL 3
-    looks the algorithm up by name again, for every MAC; from these kept states a MAC is
-    two state copies and three short hashes: 5 -> 2 us in a hot loop, 23 -> 9 us with
-    cold caches, as the plugin runs each CreateContainer (docs/benchmarks.md,
+def _keyed_hmac(key: bytes) -> Any:
+    """HMAC-SHA256 that has taken in `key` and nothing else; a MAC copies it. hmac.digest
+    redoes the key's two blocks, and OpenSSL 3 looks the algorithm up by name again, for
+    every MAC: a copy of this one is 4.3 -> 2.9 us in a hot loop, about 2.5 times that
+    with the cold caches the plugin runs each CreateContainer with (docs/benchmarks.md,
     "CreateContainer in the plugin"). tests/plan check the MACs against hmac.digest."""
-    # Imported here: OpenSSL's hashlib, which the OCI hook's cold run (no `applied`
-    # record to check) would pay for on every first container of an SLA.
+    # Imported here: hmac loads OpenSSL's hashlib, which the OCI hook's cold run (no
+    # `applied` record to check) would pay for on every first container of an SLA.
     import hashlib
+    import hmac
 
-    block = (hashlib.sha256(key).digest() if len(key) > _SHA256_BLOCK else key
-             ).ljust(_SHA256_BLOCK, b"\0")
-    return (hashlib.sha256(bytes(b ^ 0x36 for b in block)),
-            hashlib.sha256(bytes(b ^ 0x5C for b in block)))
+    return hmac.new(key, digestmod=hashlib.sha256)
 
 
 def decode_record(text: object, owner: str, key: bytes,

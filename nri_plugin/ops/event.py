@@ -21,6 +21,7 @@ import time
 # imported this module, which collections.abc only re-exports.
 from _collections_abc import Mapping, Sequence
 
+from nri_plugin.errors import InvalidInput
 from nri_plugin.value import Value
 
 LOGGER = "nri_sla.decision"
@@ -36,8 +37,9 @@ _QUOTE_IF = frozenset(' ="\\')  # printable characters that need a quoted value
 _QUOTED = str.maketrans({"\\": "\\\\", '"': '\\"'})  # printable text needs only these
 
 
-class LoggingSetupError(ValueError):
-    """An unknown log format, level, decision path or outcome."""
+class LoggingSetupError(InvalidInput, ValueError):
+    """An unknown log format, level (the node config's or the command line's: exit status
+    2), decision path or outcome."""
 
 
 _second: list = [None, ""]  # the last whole second rendered, and its text

@@ -25,6 +25,7 @@ from nri_plugin.value import Value
 TYPE_CHECKING = False  # typing itself costs start-up time; only checkers need it
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
+    from typing import TypeGuard
 
 LOGGER = "nri_sla.decision"
 MESSAGE = "sla decision"
@@ -81,10 +82,10 @@ def logfmt_value(value: object) -> str:
     elif isinstance(value, str):
         text = value
     elif _is_mapping(value):
-        text = ",".join(f"{k}:{v}" for k, v in value.items())  # type: ignore[attr-defined]
+        text = ",".join(f"{k}:{v}" for k, v in value.items())
     elif _is_sequence(value):
         # "; " and not ",": warning messages contain commas themselves.
-        text = "; ".join(str(v) for v in value)  # type: ignore[attr-defined]
+        text = "; ".join(str(v) for v in value)
     else:
         text = str(value)
     if text.isprintable():  # the common case: no control characters at all
@@ -99,7 +100,7 @@ def logfmt_value(value: object) -> str:
 # and not at the top: the hook renders only dicts, lists and strings, and
 # `_collections_abc` would cost its cached run ~4 M instructions, while every other
 # process has it loaded already (`os` imports it at start-up): there the import is a lookup.
-def _is_mapping(value: object) -> bool:
+def _is_mapping(value: object) -> "TypeGuard[Mapping]":
     if isinstance(value, dict):
         return True
     if isinstance(value, (str, int, float, list, tuple)):
@@ -109,7 +110,7 @@ def _is_mapping(value: object) -> bool:
     return isinstance(value, Mapping)
 
 
-def _is_sequence(value: object) -> bool:
+def _is_sequence(value: object) -> "TypeGuard[Sequence]":
     if isinstance(value, (list, tuple)):
         return True
     if isinstance(value, (str, int, float, dict)):
@@ -122,7 +123,7 @@ def _is_sequence(value: object) -> bool:
 def flatten(prefix: str, value: object, out: list) -> None:
     """{"cpu": {"quota": 1}} under "applied" -> "applied.cpu.quota=1" (for text lines)."""
     if value and _is_mapping(value):
-        for key, sub in value.items():  # type: ignore[attr-defined]
+        for key, sub in value.items():
             flatten(f"{prefix}.{key}", sub, out)
     else:
         out.append(f"{prefix}={logfmt_value(value)}")

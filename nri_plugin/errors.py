@@ -7,6 +7,9 @@ Its `kind` says whose fault it is, and everything else follows from the kind:
 * refused  - the input is valid but this node cannot honour it (hard mode): a policy, a
              missing feature, no placement, a cgroup write the kernel refused.
 * internal - nri-sla or the system failed: a bug, a timeout, an unreadable /proc.
+* unavailable - commands only: what the command needs is taken or not there (no plugin
+             answering on the status socket, its path held by another); nothing is wrong
+             with the input. Never a container's decision.
 
 The OCI hook's exit status is EXIT_STATUS[kind]; the plugin answers the runtime with the
 status code its front-end maps the kind to; `reason` is the metric's one-word label.
@@ -19,7 +22,8 @@ Lean on purpose (no imports): the OCI hook loads it on every container start.
 INVALID = "invalid"
 REFUSED = "refused"
 INTERNAL = "internal"
-KINDS = (INVALID, REFUSED, INTERNAL)
+UNAVAILABLE = "unavailable"
+KINDS = (INVALID, REFUSED, INTERNAL, UNAVAILABLE)
 
 EXIT_OK = 0  # enforced, verified or nothing to do; soft-mode warnings may be on stderr
 EXIT_REFUSED = 1  # hard mode: the SLA cannot be honoured exactly; the container must not run
@@ -28,7 +32,8 @@ EXIT_INTERNAL = 3  # a bug, a system failure or a timeout (hard mode; soft mode 
 # Commands only: what the command needs is taken or not there (the metrics port in use,
 # no plugin answering on the status socket); nothing is wrong with the input.
 EXIT_UNAVAILABLE = 4
-EXIT_STATUS = {REFUSED: EXIT_REFUSED, INVALID: EXIT_INVALID, INTERNAL: EXIT_INTERNAL}
+EXIT_STATUS = {REFUSED: EXIT_REFUSED, INVALID: EXIT_INVALID, INTERNAL: EXIT_INTERNAL,
+               UNAVAILABLE: EXIT_UNAVAILABLE}
 
 
 class SlaFailure(Exception):
@@ -65,3 +70,12 @@ class Refused(SlaFailure):
 
 class InternalFailure(SlaFailure):
     """A bug or a system failure; hard mode refuses, soft mode warns."""
+
+
+class Unavailable(SlaFailure):
+    """What a command needs is taken or not there (exit status 4); the input is fine."""
+
+    kind = UNAVAILABLE
+    # No container decision is ever this; should one reach the decisions metric, a label
+    # it knows (tests/test_metrics.py), not a new series.
+    reason = "internal"

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import MappingProxyType
 
 import pytest
 
@@ -24,7 +25,9 @@ from nri_plugin.ops.event import (
     DecisionEvent,
     LoggingSetupError,
     applied_fields,
+    flatten,
     json_line,
+    logfmt_value,
     render_event,
     text_line,
 )
@@ -107,7 +110,7 @@ def test_text_rendering_imports_no_logging_typing_or_json():
     """The hook renders a text line on every cached run: it must stay import-lean."""
     code = ("import sys; import nri_plugin.ops.event as e; "
             "e.render_event(e.DecisionEvent('n', 'p', 'c', 'hook', 'warned', {'a': {'b': 1}}, "
-            "['w']), 'text', 0.0); print(' '.join(sorted(sys.modules)))")
+            "['w']), 'text', 0.0); e.journald_fd(2); print(' '.join(sorted(sys.modules)))")
     root = str(Path(__file__).resolve().parents[1])
     out = subprocess.run([sys.executable, "-I", "-S", "-c",
                           f"import sys; sys.path.insert(0, {root!r}); {code}"],
@@ -115,8 +118,18 @@ def test_text_rendering_imports_no_logging_typing_or_json():
     assert "nri_plugin.ops.event" in out
     for heavy in ("logging", "typing", "json", "collections", "re", "dataclasses",
                   "pathlib", "importlib", "nri_plugin.core.decision",
-                  "nri_plugin.core.nodestate"):
+                  "nri_plugin.core.nodestate", "os", "_collections_abc"):
         assert heavy not in out, heavy
+
+
+def test_other_mappings_and_sequences_render_as_dicts_and_lists_do():
+    # Told by collections.abc's ABCs, imported at first need (not by the hook's values).
+    assert logfmt_value(MappingProxyType({"a": 1, "b": "x"})) == logfmt_value({"a": 1, "b": "x"})
+    assert logfmt_value(range(3)) == logfmt_value([0, 1, 2]) == '"0; 1; 2"'
+    assert logfmt_value(1.5) == "1.5"
+    pairs: list = []
+    flatten("applied", MappingProxyType({"cpu": MappingProxyType({"quota": 1})}), pairs)
+    assert pairs == ["applied.cpu.quota=1"]
 
 
 def test_applied_fields_are_the_records_without_its_framing():

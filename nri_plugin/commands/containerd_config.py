@@ -29,7 +29,7 @@ from nri_plugin.commands.containerd_dropin import (
     render,
     written_by_nri_sla,
 )
-from nri_plugin.errors import EXIT_UNAVAILABLE, InternalFailure, InvalidInput
+from nri_plugin.errors import InternalFailure, InvalidInput, Unavailable
 
 PROG = "nri-sla containerd-config"
 
@@ -112,9 +112,7 @@ def main(args: argparse.Namespace) -> int:
     else:
         version = _installed_version()
         if version is None:
-            print(f"{PROG}: cannot run `containerd --version`: give --containerd-version",
-                  file=sys.stderr)
-            return EXIT_UNAVAILABLE
+            raise Unavailable("cannot run `containerd --version`: give --containerd-version")
     base_spec = args.base_runtime_spec if os.path.isfile(args.base_runtime_spec) else None
     systemd = None if args.systemd_cgroup is None else args.systemd_cgroup == "true"
     text = render(DropinOptions(version, fail_closed=args.fail_closed,

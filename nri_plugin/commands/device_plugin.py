@@ -28,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from nri_plugin.config import load_config
-    from nri_plugin.errors import EXIT_INVALID, EXIT_UNAVAILABLE, SlaFailure
+    from nri_plugin.errors import EXIT_INVALID, SlaFailure, Unavailable
     from nri_plugin.kubelet.deviceplugin import GpuDevicePlugin, PluginSettings
     from nri_plugin.ops.logsetup import setup_logging
     from nri_plugin.topology.inventory import configured_reader
@@ -39,9 +39,8 @@ def main(args: argparse.Namespace) -> int:
         setup_logging(args.log_format or config.log.format, args.log_level or config.log.level)
         socket_dir = Path(args.socket_dir or config.device_plugin.socket_dir)
         if not socket_dir.is_dir():
-            print(f"nri-sla device-plugin: {socket_dir} is not a directory (is the kubelet "
-                  "installed? device-plugin.socket-dir or --socket-dir)", file=sys.stderr)
-            return EXIT_UNAVAILABLE
+            raise Unavailable(f"{socket_dir} is not a directory (is the kubelet installed? "
+                              "device-plugin.socket-dir or --socket-dir)")
         setting = str(Path(args.inventory).resolve()) if args.inventory \
             else config.gpu.inventory
         gpus = WatchedInventory.of(configured_reader(setting))

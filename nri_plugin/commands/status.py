@@ -5,19 +5,18 @@ holds, CPU throttling, memory limit events and pressure, its CPUs and GPUs; each
 value and any repair under way below the table; then the node's GPUs by health, with a
 line for each GPU that is not healthy. Read from the plugin's root-only status
 socket (docs/operations.md, "The status table"); `--json` prints the document itself.
-Exit status 0, or 1 with one line on stderr when the plugin cannot be asked.
+Exit status 0, or 4 with one line on stderr when the plugin cannot be asked.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from typing import Any
 
 from nri_plugin.commands.common import table_lines
-from nri_plugin.config import DEFAULT_PATH, ConfigError, load_config
+from nri_plugin.config import DEFAULT_PATH, load_config
 
 HEADER = ["POD", "CONTAINER", "SLA", "HOLDS", "THROTTLED", "MEMORY", "PRESSURE", "CPUS",
           "GPUS"]
@@ -33,25 +32,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from nri_plugin.errors import EXIT_UNAVAILABLE
-    from nri_plugin.ops.statussocket import StatusError, read_status
+    from nri_plugin.errors import Unavailable
+    from nri_plugin.ops.statussocket import read_status
 
+    # A ConfigError (exit status 2) or an Unavailable (4) reaches nri_plugin.cli: one line.
     path = args.socket
     if path is None:
-        try:
-            path = load_config(args.config).status.socket
-        except ConfigError as exc:
-            print(f"nri-sla status: {exc}", file=sys.stderr)
-            return 2
+        path = load_config(args.config).status.socket
         if not path:
-            print("nri-sla status: the node config turns the status socket off "
-                  "(status.socket is \"\")", file=sys.stderr)
-            return EXIT_UNAVAILABLE
-    try:
-        document = read_status(path)
-    except StatusError as exc:
-        print(f"nri-sla status: {exc}", file=sys.stderr)
-        return EXIT_UNAVAILABLE
+            raise Unavailable("the node config turns the status socket off "
+                              "(status.socket is \"\")")
+    document = read_status(path)
     print(json.dumps(document, indent=2) if args.json else render(document))
     return 0
 

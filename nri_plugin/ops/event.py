@@ -7,21 +7,25 @@ container's record), and rendered by one function, `render_event`: the plugin's
 NRI_SLA_HOOK_LOG. `logsetup`'s formatters render every other line with `text_line` and
 `json_line`. The hook runs for every container start, so this module imports neither
 `logging` nor `typing`/`collections.abc` (together they would triple a cached hook run's
-time), and `json` only when a JSON line is asked for.
+time), nor `os` (with `_collections_abc` ~5.6 M instructions, a seventh of a cached run:
+nri_plugin.posixfs says why), and `json` only when a JSON line is asked for.
 
 Text: `ts=... level=info logger=nri_sla.decision msg="sla decision" key=value ...`;
 nested mappings flatten to dotted keys (applied.cpu.quota=1). Under journald the line has
 no `ts` (journald stamps it) and starts with a syslog priority prefix (`<4>`).
 """
 
-import os
+import posix
 import time
 
-# The ABCs themselves, without importing the `collections` package (~2 ms): os has already
-# imported this module, which collections.abc only re-exports.
-from _collections_abc import Mapping, Sequence
-
+from nri_plugin.errors import InvalidInput
+from nri_plugin.posixfs import getenv
 from nri_plugin.value import Value
+
+TYPE_CHECKING = False  # typing itself costs start-up time; only checkers need it
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from typing import TypeGuard
 
 LOGGER = "nri_sla.decision"
 MESSAGE = "sla decision"
@@ -36,8 +40,9 @@ _QUOTE_IF = frozenset(' ="\\')  # printable characters that need a quoted value
 _QUOTED = str.maketrans({"\\": "\\\\", '"': '\\"'})  # printable text needs only these
 
 
-class LoggingSetupError(ValueError):
-    """An unknown log format, level, decision path or outcome."""
+class LoggingSetupError(InvalidInput, ValueError):
+    """An unknown log format, level (the node config's or the command line's: exit status
+    2), decision path or outcome."""
 
 
 _second: list = [None, ""]  # the last whole second rendered, and its text
@@ -76,9 +81,9 @@ def logfmt_value(value: object) -> str:
         text = "true" if value else "false"
     elif isinstance(value, str):
         text = value
-    elif isinstance(value, Mapping):
+    elif _is_mapping(value):
         text = ",".join(f"{k}:{v}" for k, v in value.items())
-    elif isinstance(value, Sequence):
+    elif _is_sequence(value):
         # "; " and not ",": warning messages contain commas themselves.
         text = "; ".join(str(v) for v in value)
     else:
@@ -90,16 +95,41 @@ def logfmt_value(value: object) -> str:
     return '"' + "".join(_escape(c) for c in text) + '"'
 
 
+# Mappings and sequences other than dict, list and tuple (a protobuf map or repeated
+# field, a MappingProxyType) are told by collections.abc's ABCs, imported at first need
+# and not at the top: the hook renders only dicts, lists and strings, and
+# `_collections_abc` would cost its cached run ~4 M instructions, while every other
+# process has it loaded already (`os` imports it at start-up): there the import is a lookup.
+def _is_mapping(value: object) -> "TypeGuard[Mapping]":
+    if isinstance(value, dict):
+        return True
+    if isinstance(value, (str, int, float, list, tuple)):
+        return False
+    from _collections_abc import Mapping
+
+    return isinstance(value, Mapping)
+
+
+def _is_sequence(value: object) -> "TypeGuard[Sequence]":
+    if isinstance(value, (list, tuple)):
+        return True
+    if isinstance(value, (str, int, float, dict)):
+        return False
+    from _collections_abc import Sequence
+
+    return isinstance(value, Sequence)
+
+
 def flatten(prefix: str, value: object, out: list) -> None:
     """{"cpu": {"quota": 1}} under "applied" -> "applied.cpu.quota=1" (for text lines)."""
-    if value and (type(value) is dict or isinstance(value, Mapping)):
+    if value and _is_mapping(value):
         for key, sub in value.items():
             flatten(f"{prefix}.{key}", sub, out)
     else:
         out.append(f"{prefix}={logfmt_value(value)}")
 
 
-def text_line(created: float, level: str, logger: str, msg: str, fields: Mapping,
+def text_line(created: float, level: str, logger: str, msg: str, fields: "Mapping",
               exc: str | None = None, journal: bool = False) -> str:
     """One logfmt line (no newline). `journal`: no ts, a `<priority>` prefix instead."""
     pairs = [] if journal else [f"ts={iso_time(created)}"]
@@ -113,7 +143,7 @@ def text_line(created: float, level: str, logger: str, msg: str, fields: Mapping
     return f"<{PRIORITY.get(level, 6)}>{line}" if journal else line
 
 
-def json_line(created: float, level: str, logger: str, msg: str, fields: Mapping,
+def json_line(created: float, level: str, logger: str, msg: str, fields: "Mapping",
               exc: str | None = None) -> str:
     """One JSON object (no newline); nested values (applied, warnings) stay structured."""
     import json  # only JSON lines pay for it (the hook's default is text)
@@ -129,12 +159,12 @@ def journald_fd(fd: int) -> bool:
     """True when `fd` is the journald stream systemd gave us: $JOURNAL_STREAM is
     "DEV:INODE" of that stream (a child that inherits the variable but writes
     elsewhere must not drop its timestamps)."""
-    value = os.environ.get("JOURNAL_STREAM", "")
+    value = getenv("JOURNAL_STREAM")
     if not value:
         return False
     try:
         dev, ino = (int(part) for part in value.split(":", 1))
-        st = os.fstat(fd)
+        st = posix.fstat(fd)
     except (ValueError, OSError):
         return False
     return (st.st_dev, st.st_ino) == (dev, ino)
@@ -143,7 +173,7 @@ def journald_fd(fd: int) -> bool:
 RECORD_FRAMING = ("v", "path")  # the record's own fields, not what was applied
 
 
-def applied_fields(record: Mapping) -> dict:
+def applied_fields(record: "Mapping") -> dict:
     """What was applied, as the event shows it: the container's record (plan.record's
     body) without its version and path, as its JSON text holds it (keys sorted at every
     level, tuples as lists). Both front-ends fill `applied` with this, so one decision
@@ -167,7 +197,7 @@ class DecisionEvent(Value):
                  "warnings")
 
     def __init__(self, namespace: str, pod: str, container: str, path: str, outcome: str,
-                 applied: Mapping | None = None, warnings: Sequence[str] = (),
+                 applied: "Mapping | None" = None, warnings: "Sequence[str]" = (),
                  error: str | None = None) -> None:
         if path not in PATHS:
             raise LoggingSetupError(
@@ -225,7 +255,7 @@ APPLIED_TEXT_LIMIT = 512  # remembered renderings of `applied` mappings
 _applied_texts: dict = {}
 
 
-def _applied_text(applied: Mapping) -> str:
+def _applied_text(applied: "Mapping") -> str:
     """`applied` flattened (applied.cpu_quota=1 ...), once per mapping: the plugin hands
     every replica of a reusable plan the same one, unchanged (applied_fields' values are
     never changed once made)."""

@@ -20,6 +20,7 @@ from time import perf_counter
 from typing import TYPE_CHECKING, Any, Protocol
 
 from nri_plugin import __version__
+from nri_plugin.errors import InvalidInput
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -53,8 +54,9 @@ _EVENT_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
 REQUEST_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
                    2.0, 5.0)
 
-class MetricsError(ValueError):
-    """A label value or server address that the metrics layer does not accept."""
+class MetricsError(InvalidInput, ValueError):
+    """A label value or server address that the metrics layer does not accept (an
+    address is the operator's: exit status 2)."""
 
 
 class GpuHealthState(Protocol):

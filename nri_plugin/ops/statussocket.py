@@ -25,16 +25,16 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+# The status socket cannot be served (its path taken), or the running plugin cannot be
+# asked: what the command needs is taken or not there (exit status 4).
+from nri_plugin.errors import Unavailable
+
 log = logging.getLogger("nri_sla.status")
 
 WRITE_TIMEOUT = 5.0  # seconds a client may take to read the answer
 BUILD_TIMEOUT = 10.0  # seconds the plugin may take to build it (1,000 containers: ~0.1 s)
 MAX_ANSWER = 64 << 20  # what the client reads at most
 _PEERCRED = struct.Struct("3i")  # pid, uid, gid
-
-
-class StatusError(OSError):
-    """The status socket cannot be served, or the running plugin cannot be asked."""
 
 
 def _prepare(path: str) -> None:
@@ -45,7 +45,7 @@ def _prepare(path: str) -> None:
     except FileNotFoundError:
         return
     if not stat.S_ISSOCK(st.st_mode):
-        raise StatusError(f"status socket {path} exists and is not a socket; remove it or "
+        raise Unavailable(f"status socket {path} exists and is not a socket; remove it or "
                           "set status.socket elsewhere")
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
         probe.settimeout(1.0)
@@ -53,7 +53,7 @@ def _prepare(path: str) -> None:
             probe.connect(path)
         except OSError:
             return  # stale: left by an earlier run; replaced below
-    raise StatusError(f"status socket {path} is served by another process (is nri-sla "
+    raise Unavailable(f"status socket {path} is served by another process (is nri-sla "
                       "already running?)")
 
 
@@ -137,18 +137,18 @@ class StatusServer:
 
 
 def read_status(path: str, timeout: float = BUILD_TIMEOUT + WRITE_TIMEOUT) -> dict[str, Any]:
-    """The running plugin's status document; StatusError with one line saying why not."""
+    """The running plugin's status document; Unavailable with one line saying why not."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
         try:
             sock.connect(path)
         except (FileNotFoundError, ConnectionRefusedError):
-            raise StatusError(f"nri-sla is not running (nothing serves {path})") from None
+            raise Unavailable(f"nri-sla is not running (nothing serves {path})") from None
         except PermissionError:
-            raise StatusError(f"permission denied on {path}: nri-sla status is root only"
+            raise Unavailable(f"permission denied on {path}: nri-sla status is root only"
                               ) from None
         except OSError as exc:
-            raise StatusError(f"cannot reach nri-sla at {path}: {exc.strerror or exc}"
+            raise Unavailable(f"cannot reach nri-sla at {path}: {exc.strerror or exc}"
                               ) from None
         chunks, size = [], 0
         try:
@@ -159,14 +159,14 @@ def read_status(path: str, timeout: float = BUILD_TIMEOUT + WRITE_TIMEOUT) -> di
                 chunks.append(chunk)
                 size += len(chunk)
         except TimeoutError:
-            raise StatusError(f"nri-sla did not answer within {timeout:g}s on {path}"
+            raise Unavailable(f"nri-sla did not answer within {timeout:g}s on {path}"
                               ) from None
     try:
         document = json.loads(b"".join(chunks))
     except ValueError:
         document = None
     if not isinstance(document, dict):
-        raise StatusError(f"{path} did not answer a status document (is it nri-sla's?)")
+        raise Unavailable(f"{path} did not answer a status document (is it nri-sla's?)")
     if "error" in document:
-        raise StatusError(f"nri-sla could not report its status: {document['error']}")
+        raise Unavailable(f"nri-sla could not report its status: {document['error']}")
     return document

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from nri_plugin.core import NodeState
+from nri_plugin.errors import Unavailable
 from nri_plugin.nri.service import CONNECTING, REGISTERED, Periodic, ServiceOptions, serve
 from nri_plugin.ops.health import start_health_server
 from nri_plugin.ops.listenaddress import parse_address
@@ -118,7 +119,7 @@ def start_status_server(plugin: SlaPlugin, path: str) -> StatusServer | None:
         return None
     try:
         return StatusServer(path, lambda: plugin.status(BUILD_TIMEOUT))
-    except OSError as exc:
+    except (OSError, Unavailable) as exc:  # Unavailable: the path held by another
         log.warning("status socket %s not served: %s", path, exc)
         return None
 

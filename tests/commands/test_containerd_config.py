@@ -16,7 +16,7 @@ from nri_plugin.commands.containerd_dropin import (
     ContainerdVersion,
     parse_version,
 )
-from nri_plugin.errors import EXIT_INTERNAL, EXIT_INVALID, EXIT_OK, InvalidInput
+from nri_plugin.errors import EXIT_INTERNAL, EXIT_INVALID, EXIT_OK, EXIT_UNAVAILABLE, InvalidInput
 
 REPO = Path(__file__).resolve().parents[2]
 NRI = "io.containerd.nri.v1.nri"
@@ -162,6 +162,14 @@ def test_says_when_containerd_would_not_import_it(capsys, tmp_path):
 def test_version_value_is_plain():
     assert str(ContainerdVersion(2, 2)) == "2.2"
     assert ContainerdVersion(2, 2).has_validator and not ContainerdVersion(2, 1).has_validator
+
+
+def test_without_containerd_or_its_version_is_unavailable(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no containerd to ask
+    status, out, err = run(capsys)
+    assert (status, out) == (EXIT_UNAVAILABLE, "")
+    assert err == "nri-sla containerd-config: cannot run `containerd --version`: give " \
+                  "--containerd-version\n"
 
 
 def test_an_unwritable_path_is_one_line(capsys, tmp_path):

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from nri_plugin.commands.status import render
-from nri_plugin.ops.statussocket import StatusError, StatusServer, read_status
+from nri_plugin.errors import Unavailable
+from nri_plugin.ops.statussocket import StatusServer, read_status
 
 REPO = Path(__file__).resolve().parents[2]
 NOBODY = 65534
@@ -65,7 +66,7 @@ def as_nobody(path: Path) -> str:
             try:
                 read_status(str(path), timeout=10)
                 said = "answered"
-            except StatusError as exc:
+            except Unavailable as exc:
                 said = str(exc)
             os.write(writer, said.encode())
         finally:
@@ -99,10 +100,10 @@ def test_a_stale_socket_is_replaced_and_a_live_or_foreign_one_is_not(run_dir):
     stale.close()  # what a killed plugin leaves behind: nothing listens
     with StatusServer(str(path), lambda: DOC):
         assert read_status(str(path))["registered"] is True
-        with pytest.raises(StatusError, match="served by another process"):
+        with pytest.raises(Unavailable, match="served by another process"):
             StatusServer(str(path), lambda: DOC)
     path.write_text("not a socket")
-    with pytest.raises(StatusError, match="exists and is not a socket"):
+    with pytest.raises(Unavailable, match="exists and is not a socket"):
         StatusServer(str(path), lambda: DOC)
 
 
@@ -111,7 +112,7 @@ def test_a_failing_source_is_one_line_for_the_client(run_dir):
 
     def broken() -> dict:
         raise TimeoutError("the event loop did not answer")
-    with StatusServer(str(path), broken), pytest.raises(StatusError) as caught:
+    with StatusServer(str(path), broken), pytest.raises(Unavailable) as caught:
         read_status(str(path))
     assert str(caught.value) == "nri-sla could not report its status: TimeoutError: the " \
                                 "event loop did not answer"
@@ -133,6 +134,29 @@ def test_cli_says_in_one_line_when_the_plugin_is_not_running(run_dir):
     assert done.returncode == 4
     assert done.stderr == 'nri-sla status: the node config turns the status socket off ' \
                           '(status.socket is "")\n'
+
+
+def test_cli_says_a_bad_config_in_one_line_through_its_kind(run_dir):
+    # Neither failure is caught by the command: nri_plugin.cli prints it and exits with
+    # its kind's status (a ConfigError: invalid, 2; the unreachable socket: unavailable, 4).
+    config = run_dir / "config.yaml"
+    config.write_text("status: {socket: relative.sock}\n")
+    done = status_cli("--config", str(config))
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == f"nri-sla status: {config}: status.socket must be an absolute " \
+                          "path, got relative.sock\n"
+
+
+def test_a_taken_status_path_leaves_the_plugin_without_the_socket(run_dir, caplog):
+    # Unavailable is no OSError: the service still logs it and serves on without it.
+    from nri_plugin.plugin.service import start_status_server
+
+    path = run_dir / "status.sock"
+    path.write_text("not a socket")
+    with caplog.at_level("WARNING", logger="nri_sla"):
+        assert start_status_server(None, str(path)) is None  # type: ignore[arg-type]
+    assert f"status socket {path} not served: status socket {path} exists and is not a " \
+           "socket" in caplog.text
 
 
 def test_cli_prints_the_table_or_the_document(run_dir):

@@ -438,11 +438,13 @@ def test_store_bounds(tmp_path, monkeypatch):
     assert not [n for n in os.listdir(tmp_path / "c") if n.startswith(".tmp")]
 
 
+@pytest.mark.parametrize("hook_log", [False, True], ids=["", "NRI_SLA_HOOK_LOG"])
 @pytest.mark.parametrize("lookup", ["cgroupsPath", "pid"])
-def test_warm_run_imports_no_parser_planner_or_yaml(world, h, tmp_path, lookup):
+def test_warm_run_imports_no_parser_planner_or_yaml(world, h, tmp_path, lookup, hook_log):
     """The point of the cache: a hit loads none of yaml, the SLA parser, the planner,
     dataclasses, pathlib, typing, re or os (each costs milliseconds per container); neither
-    when it reads /proc/<pid>/cgroup nor when it re-checks an io.max device path."""
+    when it reads /proc/<pid>/cgroup nor when it re-checks an io.max device path, nor when
+    it writes its decision line to NRI_SLA_HOOK_LOG (nri_plugin.ops.event)."""
     _run, config, _cdir, cache = world
     dev, _majmin = h.first_disk()
     sla = {"sla.nri.io/pod": CASES["hard, cpu+numa+memory+io.weight"]["sla.nri.io/pod"]
@@ -467,17 +469,23 @@ def test_warm_run_imports_no_parser_planner_or_yaml(world, h, tmp_path, lookup):
              # `python3 -I -S` does not load os; a warm run takes its calls from the
              # built-in posix instead (nri_plugin/posixfs.py, issue 21).
              "os", "posixpath", "genericpath", "stat", "_collections_abc")
+    log = tmp_path / "hook.log"
+    env = {**os.environ, "NRI_SLA_HOOK_LOG": str(log)} if hook_log else None
     loaded = []
     for _ in range(2):  # the second run is the hit (the first stores under this argv)
         proc = subprocess.run(
             [sys.executable, "-I", "-S", "-X", "importtime", str(HOOK_MAIN), "--config",
              str(config), "--cgroup-root", str(root), "--cache-dir", str(cache)],
-            input=h.state_json(bundle, pid=pid), capture_output=True, timeout=30)
+            input=h.state_json(bundle, pid=pid), capture_output=True, timeout=30, env=env)
         assert proc.returncode == 0, proc.stderr.decode()[-2000:]
         loaded = [line.rsplit("|", 1)[-1].strip() for line in
                   proc.stderr.decode().splitlines() if line.startswith("import time:")]
     assert "nri_plugin.hook.warm" in loaded and "nri_plugin.enforce.devnode" in loaded
     assert [m for m in loaded if m in heavy or m.startswith("yaml.")] == []
+    if hook_log:  # the hit wrote its decision line, through the shared renderer
+        assert "nri_plugin.ops.event" in loaded
+        lines = log.read_text().splitlines()
+        assert len(lines) == 2 and " path=hook outcome=enforced " in lines[1]
 
 
 def test_cache_option_and_environment(tmp_path, monkeypatch):

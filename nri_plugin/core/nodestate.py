@@ -70,9 +70,11 @@ class RecordConflict(RecordError):
     problem = "conflict"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class LiveContainer:
-    """A container the runtime reports as created, running or paused (Synchronize)."""
+    """A container the runtime reports as created, running or paused (Synchronize).
+    Never changed once made; not frozen, as one is made for every live container of
+    every Synchronize and a frozen dataclass's __init__ costs four times a plain one's."""
 
     id: str
     namespace: str | None  # its pod's namespace; None: the runtime sent no pod for it
@@ -265,13 +267,7 @@ class NodeState:
             plan = parse_record(signed, limits)[1]
             known = parsed[signed] = (plan, granted_permissions(plan))
         plan, permissions = known
-        ns = container.namespace
-        who = "a container of no known pod" if ns is None else f"namespace {ns!r}"
-        breach = "; ".join(
-            f"grants {permission}, which {who} may no longer use (node config "
-            f"permissions.{permission}); held until the container ends"
-            for permission in permissions
-            if ns is None or not self.config.allows(permission, ns))
+        breach = self._breach(permissions, container.namespace) if permissions else ""
         if plan.placement_record and self.allocator is not None:
             from nri_plugin.plan.placement_values import PlacementError
 
@@ -292,6 +288,16 @@ class NodeState:
         if plan.rt_runtime and container.cgroups_path:
             self._note_rt_dir(container.id, plan, container.cgroups_path)
         return plan, breach
+
+    def _breach(self, permissions: tuple[str, ...], ns: str | None) -> str:
+        """What of `permissions` a restored record needs that namespace `ns` (None: no
+        known pod) may no longer use; "" when it may use them all."""
+        who = "a container of no known pod" if ns is None else f"namespace {ns!r}"
+        return "; ".join(
+            f"grants {permission}, which {who} may no longer use (node config "
+            f"permissions.{permission}); held until the container ends"
+            for permission in permissions
+            if ns is None or not self.config.allows(permission, ns))
 
     def _note_rt_dir(self, owner: str, plan: ContainerPlan, cgroups_path: str) -> None:
         if self.facts is None or self.cgroup_version != 1:
@@ -337,8 +343,6 @@ class NodeState:
         pool = self.cpu_pool
         if pool is None:
             return
-        from nri_plugin.plan.cpupool import PoolMember, cpus_needed
-
         placement = self.allocator.placement_of(owner) if self.allocator else None
         try:
             cpus = parse_cpulist(reported)
@@ -351,8 +355,8 @@ class NodeState:
             created or not cpus.isdisjoint(pool.allocator.exclusive_cpus_in_use()))
         pinned = cpus if foreign else NO_CPUS
         # What it runs on now: without a cpuset, every online CPU.
-        pool.join(owner, PoolMember(cpus_needed(request_millis), pinned),
-                  None if created else cpus or layout.topology.online)
+        pool.join_with_request(owner, request_millis, pinned,
+                               None if created else cpus or layout.topology.online)
 
     def cpuset_of(self, owner: str) -> str:
         """The cpuset `owner` should have now ("": no pool on this node): an answer about
@@ -437,12 +441,14 @@ class NodeState:
                   kubelet_gpu_ids: tuple[str, ...] = ()) -> GpuGrant:
         """The GPUs `granted` names on this node (runtime_gpus.resolve_grant); nothing on
         a node without an allocator."""
-        from nri_plugin.plan.runtime_gpus import GpuGrant, resolve_grant
+        # (Not `from ... import`: run for every container a Synchronize reports, where the
+        # from-form's look-up costs more than the call.)
+        import nri_plugin.plan.runtime_gpus as runtime_gpus
 
         if self.allocator is None:
-            return GpuGrant()
-        return resolve_grant(self.allocator.inventory, granted,
-                             self.config.gpu.grant_cdi_kinds, kubelet_gpu_ids)
+            return runtime_gpus.NO_GRANT
+        return runtime_gpus.resolve_grant(self.allocator.inventory, granted,
+                                          self.config.gpu.grant_cdi_kinds, kubelet_gpu_ids)
 
     def hold_grant(self, owner: str, grant: GpuGrant) -> None:
         """`owner` holds its granted GPUs when nri-sla placed nothing for it (no SLA, or

@@ -67,6 +67,14 @@ class CpuPool:
         if told is not None:
             self._told[owner] = told
 
+    def join_with_request(self, owner: str, request_millis: int | None,
+                          pinned: frozenset[int] = NO_CPUS,
+                          told: frozenset[int] | None = None) -> None:
+        """join() with the member made here from the container's CPU request (millicores)
+        and pinned cpuset: the node's per-container call (CreateContainer, and every
+        container of a Synchronize) imports nothing of this module at run time."""
+        self.join(owner, PoolMember(cpus_needed(request_millis), pinned), told)
+
     def member(self, owner: str) -> PoolMember | None:
         return self._members.get(owner)
 

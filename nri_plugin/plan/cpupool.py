@@ -55,6 +55,9 @@ class CpuPool:
         # The shared pool as of an allocator generation: one set object, which every
         # member told it shares (most of them), instead of one copy per member.
         self._shared: tuple[int, frozenset[int]] | None = None
+        # Unpinned members by the CPUs they need: values, so one object serves every
+        # container needing as many (a Synchronize joins thousands).
+        self._unpinned: dict[int, PoolMember] = {}
 
     def __len__(self) -> int:
         return len(self._members)
@@ -73,7 +76,13 @@ class CpuPool:
         """join() with the member made here from the container's CPU request (millicores)
         and pinned cpuset: the node's per-container call (CreateContainer, and every
         container of a Synchronize) imports nothing of this module at run time."""
-        self.join(owner, PoolMember(cpus_needed(request_millis), pinned), told)
+        need = cpus_needed(request_millis)
+        member = self._unpinned.get(need) if not pinned else None
+        if member is None:
+            member = PoolMember(need, pinned)
+            if not pinned:
+                self._unpinned[need] = member
+        self.join(owner, member, told)
 
     def member(self, owner: str) -> PoolMember | None:
         return self._members.get(owner)

@@ -45,6 +45,7 @@ from nri_plugin.ops.logsetup import log_decision, log_event
 from nri_plugin.ops.metrics import NO_METRICS, MetricsSink
 from nri_plugin.plan.model import ContainerPlan, PlanError
 from nri_plugin.plan.record import record_body, record_text
+from nri_plugin.plan.runtime_gpus import NO_GRANT
 from nri_plugin.plugin.adjustment import annotated, build_adjustment, build_update
 from nri_plugin.plugin.heap import TRIM_AFTER_CONTAINERS, release_freed_heap
 from nri_plugin.plugin.kubelet_grants import KubeletGrants, asks_kubelet
@@ -100,11 +101,11 @@ def granted_resources(resources: pb.LinuxResources, container: pb.Container | No
                          if (path := m.destination).startswith(DEVICE_MOUNT_DIR)]
         if device_mounts:
             evidence["device_mounts"] = device_mount_ids(device_mounts)
-    return GrantedResources(cpu_quota=cpu.quota.value if cpu.HasField("quota") else None,
-                            cpu_period=cpu.period.value if cpu.HasField("period") else None,
-                            cpu_shares=cpu.shares.value if cpu.HasField("shares") else None,
-                            memory_limit=(memory.limit.value if memory.HasField("limit")
-                                          else None), **evidence)
+    # An absent value reads as 0, which GrantedResources takes as "not set", as it takes
+    # a 0 the runtime wrote: no HasField per value (four calls per container).
+    return GrantedResources(cpu_quota=cpu.quota.value, cpu_period=cpu.period.value,
+                            cpu_shares=cpu.shares.value, memory_limit=memory.limit.value,
+                            **evidence)
 
 
 
@@ -354,11 +355,14 @@ class SlaPlugin:
         # One string for the id, wherever it is kept (each read of a protobuf field makes
         # a new one; the registry shares the pod's strings among its containers).
         container_id = container.id
-        grant = self.node.gpu_grant(granted, kubelet_ids)
-        if grant.env_only and plan is None:
-            log_event(log, logging.INFO, "GPU env is not a grant", container=container_id,
-                      env=grant.env_only[:64])
-        self.node.hold_grant(container_id, grant)
+        if granted.gpu_evidence or kubelet_ids:
+            grant = self.node.gpu_grant(granted, kubelet_ids)
+            if grant.env_only and plan is None:
+                log_event(log, logging.INFO, "GPU env is not a grant", container=container_id,
+                          env=grant.env_only[:64])
+            self.node.hold_grant(container_id, grant)
+        else:  # most containers: nothing to resolve or hold
+            grant = NO_GRANT
         # What it can open: its grant, and what its placement holds (the same GPUs, or,
         # for a record from before issue 18, the GPUs nri-sla chose and added then).
         held = self.node.allocator.placement_of(container_id) if self.node.allocator else None

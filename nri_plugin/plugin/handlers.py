@@ -197,12 +197,12 @@ class SlaPlugin:
 
     @contextmanager
     def _collector_paused(self) -> Iterator[None]:
-        """Python's cyclic garbage collector off while a Synchronize is handled, on again
-        once its answer is sent (the next turn of the loop; at once without a running
-        loop). A Synchronize makes tens of objects per container that all stay (the
-        registry, the pool, the plans): at 10,000 containers the collector ran about 80
-        times inside the handler, a full pass over the heap among them, 25-80 ms of the
-        runtime's deadline spent finding no garbage. It runs as usual afterwards."""
+        """Python's cyclic garbage collector off while a Synchronize is handled. A
+        Synchronize makes tens of objects per container that all stay (the registry,
+        the pool, the plans): at 10,000 containers the collector ran about 80 times inside
+        the handler, a full pass over the heap among them, 25-80 ms of the runtime's
+        deadline spent finding no garbage. Back on when the handler ends, whatever way
+        (its next pass looks at the new objects once)."""
         if not gc.isenabled():  # someone else's choice: left alone
             yield
             return
@@ -210,10 +210,7 @@ class SlaPlugin:
         try:
             yield
         finally:
-            if self._loop is not None and self._loop.is_running():
-                self._loop.call_soon(gc.enable)
-            else:
-                gc.enable()
+            gc.enable()
 
     def _report_restore_problems(self, restored: Restored) -> None:
         """Each record restore did not take, and each it took outside the node policy:

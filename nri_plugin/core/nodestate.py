@@ -35,7 +35,10 @@ from nri_plugin.topology.cpulist import NO_CPUS, CpuListError, format_cpulist, p
 # The OCI hook builds a one-shot NodeState per cold run: what only a long-lived node (the
 # plugin's allocator, CPU pool, GPU inventory and health, RT budget and ledger) or an SLA
 # asking for placement needs is imported where it is first used, so that a CPU/memory-only
-# run does not pay for it (tests/hook/test_cold_imports.py pins this).
+# run does not pay for it (tests/hook/test_cold_imports.py pins this). On the plugin's
+# per-create path such an import is `import a.b as b`: Python 3.11's `from a.b import x`
+# asks the (plain, package-less) module for `__path__` and builds and drops an
+# AttributeError on every call (3-4 us hot against 1).
 TYPE_CHECKING = False  # `typing` costs the hook's cold run; only checkers need it
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
@@ -343,6 +346,8 @@ class NodeState:
         pool = self.cpu_pool
         if pool is None:
             return
+        import nri_plugin.plan.cpupool as cpupool  # per create: see the imports' note
+
         placement = self.allocator.placement_of(owner) if self.allocator else None
         try:
             cpus = parse_cpulist(reported)
@@ -355,8 +360,8 @@ class NodeState:
             created or not cpus.isdisjoint(pool.allocator.exclusive_cpus_in_use()))
         pinned = cpus if foreign else NO_CPUS
         # What it runs on now: without a cpuset, every online CPU.
-        pool.join_with_request(owner, request_millis, pinned,
-                               None if created else cpus or layout.topology.online)
+        pool.join(owner, cpupool.PoolMember(cpupool.cpus_needed(request_millis), pinned),
+                  None if created else cpus or layout.topology.online)
 
     def cpuset_of(self, owner: str) -> str:
         """The cpuset `owner` should have now ("": no pool on this node): an answer about
@@ -441,12 +446,10 @@ class NodeState:
                   kubelet_gpu_ids: tuple[str, ...] = ()) -> GpuGrant:
         """The GPUs `granted` names on this node (runtime_gpus.resolve_grant); nothing on
         a node without an allocator."""
-        # (Not `from ... import`: run for every container a Synchronize reports, where the
-        # from-form's look-up costs more than the call.)
-        import nri_plugin.plan.runtime_gpus as runtime_gpus
+        import nri_plugin.plan.runtime_gpus as runtime_gpus  # per create: see the imports' note
 
         if self.allocator is None:
-            return runtime_gpus.NO_GRANT
+            return runtime_gpus.GpuGrant()
         return runtime_gpus.resolve_grant(self.allocator.inventory, granted,
                                           self.config.gpu.grant_cdi_kinds, kubelet_gpu_ids)
 

@@ -55,9 +55,6 @@ class CpuPool:
         # The shared pool as of an allocator generation: one set object, which every
         # member told it shares (most of them), instead of one copy per member.
         self._shared: tuple[int, frozenset[int]] | None = None
-        # Unpinned members by the CPUs they need: values, so one object serves every
-        # container needing as many (a Synchronize joins thousands).
-        self._unpinned: dict[int, PoolMember] = {}
 
     def __len__(self) -> int:
         return len(self._members)
@@ -69,20 +66,6 @@ class CpuPool:
         self._unchecked.add(owner)
         if told is not None:
             self._told[owner] = told
-
-    def join_with_request(self, owner: str, request_millis: int | None,
-                          pinned: frozenset[int] = NO_CPUS,
-                          told: frozenset[int] | None = None) -> None:
-        """join() with the member made here from the container's CPU request (millicores)
-        and pinned cpuset: the node's per-container call (CreateContainer, and every
-        container of a Synchronize) imports nothing of this module at run time."""
-        need = cpus_needed(request_millis)
-        member = self._unpinned.get(need) if not pinned else None
-        if member is None:
-            member = PoolMember(need, pinned)
-            if not pinned:
-                self._unpinned[need] = member
-        self.join(owner, member, told)
 
     def member(self, owner: str) -> PoolMember | None:
         return self._members.get(owner)

@@ -78,8 +78,8 @@ class UnenforcedContainers:
         with a plan but no record got an answer the runtime never applied: reported.)"""
         now: dict[str, Unenforced] = {}
         new: list[Unenforced] = []
-        # A pod's annotations as a dict, made once for all its containers: a protobuf
-        # map is read key by key, and a read makes new strings each time.
+        # A pod's annotations as a dict, made once for all its containers (each read of a
+        # protobuf map makes new strings).
         annotations: dict[str, dict[str, str]] = {}
         for ctr in live:
             pod = pod_of.get(ctr.pod_sandbox_id)
@@ -94,7 +94,7 @@ class UnenforcedContainers:
                 continue
             pod_annotations = annotations.get(ctr.pod_sandbox_id)
             if pod_annotations is None:
-                pod_annotations = annotations[ctr.pod_sandbox_id] = dict(pod.annotations.items())
+                pod_annotations = annotations[ctr.pod_sandbox_id] = _copied(pod.annotations)
             if not _asks_sla(config, pod_annotations, ctr.name):
                 continue
             now[ctr.id] = found = Unenforced(ctr.id, pod.namespace, pod.name, ctr.name)
@@ -109,6 +109,12 @@ class UnenforcedContainers:
         if new:
             self.metrics.count_unenforced(len(new))
         return len(now)
+
+
+def _copied(annotations: Mapping[str, str]) -> dict[str, str]:
+    """A protobuf map as a dict, key by key: its items() is collections.abc's ItemsView,
+    a generator in Python."""
+    return {key: annotations[key] for key in annotations}
 
 
 def _asks_sla(config: NodeConfig, pod_annotations: Mapping[str, str], name: str) -> bool:

@@ -109,6 +109,13 @@ class GrantedResources(Value):
                 self.device_mounts, self.env_gpus, self.gpu_devices, self.memory_limit)
 
     @property
+    def gpu_evidence(self) -> bool:
+        """It carries something that may name GPUs (nri_plugin.plan.runtime_gpus reads
+        it): CDI devices, GPU device nodes, device mounts or the env's GPU list."""
+        return (self.env_gpus is not None or bool(self.cdi_devices) or bool(self.gpu_devices)
+                or bool(self.device_mounts))
+
+    @property
     def quota_period(self) -> tuple[int, int] | None:
         """(quota, period) in microseconds; None when the CPU time is not limited."""
         if self.cpu_quota is None:

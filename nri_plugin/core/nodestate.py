@@ -73,9 +73,11 @@ class RecordConflict(RecordError):
     problem = "conflict"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class LiveContainer:
-    """A container the runtime reports as created, running or paused (Synchronize)."""
+    """A container the runtime reports as created, running or paused (Synchronize).
+    Never changed once made; not frozen, as one is made for every live container of
+    every Synchronize and a frozen dataclass's __init__ costs four times a plain one's."""
 
     id: str
     namespace: str | None  # its pod's namespace; None: the runtime sent no pod for it
@@ -268,13 +270,7 @@ class NodeState:
             plan = parse_record(signed, limits)[1]
             known = parsed[signed] = (plan, granted_permissions(plan))
         plan, permissions = known
-        ns = container.namespace
-        who = "a container of no known pod" if ns is None else f"namespace {ns!r}"
-        breach = "; ".join(
-            f"grants {permission}, which {who} may no longer use (node config "
-            f"permissions.{permission}); held until the container ends"
-            for permission in permissions
-            if ns is None or not self.config.allows(permission, ns))
+        breach = self._breach(permissions, container.namespace) if permissions else ""
         if plan.placement_record and self.allocator is not None:
             from nri_plugin.plan.placement_values import PlacementError
 
@@ -295,6 +291,16 @@ class NodeState:
         if plan.rt_runtime and container.cgroups_path:
             self._note_rt_dir(container.id, plan, container.cgroups_path)
         return plan, breach
+
+    def _breach(self, permissions: tuple[str, ...], ns: str | None) -> str:
+        """What of `permissions` a restored record needs that namespace `ns` (None: no
+        known pod) may no longer use; "" when it may use them all."""
+        who = "a container of no known pod" if ns is None else f"namespace {ns!r}"
+        return "; ".join(
+            f"grants {permission}, which {who} may no longer use (node config "
+            f"permissions.{permission}); held until the container ends"
+            for permission in permissions
+            if ns is None or not self.config.allows(permission, ns))
 
     def _note_rt_dir(self, owner: str, plan: ContainerPlan, cgroups_path: str) -> None:
         if self.facts is None or self.cgroup_version != 1:

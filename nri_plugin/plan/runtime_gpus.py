@@ -61,8 +61,7 @@ def resolve_grant(inventory: GpuInventory, granted: GrantedResources,
     """The GPUs and MIG devices `granted` names on this node (see the module docstring).
     `extra_ids`: the kubelet's device ids for the container (GPU UUIDs, MIG UUIDs or
     indexes), at most MAX_GRANT_ITEMS of them read."""
-    if (granted.env_gpus is None and extra_ids == () and not granted.cdi_devices
-            and not granted.gpu_devices and not granted.device_mounts):
+    if not granted.gpu_evidence and extra_ids == ():
         return NO_GRANT  # most containers: no evidence at all, nothing to look up
     names = cdi_grant_names(granted.cdi_devices, cdi_kinds)
     names += granted.device_mounts

@@ -14,8 +14,11 @@ Between events the drift watch (`plugin.watch`) reads back what was enforced.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
@@ -42,6 +45,7 @@ from nri_plugin.ops.logsetup import log_decision, log_event
 from nri_plugin.ops.metrics import NO_METRICS, MetricsSink
 from nri_plugin.plan.model import ContainerPlan, PlanError
 from nri_plugin.plan.record import record_body, record_text
+from nri_plugin.plan.runtime_gpus import NO_GRANT
 from nri_plugin.plugin.adjustment import annotated, build_adjustment, build_update
 from nri_plugin.plugin.heap import TRIM_AFTER_CONTAINERS, release_freed_heap
 from nri_plugin.plugin.kubelet_grants import KubeletGrants, asks_kubelet
@@ -97,11 +101,11 @@ def granted_resources(resources: pb.LinuxResources, container: pb.Container | No
                          if (path := m.destination).startswith(DEVICE_MOUNT_DIR)]
         if device_mounts:
             evidence["device_mounts"] = device_mount_ids(device_mounts)
-    return GrantedResources(cpu_quota=cpu.quota.value if cpu.HasField("quota") else None,
-                            cpu_period=cpu.period.value if cpu.HasField("period") else None,
-                            cpu_shares=cpu.shares.value if cpu.HasField("shares") else None,
-                            memory_limit=(memory.limit.value if memory.HasField("limit")
-                                          else None), **evidence)
+    # An absent value reads as 0, which GrantedResources takes as "not set", as it takes
+    # a 0 the runtime wrote: no HasField per value (four calls per container).
+    return GrantedResources(cpu_quota=cpu.quota.value, cpu_period=cpu.period.value,
+                            cpu_shares=cpu.shares.value, memory_limit=memory.limit.value,
+                            **evidence)
 
 
 
@@ -164,14 +168,12 @@ class SlaPlugin:
         exactly what they hold. A record that is not taken is logged and counted, and
         changes nothing for any other container. Aligned containers whose node got back
         exclusive CPUs (their holders went away meanwhile) get their wider cpuset."""
-        with self._timed("Synchronize"):
+        with self._timed("Synchronize"), self._collector_paused():
             self.rescan_inventory()  # records may name GPUs that came (or went) meanwhile
             pod_of = {p.id: p for p in pods}
+            namespaces = {pod_id: pod.namespace for pod_id, pod in pod_of.items()}
             live = [c for c in containers if c.state in LIVE_STATES]
-            restored = self.node.restore(
-                LiveContainer(c.id, _namespace(pod_of.get(c.pod_sandbox_id)), c.annotations,
-                              c.created_at, c.linux.resources.cpu.cpus, c.pod_sandbox_id,
-                              c.linux.cgroups_path) for c in live)
+            restored = self.node.restore([_live(c, namespaces) for c in live])
             _log_given_back(restored.rt_given_back)
             self._report_restore_problems(restored)
             # Before the registry is rebuilt: what it knew needs no second look.
@@ -192,6 +194,23 @@ class SlaPlugin:
                 # Once the answer is sent and the request freed (the next loop turn).
                 self._loop.call_soon(release_freed_heap)
             return updates
+
+    @contextmanager
+    def _collector_paused(self) -> Iterator[None]:
+        """Python's cyclic garbage collector off while a Synchronize is handled. A
+        Synchronize makes tens of objects per container that all stay (the registry,
+        the pool, the plans): at 10,000 containers the collector ran about 80 times inside
+        the handler, a full pass over the heap among them, 25-80 ms of the runtime's
+        deadline spent finding no garbage. Back on when the handler ends, whatever way
+        (its next pass looks at the new objects once)."""
+        if not gc.isenabled():  # someone else's choice: left alone
+            yield
+            return
+        gc.disable()
+        try:
+            yield
+        finally:
+            gc.enable()
 
     def _report_restore_problems(self, restored: Restored) -> None:
         """Each record restore did not take, and each it took outside the node policy:
@@ -336,11 +355,14 @@ class SlaPlugin:
         # One string for the id, wherever it is kept (each read of a protobuf field makes
         # a new one; the registry shares the pod's strings among its containers).
         container_id = container.id
-        grant = self.node.gpu_grant(granted, kubelet_ids)
-        if grant.env_only and plan is None:
-            log_event(log, logging.INFO, "GPU env is not a grant", container=container_id,
-                      env=grant.env_only[:64])
-        self.node.hold_grant(container_id, grant)
+        if granted.gpu_evidence or kubelet_ids:
+            grant = self.node.gpu_grant(granted, kubelet_ids)
+            if grant.env_only and plan is None:
+                log_event(log, logging.INFO, "GPU env is not a grant", container=container_id,
+                          env=grant.env_only[:64])
+            self.node.hold_grant(container_id, grant)
+        else:  # most containers: nothing to resolve or hold
+            grant = NO_GRANT
         # What it can open: its grant, and what its placement holds (the same GPUs, or,
         # for a record from before issue 18, the GPUs nri-sla chose and added then).
         held = self.node.allocator.placement_of(container_id) if self.node.allocator else None
@@ -592,6 +614,15 @@ def _log_given_back(changes: list[RtChange]) -> None:
     for change in changes:
         log_event(log, logging.INFO, "RT budget given back", cgroup=str(change.path),
                   before=change.old_us, now=change.new_us)
+
+
+def _live(container: pb.Container, namespaces: dict[str, str]) -> LiveContainer:
+    """What restore needs of a live container; `namespaces`: pod id -> its namespace.
+    Each field read once (each read of a protobuf field makes a new object)."""
+    pod_id, linux = container.pod_sandbox_id, container.linux
+    return LiveContainer(container.id, namespaces.get(pod_id), container.annotations,
+                         container.created_at, linux.resources.cpu.cpus, pod_id,
+                         linux.cgroups_path)
 
 
 def _key(pod: pb.PodSandbox | None, container: pb.Container) -> tuple[str, str, str]:

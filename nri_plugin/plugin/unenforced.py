@@ -78,6 +78,9 @@ class UnenforcedContainers:
         with a plan but no record got an answer the runtime never applied: reported.)"""
         now: dict[str, Unenforced] = {}
         new: list[Unenforced] = []
+        # A pod's annotations as a dict, made once for all its containers (each read of a
+        # protobuf map makes new strings).
+        annotations: dict[str, dict[str, str]] = {}
         for ctr in live:
             pod = pod_of.get(ctr.pod_sandbox_id)
             if pod is None or applied_key in ctr.annotations:
@@ -87,8 +90,12 @@ class UnenforcedContainers:
                 now[ctr.id] = seen
                 continue
             entry = known.get(ctr.id)
-            if (entry is not None and entry.decided_plan is None) or hook_enforced(ctr) \
-                    or not _asks_sla(config, pod, ctr):
+            if (entry is not None and entry.decided_plan is None) or hook_enforced(ctr):
+                continue
+            pod_annotations = annotations.get(ctr.pod_sandbox_id)
+            if pod_annotations is None:
+                pod_annotations = annotations[ctr.pod_sandbox_id] = _copied(pod.annotations)
+            if not _asks_sla(config, pod_annotations, ctr.name):
                 continue
             now[ctr.id] = found = Unenforced(ctr.id, pod.namespace, pod.name, ctr.name)
             new.append(found)
@@ -104,8 +111,14 @@ class UnenforcedContainers:
         return len(now)
 
 
-def _asks_sla(config: NodeConfig, pod: pb.PodSandbox, ctr: pb.Container) -> bool:
+def _copied(annotations: Mapping[str, str]) -> dict[str, str]:
+    """A protobuf map as a dict, key by key: its items() is collections.abc's ItemsView,
+    a generator in Python."""
+    return {key: annotations[key] for key in annotations}
+
+
+def _asks_sla(config: NodeConfig, pod_annotations: Mapping[str, str], name: str) -> bool:
     try:
-        return parse_sla(config, pod.annotations, ctr.name) is not None
+        return parse_sla(config, pod_annotations, name) is not None
     except SlaError:
         return True  # invalid: nri-sla would have refused it

@@ -154,8 +154,11 @@ def sla_for_container(annotations: Mapping[str, str], container_name: str, *,
         raise SlaError(f"{head}*", "", f"annotations hold {total} characters together (keys "
                                        f"and values); at most {MAX_TOTAL_ANNOTATION_CHARS} "
                                        "are allowed")
-    args = (prefix, container_name, default_enforcement, pod_text, ctr_text, shortcut, alias,
-            tuple(sorted(strays)))
+    # Without a container document the name changes nothing in the result, so the pod's
+    # containers (and every replica's) share one cache entry: a Synchronize asks for
+    # thousands of distinct names.
+    args = (prefix, container_name if ctr_text is not None else "", default_enforcement,
+            pod_text, ctr_text, shortcut, alias, tuple(sorted(strays)))
     # Only small inputs are cached (a cache entry pins its texts). Stray keys always end
     # in a refusal, so their tuple is never made a cache key either.
     big = bool(strays) or any(v is not None and len(v) > MAX_CACHED_CHARS

@@ -40,6 +40,18 @@ def test_grant_evidence(dgx_node, evidence, expected):
     assert got == expected and grant.migs == () and grant.unknown == ()
 
 
+@pytest.mark.parametrize("evidence", [
+    {}, {"cdi_devices": ("vendor.example/nic=0",)}, {"gpu_devices": ((10, 3),)},
+    {"device_mounts": ("1",)}, {"env_gpus": ""}])
+def test_gpu_evidence_says_when_a_grant_needs_resolving(dgx_node, evidence):
+    """The plugin resolves a grant only for a container with GPU evidence: any kind,
+    even one that names no GPU (an empty env is still the env's word)."""
+    resources = GrantedResources(cpu_shares=1024, **evidence)
+    assert resources.gpu_evidence == bool(evidence)
+    if not evidence:
+        assert resolve_grant(dgx_node[1], resources, KINDS).empty
+
+
 def test_an_env_alone_is_reported_as_no_grant(dgx_node):
     _, grant = indexes(dgx_node[1], {"env_gpus": " 0,1 "})
     assert grant.empty and grant.env_only == "0,1"

@@ -6,7 +6,10 @@ reads the others)."""
 
 from __future__ import annotations
 
+import gc
 import logging
+
+import pytest
 
 from nri_plugin.config import WatchConfig
 from nri_plugin.enforce.plan_writes import cgroup_writes
@@ -84,3 +87,34 @@ def test_the_pass_inside_synchronize_reads_back_a_bounded_number(v2_tree: Cgroup
     everyone = {c.id for c in containers}
     assert len(in_sync) == 2 and in_sync < everyone
     assert everyone - in_sync <= later  # the periodic pass repairs the third
+
+
+def test_synchronize_pauses_the_collector_and_leaves_it_as_it_was(monkeypatch):
+    """Off while the handler runs (it makes objects that all stay), on again when it
+    ends, also when it fails; a collector someone else turned off stays off."""
+    plugin = SlaPlugin(make_node(2), Metrics())
+    pods, containers = running(4, HARD)
+    seen = []
+    report = plugin._unenforced.report
+
+    def spying(*args, **kwargs):
+        seen.append(gc.isenabled())
+        return report(*args, **kwargs)
+    monkeypatch.setattr(plugin._unenforced, "report", spying)
+    assert gc.isenabled()
+    plugin.synchronize(pods, containers)
+    assert seen == [False] and gc.isenabled()
+
+    def failing(*args, **kwargs):
+        raise OSError("no inventory")
+    monkeypatch.setattr(plugin.node, "restore", failing)
+    with pytest.raises(OSError):
+        plugin.synchronize(pods, containers)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        monkeypatch.undo()
+        plugin.synchronize(pods, containers)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

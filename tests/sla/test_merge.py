@@ -37,6 +37,16 @@ def test_pod_document_applies_to_every_container():
     assert web.cpu.limit == 2.0 and web.cpu.period_us == 50_000
 
 
+def test_containers_without_their_own_document_share_one_parse():
+    """A Synchronize asks for thousands of distinct names: without a container document
+    the name changes nothing, so every container of the pod (and every replica) gets
+    the one cached SLA; a container with its own document gets its own."""
+    ann = {POD: POD_DOC, "sla.nri.io/container.db": "memory: {max: 4Gi}"}
+    web, api, db = (sla_for_container(ann, name) for name in ("web", "api", "db"))
+    assert web is api and web.keys == (POD,)
+    assert db is not web and db.memory.max == 4 << 30 and db.cpu == web.cpu
+
+
 def test_container_document_merges_key_by_key():
     ann = {POD: POD_DOC, WEB: """
 cpu: {limit: 3}                 # period stays 50ms from the pod

@@ -14,7 +14,7 @@ import inspect
 import logging
 import re
 import socket
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -197,6 +197,13 @@ def check_identity(name: str, idx: str) -> None:
 
 # What plain (`def`) handlers return: never awaitable.
 _PLAIN_ANSWERS = frozenset({type(None), CreateResult, list, tuple, int})
+
+
+def map_as_dict(values: Mapping[str, str]) -> dict[str, str]:
+    """A protobuf map field (annotations, labels) as a dict, key by key: protobuf's map
+    iterates and looks up natively, but its items() is collections.abc's ItemsView, a
+    generator in Python, which dict(m) goes through: ~2x slower per request."""
+    return {key: values[key] for key in values}
 
 
 def _maybe_await(result: Any, then: Callable[[Any], bytes]) -> bytes | Awaitable[bytes]:

@@ -39,7 +39,7 @@ from nri_plugin.granted import (
 from nri_plugin.hookspec import hook_spec
 from nri_plugin.nri.errors import Code, RpcError
 from nri_plugin.nri.pb import nri_pb2 as pb
-from nri_plugin.nri.stub import CreateResult
+from nri_plugin.nri.stub import CreateResult, map_as_dict
 from nri_plugin.ops.event import DecisionEvent, applied_fields
 from nri_plugin.ops.logsetup import log_decision, log_event
 from nri_plugin.ops.metrics import NO_METRICS, MetricsSink
@@ -300,11 +300,8 @@ class SlaPlugin:
         granted = granted_resources(container.linux.resources, container)
         kubelet_ids = (self.kubelet.for_container(pod.namespace, pod.name, container.name)
                        if asks_kubelet(granted) else ())
-        # Copied key by key: protobuf's map iterates and looks up natively, but its items()
-        # is collections.abc's ItemsView, a generator in Python (dict(m) goes through it).
-        annotations = pod.annotations
         decision = decide(self.node, ContainerRequest(
-            {key: annotations[key] for key in annotations}, container.name,
+            map_as_dict(pod.annotations), container.name,
             namespace=pod.namespace,
             owner=container.id, pod=pod.id, nri_version=self.nri_version, granted=granted,
             kubelet_gpu_ids=kubelet_ids))

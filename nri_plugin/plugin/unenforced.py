@@ -23,6 +23,7 @@ from nri_plugin.config import NodeConfig
 from nri_plugin.core.decision import parse_sla
 from nri_plugin.hookspec import is_sla_hook
 from nri_plugin.nri.pb import nri_pb2 as pb
+from nri_plugin.nri.stub import map_as_dict
 from nri_plugin.ops.logsetup import log_event
 from nri_plugin.ops.metrics import MetricsSink
 from nri_plugin.plugin.registry import ContainerRegistry
@@ -94,7 +95,7 @@ class UnenforcedContainers:
                 continue
             pod_annotations = annotations.get(ctr.pod_sandbox_id)
             if pod_annotations is None:
-                pod_annotations = annotations[ctr.pod_sandbox_id] = _copied(pod.annotations)
+                pod_annotations = annotations[ctr.pod_sandbox_id] = map_as_dict(pod.annotations)
             if not _asks_sla(config, pod_annotations, ctr.name):
                 continue
             now[ctr.id] = found = Unenforced(ctr.id, pod.namespace, pod.name, ctr.name)
@@ -109,12 +110,6 @@ class UnenforcedContainers:
         if new:
             self.metrics.count_unenforced(len(new))
         return len(now)
-
-
-def _copied(annotations: Mapping[str, str]) -> dict[str, str]:
-    """A protobuf map as a dict, key by key: its items() is collections.abc's ItemsView,
-    a generator in Python."""
-    return {key: annotations[key] for key in annotations}
 
 
 def _asks_sla(config: NodeConfig, pod_annotations: Mapping[str, str], name: str) -> bool:

@@ -7,7 +7,12 @@ nri-sla wrote and what the kernel shows (cpu.stat, memory.events, PSI). With --r
 (root, a cgroup v1 host) N containers get real cgroups instead, so the per-file cost of
 cgroupfs itself is measured too. Every figure is the median wall and CPU time (this
 process) of one pass, one scrape of the metrics registry, one status document; on a
-loaded machine the CPU time is the one to read.
+loaded machine the CPU time is the one to read. "loop held" is the longest the service's
+event loop goes without answering a request because of a pass: the whole pass when it
+ran as one call (before 2026-12-01), now the longest of its steps (watch.PASS_STEP
+containers each; the service serves requests between them), and that longest step again
+with the cyclic garbage collector off (what is left is the steps' own work; the difference
+is a full collection a pass's allocations set off, which grows with the heap).
 
     .venv/bin/python bench/bench_drift.py [--containers 1000] [--passes 7] [--real 200]
 """
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import os
 import statistics
 import tempfile
@@ -128,10 +134,33 @@ def timed(work: Callable[[], object], passes: int) -> tuple[float, float]:
     return statistics.median(wall), statistics.median(cpu)
 
 
+def longest_step(plugin: SlaPlugin, passes: int, collector: bool = True
+                 ) -> tuple[float, float]:
+    """Median over `passes` passes of the longest step's wall and CPU seconds (with the
+    cyclic garbage collector on, as in the service, or off)."""
+    wall, cpu = [], []
+    if not collector:
+        gc.disable()
+    for _ in range(passes):
+        steps = plugin.drift_steps()
+        longest = (0.0, 0.0)
+        while True:
+            w, c = time.perf_counter(), time.process_time()
+            if next(steps, None) is None:
+                break
+            longest = max(longest, (time.perf_counter() - w, time.process_time() - c))
+        wall.append(longest[0])
+        cpu.append(longest[1])
+    gc.enable()
+    return statistics.median(wall), statistics.median(cpu)
+
+
 def report(label: str, plugin: SlaPlugin, passes: int) -> None:
     count = len(plugin.registry.watched())
     files = sum(len(r.settings) for r in plugin.watch.look().containers)
     wall, cpu = timed(plugin.drift_pass, passes)
+    step_wall, step_cpu = longest_step(plugin, passes)
+    no_gc = longest_step(plugin, passes, collector=False)
     assert all(r.state == "watched" and not r.drifted for r in plugin.watch.last.containers)
     metrics = plugin.metrics
     metrics.registry.register(ContainerCollector(lambda: plugin.watch.last, count))
@@ -140,7 +169,10 @@ def report(label: str, plugin: SlaPlugin, passes: int) -> None:
     print(f"{label:<30} {count:5d} containers, {files:5d} settings; wall/cpu ms: pass "
           f"{wall * 1e3:6.1f}/{cpu * 1e3:6.1f} ({cpu / count * 1e6:4.0f} us cpu/container), "
           f"scrape {scrape[0] * 1e3:6.1f}/{scrape[1] * 1e3:6.1f}, status "
-          f"{status[0] * 1e3:6.1f}/{status[1] * 1e3:6.1f}", flush=True)
+          f"{status[0] * 1e3:6.1f}/{status[1] * 1e3:6.1f}; loop held: whole pass "
+          f"{wall * 1e3:6.1f}/{cpu * 1e3:6.1f} -> longest step "
+          f"{step_wall * 1e3:5.1f}/{step_cpu * 1e3:5.1f} (collector off "
+          f"{no_gc[0] * 1e3:4.1f}/{no_gc[1] * 1e3:4.1f})", flush=True)
 
 
 def main() -> int:

@@ -13,8 +13,9 @@ systemd hears READY=1 after registration, WATCHDOG=1 every WATCHDOG_USEC/2 and S
 at the end.
 
 `ServiceOptions.periodic`: work the plugin does on its own schedule (the drift watch, GPU
-rescans), run on the event loop while registered; the container updates it returns go
-to the runtime as a plugin-initiated UpdateContainers.
+rescans), run on the event loop while registered, at once or in steps with requests
+served between them; the container updates it returns go to the runtime as a
+plugin-initiated UpdateContainers.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import logging
 import os
 import signal
 import socket
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,12 +45,17 @@ STOPPED = "stopped"
 @dataclass(frozen=True)
 class Periodic:
     """Work run every `interval` seconds on the service's loop while registered (the
-    first run one interval after registration); the container updates `run` returns, if
-    any, go to the runtime with UpdateContainers. An exception is logged and the next
-    run comes as planned."""
+    first run one interval after registration). `run` returns container updates (or
+    None), or a generator of steps, each yielding its updates: the loop answers the
+    runtime's requests between two steps, so a long run (a pass over thousands of
+    containers) holds it for one step at a time, not for the whole run. The updates, of
+    all steps together, go to the runtime with one UpdateContainers. An exception is
+    logged and the next run comes as planned; a run in steps whose connection ends is
+    closed between two steps (GeneratorExit at its `yield`)."""
 
     interval: float
-    run: Callable[[], Sequence[Any] | None]  # -> list[pb.ContainerUpdate] | None
+    # -> list[pb.ContainerUpdate] | None, or a generator of such lists (one per step)
+    run: Callable[[], Sequence[Any] | Generator[Sequence[Any], None, None] | None]
     name: str = ""  # for the log
 
     def __post_init__(self) -> None:
@@ -65,9 +71,9 @@ async def _every(job: Periodic, stub: Stub) -> None:
         await asyncio.sleep(job.interval)
         if not stub.registered:
             continue
-        updates: Sequence[Any] | None = ()
+        updates: list[Any] = []
         try:
-            updates = job.run()
+            updates = await _run_steps(job.run())
             if updates:
                 failed = await stub.update_containers(updates)
                 if failed:
@@ -77,9 +83,27 @@ async def _every(job: Periodic, stub: Stub) -> None:
             return  # the service reconnects; a new stub gets new runs
         except NriError as exc:  # containerd answers an error when any update failed
             log.warning("%s: UpdateContainers of %d containers failed: %s", name,
-                        len(updates or ()), exc)
+                        len(updates), exc)
         except Exception:  # one bad run must not end the others or the service
             log.exception("periodic %s failed", name)
+
+
+async def _run_steps(result: Sequence[Any] | Generator[Sequence[Any], None, None] | None
+                     ) -> list[Any]:
+    """A Periodic run's updates: its result, or every step's, with the loop given back
+    after each step (requests that came meanwhile are answered then). Cancelled (the
+    connection ended) or failed, a run in steps is closed there: the steps not yet run
+    never run."""
+    if not isinstance(result, Generator):
+        return list(result or ())
+    updates: list[Any] = []
+    try:
+        for step in result:
+            updates.extend(step)
+            await asyncio.sleep(0)
+    finally:
+        result.close()
+    return updates
 
 
 @dataclass

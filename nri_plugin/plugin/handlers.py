@@ -17,7 +17,7 @@ import asyncio
 import gc
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
@@ -524,14 +524,21 @@ class SlaPlugin:
             _log_given_back(self.node.give_back_rt())
 
     # -- the drift watch ------------------------------------------------------------------
-    def drift_pass(self) -> list[pb.ContainerUpdate]:
-        """The service's Periodic: one pass of the drift watch; the updates re-assert
-        runtime-applied values (sent as UpdateContainers), after the cpusets the CPU pool
-        changed since the last answer (exclusive CPUs freed by a RemoveContainer that no
-        StopContainer preceded: its answer carries no updates). RT budget raised for
-        containers whose cgroup went away since is given back."""
+    def drift_steps(self) -> Generator[list[pb.ContainerUpdate], None, None]:
+        """The service's Periodic: one pass of the drift watch in steps (the loop serves
+        requests between them: watch.PASS_STEP); the updates re-assert runtime-applied
+        values (sent as UpdateContainers), after the cpusets the CPU pool changed since
+        the last answer (exclusive CPUs freed by a RemoveContainer that no StopContainer
+        preceded: its answer carries no updates). RT budget raised for containers whose
+        cgroup went away since is given back."""
         _log_given_back(self.node.give_back_rt())
-        return [*self._cpuset_updates(exclude=""), *self.watch.run()]
+        yield self._cpuset_updates(exclude="")
+        yield from self.watch.run()
+
+    def drift_pass(self) -> list[pb.ContainerUpdate]:
+        """drift_steps at once: a whole pass and all its updates (the tests' and the
+        benchmark's view of one pass)."""
+        return [update for step in self.drift_steps() for update in step]
 
     def status(self, timeout: float) -> dict[str, Any]:
         """The node's status document, read on the service's event loop (called from the

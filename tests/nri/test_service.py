@@ -8,6 +8,7 @@ import signal
 import socket
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -222,6 +223,109 @@ def test_periodic_work_runs_while_registered_and_sends_its_updates(sock_dir, cap
         await asyncio.wait_for(svc, 5)
     asyncio.run(main())
     assert any("periodic tick failed" in r.getMessage() for r in caplog.records)
+
+
+STEP_SECONDS = 0.01  # what one step holds the loop for (a batch of containers read back)
+
+
+def test_a_periodic_run_in_steps_lets_requests_through_and_sends_every_steps_updates(
+        sock_dir):
+    """A run returning a generator holds the loop one step at a time: a CreateContainer
+    sent while it runs is answered long before its last step, and the updates of its
+    first and last steps reach the runtime together."""
+    async def main():
+        path = os.path.join(sock_dir, "nri.sock")
+        pod = make_pod("p")
+        first, last = make_container(pod, "first"), make_container(pod, "last")
+        total = 100
+        done: list[int] = []  # steps run, of every run
+        began = asyncio.Event()
+
+        def update(ctr, cpus):
+            u = pb.ContainerUpdate(container_id=ctr.id)
+            u.linux.resources.cpu.cpus = cpus
+            return u
+
+        def pass_in_steps():
+            if done:  # one run is enough
+                return
+            for i in range(total):
+                time.sleep(STEP_SECONDS)  # the loop is held, as by reading cgroups
+                done.append(i)
+                began.set()
+                yield ([update(first, "0-1")] if i == 0 else
+                       [update(last, "0-2")] if i == total - 1 else [])
+
+        stop = asyncio.Event()
+        opts = ServiceOptions(socket_path=path, handle_signals=False, environ={},
+                              stop_event=stop,
+                              periodic=[service.Periodic(0.05, pass_in_steps, "steps")])
+        svc = asyncio.create_task(run_service(Plugin(), opts))
+        sim = await RuntimeSimulator(path, containers=[first, last]).start()
+        s = await sim.accept(timeout=5)
+        await asyncio.wait_for(began.wait(), 10)
+        assert await s.create_container(pod, make_container(pod, "c")) is not None
+        answered_after = len(done)
+        assert answered_after < total // 2  # not after the whole run
+        for _ in range(500):
+            if s.unsolicited:
+                break
+            await asyncio.sleep(0.02)
+        (request,) = s.unsolicited  # one UpdateContainers, once the last step ran
+        assert len(done) == total
+        assert [u.container_id for u in request.update] == [first.id, last.id]
+        assert sim.state.containers[first.id].linux.resources.cpu.cpus == "0-1"
+        assert sim.state.containers[last.id].linux.resources.cpu.cpus == "0-2"
+        stop.set()
+        await asyncio.wait_for(svc, 5)
+        await sim.close()
+    asyncio.run(main())
+
+
+def test_a_periodic_run_in_steps_ends_cleanly_when_the_connection_drops(sock_dir, caplog):
+    """The runtime goes away mid-run: the run is closed between two steps (GeneratorExit
+    at its yield), no further step runs and nothing is logged as failed."""
+    import logging
+
+    caplog.set_level(logging.WARNING, logger="nri_sla.nri.service")
+
+    async def main():
+        path = os.path.join(sock_dir, "nri.sock")
+        done: list[int] = []
+        closed: list[int] = []
+        began = asyncio.Event()
+
+        def endless_steps():
+            try:
+                while True:
+                    time.sleep(STEP_SECONDS)
+                    done.append(len(done))
+                    began.set()
+                    yield []
+            except GeneratorExit:
+                closed.append(len(done))
+                raise
+
+        stop = asyncio.Event()
+        opts = ServiceOptions(socket_path=path, backoff_initial=0.05, backoff_max=0.1,
+                              handle_signals=False, environ={}, stop_event=stop,
+                              periodic=[service.Periodic(0.05, endless_steps, "endless")])
+        svc = asyncio.create_task(run_service(Plugin(), opts))
+        sim = await RuntimeSimulator(path).start()
+        await sim.accept(timeout=5)
+        await asyncio.wait_for(began.wait(), 10)
+        await sim.close()  # containerd restarts mid-run
+        for _ in range(250):
+            if closed:
+                break
+            await asyncio.sleep(0.02)
+        assert closed == [len(done)]  # closed right after its last step, once
+        await asyncio.sleep(0.2)
+        assert closed == [len(done)]  # and no step after that
+        stop.set()
+        await asyncio.wait_for(svc, 5)
+    asyncio.run(main())
+    assert not [r for r in caplog.records if "failed" in r.getMessage()]
 
 
 def test_periodic_interval_must_be_positive():

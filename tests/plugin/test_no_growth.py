@@ -1,8 +1,9 @@
 """Container lifecycles leave nothing behind in the plugin: after a warm-up, 600 more
 create/start/stop/remove lifecycles (GPUs, exclusive CPUs, RT budget and plain limits in
 turn, over a real unix socket) grow the traced Python heap by less than 220 bytes per
-lifecycle (bounded caches filling up) and leave no owner. bench/bench_lifecycles.py runs
-10,000 against a real `nri-sla run` and samples its RSS."""
+lifecycle (bounded caches filling up; the smaller of two such rounds, see below) and
+leave no owner. bench/bench_lifecycles.py runs 10,000 against a real `nri-sla run` and
+samples its RSS."""
 
 from __future__ import annotations
 
@@ -53,15 +54,23 @@ def test_lifecycles_do_not_grow_the_heap(tmp_path, v1_tree, caplog):
             # Traced from the start: a table the warm-up grew (the interpreter's interned
             # strings, which pathlib feeds) may be rebuilt later, and only a block traced
             # when it was made counts as freed then.
+            # That table is the interpreter's, shared with every test before this one: it
+            # doubles (a new block of a few MiB, the old one untraced) whenever its free
+            # slots run out, which the earlier tests decide. Two measured rounds, the
+            # smaller growth kept: a doubling leaves room for far more than one round's
+            # strings, so it lands in one round at most, while a leak grows both.
             tracemalloc.start()
             await lifecycles(0, WARM_UP)
-            gc.collect()
-            before = tracemalloc.get_traced_memory()[0]
-            await lifecycles(WARM_UP, MEASURED)
-            gc.collect()
-            grown = tracemalloc.get_traced_memory()[0] - before
-            top = tracemalloc.take_snapshot().statistics("lineno")[:5]
+            rounds = []
+            for start in (WARM_UP, WARM_UP + MEASURED):
+                gc.collect()
+                before = tracemalloc.get_traced_memory()[0]
+                await lifecycles(start, MEASURED)
+                gc.collect()
+                grown = tracemalloc.get_traced_memory()[0] - before
+                rounds.append((grown, tracemalloc.take_snapshot().statistics("lineno")[:5]))
             tracemalloc.stop()
+            grown, top = min(rounds, key=lambda r: r[0])
             return grown, top, plugin
 
     grown, top, plugin = asyncio.run(asyncio.wait_for(scenario(), 120))

@@ -82,6 +82,7 @@ if TYPE_CHECKING:
 
 PACKAGE = dirname(dirname(abspath(__file__)))  # the nri_plugin directory
 _code: dict | None = None
+_listed: dict[str, list[str]] = {}  # code_state's modules of each CODE_DIRS directory
 
 
 def open_store(opts: "HookOptions") -> "Store | None":
@@ -107,32 +108,50 @@ def code_state() -> dict:
     if _code is None:
         files = []
         for sub in CODE_DIRS:
-            where = PACKAGE + sub
-            try:
-                with posix.scandir(where) as it:
-                    names = sorted(e.name for e in it if e.name.endswith(".py"))
-            except OSError:
-                names = []
+            names = _modules_in(sub)
+            _listed[sub] = names
             for rel in (sub, *(f"{sub}/{name}" for name in names)):
-                try:
-                    st = posix.stat(PACKAGE + rel)
-                    files.append([rel, st.st_ino, st.st_ctime_ns])
-                except OSError as e:
-                    files.append([rel, -1, e.errno])
+                files.append([rel, *_identity(rel)])
         _code = {"digest": digest(*(str(x) for f in files for x in f)), "files": files}
     return _code
+
+
+def _modules_in(sub: str) -> list[str]:
+    try:
+        with posix.scandir(PACKAGE + sub) as it:
+            return sorted(e.name for e in it if e.name.endswith(".py"))
+    except OSError:
+        return []
+
+
+def _identity(rel: str) -> list[int]:
+    try:
+        st = posix.stat(PACKAGE + rel)
+        return [st.st_ino, st.st_ctime_ns]
+    except OSError as e:
+        return [-1, e.errno]
 
 
 def code_that_ran(code: dict) -> dict:
     """`code` (code_state) with only the files a hit must re-check: the directories and
     the modules loaded now, at the end of a cold run. A module the decision never loaded
     cannot have shaped it (to load one, a loaded module would have to change, or a file
-    be added: its directory changes), and each file less is a stat less per hit."""
+    be added: its directory changes), and each file less is a stat less per hit. A
+    directory whose modules are still the ones listed at the start is stored as it is
+    now: this run's imports may have created its `__pycache__` (a fresh checkout, an
+    install without .pyc files), which changes the directory but no module in it."""
     loaded = {abspath(module.__file__) for name, module in list(sys.modules.items())
               if name.startswith("nri_plugin") and getattr(module, "__file__", None)}
-    return {"digest": code["digest"],
-            "files": [f for f in code["files"]
-                      if not f[0].endswith(".py") or PACKAGE + f[0] in loaded]}
+    files = []
+    for rel, *identity in code["files"]:
+        if rel.endswith(".py"):
+            if PACKAGE + rel in loaded:
+                files.append([rel, *identity])
+        elif _modules_in(rel) == _listed.get(rel):
+            files.append([rel, *_identity(rel)])
+        else:
+            files.append([rel, *identity])  # a module came or went: the next hit misses
+    return {"digest": code["digest"], "files": files}
 
 
 def code_unchanged(code: object) -> str | None:

@@ -21,7 +21,7 @@ import posix  # not os: nri_plugin/posixfs.py says why
 from nri_plugin.enforce.cgpaths import UNIFIED
 from nri_plugin.enforce.errors import CgroupWriteError
 from nri_plugin.enforce.readback import PAGE_SIZE, restore_value, values_match
-from nri_plugin.posixfs import basename, dirname, fsencode, isdir
+from nri_plugin.posixfs import basename, dirname, fsencode, isdir, read_attribute
 from nri_plugin.value import Value
 
 TYPE_CHECKING = False  # typing costs the hook start-up time; only checkers need it
@@ -107,11 +107,7 @@ def write_value(path: str, value: str) -> None:
 def read_value(path: str, limit: int = 1 << 16) -> str:
     """A cgroup file's content (one read(2): cgroupfs hands a whole small file at once;
     no text-file object per read on the hook's path)."""
-    fd = posix.open(path, posix.O_RDONLY | posix.O_CLOEXEC)
-    try:
-        return posix.read(fd, limit).decode("utf-8", "replace")
-    finally:
-        posix.close(fd)
+    return read_attribute(path, limit).decode("utf-8", "replace")
 
 
 class CgroupWrite(tuple):

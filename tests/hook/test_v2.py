@@ -472,3 +472,18 @@ def test_fast_hook_entry_runs_the_interpreter_in_utf8_mode():
         capture_output=True, text=True, timeout=30,
         env={"LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"})
     assert probe.stdout == "1\n", probe.stderr
+
+
+def test_fast_entry_runs_without_the_cyclic_collector():
+    # A hook run is one short process ending in posix._exit: the collector would only walk
+    # the objects of the modules it imports (docs/hook.md, session 26).
+    main = Path(__file__).resolve().parents[2] / "nri_plugin" / "hook" / "__main__.py"
+    probe = ("import gc, posix, sys\n"
+             "_exit = posix._exit\n"
+             "posix._exit = lambda status: (print(gc.isenabled(), flush=True), _exit(status))\n"
+             f"sys.argv = [{str(main)!r}]\n"
+             f"exec(compile(open({str(main)!r}).read(), {str(main)!r}, 'exec'), "
+             f"{{'__name__': '__main__', '__file__': {str(main)!r}, '__package__': ''}})")
+    out = subprocess.run([sys.executable, "-I", "-S", "-c", probe], input="{}",
+                         capture_output=True, text=True, timeout=30)
+    assert out.stdout == "False\n", (out.stdout, out.stderr)

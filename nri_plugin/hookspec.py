@@ -88,8 +88,8 @@ def fast_hook_entry(stage: str = DEFAULT_STAGE, python: str = "/usr/bin/python3"
                     script: str | None = None, timeout: int = RUNTIME_TIMEOUT,
                     ) -> "dict[str, Any]":
     """The hook as `python3 -I -S -X utf8 <nri_plugin/hook/__main__.py>`: no site, no
-    console-script wrapper, no argparse; a cached run within 1.5x of a bare interpreter
-    start (docs/hook.md). `script` defaults to this installation's __main__.py."""
+    console-script wrapper, no argparse: its fastest start (docs/hook.md has the figures
+    against a bare interpreter). `script` defaults to this installation's __main__.py."""
     _check_stage(stage)
     if script is None:
         script = join(dirname(abspath(__file__)), "hook", "__main__.py")

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Start-up cost of the OCI hook: wall time, CPU time and peak RSS per invocation.
 
-Each variant is exec'd N times with a realistic OCI state on stdin (a containerd-style
+Each variant (the fast entry as hookspec.fast_hook_entry installs it: `python3 -I -S -X
+utf8 .../__main__.py`) is exec'd N times with a realistic OCI state on stdin (a containerd-style
 bundle whose config.json carries an SLA) against a fake cgroup v2 tree, next to a bare
 `python3 -I -S -c pass` on the same interpreter. Targets (docs/hook.md, issue 21): a
 cached (warm) run and a container without an SLA within 1.5x of bare python, a cold run
@@ -162,7 +163,8 @@ def main() -> int:
         def empty_cold_cache() -> None:
             shutil.rmtree(cold_dir, ignore_errors=True)
 
-        fast = [py, "-I", "-S", str(HOOK_MAIN)]
+        # As hookspec.fast_hook_entry installs it (-X utf8: docs/hook.md, session 26).
+        fast = [py, "-I", "-S", "-X", "utf8", str(HOOK_MAIN)]
         module = [py, "-I", "-m", "nri_plugin.hook"]
         variants = [
             ("bare python3 -I -S -c pass", [py, "-I", "-S", "-c", "pass"], b""),
@@ -182,6 +184,10 @@ def main() -> int:
             # Where the cold path's time goes: importing the shared data path alone.
             ("(import sla+config+plan+enforce+core only)", [py, "-I", "-S", "-c", STACK],
              b""),
+            # The bare start with the hook's -X utf8 too: what the option alone saves
+            # (the C library's locale conversions) under this environment's locale.
+            ("(bare python3 -I -S -X utf8 -c pass)", [py, "-I", "-S", "-X", "utf8", "-c",
+                                                      "pass"], b""),
         ]
         results = measure(variants, args.runs)
     bare, bare_cpu = results[0]["median_ms"], results[0]["cpu_ms"]

@@ -141,6 +141,17 @@ def read_file(path: str, limit: int = -1) -> bytes:
         posix.close(fd)
 
 
+def read_attribute(path: str, limit: int = READ_CHUNK) -> bytes:
+    """A kernel attribute file's content (cgroupfs, sysfs) in one read(2): the kernel
+    formats such a file whole and hands it over in the first read, so the loop of read_file
+    would only add a second read(2) that returns nothing."""
+    fd = posix.open(path, posix.O_RDONLY | posix.O_CLOEXEC)
+    try:
+        return posix.read(fd, limit)
+    finally:
+        posix.close(fd)
+
+
 def makedirs(path: str, mode: int = 0o777) -> None:
     """os.makedirs(path, mode, exist_ok=True)."""
     if isdir(path):

@@ -78,3 +78,17 @@ def test_reads_match_a_binary_files_read(tmp_path, limit):
     assert posixfs.read_file("/proc/self/mountinfo") == Path("/proc/self/mountinfo").read_bytes()
     with pytest.raises(FileNotFoundError):
         posixfs.read_file(str(tmp_path / "missing"))
+
+
+@pytest.mark.parametrize("limit", [0, 5, 1 << 16])
+def test_an_attribute_is_read_whole_in_one_read(tmp_path, limit):
+    # sysfs and cgroupfs hand a small file whole at once; so does a plain file (the tests'
+    # fake trees). The read is bounded all the same.
+    path = tmp_path / "cpu.max"
+    path.write_bytes(b"250000 100000\n")
+    assert posixfs.read_attribute(str(path), limit) == b"250000 100000\n"[:limit]
+    online = Path("/sys/devices/system/cpu/online")
+    if online.exists():
+        assert posixfs.read_attribute(str(online)) == online.read_bytes()
+    with pytest.raises(FileNotFoundError):
+        posixfs.read_attribute(str(tmp_path / "missing"))

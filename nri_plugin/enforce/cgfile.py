@@ -15,13 +15,12 @@ where pathlib or dataclasses would cost more than the writes themselves.
 """
 
 
-import errno
 import posix  # not os: nri_plugin/posixfs.py says why
 
 from nri_plugin.enforce.cgpaths import UNIFIED
 from nri_plugin.enforce.errors import CgroupWriteError
 from nri_plugin.enforce.readback import PAGE_SIZE, restore_value, values_match
-from nri_plugin.posixfs import basename, dirname, fsencode, isdir
+from nri_plugin.posixfs import basename, dirname, fsencode, isdir, read_attribute
 from nri_plugin.value import Value
 
 TYPE_CHECKING = False  # typing costs the hook start-up time; only checkers need it
@@ -34,22 +33,32 @@ if TYPE_CHECKING:
 # (On v1 a file must carry its controller's prefix, which rules out tasks/cgroup.procs.)
 V2_PREFIXES = ("cpu.", "cpuset.", "memory.", "io.", "pids.", "hugetlb.", "rdma.", "misc.")
 
-HINTS = {
-    errno.EINVAL: "the kernel rejected the value (out of range, or conflicts with the parent)",
-    errno.ENODEV: "the device is not usable here (a partition, or not a block device)",
-    errno.ENOENT: "no such file: the controller or feature is missing on this kernel",
-    errno.EACCES: "permission denied (needs root or a delegated cgroup)",
-    errno.EPERM: "operation not permitted (needs root or a delegated cgroup)",
-    errno.EBUSY: "busy (the cgroup's current use conflicts with the value)",
-    errno.ERANGE: "value out of range for this file",
-}
+NO_SUCH_FILE = "no such file: the controller or feature is missing on this kernel"
 
 
 def os_reason(e: OSError) -> str:
     """The OS error with a hint at the usual cause on cgroupfs."""
     base = e.strerror or str(e)
-    hint = HINTS.get(e.errno or 0)
+    hint = _hints().get(e.errno or 0)
     return f"{base} ({hint})" if hint else base
+
+
+def _hints() -> dict[int, str]:
+    """errno -> the usual cause on cgroupfs. Built when something failed: `errno` is one
+    more module to import (~0.2 M instructions) that a run whose writes succeed, as the
+    OCI hook's cached run, never needs (docs/hook.md, issue 21 session 26)."""
+    import errno
+
+    return {
+        errno.EINVAL: "the kernel rejected the value (out of range, or conflicts with the "
+                      "parent)",
+        errno.ENODEV: "the device is not usable here (a partition, or not a block device)",
+        errno.ENOENT: NO_SUCH_FILE,
+        errno.EACCES: "permission denied (needs root or a delegated cgroup)",
+        errno.EPERM: "operation not permitted (needs root or a delegated cgroup)",
+        errno.EBUSY: "busy (the cgroup's current use conflicts with the value)",
+        errno.ERANGE: "value out of range for this file",
+    }
 
 
 def target(version: int, controller: str, name: str, value: str,
@@ -82,7 +91,7 @@ def target(version: int, controller: str, name: str, value: str,
                                    "not created?)") from None
         # Checked up front: an O_CREAT open (cgroupspy's) on cgroupfs answers a misleading
         # EACCES for a file the kernel does not provide.
-        raise CgroupWriteError(path, value, HINTS[errno.ENOENT]) from None
+        raise CgroupWriteError(path, value, NO_SUCH_FILE) from None
     # The container dir came from a validated path (cgpaths.safe_join), and `name` is a
     # plain name, so only the file itself could lead elsewhere: a symlink planted in a
     # delegated subtree must not redirect the write.
@@ -107,11 +116,7 @@ def write_value(path: str, value: str) -> None:
 def read_value(path: str, limit: int = 1 << 16) -> str:
     """A cgroup file's content (one read(2): cgroupfs hands a whole small file at once;
     no text-file object per read on the hook's path)."""
-    fd = posix.open(path, posix.O_RDONLY | posix.O_CLOEXEC)
-    try:
-        return posix.read(fd, limit).decode("utf-8", "replace")
-    finally:
-        posix.close(fd)
+    return read_attribute(path, limit).decode("utf-8", "replace")
 
 
 class CgroupWrite(tuple):

@@ -57,6 +57,7 @@ from nri_plugin.posixfs import (
     isdir,
     join,
     makedirs,
+    read_attribute,
     read_file,
     realpath,
 )
@@ -255,8 +256,9 @@ def device_signature(spec: str) -> str:
 
 
 def _read(path: str) -> str:
+    """A sysfs attribute's text, or why it cannot be read."""
     try:
-        return read_file(path, 65536).decode("utf-8", "replace")
+        return read_attribute(path).decode("utf-8", "replace")
     except OSError as e:
         return f"\0error:{e.errno}"
 

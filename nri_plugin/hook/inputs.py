@@ -33,7 +33,7 @@ from _stat import S_ISREG
 
 from nri_plugin.errors import InvalidInput
 from nri_plugin.granted import ENV_VISIBLE, GrantedResources, device_mount_ids, gpu_device_numbers
-from nri_plugin.posixfs import join, read_fd
+from nri_plugin.posixfs import READ_CHUNK, join, read_fd
 from nri_plugin.value import Value
 
 TYPE_CHECKING = False  # typing itself costs start-up time; only checkers need it
@@ -141,7 +141,18 @@ class BundleSpec(Value):
 
 
 def read_bounded(stream: "BinaryIO", limit: int, what: str) -> bytes:
-    return _bounded(stream.read(limit + 1), limit, what)
+    # In READ_CHUNK steps: one read of limit + 1 bytes (1 MiB for the state) makes the
+    # interpreter map a buffer that large, and then shrink and unmap it (three system
+    # calls and their page-table work), for a state of a few hundred bytes.
+    chunks: list[bytes] = []
+    size = 0
+    while size <= limit:
+        chunk = stream.read(min(READ_CHUNK, limit + 1 - size))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return _bounded(b"".join(chunks), limit, what)
 
 
 def _bounded(data: bytes, limit: int, what: str) -> bytes:

@@ -457,3 +457,33 @@ def test_base_spec_hook_runs_nri_sla_when_installed(tmp_path):
     res = _run_hook_entry(entry, fake, '{"id": "c1"}')
     assert res.returncode == 1  # a hard refusal still fails the container
     assert res.stdout == 'hook|--stage|createRuntime|--timeout|5|{"id": "c1"}'
+
+
+def test_fast_hook_entry_runs_the_interpreter_in_utf8_mode():
+    # -X utf8: the hook's text is UTF-8 whatever locale the runtime passes on (and the
+    # interpreter skips the C library's locale conversions: docs/hook.md, session 26)
+    from nri_plugin.hookspec import fast_hook_entry, is_sla_hook
+
+    entry = fast_hook_entry("createRuntime", python=sys.executable)
+    script = next(i for i, a in enumerate(entry["args"]) if a.endswith("__main__.py"))
+    assert is_sla_hook(entry["path"], entry["args"])
+    probe = subprocess.run(
+        [*entry["args"][:script], "-c", "import sys; print(sys.flags.utf8_mode)"],
+        capture_output=True, text=True, timeout=30,
+        env={"LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"})
+    assert probe.stdout == "1\n", probe.stderr
+
+
+def test_fast_entry_runs_without_the_cyclic_collector():
+    # A hook run is one short process ending in posix._exit: the collector would only walk
+    # the objects of the modules it imports (docs/hook.md, session 26).
+    main = Path(__file__).resolve().parents[2] / "nri_plugin" / "hook" / "__main__.py"
+    probe = ("import gc, posix, sys\n"
+             "_exit = posix._exit\n"
+             "posix._exit = lambda status: (print(gc.isenabled(), flush=True), _exit(status))\n"
+             f"sys.argv = [{str(main)!r}]\n"
+             f"exec(compile(open({str(main)!r}).read(), {str(main)!r}, 'exec'), "
+             f"{{'__name__': '__main__', '__file__': {str(main)!r}, '__package__': ''}})")
+    out = subprocess.run([sys.executable, "-I", "-S", "-c", probe], input="{}",
+                         capture_output=True, text=True, timeout=30)
+    assert out.stdout == "False\n", (out.stdout, out.stderr)

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 BUSYBOX_APPLETS = ("sh", "cat", "ls", "echo", "sleep", "grep", "true")
-# The hook as docs/hook.md says to install it (nri_plugin.hookspec.fast_hook_entry, the
-# Debian launcher): `python3 -I -S <this>`, no site. Under TCG site alone (the venv's .pth
+# The hook as docs/hook.md says to install it (nri_plugin.hookspec.fast_hook_entry):
+# `python3 -I -S -X utf8 <this>`, no site. Under TCG site alone (the venv's .pth
 # files: the editable-install finder, pynvml's redirector) costs a second or more per run.
 HOOK_MAIN = Path(__file__).resolve().parents[2] / "nri_plugin" / "hook" / "__main__.py"
 
@@ -142,7 +142,7 @@ class BusyboxBundle:
         config["hooks"] = {"createRuntime": [{
             "path": sys.executable,
             # TCG is slow: a generous limit of the hook's own, below the runtime's.
-            "args": [sys.executable, "-I", "-S", str(HOOK_MAIN), "--stage",
+            "args": [sys.executable, "-I", "-S", "-X", "utf8", str(HOOK_MAIN), "--stage",
                      "createRuntime", "--timeout", "100", "--config",
                      str(work / "config.yaml"), "--cache-dir", cache],
             "env": [f"NRI_SLA_HOOK_LOG={log}"], "timeout": 120}]}

@@ -11,8 +11,8 @@ first. Logging as `nri-sla run` sets it up (text, info, decision lines deferred)
 null stream, and each create runs in its own turn of an event loop, as in `nri-sla run`:
 the decision line is rendered and written once the turn ends, after the answer. Two
 figures: the CPU until the answer is encoded (what the runtime waits for) and the CPU of
-the whole turn (with the decision line and the loop's own work: asyncio's loop here,
-uvloop's in `nri-sla run`).
+the whole turn (with the decision line and the loop's own work; uvloop's loop when it
+is installed, as `nri-sla run` runs).
 
 --evict MIB writes over that many MiB before every create (untimed): the CPU caches
 then hold none of the create's code and data, as in `nri-sla run`, which sleeps between
@@ -81,7 +81,11 @@ def create(plugin: SlaPlugin, payload: bytes) -> tuple[str, bytes]:
 def run(plugin: SlaPlugin, payloads: list[bytes], evict_mib: int = 0
         ) -> tuple[list[float], list[float]]:
     """CPU µs per create until its answer is encoded, and for its whole loop turn."""
-    return asyncio.run(_creates(plugin, payloads, evict_mib))
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(_creates(plugin, payloads, evict_mib))
+    return uvloop.run(_creates(plugin, payloads, evict_mib))
 
 
 async def _creates(plugin: SlaPlugin, payloads: list[bytes], evict_mib: int

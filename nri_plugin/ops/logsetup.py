@@ -104,17 +104,6 @@ class OwnHandler(logging.StreamHandler):
     (`defer_decisions`) are written before any other line, and by `flush` (which
     `logging.shutdown` calls at exit), so none is lost or out of order."""
 
-    def __init__(self, stream: TextIO, defer_decisions: bool) -> None:
-        super().__init__(stream)
-        # What tells the loop running now (None outside one), when decisions wait for
-        # the end of its turn. Imported only then: every CLI command imports this module,
-        # and only `nri-sla run` serves from a loop.
-        self.running_loop: Callable[[], AbstractEventLoop | None] | None = None
-        if defer_decisions:
-            import asyncio
-
-            self.running_loop = asyncio._get_running_loop
-
     def emit(self, record: logging.LogRecord) -> None:
         if _waiting:
             _write_waiting()
@@ -124,7 +113,6 @@ class OwnHandler(logging.StreamHandler):
         if _waiting:
             _write_waiting()
         super().flush()
-
 
 
 def setup_logging(format: str = "text", level: str | int = "info",
@@ -140,12 +128,18 @@ def setup_logging(format: str = "text", level: str | int = "info",
     stream = stream if stream is not None else sys.stderr
     formatter: logging.Formatter = (JsonFormatter() if format == "json"
                                     else TextFormatter(journald=journald_stream(stream)))
-    handler = OwnHandler(stream, defer_decisions)
+    handler = OwnHandler(stream)
     handler.setFormatter(formatter)
+    _write_waiting()  # lines decided before: where they would have gone
+    global _running_loop
+    _running_loop = None
+    if defer_decisions:  # imported only then: every CLI command imports this module
+        import asyncio
+
+        _running_loop = asyncio._get_running_loop
     logger = logging.getLogger(LOGGER_NAME)
     for old in [h for h in logger.handlers if isinstance(h, OwnHandler)]:
         logger.removeHandler(old)
-        old.flush()  # decision lines still waiting for it
     logger.addHandler(handler)
     logger.setLevel(levelno)
     # Neither formatter shows the caller, thread or process: skip collecting them for
@@ -177,33 +171,28 @@ def log_decision(event: DecisionEvent, logger: logging.Logger | None = None) -> 
     to their streams directly: the same bytes their formatter would make of the record,
     without building one (the largest part of a create's cost otherwise). Any other
     set-up (a handler or filter someone added, propagation to the root) goes through
-    `logging` as every other line does."""
-    logger = logger or _DECISIONS
-    level = _LEVELNO[event.level]
-    if not logger.isEnabledFor(level):
-        return
-    handlers = _own_handlers(logger, level)
-    if handlers is None:
-        log_event(logger, level, MESSAGE, **event.fields())
-        return
+    `logging` as every other line does. Deferred (setup_logging's `defer_decisions`, in a
+    running loop), only the event and its time are kept here: the level, the handlers
+    and the line are worked out when the loop's turn ends, after the answer."""
     created = time.time()
-    running_loop = handlers[0].running_loop
-    if running_loop is not None:
-        loop = running_loop()  # (None outside a loop: written now)
+    if _running_loop is not None:  # only the time and the event before the answer
+        loop = _running_loop()  # (None outside a loop: written now)
         if loop is not None:
             global _waiting_loop
             if not _waiting or _waiting_loop is not loop:
                 loop.call_soon(_write_waiting)
                 _waiting_loop = loop
-            _waiting.append((event, created, handlers, logger, level))
+            _waiting.append((event, created, logger))
             return
-    _write_decision(event, created, handlers, logger, level)
+    _write_decision(event, created, logger)
 
 
-# Decision lines to write at the end of the loop's turn (setup_logging's
-# `defer_decisions`), in order: (event, its time, handlers, logger, level); and the loop
-# that has a _write_waiting scheduled for them.
-_waiting: list[tuple[DecisionEvent, float, list[OwnHandler], logging.Logger, int]] = []
+# What tells the loop running now (None outside one) when decision lines wait for the end
+# of its turn (setup_logging's `defer_decisions`); None: they are written at once.
+_running_loop: Callable[[], AbstractEventLoop | None] | None = None
+# The lines waiting, in order (event, its time, logger), and the loop that has a
+# _write_waiting scheduled for them.
+_waiting: list[tuple[DecisionEvent, float, logging.Logger | None]] = []
 _waiting_loop: AbstractEventLoop | None = None
 
 
@@ -215,8 +204,16 @@ def _write_waiting() -> None:
         _write_decision(*waiting)
 
 
-def _write_decision(event: DecisionEvent, created: float, handlers: list[OwnHandler],
-                    logger: logging.Logger, level: int) -> None:
+def _write_decision(event: DecisionEvent, created: float,
+                    logger: logging.Logger | None) -> None:
+    logger = logger or _DECISIONS
+    level = _LEVELNO[event.level]
+    if not logger.isEnabledFor(level):
+        return
+    handlers = _own_handlers(logger, level)
+    if handlers is None:
+        log_event(logger, level, MESSAGE, **event.fields())
+        return
     for handler in handlers:
         formatter = handler.formatter
         journal = isinstance(formatter, TextFormatter) and formatter.journald

@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -192,15 +193,19 @@ def log_decision(event: DecisionEvent, logger: logging.Logger | None = None) -> 
 _running_loop: Callable[[], AbstractEventLoop | None] | None = None
 # The lines waiting, in order (event, its time, logger), and the loop that has a
 # _write_waiting scheduled for them.
-_waiting: list[tuple[DecisionEvent, float, logging.Logger | None]] = []
+_waiting: deque[tuple[DecisionEvent, float, logging.Logger | None]] = deque()
 _waiting_loop: AbstractEventLoop | None = None
 
 
 def _write_waiting() -> None:
-    """Write the decision lines that wait for the end of the loop's turn."""
-    lines = _waiting[:]
-    _waiting.clear()
-    for waiting in lines:
+    """Write the decision lines that wait for the end of the loop's turn. One at a time
+    off the queue: another thread's line (OwnHandler.emit) may write them meanwhile, and
+    a line queued while they are written is not lost."""
+    while _waiting:
+        try:
+            waiting = _waiting.popleft()
+        except IndexError:  # another thread wrote the last one
+            return
         _write_decision(*waiting)
 
 

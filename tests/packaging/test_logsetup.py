@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -174,6 +175,26 @@ def test_deferred_decisions_keep_the_log_in_order():
     assert [_logfmt(line).get("container", _logfmt(line)["msg"]) for line in lines] == [
         "one", "after one", "two", "three"]
     assert "container=four" in second.getvalue()
+
+
+def test_a_line_from_another_thread_writes_the_waiting_decision_once():
+    """A server thread's line writes the decision waiting in the loop's thread before its
+    own; the loop's scheduled write then finds nothing left (no line twice, none lost)."""
+    out = io.StringIO()
+    setup_logging("text", "info", stream=out, defer_decisions=True)
+
+    async def turn() -> None:
+        log_decision(DecisionEvent("a", "b", "one", "nri", "enforced", APPLIED))
+        thread = threading.Thread(target=log_event, args=(
+            logging.getLogger(f"{LOGGER_NAME}.metrics"), logging.WARNING, "from a thread"))
+        thread.start()
+        thread.join()
+        await asyncio.sleep(0)
+
+    asyncio.run(turn())
+    lines = out.getvalue().splitlines()
+    assert [_logfmt(line).get("container", _logfmt(line)["msg"]) for line in lines] == [
+        "one", "from a thread"]
 
 
 def test_journald_mode_drops_timestamp_and_adds_priority(tmp_path, monkeypatch):

@@ -594,8 +594,8 @@ class SlaPlugin:
                  container: pb.Container) -> None:
         """The decision's line and its counts. Served from the loop, both wait for the
         end of its turn, when the answer has been written: the runtime does not wait for
-        them (prometheus_client's histogram and counter, with their locks, cost 10-30 µs
-        of a create with cold caches; the line: ops.logsetup)."""
+        them (prometheus_client's histogram and counter, with their locks: 2.1 µs hot,
+        several times that with cold caches; the line: ops.logsetup)."""
         decided = decision.outcome != "skipped"
         if decided:
             log_decision(DecisionEvent(pod.namespace, pod.name, container.name, "nri",

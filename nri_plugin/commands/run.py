@@ -54,7 +54,9 @@ def main(args: argparse.Namespace) -> int:
     # reaches nri_plugin.cli, one line of its kind.
     try:
         config = load_config(args.config)
-        setup_logging(args.log_format or config.log.format, args.log_level or config.log.level)
+        # Decision lines written once each answer is sent (ops.logsetup says why).
+        setup_logging(args.log_format or config.log.format, args.log_level or config.log.level,
+                      defer_decisions=True)
         check_identity(args.name or config.nri.plugin_name, args.index or config.nri.plugin_index)
         if args.inventory is not None:
             load_snapshot(args.inventory)  # read again below; here only to fail early

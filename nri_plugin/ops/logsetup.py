@@ -10,6 +10,12 @@ are rendered by both formatters.
 Under systemd the output goes to journald, which stamps every line itself: when
 $JOURNAL_STREAM names our stderr, text lines carry no timestamp and start with a
 syslog priority prefix (`<4>`), so `journalctl -p warning` filters by level.
+
+`setup_logging(..., defer_decisions=True)` (what `nri-sla run` asks): a decision made
+while an event loop runs is rendered and written when the loop's current turn ends, that
+is after the answer to the runtime's request has been written (the connection flushes
+it at the end of the turn), so the runtime does not wait for the line; any other line
+writes the waiting ones first, so the log keeps its order.
 """
 
 from __future__ import annotations
@@ -17,7 +23,9 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from typing import Any, TextIO
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TextIO
 
 from nri_plugin.ops.event import (
     LOGGER,
@@ -33,6 +41,9 @@ from nri_plugin.ops.event import (
     text_line,
 )
 
+if TYPE_CHECKING:
+    from asyncio import AbstractEventLoop
+
 __all__ = [
     "FORMATS",
     "LEVELS",
@@ -41,6 +52,7 @@ __all__ = [
     "PATHS",
     "JsonFormatter",
     "LoggingSetupError",
+    "OwnHandler",
     "TextFormatter",
     "journald_stream",
     "log_decision",
@@ -88,24 +100,46 @@ class JsonFormatter(logging.Formatter):
 
 
 # -- set-up ---------------------------------------------------------------------------------
-_HANDLER_MARK = "_nri_sla_handler"
+class OwnHandler(logging.StreamHandler):
+    """setup_logging's handler: decision lines waiting for the end of the loop's turn
+    (`defer_decisions`) are written before any other line, and by `flush` (which
+    `logging.shutdown` calls at exit), so none is lost or out of order."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if _waiting:
+            _write_waiting()
+        super().emit(record)
+
+    def flush(self) -> None:
+        if _waiting:
+            _write_waiting()
+        super().flush()
 
 
 def setup_logging(format: str = "text", level: str | int = "info",
-                  stream: TextIO | None = None) -> logging.Logger:
+                  stream: TextIO | None = None, defer_decisions: bool = False
+                  ) -> logging.Logger:
     """Send the `nri_plugin` logger tree to `stream` (stderr) in `format`. Calling it again
-    replaces the previous handler instead of duplicating lines."""
+    replaces the previous handler instead of duplicating lines. `defer_decisions`: decision
+    lines made while an event loop runs are written at the end of its turn (the module's
+    docstring says why)."""
     if format not in FORMATS:
         raise LoggingSetupError(f"log format {format!r} is not one of {', '.join(FORMATS)}")
     levelno = _level(level)
     stream = stream if stream is not None else sys.stderr
     formatter: logging.Formatter = (JsonFormatter() if format == "json"
                                     else TextFormatter(journald=journald_stream(stream)))
-    handler = logging.StreamHandler(stream)
+    handler = OwnHandler(stream)
     handler.setFormatter(formatter)
-    setattr(handler, _HANDLER_MARK, True)
+    _write_waiting()  # lines decided before: where they would have gone
+    global _running_loop
+    _running_loop = None
+    if defer_decisions:  # imported only then: every CLI command imports this module
+        import asyncio
+
+        _running_loop = asyncio._get_running_loop
     logger = logging.getLogger(LOGGER_NAME)
-    for old in [h for h in logger.handlers if getattr(h, _HANDLER_MARK, False)]:
+    for old in [h for h in logger.handlers if isinstance(h, OwnHandler)]:
         logger.removeHandler(old)
     logger.addHandler(handler)
     logger.setLevel(levelno)
@@ -138,7 +172,45 @@ def log_decision(event: DecisionEvent, logger: logging.Logger | None = None) -> 
     to their streams directly: the same bytes their formatter would make of the record,
     without building one (the largest part of a create's cost otherwise). Any other
     set-up (a handler or filter someone added, propagation to the root) goes through
-    `logging` as every other line does."""
+    `logging` as every other line does. Deferred (setup_logging's `defer_decisions`, in a
+    running loop), only the event and its time are kept here: the level, the handlers
+    and the line are worked out when the loop's turn ends, after the answer."""
+    created = time.time()
+    if _running_loop is not None:  # only the time and the event before the answer
+        loop = _running_loop()  # (None outside a loop: written now)
+        if loop is not None:
+            global _waiting_loop
+            if not _waiting or _waiting_loop is not loop:
+                loop.call_soon(_write_waiting)
+                _waiting_loop = loop
+            _waiting.append((event, created, logger))
+            return
+    _write_decision(event, created, logger)
+
+
+# What tells the loop running now (None outside one) when decision lines wait for the end
+# of its turn (setup_logging's `defer_decisions`); None: they are written at once.
+_running_loop: Callable[[], AbstractEventLoop | None] | None = None
+# The lines waiting, in order (event, its time, logger), and the loop that has a
+# _write_waiting scheduled for them.
+_waiting: deque[tuple[DecisionEvent, float, logging.Logger | None]] = deque()
+_waiting_loop: AbstractEventLoop | None = None
+
+
+def _write_waiting() -> None:
+    """Write the decision lines that wait for the end of the loop's turn. One at a time
+    off the queue: another thread's line (OwnHandler.emit) may write them meanwhile, and
+    a line queued while they are written is not lost."""
+    while _waiting:
+        try:
+            waiting = _waiting.popleft()
+        except IndexError:  # another thread wrote the last one
+            return
+        _write_decision(*waiting)
+
+
+def _write_decision(event: DecisionEvent, created: float,
+                    logger: logging.Logger | None) -> None:
     logger = logger or _DECISIONS
     level = _LEVELNO[event.level]
     if not logger.isEnabledFor(level):
@@ -147,7 +219,6 @@ def log_decision(event: DecisionEvent, logger: logging.Logger | None = None) -> 
     if handlers is None:
         log_event(logger, level, MESSAGE, **event.fields())
         return
-    created = time.time()
     for handler in handlers:
         formatter = handler.formatter
         journal = isinstance(formatter, TextFormatter) and formatter.journald
@@ -166,18 +237,18 @@ _LEVELNO = {name: getattr(logging, name.upper()) for name in LEVELS}
 _DECISIONS = logging.getLogger(LOGGER)
 
 
-def _own_handlers(logger: logging.Logger, level: int) -> list[logging.StreamHandler] | None:
+def _own_handlers(logger: logging.Logger, level: int) -> list[OwnHandler] | None:
     """The handlers `logger.log(level, ...)` would call, when each is setup_logging's own
     and no filter is in the way; else None. Walks the tree as Logger.callHandlers does."""
-    found: list[logging.StreamHandler] = []
+    found: list[OwnHandler] = []
     current: logging.Logger | None = logger
     while current is not None:
         if current.filters:
             return None
         for handler in current.handlers:
-            if not getattr(handler, _HANDLER_MARK, False) or handler.filters:
+            if not isinstance(handler, OwnHandler) or handler.filters:
                 return None
             if level >= handler.level:
-                found.append(handler)  # type: ignore[arg-type]  # a StreamHandler
+                found.append(handler)
         current = current.parent if current.propagate else None
     return found if found else None

@@ -133,7 +133,7 @@ def reload_node(node: NodeState, config_path: str | None, log_format: str | None
     if done is not None:
         node.reconfigure(done.config)
         setup_logging(log_format or done.config.log.format,
-                      log_level or done.config.log.level)
+                      log_level or done.config.log.level, defer_decisions=True)
 
 
 def serve_node(node: NodeState, metrics: ServiceMetrics, *, status_socket: str,

@@ -1,5 +1,6 @@
 """nri_plugin.ops.logsetup: one structured line per decision, text (logfmt) or JSON."""
 
+import asyncio
 import io
 import json
 import logging
@@ -7,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -127,6 +129,72 @@ def test_level_filters_and_setup_is_idempotent():
     log_decision(DecisionEvent("a", "b", "c", "nri", "refused", error="no GPU left"))
     assert len(out.getvalue().splitlines()) == 1
     assert "outcome=refused" in out.getvalue()
+
+
+def test_deferred_decision_waits_for_the_end_of_the_loop_turn(monkeypatch):
+    """`nri-sla run`'s set-up: a decision made in a loop's turn is written when the turn
+    ends (after the connection has written the answer), not inside the handler."""
+    monkeypatch.delenv("JOURNAL_STREAM", raising=False)
+    out = io.StringIO()
+    setup_logging("text", "info", stream=out, defer_decisions=True)
+    seen = []
+
+    async def turn() -> None:
+        log_decision(DecisionEvent("default", "web", "app", "nri", "enforced", APPLIED))
+        seen.append(out.getvalue())  # still the handler's turn
+        await asyncio.sleep(0)  # the loop's next turn
+        seen.append(out.getvalue())
+
+    asyncio.run(turn())
+    assert seen[0] == ""
+    assert _logfmt(seen[1].rstrip("\n"))["container"] == "app"
+    # Outside a loop there is no turn to wait for: written at once.
+    log_decision(DecisionEvent("default", "web", "side", "nri", "enforced", APPLIED))
+    assert out.getvalue().count("\n") == 2 and "container=side" in out.getvalue()
+
+
+def test_deferred_decisions_keep_the_log_in_order():
+    """Another line, a flush (logging.shutdown's) and a new set-up (SIGHUP) each write
+    the decision lines still waiting first, to the stream they were made for."""
+    first, second = io.StringIO(), io.StringIO()
+    setup_logging("text", "info", stream=first, defer_decisions=True)
+    plugin_log = logging.getLogger(f"{LOGGER_NAME}.plugin")
+
+    async def turn() -> None:
+        log_decision(DecisionEvent("a", "b", "one", "nri", "enforced", APPLIED))
+        log_event(plugin_log, logging.INFO, "after one")
+        log_decision(DecisionEvent("a", "b", "two", "nri", "enforced", APPLIED))
+        logging.getLogger(LOGGER_NAME).handlers[0].flush()
+        log_decision(DecisionEvent("a", "b", "three", "nri", "enforced", APPLIED))
+        setup_logging("text", "info", stream=second, defer_decisions=True)
+        log_decision(DecisionEvent("a", "b", "four", "nri", "refused", error="no"))
+        assert second.getvalue() == ""
+
+    asyncio.run(turn())
+    lines = first.getvalue().splitlines()
+    assert [_logfmt(line).get("container", _logfmt(line)["msg"]) for line in lines] == [
+        "one", "after one", "two", "three"]
+    assert "container=four" in second.getvalue()
+
+
+def test_a_line_from_another_thread_writes_the_waiting_decision_once():
+    """A server thread's line writes the decision waiting in the loop's thread before its
+    own; the loop's scheduled write then finds nothing left (no line twice, none lost)."""
+    out = io.StringIO()
+    setup_logging("text", "info", stream=out, defer_decisions=True)
+
+    async def turn() -> None:
+        log_decision(DecisionEvent("a", "b", "one", "nri", "enforced", APPLIED))
+        thread = threading.Thread(target=log_event, args=(
+            logging.getLogger(f"{LOGGER_NAME}.metrics"), logging.WARNING, "from a thread"))
+        thread.start()
+        thread.join()
+        await asyncio.sleep(0)
+
+    asyncio.run(turn())
+    lines = out.getvalue().splitlines()
+    assert [_logfmt(line).get("container", _logfmt(line)["msg"]) for line in lines] == [
+        "one", "from a thread"]
 
 
 def test_journald_mode_drops_timestamp_and_adds_priority(tmp_path, monkeypatch):

@@ -10,7 +10,6 @@ for placement). Either way the same decision, cgroup writer and RT code run.
 
 from __future__ import annotations
 
-import logging
 import os
 from dataclasses import dataclass, field, replace
 from operator import attrgetter
@@ -19,6 +18,7 @@ from pathlib import Path
 from nri_plugin.enforce.blockdev import resolve_block_device
 from nri_plugin.enforce.capabilities import NodeCapabilities
 from nri_plugin.errors import InternalFailure, SlaFailure
+from nri_plugin.ops.corelog import CoreLogger
 from nri_plugin.plan.model import PlanError
 from nri_plugin.plan.record import (
     RecordError,
@@ -64,7 +64,7 @@ if TYPE_CHECKING:
 
     AllocatorFactory = Callable[[bool], Allocator]  # (GPUs needed) -> Allocator
 
-log = logging.getLogger("nri_sla.rt")
+log = CoreLogger("nri_sla.rt")
 
 
 class RecordConflict(RecordError):

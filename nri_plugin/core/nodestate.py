@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, replace
 from operator import attrgetter
-from pathlib import Path
 
 from nri_plugin.enforce.blockdev import resolve_block_device
 from nri_plugin.enforce.capabilities import NodeCapabilities
@@ -42,6 +41,7 @@ from nri_plugin.topology.cpulist import NO_CPUS, CpuListError, format_cpulist, p
 TYPE_CHECKING = False  # `typing` costs the hook's cold run; only checkers need it
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
+    from pathlib import Path
     from typing import Any
 
     from nri_plugin.config import NodeConfig
@@ -312,6 +312,8 @@ class NodeState:
 
     def _keep_rt(self, owner: str, plan: ContainerPlan, paths: CgroupPaths) -> None:
         """`owner`'s RT budget keeps its ancestors' raise (give_back_rt) until released."""
+        from pathlib import Path  # v1 RT containers only: a cold hook run spares pathlib
+
         cpu_dir = Path(paths.dir("cpu"))
         # Named as enforce.rt names the groups (links resolved: /sys/fs/cgroup/cpu is often
         # a link to cpu,cpuacct), whether or not the dir exists yet.
@@ -534,6 +536,8 @@ class NodeState:
         runc wrote it. Returns the changes made."""
         if self.rt_ledger is None or self.facts is None or self.cgroup_version != 1:
             return []
+        from pathlib import Path
+
         try:
             root = Path(self.facts.hierarchy("cpu").path)
         except SlaFailure:
@@ -598,6 +602,8 @@ def inventory_reader(config: NodeConfig, sysfs_root: str = "/sys",
                      inventory_file: str | None = None) -> InventoryReader:
     """The reader of the node's GPUs from where the config says (or a replayed snapshot
     file); one per process, so that it keeps NVML's last good read."""
+    from pathlib import Path
+
     from nri_plugin.topology.inventory import InventoryReader, configured_reader
 
     if inventory_file:
@@ -617,6 +623,8 @@ def node_allocator(config: NodeConfig, sysfs_root: str = "/sys", *,
     """The GPU / exclusive-CPU allocator over this node (or a replayed snapshot).
     gpus=False: topology only, no GPU inventory (NVML) loaded; `inventory`: one already
     read."""
+    from pathlib import Path
+
     from nri_plugin.plan.allocator import Allocator
     from nri_plugin.topology.cpus import read_topology
     from nri_plugin.topology.gpus import GpuInventory
@@ -640,6 +648,8 @@ def build_node(config: NodeConfig, *, cgroup_version: int | None = None,
     detect=False: plan only (explain), no cgroup facts read from the host beyond the
     version.
     """
+    from pathlib import Path
+
     from nri_plugin.enforce.capabilities import detect_capabilities
     from nri_plugin.enforce.cgroupdetect import detect_cgroup_facts
     from nri_plugin.enforce.rt_ledger import LEDGER_FILE, RtLedger

@@ -9,7 +9,6 @@ the plugin plans at CreateContainer, before the container's cgroup exists.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from nri_plugin.enforce.blockdev import any_bfq
 
@@ -21,5 +20,5 @@ class NodeCapabilities:
 
 
 def detect_capabilities(cgroup_version: int, sysfs_root: str = "/sys") -> NodeCapabilities:
-    bfq = any_bfq(Path(sysfs_root))
+    bfq = any_bfq(sysfs_root)
     return NodeCapabilities(io_weight=bfq or cgroup_version == 2, bfq=bfq)

@@ -40,9 +40,9 @@ def test_parse_mountinfo_sample() -> None:
     assert [m.fstype for m in mounts] == ["cgroup2", "cgroup", "cgroup", "cgroup", "cgroup"]
     assert mounts[1].controllers == ("name=systemd",)
     assert mounts[2].controllers == ("cpu", "cpuacct")
-    assert mounts[2].mount_point == Path("/sys/fs/cgroup/cpu,cpuacct")
+    assert mounts[2].mount_point == "/sys/fs/cgroup/cpu,cpuacct"
     assert mounts[3].root == "/kubepods/pod1"
-    assert mounts[4].mount_point == Path("/mnt/with space")
+    assert mounts[4].mount_point == "/mnt/with space"
 
 
 def test_parse_mountinfo_rejects_garbage() -> None:

@@ -11,7 +11,7 @@ for placement). Either way the same decision, cgroup writer and RT code run.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from operator import attrgetter
 
 from nri_plugin.enforce.blockdev import resolve_block_device
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from nri_plugin.config import NodeConfig
+    from nri_plugin.core.restored import LiveContainer, Restored
     from nri_plugin.enforce.cgpaths import CgroupFacts, CgroupPaths
     from nri_plugin.enforce.rt import RtChange
     from nri_plugin.enforce.rt_ledger import RtLedger
@@ -71,45 +72,6 @@ class RecordConflict(RecordError):
     """A trusted record claiming GPUs or exclusive CPUs an earlier container holds."""
 
     problem = "conflict"
-
-
-@dataclass(slots=True)
-class LiveContainer:
-    """A container the runtime reports as created, running or paused (Synchronize).
-    Never changed once made; not frozen, as one is made for every live container of
-    every Synchronize and a frozen dataclass's __init__ costs four times a plain one's."""
-
-    id: str
-    namespace: str | None  # its pod's namespace; None: the runtime sent no pod for it
-    annotations: Mapping[str, str]
-    created_at: int = 0  # unix ns; of two conflicting claims the earlier container wins
-    cpus: str = ""  # its cpuset as the runtime reports it ("": not reported)
-    pod: str = ""  # its pod's id: what it holds counts against that pod's caps again
-    cgroups_path: str = ""  # its OCI linux.cgroupsPath: where its RT budget lives
-
-
-@dataclass(frozen=True)
-class Rejection:
-    """A record restore did not take (or, in `Restored.out_of_policy`, took although the
-    node config no longer allows it): `problem` is the metric label (unauthenticated,
-    invalid, conflict; policy), `message` says why."""
-
-    container: str
-    problem: str
-    message: str
-
-
-@dataclass
-class Restored:
-    """What restore rebuilt: the plans read back (container id -> plan), the records it
-    ignored, the records it took although the node config no longer allows what they
-    grant, and the owners it released because their containers are gone."""
-
-    plans: dict[str, ContainerPlan] = field(default_factory=dict)
-    rejected: list[Rejection] = field(default_factory=list)
-    out_of_policy: list[Rejection] = field(default_factory=list)
-    released: tuple[str, ...] = ()
-    rt_given_back: list[RtChange] = field(default_factory=list)
 
 
 class NodeState:
@@ -222,6 +184,8 @@ class NodeState:
         until it ends, so handing them to another would double them. It is reported
         (`out_of_policy`) so that the operator drains the pod.
         """
+        from nri_plugin.core.restored import Rejection, Restored
+
         ordered = sorted(live, key=attrgetter("created_at", "id"))
         held = {*self._rt_dirs,
                 *(self.rt_budget.owners() if self.rt_budget else ()),

@@ -15,6 +15,9 @@ from nri_plugin.enforce.blockdev import any_bfq
 
 @dataclass(frozen=True)
 class NodeCapabilities:
+    """What this node can enforce. (A docstring: without one, dataclass builds one through
+    inspect.signature at import, on every cold hook run.)"""
+
     io_weight: bool  # an io.weight in an SLA can be enforced here
     bfq: bool  # weights are written to the bfq files
 

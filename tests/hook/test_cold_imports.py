@@ -31,7 +31,7 @@ NOT_ON_A_CPU_MEMORY_RUN = (
     "nri_plugin.topology.cpus", "nri_plugin.topology.gpus", "nri_plugin.topology.gpu_health",
     "nri_plugin.topology.health_monitor", "nri_plugin.topology.inventory",
     "nri_plugin.topology.nvml_gpus", "nri_plugin.topology.snapshot",
-    "nri_plugin.topology.watched", "typing",
+    "nri_plugin.topology.watched", "typing", "nri_plugin.core.restored",
     # the core logs through ops.corelog, which the hook silences without importing logging;
     # cgroup detection, mountinfo, blockdev and the capabilities take and return strings
     "logging", "pathlib")

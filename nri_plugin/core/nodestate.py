@@ -587,21 +587,21 @@ def node_allocator(config: NodeConfig, sysfs_root: str = "/sys", *,
     """The GPU / exclusive-CPU allocator over this node (or a replayed snapshot).
     gpus=False: topology only, no GPU inventory (NVML) loaded; `inventory`: one already
     read."""
-    from pathlib import Path
-
     from nri_plugin.plan.allocator import Allocator
     from nri_plugin.topology.cpus import read_topology
     from nri_plugin.topology.gpus import GpuInventory
 
     reserved = frozenset(config.reserved_cpus)
     if inventory_file:
+        from pathlib import Path
+
         from nri_plugin.topology.snapshot import load_snapshot
 
         snapshot = load_snapshot(Path(inventory_file))
         return Allocator(snapshot.topology, inventory or snapshot.inventory, reserved)
     if inventory is None:
         inventory = read_gpu_inventory(config, sysfs_root) if gpus else GpuInventory()
-    return Allocator(read_topology(Path(sysfs_root)), inventory, reserved)
+    return Allocator(read_topology(sysfs_root), inventory, reserved)
 
 
 def build_node(config: NodeConfig, *, cgroup_version: int | None = None,

@@ -10,7 +10,7 @@ instructions, docs/hook.md "Issue 21, session 26: the cold run").
 from __future__ import annotations
 
 import os
-from os.path import dirname, isdir, join, realpath
+from os.path import dirname, isdir, join, normpath, realpath
 
 from nri_plugin.enforce.cgpaths import UNIFIED, CgroupFacts, Hierarchy, is_systemd_form, scan_v1
 from nri_plugin.enforce.errors import CgroupFactsError
@@ -73,7 +73,10 @@ def detect_cgroup_facts(
     cgroups_path_hint: str | None = None,
 ) -> CgroupFacts:
     """Detect version (mounts, then cgroup.controllers) and driver (see _detect_driver)."""
-    root, mountinfo, proc = os.fspath(root), os.fspath(mountinfo), os.fspath(proc)
+    # normalised as Path(root) was ("/sys/fs/cgroup/" -> "/sys/fs/cgroup"): the facts'
+    # root is joined into every container path and stored in the hook's cache
+    root = normpath(os.fspath(root))
+    mountinfo, proc = os.fspath(mountinfo), os.fspath(proc)
     if driver not in ("auto", *DRIVERS):
         raise CgroupFactsError(
             f"cgroup driver {driver!r}: allowed values are auto, cgroupfs, systemd")

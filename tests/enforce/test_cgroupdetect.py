@@ -58,6 +58,14 @@ def test_parse_proc_cgroup() -> None:
         parse_proc_cgroup("x:y\n", "cg")
 
 
+def test_a_root_given_as_a_string_is_normalised(v1_tree: CgroupTree, fake_proc: Path) -> None:
+    root = v1_tree.root
+    facts = detect_cgroup_facts(f"{root}//", mountinfo=str(v1_tree.mountinfo),
+                                proc=str(fake_proc))
+    assert facts.root == str(root)
+    assert facts.container_paths("/a").dir("cpu") == str((root / "cpu").resolve() / "a")
+
+
 def test_detect_hybrid_is_v1(v1_tree: CgroupTree, fake_proc: Path) -> None:
     root, info = v1_tree.root, v1_tree.mountinfo
     facts = detect_cgroup_facts(root, mountinfo=info, proc=fake_proc)

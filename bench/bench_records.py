@@ -19,7 +19,8 @@ import tracemalloc
 from pathlib import Path
 
 from nri_plugin.config import NodeConfig
-from nri_plugin.core.nodestate import LiveContainer, NodeState
+from nri_plugin.core.nodestate import NodeState
+from nri_plugin.core.restored import LiveContainer
 from nri_plugin.plan.allocator import Allocator
 from nri_plugin.plan.model import ContainerPlan
 from nri_plugin.plan.record import (

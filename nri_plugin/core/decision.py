@@ -9,7 +9,6 @@ is no SlaFailure (a bug) becomes an `internal` one, its traceback logged once.
 from __future__ import annotations
 
 import dataclasses
-import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -18,6 +17,7 @@ from nri_plugin.core.nodestate import NodeState
 from nri_plugin.core.request import ContainerRequest
 from nri_plugin.errors import InternalFailure, SlaFailure
 from nri_plugin.granted import GrantedResources
+from nri_plugin.ops.corelog import CoreLogger
 from nri_plugin.plan.context import PlanContext
 from nri_plugin.plan.grants import refit_plan
 from nri_plugin.plan.model import ContainerPlan
@@ -29,7 +29,7 @@ from nri_plugin.sla.parse import ENFORCEMENT_ALIAS, sla_for_container
 OUTCOMES = ("enforced", "warned", "refused", "skipped")
 REUSABLE_LIMIT = 512  # remembered reusable decisions per NodeState
 
-log = logging.getLogger("nri_sla.core")
+log = CoreLogger("nri_sla.core")  # no `logging` on the hook's cold run (ops.corelog)
 
 
 @dataclass(frozen=True)

@@ -10,15 +10,14 @@ for placement). Either way the same decision, cgroup writer and RT code run.
 
 from __future__ import annotations
 
-import logging
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from operator import attrgetter
-from pathlib import Path
 
 from nri_plugin.enforce.blockdev import resolve_block_device
 from nri_plugin.enforce.capabilities import NodeCapabilities
 from nri_plugin.errors import InternalFailure, SlaFailure
+from nri_plugin.ops.corelog import CoreLogger
 from nri_plugin.plan.model import PlanError
 from nri_plugin.plan.record import (
     RecordError,
@@ -42,9 +41,11 @@ from nri_plugin.topology.cpulist import NO_CPUS, CpuListError, format_cpulist, p
 TYPE_CHECKING = False  # `typing` costs the hook's cold run; only checkers need it
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
+    from pathlib import Path
     from typing import Any
 
     from nri_plugin.config import NodeConfig
+    from nri_plugin.core.restored import LiveContainer, Restored
     from nri_plugin.enforce.cgpaths import CgroupFacts, CgroupPaths
     from nri_plugin.enforce.rt import RtChange
     from nri_plugin.enforce.rt_ledger import RtLedger
@@ -64,52 +65,13 @@ if TYPE_CHECKING:
 
     AllocatorFactory = Callable[[bool], Allocator]  # (GPUs needed) -> Allocator
 
-log = logging.getLogger("nri_sla.rt")
+log = CoreLogger("nri_sla.rt")
 
 
 class RecordConflict(RecordError):
     """A trusted record claiming GPUs or exclusive CPUs an earlier container holds."""
 
     problem = "conflict"
-
-
-@dataclass(slots=True)
-class LiveContainer:
-    """A container the runtime reports as created, running or paused (Synchronize).
-    Never changed once made; not frozen, as one is made for every live container of
-    every Synchronize and a frozen dataclass's __init__ costs four times a plain one's."""
-
-    id: str
-    namespace: str | None  # its pod's namespace; None: the runtime sent no pod for it
-    annotations: Mapping[str, str]
-    created_at: int = 0  # unix ns; of two conflicting claims the earlier container wins
-    cpus: str = ""  # its cpuset as the runtime reports it ("": not reported)
-    pod: str = ""  # its pod's id: what it holds counts against that pod's caps again
-    cgroups_path: str = ""  # its OCI linux.cgroupsPath: where its RT budget lives
-
-
-@dataclass(frozen=True)
-class Rejection:
-    """A record restore did not take (or, in `Restored.out_of_policy`, took although the
-    node config no longer allows it): `problem` is the metric label (unauthenticated,
-    invalid, conflict; policy), `message` says why."""
-
-    container: str
-    problem: str
-    message: str
-
-
-@dataclass
-class Restored:
-    """What restore rebuilt: the plans read back (container id -> plan), the records it
-    ignored, the records it took although the node config no longer allows what they
-    grant, and the owners it released because their containers are gone."""
-
-    plans: dict[str, ContainerPlan] = field(default_factory=dict)
-    rejected: list[Rejection] = field(default_factory=list)
-    out_of_policy: list[Rejection] = field(default_factory=list)
-    released: tuple[str, ...] = ()
-    rt_given_back: list[RtChange] = field(default_factory=list)
 
 
 class NodeState:
@@ -222,6 +184,8 @@ class NodeState:
         until it ends, so handing them to another would double them. It is reported
         (`out_of_policy`) so that the operator drains the pod.
         """
+        from nri_plugin.core.restored import Rejection, Restored
+
         ordered = sorted(live, key=attrgetter("created_at", "id"))
         held = {*self._rt_dirs,
                 *(self.rt_budget.owners() if self.rt_budget else ()),
@@ -312,6 +276,8 @@ class NodeState:
 
     def _keep_rt(self, owner: str, plan: ContainerPlan, paths: CgroupPaths) -> None:
         """`owner`'s RT budget keeps its ancestors' raise (give_back_rt) until released."""
+        from pathlib import Path  # v1 RT containers only: a cold hook run spares pathlib
+
         cpu_dir = Path(paths.dir("cpu"))
         # Named as enforce.rt names the groups (links resolved: /sys/fs/cgroup/cpu is often
         # a link to cpu,cpuacct), whether or not the dir exists yet.
@@ -534,6 +500,8 @@ class NodeState:
         runc wrote it. Returns the changes made."""
         if self.rt_ledger is None or self.facts is None or self.cgroup_version != 1:
             return []
+        from pathlib import Path
+
         try:
             root = Path(self.facts.hierarchy("cpu").path)
         except SlaFailure:
@@ -598,6 +566,8 @@ def inventory_reader(config: NodeConfig, sysfs_root: str = "/sys",
                      inventory_file: str | None = None) -> InventoryReader:
     """The reader of the node's GPUs from where the config says (or a replayed snapshot
     file); one per process, so that it keeps NVML's last good read."""
+    from pathlib import Path
+
     from nri_plugin.topology.inventory import InventoryReader, configured_reader
 
     if inventory_file:
@@ -623,13 +593,15 @@ def node_allocator(config: NodeConfig, sysfs_root: str = "/sys", *,
 
     reserved = frozenset(config.reserved_cpus)
     if inventory_file:
+        from pathlib import Path
+
         from nri_plugin.topology.snapshot import load_snapshot
 
         snapshot = load_snapshot(Path(inventory_file))
         return Allocator(snapshot.topology, inventory or snapshot.inventory, reserved)
     if inventory is None:
         inventory = read_gpu_inventory(config, sysfs_root) if gpus else GpuInventory()
-    return Allocator(read_topology(Path(sysfs_root)), inventory, reserved)
+    return Allocator(read_topology(sysfs_root), inventory, reserved)
 
 
 def build_node(config: NodeConfig, *, cgroup_version: int | None = None,
@@ -640,6 +612,8 @@ def build_node(config: NodeConfig, *, cgroup_version: int | None = None,
     detect=False: plan only (explain), no cgroup facts read from the host beyond the
     version.
     """
+    from pathlib import Path
+
     from nri_plugin.enforce.capabilities import detect_capabilities
     from nri_plugin.enforce.cgroupdetect import detect_cgroup_facts
     from nri_plugin.enforce.rt_ledger import LEDGER_FILE, RtLedger

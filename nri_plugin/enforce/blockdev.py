@@ -9,6 +9,9 @@ Verified on this project's test host (kernel 6.18): writing a partition's MAJ:MI
 blkio.throttle.* fails with ENODEV (the kernel's per-cgroup block config only accepts whole
 disks; v2 io.max goes through the same parser). So a partition is refused here with a
 message that names its disk, unless the caller asks for the whole disk instead.
+
+Paths are strings (a sysfs root may come as any os.PathLike): the OCI hook's cold run
+resolves devices and checks the schedulers here without importing pathlib.
 """
 
 from __future__ import annotations
@@ -16,19 +19,24 @@ from __future__ import annotations
 import os
 import re
 import stat
-from pathlib import Path
+from os.path import dirname, exists, join, realpath
 
 from nri_plugin.enforce.devnode import DEV_ROOT, dev_node
 from nri_plugin.enforce.errors import DeviceError
 
 _MAJ_MIN = re.compile(r"^(\d+):(\d+)$")
-SYSFS_ROOT = Path("/sys")
+SYSFS_ROOT = "/sys"
 # Missing, not a block device, outside /dev, a link out of /dev: the same words for all.
 NOT_A_DEVICE = "is not a block device under {root}"
 
 
-def _sysfs_dev(sysfs_root: Path, major: int, minor: int) -> Path:
-    return sysfs_root / "dev" / "block" / f"{major}:{minor}"
+def _sysfs_dev(sysfs_root: str | os.PathLike[str], major: int, minor: int) -> str:
+    return join(os.fspath(sysfs_root), "dev", "block", f"{major}:{minor}")
+
+
+def _read_text(path: str) -> str:
+    with open(path) as fh:
+        return fh.read()
 
 
 def parse_maj_min(spec: str) -> tuple[int, int] | None:
@@ -40,7 +48,7 @@ def parse_maj_min(spec: str) -> tuple[int, int] | None:
 def resolve_block_device(
     spec: str,
     dev_root: str = DEV_ROOT,
-    sysfs_root: Path = SYSFS_ROOT,
+    sysfs_root: str | os.PathLike[str] = SYSFS_ROOT,
     *,
     partition_to_disk: bool = False,
 ) -> tuple[int, int]:
@@ -66,7 +74,7 @@ def resolve_block_device(
         if st is None or not stat.S_ISBLK(st.st_mode):
             raise unusable
         major, minor = os.major(st.st_rdev), os.minor(st.st_rdev)
-    if not _sysfs_dev(sysfs_root, major, minor).exists():
+    if not exists(_sysfs_dev(sysfs_root, major, minor)):
         raise unusable  # numbers no block device of this kernel has
     disk = whole_disk(major, minor, sysfs_root)
     if disk != (major, minor):
@@ -80,17 +88,18 @@ def resolve_block_device(
     return major, minor
 
 
-def whole_disk(major: int, minor: int, sysfs_root: Path = SYSFS_ROOT) -> tuple[int, int]:
+def whole_disk(major: int, minor: int,
+               sysfs_root: str | os.PathLike[str] = SYSFS_ROOT) -> tuple[int, int]:
     """The disk a partition belongs to (a disk returns itself).
 
     A partition's sysfs dir has a "partition" file and sits inside its disk's dir.
     """
     node = _sysfs_dev(sysfs_root, major, minor)
-    if not (node / "partition").exists():
+    if not exists(join(node, "partition")):
         return major, minor
-    parent_dev = node.resolve().parent / "dev"
+    parent_dev = join(dirname(realpath(node)), "dev")
     try:
-        maj, _, mnr = parent_dev.read_text().strip().partition(":")
+        maj, _, mnr = _read_text(parent_dev).strip().partition(":")
         return int(maj), int(mnr)
     except (OSError, ValueError):
         raise DeviceError(
@@ -98,11 +107,11 @@ def whole_disk(major: int, minor: int, sysfs_root: Path = SYSFS_ROOT) -> tuple[i
         ) from None
 
 
-def io_scheduler(major: int, minor: int, sysfs_root: Path = SYSFS_ROOT) -> str | None:
+def io_scheduler(major: int, minor: int,
+                 sysfs_root: str | os.PathLike[str] = SYSFS_ROOT) -> str | None:
     """The active scheduler ("[bfq]" in queue/scheduler -> "bfq"); None when not exposed."""
-    path = _sysfs_dev(sysfs_root, major, minor) / "queue" / "scheduler"
     try:
-        text = path.read_text()
+        text = _read_text(join(_sysfs_dev(sysfs_root, major, minor), "queue", "scheduler"))
     except OSError:
         return None
     m = re.search(r"\[([^\]]+)\]", text)
@@ -113,16 +122,18 @@ def io_scheduler(major: int, minor: int, sysfs_root: Path = SYSFS_ROOT) -> str |
     return words[0] if len(words) == 1 else None
 
 
-def bfq_active(major: int, minor: int, sysfs_root: Path = SYSFS_ROOT) -> bool:
+def bfq_active(major: int, minor: int,
+               sysfs_root: str | os.PathLike[str] = SYSFS_ROOT) -> bool:
     """True when BFQ schedules this device (then blkio.bfq.weight / io.bfq.weight apply)."""
     return io_scheduler(major, minor, sysfs_root) == "bfq"
 
 
-def any_bfq(sysfs_root: Path = SYSFS_ROOT) -> bool:
+def any_bfq(sysfs_root: str | os.PathLike[str] = SYSFS_ROOT) -> bool:
     """True when BFQ schedules any whole disk here (io.weight only works under BFQ or
     io.cost; the plugin plans weights for the node, not per device)."""
+    block = join(os.fspath(sysfs_root), "block")
     try:
-        devs = [(d / "dev").read_text().strip() for d in (sysfs_root / "block").iterdir()]
+        devs = [_read_text(join(block, name, "dev")).strip() for name in os.listdir(block)]
     except OSError:
         return False
     return any(bfq_active(int(maj), int(mnr), sysfs_root)

@@ -9,17 +9,19 @@ the plugin plans at CreateContainer, before the container's cgroup exists.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from nri_plugin.enforce.blockdev import any_bfq
 
 
 @dataclass(frozen=True)
 class NodeCapabilities:
+    """What this node can enforce. (A docstring: without one, dataclass builds one through
+    inspect.signature at import, on every cold hook run.)"""
+
     io_weight: bool  # an io.weight in an SLA can be enforced here
     bfq: bool  # weights are written to the bfq files
 
 
 def detect_capabilities(cgroup_version: int, sysfs_root: str = "/sys") -> NodeCapabilities:
-    bfq = any_bfq(Path(sysfs_root))
+    bfq = any_bfq(sysfs_root)
     return NodeCapabilities(io_weight=bfq or cgroup_version == 2, bfq=bfq)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from pathlib import Path
 
 from nri_plugin.enforce.errors import CgroupFactsError
 
@@ -41,7 +40,7 @@ _NOT_CONTROLLERS = frozenset(
 class CgroupMount:
     """One cgroup or cgroup2 mount."""
 
-    mount_point: Path
+    mount_point: str  # as the kernel lists it: absolute and normalised
     root: str  # hierarchy path visible at mount_point ("/" on a host)
     fstype: str  # "cgroup" (v1) or "cgroup2"
     controllers: tuple[str, ...]  # v1 controllers (and "name=..." hierarchies); () for v2
@@ -80,7 +79,7 @@ def parse_mountinfo(text: str) -> list[CgroupMount]:
             )
         mounts.append(
             CgroupMount(
-                mount_point=Path(_unescape(fields[4])),
+                mount_point=_unescape(fields[4]),
                 root=_unescape(fields[3]),
                 fstype=fstype,
                 controllers=controllers,

@@ -12,8 +12,6 @@ the next replica when everything they depend on is in the cache key or its recor
 
 from __future__ import annotations
 
-import logging
-
 from nri_plugin.config import ConfigError, NodeConfig, load_config
 from nri_plugin.core import ContainerRequest, NodeState, decide, node_allocator
 from nri_plugin.core.decision import Decision, parse_sla
@@ -31,6 +29,7 @@ from nri_plugin.hook.inputs import BundleSpec, Target
 from nri_plugin.hook.locate import container_cgroup, locatable
 from nri_plugin.hook.options import HookOptions
 from nri_plugin.hook.values import WARN, Run
+from nri_plugin.ops.corelog import silenced as core_logs_silenced
 from nri_plugin.ops.event import applied_fields
 from nri_plugin.plan.model import PlanError
 from nri_plugin.plan.record import RecordError, decode_record, record_body
@@ -48,9 +47,6 @@ def core_actions(run: Run) -> tuple[CgroupActions, CgroupPaths] | None:
     None when the node config's prefix finds no SLA for it after all. Stores the actions
     for the next replica when the cache can hold them."""
     opts, target, progress = run.opts, run.target, run.progress
-    # The core logs (GPU inventory fallbacks, ...); with no handler Python would print
-    # them to stderr, where runc expects the hook's one line.
-    logging.getLogger("nri_sla").addHandler(logging.NullHandler())
     store = cache.open_store(opts) if locatable(run) else None
     ckey = cache.config_key(opts) if store else None  # before reading: a change = no store
     code = cache.code_state()  # taken before this module loaded (run.py)
@@ -133,9 +129,12 @@ def plan_actions(run: Run, config: NodeConfig, facts: CgroupFacts,
     annotations, target, spec, sysfs_root = (run.annotations, run.target, run.spec,
                                              run.opts.sysfs_root)
     node = hook_node(config, facts, sysfs_root, deps)
-    decision = decide(node, ContainerRequest(annotations, target.name,
-                                             namespace=target.namespace, owner=target.id,
-                                             granted=spec.granted))
+    # The core logs (GPU inventory fallbacks, a bug's traceback, ...) through CoreLoggers;
+    # Python would print them to stderr, where runc expects the hook's one line.
+    with core_logs_silenced():
+        decision = decide(node, ContainerRequest(annotations, target.name,
+                                                 namespace=target.namespace,
+                                                 owner=target.id, granted=spec.granted))
     if decision.error is not None:
         raise explain_namespace(decision.error, target)
     plan = decision.plan

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from nri_plugin.ops.corelog import CoreLogger
 from nri_plugin.plan.placement_values import (
     TOPOLOGIES,
     CpuFloor,
@@ -31,6 +32,8 @@ from nri_plugin.topology.cpus import Topology
 from nri_plugin.topology.gpu_health import UNHEALTHY
 from nri_plugin.topology.gpus import Gpu
 
+_PLACEMENT_LOG = CoreLogger("nri_sla.placement")
+
 TYPE_CHECKING = False  # only checkers need it
 if TYPE_CHECKING:
     from types import ModuleType
@@ -39,11 +42,9 @@ if TYPE_CHECKING:
 def _tell_operator(message: str, *args: object) -> None:
     """The operator's picture of a shortfall (what is free where): the pod's message names
     only its own request, its grant and the node policy (docs/security.md, "What a tenant
-    learns"). `logging` is imported only here: the OCI hook imports placement on
-    every container start and must stay light (tests/topology/test_cpus.py)."""
-    import logging
-
-    logging.getLogger("nri_sla.placement").info(message, *args)
+    learns"). Through a CoreLogger: the OCI hook imports placement on every placement
+    SLA's cold run and must stay light (tests/topology/test_cpus.py)."""
+    _PLACEMENT_LOG.info(message, *args)
 
 
 def _gpu_selection() -> ModuleType:

@@ -8,14 +8,14 @@ released and rebuilt from the runtime's state after a restart.
 
 from __future__ import annotations
 
-import logging
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 from nri_plugin.errors import Refused
+from nri_plugin.ops.corelog import CoreLogger
 
-log = logging.getLogger("nri_sla.rt")
+log = CoreLogger("nri_sla.rt")
 
 
 class RtBudgetExceeded(Refused):

@@ -24,7 +24,7 @@ from typing import Any
 
 from nri_plugin.core import ContainerRequest, Decision, NodeState, decide
 from nri_plugin.core.decision import REUSABLE_LIMIT, recheck
-from nri_plugin.core.nodestate import LiveContainer, Restored
+from nri_plugin.core.restored import LiveContainer, Restored
 from nri_plugin.enforce.rt import RtChange
 from nri_plugin.errors import INTERNAL, INVALID, Refused, SlaFailure
 from nri_plugin.granted import (

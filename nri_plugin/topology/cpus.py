@@ -9,7 +9,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
+from os import PathLike, fspath, listdir
+from os.path import isdir, join
 
 from nri_plugin.errors import InternalFailure
 from nri_plugin.topology.cpulist import CpuListError, format_cpulist, parse_cpulist
@@ -91,11 +92,12 @@ class Topology:
         return ", ".join(f"{n.id} (CPUs {format_cpulist(n.cpus) or 'none'})" for n in self.nodes)
 
 
-def _read(path: Path) -> str:
-    return path.read_text().strip()
+def _read(path: str) -> str:
+    with open(path) as fh:
+        return fh.read().strip()
 
 
-def _read_cpulist(path: Path) -> frozenset[int]:
+def _read_cpulist(path: str) -> frozenset[int]:
     try:
         return parse_cpulist(_read(path))
     except CpuListError as exc:
@@ -105,63 +107,67 @@ def _read_cpulist(path: Path) -> frozenset[int]:
 _NODE_DIR = re.compile(r"^node(\d+)$")
 
 
-def read_topology(sysfs_root: Path = Path("/sys"),
+def read_topology(sysfs_root: str | PathLike[str] = "/sys",
                   reserved: Iterable[int] = ()) -> Topology:
     """Read online CPUs, SMT siblings and NUMA nodes under `sysfs_root`.
 
     Machines (or kernels built without CONFIG_NUMA) that have no node directories are one
     node 0 holding every online CPU.
     """
-    cpu_dir = sysfs_root / "devices/system/cpu"
+    # String paths, not pathlib: an OCI hook's cold run reads the topology for a placement
+    # SLA and would import pathlib for it alone.
+    sysfs_root = fspath(sysfs_root)
+    cpu_dir = join(sysfs_root, "devices/system/cpu")
+    online_file = join(cpu_dir, "online")
     try:
-        online = _read_cpulist(cpu_dir / "online")
+        online = _read_cpulist(online_file)
     except OSError as exc:
-        raise TopologyError(f"cannot read online CPUs from {cpu_dir / 'online'}: {exc}") from None
+        raise TopologyError(f"cannot read online CPUs from {online_file}: {exc}") from None
     if not online:
-        raise TopologyError(f"{cpu_dir / 'online'} lists no CPUs")
+        raise TopologyError(f"{online_file} lists no CPUs")
 
     cores: dict[frozenset[int], None] = {}  # ordered set
     for cpu in sorted(online):
-        topo = cpu_dir / f"cpu{cpu}/topology"
+        topo = join(cpu_dir, f"cpu{cpu}/topology")
         siblings = frozenset({cpu})
         # core_cpus_list is the newer name (5.x); thread_siblings_list the older one
         for name in ("core_cpus_list", "thread_siblings_list"):
             try:
-                siblings = _read_cpulist(topo / name) & online
+                siblings = _read_cpulist(join(topo, name)) & online
                 break
             except OSError:
                 continue
         cores.setdefault(siblings | {cpu}, None)
 
-    nodes = _read_nodes(sysfs_root / "devices/system/node", online)
+    nodes = _read_nodes(join(sysfs_root, "devices/system/node"), online)
     return Topology(online, nodes, tuple(cores), frozenset(reserved) & online)
 
 
-def _read_nodes(node_dir: Path, online: frozenset[int]) -> tuple[NumaNode, ...]:
+def _read_nodes(node_dir: str, online: frozenset[int]) -> tuple[NumaNode, ...]:
     ids: list[int] = []
-    if node_dir.is_dir():
-        for entry in node_dir.iterdir():
-            m = _NODE_DIR.match(entry.name)
-            if m and entry.is_dir():
+    if isdir(node_dir):
+        for name in listdir(node_dir):
+            m = _NODE_DIR.match(name)
+            if m and isdir(join(node_dir, name)):
                 ids.append(int(m.group(1)))
     ids.sort()
     if not ids:
         return (NumaNode(0, online, {0: 10}),)
     try:
-        with_memory = _read_cpulist(node_dir / "has_memory")
+        with_memory = _read_cpulist(join(node_dir, "has_memory"))
     except OSError:
         with_memory = frozenset(ids)
     nodes = []
     for node_id in ids:
-        path = node_dir / f"node{node_id}"
+        path = join(node_dir, f"node{node_id}")
         try:
-            cpus = _read_cpulist(path / "cpulist") & online
+            cpus = _read_cpulist(join(path, "cpulist")) & online
         except OSError:
             cpus = frozenset()
         distances: dict[int, int] = {}
         try:
             # one distance per online node, in node-id order (the kernel's SLIT row)
-            row = [int(x) for x in _read(path / "distance").split()]
+            row = [int(x) for x in _read(join(path, "distance")).split()]
             distances = dict(zip(ids, row, strict=False))
         except (OSError, ValueError):
             pass

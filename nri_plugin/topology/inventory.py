@@ -10,18 +10,18 @@ good read with every GPU unknown.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from nri_plugin.ops.corelog import CoreLogger
 from nri_plugin.topology.gpu_health import GpuHealth, unknown
 from nri_plugin.topology.gpus import Gpu, GpuInventory, InventoryError
 from nri_plugin.topology.nvml_gpus import import_pynvml, read_nvml_gpus
 from nri_plugin.topology.snapshot import load_snapshot
 from nri_plugin.topology.sysfs_gpus import read_sysfs_gpus
 
-log = logging.getLogger("nri_sla.topology.inventory")
+log = CoreLogger("nri_sla.topology.inventory")
 
 SOURCES = ("auto", "nvml", "sysfs", "snapshot")
 DRIVER_DIR = "driver/nvidia"  # under /proc while NVIDIA's kernel driver is loaded

@@ -40,9 +40,9 @@ def test_parse_mountinfo_sample() -> None:
     assert [m.fstype for m in mounts] == ["cgroup2", "cgroup", "cgroup", "cgroup", "cgroup"]
     assert mounts[1].controllers == ("name=systemd",)
     assert mounts[2].controllers == ("cpu", "cpuacct")
-    assert mounts[2].mount_point == Path("/sys/fs/cgroup/cpu,cpuacct")
+    assert mounts[2].mount_point == "/sys/fs/cgroup/cpu,cpuacct"
     assert mounts[3].root == "/kubepods/pod1"
-    assert mounts[4].mount_point == Path("/mnt/with space")
+    assert mounts[4].mount_point == "/mnt/with space"
 
 
 def test_parse_mountinfo_rejects_garbage() -> None:
@@ -56,6 +56,14 @@ def test_parse_proc_cgroup() -> None:
                        (0, (), "/x:y")]
     with pytest.raises(CgroupFactsError, match="cg line 1: malformed"):
         parse_proc_cgroup("x:y\n", "cg")
+
+
+def test_a_root_given_as_a_string_is_normalised(v1_tree: CgroupTree, fake_proc: Path) -> None:
+    root = v1_tree.root
+    facts = detect_cgroup_facts(f"{root}//", mountinfo=str(v1_tree.mountinfo),
+                                proc=str(fake_proc))
+    assert facts.root == str(root)
+    assert facts.container_paths("/a").dir("cpu") == str((root / "cpu").resolve() / "a")
 
 
 def test_detect_hybrid_is_v1(v1_tree: CgroupTree, fake_proc: Path) -> None:

@@ -31,7 +31,10 @@ NOT_ON_A_CPU_MEMORY_RUN = (
     "nri_plugin.topology.cpus", "nri_plugin.topology.gpus", "nri_plugin.topology.gpu_health",
     "nri_plugin.topology.health_monitor", "nri_plugin.topology.inventory",
     "nri_plugin.topology.nvml_gpus", "nri_plugin.topology.snapshot",
-    "nri_plugin.topology.watched", "typing")
+    "nri_plugin.topology.watched", "typing", "nri_plugin.core.restored",
+    # the core logs through ops.corelog, which the hook silences without importing logging;
+    # cgroup detection, mountinfo, blockdev and the capabilities take and return strings
+    "logging", "pathlib")
 
 
 def cold_run_modules(tmp_path: Path, h, sla: str) -> set[str]:
@@ -61,3 +64,4 @@ def test_a_cpu_memory_sla_loads_no_allocator_gpu_or_rt_modules(tmp_path, h):
 def test_a_placement_sla_loads_the_allocator(tmp_path, h, section):
     modules = cold_run_modules(tmp_path, h, "memory:\n  max: 64Mi\n" + section)
     assert {"nri_plugin.plan.allocator", "nri_plugin.topology.cpus"} <= modules
+    assert not {"logging", "pathlib"} & modules  # topology.cpus reads sysfs with os.path

@@ -19,7 +19,7 @@ import gc
 import logging
 import time
 from collections.abc import Callable, Generator, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
@@ -166,6 +166,7 @@ class SlaPlugin:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._unenforced = UnenforcedContainers(metrics)  # created while we were away
         self._pending: RuntimeState | None = None  # a Synchronize answered, not restored
+        self._unsent: list[pb.ContainerUpdate] = []  # a restore's, before registration
         self._sending: set[asyncio.Future[None]] = set()  # the restores' UpdateContainers
 
     # -- life cycle --------------------------------------------------------------------
@@ -176,6 +177,8 @@ class SlaPlugin:
         self.nri_version = stub.nri_version or UNVERSIONED_NRI
         self._stub = stub
         self._loop = asyncio.get_running_loop()  # where status requests read the watch
+        self.settle()  # the first Synchronize's restore (see synchronize)
+        self._send_unsent()
 
     def configure(self, config: str, runtime_name: str, runtime_version: str) -> None:
         self.runtime = f"{runtime_name} {runtime_version}".strip()
@@ -190,15 +193,19 @@ class SlaPlugin:
         """The runtime's whole state, answered at once with no updates: the runtime holds
         its pod and container events until this answer (containerd: 2 s by default), and
         the restore that follows it (`restore`) takes ~35 ms per 1,000 containers. It
-        runs on the loop's next turn, before anything else: every entry the runtime, the
-        schedule or the status socket reaches (`settled`) finishes a pending restore
-        first, so nothing sees the plugin between the answer and the restore. Its updates
-        go to the runtime as one UpdateContainers. A second Synchronize (a reconnect)
-        replaces a restore still pending: its state is the runtime's now."""
+        runs on the loop's next turn (the first of a connection: once registered), before
+        anything else: every entry the runtime, the schedule, the status socket or a
+        reload reaches (`settled`) finishes a pending restore first, so nothing sees the
+        plugin between the answer and the restore. Its updates go to the runtime as one
+        UpdateContainers. A second Synchronize (a reconnect) replaces a restore still
+        pending: its state is the runtime's now."""
         self._pending = RuntimeState(pods, containers)
-        # No loop (tests, benches): restore(), or the next entry, runs it.
-        with suppress(RuntimeError):
-            asyncio.get_running_loop().call_soon(self.settle)
+        if self._loop is not None and self._stub is not None and self._stub.registered:
+            self._loop.call_soon(self.settle)
+        # Else the stub has not taken its registration in yet (the runtime sends
+        # Synchronize right after Configure): on_registered runs it, once the plugin is
+        # registered (and ready, for the health probe); an entry reached before runs it
+        # first. Outside a service (tests, benches): restore(), or the next entry.
 
     def settle(self) -> None:
         """The restore a Synchronize's answer left pending, now; its updates sent as one
@@ -212,15 +219,30 @@ class SlaPlugin:
             log.exception("restore after Synchronize failed (internal); the plugin goes on "
                           "with the state as far as it got until the next Synchronize")
             return
-        if not updates:
+        if updates:
+            self._unsent = updates
+            self._send_unsent()
+
+    def _send_unsent(self) -> None:
+        """The last restore's updates on their way, once the stub is registered (an
+        entry reached before on_registered ran the restore: on_registered sends them)."""
+        if not self._unsent or self._stub is None or not self._stub.registered:
             return
-        if self._stub is None or not self._stub.registered:
-            log.warning("restore after Synchronize: %d container updates not sent (not "
-                        "registered with the runtime)", len(updates))
-            return
-        sending = asyncio.ensure_future(self._send_restored(updates))
+        sending = asyncio.ensure_future(self._send_restored(self._unsent))
+        self._unsent = []
         self._sending.add(sending)  # (the loop keeps only a weak reference to a task)
         sending.add_done_callback(self._sending.discard)
+
+    async def restored(self) -> None:
+        """Returns once no restore is pending and the restores' UpdateContainers are
+        answered: the runtime holds what the restore sent (what a caller that looks at
+        the runtime right after a Synchronize waits for: the tests)."""
+        self.settle()
+        while self._unsent or self._sending:
+            if self._sending:
+                await asyncio.wait(set(self._sending))
+            else:  # the stub takes its registration in a turn or two after Configure
+                await asyncio.sleep(0.001)
 
     def restore(self) -> list[pb.ContainerUpdate]:
         """Rebuild every owner (allocator, RT budget, CPU pool, the registry's entries)

@@ -76,7 +76,7 @@ def test_a_large_synchronize_gives_the_freed_heap_back(monkeypatch):
 
     async def synchronize(count: int) -> tuple[int, int]:
         plugin = SlaPlugin(make_node(2))
-        plugin.on_registered(SimpleNamespace(nri_version="v0.12.0"))
+        plugin.on_registered(SimpleNamespace(nri_version="v0.12.0", registered=True))
         plugin.synchronize([pod], [make_container(pod, f"c{i}", state=pb.CONTAINER_RUNNING)
                                    for i in range(count)])
         plugin.restore()

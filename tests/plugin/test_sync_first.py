@@ -178,8 +178,8 @@ def test_a_cpuset_an_answer_changed_while_the_restores_update_was_on_its_way_goe
     first), so the narrower cpuset is sent again once the first is acknowledged."""
     maker = SlaPlugin(make_node(2))
     records = []
-    for name, annotations, cpus in (("aligned", ALIGNED, 8), ("excl", exclusive(8, "0"), 8)):
-        pod = make_pod(name, namespace=name, annotations=annotations)
+    for name, asked, cpus in (("aligned", ALIGNED, 8), ("excl", exclusive(8, "0"), 8)):
+        pod = make_pod(name, namespace=name, annotations=asked)
         ctr = make_container(pod, "c", resources=guaranteed(cpus))
         answer = maker.create_container(pod, ctr)
         ctr.annotations.update(answer.adjustment.annotations)

@@ -3,8 +3,9 @@
 CreateContainer: annotations -> SLA -> plan -> adjustment (or an error status, which
 makes containerd refuse the container). StartContainer: the direct cgroup writes that
 NRI cannot express on this node, read back. Stop/Remove: allocations released.
-Synchronize: allocations rebuilt from the `applied` records on existing containers, and
-containers created while the plugin was away (an SLA asked, no record) reported.
+Synchronize: answered at once; right after it (before anything else: `settled`) the
+allocations rebuilt from the `applied` records on existing containers, and containers
+created while the plugin was away (an SLA asked, no record) reported.
 Every container the runtime reports, with or without an SLA, has one entry in the
 registry (`plugin.registry`): its grant, its plan, whether direct writes are owed; every
 grant is held, and GPUs two containers can open are reported. nri-sla never adds a GPU.

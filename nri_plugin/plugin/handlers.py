@@ -239,7 +239,7 @@ class SlaPlugin:
         answered: the runtime holds what the restore sent (what a caller that looks at
         the runtime right after a Synchronize waits for: the tests)."""
         self.settle()
-        while self._unsent or self._sending:
+        while self._sending or (self._unsent and self._stub is not None):
             if self._sending:
                 await asyncio.wait(set(self._sending))
             else:  # the stub takes its registration in a turn or two after Configure
@@ -290,9 +290,12 @@ class SlaPlugin:
         while updates:
             try:
                 await send_updates(self._stub, updates, "restore after Synchronize")
+                updates = self._overtaken(updates)
             except ConnectionClosed:
                 return  # the next connection's Synchronize rebuilds everything
-            updates = self._overtaken(updates)
+            except Exception:  # as the periodic work's: logged, the service goes on
+                log.exception("restore after Synchronize: sending its updates failed")
+                return
 
     def _overtaken(self, sent: list[pb.ContainerUpdate]) -> list[pb.ContainerUpdate]:
         """The containers of `sent` whose cpuset changed since it was made, with the one

@@ -251,8 +251,8 @@ class SlaPlugin:
         plugin holds exactly what they hold. A record that is not taken is logged and
         counted, and changes nothing for any other container. Returns the updates for the
         runtime: aligned containers whose node got back exclusive CPUs (their holders went
-        away meanwhile) get their wider cpuset, drift found meanwhile is repaired. None
-        when no restore is pending."""
+        away meanwhile) get their wider cpuset, drift found meanwhile is repaired ([]
+        when no restore is pending)."""
         state, self._pending = self._pending, None
         if state is None:
             return []

@@ -12,6 +12,12 @@ Synchronize at or below Go's (1.0x), a Synchronize of 10,000 containers that eac
 record under 0.5 s (--records --sync-containers 10000), and nri-sla's peak RSS after
 Synchronize(1,000) + 3,000 creations at most 25 MiB.
 
+Synchronize rounds are --sync-gap apart (each timed on a plugin done with the round
+before), and "sync to first create" is the time from the last round's Synchronize until
+the first CreateContainer the plugin answered after it: nri-sla answers Synchronize at
+once and restores its state right after, so its Synchronize figure is the answer's and
+this one includes the restore (the time until the plugin serves a container again).
+
 --records: every synchronized container carries a genuine `sla.nri.io/applied` record,
 signed with the key of the state directory the plugin is given (the plugin's restore
 path: each record's MAC verified, decoded and taken again). Without it they carry the
@@ -79,6 +85,7 @@ class PluginFigures:
     name: str
     create_ns: list[int] = field(default_factory=list)
     sync_us: list[float] = field(default_factory=list)
+    ready_us: list[float] = field(default_factory=list)  # the last Synchronize to a create
     rss_after_sync_kib: list[int] = field(default_factory=list)
     rss_end_kib: list[int] = field(default_factory=list)
     rss_peak_kib: list[int] = field(default_factory=list)  # VmHWM at the end
@@ -202,13 +209,16 @@ def run_once(args: argparse.Namespace, payload: Path, plugin_cmd: list[str],
             driver = subprocess.Popen(
                 [args.driver, "-socket", str(sock), "-payload", str(payload),
                  "-n", str(args.requests), "-warmup", str(args.warmup),
-                 "-sync-rounds", str(args.sync_rounds), "-wait-stdin", "-raw", str(raw),
+                 "-sync-rounds", str(args.sync_rounds), "-sync-gap", f"{args.sync_gap}s",
+                 "-wait-stdin", "-raw", str(raw),
                  "-request-timeout", f"{args.request_timeout}s"],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=dlog, text=True)
             events = EventReader(driver)
             events.wait_for("listening", 30)
             plugin = subprocess.Popen([*plugin_cmd, str(sock)], stdout=plog, stderr=plog)
-        events.wait_for("synced", 60 + 2 * args.sync_rounds * args.request_timeout)
+        synced = events.wait_for("synced", 60 + args.sync_rounds * (
+            2 * args.request_timeout + args.sync_gap))
+        fig.ready_us.append(synced["ready_us"])
         fig.rss_after_sync_kib.append(vm_kib(plugin.pid))
         cpu0 = cpu_seconds(plugin.pid), cpu_seconds(driver.pid)
         tell(driver, "go")
@@ -253,6 +263,7 @@ def summary(fig: PluginFigures) -> dict[str, float]:
         "create_p50_us": pct(us, 0.5), "create_p99_us": pct(us, 0.99),
         "create_mean_us": statistics.fmean(us),
         "sync_ms": statistics.median(fig.sync_us) / 1e3,
+        "ready_ms": statistics.median(fig.ready_us) / 1e3,
         "rss_after_sync_mib": max(fig.rss_after_sync_kib) / 1024,
         "rss_end_mib": max(fig.rss_end_kib) / 1024,
         # VmHWM, or a sample above it: the kernel updates the high-water mark lazily.
@@ -294,7 +305,7 @@ def main(args: argparse.Namespace) -> dict:
     go, py = summary(figs["go"]), summary(figs["nri-sla"])
     ratios = {name: ratio(py[key], go[key]) for name, key in (
         ("create_p50", "create_p50_us"), ("create_p99", "create_p99_us"),
-        ("create_mean", "create_mean_us"), ("sync", "sync_ms"),
+        ("create_mean", "create_mean_us"), ("sync", "sync_ms"), ("ready", "ready_ms"),
         ("plugin_cpu", "plugin_cpu_per_create_us"),
         ("runtime_cpu", "runtime_cpu_per_create_us"))}
     return {"go": go, "nri-sla": py, "ratios": ratios, "targets": TARGETS,
@@ -303,6 +314,7 @@ def main(args: argparse.Namespace) -> dict:
             "adjustment": figs["nri-sla"].adjustment,
             "rounds": args.rounds, "go_plugin_args": args.go_plugin_arg,
             "sync_containers": args.sync_containers, "records": args.records,
+            "sync_gap_s": args.sync_gap,
             "creations": args.warmup + args.requests,
             "loadavg_1m": os.getloadavg()[0], "cpus": os.cpu_count()}
 
@@ -319,6 +331,7 @@ def report(out: dict) -> None:
             ("create p99 (us)", "create_p99_us", "create_p99"),
             ("create mean (us)", "create_mean_us", "create_mean"),
             (f"sync {n:,}{' with records' if out['records'] else ''} (ms)", "sync_ms", "sync"),
+            ("sync to first create (ms)", "ready_ms", "ready"),
             ("plugin CPU/create (us)", "plugin_cpu_per_create_us", "plugin_cpu"),
             ("runtime CPU/create (us)", "runtime_cpu_per_create_us", "runtime_cpu")]
     for label, key, rkey in rows:
@@ -366,6 +379,12 @@ def run() -> int:
                         "plugin's restore path)")
     parser.add_argument("--sync-rounds", type=int, default=5,
                         help="Synchronize rounds per connection (the median of all is reported)")
+    parser.add_argument("--sync-gap", type=float, default=1.0,
+                        help="seconds between two Synchronize rounds: each is timed on a "
+                        "plugin done with the one before (nri-sla restores its state right "
+                        "after the answer; back to back, a round would be timed with the "
+                        "last round's restore, which no runtime does: one Synchronize per "
+                        "connection)")
     parser.add_argument("--request-timeout", type=float, default=2.0,
                         help="the runtime's deadline per plugin request in seconds "
                         "(containerd's default 2; a Synchronize slower than it drops the "

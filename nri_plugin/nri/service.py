@@ -15,7 +15,7 @@ at the end.
 `ServiceOptions.periodic`: work the plugin does on its own schedule (the drift watch, GPU
 rescans), run on the event loop while registered, at once or in steps with requests
 served between them; the container updates it returns go to the runtime as a
-plugin-initiated UpdateContainers.
+plugin-initiated UpdateContainers (`send_updates`, which a plugin uses for its own too).
 """
 
 from __future__ import annotations
@@ -71,21 +71,31 @@ async def _every(job: Periodic, stub: Stub) -> None:
         await asyncio.sleep(job.interval)
         if not stub.registered:
             continue
-        updates: list[Any] = []
         try:
-            updates = await _run_steps(job.run())
-            if updates:
-                failed = await stub.update_containers(updates)
-                if failed:
-                    log.warning("%s: the runtime did not apply %d of %d container updates",
-                                name, len(failed), len(updates))
+            await send_updates(stub, await _run_steps(job.run()), name)
         except ConnectionClosed:
             return  # the service reconnects; a new stub gets new runs
-        except NriError as exc:  # containerd answers an error when any update failed
-            log.warning("%s: UpdateContainers of %d containers failed: %s", name,
-                        len(updates), exc)
         except Exception:  # one bad run must not end the others or the service
             log.exception("periodic %s failed", name)
+
+
+async def send_updates(stub: Stub, updates: Sequence[Any], name: str) -> None:
+    """`updates` (none: nothing is sent) to the runtime as one plugin-initiated
+    UpdateContainers; those it did not apply, or the call's failure, logged as `name`'s.
+    Raises ConnectionClosed when the connection is gone."""
+    if not updates:
+        return
+    try:
+        failed = await stub.update_containers(updates)
+    except ConnectionClosed:
+        raise
+    except NriError as exc:  # containerd answers an error when any update failed
+        log.warning("%s: UpdateContainers of %d containers failed: %s", name,
+                    len(updates), exc)
+        return
+    if failed:
+        log.warning("%s: the runtime did not apply %d of %d container updates",
+                    name, len(failed), len(updates))
 
 
 async def _run_steps(result: Sequence[Any] | Generator[Sequence[Any], None, None] | None

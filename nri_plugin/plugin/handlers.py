@@ -3,8 +3,9 @@
 CreateContainer: annotations -> SLA -> plan -> adjustment (or an error status, which
 makes containerd refuse the container). StartContainer: the direct cgroup writes that
 NRI cannot express on this node, read back. Stop/Remove: allocations released.
-Synchronize: allocations rebuilt from the `applied` records on existing containers, and
-containers created while the plugin was away (an SLA asked, no record) reported.
+Synchronize: answered at once; right after it (before anything else: `settled`) the
+allocations rebuilt from the `applied` records on existing containers, and containers
+created while the plugin was away (an SLA asked, no record) reported.
 Every container the runtime reports, with or without an SLA, has one entry in the
 registry (`plugin.registry`): its grant, its plan, whether direct writes are owed; every
 grant is held, and GPUs two containers can open are reported. nri-sla never adds a GPU.
@@ -14,13 +15,14 @@ Between events the drift watch (`plugin.watch`) reads back what was enforced.
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import logging
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
-from dataclasses import replace
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
 
 from nri_plugin.core import ContainerRequest, Decision, NodeState, decide
 from nri_plugin.core.decision import REUSABLE_LIMIT, recheck
@@ -37,8 +39,9 @@ from nri_plugin.granted import (
     gpu_device_numbers,
 )
 from nri_plugin.hookspec import hook_spec
-from nri_plugin.nri.errors import Code, RpcError
+from nri_plugin.nri.errors import Code, ConnectionClosed, RpcError
 from nri_plugin.nri.pb import nri_pb2 as pb
+from nri_plugin.nri.service import send_updates
 from nri_plugin.nri.stub import CreateResult, map_as_dict
 from nri_plugin.ops.event import DecisionEvent, applied_fields
 from nri_plugin.ops.logsetup import log_decision, log_event
@@ -69,6 +72,7 @@ ENV_VISIBLE_PREFIX = ENV_VISIBLE + "="
 UNVERSIONED_NRI = "older than v0.12"  # no version sent, runtime release not in the table
 # The failure's kind as the status the runtime gets (it shows the message to the user).
 STATUS = {INVALID: Code.INVALID_ARGUMENT, INTERNAL: Code.INTERNAL}
+_R = TypeVar("_R")
 
 
 def rpc_error(exc: SlaFailure) -> RpcError:
@@ -110,6 +114,26 @@ def granted_resources(resources: pb.LinuxResources, container: pb.Container | No
 
 
 
+@dataclass(frozen=True, slots=True)
+class RuntimeState:
+    """What a Synchronize brought: the runtime's pods and containers, to restore from."""
+
+    pods: list[pb.PodSandbox]
+    containers: list[pb.Container]
+
+
+def settled(entry: Callable[..., _R]) -> Callable[..., _R]:
+    """A way into the plugin from outside (the runtime's events, the service's schedule,
+    the status socket, a config reload): a restore the last Synchronize answer left
+    pending finishes first (`SlaPlugin.settle`), so none sees the plugin half restored."""
+    @functools.wraps(entry)
+    def after_restore(self: SlaPlugin, *args: Any) -> _R:
+        if self._pending is not None:
+            self.settle()
+        return entry(self, *args)
+    return after_restore
+
+
 class StartRefused(Refused):
     """Hard mode: a direct cgroup write failed at StartContainer; containerd fails the
     start ("NRI container start failed: ...") before user code runs. It reaches the stub
@@ -142,6 +166,9 @@ class SlaPlugin:
         self._stub: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._unenforced = UnenforcedContainers(metrics)  # created while we were away
+        self._pending: RuntimeState | None = None  # a Synchronize answered, not restored
+        self._unsent: list[pb.ContainerUpdate] = []  # a restore's, before registration
+        self._sending: set[asyncio.Future[None]] = set()  # the restores' UpdateContainers
 
     # -- life cycle --------------------------------------------------------------------
     def on_registered(self, stub: Any) -> None:
@@ -151,6 +178,8 @@ class SlaPlugin:
         self.nri_version = stub.nri_version or UNVERSIONED_NRI
         self._stub = stub
         self._loop = asyncio.get_running_loop()  # where status requests read the watch
+        self.settle()  # the first Synchronize's restore (see synchronize)
+        self._send_unsent()
 
     def configure(self, config: str, runtime_name: str, runtime_version: str) -> None:
         self.runtime = f"{runtime_name} {runtime_version}".strip()
@@ -161,13 +190,73 @@ class SlaPlugin:
             log.info("runtime passed plugin config %r; node config in use: %s",
                      config.strip(), self.node.config.source)
 
-    def synchronize(self, pods: list[pb.PodSandbox], containers: list[pb.Container]
-                    ) -> list[pb.ContainerUpdate]:
+    def synchronize(self, pods: list[pb.PodSandbox], containers: list[pb.Container]) -> None:
+        """The runtime's whole state, answered at once with no updates: the runtime holds
+        its pod and container events until this answer (containerd: 2 s by default), and
+        the restore that follows it (`restore`) takes ~35 ms per 1,000 containers. It
+        runs on the loop's next turn (the first of a connection: once registered), before
+        anything else: every entry the runtime, the schedule, the status socket or a
+        reload reaches (`settled`) finishes a pending restore first, so nothing sees the
+        plugin between the answer and the restore. Its updates go to the runtime as one
+        UpdateContainers. A second Synchronize (a reconnect) replaces a restore still
+        pending: its state is the runtime's now."""
+        self._pending = RuntimeState(pods, containers)
+        if self._loop is not None and self._stub is not None and self._stub.registered:
+            self._loop.call_soon(self.settle)
+        # Else the stub has not taken its registration in yet (the runtime sends
+        # Synchronize right after Configure): on_registered runs it, once the plugin is
+        # registered (and ready, for the health probe); an entry reached before runs it
+        # first. Outside a service (tests, benches): restore(), or the next entry.
+
+    def settle(self) -> None:
+        """The restore a Synchronize's answer left pending, now; its updates sent as one
+        UpdateContainers. A restore that raises is logged (an internal failure: the state
+        is as far as it got, the next Synchronize rebuilds it) and not run again."""
+        if self._pending is None:
+            return
+        try:
+            updates = self.restore()
+        except Exception:
+            log.exception("restore after Synchronize failed (internal); the plugin goes on "
+                          "with the state as far as it got until the next Synchronize")
+            return
+        if updates:
+            self._unsent = updates
+            self._send_unsent()
+
+    def _send_unsent(self) -> None:
+        """The last restore's updates on their way, once the stub is registered (an
+        entry reached before on_registered ran the restore: on_registered sends them)."""
+        if not self._unsent or self._stub is None or not self._stub.registered:
+            return
+        sending = asyncio.ensure_future(self._send_restored(self._unsent))
+        self._unsent = []
+        self._sending.add(sending)  # (the loop keeps only a weak reference to a task)
+        sending.add_done_callback(self._sending.discard)
+
+    async def restored(self) -> None:
+        """Returns once no restore is pending and the restores' UpdateContainers are
+        answered: the runtime holds what the restore sent (what a caller that looks at
+        the runtime right after a Synchronize waits for: the tests)."""
+        self.settle()
+        while self._sending or (self._unsent and self._stub is not None):
+            if self._sending:
+                await asyncio.wait(set(self._sending))
+            else:  # the stub takes its registration in a turn or two after Configure
+                await asyncio.sleep(0.001)
+
+    def restore(self) -> list[pb.ContainerUpdate]:
         """Rebuild every owner (allocator, RT budget, CPU pool, the registry's entries)
-        from the runtime's live containers alone: after any disconnect the plugin holds
-        exactly what they hold. A record that is not taken is logged and counted, and
-        changes nothing for any other container. Aligned containers whose node got back
-        exclusive CPUs (their holders went away meanwhile) get their wider cpuset."""
+        from the live containers of the last Synchronize alone: after any disconnect the
+        plugin holds exactly what they hold. A record that is not taken is logged and
+        counted, and changes nothing for any other container. Returns the updates for the
+        runtime: aligned containers whose node got back exclusive CPUs (their holders went
+        away meanwhile) get their wider cpuset, drift found meanwhile is repaired ([]
+        when no restore is pending)."""
+        state, self._pending = self._pending, None
+        if state is None:
+            return []
+        pods, containers = state.pods, state.containers
         with self._timed("Synchronize"), self._collector_paused():
             self.rescan_inventory()  # records may name GPUs that came (or went) meanwhile
             pod_of = {p.id: p for p in pods}
@@ -188,12 +277,43 @@ class SlaPlugin:
             self._publish_usage()
             self._report_shared()
             updates = self._cpuset_updates(exclude="")
-            if self.watch.interval:  # drift while disconnected: repaired in this answer
+            if self.watch.interval:  # drift while disconnected: repaired at once
                 updates += self.watch.run_in_sync()  # (on a large node, partly: watch.py)
             if len(containers) >= TRIM_AFTER_CONTAINERS and self._loop is not None:
-                # Once the answer is sent and the request freed (the next loop turn).
+                # Once the runtime's state is let go (the next loop turn).
                 self._loop.call_soon(release_freed_heap)
             return updates
+
+    async def _send_restored(self, updates: list[pb.ContainerUpdate]) -> None:
+        """The restore's updates as one UpdateContainers; then each cpuset an answer
+        changed while they were on their way, again as it is now (`_overtaken`)."""
+        while updates:
+            try:
+                await send_updates(self._stub, updates, "restore after Synchronize")
+                updates = self._overtaken(updates)
+            except ConnectionClosed:
+                return  # the next connection's Synchronize rebuilds everything
+            except Exception:  # as the periodic work's: logged, the service goes on
+                log.exception("restore after Synchronize: sending its updates failed")
+                return
+
+    def _overtaken(self, sent: list[pb.ContainerUpdate]) -> list[pb.ContainerUpdate]:
+        """The containers of `sent` whose cpuset changed since it was made, with the one
+        they have now. containerd applies a plugin's UpdateContainers under the lock its
+        CreateContainer holds while it waits for the answer, so a CreateContainer that
+        came right after the Synchronize answer, and took exclusive CPUs from one of
+        them, had its answer applied first: `sent` would leave that container on them."""
+        again = []
+        for update in sent:
+            cpus = update.linux.resources.cpu.cpus
+            now = self.node.cpuset_of(update.container_id) if cpus else ""
+            if now and now != cpus:
+                change = pb.ContainerUpdate(container_id=update.container_id,
+                                            ignore_failure=True)
+                change.linux.resources.cpu.cpus = now
+                again.append(change)
+        self.watch.expect_change(u.container_id for u in again)
+        return again
 
     @contextmanager
     def _collector_paused(self) -> Iterator[None]:
@@ -260,6 +380,7 @@ class SlaPlugin:
             log_event(log, logging.WARNING, "direct writes after a missed start failed",
                       container=container.id, error="; ".join(problems))
 
+    @settled
     def rescan_inventory(self) -> None:
         """Read the node's GPUs again (every gpu.rescan-interval seconds through the
         service's Periodic, and at every Synchronize). A GPU gone while a container holds
@@ -286,6 +407,7 @@ class SlaPlugin:
             self._publish_gpu_health()  # a read may have found GPUs unknown (or back)
         return None
 
+    @settled
     def poll_gpu_health(self) -> None:
         """The service's Periodic (gpu.health-interval): NVML's XID events and lost GPUs
         since the last poll, without waiting (this runs on the event loop). The monitor
@@ -295,6 +417,7 @@ class SlaPlugin:
         return None
 
     # -- containers --------------------------------------------------------------------
+    @settled
     def create_container(self, pod: pb.PodSandbox, container: pb.Container) -> CreateResult:
         started = time.perf_counter()
         granted = granted_resources(container.linux.resources, container)
@@ -426,6 +549,7 @@ class SlaPlugin:
         stale = self._pod_set(container, {})
         return annotated({}, stale) if stale else None
 
+    @settled
     def start_container(self, pod: pb.PodSandbox, container: pb.Container) -> None:
         with self._timed("StartContainer"):
             self._start(pod, container)
@@ -448,6 +572,7 @@ class SlaPlugin:
             self._release(container.id)
             raise StartRefused("; ".join(problems))
 
+    @settled
     def update_container(self, pod: pb.PodSandbox, container: pb.Container,
                          resources: pb.LinuxResources) -> list[pb.ContainerUpdate]:
         """kubelet changed the container's resources (a resize): the SLA's settings stay in
@@ -511,12 +636,14 @@ class SlaPlugin:
         log_event(log, logging.WARNING, "resize beyond the cpuset", container=container.id,
                   error=message)
 
+    @settled
     def stop_container(self, pod: pb.PodSandbox, container: pb.Container):
         with self._timed("StopContainer"):
             self._release(container.id)
             _log_given_back(self.node.give_back_rt())  # if runc removed its cgroup already
             return self._cpuset_updates(container.id)
 
+    @settled
     def remove_container(self, pod: pb.PodSandbox, container: pb.Container) -> None:
         with self._timed("RemoveContainer"):
             self._release(container.id)
@@ -524,6 +651,7 @@ class SlaPlugin:
             _log_given_back(self.node.give_back_rt())
 
     # -- the drift watch ------------------------------------------------------------------
+    @settled
     def drift_steps(self) -> Generator[list[pb.ContainerUpdate], None, None]:
         """The service's Periodic: one pass of the drift watch in steps (the loop serves
         requests between them: watch.PASS_STEP); the updates re-assert runtime-applied
@@ -548,6 +676,7 @@ class SlaPlugin:
             return self._with_gpus(self.watch.last.to_json(registered))
 
         async def look() -> dict[str, Any]:
+            self.settle()
             return self._with_gpus(self.watch.look().to_json(registered))
         return asyncio.run_coroutine_threadsafe(look(), self._loop).result(timeout)
 

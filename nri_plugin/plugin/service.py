@@ -48,6 +48,12 @@ def build_service(node: NodeState, metrics: ServiceMetrics, *, socket: str | Non
         if state == CONNECTING:
             metrics.inc_connect_attempts()
 
+    reload = options.get("on_reload")
+    if reload is not None:
+        def settled_reload() -> Any:
+            plugin.settle()  # a pending restore with the config of its Synchronize
+            return reload()
+        options["on_reload"] = settled_reload
     options.setdefault("backoff_max", nri.reconnect_max_seconds)
     options.setdefault("periodic", periodic_work(node, plugin))
     return plugin, ServiceOptions(

@@ -6,10 +6,10 @@ properties, another agent, a person) is logged once per change and counted
 (`nri_sla_drift_detected_total{kind}`). Hard mode repairs it: nri-sla's own direct
 writes are written again through the one writer; values the runtime applied from the
 adjustment are re-asserted through the runtime (a ContainerUpdate, sent as a
-plugin-initiated UpdateContainers or in the Synchronize answer) and verified on the next
-pass. Soft mode only reports. A repair that fails is logged and counted, and the
-container's next repair waits 2, 4, 8, ... passes (at most `repair_backoff_max`), so a
-value that cannot be held never costs a write per pass.
+plugin-initiated UpdateContainers) and verified on the next pass. Soft mode only
+reports. A repair that fails is logged and counted, and the container's next repair
+waits 2, 4, 8, ... passes (at most `repair_backoff_max`), so a value that cannot be held
+never costs a write per pass.
 
 The watch follows the registry's entries that have a plan in force (plugin.registry: the
 handlers add, start and drop them there) and keeps its memory of each in the entry
@@ -43,10 +43,10 @@ log = logging.getLogger("nri_sla.watch")
 WATCHED = "watched"
 NOT_STARTED = "not started"
 SETTLING = "settling"  # nri-sla changed what it expects since the last pass
-# Hard-mode containers read back inside a Synchronize, their drift repaired in its answer;
-# the others (and soft mode's reports, and every container's signals) wait for the next
-# periodic pass: the answer must come within the runtime's request timeout (containerd:
-# 2 s) on a node of thousands of containers.
+# Hard-mode containers read back in a Synchronize's restore, their drift repaired in its
+# UpdateContainers; the others (and soft mode's reports, and every container's signals)
+# wait for the next periodic pass: every request that comes meanwhile waits for the
+# restore (containerd's own time limit: 2 s), on a node of thousands of containers.
 SYNC_READBACK = 16
 # Containers read back per step of a periodic pass: the service's loop answers the
 # runtime's requests between steps, so a CreateContainer that arrives during a pass waits
@@ -126,9 +126,10 @@ class DriftWatch:
         self.metrics.observe("DriftWatch", spent + time.perf_counter() - started)
 
     def run_in_sync(self) -> list[pb.ContainerUpdate]:
-        """The pass inside a Synchronize: drift found meanwhile in the first
+        """The pass in a Synchronize's restore: drift found meanwhile in the first
         `SYNC_READBACK` started hard-mode containers, logged, counted and repaired (the
-        updates go in the Synchronize answer); nothing else read, `last` unchanged."""
+        updates go in the restore's UpdateContainers); nothing else read, `last`
+        unchanged."""
         now = self.clock()
         updates = []
         checked = 0

@@ -181,7 +181,8 @@ class PluginSession:
         self.registered = asyncio.Event()
         self.ready = asyncio.Event()  # configured and synchronized
         self.sync_updates: list[pb.ContainerUpdate] = []
-        self.unsolicited: list[pb.UpdateContainersRequest] = []
+        self.unsolicited: list[pb.UpdateContainersRequest] = []  # plugin-initiated, in order
+        self._unsolicited_new: asyncio.Queue[pb.UpdateContainersRequest] = asyncio.Queue()
         self.drop_reason = ""
         self.error: BaseException | None = None
         routes: dict[tuple[str, str], Route] = {
@@ -233,10 +234,17 @@ class PluginSession:
     def _update_containers(self, payload: bytes) -> bytes:
         req = pb.UpdateContainersRequest.FromString(payload)
         self.unsolicited.append(req)
+        self._unsolicited_new.put_nowait(req)
         known = self.sim.state.containers
         failed = [u for u in req.update if u.container_id not in known]
         self.apply_updates(u for u in req.update if u.container_id in known)
         return pb.UpdateContainersResponse(failed=failed).SerializeToString()
+
+    async def next_update_containers(self, timeout: float = 5.0
+                                     ) -> pb.UpdateContainersRequest:
+        """The next plugin-initiated UpdateContainers this session has not handed out
+        yet (received already, or waited for); TimeoutError when none comes."""
+        return await asyncio.wait_for(self._unsolicited_new.get(), timeout)
 
     # -- plugin service calls ------------------------------------------------
     async def _configure(self) -> None:

@@ -16,7 +16,13 @@ from nri_plugin.simulated.runtime import (
     make_resources,
 )
 from nri_plugin.topology.cpulist import parse_cpulist
-from tests.support.plugin_helpers import guaranteed, make_node, plugin_session, pool_breaches
+from tests.support.plugin_helpers import (
+    guaranteed,
+    make_node,
+    plugin_session,
+    pool_breaches,
+    restore_updates,
+)
 
 NODE0 = parse_cpulist("0-15,32-47")  # the DGX-like snapshot's NUMA node 0
 ALIGNED = {"sla.nri.io/pod": "numa: {nodes: '0'}"}
@@ -235,7 +241,7 @@ def test_a_restart_after_a_resize_down_and_up_keeps_the_given_back_cpus_shared(
         async with plugin_session(make_node(2), tmp_path, pods=pods, containers=stored
                                   ) as (sim, session, plugin):
             after = {c.id: cpuset_of(c) for c in sim.state.containers.values()}
-            return (kept, before, after, list(session.sync_updates),
+            return (kept, before, after, restore_updates(session),
                     frozenset(plugin.node.allocator.exclusive_cpus_in_use()),
                     plugin.node.allocator.placement_of(excl.id).exclusive_cpus,
                     pool_breaches(sim, plugin.node), excl.id)
@@ -320,7 +326,7 @@ def test_a_restart_leaves_pinned_cpusets_alone_and_keeps_the_pool(tmp_path):
                                   pods=[excl_pod, plain_pod, pinned_pod],
                                   containers=[*stored.values(), pinned]
                                   ) as (sim, session, plugin):
-            at_sync = list(session.sync_updates)
+            at_sync = restore_updates(session)
             breaches = pool_breaches(sim, plugin.node)
             stopped = await session.stop_container(excl_pod, excl)
             return (at_sync, breaches, [u.container_id for u in stopped.update],

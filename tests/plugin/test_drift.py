@@ -18,7 +18,12 @@ from nri_plugin.ops.metrics import Metrics
 from nri_plugin.plugin.service import build_service
 from nri_plugin.simulated.runtime import RuntimeSimulator, make_container, make_pod
 from tests.support.cgroups import CgroupTree
-from tests.support.plugin_helpers import guaranteed, make_node, plugin_session
+from tests.support.plugin_helpers import (
+    guaranteed,
+    make_node,
+    plugin_session,
+    restore_updates,
+)
 
 HARD = "cpu: {limit: 2, period: 100ms}\nmemory: {max: 1Gi}\nio: {weight: 500}"
 BFQ_WEIGHT = str(io_weight_to_bfq(500))
@@ -225,7 +230,8 @@ def test_synchronize_after_a_reconnect_repairs_what_drifted_meanwhile(tmp_path, 
         async with RuntimeSimulator(socket_path, pods=state.pods.values(),
                                     containers=state.containers.values()) as sim:
             session = await sim.accept()
-            updates = list(session.sync_updates)
+            await plugin.restored()
+            updates = restore_updates(session)
             weight = (dirs["blkio"] / "blkio.bfq.weight").read_text()
         stop.set()
         await asyncio.wait_for(service, 10)

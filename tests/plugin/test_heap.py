@@ -76,11 +76,12 @@ def test_a_large_synchronize_gives_the_freed_heap_back(monkeypatch):
 
     async def synchronize(count: int) -> tuple[int, int]:
         plugin = SlaPlugin(make_node(2))
-        plugin.on_registered(SimpleNamespace(nri_version="v0.12.0"))
+        plugin.on_registered(SimpleNamespace(nri_version="v0.12.0", registered=True))
         plugin.synchronize([pod], [make_container(pod, f"c{i}", state=pb.CONTAINER_RUNNING)
                                    for i in range(count)])
+        plugin.restore()
         during = len(trims)
-        await asyncio.sleep(0)  # the next turn of the loop: the answer has been sent
+        await asyncio.sleep(0)  # the next turn of the loop: the state has been let go
         return during, len(trims)
 
     assert asyncio.run(synchronize(TRIM_AFTER_CONTAINERS - 1)) == (0, 0)

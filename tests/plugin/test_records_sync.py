@@ -27,6 +27,7 @@ from tests.support.plugin_helpers import (
     make_node,
     permissive_node,
     plugin_session,
+    restore_updates,
 )
 
 APPLIED, WARNINGS = "sla.nri.io/applied", "sla.nri.io/warnings"
@@ -167,7 +168,8 @@ def test_synchronize_after_a_disconnect_releases_what_went_away(tmp_path):
                                         pods=state.pods.values(),
                                         containers=state.containers.values()) as sim:
                 session = await sim.accept()
-                after.append((holdings(plugin), list(session.sync_updates),
+                await plugin.restored()
+                after.append((holdings(plugin), restore_updates(session),
                               counted(metrics, "registered"), counted(metrics, "gpus_in_use"),
                               counted(metrics, "exclusive_cpus_in_use")))
                 if len(after) == 2:  # the kubelet gives the dead containers' GPUs again

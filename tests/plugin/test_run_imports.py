@@ -25,6 +25,7 @@ node = build_node(NodeConfig(), cgroup_version=2, inventory_file=sys.argv[1], de
 plugin = SlaPlugin(node)
 pod = make_pod("p", annotations={"sla.nri.io/pod": "cpu: {limit: 1}"})
 plugin.synchronize([pod], [make_container(pod, "old")])
+plugin.restore()
 plugin.create_container(pod, make_container(pod, "new"))
 print("grpc" in sys.modules)
 plugin.create_container(pod, make_container(

@@ -40,6 +40,7 @@ def test_many_created_unenforced_are_summarised_and_all_in_the_status(caplog):
     pods, containers = running(unenforced.NAMED + more, HARD)
     with caplog.at_level(logging.INFO, logger="nri_sla.plugin"):
         plugin.synchronize(pods, containers)
+        plugin.restore()
         named = [r.fields["container"] for r in caplog.records
                  if r.getMessage() == "created unenforced"]
         (rest,) = [r.fields for r in caplog.records
@@ -47,6 +48,7 @@ def test_many_created_unenforced_are_summarised_and_all_in_the_status(caplog):
         summary = [m for m in caplog.messages if m.startswith("synchronized:")]
         caplog.clear()
         plugin.synchronize(pods, containers)  # a reconnect: nothing new to say
+        plugin.restore()
         again = [m for m in caplog.messages if m.startswith("created unenforced")]
     everyone = {c.id for c in containers}
     assert len(named) == unenforced.NAMED and set(named) <= everyone
@@ -60,6 +62,7 @@ def test_many_created_unenforced_are_summarised_and_all_in_the_status(caplog):
                          "container": "app"}
     # Gone from the runtime: gone from the status.
     plugin.synchronize(pods[1:], containers[1:])
+    plugin.restore()
     assert {u["id"] for u in plugin.status(1.0)["unenforced"]} == everyone - {containers[0].id}
 
 
@@ -82,7 +85,8 @@ def test_the_pass_inside_synchronize_reads_back_a_bounded_number(v2_tree: Cgroup
         plugin.start_container(pod, ctr)
         ctr.state = pb.CONTAINER_RUNNING
         (cgroup / "memory.max").write_text("max")  # then drift, while disconnected
-    in_sync = {u.container_id for u in plugin.synchronize(pods, containers)}
+    plugin.synchronize(pods, containers)
+    in_sync = {u.container_id for u in plugin.restore()}
     later = {u.container_id for u in plugin.drift_pass()}
     everyone = {c.id for c in containers}
     assert len(in_sync) == 2 and in_sync < everyone
@@ -103,18 +107,21 @@ def test_synchronize_pauses_the_collector_and_leaves_it_as_it_was(monkeypatch):
     monkeypatch.setattr(plugin._unenforced, "report", spying)
     assert gc.isenabled()
     plugin.synchronize(pods, containers)
+    plugin.restore()
     assert seen == [False] and gc.isenabled()
 
     def failing(*args, **kwargs):
         raise OSError("no inventory")
     monkeypatch.setattr(plugin.node, "restore", failing)
+    plugin.synchronize(pods, containers)
     with pytest.raises(OSError):
-        plugin.synchronize(pods, containers)
+        plugin.restore()
     assert gc.isenabled()
     gc.disable()
     try:
         monkeypatch.undo()
         plugin.synchronize(pods, containers)
+        plugin.restore()
         assert not gc.isenabled()
     finally:
         gc.enable()

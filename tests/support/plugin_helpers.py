@@ -121,6 +121,7 @@ async def plugin_session(node: NodeState, tmp_path: Path, mode: str = "v0.12",
         serving = asyncio.create_task(stub.run())
         session = await sim.accept()
         plugin.on_registered(stub)
+        await plugin.restored()  # the runtime holds what the restore sent
         try:
             yield sim, session, plugin
         finally:
@@ -128,6 +129,13 @@ async def plugin_session(node: NodeState, tmp_path: Path, mode: str = "v0.12",
             serving.cancel()
             with contextlib.suppress(BaseException):
                 await serving
+
+
+def restore_updates(session) -> list:
+    """The updates a plugin's restore after the runtime's Synchronize sent: none in the
+    Synchronize answer (asserted), all as plugin-initiated UpdateContainers."""
+    assert list(session.sync_updates) == [], "the Synchronize answer carries no updates"
+    return [update for request in session.unsolicited for update in request.update]
 
 
 def runc_create(tree: CgroupTree, container) -> dict[str, Path]:

@@ -17,6 +17,8 @@ from nri_plugin.simulated.runtime import (
 )
 from nri_plugin.topology.cpulist import parse_cpulist
 from tests.support.plugin_helpers import (
+    ALIGNED,
+    DGX_NODE0,
     guaranteed,
     make_node,
     plugin_session,
@@ -24,8 +26,7 @@ from tests.support.plugin_helpers import (
     restore_updates,
 )
 
-NODE0 = parse_cpulist("0-15,32-47")  # the DGX-like snapshot's NUMA node 0
-ALIGNED = {"sla.nri.io/pod": "numa: {nodes: '0'}"}
+NODE0 = parse_cpulist(DGX_NODE0)
 
 
 def run(coro):

@@ -11,15 +11,9 @@ from nri_plugin.nri.pb import nri_pb2 as pb
 from nri_plugin.plugin import SlaPlugin
 from nri_plugin.simulated.runtime import make_container, make_pod
 from nri_plugin.topology.cpulist import format_cpulist, parse_cpulist
-from tests.support.plugin_helpers import (
-    guaranteed,
-    make_node,
-    plugin_session,
-    pool_breaches,
-)
+from tests.support import plugin_helpers as helpers
 
-NODE0 = parse_cpulist("0-15,32-47")  # the DGX-like snapshot's NUMA node 0
-ALIGNED = {"sla.nri.io/pod": "numa: {nodes: '0'}"}
+NODE0 = parse_cpulist(helpers.DGX_NODE0)
 FAILED = "restore after Synchronize failed (internal); the plugin goes on with the state " \
          "as far as it got until the next Synchronize"
 
@@ -37,7 +31,7 @@ def exclusive(n: int, nodes: str | None = None) -> dict[str, str]:
 async def create(session, name: str, annotations: dict[str, str], cpus: int,
                  namespace: str = "default"):
     pod = make_pod(name, namespace=namespace, annotations=annotations)
-    ctr = make_container(pod, "c", resources=guaranteed(cpus))
+    ctr = make_container(pod, "c", resources=helpers.guaranteed(cpus))
     await session.create_container(pod, ctr)
     return pod, ctr
 
@@ -56,17 +50,18 @@ def test_the_answer_carries_no_updates_the_restore_sends_them_in_one_update_cont
     stops while nri-sla is away. The Synchronize answer is empty; the aligned container's
     wider cpuset comes right after it, in one UpdateContainers, and the runtime holds it."""
     async def scenario():
-        async with plugin_session(make_node(2), tmp_path) as (sim, session, _plugin):
-            _, aligned = await create(session, "aligned", ALIGNED, 8, namespace="a")
+        node = helpers.make_node(2)
+        async with helpers.plugin_session(node, tmp_path) as (sim, session, _plugin):
+            _, aligned = await create(session, "aligned", helpers.ALIGNED, 8, namespace="a")
             _, excl = await create(session, "excl", exclusive(8, "0"), 8, namespace="b")
             narrowed = parse_cpulist(sim.state.containers[aligned.id].linux.resources.cpu.cpus)
             pods, containers = running(sim)
         sim.state.containers[excl.id].state = pb.CONTAINER_STOPPED
-        async with plugin_session(make_node(2), tmp_path, pods=pods, containers=containers
-                                  ) as (sim, session, plugin):
+        async with helpers.plugin_session(helpers.make_node(2), tmp_path, pods=pods,
+                                          containers=containers) as (sim, session, plugin):
             stored = sim.state.containers[aligned.id].linux.resources.cpu.cpus
             return (narrowed, list(session.sync_updates), list(session.unsolicited), stored,
-                    pool_breaches(sim, plugin.node), aligned.id)
+                    helpers.pool_breaches(sim, plugin.node), aligned.id)
 
     narrowed, answer, unsolicited, stored, breaches, aligned_id = run(scenario())
     assert len(narrowed) == len(NODE0) - 8  # narrowed around the exclusive 8
@@ -82,10 +77,11 @@ def test_a_create_sent_right_behind_the_synchronize_sees_the_restored_state(tmp_
     one sent as soon as the answer came): the exclusive CPUs a restored record holds are
     not handed out again, and the runtime's cpusets keep the pool's rule."""
     async def scenario():
-        async with plugin_session(make_node(2), tmp_path) as (sim, session, _plugin):
+        node = helpers.make_node(2)
+        async with helpers.plugin_session(node, tmp_path) as (sim, session, _plugin):
             _, held = await create(session, "held", exclusive(30), 30, namespace="b")
             pods, containers = running(sim)
-        async with plugin_session(make_node(2), tmp_path) as (sim, session, plugin):
+        async with helpers.plugin_session(helpers.make_node(2), tmp_path) as (sim, session, plugin):
             # The runtime's state, synchronized again on this connection (a plugin that
             # held nothing), and a create sent before the answer is read.
             for pod in pods:
@@ -93,12 +89,12 @@ def test_a_create_sent_right_behind_the_synchronize_sees_the_restored_state(tmp_
             for ctr in containers:
                 sim.state.containers[ctr.id] = ctr
             pod = make_pod("next", namespace="b", annotations=exclusive(30))
-            new = make_container(pod, "c", resources=guaranteed(30))
+            new = make_container(pod, "c", resources=helpers.guaranteed(30))
             synced, _ = await asyncio.gather(session.synchronize(pods, containers),
                                              session.create_container(pod, new))
             placement = plugin.node.allocator.placement_of
             return (synced, placement(held.id).exclusive_cpus,
-                    placement(new.id).exclusive_cpus, pool_breaches(sim, plugin.node))
+                    placement(new.id).exclusive_cpus, helpers.pool_breaches(sim, plugin.node))
 
     synced, restored, given, breaches = run(scenario())
     assert synced == []  # the answer: no updates
@@ -109,19 +105,19 @@ def test_a_create_sent_right_behind_the_synchronize_sees_the_restored_state(tmp_
 def test_every_entry_finishes_a_pending_restore_first():
     """Outside a service nothing runs the restore on its own: the next entry (here a
     CreateContainer) runs it before it decides, so it sees the restored holder."""
-    node = make_node(2)
+    node = helpers.make_node(2)
     maker = SlaPlugin(node)
     pod = make_pod("held", namespace="b", annotations=exclusive(30))
-    held = make_container(pod, "c", resources=guaranteed(30))
+    held = make_container(pod, "c", resources=helpers.guaranteed(30))
     answer = maker.create_container(pod, held)
     held.annotations.update(answer.adjustment.annotations)  # the runtime keeps the record
     held.state = pb.CONTAINER_RUNNING
 
-    plugin = SlaPlugin(make_node(2))
+    plugin = SlaPlugin(helpers.make_node(2))
     plugin.synchronize([pod], [held])
     assert plugin.registry.get(held.id) is None  # answered, not restored yet
     other_pod = make_pod("next", namespace="b", annotations=exclusive(30))
-    other = make_container(other_pod, "c", resources=guaranteed(30))
+    other = make_container(other_pod, "c", resources=helpers.guaranteed(30))
     plugin.create_container(other_pod, other)
     placement = plugin.node.allocator.placement_of
     assert plugin.registry.get(held.id) is not None
@@ -131,7 +127,7 @@ def test_every_entry_finishes_a_pending_restore_first():
 
 
 def test_a_second_synchronize_replaces_a_pending_restore(caplog):
-    plugin = SlaPlugin(make_node(2))
+    plugin = SlaPlugin(helpers.make_node(2))
     first, second = make_pod("first"), make_pod("second")
     a = make_container(first, "c", state=pb.CONTAINER_RUNNING)
     b = make_container(second, "c", state=pb.CONTAINER_RUNNING)
@@ -145,14 +141,14 @@ def test_a_second_synchronize_replaces_a_pending_restore(caplog):
 
 def test_a_restore_that_fails_is_logged_once_and_the_connection_stays_up(
         tmp_path, caplog, monkeypatch):
-    node = make_node(2)
+    node = helpers.make_node(2)
 
     def failing(live):
         raise OSError("the state directory went away")
 
     async def scenario():
         monkeypatch.setattr(node, "restore", failing)
-        async with plugin_session(node, tmp_path) as (sim, session, plugin):
+        async with helpers.plugin_session(node, tmp_path) as (sim, session, plugin):
             failed = [r for r in caplog.records if r.getMessage() == FAILED]
             _, ctr = await create(session, "after", exclusive(2), 2, namespace="b")
             await plugin.restored()  # nothing pending: the failed one is not run again
@@ -176,11 +172,11 @@ def test_a_cpuset_an_answer_changed_while_the_restores_update_was_on_its_way_goe
     CreateContainer answered before the runtime applied that update narrows it again.
     containerd applies the UpdateContainers after that answer (one lock, the create's
     first), so the narrower cpuset is sent again once the first is acknowledged."""
-    maker = SlaPlugin(make_node(2))
+    maker = SlaPlugin(helpers.make_node(2))
     records = []
-    for name, asked, cpus in (("aligned", ALIGNED, 8), ("excl", exclusive(8, "0"), 8)):
+    for name, asked, cpus in (("aligned", helpers.ALIGNED, 8), ("excl", exclusive(8, "0"), 8)):
         pod = make_pod(name, namespace=name, annotations=asked)
-        ctr = make_container(pod, "c", resources=guaranteed(cpus))
+        ctr = make_container(pod, "c", resources=helpers.guaranteed(cpus))
         answer = maker.create_container(pod, ctr)
         ctr.annotations.update(answer.adjustment.annotations)
         ctr.linux.resources.cpu.cpus = answer.adjustment.linux.resources.cpu.cpus
@@ -191,13 +187,13 @@ def test_a_cpuset_an_answer_changed_while_the_restores_update_was_on_its_way_goe
     (aligned_pod, aligned), _gone = records
     assert len(parse_cpulist(aligned.linux.resources.cpu.cpus)) == len(NODE0) - 8
 
-    plugin = SlaPlugin(make_node(2))
+    plugin = SlaPlugin(helpers.make_node(2))
     plugin.synchronize([aligned_pod], [aligned])
     sent = plugin.restore()
     assert [(u.container_id, u.linux.resources.cpu.cpus) for u in sent] == [
         (aligned.id, format_cpulist(NODE0))]
     pod = make_pod("next", namespace="excl", annotations=exclusive(8, "0"))
-    answer = plugin.create_container(pod, make_container(pod, "c", resources=guaranteed(8)))
+    answer = plugin.create_container(pod, make_container(pod, "c", resources=helpers.guaranteed(8)))
     (narrowing,) = answer.updates
     again = plugin._overtaken(sent)
     assert [(u.container_id, u.linux.resources.cpu.cpus) for u in again] == [

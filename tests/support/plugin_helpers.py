@@ -23,6 +23,9 @@ DGX = REPO / "examples" / "dgx-like.yaml"
 DEVICES = {"/dev/nvme0n1": (259, 0), "/dev/sda": (8, 0)}
 # The node's record key: every make_node shares it, as plugin restarts share the key file.
 RECORD_KEY = bytes(range(32))
+# The DGX-like snapshot's NUMA node 0, and an SLA aligned to it (the CPU pool's tests).
+DGX_NODE0 = "0-15,32-47"
+ALIGNED = {"sla.nri.io/pod": "numa: {nodes: '0'}"}
 # The design's full example (gpu: count form; mig and ids are alternatives to count).
 FULL_SLA = """\
 enforcement: hard

@@ -79,23 +79,28 @@ async def _every(job: Periodic, stub: Stub) -> None:
             log.exception("periodic %s failed", name)
 
 
-async def send_updates(stub: Stub, updates: Sequence[Any], name: str) -> None:
+async def send_updates(stub: Stub, updates: Sequence[Any], name: str,
+                       again: Callable[[list[Any]], list[Any]] | None = None) -> None:
     """`updates` (none: nothing is sent) to the runtime as one plugin-initiated
     UpdateContainers; those it did not apply, or the call's failure, logged as `name`'s.
-    Raises ConnectionClosed when the connection is gone."""
-    if not updates:
-        return
-    try:
-        failed = await stub.update_containers(updates)
-    except ConnectionClosed:
-        raise
-    except NriError as exc:  # containerd answers an error when any update failed
-        log.warning("%s: UpdateContainers of %d containers failed: %s", name,
-                    len(updates), exc)
-        return
-    if failed:
-        log.warning("%s: the runtime did not apply %d of %d container updates",
-                    name, len(failed), len(updates))
+    Once the runtime answered, `again(sent)` gives what to send once more, the same way
+    (values that changed while the request was on its way: a runtime may apply it after
+    an answer the plugin gave meanwhile), until it gives nothing. Raises ConnectionClosed
+    when the connection is gone."""
+    pending = list(updates)
+    while pending:
+        try:
+            failed = await stub.update_containers(pending)
+        except ConnectionClosed:
+            raise
+        except NriError as exc:  # containerd answers an error when any update failed
+            log.warning("%s: UpdateContainers of %d containers failed: %s", name,
+                        len(pending), exc)
+        else:
+            if failed:
+                log.warning("%s: the runtime did not apply %d of %d container updates",
+                            name, len(failed), len(pending))
+        pending = again(pending) if again is not None else []
 
 
 async def _run_steps(result: Sequence[Any] | Generator[Sequence[Any], None, None] | None

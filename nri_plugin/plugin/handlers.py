@@ -287,15 +287,13 @@ class SlaPlugin:
     async def _send_restored(self, updates: list[pb.ContainerUpdate]) -> None:
         """The restore's updates as one UpdateContainers; then each cpuset an answer
         changed while they were on their way, again as it is now (`_overtaken`)."""
-        while updates:
-            try:
-                await send_updates(self._stub, updates, "restore after Synchronize")
-                updates = self._overtaken(updates)
-            except ConnectionClosed:
-                return  # the next connection's Synchronize rebuilds everything
-            except Exception:  # as the periodic work's: logged, the service goes on
-                log.exception("restore after Synchronize: sending its updates failed")
-                return
+        try:
+            await send_updates(self._stub, updates, "restore after Synchronize",
+                               again=self._overtaken)
+        except ConnectionClosed:
+            return  # the next connection's Synchronize rebuilds everything
+        except Exception:  # as the periodic work's: logged, the service goes on
+            log.exception("restore after Synchronize: sending its updates failed")
 
     def _overtaken(self, sent: list[pb.ContainerUpdate]) -> list[pb.ContainerUpdate]:
         """The containers of `sent` whose cpuset changed since it was made, with the one

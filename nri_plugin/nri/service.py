@@ -57,6 +57,8 @@ class Periodic:
     # -> list[pb.ContainerUpdate] | None, or a generator of such lists (one per step)
     run: Callable[[], Sequence[Any] | Generator[Sequence[Any], None, None] | None]
     name: str = ""  # for the log
+    # -> what to send once more after the runtime answered (send_updates' `again`)
+    again: Callable[[list[Any]], list[Any]] | None = None
 
     def __post_init__(self) -> None:
         if not (isinstance(self.interval, int | float) and self.interval > 0):
@@ -72,7 +74,7 @@ async def _every(job: Periodic, stub: Stub) -> None:
         if not stub.registered:
             continue
         try:
-            await send_updates(stub, await _run_steps(job.run()), name)
+            await send_updates(stub, await _run_steps(job.run()), name, job.again)
         except ConnectionClosed:
             return  # the service reconnects; a new stub gets new runs
         except Exception:  # one bad run must not end the others or the service

@@ -286,21 +286,22 @@ class SlaPlugin:
 
     async def _send_restored(self, updates: list[pb.ContainerUpdate]) -> None:
         """The restore's updates as one UpdateContainers; then each cpuset an answer
-        changed while they were on their way, again as it is now (`_overtaken`)."""
+        changed while they were on their way, again as it is now (`overtaken`)."""
         try:
             await send_updates(self._stub, updates, "restore after Synchronize",
-                               again=self._overtaken)
+                               again=self.overtaken)
         except ConnectionClosed:
             return  # the next connection's Synchronize rebuilds everything
         except Exception:  # as the periodic work's: logged, the service goes on
             log.exception("restore after Synchronize: sending its updates failed")
 
-    def _overtaken(self, sent: list[pb.ContainerUpdate]) -> list[pb.ContainerUpdate]:
+    def overtaken(self, sent: list[pb.ContainerUpdate]) -> list[pb.ContainerUpdate]:
         """The containers of `sent` whose cpuset changed since it was made, with the one
         they have now. containerd applies a plugin's UpdateContainers under the lock its
-        CreateContainer holds while it waits for the answer, so a CreateContainer that
-        came right after the Synchronize answer, and took exclusive CPUs from one of
-        them, had its answer applied first: `sent` would leave that container on them."""
+        CreateContainer holds while it waits for the answer, so a CreateContainer answered
+        meanwhile (right after the Synchronize answer, or between two steps of a drift
+        pass), that took exclusive CPUs from one of them, had its answer applied first:
+        `sent` would leave that container on them."""
         again = []
         for update in sent:
             cpus = update.linux.resources.cpu.cpus

@@ -68,7 +68,8 @@ def periodic_work(node: NodeState, plugin: SlaPlugin) -> list[Periodic]:
     drift watch, and with GPUs their rescan and health polls."""
     work = []
     if node.config.watch.interval:
-        work.append(Periodic(node.config.watch.interval, plugin.drift_steps, "drift watch"))
+        work.append(Periodic(node.config.watch.interval, plugin.drift_steps, "drift watch",
+                             again=plugin.overtaken))
     gpu = node.config.gpu
     if gpu.rescan_interval and node.gpus is not None:
         work.append(Periodic(gpu.rescan_interval, plugin.rescan_inventory,

@@ -225,6 +225,49 @@ def test_periodic_work_runs_while_registered_and_sends_its_updates(sock_dir, cap
     assert any("periodic tick failed" in r.getMessage() for r in caplog.records)
 
 
+def test_a_periodic_runs_again_updates_go_once_the_first_is_answered(sock_dir):
+    """`again` sees what was sent once the runtime answered, and what it gives goes as a
+    further UpdateContainers, until it gives nothing: the runtime ends with the value of
+    the last one (a cpuset an answer changed while the first was on its way)."""
+    async def main():
+        path = os.path.join(sock_dir, "nri.sock")
+        pod = make_pod("p")
+        ctr = make_container(pod, "c")
+        seen: list[list[str]] = []
+
+        def tick():
+            update = pb.ContainerUpdate(container_id=ctr.id)
+            update.linux.resources.cpu.cpus = "0-3"
+            return [] if seen else [update]
+
+        def again(sent):
+            seen.append([u.linux.resources.cpu.cpus for u in sent])
+            if len(seen) > 1:
+                return []
+            change = pb.ContainerUpdate(container_id=ctr.id)
+            change.linux.resources.cpu.cpus = "4-7"
+            return [change]
+
+        stop = asyncio.Event()
+        opts = ServiceOptions(socket_path=path, backoff_initial=0.05, backoff_max=0.1,
+                              handle_signals=False, environ={}, stop_event=stop,
+                              periodic=[service.Periodic(0.05, tick, "tick", again=again)])
+        svc = asyncio.create_task(run_service(Plugin(), opts))
+        sim = await RuntimeSimulator(path, containers=[ctr]).start()
+        s = await sim.accept(timeout=5)
+        for _ in range(100):
+            if len(seen) >= 2:
+                break
+            await asyncio.sleep(0.02)
+        assert seen == [["0-3"], ["4-7"]]
+        assert len(s.unsolicited) == 2
+        assert sim.state.containers[ctr.id].linux.resources.cpu.cpus == "4-7"
+        await sim.close()
+        stop.set()
+        await asyncio.wait_for(svc, 5)
+    asyncio.run(main())
+
+
 STEP_SECONDS = 0.01  # what one step holds the loop for (a batch of containers read back)
 
 

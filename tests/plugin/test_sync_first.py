@@ -9,6 +9,7 @@ import logging
 
 from nri_plugin.nri.pb import nri_pb2 as pb
 from nri_plugin.plugin import SlaPlugin
+from nri_plugin.plugin.service import periodic_work
 from nri_plugin.simulated.runtime import make_container, make_pod
 from nri_plugin.topology.cpulist import format_cpulist, parse_cpulist
 from tests.support import plugin_helpers as helpers
@@ -195,7 +196,16 @@ def test_a_cpuset_an_answer_changed_while_the_restores_update_was_on_its_way_goe
     pod = make_pod("next", namespace="excl", annotations=exclusive(8, "0"))
     answer = plugin.create_container(pod, make_container(pod, "c", resources=helpers.guaranteed(8)))
     (narrowing,) = answer.updates
-    again = plugin._overtaken(sent)
+    again = plugin.overtaken(sent)
     assert [(u.container_id, u.linux.resources.cpu.cpus) for u in again] == [
         (aligned.id, narrowing.linux.resources.cpu.cpus)]
-    assert plugin._overtaken(again) == []  # as it is now: nothing more to send
+    assert plugin.overtaken(again) == []  # as it is now: nothing more to send
+
+
+def test_the_drift_pass_re_sends_what_an_answer_overtook_too():
+    """A drift pass's updates are made between steps, with CreateContainers answered in
+    between, so they can be overtaken as the restore's can: its periodic job re-sends
+    them the same way."""
+    plugin = SlaPlugin(helpers.make_node(2))
+    (drift,) = [job for job in periodic_work(plugin.node, plugin) if job.name == "drift watch"]
+    assert drift.again == plugin.overtaken

@@ -60,6 +60,9 @@ class HealthChange:
         return bool(self.changed)
 
 
+NO_CHANGE = HealthChange()
+
+
 class _Session:
     """NVML initialised, an XID event set and each GPU's handle by identity."""
 
@@ -124,6 +127,7 @@ class GpuHealthMonitor:
         self._events: dict[str, GpuHealth] = {}  # identity -> unhealthy, for good
         self._session: _Session | None = None
         self._nvml_problem = ""  # why NVML cannot be watched now (logged once)
+        self._closed = threading.Event()  # ends a wait without NVML (close())
 
     # --- reading ----------------------------------------------------------------------
 
@@ -161,16 +165,23 @@ class GpuHealthMonitor:
     def poll(self, timeout_ms: int = 0) -> HealthChange:
         """Wait up to `timeout_ms` for NVML events, read those that came (MAX_EVENTS at
         most) and probe each GPU for being lost. NVML unavailable: nothing changes (the
-        inventory read says what it can; logged once)."""
+        inventory read says what it can; logged once). No GPU tracked: NVML is not even
+        loaded (a node without GPUs imports no pynvml, ~25 ms on the plugin's loop).
+        Either way the wait asked for still passes, so that a caller polling in a loop
+        (the device plugin's thread) sleeps instead of spinning."""
         with self._lock:
             before = self._health()
-            session = self._open()
+            session = self._open() if self._tracked else None
             if session is not None:
                 self._probe(session)
                 self._drain(session, max(0, int(timeout_ms)))
-            return self._changes(before)
+                return self._changes(before)
+        if timeout_ms > 0:
+            self._closed.wait(timeout_ms / 1000)
+        return NO_CHANGE
 
     def close(self) -> None:
+        self._closed.set()
         with self._lock:
             self._close()
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from dataclasses import replace
 
 from nri_plugin.simulated.hardware import (
@@ -129,3 +131,24 @@ def test_a_session_that_fails_half_way_leaves_nvml_closed(dgx_sysfs, dgx_nvml):
     dgx_nvml.nvmlDeviceGetCount = count_fails
     assert not monitor.poll(0)
     assert dgx_nvml.initialized == 0
+
+
+def test_no_gpu_tracked_loads_no_nvml():
+    loads = []
+    monitor = GpuHealthMonitor(load=lambda: loads.append(1) or FakeNvml([]))
+    assert not monitor.poll(0) and not monitor.poll(0)
+    assert loads == [] and monitor.health() == {}
+
+
+def test_a_poll_without_nvml_still_waits_what_it_was_asked(dgx_sysfs, dgx_nvml):
+    """The device plugin polls in a loop with its interval as the timeout: without NVML
+    (or without a GPU to watch) each poll must take that long, not return at once."""
+    _, monitor = watched(dgx_sysfs, dgx_nvml)
+    dgx_nvml.fail_init = NVML_ERROR_LIBRARY_NOT_FOUND
+    started = time.monotonic()
+    assert not monitor.poll(200)
+    assert time.monotonic() - started >= 0.19
+    threading.Timer(0.05, monitor.close).start()  # close() ends a wait at once
+    started = time.monotonic()
+    assert not monitor.poll(10_000)
+    assert time.monotonic() - started < 5

@@ -22,6 +22,7 @@ from typing import Any
 
 from nri_plugin.core import ContainerRequest, Decision, NodeState, decide
 from nri_plugin.core.decision import REUSABLE_LIMIT, recheck
+from nri_plugin.core.restored import LiveContainer
 from nri_plugin.errors import INTERNAL, INVALID, Refused, SlaFailure
 from nri_plugin.granted import (
     DEVICE_MOUNT_DIR,
@@ -277,18 +278,20 @@ class SlaPlugin(SynchronizeRestore):
         return entry
 
     def _entries(self, pod_of: dict[str, pb.PodSandbox], live: list[pb.Container],
-                 plans: dict[str, ContainerPlan]) -> Iterator[ContainerEntry]:
+                 values: list[LiveContainer], plans: dict[str, ContainerPlan]
+                 ) -> Iterator[ContainerEntry]:
         """The registry entries of the live containers a Synchronize reported (`pod_of`:
-        pod id -> pod), each with the plan its record restored (`plans`)."""
+        pod id -> pod; `values`: what restore read of each), each with the plan its record
+        restored (`plans`)."""
         grants = [granted_resources(c.linux.resources, c) for c in live]
         books = self.kubelet.for_all() if any(map(asks_kubelet, grants)) else {}
         return (
-            self._entry(pod_of.get(c.pod_sandbox_id), c, plans.get(c.id),
+            self._entry(pod_of.get(v.pod), c, plans.get(v.id),
                         # Created but not started yet: StartContainer owes the writes.
                         owed=c.state == pb.CONTAINER_CREATED, granted=granted,
-                        kubelet_ids=books.get(_key(pod_of.get(c.pod_sandbox_id), c), ())
+                        kubelet_ids=books.get(_key(pod_of.get(v.pod), c), ())
                         if books else (), created=False)
-            for c, granted in zip(live, grants, strict=True))
+            for c, v, granted in zip(live, values, grants, strict=True))
 
     def _publish_holders(self, entry: ContainerEntry) -> None:
         """A new holder: the gauges, and GPUs it shares with another container."""

@@ -71,7 +71,7 @@ class SynchronizeRestore:
     _unenforced: UnenforcedContainers
     # ... and the pieces it shares with the create path.
     rescan_inventory: Callable[[], None]
-    _entries: Callable[[dict[str, pb.PodSandbox], list[pb.Container],
+    _entries: Callable[[dict[str, pb.PodSandbox], list[pb.Container], list[LiveContainer],
                         dict[str, ContainerPlan]], Iterable[ContainerEntry]]
     _cpuset_updates: Callable[[str], list[pb.ContainerUpdate]]
     _publish_usage: Callable[[], None]
@@ -236,7 +236,7 @@ class SynchronizeRestore:
             known = self.registry.get(value.id)
             if known is None or known.decided_plan is None or known.writes_owed:
                 started_away.append(value)
-        self.registry.replace(self._entries(pod_of, live, plans))
+        self.registry.replace(self._entries(pod_of, live, values, plans))
         return started_away
 
     def _write_owed(self, container: LiveContainer) -> None:

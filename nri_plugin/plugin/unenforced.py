@@ -40,8 +40,8 @@ NAMED = 32
 
 def hook_enforced(container: pb.Container) -> bool:
     """The container's spec runs the nri-sla OCI hook: it enforced or refused the SLA."""
-    if not container.HasField("hooks"):  # (most containers: one call, not three stages
-        return False                     # read as new lists, 2.6 us a container)
+    if not container.HasField("hooks"):  # most: a spec without OCI hooks (3 us less)
+        return False
     hooks = container.hooks
     return any(is_sla_hook(h.path, h.args) for stage in (hooks.create_runtime,
                hooks.prestart, hooks.create_container) for h in stage)

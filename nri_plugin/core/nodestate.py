@@ -236,22 +236,22 @@ class NodeState:
         plan, permissions = known
         breach = self._breach(permissions, container.namespace) if permissions else ""
         if plan.placement_record and self.allocator is not None:
-            from nri_plugin.plan.placement_values import PlacementError
+            import nri_plugin.plan.placement_values as placement_values  # per record
 
             try:
                 self.allocator.restore(container.id, _still_held(
                     plan.placement_record, container.cpus, cpusets))
-            except PlacementError as exc:  # the state is unchanged: nothing to undo
+            except placement_values.PlacementError as exc:  # unchanged: nothing to undo
                 raise RecordConflict(f"{exc} (created earlier); this claim is ignored"
                                      ) from None
         if plan.rt_runtime and self.rt_budget is not None:
-            from nri_plugin.plan.rt_budget import RtGrant
+            import nri_plugin.plan.rt_budget as budgets  # per record
 
             # The kernel already gives the container this budget: counted even if the
             # node's share is exceeded (a tightened rt-budget), so that no new grant adds
             # to it.
-            self.rt_budget.restore(container.id, RtGrant(plan.rt_runtime,
-                                                         plan.rt_period_in_force))
+            self.rt_budget.restore(container.id, budgets.RtGrant(plan.rt_runtime,
+                                                                 plan.rt_period_in_force))
         if plan.rt_runtime and container.cgroups_path:
             self._note_rt_dir(container.id, plan, container.cgroups_path)
         return plan, breach
@@ -515,10 +515,10 @@ class NodeState:
         into the container's cgroup; the failures as text. Hard mode writes all or none
         (the first failure undoes the earlier writes); soft mode keeps what held.
         `undo_on_failure` overrides the mode's choice (False: a running container)."""
-        from nri_plugin.enforce.cgfile import CgroupWriter
-        from nri_plugin.enforce.plan_writes import cgroup_writes
+        import nri_plugin.enforce.cgfile as cgfile  # per start and per restored container:
+        import nri_plugin.enforce.plan_writes as plan_writes  # see the imports' note
 
-        writes = cgroup_writes(plan, scope=scope, bfq=self.capabilities.bfq)
+        writes = plan_writes.cgroup_writes(plan, scope=scope, bfq=self.capabilities.bfq)
         if not writes:
             return []
         try:
@@ -527,7 +527,7 @@ class NodeState:
             return [str(exc)]
         if undo_on_failure is None:
             undo_on_failure = plan.enforcement == "hard"
-        results = CgroupWriter(paths).apply(writes, undo_on_failure=undo_on_failure)
+        results = cgfile.CgroupWriter(paths).apply(writes, undo_on_failure=undo_on_failure)
         return [str(r.error) for r in results if not r.ok]
 
 

@@ -624,7 +624,7 @@ def make_container(pod: pb.PodSandbox, name: str, *,
     return pb.Container(
         id=cid, pod_sandbox_id=pod.id, name=name, state=state, labels=lab, annotations=ann,
         args=list(args), env=[*env, f"HOSTNAME={pod.name}"], mounts=mounts,
-        hooks=pb.Hooks(),
+        # No `hooks`: containerd sends none for a spec without OCI hooks (FromOCIHooks).
         linux=pb.LinuxContainer(namespaces=ns, cgroups_path=cgroups_path, devices=devices,
                                 resources=resources or make_resources(cpu_shares=102)),
         CDI_devices=[pb.CDIDevice(name=name) for name in cdi_devices])

@@ -150,6 +150,8 @@ def sla_for_container(annotations: Mapping[str, str], container_name: str, *,
                 strays.append(key)
         else:
             alias = value
+    if not total:  # no key of nri-sla's (most pods): no SLA, nothing to look up
+        return None
     if total > MAX_TOTAL_ANNOTATION_CHARS:
         raise SlaError(f"{head}*", "", f"annotations hold {total} characters together (keys "
                                        f"and values); at most {MAX_TOTAL_ANNOTATION_CHARS} "

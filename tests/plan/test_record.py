@@ -103,6 +103,16 @@ def test_records_nri_sla_did_not_write_for_this_container(name, text):
         caught.value)
 
 
+@pytest.mark.parametrize("mac", ["0" * 31 + "g" + "0" * 32, "A" * 64, "0" * 63 + " ",
+                                 "-" + "0" * 63])
+def test_a_mac_that_is_not_lowercase_hex_is_no_mac(mac):
+    """Told apart before any HMAC is computed: a character outside 0-9a-f anywhere in the
+    64 (the check strips hex digits from both ends and must see what is left)."""
+    text = signed(BASE)[:-66] + mac + '"}'
+    with pytest.raises(UnauthenticatedRecord, match=r"\(no record MAC\)"):
+        decode_record(text, OWNER, KEY, NODE)
+
+
 def test_any_edit_of_a_record_is_caught():
     text = encode_record(FULL, "nri", OWNER, KEY)
     for i in range(len(text)):

@@ -13,7 +13,7 @@ import sys
 from types import SimpleNamespace
 
 from nri_plugin.nri.pb import nri_pb2 as pb
-from nri_plugin.plugin import SlaPlugin, handlers
+from nri_plugin.plugin import SlaPlugin, restore
 from nri_plugin.plugin.heap import TRIM_AFTER_CONTAINERS, release_freed_heap
 from nri_plugin.simulated.runtime import make_container, make_pod
 from tests.support.plugin_helpers import make_node
@@ -71,7 +71,7 @@ def test_freed_heap_pages_are_given_back():
 
 def test_a_large_synchronize_gives_the_freed_heap_back(monkeypatch):
     trims = []
-    monkeypatch.setattr(handlers, "release_freed_heap", lambda: trims.append(True))
+    monkeypatch.setattr(restore, "release_freed_heap", lambda: trims.append(True))
     pod = make_pod("p")
 
     async def synchronize(count: int) -> tuple[int, int]:

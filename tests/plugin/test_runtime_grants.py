@@ -196,6 +196,14 @@ def test_the_grant_is_read_from_the_runtime_never_the_env(tmp_path, caplog):
     flooded.mounts[255].destination = "/var/run/nvidia-container-devices/GPU-last"
     assert granted_resources(flooded.linux.resources, flooded).device_mounts == ("GPU-last",)
 
+    # The env is read item by item once its joined text names the key: only an item that
+    # starts with it counts (the last one), not the key inside another item's value.
+    inside = make_container(pod, "v", env=("NOTE=NVIDIA_VISIBLE_DEVICES=all", "PATH=/bin"))
+    assert granted_resources(inside.linux.resources, inside).env_gpus is None
+    twice = make_container(pod, "t", env=("NVIDIA_VISIBLE_DEVICES=0", "A=1",
+                                          "NVIDIA_VISIBLE_DEVICES=2"))
+    assert granted_resources(twice.linux.resources, twice).env_gpus == "2"
+
     env_only = make_container(make_pod("e"), "c", env=("NVIDIA_VISIBLE_DEVICES=0,1",))
 
     async def scenario():

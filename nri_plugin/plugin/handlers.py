@@ -37,6 +37,7 @@ from nri_plugin.granted import (
     bounded_names,
     device_mount_ids,
     gpu_device_numbers,
+    limits_only,
 )
 from nri_plugin.hookspec import hook_spec
 from nri_plugin.nri.errors import Code, ConnectionClosed, RpcError
@@ -112,6 +113,9 @@ def granted_resources(resources: pb.LinuxResources, container: pb.Container | No
             evidence["device_mounts"] = device_mount_ids(device_mounts)
     # An absent value reads as 0, which GrantedResources takes as "not set", as it takes
     # a 0 the runtime wrote: no HasField per value (four calls per container).
+    if not evidence:
+        return limits_only(cpu.quota.value, cpu.period.value, cpu.shares.value,
+                           memory.limit.value)
     return GrantedResources(cpu_quota=cpu.quota.value, cpu_period=cpu.period.value,
                             cpu_shares=cpu.shares.value, memory_limit=memory.limit.value,
                             **evidence)

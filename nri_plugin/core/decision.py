@@ -108,8 +108,11 @@ def _remembered(node: NodeState, request: ContainerRequest) -> Decision:
 
 def _reuse_key(node: NodeState, request: ContainerRequest) -> tuple:
     head = node.prefix + "/"
-    mine = tuple(sorted((k, v) for k, v in request.annotations.items()
-                        if k.startswith(head) or k == ENFORCEMENT_ALIAS))
+    annotations = request.annotations
+    # Keys first, the value only of nri-sla's: the plugin passes the request's protobuf
+    # map, whose items() is collections.abc's generator in Python (as sla_for_container).
+    mine = tuple(sorted([(k, annotations[k]) for k in annotations
+                         if k.startswith(head) or k == ENFORCEMENT_ALIAS]))
     # The runtime's limits cap the plan: a replica with other limits is another decision.
     return (request.name, request.namespace, request.nri_version, request.granted.key(),
             mine)

@@ -70,3 +70,20 @@ def test_the_reuse_key_sees_every_field_of_the_grant():
     assert len(key) == len(GrantedResources.__slots__) == len(base)
     for name in base:
         assert GrantedResources(**{**base, name: other[name]}).key() != key, name
+
+
+def test_the_pods_protobuf_map_decides_as_a_dict_does():
+    """The plugin hands decide the request's protobuf map itself (no copy): the same
+    decision as from a dict of the same annotations, shared with it as a replica's, and a
+    map with other nri-sla keys is another decision."""
+    from nri_plugin.nri.pb import nri_pb2 as pb
+
+    node = NodeState(NodeConfig(), 2)
+    annotations = {"sla.nri.io/pod": "cpu: {limit: 1}", "io.kubernetes.cri.sandbox-id": "x"}
+    from_dict = decide(node, ContainerRequest(annotations, "app", owner="a"))
+    pod = pb.PodSandbox(annotations=annotations)
+    assert decide(node, ContainerRequest(pod.annotations, "app", owner="b")) is from_dict
+    pod.annotations["sla.nri.io/container.app"] = "memory: {max: 64Mi}"
+    other = decide(node, ContainerRequest(pod.annotations, "app", owner="c"))
+    assert other is not from_dict and other.plan is not None
+    assert other.plan.memory_max == 64 << 20

@@ -196,6 +196,29 @@ def test_the_grant_is_read_from_the_runtime_never_the_env(tmp_path, caplog):
     flooded.mounts[255].destination = "/var/run/nvidia-container-devices/GPU-last"
     assert granted_resources(flooded.linux.resources, flooded).device_mounts == ("GPU-last",)
 
+    # The env is read item by item once its joined text names the key: only an item that
+    # starts with it counts (the last one), not the key inside another item's value.
+    inside = make_container(pod, "v", env=("NOTE=NVIDIA_VISIBLE_DEVICES=all", "PATH=/bin"))
+    assert granted_resources(inside.linux.resources, inside).env_gpus is None
+    twice = make_container(pod, "t", env=("NVIDIA_VISIBLE_DEVICES=0", "A=1",
+                                          "NVIDIA_VISIBLE_DEVICES=2"))
+    assert granted_resources(twice.linux.resources, twice).env_gpus == "2"
+
+    # Without GPU evidence, replicas' grants with the same limits are one shared value,
+    # equal to the one built field by field; other limits are another value.
+    from nri_plugin import granted as granted_module
+
+    plain = make_container(pod, "r1", resources=KUBELET)
+    first = granted_resources(plain.linux.resources, plain)
+    again = granted_resources(plain.linux.resources, make_container(pod, "r2"))
+    assert again is first and first == GrantedResources(
+        cpu_quota=50_000, cpu_period=100_000, cpu_shares=512, memory_limit=256 * MiB)
+    assert granted_resources(make_resources(cpu_shares=1024)) == GrantedResources(
+        cpu_shares=1024) != first
+    for i in range(granted_module.LIMITS_KEPT + 1):  # bounded: the oldest are dropped
+        granted_module.limits_only(0, 0, i + 2, 0)
+    assert len(granted_module._limits_only) <= granted_module.LIMITS_KEPT
+
     env_only = make_container(make_pod("e"), "c", env=("NVIDIA_VISIBLE_DEVICES=0,1",))
 
     async def scenario():

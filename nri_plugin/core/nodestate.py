@@ -346,10 +346,9 @@ class NodeState:
         the text of the last one (mostly the shared pool, again) is not made twice."""
         if self.cpu_pool is None:
             return ""
-        cpus = self.cpu_pool.cpuset(owner)
+        cpus = self.cpu_pool.answer(owner)
         if not cpus:
             return ""
-        self.cpu_pool.told(owner, cpus)
         if not planned and cpus == self.cpu_pool.allocator.topology.online:
             return ""
         if self._answered[0] != cpus:

@@ -120,6 +120,7 @@ class NodeState:
         self.pod_members: Callable[[str], Iterable[str]] = _no_members
         # Reusable decisions by their inputs (core.decision.decide; bounded there).
         self.reusable: dict[tuple, Any] = {}
+        self._output_keys: tuple[NodeConfig | None, tuple[str, str]] = (None, ("", ""))
 
     @property
     def prefix(self) -> str:
@@ -148,7 +149,13 @@ class NodeState:
     @property
     def output_keys(self) -> tuple[str, str]:
         """The annotations nri-sla writes (and removes where a pod set them itself)."""
-        return f"{self.prefix}/applied", f"{self.prefix}/warnings"
+        # Made once per config object, not twice per CreateContainer (its answer and the
+        # pod-set check read them); `config` is reassigned on a reload, not edited.
+        made_for, keys = self._output_keys
+        if made_for is not self.config:
+            keys = f"{self.prefix}/applied", f"{self.prefix}/warnings"
+            self._output_keys = (self.config, keys)
+        return keys
 
     def annotations_for(self, plan: ContainerPlan, path: str, owner: str,
                         text: str | None = None) -> dict[str, str]:

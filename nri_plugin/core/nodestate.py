@@ -331,10 +331,10 @@ class NodeState:
         placed = placement is not None and bool(placement.cpus)
         foreign = not placed and not whole and (
             created or not cpus.isdisjoint(pool.allocator.exclusive_cpus_in_use()))
-        pinned = cpus if foreign else NO_CPUS
+        member = (cpupool.PoolMember(cpupool.cpus_needed(request_millis), cpus) if foreign
+                  else cpupool.unpinned_member(request_millis))
         # What it runs on now: without a cpuset, every online CPU.
-        pool.join(owner, cpupool.PoolMember(cpupool.cpus_needed(request_millis), pinned),
-                  None if created else cpus or layout.topology.online)
+        pool.join(owner, member, None if created else cpus or layout.topology.online)
 
     def cpuset_of(self, owner: str) -> str:
         """The cpuset `owner` should have now ("": no pool on this node): an answer about
@@ -356,9 +356,14 @@ class NodeState:
         cpus = self.cpu_pool.answer(owner)
         if not cpus:
             return ""
-        if not planned and cpus == self.cpu_pool.allocator.topology.online:
+        # `is` first: mostly the shared pool, one object per allocator generation (the
+        # online set itself while nothing is exclusive), and `==` between equal sets
+        # looks up every CPU (128 on a large node) even when they are one object.
+        online = self.cpu_pool.allocator.topology.online
+        if not planned and (cpus is online or cpus == online):
             return ""
-        if self._answered[0] != cpus:
+        answered = self._answered[0]
+        if answered is not cpus and answered != cpus:
             self._answered = (cpus, format_cpulist(cpus))
         return self._answered[1]
 

@@ -21,12 +21,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import lru_cache
 
 from nri_plugin.plan.allocator import Allocator
 from nri_plugin.plan.placement_values import CpuFloor, cpus_needed
 from nri_plugin.topology.cpulist import NO_CPUS, CpuListError, parse_cpulist
 
-__all__ = ["CpuPool", "PoolMember", "ReportedCpusets", "cpus_needed"]
+__all__ = ["CpuPool", "PoolMember", "ReportedCpusets", "cpus_needed", "unpinned_member"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +37,14 @@ class PoolMember:
 
     need: int
     pinned: frozenset[int] = NO_CPUS
+
+
+@lru_cache(maxsize=256)
+def unpinned_member(request_millis: int | None) -> PoolMember:
+    """The member for a container nri-sla sets the cpuset of, with this CPU request: one
+    shared (frozen) value per request instead of a new one per CreateContainer (a frozen
+    dataclass sets each field through object.__setattr__); replicas ask the same."""
+    return PoolMember(cpus_needed(request_millis))
 
 
 class CpuPool:
@@ -105,8 +114,11 @@ class CpuPool:
         the exclusive sets (the allocator's cpu_generation): every member asks."""
         generation = self.allocator.cpu_generation
         if self._shared is None or self._shared[0] != generation:
-            self._shared = (generation, self.allocator.topology.online
-                            - self.allocator.exclusive_cpus_in_use().keys())
+            online = self.allocator.topology.online
+            exclusive = self.allocator.exclusive_cpus_in_use()
+            # Nothing exclusive: the online set itself, so that the answers' comparisons
+            # with it (answer_cpuset's) end at `is` instead of a lookup per online CPU.
+            self._shared = (generation, online - exclusive.keys() if exclusive else online)
         return self._shared[1]
 
     def answer(self, owner: str) -> frozenset[int]:

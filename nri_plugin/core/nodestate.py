@@ -120,6 +120,7 @@ class NodeState:
         self.pod_members: Callable[[str], Iterable[str]] = _no_members
         # Reusable decisions by their inputs (core.decision.decide; bounded there).
         self.reusable: dict[tuple, Any] = {}
+        self._output_keys: tuple[NodeConfig | None, tuple[str, str]] = (None, ("", ""))
 
     @property
     def prefix(self) -> str:
@@ -148,7 +149,13 @@ class NodeState:
     @property
     def output_keys(self) -> tuple[str, str]:
         """The annotations nri-sla writes (and removes where a pod set them itself)."""
-        return f"{self.prefix}/applied", f"{self.prefix}/warnings"
+        # Made once per config object, not twice per CreateContainer (its answer and the
+        # pod-set check read them); `config` is reassigned on a reload, not edited.
+        made_for, keys = self._output_keys
+        if made_for is not self.config:
+            keys = f"{self.prefix}/applied", f"{self.prefix}/warnings"
+            self._output_keys = (self.config, keys)
+        return keys
 
     def annotations_for(self, plan: ContainerPlan, path: str, owner: str,
                         text: str | None = None) -> dict[str, str]:
@@ -324,10 +331,10 @@ class NodeState:
         placed = placement is not None and bool(placement.cpus)
         foreign = not placed and not whole and (
             created or not cpus.isdisjoint(pool.allocator.exclusive_cpus_in_use()))
-        pinned = cpus if foreign else NO_CPUS
+        member = (cpupool.PoolMember(cpupool.cpus_needed(request_millis), cpus) if foreign
+                  else cpupool.unpinned_member(request_millis))
         # What it runs on now: without a cpuset, every online CPU.
-        pool.join(owner, cpupool.PoolMember(cpupool.cpus_needed(request_millis), pinned),
-                  None if created else cpus or layout.topology.online)
+        pool.join(owner, member, None if created else cpus or layout.topology.online)
 
     def cpuset_of(self, owner: str) -> str:
         """The cpuset `owner` should have now ("": no pool on this node): an answer about
@@ -346,13 +353,17 @@ class NodeState:
         the text of the last one (mostly the shared pool, again) is not made twice."""
         if self.cpu_pool is None:
             return ""
-        cpus = self.cpu_pool.cpuset(owner)
+        cpus = self.cpu_pool.answer(owner)
         if not cpus:
             return ""
-        self.cpu_pool.told(owner, cpus)
-        if not planned and cpus == self.cpu_pool.allocator.topology.online:
+        # `is` first: mostly the shared pool, one object per allocator generation (the
+        # online set itself while nothing is exclusive), and `==` between equal sets
+        # looks up every CPU (128 on a large node) even when they are one object.
+        online = self.cpu_pool.allocator.topology.online
+        if not planned and (cpus is online or cpus == online):
             return ""
-        if self._answered[0] != cpus:
+        answered = self._answered[0]
+        if answered is not cpus and answered != cpus:
             self._answered = (cpus, format_cpulist(cpus))
         return self._answered[1]
 

@@ -21,12 +21,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import lru_cache
 
 from nri_plugin.plan.allocator import Allocator
 from nri_plugin.plan.placement_values import CpuFloor, cpus_needed
 from nri_plugin.topology.cpulist import NO_CPUS, CpuListError, parse_cpulist
 
-__all__ = ["CpuPool", "PoolMember", "ReportedCpusets", "cpus_needed"]
+__all__ = ["CpuPool", "PoolMember", "ReportedCpusets", "cpus_needed", "unpinned_member"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +37,14 @@ class PoolMember:
 
     need: int
     pinned: frozenset[int] = NO_CPUS
+
+
+@lru_cache(maxsize=256)
+def unpinned_member(request_millis: int | None) -> PoolMember:
+    """The member for a container nri-sla sets the cpuset of, with this CPU request: one
+    shared (frozen) value per request instead of a new one per CreateContainer (a frozen
+    dataclass sets each field through object.__setattr__); replicas ask the same."""
+    return PoolMember(cpus_needed(request_millis))
 
 
 class CpuPool:
@@ -48,8 +57,9 @@ class CpuPool:
         self._members: dict[str, PoolMember] = {}
         self._told: dict[str, frozenset[int]] = {}  # the cpuset each was last given
         # `changes` compares every member only when the allocator's CPUs moved since the
-        # last time (its cpu_generation); otherwise only the members joined or told since
-        # (a CreateContainer without exclusive CPUs then costs nothing per live container).
+        # last time (its cpu_generation); otherwise only the members joined (and not
+        # answered) since (a CreateContainer without exclusive CPUs then costs nothing per
+        # live container).
         self._checked_generation: int | None = None
         self._unchecked: set[str] = set()
         # The shared pool as of an allocator generation: one set object, which every
@@ -104,15 +114,25 @@ class CpuPool:
         the exclusive sets (the allocator's cpu_generation): every member asks."""
         generation = self.allocator.cpu_generation
         if self._shared is None or self._shared[0] != generation:
-            self._shared = (generation, self.allocator.topology.online
-                            - self.allocator.exclusive_cpus_in_use().keys())
+            online = self.allocator.topology.online
+            exclusive = self.allocator.exclusive_cpus_in_use()
+            # Nothing exclusive: the online set itself, so that the answers' comparisons
+            # with it (answer_cpuset's) end at `is` instead of a lookup per online CPU.
+            self._shared = (generation, online - exclusive.keys() if exclusive else online)
         return self._shared[1]
 
-    def told(self, owner: str, cpus: frozenset[int]) -> None:
-        """`owner` was just given `cpus` (its CreateContainer or UpdateContainer answer)."""
+    def answer(self, owner: str) -> frozenset[int]:
+        """The cpuset `owner` should have now (`cpuset`), counted as told: its
+        CreateContainer or UpdateContainer answer carries it."""
+        cpus = self.cpuset(owner)
         shared = self.shared()
-        self._told[owner] = shared if cpus == shared else cpus
-        self._unchecked.add(owner)
+        self._told[owner] = shared if cpus is shared or cpus == shared else cpus
+        # Told what it should have at this generation: until the allocator's CPUs move
+        # (then `changes` compares every member) or it joins again, nothing can change
+        # its cpuset, so the next `changes` skips it (else every CreateContainer would
+        # recompute the previous one's, excluded from its own `changes`).
+        self._unchecked.discard(owner)
+        return cpus
 
     def changes(self, exclude: str = "") -> dict[str, frozenset[int]]:
         """Members (but `exclude`) whose cpuset is not what they were last told: container
@@ -120,10 +140,14 @@ class CpuPool:
         generation = self.allocator.cpu_generation
         if generation == self._checked_generation:
             owners = [o for o in self._unchecked if o in self._members]
+            # `exclude` is left to the next time only if it was due: answered since it
+            # joined, it is not (what a CreateContainer's own answer does)
+            due = exclude in self._unchecked
         else:
             owners = list(self._members)
+            due = True
         self._checked_generation = generation
-        self._unchecked = {exclude} if exclude in self._members else set()
+        self._unchecked = {exclude} if due and exclude in self._members else set()
         changed = {}
         for owner in owners:
             if owner == exclude or self._members[owner].pinned:

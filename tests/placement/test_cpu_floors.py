@@ -120,6 +120,36 @@ def test_changes_rechecks_everyone_only_when_the_allocators_cpus_moved(dgx):
     assert pool.changes() == {o: everything for o in ("a", "b", "c", "d")}
 
 
+def test_an_answered_member_is_skipped_only_while_nothing_can_move_its_cpuset(dgx):
+    """`answer` counts a member as told, so that `changes` need not look at it again, as
+    long as the allocator's CPUs stay put and it does not join again; any of those moves
+    is still sent (every CreateContainer answers one member and excludes it)."""
+    pool = CpuPool(dgx)
+    everything = dgx.topology.online
+    pool.join("a", PoolMember(1))
+    assert pool.answer("a") == everything
+    assert pool.changes(exclude="a") == {}
+    pool.join("b", PoolMember(1))
+    assert pool.answer("b") == everything
+    assert pool.changes(exclude="b") == {}
+    assert pool.changes() == {}  # both answered what they still should have
+    # Exclusive CPUs taken after "b" was answered: "b" moved, and is sent.
+    p = dgx.allocate(Req("x", exclusive_cpus=2))
+    pool.join("x", PoolMember(4))
+    assert pool.answer("x") == everything  # its 2 and the shared pool for the rest
+    assert pool.changes(exclude="x") == {o: everything - p.exclusive_cpus for o in "ab"}
+    # Its need shrinks to its own CPUs after its answer (a resize, no allocator change):
+    # joined again, so checked, though the allocator's CPUs did not move.
+    generation = dgx.cpu_generation
+    pool.join("x", PoolMember(2))
+    assert dgx.cpu_generation == generation
+    assert pool.changes() == {"x": p.exclusive_cpus}
+    # A member excluded before any answer is still checked the next time.
+    pool.join("c", PoolMember(1))
+    assert pool.changes(exclude="c") == {}
+    assert pool.changes() == {"c": everything - p.exclusive_cpus}
+
+
 def test_reported_cpusets_say_which_cpus_other_containers_run_on():
     """A cpuset of every online CPU, none, or one the kernel would not take counts for no
     CPU; a container's own cpuset counts for it only as often as another reports it."""

@@ -18,6 +18,11 @@ the first CreateContainer the plugin answered after it: nri-sla answers Synchron
 once and restores its state right after, so its Synchronize figure is the answer's and
 this one includes the restore (the time until the plugin serves a container again).
 
+--floor adds a third plugin, bench/floor_plugin.py: the Go plugin's work in Python on
+nri-sla's own NRI transport and none of nri-sla's decision. Its figures are the floor of
+this stack (what any plugin on CPython, this ttrpc stub on uvloop, upb, PyYAML and
+OpenSSL pays), printed beside nri-sla's so a target below them is seen as such.
+
 --records: every synchronized container carries a genuine `sla.nri.io/applied` record,
 signed with the key of the state directory the plugin is given (the plugin's restore
 path: each record's MAC verified, decoded and taken again). Without it they carry the
@@ -66,12 +71,17 @@ SLA_KEY = "sla.nri.io/pod"
 APPLIED = "sla.nri.io/applied"
 # Issue 21's targets: nri-sla / Go at most these ratios ...
 TARGETS = {"create_p50": 1.0, "create_p99": 1.0, "sync": 1.0}
+RATIO_KEYS = (("create_p50", "create_p50_us"), ("create_p99", "create_p99_us"),
+              ("create_mean", "create_mean_us"), ("sync", "sync_ms"), ("ready", "ready_ms"),
+              ("plugin_cpu", "plugin_cpu_per_create_us"),
+              ("runtime_cpu", "runtime_cpu_per_create_us"))
 # ... and these figures of nri-sla alone:
 SYNC_RECORDS_MS = (10_000, 500.0)  # Synchronize of 10,000 containers, each with a record
 RSS_PEAK_MIB = (1_000, 3_000, 25.0)  # peak RSS after Synchronize(1,000) + 3,000 creations
 CONFIG = "state-dir: {state}\n"
 ENV_DRIVER = "NRI_SLA_BENCH_DRIVER"
 ENV_GO_PLUGIN = "NRI_SLA_BENCH_GO_PLUGIN"
+FLOOR_PLUGIN = Path(__file__).resolve().with_name("floor_plugin.py")
 
 
 class BenchError(RuntimeError):
@@ -296,27 +306,31 @@ def main(args: argparse.Namespace) -> dict:
             "nri-sla": [nri_plugin, "run", "--config", str(config), "--metrics-address", "",
                         *args.nri_sla_arg, "--socket"],
         }
+        if args.floor:
+            plugin_cmds["floor"] = [sys.executable, str(FLOOR_PLUGIN), "run", "--config",
+                                    str(config), "--metrics-address", "", "--socket"]
         figs = {name: PluginFigures(name) for name in plugin_cmds}
         payload = workdir / "payload.json"
         write_payload(payload, args.sync_containers, key, config)
         for _ in range(args.rounds):  # alternate, so drift on the machine hits both
             for name, cmd in plugin_cmds.items():
                 run_once(args, payload, cmd, figs[name], workdir)
-    go, py = summary(figs["go"]), summary(figs["nri-sla"])
-    ratios = {name: ratio(py[key], go[key]) for name, key in (
-        ("create_p50", "create_p50_us"), ("create_p99", "create_p99_us"),
-        ("create_mean", "create_mean_us"), ("sync", "sync_ms"), ("ready", "ready_ms"),
-        ("plugin_cpu", "plugin_cpu_per_create_us"),
-        ("runtime_cpu", "runtime_cpu_per_create_us"))}
-    return {"go": go, "nri-sla": py, "ratios": ratios, "targets": TARGETS,
-            "same_adjustment": unsigned(figs["go"].adjustment) == unsigned(
-                figs["nri-sla"].adjustment),
+    sums = {name: summary(fig) for name, fig in figs.items()}
+    go = sums["go"]
+    ratios = {name: ratio(sums["nri-sla"][key], go[key]) for name, key in RATIO_KEYS}
+    out = {**sums, "ratios": ratios, "targets": TARGETS,
+           "same_adjustment": all(unsigned(fig.adjustment) == unsigned(figs["go"].adjustment)
+                                  for fig in figs.values()),
             "adjustment": figs["nri-sla"].adjustment,
             "rounds": args.rounds, "go_plugin_args": args.go_plugin_arg,
             "sync_containers": args.sync_containers, "records": args.records,
             "sync_gap_s": args.sync_gap,
             "creations": args.warmup + args.requests,
             "loadavg_1m": os.getloadavg()[0], "cpus": os.cpu_count()}
+    if args.floor:
+        out["floor_ratios"] = {name: ratio(sums["floor"][key], go[key])
+                               for name, key in RATIO_KEYS}
+    return out
 
 
 def report(out: dict) -> None:
@@ -326,7 +340,9 @@ def report(out: dict) -> None:
     print(f"CreateContainer round trip via nri pkg/adaptation ({py['create_calls']} calls per "
           f"plugin over {out['rounds']} alternating rounds); Synchronize of {n:,} "
           f"containers ({records}; median of all)")
-    print(f"{'figure':<30}{'Go (pkg/stub)':>15}{'nri-sla':>12}{'ratio':>9}{'target':>9}")
+    floor, fr = out.get("floor"), out.get("floor_ratios")
+    print(f"{'figure':<30}{'Go (pkg/stub)':>15}{'nri-sla':>12}{'ratio':>9}{'target':>9}"
+          + (f"{'floor':>12}{'ratio':>9}" if floor else ""))
     rows = [("create p50 (us)", "create_p50_us", "create_p50"),
             ("create p99 (us)", "create_p99_us", "create_p99"),
             ("create mean (us)", "create_mean_us", "create_mean"),
@@ -338,16 +354,22 @@ def report(out: dict) -> None:
         target = out["targets"].get(rkey)
         verdict = "" if target is None else (" ok" if r[rkey] <= target else " MISSED")
         tgt = f"<= {target}x" if target else ""
-        print(f"{label:<30}{go[key]:>15.1f}{py[key]:>12.1f}{r[rkey]:>8.2f}x{tgt:>9}{verdict}")
+        extra = f"{floor[key]:>12.1f}{fr[rkey]:>8.2f}x" if floor else ""
+        print(f"{label:<30}{go[key]:>15.1f}{py[key]:>12.1f}{r[rkey]:>8.2f}x{tgt:>9}"
+              f"{extra}{verdict}")
     for line in absolute_targets(out):
         print(line)
     print(f"plugin RSS after the {n:,}-container Synchronize: nri-sla "
           f"{py['rss_after_sync_mib']:.1f} MiB, Go {go['rss_after_sync_mib']:.1f} MiB; at the "
           f"end: {py['rss_end_mib']:.1f} / {go['rss_end_mib']:.1f} MiB; peak (VmHWM) "
           f"{py['rss_peak_mib']:.1f} / {go['rss_peak_mib']:.1f} MiB")
+    if floor:
+        print(f"the floor plugin (bench/floor_plugin.py): RSS after the Synchronize "
+              f"{floor['rss_after_sync_mib']:.1f} MiB, at the end {floor['rss_end_mib']:.1f} "
+              f"MiB, peak {floor['rss_peak_mib']:.1f} MiB")
     if out["go_plugin_args"]:
         print(f"Go plugin arguments: {' '.join(out['go_plugin_args'])}")
-    print(f"same adjustment from both plugins: {out['same_adjustment']}; load average "
+    print(f"same adjustment from every plugin: {out['same_adjustment']}; load average "
           f"{out['loadavg_1m']:.2f} on {out['cpus']} CPUs")
 
 
@@ -396,6 +418,8 @@ def run() -> int:
     parser.add_argument("--go-plugin-arg", action="append", default=[],
                         help="extra argument for the Go plugin, e.g. -log (one decision "
                         "log line per container, as nri-sla writes)")
+    parser.add_argument("--floor", action="store_true",
+                        help="also run bench/floor_plugin.py (this stack's floor)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
     args.driver = os.environ.get(ENV_DRIVER, "")
@@ -417,7 +441,7 @@ def run() -> int:
     else:
         report(out)
     if not out["same_adjustment"]:
-        print("bench_vs_go: the two plugins answered different adjustments, so the figures "
+        print("bench_vs_go: the plugins answered different adjustments, so the figures "
               "do not compare the same work", file=sys.stderr)
         return 1
     return 0

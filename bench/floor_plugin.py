@@ -10,7 +10,9 @@ plus a signed `sla.nri.io/applied` record (nri-sla's record text and MAC). No no
 topology, CPU pool, GPU, registry, drift watch, restore, metrics or logging. Where the Go
 plugin keeps each reported container (a pointer), this one keeps its id: a protobuf
 message kept in Python keeps the whole request it was parsed from alive (the
-Synchronize's megabytes), which is not a floor.
+Synchronize's megabytes), which is not a floor. The C heap is kept as `nri-sla run` keeps it
+(nri_plugin.plugin.heap: large blocks mapped, the freed heap given back after a large
+Synchronize), so the memory figures compare the same allocator settings.
 
 So its figures are what any plugin on this stack (CPython, the project's ttrpc/NRI stub on
 uvloop, protobuf's upb runtime, PyYAML, OpenSSL's HMAC) pays before it decides anything:
@@ -31,6 +33,7 @@ import sys
 from nri_plugin.nri.pb import nri_pb2 as pb
 from nri_plugin.nri.stub import CreateResult, Stub
 from nri_plugin.plan.record import record_text, sign_record
+from nri_plugin.plugin import heap
 from nri_plugin.text import safeyaml
 from nri_plugin.text.quantities import parse_cpu, parse_duration, parse_size
 
@@ -108,6 +111,9 @@ class FloorPlugin:
                 with contextlib.suppress(ValueError):  # the Go plugin logs these if asked
                     self.plan_for(pod, ctr)
         self.live = live
+        if len(containers) >= heap.TRIM_AFTER_CONTAINERS:
+            # nri-sla run trims once the answer is sent; the floor has nothing after it.
+            asyncio.get_running_loop().call_soon(heap.release_freed_heap)
 
     def create_container(self, pod: pb.PodSandbox, ctr: pb.Container) -> CreateResult:
         quota, period, memory, enforcement = self.plan_for(pod, ctr)
@@ -133,6 +139,7 @@ class FloorPlugin:
 
 
 async def serve(socket_path: str) -> None:
+    heap.keep_large_blocks_mapped()
     cgroup_version = 2 if os.path.exists("/sys/fs/cgroup/cgroup.controllers") else 1
     stub = Stub(FloorPlugin(os.urandom(32), cgroup_version), name="nri-sla-floor", idx="10",
                 socket_path=socket_path)

@@ -6,7 +6,8 @@ utf8 .../__main__.py`) is exec'd N times with a realistic OCI state on stdin (a 
 bundle whose config.json carries an SLA) against a fake cgroup v2 tree, next to a bare
 `python3 -I -S -c pass` on the same interpreter. Targets (docs/hook.md, issue 21): a
 cached (warm) run and a container without an SLA within 1.5x of bare python, a cold run
-within 5x, peak RSS under 40 MiB.
+within 5x, peak RSS under 40 MiB. A last row shows the cold run's floor on this stack:
+a process that only imports PyYAML and json and parses the SLA and the state.
 
 SLA variants run "cold" (the decision cache emptied before every run: the first container
 of a deployment on a node), "warm" (a cache hit: every later replica) and with the cache
@@ -39,6 +40,26 @@ STACK = (f"import sys; sys.path[:0] = [{_REPO!r}, {_SITE!r}]; import nri_plugin.
 CTR = "/kubepods/burstable/pod-1234/ctr-abcd"
 SLA = ("enforcement: hard\ncpu:\n  limit: 2.5\n  period: 100ms\nnuma:\n  nodes: '0'\n"
        "memory:\n  high: 8Gi\n  max: 10Gi\nio:\n  weight: 500\n")
+# The least any cold run does with this stack, and none of nri-sla: PyYAML (the SLA's
+# format; its C parser where built) reads the SLA and json reads the OCI state on stdin.
+COLD_FLOOR = (f"import sys; sys.path[:0] = [{_SITE!r}]; import json, yaml; "
+              "json.loads(sys.stdin.buffer.read()); "
+              f"yaml.load({SLA!r}, Loader=getattr(yaml, 'CSafeLoader', yaml.SafeLoader))")
+# A cold run's dataclasses, counted: the hook run once with dataclasses' class builder
+# wrapped, each value type's field count and options printed at the hook's exit.
+CENSUS = f"""import sys, gc, json, posix, runpy, dataclasses
+seen, build, leave = [], dataclasses._process_class, posix._exit
+def counted(cls, *options):
+    out = build(cls, *options)
+    seen.append([len(dataclasses.fields(out)), *options])
+    return out
+def report(status):
+    sys.stderr.write("CENSUS " + json.dumps(seen) + "\\n")
+    leave(status)
+dataclasses._process_class, posix._exit = counted, report
+sys.argv = [{str(HOOK_MAIN)!r}, *sys.argv[1:]]
+runpy.run_path({str(HOOK_MAIN)!r}, run_name="__main__")
+"""
 # The same without numa: no placement, so a cold run builds no allocator (core.nodestate
 # imports it, the CPU/GPU topology and the RT modules at first use).
 SLA_NO_PLACEMENT = SLA.replace("numa:\n  nodes: '0'\n", "")
@@ -97,6 +118,24 @@ def make_world(top: Path, sla: bool, sla_text: str = SLA) -> tuple[Path, bytes, 
     node_config = top / "config.yaml"
     node_config.write_text("enforcement: hard\n")
     return root, json.dumps(state).encode(), node_config
+
+
+def value_types(argv: list[str], stdin: bytes) -> list[list]:
+    """[fields, *dataclass options] of each dataclass one cold hook run builds."""
+    out = subprocess.run(argv, input=stdin, capture_output=True, check=False)
+    for line in out.stderr.decode().splitlines():
+        if line.startswith("CENSUS "):
+            return json.loads(line[7:])
+    raise SystemExit(f"the value-type census printed nothing: {out.stderr.decode()[:300]}")
+
+
+def with_value_types(code: str, types: list[list]) -> str:
+    """`code`, then the dataclass module and `types` built as the cold run builds them
+    (same field counts and options; fields as the cold run's are: typed, no defaults)."""
+    return (f"{code}; import dataclasses as d\n"
+            f"for i, (n, *o) in enumerate({types!r}):\n"
+            "    d._process_class(type(f'V{i}', (), {'__annotations__': "
+            "{f'f{j}': int for j in range(n)}}), *o)\n")
 
 
 def run_once(argv: list[str], stdin: bytes,
@@ -184,11 +223,19 @@ def main() -> int:
             # Where the cold path's time goes: importing the shared data path alone.
             ("(import sla+config+plan+enforce+core only)", [py, "-I", "-S", "-c", STACK],
              b""),
+            # The cold run's floor (COLD_FLOOR): a cold target below it cannot be met.
+            ("(floor: PyYAML + json, no nri-sla)", [py, "-I", "-S", "-c", COLD_FLOOR],
+             state_sla),
             # The bare start with the hook's -X utf8 too: what the option alone saves
             # (the C library's locale conversions) under this environment's locale.
             ("(bare python3 -I -S -X utf8 -c pass)", [py, "-I", "-S", "-X", "utf8", "-c",
                                                       "pass"], b""),
         ]
+        types = value_types([py, "-I", "-S", "-X", "utf8", "-c", CENSUS, *cold], state_cpu)
+        variants.insert(-1, (f"(floor + dataclasses, {len(types)} value types)",
+                             [py, "-I", "-S", "-c", with_value_types(COLD_FLOOR, types)],
+                             state_sla))
+        empty_cold_cache()
         results = measure(variants, args.runs)
     bare, bare_cpu = results[0]["median_ms"], results[0]["cpu_ms"]
     print(f"OCI hook start-up, {args.runs} runs each, {os.cpu_count()} CPUs, "
@@ -203,6 +250,11 @@ def main() -> int:
         ok = r["median_ms"] <= limit * bare and r["peak_rss_mib"] < 40
         print(f"target for {r['name']}: median <= {limit:g}x bare and peak RSS < 40 MiB: "
               f"{'met' if ok else 'NOT met'}")
+    floor, typed = (r for r in results if r["name"].startswith("(floor"))
+    print(f"the cold run's floor (PyYAML reads the SLA, json the state, nothing of nri-sla): "
+          f"{floor['median_ms'] / bare:.2f}x bare (CPU {floor['cpu_ms'] / bare_cpu:.2f}x); "
+          f"with the dataclasses of a cold run without numa: {typed['median_ms'] / bare:.2f}x "
+          f"(CPU {typed['cpu_ms'] / bare_cpu:.2f}x)")
     return 0
 
 

@@ -25,7 +25,9 @@ SCRIPTS = [
     ("bench_transport.py", []),
     ("bench_hook.py", []),
     ("bench_lifecycles.py", []),
-    ("bench_vs_go.py", []),  # skips itself without the Go programs (docs/benchmarks.md)
+    ("bench_memory_floor.py", []),
+    # Skips itself without the Go programs; --floor: this stack's floor beside nri-sla.
+    ("bench_vs_go.py", ["--floor"]),
 ]
 
 

@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from nri_plugin.errors import InvalidInput
+from nri_plugin.errors import InvalidInput, ProgrammingError
 from nri_plugin.sla import DEFAULT_PREFIX, ENFORCEMENT_MODES
 from nri_plugin.text.fields import (
     FieldProblem,
@@ -240,8 +240,8 @@ class NodeConfig:
     def allows(self, permission: str, namespace: str) -> bool:
         """Whether pods in ``namespace`` may use ``permission`` (one of PERMISSIONS)."""
         if permission not in PERMISSIONS:
-            raise ValueError(f"unknown permission {permission!r}; one of "
-                             f"{', '.join(PERMISSIONS)}")
+            raise ProgrammingError(f"unknown permission {permission!r}; one of "
+                                   f"{', '.join(PERMISSIONS)}")
         patterns = getattr(self.permissions, permission.replace("-", "_"))
         return any(fnmatch.fnmatchcase(namespace, p) for p in patterns)
 

@@ -26,6 +26,7 @@ from nri_plugin.config import (
     load_config,
     parse_config,
 )
+from nri_plugin.errors import ProgrammingError
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "config.yaml"
@@ -47,7 +48,7 @@ def test_defaults_are_safe():
     assert cfg.allows("io-max", "x")
     # Nobody goes beyond what the runtime granted; GPUs are only ever the grant.
     assert not cfg.allows("exceed-runtime-limits", "kube-system")
-    with pytest.raises(ValueError, match="unknown permission 'ungranted-gpus'"):
+    with pytest.raises(ProgrammingError, match="unknown permission 'ungranted-gpus'"):
         cfg.allows("ungranted-gpus", "default")
     assert cfg.pod_caps == PodCaps(exclusive_cpus=Cap(50, percent=True), rt_share=0.1)
     assert cfg.pod_caps.exclusive_cpus.of(64) == 32
@@ -239,7 +240,7 @@ def test_all_config_errors_reported_at_once():
 
 
 def test_allows_rejects_unknown_permission():
-    with pytest.raises(ValueError, match="unknown permission 'root'"):
+    with pytest.raises(ProgrammingError, match="unknown permission 'root'"):
         NodeConfig().allows("root", "default")
 
 

@@ -9,7 +9,6 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nri_plugin import config as cfgmod
 from nri_plugin.config import (
     Cap,
     CgroupConfig,
@@ -24,6 +23,7 @@ from nri_plugin.config import (
     Permissions,
     PodCaps,
     load_config,
+    loader,  # where load_config looks up DEFAULT_PATH
     parse_config,
 )
 from nri_plugin.errors import ProgrammingError
@@ -250,11 +250,11 @@ def test_load_config_paths(tmp_path, monkeypatch):
         load_config(str(missing))
     assert str(info.value).startswith(f"{missing}: does not exist")
     # the default path missing means all defaults
-    monkeypatch.setattr(cfgmod, "DEFAULT_PATH", str(missing))
+    monkeypatch.setattr(loader, "DEFAULT_PATH", str(missing))
     assert load_config(None) == NodeConfig()
     good = tmp_path / "config.yaml"
     good.write_text("enforcement: soft\n")
-    monkeypatch.setattr(cfgmod, "DEFAULT_PATH", str(good))
+    monkeypatch.setattr(loader, "DEFAULT_PATH", str(good))
     assert load_config().enforcement == "soft" and load_config().source == str(good)
     bad = tmp_path / "bad.yaml"
     bad.write_bytes(b"enforcement: \xff\n")

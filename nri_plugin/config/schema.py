@@ -1,7 +1,7 @@
 """What each key of the node config file accepts: one converter per kind of value (each
 refuses with a `FieldProblem` naming what is allowed) and the table of keys, section by
 section, to the `NodeConfig` attribute each sets. A new key is a field in `values`, a row
-here and a line in docs/config.md and examples/config.yaml (tests/docs checks them).
+here and a row in docs/config.md's tables (tests/docs checks them against `KEY_ATTRIBUTES`).
 """
 
 from __future__ import annotations

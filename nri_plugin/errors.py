@@ -72,6 +72,17 @@ class InternalFailure(SlaFailure):
     """A bug or a system failure; hard mode refuses, soft mode warns."""
 
 
+class ProgrammingError(InternalFailure):
+    """A caller broke a function's contract (a value the code, not the input, chose is
+    outside what the function takes): a bug in nri-sla, never the operator's or the pod's."""
+
+
+class DamagedState(InternalFailure):
+    """A document nri-sla stored for itself (the OCI hook's decision cache) does not read
+    back as it was written: damaged, or from another version. Its reader treats it as
+    absent."""
+
+
 class Unavailable(SlaFailure):
     """What a command needs is taken or not there (exit status 4); the input is fine."""
 

@@ -1,9 +1,9 @@
 """Package names resolved on first use (PEP 562), for packages the OCI hook passes through.
 
-The hook imports single modules of `core` and `topology` (a cold run: its decision; the
-CPU-list parser) and must not pay for the node facts, YAML or dataclasses that importing
-every re-exported name up front would cost. Lean on purpose (no imports until a name is
-first looked up).
+The hook passes through `core`, `topology` and `config` (a cold run: its decision, the
+CPU-list parser, the node config) and must not pay for the node facts, YAML or
+dataclasses that importing every re-exported name up front would cost. Lean on purpose
+(no imports until a name is first looked up).
 """
 
 TYPE_CHECKING = False  # `typing` costs the OCI hook start-up time; only checkers need it

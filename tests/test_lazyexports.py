@@ -1,4 +1,5 @@
-"""The lazy re-exports of the packages the OCI hook passes through (core, topology)."""
+"""The lazy re-exports of the packages the OCI hook passes through (core, topology,
+config)."""
 
 from __future__ import annotations
 
@@ -39,3 +40,16 @@ def test_exports_are_listed_and_unknown_names_refused():
     assert vars(topology)["parse_cpulist"] is topology.parse_cpulist  # cached
     with pytest.raises(AttributeError, match=r"'nri_plugin\.topology' has no attribute 'nope'"):
         topology.nope  # noqa: B018
+
+
+def test_the_config_package_loads_its_modules_on_first_use_only():
+    import nri_plugin.config as config
+
+    loaded = loaded_after("import nri_plugin.config")
+    assert [m for m in loaded if m.startswith("nri_plugin.config.")] == []
+    assert "importlib" not in loaded
+    # the module's public names before it became a package, each from its part
+    assert config.load_config.__module__ == "nri_plugin.config.loader"
+    assert config.NodeConfig.__module__ == "nri_plugin.config.values"
+    assert "gpu" in config.TOP_KEYS and "enforcement" in config.TOP_KEYS
+    assert config.KEY_ATTRIBUTES["watch.interval-seconds"] == ("watch", "interval")

@@ -24,9 +24,11 @@ import re
 import sys
 import tempfile
 import textwrap
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nri_plugin.commands.common import add_node_arguments, node_from_args
 from nri_plugin.commands.manifests import ManifestError, PodSpec, load_pods
@@ -34,6 +36,13 @@ from nri_plugin.ops.logsetup import FORMATS, setup_logging
 from nri_plugin.simulated.deviceplugin import STRATEGIES
 from nri_plugin.simulated.ocispec import ENV_VISIBLE, NvidiaRuntime
 from nri_plugin.topology.gpus import GpuInventory
+
+if TYPE_CHECKING:  # the simulator and the plugin are loaded when the demo runs, not for --help
+    from nri_plugin.core import NodeState
+    from nri_plugin.nri.pb.nri_pb2 import PodSandbox
+    from nri_plugin.plugin import SlaPlugin
+    from nri_plugin.simulated.kubelet import Grant, Kubelet
+    from nri_plugin.simulated.runtime import PluginSession, RuntimeSimulator
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -156,39 +165,100 @@ def held_line(inventory: GpuInventory, opens: Iterable[int], held: frozenset[str
             f"{f'GPUs {numbers(held_gpus)}' if held_gpus else 'none'}")
 
 
-async def run_demo(pods: list[PodSpec], node: Any, runtime: str,
-                   strategy: str = "cdi-cri") -> list[Row]:
-    import dataclasses
+@dataclass(frozen=True)
+class DemoNode:
+    """The simulated node one demo runs on: the runtime's plugin session, the plugin it
+    drives, the kubelet that admits the pods, and the scratch cgroup v1 tree (None on v2)."""
 
+    node: NodeState
+    inventory: GpuInventory
+    kubelet: Kubelet
+    nvidia_runtime: NvidiaRuntime
+    sim: RuntimeSimulator
+    session: PluginSession
+    plugin: SlaPlugin
+    rt_tree: Path | None
+
+    async def run_pod(self, spec: PodSpec) -> list[Row]:
+        """One row per container of the pod: sandbox, then each container created."""
+        from nri_plugin.simulated.kubelet import AdmissionRefused
+        from nri_plugin.simulated.runtime import make_pod
+
+        pod = make_pod(spec.name, namespace=spec.namespace, annotations=spec.annotations)
+        if self.rt_tree is not None:
+            v1_cpu_tree(self.rt_tree, pod.linux.cgroup_parent)
+        await self.session.run_pod_sandbox(pod)
+        rows: list[Row] = []
+        for name in spec.containers:
+            where = (f"{spec.namespace}/{spec.name}", name)
+            # What the kubelet (and the device plugin) give the runtime for the manifest's
+            # resources; the SLA may only tighten these.
+            try:
+                grant = self.kubelet.admit(pod.uid, pod.namespace, pod.name, name,
+                                           spec.resources[name].gpus)
+            except AdmissionRefused as exc:
+                rows.append((*where, "NOT ADMITTED", [str(exc)]))
+                continue
+            rows.append((*where, *await self.create(spec, pod, name, grant)))
+        return rows
+
+    async def create(self, spec: PodSpec, pod: PodSandbox, name: str,
+                     grant: Grant) -> tuple[str, list[str]]:
+        """The admitted container created through the plugin: its result and details."""
+        from nri_plugin.simulated.kubelet import container_request
+        from nri_plugin.simulated.ocispec import openable_gpus
+        from nri_plugin.simulated.runtime import PluginCallError, make_resources
+
+        env = [f"{k}={v}" for k, v in spec.environments.get(name, {}).items()]
+        granted = spec.resources[name].kubelet_grant()
+        ctr = container_request(
+            pod, name, grant, env=env,
+            resources=make_resources(
+                cpu_shares=granted.cpu_shares, cpu_quota=granted.cpu_quota,
+                cpu_period=granted.cpu_period, memory_limit=granted.memory_limit))
+        gpus = gpu_lines(self.inventory, grant.device_ids, env)
+        try:
+            response = await self.session.create_container(pod, ctr)
+        except PluginCallError as exc:
+            return "REFUSED", [*gpus, exc.message]
+        opens = openable_gpus(self.sim.state.specs[ctr.id], self.inventory,
+                              self.nvidia_runtime)
+        held = self.plugin.registry.get(ctr.id).gpus.whole
+        if gpus or opens or held:
+            gpus.append(held_line(self.inventory, opens, held))
+        lines = [*gpus, *summarize(response, self.node.prefix)]
+        if self.rt_tree is not None and response.adjust.linux.resources.cpu.HasField(
+                "realtime_runtime"):
+            lines.insert(len(gpus) + 1, rt_ancestors(self.rt_tree, pod.linux.cgroup_parent))
+        warned = any(line.startswith("warning") for line in lines)
+        return "warned" if warned else "enforced", lines
+
+
+@asynccontextmanager
+async def demo_node(node: NodeState, runtime: str, strategy: str) -> AsyncIterator[DemoNode]:
+    """The plugin serving `node` to the runtime simulator over a real unix socket, beside
+    the simulated kubelet's PodResources socket, all in a scratch directory."""
     from nri_plugin.enforce.cgpaths import CgroupFacts
     from nri_plugin.nri.stub import Stub
     from nri_plugin.plugin import SlaPlugin
     from nri_plugin.simulated.cdi import CdiRegistry
     from nri_plugin.simulated.deviceplugin import DevicePlugin, nvidia_cdi_specs
-    from nri_plugin.simulated.kubelet import AdmissionRefused, Kubelet, container_request
-    from nri_plugin.simulated.ocispec import openable_gpus
+    from nri_plugin.simulated.kubelet import Kubelet
     from nri_plugin.simulated.podresources_server import PodResourcesServer
-    from nri_plugin.simulated.runtime import (
-        PluginCallError,
-        RuntimeSimulator,
-        SimulatorOptions,
-        make_pod,
-        make_resources,
-    )
+    from nri_plugin.simulated.runtime import RuntimeSimulator, SimulatorOptions
 
     mode = "v0.12" if runtime == "containerd-2.3" else "v0.8"
-    rows = []
     inventory = node.allocator.inventory
     kubelet = Kubelet(DevicePlugin(inventory, strategy))
-    node_runtime = demo_runtime(strategy)
     with tempfile.TemporaryDirectory(prefix="nri-sla-demo-") as tmp, \
             PodResourcesServer(kubelet, f"{tmp}/kubelet.sock") as books:
         # the plugin asks the simulated kubelet's books, never a real kubelet's
-        node.config = dataclasses.replace(node.config, gpu=dataclasses.replace(
+        node.config = replace(node.config, gpu=replace(
             node.config.gpu, podresources_socket=books.socket_path))
-        cgroup_root = Path(tmp) / "cgroup"
+        rt_tree = None
         if node.cgroup_version == 1:  # the plugin makes RT room in this scratch tree
-            node.facts = CgroupFacts(version=1, driver="cgroupfs", root=cgroup_root)
+            rt_tree = Path(tmp) / "cgroup"
+            node.facts = CgroupFacts(version=1, driver="cgroupfs", root=rt_tree)
         socket_path = f"{tmp}/nri.sock"
         async with RuntimeSimulator(socket_path, SimulatorOptions(mode=mode),
                                     cdi=CdiRegistry(nvidia_cdi_specs(inventory))) as sim:
@@ -197,48 +267,18 @@ async def run_demo(pods: list[PodSpec], node: Any, runtime: str,
             serving = asyncio.create_task(stub.run())
             session = await sim.accept()
             plugin.on_registered(stub)
-            for spec in pods:
-                pod = make_pod(spec.name, namespace=spec.namespace, annotations=spec.annotations)
-                if node.facts is not None:
-                    v1_cpu_tree(cgroup_root, pod.linux.cgroup_parent)
-                await session.run_pod_sandbox(pod)
-                for name in spec.containers:
-                    env = [f"{k}={v}" for k, v in spec.environments.get(name, {}).items()]
-                    res = spec.resources[name]
-                    where = (f"{spec.namespace}/{spec.name}", name)
-                    # What the kubelet (and the device plugin) give the runtime for the
-                    # manifest's resources; the SLA may only tighten these.
-                    try:
-                        grant = kubelet.admit(pod.uid, pod.namespace, pod.name, name, res.gpus)
-                    except AdmissionRefused as exc:
-                        rows.append((*where, "NOT ADMITTED", [str(exc)]))
-                        continue
-                    granted = res.kubelet_grant()
-                    ctr = container_request(
-                        pod, name, grant, env=env,
-                        resources=make_resources(
-                            cpu_shares=granted.cpu_shares, cpu_quota=granted.cpu_quota,
-                            cpu_period=granted.cpu_period, memory_limit=granted.memory_limit))
-                    gpus = gpu_lines(inventory, grant.device_ids, env)
-                    try:
-                        response = await session.create_container(pod, ctr)
-                    except PluginCallError as exc:
-                        rows.append((*where, "REFUSED", [*gpus, exc.message]))
-                        continue
-                    opens = openable_gpus(sim.state.specs[ctr.id], inventory, node_runtime)
-                    held = plugin.registry.get(ctr.id).gpus.whole
-                    if gpus or opens or held:
-                        gpus.append(held_line(inventory, opens, held))
-                    lines = [*gpus, *summarize(response, node.prefix)]
-                    if node.facts is not None and response.adjust.linux.resources.cpu.HasField(
-                            "realtime_runtime"):
-                        lines.insert(len(gpus) + 1,
-                                     rt_ancestors(cgroup_root, pod.linux.cgroup_parent))
-                    warned = any(line.startswith("warning") for line in lines)
-                    rows.append((*where, "warned" if warned else "enforced", lines))
-            stub.stop()
-            serving.cancel()
-    return rows
+            try:
+                yield DemoNode(node, inventory, kubelet, demo_runtime(strategy), sim, session,
+                               plugin, rt_tree)
+            finally:
+                stub.stop()
+                serving.cancel()
+
+
+async def run_demo(pods: list[PodSpec], node: NodeState, runtime: str,
+                   strategy: str = "cdi-cri") -> list[Row]:
+    async with demo_node(node, runtime, strategy) as demo:
+        return [row for spec in pods for row in await demo.run_pod(spec)]
 
 
 def print_table(rows: list[Row], out: Any) -> None:

@@ -15,6 +15,7 @@ dataclasses would cost more than the rest of the run. Where a running process's 
 import posix  # not os: nri_plugin/posixfs.py says why
 
 from nri_plugin.enforce.errors import CgroupFactsError, CgroupPathError
+from nri_plugin.errors import DamagedState
 from nri_plugin.posixfs import basename, isdir, islink, join, normpath, read_file, realpath
 from nri_plugin.value import Value
 
@@ -278,14 +279,14 @@ class CgroupFacts(Value):
 
     @classmethod
     def from_json(cls, doc: dict) -> "CgroupFacts":
-        """Raises ValueError/TypeError/KeyError on a malformed document (a cache miss)."""
+        """Raises DamagedState/TypeError/KeyError on a malformed document (a cache miss)."""
         version, driver, root = doc["version"], doc["driver"], doc["root"]
         if version not in (1, 2) or not isinstance(root, str) or not isinstance(driver, str):
-            raise ValueError("bad cgroup facts")
+            raise DamagedState("bad cgroup facts")
         hierarchies: dict[str, Hierarchy] = {}
         for name, path, mount_root in doc["hierarchies"]:
             if not all(isinstance(x, str) for x in (name, path, mount_root)):
-                raise ValueError("bad hierarchy")
+                raise DamagedState("bad hierarchy")
             hierarchies[name] = Hierarchy(path, mount_root)
         return cls(version, driver, root, hierarchies)
 

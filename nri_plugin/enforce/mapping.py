@@ -16,6 +16,7 @@ Results are rounded to the nearest integer.
 from __future__ import annotations
 
 from nri_plugin.enforce.cgfile import CgroupWrite
+from nri_plugin.errors import ProgrammingError
 from nri_plugin.plan.model import IoLimit
 
 IO_WEIGHT_MIN, IO_WEIGHT_DEFAULT, IO_WEIGHT_MAX = 1, 100, 10000
@@ -25,7 +26,7 @@ CFQ_WEIGHT_MIN, CFQ_WEIGHT_DEFAULT, CFQ_WEIGHT_MAX = 10, 500, 1000
 
 def _check_io_weight(weight: int) -> None:
     if not IO_WEIGHT_MIN <= weight <= IO_WEIGHT_MAX:
-        raise ValueError(f"io.weight {weight} outside {IO_WEIGHT_MIN}..{IO_WEIGHT_MAX}")
+        raise ProgrammingError(f"io.weight {weight} outside {IO_WEIGHT_MIN}..{IO_WEIGHT_MAX}")
 
 
 def _piecewise(w: int, lo: int, mid: int, hi: int) -> int:

@@ -22,6 +22,7 @@ from nri_plugin.enforce.mapping import (
     v2_io_writes,
     v2_memory_writes,
 )
+from nri_plugin.errors import ProgrammingError
 from nri_plugin.plan.model import ContainerPlan
 
 
@@ -36,7 +37,7 @@ def cgroup_writes(plan: ContainerPlan, scope: str = "all", bfq: bool = False) ->
     `bfq`: the node's block devices are scheduled by BFQ, so weights go to the bfq files.
     """
     if scope not in ("all", "direct", "runtime"):
-        raise ValueError(f"scope must be 'all', 'direct' or 'runtime', not {scope!r}")
+        raise ProgrammingError(f"scope must be 'all', 'direct' or 'runtime', not {scope!r}")
     writes: list[CgroupWrite] = []
     everything = scope == "all"
     runtime = everything or scope == "runtime"

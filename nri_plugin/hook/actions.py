@@ -10,7 +10,7 @@ a cached run can only do what the cold one did.
 
 
 from nri_plugin.enforce.cgfile import CgroupWrite, CgroupWriter
-from nri_plugin.errors import EXIT_OK, Refused
+from nri_plugin.errors import EXIT_OK, DamagedState, Refused
 from nri_plugin.hook.values import WARN, LoggedDecision, Outcome
 from nri_plugin.value import Value
 
@@ -50,25 +50,26 @@ class CgroupActions(Value):
 
     @classmethod
     def from_json(cls, doc: dict) -> "CgroupActions":
-        """Raises ValueError on anything malformed (the caller treats it as a miss)."""
+        """Raises DamagedState (or KeyError/TypeError) on anything malformed (the caller treats
+        it as a miss)."""
         kind, enforcement = doc["kind"], doc["enforcement"]
         if kind not in KINDS or enforcement not in ("hard", "soft"):
-            raise ValueError("bad decision kind or enforcement")
+            raise DamagedState("bad decision kind or enforcement")
         writes = []
         for w in doc["writes"]:
             if len(w) != 3 or not all(isinstance(x, str) for x in w):
-                raise ValueError("bad write")
+                raise DamagedState("bad write")
             writes.append(CgroupWrite(w[0], w[1], w[2]))
         rt = doc["rt"]
         if rt is not None:
             if len(rt) != 2 or not all(type(x) is int for x in rt):
-                raise ValueError("bad rt")
+                raise DamagedState("bad rt")
             rt = (rt[0], rt[1])
         lines, applied, source, key = doc["lines"], doc["applied"], doc["source"], doc["key"]
         if (not isinstance(lines, list) or not all(isinstance(x, str) for x in lines)
                 or not isinstance(applied, dict) or not isinstance(source, str)
                 or not isinstance(key, str)):
-            raise ValueError("bad lines, applied, source or key")
+            raise DamagedState("bad lines, applied, source or key")
         return cls(kind, enforcement, writes, rt, lines, applied, source, key)
 
 

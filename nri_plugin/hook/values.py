@@ -8,7 +8,7 @@ none of them needs another's module.
 
 import time
 
-from nri_plugin.errors import InternalFailure
+from nri_plugin.errors import InternalFailure, ProgrammingError
 from nri_plugin.value import Value
 
 PREFIX = "nri-sla hook: "
@@ -30,7 +30,7 @@ class Deadline:
 
     def __init__(self, seconds: float) -> None:
         if not seconds > 0:
-            raise ValueError("timeout must be positive")
+            raise ProgrammingError("timeout must be positive")
         self.seconds = seconds
         self.end = time.monotonic() + seconds
 

@@ -9,6 +9,7 @@ always did.
 
 
 from nri_plugin.enforce.cgpaths import CgroupFacts
+from nri_plugin.errors import DamagedState
 from nri_plugin.hook.actions import CgroupActions
 from nri_plugin.hook.cache import (
     code_unchanged,
@@ -57,7 +58,7 @@ def cached_actions(run: "Run") -> "tuple[CgroupActions, CgroupPaths] | None":
         return None
     try:
         actions = CgroupActions.from_json(entry["decision"])
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, DamagedState):
         return None
     run.progress.log_format = log_format
     return actions, cgroup

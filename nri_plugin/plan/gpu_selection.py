@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from itertools import combinations
 from math import comb
 
+from nri_plugin.errors import ProgrammingError
 from nri_plugin.plan.gpu_graph import GpuGraph, graph_of
 from nri_plugin.plan.placement_values import TOPOLOGIES
 from nri_plugin.topology.cpus import Topology
@@ -84,7 +85,7 @@ def choose_gpus(inventory: GpuInventory, free: Iterable[int], count: int, *,
     "nvlink"), holding `must_include`; None when no set satisfies the constraints.
     `shared`: GPUs of `free` already held by shared users (see score_gpu_set)."""
     if topology not in TOPOLOGIES:
-        raise ValueError(f"topology {topology!r} is not one of {', '.join(TOPOLOGIES)}")
+        raise ProgrammingError(f"topology {topology!r} is not one of {', '.join(TOPOLOGIES)}")
     graph = graph_of(inventory)
     free_mask = graph.mask(free)
     must = graph.mask(must_include)

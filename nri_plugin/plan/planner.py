@@ -13,7 +13,7 @@ from nri_plugin.errors import SlaFailure
 from nri_plugin.plan import grants
 from nri_plugin.plan.context import PlanContext
 from nri_plugin.plan.model import ContainerPlan, IoLimit, MemoryPolicy, Shortfall, refusal
-from nri_plugin.sla.model import DEFAULT_RT_PERIOD_US, Sla
+from nri_plugin.sla.model import Sla
 
 TYPE_CHECKING = False  # `typing` costs the OCI hook start-up time; only checkers need it
 if TYPE_CHECKING:
@@ -91,7 +91,8 @@ class _Planner:
         elif cpu.period_us is not None:
             self.settings["cpu_period"] = cpu.period_us
         if cpu.rt_runtime_us is not None:
-            self.plan_rt(cpu.rt_runtime_us, cpu.rt_period_us or DEFAULT_RT_PERIOD_US)
+            assert cpu.rt_period_us is not None  # the parser fills the default with the budget
+            self.plan_rt(cpu.rt_runtime_us, cpu.rt_period_us)
 
     def plan_rt(self, runtime: int, period: int) -> None:
         if self.ctx.cgroup_version == 2:

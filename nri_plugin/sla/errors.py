@@ -6,7 +6,7 @@ came from, the field path inside the YAML document, and what is allowed.
 
 from __future__ import annotations
 
-from nri_plugin.errors import InvalidInput
+from nri_plugin.errors import InvalidInput, ProgrammingError
 
 # Problems listed in one message; the rest are only counted. One hostile annotation can
 # hold thousands of unknown keys, and every problem would otherwise echo a line into the
@@ -52,7 +52,7 @@ class SlaErrors(SlaError):
 
     def __init__(self, errors: list[SlaError] | tuple[SlaError, ...], omitted: int = 0) -> None:
         if not errors:
-            raise ValueError("SlaErrors needs at least one error")
+            raise ProgrammingError("SlaErrors needs at least one error")
         self._errors = tuple(errors)
         self.omitted = omitted
         first = self._errors[0]

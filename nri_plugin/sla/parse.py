@@ -30,6 +30,7 @@ import re
 from collections.abc import Collection, Mapping
 from functools import lru_cache
 
+from nri_plugin.errors import ProgrammingError
 from nri_plugin.granted import DEFAULT_CPU_PERIOD_US  # the kernel's own default CFS period
 from nri_plugin.sla.errors import MAX_REPORTED_ERRORS, SlaError, raise_all
 from nri_plugin.sla.model import (
@@ -257,8 +258,8 @@ def _stray_error(prefix: str, key: str) -> SlaError:
 
 def _check_default(default_enforcement: str) -> None:
     if default_enforcement not in ENFORCEMENT_MODES:
-        raise ValueError(f"default_enforcement must be one of {', '.join(ENFORCEMENT_MODES)},"
-                         f" got {default_enforcement!r}")
+        raise ProgrammingError("default_enforcement must be one of "
+                               f"{', '.join(ENFORCEMENT_MODES)}, got {default_enforcement!r}")
 
 
 # -- merge and build ----------------------------------------------------------------------

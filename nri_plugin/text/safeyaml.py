@@ -141,78 +141,107 @@ def _load(text: str, max_bytes: int, max_depth: int, max_nodes: int,
 
 
 def _compose(events, max_depth: int, max_nodes: int, max_documents: int) -> list[object]:
-    # Stack frames: [container, path, pending key (mappings) or None, key-is-next flag].
     # Events are pulled one at a time, so parsing stops at the first refusal.
-    stack: list[list] = []
-    root: object = None
-    documents: list[object] = []
-    nodes = 0
-
-    def attach(value: object, event: yaml.Event) -> None:
-        nonlocal root
-        if not stack:
-            root = value
-            return
-        frame = stack[-1]
-        container = frame[0]
-        if isinstance(container, list):
-            container.append(value)
-        elif frame[3]:  # this scalar is a key (taken as written, always a str)
-            if value in container:
-                raise YamlProblem(_join(frame[1], value), f"is given twice{_where(event)}")
-            frame[2] = value
-            frame[3] = False
-        else:
-            container[frame[2]] = value
-            frame[3] = True
-
-    def child_path() -> str:
-        if not stack:
-            return ""
-        frame = stack[-1]
-        if isinstance(frame[0], list):
-            return _join(frame[1], len(frame[0]))
-        return frame[1] if frame[3] else _join(frame[1], frame[2])
-
+    composer = _Composer(max_depth, max_nodes, max_documents)
     for event in events:
+        composer.feed(event)
+    return composer.documents
+
+
+class _Frame:
+    """A list or mapping being built: its path and, for a mapping, its pending key."""
+
+    __slots__ = ("container", "expects_key", "key", "path")
+
+    def __init__(self, container: list | dict, path: str) -> None:
+        self.container = container
+        self.path = path
+        self.key: str | None = None
+        # a mapping's next scalar is a key (taken as written), then that key's value
+        self.expects_key = isinstance(container, dict)
+
+
+class _Composer:
+    """Plain documents from one event stream, refusing what the module doc lists: the
+    documents (`feed` and `_start_document`), the refusals each value passes (`_value`),
+    and the nesting the values are attached in (`_open`, `_attach`, `_child_path`)."""
+
+    def __init__(self, max_depth: int, max_nodes: int, max_documents: int) -> None:
+        self.max_depth = max_depth
+        self.max_nodes = max_nodes
+        self.max_documents = max_documents
+        self.stack: list[_Frame] = []
+        self.root: object = None
+        self.documents: list[object] = []
+        self.nodes = 0
+
+    def feed(self, event: yaml.Event) -> None:
         if isinstance(event, yaml.DocumentStartEvent):
-            if len(documents) == max_documents:
-                many = "one YAML document" if max_documents == 1 else \
-                    f"{max_documents} YAML documents"
-                raise YamlProblem("", f"holds more than {many}{_where(event)}")
-            continue
-        if isinstance(event, yaml.DocumentEndEvent):
-            documents.append(root)
-            root = None
-            continue
-        if isinstance(event, yaml.StreamStartEvent | yaml.StreamEndEvent):
-            continue
-        path = child_path()
+            self._start_document(event)
+        elif isinstance(event, yaml.DocumentEndEvent):
+            self.documents.append(self.root)
+            self.root = None
+        elif not isinstance(event, yaml.StreamStartEvent | yaml.StreamEndEvent):
+            self._value(event)
+
+    def _start_document(self, event: yaml.Event) -> None:
+        if len(self.documents) == self.max_documents:
+            many = "one YAML document" if self.max_documents == 1 else \
+                f"{self.max_documents} YAML documents"
+            raise YamlProblem("", f"holds more than {many}{_where(event)}")
+
+    def _value(self, event: yaml.Event) -> None:
+        """A scalar, an alias, or a list or mapping starting or ending."""
+        path = self._child_path()
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
             raise YamlProblem(path, "uses a YAML anchor or alias (&name / *name); these "
                                     f"are not allowed, write the value out{_where(event)}")
         if isinstance(event, yaml.SequenceEndEvent | yaml.MappingEndEvent):
-            container = stack.pop()[0]
-            attach(container, event)
-            continue
+            self._attach(self.stack.pop().container, event)
+            return
         if getattr(event, "tag", None) is not None:
             raise YamlProblem(path, f"has an explicit YAML tag {event.tag[:40]!r}; tags "
                                     f"are not allowed{_where(event)}")
-        nodes += 1
-        if nodes > max_nodes:
-            raise YamlProblem("", f"has more than {max_nodes} values{_where(event)}")
+        self.nodes += 1
+        if self.nodes > self.max_nodes:
+            raise YamlProblem("", f"has more than {self.max_nodes} values{_where(event)}")
+        at_key = bool(self.stack) and self.stack[-1].expects_key
         if isinstance(event, yaml.ScalarEvent):
-            if stack and isinstance(stack[-1][0], dict) and stack[-1][3]:
-                attach(event.value, event)  # keys are taken as written
-            else:
-                attach(_scalar(event, path), event)
-        elif isinstance(event, yaml.SequenceStartEvent | yaml.MappingStartEvent):
-            if stack and isinstance(stack[-1][0], dict) and stack[-1][3]:
-                raise YamlProblem(stack[-1][1], "has a key that is a list or mapping; keys "
-                                                f"must be plain strings{_where(event)}")
-            if len(stack) >= max_depth:
-                raise YamlProblem(path, f"is nested more than {max_depth} levels deep"
-                                        f"{_where(event)}")
-            container = [] if isinstance(event, yaml.SequenceStartEvent) else {}
-            stack.append([container, path, None, True])
-    return documents
+            self._attach(event.value if at_key else _scalar(event, path), event)
+        else:  # a list or mapping starts (its end was taken above)
+            if at_key:
+                raise YamlProblem(self.stack[-1].path, "has a key that is a list or mapping; "
+                                  f"keys must be plain strings{_where(event)}")
+            self._open(event, path)
+
+    def _open(self, event: yaml.Event, path: str) -> None:
+        if len(self.stack) >= self.max_depth:
+            raise YamlProblem(path, f"is nested more than {self.max_depth} levels deep"
+                                    f"{_where(event)}")
+        self.stack.append(_Frame([] if isinstance(event, yaml.SequenceStartEvent) else {},
+                                 path))
+
+    def _attach(self, value: object, event: yaml.Event) -> None:
+        if not self.stack:
+            self.root = value
+            return
+        frame = self.stack[-1]
+        container = frame.container
+        if isinstance(container, list):
+            container.append(value)
+        elif frame.expects_key:
+            if value in container:
+                raise YamlProblem(_join(frame.path, value), f"is given twice{_where(event)}")
+            frame.key = value
+            frame.expects_key = False
+        else:
+            container[frame.key] = value
+            frame.expects_key = True
+
+    def _child_path(self) -> str:
+        if not self.stack:
+            return ""
+        frame = self.stack[-1]
+        if isinstance(frame.container, list):
+            return _join(frame.path, len(frame.container))
+        return frame.path if frame.expects_key else _join(frame.path, frame.key)

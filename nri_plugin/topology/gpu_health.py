@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from nri_plugin.errors import ProgrammingError
+
 HEALTHY, UNHEALTHY, UNKNOWN = "healthy", "unhealthy", "unknown"
 STATES = (HEALTHY, UNHEALTHY, UNKNOWN)
 # Which of two states wins when two sources say different things: a GPU is as good as the
@@ -25,7 +27,7 @@ class GpuHealth:
 
     def __post_init__(self) -> None:
         if self.state not in _RANK:
-            raise ValueError(f"GPU health {self.state!r} is not one of {', '.join(STATES)}")
+            raise ProgrammingError(f"GPU health {self.state!r} is not one of {', '.join(STATES)}")
 
     @property
     def healthy(self) -> bool:

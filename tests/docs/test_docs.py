@@ -280,7 +280,7 @@ def test_every_flag_is_in_the_docs():
 
 def test_config_md_tables_name_exactly_the_config_keys():
     """Every row of docs/config.md's key tables is a key of the schema, and every key of
-    the schema has its row (tests/sla/test_config.py checks the example and the reload
+    the schema has its row (tests/config/test_config.py checks the example and the reload
     lists)."""
     from nri_plugin.config import KEY_ATTRIBUTES
 

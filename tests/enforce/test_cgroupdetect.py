@@ -15,6 +15,7 @@ from nri_plugin.enforce.cgpaths import CgroupFacts, Hierarchy, parse_proc_cgroup
 from nri_plugin.enforce.cgroupdetect import detect_cgroup_facts
 from nri_plugin.enforce.errors import CgroupFactsError, CgroupPathError
 from nri_plugin.enforce.mountinfo import parse_mountinfo
+from nri_plugin.errors import DamagedState
 from tests.support.cgroups import CgroupTree, make_v1_tree
 
 SYSTEMD_PATH = "kubepods-burstable-pod0a1b_2c3d.slice:cri-containerd:4f5e6d"
@@ -293,19 +294,19 @@ def test_facts_json_from_a_scanned_v1_tree(tmp_path: Path, fake_proc: Path) -> N
 
 
 @pytest.mark.parametrize(
-    "change",
+    "change, error",
     [
-        {"version": 3},
-        {"version": "2"},
-        {"root": None},
-        {"driver": 1},
-        {"hierarchies": [["unified", 1, "/"]]},
-        {"hierarchies": [["unified", "/x"]]},
-        {"hierarchies": None},
-        {"root": KeyError},
+        ({"version": 3}, DamagedState),
+        ({"version": "2"}, DamagedState),
+        ({"root": None}, DamagedState),
+        ({"driver": 1}, DamagedState),
+        ({"hierarchies": [["unified", 1, "/"]]}, DamagedState),
+        ({"hierarchies": [["unified", "/x"]]}, ValueError),  # unpacking two into three
+        ({"hierarchies": None}, TypeError),
+        ({"root": KeyError}, KeyError),
     ],
 )
-def test_facts_from_bad_json(change: dict) -> None:
+def test_facts_from_bad_json(change: dict, error: type[Exception]) -> None:
     doc: dict = {"version": 2, "driver": "cgroupfs", "root": "/sys/fs/cgroup",
                  "hierarchies": [["unified", "/sys/fs/cgroup", "/"]]}
     assert CgroupFacts.from_json(doc).version == 2
@@ -314,7 +315,7 @@ def test_facts_from_bad_json(change: dict) -> None:
             del doc[key]
         else:
             doc[key] = value
-    with pytest.raises((ValueError, TypeError, KeyError)):
+    with pytest.raises(error):
         CgroupFacts.from_json(doc)
 
 

@@ -18,6 +18,7 @@ from nri_plugin.enforce.mapping import (
     v2_io_writes,
     v2_memory_writes,
 )
+from nri_plugin.errors import ProgrammingError
 from nri_plugin.plan.model import IoLimit
 
 RULE = IoLimit(254, 0, read_bps=524288000, write_bps=209715200, read_iops=20000)
@@ -27,9 +28,9 @@ def test_weight_anchors() -> None:
     assert [io_weight_to_bfq(w) for w in (1, 100, 10000)] == [1, 100, 1000]
     assert [io_weight_to_cfq(w) for w in (1, 100, 10000)] == [10, 500, 1000]
     assert io_weight_to_bfq(500) == 136  # 100 + 400*900/9900 = 136.4
-    with pytest.raises(ValueError, match=r"1\.\.10000"):
+    with pytest.raises(ProgrammingError, match=r"1\.\.10000"):
         io_weight_to_bfq(0)
-    with pytest.raises(ValueError, match=r"1\.\.10000"):
+    with pytest.raises(ProgrammingError, match=r"1\.\.10000"):
         io_weight_to_cfq(10001)
 
 
@@ -60,7 +61,7 @@ def test_v2_io_writes() -> None:
     assert v2_io_writes(500, (), bfq=True) == [CgroupWrite("io", "io.bfq.weight", "default 136")]
     assert v2_io_max_line(IoLimit(8, 0)) is None
     assert v2_io_writes(None, [IoLimit(8, 0)], bfq=False) == []
-    with pytest.raises(ValueError):
+    with pytest.raises(ProgrammingError, match=r"io\.weight 0 outside"):
         v2_io_writes(0, (), bfq=False)
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from nri_plugin.errors import ProgrammingError
 from nri_plugin.plan.allocator import Allocator
 from nri_plugin.plan.gpu_graph import graph_of
 from nri_plugin.plan.gpu_selection import choose_gpus, score_gpu_set
@@ -190,7 +191,7 @@ def test_edge_requests(boxes):
     assert choose_gpus(inv, {0, 1}, 3) is None
     assert choose_gpus(inv, {0, 1}, 1, must_include={5}) is None  # 5 is not free
     assert choose_gpus(inv, {0, 1}, 1, must_include={0, 1}) is None  # more than asked
-    with pytest.raises(ValueError, match="'ring' is not one of any, numa, nvlink"):
+    with pytest.raises(ProgrammingError, match="'ring' is not one of any, numa, nvlink"):
         choose_gpus(inv, {0}, 1, topology="ring")
 
 

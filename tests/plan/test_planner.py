@@ -51,6 +51,9 @@ def test_the_rt_period_in_force_defaults_to_the_kernels():
     half = plan_container(sla("cpu: {rt-runtime: 5ms, rt-period: 500ms}"),
                           ctx(1, namespace="rt-a"))
     assert half.rt_period_in_force == 500_000
+    # the parser's default (sla/parse.py) is the one the planner plans with
+    unwritten = plan_container(sla("cpu: {rt-runtime: 5ms}"), ctx(1, namespace="rt-a"))
+    assert (unwritten.rt_runtime, unwritten.rt_period) == (5000, 1_000_000)
     assert ContainerPlan("hard", 1, rt_runtime=5000).rt_period_in_force == 1_000_000
 
 

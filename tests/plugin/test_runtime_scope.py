@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from nri_plugin.enforce.plan_writes import cgroup_writes
+from nri_plugin.errors import ProgrammingError
 from nri_plugin.plan.model import ContainerPlan, IoLimit
 from nri_plugin.plugin.adjustment import build_adjustment
 
@@ -63,5 +64,5 @@ def test_runtime_scope_is_the_adjustment_and_completes_direct(version, devices, 
 
 
 def test_an_unknown_scope_is_refused():
-    with pytest.raises(ValueError, match="'all', 'direct' or 'runtime'"):
+    with pytest.raises(ProgrammingError, match="'all', 'direct' or 'runtime'"):
         cgroup_writes(plan(2), "everything")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from nri_plugin.errors import ProgrammingError
 from nri_plugin.sla import GpuSla, IoMaxRule, MemorySla, SlaError, sla_for_container
 
 POD = "sla.nri.io/pod"
@@ -131,7 +132,7 @@ def test_bad_enforcement_annotations(check):
     check.assert_error(err, SHORT, "", "must be one of hard, soft, got strict")
     err = check.container_error({POD: "{}", ALIAS: "HARD"})
     check.assert_error(err, ALIAS, "", "must be one of hard, soft")
-    with pytest.raises(ValueError, match="default_enforcement must be one of hard, soft"):
+    with pytest.raises(ProgrammingError, match="default_enforcement must be one of hard, soft"):
         sla_for_container({}, "web", default_enforcement="medium")
 
 

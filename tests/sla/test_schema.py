@@ -288,3 +288,11 @@ def test_errors_pickle_and_compare():
     many = SlaErrors([one, SlaError(POD, "", "is empty")])
     assert str(pickle.loads(pickle.dumps(many))) == str(many)
     assert isinstance(many, ValueError) and isinstance(many, SlaError)
+
+
+def test_no_problems_are_no_errors():
+    from nri_plugin.errors import ProgrammingError
+    from nri_plugin.sla import SlaErrors
+
+    with pytest.raises(ProgrammingError, match="at least one error"):
+        SlaErrors([])

@@ -25,8 +25,7 @@ def _names(modules: list[str]) -> str:
 
 def _layers(contract: dict) -> list[str]:
     lines = [f"**{contract['name']}** (`{contract['id']}`, the packages and modules of "
-             f"{_names(contract['containers'])}, highest first; a name in parentheses may be "
-             "absent):", "",
+             f"{_names(contract['containers'])}, highest first):", "",
              "```", *contract["layers"], "```"]
     if ignored := contract.get("ignore_imports"):
         lines += ["", "Allowed against the layers: " + _names(sorted(ignored)) + "."]

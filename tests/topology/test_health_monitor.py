@@ -7,6 +7,9 @@ import threading
 import time
 from dataclasses import replace
 
+import pytest
+
+from nri_plugin.errors import ProgrammingError
 from nri_plugin.simulated.hardware import (
     NVML_ERROR_LIBRARY_NOT_FOUND,
     NVML_ERROR_UNKNOWN,
@@ -14,7 +17,7 @@ from nri_plugin.simulated.hardware import (
     dgx_like_gpus,
     mig_box_gpus,
 )
-from nri_plugin.topology.gpu_health import unknown
+from nri_plugin.topology.gpu_health import GpuHealth, unknown
 from nri_plugin.topology.health_monitor import GpuHealthMonitor
 from nri_plugin.topology.inventory import load_inventory
 
@@ -152,3 +155,9 @@ def test_a_poll_without_nvml_still_waits_what_it_was_asked(dgx_sysfs, dgx_nvml):
     started = time.monotonic()
     assert not monitor.poll(10_000)
     assert time.monotonic() - started < 5
+
+
+def test_a_health_state_is_one_of_three():
+    assert not GpuHealth("unknown", "NVML: timed out").healthy
+    with pytest.raises(ProgrammingError, match="'lost' is not one of healthy, unhealthy, unknown"):
+        GpuHealth("lost")

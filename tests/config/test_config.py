@@ -9,7 +9,6 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nri_plugin import config as cfgmod
 from nri_plugin.config import (
     Cap,
     CgroupConfig,
@@ -24,8 +23,10 @@ from nri_plugin.config import (
     Permissions,
     PodCaps,
     load_config,
+    loader,  # where load_config looks up DEFAULT_PATH
     parse_config,
 )
+from nri_plugin.errors import ProgrammingError
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "config.yaml"
@@ -47,7 +48,7 @@ def test_defaults_are_safe():
     assert cfg.allows("io-max", "x")
     # Nobody goes beyond what the runtime granted; GPUs are only ever the grant.
     assert not cfg.allows("exceed-runtime-limits", "kube-system")
-    with pytest.raises(ValueError, match="unknown permission 'ungranted-gpus'"):
+    with pytest.raises(ProgrammingError, match="unknown permission 'ungranted-gpus'"):
         cfg.allows("ungranted-gpus", "default")
     assert cfg.pod_caps == PodCaps(exclusive_cpus=Cap(50, percent=True), rt_share=0.1)
     assert cfg.pod_caps.exclusive_cpus.of(64) == 32
@@ -239,7 +240,7 @@ def test_all_config_errors_reported_at_once():
 
 
 def test_allows_rejects_unknown_permission():
-    with pytest.raises(ValueError, match="unknown permission 'root'"):
+    with pytest.raises(ProgrammingError, match="unknown permission 'root'"):
         NodeConfig().allows("root", "default")
 
 
@@ -249,11 +250,11 @@ def test_load_config_paths(tmp_path, monkeypatch):
         load_config(str(missing))
     assert str(info.value).startswith(f"{missing}: does not exist")
     # the default path missing means all defaults
-    monkeypatch.setattr(cfgmod, "DEFAULT_PATH", str(missing))
+    monkeypatch.setattr(loader, "DEFAULT_PATH", str(missing))
     assert load_config(None) == NodeConfig()
     good = tmp_path / "config.yaml"
     good.write_text("enforcement: soft\n")
-    monkeypatch.setattr(cfgmod, "DEFAULT_PATH", str(good))
+    monkeypatch.setattr(loader, "DEFAULT_PATH", str(good))
     assert load_config().enforcement == "soft" and load_config().source == str(good)
     bad = tmp_path / "bad.yaml"
     bad.write_bytes(b"enforcement: \xff\n")

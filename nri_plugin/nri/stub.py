@@ -232,13 +232,16 @@ def _create_response(result: Any) -> bytes:
     if not isinstance(result, CreateResult):
         raise TypeError(f"create_container must return CreateResult, got "
                         f"{type(result).__name__}")
-    parts = [] if result.adjustment is None else [
-        embedded_field(0x0A, _of(pb.ContainerAdjustment, result.adjustment).SerializeToString())]
-    parts += [embedded_field(0x12, _of(pb.ContainerUpdate, u).SerializeToString())
-              for u in result.updates]
-    parts += [embedded_field(0x1A, _of(pb.ContainerEviction, e).SerializeToString())
-              for e in result.evictions]
-    return b"".join(parts)
+    adjustment, updates, evictions = result.adjustment, result.updates, result.evictions
+    adjust = b"" if adjustment is None else embedded_field(
+        0x0A, _of(pb.ContainerAdjustment, adjustment).SerializeToString())
+    if not updates and not evictions:  # nearly every create: one field or none
+        return adjust
+    return b"".join([adjust,
+                     *[embedded_field(0x12, _of(pb.ContainerUpdate, u).SerializeToString())
+                       for u in updates],
+                     *[embedded_field(0x1A, _of(pb.ContainerEviction, e).SerializeToString())
+                       for e in evictions]])
 
 
 def _of(cls: type[_M], message: object) -> _M:

@@ -349,8 +349,8 @@ class SlaPlugin(SynchronizeRestore):
     def _pod_set(self, container: pb.Container, answered: dict[str, str]) -> list[str]:
         """nri-sla's own keys the container carries (a pod's runtime handler can copy pod
         annotations into containers) that this answer does not overwrite."""
-        return [k for k in self.node.output_keys
-                if k in container.annotations and k not in answered]
+        present = container.annotations  # (the answer's own keys first: no map lookup)
+        return [k for k in self.node.output_keys if k not in answered and k in present]
 
     def _strip_outputs(self, container: pb.Container) -> pb.ContainerAdjustment | None:
         """No SLA: nothing to set, but a pod-set `applied`/`warnings` must not stay on a

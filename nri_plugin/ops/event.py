@@ -36,7 +36,6 @@ OUTCOME_LEVELS = {"enforced": "info", "warned": "warning", "refused": "error"}
 # Level -> syslog priority (what journald's prefix parsing understands).
 PRIORITY = {"debug": 7, "info": 6, "warning": 4, "error": 3, "critical": 2}
 _ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
-_QUOTE_IF = frozenset(' ="\\')  # printable characters that need a quoted value
 _QUOTED = str.maketrans({"\\": "\\\\", '"': '\\"'})  # printable text needs only these
 
 
@@ -89,7 +88,9 @@ def logfmt_value(value: object) -> str:
     else:
         text = str(value)
     if text.isprintable():  # the common case: no control characters at all
-        if text and _QUOTE_IF.isdisjoint(text):
+        # The printable characters that need a quoted value, each looked for by a C
+        # substring search: a third of the time of one set lookup per character.
+        if text and not (" " in text or "=" in text or '"' in text or "\\" in text):
             return text
         return '"' + text.translate(_QUOTED) + '"'
     return '"' + "".join(_escape(c) for c in text) + '"'

@@ -511,7 +511,10 @@ class Stub:
         if event == ev.CREATE_CONTAINER:
             def create(payload: bytes) -> bytes | Awaitable[bytes]:
                 req = _decode(req_cls, payload, method)
-                return _maybe_await(handler(req.pod, req.container), _create_response)
+                result = handler(req.pod, req.container)
+                if type(result) is CreateResult:  # a plain handler's answer: encoded now
+                    return _create_response(result)
+                return _maybe_await(result, _create_response)
             return create
         if event in (ev.UPDATE_CONTAINER, ev.STOP_CONTAINER):
             resp_cls = getattr(pb, method + "Response")

@@ -210,12 +210,7 @@ class SlaPlugin(SynchronizeRestore):
         started = time.perf_counter()
         # Each field read once: every read of a protobuf field makes a new object.
         cid, name, namespace = container.id, container.name, pod.namespace
-        # The wrappers of the container's `linux`, its resources and their CPU part, held
-        # for the whole create: protobuf (upb) finds a live one in its cache, a third of
-        # the cost of building it again, for every later read of them here and in _entry.
-        linux = container.linux
-        _held = (linux, resources := linux.resources, resources.cpu)
-        granted = granted_resources(resources, container)
+        granted = granted_resources(container.linux.resources, container)
         kubelet_ids = (self.kubelet.for_container(namespace, pod.name, name)
                        if asks_kubelet(granted) else ())
         decision = decide(self.node, ContainerRequest(
@@ -224,7 +219,7 @@ class SlaPlugin(SynchronizeRestore):
             granted=granted, kubelet_gpu_ids=kubelet_ids))
         if decision.plan is not None and decision.plan.rt_runtime and self.node.facts:
             try:
-                paths = self.node.container_paths(linux.cgroups_path)
+                paths = self.node.container_paths(container.linux.cgroups_path)
                 room, _ = self.node.make_rt_room(decision.plan, paths, cid)
                 decision = replace(decision, plan=room)  # this container's own
             except SlaFailure as exc:

@@ -12,11 +12,10 @@ $JOURNAL_STREAM names our stderr, text lines carry no timestamp and start with a
 syslog priority prefix (`<4>`), so `journalctl -p warning` filters by level.
 
 `setup_logging(..., defer_decisions=True)` (what `nri-sla run` asks): a decision made
-while an event loop runs is rendered and written after the answer to the runtime's
-request has been written (the connection flushes it at the end of the turn), so the
-runtime does not wait for the line, and at most DECISION_LINES_WAIT seconds later; the
-lines made meanwhile (a burst of creates), up to DECISION_LINES_AT_ONCE, are written
-together, one write per handler. Any
+while an event loop runs is rendered and written at most DECISION_LINES_WAIT seconds
+later, after the answer to the runtime's request has been written (the connection
+flushes it at the end of the turn), so the runtime does not wait for the line; the lines
+made meanwhile (a burst of creates) are written together, one write per handler. Any
 other line, a flush (`logging.shutdown` at exit) and a new set-up write the waiting ones
 first, so the log keeps its order and loses none on a clean exit.
 """
@@ -188,8 +187,6 @@ def log_decision(event: DecisionEvent, logger: logging.Logger | None = None) -> 
                 loop.call_later(DECISION_LINES_WAIT, _write_waiting)
                 _waiting_loop = loop
             _waiting.append((event, created, logger))
-            if len(_waiting) == DECISION_LINES_AT_ONCE:
-                loop.call_soon(_write_waiting)  # once this answer is written
             return
     _write_decisions([(event, created, logger)])
 
@@ -208,10 +205,6 @@ _waiting_loop: AbstractEventLoop | None = None
 # shares the write (docs/benchmarks.md, "CreateContainer in the plugin"). A log reader
 # sees the line at most this late; its `ts` is the decision's own time.
 DECISION_LINES_WAIT = 0.05
-# ... or until this many wait: then they are written right after the answer that made the
-# last one, while the runtime reads it (as a single line was before), so that a request
-# never waits behind more than this many lines' rendering (~0.1 ms).
-DECISION_LINES_AT_ONCE = 16
 
 
 def _write_waiting() -> None:

@@ -17,7 +17,6 @@ from hypothesis import strategies as st
 
 from nri_plugin.ops.event import DecisionEvent
 from nri_plugin.ops.logsetup import (
-    DECISION_LINES_AT_ONCE,
     DECISION_LINES_WAIT,
     LOGGER_NAME,
     LoggingSetupError,
@@ -187,31 +186,6 @@ def test_a_burst_of_deferred_decisions_is_one_write_in_order(monkeypatch):
     lines = out.getvalue().splitlines()
     assert [_logfmt(line)["container"] for line in lines] == ["one", "two", "three"]
     assert out.writes == 1
-
-
-def test_a_full_batch_of_decisions_is_written_after_the_answer_that_filled_it(monkeypatch):
-    """DECISION_LINES_AT_ONCE lines waiting are written at the end of the turn that made
-    the last one, without waiting for DECISION_LINES_WAIT (a request never waits behind
-    more lines than that); the next line waits again."""
-    monkeypatch.delenv("JOURNAL_STREAM", raising=False)
-    out = _CountedWrites()
-    setup_logging("text", "info", stream=out, defer_decisions=True)
-    seen = []
-
-    async def burst() -> None:
-        for i in range(DECISION_LINES_AT_ONCE + 1):
-            log_decision(DecisionEvent("a", "b", f"c{i}", "nri", "enforced", APPLIED))
-            await asyncio.sleep(0)
-            seen.append(len(out.getvalue().splitlines()))
-        await asyncio.sleep(DECISION_LINES_WAIT * 2)
-
-    asyncio.run(burst())
-    assert seen[:DECISION_LINES_AT_ONCE - 1] == [0] * (DECISION_LINES_AT_ONCE - 1)
-    assert seen[DECISION_LINES_AT_ONCE - 1:] == [DECISION_LINES_AT_ONCE] * 2
-    lines = out.getvalue().splitlines()
-    assert [_logfmt(line)["container"] for line in lines] == [
-        f"c{i}" for i in range(DECISION_LINES_AT_ONCE + 1)]
-    assert out.writes == 2
 
 
 def test_deferred_decisions_keep_the_log_in_order():

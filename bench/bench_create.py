@@ -9,11 +9,10 @@ containers already registered, the answer encoded, and the container removed aga
 every create sees the same live set; the removal is not timed). Warm: --warmup creates
 first. Logging as `nri-sla run` sets it up (text, info, decision lines deferred) into a
 null stream, and each create runs in its own turn of an event loop, as in `nri-sla run`:
-the decision lines are rendered and written after the answer, together, up to
-`DECISION_LINES_WAIT` later (ops.logsetup). Two figures: the CPU until the answer is
-encoded (what the runtime waits for) and the CPU of the whole turn (with the loop's own
-work, and the waiting decision lines in the turn their wait ends: compare means; uvloop's
-loop when it is installed, as `nri-sla run` runs).
+the decision line is rendered and written once the turn ends, after the answer. Two
+figures: the CPU until the answer is encoded (what the runtime waits for) and the CPU of
+the whole turn (with the decision line and the loop's own work; uvloop's loop when it
+is installed, as `nri-sla run` runs).
 
 --evict MIB writes over that many MiB before every create (untimed): the CPU caches
 then hold none of the create's code and data, as in `nri-sla run`, which sleeps between
@@ -102,7 +101,7 @@ async def _creates(plugin: SlaPlugin, payloads: list[bytes], evict_mib: int
         start = clock()
         cid, _ = create(plugin, payload)
         answered = clock()
-        await asyncio.sleep(0)  # the turn ends (and the decision lines' wait, at times)
+        await asyncio.sleep(0)  # the turn ends: the decision line is written
         to_answer.append((answered - start) / 1000)
         whole.append((clock() - start) / 1000)
         plugin.remove_container(None, pb.Container(id=cid))  # untimed: same live set

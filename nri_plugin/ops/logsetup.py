@@ -103,8 +103,8 @@ class JsonFormatter(logging.Formatter):
 
 # -- set-up ---------------------------------------------------------------------------------
 class OwnHandler(logging.StreamHandler):
-    """setup_logging's handler: decision lines waiting (`defer_decisions`) are written
-    before any other line, and by `flush` (which
+    """setup_logging's handler: decision lines waiting for the end of the loop's turn
+    (`defer_decisions`) are written before any other line, and by `flush` (which
     `logging.shutdown` calls at exit), so none is lost or out of order."""
 
     def emit(self, record: logging.LogRecord) -> None:
@@ -123,8 +123,8 @@ def setup_logging(format: str = "text", level: str | int = "info",
                   ) -> logging.Logger:
     """Send the `nri_plugin` logger tree to `stream` (stderr) in `format`. Calling it again
     replaces the previous handler instead of duplicating lines. `defer_decisions`: decision
-    lines made while an event loop runs wait, after the answer, up to DECISION_LINES_WAIT
-    and are written together (the module's docstring says why)."""
+    lines made while an event loop runs are written at the end of its turn (the module's
+    docstring says why)."""
     if format not in FORMATS:
         raise LoggingSetupError(f"log format {format!r} is not one of {', '.join(FORMATS)}")
     levelno = _level(level)
@@ -176,8 +176,7 @@ def log_decision(event: DecisionEvent, logger: logging.Logger | None = None) -> 
     set-up (a handler or filter someone added, propagation to the root) goes through
     `logging` as every other line does. Deferred (setup_logging's `defer_decisions`, in a
     running loop), only the event and its time are kept here: the level, the handlers
-    and the line are worked out after the answer, with the other lines made within
-    DECISION_LINES_WAIT."""
+    and the line are worked out when the loop's turn ends, after the answer."""
     created = time.time()
     if _running_loop is not None:  # only the time and the event before the answer
         loop = _running_loop()  # (None outside a loop: written now)

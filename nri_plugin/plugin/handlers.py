@@ -529,11 +529,10 @@ class SlaPlugin(SynchronizeRestore):
 
     def _observe(self, event: str, started: float, decision: Decision,
                  applied: dict[str, Any], namespace: str, pod: str, container: str) -> None:
-        """The decision's line and its counts. Served from the loop, both wait until the
-        answer has been written (the counts for the end of the loop's turn, the line up
-        to ops.logsetup's DECISION_LINES_WAIT): the runtime does not wait for them
-        (prometheus_client's histogram and counter, with their locks: 2.1 µs hot,
-        several times that with cold caches)."""
+        """The decision's line and its counts. Served from the loop, both wait for the
+        end of its turn, when the answer has been written: the runtime does not wait for
+        them (prometheus_client's histogram and counter, with their locks: 2.1 µs hot,
+        several times that with cold caches; the line: ops.logsetup)."""
         decided = decision.outcome != "skipped"
         if decided:
             log_decision(DecisionEvent(namespace, pod, container, "nri", decision.outcome,

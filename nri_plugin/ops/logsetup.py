@@ -12,12 +12,10 @@ $JOURNAL_STREAM names our stderr, text lines carry no timestamp and start with a
 syslog priority prefix (`<4>`), so `journalctl -p warning` filters by level.
 
 `setup_logging(..., defer_decisions=True)` (what `nri-sla run` asks): a decision made
-while an event loop runs is rendered and written at most DECISION_LINES_WAIT seconds
-later, after the answer to the runtime's request has been written (the connection
-flushes it at the end of the turn), so the runtime does not wait for the line; the lines
-made meanwhile (a burst of creates) are written together, one write per handler. Any
-other line, a flush (`logging.shutdown` at exit) and a new set-up write the waiting ones
-first, so the log keeps its order and loses none on a clean exit.
+while an event loop runs is rendered and written when the loop's current turn ends, that
+is after the answer to the runtime's request has been written (the connection flushes
+it at the end of the turn), so the runtime does not wait for the line; any other line
+writes the waiting ones first, so the log keeps its order.
 """
 
 from __future__ import annotations
@@ -183,80 +181,56 @@ def log_decision(event: DecisionEvent, logger: logging.Logger | None = None) -> 
         if loop is not None:
             global _waiting_loop
             if not _waiting or _waiting_loop is not loop:
-                loop.call_later(DECISION_LINES_WAIT, _write_waiting)
+                loop.call_soon(_write_waiting)
                 _waiting_loop = loop
             _waiting.append((event, created, logger))
             return
-    _write_decisions([(event, created, logger)])
+    _write_decision(event, created, logger)
 
 
-# What tells the loop running now (None outside one) when decision lines wait (setup_logging's
-# `defer_decisions`); None: they are written at once.
+# What tells the loop running now (None outside one) when decision lines wait for the end
+# of its turn (setup_logging's `defer_decisions`); None: they are written at once.
 _running_loop: Callable[[], AbstractEventLoop | None] | None = None
 # The lines waiting, in order (event, its time, logger), and the loop that has a
 # _write_waiting scheduled for them.
 _waiting: deque[tuple[DecisionEvent, float, logging.Logger | None]] = deque()
 _waiting_loop: AbstractEventLoop | None = None
-# How long a deferred decision line may wait: the lines made meanwhile are written in one
-# write per handler. With the caches cold (the plugin sleeps between the runtime's
-# requests) rendering and writing one line alone costs about 20 µs of CPU per create, a
-# tenth of the plugin's; in a burst, the second line on is rendered with warm caches and
-# shares the write (docs/benchmarks.md, "CreateContainer in the plugin"). A log reader
-# sees the line at most this late; its `ts` is the decision's own time.
-DECISION_LINES_WAIT = 0.05
 
 
 def _write_waiting() -> None:
-    """Write the decision lines that wait, all of them. Taken off the queue one at a
-    time: another thread's line (OwnHandler.emit) may write them meanwhile, and a line
-    queued while they are written is not lost."""
-    batch = []
+    """Write the decision lines that wait for the end of the loop's turn. One at a time
+    off the queue: another thread's line (OwnHandler.emit) may write them meanwhile, and
+    a line queued while they are written is not lost."""
     while _waiting:
         try:
-            batch.append(_waiting.popleft())
-        except IndexError:  # another thread took the last one
-            break
-    if batch:
-        _write_decisions(batch)
+            waiting = _waiting.popleft()
+        except IndexError:  # another thread wrote the last one
+            return
+        _write_decision(*waiting)
 
 
-def _write_decisions(batch: list[tuple[DecisionEvent, float, logging.Logger | None]]
-                     ) -> None:
-    """Each decision's line, in order, to the handlers its logger would call at its
-    level: one write per handler for the lines they take in a row."""
-    lines: dict[OwnHandler, list[str]] = {}  # per handler, in order
-    for event, created, logger in batch:
-        logger = logger or _DECISIONS
-        level = _LEVELNO[event.level]
-        if not logger.isEnabledFor(level):
-            continue
-        handlers = _own_handlers(logger, level)
-        if handlers is None:  # someone else's handler or filter: through `logging`
-            _write_lines(lines, logger, level)
-            log_event(logger, level, MESSAGE, **event.fields())
-            continue
-        for handler in handlers:
-            formatter = handler.formatter
-            journal = isinstance(formatter, TextFormatter) and formatter.journald
-            fmt = "json" if isinstance(formatter, JsonFormatter) else "text"
-            lines.setdefault(handler, []).append(render_event(event, fmt, created, journal))
-    if lines:
-        _write_lines(lines, _DECISIONS, logging.INFO)
-
-
-def _write_lines(lines: dict[OwnHandler, list[str]], logger: logging.Logger,
-                 level: int) -> None:
-    """Write and flush each handler's lines at once, and forget them."""
-    for handler, texts in lines.items():
-        terminator = handler.terminator
+def _write_decision(event: DecisionEvent, created: float,
+                    logger: logging.Logger | None) -> None:
+    logger = logger or _DECISIONS
+    level = _LEVELNO[event.level]
+    if not logger.isEnabledFor(level):
+        return
+    handlers = _own_handlers(logger, level)
+    if handlers is None:
+        log_event(logger, level, MESSAGE, **event.fields())
+        return
+    for handler in handlers:
+        formatter = handler.formatter
+        journal = isinstance(formatter, TextFormatter) and formatter.journald
+        line = render_event(event, "json" if isinstance(formatter, JsonFormatter) else "text",
+                            created, journal)
         with handler.lock:  # type: ignore[union-attr]  # StreamHandler always has one
             try:
-                handler.stream.write(terminator.join(texts) + terminator)
+                handler.stream.write(line + handler.terminator)
                 handler.stream.flush()
             except Exception:  # as StreamHandler.emit: reported, never raised
                 handler.handleError(logger.makeRecord(logger.name, level, "", 0, MESSAGE,
                                                       (), None))
-    lines.clear()
 
 
 _LEVELNO = {name: getattr(logging, name.upper()) for name in LEVELS}

@@ -104,8 +104,8 @@ class NriCore:
     # -- output --------------------------------------------------------------
     def data_to_send(self) -> bytes:
         """Everything queued since the last call, in order; b"" when nothing is."""
-        out, self._out = b"".join(self._out), []
-        return out
+        out, self._out = self._out, []
+        return out[0] if len(out) == 1 else b"".join(out)  # mostly one answer: no copy
 
     def send_request(self, service: str, method: str, payload: bytes, timeout_nano: int = 0,
                      metadata: Iterable[tuple[str, str]] = ()) -> int:

@@ -232,13 +232,16 @@ def _create_response(result: Any) -> bytes:
     if not isinstance(result, CreateResult):
         raise TypeError(f"create_container must return CreateResult, got "
                         f"{type(result).__name__}")
-    parts = [] if result.adjustment is None else [
-        embedded_field(0x0A, _of(pb.ContainerAdjustment, result.adjustment).SerializeToString())]
-    parts += [embedded_field(0x12, _of(pb.ContainerUpdate, u).SerializeToString())
-              for u in result.updates]
-    parts += [embedded_field(0x1A, _of(pb.ContainerEviction, e).SerializeToString())
-              for e in result.evictions]
-    return b"".join(parts)
+    adjustment, updates, evictions = result.adjustment, result.updates, result.evictions
+    adjust = b"" if adjustment is None else embedded_field(
+        0x0A, _of(pb.ContainerAdjustment, adjustment).SerializeToString())
+    if not updates and not evictions:  # nearly every create: one field or none
+        return adjust
+    return b"".join([adjust,
+                     *[embedded_field(0x12, _of(pb.ContainerUpdate, u).SerializeToString())
+                       for u in updates],
+                     *[embedded_field(0x1A, _of(pb.ContainerEviction, e).SerializeToString())
+                       for e in evictions]])
 
 
 def _of(cls: type[_M], message: object) -> _M:
@@ -508,7 +511,10 @@ class Stub:
         if event == ev.CREATE_CONTAINER:
             def create(payload: bytes) -> bytes | Awaitable[bytes]:
                 req = _decode(req_cls, payload, method)
-                return _maybe_await(handler(req.pod, req.container), _create_response)
+                result = handler(req.pod, req.container)
+                if type(result) is CreateResult:  # a plain handler's answer: encoded now
+                    return _create_response(result)
+                return _maybe_await(result, _create_response)
             return create
         if event in (ev.UPDATE_CONTAINER, ev.STOP_CONTAINER):
             resp_cls = getattr(pb, method + "Response")

@@ -145,12 +145,18 @@ class FrameDecoder:
 
 
 def _varint(value: int) -> bytes:
+    if value < 0x4000:  # every length of a create's answer: no loop, no bytearray
+        return _VARINTS_1[value] if value < 0x80 else bytes(
+            ((value & 0x7F) | 0x80, value >> 7))
     out = bytearray()
     while value > 0x7F:
         out.append((value & 0x7F) | 0x80)
         value >>= 7
     out.append(value)
     return bytes(out)
+
+
+_VARINTS_1 = [bytes((n,)) for n in range(0x80)]  # the one-byte varints
 
 
 def embedded_field(tag: int, data: bytes) -> bytes:
@@ -239,13 +245,15 @@ class ServerCore:
         except DecodeError:
             return None, self._reject(sid, Code.INVALID_ARGUMENT,
                                       "malformed ttrpc request (protobuf decode failed)")
-        if not self.is_known(req.service, req.method):
+        service, method = req.service, req.method  # (each read makes a new string)
+        if not self.is_known(service, method):
             return None, self._reject(sid, Code.UNIMPLEMENTED,
-                                      f"{req.service}/{req.method} is not implemented by "
+                                      f"{service}/{method} is not implemented by "
                                       f"{self.server_name}")
         self.active.add(sid)
-        meta = tuple((kv.key, kv.value) for kv in req.metadata) if req.metadata else ()
-        return RequestReceived(sid, req.service, req.method, req.payload, req.timeout_nano,
+        metadata = req.metadata
+        meta = tuple((kv.key, kv.value) for kv in metadata) if metadata else ()
+        return RequestReceived(sid, service, method, req.payload, req.timeout_nano,
                                meta), b""
 
     def _finish(self, stream_id: int) -> None:

@@ -36,7 +36,6 @@ OUTCOME_LEVELS = {"enforced": "info", "warned": "warning", "refused": "error"}
 # Level -> syslog priority (what journald's prefix parsing understands).
 PRIORITY = {"debug": 7, "info": 6, "warning": 4, "error": 3, "critical": 2}
 _ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
-_QUOTE_IF = frozenset(' ="\\')  # printable characters that need a quoted value
 _QUOTED = str.maketrans({"\\": "\\\\", '"': '\\"'})  # printable text needs only these
 
 
@@ -89,7 +88,9 @@ def logfmt_value(value: object) -> str:
     else:
         text = str(value)
     if text.isprintable():  # the common case: no control characters at all
-        if text and _QUOTE_IF.isdisjoint(text):
+        # The printable characters that need a quoted value, each looked for by a C
+        # substring search: a third of the time of one set lookup per character.
+        if text and not (" " in text or "=" in text or '"' in text or "\\" in text):
             return text
         return '"' + text.translate(_QUOTED) + '"'
     return '"' + "".join(_escape(c) for c in text) + '"'
@@ -239,15 +240,17 @@ def render_event(event: DecisionEvent, fmt: str, created: float,
     # text_line's rendering, with the parts that repeat computed once: the head, and the
     # flattened `applied` of a plan every replica shares (the plugin keeps that mapping);
     # the warnings joined as logfmt_value joins a list.
+    warnings = event.warnings
     line = (f"{_HEADS[level]} pod={logfmt_value(f'{event.namespace}/{event.pod}')} "
             f"container={logfmt_value(event.container)} path={event.path} "
-            f"outcome={event.outcome} {_applied_text(event.applied)} "
-            f"warnings={logfmt_value('; '.join(map(str, event.warnings)))}")
+            f"outcome={event.outcome} {_applied_text(event.applied)} warnings="
+            f"{logfmt_value('; '.join(map(str, warnings))) if warnings else _NO_WARNINGS}")
     if event.error is not None:
         line = f"{line} error={logfmt_value(event.error)}"
     return f"<{PRIORITY[level]}>{line}" if journal else f"ts={iso_time(created)} {line}"
 
 
+_NO_WARNINGS = logfmt_value("")  # most decisions
 _HEADS = {level: f"level={level} logger={LOGGER} msg={logfmt_value(MESSAGE)}"
           for level in OUTCOME_LEVELS.values()}
 APPLIED_TEXT_LIMIT = 512  # remembered renderings of `applied` mappings

@@ -208,49 +208,53 @@ class SlaPlugin(SynchronizeRestore):
     @settled
     def create_container(self, pod: pb.PodSandbox, container: pb.Container) -> CreateResult:
         started = time.perf_counter()
+        # Each field read once: every read of a protobuf field makes a new object.
+        cid, name, namespace = container.id, container.name, pod.namespace
         granted = granted_resources(container.linux.resources, container)
-        kubelet_ids = (self.kubelet.for_container(pod.namespace, pod.name, container.name)
+        kubelet_ids = (self.kubelet.for_container(namespace, pod.name, name)
                        if asks_kubelet(granted) else ())
         decision = decide(self.node, ContainerRequest(
-            pod.annotations, container.name,  # protobuf's map: only nri-sla's keys are read
-            namespace=pod.namespace,
-            owner=container.id, pod=pod.id, nri_version=self.nri_version, granted=granted,
-            kubelet_gpu_ids=kubelet_ids))
+            pod.annotations, name,  # protobuf's map: only nri-sla's keys are read
+            namespace=namespace, owner=cid, pod=pod.id, nri_version=self.nri_version,
+            granted=granted, kubelet_gpu_ids=kubelet_ids))
         if decision.plan is not None and decision.plan.rt_runtime and self.node.facts:
             try:
                 paths = self.node.container_paths(container.linux.cgroups_path)
-                room, _ = self.node.make_rt_room(decision.plan, paths, container.id)
+                room, _ = self.node.make_rt_room(decision.plan, paths, cid)
                 decision = replace(decision, plan=room)  # this container's own
             except SlaFailure as exc:
-                self.node.release(container.id)
+                self.node.release(cid)
                 decision = Decision("refused", error=exc)
         plan = decision.plan
-        applied, adjustment = (self._answer(plan, decision.reusable, container)
+        applied, adjustment = (self._answer(plan, decision, cid, container)
                                if plan is not None else ({}, self._strip_outputs(container)))
-        self._observe("CreateContainer", started, decision, applied, pod, container)
+        self._observe("CreateContainer", started, decision, applied,
+                      namespace, pod.name, name)
         if decision.error is not None:
             raise rpc_error(decision.error)
         entry = self._entry(pod, container, plan, owed=plan is not None, granted=granted,
                             kubelet_ids=kubelet_ids, created=True)
         self.registry.add(entry)
-        adjustment = self._with_cpuset(entry.id, adjustment)
+        planned = plan is not None and bool(plan.cpus)  # the answer's settings carry them
+        adjustment, cpus = self._with_cpuset(entry.id, adjustment, planned)
         if plan is not None:  # in force (and read back) with the cpuset it was given
-            cpus = adjustment.linux.resources.cpu.cpus if adjustment is not None else ""
             entry.current_plan = plan if not cpus or cpus == plan.cpus else replace(plan, cpus=cpus)
         self._publish_holders(entry)
-        return CreateResult(adjustment, self._cpuset_updates(container.id))
+        return CreateResult(adjustment, self._cpuset_updates(entry.id))
 
-    def _with_cpuset(self, container_id: str, adjustment: pb.ContainerAdjustment | None
-                     ) -> pb.ContainerAdjustment | None:
+    def _with_cpuset(self, container_id: str, adjustment: pb.ContainerAdjustment | None,
+                     planned: bool) -> tuple[pb.ContainerAdjustment | None, str]:
         """The adjustment carrying the container's cpuset in the node's CPU pool (with or
-        without an SLA: no container runs on another's exclusive CPUs)."""
-        planned = adjustment is not None and bool(adjustment.linux.resources.cpu.cpus)
+        without an SLA: no container runs on another's exclusive CPUs), and that cpuset
+        ("": the one the plan set, if any, stands). `planned`: the adjustment sets a
+        cpuset already (the plan's; told, not read back: a read of a nested protobuf
+        field builds a Python object per level)."""
         cpus = self.node.answer_cpuset(container_id, planned)
         if not cpus:
-            return adjustment
+            return adjustment, ""
         adjustment = adjustment if adjustment is not None else pb.ContainerAdjustment()
         adjustment.linux.resources.cpu.cpus = cpus
-        return adjustment
+        return adjustment, cpus
 
     def _entry(self, pod: pb.PodSandbox | None, container: pb.Container,
                plan: ContainerPlan | None, *, owed: bool, granted: GrantedResources,
@@ -319,13 +323,14 @@ class SlaPlugin(SynchronizeRestore):
                       container=a.id, other=b.id, pods=f"{a.who}; {b.who}")
         self.metrics.set_gpus_shared(len(shared))
 
-    def _answer(self, plan: ContainerPlan, reusable: bool, container: pb.Container
-                ) -> tuple[dict[str, Any], pb.ContainerAdjustment]:
-        """The decision event's applied fields and the adjustment for a plan. A reusable
-        decision hands every replica the same plan object, so its record, applied fields
-        and settings are built once (kept unchanged: the event's rendering of them is
-        remembered too); each container gets its own copy carrying its own record,
-        authenticated for its id."""
+    def _answer(self, plan: ContainerPlan, decision: Decision, container_id: str,
+                container: pb.Container) -> tuple[dict[str, Any], pb.ContainerAdjustment]:
+        """The decision event's applied fields and the adjustment for `decision`'s plan
+        (`plan`, or the container's own copy of it). A reusable decision hands every
+        replica the same plan object, so its record, applied fields and settings are
+        built once (kept unchanged: the event's rendering of them is remembered too);
+        each container gets its own copy carrying its own record, authenticated for its
+        id."""
         known = self._answers.get(id(plan))
         if known is not None and known[0] is plan:
             _, text, applied, settings = known
@@ -333,19 +338,19 @@ class SlaPlugin(SynchronizeRestore):
             record = record_body(plan, "nri")
             text, settings = record_text(record), build_adjustment(plan, self._hooks)
             applied = applied_fields(record)
-            if reusable:
+            if decision.reusable:
                 if len(self._answers) >= REUSABLE_LIMIT:
                     self._answers.clear()
                 self._answers[id(plan)] = (plan, text, applied, settings)
-        annotations = self.node.annotations_for(plan, "nri", container.id, text)
+        annotations = self.node.annotations_for(plan, "nri", container_id, text)
         return applied, annotated(annotations, self._pod_set(container, annotations),
                                   settings)
 
     def _pod_set(self, container: pb.Container, answered: dict[str, str]) -> list[str]:
         """nri-sla's own keys the container carries (a pod's runtime handler can copy pod
         annotations into containers) that this answer does not overwrite."""
-        return [k for k in self.node.output_keys
-                if k in container.annotations and k not in answered]
+        present = container.annotations  # (the answer's own keys first: no map lookup)
+        return [k for k in self.node.output_keys if k not in answered and k in present]
 
     def _strip_outputs(self, container: pb.Container) -> pb.ContainerAdjustment | None:
         """No SLA: nothing to set, but a pod-set `applied`/`warnings` must not stay on a
@@ -523,17 +528,15 @@ class SlaPlugin(SynchronizeRestore):
             self._report_shared()
 
     def _observe(self, event: str, started: float, decision: Decision,
-                 applied: dict[str, Any], pod: pb.PodSandbox,
-                 container: pb.Container) -> None:
+                 applied: dict[str, Any], namespace: str, pod: str, container: str) -> None:
         """The decision's line and its counts. Served from the loop, both wait for the
         end of its turn, when the answer has been written: the runtime does not wait for
         them (prometheus_client's histogram and counter, with their locks: 2.1 µs hot,
         several times that with cold caches; the line: ops.logsetup)."""
         decided = decision.outcome != "skipped"
         if decided:
-            log_decision(DecisionEvent(pod.namespace, pod.name, container.name, "nri",
-                                       decision.outcome, applied, decision.warnings,
-                                       decision.error_text))
+            log_decision(DecisionEvent(namespace, pod, container, "nri", decision.outcome,
+                                       applied, decision.warnings, decision.error_text))
         counts = (event, time.perf_counter() - started,
                   decision.outcome if decided else None, decision.reason)
         if self._loop is not None and self._loop.is_running():

@@ -72,9 +72,12 @@ class InternalFailure(SlaFailure):
     """A bug or a system failure; hard mode refuses, soft mode warns."""
 
 
-class ProgrammingError(InternalFailure):
+class ProgrammingError(ValueError):
     """A caller broke a function's contract (a value the code, not the input, chose is
-    outside what the function takes): a bug in nri-sla, never the operator's or the pod's."""
+    outside what the function takes): a bug in nri-sla, never the operator's or the pod's.
+    Outside SlaFailure on purpose: the code that handles failures (refuses, warns, counts a
+    shortfall) must not take a bug for one; `decide` and the front-ends' last resort report
+    it as internal with its traceback."""
 
 
 class DamagedState(InternalFailure):

@@ -21,7 +21,9 @@ from nri_plugin.ops.metrics import MetricsError
 # ones would.
 OUTSIDE_PACKAGES = ("nri_plugin.nri.", "nri_plugin.simulated.")
 # `nri-sla hook --help` is no failure: parse_argv's way out to printing the help, exit 0.
-OUTSIDE = {"HelpRequested"}
+# ProgrammingError is a bug, not a failure: no failure handler may take it for one
+# (tests/core/test_decide.py: decide reports it as internal, with its traceback).
+OUTSIDE = {"HelpRequested", "ProgrammingError"}
 
 
 def exception_classes() -> list[type[BaseException]]:

@@ -87,3 +87,24 @@ def test_the_pods_protobuf_map_decides_as_a_dict_does():
     other = decide(node, ContainerRequest(pod.annotations, "app", owner="c"))
     assert other is not from_dict and other.plan is not None
     assert other.plan.memory_max == 64 << 20
+
+
+def test_a_programming_error_is_a_bug_logged_with_its_traceback(caplog, monkeypatch):
+    """ProgrammingError is typed, but a bug all the same: no failure handler takes it for a
+    refusal, and the operator gets its traceback, as for an untyped one."""
+    from nri_plugin.core import decision as decision_module
+    from nri_plugin.errors import ProgrammingError
+
+    def planner_with_a_broken_contract(sla, ctx):
+        raise ProgrammingError("topology 'ring' is not one of any, numa, nvlink")
+
+    monkeypatch.setattr(decision_module, "plan_container", planner_with_a_broken_contract)
+    node = NodeState(NodeConfig(), 2)
+    with caplog.at_level(logging.ERROR, logger="nri_sla"):
+        decision = decide(node, ContainerRequest({"sla.nri.io/pod": "cpu: {limit: 1}"}, "app",
+                                                 namespace="prod", owner="ctr-1"))
+    assert decision.outcome == "refused" and decision.error.kind == INTERNAL
+    assert decision.error_text == ("internal error while deciding the SLA: ProgrammingError: "
+                                   "topology 'ring' is not one of any, numa, nvlink")
+    [record] = caplog.records
+    assert record.exc_info is not None and record.exc_info[0] is ProgrammingError

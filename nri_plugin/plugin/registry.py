@@ -90,6 +90,9 @@ class ContainerEntry:
     # cpuset the container was given, refitted at each resize (UpdateContainer).
     current_plan: ContainerPlan | None = None
     drift: DriftMemory | None = None  # the watch's, from its first look at the container
+    # Created while no nri-sla was registered, its pod asking an SLA (plugin.unenforced):
+    # reported once, listed by the status document while the entry lives.
+    unenforced: bool = False
 
     def __post_init__(self) -> None:
         if self.current_plan is None:

@@ -175,9 +175,13 @@ class ContainerRegistry:
             self._pairs_reported = {p for p in self._pairs_reported if container_id not in p}
         return entry
 
-    def replace(self, entries: Iterable[ContainerEntry]) -> None:
-        """Synchronize: exactly these containers from now on."""
+    def replace(self, entries: Iterable[ContainerEntry], unenforced: Iterable[str] = ()
+                ) -> None:
+        """Synchronize: exactly these containers from now on; `unenforced`: the ids of
+        those among them created unenforced (plugin.unenforced)."""
         self._entries = {e.id: e for e in entries}
+        for container_id in unenforced:
+            self._entries[container_id].unenforced = True
         self._by_pod = {}
         for e in self._entries.values():
             self._join_pod(e)

@@ -238,11 +238,7 @@ class SynchronizeRestore:
             known = self.registry.get(value.id)
             if known is None or known.decided_plan is None or known.writes_owed:
                 started_away.append(value)
-        self.registry.replace(self._entries(pod_of, live, values, plans))
-        for container_id in unenforced:
-            entry = self.registry.get(container_id)
-            assert entry is not None  # a live container: every one has its entry
-            entry.unenforced = True
+        self.registry.replace(self._entries(pod_of, live, values, plans), unenforced)
         return started_away
 
     def _write_owed(self, container: LiveContainer) -> None:

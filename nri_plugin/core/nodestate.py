@@ -105,8 +105,6 @@ class NodeState:
         # Reads the node's GPUs again with their health (rescan_inventory, poll_gpu_health);
         # None: this node never rescans.
         self.gpus = gpus
-        # RT containers -> (cpu cgroup dir, runtime, period): what their ancestors keep.
-        self._rt_dirs: dict[str, tuple[Path, int, int]] = {}
         # Every live container's cpuset (the plugin's; one-shot nodes keep none).
         self.cpu_pool: CpuPool | None = None
         if allocator is not None:
@@ -194,8 +192,7 @@ class NodeState:
         from nri_plugin.core.restored import Rejection, Restored
 
         ordered = sorted(live, key=attrgetter("created_at", "id"))
-        held = {*self._rt_dirs,
-                *(self.rt_budget.owners() if self.rt_budget else ()),
+        held = {*(self.rt_budget.owners() if self.rt_budget else ()),
                 *(self.allocator.owners() if self.allocator else ())}
         for owner in held:
             self.release(owner)
@@ -256,11 +253,9 @@ class NodeState:
 
             # The kernel already gives the container this budget: counted even if the
             # node's share is exceeded (a tightened rt-budget), so that no new grant adds
-            # to it.
-            self.rt_budget.restore(container.id, budgets.RtGrant(plan.rt_runtime,
-                                                                 plan.rt_period_in_force))
-        if plan.rt_runtime and container.cgroups_path:
-            self._note_rt_dir(container.id, plan, container.cgroups_path)
+            # to it; its ancestors keep their raise while it lives.
+            self.rt_budget.hold(container.id, budgets.RtGrant(
+                plan.rt_runtime, plan.rt_period_in_force, self._rt_dir(container.cgroups_path)))
         return plan, breach
 
     def _breach(self, permissions: tuple[str, ...], ns: str | None) -> str:
@@ -273,23 +268,15 @@ class NodeState:
             for permission in permissions
             if ns is None or not self.config.allows(permission, ns))
 
-    def _note_rt_dir(self, owner: str, plan: ContainerPlan, cgroups_path: str) -> None:
-        if self.facts is None or self.cgroup_version != 1:
-            return
+    def _rt_dir(self, cgroups_path: str) -> Path | None:
+        """The cpu cgroup dir of a container with this cgroups path, where an RT budget
+        lives (cgroup v1); None: no such dir here."""
+        if not cgroups_path or self.facts is None or self.cgroup_version != 1:
+            return None
         try:
-            self._keep_rt(owner, plan, self.facts.container_paths(cgroups_path))
+            return _cpu_dir(self.facts.container_paths(cgroups_path))
         except SlaFailure:
-            return  # no cpu hierarchy: nothing raised for it
-
-    def _keep_rt(self, owner: str, plan: ContainerPlan, paths: CgroupPaths) -> None:
-        """`owner`'s RT budget keeps its ancestors' raise (give_back_rt) until released."""
-        from pathlib import Path  # v1 RT containers only: a cold hook run spares pathlib
-
-        cpu_dir = Path(paths.dir("cpu"))
-        # Named as enforce.rt names the groups (links resolved: /sys/fs/cgroup/cpu is often
-        # a link to cpu,cpuacct), whether or not the dir exists yet.
-        self._rt_dirs[owner] = (cpu_dir.parent.resolve() / cpu_dir.name,
-                                plan.rt_runtime or 0, plan.rt_period_in_force)
+            return None  # no cpu hierarchy: nothing raised for it
 
     def pod_usage(self, pod: str, owner: str) -> PodUsage:
         """What the pod's containers other than `owner` hold (exclusive CPUs, RT share);
@@ -413,7 +400,6 @@ class NodeState:
     def release(self, owner: str) -> None:
         if self.cpu_pool is not None:
             self.cpu_pool.leave(owner)
-        self._rt_dirs.pop(owner, None)
         if self.rt_budget is not None:
             self.rt_budget.release(owner)
         if self.allocator is not None:
@@ -499,16 +485,21 @@ class NodeState:
             return replace(plan, rt_runtime=None, rt_period=None,
                            warnings=(*plan.warnings, problem),
                            reasons=(*plan.reasons, "budget")), []
-        if owner:
-            self._keep_rt(owner, plan, paths)
+        if owner and self.rt_budget is not None:
+            import nri_plugin.plan.rt_budget as budgets  # loaded: the budget is one
+
+            # `owner`'s grant, with where it lives now: the ancestors keep this raise
+            # (give_back_rt) until the grant is released.
+            self.rt_budget.hold(owner, budgets.RtGrant(plan.rt_runtime, plan.rt_period_in_force,
+                                                       _cpu_dir(paths)))
         if self.rt_ledger is not None:
             self.rt_ledger.note(done)
         return plan, done
 
     def give_back_rt(self) -> list[RtChange]:
         """Lower what nri-sla raised in RT ancestors to what the containers below still
-        need (rt_ledger); the RT containers this node knows keep their budget even before
-        runc wrote it. Returns the changes made."""
+        need (rt_ledger); the RT budget's grants keep theirs even before runc wrote the
+        container's own. Returns the changes made."""
         if self.rt_ledger is None or self.facts is None or self.cgroup_version != 1:
             return []
         from pathlib import Path
@@ -517,7 +508,7 @@ class NodeState:
             root = Path(self.facts.hierarchy("cpu").path)
         except SlaFailure:
             return []
-        pending = {path: (runtime, period) for path, runtime, period in self._rt_dirs.values()}
+        pending = self.rt_budget.cgroup_dirs() if self.rt_budget is not None else {}
         return self.rt_ledger.give_back(root, pending)
 
     def write_plan(self, plan: ContainerPlan, cgroups_path: str, scope: str, *,
@@ -571,6 +562,15 @@ def _still_held(record: Mapping[str, Any], reported: str,
     elif record.get("aligned"):
         kept["cpus"] = format_cpulist(now)
     return kept
+
+
+def _cpu_dir(paths: CgroupPaths) -> Path:
+    """The container's cpu cgroup dir as enforce.rt names the groups (links resolved:
+    /sys/fs/cgroup/cpu is often a link to cpu,cpuacct), whether or not it exists yet."""
+    from pathlib import Path  # v1 RT containers only: a cold hook run spares pathlib
+
+    cpu_dir = Path(paths.dir("cpu"))
+    return cpu_dir.parent.resolve() / cpu_dir.name
 
 
 def inventory_reader(config: NodeConfig, sysfs_root: str = "/sys",

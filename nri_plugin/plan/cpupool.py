@@ -50,7 +50,17 @@ def unpinned_member(request_millis: int | None) -> PoolMember:
 class CpuPool:
     """Every live container's place in the node's CPUs. The exclusive sets and the
     aligned nodes are the Allocator's; the members (and what each was last told) are
-    the pool's. Used from the plugin's event loop only."""
+    the pool's. Used from the plugin's event loop only.
+
+    Like the Allocator's holdings, the pool's books by container id are a ledger, not
+    container state (which is the plugin registry's): what each member needs and the
+    cpuset the runtime was last sent for it, the one thing `changes` compares against.
+    That cpuset is kept here, not in the registry entry's `current_plan`: every
+    container has one, with or without an SLA (only SLA containers have a plan); a
+    move sent through `changes` updates it, while the plan keeps the cpuset it was
+    created with (the drift watch asks `cpuset` for the one in force); and for most
+    members it is the shared pool's own set object, one for all of them instead of a
+    copy each. The node's release clears it with the member (`leave`)."""
 
     def __init__(self, allocator: Allocator) -> None:
         self.allocator = allocator

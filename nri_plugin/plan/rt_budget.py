@@ -4,6 +4,12 @@ The kernel gives the root cgroup `cpu.rt_runtime_us` per `cpu.rt_period_us` (def
 950000/1000000). The node config grants SLA containers a fraction of that; each container
 takes runtime/period of it. Allocations are keyed by container id so that they can be
 released and rebuilt from the runtime's state after a restart.
+
+A grant also says where the kernel holds it once that is known (cgroup v1: the
+container's cpu cgroup dir), so that what nri-sla raised in that dir's ancestors
+(enforce.rt_ledger) is not given back while the grant lives, even before runc wrote the
+container's own budget. The budget is a ledger, not container state: it counts what the
+node gave, by owner, for the planner's next grant, the per-pod caps and that give-back.
 """
 
 from __future__ import annotations
@@ -27,10 +33,12 @@ class RtBudgetExceeded(Refused):
 
 @dataclass(frozen=True)
 class RtGrant:
-    """One container's real-time budget (runtime and period, microseconds)."""
+    """One container's real-time budget (runtime and period, microseconds), and the cpu
+    cgroup dir it lives in (cgroup v1), once known."""
 
     runtime_us: int
     period_us: int
+    cpu_dir: Path | None = None
 
     @property
     def share(self) -> float:
@@ -73,8 +81,9 @@ class RtBudget:
                     "the kernel's share) cannot take that much more now")
             self._grants[owner] = grant
 
-    def restore(self, owner: str, grant: RtGrant) -> None:
-        """Record a grant found in the runtime's state, even if it overcommits."""
+    def hold(self, owner: str, grant: RtGrant) -> None:
+        """Record a grant the kernel holds or is about to (restored from the runtime's
+        state, or its cgroup dir now known), even if it overcommits."""
         with self._lock:
             self._grants[owner] = grant
 
@@ -90,3 +99,10 @@ class RtBudget:
     def owners(self) -> tuple[str, ...]:
         with self._lock:
             return tuple(self._grants)
+
+    def cgroup_dirs(self) -> dict[Path, tuple[int, int]]:
+        """The cpu cgroup dirs of the grants that know theirs -> (runtime, period): what
+        their ancestors must keep (enforce.rt_ledger.RtLedger.give_back's `pending`)."""
+        with self._lock:
+            return {g.cpu_dir: (g.runtime_us, g.period_us) for g in self._grants.values()
+                    if g.cpu_dir is not None}

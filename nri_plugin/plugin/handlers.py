@@ -146,7 +146,7 @@ class SlaPlugin(SynchronizeRestore):
                                 backoff_max=watch.repair_backoff_max)
         self._stub: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._unenforced = UnenforcedContainers(metrics)  # created while we were away
+        self._unenforced = UnenforcedContainers(self.registry, metrics)  # created while away
 
     # -- life cycle --------------------------------------------------------------------
     def on_registered(self, stub: Any) -> None:

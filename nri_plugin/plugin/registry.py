@@ -1,6 +1,5 @@
 """One registry of the containers the runtime reports to the plugin: the plugin's only
-per-container state (the node's allocator, RT budget and CPU pool hold what containers
-were given, by container id; nothing else in the plugin keeps a container).
+per-container state.
 
 Every container CreateContainer or Synchronize reports has one entry, with or without an
 SLA: who it is (ids, pod, names, cgroup), its state, the GPUs it can open (what its device
@@ -8,9 +7,29 @@ plugin granted, read from what the runtime wrote: nri_plugin.plan.runtime_gpus; 
 record from before issue 18, the GPUs nri-sla chose then), the plan nri-sla decided for
 it (`decided_plan`) and the one in force now (`current_plan`: the decided one as the
 container was given it, refitted at each resize), whether the decided plan's direct
-writes are still owed (StartContainer, or a Synchronize that finds it started), and what
-the drift watch keeps between its passes (`drift`). StopContainer and RemoveContainer
-drop the entry, and everything with it.
+writes are still owed (StartContainer, or a Synchronize that finds it started), what
+the drift watch keeps between its passes (`drift`), and whether it was created while
+nri-sla was away (`unenforced`: plugin.unenforced reports it, the status lists it).
+StopContainer and RemoveContainer drop the entry, and everything with it.
+
+Three books of the node (core.NodeState) are also kept by container id, and are ledgers
+of what the node gave, not container state:
+
+* the Allocator (plan.allocator): the GPUs, MIG devices and exclusive CPUs each holds,
+  with the reverse tables (device or CPU -> holders), under one lock;
+* the RT budget (plan.rt_budget): each RT grant (runtime, period) and, once known, the
+  cpu cgroup dir it lives in, whose ancestors the RT give-back (enforce.rt_ledger, kept
+  by cgroup dir) must leave raised while the grant lives;
+* the CPU pool (plan.cpupool): the whole CPUs each needs, a cpuset pinned by someone
+  else, and the cpuset the runtime was last sent for it.
+
+Each answers questions about the whole node (is this CPU free, how much RT time is left,
+whose cpuset moved) from its own tables, which an entry could only answer by a scan of
+the registry; the planner (which the OCI hook shares, and which knows nothing of the
+plugin) reserves and checks against them while deciding, before the entry exists; and
+a Synchronize rebuilds them from the live containers alone (their records, their
+cpusets). NodeState.release clears all three when the entry goes (SlaPlugin._release);
+nothing else in the plugin keeps a container.
 
 Every entry's grant counts: two live containers able to open one GPU is the kubelet's (or
 an old record's) doing, never nri-sla's, and is reported (`sharing`): once per pair of
@@ -90,6 +109,9 @@ class ContainerEntry:
     # cpuset the container was given, refitted at each resize (UpdateContainer).
     current_plan: ContainerPlan | None = None
     drift: DriftMemory | None = None  # the watch's, from its first look at the container
+    # Created while no nri-sla was registered, its pod asking an SLA (plugin.unenforced):
+    # reported once, listed by the status document while the entry lives.
+    unenforced: bool = False
 
     def __post_init__(self) -> None:
         if self.current_plan is None:
@@ -153,9 +175,13 @@ class ContainerRegistry:
             self._pairs_reported = {p for p in self._pairs_reported if container_id not in p}
         return entry
 
-    def replace(self, entries: Iterable[ContainerEntry]) -> None:
-        """Synchronize: exactly these containers from now on."""
+    def replace(self, entries: Iterable[ContainerEntry], unenforced: Iterable[str] = ()
+                ) -> None:
+        """Synchronize: exactly these containers from now on; `unenforced`: the ids of
+        those among them created unenforced (plugin.unenforced)."""
         self._entries = {e.id: e for e in entries}
+        for container_id in unenforced:
+            self._entries[container_id].unenforced = True
         self._by_pod = {}
         for e in self._entries.values():
             self._join_pod(e)

@@ -162,13 +162,14 @@ class SynchronizeRestore:
             self._report_restore_problems(restored)
             # Before the registry is rebuilt: what it knew needs no second look.
             unenforced = self._unenforced.report(self.node.config, self.node.output_keys[0],
-                                                 pod_of, live, values, known=self.registry)
-            for value in self._rebuild_registry(pod_of, live, values, restored.plans):
+                                                 pod_of, live, values)
+            for value in self._rebuild_registry(pod_of, live, values, restored.plans,
+                                                unenforced):
                 self._write_owed(value)
             log.info("synchronized: %d pods, %d containers, %d allocations rebuilt, %d "
                      "records ignored, %d owners released, %d created unenforced", len(pods),
                      len(containers), len(restored.plans), len(restored.rejected),
-                     len(restored.released), unenforced)
+                     len(restored.released), len(unenforced))
             self._publish_usage()
             self._report_shared()
             updates = self._cpuset_updates(exclude="")
@@ -223,12 +224,13 @@ class SynchronizeRestore:
             self.metrics.record_out_of_policy()
 
     def _rebuild_registry(self, pod_of: dict[str, pb.PodSandbox], live: list[pb.Container],
-                          values: list[LiveContainer], plans: dict[str, ContainerPlan]
-                          ) -> list[LiveContainer]:
+                          values: list[LiveContainer], plans: dict[str, ContainerPlan],
+                          unenforced: list[str]) -> list[LiveContainer]:
         """One entry per live container (`values`: what restore read of each), its plan
-        the one its record restored; returns the containers whose direct writes are owed
-        now: started while nri-sla was away (not by this process, or before it saw the
-        start), so no StartContainer will come for them."""
+        the one its record restored, marked when it was created unenforced (`unenforced`:
+        their ids); returns the containers whose direct writes are owed now: started
+        while nri-sla was away (not by this process, or before it saw the start), so no
+        StartContainer will come for them."""
         started_away = []
         for ctr, value in zip(live, values, strict=True):
             if value.id not in plans or ctr.state == pb.CONTAINER_CREATED:
@@ -236,7 +238,7 @@ class SynchronizeRestore:
             known = self.registry.get(value.id)
             if known is None or known.decided_plan is None or known.writes_owed:
                 started_away.append(value)
-        self.registry.replace(self._entries(pod_of, live, values, plans))
+        self.registry.replace(self._entries(pod_of, live, values, plans), unenforced)
         return started_away
 
     def _write_owed(self, container: LiveContainer) -> None:

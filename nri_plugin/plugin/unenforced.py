@@ -8,9 +8,11 @@ each live one whose pod asks an SLA for it, once per container per process: one
 each for the first `NAMED` new ones of a Synchronize and one "created unenforced, more"
 line with how many others there are (a reconnect to a node of thousands must not write
 thousands of lines), and every one of them, named, in the status document (`nri-sla
-status`). They stay unenforced until recreated (nothing can add their devices or a record
-now: docs/reliability.md). A container whose spec runs the nri-sla OCI hook (the fallback
-of docs/install.md) was enforced, or refused, by the hook and is not reported.
+status`) until it is removed: the registry's entry says it (ContainerEntry.unenforced),
+no book here keeps a container. They stay unenforced until recreated (nothing can add
+their devices or a record now: docs/reliability.md). A container whose spec runs the
+nri-sla OCI hook (the fallback of docs/install.md) was enforced, or refused, by the hook
+and is not reported.
 """
 
 from __future__ import annotations
@@ -62,27 +64,30 @@ class Unenforced:
 
 
 class UnenforcedContainers:
-    """The live containers created unenforced (each reported once per process)."""
+    """Reports the live containers created unenforced. Which ones they are is the
+    registry's (ContainerEntry.unenforced): each is reported once per process, and
+    forgotten with its entry."""
 
-    def __init__(self, metrics: MetricsSink) -> None:
+    def __init__(self, registry: ContainerRegistry, metrics: MetricsSink) -> None:
+        self.registry = registry
         self.metrics = metrics
-        self._reported: dict[str, Unenforced] = {}
 
     @property
     def containers(self) -> list[Unenforced]:
         """Every live container created unenforced, for the status document."""
-        return sorted(self._reported.values(), key=lambda u: (u.namespace, u.pod,
-                                                              u.container, u.id))
+        return sorted((Unenforced(e.id, e.namespace, e.pod_name, e.name)
+                       for e in self.registry if e.unenforced),
+                      key=lambda u: (u.namespace, u.pod, u.container, u.id))
 
     def report(self, config: NodeConfig, applied_key: str, pod_of: Mapping[str, pb.PodSandbox],
-               live: list[pb.Container], values: list[LiveContainer],
-               known: ContainerRegistry) -> int:
+               live: list[pb.Container], values: list[LiveContainer]) -> list[str]:
         """Log and count the new ones among the `live` containers (`values`: what restore
-        read of each); returns how many there are now. A container the plugin saw before
-        without a plan (`known`: the registry before this Synchronize) and did not report
-        asks no SLA: it is not read again. (One with a plan but no record got an answer the
-        runtime never applied: reported.)"""
-        now: dict[str, Unenforced] = {}
+        read of each); returns the ids of all of them, new or reported before, for the
+        registry's new entries to say so. Runs before the registry is rebuilt: a
+        container it knew without a plan (and not as unenforced) asks no SLA and is not
+        read again. (One with a plan but no record got an answer the runtime never
+        applied: reported.)"""
+        now: list[str] = []
         new: list[Unenforced] = []
         # A pod's annotations as a dict, made once for all its containers (each read of a
         # protobuf map makes new strings).
@@ -91,11 +96,10 @@ class UnenforcedContainers:
             pod = pod_of.get(value.pod)
             if pod is None or applied_key in value.annotations:
                 continue
-            seen = self._reported.get(value.id)
-            if seen is not None:
-                now[value.id] = seen
+            entry = self.registry.get(value.id)
+            if entry is not None and entry.unenforced:
+                now.append(value.id)
                 continue
-            entry = known.get(value.id)
             if (entry is not None and entry.decided_plan is None) or hook_enforced(ctr):
                 continue
             pod_annotations = annotations.get(value.pod)
@@ -104,9 +108,8 @@ class UnenforcedContainers:
             name = ctr.name
             if not _asks_sla(config, pod_annotations, name):
                 continue
-            now[value.id] = found = Unenforced(value.id, pod.namespace, pod.name, name)
-            new.append(found)
-        self._reported = now  # the gone ones forgotten: bounded by the live containers
+            now.append(value.id)
+            new.append(Unenforced(value.id, pod.namespace, pod.name, name))
         for found in new[:NAMED]:
             log_event(log, logging.WARNING, "created unenforced", container=found.id,
                       namespace=found.namespace, pod=found.pod, container_name=found.container)
@@ -115,7 +118,7 @@ class UnenforcedContainers:
                       containers=len(new) - NAMED, named=NAMED, see="nri-sla status")
         if new:
             self.metrics.count_unenforced(len(new))
-        return len(now)
+        return now
 
 
 def _asks_sla(config: NodeConfig, pod_annotations: Mapping[str, str], name: str) -> bool:

@@ -6,13 +6,14 @@ exercised on real cgroups in test_real_cgroups.py."""
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 from pathlib import Path
 
 import pytest
 
 from nri_plugin.enforce.rt import raise_rt_ancestors, to_ratio
-from nri_plugin.enforce.rt_ledger import RtLedger
+from nri_plugin.enforce.rt_ledger import MAX_BYTES, MAX_ENTRIES, RtLedger
 
 
 def _group(path: Path, runtime: int, period: int = 1_000_000) -> Path:
@@ -119,7 +120,8 @@ def test_never_under_the_value_found_nor_someone_elses(cpu_root: Path) -> None:
     assert ledger.raises == {}
 
 
-def test_survives_a_restart_and_bounds_its_file(cpu_root: Path, tmp_path: Path) -> None:
+def test_survives_a_restart_and_bounds_its_file(cpu_root: Path, tmp_path: Path,
+                                                caplog: pytest.LogCaptureFixture) -> None:
     file = tmp_path / "state" / "rt-raises.json"
     ctr = _create(cpu_root, RtLedger(file), "pod1", "ctr", 50_000)
     assert set(json.loads(file.read_text())["raises"]) == {
@@ -134,6 +136,17 @@ def test_survives_a_restart_and_bounds_its_file(cpu_root: Path, tmp_path: Path) 
                 "not json", '{"raises": []}', " " * (2 << 20)):
         file.write_text(bad)
         assert RtLedger(file).raises == {}
+    # ... and the warning says what is wrong with it.
+    too_many = {f"/g{i}": [0, 1] for i in range(MAX_ENTRIES + 1)}
+    for bad, problem in (('{"raises": {"relative": [0, 5]}}',
+                          "entry 'relative' is not an absolute path with two integers"),
+                         (json.dumps({"raises": too_many}), f"more than {MAX_ENTRIES} entries"),
+                         (" " * (2 << 20), f"larger than {MAX_BYTES} bytes")):
+        file.write_text(bad)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="nri_sla.rt"):
+            assert RtLedger(file).raises == {}
+        assert f"the RT ledger is not valid ({problem})" in caplog.text
 
 
 def test_a_path_outside_the_hierarchy_is_never_written(cpu_root: Path, tmp_path: Path) -> None:

@@ -26,6 +26,15 @@ def test_plans_and_owed_writes_follow_the_entries():
     assert len(reg) == 1 and reg.get("b").decided_plan is None
 
 
+def test_a_synchronize_marks_the_containers_created_unenforced():
+    reg = ContainerRegistry()
+    reg.replace([entry("a"), entry("b"), entry("c")], unenforced=["b", "c"])
+    assert [e.id for e in reg if e.unenforced] == ["b", "c"]
+    reg.add(entry("b"))  # a retried CreateContainer: answered now, so enforced
+    reg.remove("c")
+    assert [e.id for e in reg if e.unenforced] == []
+
+
 def test_shared_gpus_and_mig_devices():
     reg = ContainerRegistry()
     reg.add(entry("a", whole={"0000:07:00.0", "0000:0f:00.0"}))

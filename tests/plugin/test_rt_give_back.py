@@ -163,6 +163,34 @@ def test_created_not_started_rt_container_keeps_its_raise(tmp_path, v1_tree):
     assert after[pod_dir] == 40_000 and after["kubepods"] == 40_000
 
 
+def test_restart_keeps_the_raise_of_a_restored_rt_container_not_started_yet(tmp_path, v1_tree):
+    """A restart between an RT container's CreateContainer and its start: its record gives
+    the RT budget its grant and where it will live, so the first Synchronize gives back
+    the raise of a container that went away meanwhile, and keeps what the start needs."""
+    file = tmp_path / "state" / LEDGER_FILE
+
+    async def scenario():
+        async with plugin_session(_node(v1_tree, file), tmp_path) as (sim, session, _p):
+            gone_pod, gone = _rt_pod("gone", 10)
+            gone_dirs = await _create_and_run(sim, session, v1_tree, gone_pod, gone)
+            pod, ctr = _rt_pod("waiting", 40)
+            await session.run_pod_sandbox(pod)
+            make_pod_cgroups(v1_tree, ctr.linux.cgroups_path)
+            await session.create_container(pod, ctr)
+            waiting = sim.state.containers[ctr.id]  # created, with its record
+        shutil.rmtree(gone_dirs["cpu"])
+        remove_pod_cgroups(v1_tree, gone.linux.cgroups_path)
+        async with plugin_session(_node(v1_tree, file), tmp_path, pods=[pod],
+                                  containers=[waiting]) as (_sim, _session, plugin):
+            return _ancestors(v1_tree), ctr, plugin.node.rt_budget.cgroup_dirs()
+
+    after, ctr, dirs = run(scenario())
+    pod_dir = str(Path(ctr.linux.cgroups_path.lstrip("/")).parent)
+    assert after[pod_dir] == 40_000 and after["kubepods"] == 40_000
+    assert dirs == {(v1_tree.root / "cpu").resolve() / ctr.linux.cgroups_path.lstrip("/"):
+                    (40_000, 1_000_000)}
+
+
 def test_a_cgroup_removed_after_the_event_is_given_back_at_the_next_drift_pass(
         tmp_path, v1_tree):
     """RemoveContainer may come before runc's cgroup is gone (or while the kernel still

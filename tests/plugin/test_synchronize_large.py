@@ -60,10 +60,15 @@ def test_many_created_unenforced_are_summarised_and_all_in_the_status(caplog):
     assert {u["id"] for u in listed} == everyone
     assert listed[0] == {"id": containers[0].id, "namespace": "default", "pod": "p000",
                          "container": "app"}
+    assert all(plugin.registry.get(c.id).unenforced for c in containers)  # the registry's
     # Gone from the runtime: gone from the status.
     plugin.synchronize(pods[1:], containers[1:])
     plugin.restore()
     assert {u["id"] for u in plugin.status(1.0)["unenforced"]} == everyone - {containers[0].id}
+    # Removed between two Synchronizes: gone at once, with its entry.
+    plugin.remove_container(pods[1], containers[1])
+    assert {u["id"] for u in plugin.status(1.0)["unenforced"]} == everyone - {
+        containers[0].id, containers[1].id}
 
 
 def test_the_pass_inside_synchronize_reads_back_a_bounded_number(v2_tree: CgroupTree,

@@ -482,6 +482,9 @@ class NodeState:
             if plan.enforcement == "hard":
                 raise PlanError(key, "cpu.rt-runtime", str(exc), "budget") from exc
             problem = f"{key}: cpu.rt-runtime: {exc}"
+            if owner and self.rt_budget is not None:
+                # It runs without RT: what the planner set aside would be refused to others.
+                self.rt_budget.release(owner)
             return replace(plan, rt_runtime=None, rt_period=None,
                            warnings=(*plan.warnings, problem),
                            reasons=(*plan.reasons, "budget")), []

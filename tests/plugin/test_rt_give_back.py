@@ -212,3 +212,31 @@ def test_a_cgroup_removed_after_the_event_is_given_back_at_the_next_drift_pass(
     still, after = run(scenario())
     assert still["kubepods"] == 70_000  # its cgroup still held 70 ms: kept
     assert after["kubepods"] == after["kubepods/burstable"] == 0
+
+
+def test_soft_rt_the_kernel_refuses_holds_no_budget(tmp_path, v1_tree):
+    """Soft mode, and the kernel cannot make room (a service outside Kubernetes holds most of
+    its RT time): the container runs without RT and with a warning, so the node's RT books
+    must not keep the budget the planner set aside for it, or other pods are refused RT
+    time nobody uses."""
+    system = v1_tree.root / "cpu" / "system.slice"
+    system.mkdir()
+    (system / "cpu.rt_period_us").write_text("1000000")
+    (system / "cpu.rt_runtime_us").write_text("900000")
+
+    async def scenario():
+        node = _node(v1_tree, None)
+        async with plugin_session(node, tmp_path) as (_sim, session, _plugin):
+            pod = make_pod("soft-rt", annotations={
+                "sla.nri.io/pod": "cpu: {rt-runtime: 200ms, rt-period: 1s}",
+                "sla.nri.io/enforcement": "soft"})
+            ctr = make_container(pod, "c")
+            await session.run_pod_sandbox(pod)
+            make_pod_cgroups(v1_tree, ctr.linux.cgroups_path)
+            resp = await session.create_container(pod, ctr)
+            return ctr.id, resp, node.rt_budget.owners(), node.rt_budget.share_of(ctr.id)
+
+    cid, resp, owners, share = run(scenario())
+    assert "cpu.rt-runtime" in resp.adjust.annotations["sla.nri.io/warnings"]
+    assert not resp.adjust.linux.resources.cpu.HasField("realtime_runtime")
+    assert cid not in owners and share == 0

@@ -81,9 +81,9 @@ class ProgrammingError(ValueError):
 
 
 class DamagedState(InternalFailure):
-    """A document nri-sla stored for itself (the OCI hook's decision cache) does not read
-    back as it was written: damaged, or from another version. Its reader treats it as
-    absent."""
+    """A document nri-sla stored for itself (the OCI hook's decision cache, the plugin's RT
+    ledger) does not read back as it was written: damaged, or from another version. Its
+    reader treats it as absent."""
 
 
 class Unavailable(SlaFailure):

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from nri_plugin.enforce.errors import RtBudgetError
 from nri_plugin.enforce.rt import RtChange, needed_runtime, read_runtime, write_runtime
-from nri_plugin.errors import InvalidInput
+from nri_plugin.errors import DamagedState
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -42,11 +42,6 @@ LEDGER_FILE = "rt-raises.json"
 MAX_ENTRIES = 4096  # ancestors: pods, QoS classes, kubepods; far more than a node has
 MAX_BYTES = 1 << 20
 RETRY_DELAYS = (0.01, 0.02, 0.04)  # s: 70 ms at most on the event loop, only after EINVAL
-
-
-class LedgerInvalid(InvalidInput):
-    """The ledger file is not what nri-sla writes: warned about and not used (its raises
-    are not given back), never trusted."""
 
 
 @dataclass
@@ -145,20 +140,20 @@ class RtLedger:
             return {}
         try:
             if len(data) > MAX_BYTES:
-                raise LedgerInvalid(f"larger than {MAX_BYTES} bytes")
+                raise DamagedState(f"larger than {MAX_BYTES} bytes")
             doc = json.loads(data)
             items = doc["raises"].items()
             if len(items) > MAX_ENTRIES:
-                raise LedgerInvalid(f"more than {MAX_ENTRIES} entries")
+                raise DamagedState(f"more than {MAX_ENTRIES} entries")
             raises = {}
             for path, (before, set_us) in items:
                 if not (os.path.isabs(path) and type(before) is int and type(set_us) is int):
-                    raise LedgerInvalid(
+                    raise DamagedState(
                         f"entry {path!r} is not an absolute path with two integers")
                 raises[Path(path)] = Raise(before, set_us)
             return raises
         # (ValueError: the JSON reader's, or an entry that is not a pair.)
-        except (LedgerInvalid, ValueError, KeyError, TypeError, AttributeError) as exc:
+        except (DamagedState, ValueError, KeyError, TypeError, AttributeError) as exc:
             log.warning("%s: the RT ledger is not valid (%s): raises from before this start "
                         "are not given back", self.file, exc)
             return {}

@@ -110,6 +110,8 @@ class ApiClient:
         try:
             answer = self._pool.request(method, path, body=json.dumps(body).encode(),
                                         headers=headers)
+        except exceptions.NewConnectionError as exc:  # (urllib3 files it under timeouts)
+            raise RequestFailed("unreachable", f"{method} {path}: {exc}") from exc
         except (exceptions.TimeoutError, TimeoutError) as exc:
             raise RequestFailed("timeout", f"{method} {path}: {exc}") from exc
         except (exceptions.HTTPError, OSError) as exc:

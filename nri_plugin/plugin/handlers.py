@@ -385,6 +385,8 @@ class SlaPlugin(SynchronizeRestore):
             # A container whose start failed never runs (CRI does not start it again: the
             # kubelet creates a new one), so what it holds is free for that one at once.
             self._release(container.id)
+            self.events.start_refused(pod.namespace, pod.name, pod.uid, container.name,
+                                      problems)
             raise StartRefused("; ".join(problems))
 
     @settled

@@ -1,8 +1,8 @@
 """What nri-sla tells a pod's readers (`kubectl describe pod`, `kubectl events`): Kubernetes
 Events on the pod, about one of its containers, for
 
-* `SLARefused` (Warning): the container was not created (hard SLA): the refusal the
-  runtime also returns;
+* `SLARefused` (Warning): the container was not created, or not started (hard SLA): the
+  refusal the runtime also returns;
 * `SLAClamped` (Warning): a soft SLA (or a resize) applied other than asked: what and why;
 * `SLADrift` (Warning): an enforced value changed behind nri-sla's back: put back (hard)
   or only reported (soft); `SLADriftRepaired` (Normal) once it holds again,
@@ -63,6 +63,12 @@ class PodEvents:
                          lambda: f"container not created: {decision.error_text}")
         else:
             self._record(who, "Warning", "SLAClamped", lambda: _clamped(decision.warnings))
+
+    def start_refused(self, namespace: str, pod: str, uid: str, container: str,
+                      problems: Sequence[str]) -> None:
+        """Hard mode: a direct cgroup write failed at StartContainer."""
+        self._record(InvolvedPod(namespace, pod, uid, container), "Warning", "SLARefused",
+                     "container not started: " + "; ".join(problems))
 
     def resized(self, namespace: str, pod: str, uid: str, container: str,
                 warnings: Sequence[str]) -> None:

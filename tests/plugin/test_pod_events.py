@@ -24,7 +24,7 @@ from nri_plugin.plugin.pod_events import EventsUnavailable, PodEvents, pod_event
 from nri_plugin.simulated.runtime import PluginCallError, make_container, make_pod
 from tests.plugin.test_drift import started
 from tests.support.kube_api import FakeApiServer
-from tests.support.plugin_helpers import gpu_grant, make_node, plugin_session
+from tests.support.plugin_helpers import gpu_grant, make_node, permissive_node, plugin_session
 
 TWO_GPUS = "gpu: {count: 2}"  # with a grant of one GPU: refused (hard), warned (soft)
 
@@ -317,3 +317,33 @@ def _repo():
     from pathlib import Path
 
     return Path(__file__).resolve().parents[2]
+
+
+def test_a_hard_start_refusal_is_an_event(tmp_path, v1_tree, api, monkeypatch):
+    import errno
+
+    from nri_plugin.nri import events as ev
+    from tests.plugin.test_cgroup_faults import BEFORE, IO_SLA, refuse
+
+    refuse(monkeypatch, "blkio.throttle.write_iops_device", errno.EBUSY)
+    events = PodEvents(recorder_for(api, tmp_path, Metrics()))
+
+    async def scenario():
+        node = permissive_node(1, v1_tree)
+        async with plugin_session(node, tmp_path, events=events) as (_, session, _p):
+            pod = make_pod("io", annotations={"sla.nri.io/pod": IO_SLA})
+            ctr = make_container(pod, "c", cdi_devices=gpu_grant(0))
+            await session.create_container(pod, ctr)
+            blkio = v1_tree.add_cgroup(ctr.linux.cgroups_path)["blkio"]
+            for name, value in BEFORE.items():
+                (blkio / name).write_text(value)
+            with pytest.raises(PluginCallError) as refused:
+                await session.event(ev.START_CONTAINER, pod, ctr)
+            return pod, refused.value
+
+    pod, refusal = run(scenario())
+    (event,) = api.wait_for(1)
+    events.close()
+    assert api.problems == []
+    assert (event["reason"], event["involvedObject"]["uid"]) == ("SLARefused", pod.uid)
+    assert event["message"] == f"container not started: {refusal.message}"

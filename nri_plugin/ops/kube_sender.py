@@ -162,12 +162,12 @@ class EventRecorder:
         return True
 
     def close(self, timeout: float = 1.0) -> None:
-        """Stop the thread: what is still queued after `timeout` is not sent."""
-        self._stopping.set()
-        # (a full queue: the thread sees _stopping after the event in hand)
-        with contextlib.suppress(queue.Full):
+        """Stop the thread once the queued events are sent, or `timeout` has passed: then
+        after the request in hand, the others not sent."""
+        with contextlib.suppress(queue.Full):  # (full: the timeout ends it)
             self._queue.put_nowait(_STOP)
         self._thread.join(timeout)
+        self._stopping.set()
 
     def _run(self) -> None:
         client = ApiClient(self.server, self.timeout)
@@ -175,8 +175,9 @@ class EventRecorder:
         while not self._stopping.is_set():
             item = self._queue.get()
             try:
-                if item is not _STOP:
-                    self._send(client, correlator, *item)
+                if item is _STOP:
+                    return
+                self._send(client, correlator, *item)
             except Exception as exc:  # RequestFailed, or a bug: the thread goes on
                 self.metrics.record_event("dropped", "failed")
                 self._failures.note(exc)

@@ -347,3 +347,15 @@ def test_a_hard_start_refusal_is_an_event(tmp_path, v1_tree, api, monkeypatch):
     assert api.problems == []
     assert (event["reason"], event["involvedObject"]["uid"]) == ("SLARefused", pod.uid)
     assert event["message"] == f"container not started: {refusal.message}"
+
+
+def test_close_sends_what_is_queued_then_stops(tmp_path, api):
+    metrics = Metrics()
+    recorder = recorder_for(api, tmp_path, metrics)
+    for name in ("a", "b", "c"):
+        recorder.record(InvolvedPod("team-a", name, f"uid-{name}"), "Warning", "SLARefused",
+                        "no")
+    recorder.close(timeout=10)
+    assert not recorder._thread.is_alive()
+    assert len(api.events) == 3
+    assert sent(metrics, "sent", "created") == 3

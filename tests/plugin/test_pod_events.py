@@ -359,3 +359,20 @@ def test_close_sends_what_is_queued_then_stops(tmp_path, api):
     assert not recorder._thread.is_alive()
     assert len(api.events) == 3
     assert sent(metrics, "sent", "created") == 3
+
+
+@pytest.mark.parametrize(("text", "problem"), [
+    ("enabled: yes", "events.enabled must be auto, true or false, got yes"),
+    ("queue-size: 0", "events.queue-size must be a count of events from 1 to 100000, got 0"),
+    ("qps: .nan", "events.qps must be a number of requests per second from 0.01 to 1000"),
+    ("burst: 1e9", "events.burst must be a count of requests from 1 to 10000"),
+    ("service-account: relative", "events.service-account must be an absolute path"),
+])
+def test_events_keys_refuse_bad_values_naming_the_key(text, problem):
+    from nri_plugin.config import ConfigError, parse_config
+
+    with pytest.raises(ConfigError) as err:
+        parse_config(f"events: {{{text}}}\n", "node.yaml")
+    assert problem in str(err.value)
+    done = parse_config("events: {enabled: false, queue-size: 10, qps: 0.5, burst: 2}\n", "x")
+    assert done.events == EventsConfig(enabled=False, queue_size=10, qps=0.5, burst=2)

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from nri_plugin.errors import Unavailable
 from nri_plugin.ops.kube_events import Correlated, Correlator, InvolvedPod, TokenBucket, make_event
 from nri_plugin.ops.peerlog import PeerErrorLog
 
@@ -63,12 +64,12 @@ class ApiServer:
         return cls(host, int(port), token, os.path.join(service_account, "ca.crt"))
 
 
-class RequestFailed(Exception):
-    """The API server did not take a request; `reason` is the metric label."""
+class RequestFailed(Unavailable):
+    """The API server did not take a request; `why` is the metric label."""
 
-    def __init__(self, reason: str, detail: str, status: int = 0) -> None:
+    def __init__(self, why: str, detail: str, status: int = 0) -> None:
         super().__init__(detail)
-        self.reason = reason  # unreachable | timeout | client_error | server_error | token
+        self.why = why  # unreachable | timeout | client_error | server_error | token
         self.status = status
 
 
@@ -199,5 +200,5 @@ class EventRecorder:
         try:
             self.metrics.record_event("sent", client.send(correlated))
         except RequestFailed as exc:
-            self.metrics.record_event("failed", exc.reason)
+            self.metrics.record_event("failed", exc.why)
             raise

@@ -9,6 +9,7 @@ import argparse
 import hashlib
 import json
 import re
+import shlex
 import shutil
 import subprocess
 
@@ -235,39 +236,58 @@ def test_a_changed_configmap_rolls_the_pods():
 
 def test_host_hook_is_opt_in_and_runs_without_capabilities(tmp_path, pk):
     """Off by default: nothing of the host's /etc or /opt. On: the initContainer's
-    securityContext leaves root no capability at all, and its command, run here as root
-    with every capability dropped and no_new_privs, installs the hook all the same."""
+    securityContext leaves root no capability and a read-only root filesystem; its
+    command, run here that way (as root with every capability dropped and no_new_privs,
+    in a mount namespace where only the two host directories are writable), installs the
+    hook all the same."""
     assert "initContainers" not in pod_spec(render())
     pod = pod_spec(render(EXAMPLES["host-hook"]))
     (init,) = pod["initContainers"]
-    context = init["securityContext"]
-    assert context == {"runAsUser": 0, "allowPrivilegeEscalation": False,
-                       "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}}
-    assert {"/opt/nri-sla", "/etc/nri-sla"} <= {
-        v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
+    assert init["securityContext"] == {
+        "runAsUser": 0, "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]}}
+    volumes = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
+    writable = {m["mountPath"]: volumes[m["name"]] for m in init["volumeMounts"]
+                if m["name"] in volumes and not m.get("readOnly")}
+    assert writable == {"/host/opt/nri-sla": "/opt/nri-sla", "/host/etc/nri-sla": "/etc/nri-sla"}
     setpriv = pk.need_tool("setpriv", "util-linux")
+    unshare = pk.need_tool("unshare", "util-linux")
     if subprocess.run(["id", "-u"], capture_output=True, text=True).stdout.strip() != "0":
         pytest.skip("needs root: the initContainer runs as uid 0")
     configmap = tmp_path / "config.yaml"
     configmap.write_text("enforcement: hard\n")
     host = tmp_path / "host"
-    args = [a.replace("/host", str(host)) if a == "/host" else a for a in init["args"]]
+    binds = []
+    for path in writable:  # the hostPath volumes (DirectoryOrCreate)
+        target = host / path.removeprefix("/host/")
+        target.mkdir(parents=True)
+        binds.append(f"mount --bind {target} {target}")
+    args = [str(host) if a == "/host" else a for a in init["args"]]
     args[args.index("--config") + 1] = str(configmap)
-    res = subprocess.run(
-        [setpriv, "--no-new-privs", "--inh-caps=-all", "--ambient-caps=-all",
-         "--bounding-set=-all", "--", str(pk.VENV_NRI_SLA), "host-hook", *args,
-         "--base-spec-template", str(pk.REPO / "hooks" / "base-runtime-spec.json")],
-        capture_output=True, text=True, timeout=120)
+    command = shlex.join([
+        setpriv, "--no-new-privs", "--inh-caps=-all", "--ambient-caps=-all",
+        "--bounding-set=-all", "--", str(pk.VENV_NRI_SLA), "host-hook", *args,
+        "--base-spec-template", str(pk.REPO / "hooks" / "base-runtime-spec.json")])
+    script = " && ".join([*binds, "mount -o remount,bind,ro /", f"exec {command}"])
+    res = subprocess.run([unshare, "--mount", "--propagation", "private", "sh", "-c", script],
+                         capture_output=True, text=True, timeout=120)
+    if res.returncode and "unshare failed" in res.stderr:
+        pytest.skip(f"no mount namespace here: {res.stderr.strip()}")
     assert res.returncode == 0, res.stderr
     assert (host / "etc/nri-sla/config.yaml").read_text() == configmap.read_text()
     assert (host / "opt/nri-sla/current/bin").is_dir()
-    # the check has teeth: without capabilities root cannot write where it does not own
+    # the check has teeth: without capabilities root cannot write where it does not own,
+    # nor outside the writable mounts
     locked = tmp_path / "locked"
     locked.mkdir(mode=0o755)
     shutil.chown(locked, user=65534)
     denied = subprocess.run([setpriv, "--inh-caps=-all", "--bounding-set=-all", "--",
                              "touch", str(locked / "x")], capture_output=True, timeout=60)
     assert denied.returncode != 0
+    outside = subprocess.run([unshare, "--mount", "--propagation", "private", "sh", "-c",
+                              f"mount -o remount,bind,ro / && touch {tmp_path / 'x'}"],
+                             capture_output=True, timeout=60)
+    assert outside.returncode != 0 and not (tmp_path / "x").exists()
 
 
 def test_chart_device_plugin_option():

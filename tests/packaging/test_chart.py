@@ -8,10 +8,12 @@ each value does what values.yaml says.
 import argparse
 import hashlib
 import json
+import os
 import re
 import shlex
 import shutil
 import subprocess
+import sys
 
 import pytest
 import yaml
@@ -288,6 +290,68 @@ def test_host_hook_is_opt_in_and_runs_without_capabilities(tmp_path, pk):
                               f"mount -o remount,bind,ro / && touch {tmp_path / 'x'}"],
                              capture_output=True, timeout=60)
     assert outside.returncode != 0 and not (tmp_path / "x").exists()
+
+
+# nri-sla's cgroup writer in a process with no capability (CapEff 0), on a container
+# cgroup made beforehand (by runc, in real life); prints each write's outcome.
+_WRITE_WITHOUT_CAPABILITIES = """
+import json, sys
+from nri_plugin.enforce.cgfile import CgroupWriter
+from nri_plugin.enforce.cgpaths import CgroupPaths
+from nri_plugin.enforce.mapping import v1_cpu_writes, v1_memory_writes
+status = open("/proc/self/status").read()
+effective = [ln.split()[1] for ln in status.splitlines() if ln.startswith("CapEff:")]
+dirs, roots = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+writer = CgroupWriter(CgroupPaths("ctr", 1, dirs, roots))
+results = writer.apply(v1_cpu_writes(quota_us=250000, period_us=100000)
+                       + v1_memory_writes(high=128 << 20, max_bytes=256 << 20))
+print(json.dumps({"capeff": effective, "results": [[r.ok, str(r.error)] for r in results]}))
+"""
+
+
+@pytest.mark.root
+def test_narrow_plugin_context_writes_cgroups_without_capabilities(pk):
+    """The documented narrow securityContext drops every capability: nri-sla's cgroup
+    writer, run as root with none left (setpriv, no_new_privs), still sets CPU bandwidth
+    and memory limits of a container's cgroups and reads them back."""
+    (ctr,) = pod_spec(render(EXAMPLES["narrow-plugin"]))["containers"]
+    assert ctr["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert "privileged" not in ctr["securityContext"]
+    setpriv = pk.need_tool("setpriv", "util-linux")
+    if os.geteuid() != 0:
+        pytest.skip("needs root: the plugin runs as uid 0")
+    from nri_plugin.enforce.cgroupdetect import detect_cgroup_facts
+
+    try:
+        facts = detect_cgroup_facts()
+    except Exception as exc:  # any failure: no usable hierarchy here
+        pytest.skip(f"no cgroup hierarchy detected: {exc}")
+    if facts.version != 1:
+        pytest.skip("written for a cgroup v1 host's files; this host is cgroup v2")
+    own = facts.process_paths(os.getpid())
+    if not {"cpu", "memory"} <= set(own.dirs):
+        pytest.skip("cgroup v1 cpu and memory controllers not both mounted")
+    name = f"nri-sla-chart-{os.getpid()}"
+    dirs = {c: os.path.join(own.dirs[c], name) for c in ("cpu", "memory")}
+    for d in dirs.values():
+        os.mkdir(d)  # with capabilities, as runc makes a container's cgroup
+    try:
+        res = subprocess.run(
+            [setpriv, "--no-new-privs", "--inh-caps=-all", "--ambient-caps=-all",
+             "--bounding-set=-all", "--", sys.executable, "-c", _WRITE_WITHOUT_CAPABILITIES,
+             json.dumps(dirs), json.dumps({c: facts.hierarchy(c).path for c in dirs})],
+            capture_output=True, text=True, timeout=60)
+        assert res.returncode == 0, res.stderr
+        out = json.loads(res.stdout)
+        assert int(out["capeff"][0], 16) == 0
+        assert all(ok for ok, _ in out["results"]), out["results"]
+        with open(os.path.join(dirs["cpu"], "cpu.cfs_quota_us")) as f:
+            assert f.read().strip() == "250000"
+        with open(os.path.join(dirs["memory"], "memory.limit_in_bytes")) as f:
+            assert int(f.read()) == 256 << 20
+    finally:
+        for d in dirs.values():
+            os.rmdir(d)
 
 
 def test_chart_device_plugin_option():

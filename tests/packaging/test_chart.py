@@ -191,7 +191,8 @@ def test_chart_values_take_effect():
 def test_events_rbac_grants_creating_and_patching_events_only():
     docs = render()
     role = by_kind(docs, "ClusterRole")
-    assert role["rules"] == [{"apiGroups": ["", "events.k8s.io"], "resources": ["events"],
+    # core/v1 Events, as the plugin posts them
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["events"],
                               "verbs": ["create", "patch"]}]
     binding = by_kind(docs, "ClusterRoleBinding")
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io",

@@ -142,17 +142,17 @@ def _unhealthy(d: Device) -> Device:
 def _check_single(whole: list[Gpu], mig: list[Gpu]) -> None:
     if whole:
         raise MigLayoutError(
-            f"device-plugin.mig-strategy single needs every GPU in MIG mode or none: GPUs "
-            f"{_indexes(mig)} are, GPUs {_indexes(whole)} are not (use mixed)")
+            f"device-plugin.mig-strategy single needs every GPU in MIG mode or none; MIG "
+            f"mode is on for {_gpus(mig)} and off for {_gpus(whole)} (use mixed)")
     empty = [g for g in mig if not g.mig_instances]
     if empty:
-        raise MigLayoutError(f"device-plugin.mig-strategy single: MIG-enabled GPUs "
-                             f"{_indexes(empty)} have no MIG devices")
+        raise MigLayoutError(f"device-plugin.mig-strategy single: MIG mode is on for "
+                             f"{_gpus(empty)} without MIG devices")
     profiles = sorted({m.profile for g in mig for m in g.mig_instances})
     if len(profiles) > 1:
         raise MigLayoutError(f"device-plugin.mig-strategy single needs MIG devices of one "
                              f"profile, found {', '.join(profiles)} (use mixed)")
 
 
-def _indexes(gpus: list[Gpu]) -> str:
-    return ", ".join(str(g.index) for g in gpus)
+def _gpus(gpus: list[Gpu]) -> str:
+    return ("GPU " if len(gpus) == 1 else "GPUs ") + ", ".join(str(g.index) for g in gpus)

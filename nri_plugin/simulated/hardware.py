@@ -357,15 +357,17 @@ def mig_box_gpus() -> list[FakeGpu]:
 
 
 def build_mig_proc(root: Path, gpu_minor: int, migs: Sequence[FakeMig]) -> Path:
-    """Write proc/driver/nvidia-caps/mig-minors entries for the MIG devices given."""
+    """Write proc/driver/nvidia-caps/mig-minors entries for the MIG devices given (added
+    to those of other GPUs already written)."""
     d = root / "driver/nvidia-caps"
     d.mkdir(parents=True, exist_ok=True)
-    lines = ["config 1", "monitor 2"]
-    minor = 3
+    table = d / "mig-minors"
+    lines = table.read_text().splitlines() if table.exists() else ["config 1", "monitor 2"]
+    minor = 3 + 200 * gpu_minor  # the driver numbers each GPU's minors apart
     for m in migs:
         lines.append(f"gpu{gpu_minor}/gi{m.gi}/access {minor + m.gi * 9}")
         lines.append(f"gpu{gpu_minor}/gi{m.gi}/ci{m.ci}/access {minor + m.gi * 9 + 1 + m.ci}")
-    (d / "mig-minors").write_text("\n".join(lines) + "\n")
+    table.write_text("\n".join(lines) + "\n")
     return root
 
 

@@ -13,7 +13,7 @@ __getattr__, __dir__, __all__ = lazy_exports(globals(), {
                "MetricsConfig", "WatchConfig", "StatusConfig", "EventsConfig", "LogConfig",
                "DEFAULT_STATE_DIR", "PERMISSIONS", "DEFAULT_GRANT_CDI_KINDS",
                "DEFAULT_GRANT_RESOURCES", "DEFAULT_PODRESOURCES_SOCKET"),
-    "schema": ("TOP_KEYS", "KEY_ATTRIBUTES", "REMOVED_KEYS", "GPU_INJECTIONS",
+    "schema": ("TOP_KEYS", "KEY_ATTRIBUTES", "REMOVED_KEYS", "GPU_INJECTIONS", "MIG_STRATEGIES",
                "GPU_INVENTORIES", "CGROUP_DRIVERS", "MAX_LISTED", "LOG_FORMATS",
                "LOG_LEVELS"),
     "loader": ("ConfigError", "check_config", "parse_config", "read_config_text",

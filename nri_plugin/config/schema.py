@@ -30,6 +30,7 @@ from nri_plugin.sla import ENFORCEMENT_MODES
 from nri_plugin.text.fields import FieldProblem, choice, parse_id_list, show
 
 GPU_INJECTIONS = ("cdi", "env", "devices")
+MIG_STRATEGIES = ("none", "single", "mixed")  # NVIDIA's device plugin's names
 GPU_INVENTORIES = ("auto", "nvml", "sysfs")  # or an absolute path to a snapshot file
 CGROUP_DRIVERS = ("auto", "cgroupfs", "systemd")
 MAX_LISTED = 32  # entries in a list of CDI kinds or resource names
@@ -313,6 +314,8 @@ SECTIONS: dict[str, tuple[type, Schema]] = {
     "device-plugin": (DevicePluginConfig, {
         "resource-name": ("resource_name", _resource_name),
         "socket-dir": ("socket_dir", _abs_path),
+        "mig-strategy": ("mig_strategy", choice(MIG_STRATEGIES)),
+        "metrics-address": ("metrics_address", _address),
     }),
     "cgroup": (CgroupConfig, {
         "root": ("root", _abs_path),

@@ -94,6 +94,8 @@ class DevicePluginConfig:
 
     resource_name: str = "nvidia.com/gpu"  # the extended resource pods ask for
     socket_dir: str = "/var/lib/kubelet/device-plugins"  # the kubelet's kubelet.sock is here
+    mig_strategy: str = "none"  # none | single | mixed: how MIG devices are advertised
+    metrics_address: str = ""  # host:port of its Prometheus endpoint; "" serves none
 
 
 @dataclass(frozen=True, slots=True)

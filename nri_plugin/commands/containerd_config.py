@@ -80,6 +80,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "running this command)")
     parser.add_argument("--main-config", default=DEFAULT_MAIN_CONFIG, metavar="PATH",
                         help=f"containerd's config (default {DEFAULT_MAIN_CONFIG})")
+    parser.add_argument("--root", default="/", metavar="DIR",
+                        help="with --remove: the node's / the paths are under, as when a "
+                             "package is removed from another root (default /)")
 
 
 def _installed_version() -> ContainerdVersion | None:
@@ -199,7 +202,9 @@ def _remove(args: argparse.Namespace) -> int:
             remove(path)
             print(f"took out {path}")
     if spec is not None:
-        if _named_anywhere(os.path.dirname(args.main_config), args.base_runtime_spec):
+        # containerd's config names the spec as the node sees it
+        named = "/" + os.path.relpath(args.base_runtime_spec, args.root)
+        if _named_anywhere(os.path.dirname(args.main_config), named):
             print(f"{PROG}: kept {args.base_runtime_spec}: containerd's config still names "
                   f"it (base_runtime_spec)", file=sys.stderr)
         else:

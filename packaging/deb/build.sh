@@ -219,7 +219,8 @@ case "$1" in
         fi
         "$DPKG_ROOT/usr/bin/nri-sla" containerd-config --remove \
             --main-config "$DPKG_ROOT/etc/containerd/config.toml" --write "$DPKG_ROOT$DROPIN" \
-            --base-runtime-spec "$DPKG_ROOT/etc/nri-sla/base-runtime-spec.json" >&2 \
+            --base-runtime-spec "$DPKG_ROOT/etc/nri-sla/base-runtime-spec.json" \
+            --root "${DPKG_ROOT:-/}" >&2 \
             || echo "nri-sla: containerd's config left as it is (the line above says why)" >&2
         if [ -n "$fail_closed" ] && [ -z "$DPKG_ROOT" ] && [ -d /run/systemd/system ]; then
             echo "nri-sla: restarting containerd: it required nri-sla (fail closed)" >&2

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import nri_plugin
-
 from nri_plugin import __version__
 from nri_plugin.cli import COMMANDS, HOOK, HOOK_HELP, _top_parser
 

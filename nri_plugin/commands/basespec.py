@@ -1,6 +1,10 @@
 """The OCI hook's base runtime spec: the spec this node's containerd gives a container
-when it has no base spec (what `ctr oci spec` of the same containerd prints: root
-read-write, its default capabilities and rlimits), with only the hook added.
+when it has no base spec, with only the hook added.
+
+Without a base spec, CRI starts from containerd's default spec (what `ctr oci spec` of
+the same containerd prints) and then drops its default security settings: rlimits,
+AppArmor profile, seccomp (CRI's WithoutDefaultSecuritySettings, in 1.7 and 2.x alike);
+with one, it keeps the file's. So the base spec is `ctr oci spec` without those three.
 
 containerd keeps a base spec's root, capabilities, rlimits and mounts, so a spec from
 anywhere else (runc's `runc spec` template: read-only root, 3 capabilities) would change
@@ -58,9 +62,19 @@ def node_default_spec(ctr: str, version: ContainerdVersion) -> dict[str, Any]:
     return spec
 
 
-def with_hook(default: dict[str, Any], binary: str) -> str:
-    """The base spec's text: `default` with only the hook added."""
+def as_cri_uses_it(default: dict[str, Any]) -> dict[str, Any]:
+    """`ctr oci spec` as CRI uses it for a container without a base spec."""
     spec = dict(default)
+    spec["process"] = {k: v for k, v in default["process"].items()
+                       if k not in ("rlimits", "apparmorProfile")}
+    if isinstance(default.get("linux"), dict):
+        spec["linux"] = {k: v for k, v in default["linux"].items() if k != "seccomp"}
+    return spec
+
+
+def with_hook(default: dict[str, Any], binary: str) -> str:
+    """The base spec's text: `ctr oci spec` as CRI uses it, with only the hook added."""
+    spec = as_cri_uses_it(default)
     spec["hooks"] = oci_hooks(DEFAULT_STAGE, binary)
     return json.dumps(spec, indent=2) + "\n"
 

@@ -37,6 +37,13 @@ HOST_CONFIG = "/etc/nri-sla/config.yaml"
 # Not needed by any nri-sla command; most of the standard library's size.
 SKIPPED_STDLIB = {"site-packages", "dist-packages", "test", "idlelib", "tkinter",
                   "turtledemo", "ensurepip", "lib2to3", "pydoc_data"}
+# What only the plugin and the device plugin load (`run`, `device-plugin`: NRI and kubelet
+# protocols, metrics, event loop): the copy on the host runs the hook and
+# `containerd-config`, whose imports never reach them (the import contract in
+# pyproject.toml keeps grpc and protobuf out of the hook).
+PLUGIN_ONLY = {"grpcio", "protobuf", "prometheus-client", "uvloop"}
+# Byte-code the launcher's interpreter never reads (it runs without -O).
+OPTIMIZED_PYC = (".opt-1.pyc", ".opt-2.pyc")
 LAUNCHER = """#!/bin/sh
 # nri-sla on the host, put here by the nri-sla DaemonSet (nri_plugin/commands/hostinstall.py)
 here=$(dirname "$(readlink -f "$0")")/../current
@@ -78,7 +85,7 @@ def _dependency_files(root: str = "nri-sla") -> list[tuple[Path, str]]:
     pending = _requirement_names(metadata.distribution(root))
     while pending:
         name = pending.pop().lower().replace("_", "-")
-        if name in seen:
+        if name in seen or name in PLUGIN_ONLY:
             continue
         seen.add(name)
         dist = metadata.distribution(name)
@@ -94,7 +101,8 @@ def _copy_tree(source: Path, target: Path, skip: set[str] = frozenset()) -> None
     # config-3.X-<arch>: the static libpython and build files, for compiling extensions
     shutil.copytree(source, target, symlinks=True, dirs_exist_ok=True,
                     ignore=lambda _dir, names: [n for n in names if n in skip
-                                                or n.startswith("config-3")])
+                                                or n.startswith("config-3")
+                                                or n.endswith(OPTIMIZED_PYC)])
 
 
 def _copy_runtime(target: Path) -> None:

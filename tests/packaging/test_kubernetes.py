@@ -297,6 +297,18 @@ def test_host_hook_init_container_installs_the_configmaps_policy(manifest, tmp_p
     version = subprocess.run([str(done.binary), "version"], capture_output=True, text=True,
                              timeout=60, env={"PATH": "/usr/bin:/bin"})
     assert version.returncode == 0 and version.stdout.startswith("nri-sla "), version.stderr
+    # what runs on the host: the hook and containerd-config, not the plugin's protocols
+    dropin = subprocess.run([str(done.binary), "containerd-config", "--containerd-version",
+                             "2.3", "--main-config", str(tmp_path / "absent.toml")],
+                            capture_output=True, text=True, timeout=60,
+                            env={"PATH": "/usr/bin:/bin"})
+    assert dropin.returncode == 0 and "version = 4" in dropin.stdout, dropin.stderr
+    site = {p.name.split("-")[0] for p in (done.runtime / "site").iterdir()}
+    assert {"nri_plugin", "yaml", "tomlkit"} <= site
+    assert not site & {"grpc", "google", "uvloop", "prometheus_client"}, site
+    size = sum(f.stat().st_size for f in done.runtime.rglob("*")
+               if f.is_file() and not f.is_symlink())
+    print(f"evidence: host-hook copy {size / 2**20:.1f} MiB")
     # the copied interpreter runs from the copy, not from the image's prefix
     where = subprocess.run([str(done.runtime / "bin" / "python3"), "-I", "-S", "-c",
                             "import os; print(os.__file__)"], capture_output=True, text=True,

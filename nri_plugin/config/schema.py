@@ -15,6 +15,7 @@ from nri_plugin.config.values import (
     Cap,
     CgroupConfig,
     DevicePluginConfig,
+    EventsConfig,
     GpuConfig,
     HookConfig,
     LogConfig,
@@ -222,6 +223,34 @@ def _series_containers(value: object) -> int:
     return value
 
 
+def _auto_bool(value: object) -> bool | None:
+    if value == "auto":
+        return None
+    if not isinstance(value, bool):
+        raise FieldProblem(f"must be auto, true or false, got {show(value)}")
+    return value
+
+
+def _queue_size(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 100_000:
+        raise FieldProblem(f"must be a count of events from 1 to 100000, got {show(value)}")
+    return value
+
+
+def _qps(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) \
+            or not math.isfinite(value) or not 0.01 <= value <= 1000:
+        raise FieldProblem(f"must be a number of requests per second from 0.01 to 1000, got "
+                           f"{show(value)}")
+    return float(value)
+
+
+def _burst(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10_000:
+        raise FieldProblem(f"must be a count of requests from 1 to 10000, got {show(value)}")
+    return value
+
+
 def _socket(value: object) -> str:
     return "" if value == "" else _abs_path(value)
 
@@ -305,6 +334,13 @@ SECTIONS: dict[str, tuple[type, Schema]] = {
         "metrics-containers": ("metrics_containers", _series_containers),
     }),
     "status": (StatusConfig, {"socket": ("socket", _socket)}),
+    "events": (EventsConfig, {
+        "enabled": ("enabled", _auto_bool),
+        "service-account": ("service_account", _abs_path),
+        "queue-size": ("queue_size", _queue_size),
+        "qps": ("qps", _qps),
+        "burst": ("burst", _burst),
+    }),
     "log": (LogConfig, {
         "format": ("format", choice(LOG_FORMATS)),
         "level": ("level", choice(LOG_LEVELS)),

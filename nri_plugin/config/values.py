@@ -159,6 +159,21 @@ class StatusConfig:
     socket: str = "/run/nri-sla/status.sock"  # "" turns it off
 
 
+DEFAULT_SERVICE_ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+@dataclass(frozen=True, slots=True)
+class EventsConfig:
+    """The node config's `events` section: Kubernetes Events on the pods nri-sla refuses,
+    warns about, repairs or finds unenforced (docs/operations.md, "Kubernetes Events")."""
+
+    enabled: bool | None = None  # None (auto): on when the service account is found
+    service_account: str = DEFAULT_SERVICE_ACCOUNT  # token and ca.crt of the pod's account
+    queue_size: int = 1000  # events waiting for the API server, at most; more are dropped
+    qps: float = 5.0  # requests per second to the API server, on average
+    burst: int = 25  # requests at once after a quiet time
+
+
 @dataclass(frozen=True, slots=True)
 class LogConfig:
     """The node config's `log` section."""
@@ -187,6 +202,7 @@ class NodeConfig:
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     watch: WatchConfig = field(default_factory=WatchConfig)
     status: StatusConfig = field(default_factory=StatusConfig)
+    events: EventsConfig = field(default_factory=EventsConfig)
     log: LogConfig = field(default_factory=LogConfig)
     source: str = "<defaults>"  # the file it was read from
 

@@ -38,10 +38,10 @@ HOST_CONFIG = "/etc/nri-sla/config.yaml"
 SKIPPED_STDLIB = {"site-packages", "dist-packages", "test", "idlelib", "tkinter",
                   "turtledemo", "ensurepip", "lib2to3", "pydoc_data"}
 # What only the plugin and the device plugin load (`run`, `device-plugin`: NRI and kubelet
-# protocols, metrics, event loop): the copy on the host runs the hook and
-# `containerd-config`, whose imports never reach them (the import contract in
-# pyproject.toml keeps grpc and protobuf out of the hook).
-PLUGIN_ONLY = {"grpcio", "protobuf", "prometheus-client", "uvloop"}
+# protocols, metrics, event loop, the Events sender's HTTPS client): the copy on the host
+# runs the hook and `containerd-config`, whose imports never reach them (the import
+# contract in pyproject.toml keeps grpc and protobuf out of the hook).
+PLUGIN_ONLY = {"grpcio", "protobuf", "prometheus-client", "uvloop", "urllib3"}
 # Byte-code the launcher's interpreter never reads (it runs without -O).
 OPTIMIZED_PYC = (".opt-1.pyc", ".opt-2.pyc")
 LAUNCHER = """#!/bin/sh

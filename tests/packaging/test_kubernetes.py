@@ -94,8 +94,7 @@ def test_host_hook_init_container_installs_the_configmaps_policy(tmp_path, pk):
     scratch host root, the hook it installs runs on its own (its own interpreter copy)
     with that config."""
     from nri_plugin.commands import host_hook
-    from nri_plugin.commands.hostinstall import HOST_BINARY, install
-    from nri_plugin.hookspec import oci_hooks
+    from nri_plugin.commands.hostinstall import install
 
     docs = render({"hostHook": {"enabled": True}})
     pod = pod_spec(docs)
@@ -115,32 +114,40 @@ def test_host_hook_init_container_installs_the_configmaps_policy(tmp_path, pk):
     for host_dir in ("/opt/nri-sla", "/etc/nri-sla"):
         volume = volumes[mounts[args.host_root + host_dir]]
         assert volume["hostPath"] == {"path": host_dir, "type": "DirectoryOrCreate"}
-    # the Dockerfile puts the spec template where the command looks by default
-    assert f"COPY hooks/base-runtime-spec.json {args.base_spec_template}" in (
-        pk.REPO / "Dockerfile").read_text()
+    # no spec template in the image: the base spec is made on the node, from its own
+    assert "base-runtime-spec" not in (pk.REPO / "Dockerfile").read_text()
 
     configmap = tmp_path / "configmap" / "config.yaml"
     configmap.parent.mkdir()
     configmap.write_text(by_kind(docs, "ConfigMap")["data"]["config.yaml"])
     node_config(configmap.read_text())
     host = tmp_path / "host"
-    done = install(host, str(configmap), pk.REPO / "hooks" / "base-runtime-spec.json")
+    (host / "opt/nri-sla").mkdir(parents=True)  # the DaemonSet's hostPath mount
+    done = install(host, str(configmap))
     assert done.config.read_text() == configmap.read_text()
-    spec = json.loads(done.base_spec.read_text())
-    shipped = json.loads((pk.REPO / "hooks" / "base-runtime-spec.json").read_text())
-    assert spec["hooks"] == oci_hooks("createRuntime", HOST_BINARY)
-    assert {k: v for k, v in spec.items() if k != "hooks"} == {
-        k: v for k, v in shipped.items() if k != "hooks"}
+    assert not (host / "etc/nri-sla/base-runtime-spec.json").exists()
     version = subprocess.run([str(done.binary), "version"], capture_output=True, text=True,
                              timeout=60, env={"PATH": "/usr/bin:/bin"})
     assert version.returncode == 0 and version.stdout.startswith("nri-sla "), version.stderr
+    # what runs on the host: the hook and containerd-config, not the plugin's protocols
+    dropin = subprocess.run([str(done.binary), "containerd-config", "--containerd-version",
+                             "2.3", "--main-config", str(tmp_path / "absent.toml")],
+                            capture_output=True, text=True, timeout=60,
+                            env={"PATH": "/usr/bin:/bin"})
+    assert dropin.returncode == 0 and "version = 4" in dropin.stdout, dropin.stderr
+    site = {p.name.split("-")[0] for p in (done.runtime / "site").iterdir()}
+    assert {"nri_plugin", "yaml", "tomlkit"} <= site
+    assert not site & {"grpc", "google", "uvloop", "prometheus_client", "urllib3"}, site
+    size = sum(f.stat().st_size for f in done.runtime.rglob("*")
+               if f.is_file() and not f.is_symlink())
+    print(f"evidence: host-hook copy {size / 2**20:.1f} MiB")
     # the copied interpreter runs from the copy, not from the image's prefix
     where = subprocess.run([str(done.runtime / "bin" / "python3"), "-I", "-S", "-c",
                             "import os; print(os.__file__)"], capture_output=True, text=True,
                            timeout=60, env={"LD_LIBRARY_PATH": str(done.runtime / "lib")})
     assert where.stdout.startswith(str(done.runtime)), where
     # a second start replaces the runtime and leaves one
-    again = install(host, str(configmap), pk.REPO / "hooks" / "base-runtime-spec.json")
+    again = install(host, str(configmap))
     assert again.runtime != done.runtime
     assert [p.name for p in (host / "opt/nri-sla").glob("runtime-*")] == [again.runtime.name]
     assert (host / "opt/nri-sla/current").readlink() == Path(again.runtime.name)
@@ -152,21 +159,26 @@ def test_host_hook_refuses_a_config_that_does_not_validate(tmp_path, pk):
 
     bad = tmp_path / "config.yaml"
     bad.write_text("enforcement: sometimes\n")
+    (tmp_path / "host/opt/nri-sla").mkdir(parents=True)
     with pytest.raises(ConfigError, match="enforcement"):
-        install(tmp_path / "host", str(bad), pk.REPO / "hooks" / "base-runtime-spec.json")
-    assert not (tmp_path / "host").exists()
+        install(tmp_path / "host", str(bad))
+    assert list((tmp_path / "host/opt/nri-sla").iterdir()) == []
 
 
-def test_host_hook_command_failures_are_one_line(tmp_path, pk):
-    # the host path not writable (here: a file where a directory must be)
-    (tmp_path / "host").write_text("")
+@pytest.mark.parametrize("host", ["absent", "file"])
+def test_host_hook_command_failures_are_one_line(tmp_path, pk, host):
+    # the host's directory not mounted (absent), or not usable (a file where it must be)
+    if host == "file":
+        (tmp_path / "host").write_text("")
     res = subprocess.run([str(pk.VENV_NRI_SLA), "host-hook", "--host-root",
-                          str(tmp_path / "host"), "--config", "/dev/null",
-                          "--base-spec-template", str(pk.REPO / "hooks/base-runtime-spec.json")],
+                          str(tmp_path / "host"), "--config", "/dev/null"],
                          capture_output=True, text=True, timeout=60)
-    assert res.returncode == 3, res.stderr
-    assert res.stderr.startswith(f"nri-sla host-hook: cannot install under {tmp_path}/host: ")
-    assert len(res.stderr.splitlines()) == 1
+    assert res.returncode == 4, res.stderr
+    assert res.stderr == (f"nri-sla host-hook: cannot install under {tmp_path}/host: "
+                          f"{tmp_path}/host/opt/nri-sla: No such file or directory (the "
+                          f"host's /opt/nri-sla and /etc/nri-sla must be mounted there, "
+                          f"writable)\n")
+    assert not (tmp_path / "host").is_dir()
 
 
 def test_probes_use_the_health_port_not_the_metrics_port(manifest):

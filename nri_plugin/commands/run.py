@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 
@@ -57,7 +58,12 @@ def main(args: argparse.Namespace) -> int:
         # Decision lines written once each answer is sent (ops.logsetup says why).
         setup_logging(args.log_format or config.log.format, args.log_level or config.log.level,
                       defer_decisions=True)
-        check_identity(args.name or config.nri.plugin_name, args.index or config.nri.plugin_index)
+        # Given is given: `--name ""` is refused, not read as "use the config's".
+        check_identity(config.nri.plugin_name if args.name is None else args.name,
+                       config.nri.plugin_index if args.index is None else args.index)
+        if args.socket is not None and not os.path.isabs(args.socket):
+            raise ValueError(f"--socket {args.socket!r} must be an absolute path (the NRI "
+                             "socket, e.g. /var/run/nri/nri.sock)")
         if args.inventory is not None:
             load_snapshot(args.inventory)  # read again below; here only to fail early
         # Before the node: a key nri-sla cannot trust is refused, not replaced (that would

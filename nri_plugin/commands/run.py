@@ -15,6 +15,7 @@ import signal
 import sys
 
 from nri_plugin.commands.common import add_log_arguments, add_node_arguments, node_from_args
+from nri_plugin.kubelet.cpumanager import DEFAULT_STATE_FILE, policy_warning
 
 log = logging.getLogger("nri_sla.run")
 
@@ -30,6 +31,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--health-address", default=None,
                         help='host:port for /healthz and /readyz alone, the probes\' '
                         'listener that no connection flood starves ("" disables)')
+    parser.add_argument("--cpu-manager-state", default=DEFAULT_STATE_FILE, metavar="FILE",
+                        help="the kubelet's CPU manager checkpoint, read at start to warn "
+                             f"when its policy is not none (default {DEFAULT_STATE_FILE}; "
+                             '"" skips the check)')
     add_log_arguments(parser)
 
 
@@ -83,6 +88,9 @@ def main(args: argparse.Namespace) -> int:
         return EXIT_INVALID if isinstance(exc, ValueError) else EXIT_UNAVAILABLE
     with listeners:
         log.info("nri-sla %s starting (config %s)", __version__, config.source)
+        policy = policy_warning(args.cpu_manager_state) if args.cpu_manager_state else None
+        if policy is not None:
+            log.warning("%s", policy)
         try:
             node = node_from_args(args, detect=True, record_key=key)
             serve_node(node, metrics, status_socket=config.status.socket, socket=args.socket,

@@ -36,8 +36,9 @@ class InventoryReader:
 
     auto: NVML; until NVML has answered once, a failure falls back to sysfs with
     `degraded_reason` set (never an exception), and a warning logged once when sysfs
-    finds GPUs; after, see the module doc. nvml: the same, except that a failure before NVML ever answered raises
-    InventoryError. sysfs/snapshot: that source only; failures raise InventoryError.
+    finds GPUs; after, see the module doc. nvml: the same, except that a failure before
+    NVML ever answered raises InventoryError. sysfs/snapshot: that source only; failures
+    raise InventoryError.
     `nvml` replaces the pynvml module (tests pass a fake).
     """
 

@@ -142,3 +142,24 @@ def test_docs_table_lists_every_status():
     statuses = sorted(v for k, v in vars(errors).items() if k.startswith("EXIT_") and
                       isinstance(v, int))
     assert shown == statuses == [0, 1, 2, 3, 4]
+
+
+def test_run_warns_at_start_when_the_kubelet_pins_cpus_itself(node):
+    state = node / "cpu_manager_state"
+    state.write_text('{"policyName":"static","defaultCpuSet":"0-7","checksum":1}')
+    args = [a.format(dir=node) for a in RUN]
+    with subprocess.Popen([sys.executable, "-m", "nri_plugin.cli", *args,
+                           "--cpu-manager-state", str(state)], cwd=REPO, text=True,
+                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE) as run:
+        try:
+            lines = []
+            for line in run.stderr:  # the NRI socket is absent: it retries, logging that
+                lines.append(line)
+                if "NRI runtime not reachable" in line:
+                    break
+        finally:
+            run.terminate()
+    warned = [line for line in lines if "CPU manager policy" in line]
+    assert len(warned) == 1 and "level=warning" in warned[0], lines
+    assert f"policy is 'static' ({state})" in warned[0]

@@ -30,15 +30,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_node_arguments(parser)
     parser.add_argument("--nri-version", default=NEWEST_NRI, type=nri_version,
                         metavar="vX.Y.Z|unversioned",
-                        help=f"the NRI version the node's runtime speaks (default {NEWEST_NRI}: "
-                             "containerd 2.3; v0.11.0: CRI-O 1.35-1.36, containerd 2.2.1+; v0.8.0: "
-                             "containerd 1.7.26 to 2.1; `unversioned`: a runtime that sends "
-                             "none and whose release nri-sla does not know); "
-                             "numa.memory-policy needs v0.12")
+                        help=f"the NRI version the node's runtime speaks ({NRI_RUNTIMES}; "
+                             f"default {NEWEST_NRI}); numa.memory-policy needs v0.12")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
 NEWEST_NRI = "v0.12.0"  # the newest NRI this package speaks (nri_plugin.nri.stub)
+# Which runtimes speak which (nri_plugin.nri.levels); the README shows the same words.
+NRI_RUNTIMES = ("v0.12.0: containerd 2.3; v0.11.0: CRI-O 1.35-1.36, containerd 2.2.1+; "
+                "v0.10.0: CRI-O 1.34, containerd 2.2.0; v0.8.0: containerd 1.7.26 to 2.1; "
+                "unversioned: a runtime that sends no version and whose release nri-sla "
+                "does not know")
 UNVERSIONED = "unversioned"
 
 

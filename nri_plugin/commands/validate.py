@@ -56,8 +56,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", "-q", action="store_true",
                         help="print problems and the summary only")
     parser.add_argument("--json", action="store_true",
-                        help="one JSON document: per container outcome and problems, and "
-                             "the summary counts")
+                        help="one JSON document: each container's outcome, problems and "
+                             "hint, the files and documents not read, the summary counts "
+                             "and the exit status")
 
 
 @dataclass

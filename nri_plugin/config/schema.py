@@ -166,12 +166,15 @@ def _plugin_name(value: object) -> str:
 
 
 def _plugin_index(value: object) -> str:
-    # NRI takes the index as a two-digit string; YAML may have read 50 as a number.
-    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 99:
-        return f"{value:02d}"
+    # containerd takes exactly two digits and pads nothing; YAML reads 50 as a number,
+    # and 07 as 7, which is not two digits: quoted, it is.
+    if isinstance(value, int) and not isinstance(value, bool) and 10 <= value <= 99:
+        return str(value)
     if isinstance(value, str) and re.fullmatch(r"[0-9]{2}", value, re.ASCII):
         return value
-    raise FieldProblem(f"must be two digits from \"00\" to \"99\", got {show(value)}")
+    quote = "; an index below 10 must be quoted, e.g. \"07\"" \
+        if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 10 else ""
+    raise FieldProblem(f"must be two digits from \"00\" to \"99\", got {show(value)}{quote}")
 
 
 def _rescan(value: object) -> float:

@@ -8,9 +8,13 @@ annotations sit at one of the parser's bounds (docs/sla.md, "Bounds"), created t
 encode, --live containers registered, logging as `nri-sla run` sets it up, the container
 removed again untimed; a refused create is answered with its error as the plugin does).
 Every create of a "distinct" case carries annotations no create before it carried (one
-digit changes), so no cache helps: the figure is the price of a cold miss. Printed: CPU
-per create (p50, p99) and the p50's ratio to the typical create (a replica of a
-deployment: the same small SLA every time). Target (issue 32): every ratio <= 5.
+digit changes), so no cache helps: the figure is the price of a cold miss. Every create
+of a "same" case carries the annotations of the one before (a controller re-creating a
+refused pod, a deployment's replicas). Printed: CPU per create (p50, p99) and the p50's
+ratio to a typical pod's first create ("typical, new pod": a small SLA never seen
+before) and to a typical replica (the same small SLA every time: the decision reused).
+Target (issue 32): no case costs more than 5x a typical pod's first create (the exit
+status says whether it is met); "other annotations" (not SLA text) is shown, not judged.
 
     .venv/bin/python bench/bench_hostile_text.py [--n 200] [--live 1000]
 """
@@ -36,6 +40,7 @@ MAX_BYTES = sla_parse.MAX_ANNOTATION_BYTES
 MAX_VALUES = getattr(sla_parse, "MAX_VALUES", 4096)  # safeyaml's default before it was named
 MAX_DEPTH = sla_parse.MAX_DEPTH
 MAX_TOTAL = sla_parse.MAX_TOTAL_ANNOTATION_CHARS
+MAX_KEYS = getattr(sla_parse, "MAX_SLA_KEYS", MAX_TOTAL // 20)  # before it was named
 TARGET_RATIO = 5.0
 
 
@@ -97,16 +102,21 @@ def over_bytes(i: int) -> str:
 
 
 def stray_keys(i: int) -> dict[str, str]:
-    """Unknown keys under the prefix, up to the total bound (refused)."""
-    out: dict[str, str] = {}
-    size = 0
-    for n in range(100_000):
-        key = f"sla.nri.io/x{i}-{n}"
-        if size + len(key) > MAX_TOTAL:
-            break
-        out[key] = ""
-        size += len(key)
-    return out
+    """Unknown keys under the prefix, as many as a pod may have (refused)."""
+    return {f"sla.nri.io/x{i}-{n}": "" for n in range(MAX_KEYS)}
+
+
+def over_keys(i: int) -> dict[str, str]:
+    """Unknown keys under the prefix up to the pod's total (refused at the first key
+    past the key bound)."""
+    return {f"sla.nri.io/x{i}-{n}": "" for n in range(MAX_TOTAL // 20)}
+
+
+def other_keys(i: int) -> dict[str, str]:
+    """Not SLA text: a typical SLA among other annotations, 256 KiB in all (Kubernetes'
+    bound), which every create decodes and walks past."""
+    return {POD_KEY: f"cpu: {{limit: 0.5}}\nmemory: {{max: {256 + i}Mi}}",
+            **{f"example.com/a{i}-{n}": "" for n in range(256 * 1024 // 20)}}
 
 
 def both(doc: Callable[[int], str]) -> Callable[[int], dict[str, str]]:
@@ -115,7 +125,7 @@ def both(doc: Callable[[int], str]) -> Callable[[int], dict[str, str]]:
 
 
 CASES: list[tuple[str, Callable[[int], dict[str, str]]]] = [
-    ("typical, new pod", lambda i: {POD_KEY: f"cpu: {{limit: 0.5}}\nmemory: {{max: {256 + i}Mi}}"}),
+    ("typical", lambda i: {POD_KEY: f"cpu: {{limit: 0.5}}\nmemory: {{max: {256 + i}Mi}}"}),
     ("largest valid", both(largest_valid)),
     ("unknown keys", both(unknown_keys)),
     ("most values", both(most_values)),
@@ -123,7 +133,10 @@ CASES: list[tuple[str, Callable[[int], dict[str, str]]]] = [
     ("deepest nesting", both(deepest)),
     ("over the bytes", both(over_bytes)),
     ("stray keys", stray_keys),
+    ("over the keys", over_keys),
+    ("other annotations", other_keys),
 ]
+NOT_JUDGED = ("other annotations",)
 
 
 def creates(plugin: SlaPlugin, pods: list[pb.PodSandbox]) -> tuple[list[float], str]:
@@ -164,31 +177,32 @@ def main() -> int:
           f"{len(plugin.registry)}; {args.n} creates per case")
     typical_pod = make_pod("typical", annotations={POD_KEY: SLA})
     creates(plugin, [typical_pod] * 50)  # warm-up
-    typical, _ = creates(plugin, [typical_pod] * args.n)
-    base = p(typical, 0.5)
-    print(f"{'case':<22} {'bytes':>7} {'p50 us':>8} {'p99 us':>8} {'ratio':>6}")
-    print(f"{'typical (replica)':<22} {len(SLA):>7} {base:>8.0f} {p(typical, 0.99):>8.0f} "
-          f"{1.0:>6.1f}")
-    worst = 1.0
+    replica = p(creates(plugin, [typical_pod] * args.n)[0], 0.5)
+    new_pod = 0.0
+    print(f"{'case':<30} {'bytes':>6} {'p50 us':>7} {'p99 us':>7} {'x new pod':>9} "
+          f"{'x replica':>9}")
+    worst = 0.0
     for name, make in CASES:
         for label, index in (("distinct", lambda n: n), ("same", lambda n: 0)):
-            if label == "same" and name.startswith("typical"):
-                continue
-            pods = [make_pod(f"{name[:5].replace(' ', '-')}-{n}",
+            if name == "typical":
+                label = "new pod" if label == "distinct" else "replica"
+            pods = [make_pod(f"{name[:5].replace(' ', '-')}-{label}-{n}",
                              annotations=make(index(n) * 2)) for n in range(args.n)]
-            samples, outcome = creates(plugin, pods)
+            samples, outcome = creates(plugin, pods if label != "replica" else
+                                       [typical_pod] * args.n)
+            p50 = p(samples, 0.5)
+            new_pod = new_pod or p50
+            if name not in NOT_JUDGED:
+                worst = max(worst, p50 / new_pod)
             size = sum(len(k) + len(v) for k, v in make(0).items())
-            ratio = p(samples, 0.5) / base
-            if label == "distinct":
-                worst = max(worst, ratio)
-            print(f"{name + ', ' + label:<22} {size:>7} {p(samples, 0.5):>8.0f} "
-                  f"{p(samples, 0.99):>8.0f} {ratio:>6.1f}")
+            print(f"{name + ', ' + label:<30} {size:>6} {p50:>7.0f} {p(samples, 0.99):>7.0f} "
+                  f"{p50 / new_pod:>9.1f} {p50 / replica:>9.1f}")
             if args.show:
                 print(f"    {outcome}")
-    verdict = "met" if worst <= TARGET_RATIO else "MISSED"
-    print(f"worst distinct create: {worst:.1f}x the typical one (target <= {TARGET_RATIO:g}x: "
-          f"{verdict})")
-    return 0 if worst <= TARGET_RATIO else 1
+    met = worst <= TARGET_RATIO
+    print(f"worst: {worst:.1f}x a typical pod's first create (target <= {TARGET_RATIO:g}x: "
+          f"{'met' if met else 'MISSED'})")
+    return 0 if met else 1
 
 
 if __name__ == "__main__":

@@ -66,25 +66,25 @@ def test_list_widths_are_checked_before_expansion():
 
 
 def test_reported_errors_are_capped_and_the_rest_counted():
-    # Unknown keys up to the value bound: 79 problems, each with a "did you mean" search
+    # Unknown keys up to the value bound: 63 problems, each with a "did you mean" search
     # when listed; only the first are.
-    text = "".join(f"key-{i}: 1\n" for i in range(79))
-    assert len(text) < MAX_ANNOTATION_BYTES and MAX_VALUES >= 2 * 79 + 1
+    text = "".join(f"key-{i}: 1\n" for i in range(63))
+    assert len(text) < MAX_ANNOTATION_BYTES and MAX_VALUES >= 2 * 63 + 1
     err, elapsed, _ = measured(lambda: parse_sla_document(POD, text))
     assert isinstance(err, SlaErrors)
     assert len(err.errors) == MAX_REPORTED_ERRORS
     assert [e.field for e in err.errors] == [f"key-{i}" for i in range(MAX_REPORTED_ERRORS)]
-    assert err.omitted == 79 - MAX_REPORTED_ERRORS
+    assert err.omitted == 63 - MAX_REPORTED_ERRORS
     message = str(err)
-    assert message.endswith(f"; ... and {79 - MAX_REPORTED_ERRORS} more problems")
+    assert message.endswith(f"; ... and {63 - MAX_REPORTED_ERRORS} more problems")
     assert len(message) < 2000
     assert elapsed < 0.5
 
 
 def test_cached_documents_keep_only_the_listed_problems():
-    text = "cpu:\n" + "".join(f"  k{i}: 1\n" for i in range(70))
+    text = "cpu:\n" + "".join(f"  k{i}: 1\n" for i in range(60))
     _, problems, omitted = sla_parse._document(POD, text)
-    assert len(problems) == MAX_REPORTED_ERRORS and omitted == 70 - MAX_REPORTED_ERRORS
+    assert len(problems) == MAX_REPORTED_ERRORS and omitted == 60 - MAX_REPORTED_ERRORS
 
 
 def test_stray_keys_are_capped_and_their_refusal_cached():

@@ -32,11 +32,18 @@ BY_ID = "/dev/disk/by-id/nvme-Samsung_SSD_980_PRO_2TB_S6B0NL0T{:06d}X"
 
 def test_the_bounds_are_what_a_real_sla_needs():
     assert (MAX_ANNOTATION_BYTES, MAX_VALUES, MAX_TOTAL_ANNOTATION_CHARS, MAX_SLA_KEYS) == \
-        (4096, 160, 16384, 64)
-    # Every field of the schema, 8 io.max rules (the rule bound) on by-id device paths
-    # with all four limits, 16 GPU ids as a list: inside both bounds of one document.
-    rules = "".join(f"    - {{device: {BY_ID.format(n)}, read-bps: 500Mi, write-bps: 200Mi, "
-                    "read-iops: 20000, write-iops: 10000}\n" for n in range(8))
+        (4096, 128, 16384, 64)
+    # Every field of the schema and 16 GPU ids as a list, with 8 io.max rules (the rule
+    # bound) of two limits or 6 of four, on by-id device paths: inside both bounds.
+    for limits, count in (("read-bps: 500Mi, write-bps: 200Mi", 8),
+                          ("read-bps: 500Mi, write-bps: 200Mi, read-iops: 20000, "
+                           "write-iops: 10000", 6)):
+        sla = parse_sla_document(POD, full_sla(limits, count))
+        assert len(sla.io.max) == count and len(sla.gpu.ids) == 16
+
+
+def full_sla(limits: str, count: int) -> str:
+    rules = "".join(f"    - {{device: {BY_ID.format(n)}, {limits}}}\n" for n in range(count))
     text = ("enforcement: soft\n"
             "cpu: {limit: 2.5, period: 100ms, rt-runtime: 10ms, rt-period: 1s, exclusive: 4}\n"
             "numa: {nodes: [0, 1], memory-policy: bind}\n"
@@ -45,8 +52,7 @@ def test_the_bounds_are_what_a_real_sla_needs():
             f"gpu: {{ids: [{', '.join(map(str, range(16)))}], topology: nvlink, align: true, "
             "from: plugin}\n")
     assert len(text.encode()) <= MAX_ANNOTATION_BYTES
-    sla = parse_sla_document(POD, text)
-    assert len(sla.io.max) == 8 and len(sla.gpu.ids) == 16
+    return text
 
 
 def test_a_document_past_the_value_bound_is_one_line_naming_the_field(check):

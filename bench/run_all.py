@@ -15,6 +15,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 SCRIPTS = [
     ("bench_sla.py", []),
+    ("bench_hostile_text.py", []),
     ("bench_plan.py", []),
     ("bench_create.py", []),
     ("bench_placement.py", []),

@@ -24,7 +24,7 @@ from nri_plugin.plan.model import ContainerPlan
 from nri_plugin.plan.planner import plan_container
 from nri_plugin.sla.errors import SlaError
 from nri_plugin.sla.model import Sla
-from nri_plugin.sla.parse import ENFORCEMENT_ALIAS, sla_for_container
+from nri_plugin.sla.parse import ENFORCEMENT_ALIAS, MAX_SLA_KEYS, sla_for_container
 
 OUTCOMES = ("enforced", "warned", "refused", "skipped")
 REUSABLE_LIMIT = 512  # remembered reusable decisions per NodeState
@@ -95,27 +95,34 @@ def _remembered(node: NodeState, request: ContainerRequest) -> Decision:
     """A replica's decision from the reusable ones, else a new one (remembered when
     reusable)."""
     key = _reuse_key(node, request)
-    known = node.reusable.get(key)
+    known = node.reusable.get(key) if key is not None else None
     if known is not None:  # a replica: the same frozen decision, nothing reserved for it
         return known
     decision = _decide(node, request)
-    if decision.reusable:
+    if decision.reusable and key is not None:
         if len(node.reusable) >= REUSABLE_LIMIT:
             node.reusable.clear()  # bounded: many distinct SLAs only cost a re-plan
         node.reusable[key] = decision
     return decision
 
 
-def _reuse_key(node: NodeState, request: ContainerRequest) -> tuple:
+def _reuse_key(node: NodeState, request: ContainerRequest) -> tuple | None:
+    """None: more keys under the prefix than a pod may have (refused, never reused), told
+    at the first one past the bound, before their values are read."""
     head = node.prefix + "/"
     annotations = request.annotations
     # Keys first, the value only of nri-sla's: the plugin passes the request's protobuf
     # map, whose items() is collections.abc's generator in Python (as sla_for_container).
-    mine = tuple(sorted([(k, annotations[k]) for k in annotations
-                         if k.startswith(head) or k == ENFORCEMENT_ALIAS]))
+    mine = []
+    for k in annotations:
+        if k.startswith(head) or k == ENFORCEMENT_ALIAS:
+            if len(mine) == MAX_SLA_KEYS:
+                return None
+            mine.append((k, annotations[k]))
+    mine.sort()
     # The runtime's limits cap the plan: a replica with other limits is another decision.
     return (request.name, request.namespace, request.nri_version, request.granted.key(),
-            mine)
+            tuple(mine))
 
 
 def _decide(node: NodeState, request: ContainerRequest) -> Decision:

@@ -53,6 +53,7 @@ class PlacementRequest:
     exclusive_cpus: int | None = None
     numa_nodes: tuple[int, ...] | None = None
     cpus_needed: int = 0  # whole CPUs its CPU request needs: an aligned cpuset holds them
+    full_cores: bool = False  # exclusive CPUs as whole cores only (cpu.exclusive-full-cores)
     granted_gpus: tuple[Gpu, ...] = ()
     granted_migs: tuple[tuple[Gpu, MigInstance], ...] = ()  # (parent, MIG device)
 

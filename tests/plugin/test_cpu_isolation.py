@@ -126,9 +126,9 @@ def test_a_resize_answers_with_the_current_cpuset(tmp_path, mode):
 
 @pytest.mark.parametrize("mode", ["hard", "soft"])
 def test_exclusive_cpus_follow_a_resize_down(tmp_path, mode, caplog):
-    """Two pods hold 30 exclusive CPUs each and resize to 1 CPU: each keeps one core,
-    the rest is given back (soft mode warns), the neighbours widen in the same answer,
-    and a later `exclusive: 8` is placed."""
+    """Two pods hold 30 exclusive CPUs each and resize to 1 CPU: each keeps one CPU (the
+    request's count, never its whole core), the rest is given back (soft mode warns), the
+    neighbours widen in the same answer, and a later `exclusive: 8` is placed."""
     import logging
 
     caplog.set_level(logging.INFO, logger="nri_sla.plugin")
@@ -150,10 +150,10 @@ def test_exclusive_cpus_follow_a_resize_down(tmp_path, mode, caplog):
 
     sizes, narrow, plain, later, held, breaches = run(scenario())
     assert not breaches, breaches
-    assert sizes == [2, 2]  # one whole core each (two threads)
-    assert len(later) == 8 and held == 12
+    assert sizes == [1, 1]  # one logical CPU each, as Kubernetes counts the request
+    assert len(later) == 8 and held == 10
     assert len(narrow) == 64 - 60  # what the two left
-    assert len(plain) == 64 - 12
+    assert len(plain) == 64 - 10
     given = [r for r in caplog.records if r.getMessage() ==
              "exclusive CPUs given back after a resize"]
     assert len(given) == 2

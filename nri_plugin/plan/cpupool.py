@@ -66,11 +66,18 @@ class CpuPool:
         self.allocator = allocator
         self._members: dict[str, PoolMember] = {}
         self._told: dict[str, frozenset[int]] = {}  # the cpuset each was last given
-        # `changes` compares every member only when the allocator's CPUs moved since the
-        # last time (its cpu_generation); otherwise only the members joined (and not
+        # The members by the cpuset they were told (most share the shared pool's one set
+        # object): whom CPUs that became exclusive reach, found without a look at the
+        # others (`changes`).
+        self._groups: dict[frozenset[int], set[str]] = {}
+        # `changes` looks at members only when the allocator's CPUs moved since the last
+        # time (its cpu_generation); otherwise only at the members joined (and not
         # answered) since (a CreateContainer without exclusive CPUs then costs nothing per
-        # live container).
-        self._checked_generation: int | None = None
+        # live container). `_narrowed`: the generation of the last look, with the
+        # exclusive CPUs (and owners) it saw; `_widened`: that of the last look at all.
+        self._narrowed: int | None = None
+        self._widened: int | None = None
+        self._seen: dict[int, str] = {}
         self._unchecked: set[str] = set()
         # The shared pool as of an allocator generation: one set object, which every
         # member told it shares (most of them), instead of one copy per member.
@@ -85,21 +92,42 @@ class CpuPool:
         self._members[owner] = member
         self._unchecked.add(owner)
         if told is not None:
-            self._told[owner] = told
+            self._tell(owner, told)
 
     def member(self, owner: str) -> PoolMember | None:
         return self._members.get(owner)
 
     def leave(self, owner: str) -> None:
         self._members.pop(owner, None)
-        self._told.pop(owner, None)
+        self._forget(owner)
         self._unchecked.discard(owner)
 
     def clear(self) -> None:
         self._members.clear()
         self._told.clear()
+        self._groups.clear()
         self._unchecked.clear()
-        self._checked_generation = None
+        self._narrowed = self._widened = None
+        self._seen = {}
+
+    def _tell(self, owner: str, cpus: frozenset[int]) -> None:
+        self._forget(owner)
+        self._told[owner] = cpus
+        self._groups.setdefault(cpus, set()).add(owner)
+
+    def _forget(self, owner: str) -> None:
+        told = self._told.pop(owner, None)
+        if told is not None:
+            group = self._groups[told]
+            group.discard(owner)
+            if not group:
+                del self._groups[told]
+
+    def current(self, owner: str) -> frozenset[int]:
+        """The cpuset `owner` has now: the one it was last told (CPUs given back reach
+        it at the next widening `changes`), else the one it should have (`cpuset`)."""
+        told = self._told.get(owner)
+        return told if told is not None else self.cpuset(owner)
 
     def cpuset(self, owner: str, need: int | None = None) -> frozenset[int]:
         """The cpuset `owner` should have now (the shared pool for a container the pool
@@ -128,7 +156,7 @@ class CpuPool:
             exclusive = self.allocator.exclusive_cpus_in_use()
             # Nothing exclusive: the online set itself, so that the answers' comparisons
             # with it (answer_cpuset's) end at `is` instead of a lookup per online CPU.
-            self._shared = (generation, online - exclusive.keys() if exclusive else online)
+            self._shared = (generation, online.difference(exclusive) if exclusive else online)
         return self._shared[1]
 
     def answer(self, owner: str) -> frozenset[int]:
@@ -136,35 +164,54 @@ class CpuPool:
         CreateContainer or UpdateContainer answer carries it."""
         cpus = self.cpuset(owner)
         shared = self.shared()
-        self._told[owner] = shared if cpus is shared or cpus == shared else cpus
+        self._tell(owner, shared if cpus is shared or cpus == shared else cpus)
         # Told what it should have at this generation: until the allocator's CPUs move
-        # (then `changes` compares every member) or it joins again, nothing can change
-        # its cpuset, so the next `changes` skips it (else every CreateContainer would
-        # recompute the previous one's, excluded from its own `changes`).
+        # or it joins again, nothing can change its cpuset, so the next `changes` skips
+        # it (else every CreateContainer would recompute the previous one's, excluded
+        # from its own `changes`).
         self._unchecked.discard(owner)
         return cpus
 
-    def changes(self, exclude: str = "") -> dict[str, frozenset[int]]:
+    def changes(self, exclude: str = "", widen: bool = True) -> dict[str, frozenset[int]]:
         """Members (but `exclude`) whose cpuset is not what they were last told: container
-        id -> the cpuset to send; each counts as told from now on."""
+        id -> the cpuset to send; each counts as told from now on.
+
+        widen=False (an answer to a create, stop or resize: the runtime applies it inside
+        that container's request): only the members whose cpuset holds a CPU that became
+        another's exclusive CPU since, found through the cpusets they were told, in time
+        proportional to them and the node's CPUs, not to the members. CPUs given back
+        stay out of every cpuset until a widening call (the drift pass, a Synchronize),
+        and the next exclusive request takes them first without moving anyone.
+        widen=True: every member compared with the cpuset it should have, the given-back
+        CPUs included (once per move of the allocator's CPUs)."""
         generation = self.allocator.cpu_generation
-        if generation == self._checked_generation:
-            owners = [o for o in self._unchecked if o in self._members]
-            # `exclude` is left to the next time only if it was due: answered since it
-            # joined, it is not (what a CreateContainer's own answer does)
-            due = exclude in self._unchecked
-        else:
+        owners = [o for o in self._unchecked if o in self._members]
+        if widen and generation != self._widened:
             owners = list(self._members)
-            due = True
-        self._checked_generation = generation
+        elif generation != self._narrowed:
+            exclusive = self.allocator.exclusive_cpus_in_use()
+            seen = self._seen
+            taken = {cpu for cpu, owner in exclusive.items() if seen.get(cpu) != owner}
+            if taken:
+                owners += [o for cpus, group in self._groups.items()
+                           if not cpus.isdisjoint(taken) for o in group]
+        # `exclude` is left to the next time only if it was due: answered since it joined
+        # (what a CreateContainer's own answer does), it is not
+        due = exclude in owners
+        if generation != self._narrowed:
+            self._seen = self.allocator.exclusive_cpus_in_use()
+        self._narrowed = generation
+        if widen:
+            self._widened = generation
         self._unchecked = {exclude} if due and exclude in self._members else set()
         changed = {}
-        for owner in owners:
+        for owner in dict.fromkeys(owners):
             if owner == exclude or self._members[owner].pinned:
                 continue
             cpus = self.cpuset(owner)
             if self._told.get(owner) != cpus:
-                self._told[owner] = changed[owner] = cpus
+                self._tell(owner, cpus)
+                changed[owner] = cpus
         return changed
 
     def floors(self, exclude: str = "") -> tuple[CpuFloor, ...]:

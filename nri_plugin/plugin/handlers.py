@@ -414,6 +414,7 @@ class SlaPlugin(SynchronizeRestore):
                 log_event(log, level, "exclusive CPUs given back after a resize",
                           container=container.id, cpus=format_cpulist(given),
                           request=f"{granted.cpu_request_millis}m")
+                self._publish_usage()  # the gauges follow at once, not at the next holder
             # the container's set now, never the plan's creation-time one
             cpus = self.node.answer_cpuset(container.id, bool(fitted and fitted.cpus))
             others = self._cpuset_updates(container.id)
@@ -469,7 +470,7 @@ class SlaPlugin(SynchronizeRestore):
         preceded: its answer carries no updates). RT budget raised for containers whose
         cgroup went away since is given back."""
         log_given_back(self.node.give_back_rt())
-        yield self._cpuset_updates(exclude="")
+        yield self._cpuset_updates(exclude="", widen=True)
         yield from self.watch.run()
 
     def drift_pass(self) -> list[pb.ContainerUpdate]:
@@ -498,10 +499,12 @@ class SlaPlugin(SynchronizeRestore):
         return doc
 
     # -- helpers -------------------------------------------------------------------------
-    def _cpuset_updates(self, exclude: str) -> list[pb.ContainerUpdate]:
-        """Containers whose cpuset in the node's CPU pool changed (exclusive CPUs taken or
-        given back), with an SLA or not, get their new cpuset in the same answer."""
-        changed = self.node.cpuset_updates(exclude)
+    def _cpuset_updates(self, exclude: str, widen: bool = False) -> list[pb.ContainerUpdate]:
+        """Containers whose cpuset in the node's CPU pool must change, with an SLA or not:
+        in an answer to a create, stop or resize, only those on CPUs that became
+        exclusive (the runtime applies them inside that request); `widen` (the drift
+        pass, a restore): also those that get given-back CPUs."""
+        changed = self.node.cpuset_updates(exclude, widen)
         if not changed:  # (nearly every CreateContainer)
             return []
         updates = []

@@ -352,20 +352,24 @@ class NodeState:
     def answer_cpuset(self, owner: str, planned: bool) -> str:
         """The cpuset an answer about `owner` carries (cpuset_of's), counted as told; ""
         when none need be sent: no pool on this node, or every online CPU while nri-sla
-        planned none (`planned`: a container without a cpuset runs on all of them
-        already). Sent with every CreateContainer: the set is compared, not its text, and
-        the text of the last one (mostly the shared pool, again) is not made twice."""
-        if self.cpu_pool is None:
+        planned none (`planned`) and never told it a narrower one (a container without a
+        cpuset runs on all of them already). Sent with every CreateContainer: the set is
+        compared, not its text, and the text of the last one (mostly the shared pool,
+        again) is not made twice."""
+        pool = self.cpu_pool
+        if pool is None:
             return ""
-        cpus = self.cpu_pool.answer(owner)
+        before = pool.told(owner)
+        cpus = pool.answer(owner)
         if not cpus:
             return ""
         # `is` first: mostly the shared pool, one object per allocator generation (the
         # online set itself while nothing is exclusive), and `==` between equal sets
         # looks up every CPU (128 on a large node) even when they are one object.
-        online = self.cpu_pool.allocator.topology.online
-        if not planned and (cpus is online or cpus == online):
-            return ""
+        online = pool.allocator.topology.online
+        if (not planned and (cpus is online or cpus == online)
+                and (before is None or before is online or before == online)):
+            return ""  # (told a narrower one before: given-back CPUs not sent yet)
         answered = self._answered[0]
         if answered is not cpus and answered != cpus:
             self._answered = (cpus, format_cpulist(cpus))

@@ -123,6 +123,10 @@ class CpuPool:
             if not group:
                 del self._groups[told]
 
+    def told(self, owner: str) -> frozenset[int] | None:
+        """The cpuset `owner` was last told (None: never)."""
+        return self._told.get(owner)
+
     def current(self, owner: str) -> frozenset[int]:
         """The cpuset `owner` has now: the one it was last told (CPUs given back reach
         it at the next widening `changes`), else the one it should have (`cpuset`)."""

@@ -178,3 +178,33 @@ def test_reported_cpusets_say_which_cpus_other_containers_run_on():
     assert cpusets.elsewhere("4-5") == parse_cpulist("0-5,8-9")  # a replica has 4-5 too
     assert cpusets.elsewhere("0-31") == cpusets.elsewhere("") == parse_cpulist("0-5,8-9")
     assert ReportedCpusets(["0-31", ""], online).elsewhere("0-31") == frozenset()
+
+
+def test_an_answer_looks_only_at_the_cpusets_that_must_move(dgx, monkeypatch):
+    """widen=False (an answer to a create, stop or resize): only the members on CPUs that
+    became exclusive since are looked at, found through the cpusets they were told, not
+    by a look at every member; CPUs given back wait out of every cpuset until widen=True
+    (the drift pass, a Synchronize), and the next exclusive request takes them again
+    without moving anyone."""
+    pool = CpuPool(dgx)
+    everything = dgx.topology.online
+    for i in range(1000):
+        pool.join(f"n{i}", PoolMember(1))
+    assert len(pool.changes()) == 1000  # never told before
+    looked: list[str] = []
+    real = pool.cpuset
+    monkeypatch.setattr(pool, "cpuset", lambda owner, need=None: (
+        looked.append(owner), real(owner, need))[1])
+    held = dgx.allocate(Req("e1", exclusive_cpus=4)).exclusive_cpus
+    assert pool.changes("e1", widen=False) == {
+        f"n{i}": everything - held for i in range(1000)}  # they held them: all move
+    dgx.release("e1")
+    looked.clear()
+    assert pool.changes("e1", widen=False) == {}  # a stop moves nobody
+    again = dgx.allocate(Req("e2", exclusive_cpus=4)).exclusive_cpus
+    assert again == held and pool.changes("e2", widen=False) == {}
+    dgx.release("e2")
+    assert pool.changes("e2", widen=False) == {} and looked == []  # nobody looked at
+    assert pool.current("n0") == everything - held  # what it has until widened
+    assert pool.changes(widen=True) == {f"n{i}": everything for i in range(1000)}
+    assert pool.current("n0") == everything

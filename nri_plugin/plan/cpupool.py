@@ -79,6 +79,10 @@ class CpuPool:
         self._widened: int | None = None
         self._seen: dict[int, str] = {}
         self._unchecked: set[str] = set()
+        # For `floors` without a look at every member: how many unpinned members need
+        # each count of CPUs, and the pinned ones.
+        self._needs: dict[int, int] = {}
+        self._pinned: set[str] = set()
         # The shared pool as of an allocator generation: one set object, which every
         # member told it shares (most of them), instead of one copy per member.
         self._shared: tuple[int, frozenset[int]] | None = None
@@ -89,7 +93,13 @@ class CpuPool:
     def join(self, owner: str, member: PoolMember,
              told: frozenset[int] | None = None) -> None:
         """`owner` is a live container (again); `told`: the cpuset it has now, when known."""
+        self._count(self._members.get(owner), -1)
         self._members[owner] = member
+        self._count(member, 1)
+        if member.pinned:
+            self._pinned.add(owner)
+        else:
+            self._pinned.discard(owner)
         self._unchecked.add(owner)
         if told is not None:
             self._tell(owner, told)
@@ -98,17 +108,31 @@ class CpuPool:
         return self._members.get(owner)
 
     def leave(self, owner: str) -> None:
-        self._members.pop(owner, None)
+        self._count(self._members.pop(owner, None), -1)
+        self._pinned.discard(owner)
         self._forget(owner)
         self._unchecked.discard(owner)
 
     def clear(self) -> None:
         self._members.clear()
+        self._needs.clear()
+        self._pinned.clear()
         self._told.clear()
         self._groups.clear()
         self._unchecked.clear()
         self._narrowed = self._widened = None
         self._seen = {}
+
+    def _count(self, member: PoolMember | None, step: int) -> None:
+        if member is None:
+            return
+        if member.pinned:
+            return  # (`join` and `leave` keep `_pinned` themselves)
+        left = self._needs.get(member.need, 0) + step
+        if left:
+            self._needs[member.need] = left
+        else:
+            del self._needs[member.need]
 
     def _tell(self, owner: str, cpus: frozenset[int]) -> None:
         self._forget(owner)
@@ -222,27 +246,43 @@ class CpuPool:
         """What a new exclusive request (by `exclude`) must leave: per set of CPUs the
         members draw from, the most any of them needs; a pinned cpuset whole; and one
         shared CPU always, for the containers still to come (one without a CPU request
-        is never refused, and a cpuset is never empty)."""
+        is never refused, and a cpuset is never empty). Looks at the pinned members and
+        those with CPUs placed only: the others draw from the shared pool, and the most
+        any of them needs is kept counted (`_needs`)."""
         layout = self.allocator.layout
         everything = layout.topology.online - layout.reserved
         need: dict[frozenset[int], int] = {everything: 1}
-        for owner, member in self._members.items():
-            if owner == exclude:
+        shared = dict(self._needs)  # need -> members drawing on the shared pool
+
+        def placed(member: PoolMember) -> None:  # it draws on other CPUs than the pool's
+            shared[member.need] -= 1
+
+        excluded = self._members.get(exclude)
+        if excluded is not None and not excluded.pinned:
+            placed(excluded)
+        for owner in self._pinned:
+            pinned = self._members[owner].pinned
+            if owner != exclude:
+                need[pinned] = max(need.get(pinned, 0), len(pinned))
+        for owner in self.allocator.owners():
+            member = self._members.get(owner)
+            placement = self.allocator.placement_of(owner)
+            if (member is None or member.pinned or owner == exclude or placement is None
+                    or not placement.cpus):
                 continue
-            if member.pinned:
-                cpus, n = member.pinned, len(member.pinned)
+            placed(member)
+            cpus, n = everything, member.need
+            if placement.exclusive_cpus:
+                # its own CPUs, and the shared pool for what they lack
+                n -= len(placement.exclusive_cpus)
+                if n <= 0:
+                    continue
             else:
-                placement = self.allocator.placement_of(owner)
-                cpus, n = everything, member.need
-                if placement is not None and placement.exclusive_cpus:
-                    # its own CPUs, and the shared pool for what they lack
-                    n -= len(placement.exclusive_cpus)
-                    if n <= 0:
-                        continue
-                elif placement is not None and placement.cpus:
-                    nodes = placement.mems or layout.nodes_of_cpus(placement.cpus)
-                    cpus = layout.node_cpus(nodes, ())
+                cpus = layout.node_cpus(placement.mems or layout.nodes_of_cpus(placement.cpus),
+                                        ())
             need[cpus] = max(need.get(cpus, 0), n)
+        most = max((n for n, members in shared.items() if members), default=0)
+        need[everything] = max(need[everything], most)
         return tuple(CpuFloor(cpus, n) for cpus, n in need.items())
 
 

@@ -298,13 +298,18 @@ class SlaPlugin(SynchronizeRestore):
         restored (`plans`)."""
         grants = [granted_resources(c.linux.resources, c) for c in live]
         books = self.kubelet.for_all() if any(map(asks_kubelet, grants)) else {}
-        return (
-            self._entry(pod_of.get(v.pod), c, plans.get(v.id),
-                        # Created but not started yet: StartContainer owes the writes.
-                        owed=c.state == pb.CONTAINER_CREATED, granted=granted,
-                        kubelet_ids=books.get(_key(pod_of.get(v.pod), c), ())
-                        if books else (), created=False)
-            for c, v, granted in zip(live, values, grants, strict=True))
+        for c, v, granted in zip(live, values, grants, strict=True):
+            entry = self._entry(pod_of.get(v.pod), c, plans.get(v.id),
+                                # Created but not started yet: StartContainer owes the writes.
+                                owed=c.state == pb.CONTAINER_CREATED, granted=granted,
+                                kubelet_ids=books.get(_key(pod_of.get(v.pod), c), ())
+                                if books else (), created=False)
+            plan = entry.decided_plan
+            if plan is not None and v.namespace is not None:
+                # The resources the runtime reports now rule (a resize while nri-sla was
+                # away), as at an UpdateContainer: what the watch reads back and repairs.
+                entry.current_plan = recheck(self.node, plan, granted, namespace=v.namespace)
+            yield entry
 
     def _publish_holders(self, entry: ContainerEntry) -> None:
         """A new holder: the gauges, and GPUs it shares with another container."""

@@ -151,3 +151,25 @@ def test_create_and_stop_move_only_the_cpusets_that_must_move(tmp_path):
             return counts
 
     assert run(scenario()) == [NEIGHBOURS, 0, 0, 0, NEIGHBOURS, NEIGHBOURS, 0]
+
+
+def test_a_resize_while_away_clamps_the_restored_plan_as_an_update_would(tmp_path):
+    """`cpu.limit: 2` on a 4-CPU pod resized to 1 CPU while the plugin was away: the
+    restored plan in force (what the drift watch reads back and repairs) is the runtime's
+    1 CPU, not the record's 2, as an UpdateContainer would have made it."""
+    async def scenario():
+        async with plugin_session(make_node(2), tmp_path) as (sim, session, _plugin):
+            pod, ctr = await create(session, "lim", {"sla.nri.io/pod": "cpu: {limit: 2}"}, 4,
+                                    namespace="t")
+            stored = list(sim.state.containers.values())
+        for kept in stored:
+            kept.state = pb.CONTAINER_RUNNING
+            kept.linux.resources.cpu.shares.value = 1024
+            kept.linux.resources.cpu.quota.value = 100_000
+        async with plugin_session(make_node(2), tmp_path, pods=[pod], containers=stored
+                                  ) as (_sim, _session, plugin):
+            entry = plugin.registry.get(ctr.id)
+            return entry.decided_plan.cpu_quota, entry.current_plan.cpu_quota
+
+    decided, current = run(scenario())
+    assert (decided, current) == (200_000, 100_000)

@@ -276,9 +276,8 @@ def take_cpus(parts: Sequence[tuple[frozenset[int], bool]], n: int,
     left = [budget for _, budget in budgets]
     taken: set[int] = set()
 
-    def take(cpus: frozenset[int] | tuple[int, ...]) -> None:
-        costs = [len(cpus & floor) if isinstance(cpus, frozenset)
-                 else sum(c in floor for c in cpus) for floor, _ in budgets]
+    def take(cpus: frozenset[int]) -> None:
+        costs = [len(cpus & floor) for floor, _ in budgets]
         if any(cost > left[i] for i, cost in enumerate(costs) if cost):
             return
         for i, cost in enumerate(costs):
@@ -296,5 +295,5 @@ def take_cpus(parts: Sequence[tuple[frozenset[int], bool]], n: int,
         for cpu in sorted(part, reverse=True):
             if len(taken) >= n:
                 return frozenset(taken)
-            take((cpu,))
+            take(frozenset((cpu,)))
     return frozenset(taken)

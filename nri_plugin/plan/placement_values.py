@@ -178,11 +178,6 @@ class NodeLayout:
             mem_nodes=frozenset(n.id for n in topology.nodes if n.has_memory),
         )
 
-    def free_cores(self, node_id: int, taken: Iterable[int]) -> list[frozenset[int]]:
-        """Whole cores of `node_id` with no reserved CPU and none in `taken`."""
-        blocked = self.reserved.union(taken)
-        return [c for c in self.node_cores.get(node_id, ()) if not (c & blocked)]
-
     def node_cpus(self, nodes: Iterable[int], taken: Iterable[int]) -> frozenset[int]:
         """The CPUs of `nodes` less the reserved ones and those in `taken`."""
         cpus: set[int] = set()

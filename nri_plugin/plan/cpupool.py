@@ -10,11 +10,14 @@ Each container, with or without an SLA, is one of four kinds:
 * pinned: created with a cpuset someone else chose (the kubelet's static CPU manager):
   left as it is, and none of its CPUs ever becomes exclusive.
 
-The pool is the truth nri-sla re-asserts: `changes` says which containers' cpusets moved
-since they were last told (exclusive CPUs taken or given back), and the plugin sends
-those through UpdateContainers. A container's cpuset never shrinks below what its CPU
-request needs: `floors` are what an exclusive request must leave to the others (the
-Allocator refuses or clamps the request instead of squeezing them).
+The pool is the truth nri-sla re-asserts: `changes` says which containers' cpusets must
+move since they were last told, and the plugin sends those through UpdateContainers: in
+an answer to a create, stop or resize only those on CPUs that became exclusive (found in
+proportion to them); CPUs given back reach the others at the drift pass or a Synchronize
+(`changes(widen=True)`), off any container's own request. A container's cpuset never
+shrinks below what its CPU request needs: `floors` are what an exclusive request must
+leave to the others (the Allocator refuses or clamps the request instead of squeezing
+them).
 """
 
 from __future__ import annotations
@@ -58,7 +61,7 @@ class CpuPool:
     That cpuset is kept here, not in the registry entry's `current_plan`: every
     container has one, with or without an SLA (only SLA containers have a plan); a
     move sent through `changes` updates it, while the plan keeps the cpuset it was
-    created with (the drift watch asks `cpuset` for the one in force); and for most
+    created with (the drift watch asks `current` for the one in force); and for most
     members it is the shared pool's own set object, one for all of them instead of a
     copy each. The node's release clears it with the member (`leave`)."""
 

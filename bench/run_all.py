@@ -19,6 +19,7 @@ SCRIPTS = [
     ("bench_plan.py", []),
     ("bench_create.py", []),
     ("bench_placement.py", []),
+    ("bench_exclusive.py", []),
     ("bench_selection.py", []),
     ("bench_records.py", []),
     ("bench_synchronize.py", []),

@@ -8,7 +8,7 @@ table of keys (`schema`), reading and checking a file (`loader`: `load_config`,
 from nri_plugin.lazyexports import lazy_exports
 
 __getattr__, __dir__, __all__ = lazy_exports(globals(), {
-    "values": ("NodeConfig", "Permissions", "Cap", "PodCaps", "GpuConfig",
+    "values": ("NodeConfig", "Permissions", "Cap", "PodCaps", "CpuConfig", "GpuConfig",
                "DevicePluginConfig", "CgroupConfig", "NriConfig", "HookConfig",
                "MetricsConfig", "WatchConfig", "StatusConfig", "EventsConfig", "LogConfig",
                "DEFAULT_STATE_DIR", "PERMISSIONS", "DEFAULT_GRANT_CDI_KINDS",

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from nri_plugin.config.values import (
     Cap,
     CgroupConfig,
+    CpuConfig,
     DevicePluginConfig,
     EventsConfig,
     GpuConfig,
@@ -305,6 +306,7 @@ SECTIONS: dict[str, tuple[type, Schema]] = {
         "exclusive-cpus": ("exclusive_cpus", _cap),
         "rt-share": ("rt_share", _share),
     }),
+    "cpu": (CpuConfig, {"exclusive-full-cores": ("exclusive_full_cores", _bool)}),
     "gpu": (GpuConfig, {
         "injection": ("injection", choice(GPU_INJECTIONS)),
         "inventory": ("inventory", _inventory),

@@ -72,6 +72,15 @@ class PodCaps:
 
 
 @dataclass(frozen=True, slots=True)
+class CpuConfig:
+    """The node config's `cpu` section: how exclusive CPUs are handed out."""
+
+    # Exclusive CPUs as whole SMT cores only (the kubelet's full-pcpus-only): a count
+    # that does not fill whole cores is refused (hard) or runs shared (soft).
+    exclusive_full_cores: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class GpuConfig:
     """The node config's `gpu` section."""
 
@@ -196,6 +205,7 @@ class NodeConfig:
     reserved_cpus: tuple[int, ...] = ()  # never handed out as exclusive CPUs
     # Where nri-sla keeps what must outlive it: the key that authenticates its records.
     state_dir: str = DEFAULT_STATE_DIR
+    cpu: CpuConfig = field(default_factory=CpuConfig)
     gpu: GpuConfig = field(default_factory=GpuConfig)
     device_plugin: DevicePluginConfig = field(default_factory=DevicePluginConfig)
     cgroup: CgroupConfig = field(default_factory=CgroupConfig)

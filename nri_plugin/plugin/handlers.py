@@ -304,13 +304,18 @@ class SlaPlugin(SynchronizeRestore):
         restored (`plans`)."""
         grants = [granted_resources(c.linux.resources, c) for c in live]
         books = self.kubelet.for_all() if any(map(asks_kubelet, grants)) else {}
-        return (
-            self._entry(pod_of.get(v.pod), c, plans.get(v.id),
-                        # Created but not started yet: StartContainer owes the writes.
-                        owed=c.state == pb.CONTAINER_CREATED, granted=granted,
-                        kubelet_ids=books.get(_key(pod_of.get(v.pod), c), ())
-                        if books else (), created=False)
-            for c, v, granted in zip(live, values, grants, strict=True))
+        for c, v, granted in zip(live, values, grants, strict=True):
+            entry = self._entry(pod_of.get(v.pod), c, plans.get(v.id),
+                                # Created but not started yet: StartContainer owes the writes.
+                                owed=c.state == pb.CONTAINER_CREATED, granted=granted,
+                                kubelet_ids=books.get(_key(pod_of.get(v.pod), c), ())
+                                if books else (), created=False)
+            plan = entry.decided_plan
+            if plan is not None and v.namespace is not None:
+                # The resources the runtime reports now rule (a resize while nri-sla was
+                # away), as at an UpdateContainer: what the watch reads back and repairs.
+                entry.current_plan = recheck(self.node, plan, granted, namespace=v.namespace)
+            yield entry
 
     def _publish_holders(self, entry: ContainerEntry) -> None:
         """A new holder: the gauges, and GPUs it shares with another container."""
@@ -424,6 +429,7 @@ class SlaPlugin(SynchronizeRestore):
                 log_event(log, level, "exclusive CPUs given back after a resize",
                           container=container.id, cpus=format_cpulist(given),
                           request=f"{granted.cpu_request_millis}m")
+                self._publish_usage()  # the gauges follow at once, not at the next holder
             # the container's set now, never the plan's creation-time one
             cpus = self.node.answer_cpuset(container.id, bool(fitted and fitted.cpus))
             others = self._cpuset_updates(container.id)
@@ -479,7 +485,7 @@ class SlaPlugin(SynchronizeRestore):
         preceded: its answer carries no updates). RT budget raised for containers whose
         cgroup went away since is given back."""
         log_given_back(self.node.give_back_rt())
-        yield self._cpuset_updates(exclude="")
+        yield self._cpuset_updates(exclude="", widen=True)
         yield from self.watch.run()
 
     def drift_pass(self) -> list[pb.ContainerUpdate]:
@@ -508,10 +514,12 @@ class SlaPlugin(SynchronizeRestore):
         return doc
 
     # -- helpers -------------------------------------------------------------------------
-    def _cpuset_updates(self, exclude: str) -> list[pb.ContainerUpdate]:
-        """Containers whose cpuset in the node's CPU pool changed (exclusive CPUs taken or
-        given back), with an SLA or not, get their new cpuset in the same answer."""
-        changed = self.node.cpuset_updates(exclude)
+    def _cpuset_updates(self, exclude: str, widen: bool = False) -> list[pb.ContainerUpdate]:
+        """Containers whose cpuset in the node's CPU pool must change, with an SLA or not:
+        in an answer to a create, stop or resize, only those on CPUs that became
+        exclusive (the runtime applies them inside that request); `widen` (the drift
+        pass, a restore): also those that get given-back CPUs."""
+        changed = self.node.cpuset_updates(exclude, widen)
         if not changed:  # (nearly every CreateContainer)
             return []
         updates = []

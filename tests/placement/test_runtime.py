@@ -81,12 +81,14 @@ def test_evidence_is_bounded_before_it_is_read():
     many = [f"nvidia.com/gpu={i}" for i in range(MAX_GRANT_ITEMS * 4)]
     assert len(GrantedResources(cdi_devices=many).cdi_devices) == MAX_GRANT_ITEMS
     assert len(GrantedResources(cdi_devices=["x" * 10_000]).cdi_devices[0]) == MAX_GRANT_NAME
-    devices = [("c", 195, i) for i in range(MAX_GRANT_ITEMS * 4)]
-    assert len(gpu_device_numbers(iter(devices))) == MAX_GRANT_ITEMS
-    mounts = [f"/var/run/nvidia-container-devices/{i}" for i in range(MAX_GRANT_ITEMS * 4)]
+    devices = [(f"/dev/nvidia{i}", "c", 195, i) for i in range(MAX_GRANT_ITEMS * 4)]
+    assert len(gpu_device_numbers(iter(devices))[0]) == MAX_GRANT_ITEMS
+    mounts = [(f"/var/run/nvidia-container-devices/{i}", "/dev/null")
+              for i in range(MAX_GRANT_ITEMS * 4)]
     assert len(device_mount_ids(iter(mounts))) == MAX_GRANT_ITEMS
-    assert device_mount_ids(["/var/run/nvidia-container-devices/GPU-1/", "/etc/x",
-                             "/var/run/nvidia-container-devices/"]) == ("GPU-1",)
+    assert device_mount_ids([("/var/run/nvidia-container-devices/GPU-1/", "/dev/null"),
+                             ("/etc/x", "/dev/null"),
+                             ("/var/run/nvidia-container-devices/", "/dev/null")]) == ("GPU-1",)
 
 
 # -- the allocator: the grant held, verified and aligned to --------------------------------

@@ -1,5 +1,6 @@
 """KubeletGrants: the device ids the kubelet's PodResources API reports for a container,
-as more grant evidence (docs/sla.md, "The GPU grant").
+and the CDI names of its DRA claims, as more grant evidence (docs/sla.md, "The GPU
+grant"; resolve_grant reads the CDI names of the kinds in `gpu.grant-cdi-kinds`).
 
 The runtime's own evidence (CDI devices, device nodes, device-list mounts) covers the
 NVIDIA device plugin's cdi-cri, volume-mounts and device-node strategies. Its envvar
@@ -67,7 +68,10 @@ class KubeletGrants:
             self._failed(exc)
             return ()
         self._failures = 0
-        return granted_device_ids(devices.devices(container), self.patterns) if devices else ()
+        if devices is None:
+            return ()
+        return (*granted_device_ids(devices.devices(container), self.patterns),
+                *devices.claim_devices(container))
 
     def for_all(self) -> Mapping[Key, tuple[str, ...]]:
         """Every container's GPU device ids in one List (Synchronize)."""
@@ -84,7 +88,8 @@ class KubeletGrants:
         self._failures = 0
         return {(p.namespace, p.name, name): ids for p in pods
                 for name, resources in p.containers.items()
-                if (ids := granted_device_ids(resources, self.patterns))}
+                if (ids := (*granted_device_ids(resources, self.patterns),
+                            *p.claim_devices(name)))}
 
     def _connect(self) -> PodResourcesClient | None:
         from nri_plugin.kubelet.podresources import PodResourcesClient, is_socket

@@ -18,7 +18,7 @@ from typing import Any
 from nri_plugin.errors import Refused
 from nri_plugin.kubelet.pb import podresources_v1_pb2 as pr
 from nri_plugin.nri.pb import nri_pb2 as pb
-from nri_plugin.simulated.deviceplugin import RESOURCE, ContainerAllocation, DevicePlugin
+from nri_plugin.simulated.deviceplugin import ContainerAllocation, DevicePlugin
 from nri_plugin.simulated.runtime import DEFAULT_ENV, make_container
 
 # Which of the free devices to give (the kubelet asks GetPreferredAllocation when the
@@ -65,7 +65,8 @@ class Kubelet:
         if count > len(free):
             raise AdmissionRefused(
                 f"pod {namespace}/{pod}: Allocate failed due to requested number of devices "
-                f"unavailable for {RESOURCE}. Requested: {count}, Available: {len(free)}")
+                f"unavailable for {self.plugin.resource}. Requested: {count}, "
+                f"Available: {len(free)}")
         if not count:
             return Grant(pod_uid, namespace, pod, container, (), ContainerAllocation())
         ids = tuple(self._choose(free, count))
@@ -87,13 +88,14 @@ class Kubelet:
         return tuple(
             pr.PodResources(name=grants[0].pod, namespace=grants[0].namespace, containers=[
                 pr.ContainerResources(name=g.container, devices=[
-                    pr.ContainerDevices(resource_name=RESOURCE, device_ids=g.device_ids)])
+                    pr.ContainerDevices(resource_name=self.plugin.resource,
+                                        device_ids=g.device_ids)])
                 for g in grants])
             for grants in pods.values())
 
     def allocatable(self) -> tuple[pr.ContainerDevices, ...]:
         """What GetAllocatableResources reports: every device the plugin advertises."""
-        return (pr.ContainerDevices(resource_name=RESOURCE,
+        return (pr.ContainerDevices(resource_name=self.plugin.resource,
                                     device_ids=self.plugin.device_ids()),)
 
 

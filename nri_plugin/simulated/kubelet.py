@@ -40,6 +40,7 @@ class Grant:
     container: str
     device_ids: tuple[str, ...]
     allocation: ContainerAllocation
+    claims: tuple[pr.DynamicResource, ...] = ()  # prepared DRA claims (dra.py)
 
 
 def _lowest(free: Sequence[str], count: int) -> Sequence[str]:
@@ -74,6 +75,14 @@ class Kubelet:
         self._books[key] = grant
         return grant
 
+    def prepare(self, pod_uid: str, namespace: str, pod: str, container: str,
+                claims: tuple[pr.DynamicResource, ...]) -> Grant:
+        """The container's DRA claims, prepared by their drivers (no device-plugin
+        devices): booked, and reported in PodResources."""
+        grant = Grant(pod_uid, namespace, pod, container, (), ContainerAllocation(), claims)
+        self._books[(pod_uid, container)] = grant
+        return grant
+
     def remove_pod(self, pod_uid: str) -> None:
         for key in [k for k in self._books if k[0] == pod_uid]:
             del self._books[key]
@@ -89,7 +98,8 @@ class Kubelet:
             pr.PodResources(name=grants[0].pod, namespace=grants[0].namespace, containers=[
                 pr.ContainerResources(name=g.container, devices=[
                     pr.ContainerDevices(resource_name=self.plugin.resource,
-                                        device_ids=g.device_ids)])
+                                        device_ids=g.device_ids)] if g.device_ids else [],
+                    dynamic_resources=g.claims)
                 for g in grants])
             for grants in pods.values())
 

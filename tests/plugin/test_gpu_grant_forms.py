@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from nri_plugin.config import GpuConfig, NodeConfig, Permissions
+from nri_plugin.config import DEFAULT_GRANT_CDI_KINDS, GpuConfig, NodeConfig, Permissions
 from nri_plugin.core import NodeState
 from nri_plugin.nri.pb import nri_pb2 as pb
 from nri_plugin.ops.metrics import Metrics
@@ -41,8 +41,10 @@ def run(coro):
 
 
 def node(snapshot, podresources_socket: str = "") -> NodeState:
-    config = NodeConfig(permissions=Permissions(gpus=("*",)),
-                        gpu=GpuConfig(podresources_socket=podresources_socket))
+    # The DRA driver's kinds named as an operator would before they were defaults.
+    config = NodeConfig(permissions=Permissions(gpus=("*",)), gpu=GpuConfig(
+        podresources_socket=podresources_socket,
+        grant_cdi_kinds=tuple(dict.fromkeys((*DEFAULT_GRANT_CDI_KINDS, *dra.KINDS)))))
     return NodeState(config, 2, allocator=Allocator(snapshot.topology, snapshot.inventory))
 
 

@@ -52,6 +52,7 @@ from nri_plugin.plugin.registry import (
     ContainerEntry,
     ContainerRegistry,
     GrantedGpus,
+    SharedGpu,
 )
 from nri_plugin.plugin.report import gpus_json
 from nri_plugin.plugin.restore import SynchronizeRestore, log_given_back, settled
@@ -65,6 +66,7 @@ log = logging.getLogger("nri_sla.plugin")
 STATE_NAMES = {number: name.removeprefix("CONTAINER_").lower()
                for name, number in pb.ContainerState.items()}
 ENV_VISIBLE_PREFIX = ENV_VISIBLE + "="
+NO_EVIDENCE = GrantedResources()  # a grant from the kubelet's device ids alone
 UNVERSIONED_NRI = "older than v0.12"  # no version sent, runtime release not in the table
 # The failure's kind as the status the runtime gets (it shows the message to the user).
 STATUS = {INVALID: Code.INVALID_ARGUMENT, INTERNAL: Code.INTERNAL}
@@ -158,6 +160,7 @@ class SlaPlugin(SynchronizeRestore):
         self._stub: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._unenforced = UnenforcedContainers(self.registry, metrics)  # created while away
+        self._replicas_asked: frozenset[tuple[str, tuple[str, ...]]] = frozenset()
 
     # -- life cycle --------------------------------------------------------------------
     def on_registered(self, stub: Any) -> None:
@@ -332,6 +335,8 @@ class SlaPlugin(SynchronizeRestore):
         log (the kubelet's or an old record's doing: nri-sla adds no GPU), the count of
         those not shared by design (replicas) as nri_sla_gpus_shared."""
         shared = self.registry.shared()
+        if any(not s.intended for s in shared) and self._learn_replicas(shared):
+            shared = self.registry.shared()
         for s, a, b in self.registry.new_shared_pairs(shared):
             if s.intended:
                 log_event(log, logging.INFO, "GPU replicas shared by design", gpu=s.device,
@@ -340,6 +345,28 @@ class SlaPlugin(SynchronizeRestore):
                 log_event(log, logging.WARNING, "GPU shared by two containers", gpu=s.device,
                           container=a.id, other=b.id, pods=f"{a.who}; {b.who}")
         self.metrics.set_gpus_shared(sum(not s.intended for s in shared))
+
+    def _learn_replicas(self, shared: list[SharedGpu]) -> bool:
+        """GPUs two containers hold by the runtime's evidence (a CDI name, the GPU's node:
+        what the device plugin answers for a time-sliced or MPS replica too): the
+        kubelet's books say whether those are replicas. One List for each new set of
+        such holders; True when an entry learnt it holds a replica."""
+        doubt = frozenset((s.device, s.containers) for s in shared if not s.intended)
+        if doubt <= self._replicas_asked:
+            return False
+        self._replicas_asked = doubt
+        books = self.kubelet.for_all()
+        learnt = False
+        for cid in {c for _, holders in doubt for c in holders} if books else ():
+            entry = self.registry.get(cid)
+            ids = books.get((entry.namespace, entry.pod_name, entry.name), ()) if entry else ()
+            held = entry.gpus if entry is not None else NO_GPUS
+            replicas = self.node.gpu_grant(NO_EVIDENCE, ids).replicas if ids else frozenset()
+            new = replicas & {*held.whole, *(uuid for uuid, _ in held.migs)}
+            if entry is not None and not new <= held.replicas:
+                entry.gpus = replace(held, replicas=held.replicas | new)
+                learnt = True
+        return learnt
 
     def _answer(self, plan: ContainerPlan, decision: Decision, container_id: str,
                 container: pb.Container) -> tuple[dict[str, Any], pb.ContainerAdjustment]:

@@ -130,12 +130,16 @@ def test_a_parent_node_without_access_nodes_is_the_whole_gpu():
 
 # -- time-slicing and MPS replicas ---------------------------------------------------------
 
-def test_time_sliced_replicas_under_a_shared_resource_are_grants_shared_by_design(caplog):
-    """The envvar strategy with time-slicing renamed to nvidia.com/gpu.shared: the env is
-    the only trace, the kubelet's books say GPU-...::n; two pods get replicas of one GPU,
-    both hard SLAs are met, and the sharing is reported as by design, never counted."""
+@pytest.mark.parametrize("strategy", ["envvar", "cdi-cri", "device-nodes"])
+def test_time_sliced_replicas_under_a_shared_resource_are_grants_shared_by_design(
+        caplog, strategy):
+    """Time-slicing renamed to nvidia.com/gpu.shared: the kubelet's books say GPU-...::n.
+    With the envvar strategy the env is the only trace; with the others both containers
+    carry the GPU itself, and the books tell replicas from a double grant. Two pods get
+    replicas of one GPU, both hard SLAs are met, and the sharing is reported as by
+    design, never counted."""
     caplog.set_level(logging.INFO, logger="nri_sla.plugin")
-    kubelet = Kubelet(DevicePlugin(DGX.inventory, "envvar", replicas=4,
+    kubelet = Kubelet(DevicePlugin(DGX.inventory, strategy, replicas=4,
                                    resource="nvidia.com/gpu.shared"))
 
     async def scenario():

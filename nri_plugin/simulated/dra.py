@@ -23,6 +23,7 @@ from nri_plugin.topology.gpus import Gpu, GpuInventory, MigInstance
 DRIVER = "gpu.nvidia.com"
 DEVICE_KIND = "k8s.gpu.nvidia.com/device"
 CLAIM_KIND = "k8s.gpu.nvidia.com/claim"
+KINDS = (DEVICE_KIND, CLAIM_KIND)
 
 
 def device_name(gpu: Gpu, mig: MigInstance | None = None) -> str:

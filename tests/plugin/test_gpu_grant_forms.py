@@ -23,7 +23,7 @@ from nri_plugin.ops.metrics import Metrics
 from nri_plugin.plan.allocator import Allocator
 from nri_plugin.simulated import dra
 from nri_plugin.simulated.cdi import CdiRegistry
-from nri_plugin.simulated.deviceplugin import DevicePlugin, nvidia_cdi_specs
+from nri_plugin.simulated.deviceplugin import STRATEGIES, DevicePlugin, nvidia_cdi_specs
 from nri_plugin.simulated.kubelet import Kubelet, container_request
 from nri_plugin.simulated.podresources_server import PodResourcesServer
 from nri_plugin.simulated.runtime import PluginCallError, make_container, make_pod
@@ -86,24 +86,30 @@ def granted_pod(kubelet: Kubelet, name: str, count: int, sla: str | None = None,
 
 # -- MIG devices granted as device nodes ---------------------------------------------------
 
-@pytest.mark.parametrize("strategy", ["device-nodes", "cdi-annotations", "cdi-cri"])
-def test_mig_devices_granted_as_device_nodes_are_mig_devices(strategy):
-    """NVIDIA's passDeviceSpecs (device nodes) and the CDI strategies, which containerd
-    up to 2.1 (and the OCI hook) see resolved into the parent's /dev/nvidiaN and the MIG
-    device's /dev/nvidia-caps nodes: a hard MIG SLA is met, and two containers on two
-    MIG devices of one GPU share nothing."""
-    kubelet = Kubelet(DevicePlugin(MIG_BOX.inventory, strategy, mig=True),
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_mig_devices_granted_in_every_strategy_are_mig_devices(strategy):
+    """NVIDIA's mixed MIG strategy in each device-list strategy: passDeviceSpecs (device
+    nodes) and the CDI strategies, which containerd up to 2.1 (and the OCI hook) see
+    resolved into the parent's /dev/nvidiaN and the MIG device's /dev/nvidia-caps nodes;
+    volume-mounts' MIG UUIDs; envvar's MIG UUIDs in the kubelet's books. A hard MIG SLA
+    is met, and two containers on two MIG devices of one GPU share nothing."""
+    kubelet = Kubelet(DevicePlugin(MIG_BOX.inventory, strategy, mig=True,
+                                   resource="nvidia.com/mig-1g.10gb"),
                       choose=lambda free, n: free[2:2 + n])  # the two 1g.10gb devices
 
     async def scenario():
-        async with simulated(MIG_BOX, cdi(MIG_BOX)) as (session, plugin, metrics):
-            answers = []
-            for name in ("a", "b"):
-                pod, ctr = granted_pod(kubelet, name, 1, "gpu: {mig: 1g.10gb}")
-                if strategy != "cdi-cri":  # resolved before NRI: the nodes alone
-                    del ctr.CDI_devices[:]
-                answers.append(await session.create_container(pod, ctr))
-            return answers, shared(metrics), plugin.node.allocator.migs_in_use()
+        with tempfile.TemporaryDirectory(prefix="nri-sla-k") as d:
+            socket = str(Path(d) / "kubelet.sock")
+            with PodResourcesServer(kubelet, socket):
+                async with simulated(MIG_BOX, cdi(MIG_BOX), socket) as (
+                        session, plugin, metrics):
+                    answers = []
+                    for name in ("a", "b"):
+                        pod, ctr = granted_pod(kubelet, name, 1, "gpu: {mig: 1g.10gb}")
+                        if strategy != "cdi-cri":  # resolved before NRI: nodes alone
+                            del ctr.CDI_devices[:]
+                        answers.append(await session.create_container(pod, ctr))
+                    return answers, shared(metrics), plugin.node.allocator.migs_in_use()
 
     answers, sharing, migs = run(scenario())
     mig = MIG_BOX.inventory.gpus[0].mig_instances

@@ -34,7 +34,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import islice
 
-from nri_plugin.granted import MAX_GRANT_ITEMS, NVIDIA_MAJOR, GrantedResources
+from nri_plugin.granted import MAX_GRANT_ITEMS, MAX_GRANT_NAME, NVIDIA_MAJOR, GrantedResources
 from nri_plugin.topology.gpus import Gpu, GpuInventory, MigInstance
 
 _NOTHING = {"", "none", "void"}
@@ -89,7 +89,7 @@ def resolve_grant(inventory: GpuInventory, granted: GrantedResources,
     if not granted.gpu_evidence and extra_ids == ():
         return NO_GRANT  # most containers: no evidence at all, nothing to look up
     kinds = tuple(cdi_kinds)
-    extra = [str(i)[:128] for i in islice(extra_ids, MAX_GRANT_ITEMS)]
+    extra = [str(i)[:MAX_GRANT_NAME] for i in islice(extra_ids, MAX_GRANT_ITEMS)]
     cdi = [*granted.cdi_devices, *(i for i in extra if "=" in i)]
     dra_kinds = [k for k in kinds if k in DRA_KINDS]
     names = cdi_grant_names(cdi, [k for k in kinds if k not in DRA_KINDS])

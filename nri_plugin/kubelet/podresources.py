@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import fnmatch
 import logging
-import os
-import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -25,6 +23,7 @@ from nri_plugin.kubelet.errors import KubeletApiError
 from nri_plugin.kubelet.pb import podresources_v1_pb2 as pb
 from nri_plugin.kubelet.pb import podresources_v1_pb2_grpc as pb_grpc
 from nri_plugin.ops.logsetup import log_event
+from nri_plugin.posixfs import issock
 
 log = logging.getLogger("nri_sla.kubelet")
 
@@ -157,7 +156,7 @@ class PodResourcesClient:
         code = exc.code()
         if code == grpc.StatusCode.DEADLINE_EXCEEDED:
             return self._error(f"{method}: no answer within {self.timeout:g}s")
-        if code == grpc.StatusCode.UNAVAILABLE and not is_socket(self.socket_path):
+        if code == grpc.StatusCode.UNAVAILABLE and not issock(self.socket_path):
             return self._error("the socket does not exist (is the kubelet running, and is "
                                "its pod-resources directory mounted here?)")
         if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
@@ -203,13 +202,6 @@ class PodResourcesClient:
             if cdi:
                 claims[c.name] = tuple(dict.fromkeys(cdi))
         return PodDevices(pod.namespace, pod.name, containers, claims)
-
-
-def is_socket(path: str) -> bool:
-    try:
-        return stat.S_ISSOCK(os.stat(path).st_mode)
-    except OSError:
-        return False
 
 
 def _short(text: str, limit: int = 64) -> str:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from nri_plugin.granted import GrantedResources
 from nri_plugin.kubelet.errors import KubeletApiError
 from nri_plugin.ops.logsetup import log_event
+from nri_plugin.posixfs import issock
 
 if TYPE_CHECKING:
     from nri_plugin.kubelet.podresources import PodResourcesClient
@@ -92,10 +93,10 @@ class KubeletGrants:
                             *p.claim_devices(name)))}
 
     def _connect(self) -> PodResourcesClient | None:
-        from nri_plugin.kubelet.podresources import PodResourcesClient, is_socket
-
-        if not self.socket or not is_socket(self.socket):
+        if not self.socket or not issock(self.socket):
             return None  # no kubelet on this node (or not mounted here): nothing to ask
+        from nri_plugin.kubelet.podresources import PodResourcesClient  # grpc: see above
+
         if self._client is None:
             self._client = PodResourcesClient(self.socket, self.timeout)
         return self._client

@@ -163,6 +163,7 @@ def test_a_gpu_held_without_an_sla_is_never_given_to_another(cluster, gpus, gpu_
     plugin.stop()
     plugin.start()
     plugin.current.wait_output(r"synchronized: 4 pods, 3 containers")
+    plugin.current.wait_output(r"GPU shared by two containers")  # published after it
     assert shared_gpus(plugin) == 1
 
 

@@ -182,11 +182,14 @@ class _Found:
         placement, which the inventory does not hold: a name that fits several MIG
         devices is the one among them the access nodes grant (the runtime resolved the
         name into them: containerd up to 2.1, the OCI hook), else it matches nothing
-        here. Run after device_nodes."""
+        here. Other names of the driver's kinds (a passthrough GPU `gpu-vfio-<n>`, an
+        IMEX channel) are no CUDA device: not read. Run after device_nodes."""
         m = _DRA_NAME.fullmatch(name)
-        minor = int(m.group(1)) if m is not None else -1
+        if m is None:
+            return
+        minor = int(m.group(1))
         parent = next((g for g in self.inventory.gpus if g.device_minor == minor), None)
-        if m is None or parent is None:
+        if parent is None:
             self._unknown(name)
             return
         rest = m.group(2)

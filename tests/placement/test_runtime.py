@@ -166,10 +166,12 @@ def test_replica_ids_are_their_device_shared_by_design(dgx_node, mig_node):
 @pytest.mark.parametrize(("name", "expected"), [
     ("k8s.gpu.nvidia.com/device=gpu-3", [3]),
     (f"k8s.gpu.nvidia.com/claim={CLAIM}-gpu-7", [7]),
-    ("k8s.gpu.nvidia.com/device=gpu-8", "gpu-8"),  # no such minor
-    ("k8s.gpu.nvidia.com/device=GPU-3", "GPU-3"),  # the driver's names are lower case
-    ("k8s.gpu.nvidia.com/device=gpu-vfio-0", "gpu-vfio-0"),  # a passthrough GPU: no CUDA
-    (f"k8s.gpu.nvidia.com/claim=x{CLAIM}-gpu-1", f"x{CLAIM}-gpu-1"),
+    ("k8s.gpu.nvidia.com/device=gpu-8", "gpu-8"),  # no such minor here
+    # not the driver's GPU names: no CUDA device (passthrough, IMEX), or not its form
+    ("k8s.gpu.nvidia.com/device=gpu-vfio-0", []),
+    ("k8s.gpu.nvidia.com/device=imex-channel-0", []),
+    ("k8s.gpu.nvidia.com/device=GPU-3", []),
+    (f"k8s.gpu.nvidia.com/claim=x{CLAIM}-gpu-1", []),
 ])
 def test_dra_names(dgx_node, name, expected):
     grant = resolve_grant(dgx_node[1], GrantedResources(cdi_devices=(name,)), KINDS + DRA)

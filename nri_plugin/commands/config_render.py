@@ -16,7 +16,7 @@ def _file_value(value: Any, key: str) -> Any:
         return str(value) if value.percent else int(value.value)
     if isinstance(value, tuple):
         return list(value)
-    if value is None and key == "cgroup.version":
+    if value is None and key in ("cgroup.version", "events.enabled"):
         return "auto"  # None: detected at start
     return value
 

@@ -15,6 +15,7 @@ from nri_plugin.config.values import (
     Cap,
     CgroupConfig,
     DevicePluginConfig,
+    EventsConfig,
     GpuConfig,
     HookConfig,
     LogConfig,
@@ -29,6 +30,7 @@ from nri_plugin.sla import ENFORCEMENT_MODES
 from nri_plugin.text.fields import FieldProblem, choice, parse_id_list, show
 
 GPU_INJECTIONS = ("cdi", "env", "devices")
+MIG_STRATEGIES = ("none", "single", "mixed")  # NVIDIA's device plugin's names
 GPU_INVENTORIES = ("auto", "nvml", "sysfs")  # or an absolute path to a snapshot file
 CGROUP_DRIVERS = ("auto", "cgroupfs", "systemd")
 MAX_LISTED = 32  # entries in a list of CDI kinds or resource names
@@ -222,6 +224,34 @@ def _series_containers(value: object) -> int:
     return value
 
 
+def _auto_bool(value: object) -> bool | None:
+    if value == "auto":
+        return None
+    if not isinstance(value, bool):
+        raise FieldProblem(f"must be auto, true or false, got {show(value)}")
+    return value
+
+
+def _queue_size(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 100_000:
+        raise FieldProblem(f"must be a count of events from 1 to 100000, got {show(value)}")
+    return value
+
+
+def _qps(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) \
+            or not math.isfinite(value) or not 0.01 <= value <= 1000:
+        raise FieldProblem(f"must be a number of requests per second from 0.01 to 1000, got "
+                           f"{show(value)}")
+    return float(value)
+
+
+def _burst(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10_000:
+        raise FieldProblem(f"must be a count of requests from 1 to 10000, got {show(value)}")
+    return value
+
+
 def _socket(value: object) -> str:
     return "" if value == "" else _abs_path(value)
 
@@ -284,6 +314,8 @@ SECTIONS: dict[str, tuple[type, Schema]] = {
     "device-plugin": (DevicePluginConfig, {
         "resource-name": ("resource_name", _resource_name),
         "socket-dir": ("socket_dir", _abs_path),
+        "mig-strategy": ("mig_strategy", choice(MIG_STRATEGIES)),
+        "metrics-address": ("metrics_address", _address),
     }),
     "cgroup": (CgroupConfig, {
         "root": ("root", _abs_path),
@@ -305,6 +337,13 @@ SECTIONS: dict[str, tuple[type, Schema]] = {
         "metrics-containers": ("metrics_containers", _series_containers),
     }),
     "status": (StatusConfig, {"socket": ("socket", _socket)}),
+    "events": (EventsConfig, {
+        "enabled": ("enabled", _auto_bool),
+        "service-account": ("service_account", _abs_path),
+        "queue-size": ("queue_size", _queue_size),
+        "qps": ("qps", _qps),
+        "burst": ("burst", _burst),
+    }),
     "log": (LogConfig, {
         "format": ("format", choice(LOG_FORMATS)),
         "level": ("level", choice(LOG_LEVELS)),

@@ -97,6 +97,8 @@ class DevicePluginConfig:
 
     resource_name: str = "nvidia.com/gpu"  # the extended resource pods ask for
     socket_dir: str = "/var/lib/kubelet/device-plugins"  # the kubelet's kubelet.sock is here
+    mig_strategy: str = "none"  # none | single | mixed: how MIG devices are advertised
+    metrics_address: str = ""  # host:port of its Prometheus endpoint; "" serves none
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +164,21 @@ class StatusConfig:
     socket: str = "/run/nri-sla/status.sock"  # "" turns it off
 
 
+DEFAULT_SERVICE_ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+@dataclass(frozen=True, slots=True)
+class EventsConfig:
+    """The node config's `events` section: Kubernetes Events on the pods nri-sla refuses,
+    warns about, repairs or finds unenforced (docs/operations.md, "Kubernetes Events")."""
+
+    enabled: bool | None = None  # None (auto): on when the service account is found
+    service_account: str = DEFAULT_SERVICE_ACCOUNT  # token and ca.crt of the pod's account
+    queue_size: int = 1000  # events waiting for the API server, at most; more are dropped
+    qps: float = 5.0  # requests per second to the API server, on average
+    burst: int = 25  # requests at once after a quiet time
+
+
 @dataclass(frozen=True, slots=True)
 class LogConfig:
     """The node config's `log` section."""
@@ -190,6 +207,7 @@ class NodeConfig:
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     watch: WatchConfig = field(default_factory=WatchConfig)
     status: StatusConfig = field(default_factory=StatusConfig)
+    events: EventsConfig = field(default_factory=EventsConfig)
     log: LogConfig = field(default_factory=LogConfig)
     source: str = "<defaults>"  # the file it was read from
 

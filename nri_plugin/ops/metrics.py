@@ -42,6 +42,15 @@ RECORD_PROBLEMS = ("unauthenticated", "invalid", "conflict")
 # setting, v1 blkio counted as io; and what became of a repair.
 DRIFT_KINDS = ("cpu", "cpuset", "memory", "io")
 REPAIR_OUTCOMES = ("repaired", "failed")
+# Kubernetes Events (nri_plugin.ops.kube_sender): each result's series and its reasons.
+# sent: created or patched (a repeat's count); failed: a request the API server did not
+# take (no connection, no answer in time, a 4xx or 5xx, no token to read); dropped: an
+# event that never reached it (the queue full, over the per-pod rate, its request failed).
+EVENT_REASONS = {
+    "sent": ("created", "patched"),
+    "failed": ("unreachable", "timeout", "client_error", "server_error", "token"),
+    "dropped": ("queue_full", "rate_limited", "failed"),
+}
 # nri_sla_gpu_healthy's value per GPU health state (alert on < 1); the states of
 # nri_plugin.topology.gpu_health (tests/test_metrics.py holds the two equal).
 HEALTH_VALUES = {"healthy": 1, "unhealthy": 0, "unknown": -1}
@@ -85,6 +94,7 @@ class MetricsSink(Protocol):
     def record_drift(self, kind: str) -> None: ...
     def record_repair(self, kind: str, outcome: str) -> None: ...
     def count_unenforced(self, containers: int = 1) -> None: ...
+    def record_event(self, result: str, reason: str) -> None: ...
     def observe(self, event: str, seconds: float) -> None: ...
     def time(self, event: str) -> AbstractContextManager[None]: ...
     def set_gpus_in_use(self, n: int) -> None: ...
@@ -113,6 +123,9 @@ class NullMetrics:
         pass
 
     def count_unenforced(self, containers: int = 1) -> None:
+        pass
+
+    def record_event(self, result: str, reason: str) -> None:
         pass
 
     def observe(self, event: str, seconds: float) -> None:
@@ -194,6 +207,7 @@ class Metrics:
         self._connection_series()
         self._record_series()
         self._drift_series()
+        self._event_series()
         self.build_info = self._gauge(
             "build_info", "Always 1; the version label says which nri-sla runs", ["version"])
         self.build_info.labels(version=__version__).set(1)
@@ -282,6 +296,21 @@ class Metrics:
             for outcome in REPAIR_OUTCOMES:
                 self.drift_repairs.labels(kind=kind, outcome=outcome)
 
+    def _event_series(self) -> None:
+        label = {"sent": "verb", "failed": "reason", "dropped": "reason"}
+        helps = {"sent": "Kubernetes Events the API server took, by verb (created, or a "
+                         "repeat's count patched)",
+                 "failed": "Requests for Kubernetes Events the API server did not take, "
+                           "by reason",
+                 "dropped": "Kubernetes Events never sent, by reason (queue full, over the "
+                            "per-pod rate, request failed)"}
+        self.events = {result: self._counter(f"events_{result}", helps[result],
+                                             [label[result]])
+                       for result in EVENT_REASONS}
+        for result, reasons in EVENT_REASONS.items():
+            for reason in reasons:
+                self.events[result].labels(reason)
+
     # -- decisions and latency ---------------------------------------------------------
     def record_decision(self, outcome: str, reason: str = "ok") -> None:
         """Count one container decision. Raises MetricsError on an unknown label."""
@@ -321,6 +350,13 @@ class Metrics:
     def count_unenforced(self, containers: int = 1) -> None:
         """More containers found created without nri-sla's enforcement."""
         self.unenforced.inc(containers)
+
+    def record_event(self, result: str, reason: str) -> None:
+        """Count one Kubernetes Event sent, request failed or event dropped (called from
+        the events thread: prometheus_client's counters lock)."""
+        _check(result, tuple(EVENT_REASONS), "event result")
+        _check(reason, EVENT_REASONS[result], f"event {result} reason")
+        self.events[result].labels(reason).inc()
 
     def observe(self, event: str, seconds: float) -> None:
         """Record how long handling `event` (e.g. "CreateContainer") took."""

@@ -47,6 +47,7 @@ from nri_plugin.plan.record import record_body, record_text
 from nri_plugin.plan.runtime_gpus import NO_GRANT
 from nri_plugin.plugin.adjustment import annotated, build_adjustment, build_update
 from nri_plugin.plugin.kubelet_grants import KubeletGrants, asks_kubelet
+from nri_plugin.plugin.pod_events import NO_EVENTS, PodEvents
 from nri_plugin.plugin.registry import (
     NO_GPUS,
     ContainerEntry,
@@ -138,10 +139,12 @@ class StartRefused(Refused):
 class SlaPlugin(SynchronizeRestore):
     """Handlers for the NRI stub; the stub subscribes to exactly these events."""
 
-    def __init__(self, node: NodeState, metrics: MetricsSink = NO_METRICS) -> None:
+    def __init__(self, node: NodeState, metrics: MetricsSink = NO_METRICS,
+                 events: PodEvents = NO_EVENTS) -> None:
         super().__init__()
         self.node = node
         self.metrics = metrics
+        self.events = events  # Kubernetes Events on the pods (plugin.pod_events)
         self.nri_version: str | None = None
         self.runtime = ""
         self.registry = ContainerRegistry()  # every container the runtime reported
@@ -156,10 +159,11 @@ class SlaPlugin(SynchronizeRestore):
         self._hooks = hook_spec() if node.config.hook.inject else None
         watch = node.config.watch
         self.watch = DriftWatch(node, self.registry, metrics, interval=watch.interval,
-                                backoff_max=watch.repair_backoff_max)
+                                backoff_max=watch.repair_backoff_max, events=events)
         self._stub: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._unenforced = UnenforcedContainers(self.registry, metrics)  # created while away
+        # created while away
+        self._unenforced = UnenforcedContainers(self.registry, metrics, events)
         self._replicas_asked: frozenset[tuple[str, tuple[str, ...]]] = frozenset()
 
     # -- life cycle --------------------------------------------------------------------
@@ -244,6 +248,7 @@ class SlaPlugin(SynchronizeRestore):
                                if plan is not None else ({}, self._strip_outputs(container)))
         self._observe("CreateContainer", started, decision, applied,
                       namespace, pod.name, name)
+        self.events.decided(namespace, pod.name, pod.uid, name, decision)
         if decision.error is not None:
             raise rpc_error(decision.error)
         entry = self._entry(pod, container, plan, owed=plan is not None, granted=granted,
@@ -302,7 +307,8 @@ class SlaPlugin(SynchronizeRestore):
                                pod.name if pod else "", container.name,
                                STATE_NAMES.get(container.state, "unknown"), opens, plan,
                                writes_owed=owed and plan is not None,
-                               cgroups_path=container.linux.cgroups_path)
+                               cgroups_path=container.linux.cgroups_path,
+                               pod_uid=pod.uid if pod else "")
         self.node.join_pool(container_id, granted.cpu_request_millis,
                             container.linux.resources.cpu.cpus, created=created)
         return entry
@@ -424,6 +430,8 @@ class SlaPlugin(SynchronizeRestore):
             # A container whose start failed never runs (CRI does not start it again: the
             # kubelet creates a new one), so what it holds is free for that one at once.
             self._release(container.id)
+            self.events.start_refused(pod.namespace, pod.name, pod.uid, container.name,
+                                      problems)
             raise StartRefused("; ".join(problems))
 
     @settled
@@ -448,6 +456,8 @@ class SlaPlugin(SynchronizeRestore):
                     log.warning("%s/%s %s: update: %s (%s mode: clamped to the new limits)",
                                 pod.namespace, pod.name, container.name, warning,
                                 plan.enforcement)
+                self.events.resized(pod.namespace, pod.name, pod.uid, container.name,
+                                    fitted.warnings[len(plan.warnings):])
                 self.watch.refit(entry, fitted)
             self._check_room(pod, container, plan, granted)
             given = self.node.resize_cpus(container.id, granted.cpu_request_millis,

@@ -109,6 +109,7 @@ class ContainerEntry:
     decided_plan: ContainerPlan | None = None
     writes_owed: bool = False  # the decided plan's direct writes are still to do
     cgroups_path: str = ""  # the OCI linux.cgroupsPath the runtime gave it
+    pod_uid: str = ""  # the pod's Kubernetes uid (what its Events name)
     # What is enforced now, and what the drift watch reads back: the decided plan with the
     # cpuset the container was given, refitted at each resize (UpdateContainer).
     current_plan: ContainerPlan | None = None

@@ -22,6 +22,7 @@ from nri_plugin.ops.metrics import Metrics, RegistrationOnly, ServiceMetrics
 from nri_plugin.ops.statussocket import BUILD_TIMEOUT, StatusServer
 from nri_plugin.plugin.config_reload import reload_config
 from nri_plugin.plugin.handlers import SlaPlugin
+from nri_plugin.plugin.pod_events import pod_events
 
 log = logging.getLogger("nri_sla.run")
 
@@ -33,7 +34,7 @@ def build_service(node: NodeState, metrics: ServiceMetrics, *, socket: str | Non
     series too when they are Prometheus series); `socket`, `name` and `index` over the
     node config's, `options` over the other ServiceOptions."""
     nri = node.config.nri
-    plugin = SlaPlugin(node, metrics)
+    plugin = SlaPlugin(node, metrics, pod_events(node.config.events, metrics))
     if isinstance(metrics, Metrics):
         # Here, not at the top: it imports prometheus_client, which a plugin serving no
         # metrics endpoint never loads (ops.metrics.RegistrationOnly).
@@ -158,3 +159,4 @@ def serve_node(node: NodeState, metrics: ServiceMetrics, *, status_socket: str,
     finally:
         if status is not None:
             status.close()
+        plugin.events.close()

@@ -29,6 +29,7 @@ from nri_plugin.nri.pb import nri_pb2 as pb
 from nri_plugin.nri.stub import map_as_dict
 from nri_plugin.ops.logsetup import log_event
 from nri_plugin.ops.metrics import MetricsSink
+from nri_plugin.plugin.pod_events import NO_EVENTS, PodEvents
 from nri_plugin.plugin.registry import ContainerRegistry
 from nri_plugin.sla.errors import SlaError
 
@@ -68,9 +69,11 @@ class UnenforcedContainers:
     registry's (ContainerEntry.unenforced): each is reported once per process, and
     forgotten with its entry."""
 
-    def __init__(self, registry: ContainerRegistry, metrics: MetricsSink) -> None:
+    def __init__(self, registry: ContainerRegistry, metrics: MetricsSink,
+                 events: PodEvents = NO_EVENTS) -> None:
         self.registry = registry
         self.metrics = metrics
+        self.events = events  # an Event on each new one's pod
 
     @property
     def containers(self) -> list[Unenforced]:
@@ -110,6 +113,7 @@ class UnenforcedContainers:
                 continue
             now.append(value.id)
             new.append(Unenforced(value.id, pod.namespace, pod.name, name))
+            self.events.unenforced(pod.namespace, pod.name, pod.uid, name)
         for found in new[:NAMED]:
             log_event(log, logging.WARNING, "created unenforced", container=found.id,
                       namespace=found.namespace, pod=found.pod, container_name=found.container)

@@ -35,6 +35,7 @@ from nri_plugin.ops.logsetup import log_event
 from nri_plugin.ops.metrics import MetricsSink
 from nri_plugin.plan.model import ContainerPlan
 from nri_plugin.plugin.adjustment import build_update
+from nri_plugin.plugin.pod_events import NO_EVENTS, PodEvents
 from nri_plugin.plugin.registry import ContainerEntry, ContainerRegistry, DriftMemory
 from nri_plugin.plugin.report import ContainerReport, NodeReport, SettingReport
 
@@ -72,8 +73,10 @@ class _Reading:
 class DriftWatch:
     def __init__(self, node: NodeState, registry: ContainerRegistry, metrics: MetricsSink, *,
                  interval: float, backoff_max: float,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 events: PodEvents = NO_EVENTS) -> None:
         self.node = node
+        self.events = events
         self.registry = registry
         self.metrics = metrics
         self.interval = interval
@@ -245,12 +248,13 @@ class DriftWatch:
                 continue
             reported[write] = seen
             self._count_drift(write)
-            log_event(log, logging.WARNING, "drift", **_fields(watched),
-                      file=f"{write.controller}/{write.file}", expected=write.value,
-                      found=mismatch.found if mismatch.found is not None
-                      else f"unreadable: {mismatch.error}",
-                      via=reading.via[write],
+            setting = f"{write.controller}/{write.file}"
+            found = (mismatch.found if mismatch.found is not None
+                     else f"unreadable: {mismatch.error}")
+            log_event(log, logging.WARNING, "drift", **_fields(watched), file=setting,
+                      expected=write.value, found=found, via=reading.via[write],
                       action="repair" if hard else "reported (soft mode)")
+            self.events.drift(watched, setting, write.value, found, hard)
         for write in [w for w in reported if w not in reading.drifted]:
             del reported[write]
             log_event(log, logging.INFO, "drift gone", **_fields(watched),
@@ -310,6 +314,7 @@ class DriftWatch:
         memory.repair = f"failed: {why}; next try in {delay:g}s"
         log_event(log, logging.WARNING, "drift repair failed", **_fields(watched),
                   error=why, failures=memory.failures, retry_in=f"{delay:g}s")
+        self.events.repair_failed(watched, why)
 
     def _succeeded(self, watched: ContainerEntry, how: str) -> None:
         memory = _memory(watched)
@@ -317,6 +322,7 @@ class DriftWatch:
         memory.retry_at = 0.0
         memory.repair = ""
         log_event(log, logging.INFO, "drift repaired", **_fields(watched), how=how)
+        self.events.repaired(watched, how)
 
     def _count_drift(self, write: CgroupWrite) -> None:
         self.metrics.record_drift(KIND[write.controller])

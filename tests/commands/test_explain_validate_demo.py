@@ -288,8 +288,8 @@ def test_explain_gpus_shows_the_preference_and_its_score():
     # 0-3 are joined by two NVLinks, 0-1 and 1-3 by one
     assert lines[0] == ("GPU preference for 2 GPU(s), topology any, free GPUs 0-1,3: "
                         "GPU 0, 3")
-    assert lines[1] == ("  score: NVLinks inside 2, PCIe closeness 0; left free: NVLinks 0, "
-                        "PCIe closeness 0; NUMA nodes 1")
+    assert lines[1] == ("  score: NVLinks inside 2, NUMA nodes 1, PCIe closeness 2; left free: "
+                        "NVLinks 0, PCIe closeness 0")
     out = nri_plugin("explain", "--inventory", DGX1V, "--gpus", "6", "--topology", "nvlink",
                      "--must-include", "7", "--json")
     result = json.loads(out.stdout)

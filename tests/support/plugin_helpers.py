@@ -109,17 +109,19 @@ def permissive_node(version: int, tree: CgroupTree | None = None, **config) -> N
 @contextlib.asynccontextmanager
 async def plugin_session(node: NodeState, tmp_path: Path, mode: str = "v0.12",
                          metrics: MetricsSink = NO_METRICS, pods=(), containers=(),
-                         **options):
-    """The SLA plugin served over a real unix socket to the runtime simulator."""
+                         events=None, **options):
+    """The SLA plugin served over a real unix socket to the runtime simulator (`events`:
+    its plugin.pod_events.PodEvents, default none)."""
     from nri_plugin.nri.stub import Stub
     from nri_plugin.plugin import SlaPlugin
+    from nri_plugin.plugin.pod_events import NO_EVENTS
     from nri_plugin.simulated.runtime import RuntimeSimulator, SimulatorOptions
 
     socket_path = str(tmp_path / "nri.sock")
     sim_options = SimulatorOptions(mode=mode, **options)
     async with RuntimeSimulator(socket_path, sim_options, pods=pods,
                                 containers=containers) as sim:
-        plugin = SlaPlugin(node, metrics)
+        plugin = SlaPlugin(node, metrics, events or NO_EVENTS)
         stub = Stub(plugin, name="nri-sla", idx="50", socket_path=socket_path)
         serving = asyncio.create_task(stub.run())
         session = await sim.accept()

@@ -19,8 +19,11 @@ PERMISSIONS = ("realtime", "exclusive-cpus", "gpus", "io-max", "exceed-runtime-l
 # device plugin's (cdi-cri strategy), whole GPUs and MIG devices.
 DEFAULT_GRANT_CDI_KINDS = ("nvidia.com/gpu", "nvidia.com/mig",
                            "k8s.device-plugin.nvidia.com/gpu",
-                           "k8s.device-plugin.nvidia.com/mig")
-DEFAULT_GRANT_RESOURCES = ("nvidia.com/gpu", "nvidia.com/mig-*")
+                           "k8s.device-plugin.nvidia.com/mig",
+                           "k8s.gpu.nvidia.com/device", "k8s.gpu.nvidia.com/claim")
+# nvidia.com/gpu.shared: what NVIDIA's device plugin renames a time-sliced or MPS GPU to
+# (renameByDefault); its MIG counterparts match nvidia.com/mig-*.
+DEFAULT_GRANT_RESOURCES = ("nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-*")
 DEFAULT_PODRESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 
 

@@ -22,6 +22,7 @@ from nri_plugin.commands.containerd_dropin import (
 )
 from nri_plugin.commands.containerd_patch import BACKUP_SUFFIX
 from nri_plugin.errors import EXIT_INTERNAL, EXIT_INVALID, EXIT_OK, EXIT_UNAVAILABLE, InvalidInput
+from tests.support.toml_keys import flat
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).resolve().parent / "data"
@@ -39,16 +40,6 @@ def run(capsys, *args: str) -> tuple[int, str, str]:
 
 def runc_of(doc: dict, config_version: int) -> dict:
     return doc["plugins"][RUNTIME[config_version]]["containerd"]["runtimes"]["runc"]
-
-
-def flat(doc: dict[str, Any], prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], Any]:
-    out: dict[tuple[str, ...], Any] = {}
-    for key, value in doc.items():
-        if isinstance(value, dict):
-            out.update(flat(value, (*prefix, key)))
-        else:
-            out[(*prefix, key)] = value
-    return out
 
 
 def merged_2x(main_doc: dict, dropin: dict) -> dict[tuple[str, ...], Any]:

@@ -58,10 +58,14 @@ class Install:
         return "nri_plugin.hook.cold" in self.loaded
 
     def settle(self) -> None:
-        """One cold run stores the decision, then runs hit: also the first run of the
-        copy, whose imports create __pycache__ in every directory they load from."""
-        self.cold()
-        assert not self.cold()
+        """A cold run stores the decision, then runs hit: also after the first run of the
+        copy, whose imports create __pycache__ in every directory they load from. A run
+        that starts within SETTLE_NS of a file's change (the copy, an edit) stores nothing,
+        so it may take a second cold run."""
+        runs = 0
+        while self.cold():
+            runs += 1
+            assert runs < 3, "two cold runs in a row stored nothing"
         assert not self.cold()
 
     def edit(self, path: Path) -> None:
@@ -106,7 +110,7 @@ def test_an_edit_in_each_package_directory_is_decided_cold(install):
                 "nri_plugin/sla", "nri_plugin/plan", "nri_plugin/enforce", "nri_plugin/hook",
                 "nri_plugin/text", "nri_plugin/topology", "yaml"}
     assert expected <= set(directories), sorted(directories)
-    assert not install.cold()
+    install.settle()
     hits = []
     for directory, files in sorted(directories.items()):
         module = _module_to_edit(directory, files)

@@ -16,8 +16,6 @@ COPY nri_plugin ./nri_plugin
 RUN pip install --no-cache-dir --disable-pip-version-check . \
     && rm -rf /src
 WORKDIR /
-# the OCI spec `nri-sla host-hook` (the DaemonSet's initContainer) puts on the host
-COPY hooks/base-runtime-spec.json /usr/share/nri-sla/base-runtime-spec.json
 
 # The metrics, /healthz and /readyz port (DaemonSet: --metrics-address :9810).
 EXPOSE 9810

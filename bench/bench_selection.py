@@ -1,10 +1,15 @@
-"""GPU selection time: choose_gpus() on 8- and 16-GPU boxes, random free states.
+"""GPU selection time: choose_gpus() on 8- and 16-GPU boxes, random free states; and
+(--compare) nri-sla's choices against NVIDIA's best-effort allocator.
 
-Usage: .venv/bin/python bench/bench_selection.py [--rounds N] [--seed S]
+Usage: .venv/bin/python bench/bench_selection.py [--rounds N] [--seed S] [--compare]
 Prints, per box and request size, the median / p99 time of one choice (topologies any,
 numa and nvlink mixed), which search ran, and the one-off cost of a box's subset table.
 Targets: median under 1 ms for requests up to 4 GPUs; the most expensive request (half
 the GPUs of a 16-GPU box, all free: C(16, 8) sets) under 100 ms.
+--compare: over every free-GPU state, request size and pinned GPU (none, or each free
+one: the kubelet's must_include) on DGX-1V, DGX-1P, NVSwitch, PCIe-pairs and 4x RTX 8000
+boxes, the cases where GetPreferredAllocation's set or the model of NVIDIA's allocator
+(tests/support/besteffort.py) is better: NVLinks, then NUMA span, then PCIe locality.
 """
 
 from __future__ import annotations
@@ -12,12 +17,14 @@ from __future__ import annotations
 import argparse
 import random
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+from nri_plugin.kubelet.selection import preferred_gpus
 from nri_plugin.plan.gpu_graph import GpuGraph
 from nri_plugin.plan.gpu_selection import choose_gpus
 from nri_plugin.simulated.hardware import (
@@ -25,11 +32,26 @@ from nri_plugin.simulated.hardware import (
     FakeNvml,
     build_pci_tree,
     build_sysfs,
+    dgx1p_gpus,
     dgx1v_gpus,
     nvswitch_gpus,
     pcie_pairs_gpus,
+    rtx8000_gpus,
 )
 from nri_plugin.topology import GpuInventory, load_inventory
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the model lives in tests/
+from tests.support.besteffort import (
+    METRICS,
+    Tally,
+    best_effort,
+    every_case,
+    metrics,
+    pair_scores,
+)
+
+COMPARED = {"DGX-1V": dgx1v_gpus, "DGX-1P": dgx1p_gpus, "NVSwitch": nvswitch_gpus,
+            "PCIe pairs": pcie_pairs_gpus, "4x RTX 8000": rtx8000_gpus}
 
 SIZES = (1, 2, 4, 8)
 TOPOLOGIES = ("any", "numa", "nvlink")
@@ -77,11 +99,46 @@ def measure(inv: GpuInventory, size: int, rounds: int,
     return sorted(times), searches, refused
 
 
+def compare_all() -> int:
+    """Every (free state, size, pinned GPU) case of every compared box; 1 when nri-sla's
+    set is worse in any."""
+    print(f"{'box':12} {'pinned':>6} {'cases':>6} {'nri-sla better':>14} "
+          f"{'NVIDIA better':>13}  per metric (nri-sla / NVIDIA better)")
+    worse = 0
+    for name, make in COMPARED.items():
+        inv = read_box(make)
+        scores = pair_scores(FakeNvml(make()))
+        by_index = {g.index: g for g in inv.gpus}
+        for pinned in (False, True):
+            tally = Tally()
+            for free, size in every_case(inv):
+                for pin in sorted(free) if pinned else [None]:
+                    must = [] if pin is None else [pin]
+                    ours = [g.index for g in preferred_gpus(
+                        inv, [by_index[i] for i in sorted(free)],
+                        [by_index[i] for i in must], size)]
+                    theirs = best_effort(scores, sorted(free), must, size)
+                    tally.add(f"{name} free {sorted(free)} size {size} pinned {must}",
+                              metrics(inv, ours), metrics(inv, theirs))
+            per_metric = ", ".join(f"{m} {a}/{b}" for m, (a, b) in tally.by_metric.items())
+            print(f"{name:12} {'yes' if pinned else 'no':>6} {tally.cases:6} "
+                  f"{tally.ours_better:14} {tally.theirs_better:13}  {per_metric}")
+            for line in tally.worse[:5]:
+                print(f"  worse: {line}")
+            worse += tally.theirs_better
+    print(f"metrics in order: {', '.join(METRICS)}; cases where nri-sla is worse: {worse}")
+    return 1 if worse else 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=600)
     parser.add_argument("--seed", type=int, default=18)
+    parser.add_argument("--compare", action="store_true",
+                        help="compare with NVIDIA's best-effort allocator instead of timing")
     args = parser.parse_args()
+    if args.compare:
+        return compare_all()
     rng = random.Random(args.seed)
     boxes = {"dgx1v": read_box(dgx1v_gpus), "nvswitch": read_box(nvswitch_gpus),
              "pcie-pairs": read_box(pcie_pairs_gpus)}

@@ -15,9 +15,11 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 SCRIPTS = [
     ("bench_sla.py", []),
+    ("bench_hostile_text.py", []),
     ("bench_plan.py", []),
     ("bench_create.py", []),
     ("bench_placement.py", []),
+    ("bench_exclusive.py", []),
     ("bench_selection.py", []),
     ("bench_records.py", []),
     ("bench_synchronize.py", []),

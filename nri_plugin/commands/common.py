@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from nri_plugin.config import DEFAULT_PATH, load_config
+from nri_plugin.config import DEFAULT_PATH, LOG_LEVELS, load_config
 
 
 def add_node_arguments(parser: argparse.ArgumentParser, config: str | None = None,
@@ -26,11 +26,12 @@ def add_node_arguments(parser: argparse.ArgumentParser, config: str | None = Non
 
 def add_log_arguments(parser: argparse.ArgumentParser) -> None:
     """--log-format and --log-level of the long-running commands (over log.* of the config)."""
-    from nri_plugin.ops.logsetup import FORMATS, LEVELS
+    from nri_plugin.ops.logsetup import FORMATS
 
     parser.add_argument("--log-format", choices=FORMATS, default=None,
                         help="log line format (default log.format of the config: text)")
-    parser.add_argument("--log-level", choices=LEVELS, default=None,
+    # The levels log.level takes, so that the flag and the key never differ.
+    parser.add_argument("--log-level", choices=LOG_LEVELS, default=None,
                         help="least level logged (default log.level of the config: info)")
 
 

@@ -23,6 +23,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--socket-dir", default=None, metavar="DIR",
                         help="the kubelet's device-plugin directory (default from the "
                              "config's device-plugin.socket-dir: /var/lib/kubelet/device-plugins)")
+    parser.add_argument("--mig-strategy", default=None, choices=("none", "single", "mixed"),
+                        help="how MIG devices are advertised (default from the config's "
+                             "device-plugin.mig-strategy: none)")
+    parser.add_argument("--metrics-address", default=None, metavar="HOST:PORT",
+                        help='serve Prometheus metrics there ("" disables; default from the '
+                             "config's device-plugin.metrics-address: off)")
     add_log_arguments(parser)
 
 
@@ -30,7 +36,9 @@ def main(args: argparse.Namespace) -> int:
     from nri_plugin.config import load_config
     from nri_plugin.errors import EXIT_INVALID, SlaFailure, Unavailable
     from nri_plugin.kubelet.deviceplugin import GpuDevicePlugin, PluginSettings
+    from nri_plugin.kubelet.plugin_metrics import DevicePluginMetrics
     from nri_plugin.ops.logsetup import setup_logging
+    from nri_plugin.ops.metrics_http import start_http_server
     from nri_plugin.topology.inventory import configured_reader
     from nri_plugin.topology.watched import WatchedInventory
 
@@ -44,13 +52,18 @@ def main(args: argparse.Namespace) -> int:
         setting = str(Path(args.inventory).resolve()) if args.inventory \
             else config.gpu.inventory
         gpus = WatchedInventory.of(configured_reader(setting))
-        inventory = gpus.read()
+        metrics = DevicePluginMetrics()
+        plugin = GpuDevicePlugin(PluginSettings(
+            socket_dir=socket_dir, resource_name=config.device_plugin.resource_name,
+            injection=config.gpu.injection,
+            mig_strategy=args.mig_strategy or config.device_plugin.mig_strategy),
+            gpus.read(), metrics=metrics)
+        address = config.device_plugin.metrics_address if args.metrics_address is None \
+            else args.metrics_address
+        server = start_http_server(metrics, address)  # reads registry, is_registered
     except (SlaFailure, ValueError, OSError) as exc:
         print(f"nri-sla device-plugin: {exc}", file=sys.stderr)
         return exc.exit_status if isinstance(exc, SlaFailure) else EXIT_INVALID
-    plugin = GpuDevicePlugin(PluginSettings(
-        socket_dir=socket_dir, resource_name=config.device_plugin.resource_name,
-        injection=config.gpu.injection), inventory)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda _sig, _frame: plugin.stop())
     if gpus.monitor is not None and config.gpu.health_interval:
@@ -60,5 +73,7 @@ def main(args: argparse.Namespace) -> int:
         plugin.run(rescan=gpus.read, rescan_interval=config.gpu.rescan_interval)
     finally:
         gpus.close()
+        if server is not None:
+            server.close()
     return 0
 

@@ -19,6 +19,7 @@ from typing import Any
 from nri_plugin.commands import explain_gpus
 from nri_plugin.commands.common import add_node_arguments, node_from_args
 from nri_plugin.commands.manifests import load_pods
+from nri_plugin.commands.parsed import ParsedSlas
 from nri_plugin.errors import InvalidInput
 
 
@@ -29,15 +30,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_node_arguments(parser)
     parser.add_argument("--nri-version", default=NEWEST_NRI, type=nri_version,
                         metavar="vX.Y.Z|unversioned",
-                        help=f"the NRI version the node's runtime speaks (default {NEWEST_NRI}: "
-                             "containerd 2.3; v0.11.0: CRI-O 1.35-1.36, containerd 2.2.1+; v0.8.0: "
-                             "containerd 1.7.26 to 2.1; `unversioned`: a runtime that sends "
-                             "none and whose release nri-sla does not know); "
-                             "numa.memory-policy needs v0.12")
+                        help=f"the NRI version the node's runtime speaks ({NRI_RUNTIMES}; "
+                             f"default {NEWEST_NRI}); numa.memory-policy needs v0.12")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
 NEWEST_NRI = "v0.12.0"  # the newest NRI this package speaks (nri_plugin.nri.stub)
+# Which runtimes speak which (nri_plugin.nri.levels); the README shows the same words.
+NRI_RUNTIMES = ("v0.12.0: containerd 2.3; v0.11.0: CRI-O 1.35-1.36, containerd 2.2.1+; "
+                "v0.10.0: CRI-O 1.34, containerd 2.2.0; v0.8.0: containerd 1.7.26 to 2.1; "
+                "unversioned: a runtime that sends no version and whose release nri-sla "
+                "does not know")
 UNVERSIONED = "unversioned"
 
 
@@ -86,11 +89,11 @@ def flatten(prefix: str, value: Any) -> list[tuple[str, Any]]:
 
 
 def explain_container(node: Any, pod: Any, container: str, nri_version: str,
-                      kubelet: Any) -> dict[str, Any]:
+                      kubelet: Any, parsed: ParsedSlas) -> dict[str, Any]:
     """`kubelet`: the simulated kubelet and device plugin granting the GPUs the
-    container's limits name, as on a node (the run's containers share one node). With a
-    ReplayedDevices as the node's resolve_device, the paths it could not resolve become
-    warnings."""
+    container's limits name, as on a node (the run's containers share one node);
+    `parsed`: the manifest's SLAs, each parsed once. With a ReplayedDevices as the node's
+    resolve_device, the paths it could not resolve become warnings."""
     from google.protobuf.json_format import MessageToDict
 
     from nri_plugin.core import ContainerRequest, decide
@@ -104,6 +107,10 @@ def explain_container(node: Any, pod: Any, container: str, nri_version: str,
         grant = kubelet.admit(where["pod"], pod.namespace, pod.name, container, resources.gpus)
     except AdmissionRefused as exc:  # the kubelet, not nri-sla, turns the pod away
         return {**where, "outcome": "not admitted", "error": str(exc)}
+    _, invalid = parsed.sla(pod, container)
+    if invalid is not None:  # what decide answers, without parsing the text again
+        return {**where, "outcome": "refused", "nri_version": nri_version,
+                "error": str(invalid)}
     # What the kubelet would hand the runtime for the manifest's resources.
     granted = resources.kubelet_grant(
         cdi_devices=grant.allocation.cdi_devices,
@@ -162,7 +169,7 @@ def main(args: argparse.Namespace) -> int:
             node.resolve_device = ReplayedDevices()
         if args.gpus is not None:
             return gpu_preference(node.allocator.inventory, args)
-        pods = [pod for path in args.manifests for pod in load_pods(path)]
+        manifests = [load_pods(path) for path in args.manifests]
     except (InvalidInput, ValueError, OSError) as exc:  # ManifestError, ConfigError, --gpus
         print(f"nri-sla explain: {exc}", file=sys.stderr)
         return 2
@@ -170,8 +177,11 @@ def main(args: argparse.Namespace) -> int:
     from nri_plugin.simulated.kubelet import Kubelet
 
     kubelet = Kubelet(DevicePlugin(node.allocator.inventory))
-    results = [explain_container(node, pod, name, args.nri_version, kubelet)
-               for pod in pods for name in pod.containers]
+    results = []
+    for pods in manifests:
+        parsed = ParsedSlas(node.config)
+        results += [explain_container(node, pod, name, args.nri_version, kubelet, parsed)
+                    for pod in pods for name in pod.containers]
     if args.json:
         json.dump(results, sys.stdout, indent=2)
         print()

@@ -9,6 +9,7 @@ from typing import Any
 from nri_plugin.errors import InvalidInput
 from nri_plugin.plan.gpu_selection import choose_gpus
 from nri_plugin.plan.placement_values import TOPOLOGIES
+from nri_plugin.text.fields import show
 from nri_plugin.topology.cpulist import CpuListError, format_cpulist, parse_cpulist
 from nri_plugin.topology.gpus import GpuInventory
 
@@ -27,9 +28,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _indexes(flag: str, text: str, known: frozenset[int]) -> frozenset[int]:
     try:
-        found = parse_cpulist(text)
-    except CpuListError as exc:
-        raise InvalidInput(f"{flag}: {exc}") from None
+        found = parse_cpulist(text)  # GPU indexes are written as CPU lists are
+    except CpuListError:
+        raise InvalidInput(f"{flag}: {show(text)} is not a list of GPU indexes (expected "
+                           "e.g. 0-3,6)") from None
     unknown = found - known
     if unknown:
         raise InvalidInput(f"{flag}: no GPU {format_cpulist(unknown)} on this node "

@@ -1,5 +1,7 @@
 """The OCI hook put on the host from the DaemonSet's image (its initContainer runs
 `nri-sla host-hook`): the DaemonSet route's fallback, with the ConfigMap as its policy.
+containerd runs it once `/opt/nri-sla/bin/nri-sla containerd-config --write`, run on
+the node, made the base spec from the node's own default spec and named it.
 
 runc runs the hook on the host, where neither this image's Python nor nri-sla exist. So
 the interpreter that runs this code is copied there with what nri-sla needs:
@@ -9,15 +11,13 @@ the interpreter that runs this code is copied there with what nri-sla needs:
                                           sees the old or the new tree, never half
     /opt/nri-sla/bin/nri-sla              sh launcher: current's python3 -I -S
     /etc/nri-sla/config.yaml              the ConfigMap's file (the hook's default path)
-    /etc/nri-sla/base-runtime-spec.json   the shipped base spec, its hook running the
-                                          launcher through /bin/sh (exits 0 once gone)
 
 A config that does not validate is not installed (the hook would refuse every SLA pod).
 """
 
 from __future__ import annotations
 
-import json
+import errno
 import os
 import re
 import secrets
@@ -30,15 +30,20 @@ from pathlib import Path
 
 import nri_plugin
 from nri_plugin.config import parse_config, read_config_text
-from nri_plugin.hookspec import DEFAULT_STAGE, oci_hooks
 
 HOST_DIR = "/opt/nri-sla"
 HOST_BINARY = f"{HOST_DIR}/bin/nri-sla"
 HOST_CONFIG = "/etc/nri-sla/config.yaml"
-HOST_BASE_SPEC = "/etc/nri-sla/base-runtime-spec.json"
 # Not needed by any nri-sla command; most of the standard library's size.
 SKIPPED_STDLIB = {"site-packages", "dist-packages", "test", "idlelib", "tkinter",
                   "turtledemo", "ensurepip", "lib2to3", "pydoc_data"}
+# What only the plugin and the device plugin load (`run`, `device-plugin`: NRI and kubelet
+# protocols, metrics, event loop, the Events sender's HTTPS client): the copy on the host
+# runs the hook and `containerd-config`, whose imports never reach them (the import
+# contract in pyproject.toml keeps grpc and protobuf out of the hook).
+PLUGIN_ONLY = {"grpcio", "protobuf", "prometheus-client", "uvloop", "urllib3"}
+# Byte-code the launcher's interpreter never reads (it runs without -O).
+OPTIMIZED_PYC = (".opt-1.pyc", ".opt-2.pyc")
 LAUNCHER = """#!/bin/sh
 # nri-sla on the host, put here by the nri-sla DaemonSet (nri_plugin/commands/hostinstall.py)
 here=$(dirname "$(readlink -f "$0")")/../current
@@ -59,7 +64,6 @@ class HostInstall:
     runtime: Path  # the runtime directory now current
     binary: Path
     config: Path
-    base_spec: Path
 
 
 def _requirement_names(dist: metadata.Distribution) -> list[str]:
@@ -81,7 +85,7 @@ def _dependency_files(root: str = "nri-sla") -> list[tuple[Path, str]]:
     pending = _requirement_names(metadata.distribution(root))
     while pending:
         name = pending.pop().lower().replace("_", "-")
-        if name in seen:
+        if name in seen or name in PLUGIN_ONLY:
             continue
         seen.add(name)
         dist = metadata.distribution(name)
@@ -97,7 +101,8 @@ def _copy_tree(source: Path, target: Path, skip: set[str] = frozenset()) -> None
     # config-3.X-<arch>: the static libpython and build files, for compiling extensions
     shutil.copytree(source, target, symlinks=True, dirs_exist_ok=True,
                     ignore=lambda _dir, names: [n for n in names if n in skip
-                                                or n.startswith("config-3")])
+                                                or n.startswith("config-3")
+                                                or n.endswith(OPTIMIZED_PYC)])
 
 
 def _copy_runtime(target: Path) -> None:
@@ -131,12 +136,14 @@ def _write(path: Path, text: str, mode: int) -> None:
     os.replace(tmp, path)
 
 
-def install(host_root: Path, config: str, base_spec_template: Path) -> HostInstall:
-    """Put the hook, its policy and the base spec under host_root (the host's / as the
-    initContainer mounts it). Raises ConfigError for a config that does not validate."""
+def install(host_root: Path, config: str) -> HostInstall:
+    """Put the hook and its policy under host_root (the host's / as the initContainer
+    mounts it). Raises ConfigError for a config that does not validate."""
     text = read_config_text(config)
     parse_config(text, config)
     top = host_root / HOST_DIR.lstrip("/")
+    if not top.is_dir():  # not the host's: the initContainer would fill its own filesystem
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(top))
     # a new name each time (an initContainer is often PID 1): the current tree stays whole
     # until the link moves
     runtime = top / f"runtime-{nri_plugin.__version__}-{secrets.token_hex(4)}"
@@ -152,8 +159,4 @@ def install(host_root: Path, config: str, base_spec_template: Path) -> HostInsta
     _write(binary, LAUNCHER, 0o755)
     config_path = host_root / HOST_CONFIG.lstrip("/")
     _write(config_path, text, 0o644)
-    spec = json.loads(base_spec_template.read_text())
-    spec["hooks"] = oci_hooks(DEFAULT_STAGE, HOST_BINARY)
-    spec_path = host_root / HOST_BASE_SPEC.lstrip("/")
-    _write(spec_path, json.dumps(spec, indent=2) + "\n", 0o644)
-    return HostInstall(runtime, binary, config_path, spec_path)
+    return HostInstall(runtime, binary, config_path)

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from nri_plugin.commands.common import table_lines
-from nri_plugin.errors import EXIT_INTERNAL
+from nri_plugin.errors import EXIT_INTERNAL, EXIT_INVALID
 from nri_plugin.topology import (
     Gpu,
     GpuInventory,
@@ -94,11 +94,16 @@ def main(args: argparse.Namespace) -> int:
             topology = read_topology(args.sysfs_root)
             inventory = load_inventory(args.source, sysfs_root=args.sysfs_root,
                                        proc_root=args.proc_root)
-        if args.save is not None:
-            save_snapshot(args.save, topology, inventory)
-    except OSError as exc:  # the host's sysfs or --save's file (a bad snapshot: nri_plugin.cli)
-        print(f"nri-sla inventory: {exc}", file=sys.stderr)
+    except OSError as exc:  # the host's sysfs (a bad snapshot: nri_plugin.cli)
+        print(f"nri-sla inventory: cannot read this node: {exc}", file=sys.stderr)
         return EXIT_INTERNAL
+    if args.save is not None:
+        try:
+            save_snapshot(args.save, topology, inventory)
+        except OSError as exc:  # the operator's path: bad input, not nri-sla's failure
+            print(f"nri-sla inventory: --save {args.save}: cannot write: "
+                  f"{exc.strerror or exc}", file=sys.stderr)
+            return EXIT_INVALID
     if args.json:
         body = snapshot_to_dict(topology, inventory)
         body["gpu_degraded_reason"] = inventory.degraded_reason

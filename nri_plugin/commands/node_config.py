@@ -10,11 +10,13 @@ default: the default config as YAML, a file `check` accepts.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from nri_plugin.commands.config_render import config_yaml
 from nri_plugin.config import (
     DEFAULT_PATH,
+    ConfigError,
     NodeConfig,
     check_config,
     load_config,
@@ -37,6 +39,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     if args.action == "check":
+        if not os.path.lexists(args.file):  # the file is check's argument, not a --config
+            raise ConfigError(args.file, "", "does not exist (give the file to check: "
+                                             "nri-sla config check FILE)")
         _, errors = check_config(read_config_text(args.file), args.file)
         for error in errors:
             print(f"nri-sla config check: {one_line(str(error))}", file=sys.stderr)

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 
 from nri_plugin.commands.common import add_log_arguments, add_node_arguments, node_from_args
+from nri_plugin.kubelet.cpumanager import DEFAULT_STATE_FILE, policy_warning
 
 log = logging.getLogger("nri_sla.run")
 
@@ -29,6 +31,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--health-address", default=None,
                         help='host:port for /healthz and /readyz alone, the probes\' '
                         'listener that no connection flood starves ("" disables)')
+    parser.add_argument("--cpu-manager-state", default=DEFAULT_STATE_FILE, metavar="FILE",
+                        help="the kubelet's CPU manager checkpoint, read at start to warn "
+                             f"when its policy is not none (default {DEFAULT_STATE_FILE}; "
+                             '"" skips the check)')
     add_log_arguments(parser)
 
 
@@ -57,7 +63,12 @@ def main(args: argparse.Namespace) -> int:
         # Decision lines written once each answer is sent (ops.logsetup says why).
         setup_logging(args.log_format or config.log.format, args.log_level or config.log.level,
                       defer_decisions=True)
-        check_identity(args.name or config.nri.plugin_name, args.index or config.nri.plugin_index)
+        # Given is given: `--name ""` is refused, not read as "use the config's".
+        check_identity(config.nri.plugin_name if args.name is None else args.name,
+                       config.nri.plugin_index if args.index is None else args.index)
+        if args.socket is not None and not os.path.isabs(args.socket):
+            raise ValueError(f"--socket {args.socket!r} must be an absolute path (the NRI "
+                             "socket, e.g. /var/run/nri/nri.sock)")
         if args.inventory is not None:
             load_snapshot(args.inventory)  # read again below; here only to fail early
         # Before the node: a key nri-sla cannot trust is refused, not replaced (that would
@@ -77,6 +88,9 @@ def main(args: argparse.Namespace) -> int:
         return EXIT_INVALID if isinstance(exc, ValueError) else EXIT_UNAVAILABLE
     with listeners:
         log.info("nri-sla %s starting (config %s)", __version__, config.source)
+        policy = policy_warning(args.cpu_manager_state) if args.cpu_manager_state else None
+        if policy is not None:
+            log.warning("%s", policy)
         try:
             node = node_from_args(args, detect=True, record_key=key)
             serve_node(node, metrics, status_socket=config.status.socket, socket=args.socket,

@@ -5,7 +5,8 @@ holds, CPU throttling, memory limit events and pressure, its CPUs and GPUs; each
 value and any repair under way below the table; then the node's GPUs by health, with a
 line for each GPU that is not healthy. Read from the plugin's root-only status
 socket (docs/operations.md, "The status table"); `--json` prints the document itself.
-Exit status 0, or 4 with one line on stderr when the plugin cannot be asked.
+Exit status 0; 1 when the plugin answers but is not registered with the runtime (the
+table says so); 4 with one line on stderr when the plugin cannot be asked.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from nri_plugin.errors import Unavailable
+    from nri_plugin.errors import EXIT_OK, EXIT_REFUSED, Unavailable
     from nri_plugin.ops.statussocket import read_status
 
     # A ConfigError (exit status 2) or an Unavailable (4) reaches nri_plugin.cli: one line.
@@ -44,7 +45,9 @@ def main(args: argparse.Namespace) -> int:
                               "(status.socket is \"\")")
     document = read_status(path)
     print(json.dumps(document, indent=2) if args.json else render(document))
-    return 0
+    # Running but not registered with the runtime: no container is being decided, so a
+    # health check must not read it as fine.
+    return EXIT_OK if document.get("registered") else EXIT_REFUSED
 
 
 def render(doc: dict[str, Any], now: float | None = None) -> str:

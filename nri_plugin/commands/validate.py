@@ -9,9 +9,13 @@ honour (CPUs, GPUs, devices) is `explain`'s. Init containers are checked too: th
 creates them like the others and the pod's SLA applies to them. A
 `<prefix>/container.<name>` naming no container of the pod is an error here (the plugin,
 shown one container at a time, cannot tell a misspelt name from another container's).
-Exit status: 0 nothing refused (soft-mode warnings allowed), 1 any SLA error or refusal,
-2 a manifest that cannot be read or is refused by the hardened YAML reader (one line on
-stderr naming the file).
+Workloads (Deployment, StatefulSet, DaemonSet, ReplicaSet, Job, CronJob) are checked
+through their pod templates; nri-sla's keys on a workload's own metadata are a warning
+(no pod gets them). `-` reads standard input; every document of every file is checked
+and reported, a document that cannot be used on its own line.
+Exit status: 0 nothing refused (warnings allowed), 1 any SLA error or refusal, 2 a file
+or document that cannot be read or is refused by the hardened YAML reader (one line on
+stderr naming it; the rest are still checked), which wins over 1.
 """
 
 from __future__ import annotations
@@ -22,16 +26,26 @@ import sys
 from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 
-from nri_plugin.commands.manifests import ManifestError, PodSpec, load_pods
+from nri_plugin.commands.manifests import (
+    ContainerResources,
+    ManifestError,
+    PodSpec,
+    load_documents,
+    short,
+    source_name,
+)
+from nri_plugin.commands.parsed import ParsedSlas, SlaKey
 from nri_plugin.config import NodeConfig, load_config
-from nri_plugin.errors import EXIT_INVALID, EXIT_OK, EXIT_REFUSED
-from nri_plugin.sla import DEFAULT_PREFIX
+from nri_plugin.errors import EXIT_INVALID, EXIT_OK, EXIT_REFUSED, one_line
+from nri_plugin.sla import DEFAULT_PREFIX, ENFORCEMENT_ALIAS
 
 OK, NO_SLA, WARNED, REFUSED = "ok", "no SLA", "warned", "refused"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("manifests", nargs="+", metavar="POD.yaml")
+    parser.add_argument("manifests", nargs="+", metavar="POD.yaml",
+                        help="Pod, List or workload manifests (Deployment, Job, ...); "
+                             "- reads standard input")
     parser.add_argument("--prefix", default=None,
                         help="annotation prefix (default annotation-prefix of --config: "
                              f"{DEFAULT_PREFIX})")
@@ -42,8 +56,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", "-q", action="store_true",
                         help="print problems and the summary only")
     parser.add_argument("--json", action="store_true",
-                        help="one JSON document: per container outcome and problems, and "
-                             "the summary counts")
+                        help="one JSON document: each container's outcome, problems and "
+                             "hint, the files and documents not read, the summary counts "
+                             "and the exit status")
 
 
 @dataclass
@@ -55,87 +70,150 @@ class Checked:
     init: bool
     outcome: str  # ok | no SLA | warned | refused
     problems: list[str] = field(default_factory=list)  # errors (refused) or warnings
+    hint: str = ""  # how the pod's author fixes them, when nri-sla can tell
 
 
-def check_container(config: NodeConfig, pod: PodSpec, name: str) -> Checked:
+@dataclass
+class Verdicts:
+    """One manifest's verdicts by what they depend on: each SLA (parsed once per manifest,
+    ParsedSlas) measured once against each distinct namespace and resources, however many
+    containers or replicas share them."""
+
+    parsed: ParsedSlas
+    known: dict[tuple[SlaKey, str, ContainerResources], tuple[str, list[str], bool]] = \
+        field(default_factory=dict)
+
+    def check(self, pod: PodSpec, name: str) -> Checked:
+        sla_key = self.parsed.key(pod, name)
+        key = (sla_key, pod.namespace, pod.resources[name])
+        if key not in self.known:
+            self.known[key] = _verdict(self.parsed, pod, name)
+        outcome, problems, over_grant = self.known[key]
+        checked = Checked(pod.source, name, name in pod.init_containers, outcome,
+                          list(problems))
+        prefix = self.parsed.config.annotation_prefix
+        if over_grant and not sla_key[1] and f"{prefix}/pod" in pod.annotations and \
+                len(pod.containers) > 1:
+            checked.hint = (f"{prefix}/pod applies to each of the pod's containers; give "
+                            f"this one its own SLA with {prefix}/container.{name}")
+        return checked
+
+
+def _verdict(parsed: ParsedSlas, pod: PodSpec, name: str) -> tuple[str, list[str], bool]:
+    """(outcome, problems, whether the problems are the SLA above the pod's resources)."""
     from nri_plugin.plan.context import PlanContext
     from nri_plugin.plan.grants import grant_shortfalls
     from nri_plugin.plan.planner import sla_key
-    from nri_plugin.sla.errors import SlaError, SlaErrors
-    from nri_plugin.sla.parse import sla_for_container
+    from nri_plugin.sla.errors import SlaErrors
 
-    checked = Checked(pod.source, name, name in pod.init_containers, OK)
-    try:
-        sla = sla_for_container(pod.annotations, name, default_enforcement=config.enforcement,
-                                prefix=config.annotation_prefix)
-    except SlaError as exc:
-        checked.outcome = REFUSED
-        checked.problems = [str(error) for error in exc.errors]
-        if isinstance(exc, SlaErrors) and exc.omitted:
-            checked.problems.append(f"... and {exc.omitted} more problems")
-        return checked
+    config = parsed.config
+    sla, error = parsed.sla(pod, name)
+    if error is not None:
+        problems = [str(e) for e in error.errors]
+        if isinstance(error, SlaErrors) and error.omitted:
+            problems.append(f"... and {error.omitted} more problems")
+        return REFUSED, problems, False
     if sla is None:
-        checked.outcome = NO_SLA
-        return checked
+        return NO_SLA, [], False
     # The pod's own resources as the kubelet hands them to the runtime (as explain does).
     ctx = PlanContext(cgroup_version=2, namespace=pod.namespace, config=config,
                       granted=pod.resources[name].kubelet_grant())
     shortfalls = grant_shortfalls(sla, ctx)
-    if shortfalls:
-        checked.outcome = WARNED if sla.enforcement == "soft" else REFUSED
-        key = sla_key(sla, config.annotation_prefix)
-        checked.problems = [s.render(key) for s in shortfalls]
-    return checked
+    if not shortfalls:
+        return OK, [], False
+    key = sla_key(sla, config.annotation_prefix)
+    return (WARNED if sla.enforcement == "soft" else REFUSED,
+            [s.render(key) for s in shortfalls], True)
 
 
-def check_pod(config: NodeConfig, pod: PodSpec) -> list[Checked]:
-    """Each container's verdict, and one for container keys that name none of them."""
+def check_pod(verdicts: Verdicts, pod: PodSpec) -> list[Checked]:
+    """Each container's verdict, one for container keys that name none of them, and one
+    for nri-sla's keys on the workload's own metadata."""
     from nri_plugin.sla.parse import keys_naming_no_container
 
-    results = [check_container(config, pod, name) for name in pod.containers]
+    config = verdicts.parsed.config
+    results = [verdicts.check(pod, name) for name in pod.containers]
     strays = keys_naming_no_container(pod.annotations, pod.containers,
                                       prefix=config.annotation_prefix)
     if strays:
         results.append(Checked(pod.source, "", False, REFUSED, [str(e) for e in strays]))
+    head = config.annotation_prefix + "/"
+    misplaced = [k for k in pod.workload_annotations
+                 if k.startswith(head) or k == ENFORCEMENT_ALIAS]
+    if misplaced:
+        results.append(Checked(pod.source, "", False, WARNED, [
+            f"{short(key)}: on the workload's own metadata.annotations, which no pod gets; "
+            f"put it under {pod.template}.metadata.annotations" for key in misplaced]))
     return results
 
 
-def summary(manifests: int, results: list[Checked]) -> dict[str, int]:
-    containers = [r for r in results if r.container]
-    counts = Counter(OK if r.outcome == NO_SLA else r.outcome for r in containers)
-    return {"manifests": manifests, "containers": len(containers), "ok": counts[OK],
-            "refused": counts[REFUSED], "warned": counts[WARNED],
-            "pod_problems": sum(1 for r in results if not r.container)}
+@dataclass
+class Run:
+    """Everything one `validate` found."""
+
+    manifests: int = 0
+    results: list[Checked] = field(default_factory=list)
+    errors: list[dict[str, str]] = field(default_factory=list)  # {source, error}
+
+    def read(self, config: NodeConfig, path: str) -> None:
+        self.manifests += 1
+        try:
+            documents = load_documents(path)
+        except ManifestError as exc:
+            self.errors.append({"source": source_name(path), "error": str(exc)})
+            return
+        verdicts = Verdicts(ParsedSlas(config))
+        for document in documents:
+            if document.error:
+                self.errors.append({"source": document.source, "error": document.error})
+            for pod in document.pods:
+                self.results += check_pod(verdicts, pod)
+
+    @property
+    def status(self) -> int:
+        if self.errors:
+            return EXIT_INVALID
+        return EXIT_REFUSED if any(r.outcome == REFUSED for r in self.results) else EXIT_OK
+
+    def summary(self) -> dict[str, int]:
+        containers = [r for r in self.results if r.container]
+        counts = Counter(OK if r.outcome == NO_SLA else r.outcome for r in containers)
+        pods = Counter(r.outcome for r in self.results if not r.container)
+        return {"manifests": self.manifests, "containers": len(containers), "ok": counts[OK],
+                "refused": counts[REFUSED], "warned": counts[WARNED],
+                "pod_problems": pods[REFUSED], "workload_warnings": pods[WARNED],
+                "unreadable": len(self.errors), "status": self.status}
+
+
+def summary_line(counts: dict[str, int]) -> str:
+    extra = [f"{counts[key]} {what}" for key, what in (
+        ("pod_problems", "pods with annotations naming no container"),
+        ("workload_warnings", "workloads with SLA annotations on their own metadata"),
+        ("unreadable", "manifests or documents not read")) if counts[key]]
+    return (f"{counts['manifests']} manifests, {counts['containers']} containers: "
+            f"{counts['ok']} ok, {counts['refused']} refused, {counts['warned']} warned"
+            + "".join(f"; {e}" for e in extra) + f" (exit status {counts['status']})")
 
 
 def main(args: argparse.Namespace) -> int:
     config = load_config(args.config) if args.config else NodeConfig()
     if args.prefix is not None:
         config = replace(config, annotation_prefix=args.prefix)
-    status = EXIT_OK
-    results: list[Checked] = []
+    run = Run()
     for path in args.manifests:
-        try:
-            pods = load_pods(path)
-        except ManifestError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            status = EXIT_INVALID
-            continue
-        results += [checked for pod in pods for checked in check_pod(config, pod)]
-    if any(r.outcome == REFUSED for r in results):
-        status = max(status, EXIT_REFUSED)
-    counts = summary(len(args.manifests), results)
+        run.read(config, path)
+    for error in run.errors:
+        print(f"error: {one_line(error['error'])}", file=sys.stderr)
+    counts = run.summary()
     if args.json:
-        json.dump({**counts, "results": [asdict(r) for r in results]}, sys.stdout, indent=2)
+        json.dump({**counts, "results": [asdict(r) for r in run.results],
+                   "errors": run.errors}, sys.stdout, indent=2)
         print()
-        return status
-    for r in results:
+        return run.status
+    for r in run.results:
         print_result(r, args.quiet)
-    print(f"{counts['manifests']} manifests, {counts['containers']} containers: "
-          f"{counts['ok']} ok, {counts['refused']} refused, {counts['warned']} warned"
-          + (f"; {counts['pod_problems']} pods with annotations naming no container"
-             if counts["pod_problems"] else ""))
-    return status
+    print(summary_line(counts))
+    return run.status
 
 
 def print_result(r: Checked, quiet: bool) -> None:
@@ -145,6 +223,7 @@ def print_result(r: Checked, quiet: bool) -> None:
         label = "warning: " if r.outcome == WARNED else ""
         for problem in r.problems:
             print(f"{where}: {label}{problem}")
+        if r.hint:
+            print(f"{where}: hint: {r.hint}")
     elif not quiet:
         print(f"{where}: {r.outcome}")
-

@@ -8,12 +8,12 @@ table of keys (`schema`), reading and checking a file (`loader`: `load_config`,
 from nri_plugin.lazyexports import lazy_exports
 
 __getattr__, __dir__, __all__ = lazy_exports(globals(), {
-    "values": ("NodeConfig", "Permissions", "Cap", "PodCaps", "GpuConfig",
+    "values": ("NodeConfig", "Permissions", "Cap", "PodCaps", "CpuConfig", "GpuConfig",
                "DevicePluginConfig", "CgroupConfig", "NriConfig", "HookConfig",
                "MetricsConfig", "WatchConfig", "StatusConfig", "EventsConfig", "LogConfig",
                "DEFAULT_STATE_DIR", "PERMISSIONS", "DEFAULT_GRANT_CDI_KINDS",
                "DEFAULT_GRANT_RESOURCES", "DEFAULT_PODRESOURCES_SOCKET"),
-    "schema": ("TOP_KEYS", "KEY_ATTRIBUTES", "REMOVED_KEYS", "GPU_INJECTIONS",
+    "schema": ("TOP_KEYS", "KEY_ATTRIBUTES", "REMOVED_KEYS", "GPU_INJECTIONS", "MIG_STRATEGIES",
                "GPU_INVENTORIES", "CGROUP_DRIVERS", "MAX_LISTED", "LOG_FORMATS",
                "LOG_LEVELS"),
     "loader": ("ConfigError", "check_config", "parse_config", "read_config_text",

@@ -101,13 +101,18 @@ def parse_config(text: str, source: str = "<config>") -> NodeConfig:
 def read_config_text(path: str) -> str:
     """The text of a config file that must exist (at most MAX_CONFIG_BYTES + 1 read)."""
     try:
-        with open(path, encoding="utf-8") as f:
-            return f.read(MAX_CONFIG_BYTES + 1)
+        with open(path, "rb") as f:
+            data = f.read(MAX_CONFIG_BYTES + 1)
     except FileNotFoundError:
         raise ConfigError(path, "", "does not exist (give an existing file, or no "
                                     "--config for the defaults)") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(path, "", f"cannot be read: {exc}") from None
+    except OSError as exc:
+        raise ConfigError(path, "", f"cannot be read: {exc.strerror or exc}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:  # worded as validate words a manifest's
+        raise ConfigError(path, "", f"cannot be read: not UTF-8 text (byte {exc.start})") \
+            from None
 
 
 def load_config(path: str | None = None) -> NodeConfig:

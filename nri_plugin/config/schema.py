@@ -14,6 +14,7 @@ from collections.abc import Callable
 from nri_plugin.config.values import (
     Cap,
     CgroupConfig,
+    CpuConfig,
     DevicePluginConfig,
     EventsConfig,
     GpuConfig,
@@ -30,6 +31,7 @@ from nri_plugin.sla import ENFORCEMENT_MODES
 from nri_plugin.text.fields import FieldProblem, choice, parse_id_list, show
 
 GPU_INJECTIONS = ("cdi", "env", "devices")
+MIG_STRATEGIES = ("none", "single", "mixed")  # NVIDIA's device plugin's names
 GPU_INVENTORIES = ("auto", "nvml", "sysfs")  # or an absolute path to a snapshot file
 CGROUP_DRIVERS = ("auto", "cgroupfs", "systemd")
 MAX_LISTED = 32  # entries in a list of CDI kinds or resource names
@@ -165,12 +167,15 @@ def _plugin_name(value: object) -> str:
 
 
 def _plugin_index(value: object) -> str:
-    # NRI takes the index as a two-digit string; YAML may have read 50 as a number.
-    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 99:
-        return f"{value:02d}"
+    # containerd takes exactly two digits and pads nothing; YAML reads 50 as a number,
+    # and 07 as 7, which is not two digits: quoted, it is.
+    if isinstance(value, int) and not isinstance(value, bool) and 10 <= value <= 99:
+        return str(value)
     if isinstance(value, str) and re.fullmatch(r"[0-9]{2}", value, re.ASCII):
         return value
-    raise FieldProblem(f"must be two digits from \"00\" to \"99\", got {show(value)}")
+    quote = "; an index below 10 must be quoted, e.g. \"07\"" \
+        if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 10 else ""
+    raise FieldProblem(f"must be two digits from \"00\" to \"99\", got {show(value)}{quote}")
 
 
 def _rescan(value: object) -> float:
@@ -301,6 +306,7 @@ SECTIONS: dict[str, tuple[type, Schema]] = {
         "exclusive-cpus": ("exclusive_cpus", _cap),
         "rt-share": ("rt_share", _share),
     }),
+    "cpu": (CpuConfig, {"exclusive-full-cores": ("exclusive_full_cores", _bool)}),
     "gpu": (GpuConfig, {
         "injection": ("injection", choice(GPU_INJECTIONS)),
         "inventory": ("inventory", _inventory),
@@ -313,6 +319,8 @@ SECTIONS: dict[str, tuple[type, Schema]] = {
     "device-plugin": (DevicePluginConfig, {
         "resource-name": ("resource_name", _resource_name),
         "socket-dir": ("socket_dir", _abs_path),
+        "mig-strategy": ("mig_strategy", choice(MIG_STRATEGIES)),
+        "metrics-address": ("metrics_address", _address),
     }),
     "cgroup": (CgroupConfig, {
         "root": ("root", _abs_path),

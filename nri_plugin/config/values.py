@@ -19,8 +19,11 @@ PERMISSIONS = ("realtime", "exclusive-cpus", "gpus", "io-max", "exceed-runtime-l
 # device plugin's (cdi-cri strategy), whole GPUs and MIG devices.
 DEFAULT_GRANT_CDI_KINDS = ("nvidia.com/gpu", "nvidia.com/mig",
                            "k8s.device-plugin.nvidia.com/gpu",
-                           "k8s.device-plugin.nvidia.com/mig")
-DEFAULT_GRANT_RESOURCES = ("nvidia.com/gpu", "nvidia.com/mig-*")
+                           "k8s.device-plugin.nvidia.com/mig",
+                           "k8s.gpu.nvidia.com/device", "k8s.gpu.nvidia.com/claim")
+# nvidia.com/gpu.shared: what NVIDIA's device plugin renames a time-sliced or MPS GPU to
+# (renameByDefault); its MIG counterparts match nvidia.com/mig-*.
+DEFAULT_GRANT_RESOURCES = ("nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-*")
 DEFAULT_PODRESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 
 
@@ -72,6 +75,15 @@ class PodCaps:
 
 
 @dataclass(frozen=True, slots=True)
+class CpuConfig:
+    """The node config's `cpu` section: how exclusive CPUs are handed out."""
+
+    # Exclusive CPUs as whole SMT cores only (the kubelet's full-pcpus-only): a count
+    # that does not fill whole cores is refused (hard) or runs shared (soft).
+    exclusive_full_cores: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class GpuConfig:
     """The node config's `gpu` section."""
 
@@ -94,6 +106,8 @@ class DevicePluginConfig:
 
     resource_name: str = "nvidia.com/gpu"  # the extended resource pods ask for
     socket_dir: str = "/var/lib/kubelet/device-plugins"  # the kubelet's kubelet.sock is here
+    mig_strategy: str = "none"  # none | single | mixed: how MIG devices are advertised
+    metrics_address: str = ""  # host:port of its Prometheus endpoint; "" serves none
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +208,7 @@ class NodeConfig:
     reserved_cpus: tuple[int, ...] = ()  # never handed out as exclusive CPUs
     # Where nri-sla keeps what must outlive it: the key that authenticates its records.
     state_dir: str = DEFAULT_STATE_DIR
+    cpu: CpuConfig = field(default_factory=CpuConfig)
     gpu: GpuConfig = field(default_factory=GpuConfig)
     device_plugin: DevicePluginConfig = field(default_factory=DevicePluginConfig)
     cgroup: CgroupConfig = field(default_factory=CgroupConfig)

@@ -90,7 +90,7 @@ def _remembered(node: NodeState, request: ContainerRequest) -> Decision:
     reusable)."""
     inputs = inputs_for(request.annotations, node.prefix, request.name, request.namespace,
                         request.granted.key(), node_inputs(node), request.nri_version)
-    known = node.reusable.get(inputs)
+    known = node.reusable.get(inputs) if inputs is not None else None
     if known is not None:  # a replica: the same frozen decision, nothing reserved for it
         return known
     decision = _decide(node, request, inputs)
@@ -122,7 +122,8 @@ def _reusable(sla: Sla, plan: ContainerPlan) -> bool:
             and (sla.io is None or not sla.io.max))
 
 
-def _decide(node: NodeState, request: ContainerRequest, inputs: DecisionInputs) -> Decision:
+def _decide(node: NodeState, request: ContainerRequest,
+            inputs: DecisionInputs | None) -> Decision:
     try:
         sla = parse_sla(node.config, request.annotations, request.name)
     except SlaError as exc:

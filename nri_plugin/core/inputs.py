@@ -33,9 +33,10 @@ TYPE_CHECKING = False  # `typing` costs the OCI hook start-up time; only checker
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-# nri_plugin.sla.ENFORCEMENT_ALIAS (a test compares them): the SLA parser is the heavy
-# part of a decision, which the hook's cached path must not load.
+# nri_plugin.sla's ENFORCEMENT_ALIAS and MAX_SLA_KEYS (a test compares them): the SLA
+# parser is the heavy part of a decision, which the hook's cached path must not load.
 ENFORCEMENT_ALIAS = "io.kubernetes.sla/enforcement-mode"
+MAX_SLA_KEYS = 64
 # The packages whose modules make a decision: nri-sla's own and the YAML reader of SLAs.
 CODE_PACKAGES = ("nri_plugin", "yaml")
 # A file whose ctime is this close to a run's start may have changed while the run loaded
@@ -113,22 +114,34 @@ class DecisionInputs(Value):
         return digest(*parts)
 
 
-def sla_text(annotations: "Mapping[str, str]", prefix: str) -> tuple[tuple[str, str], ...]:
+def sla_text(annotations: "Mapping[str, str]",
+             prefix: str) -> tuple[tuple[str, str], ...] | None:
     """The annotations an SLA is read from, sorted: every key under `prefix` and the
-    enforcement alias. Keys first, the value only of nri-sla's: the plugin passes the
-    request's protobuf map, whose items() is collections.abc's generator in Python."""
+    enforcement alias. None: more of them than a pod may have (the parser refuses it, so
+    it is never reused), told at the first one past the bound, before values are read.
+    Keys first, the value only of nri-sla's: the plugin passes the request's protobuf map,
+    whose items() is collections.abc's generator in Python."""
     head = prefix + "/"
-    return tuple(sorted([(k, annotations[k]) for k in annotations
-                         if k.startswith(head) or k == ENFORCEMENT_ALIAS]))
+    mine = []
+    for k in annotations:
+        if k.startswith(head) or k == ENFORCEMENT_ALIAS:
+            if len(mine) == MAX_SLA_KEYS:
+                return None
+            mine.append((k, annotations[k]))
+    mine.sort()
+    return tuple(mine)
 
 
 def inputs_for(annotations: "Mapping[str, str]", prefix: str, name: str, namespace: str,
                granted: tuple, node: NodeInputs, nri_version: str | None = None,
-               distrust: str = "") -> DecisionInputs:
+               distrust: str = "") -> DecisionInputs | None:
     """A container's DecisionInputs: `granted` is GrantedResources.key() (the runtime's
-    limits cap the plan, so a replica with other limits is another decision)."""
-    return DecisionInputs(sla_text(annotations, prefix), name, namespace, granted, node,
-                          nri_version, distrust)
+    limits cap the plan, so a replica with other limits is another decision). None: more
+    SLA keys than a pod may have (sla_text)."""
+    sla = sla_text(annotations, prefix)
+    if sla is None:
+        return None
+    return DecisionInputs(sla, name, namespace, granted, node, nri_version, distrust)
 
 
 def loaded_code(started_ns: int) -> dict | None:

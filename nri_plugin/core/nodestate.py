@@ -215,8 +215,8 @@ class NodeState:
             if text is None:
                 continue
             try:
-                result.plans[container.id], breach = self._take(container, text, limits,
-                                                                parsed, cpusets)
+                result.plans[container.id], breach = self._take(
+                    container, text, limits, parsed, cpusets, result.cpus_given_back)
             except RecordError as exc:
                 result.rejected.append(Rejection(container.id, exc.problem, str(exc)))
                 continue
@@ -229,12 +229,14 @@ class NodeState:
 
     def _take(self, container: LiveContainer, text: str, limits: RecordLimits,
               parsed: dict[str, tuple[ContainerPlan, tuple[str, ...]]],
-              cpusets: ReportedCpusets) -> tuple[ContainerPlan, str]:
+              cpusets: ReportedCpusets, given_back: dict[str, frozenset[int]]
+              ) -> tuple[ContainerPlan, str]:
         """Re-take what one record holds, and what of it the node config no longer allows
         ("" when all is allowed); RecordError (nothing taken) when it must not be taken.
         Every record's MAC is checked; `parsed` (verified text -> its plan and the
         permissions it needs) spares parsing a verified text twice; `cpusets`: every live
-        container's, which tell its exclusive CPUs still held."""
+        container's, which tell its exclusive CPUs still held; `given_back`: where the
+        exclusive CPUs above its request now are noted."""
         signed = verified_text(text, container.id, self.record_key)
         known = parsed.get(signed)
         if known is None:
@@ -251,6 +253,12 @@ class NodeState:
             except placement_values.PlacementError as exc:  # unchanged: nothing to undo
                 raise RecordConflict(f"{exc} (created earlier); this claim is ignored"
                                      ) from None
+            # The request now rules, not the one the record was made for (a resize while
+            # nri-sla was away): CPUs above it go back before any later record is taken.
+            given = self._within_request(container.id, container.request_millis,
+                                         container.namespace)
+            if given:
+                given_back[container.id] = given
         if plan.rt_runtime and self.rt_budget is not None:
             import nri_plugin.plan.rt_budget as budgets  # per record
 
@@ -327,9 +335,18 @@ class NodeState:
         pool.join(owner, member, None if created else cpus or layout.topology.online)
 
     def cpuset_of(self, owner: str) -> str:
-        """The cpuset `owner` should have now ("": no pool on this node): an answer about
-        it (create, update, resize, repair) carries this, never its creation-time one."""
-        return format_cpulist(self.cpu_pool.cpuset(owner)) if self.cpu_pool else ""
+        """The cpuset `owner` has now in the pool ("": no pool on this node): what it was
+        last told (CPUs given back reach it at the next widening), else what it should
+        have; a repair or a read-back compares with this, never its creation-time one."""
+        return format_cpulist(self.cpu_pool.current(owner)) if self.cpu_pool else ""
+
+    def exclusive_of(self, owner: str) -> str | None:
+        """The exclusive CPUs `owner` holds now (a resize or a restore gives back what its
+        request no longer covers); None: no allocator here to ask."""
+        if self.allocator is None:
+            return None
+        placement = self.allocator.placement_of(owner)
+        return format_cpulist(placement.exclusive_cpus) if placement is not None else ""
 
     def runs_everywhere(self, cpus: str) -> bool:
         """`cpus` is every online CPU: what a container without a cpuset runs on."""
@@ -338,32 +355,37 @@ class NodeState:
     def answer_cpuset(self, owner: str, planned: bool) -> str:
         """The cpuset an answer about `owner` carries (cpuset_of's), counted as told; ""
         when none need be sent: no pool on this node, or every online CPU while nri-sla
-        planned none (`planned`: a container without a cpuset runs on all of them
-        already). Sent with every CreateContainer: the set is compared, not its text, and
-        the text of the last one (mostly the shared pool, again) is not made twice."""
-        if self.cpu_pool is None:
+        planned none (`planned`) and never told it a narrower one (a container without a
+        cpuset runs on all of them already). Sent with every CreateContainer: the set is
+        compared, not its text, and the text of the last one (mostly the shared pool,
+        again) is not made twice."""
+        pool = self.cpu_pool
+        if pool is None:
             return ""
-        cpus = self.cpu_pool.answer(owner)
+        before = pool.told(owner)
+        cpus = pool.answer(owner)
         if not cpus:
             return ""
         # `is` first: mostly the shared pool, one object per allocator generation (the
         # online set itself while nothing is exclusive), and `==` between equal sets
         # looks up every CPU (128 on a large node) even when they are one object.
-        online = self.cpu_pool.allocator.topology.online
-        if not planned and (cpus is online or cpus == online):
-            return ""
+        online = pool.allocator.topology.online
+        if (not planned and (cpus is online or cpus == online)
+                and (before is None or before is online or before == online)):
+            return ""  # (told a narrower one before: given-back CPUs not sent yet)
         answered = self._answered[0]
         if answered is not cpus and answered != cpus:
             self._answered = (cpus, format_cpulist(cpus))
         return self._answered[1]
 
-    def cpuset_updates(self, exclude: str) -> dict[str, str]:
-        """Containers (but `exclude`) whose cpuset must change because exclusive CPUs were
-        taken or given back since they were told theirs: container id -> new cpuset."""
+    def cpuset_updates(self, exclude: str, widen: bool) -> dict[str, str]:
+        """Containers (but `exclude`) whose cpuset must change: container id -> new
+        cpuset. widen=False: those holding CPUs that became exclusive since they were told
+        theirs; widen=True: also those that get given-back CPUs (CpuPool.changes)."""
         if self.cpu_pool is None:
             return {}
         return {owner: format_cpulist(cpus)
-                for owner, cpus in self.cpu_pool.changes(exclude).items()}
+                for owner, cpus in self.cpu_pool.changes(exclude, widen).items()}
 
     def cpu_floors(self, owner: str) -> tuple[CpuFloor, ...]:
         """What exclusive CPUs for `owner` must leave to the other live containers."""
@@ -382,9 +404,19 @@ class NodeState:
         member = pool.member(owner)
         if member is not None:
             pool.join(owner, replace(member, need=cpus_needed(request_millis)))
-        if request_millis is None or self.config.allows("exceed-runtime-limits", namespace):
+        return self._within_request(owner, request_millis, namespace)
+
+    def _within_request(self, owner: str, request_millis: int | None,
+                        namespace: str | None) -> frozenset[int]:
+        """`owner`'s exclusive CPUs above the logical CPUs of its CPU request given back
+        (unless its namespace may exceed the runtime's limits, or it has no known pod: a
+        record restore holds to the end, as it holds other grants outside the policy);
+        the CPUs given back."""
+        if (request_millis is None or self.allocator is None or namespace is None
+                or self.config.allows("exceed-runtime-limits", namespace)):
             return frozenset()
-        return pool.allocator.shrink_exclusive(owner, request_millis // 1000)
+        return self.allocator.shrink_exclusive(owner, request_millis // 1000,
+                                               self.config.cpu.exclusive_full_cores)
 
     def cpus_short(self, owner: str, request_millis: int | None) -> tuple[int, int] | None:
         """(whole CPUs a new request needs, CPUs `owner`'s cpuset can hold) when they do not

@@ -31,6 +31,9 @@ class LiveContainer:
     cpus: str = ""  # its cpuset as the runtime reports it ("": not reported)
     pod: str = ""  # its pod's id: what it holds counts against that pod's caps again
     cgroups_path: str = ""  # its OCI linux.cgroupsPath: where its RT budget lives
+    # Its CPU request now, in millicores (None: none set): a resize while nri-sla was away
+    # holds from the restore on (NodeState.restore gives back exclusive CPUs above it).
+    request_millis: int | None = None
 
 
 @dataclass(frozen=True)
@@ -55,3 +58,6 @@ class Restored:
     out_of_policy: list[Rejection] = field(default_factory=list)
     released: tuple[str, ...] = ()
     rt_given_back: list[RtChange] = field(default_factory=list)
+    # Container id -> exclusive CPUs its record held above its request now (a resize
+    # while nri-sla was away), given back.
+    cpus_given_back: dict[str, frozenset[int]] = field(default_factory=dict)

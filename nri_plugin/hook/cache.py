@@ -131,9 +131,10 @@ def facts_key(ckey: str, code: str, signature: str) -> str:
 
 
 def decision_inputs(run: "Run", prefix: str, ckey: str, fkey: str,
-                    code: str) -> DecisionInputs:
+                    code: str) -> DecisionInputs | None:
     """The container's DecisionInputs on this node: the target's fields, not the raw keys
-    (what identify() believed decides the plan), and the node as the cache knows it."""
+    (what identify() believed decides the plan), and the node as the cache knows it.
+    None: more SLA keys than a pod may have (refused cold, never cached)."""
     target = run.target
     node = NodeInputs(ckey, (fkey, run.opts.sysfs_root), code)
     return inputs_for(run.annotations, prefix, target.name, target.namespace,

@@ -95,6 +95,8 @@ def store_actions(run: Run, store: cache.Store, config: NodeConfig,
     fkey = cache.facts_key(ckey, code["digest"], signature)
     prefix = config.annotation_prefix
     inputs = cache.decision_inputs(run, prefix, ckey, fkey, code["digest"])
+    if inputs is None:  # (a decision that was refused: not reached)
+        return
     store.put("config", ckey, {"prefix": prefix, "log_format": config.log.format,
                                "cgroup_root": str(config.cgroup.root), "code": code})
     store.put("facts", fkey, facts.to_json())

@@ -54,7 +54,8 @@ def cached_actions(run: "Run") -> "tuple[CgroupActions, CgroupPaths] | None":
         cgroup = container_cgroup(run, CgroupFacts.from_json(facts))
     except Exception:
         return None
-    entry = store.get("decision", decision_inputs(run, prefix, ckey, fkey, code).digest())
+    inputs = decision_inputs(run, prefix, ckey, fkey, code)
+    entry = store.get("decision", inputs.digest()) if inputs is not None else None
     if not entry or not deps_hold(entry.get("deps")):
         return None
     try:

@@ -12,9 +12,11 @@ restored the same way: those containers keep them until they end.
 
 The placement itself is `best_fit.choose_placement`, a pure function of the node layout,
 a `Holdings` snapshot taken under the lock and the request; the allocator commits its
-answer. Exclusive CPUs are whole physical cores (every SMT sibling), taken from the GPUs'
-node, else the requested nodes, else the best-fitting node without GPUs; highest cores
-first because CPU 0 and its neighbours carry most kernel housekeeping and IRQ work.
+answer. Exclusive CPUs are exactly the count granted, as logical CPUs (whole cores while
+one fits, then single SMT threads; whole cores only under `cpu.exclusive-full-cores`),
+taken from the GPUs' node, else the requested nodes, else the best-fitting node without
+GPUs; highest cores first because CPU 0 and its neighbours carry most kernel
+housekeeping and IRQ work.
 """
 
 from __future__ import annotations
@@ -216,23 +218,27 @@ class Allocator:
             self._commit(request.owner, placement)
             return placement
 
-    def shrink_exclusive(self, owner: str, at_most: int) -> frozenset[int]:
-        """Give back `owner`'s exclusive CPUs beyond the whole cores that hold `at_most`
-        CPUs (its request shrank); the lowest cores go first, as the highest were taken
-        first. An aligned container keeps its NUMA nodes' shared CPUs, any other one
-        joins the shared pool. Returns the CPUs given back."""
+    def shrink_exclusive(self, owner: str, at_most: int,
+                         full_cores: bool = False) -> frozenset[int]:
+        """Give back `owner`'s exclusive CPUs beyond `at_most` (its request shrank),
+        counted as logical CPUs: the highest cores are kept, as they were taken first, and
+        a core is split rather than kept whole beyond the count (`full_cores`: whole cores
+        only, so fewer when `at_most` does not fill them; never more). An aligned
+        container keeps its NUMA nodes' shared CPUs, any other one joins the shared pool.
+        Returns the CPUs given back."""
         with self._lock:
             p = self._placements.get(owner)
             if p is None or len(p.exclusive_cpus) <= at_most:
                 return frozenset()
             cores = sorted({self.topology.core_of(c) for c in p.exclusive_cpus},
                            key=min, reverse=True)
-            kept: set[int] = set()
+            kept: list[int] = []
             for core in cores:
-                if len(kept) >= at_most:
+                mine = sorted(core & p.exclusive_cpus, reverse=True)
+                if full_cores and len(kept) + len(mine) > at_most:
                     break
-                kept |= core & p.exclusive_cpus
-            given = p.exclusive_cpus - kept
+                kept += mine[:at_most - len(kept)]
+            given = p.exclusive_cpus.difference(kept)
             for cpu in given:
                 del self._cpu_owner[cpu]
             self._snapshot = None

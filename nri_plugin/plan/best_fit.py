@@ -197,49 +197,63 @@ class _BestFit:
 
     # --- CPUs -----------------------------------------------------------------------------
 
-    def free_cores(self, node_id: int) -> list[frozenset[int]]:
-        return self.node.free_cores(node_id, self.held.exclusive_cpus)
+    def free_parts(self, node_id: int) -> list[tuple[frozenset[int], bool]]:
+        """`node_id`'s cores as (their CPUs in no exclusive set, whether that is the whole
+        core), highest core first; a core with a reserved CPU is never one (its siblings
+        share the housekeeping CPU's execution units). Full-cores nodes: whole cores only."""
+        layout = self.node
+        held, reserved = self.held.exclusive_cpus, layout.reserved
+        parts = []
+        for core in reversed(layout.node_cores.get(node_id, ())):
+            if core & reserved:
+                continue
+            free = core - held if held else core
+            if free and (len(free) == len(core) or not self.r.full_cores):
+                parts.append((free, len(free) == len(core)))
+        return parts
 
     def pick_cpus(self, n: int, align_nodes: Sequence[int]) -> frozenset[int]:
         if n <= 0:
             return frozenset()
         if align_nodes:
-            cores = [c for node in align_nodes for c in reversed(self.free_cores(node))]
+            parts = [p for node in align_nodes for p in self.free_parts(node)]
             where = f"NUMA node(s) {format_cpulist(align_nodes)}"
         else:
-            cores = self.best_node_cores(n)
+            parts = self.best_node_parts(n)
             where = "this node"
-        taken = take_cores(cores, n, self.budgets)
+        taken = take_cpus(parts, n, self.budgets, self.r.full_cores)
         if len(taken) >= n:
             return taken
-        if len(take_cores(cores, n)) >= n:
+        unit = "whole cores" if self.r.full_cores else "CPUs"
+        if len(take_cpus(parts, n, (), self.r.full_cores)) >= n:
             self.fail_or_warn(f"requested {n} exclusive CPUs on {where}; {SQUEEZE}",
                               "cpu.exclusive")
         else:
-            free = frozenset().union(*cores) if cores else frozenset()
-            _tell_operator("exclusive CPUs short for %s: %d asked on %s, free whole cores there: "
-                     "%d CPUs (%s)", self.r.owner or "a container", n, where, len(free),
-                     format_cpulist(free) or "none")
-            self.fail_or_warn(f"requested {n} exclusive CPUs on {where}; not that many whole "
-                              "cores can be given there now", "cpu.exclusive")
+            free = frozenset().union(*(p for p, _ in parts))
+            _tell_operator("exclusive CPUs short for %s: %d asked on %s, free %s there: %d "
+                           "CPUs (%s)", self.r.owner or "a container", n, where, unit,
+                           len(free), format_cpulist(free) or "none")
+            self.fail_or_warn(f"requested {n} exclusive CPUs on {where}; not that many "
+                              f"{unit} can be given there now", "cpu.exclusive")
         # soft: complete from the nearest other nodes
-        rest = [c for node in self.nearest_nodes(align_nodes)
-                for c in reversed(self.free_cores(node))]
-        got = take_cores(cores + rest, n, self.budgets)
+        rest = [p for node in self.nearest_nodes(align_nodes) for p in self.free_parts(node)]
+        got = take_cpus(parts + rest, n, self.budgets, self.r.full_cores)
         self.warnings.append(f"gave {len(got)} exclusive CPUs ({format_cpulist(got) or 'none'})")
         return got
 
-    def best_node_cores(self, n: int) -> list[frozenset[int]]:
-        """Cores of the best single node for n CPUs: no GPUs there first, then the fewest
-        free cores that still fit; else cores across nodes, fullest nodes first."""
-        free = {node.id: self.free_cores(node.id) for node in self.node.topology.nodes}
-        fitting = [nid for nid, cores in free.items()
-                   if len(take_cores(list(reversed(cores)), n, self.budgets)) >= n]
+    def best_node_parts(self, n: int) -> list[tuple[frozenset[int], bool]]:
+        """Free cores of the best single node for n CPUs: no GPUs there first, then the
+        fewest free CPUs that still fit; else cores across nodes, fullest nodes first."""
+        free = {node.id: self.free_parts(node.id) for node in self.node.topology.nodes}
+        count = {nid: sum(len(p) for p, _ in parts) for nid, parts in free.items()}
+        fitting = [nid for nid, parts in free.items()
+                   if count[nid] >= n
+                   and len(take_cpus(parts, n, self.budgets, self.r.full_cores)) >= n]
         if fitting:
-            best = min(fitting, key=lambda nid: (nid in self.node.gpu_nodes, len(free[nid]), nid))
-            return list(reversed(free[best]))
-        order = sorted(free, key=lambda nid: (-len(free[nid]), nid))
-        return [c for nid in order for c in reversed(free[nid])]
+            best = min(fitting, key=lambda nid: (nid in self.node.gpu_nodes, count[nid], nid))
+            return free[best]
+        order = sorted(free, key=lambda nid: (-count[nid], nid))
+        return [p for nid in order for p in free[nid]]
 
     def nearest_nodes(self, nodes: Sequence[int]) -> list[int]:
         topo = self.node.topology
@@ -250,19 +264,36 @@ class _BestFit:
         return [n.id for n in sorted(others, key=lambda o: (home.distances.get(o.id, 255), o.id))]
 
 
-def take_cores(cores: Sequence[frozenset[int]], n: int,
-               budgets: Sequence[tuple[frozenset[int], int]] = ()) -> frozenset[int]:
-    """Whole cores, in order, until there are at least n CPUs (fewer when the cores run
-    out); a core that would take more of a floor's CPUs than its budget allows is
-    skipped."""
+def take_cpus(parts: Sequence[tuple[frozenset[int], bool]], n: int,
+              budgets: Sequence[tuple[frozenset[int], int]] = (),
+              whole_only: bool = False) -> frozenset[int]:
+    """n CPUs (fewer when they run out), counted as Kubernetes counts them: logical CPUs,
+    never rounded up to a whole core. `parts`: each core's free CPUs and whether that is
+    the whole core, in order of preference. Whole cores first while one fits in what is
+    left, then single CPUs, from cores already split first (a whole core is split last).
+    `whole_only` (node policy cpu.exclusive-full-cores): whole cores alone. A CPU that
+    would take more of a floor's CPUs than its budget allows is skipped."""
     left = [budget for _, budget in budgets]
     taken: set[int] = set()
-    for core in cores:
-        if len(taken) >= n:
-            break
-        costs = [len(core & cpus) for cpus, _ in budgets]
+
+    def take(cpus: frozenset[int]) -> None:
+        costs = [len(cpus & floor) for floor, _ in budgets]
         if any(cost > left[i] for i, cost in enumerate(costs) if cost):
-            continue
-        left = [budget - cost for budget, cost in zip(left, costs, strict=True)]
-        taken |= core
+            return
+        for i, cost in enumerate(costs):
+            left[i] -= cost
+        taken.update(cpus)
+
+    for part, whole in parts:
+        if whole and len(taken) + len(part) <= n:
+            take(part)
+    if whole_only:
+        return frozenset(taken)
+    split = [part for part, whole in parts if not whole] + [
+        part for part, whole in parts if whole and not part & taken]
+    for part in split:
+        for cpu in sorted(part, reverse=True):
+            if len(taken) >= n:
+                return frozenset(taken)
+            take(frozenset((cpu,)))
     return frozenset(taken)

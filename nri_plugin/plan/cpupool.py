@@ -10,11 +10,14 @@ Each container, with or without an SLA, is one of four kinds:
 * pinned: created with a cpuset someone else chose (the kubelet's static CPU manager):
   left as it is, and none of its CPUs ever becomes exclusive.
 
-The pool is the truth nri-sla re-asserts: `changes` says which containers' cpusets moved
-since they were last told (exclusive CPUs taken or given back), and the plugin sends
-those through UpdateContainers. A container's cpuset never shrinks below what its CPU
-request needs: `floors` are what an exclusive request must leave to the others (the
-Allocator refuses or clamps the request instead of squeezing them).
+The pool is the truth nri-sla re-asserts: `changes` says which containers' cpusets must
+move since they were last told, and the plugin sends those through UpdateContainers: in
+an answer to a create, stop or resize only those on CPUs that became exclusive (found in
+proportion to them); CPUs given back reach the others at the drift pass or a Synchronize
+(`changes(widen=True)`), off any container's own request. A container's cpuset never
+shrinks below what its CPU request needs: `floors` are what an exclusive request must
+leave to the others (the Allocator refuses or clamps the request instead of squeezing
+them).
 """
 
 from __future__ import annotations
@@ -58,7 +61,7 @@ class CpuPool:
     That cpuset is kept here, not in the registry entry's `current_plan`: every
     container has one, with or without an SLA (only SLA containers have a plan); a
     move sent through `changes` updates it, while the plan keeps the cpuset it was
-    created with (the drift watch asks `cpuset` for the one in force); and for most
+    created with (the drift watch asks `current` for the one in force); and for most
     members it is the shared pool's own set object, one for all of them instead of a
     copy each. The node's release clears it with the member (`leave`)."""
 
@@ -66,12 +69,23 @@ class CpuPool:
         self.allocator = allocator
         self._members: dict[str, PoolMember] = {}
         self._told: dict[str, frozenset[int]] = {}  # the cpuset each was last given
-        # `changes` compares every member only when the allocator's CPUs moved since the
-        # last time (its cpu_generation); otherwise only the members joined (and not
+        # The members by the cpuset they were told (most share the shared pool's one set
+        # object): whom CPUs that became exclusive reach, found without a look at the
+        # others (`changes`).
+        self._groups: dict[frozenset[int], set[str]] = {}
+        # `changes` looks at members only when the allocator's CPUs moved since the last
+        # time (its cpu_generation); otherwise only at the members joined (and not
         # answered) since (a CreateContainer without exclusive CPUs then costs nothing per
-        # live container).
-        self._checked_generation: int | None = None
+        # live container). `_narrowed`: the generation of the last look, with the
+        # exclusive CPUs (and owners) it saw; `_widened`: that of the last look at all.
+        self._narrowed: int | None = None
+        self._widened: int | None = None
+        self._seen: dict[int, str] = {}
         self._unchecked: set[str] = set()
+        # For `floors` without a look at every member: how many unpinned members need
+        # each count of CPUs, and the pinned ones.
+        self._needs: dict[int, int] = {}
+        self._pinned: set[str] = set()
         # The shared pool as of an allocator generation: one set object, which every
         # member told it shares (most of them), instead of one copy per member.
         self._shared: tuple[int, frozenset[int]] | None = None
@@ -82,24 +96,69 @@ class CpuPool:
     def join(self, owner: str, member: PoolMember,
              told: frozenset[int] | None = None) -> None:
         """`owner` is a live container (again); `told`: the cpuset it has now, when known."""
+        self._count(self._members.get(owner), -1)
         self._members[owner] = member
+        self._count(member, 1)
+        if member.pinned:
+            self._pinned.add(owner)
+        else:
+            self._pinned.discard(owner)
         self._unchecked.add(owner)
         if told is not None:
-            self._told[owner] = told
+            self._tell(owner, told)
 
     def member(self, owner: str) -> PoolMember | None:
         return self._members.get(owner)
 
     def leave(self, owner: str) -> None:
-        self._members.pop(owner, None)
-        self._told.pop(owner, None)
+        self._count(self._members.pop(owner, None), -1)
+        self._pinned.discard(owner)
+        self._forget(owner)
         self._unchecked.discard(owner)
 
     def clear(self) -> None:
         self._members.clear()
+        self._needs.clear()
+        self._pinned.clear()
         self._told.clear()
+        self._groups.clear()
         self._unchecked.clear()
-        self._checked_generation = None
+        self._narrowed = self._widened = None
+        self._seen = {}
+
+    def _count(self, member: PoolMember | None, step: int) -> None:
+        if member is None:
+            return
+        if member.pinned:
+            return  # (`join` and `leave` keep `_pinned` themselves)
+        left = self._needs.get(member.need, 0) + step
+        if left:
+            self._needs[member.need] = left
+        else:
+            del self._needs[member.need]
+
+    def _tell(self, owner: str, cpus: frozenset[int]) -> None:
+        self._forget(owner)
+        self._told[owner] = cpus
+        self._groups.setdefault(cpus, set()).add(owner)
+
+    def _forget(self, owner: str) -> None:
+        told = self._told.pop(owner, None)
+        if told is not None:
+            group = self._groups[told]
+            group.discard(owner)
+            if not group:
+                del self._groups[told]
+
+    def told(self, owner: str) -> frozenset[int] | None:
+        """The cpuset `owner` was last told (None: never)."""
+        return self._told.get(owner)
+
+    def current(self, owner: str) -> frozenset[int]:
+        """The cpuset `owner` has now: the one it was last told (CPUs given back reach
+        it at the next widening `changes`), else the one it should have (`cpuset`)."""
+        told = self._told.get(owner)
+        return told if told is not None else self.cpuset(owner)
 
     def cpuset(self, owner: str, need: int | None = None) -> frozenset[int]:
         """The cpuset `owner` should have now (the shared pool for a container the pool
@@ -128,7 +187,7 @@ class CpuPool:
             exclusive = self.allocator.exclusive_cpus_in_use()
             # Nothing exclusive: the online set itself, so that the answers' comparisons
             # with it (answer_cpuset's) end at `is` instead of a lookup per online CPU.
-            self._shared = (generation, online - exclusive.keys() if exclusive else online)
+            self._shared = (generation, online.difference(exclusive) if exclusive else online)
         return self._shared[1]
 
     def answer(self, owner: str) -> frozenset[int]:
@@ -136,62 +195,97 @@ class CpuPool:
         CreateContainer or UpdateContainer answer carries it."""
         cpus = self.cpuset(owner)
         shared = self.shared()
-        self._told[owner] = shared if cpus is shared or cpus == shared else cpus
+        self._tell(owner, shared if cpus is shared or cpus == shared else cpus)
         # Told what it should have at this generation: until the allocator's CPUs move
-        # (then `changes` compares every member) or it joins again, nothing can change
-        # its cpuset, so the next `changes` skips it (else every CreateContainer would
-        # recompute the previous one's, excluded from its own `changes`).
+        # or it joins again, nothing can change its cpuset, so the next `changes` skips
+        # it (else every CreateContainer would recompute the previous one's, excluded
+        # from its own `changes`).
         self._unchecked.discard(owner)
         return cpus
 
-    def changes(self, exclude: str = "") -> dict[str, frozenset[int]]:
+    def changes(self, exclude: str = "", widen: bool = True) -> dict[str, frozenset[int]]:
         """Members (but `exclude`) whose cpuset is not what they were last told: container
-        id -> the cpuset to send; each counts as told from now on."""
+        id -> the cpuset to send; each counts as told from now on.
+
+        widen=False (an answer to a create, stop or resize: the runtime applies it inside
+        that container's request): only the members whose cpuset holds a CPU that became
+        another's exclusive CPU since, found through the cpusets they were told, in time
+        proportional to them and the node's CPUs, not to the members. CPUs given back
+        stay out of every cpuset until a widening call (the drift pass, a Synchronize),
+        and the next exclusive request takes them first without moving anyone.
+        widen=True: every member compared with the cpuset it should have, the given-back
+        CPUs included (once per move of the allocator's CPUs)."""
         generation = self.allocator.cpu_generation
-        if generation == self._checked_generation:
-            owners = [o for o in self._unchecked if o in self._members]
-            # `exclude` is left to the next time only if it was due: answered since it
-            # joined, it is not (what a CreateContainer's own answer does)
-            due = exclude in self._unchecked
-        else:
+        owners = [o for o in self._unchecked if o in self._members]
+        if widen and generation != self._widened:
             owners = list(self._members)
-            due = True
-        self._checked_generation = generation
+        elif generation != self._narrowed:
+            exclusive = self.allocator.exclusive_cpus_in_use()
+            seen = self._seen
+            taken = {cpu for cpu, owner in exclusive.items() if seen.get(cpu) != owner}
+            if taken:
+                owners += [o for cpus, group in self._groups.items()
+                           if not cpus.isdisjoint(taken) for o in group]
+        # `exclude` is left to the next time only if it was due: answered since it joined
+        # (what a CreateContainer's own answer does), it is not
+        due = exclude in owners
+        if generation != self._narrowed:
+            self._seen = self.allocator.exclusive_cpus_in_use()
+        self._narrowed = generation
+        if widen:
+            self._widened = generation
         self._unchecked = {exclude} if due and exclude in self._members else set()
         changed = {}
-        for owner in owners:
+        for owner in dict.fromkeys(owners):
             if owner == exclude or self._members[owner].pinned:
                 continue
             cpus = self.cpuset(owner)
             if self._told.get(owner) != cpus:
-                self._told[owner] = changed[owner] = cpus
+                self._tell(owner, cpus)
+                changed[owner] = cpus
         return changed
 
     def floors(self, exclude: str = "") -> tuple[CpuFloor, ...]:
         """What a new exclusive request (by `exclude`) must leave: per set of CPUs the
         members draw from, the most any of them needs; a pinned cpuset whole; and one
         shared CPU always, for the containers still to come (one without a CPU request
-        is never refused, and a cpuset is never empty)."""
+        is never refused, and a cpuset is never empty). Looks at the pinned members and
+        those with CPUs placed only: the others draw from the shared pool, and the most
+        any of them needs is kept counted (`_needs`)."""
         layout = self.allocator.layout
         everything = layout.topology.online - layout.reserved
         need: dict[frozenset[int], int] = {everything: 1}
-        for owner, member in self._members.items():
-            if owner == exclude:
+        shared = dict(self._needs)  # need -> members drawing on the shared pool
+
+        def placed(member: PoolMember) -> None:  # it draws on other CPUs than the pool's
+            shared[member.need] -= 1
+
+        excluded = self._members.get(exclude)
+        if excluded is not None and not excluded.pinned:
+            placed(excluded)
+        for owner in self._pinned:
+            pinned = self._members[owner].pinned
+            if owner != exclude:
+                need[pinned] = max(need.get(pinned, 0), len(pinned))
+        for owner in self.allocator.owners():
+            member = self._members.get(owner)
+            placement = self.allocator.placement_of(owner)
+            if (member is None or member.pinned or owner == exclude or placement is None
+                    or not placement.cpus):
                 continue
-            if member.pinned:
-                cpus, n = member.pinned, len(member.pinned)
+            placed(member)
+            cpus, n = everything, member.need
+            if placement.exclusive_cpus:
+                # its own CPUs, and the shared pool for what they lack
+                n -= len(placement.exclusive_cpus)
+                if n <= 0:
+                    continue
             else:
-                placement = self.allocator.placement_of(owner)
-                cpus, n = everything, member.need
-                if placement is not None and placement.exclusive_cpus:
-                    # its own CPUs, and the shared pool for what they lack
-                    n -= len(placement.exclusive_cpus)
-                    if n <= 0:
-                        continue
-                elif placement is not None and placement.cpus:
-                    nodes = placement.mems or layout.nodes_of_cpus(placement.cpus)
-                    cpus = layout.node_cpus(nodes, ())
+                cpus = layout.node_cpus(placement.mems or layout.nodes_of_cpus(placement.cpus),
+                                        ())
             need[cpus] = max(need.get(cpus, 0), n)
+        most = max((n for n, members in shared.items() if members), default=0)
+        need[everything] = max(need[everything], most)
         return tuple(CpuFloor(cpus, n) for cpus, n in need.items())
 
 

@@ -1,11 +1,13 @@
 """The GPUs of a node as weighted pairs, for choosing sets of them quickly.
 
-A pair's weight orders first by NVLinks between the two GPUs, then, for a pair without
-NVLink, by PCIe closeness (same switch 3, same host bridge 2, same socket 1, across
-sockets 0): NVLinked GPUs talk over their NVLinks, so their PCIe path does not add to
-what they exchange. weight = links * scale + closeness, with `scale` above any sum of
-closeness, so comparing two sets' summed weights compares (NVLinks, PCIe) in that order.
-Sets are bit masks over GPU positions.
+A pair's weight orders first by NVLinks between the two GPUs, then by PCIe closeness
+(same switch 3, same host bridge 2, same socket 1, across sockets 0), counted for every
+pair: among GPUs that all have the same NVLinks (an NVSwitch box) the PCIe tree still
+carries host transfers and GPUDirect traffic to NICs behind the same switch.
+weight = links * link_unit + closeness, with `link_unit` a multiple of `scale` (above any
+sum of closeness) large enough to leave room between the two for a NUMA-span term
+(gpu_selection adds it): a set's summed weight splits back into (NVLinks, PCIe). Sets are
+bit masks over GPU positions.
 """
 
 from __future__ import annotations
@@ -58,14 +60,19 @@ class GpuGraph:
             indexes=tuple(g.index for g in gpus),
             numa=tuple(g.numa_node for g in gpus),
             links=tuple(tuple(0 if a is b else links(a, b) for b in gpus) for a in gpus),
-            closeness=tuple(tuple(0 if a is b or links(a, b) else pcie_closeness(a, b)
-                                  for b in gpus) for a in gpus),
+            closeness=tuple(tuple(0 if a is b else pcie_closeness(a, b) for b in gpus)
+                            for a in gpus),
             scale=3 * pairs + 1,
         )
 
     @cached_property
+    def link_unit(self) -> int:
+        """One NVLink's weight: above `scale` times any NUMA span plus one."""
+        return self.scale * (len(self.node_masks) + 1)
+
+    @cached_property
     def weights(self) -> tuple[tuple[int, ...], ...]:
-        return tuple(tuple(n * self.scale + c for n, c in zip(links, close, strict=True))
+        return tuple(tuple(n * self.link_unit + c for n, c in zip(links, close, strict=True))
                      for links, close in zip(self.links, self.closeness, strict=True))
 
     @cached_property
@@ -114,7 +121,7 @@ class GpuGraph:
 
     def split(self, weight: int) -> tuple[int, int]:
         """(NVLinks, PCIe closeness) of a summed weight."""
-        return divmod(weight, self.scale)
+        return divmod(weight, self.link_unit)
 
     def components(self, mask: int) -> list[int]:
         """The NVLink-connected components of the mask (NVLinks inside it only)."""
@@ -147,7 +154,21 @@ class GpuGraph:
 
     def numa_nodes(self, mask: int) -> int:
         """NUMA nodes the mask spans (unknown counts as one)."""
+        if self.has_table:
+            return self.numa_table[mask]
         return sum(1 for node in self.node_masks.values() if node & mask)
+
+    @cached_property
+    def numa_table(self) -> bytes:
+        """NUMA nodes spanned by every subset, by mask (built like `table`)."""
+        table = bytearray(1 << len(self.indexes))
+        node_bits = {pos: nodes for nodes in self.node_masks.values()
+                     for pos in range(len(self.indexes)) if nodes >> pos & 1}
+        for m in range(1, len(table)):
+            low = m & -m
+            rest = m ^ low
+            table[m] = table[rest] + (not rest & node_bits[low.bit_length() - 1])
+        return bytes(table)
 
 
 Facts = tuple[tuple[int, int | None, tuple[tuple[int, int], ...], tuple[tuple[int, str], ...]], ...]

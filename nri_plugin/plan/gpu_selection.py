@@ -3,12 +3,14 @@
 The score of a set, compared in this order (see docs/placement.md, "GPU selection"):
 1. hard constraints: `numa`: all on one (known) NUMA node; `nvlink`: the set is connected
    over NVLinks inside it (not every pair linked: the best connected set wins by 2.);
-2. bandwidth inside the set: the sum of NVLinks over its pairs, then the sum of PCIe
-   closeness over its pairs without NVLink (same switch 3 > same host bridge 2 > same
-   socket 1 > across sockets 0);
-3. what is left free stays connected: the same two sums over the GPUs left free (so
-   a free NVLink pair or PCIe-switch pair is not broken when an equal set exists);
-4. fewest NUMA nodes spanned; 5. lowest GPU indexes.
+2. NVLink bandwidth inside the set: the sum of NVLinks over its pairs;
+3. fewest NUMA nodes spanned;
+4. PCIe locality inside the set: PCIe closeness summed over its pairs (same switch 3 >
+   same host bridge 2 > same socket 1 > across sockets 0);
+5. what is left free stays connected: NVLinks, then PCIe closeness, summed over the GPUs
+   left free (so a free NVLink pair or PCIe-switch pair is not broken when an equal set
+   exists);
+6. lowest GPU indexes.
 
 Every combination is scored when there are at most `EXHAUSTIVE_LIMIT` of them (any
 request on a box of up to 16 GPUs); beyond that a best-first search grows a set from each
@@ -43,13 +45,13 @@ class GpuScore:
     gpus: tuple[int, ...]
 
     def key(self) -> tuple[int, int, int, int, int, tuple[int, ...]]:
-        return (-self.nvlink_links, -self.pcie, -self.left_nvlink_links, -self.left_pcie,
-                self.numa_nodes, self.gpus)
+        return (-self.nvlink_links, self.numa_nodes, -self.pcie, -self.left_nvlink_links,
+                -self.left_pcie, self.gpus)
 
     def describe(self) -> str:
-        return (f"NVLinks inside {self.nvlink_links}, PCIe closeness {self.pcie}; left free: "
-                f"NVLinks {self.left_nvlink_links}, PCIe closeness {self.left_pcie}; "
-                f"NUMA nodes {self.numa_nodes}")
+        return (f"NVLinks inside {self.nvlink_links}, NUMA nodes {self.numa_nodes}, PCIe "
+                f"closeness {self.pcie}; left free: NVLinks {self.left_nvlink_links}, PCIe "
+                f"closeness {self.left_pcie}")
 
 
 @dataclass(frozen=True)
@@ -137,28 +139,29 @@ class _Search:
         self.unheld = unheld
         self.nvlink = topology == "nvlink"
         self.bound = graph.total_weight + 1  # above any weight left free
+        # inside's NVLinks, then this minus the NUMA span (in `scale` units, below one
+        # NVLink's weight and above any PCIe sum), then inside's PCIe
+        self.spans = len(graph.node_masks) + 1
         self.best: int | None = None
-        self.best_value = self.best_numa = 0
+        self.best_value = 0
         self.evaluated = 0
 
     def value(self, mask: int) -> int:
-        """Bandwidth inside, then what is left free, as one comparable number."""
+        """The score before the indexes (NVLinks inside, NUMA span, PCIe inside, what is
+        left free) as one comparable number."""
         g = self.graph
-        return g.weight(mask) * self.bound + g.weight(self.unheld & ~mask)
+        inside = g.weight(mask) + (self.spans - g.numa_nodes(mask)) * g.scale
+        return inside * self.bound + g.weight(self.unheld & ~mask)
 
     def offer(self, mask: int, value: int) -> None:
-        """Keep `mask` if it beats the best so far: value, then fewest NUMA nodes, then
-        lowest indexes; the NVLink check last, as it costs most."""
-        numa = self.graph.numa_nodes(mask)
-        if self.best is not None:
-            if (value, -numa) != (self.best_value, -self.best_numa):
-                if (value, -numa) < (self.best_value, -self.best_numa):
-                    return
-            elif not lower_indexes(mask, self.best):
-                return
+        """Keep `mask` if it beats the best so far: value, then lowest indexes; the
+        NVLink check last, as it costs most."""
+        if self.best is not None and (value < self.best_value or (
+                value == self.best_value and not lower_indexes(mask, self.best))):
+            return
         if self.nvlink and not self.graph.connected(mask):
             return
-        self.best, self.best_value, self.best_numa = mask, value, numa
+        self.best, self.best_value = mask, value
 
     def exhaustive(self, pool: int, must: int, rest: int) -> None:
         bits = [1 << p for p in range(len(self.graph.indexes)) if pool >> p & 1]
@@ -167,8 +170,11 @@ class _Search:
         if not masks:
             return
         if self.graph.has_table:  # the hot loop of a big request: table lookups only
-            table, bound, unheld = self.graph.table, self.bound, self.unheld
-            scored = [(table[m] * bound + table[unheld & ~m], m) for m in masks]
+            g = self.graph
+            table, numa, bound, unheld = g.table, g.numa_table, self.bound, self.unheld
+            spans, scale = self.spans, g.scale
+            scored = [((table[m] + (spans - numa[m]) * scale) * bound + table[unheld & ~m], m)
+                      for m in masks]
         else:
             scored = [(self.value(m), m) for m in masks]
         if not self.nvlink:
@@ -214,7 +220,8 @@ class _Search:
             for p in range(n):
                 if options >> p & 1:
                     lost = to_left[p] if self.unheld >> p & 1 else 0
-                    value = (inside + to_set[p]) * self.bound + left - lost
+                    span = self.spans - g.numa_nodes(mask | 1 << p)
+                    value = (inside + to_set[p] + span * g.scale) * self.bound + left - lost
                     if best is None or value > best[0]:
                         best = (value, p, lost)
             self.evaluated += bin(options).count("1")

@@ -10,7 +10,9 @@ how the container uses them, but unless the node policy lists the namespace in
 * cpu.limit: at most the runtime's quota, compared as a rate (quota/period) so that a
   different period cannot hide a larger share;
 * memory.max: at most the runtime's memory limit;
-* cpu.exclusive: at most the whole CPUs of the container's CPU request.
+* cpu.exclusive: at most the whole CPUs of the container's CPU request, as logical CPUs
+  (never rounded up to whole SMT cores; `cpu.exclusive-full-cores` refuses a count that
+  does not fill them instead).
 
 GPUs are not here: nri-sla never adds one, a container opens exactly its device plugin's
 grant, and the SLA's gpu section is verified against that grant (best_fit). No runtime
@@ -110,9 +112,22 @@ def fit_exclusive(requested: int, ctx: PlanContext, allocator: Allocator,
     if request is not None:
         limits.insert(0, request)
     allowed, why = min(limits, key=lambda lim: lim[0])
-    if requested <= allowed:
-        return requested, None
-    return allowed, _exclusive_shortfall(requested, allowed, why, soft)
+    if requested > allowed:
+        return allowed, _exclusive_shortfall(requested, allowed, why, soft)
+    return requested, None
+
+
+def fit_full_cores(count: int, width: int, ctx: PlanContext,
+                   soft: bool) -> tuple[int, Shortfall | None]:
+    """Under `cpu.exclusive-full-cores`, an exclusive count that does not fill whole cores
+    of `width` CPUs: refused (hard) or none (soft: the container runs on the shared CPUs).
+    Never rounded up: a grant above the count would hold CPUs nobody accounted for."""
+    if not ctx.config.cpu.exclusive_full_cores or count % width == 0:
+        return count, None
+    message = (f"{count} does not fill whole cores of {width} CPUs (node policy "
+               "cpu.exclusive-full-cores: exclusive CPUs are whole cores only); allowed: a "
+               f"multiple of {width}{'; runs on the shared CPUs' if soft else ''}")
+    return 0, Shortfall("cpu.exclusive", message, REASON)
 
 
 def _exclusive_shortfall(requested: int, allowed: int, why: str, soft: bool) -> Shortfall:

@@ -53,6 +53,7 @@ def placement_request(sla: Sla, ctx: PlanContext, grant: GpuGrant) -> PlacementR
         granted_gpus=grant.gpus,
         granted_migs=grant.migs,
         cpus_needed=cpus_needed(ctx.granted.cpu_request_millis),
+        full_cores=ctx.config.cpu.exclusive_full_cores,
     )
 
 

@@ -53,6 +53,7 @@ class PlacementRequest:
     exclusive_cpus: int | None = None
     numa_nodes: tuple[int, ...] | None = None
     cpus_needed: int = 0  # whole CPUs its CPU request needs: an aligned cpuset holds them
+    full_cores: bool = False  # exclusive CPUs as whole cores only (cpu.exclusive-full-cores)
     granted_gpus: tuple[Gpu, ...] = ()
     granted_migs: tuple[tuple[Gpu, MigInstance], ...] = ()  # (parent, MIG device)
 
@@ -176,11 +177,6 @@ class NodeLayout:
             gpu_nodes=frozenset(g.numa_node for g in inventory.gpus if g.numa_node is not None),
             mem_nodes=frozenset(n.id for n in topology.nodes if n.has_memory),
         )
-
-    def free_cores(self, node_id: int, taken: Iterable[int]) -> list[frozenset[int]]:
-        """Whole cores of `node_id` with no reserved CPU and none in `taken`."""
-        blocked = self.reserved.union(taken)
-        return [c for c in self.node_cores.get(node_id, ()) if not (c & blocked)]
 
     def node_cpus(self, nodes: Iterable[int], taken: Iterable[int]) -> frozenset[int]:
         """The CPUs of `nodes` less the reserved ones and those in `taken`."""

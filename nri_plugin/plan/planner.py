@@ -135,6 +135,9 @@ class _Planner:
         if wants_exclusive:
             exclusive = self.within(grants.fit_exclusive(sla.cpu.exclusive, self.ctx,
                                                          allocator, self.soft))
+            if exclusive:
+                exclusive = self.within(grants.fit_full_cores(
+                    exclusive, allocator.topology.threads_per_core, self.ctx, self.soft))
             sla = replace(sla, cpu=replace(sla.cpu, exclusive=exclusive or None))
         from nri_plugin.plan.runtime_gpus import resolve_grant  # placements only
 

@@ -26,7 +26,7 @@ from functools import lru_cache
 
 from nri_plugin.errors import InvalidInput
 from nri_plugin.plan.model import ContainerPlan, IoLimit, MemoryPolicy
-from nri_plugin.sla.schema import MAX_GPUS, MAX_IO_RULES, MAX_MAJOR, MAX_MINOR, MAX_NUMA_NODE
+from nri_plugin.sla.schema import MAX_GPUS, MAX_MAJOR, MAX_MINOR, MAX_NUMA_NODE
 from nri_plugin.topology.cpulist import CpuListError, parse_cpulist
 
 TYPE_CHECKING = False  # `typing` costs the OCI hook start-up time; only checkers need it
@@ -38,6 +38,9 @@ if TYPE_CHECKING:
 
 RECORD_VERSION = 2  # 2: authenticated (version 1 records carried no MAC and are refused)
 MAX_RECORD_BYTES = 16 * 1024  # a full record (8 GPUs, io.max rules) is well under 2 KiB
+# io.max limits a record may hold: what SLA documents allowed before their bound became
+# 8 rules (a running container's record outlives the release that wrote it).
+MAX_IO_LIMITS = 64
 MAX_RECORD_DEPTH = 3  # object > placement_record / io_max > gpus list / one io.max rule
 MAX_ID = 65535  # highest CPU or NUMA node id without node facts (the hook)
 PATHS = ("nri", "hook")
@@ -296,8 +299,8 @@ _IO_RATES = ("read_bps", "write_bps", "read_iops", "write_iops")
 
 
 def _io_max(value: object, limits: RecordLimits) -> tuple[IoLimit, ...]:
-    if not isinstance(value, list) or not 0 < len(value) <= MAX_IO_RULES:
-        raise _Bad(f"must be a list of 1 to {MAX_IO_RULES} limits")
+    if not isinstance(value, list) or not 0 < len(value) <= MAX_IO_LIMITS:
+        raise _Bad(f"must be a list of 1 to {MAX_IO_LIMITS} limits")
     rules = []
     for item in value:
         doc = _mapping(item, ("major", "minor", *_IO_RATES))

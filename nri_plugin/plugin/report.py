@@ -60,6 +60,9 @@ class ContainerReport:
     compliance: Compliance | None = None
     throttled_ratio: float | None = None  # throttled / periods over the last pass
     cpus: str = ""  # the cpuset the container should have now
+    # The exclusive CPUs it holds now (a resize gives some back; its record keeps the
+    # ones it was created with); None: not known, the record's.
+    exclusive_cpus: str | None = None
 
     @property
     def drifted(self) -> int:
@@ -67,14 +70,16 @@ class ContainerReport:
 
     def to_json(self) -> dict[str, Any]:
         c = self.compliance or Compliance()
-        placement = self.plan.placement_record or {}
+        exclusive = self.exclusive_cpus
+        if exclusive is None:
+            exclusive = str((self.plan.placement_record or {}).get("exclusive", ""))
         doc: dict[str, Any] = {
             "id": self.id, "namespace": self.namespace, "pod": self.pod,
             "container": self.container, "enforcement": self.plan.enforcement,
-            "sla": describe_plan(self.plan), "state": self.state,
+            "sla": describe_plan(self.plan, exclusive), "state": self.state,
             "settings": [s.to_json() for s in self.settings], "drifted": self.drifted,
             "repair": self.repair, "cpus": self.cpus, "mems": self.plan.mems or "",
-            "exclusive_cpus": placement.get("exclusive", ""),
+            "exclusive_cpus": exclusive,
             "gpus": gpu_refs(self.plan),
             "cpu": None, "throttled_ratio": self.throttled_ratio,
             "memory_events": dict(c.memory_events),
@@ -132,15 +137,17 @@ def _size(n: int) -> str:
     return str(n)
 
 
-def describe_plan(plan: ContainerPlan) -> str:
-    """The SLA in a few words: "cpu=2.5 excl=4 mem=10Gi high=8Gi io.w=500 gpus=2"."""
+def describe_plan(plan: ContainerPlan, exclusive: str | None = None) -> str:
+    """The SLA in a few words: "cpu=2.5 excl=4 mem=10Gi high=8Gi io.w=500 gpus=2";
+    `exclusive`: the exclusive CPUs held now (None: the record's)."""
     parts = [plan.enforcement]
     limit = cpu_limit(plan)
     if limit is not None:
         parts.append(f"cpu={limit:g}")
     if plan.rt_runtime:
         parts.append(f"rt={plan.rt_runtime}/{plan.rt_period_in_force}us")
-    exclusive = (plan.placement_record or {}).get("exclusive")
+    if exclusive is None:
+        exclusive = (plan.placement_record or {}).get("exclusive")
     if exclusive:
         parts.append(f"excl={len(parse_cpulist(str(exclusive)))}")
     if plan.memory_max is not None:

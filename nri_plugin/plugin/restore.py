@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 from nri_plugin.core import NodeState
 from nri_plugin.core.restored import LiveContainer, Restored
 from nri_plugin.enforce.rt import RtChange
+from nri_plugin.granted import limits_only
 from nri_plugin.nri.errors import ConnectionClosed
 from nri_plugin.nri.pb import nri_pb2 as pb
 from nri_plugin.nri.service import send_updates
@@ -33,6 +34,7 @@ from nri_plugin.plugin.heap import TRIM_AFTER_CONTAINERS, release_freed_heap
 from nri_plugin.plugin.registry import ContainerEntry, ContainerRegistry
 from nri_plugin.plugin.unenforced import LIVE_STATES, UnenforcedContainers
 from nri_plugin.plugin.watch import DriftWatch
+from nri_plugin.topology.cpulist import format_cpulist
 
 log = logging.getLogger("nri_sla.plugin")
 _R = TypeVar("_R")
@@ -73,7 +75,7 @@ class SynchronizeRestore:
     rescan_inventory: Callable[[], None]
     _entries: Callable[[dict[str, pb.PodSandbox], list[pb.Container], list[LiveContainer],
                         dict[str, ContainerPlan]], Iterable[ContainerEntry]]
-    _cpuset_updates: Callable[[str], list[pb.ContainerUpdate]]
+    _cpuset_updates: Callable[[str, bool], list[pb.ContainerUpdate]]
     _publish_usage: Callable[[], None]
     _report_shared: Callable[[], None]
 
@@ -159,6 +161,9 @@ class SynchronizeRestore:
             values = [live_container(c, namespaces) for c in live]
             restored = self.node.restore(values)
             log_given_back(restored.rt_given_back)
+            for owner, cpus in restored.cpus_given_back.items():
+                log_event(log, logging.INFO, "exclusive CPUs given back after a resize",
+                          container=owner, cpus=format_cpulist(cpus), when="while away")
             self._report_restore_problems(restored)
             # Before the registry is rebuilt: what it knew needs no second look.
             unenforced = self._unenforced.report(self.node.config, self.node.output_keys[0],
@@ -172,7 +177,7 @@ class SynchronizeRestore:
                      len(restored.released), len(unenforced))
             self._publish_usage()
             self._report_shared()
-            updates = self._cpuset_updates(exclude="")
+            updates = self._cpuset_updates("", True)  # given-back CPUs reach everyone
             if self.watch.interval:  # drift while disconnected: repaired at once
                 updates += self.watch.run_in_sync()  # (on a large node, partly: watch.py)
             if len(containers) >= TRIM_AFTER_CONTAINERS and self._loop is not None:
@@ -282,6 +287,8 @@ def live_container(container: pb.Container, namespaces: dict[str, str]) -> LiveC
     """What restore needs of a live container; `namespaces`: pod id -> its namespace.
     Each field read once (each read of a protobuf field makes a new object)."""
     pod_id, linux = container.pod_sandbox_id, container.linux
+    cpu = linux.resources.cpu
+    request = limits_only(cpu.quota.value, cpu.period.value, cpu.shares.value, 0)
     return LiveContainer(container.id, namespaces.get(pod_id), container.annotations,
-                         container.created_at, linux.resources.cpu.cpus, pod_id,
-                         linux.cgroups_path)
+                         container.created_at, cpu.cpus, pod_id, linux.cgroups_path,
+                         request.cpu_request_millis)

@@ -235,7 +235,7 @@ class DriftWatch:
         return ContainerReport(
             watched.id, watched.namespace, watched.pod_name, watched.name, plan, state,
             settings, _memory(watched).repair, reading.compliance if reading else None, ratio,
-            plan.cpus or "")
+            plan.cpus or "", self.node.exclusive_of(watched.id))
 
     # -- drift -----------------------------------------------------------------------------
     def _note(self, watched: ContainerEntry, reading: _Reading) -> None:

@@ -1,7 +1,7 @@
 """Simulated hardware: fake sysfs trees (CPUs, NUMA nodes, NVIDIA PCI functions and the PCI
 bridges above them), an NVML stand-in and example machines (DGX-like, PCIe box, MIG box,
-and for GPU selection: a DGX-1V-like box with weighted NVLinks, an NVSwitch box, a box of
-PCIe switch pairs).
+and for GPU selection: DGX-1V-like and DGX-1P-like boxes, an NVSwitch box, a box of PCIe
+switch pairs, a box of 4 RTX 8000s with NVLink bridges).
 
 Real hardware is not available in CI (no GPUs, one NUMA node), so these builders write
 the same files the kernel exposes (devices/system/{cpu,node}, bus/pci/devices) and offer
@@ -357,15 +357,17 @@ def mig_box_gpus() -> list[FakeGpu]:
 
 
 def build_mig_proc(root: Path, gpu_minor: int, migs: Sequence[FakeMig]) -> Path:
-    """Write proc/driver/nvidia-caps/mig-minors entries for the MIG devices given."""
+    """Write proc/driver/nvidia-caps/mig-minors entries for the MIG devices given (added
+    to those of other GPUs already written)."""
     d = root / "driver/nvidia-caps"
     d.mkdir(parents=True, exist_ok=True)
-    lines = ["config 1", "monitor 2"]
-    minor = 3
+    table = d / "mig-minors"
+    lines = table.read_text().splitlines() if table.exists() else ["config 1", "monitor 2"]
+    minor = 3 + 200 * gpu_minor  # the driver numbers each GPU's minors apart
     for m in migs:
         lines.append(f"gpu{gpu_minor}/gi{m.gi}/access {minor + m.gi * 9}")
         lines.append(f"gpu{gpu_minor}/gi{m.gi}/ci{m.ci}/access {minor + m.gi * 9 + 1 + m.ci}")
-    (d / "mig-minors").write_text("\n".join(lines) + "\n")
+    table.write_text("\n".join(lines) + "\n")
     return root
 
 
@@ -422,6 +424,41 @@ def dgx1v_gpus() -> list[FakeGpu]:
                             numa=i // 4, memory=32 * GIB, name="Tesla V100-SXM2-32GB",
                             minor=i, links=links, pci_path=paths[i]))
     return gpus
+
+
+# A DGX-1 with P100s: 4 NVLinks per GPU, one to each peer of its quad and one to i+4.
+DGX1P_LINKS = {pair: 1 for pair in [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3), (4, 5),
+                                     (4, 6), (4, 7), (5, 6), (5, 7), (6, 7), (0, 4), (1, 5),
+                                     (2, 6), (3, 7)]}
+
+
+def dgx1p_gpus() -> list[FakeGpu]:
+    """8 P100s, hybrid cube-mesh with one NVLink per linked pair (DGX1P_LINKS), 2 NUMA
+    nodes; PCIe as on the DGX-1V."""
+    paths = _switch_pairs(DGX1V_BUSES, [0x00, 0x00, 0x80, 0x80])
+    gpus = []
+    for i, b in enumerate(DGX1V_BUSES):
+        links = [_bus(DGX1V_BUSES[j if k == i else k]) for (k, j) in DGX1P_LINKS
+                 if i in (k, j)]
+        gpus.append(FakeGpu(uuid=f"GPU-90000000-0000-0000-0000-00000000000{i}", bus=_bus(b),
+                            numa=i // 4, memory=16 * GIB, name="Tesla P100-SXM2-16GB",
+                            minor=i, links=links, pci_path=paths[i]))
+    return gpus
+
+
+RTX8000_BUSES = [0x1A, 0x3D, 0x88, 0xB1]
+
+
+def rtx8000_gpus() -> list[FakeGpu]:
+    """4 Quadro RTX 8000s, 2 per socket, each on a root port of its own host bridge;
+    NVLink bridges (2 links) join 0-2 and 1-3, across the sockets, as boxes cabled for
+    GPU pairs rather than for NUMA often are."""
+    paths = [(f"pci0000:{r:02x}", f"0000:{r:02x}:01.0") for r in (0x00, 0x20, 0x80, 0xA0)]
+    bridge = {0: 2, 2: 0, 1: 3, 3: 1}
+    return [FakeGpu(uuid=f"GPU-80000000-0000-0000-0000-00000000000{i}", bus=_bus(b),
+                    numa=i // 2, memory=48 * GIB, name="Quadro RTX 8000", minor=i,
+                    links=[_bus(RTX8000_BUSES[bridge[i]])] * 2, pci_path=paths[i])
+            for i, b in enumerate(RTX8000_BUSES)]
 
 
 NVSWITCH_BUSES = [0x07, 0x0F, 0x47, 0x4E, 0x87, 0x90, 0xB7, 0xBD]

@@ -15,23 +15,27 @@ silently drop the SLA otherwise), except the keys nri-sla itself writes (``appli
 
 All problems of the annotations that apply to a container are collected: one raises an
 :class:`SlaError`, several an :class:`SlaErrors` (itself an SlaError) listing the first
-MAX_REPORTED_ERRORS and counting the rest. Parsed documents and resolved SLAs are cached
-by their exact text, so repeated events are cheap.
+MAX_REPORTED_ERRORS and counting the rest. Parsed documents and resolved SLAs, refusals
+included, are cached by their exact text (bounded in entries and bytes), so repeated
+events are cheap.
 
-Work is bounded before it starts: each value by MAX_ANNOTATION_BYTES (safeyaml checks it
-before parsing), all the pod's keys under the prefix together by
-MAX_TOTAL_ANNOTATION_CHARS (checked before anything is parsed), and the problems kept per
-document or per pod by MAX_REPORTED_ERRORS.
+Work is bounded so that no document costs a create much more than a typical one (the
+plugin answers the runtime one request at a time; bench/bench_hostile_text.py): each
+value by MAX_ANNOTATION_BYTES (safeyaml checks it before parsing) and MAX_VALUES
+(counted while parsing, which stops at the first value past it), all the pod's keys
+under the prefix together by MAX_TOTAL_ANNOTATION_CHARS (counted as they are found,
+before anything is parsed), and the problems kept per document or per pod by
+MAX_REPORTED_ERRORS.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Collection, Mapping
-from functools import lru_cache
 
 from nri_plugin.errors import ProgrammingError
 from nri_plugin.granted import DEFAULT_CPU_PERIOD_US  # the kernel's own default CFS period
+from nri_plugin.sla.cache import TextCache
 from nri_plugin.sla.errors import MAX_REPORTED_ERRORS, SlaError, raise_all
 from nri_plugin.sla.model import (
     DEFAULT_RT_PERIOD_US,
@@ -51,16 +55,27 @@ from nri_plugin.text.safeyaml import YamlProblem, load
 DEFAULT_PREFIX = "sla.nri.io"
 ENFORCEMENT_ALIAS = "io.kubernetes.sla/enforcement-mode"
 OUTPUT_KEYS = ("applied", "warnings")  # written by nri-sla itself, never read as input
-MAX_ANNOTATION_BYTES = 16 * 1024  # checked before YAML parsing
+# One document: every field of the schema with 16 GPU ids as a list and 8 io.max rules
+# of two limits each (or 6 of four) fits in both bounds (117 and 127 values); typical
+# SLAs are < 300 bytes and 40 values. Each value costs a cold parse 2-4 us, so two
+# documents at the bound cost a create a few times a typical one at most
+# (bench/bench_hostile_text.py).
+MAX_ANNOTATION_BYTES = 4096  # checked before YAML parsing
+MAX_VALUES = 128  # scalars, lists and mappings, keys included; counted while parsing
 # All keys under the prefix (and the alias) of one pod, keys and values together: four
-# full-size documents. Kubernetes allows 256 KiB of annotations, and each unknown key
-# under the prefix costs a "did you mean" search; checked before anything is parsed.
-MAX_TOTAL_ANNOTATION_CHARS = 64 * 1024
+# full-size documents. Kubernetes allows 256 KiB of annotations, and each key under the
+# prefix costs the create a little even when unknown; counted before anything is parsed.
+MAX_TOTAL_ANNOTATION_CHARS = 16 * 1024
+# Keys under the prefix (and the alias) of one pod: the pod's, the shortcut, nri-sla's
+# own and one per container. Each costs the create a little even when unknown; a pod
+# with more is refused at the first key past the bound.
+MAX_SLA_KEYS = 64
 MAX_DEPTH = 8  # the schema itself needs 4 (io.max[0].device)
 MIN_CFS_QUOTA_US = 1000  # the kernel refuses a smaller cpu.cfs_quota_us
-# Caches hold annotation texts alive: only texts up to this size are cached, so hostile
-# pods cannot pin more than about 1024 x 4 KiB per cache (typical SLAs are < 1 KiB).
-MAX_CACHED_CHARS = 4096
+# Each cache: at most 1024 entries whose texts hold at most 1 MiB together (256
+# documents at the size bound; typical SLAs are < 300 bytes).
+CACHE_ENTRIES = 1024
+CACHE_BYTES = 1 << 20
 
 # A Kubernetes annotation key is at most 253 (prefix) + 1 + 63 (name) characters.
 _MAX_KEY_CHARS = 317
@@ -75,25 +90,18 @@ _INPUT_NAMES = ("pod", "container.<name>", "enforcement")
 Document = tuple[dict[str, object], tuple[SlaError, ...], int]
 
 
-def _document(key: str, text: str) -> Document:
-    """Parse and check one annotation; problems are returned (and cached), not raised."""
-    if len(text) > MAX_CACHED_CHARS:
-        return _parse_document(key, text)
-    return _cached_document(key, text)
-
-
 def _parse_document(key: str, text: str) -> Document:
+    """Parse and check one annotation; problems are returned (and cached), not raised."""
     try:
-        data = load(text, max_bytes=MAX_ANNOTATION_BYTES, max_depth=MAX_DEPTH)
+        data = load(text, max_bytes=MAX_ANNOTATION_BYTES, max_depth=MAX_DEPTH,
+                    max_nodes=MAX_VALUES)
     except YamlProblem as exc:
         return {}, (SlaError(key, exc.path, exc.message),), 0
-    flat, problems = flatten(data)
-    kept = tuple(SlaError(key, path, message)
-                 for path, message in problems[:MAX_REPORTED_ERRORS])
-    return flat, kept, len(problems) - len(kept)
+    flat, problems, omitted = flatten(data)
+    return flat, tuple(SlaError(key, path, message) for path, message in problems), omitted
 
 
-_cached_document = lru_cache(maxsize=1024)(_parse_document)
+_document = TextCache(_parse_document, max_entries=CACHE_ENTRIES, max_bytes=CACHE_BYTES)
 
 
 def parse_sla_document(key: str, text: str, *, default_enforcement: str = "hard",
@@ -130,7 +138,7 @@ def sla_for_container(annotations: Mapping[str, str], container_name: str, *,
     wanted = "container." + container_name
     pod_text = ctr_text = shortcut = alias = None
     strays: list[str] = []
-    total = 0
+    total = count = 0
     for key in annotations:  # the value read only for nri-sla's keys (a protobuf map's
         if not (key.startswith(head) or key == ENFORCEMENT_ALIAS):  # items() is slow)
             continue
@@ -138,6 +146,9 @@ def sla_for_container(annotations: Mapping[str, str], container_name: str, *,
         if not isinstance(value, str):
             raise SlaError(_shown_key(key), "", f"must be a string, got {type(value).__name__}")
         total += len(key) + len(value)
+        count += 1
+        if total > MAX_TOTAL_ANNOTATION_CHARS or count > MAX_SLA_KEYS:
+            raise _too_many(head, count)  # at once: no stray key costs more
         if key.startswith(head):
             name = key[len(head):]
             if name == "pod":
@@ -153,20 +164,14 @@ def sla_for_container(annotations: Mapping[str, str], container_name: str, *,
             alias = value
     if not total:  # no key of nri-sla's (most pods): no SLA, nothing to look up
         return None
-    if total > MAX_TOTAL_ANNOTATION_CHARS:
-        raise SlaError(f"{head}*", "", f"annotations hold {total} characters together (keys "
-                                       f"and values); at most {MAX_TOTAL_ANNOTATION_CHARS} "
-                                       "are allowed")
     # Without a container document the name changes nothing in the result, so the pod's
     # containers (and every replica's) share one cache entry: a Synchronize asks for
     # thousands of distinct names.
-    args = (prefix, container_name if ctr_text is not None else "", default_enforcement,
-            pod_text, ctr_text, shortcut, alias, tuple(sorted(strays)))
-    # Only small inputs are cached (a cache entry pins its texts). Stray keys always end
-    # in a refusal, so their tuple is never made a cache key either.
-    big = bool(strays) or any(v is not None and len(v) > MAX_CACHED_CHARS
-                              for v in (pod_text, ctr_text, shortcut, alias))
-    sla, problems, omitted = _resolve_uncached(*args) if big else _resolve(*args)
+    # Refusals are cached as well (stray keys included): a controller creates a refused
+    # pod again and again.
+    sla, problems, omitted = _resolve(
+        prefix, container_name if ctr_text is not None else "", default_enforcement,
+        pod_text, ctr_text, shortcut, alias, tuple(sorted(strays)))
     raise_all(problems, omitted)
     return sla
 
@@ -193,7 +198,7 @@ def keys_naming_no_container(annotations: Mapping[str, str], containers: Collect
     return errors
 
 
-def _resolve_uncached(prefix: str, container: str, default: str, pod_text: str | None,
+def _resolve_texts(prefix: str, container: str, default: str, pod_text: str | None,
                       ctr_text: str | None, shortcut: str | None, alias: str | None,
                       strays: tuple[str, ...]) -> tuple[Sla | None, tuple[SlaError, ...], int]:
     """The SLA, or None; the first problems found and how many more were only counted."""
@@ -233,7 +238,17 @@ def _resolve_uncached(prefix: str, container: str, default: str, pod_text: str |
     return (None if problems else sla), tuple(problems), 0
 
 
-_resolve = lru_cache(maxsize=1024)(_resolve_uncached)
+_resolve = TextCache(_resolve_texts, max_entries=CACHE_ENTRIES, max_bytes=CACHE_BYTES)
+
+
+def _too_many(head: str, count: int) -> SlaError:
+    if count > MAX_SLA_KEYS:
+        return SlaError(f"{head}*", "", f"more than {MAX_SLA_KEYS} annotations are under "
+                                        f"{head} (with {ENFORCEMENT_ALIAS}); at most "
+                                        f"{MAX_SLA_KEYS} are allowed")
+    return SlaError(f"{head}*", "", f"annotations hold more than {MAX_TOTAL_ANNOTATION_CHARS} "
+                                    "characters together (keys and values); at most "
+                                    f"{MAX_TOTAL_ANNOTATION_CHARS} are allowed")
 
 
 def _shown_key(key: str) -> str:
@@ -367,5 +382,5 @@ def _gpu(m: dict[str, object], complete: bool, fail) -> GpuSla:
 
 def clear_caches() -> None:
     """Forget cached documents (benchmarks use it to measure cold parsing)."""
-    _cached_document.cache_clear()
-    _resolve.cache_clear()
+    _document.clear()
+    _resolve.clear()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 
+from nri_plugin.sla.errors import MAX_REPORTED_ERRORS
 from nri_plugin.sla.model import (
     ENFORCEMENT_MODES,
     GPU_SOURCES,
@@ -42,7 +43,7 @@ CLEAR = type("Clear", (), {"__repr__": lambda self: "CLEAR", "__slots__": ()})()
 MAX_CPUS = 4096
 MAX_GPUS = 256
 MAX_NUMA_NODE = 1023  # the kernel's MAX_NUMNODES is at most 1024
-MAX_IO_RULES = 64
+MAX_IO_RULES = 8  # 7-11 values each: they fit a document's value bound (parse.MAX_VALUES)
 MIN_MEMORY = 2**20  # below 1Mi is nearly always a unit mistake ("512" for 512Mi)
 MAX_MAJOR = 4095  # Linux dev_t: 12-bit major, 20-bit minor
 MAX_MINOR = 2**20 - 1
@@ -269,18 +270,20 @@ TOP_FIELDS: tuple[str, ...] = ("enforcement", *SECTIONS)
 convert_enforcement = choice(ENFORCEMENT_MODES)
 
 
-def flatten(data: object) -> tuple[dict[str, object], list[tuple[str, str]]]:
+def flatten(data: object) -> tuple[dict[str, object], list[tuple[str, str]], int]:
     """Check one parsed document field by field.
 
-    Returns the flat document and every problem found as (field path, message).
+    Returns the flat document, the first MAX_REPORTED_ERRORS problems found as (field
+    path, message) and how many more there were: those are only counted, so a document
+    of unknown keys costs no "did you mean" search beyond the listed ones.
     """
-    problems: list[tuple[str, str]] = []
+    problems = _Problems()
     flat: dict[str, object] = {}
     example = "a YAML mapping such as 'cpu: {limit: 2}'"
     if data is None:
-        return flat, [("", f"is empty; write {example}")]
+        return flat, [("", f"is empty; write {example}")], 0
     if not isinstance(data, Mapping):
-        return flat, [("", f"must be {example}, got {show(data)}")]
+        return flat, [("", f"must be {example}, got {show(data)}")], 0
     for name, value in data.items():
         if name == "enforcement":
             _convert_into(flat, problems, name, value, convert_enforcement)
@@ -290,26 +293,42 @@ def flatten(data: object) -> tuple[dict[str, object], list[tuple[str, str]]]:
                 flat[name] = CLEAR
                 continue
             if not isinstance(value, Mapping):
-                problems.append((name, f"must be a mapping with fields "
-                                       f"{', '.join(fields)}, got {show(value)}"))
+                problems.add(name, lambda f=fields, v=value: f"must be a mapping with fields "
+                                                              f"{', '.join(f)}, got {show(v)}")
                 continue
             for field, raw in value.items():
-                path = f"{name}.{key_text(field)}"
                 if field not in fields:
-                    problems.append((path, unknown_key_message(field, tuple(fields), name)))
+                    problems.add(f"{name}.{key_text(field)}", lambda f=field, s=name:
+                                 unknown_key_message(f, tuple(SECTIONS[s]), s))
                 else:
-                    _convert_into(flat, problems, path, raw, fields[field])
+                    _convert_into(flat, problems, f"{name}.{field}", raw, fields[field])
         else:
-            problems.append((key_text(name), unknown_key_message(name, TOP_FIELDS, "")))
-    return flat, problems
+            problems.add(key_text(name), lambda n=name: unknown_key_message(n, TOP_FIELDS, ""))
+    return flat, problems.kept, problems.omitted
 
 
-def _convert_into(flat: dict[str, object], problems: list[tuple[str, str]], path: str,
-                  raw: object, convert: Converter) -> None:
+class _Problems:
+    """The first MAX_REPORTED_ERRORS problems with their messages; the rest counted."""
+
+    __slots__ = ("kept", "omitted")
+
+    def __init__(self) -> None:
+        self.kept: list[tuple[str, str]] = []
+        self.omitted = 0
+
+    def add(self, path: str, message: Callable[[], str]) -> None:
+        if len(self.kept) < MAX_REPORTED_ERRORS:
+            self.kept.append((path, message()))
+        else:
+            self.omitted += 1
+
+
+def _convert_into(flat: dict[str, object], problems: _Problems, path: str, raw: object,
+                  convert: Converter) -> None:
     if raw is None:
         flat[path] = CLEAR
         return
     try:
         flat[path] = convert(raw)
     except FieldProblem as exc:
-        problems.append((path + exc.sub, exc.message))
+        problems.add(path + exc.sub, lambda message=exc.message: message)

@@ -50,9 +50,13 @@ def key_text(key: str) -> str:
     return repr(key[:40] + "..." if len(key) > 40 else key)
 
 
+_CAMEL = re.compile(r"(?<=[a-z0-9])([A-Z])")
+
+
 def suggest(name: str, valid: list[str] | tuple[str, ...]) -> str | None:
     """Closest valid key: same key in kebab-case (rt_runtime, rtRuntime), else difflib."""
-    kebab = re.sub(r"(?<=[a-z0-9])([A-Z])", r"-\1", name).replace("_", "-").lower()
+    kebab = name if name.islower() and "_" not in name else \
+        _CAMEL.sub(r"-\1", name).replace("_", "-").lower()
     if kebab in valid:
         return kebab
     import difflib  # only on the error path: keeps the hook's import time down

@@ -17,6 +17,7 @@ such as ``1.1e10`` are read exactly.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import yaml
 
@@ -68,7 +69,8 @@ def _where(event: yaml.Event) -> str:
     return f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
 
 
-def _scalar(event: yaml.ScalarEvent, path: str) -> object:
+def _scalar(event: yaml.ScalarEvent, path: Callable[[], str]) -> object:
+    """The value of a scalar; `path` gives its field path, for a refusal only."""
     value = event.value
     if event.style or not event.implicit[0]:
         return value  # quoted or block scalars are always strings
@@ -80,7 +82,7 @@ def _scalar(event: yaml.ScalarEvent, path: str) -> object:
         return False
     if _INT.fullmatch(value):
         if len(value.lstrip("+-")) > _MAX_INT_DIGITS:
-            raise YamlProblem(path, f"is a number with {len(value)} digits: too large")
+            raise YamlProblem(path(), f"is a number with {len(value)} digits: too large")
         return int(value)
     if _FLOAT.fullmatch(value) or value in _INF or value in _NINF or value in _NAN:
         if value in _INF:
@@ -90,7 +92,7 @@ def _scalar(event: yaml.ScalarEvent, path: str) -> object:
         if value in _NAN:
             return YamlFloat("nan")
         if len(value) > _MAX_INT_DIGITS:
-            raise YamlProblem(path, f"is a number with {len(value)} characters: too long")
+            raise YamlProblem(path(), f"is a number with {len(value)} characters: too long")
         return YamlFloat(value)
     return value
 
@@ -130,22 +132,68 @@ def _load(text: str, max_bytes: int, max_depth: int, max_nodes: int,
         raise YamlProblem("", reason)
     if "\x00" in text:
         raise YamlProblem("", "contains a NUL character")
+    loader = _Loader(text)
     try:
-        return _compose(yaml.parse(text, Loader=_Loader), max_depth, max_nodes,
-                        max_documents)
+        return _compose(loader, max_depth, max_nodes, max_documents)
     except yaml.YAMLError as exc:
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         mark = getattr(exc, "problem_mark", None)
         at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
         raise YamlProblem("", f"is not valid YAML: {problem}{at}") from None
+    finally:
+        loader.dispose()
 
 
-def _compose(events, max_depth: int, max_nodes: int, max_documents: int) -> list[object]:
-    # Events are pulled one at a time, so parsing stops at the first refusal.
-    composer = _Composer(max_depth, max_nodes, max_documents)
-    for event in events:
-        composer.feed(event)
+_SCALAR = yaml.ScalarEvent
+_OPENS = (yaml.SequenceStartEvent, yaml.MappingStartEvent)
+_CLOSES = (yaml.SequenceEndEvent, yaml.MappingEndEvent)
+
+
+def _compose(loader: yaml.BaseLoader, max_depth: int, max_nodes: int, max_documents: int
+             ) -> list[object]:
+    """The documents of the loader's event stream, refusing what the module doc lists.
+
+    One loop over the events, pulled one at a time so that parsing stops at the first
+    refusal: a document's price is this loop's body per value (docs/sla.md, "Bounds"),
+    so events are told apart by their exact class and a field path is only made for a
+    container or a refusal.
+    """
+    composer = _Composer(max_depth, max_documents)
+    stack = composer.stack
+    nodes = 0
+    get_event = loader.get_event
+    while (event := get_event()) is not None:
+        kind = type(event)
+        if kind in _CLOSES:
+            composer.attach(stack.pop().container, event)
+            continue
+        if kind is not _SCALAR and kind not in _OPENS:
+            composer.other(event)  # stream and document marks, aliases
+            continue
+        if event.anchor is not None:
+            raise YamlProblem(composer.child_path(), _ALIASES + _where(event))
+        if event.tag is not None:
+            raise YamlProblem(composer.child_path(), f"has an explicit YAML tag "
+                              f"{event.tag[:40]!r}; tags are not allowed{_where(event)}")
+        nodes += 1
+        if nodes > max_nodes:
+            raise YamlProblem(composer.child_path(), f"is value {nodes}: the document has "
+                              f"more than {max_nodes} values, at most {max_nodes} are "
+                              f"allowed{_where(event)}")
+        at_key = bool(stack) and stack[-1].expects_key
+        if kind is _SCALAR:
+            composer.attach(event.value if at_key else _scalar(event, composer.child_path),
+                            event)
+        elif at_key:
+            raise YamlProblem(stack[-1].path, "has a key that is a list or mapping; keys "
+                              f"must be plain strings{_where(event)}")
+        else:
+            composer.open(event)
     return composer.documents
+
+
+_ALIASES = "uses a YAML anchor or alias (&name / *name); these are not allowed, write the " \
+    "value out"
 
 
 class _Frame:
@@ -162,72 +210,42 @@ class _Frame:
 
 
 class _Composer:
-    """Plain documents from one event stream, refusing what the module doc lists: the
-    documents (`feed` and `_start_document`), the refusals each value passes (`_value`),
-    and the nesting the values are attached in (`_open`, `_attach`, `_child_path`)."""
+    """The documents being built: the stack of open lists and mappings (`open`), the
+    values attached to them (`attach`), the marks between documents (`other`)."""
 
-    def __init__(self, max_depth: int, max_nodes: int, max_documents: int) -> None:
+    def __init__(self, max_depth: int, max_documents: int) -> None:
         self.max_depth = max_depth
-        self.max_nodes = max_nodes
         self.max_documents = max_documents
         self.stack: list[_Frame] = []
         self.root: object = None
         self.documents: list[object] = []
-        self.nodes = 0
 
-    def feed(self, event: yaml.Event) -> None:
+    def other(self, event: yaml.Event) -> None:
+        if isinstance(event, yaml.AliasEvent):
+            raise YamlProblem(self.child_path(), _ALIASES + _where(event))
         if isinstance(event, yaml.DocumentStartEvent):
-            self._start_document(event)
+            if len(self.documents) == self.max_documents:
+                many = "one YAML document" if self.max_documents == 1 else \
+                    f"{self.max_documents} YAML documents"
+                raise YamlProblem("", f"holds more than {many}{_where(event)}")
         elif isinstance(event, yaml.DocumentEndEvent):
             self.documents.append(self.root)
             self.root = None
-        elif not isinstance(event, yaml.StreamStartEvent | yaml.StreamEndEvent):
-            self._value(event)
 
-    def _start_document(self, event: yaml.Event) -> None:
-        if len(self.documents) == self.max_documents:
-            many = "one YAML document" if self.max_documents == 1 else \
-                f"{self.max_documents} YAML documents"
-            raise YamlProblem("", f"holds more than {many}{_where(event)}")
-
-    def _value(self, event: yaml.Event) -> None:
-        """A scalar, an alias, or a list or mapping starting or ending."""
-        path = self._child_path()
-        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
-            raise YamlProblem(path, "uses a YAML anchor or alias (&name / *name); these "
-                                    f"are not allowed, write the value out{_where(event)}")
-        if isinstance(event, yaml.SequenceEndEvent | yaml.MappingEndEvent):
-            self._attach(self.stack.pop().container, event)
-            return
-        if getattr(event, "tag", None) is not None:
-            raise YamlProblem(path, f"has an explicit YAML tag {event.tag[:40]!r}; tags "
-                                    f"are not allowed{_where(event)}")
-        self.nodes += 1
-        if self.nodes > self.max_nodes:
-            raise YamlProblem("", f"has more than {self.max_nodes} values{_where(event)}")
-        at_key = bool(self.stack) and self.stack[-1].expects_key
-        if isinstance(event, yaml.ScalarEvent):
-            self._attach(event.value if at_key else _scalar(event, path), event)
-        else:  # a list or mapping starts (its end was taken above)
-            if at_key:
-                raise YamlProblem(self.stack[-1].path, "has a key that is a list or mapping; "
-                                  f"keys must be plain strings{_where(event)}")
-            self._open(event, path)
-
-    def _open(self, event: yaml.Event, path: str) -> None:
+    def open(self, event: yaml.Event) -> None:
+        path = self.child_path()
         if len(self.stack) >= self.max_depth:
             raise YamlProblem(path, f"is nested more than {self.max_depth} levels deep"
                                     f"{_where(event)}")
-        self.stack.append(_Frame([] if isinstance(event, yaml.SequenceStartEvent) else {},
-                                 path))
+        self.stack.append(_Frame([] if type(event) is yaml.SequenceStartEvent else {}, path))
 
-    def _attach(self, value: object, event: yaml.Event) -> None:
+    def attach(self, value: object, event: yaml.Event) -> None:
         if not self.stack:
             self.root = value
             return
         frame = self.stack[-1]
         container = frame.container
-        if isinstance(container, list):
+        if type(container) is list:
             container.append(value)
         elif frame.expects_key:
             if value in container:
@@ -238,7 +256,8 @@ class _Composer:
             container[frame.key] = value
             frame.expects_key = True
 
-    def _child_path(self) -> str:
+    def child_path(self) -> str:
+        """The field path of the next value."""
         if not self.stack:
             return ""
         frame = self.stack[-1]

@@ -6,9 +6,11 @@ Periodic, the device plugin from its own thread with a real timeout. `health()` 
 GPU's identity (Gpu.identity: its PCI bus id, else its UUID) to its GpuHealth.
 
 A GPU is as healthy as the worst of: what the last inventory read said of it (`track`:
-unknown when NVML could not read it, unhealthy when lost), and what events said since
-this process started (a critical XID or a lost GPU: unhealthy until the process restarts,
-because such a GPU needs a reset the process does not see). Each change is logged once.
+unknown when NVML could not read it, unhealthy when lost), what events said since this
+process started (a critical XID: unhealthy until the process restarts, because such a
+GPU needs a reset the process does not see), and whether a probe found it lost (until an
+inventory read finds it healthy again: a GPU back on the bus after a reset or a driver
+reload answers NVML again, and is offered again). Each change is logged once.
 """
 
 from __future__ import annotations
@@ -124,7 +126,8 @@ class GpuHealthMonitor:
         self.ignored_xids = ignored_xids
         self._lock = threading.Lock()
         self._tracked: dict[str, Gpu] = {}  # identity -> the last inventory read's GPU
-        self._events: dict[str, GpuHealth] = {}  # identity -> unhealthy, for good
+        self._events: dict[str, GpuHealth] = {}  # identity -> unhealthy, for good (XIDs)
+        self._lost: dict[str, GpuHealth] = {}  # identity -> lost, until read healthy
         self._session: _Session | None = None
         self._nvml_problem = ""  # why NVML cannot be watched now (logged once)
         self._closed = threading.Event()  # ends a wait without NVML (close())
@@ -138,14 +141,13 @@ class GpuHealthMonitor:
 
     def health_of(self, gpu: Gpu) -> GpuHealth:
         with self._lock:
-            return gpu.health.worst(self._events.get(gpu.identity, GPU_HEALTHY))
+            return gpu.health.worst(self._marks(gpu.identity))
 
     def apply(self, inventory: GpuInventory) -> GpuInventory:
         """`inventory` with each GPU's health what this monitor knows of it."""
         with self._lock:
             gpus = tuple(replace(g, health=h) if (h := g.health.worst(
-                self._events.get(g.identity, GPU_HEALTHY))) != g.health else g
-                for g in inventory.gpus)
+                self._marks(g.identity))) != g.health else g for g in inventory.gpus)
         return GpuInventory(gpus, inventory.source, inventory.degraded_reason)
 
     # --- steps ------------------------------------------------------------------------
@@ -157,8 +159,11 @@ class GpuHealthMonitor:
         with self._lock:
             before = self._health()
             tracked = {g.identity: g for g in inventory.gpus}
-            if tracked.keys() != self._tracked.keys():
-                self._close()
+            recovered = [k for k, g in tracked.items() if g.health.healthy and k in self._lost]
+            for key in recovered:
+                del self._lost[key]
+            if tracked.keys() != self._tracked.keys() or recovered:
+                self._close()  # a recovered GPU's old handle may still answer lost
             self._tracked = tracked
             return self._changes(before)
 
@@ -187,9 +192,11 @@ class GpuHealthMonitor:
 
     # --- internals (under the lock) ---------------------------------------------------
 
+    def _marks(self, key: str) -> GpuHealth:
+        return self._events.get(key, GPU_HEALTHY).worst(self._lost.get(key, GPU_HEALTHY))
+
     def _health(self) -> dict[str, GpuHealth]:
-        return {k: g.health.worst(self._events.get(k, GPU_HEALTHY))
-                for k, g in self._tracked.items()}
+        return {k: g.health.worst(self._marks(k)) for k, g in self._tracked.items()}
 
     def _changes(self, before: Mapping[str, GpuHealth]) -> HealthChange:
         changed = []
@@ -223,7 +230,7 @@ class GpuHealthMonitor:
             log_event(log, logging.INFO, "GPU health: no XID events for this GPU",
                       gpu=key)
         for key, health in self._session.lost.items():
-            self._mark(key, health)
+            self._lost.setdefault(key, health)
         return self._session
 
     def _close(self) -> None:
@@ -235,7 +242,7 @@ class GpuHealthMonitor:
                 log.debug("GPU health: closing the NVML session: %s", exc)
 
     def _mark(self, key: str, health: GpuHealth) -> None:
-        """Unhealthy for good; the first reason stays."""
+        """Unhealthy for good (a critical XID); the first reason stays."""
         if key not in self._events:
             self._events[key] = health
 
@@ -246,7 +253,7 @@ class GpuHealthMonitor:
                 session.nvml.nvmlDeviceGetMemoryInfo(handle)
             except session.nvml.NVMLError as exc:
                 if error_code(exc) == NVML_ERROR_GPU_IS_LOST:
-                    self._mark(key, health_of_error(exc))
+                    self._lost.setdefault(key, health_of_error(exc))
 
     def _drain(self, session: _Session, timeout_ms: int) -> None:
         nvml = session.nvml

@@ -35,9 +35,10 @@ class InventoryReader:
     """Reads the node's GPUs from one source, keeping NVML's last good read.
 
     auto: NVML; until NVML has answered once, a failure falls back to sysfs with
-    `degraded_reason` set and a warning logged (never an exception); after, see the
-    module doc. nvml: the same, except that a failure before NVML ever answered raises
-    InventoryError. sysfs/snapshot: that source only; failures raise InventoryError.
+    `degraded_reason` set (never an exception), and a warning logged once when sysfs
+    finds GPUs; after, see the module doc. nvml: the same, except that a failure before
+    NVML ever answered raises InventoryError. sysfs/snapshot: that source only; failures
+    raise InventoryError.
     `nvml` replaces the pynvml module (tests pass a fake).
     """
 
@@ -53,6 +54,7 @@ class InventoryReader:
         self.sysfs_root, self.proc_root = sysfs_root, proc_root
         self.snapshot, self.nvml = snapshot, nvml
         self.last_nvml: GpuInventory | None = None  # NVML's last read, once it answered
+        self.fallback_warned = False
 
     def read(self) -> GpuInventory:
         if self.source == "snapshot":
@@ -91,8 +93,15 @@ class InventoryReader:
                                 "nvml", f"{reason}; NVML's last good read, every GPU unknown")
         if self.source == "nvml":
             raise InventoryError(reason) from exc
-        log.warning("GPU inventory: %s; falling back to sysfs", reason)
-        return GpuInventory(read_sysfs_gpus(self.sysfs_root, self.proc_root), "sysfs", reason)
+        gpus = read_sysfs_gpus(self.sysfs_root, self.proc_root)
+        # Worth a warning only where there are GPUs NVML would describe better, and once:
+        # a node without GPUs has nothing to fix, and rescans repeat the same reason.
+        if gpus and not self.fallback_warned:
+            self.fallback_warned = True
+            log.warning("GPU inventory: %s; falling back to sysfs", reason)
+        else:
+            log.debug("GPU inventory: %s; sysfs finds %d GPUs", reason, len(gpus))
+        return GpuInventory(gpus, "sysfs", reason)
 
 
 def _unread(last: Gpu, health: GpuHealth, index: int | None = None) -> Gpu:

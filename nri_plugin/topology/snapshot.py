@@ -229,12 +229,26 @@ def load_snapshot(path: Path) -> NodeSnapshot:
     except yaml.YAMLError as exc:
         raise SnapshotError(f"inventory snapshot {path}: not valid YAML: {_yaml_problem(exc)}"
                             ) from None
+    if not isinstance(data, dict) or "version" not in data:
+        # Another file given by mistake (a pod manifest, the node config): say so, not
+        # which snapshot field it lacks.
+        kind = data.get("kind") if isinstance(data, dict) else None
+        what = (f"a Kubernetes {_shown(kind)} manifest" if isinstance(kind, str) else
+                "a YAML mapping without `version`" if isinstance(data, dict) else
+                f"a YAML {type(data).__name__}")
+        raise SnapshotError(f"inventory snapshot {path}: {what}, not a node snapshot "
+                            "(expected what `nri-sla inventory --save` writes: version, "
+                            "cpus, numa, gpus)")
     try:
         return snapshot_from_dict(data, str(path))
     except SnapshotError:
         raise
     except InventoryError as exc:
         raise SnapshotError(str(exc)) from None
+
+
+def _shown(text: str) -> str:
+    return text[:60] if text.isprintable() else repr(text[:60])
 
 
 def _yaml_problem(exc: yaml.YAMLError) -> str:

@@ -78,9 +78,15 @@ rm -rf "${STAGE:?}$SITE/bin"  # console scripts of dependencies: unused, wrong p
 # stripped, as Debian strips what it packages. Needs binutils' strip.
 command -v strip >/dev/null || die "strip not found (apt-get install binutils)"
 find "$STAGE$SITE" -name '*.so' -type f -exec strip --strip-unneeded {} +
-# Byte-compile now, with the installed path recorded (tracebacks name real files, and
-# root-run hooks never write stray .pyc files that dpkg would not know about).
-"$PYTHON" -m compileall -q -j0 -d "$SITE" "$STAGE$SITE" >/dev/null
+# No byte-code in the package (Debian policy: it is made on the node): postinst
+# compiles the site dir, prerm deletes what was compiled.
+find "$STAGE$SITE" -name __pycache__ -type d -prune -exec rm -rf {} +
+# Some wheels ship their modules and metadata executable: only the launcher is.
+find "$STAGE$SITE" -type f -perm /111 ! -name '*.so' -exec chmod 0644 {} +
+# The extension modules' newest glibc symbol: the libc6 the package needs.
+GLIBC=$(find "$STAGE$SITE" -name '*.so' -type f -exec objdump -T {} + 2>/dev/null \
+    | grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' | sort -uV | tail -n1)
+[ -n "$GLIBC" ] || die "no glibc version in the bundled extension modules (objdump?)"
 
 # --- 3. launcher -----------------------------------------------------------------------
 install -d "$STAGE/usr/bin"
@@ -126,11 +132,12 @@ else
 # defaults apply. The settings: /usr/share/doc/nri-sla/config.md
 EOF
 fi
-if [ -f "$REPO/hooks/base-runtime-spec.json" ]; then
-    install -D -m 0644 "$REPO/hooks/base-runtime-spec.json" \
-        "$STAGE/etc/nri-sla/base-runtime-spec.json"
-    conffiles+=(/etc/nri-sla/base-runtime-spec.json)
-fi
+# `nri-sla demo` reads its pods, node policy and inventory from <site>/examples.
+install -d "$STAGE/usr/share/nri-sla/examples"
+cp -r "$REPO/examples/." "$STAGE/usr/share/nri-sla/examples/"
+find "$STAGE/usr/share/nri-sla/examples" -type d -exec chmod 0755 {} + \
+    -o -type f -exec chmod 0644 {} +
+ln -s ../../../share/nri-sla/examples "$STAGE$SITE/examples"
 if [ -f "$REPO/hooks/nri-sla-hook.json" ]; then
     # CRI-O and podman read OCI hook files from here (containerd: base_runtime_spec).
     install -D -m 0644 "$REPO/hooks/nri-sla-hook.json" \
@@ -138,21 +145,38 @@ if [ -f "$REPO/hooks/nri-sla-hook.json" ]; then
 fi
 # nri-sla(1) and the bash completion, from the staged code's own parsers
 install -d "$STAGE/usr/share/man/man1" "$STAGE/usr/share/bash-completion/completions"
-PYTHONPATH="$STAGE$SITE" "$PYTHON" -S "$REPO/packaging/deb/cli_docs.py" man \
+PYTHONPATH="$STAGE$SITE" "$PYTHON" -S "$REPO/packaging/deb/cli_docs.py" man "$SITE" \
     | gzip -9n > "$STAGE/usr/share/man/man1/nri-sla.1.gz"
 PYTHONPATH="$STAGE$SITE" "$PYTHON" -S "$REPO/packaging/deb/cli_docs.py" bash \
     > "$STAGE/usr/share/bash-completion/completions/nri-sla"
 install -d "$STAGE/usr/share/doc/$PKG"
 install -m 0644 "$REPO"/docs/*.md "$STAGE/usr/share/doc/$PKG/"
+# a native package (no Debian revision): changelog.gz, not changelog.Debian.gz
+gzip -9n < "$REPO/packaging/deb/changelog" > "$STAGE/usr/share/doc/$PKG/changelog.gz"
+# Machine-readable (DEP-5). The bundled distributions' licence texts are shipped in
+# their dist-info dirs; the copyright file names each.
 {
-    echo "nri-sla $VERSION: Apache-2.0."
-    echo "Bundled in $SITE (name version: license):"
+    echo "Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/"
+    echo "Upstream-Name: nri-sla"
+    echo
+    echo "Files: *"
+    echo "Copyright: 2026 the nri-sla developers"
+    echo "License: Apache-2.0"
+    echo " On Debian systems the full text of the Apache License 2.0 is in"
+    echo " /usr/share/common-licenses/Apache-2.0."
     for meta in "$STAGE$SITE"/*.dist-info/METADATA; do
-        awk -F': ' '/^Name: /{n=$2} /^Version: /{v=$2}
-                    /^License(-Expression)?: /{if (!l) l=$2}
-                    END{printf "  %s %s: %s\n", n, v, (l ? l : "see its METADATA")}' "$meta"
+        dist=$(dirname "$meta")
+        awk -F': ' -v dir="${dist#"$STAGE"}" '
+            /^Name: /{n=$2} /^Version: /{v=$2}
+            /^License(-Expression)?: /{if (!l) l=$2}
+            END{printf "\nFiles: %s/*\nCopyright: the %s authors\nLicense: %s\n", dir, n,
+                       (l ? l : "see-METADATA")
+                printf " %s %s: the licence text is shipped in %s/.\n", n, v, dir}' "$meta"
     done
 } > "$STAGE/usr/share/doc/$PKG/copyright"
+# lintian: what stays, and why (docs/install.md "The Debian package" lists the same)
+install -D -m 0644 "$REPO/packaging/deb/lintian-overrides" \
+    "$STAGE/usr/share/lintian/overrides/$PKG"
 
 # --- 5. maintainer scripts -------------------------------------------------------------
 # $DPKG_ROOT is set when dpkg installs into another root (dpkg --root, tests): never
@@ -160,6 +184,9 @@ install -m 0644 "$REPO"/docs/*.md "$STAGE/usr/share/doc/$PKG/"
 cat > "$STAGE/DEBIAN/postinst" <<'EOF'
 #!/bin/sh
 set -e
+if [ "$1" = configure ]; then
+    python3 -m compileall -q "$DPKG_ROOT/usr/lib/nri-sla/site" >/dev/null 2>&1 || true
+fi
 if [ "$1" = configure ] && [ -z "$DPKG_ROOT" ] && [ -d /run/systemd/system ]; then
     systemctl daemon-reload || true
     # Not enabled or started on first install: containerd needs NRI configured first
@@ -171,28 +198,30 @@ if [ "$1" = configure ] && [ -z "$DPKG_ROOT" ] && [ -d /run/systemd/system ]; th
 fi
 exit 0
 EOF
-# Removal must leave containerd able to create containers:
-# * prerm takes out the drop-in `nri-sla containerd-config --write` made (first line: its
-#   marker; never another file) before the binary goes. If that drop-in made containerd
-#   fail closed (required_plugins), containerd is restarted at once: it would refuse every
-#   new container without nri-sla. Otherwise the next containerd restart drops it.
-# * the base spec's hook exits 0 once /usr/bin/nri-sla is gone (nri_plugin/hookspec.py).
-# * dpkg deletes conffiles before postrm purge: prerm keeps a copy of the base spec, and
-#   postrm purge puts it back when a containerd config still names it (containerd does
-#   not start its CRI plugin when base_runtime_spec is missing), saying so.
+# Removal must leave containerd able to create containers, and its config as it was:
+# prerm runs `nri-sla containerd-config --remove` while the binary is still there (takes
+# out its drop-in, puts back a main config it patched, deletes the base spec no config
+# names). If that drop-in made containerd fail closed (required_plugins), containerd is
+# restarted at once: it would refuse every new container without nri-sla. Otherwise the
+# next containerd restart drops it; meanwhile the base spec's hook exits 0 once
+# /usr/bin/nri-sla is gone (nri_plugin/hookspec.py).
 cat > "$STAGE/DEBIAN/prerm" <<'EOF'
 #!/bin/sh
 set -e
-SPEC=/etc/nri-sla/base-runtime-spec.json
+DROPIN=/etc/containerd/conf.d/nri-sla.toml
 MARKER='# Written by `nri-sla containerd-config`'
 case "$1" in
     remove|deconfigure)
-        for dropin in "$DPKG_ROOT"/etc/containerd/conf.d/*.toml; do
-            [ -f "$dropin" ] && [ "$(head -c ${#MARKER} "$dropin")" = "$MARKER" ] || continue
-            if grep -q '^ *required_plugins' "$dropin"; then fail_closed=yes; fi
-            rm -f "$dropin"
-            echo "nri-sla: took out ${dropin#"$DPKG_ROOT"}" >&2
-        done
+        if [ -f "$DPKG_ROOT$DROPIN" ] \
+                && [ "$(head -c ${#MARKER} "$DPKG_ROOT$DROPIN")" = "$MARKER" ] \
+                && grep -q '^ *required_plugins' "$DPKG_ROOT$DROPIN"; then
+            fail_closed=yes
+        fi
+        "$DPKG_ROOT/usr/bin/nri-sla" containerd-config --remove \
+            --main-config "$DPKG_ROOT/etc/containerd/config.toml" --write "$DPKG_ROOT$DROPIN" \
+            --base-runtime-spec "$DPKG_ROOT/etc/nri-sla/base-runtime-spec.json" \
+            --root "${DPKG_ROOT:-/}" >&2 \
+            || echo "nri-sla: containerd's config left as it is (the line above says why)" >&2
         if [ -n "$fail_closed" ] && [ -z "$DPKG_ROOT" ] && [ -d /run/systemd/system ]; then
             echo "nri-sla: restarting containerd: it required nri-sla (fail closed)" >&2
             systemctl try-restart containerd.service || true
@@ -206,11 +235,7 @@ case "$1" in
         if [ -z "$DPKG_ROOT" ] && [ -d /run/systemd/system ]; then
             systemctl stop nri-sla.service nri-sla-device-plugin.service || true
         fi
-        if [ -f "$DPKG_ROOT$SPEC" ]; then
-            mkdir -p "$DPKG_ROOT/var/lib/nri-sla"
-            cp -p "$DPKG_ROOT$SPEC" "$DPKG_ROOT/var/lib/nri-sla/base-runtime-spec.json.kept"
-        fi
-        # .pyc files Python may have added beside the packaged ones
+        # the byte-code postinst compiled, and any Python added beside it
         find "$DPKG_ROOT/usr/lib/nri-sla" -name __pycache__ -type d -prune \
             -exec rm -rf {} + 2>/dev/null || true
         ;;
@@ -233,14 +258,15 @@ case "$1" in
         ;;
 esac
 if [ "$1" = purge ]; then
+    # A base spec containerd's config still names stays: containerd does not start its
+    # CRI plugin when base_runtime_spec is missing.
     SPEC=/etc/nri-sla/base-runtime-spec.json
-    kept="$DPKG_ROOT/var/lib/nri-sla/base-runtime-spec.json.kept"
-    rm -rf "$DPKG_ROOT/etc/nri-sla"
-    if [ -f "$kept" ] && grep -rqsF "$SPEC" "$DPKG_ROOT/etc/containerd"; then
-        mkdir -p "$DPKG_ROOT/etc/nri-sla"
-        mv "$kept" "$DPKG_ROOT$SPEC"
+    if [ -f "$DPKG_ROOT$SPEC" ] && grep -rqsF "$SPEC" "$DPKG_ROOT/etc/containerd"; then
+        find "$DPKG_ROOT/etc/nri-sla" -mindepth 1 ! -path "$DPKG_ROOT$SPEC" -delete
         echo "nri-sla: kept $SPEC: containerd's config still names it" \
              "(base_runtime_spec); take that out, restart containerd, then delete it" >&2
+    else
+        rm -rf "$DPKG_ROOT/etc/nri-sla"
     fi
     rm -rf "$DPKG_ROOT/var/lib/nri-sla"
 fi
@@ -257,9 +283,9 @@ cat > "$STAGE/DEBIAN/control" <<EOF
 Package: $PKG
 Version: $VERSION
 Architecture: $ARCH
-Maintainer: nri-sla developers <nri-sla@localhost>
+Maintainer: nri-sla developers <nri-sla-maintainers@lists.nri-sla.org>
 Installed-Size: $SIZE
-Depends: python3 (>= $PYVER), python3 (<< $PYNEXT)
+Depends: python3 (>= $PYVER), python3 (<< $PYNEXT), libc6 (>= $GLIBC), procps
 Recommends: containerd | containerd.io
 Section: admin
 Priority: optional

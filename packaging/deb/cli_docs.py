@@ -1,10 +1,12 @@
 """The man page nri-sla(1) and the bash completion, made from the command line's own parsers
 (nri_plugin.cli): they list exactly the commands and flags the code has.
 
-    python3 packaging/deb/cli_docs.py man  > nri-sla.1
+    python3 packaging/deb/cli_docs.py man [SITE] > nri-sla.1
     python3 packaging/deb/cli_docs.py bash > nri-sla   (bash-completion's completions dir)
 
-Run with nri_plugin importable (build.sh: the package's staged site dir on PYTHONPATH).
+Run with nri_plugin importable (build.sh: the package's staged site dir on PYTHONPATH);
+SITE is where that dir is installed: the defaults the help shows (the demo's examples)
+name it instead of the build's staging dir.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ import argparse
 import importlib
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
+import nri_plugin
 from nri_plugin import __version__
 from nri_plugin.cli import COMMANDS, HOOK, HOOK_HELP, _top_parser
 
@@ -75,7 +79,8 @@ def man_page() -> str:
                     "failure; 4 unavailable (a port in use, no plugin answering)."),
               ".SH FILES", ".TP", "/etc/nri\\-sla/config.yaml", "the node config",
               ".TP", "/etc/nri\\-sla/base\\-runtime\\-spec.json",
-              "the OCI spec whose hook runs nri\\-sla hook (containerd's base_runtime_spec)",
+              "containerd's default OCI spec with the nri\\-sla hook added (its "
+              "base_runtime_spec), made by nri\\-sla containerd\\-config \\-\\-write",
               ".SH SEE ALSO", "containerd(8), /usr/share/doc/nri\\-sla/install.md"]
     return "\n".join(lines) + "\n"
 
@@ -115,8 +120,15 @@ def bash_completion() -> str:
     ]) + "\n"
 
 
+def installed(text: str, site: str) -> str:
+    """`text` naming the installed site dir where it names the one nri_plugin runs from."""
+    staged = str(Path(nri_plugin.__file__).resolve().parents[1])
+    return text.replace(_roff(staged), _roff(site)).replace(staged, site)
+
+
 if __name__ == "__main__":
     kinds = {"man": man_page, "bash": bash_completion}
-    if sys.argv[1:2] not in ([k] for k in kinds):
-        sys.exit(f"usage: {sys.argv[0]} {'|'.join(kinds)}")
-    sys.stdout.write(kinds[sys.argv[1]]())
+    if sys.argv[1:2] not in ([k] for k in kinds) or len(sys.argv) > 3:
+        sys.exit(f"usage: {sys.argv[0]} {'|'.join(kinds)} [SITE]")
+    output = kinds[sys.argv[1]]()
+    sys.stdout.write(installed(output, sys.argv[2]) if len(sys.argv) == 3 else output)

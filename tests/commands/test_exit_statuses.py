@@ -16,7 +16,7 @@ from nri_plugin.errors import EXIT_INVALID, EXIT_OK, EXIT_UNAVAILABLE
 
 REPO = Path(__file__).resolve().parents[2]
 DGX = str(REPO / "examples" / "dgx-like.yaml")
-POD = str(REPO / "examples" / "pods" / "inference.yaml")
+POD = str(REPO / "examples" / "pods" / "10-inference.yaml")
 BROKEN = "{version: 1, cpus: {online: '0'\n"
 
 
@@ -35,6 +35,7 @@ def node(tmp_path):
                       f"status: {{socket: {tmp_path / 'status.sock'}}}\n"
                       "metrics: {address: ''}\n")
     (tmp_path / "broken.yaml").write_text(BROKEN)
+    (tmp_path / "binary.yaml").write_bytes(b"a:\xff\xfe")
     return tmp_path
 
 
@@ -67,7 +68,30 @@ CASES = {
         "nri-sla explain: inventory snapshot {dir}/broken.yaml: not valid YAML: "),
     "explain unusable inventory": (
         ("explain", "--inventory", "{dir}/config.yaml", POD), EXIT_INVALID,
-        "nri-sla explain: {dir}/config.yaml.version: missing"),
+        "nri-sla explain: inventory snapshot {dir}/config.yaml: a YAML mapping without "
+        "`version`, not a node snapshot (expected what `nri-sla inventory --save` writes"),
+    "explain pod file as inventory": (
+        ("explain", "--inventory", POD, POD), EXIT_INVALID,
+        f"nri-sla explain: inventory snapshot {POD}: a Kubernetes Pod manifest, not a node "
+        "snapshot"),
+    "explain gpus bad free list": (
+        ("explain", "--inventory", DGX, "--gpus", "2", "--free", "abc"), EXIT_INVALID,
+        "nri-sla explain: --free: abc is not a list of GPU indexes (expected e.g. 0-3,6)"),
+    "inventory save nowhere": (
+        ("inventory", "--inventory", DGX, "--save", "{dir}/none/x.yaml"), EXIT_INVALID,
+        "nri-sla inventory: --save {dir}/none/x.yaml: cannot write: No such file or "
+        "directory"),
+    "config check binary": (
+        ("config", "check", "{dir}/binary.yaml"), EXIT_INVALID,
+        "nri-sla config: {dir}/binary.yaml: cannot be read: not UTF-8 text (byte 2)"),
+    "config check no file": (
+        ("config", "check", "{dir}/none.yaml"), EXIT_INVALID,
+        "nri-sla config: {dir}/none.yaml: does not exist (give the file to check: nri-sla "
+        "config check FILE)"),
+    "run empty name": ((*RUN, "--name", ""), EXIT_INVALID,
+                       "nri-sla run: plugin name '' is invalid"),
+    "run relative socket": ((*RUN, "--socket", "nri.sock"), EXIT_INVALID,
+                            "nri-sla run: --socket 'nri.sock' must be an absolute path"),
     "demo missing inventory": (
         ("demo", "--inventory", "{dir}/none.yaml"), EXIT_INVALID,
         "nri-sla demo: cannot read inventory snapshot {dir}/none.yaml"),
@@ -118,3 +142,24 @@ def test_docs_table_lists_every_status():
     statuses = sorted(v for k, v in vars(errors).items() if k.startswith("EXIT_") and
                       isinstance(v, int))
     assert shown == statuses == [0, 1, 2, 3, 4]
+
+
+def test_run_warns_at_start_when_the_kubelet_pins_cpus_itself(node):
+    state = node / "cpu_manager_state"
+    state.write_text('{"policyName":"static","defaultCpuSet":"0-7","checksum":1}')
+    args = [a.format(dir=node) for a in RUN]
+    with subprocess.Popen([sys.executable, "-m", "nri_plugin.cli", *args,
+                           "--cpu-manager-state", str(state)], cwd=REPO, text=True,
+                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE) as run:
+        try:
+            lines = []
+            for line in run.stderr:  # the NRI socket is absent: it retries, logging that
+                lines.append(line)
+                if "NRI runtime not reachable" in line:
+                    break
+        finally:
+            run.terminate()
+    warned = [line for line in lines if "CPU manager policy" in line]
+    assert len(warned) == 1 and "level=warning" in warned[0], lines
+    assert f"policy is 'static' ({state})" in warned[0]

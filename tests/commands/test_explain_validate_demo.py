@@ -129,21 +129,27 @@ def test_validate_applies_the_pods_own_limits_to_init_containers_too(tmp_path):
     out = nri_plugin("validate", str(path))
     assert out.returncode == 1, out.stderr
     where = f"{path}[0]: Pod/greedy"
+    hint = ("hint: sla.nri.io/pod applies to each of the pod's containers; give this one its "
+            "own SLA with sla.nri.io/container.")
     assert out.stdout.splitlines() == [
         f"{where} init container setup: {OVER_CPU}",
+        f"{where} init container setup: {hint}setup",
         f"{where} container app: {OVER_CPU}",
+        f"{where} container app: {hint}app",
         f"{where} container side: ok",
         f"{path}[1]: Pod/soft container app: warning: sla.nri.io/pod: memory.max: 1Gi exceeds "
         "the 256Mi the runtime granted (the pod's limit); allowed: at most 256Mi; clamped to "
         "256Mi",
+        f"{path}[1]: Pod/soft container app: {hint}app",
         f"{path}[1]: Pod/soft container plain: ok",
-        "1 manifests, 5 containers: 2 ok, 2 refused, 1 warned"]
+        "1 manifests, 5 containers: 2 ok, 2 refused, 1 warned (exit status 1)"]
     # What the node config allows: the namespace may exceed its limits there.
     config = tmp_path / "config.yaml"
     config.write_text("permissions: {exceed-runtime-limits: [ml]}\n")
     out = nri_plugin("validate", "--config", str(config), "-q", str(path))
     assert out.returncode == 0
-    assert out.stdout.splitlines()[-1] == "1 manifests, 5 containers: 4 ok, 0 refused, 1 warned"
+    assert out.stdout.splitlines()[-1] == ("1 manifests, 5 containers: 4 ok, 0 refused, "
+                                           "1 warned (exit status 0)")
     # explain says the same for this node (the rule is the planner's, not validate's own).
     explained = json.loads(nri_plugin("explain", "--json", "--inventory", DGX,
                                       str(path)).stdout)
@@ -158,10 +164,19 @@ def test_validate_json(tmp_path):
     out = nri_plugin("validate", "--json", str(path), str(tmp_path / "missing.yaml"))
     assert out.returncode == 2 and out.stderr.count("\n") == 1  # the unreadable one
     doc = json.loads(out.stdout)
-    assert {k: doc[k] for k in ("manifests", "containers", "ok", "refused", "warned")} == {
-        "manifests": 2, "containers": 5, "ok": 2, "refused": 2, "warned": 1}
-    assert doc["results"][0] == {"source": f"{path}[0]: Pod/greedy", "container": "setup",
-                                 "init": True, "outcome": "refused", "problems": [OVER_CPU]}
+    assert {k: doc[k] for k in ("manifests", "containers", "ok", "refused", "warned",
+                                "unreadable", "status")} == {
+        "manifests": 2, "containers": 5, "ok": 2, "refused": 2, "warned": 1, "unreadable": 1,
+        "status": 2}
+    # The file nobody could read is in the document too, not only on stderr.
+    missing = str(tmp_path / "missing.yaml")
+    assert doc["errors"] == [{"source": missing, "error": f"{missing}: cannot read: No such "
+                                                          "file or directory"}]
+    assert doc["results"][0] == {
+        "source": f"{path}[0]: Pod/greedy", "container": "setup", "init": True,
+        "outcome": "refused", "problems": [OVER_CPU],
+        "hint": "sla.nri.io/pod applies to each of the pod's containers; give this one its "
+                "own SLA with sla.nri.io/container.setup"}
     assert [r["outcome"] for r in doc["results"]] == ["refused", "refused", "ok", "warned",
                                                       "ok"]
 
@@ -288,8 +303,8 @@ def test_explain_gpus_shows_the_preference_and_its_score():
     # 0-3 are joined by two NVLinks, 0-1 and 1-3 by one
     assert lines[0] == ("GPU preference for 2 GPU(s), topology any, free GPUs 0-1,3: "
                         "GPU 0, 3")
-    assert lines[1] == ("  score: NVLinks inside 2, PCIe closeness 0; left free: NVLinks 0, "
-                        "PCIe closeness 0; NUMA nodes 1")
+    assert lines[1] == ("  score: NVLinks inside 2, NUMA nodes 1, PCIe closeness 2; left free: "
+                        "NVLinks 0, PCIe closeness 0")
     out = nri_plugin("explain", "--inventory", DGX1V, "--gpus", "6", "--topology", "nvlink",
                      "--must-include", "7", "--json")
     result = json.loads(out.stdout)
@@ -345,7 +360,7 @@ def test_validate_refuses_a_container_key_naming_no_container(tmp_path):
             "sla.nri.io/container.app?") in out.stdout.splitlines()
     assert out.stdout.splitlines()[-1] == (
         "1 manifests, 2 containers: 2 ok, 0 refused, 0 warned; 1 pods with annotations "
-        "naming no container")
+        "naming no container (exit status 1)")
     doc = json.loads(nri_plugin("validate", "--json", path).stdout)
     assert (doc["containers"], doc["pod_problems"]) == (2, 1)
     assert nri_plugin("validate", pod_file(tmp_path, {"sla.nri.io/container.app": "cpu: "
@@ -373,3 +388,93 @@ def test_demo_verbose_logs_decisions_with_their_fields():
     assert line.endswith('pod=shop/web container=web path=nri outcome=refused applied="" '
                          'warnings="" error="sla.nri.io/container.web: memory.high (12Gi) '
                          'must be below memory.max (10Gi)"')
+
+
+CI_MANIFEST = """\
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  annotations:
+    sla.nri.io/pod: "cpu: {limit: 1}"
+spec:
+  template:
+    metadata:
+      annotations:
+        sla.nri.io/pod: "cpu: {limit: 2}"
+    spec:
+      containers:
+      - {name: app, resources: {limits: {cpu: "2"}}}
+      - {name: proxy, resources: {limits: {cpu: 100m}}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: typo}
+spec:
+  containers:
+  - {name: a, resources: {limits: {cpu: abc}}}
+---
+apiVersion: batch/v1
+kind: CronJob
+metadata: {name: nightly, annotations: {sla.nri.io/enforcement: soft}}
+spec:
+  jobTemplate:
+    spec:
+      template:
+        spec:
+          containers: [{name: job}]
+"""
+
+
+def test_validate_checks_every_document_of_stdin_and_says_why_it_fails():
+    out = subprocess.run([sys.executable, "-m", "nri_plugin.cli", "validate", "-"],
+                         input=CI_MANIFEST, capture_output=True, text=True, timeout=60,
+                         cwd=REPO)
+    # A document that cannot be read is reported on its own; the ones after it are checked.
+    assert out.stderr.splitlines() == [
+        "error: <stdin>[1]: Pod/typo: spec.containers[0].resources.limits.cpu must be CPUs "
+        "like 2.5 or 2500m, got abc"]
+    web, job = "<stdin>[0]: Deployment/web", "<stdin>[2]: CronJob/nightly"
+    assert out.stdout.splitlines() == [
+        f"{web} container app: ok",
+        f"{web} container proxy: sla.nri.io/pod: cpu.limit: 2 exceeds the 0.1 CPUs the "
+        "runtime granted (the pod's limit, quota 10000us per 100000us); allowed: at most 0.1",
+        f"{web} container proxy: hint: sla.nri.io/pod applies to each of the pod's "
+        "containers; give this one its own SLA with sla.nri.io/container.proxy",
+        f"{web}: warning: sla.nri.io/pod: on the workload's own metadata.annotations, which "
+        "no pod gets; put it under spec.template.metadata.annotations",
+        f"{job} container job: no SLA",
+        f"{job}: warning: sla.nri.io/enforcement: on the workload's own "
+        "metadata.annotations, which no pod gets; put it under "
+        "spec.jobTemplate.spec.template.metadata.annotations",
+        "1 manifests, 3 containers: 2 ok, 1 refused, 0 warned; 2 workloads with SLA "
+        "annotations on their own metadata; 1 manifests or documents not read "
+        "(exit status 2)"]
+    assert out.returncode == 2  # unreadable input wins over a refusal
+
+
+@pytest.mark.parametrize("kind", ["Deployment", "StatefulSet", "DaemonSet", "ReplicaSet",
+                                  "Job", "CronJob"])
+def test_validate_checks_workloads_through_their_pod_templates(tmp_path, kind):
+    path = pod_file(tmp_path, {"sla.nri.io/pod": "cpu: {limit: 2}"}, kind,
+                    limits={"cpu": "1"})
+    out = nri_plugin("validate", "--json", path)
+    assert out.returncode == 1, out.stderr
+    [result] = json.loads(out.stdout)["results"]
+    assert (result["container"], result["outcome"]) == ("work", "refused")
+    assert result["problems"][0].startswith("sla.nri.io/pod: cpu.limit: 2 exceeds the 1 CPUs")
+    assert result["hint"] == ""  # one container: the pod's SLA is meant for it
+
+
+def test_validate_exit_status_is_stable_across_outcomes(tmp_path):
+    ok = pod_file(tmp_path, {"sla.nri.io/pod": "cpu: {limit: 1}"}, limits={"cpu": "1"})
+    warned = tmp_path / "warned.yaml"
+    warned.write_text(Path(ok).read_text().replace("cpu: {limit: 1}",
+                                                   "enforcement: soft\\ncpu: {limit: 2}"))
+    refused = pod_file(tmp_path, {"sla.nri.io/pod": "cpu: {limit: 2}"}, "Job",
+                       limits={"cpu": "1"})
+    for files, status in (([ok], 0), ([ok, str(warned)], 0), ([warned, refused], 1),
+                          ([refused, str(tmp_path / "none.yaml")], 2)):
+        out = nri_plugin("validate", *map(str, files))
+        assert out.returncode == status, (files, out.stdout, out.stderr)
+        assert out.stdout.splitlines()[-1].endswith(f"(exit status {status})")

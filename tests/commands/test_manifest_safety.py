@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -12,12 +13,14 @@ import pytest
 
 from nri_plugin.commands.manifests import (
     MAX_MANIFEST_BYTES,
+    MAX_MANIFEST_CONTAINERS,
     MAX_MANIFEST_DEPTH,
     MAX_MANIFEST_DOCUMENTS,
     MAX_MANIFEST_NODES,
     ManifestError,
     load_pods,
 )
+from nri_plugin.sla.parse import MAX_VALUES
 
 REPO = Path(__file__).resolve().parents[2]
 DGX = str(REPO / "examples" / "dgx-like.yaml")
@@ -175,4 +178,46 @@ def test_validate_lists_ten_problems_and_counts_the_rest(tmp_path):
     lines = out.stdout.splitlines()
     assert len(lines) == 12
     assert lines[-2].endswith("container c: ... and 40 more problems")
-    assert lines[-1] == "1 manifests, 1 containers: 0 ok, 1 refused, 0 warned"
+    assert lines[-1] == "1 manifests, 1 containers: 0 ok, 1 refused, 0 warned (exit status 1)"
+
+
+# SLA text near the parser's value bound, refused for an unknown field: parsed in full.
+HEAVY_SLA = "cpu: {limit: 1}\nzzz: [" + ",".join(["100"] * (MAX_VALUES - 8)) + "]\n"
+
+
+def heavy_manifest(path: Path, containers: int) -> Path:
+    """One pod, the heavy annotation, `containers` containers written `- {}`."""
+    head = ("apiVersion: v1\nkind: Pod\nmetadata:\n  name: heavy\n  annotations:\n"
+            f"    sla.nri.io/pod: {json.dumps(HEAVY_SLA)}\nspec:\n  containers:\n")
+    path.write_text(head + "  - {}\n" * containers)
+    return path
+
+
+@pytest.mark.parametrize("command", ["validate", "explain"])
+def test_an_annotation_is_parsed_once_per_manifest_however_many_containers(tmp_path,
+                                                                           command):
+    # At the container bound: one parse, then lookups (one parse per container took 2-4
+    # minutes on the development VM; this takes about a second of CPU).
+    path = heavy_manifest(tmp_path / "heavy.yaml", MAX_MANIFEST_CONTAINERS)
+    extra = ("--inventory", DGX) if command == "explain" else ()
+    start = time.perf_counter()
+    out = run_cli(command, *extra, str(path))
+    assert time.perf_counter() - start < 30
+    assert out.returncode == 1, out.stderr
+    assert out.stdout.count("zzz is not a known field") == MAX_MANIFEST_CONTAINERS
+
+
+@pytest.mark.parametrize("command", ["validate", "explain"])
+def test_past_the_container_bound_is_one_line_at_once(tmp_path, command):
+    # 1.4 MB: the heavy annotation and 200,000 containers (an hour of parsing, once).
+    path = heavy_manifest(tmp_path / "huge.yaml", 200_000)
+    assert path.stat().st_size > 1_400_000
+    extra = ("--inventory", DGX) if command == "explain" else ()
+    start = time.perf_counter()
+    out = run_cli(command, *extra, str(path))
+    assert time.perf_counter() - start < 30
+    assert out.returncode == 2
+    assert out.stderr.splitlines() == [
+        f"{'error: ' if command == 'validate' else 'nri-sla explain: '}{path}: holds more "
+        f"than {MAX_MANIFEST_CONTAINERS} containers; at most that many are checked per "
+        "manifest"]

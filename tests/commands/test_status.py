@@ -136,6 +136,16 @@ def test_cli_says_in_one_line_when_the_plugin_is_not_running(run_dir):
                           '(status.socket is "")\n'
 
 
+def test_cli_exits_1_while_the_plugin_is_not_registered_with_the_runtime(run_dir):
+    path = run_dir / "status.sock"
+    for registered, status in ((True, 0), (False, 1)):
+        with StatusServer(str(path), lambda registered=registered: {**DOC,
+                                                                     "registered": registered}):
+            done = status_cli("--socket", str(path))
+        assert done.returncode == status, done.stderr
+        assert ("NOT registered with the runtime" in done.stdout) is not registered
+
+
 def test_cli_says_a_bad_config_in_one_line_through_its_kind(run_dir):
     # Neither failure is caught by the command: nri_plugin.cli prints it and exits with
     # its kind's status (a ConfigError: invalid, 2; the unreachable socket: unavailable, 4).

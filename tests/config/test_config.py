@@ -54,8 +54,10 @@ def test_defaults_are_safe():
     assert cfg.pod_caps.exclusive_cpus.of(64) == 32
     assert cfg.gpu.grant_cdi_kinds == ("nvidia.com/gpu", "nvidia.com/mig",
                                        "k8s.device-plugin.nvidia.com/gpu",
-                                       "k8s.device-plugin.nvidia.com/mig")
-    assert cfg.gpu.grant_resources == ("nvidia.com/gpu", "nvidia.com/mig-*")
+                                       "k8s.device-plugin.nvidia.com/mig",
+                                       "k8s.gpu.nvidia.com/device", "k8s.gpu.nvidia.com/claim")
+    assert cfg.gpu.grant_resources == ("nvidia.com/gpu", "nvidia.com/gpu.shared",
+                                       "nvidia.com/mig-*")
     assert cfg.gpu.podresources_socket == "/var/lib/kubelet/pod-resources/kubelet.sock"
     assert cfg.rt_budget == 0.5 and cfg.reserved_cpus == ()
     assert cfg.metrics.enabled and cfg.metrics.host == "127.0.0.1" and cfg.metrics.port == 9810
@@ -79,7 +81,7 @@ gpu: {injection: env, inventory: /var/lib/nri-sla/inventory.yaml, rescan-interva
       grant-resources: [example.com/accel, "example.com/part-*"]}
 device-plugin: {resource-name: example.com/accel, socket-dir: /run/kubelet/plugins/}
 cgroup: {root: /sys/fs/cgroup/, driver: systemd, version: 2}
-nri: {socket: /run/nri/nri.sock, plugin-name: sla, plugin-index: 7, reconnect-max-seconds: 2.5}
+nri: {socket: /run/nri/nri.sock, plugin-name: sla, plugin-index: "07", reconnect-max-seconds: 2.5}
 hook: {inject: true}
 metrics: {address: "[::1]:9000"}
 log: {format: json, level: debug}
@@ -191,6 +193,10 @@ CONFIG_ERRORS = [
     ("nri: {plugin-name: 'a b'}", "nri.plugin-name", "letters, digits"),
     ("nri: {plugin-index: 100}", "nri.plugin-index", "two digits from \"00\" to \"99\""),
     ("nri: {plugin-index: '5'}", "nri.plugin-index", "two digits"),
+    # containerd pads nothing: 7 (and 07, which YAML reads as 7) is not two digits.
+    ("nri: {plugin-index: 7}", "nri.plugin-index", "got 7; an index below 10 must be "
+                                                   "quoted, e.g. \"07\""),
+    ("nri: {plugin-index: 07}", "nri.plugin-index", "must be quoted"),
     ("gpu: {rescan-interval: 0.5}", "gpu.rescan-interval", "0 (never) or a number of seconds"),
     ("gpu: {rescan-interval: 1m}", "gpu.rescan-interval", "from 1 to 86400, got 1m"),
     ("gpu: {health-interval: -1}", "gpu.health-interval", "0 (never) or a number of seconds"),

@@ -72,6 +72,29 @@ def test_the_sla_text_is_every_key_under_the_prefix_and_the_alias_sorted():
             == inputs_for(per_replica, "sla.nri.io", "app", "prod", (), NODE))
 
 
+def test_more_sla_keys_than_a_pod_may_have_are_no_inputs():
+    """Past MAX_SLA_KEYS the selection stops before reading a value: no inputs, so the
+    decision (a refusal) is neither reused by the plugin nor cached by the hook."""
+    from nri_plugin.core.inputs import MAX_SLA_KEYS
+
+    class Counting(dict):
+        reads = 0
+
+        def __getitem__(self, key):
+            Counting.reads += 1
+            return super().__getitem__(key)
+
+    fits = Counting({f"sla.nri.io/k{i}": "v" for i in range(MAX_SLA_KEYS)})
+    assert len(sla_text(fits, "sla.nri.io")) == MAX_SLA_KEYS
+    over = Counting({**fits, "sla.nri.io/one-more": "v", "io.kubernetes.pod.name": "x"})
+    Counting.reads = 0
+    assert sla_text(over, "sla.nri.io") is None and Counting.reads == MAX_SLA_KEYS
+    assert inputs_for(over, "sla.nri.io", "app", "prod", (), NODE) is None
+    node = NodeState(NodeConfig(), 2)
+    refused = decide(node, ContainerRequest(dict(over), "app"))
+    assert refused.outcome == "refused" and refused.inputs is None and not node.reusable
+
+
 def test_a_new_config_object_is_another_decision_without_a_reload():
     """The node config is in the inputs: a node whose config object is replaced (as the
     demo does, without NodeState.reconfigure) never hands out a decision made under the

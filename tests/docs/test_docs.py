@@ -311,3 +311,109 @@ def test_operations_md_decision_lines_are_the_plugins():
     for line in shown:
         assert stamp.sub("TS", line) in actual, line
 
+
+
+# -- statements an operator reads ---------------------------------------------------------
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_readme_and_explain_help_give_one_nri_version_table():
+    from nri_plugin.commands.explain import NRI_RUNTIMES
+    from nri_plugin.nri.levels import RUNTIME_NRI
+
+    assert NRI_RUNTIMES in _flat((REPO / "README.md").read_text())
+    help_text = _flat(run_shown("nri-sla explain --help").stdout)
+    assert NRI_RUNTIMES in help_text
+    # Each release the table names speaks that version (nri_plugin.nri.levels).
+    for version, claim in re.findall(r"(v0\.\d+\.0): ([^;]+)", NRI_RUNTIMES):
+        for runtime, release in re.findall(r"(containerd|CRI-O) (\d+\.\d+(?:\.\d+)?)", claim):
+            parts = tuple(int(n) for n in release.split("."))
+            parts += (0,) * (3 - len(parts))
+            rows = RUNTIME_NRI[runtime.lower()]
+            assert [v for first, v in rows if first <= parts][-1] == version, claim
+
+
+def test_readme_error_example_is_containerds_wording():
+    # containerd (2.3.4, 1.7.34) wraps the plugin's answer: "failed to create containerd
+    # container: failed to get NRI adjustment for container: <the ttrpc status>", and
+    # the plugin answers InvalidArgument for an invalid SLA (nri_plugin.plugin.handlers).
+    from nri_plugin.nri.errors import Code
+    from nri_plugin.plugin.handlers import STATUS
+
+    readme = (REPO / "README.md").read_text()
+    assert ("Error: failed to create containerd container: failed to get NRI adjustment for "
+            "container: rpc error: code = InvalidArgument desc = sla.nri.io/container.web: "
+            "memory.high (12Gi) must be below memory.max (10Gi)") in readme
+    assert STATUS["invalid"] == Code.INVALID_ARGUMENT
+    assert "code = Unknown" not in readme
+    assert "`FailedPrecondition` for a valid SLA" in readme
+
+
+def test_example_config_shows_every_key():
+    from nri_plugin.config import KEY_ATTRIBUTES
+
+    text = (REPO / "examples" / "config.yaml").read_text()
+    sections: dict[str, set[str]] = {}
+    section = ""
+    for line in text.splitlines():
+        match = re.match(r"^( *)([a-z][a-z0-9-]*):", line)
+        if match and not line.lstrip().startswith("#"):
+            if not match.group(1):
+                section = match.group(2)
+                sections.setdefault(section, set()).add("")
+            else:
+                sections.setdefault(section, set()).add(match.group(2))
+    shown = {f"{s}.{k}" if k else s for s, keys in sections.items() for k in keys}
+    assert set(KEY_ATTRIBUTES) - shown == set()
+
+
+def test_config_md_key_table_is_one_table():
+    lines = (REPO / "docs" / "config.md").read_text().splitlines()
+    rows = [i for i, line in enumerate(lines) if re.match(r"^\| `[a-z][a-z0-9.-]*` \|", line)]
+    assert rows == list(range(rows[0], rows[-1] + 1)), "a key table broken by other text"
+
+
+def test_log_levels_are_one_list():
+    from nri_plugin.commands.common import add_log_arguments
+    from nri_plugin.config import LOG_LEVELS
+
+    parser = argparse.ArgumentParser()
+    add_log_arguments(parser)
+    [flag] = [a for a in parser._actions if "--log-level" in a.option_strings]
+    assert tuple(flag.choices) == LOG_LEVELS
+    row = next(line for line in (REPO / "docs" / "config.md").read_text().splitlines()
+               if line.startswith("| `log.level` |"))
+    cells = re.split(r"(?<!\\)\|", row)  # `\|` inside a cell is no column
+    assert tuple(re.findall(r"`(\w+)`", cells[2])) == LOG_LEVELS
+
+
+def test_demo_config_names_the_namespace_it_lets_use_realtime():
+    text = (REPO / "examples" / "demo-config.yaml").read_text()
+    allowed = re.search(r"realtime: \[(\w+)\]", text).group(1)
+    assert f"`{allowed}` namespace" in text
+    assert f"namespace: {allowed}" in (REPO / "examples" / "pods" / "40-latency.yaml").read_text()
+
+
+def test_docs_cite_no_release_notes_and_give_the_load_test_one_size():
+    from tests.e2e.test_load import PODS
+
+    text = "\n".join(path.read_text() for path in DOCS)
+    assert "release notes" not in text.lower()  # there are none to read
+    about_load = [line for line in (REPO / "docs" / "e2e.md").read_text().splitlines()
+                  if re.search(r"test_load|load test|E2E_LOAD", line)]
+    sizes = {int(n) for line in about_load for n in re.findall(r"(\d+)[ -]pods?\b", line)}
+    assert sizes == {PODS}, sizes
+
+
+# Development history belongs in the changelog, not in what an operator reads.
+HISTORY = re.compile(r"\bissues? #?\d+|\(#\d+\)|\bsession \d+|\bround \d+\b", re.I)
+WITHOUT_HISTORY = ("README.md", "docs/operations.md", "docs/e2e.md", "docs/config.md",
+                   "docs/hook.md", "docs/install.md", "docs/sla.md")
+
+
+@pytest.mark.parametrize("doc", WITHOUT_HISTORY)
+def test_operator_docs_carry_no_development_history(doc):
+    found = HISTORY.findall((REPO / doc).read_text())
+    assert found == [], found

@@ -1,27 +1,26 @@
 """The OCI hook fallback under a real containerd + runc, with no NRI plugin running.
 
-containerd has no hooks.d: the packaging installs the hook through a runtime handler's
-`base_runtime_spec` (hooks/base-runtime-spec.json) and passes the SLA annotations into
-the container spec with `pod_annotations`. This test sets up exactly that as a second
+containerd has no hooks.d: `nri-sla containerd-config --write` installs the hook through
+a runtime handler's `base_runtime_spec` (this containerd's own default spec, from its
+`ctr oci spec`, with the hook added) and passes the SLA annotations into the container
+spec with `pod_annotations`. This test sets up exactly that as a second
 runtime handler and checks that the hook alone puts the SLA into the container's cgroup.
 """
 
 from __future__ import annotations
 
-import json
 import shutil
 import sys
 from pathlib import Path
 
 import pytest
 
-from nri_plugin.hookspec import DEFAULT_BINARY
+from nri_plugin.commands.basespec import node_default_spec, with_hook
+from nri_plugin.commands.containerd_dropin import ContainerdVersion
 from tests.e2e.e2e_config import shipped_settings, toml_value
 from tests.e2e.e2e_sla_cases import GREEDY, KUBELET_LIMITS, POD_SLA
 
 pytestmark = pytest.mark.e2e
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def nri_sla_executable() -> Path:
@@ -37,12 +36,10 @@ def nri_sla_executable() -> Path:
 @pytest.fixture
 def hooked(cluster):
     """A runtime handler "hooked" set up as the packaging sets up the fallback."""
-    spec = json.loads((REPO / "hooks" / "base-runtime-spec.json").read_text())
-    for hook in spec["hooks"]["createRuntime"]:  # the packaged /usr/bin path is not here
-        hook["args"] = [str(nri_sla_executable()) if a == DEFAULT_BINARY else a
-                        for a in hook["args"]]
+    default = node_default_spec(str(cluster.bins.ctr),
+                                ContainerdVersion(cluster.major, cluster.minor))
     base_spec = cluster.base / "base-runtime-spec.json"
-    base_spec.write_text(json.dumps(spec))
+    base_spec.write_text(with_hook(default, str(nri_sla_executable())))
     cluster.add_runtime_handler("hooked", (
         f'base_runtime_spec = "{base_spec}"\n'
         f"pod_annotations = {toml_value(shipped_settings(cluster.major)[1])}\n"))

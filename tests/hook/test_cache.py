@@ -513,8 +513,10 @@ def test_mirrored_constants_match_their_sources():
     from nri_plugin.enforce import blockdev
     from nri_plugin.hook import cache
     from nri_plugin.sla import ENFORCEMENT_ALIAS
+    from nri_plugin.sla.parse import MAX_SLA_KEYS
 
     assert cache.CONFIG_DEFAULT == config.DEFAULT_PATH
     assert cache.CONFIG_LIMIT == config.MAX_CONFIG_BYTES
     assert inputs.ENFORCEMENT_ALIAS == ENFORCEMENT_ALIAS
+    assert inputs.MAX_SLA_KEYS == MAX_SLA_KEYS
     assert str(blockdev.SYSFS_ROOT) == cache.DEVICE_SYSFS

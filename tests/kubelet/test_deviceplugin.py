@@ -116,7 +116,9 @@ def test_list_and_watch_sends_every_gpu_then_each_change(registered):
     assert _devices(kubelet.next_list())[UUID[3]] == ("Healthy", [0])
     fewer = dataclasses.replace(DGX, gpus=DGX.gpus[:7])
     running.plugin.update(inventory=fewer)
-    assert set(_devices(kubelet.next_list())) == set(UUID[:7])
+    # a GPU a read no longer shows stays listed, Unhealthy: never a shorter list
+    listed = _devices(kubelet.next_list())
+    assert set(listed) == set(UUID) and listed[UUID[7]] == ("Unhealthy", [1])
     with pytest.raises(AssertionError, match="timed out"):
         kubelet.next_list(timeout=0.5)
 
@@ -264,13 +266,13 @@ def test_stop_removes_the_socket(registered, sock_dir):
 
 def test_gpus_the_inventory_marks_unhealthy_or_mig_unknown(registered):
     """The inventory's own health (NVML could not read a GPU, or it was lost) shows as
-    Unhealthy; a GPU whose MIG mode NVML cannot tell is not offered at all."""
+    Unhealthy; so does a GPU whose MIG mode NVML cannot tell (listed, never handed out)."""
     gpus = list(DGX.gpus)
     gpus[1] = dataclasses.replace(gpus[1], health=unknown("NVML: GPU 1 unreadable"))
     gpus[2] = dataclasses.replace(gpus[2], mig_unknown=True)
     kubelet, _ = registered(inventory=dataclasses.replace(DGX, gpus=tuple(gpus)))
     listed = _devices(kubelet.next_list())
-    assert UUID[2] not in listed and listed[UUID[1]][0] == "Unhealthy"
+    assert listed[UUID[1]][0] == "Unhealthy" and listed[UUID[2]][0] == "Unhealthy"
     assert all(listed[u][0] == "Healthy" for i, u in enumerate(UUID) if i not in (1, 2))
 
 

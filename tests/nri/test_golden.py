@@ -1,4 +1,4 @@
-"""Replay the recorded containerd sessions (../shared/golden) through our transport."""
+"""Replay the recorded containerd sessions (tests/data/golden) through our transport."""
 
 from __future__ import annotations
 
@@ -10,11 +10,24 @@ from nri_plugin.nri.pb import nri_pb2 as pb
 from nri_plugin.nri.pb import ttrpc_pb2
 from nri_plugin.nri.stub import PLUGIN_SERVICE, RUNTIME_SERVICE, Stub
 from nri_plugin.nri.ttrpc import TYPE_REQUEST, TYPE_RESPONSE, RequestReceived
-from tests.support.nri_golden import GoRefAllEvents, GoRefPlugin, load_golden
+from tests.support.nri_golden import (
+    GOLDEN_DIR,
+    GOLDEN_FILES,
+    REPO,
+    GoRefAllEvents,
+    GoRefPlugin,
+    load_golden,
+)
 
 
 def _request_class(method: str):
     return pb.StateChangeEvent if method == "StateChange" else getattr(pb, method + "Request")
+
+
+def test_recordings_ship_with_the_repository():
+    """A clone of the repository alone replays them: nothing outside it is needed."""
+    assert GOLDEN_DIR.is_relative_to(REPO)
+    assert all((GOLDEN_DIR / name).stat().st_size > 0 for name in GOLDEN_FILES)
 
 
 def test_every_runtime_message_decodes(golden):

@@ -70,8 +70,11 @@ def test_control_fields(deb):
     assert field(deb, "Package") == "nri-sla"
     assert field(deb, "Version") == __version__
     major, minor = sys.version_info[:2]
-    assert field(deb, "Depends") == (f"python3 (>= {major}.{minor}), "
-                                     f"python3 (<< {major}.{minor + 1})")
+    depends = field(deb, "Depends").split(", ")
+    assert depends[:2] == [f"python3 (>= {major}.{minor})", f"python3 (<< {major}.{minor + 1})"]
+    # the bundled extension modules' libc, and /bin/kill (nri-sla.service's ExecReload)
+    assert re.fullmatch(r"libc6 \(>= 2\.\d+\)", depends[2]) and depends[3:] == ["procps"]
+    assert "localhost" not in field(deb, "Maintainer")
     assert int(field(deb, "Installed-Size")) > 1000  # KiB: code + bundled dependencies
 
 
@@ -82,8 +85,11 @@ def test_contents_and_ownership(deb, pk):
     missing = [p for p in EXPECTED if p not in paths]
     assert not missing, missing
     assert all(line.split()[1] == "root/root" for line in listing)
-    # byte-compiled at build time: nothing for root-run hooks to write later
-    assert any(re.search(r"site/nri_plugin/__pycache__/cli\.cpython-\d+\.pyc$", p) for p in paths)
+    # no byte-code shipped (Debian policy): postinst compiles it on the node
+    assert not any("__pycache__" in p or p.endswith(".pyc") for p in paths)
+    assert "./usr/share/doc/nri-sla/changelog.gz" in paths
+    assert "./usr/share/nri-sla/examples/demo-config.yaml" in paths
+    assert not any("base-runtime-spec" in p for p in paths)  # made on the node
     assert not any("/site/bin/" in p for p in paths)
     if (pk.REPO / "hooks" / "nri-sla-hook.json").exists():
         assert "./usr/share/containers/oci/hooks.d/nri-sla-hook.json" in paths
@@ -119,6 +125,21 @@ def run_unpacked(unpacked: Path, *args: str) -> subprocess.CompletedProcess:
     cmd = [*_python_for(unpacked), str(unpacked / "usr/bin/nri-sla"), *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd="/",
                           env={"PATH": "/usr/bin:/bin"})
+
+
+def test_demo_runs_from_the_package_and_the_man_page_names_installed_paths(unpacked):
+    import gzip
+
+    res = run_unpacked(unpacked, "demo")
+    assert res.returncode == 0, res.stderr
+    roff = gzip.decompress((unpacked / "usr/share/man/man1/nri-sla.1.gz").read_bytes()).decode()
+    assert "/usr/lib/nri\\-sla/site/examples/demo\\-config.yaml" in roff
+    assert "/tmp" not in roff and "root/usr" not in roff
+
+
+def test_changelog_is_of_this_version(pk):
+    first = (pk.PACKAGING / "deb" / "changelog").read_text().splitlines()[0]
+    assert first.startswith(f"nri-sla ({__version__}) ")
 
 
 def test_version_from_the_package(unpacked):
@@ -249,12 +270,13 @@ def test_removal_leaves_containerd_a_working_config(deb, tmp_path, pk):
     res = subprocess.run([*dpkg, "-i", str(deb)], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     spec = root / "etc/nri-sla/base-runtime-spec.json"
-    shipped_spec = spec.read_text()
+    assert not spec.exists()  # made on the node by containerd-config, from its containerd
+    spec.write_text("{}\n")
     conf_d = root / "etc/containerd/conf.d"
     ours = conf_d / "nri-sla.toml"
     write = subprocess.run(
         [str(pk.VENV_NRI_SLA), "containerd-config", "--containerd-version", "2.2",
-         "--fail-closed", "--write", str(ours), "--base-runtime-spec", str(spec),
+         "--fail-closed", "--write", str(ours), "--no-base-spec",
          "--main-config", str(root / "etc/containerd/config.toml")],
         capture_output=True, text=True, timeout=60)
     assert write.returncode == 0, write.stderr
@@ -268,14 +290,13 @@ def test_removal_leaves_containerd_a_working_config(deb, tmp_path, pk):
                          timeout=120)
     assert res.returncode == 0, res.stderr
     assert not ours.exists() and foreign.read_text() == "version = 3\n"
-    assert "took out /etc/containerd/conf.d/nri-sla.toml" in res.stderr
+    assert f"took out {ours}" in res.stderr
     assert "restart containerd now: it requires nri-sla (fail closed)" in res.stderr
     assert not (root / "usr/bin/nri-sla").exists()
-    assert spec.read_text() == shipped_spec  # a conffile: remove keeps it
     res = subprocess.run([*dpkg, "--purge", "nri-sla"], capture_output=True, text=True,
                          timeout=120)
     assert res.returncode == 0, res.stderr
-    assert spec.read_text() == shipped_spec  # still named by containerd's config
+    assert spec.read_text() == "{}\n"  # still named by containerd's config
     assert sorted(p.name for p in spec.parent.iterdir()) == [spec.name]
     assert "kept /etc/nri-sla/base-runtime-spec.json" in res.stderr
     assert not (root / "var/lib/nri-sla").exists()
@@ -287,6 +308,28 @@ def test_removal_leaves_containerd_a_working_config(deb, tmp_path, pk):
                          timeout=120)
     assert res.returncode == 0, res.stderr
     assert not (root / "etc/nri-sla").exists() and "kept" not in res.stderr
+
+
+def test_removal_restores_a_1_7_main_config_it_patched(deb, tmp_path, pk):
+    root = tmp_path / "root"
+    dpkg = scratch_dpkg(root, pk)
+    res = subprocess.run([*dpkg, "-i", str(deb)], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    main_config = root / "etc/containerd/config.toml"
+    main_config.parent.mkdir(parents=True)
+    original = (pk.REPO / "tests/commands/data/kubeadm-1.7.toml").read_bytes()
+    main_config.write_bytes(original)
+    write = subprocess.run(
+        [str(root / "usr/bin/nri-sla"), "containerd-config", "--containerd-version", "1.7",
+         "--write", "--no-base-spec", "--main-config", str(main_config)],
+        capture_output=True, text=True, timeout=60)
+    assert write.returncode == 0, write.stderr
+    assert main_config.read_bytes() != original
+    res = subprocess.run([*dpkg, "--remove", "nri-sla"], capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert main_config.read_bytes() == original
+    assert sorted(p.name for p in main_config.parent.iterdir()) == ["config.toml"]
 
 
 def test_build_script_syntax(pk):

@@ -4,7 +4,7 @@ NUMA nodes x 8 cores x 2 threads, node 0 = CPUs 0-7,16-23."""
 
 import pytest
 
-from nri_plugin.plan.best_fit import SQUEEZE, choose_placement, take_cores
+from nri_plugin.plan.best_fit import SQUEEZE, choose_placement, take_cpus
 from nri_plugin.plan.cpupool import CpuPool, PoolMember, ReportedCpusets, cpus_needed
 from nri_plugin.plan.placement_values import CpuFloor, Holdings, PlacementError
 from nri_plugin.plan.placement_values import PlacementRequest as Req
@@ -14,12 +14,26 @@ NODE0 = parse_cpulist("0-7,16-23")
 NODE1 = parse_cpulist("8-15,24-31")
 
 
-def test_take_cores_skips_what_a_floor_keeps():
-    cores = [frozenset({7, 23}), frozenset({6, 22}), frozenset({15, 31})]
+def test_take_cpus_skips_what_a_floor_keeps():
+    cores = [(frozenset({7, 23}), True), (frozenset({6, 22}), True),
+             (frozenset({15, 31}), True)]
     budgets = [(NODE0, 2)]  # of node 0, only 2 CPUs may still go
-    assert take_cores(cores, 4, budgets) == {7, 23, 15, 31}
-    assert take_cores(cores, 4) == {7, 23, 6, 22}
-    assert take_cores(cores, 6, budgets) == {7, 23, 15, 31}  # short: what the floors allow
+    assert take_cpus(cores, 4, budgets) == {7, 23, 15, 31}
+    assert take_cpus(cores, 4) == {7, 23, 6, 22}
+    assert take_cpus(cores, 6, budgets) == {7, 23, 15, 31}  # short: what the floors allow
+
+
+def test_take_cpus_counts_logical_cpus_and_splits_a_split_core_first():
+    whole = [(frozenset({7, 23}), True), (frozenset({6, 22}), True)]
+    assert take_cpus(whole, 3) == {7, 23, 22}  # one whole core, then one thread
+    assert take_cpus(whole, 1) == {23}  # never the whole core for one CPU
+    # a core another container split already gives its free thread before a whole core
+    split = [*whole, (frozenset({5}), False)]
+    assert take_cpus(split, 3) == {7, 23, 5}
+    assert take_cpus(split, 1) == {5}
+    # whole cores only (cpu.exclusive-full-cores): never a thread, never above the count
+    assert take_cpus(split, 3, whole_only=True) == {7, 23}
+    assert take_cpus(split, 4, whole_only=True) == {7, 23, 6, 22}
 
 
 def test_best_node_is_one_where_the_floors_hold(dgx):
@@ -78,7 +92,8 @@ def test_shrink_keeps_the_highest_cores_and_an_aligned_container_its_nodes(dgx):
     p = dgx.allocate(Req("a", exclusive_cpus=8, numa_nodes=(0,)))
     given = dgx.shrink_exclusive("a", 3)
     kept = dgx.placement_of("a").exclusive_cpus
-    assert len(kept) == 4 and kept | given == p.exclusive_cpus
+    # the request's 3 logical CPUs, never rounded up to the 2 whole cores holding them
+    assert len(kept) == 3 and kept | given == p.exclusive_cpus
     assert max(kept) > max(given)  # the highest cores stay
     assert set(dgx.exclusive_cpus_in_use()) == kept
     assert dgx.shrink_exclusive("a", 0) == kept
@@ -86,6 +101,9 @@ def test_shrink_keeps_the_highest_cores_and_an_aligned_container_its_nodes(dgx):
     assert not after.exclusive_cpus and after.cpus == NODE0  # aligned to node 0 still
     b = dgx.allocate(Req("b", exclusive_cpus=4))
     assert dgx.shrink_exclusive("b", 4) == frozenset() and dgx.placement_of("b") == b
+    # whole cores only: 3 keeps one core of 2, never a second one above the count
+    assert len(dgx.shrink_exclusive("b", 3, full_cores=True)) == 2
+    assert len(dgx.placement_of("b").exclusive_cpus) == 2
 
 
 def test_cpus_needed_rounds_up_and_is_never_zero():
@@ -160,3 +178,33 @@ def test_reported_cpusets_say_which_cpus_other_containers_run_on():
     assert cpusets.elsewhere("4-5") == parse_cpulist("0-5,8-9")  # a replica has 4-5 too
     assert cpusets.elsewhere("0-31") == cpusets.elsewhere("") == parse_cpulist("0-5,8-9")
     assert ReportedCpusets(["0-31", ""], online).elsewhere("0-31") == frozenset()
+
+
+def test_an_answer_looks_only_at_the_cpusets_that_must_move(dgx, monkeypatch):
+    """widen=False (an answer to a create, stop or resize): only the members on CPUs that
+    became exclusive since are looked at, found through the cpusets they were told, not
+    by a look at every member; CPUs given back wait out of every cpuset until widen=True
+    (the drift pass, a Synchronize), and the next exclusive request takes them again
+    without moving anyone."""
+    pool = CpuPool(dgx)
+    everything = dgx.topology.online
+    for i in range(1000):
+        pool.join(f"n{i}", PoolMember(1))
+    assert len(pool.changes()) == 1000  # never told before
+    looked: list[str] = []
+    real = pool.cpuset
+    monkeypatch.setattr(pool, "cpuset", lambda owner, need=None: (
+        looked.append(owner), real(owner, need))[1])
+    held = dgx.allocate(Req("e1", exclusive_cpus=4)).exclusive_cpus
+    assert pool.changes("e1", widen=False) == {
+        f"n{i}": everything - held for i in range(1000)}  # they held them: all move
+    dgx.release("e1")
+    looked.clear()
+    assert pool.changes("e1", widen=False) == {}  # a stop moves nobody
+    again = dgx.allocate(Req("e2", exclusive_cpus=4)).exclusive_cpus
+    assert again == held and pool.changes("e2", widen=False) == {}
+    dgx.release("e2")
+    assert pool.changes("e2", widen=False) == {} and looked == []  # nobody looked at
+    assert pool.current("n0") == everything - held  # what it has until widened
+    assert pool.changes(widen=True) == {f"n{i}": everything for i in range(1000)}
+    assert pool.current("n0") == everything

@@ -1,4 +1,4 @@
-"""Exclusive CPUs (whole cores) and cpus/mems alignment.
+"""Exclusive CPUs (the count asked, as logical CPUs) and cpus/mems alignment.
 
 DGX-like fake: node 0 = CPUs 0-7,16-23, node 1 = 8-15,24-31; core k = {k, k+16}.
 """
@@ -19,10 +19,25 @@ def test_gpu_aligned_exclusive_cpus_are_whole_cores_from_the_gpu_node(dgx):
     assert dgx.exclusive_cpus_in_use() == dict.fromkeys(p.exclusive_cpus, "a")
 
 
-def test_odd_counts_round_up_to_whole_cores(dgx):
+def test_odd_counts_are_never_rounded_up_to_whole_cores(dgx):
     p = dgx.allocate(Req("a", exclusive_cpus=3))
-    assert len(p.exclusive_cpus) == 4
+    # one whole core and one thread of the next: Kubernetes' count, not 4
+    assert fmt(p.exclusive_cpus) == "7,22-23"
+    # the next odd request takes the split core's free thread before a whole core
+    q = dgx.allocate(Req("b", exclusive_cpus=1))
+    assert fmt(q.exclusive_cpus) == "6"
+    # 28 one-CPU pods hold 28 CPUs, not 56: a 16-CPU pod still fits whole cores
+    for i in range(26):
+        dgx.allocate(Req(f"one{i}", exclusive_cpus=1))
+    assert len(dgx.exclusive_cpus_in_use()) == 3 + 1 + 26
+    assert len(dgx.allocate(Req("big", exclusive_cpus=2)).exclusive_cpus) == 2
+
+
+def test_full_cores_takes_whole_cores_only(dgx):
+    dgx.allocate(Req("a", exclusive_cpus=1))  # splits a core
+    p = dgx.allocate(Req("b", exclusive_cpus=4, full_cores=True))
     assert all(dgx.topology.core_of(c) <= p.exclusive_cpus for c in p.exclusive_cpus)
+    assert len(p.exclusive_cpus) == 4 and not p.exclusive_cpus & dgx.topology.core_of(23)
 
 
 def test_aligned_container_gets_its_node_minus_reserved_and_exclusive(dgx_node):
@@ -87,7 +102,7 @@ def test_not_enough_cores_on_the_gpu_node(dgx):
         dgx.allocate(granted(dgx, "b", 1, exclusive_cpus=6))
     assert err.value.field == "cpu.exclusive"
     assert str(err.value) == ("requested 6 exclusive CPUs on NUMA node(s) 0; not that many "
-                              "whole cores can be given there now")
+                              "CPUs can be given there now")
     soft = dgx.allocate(granted(dgx, "b", 1, exclusive_cpus=6), hard=False)
     assert len(soft.exclusive_cpus) == 6
     assert {0, 1, 16, 17} < soft.exclusive_cpus  # the rest from the nearest node

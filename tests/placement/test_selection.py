@@ -49,12 +49,19 @@ def test_one_gpu_taken_then_nvlink_quad_goes_to_the_other_node(dgx_gpus):
     assert dgx_gpus.pick(4, "nvlink", owner="c") is None
 
 
-def test_nvlinks_come_before_staying_on_one_numa_node(dgx_gpus):
+def test_nvlinks_come_before_staying_on_one_numa_node():
+    # 0 and 1 share node 0 without NVLink; 0-2 are NVLinked across the nodes
+    inventory = make_inventory((0, 0, {2}), (1, 0, set()), (2, 1, {0}))
+    assert Node(inventory).pick(2) == [0, 2]
+    assert Node(inventory).pick(2, "numa") == [0, 1]
+
+
+def test_one_numa_node_comes_before_what_is_left_free(dgx_gpus):
     for owner in "abc":
         dgx_gpus.pick(1, owner=owner)  # GPUs 0,1,2: node 0 has one left
-    # GPU 3 and GPU 7 are NVLinked across the nodes: links first, NUMA span after
-    assert dgx_gpus.pick(2, owner="d") == [3, 7]
-    assert dgx_gpus.pick(2, "numa", owner="e") == [4, 5]
+    # 3-7 (across the nodes) and 4-5 have the same NVLinks; taking 3-7 would leave more
+    # links free (4-5-6), but 4-5 stays on one node
+    assert dgx_gpus.pick(2, owner="d") == [4, 5]
 
 
 def test_does_not_break_a_free_nvlink_pair_when_a_loose_gpu_exists():

@@ -82,8 +82,9 @@ def test_score_matches_the_oracle_key(boxes):
     free = [g for g in inv.gpus if g.index != 5]
     score = score_gpu_set(inv, (0, 3, 4), [g.index for g in free])
     assert score.key() == key([inv.gpus[i] for i in (0, 3, 4)], free)
-    # 0-3 and 0-4 have two NVLinks each; 3-4 none, across sockets (closeness 0)
-    assert (score.nvlink_links, score.pcie) == (4, 0)
+    # 0-3 and 0-4 have two NVLinks each; 3-4 none. PCIe: 0-3 one host bridge (2), 0-4
+    # and 3-4 across sockets (0)
+    assert (score.nvlink_links, score.pcie, score.numa_nodes) == (4, 2, 2)
     pairs = score_gpu_set(boxes["pcie-pairs"][1], (0, 1, 2), range(8))
     assert (pairs.nvlink_links, pairs.pcie, pairs.numa_nodes) == (0, 3 + 1 + 1, 1)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from nri_plugin.config import Cap, NodeConfig, Permissions, PodCaps
+from nri_plugin.config import Cap, CpuConfig, NodeConfig, Permissions, PodCaps
 from nri_plugin.core import ContainerRequest, NodeState, decide
 from nri_plugin.core.decision import recheck
 from nri_plugin.granted import GrantedResources
@@ -155,6 +155,41 @@ def test_exclusive_request_without_whole_cpus_drops_exclusive_in_soft_mode():
     assert plan.placement_record is None and plan.cpu_quota == 50_000
     assert not alloc.exclusive_cpus_in_use()
     assert "allowed: at most 0; clamped to none" in plan.warnings[0]
+
+
+def test_exclusive_cpus_are_the_count_asked_never_whole_cores_rounded_up():
+    alloc = allocator()  # 2 threads per core
+    plan = plan_container(sla("cpu: {exclusive: 1}"),
+                          ctx(GrantedResources(cpu_shares=1024), allocator=alloc))
+    assert len(parse_cpulist(plan.placement_record["exclusive"])) == 1
+    assert len(alloc.exclusive_cpus_in_use()) == 1
+
+
+FULL_CORES = NodeConfig(cpu=CpuConfig(exclusive_full_cores=True))
+
+
+def test_full_cores_refuses_a_count_that_does_not_fill_whole_cores():
+    alloc = allocator()
+    err = refused("cpu: {exclusive: 3}", ctx(GrantedResources(cpu_shares=4096),
+                                              config=FULL_CORES, allocator=alloc))
+    assert err.field == "cpu.exclusive" and err.message == (
+        "3 does not fill whole cores of 2 CPUs (node policy cpu.exclusive-full-cores: "
+        "exclusive CPUs are whole cores only); allowed: a multiple of 2")
+    assert not alloc.exclusive_cpus_in_use()  # never rounded up to 4
+    plan = plan_container(sla("cpu: {exclusive: 4}"),
+                          ctx(GrantedResources(cpu_shares=4096), config=FULL_CORES,
+                              allocator=alloc))
+    held = parse_cpulist(plan.placement_record["exclusive"])
+    assert len(held) == 4 and all(alloc.topology.core_of(c) <= held for c in held)
+
+
+def test_full_cores_soft_runs_shared_with_a_warning():
+    alloc = allocator()
+    plan = plan_container(sla("cpu: {exclusive: 3}", "soft"),
+                          ctx(GrantedResources(cpu_shares=4096), config=FULL_CORES,
+                              allocator=alloc))
+    assert plan.placement_record is None and not alloc.exclusive_cpus_in_use()
+    assert plan.warnings[0].endswith("allowed: a multiple of 2; runs on the shared CPUs")
 
 
 def test_exclusive_per_pod_cap_counts_the_pods_other_containers():

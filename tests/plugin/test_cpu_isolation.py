@@ -126,9 +126,10 @@ def test_a_resize_answers_with_the_current_cpuset(tmp_path, mode):
 
 @pytest.mark.parametrize("mode", ["hard", "soft"])
 def test_exclusive_cpus_follow_a_resize_down(tmp_path, mode, caplog):
-    """Two pods hold 30 exclusive CPUs each and resize to 1 CPU: each keeps one core,
-    the rest is given back (soft mode warns), the neighbours widen in the same answer,
-    and a later `exclusive: 8` is placed."""
+    """Two pods hold 30 exclusive CPUs each and resize to 1 CPU: each keeps one CPU (the
+    request's count, never its whole core), the rest is given back (soft mode warns), the
+    resize's answer moves no neighbour, a later `exclusive: 8` is placed on given-back CPUs
+    and the neighbour widens with the next drift pass."""
     import logging
 
     caplog.set_level(logging.INFO, logger="nri_sla.plugin")
@@ -141,19 +142,25 @@ def test_exclusive_cpus_follow_a_resize_down(tmp_path, mode, caplog):
             plain = make_container(plain_pod, "c")
             await session.create_container(plain_pod, plain)
             narrow = cpuset(sim, plain)
-            for pod, ctr in pods:
-                await session.update_container(pod, ctr, guaranteed(1))
+            answers = [await session.update_container(pod, ctr, guaranteed(1))
+                       for pod, ctr in pods]
             sizes = [len(cpuset(sim, ctr)) for _, ctr in pods]
             _, later = await create(session, "later", exclusive(8), 8, namespace="t3")
-            return (sizes, narrow, cpuset(sim, plain), cpuset(sim, later),
-                    plugin.node.usage()[1], pool_breaches(sim, plugin.node))
+            still = cpuset(sim, plain)
+            session.apply_updates(plugin.drift_pass())
+            return (sizes, [len(a.update) for a in answers], narrow, still, cpuset(sim, plain),
+                    cpuset(sim, later), plugin.node.usage()[1],
+                    pool_breaches(sim, plugin.node))
 
-    sizes, narrow, plain, later, held, breaches = run(scenario())
+    sizes, answered, narrow, still, plain, later, held, breaches = run(scenario())
     assert not breaches, breaches
-    assert sizes == [2, 2]  # one whole core each (two threads)
-    assert len(later) == 8 and held == 12
+    assert sizes == [1, 1]  # one logical CPU each, as Kubernetes counts the request
+    assert answered == [1, 1]  # the resized container's own update, no neighbour's
+    assert len(later) == 8 and held == 10
     assert len(narrow) == 64 - 60  # what the two left
-    assert len(plain) == 64 - 12
+    # the given-back CPUs reach the neighbour with the drift pass, off the resize's answer;
+    # the later exclusive request took given-back CPUs, never the neighbour's
+    assert still == narrow and len(plain) == 64 - 10
     given = [r for r in caplog.records if r.getMessage() ==
              "exclusive CPUs given back after a resize"]
     assert len(given) == 2
@@ -162,9 +169,9 @@ def test_exclusive_cpus_follow_a_resize_down(tmp_path, mode, caplog):
 
 def test_containers_without_an_sla_leave_exclusive_cpus(tmp_path):
     """A container without an SLA runs on the shared pool: moved off CPUs that become
-    exclusive (in the same answer), created on the pool, and widened again when the
-    exclusive holder stops. A cpuset the kubelet pinned is left alone, and an exclusive
-    request that needs its CPUs is refused."""
+    exclusive (in the same answer), created on the pool, and widened again by the drift
+    pass after the exclusive holder stops. A cpuset the kubelet pinned is left alone, and
+    an exclusive request that needs its CPUs is refused."""
     async def scenario():
         async with plugin_session(make_node(2), tmp_path) as (sim, session, plugin):
             before_pod = make_pod("before", namespace="x")
@@ -183,14 +190,16 @@ def test_containers_without_an_sla_leave_exclusive_cpus(tmp_path):
             breaches = pool_breaches(sim, plugin.node)
             with pytest.raises(PluginCallError) as refused:
                 await create(session, "node1", exclusive(32, nodes="1"), 32, namespace="y")
-            await session.stop_container(excl_pod, excl)
+            stopped = await session.stop_container(excl_pod, excl)
+            session.apply_updates(plugin.drift_pass())
             return (first, moved, created, cpuset(sim, excl), cpuset(sim, before),
-                    cpuset(sim, pinned), breaches, refused.value)
+                    cpuset(sim, pinned), breaches, refused.value, stopped.update)
 
-    first, moved, created, excl, widened, pinned, breaches, refused = run(scenario())
+    first, moved, created, excl, widened, pinned, breaches, refused, stopped = run(scenario())
     assert not breaches, breaches
     assert not first.adjust.linux.resources.cpu.cpus  # the pool was the whole node
     assert len(excl) == 8 and moved == created == parse_cpulist("0-63") - excl
+    assert list(stopped) == []  # the stop's answer moves nobody: the drift pass widens
     assert widened == parse_cpulist("0-63")
     assert pinned == parse_cpulist("16,48")
     assert "taking them would leave running containers fewer CPUs" in refused.message
@@ -307,7 +316,7 @@ def test_a_restart_leaves_pinned_cpusets_alone_and_keeps_the_pool(tmp_path):
     """Synchronize: a container without an SLA whose cpuset holds another's exclusive CPUs
     was pinned by someone else while nri-sla was away (nri-sla never puts one there): left
     alone, never updated. One on the shared pool nri-sla gave it gets no update while the
-    pool is unchanged, and widens when the exclusive holder stops."""
+    pool is unchanged, and widens with the drift pass after the exclusive holder stops."""
     from nri_plugin.topology.cpulist import format_cpulist
 
     async def scenario():
@@ -330,13 +339,16 @@ def test_a_restart_leaves_pinned_cpusets_alone_and_keeps_the_pool(tmp_path):
             at_sync = restore_updates(session)
             breaches = pool_breaches(sim, plugin.node)
             stopped = await session.stop_container(excl_pod, excl)
-            return (at_sync, breaches, [u.container_id for u in stopped.update],
-                    cpuset(sim, plain), cpuset(sim, pinned), held)
+            widened = plugin.drift_pass()
+            session.apply_updates(widened)
+            return (at_sync, breaches, list(stopped.update),
+                    [u.container_id for u in widened], cpuset(sim, plain),
+                    cpuset(sim, pinned), held)
 
-    at_sync, breaches, updated, plain, pinned, held = run(scenario())
+    at_sync, breaches, stopped, updated, plain, pinned, held = run(scenario())
     assert at_sync == [] and breaches == ["c: runs on exclusive CPUs " + held]
     assert plain == parse_cpulist("0-63") and pinned == parse_cpulist(held)
-    assert len(updated) == 1  # the plain container only
+    assert stopped == [] and len(updated) == 1  # the drift pass: the plain container only
 
 
 def cpuset_of(ctr) -> frozenset[int]:

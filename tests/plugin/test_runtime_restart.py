@@ -125,7 +125,7 @@ def test_containerd_killed_while_120_pods_are_created(tmp_path, v1_tree, caplog)
             assert name in kubelet.refused or name in kubelet.unadmitted or any(
                 cid for cid in kubelet.removed if cid not in sim.state.containers), name
     assert kubelet.unadmitted
-    assert all(re.search(r"not that many whole cores can be given", m)
+    assert all(re.search(r"not that many CPUs can be given", m)
                for m in kubelet.refused.values()), kubelet.refused
     # The plugin holds exactly what the live records hold: nothing lost, nothing doubled.
     assert r["held"] == r["want"]

@@ -81,7 +81,7 @@ def test_refusals_and_warnings_name_no_other_tenant(tmp_path, v1_tree, caplog):
     # Every request was refused (hard) or warned about (soft): each path was walked.
     assert all(seen.values()), {k: v for k, v in seen.items() if not v}
     hard = {k: v for k, v in seen.items() if k.endswith("/hard")}
-    assert "not that many whole cores" in hard["exclusive-on-full-node/hard"]
+    assert "not that many CPUs" in hard["exclusive-on-full-node/hard"]
     assert "no CPU this container can be given" in hard["aligned-on-full-node/hard"]
     assert "GPU 0 is not granted to this container (granted: GPU 1" in \
         hard["gpu-held-by-other/hard"]
@@ -95,5 +95,5 @@ def test_refusals_and_warnings_name_no_other_tenant(tmp_path, v1_tree, caplog):
         assert not OCCUPANCY.search(message), f"{key}: {message!r}"
     # The operator sees the full picture.
     log = caplog.text
-    assert "free whole cores there: 0 CPUs (none)" in log
+    assert "free CPUs there: 0 CPUs (none)" in log
     assert "brings the groups under" in log and "RT budget short" in log

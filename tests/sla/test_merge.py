@@ -186,14 +186,6 @@ def test_cached_results_are_shared_and_errors_fresh():
     assert len({id(e) for e in errors}) == 3 and len({str(e) for e in errors}) == 1
 
 
-def test_large_documents_are_parsed_but_not_cached():
-    from nri_plugin.sla.parse import _cached_document, _resolve
-    big = "cpu: {limit: 1}\n#" + "x" * 5000
-    before = (_cached_document.cache_info().currsize, _resolve.cache_info().currsize)
-    assert sla_for_container({POD: big}, "web").cpu.limit == 1.0
-    assert (_cached_document.cache_info().currsize, _resolve.cache_info().currsize) == before
-
-
 def test_hostile_keys_are_cut_short_in_messages(check):
     # a YAML simple key may be up to 1024 characters; "\n" is an escape in double quotes
     err = check.error_of('cpu: {"a\\nb' + "x" * 1000 + '": 1}\n')

@@ -25,6 +25,7 @@ import os
 import queue
 import sys
 import threading
+import time
 from concurrent import futures
 from pathlib import Path
 
@@ -46,12 +47,14 @@ class Kubelet:
         self.podresources_socket = podresources_socket
         self.registrations: queue.Queue = queue.Queue()
         self.lists: queue.Queue = queue.Queue()
-        self.plugin = None  # (channel, DevicePluginStub) of the registered plugin
+        self.plugin = None  # (channel, DevicePluginStub) of the last registered plugin
+        self.plugins: dict = {}  # resource name -> (channel, stub) of its plugin
         self.connected = threading.Event()  # set once the registered plugin is dialled
         self.options = None
         self.server = None
         self.pods = None  # a ListPodResourcesResponse
         self.get_unimplemented = False
+        self.get_disabled = False  # the KubeletPodResourcesGet gate off (1.27 to 1.33)
 
     # -- the kubelet's servers ---------------------------------------------------------
     def start(self) -> None:
@@ -74,6 +77,9 @@ class Kubelet:
                 def Get(self, request, context):
                     if registration.get_unimplemented:
                         context.abort(grpc.StatusCode.UNIMPLEMENTED, "method Get not implemented")
+                    if registration.get_disabled:  # the kubelet's plain error: UNKNOWN
+                        context.abort(grpc.StatusCode.UNKNOWN,
+                                      "PodResources API Get method disabled")
                     for pod in registration.pods.pod_resources:
                         if (pod.namespace, pod.name) == (request.pod_namespace, request.pod_name):
                             return registration.pr.GetPodResourcesResponse(pod_resources=pod)
@@ -87,9 +93,10 @@ class Kubelet:
 
     def stop(self) -> None:
         self.connected.clear()
-        if self.plugin is not None:
-            self.plugin[0].close()
-            self.plugin = None
+        for channel, _ in self.plugins.values():
+            channel.close()
+        self.plugins.clear()
+        self.plugin = None
         if self.server is not None:
             self.server.stop(grace=None).wait()
             self.server = None
@@ -108,30 +115,34 @@ class Kubelet:
             context.abort(grpc.StatusCode.UNKNOWN, f"unsupported API version {request.version}")
         if "/" not in request.resource_name:
             context.abort(grpc.StatusCode.UNKNOWN, f"invalid resource name {request.resource_name}")
-        self.registrations.put(as_dict(request))
+        # when it came, on the clock every process of this host shares (CLOCK_MONOTONIC)
+        self.registrations.put((as_dict(request), time.monotonic()))
         # The device manager dials the plugin once Register has returned.
-        threading.Thread(target=self.run_endpoint, args=(request.endpoint,), daemon=True).start()
+        threading.Thread(target=self.run_endpoint, args=(request.endpoint, request.resource_name),
+                         daemon=True).start()
         return self.dp.Empty()
 
-    def run_endpoint(self, endpoint: str) -> None:
+    def run_endpoint(self, endpoint: str, resource: str) -> None:
         channel = grpc.insecure_channel(f"unix://{self.plugin_dir / endpoint}")
         stub = self.dp_grpc.DevicePluginStub(channel)
-        if self.plugin is not None:
-            self.plugin[0].close()
-        self.plugin = (channel, stub)
+        old = self.plugins.get(resource)
+        if old is not None:
+            old[0].close()
+        self.plugin = self.plugins[resource] = (channel, stub)
         self.connected.set()
         try:
             self.options = as_dict(stub.GetDevicePluginOptions(self.dp.Empty(), timeout=10))
             for answer in stub.ListAndWatch(self.dp.Empty()):
-                self.lists.put(as_dict(answer))
+                self.lists.put({**as_dict(answer), "resource": resource, "at": time.monotonic()})
         except grpc.RpcError as exc:
-            self.lists.put({"stream_ended": exc.code().name})
+            self.lists.put({"stream_ended": exc.code().name, "resource": resource})
 
     # -- commands from the test ----------------------------------------------------------
     def command(self, cmd: dict) -> dict:
         op = cmd["op"]
         if op == "registration":
-            return {"request": self.registrations.get(timeout=cmd.get("timeout", 10))}
+            request, at = self.registrations.get(timeout=cmd.get("timeout", 10))
+            return {"request": request, "at": at}
         if op == "options":
             return {"options": self.options}
         if op == "next_list":
@@ -145,8 +156,9 @@ class Kubelet:
             request = json_format.ParseDict(cmd.get("request", {}), request_type())
             if not self.connected.wait(cmd.get("timeout", 10)):
                 raise queue.Empty
+            plugin = self.plugins[cmd["resource"]] if cmd.get("resource") else self.plugin
             try:
-                return {"response": as_dict(getattr(self.plugin[1], method)(request, timeout=10))}
+                return {"response": as_dict(getattr(plugin[1], method)(request, timeout=10))}
             except grpc.RpcError as exc:
                 return {"code": exc.code().name, "details": exc.details()}
         if op == "restart":
@@ -156,6 +168,7 @@ class Kubelet:
             self.pods = json_format.ParseDict({"pod_resources": cmd["pods"]},
                                               self.pr.ListPodResourcesResponse())
             self.get_unimplemented = cmd.get("get_unimplemented", False)
+            self.get_disabled = cmd.get("get_disabled", False)
             return {}
         raise ValueError(f"unknown op {op!r}")
 

@@ -70,12 +70,21 @@ class FakeKubelet:
     def registration(self, timeout: float = 10) -> dict:
         return self.command("registration", timeout)["request"]
 
+    def timed_registration(self, timeout: float = 10) -> tuple[dict, float]:
+        """The next RegisterRequest and when it came (time.monotonic(), which every
+        process of the host shares)."""
+        answer = self.command("registration", timeout)
+        return answer["request"], answer["at"]
+
     def next_list(self, timeout: float = 10) -> dict:
+        """The next list any plugin sent: its devices, "resource" and "at" (when it came,
+        time.monotonic()); or {"stream_ended": code, "resource": ...}."""
         return self.command("next_list", timeout)["list"]
 
-    def call(self, method: str, request: dict | None = None) -> dict:
-        """{"response": ...} or {"code": "INVALID_ARGUMENT", "details": ...}."""
-        return self.command("call", method=method, request=request or {})
+    def call(self, method: str, request: dict | None = None, resource: str = "") -> dict:
+        """{"response": ...} or {"code": "INVALID_ARGUMENT", "details": ...}; to the
+        plugin of `resource` (default: the last one registered)."""
+        return self.command("call", method=method, request=request or {}, resource=resource)
 
     def close(self) -> None:
         if self.proc.poll() is None:

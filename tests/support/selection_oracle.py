@@ -20,10 +20,10 @@ def closeness(a: Gpu, b: Gpu) -> int:
 
 
 def sums(gpus: Iterable[Gpu]) -> tuple[int, int]:
-    """(NVLinks summed over every pair, PCIe closeness over the pairs without NVLink)."""
+    """(NVLinks summed over every pair, PCIe closeness summed over every pair)."""
     pairs = list(combinations(list(gpus), 2))
     return (sum(a.links_to(b.index) for a, b in pairs),
-            sum(closeness(a, b) for a, b in pairs if not a.links_to(b.index)))
+            sum(closeness(a, b) for a, b in pairs))
 
 
 def connected(gpus: list[Gpu]) -> bool:
@@ -51,7 +51,7 @@ def key(chosen: list[Gpu], free: list[Gpu]) -> tuple:
     ids = {g.index for g in chosen}
     inside = sums(chosen)
     left = sums(g for g in free if g.index not in ids)
-    return (-inside[0], -inside[1], -left[0], -left[1], len({g.numa_node for g in chosen}),
+    return (-inside[0], len({g.numa_node for g in chosen}), -inside[1], -left[0], -left[1],
             tuple(sorted(ids)))
 
 
@@ -90,8 +90,8 @@ def greedy(inventory: GpuInventory, free: Iterable[int], count: int,
                 options = [g for g in options if g.numa_node == seed.numa_node]
             if not options:
                 break
-            # best by bandwidth and what is left, lowest index on ties
-            chosen.append(min(options, key=lambda g: (key([*chosen, g], pool)[:4], g.index)))
+            # best by the score before the indexes, lowest index on ties
+            chosen.append(min(options, key=lambda g: (key([*chosen, g], pool)[:5], g.index)))
         if len(chosen) == count and feasible(chosen, topology):
             found.append(key(chosen, pool))
     return min(found) if found else None

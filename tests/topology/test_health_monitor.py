@@ -19,7 +19,7 @@ from nri_plugin.simulated.hardware import (
 )
 from nri_plugin.topology.gpu_health import GpuHealth, unknown
 from nri_plugin.topology.health_monitor import GpuHealthMonitor
-from nri_plugin.topology.inventory import load_inventory
+from nri_plugin.topology.inventory import InventoryReader, load_inventory
 
 
 def watched(sysfs, nvml):
@@ -76,6 +76,25 @@ def test_a_gpu_lost_while_watched_is_unhealthy(dgx_sysfs, dgx_nvml):
     dgx_nvml.gpus[6].lost = True
     (change,) = monitor.poll(0).changed
     assert change[0] == inventory.gpus[6].identity and "lost" in change[2].reason
+
+
+def test_a_lost_gpu_is_healthy_again_once_a_read_finds_it(dgx_sysfs, dgx_nvml):
+    reader = InventoryReader("nvml", sysfs_root=dgx_sysfs, nvml=dgx_nvml)  # as the plugins
+    inventory = reader.read()
+    monitor = GpuHealthMonitor(dgx_nvml)
+    monitor.track(inventory)
+    monitor.poll(0)
+    dgx_nvml.gpus[6].lost = True
+    monitor.poll(0)
+    key = inventory.gpus[6].identity
+    # still lost: a read (its last good facts, lost) and later polls keep it unhealthy
+    monitor.track(reader.read())
+    assert not monitor.poll(0) and monitor.health()[key].state == "unhealthy"
+    dgx_nvml.gpus[6].lost = False  # reset, back on the bus
+    assert not monitor.poll(0)  # answering a probe is not enough: a read says so
+    change = monitor.track(reader.read())
+    assert [(k, now.state) for k, _, now in change.changed] == [(key, "healthy")]
+    assert not monitor.poll(0) and monitor.health()[key].healthy  # a new session
 
 
 def test_the_inventory_reads_unknown_gpus(dgx_sysfs, dgx_nvml):

@@ -83,6 +83,21 @@ def test_auto_degrades_to_sysfs_with_a_reason(dgx_sysfs, caplog):
     assert all(g.uuid == "" and g.ref == g.pci_bus_id for g in inv.gpus)
 
 
+def test_no_nvml_warning_on_a_node_without_gpus_and_one_per_reader(dgx_sysfs, tmp_path,
+                                                                   caplog):
+    bare = build_sysfs(tmp_path / "bare", nodes=1, cores_per_node=2, threads=1)
+    broken = FakeNvml([], fail_init=NVML_ERROR_LIBRARY_NOT_FOUND)
+    with caplog.at_level(logging.WARNING):
+        inv = load_inventory(sysfs_root=bare, nvml=broken)
+    assert (inv.gpus, inv.source) == ((), "sysfs") and "NVML unavailable" in inv.degraded_reason
+    assert caplog.records == []  # nothing for the operator to fix
+    reader = InventoryReader(sysfs_root=dgx_sysfs, nvml=broken)
+    with caplog.at_level(logging.WARNING):
+        for _ in range(3):  # the plugin's rescans
+            assert len(reader.read().gpus) == 8
+    assert [r.getMessage().count("falling back to sysfs") for r in caplog.records] == [1]
+
+
 def test_one_gpu_failing_before_nvml_ever_worked_is_unknown_not_sysfs(dgx_sysfs, dgx_nvml):
     # NVML answered (it counted the GPUs): one GPU's failing call marks that GPU alone
     dgx_nvml.gpus[3].errors = {"nvmlDeviceGetUUID": NVML_ERROR_UNKNOWN}

@@ -57,7 +57,10 @@ def _write(tmp_path, data):
     ({"version": 1, "cpus": {"online": "0-1"},
       "gpus": [{"index": 0, "pci_bus_id": "slot 1"}]},
      r"gpus\[0\]\.pci_bus_id: 'slot 1' is not a PCI address"),
-    ([1, 2], "expected a mapping"),
+    # Another file given by mistake says what it is.
+    ([1, 2], "a YAML list, not a node snapshot"),
+    ({"apiVersion": "v1", "kind": "Pod"}, "a Kubernetes Pod manifest, not a node snapshot "
+                                          r"\(expected what `nri-sla inventory --save`"),
 ])
 def test_bad_snapshots_name_the_field(tmp_path, data, message):
     with pytest.raises(InventoryError, match=message):

@@ -14,13 +14,11 @@ The tests run in file order: the second one reloads systemd.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 
 from nri_plugin.config import NodeConfig
 from nri_plugin.core import ContainerRequest, build_node, decide
+from nri_plugin.hookspec import oci_hooks
 from nri_plugin.plugin.adjustment import build_adjustment
 
 MIB = 1 << 20
@@ -41,11 +39,11 @@ RESET_BY_DAEMON_RELOAD = {
 
 
 def shipped_hook(timeout: int) -> dict:
-    """The createRuntime hook of the installed base runtime spec, with its time limits
-    raised for the emulated machine: the shipped 5 s (hook) / 10 s (runtime) fit a real
-    node (the hook takes well under a second there), not Python starting under TCG."""
-    spec = json.loads(Path("/etc/nri-sla/base-runtime-spec.json").read_text())
-    (hook,) = spec["hooks"]["createRuntime"]
+    """The createRuntime hook `containerd-config --write` puts in the base runtime spec,
+    with its time limits raised for the emulated machine: the shipped 5 s (hook) / 10 s
+    (runtime) fit a real node (the hook takes well under a second there), not Python
+    starting under TCG."""
+    (hook,) = oci_hooks("createRuntime")["createRuntime"]
     args = list(hook["args"])
     args[args.index("--timeout") + 1] = str(timeout)
     return {"createRuntime": [{**hook, "args": args, "timeout": timeout + 20}]}

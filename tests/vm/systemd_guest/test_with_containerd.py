@@ -29,6 +29,9 @@ from pathlib import Path
 
 import pytest
 
+from nri_plugin.commands.basespec import find_ctr, node_default_spec, with_hook
+from nri_plugin.commands.containerd_dropin import parse_version
+
 MIB = 1 << 20
 REPO = Path(__file__).resolve().parents[3]
 ENDPOINT = "unix:///run/containerd/containerd.sock"
@@ -171,9 +174,11 @@ def node(package, e2e_image, tmp_path_factory):
     # own, as /var/lib/containerd is a disk of its own on many nodes.
     Path("/var/lib/containerd").mkdir(parents=True, exist_ok=True)
     sh("mount", "-t", "tmpfs", "tmpfs", "/var/lib/containerd")
+    # the base spec `containerd-config --write` makes: this containerd's own, plus the hook
     spec_path = Path("/etc/nri-sla/base-runtime-spec.json")
-    shipped_spec = spec_path.read_text()
-    spec = json.loads(shipped_spec)
+    default = node_default_spec(find_ctr(shutil.which("containerd")) or "ctr",
+                                parse_version(version, "containerd --version"))
+    spec = json.loads(with_hook(default, "/usr/bin/nri-sla"))
     for hook in spec["hooks"]["createRuntime"]:
         args = hook["args"]
         args[args.index("--timeout") + 1] = "100"
@@ -199,7 +204,7 @@ def node(package, e2e_image, tmp_path_factory):
         subprocess.run(["umount", "-l", "/var/lib/containerd"], capture_output=True)
         for link in links:  # the guest's own runc again
             link.unlink(missing_ok=True)
-        spec_path.write_text(shipped_spec)
+        spec_path.unlink(missing_ok=True)  # made here, as containerd-config does
 
 
 def test_enabled_service_starts_with_containerd_and_registers(node, systemd):

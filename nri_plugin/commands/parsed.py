@@ -1,0 +1,47 @@
+"""Each distinct SLA annotation of a manifest parsed once (`validate`, `explain`).
+
+A manifest can hold many containers under one pod's annotations (or many replicas of
+one template), and the SLA parser caches only small documents: without this, a 16 KiB
+annotation over a few thousand containers is parsed a few thousand times. Keyed by the
+texts themselves, per manifest, so nothing outlives the manifest it was read from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from nri_plugin.commands.manifests import PodSpec
+from nri_plugin.config import NodeConfig
+from nri_plugin.sla import ENFORCEMENT_ALIAS, Sla
+from nri_plugin.sla.errors import SlaError
+
+# What a container's SLA depends on: nri-sla's annotations of its pod (keys and texts)
+# and its own container key's name when it has one ("" when the pod's SLA is its SLA).
+SlaKey = tuple[tuple[tuple[str, str], ...], str]
+
+
+@dataclass
+class ParsedSlas:
+    """One manifest's SLAs by what they depend on."""
+
+    config: NodeConfig
+    known: dict[SlaKey, tuple[Sla | None, SlaError | None]] = field(default_factory=dict)
+
+    def key(self, pod: PodSpec, name: str) -> SlaKey:
+        head = self.config.annotation_prefix + "/"
+        mine = tuple(sorted((k, v) for k, v in pod.annotations.items()
+                            if k.startswith(head) or k == ENFORCEMENT_ALIAS))
+        return mine, (name if f"{head}container.{name}" in pod.annotations else "")
+
+    def sla(self, pod: PodSpec, name: str) -> tuple[Sla | None, SlaError | None]:
+        """The container's SLA (None: it has none) or why it is refused, as the node's
+        decision path finds them (nri_plugin.core.parse_sla)."""
+        from nri_plugin.core.decision import parse_sla
+
+        key = self.key(pod, name)
+        if key not in self.known:
+            try:
+                self.known[key] = parse_sla(self.config, pod.annotations, name), None
+            except SlaError as exc:
+                self.known[key] = None, exc
+        return self.known[key]

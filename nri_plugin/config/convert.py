@@ -10,7 +10,6 @@ import math
 import os
 import re
 from collections.abc import Callable
-from typing import NamedTuple
 
 from nri_plugin.config.cap import Cap
 from nri_plugin.text.fields import FieldProblem, parse_id_list, show
@@ -266,15 +265,30 @@ Converter = Callable[[object], object]
 METADATA = "nri-sla key"  # the field metadata entry that makes a field a config key
 
 
-class Key(NamedTuple):
-    """What a dataclass field of `values` declares about its config key (see `key`)."""
+class Key:
+    """What a dataclass field of `values` declares about its config key (see `key`). A
+    plain frozen class: `typing.NamedTuple` or a dataclass would cost the OCI hook's cold
+    run, which reads the config, more than all of its keys' declarations."""
 
+    __slots__ = ("accepts", "convert", "doc", "live", "name", "note")
     name: str  # as written in the file; "" is the attribute's name with '-' for '_'
     convert: Converter
     live: bool
     accepts: str
     doc: str
     note: str
+
+    def __init__(self, name: str, convert: Converter, live: bool, accepts: str, doc: str,
+                 note: str) -> None:
+        for attribute, value in (("name", name), ("convert", convert), ("live", live),
+                                 ("accepts", accepts), ("doc", doc), ("note", note)):
+            object.__setattr__(self, attribute, value)
+
+    def __setattr__(self, attribute: str, value: object) -> None:
+        raise AttributeError(f"a config key's declaration is frozen ({attribute})")
+
+    def __repr__(self) -> str:
+        return f"Key({self.name!r}, {self.convert.__name__}, live={self.live})"
 
 
 def key(convert: Converter, *, accepts: str, doc: str, live: bool = False, name: str = "",

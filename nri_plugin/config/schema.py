@@ -8,7 +8,6 @@ against), every dotted key to its attributes (`KEY_ATTRIBUTES`) and its declarat
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 from nri_plugin.config.cap import Cap
 from nri_plugin.config.convert import METADATA, Key
@@ -54,15 +53,15 @@ KEYS: dict[str, Key] = {
 LIVE_KEYS: frozenset[str] = frozenset(key for key, spec in KEYS.items() if spec.live)
 
 
-def key_value(config: NodeConfig, key: str) -> Any:
+def key_value(config: NodeConfig, key: str) -> object:
     """The value of a dotted key in `config`."""
-    value: Any = config
+    value: object = config
     for attribute in KEY_ATTRIBUTES[key]:
         value = getattr(value, attribute)
     return value
 
 
-def file_value(value: Any) -> Any:
+def file_value(value: object) -> object:
     """A key's value as its file writes it: the form its converter takes back unchanged."""
     if isinstance(value, Cap):
         return str(value) if value.percent else int(value.value)

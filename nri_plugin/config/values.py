@@ -20,6 +20,7 @@ from nri_plugin.config.convert import (
     GPU_INJECTIONS,
     LOG_FORMATS,
     LOG_LEVELS,
+    MAX_LISTED,
     MIG_STRATEGIES,
     key,
     one_of,
@@ -126,8 +127,8 @@ class GpuConfig:
         conv.rescan,
         accepts="number, 0 or 1 <= s <= 86400",
         doc=("seconds between re-reads of the GPU inventory by `nri-sla run` (also at every "
-             "Synchronize); 0 turns the periodic rescan off. A GPU that vanishes stays held by its"
-             " holders (docs/reliability.md)")))
+             "Synchronize); 0 turns the periodic rescan off. A GPU that vanishes stays held by "
+             "its holders (docs/reliability.md)")))
     health_interval: float = field(default=10.0, metadata=key(
         conv.rescan,
         accepts="number, 0 or 1 <= s <= 86400",
@@ -136,18 +137,18 @@ class GpuConfig:
              "GPUs NVML cannot read)")))
     grant_cdi_kinds: tuple[str, ...] = field(default=DEFAULT_GRANT_CDI_KINDS, metadata=key(
         conv.cdi_kinds,
-        accepts="list of CDI kinds `vendor/class` (at most 32)",
+        accepts=f"list of CDI kinds `vendor/class` (at most {MAX_LISTED})",
         doc=('CDI devices of these kinds in a container are its GPU grant (docs/sla.md, "The GPU '
              'grant"); other kinds are not GPUs')))
     podresources_socket: str = field(default=DEFAULT_PODRESOURCES_SOCKET, metadata=key(
         conv.socket_path,
         accepts='absolute path or `""`',
-        doc=('the kubelet\'s PodResources API, more grant evidence (device ids per container); `""`'
-             " turns it off")))
+        doc=("the kubelet's PodResources API, more grant evidence (device ids per container); "
+             '`""` turns it off')))
     grant_resources: tuple[str, ...] = field(default=DEFAULT_GRANT_RESOURCES, metadata=key(
         conv.resource_names,
-        accepts=("list of resource names `domain/name`, a trailing `*` matches any suffix (at most"
-                 " 32)"),
+        accepts=("list of resource names `domain/name`, a trailing `*` matches any suffix (at "
+                 f"most {MAX_LISTED})"),
         doc="the PodResources resources whose devices are GPUs"))
 
 
@@ -171,9 +172,9 @@ class DevicePluginConfig:
         choice(MIG_STRATEGIES),
         accepts=one_of(MIG_STRATEGIES),
         doc=("how `nri-sla device-plugin` advertises MIG devices, as NVIDIA's device plugin names "
-             "them: `none` leaves MIG-enabled GPUs out, `single` offers MIG devices of one profile"
-             ' as the resource, `mixed` as `nvidia.com/mig-<profile>` (docs/device-plugin.md, "MIG'
-             ' strategies")')))
+             "them: `none` leaves MIG-enabled GPUs out, `single` offers MIG devices of one "
+             "profile as the resource, `mixed` as `nvidia.com/mig-<profile>` "
+             '(docs/device-plugin.md, "MIG strategies")')))
     metrics_address: str = field(default="", metadata=key(
         conv.address, note="(off)",
         accepts='`host:port`, `[v6]:port`, `:port`, or `""`',
@@ -215,8 +216,8 @@ class NriConfig:
     plugin_index: str = field(default="50", metadata=key(
         conv.plugin_index,
         accepts='two digits `"00"`..`"99"` (or an int 10..99)',
-        doc=("NRI's plugin order; exactly two digits, as containerd requires: an index below 10 is"
-             ' quoted (`"07"`; YAML reads `07` as the number 7, which is refused)')))
+        doc=("NRI's plugin order; exactly two digits, as containerd requires: an index below 10 "
+             'is quoted (`"07"`; YAML reads `07` as the number 7, which is refused)')))
     # nri.service.ServiceOptions.backoff_max says why
     reconnect_max_seconds: float = field(default=5.0, metadata=key(
         conv.reconnect,
@@ -262,10 +263,10 @@ class WatchConfig:
     interval: float = field(default=30.0, metadata=key(
         conv.interval, name="interval-seconds",
         accepts="`0`, or a number 1..3600",
-        doc=("how often the drift watch reads back every enforced value and the compliance signals"
-             " of every started SLA container; drift is repaired (hard) or reported (soft). `0` "
-             "turns the watch, its repairs (also on Synchronize) and the per-container series off "
-             '(docs/operations.md, "Drift watch")')))
+        doc=("how often the drift watch reads back every enforced value and the compliance "
+             "signals of every started SLA container; drift is repaired (hard) or reported "
+             "(soft). `0` turns the watch, its repairs (also on Synchronize) and the "
+             'per-container series off (docs/operations.md, "Drift watch")')))
     repair_backoff_max: float = field(default=600.0, metadata=key(
         conv.backoff, name="repair-backoff-max-seconds",
         accepts="number 1..86400",
@@ -274,8 +275,8 @@ class WatchConfig:
         conv.series_containers,
         accepts="count 0..100000",
         doc=("SLA containers with per-container Prometheus series (about 20 each), shared "
-             "round-robin between namespaces so that one namespace cannot crowd out another's; the"
-             " rest are counted in `nri_sla_containers_unexported` (and per namespace in "
+             "round-robin between namespaces so that one namespace cannot crowd out another's; "
+             "the rest are counted in `nri_sla_containers_unexported` (and per namespace in "
              "`nri_sla_namespace_containers_unexported`) and shown by `nri-sla status`")))
 
 
@@ -299,9 +300,9 @@ class EventsConfig:
         accepts="`auto` | `true` | `false`",
         doc=("Kubernetes Events on the pods nri-sla refuses, clamps, repairs or finds created "
              'unenforced (docs/operations.md, "Kubernetes Events"); `auto`: on when '
-             "`KUBERNETES_SERVICE_HOST` is set and the service account's token is found (as in the"
-             " DaemonSet), off on a node without them; `true` without them refuses to start (exit "
-             "2); `false`: off, and the HTTPS client is never loaded")))
+             "`KUBERNETES_SERVICE_HOST` is set and the service account's token is found (as in "
+             "the DaemonSet), off on a node without them; `true` without them refuses to start "
+             "(exit 2); `false`: off, and the HTTPS client is never loaded")))
     service_account: str = field(default=DEFAULT_SERVICE_ACCOUNT, metadata=key(
         conv.abs_path,
         accepts="absolute path",
@@ -370,8 +371,8 @@ class NodeConfig:
              '`sla.nri.io/applied` records (docs/operations.md, "Records and the record key"); '
              "created at the first `nri-sla run`, read by the OCI hook; and `rt-raises.json` "
              "(cgroup v1), the RT budget the plugin raised in containers' ancestors, given back "
-             'once no container below needs it (docs/cgroups.md, "Giving it back"). Keep it on the'
-             " host (the DaemonSet mounts it) and the same for the plugin and the hook")))
+             'once no container below needs it (docs/cgroups.md, "Giving it back"). Keep it on '
+             "the host (the DaemonSet mounts it) and the same for the plugin and the hook")))
     cpu: CpuConfig = field(default_factory=CpuConfig)
     gpu: GpuConfig = field(default_factory=GpuConfig)
     device_plugin: DevicePluginConfig = field(default_factory=DevicePluginConfig)

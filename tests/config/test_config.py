@@ -342,6 +342,15 @@ def test_reload_follows_each_keys_declaration():
     assert done.config.pod_caps == old.pod_caps
 
 
+def test_a_keys_declaration_is_frozen():
+    from nri_plugin.config import KEYS
+
+    spec = KEYS["log.level"]
+    with pytest.raises(AttributeError, match="frozen"):
+        spec.live = False
+    assert spec.live and repr(spec) == "Key('', convert, live=True)"
+
+
 def test_every_field_of_a_section_is_a_key():
     # A field without its key's declaration could never be set from the file.
     import dataclasses

@@ -267,8 +267,8 @@ METADATA = "nri-sla key"  # the field metadata entry that makes a field a config
 
 class Key:
     """What a dataclass field of `values` declares about its config key (see `key`). A
-    plain frozen class: `typing.NamedTuple` or a dataclass would cost the OCI hook's cold
-    run, which reads the config, more than all of its keys' declarations."""
+    plain frozen class: the OCI hook's cold run reads the config, and a `typing.NamedTuple`
+    here (typing imported for it) made that load 13 M instructions dearer."""
 
     __slots__ = ("accepts", "convert", "doc", "live", "name", "note")
     name: str  # as written in the file; "" is the attribute's name with '-' for '_'

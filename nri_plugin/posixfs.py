@@ -12,7 +12,7 @@ Same results as os.path for str paths (tests/test_posixfs.py compares them).
 
 import posix
 import sys
-from _stat import S_ISDIR, S_ISLNK, S_ISREG
+from _stat import S_ISDIR, S_ISLNK, S_ISREG, S_ISSOCK
 from posix import _path_normpath  # os.path.normpath's own C implementation (posixpath's)
 
 _ENCODING, _ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
@@ -83,6 +83,11 @@ def isdir(path: str) -> bool:
 def isfile(path: str) -> bool:
     mode = _mode(path, True)
     return mode is not None and S_ISREG(mode)
+
+
+def issock(path: str) -> bool:
+    mode = _mode(path, True)
+    return mode is not None and S_ISSOCK(mode)
 
 
 def islink(path: str) -> bool:

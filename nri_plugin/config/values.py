@@ -35,8 +35,11 @@ PERMISSIONS = ("realtime", "exclusive-cpus", "gpus", "io-max", "exceed-runtime-l
 # device plugin's (cdi-cri strategy), whole GPUs and MIG devices.
 DEFAULT_GRANT_CDI_KINDS = ("nvidia.com/gpu", "nvidia.com/mig",
                            "k8s.device-plugin.nvidia.com/gpu",
-                           "k8s.device-plugin.nvidia.com/mig")
-DEFAULT_GRANT_RESOURCES = ("nvidia.com/gpu", "nvidia.com/mig-*")
+                           "k8s.device-plugin.nvidia.com/mig",
+                           "k8s.gpu.nvidia.com/device", "k8s.gpu.nvidia.com/claim")
+# nvidia.com/gpu.shared: what NVIDIA's device plugin renames a time-sliced or MPS GPU to
+# (renameByDefault); its MIG counterparts match nvidia.com/mig-*.
+DEFAULT_GRANT_RESOURCES = ("nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-*")
 DEFAULT_PODRESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 DEFAULT_SERVICE_ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 _NAMESPACES = "list of namespace names/globs"
@@ -139,7 +142,8 @@ class GpuConfig:
         conv.cdi_kinds,
         accepts=f"list of CDI kinds `vendor/class` (at most {MAX_LISTED})",
         doc=('CDI devices of these kinds in a container are its GPU grant (docs/sla.md, "The GPU '
-             'grant"); other kinds are not GPUs')))
+             "grant\"; the last two are NVIDIA's DRA driver's, docs/gpus.md); other kinds are not "
+             "GPUs")))
     podresources_socket: str = field(default=DEFAULT_PODRESOURCES_SOCKET, metadata=key(
         conv.socket_path,
         accepts='absolute path or `""`',
@@ -149,7 +153,12 @@ class GpuConfig:
         conv.resource_names,
         accepts=("list of resource names `domain/name`, a trailing `*` matches any suffix (at "
                  f"most {MAX_LISTED})"),
-        doc="the PodResources resources whose devices are GPUs"))
+        doc=("the PodResources resources whose devices are GPUs. Shared resources belong here "
+             "too: `nvidia.com/gpu.shared` is what NVIDIA's device plugin names time-sliced or "
+             "MPS GPUs with `renameByDefault` (its MIG counterparts "
+             "`nvidia.com/mig-<profile>.shared` match `nvidia.com/mig-*`); add the name a "
+             "`sharing.timeSlicing.resources[].rename` gives. Their device ids `<id>::<n>` are "
+             "replicas of one GPU or MIG device: granted, and shared by design (docs/gpus.md)")))
 
 
 @dataclass(frozen=True, slots=True)

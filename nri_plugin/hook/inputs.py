@@ -32,7 +32,13 @@ import posix  # not os: nri_plugin/posixfs.py says why
 from _stat import S_ISREG
 
 from nri_plugin.errors import InvalidInput
-from nri_plugin.granted import ENV_VISIBLE, GrantedResources, device_mount_ids, gpu_device_numbers
+from nri_plugin.granted import (
+    ENV_VISIBLE,
+    GrantedResources,
+    all_devices_allowed,
+    device_mount_ids,
+    gpu_device_numbers,
+)
 from nri_plugin.posixfs import READ_CHUNK, join, read_fd
 from nri_plugin.value import Value
 
@@ -259,16 +265,28 @@ def _gpu_evidence(doc: "dict[str, Any]", linux: "dict[str, Any]") -> "dict[str, 
     mounts = doc.get("mounts")
     process = doc.get("process")
     env = process.get("env") if isinstance(process, dict) else None
+    gpus, caps = gpu_device_numbers(
+        (d.get("path") if isinstance(d.get("path"), str) else "", d.get("type"),
+         d.get("major"), d.get("minor"))
+        for d in (devices if isinstance(devices, list) else ())
+        if isinstance(d, dict) and type(d.get("major")) is int
+        and type(d.get("minor")) is int)
     evidence: dict[str, Any] = {
-        "gpu_devices": gpu_device_numbers(
-            (d.get("type"), d.get("major"), d.get("minor"))
-            for d in (devices if isinstance(devices, list) else ())
-            if isinstance(d, dict) and type(d.get("major")) is int
-            and type(d.get("minor")) is int),
+        "gpu_devices": gpus,
+        "caps_minors": caps,
         "device_mounts": device_mount_ids(
-            m["destination"] for m in (mounts if isinstance(mounts, list) else ())
+            (m["destination"], m.get("source")) for m in (mounts if isinstance(mounts, list)
+                                                          else ())
             if isinstance(m, dict) and isinstance(m.get("destination"), str)),
     }
+    resources = linux.get("resources")
+    rules = resources.get("devices") if isinstance(resources, dict) else None
+    if isinstance(rules, list) and (gpus or caps):
+        evidence["all_devices"] = all_devices_allowed(
+            (r.get("allow") is True, r.get("type") or "",
+             r.get("major") is not None or r.get("minor") is not None,
+             r.get("access") if isinstance(r.get("access"), str) else "")
+            for r in rules if isinstance(r, dict))
     if isinstance(env, list):
         for item in env:
             # The runtime's own env list; only well-formed NAME=VALUE entries matter here.

@@ -1,25 +1,31 @@
 """A client of the kubelet's PodResources API v1: which devices the kubelet granted to each
-container (`List`, `Get`), as plain values.
+container (`List`, `Get`), as plain values: device-plugin device ids by resource, and the
+CDI device names of its DRA claims (`dynamic_resources`).
 
 The kubelet's answer is trusted as the grant, but not its size: every answer is bounded
 (bytes on the wire, pods, containers per pod, devices per container, id lengths) before
-nri-sla builds anything from it. One failure type, KubeletApiError, with a one-line
-message naming the socket.
+nri-sla builds anything from it. A pod over a bound in a List is left out of it, with a
+warning once per pod, and the rest of the List kept: one odd pod does not hide every
+other grant. One failure type, KubeletApiError, with a one-line message naming the
+socket.
 """
 
 from __future__ import annotations
 
 import fnmatch
-import os
-import stat
+import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import grpc
 
 from nri_plugin.kubelet.errors import KubeletApiError
 from nri_plugin.kubelet.pb import podresources_v1_pb2 as pb
 from nri_plugin.kubelet.pb import podresources_v1_pb2_grpc as pb_grpc
+from nri_plugin.ops.logsetup import log_event
+from nri_plugin.posixfs import issock
+
+log = logging.getLogger("nri_sla.kubelet")
 
 DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # the kubelet's own default limit for this API
@@ -27,6 +33,10 @@ MAX_PODS = 10_000  # far above the kubelet's max-pods (110 by default, 2500 at m
 MAX_CONTAINERS = 1_000  # per pod
 MAX_DEVICES = 4_096  # device ids per container, over all its resources
 MAX_NAME_CHARS = 256  # a device id, resource, pod or container name
+MAX_WARNED_PODS = 1_000  # oversized pods remembered so that each is warned about once
+# What a kubelet with the KubeletPodResourcesGet gate off (1.27 to 1.33) answers Get with,
+# as UNKNOWN; kubelets before 1.27 answer UNIMPLEMENTED. Either way: List.
+GET_DISABLED = "Get method disabled"
 
 # container name -> resource name (e.g. "nvidia.com/gpu") -> device ids, in kubelet order
 ContainerGrants = Mapping[str, Mapping[str, tuple[str, ...]]]
@@ -39,10 +49,16 @@ class PodDevices:
     namespace: str
     name: str
     containers: ContainerGrants
+    # container name -> the CDI device names of its DRA claims, in kubelet order
+    claims: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def devices(self, container: str) -> Mapping[str, tuple[str, ...]]:
         """resource name -> device ids of `container` (empty when it has none)."""
         return self.containers.get(container, {})
+
+    def claim_devices(self, container: str) -> tuple[str, ...]:
+        """The CDI device names of `container`'s DRA claims."""
+        return self.claims.get(container, ())
 
 
 def granted_device_ids(resources: Mapping[str, Sequence[str]],
@@ -69,9 +85,9 @@ class PodResourcesClient:
             options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                      ("grpc.enable_http_proxy", 0)])
         self._stub = pb_grpc.PodResourcesListerStub(self._channel)
-        # Kubelets before 1.27 (or with KubeletPodResourcesGet off) answer Get with
-        # UNIMPLEMENTED; once seen, get() goes straight to List.
+        # Kubelets without Get (GET_DISABLED); once seen, get() goes straight to List.
         self._get_unimplemented = False
+        self._warned: set[tuple[str, str]] = set()  # oversized pods warned about
 
     def close(self) -> None:
         self._channel.close()
@@ -88,7 +104,24 @@ class PodResourcesClient:
         if len(answer.pod_resources) > MAX_PODS:
             raise self._error(f"List: {len(answer.pod_resources)} pods, more than the "
                               f"{MAX_PODS} nri-sla reads")
-        return tuple(self._pod(p) for p in answer.pod_resources)
+        pods = []
+        for p in answer.pod_resources:
+            try:
+                pods.append(self._pod(p))
+            except KubeletApiError as exc:
+                self._skipped(p, exc)
+        return tuple(pods)
+
+    def _skipped(self, pod: pb.PodResources, exc: KubeletApiError) -> None:
+        """A pod over a bound, left out of a List: one warning per pod."""
+        key = (pod.namespace[:MAX_NAME_CHARS], pod.name[:MAX_NAME_CHARS])
+        if key in self._warned:
+            return
+        if len(self._warned) >= MAX_WARNED_PODS:
+            self._warned.clear()  # bounded: a pod warned about twice at worst
+        self._warned.add(key)
+        log_event(log, logging.WARNING, "kubelet PodResources: a pod left out of the List; "
+                  "its containers' device grants are not read", error=str(exc))
 
     def get(self, namespace: str, pod: str) -> PodDevices | None:
         """One pod's grants; None when the kubelet does not know the pod. Uses List on
@@ -99,7 +132,9 @@ class PodResourcesClient:
                 answer = self._stub.Get(request, timeout=self.timeout)
             except grpc.RpcError as exc:
                 code = exc.code()
-                if code == grpc.StatusCode.UNIMPLEMENTED:
+                if code == grpc.StatusCode.UNIMPLEMENTED or (
+                        code == grpc.StatusCode.UNKNOWN
+                        and GET_DISABLED in (exc.details() or "")):
                     self._get_unimplemented = True
                 elif code == grpc.StatusCode.NOT_FOUND or (
                         code == grpc.StatusCode.UNKNOWN and "not found" in (exc.details() or "")):
@@ -121,7 +156,7 @@ class PodResourcesClient:
         code = exc.code()
         if code == grpc.StatusCode.DEADLINE_EXCEEDED:
             return self._error(f"{method}: no answer within {self.timeout:g}s")
-        if code == grpc.StatusCode.UNAVAILABLE and not is_socket(self.socket_path):
+        if code == grpc.StatusCode.UNAVAILABLE and not issock(self.socket_path):
             return self._error("the socket does not exist (is the kubelet running, and is "
                                "its pod-resources directory mounted here?)")
         if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
@@ -138,6 +173,7 @@ class PodResourcesClient:
             raise self._error(f"{where}: {len(pod.containers)} containers, more than "
                               f"{MAX_CONTAINERS}")
         containers: dict[str, dict[str, tuple[str, ...]]] = {}
+        claims: dict[str, tuple[str, ...]] = {}
         for c in pod.containers:
             resources: dict[str, tuple[str, ...]] = {}
             count = 0
@@ -148,21 +184,24 @@ class PodResourcesClient:
                                       f"{MAX_DEVICES} devices")
                 ids = resources.get(d.resource_name, ()) + tuple(d.device_ids)
                 resources[d.resource_name] = ids
-            too_long = [n for n in (pod.namespace, pod.name, c.name, *resources,
+            cdi: list[str] = []
+            for claim in c.dynamic_resources:
+                for r in claim.claim_resources:
+                    count += len(r.cdi_devices)
+                    if count > MAX_DEVICES:
+                        raise self._error(f"{where} container {_short(c.name)}: more than "
+                                          f"{MAX_DEVICES} devices")
+                    cdi += (d.name for d in r.cdi_devices)
+            too_long = [n for n in (pod.namespace, pod.name, c.name, *resources, *cdi,
                                     *(i for ids in resources.values() for i in ids))
                         if len(n) > MAX_NAME_CHARS]
             if too_long:
                 raise self._error(f"{where}: a name or device id longer than "
                                   f"{MAX_NAME_CHARS} characters: {_short(too_long[0])}")
             containers[c.name] = resources
-        return PodDevices(pod.namespace, pod.name, containers)
-
-
-def is_socket(path: str) -> bool:
-    try:
-        return stat.S_ISSOCK(os.stat(path).st_mode)
-    except OSError:
-        return False
+            if cdi:
+                claims[c.name] = tuple(dict.fromkeys(cdi))
+        return PodDevices(pod.namespace, pod.name, containers, claims)
 
 
 def _short(text: str, limit: int = 64) -> str:

@@ -246,7 +246,8 @@ class Metrics:
             "gpus_in_use", "GPUs that live containers were granted (every holder counts)")
         self.gpus_shared = self._gauge(
             "gpus_shared", "GPUs (and MIG devices) that two or more live containers can "
-            "open: the kubelet's or an old record's doing, never nri-sla's")
+            "open, replicas shared by design (time-slicing, MPS) left out: the kubelet's "
+            "or an old record's doing, never nri-sla's")
         self.gpus_missing = self._gauge(
             "gpus_missing", "GPUs containers hold that the inventory no longer lists "
             "(fallen off the bus, driver gone): never handed out again while held")

@@ -29,6 +29,7 @@ from nri_plugin.granted import (
     ENV_VISIBLE,
     MAX_GRANT_ITEMS,
     GrantedResources,
+    all_devices_allowed,
     bounded_names,
     device_mount_ids,
     gpu_device_numbers,
@@ -52,6 +53,7 @@ from nri_plugin.plugin.registry import (
     ContainerEntry,
     ContainerRegistry,
     GrantedGpus,
+    SharedGpu,
 )
 from nri_plugin.plugin.report import gpus_json
 from nri_plugin.plugin.restore import SynchronizeRestore, log_given_back, settled
@@ -65,6 +67,7 @@ log = logging.getLogger("nri_sla.plugin")
 STATE_NAMES = {number: name.removeprefix("CONTAINER_").lower()
                for name, number in pb.ContainerState.items()}
 ENV_VISIBLE_PREFIX = ENV_VISIBLE + "="
+NO_EVIDENCE = GrantedResources()  # a grant from the kubelet's device ids alone
 UNVERSIONED_NRI = "older than v0.12"  # no version sent, runtime release not in the table
 # The failure's kind as the status the runtime gets (it shows the message to the user).
 STATUS = {INVALID: Code.INVALID_ARGUMENT, INTERNAL: Code.INTERNAL}
@@ -78,7 +81,9 @@ def granted_resources(resources: pb.LinuxResources, container: pb.Container | No
                       ) -> GrantedResources:
     """What the runtime set for the container: the kubelet's CPU and memory values in the
     request and the GPU evidence a device plugin's grant left (CDI devices, GPU device
-    nodes, volume mounts); NVIDIA_VISIBLE_DEVICES only to report an env that is no grant.
+    nodes and MIG access nodes, volume mounts; whether the device cgroup allows every
+    device, as for a privileged container); NVIDIA_VISIBLE_DEVICES only to report an env
+    that is no grant.
     Every list is bounded before anything is built from it (nri_plugin.granted). Read on
     every CreateContainer: a kind of evidence the request does not carry (most containers
     have no CDI device, no device node and no device mount) is not built at all."""
@@ -96,12 +101,20 @@ def granted_resources(resources: pb.LinuxResources, container: pb.Container | No
         if container.CDI_devices:
             evidence["cdi_devices"] = bounded_names(d.name for d in container.CDI_devices)
         if container.linux.devices:
-            evidence["gpu_devices"] = gpu_device_numbers(
-                (d.type, d.major, d.minor) for d in container.linux.devices)
+            gpus, caps = gpu_device_numbers(
+                (d.path, d.type, d.major, d.minor) for d in container.linux.devices)
+            if gpus:
+                evidence["gpu_devices"] = gpus
+            if caps:
+                evidence["caps_minors"] = caps
+            if resources.devices and all_devices_allowed(
+                    (r.allow, r.type, r.HasField("major") or r.HasField("minor"), r.access)
+                    for r in resources.devices):
+                evidence["all_devices"] = True
         mounts = container.mounts
         if len(mounts) > MAX_GRANT_ITEMS:  # (a slice: islice over protobuf's list is slow)
             mounts = mounts[:MAX_GRANT_ITEMS]
-        device_mounts = [path for m in mounts
+        device_mounts = [(path, m.source) for m in mounts
                          if (path := m.destination).startswith(DEVICE_MOUNT_DIR)]
         if device_mounts:
             evidence["device_mounts"] = device_mount_ids(device_mounts)
@@ -151,6 +164,7 @@ class SlaPlugin(SynchronizeRestore):
         self._loop: asyncio.AbstractEventLoop | None = None
         # created while away
         self._unenforced = UnenforcedContainers(self.registry, metrics, events)
+        self._replicas_asked: frozenset[tuple[str, tuple[str, ...]]] = frozenset()
 
     # -- life cycle --------------------------------------------------------------------
     def on_registered(self, stub: Any) -> None:
@@ -277,6 +291,9 @@ class SlaPlugin(SynchronizeRestore):
             if grant.env_only and plan is None:
                 log_event(log, logging.INFO, "GPU env is not a grant", container=container_id,
                           env=grant.env_only[:64])
+            if grant.system and created:
+                log_event(log, logging.INFO, "container sees every device: a system "
+                          "holder, its device nodes are no GPU grant", container=container_id)
             self.node.hold_grant(container_id, grant)
         else:  # most containers: nothing to resolve or hold
             grant = NO_GRANT
@@ -285,7 +302,7 @@ class SlaPlugin(SynchronizeRestore):
         held = self.node.allocator.placement_of(container_id) if self.node.allocator else None
         opens = NO_GPUS if grant.empty and held is None else GrantedGpus.of(
             (*grant.gpus, *(held.gpus if held else ())),
-            (*grant.migs, *(held.migs if held else ())))
+            (*grant.migs, *(held.migs if held else ())), grant.replicas)
         entry = ContainerEntry(container_id, container.pod_sandbox_id, _namespace(pod) or "",
                                pod.name if pod else "", container.name,
                                STATE_NAMES.get(container.state, "unknown"), opens, plan,
@@ -326,13 +343,41 @@ class SlaPlugin(SynchronizeRestore):
 
     def _report_shared(self) -> None:
         """GPUs two or more live containers can open: each pair once in the operator's
-        log (the kubelet's or an old record's doing: nri-sla adds no GPU), the count as
-        nri_sla_gpus_shared."""
+        log (the kubelet's or an old record's doing: nri-sla adds no GPU), the count of
+        those not shared by design (replicas) as nri_sla_gpus_shared."""
         shared = self.registry.shared()
-        for device, a, b in self.registry.new_shared_pairs(shared):
-            log_event(log, logging.WARNING, "GPU shared by two containers", gpu=device,
-                      container=a.id, other=b.id, pods=f"{a.who}; {b.who}")
-        self.metrics.set_gpus_shared(len(shared))
+        if any(not s.intended for s in shared) and self._learn_replicas(shared):
+            shared = self.registry.shared()
+        for s, a, b in self.registry.new_shared_pairs(shared):
+            if s.intended:
+                log_event(log, logging.INFO, "GPU replicas shared by design", gpu=s.device,
+                          container=a.id, other=b.id, pods=f"{a.who}; {b.who}")
+            else:
+                log_event(log, logging.WARNING, "GPU shared by two containers", gpu=s.device,
+                          container=a.id, other=b.id, pods=f"{a.who}; {b.who}")
+        self.metrics.set_gpus_shared(sum(not s.intended for s in shared))
+
+    def _learn_replicas(self, shared: list[SharedGpu]) -> bool:
+        """GPUs two containers hold by the runtime's evidence (a CDI name, the GPU's node:
+        what the device plugin answers for a time-sliced or MPS replica too): the
+        kubelet's books say whether those are replicas. One List for each new set of
+        such holders; True when an entry learnt it holds a replica."""
+        doubt = frozenset((s.device, s.containers) for s in shared if not s.intended)
+        if doubt <= self._replicas_asked:
+            return False
+        self._replicas_asked = doubt
+        books = self.kubelet.for_all()
+        learnt = False
+        for cid in {c for _, holders in doubt for c in holders} if books else ():
+            entry = self.registry.get(cid)
+            ids = books.get((entry.namespace, entry.pod_name, entry.name), ()) if entry else ()
+            held = entry.gpus if entry is not None else NO_GPUS
+            replicas = self.node.gpu_grant(NO_EVIDENCE, ids).replicas if ids else frozenset()
+            new = replicas & {*held.whole, *(uuid for uuid, _ in held.migs)}
+            if entry is not None and not new <= held.replicas:
+                entry.gpus = replace(held, replicas=held.replicas | new)
+                learnt = True
+        return learnt
 
     def _answer(self, plan: ContainerPlan, decision: Decision, container_id: str,
                 container: pb.Container) -> tuple[dict[str, Any], pb.ContainerAdjustment]:

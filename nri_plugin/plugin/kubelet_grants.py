@@ -1,5 +1,6 @@
 """KubeletGrants: the device ids the kubelet's PodResources API reports for a container,
-as more grant evidence (docs/sla.md, "The GPU grant").
+and the CDI names of its DRA claims, as more grant evidence (docs/sla.md, "The GPU
+grant"; resolve_grant reads the CDI names of the kinds in `gpu.grant-cdi-kinds`).
 
 The runtime's own evidence (CDI devices, device nodes, device-list mounts) covers the
 NVIDIA device plugin's cdi-cri, volume-mounts and device-node strategies. Its envvar
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING
 from nri_plugin.granted import GrantedResources
 from nri_plugin.kubelet.errors import KubeletApiError
 from nri_plugin.ops.logsetup import log_event
+from nri_plugin.posixfs import issock
 
 if TYPE_CHECKING:
     from nri_plugin.kubelet.podresources import PodResourcesClient
@@ -67,7 +69,10 @@ class KubeletGrants:
             self._failed(exc)
             return ()
         self._failures = 0
-        return granted_device_ids(devices.devices(container), self.patterns) if devices else ()
+        if devices is None:
+            return ()
+        return (*granted_device_ids(devices.devices(container), self.patterns),
+                *devices.claim_devices(container))
 
     def for_all(self) -> Mapping[Key, tuple[str, ...]]:
         """Every container's GPU device ids in one List (Synchronize)."""
@@ -84,13 +89,14 @@ class KubeletGrants:
         self._failures = 0
         return {(p.namespace, p.name, name): ids for p in pods
                 for name, resources in p.containers.items()
-                if (ids := granted_device_ids(resources, self.patterns))}
+                if (ids := (*granted_device_ids(resources, self.patterns),
+                            *p.claim_devices(name)))}
 
     def _connect(self) -> PodResourcesClient | None:
-        from nri_plugin.kubelet.podresources import PodResourcesClient, is_socket
-
-        if not self.socket or not is_socket(self.socket):
+        if not self.socket or not issock(self.socket):
             return None  # no kubelet on this node (or not mounted here): nothing to ask
+        from nri_plugin.kubelet.podresources import PodResourcesClient  # grpc: see above
+
         if self._client is None:
             self._client = PodResourcesClient(self.socket, self.timeout)
         return self._client

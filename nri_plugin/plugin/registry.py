@@ -33,8 +33,9 @@ nothing else in the plugin keeps a container.
 
 Every entry's grant counts: two live containers able to open one GPU is the kubelet's (or
 an old record's) doing, never nri-sla's, and is reported (`sharing`): once per pair of
-containers for the operator's log, and as a count for the `nri_sla_gpus_shared` gauge. A
-message a pod author sees never names the other container.
+containers for the operator's log, and as a count for the `nri_sla_gpus_shared` gauge.
+Replicas of one GPU (time-slicing, MPS) are shared by design: reported once per pair as
+such, never counted. A message a pod author sees never names the other container.
 """
 
 from __future__ import annotations
@@ -52,16 +53,19 @@ from nri_plugin.topology.gpus import Gpu, MigInstance
 class GrantedGpus:
     """The GPUs a container can open, by identity: whole GPUs (Gpu.identity) and MIG devices
     (uuid, parent Gpu.identity); identities, not indexes, so that a rescan that renumbers
-    GPUs changes nothing here."""
+    GPUs changes nothing here. `replicas`: those of them (GPU identities, MIG uuids) it
+    holds as a replica (time-slicing, MPS), shared with other replicas' holders by design."""
 
     whole: frozenset[str] = frozenset()
     migs: frozenset[tuple[str, str]] = frozenset()
+    replicas: frozenset[str] = frozenset()
 
     @classmethod
-    def of(cls, gpus: Iterable[Gpu], migs: Iterable[tuple[Gpu, MigInstance]]) -> GrantedGpus:
+    def of(cls, gpus: Iterable[Gpu], migs: Iterable[tuple[Gpu, MigInstance]],
+           replicas: frozenset[str] = frozenset()) -> GrantedGpus:
         whole = frozenset(g.identity for g in gpus)
         mig_ids = frozenset((m.uuid, parent.identity) for parent, m in migs)
-        return cls(whole, mig_ids) if whole or mig_ids else NO_GPUS
+        return cls(whole, mig_ids, replicas) if whole or mig_ids else NO_GPUS
 
     def __bool__(self) -> bool:
         return bool(self.whole or self.migs)
@@ -139,10 +143,12 @@ class ContainerEntry:
 @dataclass(frozen=True)
 class SharedGpu:
     """A GPU (Gpu.identity) or MIG device (uuid) that two or more live containers can
-    open, and those containers' ids."""
+    open, and those containers' ids; `intended`: every one of them holds it as a replica
+    (time-slicing, MPS), which is sharing by design, not a double grant."""
 
     device: str
     containers: tuple[str, ...]
+    intended: bool = False
 
 
 class ContainerRegistry:
@@ -225,25 +231,32 @@ class ContainerRegistry:
 
     def shared(self) -> list[SharedGpu]:
         """GPUs and MIG devices two or more live containers can open: a GPU granted
-        whole is open to its holders and to the holders of MIG devices on it."""
+        whole is open to its holders and to the holders of MIG devices on it. MIG devices
+        of one GPU are each their holder's alone; replicas of one device, held by every
+        container that can open it, are `intended`."""
         whole: dict[str, set[str]] = {}
         migs: dict[str, set[str]] = {}
         on_gpu: dict[str, set[str]] = {}  # GPU identity -> holders of MIG devices on it
+        replica_holders: dict[str, set[str]] = {}  # device -> who holds it as a replica
         for e in self._entries.values():
             for identity in e.gpus.whole:
                 whole.setdefault(identity, set()).add(e.id)
             for uuid, parent in e.gpus.migs:
                 migs.setdefault(uuid, set()).add(e.id)
                 on_gpu.setdefault(parent, set()).add(e.id)
-        found = [SharedGpu(gpu, tuple(sorted(holders | on_gpu.get(gpu, set()))))
-                 for gpu, holders in whole.items()]
-        found += [SharedGpu(uuid, tuple(sorted(holders))) for uuid, holders in migs.items()]
-        return sorted((s for s in found if len(s.containers) > 1), key=lambda s: s.device)
+            for device in e.gpus.replicas:
+                replica_holders.setdefault(device, set()).add(e.id)
+        found = [(gpu, holders | on_gpu.get(gpu, set())) for gpu, holders in whole.items()]
+        found += list(migs.items())
+        return sorted((SharedGpu(device, tuple(sorted(holders)),
+                                 holders <= replica_holders.get(device, set()))
+                       for device, holders in found if len(holders) > 1),
+                      key=lambda s: s.device)
 
     def new_shared_pairs(self, shared: Iterable[SharedGpu]
-                         ) -> list[tuple[str, ContainerEntry, ContainerEntry]]:
-        """The (device, container, container) pairs of `shared` not reported before; each
-        pair is reported once while both containers live."""
+                         ) -> list[tuple[SharedGpu, ContainerEntry, ContainerEntry]]:
+        """The (shared device, container, container) pairs of `shared` not reported
+        before; each pair is reported once while both containers live."""
         new = []
         for s in shared:
             for i, a in enumerate(s.containers):
@@ -251,5 +264,5 @@ class ContainerRegistry:
                     key = (s.device, a, b)
                     if key not in self._pairs_reported:
                         self._pairs_reported.add(key)
-                        new.append((s.device, self._entries[a], self._entries[b]))
+                        new.append((s, self._entries[a], self._entries[b]))
         return new

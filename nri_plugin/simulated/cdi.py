@@ -86,18 +86,21 @@ def annotation_devices(annotations: Mapping[str, str]) -> list[str]:
 
 
 class CdiRegistry:
-    """The specs of a runtime's CDI directories, by kind."""
+    """The specs of a runtime's CDI directories, by kind: several spec files may name one
+    kind (a DRA driver writes one per claim), each device in one of them."""
 
     def __init__(self, specs: Iterable[CdiSpec] = ()) -> None:
-        self._specs: dict[str, CdiSpec] = {}
+        self._specs: dict[str, list[CdiSpec]] = {}
         for spec in specs:
             self.add(spec)
 
     def add(self, spec: CdiSpec) -> None:
-        if spec.kind in self._specs:
-            # CDI lets a later directory override a kind; the model keeps one source.
-            raise InvalidInput(f"CDI kind {spec.kind} is defined twice")
-        self._specs[spec.kind] = spec
+        specs = self._specs.setdefault(spec.kind, [])
+        twice = [d for s in specs for d in s.devices if d in spec.devices]
+        if twice:
+            # CDI lets a later directory override a device; the model keeps one source.
+            raise InvalidInput(f"CDI device {spec.kind}={twice[0]} is defined twice")
+        specs.append(spec)
 
     @property
     def kinds(self) -> tuple[str, ...]:
@@ -108,19 +111,18 @@ class CdiRegistry:
         first device's), duplicates once; InvalidInput naming every unresolvable name."""
         unique = list(dict.fromkeys(names))
         edits: list[ContainerEdits] = []
-        seen_kinds: set[str] = set()
+        seen_specs: list[CdiSpec] = []
         missing: list[str] = []
         for name in unique:
             kind, device = parse_name(name)
-            spec = self._specs.get(kind)
-            device_edits = spec.devices.get(device) if spec is not None else None
-            if spec is None or device_edits is None:
+            spec = next((s for s in self._specs.get(kind, ()) if device in s.devices), None)
+            if spec is None:
                 missing.append(name)
                 continue
-            if kind not in seen_kinds:
-                seen_kinds.add(kind)
+            if not any(s is spec for s in seen_specs):
+                seen_specs.append(spec)
                 edits.append(spec.edits)
-            edits.append(device_edits)
+            edits.append(spec.devices[device])
         if missing:
             raise InvalidInput(f"CDI device injection failed: unresolvable CDI devices "
                                f"{', '.join(missing)}")

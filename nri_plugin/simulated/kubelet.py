@@ -18,7 +18,7 @@ from typing import Any
 from nri_plugin.errors import Refused
 from nri_plugin.kubelet.pb import podresources_v1_pb2 as pr
 from nri_plugin.nri.pb import nri_pb2 as pb
-from nri_plugin.simulated.deviceplugin import RESOURCE, ContainerAllocation, DevicePlugin
+from nri_plugin.simulated.deviceplugin import ContainerAllocation, DevicePlugin
 from nri_plugin.simulated.runtime import DEFAULT_ENV, make_container
 
 # Which of the free devices to give (the kubelet asks GetPreferredAllocation when the
@@ -40,6 +40,7 @@ class Grant:
     container: str
     device_ids: tuple[str, ...]
     allocation: ContainerAllocation
+    claims: tuple[pr.DynamicResource, ...] = ()  # prepared DRA claims (dra.py)
 
 
 def _lowest(free: Sequence[str], count: int) -> Sequence[str]:
@@ -65,12 +66,21 @@ class Kubelet:
         if count > len(free):
             raise AdmissionRefused(
                 f"pod {namespace}/{pod}: Allocate failed due to requested number of devices "
-                f"unavailable for {RESOURCE}. Requested: {count}, Available: {len(free)}")
+                f"unavailable for {self.plugin.resource}. Requested: {count}, "
+                f"Available: {len(free)}")
         if not count:
             return Grant(pod_uid, namespace, pod, container, (), ContainerAllocation())
         ids = tuple(self._choose(free, count))
         grant = Grant(pod_uid, namespace, pod, container, ids, self.plugin.allocate(ids))
         self._books[key] = grant
+        return grant
+
+    def prepare(self, pod_uid: str, namespace: str, pod: str, container: str,
+                claims: tuple[pr.DynamicResource, ...]) -> Grant:
+        """The container's DRA claims, prepared by their drivers (no device-plugin
+        devices): booked, and reported in PodResources."""
+        grant = Grant(pod_uid, namespace, pod, container, (), ContainerAllocation(), claims)
+        self._books[(pod_uid, container)] = grant
         return grant
 
     def remove_pod(self, pod_uid: str) -> None:
@@ -87,13 +97,15 @@ class Kubelet:
         return tuple(
             pr.PodResources(name=grants[0].pod, namespace=grants[0].namespace, containers=[
                 pr.ContainerResources(name=g.container, devices=[
-                    pr.ContainerDevices(resource_name=RESOURCE, device_ids=g.device_ids)])
+                    pr.ContainerDevices(resource_name=self.plugin.resource,
+                                        device_ids=g.device_ids)] if g.device_ids else [],
+                    dynamic_resources=g.claims)
                 for g in grants])
             for grants in pods.values())
 
     def allocatable(self) -> tuple[pr.ContainerDevices, ...]:
         """What GetAllocatableResources reports: every device the plugin advertises."""
-        return (pr.ContainerDevices(resource_name=RESOURCE,
+        return (pr.ContainerDevices(resource_name=self.plugin.resource,
                                     device_ids=self.plugin.device_ids()),)
 
 

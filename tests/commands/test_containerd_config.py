@@ -7,6 +7,7 @@ the original kept, and --remove puts back exactly what was there."""
 from __future__ import annotations
 
 import os
+import subprocess
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from nri_plugin.commands.containerd_dropin import (
 )
 from nri_plugin.commands.containerd_patch import BACKUP_SUFFIX
 from nri_plugin.errors import EXIT_INTERNAL, EXIT_INVALID, EXIT_OK, EXIT_UNAVAILABLE, InvalidInput
+from tests.support.toml_keys import flat
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).resolve().parent / "data"
@@ -39,16 +41,6 @@ def run(capsys, *args: str) -> tuple[int, str, str]:
 
 def runc_of(doc: dict, config_version: int) -> dict:
     return doc["plugins"][RUNTIME[config_version]]["containerd"]["runtimes"]["runc"]
-
-
-def flat(doc: dict[str, Any], prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], Any]:
-    out: dict[tuple[str, ...], Any] = {}
-    for key, value in doc.items():
-        if isinstance(value, dict):
-            out.update(flat(value, (*prefix, key)))
-        else:
-            out[(*prefix, key)] = value
-    return out
 
 
 def merged_2x(main_doc: dict, dropin: dict) -> dict[tuple[str, ...], Any]:
@@ -331,3 +323,39 @@ def test_an_unwritable_path_is_one_line(capsys, tmp_path):
     assert status == EXIT_INTERNAL and out == ""
     assert err.splitlines()[-1].startswith(f"nri-sla containerd-config: cannot write "
                                            f"{blocker}/nri-sla.toml: ")
+
+
+def containerd_dump(containerd: str, main_config: Path) -> dict[tuple[str, ...], Any]:
+    out = subprocess.run([containerd, "--config", str(main_config), "config", "dump"],
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    return flat(tomllib.loads(out))
+
+
+@pytest.mark.skipif(not os.environ.get("NRI_SLA_CONTAINERD"),
+                    reason="NRI_SLA_CONTAINERD is not set: no real containerd to run "
+                           "`config dump` (docs/e2e.md)")
+def test_real_config_dump_changes_only_our_keys_and_remove_restores_it(capsys, tmp_path):
+    """The systemd cgroup driver and the rest of a kubeadm node as the real containerd
+    reads them (`config dump` runs no daemon, so no systemd is needed): writing changes
+    only nri-sla's keys, removing gives the same dump back."""
+    containerd = os.environ["NRI_SLA_CONTAINERD"]
+    version = parse_version(subprocess.run([containerd, "--version"], capture_output=True,
+                                           text=True, check=True).stdout, "containerd")
+    main_config, dropin = node(tmp_path, "1.7" if version.major < 2 else "2.x")
+    before = containerd_dump(containerd, main_config)
+    runc = [k for k in before if k[-2:] == ("options", "SystemdCgroup")]
+    assert runc and all(before[k] is True for k in runc)
+    status, _, err = run(capsys, "--containerd-version", f"{version.major}.{version.minor}",
+                         "--main-config", str(main_config), "--write", str(dropin),
+                         "--no-base-spec")
+    assert status == EXIT_OK, err
+    after = containerd_dump(containerd, main_config)
+    changed = {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
+    runtime = RUNTIME[2] if version.major < 2 else RUNTIME[3]
+    annotations = ("plugins", runtime, "containerd", "runtimes", "runc", "pod_annotations")
+    # NRI is on by default from 2.0: there the annotations are all that changes
+    assert annotations in changed <= {("plugins", NRI, "disable"), annotations}
+    assert after[annotations][0] == "monitoring.example.com/*"
+    assert after[("plugins", NRI, "disable")] is False
+    run(capsys, "--remove", "--main-config", str(main_config), "--write", str(dropin))
+    assert containerd_dump(containerd, main_config) == before

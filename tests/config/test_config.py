@@ -55,8 +55,10 @@ def test_defaults_are_safe():
     assert cfg.pod_caps.exclusive_cpus.of(64) == 32
     assert cfg.gpu.grant_cdi_kinds == ("nvidia.com/gpu", "nvidia.com/mig",
                                        "k8s.device-plugin.nvidia.com/gpu",
-                                       "k8s.device-plugin.nvidia.com/mig")
-    assert cfg.gpu.grant_resources == ("nvidia.com/gpu", "nvidia.com/mig-*")
+                                       "k8s.device-plugin.nvidia.com/mig",
+                                       "k8s.gpu.nvidia.com/device", "k8s.gpu.nvidia.com/claim")
+    assert cfg.gpu.grant_resources == ("nvidia.com/gpu", "nvidia.com/gpu.shared",
+                                       "nvidia.com/mig-*")
     assert cfg.gpu.podresources_socket == "/var/lib/kubelet/pod-resources/kubelet.sock"
     assert cfg.rt_budget == 0.5 and cfg.reserved_cpus == ()
     # the endpoint's address is read by the one listen-address parser

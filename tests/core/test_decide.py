@@ -62,9 +62,11 @@ def test_the_reuse_key_sees_every_field_of_the_grant():
     """A replica with another grant is another decision: the grant's key (spelled out for
     speed) must change with each of its fields, and equal grants give equal keys."""
     base = dict(cpu_quota=1, cpu_period=2, cpu_shares=3, memory_limit=4, cdi_devices=("a",),
-                gpu_devices=((195, 0),), device_mounts=("m",), env_gpus="0")
+                gpu_devices=((195, 0),), device_mounts=("m",), env_gpus="0",
+                caps_minors=(21, 22), all_devices=False)
     other = dict(cpu_quota=5, cpu_period=6, cpu_shares=7, memory_limit=8, cdi_devices=("b",),
-                 gpu_devices=((195, 1),), device_mounts=("n",), env_gpus="1")
+                 gpu_devices=((195, 1),), device_mounts=("n",), env_gpus="1",
+                 caps_minors=(30, 31), all_devices=True)
     key = GrantedResources(**base).key()
     assert key == GrantedResources(**base).key()
     assert len(key) == len(GrantedResources.__slots__) == len(base)

@@ -14,9 +14,16 @@ No GPU exists here. The 8 GPUs of examples/dgx-like.yaml are made as:
   cannot be written), split in two NUMA nodes so that alignment to a GPU's node shows.
   Node 1 has no memory: this host has one memory node, and cpuset.mems may only name it.
 
+With `mig=True`, GPU 7 is in MIG mode with the MIG devices of MIG_DEVICES: their
+access nodes are mknod'ed under `nvidia-caps/` (major: `nvidia-caps` in /proc/devices,
+else a free one of the kernel's local/experimental range; the plugin knows them by
+path), the CDI specs name them by MIG UUID and "<gpu>:<mig>", and NVIDIA's DRA driver's
+specs (`k8s.gpu.nvidia.com/device` and one `.../claim` spec) are written beside them.
+
 A grant reaches the container as the kubelet passes a device plugin's Allocate answer:
-CRI CDI devices (`cdi_grant`) or device nodes (`device_grant`), in the CRI
-ContainerConfig (Cluster.run_pod(grant=...)).
+CRI CDI devices (`cdi_grant`, `mig_cdi_grant`, `dra_grant`) or device nodes
+(`device_grant`, `mig_device_grant`), in the CRI ContainerConfig
+(Cluster.run_pod(grant=...)).
 """
 
 from __future__ import annotations
@@ -40,6 +47,35 @@ NOT_GPUS = frozenset({254, 255})  # nvidia-modeset, nvidiactl
 KINDS = ("nvidia.com/gpu", "k8s.device-plugin.nvidia.com/gpu")
 CDI_VERSION = "0.6.0"  # hostPath in deviceNodes (0.5.0); read by containerd 1.7 and 2.x
 HOST_CPUS = Path("/sys/devices/system/cpu/online")
+MIG_GPU = 7
+# (uuid, profile, GPU instance, caps minors of the GPU and compute instance)
+MIG_DEVICES = (("MIG-e0000000-0000-0000-0000-000000000001", "1g.10gb", 9, (84, 85)),
+               ("MIG-e0000000-0000-0000-0000-000000000002", "1g.10gb", 10, (93, 94)),
+               ("MIG-e0000000-0000-0000-0000-000000000003", "2g.20gb", 3, (30, 31)))
+DRA_KINDS = ("k8s.gpu.nvidia.com/device", "k8s.gpu.nvidia.com/claim")
+CLAIM_UID = "0b5e4c3a-1f2d-4e6b-9a8c-7d6e5f4a3b2c"
+PROC_DEVICES = Path("/proc/devices")
+LOCAL_MAJORS = range(234, 255)  # devices.txt: "LOCAL/EXPERIMENTAL USE"
+
+
+def caps_major() -> int:
+    """The nvidia-caps major of a host with the driver, else a character major no driver
+    holds."""
+    text = PROC_DEVICES.read_text().split("Block devices:")[0]
+    taken = {}
+    for line in text.splitlines()[1:]:
+        number, _, name = line.strip().partition(" ")
+        if number.isdigit():
+            taken[name] = int(number)
+    if "nvidia-caps" in taken:
+        return taken["nvidia-caps"]
+    return next(m for m in LOCAL_MAJORS if m not in taken.values())
+
+
+def dra_name(mig: int) -> str:
+    """NVIDIA's DRA driver's name for MIG device `mig` of GPU 7 (its minor is 7)."""
+    _, profile, gi, _ = MIG_DEVICES[mig]
+    return f"gpu-{MIG_GPU}-mig-{profile.replace('.', '')}-{gi}"
 
 
 @dataclass(frozen=True)
@@ -80,9 +116,10 @@ class FakeGpus:
     inventory: Path
     gpus: tuple[FakeGpu, ...]
     node_cpus: tuple[frozenset[int], ...]  # the snapshot's NUMA nodes 0 and 1
+    caps_major: int | None = None  # MIG mode (GPU 7): the access nodes' major
 
     @classmethod
-    def make(cls, base: Path) -> FakeGpus:
+    def make(cls, base: Path, mig: bool = False) -> FakeGpus:
         """Device nodes, CDI specs and the inventory snapshot under `base`."""
         snapshot = yaml.safe_load(INVENTORY.read_text())
         gpus = GPUS
@@ -91,7 +128,16 @@ class FakeGpus:
         cdi_dir.mkdir(exist_ok=True)
         for name, minor in [*((f"nvidia{g.minor}", g.minor) for g in gpus), ("nvidiactl", 255)]:
             os.mknod(dev_dir / name, 0o666 | stat.S_IFCHR, os.makedev(NVIDIA_MAJOR, minor))
-        fake = cls(dev_dir, cdi_dir, base / "gpu-inventory.json", gpus, _host_nodes())
+        fake = cls(dev_dir, cdi_dir, base / "gpu-inventory.json", gpus, _host_nodes(),
+                   caps_major() if mig else None)
+        if mig:
+            (dev_dir / "nvidia-caps").mkdir(exist_ok=True)
+            for minor in (m for *_, caps in MIG_DEVICES for m in caps):
+                os.mknod(dev_dir / f"nvidia-caps/nvidia-cap{minor}", 0o666 | stat.S_IFCHR,
+                         os.makedev(fake.caps_major, minor))
+            for spec in fake.dra_specs():
+                (cdi_dir / f"{spec['kind'].replace('/', '_')}.json").write_text(
+                    json.dumps(spec, indent=1))
         for kind in KINDS:
             (cdi_dir / f"{kind.replace('/', '_')}.json").write_text(
                 json.dumps(fake.cdi_spec(kind), indent=1))
@@ -99,20 +145,54 @@ class FakeGpus:
         return fake
 
     def node(self, name: str, minor: int) -> dict:
+        major = NVIDIA_MAJOR if name.startswith("nvidia") and "/" not in name else \
+            self.caps_major
         return {"path": f"/dev/{name}", "hostPath": str(self.dev_dir / name), "type": "c",
-                "major": NVIDIA_MAJOR, "minor": minor, "permissions": "rw"}
+                "major": major, "minor": minor, "permissions": "rw"}
+
+    def mig_nodes(self, mig: int) -> list[dict]:
+        """What opens MIG device `mig`: its parent's node and its access nodes."""
+        gpu = self.by_index(MIG_GPU)
+        return [self.node(f"nvidia{gpu.minor}", gpu.minor),
+                *(self.node(f"nvidia-caps/nvidia-cap{m}", m) for m in MIG_DEVICES[mig][3])]
 
     def cdi_spec(self, kind: str) -> dict:
-        """A CDI spec like `nvidia-ctk cdi generate` writes: each GPU by index and UUID,
-        the control device for any of them."""
+        """A CDI spec like `nvidia-ctk cdi generate` writes: each GPU by index and UUID
+        (in MIG mode, GPU 7's MIG devices by UUID and "<gpu>:<mig>" instead), the control
+        device for any of them."""
         devices = [{"name": name, "containerEdits": {
                     "deviceNodes": [self.node(f"nvidia{g.minor}", g.minor)]}}
-                   for g in self.gpus for name in (str(g.index), g.uuid)]
+                   for g in self.gpus for name in (str(g.index), g.uuid)
+                   if self.caps_major is None or g.index != MIG_GPU]
+        if self.caps_major is not None:
+            devices += [{"name": name, "containerEdits": {"deviceNodes": self.mig_nodes(i)}}
+                        for i, (uuid, *_) in enumerate(MIG_DEVICES)
+                        for name in (uuid, f"{MIG_GPU}:{i}")]
         return {"cdiVersion": CDI_VERSION, "kind": kind, "devices": devices,
                 "containerEdits": {"deviceNodes": [self.node("nvidiactl", 255)]}}
 
+    def dra_specs(self) -> list[dict]:
+        """NVIDIA's DRA driver's standard spec for GPU 7's MIG devices and the spec of
+        one prepared claim of all of them (its edits: the claim's settings, env only)."""
+        names = [dra_name(i) for i in range(len(MIG_DEVICES))]
+        return [
+            {"cdiVersion": CDI_VERSION, "kind": DRA_KINDS[0], "devices": [
+                {"name": n, "containerEdits": {"deviceNodes": self.mig_nodes(i)}}
+                for i, n in enumerate(names)],
+             "containerEdits": {"deviceNodes": [self.node("nvidiactl", 255)]}},
+            {"cdiVersion": CDI_VERSION, "kind": DRA_KINDS[1], "devices": [
+                {"name": f"{CLAIM_UID}-{n}",
+                 "containerEdits": {"env": [f"NVIDIA_DRA_CLAIM={CLAIM_UID}"]}}
+                for n in names]}]
+
     def host_snapshot(self, snapshot: dict) -> dict:
         online = frozenset().union(*self.node_cpus)
+        if self.caps_major is not None:
+            snapshot = snapshot | {"gpus": [g | {"mig_enabled": True, "mig_instances": [
+                {"uuid": uuid, "profile": profile, "gi_id": gi, "ci_id": 0, "index": i,
+                 "memory_bytes": 10 << 30, "caps_minors": list(caps)}
+                for i, (uuid, profile, gi, caps) in enumerate(MIG_DEVICES)]}
+                if g["index"] == MIG_GPU else g for g in snapshot["gpus"]]}
         return snapshot | {
             "cpus": {"online": format_cpulist(online),
                      "cores": [str(c) for c in sorted(online)]},
@@ -135,6 +215,33 @@ class FakeGpus:
         names = [f"nvidia{self.by_index(i).minor}" for i in indexes] + ["nvidiactl"]
         return {"devices": [{"container_path": f"/dev/{n}", "host_path": str(self.dev_dir / n),
                              "permissions": "rwm"} for n in names]}
+
+    def mig_device_grant(self, mig: int) -> dict:
+        """CRI device nodes for MIG device `mig` (its parent's node, its access nodes,
+        nvidiactl), as NVIDIA's device plugin passes them with passDeviceSpecs."""
+        nodes = [*self.mig_nodes(mig), self.node("nvidiactl", 255)]
+        return {"devices": [{"container_path": n["path"], "host_path": n["hostPath"],
+                             "permissions": "rwm"} for n in nodes]}
+
+    @staticmethod
+    def mig_cdi_grant(kind: str, mig: int) -> dict:
+        return {"CDI_devices": [{"name": f"{kind}={MIG_DEVICES[mig][0]}"}]}
+
+    @staticmethod
+    def dra_grant(mig: int) -> dict:
+        """The CDI names the kubelet passes for a DRA claim of MIG device `mig`."""
+        name = dra_name(mig)
+        return {"CDI_devices": [{"name": f"{DRA_KINDS[0]}={name}"},
+                                {"name": f"{DRA_KINDS[1]}={CLAIM_UID}-{name}"}]}
+
+    def caps_minors(self, pc) -> frozenset[int]:
+        """The MIG access nodes (minors) in container `pc`'s final spec."""
+        devices = pc.inspect["info"]["runtimeSpec"].get("linux", {}).get("devices") or []
+        found = frozenset(d["minor"] for d in devices if d.get("type") == "c"
+                          and d.get("major") == self.caps_major)
+        print(f"evidence: {pc.container_id[:12]} MIG access nodes (caps minors): "
+              f"{sorted(found)}")
+        return found
 
     def minors(self, indexes: tuple[int, ...]) -> frozenset[int]:
         return frozenset(self.by_index(i).minor for i in indexes)

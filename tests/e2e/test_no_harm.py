@@ -34,6 +34,7 @@ import tomlkit
 
 from nri_plugin.hookspec import is_sla_hook
 from tests.e2e.test_sla_containerd import PLUGIN, write_node_config
+from tests.support.toml_keys import flat
 
 pytestmark = pytest.mark.e2e
 
@@ -56,16 +57,6 @@ def documented_keys() -> set[tuple[str, ...]]:
         else:
             keys.add(("plugins", match.group(2), *match.group(3).lstrip(".").split(".")))
     return keys
-
-
-def flat(doc: dict[str, Any], prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], Any]:
-    out: dict[tuple[str, ...], Any] = {}
-    for key, value in doc.items():
-        if isinstance(value, dict):
-            out.update(flat(value, (*prefix, key)))
-        else:
-            out[(*prefix, key)] = value
-    return out
 
 
 def cri_plugins(major: int) -> tuple[str, str]:

@@ -102,7 +102,11 @@ def test_config_parse_keeps_grants_and_cgroups_path():
                                "minor": 255},
                               {"path": "/dev/sda", "type": "b", "major": 8, "minor": 0},
                               {"type": "c", "major": "195", "minor": 4}, "junk"]},
-        "mounts": [{"destination": "/var/run/nvidia-container-devices/GPU-1"},
+        "mounts": [{"destination": "/var/run/nvidia-container-devices/GPU-1",
+                    "source": "/dev/null"},
+                   # a pod's own volume there is not the device plugin's mount
+                   {"destination": "/var/run/nvidia-container-devices/all",
+                    "source": "/var/lib/kubelet/pods/x/volumes/empty"},
                    {"destination": "/proc"}, {"destination": 5}, []],
         "annotations": {"k": "v", "cdi.k8s.io/x": "nvidia.com/gpu=all"}}).encode())
     assert spec.granted == GrantedResources(cpu_quota=50000, cpu_period=100000, cpu_shares=512,

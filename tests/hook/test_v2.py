@@ -262,7 +262,8 @@ def test_the_grant_in_config_json_is_verified_and_aligned_to(tmp_path, h):
         return h.run_inproc(h.state_json(bundle), config=str(config), cgroup_root=str(root))
 
     gpu0 = {"mounts": [{"destination": "/var/run/nvidia-container-devices/"
-                                       "GPU-d0000000-0000-0000-0000-000000000000"}]}
+                                       "GPU-d0000000-0000-0000-0000-000000000000",
+                        "source": "/dev/null"}]}
     out = run("gpu: {count: 1}", **gpu0)
     assert out.exit_code == EXIT_OK, out.lines
     assert (cdir / "cpuset.mems").read_text().strip() == "0"
@@ -273,7 +274,7 @@ def test_the_grant_in_config_json_is_verified_and_aligned_to(tmp_path, h):
     out = run("gpu: {count: 1}")  # the annotation alone: no grant
     assert "no device plugin granted" in out.lines[0]
     out = run("gpu: {count: 1}", mounts=[
-        {"destination": "/var/run/nvidia-container-devices/GPU-0000"}])
+        {"destination": "/var/run/nvidia-container-devices/GPU-0000", "source": "/dev/null"}])
     assert "'GPU-0000', which match no GPU on this node" in out.lines[0]
 
 

@@ -114,3 +114,37 @@ def test_a_kubelet_that_fails_costs_one_warning_a_minute(kubelet, caplog):
     warnings = [r for r in caplog.records if "PodResources unavailable" in r.getMessage()]
     assert len(warnings) == 1 and "no answer within 0.2s" in warnings[0].fields["error"]
     mute.close()
+
+
+def test_replica_ids_of_a_shared_resource_on_a_kubelet_without_get(kubelet):
+    """Time-slicing renamed to nvidia.com/gpu.shared under the envvar strategy, on a kubelet
+    whose Get is disabled (UNKNOWN): the List answers, `GPU-...::n` is a replica of its
+    GPU, and two replicas of one GPU are shared by design."""
+    fake, socket = kubelet
+    replica = [{"resource_name": "nvidia.com/gpu.shared", "device_ids": [f"{UUID[4]}::{n}"]}
+               for n in (1, 3)]
+    fake.command("set_pods", get_disabled=True, pods=[
+        {"namespace": "ml", "name": name, "containers": [{"name": "main", "devices": [d]}]}
+        for name, d in zip(("a", "b"), replica, strict=True)])
+    plugin = plugin_on(socket)
+    for name in ("a", "b"):
+        _, _, result = create(plugin, name, UUID[4], "gpu: {count: 1, topology: numa}")
+        record = json.loads(result.adjustment.annotations["sla.nri.io/applied"])
+        assert record["placement_record"]["gpus"] == [UUID[4]]
+    [shared] = plugin.registry.shared()
+    assert shared.intended and len(shared.containers) == 2
+
+
+def test_dra_claims_reported_by_the_kubelet(kubelet):
+    fake, socket = kubelet
+    claim = "k8s.gpu.nvidia.com/claim=0b5e4c3a-1f2d-4e6b-9a8c-7d6e5f4a3b2c-gpu-6"
+    fake.command("set_pods", pods=[{"namespace": "ml", "name": "infer", "containers": [
+        {"name": "main", "dynamic_resources": [
+            {"claim_name": "gpu", "claim_namespace": "ml", "claim_resources": [
+                {"driver_name": "gpu.nvidia.com", "pool_name": "node-1", "device_name": "gpu-6",
+                 "cdi_devices": [{"name": "k8s.gpu.nvidia.com/device=gpu-6"},
+                                 {"name": claim}]}]}]}]}])
+    plugin = plugin_on(socket)
+    _, _, result = create(plugin, "infer", UUID[6], "gpu: {count: 1}")
+    record = json.loads(result.adjustment.annotations["sla.nri.io/applied"])
+    assert record["placement_record"]["gpus"] == [UUID[6]]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 
 import pytest
@@ -21,6 +22,7 @@ TRAINER = {"name": "trainer", "namespace": "ml", "containers": [
      "cpu_ids": [2, 3]},
     {"name": "sidecar"}]}
 WEB = {"name": "web", "namespace": "default", "containers": [{"name": "nginx"}]}
+CLAIM_CDI = "k8s.gpu.nvidia.com/claim=0b5e4c3a-1f2d-4e6b-9a8c-7d6e5f4a3b2c-gpu-0"
 
 
 @pytest.fixture
@@ -62,6 +64,43 @@ def test_get_falls_back_to_list_on_kubelets_without_get(kubelet, client):
     assert client.get("ml", "other") is None
 
 
+def test_get_falls_back_to_list_when_the_kubelet_has_get_disabled(kubelet, client):
+    # KubeletPodResourcesGet off (kubelets 1.27 to 1.33): Get answers UNKNOWN
+    kubelet.command("set_pods", pods=[TRAINER], get_disabled=True)
+    assert client.get("ml", "trainer").devices("main")[GPU] == ("GPU-a", "GPU-b")
+    assert client._get_unimplemented
+    assert client.get("ml", "other") is None
+
+
+def test_dra_claims_cdi_devices_are_read(kubelet, client):
+    claimed = {"name": "infer", "namespace": "ml", "containers": [
+        {"name": "main", "dynamic_resources": [
+            {"claim_name": "gpu", "claim_namespace": "ml", "claim_resources": [
+                {"driver_name": "gpu.nvidia.com", "pool_name": "node-1",
+                 "device_name": "gpu-0",
+                 "cdi_devices": [{"name": "k8s.gpu.nvidia.com/device=gpu-0"},
+                                 {"name": CLAIM_CDI}]}]}]},
+        {"name": "sidecar"}]}
+    kubelet.command("set_pods", pods=[claimed])
+    pod = client.get("ml", "infer")
+    assert pod.claim_devices("main") == ("k8s.gpu.nvidia.com/device=gpu-0", CLAIM_CDI)
+    assert pod.claim_devices("sidecar") == () and pod.devices("main") == {}
+    assert client.list() == (pod,)
+
+
+def test_an_oversized_pod_is_left_out_of_the_list_with_one_warning(kubelet, client, caplog):
+    huge = {"name": "huge", "namespace": "batch",
+            "containers": [{"name": f"c{i}"} for i in range(1_001)]}
+    kubelet.command("set_pods", pods=[TRAINER, huge, WEB])
+    caplog.set_level(logging.WARNING, logger="nri_sla.kubelet")
+    for _ in range(2):
+        assert [p.name for p in client.list()] == ["trainer", "web"]
+    warnings = [r for r in caplog.records if "left out of the List" in r.getMessage()]
+    assert len(warnings) == 1
+    assert "pod batch/huge: 1001 containers, more than 1000" in warnings[0].fields["error"]
+    assert client.get("ml", "trainer").devices("main")[GPU] == ("GPU-a", "GPU-b")
+
+
 def test_missing_socket_is_one_clear_internal_failure(sock_dir):
     path = sock_dir / "absent.sock"
     with PodResourcesClient(str(path), timeout=1) as c, pytest.raises(KubeletApiError) as err:
@@ -97,7 +136,8 @@ def test_answers_over_the_bounds_are_refused(kubelet, client, monkeypatch):
     kubelet.command("set_pods", pods=[many])
     monkeypatch.setattr(podresources, "MAX_DEVICES", 16)
     with pytest.raises(KubeletApiError, match=r"pod ml/big container c: more than 16 devices"):
-        client.list()
+        client.get("ml", "big")
+    assert client.list() == ()  # left out of a List (the rest kept: see below)
     monkeypatch.setattr(podresources, "MAX_CONTAINERS", 0)
     with pytest.raises(KubeletApiError, match=r"pod ml/big: 1 containers, more than 0"):
         client.get("ml", "big")
@@ -106,7 +146,7 @@ def test_answers_over_the_bounds_are_refused(kubelet, client, monkeypatch):
     kubelet.command("set_pods", pods=[long_id])
     monkeypatch.setattr(podresources, "MAX_CONTAINERS", 10)
     with pytest.raises(KubeletApiError, match=r"longer than 256 characters: x{64}\.\.\.$"):
-        client.list()
+        client.get("ml", "p")
 
 
 def test_message_size_is_bounded(kubelet, sock_dir, monkeypatch):

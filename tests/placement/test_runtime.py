@@ -81,12 +81,14 @@ def test_evidence_is_bounded_before_it_is_read():
     many = [f"nvidia.com/gpu={i}" for i in range(MAX_GRANT_ITEMS * 4)]
     assert len(GrantedResources(cdi_devices=many).cdi_devices) == MAX_GRANT_ITEMS
     assert len(GrantedResources(cdi_devices=["x" * 10_000]).cdi_devices[0]) == MAX_GRANT_NAME
-    devices = [("c", 195, i) for i in range(MAX_GRANT_ITEMS * 4)]
-    assert len(gpu_device_numbers(iter(devices))) == MAX_GRANT_ITEMS
-    mounts = [f"/var/run/nvidia-container-devices/{i}" for i in range(MAX_GRANT_ITEMS * 4)]
+    devices = [(f"/dev/nvidia{i}", "c", 195, i) for i in range(MAX_GRANT_ITEMS * 4)]
+    assert len(gpu_device_numbers(iter(devices))[0]) == MAX_GRANT_ITEMS
+    mounts = [(f"/var/run/nvidia-container-devices/{i}", "/dev/null")
+              for i in range(MAX_GRANT_ITEMS * 4)]
     assert len(device_mount_ids(iter(mounts))) == MAX_GRANT_ITEMS
-    assert device_mount_ids(["/var/run/nvidia-container-devices/GPU-1/", "/etc/x",
-                             "/var/run/nvidia-container-devices/"]) == ("GPU-1",)
+    assert device_mount_ids([("/var/run/nvidia-container-devices/GPU-1/", "/dev/null"),
+                             ("/etc/x", "/dev/null"),
+                             ("/var/run/nvidia-container-devices/", "/dev/null")]) == ("GPU-1",)
 
 
 # -- the allocator: the grant held, verified and aligned to --------------------------------
@@ -141,3 +143,71 @@ def test_two_holders_of_one_gpu_are_both_recorded_never_refused(dgx):
     dgx.allocate(granted(dgx, "a", 0, wants_gpu=False))
     p = dgx.allocate(granted(dgx, "b", 0, exclusive_cpus=2))
     assert p.warnings == () and dgx.gpus_in_use() == {0: ("a", "b")}
+
+
+DRA = ("k8s.gpu.nvidia.com/device", "k8s.gpu.nvidia.com/claim")
+CLAIM = "0b5e4c3a-1f2d-4e6b-9a8c-7d6e5f4a3b2c"
+
+
+def test_replica_ids_are_their_device_shared_by_design(dgx_node, mig_node):
+    _, grant = indexes(dgx_node[1], {}, extra=(f"{UUID5}::3", f"{UUID5}::0", "6::1"))
+    assert [g.index for g in grant.gpus] == [5, 6] and grant.unknown == ()
+    assert grant.replicas == {g.identity for g in grant.gpus}
+    # granted whole as well: not a replica any more; a suffix that is no number: a name
+    _, grant = indexes(dgx_node[1], {"cdi_devices": ("nvidia.com/gpu=6",)},
+                       extra=("6::1", f"{UUID5}::x"))
+    assert [g.index for g in grant.gpus] == [6] and grant.replicas == frozenset()
+    assert grant.unknown == (f"{UUID5}::x",)
+    mig = mig_node[1].gpus[0].mig_instances[2]
+    grant = resolve_grant(mig_node[1], GrantedResources(), KINDS, (f"{mig.uuid}::2",))
+    assert [m for _, m in grant.migs] == [mig] and grant.replicas == {mig.uuid}
+
+
+@pytest.mark.parametrize(("name", "expected"), [
+    ("k8s.gpu.nvidia.com/device=gpu-3", [3]),
+    (f"k8s.gpu.nvidia.com/claim={CLAIM}-gpu-7", [7]),
+    ("k8s.gpu.nvidia.com/device=gpu-8", "gpu-8"),  # no such minor here
+    # not the driver's GPU names: no CUDA device (passthrough, IMEX), or not its form
+    ("k8s.gpu.nvidia.com/device=gpu-vfio-0", []),
+    ("k8s.gpu.nvidia.com/device=imex-channel-0", []),
+    ("k8s.gpu.nvidia.com/device=GPU-3", []),
+    (f"k8s.gpu.nvidia.com/claim=x{CLAIM}-gpu-1", []),
+])
+def test_dra_names(dgx_node, name, expected):
+    grant = resolve_grant(dgx_node[1], GrantedResources(cdi_devices=(name,)), KINDS + DRA)
+    if isinstance(expected, str):
+        assert grant.empty and grant.unknown == (expected,)
+    else:
+        assert [g.index for g in grant.gpus] == expected and grant.unknown == ()
+
+
+def test_dra_mig_names_and_access_nodes(mig_node):
+    inv = mig_node[1]
+    m = inv.gpus[0].mig_instances
+
+    def grant(name, caps=()):
+        return resolve_grant(inv, GrantedResources(
+            cdi_devices=(f"k8s.gpu.nvidia.com/device={name}",), caps_minors=caps), DRA)
+
+    assert [x for _, x in grant("gpu-0-mig-2g20gb-3-2").migs] == [m[1]]
+    # two 1g.10gb devices: the one whose access nodes the container has
+    assert [x for _, x in grant("gpu-0-mig-1g10gb-9-6", m[3].caps_minors).migs] == [m[3]]
+    ambiguous = grant("gpu-0-mig-1g10gb-9-6")
+    assert ambiguous.empty and ambiguous.unknown == ("gpu-0-mig-1g10gb-9-6",)
+
+
+def test_mig_access_nodes(mig_node):
+    inv = mig_node[1]
+    m = inv.gpus[0].mig_instances
+
+    def grant(caps, **more):
+        return resolve_grant(inv, GrantedResources(gpu_devices=((195, 0), (195, 1)),
+                                                   caps_minors=caps, **more), KINDS)
+
+    both = grant((*m[0].caps_minors, *m[2].caps_minors, 1, 2))  # config, monitor: no MIG
+    assert [x for _, x in both.migs] == [m[0], m[2]]
+    assert [g.index for g in both.gpus] == [1]  # GPU 0's node is the way to its MIGs
+    half = grant(m[0].caps_minors[:1])
+    assert half.migs == () and [g.index for g in half.gpus] == [0, 1]
+    system = grant(m[0].caps_minors, all_devices=True)
+    assert system.empty and system.system

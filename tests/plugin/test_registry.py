@@ -52,7 +52,7 @@ def test_each_pair_is_reported_once_while_both_live():
     reg.add(entry("a", whole={"g0"}))
     reg.add(entry("b", whole={"g0"}))
     first = reg.new_shared_pairs(reg.shared())
-    assert [(d, a.id, b.id) for d, a, b in first] == [("g0", "a", "b")]
+    assert [(s.device, a.id, b.id) for s, a, b in first] == [("g0", "a", "b")]
     assert reg.new_shared_pairs(reg.shared()) == []
     reg.add(entry("c", whole={"g0"}))
     assert [(a.id, b.id) for _, a, b in reg.new_shared_pairs(reg.shared())] == [

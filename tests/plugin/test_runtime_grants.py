@@ -191,7 +191,7 @@ def test_the_grant_is_read_from_the_runtime_never_the_env(tmp_path, caplog):
     flooded = make_container(pod, "f")  # mounts too: only the first 256 are looked at
     for i in range(300):
         flooded.mounts.add(destination=f"/data/{i}" if i < 256
-                           else f"/var/run/nvidia-container-devices/GPU-{i}")
+                           else f"/var/run/nvidia-container-devices/GPU-{i}", source="/dev/null")
     assert granted_resources(flooded.linux.resources, flooded).device_mounts == ()
     flooded.mounts[255].destination = "/var/run/nvidia-container-devices/GPU-last"
     assert granted_resources(flooded.linux.resources, flooded).device_mounts == ("GPU-last",)

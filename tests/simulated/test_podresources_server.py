@@ -13,7 +13,8 @@ import pytest
 from nri_plugin.kubelet.errors import KubeletApiError
 from nri_plugin.kubelet.pb import podresources_v1_pb2 as pr
 from nri_plugin.kubelet.pb import podresources_v1_pb2_grpc as pr_grpc
-from nri_plugin.kubelet.podresources import PodDevices, PodResourcesClient, is_socket
+from nri_plugin.kubelet.podresources import PodDevices, PodResourcesClient
+from nri_plugin.posixfs import issock
 from nri_plugin.simulated.deviceplugin import DevicePlugin
 from nri_plugin.simulated.kubelet import Kubelet
 from nri_plugin.simulated.podresources_server import PodResourcesServer
@@ -76,7 +77,7 @@ def test_allocatable_is_every_advertised_device(kubelet, socket_path):
 
 def test_stopped_the_socket_is_gone_and_the_client_says_so(kubelet, socket_path):
     server = PodResourcesServer(kubelet, socket_path).start()
-    assert is_socket(socket_path)
+    assert issock(socket_path)
     server.stop()
     assert not Path(socket_path).exists()
     with PodResourcesClient(socket_path, timeout=1) as client, \

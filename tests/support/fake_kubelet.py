@@ -54,6 +54,7 @@ class Kubelet:
         self.server = None
         self.pods = None  # a ListPodResourcesResponse
         self.get_unimplemented = False
+        self.get_disabled = False  # the KubeletPodResourcesGet gate off (1.27 to 1.33)
 
     # -- the kubelet's servers ---------------------------------------------------------
     def start(self) -> None:
@@ -76,6 +77,9 @@ class Kubelet:
                 def Get(self, request, context):
                     if registration.get_unimplemented:
                         context.abort(grpc.StatusCode.UNIMPLEMENTED, "method Get not implemented")
+                    if registration.get_disabled:  # the kubelet's plain error: UNKNOWN
+                        context.abort(grpc.StatusCode.UNKNOWN,
+                                      "PodResources API Get method disabled")
                     for pod in registration.pods.pod_resources:
                         if (pod.namespace, pod.name) == (request.pod_namespace, request.pod_name):
                             return registration.pr.GetPodResourcesResponse(pod_resources=pod)
@@ -164,6 +168,7 @@ class Kubelet:
             self.pods = json_format.ParseDict({"pod_resources": cmd["pods"]},
                                               self.pr.ListPodResourcesResponse())
             self.get_unimplemented = cmd.get("get_unimplemented", False)
+            self.get_disabled = cmd.get("get_disabled", False)
             return {}
         raise ValueError(f"unknown op {op!r}")
 

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from nri_plugin.config import NodeConfig
+from nri_plugin.core.inputs import RUNNING, DecisionInputs, NodeInputs, digest, inputs_for
 from nri_plugin.core.nodestate import NodeState
 from nri_plugin.core.request import ContainerRequest
 from nri_plugin.errors import InternalFailure, SlaFailure
@@ -24,7 +25,7 @@ from nri_plugin.plan.model import ContainerPlan
 from nri_plugin.plan.planner import plan_container
 from nri_plugin.sla.errors import SlaError
 from nri_plugin.sla.model import Sla
-from nri_plugin.sla.parse import ENFORCEMENT_ALIAS, MAX_SLA_KEYS, sla_for_container
+from nri_plugin.sla.parse import sla_for_container
 
 OUTCOMES = ("enforced", "warned", "refused", "skipped")
 REUSABLE_LIMIT = 512  # remembered reusable decisions per NodeState
@@ -42,6 +43,8 @@ class Decision:
     plan: ContainerPlan | None = None
     error: SlaFailure | None = None
     sla: Sla | None = None  # what the annotations asked for, once parsed
+    # What it was decided from, when it holds for every container with these inputs.
+    inputs: DecisionInputs | None = None
 
     @property
     def reason(self) -> str:
@@ -54,17 +57,8 @@ class Decision:
 
     @property
     def reusable(self) -> bool:
-        """A plan that depends only on the annotations, the container's name and
-        namespace, the NRI version and what the runtime granted (and the node's config and
-        capabilities: a reload, NodeState.reconfigure, forgets them all): no allocator, RT
-        budget, block device or pod input. Such a decision is the same for every replica, so
-        decide() remembers it."""
-        sla = self.sla
-        if self.plan is None or sla is None:
-            return False
-        cpu_ok = sla.cpu is None or (not sla.cpu.exclusive and sla.cpu.rt_runtime_us is None)
-        return (cpu_ok and sla.gpu is None and sla.numa is None
-                and (sla.io is None or not sla.io.max))
+        """Remembered by its inputs: the same for every replica (see _reusable)."""
+        return self.inputs is not None
 
     @property
     def warnings(self) -> tuple[str, ...]:
@@ -94,38 +88,42 @@ def decide(node: NodeState, request: ContainerRequest) -> Decision:
 def _remembered(node: NodeState, request: ContainerRequest) -> Decision:
     """A replica's decision from the reusable ones, else a new one (remembered when
     reusable)."""
-    key = _reuse_key(node, request)
-    known = node.reusable.get(key) if key is not None else None
+    inputs = inputs_for(request.annotations, node.prefix, request.name, request.namespace,
+                        request.granted.key(), node_inputs(node), request.nri_version)
+    known = node.reusable.get(inputs) if inputs is not None else None
     if known is not None:  # a replica: the same frozen decision, nothing reserved for it
         return known
-    decision = _decide(node, request)
-    if decision.reusable and key is not None:
+    decision = _decide(node, request, inputs)
+    if decision.inputs is not None:
         if len(node.reusable) >= REUSABLE_LIMIT:
             node.reusable.clear()  # bounded: many distinct SLAs only cost a re-plan
-        node.reusable[key] = decision
+        node.reusable[inputs] = decision
     return decision
 
 
-def _reuse_key(node: NodeState, request: ContainerRequest) -> tuple | None:
-    """None: more keys under the prefix than a pod may have (refused, never reused), told
-    at the first one past the bound, before their values are read."""
-    head = node.prefix + "/"
-    annotations = request.annotations
-    # Keys first, the value only of nri-sla's: the plugin passes the request's protobuf
-    # map, whose items() is collections.abc's generator in Python (as sla_for_container).
-    mine = []
-    for k in annotations:
-        if k.startswith(head) or k == ENFORCEMENT_ALIAS:
-            if len(mine) == MAX_SLA_KEYS:
-                return None
-            mine.append((k, annotations[k]))
-    mine.sort()
-    # The runtime's limits cap the plan: a replica with other limits is another decision.
-    return (request.name, request.namespace, request.nri_version, request.granted.key(),
-            tuple(mine))
+def node_inputs(node: NodeState) -> NodeInputs:
+    """The node's part of its decisions' inputs, made once per config object (a reload
+    assigns a new one): the config's every value, the cgroup version and capabilities,
+    and the running process's code."""
+    made_for, inputs = node.inputs
+    if made_for is not node.config or inputs is None:
+        inputs = NodeInputs(digest(repr(node.config)),
+                            (str(node.cgroup_version), repr(node.capabilities)), RUNNING)
+        node.inputs = (node.config, inputs)
+    return inputs
 
 
-def _decide(node: NodeState, request: ContainerRequest) -> Decision:
+def _reusable(sla: Sla, plan: ContainerPlan) -> bool:
+    """A plan that depends only on its DecisionInputs: no allocator, RT budget, block
+    device or pod input. Such a decision is the same for every replica, so decide()
+    remembers it."""
+    cpu_ok = sla.cpu is None or (not sla.cpu.exclusive and sla.cpu.rt_runtime_us is None)
+    return (cpu_ok and sla.gpu is None and sla.numa is None
+            and (sla.io is None or not sla.io.max))
+
+
+def _decide(node: NodeState, request: ContainerRequest,
+            inputs: DecisionInputs | None) -> Decision:
     try:
         sla = parse_sla(node.config, request.annotations, request.name)
     except SlaError as exc:
@@ -145,7 +143,8 @@ def _decide(node: NodeState, request: ContainerRequest) -> Decision:
         plan = plan_container(sla, ctx)
     except SlaFailure as exc:  # PlanError, or a placement/inventory failure
         return Decision("refused", error=exc, sla=sla)
-    return Decision("warned" if plan.warnings else "enforced", plan=plan, sla=sla)
+    return Decision("warned" if plan.warnings else "enforced", plan=plan, sla=sla,
+                    inputs=inputs if _reusable(sla, plan) else None)
 
 
 def recheck(node: NodeState, plan: ContainerPlan, granted: GrantedResources, *,

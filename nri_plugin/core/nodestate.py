@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from nri_plugin.config import NodeConfig
+    from nri_plugin.core.inputs import DecisionInputs, NodeInputs
     from nri_plugin.core.restored import LiveContainer, Restored
     from nri_plugin.enforce.cgpaths import CgroupFacts, CgroupPaths
     from nri_plugin.enforce.rt import RtChange
@@ -117,7 +118,9 @@ class NodeState:
         # (plugin.registry) knows them; a one-shot node knows no other container.
         self.pod_members: Callable[[str], Iterable[str]] = _no_members
         # Reusable decisions by their inputs (core.decision.decide; bounded there).
-        self.reusable: dict[tuple, Any] = {}
+        self.reusable: dict[DecisionInputs, Any] = {}
+        # The node's part of those inputs and the config it was made for (decision.node_inputs).
+        self.inputs: tuple[NodeConfig | None, NodeInputs | None] = (None, None)
         self._output_keys: tuple[NodeConfig | None, tuple[str, str]] = (None, ("", ""))
 
     @property

@@ -6,20 +6,22 @@ run stores three entries (Store, below), each keyed by a digest of everything it
 
 * config   <- Python and nri-sla versions, the package's path, node config path and
               bytes: annotation prefix, log format, cgroup root/version/driver settings,
-              and the code's state (code_state: each module's file identity, re-checked
-              on every hit);
-* facts    <- config key, the code state's digest, cgroup root, the cgroup lines of
+              and the identity of the code the cold run loaded (core.inputs.loaded_code,
+              re-checked on every hit);
+* facts    <- config key, the code's digest, cgroup root, the cgroup lines of
               /proc/self/mountinfo, the root's listing (symlink targets too) and
               cgroup.controllers: version and hierarchies;
-* decision <- facts key, container name and namespace (as inputs.identify trusts them, with
-              why a namespace was not trusted), every annotation under the prefix
-              (plus the enforcement alias), what the runtime granted (linux.resources
-              CPU quota/period/shares and memory limit, NVIDIA_VISIBLE_DEVICES), the
-              sysfs root; plus
+* decision <- the digest of the container's DecisionInputs (core.inputs, the value the
+              plugin's reuse hashes too): every annotation under the prefix (plus the
+              enforcement alias), container name and namespace (as inputs.identify trusts
+              them, with why a namespace was not trusted), what the runtime granted
+              (linux.resources CPU quota/period/shares and memory limit,
+              NVIDIA_VISIBLE_DEVICES), and the node's part: the config key, the facts
+              key, the sysfs root and the code's digest; plus
               recorded dependencies re-checked on every hit: block devices named by io.max
               (stat and sysfs identity), the NUMA/CPU topology (online CPUs, node
-              cpulists) when placement used it, the disks' I/O schedulers when the SLA
-              has an io.weight (they decide bfq or not), and PyYAML's files.
+              cpulists) when placement used it, and the disks' I/O schedulers when the SLA
+              has an io.weight (they decide bfq or not).
 
 A warm run (all three hit, every dependency unchanged) carries the actions out with the
 same code as a cold run (actions.carry_out). Anything unusual (neither a pid nor a
@@ -42,11 +44,7 @@ import posix  # not os: nri_plugin/posixfs.py says why
 import sys
 from _stat import S_ISDIR, S_ISREG
 
-try:  # the C module directly: `hashlib` imports OpenSSL bindings (start-up time)
-    from _blake2 import blake2b
-except ImportError:  # pragma: no cover - other interpreters
-    from hashlib import blake2b
-
+from nri_plugin.core.inputs import DecisionInputs, NodeInputs, digest, inputs_for
 from nri_plugin.hook.inputs import loads
 from nri_plugin.posixfs import (
     abspath,
@@ -65,10 +63,7 @@ from nri_plugin.posixfs import (
 # Mirrors of constants in modules the warm path must not import (tests compare them).
 CONFIG_DEFAULT = "/etc/nri-sla/config.yaml"  # nri_plugin.config.DEFAULT_PATH
 CONFIG_LIMIT = 1024 * 1024  # nri_plugin.config.MAX_CONFIG_BYTES
-ENFORCEMENT_ALIAS = "io.kubernetes.sla/enforcement-mode"  # nri_plugin.sla.ENFORCEMENT_ALIAS
 DEVICE_SYSFS = "/sys"  # enforce.blockdev.SYSFS_ROOT: what resolve_block_device reads
-# What a decision runs through (the plugin's, commands' and kubelet's modules it does not).
-CODE_DIRS = ("", "/core", "/sla", "/plan", "/enforce", "/topology", "/hook", "/text")
 
 DEFAULT_DIR = "/run/nri-sla/hook-cache"
 ENV_DIR = "NRI_SLA_HOOK_CACHE"  # a directory, or "off"
@@ -82,8 +77,6 @@ if TYPE_CHECKING:
     from nri_plugin.hook.values import Run
 
 PACKAGE = dirname(dirname(abspath(__file__)))  # the nri_plugin directory
-_code: dict | None = None
-_listed: dict[str, list[str]] = {}  # code_state's modules of each CODE_DIRS directory
 
 
 def open_store(opts: "HookOptions") -> "Store | None":
@@ -93,84 +86,6 @@ def open_store(opts: "HookOptions") -> "Store | None":
     if where in ("", "off") or not isabs(where):
         return None
     return Store(where)
-
-
-def code_state() -> dict:
-    """What decides whether a stored decision is still this installation's: {"digest",
-    "files"}, files [path below the package, inode, ctime_ns] of every module a decision
-    runs through (CODE_DIRS) and of those directories (a module added, removed or renamed
-    changes its directory's). An upgrade (pip, dpkg, git: new files, new inodes) or an
-    edited file (its ctime: the kernel sets it on every write, rename or touch, and no one
-    can set it back, unlike mtime and size) never reuses an older version's decisions.
-    Taken once per run, before the cold path imports its modules (run.py): a file that
-    changes while they load makes the stored state stale. A cold run stores it in the
-    config entry; a hit re-stats the files it lists (code_unchanged)."""
-    global _code
-    if _code is None:
-        files = []
-        for sub in CODE_DIRS:
-            names = _modules_in(sub)
-            _listed[sub] = names
-            for rel in (sub, *(f"{sub}/{name}" for name in names)):
-                files.append([rel, *_identity(rel)])
-        _code = {"digest": digest(*(str(x) for f in files for x in f)), "files": files}
-    return _code
-
-
-def _modules_in(sub: str) -> list[str]:
-    try:
-        with posix.scandir(PACKAGE + sub) as it:
-            return sorted(e.name for e in it if e.name.endswith(".py"))
-    except OSError:
-        return []
-
-
-def _identity(rel: str) -> list[int]:
-    try:
-        st = posix.stat(PACKAGE + rel)
-        return [st.st_ino, st.st_ctime_ns]
-    except OSError as e:
-        return [-1, e.errno]
-
-
-def code_that_ran(code: dict) -> dict:
-    """`code` (code_state) with only the files a hit must re-check: the directories and
-    the modules loaded now, at the end of a cold run. A module the decision never loaded
-    cannot have shaped it (to load one, a loaded module would have to change, or a file
-    be added: its directory changes), and each file less is a stat less per hit. A
-    directory whose modules are still the ones listed at the start is stored as it is
-    now: this run's imports may have created its `__pycache__` (a fresh checkout, an
-    install without .pyc files), which changes the directory but no module in it."""
-    loaded = {abspath(module.__file__) for name, module in list(sys.modules.items())
-              if name.startswith("nri_plugin") and getattr(module, "__file__", None)}
-    files = []
-    for rel, *identity in code["files"]:
-        if rel.endswith(".py"):
-            if PACKAGE + rel in loaded:
-                files.append([rel, *identity])
-        elif _modules_in(rel) == _listed.get(rel):
-            files.append([rel, *_identity(rel)])
-        else:
-            files.append([rel, *identity])  # a module came or went: the next hit misses
-    return {"digest": code["digest"], "files": files}
-
-
-def code_unchanged(code: object) -> str | None:
-    """A config entry's code state: its digest when every file it lists still has the
-    identity recorded (a hit), else None. The one check every hit pays for, so a plain
-    loop: a stat per file, no formatting."""
-    if not isinstance(code, dict) or not isinstance(code.get("files"), list):
-        return None
-    stat = posix.stat
-    try:
-        for rel, ino, ctime in code["files"]:
-            st = stat(PACKAGE + rel)
-            if st.st_ctime_ns != ctime or st.st_ino != ino:
-                return None
-    except (OSError, TypeError, ValueError):
-        return None
-    found = code.get("digest")
-    return found if isinstance(found, str) else None
 
 
 def config_key(opts: "HookOptions") -> str | None:
@@ -184,16 +99,16 @@ def config_key(opts: "HookOptions") -> str | None:
         data = b"\0absent"  # the built-in defaults
     except OSError:
         return None
-    # The code's identity that costs nothing to check; its files: code_state.
+    # The code's identity that costs nothing to check; its files: core.inputs.loaded_code.
     version = getattr(sys.modules.get("nri_plugin"), "__version__", "?")
     return digest("config", sys.version, version, PACKAGE, path, str(opts.config is None), data)
 
 
-def facts_key(ckey: str, code: str, root: str) -> str:
+def cgroup_signature(root: str) -> str:
     """What detect_cgroup_facts reads: mounts (cgroup lines only: other mounts come and go
     with every container), the root and its entries (v1 hierarchies by name), and
     cgroup.controllers (a v2 root)."""
-    parts = ["facts", ckey, code, root, realpath(root), str(isdir(root)),
+    parts = ["cgroups", root, realpath(root), str(isdir(root)),
              str(exists(join(root, "cgroup.controllers")))]
     try:
         mounts = read_file("/proc/self/mountinfo")
@@ -210,19 +125,20 @@ def facts_key(ckey: str, code: str, root: str) -> str:
     return digest(*parts)
 
 
-def decision_key(run: "Run", fkey: str, prefix: str) -> str:
-    head = prefix + "/"
-    chosen = sorted((k, v) for k, v in run.annotations.items()
-                    if k.startswith(head) or k == ENFORCEMENT_ALIAS)
-    # The target's fields, not the raw keys: what identify() believed decides the plan;
-    # what the runtime granted caps the plan (nri_plugin.plan.grants).
+def facts_key(ckey: str, code: str, signature: str) -> str:
+    """The cgroup facts' key: the config key, the code's digest and cgroup_signature."""
+    return digest("facts", ckey, code, signature)
+
+
+def decision_inputs(run: "Run", prefix: str, ckey: str, fkey: str,
+                    code: str) -> DecisionInputs | None:
+    """The container's DecisionInputs on this node: the target's fields, not the raw keys
+    (what identify() believed decides the plan), and the node as the cache knows it.
+    None: more SLA keys than a pod may have (refused cold, never cached)."""
     target = run.target
-    parts = ["decision", fkey, prefix, target.name, target.namespace, target.distrust,
-             run.opts.sysfs_root,
-             *("\0unset" if v is None else str(v) for v in run.spec.granted.key())]
-    for k, v in chosen:
-        parts += [k, v]
-    return digest(*parts)
+    node = NodeInputs(ckey, (fkey, run.opts.sysfs_root), code)
+    return inputs_for(run.annotations, prefix, target.name, target.namespace,
+                      run.spec.granted.key(), node, distrust=target.distrust)
 
 
 # ------------------------------------------------------------------ dependencies
@@ -293,25 +209,6 @@ def scheduler_signature(sysfs_root: str) -> str:
                     for n in names))
 
 
-def file_signature(path: str) -> str:
-    """A file's identity (inode, size, mtime): a library upgraded in place changes it."""
-    try:
-        st = posix.stat(path)
-    except OSError as e:
-        return f"error:{e.errno}"
-    return f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
-
-
-def library_deps() -> list[list[str]]:
-    """PyYAML parses every SLA: its Python and C modules, as loaded by a cold run."""
-    deps = []
-    for name in ("yaml", "yaml._yaml"):
-        path = getattr(sys.modules.get(name), "__file__", None)
-        if path:
-            deps.append(["file", path, file_signature(path)])
-    return deps
-
-
 def deps_hold(deps: object) -> bool:
     if not isinstance(deps, list):
         return False
@@ -323,8 +220,6 @@ def deps_hold(deps: object) -> bool:
             now = device_signature(arg)
         elif kind == "topology":
             now = topology_signature(arg)
-        elif kind == "file":
-            now = file_signature(arg)
         elif kind == "schedulers":
             now = scheduler_signature(arg)
         else:
@@ -335,16 +230,6 @@ def deps_hold(deps: object) -> bool:
 
 
 # ------------------------------------------------------------------ files
-
-
-def digest(*parts: str | bytes) -> str:
-    """A 160-bit hex digest of the parts (length-prefixed, so parts cannot run together)."""
-    h = blake2b(digest_size=20)
-    for part in parts:
-        data = part.encode("utf-8", "surrogatepass") if isinstance(part, str) else part
-        h.update(b"%d:" % len(data))
-        h.update(data)
-    return h.hexdigest()
 
 
 class Store:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from nri_plugin.config import ConfigError, NodeConfig, load_config
 from nri_plugin.core import ContainerRequest, NodeState, decide, node_allocator
 from nri_plugin.core.decision import Decision, parse_sla
+from nri_plugin.core.inputs import loaded_code
 from nri_plugin.core.recordkey import NoRecordKey, RecordKeyError, load_key
 from nri_plugin.enforce.blockdev import resolve_block_device
 from nri_plugin.enforce.capabilities import detect_capabilities
@@ -28,7 +29,7 @@ from nri_plugin.hook.actions import CgroupActions
 from nri_plugin.hook.inputs import BundleSpec, Target
 from nri_plugin.hook.locate import container_cgroup, locatable
 from nri_plugin.hook.options import HookOptions
-from nri_plugin.hook.values import WARN, Run
+from nri_plugin.hook.values import STARTED_NS, WARN, Run
 from nri_plugin.ops.corelog import silenced as core_logs_silenced
 from nri_plugin.ops.event import applied_fields
 from nri_plugin.plan.model import PlanError
@@ -49,7 +50,6 @@ def core_actions(run: Run) -> tuple[CgroupActions, CgroupPaths] | None:
     opts, target, progress = run.opts, run.target, run.progress
     store = cache.open_store(opts) if locatable(run) else None
     ckey = cache.config_key(opts) if store else None  # before reading: a change = no store
-    code = cache.code_state()  # taken before this module loaded (run.py)
     config = load_node_config(opts.config)
     progress.log_format = config.log.format
     sla = parse_sla(config, run.annotations, target.name)
@@ -58,7 +58,7 @@ def core_actions(run: Run) -> tuple[CgroupActions, CgroupPaths] | None:
     progress.enforcement = sla.enforcement
     run.deadline.check("finding the container's cgroup")
     root = opts.cgroup_root or str(config.cgroup.root)
-    fkey = cache.facts_key(ckey, code["digest"], root) if ckey else None
+    signature = cache.cgroup_signature(root) if ckey else None
     facts = cgroup_facts(opts, config, run.spec)
     cgroup = container_cgroup(run, facts)
     deps: Deps = []
@@ -73,22 +73,34 @@ def core_actions(run: Run) -> tuple[CgroupActions, CgroupPaths] | None:
         if verified is not None:  # a record that is not the plugin's: ignored, said so
             actions.lines.insert(0, f"{WARN}{config.annotation_prefix}/applied ignored: "
                                     f"{verified}")
-    if store and ckey and fkey and sla.gpu is None and record is None:
+    if store and ckey and signature and sla.gpu is None and record is None:
         # GPU inventories (NVML) are not fingerprinted: GPU SLAs are always decided cold.
         # A record is authenticated for one container id, which no cache key holds, and
         # recurs on no other container: verification is always decided cold too.
-        dkey = cache.decision_key(run, fkey, config.annotation_prefix)
-        # A module changed since `code` was taken is caught by the next hit's re-check.
-        if (cache.config_key(opts) == ckey
-                and cache.facts_key(ckey, code["digest"], root) == fkey):
-            store.put("config", ckey, {"prefix": config.annotation_prefix,
-                                       "log_format": config.log.format,
-                                       "cgroup_root": str(config.cgroup.root),
-                                       "code": cache.code_that_ran(code)})
-            store.put("facts", fkey, facts.to_json())
-            store.put("decision", dkey, {"decision": actions.to_json(),
-                                         "deps": [*deps, *cache.library_deps()]})
+        store_actions(run, store, config, (ckey, signature, root), facts, actions, deps)
     return actions, cgroup
+
+
+def store_actions(run: Run, store: cache.Store, config: NodeConfig,
+                  keys: tuple[str, str, str], facts: CgroupFacts, actions: CgroupActions,
+                  deps: Deps) -> None:
+    """Store the three entries for the next replica, when what was read before deciding
+    (`keys`: the config key and the cgroup signature of that root) still holds and the
+    code that decided is the code on disk (loaded_code: every module this run loaded)."""
+    ckey, signature, root = keys
+    code = loaded_code(STARTED_NS)
+    if (code is None or cache.config_key(run.opts) != ckey
+            or cache.cgroup_signature(root) != signature):
+        return
+    fkey = cache.facts_key(ckey, code["digest"], signature)
+    prefix = config.annotation_prefix
+    inputs = cache.decision_inputs(run, prefix, ckey, fkey, code["digest"])
+    if inputs is None:  # (a decision that was refused: not reached)
+        return
+    store.put("config", ckey, {"prefix": prefix, "log_format": config.log.format,
+                               "cgroup_root": str(config.cgroup.root), "code": code})
+    store.put("facts", fkey, facts.to_json())
+    store.put("decision", inputs.digest(), {"decision": actions.to_json(), "deps": deps})
 
 
 def verify_actions(record: str, sla: Sla, owner: str, state_dir: str

@@ -116,11 +116,6 @@ def _run(opts: HookOptions, stdin: "BinaryIO", deadline: Deadline,
     found = cached_actions(run)
     if found is None:
         deadline.check("planning")
-        # The code's state before the cold path loads it: a file changed while it loads
-        # must not be taken as the code that decided (cache.code_state).
-        from nri_plugin.hook.cache import code_state
-
-        code_state()
         # Cold: the core decides (SLA parser with yaml, the planner, node detection).
         from nri_plugin.hook.cold import core_actions
 

@@ -11,6 +11,9 @@ import time
 from nri_plugin.errors import InternalFailure, ProgrammingError
 from nri_plugin.value import Value
 
+# When the run began, before it loaded the code that decides (core.inputs.loaded_code):
+# this module is among the first the hook imports.
+STARTED_NS = time.time_ns()
 PREFIX = "nri-sla hook: "
 WARN = PREFIX + "warning: "
 

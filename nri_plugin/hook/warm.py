@@ -8,13 +8,14 @@ always did.
 """
 
 
+from nri_plugin.core.inputs import code_unchanged
 from nri_plugin.enforce.cgpaths import CgroupFacts
 from nri_plugin.errors import DamagedState
 from nri_plugin.hook.actions import CgroupActions
 from nri_plugin.hook.cache import (
-    code_unchanged,
+    cgroup_signature,
     config_key,
-    decision_key,
+    decision_inputs,
     deps_hold,
     facts_key,
     open_store,
@@ -44,7 +45,7 @@ def cached_actions(run: "Run") -> "tuple[CgroupActions, CgroupPaths] | None":
     if (not isinstance(prefix, str) or log_format not in LOG_FORMATS
             or not isinstance(root, str)):
         return None
-    fkey = facts_key(ckey, code, run.opts.cgroup_root or root)
+    fkey = facts_key(ckey, code, cgroup_signature(run.opts.cgroup_root or root))
     facts = store.get("facts", fkey)
     if not facts:
         return None
@@ -53,7 +54,8 @@ def cached_actions(run: "Run") -> "tuple[CgroupActions, CgroupPaths] | None":
         cgroup = container_cgroup(run, CgroupFacts.from_json(facts))
     except Exception:
         return None
-    entry = store.get("decision", decision_key(run, fkey, prefix))
+    inputs = decision_inputs(run, prefix, ckey, fkey, code)
+    entry = store.get("decision", inputs.digest()) if inputs is not None else None
     if not entry or not deps_hold(entry.get("deps")):
         return None
     try:

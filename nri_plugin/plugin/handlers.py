@@ -22,6 +22,7 @@ from typing import Any
 
 from nri_plugin.core import ContainerRequest, Decision, NodeState, decide
 from nri_plugin.core.decision import REUSABLE_LIMIT, recheck
+from nri_plugin.core.inputs import DecisionInputs
 from nri_plugin.core.restored import LiveContainer
 from nri_plugin.errors import INTERNAL, INVALID, Refused, SlaFailure
 from nri_plugin.granted import (
@@ -152,9 +153,9 @@ class SlaPlugin(SynchronizeRestore):
         # The kubelet's books, for containers whose only GPU evidence is their env.
         self.kubelet = KubeletGrants(node.config.gpu.podresources_socket,
                                      node.config.gpu.grant_resources)
-        # id(plan) -> (plan, its record_text, the event's applied fields, adjustment
-        # without annotations); the plan is kept, so the id stays its own.
-        self._answers: dict[int, tuple[ContainerPlan, str, dict[str, Any], Any]] = {}
+        # A reusable decision's inputs -> (its plan, the plan's record_text, the event's
+        # applied fields, adjustment without annotations).
+        self._answers: dict[DecisionInputs, tuple[ContainerPlan, str, dict[str, Any], Any]] = {}
         # With hook.inject the OCI hook verifies (reads back) what the plugin enforced.
         self._hooks = hook_spec() if node.config.hook.inject else None
         watch = node.config.watch
@@ -387,17 +388,18 @@ class SlaPlugin(SynchronizeRestore):
         built once (kept unchanged: the event's rendering of them is remembered too);
         each container gets its own copy carrying its own record, authenticated for its
         id."""
-        known = self._answers.get(id(plan))
-        if known is not None and known[0] is plan:
+        inputs = decision.inputs
+        known = self._answers.get(inputs) if inputs is not None else None
+        if known is not None and known[0] is plan:  # (not a copy of the plan: RT room)
             _, text, applied, settings = known
         else:
             record = record_body(plan, "nri")
             text, settings = record_text(record), build_adjustment(plan, self._hooks)
             applied = applied_fields(record)
-            if decision.reusable:
+            if inputs is not None and plan is decision.plan:
                 if len(self._answers) >= REUSABLE_LIMIT:
                     self._answers.clear()
-                self._answers[id(plan)] = (plan, text, applied, settings)
+                self._answers[inputs] = (plan, text, applied, settings)
         annotations = self.node.annotations_for(plan, "nri", container_id, text)
         return applied, annotated(annotations, self._pod_set(container, annotations),
                                   settings)

@@ -461,7 +461,8 @@ def test_warm_run_imports_no_parser_planner_or_yaml(world, h, tmp_path, lookup, 
                             CTR if pid is None else own[0])
     heavy = ("yaml", "nri_plugin.sla", "nri_plugin.text", "nri_plugin.plan", "nri_plugin.config",
              "dataclasses", "pathlib", "typing", "re", "json", "logging",
-             "nri_plugin.enforce.cgroupdetect", "nri_plugin.core", "nri_plugin.topology.cpus",
+             "nri_plugin.enforce.cgroupdetect", "nri_plugin.core.decision",
+             "nri_plugin.core.nodestate", "nri_plugin.core.request", "nri_plugin.topology.cpus",
              "importlib", "cgroupspy",
              # `from __future__ import annotations` imports a module: the modules a warm
              # run loads quote their annotations instead (docs/hook.md, issue 21).
@@ -508,93 +509,14 @@ def test_cache_option_and_environment(tmp_path, monkeypatch):
 
 def test_mirrored_constants_match_their_sources():
     from nri_plugin import config
+    from nri_plugin.core import inputs
     from nri_plugin.enforce import blockdev
     from nri_plugin.hook import cache
     from nri_plugin.sla import ENFORCEMENT_ALIAS
+    from nri_plugin.sla.parse import MAX_SLA_KEYS
 
     assert cache.CONFIG_DEFAULT == config.DEFAULT_PATH
     assert cache.CONFIG_LIMIT == config.MAX_CONFIG_BYTES
-    assert cache.ENFORCEMENT_ALIAS == ENFORCEMENT_ALIAS
+    assert inputs.ENFORCEMENT_ALIAS == ENFORCEMENT_ALIAS
+    assert inputs.MAX_SLA_KEYS == MAX_SLA_KEYS
     assert str(blockdev.SYSFS_ROOT) == cache.DEVICE_SYSFS
-
-
-def test_library_files_are_dependencies(world, tmp_path):
-    """A decision names PyYAML's files; a changed file (an in-place upgrade) is a miss."""
-    import yaml
-
-    from nri_plugin.hook.cache import Store, file_signature
-
-    run, _config, _cdir, cache = world
-    sla = {"sla.nri.io/pod": "memory:\n  max: 64Mi\n"}
-    run(sla)
-    store = Store(str(cache))
-    [name] = [p.name for p in cache.iterdir() if p.name.startswith("decision-")]
-    key = name.split("-", 1)[1]
-    entry = store.get("decision", key)
-    assert ["file", yaml.__file__, file_signature(yaml.__file__)] in entry["deps"]
-    lib = tmp_path / "lib.py"
-    lib.write_text("v1")
-    entry["deps"].append(["file", str(lib), file_signature(str(lib))])
-    assert store.put("decision", key, entry)
-    run(sla, expect_hit=True)
-    lib.write_text("v2 longer")
-    run(sla, expect_hit=False)
-
-
-def test_an_edited_or_upgraded_install_never_reuses_a_decision(tmp_path, h):
-    """The code's state (cache.code_state) is in every decision's key: a module of the
-    decision edited in place (same size, mtime set back), replaced the way dpkg and pip
-    do (a new file renamed over it, same bytes and mtime) or a module added next to them
-    is a miss; a module the decision never loaded (the NVML reader, for a CPU/memory SLA)
-    changes nothing. Runs a copy of the package as the fast entry does, in processes."""
-    import shutil
-
-    pkg = tmp_path / "install" / "nri_plugin"
-    shutil.copytree(HOOK_MAIN.parents[1], pkg,
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    root = tmp_path / "cg"
-    h.fake_v2_tree(root, CTR)
-    config = tmp_path / "config.yaml"
-    config.write_text("enforcement: hard\n")
-    bundle = h.write_bundle(tmp_path / "bundle", {TYPE: "container", NAME: "app",
-                                                  "sla.nri.io/pod": "memory:\n  max: 64Mi\n"},
-                            CTR)
-
-    def cold() -> bool:
-        proc = subprocess.run(
-            [sys.executable, "-I", "-S", "-X", "importtime", str(pkg / "hook" / "__main__.py"),
-             "--config", str(config), "--cgroup-root", str(root),
-             "--cache-dir", str(tmp_path / "cache")],
-            input=h.state_json(bundle), capture_output=True, timeout=60)
-        assert proc.returncode == 0, proc.stderr.decode()[-2000:]
-        return b"nri_plugin.hook.cold" in proc.stderr
-
-    def settle() -> None:
-        # One cold run stores the decision, then every run hits: also the first run of
-        # this copy, whose imports create __pycache__ in every directory they load from
-        # (cache.code_that_ran keeps a directory whose modules are the same).
-        cold()
-        assert not cold()
-        assert not cold()
-
-    settle()
-    planner = pkg / "plan" / "planner.py"
-    st = planner.stat()
-    text = planner.read_bytes()
-    planner.write_bytes(text.replace(b"def ", b"def ", 1))  # rewritten in place, same bytes
-    os.utime(planner, ns=(st.st_atime_ns, st.st_mtime_ns))
-    assert planner.stat().st_size == st.st_size and planner.stat().st_ino == st.st_ino
-    assert cold()
-    settle()
-    new = planner.with_suffix(".py.dpkg-new")
-    new.write_bytes(text)
-    os.utime(new, ns=(st.st_atime_ns, st.st_mtime_ns))
-    new.rename(planner)
-    assert cold()
-    settle()
-    (pkg / "sla" / "added.py").write_text("")
-    assert cold()
-    settle()
-    nvml = pkg / "topology" / "nvml_gpus.py"
-    nvml.write_bytes(nvml.read_bytes() + b"\n")
-    assert not cold()

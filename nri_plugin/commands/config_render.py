@@ -8,31 +8,18 @@ from typing import Any
 
 import yaml
 
-from nri_plugin.config import KEY_ATTRIBUTES, Cap, NodeConfig
-
-
-def _file_value(value: Any, key: str) -> Any:
-    if isinstance(value, Cap):
-        return str(value) if value.percent else int(value.value)
-    if isinstance(value, tuple):
-        return list(value)
-    if value is None and key in ("cgroup.version", "events.enabled"):
-        return "auto"  # None: detected at start
-    return value
+from nri_plugin.config import KEY_ATTRIBUTES, NodeConfig, file_value, key_value
 
 
 def config_mapping(config: NodeConfig) -> dict[str, Any]:
     """The config as the nested mapping its file would hold."""
     mapping: dict[str, Any] = {}
-    for key, attributes in KEY_ATTRIBUTES.items():
-        value: Any = config
-        for attribute in attributes:
-            value = getattr(value, attribute)
+    for key in KEY_ATTRIBUTES:
         *sections, name = key.split(".")
         target = mapping
         for section in sections:
             target = target.setdefault(section, {})
-        target[name] = _file_value(value, key)
+        target[name] = file_value(key_value(config, key))
     return mapping
 
 

@@ -51,9 +51,9 @@ def _fields(source: str, data: Mapping, schema: Schema, parent: str,
             continue
         if raw is None:  # "key:" with no value keeps the default
             continue
-        attribute, convert = schema[key]
+        attribute, spec = schema[key]
         try:
-            values[attribute] = convert(raw)
+            values[attribute] = spec.convert(raw)
         except FieldProblem as exc:
             errors.append(ConfigError(source, path + exc.sub, exc.message))
     return values

@@ -1,29 +1,32 @@
 """SIGHUP: the node config read again and what of it can change under a running plugin.
 
-Live (the next container decision uses them): `enforcement`, `permissions`, `pod-caps`,
-`log`. Everything else was wired in at start (the NRI socket and the plugin's name and
-index, the state directory and its key, the metrics and status listeners, the GPU
-inventory and its watches, cgroup facts, the RT budget, the drift watch's schedule, the
-annotation prefix the records are written under): a change there is reported as needing
-a restart and the running value stays. A config that does not validate changes nothing.
-docs/config.md lists the same split.
+Live (the next container decision uses them): the keys whose field declares `live`
+(`nri_plugin.config.LIVE_KEYS`: `enforcement`, `permissions`, `pod-caps`, `log`).
+Everything else was wired in at start (the NRI socket and the plugin's name and index,
+the state directory and its key, the metrics and status listeners, the GPU inventory and
+its watches, cgroup facts, the RT budget, the drift watch's schedule, the annotation
+prefix the records are written under): a change there is reported as needing a restart
+and the running value stays. A config that does not validate changes nothing.
+docs/config.md's table, generated from the same declarations, shows the split.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 from dataclasses import dataclass
 from typing import Any
 
-from nri_plugin.config import KEY_ATTRIBUTES, ConfigError, NodeConfig, load_config
+from nri_plugin.config import (
+    KEY_ATTRIBUTES,
+    LIVE_KEYS,
+    ConfigError,
+    NodeConfig,
+    key_value,
+    load_config,
+)
 
 log = logging.getLogger("nri_sla.config")
-
-# NodeConfig attributes (the key `enforcement`, the sections `permissions`, `pod-caps`,
-# `log`) a SIGHUP applies to the running plugin.
-LIVE_ATTRIBUTES = ("enforcement", "permissions", "pod_caps", "log")
 
 
 @dataclass(frozen=True)
@@ -37,20 +40,24 @@ class Reload:
 
 def changed_keys(old: NodeConfig, new: NodeConfig) -> list[str]:
     """The dotted config keys (`pod-caps.exclusive-cpus`) whose values differ."""
-    def value(config: NodeConfig, attributes: tuple[str, ...]) -> Any:
-        return functools.reduce(getattr, attributes, config)
+    return [key for key in KEY_ATTRIBUTES if key_value(old, key) != key_value(new, key)]
 
-    return [key for key, attributes in KEY_ATTRIBUTES.items()
-            if value(old, attributes) != value(new, attributes)]
+
+def _replaced(value: Any, attributes: tuple[str, ...], new: Any) -> Any:
+    """`value` (a NodeConfig or a section) with the attribute at `attributes` set to `new`."""
+    head, *rest = attributes
+    inner = _replaced(getattr(value, head), tuple(rest), new) if rest else new
+    return dataclasses.replace(value, **{head: inner})
 
 
 def plan_reload(current: NodeConfig, new: NodeConfig) -> Reload:
     """`current` with the live keys of `new`; the other changes listed, not applied."""
     changed = changed_keys(current, new)
-    applied = tuple(k for k in changed if KEY_ATTRIBUTES[k][0] in LIVE_ATTRIBUTES)
-    config = dataclasses.replace(current, source=new.source,
-                                 **{a: getattr(new, a) for a in LIVE_ATTRIBUTES})
-    return Reload(config, applied, tuple(k for k in changed if k not in applied))
+    applied = tuple(k for k in changed if k in LIVE_KEYS)
+    config = dataclasses.replace(current, source=new.source)
+    for key in applied:
+        config = _replaced(config, KEY_ATTRIBUTES[key], key_value(new, key))
+    return Reload(config, applied, tuple(k for k in changed if k not in LIVE_KEYS))
 
 
 def reload_config(path: str | None, current: NodeConfig) -> Reload | None:

@@ -27,6 +27,7 @@ from nri_plugin.config import (
     parse_config,
 )
 from nri_plugin.errors import ProgrammingError
+from nri_plugin.ops.listenaddress import ListenAddress, parse_address
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "config.yaml"
@@ -60,7 +61,8 @@ def test_defaults_are_safe():
                                        "nvidia.com/mig-*")
     assert cfg.gpu.podresources_socket == "/var/lib/kubelet/pod-resources/kubelet.sock"
     assert cfg.rt_budget == 0.5 and cfg.reserved_cpus == ()
-    assert cfg.metrics.enabled and cfg.metrics.host == "127.0.0.1" and cfg.metrics.port == 9810
+    # the endpoint's address is read by the one listen-address parser
+    assert parse_address(cfg.metrics.address) == ListenAddress("127.0.0.1", 9810)
 
 
 def test_every_field():
@@ -109,7 +111,7 @@ log: {format: json, level: debug}
         log=LogConfig(format="json", level="debug"),
         source=SRC,
     )
-    assert cfg.metrics.host == "::1" and cfg.metrics.port == 9000
+    assert parse_address(cfg.metrics.address) == ListenAddress("::1", 9000)
     assert cfg.allows("realtime", "team-a") and cfg.allows("realtime", "rt-jobs")
     assert not cfg.allows("realtime", "rt-jobs2") and not cfg.allows("exclusive-cpus", "x")
     assert cfg.allows("gpus", "ml-1") and not cfg.allows("gpus", "ml-12")
@@ -320,13 +322,48 @@ def test_reload_applies_the_live_keys_and_names_the_others():
     assert plan_reload(old, old).applied == plan_reload(old, old).need_restart == ()
 
 
-def test_docs_say_which_keys_reload_live():
-    from nri_plugin.config import KEY_ATTRIBUTES
-    from nri_plugin.plugin.config_reload import LIVE_ATTRIBUTES
+def test_reload_follows_each_keys_declaration():
+    # The live set is what the fields declare, not a list kept beside them: a key that
+    # declares `live` is applied, one that does not waits for a restart, whatever its section.
+    import dataclasses
 
-    text = (ROOT / "docs" / "config.md").read_text().split("## Reload (SIGHUP)", 1)[1]
-    live = text.split("Applied live:", 1)[1].split("\n\n", 1)[0]
-    restart = text.split("Need a restart:", 1)[1].split("\n\n", 1)[0]
-    for key, attributes in KEY_ATTRIBUTES.items():
-        shown = f"`{key.split('.')[0]}`" if attributes[0] in LIVE_ATTRIBUTES else f"`{key}`"
-        assert shown in (live if attributes[0] in LIVE_ATTRIBUTES else restart), key
+    from nri_plugin.config import LIVE_KEYS
+    from nri_plugin.plugin import config_reload
+
+    assert {"enforcement", "permissions.realtime", "pod-caps.rt-share", "log.level"} <= LIVE_KEYS
+    assert "watch.interval-seconds" not in LIVE_KEYS and "rt-budget" not in LIVE_KEYS
+    old = parse_config("", "old.yaml")
+    new = parse_config("pod-caps: {rt-share: 0.2}\nwatch: {metrics-containers: 5}\n", "new.yaml")
+    half_live = (LIVE_KEYS | {"watch.metrics-containers"}) - {"pod-caps.rt-share"}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(config_reload, "LIVE_KEYS", half_live)
+        done = config_reload.plan_reload(old, new)
+    assert done.applied == ("watch.metrics-containers",)
+    assert done.need_restart == ("pod-caps.rt-share",)
+    assert done.config.watch == dataclasses.replace(old.watch, metrics_containers=5)
+    assert done.config.pod_caps == old.pod_caps
+
+
+def test_a_keys_declaration_is_frozen():
+    from nri_plugin.config import KEYS
+
+    spec = KEYS["log.level"]
+    with pytest.raises(AttributeError, match="frozen"):
+        spec.live = False
+    assert spec.live and repr(spec) == "Key('', convert, live=True)"
+
+
+def test_every_field_of_a_section_is_a_key():
+    # A field without its key's declaration could never be set from the file.
+    import dataclasses
+
+    from nri_plugin.config import KEY_ATTRIBUTES
+    from nri_plugin.config.schema import SECTIONS
+
+    declared = set(KEY_ATTRIBUTES.values())
+    for section, (cls, _) in SECTIONS.items():
+        for f in dataclasses.fields(cls):
+            assert (section.replace("-", "_"), f.name) in declared, f"{section}.{f.name}"
+    for f in dataclasses.fields(NodeConfig):
+        assert (f.name,) in declared or f.name.replace("_", "-") in SECTIONS \
+            or f.name == "source", f.name

@@ -290,6 +290,31 @@ def test_config_md_tables_name_exactly_the_config_keys():
     assert set(rows) == set(KEY_ATTRIBUTES)
 
 
+def test_config_md_table_is_the_generated_one(tmp_path):
+    """The key table is what `python -m nri_plugin.config.doctable docs/config.md` makes
+    from the declarations on the fields of nri_plugin/config/values.py."""
+    from nri_plugin.config import doctable
+
+    text = (REPO / "docs" / "config.md").read_text()
+    assert doctable.rewrite(text) == text, \
+        "run: python -m nri_plugin.config.doctable docs/config.md"
+    assert "| `log.level` | `debug` \\| `info` \\| `warning` \\| `error` | `info` |" in text
+    # The command rewrites a stale table, and only the table.
+    stale = tmp_path / "config.md"
+    stale.write_text(text.replace("| `log.level` |", "| `log.old-level` |"))
+    command = [sys.executable, "-m", "nri_plugin.config.doctable"]
+    assert subprocess.run([*command, str(stale)], cwd=REPO, timeout=TIMEOUT_S).returncode == 0
+    assert stale.read_text() == text
+    shown = subprocess.run(command, cwd=REPO, capture_output=True, text=True,
+                           timeout=TIMEOUT_S)
+    assert shown.stdout.splitlines() == doctable.table()
+    stale.write_text("no markers\n")
+    refused = subprocess.run([*command, str(stale)], cwd=REPO, capture_output=True,
+                             text=True, timeout=TIMEOUT_S)
+    assert refused.returncode == 2 and "markers" in refused.stderr
+    assert stale.read_text() == "no markers\n"
+
+
 # -- decision lines ---------------------------------------------------------------------
 
 def test_operations_md_decision_lines_are_the_plugins():

@@ -18,7 +18,7 @@ import contextlib
 import os
 import stat
 
-from nri_plugin.errors import InternalFailure
+from nri_plugin.errors import InvalidInput
 
 KEY_FILE = "record.key"
 KEY_BYTES = 32
@@ -27,8 +27,9 @@ KEY_BYTES = 32
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
-class RecordKeyError(InternalFailure):
-    """The record key cannot be created or read, or its file is not one nri-sla trusts."""
+class RecordKeyError(InvalidInput):
+    """The record key cannot be created or read, or its file is not one nri-sla trusts:
+    the node's state, which its operator fixes (`nri-sla run` exits 2)."""
 
 
 class NoRecordKey(RecordKeyError):

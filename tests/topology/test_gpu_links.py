@@ -26,6 +26,7 @@ from nri_plugin.topology import (
 )
 from nri_plugin.topology.gpus import Gpu
 from nri_plugin.topology.pcie import level_of_nvml, level_of_paths
+from nri_plugin.topology.snapshot import SnapshotError
 
 MACHINES = {"dgx1v": dgx1v_gpus, "nvswitch": nvswitch_gpus, "pcie-pairs": pcie_pairs_gpus}
 
@@ -140,7 +141,7 @@ def test_old_snapshots_mean_one_link_per_peer(tmp_path):
     ({"pcie": {"switch": 1}}, r"pcie\.switch: expected a list of GPU indexes"),
 ])
 def test_bad_link_facts_name_the_field(tmp_path, gpu, message):
-    with pytest.raises(InventoryError, match=message):
+    with pytest.raises(SnapshotError, match=message):
         load_snapshot(_snapshot(tmp_path, gpu))
 
 

@@ -136,3 +136,17 @@ def test_operator_facing_failures_exit_with_their_kind():
     for cls in (MetricsError, LoggingSetupError):
         assert issubclass(cls, ValueError) and cls("x").exit_status == EXIT_INVALID
     assert Unavailable("x").exit_status == EXIT_UNAVAILABLE
+
+
+def test_the_enforce_errors_keep_their_statuses():
+    # Moving each under its kind's root changed no exit status or NRI code: the hook exits
+    # and the plugin answers with what the kind gives, as before.
+    from nri_plugin.nri.errors import Code
+    from nri_plugin.plugin.handlers import rpc_error
+
+    want = {CgroupFactsError("x"): (3, Code.INTERNAL),
+            CgroupPathError("/x", "y"): (2, Code.INVALID_ARGUMENT),
+            CgroupWriteError("/x", "1", "busy"): (1, Code.FAILED_PRECONDITION),
+            RtBudgetError("x"): (1, Code.FAILED_PRECONDITION)}
+    for exc, (status, code) in want.items():
+        assert (exc.exit_status, rpc_error(exc).code) == (status, code), type(exc)

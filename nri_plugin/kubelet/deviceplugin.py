@@ -25,8 +25,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from nri_plugin.kubelet.devices import DeviceTable, MigLayoutError, build_tables
-from nri_plugin.kubelet.errors import KubeletApiError
+from nri_plugin.kubelet.devices import DeviceTable, build_tables
+from nri_plugin.kubelet.errors import KubeletApiError, MigLayoutError
 from nri_plugin.kubelet.plugin_metrics import DevicePluginMetrics
 from nri_plugin.kubelet.resource_server import ResourceServer, file_identity
 from nri_plugin.topology.gpus import GpuInventory, InventoryError

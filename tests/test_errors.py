@@ -150,3 +150,13 @@ def test_the_enforce_errors_keep_their_statuses():
             RtBudgetError("x"): (1, Code.FAILED_PRECONDITION)}
     for exc, (status, code) in want.items():
         assert (exc.exit_status, rpc_error(exc).code) == (status, code), type(exc)
+
+
+def test_a_cpu_list_problem_keeps_the_metric_label():
+    # Its problem was kept in `reason`, the decisions metric's label: free text there would
+    # be a new series per wording. The problem is `detail`, as in the enforce errors.
+    from nri_plugin.topology.errors import CpuListError
+
+    exc = CpuListError("0-", "empty element")
+    assert (exc.reason, exc.detail) == ("invalid", "empty element")
+    assert str(exc) == "invalid CPU list '0-': empty element (expected e.g. '0-3,8-11')"

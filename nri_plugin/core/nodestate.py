@@ -29,7 +29,8 @@ from nri_plugin.plan.record import (
     sign_record,
     verified_text,
 )
-from nri_plugin.topology.cpulist import NO_CPUS, CpuListError, format_cpulist, parse_cpulist
+from nri_plugin.topology.cpulist import NO_CPUS, format_cpulist, parse_cpulist
+from nri_plugin.topology.errors import CpuListError
 
 # The OCI hook builds a one-shot NodeState per cold run: what only a long-lived node (the
 # plugin's allocator, CPU pool, GPU inventory and health, RT budget and ledger) or an SLA

@@ -29,8 +29,8 @@ from nri_plugin.kubelet.devices import DeviceTable, build_tables
 from nri_plugin.kubelet.errors import KubeletApiError, MigLayoutError
 from nri_plugin.kubelet.plugin_metrics import DevicePluginMetrics
 from nri_plugin.kubelet.resource_server import ResourceServer, file_identity
-from nri_plugin.topology.gpus import GpuInventory, InventoryError
-from nri_plugin.topology.snapshot import SnapshotError
+from nri_plugin.topology.errors import InventoryError, SnapshotError
+from nri_plugin.topology.gpus import GpuInventory
 from nri_plugin.topology.watched import WatchedInventory
 
 log = logging.getLogger("nri_sla.kubelet.deviceplugin")

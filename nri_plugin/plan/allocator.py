@@ -36,8 +36,9 @@ from nri_plugin.plan.placement_values import (
     PlacementRequest,
     describe_gpus,
 )
-from nri_plugin.topology.cpulist import CpuListError, format_cpulist, parse_cpulist
+from nri_plugin.topology.cpulist import format_cpulist, parse_cpulist
 from nri_plugin.topology.cpus import Topology
+from nri_plugin.topology.errors import CpuListError
 from nri_plugin.topology.gpus import Gpu, GpuInventory, MigInstance
 
 TYPE_CHECKING = False  # `typing` costs the OCI hook start-up time; only checkers need it

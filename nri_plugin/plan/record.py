@@ -27,7 +27,8 @@ from functools import lru_cache
 from nri_plugin.errors import InvalidInput
 from nri_plugin.plan.model import ContainerPlan, IoLimit, MemoryPolicy
 from nri_plugin.sla.schema import MAX_GPUS, MAX_MAJOR, MAX_MINOR, MAX_NUMA_NODE
-from nri_plugin.topology.cpulist import CpuListError, parse_cpulist
+from nri_plugin.topology.cpulist import parse_cpulist
+from nri_plugin.topology.errors import CpuListError
 
 TYPE_CHECKING = False  # `typing` costs the OCI hook start-up time; only checkers need it
 if TYPE_CHECKING:
@@ -262,7 +263,7 @@ def _id_list(value: object, hi: int) -> str:
         if not parse_cpulist(value, limit=hi):
             raise _Bad("must name at least one id")
     except CpuListError as exc:
-        raise _Bad(exc.reason) from None
+        raise _Bad(exc.detail) from None
     return value
 
 

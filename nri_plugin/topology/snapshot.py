@@ -11,14 +11,14 @@ from typing import Any
 
 import yaml
 
-from nri_plugin.errors import InvalidInput, one_line
-from nri_plugin.topology.cpulist import CpuListError, format_cpulist, parse_cpulist
+from nri_plugin.errors import one_line
+from nri_plugin.topology.cpulist import format_cpulist, parse_cpulist
 from nri_plugin.topology.cpus import NumaNode, Topology
+from nri_plugin.topology.errors import CpuListError, InventoryError, SnapshotError
 from nri_plugin.topology.gpus import (
     PCIE_LEVELS,
     Gpu,
     GpuInventory,
-    InventoryError,
     MigInstance,
     normalize_bus_id,
 )
@@ -73,11 +73,6 @@ def save_snapshot(path: Path, topology: Topology, inventory: GpuInventory) -> No
     text = yaml.safe_dump(snapshot_to_dict(topology, inventory), sort_keys=False,
                           default_flow_style=None, width=96)
     Path(path).write_text(text)
-
-
-class SnapshotError(InvalidInput):
-    """A snapshot file nri-sla cannot use: the operator's input (`--inventory`,
-    gpu.inventory), not a host fact that failed (InventoryError)."""
 
 
 class _Fields:

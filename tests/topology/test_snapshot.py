@@ -10,7 +10,7 @@ from nri_plugin.topology import (
     read_topology,
     save_snapshot,
 )
-from nri_plugin.topology.snapshot import SnapshotError
+from nri_plugin.topology.errors import SnapshotError
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

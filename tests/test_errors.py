@@ -11,7 +11,7 @@ import textwrap
 from pathlib import Path
 
 import nri_plugin
-from nri_plugin.core.recordkey import NoRecordKey, RecordKeyError
+from nri_plugin.core.errors import NoRecordKey, RecordKeyError
 from nri_plugin.enforce.errors import (
     CgroupFactsError,
     CgroupPathError,
@@ -160,3 +160,21 @@ def test_a_cpu_list_problem_keeps_the_metric_label():
     exc = CpuListError("0-", "empty element")
     assert (exc.reason, exc.detail) == ("invalid", "empty element")
     assert str(exc) == "invalid CPU list '0-': empty element (expected e.g. '0-3,8-11')"
+
+
+# Layers whose failures stay beside the code that raises them: a warm hook run loads those
+# modules (hook.inputs and hook.values always, ops.event for its decision line), and one
+# more module there is paid on every container start (docs/architecture.md).
+SPREAD_ON_PURPOSE = {"nri_plugin.hook", "nri_plugin.ops"}
+
+
+def test_each_layer_keeps_its_failures_in_one_module():
+    modules: dict[str, set[str]] = {}
+    for cls in exception_classes():
+        if issubclass(cls, SlaFailure) and not cls.__module__.startswith(OUTSIDE_PACKAGES):
+            layer = ".".join(cls.__module__.split(".")[:2])
+            modules.setdefault(layer, set()).add(cls.__module__)
+    spread = {layer: sorted(found) for layer, found in modules.items()
+              if len(found) > 1 and layer not in SPREAD_ON_PURPOSE}
+    assert spread == {}
+    assert all(len(modules.get(layer, ())) > 1 for layer in SPREAD_ON_PURPOSE)

@@ -14,13 +14,13 @@ import os
 from dataclasses import replace
 from operator import attrgetter
 
+from nri_plugin.core.errors import RecordConflict
 from nri_plugin.enforce.blockdev import resolve_block_device
 from nri_plugin.enforce.capabilities import NodeCapabilities
 from nri_plugin.errors import InternalFailure, SlaFailure
 from nri_plugin.ops.corelog import CoreLogger
-from nri_plugin.plan.model import PlanError
+from nri_plugin.plan.errors import PlanError, RecordError
 from nri_plugin.plan.record import (
-    RecordError,
     RecordLimits,
     granted_permissions,
     parse_record,
@@ -68,12 +68,6 @@ if TYPE_CHECKING:
     AllocatorFactory = Callable[[bool], Allocator]  # (GPUs needed) -> Allocator
 
 log = CoreLogger("nri_sla.rt")
-
-
-class RecordConflict(RecordError):
-    """A trusted record claiming GPUs or exclusive CPUs an earlier container holds."""
-
-    problem = "conflict"
 
 
 class NodeState:

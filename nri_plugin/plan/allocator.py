@@ -26,13 +26,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from nri_plugin.plan.best_fit import choose_placement, validate_request
+from nri_plugin.plan.errors import PlacementError
 from nri_plugin.plan.placement_values import (
     GRANTED,
     CpuFloor,
     Holdings,
     NodeLayout,
     Placement,
-    PlacementError,
     PlacementRequest,
     describe_gpus,
 )

@@ -43,7 +43,8 @@ from nri_plugin.nri.stub import CreateResult
 from nri_plugin.ops.event import DecisionEvent, applied_fields
 from nri_plugin.ops.logsetup import log_decision, log_event
 from nri_plugin.ops.metrics import NO_METRICS, MetricsSink
-from nri_plugin.plan.model import ContainerPlan, PlanError
+from nri_plugin.plan.errors import PlanError
+from nri_plugin.plan.model import ContainerPlan
 from nri_plugin.plan.record import record_body, record_text
 from nri_plugin.plan.runtime_gpus import NO_GRANT
 from nri_plugin.plugin.adjustment import annotated, build_adjustment, build_update

@@ -21,7 +21,8 @@ from __future__ import annotations
 import math
 import re
 
-from nri_plugin.text.fields import FieldProblem, show
+from nri_plugin.text.errors import FieldProblem
+from nri_plugin.text.fields import show
 
 MAX_INT64 = 2**63 - 1
 

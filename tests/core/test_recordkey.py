@@ -11,13 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from nri_plugin.core.recordkey import (
-    KEY_BYTES,
-    RecordKeyError,
-    key_path,
-    load_key,
-    load_or_create_key,
-)
+from nri_plugin.core.errors import RecordKeyError
+from nri_plugin.core.recordkey import KEY_BYTES, key_path, load_key, load_or_create_key
 
 
 def test_created_at_first_start_then_the_same_key(tmp_path):

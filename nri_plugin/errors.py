@@ -15,7 +15,7 @@ The class is the category: each kind has one root below SlaFailure (InvalidInput
 InternalFailure, Unavailable) that sets it, every failure class derives from exactly one of
 them, and none sets `kind` again (tests/test_errors.py walks them all). A layer that
 wants one name for all of its failures (`except EnforceError`) gives them a common base
-outside SlaFailure, next to the root of each one's kind.
+with no kind, never raised itself, next to the root of each one's kind.
 
 The OCI hook's exit status is EXIT_STATUS[kind]; the plugin answers the runtime with the
 status code its front-end maps the kind to; `reason` is the metric's one-word label.

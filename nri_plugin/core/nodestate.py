@@ -19,7 +19,7 @@ from nri_plugin.enforce.blockdev import resolve_block_device
 from nri_plugin.enforce.capabilities import NodeCapabilities
 from nri_plugin.errors import InternalFailure, SlaFailure
 from nri_plugin.ops.corelog import CoreLogger
-from nri_plugin.plan.errors import PlanError, RecordError
+from nri_plugin.plan.errors import PlacementError, PlanError, RecordError
 from nri_plugin.plan.record import (
     RecordLimits,
     granted_permissions,
@@ -240,12 +240,10 @@ class NodeState:
         plan, permissions = known
         breach = self._breach(permissions, container.namespace) if permissions else ""
         if plan.placement_record and self.allocator is not None:
-            import nri_plugin.plan.placement_values as placement_values  # per record
-
             try:
                 self.allocator.restore(container.id, _still_held(
                     plan.placement_record, container.cpus, cpusets))
-            except placement_values.PlacementError as exc:  # unchanged: nothing to undo
+            except PlacementError as exc:  # unchanged: nothing to undo
                 raise RecordConflict(f"{exc} (created earlier); this claim is ignored"
                                      ) from None
             # The request now rules, not the one the record was made for (a resize while

@@ -11,6 +11,12 @@ Its `kind` says whose fault it is, and everything else follows from the kind:
              answering on the status socket, its path held by another); nothing is wrong
              with the input. Never a container's decision.
 
+The class is the category: each kind has one root below SlaFailure (InvalidInput, Refused,
+InternalFailure, Unavailable) that sets it, every failure class derives from exactly one of
+them, and none sets `kind` again (tests/test_errors.py walks them all). A layer that
+wants one name for all of its failures (`except EnforceError`) gives them a common base
+with no kind, never raised itself, next to the root of each one's kind.
+
 The OCI hook's exit status is EXIT_STATUS[kind]; the plugin answers the runtime with the
 status code its front-end maps the kind to; `reason` is the metric's one-word label.
 Every `nri-sla` command exits with the same table (EXIT_*, docs/operations.md "Exit
@@ -37,10 +43,10 @@ EXIT_STATUS = {REFUSED: EXIT_REFUSED, INVALID: EXIT_INVALID, INTERNAL: EXIT_INTE
 
 
 class SlaFailure(Exception):
-    """Base of every nri-sla failure about a container; subclasses set kind and reason."""
+    """Base of every nri-sla failure; raised only through the root of its kind."""
 
-    kind = INTERNAL
-    reason = "internal"  # metric label (nri_sla_decisions_total{reason=...})
+    kind: str  # set once, by the kind's root below
+    reason: str  # metric label (nri_sla_decisions_total{reason=...})
 
     @property
     def exit_status(self) -> int:
@@ -70,6 +76,9 @@ class Refused(SlaFailure):
 
 class InternalFailure(SlaFailure):
     """A bug or a system failure; hard mode refuses, soft mode warns."""
+
+    kind = INTERNAL
+    reason = "internal"
 
 
 class ProgrammingError(ValueError):

@@ -270,7 +270,9 @@ def test_every_failure_reason_is_a_metric_label():
         seen.append(cls)
         todo += cls.__subclasses__()
     assert len(seen) > 10
-    assert {cls.__name__: cls.reason for cls in seen if cls.reason not in REASONS} == {}
+    # the kindless bases (SlaFailure, EnforceError) are never raised: no reason either
+    assert {cls.__name__: cls.reason for cls in seen
+            if hasattr(cls, "kind") and cls.reason not in REASONS} == {}
 
 
 def test_gpu_health_series_follow_the_listed_gpus():

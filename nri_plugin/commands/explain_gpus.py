@@ -10,7 +10,8 @@ from nri_plugin.errors import InvalidInput
 from nri_plugin.plan.gpu_selection import choose_gpus
 from nri_plugin.plan.placement_values import TOPOLOGIES
 from nri_plugin.text.fields import show
-from nri_plugin.topology.cpulist import CpuListError, format_cpulist, parse_cpulist
+from nri_plugin.topology.cpulist import format_cpulist, parse_cpulist
+from nri_plugin.topology.errors import CpuListError
 from nri_plugin.topology.gpus import GpuInventory
 
 

@@ -23,9 +23,9 @@ from typing import Any
 
 from nri_plugin.errors import InvalidInput
 from nri_plugin.granted import DEFAULT_CPU_PERIOD_US, SHARES_PER_CPU, GrantedResources
-from nri_plugin.text.fields import FieldProblem
+from nri_plugin.text.errors import FieldProblem, YamlProblem
 from nri_plugin.text.quantities import parse_count, parse_cpu, parse_size
-from nri_plugin.text.safeyaml import YamlProblem, load_all
+from nri_plugin.text.safeyaml import load_all
 
 MAX_MANIFEST_BYTES = 4 * 1024 * 1024
 # Far beyond real objects (a Deployment is ~10 levels and a few hundred values; a CRD's

@@ -40,9 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from nri_plugin import __version__
-    from nri_plugin.config import ConfigError, load_config
-    from nri_plugin.core.recordkey import RecordKeyError, load_or_create_key
-    from nri_plugin.errors import EXIT_INTERNAL, EXIT_INVALID, EXIT_UNAVAILABLE
+    from nri_plugin.config import load_config
+    from nri_plugin.core.recordkey import load_or_create_key
+    from nri_plugin.errors import EXIT_INTERNAL, EXIT_INVALID, EXIT_UNAVAILABLE, SlaFailure
     from nri_plugin.nri.errors import NriError
     from nri_plugin.nri.stub import check_identity
     from nri_plugin.ops.logsetup import setup_logging
@@ -56,8 +56,8 @@ def main(args: argparse.Namespace) -> int:
     # Before the first large request: a Synchronize's megabytes stay out of the heap.
     keep_large_blocks_mapped()
     # What the operator gave is checked before the first log line, so that a mistake is
-    # the one line on stderr (docs/operations.md "Exit statuses"); a bad --inventory
-    # reaches nri_plugin.cli, one line of its kind.
+    # the one line on stderr (docs/operations.md "Exit statuses"), exiting with its kind's
+    # status (a ValueError or OSError there is the operator's input too).
     try:
         config = load_config(args.config)
         # Decision lines written once each answer is sent (ops.logsetup says why).
@@ -74,9 +74,9 @@ def main(args: argparse.Namespace) -> int:
         # Before the node: a key nri-sla cannot trust is refused, not replaced (that would
         # disown every record on the node), and the plugin does not start without one.
         key = load_or_create_key(config.state_dir)
-    except (ConfigError, RecordKeyError, ValueError, OSError) as exc:
+    except (SlaFailure, ValueError, OSError) as exc:
         print(f"nri-sla run: {exc}", file=sys.stderr)
-        return EXIT_INVALID
+        return exc.exit_status if isinstance(exc, SlaFailure) else EXIT_INVALID
     try:
         metrics, listeners = start_listeners(
             config.metrics.address if args.metrics_address is None else args.metrics_address,

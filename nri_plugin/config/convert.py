@@ -12,7 +12,8 @@ import re
 from collections.abc import Callable
 
 from nri_plugin.config.cap import Cap
-from nri_plugin.text.fields import FieldProblem, parse_id_list, show
+from nri_plugin.text.errors import FieldProblem
+from nri_plugin.text.fields import parse_id_list, show
 
 GPU_INJECTIONS = ("cdi", "env", "devices")
 MIG_STRATEGIES = ("none", "single", "mixed")  # NVIDIA's device plugin's names

@@ -15,8 +15,9 @@ from collections.abc import Mapping
 from nri_plugin.config.schema import REMOVED_KEYS, SECTIONS, TOP, TOP_KEYS, Schema
 from nri_plugin.config.values import NodeConfig
 from nri_plugin.errors import InvalidInput
-from nri_plugin.text.fields import FieldProblem, key_text, show, unknown_key_message
-from nri_plugin.text.safeyaml import YamlProblem, load
+from nri_plugin.text.errors import FieldProblem, YamlProblem
+from nri_plugin.text.fields import key_text, show, unknown_key_message
+from nri_plugin.text.safeyaml import load
 
 DEFAULT_PATH = "/etc/nri-sla/config.yaml"
 MAX_CONFIG_BYTES = 1024 * 1024

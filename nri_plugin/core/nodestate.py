@@ -14,13 +14,13 @@ import os
 from dataclasses import replace
 from operator import attrgetter
 
+from nri_plugin.core.errors import RecordConflict
 from nri_plugin.enforce.blockdev import resolve_block_device
 from nri_plugin.enforce.capabilities import NodeCapabilities
 from nri_plugin.errors import InternalFailure, SlaFailure
 from nri_plugin.ops.corelog import CoreLogger
-from nri_plugin.plan.model import PlanError
+from nri_plugin.plan.errors import PlacementError, PlanError, RecordError
 from nri_plugin.plan.record import (
-    RecordError,
     RecordLimits,
     granted_permissions,
     parse_record,
@@ -29,7 +29,8 @@ from nri_plugin.plan.record import (
     sign_record,
     verified_text,
 )
-from nri_plugin.topology.cpulist import NO_CPUS, CpuListError, format_cpulist, parse_cpulist
+from nri_plugin.topology.cpulist import NO_CPUS, format_cpulist, parse_cpulist
+from nri_plugin.topology.errors import CpuListError
 
 # The OCI hook builds a one-shot NodeState per cold run: what only a long-lived node (the
 # plugin's allocator, CPU pool, GPU inventory and health, RT budget and ledger) or an SLA
@@ -67,12 +68,6 @@ if TYPE_CHECKING:
     AllocatorFactory = Callable[[bool], Allocator]  # (GPUs needed) -> Allocator
 
 log = CoreLogger("nri_sla.rt")
-
-
-class RecordConflict(RecordError):
-    """A trusted record claiming GPUs or exclusive CPUs an earlier container holds."""
-
-    problem = "conflict"
 
 
 class NodeState:
@@ -245,12 +240,10 @@ class NodeState:
         plan, permissions = known
         breach = self._breach(permissions, container.namespace) if permissions else ""
         if plan.placement_record and self.allocator is not None:
-            import nri_plugin.plan.placement_values as placement_values  # per record
-
             try:
                 self.allocator.restore(container.id, _still_held(
                     plan.placement_record, container.cpus, cpusets))
-            except placement_values.PlacementError as exc:  # unchanged: nothing to undo
+            except PlacementError as exc:  # unchanged: nothing to undo
                 raise RecordConflict(f"{exc} (created earlier); this claim is ignored"
                                      ) from None
             # The request now rules, not the one the record was made for (a resize while

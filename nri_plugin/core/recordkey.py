@@ -18,21 +18,13 @@ import contextlib
 import os
 import stat
 
-from nri_plugin.errors import InternalFailure
+from nri_plugin.core.errors import NoRecordKey, RecordKeyError
 
 KEY_FILE = "record.key"
 KEY_BYTES = 32
 # O_NOFOLLOW: a link planted at the key's path is refused, not followed; O_NONBLOCK: a FIFO
 # planted there does not block the open (it is then refused as not a regular file).
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-
-
-class RecordKeyError(InternalFailure):
-    """The record key cannot be created or read, or its file is not one nri-sla trusts."""
-
-
-class NoRecordKey(RecordKeyError):
-    """There is no key file (yet): the plugin creates one, the hook trusts no record."""
 
 
 def key_path(state_dir: str) -> str:

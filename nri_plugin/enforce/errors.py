@@ -2,28 +2,25 @@
 
 Every failure that reaches a caller is one of these, carrying enough context (path, value,
 reason) to become a CreateContainer error or a hook's stderr line without a traceback.
+Each is under the root of its kind (nri_plugin.errors), which alone sets the kind.
 """
 
 
-from nri_plugin.errors import INTERNAL, INVALID, Refused
+from nri_plugin.errors import InternalFailure, InvalidInput, Refused, SlaFailure
 
 
-class EnforceError(Refused):
-    """Base class: anything nri_plugin.enforce refuses or fails to do."""
+class EnforceError(SlaFailure):
+    """Anything nri_plugin.enforce refuses or fails to do: one name for a caller to catch
+    them by. Never raised itself: it has no kind; its subclasses take theirs from their
+    kind's root."""
 
 
-class CgroupFactsError(EnforceError):
+class CgroupFactsError(EnforceError, InternalFailure):
     """The node's cgroup setup could not be detected or was given wrongly."""
 
-    kind = INTERNAL
-    reason = "internal"
 
-
-class CgroupPathError(EnforceError):
+class CgroupPathError(EnforceError, InvalidInput):
     """A cgroups path is malformed or would leave its hierarchy (the runtime's input)."""
-
-    kind = INVALID
-    reason = "invalid"
 
     def __init__(self, cgroups_path: str, detail: str) -> None:
         self.cgroups_path = cgroups_path
@@ -31,7 +28,7 @@ class CgroupPathError(EnforceError):
         super().__init__(f"cgroups path {cgroups_path!r}: {detail}")
 
 
-class DeviceError(EnforceError):
+class DeviceError(EnforceError, Refused):
     """A block device named in an SLA does not exist or is not usable for io limits."""
 
     reason = "device"
@@ -42,7 +39,7 @@ class DeviceError(EnforceError):
         super().__init__(f"io device {device!r}: {detail}")
 
 
-class CgroupWriteError(EnforceError):
+class CgroupWriteError(EnforceError, Refused):
     """Writing (or reading back) one cgroup file failed."""
 
     reason = "cgroup"
@@ -54,7 +51,7 @@ class CgroupWriteError(EnforceError):
         super().__init__(f"cannot write {value!r} to {self.path}: {detail}")
 
 
-class RtBudgetError(EnforceError):
+class RtBudgetError(EnforceError, Refused):
     """The real-time budget cannot be made available to a container. The message names
     only the container's own budget and the node's limit; `operator_note` has what the
     other groups take (the operator's log, never the pod's events)."""

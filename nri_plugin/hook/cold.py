@@ -15,8 +15,9 @@ from __future__ import annotations
 from nri_plugin.config import ConfigError, NodeConfig, load_config
 from nri_plugin.core import ContainerRequest, NodeState, decide, node_allocator
 from nri_plugin.core.decision import Decision, parse_sla
+from nri_plugin.core.errors import NoRecordKey, RecordKeyError
 from nri_plugin.core.inputs import loaded_code
-from nri_plugin.core.recordkey import NoRecordKey, RecordKeyError, load_key
+from nri_plugin.core.recordkey import load_key
 from nri_plugin.enforce.blockdev import resolve_block_device
 from nri_plugin.enforce.capabilities import detect_capabilities
 from nri_plugin.enforce.cgpaths import CgroupFacts, CgroupPaths
@@ -32,8 +33,8 @@ from nri_plugin.hook.options import HookOptions
 from nri_plugin.hook.values import STARTED_NS, WARN, Run
 from nri_plugin.ops.corelog import silenced as core_logs_silenced
 from nri_plugin.ops.event import applied_fields
-from nri_plugin.plan.model import PlanError
-from nri_plugin.plan.record import RecordError, decode_record, record_body
+from nri_plugin.plan.errors import PlanError, RecordError
+from nri_plugin.plan.record import decode_record, record_body
 from nri_plugin.sla.model import Sla
 
 TYPE_CHECKING = False  # `typing` costs every cold run; only checkers need it

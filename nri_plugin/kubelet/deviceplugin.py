@@ -25,11 +25,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from nri_plugin.kubelet.devices import DeviceTable, MigLayoutError, build_tables
-from nri_plugin.kubelet.errors import KubeletApiError
+from nri_plugin.kubelet.devices import DeviceTable, build_tables
+from nri_plugin.kubelet.errors import KubeletApiError, MigLayoutError
 from nri_plugin.kubelet.plugin_metrics import DevicePluginMetrics
 from nri_plugin.kubelet.resource_server import ResourceServer, file_identity
-from nri_plugin.topology.gpus import GpuInventory, InventoryError
+from nri_plugin.topology.errors import InventoryError, SnapshotError
+from nri_plugin.topology.gpus import GpuInventory
 from nri_plugin.topology.watched import WatchedInventory
 
 log = logging.getLogger("nri_sla.kubelet.deviceplugin")
@@ -158,7 +159,7 @@ class GpuDevicePlugin:
                 next_rescan = time.monotonic() + rescan_interval
                 try:
                     self.update(inventory=rescan())
-                except InventoryError as exc:
+                except (InventoryError, SnapshotError) as exc:  # a host's, a file's
                     self.metrics.inventory_failures.inc()
                     log.warning("GPU inventory rescan failed, keeping the last lists: %s", exc)
         self._shutdown()

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from nri_plugin.config import MIG_STRATEGIES
-from nri_plugin.errors import InvalidInput
+from nri_plugin.kubelet.errors import MigLayoutError
 from nri_plugin.kubelet.pb import deviceplugin_v1beta1_pb2 as pb
 from nri_plugin.topology.gpus import Gpu, GpuInventory, MigInstance
 
@@ -34,10 +34,6 @@ log = logging.getLogger("nri_sla.kubelet.devices")
 HEALTHY, UNHEALTHY = "Healthy", "Unhealthy"
 # a MIG profile NVIDIA's plugin turns into a resource: <g>g.<mem>gb[+attributes]
 _WHOLE_SLICE_PROFILE = re.compile(r"^\d+g\.\d+gb(\+[a-z0-9.]+)*$")
-
-
-class MigLayoutError(InvalidInput):
-    """The GPUs' MIG layout does not fit the MIG strategy (one line naming both)."""
 
 
 @dataclass(frozen=True)

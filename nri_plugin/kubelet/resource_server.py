@@ -21,8 +21,8 @@ from nri_plugin.kubelet.pb import deviceplugin_v1beta1_pb2 as pb
 from nri_plugin.kubelet.pb import deviceplugin_v1beta1_pb2_grpc as pb_grpc
 from nri_plugin.kubelet.plugin_metrics import DevicePluginMetrics
 from nri_plugin.kubelet.selection import preferred_gpus
+from nri_plugin.plan.errors import PlacementError
 from nri_plugin.plan.gpu_injection import ENV_VISIBLE, ChosenGpus, GpuInjection, gpu_injection
-from nri_plugin.plan.placement_values import PlacementError
 
 log = logging.getLogger("nri_sla.kubelet.deviceplugin")
 

@@ -26,18 +26,19 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from nri_plugin.plan.best_fit import choose_placement, validate_request
+from nri_plugin.plan.errors import PlacementError
 from nri_plugin.plan.placement_values import (
     GRANTED,
     CpuFloor,
     Holdings,
     NodeLayout,
     Placement,
-    PlacementError,
     PlacementRequest,
     describe_gpus,
 )
-from nri_plugin.topology.cpulist import CpuListError, format_cpulist, parse_cpulist
+from nri_plugin.topology.cpulist import format_cpulist, parse_cpulist
 from nri_plugin.topology.cpus import Topology
+from nri_plugin.topology.errors import CpuListError
 from nri_plugin.topology.gpus import Gpu, GpuInventory, MigInstance
 
 TYPE_CHECKING = False  # `typing` costs the OCI hook start-up time; only checkers need it

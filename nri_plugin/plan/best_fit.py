@@ -15,13 +15,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from nri_plugin.ops.corelog import CoreLogger
+from nri_plugin.plan.errors import PlacementError
 from nri_plugin.plan.placement_values import (
     TOPOLOGIES,
     CpuFloor,
     Holdings,
     NodeLayout,
     Placement,
-    PlacementError,
     PlacementRequest,
     describe_gpus,
     describe_grant,

@@ -28,7 +28,8 @@ from functools import lru_cache
 
 from nri_plugin.plan.allocator import Allocator
 from nri_plugin.plan.placement_values import CpuFloor, cpus_needed
-from nri_plugin.topology.cpulist import NO_CPUS, CpuListError, parse_cpulist
+from nri_plugin.topology.cpulist import NO_CPUS, parse_cpulist
+from nri_plugin.topology.errors import CpuListError
 
 __all__ = ["CpuPool", "PoolMember", "ReportedCpusets", "cpus_needed", "unpinned_member"]
 

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nri_plugin.plan.placement_values import PlacementError
+from nri_plugin.plan.errors import PlacementError
 from nri_plugin.topology.gpus import Gpu, MigInstance
 
 MODES = ("cdi", "env", "devices")

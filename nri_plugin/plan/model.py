@@ -8,26 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from nri_plugin.errors import Refused
+from nri_plugin.plan.errors import PlanError
 from nri_plugin.sla.model import DEFAULT_RT_PERIOD_US
 
 TYPE_CHECKING = False  # `typing` costs the OCI hook start-up time; only checkers need it
 if TYPE_CHECKING:
     from typing import Any
-
-
-class PlanError(Refused):
-    """A planning failure that names the annotation key, the field and what is allowed;
-    `reason` (the metric label) says which kind of shortfall. Hard mode refuses the
-    container with it when a requested setting cannot be applied exactly."""
-
-    def __init__(self, key: str, field_path: str, message: str,
-                 reason: str = "unsupported") -> None:
-        self.key = key
-        self.reason = reason  # metric label
-        self.field = field_path
-        self.message = message
-        super().__init__(f"{key}: {field_path}: {message}" if field_path else f"{key}: {message}")
 
 
 @dataclass(frozen=True, slots=True)

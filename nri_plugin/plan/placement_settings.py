@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from nri_plugin.plan.placement_values import PlacementError, PlacementRequest, cpus_needed
+from nri_plugin.plan.errors import PlacementError
+from nri_plugin.plan.placement_values import PlacementRequest, cpus_needed
 from nri_plugin.topology.cpulist import format_cpulist
 
 TYPE_CHECKING = False  # `typing` costs the OCI hook start-up time; only checkers need it

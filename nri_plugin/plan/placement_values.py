@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from nri_plugin.errors import Refused
 from nri_plugin.topology.cpulist import format_cpulist
 from nri_plugin.topology.cpus import Topology
 from nri_plugin.topology.gpus import Gpu, GpuInventory, MigInstance
@@ -19,18 +18,6 @@ if TYPE_CHECKING:
 
 TOPOLOGIES = ("any", "numa", "nvlink")
 GRANTED = "granted"  # how a container holds a GPU: its device plugin granted it
-
-
-class PlacementError(Refused):
-    """A request that cannot be placed (hard mode) or is malformed, or a grant that lacks
-    what the SLA asks; the message says what is free, granted or missing."""
-
-    reason = "placement"
-
-    def __init__(self, message: str, field: str = "gpu") -> None:
-        self.message = message
-        self.field = field
-        super().__init__(message)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from dataclasses import replace
 from nri_plugin.errors import SlaFailure
 from nri_plugin.plan import grants
 from nri_plugin.plan.context import PlanContext
+from nri_plugin.plan.errors import RtBudgetExceeded
 from nri_plugin.plan.model import ContainerPlan, IoLimit, MemoryPolicy, Shortfall, refusal
 from nri_plugin.sla.model import Sla
 
@@ -106,7 +107,7 @@ class _Planner:
             return
         if self.ctx.rt_budget is not None:
             # Only the plugin keeps an RT budget: the hook's cold run never loads it.
-            from nri_plugin.plan.rt_budget import RtBudgetExceeded, RtGrant
+            from nri_plugin.plan.rt_budget import RtGrant
 
             try:
                 self.ctx.rt_budget.reserve(self.ctx.owner, RtGrant(runtime, period))

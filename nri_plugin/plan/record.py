@@ -24,10 +24,11 @@ import re
 from dataclasses import asdict, dataclass, fields
 from functools import lru_cache
 
-from nri_plugin.errors import InvalidInput
+from nri_plugin.plan.errors import RecordError, UnauthenticatedRecord
 from nri_plugin.plan.model import ContainerPlan, IoLimit, MemoryPolicy
 from nri_plugin.sla.schema import MAX_GPUS, MAX_MAJOR, MAX_MINOR, MAX_NUMA_NODE
-from nri_plugin.topology.cpulist import CpuListError, parse_cpulist
+from nri_plugin.topology.cpulist import parse_cpulist
+from nri_plugin.topology.errors import CpuListError
 
 TYPE_CHECKING = False  # `typing` costs the OCI hook start-up time; only checkers need it
 if TYPE_CHECKING:
@@ -55,17 +56,6 @@ _INT64 = (1 << 63) - 1
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 _BRACKET = re.compile(r"[\[\]{}]")
 _NAME_LIMIT = 256  # a GPU reference, a CDI name or an env value
-
-
-class RecordError(InvalidInput, ValueError):
-    """A record nri-sla does not trust or cannot use; `problem` says which (the metric
-    label): "unauthenticated" (no valid MAC for this container) or "invalid"."""
-
-    problem = "invalid"
-
-
-class UnauthenticatedRecord(RecordError):
-    problem = "unauthenticated"
 
 
 @dataclass(frozen=True)
@@ -262,7 +252,7 @@ def _id_list(value: object, hi: int) -> str:
         if not parse_cpulist(value, limit=hi):
             raise _Bad("must name at least one id")
     except CpuListError as exc:
-        raise _Bad(exc.reason) from None
+        raise _Bad(exc.detail) from None
     return value
 
 

@@ -18,17 +18,10 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from nri_plugin.errors import Refused
 from nri_plugin.ops.corelog import CoreLogger
+from nri_plugin.plan.errors import RtBudgetExceeded
 
 log = CoreLogger("nri_sla.rt")
-
-
-class RtBudgetExceeded(Refused):
-    """The node's RT budget cannot take a grant; the message names only the grant and
-    the budget's size (what others hold goes to the operator's log)."""
-
-    reason = "budget"
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 answer in NRI's terms (the ContainerAdjustment builder lives here, with protobuf);
 `service` assembles what `nri-sla run` serves around them."""
 
-from nri_plugin.plugin.handlers import SlaPlugin, StartRefused
+from nri_plugin.plugin.errors import StartRefused
+from nri_plugin.plugin.handlers import SlaPlugin
 
 __all__ = ["SlaPlugin", "StartRefused"]

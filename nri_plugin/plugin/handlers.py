@@ -24,7 +24,7 @@ from nri_plugin.core import ContainerRequest, Decision, NodeState, decide
 from nri_plugin.core.decision import REUSABLE_LIMIT, recheck
 from nri_plugin.core.inputs import DecisionInputs
 from nri_plugin.core.restored import LiveContainer
-from nri_plugin.errors import INTERNAL, INVALID, Refused, SlaFailure
+from nri_plugin.errors import INTERNAL, INVALID, SlaFailure
 from nri_plugin.granted import (
     DEVICE_MOUNT_DIR,
     ENV_VISIBLE,
@@ -43,10 +43,12 @@ from nri_plugin.nri.stub import CreateResult
 from nri_plugin.ops.event import DecisionEvent, applied_fields
 from nri_plugin.ops.logsetup import log_decision, log_event
 from nri_plugin.ops.metrics import NO_METRICS, MetricsSink
-from nri_plugin.plan.model import ContainerPlan, PlanError
+from nri_plugin.plan.errors import PlanError
+from nri_plugin.plan.model import ContainerPlan
 from nri_plugin.plan.record import record_body, record_text
 from nri_plugin.plan.runtime_gpus import NO_GRANT
 from nri_plugin.plugin.adjustment import annotated, build_adjustment, build_update
+from nri_plugin.plugin.errors import StartRefused
 from nri_plugin.plugin.kubelet_grants import KubeletGrants, asks_kubelet
 from nri_plugin.plugin.pod_events import NO_EVENTS, PodEvents
 from nri_plugin.plugin.registry import (
@@ -127,14 +129,6 @@ def granted_resources(resources: pb.LinuxResources, container: pb.Container | No
     return GrantedResources(cpu_quota=cpu.quota.value, cpu_period=cpu.period.value,
                             cpu_shares=cpu.shares.value, memory_limit=memory.limit.value,
                             **evidence)
-
-
-class StartRefused(Refused):
-    """Hard mode: a direct cgroup write failed at StartContainer; containerd fails the
-    start ("NRI container start failed: ...") before user code runs. It reaches the stub
-    as it is (not through rpc_error), so the runtime sees ttrpc status Unknown."""
-
-    reason = "cgroup"  # the metric label of CgroupWriteError, the refusal behind it
 
 
 class SlaPlugin(SynchronizeRestore):

@@ -25,20 +25,15 @@ from typing import TYPE_CHECKING
 
 from nri_plugin.config import EventsConfig
 from nri_plugin.core import Decision
-from nri_plugin.errors import InvalidInput
 from nri_plugin.ops.kube_events import InvolvedPod
 from nri_plugin.ops.metrics import MetricsSink
+from nri_plugin.plugin.errors import EventsUnavailable
 from nri_plugin.plugin.registry import ContainerEntry
 
 if TYPE_CHECKING:
     from nri_plugin.ops.kube_sender import EventRecorder, Message
 
 log = logging.getLogger("nri_sla.events")
-
-
-class EventsUnavailable(InvalidInput, ValueError):
-    """`events.enabled: true` on a node where no service account is found (exit status 2:
-    the node config against this host)."""
 
 
 class PodEvents:

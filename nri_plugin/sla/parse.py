@@ -48,9 +48,10 @@ from nri_plugin.sla.model import (
     Sla,
 )
 from nri_plugin.sla.schema import CLEAR, flatten
+from nri_plugin.text.errors import YamlProblem
 from nri_plugin.text.fields import show, suggest
 from nri_plugin.text.quantities import format_cpu, format_duration, format_size
-from nri_plugin.text.safeyaml import YamlProblem, load
+from nri_plugin.text.safeyaml import load
 
 DEFAULT_PREFIX = "sla.nri.io"
 ENFORCEMENT_ALIAS = "io.kubernetes.sla/enforcement-mode"

@@ -21,8 +21,8 @@ from nri_plugin.sla.model import (
     MEMORY_POLICIES,
     IoMaxRule,
 )
+from nri_plugin.text.errors import FieldProblem
 from nri_plugin.text.fields import (
-    FieldProblem,
     check_ids,
     choice,
     key_text,

@@ -11,22 +11,13 @@ from __future__ import annotations
 
 import re
 
-from nri_plugin.errors import InvalidInput
-from nri_plugin.topology.cpulist import CpuListError, parse_cpulist
+from nri_plugin.text.errors import FieldProblem
+from nri_plugin.topology.cpulist import parse_cpulist
+from nri_plugin.topology.errors import CpuListError
 
 TYPE_CHECKING = False  # `typing` costs the OCI hook start-up time; only checkers need it
 if TYPE_CHECKING:
     from collections.abc import Callable
-
-
-class FieldProblem(InvalidInput, ValueError):
-    """A value is wrong; `message` says what is expected. ``sub`` extends the field path
-    (``[0].device``) when the problem is inside the value."""
-
-    def __init__(self, message: str, sub: str = "") -> None:
-        self.message = message
-        self.sub = sub
-        super().__init__(message)
 
 
 def show(value: object) -> str:
@@ -93,7 +84,7 @@ def parse_id_list(text: str, what: str, hi: int) -> tuple[int, ...]:
     try:
         ids = parse_cpulist(text, limit=hi, distinct=True)
     except CpuListError as exc:
-        raise FieldProblem(f"{exc.reason} in {show(text)}") from None
+        raise FieldProblem(f"{exc.detail} in {show(text)}") from None
     return check_ids(list(ids), text, hi)
 
 

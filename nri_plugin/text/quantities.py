@@ -1,7 +1,7 @@
 """Kubernetes-style quantities: sizes in bytes, counts, CPU amounts and durations.
 
 Pure functions on annotation values (str, or the int/float a YAML scalar became). Each
-raises :class:`~nri_plugin.text.fields.FieldProblem` with a sentence that says what was
+raises :class:`~nri_plugin.text.errors.FieldProblem` with a sentence that says what was
 expected; the reader wraps it into its own error naming where the value came from.
 
 Arithmetic is exact (integer numerator and denominator): ``1.5Gi`` is 1610612736 bytes, never a
@@ -21,7 +21,8 @@ from __future__ import annotations
 import math
 import re
 
-from nri_plugin.text.fields import FieldProblem, show
+from nri_plugin.text.errors import FieldProblem
+from nri_plugin.text.fields import show
 
 MAX_INT64 = 2**63 - 1
 

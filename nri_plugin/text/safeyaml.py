@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import yaml
 
-from nri_plugin.errors import InvalidInput
+from nri_plugin.text.errors import YamlProblem
 from nri_plugin.text.fields import key_text
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -46,15 +46,6 @@ class YamlFloat(float):
         obj = super().__new__(cls, text)
         obj.text = text
         return obj
-
-
-class YamlProblem(InvalidInput, ValueError):
-    """Unsafe or malformed YAML. ``path`` is the dotted field path ("" = document)."""
-
-    def __init__(self, path: str, message: str) -> None:
-        self.path = path
-        self.message = message
-        super().__init__(f"{path} {message}" if path else message)
 
 
 def _join(path: str, segment: str | int) -> str:

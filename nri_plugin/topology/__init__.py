@@ -10,9 +10,10 @@ from __future__ import annotations
 from nri_plugin.lazyexports import lazy_exports
 
 __getattr__, __dir__, __all__ = lazy_exports(globals(), {
-    "cpulist": ("CpuListError", "format_cpulist", "parse_cpulist"),
-    "cpus": ("NumaNode", "Topology", "TopologyError", "read_topology"),
-    "gpus": ("Gpu", "GpuInventory", "InventoryError", "MigInstance"),
+    "cpulist": ("format_cpulist", "parse_cpulist"),
+    "cpus": ("NumaNode", "Topology", "read_topology"),
+    "errors": ("CpuListError", "InventoryError", "SnapshotError", "TopologyError"),
+    "gpus": ("Gpu", "GpuInventory", "MigInstance"),
     "inventory": ("load_inventory",),
     "snapshot": ("NodeSnapshot", "load_snapshot", "save_snapshot"),
 })

@@ -1,25 +1,16 @@
 """The kernel's CPU-list notation ("0-3,8-11"), as used by sysfs and cpuset.cpus/mems.
 
 The one parser of that notation: sysfs topology, the node config's reserved CPUs, SLA
-NUMA node lists and cgroup read-backs all use it. Lean (only nri_plugin.errors): the OCI
+NUMA node lists and cgroup read-backs all use it. Lean (only the layer's errors): the OCI
 hook's read-back compares cpusets with it on every container start.
 """
 
 
-from nri_plugin.errors import InvalidInput
+from nri_plugin.topology.errors import CpuListError
 
 TYPE_CHECKING = False  # `collections` and `typing` cost the OCI hook start-up time
 if TYPE_CHECKING:
     from collections.abc import Iterable
-
-
-class CpuListError(InvalidInput, ValueError):
-    """A CPU list that is not in the kernel's "0-3,8-11" notation."""
-
-    def __init__(self, text: str, reason: str) -> None:
-        self.text = text
-        self.reason = reason
-        super().__init__(f"invalid CPU list {text!r}: {reason} (expected e.g. '0-3,8-11')")
 
 
 # The empty CPU set, one object: most containers pin none, and a container's value keeps

@@ -12,12 +12,8 @@ from dataclasses import dataclass, field
 from os import PathLike, fspath, listdir
 from os.path import isdir, join
 
-from nri_plugin.errors import InternalFailure
-from nri_plugin.topology.cpulist import CpuListError, format_cpulist, parse_cpulist
-
-
-class TopologyError(InternalFailure):
-    """sysfs (or a snapshot) does not describe a usable CPU topology."""
+from nri_plugin.topology.cpulist import format_cpulist, parse_cpulist
+from nri_plugin.topology.errors import CpuListError, TopologyError
 
 
 @dataclass(frozen=True)

@@ -5,12 +5,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from nri_plugin.errors import InternalFailure
+from nri_plugin.topology.errors import InventoryError
 from nri_plugin.topology.gpu_health import GPU_HEALTHY, GpuHealth
-
-
-class InventoryError(InternalFailure):
-    """A GPU inventory source cannot be read (bad snapshot, unknown source name...)."""
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from nri_plugin.ops.corelog import CoreLogger
+from nri_plugin.topology.errors import InventoryError
 from nri_plugin.topology.gpu_health import GpuHealth, unknown
-from nri_plugin.topology.gpus import Gpu, GpuInventory, InventoryError
+from nri_plugin.topology.gpus import Gpu, GpuInventory
 from nri_plugin.topology.nvml_gpus import import_pynvml, read_nvml_gpus
 from nri_plugin.topology.snapshot import load_snapshot
 from nri_plugin.topology.sysfs_gpus import read_sysfs_gpus

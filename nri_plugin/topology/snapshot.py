@@ -11,14 +11,14 @@ from typing import Any
 
 import yaml
 
-from nri_plugin.errors import INVALID, one_line
-from nri_plugin.topology.cpulist import CpuListError, format_cpulist, parse_cpulist
+from nri_plugin.errors import one_line
+from nri_plugin.topology.cpulist import format_cpulist, parse_cpulist
 from nri_plugin.topology.cpus import NumaNode, Topology
+from nri_plugin.topology.errors import CpuListError, InventoryError, SnapshotError
 from nri_plugin.topology.gpus import (
     PCIE_LEVELS,
     Gpu,
     GpuInventory,
-    InventoryError,
     MigInstance,
     normalize_bus_id,
 )
@@ -80,20 +80,20 @@ class _Fields:
 
     def __init__(self, where: str, data: Any) -> None:
         if not isinstance(data, dict):
-            raise InventoryError(f"{where}: expected a mapping, got {type(data).__name__}")
+            raise SnapshotError(f"{where}: expected a mapping, got {type(data).__name__}")
         self.where = where
         self.data = data
 
     def get(self, key: str, kind: type | tuple[type, ...], default: Any = ...) -> Any:
         if key not in self.data:
             if default is ...:
-                raise InventoryError(f"{self.where}.{key}: missing")
+                raise SnapshotError(f"{self.where}.{key}: missing")
             return default
         value = self.data[key]
         if value is None and default is None:
             return None
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise InventoryError(f"{self.where}.{key}: expected {_kind_name(kind)}, "
+            raise SnapshotError(f"{self.where}.{key}: expected {_kind_name(kind)}, "
                                  f"got {value!r}")
         return value
 
@@ -101,7 +101,7 @@ class _Fields:
         try:
             return parse_cpulist(str(self.get(key, (str, int))))
         except CpuListError as exc:
-            raise InventoryError(f"{self.where}.{key}: {exc}") from None
+            raise SnapshotError(f"{self.where}.{key}: {exc}") from None
 
 
 def _kind_name(kind: type | tuple[type, ...]) -> str:
@@ -113,7 +113,7 @@ def snapshot_from_dict(data: Any, where: str = "snapshot") -> NodeSnapshot:
     top = _Fields(where, data)
     version = top.get("version", int)
     if version != SNAPSHOT_VERSION:
-        raise InventoryError(f"{where}.version: {version} is not supported "
+        raise SnapshotError(f"{where}.version: {version} is not supported "
                              f"(allowed: {SNAPSHOT_VERSION})")
     cpus = _Fields(f"{where}.cpus", top.get("cpus", dict))
     online = cpus.cpus("online")
@@ -122,7 +122,7 @@ def snapshot_from_dict(data: Any, where: str = "snapshot") -> NodeSnapshot:
         try:
             cores.append(parse_cpulist(str(text)))
         except CpuListError as exc:
-            raise InventoryError(f"{where}.cpus.cores[{i}]: {exc}") from None
+            raise SnapshotError(f"{where}.cpus.cores[{i}]: {exc}") from None
     covered = frozenset().union(*cores) if cores else frozenset()
     cores += [frozenset({c}) for c in sorted(online - covered)]
     raw_nodes = top.get("numa", list, [])
@@ -147,7 +147,7 @@ def _gpu_from_dict(where: str, raw: Any) -> Gpu:
     bus_text = f.get("pci_bus_id", str)
     bus = normalize_bus_id(bus_text)
     if bus is None:
-        raise InventoryError(f"{where}.pci_bus_id: {bus_text!r} is not a PCI address "
+        raise SnapshotError(f"{where}.pci_bus_id: {bus_text!r} is not a PCI address "
                              "(expected e.g. 0000:07:00.0)")
     migs = []
     for k, m in enumerate(f.get("mig_instances", list, [])):
@@ -164,7 +164,7 @@ def _gpu_from_dict(where: str, raw: Any) -> Gpu:
     try:
         return _gpu(f, index, bus, nvlink_peers, nvlink_links, pcie_levels, tuple(migs))
     except InventoryError as exc:
-        raise InventoryError(f"{where}: {exc}") from None
+        raise SnapshotError(f"{where}: {exc}") from None
 
 
 def _gpu(f: _Fields, index: int, bus: str, nvlink_peers: frozenset[int],
@@ -182,7 +182,7 @@ def _gpu(f: _Fields, index: int, bus: str, nvlink_peers: frozenset[int],
 def _ints(where: str, raw: list[Any]) -> list[int]:
     for k, value in enumerate(raw):
         if not isinstance(value, int) or isinstance(value, bool):
-            raise InventoryError(f"{where}[{k}]: expected a GPU index, got {value!r}")
+            raise SnapshotError(f"{where}[{k}]: expected a GPU index, got {value!r}")
     return raw
 
 
@@ -194,7 +194,7 @@ def _links(where: str, raw: list[Any]) -> tuple[tuple[int, int], ...]:
         if (not isinstance(pair, list) or len(pair) != 2
                 or not all(isinstance(v, int) and not isinstance(v, bool) for v in pair)
                 or pair[1] < 1):
-            raise InventoryError(f"{where}[{k}]: expected [peer index, links >= 1], "
+            raise SnapshotError(f"{where}[{k}]: expected [peer index, links >= 1], "
                                  f"got {pair!r}")
         out.append((pair[0], pair[1]))
     return tuple(out)
@@ -205,19 +205,11 @@ def _pcie(where: str, raw: dict[Any, Any]) -> tuple[tuple[int, str], ...]:
     out = []
     for level, peers in raw.items():
         if level not in PCIE_LEVELS:
-            raise InventoryError(f"{where}: {level!r} is not one of {', '.join(PCIE_LEVELS)}")
+            raise SnapshotError(f"{where}: {level!r} is not one of {', '.join(PCIE_LEVELS)}")
         if not isinstance(peers, list):
-            raise InventoryError(f"{where}.{level}: expected a list of GPU indexes")
+            raise SnapshotError(f"{where}.{level}: expected a list of GPU indexes")
         out += [(p, level) for p in _ints(f"{where}.{level}", peers)]
     return tuple(out)
-
-
-class SnapshotError(InventoryError):
-    """A snapshot file nri-sla cannot use: the operator's input (`--inventory`,
-    gpu.inventory), so its kind is invalid, not internal."""
-
-    kind = INVALID
-    reason = "invalid"
 
 
 def load_snapshot(path: Path) -> NodeSnapshot:
@@ -239,12 +231,7 @@ def load_snapshot(path: Path) -> NodeSnapshot:
         raise SnapshotError(f"inventory snapshot {path}: {what}, not a node snapshot "
                             "(expected what `nri-sla inventory --save` writes: version, "
                             "cpus, numa, gpus)")
-    try:
-        return snapshot_from_dict(data, str(path))
-    except SnapshotError:
-        raise
-    except InventoryError as exc:
-        raise SnapshotError(str(exc)) from None
+    return snapshot_from_dict(data, str(path))
 
 
 def _shown(text: str) -> str:

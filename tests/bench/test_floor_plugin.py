@@ -14,7 +14,7 @@ import pytest
 from nri_plugin.core import ContainerRequest, decide
 from nri_plugin.plan.record import encode_record
 from nri_plugin.simulated.runtime import make_container, make_pod
-from nri_plugin.text.fields import FieldProblem
+from nri_plugin.text.errors import FieldProblem
 from tests.support.plugin_helpers import RECORD_KEY, make_node
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"

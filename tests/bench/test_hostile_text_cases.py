@@ -17,7 +17,8 @@ from nri_plugin.sla.parse import (
     MAX_SLA_KEYS,
     MAX_VALUES,
 )
-from nri_plugin.text.safeyaml import YamlProblem, load
+from nri_plugin.text.errors import YamlProblem
+from nri_plugin.text.safeyaml import load
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 POD = "sla.nri.io/pod"

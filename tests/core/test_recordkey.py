@@ -11,13 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from nri_plugin.core.recordkey import (
-    KEY_BYTES,
-    RecordKeyError,
-    key_path,
-    load_key,
-    load_or_create_key,
-)
+from nri_plugin.core.errors import RecordKeyError
+from nri_plugin.core.recordkey import KEY_BYTES, key_path, load_key, load_or_create_key
 
 
 def test_created_at_first_start_then_the_same_key(tmp_path):
@@ -100,5 +95,6 @@ def test_nri_sla_run_refuses_to_start_with_a_planted_key(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "nri_plugin.cli", "run", "--config",
                            str(config), "--socket", str(tmp_path / "none.sock")],
                           capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2
+    # The operator's node state: exit status 2, the one its class gives.
+    assert proc.returncode == RecordKeyError("x").exit_status == 2
     assert f"nri-sla run: {state / 'record.key'}: is a symbolic link" in proc.stderr

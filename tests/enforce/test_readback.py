@@ -7,7 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nri_plugin.enforce.readback import restore_value, values_match
-from nri_plugin.topology.cpulist import CpuListError, parse_cpulist
+from nri_plugin.topology.cpulist import parse_cpulist
+from nri_plugin.topology.errors import CpuListError
 
 
 @pytest.mark.parametrize(

@@ -7,9 +7,11 @@ counting, a kubelet that comes late or restarts. Every list the kubelet gets is 
 
 from __future__ import annotations
 
+import shutil
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -19,6 +21,7 @@ from nri_plugin.topology.health_monitor import GpuHealthMonitor
 from nri_plugin.topology.inventory import InventoryReader
 from nri_plugin.topology.watched import WatchedInventory
 
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 RESCAN = 0.2  # s between inventory rescans (gpu.rescan-interval)
 HEALTH = 0.05  # s each health poll waits (gpu.health-interval)
 
@@ -154,3 +157,35 @@ def test_a_late_kubelet_is_registered_with_within_2s(make_kubelet, node, sock_di
     print(f"kubelet restart: registered again {again_at - restarted:.2f} s after it")
     assert again_at - restarted < 2.0
     assert (sock_dir / "nri-sla-gpu.sock").is_socket()
+
+
+def test_a_snapshot_broken_after_start_keeps_the_last_lists(make_kubelet, sock_dir, tmp_path):
+    # gpu.inventory as a snapshot file: the operator's input, so a broken one is invalid
+    # (SnapshotError), not a host read that failed (InventoryError); a rescan that meets
+    # it fails all the same: counted, and the last lists stay.
+    snapshot = tmp_path / "node.yaml"
+    shutil.copy(EXAMPLES / "dgx-like.yaml", snapshot)
+    reader = InventoryReader("snapshot", snapshot=snapshot)
+    plugin = GpuDevicePlugin(PluginSettings(socket_dir=sock_dir, watch_interval=0.05),
+                             reader.read())
+    kubelet = make_kubelet()
+    thread = threading.Thread(target=plugin.run, args=(reader.read, 0.05), daemon=True)
+    thread.start()
+    try:
+        kubelet.registration()
+        assert set(health(kubelet.next_list()).values()) == {"Healthy"}
+        before = plugin.table("nvidia.com/gpu").devices()
+        snapshot.write_text("version: [\n")
+        deadline = time.monotonic() + 10
+        while not _sample(plugin, "nri_sla_device_plugin_inventory_read_failures_total"):
+            assert time.monotonic() < deadline and thread.is_alive()
+            time.sleep(0.05)
+        assert thread.is_alive() and plugin.table("nvidia.com/gpu").devices() == before
+    finally:
+        plugin.stop()
+        thread.join(10)
+    assert not thread.is_alive()
+
+
+def _sample(plugin: GpuDevicePlugin, name: str) -> float:
+    return plugin.metrics.registry.get_sample_value(name) or 0.0

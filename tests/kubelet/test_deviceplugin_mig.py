@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from nri_plugin.kubelet.deviceplugin import GpuDevicePlugin, PluginSettings
-from nri_plugin.kubelet.devices import MigLayoutError, build_tables, mig_resource
+from nri_plugin.kubelet.devices import build_tables, mig_resource
+from nri_plugin.kubelet.errors import MigLayoutError
 from nri_plugin.simulated.hardware import (
     GIB,
     FakeGpu,

@@ -5,7 +5,7 @@ import threading
 from collections import Counter
 
 from nri_plugin.plan.allocator import Allocator
-from nri_plugin.plan.placement_values import PlacementError
+from nri_plugin.plan.errors import PlacementError
 from tests.support.grant_helpers import granted
 
 

@@ -6,7 +6,8 @@ import pytest
 
 from nri_plugin.plan.best_fit import SQUEEZE, choose_placement, take_cpus
 from nri_plugin.plan.cpupool import CpuPool, PoolMember, ReportedCpusets, cpus_needed
-from nri_plugin.plan.placement_values import CpuFloor, Holdings, PlacementError
+from nri_plugin.plan.errors import PlacementError
+from nri_plugin.plan.placement_values import CpuFloor, Holdings
 from nri_plugin.plan.placement_values import PlacementRequest as Req
 from nri_plugin.topology.cpulist import parse_cpulist
 

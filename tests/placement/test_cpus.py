@@ -6,7 +6,7 @@ DGX-like fake: node 0 = CPUs 0-7,16-23, node 1 = 8-15,24-31; core k = {k, k+16}.
 import pytest
 
 from nri_plugin.plan.allocator import Allocator
-from nri_plugin.plan.placement_values import PlacementError
+from nri_plugin.plan.errors import PlacementError
 from nri_plugin.plan.placement_values import PlacementRequest as Req
 from nri_plugin.topology import format_cpulist as fmt
 from tests.support.grant_helpers import gpu_ids, granted, make_inventory

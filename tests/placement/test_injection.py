@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from nri_plugin.plan.errors import PlacementError
 from nri_plugin.plan.gpu_injection import ChosenGpus, DeviceNode, GpuInjection, gpu_injection
-from nri_plugin.plan.placement_values import PlacementError
 from nri_plugin.topology.gpus import Gpu, MigInstance
 
 UVM_MAJOR = 508

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from nri_plugin.plan.allocator import Allocator
-from nri_plugin.plan.placement_values import PlacementError
+from nri_plugin.plan.errors import PlacementError
 from nri_plugin.plan.placement_values import PlacementRequest as Req
 from tests.support.grant_helpers import granted
 

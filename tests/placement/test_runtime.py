@@ -10,7 +10,7 @@ from nri_plugin.granted import (
     device_mount_ids,
     gpu_device_numbers,
 )
-from nri_plugin.plan.placement_values import PlacementError
+from nri_plugin.plan.errors import PlacementError
 from nri_plugin.plan.runtime_gpus import resolve_grant
 from tests.support.grant_helpers import gpu_ids, granted
 

@@ -12,9 +12,10 @@ import pytest
 
 from nri_plugin.errors import ProgrammingError
 from nri_plugin.plan.allocator import Allocator
+from nri_plugin.plan.errors import PlacementError
 from nri_plugin.plan.gpu_graph import graph_of
 from nri_plugin.plan.gpu_selection import choose_gpus, score_gpu_set
-from nri_plugin.plan.placement_values import PlacementError, PlacementRequest
+from nri_plugin.plan.placement_values import PlacementRequest
 from nri_plugin.simulated.hardware import (
     DGX1V_LINKS,
     FakeNvml,

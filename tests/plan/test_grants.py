@@ -14,7 +14,7 @@ from nri_plugin.core.decision import recheck
 from nri_plugin.granted import GrantedResources
 from nri_plugin.plan.allocator import Allocator
 from nri_plugin.plan.context import PlanContext, PodUsage
-from nri_plugin.plan.model import PlanError
+from nri_plugin.plan.errors import PlanError
 from nri_plugin.plan.planner import plan_container
 from nri_plugin.plan.rt_budget import RtBudget
 from nri_plugin.sla.parse import parse_sla_document

@@ -7,7 +7,8 @@ import pytest
 from nri_plugin.config import NodeConfig, Permissions
 from nri_plugin.enforce.errors import DeviceError
 from nri_plugin.plan.context import PlanContext
-from nri_plugin.plan.model import ContainerPlan, IoLimit, PlanError
+from nri_plugin.plan.errors import PlanError
+from nri_plugin.plan.model import ContainerPlan, IoLimit
 from nri_plugin.plan.planner import plan_container
 from nri_plugin.plan.rt_budget import RtBudget
 from nri_plugin.sla.parse import parse_sla_document

@@ -10,11 +10,10 @@ from dataclasses import fields, replace
 import pytest
 
 from nri_plugin.plan import record as record_module
+from nri_plugin.plan.errors import RecordError, UnauthenticatedRecord
 from nri_plugin.plan.model import ContainerPlan, IoLimit, MemoryPolicy
 from nri_plugin.plan.record import (
     MAX_RECORD_BYTES,
-    RecordError,
-    UnauthenticatedRecord,
     decode_record,
     encode_record,
     granted_permissions,

@@ -14,8 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nri_plugin.plan import record as record_module
+from nri_plugin.plan.errors import RecordError
 from nri_plugin.plan.model import ContainerPlan
-from nri_plugin.plan.record import RecordError, decode_record, record_text, sign_record
+from nri_plugin.plan.record import decode_record, record_text, sign_record
 from tests.support.record_helpers import NODE, SNAPSHOT, signed_text
 
 # RECORD_FUZZ_EXAMPLES=5000 for a long soak; the suite default stays quick

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from nri_plugin.plan.rt_budget import RtBudget, RtBudgetExceeded, RtGrant
+from nri_plugin.plan.errors import RtBudgetExceeded
+from nri_plugin.plan.rt_budget import RtBudget, RtGrant
 
 
 def test_a_grant_keeps_its_cgroup_dir_until_released():

@@ -20,7 +20,8 @@ from nri_plugin.nri.pb import nri_pb2 as pb
 from nri_plugin.ops.kube_events import COMBINED, Correlator, InvolvedPod, make_event
 from nri_plugin.ops.kube_sender import ApiServer, EventRecorder
 from nri_plugin.ops.metrics import Metrics
-from nri_plugin.plugin.pod_events import EventsUnavailable, PodEvents, pod_events
+from nri_plugin.plugin.errors import EventsUnavailable
+from nri_plugin.plugin.pod_events import PodEvents, pod_events
 from nri_plugin.simulated.runtime import PluginCallError, make_container, make_pod
 from tests.plugin.test_drift import started
 from tests.support.kube_api import FakeApiServer

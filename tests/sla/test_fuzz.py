@@ -17,7 +17,7 @@ from nri_plugin.commands.manifests import ManifestError, PodSpec, load_pods
 from nri_plugin.sla import Sla, SlaError, parse_sla_document, sla_for_container
 from nri_plugin.sla.errors import MAX_REPORTED_ERRORS
 from nri_plugin.sla.schema import SECTIONS
-from nri_plugin.text.fields import FieldProblem
+from nri_plugin.text.errors import FieldProblem
 from nri_plugin.text.quantities import (
     parse_count,
     parse_cpu,

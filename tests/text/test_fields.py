@@ -5,14 +5,8 @@ from __future__ import annotations
 import pytest
 
 from nri_plugin.errors import INVALID, SlaFailure
-from nri_plugin.text.fields import (
-    FieldProblem,
-    choice,
-    key_text,
-    parse_id_list,
-    show,
-    unknown_key_message,
-)
+from nri_plugin.text.errors import FieldProblem
+from nri_plugin.text.fields import choice, key_text, parse_id_list, show, unknown_key_message
 
 
 def test_a_field_problem_is_invalid_input_with_its_sub_path():

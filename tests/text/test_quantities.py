@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nri_plugin.text.fields import FieldProblem
+from nri_plugin.text.errors import FieldProblem
 from nri_plugin.text.quantities import (
     MAX_INT64,
     format_cpu,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from nri_plugin.text.safeyaml import YamlProblem, load
+from nri_plugin.text.errors import YamlProblem
+from nri_plugin.text.safeyaml import load
 
 
 def test_yaml_12_scalars_no_norway_problem():

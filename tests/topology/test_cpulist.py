@@ -2,7 +2,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nri_plugin.topology.cpulist import CpuListError, format_cpulist, parse_cpulist
+from nri_plugin.topology.cpulist import format_cpulist, parse_cpulist
+from nri_plugin.topology.errors import CpuListError
 
 
 @pytest.mark.parametrize(("text", "cpus"), [

@@ -6,7 +6,8 @@ import pytest
 
 import nri_plugin.topology as topology
 from nri_plugin.simulated.hardware import build_sysfs
-from nri_plugin.topology import TopologyError, read_topology
+from nri_plugin.topology import read_topology
+from nri_plugin.topology.errors import TopologyError
 
 
 @pytest.mark.parametrize(("nodes", "threads"), [(1, 1), (1, 2), (2, 1), (2, 2), (4, 1), (4, 2)])

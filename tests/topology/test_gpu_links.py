@@ -18,12 +18,12 @@ from nri_plugin.simulated.hardware import (
     pcie_pairs_gpus,
 )
 from nri_plugin.topology import (
-    InventoryError,
     load_inventory,
     load_snapshot,
     read_topology,
     save_snapshot,
 )
+from nri_plugin.topology.errors import InventoryError, SnapshotError
 from nri_plugin.topology.gpus import Gpu
 from nri_plugin.topology.pcie import level_of_nvml, level_of_paths
 
@@ -140,7 +140,7 @@ def test_old_snapshots_mean_one_link_per_peer(tmp_path):
     ({"pcie": {"switch": 1}}, r"pcie\.switch: expected a list of GPU indexes"),
 ])
 def test_bad_link_facts_name_the_field(tmp_path, gpu, message):
-    with pytest.raises(InventoryError, match=message):
+    with pytest.raises(SnapshotError, match=message):
         load_snapshot(_snapshot(tmp_path, gpu))
 
 

@@ -3,13 +3,14 @@ from pathlib import Path
 import pytest
 import yaml
 
+from nri_plugin.errors import INVALID
 from nri_plugin.topology import (
-    InventoryError,
     load_inventory,
     load_snapshot,
     read_topology,
     save_snapshot,
 )
+from nri_plugin.topology.errors import SnapshotError
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -63,14 +64,16 @@ def _write(tmp_path, data):
                                           r"\(expected what `nri-sla inventory --save`"),
 ])
 def test_bad_snapshots_name_the_field(tmp_path, data, message):
-    with pytest.raises(InventoryError, match=message):
+    # The operator's file, so invalid (exit status 2), never an internal failure.
+    with pytest.raises(SnapshotError, match=message) as caught:
         load_snapshot(_write(tmp_path, data))
+    assert caught.value.kind == INVALID
 
 
 def test_unreadable_and_invalid_yaml(tmp_path):
-    with pytest.raises(InventoryError, match="cannot read inventory snapshot"):
+    with pytest.raises(SnapshotError, match="cannot read inventory snapshot"):
         load_snapshot(tmp_path / "missing.yaml")
     bad = tmp_path / "bad.yaml"
     bad.write_text("a: [\n")
-    with pytest.raises(InventoryError, match="not valid YAML"):
+    with pytest.raises(SnapshotError, match="not valid YAML"):
         load_snapshot(bad)

@@ -1,9 +1,10 @@
 """Each distinct SLA annotation of a manifest parsed once (`validate`, `explain`).
 
 A manifest can hold many containers under one pod's annotations (or many replicas of
-one template), and the SLA parser caches only small documents: without this, a 16 KiB
-annotation over a few thousand containers is parsed a few thousand times. Keyed by the
-texts themselves, per manifest, so nothing outlives the manifest it was read from.
+one template). The SLA parser's own caches are shared by the whole process and bounded
+(nri_plugin.sla.cache), so a manifest of many distinct annotations would evict its own
+entries and parse them again; this map is keyed by the texts themselves, per manifest,
+holds every one of them once, and nothing outlives the manifest it was read from.
 """
 
 from __future__ import annotations

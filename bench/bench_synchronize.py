@@ -102,14 +102,14 @@ def measure(plugin: SlaPlugin, pods: list[pb.PodSandbox], containers: list[pb.Co
     plugin.synchronize(pods, containers)
     answer_cpu, answer_wall = time.process_time() - cpu, time.perf_counter() - wall
     cpu, wall = time.process_time(), time.perf_counter()
-    plugin.restore()
+    plugin.restorer.restore()
     return (answer_cpu, answer_wall, time.process_time() - cpu, time.perf_counter() - wall)
 
 
 def whole(plugin: SlaPlugin, pods: list[pb.PodSandbox], containers: list[pb.Container]
           ) -> None:
     plugin.synchronize(pods, containers)
-    plugin.restore()
+    plugin.restorer.restore()
 
 
 def main() -> int:

@@ -18,7 +18,7 @@ and is not reported.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from nri_plugin.config import NodeConfig
@@ -82,8 +82,8 @@ class UnenforcedContainers:
                        for e in self.registry if e.unenforced),
                       key=lambda u: (u.namespace, u.pod, u.container, u.id))
 
-    def report(self, config: NodeConfig, applied_key: str, pod_of: Mapping[str, pb.PodSandbox],
-               live: list[pb.Container], values: list[LiveContainer]) -> list[str]:
+    def report(self, config: NodeConfig, pod_of: Mapping[str, pb.PodSandbox],
+               live: Iterable[pb.Container], values: list[LiveContainer]) -> list[str]:
         """Log and count the new ones among the `live` containers (`values`: what restore
         read of each); returns the ids of all of them, new or reported before, for the
         registry's new entries to say so. Runs before the registry is rebuilt: a
@@ -97,7 +97,7 @@ class UnenforcedContainers:
         annotations: dict[str, dict[str, str]] = {}
         for ctr, value in zip(live, values, strict=True):
             pod = pod_of.get(value.pod)
-            if pod is None or applied_key in value.annotations:
+            if pod is None or value.record is not None:
                 continue
             entry = self.registry.get(value.id)
             if entry is not None and entry.unenforced:

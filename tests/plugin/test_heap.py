@@ -79,7 +79,7 @@ def test_a_large_synchronize_gives_the_freed_heap_back(monkeypatch):
         plugin.on_registered(SimpleNamespace(nri_version="v0.12.0", registered=True))
         plugin.synchronize([pod], [make_container(pod, f"c{i}", state=pb.CONTAINER_RUNNING)
                                    for i in range(count)])
-        plugin.restore()
+        plugin.restorer.restore()
         during = len(trims)
         await asyncio.sleep(0)  # the next turn of the loop: the state has been let go
         return during, len(trims)

@@ -20,7 +20,6 @@ from collections.abc import (
     Callable,
     Collection,
     Iterable,
-    Iterator,
     Mapping,
     Sequence,
 )
@@ -115,7 +114,7 @@ class _SyncParts:
                 self.more = more
                 raise RpcError(self.failure.code, self.failure.message, "Synchronize")
             pods = [pb.PodSandbox.FromString(payload[start:stop])
-                    for start, stop in _pairs(found.spans.get(_PODS))]
+                    for start, stop in found.each(_PODS)]
             containers: LazyMessages[pb.Container] = LazyMessages(pb.Container)
             containers.add(payload, found.spans.get(_CONTAINERS, _NONE))
             for _ in containers:
@@ -144,14 +143,6 @@ class _SyncParts:
 _PODS, _CONTAINERS, _MORE = (pb.SynchronizeRequest.DESCRIPTOR.fields_by_name[name].number
                              for name in ("pods", "containers", "more"))
 _NONE = array("q")
-
-
-def _pairs(spans: Iterable[int] | None) -> Iterator[tuple[int, int]]:
-    """(start, end) pairs of a flat run of offsets."""
-    if spans is None:
-        return iter(())
-    flat = iter(spans)
-    return zip(flat, flat, strict=True)
 
 
 @dataclass(frozen=True, slots=True)

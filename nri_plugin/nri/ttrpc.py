@@ -23,10 +23,15 @@ from nri_plugin.nri.errors import (
     RemoteProtocolError,
 )
 from nri_plugin.nri.pb import ttrpc_pb2
+from nri_plugin.nri.wire import read_fields
 
 HEADER = struct.Struct(">IIBB")
 HEADER_LEN = HEADER.size
 MAX_DATA = 4 << 20  # 4 MiB, ttrpc's message length limit
+# From this length on a frame assembled in the decoder's buffer is handed over, not copied,
+# and a request's payload is a view of it: a Synchronize's megabytes are held once from
+# the socket to the handler (a copy at each step held them three times).
+LARGE_FRAME = 64 << 10
 # The header's stream id is a uint32. Client ids are odd and strictly increasing per
 # connection, so the last one is 2**32 - 1; after it the connection can carry no call.
 MAX_STREAM_ID = 0xFFFFFFFF
@@ -47,7 +52,7 @@ class Frame(NamedTuple):
     stream_id: int
     type: int
     flags: int
-    data: bytes
+    data: bytes | bytearray  # a large frame's: the buffer it was assembled in
 
 
 class OversizedFrame(NamedTuple):
@@ -63,7 +68,7 @@ class RequestReceived(NamedTuple):
     stream_id: int
     service: str
     method: str
-    payload: bytes
+    payload: bytes | memoryview  # a large frame's: a view of the frame's data
     timeout_nano: int
     metadata: tuple[tuple[str, str], ...]
 
@@ -117,9 +122,13 @@ class FrameDecoder:
             src = buf
         pos = 0
         end = len(src)
+        if src is buf and end >= LARGE_FRAME:
+            whole = self._whole_frame(buf)
+            if whole is not None:
+                out.append(whole)
+                return out
         # A frame's data is copied once, out of a view (slicing the bytearray would copy
-        # it twice: a 4 MiB Synchronize would briefly cost 12 MiB, not 8). The view is
-        # released before the buffer is cut below.
+        # it twice). The view is released before the buffer is cut below.
         with memoryview(src) as view:
             while end - pos >= HEADER_LEN:
                 length, stream_id, type_, flags = HEADER.unpack_from(src, pos)
@@ -142,6 +151,17 @@ class FrameDecoder:
         elif pos < end:
             buf += data[pos:]
         return out
+
+    def _whole_frame(self, buf: bytearray) -> Frame | None:
+        """The frame `buf` holds exactly, if it does (a large request arrives on its own:
+        the runtime waits for its answer), handed over as it is: its header cut off (a
+        bytearray drops its first bytes without moving the rest) and a new buffer begun."""
+        length, stream_id, type_, flags = HEADER.unpack_from(buf, 0)
+        if length > self.max_data or HEADER_LEN + length != len(buf):
+            return None
+        del buf[:HEADER_LEN]
+        self._buf = bytearray()
+        return Frame(stream_id, type_, flags, buf)
 
 
 def _varint(value: int) -> bytes:
@@ -239,22 +259,19 @@ class ServerCore:
             return None, self._reject(sid, Code.RESOURCE_EXHAUSTED,
                                       f"message length {frame.length} exceeds maximum "
                                       f"message size of {MAX_DATA}")
-        req = ttrpc_pb2.Request()
         try:
-            req.ParseFromString(frame.data)
-        except DecodeError:
+            service, method, payload, timeout, meta = (
+                _request(frame.data) if len(frame.data) < LARGE_FRAME else
+                _large_request(frame.data))
+        except (DecodeError, UnicodeDecodeError):
             return None, self._reject(sid, Code.INVALID_ARGUMENT,
                                       "malformed ttrpc request (protobuf decode failed)")
-        service, method = req.service, req.method  # (each read makes a new string)
         if not self.is_known(service, method):
             return None, self._reject(sid, Code.UNIMPLEMENTED,
                                       f"{service}/{method} is not implemented by "
                                       f"{self.server_name}")
         self.active.add(sid)
-        metadata = req.metadata
-        meta = tuple((kv.key, kv.value) for kv in metadata) if metadata else ()
-        return RequestReceived(sid, service, method, req.payload, req.timeout_nano,
-                               meta), b""
+        return RequestReceived(sid, service, method, payload, timeout, meta), b""
 
     def _finish(self, stream_id: int) -> None:
         try:
@@ -270,6 +287,44 @@ class ServerCore:
     def respond_error(self, stream_id: int, code: int, message: str) -> bytes:
         self._finish(stream_id)
         return encode_frame(stream_id, TYPE_RESPONSE, encode_error_response(code, message))
+
+
+Request = tuple[str, str, "bytes | memoryview", int, tuple[tuple[str, str], ...]]
+
+
+def _request(data: bytes | bytearray) -> Request:
+    """A ttrpc.Request's service, method, payload, timeout and metadata."""
+    req = ttrpc_pb2.Request()
+    req.ParseFromString(data)
+    metadata = req.metadata
+    meta = tuple((kv.key, kv.value) for kv in metadata) if metadata else ()
+    return req.service, req.method, req.payload, req.timeout_nano, meta
+
+
+_SERVICE, _METHOD, _PAYLOAD, _TIMEOUT, _METADATA = (
+    ttrpc_pb2.Request.DESCRIPTOR.fields_by_name[name].number
+    for name in ("service", "method", "payload", "timeout_nano", "metadata"))
+
+
+def _large_request(data: bytes | bytearray) -> Request:
+    """_request for a large frame: its payload a view of `data`, not a copy (protobuf's
+    parse copies it, and reading the field copies it again). Field by field as protobuf
+    reads them: the last occurrence of a scalar wins, strings must be UTF-8."""
+    found = read_fields(data)
+    view = memoryview(data)
+
+    def last(number: int) -> memoryview:
+        spans = found.spans.get(number)
+        return view[spans[-2]:spans[-1]] if spans else view[:0]
+
+    meta = tuple((kv.key, kv.value) for kv in (
+        ttrpc_pb2.KeyValue.FromString(view[start:stop])
+        for start, stop in found.each(_METADATA)))
+    timeout = found.varints.get(_TIMEOUT, 0)
+    if timeout >= 1 << 63:  # int64: a negative value's two's complement
+        timeout -= 1 << 64
+    return (str(last(_SERVICE), "utf-8"), str(last(_METHOD), "utf-8"), last(_PAYLOAD),
+            timeout, meta)
 
 
 class ClientCore:

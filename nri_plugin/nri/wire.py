@@ -49,6 +49,12 @@ class WireFields:
     spans: dict[int, array[int]] = field(default_factory=dict)
     varints: dict[int, int] = field(default_factory=dict)
 
+    def each(self, number: int) -> Iterator[tuple[int, int]]:
+        """Start and end offsets of each occurrence of length-delimited field `number`."""
+        spans = self.spans.get(number, ())
+        flat = iter(spans)
+        return zip(flat, flat, strict=True)
+
     def count(self, number: int) -> int:
         """How many times length-delimited field `number` occurs."""
         spans = self.spans.get(number)

@@ -78,8 +78,8 @@ class SyncLimits:
 class _SyncParts:
     """The parts of one Synchronize so far. Once a bound is passed (or a part does not
     decode) every later part of the same Synchronize fails too: the handler must never
-    see part of the runtime's state as if it were all of it. The pods are decoded one by
-    one; the containers stay encoded (`LazyMessages`: decoded again on each pass of the
+    see part of the runtime's state as if it were all of it. The pods of a part are
+    decoded together; its containers stay encoded (`LazyMessages`: decoded again on each pass of the
     handler), each decoded once here all the same, so that a malformed one is refused
     with its part, not found by the handler after the answer."""
 
@@ -113,8 +113,10 @@ class _SyncParts:
             if self.failure is not None:
                 self.more = more
                 raise RpcError(self.failure.code, self.failure.message, "Synchronize")
-            pods = [pb.PodSandbox.FromString(payload[start:stop])
-                    for start, stop in found.each(_PODS)]
+            # The pods parsed together (one arena: a message parsed alone costs ~5 KiB).
+            pods = list(pb.SynchronizeRequest.FromString(b"".join(
+                embedded_field(_PODS_TAG, payload[start:stop])
+                for start, stop in found.each(_PODS))).pods)
             containers: LazyMessages[pb.Container] = LazyMessages(pb.Container)
             containers.add(payload, found.spans.get(_CONTAINERS, _NONE))
             for _ in containers:
@@ -142,6 +144,7 @@ class _SyncParts:
 
 _PODS, _CONTAINERS, _MORE = (pb.SynchronizeRequest.DESCRIPTOR.fields_by_name[name].number
                              for name in ("pods", "containers", "more"))
+_PODS_TAG = _PODS << 3 | 2  # length-delimited
 _NONE = array("q")
 
 

@@ -28,9 +28,10 @@ from nri_plugin.nri.wire import read_fields
 HEADER = struct.Struct(">IIBB")
 HEADER_LEN = HEADER.size
 MAX_DATA = 4 << 20  # 4 MiB, ttrpc's message length limit
-# From this length on a frame assembled in the decoder's buffer is handed over, not copied,
-# and a request's payload is a view of it: a Synchronize's megabytes are held once from
-# the socket to the handler (a copy at each step held them three times).
+# From this length on a frame that arrives in parts is assembled in a buffer of its own
+# size, handed over as its data, and a request's payload is a view of it: a Synchronize's
+# megabytes are held once from the socket to the handler (a copy at each step, and the
+# moves of a growing buffer, held them three to four times).
 LARGE_FRAME = 64 << 10
 # The header's stream id is a uint32. Client ids are odd and strictly increasing per
 # connection, so the last one is 2**32 - 1; after it the connection can carry no call.
@@ -94,19 +95,25 @@ class FrameDecoder:
     discarded as it streams past, never buffered.
     """
 
-    __slots__ = ("_buf", "_skip", "max_data")
+    __slots__ = ("_buf", "_large", "_skip", "max_data")
 
     def __init__(self, max_data: int = MAX_DATA) -> None:
         self.max_data = max_data
         self._buf = bytearray()
         self._skip = 0
+        self._large: _LargeFrame | None = None  # a large frame under way
 
     @property
     def buffered(self) -> int:
-        return len(self._buf)
+        large = self._large
+        return len(self._buf) + (HEADER_LEN + large.filled if large is not None else 0)
 
     def feed(self, data: bytes) -> list[Frame | OversizedFrame]:
         out: list[Frame | OversizedFrame] = []
+        if self._large is not None:
+            data = self._fill_large(data, out)
+            if not data:
+                return out
         if self._skip:
             if len(data) <= self._skip:
                 self._skip -= len(data)
@@ -122,11 +129,6 @@ class FrameDecoder:
             src = buf
         pos = 0
         end = len(src)
-        if src is buf and end >= LARGE_FRAME:
-            whole = self._whole_frame(buf)
-            if whole is not None:
-                out.append(whole)
-                return out
         # A frame's data is copied once, out of a view (slicing the bytearray would copy
         # it twice). The view is released before the buffer is cut below.
         with memoryview(src) as view:
@@ -150,18 +152,53 @@ class FrameDecoder:
             del buf[:pos]
         elif pos < end:
             buf += data[pos:]
+        self._start_large()
         return out
 
-    def _whole_frame(self, buf: bytearray) -> Frame | None:
-        """The frame `buf` holds exactly, if it does (a large request arrives on its own:
-        the runtime waits for its answer), handed over as it is: its header cut off (a
-        bytearray drops its first bytes without moving the rest) and a new buffer begun."""
+    def _start_large(self) -> None:
+        """A large frame begun in the buffer gets a buffer of its own, of its size: filled
+        as it arrives and handed over as its data (growing the shared buffer instead
+        would move it, and its old copy stays in the heap: 5 MiB for a 2.8 MB frame)."""
+        buf = self._buf
+        if len(buf) < HEADER_LEN:
+            return
         length, stream_id, type_, flags = HEADER.unpack_from(buf, 0)
-        if length > self.max_data or HEADER_LEN + length != len(buf):
-            return None
-        del buf[:HEADER_LEN]
+        if length < LARGE_FRAME:  # (one over max_data is being skipped, never here)
+            return
+        frame = _LargeFrame(stream_id, type_, flags, bytearray(length))
+        with memoryview(buf) as view:
+            frame.fill(view[HEADER_LEN:])
+        self._large = frame
         self._buf = bytearray()
-        return Frame(stream_id, type_, flags, buf)
+
+    def _fill_large(self, data: bytes, out: list[Frame | OversizedFrame]) -> bytes:
+        """`data` into the large frame under way; returns what follows the frame."""
+        frame = self._large
+        assert frame is not None
+        with memoryview(data) as view:
+            taken = frame.fill(view)
+        if frame.filled == len(frame.data):
+            out.append(Frame(frame.stream_id, frame.type, frame.flags, frame.data))
+            self._large = None
+        return data[taken:] if taken < len(data) else b""
+
+
+class _LargeFrame:
+    """A large frame under way: its header, and its data as far as it came."""
+
+    __slots__ = ("data", "filled", "flags", "stream_id", "type")
+
+    def __init__(self, stream_id: int, type_: int, flags: int, data: bytearray) -> None:
+        self.stream_id, self.type, self.flags = stream_id, type_, flags
+        self.data = data
+        self.filled = 0
+
+    def fill(self, more: memoryview) -> int:
+        """Copy what of `more` the frame still lacks; returns how many bytes that was."""
+        taken = min(len(more), len(self.data) - self.filled)
+        self.data[self.filled:self.filled + taken] = more[:taken]
+        self.filled += taken
+        return taken
 
 
 def _varint(value: int) -> bytes:

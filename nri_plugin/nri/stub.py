@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import itertools
 import logging
 import re
 import socket
@@ -78,16 +79,16 @@ class SyncLimits:
 class _SyncParts:
     """The parts of one Synchronize so far. Once a bound is passed (or a part does not
     decode) every later part of the same Synchronize fails too: the handler must never
-    see part of the runtime's state as if it were all of it. The pods of a part are
-    decoded together; its containers stay encoded (`LazyMessages`: decoded again on each pass of the
-    handler), each decoded once here all the same, so that a malformed one is refused
-    with its part, not found by the handler after the answer."""
+    see part of the runtime's state as if it were all of it. The pods and
+    containers stay encoded (`LazyMessages`: decoded again on each pass of the handler),
+    each decoded once here all the same, so that a malformed one is refused with its
+    part, not found by the handler after the answer."""
 
     __slots__ = ("bytes", "containers", "failure", "limits", "more", "parts", "pods")
 
     def __init__(self, limits: SyncLimits) -> None:
         self.limits = limits
-        self.pods: list[pb.PodSandbox] = []
+        self.pods: LazyMessages[pb.PodSandbox] = LazyMessages(pb.PodSandbox)
         self.containers: LazyMessages[pb.Container] = LazyMessages(pb.Container)
         self.parts = 0
         self.bytes = 0
@@ -100,7 +101,7 @@ class _SyncParts:
             log.warning("%s", error.message)
         self.failure = error
         # Nothing is kept for a refused state.
-        self.pods, self.containers = [], LazyMessages(pb.Container)
+        self.pods, self.containers = LazyMessages(pb.PodSandbox), LazyMessages(pb.Container)
         return error
 
     def add(self, payload: bytes) -> None:
@@ -113,13 +114,11 @@ class _SyncParts:
             if self.failure is not None:
                 self.more = more
                 raise RpcError(self.failure.code, self.failure.message, "Synchronize")
-            # The pods parsed together (one arena: a message parsed alone costs ~5 KiB).
-            pods = list(pb.SynchronizeRequest.FromString(b"".join(
-                embedded_field(_PODS_TAG, payload[start:stop])
-                for start, stop in found.each(_PODS))).pods)
+            pods: LazyMessages[pb.PodSandbox] = LazyMessages(pb.PodSandbox)
+            pods.add(payload, found.spans.get(_PODS, _NONE))
             containers: LazyMessages[pb.Container] = LazyMessages(pb.Container)
             containers.add(payload, found.spans.get(_CONTAINERS, _NONE))
-            for _ in containers:
+            for _ in itertools.chain(pods, containers):
                 pass
         except DecodeError as exc:
             raise self.fail(_malformed(pb.SynchronizeRequest, exc, "Synchronize")) from None
@@ -138,13 +137,12 @@ class _SyncParts:
                     f"Synchronize refused: more than {most} {what} after {self.parts} "
                     f"parts; nri-sla holds at most {limits.describe()} of runtime state",
                     "Synchronize"))
-        self.pods.extend(pods)
+        self.pods.add(payload, found.spans.get(_PODS, _NONE))
         self.containers.add(payload, found.spans.get(_CONTAINERS, _NONE))
 
 
 _PODS, _CONTAINERS, _MORE = (pb.SynchronizeRequest.DESCRIPTOR.fields_by_name[name].number
                              for name in ("pods", "containers", "more"))
-_PODS_TAG = _PODS << 3 | 2  # length-delimited
 _NONE = array("q")
 
 
@@ -175,11 +173,13 @@ class PluginHandlers(Protocol):
         """Return an event mask to subscribe with instead of the one derived from the
         handlers present (the stub clips it to what the runtime knows)."""
 
-    def synchronize(self, pods: list[pb.PodSandbox], containers: Collection[pb.Container]
+    def synchronize(self, pods: Collection[pb.PodSandbox],
+                    containers: Collection[pb.Container]
                     ) -> MaybeAwaitable[Sequence[pb.ContainerUpdate] | None]:
-        """Called once with the runtime's whole state (all chunks joined). `containers`
-        is decoded again, one container at a time, on each iteration (wire.LazyMessages):
-        keep what is needed of a container, not its message."""
+        """Called once with the runtime's whole state (all chunks joined). `pods` and
+        `containers` are decoded again, one message at a time, on each iteration
+        (wire.LazyMessages): keep what is needed of one, not its message (a message
+        parsed alone holds ~5 KiB)."""
 
     def shutdown(self) -> MaybeAwaitable[None]: ...
 

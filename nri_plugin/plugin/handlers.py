@@ -60,6 +60,7 @@ from nri_plugin.plugin.registry import (
 )
 from nri_plugin.plugin.report import gpus_json
 from nri_plugin.plugin.restore import SynchronizeRestore, log_given_back, settled
+from nri_plugin.plugin.synced import SyncedPod
 from nri_plugin.plugin.unenforced import UnenforcedContainers
 from nri_plugin.plugin.watch import DriftWatch
 from nri_plugin.topology.cpulist import format_cpulist
@@ -321,7 +322,7 @@ class SlaPlugin:
                             container.linux.resources.cpu.cpus, created=created)
         return entry
 
-    def _entries(self, pod_of: dict[str, pb.PodSandbox], live: Iterable[pb.Container],
+    def _entries(self, pod_of: dict[str, SyncedPod], live: Iterable[pb.Container],
                  values: list[LiveContainer], plans: dict[str, ContainerPlan]
                  ) -> Iterator[ContainerEntry]:
         """The registry entries of the live containers a Synchronize reported (`pod_of`:

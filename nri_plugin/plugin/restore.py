@@ -37,6 +37,7 @@ from nri_plugin.ops.metrics import MetricsSink
 from nri_plugin.plan.model import ContainerPlan
 from nri_plugin.plugin.heap import TRIM_AFTER_CONTAINERS, release_freed_heap
 from nri_plugin.plugin.registry import ContainerEntry, ContainerRegistry
+from nri_plugin.plugin.synced import SyncedPod
 from nri_plugin.plugin.unenforced import LIVE_STATES, UnenforcedContainers
 from nri_plugin.plugin.watch import DriftWatch
 from nri_plugin.topology.cpulist import format_cpulist
@@ -49,8 +50,8 @@ _R = TypeVar("_R")
 class RuntimeState:
     """What a Synchronize brought: the runtime's pods and containers, to restore from."""
 
-    pods: list[pb.PodSandbox]
-    containers: Collection[pb.Container]  # each pass decodes them again (LazyMessages)
+    pods: Collection[pb.PodSandbox]  # each pass decodes them again (LazyMessages)
+    containers: Collection[pb.Container]
 
 
 class LiveContainers:
@@ -91,7 +92,7 @@ class SynchronizeRestore:
     def __init__(self, node: NodeState, registry: ContainerRegistry, metrics: MetricsSink,
                  watch: DriftWatch, unenforced: UnenforcedContainers, *,
                  rescan_inventory: Callable[[], None],
-                 entries: Callable[[dict[str, pb.PodSandbox], Iterable[pb.Container],
+                 entries: Callable[[dict[str, SyncedPod], Iterable[pb.Container],
                                     list[LiveContainer], dict[str, ContainerPlan]],
                                    Iterable[ContainerEntry]],
                  cpuset_updates: Callable[[str, bool], list[pb.ContainerUpdate]],
@@ -120,8 +121,8 @@ class SynchronizeRestore:
         self.settle()
         self.send_unsent()
 
-    def synchronize(self, pods: list[pb.PodSandbox], containers: Collection[pb.Container]
-                    ) -> None:
+    def synchronize(self, pods: Collection[pb.PodSandbox],
+                    containers: Collection[pb.Container]) -> None:
         """The runtime's whole state, answered at once with no updates: the runtime holds
         its pod and container events until this answer (containerd: 2 s by default), and
         the restore that follows it (`restore`) takes ~35 ms per 1,000 containers. It
@@ -191,7 +192,7 @@ class SynchronizeRestore:
         del state  # the request's bytes go with this call
         with self.metrics.time("Synchronize"), collector_paused():
             self.rescan_inventory()  # records may name GPUs that came (or went) meanwhile
-            pod_of = {p.id: p for p in pods}
+            pod_of = {pod.id: pod for pod in map(SyncedPod.of, pods)}
             namespaces = {pod_id: pod.namespace for pod_id, pod in pod_of.items()}
             applied = self.node.output_keys[0]
             live = LiveContainers(containers)
@@ -265,7 +266,7 @@ class SynchronizeRestore:
                       container=breach.container, error=breach.message)
             self.metrics.record_out_of_policy()
 
-    def _rebuild_registry(self, pod_of: dict[str, pb.PodSandbox], live: LiveContainers,
+    def _rebuild_registry(self, pod_of: dict[str, SyncedPod], live: LiveContainers,
                           values: list[LiveContainer], plans: dict[str, ContainerPlan],
                           unenforced: list[str]) -> list[LiveContainer]:
         """One entry per live container (`values`: what restore read of each), its plan

@@ -26,11 +26,11 @@ from nri_plugin.core.decision import parse_sla
 from nri_plugin.core.restored import LiveContainer
 from nri_plugin.hookspec import is_sla_hook
 from nri_plugin.nri.pb import nri_pb2 as pb
-from nri_plugin.nri.stub import map_as_dict
 from nri_plugin.ops.logsetup import log_event
 from nri_plugin.ops.metrics import MetricsSink
 from nri_plugin.plugin.pod_events import NO_EVENTS, PodEvents
 from nri_plugin.plugin.registry import ContainerRegistry
+from nri_plugin.plugin.synced import SyncedPod
 from nri_plugin.sla.errors import SlaError
 
 log = logging.getLogger("nri_sla.plugin")
@@ -82,7 +82,7 @@ class UnenforcedContainers:
                        for e in self.registry if e.unenforced),
                       key=lambda u: (u.namespace, u.pod, u.container, u.id))
 
-    def report(self, config: NodeConfig, pod_of: Mapping[str, pb.PodSandbox],
+    def report(self, config: NodeConfig, pod_of: Mapping[str, SyncedPod],
                live: Iterable[pb.Container], values: list[LiveContainer]) -> list[str]:
         """Log and count the new ones among the `live` containers (`values`: what restore
         read of each); returns the ids of all of them, new or reported before, for the
@@ -92,9 +92,6 @@ class UnenforcedContainers:
         applied: reported.)"""
         now: list[str] = []
         new: list[Unenforced] = []
-        # A pod's annotations as a dict, made once for all its containers (each read of a
-        # protobuf map makes new strings).
-        annotations: dict[str, dict[str, str]] = {}
         for ctr, value in zip(live, values, strict=True):
             pod = pod_of.get(value.pod)
             if pod is None or value.record is not None:
@@ -105,11 +102,8 @@ class UnenforcedContainers:
                 continue
             if (entry is not None and entry.decided_plan is None) or hook_enforced(ctr):
                 continue
-            pod_annotations = annotations.get(value.pod)
-            if pod_annotations is None:
-                pod_annotations = annotations[value.pod] = map_as_dict(pod.annotations)
             name = ctr.name
-            if not _asks_sla(config, pod_annotations, name):
+            if not _asks_sla(config, pod.annotations, name):
                 continue
             now.append(value.id)
             new.append(Unenforced(value.id, pod.namespace, pod.name, name))

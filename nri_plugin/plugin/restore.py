@@ -30,12 +30,12 @@ from nri_plugin.core.restored import LiveContainer, Restored
 from nri_plugin.enforce.rt import RtChange
 from nri_plugin.granted import limits_only
 from nri_plugin.nri.errors import ConnectionClosed
+from nri_plugin.nri.heap import TRIM_AFTER_CONTAINERS, release_freed_heap
 from nri_plugin.nri.pb import nri_pb2 as pb
 from nri_plugin.nri.service import send_updates
 from nri_plugin.ops.logsetup import log_event
 from nri_plugin.ops.metrics import MetricsSink
 from nri_plugin.plan.model import ContainerPlan
-from nri_plugin.plugin.heap import TRIM_AFTER_CONTAINERS, release_freed_heap
 from nri_plugin.plugin.registry import ContainerEntry, ContainerRegistry
 from nri_plugin.plugin.synced import SyncedPod
 from nri_plugin.plugin.unenforced import LIVE_STATES, UnenforcedContainers

@@ -204,8 +204,11 @@ class SynchronizeRestore:
                 log_event(log, logging.INFO, "exclusive CPUs given back after a resize",
                           container=owner, cpus=format_cpulist(cpus), when="while away")
             self._report_restore_problems(restored)
-            # Before the registry is rebuilt: what it knew needs no second look.
-            unenforced = self.unenforced.report(self.node.config, pod_of, live, values)
+            # Before the registry is rebuilt: what it knew needs no second look. Only a
+            # container without a record can be unenforced (a pass over all of them
+            # decodes each again: spared when every one has a record).
+            unenforced = (self.unenforced.report(self.node.config, pod_of, live, values)
+                          if any(value.record is None for value in values) else [])
             for value in self._rebuild_registry(pod_of, live, values, restored.plans,
                                                 unenforced):
                 self._write_owed(value)

@@ -97,6 +97,7 @@ class PluginFigures:
     sync_us: list[float] = field(default_factory=list)
     ready_us: list[float] = field(default_factory=list)  # the last Synchronize to a create
     rss_after_sync_kib: list[int] = field(default_factory=list)
+    rss_sync_peak_kib: list[int] = field(default_factory=list)  # VmHWM after the Synchronizes
     rss_end_kib: list[int] = field(default_factory=list)
     rss_peak_kib: list[int] = field(default_factory=list)  # VmHWM at the end
     plugin_cpu_s: float = 0.0  # plugin CPU time spent in the timed creates (+ warm-up)
@@ -230,6 +231,7 @@ def run_once(args: argparse.Namespace, payload: Path, plugin_cmd: list[str],
             2 * args.request_timeout + args.sync_gap))
         fig.ready_us.append(synced["ready_us"])
         fig.rss_after_sync_kib.append(vm_kib(plugin.pid))
+        fig.rss_sync_peak_kib.append(vm_kib(plugin.pid, "VmHWM"))
         cpu0 = cpu_seconds(plugin.pid), cpu_seconds(driver.pid)
         tell(driver, "go")
         done = events.wait_for("done", 600)
@@ -275,6 +277,7 @@ def summary(fig: PluginFigures) -> dict[str, float]:
         "sync_ms": statistics.median(fig.sync_us) / 1e3,
         "ready_ms": statistics.median(fig.ready_us) / 1e3,
         "rss_after_sync_mib": max(fig.rss_after_sync_kib) / 1024,
+        "rss_sync_peak_mib": max(fig.rss_sync_peak_kib) / 1024,
         "rss_end_mib": max(fig.rss_end_kib) / 1024,
         # VmHWM, or a sample above it: the kernel updates the high-water mark lazily.
         "rss_peak_mib": max(*fig.rss_peak_kib, *fig.rss_after_sync_kib, *fig.rss_end_kib) / 1024,
@@ -360,7 +363,8 @@ def report(out: dict) -> None:
     for line in absolute_targets(out):
         print(line)
     print(f"plugin RSS after the {n:,}-container Synchronize: nri-sla "
-          f"{py['rss_after_sync_mib']:.1f} MiB, Go {go['rss_after_sync_mib']:.1f} MiB; at the "
+          f"{py['rss_after_sync_mib']:.1f} MiB, Go {go['rss_after_sync_mib']:.1f} MiB (the peak "
+          f"by then {py['rss_sync_peak_mib']:.1f} / {go['rss_sync_peak_mib']:.1f}); at the "
           f"end: {py['rss_end_mib']:.1f} / {go['rss_end_mib']:.1f} MiB; peak (VmHWM) "
           f"{py['rss_peak_mib']:.1f} / {go['rss_peak_mib']:.1f} MiB")
     if floor:

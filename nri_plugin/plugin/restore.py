@@ -188,43 +188,50 @@ class SynchronizeRestore:
         state, self.pending = self.pending, None
         if state is None:
             return []
-        pods, containers = state.pods, state.containers
-        del state  # the request's bytes go with this call
         with self.metrics.time("Synchronize"), collector_paused():
-            self.rescan_inventory()  # records may name GPUs that came (or went) meanwhile
-            pod_of = {pod.id: pod for pod in map(SyncedPod.of, pods)}
-            namespaces = {pod_id: pod.namespace for pod_id, pod in pod_of.items()}
-            applied = self.node.output_keys[0]
-            live = LiveContainers(containers)
-            # What the steps share of each container read once, and only that kept.
-            values = [live_container(c, namespaces, applied) for c in live]
-            restored = restore_node(self.node, values)
-            log_given_back(restored.rt_given_back)
-            for owner, cpus in restored.cpus_given_back.items():
-                log_event(log, logging.INFO, "exclusive CPUs given back after a resize",
-                          container=owner, cpus=format_cpulist(cpus), when="while away")
-            self._report_restore_problems(restored)
-            # Before the registry is rebuilt: what it knew needs no second look. Only a
-            # container without a record can be unenforced (a pass over all of them
-            # decodes each again: spared when every one has a record).
-            unenforced = (self.unenforced.report(self.node.config, pod_of, live, values)
-                          if any(value.record is None for value in values) else [])
-            for value in self._rebuild_registry(pod_of, live, values, restored.plans,
-                                                unenforced):
-                self._write_owed(value)
-            log.info("synchronized: %d pods, %d containers, %d allocations rebuilt, %d "
-                     "records ignored, %d owners released, %d created unenforced", len(pods),
-                     len(containers), len(restored.plans), len(restored.rejected),
-                     len(restored.released), len(unenforced))
+            count = self._rebuild(state)
+            del state  # the request's bytes are let go before the steps below run
             self.publish_usage()
             self.report_shared()
             updates = self.cpuset_updates("", True)  # given-back CPUs reach everyone
             if self.watch.interval:  # drift while disconnected: repaired at once
                 updates += self.watch.run_in_sync()  # (on a large node, partly: watch.py)
-            if len(containers) >= TRIM_AFTER_CONTAINERS and self._loop is not None:
+            if count >= TRIM_AFTER_CONTAINERS and self._loop is not None:
                 # Once the runtime's state is let go (the next loop turn).
                 self._loop.call_soon(release_freed_heap)
             return updates
+
+    def _rebuild(self, state: RuntimeState) -> int:
+        """The books and the registry rebuilt from `state`, in passes over its containers
+        (each decoded again, one at a time); the direct writes owed done. Returns how
+        many containers the runtime reported."""
+        pods, containers = state.pods, state.containers
+        self.rescan_inventory()  # records may name GPUs that came (or went) meanwhile
+        pod_of = {pod.id: pod for pod in map(SyncedPod.of, pods)}
+        namespaces = {pod_id: pod.namespace for pod_id, pod in pod_of.items()}
+        applied = self.node.output_keys[0]
+        live = LiveContainers(containers)
+        # What the steps share of each container read once, and only that kept.
+        values = [live_container(c, namespaces, applied) for c in live]
+        restored = restore_node(self.node, values)
+        log_given_back(restored.rt_given_back)
+        for owner, cpus in restored.cpus_given_back.items():
+            log_event(log, logging.INFO, "exclusive CPUs given back after a resize",
+                      container=owner, cpus=format_cpulist(cpus), when="while away")
+        self._report_restore_problems(restored)
+        # Before the registry is rebuilt: what it knew needs no second look. Only a
+        # container without a record can be unenforced (a pass over all of them decodes
+        # each again: spared when every one has a record).
+        unenforced = (self.unenforced.report(self.node.config, pod_of, live, values)
+                      if any(value.record is None for value in values) else [])
+        for value in self._rebuild_registry(pod_of, live, values, restored.plans,
+                                            unenforced):
+            self._write_owed(value)
+        log.info("synchronized: %d pods, %d containers, %d allocations rebuilt, %d "
+                 "records ignored, %d owners released, %d created unenforced", len(pods),
+                 len(containers), len(restored.plans), len(restored.rejected),
+                 len(restored.released), len(unenforced))
+        return len(containers)
 
     async def _send_restored(self, updates: list[pb.ContainerUpdate]) -> None:
         """The restore's updates as one UpdateContainers; then each cpuset an answer

@@ -10,7 +10,7 @@ as one UpdateContainers. `SynchronizeRestore` is a collaborator `SlaPlugin`
 
 The containers are read one at a time, in passes over the request (the stub hands them
 on encoded: nri.wire.LazyMessages), and only what restore needs of each is kept
-(`LiveContainer`): the parsed request never lives whole.
+(`LiveContainer`, `SyncedPod`): the parsed request never lives whole.
 """
 
 from __future__ import annotations

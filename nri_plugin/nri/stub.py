@@ -15,7 +15,6 @@ import itertools
 import logging
 import re
 import socket
-from array import array
 from collections.abc import (
     Awaitable,
     Callable,
@@ -114,10 +113,8 @@ class _SyncParts:
             if self.failure is not None:
                 self.more = more
                 raise RpcError(self.failure.code, self.failure.message, "Synchronize")
-            pods: LazyMessages[pb.PodSandbox] = LazyMessages(pb.PodSandbox)
-            pods.add(payload, found.spans.get(_PODS, _NONE))
-            containers: LazyMessages[pb.Container] = LazyMessages(pb.Container)
-            containers.add(payload, found.spans.get(_CONTAINERS, _NONE))
+            pods = LazyMessages.of(pb.PodSandbox, payload, found, _PODS)
+            containers = LazyMessages.of(pb.Container, payload, found, _CONTAINERS)
             for _ in itertools.chain(pods, containers):
                 pass
         except DecodeError as exc:
@@ -137,13 +134,12 @@ class _SyncParts:
                     f"Synchronize refused: more than {most} {what} after {self.parts} "
                     f"parts; nri-sla holds at most {limits.describe()} of runtime state",
                     "Synchronize"))
-        self.pods.add(payload, found.spans.get(_PODS, _NONE))
-        self.containers.add(payload, found.spans.get(_CONTAINERS, _NONE))
+        self.pods.extend(pods)
+        self.containers.extend(containers)
 
 
 _PODS, _CONTAINERS, _MORE = (pb.SynchronizeRequest.DESCRIPTOR.fields_by_name[name].number
                              for name in ("pods", "containers", "more"))
-_NONE = array("q")
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,7 +175,7 @@ class PluginHandlers(Protocol):
         """Called once with the runtime's whole state (all chunks joined). `pods` and
         `containers` are decoded again, one message at a time, on each iteration
         (wire.LazyMessages): keep what is needed of one, not its message (a message
-        parsed alone holds ~5 KiB)."""
+        keeps its whole parse)."""
 
     def shutdown(self) -> MaybeAwaitable[None]: ...
 

@@ -31,7 +31,7 @@ MAX_DATA = 4 << 20  # 4 MiB, ttrpc's message length limit
 # From this length on a frame that arrives in parts is assembled in a buffer of its own
 # size, handed over as its data, and a request's payload is a view of it: a Synchronize's
 # megabytes are held once from the socket to the handler (a copy at each step, and the
-# moves of a growing buffer, held them three to four times).
+# moves of a growing buffer, held them several times over).
 LARGE_FRAME = 64 << 10
 # The header's stream id is a uint32. Client ids are odd and strictly increasing per
 # connection, so the last one is 2**32 - 1; after it the connection can carry no call.
@@ -158,7 +158,7 @@ class FrameDecoder:
     def _start_large(self) -> None:
         """A large frame begun in the buffer gets a buffer of its own, of its size: filled
         as it arrives and handed over as its data (growing the shared buffer instead
-        would move it, and its old copy stays in the heap: 5 MiB for a 2.8 MB frame)."""
+        would move it, and its old copies stay in the heap)."""
         buf = self._buf
         if len(buf) < HEADER_LEN:
             return

@@ -3,9 +3,9 @@ message's repeated message field kept as its encoded bytes and decoded one eleme
 time (`LazyMessages`), so that its parse never lives whole.
 
 A parsed message keeps every message inside it alive (upb allocates them all in one arena
-per parse): a Synchronize of 1,000 containers is a 2 MB request and 4.5 MiB parsed, and a
-handler that keeps one container's message keeps all of them. Decoding each element on
-its own gives each its own arena, dropped with it.
+per parse, larger than the encoded bytes): a handler that keeps one container's message
+of a parsed Synchronize keeps all of them. Decoding each element on its own gives each
+its own arena, dropped with it.
 """
 
 from __future__ import annotations
@@ -106,11 +106,24 @@ class LazyMessages(Generic[_M]):
         self._parts: list[tuple[bytes, array[int]]] = []
         self._count = 0
 
+    @classmethod
+    def of(cls, message: type[_M], data: bytes, fields: WireFields, number: int
+           ) -> LazyMessages[_M]:
+        """Field `number` of the encoded message `data` (`fields`: its fields)."""
+        found = LazyMessages(message)
+        found.add(data, fields.spans.get(number, array("q")))
+        return found
+
     def add(self, data: bytes, spans: array[int]) -> None:
         """The elements of one encoded message (`spans`: their start and end offsets)."""
         if spans:
             self._parts.append((data, spans))
             self._count += len(spans) // 2
+
+    def extend(self, other: LazyMessages[_M]) -> None:
+        """`other`'s elements after these."""
+        self._parts.extend(other._parts)
+        self._count += other._count
 
     def __len__(self) -> int:
         return self._count

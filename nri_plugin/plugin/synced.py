@@ -1,7 +1,7 @@
 """What a Synchronize's restore keeps of a pod the runtime reported.
 
 The runtime's messages are decoded one at a time and dropped (nri.wire.LazyMessages): a
-kept message would keep its whole parse (about 5 KiB for a pod parsed alone).
+kept message would keep its whole parse.
 """
 
 from __future__ import annotations

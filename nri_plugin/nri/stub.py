@@ -42,7 +42,7 @@ from nri_plugin.nri.errors import (
 from nri_plugin.nri.levels import NriLevel, nri_level
 from nri_plugin.nri.pb import nri_pb2 as pb
 from nri_plugin.nri.ttrpc import embedded_field
-from nri_plugin.nri.wire import LazyMessages, read_fields
+from nri_plugin.nri.wire import Encoded, LazyMessages, read_fields
 
 log = logging.getLogger("nri_sla.nri.stub")
 
@@ -103,7 +103,7 @@ class _SyncParts:
         self.pods, self.containers = LazyMessages(pb.PodSandbox), LazyMessages(pb.Container)
         return error
 
-    def add(self, payload: bytes) -> None:
+    def add(self, payload: Encoded) -> None:
         """Join one part; raises RpcError: InvalidArgument for a part that does not decode,
         ResourceExhausted past a bound."""
         self.more = None

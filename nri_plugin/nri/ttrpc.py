@@ -23,7 +23,7 @@ from nri_plugin.nri.errors import (
     RemoteProtocolError,
 )
 from nri_plugin.nri.pb import ttrpc_pb2
-from nri_plugin.nri.wire import read_fields
+from nri_plugin.nri.wire import Encoded, read_fields
 
 HEADER = struct.Struct(">IIBB")
 HEADER_LEN = HEADER.size
@@ -69,7 +69,7 @@ class RequestReceived(NamedTuple):
     stream_id: int
     service: str
     method: str
-    payload: bytes | memoryview  # a large frame's: a view of the frame's data
+    payload: Encoded  # a large frame's: a view of the frame's data
     timeout_nano: int
     metadata: tuple[tuple[str, str], ...]
 
@@ -326,7 +326,7 @@ class ServerCore:
         return encode_frame(stream_id, TYPE_RESPONSE, encode_error_response(code, message))
 
 
-Request = tuple[str, str, "bytes | memoryview", int, tuple[tuple[str, str], ...]]
+Request = tuple[str, str, Encoded, int, tuple[tuple[str, str], ...]]
 
 
 def _request(data: bytes | bytearray) -> Request:

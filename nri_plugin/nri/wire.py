@@ -18,12 +18,14 @@ from typing import Generic, TypeVar
 from google.protobuf.message import DecodeError, Message
 
 _M = TypeVar("_M", bound=Message)
+# Encoded protobuf: a frame's data is a bytearray, a request's payload a view of it.
+Encoded = bytes | bytearray | memoryview
 
 VARINT, FIXED64, LENGTH_DELIMITED, FIXED32 = 0, 1, 2, 5
 _MAX_VARINT_BITS = 64
 
 
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
+def _varint(data: Encoded, pos: int) -> tuple[int, int]:
     """The varint at `pos` and the position after it; DecodeError when it is cut short
     or longer than 64 bits."""
     result = shift = 0
@@ -61,7 +63,7 @@ class WireFields:
         return len(spans) // 2 if spans is not None else 0
 
 
-def read_fields(data: bytes) -> WireFields:
+def read_fields(data: Encoded) -> WireFields:
     """Walk `data`'s top-level fields without decoding any; DecodeError when they do not
     tile it (a tag, a length or a fixed field cut short, a group, an unknown wire type)."""
     found = WireFields()
@@ -103,18 +105,18 @@ class LazyMessages(Generic[_M]):
 
     def __init__(self, cls: type[_M]) -> None:
         self._cls = cls
-        self._parts: list[tuple[bytes, array[int]]] = []
+        self._parts: list[tuple[Encoded, array[int]]] = []
         self._count = 0
 
     @classmethod
-    def of(cls, message: type[_M], data: bytes, fields: WireFields, number: int
+    def of(cls, message: type[_M], data: Encoded, fields: WireFields, number: int
            ) -> LazyMessages[_M]:
         """Field `number` of the encoded message `data` (`fields`: its fields)."""
         found = LazyMessages(message)
         found.add(data, fields.spans.get(number, array("q")))
         return found
 
-    def add(self, data: bytes, spans: array[int]) -> None:
+    def add(self, data: Encoded, spans: array[int]) -> None:
         """The elements of one encoded message (`spans`: their start and end offsets)."""
         if spans:
             self._parts.append((data, spans))
@@ -133,4 +135,5 @@ class LazyMessages(Generic[_M]):
         for data, spans in self._parts:
             with memoryview(data) as view:
                 for i in range(0, len(spans), 2):
-                    yield decode(view[spans[i]:spans[i + 1]])
+                    # (protobuf's stubs say bytes; upb decodes any buffer, uncopied)
+                    yield decode(view[spans[i]:spans[i + 1]])  # type: ignore[arg-type]

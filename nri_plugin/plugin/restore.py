@@ -38,7 +38,12 @@ from nri_plugin.ops.metrics import MetricsSink
 from nri_plugin.plan.model import ContainerPlan
 from nri_plugin.plugin.registry import ContainerEntry, ContainerRegistry
 from nri_plugin.plugin.synced import SyncedPod
-from nri_plugin.plugin.unenforced import LIVE_STATES, UnenforcedContainers
+from nri_plugin.plugin.unenforced import (
+    LIVE_STATES,
+    UnenforcedContainers,
+    Unrecorded,
+    hook_enforced,
+)
 from nri_plugin.plugin.watch import DriftWatch
 from nri_plugin.topology.cpulist import format_cpulist
 
@@ -212,18 +217,21 @@ class SynchronizeRestore:
         applied = self.node.output_keys[0]
         live = LiveContainers(containers)
         # What the steps share of each container read once, and only that kept.
-        values = [live_container(c, namespaces, applied) for c in live]
+        values: list[LiveContainer] = []
+        unrecorded: dict[str, Unrecorded] = {}  # what the unenforced report needs
+        for container in live:
+            value = live_container(container, namespaces, applied)
+            values.append(value)
+            if value.record is None:
+                unrecorded[value.id] = (container.name, hook_enforced(container))
         restored = restore_node(self.node, values)
         log_given_back(restored.rt_given_back)
         for owner, cpus in restored.cpus_given_back.items():
             log_event(log, logging.INFO, "exclusive CPUs given back after a resize",
                       container=owner, cpus=format_cpulist(cpus), when="while away")
         self._report_restore_problems(restored)
-        # Before the registry is rebuilt: what it knew needs no second look. Only a
-        # container without a record can be unenforced (a pass over all of them decodes
-        # each again: spared when every one has a record).
-        unenforced = (self.unenforced.report(self.node.config, pod_of, live, values)
-                      if any(value.record is None for value in values) else [])
+        # Before the registry is rebuilt: what it knew needs no second look.
+        unenforced = self.unenforced.report(self.node.config, pod_of, values, unrecorded)
         for value in self._rebuild_registry(pod_of, live, values, restored.plans,
                                             unenforced):
             self._write_owed(value)

@@ -18,7 +18,7 @@ and is not reported.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from nri_plugin.config import NodeConfig
@@ -48,6 +48,11 @@ def hook_enforced(container: pb.Container) -> bool:
     hooks = container.hooks
     return any(is_sla_hook(h.path, h.args) for stage in (hooks.create_runtime,
                hooks.prestart, hooks.create_container) for h in stage)
+
+
+# What the report needs of a live container without a record: its name, and whether its
+# spec runs the nri-sla OCI hook (hook_enforced).
+Unrecorded = tuple[str, bool]
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,16 +88,18 @@ class UnenforcedContainers:
                       key=lambda u: (u.namespace, u.pod, u.container, u.id))
 
     def report(self, config: NodeConfig, pod_of: Mapping[str, SyncedPod],
-               live: Iterable[pb.Container], values: list[LiveContainer]) -> list[str]:
-        """Log and count the new ones among the `live` containers (`values`: what restore
-        read of each); returns the ids of all of them, new or reported before, for the
+               values: list[LiveContainer], unrecorded: Mapping[str, Unrecorded]
+               ) -> list[str]:
+        """Log and count the new ones among the live containers (`values`: what restore
+        read of each; `unrecorded`: container id -> what it read of each without a
+        record); returns the ids of all of them, new or reported before, for the
         registry's new entries to say so. Runs before the registry is rebuilt: a
         container it knew without a plan (and not as unenforced) asks no SLA and is not
         read again. (One with a plan but no record got an answer the runtime never
         applied: reported.)"""
         now: list[str] = []
         new: list[Unenforced] = []
-        for ctr, value in zip(live, values, strict=True):
+        for value in values:
             pod = pod_of.get(value.pod)
             if pod is None or value.record is not None:
                 continue
@@ -100,9 +107,9 @@ class UnenforcedContainers:
             if entry is not None and entry.unenforced:
                 now.append(value.id)
                 continue
-            if (entry is not None and entry.decided_plan is None) or hook_enforced(ctr):
+            name, hooked = unrecorded[value.id]
+            if (entry is not None and entry.decided_plan is None) or hooked:
                 continue
-            name = ctr.name
             if not _asks_sla(config, pod.annotations, name):
                 continue
             now.append(value.id)

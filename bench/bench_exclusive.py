@@ -80,7 +80,7 @@ async def one(neighbours: int, cycles: int, tmp: Path) -> dict:
         serving = asyncio.create_task(stub.run())
         session = await sim.accept()
         plugin.on_registered(stub)
-        await plugin.restored()
+        await plugin.restorer.restored()
         try:
             # one cycle before the neighbours: the placement code's first use (imports,
             # caches) is not any count's first create

@@ -3,7 +3,7 @@
 A pod can put any text into `sla.nri.io/applied`; decode_record must refuse it in bounded
 time and memory before anything grows with the input (nri_plugin.plan.record). Figures:
 the time to refuse one record of each hostile shape, to decode a genuine one, and
-NodeState.restore (what Synchronize runs) over 1,000 containers, all genuine or all
+core.restore.restore (what Synchronize runs) over 1,000 containers, all genuine or all
 forged at the 16 KiB limit, with the peak memory tracemalloc sees.
 
     .venv/bin/python bench/bench_records.py [--n 2000]
@@ -20,6 +20,7 @@ from pathlib import Path
 
 from nri_plugin.config import NodeConfig
 from nri_plugin.core.nodestate import NodeState
+from nri_plugin.core.restore import restore as restore_node
 from nri_plugin.core.restored import LiveContainer
 from nri_plugin.plan.allocator import Allocator
 from nri_plugin.plan.model import ContainerPlan
@@ -36,7 +37,6 @@ from nri_plugin.topology.snapshot import load_snapshot
 
 DGX = Path(__file__).resolve().parents[1] / "examples" / "dgx-like.yaml"
 KEY = bytes(range(32))
-APPLIED = "sla.nri.io/applied"
 DEPTH = (MAX_RECORD_BYTES - 100) // 2  # the deepest nesting that fits the size limit
 
 
@@ -84,11 +84,11 @@ def restore(containers: list[LiveContainer]) -> tuple[float, float, int]:
     times = []
     for _ in range(3):
         start = time.perf_counter()
-        taken = len(node().restore(containers).plans)
+        taken = len(restore_node(node(), containers).plans)
         times.append(time.perf_counter() - start)
     state = node()
     tracemalloc.start()
-    state.restore(containers)
+    restore_node(state, containers)
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     return min(times), peak / 2**20, taken
@@ -109,12 +109,12 @@ def main() -> int:
           f"  p99 {p99 * 1e6:8.1f} us")
 
     plan = ContainerPlan("hard", 2, cpu_quota=50_000, cpu_period=100_000, memory_max=1 << 30)
-    genuine_set = [LiveContainer(f"c{i}", "default", {APPLIED: encode_record(
-        plan, "nri", f"c{i}", KEY)}, i) for i in range(1000)]
+    genuine_set = [LiveContainer(f"c{i}", "default", encode_record(
+        plan, "nri", f"c{i}", KEY), i) for i in range(1000)]
     # The dearest forgery: at the size limit with a MAC-shaped tail, so the HMAC is computed.
     forged = sign_record(json.dumps({"v": 2, "x": "9" * (MAX_RECORD_BYTES - 100)}), "c",
                          bytes(32))
-    forged_set = [LiveContainer(f"c{i}", "default", {APPLIED: forged}, i)
+    forged_set = [LiveContainer(f"c{i}", "default", forged, i)
                   for i in range(1000)]
     for name, containers in (("1,000 genuine records", genuine_set),
                              ("1,000 forged 16 KiB records", forged_set)):

@@ -11,7 +11,7 @@ topology, CPU pool, GPU, registry, drift watch, restore, metrics or logging. Whe
 plugin keeps each reported container (a pointer), this one keeps its id: a protobuf
 message kept in Python keeps the whole request it was parsed from alive (the
 Synchronize's megabytes), which is not a floor. The C heap is kept as `nri-sla run` keeps it
-(nri_plugin.plugin.heap: large blocks mapped, the freed heap given back after a large
+(nri_plugin.nri.heap: large blocks mapped, the freed heap given back after a large
 Synchronize), so the memory figures compare the same allocator settings.
 
 So its figures are what any plugin on this stack (CPython, the project's ttrpc/NRI stub on
@@ -30,10 +30,10 @@ import math
 import os
 import sys
 
+from nri_plugin.nri import heap
 from nri_plugin.nri.pb import nri_pb2 as pb
 from nri_plugin.nri.stub import CreateResult, Stub
 from nri_plugin.plan.record import record_text, sign_record
-from nri_plugin.plugin import heap
 from nri_plugin.text import safeyaml
 from nri_plugin.text.quantities import parse_cpu, parse_duration, parse_size
 

@@ -44,9 +44,9 @@ def main(args: argparse.Namespace) -> int:
     from nri_plugin.core.recordkey import load_or_create_key
     from nri_plugin.errors import EXIT_INTERNAL, EXIT_INVALID, EXIT_UNAVAILABLE, SlaFailure
     from nri_plugin.nri.errors import NriError
+    from nri_plugin.nri.heap import keep_large_blocks_mapped
     from nri_plugin.nri.stub import check_identity
     from nri_plugin.ops.logsetup import setup_logging
-    from nri_plugin.plugin.heap import keep_large_blocks_mapped
     from nri_plugin.plugin.service import reload_node, serve_node, start_listeners
     from nri_plugin.topology.snapshot import load_snapshot
 

@@ -12,22 +12,17 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
-from operator import attrgetter
 
-from nri_plugin.core.errors import RecordConflict
 from nri_plugin.enforce.blockdev import resolve_block_device
 from nri_plugin.enforce.capabilities import NodeCapabilities
 from nri_plugin.errors import InternalFailure, SlaFailure
 from nri_plugin.ops.corelog import CoreLogger
-from nri_plugin.plan.errors import PlacementError, PlanError, RecordError
+from nri_plugin.plan.errors import PlanError
 from nri_plugin.plan.record import (
     RecordLimits,
-    granted_permissions,
-    parse_record,
     record_body,
     record_text,
     sign_record,
-    verified_text,
 )
 from nri_plugin.topology.cpulist import NO_CPUS, format_cpulist, parse_cpulist
 from nri_plugin.topology.errors import CpuListError
@@ -41,20 +36,19 @@ from nri_plugin.topology.errors import CpuListError
 # AttributeError on every call (3-4 us hot against 1).
 TYPE_CHECKING = False  # `typing` costs the hook's cold run; only checkers need it
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping
+    from collections.abc import Callable, Iterable
     from pathlib import Path
     from typing import Any
 
     from nri_plugin.config import NodeConfig
     from nri_plugin.core.inputs import DecisionInputs, NodeInputs
-    from nri_plugin.core.restored import LiveContainer, Restored
     from nri_plugin.enforce.cgpaths import CgroupFacts, CgroupPaths
     from nri_plugin.enforce.rt import RtChange
     from nri_plugin.enforce.rt_ledger import RtLedger
     from nri_plugin.granted import GrantedResources
     from nri_plugin.plan.allocator import Allocator, InventoryChange
     from nri_plugin.plan.context import PodUsage
-    from nri_plugin.plan.cpupool import CpuPool, ReportedCpusets
+    from nri_plugin.plan.cpupool import CpuPool
     from nri_plugin.plan.model import ContainerPlan
     from nri_plugin.plan.placement_values import CpuFloor
     from nri_plugin.plan.rt_budget import RtBudget
@@ -172,115 +166,6 @@ class NodeState:
         return RecordLimits(max_cpu=max(topology.online, default=0),
                             max_node=max(topology.node_ids, default=0),
                             inventory=self.allocator.known_inventory())
-
-    def restore(self, live: Iterable[LiveContainer]) -> Restored:
-        """Make the allocations exactly what the live containers' records hold.
-
-        Everything held before is let go first, so owners whose containers went away
-        while the plugin was disconnected are released and nothing is taken twice. Then
-        each record is taken again, earliest-created container first (ties by id): a
-        record counts only when it verifies for its container, is well-formed and claims
-        nothing an earlier container holds; a record that fails any of these is one
-        Rejection, and never affects another container. A verified record granting what
-        the node config no longer allows the pod's namespace (the config changed under
-        running pods) is still taken: the container uses those GPUs, CPUs and RT time
-        until it ends, so handing them to another would double them. It is reported
-        (`out_of_policy`) so that the operator drains the pod.
-        """
-        from nri_plugin.core.restored import Rejection, Restored
-
-        ordered = sorted(live, key=attrgetter("created_at", "id"))
-        held = {*(self.rt_budget.owners() if self.rt_budget else ()),
-                *(self.allocator.owners() if self.allocator else ())}
-        for owner in held:
-            self.release(owner)
-        if self.cpu_pool is not None:
-            self.cpu_pool.clear()  # the plugin has every live container join again
-        result = Restored(released=tuple(sorted(held - {c.id for c in ordered})))
-        limits = self.record_limits()
-        applied = self.output_keys[0]
-        parsed: dict[str, tuple[ContainerPlan, tuple[str, ...]]] = {}  # replicas share one
-        from nri_plugin.plan.cpupool import ReportedCpusets
-
-        cpusets = ReportedCpusets((c.cpus for c in ordered),
-                                  self.allocator.topology.online if self.allocator else
-                                  frozenset())
-        for container in ordered:
-            text = container.annotations.get(applied)
-            if text is None:
-                continue
-            try:
-                result.plans[container.id], breach = self._take(
-                    container, text, limits, parsed, cpusets, result.cpus_given_back)
-            except RecordError as exc:
-                result.rejected.append(Rejection(container.id, exc.problem, str(exc)))
-                continue
-            if breach:
-                result.out_of_policy.append(Rejection(container.id, "policy", breach))
-        if self.allocator is not None:
-            self.allocator.prune_missing()  # vanished GPUs no live record holds: gone
-        result.rt_given_back = self.give_back_rt()
-        return result
-
-    def _take(self, container: LiveContainer, text: str, limits: RecordLimits,
-              parsed: dict[str, tuple[ContainerPlan, tuple[str, ...]]],
-              cpusets: ReportedCpusets, given_back: dict[str, frozenset[int]]
-              ) -> tuple[ContainerPlan, str]:
-        """Re-take what one record holds, and what of it the node config no longer allows
-        ("" when all is allowed); RecordError (nothing taken) when it must not be taken.
-        Every record's MAC is checked; `parsed` (verified text -> its plan and the
-        permissions it needs) spares parsing a verified text twice; `cpusets`: every live
-        container's, which tell its exclusive CPUs still held; `given_back`: where the
-        exclusive CPUs above its request now are noted."""
-        signed = verified_text(text, container.id, self.record_key)
-        known = parsed.get(signed)
-        if known is None:
-            plan = parse_record(signed, limits)[1]
-            known = parsed[signed] = (plan, granted_permissions(plan))
-        plan, permissions = known
-        breach = self._breach(permissions, container.namespace) if permissions else ""
-        if plan.placement_record and self.allocator is not None:
-            try:
-                self.allocator.restore(container.id, _still_held(
-                    plan.placement_record, container.cpus, cpusets))
-            except PlacementError as exc:  # unchanged: nothing to undo
-                raise RecordConflict(f"{exc} (created earlier); this claim is ignored"
-                                     ) from None
-            # The request now rules, not the one the record was made for (a resize while
-            # nri-sla was away): CPUs above it go back before any later record is taken.
-            given = self._within_request(container.id, container.request_millis,
-                                         container.namespace)
-            if given:
-                given_back[container.id] = given
-        if plan.rt_runtime and self.rt_budget is not None:
-            import nri_plugin.plan.rt_budget as budgets  # per record
-
-            # The kernel already gives the container this budget: counted even if the
-            # node's share is exceeded (a tightened rt-budget), so that no new grant adds
-            # to it; its ancestors keep their raise while it lives.
-            self.rt_budget.hold(container.id, budgets.RtGrant(
-                plan.rt_runtime, plan.rt_period_in_force, self._rt_dir(container.cgroups_path)))
-        return plan, breach
-
-    def _breach(self, permissions: tuple[str, ...], ns: str | None) -> str:
-        """What of `permissions` a restored record needs that namespace `ns` (None: no
-        known pod) may no longer use; "" when it may use them all."""
-        who = "a container of no known pod" if ns is None else f"namespace {ns!r}"
-        return "; ".join(
-            f"grants {permission}, which {who} may no longer use (node config "
-            f"permissions.{permission}); held until the container ends"
-            for permission in permissions
-            if ns is None or not self.config.allows(permission, ns))
-
-    def _rt_dir(self, cgroups_path: str) -> Path | None:
-        """The cpu cgroup dir of a container with this cgroups path, where an RT budget
-        lives (cgroup v1); None: no such dir here."""
-        if not cgroups_path or self.facts is None or self.cgroup_version != 1:
-            return None
-        try:
-            return _cpu_dir(self.facts.container_paths(cgroups_path))
-        except SlaFailure:
-            return None  # no cpu hierarchy: nothing raised for it
 
     def pod_usage(self, pod: str, owner: str) -> PodUsage:
         """What the pod's containers other than `owner` hold (exclusive CPUs, RT share);
@@ -566,33 +451,6 @@ class NodeState:
 
 def _no_members(pod: str) -> Iterable[str]:
     return ()
-
-
-def _still_held(record: Mapping[str, Any], reported: str,
-                cpusets: ReportedCpusets) -> Mapping[str, Any]:
-    """A placement record as the container holds it now (the record is not rewritten
-    when a resize down gives exclusive CPUs back): of the record's exclusive CPUs, those
-    its reported cpuset holds. A cpuset of its exclusive CPUs alone holds none given
-    back. One with CPUs beyond them (the shared pool too: soft mode clamped its exclusive
-    CPUs, or a resize down and up again) holds the given-back ones as well, as the shared
-    pool has them: of those, a CPU another live container's cpuset holds is shared, not
-    its own. Never more than the record grants; `cpusets`: every live container's."""
-    if not reported or "exclusive" not in record:
-        return record
-    try:
-        now = parse_cpulist(reported)
-        granted = parse_cpulist(str(record["exclusive"]))
-    except CpuListError:
-        return record  # the record's own check refuses it
-    held = granted & now
-    if not now <= granted:
-        held -= cpusets.elsewhere(reported)
-    kept = {k: v for k, v in record.items() if k not in ("exclusive", "cpus")}
-    if held:
-        kept["exclusive"] = kept["cpus"] = format_cpulist(held)
-    elif record.get("aligned"):
-        kept["cpus"] = format_cpulist(now)
-    return kept
 
 
 def _cpu_dir(paths: CgroupPaths) -> Path:

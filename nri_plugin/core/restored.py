@@ -1,4 +1,4 @@
-"""What a Synchronize's restore takes and gives back (NodeState.restore): the live
+"""What a Synchronize's restore takes and gives back (core.restore): the live
 containers the runtime reports, and what restore rebuilt and rejected.
 
 A module of their own: the OCI hook's one-shot NodeState never restores, and creating
@@ -12,8 +12,6 @@ from dataclasses import dataclass, field
 
 TYPE_CHECKING = False  # `typing` costs every cold run; only checkers need it
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-
     from nri_plugin.enforce.rt import RtChange
     from nri_plugin.plan.model import ContainerPlan
 
@@ -26,14 +24,15 @@ class LiveContainer:
 
     id: str
     namespace: str | None  # its pod's namespace; None: the runtime sent no pod for it
-    annotations: Mapping[str, str]
+    record: str | None  # its `applied` annotation: nri-sla's record (None: none)
     created_at: int = 0  # unix ns; of two conflicting claims the earlier container wins
     cpus: str = ""  # its cpuset as the runtime reports it ("": not reported)
     pod: str = ""  # its pod's id: what it holds counts against that pod's caps again
     cgroups_path: str = ""  # its OCI linux.cgroupsPath: where its RT budget lives
     # Its CPU request now, in millicores (None: none set): a resize while nri-sla was away
-    # holds from the restore on (NodeState.restore gives back exclusive CPUs above it).
+    # holds from the restore on (core.restore gives back exclusive CPUs above it).
     request_millis: int | None = None
+    started: bool = True  # False: created, not started yet (StartContainer owes its writes)
 
 
 @dataclass(frozen=True)

@@ -11,10 +11,18 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import itertools
 import logging
 import re
 import socket
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import (
+    Awaitable,
+    Callable,
+    Collection,
+    Iterable,
+    Mapping,
+    Sequence,
+)
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -34,6 +42,7 @@ from nri_plugin.nri.errors import (
 from nri_plugin.nri.levels import NriLevel, nri_level
 from nri_plugin.nri.pb import nri_pb2 as pb
 from nri_plugin.nri.ttrpc import embedded_field
+from nri_plugin.nri.wire import Encoded, LazyMessages, read_fields
 
 log = logging.getLogger("nri_sla.nri.stub")
 
@@ -69,36 +78,55 @@ class SyncLimits:
 class _SyncParts:
     """The parts of one Synchronize so far. Once a bound is passed (or a part does not
     decode) every later part of the same Synchronize fails too: the handler must never
-    see part of the runtime's state as if it were all of it."""
+    see part of the runtime's state as if it were all of it. The pods and
+    containers stay encoded (`LazyMessages`: decoded again on each pass of the handler),
+    each decoded once here all the same, so that a malformed one is refused with its
+    part, not found by the handler after the answer."""
 
-    __slots__ = ("bytes", "containers", "failure", "limits", "parts", "pods")
+    __slots__ = ("bytes", "containers", "failure", "limits", "more", "parts", "pods")
 
     def __init__(self, limits: SyncLimits) -> None:
         self.limits = limits
-        self.pods: list[pb.PodSandbox] = []
-        self.containers: list[pb.Container] = []
+        self.pods: LazyMessages[pb.PodSandbox] = LazyMessages(pb.PodSandbox)
+        self.containers: LazyMessages[pb.Container] = LazyMessages(pb.Container)
         self.parts = 0
         self.bytes = 0
+        # Whether more parts follow the last one added; None: unknown (it did not decode).
+        self.more: bool | None = False
         self.failure: RpcError | None = None
 
     def fail(self, error: RpcError) -> RpcError:
         if self.failure is None:  # logged once: later parts fail without a word
             log.warning("%s", error.message)
         self.failure = error
-        self.pods, self.containers = [], []  # nothing is kept for a refused state
+        # Nothing is kept for a refused state.
+        self.pods, self.containers = LazyMessages(pb.PodSandbox), LazyMessages(pb.Container)
         return error
 
-    def add(self, req: pb.SynchronizeRequest, size: int) -> None:
-        """Join one part; raises RpcError (ResourceExhausted) past a bound."""
-        if self.failure is not None:
-            raise RpcError(self.failure.code, self.failure.message, "Synchronize")
+    def add(self, payload: Encoded) -> None:
+        """Join one part; raises RpcError: InvalidArgument for a part that does not decode,
+        ResourceExhausted past a bound."""
+        self.more = None
+        try:
+            found = read_fields(payload)
+            more = bool(found.varints.get(_MORE))
+            if self.failure is not None:
+                self.more = more
+                raise RpcError(self.failure.code, self.failure.message, "Synchronize")
+            pods = LazyMessages.of(pb.PodSandbox, payload, found, _PODS)
+            containers = LazyMessages.of(pb.Container, payload, found, _CONTAINERS)
+            for _ in itertools.chain(pods, containers):
+                pass
+        except DecodeError as exc:
+            raise self.fail(_malformed(pb.SynchronizeRequest, exc, "Synchronize")) from None
+        self.more = more
         self.parts += 1
-        self.bytes += size
+        self.bytes += len(payload)
         limits = self.limits
         for what, have, most in (("parts", self.parts, limits.parts),
                                  ("bytes", self.bytes, limits.bytes),
-                                 ("pods", len(self.pods) + len(req.pods), limits.pods),
-                                 ("containers", len(self.containers) + len(req.containers),
+                                 ("pods", len(self.pods) + len(pods), limits.pods),
+                                 ("containers", len(self.containers) + len(containers),
                                   limits.containers)):
             if have > most:
                 raise self.fail(RpcError(
@@ -106,8 +134,12 @@ class _SyncParts:
                     f"Synchronize refused: more than {most} {what} after {self.parts} "
                     f"parts; nri-sla holds at most {limits.describe()} of runtime state",
                     "Synchronize"))
-        self.pods.extend(req.pods)
-        self.containers.extend(req.containers)
+        self.pods.extend(pods)
+        self.containers.extend(containers)
+
+
+_PODS, _CONTAINERS, _MORE = (pb.SynchronizeRequest.DESCRIPTOR.fields_by_name[name].number
+                             for name in ("pods", "containers", "more"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,9 +169,13 @@ class PluginHandlers(Protocol):
         """Return an event mask to subscribe with instead of the one derived from the
         handlers present (the stub clips it to what the runtime knows)."""
 
-    def synchronize(self, pods: list[pb.PodSandbox], containers: list[pb.Container]
+    def synchronize(self, pods: Collection[pb.PodSandbox],
+                    containers: Collection[pb.Container]
                     ) -> MaybeAwaitable[Sequence[pb.ContainerUpdate] | None]:
-        """Called once with the runtime's whole state (all chunks joined)."""
+        """Called once with the runtime's whole state (all chunks joined). `pods` and
+        `containers` are decoded again, one message at a time, on each iteration
+        (wire.LazyMessages): keep what is needed of one, not its message (a message
+        keeps its whole parse)."""
 
     def shutdown(self) -> MaybeAwaitable[None]: ...
 
@@ -221,8 +257,11 @@ def _decode(cls: type[Message], payload: bytes, method: str) -> Any:
     try:
         return cls.FromString(payload)
     except DecodeError as exc:
-        raise RpcError(Code.INVALID_ARGUMENT,
-                       f"{method}: malformed {cls.DESCRIPTOR.name}: {exc}") from None
+        raise _malformed(cls, exc, method) from None
+
+
+def _malformed(cls: type[Message], exc: DecodeError, method: str) -> RpcError:
+    return RpcError(Code.INVALID_ARGUMENT, f"{method}: malformed {cls.DESCRIPTOR.name}: {exc}")
 
 
 def _create_response(result: Any) -> bytes:
@@ -451,13 +490,13 @@ class Stub:
     def _synchronize(self, payload: bytes) -> bytes | Awaitable[bytes]:
         parts = self._sync
         try:
-            req = _decode(pb.SynchronizeRequest, payload, "Synchronize")
-        except RpcError as exc:
-            raise parts.fail(exc) from None  # which part was last is unknown: keep failing
-        if not req.more:  # the last part: the next Synchronize starts afresh
-            self._sync = _SyncParts(self.sync_limits)
-        parts.add(req, len(payload))
-        if req.more:
+            parts.add(payload)
+        finally:
+            if parts.more is False:  # the last part: the next Synchronize starts afresh
+                self._sync = _SyncParts(self.sync_limits)
+        # (A part that does not decode: which part was last is unknown, so every later
+        # part fails too.)
+        if parts.more:
             return pb.SynchronizeResponse(more=True).SerializeToString()
         handler = self._handler("synchronize")
         if handler is None:

@@ -23,10 +23,16 @@ from nri_plugin.nri.errors import (
     RemoteProtocolError,
 )
 from nri_plugin.nri.pb import ttrpc_pb2
+from nri_plugin.nri.wire import Encoded, read_fields
 
 HEADER = struct.Struct(">IIBB")
 HEADER_LEN = HEADER.size
 MAX_DATA = 4 << 20  # 4 MiB, ttrpc's message length limit
+# From this length on a frame that arrives in parts is assembled in a buffer of its own
+# size, handed over as its data, and a request's payload is a view of it: a Synchronize's
+# megabytes are held once from the socket to the handler (a copy at each step, and the
+# moves of a growing buffer, held them several times over).
+LARGE_FRAME = 64 << 10
 # The header's stream id is a uint32. Client ids are odd and strictly increasing per
 # connection, so the last one is 2**32 - 1; after it the connection can carry no call.
 MAX_STREAM_ID = 0xFFFFFFFF
@@ -47,7 +53,7 @@ class Frame(NamedTuple):
     stream_id: int
     type: int
     flags: int
-    data: bytes
+    data: bytes | bytearray  # a large frame's: the buffer it was assembled in
 
 
 class OversizedFrame(NamedTuple):
@@ -63,7 +69,7 @@ class RequestReceived(NamedTuple):
     stream_id: int
     service: str
     method: str
-    payload: bytes
+    payload: Encoded  # a large frame's: a view of the frame's data
     timeout_nano: int
     metadata: tuple[tuple[str, str], ...]
 
@@ -89,19 +95,25 @@ class FrameDecoder:
     discarded as it streams past, never buffered.
     """
 
-    __slots__ = ("_buf", "_skip", "max_data")
+    __slots__ = ("_buf", "_large", "_skip", "max_data")
 
     def __init__(self, max_data: int = MAX_DATA) -> None:
         self.max_data = max_data
         self._buf = bytearray()
         self._skip = 0
+        self._large: _LargeFrame | None = None  # a large frame under way
 
     @property
     def buffered(self) -> int:
-        return len(self._buf)
+        large = self._large
+        return len(self._buf) + (HEADER_LEN + large.filled if large is not None else 0)
 
     def feed(self, data: bytes) -> list[Frame | OversizedFrame]:
         out: list[Frame | OversizedFrame] = []
+        if self._large is not None:
+            data = self._fill_large(data, out)
+            if not data:
+                return out
         if self._skip:
             if len(data) <= self._skip:
                 self._skip -= len(data)
@@ -118,8 +130,7 @@ class FrameDecoder:
         pos = 0
         end = len(src)
         # A frame's data is copied once, out of a view (slicing the bytearray would copy
-        # it twice: a 4 MiB Synchronize would briefly cost 12 MiB, not 8). The view is
-        # released before the buffer is cut below.
+        # it twice). The view is released before the buffer is cut below.
         with memoryview(src) as view:
             while end - pos >= HEADER_LEN:
                 length, stream_id, type_, flags = HEADER.unpack_from(src, pos)
@@ -141,7 +152,53 @@ class FrameDecoder:
             del buf[:pos]
         elif pos < end:
             buf += data[pos:]
+        self._start_large()
         return out
+
+    def _start_large(self) -> None:
+        """A large frame begun in the buffer gets a buffer of its own, of its size: filled
+        as it arrives and handed over as its data (growing the shared buffer instead
+        would move it, and its old copies stay in the heap)."""
+        buf = self._buf
+        if len(buf) < HEADER_LEN:
+            return
+        length, stream_id, type_, flags = HEADER.unpack_from(buf, 0)
+        if length < LARGE_FRAME:  # (one over max_data is being skipped, never here)
+            return
+        frame = _LargeFrame(stream_id, type_, flags, bytearray(length))
+        with memoryview(buf) as view:
+            frame.fill(view[HEADER_LEN:])
+        self._large = frame
+        self._buf = bytearray()
+
+    def _fill_large(self, data: bytes, out: list[Frame | OversizedFrame]) -> bytes:
+        """`data` into the large frame under way; returns what follows the frame."""
+        frame = self._large
+        assert frame is not None
+        with memoryview(data) as view:
+            taken = frame.fill(view)
+        if frame.filled == len(frame.data):
+            out.append(Frame(frame.stream_id, frame.type, frame.flags, frame.data))
+            self._large = None
+        return data[taken:] if taken < len(data) else b""
+
+
+class _LargeFrame:
+    """A large frame under way: its header, and its data as far as it came."""
+
+    __slots__ = ("data", "filled", "flags", "stream_id", "type")
+
+    def __init__(self, stream_id: int, type_: int, flags: int, data: bytearray) -> None:
+        self.stream_id, self.type, self.flags = stream_id, type_, flags
+        self.data = data
+        self.filled = 0
+
+    def fill(self, more: memoryview) -> int:
+        """Copy what of `more` the frame still lacks; returns how many bytes that was."""
+        taken = min(len(more), len(self.data) - self.filled)
+        self.data[self.filled:self.filled + taken] = more[:taken]
+        self.filled += taken
+        return taken
 
 
 def _varint(value: int) -> bytes:
@@ -239,22 +296,19 @@ class ServerCore:
             return None, self._reject(sid, Code.RESOURCE_EXHAUSTED,
                                       f"message length {frame.length} exceeds maximum "
                                       f"message size of {MAX_DATA}")
-        req = ttrpc_pb2.Request()
         try:
-            req.ParseFromString(frame.data)
-        except DecodeError:
+            service, method, payload, timeout, meta = (
+                _request(frame.data) if len(frame.data) < LARGE_FRAME else
+                _large_request(frame.data))
+        except (DecodeError, UnicodeDecodeError):
             return None, self._reject(sid, Code.INVALID_ARGUMENT,
                                       "malformed ttrpc request (protobuf decode failed)")
-        service, method = req.service, req.method  # (each read makes a new string)
         if not self.is_known(service, method):
             return None, self._reject(sid, Code.UNIMPLEMENTED,
                                       f"{service}/{method} is not implemented by "
                                       f"{self.server_name}")
         self.active.add(sid)
-        metadata = req.metadata
-        meta = tuple((kv.key, kv.value) for kv in metadata) if metadata else ()
-        return RequestReceived(sid, service, method, req.payload, req.timeout_nano,
-                               meta), b""
+        return RequestReceived(sid, service, method, payload, timeout, meta), b""
 
     def _finish(self, stream_id: int) -> None:
         try:
@@ -270,6 +324,44 @@ class ServerCore:
     def respond_error(self, stream_id: int, code: int, message: str) -> bytes:
         self._finish(stream_id)
         return encode_frame(stream_id, TYPE_RESPONSE, encode_error_response(code, message))
+
+
+Request = tuple[str, str, Encoded, int, tuple[tuple[str, str], ...]]
+
+
+def _request(data: bytes | bytearray) -> Request:
+    """A ttrpc.Request's service, method, payload, timeout and metadata."""
+    req = ttrpc_pb2.Request()
+    req.ParseFromString(data)
+    metadata = req.metadata
+    meta = tuple((kv.key, kv.value) for kv in metadata) if metadata else ()
+    return req.service, req.method, req.payload, req.timeout_nano, meta
+
+
+_SERVICE, _METHOD, _PAYLOAD, _TIMEOUT, _METADATA = (
+    ttrpc_pb2.Request.DESCRIPTOR.fields_by_name[name].number
+    for name in ("service", "method", "payload", "timeout_nano", "metadata"))
+
+
+def _large_request(data: bytes | bytearray) -> Request:
+    """_request for a large frame: its payload a view of `data`, not a copy (protobuf's
+    parse copies it, and reading the field copies it again). Field by field as protobuf
+    reads them: the last occurrence of a scalar wins, strings must be UTF-8."""
+    found = read_fields(data)
+    view = memoryview(data)
+
+    def last(number: int) -> memoryview:
+        spans = found.spans.get(number)
+        return view[spans[-2]:spans[-1]] if spans else view[:0]
+
+    meta = tuple((kv.key, kv.value) for kv in (
+        ttrpc_pb2.KeyValue.FromString(view[start:stop])
+        for start, stop in found.each(_METADATA)))
+    timeout = found.varints.get(_TIMEOUT, 0)
+    if timeout >= 1 << 63:  # int64: a negative value's two's complement
+        timeout -= 1 << 64
+    return (str(last(_SERVICE), "utf-8"), str(last(_METHOD), "utf-8"), last(_PAYLOAD),
+            timeout, meta)
 
 
 class ClientCore:

@@ -3,8 +3,8 @@
 CreateContainer: annotations -> SLA -> plan -> adjustment (or an error status, which
 makes containerd refuse the container). StartContainer: the direct cgroup writes that
 NRI cannot express on this node, read back. Stop/Remove: allocations released.
-Synchronize, and the restore right after it, are the other half of SlaPlugin, in
-`plugin.restore` (`SynchronizeRestore`, which SlaPlugin extends).
+Synchronize, and the restore right after it, are SlaPlugin's collaborator `restorer`
+(`plugin.restore.SynchronizeRestore`), given the books and the pieces it uses.
 Every container the runtime reports, with or without an SLA, has one entry in the
 registry (`plugin.registry`): its grant, its plan, whether direct writes are owed; every
 grant is held, and GPUs two containers can open are reported. nri-sla never adds a GPU.
@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Collection, Generator, Iterable, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -60,6 +60,7 @@ from nri_plugin.plugin.registry import (
 )
 from nri_plugin.plugin.report import gpus_json
 from nri_plugin.plugin.restore import SynchronizeRestore, log_given_back, settled
+from nri_plugin.plugin.synced import SyncedPod
 from nri_plugin.plugin.unenforced import UnenforcedContainers
 from nri_plugin.plugin.watch import DriftWatch
 from nri_plugin.topology.cpulist import format_cpulist
@@ -131,12 +132,11 @@ def granted_resources(resources: pb.LinuxResources, container: pb.Container | No
                             **evidence)
 
 
-class SlaPlugin(SynchronizeRestore):
+class SlaPlugin:
     """Handlers for the NRI stub; the stub subscribes to exactly these events."""
 
     def __init__(self, node: NodeState, metrics: MetricsSink = NO_METRICS,
                  events: PodEvents = NO_EVENTS) -> None:
-        super().__init__()
         self.node = node
         self.metrics = metrics
         self.events = events  # Kubernetes Events on the pods (plugin.pod_events)
@@ -160,6 +160,11 @@ class SlaPlugin(SynchronizeRestore):
         # created while away
         self._unenforced = UnenforcedContainers(self.registry, metrics, events)
         self._replicas_asked: frozenset[tuple[str, tuple[str, ...]]] = frozenset()
+        self.restorer = SynchronizeRestore(
+            node, self.registry, metrics, self.watch, self._unenforced,
+            rescan_inventory=self.rescan_inventory, entries=self._entries,
+            cpuset_updates=self._cpuset_updates, publish_usage=self._publish_usage,
+            report_shared=self._report_shared)
 
     # -- life cycle --------------------------------------------------------------------
     def on_registered(self, stub: Any) -> None:
@@ -169,8 +174,17 @@ class SlaPlugin(SynchronizeRestore):
         self.nri_version = stub.nri_version or UNVERSIONED_NRI
         self._stub = stub
         self._loop = asyncio.get_running_loop()  # where status requests read the watch
-        self.settle()  # the first Synchronize's restore (see synchronize)
-        self._send_unsent()
+        self.restorer.attach(stub, self._loop)  # the first Synchronize's restore
+
+    def synchronize(self, pods: list[pb.PodSandbox], containers: Collection[pb.Container]
+                    ) -> None:
+        """The runtime's whole state: answered at once, restored right after
+        (SynchronizeRestore.synchronize)."""
+        self.restorer.synchronize(pods, containers)
+
+    def settle(self) -> None:
+        """A restore the last Synchronize's answer left pending, now."""
+        self.restorer.settle()
 
     def configure(self, config: str, runtime_name: str, runtime_version: str) -> None:
         self.runtime = f"{runtime_name} {runtime_version}".strip()
@@ -308,7 +322,7 @@ class SlaPlugin(SynchronizeRestore):
                             container.linux.resources.cpu.cpus, created=created)
         return entry
 
-    def _entries(self, pod_of: dict[str, pb.PodSandbox], live: list[pb.Container],
+    def _entries(self, pod_of: dict[str, SyncedPod], live: Iterable[pb.Container],
                  values: list[LiveContainer], plans: dict[str, ContainerPlan]
                  ) -> Iterator[ContainerEntry]:
         """The registry entries of the live containers a Synchronize reported (`pod_of`:

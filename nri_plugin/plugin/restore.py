@@ -5,8 +5,12 @@ its events until then), and the restore runs on the loop's next turn, before any
 else (`settled`): the allocations rebuilt from the `applied` records on the live
 containers, the registry rebuilt with one entry per container, containers created while
 the plugin was away (an SLA asked, no record) reported, and the updates that follow sent
-as one UpdateContainers. `SynchronizeRestore` is mixed into `SlaPlugin` (plugin.handlers),
-which holds the state and the create path's pieces it declares.
+as one UpdateContainers. `SynchronizeRestore` is a collaborator `SlaPlugin`
+(plugin.handlers) owns, given the books it rebuilds and the create path's pieces it uses.
+
+The containers are read one at a time, in passes over the request (the stub hands them
+on encoded: nri.wire.LazyMessages), and only what restore needs of each is kept
+(`LiveContainer`, `SyncedPod`): the parsed request never lives whole.
 """
 
 from __future__ import annotations
@@ -15,24 +19,31 @@ import asyncio
 import functools
 import gc
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from nri_plugin.core import NodeState
+from nri_plugin.core.nodestate import NodeState
+from nri_plugin.core.restore import restore as restore_node
 from nri_plugin.core.restored import LiveContainer, Restored
 from nri_plugin.enforce.rt import RtChange
 from nri_plugin.granted import limits_only
 from nri_plugin.nri.errors import ConnectionClosed
+from nri_plugin.nri.heap import TRIM_AFTER_CONTAINERS, release_freed_heap
 from nri_plugin.nri.pb import nri_pb2 as pb
 from nri_plugin.nri.service import send_updates
 from nri_plugin.ops.logsetup import log_event
 from nri_plugin.ops.metrics import MetricsSink
 from nri_plugin.plan.model import ContainerPlan
-from nri_plugin.plugin.heap import TRIM_AFTER_CONTAINERS, release_freed_heap
 from nri_plugin.plugin.registry import ContainerEntry, ContainerRegistry
-from nri_plugin.plugin.unenforced import LIVE_STATES, UnenforcedContainers
+from nri_plugin.plugin.synced import SyncedPod
+from nri_plugin.plugin.unenforced import (
+    LIVE_STATES,
+    UnenforcedContainers,
+    Unrecorded,
+    hook_enforced,
+)
 from nri_plugin.plugin.watch import DriftWatch
 from nri_plugin.topology.cpulist import format_cpulist
 
@@ -44,47 +55,79 @@ _R = TypeVar("_R")
 class RuntimeState:
     """What a Synchronize brought: the runtime's pods and containers, to restore from."""
 
-    pods: list[pb.PodSandbox]
-    containers: list[pb.Container]
+    pods: Collection[pb.PodSandbox]  # each pass decodes them again (LazyMessages)
+    containers: Collection[pb.Container]
+
+
+class LiveContainers:
+    """The live ones (created, running, paused) of a Synchronize's containers, found
+    again on each pass: of a lazy collection, one container's message at a time."""
+
+    __slots__ = ("containers",)
+
+    def __init__(self, containers: Collection[pb.Container]) -> None:
+        self.containers = containers
+
+    def __iter__(self) -> Iterator[pb.Container]:
+        return (c for c in self.containers if c.state in LIVE_STATES)
 
 
 def settled(entry: Callable[..., _R]) -> Callable[..., _R]:
     """A way into the plugin from outside (the runtime's events, the service's schedule,
     the status socket, a config reload): a restore the last Synchronize answer left
-    pending finishes first (`SlaPlugin.settle`), so none sees the plugin half restored."""
+    pending finishes first (`SynchronizeRestore.settle`), so none sees the plugin half
+    restored. For the methods of an object with a `restorer`."""
     @functools.wraps(entry)
-    def after_restore(self: SynchronizeRestore, *args: Any) -> _R:
-        if self._pending is not None:
-            self.settle()
+    def after_restore(self: Any, *args: Any) -> _R:
+        restorer = self.restorer
+        if restorer.pending is not None:
+            restorer.settle()
         return entry(self, *args)
     return after_restore
 
 
 class SynchronizeRestore:
-    """The Synchronize handler and the restore after it, as `SlaPlugin` methods."""
+    """The Synchronize handler and the restore after it, for `SlaPlugin`: the books it
+    rebuilds (`node`, `registry`) and reports to (`metrics`, `watch`, `unenforced`), and
+    the plugin's pieces it runs: `rescan_inventory` (the node's GPUs read again),
+    `entries` (the registry entries of the live containers), `cpuset_updates` (the CPU
+    pool's changes as updates), `publish_usage` and `report_shared` (the gauges and the
+    GPUs shared after a rebuild). `attach` gives it the registered stub and its loop."""
 
-    # SlaPlugin's (plugin.handlers): the state a restore rebuilds ...
-    node: NodeState
-    metrics: MetricsSink
-    registry: ContainerRegistry
-    watch: DriftWatch
-    _stub: Any
-    _loop: asyncio.AbstractEventLoop | None
-    _unenforced: UnenforcedContainers
-    # ... and the pieces it shares with the create path.
-    rescan_inventory: Callable[[], None]
-    _entries: Callable[[dict[str, pb.PodSandbox], list[pb.Container], list[LiveContainer],
-                        dict[str, ContainerPlan]], Iterable[ContainerEntry]]
-    _cpuset_updates: Callable[[str, bool], list[pb.ContainerUpdate]]
-    _publish_usage: Callable[[], None]
-    _report_shared: Callable[[], None]
-
-    def __init__(self) -> None:
-        self._pending: RuntimeState | None = None  # a Synchronize answered, not restored
+    def __init__(self, node: NodeState, registry: ContainerRegistry, metrics: MetricsSink,
+                 watch: DriftWatch, unenforced: UnenforcedContainers, *,
+                 rescan_inventory: Callable[[], None],
+                 entries: Callable[[dict[str, SyncedPod], Iterable[pb.Container],
+                                    list[LiveContainer], dict[str, ContainerPlan]],
+                                   Iterable[ContainerEntry]],
+                 cpuset_updates: Callable[[str, bool], list[pb.ContainerUpdate]],
+                 publish_usage: Callable[[], None],
+                 report_shared: Callable[[], None]) -> None:
+        self.node = node
+        self.registry = registry
+        self.metrics = metrics
+        self.watch = watch
+        self.unenforced = unenforced
+        self.rescan_inventory = rescan_inventory
+        self.entries = entries
+        self.cpuset_updates = cpuset_updates
+        self.publish_usage = publish_usage
+        self.report_shared = report_shared
+        self._stub: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.pending: RuntimeState | None = None  # a Synchronize answered, not restored
         self._unsent: list[pb.ContainerUpdate] = []  # a restore's, before registration
         self._sending: set[asyncio.Future[None]] = set()  # the restores' UpdateContainers
 
-    def synchronize(self, pods: list[pb.PodSandbox], containers: list[pb.Container]) -> None:
+    def attach(self, stub: Any, loop: asyncio.AbstractEventLoop) -> None:
+        """The stub is registered (on its loop): a pending restore runs now, and the
+        updates of one that ran before are sent."""
+        self._stub, self._loop = stub, loop
+        self.settle()
+        self.send_unsent()
+
+    def synchronize(self, pods: Collection[pb.PodSandbox],
+                    containers: Collection[pb.Container]) -> None:
         """The runtime's whole state, answered at once with no updates: the runtime holds
         its pod and container events until this answer (containerd: 2 s by default), and
         the restore that follows it (`restore`) takes ~35 ms per 1,000 containers. It
@@ -94,11 +137,11 @@ class SynchronizeRestore:
         plugin between the answer and the restore. Its updates go to the runtime as one
         UpdateContainers. A second Synchronize (a reconnect) replaces a restore still
         pending: its state is the runtime's now."""
-        self._pending = RuntimeState(pods, containers)
+        self.pending = RuntimeState(pods, containers)
         if self._loop is not None and self._stub is not None and self._stub.registered:
             self._loop.call_soon(self.settle)
         # Else the stub has not taken its registration in yet (the runtime sends
-        # Synchronize right after Configure): on_registered runs it, once the plugin is
+        # Synchronize right after Configure): attach runs it, once the plugin is
         # registered (and ready, for the health probe); an entry reached before runs it
         # first. Outside a service (tests, benches): restore(), or the next entry.
 
@@ -106,7 +149,7 @@ class SynchronizeRestore:
         """The restore a Synchronize's answer left pending, now; its updates sent as one
         UpdateContainers. A restore that raises is logged (an internal failure: the state
         is as far as it got, the next Synchronize rebuilds it) and not run again."""
-        if self._pending is None:
+        if self.pending is None:
             return
         try:
             updates = self.restore()
@@ -116,11 +159,11 @@ class SynchronizeRestore:
             return
         if updates:
             self._unsent = updates
-            self._send_unsent()
+            self.send_unsent()
 
-    def _send_unsent(self) -> None:
+    def send_unsent(self) -> None:
         """The last restore's updates on their way, once the stub is registered (an
-        entry reached before on_registered ran the restore: on_registered sends them)."""
+        entry reached before attach ran the restore: attach sends them)."""
         if not self._unsent or self._stub is None or not self._stub.registered:
             return
         sending = asyncio.ensure_future(self._send_restored(self._unsent))
@@ -147,43 +190,56 @@ class SynchronizeRestore:
         runtime: aligned containers whose node got back exclusive CPUs (their holders went
         away meanwhile) get their wider cpuset, drift found meanwhile is repaired ([]
         when no restore is pending)."""
-        state, self._pending = self._pending, None
+        state, self.pending = self.pending, None
         if state is None:
             return []
-        pods, containers = state.pods, state.containers
         with self.metrics.time("Synchronize"), collector_paused():
-            self.rescan_inventory()  # records may name GPUs that came (or went) meanwhile
-            pod_of = {p.id: p for p in pods}
-            namespaces = {pod_id: pod.namespace for pod_id, pod in pod_of.items()}
-            live = [c for c in containers if c.state in LIVE_STATES]
-            # Each field the steps share read once (a protobuf read makes a new object,
-            # and at 10,000 containers each pass over them misses the CPU's caches).
-            values = [live_container(c, namespaces) for c in live]
-            restored = self.node.restore(values)
-            log_given_back(restored.rt_given_back)
-            for owner, cpus in restored.cpus_given_back.items():
-                log_event(log, logging.INFO, "exclusive CPUs given back after a resize",
-                          container=owner, cpus=format_cpulist(cpus), when="while away")
-            self._report_restore_problems(restored)
-            # Before the registry is rebuilt: what it knew needs no second look.
-            unenforced = self._unenforced.report(self.node.config, self.node.output_keys[0],
-                                                 pod_of, live, values)
-            for value in self._rebuild_registry(pod_of, live, values, restored.plans,
-                                                unenforced):
-                self._write_owed(value)
-            log.info("synchronized: %d pods, %d containers, %d allocations rebuilt, %d "
-                     "records ignored, %d owners released, %d created unenforced", len(pods),
-                     len(containers), len(restored.plans), len(restored.rejected),
-                     len(restored.released), len(unenforced))
-            self._publish_usage()
-            self._report_shared()
-            updates = self._cpuset_updates("", True)  # given-back CPUs reach everyone
+            count = self._rebuild(state)
+            del state  # the request's bytes are let go before the steps below run
+            self.publish_usage()
+            self.report_shared()
+            updates = self.cpuset_updates("", True)  # given-back CPUs reach everyone
             if self.watch.interval:  # drift while disconnected: repaired at once
                 updates += self.watch.run_in_sync()  # (on a large node, partly: watch.py)
-            if len(containers) >= TRIM_AFTER_CONTAINERS and self._loop is not None:
+            if count >= TRIM_AFTER_CONTAINERS and self._loop is not None:
                 # Once the runtime's state is let go (the next loop turn).
                 self._loop.call_soon(release_freed_heap)
             return updates
+
+    def _rebuild(self, state: RuntimeState) -> int:
+        """The books and the registry rebuilt from `state`, in passes over its containers
+        (each decoded again, one at a time); the direct writes owed done. Returns how
+        many containers the runtime reported."""
+        pods, containers = state.pods, state.containers
+        self.rescan_inventory()  # records may name GPUs that came (or went) meanwhile
+        pod_of = {pod.id: pod for pod in map(SyncedPod.of, pods)}
+        namespaces = {pod_id: pod.namespace for pod_id, pod in pod_of.items()}
+        applied = self.node.output_keys[0]
+        live = LiveContainers(containers)
+        # What the steps share of each container read once, and only that kept.
+        values: list[LiveContainer] = []
+        unrecorded: dict[str, Unrecorded] = {}  # what the unenforced report needs
+        for container in live:
+            value = live_container(container, namespaces, applied)
+            values.append(value)
+            if value.record is None:
+                unrecorded[value.id] = (container.name, hook_enforced(container))
+        restored = restore_node(self.node, values)
+        log_given_back(restored.rt_given_back)
+        for owner, cpus in restored.cpus_given_back.items():
+            log_event(log, logging.INFO, "exclusive CPUs given back after a resize",
+                      container=owner, cpus=format_cpulist(cpus), when="while away")
+        self._report_restore_problems(restored)
+        # Before the registry is rebuilt: what it knew needs no second look.
+        unenforced = self.unenforced.report(self.node.config, pod_of, values, unrecorded)
+        for value in self._rebuild_registry(pod_of, live, values, restored.plans,
+                                            unenforced):
+            self._write_owed(value)
+        log.info("synchronized: %d pods, %d containers, %d allocations rebuilt, %d "
+                 "records ignored, %d owners released, %d created unenforced", len(pods),
+                 len(containers), len(restored.plans), len(restored.rejected),
+                 len(restored.released), len(unenforced))
+        return len(containers)
 
     async def _send_restored(self, updates: list[pb.ContainerUpdate]) -> None:
         """The restore's updates as one UpdateContainers; then each cpuset an answer
@@ -228,7 +284,7 @@ class SynchronizeRestore:
                       container=breach.container, error=breach.message)
             self.metrics.record_out_of_policy()
 
-    def _rebuild_registry(self, pod_of: dict[str, pb.PodSandbox], live: list[pb.Container],
+    def _rebuild_registry(self, pod_of: dict[str, SyncedPod], live: LiveContainers,
                           values: list[LiveContainer], plans: dict[str, ContainerPlan],
                           unenforced: list[str]) -> list[LiveContainer]:
         """One entry per live container (`values`: what restore read of each), its plan
@@ -237,13 +293,13 @@ class SynchronizeRestore:
         while nri-sla was away (not by this process, or before it saw the start), so no
         StartContainer will come for them."""
         started_away = []
-        for ctr, value in zip(live, values, strict=True):
-            if value.id not in plans or ctr.state == pb.CONTAINER_CREATED:
+        for value in values:
+            if value.id not in plans or not value.started:
                 continue
             known = self.registry.get(value.id)
             if known is None or known.decided_plan is None or known.writes_owed:
                 started_away.append(value)
-        self.registry.replace(self._entries(pod_of, live, values, plans), unenforced)
+        self.registry.replace(self.entries(pod_of, live, values, plans), unenforced)
         return started_away
 
     def _write_owed(self, container: LiveContainer) -> None:
@@ -283,12 +339,15 @@ def log_given_back(changes: list[RtChange]) -> None:
                   before=change.old_us, now=change.new_us)
 
 
-def live_container(container: pb.Container, namespaces: dict[str, str]) -> LiveContainer:
-    """What restore needs of a live container; `namespaces`: pod id -> its namespace.
-    Each field read once (each read of a protobuf field makes a new object)."""
+def live_container(container: pb.Container, namespaces: dict[str, str],
+                   applied: str) -> LiveContainer:
+    """What restore needs of a live container; `namespaces`: pod id -> its namespace,
+    `applied`: the annotation of nri-sla's record. Each field read once (each read of a
+    protobuf field makes a new object), and none kept that refers into the message."""
     pod_id, linux = container.pod_sandbox_id, container.linux
     cpu = linux.resources.cpu
     request = limits_only(cpu.quota.value, cpu.period.value, cpu.shares.value, 0)
-    return LiveContainer(container.id, namespaces.get(pod_id), container.annotations,
-                         container.created_at, cpu.cpus, pod_id, linux.cgroups_path,
-                         request.cpu_request_millis)
+    return LiveContainer(container.id, namespaces.get(pod_id),
+                         container.annotations.get(applied), container.created_at, cpu.cpus,
+                         pod_id, linux.cgroups_path, request.cpu_request_millis,
+                         started=container.state != pb.CONTAINER_CREATED)

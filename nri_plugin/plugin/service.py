@@ -70,7 +70,7 @@ def periodic_work(node: NodeState, plugin: SlaPlugin) -> list[Periodic]:
     work = []
     if node.config.watch.interval:
         work.append(Periodic(node.config.watch.interval, plugin.drift_steps, "drift watch",
-                             again=plugin.overtaken))
+                             again=plugin.restorer.overtaken))
     gpu = node.config.gpu
     if gpu.rescan_interval and node.gpus is not None:
         work.append(Periodic(gpu.rescan_interval, plugin.rescan_inventory,

@@ -26,11 +26,11 @@ from nri_plugin.core.decision import parse_sla
 from nri_plugin.core.restored import LiveContainer
 from nri_plugin.hookspec import is_sla_hook
 from nri_plugin.nri.pb import nri_pb2 as pb
-from nri_plugin.nri.stub import map_as_dict
 from nri_plugin.ops.logsetup import log_event
 from nri_plugin.ops.metrics import MetricsSink
 from nri_plugin.plugin.pod_events import NO_EVENTS, PodEvents
 from nri_plugin.plugin.registry import ContainerRegistry
+from nri_plugin.plugin.synced import SyncedPod
 from nri_plugin.sla.errors import SlaError
 
 log = logging.getLogger("nri_sla.plugin")
@@ -48,6 +48,11 @@ def hook_enforced(container: pb.Container) -> bool:
     hooks = container.hooks
     return any(is_sla_hook(h.path, h.args) for stage in (hooks.create_runtime,
                hooks.prestart, hooks.create_container) for h in stage)
+
+
+# What the report needs of a live container without a record: its name, and whether its
+# spec runs the nri-sla OCI hook (hook_enforced).
+Unrecorded = tuple[str, bool]
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,34 +87,30 @@ class UnenforcedContainers:
                        for e in self.registry if e.unenforced),
                       key=lambda u: (u.namespace, u.pod, u.container, u.id))
 
-    def report(self, config: NodeConfig, applied_key: str, pod_of: Mapping[str, pb.PodSandbox],
-               live: list[pb.Container], values: list[LiveContainer]) -> list[str]:
-        """Log and count the new ones among the `live` containers (`values`: what restore
-        read of each); returns the ids of all of them, new or reported before, for the
+    def report(self, config: NodeConfig, pod_of: Mapping[str, SyncedPod],
+               values: list[LiveContainer], unrecorded: Mapping[str, Unrecorded]
+               ) -> list[str]:
+        """Log and count the new ones among the live containers (`values`: what restore
+        read of each; `unrecorded`: container id -> what it read of each without a
+        record); returns the ids of all of them, new or reported before, for the
         registry's new entries to say so. Runs before the registry is rebuilt: a
         container it knew without a plan (and not as unenforced) asks no SLA and is not
         read again. (One with a plan but no record got an answer the runtime never
         applied: reported.)"""
         now: list[str] = []
         new: list[Unenforced] = []
-        # A pod's annotations as a dict, made once for all its containers (each read of a
-        # protobuf map makes new strings).
-        annotations: dict[str, dict[str, str]] = {}
-        for ctr, value in zip(live, values, strict=True):
+        for value in values:
             pod = pod_of.get(value.pod)
-            if pod is None or applied_key in value.annotations:
+            if pod is None or value.record is not None:
                 continue
             entry = self.registry.get(value.id)
             if entry is not None and entry.unenforced:
                 now.append(value.id)
                 continue
-            if (entry is not None and entry.decided_plan is None) or hook_enforced(ctr):
+            name, hooked = unrecorded[value.id]
+            if (entry is not None and entry.decided_plan is None) or hooked:
                 continue
-            pod_annotations = annotations.get(value.pod)
-            if pod_annotations is None:
-                pod_annotations = annotations[value.pod] = map_as_dict(pod.annotations)
-            name = ctr.name
-            if not _asks_sla(config, pod_annotations, name):
+            if not _asks_sla(config, pod.annotations, name):
                 continue
             now.append(value.id)
             new.append(Unenforced(value.id, pod.namespace, pod.name, name))

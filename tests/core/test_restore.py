@@ -1,4 +1,4 @@
-"""NodeState.restore parses each verified record text once (replicas' records differ in
+"""core.restore.restore parses each verified record text once (replicas' records differ in
 their MAC only) and still checks every container's MAC: a body it parsed for one
 container is no pass for another container's copy."""
 
@@ -6,22 +6,22 @@ from __future__ import annotations
 
 from nri_plugin.config import NodeConfig
 from nri_plugin.core.nodestate import NodeState
+from nri_plugin.core.restore import restore
 from nri_plugin.core.restored import LiveContainer
 from nri_plugin.plan.model import ContainerPlan
 from nri_plugin.plan.record import encode_record
 
 KEY = bytes(range(32))
-APPLIED = "sla.nri.io/applied"
 
 
 def test_replicas_share_one_parsed_plan_and_a_copied_record_is_still_refused():
     node = NodeState(NodeConfig(), 2, record_key=KEY)
     plan = ContainerPlan("hard", 2, cpu_quota=50_000, cpu_period=100_000, memory_max=1 << 30)
     records = {cid: encode_record(plan, "nri", cid, KEY) for cid in ("a", "b")}
-    live = [LiveContainer("a", "default", {APPLIED: records["a"]}, 1),
-            LiveContainer("b", "default", {APPLIED: records["b"]}, 2),
-            LiveContainer("c", "default", {APPLIED: records["a"]}, 3)]  # a's, copied
-    restored = node.restore(live)
+    live = [LiveContainer("a", "default", records["a"], 1),
+            LiveContainer("b", "default", records["b"], 2),
+            LiveContainer("c", "default", records["a"], 3)]  # a's, copied
+    restored = restore(node, live)
     assert restored.plans["a"] == plan and restored.plans["b"] is restored.plans["a"]
     (rejected,) = restored.rejected
     assert (rejected.container, rejected.problem) == ("c", "unauthenticated")

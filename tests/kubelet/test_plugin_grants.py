@@ -82,7 +82,7 @@ def test_synchronize_asks_the_kubelet_once_for_every_env_only_container(kubelet)
         ctr.state = pb.CONTAINER_RUNNING
         ctrs.append(ctr)
     plugin.synchronize(pods, ctrs)
-    plugin.restore()
+    plugin.restorer.restore()
     held = plugin.node.allocator.gpus_in_use()
     assert held == {0: (ctrs[0].id,), 1: (ctrs[1].id,)}
 

@@ -54,7 +54,7 @@ class Recorder:
 
     async def synchronize(self, pods, containers):
         self.synced = (len(pods), len(containers))
-        return [pb.ContainerUpdate(container_id=c.id) for c in containers[:1]]
+        return [pb.ContainerUpdate(container_id=c.id) for c in list(containers)[:1]]
 
     def _rec(self, handler, obj):
         self.calls.append((handler, obj.name))

@@ -2,7 +2,7 @@
 
 Running containers keep what they were given (nri-sla cannot take a device or a cgroup
 value from a running container, and does not try). At Synchronize their records are
-checked again under the new config (core.nodestate.restore): a record granting what the
+checked again under the new config (core.restore): a record granting what the
 namespace may no longer use is still taken ("record outside the node policy",
 nri_sla_records_out_of_policy_total), since the container keeps using its GPUs, exclusive
 CPUs and RT share until it ends and handing them to a new container would double them;

@@ -230,7 +230,7 @@ def test_synchronize_after_a_reconnect_repairs_what_drifted_meanwhile(tmp_path, 
         async with RuntimeSimulator(socket_path, pods=state.pods.values(),
                                     containers=state.containers.values()) as sim:
             session = await sim.accept()
-            await plugin.restored()
+            await plugin.restorer.restored()
             updates = restore_updates(session)
             weight = (dirs["blkio"] / "blkio.bfq.weight").read_text()
         stop.set()

@@ -91,7 +91,7 @@ def test_gpus_vanishing_and_appearing_while_held(tmp_path, caplog):
             # Synchronize while it is gone: "a"'s record still counts, GPU included.
             stored = list(sim.state.containers.values())
             plugin.synchronize(list(sim.state.pods.values()), stored)
-            plugin.restore()
+            plugin.restorer.restore()
             seen["synced"] = (gauge("gpus_missing"), gauge("gpus_in_use"))
             await session.stop_container(c_pod, c)
             nvml.gpus.append(gone)  # back on the bus; "a" still holds it

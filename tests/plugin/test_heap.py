@@ -1,4 +1,4 @@
-"""The C heap of `nri-sla run` (plugin.heap): with the mmap threshold kept where glibc
+"""The C heap of `nri-sla run` (nri.heap): with the mmap threshold kept where glibc
 starts it, large blocks freed go back to the kernel at once, also after glibc would have
 raised it; the heap's freed pages go back after a large Synchronize: glibc's malloc_trim
 really returns them, and the plugin asks for it once the answer to a Synchronize of
@@ -12,9 +12,9 @@ import subprocess
 import sys
 from types import SimpleNamespace
 
+from nri_plugin.nri.heap import TRIM_AFTER_CONTAINERS, release_freed_heap
 from nri_plugin.nri.pb import nri_pb2 as pb
 from nri_plugin.plugin import SlaPlugin, restore
-from nri_plugin.plugin.heap import TRIM_AFTER_CONTAINERS, release_freed_heap
 from nri_plugin.simulated.runtime import make_container, make_pod
 from tests.support.plugin_helpers import make_node
 
@@ -29,7 +29,7 @@ def rss_kib() -> int:
 # freed pages resident.
 LARGE_BLOCKS = """
 import re, sys
-from nri_plugin.plugin.heap import keep_large_blocks_mapped
+from nri_plugin.nri.heap import keep_large_blocks_mapped
 
 def rss_kib():
     with open("/proc/self/status") as f:
@@ -79,7 +79,7 @@ def test_a_large_synchronize_gives_the_freed_heap_back(monkeypatch):
         plugin.on_registered(SimpleNamespace(nri_version="v0.12.0", registered=True))
         plugin.synchronize([pod], [make_container(pod, f"c{i}", state=pb.CONTAINER_RUNNING)
                                    for i in range(count)])
-        plugin.restore()
+        plugin.restorer.restore()
         during = len(trims)
         await asyncio.sleep(0)  # the next turn of the loop: the state has been let go
         return during, len(trims)

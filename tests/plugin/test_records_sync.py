@@ -168,7 +168,7 @@ def test_synchronize_after_a_disconnect_releases_what_went_away(tmp_path):
                                         pods=state.pods.values(),
                                         containers=state.containers.values()) as sim:
                 session = await sim.accept()
-                await plugin.restored()
+                await plugin.restorer.restored()
                 after.append((holdings(plugin), restore_updates(session),
                               counted(metrics, "registered"), counted(metrics, "gpus_in_use"),
                               counted(metrics, "exclusive_cpus_in_use")))

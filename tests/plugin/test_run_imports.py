@@ -26,7 +26,7 @@ node = build_node(NodeConfig(gpu=GpuConfig(podresources_socket=kubelet)), cgroup
 plugin = SlaPlugin(node)
 pod = make_pod("p", annotations={"sla.nri.io/pod": "cpu: {limit: 1}"})
 plugin.synchronize([pod], [make_container(pod, "old")])
-plugin.restore()
+plugin.restorer.restore()
 plugin.create_container(pod, make_container(pod, "new"))
 print("grpc" in sys.modules)
 gpu = (*DEFAULT_ENV, "NVIDIA_VISIBLE_DEVICES=0")

@@ -8,7 +8,7 @@ import asyncio
 import logging
 
 from nri_plugin.nri.pb import nri_pb2 as pb
-from nri_plugin.plugin import SlaPlugin
+from nri_plugin.plugin import SlaPlugin, restore
 from nri_plugin.plugin.service import periodic_work
 from nri_plugin.simulated.runtime import make_container, make_pod
 from nri_plugin.topology.cpulist import format_cpulist, parse_cpulist
@@ -124,7 +124,7 @@ def test_every_entry_finishes_a_pending_restore_first():
     assert plugin.registry.get(held.id) is not None
     restored, given = placement(held.id).exclusive_cpus, placement(other.id).exclusive_cpus
     assert len(restored) == 30 and len(given) == 30 and not restored & given
-    assert plugin.restore() == []  # nothing left pending
+    assert plugin.restorer.restore() == []  # nothing left pending
 
 
 def test_a_second_synchronize_replaces_a_pending_restore(caplog):
@@ -135,7 +135,7 @@ def test_a_second_synchronize_replaces_a_pending_restore(caplog):
     with caplog.at_level(logging.INFO, logger="nri_sla.plugin"):
         plugin.synchronize([first], [a])
         plugin.synchronize([second], [b])  # a reconnect before the first was restored
-        plugin.restore()
+        plugin.restorer.restore()
     assert [e.id for e in plugin.registry] == [b.id]
     assert len([m for m in caplog.messages if m.startswith("synchronized:")]) == 1
 
@@ -144,19 +144,19 @@ def test_a_restore_that_fails_is_logged_once_and_the_connection_stays_up(
         tmp_path, caplog, monkeypatch):
     node = helpers.make_node(2)
 
-    def failing(live):
+    def failing(node, live):
         raise OSError("the state directory went away")
 
     async def scenario():
-        monkeypatch.setattr(node, "restore", failing)
+        monkeypatch.setattr(restore, "restore_node", failing)
         async with helpers.plugin_session(node, tmp_path) as (sim, session, plugin):
             failed = [r for r in caplog.records if r.getMessage() == FAILED]
             _, ctr = await create(session, "after", exclusive(2), 2, namespace="b")
-            await plugin.restored()  # nothing pending: the failed one is not run again
+            await plugin.restorer.restored()  # nothing pending: the failed one is not run again
             monkeypatch.undo()
             pods, containers = running(sim)
             await session.synchronize(pods, containers)
-            await plugin.restored()
+            await plugin.restorer.restored()
             return failed, ctr.id, plugin.registry.get(ctr.id), session.drop_reason
 
     with caplog.at_level(logging.INFO, logger="nri_sla"):
@@ -190,16 +190,16 @@ def test_a_cpuset_an_answer_changed_while_the_restores_update_was_on_its_way_goe
 
     plugin = SlaPlugin(helpers.make_node(2))
     plugin.synchronize([aligned_pod], [aligned])
-    sent = plugin.restore()
+    sent = plugin.restorer.restore()
     assert [(u.container_id, u.linux.resources.cpu.cpus) for u in sent] == [
         (aligned.id, format_cpulist(NODE0))]
     pod = make_pod("next", namespace="excl", annotations=exclusive(8, "0"))
     answer = plugin.create_container(pod, make_container(pod, "c", resources=helpers.guaranteed(8)))
     (narrowing,) = answer.updates
-    again = plugin.overtaken(sent)
+    again = plugin.restorer.overtaken(sent)
     assert [(u.container_id, u.linux.resources.cpu.cpus) for u in again] == [
         (aligned.id, narrowing.linux.resources.cpu.cpus)]
-    assert plugin.overtaken(again) == []  # as it is now: nothing more to send
+    assert plugin.restorer.overtaken(again) == []  # as it is now: nothing more to send
 
 
 def test_the_drift_pass_re_sends_what_an_answer_overtook_too():
@@ -208,4 +208,4 @@ def test_the_drift_pass_re_sends_what_an_answer_overtook_too():
     them the same way."""
     plugin = SlaPlugin(helpers.make_node(2))
     (drift,) = [job for job in periodic_work(plugin.node, plugin) if job.name == "drift watch"]
-    assert drift.again == plugin.overtaken
+    assert drift.again == plugin.restorer.overtaken

@@ -15,7 +15,7 @@ from nri_plugin.config import WatchConfig
 from nri_plugin.enforce.plan_writes import cgroup_writes
 from nri_plugin.nri.pb import nri_pb2 as pb
 from nri_plugin.ops.metrics import Metrics
-from nri_plugin.plugin import SlaPlugin, unenforced, watch
+from nri_plugin.plugin import SlaPlugin, restore, unenforced, watch
 from nri_plugin.simulated.runtime import make_container, make_pod, make_resources
 from tests.support.cgroups import CgroupTree
 from tests.support.plugin_helpers import make_node
@@ -40,7 +40,7 @@ def test_many_created_unenforced_are_summarised_and_all_in_the_status(caplog):
     pods, containers = running(unenforced.NAMED + more, HARD)
     with caplog.at_level(logging.INFO, logger="nri_sla.plugin"):
         plugin.synchronize(pods, containers)
-        plugin.restore()
+        plugin.restorer.restore()
         named = [r.fields["container"] for r in caplog.records
                  if r.getMessage() == "created unenforced"]
         (rest,) = [r.fields for r in caplog.records
@@ -48,7 +48,7 @@ def test_many_created_unenforced_are_summarised_and_all_in_the_status(caplog):
         summary = [m for m in caplog.messages if m.startswith("synchronized:")]
         caplog.clear()
         plugin.synchronize(pods, containers)  # a reconnect: nothing new to say
-        plugin.restore()
+        plugin.restorer.restore()
         again = [m for m in caplog.messages if m.startswith("created unenforced")]
     everyone = {c.id for c in containers}
     assert len(named) == unenforced.NAMED and set(named) <= everyone
@@ -63,7 +63,7 @@ def test_many_created_unenforced_are_summarised_and_all_in_the_status(caplog):
     assert all(plugin.registry.get(c.id).unenforced for c in containers)  # the registry's
     # Gone from the runtime: gone from the status.
     plugin.synchronize(pods[1:], containers[1:])
-    plugin.restore()
+    plugin.restorer.restore()
     assert {u["id"] for u in plugin.status(1.0)["unenforced"]} == everyone - {containers[0].id}
     # Removed between two Synchronizes: gone at once, with its entry.
     plugin.remove_container(pods[1], containers[1])
@@ -91,7 +91,7 @@ def test_the_pass_inside_synchronize_reads_back_a_bounded_number(v2_tree: Cgroup
         ctr.state = pb.CONTAINER_RUNNING
         (cgroup / "memory.max").write_text("max")  # then drift, while disconnected
     plugin.synchronize(pods, containers)
-    in_sync = {u.container_id for u in plugin.restore()}
+    in_sync = {u.container_id for u in plugin.restorer.restore()}
     later = {u.container_id for u in plugin.drift_pass()}
     everyone = {c.id for c in containers}
     assert len(in_sync) == 2 and in_sync < everyone
@@ -104,29 +104,29 @@ def test_synchronize_pauses_the_collector_and_leaves_it_as_it_was(monkeypatch):
     plugin = SlaPlugin(make_node(2), Metrics())
     pods, containers = running(4, HARD)
     seen = []
-    report = plugin._unenforced.report
+    report = plugin.restorer.unenforced.report
 
     def spying(*args, **kwargs):
         seen.append(gc.isenabled())
         return report(*args, **kwargs)
-    monkeypatch.setattr(plugin._unenforced, "report", spying)
+    monkeypatch.setattr(plugin.restorer.unenforced, "report", spying)
     assert gc.isenabled()
     plugin.synchronize(pods, containers)
-    plugin.restore()
+    plugin.restorer.restore()
     assert seen == [False] and gc.isenabled()
 
     def failing(*args, **kwargs):
         raise OSError("no inventory")
-    monkeypatch.setattr(plugin.node, "restore", failing)
+    monkeypatch.setattr(restore, "restore_node", failing)
     plugin.synchronize(pods, containers)
     with pytest.raises(OSError):
-        plugin.restore()
+        plugin.restorer.restore()
     assert gc.isenabled()
     gc.disable()
     try:
         monkeypatch.undo()
         plugin.synchronize(pods, containers)
-        plugin.restore()
+        plugin.restorer.restore()
         assert not gc.isenabled()
     finally:
         gc.enable()

@@ -126,7 +126,7 @@ async def plugin_session(node: NodeState, tmp_path: Path, mode: str = "v0.12",
         serving = asyncio.create_task(stub.run())
         session = await sim.accept()
         plugin.on_registered(stub)
-        await plugin.restored()  # the runtime holds what the restore sent
+        await plugin.restorer.restored()  # the runtime holds what the restore sent
         try:
             yield sim, session, plugin
         finally:

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 
     from nri_plugin.config import NodeConfig
     from nri_plugin.core.inputs import DecisionInputs, NodeInputs
+    from nri_plugin.core.reservation import Reservation
     from nri_plugin.core.restored import LiveContainer, Restored
     from nri_plugin.enforce.cgpaths import CgroupFacts, CgroupPaths
     from nri_plugin.enforce.rt import RtChange
@@ -455,6 +456,32 @@ class NodeState:
 
         self.allocator.allocate(PlacementRequest(owner, align=False, granted_gpus=grant.gpus,
                                                  granted_migs=grant.migs))
+
+    def admit(self, owner: str, plan: ContainerPlan | None, grant: GpuGrant,
+              request_millis: int | None, reported: str, *, created: bool = True
+              ) -> Reservation:
+        """Take what `owner` is admitted with (core.reservation): its plan's placement
+        (else its GPU grant alone, hold_grant), its plan's RT time and its place in the
+        CPU pool (join_pool: `reported` and `created` are that method's). Raises the
+        book's SlaFailure (PlacementError, RtBudgetExceeded: another container took it
+        since the plan was made) with nothing taken."""
+        import nri_plugin.core.reservation as reservations  # per create: see the imports' note
+
+        reservation = reservations.Reservation(owner, self.release)
+        try:
+            if plan is not None and plan.placement_record and self.allocator is not None:
+                self.allocator.restore(owner, plan.placement_record)
+            self.hold_grant(owner, grant)
+            if plan is not None and plan.rt_runtime and self.rt_budget is not None:
+                import nri_plugin.plan.rt_budget as budgets  # loaded: the budget is one
+
+                self.rt_budget.reserve(owner, budgets.RtGrant(plan.rt_runtime,
+                                                              plan.rt_period_in_force))
+            self.join_pool(owner, request_millis, reported, created=created)
+        except BaseException:
+            reservation.rollback()
+            raise
+        return reservation
 
     def usage(self) -> tuple[int, int]:
         """GPUs held (vanished ones included: their holders still have them) and

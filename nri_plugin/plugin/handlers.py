@@ -284,7 +284,7 @@ class SlaPlugin(SynchronizeRestore):
         ("": the one the plan set, if any, stands). `planned`: the adjustment sets a
         cpuset already (the plan's; told, not read back: a read of a nested protobuf
         field builds a Python object per level)."""
-        cpus = self.node.answer_cpuset(container_id, planned)
+        cpus = self.node.cpusets.answer(container_id, planned)
         if not cpus:
             return adjustment, ""
         adjustment = adjustment if adjustment is not None else pb.ContainerAdjustment()
@@ -316,7 +316,7 @@ class SlaPlugin(SynchronizeRestore):
         # One string for the id, wherever it is kept (each read of a protobuf field makes
         # a new one; the registry shares the pod's strings among its containers).
         container_id = container.id
-        held = self.node.allocator.placement_of(container_id) if self.node.allocator else None
+        held = self.node.allocator.placement_of(container_id)
         opens = NO_GPUS if grant.empty and held is None else GrantedGpus.of(
             (*grant.gpus, *(held.gpus if held else ())),
             (*grant.migs, *(held.migs if held else ())), grant.replicas)
@@ -498,7 +498,7 @@ class SlaPlugin(SynchronizeRestore):
                           request=f"{granted.cpu_request_millis}m")
                 self._publish_usage()  # the gauges follow at once, not at the next holder
             # the container's set now, never the plan's creation-time one
-            cpus = self.node.answer_cpuset(container.id, bool(fitted and fitted.cpus))
+            cpus = self.node.cpusets.answer(container.id, bool(fitted and fitted.cpus))
             others = self._cpuset_updates(container.id)
             if fitted is None and not cpus:
                 return others
@@ -513,7 +513,7 @@ class SlaPlugin(SynchronizeRestore):
         """A resize up whose request the container's cpuset cannot hold (its NUMA nodes'
         CPUs outside every exclusive set are fewer): refused for a hard SLA (the runtime
         keeps the container as it was), logged otherwise."""
-        short = self.node.cpus_short(container.id, granted.cpu_request_millis)
+        short = self.node.cpusets.short(container.id, granted.cpu_request_millis)
         if short is None:
             return
         need, have = short
@@ -575,8 +575,7 @@ class SlaPlugin(SynchronizeRestore):
     def _with_gpus(self, doc: dict[str, Any]) -> dict[str, Any]:
         """The status document with the node's GPUs and their health, and the containers
         created unenforced."""
-        allocator = self.node.allocator
-        doc["gpus"] = gpus_json(allocator.inventory) if allocator is not None else []
+        doc["gpus"] = gpus_json(self.node.allocator.inventory)
         doc["unenforced"] = [u.to_json() for u in self._unenforced.containers]
         return doc
 
@@ -586,7 +585,7 @@ class SlaPlugin(SynchronizeRestore):
         in an answer to a create, stop or resize, only those on CPUs that became
         exclusive (the runtime applies them inside that request); `widen` (the drift
         pass, a restore): also those that get given-back CPUs."""
-        changed = self.node.cpuset_updates(exclude, widen)
+        changed = self.node.cpusets.updates(exclude, widen)
         if not changed:  # (nearly every CreateContainer)
             return []
         updates = []
@@ -638,13 +637,11 @@ class SlaPlugin(SynchronizeRestore):
         gpus, cpus = self.node.usage()
         self.metrics.set_gpus_in_use(gpus)
         self.metrics.set_exclusive_cpus_in_use(cpus)
-        if self.node.allocator is not None:
-            self.metrics.set_gpus_missing(len(self.node.allocator.missing_gpus()))
+        self.metrics.set_gpus_missing(len(self.node.allocator.missing_gpus()))
         self._publish_gpu_health()
 
     def _publish_gpu_health(self) -> None:
-        if self.node.allocator is not None:
-            self.metrics.set_gpu_health(self.node.allocator.inventory.gpus)
+        self.metrics.set_gpu_health(self.node.allocator.inventory.gpus)
 
 
 def _key(pod: pb.PodSandbox | None, container: pb.Container) -> tuple[str, str, str]:

@@ -35,8 +35,8 @@ REUSABLE_LIMIT = 512  # remembered reusable decisions per node
 
 TYPE_CHECKING = False  # `typing` costs the OCI hook start-up time; only checkers need it
 if TYPE_CHECKING:
+    from nri_plugin.core.node import OneShotNode
     from nri_plugin.core.nodestate import NodeState
-    from nri_plugin.core.oneshot import OneShotNode
 
     DecidingNode = NodeState | OneShotNode  # the plugin's node or the hook's
 

@@ -6,7 +6,7 @@ cpuset, the RT budget (and, on cgroup v1, the ledger of what was raised in RT
 ancestors), and the key that authenticates nri-sla's records. Allocations persist across
 containers and are rebuilt from records on every Synchronize, to exactly what the live
 containers hold; a decided container takes its share only when admitted (admit, a
-core.reservation). The OCI hook's node keeps no books: core.oneshot.
+core.reservation). The OCI hook's node keeps no books: core.node.OneShotNode.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 One of the run's two paths (warm.py is the other): run.py imports this one only when the
 container may have an SLA and no cached decision fits (cache.py), and carries out what
 either path hands back the same way (actions.carry_out).
-The decision is the plugin's (nri_plugin.core.decide) on a one-shot node (core.oneshot): no RT
+The decision is the plugin's (nri_plugin.core.decide) on a one-shot node (core.node): no RT
 budget memory, an allocator only when the SLA asks for placement, no device injection
 (docs/hook.md says what that means for exclusive CPUs and GPUs). What differs is the path:
 no NRI, so every setting is written directly (scope "all"). The actions are stored for
@@ -17,7 +17,7 @@ from nri_plugin.core import ContainerRequest, decide
 from nri_plugin.core.decision import Decision, parse_sla
 from nri_plugin.core.errors import NoRecordKey, RecordKeyError
 from nri_plugin.core.inputs import loaded_code
-from nri_plugin.core.oneshot import OneShotNode
+from nri_plugin.core.node import OneShotNode
 from nri_plugin.core.recordkey import load_key
 from nri_plugin.enforce.blockdev import resolve_block_device
 from nri_plugin.enforce.capabilities import detect_capabilities

@@ -9,7 +9,7 @@ import pytest
 
 from nri_plugin.config import NodeConfig
 from nri_plugin.core import ContainerRequest, Decision, decide
-from nri_plugin.core.oneshot import OneShotNode
+from nri_plugin.core.node import OneShotNode
 from nri_plugin.errors import INTERNAL
 from nri_plugin.granted import GrantedResources
 

@@ -23,7 +23,7 @@ from nri_plugin.core.inputs import (
     loaded_code,
     sla_text,
 )
-from nri_plugin.core.oneshot import OneShotNode
+from nri_plugin.core.node import OneShotNode
 from nri_plugin.granted import GrantedResources
 
 NODE = NodeInputs("config", ("facts", "/sys"), "code")

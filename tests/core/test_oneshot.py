@@ -7,7 +7,7 @@ from pathlib import Path
 
 from nri_plugin.config import NodeConfig, Permissions
 from nri_plugin.core.decision import decide
-from nri_plugin.core.oneshot import OneShotNode
+from nri_plugin.core.node import OneShotNode
 from nri_plugin.core.request import ContainerRequest
 from nri_plugin.granted import GrantedResources
 from nri_plugin.plan.allocator import Allocator

@@ -33,11 +33,13 @@ from pathlib import Path
 from prometheus_client.exposition import generate_latest
 
 from nri_plugin.config import NodeConfig, WatchConfig
+from nri_plugin.core.hosttopology import node_allocator
 from nri_plugin.core.nodestate import NodeState
 from nri_plugin.enforce.capabilities import NodeCapabilities
 from nri_plugin.enforce.cgpaths import CgroupFacts
 from nri_plugin.enforce.cgroupdetect import detect_cgroup_facts
 from nri_plugin.ops.metrics import Metrics
+from nri_plugin.plan.rt_budget import RtBudget
 from nri_plugin.plugin.container_metrics import ContainerCollector
 from nri_plugin.plugin.handlers import SlaPlugin
 from nri_plugin.simulated.runtime import make_container, make_pod, make_resources
@@ -60,7 +62,9 @@ WRITTEN = {1: {"cpu": ("cpu.cfs_quota_us", "cpu.cfs_period_us"),
 
 
 def plugin_over(facts: CgroupFacts) -> SlaPlugin:
-    node = NodeState(NodeConfig(watch=WatchConfig(interval=30)), facts.version, facts=facts,
+    config = NodeConfig(watch=WatchConfig(interval=30))
+    node = NodeState(config, facts.version, facts=facts,
+                     allocator=node_allocator(config, gpus=False), rt_budget=RtBudget(0.5),
                      capabilities=NodeCapabilities(io_weight=True, bfq=True))
     return SlaPlugin(node, Metrics())
 

@@ -32,6 +32,7 @@ from nri_plugin.config import NodeConfig
 from nri_plugin.core.nodestate import NodeState
 from nri_plugin.nri.stub import Stub
 from nri_plugin.plan.allocator import Allocator
+from nri_plugin.plan.rt_budget import RtBudget
 from nri_plugin.plugin.handlers import SlaPlugin
 from nri_plugin.simulated.runtime import (
     RuntimeSimulator,
@@ -68,7 +69,8 @@ class Timed:
 def node() -> NodeState:
     snapshot = load_snapshot(REPO / "examples" / "dgx-like.yaml")
     config = NodeConfig()
-    return NodeState(config, 2, allocator=Allocator(snapshot.topology, snapshot.inventory))
+    return NodeState(config, 2, allocator=Allocator(snapshot.topology, snapshot.inventory),
+                     rt_budget=RtBudget(0.5))
 
 
 async def one(neighbours: int, cycles: int, tmp: Path) -> dict:

@@ -119,6 +119,9 @@ def explain_container(node: Any, pod: Any, container: str, nri_version: str,
     decision = decide(node, ContainerRequest(
         pod.annotations, container, namespace=pod.namespace, owner=owner,
         pod=f"{pod.namespace}/{pod.name}", nri_version=nri_version, granted=granted))
+    if decision.error is None:  # held, as on a node: the next containers see it taken
+        node.admit(owner, decision.plan, node.gpu_grant(granted), granted.cpu_request_millis,
+                   "").commit()
     replayed = node.resolve_device if isinstance(node.resolve_device, ReplayedDevices) \
         else None
     unresolved = [*replayed.unresolved] if replayed is not None else []

@@ -15,6 +15,7 @@ from nri_plugin.lazyexports import lazy_exports
 
 __getattr__, __dir__, __all__ = lazy_exports(globals(), {
     "decision": ("Decision", "decide"),
-    "nodestate": ("NodeState", "build_node", "node_allocator"),
+    "nodebuild": ("build_node",),
+    "nodestate": ("NodeState",),
     "request": ("ContainerRequest",),
 })

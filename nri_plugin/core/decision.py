@@ -1,5 +1,9 @@
 """decide: one ContainerRequest -> SLA -> plan, as one frozen Decision. Never raises.
 
+Deciding takes nothing from the node's books: the plan names what the container would
+hold, and the plugin takes it when it admits the container (NodeState.admit, a
+core.reservation); the OCI hook's one-shot node keeps no books to take from.
+
 The plugin and the OCI hook both call it; every failure becomes a Decision carrying an
 SlaFailure, whose kind (invalid / refused / internal) decides the hook's exit status,
 the plugin's error status and, with its reason, the decision metric. An exception that
@@ -14,7 +18,6 @@ from dataclasses import dataclass
 
 from nri_plugin.config import NodeConfig
 from nri_plugin.core.inputs import RUNNING, DecisionInputs, NodeInputs, digest, inputs_for
-from nri_plugin.core.nodestate import NodeState
 from nri_plugin.core.request import ContainerRequest
 from nri_plugin.errors import InternalFailure, SlaFailure
 from nri_plugin.granted import GrantedResources
@@ -28,7 +31,14 @@ from nri_plugin.sla.model import Sla
 from nri_plugin.sla.parse import sla_for_container
 
 OUTCOMES = ("enforced", "warned", "refused", "skipped")
-REUSABLE_LIMIT = 512  # remembered reusable decisions per NodeState
+REUSABLE_LIMIT = 512  # remembered reusable decisions per node
+
+TYPE_CHECKING = False  # `typing` costs the OCI hook start-up time; only checkers need it
+if TYPE_CHECKING:
+    from nri_plugin.core.node import OneShotNode
+    from nri_plugin.core.nodestate import NodeState
+
+    DecidingNode = NodeState | OneShotNode  # the plugin's node or the hook's
 
 log = CoreLogger("nri_sla.core")  # no `logging` on the hook's cold run (ops.corelog)
 
@@ -69,7 +79,7 @@ class Decision:
         return str(self.error) if self.error is not None else None
 
 
-def decide(node: NodeState, request: ContainerRequest) -> Decision:
+def decide(node: DecidingNode, request: ContainerRequest) -> Decision:
     """Run annotations -> SLA -> plan for one container. Never raises.
 
     The OCI hook verifies GPU SLAs as the plugin does: neither adds a GPU. A failure that
@@ -85,7 +95,7 @@ def decide(node: NodeState, request: ContainerRequest) -> Decision:
             f"internal error while deciding the SLA: {exc.__class__.__name__}: {exc}"))
 
 
-def _remembered(node: NodeState, request: ContainerRequest) -> Decision:
+def _remembered(node: DecidingNode, request: ContainerRequest) -> Decision:
     """A replica's decision from the reusable ones, else a new one (remembered when
     reusable)."""
     inputs = inputs_for(request.annotations, node.prefix, request.name, request.namespace,
@@ -101,7 +111,7 @@ def _remembered(node: NodeState, request: ContainerRequest) -> Decision:
     return decision
 
 
-def node_inputs(node: NodeState) -> NodeInputs:
+def node_inputs(node: DecidingNode) -> NodeInputs:
     """The node's part of its decisions' inputs, made once per config object (a reload
     assigns a new one): the config's every value, the cgroup version and capabilities,
     and the running process's code."""
@@ -122,7 +132,7 @@ def _reusable(sla: Sla, plan: ContainerPlan) -> bool:
             and (sla.io is None or not sla.io.max))
 
 
-def _decide(node: NodeState, request: ContainerRequest,
+def _decide(node: DecidingNode, request: ContainerRequest,
             inputs: DecisionInputs | None) -> Decision:
     try:
         sla = parse_sla(node.config, request.annotations, request.name)
@@ -147,7 +157,7 @@ def _decide(node: NodeState, request: ContainerRequest,
                     inputs=inputs if _reusable(sla, plan) else None)
 
 
-def recheck(node: NodeState, plan: ContainerPlan, granted: GrantedResources, *,
+def recheck(node: DecidingNode, plan: ContainerPlan, granted: GrantedResources, *,
             namespace: str) -> ContainerPlan:
     """UpdateContainer: the runtime's limits changed (a kubelet resize), so the plan is
     measured against the new ones and returned clamped to them, its warnings added, in

@@ -1,8 +1,8 @@
 """The core's failures about the node's own state: its record key, a record that
-conflicts with what an earlier container holds."""
+conflicts with what an earlier container holds, a reservation used after it closed."""
 
 
-from nri_plugin.errors import InvalidInput
+from nri_plugin.errors import InternalFailure, InvalidInput
 from nri_plugin.plan.errors import RecordError
 
 
@@ -19,3 +19,8 @@ class RecordConflict(RecordError):
     """A trusted record claiming GPUs or exclusive CPUs an earlier container holds."""
 
     problem = "conflict"
+
+
+class ReservationClosed(InternalFailure):
+    """A reservation committed and then rolled back, or rolled back and then committed:
+    a bug in its caller, never what a container asked."""

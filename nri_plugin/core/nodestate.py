@@ -1,11 +1,12 @@
-"""NodeState: what outlives one container decision, for either front-end.
+"""NodeState: the plugin's node, which outlives every container on it.
 
-The node config, cgroup facts and capabilities, the GPU / exclusive-CPU allocator, the
-RT budget and the key that authenticates nri-sla's records. The plugin keeps one NodeState
-for its whole life (allocations persist across containers and are rebuilt from records on
-every Synchronize, to exactly what the live containers hold); the OCI hook builds one per
-run with no memory of other containers (no RT budget, an allocator only when the SLA asks
-for placement). Either way the same decision, cgroup writer and RT code run.
+What it is (core.node: config, cgroup facts, capabilities) and the books it keeps for its
+whole life: the GPU / exclusive-CPU allocator, the CPU pool of every live container's
+cpuset, the RT budget (and, on cgroup v1, the ledger of what was raised in RT
+ancestors), and the key that authenticates nri-sla's records. Allocations persist across
+containers and are rebuilt from records on every Synchronize, to exactly what the live
+containers hold; a decided container takes its share only when admitted (admit, a
+core.reservation). The OCI hook's node keeps no books: core.node.OneShotNode.
 """
 
 from __future__ import annotations
@@ -13,127 +14,86 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 
+import nri_plugin.plan.cpupool as cpupool
+import nri_plugin.plan.rt_budget as budgets
+import nri_plugin.plan.runtime_gpus as runtime_gpus
+from nri_plugin.core.cpusets import Cpusets
+from nri_plugin.core.node import Node
+from nri_plugin.core.reservation import Reservation
 from nri_plugin.enforce.blockdev import resolve_block_device
-from nri_plugin.enforce.capabilities import NodeCapabilities
 from nri_plugin.errors import InternalFailure, SlaFailure
 from nri_plugin.ops.corelog import CoreLogger
+from nri_plugin.plan.context import PodUsage
 from nri_plugin.plan.errors import PlanError
+from nri_plugin.plan.placement_values import PlacementRequest
 from nri_plugin.plan.record import (
     RecordLimits,
     record_body,
     record_text,
     sign_record,
 )
-from nri_plugin.topology.cpulist import NO_CPUS, format_cpulist, parse_cpulist
-from nri_plugin.topology.errors import CpuListError
 
-# The OCI hook builds a one-shot NodeState per cold run: what only a long-lived node (the
-# plugin's allocator, CPU pool, GPU inventory and health, RT budget and ledger) or an SLA
-# asking for placement needs is imported where it is first used, so that a CPU/memory-only
-# run does not pay for it (tests/hook/test_cold_imports.py pins this). On the plugin's
-# per-create path such an import is `import a.b as b`: Python 3.11's `from a.b import x`
-# asks the (plain, package-less) module for `__path__` and builds and drops an
+# Per-create imports are `import a.b as b`: Python 3.11's `from a.b import x` inside a
+# function asks the (plain, package-less) module for `__path__` and builds and drops an
 # AttributeError on every call (3-4 us hot against 1).
-TYPE_CHECKING = False  # `typing` costs the hook's cold run; only checkers need it
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
     from pathlib import Path
-    from typing import Any
 
     from nri_plugin.config import NodeConfig
-    from nri_plugin.core.inputs import DecisionInputs, NodeInputs
+    from nri_plugin.enforce.capabilities import NodeCapabilities
     from nri_plugin.enforce.cgpaths import CgroupFacts, CgroupPaths
     from nri_plugin.enforce.rt import RtChange
     from nri_plugin.enforce.rt_ledger import RtLedger
     from nri_plugin.granted import GrantedResources
     from nri_plugin.plan.allocator import Allocator, InventoryChange
-    from nri_plugin.plan.context import PodUsage
-    from nri_plugin.plan.cpupool import CpuPool
     from nri_plugin.plan.model import ContainerPlan
     from nri_plugin.plan.placement_values import CpuFloor
     from nri_plugin.plan.rt_budget import RtBudget
     from nri_plugin.plan.runtime_gpus import GpuGrant
     from nri_plugin.sla.model import Sla
-    from nri_plugin.topology.gpus import GpuInventory
     from nri_plugin.topology.health_monitor import HealthChange
-    from nri_plugin.topology.inventory import InventoryReader
     from nri_plugin.topology.watched import WatchedInventory
-
-    AllocatorFactory = Callable[[bool], Allocator]  # (GPUs needed) -> Allocator
 
 log = CoreLogger("nri_sla.rt")
 
 
-class NodeState:
-    """Node-wide state shared by every container decision."""
+class NodeState(Node):
+    """The plugin's node: its books, shared by every container decision on it."""
 
-    def __init__(self, config: NodeConfig, cgroup_version: int, *,
-                 facts: CgroupFacts | None = None, allocator: Allocator | None = None,
-                 allocator_factory: AllocatorFactory | None = None,
-                 rt_budget: RtBudget | None = None,
+    def __init__(self, config: NodeConfig, cgroup_version: int, *, allocator: Allocator,
+                 rt_budget: RtBudget, facts: CgroupFacts | None = None,
                  rt_ledger: RtLedger | None = None,
                  capabilities: NodeCapabilities | None = None,
                  resolve_device: Callable[[str], tuple[int, int]] | None = resolve_block_device,
                  record_key: bytes | None = None,
                  gpus: WatchedInventory | None = None) -> None:
-        self.config = config
-        self.cgroup_version = cgroup_version
+        super().__init__(config, cgroup_version, capabilities=capabilities,
+                         resolve_device=resolve_device)
+        # None: a node that only plans (explain), with no cgroup to write.
         self.facts = facts
         self.allocator = allocator
-        # One-shot nodes (the hook) build an allocator only when an SLA asks for placement.
-        self.allocator_factory = allocator_factory
         self.rt_budget = rt_budget
-        # What nri-sla raised in RT ancestors (v1), given back when no longer needed; None:
-        # this node never gives back (the hook: no event tells it a container ended).
+        # What nri-sla raised in RT ancestors (cgroup v1), given back when no longer
+        # needed; None: this node raises none (cgroup v2, or it only plans).
         self.rt_ledger = rt_ledger
-        self.capabilities = capabilities or NodeCapabilities(io_weight=True, bfq=False)
-        self.resolve_device = resolve_device
         # The node's record key (core.recordkey); None: a key of this NodeState's own, for
         # nodes whose records never outlive them (explain, demo, tests).
         self.record_key = record_key or os.urandom(32)  # what secrets.token_bytes does
-        # Reads the node's GPUs again (rescan_inventory); None: this node never rescans.
         # Reads the node's GPUs again with their health (rescan_inventory, poll_gpu_health);
-        # None: this node never rescans.
+        # None: this node never rescans (a replayed snapshot, tests).
         self.gpus = gpus
-        # Every live container's cpuset (the plugin's; one-shot nodes keep none).
-        self.cpu_pool: CpuPool | None = None
-        if allocator is not None:
-            from nri_plugin.plan.cpupool import CpuPool
-
-            self.cpu_pool = CpuPool(allocator)
-        # The last cpuset answered and its text: most answers carry the shared pool.
-        self._answered: tuple[frozenset[int], str] = (frozenset(), "")
+        # Every live container's cpuset, and what the runtime is told of them.
+        self.cpu_pool = cpupool.CpuPool(allocator)
+        self.cpusets = Cpusets(self.cpu_pool)
         # Pod id -> its containers' ids, the per-pod caps' input: the plugin's registry
-        # (plugin.registry) knows them; a one-shot node knows no other container.
+        # (plugin.registry) knows them.
         self.pod_members: Callable[[str], Iterable[str]] = _no_members
-        # Reusable decisions by their inputs (core.decision.decide; bounded there).
-        self.reusable: dict[DecisionInputs, Any] = {}
-        # The node's part of those inputs and the config it was made for (decision.node_inputs).
-        self.inputs: tuple[NodeConfig | None, NodeInputs | None] = (None, None)
         self._output_keys: tuple[NodeConfig | None, tuple[str, str]] = (None, ("", ""))
 
-    @property
-    def prefix(self) -> str:
-        return self.config.annotation_prefix
-
-    def reconfigure(self, config: NodeConfig) -> None:
-        """Decide with `config` from now on (a reload: nri_plugin.plugin.config_reload says which
-        of its keys may differ from the config the node was built with). The remembered
-        decisions were made under the old one and are dropped."""
-        self.config = config
-        self.reusable.clear()
-
-    def allocator_for(self, sla: Sla) -> Allocator | None:
-        if self.allocator is not None or self.allocator_factory is None:
-            return self.allocator
-        wants = (sla.gpu is not None or sla.numa is not None
-                 or (sla.cpu is not None and bool(sla.cpu.exclusive)))
-        if not wants:
-            return None
-        try:
-            return self.allocator_factory(sla.gpu is not None)
-        except OSError as exc:  # sysfs trouble: the node's, not the SLA's
-            raise InternalFailure(f"node topology: {exc}") from exc
+    def allocator_for(self, sla: Sla) -> Allocator:
+        return self.allocator
 
     # -- records -------------------------------------------------------------------------
     @property
@@ -160,8 +120,6 @@ class NodeState:
 
     def record_limits(self) -> RecordLimits:
         """What a record may name on this node (its CPUs, NUMA nodes and GPUs)."""
-        if self.allocator is None:
-            return RecordLimits()
         topology = self.allocator.topology
         return RecordLimits(max_cpu=max(topology.online, default=0),
                             max_node=max(topology.node_ids, default=0),
@@ -170,118 +128,26 @@ class NodeState:
     def pod_usage(self, pod: str, owner: str) -> PodUsage:
         """What the pod's containers other than `owner` hold (exclusive CPUs, RT share);
         nothing when the pod is not known ("" or a one-shot node)."""
-        from nri_plugin.plan.context import PodUsage
-
         others = [o for o in self.pod_members(pod) if o != owner] if pod else ()
         cpus = 0
         rt = 0.0
         for other in others:
-            placement = self.allocator.placement_of(other) if self.allocator else None
+            placement = self.allocator.placement_of(other)
             if placement is not None:
                 cpus += len(placement.exclusive_cpus)
-            if self.rt_budget is not None:
-                rt += self.rt_budget.share_of(other)
+            rt += self.rt_budget.share_of(other)
         return PodUsage(cpus, rt)
-
-    # -- the CPU pool (plan.cpupool) ----------------------------------------------------
-    def join_pool(self, owner: str, request_millis: int | None, reported: str, *,
-                  created: bool) -> None:
-        """`owner` is a live container whose cpuset the runtime reports as `reported`
-        ("" or the whole online set: not pinned). At CreateContainer (`created`) nri-sla
-        has not set it yet, so any other cpuset was pinned by someone else (the kubelet's
-        static CPU manager): left alone, its CPUs never made exclusive. At Synchronize a
-        cpuset is nri-sla's own when it holds no exclusive CPU (nri-sla never put one
-        there, and no CPU became exclusive while it was away); any other one is pinned."""
-        pool = self.cpu_pool
-        if pool is None:
-            return
-        import nri_plugin.plan.cpupool as cpupool  # per create: see the imports' note
-
-        placement = self.allocator.placement_of(owner) if self.allocator else None
-        try:
-            cpus = parse_cpulist(reported)
-        except CpuListError:
-            cpus = NO_CPUS  # a cpuset the kernel would not take: ours to set
-        layout = pool.allocator.layout
-        whole = not cpus or cpus == layout.topology.online
-        placed = placement is not None and bool(placement.cpus)
-        foreign = not placed and not whole and (
-            created or not cpus.isdisjoint(pool.allocator.exclusive_cpus_in_use()))
-        member = (cpupool.PoolMember(cpupool.cpus_needed(request_millis), cpus) if foreign
-                  else cpupool.unpinned_member(request_millis))
-        # What it runs on now: without a cpuset, every online CPU.
-        pool.join(owner, member, None if created else cpus or layout.topology.online)
-
-    def cpuset_of(self, owner: str) -> str:
-        """The cpuset `owner` has now in the pool ("": no pool on this node): what it was
-        last told (CPUs given back reach it at the next widening), else what it should
-        have; a repair or a read-back compares with this, never its creation-time one."""
-        return format_cpulist(self.cpu_pool.current(owner)) if self.cpu_pool else ""
-
-    def exclusive_of(self, owner: str) -> str | None:
-        """The exclusive CPUs `owner` holds now (a resize or a restore gives back what its
-        request no longer covers); None: no allocator here to ask."""
-        if self.allocator is None:
-            return None
-        placement = self.allocator.placement_of(owner)
-        return format_cpulist(placement.exclusive_cpus) if placement is not None else ""
-
-    def runs_everywhere(self, cpus: str) -> bool:
-        """`cpus` is every online CPU: what a container without a cpuset runs on."""
-        return self.allocator is not None and parse_cpulist(cpus) == self.allocator.topology.online
-
-    def answer_cpuset(self, owner: str, planned: bool) -> str:
-        """The cpuset an answer about `owner` carries (cpuset_of's), counted as told; ""
-        when none need be sent: no pool on this node, or every online CPU while nri-sla
-        planned none (`planned`) and never told it a narrower one (a container without a
-        cpuset runs on all of them already). Sent with every CreateContainer: the set is
-        compared, not its text, and the text of the last one (mostly the shared pool,
-        again) is not made twice."""
-        pool = self.cpu_pool
-        if pool is None:
-            return ""
-        before = pool.told(owner)
-        cpus = pool.answer(owner)
-        if not cpus:
-            return ""
-        # `is` first: mostly the shared pool, one object per allocator generation (the
-        # online set itself while nothing is exclusive), and `==` between equal sets
-        # looks up every CPU (128 on a large node) even when they are one object.
-        online = pool.allocator.topology.online
-        if (not planned and (cpus is online or cpus == online)
-                and (before is None or before is online or before == online)):
-            return ""  # (told a narrower one before: given-back CPUs not sent yet)
-        answered = self._answered[0]
-        if answered is not cpus and answered != cpus:
-            self._answered = (cpus, format_cpulist(cpus))
-        return self._answered[1]
-
-    def cpuset_updates(self, exclude: str, widen: bool) -> dict[str, str]:
-        """Containers (but `exclude`) whose cpuset must change: container id -> new
-        cpuset. widen=False: those holding CPUs that became exclusive since they were told
-        theirs; widen=True: also those that get given-back CPUs (CpuPool.changes)."""
-        if self.cpu_pool is None:
-            return {}
-        return {owner: format_cpulist(cpus)
-                for owner, cpus in self.cpu_pool.changes(exclude, widen).items()}
 
     def cpu_floors(self, owner: str) -> tuple[CpuFloor, ...]:
         """What exclusive CPUs for `owner` must leave to the other live containers."""
-        return self.cpu_pool.floors(owner) if self.cpu_pool is not None else ()
+        return self.cpu_pool.floors(owner)
 
     def resize_cpus(self, owner: str, request_millis: int | None,
                     namespace: str) -> frozenset[int]:
         """`owner`'s CPU request changed (UpdateContainer): the pool counts the new one,
         and exclusive CPUs beyond its whole CPUs are given back (unless the namespace may
         exceed the runtime's limits). Returns the CPUs given back."""
-        pool = self.cpu_pool
-        if pool is None:
-            return frozenset()
-        from nri_plugin.plan.cpupool import cpus_needed
-
-        member = pool.member(owner)
-        if member is not None:
-            pool.join(owner, replace(member, need=cpus_needed(request_millis)))
+        self.cpusets.resize(owner, request_millis)
         return self._within_request(owner, request_millis, namespace)
 
     def _within_request(self, owner: str, request_millis: int | None,
@@ -290,42 +156,22 @@ class NodeState:
         (unless its namespace may exceed the runtime's limits, or it has no known pod: a
         record restore holds to the end, as it holds other grants outside the policy);
         the CPUs given back."""
-        if (request_millis is None or self.allocator is None or namespace is None
+        if (request_millis is None or namespace is None
                 or self.config.allows("exceed-runtime-limits", namespace)):
             return frozenset()
         return self.allocator.shrink_exclusive(owner, request_millis // 1000,
                                                self.config.cpu.exclusive_full_cores)
 
-    def cpus_short(self, owner: str, request_millis: int | None) -> tuple[int, int] | None:
-        """(whole CPUs a new request needs, CPUs `owner`'s cpuset can hold) when they do not
-        fit (a resize up that the CPUs outside every exclusive set cannot give); None
-        when they fit, or the cpuset is not nri-sla's."""
-        pool = self.cpu_pool
-        member = pool.member(owner) if pool is not None else None
-        if member is None or member.pinned:
-            return None
-        from nri_plugin.plan.cpupool import cpus_needed
-
-        need = cpus_needed(request_millis)
-        have = len(pool.cpuset(owner, need))
-        return (need, have) if have < need else None
-
     def release(self, owner: str) -> None:
-        if self.cpu_pool is not None:
-            self.cpu_pool.leave(owner)
-        if self.rt_budget is not None:
-            self.rt_budget.release(owner)
-        if self.allocator is not None:
-            self.allocator.release(owner)
+        """Everything `owner` holds, given back: its place in the CPU pool, its RT time,
+        its GPUs and exclusive CPUs."""
+        self.cpu_pool.leave(owner)
+        self.rt_budget.release(owner)
+        self.allocator.release(owner)
 
     def gpu_grant(self, granted: GrantedResources,
                   kubelet_gpu_ids: tuple[str, ...] = ()) -> GpuGrant:
-        """The GPUs `granted` names on this node (runtime_gpus.resolve_grant); nothing on
-        a node without an allocator."""
-        import nri_plugin.plan.runtime_gpus as runtime_gpus  # per create: see the imports' note
-
-        if self.allocator is None:
-            return runtime_gpus.GpuGrant()
+        """The GPUs `granted` names on this node (runtime_gpus.resolve_grant)."""
         return runtime_gpus.resolve_grant(self.allocator.inventory, granted,
                                           self.config.gpu.grant_cdi_kinds, kubelet_gpu_ids)
 
@@ -334,18 +180,36 @@ class NodeState:
         one without placement): every container that can open a GPU is a holder, so that
         the status and the metrics see them all. Never refused: the grant is the
         kubelet's."""
-        if self.allocator is None or grant.empty or self.allocator.placement_of(owner):
+        if grant.empty or self.allocator.placement_of(owner):
             return
-        from nri_plugin.plan.placement_values import PlacementRequest
-
         self.allocator.allocate(PlacementRequest(owner, align=False, granted_gpus=grant.gpus,
                                                  granted_migs=grant.migs))
+
+    def admit(self, owner: str, plan: ContainerPlan | None, grant: GpuGrant,
+              request_millis: int | None, reported: str, *, created: bool = True
+              ) -> Reservation:
+        """Take what `owner` is admitted with (core.reservation): its plan's placement
+        (else its GPU grant alone, hold_grant), its plan's RT time and its place in the
+        CPU pool (Cpusets.join: `reported` and `created` are that method's). Raises the
+        book's SlaFailure (PlacementError, RtBudgetExceeded: another container took it
+        since the plan was made) with nothing taken."""
+        reservation = Reservation(owner, self.release)
+        try:
+            if plan is not None and plan.placement_record:
+                self.allocator.restore(owner, plan.placement_record)
+            self.hold_grant(owner, grant)
+            if plan is not None and plan.rt_runtime:
+                self.rt_budget.reserve(owner, budgets.RtGrant(plan.rt_runtime,
+                                                              plan.rt_period_in_force))
+            self.cpusets.join(owner, request_millis, reported, created=created)
+        except BaseException:
+            reservation.rollback()
+            raise
+        return reservation
 
     def usage(self) -> tuple[int, int]:
         """GPUs held (vanished ones included: their holders still have them) and
         exclusive CPUs held."""
-        if self.allocator is None:
-            return 0, 0
         gpus = len(self.allocator.gpus_in_use()) + len(self.allocator.missing_gpus())
         return gpus, len(self.allocator.exclusive_cpus_in_use())
 
@@ -353,14 +217,14 @@ class NodeState:
         """Read the node's GPUs again and hand them to the allocator (Allocator.rescan
         says what happens to held GPUs); None when this node does not rescan. Raises
         InventoryError or OSError when the inventory cannot be read (nothing changes)."""
-        if self.allocator is None or self.gpus is None:
+        if self.gpus is None:
             return None
         return self.allocator.rescan(self.gpus.read())
 
     def poll_gpu_health(self, timeout_ms: int = 0) -> HealthChange | None:
         """One health step (GpuHealthMonitor.poll); a change reaches the allocator at once
         (an unhealthy GPU is never a new container's choice). None: no monitor here."""
-        if self.gpus is None or self.allocator is None:
+        if self.gpus is None:
             return None
         change = self.gpus.poll(timeout_ms)
         if change:
@@ -395,15 +259,13 @@ class NodeState:
             if plan.enforcement == "hard":
                 raise PlanError(key, "cpu.rt-runtime", str(exc), "budget") from exc
             problem = f"{key}: cpu.rt-runtime: {exc}"
-            if owner and self.rt_budget is not None:
+            if owner:
                 # It runs without RT: what the planner set aside would be refused to others.
                 self.rt_budget.release(owner)
             return replace(plan, rt_runtime=None, rt_period=None,
                            warnings=(*plan.warnings, problem),
                            reasons=(*plan.reasons, "budget")), []
-        if owner and self.rt_budget is not None:
-            import nri_plugin.plan.rt_budget as budgets  # loaded: the budget is one
-
+        if owner:
             # `owner`'s grant, with where it lives now: the ancestors keep this raise
             # (give_back_rt) until the grant is released.
             self.rt_budget.hold(owner, budgets.RtGrant(plan.rt_runtime, plan.rt_period_in_force,
@@ -424,8 +286,7 @@ class NodeState:
             root = Path(self.facts.hierarchy("cpu").path)
         except SlaFailure:
             return []
-        pending = self.rt_budget.cgroup_dirs() if self.rt_budget is not None else {}
-        return self.rt_ledger.give_back(root, pending)
+        return self.rt_ledger.give_back(root, self.rt_budget.cgroup_dirs())
 
     def write_plan(self, plan: ContainerPlan, cgroups_path: str, scope: str, *,
                    undo_on_failure: bool | None = None) -> list[str]:
@@ -460,78 +321,3 @@ def _cpu_dir(paths: CgroupPaths) -> Path:
 
     cpu_dir = Path(paths.dir("cpu"))
     return cpu_dir.parent.resolve() / cpu_dir.name
-
-
-def inventory_reader(config: NodeConfig, sysfs_root: str = "/sys",
-                     inventory_file: str | None = None) -> InventoryReader:
-    """The reader of the node's GPUs from where the config says (or a replayed snapshot
-    file); one per process, so that it keeps NVML's last good read."""
-    from pathlib import Path
-
-    from nri_plugin.topology.inventory import InventoryReader, configured_reader
-
-    if inventory_file:
-        return InventoryReader("snapshot", snapshot=Path(inventory_file))
-    return configured_reader(config.gpu.inventory, Path(sysfs_root))
-
-
-def read_gpu_inventory(config: NodeConfig, sysfs_root: str = "/sys",
-                       inventory_file: str | None = None) -> GpuInventory:
-    """The node's GPUs from where the config says (or a replayed snapshot file), once."""
-    return inventory_reader(config, sysfs_root, inventory_file).read()
-
-
-def node_allocator(config: NodeConfig, sysfs_root: str = "/sys", *,
-                   inventory_file: str | None = None, gpus: bool = True,
-                   inventory: GpuInventory | None = None) -> Allocator:
-    """The GPU / exclusive-CPU allocator over this node (or a replayed snapshot).
-    gpus=False: topology only, no GPU inventory (NVML) loaded; `inventory`: one already
-    read."""
-    from nri_plugin.plan.allocator import Allocator
-    from nri_plugin.topology.cpus import read_topology
-    from nri_plugin.topology.gpus import GpuInventory
-
-    reserved = frozenset(config.reserved_cpus)
-    if inventory_file:
-        from pathlib import Path
-
-        from nri_plugin.topology.snapshot import load_snapshot
-
-        snapshot = load_snapshot(Path(inventory_file))
-        return Allocator(snapshot.topology, inventory or snapshot.inventory, reserved)
-    if inventory is None:
-        inventory = read_gpu_inventory(config, sysfs_root) if gpus else GpuInventory()
-    return Allocator(read_topology(sysfs_root), inventory, reserved)
-
-
-def build_node(config: NodeConfig, *, cgroup_version: int | None = None,
-               inventory_file: str | None = None, sysfs_root: str = "/sys",
-               detect: bool = True, record_key: bytes | None = None) -> NodeState:
-    """The plugin's NodeState for this host (or a replayed inventory snapshot / fake sysfs).
-
-    detect=False: plan only (explain), no cgroup facts read from the host beyond the
-    version.
-    """
-    from pathlib import Path
-
-    from nri_plugin.enforce.capabilities import detect_capabilities
-    from nri_plugin.enforce.cgroupdetect import detect_cgroup_facts
-    from nri_plugin.enforce.rt_ledger import LEDGER_FILE, RtLedger
-    from nri_plugin.plan.rt_budget import RtBudget, kernel_rt_share
-    from nri_plugin.topology.watched import WatchedInventory
-
-    cg = config.cgroup
-    facts = None
-    if detect or cgroup_version is None:
-        facts = detect_cgroup_facts(cg.root, cg.driver, cgroup_version or cg.version or "auto")
-        cgroup_version = facts.version
-    gpus = WatchedInventory.of(inventory_reader(config, sysfs_root, inventory_file))
-    inventory = gpus.read()
-    return NodeState(config, cgroup_version, facts=facts,
-                     allocator=node_allocator(config, sysfs_root, inventory_file=inventory_file,
-                                              inventory=inventory),
-                     rt_budget=RtBudget(config.rt_budget * kernel_rt_share()),
-                     rt_ledger=(RtLedger(Path(config.state_dir) / LEDGER_FILE)
-                                if detect and cgroup_version == 1 else None),
-                     capabilities=detect_capabilities(cgroup_version, sysfs_root),
-                     record_key=record_key, gpus=gpus)

@@ -43,18 +43,14 @@ def restore(node: NodeState, live: Iterable[LiveContainer]) -> Restored:
     (`out_of_policy`) so that the operator drains the pod.
     """
     ordered = sorted(live, key=attrgetter("created_at", "id"))
-    held = {*(node.rt_budget.owners() if node.rt_budget else ()),
-            *(node.allocator.owners() if node.allocator else ())}
+    held = {*node.rt_budget.owners(), *node.allocator.owners()}
     for owner in held:
         node.release(owner)
-    if node.cpu_pool is not None:
-        node.cpu_pool.clear()  # the plugin has every live container join again
+    node.cpu_pool.clear()  # the plugin has every live container join again
     result = Restored(released=tuple(sorted(held - {c.id for c in ordered})))
     limits = node.record_limits()
     parsed: Parsed = {}
-    cpusets = ReportedCpusets((c.cpus for c in ordered),
-                              node.allocator.topology.online if node.allocator else
-                              frozenset())
+    cpusets = ReportedCpusets((c.cpus for c in ordered), node.allocator.topology.online)
     for container in ordered:
         text = container.record
         if text is None:
@@ -67,8 +63,7 @@ def restore(node: NodeState, live: Iterable[LiveContainer]) -> Restored:
             continue
         if breach:
             result.out_of_policy.append(Rejection(container.id, "policy", breach))
-    if node.allocator is not None:
-        node.allocator.prune_missing()  # vanished GPUs no live record holds: gone
+    node.allocator.prune_missing()  # vanished GPUs no live record holds: gone
     result.rt_given_back = node.give_back_rt()
     return result
 
@@ -88,7 +83,7 @@ def _take(node: NodeState, container: LiveContainer, text: str, limits: RecordLi
         known = parsed[signed] = (plan, granted_permissions(plan))
     plan, permissions = known
     breach = _breach(node.config, permissions, container.namespace) if permissions else ""
-    if plan.placement_record and node.allocator is not None:
+    if plan.placement_record:
         try:
             node.allocator.restore(container.id, _still_held(
                 plan.placement_record, container.cpus, cpusets))
@@ -100,7 +95,7 @@ def _take(node: NodeState, container: LiveContainer, text: str, limits: RecordLi
                                      container.namespace)
         if given:
             given_back[container.id] = given
-    if plan.rt_runtime and node.rt_budget is not None:
+    if plan.rt_runtime:
         # The kernel already gives the container this budget: counted even if the
         # node's share is exceeded (a tightened rt-budget), so that no new grant adds
         # to it; its ancestors keep their raise while it lives.

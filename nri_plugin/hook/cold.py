@@ -3,7 +3,7 @@
 One of the run's two paths (warm.py is the other): run.py imports this one only when the
 container may have an SLA and no cached decision fits (cache.py), and carries out what
 either path hands back the same way (actions.carry_out).
-The decision is the plugin's (nri_plugin.core.decide) on a one-shot NodeState: no RT
+The decision is the plugin's (nri_plugin.core.decide) on a one-shot node (core.node): no RT
 budget memory, an allocator only when the SLA asks for placement, no device injection
 (docs/hook.md says what that means for exclusive CPUs and GPUs). What differs is the path:
 no NRI, so every setting is written directly (scope "all"). The actions are stored for
@@ -13,10 +13,11 @@ the next replica when everything they depend on is in the cache key or its recor
 from __future__ import annotations
 
 from nri_plugin.config import ConfigError, NodeConfig, load_config
-from nri_plugin.core import ContainerRequest, NodeState, decide, node_allocator
+from nri_plugin.core import ContainerRequest, decide
 from nri_plugin.core.decision import Decision, parse_sla
 from nri_plugin.core.errors import NoRecordKey, RecordKeyError
 from nri_plugin.core.inputs import loaded_code
+from nri_plugin.core.node import OneShotNode
 from nri_plugin.core.recordkey import load_key
 from nri_plugin.enforce.blockdev import resolve_block_device
 from nri_plugin.enforce.capabilities import detect_capabilities
@@ -181,21 +182,23 @@ def explain_namespace(error: SlaFailure, target: Target) -> SlaFailure:
 
 
 def hook_node(config: NodeConfig, facts: CgroupFacts, sysfs_root: str,
-              deps: Deps) -> NodeState:
-    """A NodeState for one container: capabilities from this node, an allocator built only
-    when the SLA asks for placement, devices resolved through the core's resolver."""
+              deps: Deps) -> OneShotNode:
+    """A one-shot node for one container: capabilities from this node, an allocator built
+    only when the SLA asks for placement, devices resolved through the core's resolver."""
 
     def resolve_device(device: str) -> tuple[int, int]:
         deps.append(["device", device, cache.device_signature(device)])
         return resolve_block_device(device)
 
     def allocator(gpus: bool) -> Allocator:
+        from nri_plugin.core.hosttopology import node_allocator  # placement SLAs only
+
         deps.append(["topology", sysfs_root, cache.topology_signature(sysfs_root)])
         return node_allocator(config, sysfs_root, gpus=gpus)
 
-    return NodeState(config, facts.version, facts=facts, allocator_factory=allocator,
-                     capabilities=detect_capabilities(facts.version, sysfs_root),
-                     resolve_device=resolve_device)
+    return OneShotNode(config, facts.version, allocator_factory=allocator,
+                       capabilities=detect_capabilities(facts.version, sysfs_root),
+                       resolve_device=resolve_device)
 
 
 def _asks_io_weight(decision: Decision) -> bool:

@@ -102,6 +102,17 @@ class Allocator:
                     exclusive_cpus=frozenset(self._cpu_owner))
             return self._snapshot
 
+    def _holdings_but(self, owner: str) -> Holdings:
+        """holdings() as if `owner` held nothing (under the lock)."""
+        if owner not in self._placements:
+            return self.holdings()
+        return Holdings(
+            gpus={i: {o: k for o, k in h.items() if o != owner}
+                  for i, h in self._gpu_holders.items() if h.keys() - {owner}},
+            migs={u: {o: k for o, k in h.items() if o != owner}
+                  for u, h in self._mig_holders.items() if h.keys() - {owner}},
+            exclusive_cpus=frozenset(c for c, o in self._cpu_owner.items() if o != owner))
+
     # These two read one attribute or one dict entry, which the GIL makes atomic: no lock
     # (they run several times per CreateContainer and per synchronized container).
     @property
@@ -197,27 +208,34 @@ class Allocator:
                 del self._cpu_owner[cpu]
             return True
 
-    def allocate(self, request: PlacementRequest, hard: bool = True,
-                 floors: Sequence[CpuFloor] = ()) -> Placement:
-        """Place `request`. hard: exactly as asked or PlacementError (state unchanged);
-        soft: the best available, each shortfall in `warnings`. `floors`: what its
-        exclusive CPUs must leave to running containers (nri_plugin.plan.cpupool)."""
+    def choose(self, request: PlacementRequest, hard: bool = True,
+               floors: Sequence[CpuFloor] = ()) -> Placement:
+        """Where `request` would be placed now, nothing taken (take() holds it). hard:
+        exactly as asked or PlacementError; soft: the best available, each shortfall in
+        `warnings`. `floors`: what its exclusive CPUs must leave to running containers
+        (nri_plugin.plan.cpupool). What the owner holds already counts as free: a retried
+        CreateContainer for the same owner replaces its old placement."""
         validate_request(request, self.topology)
         with self._lock:
-            previous = self._placements.get(request.owner)
-            if previous is not None:
-                # a retried CreateContainer for the same owner replaces its old placement
-                self.release(request.owner)
-            try:
-                # taken after the release: everything in the snapshot is another owner's
-                placement = choose_placement(self.layout, self.holdings(), request, hard,
-                                             floors)
-            except PlacementError:
-                if previous is not None:
-                    self._commit(request.owner, previous)
-                raise
-            self._commit(request.owner, placement)
+            return choose_placement(self.layout, self._holdings_but(request.owner),
+                                    request, hard, floors)
+
+    def allocate(self, request: PlacementRequest, hard: bool = True,
+                 floors: Sequence[CpuFloor] = ()) -> Placement:
+        """choose() and take() in one step, under one lock."""
+        with self._lock:
+            placement = self.choose(request, hard, floors)
+            self.take(request.owner, placement)
             return placement
+
+    def take(self, owner: str, placement: Placement) -> None:
+        """`owner` holds `placement` (in place of what it held). Raises PlacementError
+        when its exclusive CPUs are another owner's; the state is then unchanged. GPUs are
+        never refused: the container can open them whoever else holds them too."""
+        with self._lock:
+            self._check_free(owner, placement)
+            self.release(owner)
+            self._commit(owner, placement)
 
     def shrink_exclusive(self, owner: str, at_most: int,
                          full_cores: bool = False) -> frozenset[int]:
@@ -252,18 +270,16 @@ class Allocator:
             return given
 
     def restore(self, owner: str, record: Mapping[str, Any]) -> Placement:
-        """Re-take what `owner` held according to its `to_record()` (plugin restart).
+        """Take what a `to_record()` names for `owner`: what it held (plugin restart), or
+        what its plan chose (the admission of a new container).
 
         Raises PlacementError when the record names unknown GPUs or exclusive CPUs another
         owner already holds; the state is then unchanged. GPUs are never refused: the
         container can open them whoever else holds them too.
         """
         placement = self._from_record(record)
-        with self._lock:
-            self.release(owner)
-            self._check_free(owner, placement)
-            self._commit(owner, placement)
-            return placement
+        self.take(owner, placement)
+        return placement
 
     def rescan(self, inventory: GpuInventory) -> InventoryChange:
         """Take a fresh read of the node's GPUs while containers hold some.

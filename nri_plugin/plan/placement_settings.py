@@ -1,6 +1,7 @@
 """Placement into the plan: the SLA's gpu / cpu.exclusive / numa fields and the
-container's GPU grant become an Allocator request, and the placement it answers becomes
-plan settings (cpus, mems, the record), warnings or an error. Nothing here adds a GPU to
+container's GPU grant become an Allocator request, and the placement it would choose
+becomes plan settings (cpus, mems, the record), warnings or an error; nothing is taken
+(the node takes the record when it admits the container). Nothing here adds a GPU to
 the container: it opens exactly its grant."""
 
 from __future__ import annotations
@@ -59,10 +60,10 @@ def placement_request(sla: Sla, ctx: PlanContext, grant: GpuGrant) -> PlacementR
 
 
 def place(sla: Sla, ctx: PlanContext, grant: GpuGrant, hard: bool) -> PlacementOutcome:
-    """Verify the grant, allocate exclusive CPUs and align; settings are plan fields
+    """Verify the grant, choose exclusive CPUs and align; settings are plan fields
     (cpus, mems, the placement record)."""
     try:
-        placement = ctx.allocator.allocate(placement_request(sla, ctx, grant), hard=hard,
+        placement = ctx.allocator.choose(placement_request(sla, ctx, grant), hard=hard,
                                            floors=ctx.cpu_floors)
     except PlacementError as exc:
         field_name, message = split_field(exc.message, exc.field)

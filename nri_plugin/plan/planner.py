@@ -1,8 +1,10 @@
 """plan_container: an SLA plus node facts become a ContainerPlan, or a refusal.
 
 Every setting the SLA asks for is either planned exactly or becomes a Shortfall. In hard
-mode any shortfall refuses the whole container (and releases what was reserved for it);
-in soft mode shortfalls become warnings and the rest is applied.
+mode any shortfall refuses the whole container; in soft mode shortfalls become warnings
+and the rest is applied. Planning takes nothing: the allocator and the RT budget are
+asked what would fit now, and the plan names it (its placement record, its RT time) for
+the node to take when it admits the container (core.reservation).
 """
 
 from __future__ import annotations
@@ -59,9 +61,7 @@ class _Planner:
         self.key = sla_key(sla, ctx.config.annotation_prefix)
         self.settings: dict[str, Any] = {}
         self.shortfalls: list[Shortfall] = []
-        self.reserved_placement = False
         self.placement_short = False  # placement fell short: no NUMA nodes to follow
-        self.reserved_rt = False
         self.soft = sla.enforcement == "soft"
 
     def short(self, field_path: str, message: str, reason: str) -> None:
@@ -110,11 +110,10 @@ class _Planner:
             from nri_plugin.plan.rt_budget import RtGrant
 
             try:
-                self.ctx.rt_budget.reserve(self.ctx.owner, RtGrant(runtime, period))
+                self.ctx.rt_budget.check(self.ctx.owner, RtGrant(runtime, period))
             except RtBudgetExceeded as exc:
                 self.short("cpu.rt-runtime", str(exc), "budget")
                 return
-            self.reserved_rt = True
         self.settings.update(rt_runtime=runtime, rt_period=period)
 
     def plan_placement(self) -> None:
@@ -158,7 +157,6 @@ class _Planner:
         if outcome.error is not None:
             self.short(outcome.field, outcome.error, "placement")
             return
-        self.reserved_placement = True
         self.settings.update(outcome.settings)
         for field_path, warning in outcome.warnings:
             self.short(field_path, warning, "placement")
@@ -234,15 +232,8 @@ class _Planner:
         return int(major), int(minor)  # no resolver: MAJ:MIN as written, else ValueError
 
     # -- outcome -------------------------------------------------------------------
-    def release(self) -> None:
-        if self.reserved_placement and self.ctx.allocator is not None:
-            self.ctx.allocator.release(self.ctx.owner)
-        if self.reserved_rt and self.ctx.rt_budget is not None:
-            self.ctx.rt_budget.release(self.ctx.owner)
-
     def finish(self) -> ContainerPlan:
         if self.sla.enforcement == "hard" and self.shortfalls:
-            self.release()
             raise refusal(self.key, self.shortfalls)
         return ContainerPlan(self.sla.enforcement, self.ctx.cgroup_version, **self.settings,
                              warnings=tuple(s.render(self.key) for s in self.shortfalls),
@@ -250,17 +241,14 @@ class _Planner:
 
 
 def plan_container(sla: Sla, ctx: PlanContext) -> ContainerPlan:
-    """Plan one container. Raises PlanError in hard mode when anything falls short."""
+    """Plan one container; nothing is taken for it. Raises PlanError in hard mode when
+    anything falls short."""
     planner = _Planner(sla, ctx)
-    try:
-        planner.plan_cpu()
-        before = len(planner.shortfalls)
-        planner.plan_placement()
-        planner.placement_short = len(planner.shortfalls) > before
-        planner.plan_memory_policy()
-        planner.plan_memory()
-        planner.plan_io()
-    except BaseException:
-        planner.release()
-        raise
+    planner.plan_cpu()
+    before = len(planner.shortfalls)
+    planner.plan_placement()
+    planner.placement_short = len(planner.shortfalls) > before
+    planner.plan_memory_policy()
+    planner.plan_memory()
+    planner.plan_io()
     return planner.finish()

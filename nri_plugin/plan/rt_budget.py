@@ -61,18 +61,28 @@ class RtBudget:
         self._grants: dict[str, RtGrant] = {}
         self._lock = threading.Lock()
 
-    def reserve(self, owner: str, grant: RtGrant) -> None:
+    def check(self, owner: str, grant: RtGrant) -> None:
+        """Raise RtBudgetExceeded when `grant` would not fit for `owner` now (what it
+        holds already counts as free); nothing is recorded."""
         with self._lock:
-            used = sum(g.share for o, g in self._grants.items() if o != owner)
-            if used + grant.share > self.total_share + 1e-9:
-                free = max(self.total_share - used, 0.0)
-                log.info("RT budget short for %s: needs %.1f%%, %.1f%% free of %.1f%%", owner,
-                         grant.share * 100, free * 100, self.total_share * 100)
-                raise RtBudgetExceeded(
-                    f"needs {grant.share:.1%} of CPU time as real-time; the node's RT budget "
-                    f"for SLA containers ({self.total_share:.1%}: node config rt-budget of "
-                    "the kernel's share) cannot take that much more now")
+            self._check(owner, grant)
+
+    def reserve(self, owner: str, grant: RtGrant) -> None:
+        """check(), then `owner` holds `grant` (in place of what it held)."""
+        with self._lock:
+            self._check(owner, grant)
             self._grants[owner] = grant
+
+    def _check(self, owner: str, grant: RtGrant) -> None:
+        used = sum(g.share for o, g in self._grants.items() if o != owner)
+        if used + grant.share > self.total_share + 1e-9:
+            free = max(self.total_share - used, 0.0)
+            log.info("RT budget short for %s: needs %.1f%%, %.1f%% free of %.1f%%", owner,
+                     grant.share * 100, free * 100, self.total_share * 100)
+            raise RtBudgetExceeded(
+                f"needs {grant.share:.1%} of CPU time as real-time; the node's RT budget "
+                f"for SLA containers ({self.total_share:.1%}: node config rt-budget of "
+                "the kernel's share) cannot take that much more now")
 
     def hold(self, owner: str, grant: RtGrant) -> None:
         """Record a grant the kernel holds or is about to (restored from the runtime's

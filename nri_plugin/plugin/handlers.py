@@ -16,13 +16,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Collection, Generator, Iterable, Iterator
+from collections.abc import Collection, Generator, Iterable
 from dataclasses import replace
 from typing import Any
 
 from nri_plugin.core import ContainerRequest, Decision, NodeState, decide
 from nri_plugin.core.decision import REUSABLE_LIMIT, recheck
 from nri_plugin.core.inputs import DecisionInputs
+from nri_plugin.core.reservation import Reservation, nothing_taken
 from nri_plugin.core.restored import LiveContainer
 from nri_plugin.errors import INTERNAL, INVALID, SlaFailure
 from nri_plugin.granted import (
@@ -46,7 +47,7 @@ from nri_plugin.ops.metrics import NO_METRICS, MetricsSink
 from nri_plugin.plan.errors import PlanError
 from nri_plugin.plan.model import ContainerPlan
 from nri_plugin.plan.record import record_body, record_text
-from nri_plugin.plan.runtime_gpus import NO_GRANT
+from nri_plugin.plan.runtime_gpus import NO_GRANT, GpuGrant
 from nri_plugin.plugin.adjustment import annotated, build_adjustment, build_update
 from nri_plugin.plugin.errors import StartRefused
 from nri_plugin.plugin.kubelet_grants import KubeletGrants, asks_kubelet
@@ -244,31 +245,51 @@ class SlaPlugin:
             pod.annotations, name,  # protobuf's map: only nri-sla's keys are read
             namespace=namespace, owner=cid, pod=pod.id, nri_version=self.nri_version,
             granted=granted, kubelet_gpu_ids=kubelet_ids))
-        if decision.plan is not None and decision.plan.rt_runtime and self.node.facts:
-            try:
-                paths = self.node.container_paths(container.linux.cgroups_path)
-                room, _ = self.node.make_rt_room(decision.plan, paths, cid)
-                decision = replace(decision, plan=room)  # this container's own
-            except SlaFailure as exc:
-                self.node.release(cid)
-                decision = Decision("refused", error=exc)
-        plan = decision.plan
-        applied, adjustment = (self._answer(plan, decision, cid, container)
-                               if plan is not None else ({}, self._strip_outputs(container)))
-        self._observe("CreateContainer", started, decision, applied,
-                      namespace, pod.name, name)
-        self.events.decided(namespace, pod.name, pod.uid, name, decision)
-        if decision.error is not None:
-            raise rpc_error(decision.error)
-        entry = self._entry(pod, container, plan, owed=plan is not None, granted=granted,
-                            kubelet_ids=kubelet_ids, created=True)
-        self.registry.add(entry)
+        grant = self._grant_of(cid, granted, kubelet_ids, decision.plan, created=True)
+        decision, held = self._admit(cid, decision, grant, granted, container)
+        with held:  # anything below failing gives back what the node took for it
+            plan = decision.plan
+            applied, adjustment = (self._answer(plan, decision, cid, container)
+                                   if plan is not None else ({}, self._strip_outputs(container)))
+            self._observe("CreateContainer", started, decision, applied,
+                          namespace, pod.name, name)
+            self.events.decided(namespace, pod.name, pod.uid, name, decision)
+            if decision.error is not None:
+                raise rpc_error(decision.error)
+            entry = self._entry(pod, container, plan, owed=plan is not None, grant=grant)
+            self.registry.add(entry)
+            held.commit()
         planned = plan is not None and bool(plan.cpus)  # the answer's settings carry them
         adjustment, cpus = self._with_cpuset(entry.id, adjustment, planned)
         if plan is not None:  # in force (and read back) with the cpuset it was given
             entry.current_plan = plan if not cpus or cpus == plan.cpus else replace(plan, cpus=cpus)
         self._publish_holders(entry)
         return CreateResult(adjustment, self._cpuset_updates(entry.id))
+
+    def _admit(self, cid: str, decision: Decision, grant: GpuGrant,
+               granted: GrantedResources, container: pb.Container
+               ) -> tuple[Decision, Reservation]:
+        """The node takes what the decided container holds (NodeState.admit) and, on
+        cgroup v1, makes room for its RT time in its ancestors; the decision as it stands
+        then (its own copy of the plan, or refused: nothing is taken), and what was
+        taken."""
+        if decision.error is not None:
+            return decision, nothing_taken(cid)
+        try:
+            held = self.node.admit(cid, decision.plan, grant, granted.cpu_request_millis,
+                                   container.linux.resources.cpu.cpus)
+        except SlaFailure as exc:  # taken by another since the plan was made
+            return Decision("refused", error=exc), nothing_taken(cid)
+        plan = decision.plan
+        if plan is None or not plan.rt_runtime or not self.node.facts:
+            return decision, held
+        try:
+            paths = self.node.container_paths(container.linux.cgroups_path)
+            room, _ = self.node.make_rt_room(plan, paths, cid)
+        except SlaFailure as exc:
+            held.rollback()
+            return Decision("refused", error=exc), held
+        return replace(decision, plan=room), held  # this container's own
 
     def _with_cpuset(self, container_id: str, adjustment: pb.ContainerAdjustment | None,
                      planned: bool) -> tuple[pb.ContainerAdjustment | None, str]:
@@ -277,71 +298,76 @@ class SlaPlugin:
         ("": the one the plan set, if any, stands). `planned`: the adjustment sets a
         cpuset already (the plan's; told, not read back: a read of a nested protobuf
         field builds a Python object per level)."""
-        cpus = self.node.answer_cpuset(container_id, planned)
+        cpus = self.node.cpusets.answer(container_id, planned)
         if not cpus:
             return adjustment, ""
         adjustment = adjustment if adjustment is not None else pb.ContainerAdjustment()
         adjustment.linux.resources.cpu.cpus = cpus
         return adjustment, cpus
 
+    def _grant_of(self, container_id: str, granted: GrantedResources,
+                  kubelet_ids: tuple[str, ...], plan: ContainerPlan | None, *,
+                  created: bool) -> GpuGrant:
+        """The GPUs the runtime (and the kubelet's books: `kubelet_ids`) granted the
+        container; `created`: at CreateContainer (else Synchronize)."""
+        if not (granted.gpu_evidence or kubelet_ids):
+            return NO_GRANT  # most containers: nothing to resolve or hold
+        grant = self.node.gpu_grant(granted, kubelet_ids)
+        if grant.env_only and plan is None:
+            log_event(log, logging.INFO, "GPU env is not a grant", container=container_id,
+                      env=grant.env_only[:64])
+        if grant.system and created:
+            log_event(log, logging.INFO, "container sees every device: a system "
+                      "holder, its device nodes are no GPU grant", container=container_id)
+        return grant
+
     def _entry(self, pod: pb.PodSandbox | None, container: pb.Container,
-               plan: ContainerPlan | None, *, owed: bool, granted: GrantedResources,
-               kubelet_ids: tuple[str, ...] = (), created: bool) -> ContainerEntry:
-        """The container's registry entry (for the caller to add), its grant held (nri-sla's
-        placement holds it where there is one; otherwise the grant alone), its place in
-        the CPU pool.
-        `owed`: a plan's direct writes are still to do; `kubelet_ids`: its GPU device ids
-        in the kubelet's books; `created`: at CreateContainer (else Synchronize)."""
+               plan: ContainerPlan | None, *, owed: bool, grant: GpuGrant) -> ContainerEntry:
+        """The container's registry entry (for the caller to add), a value: what it can
+        open is its grant and what its placement holds (the same GPUs, or, for a record
+        from before issue 18, the GPUs nri-sla chose and added then). `owed`: a plan's
+        direct writes are still to do."""
         # One string for the id, wherever it is kept (each read of a protobuf field makes
         # a new one; the registry shares the pod's strings among its containers).
         container_id = container.id
-        if granted.gpu_evidence or kubelet_ids:
-            grant = self.node.gpu_grant(granted, kubelet_ids)
-            if grant.env_only and plan is None:
-                log_event(log, logging.INFO, "GPU env is not a grant", container=container_id,
-                          env=grant.env_only[:64])
-            if grant.system and created:
-                log_event(log, logging.INFO, "container sees every device: a system "
-                          "holder, its device nodes are no GPU grant", container=container_id)
-            self.node.hold_grant(container_id, grant)
-        else:  # most containers: nothing to resolve or hold
-            grant = NO_GRANT
-        # What it can open: its grant, and what its placement holds (the same GPUs, or,
-        # for a record from before issue 18, the GPUs nri-sla chose and added then).
-        held = self.node.allocator.placement_of(container_id) if self.node.allocator else None
+        held = self.node.allocator.placement_of(container_id)
         opens = NO_GPUS if grant.empty and held is None else GrantedGpus.of(
             (*grant.gpus, *(held.gpus if held else ())),
             (*grant.migs, *(held.migs if held else ())), grant.replicas)
-        entry = ContainerEntry(container_id, container.pod_sandbox_id, _namespace(pod) or "",
-                               pod.name if pod else "", container.name,
-                               STATE_NAMES.get(container.state, "unknown"), opens, plan,
-                               writes_owed=owed and plan is not None,
-                               cgroups_path=container.linux.cgroups_path,
-                               pod_uid=pod.uid if pod else "")
-        self.node.join_pool(container_id, granted.cpu_request_millis,
-                            container.linux.resources.cpu.cpus, created=created)
-        return entry
+        return ContainerEntry(container_id, container.pod_sandbox_id, _namespace(pod) or "",
+                              pod.name if pod else "", container.name,
+                              STATE_NAMES.get(container.state, "unknown"), opens, plan,
+                              writes_owed=owed and plan is not None,
+                              cgroups_path=container.linux.cgroups_path,
+                              pod_uid=pod.uid if pod else "")
 
     def _entries(self, pod_of: dict[str, SyncedPod], live: Iterable[pb.Container],
                  values: list[LiveContainer], plans: dict[str, ContainerPlan]
-                 ) -> Iterator[ContainerEntry]:
+                 ) -> list[ContainerEntry]:
         """The registry entries of the live containers a Synchronize reported (`pod_of`:
         pod id -> pod; `values`: what restore read of each), each with the plan its record
-        restored (`plans`)."""
+        restored (`plans`), once the node holds what each one holds beyond its record (its
+        GPU grant, its place in the CPU pool)."""
         grants = [granted_resources(c.linux.resources, c) for c in live]
         books = self.kubelet.for_all() if any(map(asks_kubelet, grants)) else {}
+        entries = []
         for c, v, granted in zip(live, values, grants, strict=True):
-            entry = self._entry(pod_of.get(v.pod), c, plans.get(v.id),
-                                # Created but not started yet: StartContainer owes the writes.
-                                owed=c.state == pb.CONTAINER_CREATED, granted=granted,
-                                kubelet_ids=books.get(_key(pod_of.get(v.pod), c), ())
-                                if books else (), created=False)
-            plan = entry.decided_plan
+            pod = pod_of.get(v.pod)
+            plan = plans.get(v.id)
+            grant = self._grant_of(v.id, granted, books.get(_key(pod, c), ()) if books
+                                   else (), plan, created=False)
+            # Created but not started yet: StartContainer owes the writes.
+            entry = self._entry(pod, c, plan, owed=c.state == pb.CONTAINER_CREATED,
+                                grant=grant)
             if plan is not None and v.namespace is not None:
                 # The resources the runtime reports now rule (a resize while nri-sla was
                 # away), as at an UpdateContainer: what the watch reads back and repairs.
                 entry.current_plan = recheck(self.node, plan, granted, namespace=v.namespace)
-            yield entry
+            entries.append(entry)
+            # Its placement and RT time were taken from its record (NodeState.restore).
+            self.node.admit(v.id, None, grant, granted.cpu_request_millis, v.cpus,
+                            created=False).commit()
+        return entries
 
     def _publish_holders(self, entry: ContainerEntry) -> None:
         """A new holder: the gauges, and GPUs it shares with another container."""
@@ -486,7 +512,7 @@ class SlaPlugin:
                           request=f"{granted.cpu_request_millis}m")
                 self._publish_usage()  # the gauges follow at once, not at the next holder
             # the container's set now, never the plan's creation-time one
-            cpus = self.node.answer_cpuset(container.id, bool(fitted and fitted.cpus))
+            cpus = self.node.cpusets.answer(container.id, bool(fitted and fitted.cpus))
             others = self._cpuset_updates(container.id)
             if fitted is None and not cpus:
                 return others
@@ -501,7 +527,7 @@ class SlaPlugin:
         """A resize up whose request the container's cpuset cannot hold (its NUMA nodes'
         CPUs outside every exclusive set are fewer): refused for a hard SLA (the runtime
         keeps the container as it was), logged otherwise."""
-        short = self.node.cpus_short(container.id, granted.cpu_request_millis)
+        short = self.node.cpusets.short(container.id, granted.cpu_request_millis)
         if short is None:
             return
         need, have = short
@@ -563,8 +589,7 @@ class SlaPlugin:
     def _with_gpus(self, doc: dict[str, Any]) -> dict[str, Any]:
         """The status document with the node's GPUs and their health, and the containers
         created unenforced."""
-        allocator = self.node.allocator
-        doc["gpus"] = gpus_json(allocator.inventory) if allocator is not None else []
+        doc["gpus"] = gpus_json(self.node.allocator.inventory)
         doc["unenforced"] = [u.to_json() for u in self._unenforced.containers]
         return doc
 
@@ -574,7 +599,7 @@ class SlaPlugin:
         in an answer to a create, stop or resize, only those on CPUs that became
         exclusive (the runtime applies them inside that request); `widen` (the drift
         pass, a restore): also those that get given-back CPUs."""
-        changed = self.node.cpuset_updates(exclude, widen)
+        changed = self.node.cpusets.updates(exclude, widen)
         if not changed:  # (nearly every CreateContainer)
             return []
         updates = []
@@ -626,13 +651,11 @@ class SlaPlugin:
         gpus, cpus = self.node.usage()
         self.metrics.set_gpus_in_use(gpus)
         self.metrics.set_exclusive_cpus_in_use(cpus)
-        if self.node.allocator is not None:
-            self.metrics.set_gpus_missing(len(self.node.allocator.missing_gpus()))
+        self.metrics.set_gpus_missing(len(self.node.allocator.missing_gpus()))
         self._publish_gpu_health()
 
     def _publish_gpu_health(self) -> None:
-        if self.node.allocator is not None:
-            self.metrics.set_gpu_health(self.node.allocator.inventory.gpus)
+        self.metrics.set_gpu_health(self.node.allocator.inventory.gpus)
 
 
 def _key(pod: pb.PodSandbox | None, container: pb.Container) -> tuple[str, str, str]:

@@ -262,7 +262,7 @@ class SynchronizeRestore:
         again = []
         for update in sent:
             cpus = update.linux.resources.cpu.cpus
-            now = self.node.cpuset_of(update.container_id) if cpus else ""
+            now = self.node.cpusets.cpuset_of(update.container_id) if cpus else ""
             if now and now != cpus:
                 change = pb.ContainerUpdate(container_id=update.container_id,
                                             ignore_failure=True)

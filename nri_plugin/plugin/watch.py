@@ -208,7 +208,7 @@ class DriftWatch:
                   ) -> tuple[ContainerPlan, dict[CgroupWrite, str]]:
         """The plan with the cpuset the container should have now, and its settings:
         CgroupWrite -> "runtime" (the adjustment's) or "direct" (nri-sla's own write)."""
-        cpus = self.node.cpuset_of(watched.id)
+        cpus = self.node.cpusets.cpuset_of(watched.id)
         memory = _memory(watched)
         current = watched.current_plan
         assert current is not None  # a watched entry has a plan in force
@@ -216,7 +216,8 @@ class DriftWatch:
         if known is not None and known[0] is current and known[1] == cpus:
             return known[2], known[3]
         plan = current
-        if cpus and cpus != plan.cpus and (plan.cpus or not self.node.runs_everywhere(cpus)):
+        if cpus and cpus != plan.cpus and (plan.cpus
+                                           or not self.node.cpusets.runs_everywhere(cpus)):
             plan = replace(plan, cpus=cpus)
         bfq = self.node.capabilities.bfq
         via = dict.fromkeys(cgroup_writes(plan, "runtime", bfq), "runtime")
@@ -235,7 +236,7 @@ class DriftWatch:
         return ContainerReport(
             watched.id, watched.namespace, watched.pod_name, watched.name, plan, state,
             settings, _memory(watched).repair, reading.compliance if reading else None, ratio,
-            plan.cpus or "", self.node.exclusive_of(watched.id))
+            plan.cpus or "", self.node.cpusets.exclusive_of(watched.id))
 
     # -- drift -----------------------------------------------------------------------------
     def _note(self, watched: ContainerEntry, reading: _Reading) -> None:

@@ -8,7 +8,8 @@ import logging
 import pytest
 
 from nri_plugin.config import NodeConfig
-from nri_plugin.core import ContainerRequest, Decision, NodeState, decide
+from nri_plugin.core import ContainerRequest, Decision, decide
+from nri_plugin.core.node import OneShotNode
 from nri_plugin.errors import INTERNAL
 from nri_plugin.granted import GrantedResources
 
@@ -21,7 +22,7 @@ def broken_resolver(device: str) -> tuple[int, int]:
 
 
 def test_a_bug_becomes_an_internal_failure_logged_once_with_its_traceback(caplog):
-    node = NodeState(NodeConfig(), 2, resolve_device=broken_resolver)
+    node = OneShotNode(NodeConfig(), 2, resolve_device=broken_resolver)
     with caplog.at_level(logging.ERROR, logger="nri_sla"):
         decision = decide(node, ContainerRequest(IO_SLA, "app", namespace="prod",
                                                  owner="ctr-1"))
@@ -36,7 +37,7 @@ def test_a_bug_becomes_an_internal_failure_logged_once_with_its_traceback(caplog
 
 
 def test_a_reusable_decision_is_frozen_and_shared():
-    node = NodeState(NodeConfig(), 2)
+    node = OneShotNode(NodeConfig(), 2)
     request = ContainerRequest({"sla.nri.io/pod": "cpu: {limit: 1}"}, "app",
                                namespace="prod", owner="a",
                                granted=GrantedResources(cpu_quota=100_000))
@@ -51,7 +52,7 @@ def test_a_reusable_decision_is_frozen_and_shared():
 
 
 def test_no_sla_is_skipped_and_a_bad_one_refused_naming_the_key():
-    node = NodeState(NodeConfig(), 2)
+    node = OneShotNode(NodeConfig(), 2)
     assert decide(node, ContainerRequest({}, "app")) == Decision("skipped")
     bad = decide(node, ContainerRequest({"sla.nri.io/pod": "cpu: {limits: 2}"}, "app"))
     assert bad.outcome == "refused" and bad.error is not None
@@ -80,7 +81,7 @@ def test_the_pods_protobuf_map_decides_as_a_dict_does():
     map with other nri-sla keys is another decision."""
     from nri_plugin.nri.pb import nri_pb2 as pb
 
-    node = NodeState(NodeConfig(), 2)
+    node = OneShotNode(NodeConfig(), 2)
     annotations = {"sla.nri.io/pod": "cpu: {limit: 1}", "io.kubernetes.cri.sandbox-id": "x"}
     from_dict = decide(node, ContainerRequest(annotations, "app", owner="a"))
     pod = pb.PodSandbox(annotations=annotations)
@@ -101,7 +102,7 @@ def test_a_programming_error_is_a_bug_logged_with_its_traceback(caplog, monkeypa
         raise ProgrammingError("topology 'ring' is not one of any, numa, nvlink")
 
     monkeypatch.setattr(decision_module, "plan_container", planner_with_a_broken_contract)
-    node = NodeState(NodeConfig(), 2)
+    node = OneShotNode(NodeConfig(), 2)
     with caplog.at_level(logging.ERROR, logger="nri_sla"):
         decision = decide(node, ContainerRequest({"sla.nri.io/pod": "cpu: {limit: 1}"}, "app",
                                                  namespace="prod", owner="ctr-1"))

@@ -12,7 +12,7 @@ import yaml
 
 import nri_plugin.core.inputs as inputs_module
 from nri_plugin.config import NodeConfig
-from nri_plugin.core import ContainerRequest, NodeState, decide
+from nri_plugin.core import ContainerRequest, decide
 from nri_plugin.core.decision import node_inputs
 from nri_plugin.core.inputs import (
     ENFORCEMENT_ALIAS,
@@ -23,6 +23,7 @@ from nri_plugin.core.inputs import (
     loaded_code,
     sla_text,
 )
+from nri_plugin.core.node import OneShotNode
 from nri_plugin.granted import GrantedResources
 
 NODE = NodeInputs("config", ("facts", "/sys"), "code")
@@ -90,7 +91,7 @@ def test_more_sla_keys_than_a_pod_may_have_are_no_inputs():
     Counting.reads = 0
     assert sla_text(over, "sla.nri.io") is None and Counting.reads == MAX_SLA_KEYS
     assert inputs_for(over, "sla.nri.io", "app", "prod", (), NODE) is None
-    node = NodeState(NodeConfig(), 2)
+    node = OneShotNode(NodeConfig(), 2)
     refused = decide(node, ContainerRequest(dict(over), "app"))
     assert refused.outcome == "refused" and refused.inputs is None and not node.reusable
 
@@ -99,7 +100,7 @@ def test_a_new_config_object_is_another_decision_without_a_reload():
     """The node config is in the inputs: a node whose config object is replaced (as the
     demo does, without NodeState.reconfigure) never hands out a decision made under the
     old one. The SLA names no enforcement, so the config's default decides it."""
-    node = NodeState(NodeConfig(enforcement="hard"), 2)
+    node = OneShotNode(NodeConfig(enforcement="hard"), 2)
     request = ContainerRequest({"sla.nri.io/pod": "cpu: {limit: 1}"}, "app",
                                namespace="prod", owner="a")
     hard = decide(node, request)

@@ -4,18 +4,17 @@ container is no pass for another container's copy."""
 
 from __future__ import annotations
 
-from nri_plugin.config import NodeConfig
-from nri_plugin.core.nodestate import NodeState
 from nri_plugin.core.restore import restore
 from nri_plugin.core.restored import LiveContainer
 from nri_plugin.plan.model import ContainerPlan
 from nri_plugin.plan.record import encode_record
+from tests.support.plugin_helpers import plain_node
 
 KEY = bytes(range(32))
 
 
 def test_replicas_share_one_parsed_plan_and_a_copied_record_is_still_refused():
-    node = NodeState(NodeConfig(), 2, record_key=KEY)
+    node = plain_node(record_key=KEY)
     plan = ContainerPlan("hard", 2, cpu_quota=50_000, cpu_period=100_000, memory_max=1 << 30)
     records = {cid: encode_record(plan, "nri", cid, KEY) for cid in ("a", "b")}
     live = [LiveContainer("a", "default", records["a"], 1),

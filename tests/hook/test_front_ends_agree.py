@@ -15,7 +15,8 @@ import pytest
 
 from nri_plugin.config import load_config
 from nri_plugin.core import ContainerRequest, decide
-from nri_plugin.core.nodestate import NodeState, node_allocator
+from nri_plugin.core.hosttopology import node_allocator
+from nri_plugin.core.nodestate import NodeState
 from nri_plugin.enforce.capabilities import detect_capabilities
 from nri_plugin.enforce.cgpaths import CgroupFacts
 from nri_plugin.errors import EXIT_OK, EXIT_STATUS

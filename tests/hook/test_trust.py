@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 from nri_plugin.config import NodeConfig, Permissions
-from nri_plugin.core import ContainerRequest, NodeState, decide
+from nri_plugin.core import ContainerRequest, decide
 from nri_plugin.errors import EXIT_INVALID, EXIT_OK, EXIT_REFUSED
 from nri_plugin.hook.inputs import identify
+from tests.support.plugin_helpers import plain_node
 
 CRI_TYPE = "io.kubernetes.cri.container-type"
 CRI_NS = "io.kubernetes.cri.sandbox-namespace"
@@ -195,7 +196,7 @@ def test_a_cgroup_holding_other_processes_is_refused_v1(tmp_path, h):
 def test_the_plugin_resolves_devices_the_same_way():
     """NodeState's default resolver (the plugin's) is the hook's: one message for a
     character device and for a missing one."""
-    node = NodeState(NodeConfig(permissions=Permissions(io_max=("*",))), 2)
+    node = plain_node(NodeConfig(permissions=Permissions(io_max=("*",))))
     messages = set()
     for device in ("/dev/null", "/dev/nri-sla-no-such-device"):
         sla = f"io:\n  max:\n    - device: {device}\n      read-bps: 1Mi\n"

@@ -16,6 +16,7 @@ from nri_plugin.core import NodeState
 from nri_plugin.nri.errors import RpcError
 from nri_plugin.nri.pb import nri_pb2 as pb
 from nri_plugin.plan.allocator import Allocator
+from nri_plugin.plan.rt_budget import RtBudget
 from nri_plugin.plugin.handlers import SlaPlugin
 from nri_plugin.simulated.runtime import make_container, make_pod
 from nri_plugin.topology.snapshot import load_snapshot
@@ -28,7 +29,8 @@ GPU = "nvidia.com/gpu"
 def plugin_on(socket: Path) -> SlaPlugin:
     config = NodeConfig(permissions=Permissions(gpus=("*",)),
                         gpu=GpuConfig(podresources_socket=str(socket)))
-    return SlaPlugin(NodeState(config, 2, allocator=Allocator(DGX.topology, DGX.inventory)))
+    return SlaPlugin(NodeState(config, 2, allocator=Allocator(DGX.topology, DGX.inventory),
+                               rt_budget=RtBudget(0.5)))
 
 
 def books(*containers: tuple[str, str, str, list[str]]) -> list[dict]:

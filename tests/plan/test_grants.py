@@ -16,7 +16,8 @@ from nri_plugin.plan.allocator import Allocator
 from nri_plugin.plan.context import PlanContext, PodUsage
 from nri_plugin.plan.errors import PlanError
 from nri_plugin.plan.planner import plan_container
-from nri_plugin.plan.rt_budget import RtBudget
+from nri_plugin.plan.rt_budget import RtBudget, RtGrant
+from nri_plugin.plan.runtime_gpus import NO_GRANT
 from nri_plugin.sla.parse import parse_sla_document
 from nri_plugin.topology.cpulist import parse_cpulist
 from nri_plugin.topology.snapshot import load_snapshot
@@ -144,6 +145,8 @@ def test_soft_exclusive_is_clamped_to_the_request():
     plan = plan_container(sla("cpu: {exclusive: 8}", "soft"),
                           ctx(GrantedResources(cpu_shares=2048), allocator=alloc))
     assert len(parse_cpulist(plan.placement_record["exclusive"])) == 2
+    assert not alloc.exclusive_cpus_in_use()  # planning takes nothing; admitting does
+    alloc.restore("ctr-1", plan.placement_record)
     assert len(alloc.exclusive_cpus_in_use()) == 2
     assert "allowed: at most 2; clamped to 2" in plan.warnings[0]
 
@@ -162,6 +165,7 @@ def test_exclusive_cpus_are_the_count_asked_never_whole_cores_rounded_up():
     plan = plan_container(sla("cpu: {exclusive: 1}"),
                           ctx(GrantedResources(cpu_shares=1024), allocator=alloc))
     assert len(parse_cpulist(plan.placement_record["exclusive"])) == 1
+    alloc.restore("ctr-1", plan.placement_record)
     assert len(alloc.exclusive_cpus_in_use()) == 1
 
 
@@ -322,6 +326,8 @@ def test_rt_share_per_pod_cap():
     plan = plan_container(sla("cpu: {rt-runtime: 200ms, rt-period: 1s}", "soft"),
                           ctx(version=1, rt_budget=budget, pod_usage=PodUsage(rt_share=0.08)))
     assert (plan.rt_runtime, plan.rt_period) == (20_000, 1_000_000)
+    assert budget.share_of("ctr-1") == 0.0  # planning takes nothing; admitting does
+    budget.reserve("ctr-1", RtGrant(plan.rt_runtime, plan.rt_period))
     assert budget.share_of("ctr-1") == pytest.approx(0.02)
 
 
@@ -360,6 +366,7 @@ def test_exclusive_cpus_above_a_smaller_request_are_given_back():
     n = node()
     plan = decide(n, ContainerRequest({KEY: "cpu: {exclusive: 4}"}, "c", namespace="ml",
                                       owner="a", granted=GrantedResources(cpu_shares=4096))).plan
+    n.admit("a", plan, NO_GRANT, 4000, "").commit()
     smaller = GrantedResources(cpu_shares=2048)
     assert recheck(n, plan, smaller, namespace="ml") is plan
     held = n.allocator.placement_of("a").exclusive_cpus
@@ -390,6 +397,8 @@ def test_per_pod_usage_follows_the_node_state():
     first = decide(n, ContainerRequest({KEY: "cpu: {exclusive: 4}\ngpu: {count: 2}"}, "a",
                                        namespace="ml", owner="a", pod="p", granted=granted))
     assert first.outcome == "enforced"
+    assert n.pod_usage("p", "b") == PodUsage()  # decided, not admitted: nothing held
+    n.admit("a", first.plan, n.gpu_grant(granted), 8000, "").commit()
     assert n.pod_usage("p", "b") == PodUsage(exclusive_cpus=4)
     assert n.pod_usage("other", "b") == PodUsage() and n.pod_usage("p", "a") == PodUsage()
     n.release("a")

@@ -10,7 +10,7 @@ from nri_plugin.plan.context import PlanContext
 from nri_plugin.plan.errors import PlanError
 from nri_plugin.plan.model import ContainerPlan, IoLimit
 from nri_plugin.plan.planner import plan_container
-from nri_plugin.plan.rt_budget import RtBudget
+from nri_plugin.plan.rt_budget import RtBudget, RtGrant
 from nri_plugin.sla.parse import parse_sla_document
 
 KEY = "sla.nri.io/pod"
@@ -63,6 +63,7 @@ def test_realtime_budget_is_accounted_and_released():
     first = plan_container(sla("cpu: {rt-runtime: 5ms, rt-period: 1s}"),
                            ctx(1, namespace="rt-a", rt_budget=budget))
     assert (first.rt_runtime, first.rt_period) == (5000, 1_000_000)
+    budget.reserve("ctr-1", RtGrant(first.rt_runtime, first.rt_period))  # its admission
     second = PlanContext(cgroup_version=1, namespace="rt-b", owner="ctr-2",
                          config=ctx().config, rt_budget=budget)
     with pytest.raises(PlanError,

@@ -11,13 +11,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from nri_plugin.config import NodeConfig
-from nri_plugin.core import NodeState
 from nri_plugin.nri.errors import Code, RpcError
 from nri_plugin.nri.pb import nri_pb2 as pb
 from nri_plugin.ops.logsetup import setup_logging
 from nri_plugin.ops.metrics import Metrics
 from nri_plugin.plugin import SlaPlugin
+from tests.support.plugin_helpers import plain_node
 
 IO_SLA = "io:\n  max:\n    - {device: /dev/sda, read-bps: 1Mi}\n"
 
@@ -27,7 +26,7 @@ def broken_resolver(device: str) -> tuple[int, int]:
 
 
 def test_a_bug_is_an_internal_status_and_one_decision_line():
-    plugin = SlaPlugin(NodeState(NodeConfig(), 2, resolve_device=broken_resolver))
+    plugin = SlaPlugin(plain_node(resolve_device=broken_resolver))
     pod = pb.PodSandbox(id="pod-a", name="web-0", namespace="prod",
                         annotations={"sla.nri.io/pod": IO_SLA})
     container = pb.Container(id="ctr-1", pod_sandbox_id="pod-a", name="app")
@@ -49,7 +48,7 @@ def test_a_served_create_is_counted_once_its_turn_ends():
     """Served from the loop, a create's counts (and its line) wait for the end of the
     loop's turn, after the answer; outside a loop they are made at once."""
     metrics = Metrics()
-    plugin = SlaPlugin(NodeState(NodeConfig(), 2), metrics)
+    plugin = SlaPlugin(plain_node(), metrics)
     pod = pb.PodSandbox(id="pod-a", name="web-0", namespace="prod",
                         annotations={"sla.nri.io/pod": "cpu: {limit: 0.5}"})
 
@@ -66,7 +65,7 @@ def test_a_served_create_is_counted_once_its_turn_ends():
         return during, enforced()
 
     assert asyncio.run(serve()) == (0.0, 1.0)
-    unserved = SlaPlugin(NodeState(NodeConfig(), 2), metrics)  # called outside a loop
+    unserved = SlaPlugin(plain_node(), metrics)  # called outside a loop
     unserved.create_container(pod, pb.Container(id="ctr-2", pod_sandbox_id="pod-a",
                                                 name="app"))
     assert enforced() == 2.0

@@ -258,7 +258,7 @@ def test_a_cpuset_nri_sla_just_changed_is_not_drift(tmp_path, v1_tree):
             wide = (dirs["cpuset"] / "cpuset.cpus").read_text()
             await started(session, plugin, node, v1_tree, "pinned",
                           "numa: {nodes: '0'}\ncpu: {exclusive: 2}")
-            narrow = node.cpuset_of(aligned.id)
+            narrow = node.cpusets.cpuset_of(aligned.id)
             first = plugin.drift_pass()  # the runtime has not applied the narrower cpuset
             states = {r.container: r.state for r in plugin.watch.last.containers}
             second = plugin.drift_pass()  # still not: now it is drift

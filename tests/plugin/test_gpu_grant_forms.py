@@ -21,6 +21,7 @@ from nri_plugin.core import NodeState
 from nri_plugin.nri.pb import nri_pb2 as pb
 from nri_plugin.ops.metrics import Metrics
 from nri_plugin.plan.allocator import Allocator
+from nri_plugin.plan.rt_budget import RtBudget
 from nri_plugin.simulated import dra
 from nri_plugin.simulated.cdi import CdiRegistry
 from nri_plugin.simulated.deviceplugin import STRATEGIES, DevicePlugin, nvidia_cdi_specs
@@ -45,7 +46,8 @@ def node(snapshot, podresources_socket: str = "") -> NodeState:
     config = NodeConfig(permissions=Permissions(gpus=("*",)), gpu=GpuConfig(
         podresources_socket=podresources_socket,
         grant_cdi_kinds=tuple(dict.fromkeys((*DEFAULT_GRANT_CDI_KINDS, *dra.KINDS)))))
-    return NodeState(config, 2, allocator=Allocator(snapshot.topology, snapshot.inventory))
+    return NodeState(config, 2, allocator=Allocator(snapshot.topology, snapshot.inventory),
+                     rt_budget=RtBudget(0.5))
 
 
 def cdi(snapshot, *claims: tuple[str, list[str]]) -> CdiRegistry:

@@ -14,6 +14,7 @@ from nri_plugin.config import GpuConfig, NodeConfig, Permissions
 from nri_plugin.core import NodeState
 from nri_plugin.ops.metrics import Metrics
 from nri_plugin.plan.allocator import Allocator
+from nri_plugin.plan.rt_budget import RtBudget
 from nri_plugin.plugin.service import build_service
 from nri_plugin.simulated.hardware import (
     NVML_ERROR_UNKNOWN,
@@ -38,7 +39,7 @@ def watched_node(tmp_path, nvml: FakeNvml) -> NodeState:
     gpus = WatchedInventory(InventoryReader("auto", sysfs_root=sysfs, nvml=nvml),
                             GpuHealthMonitor(nvml))
     return NodeState(CONFIG, 2, allocator=Allocator(read_topology(sysfs), gpus.read()),
-                     record_key=RECORD_KEY, gpus=gpus)
+                     rt_budget=RtBudget(0.5), record_key=RECORD_KEY, gpus=gpus)
 
 
 async def ask(session, name, sla, granted):

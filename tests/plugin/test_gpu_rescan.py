@@ -20,6 +20,7 @@ from nri_plugin.config import GpuConfig, NodeConfig, Permissions
 from nri_plugin.core import NodeState
 from nri_plugin.ops.metrics import Metrics
 from nri_plugin.plan.allocator import Allocator
+from nri_plugin.plan.rt_budget import RtBudget
 from nri_plugin.plugin.service import build_service
 from nri_plugin.simulated.hardware import (
     NVML_ERROR_LIBRARY_NOT_FOUND,
@@ -46,7 +47,7 @@ def nvml_node(tmp_path, nvml: FakeNvml) -> NodeState:
     # each read a fresh one: no last good read kept (tests/topology covers keeping it)
     fresh = SimpleNamespace(read=lambda: load_inventory("nvml", sysfs_root=sysfs, nvml=nvml))
     return NodeState(CONFIG, 2, allocator=Allocator(read_topology(sysfs), fresh.read()),
-                     record_key=RECORD_KEY, gpus=WatchedInventory(fresh))
+                     rt_budget=RtBudget(0.5), record_key=RECORD_KEY, gpus=WatchedInventory(fresh))
 
 
 def uuids(resp) -> set[str]:
@@ -165,7 +166,8 @@ def test_nvml_failing_after_it_worked_never_takes_a_mig_gpu_for_whole(tmp_path, 
                         pci=MIG_BOX_PCI)
     reader = InventoryReader("auto", sysfs_root=sysfs, nvml=nvml)
     node = NodeState(CONFIG, 2, allocator=Allocator(read_topology(sysfs), reader.read()),
-                     record_key=RECORD_KEY, gpus=WatchedInventory(reader))
+                     rt_budget=RtBudget(0.5), record_key=RECORD_KEY,
+                     gpus=WatchedInventory(reader))
     mig_gpu, whole_gpu = nvml.gpus
 
     async def ask(session, name, sla, granted):

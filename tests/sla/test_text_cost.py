@@ -9,8 +9,6 @@ import time
 
 import pytest
 
-from nri_plugin.config import NodeConfig
-from nri_plugin.core import NodeState
 from nri_plugin.nri.errors import Code, RpcError
 from nri_plugin.nri.pb import nri_pb2 as pb
 from nri_plugin.plugin import SlaPlugin
@@ -25,6 +23,7 @@ from nri_plugin.sla.parse import (
     clear_caches,
 )
 from nri_plugin.text import safeyaml
+from tests.support.plugin_helpers import plain_node
 
 POD = "sla.nri.io/pod"
 BY_ID = "/dev/disk/by-id/nvme-Samsung_SSD_980_PRO_2TB_S6B0NL0T{:06d}X"
@@ -101,7 +100,7 @@ def test_keys_under_the_prefix_are_refused_at_the_first_past_the_bound():
     """5,000 stray keys (60 KiB, inside Kubernetes' 256 KiB) through the plugin's
     handler: one line, and neither the decision cache's key nor the parser reads them
     all."""
-    plugin = SlaPlugin(NodeState(NodeConfig(), 2))
+    plugin = SlaPlugin(plain_node())
     strays = {f"sla.nri.io/x{n}": "" for n in range(5000)}
     pod = pb.PodSandbox(id="pod-s", name="s-0", namespace="prod", annotations=strays)
     started = time.process_time()
@@ -121,7 +120,7 @@ def test_a_repeated_hostile_create_is_refused_from_the_cache(monkeypatch):
     loads = []
     load = sla_parse.load
     monkeypatch.setattr(sla_parse, "load", lambda *a, **k: loads.append(1) or load(*a, **k))
-    plugin = SlaPlugin(NodeState(NodeConfig(), 2))
+    plugin = SlaPlugin(plain_node())
     hostile = "".join(f"key-{i}: {i}\n" for i in range(600))  # over both bounds
     pod = pb.PodSandbox(id="pod-h", name="h-0", namespace="prod",
                         annotations={POD: hostile, "sla.nri.io/podd": "typo"})

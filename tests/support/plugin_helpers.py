@@ -95,6 +95,16 @@ def make_node(version: int, tree: CgroupTree | None = None, *, realtime=("*",),
                      resolve_device=resolve, record_key=record_key)
 
 
+def plain_node(config: NodeConfig | None = None, version: int = 2, **kw) -> NodeState:
+    """The plugin's node on the DGX-like snapshot, its RT budget the config's share of
+    the kernel's default: for tests about what the books do not decide (the SLA text,
+    failures, records)."""
+    snapshot = load_snapshot(DGX)
+    config = config or NodeConfig()
+    return NodeState(config, version, allocator=Allocator(snapshot.topology, snapshot.inventory),
+                     rt_budget=RtBudget(config.rt_budget * 0.95), **kw)
+
+
 def permissive_node(version: int, tree: CgroupTree | None = None, **config) -> NodeState:
     """A node policy that lets every namespace hold CPUs and RT time without a request,
     and whole-node pod caps: for the tests about records and faults (the grant rules have
@@ -204,7 +214,7 @@ def pool_breaches(sim, node: NodeState) -> list[str]:
         need = cpus_needed(granted_resources(ctr.linux.resources).cpu_request_millis)
         if len(cpus) < need:
             found.append(f"{ctr.name}: {len(cpus)} CPUs for a request of {need}")
-        model = parse_cpulist(node.cpuset_of(ctr.id))
+        model = parse_cpulist(node.cpusets.cpuset_of(ctr.id))
         if model != cpus:
             found.append(f"{ctr.name}: holds {format_cpulist(cpus)}, the pool says "
                          f"{format_cpulist(model)}")

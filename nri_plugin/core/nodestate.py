@@ -11,7 +11,6 @@ for placement). Either way the same decision, cgroup writer and RT code run.
 from __future__ import annotations
 
 import os
-from dataclasses import replace
 from operator import attrgetter
 
 from nri_plugin.core.errors import RecordConflict
@@ -31,6 +30,7 @@ from nri_plugin.plan.record import (
 )
 from nri_plugin.topology.cpulist import NO_CPUS, format_cpulist, parse_cpulist
 from nri_plugin.topology.errors import CpuListError
+from nri_plugin.value import replace
 
 # The OCI hook builds a one-shot NodeState per cold run: what only a long-lived node (the
 # plugin's allocator, CPU pool, GPU inventory and health, RT budget and ledger) or an SLA

@@ -20,7 +20,6 @@ import shutil
 import subprocess
 import sys
 import tomllib
-from dataclasses import replace
 from typing import Any
 
 from nri_plugin.commands import basespec, containerd_patch
@@ -42,6 +41,7 @@ from nri_plugin.commands.containerd_dropin import (
     written_by_nri_sla,
 )
 from nri_plugin.errors import InvalidInput, SlaFailure, Unavailable
+from nri_plugin.value import replace
 
 PROG = "nri-sla containerd-config"
 

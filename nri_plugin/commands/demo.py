@@ -26,7 +26,7 @@ import tempfile
 import textwrap
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +36,7 @@ from nri_plugin.ops.logsetup import FORMATS, setup_logging
 from nri_plugin.simulated.deviceplugin import STRATEGIES
 from nri_plugin.simulated.ocispec import ENV_VISIBLE, NvidiaRuntime
 from nri_plugin.topology.gpus import GpuInventory
+from nri_plugin.value import replace
 
 if TYPE_CHECKING:  # the simulator and the plugin are loaded when the demo runs, not for --help
     from nri_plugin.core import NodeState

@@ -24,7 +24,7 @@ import argparse
 import json
 import sys
 from collections import Counter
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 
 from nri_plugin.commands.manifests import (
     ContainerResources,
@@ -38,6 +38,7 @@ from nri_plugin.commands.parsed import ParsedSlas, SlaKey
 from nri_plugin.config import NodeConfig, load_config
 from nri_plugin.errors import EXIT_INVALID, EXIT_OK, EXIT_REFUSED, one_line
 from nri_plugin.sla import DEFAULT_PREFIX, ENFORCEMENT_ALIAS
+from nri_plugin.value import replace
 
 OK, NO_SLA, WARNED, REFUSED = "ok", "no SLA", "warned", "refused"
 

@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from nri_plugin.value import Frozen
 
 
-@dataclass(frozen=True, slots=True)
-class Cap:
+class Cap(Frozen):
     """A per-pod cap: a count, or a percentage of what the node has."""
 
     value: float

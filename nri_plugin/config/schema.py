@@ -7,11 +7,10 @@ against), every dotted key to its attributes (`KEY_ATTRIBUTES`) and its declarat
 
 from __future__ import annotations
 
-import dataclasses
-
 from nri_plugin.config.cap import Cap
 from nri_plugin.config.convert import METADATA, Key
 from nri_plugin.config.values import NodeConfig
+from nri_plugin.value import MISSING, fields
 
 # Keys that issue 18 removed: nri-sla no longer chooses GPUs in the NRI plugin or the
 # hook, so there is nothing left for them to allow or cap. An old file that still sets
@@ -30,14 +29,14 @@ Schema = dict[str, tuple[str, Key]]
 
 def _schema(cls: type) -> Schema:
     return {(spec.name or f.name.replace("_", "-")): (f.name, spec)
-            for f in dataclasses.fields(cls) if (spec := f.metadata.get(METADATA))}
+            for f in fields(cls) if (spec := f.metadata.get(METADATA))}
 
 
 TOP: Schema = _schema(NodeConfig)
 # A section is a field of NodeConfig whose value is a dataclass (its default_factory).
 SECTIONS: dict[str, tuple[type, Schema]] = {
     f.name.replace("_", "-"): (f.default_factory, _schema(f.default_factory))
-    for f in dataclasses.fields(NodeConfig) if f.default_factory is not dataclasses.MISSING}
+    for f in fields(NodeConfig) if f.default_factory is not MISSING}
 TOP_KEYS: tuple[str, ...] = (*TOP, *SECTIONS)
 # Every dotted key as written in the file -> its attributes on NodeConfig, its declaration.
 KEY_ATTRIBUTES: dict[str, tuple[str, ...]] = {

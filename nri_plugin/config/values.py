@@ -11,7 +11,6 @@ rewrites the docs' table (tests/docs holds the two equal).
 from __future__ import annotations
 
 import fnmatch
-from dataclasses import dataclass, field
 
 from nri_plugin.config import convert as conv
 from nri_plugin.config.cap import Cap
@@ -28,6 +27,7 @@ from nri_plugin.config.convert import (
 from nri_plugin.errors import ProgrammingError
 from nri_plugin.sla import DEFAULT_PREFIX, ENFORCEMENT_MODES
 from nri_plugin.text.fields import choice
+from nri_plugin.value import Frozen, field
 
 DEFAULT_STATE_DIR = "/var/lib/nri-sla"
 PERMISSIONS = ("realtime", "exclusive-cpus", "gpus", "io-max", "exceed-runtime-limits")
@@ -45,8 +45,7 @@ DEFAULT_SERVICE_ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 _NAMESPACES = "list of namespace names/globs"
 
 
-@dataclass(frozen=True, slots=True)
-class Permissions:
+class Permissions(Frozen):
     """Namespaces (names or shell globs) allowed to request each privileged feature.
 
     Safe defaults: real-time CPU time can starve a node, so nobody gets it unless listed;
@@ -80,8 +79,7 @@ class Permissions:
              "opens exactly its grant")))
 
 
-@dataclass(frozen=True, slots=True)
-class PodCaps:
+class PodCaps(Frozen):
     """The node config's `pod-caps` section: the most one pod's containers together may
     hold, whatever the runtime granted (a second line behind Kubernetes' accounting: soft
     mode, namespaces allowed to exceed their grant). GPUs have no cap here: the kubelet
@@ -97,8 +95,7 @@ class PodCaps:
         doc="real-time share (`rt-runtime / rt-period`) of one pod's containers together"))
 
 
-@dataclass(frozen=True, slots=True)
-class CpuConfig:
+class CpuConfig(Frozen):
     """The node config's `cpu` section: how exclusive CPUs are handed out."""
 
     exclusive_full_cores: bool = field(default=False, metadata=key(
@@ -111,8 +108,7 @@ class CpuConfig:
              'for the node")')))
 
 
-@dataclass(frozen=True, slots=True)
-class GpuConfig:
+class GpuConfig(Frozen):
     """The node config's `gpu` section."""
 
     injection: str = field(default="cdi", metadata=key(
@@ -161,8 +157,7 @@ class GpuConfig:
              "replicas of one GPU or MIG device: granted, and shared by design (docs/gpus.md)")))
 
 
-@dataclass(frozen=True, slots=True)
-class DevicePluginConfig:
+class DevicePluginConfig(Frozen):
     """The node config's `device-plugin` section: `nri-sla device-plugin`, the node's GPU
     device plugin for the kubelet (docs/device-plugin.md)."""
 
@@ -191,8 +186,7 @@ class DevicePluginConfig:
              '"Metrics"); not the port of `metrics.address`, which `nri-sla run` holds')))
 
 
-@dataclass(frozen=True, slots=True)
-class CgroupConfig:
+class CgroupConfig(Frozen):
     """The node config's `cgroup` section."""
 
     root: str = field(default="/sys/fs/cgroup", metadata=key(
@@ -210,8 +204,7 @@ class CgroupConfig:
         doc="force a hierarchy instead of detecting it"))
 
 
-@dataclass(frozen=True, slots=True)
-class NriConfig:
+class NriConfig(Frozen):
     """The node config's `nri` section."""
 
     socket: str = field(default="/var/run/nri/nri.sock", metadata=key(
@@ -235,8 +228,7 @@ class NriConfig:
              "pods created unenforced: docs/reliability.md)")))
 
 
-@dataclass(frozen=True, slots=True)
-class HookConfig:
+class HookConfig(Frozen):
     """The node config's `hook` section."""
 
     inject: bool = field(default=False, metadata=key(
@@ -245,8 +237,7 @@ class HookConfig:
         doc="ask NRI to add the verification OCI hook to containers"))
 
 
-@dataclass(frozen=True, slots=True)
-class MetricsConfig:
+class MetricsConfig(Frozen):
     """The node config's `metrics` section (nri_plugin.ops.listenaddress reads the
     addresses)."""
 
@@ -265,8 +256,7 @@ class MetricsConfig:
              "default port would collide between plugins started side by side")))
 
 
-@dataclass(frozen=True, slots=True)
-class WatchConfig:
+class WatchConfig(Frozen):
     """The node config's `watch` section: the drift watch and the compliance signals."""
 
     interval: float = field(default=30.0, metadata=key(
@@ -289,8 +279,7 @@ class WatchConfig:
              "`nri_sla_namespace_containers_unexported`) and shown by `nri-sla status`")))
 
 
-@dataclass(frozen=True, slots=True)
-class StatusConfig:
+class StatusConfig(Frozen):
     """The node config's `status` section: the root-only socket `nri-sla status` reads."""
 
     socket: str = field(default="/run/nri-sla/status.sock", metadata=key(
@@ -299,8 +288,7 @@ class StatusConfig:
         doc='the root-only unix socket `nri-sla status` reads (mode 0600); `""` turns it off'))
 
 
-@dataclass(frozen=True, slots=True)
-class EventsConfig:
+class EventsConfig(Frozen):
     """The node config's `events` section: Kubernetes Events on the pods nri-sla refuses,
     warns about, repairs or finds unenforced (docs/operations.md, "Kubernetes Events")."""
 
@@ -334,8 +322,7 @@ class EventsConfig:
         doc="requests at once after a quiet time"))
 
 
-@dataclass(frozen=True, slots=True)
-class LogConfig:
+class LogConfig(Frozen):
     """The node config's `log` section."""
 
     format: str = field(default="text", metadata=key(
@@ -348,8 +335,7 @@ class LogConfig:
         doc="log threshold (`--log-level` on the command line wins)"))
 
 
-@dataclass(frozen=True, slots=True)
-class NodeConfig:
+class NodeConfig(Frozen):
     """The validated node config (/etc/nri-sla/config.yaml): its top-level keys, then one
     field per section (the section's name is the attribute's with '-' for '_')."""
 

@@ -12,9 +12,7 @@ is no SlaFailure (a bug) becomes an `internal` one, its traceback logged once.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from nri_plugin.config import NodeConfig
 from nri_plugin.core.inputs import RUNNING, DecisionInputs, NodeInputs, digest, inputs_for
@@ -29,6 +27,7 @@ from nri_plugin.plan.planner import plan_container
 from nri_plugin.sla.errors import SlaError
 from nri_plugin.sla.model import Sla
 from nri_plugin.sla.parse import sla_for_container
+from nri_plugin.value import Frozen, replace
 
 OUTCOMES = ("enforced", "warned", "refused", "skipped")
 REUSABLE_LIMIT = 512  # remembered reusable decisions per node
@@ -43,11 +42,10 @@ if TYPE_CHECKING:
 log = CoreLogger("nri_sla.core")  # no `logging` on the hook's cold run (ops.corelog)
 
 
-@dataclass(frozen=True)
-class Decision:
+class Decision(Frozen):
     """The outcome for one container: enforced, warned, refused or skipped (no SLA).
     Frozen: a reusable decision is handed to every replica; a front-end that changes the
-    plan (RT room) makes its own copy (dataclasses.replace)."""
+    plan (RT room) makes its own copy (replace)."""
 
     outcome: str
     plan: ContainerPlan | None = None
@@ -173,7 +171,7 @@ def recheck(node: DecidingNode, plan: ContainerPlan, granted: GrantedResources, 
     if not shortfalls:
         return plan
     key = plan.key or node.prefix
-    return dataclasses.replace(fitted, warnings=(*plan.warnings,
+    return replace(fitted, warnings=(*plan.warnings,
                                                  *(s.render(key) for s in shortfalls)),
                                reasons=(*plan.reasons, *(s.reason for s in shortfalls)))
 

@@ -12,7 +12,6 @@ core.reservation). The OCI hook's node keeps no books: core.node.OneShotNode.
 from __future__ import annotations
 
 import os
-from dataclasses import replace
 
 import nri_plugin.plan.cpupool as cpupool
 import nri_plugin.plan.rt_budget as budgets
@@ -32,6 +31,7 @@ from nri_plugin.plan.record import (
     record_text,
     sign_record,
 )
+from nri_plugin.value import replace
 
 # Per-create imports are `import a.b as b`: Python 3.11's `from a.b import x` inside a
 # function asks the (plain, package-less) module for `__path__` and builds and drops an

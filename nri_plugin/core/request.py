@@ -7,13 +7,12 @@ the runtime's grant, the kubelet's books), the OCI hook from the bundle's config
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 
 from nri_plugin.granted import GrantedResources
+from nri_plugin.value import Frozen, field
 
 
-@dataclass(frozen=True)
-class ContainerRequest:
+class ContainerRequest(Frozen):
     """One container asking to be decided.
 
     `annotations`: the pod's (hostile tenant input; only nri-sla's keys are read);

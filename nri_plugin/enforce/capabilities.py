@@ -8,15 +8,12 @@ the plugin plans at CreateContainer, before the container's cgroup exists.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from nri_plugin.enforce.blockdev import any_bfq
+from nri_plugin.value import Frozen
 
 
-@dataclass(frozen=True)
-class NodeCapabilities:
-    """What this node can enforce. (A docstring: without one, dataclass builds one through
-    inspect.signature at import, on every cold hook run.)"""
+class NodeCapabilities(Frozen):
+    """What this node can enforce."""
 
     io_weight: bool  # an io.weight in an SLA can be enforced here
     bfq: bool  # weights are written to the bfq files

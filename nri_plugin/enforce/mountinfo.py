@@ -11,9 +11,9 @@ matters when the agent runs inside a container with its own cgroup mount.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from nri_plugin.enforce.errors import CgroupFactsError
+from nri_plugin.value import Frozen
 
 _OCTAL_ESCAPE = re.compile(r"\\([0-7]{3})")
 
@@ -36,8 +36,7 @@ _NOT_CONTROLLERS = frozenset(
 )
 
 
-@dataclass(frozen=True)
-class CgroupMount:
+class CgroupMount(Frozen):
     """One cgroup or cgroup2 mount."""
 
     mount_point: str  # as the kernel lists it: absolute and normalised

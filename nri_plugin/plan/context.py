@@ -6,10 +6,9 @@ A value on its own module so the planner and the modules it delegates to
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from nri_plugin.config import NodeConfig
 from nri_plugin.granted import GrantedResources
+from nri_plugin.value import Frozen, field
 
 TYPE_CHECKING = False  # `typing` costs the OCI hook start-up time; only checkers need it
 if TYPE_CHECKING:
@@ -20,16 +19,14 @@ if TYPE_CHECKING:
     from nri_plugin.plan.rt_budget import RtBudget
 
 
-@dataclass(frozen=True)
-class PodUsage:
+class PodUsage(Frozen):
     """What the pod's other containers hold now (the per-pod caps count them too)."""
 
     exclusive_cpus: int = 0
     rt_share: float = 0.0
 
 
-@dataclass
-class PlanContext:
+class PlanContext(Frozen):
     """What the planner needs to know about the node and the container."""
 
     cgroup_version: int

@@ -26,11 +26,10 @@ it, soft mode warns and plans the clamped value.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from nri_plugin.plan.model import ContainerPlan, Shortfall
 from nri_plugin.sla.model import CpuSla, Sla
 from nri_plugin.text.quantities import format_cpu, format_duration, format_size
+from nri_plugin.value import replace
 
 TYPE_CHECKING = False  # `typing` costs the OCI hook start-up time; only checkers need it
 if TYPE_CHECKING:

@@ -6,18 +6,16 @@ and/or cgroupfs writes, depending on the path (plugin or hook) and the cgroup ve
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from nri_plugin.plan.errors import PlanError
 from nri_plugin.sla.model import DEFAULT_RT_PERIOD_US
+from nri_plugin.value import Frozen, field
 
 TYPE_CHECKING = False  # `typing` costs the OCI hook start-up time; only checkers need it
 if TYPE_CHECKING:
     from typing import Any
 
 
-@dataclass(frozen=True, slots=True)
-class Shortfall:
+class Shortfall(Frozen):
     """One requested setting that cannot be applied as asked."""
 
     field: str
@@ -36,8 +34,7 @@ def refusal(key: str, shortfalls: list[Shortfall]) -> PlanError:
                      first.reason)
 
 
-@dataclass(frozen=True, slots=True)
-class IoLimit:
+class IoLimit(Frozen):
     """io.max for one block device, resolved to MAJ:MIN."""
 
     major: int
@@ -48,16 +45,14 @@ class IoLimit:
     write_iops: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class MemoryPolicy:
+class MemoryPolicy(Frozen):
     """A NUMA memory policy for the container (NRI's LinuxMemoryPolicy)."""
 
     mode: str  # bind | preferred | interleave
     nodes: str  # cpulist-style node list, e.g. "0-1"
 
 
-@dataclass(frozen=True, slots=True)
-class ContainerPlan:
+class ContainerPlan(Frozen):
     """Everything one container gets. None means "leave as the runtime has it"."""
 
     enforcement: str

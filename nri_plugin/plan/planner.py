@@ -9,14 +9,13 @@ the node to take when it admits the container (core.reservation).
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from nri_plugin.errors import SlaFailure
 from nri_plugin.plan import grants
 from nri_plugin.plan.context import PlanContext
 from nri_plugin.plan.errors import RtBudgetExceeded
 from nri_plugin.plan.model import ContainerPlan, IoLimit, MemoryPolicy, Shortfall, refusal
 from nri_plugin.sla.model import Sla
+from nri_plugin.value import replace
 
 TYPE_CHECKING = False  # `typing` costs the OCI hook start-up time; only checkers need it
 if TYPE_CHECKING:

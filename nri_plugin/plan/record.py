@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import asdict, dataclass, fields
 from functools import lru_cache
 
 from nri_plugin.plan.errors import RecordError, UnauthenticatedRecord
@@ -29,6 +28,7 @@ from nri_plugin.plan.model import ContainerPlan, IoLimit, MemoryPolicy
 from nri_plugin.sla.schema import MAX_GPUS, MAX_MAJOR, MAX_MINOR, MAX_NUMA_NODE
 from nri_plugin.topology.cpulist import parse_cpulist
 from nri_plugin.topology.errors import CpuListError
+from nri_plugin.value import Frozen, asdict, fields
 
 TYPE_CHECKING = False  # `typing` costs the OCI hook start-up time; only checkers need it
 if TYPE_CHECKING:
@@ -58,8 +58,7 @@ _BRACKET = re.compile(r"[\[\]{}]")
 _NAME_LIMIT = 256  # a GPU reference, a CDI name or an env value
 
 
-@dataclass(frozen=True)
-class RecordLimits:
+class RecordLimits(Frozen):
     """What a record may name on this node: the highest CPU and NUMA node ids, and the
     GPU inventory (None: GPU names are checked for form only, as the hook does)."""
 

@@ -12,7 +12,6 @@ docs/config.md's table, generated from the same declarations, shows the split.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +24,7 @@ from nri_plugin.config import (
     key_value,
     load_config,
 )
+from nri_plugin.value import replace
 
 log = logging.getLogger("nri_sla.config")
 
@@ -47,14 +47,14 @@ def _replaced(value: Any, attributes: tuple[str, ...], new: Any) -> Any:
     """`value` (a NodeConfig or a section) with the attribute at `attributes` set to `new`."""
     head, *rest = attributes
     inner = _replaced(getattr(value, head), tuple(rest), new) if rest else new
-    return dataclasses.replace(value, **{head: inner})
+    return replace(value, **{head: inner})
 
 
 def plan_reload(current: NodeConfig, new: NodeConfig) -> Reload:
     """`current` with the live keys of `new`; the other changes listed, not applied."""
     changed = changed_keys(current, new)
     applied = tuple(k for k in changed if k in LIVE_KEYS)
-    config = dataclasses.replace(current, source=new.source)
+    config = replace(current, source=new.source)
     for key in applied:
         config = _replaced(config, KEY_ATTRIBUTES[key], key_value(new, key))
     return Reload(config, applied, tuple(k for k in changed if k not in LIVE_KEYS))

@@ -17,7 +17,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Collection, Generator, Iterable
-from dataclasses import replace
 from typing import Any
 
 from nri_plugin.core import ContainerRequest, Decision, NodeState, decide
@@ -65,6 +64,7 @@ from nri_plugin.plugin.synced import SyncedPod
 from nri_plugin.plugin.unenforced import UnenforcedContainers
 from nri_plugin.plugin.watch import DriftWatch
 from nri_plugin.topology.cpulist import format_cpulist
+from nri_plugin.value import replace
 
 log = logging.getLogger("nri_sla.plugin")
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Generator, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from nri_plugin.core.nodestate import NodeState
 from nri_plugin.enforce.cgfile import CgroupWrite, CgroupWriter, Mismatch
@@ -38,6 +38,7 @@ from nri_plugin.plugin.adjustment import build_update
 from nri_plugin.plugin.pod_events import NO_EVENTS, PodEvents
 from nri_plugin.plugin.registry import ContainerEntry, ContainerRegistry, DriftMemory
 from nri_plugin.plugin.report import ContainerReport, NodeReport, SettingReport
+from nri_plugin.value import replace
 
 log = logging.getLogger("nri_sla.watch")
 

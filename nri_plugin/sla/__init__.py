@@ -1,7 +1,7 @@
 """The SLA annotation contract: parse, validate and merge pod annotations into an `Sla`.
 
 Pure: no I/O, no protobuf. Entry points: :func:`sla_for_container` and
-:func:`parse_sla_document`; values are the frozen dataclasses of ``model``; every problem
+:func:`parse_sla_document`; values are the frozen values of ``model``; every problem
 is an :class:`SlaError` naming the annotation key, the field and what is allowed.
 """
 

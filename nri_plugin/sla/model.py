@@ -1,4 +1,4 @@
-"""The SLA as validated values: frozen dataclasses, sizes in bytes, times in microseconds.
+"""The SLA as validated values: frozen values, sizes in bytes, times in microseconds.
 
 A section is None when the SLA does not mention it (or every field in it is unset), so
 the planner can test ``if sla.memory:``. Defaults are already applied: ``cpu.period_us``
@@ -10,9 +10,8 @@ value), which is what ``sla.nri.io/applied`` and ``nri-sla explain`` show.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from nri_plugin.text.quantities import format_cpu, format_duration, format_size
+from nri_plugin.value import Frozen
 
 ENFORCEMENT_MODES = ("hard", "soft")
 MEMORY_POLICIES = ("bind", "preferred", "interleave", "none")
@@ -22,8 +21,7 @@ GPU_SOURCES = ("plugin", "runtime")
 DEFAULT_RT_PERIOD_US = 1_000_000  # the kernel's default sched_rt_period_us
 
 
-@dataclass(frozen=True, slots=True)
-class CpuSla:
+class CpuSla(Frozen):
     """The validated `cpu` section of an SLA."""
 
     limit: float | None = None  # CPUs; quota = limit * period
@@ -55,8 +53,7 @@ class CpuSla:
         return doc
 
 
-@dataclass(frozen=True, slots=True)
-class NumaSla:
+class NumaSla(Frozen):
     """The validated `numa` section of an SLA."""
 
     nodes: tuple[int, ...] | None = None  # None: not pinned by the SLA (see ``auto``)
@@ -74,8 +71,7 @@ class NumaSla:
         return doc
 
 
-@dataclass(frozen=True, slots=True)
-class MemorySla:
+class MemorySla(Frozen):
     """The validated `memory` section of an SLA."""
 
     high: int | None = None  # bytes: throttle point
@@ -90,8 +86,7 @@ class MemorySla:
         return doc
 
 
-@dataclass(frozen=True, slots=True)
-class IoMaxRule:
+class IoMaxRule(Frozen):
     """One `io.max` entry of an SLA: a device and its limits."""
 
     device: str  # absolute /dev path or "MAJ:MIN"
@@ -113,8 +108,7 @@ class IoMaxRule:
         return doc
 
 
-@dataclass(frozen=True, slots=True)
-class IoSla:
+class IoSla(Frozen):
     """The validated `io` section of an SLA."""
 
     weight: int | None = None  # 1..10000
@@ -129,8 +123,7 @@ class IoSla:
         return doc
 
 
-@dataclass(frozen=True, slots=True)
-class GpuSla:
+class GpuSla(Frozen):
     """The validated `gpu` section of an SLA."""
 
     count: int | None = None
@@ -155,8 +148,7 @@ class GpuSla:
         return doc
 
 
-@dataclass(frozen=True, slots=True)
-class Sla:
+class Sla(Frozen):
     """One container's merged, validated SLA."""
 
     enforcement: str = "hard"  # hard | soft

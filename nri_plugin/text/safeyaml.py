@@ -7,85 +7,22 @@ custom ``!tags``), nesting deeper than a limit, too many nodes, duplicate mappin
 non-string keys and more than one document (``load_all``: more than a given number of
 documents, for Kubernetes manifests).
 
-It walks the event stream of PyYAML's parser (the libyaml C parser when available) and
-builds plain dicts, lists and scalars itself, resolving plain scalars with the YAML 1.2
-core schema: ``yes``/``no``/``on``/``off`` stay strings (no "Norway problem"), ``1:30``
-is not sexagesimal, ``017`` is 17. Floats remember their source text so that quantities
-such as ``1.1e10`` are read exactly.
+Two readers behind one function: the subset SLA annotations and node configs are written
+in (block mappings and lists, plain and simple quoted scalars: `yamlsubset`) is read
+without PyYAML, which the OCI hook's cold run would otherwise spend a third of its time
+importing; every other text, and every text that is refused, goes to PyYAML's parser
+(`yamlevents`), whose results and messages are the reference. A differential test
+(tests/text/test_yaml_subset.py) holds the two to the same values. Plain scalars mean
+the same in both (`yamlscalars`: the YAML 1.2 core schema).
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable
-
-import yaml
-
 from nri_plugin.text.errors import YamlProblem
-from nri_plugin.text.fields import key_text
+from nri_plugin.text.yamlscalars import YamlFloat
+from nri_plugin.text.yamlsubset import read_subset
 
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-_NULL = frozenset({"", "~", "null", "Null", "NULL"})
-_TRUE = frozenset({"true", "True", "TRUE"})
-_FALSE = frozenset({"false", "False", "FALSE"})
-_INT = re.compile(r"[-+]?[0-9]+", re.ASCII)
-_FLOAT = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?", re.ASCII)
-_INF = frozenset({".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF"})
-_NINF = frozenset({"-.inf", "-.Inf", "-.INF"})
-_NAN = frozenset({".nan", ".NaN", ".NAN"})
-_MAX_INT_DIGITS = 40
-
-
-class YamlFloat(float):
-    """A float read from YAML, with the exact text it was written as (``.text``)."""
-
-    text: str
-
-    def __new__(cls, text: str) -> YamlFloat:
-        obj = super().__new__(cls, text)
-        obj.text = text
-        return obj
-
-
-def _join(path: str, segment: str | int) -> str:
-    if isinstance(segment, int):
-        return f"{path}[{segment}]"
-    segment = key_text(segment)
-    return f"{path}.{segment}" if path else segment
-
-
-def _where(event: yaml.Event) -> str:
-    mark = getattr(event, "start_mark", None)
-    return f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
-
-
-def _scalar(event: yaml.ScalarEvent, path: Callable[[], str]) -> object:
-    """The value of a scalar; `path` gives its field path, for a refusal only."""
-    value = event.value
-    if event.style or not event.implicit[0]:
-        return value  # quoted or block scalars are always strings
-    if value in _NULL:
-        return None
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    if _INT.fullmatch(value):
-        if len(value.lstrip("+-")) > _MAX_INT_DIGITS:
-            raise YamlProblem(path(), f"is a number with {len(value)} digits: too large")
-        return int(value)
-    if _FLOAT.fullmatch(value) or value in _INF or value in _NINF or value in _NAN:
-        if value in _INF:
-            return YamlFloat("inf")
-        if value in _NINF:
-            return YamlFloat("-inf")
-        if value in _NAN:
-            return YamlFloat("nan")
-        if len(value) > _MAX_INT_DIGITS:
-            raise YamlProblem(path(), f"is a number with {len(value)} characters: too long")
-        return YamlFloat(value)
-    return value
+__all__ = ["YamlFloat", "load", "load_all"]
 
 
 def _too_big(text: str, max_bytes: int) -> str | None:
@@ -123,135 +60,10 @@ def _load(text: str, max_bytes: int, max_depth: int, max_nodes: int,
         raise YamlProblem("", reason)
     if "\x00" in text:
         raise YamlProblem("", "contains a NUL character")
-    loader = _Loader(text)
-    try:
-        return _compose(loader, max_depth, max_nodes, max_documents)
-    except yaml.YAMLError as exc:
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        mark = getattr(exc, "problem_mark", None)
-        at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
-        raise YamlProblem("", f"is not valid YAML: {problem}{at}") from None
-    finally:
-        loader.dispose()
+    if max_documents == 1:
+        found = read_subset(text, max_depth, max_nodes)
+        if found is not None:
+            return found
+    from nri_plugin.text.yamlevents import compose  # PyYAML: only outside the subset
 
-
-_SCALAR = yaml.ScalarEvent
-_OPENS = (yaml.SequenceStartEvent, yaml.MappingStartEvent)
-_CLOSES = (yaml.SequenceEndEvent, yaml.MappingEndEvent)
-
-
-def _compose(loader: yaml.BaseLoader, max_depth: int, max_nodes: int, max_documents: int
-             ) -> list[object]:
-    """The documents of the loader's event stream, refusing what the module doc lists.
-
-    One loop over the events, pulled one at a time so that parsing stops at the first
-    refusal: a document's price is this loop's body per value (docs/sla.md, "Bounds"),
-    so events are told apart by their exact class and a field path is only made for a
-    container or a refusal.
-    """
-    composer = _Composer(max_depth, max_documents)
-    stack = composer.stack
-    nodes = 0
-    get_event = loader.get_event
-    while (event := get_event()) is not None:
-        kind = type(event)
-        if kind in _CLOSES:
-            composer.attach(stack.pop().container, event)
-            continue
-        if kind is not _SCALAR and kind not in _OPENS:
-            composer.other(event)  # stream and document marks, aliases
-            continue
-        if event.anchor is not None:
-            raise YamlProblem(composer.child_path(), _ALIASES + _where(event))
-        if event.tag is not None:
-            raise YamlProblem(composer.child_path(), f"has an explicit YAML tag "
-                              f"{event.tag[:40]!r}; tags are not allowed{_where(event)}")
-        nodes += 1
-        if nodes > max_nodes:
-            raise YamlProblem(composer.child_path(), f"is value {nodes}: the document has "
-                              f"more than {max_nodes} values, at most {max_nodes} are "
-                              f"allowed{_where(event)}")
-        at_key = bool(stack) and stack[-1].expects_key
-        if kind is _SCALAR:
-            composer.attach(event.value if at_key else _scalar(event, composer.child_path),
-                            event)
-        elif at_key:
-            raise YamlProblem(stack[-1].path, "has a key that is a list or mapping; keys "
-                              f"must be plain strings{_where(event)}")
-        else:
-            composer.open(event)
-    return composer.documents
-
-
-_ALIASES = "uses a YAML anchor or alias (&name / *name); these are not allowed, write the " \
-    "value out"
-
-
-class _Frame:
-    """A list or mapping being built: its path and, for a mapping, its pending key."""
-
-    __slots__ = ("container", "expects_key", "key", "path")
-
-    def __init__(self, container: list | dict, path: str) -> None:
-        self.container = container
-        self.path = path
-        self.key: str | None = None
-        # a mapping's next scalar is a key (taken as written), then that key's value
-        self.expects_key = isinstance(container, dict)
-
-
-class _Composer:
-    """The documents being built: the stack of open lists and mappings (`open`), the
-    values attached to them (`attach`), the marks between documents (`other`)."""
-
-    def __init__(self, max_depth: int, max_documents: int) -> None:
-        self.max_depth = max_depth
-        self.max_documents = max_documents
-        self.stack: list[_Frame] = []
-        self.root: object = None
-        self.documents: list[object] = []
-
-    def other(self, event: yaml.Event) -> None:
-        if isinstance(event, yaml.AliasEvent):
-            raise YamlProblem(self.child_path(), _ALIASES + _where(event))
-        if isinstance(event, yaml.DocumentStartEvent):
-            if len(self.documents) == self.max_documents:
-                many = "one YAML document" if self.max_documents == 1 else \
-                    f"{self.max_documents} YAML documents"
-                raise YamlProblem("", f"holds more than {many}{_where(event)}")
-        elif isinstance(event, yaml.DocumentEndEvent):
-            self.documents.append(self.root)
-            self.root = None
-
-    def open(self, event: yaml.Event) -> None:
-        path = self.child_path()
-        if len(self.stack) >= self.max_depth:
-            raise YamlProblem(path, f"is nested more than {self.max_depth} levels deep"
-                                    f"{_where(event)}")
-        self.stack.append(_Frame([] if type(event) is yaml.SequenceStartEvent else {}, path))
-
-    def attach(self, value: object, event: yaml.Event) -> None:
-        if not self.stack:
-            self.root = value
-            return
-        frame = self.stack[-1]
-        container = frame.container
-        if type(container) is list:
-            container.append(value)
-        elif frame.expects_key:
-            if value in container:
-                raise YamlProblem(_join(frame.path, value), f"is given twice{_where(event)}")
-            frame.key = value
-            frame.expects_key = False
-        else:
-            container[frame.key] = value
-            frame.expects_key = True
-
-    def child_path(self) -> str:
-        """The field path of the next value."""
-        if not self.stack:
-            return ""
-        frame = self.stack[-1]
-        if isinstance(frame.container, list):
-            return _join(frame.path, len(frame.container))
-        return frame.path if frame.expects_key else _join(frame.path, frame.key)
+    return compose(text, max_depth, max_nodes, max_documents)

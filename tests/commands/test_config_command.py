@@ -3,7 +3,6 @@ the config in effect with defaults filled in, and defaults that `check` takes ba
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import yaml
@@ -11,6 +10,7 @@ import yaml
 from nri_plugin.cli import main
 from nri_plugin.config import Cap, NodeConfig, parse_config
 from nri_plugin.errors import EXIT_INVALID, EXIT_OK
+from nri_plugin.value import replace
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -42,10 +42,10 @@ def test_show_fills_in_defaults_around_the_files_settings(capsys, tmp_path):
     assert shown["reserved-cpus"] == [0, 1]
     assert shown["cgroup"]["version"] == 2
     assert shown["log"] == {"format": "text", "level": "info"}  # a default filled in
-    expected = dataclasses.replace(NodeConfig(), enforcement="soft", reserved_cpus=(0, 1),
-                                   pod_caps=dataclasses.replace(NodeConfig().pod_caps,
+    expected = replace(NodeConfig(), enforcement="soft", reserved_cpus=(0, 1),
+                                   pod_caps=replace(NodeConfig().pod_caps,
                                                                 exclusive_cpus=Cap(4)),
-                                   cgroup=dataclasses.replace(NodeConfig().cgroup,
+                                   cgroup=replace(NodeConfig().cgroup,
                                                               version=2),
                                    source="shown")
     assert parse_config(out, "shown") == expected

@@ -325,10 +325,9 @@ def test_reload_applies_the_live_keys_and_names_the_others():
 def test_reload_follows_each_keys_declaration():
     # The live set is what the fields declare, not a list kept beside them: a key that
     # declares `live` is applied, one that does not waits for a restart, whatever its section.
-    import dataclasses
-
     from nri_plugin.config import LIVE_KEYS
     from nri_plugin.plugin import config_reload
+    from nri_plugin.value import replace
 
     assert {"enforcement", "permissions.realtime", "pod-caps.rt-share", "log.level"} <= LIVE_KEYS
     assert "watch.interval-seconds" not in LIVE_KEYS and "rt-budget" not in LIVE_KEYS
@@ -340,7 +339,7 @@ def test_reload_follows_each_keys_declaration():
         done = config_reload.plan_reload(old, new)
     assert done.applied == ("watch.metrics-containers",)
     assert done.need_restart == ("pod-caps.rt-share",)
-    assert done.config.watch == dataclasses.replace(old.watch, metrics_containers=5)
+    assert done.config.watch == replace(old.watch, metrics_containers=5)
     assert done.config.pod_caps == old.pod_caps
 
 
@@ -355,15 +354,14 @@ def test_a_keys_declaration_is_frozen():
 
 def test_every_field_of_a_section_is_a_key():
     # A field without its key's declaration could never be set from the file.
-    import dataclasses
-
     from nri_plugin.config import KEY_ATTRIBUTES
     from nri_plugin.config.schema import SECTIONS
+    from nri_plugin.value import fields
 
     declared = set(KEY_ATTRIBUTES.values())
     for section, (cls, _) in SECTIONS.items():
-        for f in dataclasses.fields(cls):
+        for f in fields(cls):
             assert (section.replace("-", "_"), f.name) in declared, f"{section}.{f.name}"
-    for f in dataclasses.fields(NodeConfig):
+    for f in fields(NodeConfig):
         assert (f.name,) in declared or f.name.replace("_", "-") in SECTIONS \
             or f.name == "source", f.name

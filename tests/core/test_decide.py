@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 
 import pytest
@@ -12,6 +11,7 @@ from nri_plugin.core import ContainerRequest, Decision, decide
 from nri_plugin.core.node import OneShotNode
 from nri_plugin.errors import INTERNAL
 from nri_plugin.granted import GrantedResources
+from nri_plugin.value import FrozenValueError, replace
 
 IO_SLA = {"sla.nri.io/pod": "io:\n  max:\n    - {device: /dev/sda, read-bps: 1Mi}\n"}
 
@@ -42,12 +42,12 @@ def test_a_reusable_decision_is_frozen_and_shared():
                                namespace="prod", owner="a",
                                granted=GrantedResources(cpu_quota=100_000))
     first = decide(node, request)
-    replica = decide(node, dataclasses.replace(request, owner="b"))
+    replica = decide(node, replace(request, owner="b"))
     assert first.outcome == "enforced" and first.reusable
     assert replica is first  # nothing in it can change: every replica may hold it
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    with pytest.raises(FrozenValueError):
         first.plan = None  # type: ignore[misc]
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    with pytest.raises(FrozenValueError):
         request.name = "other"  # type: ignore[misc]
 
 

@@ -3,7 +3,6 @@ reuse and digested by the hook's cache; the code part taken from what was import
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 import time
 
@@ -25,6 +24,7 @@ from nri_plugin.core.inputs import (
 )
 from nri_plugin.core.node import OneShotNode
 from nri_plugin.granted import GrantedResources
+from nri_plugin.value import replace
 
 NODE = NodeInputs("config", ("facts", "/sys"), "code")
 BASE = dict(sla=(("sla.nri.io/pod", "cpu: {limit: 1}"),), name="app", namespace="prod",
@@ -105,9 +105,9 @@ def test_a_new_config_object_is_another_decision_without_a_reload():
                                namespace="prod", owner="a")
     hard = decide(node, request)
     assert hard.reusable and hard.plan.enforcement == "hard"
-    assert decide(node, dataclasses.replace(request, owner="b")) is hard
-    node.config = dataclasses.replace(node.config, enforcement="soft")
-    soft = decide(node, dataclasses.replace(request, owner="c"))
+    assert decide(node, replace(request, owner="b")) is hard
+    node.config = replace(node.config, enforcement="soft")
+    soft = decide(node, replace(request, owner="c"))
     assert soft.plan.enforcement == "soft" and soft.inputs != hard.inputs
     assert soft.inputs.node == node_inputs(node) != hard.inputs.node
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from nri_plugin import cli
+from nri_plugin.value import fields
 
 REPO = Path(__file__).resolve().parents[2]
 DGX = REPO / "examples" / "dgx-like.yaml"
@@ -103,6 +104,6 @@ def test_docs_name_every_flag_and_config_key():
     table = set(re.findall(r"^\| `(--[a-z-]+)", doc, re.M))
     assert table == flags - {"--help"}
     config_doc = (REPO / "docs" / "config.md").read_text()
-    for name in DevicePluginConfig.__dataclass_fields__:
+    for name in (f.name for f in fields(DevicePluginConfig)):
         key = f"device-plugin.{name.replace('_', '-')}"
         assert f"| `{key}` |" in config_doc and key in doc, key

@@ -4,7 +4,6 @@ failure modes of the per-NUMA, all-pairs-linked chooser this one replaced."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from itertools import permutations
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from nri_plugin.simulated.hardware import (
 )
 from nri_plugin.topology import Topology, load_inventory, read_topology
 from nri_plugin.topology.gpus import Gpu, GpuInventory
+from nri_plugin.value import replace
 from tests.support.selection_oracle import best, free_states, greedy, key
 
 MACHINES = {"dgx1v": dgx1v_gpus, "nvswitch": nvswitch_gpus, "pcie-pairs": pcie_pairs_gpus}

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import fields, replace
 
 import pytest
 
@@ -20,6 +19,7 @@ from nri_plugin.plan.record import (
     record_text,
     sign_record,
 )
+from nri_plugin.value import fields, replace
 from tests.support.record_helpers import KEY, NODE, OWNER, SNAPSHOT, signed_text
 
 GPU0, GPU1 = (g.uuid for g in SNAPSHOT.inventory.gpus[:2])

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import replace
 
 import pytest
 
@@ -28,6 +27,7 @@ from nri_plugin.topology.cpus import read_topology
 from nri_plugin.topology.health_monitor import GpuHealthMonitor
 from nri_plugin.topology.inventory import InventoryReader
 from nri_plugin.topology.watched import WatchedInventory
+from nri_plugin.value import replace
 from tests.support.plugin_helpers import RECORD_KEY, plugin_session
 
 CONFIG = NodeConfig(permissions=Permissions(gpus=("*",), exceed_runtime_limits=("*",)))

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -35,6 +34,7 @@ from nri_plugin.simulated.runtime import PluginCallError, make_container, make_p
 from nri_plugin.topology.cpus import read_topology
 from nri_plugin.topology.inventory import InventoryReader, load_inventory
 from nri_plugin.topology.watched import WatchedInventory
+from nri_plugin.value import replace
 from tests.support.plugin_helpers import RECORD_KEY, plugin_session
 
 CONFIG = NodeConfig(permissions=Permissions(gpus=("*",), exceed_runtime_limits=("*",)))

@@ -4,7 +4,6 @@ ManifestError line."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import tempfile
 from pathlib import Path
@@ -24,6 +23,7 @@ from nri_plugin.text.quantities import (
     parse_duration,
     parse_size,
 )
+from nri_plugin.value import replace
 
 # SLA_FUZZ_EXAMPLES=5000 for a long soak; the suite default stays quick
 FUZZ = settings(max_examples=int(os.environ.get("SLA_FUZZ_EXAMPLES", "150")), deadline=None,
@@ -134,7 +134,7 @@ def test_valid_values_round_trip(sample):
     assert sla.memory.high == high and sla.memory.max == hard
     assert round(sla.cpu.limit * 1000) == limit * 1000 + milli
     canon = yaml.safe_dump(sla.to_document())
-    assert dataclasses.replace(parse_sla_document(POD, canon)) == sla
+    assert replace(parse_sla_document(POD, canon)) == sla
 
 
 @FUZZ

@@ -22,7 +22,7 @@ from nri_plugin.sla.parse import (
     MAX_VALUES,
     clear_caches,
 )
-from nri_plugin.text import safeyaml
+from nri_plugin.text import yamlevents
 from tests.support.plugin_helpers import plain_node
 
 POD = "sla.nri.io/pod"
@@ -83,13 +83,13 @@ def test_the_pod_total_is_refused_at_the_first_key_past_it(check):
 def test_the_reader_stops_at_the_first_value_past_the_bound(monkeypatch):
     pulled = []
 
-    class Counted(safeyaml._Loader):
+    class Counted(yamlevents._Loader):
         def get_event(self):
             event = super().get_event()
             pulled.append(event)
             return event
 
-    monkeypatch.setattr(safeyaml, "_Loader", Counted)
+    monkeypatch.setattr(yamlevents, "_Loader", Counted)
     with pytest.raises(SlaError, match="the document has more than"):
         parse_sla_document(POD, "cpu: {limit: [" + ",".join(["0"] * 1500) + "]}\n")
     # the stream's and the document's starts, then one event per value up to the bound

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import replace
 
 import pytest
 
@@ -20,6 +19,7 @@ from nri_plugin.simulated.hardware import (
 from nri_plugin.topology.gpu_health import GpuHealth, unknown
 from nri_plugin.topology.health_monitor import GpuHealthMonitor
 from nri_plugin.topology.inventory import InventoryReader, load_inventory
+from nri_plugin.value import replace
 
 
 def watched(sysfs, nvml):

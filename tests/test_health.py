@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from nri_plugin.config import parse_config
+from nri_plugin.config.loader import parse_config
 from nri_plugin.ops.health import HEAD_DEADLINE, MAX_HEAD, MAX_PENDING, answer, start_health_server
 from nri_plugin.ops.metrics import Metrics, MetricsError
 from nri_plugin.ops.metrics_http import start_http_server

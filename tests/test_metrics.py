@@ -255,7 +255,7 @@ def test_bind_conflict_raises_oserror(metrics, server):
 def test_every_failure_reason_is_a_metric_label():
     # A failure whose reason the metric does not know would make the plugin's
     # record_decision raise MetricsError before the runtime got its answer.
-    import nri_plugin.config
+    import nri_plugin.config.loader
     import nri_plugin.enforce.errors
     import nri_plugin.hook.values
     import nri_plugin.plan.model

@@ -38,7 +38,7 @@ from nri_plugin.simulated.ocispec import ENV_VISIBLE, NvidiaRuntime
 from nri_plugin.topology.gpus import GpuInventory
 
 if TYPE_CHECKING:  # the simulator and the plugin are loaded when the demo runs, not for --help
-    from nri_plugin.core import NodeState
+    from nri_plugin.core.nodestate import NodeState
     from nri_plugin.nri.pb.nri_pb2 import PodSandbox
     from nri_plugin.plugin import SlaPlugin
     from nri_plugin.simulated.kubelet import Grant, Kubelet

@@ -29,7 +29,7 @@ from importlib import metadata
 from pathlib import Path
 
 import nri_plugin
-from nri_plugin.config import parse_config, read_config_text
+from nri_plugin.config.loader import parse_config, read_config_text
 
 HOST_DIR = "/opt/nri-sla"
 HOST_BINARY = f"{HOST_DIR}/bin/nri-sla"

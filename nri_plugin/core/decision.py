@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from nri_plugin.config import NodeConfig
+from nri_plugin.config.values import NodeConfig
 from nri_plugin.core.inputs import RUNNING, DecisionInputs, NodeInputs, digest, inputs_for
 from nri_plugin.core.nodestate import NodeState
 from nri_plugin.core.request import ContainerRequest

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from pathlib import Path
     from typing import Any
 
-    from nri_plugin.config import NodeConfig
+    from nri_plugin.config.values import NodeConfig
     from nri_plugin.core.inputs import DecisionInputs, NodeInputs
     from nri_plugin.core.restored import LiveContainer, Restored
     from nri_plugin.enforce.cgpaths import CgroupFacts, CgroupPaths

@@ -24,7 +24,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from nri_plugin.config import MIG_STRATEGIES
+from nri_plugin.config.convert import MIG_STRATEGIES
 from nri_plugin.kubelet.errors import MigLayoutError
 from nri_plugin.kubelet.pb import deviceplugin_v1beta1_pb2 as pb
 from nri_plugin.topology.gpus import Gpu, GpuInventory, MigInstance

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from nri_plugin.config import NodeConfig
+from nri_plugin.config.values import NodeConfig
 from nri_plugin.granted import GrantedResources
 
 TYPE_CHECKING = False  # `typing` costs the OCI hook start-up time; only checkers need it

@@ -20,9 +20,10 @@ from collections.abc import Generator, Iterator
 from dataclasses import replace
 from typing import Any
 
-from nri_plugin.core import ContainerRequest, Decision, NodeState, decide
-from nri_plugin.core.decision import REUSABLE_LIMIT, recheck
+from nri_plugin.core.decision import REUSABLE_LIMIT, Decision, decide, recheck
 from nri_plugin.core.inputs import DecisionInputs
+from nri_plugin.core.nodestate import NodeState
+from nri_plugin.core.request import ContainerRequest
 from nri_plugin.core.restored import LiveContainer
 from nri_plugin.errors import INTERNAL, INVALID, SlaFailure
 from nri_plugin.granted import (

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from nri_plugin.core import NodeState
+from nri_plugin.core.nodestate import NodeState
 from nri_plugin.core.restored import LiveContainer, Restored
 from nri_plugin.enforce.rt import RtChange
 from nri_plugin.granted import limits_only

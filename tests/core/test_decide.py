@@ -7,8 +7,10 @@ import logging
 
 import pytest
 
-from nri_plugin.config import NodeConfig
-from nri_plugin.core import ContainerRequest, Decision, NodeState, decide
+from nri_plugin.config.values import NodeConfig
+from nri_plugin.core.decision import Decision, decide
+from nri_plugin.core.nodestate import NodeState
+from nri_plugin.core.request import ContainerRequest
 from nri_plugin.errors import INTERNAL
 from nri_plugin.granted import GrantedResources
 

@@ -11,9 +11,8 @@ import pytest
 import yaml
 
 import nri_plugin.core.inputs as inputs_module
-from nri_plugin.config import NodeConfig
-from nri_plugin.core import ContainerRequest, NodeState, decide
-from nri_plugin.core.decision import node_inputs
+from nri_plugin.config.values import NodeConfig
+from nri_plugin.core.decision import decide, node_inputs
 from nri_plugin.core.inputs import (
     ENFORCEMENT_ALIAS,
     DecisionInputs,
@@ -23,6 +22,8 @@ from nri_plugin.core.inputs import (
     loaded_code,
     sla_text,
 )
+from nri_plugin.core.nodestate import NodeState
+from nri_plugin.core.request import ContainerRequest
 from nri_plugin.granted import GrantedResources
 
 NODE = NodeInputs("config", ("facts", "/sys"), "code")

@@ -4,7 +4,7 @@ container is no pass for another container's copy."""
 
 from __future__ import annotations
 
-from nri_plugin.config import NodeConfig
+from nri_plugin.config.values import NodeConfig
 from nri_plugin.core.nodestate import NodeState
 from nri_plugin.core.restored import LiveContainer
 from nri_plugin.plan.model import ContainerPlan

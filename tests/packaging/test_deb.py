@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from nri_plugin import __version__
-from nri_plugin.config import parse_config
+from nri_plugin.config.loader import parse_config
 from nri_plugin.simulated.runtime import RuntimeSimulator
 
 EXPECTED = [

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client.exposition import generate_latest
 
-from nri_plugin.config import WatchConfig
+from nri_plugin.config.values import WatchConfig
 from nri_plugin.ops.metrics import Metrics
 from nri_plugin.plugin.container_metrics import ContainerCollector, fair_quota
 from nri_plugin.simulated.runtime import make_container, make_pod

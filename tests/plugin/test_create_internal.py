@@ -11,8 +11,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from nri_plugin.config import NodeConfig
-from nri_plugin.core import NodeState
+from nri_plugin.config.values import NodeConfig
+from nri_plugin.core.nodestate import NodeState
 from nri_plugin.nri.errors import Code, RpcError
 from nri_plugin.nri.pb import nri_pb2 as pb
 from nri_plugin.ops.logsetup import setup_logging

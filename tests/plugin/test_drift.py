@@ -10,7 +10,7 @@ import logging
 import time
 from pathlib import Path
 
-from nri_plugin.config import WatchConfig
+from nri_plugin.config.values import WatchConfig
 from nri_plugin.enforce.mapping import io_weight_to_bfq
 from nri_plugin.nri.pb import nri_pb2 as pb
 from nri_plugin.nri.service import run_service

@@ -37,8 +37,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nri_plugin.config import GpuConfig
-from nri_plugin.core import NodeState
+from nri_plugin.config.values import GpuConfig
+from nri_plugin.core.nodestate import NodeState
 from nri_plugin.nri.pb import nri_pb2 as pb
 from nri_plugin.nri.service import run_service
 from nri_plugin.ops.metrics import Metrics

@@ -9,7 +9,7 @@ set them in __init__; this base gives them equality and a readable repr.
 
 
 class Value:
-    __slots__ = ()
+    __slots__: tuple[str, ...] = ()
 
     def _fields(self) -> tuple:
         return tuple(getattr(self, name) for name in self.__slots__)
@@ -17,7 +17,7 @@ class Value:
     def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):
             return NotImplemented
-        return self._fields() == other._fields()  # type: ignore[attr-defined]
+        return self._fields() == other._fields()
 
     __hash__ = None  # type: ignore[assignment]  # mutable-by-convention values
 

@@ -114,9 +114,9 @@ def resource_name(value: object) -> str:
     # An extended resource the kubelet accepts from a device plugin: <domain>/<name>,
     # outside the kubernetes.io domains Kubernetes keeps for itself.
     domain, _, name = value.partition("/") if isinstance(value, str) else ("", "", "")
-    if not (len(domain) <= 253 and _fullmatch(_DNS_SUBDOMAIN, domain)
-            and _fullmatch(_RESOURCE_NAME, name)) \
-            or domain == "kubernetes.io" or domain.endswith(".kubernetes.io"):
+    if (not isinstance(value, str) or len(domain) > 253
+            or not _fullmatch(_DNS_SUBDOMAIN, domain) or not _fullmatch(_RESOURCE_NAME, name)
+            or domain == "kubernetes.io" or domain.endswith(".kubernetes.io")):
         raise FieldProblem(f"must be an extended resource name like nvidia.com/gpu (a DNS "
                       f"domain outside kubernetes.io, '/', a name of up to 63 letters, "
                       f"digits, '-', '_', '.'), got {show(value)}")
@@ -176,7 +176,7 @@ def address(value: object) -> str:
     if value == "":
         return ""
     m = _fullmatch(_HOST_PORT, value) if isinstance(value, str) else None
-    if m is None or not 1 <= int(m.group(2)) <= 65535:
+    if not isinstance(value, str) or m is None or not 1 <= int(m.group(2)) <= 65535:
         raise FieldProblem(f"must be host:port like 127.0.0.1:9810 or [::1]:9810 (port 1..65535),"
                       f" or \"\" to disable, got {show(value)}")
     return value

@@ -34,10 +34,18 @@ def _schema(cls: type) -> Schema:
 
 
 TOP: Schema = _schema(NodeConfig)
-# A section is a field of NodeConfig whose value is a dataclass (its default_factory).
-SECTIONS: dict[str, tuple[type, Schema]] = {
-    f.name.replace("_", "-"): (f.default_factory, _schema(f.default_factory))
-    for f in dataclasses.fields(NodeConfig) if f.default_factory is not dataclasses.MISSING}
+
+
+def _sections() -> dict[str, tuple[type, Schema]]:
+    """A section is a field of NodeConfig whose value is a dataclass (its default_factory)."""
+    sections: dict[str, tuple[type, Schema]] = {}
+    for f in dataclasses.fields(NodeConfig):
+        if isinstance(cls := f.default_factory, type):
+            sections[f.name.replace("_", "-")] = (cls, _schema(cls))
+    return sections
+
+
+SECTIONS = _sections()
 TOP_KEYS: tuple[str, ...] = (*TOP, *SECTIONS)
 # Every dotted key as written in the file -> its attributes on NodeConfig, its declaration.
 KEY_ATTRIBUTES: dict[str, tuple[str, ...]] = {

@@ -50,10 +50,19 @@ def file_identity(*paths: Path) -> Identity | None:
 
 
 class Settings(Protocol):
-    socket_dir: Path
-    injection: str
-    dev_root: Path
-    register_timeout: float
+    """Read only (the plugin's settings are frozen)."""
+
+    @property
+    def socket_dir(self) -> Path: ...
+
+    @property
+    def injection(self) -> str: ...
+
+    @property
+    def dev_root(self) -> Path: ...
+
+    @property
+    def register_timeout(self) -> float: ...
 
     @property
     def kubelet_socket(self) -> Path: ...
@@ -62,8 +71,11 @@ class Settings(Protocol):
 class Owner(Protocol):
     """What a ResourceServer asks of the plugin that runs it (GpuDevicePlugin)."""
 
-    settings: Settings
-    metrics: DevicePluginMetrics
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def metrics(self) -> DevicePluginMetrics: ...
 
     @property
     def stopping(self) -> bool: ...

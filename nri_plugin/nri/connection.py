@@ -76,9 +76,10 @@ class Connection(asyncio.Protocol):
 
     # -- asyncio.Protocol ----------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]  # a stream transport
+        stream: asyncio.Transport = transport  # type: ignore[assignment]  # a stream's
+        self.transport = stream
         high, low = self._write_limits
-        self.transport.set_write_buffer_limits(high=high, low=low)
+        stream.set_write_buffer_limits(high=high, low=low)
 
     def pause_writing(self) -> None:
         # Stop taking calls we would have to answer into a buffer nobody drains.

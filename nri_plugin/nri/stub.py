@@ -16,7 +16,7 @@ import re
 import socket
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeAlias, TypeVar
 
 from google.protobuf.message import DecodeError, Message
 
@@ -46,7 +46,7 @@ _IDX = re.compile(r"^[0-9]{2}$")
 
 _T = TypeVar("_T")
 _M = TypeVar("_M", bound=Message)
-MaybeAwaitable = _T | Awaitable[_T]  # a handler may be `def` or `async def`
+MaybeAwaitable: TypeAlias = _T | Awaitable[_T]  # a handler may be `def` or `async def`
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,7 +249,7 @@ def _of(cls: type[_M], message: object) -> _M:
     if type(message) is not cls:
         raise TypeError(f"create_container's CreateResult holds a {type(message).__name__} "
                         f"where a {cls.__name__} belongs")
-    return message  # type: ignore[return-value]
+    return message
 
 
 def _updates(result: Any, method: str) -> Sequence[pb.ContainerUpdate]:

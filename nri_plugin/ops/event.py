@@ -69,10 +69,9 @@ def _escape(c: str) -> str:
 def logfmt_value(value: object) -> str:
     """Render one value: bare when safe, else double-quoted with escapes. Lists join with
     "; " and None is empty, so every line stays one line whatever the input holds."""
-    kind = type(value)
-    if kind is str:  # most values: exact type checks first, the ABC checks are slow
+    if type(value) is str:  # most values: exact type checks first, the ABC checks are slow
         text = value
-    elif kind is int:
+    elif type(value) is int:
         text = str(value)
     elif value is None:
         text = ""
@@ -185,7 +184,7 @@ def applied_fields(record: "Mapping") -> dict:
 def _as_json(value: object) -> object:
     if type(value) is dict:
         return {key: _as_json(value[key]) for key in sorted(value)}
-    if type(value) in (list, tuple):
+    if type(value) is list or type(value) is tuple:
         return [_as_json(item) for item in value]
     return value
 

@@ -315,7 +315,8 @@ class PluginSession:
             return None
         if self.opts.nri.state_change and (event in ev.STATE_CHANGE_EVENTS
                                            or event == ev.POST_UPDATE_POD_SANDBOX):
-            req = pb.StateChangeEvent(event=event, pod=pod, container=container)
+            req = pb.StateChangeEvent(event=pb.Event.ValueType(event), pod=pod,
+                                      container=container)
             await self.call("StateChange", req, pb.Empty, timeout)
             return None
         method = ev.RPCS[event]
@@ -382,7 +383,7 @@ class PluginSession:
         for update in updates:
             self.sim.state.update(update.container_id, update.linux.resources)
 
-    def _set_state(self, ctr: pb.Container, state: int) -> None:
+    def _set_state(self, ctr: pb.Container, state: pb.ContainerState.ValueType) -> None:
         stored = self.sim.state.containers.get(ctr.id)
         if stored is not None:
             stored.state = state
@@ -578,7 +579,7 @@ def make_container(pod: pb.PodSandbox, name: str, *,
                    resources: pb.LinuxResources | None = None,
                    env: Iterable[str] = DEFAULT_ENV,
                    args: Iterable[str] = ("/bin/sh", "-c", "sleep infinity"),
-                   state: int = pb.CONTAINER_CREATED,
+                   state: pb.ContainerState.ValueType = pb.CONTAINER_CREATED,
                    image: str = "docker.io/library/busybox:latest",
                    cdi_devices: Iterable[str] = (),
                    devices: Iterable[pb.LinuxDevice] = (),

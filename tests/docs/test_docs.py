@@ -65,7 +65,7 @@ SKIPPED: dict[tuple[str, str], str] = {
         "a fake sysfs the reader builds (tests/topology build them)",
     # Root, a runtime or a kubelet on this host.
     ("docs/operations.md", "nri-sla run --metrics-address 127.0.0.1:9810"):
-        "another process must hold the port; tests/test_health_cli.py checks the line",
+        "another process must hold the port; tests/ops/test_health_cli.py checks the line",
     ("docs/operations.md", "sudo nri-sla status"): "root and a running plugin",
     ("docs/device-plugin.md", "nri-sla device-plugin [--config FILE] [--inventory FILE] "
      "[--socket-dir DIR] [--log-format text|json]"): "a synopsis, not a command",

@@ -377,7 +377,7 @@ def test_operations_doc_lists_exactly_the_exported_metrics(metrics):
     families = [*metrics.registry.collect(),
                 *ContainerCollector(lambda: NodeReport(0.0, 30.0), 10).describe()]
     exported = {f.name + ("_total" if f.type == "counter" else "") for f in families}
-    doc = (Path(__file__).parents[1] / "docs" / "operations.md").read_text()
+    doc = (Path(__file__).parents[2] / "docs" / "operations.md").read_text()
     section = doc.split("\n## Metrics\n", 1)[1].split("\n## ", 1)[0]
     rows = [line.split("|")[1] for line in section.splitlines()
             if line.startswith("| `nri_sla_")]

@@ -15,13 +15,26 @@ from nri_plugin.config.cap import Cap
 from nri_plugin.text.errors import FieldProblem
 from nri_plugin.text.fields import parse_id_list, show
 
-GPU_INJECTIONS = ("cdi", "env", "devices")
-MIG_STRATEGIES = ("none", "single", "mixed")  # NVIDIA's device plugin's names
+TYPE_CHECKING = False  # `typing` costs the OCI hook's cold run; only checkers need it
+if TYPE_CHECKING:
+    from typing import Literal, TypeAlias
+
+    from nri_plugin.ops.event import LogFormat
+
+    # The enumerated settings, as the code passes them on; each tuple below lists its
+    # alias's values at run time (the errors and docs/config.md name them).
+    GpuInjectionMode: TypeAlias = Literal["cdi", "env", "devices"]
+    MigStrategy: TypeAlias = Literal["none", "single", "mixed"]
+    CgroupDriverSetting: TypeAlias = Literal["auto", "cgroupfs", "systemd"]
+    LogLevel: TypeAlias = Literal["debug", "info", "warning", "error"]
+
+GPU_INJECTIONS: tuple[GpuInjectionMode, ...] = ("cdi", "env", "devices")
+MIG_STRATEGIES: tuple[MigStrategy, ...] = ("none", "single", "mixed")  # NVIDIA's plugin's
 GPU_INVENTORIES = ("auto", "nvml", "sysfs")  # or an absolute path to a snapshot file
-CGROUP_DRIVERS = ("auto", "cgroupfs", "systemd")
+CGROUP_DRIVERS: tuple[CgroupDriverSetting, ...] = ("auto", "cgroupfs", "systemd")
 MAX_LISTED = 32  # entries in a list of CDI kinds or resource names
-LOG_FORMATS = ("text", "json")
-LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_FORMATS: tuple[LogFormat, ...] = ("text", "json")
+LOG_LEVELS: tuple[LogLevel, ...] = ("debug", "info", "warning", "error")
 
 
 # -- converters ----------------------------------------------------------------------------

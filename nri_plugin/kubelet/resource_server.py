@@ -11,7 +11,7 @@ import os
 from collections.abc import Iterable, Sequence
 from concurrent import futures
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import grpc
 
@@ -23,6 +23,9 @@ from nri_plugin.kubelet.plugin_metrics import DevicePluginMetrics
 from nri_plugin.kubelet.selection import preferred_gpus
 from nri_plugin.plan.errors import PlacementError
 from nri_plugin.plan.gpu_injection import ENV_VISIBLE, ChosenGpus, GpuInjection, gpu_injection
+
+if TYPE_CHECKING:
+    from nri_plugin.config.convert import GpuInjectionMode
 
 log = logging.getLogger("nri_sla.kubelet.deviceplugin")
 
@@ -56,7 +59,7 @@ class Settings(Protocol):
     def socket_dir(self) -> Path: ...
 
     @property
-    def injection(self) -> str: ...
+    def injection(self) -> GpuInjectionMode: ...
 
     @property
     def dev_root(self) -> Path: ...

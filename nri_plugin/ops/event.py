@@ -25,7 +25,9 @@ from nri_plugin.value import Value
 TYPE_CHECKING = False  # typing itself costs start-up time; only checkers need it
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
-    from typing import TypeGuard
+    from typing import Literal, TypeAlias, TypeGuard
+
+    LogFormat: TypeAlias = Literal["text", "json"]  # a log line's, decision lines' too
 
 LOGGER = "nri_sla.decision"
 MESSAGE = "sla decision"
@@ -228,7 +230,7 @@ class DecisionEvent(Value):
         return fields
 
 
-def render_event(event: DecisionEvent, fmt: str, created: float,
+def render_event(event: DecisionEvent, fmt: "LogFormat", created: float,
                  journal: bool = False) -> str:
     """The decision line (no newline) in `fmt` ("text" | "json") as of time `created`:
     what `text_line`/`json_line` make of the event's fields, the bytes

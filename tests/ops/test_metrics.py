@@ -181,6 +181,7 @@ def test_head_and_concurrent_scrapes(server):
     assert codes == [200] * 8
 
 
+@pytest.mark.slow
 def test_half_open_connections_are_capped_and_cut_at_the_deadline(metrics):
     """Connections that send nothing hold at most max_connections threads, for at most
     the deadline; the ones over the cap are told 503 at once; then the server serves."""
@@ -303,6 +304,7 @@ class _Records(logging.Handler):
         self.records.append(record)
 
 
+@pytest.mark.slow
 def test_resetting_peers_give_one_rate_limited_line_and_no_traceback(metrics, capfd):
     """Issue 19: 200 connections that send a request and reset (SO_LINGER 0) before the
     answer wrote 5,307 stderr lines with 197 tracebacks (socketserver's handle_error).

@@ -16,6 +16,8 @@ from nri_plugin import __version__
 from nri_plugin.config.loader import parse_config
 from nri_plugin.simulated.runtime import RuntimeSimulator
 
+pytestmark = pytest.mark.slow  # builds the package
+
 EXPECTED = [
     "./usr/bin/nri-sla",
     "./usr/lib/nri-sla/site/nri_plugin/__init__.py",

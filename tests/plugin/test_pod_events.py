@@ -202,6 +202,7 @@ def test_an_unusable_api_server_costs_events_not_answers(tmp_path, api, failure)
     assert sent(metrics, "sent", "created") == 0 and api.events == {}
 
 
+@pytest.mark.slow
 def test_a_slow_api_server_does_not_delay_create_container(tmp_path, api, capsys):
     """Each answer's time with events going to an API server that answers after 2 s, and
     without events: the same. What the queue cannot hold is dropped, and what the API

@@ -28,10 +28,11 @@ demo: $(STAMP)
 helm: $(STAMP) system-deps-test
 	@scripts/ensure-helm $(VENV)/bin/helm
 
-# ruff, the import contracts and mypy; `ruff format --check` joins them once the tree is
-# formatted ([tool.ruff.format] holds the style)
+# ruff, the import contracts and mypy. Once the tree is formatted (`ruff format .`, the style
+# in [tool.ruff.format]), the format check joins them: uncomment its line.
 lint: $(STAMP)
 	$(PY) -m ruff check .
+#	$(PY) -m ruff format --check .
 	$(VENV)/bin/lint-imports --no-logo --no-cache
 	$(PY) -m mypy
 

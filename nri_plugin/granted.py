@@ -99,16 +99,17 @@ class GrantedResources(Value):
     """The runtime's limits for one container; None = not set (unlimited)."""
 
     # set once in __init__ (object.__setattr__): declared here for checkers
-    cpu_quota: int | None
-    cpu_period: int | None
-    cpu_shares: int | None
-    memory_limit: int | None
-    cdi_devices: tuple[str, ...]
-    gpu_devices: tuple[tuple[int, int], ...]
-    device_mounts: tuple[str, ...]
-    caps_minors: tuple[int, ...]
+    # (quoted: evaluating them would cost the hook's start-up)
+    cpu_quota: "int | None"
+    cpu_period: "int | None"
+    cpu_shares: "int | None"
+    memory_limit: "int | None"
+    cdi_devices: "tuple[str, ...]"
+    gpu_devices: "tuple[tuple[int, int], ...]"
+    device_mounts: "tuple[str, ...]"
+    caps_minors: "tuple[int, ...]"
     all_devices: bool
-    env_gpus: str | None
+    env_gpus: "str | None"
 
     __slots__ = ("all_devices", "caps_minors", "cdi_devices", "cpu_period", "cpu_quota",
                  "cpu_shares", "device_mounts", "env_gpus", "gpu_devices", "memory_limit")

@@ -9,7 +9,7 @@ set them in __init__; this base gives them equality and a readable repr.
 
 
 class Value:
-    __slots__: tuple[str, ...] = ()
+    __slots__: "tuple[str, ...]" = ()
 
     def _fields(self) -> tuple:
         return tuple(getattr(self, name) for name in self.__slots__)

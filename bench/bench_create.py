@@ -33,8 +33,8 @@ import os
 import pstats
 import time
 
-from nri_plugin.config import NodeConfig
-from nri_plugin.core import build_node
+from nri_plugin.config.values import NodeConfig
+from nri_plugin.core.nodebuild import build_node
 from nri_plugin.nri.pb import nri_pb2 as pb
 from nri_plugin.nri.stub import _create_response
 from nri_plugin.ops.logsetup import setup_logging

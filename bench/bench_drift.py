@@ -32,7 +32,7 @@ from pathlib import Path
 
 from prometheus_client.exposition import generate_latest
 
-from nri_plugin.config import NodeConfig, WatchConfig
+from nri_plugin.config.values import NodeConfig, WatchConfig
 from nri_plugin.core.hosttopology import node_allocator
 from nri_plugin.core.nodestate import NodeState
 from nri_plugin.enforce.capabilities import NodeCapabilities

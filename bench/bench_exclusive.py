@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from nri_plugin.config import NodeConfig
+from nri_plugin.config.values import NodeConfig
 from nri_plugin.core.nodestate import NodeState
 from nri_plugin.nri.stub import Stub
 from nri_plugin.plan.allocator import Allocator

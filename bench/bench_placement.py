@@ -14,7 +14,8 @@ import time
 
 from nri_plugin.plan.allocator import Allocator
 from nri_plugin.plan.placement_values import PlacementError, PlacementRequest
-from nri_plugin.topology import Gpu, GpuInventory, NumaNode, Topology
+from nri_plugin.topology.cpus import NumaNode, Topology
+from nri_plugin.topology.gpus import Gpu, GpuInventory
 
 NODES, CORES, THREADS, GPUS = 8, 16, 2, 16
 RELEASES: list[float] = []

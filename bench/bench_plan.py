@@ -14,8 +14,10 @@ import statistics
 import time
 from pathlib import Path
 
-from nri_plugin.config import NodeConfig
-from nri_plugin.core import ContainerRequest, NodeState, decide
+from nri_plugin.config.values import NodeConfig
+from nri_plugin.core.decision import decide
+from nri_plugin.core.nodestate import NodeState
+from nri_plugin.core.request import ContainerRequest
 from nri_plugin.plan.allocator import Allocator
 from nri_plugin.plan.rt_budget import RtBudget
 from nri_plugin.plugin.adjustment import annotated, build_adjustment

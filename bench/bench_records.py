@@ -18,7 +18,7 @@ import time
 import tracemalloc
 from pathlib import Path
 
-from nri_plugin.config import NodeConfig
+from nri_plugin.config.values import NodeConfig
 from nri_plugin.core.nodestate import NodeState
 from nri_plugin.core.restore import restore as restore_node
 from nri_plugin.core.restored import LiveContainer

@@ -38,7 +38,8 @@ from nri_plugin.simulated.hardware import (
     pcie_pairs_gpus,
     rtx8000_gpus,
 )
-from nri_plugin.topology import GpuInventory, load_inventory
+from nri_plugin.topology.gpus import GpuInventory
+from nri_plugin.topology.inventory import load_inventory
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the model lives in tests/
 from tests.support.besteffort import (

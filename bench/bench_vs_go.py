@@ -60,9 +60,11 @@ from pathlib import Path
 
 from google.protobuf import json_format
 
-from nri_plugin.config import load_config
-from nri_plugin.core import ContainerRequest, build_node, decide
+from nri_plugin.config.loader import load_config
+from nri_plugin.core.decision import decide
+from nri_plugin.core.nodebuild import build_node
 from nri_plugin.core.recordkey import load_or_create_key
+from nri_plugin.core.request import ContainerRequest
 from nri_plugin.plan.record import encode_record
 from nri_plugin.simulated.runtime import make_container, make_pod
 

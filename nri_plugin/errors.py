@@ -100,5 +100,5 @@ class Unavailable(SlaFailure):
 
     kind = UNAVAILABLE
     # No container decision is ever this; should one reach the decisions metric, a label
-    # it knows (tests/test_metrics.py), not a new series.
+    # it knows (tests/ops/test_metrics.py), not a new series.
     reason = "internal"

@@ -98,6 +98,19 @@ def device_mount_ids(mounts: "Iterable[tuple[str, str]]") -> tuple[str, ...]:
 class GrantedResources(Value):
     """The runtime's limits for one container; None = not set (unlimited)."""
 
+    # set once in __init__ (object.__setattr__): declared here for checkers
+    # (quoted: evaluating them would cost the hook's start-up)
+    cpu_quota: "int | None"
+    cpu_period: "int | None"
+    cpu_shares: "int | None"
+    memory_limit: "int | None"
+    cdi_devices: "tuple[str, ...]"
+    gpu_devices: "tuple[tuple[int, int], ...]"
+    device_mounts: "tuple[str, ...]"
+    caps_minors: "tuple[int, ...]"
+    all_devices: bool
+    env_gpus: "str | None"
+
     __slots__ = ("all_devices", "caps_minors", "cdi_devices", "cpu_period", "cpu_quota",
                  "cpu_shares", "device_mounts", "env_gpus", "gpu_devices", "memory_limit")
 
@@ -138,7 +151,8 @@ class GrantedResources(Value):
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"GrantedResources is frozen (cannot set {name})")
 
-    def __hash__(self) -> int:
+    # Value leaves values unhashable (mutable by convention); this one is frozen
+    def __hash__(self) -> int:  # type: ignore[override]
         return hash(self._fields())
 
     def key(self) -> tuple:

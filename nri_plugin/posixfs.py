@@ -13,7 +13,7 @@ Same results as os.path for str paths (tests/test_posixfs.py compares them).
 import posix
 import sys
 from _stat import S_ISDIR, S_ISLNK, S_ISREG, S_ISSOCK
-from posix import _path_normpath  # os.path.normpath's own C implementation (posixpath's)
+from posix import _path_normpath  # type: ignore[attr-defined]  # os.path.normpath's C code
 
 _ENCODING, _ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
 READ_CHUNK = 1 << 16  # bytes per read(2): a cgroup, sysfs or /proc file comes in one

@@ -143,7 +143,7 @@ class Frozen(metaclass=_Declared):
     def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):
             return NotImplemented
-        return self._values() == other._values()  # type: ignore[attr-defined]
+        return self._values() == other._values()
 
     def __hash__(self) -> int:
         return hash(self._values())
@@ -162,13 +162,18 @@ def fields(value_or_class: "Frozen | type[Frozen]") -> "tuple[Field, ...]":
 
 
 def replace(value: "T", /, **changes: "Any") -> "T":
-    """A copy of a frozen value with `changes` (a dataclass goes to dataclasses.replace,
-    so one import serves call sites that handle both)."""
-    if not isinstance(value, Frozen):
-        import dataclasses  # only for the plugin's dataclasses, never on the hook's path
-
-        return dataclasses.replace(value, **changes)  # type: ignore[type-var]
-    current = {f.name: getattr(value, f.name) for f in value.__fields__}
+    """A copy of a frozen value with `changes`. A dataclass is copied the way
+    dataclasses.replace copies it (its `init` fields), so one function serves call sites
+    that handle both, and this module never imports dataclasses (the hook's path)."""
+    if isinstance(value, Frozen):
+        names = [f.name for f in value.__fields__]
+    else:
+        declared = getattr(value, "__dataclass_fields__", None)
+        if declared is None:
+            raise TypeError(f"replace() takes a frozen value or a dataclass, not "
+                            f"{type(value).__name__}")
+        names = [name for name, spec in declared.items() if spec.init]
+    current = {name: getattr(value, name) for name in names}
     return type(value)(**{**current, **changes})
 
 
@@ -190,7 +195,7 @@ def _plain(item: "Any") -> "Any":
 class Value:
     """A hand-written slotted class's equality and repr (module doc)."""
 
-    __slots__ = ()
+    __slots__: "tuple[str, ...]" = ()
 
     def _fields(self) -> tuple:
         return tuple(getattr(self, name) for name in self.__slots__)
@@ -198,7 +203,7 @@ class Value:
     def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):
             return NotImplemented
-        return self._fields() == other._fields()  # type: ignore[attr-defined]
+        return self._fields() == other._fields()
 
     __hash__ = None  # type: ignore[assignment]  # mutable-by-convention values
 

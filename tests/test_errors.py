@@ -42,7 +42,8 @@ OUTSIDE_PACKAGES = ("nri_plugin.nri.", "nri_plugin.simulated.")
 # `nri-sla hook --help` is no failure: parse_argv's way out to printing the help, exit 0.
 # ProgrammingError is a bug, not a failure: no failure handler may take it for one
 # (tests/core/test_decide.py: decide reports it as internal, with its traceback).
-OUTSIDE = {"HelpRequested", "ProgrammingError"}
+# FrozenValueError is the same kind of bug: code assigning to a frozen value.
+OUTSIDE = {"HelpRequested", "ProgrammingError", "FrozenValueError"}
 # The one place each kind is set.
 ROOTS = {InvalidInput: INVALID, Refused: REFUSED, InternalFailure: INTERNAL,
          Unavailable: UNAVAILABLE}

@@ -8,7 +8,7 @@ import pickle
 
 import pytest
 
-from nri_plugin.config import NodeConfig
+from nri_plugin.config.values import NodeConfig
 from nri_plugin.plan.model import ContainerPlan, IoLimit
 from nri_plugin.value import MISSING, Frozen, FrozenValueError, asdict, field, fields, replace
 
@@ -87,5 +87,11 @@ def test_replace_still_serves_dataclasses():
     @dataclasses.dataclass(frozen=True)
     class Old:
         a: int
+        b: str = "kept"
+        derived: int = dataclasses.field(init=False, default=0)
 
-    assert replace(Old(1), a=2) == Old(2)
+    assert replace(Old(1, "x"), a=2) == dataclasses.replace(Old(1, "x"), a=2) == Old(2, "x")
+    with pytest.raises(TypeError):
+        replace(Old(1), derived=3)
+    with pytest.raises(TypeError, match="frozen value or a dataclass"):
+        replace(object(), a=1)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from nri_plugin.config import DEFAULT_PATH, LOG_LEVELS, load_config
+from nri_plugin.config.convert import LOG_LEVELS
+from nri_plugin.config.loader import DEFAULT_PATH, load_config
 
 
 def add_node_arguments(parser: argparse.ArgumentParser, config: str | None = None,
@@ -39,7 +40,7 @@ def node_from_args(args: argparse.Namespace, detect: bool = False,
                    record_key: bytes | None = None):
     """A NodeState from the common arguments (`record_key`: the node's, for a plugin
     whose records must outlive it). Raises ConfigError/ValueError/OSError."""
-    from nri_plugin.core import build_node
+    from nri_plugin.core.nodebuild import build_node
 
     config = load_config(args.config)
     version = {"v1": 1, "v2": 2, None: None}[args.cgroup]

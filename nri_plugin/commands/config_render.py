@@ -8,7 +8,8 @@ from typing import Any
 
 import yaml
 
-from nri_plugin.config import KEY_ATTRIBUTES, NodeConfig, file_value, key_value
+from nri_plugin.config.schema import KEY_ATTRIBUTES, file_value, key_value
+from nri_plugin.config.values import NodeConfig
 
 
 def config_mapping(config: NodeConfig) -> dict[str, Any]:

@@ -44,6 +44,8 @@ from nri_plugin.errors import InvalidInput, SlaFailure, Unavailable
 from nri_plugin.value import replace
 
 PROG = "nri-sla containerd-config"
+# (path, its text now or None, the text wanted or None: removed)
+FileChange = tuple[str, str | None, str | None]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -131,10 +133,9 @@ def _base_spec_text(args: argparse.Namespace, version: ContainerdVersion) -> str
 
 
 def _changes(args: argparse.Namespace, version: ContainerdVersion,
-             options: DropinOptions, main_text: str | None) -> list[tuple[str, str | None,
-                                                                           str | None]]:
-    """(path, text now, text wanted) of every file --write touches."""
-    changes = []
+             options: DropinOptions, main_text: str | None) -> list[FileChange]:
+    """Every file --write touches."""
+    changes: list[FileChange] = []
     spec = _base_spec_text(args, version)
     if spec is not None:
         options = replace(options, base_spec=args.base_runtime_spec)
@@ -155,8 +156,7 @@ def _changes(args: argparse.Namespace, version: ContainerdVersion,
     return changes
 
 
-def _apply(args: argparse.Namespace, changes: list[tuple[str, str | None, str | None]]
-           ) -> None:
+def _apply(args: argparse.Namespace, changes: list[FileChange]) -> None:
     for path, old, new in changes:
         if old == new:
             print(f"{path}: unchanged")
@@ -184,7 +184,7 @@ def _remove(args: argparse.Namespace) -> int:
     dropin = args.write or DEFAULT_DROPIN
     old = read_text(dropin)
     main_text = read_text(args.main_config)
-    changes = []
+    changes: list[FileChange] = []
     if old is not None and written_by_nri_sla(old):
         changes.append((dropin, old, None))
     if containerd_patch.is_patched(main_text):
@@ -223,9 +223,10 @@ def main(args: argparse.Namespace) -> int:
     if args.containerd_version is not None:
         version = parse_version(args.containerd_version, "--containerd-version")
     else:
-        version = _installed_version()
-        if version is None:
+        installed = _installed_version()
+        if installed is None:
             raise Unavailable("cannot run `containerd --version`: give --containerd-version")
+        version = installed
     main_text = read_text(args.main_config)
     pristine = containerd_patch.original(args.main_config, main_text)
     main = _parse(args.main_config, pristine)

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from nri_plugin.commands.common import add_node_arguments, node_from_args
 from nri_plugin.commands.manifests import ManifestError, PodSpec, load_pods
+from nri_plugin.errors import ProgrammingError
 from nri_plugin.ops.logsetup import FORMATS, setup_logging
 from nri_plugin.simulated.deviceplugin import STRATEGIES
 from nri_plugin.simulated.ocispec import ENV_VISIBLE, NvidiaRuntime
@@ -39,7 +40,7 @@ from nri_plugin.topology.gpus import GpuInventory
 from nri_plugin.value import replace
 
 if TYPE_CHECKING:  # the simulator and the plugin are loaded when the demo runs, not for --help
-    from nri_plugin.core import NodeState
+    from nri_plugin.core.nodestate import NodeState
     from nri_plugin.nri.pb.nri_pb2 import PodSandbox
     from nri_plugin.plugin import SlaPlugin
     from nri_plugin.simulated.kubelet import Grant, Kubelet
@@ -224,12 +225,13 @@ class DemoNode:
             return "REFUSED", [*gpus, exc.message]
         opens = openable_gpus(self.sim.state.specs[ctr.id], self.inventory,
                               self.nvidia_runtime)
-        held = self.plugin.registry.get(ctr.id).gpus.whole
+        entry = self.plugin.registry.get(ctr.id)
+        held = entry.gpus.whole if entry is not None else frozenset()
         if gpus or opens or held:
             gpus.append(held_line(self.inventory, opens, held))
         lines = [*gpus, *summarize(response, self.node.prefix)]
-        if self.rt_tree is not None and response.adjust.linux.resources.cpu.HasField(
-                "realtime_runtime"):
+        if self.rt_tree is not None and response is not None and \
+                response.adjust.linux.resources.cpu.HasField("realtime_runtime"):
             lines.insert(len(gpus) + 1, rt_ancestors(self.rt_tree, pod.linux.cgroup_parent))
         warned = any(line.startswith("warning") for line in lines)
         return "warned" if warned else "enforced", lines
@@ -249,6 +251,8 @@ async def demo_node(node: NodeState, runtime: str, strategy: str) -> AsyncIterat
     from nri_plugin.simulated.runtime import RuntimeSimulator, SimulatorOptions
 
     mode = "v0.12" if runtime == "containerd-2.3" else "v0.8"
+    if node.allocator is None:
+        raise ProgrammingError("the demo's node has no allocator (build it with its GPUs)")
     inventory = node.allocator.inventory
     kubelet = Kubelet(DevicePlugin(inventory, strategy))
     with tempfile.TemporaryDirectory(prefix="nri-sla-demo-") as tmp, \

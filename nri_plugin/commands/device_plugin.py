@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 
 from nri_plugin.commands.common import add_log_arguments
-from nri_plugin.config import DEFAULT_PATH
+from nri_plugin.config.loader import DEFAULT_PATH
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from nri_plugin.config import load_config
+    from nri_plugin.config.loader import load_config
     from nri_plugin.errors import EXIT_INVALID, SlaFailure, Unavailable
     from nri_plugin.kubelet.deviceplugin import GpuDevicePlugin, PluginSettings
     from nri_plugin.kubelet.plugin_metrics import DevicePluginMetrics

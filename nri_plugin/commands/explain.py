@@ -96,7 +96,8 @@ def explain_container(node: Any, pod: Any, container: str, nri_version: str,
     resolve_device, the paths it could not resolve become warnings."""
     from google.protobuf.json_format import MessageToDict
 
-    from nri_plugin.core import ContainerRequest, decide
+    from nri_plugin.core.decision import decide
+    from nri_plugin.core.request import ContainerRequest
     from nri_plugin.enforce.plan_writes import cgroup_writes
     from nri_plugin.plugin.adjustment import annotated, build_adjustment
     from nri_plugin.simulated.kubelet import AdmissionRefused

@@ -8,7 +8,7 @@ import argparse
 from pathlib import Path
 
 from nri_plugin.commands.hostinstall import HOST_BINARY, HOST_DIR, install
-from nri_plugin.config import DEFAULT_PATH
+from nri_plugin.config.loader import DEFAULT_PATH
 from nri_plugin.errors import InternalFailure, Unavailable
 
 

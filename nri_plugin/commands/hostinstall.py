@@ -24,12 +24,13 @@ import secrets
 import shutil
 import sys
 import sysconfig
+from collections.abc import Collection
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
 import nri_plugin
-from nri_plugin.config import parse_config, read_config_text
+from nri_plugin.config.loader import parse_config, read_config_text
 
 HOST_DIR = "/opt/nri-sla"
 HOST_BINARY = f"{HOST_DIR}/bin/nri-sla"
@@ -93,11 +94,11 @@ def _dependency_files(root: str = "nri-sla") -> list[tuple[Path, str]]:
         for file in dist.files or ():
             if ".." in file.parts or "__pycache__" in file.parts:
                 continue  # console scripts outside the site dir; stale caches
-            files.append((Path(dist.locate_file(file)), str(file)))
+            files.append((Path(str(dist.locate_file(file))), str(file)))
     return files
 
 
-def _copy_tree(source: Path, target: Path, skip: set[str] = frozenset()) -> None:
+def _copy_tree(source: Path, target: Path, skip: Collection[str] = ()) -> None:
     # config-3.X-<arch>: the static libpython and build files, for compiling extensions
     shutil.copytree(source, target, symlinks=True, dirs_exist_ok=True,
                     ignore=lambda _dir, names: [n for n in names if n in skip

@@ -10,17 +10,11 @@ from pathlib import Path
 
 from nri_plugin.commands.common import table_lines
 from nri_plugin.errors import EXIT_INTERNAL, EXIT_INVALID
-from nri_plugin.topology import (
-    Gpu,
-    GpuInventory,
-    Topology,
-    format_cpulist,
-    load_inventory,
-    load_snapshot,
-    read_topology,
-    save_snapshot,
-)
-from nri_plugin.topology.snapshot import snapshot_to_dict
+from nri_plugin.topology.cpulist import format_cpulist
+from nri_plugin.topology.cpus import Topology, read_topology
+from nri_plugin.topology.gpus import Gpu, GpuInventory
+from nri_plugin.topology.inventory import load_inventory
+from nri_plugin.topology.snapshot import load_snapshot, save_snapshot, snapshot_to_dict
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -113,8 +113,9 @@ def _pod_from(template: dict[str, Any], meta: dict[str, Any], source: str,
     pod_meta = _mapping(template.get("metadata"), f"{source}: metadata")
     spec = _mapping(template.get("spec"), f"{source}: spec")
     annotations = _mapping(pod_meta.get("annotations"), f"{source}: metadata.annotations")
-    names, envs, resources = [], {}, {}
+    names: list[str] = []
     init: list[str] = []
+    envs, resources = {}, {}
     for field, unnamed in (("initContainers", "init-container"), ("containers", "container")):
         containers = spec.get(field) or []
         if not isinstance(containers, list):

@@ -14,14 +14,14 @@ import os
 import sys
 
 from nri_plugin.commands.config_render import config_yaml
-from nri_plugin.config import (
+from nri_plugin.config.loader import (
     DEFAULT_PATH,
     ConfigError,
-    NodeConfig,
     check_config,
     load_config,
     read_config_text,
 )
+from nri_plugin.config.values import NodeConfig
 from nri_plugin.errors import EXIT_INVALID, EXIT_OK, one_line
 
 

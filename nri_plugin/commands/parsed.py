@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from nri_plugin.commands.manifests import PodSpec
-from nri_plugin.config import NodeConfig
+from nri_plugin.config.values import NodeConfig
 from nri_plugin.sla import ENFORCEMENT_ALIAS, Sla
 from nri_plugin.sla.errors import SlaError
 
@@ -36,7 +36,7 @@ class ParsedSlas:
 
     def sla(self, pod: PodSpec, name: str) -> tuple[Sla | None, SlaError | None]:
         """The container's SLA (None: it has none) or why it is refused, as the node's
-        decision path finds them (nri_plugin.core.parse_sla)."""
+        decision path finds them (nri_plugin.core.decision.parse_sla)."""
         from nri_plugin.core.decision import parse_sla
 
         key = self.key(pod, name)

@@ -40,7 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from nri_plugin import __version__
-    from nri_plugin.config import load_config
+    from nri_plugin.config.loader import load_config
     from nri_plugin.core.recordkey import load_or_create_key
     from nri_plugin.errors import EXIT_INTERNAL, EXIT_INVALID, EXIT_UNAVAILABLE, SlaFailure
     from nri_plugin.nri.errors import NriError

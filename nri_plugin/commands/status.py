@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from nri_plugin.commands.common import table_lines
-from nri_plugin.config import DEFAULT_PATH, load_config
+from nri_plugin.config.loader import DEFAULT_PATH, load_config
 
 HEADER = ["POD", "CONTAINER", "SLA", "HOLDS", "THROTTLED", "MEMORY", "PRESSURE", "CPUS",
           "GPUS"]

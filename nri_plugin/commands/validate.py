@@ -35,7 +35,8 @@ from nri_plugin.commands.manifests import (
     source_name,
 )
 from nri_plugin.commands.parsed import ParsedSlas, SlaKey
-from nri_plugin.config import NodeConfig, load_config
+from nri_plugin.config.loader import load_config
+from nri_plugin.config.values import NodeConfig
 from nri_plugin.errors import EXIT_INVALID, EXIT_OK, EXIT_REFUSED, one_line
 from nri_plugin.sla import DEFAULT_PREFIX, ENFORCEMENT_ALIAS
 from nri_plugin.value import replace

@@ -15,13 +15,26 @@ from nri_plugin.config.cap import Cap
 from nri_plugin.text.errors import FieldProblem
 from nri_plugin.text.fields import parse_id_list, show
 
-GPU_INJECTIONS = ("cdi", "env", "devices")
-MIG_STRATEGIES = ("none", "single", "mixed")  # NVIDIA's device plugin's names
+TYPE_CHECKING = False  # `typing` costs the OCI hook's cold run; only checkers need it
+if TYPE_CHECKING:
+    from typing import Literal, TypeAlias
+
+    from nri_plugin.ops.event import LogFormat
+
+    # The enumerated settings, as the code passes them on; each tuple below lists its
+    # alias's values at run time (the errors and docs/config.md name them).
+    GpuInjectionMode: TypeAlias = Literal["cdi", "env", "devices"]
+    MigStrategy: TypeAlias = Literal["none", "single", "mixed"]
+    CgroupDriverSetting: TypeAlias = Literal["auto", "cgroupfs", "systemd"]
+    LogLevel: TypeAlias = Literal["debug", "info", "warning", "error"]
+
+GPU_INJECTIONS: tuple[GpuInjectionMode, ...] = ("cdi", "env", "devices")
+MIG_STRATEGIES: tuple[MigStrategy, ...] = ("none", "single", "mixed")  # NVIDIA's plugin's
 GPU_INVENTORIES = ("auto", "nvml", "sysfs")  # or an absolute path to a snapshot file
-CGROUP_DRIVERS = ("auto", "cgroupfs", "systemd")
+CGROUP_DRIVERS: tuple[CgroupDriverSetting, ...] = ("auto", "cgroupfs", "systemd")
 MAX_LISTED = 32  # entries in a list of CDI kinds or resource names
-LOG_FORMATS = ("text", "json")
-LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_FORMATS: tuple[LogFormat, ...] = ("text", "json")
+LOG_LEVELS: tuple[LogLevel, ...] = ("debug", "info", "warning", "error")
 
 
 # -- converters ----------------------------------------------------------------------------
@@ -114,9 +127,9 @@ def resource_name(value: object) -> str:
     # An extended resource the kubelet accepts from a device plugin: <domain>/<name>,
     # outside the kubernetes.io domains Kubernetes keeps for itself.
     domain, _, name = value.partition("/") if isinstance(value, str) else ("", "", "")
-    if not (len(domain) <= 253 and _fullmatch(_DNS_SUBDOMAIN, domain)
-            and _fullmatch(_RESOURCE_NAME, name)) \
-            or domain == "kubernetes.io" or domain.endswith(".kubernetes.io"):
+    if (not isinstance(value, str) or len(domain) > 253
+            or not _fullmatch(_DNS_SUBDOMAIN, domain) or not _fullmatch(_RESOURCE_NAME, name)
+            or domain == "kubernetes.io" or domain.endswith(".kubernetes.io")):
         raise FieldProblem(f"must be an extended resource name like nvidia.com/gpu (a DNS "
                       f"domain outside kubernetes.io, '/', a name of up to 63 letters, "
                       f"digits, '-', '_', '.'), got {show(value)}")
@@ -176,7 +189,7 @@ def address(value: object) -> str:
     if value == "":
         return ""
     m = _fullmatch(_HOST_PORT, value) if isinstance(value, str) else None
-    if m is None or not 1 <= int(m.group(2)) <= 65535:
+    if not isinstance(value, str) or m is None or not 1 <= int(m.group(2)) <= 65535:
         raise FieldProblem(f"must be host:port like 127.0.0.1:9810 or [::1]:9810 (port 1..65535),"
                       f" or \"\" to disable, got {show(value)}")
     return value

@@ -19,6 +19,10 @@ from nri_plugin.text.errors import FieldProblem, YamlProblem
 from nri_plugin.text.fields import key_text, show, unknown_key_message
 from nri_plugin.text.safeyaml import load
 
+TYPE_CHECKING = False  # `typing` costs the OCI hook's cold run; only checkers need it
+if TYPE_CHECKING:
+    from typing import Any
+
 DEFAULT_PATH = "/etc/nri-sla/config.yaml"
 MAX_CONFIG_BYTES = 1024 * 1024
 
@@ -37,8 +41,9 @@ class ConfigError(InvalidInput, ValueError):
 
 
 def _fields(source: str, data: Mapping, schema: Schema, parent: str,
-            errors: list[ConfigError]) -> dict[str, object]:
-    values: dict[str, object] = {}
+            errors: list[ConfigError]) -> dict[str, Any]:
+    # each key's converter gave its field's type
+    values: dict[str, Any] = {}
     for key, raw in data.items():
         path = f"{parent}.{key_text(key)}" if parent else key_text(key)
         if key in SECTIONS and not parent:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from nri_plugin.config.cap import Cap
 from nri_plugin.config.convert import METADATA, Key
 from nri_plugin.config.values import NodeConfig
-from nri_plugin.value import MISSING, fields
+from nri_plugin.value import fields
 
 # Keys that issue 18 removed: nri-sla no longer chooses GPUs in the NRI plugin or the
 # hook, so there is nothing left for them to allow or cap. An old file that still sets
@@ -33,10 +33,18 @@ def _schema(cls: type) -> Schema:
 
 
 TOP: Schema = _schema(NodeConfig)
-# A section is a field of NodeConfig whose value is a dataclass (its default_factory).
-SECTIONS: dict[str, tuple[type, Schema]] = {
-    f.name.replace("_", "-"): (f.default_factory, _schema(f.default_factory))
-    for f in fields(NodeConfig) if f.default_factory is not MISSING}
+
+
+def _sections() -> dict[str, tuple[type, Schema]]:
+    """A section is a field of NodeConfig whose value is a value class (its default_factory)."""
+    sections: dict[str, tuple[type, Schema]] = {}
+    for f in fields(NodeConfig):
+        if isinstance(cls := f.default_factory, type):
+            sections[f.name.replace("_", "-")] = (cls, _schema(cls))
+    return sections
+
+
+SECTIONS = _sections()
 TOP_KEYS: tuple[str, ...] = (*TOP, *SECTIONS)
 # Every dotted key as written in the file -> its attributes on NodeConfig, its declaration.
 KEY_ATTRIBUTES: dict[str, tuple[str, ...]] = {

@@ -29,6 +29,17 @@ from nri_plugin.sla import DEFAULT_PREFIX, ENFORCEMENT_MODES
 from nri_plugin.text.fields import choice
 from nri_plugin.value import Frozen, field
 
+TYPE_CHECKING = False  # `typing` costs the OCI hook's cold run; only checkers need it
+if TYPE_CHECKING:
+    from nri_plugin.config.convert import (
+        CgroupDriverSetting,
+        GpuInjectionMode,
+        LogLevel,
+        MigStrategy,
+    )
+    from nri_plugin.ops.event import LogFormat
+    from nri_plugin.sla.model import Enforcement
+
 DEFAULT_STATE_DIR = "/var/lib/nri-sla"
 PERMISSIONS = ("realtime", "exclusive-cpus", "gpus", "io-max", "exceed-runtime-limits")
 # The CDI kinds a GPU grant is read from: the NVIDIA container toolkit's and the NVIDIA
@@ -111,7 +122,7 @@ class CpuConfig(Frozen):
 class GpuConfig(Frozen):
     """The node config's `gpu` section."""
 
-    injection: str = field(default="cdi", metadata=key(
+    injection: GpuInjectionMode = field(default="cdi", metadata=key(
         choice(GPU_INJECTIONS),
         accepts=one_of(GPU_INJECTIONS),
         doc=("how the GPUs `nri-sla device-plugin` chose reach a container: its answer to the "
@@ -172,7 +183,7 @@ class DevicePluginConfig(Frozen):
         doc=("the kubelet's device-plugin directory: `kubelet.sock` is there and `nri-sla "
              "device-plugin` serves `nri-sla-gpu.sock` in it (and `nri-sla-mig-<profile>.sock` "
              "under the `mixed` MIG strategy)")))
-    mig_strategy: str = field(default="none", metadata=key(
+    mig_strategy: MigStrategy = field(default="none", metadata=key(
         choice(MIG_STRATEGIES),
         accepts=one_of(MIG_STRATEGIES),
         doc=("how `nri-sla device-plugin` advertises MIG devices, as NVIDIA's device plugin names "
@@ -193,7 +204,7 @@ class CgroupConfig(Frozen):
         conv.abs_path,
         accepts="absolute path",
         doc="cgroup filesystem mount (`nri-sla hook --cgroup-root` overrides it for the hook)"))
-    driver: str = field(default="auto", metadata=key(
+    driver: CgroupDriverSetting = field(default="auto", metadata=key(
         choice(CGROUP_DRIVERS),
         accepts=one_of(CGROUP_DRIVERS),
         doc="how container cgroup paths are spelled"))
@@ -325,11 +336,11 @@ class EventsConfig(Frozen):
 class LogConfig(Frozen):
     """The node config's `log` section."""
 
-    format: str = field(default="text", metadata=key(
+    format: LogFormat = field(default="text", metadata=key(
         choice(LOG_FORMATS), live=True,
         accepts=one_of(LOG_FORMATS),
         doc="log line format (`--log-format` on the command line wins)"))
-    level: str = field(default="info", metadata=key(
+    level: LogLevel = field(default="info", metadata=key(
         choice(LOG_LEVELS), live=True,
         accepts=one_of(LOG_LEVELS),
         doc="log threshold (`--log-level` on the command line wins)"))
@@ -339,7 +350,7 @@ class NodeConfig(Frozen):
     """The validated node config (/etc/nri-sla/config.yaml): its top-level keys, then one
     field per section (the section's name is the attribute's with '-' for '_')."""
 
-    enforcement: str = field(default="hard", metadata=key(
+    enforcement: Enforcement = field(default="hard", metadata=key(
         choice(ENFORCEMENT_MODES), live=True,
         accepts=one_of(ENFORCEMENT_MODES),
         doc="default when a pod does not say; hard = apply exactly or refuse the container"))

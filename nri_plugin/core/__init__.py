@@ -2,20 +2,11 @@
 
 annotations -> SLA (nri_plugin.sla) -> plan (nri_plugin.plan) -> cgroup writes and RT
 room (nri_plugin.enforce). `decide(node, ContainerRequest)` gives one frozen `Decision`
-per container; `NodeState` holds what outlives a container (config, cgroup facts,
-capabilities, allocator, RT budget); `nri_plugin.ops.event` renders the decision event
+per container on a `Node` (config, cgroup version, capabilities): the hook's one-shot
+`OneShotNode` keeps no books, the plugin's `NodeState` holds what outlives a container
+(cgroup facts, allocator, RT budget, CPU pool, records); `nri_plugin.ops.event` renders the decision event
 both front-ends log. What differs between the front-ends is only how the plan reaches the
 kernel: the plugin answers with an NRI adjustment and writes the rest at StartContainer,
-the hook writes everything itself.
+the hook writes everything itself. The package imports nothing: the hook's cold path
+imports the modules it needs.
 """
-
-# Re-exports resolved on first use: the OCI hook's cold path imports single core modules
-# and must not pay for the parser and planner of names it does not use.
-from nri_plugin.lazyexports import lazy_exports
-
-__getattr__, __dir__, __all__ = lazy_exports(globals(), {
-    "decision": ("Decision", "decide"),
-    "nodebuild": ("build_node",),
-    "nodestate": ("NodeState",),
-    "request": ("ContainerRequest",),
-})

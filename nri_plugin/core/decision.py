@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from nri_plugin.config import NodeConfig
+from nri_plugin.config.values import NodeConfig
 from nri_plugin.core.inputs import RUNNING, DecisionInputs, NodeInputs, digest, inputs_for
 from nri_plugin.core.request import ContainerRequest
 from nri_plugin.errors import InternalFailure, SlaFailure

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 TYPE_CHECKING = False  # `typing` costs the OCI hook start-up time; only checkers need it
 if TYPE_CHECKING:
-    from nri_plugin.config import NodeConfig
+    from nri_plugin.config.values import NodeConfig
     from nri_plugin.plan.allocator import Allocator
     from nri_plugin.topology.gpus import GpuInventory
     from nri_plugin.topology.inventory import InventoryReader

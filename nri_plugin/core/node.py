@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
-    from nri_plugin.config import NodeConfig
+    from nri_plugin.config.values import NodeConfig
     from nri_plugin.core.inputs import DecisionInputs, NodeInputs
     from nri_plugin.plan.allocator import Allocator
     from nri_plugin.plan.placement_values import CpuFloor

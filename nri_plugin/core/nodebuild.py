@@ -16,7 +16,7 @@ from nri_plugin.topology.watched import WatchedInventory
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from nri_plugin.config import NodeConfig
+    from nri_plugin.config.values import NodeConfig
 
 
 def build_node(config: NodeConfig, *, cgroup_version: int | None = None,

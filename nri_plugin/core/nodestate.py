@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
     from pathlib import Path
 
-    from nri_plugin.config import NodeConfig
+    from nri_plugin.config.values import NodeConfig
     from nri_plugin.enforce.capabilities import NodeCapabilities
     from nri_plugin.enforce.cgpaths import CgroupFacts, CgroupPaths
     from nri_plugin.enforce.rt import RtChange

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import nri_plugin.plan.rt_budget as budgets
-from nri_plugin.config import NodeConfig
+from nri_plugin.config.values import NodeConfig
 from nri_plugin.core.errors import RecordConflict
 from nri_plugin.core.nodestate import NodeState, _cpu_dir
 from nri_plugin.core.restored import LiveContainer, Rejection, Restored

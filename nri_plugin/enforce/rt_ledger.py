@@ -25,16 +25,13 @@ import json
 import logging
 import os
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from nri_plugin.enforce.errors import RtBudgetError
 from nri_plugin.enforce.rt import RtChange, needed_runtime, read_runtime, write_runtime
 from nri_plugin.errors import DamagedState
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
 
 log = logging.getLogger("nri_sla.rt")
 

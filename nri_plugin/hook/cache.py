@@ -61,8 +61,8 @@ from nri_plugin.posixfs import (
 )
 
 # Mirrors of constants in modules the warm path must not import (tests compare them).
-CONFIG_DEFAULT = "/etc/nri-sla/config.yaml"  # nri_plugin.config.DEFAULT_PATH
-CONFIG_LIMIT = 1024 * 1024  # nri_plugin.config.MAX_CONFIG_BYTES
+CONFIG_DEFAULT = "/etc/nri-sla/config.yaml"  # nri_plugin.config.loader.DEFAULT_PATH
+CONFIG_LIMIT = 1024 * 1024  # nri_plugin.config.loader.MAX_CONFIG_BYTES
 DEVICE_SYSFS = "/sys"  # enforce.blockdev.SYSFS_ROOT: what resolve_block_device reads
 
 DEFAULT_DIR = "/run/nri-sla/hook-cache"

@@ -3,7 +3,7 @@
 One of the run's two paths (warm.py is the other): run.py imports this one only when the
 container may have an SLA and no cached decision fits (cache.py), and carries out what
 either path hands back the same way (actions.carry_out).
-The decision is the plugin's (nri_plugin.core.decide) on a one-shot node (core.node): no RT
+The decision is the plugin's (nri_plugin.core.decision.decide) on a one-shot node (core.node): no RT
 budget memory, an allocator only when the SLA asks for placement, no device injection
 (docs/hook.md says what that means for exclusive CPUs and GPUs). What differs is the path:
 no NRI, so every setting is written directly (scope "all"). The actions are stored for
@@ -12,13 +12,14 @@ the next replica when everything they depend on is in the cache key or its recor
 
 from __future__ import annotations
 
-from nri_plugin.config import ConfigError, NodeConfig, load_config
-from nri_plugin.core import ContainerRequest, decide
-from nri_plugin.core.decision import Decision, parse_sla
+from nri_plugin.config.loader import ConfigError, load_config
+from nri_plugin.config.values import NodeConfig
+from nri_plugin.core.decision import Decision, decide, parse_sla
 from nri_plugin.core.errors import NoRecordKey, RecordKeyError
 from nri_plugin.core.inputs import loaded_code
 from nri_plugin.core.node import OneShotNode
 from nri_plugin.core.recordkey import load_key
+from nri_plugin.core.request import ContainerRequest
 from nri_plugin.enforce.blockdev import resolve_block_device
 from nri_plugin.enforce.capabilities import detect_capabilities
 from nri_plugin.enforce.cgpaths import CgroupFacts, CgroupPaths

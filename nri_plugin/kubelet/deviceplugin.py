@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from nri_plugin.kubelet.devices import DeviceTable, build_tables
 from nri_plugin.kubelet.errors import KubeletApiError, MigLayoutError
@@ -32,6 +33,9 @@ from nri_plugin.kubelet.resource_server import ResourceServer, file_identity
 from nri_plugin.topology.errors import InventoryError, SnapshotError
 from nri_plugin.topology.gpus import GpuInventory
 from nri_plugin.topology.watched import WatchedInventory
+
+if TYPE_CHECKING:
+    from nri_plugin.config.convert import GpuInjectionMode, MigStrategy
 
 log = logging.getLogger("nri_sla.kubelet.deviceplugin")
 
@@ -48,8 +52,8 @@ class PluginSettings:
 
     socket_dir: Path = Path(DEFAULT_SOCKET_DIR)
     resource_name: str = DEFAULT_RESOURCE_NAME
-    injection: str = "cdi"  # cdi | env | devices (the node config's gpu.injection)
-    mig_strategy: str = "none"  # none | single | mixed (device-plugin.mig-strategy)
+    injection: GpuInjectionMode = "cdi"  # the node config's gpu.injection
+    mig_strategy: MigStrategy = "none"  # device-plugin.mig-strategy
     socket_name: str = DEFAULT_SOCKET_NAME  # the whole-GPU resource's socket
     dev_root: Path = Path("/dev")  # where the device nodes of `devices` mode are
     register_timeout: float = 10.0  # s to wait for kubelet.sock to answer Register

@@ -23,11 +23,15 @@ import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from nri_plugin.config import MIG_STRATEGIES
+from nri_plugin.config.convert import MIG_STRATEGIES
 from nri_plugin.kubelet.errors import MigLayoutError
 from nri_plugin.kubelet.pb import deviceplugin_v1beta1_pb2 as pb
 from nri_plugin.topology.gpus import Gpu, GpuInventory, MigInstance
+
+if TYPE_CHECKING:
+    from nri_plugin.config.convert import MigStrategy
 
 log = logging.getLogger("nri_sla.kubelet.devices")
 
@@ -88,7 +92,7 @@ def mig_resource(resource: str, profile: str) -> str | None:
     return f"{domain}/mig-{profile.replace('+', '.')}"
 
 
-def build_tables(inventory: GpuInventory, strategy: str, resource: str,
+def build_tables(inventory: GpuInventory, strategy: MigStrategy, resource: str,
                  health: Mapping[str, bool] | None = None,
                  previous: Mapping[str, DeviceTable] | None = None) -> dict[str, DeviceTable]:
     """Resource -> its DeviceTable. Raises MigLayoutError when the single strategy meets

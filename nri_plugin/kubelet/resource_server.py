@@ -11,7 +11,7 @@ import os
 from collections.abc import Iterable, Sequence
 from concurrent import futures
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import grpc
 
@@ -23,6 +23,9 @@ from nri_plugin.kubelet.plugin_metrics import DevicePluginMetrics
 from nri_plugin.kubelet.selection import preferred_gpus
 from nri_plugin.plan.errors import PlacementError
 from nri_plugin.plan.gpu_injection import ENV_VISIBLE, ChosenGpus, GpuInjection, gpu_injection
+
+if TYPE_CHECKING:
+    from nri_plugin.config.convert import GpuInjectionMode
 
 log = logging.getLogger("nri_sla.kubelet.deviceplugin")
 
@@ -50,10 +53,19 @@ def file_identity(*paths: Path) -> Identity | None:
 
 
 class Settings(Protocol):
-    socket_dir: Path
-    injection: str
-    dev_root: Path
-    register_timeout: float
+    """Read only (the plugin's settings are frozen)."""
+
+    @property
+    def socket_dir(self) -> Path: ...
+
+    @property
+    def injection(self) -> GpuInjectionMode: ...
+
+    @property
+    def dev_root(self) -> Path: ...
+
+    @property
+    def register_timeout(self) -> float: ...
 
     @property
     def kubelet_socket(self) -> Path: ...
@@ -62,8 +74,11 @@ class Settings(Protocol):
 class Owner(Protocol):
     """What a ResourceServer asks of the plugin that runs it (GpuDevicePlugin)."""
 
-    settings: Settings
-    metrics: DevicePluginMetrics
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def metrics(self) -> DevicePluginMetrics: ...
 
     @property
     def stopping(self) -> bool: ...

@@ -32,10 +32,11 @@ from nri_plugin.nri.errors import (
 )
 from nri_plugin.nri.mux import MAX_SEND_PAYLOAD
 from nri_plugin.nri.ttrpc import MAX_DATA, RequestReceived, ResponseReceived
+from nri_plugin.nri.wire import Encoded
 
 log = logging.getLogger("nri_sla.nri.connection")
 
-Route = Callable[[bytes], "bytes | Awaitable[bytes]"]
+Route = Callable[[Encoded], "bytes | Awaitable[bytes]"]
 Routes = Mapping[tuple[str, str], Route]
 
 # Unsent bytes at which reading pauses (and resumes): a few hundred answers, a quarter of
@@ -76,9 +77,10 @@ class Connection(asyncio.Protocol):
 
     # -- asyncio.Protocol ----------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]  # a stream transport
+        stream: asyncio.Transport = transport  # type: ignore[assignment]  # a stream's
+        self.transport = stream
         high, low = self._write_limits
-        self.transport.set_write_buffer_limits(high=high, low=low)
+        stream.set_write_buffer_limits(high=high, low=low)
 
     def pause_writing(self) -> None:
         # Stop taking calls we would have to answer into a buffer nobody drains.

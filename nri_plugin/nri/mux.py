@@ -36,7 +36,7 @@ def encode(conn_id: int, data: bytes, max_payload: int = MAX_SEND_PAYLOAD) -> by
     if n <= max_payload:
         return HEADER.pack(conn_id, n) + data
     view = memoryview(data)
-    parts = []
+    parts: list[bytes | memoryview] = []
     for start in range(0, n, max_payload):
         chunk = view[start:start + max_payload]
         parts.append(HEADER.pack(conn_id, len(chunk)))

@@ -3,12 +3,16 @@
     python -m nri_plugin.nri.protogen [--out DIR]
 
 Needs grpcio-tools (a dev/test dependency); the generated modules need only protobuf.
-The committed modules must equal what this produces: tests/nri/test_protogen.py checks.
+Each module comes with its type stub (`_pb2.pyi`, written by mypy-protobuf's protoc
+plugins), which is what mypy reads: the modules build their classes at run time, invisible
+to a checker. The committed modules and stubs
+must equal what this produces: tests/nri/test_protogen.py checks.
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 from collections.abc import Callable
 from importlib import resources
@@ -38,12 +42,28 @@ def run_protoc(args: list[str], what: str) -> None:
         raise ProtogenError(f"protoc exited {rc} for {what}")
 
 
+def stub_plugins(*kinds: str) -> list[str]:
+    """protoc arguments that load mypy-protobuf's plugins (`mypy`: message stubs,
+    `mypy_grpc`: service stubs), found beside this interpreter (a virtualenv's bin/), else
+    on PATH; ProtogenError when mypy-protobuf is missing."""
+    args = []
+    for kind in kinds:
+        name = f"protoc-gen-{kind}"
+        found = shutil.which(name, path=str(Path(sys.executable).parent)) or shutil.which(name)
+        if found is None:
+            raise ProtogenError("mypy-protobuf is needed: pip install 'nri-sla[test]'")
+        args.append(f"--plugin={name}={found}")
+    return args
+
+
 def generate(out_dir: Path, proto_dir: Path = PROTO_DIR) -> list[Path]:
-    """Run protoc for every proto in PROTOS; return the written module paths."""
+    """Run protoc for every proto in PROTOS; return the written module and stub paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    run_protoc([f"-I{proto_dir}", f"--python_out={out_dir}",
+    run_protoc([f"-I{proto_dir}", f"--python_out={out_dir}", *stub_plugins("mypy"),
+                f"--mypy_out={out_dir}",
                 *(str(proto_dir / name) for name in PROTOS)], ", ".join(PROTOS))
-    return [out_dir / (Path(name).stem + "_pb2.py") for name in PROTOS]
+    return [out_dir / (Path(name).stem + suffix) for name in PROTOS
+            for suffix in ("_pb2.py", "_pb2.pyi")]
 
 
 def protogen_main(module: str, doc: str, generate_into: Callable[[Path], list[Path]],

@@ -24,7 +24,7 @@ from collections.abc import (
     Sequence,
 )
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeAlias, TypeVar
 
 from google.protobuf.message import DecodeError, Message
 
@@ -55,7 +55,7 @@ _IDX = re.compile(r"^[0-9]{2}$")
 
 _T = TypeVar("_T")
 _M = TypeVar("_M", bound=Message)
-MaybeAwaitable = _T | Awaitable[_T]  # a handler may be `def` or `async def`
+MaybeAwaitable: TypeAlias = _T | Awaitable[_T]  # a handler may be `def` or `async def`
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,9 +253,9 @@ def _maybe_await(result: Any, then: Callable[[Any], bytes]) -> bytes | Awaitable
     return then(result)
 
 
-def _decode(cls: type[Message], payload: bytes, method: str) -> Any:
+def _decode(cls: type[Message], payload: Encoded, method: str) -> Any:
     try:
-        return cls.FromString(payload)
+        return cls.FromString(payload)  # type: ignore[arg-type]  # any buffer: the stubs say bytes
     except DecodeError as exc:
         raise _malformed(cls, exc, method) from None
 
@@ -288,7 +288,7 @@ def _of(cls: type[_M], message: object) -> _M:
     if type(message) is not cls:
         raise TypeError(f"create_container's CreateResult holds a {type(message).__name__} "
                         f"where a {cls.__name__} belongs")
-    return message  # type: ignore[return-value]
+    return message
 
 
 def _updates(result: Any, method: str) -> Sequence[pb.ContainerUpdate]:
@@ -467,7 +467,7 @@ class Stub:
             routes[(PLUGIN_SERVICE, method)] = self._event_route(event, method)
         return routes
 
-    def _configure(self, payload: bytes) -> bytes | Awaitable[bytes]:
+    def _configure(self, payload: Encoded) -> bytes | Awaitable[bytes]:
         req = _decode(pb.ConfigureRequest, payload, "Configure")
         self.config = req.config
         self.runtime_name = req.runtime_name
@@ -487,7 +487,7 @@ class Stub:
             return pb.ConfigureResponse(events=self.events).SerializeToString()
         return _maybe_await(result, answer)
 
-    def _synchronize(self, payload: bytes) -> bytes | Awaitable[bytes]:
+    def _synchronize(self, payload: Encoded) -> bytes | Awaitable[bytes]:
         parts = self._sync
         try:
             parts.add(payload)
@@ -505,13 +505,13 @@ class Stub:
                             lambda r: pb.SynchronizeResponse(
                                 update=_updates(r, "synchronize")).SerializeToString())
 
-    def _shutdown(self, payload: bytes) -> bytes | Awaitable[bytes]:
+    def _shutdown(self, payload: Encoded) -> bytes | Awaitable[bytes]:
         handler = self._handler("shutdown")
         if handler is None:
             return _EMPTY
         return _maybe_await(handler(), lambda _: _EMPTY)
 
-    def _state_change(self, payload: bytes) -> bytes | Awaitable[bytes]:
+    def _state_change(self, payload: Encoded) -> bytes | Awaitable[bytes]:
         req = _decode(pb.StateChangeEvent, payload, "StateChange")
         name = ev.HANDLERS.get(req.event)
         if name is None:
@@ -542,13 +542,13 @@ class Stub:
             empty = (pb.ValidateContainerAdjustmentResponse().SerializeToString()
                      if event == ev.VALIDATE_CONTAINER_ADJUSTMENT else _EMPTY)
 
-            def no_handler(payload: bytes) -> bytes:
+            def no_handler(payload: Encoded) -> bytes:
                 _decode(req_cls, payload, method)
                 return empty
             return no_handler
 
         if event == ev.CREATE_CONTAINER:
-            def create(payload: bytes) -> bytes | Awaitable[bytes]:
+            def create(payload: Encoded) -> bytes | Awaitable[bytes]:
                 req = _decode(req_cls, payload, method)
                 result = handler(req.pod, req.container)
                 if type(result) is CreateResult:  # a plain handler's answer: encoded now
@@ -559,7 +559,7 @@ class Stub:
             resp_cls = getattr(pb, method + "Response")
             hname = ev.HANDLERS[event]
 
-            def updating(payload: bytes) -> bytes | Awaitable[bytes]:
+            def updating(payload: Encoded) -> bytes | Awaitable[bytes]:
                 req = _decode(req_cls, payload, method)
                 if event == ev.UPDATE_CONTAINER:
                     result = handler(req.pod, req.container, req.linux_resources)
@@ -571,14 +571,14 @@ class Stub:
         if event == ev.VALIDATE_CONTAINER_ADJUSTMENT:
             return self._validate_route(handler, req_cls, method)
         if event == ev.UPDATE_POD_SANDBOX:
-            def update_pod(payload: bytes) -> bytes | Awaitable[bytes]:
+            def update_pod(payload: Encoded) -> bytes | Awaitable[bytes]:
                 req = _decode(req_cls, payload, method)
                 return _maybe_await(handler(req.pod, req.overhead_linux_resources,
                                             req.linux_resources), lambda _: _EMPTY)
             return update_pod
         pod_only = event in ev.POD_EVENTS
 
-        def notify(payload: bytes) -> bytes | Awaitable[bytes]:
+        def notify(payload: Encoded) -> bytes | Awaitable[bytes]:
             req = _decode(req_cls, payload, method)
             result = handler(req.pod) if pod_only else handler(req.pod, req.container)
             return _maybe_await(result, lambda _: _EMPTY)
@@ -593,7 +593,7 @@ class Stub:
             return pb.ValidateContainerAdjustmentResponse(
                 reject=True, reason=str(exc) or type(exc).__name__).SerializeToString()
 
-        def validate(payload: bytes) -> bytes | Awaitable[bytes]:
+        def validate(payload: Encoded) -> bytes | Awaitable[bytes]:
             req = _decode(req_cls, payload, method)
             try:
                 result = handler(req)

@@ -332,7 +332,7 @@ Request = tuple[str, str, Encoded, int, tuple[tuple[str, str], ...]]
 def _request(data: bytes | bytearray) -> Request:
     """A ttrpc.Request's service, method, payload, timeout and metadata."""
     req = ttrpc_pb2.Request()
-    req.ParseFromString(data)
+    req.ParseFromString(data)  # type: ignore[arg-type]  # any buffer: the stubs say bytes
     metadata = req.metadata
     meta = tuple((kv.key, kv.value) for kv in metadata) if metadata else ()
     return req.service, req.method, req.payload, req.timeout_nano, meta
@@ -355,7 +355,7 @@ def _large_request(data: bytes | bytearray) -> Request:
         return view[spans[-2]:spans[-1]] if spans else view[:0]
 
     meta = tuple((kv.key, kv.value) for kv in (
-        ttrpc_pb2.KeyValue.FromString(view[start:stop])
+        ttrpc_pb2.KeyValue.FromString(view[start:stop])  # type: ignore[arg-type]  # as above
         for start, stop in found.each(_METADATA)))
     timeout = found.varints.get(_TIMEOUT, 0)
     if timeout >= 1 << 63:  # int64: a negative value's two's complement
@@ -401,7 +401,7 @@ class ClientCore:
                                     f"message size of {MAX_DATA}", b"")
         resp = ttrpc_pb2.Response()
         try:
-            resp.ParseFromString(frame.data)
+            resp.ParseFromString(frame.data)  # type: ignore[arg-type]  # any buffer
         except DecodeError:
             return ResponseReceived(sid, Code.INTERNAL,
                                     "malformed ttrpc response (protobuf decode failed)", b"")

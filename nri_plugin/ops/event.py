@@ -25,7 +25,9 @@ from nri_plugin.value import Value
 TYPE_CHECKING = False  # typing itself costs start-up time; only checkers need it
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
-    from typing import TypeGuard
+    from typing import Literal, TypeAlias, TypeGuard
+
+    LogFormat: TypeAlias = Literal["text", "json"]  # a log line's, decision lines' too
 
 LOGGER = "nri_sla.decision"
 MESSAGE = "sla decision"
@@ -69,10 +71,9 @@ def _escape(c: str) -> str:
 def logfmt_value(value: object) -> str:
     """Render one value: bare when safe, else double-quoted with escapes. Lists join with
     "; " and None is empty, so every line stays one line whatever the input holds."""
-    kind = type(value)
-    if kind is str:  # most values: exact type checks first, the ABC checks are slow
+    if type(value) is str:  # most values: exact type checks first, the ABC checks are slow
         text = value
-    elif kind is int:
+    elif type(value) is int:
         text = str(value)
     elif value is None:
         text = ""
@@ -185,7 +186,7 @@ def applied_fields(record: "Mapping") -> dict:
 def _as_json(value: object) -> object:
     if type(value) is dict:
         return {key: _as_json(value[key]) for key in sorted(value)}
-    if type(value) in (list, tuple):
+    if type(value) is list or type(value) is tuple:
         return [_as_json(item) for item in value]
     return value
 
@@ -229,7 +230,7 @@ class DecisionEvent(Value):
         return fields
 
 
-def render_event(event: DecisionEvent, fmt: str, created: float,
+def render_event(event: DecisionEvent, fmt: "LogFormat", created: float,
                  journal: bool = False) -> str:
     """The decision line (no newline) in `fmt` ("text" | "json") as of time `created`:
     what `text_line`/`json_line` make of the event's fields, the bytes

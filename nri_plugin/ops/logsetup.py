@@ -44,6 +44,8 @@ from nri_plugin.ops.event import (
 if TYPE_CHECKING:
     from asyncio import AbstractEventLoop
 
+    from nri_plugin.ops.event import LogFormat
+
 __all__ = [
     "FORMATS",
     "LEVELS",
@@ -62,7 +64,7 @@ __all__ = [
 ]
 
 LOGGER_NAME = "nri_sla"
-FORMATS = ("text", "json")
+FORMATS: tuple[LogFormat, ...] = ("text", "json")
 LEVELS = ("debug", "info", "warning", "error", "critical")
 
 
@@ -116,7 +118,7 @@ class OwnHandler(logging.StreamHandler):
         super().flush()
 
 
-def setup_logging(format: str = "text", level: str | int = "info",
+def setup_logging(format: LogFormat = "text", level: str | int = "info",
                   stream: TextIO | None = None, defer_decisions: bool = False
                   ) -> logging.Logger:
     """Send the `nri_plugin` logger tree to `stream` (stderr) in `format`. Calling it again

@@ -52,7 +52,7 @@ EVENT_REASONS = {
     "dropped": ("queue_full", "rate_limited", "failed"),
 }
 # nri_sla_gpu_healthy's value per GPU health state (alert on < 1); the states of
-# nri_plugin.topology.gpu_health (tests/test_metrics.py holds the two equal).
+# nri_plugin.topology.gpu_health (tests/ops/test_metrics.py holds the two equal).
 HEALTH_VALUES = {"healthy": 1, "unhealthy": 0, "unknown": -1}
 _GPU_RE = re.compile(r"^[A-Za-z0-9:.\-]{1,80}$")
 # Event labels are RPC / stage names such as CreateContainer or hook.

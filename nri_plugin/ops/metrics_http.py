@@ -25,13 +25,13 @@ import threading
 from contextlib import suppress
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from time import monotonic
-from typing import ClassVar
+from typing import ClassVar, Protocol
 
 from prometheus_client.exposition import choose_encoder
+from prometheus_client.registry import CollectorRegistry
 
 from nri_plugin import __version__
 from nri_plugin.ops.listenaddress import ListenAddress, parse_address
-from nri_plugin.ops.metrics import Metrics
 from nri_plugin.ops.peerlog import PeerErrorLog
 
 log = logging.getLogger("nri_sla.metrics")
@@ -46,6 +46,18 @@ _BUSY = (b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: text/plain; charset
          b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(_BUSY_BODY), _BUSY_BODY))
 
 
+class Exposed(Protocol):
+    """What the server exposes: the plugin's `Metrics` or the device plugin's
+    `DevicePluginMetrics`."""
+
+    @property
+    def registry(self) -> CollectorRegistry: ...
+
+    @property
+    def is_registered(self) -> bool:
+        """The service is registered with the runtime or the kubelet (/readyz)."""
+        ...
+
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
@@ -54,7 +66,7 @@ class _Server(ThreadingHTTPServer):
     # accepted and answered 503; socketserver's default of 5 would drop their SYNs.
     request_queue_size = 64
 
-    def __init__(self, listen: ListenAddress, metrics: Metrics, *,
+    def __init__(self, listen: ListenAddress, metrics: Exposed, *,
                  max_connections: int = MAX_CONNECTIONS,
                  deadline: float = CONNECTION_DEADLINE) -> None:
         if ":" in listen.host:
@@ -67,7 +79,7 @@ class _Server(ThreadingHTTPServer):
         self.peer_errors = PeerErrorLog(log, "metrics")
         super().__init__((listen.host, listen.port), _Handler)
 
-    def handle_error(self, request, client_address) -> None:  # type: ignore[override]
+    def handle_error(self, request, client_address) -> None:
         # socketserver's default prints a traceback to stderr for every connection whose
         # handler raised; a peer that resets before the answer makes that happen at will.
         # One rate-limited structured line instead (nri_plugin.ops.peerlog).
@@ -75,7 +87,7 @@ class _Server(ThreadingHTTPServer):
         if exc is not None:
             self.peer_errors.note(exc)
 
-    def process_request(self, request, client_address) -> None:  # type: ignore[override]
+    def process_request(self, request, client_address) -> None:
         with self._lock:
             full = len(self._open) >= self.max_connections
             if not full:
@@ -93,7 +105,7 @@ class _Server(ThreadingHTTPServer):
                 self._open.pop(request, None)
             raise
 
-    def process_request_thread(self, request, client_address) -> None:  # type: ignore[override]
+    def process_request_thread(self, request, client_address) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
@@ -185,7 +197,7 @@ class MetricsServer:
         self.close()
 
 
-def start_http_server(metrics: Metrics, address: str, *,
+def start_http_server(metrics: Exposed, address: str, *,
                       max_connections: int = MAX_CONNECTIONS,
                       deadline: float = CONNECTION_DEADLINE) -> MetricsServer | None:
     """Serve /metrics, /healthz and /readyz on `address`; "" disables (returns None).

@@ -6,7 +6,7 @@ A value on its own module so the planner and the modules it delegates to
 
 from __future__ import annotations
 
-from nri_plugin.config import NodeConfig
+from nri_plugin.config.values import NodeConfig
 from nri_plugin.granted import GrantedResources
 from nri_plugin.value import Frozen, field
 

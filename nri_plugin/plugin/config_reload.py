@@ -1,7 +1,7 @@
 """SIGHUP: the node config read again and what of it can change under a running plugin.
 
 Live (the next container decision uses them): the keys whose field declares `live`
-(`nri_plugin.config.LIVE_KEYS`: `enforcement`, `permissions`, `pod-caps`, `log`).
+(`nri_plugin.config.schema.LIVE_KEYS`: `enforcement`, `permissions`, `pod-caps`, `log`).
 Everything else was wired in at start (the NRI socket and the plugin's name and index,
 the state directory and its key, the metrics and status listeners, the GPU inventory and
 its watches, cgroup facts, the RT budget, the drift watch's schedule, the annotation
@@ -16,14 +16,9 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from nri_plugin.config import (
-    KEY_ATTRIBUTES,
-    LIVE_KEYS,
-    ConfigError,
-    NodeConfig,
-    key_value,
-    load_config,
-)
+from nri_plugin.config.loader import ConfigError, load_config
+from nri_plugin.config.schema import KEY_ATTRIBUTES, LIVE_KEYS, key_value
+from nri_plugin.config.values import NodeConfig
 from nri_plugin.value import replace
 
 log = logging.getLogger("nri_sla.config")

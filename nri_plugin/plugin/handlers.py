@@ -19,9 +19,10 @@ import time
 from collections.abc import Collection, Generator, Iterable
 from typing import Any
 
-from nri_plugin.core import ContainerRequest, Decision, NodeState, decide
-from nri_plugin.core.decision import REUSABLE_LIMIT, recheck
+from nri_plugin.core.decision import REUSABLE_LIMIT, Decision, decide, recheck
 from nri_plugin.core.inputs import DecisionInputs
+from nri_plugin.core.nodestate import NodeState
+from nri_plugin.core.request import ContainerRequest
 from nri_plugin.core.reservation import Reservation, nothing_taken
 from nri_plugin.core.restored import LiveContainer
 from nri_plugin.errors import INTERNAL, INVALID, SlaFailure

@@ -23,8 +23,8 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from nri_plugin.config import EventsConfig
-from nri_plugin.core import Decision
+from nri_plugin.config.values import EventsConfig
+from nri_plugin.core.decision import Decision
 from nri_plugin.ops.kube_events import InvolvedPod
 from nri_plugin.ops.metrics import MetricsSink
 from nri_plugin.plugin.errors import EventsUnavailable

@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from nri_plugin.core import NodeState
+from nri_plugin.core.nodestate import NodeState
 from nri_plugin.errors import Unavailable
 from nri_plugin.nri.service import CONNECTING, REGISTERED, Periodic, ServiceOptions, serve
 from nri_plugin.ops.health import start_health_server

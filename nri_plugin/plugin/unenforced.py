@@ -21,7 +21,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from nri_plugin.config import NodeConfig
+from nri_plugin.config.values import NodeConfig
 from nri_plugin.core.decision import parse_sla
 from nri_plugin.core.restored import LiveContainer
 from nri_plugin.hookspec import is_sla_hook

@@ -140,7 +140,7 @@ class Cri:
         if self.sim.closed:
             raise RuntimeGone("the runtime went away during the operation")
 
-    def _set_state(self, container_id: str, state: int) -> None:
+    def _set_state(self, container_id: str, state: pb.ContainerState.ValueType) -> None:
         stored = self.sim.state.containers.get(container_id)
         if stored is not None:
             stored.state = state

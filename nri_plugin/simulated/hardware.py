@@ -393,7 +393,7 @@ def build_pci_tree(root: Path, gpus: Sequence[FakeGpu], pci_class: int = 0x03020
 def _switch_pairs(buses: Sequence[int], roots: Sequence[int]) -> list[tuple[str, ...]]:
     """PCI paths for GPUs in pairs behind one PCIe switch each; pair k's switch hangs off
     a root port of the root complex whose bus is roots[k] (equal roots: one host bridge)."""
-    paths = []
+    paths: list[tuple[str, ...]] = []
     for i in range(len(buses)):
         k, root = i // 2, roots[i // 2]
         up = buses[2 * k] - 2  # the switch's upstream port, then its downstream ports

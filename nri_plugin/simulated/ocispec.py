@@ -19,6 +19,7 @@ added"): what the CRI's CDI devices injected stays in the spec whatever a plugin
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from nri_plugin.nri.pb import nri_pb2 as pb
 from nri_plugin.simulated.cdi import (
@@ -34,7 +35,8 @@ NVIDIA_MAJOR = 195  # /dev/nvidiaN; minors 255 (nvidiactl) and 254 (modeset) are
 ENV_VISIBLE = "NVIDIA_VISIBLE_DEVICES"
 DEVICE_MOUNT_DIR = "/var/run/nvidia-container-devices/"  # the volume-mounts strategy
 _NO_DEVICES = {"", "none", "void"}
-_CPU_VALUES = ("shares", "quota", "period", "realtime_runtime", "realtime_period")
+_CPU_VALUES: tuple[Literal["shares", "quota", "period", "realtime_runtime", "realtime_period"],
+                   ...] = ("shares", "quota", "period", "realtime_runtime", "realtime_period")
 
 
 @dataclass

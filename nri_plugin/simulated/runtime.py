@@ -31,6 +31,7 @@ from nri_plugin.nri.core import Role
 from nri_plugin.nri.errors import Code, ConnectionClosed, NriError, PluginConfigError, RpcError
 from nri_plugin.nri.pb import nri_pb2 as pb
 from nri_plugin.nri.stub import PLUGIN_SERVICE, RUNTIME_SERVICE
+from nri_plugin.nri.wire import Encoded
 from nri_plugin.simulated.cdi import CdiRegistry
 from nri_plugin.simulated.ocispec import (
     OciSpec,
@@ -194,8 +195,8 @@ class PluginSession:
         self._setup: asyncio.Task[None] | None = None
 
     # -- runtime service -----------------------------------------------------
-    def _register(self, payload: bytes) -> bytes | Any:
-        req = pb.RegisterPluginRequest.FromString(payload)
+    def _register(self, payload: Encoded) -> bytes | Any:
+        req = pb.RegisterPluginRequest.FromString(payload)  # type: ignore[arg-type]  # any buffer
         self.name, self.idx = req.plugin_name, req.plugin_idx
         self.plugin_nri_version = req.NRI_version
         self.registered.set()
@@ -231,8 +232,8 @@ class PluginSession:
             self.drop(f"set-up failed: {exc}")
         self.ready.set()
 
-    def _update_containers(self, payload: bytes) -> bytes:
-        req = pb.UpdateContainersRequest.FromString(payload)
+    def _update_containers(self, payload: Encoded) -> bytes:
+        req = pb.UpdateContainersRequest.FromString(payload)  # type: ignore[arg-type]  # any buffer
         self.unsolicited.append(req)
         self._unsolicited_new.put_nowait(req)
         known = self.sim.state.containers
@@ -315,7 +316,8 @@ class PluginSession:
             return None
         if self.opts.nri.state_change and (event in ev.STATE_CHANGE_EVENTS
                                            or event == ev.POST_UPDATE_POD_SANDBOX):
-            req = pb.StateChangeEvent(event=event, pod=pod, container=container)
+            req = pb.StateChangeEvent(event=pb.Event.ValueType(event), pod=pod,
+                                      container=container)
             await self.call("StateChange", req, pb.Empty, timeout)
             return None
         method = ev.RPCS[event]
@@ -382,7 +384,7 @@ class PluginSession:
         for update in updates:
             self.sim.state.update(update.container_id, update.linux.resources)
 
-    def _set_state(self, ctr: pb.Container, state: int) -> None:
+    def _set_state(self, ctr: pb.Container, state: pb.ContainerState.ValueType) -> None:
         stored = self.sim.state.containers.get(ctr.id)
         if stored is not None:
             stored.state = state
@@ -578,7 +580,7 @@ def make_container(pod: pb.PodSandbox, name: str, *,
                    resources: pb.LinuxResources | None = None,
                    env: Iterable[str] = DEFAULT_ENV,
                    args: Iterable[str] = ("/bin/sh", "-c", "sleep infinity"),
-                   state: int = pb.CONTAINER_CREATED,
+                   state: pb.ContainerState.ValueType = pb.CONTAINER_CREATED,
                    image: str = "docker.io/library/busybox:latest",
                    cdi_devices: Iterable[str] = (),
                    devices: Iterable[pb.LinuxDevice] = (),

@@ -13,9 +13,18 @@ from __future__ import annotations
 from nri_plugin.text.quantities import format_cpu, format_duration, format_size
 from nri_plugin.value import Frozen
 
-ENFORCEMENT_MODES = ("hard", "soft")
-MEMORY_POLICIES = ("bind", "preferred", "interleave", "none")
-GPU_TOPOLOGIES = ("any", "numa", "nvlink")
+TYPE_CHECKING = False  # `typing` costs the OCI hook's cold run; only checkers need it
+if TYPE_CHECKING:
+    from typing import Literal, TypeAlias
+
+    # the enumerated SLA values; each tuple below lists its alias's values at run time
+    Enforcement: TypeAlias = Literal["hard", "soft"]
+    MemoryPolicy: TypeAlias = Literal["bind", "preferred", "interleave", "none"]
+    GpuTopology: TypeAlias = Literal["any", "numa", "nvlink"]
+
+ENFORCEMENT_MODES: tuple[Enforcement, ...] = ("hard", "soft")
+MEMORY_POLICIES: tuple[MemoryPolicy, ...] = ("bind", "preferred", "interleave", "none")
+GPU_TOPOLOGIES: tuple[GpuTopology, ...] = ("any", "numa", "nvlink")
 GPU_SOURCES = ("plugin", "runtime")
 
 DEFAULT_RT_PERIOD_US = 1_000_000  # the kernel's default sched_rt_period_us

@@ -65,7 +65,7 @@ def _exact(value: object, expected: str) -> tuple[int, int]:
         return value, 1
     if isinstance(value, float):
         # A YAML float keeps the text it came from (see safeyaml): parse that exactly.
-        text = getattr(value, "text", None)
+        text: str | None = getattr(value, "text", None)
         if text is None:
             if not math.isfinite(value):
                 raise FieldProblem(f"must be {expected}, got {show(value)}")

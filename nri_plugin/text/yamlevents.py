@@ -57,7 +57,7 @@ _OPENS = (yaml.SequenceStartEvent, yaml.MappingStartEvent)
 _CLOSES = (yaml.SequenceEndEvent, yaml.MappingEndEvent)
 
 
-def _compose(loader: yaml.BaseLoader, max_depth: int, max_nodes: int, max_documents: int
+def _compose(loader: yaml.SafeLoader, max_depth: int, max_nodes: int, max_documents: int
              ) -> list[object]:
     """The documents of the loader's event stream, refusing what the module doc lists.
 
@@ -89,9 +89,10 @@ def _compose(loader: yaml.BaseLoader, max_depth: int, max_nodes: int, max_docume
                               f"more than {max_nodes} values, at most {max_nodes} are "
                               f"allowed{_where(event)}")
         at_key = bool(stack) and stack[-1].expects_key
-        if kind is _SCALAR:
-            composer.attach(event.value if at_key else _scalar(event, composer.child_path),
-                            event)
+        if kind is _SCALAR and at_key:
+            composer.attach_key(event.value, event)
+        elif kind is _SCALAR:
+            composer.attach(_scalar(event, composer.child_path), event)
         elif at_key:
             raise YamlProblem(stack[-1].path, "has a key that is a list or mapping; keys "
                               f"must be plain strings{_where(event)}")
@@ -112,7 +113,7 @@ class _Frame:
     def __init__(self, container: list | dict, path: str) -> None:
         self.container = container
         self.path = path
-        self.key: str | None = None
+        self.key = ""
         # a mapping's next scalar is a key (taken as written), then that key's value
         self.expects_key = isinstance(container, dict)
 
@@ -153,16 +154,19 @@ class _Composer:
             return
         frame = self.stack[-1]
         container = frame.container
-        if type(container) is list:
+        if isinstance(container, list):
             container.append(value)
-        elif frame.expects_key:
-            if value in container:
-                raise YamlProblem(_join(frame.path, value), f"is given twice{_where(event)}")
-            frame.key = value
-            frame.expects_key = False
         else:
             container[frame.key] = value
             frame.expects_key = True
+
+    def attach_key(self, key: str, event: yaml.Event) -> None:
+        """The next key of the innermost mapping (taken as written)."""
+        frame = self.stack[-1]
+        if key in frame.container:
+            raise YamlProblem(_join(frame.path, key), f"is given twice{_where(event)}")
+        frame.key = key
+        frame.expects_key = False
 
     def child_path(self) -> str:
         """The field path of the next value."""

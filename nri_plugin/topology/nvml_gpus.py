@@ -236,7 +236,7 @@ class _Reader:
     def mig_instances(self, gpu_index: int, handle: Any,
                       minor: int | None) -> tuple[MigInstance, ...]:
         nvml = self.nvml
-        found = []
+        found: list[MigInstance] = []
         for k in range(self.optional("nvmlDeviceGetMaxMigDeviceCount", handle) or 0):
             mig = self.optional("nvmlDeviceGetMigDeviceHandleByIndex", handle, k)
             if mig is None:

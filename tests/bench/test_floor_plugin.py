@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from nri_plugin.core import ContainerRequest, decide
+from nri_plugin.core.decision import decide
+from nri_plugin.core.request import ContainerRequest
 from nri_plugin.plan.record import encode_record
 from nri_plugin.simulated.runtime import make_container, make_pod
 from nri_plugin.text.errors import FieldProblem

@@ -8,7 +8,9 @@ from pathlib import Path
 import yaml
 
 from nri_plugin.cli import main
-from nri_plugin.config import Cap, NodeConfig, parse_config
+from nri_plugin.config.cap import Cap
+from nri_plugin.config.loader import parse_config
+from nri_plugin.config.values import NodeConfig
 from nri_plugin.errors import EXIT_INVALID, EXIT_OK
 from nri_plugin.value import replace
 

@@ -65,6 +65,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=60, cwd=REPO)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(HOSTILE))
 def test_hostile_manifest_is_one_line_error_in_bounded_time_and_memory(tmp_path, name):
     text, fragment = HOSTILE[name]

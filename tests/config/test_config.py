@@ -9,10 +9,11 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nri_plugin.config import (
-    Cap,
+from nri_plugin.config import loader
+from nri_plugin.config.cap import Cap
+from nri_plugin.config.loader import ConfigError, load_config, parse_config
+from nri_plugin.config.values import (
     CgroupConfig,
-    ConfigError,
     DevicePluginConfig,
     GpuConfig,
     HookConfig,
@@ -22,9 +23,6 @@ from nri_plugin.config import (
     NriConfig,
     Permissions,
     PodCaps,
-    load_config,
-    loader,  # where load_config looks up DEFAULT_PATH
-    parse_config,
 )
 from nri_plugin.errors import ProgrammingError
 from nri_plugin.ops.listenaddress import ListenAddress, parse_address
@@ -325,7 +323,7 @@ def test_reload_applies_the_live_keys_and_names_the_others():
 def test_reload_follows_each_keys_declaration():
     # The live set is what the fields declare, not a list kept beside them: a key that
     # declares `live` is applied, one that does not waits for a restart, whatever its section.
-    from nri_plugin.config import LIVE_KEYS
+    from nri_plugin.config.schema import LIVE_KEYS
     from nri_plugin.plugin import config_reload
     from nri_plugin.value import replace
 
@@ -344,7 +342,7 @@ def test_reload_follows_each_keys_declaration():
 
 
 def test_a_keys_declaration_is_frozen():
-    from nri_plugin.config import KEYS
+    from nri_plugin.config.schema import KEYS
 
     spec = KEYS["log.level"]
     with pytest.raises(AttributeError, match="frozen"):
@@ -354,8 +352,7 @@ def test_a_keys_declaration_is_frozen():
 
 def test_every_field_of_a_section_is_a_key():
     # A field without its key's declaration could never be set from the file.
-    from nri_plugin.config import KEY_ATTRIBUTES
-    from nri_plugin.config.schema import SECTIONS
+    from nri_plugin.config.schema import KEY_ATTRIBUTES, SECTIONS
     from nri_plugin.value import fields
 
     declared = set(KEY_ATTRIBUTES.values())

@@ -6,9 +6,10 @@ import logging
 
 import pytest
 
-from nri_plugin.config import NodeConfig
-from nri_plugin.core import ContainerRequest, Decision, decide
+from nri_plugin.config.values import NodeConfig
+from nri_plugin.core.decision import Decision, decide
 from nri_plugin.core.node import OneShotNode
+from nri_plugin.core.request import ContainerRequest
 from nri_plugin.errors import INTERNAL
 from nri_plugin.granted import GrantedResources
 from nri_plugin.value import FrozenValueError, replace

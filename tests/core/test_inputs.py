@@ -10,9 +10,8 @@ import pytest
 import yaml
 
 import nri_plugin.core.inputs as inputs_module
-from nri_plugin.config import NodeConfig
-from nri_plugin.core import ContainerRequest, decide
-from nri_plugin.core.decision import node_inputs
+from nri_plugin.config.values import NodeConfig
+from nri_plugin.core.decision import decide, node_inputs
 from nri_plugin.core.inputs import (
     ENFORCEMENT_ALIAS,
     DecisionInputs,
@@ -23,6 +22,7 @@ from nri_plugin.core.inputs import (
     sla_text,
 )
 from nri_plugin.core.node import OneShotNode
+from nri_plugin.core.request import ContainerRequest
 from nri_plugin.granted import GrantedResources
 from nri_plugin.value import replace
 

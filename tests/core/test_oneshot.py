@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nri_plugin.config import NodeConfig, Permissions
+from nri_plugin.config.values import NodeConfig, Permissions
 from nri_plugin.core.decision import decide
 from nri_plugin.core.node import OneShotNode
 from nri_plugin.core.request import ContainerRequest

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from nri_plugin.config import NodeConfig, Permissions
+from nri_plugin.config.values import NodeConfig, Permissions
 from nri_plugin.core.decision import decide
 from nri_plugin.core.errors import ReservationClosed
 from nri_plugin.core.nodestate import NodeState

@@ -65,7 +65,7 @@ SKIPPED: dict[tuple[str, str], str] = {
         "a fake sysfs the reader builds (tests/topology build them)",
     # Root, a runtime or a kubelet on this host.
     ("docs/operations.md", "nri-sla run --metrics-address 127.0.0.1:9810"):
-        "another process must hold the port; tests/test_health_cli.py checks the line",
+        "another process must hold the port; tests/ops/test_health_cli.py checks the line",
     ("docs/operations.md", "sudo nri-sla status"): "root and a running plugin",
     ("docs/device-plugin.md", "nri-sla device-plugin [--config FILE] [--inventory FILE] "
      "[--socket-dir DIR] [--log-format text|json]"): "a synopsis, not a command",
@@ -282,7 +282,7 @@ def test_config_md_tables_name_exactly_the_config_keys():
     """Every row of docs/config.md's key tables is a key of the schema, and every key of
     the schema has its row (tests/config/test_config.py checks the example and the reload
     lists)."""
-    from nri_plugin.config import KEY_ATTRIBUTES
+    from nri_plugin.config.schema import KEY_ATTRIBUTES
 
     text = (REPO / "docs" / "config.md").read_text()
     rows = re.findall(r"^\| `([a-z][a-z0-9.-]*)` \|", text, re.M)
@@ -377,7 +377,7 @@ def test_readme_error_example_is_containerds_wording():
 
 
 def test_example_config_shows_every_key():
-    from nri_plugin.config import KEY_ATTRIBUTES
+    from nri_plugin.config.schema import KEY_ATTRIBUTES
 
     text = (REPO / "examples" / "config.yaml").read_text()
     sections: dict[str, set[str]] = {}
@@ -402,7 +402,7 @@ def test_config_md_key_table_is_one_table():
 
 def test_log_levels_are_one_list():
     from nri_plugin.commands.common import add_log_arguments
-    from nri_plugin.config import LOG_LEVELS
+    from nri_plugin.config.convert import LOG_LEVELS
 
     parser = argparse.ArgumentParser()
     add_log_arguments(parser)

@@ -44,3 +44,16 @@ def test_an_import_against_the_layers_breaks_the_contract(tmp_path: Path) -> Non
     assert broken.returncode != 0, broken.stdout
     assert "nri_plugin.nri.ttrpc -> nri_plugin.sla" in broken.stdout, broken.stdout
     assert "Protocol code knows no SLA" in broken.stdout and "BROKEN" in broken.stdout
+
+
+def test_a_heavy_import_on_the_hooks_warm_path_breaks_its_contract(tmp_path: Path) -> None:
+    # `typing` only for a checker (under TYPE_CHECKING) is free; imported, it is not
+    shutil.copytree(REPO / "nri_plugin", tmp_path / "nri_plugin",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(PYPROJECT, tmp_path)
+    granted = tmp_path / "nri_plugin" / "granted.py"
+    granted.write_text(granted.read_text() + "\nfrom typing import Any  # noqa\n")
+    broken = _lint(tmp_path)
+    assert broken.returncode != 0, broken.stdout
+    assert "nri_plugin.granted -> typing" in broken.stdout, broken.stdout
+    assert "A cached hook run loads no parser" in broken.stdout

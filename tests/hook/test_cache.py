@@ -508,15 +508,15 @@ def test_cache_option_and_environment(tmp_path, monkeypatch):
 
 
 def test_mirrored_constants_match_their_sources():
-    from nri_plugin import config
+    from nri_plugin.config import loader
     from nri_plugin.core import inputs
     from nri_plugin.enforce import blockdev
     from nri_plugin.hook import cache
     from nri_plugin.sla import ENFORCEMENT_ALIAS
     from nri_plugin.sla.parse import MAX_SLA_KEYS
 
-    assert cache.CONFIG_DEFAULT == config.DEFAULT_PATH
-    assert cache.CONFIG_LIMIT == config.MAX_CONFIG_BYTES
+    assert cache.CONFIG_DEFAULT == loader.DEFAULT_PATH
+    assert cache.CONFIG_LIMIT == loader.MAX_CONFIG_BYTES
     assert inputs.ENFORCEMENT_ALIAS == ENFORCEMENT_ALIAS
     assert inputs.MAX_SLA_KEYS == MAX_SLA_KEYS
     assert str(blockdev.SYSFS_ROOT) == cache.DEVICE_SYSFS

@@ -1,8 +1,7 @@
 """What a cold hook run (no cached decision: the core decides) loads, and what it must not.
 
-A one-shot NodeState imports the allocator, CPU pool, GPU inventory and health monitor,
-RT budget and ledger where they are first used (issue 21: a cold run within 5x a bare
-interpreter), so a CPU/memory-only SLA pays for none of them; an SLA asking for placement
+The hook's OneShotNode imports the allocator, GPU inventory and RT budget where they are
+first used, so a CPU/memory-only SLA pays for none of them; an SLA asking for placement
 still loads the allocator (the control that this test sees lazy imports at all).
 """
 

@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from nri_plugin.config import load_config
-from nri_plugin.core import ContainerRequest, decide
+from nri_plugin.config.loader import load_config
+from nri_plugin.core.decision import decide
 from nri_plugin.core.hosttopology import node_allocator
 from nri_plugin.core.nodestate import NodeState
+from nri_plugin.core.request import ContainerRequest
 from nri_plugin.enforce.capabilities import detect_capabilities
 from nri_plugin.enforce.cgpaths import CgroupFacts
 from nri_plugin.errors import EXIT_OK, EXIT_STATUS

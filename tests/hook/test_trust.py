@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from nri_plugin.config import NodeConfig, Permissions
-from nri_plugin.core import ContainerRequest, decide
+from nri_plugin.config.values import NodeConfig, Permissions
+from nri_plugin.core.decision import decide
+from nri_plugin.core.request import ContainerRequest
 from nri_plugin.errors import EXIT_INVALID, EXIT_OK, EXIT_REFUSED
 from nri_plugin.hook.inputs import identify
 from tests.support.plugin_helpers import plain_node

@@ -95,7 +95,7 @@ def test_docs_name_every_flag_and_config_key():
     import re
 
     from nri_plugin.commands import device_plugin
-    from nri_plugin.config import DevicePluginConfig
+    from nri_plugin.config.values import DevicePluginConfig
 
     parser = argparse.ArgumentParser()
     device_plugin.add_arguments(parser)

@@ -83,6 +83,7 @@ def wait_for(kubelet, want: Callable[[dict[str, str]], bool], seen: list[dict],
             return listed
 
 
+@pytest.mark.slow
 def test_nvml_outage_lists_every_gpu_unhealthy_then_healthy(make_kubelet, node):
     kubelet = make_kubelet()
     n = node(watch_interval=0.1)
@@ -103,6 +104,7 @@ def test_nvml_outage_lists_every_gpu_unhealthy_then_healthy(make_kubelet, node):
     assert down["at"] - failed_at < 1.5 and up["at"] - back_at < 1.5
 
 
+@pytest.mark.slow
 def test_a_lost_gpu_stays_unhealthy_and_recovers(make_kubelet, node):
     kubelet = make_kubelet()
     n = node(watch_interval=0.1)
@@ -135,6 +137,7 @@ def test_a_gpu_nvml_stops_counting_stays_listed_unhealthy(make_kubelet, node):
     assert all(set(health(listed)) == set(n.ids) for listed in seen)
 
 
+@pytest.mark.slow
 def test_a_late_kubelet_is_registered_with_within_2s(make_kubelet, node, sock_dir):
     # the command's back-off: 1 s doubling to 30 s between attempts. Each attempt here
     # gives up after 0.5 s, so that after 9 s without a kubelet the plugin is in its wait

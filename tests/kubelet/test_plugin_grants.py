@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from nri_plugin.config import GpuConfig, NodeConfig, Permissions
-from nri_plugin.core import NodeState
+from nri_plugin.config.values import GpuConfig, NodeConfig, Permissions
+from nri_plugin.core.nodestate import NodeState
 from nri_plugin.nri.errors import RpcError
 from nri_plugin.nri.pb import nri_pb2 as pb
 from nri_plugin.plan.allocator import Allocator

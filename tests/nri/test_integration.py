@@ -682,6 +682,7 @@ def test_stream_ids_at_the_top_of_the_range_never_wedge_the_plugin(sock_dir):
     asyncio.run(main())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
 def test_a_runtime_that_stops_reading_gets_backpressure_then_is_dropped(sock_dir, loop):
     """The runtime keeps calling but reads nothing: the stub stops reading once ~1 MiB

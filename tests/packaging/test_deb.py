@@ -13,8 +13,10 @@ from pathlib import Path
 import pytest
 
 from nri_plugin import __version__
-from nri_plugin.config import parse_config
+from nri_plugin.config.loader import parse_config
 from nri_plugin.simulated.runtime import RuntimeSimulator
+
+pytestmark = pytest.mark.slow  # builds the package
 
 EXPECTED = [
     "./usr/bin/nri-sla",

@@ -155,7 +155,7 @@ def test_host_hook_init_container_installs_the_configmaps_policy(tmp_path, pk):
 
 def test_host_hook_refuses_a_config_that_does_not_validate(tmp_path, pk):
     from nri_plugin.commands.hostinstall import install
-    from nri_plugin.config import ConfigError
+    from nri_plugin.config.loader import ConfigError
 
     bad = tmp_path / "config.yaml"
     bad.write_text("enforcement: sometimes\n")

@@ -108,7 +108,7 @@ def test_systemd_analyze_security_exposure(tmp_path, pk, path):
 def test_runtime_directory_holds_the_status_socket(unit):
     """ProtectSystem=strict makes /run read-only: the unit gives the plugin /run/nri-sla,
     where the status socket goes by default, and keeps it (the hook's cache) on stop."""
-    from nri_plugin.config import NodeConfig
+    from nri_plugin.config.values import NodeConfig
 
     assert one(unit, "Service", "RuntimeDirectory") == "nri-sla"
     assert one(unit, "Service", "RuntimeDirectoryPreserve") == "yes"

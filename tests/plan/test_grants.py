@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from nri_plugin.config import Cap, CpuConfig, NodeConfig, Permissions, PodCaps
-from nri_plugin.core import ContainerRequest, NodeState, decide
-from nri_plugin.core.decision import recheck
+from nri_plugin.config.cap import Cap
+from nri_plugin.config.values import CpuConfig, NodeConfig, Permissions, PodCaps
+from nri_plugin.core.decision import decide, recheck
+from nri_plugin.core.nodestate import NodeState
+from nri_plugin.core.request import ContainerRequest
 from nri_plugin.granted import GrantedResources
 from nri_plugin.plan.allocator import Allocator
 from nri_plugin.plan.context import PlanContext, PodUsage

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nri_plugin.config import NodeConfig, Permissions
+from nri_plugin.config.values import NodeConfig, Permissions
 from nri_plugin.enforce.errors import DeviceError
 from nri_plugin.plan.context import PlanContext
 from nri_plugin.plan.errors import PlanError

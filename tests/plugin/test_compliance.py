@@ -8,11 +8,12 @@ import asyncio
 from itertools import pairwise
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client.exposition import generate_latest
 
-from nri_plugin.config import WatchConfig
+from nri_plugin.config.values import WatchConfig
 from nri_plugin.ops.metrics import Metrics
 from nri_plugin.plugin.container_metrics import ContainerCollector, fair_quota
 from nri_plugin.simulated.runtime import make_container, make_pod
@@ -126,6 +127,7 @@ def test_series_are_capped_and_the_rest_counted(tmp_path, v2_tree):
     assert metrics.value("nri_sla_namespace_containers_unexported", namespace="infer") == 3
 
 
+@pytest.mark.slow
 def test_one_namespace_cannot_silence_the_others_series(tmp_path, v2_tree, caplog):
     """Issue 19: the cap kept the first 1,000 containers in (namespace, pod, name) order,
     so 1,000 containers in `batch` dropped every series of `prod`. The cap is shared

@@ -16,7 +16,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from nri_plugin.config import Cap, Permissions, PodCaps
+from nri_plugin.config.cap import Cap
+from nri_plugin.config.values import Permissions, PodCaps
 from nri_plugin.nri.pb import nri_pb2 as pb
 from nri_plugin.simulated.runtime import PluginCallError, make_container, make_pod
 from nri_plugin.topology.cpulist import parse_cpulist

@@ -16,6 +16,7 @@ import contextlib
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -158,6 +159,7 @@ def over_request(sim, node) -> list[str]:
 @example([("create", "plain", 1, None), ("create", "exclusive-hard", 1, None), ("remove", 1),
           ("resize", 0, 1)])
 # A pod created after one restart and resized down before the next (its pod reported).
+@pytest.mark.slow
 @example([("create", "plain", 1, None), ("restart", []), ("create", "exclusive-hard", 14, None),
           ("restart", [(1, 12)])])
 def test_the_cpu_pool_holds_over_random_pods(sequence):

@@ -10,7 +10,9 @@ import logging
 import time
 from pathlib import Path
 
-from nri_plugin.config import WatchConfig
+import pytest
+
+from nri_plugin.config.values import WatchConfig
 from nri_plugin.enforce.mapping import io_weight_to_bfq
 from nri_plugin.nri.pb import nri_pb2 as pb
 from nri_plugin.nri.service import run_service
@@ -77,6 +79,7 @@ async def until(condition, timeout: float = 10.0) -> float:
     return time.monotonic() - start
 
 
+@pytest.mark.slow
 def test_hard_drift_is_repaired_within_one_interval(tmp_path, v1_tree, caplog):
     caplog.set_level(logging.INFO, logger="nri_sla.watch")
     interval = 0.5

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 
-from nri_plugin.config import WatchConfig
+from nri_plugin.config.values import WatchConfig
 from nri_plugin.ops.metrics import Metrics
 from nri_plugin.plugin import SlaPlugin, watch
 from nri_plugin.simulated.runtime import make_container, make_pod

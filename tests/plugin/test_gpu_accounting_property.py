@@ -34,11 +34,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nri_plugin.config import GpuConfig
-from nri_plugin.core import NodeState
+from nri_plugin.config.values import GpuConfig
+from nri_plugin.core.nodestate import NodeState
 from nri_plugin.nri.pb import nri_pb2 as pb
 from nri_plugin.nri.service import run_service
 from nri_plugin.ops.metrics import Metrics
@@ -263,6 +264,7 @@ async def play_steps(world: World, plan: list[tuple]) -> World:
     return world
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(worlds())
 def test_containers_open_exactly_their_grant(world_plan):

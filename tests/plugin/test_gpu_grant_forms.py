@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from nri_plugin.config import DEFAULT_GRANT_CDI_KINDS, GpuConfig, NodeConfig, Permissions
-from nri_plugin.core import NodeState
+from nri_plugin.config.values import DEFAULT_GRANT_CDI_KINDS, GpuConfig, NodeConfig, Permissions
+from nri_plugin.core.nodestate import NodeState
 from nri_plugin.nri.pb import nri_pb2 as pb
 from nri_plugin.ops.metrics import Metrics
 from nri_plugin.plan.allocator import Allocator

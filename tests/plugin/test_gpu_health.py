@@ -9,8 +9,8 @@ import logging
 
 import pytest
 
-from nri_plugin.config import GpuConfig, NodeConfig, Permissions
-from nri_plugin.core import NodeState
+from nri_plugin.config.values import GpuConfig, NodeConfig, Permissions
+from nri_plugin.core.nodestate import NodeState
 from nri_plugin.ops.metrics import Metrics
 from nri_plugin.plan.allocator import Allocator
 from nri_plugin.plan.rt_budget import RtBudget

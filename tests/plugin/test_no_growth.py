@@ -12,6 +12,8 @@ import gc
 import logging
 import tracemalloc
 
+import pytest
+
 from nri_plugin.simulated.runtime import make_container, make_pod
 from tests.support.plugin_helpers import (
     gpu_grant,
@@ -30,6 +32,7 @@ WARM_UP, MEASURED = 200, 600
 BOUND = 128 << 10
 
 
+@pytest.mark.slow
 def test_lifecycles_do_not_grow_the_heap(tmp_path, v1_tree, caplog):
     # Every decision is a log line; pytest keeps the records it captures, which is not
     # the plugin's memory: only errors are logged here.

@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import os
 
+import pytest
+
 from nri_plugin.core.recordkey import load_key
 from nri_plugin.nri.pb import nri_pb2 as pb
 from nri_plugin.plan.record import decode_record
@@ -42,6 +44,7 @@ log: {{format: json}}
 """
 
 
+@pytest.mark.slow
 def test_plugin_process_before_runtime_then_sigkilled_under_load(tmp_path):
     socket_path = tmp_path / "nri.sock"
     state = tmp_path / "state"

@@ -212,7 +212,7 @@ def test_exclusive_cpus_leave_aligned_neighbours_cpusets(tmp_path):
 
 
 def test_hook_injected_for_verification_when_configured(tmp_path):
-    from nri_plugin.config import HookConfig
+    from nri_plugin.config.values import HookConfig
 
     async def scenario():
         node = make_node(2, hook=HookConfig(inject=True))

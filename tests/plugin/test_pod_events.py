@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from nri_plugin.config import EventsConfig
+from nri_plugin.config.values import EventsConfig
 from nri_plugin.nri.pb import nri_pb2 as pb
 from nri_plugin.ops.kube_events import COMBINED, Correlator, InvolvedPod, make_event
 from nri_plugin.ops.kube_sender import ApiServer, EventRecorder
@@ -202,6 +202,7 @@ def test_an_unusable_api_server_costs_events_not_answers(tmp_path, api, failure)
     assert sent(metrics, "sent", "created") == 0 and api.events == {}
 
 
+@pytest.mark.slow
 def test_a_slow_api_server_does_not_delay_create_container(tmp_path, api, capsys):
     """Each answer's time with events going to an API server that answers after 2 s, and
     without events: the same. What the queue cannot hold is dropped, and what the API
@@ -240,7 +241,7 @@ def test_a_slow_api_server_does_not_delay_create_container(tmp_path, api, capsys
 
 
 def test_drift_and_its_repair_are_events(tmp_path, v1_tree, api):
-    from nri_plugin.config import WatchConfig
+    from nri_plugin.config.values import WatchConfig
 
     metrics = Metrics()
     events = PodEvents(recorder_for(api, tmp_path, metrics))
@@ -299,7 +300,7 @@ def test_events_off_never_load_the_http_client():
     """`events.enabled: false`, and auto off a cluster: the plugin service is built
     without loading urllib3 (false: nor the sender)."""
     code = ("import sys\n"
-            "from nri_plugin.config import NodeConfig, EventsConfig\n"
+            "from nri_plugin.config.values import NodeConfig, EventsConfig\n"
             "from nri_plugin.plugin.service import build_service\n"
             "from nri_plugin.ops.metrics import RegistrationOnly\n"
             "from tests.support.plugin_helpers import make_node\n"
@@ -370,7 +371,7 @@ def test_close_sends_what_is_queued_then_stops(tmp_path, api):
     ("service-account: relative", "events.service-account must be an absolute path"),
 ])
 def test_events_keys_refuse_bad_values_naming_the_key(text, problem):
-    from nri_plugin.config import ConfigError, parse_config
+    from nri_plugin.config.loader import ConfigError, parse_config
 
     with pytest.raises(ConfigError) as err:
         parse_config(f"events: {{{text}}}\n", "node.yaml")

@@ -15,8 +15,8 @@ from tests.support.plugin_helpers import DGX
 
 SCRIPT = """
 import socket, sys, tempfile
-from nri_plugin.config import GpuConfig, NodeConfig
-from nri_plugin.core import build_node
+from nri_plugin.config.values import GpuConfig, NodeConfig
+from nri_plugin.core.nodebuild import build_node
 from nri_plugin.plugin import SlaPlugin
 from nri_plugin.simulated.runtime import DEFAULT_ENV, make_container, make_pod
 

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from nri_plugin.config import Permissions
+from nri_plugin.config.values import Permissions
 from nri_plugin.simulated.runtime import PluginCallError, make_container, make_pod, make_resources
 from nri_plugin.topology.cpulist import parse_cpulist
 from tests.support.plugin_helpers import gpu_grant, guaranteed, make_node, plugin_session
@@ -132,7 +132,8 @@ def test_update_container_rechecks_against_the_new_limits(tmp_path):
 
 
 def test_per_pod_cap_counts_the_pods_containers_also_after_a_restart(tmp_path):
-    from nri_plugin.config import Cap, PodCaps
+    from nri_plugin.config.cap import Cap
+    from nri_plugin.config.values import PodCaps
     from nri_plugin.nri.pb import nri_pb2 as pb
 
     caps = PodCaps(exclusive_cpus=Cap(2))

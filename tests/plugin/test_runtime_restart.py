@@ -16,6 +16,8 @@ import logging
 import re
 import time
 
+import pytest
+
 from nri_plugin.nri.service import run_service
 from nri_plugin.ops.metrics import Metrics
 from nri_plugin.plugin.service import build_service
@@ -44,6 +46,7 @@ def restarted(old: RuntimeSimulator) -> RuntimeSimulator:
                             containers=old.state.containers.values())
 
 
+@pytest.mark.slow
 def test_containerd_killed_while_120_pods_are_created(tmp_path, v1_tree, caplog):
     caplog.set_level(logging.INFO, logger="nri_sla.plugin")
     metrics = Metrics()

@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 
 from nri_plugin.commands.status import render
-from nri_plugin.config import WatchConfig
+from nri_plugin.config.values import WatchConfig
 from nri_plugin.ops.metrics import Metrics
 from nri_plugin.ops.statussocket import StatusServer, read_status
 from nri_plugin.simulated.runtime import make_container, make_pod

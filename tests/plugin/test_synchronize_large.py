@@ -11,7 +11,7 @@ import logging
 
 import pytest
 
-from nri_plugin.config import WatchConfig
+from nri_plugin.config.values import WatchConfig
 from nri_plugin.enforce.plan_writes import cgroup_writes
 from nri_plugin.nri.pb import nri_pb2 as pb
 from nri_plugin.ops.metrics import Metrics

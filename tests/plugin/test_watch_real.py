@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from nri_plugin.commands.status import render
-from nri_plugin.config import WatchConfig
+from nri_plugin.config.values import WatchConfig
 from nri_plugin.enforce.cgroupdetect import detect_cgroup_facts
 from nri_plugin.ops.metrics import Metrics
 from nri_plugin.ops.statussocket import StatusServer, read_status

@@ -83,7 +83,7 @@ def manifest() -> list[dict]:
 def node_config(text: str):
     """A rendered config.yaml parsed as nri-sla parses it. The chart always writes
     events.enabled; a build of nri-sla without that key skips, naming it."""
-    from nri_plugin.config import parse_config
+    from nri_plugin.config.loader import parse_config
     from nri_plugin.config.schema import KEY_ATTRIBUTES
 
     if "events.enabled" not in KEY_ATTRIBUTES:

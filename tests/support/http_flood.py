@@ -1,5 +1,5 @@
 """Hostile HTTP clients over real sockets, for the metrics and health listeners' tests
-(tests/test_health.py, tests/test_metrics.py, tests/e2e/test_metrics_isolation.py).
+(tests/ops/test_health.py, tests/ops/test_metrics.py, tests/e2e/test_metrics_isolation.py).
 
 * `HeldConnections`: keeps N connections open and silent, re-opening each one as soon as
   the server closes it (optionally at most `rate` per second): the connection flood of

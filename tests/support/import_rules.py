@@ -1,5 +1,5 @@
-"""docs/architecture.md's "Who may import whom" section, rendered from the layer contract
-(pyproject.toml's [tool.importlinter], which `make test` checks with lint-imports).
+"""docs/architecture.md's "Who may import whom" section, rendered from the import contracts
+(pyproject.toml's [tool.importlinter], which `make lint` checks with lint-imports).
 
     python -m tests.support.import_rules           # print the section
     python -m tests.support.import_rules --write   # rewrite it in docs/architecture.md
@@ -33,9 +33,14 @@ def _layers(contract: dict) -> list[str]:
 
 
 def _forbidden(contract: dict) -> list[str]:
-    return [f"* **{contract['name']}** (`{contract['id']}`): no import from "
+    how = ("directly" if contract.get("allow_indirect_imports") else
+           "directly or through others")
+    line = (f"* **{contract['name']}** (`{contract['id']}`): no import from "
             f"{_names(contract['source_modules'])} reaches "
-            f"{_names(contract['forbidden_modules'])}, directly or through others."]
+            f"{_names(contract['forbidden_modules'])}, {how}.")
+    if ignored := contract.get("ignore_imports"):
+        line += " Allowed: " + _names(sorted(ignored)) + "."
+    return [line]
 
 
 def _protected(contract: dict) -> list[str]:
@@ -51,13 +56,13 @@ def render_section(pyproject: Path = PYPROJECT) -> str:
     """The section, heading included, ending in one newline."""
     contracts = tomllib.loads(pyproject.read_text())["tool"]["importlinter"]["contracts"]
     lines = [HEADING, "",
-             "Generated from the layer contract in pyproject.toml (`[tool.importlinter]`), "
-             "which `make test`",
+             "Generated from the import contracts in pyproject.toml (`[tool.importlinter]`), "
+             "which `make lint`",
              "checks with import-linter's `lint-imports`; regenerate with "
              f"`{REGENERATE}`.",
-             "Imports inside functions and under `TYPE_CHECKING` count, and "
-             "`../shared/tools/import-cycles`",
-             "finds no cycle.", ""]
+             "Imports inside functions count, those under `TYPE_CHECKING` do not (they "
+             "never run), and",
+             "`../shared/tools/import-cycles` finds no cycle.", ""]
     layered = [c for c in contracts if c["type"] == "layers"]
     others = [c for c in contracts if c["type"] != "layers"]
     for contract in layered:

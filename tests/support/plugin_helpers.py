@@ -8,8 +8,9 @@ import asyncio
 import contextlib
 from pathlib import Path
 
-from nri_plugin.config import Cap, NodeConfig, Permissions, PodCaps
-from nri_plugin.core import NodeState
+from nri_plugin.config.cap import Cap
+from nri_plugin.config.values import NodeConfig, Permissions, PodCaps
+from nri_plugin.core.nodestate import NodeState
 from nri_plugin.enforce.capabilities import NodeCapabilities
 from nri_plugin.enforce.cgpaths import CgroupFacts
 from nri_plugin.ops.metrics import NO_METRICS, MetricsSink

@@ -17,15 +17,12 @@ from nri_plugin.simulated.hardware import (
     nvswitch_gpus,
     pcie_pairs_gpus,
 )
-from nri_plugin.topology import (
-    load_inventory,
-    load_snapshot,
-    read_topology,
-    save_snapshot,
-)
+from nri_plugin.topology.cpus import read_topology
 from nri_plugin.topology.errors import InventoryError, SnapshotError
 from nri_plugin.topology.gpus import Gpu
+from nri_plugin.topology.inventory import load_inventory
 from nri_plugin.topology.pcie import level_of_nvml, level_of_paths
+from nri_plugin.topology.snapshot import load_snapshot, save_snapshot
 
 MACHINES = {"dgx1v": dgx1v_gpus, "nvswitch": nvswitch_gpus, "pcie-pairs": pcie_pairs_gpus}
 

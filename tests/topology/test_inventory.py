@@ -11,10 +11,9 @@ from nri_plugin.simulated.hardware import (
     FakeNvml,
     build_sysfs,
 )
-from nri_plugin.topology import load_inventory
 from nri_plugin.topology.errors import InventoryError
 from nri_plugin.topology.gpus import normalize_bus_id
-from nri_plugin.topology.inventory import InventoryReader
+from nri_plugin.topology.inventory import InventoryReader, load_inventory
 from nri_plugin.topology.nvml_gpus import import_pynvml
 
 

@@ -4,13 +4,10 @@ import pytest
 import yaml
 
 from nri_plugin.errors import INVALID
-from nri_plugin.topology import (
-    load_inventory,
-    load_snapshot,
-    read_topology,
-    save_snapshot,
-)
+from nri_plugin.topology.cpus import read_topology
 from nri_plugin.topology.errors import SnapshotError
+from nri_plugin.topology.inventory import load_inventory
+from nri_plugin.topology.snapshot import load_snapshot, save_snapshot
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

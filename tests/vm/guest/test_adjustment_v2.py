@@ -4,8 +4,10 @@ LinuxResources, swap = memory limit), applied by runc and read back by the conta
 
 from __future__ import annotations
 
-from nri_plugin.config import NodeConfig
-from nri_plugin.core import ContainerRequest, build_node, decide
+from nri_plugin.config.values import NodeConfig
+from nri_plugin.core.decision import decide
+from nri_plugin.core.nodebuild import build_node
+from nri_plugin.core.request import ContainerRequest
 from nri_plugin.plugin.adjustment import build_adjustment
 
 MIB = 1 << 20

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import pytest
 
-from nri_plugin.config import NodeConfig
-from nri_plugin.core import ContainerRequest, build_node, decide
+from nri_plugin.config.values import NodeConfig
+from nri_plugin.core.decision import decide
+from nri_plugin.core.nodebuild import build_node
+from nri_plugin.core.request import ContainerRequest
 from nri_plugin.plugin.adjustment import build_adjustment
 
 FILES = ["cpu.max", "cpuset.cpus", "cpuset.mems", "memory.max", "memory.high", "io.max",

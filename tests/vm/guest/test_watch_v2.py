@@ -13,8 +13,8 @@ import time
 import uuid
 
 from nri_plugin.commands.status import render
-from nri_plugin.config import NodeConfig, WatchConfig
-from nri_plugin.core import build_node
+from nri_plugin.config.values import NodeConfig, WatchConfig
+from nri_plugin.core.nodebuild import build_node
 from nri_plugin.ops.metrics import Metrics
 from nri_plugin.plugin import SlaPlugin
 from nri_plugin.plugin.container_metrics import ContainerCollector

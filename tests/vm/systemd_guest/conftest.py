@@ -190,7 +190,7 @@ class RuntimeThread:
 def nri_runtime() -> Iterator[RuntimeThread]:
     """Not yet listening: the test decides when the runtime comes up (listen()). Gone with
     the module, before another module's real containerd takes the socket."""
-    from nri_plugin.config import NodeConfig
+    from nri_plugin.config.values import NodeConfig
 
     runtime = RuntimeThread(NodeConfig().nri.socket)
     try:

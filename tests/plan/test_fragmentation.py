@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 from nri_plugin.plan.allocator import Allocator
 from nri_plugin.plan.errors import PlacementError
 from nri_plugin.plan.gpu_selection import fits
-from nri_plugin.topology import format_cpulist
+from nri_plugin.topology.cpulist import format_cpulist
 from tests.support.grant_helpers import Node, granted
 
 OPS = st.lists(st.one_of(

@@ -1,6 +1,6 @@
 """Choosing GPUs (gpu_selection.choose: the pure choice `nri-sla device-plugin` makes for
 the kubelet) on fresh fake nodes and after a few choices. The NRI plugin and the hook
-never choose: tests/placement/test_runtime.py verifies grants against the SLA."""
+never choose: tests/plan/test_runtime.py verifies grants against the SLA."""
 
 import pytest
 

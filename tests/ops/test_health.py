@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from nri_plugin.config import parse_config
+from nri_plugin.config.loader import parse_config
 from nri_plugin.ops.health import HEAD_DEADLINE, MAX_HEAD, MAX_PENDING, answer, start_health_server
 from nri_plugin.ops.metrics import Metrics, MetricsError
 from nri_plugin.ops.metrics_http import start_http_server
@@ -52,6 +52,7 @@ def test_the_metrics_port_health_is_starved_by_16_held_connections(metrics):
     assert results and all(r.status == 503 for r in results), results
 
 
+@pytest.mark.slow
 def test_probes_answer_200_while_the_metrics_port_is_flooded(metrics):
     with start_http_server(metrics, f"{LOCAL}:0") as srv, \
             start_health_server(f"{LOCAL}:0", lambda: metrics.is_registered) as health, \
@@ -67,6 +68,7 @@ def test_probes_answer_200_while_the_metrics_port_is_flooded(metrics):
     assert {r.status for r in ready} == {503} and {r.status for r in ready_after} == {200}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("held,rate", [(16, 9.0), (MAX_PENDING * 2, None)],
                          ids=["16-held-9-per-s", "512-held-unthrottled"])
 def test_probes_answer_200_while_the_probe_listener_itself_is_flooded(metrics, held, rate):

@@ -20,8 +20,9 @@ from nri_plugin.simulated.hardware import (
     pcie_box_gpus,
     pcie_box_pci,
 )
-from nri_plugin.topology import Topology, load_inventory, read_topology
+from nri_plugin.topology.cpus import Topology, read_topology
 from nri_plugin.topology.gpus import GpuInventory
+from nri_plugin.topology.inventory import load_inventory
 
 Node = tuple[Topology, GpuInventory]
 

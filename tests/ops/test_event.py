@@ -111,7 +111,7 @@ def test_text_rendering_imports_no_logging_typing_or_json():
     code = ("import sys; import nri_plugin.ops.event as e; "
             "e.render_event(e.DecisionEvent('n', 'p', 'c', 'hook', 'warned', {'a': {'b': 1}}, "
             "['w']), 'text', 0.0); e.journald_fd(2); print(' '.join(sorted(sys.modules)))")
-    root = str(Path(__file__).resolve().parents[1])
+    root = str(Path(__file__).resolve().parents[2])
     out = subprocess.run([sys.executable, "-I", "-S", "-c",
                           f"import sys; sys.path.insert(0, {root!r}); {code}"],
                          capture_output=True, text=True, check=True).stdout.split()

@@ -24,8 +24,9 @@ from nri_plugin.simulated.hardware import (
     nvswitch_gpus,
     pcie_pairs_gpus,
 )
-from nri_plugin.topology import Topology, load_inventory, read_topology
+from nri_plugin.topology.cpus import Topology, read_topology
 from nri_plugin.topology.gpus import Gpu, GpuInventory
+from nri_plugin.topology.inventory import load_inventory
 from nri_plugin.value import replace
 from tests.support.selection_oracle import best, free_states, greedy, key
 

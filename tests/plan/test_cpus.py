@@ -8,7 +8,7 @@ import pytest
 from nri_plugin.plan.allocator import Allocator
 from nri_plugin.plan.errors import PlacementError
 from nri_plugin.plan.placement_values import PlacementRequest as Req
-from nri_plugin.topology import format_cpulist as fmt
+from nri_plugin.topology.cpulist import format_cpulist as fmt
 from tests.support.grant_helpers import gpu_ids, granted, make_inventory
 
 

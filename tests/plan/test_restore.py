@@ -99,7 +99,8 @@ def test_rescan_follows_gpus_by_bus_id_when_sysfs_renumbers(tmp_path):
     import shutil
 
     from nri_plugin.simulated.hardware import build_sysfs, dgx_like_pci
-    from nri_plugin.topology import load_inventory, read_topology
+    from nri_plugin.topology.cpus import read_topology
+    from nri_plugin.topology.inventory import load_inventory
 
     sysfs = build_sysfs(tmp_path / "sys", nodes=2, cores_per_node=8, threads=2,
                         pci=dgx_like_pci())

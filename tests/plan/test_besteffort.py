@@ -24,8 +24,8 @@ from nri_plugin.simulated.hardware import (
     pcie_pairs_gpus,
     rtx8000_gpus,
 )
-from nri_plugin.topology import load_inventory
 from nri_plugin.topology.gpus import GpuInventory
+from nri_plugin.topology.inventory import load_inventory
 from tests.support.besteffort import best_effort, compare, every_case, pair_scores
 
 BOXES: dict[str, Callable[[], list[FakeGpu]]] = {

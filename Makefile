@@ -28,11 +28,11 @@ demo: $(STAMP)
 helm: $(STAMP) system-deps-test
 	@scripts/ensure-helm $(VENV)/bin/helm
 
-# ruff, the import contracts and mypy. Once the tree is formatted (`ruff format .`, the style
-# in [tool.ruff.format]), the format check joins them: uncomment its line.
+# ruff (lint and the format in [tool.ruff.format]: run `ruff format .`), the import
+# contracts and mypy.
 lint: $(STAMP)
 	$(PY) -m ruff check .
-#	$(PY) -m ruff format --check .
+	$(PY) -m ruff format --check .
 	$(VENV)/bin/lint-imports --no-logo --no-cache
 	$(PY) -m mypy
 

@@ -55,8 +55,9 @@ def plugin_with(live: int) -> tuple[SlaPlugin, pb.PodSandbox]:
     node = build_node(NodeConfig(), detect=False, record_key=bytes(32))
     plugin = SlaPlugin(node)
     plugin.nri_version = "v0.12.0"
-    pods = [make_pod(f"pod-{i}", annotations={"sla.nri.io/pod": SLA})
-            for i in range(max(1, live // 4))]
+    pods = [
+        make_pod(f"pod-{i}", annotations={"sla.nri.io/pod": SLA}) for i in range(max(1, live // 4))
+    ]
     for i in range(live):
         pod = pods[i % len(pods)]
         plugin.create_container(pod, make_container(pod, f"c{i}"))
@@ -78,8 +79,9 @@ def create(plugin: SlaPlugin, payload: bytes) -> tuple[str, bytes]:
     return req.container.id, _create_response(plugin.create_container(req.pod, req.container))
 
 
-def run(plugin: SlaPlugin, payloads: list[bytes], evict_mib: int = 0
-        ) -> tuple[list[float], list[float]]:
+def run(
+    plugin: SlaPlugin, payloads: list[bytes], evict_mib: int = 0
+) -> tuple[list[float], list[float]]:
     """CPU µs per create until its answer is encoded, and for its whole loop turn."""
     try:
         import uvloop
@@ -88,8 +90,9 @@ def run(plugin: SlaPlugin, payloads: list[bytes], evict_mib: int = 0
     return uvloop.run(_creates(plugin, payloads, evict_mib))
 
 
-async def _creates(plugin: SlaPlugin, payloads: list[bytes], evict_mib: int
-                   ) -> tuple[list[float], list[float]]:
+async def _creates(
+    plugin: SlaPlugin, payloads: list[bytes], evict_mib: int
+) -> tuple[list[float], list[float]]:
     to_answer, whole = [], []
     clock = time.process_time_ns
     # One byte per 64-byte cache line of the buffer written: every line is evicted.
@@ -113,28 +116,35 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=5000, help="timed creates")
     parser.add_argument("--warmup", type=int, default=500)
     parser.add_argument("--live", type=int, default=1000, help="containers registered")
-    parser.add_argument("--evict", type=int, default=0, metavar="MIB",
-                        help="write over MIB MiB before each create (cold caches)")
+    parser.add_argument(
+        "--evict",
+        type=int,
+        default=0,
+        metavar="MIB",
+        help="write over MIB MiB before each create (cold caches)",
+    )
     parser.add_argument("--profile", action="store_true", help="cProfile the timed creates")
     args = parser.parse_args()
     setup_logging("text", "info", stream=NullStream(), defer_decisions=True)
     plugin, pod = plugin_with(args.live)
     payloads = requests(pod, args.warmup + args.n)
     print(f"request: {len(payloads[0])} bytes; live containers: {len(plugin.registry)}")
-    run(plugin, payloads[:args.warmup])
+    run(plugin, payloads[: args.warmup])
     if args.profile:
         profile = cProfile.Profile()
-        profile.runcall(run, plugin, payloads[args.warmup:], args.evict)
+        profile.runcall(run, plugin, payloads[args.warmup :], args.evict)
         pstats.Stats(profile).sort_stats(os.environ.get("BENCH_SORT", "cumulative")).print_stats(45)
         return
-    to_answer, whole = run(plugin, payloads[args.warmup:], args.evict)
+    to_answer, whole = run(plugin, payloads[args.warmup :], args.evict)
     caches = f", {args.evict} MiB written before each" if args.evict else ""
     print(f"CreateContainer in-process (decode + handler + encode{caches}), n={len(whole)}:")
     for what, samples in (("until the answer", to_answer), ("for the whole turn", whole)):
         samples.sort()
         p50, p99 = samples[len(samples) // 2], samples[int(len(samples) * 0.99)]
-        print(f"  CPU {what}: p50 {p50:.0f} us, p99 {p99:.0f} us, "
-              f"mean {sum(samples) / len(samples):.0f} us")
+        print(
+            f"  CPU {what}: p50 {p50:.0f} us, p99 {p99:.0f} us, "
+            f"mean {sum(samples) / len(samples):.0f} us"
+        )
 
 
 if __name__ == "__main__":

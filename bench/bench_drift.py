@@ -44,42 +44,71 @@ from nri_plugin.plugin.container_metrics import ContainerCollector
 from nri_plugin.plugin.handlers import SlaPlugin
 from nri_plugin.simulated.runtime import make_container, make_pod, make_resources
 
-SLA = {1: "cpu: {limit: 0.5}\nmemory: {max: 256Mi}\nio: {weight: 200}",
-       2: "cpu: {limit: 0.5}\nmemory: {max: 256Mi, high: 200Mi}\nio: {weight: 200}"}
-KERNEL_FILES = {  # what the kernel shows besides the values written
-    1: {"cpu": {"cpu.stat": "nr_periods 100\nnr_throttled 3\nthrottled_time 1000\n"},
-        "memory": {"memory.failcnt": "0\n",
-                   "memory.oom_control": "oom_kill_disable 0\nunder_oom 0\noom_kill 0\n"}},
-    2: {"": {"cpu.stat": "usage_usec 1\nnr_periods 100\nnr_throttled 3\nthrottled_usec 10\n",
-             "memory.events": "low 0\nhigh 2\nmax 0\noom 0\noom_kill 0\n",
-             **{f"{r}.pressure": "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
-                                 "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
-                for r in ("cpu", "memory", "io")}}},
+SLA = {
+    1: "cpu: {limit: 0.5}\nmemory: {max: 256Mi}\nio: {weight: 200}",
+    2: "cpu: {limit: 0.5}\nmemory: {max: 256Mi, high: 200Mi}\nio: {weight: 200}",
 }
-WRITTEN = {1: {"cpu": ("cpu.cfs_quota_us", "cpu.cfs_period_us"),
-               "memory": ("memory.limit_in_bytes",), "blkio": ("blkio.bfq.weight",)},
-           2: {"": ("cpu.max", "memory.max", "memory.high", "io.weight")}}
+KERNEL_FILES = {  # what the kernel shows besides the values written
+    1: {
+        "cpu": {"cpu.stat": "nr_periods 100\nnr_throttled 3\nthrottled_time 1000\n"},
+        "memory": {
+            "memory.failcnt": "0\n",
+            "memory.oom_control": "oom_kill_disable 0\nunder_oom 0\noom_kill 0\n",
+        },
+    },
+    2: {
+        "": {
+            "cpu.stat": "usage_usec 1\nnr_periods 100\nnr_throttled 3\nthrottled_usec 10\n",
+            "memory.events": "low 0\nhigh 2\nmax 0\noom 0\noom_kill 0\n",
+            **{
+                f"{r}.pressure": "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
+                "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
+                for r in ("cpu", "memory", "io")
+            },
+        }
+    },
+}
+WRITTEN = {
+    1: {
+        "cpu": ("cpu.cfs_quota_us", "cpu.cfs_period_us"),
+        "memory": ("memory.limit_in_bytes",),
+        "blkio": ("blkio.bfq.weight",),
+    },
+    2: {"": ("cpu.max", "memory.max", "memory.high", "io.weight")},
+}
 
 
 def plugin_over(facts: CgroupFacts) -> SlaPlugin:
     config = NodeConfig(watch=WatchConfig(interval=30))
-    node = NodeState(config, facts.version, facts=facts,
-                     allocator=node_allocator(config, gpus=False), rt_budget=RtBudget(0.5),
-                     capabilities=NodeCapabilities(io_weight=True, bfq=True))
+    node = NodeState(
+        config,
+        facts.version,
+        facts=facts,
+        allocator=node_allocator(config, gpus=False),
+        rt_budget=RtBudget(0.5),
+        capabilities=NodeCapabilities(io_weight=True, bfq=True),
+    )
     return SlaPlugin(node, Metrics())
 
 
-def populate(plugin: SlaPlugin, count: int, make_dirs: Callable[[str], None],
-             prefix: str = "") -> None:
+def populate(
+    plugin: SlaPlugin, count: int, make_dirs: Callable[[str], None], prefix: str = ""
+) -> None:
     """`count` started SLA containers (cgroups under `prefix`): planned by the plugin,
     cgroups made by make_dirs, the adjustment's values written as runc does, the direct
     ones by StartContainer."""
     version = plugin.node.cgroup_version
     for i in range(count):
-        pod = make_pod(f"pod-{i}", namespace=f"ns-{i % 20}",
-                       annotations={"sla.nri.io/pod": SLA[version]})
-        ctr = make_container(pod, "app", resources=make_resources(
-            cpu_shares=1024, cpu_quota=100_000, cpu_period=100_000, memory_limit=1 << 30))
+        pod = make_pod(
+            f"pod-{i}", namespace=f"ns-{i % 20}", annotations={"sla.nri.io/pod": SLA[version]}
+        )
+        ctr = make_container(
+            pod,
+            "app",
+            resources=make_resources(
+                cpu_shares=1024, cpu_quota=100_000, cpu_period=100_000, memory_limit=1 << 30
+            ),
+        )
         ctr.linux.cgroups_path = prefix + ctr.linux.cgroups_path
         plugin.create_container(pod, ctr)
         make_dirs(ctr.linux.cgroups_path)
@@ -98,6 +127,7 @@ def fake_tree(root: Path, version: int) -> Callable[[str], None]:
                 (d / name).touch()
             for name, text in KERNEL_FILES[version].get(controller, {}).items():
                 (d / name).write_text(text)
+
     return make_dirs
 
 
@@ -114,6 +144,7 @@ def real_v1() -> Iterator[tuple[CgroupFacts, Callable[[str], None], str]]:
             d = Path(hierarchy.path) / cgroups_path.lstrip("/")
             d.mkdir(parents=True, exist_ok=True)
             made.append(d)
+
     try:
         yield facts, make_dirs, f"/{top}"
     finally:
@@ -138,8 +169,7 @@ def timed(work: Callable[[], object], passes: int) -> tuple[float, float]:
     return statistics.median(wall), statistics.median(cpu)
 
 
-def longest_step(plugin: SlaPlugin, passes: int, collector: bool = True
-                 ) -> tuple[float, float]:
+def longest_step(plugin: SlaPlugin, passes: int, collector: bool = True) -> tuple[float, float]:
     """Median over `passes` passes of the longest step's wall and CPU seconds (with the
     cyclic garbage collector on, as in the service, or off)."""
     wall, cpu = [], []
@@ -170,21 +200,29 @@ def report(label: str, plugin: SlaPlugin, passes: int) -> None:
     metrics.registry.register(ContainerCollector(lambda: plugin.watch.last, count))
     scrape = timed(lambda: generate_latest(metrics.registry), passes)
     status = timed(lambda: plugin.watch.look().to_json(True), passes)
-    print(f"{label:<30} {count:5d} containers, {files:5d} settings; wall/cpu ms: pass "
-          f"{wall * 1e3:6.1f}/{cpu * 1e3:6.1f} ({cpu / count * 1e6:4.0f} us cpu/container), "
-          f"scrape {scrape[0] * 1e3:6.1f}/{scrape[1] * 1e3:6.1f}, status "
-          f"{status[0] * 1e3:6.1f}/{status[1] * 1e3:6.1f}; loop held: whole pass "
-          f"{wall * 1e3:6.1f}/{cpu * 1e3:6.1f} -> longest step "
-          f"{step_wall * 1e3:5.1f}/{step_cpu * 1e3:5.1f} (collector off "
-          f"{no_gc[0] * 1e3:4.1f}/{no_gc[1] * 1e3:4.1f})", flush=True)
+    print(
+        f"{label:<30} {count:5d} containers, {files:5d} settings; wall/cpu ms: pass "
+        f"{wall * 1e3:6.1f}/{cpu * 1e3:6.1f} ({cpu / count * 1e6:4.0f} us cpu/container), "
+        f"scrape {scrape[0] * 1e3:6.1f}/{scrape[1] * 1e3:6.1f}, status "
+        f"{status[0] * 1e3:6.1f}/{status[1] * 1e3:6.1f}; loop held: whole pass "
+        f"{wall * 1e3:6.1f}/{cpu * 1e3:6.1f} -> longest step "
+        f"{step_wall * 1e3:5.1f}/{step_cpu * 1e3:5.1f} (collector off "
+        f"{no_gc[0] * 1e3:4.1f}/{no_gc[1] * 1e3:4.1f})",
+        flush=True,
+    )
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--containers", type=int, default=1000)
     parser.add_argument("--passes", type=int, default=7)
-    parser.add_argument("--real", type=int, default=0, metavar="N",
-                        help="also N containers with real cgroup v1 dirs (root)")
+    parser.add_argument(
+        "--real",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also N containers with real cgroup v1 dirs (root)",
+    )
     args = parser.parse_args()
     shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
     for version in (1, 2):

@@ -44,8 +44,9 @@ from nri_plugin.topology.snapshot import load_snapshot
 
 REPO = Path(__file__).resolve().parents[1]
 SLA = {"sla.nri.io/pod": "cpu: {exclusive: 4}"}
-REQUEST = make_resources(cpu_shares=4096, cpu_quota=400_000, cpu_period=100_000,
-                         memory_limit=1 << 30)
+REQUEST = make_resources(
+    cpu_shares=4096, cpu_quota=400_000, cpu_period=100_000, memory_limit=1 << 30
+)
 
 
 class Timed:
@@ -62,15 +63,21 @@ class Timed:
                     return _real(*args)
                 finally:
                     self.times.setdefault(_name, []).append(
-                        (time.perf_counter() - wall, time.process_time() - cpu))
+                        (time.perf_counter() - wall, time.process_time() - cpu)
+                    )
+
             setattr(plugin, name, timed)
 
 
 def node() -> NodeState:
     snapshot = load_snapshot(REPO / "examples" / "dgx-like.yaml")
     config = NodeConfig()
-    return NodeState(config, 2, allocator=Allocator(snapshot.topology, snapshot.inventory),
-                     rt_budget=RtBudget(0.5))
+    return NodeState(
+        config,
+        2,
+        allocator=Allocator(snapshot.topology, snapshot.inventory),
+        rt_budget=RtBudget(0.5),
+    )
 
 
 async def one(neighbours: int, cycles: int, tmp: Path) -> dict:
@@ -112,29 +119,37 @@ async def one(neighbours: int, cycles: int, tmp: Path) -> dict:
                 await serving
 
     def us(event: str, index: int, skip_first: bool) -> float:
-        values = timed.times[event][1 if skip_first else 0:]
+        values = timed.times[event][1 if skip_first else 0 :]
         return statistics.median(v[index] for v in values) * 1e6
 
-    return {"neighbours": neighbours, "first_create_updates": created[0],
-            "create_updates": statistics.median(created[1:]),
-            "stop_updates": statistics.median(stopped),
-            "create_wall_us": us("create_container", 0, True),
-            "create_cpu_us": us("create_container", 1, True),
-            "first_create_wall_us": timed.times["create_container"][0][0] * 1e6,
-            "stop_wall_us": us("stop_container", 0, False),
-            "stop_cpu_us": us("stop_container", 1, False),
-            "widen_updates": len(widened), "widen_ms": widen_ms}
+    return {
+        "neighbours": neighbours,
+        "first_create_updates": created[0],
+        "create_updates": statistics.median(created[1:]),
+        "stop_updates": statistics.median(stopped),
+        "create_wall_us": us("create_container", 0, True),
+        "create_cpu_us": us("create_container", 1, True),
+        "first_create_wall_us": timed.times["create_container"][0][0] * 1e6,
+        "stop_wall_us": us("stop_container", 0, False),
+        "stop_cpu_us": us("stop_container", 1, False),
+        "widen_updates": len(widened),
+        "widen_ms": widen_ms,
+    }
 
 
 def show(rows: list[dict], label: str) -> None:
-    print(f"{label}: neighbours | first create: updates, wall | later creates: updates, "
-          "wall/CPU | stops: updates, wall/CPU | drift pass: updates, wall")
+    print(
+        f"{label}: neighbours | first create: updates, wall | later creates: updates, "
+        "wall/CPU | stops: updates, wall/CPU | drift pass: updates, wall"
+    )
     for r in rows:
-        print(f"  {r['neighbours']:>5} | {r['first_create_updates']:>5}, "
-              f"{r['first_create_wall_us']:8.0f} us | {r['create_updates']:>5g}, "
-              f"{r['create_wall_us']:6.0f}/{r['create_cpu_us']:.0f} us | "
-              f"{r['stop_updates']:>5g}, {r['stop_wall_us']:6.0f}/{r['stop_cpu_us']:.0f} us | "
-              f"{r['widen_updates']:>5}, {r['widen_ms']:.1f} ms")
+        print(
+            f"  {r['neighbours']:>5} | {r['first_create_updates']:>5}, "
+            f"{r['first_create_wall_us']:8.0f} us | {r['create_updates']:>5g}, "
+            f"{r['create_wall_us']:6.0f}/{r['create_cpu_us']:.0f} us | "
+            f"{r['stop_updates']:>5g}, {r['stop_wall_us']:6.0f}/{r['stop_cpu_us']:.0f} us | "
+            f"{r['widen_updates']:>5}, {r['widen_ms']:.1f} ms"
+        )
 
 
 def main() -> int:
@@ -142,8 +157,9 @@ def main() -> int:
     parser.add_argument("--neighbours", default="10,100,1000")
     parser.add_argument("--cycles", type=int, default=21)
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
-    parser.add_argument("--before", default=None,
-                        help="a tree whose code to measure too (PYTHONPATH), e.g. main's")
+    parser.add_argument(
+        "--before", default=None, help="a tree whose code to measure too (PYTHONPATH), e.g. main's"
+    )
     args = parser.parse_args()
     counts = [int(n) for n in args.neighbours.split(",")]
     with tempfile.TemporaryDirectory(prefix="nri-bench-") as tmp:
@@ -157,9 +173,22 @@ def main() -> int:
         import sys
 
         env = {**os.environ, "PYTHONPATH": args.before}
-        out = subprocess.run([sys.executable, __file__, "--neighbours", args.neighbours,
-                              "--cycles", str(args.cycles), "--json"], env=env, cwd="/",
-                             capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--neighbours",
+                args.neighbours,
+                "--cycles",
+                str(args.cycles),
+                "--json",
+            ],
+            env=env,
+            cwd="/",
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         show(json.loads(out.stdout), f"before ({args.before})")
     show(rows, "this tree")
     return 0

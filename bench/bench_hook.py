@@ -33,18 +33,24 @@ from pathlib import Path
 HOOK_MAIN = Path(__file__).resolve().parents[1] / "nri_plugin" / "hook" / "__main__.py"
 _REPO = str(Path(__file__).resolve().parents[1])
 _SITE = f"{sys.prefix}/lib/python{sys.version_info[0]}.{sys.version_info[1]}/site-packages"
-STACK = (f"import sys; sys.path[:0] = [{_REPO!r}, {_SITE!r}]; import nri_plugin.config, "
-         "nri_plugin.core, nri_plugin.plan.planner, nri_plugin.plan.allocator, "
-         "nri_plugin.enforce.cgfile, nri_plugin.enforce.cgroupdetect, "
-         "nri_plugin.enforce.plan_writes, nri_plugin.topology.cpus")
+STACK = (
+    f"import sys; sys.path[:0] = [{_REPO!r}, {_SITE!r}]; import nri_plugin.config, "
+    "nri_plugin.core, nri_plugin.plan.planner, nri_plugin.plan.allocator, "
+    "nri_plugin.enforce.cgfile, nri_plugin.enforce.cgroupdetect, "
+    "nri_plugin.enforce.plan_writes, nri_plugin.topology.cpus"
+)
 CTR = "/kubepods/burstable/pod-1234/ctr-abcd"
-SLA = ("enforcement: hard\ncpu:\n  limit: 2.5\n  period: 100ms\nnuma:\n  nodes: '0'\n"
-       "memory:\n  high: 8Gi\n  max: 10Gi\nio:\n  weight: 500\n")
+SLA = (
+    "enforcement: hard\ncpu:\n  limit: 2.5\n  period: 100ms\nnuma:\n  nodes: '0'\n"
+    "memory:\n  high: 8Gi\n  max: 10Gi\nio:\n  weight: 500\n"
+)
 # The least any cold run does with this stack, and none of nri-sla: PyYAML (the SLA's
 # format; its C parser where built) reads the SLA and json reads the OCI state on stdin.
-COLD_FLOOR = (f"import sys; sys.path[:0] = [{_SITE!r}]; import json, yaml; "
-              "json.loads(sys.stdin.buffer.read()); "
-              f"yaml.load({SLA!r}, Loader=getattr(yaml, 'CSafeLoader', yaml.SafeLoader))")
+COLD_FLOOR = (
+    f"import sys; sys.path[:0] = [{_SITE!r}]; import json, yaml; "
+    "json.loads(sys.stdin.buffer.read()); "
+    f"yaml.load({SLA!r}, Loader=getattr(yaml, 'CSafeLoader', yaml.SafeLoader))"
+)
 # A cold run's dataclasses, counted: the hook run once with dataclasses' class builder
 # wrapped, each value type's field count and options printed at the hook's exit.
 CENSUS = f"""import sys, gc, json, posix, runpy, dataclasses
@@ -86,13 +92,21 @@ def make_world(top: Path, sla: bool, sla_text: str = SLA) -> tuple[Path, bytes, 
     cdir = root / (own if own is not None else CTR).strip("/")
     cdir.mkdir(parents=True, exist_ok=True)
     (root / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
-    for name, value in {"cpu.max": "max 100000", "cpuset.cpus": "", "cpuset.mems": "",
-                        "memory.max": "max", "memory.high": "max", "io.weight": "default 100",
-                        # where io weights go when a disk of this host uses bfq
-                        "io.bfq.weight": "default 100", "io.max": ""}.items():
+    for name, value in {
+        "cpu.max": "max 100000",
+        "cpuset.cpus": "",
+        "cpuset.mems": "",
+        "memory.max": "max",
+        "memory.high": "max",
+        "io.weight": "default 100",
+        # where io weights go when a disk of this host uses bfq
+        "io.bfq.weight": "default 100",
+        "io.max": "",
+    }.items():
         (cdir / name).write_text(value)
-    bundle = top / (("bundle-sla" if sla_text == SLA else "bundle-sla-2") if sla
-                    else "bundle-plain")
+    bundle = top / (
+        ("bundle-sla" if sla_text == SLA else "bundle-sla-2") if sla else "bundle-plain"
+    )
     bundle.mkdir(exist_ok=True)
     annotations = {
         "io.kubernetes.cri.container-type": "container",
@@ -103,16 +117,36 @@ def make_world(top: Path, sla: bool, sla_text: str = SLA) -> tuple[Path, bytes, 
     }
     if sla:
         annotations["sla.nri.io/pod"] = sla_text
-    env = ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-           "HOSTNAME=app", *(f"VAR_{i}=value-{i}" for i in range(30))]
-    mounts = [{"destination": f"/mnt/m{i}", "type": "bind", "source": f"/var/lib/m{i}",
-               "options": ["rbind", "ro"]} for i in range(12)]
-    config = {"ociVersion": "1.1.0", "process": {"args": ["/app"], "env": env, "cwd": "/"},
-              "root": {"path": "rootfs"}, "mounts": mounts, "annotations": annotations,
-              "linux": {"cgroupsPath": own or CTR, "resources": {"cpu": {"shares": 1024}}}}
+    env = [
+        "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "HOSTNAME=app",
+        *(f"VAR_{i}=value-{i}" for i in range(30)),
+    ]
+    mounts = [
+        {
+            "destination": f"/mnt/m{i}",
+            "type": "bind",
+            "source": f"/var/lib/m{i}",
+            "options": ["rbind", "ro"],
+        }
+        for i in range(12)
+    ]
+    config = {
+        "ociVersion": "1.1.0",
+        "process": {"args": ["/app"], "env": env, "cwd": "/"},
+        "root": {"path": "rootfs"},
+        "mounts": mounts,
+        "annotations": annotations,
+        "linux": {"cgroupsPath": own or CTR, "resources": {"cpu": {"shares": 1024}}},
+    }
     (bundle / "config.json").write_text(json.dumps(config, indent=1))
-    state = {"ociVersion": "1.1.0", "id": "abcd" * 16, "status": "creating",
-             "bundle": str(bundle), "annotations": annotations}
+    state = {
+        "ociVersion": "1.1.0",
+        "id": "abcd" * 16,
+        "status": "creating",
+        "bundle": str(bundle),
+        "annotations": annotations,
+    }
     if own is not None:
         state["pid"] = os.getpid()
     node_config = top / "config.yaml"
@@ -132,18 +166,22 @@ def value_types(argv: list[str], stdin: bytes) -> list[list]:
 def with_value_types(code: str, types: list[list]) -> str:
     """`code`, then the dataclass module and `types` built as the cold run builds them
     (same field counts and options; fields as the cold run's are: typed, no defaults)."""
-    return (f"{code}; import dataclasses as d\n"
-            f"for i, (n, *o) in enumerate({types!r}):\n"
-            "    d._process_class(type(f'V{i}', (), {'__annotations__': "
-            "{f'f{j}': int for j in range(n)}}), *o)\n")
+    return (
+        f"{code}; import dataclasses as d\n"
+        f"for i, (n, *o) in enumerate({types!r}):\n"
+        "    d._process_class(type(f'V{i}', (), {'__annotations__': "
+        "{f'f{j}': int for j in range(n)}}), *o)\n"
+    )
 
 
-def run_once(argv: list[str], stdin: bytes,
-             env: dict[str, str] | None = None) -> tuple[float, float, int, int]:
+def run_once(
+    argv: list[str], stdin: bytes, env: dict[str, str] | None = None
+) -> tuple[float, float, int, int]:
     """(wall seconds, CPU seconds, peak RSS KiB, exit status) of one exec."""
     start = time.perf_counter()
-    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, env=env)
+    proc = subprocess.Popen(
+        argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env
+    )
     proc.stdin.write(stdin)
     proc.stdin.close()
     _, status, usage = os.wait4(proc.pid, 0)
@@ -177,9 +215,15 @@ def measure(variants: list[tuple], runs: int) -> list[dict]:
     out = []
     for (name, *_), ws, cs, rs in zip(variants, walls, cpus, rss, strict=True):
         ws.sort()
-        out.append({"name": name, "median_ms": statistics.median(ws),
-                    "p90_ms": ws[int(0.9 * (len(ws) - 1))],
-                    "cpu_ms": statistics.median(cs), "peak_rss_mib": max(rs)})
+        out.append(
+            {
+                "name": name,
+                "median_ms": statistics.median(ws),
+                "p90_ms": ws[int(0.9 * (len(ws) - 1))],
+                "cpu_ms": statistics.median(cs),
+                "peak_rss_mib": max(rs),
+            }
+        )
     return out
 
 
@@ -209,52 +253,80 @@ def main() -> int:
             ("bare python3 -I -S -c pass", [py, "-I", "-S", "-c", "pass"], b""),
             ("-I -S __main__.py, no SLA", [*fast, *warm], state_plain),
             ("-I -S __main__.py, SLA, warm (cache hit)", [*fast, *warm], state_sla),
-            ("-I -S __main__.py, SLA, cold (cache miss)", [*fast, *cold], state_sla,
-             empty_cold_cache),
-            ("-I -S __main__.py, SLA without numa, cold", [*fast, *cold], state_cpu,
-             empty_cold_cache),
-            ("-I -S __main__.py, SLA, cache off", [*fast, *opts, "--cache-dir", "off"],
-             state_sla),
-            ("-I -S __main__.py, SLA, warm, NRI_SLA_HOOK_LOG", [*fast, *warm], state_sla,
-             None, {**os.environ, "NRI_SLA_HOOK_LOG": str(top / "hook.log")}),
+            (
+                "-I -S __main__.py, SLA, cold (cache miss)",
+                [*fast, *cold],
+                state_sla,
+                empty_cold_cache,
+            ),
+            (
+                "-I -S __main__.py, SLA without numa, cold",
+                [*fast, *cold],
+                state_cpu,
+                empty_cold_cache,
+            ),
+            ("-I -S __main__.py, SLA, cache off", [*fast, *opts, "--cache-dir", "off"], state_sla),
+            (
+                "-I -S __main__.py, SLA, warm, NRI_SLA_HOOK_LOG",
+                [*fast, *warm],
+                state_sla,
+                None,
+                {**os.environ, "NRI_SLA_HOOK_LOG": str(top / "hook.log")},
+            ),
             ("-I -m nri_plugin.hook, SLA, warm", [*module, *warm], state_sla),
             ("-I -m nri_plugin.hook, SLA, cold", [*module, *cold], state_sla, empty_cold_cache),
             ("nri-sla hook (console script), SLA, warm", [script, "hook", *warm], state_sla),
             # Where the cold path's time goes: importing the shared data path alone.
-            ("(import sla+config+plan+enforce+core only)", [py, "-I", "-S", "-c", STACK],
-             b""),
+            ("(import sla+config+plan+enforce+core only)", [py, "-I", "-S", "-c", STACK], b""),
             # The cold run's floor (COLD_FLOOR): a cold target below it cannot be met.
-            ("(floor: PyYAML + json, no nri-sla)", [py, "-I", "-S", "-c", COLD_FLOOR],
-             state_sla),
+            ("(floor: PyYAML + json, no nri-sla)", [py, "-I", "-S", "-c", COLD_FLOOR], state_sla),
             # The bare start with the hook's -X utf8 too: what the option alone saves
             # (the C library's locale conversions) under this environment's locale.
-            ("(bare python3 -I -S -X utf8 -c pass)", [py, "-I", "-S", "-X", "utf8", "-c",
-                                                      "pass"], b""),
+            (
+                "(bare python3 -I -S -X utf8 -c pass)",
+                [py, "-I", "-S", "-X", "utf8", "-c", "pass"],
+                b"",
+            ),
         ]
         types = value_types([py, "-I", "-S", "-X", "utf8", "-c", CENSUS, *cold], state_cpu)
-        variants.insert(-1, (f"(floor + dataclasses, {len(types)} value types)",
-                             [py, "-I", "-S", "-c", with_value_types(COLD_FLOOR, types)],
-                             state_sla))
+        variants.insert(
+            -1,
+            (
+                f"(floor + dataclasses, {len(types)} value types)",
+                [py, "-I", "-S", "-c", with_value_types(COLD_FLOOR, types)],
+                state_sla,
+            ),
+        )
         empty_cold_cache()
         results = measure(variants, args.runs)
     bare, bare_cpu = results[0]["median_ms"], results[0]["cpu_ms"]
-    print(f"OCI hook start-up, {args.runs} runs each, {os.cpu_count()} CPUs, "
-          f"Python {sys.version.split()[0]}")
-    print(f"{'variant':44} {'median ms':>10} {'p90 ms':>8} {'x bare':>7} {'CPU ms':>7} "
-          f"{'x bare':>7} {'peak RSS MiB':>13}")
+    print(
+        f"OCI hook start-up, {args.runs} runs each, {os.cpu_count()} CPUs, "
+        f"Python {sys.version.split()[0]}"
+    )
+    print(
+        f"{'variant':44} {'median ms':>10} {'p90 ms':>8} {'x bare':>7} {'CPU ms':>7} "
+        f"{'x bare':>7} {'peak RSS MiB':>13}"
+    )
     for r in results:
-        print(f"{r['name']:44} {r['median_ms']:10.1f} {r['p90_ms']:8.1f} "
-              f"{r['median_ms'] / bare:7.2f} {r['cpu_ms']:7.1f} {r['cpu_ms'] / bare_cpu:7.2f} "
-              f"{r['peak_rss_mib']:13.1f}")
+        print(
+            f"{r['name']:44} {r['median_ms']:10.1f} {r['p90_ms']:8.1f} "
+            f"{r['median_ms'] / bare:7.2f} {r['cpu_ms']:7.1f} {r['cpu_ms'] / bare_cpu:7.2f} "
+            f"{r['peak_rss_mib']:13.1f}"
+        )
     for r, limit in zip(results[1:4], (1.5, 1.5, 5), strict=True):
         ok = r["median_ms"] <= limit * bare and r["peak_rss_mib"] < 40
-        print(f"target for {r['name']}: median <= {limit:g}x bare and peak RSS < 40 MiB: "
-              f"{'met' if ok else 'NOT met'}")
+        print(
+            f"target for {r['name']}: median <= {limit:g}x bare and peak RSS < 40 MiB: "
+            f"{'met' if ok else 'NOT met'}"
+        )
     floor, typed = (r for r in results if r["name"].startswith("(floor"))
-    print(f"the cold run's floor (PyYAML reads the SLA, json the state, nothing of nri-sla): "
-          f"{floor['median_ms'] / bare:.2f}x bare (CPU {floor['cpu_ms'] / bare_cpu:.2f}x); "
-          f"with the dataclasses of a cold run without numa: {typed['median_ms'] / bare:.2f}x "
-          f"(CPU {typed['cpu_ms'] / bare_cpu:.2f}x)")
+    print(
+        f"the cold run's floor (PyYAML reads the SLA, json the state, nothing of nri-sla): "
+        f"{floor['median_ms'] / bare:.2f}x bare (CPU {floor['cpu_ms'] / bare_cpu:.2f}x); "
+        f"with the dataclasses of a cold run without numa: {typed['median_ms'] / bare:.2f}x "
+        f"(CPU {typed['cpu_ms'] / bare_cpu:.2f}x)"
+    )
     return 0
 
 

@@ -63,14 +63,15 @@ def largest_valid(i: int) -> str:
     keys and list, 11 per rule (its mapping, 5 keys, 5 values), 5 for numa with its
     last id, 1 per further id."""
     head = f"cpu: {{limit: 2, period: 100ms}}\nmemory: {{high: {1000 + i}Mi, max: 2Gi}}\n"
-    rule = ("  - {{device: '259:{n}', read-bps: 500Mi, write-bps: 200Mi, read-iops: 1000, "
-            "write-iops: 1000}}\n")
+    rule = (
+        "  - {{device: '259:{n}', read-bps: 500Mi, write-bps: 200Mi, read-iops: 1000, "
+        "write-iops: 1000}}\n"
+    )
     room = MAX_VALUES - 13 - 4
     rules = min(MAX_IO_RULES, room // 11)
     text = _fill(head + "io:\n  max:\n", lambda n: rule.format(n=n), "", rules)
     room -= text.count("device") * 11 + 5
-    return _fill(text + "numa: {nodes: [", lambda n: f"{n}, ", "1023]}\n",
-                 max(0, min(room, 1023)))
+    return _fill(text + "numa: {nodes: [", lambda n: f"{n}, ", "1023]}\n", max(0, min(room, 1023)))
 
 
 def unknown_keys(i: int) -> str:
@@ -91,8 +92,12 @@ def over_values(i: int) -> str:
 def deepest(i: int) -> str:
     """Nesting at the depth bound, its innermost list filled with values."""
     depth = MAX_DEPTH - 2
-    return _fill("cpu: {limit: " + "[" * depth + str(i), lambda n: ",0",
-                 "]" * depth + "}\n", MAX_VALUES - 5 - depth)
+    return _fill(
+        "cpu: {limit: " + "[" * depth + str(i),
+        lambda n: ",0",
+        "]" * depth + "}\n",
+        MAX_VALUES - 5 - depth,
+    )
 
 
 def over_bytes(i: int) -> str:
@@ -115,8 +120,10 @@ def over_keys(i: int) -> dict[str, str]:
 def other_keys(i: int) -> dict[str, str]:
     """Not SLA text: a typical SLA among other annotations, 256 KiB in all (Kubernetes'
     bound), which every create decodes and walks past."""
-    return {POD_KEY: f"cpu: {{limit: 0.5}}\nmemory: {{max: {256 + i}Mi}}",
-            **{f"example.com/a{i}-{n}": "" for n in range(256 * 1024 // 20)}}
+    return {
+        POD_KEY: f"cpu: {{limit: 0.5}}\nmemory: {{max: {256 + i}Mi}}",
+        **{f"example.com/a{i}-{n}": "" for n in range(256 * 1024 // 20)},
+    }
 
 
 def both(doc: Callable[[int], str]) -> Callable[[int], dict[str, str]]:
@@ -172,36 +179,48 @@ def main() -> int:
     args = parser.parse_args()
     setup_logging("text", "info", stream=NullStream(), defer_decisions=True)
     plugin, _ = plugin_with(args.live)
-    print(f"bounds: {MAX_BYTES} bytes and {MAX_VALUES} values per document, "
-          f"{MAX_DEPTH} levels, {MAX_TOTAL} characters per pod; live containers: "
-          f"{len(plugin.registry)}; {args.n} creates per case")
+    print(
+        f"bounds: {MAX_BYTES} bytes and {MAX_VALUES} values per document, "
+        f"{MAX_DEPTH} levels, {MAX_TOTAL} characters per pod; live containers: "
+        f"{len(plugin.registry)}; {args.n} creates per case"
+    )
     typical_pod = make_pod("typical", annotations={POD_KEY: SLA})
     creates(plugin, [typical_pod] * 50)  # warm-up
     replica = p(creates(plugin, [typical_pod] * args.n)[0], 0.5)
     new_pod = 0.0
-    print(f"{'case':<30} {'bytes':>6} {'p50 us':>7} {'p99 us':>7} {'x new pod':>9} "
-          f"{'x replica':>9}")
+    print(
+        f"{'case':<30} {'bytes':>6} {'p50 us':>7} {'p99 us':>7} {'x new pod':>9} {'x replica':>9}"
+    )
     worst = 0.0
     for name, make in CASES:
         for label, index in (("distinct", lambda n: n), ("same", lambda n: 0)):
             if name == "typical":
                 label = "new pod" if label == "distinct" else "replica"
-            pods = [make_pod(f"{name[:5].replace(' ', '-')}-{label}-{n}",
-                             annotations=make(index(n) * 2)) for n in range(args.n)]
-            samples, outcome = creates(plugin, pods if label != "replica" else
-                                       [typical_pod] * args.n)
+            pods = [
+                make_pod(
+                    f"{name[:5].replace(' ', '-')}-{label}-{n}", annotations=make(index(n) * 2)
+                )
+                for n in range(args.n)
+            ]
+            samples, outcome = creates(
+                plugin, pods if label != "replica" else [typical_pod] * args.n
+            )
             p50 = p(samples, 0.5)
             new_pod = new_pod or p50
             if name not in NOT_JUDGED:
                 worst = max(worst, p50 / new_pod)
             size = sum(len(k) + len(v) for k, v in make(0).items())
-            print(f"{name + ', ' + label:<30} {size:>6} {p50:>7.0f} {p(samples, 0.99):>7.0f} "
-                  f"{p50 / new_pod:>9.1f} {p50 / replica:>9.1f}")
+            print(
+                f"{name + ', ' + label:<30} {size:>6} {p50:>7.0f} {p(samples, 0.99):>7.0f} "
+                f"{p50 / new_pod:>9.1f} {p50 / replica:>9.1f}"
+            )
             if args.show:
                 print(f"    {outcome}")
     met = worst <= TARGET_RATIO
-    print(f"worst: {worst:.1f}x a typical pod's first create (target <= {TARGET_RATIO:g}x: "
-          f"{'met' if met else 'MISSED'})")
+    print(
+        f"worst: {worst:.1f}x a typical pod's first create (target <= {TARGET_RATIO:g}x: "
+        f"{'met' if met else 'MISSED'})"
+    )
     return 0 if met else 1
 
 

@@ -41,8 +41,12 @@ from nri_plugin.simulated.runtime import (
 )
 
 REPO = Path(__file__).resolve().parents[1]
-SLAS = ("gpu: {count: 1, align: false}", "cpu: {exclusive: 2}",
-        "cpu: {limit: 1}\nmemory: {max: 1Gi}", None)
+SLAS = (
+    "gpu: {count: 1, align: false}",
+    "cpu: {exclusive: 2}",
+    "cpu: {limit: 1}\nmemory: {max: 1Gi}",
+    None,
+)
 SYNC_SLA = "cpu: {limit: 1}\nmemory: {max: 1Gi}"
 CONFIG = """\
 state-dir: {state}
@@ -72,9 +76,19 @@ async def main(args: argparse.Namespace) -> dict:
     # (which bounds all its parts together; the output says whether it would fit).
     sim = await RuntimeSimulator(str(socket_path), SimulatorOptions(request_timeout=120)).start()
     cli = Path(sys.executable).parent / "nri-sla"
-    proc = subprocess.Popen([str(cli), "run", "--config", str(config), "--cgroup", "v2",
-                             "--inventory", str(REPO / "examples" / "dgx-like.yaml")],
-                            stdin=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            str(cli),
+            "run",
+            "--config",
+            str(config),
+            "--cgroup",
+            "v2",
+            "--inventory",
+            str(REPO / "examples" / "dgx-like.yaml"),
+        ],
+        stdin=subprocess.DEVNULL,
+    )
     out: dict = {"machine": f"{os.cpu_count()} CPUs", "loadavg_start": os.getloadavg()[0]}
     try:
         session = await sim.accept(timeout=60)
@@ -86,8 +100,7 @@ async def main(args: argparse.Namespace) -> dict:
             pod = make_pod(f"lc-{i}", annotations={"sla.nri.io/pod": sla} if sla else None)
             # a GPU SLA verifies the device plugin's grant: one GPU, as the kubelet gives
             grant = (f"nvidia.com/gpu={i % 8}",) if sla and "gpu" in sla else ()
-            await session.container_life_cycle(pod, make_container(pod, "c",
-                                                                   cdi_devices=grant))
+            await session.container_life_cycle(pod, make_container(pod, "c", cdi_devices=grant))
             if (i + 1) % 1000 == 0:
                 samples.append((i + 1, rss_mib(proc.pid)))
         out["lifecycles"] = args.lifecycles
@@ -117,8 +130,9 @@ async def main(args: argparse.Namespace) -> dict:
             await session.synchronize(pods, containers)
             answered = time.perf_counter()
             await session.create_container(probe, make_container(probe, "c"))
-            syncs.append(((answered - t0) * 1e3, (time.perf_counter() - t0) * 1e3,
-                          rss_mib(proc.pid)))
+            syncs.append(
+                ((answered - t0) * 1e3, (time.perf_counter() - t0) * 1e3, rss_mib(proc.pid))
+            )
         out["syncs_ms_ready_ms_rss_mib"] = syncs
         out["loadavg_end"] = os.getloadavg()[0]
         return out
@@ -140,21 +154,28 @@ def run() -> int:
     if args.json:
         print(json.dumps(out, sort_keys=True))
         return 0
-    print(f"{out['lifecycles']} container lifecycles through `nri-sla run` "
-          f"({out['lifecycle_ms']:.2f} ms each; RSS idle {out['rss_idle_mib']:.1f} MiB):")
+    print(
+        f"{out['lifecycles']} container lifecycles through `nri-sla run` "
+        f"({out['lifecycle_ms']:.2f} ms each; RSS idle {out['rss_idle_mib']:.1f} MiB):"
+    )
     for n, rss in out["rss_samples_mib"]:
         print(f"  after {n:6d}: RSS {rss:.1f} MiB")
     growth = out.get("rss_growth_after_first_1000_mib")
     if growth is not None:
         print(f"  growth after the first 1,000: {growth:+.1f} MiB")
-    print(f"Synchronize of {out['sync_containers']} containers (90% with records, 10% "
-          f"created unenforced; containerd's default plugin_request_timeout is 2000 ms "
-          f"for all its parts); RSS before {out['rss_before_sync_mib']:.1f} MiB:")
+    print(
+        f"Synchronize of {out['sync_containers']} containers (90% with records, 10% "
+        f"created unenforced; containerd's default plugin_request_timeout is 2000 ms "
+        f"for all its parts); RSS before {out['rss_before_sync_mib']:.1f} MiB:"
+    )
     for n, (ms, ready, rss) in enumerate(out["syncs_ms_ready_ms_rss_mib"], 1):
-        print(f"  round {n}: answered in {ms:.0f} ms, a CreateContainer sent then answered "
-              f"{ready:.0f} ms after the Synchronize; RSS after {rss:.1f} MiB")
-    print(f"({out['machine']}, load average {out['loadavg_start']:.1f} -> "
-          f"{out['loadavg_end']:.1f})")
+        print(
+            f"  round {n}: answered in {ms:.0f} ms, a CreateContainer sent then answered "
+            f"{ready:.0f} ms after the Synchronize; RSS after {rss:.1f} MiB"
+        )
+    print(
+        f"({out['machine']}, load average {out['loadavg_start']:.1f} -> {out['loadavg_end']:.1f})"
+    )
     return 0
 
 

@@ -94,16 +94,31 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-memory-floor-") as tmp:
         request = Path(tmp) / "synchronize.bin"
         size = write_request(request, args.containers)
-        out = subprocess.run([sys.executable, "-I", "-c", CHILD, str(request)],
-                             capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [sys.executable, "-I", "-c", CHILD, str(request)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
     steps = json.loads(out.stdout)
     floor = next(v for name, v in steps if name.startswith("  peak"))
     if args.json:
-        print(json.dumps({"containers": args.containers, "request_bytes": size,
-                          "steps_mib": steps, "floor_mib": floor, "target_mib": RSS_TARGET_MIB}))
+        print(
+            json.dumps(
+                {
+                    "containers": args.containers,
+                    "request_bytes": size,
+                    "steps_mib": steps,
+                    "floor_mib": floor,
+                    "target_mib": RSS_TARGET_MIB,
+                }
+            )
+        )
         return 0
-    print(f"VmRSS of a fresh interpreter ({sys.version.split()[0]}) taking in a Synchronize "
-          f"of {args.containers:,} containers ({size:,} bytes)")
+    print(
+        f"VmRSS of a fresh interpreter ({sys.version.split()[0]}) taking in a Synchronize "
+        f"of {args.containers:,} containers ({size:,} bytes)"
+    )
     previous = 0.0
     for name, mib in steps:
         delta = "" if name.startswith("  peak") else f"{mib - previous:+7.1f}"
@@ -111,8 +126,10 @@ def main() -> int:
         if not name.startswith("  peak"):
             previous = mib
     verdict = "above" if floor > RSS_TARGET_MIB else "within"
-    print(f"the floor before any plugin code or state: {floor:.2f} MiB, {verdict} the "
-          f"{RSS_TARGET_MIB:.0f} MiB peak")
+    print(
+        f"the floor before any plugin code or state: {floor:.2f} MiB, {verdict} the "
+        f"{RSS_TARGET_MIB:.0f} MiB peak"
+    )
     return 0
 
 

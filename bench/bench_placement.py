@@ -23,11 +23,17 @@ RELEASES: list[float] = []
 
 def big_node(nvlink: str) -> tuple[Topology, GpuInventory]:
     total_cores = NODES * CORES
-    cores = tuple(frozenset(c + t * total_cores for t in range(THREADS))
-                  for c in range(total_cores))
-    nodes = tuple(NumaNode(n, frozenset().union(*cores[n * CORES:(n + 1) * CORES]),
-                           {m: 10 if m == n else 21 + 10 * abs(m - n) // 4 for m in range(NODES)})
-                  for n in range(NODES))
+    cores = tuple(
+        frozenset(c + t * total_cores for t in range(THREADS)) for c in range(total_cores)
+    )
+    nodes = tuple(
+        NumaNode(
+            n,
+            frozenset().union(*cores[n * CORES : (n + 1) * CORES]),
+            {m: 10 if m == n else 21 + 10 * abs(m - n) // 4 for m in range(NODES)},
+        )
+        for n in range(NODES)
+    )
     online = frozenset(range(total_cores * THREADS))
     gpus = []
     for i in range(GPUS):
@@ -36,16 +42,26 @@ def big_node(nvlink: str) -> tuple[Topology, GpuInventory]:
         else:  # fully connected quads, and each GPU linked to its twin in the next quad
             quad = range(i - i % 4, i - i % 4 + 4)
             peers = frozenset(quad) - {i} | {(i + 4) % GPUS}
-        gpus.append(Gpu(index=i, uuid=f"GPU-bench-{i:04d}", pci_bus_id=f"0000:{i + 16:02x}:00.0",
-                        numa_node=i // 2, minor=i, nvlink_peers=peers))
+        gpus.append(
+            Gpu(
+                index=i,
+                uuid=f"GPU-bench-{i:04d}",
+                pci_bus_id=f"0000:{i + 16:02x}:00.0",
+                numa_node=i // 2,
+                minor=i,
+                nvlink_peers=peers,
+            )
+        )
     return Topology(online, nodes, cores, frozenset({0, total_cores})), GpuInventory(
-        tuple(gpus), "snapshot")
+        tuple(gpus), "snapshot"
+    )
 
 
 def granted(inventory: GpuInventory, owner: str, *indexes: int, **kw) -> PlacementRequest:
     """`owner`'s request with GPUs `indexes` granted by the device plugin."""
-    return PlacementRequest(owner, wants_gpu=True,
-                            granted_gpus=tuple(inventory.gpus[i] for i in indexes), **kw)
+    return PlacementRequest(
+        owner, wants_gpu=True, granted_gpus=tuple(inventory.gpus[i] for i in indexes), **kw
+    )
 
 
 def populate(alloc: Allocator, live: int) -> dict[str, int]:
@@ -100,9 +116,11 @@ def main() -> int:
     record = alloc.allocate(granted(inventory, "gone", 12, 13, exclusive_cpus=4)).to_record()
     alloc.release("gone")
     free = GPUS - len(alloc.gpus_in_use())  # GPUs no container was granted
-    print(f"node: {len(topology.online)} CPUs, {NODES} NUMA nodes, {GPUS} GPUs "
-          f"(NVLink {args.topology}); live containers: {len(alloc.owners())} "
-          f"({', '.join(f'{k} {v}' for k, v in kinds.items())}); free GPUs {free}")
+    print(
+        f"node: {len(topology.online)} CPUs, {NODES} NUMA nodes, {GPUS} GPUs "
+        f"(NVLink {args.topology}); live containers: {len(alloc.owners())} "
+        f"({', '.join(f'{k} {v}' for k, v in kinds.items())}); free GPUs {free}"
+    )
 
     def req(*gpus: int, **kw):
         return lambda a, owner: a.allocate(granted(inventory, owner, *gpus, **kw))
@@ -110,10 +128,13 @@ def main() -> int:
     cases = [
         ("1 GPU granted", req(14, gpu_count=1)),
         ("2 GPUs nvlink", req(12, 13, gpu_count=2, topology="nvlink")),
-        ("4 GPUs nvlink (soft, not met)", lambda a, o: a.allocate(
-            granted(inventory, o, 0, 5, 10, 15, gpu_count=4, topology="nvlink"), hard=False)),
-        ("2 GPUs numa + 8 excl CPUs", req(14, 15, gpu_count=2, topology="numa",
-                                          exclusive_cpus=8)),
+        (
+            "4 GPUs nvlink (soft, not met)",
+            lambda a, o: a.allocate(
+                granted(inventory, o, 0, 5, 10, 15, gpu_count=4, topology="nvlink"), hard=False
+            ),
+        ),
+        ("2 GPUs numa + 8 excl CPUs", req(14, 15, gpu_count=2, topology="numa", exclusive_cpus=8)),
         ("shared GPU", req(8, align=False)),
         ("8 excl CPUs, no GPU", req(exclusive_cpus=8)),
         ("numa.nodes 3", req(numa_nodes=(3,))),
@@ -128,8 +149,10 @@ def main() -> int:
         med = statistics.median(times) * 1e6
         p99 = times[int(len(times) * 0.99) - 1] * 1e6
         worst = max(worst, med)
-        print(f"{name:34} {med:7.0f}us {p99:7.0f}us {statistics.fmean(times) * 1e6:7.0f}us"
-              f"  {failures}/{args.rounds}")
+        print(
+            f"{name:34} {med:7.0f}us {p99:7.0f}us {statistics.fmean(times) * 1e6:7.0f}us"
+            f"  {failures}/{args.rounds}"
+        )
     print(f"{'release()':34} {statistics.median(RELEASES) * 1e6:7.0f}us")
     print(f"worst median: {worst:.0f}us (target < 1000us): {'OK' if worst < 1000 else 'MISSED'}")
     return 0 if worst < 1000 else 1

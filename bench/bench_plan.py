@@ -25,8 +25,8 @@ from nri_plugin.topology.snapshot import load_snapshot
 
 TYPICAL = {
     "sla.nri.io/pod": "cpu: {limit: 2.5, period: 100ms}\n"
-                      "memory: {high: 8Gi, max: 10Gi}\n"
-                      "io: {weight: 500}\n",
+    "memory: {high: 8Gi, max: 10Gi}\n"
+    "io: {weight: 500}\n",
     "sla.nri.io/container.work": "cpu: {limit: 4}\n",
     "sla.nri.io/enforcement": "hard",
 }
@@ -37,10 +37,16 @@ def measure(node: NodeState, annotations: dict[str, str], n: int) -> list[float]
     samples = []
     for i in range(n):
         start = time.perf_counter()
-        decision = decide(node, ContainerRequest(annotations, "work", namespace="ml",
-                                                 owner=f"c{i}", nri_version="v0.12.0"))
-        annotated(node.annotations_for(decision.plan, "nri", f"c{i}"),
-                  settings=build_adjustment(decision.plan))
+        decision = decide(
+            node,
+            ContainerRequest(
+                annotations, "work", namespace="ml", owner=f"c{i}", nri_version="v0.12.0"
+            ),
+        )
+        annotated(
+            node.annotations_for(decision.plan, "nri", f"c{i}"),
+            settings=build_adjustment(decision.plan),
+        )
         samples.append(time.perf_counter() - start)
         node.release(f"c{i}")
     return samples
@@ -59,8 +65,12 @@ def main() -> None:
     args = parser.parse_args()
     snapshot = load_snapshot(Path(__file__).resolve().parents[1] / "examples/dgx-like.yaml")
     for version in (2, 1):
-        node = NodeState(NodeConfig(), version, rt_budget=RtBudget(0.5),
-                         allocator=Allocator(snapshot.topology, snapshot.inventory))
+        node = NodeState(
+            NodeConfig(),
+            version,
+            rt_budget=RtBudget(0.5),
+            allocator=Allocator(snapshot.topology, snapshot.inventory),
+        )
         # v1 has no memory.high: soft mode plans the soft limit and a warning instead
         annotations = TYPICAL if version == 2 else {**TYPICAL, "sla.nri.io/enforcement": "soft"}
         measure(node, annotations, 200)  # warm the caches

@@ -42,9 +42,13 @@ DEPTH = (MAX_RECORD_BYTES - 100) // 2  # the deepest nesting that fits the size 
 
 def node() -> NodeState:
     snapshot = load_snapshot(DGX)
-    return NodeState(NodeConfig(), 2, allocator=Allocator(snapshot.topology,
-                                                          snapshot.inventory),
-                     rt_budget=RtBudget(0.5), record_key=KEY)
+    return NodeState(
+        NodeConfig(),
+        2,
+        allocator=Allocator(snapshot.topology, snapshot.inventory),
+        rt_budget=RtBudget(0.5),
+        record_key=KEY,
+    )
 
 
 def hostile() -> dict[str, str]:
@@ -52,12 +56,23 @@ def hostile() -> dict[str, str]:
     return {
         "16 MiB record (size check)": '{"v":2,"x":"' + "9" * (16 << 20) + '"}',
         "16 KiB forged, MAC-shaped tail (HMAC)": sign_record(
-            '{"v":2,"x":"' + "9" * (MAX_RECORD_BYTES - 100) + '"}', "c", bytes(32)),
+            '{"v":2,"x":"' + "9" * (MAX_RECORD_BYTES - 100) + '"}', "c", bytes(32)
+        ),
         f"{DEPTH}-deep nesting, forged (MAC check)": nested,
         f"{DEPTH}-deep nesting, with the key (depth scan)": sign_record(nested, "c", KEY),
-        "a huge CPU range, with the key": sign_record(record_text(
-            {"v": 2, "path": "nri", "enforcement": "hard", "cgroup_version": 2,
-             "cpus": "0-999999999"}), "c", KEY),
+        "a huge CPU range, with the key": sign_record(
+            record_text(
+                {
+                    "v": 2,
+                    "path": "nri",
+                    "enforcement": "hard",
+                    "cgroup_version": 2,
+                    "cpus": "0-999999999",
+                }
+            ),
+            "c",
+            KEY,
+        ),
     }
 
 
@@ -101,26 +116,40 @@ def main() -> int:
     for name, text in hostile().items():
         p50, p99 = timed(lambda t=text: refuse(t), args.n)
         print(f"refuse {name:<46} p50 {p50 * 1e6:8.1f} us  p99 {p99 * 1e6:8.1f} us")
-    genuine = encode_record(ContainerPlan("hard", 2, cpu_quota=250_000, cpu_period=100_000,
-                                          memory_max=10 << 30, cpus="0-3", mems="0"),
-                            "nri", "c", KEY)
+    genuine = encode_record(
+        ContainerPlan(
+            "hard",
+            2,
+            cpu_quota=250_000,
+            cpu_period=100_000,
+            memory_max=10 << 30,
+            cpus="0-3",
+            mems="0",
+        ),
+        "nri",
+        "c",
+        KEY,
+    )
     p50, p99 = timed(lambda: decode_record(genuine, "c", KEY), args.n)
-    print(f"decode a genuine record ({len(genuine)} bytes){'':<19} p50 {p50 * 1e6:8.1f} us"
-          f"  p99 {p99 * 1e6:8.1f} us")
+    print(
+        f"decode a genuine record ({len(genuine)} bytes){'':<19} p50 {p50 * 1e6:8.1f} us"
+        f"  p99 {p99 * 1e6:8.1f} us"
+    )
 
     plan = ContainerPlan("hard", 2, cpu_quota=50_000, cpu_period=100_000, memory_max=1 << 30)
-    genuine_set = [LiveContainer(f"c{i}", "default", encode_record(
-        plan, "nri", f"c{i}", KEY), i) for i in range(1000)]
+    genuine_set = [
+        LiveContainer(f"c{i}", "default", encode_record(plan, "nri", f"c{i}", KEY), i)
+        for i in range(1000)
+    ]
     # The dearest forgery: at the size limit with a MAC-shaped tail, so the HMAC is computed.
-    forged = sign_record(json.dumps({"v": 2, "x": "9" * (MAX_RECORD_BYTES - 100)}), "c",
-                         bytes(32))
-    forged_set = [LiveContainer(f"c{i}", "default", forged, i)
-                  for i in range(1000)]
-    for name, containers in (("1,000 genuine records", genuine_set),
-                             ("1,000 forged 16 KiB records", forged_set)):
+    forged = sign_record(json.dumps({"v": 2, "x": "9" * (MAX_RECORD_BYTES - 100)}), "c", bytes(32))
+    forged_set = [LiveContainer(f"c{i}", "default", forged, i) for i in range(1000)]
+    for name, containers in (
+        ("1,000 genuine records", genuine_set),
+        ("1,000 forged 16 KiB records", forged_set),
+    ):
         elapsed, peak, taken = restore(containers)
-        print(f"restore {name:<30} {elapsed * 1e3:7.1f} ms  peak {peak:5.2f} MiB  "
-              f"taken {taken}")
+        print(f"restore {name:<30} {elapsed * 1e3:7.1f} ms  peak {peak:5.2f} MiB  taken {taken}")
     return 0
 
 

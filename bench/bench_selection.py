@@ -51,8 +51,13 @@ from tests.support.besteffort import (
     pair_scores,
 )
 
-COMPARED = {"DGX-1V": dgx1v_gpus, "DGX-1P": dgx1p_gpus, "NVSwitch": nvswitch_gpus,
-            "PCIe pairs": pcie_pairs_gpus, "4x RTX 8000": rtx8000_gpus}
+COMPARED = {
+    "DGX-1V": dgx1v_gpus,
+    "DGX-1P": dgx1p_gpus,
+    "NVSwitch": nvswitch_gpus,
+    "PCIe pairs": pcie_pairs_gpus,
+    "4x RTX 8000": rtx8000_gpus,
+}
 
 SIZES = (1, 2, 4, 8)
 TOPOLOGIES = ("any", "numa", "nvlink")
@@ -76,15 +81,22 @@ def doubled(inv: GpuInventory, switched: bool = False) -> GpuInventory:
             links = tuple((p + n * copy, k) for p, k in g.nvlink_links)
             if switched:
                 links += tuple((p + n * (1 - copy), g.nvlink_links[0][1]) for p in range(n))
-            gpus.append(replace(
-                g, index=g.index + n * copy, nvlink_peers=frozenset(), nvlink_links=links,
-                numa_node=None if g.numa_node is None else g.numa_node + 2 * copy,
-                pcie_levels=tuple((p + n * copy, lv) for p, lv in g.pcie_levels) + others))
+            gpus.append(
+                replace(
+                    g,
+                    index=g.index + n * copy,
+                    nvlink_peers=frozenset(),
+                    nvlink_links=links,
+                    numa_node=None if g.numa_node is None else g.numa_node + 2 * copy,
+                    pcie_levels=tuple((p + n * copy, lv) for p, lv in g.pcie_levels) + others,
+                )
+            )
     return GpuInventory(tuple(gpus), "snapshot")
 
 
-def measure(inv: GpuInventory, size: int, rounds: int,
-            rng: random.Random) -> tuple[list[float], set[str], int]:
+def measure(
+    inv: GpuInventory, size: int, rounds: int, rng: random.Random
+) -> tuple[list[float], set[str], int]:
     gpus = [g.index for g in inv.gpus]
     times, searches, refused = [], set(), 0
     for n in range(rounds):
@@ -103,8 +115,10 @@ def measure(inv: GpuInventory, size: int, rounds: int,
 def compare_all() -> int:
     """Every (free state, size, pinned GPU) case of every compared box; 1 when nri-sla's
     set is worse in any."""
-    print(f"{'box':12} {'pinned':>6} {'cases':>6} {'nri-sla better':>14} "
-          f"{'NVIDIA better':>13}  per metric (nri-sla / NVIDIA better)")
+    print(
+        f"{'box':12} {'pinned':>6} {'cases':>6} {'nri-sla better':>14} "
+        f"{'NVIDIA better':>13}  per metric (nri-sla / NVIDIA better)"
+    )
     worse = 0
     for name, make in COMPARED.items():
         inv = read_box(make)
@@ -115,15 +129,26 @@ def compare_all() -> int:
             for free, size in every_case(inv):
                 for pin in sorted(free) if pinned else [None]:
                     must = [] if pin is None else [pin]
-                    ours = [g.index for g in preferred_gpus(
-                        inv, [by_index[i] for i in sorted(free)],
-                        [by_index[i] for i in must], size)]
+                    ours = [
+                        g.index
+                        for g in preferred_gpus(
+                            inv,
+                            [by_index[i] for i in sorted(free)],
+                            [by_index[i] for i in must],
+                            size,
+                        )
+                    ]
                     theirs = best_effort(scores, sorted(free), must, size)
-                    tally.add(f"{name} free {sorted(free)} size {size} pinned {must}",
-                              metrics(inv, ours), metrics(inv, theirs))
+                    tally.add(
+                        f"{name} free {sorted(free)} size {size} pinned {must}",
+                        metrics(inv, ours),
+                        metrics(inv, theirs),
+                    )
             per_metric = ", ".join(f"{m} {a}/{b}" for m, (a, b) in tally.by_metric.items())
-            print(f"{name:12} {'yes' if pinned else 'no':>6} {tally.cases:6} "
-                  f"{tally.ours_better:14} {tally.theirs_better:13}  {per_metric}")
+            print(
+                f"{name:12} {'yes' if pinned else 'no':>6} {tally.cases:6} "
+                f"{tally.ours_better:14} {tally.theirs_better:13}  {per_metric}"
+            )
             for line in tally.worse[:5]:
                 print(f"  worse: {line}")
             worse += tally.theirs_better
@@ -135,14 +160,20 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=600)
     parser.add_argument("--seed", type=int, default=18)
-    parser.add_argument("--compare", action="store_true",
-                        help="compare with NVIDIA's best-effort allocator instead of timing")
+    parser.add_argument(
+        "--compare",
+        action="store_true",
+        help="compare with NVIDIA's best-effort allocator instead of timing",
+    )
     args = parser.parse_args()
     if args.compare:
         return compare_all()
     rng = random.Random(args.seed)
-    boxes = {"dgx1v": read_box(dgx1v_gpus), "nvswitch": read_box(nvswitch_gpus),
-             "pcie-pairs": read_box(pcie_pairs_gpus)}
+    boxes = {
+        "dgx1v": read_box(dgx1v_gpus),
+        "nvswitch": read_box(nvswitch_gpus),
+        "pcie-pairs": read_box(pcie_pairs_gpus),
+    }
     boxes |= {f"2x {name}": doubled(inv) for name, inv in list(boxes.items())}
     boxes["16 nvswitch"] = doubled(boxes["nvswitch"], switched=True)
     print(f"{'box':16} {'GPUs':>4} {'size':>4} {'median':>9} {'p99':>9}  search       refused")
@@ -158,8 +189,10 @@ def main() -> int:
             p99 = times[int(len(times) * 0.99) - 1] * 1e6
             if size <= 4:
                 worst_small = max(worst_small, med)
-            print(f"{name:16} {len(inv.gpus):4} {size:4} {med:7.0f}us {p99:7.0f}us  "
-                  f"{','.join(sorted(searches)) or '-':12} {refused}/{args.rounds}")
+            print(
+                f"{name:16} {len(inv.gpus):4} {size:4} {med:7.0f}us {p99:7.0f}us  "
+                f"{','.join(sorted(searches)) or '-':12} {refused}/{args.rounds}"
+            )
         print(f"{name:16} subset table (built once): {table * 1e3:.1f} ms")
         half = len(inv.gpus) // 2
         for topology in TOPOLOGIES:  # the most sets: half the GPUs out of all free
@@ -169,12 +202,16 @@ def main() -> int:
                 choose_gpus(inv, range(len(inv.gpus)), half, topology=topology)
                 times.append(time.perf_counter() - start)
             worst_all_free = max(worst_all_free, statistics.median(times))
-            print(f"{name:16} all free, {half} {topology}: median "
-                  f"{statistics.median(times) * 1e6:.0f}us")
+            print(
+                f"{name:16} all free, {half} {topology}: median "
+                f"{statistics.median(times) * 1e6:.0f}us"
+            )
     ok = worst_small < 1000 and worst_all_free < 0.1
-    print(f"worst median (size <= 4): {worst_small:.0f}us (target < 1000us); worst all-free "
-          f"request: {worst_all_free * 1e3:.1f} ms (target < 100 ms): "
-          f"{'OK' if ok else 'MISSED'}")
+    print(
+        f"worst median (size <= 4): {worst_small:.0f}us (target < 1000us); worst all-free "
+        f"request: {worst_all_free * 1e3:.1f} ms (target < 100 ms): "
+        f"{'OK' if ok else 'MISSED'}"
+    )
     return 0 if ok else 1
 
 

@@ -60,8 +60,10 @@ def measure(fn, rounds: int, setup=None) -> list[float]:
 def report(name: str, samples: list[float]) -> None:
     samples.sort()
     p99 = samples[min(len(samples) - 1, int(len(samples) * 0.99))]
-    print(f"{name:<12} median {statistics.median(samples):8.1f} us   p99 {p99:8.1f} us   "
-          f"({len(samples)} calls)")
+    print(
+        f"{name:<12} median {statistics.median(samples):8.1f} us   p99 {p99:8.1f} us   "
+        f"({len(samples)} calls)"
+    )
 
 
 def main() -> int:
@@ -74,15 +76,25 @@ def main() -> int:
 
     def new_result(i: int) -> None:
         _resolve.clear()
-    report("doc-cached", measure(lambda i: sla_for_container(ANNOTATIONS, "trainer"),
-                                 rounds // 10, new_result))
-    report("cold", measure(lambda i: sla_for_container(ANNOTATIONS, "trainer"),
-                           rounds // 10, lambda i: clear_caches()))
+
+    report(
+        "doc-cached",
+        measure(lambda i: sla_for_container(ANNOTATIONS, "trainer"), rounds // 10, new_result),
+    )
+    report(
+        "cold",
+        measure(
+            lambda i: sla_for_container(ANNOTATIONS, "trainer"),
+            rounds // 10,
+            lambda i: clear_caches(),
+        ),
+    )
     bad = dict(ANNOTATIONS, **{"sla.nri.io/container.trainer": "memory: {max: 12GB}"})
 
     def invalid(i: int) -> None:
         with contextlib.suppress(SlaError):
             sla_for_container(bad, "trainer")
+
     report("invalid", measure(invalid, rounds // 2))
     print(f"cache: documents {len(_document)}, resolved {len(_resolve)}")
     return 0

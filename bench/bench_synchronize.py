@@ -64,28 +64,33 @@ TARGET_10K = 0.5  # seconds (issue 21)
 
 def node(cgroup_root: Path) -> NodeState:
     snapshot = load_snapshot(DGX)
-    config = NodeConfig(permissions=Permissions(exclusive_cpus=("*",),
-                                                exceed_runtime_limits=("*",)),
-                        pod_caps=PodCaps(exclusive_cpus=Cap(100, percent=True)))
-    return NodeState(config, 2, facts=CgroupFacts(version=2, driver="cgroupfs",
-                                                  root=cgroup_root),
-                     allocator=Allocator(snapshot.topology, snapshot.inventory),
-                     rt_budget=RtBudget(0.5),
-                     capabilities=NodeCapabilities(io_weight=True, bfq=False),
-                     record_key=KEY)
+    config = NodeConfig(
+        permissions=Permissions(exclusive_cpus=("*",), exceed_runtime_limits=("*",)),
+        pod_caps=PodCaps(exclusive_cpus=Cap(100, percent=True)),
+    )
+    return NodeState(
+        config,
+        2,
+        facts=CgroupFacts(version=2, driver="cgroupfs", root=cgroup_root),
+        allocator=Allocator(snapshot.topology, snapshot.inventory),
+        rt_budget=RtBudget(0.5),
+        capabilities=NodeCapabilities(io_weight=True, bfq=False),
+        record_key=KEY,
+    )
 
 
-def build(n: int, case: str, cgroup_root: Path
-          ) -> tuple[list[pb.PodSandbox], list[pb.Container]]:
+def build(n: int, case: str, cgroup_root: Path) -> tuple[list[pb.PodSandbox], list[pb.Container]]:
     """N running containers as the runtime reports them at Synchronize, their cgroups
     written as runc would (the plugin's adjustment applied)."""
     maker = SlaPlugin(node(cgroup_root))  # the plugin that created them
     pods, containers = [], []
     for i in range(n):
-        pod = make_pod(f"sync-{i}", annotations={"sla.nri.io/pod": SLA} if case != "no SLA"
-                       else None)
-        ctr = make_container(pod, "c", resources=make_resources(cpu_shares=102),
-                             state=pb.CONTAINER_CREATED)
+        pod = make_pod(
+            f"sync-{i}", annotations={"sla.nri.io/pod": SLA} if case != "no SLA" else None
+        )
+        ctr = make_container(
+            pod, "c", resources=make_resources(cpu_shares=102), state=pb.CONTAINER_CREATED
+        )
         answer = maker.create_container(pod, ctr)
         if answer.adjustment is not None:
             ctr.linux.resources.MergeFrom(answer.adjustment.linux.resources)
@@ -154,8 +159,9 @@ def main() -> int:
             root = Path(tempfile.mkdtemp(prefix="nri-bench-sync-"))
             try:
                 pods, containers = build(n, case, root)
-                request = pb.SynchronizeRequest(pods=pods, containers=containers
-                                                ).SerializeToString()
+                request = pb.SynchronizeRequest(
+                    pods=pods, containers=containers
+                ).SerializeToString()
                 restart, reconnect = [], []
                 for _ in range(args.repeat):
                     plugin = SlaPlugin(node(root))
@@ -175,12 +181,18 @@ def main() -> int:
                 cpu, wall = min(s[2:] for s in samples)
                 over = n >= 10000 and answer_wall > TARGET_10K
                 missed |= over
-                print(f"Synchronize {n:>6} containers, {case:<10} {what:<9} answer "
-                      f"cpu {answer_cpu * 1e3:6.2f} ms wall {answer_wall * 1e3:6.2f} ms"
-                      f"{'  (over the 0.5 s target)' if over else ''}; restore after it "
-                      f"cpu {cpu * 1e3:8.1f} ms wall {wall * 1e3:8.1f} ms", flush=True)
-            print(f"Synchronize {n:>6} containers, {case:<10} held after it: "
-                  f"{held / 1024:.2f} KiB per tracked container (Python heap)", flush=True)
+                print(
+                    f"Synchronize {n:>6} containers, {case:<10} {what:<9} answer "
+                    f"cpu {answer_cpu * 1e3:6.2f} ms wall {answer_wall * 1e3:6.2f} ms"
+                    f"{'  (over the 0.5 s target)' if over else ''}; restore after it "
+                    f"cpu {cpu * 1e3:8.1f} ms wall {wall * 1e3:8.1f} ms",
+                    flush=True,
+                )
+            print(
+                f"Synchronize {n:>6} containers, {case:<10} held after it: "
+                f"{held / 1024:.2f} KiB per tracked container (Python heap)",
+                flush=True,
+            )
     return 1 if missed else 0
 
 

@@ -71,8 +71,10 @@ def percentile(sorted_values: list[float], q: float) -> float:
 
 
 def state(n: int) -> tuple[list, list]:
-    pods = [make_pod(f"pod-{i}", annotations={"sla.nri.io/pod": "cpu: {limit: 1}"})
-            for i in range(max(1, n // 4))]
+    pods = [
+        make_pod(f"pod-{i}", annotations={"sla.nri.io/pod": "cpu: {limit: 1}"})
+        for i in range(max(1, n // 4))
+    ]
     return pods, [make_container(pods[i % len(pods)], f"c{i}") for i in range(n)]
 
 
@@ -85,12 +87,16 @@ async def main(args: argparse.Namespace) -> dict[str, float]:
     try:
         s = await sim.accept(timeout=30)
         out: dict[str, float] = {"rss_idle_mib": rss_kib(proc.pid) / 1024}
-        pod = make_pod("bench", annotations={
-            "sla.nri.io/container.work": "cpu: {limit: 0.5}\nmemory: {max: 256Mi}\n"})
+        pod = make_pod(
+            "bench",
+            annotations={"sla.nri.io/container.work": "cpu: {limit: 0.5}\nmemory: {max: 256Mi}\n"},
+        )
         ctr = make_container(pod, "work")
         out["create_request_bytes"] = len(
-            __import__("nri_plugin.nri.pb.nri_pb2", fromlist=["x"]).CreateContainerRequest(
-                pod=pod, container=ctr).SerializeToString())
+            __import__("nri_plugin.nri.pb.nri_pb2", fromlist=["x"])
+            .CreateContainerRequest(pod=pod, container=ctr)
+            .SerializeToString()
+        )
         for _ in range(500):  # warm-up
             await s.create_container(pod, ctr)
         lat = []
@@ -131,16 +137,22 @@ def run() -> int:
     if args.json:
         print(json.dumps(out, sort_keys=True))
         return 0
-    print(f"CreateContainer round trip ({int(out['create_requests'])} calls, "
-          f"{int(out['create_request_bytes'])}-byte request): "
-          f"p50 {out['create_p50_us']:.0f} us, p99 {out['create_p99_us']:.0f} us, "
-          f"mean {out['create_mean_us']:.0f} us  (target p50 < 300 us, p99 < 1000 us)")
-    print(f"  CPU per call: plugin {out['create_cpu_plugin_us']:.0f} us, simulated runtime "
-          f"{out['create_cpu_runtime_us']:.0f} us; load average {out['loadavg_1m']:.2f} "
-          f"on {os.cpu_count()} CPUs")
+    print(
+        f"CreateContainer round trip ({int(out['create_requests'])} calls, "
+        f"{int(out['create_request_bytes'])}-byte request): "
+        f"p50 {out['create_p50_us']:.0f} us, p99 {out['create_p99_us']:.0f} us, "
+        f"mean {out['create_mean_us']:.0f} us  (target p50 < 300 us, p99 < 1000 us)"
+    )
+    print(
+        f"  CPU per call: plugin {out['create_cpu_plugin_us']:.0f} us, simulated runtime "
+        f"{out['create_cpu_runtime_us']:.0f} us; load average {out['loadavg_1m']:.2f} "
+        f"on {os.cpu_count()} CPUs"
+    )
     for n in (1000, 10000):
-        print(f"Synchronize {n:>6} containers: {out[f'sync_{n}_ms']:.1f} ms; "
-              f"plugin RSS after: {out[f'rss_after_sync_{n}_mib']:.1f} MiB")
+        print(
+            f"Synchronize {n:>6} containers: {out[f'sync_{n}_ms']:.1f} ms; "
+            f"plugin RSS after: {out[f'rss_after_sync_{n}_mib']:.1f} MiB"
+        )
     print(f"plugin RSS idle: {out['rss_idle_mib']:.1f} MiB")
     return 0
 

@@ -73,10 +73,15 @@ SLA_KEY = "sla.nri.io/pod"
 APPLIED = "sla.nri.io/applied"
 # The targets: nri-sla / Go at most these ratios ...
 TARGETS = {"create_p50": 1.0, "create_p99": 1.0, "sync": 1.0}
-RATIO_KEYS = (("create_p50", "create_p50_us"), ("create_p99", "create_p99_us"),
-              ("create_mean", "create_mean_us"), ("sync", "sync_ms"), ("ready", "ready_ms"),
-              ("plugin_cpu", "plugin_cpu_per_create_us"),
-              ("runtime_cpu", "runtime_cpu_per_create_us"))
+RATIO_KEYS = (
+    ("create_p50", "create_p50_us"),
+    ("create_p99", "create_p99_us"),
+    ("create_mean", "create_mean_us"),
+    ("sync", "sync_ms"),
+    ("ready", "ready_ms"),
+    ("plugin_cpu", "plugin_cpu_per_create_us"),
+    ("runtime_cpu", "runtime_cpu_per_create_us"),
+)
 # ... and these figures of nri-sla alone:
 SYNC_RECORDS_MS = (10_000, 500.0)  # Synchronize of 10,000 containers, each with a record
 RSS_PEAK_MIB = (1_000, 3_000, 38.0)  # peak RSS after Synchronize(1,000) + 3,000 creations
@@ -108,8 +113,12 @@ class PluginFigures:
     adjustment: dict | None = None
 
 
-def write_payload(path: Path, sync_containers: int, record_key: bytes | None = None,
-                  plan_config: Path | None = None) -> None:
+def write_payload(
+    path: Path,
+    sync_containers: int,
+    record_key: bytes | None = None,
+    plan_config: Path | None = None,
+) -> None:
     """The driver's input: the created pod/container and the state to synchronize, made
     by nri-sla's simulator (the same golden-like objects the other benchmarks use).
     `record_key`: every synchronized container carries the record nri-sla writes for the
@@ -124,10 +133,16 @@ def write_payload(path: Path, sync_containers: int, record_key: bytes | None = N
         for c in ctrs:
             c.annotations[APPLIED] = encode_record(plan, "nri", c.id, record_key)
     as_dict = json_format.MessageToDict
-    path.write_text(json.dumps({
-        "pod": as_dict(pod), "container": as_dict(ctr),
-        "sync_pods": [as_dict(p) for p in pods],
-        "sync_containers": [as_dict(c) for c in ctrs]}))
+    path.write_text(
+        json.dumps(
+            {
+                "pod": as_dict(pod),
+                "container": as_dict(ctr),
+                "sync_pods": [as_dict(p) for p in pods],
+                "sync_containers": [as_dict(c) for c in ctrs],
+            }
+        )
+    )
 
 
 def record_plan(config: Path | None, key: bytes):
@@ -135,8 +150,7 @@ def record_plan(config: Path | None, key: bytes):
     hold), by the core's own decision over the plugin's node config."""
     # This process's own node read (no GPUs here is no news: the plugin logs it).
     logging.getLogger("nri_sla").setLevel(logging.ERROR)
-    node = build_node(load_config(str(config) if config else None), detect=True,
-                      record_key=key)
+    node = build_node(load_config(str(config) if config else None), detect=True, record_key=key)
     decision = decide(node, ContainerRequest({SLA_KEY: SLA}, "c", namespace="default"))
     if decision.plan is None:
         raise BenchError(f"no plan for the bench SLA on this host: {decision.error}")
@@ -210,8 +224,13 @@ def stop(proc: subprocess.Popen) -> None:
             proc.wait()
 
 
-def run_once(args: argparse.Namespace, payload: Path, plugin_cmd: list[str],
-             fig: PluginFigures, workdir: Path) -> None:
+def run_once(
+    args: argparse.Namespace,
+    payload: Path,
+    plugin_cmd: list[str],
+    fig: PluginFigures,
+    workdir: Path,
+) -> None:
     """One driver + one plugin; `plugin_cmd` ends with its socket option."""
     sock, raw = workdir / f"{fig.name}.sock", workdir / f"{fig.name}.raw"
     log_path, driver_log = workdir / f"{fig.name}.log", workdir / f"{fig.name}.driver.log"
@@ -220,17 +239,37 @@ def run_once(args: argparse.Namespace, payload: Path, plugin_cmd: list[str],
         # Logs go to files: a full pipe must never stall a process being timed.
         with open(driver_log, "w") as dlog, open(log_path, "w") as plog:
             driver = subprocess.Popen(
-                [args.driver, "-socket", str(sock), "-payload", str(payload),
-                 "-n", str(args.requests), "-warmup", str(args.warmup),
-                 "-sync-rounds", str(args.sync_rounds), "-sync-gap", f"{args.sync_gap}s",
-                 "-wait-stdin", "-raw", str(raw),
-                 "-request-timeout", f"{args.request_timeout}s"],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=dlog, text=True)
+                [
+                    args.driver,
+                    "-socket",
+                    str(sock),
+                    "-payload",
+                    str(payload),
+                    "-n",
+                    str(args.requests),
+                    "-warmup",
+                    str(args.warmup),
+                    "-sync-rounds",
+                    str(args.sync_rounds),
+                    "-sync-gap",
+                    f"{args.sync_gap}s",
+                    "-wait-stdin",
+                    "-raw",
+                    str(raw),
+                    "-request-timeout",
+                    f"{args.request_timeout}s",
+                ],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=dlog,
+                text=True,
+            )
             events = EventReader(driver)
             events.wait_for("listening", 30)
             plugin = subprocess.Popen([*plugin_cmd, str(sock)], stdout=plog, stderr=plog)
-        synced = events.wait_for("synced", 60 + args.sync_rounds * (
-            2 * args.request_timeout + args.sync_gap))
+        synced = events.wait_for(
+            "synced", 60 + args.sync_rounds * (2 * args.request_timeout + args.sync_gap)
+        )
         fig.ready_us.append(synced["ready_us"])
         fig.rss_after_sync_kib.append(vm_kib(plugin.pid))
         fig.rss_sync_peak_kib.append(vm_kib(plugin.pid, "VmHWM"))
@@ -249,8 +288,11 @@ def run_once(args: argparse.Namespace, payload: Path, plugin_cmd: list[str],
         fig.adjustment = fig.adjustment or done["first_adjustment"]
         driver.wait(30)
     except (BenchError, OSError, subprocess.TimeoutExpired) as e:
-        tails = "".join(f"\n--- {p.name} (tail):\n{p.read_text()[-2000:]}"
-                        for p in (driver_log, log_path) if p.exists())
+        tails = "".join(
+            f"\n--- {p.name} (tail):\n{p.read_text()[-2000:]}"
+            for p in (driver_log, log_path)
+            if p.exists()
+        )
         raise BenchError(f"{fig.name}: {e}{tails}") from None
     finally:
         for proc in (driver, plugin):
@@ -274,7 +316,8 @@ def summary(fig: PluginFigures) -> dict[str, float]:
     us = [n / 1e3 for n in fig.create_ns]
     return {
         "create_calls": len(us),
-        "create_p50_us": pct(us, 0.5), "create_p99_us": pct(us, 0.99),
+        "create_p50_us": pct(us, 0.5),
+        "create_p99_us": pct(us, 0.99),
         "create_mean_us": statistics.fmean(us),
         "sync_ms": statistics.median(fig.sync_us) / 1e3,
         "ready_ms": statistics.median(fig.ready_us) / 1e3,
@@ -308,12 +351,28 @@ def main(args: argparse.Namespace) -> dict:
         key = load_or_create_key(str(state)) if args.records else None
         plugin_cmds = {
             "go": [args.go_plugin, *args.go_plugin_arg, "-socket"],
-            "nri-sla": [nri_plugin, "run", "--config", str(config), "--metrics-address", "",
-                        *args.nri_sla_arg, "--socket"],
+            "nri-sla": [
+                nri_plugin,
+                "run",
+                "--config",
+                str(config),
+                "--metrics-address",
+                "",
+                *args.nri_sla_arg,
+                "--socket",
+            ],
         }
         if args.floor:
-            plugin_cmds["floor"] = [sys.executable, str(FLOOR_PLUGIN), "run", "--config",
-                                    str(config), "--metrics-address", "", "--socket"]
+            plugin_cmds["floor"] = [
+                sys.executable,
+                str(FLOOR_PLUGIN),
+                "run",
+                "--config",
+                str(config),
+                "--metrics-address",
+                "",
+                "--socket",
+            ]
         figs = {name: PluginFigures(name) for name in plugin_cmds}
         payload = workdir / "payload.json"
         write_payload(payload, args.sync_containers, key, config)
@@ -323,18 +382,25 @@ def main(args: argparse.Namespace) -> dict:
     sums = {name: summary(fig) for name, fig in figs.items()}
     go = sums["go"]
     ratios = {name: ratio(sums["nri-sla"][key], go[key]) for name, key in RATIO_KEYS}
-    out = {**sums, "ratios": ratios, "targets": TARGETS,
-           "same_adjustment": all(unsigned(fig.adjustment) == unsigned(figs["go"].adjustment)
-                                  for fig in figs.values()),
-            "adjustment": figs["nri-sla"].adjustment,
-            "rounds": args.rounds, "go_plugin_args": args.go_plugin_arg,
-            "sync_containers": args.sync_containers, "records": args.records,
-            "sync_gap_s": args.sync_gap,
-            "creations": args.warmup + args.requests,
-            "loadavg_1m": os.getloadavg()[0], "cpus": os.cpu_count()}
+    out = {
+        **sums,
+        "ratios": ratios,
+        "targets": TARGETS,
+        "same_adjustment": all(
+            unsigned(fig.adjustment) == unsigned(figs["go"].adjustment) for fig in figs.values()
+        ),
+        "adjustment": figs["nri-sla"].adjustment,
+        "rounds": args.rounds,
+        "go_plugin_args": args.go_plugin_arg,
+        "sync_containers": args.sync_containers,
+        "records": args.records,
+        "sync_gap_s": args.sync_gap,
+        "creations": args.warmup + args.requests,
+        "loadavg_1m": os.getloadavg()[0],
+        "cpus": os.cpu_count(),
+    }
     if args.floor:
-        out["floor_ratios"] = {name: ratio(sums["floor"][key], go[key])
-                               for name, key in RATIO_KEYS}
+        out["floor_ratios"] = {name: ratio(sums["floor"][key], go[key]) for name, key in RATIO_KEYS}
     return out
 
 
@@ -342,41 +408,54 @@ def report(out: dict) -> None:
     go, py, r = out["go"], out["nri-sla"], out["ratios"]
     n = out["sync_containers"]
     records = "each with a record" if out["records"] else "SLA, no record"
-    print(f"CreateContainer round trip via nri pkg/adaptation ({py['create_calls']} calls per "
-          f"plugin over {out['rounds']} alternating rounds); Synchronize of {n:,} "
-          f"containers ({records}; median of all)")
+    print(
+        f"CreateContainer round trip via nri pkg/adaptation ({py['create_calls']} calls per "
+        f"plugin over {out['rounds']} alternating rounds); Synchronize of {n:,} "
+        f"containers ({records}; median of all)"
+    )
     floor, fr = out.get("floor"), out.get("floor_ratios")
-    print(f"{'figure':<30}{'Go (pkg/stub)':>15}{'nri-sla':>12}{'ratio':>9}{'target':>9}"
-          + (f"{'floor':>12}{'ratio':>9}" if floor else ""))
-    rows = [("create p50 (us)", "create_p50_us", "create_p50"),
-            ("create p99 (us)", "create_p99_us", "create_p99"),
-            ("create mean (us)", "create_mean_us", "create_mean"),
-            (f"sync {n:,}{' with records' if out['records'] else ''} (ms)", "sync_ms", "sync"),
-            ("sync to first create (ms)", "ready_ms", "ready"),
-            ("plugin CPU/create (us)", "plugin_cpu_per_create_us", "plugin_cpu"),
-            ("runtime CPU/create (us)", "runtime_cpu_per_create_us", "runtime_cpu")]
+    print(
+        f"{'figure':<30}{'Go (pkg/stub)':>15}{'nri-sla':>12}{'ratio':>9}{'target':>9}"
+        + (f"{'floor':>12}{'ratio':>9}" if floor else "")
+    )
+    rows = [
+        ("create p50 (us)", "create_p50_us", "create_p50"),
+        ("create p99 (us)", "create_p99_us", "create_p99"),
+        ("create mean (us)", "create_mean_us", "create_mean"),
+        (f"sync {n:,}{' with records' if out['records'] else ''} (ms)", "sync_ms", "sync"),
+        ("sync to first create (ms)", "ready_ms", "ready"),
+        ("plugin CPU/create (us)", "plugin_cpu_per_create_us", "plugin_cpu"),
+        ("runtime CPU/create (us)", "runtime_cpu_per_create_us", "runtime_cpu"),
+    ]
     for label, key, rkey in rows:
         target = out["targets"].get(rkey)
         verdict = "" if target is None else (" ok" if r[rkey] <= target else " MISSED")
         tgt = f"<= {target}x" if target else ""
         extra = f"{floor[key]:>12.1f}{fr[rkey]:>8.2f}x" if floor else ""
-        print(f"{label:<30}{go[key]:>15.1f}{py[key]:>12.1f}{r[rkey]:>8.2f}x{tgt:>9}"
-              f"{extra}{verdict}")
+        print(
+            f"{label:<30}{go[key]:>15.1f}{py[key]:>12.1f}{r[rkey]:>8.2f}x{tgt:>9}{extra}{verdict}"
+        )
     for line in absolute_targets(out):
         print(line)
-    print(f"plugin RSS after the {n:,}-container Synchronize: nri-sla "
-          f"{py['rss_after_sync_mib']:.1f} MiB, Go {go['rss_after_sync_mib']:.1f} MiB (the peak "
-          f"by then {py['rss_sync_peak_mib']:.1f} / {go['rss_sync_peak_mib']:.1f}); at the "
-          f"end: {py['rss_end_mib']:.1f} / {go['rss_end_mib']:.1f} MiB; peak (VmHWM) "
-          f"{py['rss_peak_mib']:.1f} / {go['rss_peak_mib']:.1f} MiB")
+    print(
+        f"plugin RSS after the {n:,}-container Synchronize: nri-sla "
+        f"{py['rss_after_sync_mib']:.1f} MiB, Go {go['rss_after_sync_mib']:.1f} MiB (the peak "
+        f"by then {py['rss_sync_peak_mib']:.1f} / {go['rss_sync_peak_mib']:.1f}); at the "
+        f"end: {py['rss_end_mib']:.1f} / {go['rss_end_mib']:.1f} MiB; peak (VmHWM) "
+        f"{py['rss_peak_mib']:.1f} / {go['rss_peak_mib']:.1f} MiB"
+    )
     if floor:
-        print(f"the floor plugin (bench/floor_plugin.py): RSS after the Synchronize "
-              f"{floor['rss_after_sync_mib']:.1f} MiB, at the end {floor['rss_end_mib']:.1f} "
-              f"MiB, peak {floor['rss_peak_mib']:.1f} MiB")
+        print(
+            f"the floor plugin (bench/floor_plugin.py): RSS after the Synchronize "
+            f"{floor['rss_after_sync_mib']:.1f} MiB, at the end {floor['rss_end_mib']:.1f} "
+            f"MiB, peak {floor['rss_peak_mib']:.1f} MiB"
+        )
     if out["go_plugin_args"]:
         print(f"Go plugin arguments: {' '.join(out['go_plugin_args'])}")
-    print(f"same adjustment from every plugin: {out['same_adjustment']}; load average "
-          f"{out['loadavg_1m']:.2f} on {out['cpus']} CPUs")
+    print(
+        f"same adjustment from every plugin: {out['same_adjustment']}; load average "
+        f"{out['loadavg_1m']:.2f} on {out['cpus']} CPUs"
+    )
 
 
 def absolute_targets(out: dict) -> list[str]:
@@ -385,14 +464,18 @@ def absolute_targets(out: dict) -> list[str]:
     n, limit_ms = SYNC_RECORDS_MS
     if out["records"] and out["sync_containers"] == n:
         ok = "ok" if py["sync_ms"] < limit_ms else "MISSED"
-        lines.append(f"Synchronize of {n:,} containers each with a record: {py['sync_ms']:.0f} "
-                     f"ms (target < {limit_ms:.0f} ms) {ok}")
+        lines.append(
+            f"Synchronize of {n:,} containers each with a record: {py['sync_ms']:.0f} "
+            f"ms (target < {limit_ms:.0f} ms) {ok}"
+        )
     synced, created, limit_mib = RSS_PEAK_MIB
     if out["sync_containers"] == synced and out["creations"] >= created:
         ok = "ok" if py["rss_peak_mib"] <= limit_mib else "MISSED"
-        lines.append(f"nri-sla peak RSS after Synchronize({synced:,}) + {out['creations']:,} "
-                     f"creations: {py['rss_peak_mib']:.1f} MiB (target <= {limit_mib:.0f} MiB) "
-                     f"{ok}")
+        lines.append(
+            f"nri-sla peak RSS after Synchronize({synced:,}) + {out['creations']:,} "
+            f"creations: {py['rss_peak_mib']:.1f} MiB (target <= {limit_mib:.0f} MiB) "
+            f"{ok}"
+        )
     return lines
 
 
@@ -402,40 +485,71 @@ def run() -> int:
     parser.add_argument("--requests", type=int, default=3000, help="timed creates per round")
     parser.add_argument("--warmup", type=int, default=300, help="untimed creates per round")
     parser.add_argument("--sync-containers", type=int, default=1000)
-    parser.add_argument("--records", action="store_true",
-                        help="every synchronized container carries a genuine record (the "
-                        "plugin's restore path)")
-    parser.add_argument("--sync-rounds", type=int, default=5,
-                        help="Synchronize rounds per connection (the median of all is reported)")
-    parser.add_argument("--sync-gap", type=float, default=1.0,
-                        help="seconds between two Synchronize rounds: each is timed on a "
-                        "plugin done with the one before (nri-sla restores its state right "
-                        "after the answer; back to back, a round would be timed with the "
-                        "last round's restore, which no runtime does: one Synchronize per "
-                        "connection)")
-    parser.add_argument("--request-timeout", type=float, default=2.0,
-                        help="the runtime's deadline per plugin request in seconds "
-                        "(containerd's default 2; a Synchronize slower than it drops the "
-                        "plugin, so raise it to time one that misses)")
-    parser.add_argument("--nri-sla", default="", help="nri-sla executable (default: beside "
-                        "this Python, else on PATH)")
-    parser.add_argument("--nri-sla-arg", action="append", default=[],
-                        help="extra argument for `nri-sla run` (repeatable)")
-    parser.add_argument("--go-plugin-arg", action="append", default=[],
-                        help="extra argument for the Go plugin, e.g. -log (one decision "
-                        "log line per container, as nri-sla writes)")
-    parser.add_argument("--floor", action="store_true",
-                        help="also run bench/floor_plugin.py (this stack's floor)")
+    parser.add_argument(
+        "--records",
+        action="store_true",
+        help="every synchronized container carries a genuine record (the plugin's restore path)",
+    )
+    parser.add_argument(
+        "--sync-rounds",
+        type=int,
+        default=5,
+        help="Synchronize rounds per connection (the median of all is reported)",
+    )
+    parser.add_argument(
+        "--sync-gap",
+        type=float,
+        default=1.0,
+        help="seconds between two Synchronize rounds: each is timed on a "
+        "plugin done with the one before (nri-sla restores its state right "
+        "after the answer; back to back, a round would be timed with the "
+        "last round's restore, which no runtime does: one Synchronize per "
+        "connection)",
+    )
+    parser.add_argument(
+        "--request-timeout",
+        type=float,
+        default=2.0,
+        help="the runtime's deadline per plugin request in seconds "
+        "(containerd's default 2; a Synchronize slower than it drops the "
+        "plugin, so raise it to time one that misses)",
+    )
+    parser.add_argument(
+        "--nri-sla",
+        default="",
+        help="nri-sla executable (default: beside this Python, else on PATH)",
+    )
+    parser.add_argument(
+        "--nri-sla-arg",
+        action="append",
+        default=[],
+        help="extra argument for `nri-sla run` (repeatable)",
+    )
+    parser.add_argument(
+        "--go-plugin-arg",
+        action="append",
+        default=[],
+        help="extra argument for the Go plugin, e.g. -log (one decision "
+        "log line per container, as nri-sla writes)",
+    )
+    parser.add_argument(
+        "--floor", action="store_true", help="also run bench/floor_plugin.py (this stack's floor)"
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
     args.driver = os.environ.get(ENV_DRIVER, "")
     args.go_plugin = os.environ.get(ENV_GO_PLUGIN, "")
-    missing = [v for v in (ENV_DRIVER, ENV_GO_PLUGIN)
-               if not os.environ.get(v) or not os.access(os.environ[v], os.X_OK)]
+    missing = [
+        v
+        for v in (ENV_DRIVER, ENV_GO_PLUGIN)
+        if not os.environ.get(v) or not os.access(os.environ[v], os.X_OK)
+    ]
     if missing:
-        print(f"bench_vs_go: skipped: set {' and '.join(missing)} to executables: the Go "
-              f"runtime driver (nri pkg/adaptation) and the Go plugin (nri pkg/stub); "
-              f"build them from bench/go/ (bench/go/README.md)")
+        print(
+            f"bench_vs_go: skipped: set {' and '.join(missing)} to executables: the Go "
+            f"runtime driver (nri pkg/adaptation) and the Go plugin (nri pkg/stub); "
+            f"build them from bench/go/ (bench/go/README.md)"
+        )
         return 0
     try:
         out = main(args)
@@ -447,8 +561,11 @@ def run() -> int:
     else:
         report(out)
     if not out["same_adjustment"]:
-        print("bench_vs_go: the plugins answered different adjustments, so the figures "
-              "do not compare the same work", file=sys.stderr)
+        print(
+            "bench_vs_go: the plugins answered different adjustments, so the figures "
+            "do not compare the same work",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

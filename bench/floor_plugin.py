@@ -122,8 +122,12 @@ class FloorPlugin:
         if not enforcement:
             return CreateResult()
         adj = pb.ContainerAdjustment()
-        body = {"v": RECORD_VERSION, "path": "nri", "enforcement": enforcement,
-                "cgroup_version": self.cgroup_version}
+        body = {
+            "v": RECORD_VERSION,
+            "path": "nri",
+            "enforcement": enforcement,
+            "cgroup_version": self.cgroup_version,
+        }
         linux = adj.linux.resources
         if quota:
             linux.cpu.quota.value, linux.cpu.period.value = quota, period
@@ -141,8 +145,12 @@ class FloorPlugin:
 async def serve(socket_path: str) -> None:
     heap.keep_large_blocks_mapped()
     cgroup_version = 2 if os.path.exists("/sys/fs/cgroup/cgroup.controllers") else 1
-    stub = Stub(FloorPlugin(os.urandom(32), cgroup_version), name="nri-sla-floor", idx="10",
-                socket_path=socket_path)
+    stub = Stub(
+        FloorPlugin(os.urandom(32), cgroup_version),
+        name="nri-sla-floor",
+        idx="10",
+        socket_path=socket_path,
+    )
     await stub.run()
 
 

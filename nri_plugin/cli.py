@@ -22,16 +22,29 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "validate": ("validate", "check the SLA annotations of pod manifests (CI friendly)"),
     "inventory": ("inventory", "print the node's CPUs, NUMA nodes and GPUs"),
     "demo": ("demo", "run the plugin against the built-in runtime simulator"),
-    "device-plugin": ("device_plugin", "serve the node's GPUs to the kubelet as its device "
-                      "plugin (nri-sla's choice becomes the grant)"),
-    "status": ("status", "show each SLA container: enforced vs actual, drift, throttling "
-               "(asks the running plugin)"),
-    "config": ("node_config", "check a node config file, show the one in effect, or print "
-               "the defaults"),
-    "containerd-config": ("containerd_config", "print or write the containerd settings "
-                          "nri-sla needs, as a drop-in for containerd's imports"),
-    "host-hook": ("host_hook", "put the OCI hook, its config and the base runtime spec on "
-                  "the host (the DaemonSet's initContainer)"),
+    "device-plugin": (
+        "device_plugin",
+        "serve the node's GPUs to the kubelet as its device "
+        "plugin (nri-sla's choice becomes the grant)",
+    ),
+    "status": (
+        "status",
+        "show each SLA container: enforced vs actual, drift, throttling (asks the running plugin)",
+    ),
+    "config": (
+        "node_config",
+        "check a node config file, show the one in effect, or print the defaults",
+    ),
+    "containerd-config": (
+        "containerd_config",
+        "print or write the containerd settings "
+        "nri-sla needs, as a drop-in for containerd's imports",
+    ),
+    "host-hook": (
+        "host_hook",
+        "put the OCI hook, its config and the base runtime spec on "
+        "the host (the DaemonSet's initContainer)",
+    ),
     "version": ("version", "print nri-sla's version"),
 }
 
@@ -47,8 +60,12 @@ def _top_parser():
     )
     parser.add_argument("--version", action="version", version=f"nri-sla {__version__}")
     helps = {name: help_text for name, (_, help_text) in COMMANDS.items()} | {HOOK: HOOK_HELP}
-    parser.add_argument("command", choices=sorted(helps), metavar="COMMAND",
-                        help="; ".join(f"{n}: {h}" for n, h in helps.items()))
+    parser.add_argument(
+        "command",
+        choices=sorted(helps),
+        metavar="COMMAND",
+        help="; ".join(f"{n}: {h}" for n, h in helps.items()),
+    )
     return parser
 
 

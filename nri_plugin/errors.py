@@ -24,7 +24,6 @@ statuses"); a failure that reaches the command line is one line on stderr (one_l
 Lean on purpose (no imports): the OCI hook loads it on every container start.
 """
 
-
 INVALID = "invalid"
 REFUSED = "refused"
 INTERNAL = "internal"
@@ -38,8 +37,12 @@ EXIT_INTERNAL = 3  # a bug, a system failure or a timeout (hard mode; soft mode 
 # Commands only: what the command needs is taken or not there (the metrics port in use,
 # no plugin answering on the status socket); nothing is wrong with the input.
 EXIT_UNAVAILABLE = 4
-EXIT_STATUS = {REFUSED: EXIT_REFUSED, INVALID: EXIT_INVALID, INTERNAL: EXIT_INTERNAL,
-               UNAVAILABLE: EXIT_UNAVAILABLE}
+EXIT_STATUS = {
+    REFUSED: EXIT_REFUSED,
+    INVALID: EXIT_INVALID,
+    INTERNAL: EXIT_INTERNAL,
+    UNAVAILABLE: EXIT_UNAVAILABLE,
+}
 
 
 class SlaFailure(Exception):
@@ -57,7 +60,7 @@ def one_line(text: str, limit: int = 4000) -> str:
     """`text` on one bounded line: runc embeds the hook's stderr in its own one-line error
     and an operator greps a command's; a YAML snippet or an exception may carry newlines."""
     flat = " ".join(text.split("\n")).replace("\r", " ")
-    return flat if len(flat) <= limit else flat[:limit - 3] + "..."
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
 class InvalidInput(SlaFailure):

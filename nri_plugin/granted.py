@@ -20,7 +20,6 @@ Not a dataclass: the hook's warm path builds one from config.json for its cache 
 hashable all the same: it is part of the core's reuse key.
 """
 
-
 from itertools import islice
 
 from nri_plugin.value import Value
@@ -56,8 +55,9 @@ def bounded_names(names: "Iterable[str]") -> tuple[str, ...]:
     return tuple(n[:MAX_GRANT_NAME] for n in islice(names, MAX_GRANT_ITEMS))
 
 
-def gpu_device_numbers(devices: "Iterable[tuple[str, str, int, int]]"
-                       ) -> "tuple[tuple[tuple[int, int], ...], tuple[int, ...]]":
+def gpu_device_numbers(
+    devices: "Iterable[tuple[str, str, int, int]]",
+) -> "tuple[tuple[tuple[int, int], ...], tuple[int, ...]]":
     """Among (path, type, major, minor) entries, at most MAX_GRANT_ITEMS looked at: the
     (major, minor) of the character devices of NVIDIA's major, and the minors of the
     character devices under CAPS_DIR (MIG access)."""
@@ -89,9 +89,11 @@ def device_mount_ids(mounts: "Iterable[tuple[str, str]]") -> tuple[str, ...]:
     """The device ids of the (destination, source) mounts under DEVICE_MOUNT_DIR whose
     source is DEVICE_MOUNT_SOURCE (the path's last element), at most MAX_GRANT_ITEMS
     mounts looked at."""
-    ids = [d[len(DEVICE_MOUNT_DIR):].strip("/").rpartition("/")[2]
-           for d, source in islice(mounts, MAX_GRANT_ITEMS)
-           if d.startswith(DEVICE_MOUNT_DIR) and source == DEVICE_MOUNT_SOURCE]
+    ids = [
+        d[len(DEVICE_MOUNT_DIR) :].strip("/").rpartition("/")[2]
+        for d, source in islice(mounts, MAX_GRANT_ITEMS)
+        if d.startswith(DEVICE_MOUNT_DIR) and source == DEVICE_MOUNT_SOURCE
+    ]
     return bounded_names([i for i in ids if i]) if ids else ()
 
 
@@ -111,39 +113,68 @@ class GrantedResources(Value):
     all_devices: bool
     env_gpus: "str | None"
 
-    __slots__ = ("all_devices", "caps_minors", "cdi_devices", "cpu_period", "cpu_quota",
-                 "cpu_shares", "device_mounts", "env_gpus", "gpu_devices", "memory_limit")
+    __slots__ = (
+        "all_devices",
+        "caps_minors",
+        "cdi_devices",
+        "cpu_period",
+        "cpu_quota",
+        "cpu_shares",
+        "device_mounts",
+        "env_gpus",
+        "gpu_devices",
+        "memory_limit",
+    )
 
-    def __init__(self, cpu_quota: int | None = None, cpu_period: int | None = None,
-                 cpu_shares: int | None = None, memory_limit: int | None = None, *,
-                 cdi_devices: "Iterable[str]" = (),
-                 gpu_devices: "Iterable[tuple[int, int]]" = (),
-                 device_mounts: "Iterable[str]" = (),
-                 env_gpus: str | None = None,
-                 caps_minors: "Iterable[int]" = (),
-                 all_devices: bool = False) -> None:
+    def __init__(
+        self,
+        cpu_quota: int | None = None,
+        cpu_period: int | None = None,
+        cpu_shares: int | None = None,
+        memory_limit: int | None = None,
+        *,
+        cdi_devices: "Iterable[str]" = (),
+        gpu_devices: "Iterable[tuple[int, int]]" = (),
+        device_mounts: "Iterable[str]" = (),
+        env_gpus: str | None = None,
+        caps_minors: "Iterable[int]" = (),
+        all_devices: bool = False,
+    ) -> None:
         init = object.__setattr__
         # The runtime writes "unlimited" as -1 (quota, memory) or leaves the field out:
         # both are None here. (Spelled out, not a helper: one is built for every
         # CreateContainer and every synchronized container.)
         init(self, "cpu_quota", cpu_quota if cpu_quota is not None and cpu_quota > 0 else None)
-        init(self, "cpu_period",
-             cpu_period if cpu_period is not None and cpu_period > 0 else None)
-        init(self, "cpu_shares",
-             cpu_shares if cpu_shares is not None and cpu_shares > 0 else None)
-        init(self, "memory_limit",
-             memory_limit if memory_limit is not None and memory_limit > 0 else None)
+        init(self, "cpu_period", cpu_period if cpu_period is not None and cpu_period > 0 else None)
+        init(self, "cpu_shares", cpu_shares if cpu_shares is not None and cpu_shares > 0 else None)
+        init(
+            self,
+            "memory_limit",
+            memory_limit if memory_limit is not None and memory_limit > 0 else None,
+        )
         # GPU evidence, bounded by the readers (bounded_names, gpu_device_numbers,
         # device_mount_ids) and again here for callers that build one directly:
         # (Most containers carry none: the empty default is kept as it is.)
-        init(self, "cdi_devices",  # every CDI name, any kind
-             bounded_names(cdi_devices) if cdi_devices != () else ())
-        init(self, "gpu_devices",  # (major, minor)
-             tuple(islice(gpu_devices, MAX_GRANT_ITEMS)) if gpu_devices != () else ())
-        init(self, "device_mounts",  # device ids
-             bounded_names(device_mounts) if device_mounts != () else ())
-        init(self, "caps_minors",  # minors of /dev/nvidia-caps/ nodes (MIG access)
-             tuple(islice(caps_minors, MAX_GRANT_ITEMS)) if caps_minors != () else ())
+        init(
+            self,
+            "cdi_devices",  # every CDI name, any kind
+            bounded_names(cdi_devices) if cdi_devices != () else (),
+        )
+        init(
+            self,
+            "gpu_devices",  # (major, minor)
+            tuple(islice(gpu_devices, MAX_GRANT_ITEMS)) if gpu_devices != () else (),
+        )
+        init(
+            self,
+            "device_mounts",  # device ids
+            bounded_names(device_mounts) if device_mounts != () else (),
+        )
+        init(
+            self,
+            "caps_minors",  # minors of /dev/nvidia-caps/ nodes (MIG access)
+            tuple(islice(caps_minors, MAX_GRANT_ITEMS)) if caps_minors != () else (),
+        )
         init(self, "all_devices", bool(all_devices))  # privileged: sees every device
         # NVIDIA_VISIBLE_DEVICES: never a grant, only reported ("env only")
         init(self, "env_gpus", None if env_gpus is None else env_gpus[:MAX_ENV_GPUS])
@@ -158,17 +189,31 @@ class GrantedResources(Value):
     def key(self) -> tuple:
         """Every field, for the decision caches (the core's reuse key, the hook's cache).
         Spelled out: built for every CreateContainer, and Value._fields' loop is slower."""
-        return (self.all_devices, self.caps_minors, self.cdi_devices, self.cpu_period,
-                self.cpu_quota, self.cpu_shares, self.device_mounts, self.env_gpus,
-                self.gpu_devices, self.memory_limit)
+        return (
+            self.all_devices,
+            self.caps_minors,
+            self.cdi_devices,
+            self.cpu_period,
+            self.cpu_quota,
+            self.cpu_shares,
+            self.device_mounts,
+            self.env_gpus,
+            self.gpu_devices,
+            self.memory_limit,
+        )
 
     @property
     def gpu_evidence(self) -> bool:
         """It carries something that may name GPUs (nri_plugin.plan.runtime_gpus reads
         it): CDI devices, GPU device nodes, MIG access nodes, device mounts or the env's
         GPU list."""
-        return (self.env_gpus is not None or bool(self.cdi_devices) or bool(self.gpu_devices)
-                or bool(self.device_mounts) or bool(self.caps_minors))
+        return (
+            self.env_gpus is not None
+            or bool(self.cdi_devices)
+            or bool(self.gpu_devices)
+            or bool(self.device_mounts)
+            or bool(self.caps_minors)
+        )
 
     @property
     def quota_period(self) -> tuple[int, int] | None:
@@ -192,8 +237,9 @@ LIMITS_KEPT = 512  # distinct sets of limits limits_only keeps (a node runs a fe
 _limits_only: "dict[tuple[int, int, int, int], GrantedResources]" = {}
 
 
-def limits_only(cpu_quota: int, cpu_period: int, cpu_shares: int,
-                memory_limit: int) -> GrantedResources:
+def limits_only(
+    cpu_quota: int, cpu_period: int, cpu_shares: int, memory_limit: int
+) -> GrantedResources:
     """A GrantedResources with these limits (as the runtime wrote them: 0 or -1 is not
     set) and no GPU evidence: what nearly every container is granted. One shared value per
     distinct set of limits: replicas carry the same few, it is frozen, and building one

@@ -4,7 +4,6 @@ Pure functions (no I/O) so the plugin (`nri-sla run`, injecting the hook through
 ContainerAdjustment.hooks), the packaging files in hooks/ and the tests share one truth.
 """
 
-
 from nri_plugin.errors import InvalidInput
 from nri_plugin.posixfs import abspath, basename, dirname, isabs, join
 
@@ -50,19 +49,24 @@ def _check_stage(stage: str) -> None:
         raise HookSpecError(f"stage {stage!r} is not one of {', '.join(STAGES)}")
 
 
-def hook_entry(stage: str = DEFAULT_STAGE, binary: str = DEFAULT_BINARY,
-               timeout: int = RUNTIME_TIMEOUT, if_installed: bool = False) -> "dict[str, Any]":
+def hook_entry(
+    stage: str = DEFAULT_STAGE,
+    binary: str = DEFAULT_BINARY,
+    timeout: int = RUNTIME_TIMEOUT,
+    if_installed: bool = False,
+) -> "dict[str, Any]":
     """One OCI hook object (runtime-spec config.md#posix-platform-hooks). `if_installed`:
     through /bin/sh, exiting 0 when `binary` is not there (see SHELL)."""
     _check_stage(stage)
     if not isabs(binary):
         raise HookSpecError(f"hook binary must be an absolute path, got {binary!r}")
-    command = ["hook", "--stage", stage,
-               "--timeout", str(min(HOOK_TIMEOUT, max(timeout - 1, 1)))]
+    command = ["hook", "--stage", stage, "--timeout", str(min(HOOK_TIMEOUT, max(timeout - 1, 1)))]
     if if_installed:
-        return {"path": SHELL,
-                "args": ["sh", "-c", IF_INSTALLED, IF_INSTALLED_NAME, binary, *command],
-                "timeout": timeout}
+        return {
+            "path": SHELL,
+            "args": ["sh", "-c", IF_INSTALLED, IF_INSTALLED_NAME, binary, *command],
+            "timeout": timeout,
+        }
     return {"path": binary, "args": [basename(binary), *command], "timeout": timeout}
 
 
@@ -84,9 +88,12 @@ def hook_spec(stage: str = DEFAULT_STAGE, binary: str = DEFAULT_BINARY) -> "dict
     return {STAGES[stage]: [entry]}
 
 
-def fast_hook_entry(stage: str = DEFAULT_STAGE, python: str = "/usr/bin/python3",
-                    script: str | None = None, timeout: int = RUNTIME_TIMEOUT,
-                    ) -> "dict[str, Any]":
+def fast_hook_entry(
+    stage: str = DEFAULT_STAGE,
+    python: str = "/usr/bin/python3",
+    script: str | None = None,
+    timeout: int = RUNTIME_TIMEOUT,
+) -> "dict[str, Any]":
     """The hook as `python3 -I -S -X utf8 <nri_plugin/hook/__main__.py>`: no site, no
     console-script wrapper, no argparse: its fastest start (docs/hook.md has the figures
     against a bare interpreter). `script` defaults to this installation's __main__.py."""
@@ -103,8 +110,18 @@ def fast_hook_entry(stage: str = DEFAULT_STAGE, python: str = "/usr/bin/python3"
         # -X utf8: the hook's text is UTF-8 whatever locale the runtime passes on, and the
         # interpreter decodes its argv and paths itself instead of through the C library's
         # locale conversions (~1.5 M instructions a run under a UTF-8 LANG: docs/hook.md).
-        "args": [python, "-I", "-S", "-X", "utf8", script, "--stage", stage,
-                 "--timeout", str(min(HOOK_TIMEOUT, max(timeout - 1, 1)))],
+        "args": [
+            python,
+            "-I",
+            "-S",
+            "-X",
+            "utf8",
+            script,
+            "--stage",
+            stage,
+            "--timeout",
+            str(min(HOOK_TIMEOUT, max(timeout - 1, 1))),
+        ],
         "timeout": timeout,
     }
 
@@ -118,13 +135,17 @@ def is_sla_hook(path: str, args: list[str] | tuple[str, ...]) -> bool:
         return "hook" in args[1:2]
     if path == SHELL and list(args[2:4]) == [IF_INSTALLED, IF_INSTALLED_NAME]:
         return list(args[5:6]) == ["hook"]
-    return any(a.endswith(join("nri_plugin", "hook", "__main__.py"))
-               or a == "nri_plugin.hook" for a in args)
+    return any(
+        a.endswith(join("nri_plugin", "hook", "__main__.py")) or a == "nri_plugin.hook"
+        for a in args
+    )
 
 
-def hooks_d_document(stage: str = DEFAULT_STAGE, binary: str = DEFAULT_BINARY,
-                     annotation_regex: str = r"^sla\.nri\.io/(pod|container\..+)$",
-                     ) -> "dict[str, Any]":
+def hooks_d_document(
+    stage: str = DEFAULT_STAGE,
+    binary: str = DEFAULT_BINARY,
+    annotation_regex: str = r"^sla\.nri\.io/(pod|container\..+)$",
+) -> "dict[str, Any]":
     """An oci-hooks(5) hooks.d file (CRI-O, podman): injected only when an SLA is present."""
     entry = hook_entry(stage, binary)
     return {

@@ -46,14 +46,14 @@ def join(path: str, *parts: str) -> str:
 
 
 def dirname(path: str) -> str:
-    head = path[:path.rfind("/") + 1]
+    head = path[: path.rfind("/") + 1]
     if head and head != "/" * len(head):
         head = head.rstrip("/")
     return head
 
 
 def basename(path: str) -> str:
-    return path[path.rfind("/") + 1:]
+    return path[path.rfind("/") + 1 :]
 
 
 def normpath(path: str) -> str:
@@ -109,7 +109,7 @@ def realpath(path: str) -> str:
         if name in ("", "."):
             continue
         if name == "..":
-            resolved = resolved[:resolved.rfind("/")] if resolved else ""
+            resolved = resolved[: resolved.rfind("/")] if resolved else ""
             continue
         candidate = resolved + "/" + name
         if links >= MAX_LINKS or not islink(candidate):

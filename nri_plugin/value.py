@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
     T = TypeVar("T")
 else:
+
     def dataclass_transform(**_: object) -> "Callable[[T], T]":
         return lambda cls: cls
 
@@ -48,8 +49,12 @@ class Field:
 
     __slots__ = ("default", "default_factory", "metadata", "name")
 
-    def __init__(self, default: "Any" = MISSING, default_factory: "Any" = MISSING,
-                 metadata: "dict[str, Any] | None" = None) -> None:
+    def __init__(
+        self,
+        default: "Any" = MISSING,
+        default_factory: "Any" = MISSING,
+        metadata: "dict[str, Any] | None" = None,
+    ) -> None:
         self.name = ""
         self.default = default
         self.default_factory = default_factory
@@ -59,8 +64,12 @@ class Field:
         return f"Field({self.name!r})"
 
 
-def field(*, default: "Any" = MISSING, default_factory: "Any" = MISSING,
-          metadata: "dict[str, Any] | None" = None) -> "Any":
+def field(
+    *,
+    default: "Any" = MISSING,
+    default_factory: "Any" = MISSING,
+    metadata: "dict[str, Any] | None" = None,
+) -> "Any":
     """A field's declaration where a plain default will not do (a factory, metadata)."""
     if default is not MISSING and default_factory is not MISSING:
         raise ValueError("a field has a default or a default_factory, not both")
@@ -93,8 +102,9 @@ class _Declared(type):
         for f in all_fields:
             has_default = f.default is not MISSING or f.default_factory is not MISSING
             if required_after_default and not has_default:
-                raise TypeError(f"{name}: field {f.name!r} without a default follows one "
-                                "with a default")
+                raise TypeError(
+                    f"{name}: field {f.name!r} without a default follows one with a default"
+                )
             required_after_default = required_after_default or has_default
         return cls
 
@@ -109,11 +119,13 @@ class Frozen(metaclass=_Declared):
     def __init__(self, *args: "Any", **kwargs: "Any") -> None:
         declared = self.__fields__
         if len(args) > len(declared):
-            raise TypeError(f"{type(self).__name__}() takes {len(declared)} positional "
-                            f"arguments but {len(args)} were given")
+            raise TypeError(
+                f"{type(self).__name__}() takes {len(declared)} positional "
+                f"arguments but {len(args)} were given"
+            )
         for f, value in zip(declared, args, strict=False):
             _set(self, f.name, value)
-        for f in declared[len(args):]:
+        for f in declared[len(args) :]:
             name = f.name
             if name in kwargs:
                 value = kwargs.pop(name)
@@ -122,23 +134,22 @@ class Frozen(metaclass=_Declared):
             elif f.default_factory is not MISSING:
                 value = f.default_factory()
             else:
-                raise TypeError(f"{type(self).__name__}() missing required argument "
-                                f"{name!r}")
+                raise TypeError(f"{type(self).__name__}() missing required argument {name!r}")
             _set(self, name, value)
         if kwargs:
-            raise TypeError(f"{type(self).__name__}() got an unexpected or repeated "
-                            f"argument {next(iter(kwargs))!r}")
+            raise TypeError(
+                f"{type(self).__name__}() got an unexpected or repeated "
+                f"argument {next(iter(kwargs))!r}"
+            )
 
     def _values(self) -> "tuple[Any, ...]":
         return tuple(getattr(self, f.name) for f in self.__fields__)
 
     def __setattr__(self, name: str, value: object) -> None:
-        raise FrozenValueError(f"cannot assign to field {name!r} of a frozen "
-                               f"{type(self).__name__}")
+        raise FrozenValueError(f"cannot assign to field {name!r} of a frozen {type(self).__name__}")
 
     def __delattr__(self, name: str) -> None:
-        raise FrozenValueError(f"cannot delete field {name!r} of a frozen "
-                               f"{type(self).__name__}")
+        raise FrozenValueError(f"cannot delete field {name!r} of a frozen {type(self).__name__}")
 
     def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):
@@ -170,8 +181,9 @@ def replace(value: "T", /, **changes: "Any") -> "T":
     else:
         declared = getattr(value, "__dataclass_fields__", None)
         if declared is None:
-            raise TypeError(f"replace() takes a frozen value or a dataclass, not "
-                            f"{type(value).__name__}")
+            raise TypeError(
+                f"replace() takes a frozen value or a dataclass, not {type(value).__name__}"
+            )
         names = [name for name, spec in declared.items() if spec.init]
     current = {name: getattr(value, name) for name in names}
     return type(value)(**{**current, **changes})

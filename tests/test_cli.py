@@ -9,8 +9,12 @@ from nri_plugin.cli import COMMANDS, HOOK, main
 
 
 def test_version_flag():
-    out = subprocess.run([sys.executable, "-m", "nri_plugin.cli", "--version"],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "nri_plugin.cli", "--version"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert out.stdout.strip() == f"nri-sla {__version__}"
 
 

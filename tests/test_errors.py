@@ -45,8 +45,12 @@ OUTSIDE_PACKAGES = ("nri_plugin.nri.", "nri_plugin.simulated.")
 # FrozenValueError is the same kind of bug: code assigning to a frozen value.
 OUTSIDE = {"HelpRequested", "ProgrammingError", "FrozenValueError"}
 # The one place each kind is set.
-ROOTS = {InvalidInput: INVALID, Refused: REFUSED, InternalFailure: INTERNAL,
-         Unavailable: UNAVAILABLE}
+ROOTS = {
+    InvalidInput: INVALID,
+    Refused: REFUSED,
+    InternalFailure: INTERNAL,
+    Unavailable: UNAVAILABLE,
+}
 # Names for catching a group of failures (a layer's), never raised: they have no kind.
 ABSTRACT = {SlaFailure, EnforceError}
 
@@ -57,17 +61,25 @@ def exception_classes() -> list[type[BaseException]]:
         if info.name.endswith("__main__"):
             continue
         module = importlib.import_module(info.name)
-        found += [c for c in vars(module).values() if inspect.isclass(c)
-                  and issubclass(c, BaseException) and c.__module__ == info.name]
+        found += [
+            c
+            for c in vars(module).values()
+            if inspect.isclass(c) and issubclass(c, BaseException) and c.__module__ == info.name
+        ]
     return found
 
 
 def test_every_exception_class_is_under_the_root():
     classes = exception_classes()
     assert len(classes) > 30
-    outside = [f"{c.__module__}.{c.__name__}" for c in classes
-               if not issubclass(c, SlaFailure) and not c.__name__.startswith("_")
-               and not c.__module__.startswith(OUTSIDE_PACKAGES) and c.__name__ not in OUTSIDE]
+    outside = [
+        f"{c.__module__}.{c.__name__}"
+        for c in classes
+        if not issubclass(c, SlaFailure)
+        and not c.__name__.startswith("_")
+        and not c.__module__.startswith(OUTSIDE_PACKAGES)
+        and c.__name__ not in OUTSIDE
+    ]
     assert outside == []
 
 
@@ -97,13 +109,19 @@ def test_no_failure_sets_its_kind_per_instance():
         except (OSError, TypeError):
             continue
         for node in ast.walk(tree):
-            targets = (node.targets if isinstance(node, ast.Assign) else
-                       [node.target] if isinstance(node, (ast.AnnAssign, ast.AugAssign))
-                       else [])
-            assert not any(isinstance(t, ast.Attribute) and t.attr == "kind"
-                           for t in targets), cls
-            assert not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-                        and node.func.id == "setattr"), cls
+            targets = (
+                node.targets
+                if isinstance(node, ast.Assign)
+                else [node.target]
+                if isinstance(node, (ast.AnnAssign, ast.AugAssign))
+                else []
+            )
+            assert not any(isinstance(t, ast.Attribute) and t.attr == "kind" for t in targets), cls
+            assert not (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id == "setattr"
+            ), cls
 
 
 def test_the_abstract_bases_are_never_raised():
@@ -111,8 +129,11 @@ def test_the_abstract_bases_are_never_raised():
     raised = []
     for path in Path(nri_plugin.__file__).parent.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-                    and node.func.id in names):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id in names
+            ):
                 raised.append(f"{path.name}:{node.lineno}")
     assert raised == []
 
@@ -120,8 +141,11 @@ def test_the_abstract_bases_are_never_raised():
 def test_a_layer_base_catches_every_kind_of_its_layer():
     # `except EnforceError` (the hook, the RT room) still takes all of them, each with
     # the status its own kind gives.
-    kinds = {cls.kind for cls in (CgroupFactsError, CgroupPathError, CgroupWriteError,
-                                  RtBudgetError) if issubclass(cls, EnforceError)}
+    kinds = {
+        cls.kind
+        for cls in (CgroupFactsError, CgroupPathError, CgroupWriteError, RtBudgetError)
+        if issubclass(cls, EnforceError)
+    }
     assert kinds == {INTERNAL, INVALID, REFUSED}
     assert not issubclass(CgroupFactsError, Refused)
 
@@ -145,10 +169,12 @@ def test_the_enforce_errors_keep_their_statuses():
     from nri_plugin.nri.errors import Code
     from nri_plugin.plugin.handlers import rpc_error
 
-    want = {CgroupFactsError("x"): (3, Code.INTERNAL),
-            CgroupPathError("/x", "y"): (2, Code.INVALID_ARGUMENT),
-            CgroupWriteError("/x", "1", "busy"): (1, Code.FAILED_PRECONDITION),
-            RtBudgetError("x"): (1, Code.FAILED_PRECONDITION)}
+    want = {
+        CgroupFactsError("x"): (3, Code.INTERNAL),
+        CgroupPathError("/x", "y"): (2, Code.INVALID_ARGUMENT),
+        CgroupWriteError("/x", "1", "busy"): (1, Code.FAILED_PRECONDITION),
+        RtBudgetError("x"): (1, Code.FAILED_PRECONDITION),
+    }
     for exc, (status, code) in want.items():
         assert (exc.exit_status, rpc_error(exc).code) == (status, code), type(exc)
 
@@ -175,7 +201,10 @@ def test_each_layer_keeps_its_failures_in_one_module():
         if issubclass(cls, SlaFailure) and not cls.__module__.startswith(OUTSIDE_PACKAGES):
             layer = ".".join(cls.__module__.split(".")[:2])
             modules.setdefault(layer, set()).add(cls.__module__)
-    spread = {layer: sorted(found) for layer, found in modules.items()
-              if len(found) > 1 and layer not in SPREAD_ON_PURPOSE}
+    spread = {
+        layer: sorted(found)
+        for layer, found in modules.items()
+        if len(found) > 1 and layer not in SPREAD_ON_PURPOSE
+    }
     assert spread == {}
     assert all(len(modules.get(layer, ())) > 1 for layer in SPREAD_ON_PURPOSE)

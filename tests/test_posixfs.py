@@ -7,8 +7,25 @@ import pytest
 
 from nri_plugin import posixfs
 
-PATHS = ["", "/", "//", "///", "a", "a/", "/a", "/a/", "/a//b/./c/..", "a/../..", "../x",
-         "/../x", "./", "//a//b", "/a/b/c.py", "a/b/", "/.."]
+PATHS = [
+    "",
+    "/",
+    "//",
+    "///",
+    "a",
+    "a/",
+    "/a",
+    "/a/",
+    "/a//b/./c/..",
+    "a/../..",
+    "../x",
+    "/../x",
+    "./",
+    "//a//b",
+    "/a/b/c.py",
+    "a/b/",
+    "/..",
+]
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -34,9 +51,25 @@ def test_file_checks_and_realpath_match_os_path(tmp_path, monkeypatch):
     (tmp_path / "loop1").symlink_to("loop2")
     (tmp_path / "loop2").symlink_to("loop1")
     monkeypatch.chdir(tmp_path / "d")
-    names = ["", "d", "f", "to-d", "to-d/e", "to-d/..", "to-d/up/to-d/e", "abs", "abs/..",
-             "chain", "chain/../f", "dangling", "dangling/..", "missing/../f", "f/x", "loop1",
-             "d/up/up/up"]
+    names = [
+        "",
+        "d",
+        "f",
+        "to-d",
+        "to-d/e",
+        "to-d/..",
+        "to-d/up/to-d/e",
+        "abs",
+        "abs/..",
+        "chain",
+        "chain/../f",
+        "dangling",
+        "dangling/..",
+        "missing/../f",
+        "f/x",
+        "loop1",
+        "d/up/up/up",
+    ]
     for name in names:
         for path in (str(tmp_path / name), name):
             assert posixfs.exists(path) == os.path.exists(path), path

@@ -74,9 +74,16 @@ def test_replace_fields_asdict_pickle():
     assert [f.name for f in fields(p)] == ["x", "y", "tags"]
     assert fields(Point)[0].default is MISSING and fields(Point)[2].metadata == {"doc": "labels"}
     plan = ContainerPlan("hard", 2, io_max=(IoLimit(8, 0, read_bps=1),))
-    assert asdict(plan)["io_max"] == ({"major": 8, "minor": 0, "read_bps": 1,
-                                       "write_bps": None, "read_iops": None,
-                                       "write_iops": None},)
+    assert asdict(plan)["io_max"] == (
+        {
+            "major": 8,
+            "minor": 0,
+            "read_bps": 1,
+            "write_bps": None,
+            "read_iops": None,
+            "write_iops": None,
+        },
+    )
     config = NodeConfig(enforcement="soft")
     assert pickle.loads(pickle.dumps(config)) == config
 

@@ -38,11 +38,11 @@ def find_ctr(containerd: str | None) -> str | None:
 
 def _run(argv: list[str]) -> str:
     try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=30,
-                              check=True).stdout
+        return subprocess.run(argv, capture_output=True, text=True, timeout=30, check=True).stdout
     except subprocess.CalledProcessError as exc:
-        raise Unavailable(f"`{' '.join(argv)}` failed: "
-                          f"{(exc.stderr or '').strip()[:200]}") from None
+        raise Unavailable(
+            f"`{' '.join(argv)}` failed: {(exc.stderr or '').strip()[:200]}"
+        ) from None
     except (OSError, subprocess.SubprocessError) as exc:
         raise Unavailable(f"cannot run `{' '.join(argv)}`: {exc}") from None
 
@@ -51,8 +51,10 @@ def node_default_spec(ctr: str, version: ContainerdVersion) -> dict[str, Any]:
     """`ctr oci spec` of the installed containerd, checked to be of its version."""
     ctr_version = parse_version(_run([ctr, "--version"]), f"{ctr} --version")
     if ctr_version != version:
-        raise Unavailable(f"{ctr} is from containerd {ctr_version}, not {version}: its "
-                          f"default spec is not this containerd's (give --ctr)")
+        raise Unavailable(
+            f"{ctr} is from containerd {ctr_version}, not {version}: its "
+            f"default spec is not this containerd's (give --ctr)"
+        )
     try:
         spec = json.loads(_run([ctr, "oci", "spec"]))
     except json.JSONDecodeError as exc:
@@ -65,8 +67,9 @@ def node_default_spec(ctr: str, version: ContainerdVersion) -> dict[str, Any]:
 def as_cri_uses_it(default: dict[str, Any]) -> dict[str, Any]:
     """`ctr oci spec` as CRI uses it for a container without a base spec."""
     spec = dict(default)
-    spec["process"] = {k: v for k, v in default["process"].items()
-                       if k not in ("rlimits", "apparmorProfile")}
+    spec["process"] = {
+        k: v for k, v in default["process"].items() if k not in ("rlimits", "apparmorProfile")
+    }
     if isinstance(default.get("linux"), dict):
         spec["linux"] = {k: v for k, v in default["linux"].items() if k != "seccomp"}
     return spec

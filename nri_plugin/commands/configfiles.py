@@ -43,7 +43,11 @@ def remove(path: str) -> None:
 
 def diff(path: str, old: str | None, new: str | None) -> str:
     """A unified diff from old to new (None: no file), or "" when they are the same."""
-    return "".join(difflib.unified_diff(
-        (old or "").splitlines(keepends=True), (new or "").splitlines(keepends=True),
-        fromfile=path if old is not None else "/dev/null",
-        tofile=path if new is not None else "/dev/null"))
+    return "".join(
+        difflib.unified_diff(
+            (old or "").splitlines(keepends=True),
+            (new or "").splitlines(keepends=True),
+            fromfile=path if old is not None else "/dev/null",
+            tofile=path if new is not None else "/dev/null",
+        )
+    )

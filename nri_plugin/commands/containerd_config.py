@@ -49,48 +49,92 @@ FileChange = tuple[str, str | None, str | None]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--containerd-version", metavar="X.Y", default=None,
-                        help="configure for this containerd (1.7 or 2.x) instead of the "
-                             "one `containerd --version` reports")
-    parser.add_argument("--write", nargs="?", const=DEFAULT_DROPIN, default=None,
-                        metavar="PATH", help="write the settings (containerd 2.x: the "
-                        f"drop-in PATH, default {DEFAULT_DROPIN}; 1.7: into --main-config, "
-                        "its original kept beside it) and the hook's base spec")
-    parser.add_argument("--dry-run", action="store_true",
-                        help="with --write or --remove: show the diffs, write nothing")
-    parser.add_argument("--remove", action="store_true",
-                        help="put back what --write changed: take out the drop-in, "
-                             "restore a patched main config, delete the base spec")
-    parser.add_argument("--fail-closed", action="store_true",
-                        help="turn on the NRI validator requiring nri-sla (containerd "
-                             ">= 2.2): no container starts without nri-sla, so the pods "
-                             "that start before it need the toleration annotation first")
-    parser.add_argument("--systemd-cgroup", choices=("true", "false"), default=None,
-                        help="set runc's SystemdCgroup (must match the kubelet's "
-                             "cgroupDriver; default: leave it as it is)")
-    parser.add_argument("--base-runtime-spec", default=DEFAULT_BASE_SPEC, metavar="PATH",
-                        help="where --write makes the OCI hook's base spec, from `ctr oci "
-                             f"spec` of this containerd (default {DEFAULT_BASE_SPEC})")
-    parser.add_argument("--no-base-spec", action="store_true",
-                        help="make no base spec: no base_runtime_spec, the OCI hook "
-                             "fallback stays off")
-    parser.add_argument("--ctr", default=None, metavar="PATH",
-                        help="the ctr of this containerd (default: beside containerd, "
-                             "else on PATH)")
-    parser.add_argument("--hook-binary", default=None, metavar="PATH",
-                        help="the nri-sla the base spec's hook runs (default: the one "
-                             "running this command)")
-    parser.add_argument("--main-config", default=DEFAULT_MAIN_CONFIG, metavar="PATH",
-                        help=f"containerd's config (default {DEFAULT_MAIN_CONFIG})")
-    parser.add_argument("--root", default="/", metavar="DIR",
-                        help="with --remove: the node's / the paths are under, as when a "
-                             "package is removed from another root (default /)")
+    parser.add_argument(
+        "--containerd-version",
+        metavar="X.Y",
+        default=None,
+        help="configure for this containerd (1.7 or 2.x) instead of the "
+        "one `containerd --version` reports",
+    )
+    parser.add_argument(
+        "--write",
+        nargs="?",
+        const=DEFAULT_DROPIN,
+        default=None,
+        metavar="PATH",
+        help="write the settings (containerd 2.x: the "
+        f"drop-in PATH, default {DEFAULT_DROPIN}; 1.7: into --main-config, "
+        "its original kept beside it) and the hook's base spec",
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="with --write or --remove: show the diffs, write nothing",
+    )
+    parser.add_argument(
+        "--remove",
+        action="store_true",
+        help="put back what --write changed: take out the drop-in, "
+        "restore a patched main config, delete the base spec",
+    )
+    parser.add_argument(
+        "--fail-closed",
+        action="store_true",
+        help="turn on the NRI validator requiring nri-sla (containerd "
+        ">= 2.2): no container starts without nri-sla, so the pods "
+        "that start before it need the toleration annotation first",
+    )
+    parser.add_argument(
+        "--systemd-cgroup",
+        choices=("true", "false"),
+        default=None,
+        help="set runc's SystemdCgroup (must match the kubelet's "
+        "cgroupDriver; default: leave it as it is)",
+    )
+    parser.add_argument(
+        "--base-runtime-spec",
+        default=DEFAULT_BASE_SPEC,
+        metavar="PATH",
+        help="where --write makes the OCI hook's base spec, from `ctr oci "
+        f"spec` of this containerd (default {DEFAULT_BASE_SPEC})",
+    )
+    parser.add_argument(
+        "--no-base-spec",
+        action="store_true",
+        help="make no base spec: no base_runtime_spec, the OCI hook fallback stays off",
+    )
+    parser.add_argument(
+        "--ctr",
+        default=None,
+        metavar="PATH",
+        help="the ctr of this containerd (default: beside containerd, else on PATH)",
+    )
+    parser.add_argument(
+        "--hook-binary",
+        default=None,
+        metavar="PATH",
+        help="the nri-sla the base spec's hook runs (default: the one running this command)",
+    )
+    parser.add_argument(
+        "--main-config",
+        default=DEFAULT_MAIN_CONFIG,
+        metavar="PATH",
+        help=f"containerd's config (default {DEFAULT_MAIN_CONFIG})",
+    )
+    parser.add_argument(
+        "--root",
+        default="/",
+        metavar="DIR",
+        help="with --remove: the node's / the paths are under, as when a "
+        "package is removed from another root (default /)",
+    )
 
 
 def _installed_version() -> ContainerdVersion | None:
     try:
-        out = subprocess.run(["containerd", "--version"], capture_output=True, text=True,
-                             timeout=10, check=True).stdout
+        out = subprocess.run(
+            ["containerd", "--version"], capture_output=True, text=True, timeout=10, check=True
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return None
     return parse_version(out, "containerd --version")
@@ -105,15 +149,19 @@ def _parse(path: str, text: str | None) -> dict[str, Any] | None:
         raise InvalidInput(f"{path}: not valid TOML: {exc}") from None
 
 
-def _warn_unless_imported(main_config: str, main: dict[str, Any] | None,
-                          dropin: str) -> None:
+def _warn_unless_imported(main_config: str, main: dict[str, Any] | None, dropin: str) -> None:
     if main is None:
-        print(f"{PROG}: {main_config} does not exist: containerd reads {dropin} only when "
-              f"its config's imports names it", file=sys.stderr)
+        print(
+            f"{PROG}: {main_config} does not exist: containerd reads {dropin} only when "
+            f"its config's imports names it",
+            file=sys.stderr,
+        )
     elif not imported_by(main, dropin):
-        print(f"{PROG}: {main_config} does not import {dropin}: add imports = "
-              f"[\"{os.path.dirname(dropin)}/*.toml\"] at its top (before any table)",
-              file=sys.stderr)
+        print(
+            f"{PROG}: {main_config} does not import {dropin}: add imports = "
+            f'["{os.path.dirname(dropin)}/*.toml"] at its top (before any table)',
+            file=sys.stderr,
+        )
 
 
 def _base_spec_text(args: argparse.Namespace, version: ContainerdVersion) -> str | None:
@@ -126,14 +174,19 @@ def _base_spec_text(args: argparse.Namespace, version: ContainerdVersion) -> str
             raise Unavailable("no ctr beside containerd or on PATH (give --ctr)")
         default = basespec.node_default_spec(ctr, version)
     except SlaFailure as exc:
-        print(f"{PROG}: no base_runtime_spec, the OCI hook fallback stays off: {exc}",
-              file=sys.stderr)
+        print(
+            f"{PROG}: no base_runtime_spec, the OCI hook fallback stays off: {exc}", file=sys.stderr
+        )
         return None
     return basespec.with_hook(default, args.hook_binary or basespec.hook_binary())
 
 
-def _changes(args: argparse.Namespace, version: ContainerdVersion,
-             options: DropinOptions, main_text: str | None) -> list[FileChange]:
+def _changes(
+    args: argparse.Namespace,
+    version: ContainerdVersion,
+    options: DropinOptions,
+    main_text: str | None,
+) -> list[FileChange]:
     """Every file --write touches."""
     changes: list[FileChange] = []
     spec = _base_spec_text(args, version)
@@ -144,13 +197,22 @@ def _changes(args: argparse.Namespace, version: ContainerdVersion,
     ours = old_dropin is not None and written_by_nri_sla(old_dropin)
     if version.merges_imports_by_key:
         if old_dropin is not None and not ours:
-            raise InvalidInput(f"{args.write} exists and was not written by nri-sla: "
-                               f"move it away or give another --write path")
+            raise InvalidInput(
+                f"{args.write} exists and was not written by nri-sla: "
+                f"move it away or give another --write path"
+            )
         changes.append((args.write, old_dropin, render(options)))
         return changes
     before = containerd_patch.original(args.main_config, main_text)
-    changes.append((args.main_config, main_text, containerd_patch.patched(
-        args.main_config, before, owned_keys(options), options.config_version)))
+    changes.append(
+        (
+            args.main_config,
+            main_text,
+            containerd_patch.patched(
+                args.main_config, before, owned_keys(options), options.config_version
+            ),
+        )
+    )
     if ours:  # an earlier nri-sla's 1.7 drop-in: it resets the CRI plugin's other keys
         changes.append((args.write, old_dropin, None))
     return changes
@@ -188,8 +250,9 @@ def _remove(args: argparse.Namespace) -> int:
     if old is not None and written_by_nri_sla(old):
         changes.append((dropin, old, None))
     if containerd_patch.is_patched(main_text):
-        changes.append((args.main_config, main_text,
-                        containerd_patch.original(args.main_config, main_text)))
+        changes.append(
+            (args.main_config, main_text, containerd_patch.original(args.main_config, main_text))
+        )
     spec = read_text(args.base_runtime_spec)
     if args.dry_run:
         sys.stdout.write("".join(diff(p, o, n) for p, o, n in changes) or "no change\n")
@@ -205,8 +268,11 @@ def _remove(args: argparse.Namespace) -> int:
         # containerd's config names the spec as the node sees it
         named = "/" + os.path.relpath(args.base_runtime_spec, args.root)
         if _named_anywhere(os.path.dirname(args.main_config), named):
-            print(f"{PROG}: kept {args.base_runtime_spec}: containerd's config still names "
-                  f"it (base_runtime_spec)", file=sys.stderr)
+            print(
+                f"{PROG}: kept {args.base_runtime_spec}: containerd's config still names "
+                f"it (base_runtime_spec)",
+                file=sys.stderr,
+            )
         else:
             remove(args.base_runtime_spec)
             print(f"took out {args.base_runtime_spec}")
@@ -232,19 +298,26 @@ def main(args: argparse.Namespace) -> int:
     main = _parse(args.main_config, pristine)
     config_version = config_version_of(main, version)
     options = DropinOptions(
-        version, config_version, existing_pod_annotations(main, config_version),
+        version,
+        config_version,
+        existing_pod_annotations(main, config_version),
         fail_closed=args.fail_closed,
-        systemd_cgroup=None if args.systemd_cgroup is None else args.systemd_cgroup == "true")
+        systemd_cgroup=None if args.systemd_cgroup is None else args.systemd_cgroup == "true",
+    )
     owned_keys(options)  # a refused option is the only line
     if args.fail_closed:
-        print(f"{PROG}: before restarting containerd, annotate with "
-              f"{' and '.join(TOLERATION_KEYS)}: \"true\": {'; '.join(PODS_TO_TOLERATE)}",
-              file=sys.stderr)
+        print(
+            f"{PROG}: before restarting containerd, annotate with "
+            f'{" and ".join(TOLERATION_KEYS)}: "true": {"; ".join(PODS_TO_TOLERATE)}',
+            file=sys.stderr,
+        )
     if args.write is None:
         if not version.merges_imports_by_key:
-            print(f"{PROG}: containerd {version} merges an imported file by whole plugin "
-                  f"section: put these keys into {args.main_config} itself (--write does)",
-                  file=sys.stderr)
+            print(
+                f"{PROG}: containerd {version} merges an imported file by whole plugin "
+                f"section: put these keys into {args.main_config} itself (--write does)",
+                file=sys.stderr,
+            )
         sys.stdout.write(render(options))
         return 0
     changes = _changes(args, version, options, main_text)

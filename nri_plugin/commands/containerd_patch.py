@@ -27,8 +27,10 @@ from nri_plugin.errors import InternalFailure, InvalidInput
 MARKER = "# Patched by `nri-sla containerd-config`"
 BACKUP_SUFFIX = ".nri-sla-orig"
 NO_ORIGINAL = "none (no file was there)"
-_FIRST_LINE = re.compile(re.escape(MARKER) + r" \(sha256 ([0-9a-f]{64})\); the original: "
-                         r"(.*)\n")
+_FIRST_LINE = re.compile(
+    re.escape(MARKER) + r" \(sha256 ([0-9a-f]{64})\); the original: "
+    r"(.*)\n"
+)
 
 
 def backup_path(main: str) -> str:
@@ -48,22 +50,26 @@ def original(main: str, current: str | None) -> str | None:
     if current is None or not is_patched(current):
         return current
     match = _FIRST_LINE.match(current)
-    if match is None or _digest(current[match.end():]) != match.group(1):
+    if match is None or _digest(current[match.end() :]) != match.group(1):
         raise InvalidInput(
             f"{main} was edited after nri-sla patched it: nri-sla leaves it alone; its "
             f"original is {backup_path(main)}: merge your edits into it, or take nri-sla's "
-            f"keys out by hand (docs/install.md lists them) and drop the first line")
+            f"keys out by hand (docs/install.md lists them) and drop the first line"
+        )
     if match.group(2) == NO_ORIGINAL:
         return None
     text = read_text(backup_path(main))
     if text is None:
-        raise InvalidInput(f"{main} says nri-sla patched it but {backup_path(main)} is "
-                           f"gone: take nri-sla's keys out by hand (docs/install.md)")
+        raise InvalidInput(
+            f"{main} says nri-sla patched it but {backup_path(main)} is "
+            f"gone: take nri-sla's keys out by hand (docs/install.md)"
+        )
     return text
 
 
-def patched(main: str, before: str | None, keys: list[tuple[KeyPath, Any]],
-            config_version: int) -> str:
+def patched(
+    main: str, before: str | None, keys: list[tuple[KeyPath, Any]], config_version: int
+) -> str:
     """The main config `before` with nri-sla's keys set, under the marker line."""
     try:
         doc = tomlkit.parse(before or "")
@@ -87,8 +93,9 @@ def write(main: str, current: str | None, text: str) -> None:
             try:
                 shutil.copy2(main, backup_path(main))
             except OSError as exc:
-                raise InternalFailure(f"cannot keep {main} as {backup_path(main)}: "
-                                      f"{exc.strerror or exc}") from None
+                raise InternalFailure(
+                    f"cannot keep {main} as {backup_path(main)}: {exc.strerror or exc}"
+                ) from None
     write_atomically(main, text, mode)
 
 
@@ -103,6 +110,7 @@ def restore(main: str) -> bool:
     try:
         os.replace(backup_path(main), main)  # the original's bytes and mode
     except OSError as exc:
-        raise InternalFailure(f"cannot put {backup_path(main)} back as {main}: "
-                              f"{exc.strerror or exc}") from None
+        raise InternalFailure(
+            f"cannot put {backup_path(main)} back as {main}: {exc.strerror or exc}"
+        ) from None
     return True

@@ -50,22 +50,46 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("pods", nargs="*", metavar="POD.yaml",
-                        help=f"pod manifests (default: {EXAMPLES}/pods/*.yaml)")
-    add_node_arguments(parser, config=str(EXAMPLES / "demo-config.yaml"), cgroup="v2",
-                       inventory=str(EXAMPLES / "dgx-like.yaml"))
-    parser.add_argument("--runtime", choices=("containerd-2.3", "containerd-1.7"),
-                        default="containerd-2.3", help="which runtime the simulator plays")
-    parser.add_argument("--device-list-strategy", choices=STRATEGIES, default="cdi-cri",
-                        help="how the simulated NVIDIA device plugin hands each grant to the "
-                             "runtime; with envvar the node's runtime accepts "
-                             "NVIDIA_VISIBLE_DEVICES (that strategy needs it) and nri-sla "
-                             "learns the grant from the kubelet's PodResources")
-    parser.add_argument("--verbose", "-v", action="store_true",
-                        help="show the plugin's log on stderr, as `nri-sla run` writes it "
-                             "(decisions with their fields)")
-    parser.add_argument("--log-format", choices=FORMATS, default="text",
-                        help="the format of --verbose's lines (default text)")
+    parser.add_argument(
+        "pods",
+        nargs="*",
+        metavar="POD.yaml",
+        help=f"pod manifests (default: {EXAMPLES}/pods/*.yaml)",
+    )
+    add_node_arguments(
+        parser,
+        config=str(EXAMPLES / "demo-config.yaml"),
+        cgroup="v2",
+        inventory=str(EXAMPLES / "dgx-like.yaml"),
+    )
+    parser.add_argument(
+        "--runtime",
+        choices=("containerd-2.3", "containerd-1.7"),
+        default="containerd-2.3",
+        help="which runtime the simulator plays",
+    )
+    parser.add_argument(
+        "--device-list-strategy",
+        choices=STRATEGIES,
+        default="cdi-cri",
+        help="how the simulated NVIDIA device plugin hands each grant to the "
+        "runtime; with envvar the node's runtime accepts "
+        "NVIDIA_VISIBLE_DEVICES (that strategy needs it) and nri-sla "
+        "learns the grant from the kubelet's PodResources",
+    )
+    parser.add_argument(
+        "--verbose",
+        "-v",
+        action="store_true",
+        help="show the plugin's log on stderr, as `nri-sla run` writes it "
+        "(decisions with their fields)",
+    )
+    parser.add_argument(
+        "--log-format",
+        choices=FORMATS,
+        default="text",
+        help="the format of --verbose's lines (default text)",
+    )
 
 
 def summarize(response: Any, prefix: str) -> list[str]:
@@ -105,6 +129,7 @@ def summarize(response: Any, prefix: str) -> list[str]:
 
 Row = tuple[str, str, str, list[str]]
 
+
 def demo_runtime(strategy: str) -> NvidiaRuntime:
     """The node's nvidia-container-runtime as NVIDIA recommends it beside a device plugin
     with `strategy`: NVIDIA_VISIBLE_DEVICES from an unprivileged container's env opens
@@ -123,10 +148,12 @@ def gpu_lines(inventory: GpuInventory, device_ids: Iterable[str], env: list[str]
     gpus = [g for g in (inventory.find(i) for i in device_ids) if g is not None]
     if gpus:
         nodes = numbers({g.numa_node for g in gpus if g.numa_node is not None})
-        return [f"granted GPUs {numbers(g.index for g in gpus)} (NUMA {nodes}) by the "
-                "device plugin"]
+        return [
+            f"granted GPUs {numbers(g.index for g in gpus)} (NUMA {nodes}) by the device plugin"
+        ]
     named = [e for e in env if e.startswith(f"{ENV_VISIBLE}=")]
     return [f"granted no GPU: {named[-1]} in the env is not a grant"] if named else []
+
 
 RT_ROOT = {"cpu.rt_runtime_us": "950000", "cpu.rt_period_us": "1000000"}  # kernel default
 RT_NEW_GROUP = {"cpu.rt_runtime_us": "0", "cpu.rt_period_us": "1000000"}  # a new cgroup
@@ -155,16 +182,20 @@ def rt_ancestors(root: Path, parent: str) -> str:
         group = group / part
         runtime = (group / "cpu.rt_runtime_us").read_text().strip()
         raised.append(f"{'pod' if part.startswith('pod') else part} {runtime}us")
-    return (f"rt budget of the ancestors: {', '.join(raised)} (node: "
-            f"{RT_ROOT['cpu.rt_runtime_us']}us per {RT_ROOT['cpu.rt_period_us']}us)")
+    return (
+        f"rt budget of the ancestors: {', '.join(raised)} (node: "
+        f"{RT_ROOT['cpu.rt_runtime_us']}us per {RT_ROOT['cpu.rt_period_us']}us)"
+    )
 
 
 def held_line(inventory: GpuInventory, opens: Iterable[int], held: frozenset[str]) -> str:
     """What the container can open, and the GPUs nri-sla holds for it (by identity)."""
     held_gpus = [g.index for g in inventory.gpus if g.identity in held]
     opened = list(opens)
-    return (f"{f'opens GPUs {numbers(opened)}' if opened else 'opens no GPU'}, nri-sla holds "
-            f"{f'GPUs {numbers(held_gpus)}' if held_gpus else 'none'}")
+    return (
+        f"{f'opens GPUs {numbers(opened)}' if opened else 'opens no GPU'}, nri-sla holds "
+        f"{f'GPUs {numbers(held_gpus)}' if held_gpus else 'none'}"
+    )
 
 
 @dataclass(frozen=True)
@@ -196,16 +227,18 @@ class DemoNode:
             # What the kubelet (and the device plugin) give the runtime for the manifest's
             # resources; the SLA may only tighten these.
             try:
-                grant = self.kubelet.admit(pod.uid, pod.namespace, pod.name, name,
-                                           spec.resources[name].gpus)
+                grant = self.kubelet.admit(
+                    pod.uid, pod.namespace, pod.name, name, spec.resources[name].gpus
+                )
             except AdmissionRefused as exc:
                 rows.append((*where, "NOT ADMITTED", [str(exc)]))
                 continue
             rows.append((*where, *await self.create(spec, pod, name, grant)))
         return rows
 
-    async def create(self, spec: PodSpec, pod: PodSandbox, name: str,
-                     grant: Grant) -> tuple[str, list[str]]:
+    async def create(
+        self, spec: PodSpec, pod: PodSandbox, name: str, grant: Grant
+    ) -> tuple[str, list[str]]:
         """The admitted container created through the plugin: its result and details."""
         from nri_plugin.simulated.kubelet import container_request
         from nri_plugin.simulated.ocispec import openable_gpus
@@ -214,24 +247,33 @@ class DemoNode:
         env = [f"{k}={v}" for k, v in spec.environments.get(name, {}).items()]
         granted = spec.resources[name].kubelet_grant()
         ctr = container_request(
-            pod, name, grant, env=env,
+            pod,
+            name,
+            grant,
+            env=env,
             resources=make_resources(
-                cpu_shares=granted.cpu_shares, cpu_quota=granted.cpu_quota,
-                cpu_period=granted.cpu_period, memory_limit=granted.memory_limit))
+                cpu_shares=granted.cpu_shares,
+                cpu_quota=granted.cpu_quota,
+                cpu_period=granted.cpu_period,
+                memory_limit=granted.memory_limit,
+            ),
+        )
         gpus = gpu_lines(self.inventory, grant.device_ids, env)
         try:
             response = await self.session.create_container(pod, ctr)
         except PluginCallError as exc:
             return "REFUSED", [*gpus, exc.message]
-        opens = openable_gpus(self.sim.state.specs[ctr.id], self.inventory,
-                              self.nvidia_runtime)
+        opens = openable_gpus(self.sim.state.specs[ctr.id], self.inventory, self.nvidia_runtime)
         entry = self.plugin.registry.get(ctr.id)
         held = entry.gpus.whole if entry is not None else frozenset()
         if gpus or opens or held:
             gpus.append(held_line(self.inventory, opens, held))
         lines = [*gpus, *summarize(response, self.node.prefix)]
-        if self.rt_tree is not None and response is not None and \
-                response.adjust.linux.resources.cpu.HasField("realtime_runtime"):
+        if (
+            self.rt_tree is not None
+            and response is not None
+            and response.adjust.linux.resources.cpu.HasField("realtime_runtime")
+        ):
             lines.insert(len(gpus) + 1, rt_ancestors(self.rt_tree, pod.linux.cgroup_parent))
         warned = any(line.startswith("warning") for line in lines)
         return "warned" if warned else "enforced", lines
@@ -255,49 +297,61 @@ async def demo_node(node: NodeState, runtime: str, strategy: str) -> AsyncIterat
         raise ProgrammingError("the demo's node has no allocator (build it with its GPUs)")
     inventory = node.allocator.inventory
     kubelet = Kubelet(DevicePlugin(inventory, strategy))
-    with tempfile.TemporaryDirectory(prefix="nri-sla-demo-") as tmp, \
-            PodResourcesServer(kubelet, f"{tmp}/kubelet.sock") as books:
+    with (
+        tempfile.TemporaryDirectory(prefix="nri-sla-demo-") as tmp,
+        PodResourcesServer(kubelet, f"{tmp}/kubelet.sock") as books,
+    ):
         # the plugin asks the simulated kubelet's books, never a real kubelet's
-        node.config = replace(node.config, gpu=replace(
-            node.config.gpu, podresources_socket=books.socket_path))
+        node.config = replace(
+            node.config, gpu=replace(node.config.gpu, podresources_socket=books.socket_path)
+        )
         rt_tree = None
         if node.cgroup_version == 1:  # the plugin makes RT room in this scratch tree
             rt_tree = Path(tmp) / "cgroup"
             node.facts = CgroupFacts(version=1, driver="cgroupfs", root=rt_tree)
         socket_path = f"{tmp}/nri.sock"
-        async with RuntimeSimulator(socket_path, SimulatorOptions(mode=mode),
-                                    cdi=CdiRegistry(nvidia_cdi_specs(inventory))) as sim:
+        async with RuntimeSimulator(
+            socket_path, SimulatorOptions(mode=mode), cdi=CdiRegistry(nvidia_cdi_specs(inventory))
+        ) as sim:
             plugin = SlaPlugin(node)
             stub = Stub(plugin, name="nri-sla", idx="50", socket_path=socket_path)
             serving = asyncio.create_task(stub.run())
             session = await sim.accept()
             plugin.on_registered(stub)
             try:
-                yield DemoNode(node, inventory, kubelet, demo_runtime(strategy), sim, session,
-                               plugin, rt_tree)
+                yield DemoNode(
+                    node, inventory, kubelet, demo_runtime(strategy), sim, session, plugin, rt_tree
+                )
             finally:
                 stub.stop()
                 serving.cancel()
 
 
-async def run_demo(pods: list[PodSpec], node: NodeState, runtime: str,
-                   strategy: str = "cdi-cri") -> list[Row]:
+async def run_demo(
+    pods: list[PodSpec], node: NodeState, runtime: str, strategy: str = "cdi-cri"
+) -> list[Row]:
     async with demo_node(node, runtime, strategy) as demo:
         return [row for spec in pods for row in await demo.run_pod(spec)]
 
 
 def print_table(rows: list[Row], out: Any) -> None:
-    widths = [max(len(r[i]) for r in [*rows, ("POD", "CONTAINER", "RESULT", [])])
-              for i in range(3)]
+    widths = [max(len(r[i]) for r in [*rows, ("POD", "CONTAINER", "RESULT", [])]) for i in range(3)]
     detail_width = max(40, 110 - sum(widths))
-    print(f"{'POD':<{widths[0]}}  {'CONTAINER':<{widths[1]}}  {'RESULT':<{widths[2]}}  DETAILS",
-          file=out)
+    print(
+        f"{'POD':<{widths[0]}}  {'CONTAINER':<{widths[1]}}  {'RESULT':<{widths[2]}}  DETAILS",
+        file=out,
+    )
     for pod, container, result, details in rows:
-        wrapped = [part for line in details
-                   for part in textwrap.wrap(line, detail_width, subsequent_indent="  ")]
+        wrapped = [
+            part
+            for line in details
+            for part in textwrap.wrap(line, detail_width, subsequent_indent="  ")
+        ]
         first, *rest = wrapped or [""]
-        print(f"{pod:<{widths[0]}}  {container:<{widths[1]}}  {result:<{widths[2]}}  {first}",
-              file=out)
+        print(
+            f"{pod:<{widths[0]}}  {container:<{widths[1]}}  {result:<{widths[2]}}  {first}",
+            file=out,
+        )
         pad = " " * (sum(widths) + 6)
         for line in rest:
             print(pad + line, file=out)
@@ -320,8 +374,7 @@ def main(args: argparse.Namespace) -> int:
         logging.getLogger().setLevel(logging.CRITICAL)
     paths = args.pods or sorted(str(p) for p in (EXAMPLES / "pods").glob("*.yaml"))
     if not paths:
-        print(f"nri-sla demo: no pod manifests given and none in {EXAMPLES}/pods",
-              file=sys.stderr)
+        print(f"nri-sla demo: no pod manifests given and none in {EXAMPLES}/pods", file=sys.stderr)
         return 2
     try:
         node = node_from_args(args)
@@ -329,9 +382,12 @@ def main(args: argparse.Namespace) -> int:
     except (ManifestError, ValueError, OSError) as exc:
         print(f"nri-sla demo: {exc}", file=sys.stderr)
         return 2
-    print(f"nri-sla demo: simulated {args.runtime} node, cgroup {args.cgroup}, "
-          f"{len(node.allocator.inventory.gpus)} GPUs from {shown(args.inventory)},\n"
-          f"node policy {shown(args.config)}\n")
-    print_table(asyncio.run(run_demo(pods, node, args.runtime, args.device_list_strategy)),
-                sys.stdout)
+    print(
+        f"nri-sla demo: simulated {args.runtime} node, cgroup {args.cgroup}, "
+        f"{len(node.allocator.inventory.gpus)} GPUs from {shown(args.inventory)},\n"
+        f"node policy {shown(args.config)}\n"
+    )
+    print_table(
+        asyncio.run(run_demo(pods, node, args.runtime, args.device_list_strategy)), sys.stdout
+    )
     return 0

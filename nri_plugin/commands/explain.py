@@ -24,23 +24,33 @@ from nri_plugin.errors import InvalidInput
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("manifests", nargs="*", metavar="POD.yaml",
-                        help="Pod, List or workload manifests (Deployment, Job, ...)")
+    parser.add_argument(
+        "manifests",
+        nargs="*",
+        metavar="POD.yaml",
+        help="Pod, List or workload manifests (Deployment, Job, ...)",
+    )
     explain_gpus.add_arguments(parser)
     add_node_arguments(parser)
-    parser.add_argument("--nri-version", default=NEWEST_NRI, type=nri_version,
-                        metavar="vX.Y.Z|unversioned",
-                        help=f"the NRI version the node's runtime speaks ({NRI_RUNTIMES}; "
-                             f"default {NEWEST_NRI}); numa.memory-policy needs v0.12")
+    parser.add_argument(
+        "--nri-version",
+        default=NEWEST_NRI,
+        type=nri_version,
+        metavar="vX.Y.Z|unversioned",
+        help=f"the NRI version the node's runtime speaks ({NRI_RUNTIMES}; "
+        f"default {NEWEST_NRI}); numa.memory-policy needs v0.12",
+    )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
 NEWEST_NRI = "v0.12.0"  # the newest NRI this package speaks (nri_plugin.nri.stub)
 # Which runtimes speak which (nri_plugin.nri.levels); the README shows the same words.
-NRI_RUNTIMES = ("v0.12.0: containerd 2.3; v0.11.0: CRI-O 1.35-1.36, containerd 2.2.1+; "
-                "v0.10.0: CRI-O 1.34, containerd 2.2.0; v0.8.0: containerd 1.7.26 to 2.1; "
-                "unversioned: a runtime that sends no version and whose release nri-sla "
-                "does not know")
+NRI_RUNTIMES = (
+    "v0.12.0: containerd 2.3; v0.11.0: CRI-O 1.35-1.36, containerd 2.2.1+; "
+    "v0.10.0: CRI-O 1.34, containerd 2.2.0; v0.8.0: containerd 1.7.26 to 2.1; "
+    "unversioned: a runtime that sends no version and whose release nri-sla "
+    "does not know"
+)
 UNVERSIONED = "unversioned"
 
 
@@ -88,8 +98,9 @@ def flatten(prefix: str, value: Any) -> list[tuple[str, Any]]:
     return [(prefix, value)]
 
 
-def explain_container(node: Any, pod: Any, container: str, nri_version: str,
-                      kubelet: Any, parsed: ParsedSlas) -> dict[str, Any]:
+def explain_container(
+    node: Any, pod: Any, container: str, nri_version: str, kubelet: Any, parsed: ParsedSlas
+) -> dict[str, Any]:
     """`kubelet`: the simulated kubelet and device plugin granting the GPUs the
     container's limits name, as on a node (the run's containers share one node);
     `parsed`: the manifest's SLAs, each parsed once. With a ReplayedDevices as the node's
@@ -110,21 +121,30 @@ def explain_container(node: Any, pod: Any, container: str, nri_version: str,
         return {**where, "outcome": "not admitted", "error": str(exc)}
     _, invalid = parsed.sla(pod, container)
     if invalid is not None:  # what decide answers, without parsing the text again
-        return {**where, "outcome": "refused", "nri_version": nri_version,
-                "error": str(invalid)}
+        return {**where, "outcome": "refused", "nri_version": nri_version, "error": str(invalid)}
     # What the kubelet would hand the runtime for the manifest's resources.
     granted = resources.kubelet_grant(
         cdi_devices=grant.allocation.cdi_devices,
-        env_gpus=pod.environments.get(container, {}).get("NVIDIA_VISIBLE_DEVICES"))
+        env_gpus=pod.environments.get(container, {}).get("NVIDIA_VISIBLE_DEVICES"),
+    )
     owner = f"{pod.namespace}/{pod.name}/{container}"
-    decision = decide(node, ContainerRequest(
-        pod.annotations, container, namespace=pod.namespace, owner=owner,
-        pod=f"{pod.namespace}/{pod.name}", nri_version=nri_version, granted=granted))
+    decision = decide(
+        node,
+        ContainerRequest(
+            pod.annotations,
+            container,
+            namespace=pod.namespace,
+            owner=owner,
+            pod=f"{pod.namespace}/{pod.name}",
+            nri_version=nri_version,
+            granted=granted,
+        ),
+    )
     if decision.error is None:  # held, as on a node: the next containers see it taken
-        node.admit(owner, decision.plan, node.gpu_grant(granted), granted.cpu_request_millis,
-                   "").commit()
-    replayed = node.resolve_device if isinstance(node.resolve_device, ReplayedDevices) \
-        else None
+        node.admit(
+            owner, decision.plan, node.gpu_grant(granted), granted.cpu_request_millis, ""
+        ).commit()
+    replayed = node.resolve_device if isinstance(node.resolve_device, ReplayedDevices) else None
     unresolved = [*replayed.unresolved] if replayed is not None else []
     if replayed is not None:
         replayed.unresolved.clear()
@@ -133,14 +153,22 @@ def explain_container(node: Any, pod: Any, container: str, nri_version: str,
         result["error"] = str(decision.error)
     if decision.plan is not None:
         plan = decision.plan
-        adjustment = annotated(node.annotations_for(plan, "nri", owner),
-                               settings=build_adjustment(plan))
+        adjustment = annotated(
+            node.annotations_for(plan, "nri", owner), settings=build_adjustment(plan)
+        )
         result["adjustment"] = dict(flatten("", MessageToDict(adjustment)))
-        result["direct_writes"] = [f"{w.controller}/{w.file} = {w.value}" for w in
-                                   cgroup_writes(plan, "direct", node.capabilities.bfq)]
-        result["warnings"] = [*plan.warnings, *(
-            f"io.max device {path}: not looked up here (--inventory replays another node), "
-            "shown as 0:0; that node resolves it at CreateContainer" for path in unresolved)]
+        result["direct_writes"] = [
+            f"{w.controller}/{w.file} = {w.value}"
+            for w in cgroup_writes(plan, "direct", node.capabilities.bfq)
+        ]
+        result["warnings"] = [
+            *plan.warnings,
+            *(
+                f"io.max device {path}: not looked up here (--inventory replays another node), "
+                "shown as 0:0; that node resolves it at CreateContainer"
+                for path in unresolved
+            ),
+        ]
         if plan.placement_record:
             result["placement"] = plan.placement_record
     return result
@@ -152,8 +180,10 @@ def render(result: dict[str, Any], out: Any) -> None:
     if "error" in result:
         print(f"  error: {result['error']}", file=out)
     if "placement" in result:
-        chosen = ", ".join(f"{k} {','.join(v) if isinstance(v, list) else v}"
-                           for k, v in result["placement"].items())
+        chosen = ", ".join(
+            f"{k} {','.join(v) if isinstance(v, list) else v}"
+            for k, v in result["placement"].items()
+        )
         print(f"  placement: {chosen}", file=out)
     for key, value in result.get("adjustment", {}).items():
         print(f"  adjustment {key} = {value}", file=out)
@@ -184,8 +214,11 @@ def main(args: argparse.Namespace) -> int:
     results = []
     for pods in manifests:
         parsed = ParsedSlas(node.config)
-        results += [explain_container(node, pod, name, args.nri_version, kubelet, parsed)
-                    for pod in pods for name in pod.containers]
+        results += [
+            explain_container(node, pod, name, args.nri_version, kubelet, parsed)
+            for pod in pods
+            for name in pod.containers
+        ]
     if args.json:
         json.dump(results, sys.stdout, indent=2)
         print()

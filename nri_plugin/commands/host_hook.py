@@ -13,11 +13,18 @@ from nri_plugin.errors import InternalFailure, Unavailable
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--host-root", default="/host", metavar="DIR",
-                        help="where the host's / is mounted (default /host)")
-    parser.add_argument("--config", default=DEFAULT_PATH,
-                        help=f"the node config to install for the hook (default "
-                             f"{DEFAULT_PATH}: the ConfigMap's file)")
+    parser.add_argument(
+        "--host-root",
+        default="/host",
+        metavar="DIR",
+        help="where the host's / is mounted (default /host)",
+    )
+    parser.add_argument(
+        "--config",
+        default=DEFAULT_PATH,
+        help=f"the node config to install for the hook (default "
+        f"{DEFAULT_PATH}: the ConfigMap's file)",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -25,13 +32,18 @@ def main(args: argparse.Namespace) -> int:
         done = install(Path(args.host_root), args.config)
     except (FileNotFoundError, NotADirectoryError, PermissionError) as exc:
         # the host's directories are not mounted (or not writable) where they should be
-        raise Unavailable(f"cannot install under {args.host_root}: {exc.filename}: "
-                          f"{exc.strerror} (the host's {HOST_DIR} and /etc/nri-sla must be "
-                          f"mounted there, writable)") from None
+        raise Unavailable(
+            f"cannot install under {args.host_root}: {exc.filename}: "
+            f"{exc.strerror} (the host's {HOST_DIR} and /etc/nri-sla must be "
+            f"mounted there, writable)"
+        ) from None
     except OSError as exc:
-        raise InternalFailure(f"cannot install under {args.host_root}: {exc.filename}: "
-                              f"{exc.strerror or exc}") from None
-    print(f"installed the nri-sla hook in {HOST_DIR} ({done.runtime.name}) and its config "
-          f"under {args.host_root}; on the node, `{HOST_BINARY} containerd-config --write` "
-          f"makes containerd run it")
+        raise InternalFailure(
+            f"cannot install under {args.host_root}: {exc.filename}: {exc.strerror or exc}"
+        ) from None
+    print(
+        f"installed the nri-sla hook in {HOST_DIR} ({done.runtime.name}) and its config "
+        f"under {args.host_root}; on the node, `{HOST_BINARY} containerd-config --write` "
+        f"makes containerd run it"
+    )
     return 0

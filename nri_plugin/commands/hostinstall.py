@@ -36,8 +36,17 @@ HOST_DIR = "/opt/nri-sla"
 HOST_BINARY = f"{HOST_DIR}/bin/nri-sla"
 HOST_CONFIG = "/etc/nri-sla/config.yaml"
 # Not needed by any nri-sla command; most of the standard library's size.
-SKIPPED_STDLIB = {"site-packages", "dist-packages", "test", "idlelib", "tkinter",
-                  "turtledemo", "ensurepip", "lib2to3", "pydoc_data"}
+SKIPPED_STDLIB = {
+    "site-packages",
+    "dist-packages",
+    "test",
+    "idlelib",
+    "tkinter",
+    "turtledemo",
+    "ensurepip",
+    "lib2to3",
+    "pydoc_data",
+}
 # What only the plugin and the device plugin load (`run`, `device-plugin`: NRI and kubelet
 # protocols, metrics, event loop, the Events sender's HTTPS client): the copy on the host
 # runs the hook and `containerd-config`, whose imports never reach them (the import
@@ -100,10 +109,15 @@ def _dependency_files(root: str = "nri-sla") -> list[tuple[Path, str]]:
 
 def _copy_tree(source: Path, target: Path, skip: Collection[str] = ()) -> None:
     # config-3.X-<arch>: the static libpython and build files, for compiling extensions
-    shutil.copytree(source, target, symlinks=True, dirs_exist_ok=True,
-                    ignore=lambda _dir, names: [n for n in names if n in skip
-                                                or n.startswith("config-3")
-                                                or n.endswith(OPTIMIZED_PYC)])
+    shutil.copytree(
+        source,
+        target,
+        symlinks=True,
+        dirs_exist_ok=True,
+        ignore=lambda _dir, names: [
+            n for n in names if n in skip or n.startswith("config-3") or n.endswith(OPTIMIZED_PYC)
+        ],
+    )
 
 
 def _copy_runtime(target: Path) -> None:
@@ -119,8 +133,7 @@ def _copy_runtime(target: Path) -> None:
                 (target / "lib" / path.name).symlink_to(os.readlink(path))
             else:
                 shutil.copy2(path, target / "lib" / path.name)
-    _copy_tree(Path(sysconfig.get_paths()["stdlib"]), target / "lib" / version,
-               SKIPPED_STDLIB)
+    _copy_tree(Path(sysconfig.get_paths()["stdlib"]), target / "lib" / version, SKIPPED_STDLIB)
     site = target / "site"
     _copy_tree(Path(nri_plugin.__file__).parent, site / "nri_plugin", {"__pycache__"})
     for path, relative in _dependency_files():

@@ -19,16 +19,35 @@ from nri_plugin.topology.snapshot import load_snapshot, save_snapshot, snapshot_
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    parser.add_argument("--save", metavar="FILE", type=Path,
-                        help="also write a YAML snapshot of this node to FILE")
-    parser.add_argument("--inventory", metavar="FILE", type=Path,
-                        help="replay a snapshot taken with --save instead of reading this node")
-    parser.add_argument("--source", choices=("auto", "nvml", "sysfs"), default="auto",
-                        help="GPU source (default auto: NVML, else sysfs)")
-    parser.add_argument("--sysfs-root", metavar="DIR", type=Path, default=Path("/sys"),
-                        help="read sysfs from DIR (tests, chroots)")
-    parser.add_argument("--proc-root", metavar="DIR", type=Path, default=Path("/proc"),
-                        help="read /proc from DIR (NVIDIA driver files)")
+    parser.add_argument(
+        "--save", metavar="FILE", type=Path, help="also write a YAML snapshot of this node to FILE"
+    )
+    parser.add_argument(
+        "--inventory",
+        metavar="FILE",
+        type=Path,
+        help="replay a snapshot taken with --save instead of reading this node",
+    )
+    parser.add_argument(
+        "--source",
+        choices=("auto", "nvml", "sysfs"),
+        default="auto",
+        help="GPU source (default auto: NVML, else sysfs)",
+    )
+    parser.add_argument(
+        "--sysfs-root",
+        metavar="DIR",
+        type=Path,
+        default=Path("/sys"),
+        help="read sysfs from DIR (tests, chroots)",
+    )
+    parser.add_argument(
+        "--proc-root",
+        metavar="DIR",
+        type=Path,
+        default=Path("/proc"),
+        help="read /proc from DIR (NVIDIA driver files)",
+    )
 
 
 def _gib(n: int) -> str:
@@ -50,10 +69,15 @@ def render_table(topology: Topology, inventory: GpuInventory) -> str:
     node_rows = [["NUMA", "CPUs", "memory", "distances", "GPUs"]]
     for n in topology.nodes:
         gpus = [str(g.index) for g in inventory.gpus if g.numa_node == n.id]
-        node_rows.append([str(n.id), format_cpulist(n.cpus) or "-",
-                          "yes" if n.has_memory else "no",
-                          " ".join(str(n.distances.get(o.id, "?")) for o in topology.nodes),
-                          ",".join(gpus) or "-"])
+        node_rows.append(
+            [
+                str(n.id),
+                format_cpulist(n.cpus) or "-",
+                "yes" if n.has_memory else "no",
+                " ".join(str(n.distances.get(o.id, "?")) for o in topology.nodes),
+                ",".join(gpus) or "-",
+            ]
+        )
     lines += table_lines(node_rows)
     lines.append("")
     source = f"GPUs: {len(inventory.gpus)} (source: {inventory.source}"
@@ -61,17 +85,37 @@ def render_table(topology: Topology, inventory: GpuInventory) -> str:
         source += f"; degraded: {inventory.degraded_reason}"
     lines.append(source + ")")
     if inventory.gpus:
-        rows = [["GPU", "NUMA", "PCI", "UUID", "name", "memory", "NVLink peers",
-                 "PCIe switch", "MIG"]]
+        rows = [
+            ["GPU", "NUMA", "PCI", "UUID", "name", "memory", "NVLink peers", "PCIe switch", "MIG"]
+        ]
         for g in inventory.gpus:
-            rows.append([str(g.index), "?" if g.numa_node is None else str(g.numa_node),
-                         g.pci_bus_id, g.uuid or "-", g.name or "-", _gib(g.memory_bytes),
-                         describe_links(g),
-                         ",".join(str(p) for p, lv in g.pcie_levels if lv == "switch") or "-",
-                         f"{len(g.mig_instances)} instance(s)" if g.mig_enabled else "-"])
+            rows.append(
+                [
+                    str(g.index),
+                    "?" if g.numa_node is None else str(g.numa_node),
+                    g.pci_bus_id,
+                    g.uuid or "-",
+                    g.name or "-",
+                    _gib(g.memory_bytes),
+                    describe_links(g),
+                    ",".join(str(p) for p, lv in g.pcie_levels if lv == "switch") or "-",
+                    f"{len(g.mig_instances)} instance(s)" if g.mig_enabled else "-",
+                ]
+            )
             for m in g.mig_instances:
-                rows.append([f"  {g.index}:{m.index}", "", "", m.uuid, m.profile,
-                             _gib(m.memory_bytes), "", "", f"gi {m.gi_id} ci {m.ci_id}"])
+                rows.append(
+                    [
+                        f"  {g.index}:{m.index}",
+                        "",
+                        "",
+                        m.uuid,
+                        m.profile,
+                        _gib(m.memory_bytes),
+                        "",
+                        "",
+                        f"gi {m.gi_id} ci {m.ci_id}",
+                    ]
+                )
         lines.append("")
         lines += table_lines(rows)
     return "\n".join(lines)
@@ -86,8 +130,9 @@ def main(args: argparse.Namespace) -> int:
             topology, inventory = snap.topology, snap.inventory
         else:
             topology = read_topology(args.sysfs_root)
-            inventory = load_inventory(args.source, sysfs_root=args.sysfs_root,
-                                       proc_root=args.proc_root)
+            inventory = load_inventory(
+                args.source, sysfs_root=args.sysfs_root, proc_root=args.proc_root
+            )
     except OSError as exc:  # the host's sysfs (a bad snapshot: nri_plugin.cli)
         print(f"nri-sla inventory: cannot read this node: {exc}", file=sys.stderr)
         return EXIT_INTERNAL
@@ -95,8 +140,10 @@ def main(args: argparse.Namespace) -> int:
         try:
             save_snapshot(args.save, topology, inventory)
         except OSError as exc:  # the operator's path: bad input, not nri-sla's failure
-            print(f"nri-sla inventory: --save {args.save}: cannot write: "
-                  f"{exc.strerror or exc}", file=sys.stderr)
+            print(
+                f"nri-sla inventory: --save {args.save}: cannot write: {exc.strerror or exc}",
+                file=sys.stderr,
+            )
             return EXIT_INVALID
     if args.json:
         body = snapshot_to_dict(topology, inventory)

@@ -36,8 +36,14 @@ MAX_MANIFEST_DOCUMENTS = 4096
 # Containers per manifest file, all documents together: a `kubectl get pods -A -o yaml`
 # of a large cluster fits (the 4 MiB file holds ~1,500 pods), a file of `- {}` does not.
 MAX_MANIFEST_CONTAINERS = 10_000
-_TEMPLATED = {"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job",
-              "ReplicationController"}
+_TEMPLATED = {
+    "Deployment",
+    "StatefulSet",
+    "DaemonSet",
+    "ReplicaSet",
+    "Job",
+    "ReplicationController",
+}
 
 
 class ManifestError(InvalidInput, ValueError):
@@ -62,8 +68,9 @@ class ContainerResources:
     memory_limit: int | None = None
     gpus: int = 0  # limits nvidia.com/gpu
 
-    def kubelet_grant(self, cdi_devices: tuple[str, ...] = (),
-                      env_gpus: str | None = None) -> GrantedResources:
+    def kubelet_grant(
+        self, cdi_devices: tuple[str, ...] = (), env_gpus: str | None = None
+    ) -> GrantedResources:
         """What the kubelet hands the runtime for these resources (shares from the request,
         quota from the limit at the 100ms period), plus a device plugin's CDI names and
         NVIDIA_VISIBLE_DEVICES from the env (reported, never a grant)."""
@@ -72,9 +79,14 @@ class ContainerResources:
         if self.cpu_limit_millis:
             period = DEFAULT_CPU_PERIOD_US
             quota = max(MIN_QUOTA_US, self.cpu_limit_millis * period // 1000)
-        return GrantedResources(cpu_quota=quota, cpu_period=period, cpu_shares=shares,
-                                memory_limit=self.memory_limit, env_gpus=env_gpus,
-                                cdi_devices=cdi_devices)
+        return GrantedResources(
+            cpu_quota=quota,
+            cpu_period=period,
+            cpu_shares=shares,
+            memory_limit=self.memory_limit,
+            env_gpus=env_gpus,
+            cdi_devices=cdi_devices,
+        )
 
 
 @dataclass(frozen=True)
@@ -104,9 +116,14 @@ def _mapping(value: Any, what: str) -> dict[str, Any]:
     return value
 
 
-def _pod_from(template: dict[str, Any], meta: dict[str, Any], source: str,
-              budget: _Budget, workload: dict[str, Any] | None = None,
-              template_path: str = "") -> PodSpec:
+def _pod_from(
+    template: dict[str, Any],
+    meta: dict[str, Any],
+    source: str,
+    budget: _Budget,
+    workload: dict[str, Any] | None = None,
+    template_path: str = "",
+) -> PodSpec:
     """`workload`: the annotations on a workload's own metadata (the runtime never sees
     them; validate warns about nri-sla's keys there); `template_path`: where the
     workload holds `template`."""
@@ -129,8 +146,11 @@ def _pod_from(template: dict[str, Any], meta: dict[str, Any], source: str,
             env = container.get("env") or []
             if not isinstance(env, list):
                 raise ManifestError(f"{where}.env must be a list")
-            envs[name] = {str(e.get("name")): str(e.get("value", "")) for e in env
-                          if isinstance(e, dict) and "value" in e}
+            envs[name] = {
+                str(e.get("name")): str(e.get("value", ""))
+                for e in env
+                if isinstance(e, dict) and "value" in e
+            }
             resources[name] = _resources(_mapping(container.get("resources"), where), where)
     return PodSpec(
         source=source,
@@ -170,7 +190,8 @@ def _resources(spec: dict[str, Any], where: str) -> ContainerResources:
         cpu_request_millis=cpu_limit if cpu_request is None else cpu_request,
         cpu_limit_millis=cpu_limit,
         memory_limit=quantity(limits, "memory", parse_size, "limits"),
-        gpus=quantity(limits, GPU_RESOURCE, parse_count, "limits") or 0)
+        gpus=quantity(limits, GPU_RESOURCE, parse_count, "limits") or 0,
+    )
 
 
 def _pods_in(doc: Any, source: str, budget: _Budget) -> Iterator[PodSpec]:
@@ -198,8 +219,9 @@ def _pods_in(doc: Any, source: str, budget: _Budget) -> Iterator[PodSpec]:
             spec = _mapping(spec.get(step), f"{where}: {path}")
         template = _mapping(spec.get("template"), f"{where}: {path}.template")
         own = _mapping(meta.get("annotations"), f"{where}: metadata.annotations")
-        yield _pod_from(template, meta, where, budget, workload=own,
-                        template_path=f"{path}.template")
+        yield _pod_from(
+            template, meta, where, budget, workload=own, template_path=f"{path}.template"
+        )
 
 
 def short(value: object) -> str:
@@ -224,8 +246,10 @@ class _Budget:
     def take(self, count: int) -> None:
         self.left -= count
         if self.left < 0:
-            raise ManifestTooLarge(f"{self.source}: holds more than {MAX_MANIFEST_CONTAINERS} "
-                                   "containers; at most that many are checked per manifest")
+            raise ManifestTooLarge(
+                f"{self.source}: holds more than {MAX_MANIFEST_CONTAINERS} "
+                "containers; at most that many are checked per manifest"
+            )
 
 
 def source_name(path: str | Path) -> str:
@@ -247,8 +271,7 @@ def _read(path: str | Path) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ManifestError(f"{name}: cannot read: not UTF-8 text (byte {exc.start})") \
-            from None
+        raise ManifestError(f"{name}: cannot read: not UTF-8 text (byte {exc.start})") from None
 
 
 @dataclass(frozen=True)
@@ -268,8 +291,13 @@ def load_documents(path: str | Path) -> list[Document]:
     name = source_name(path)
     text = _read(path)
     try:
-        docs = load_all(text, max_bytes=MAX_MANIFEST_BYTES, max_depth=MAX_MANIFEST_DEPTH,
-                        max_nodes=MAX_MANIFEST_NODES, max_documents=MAX_MANIFEST_DOCUMENTS)
+        docs = load_all(
+            text,
+            max_bytes=MAX_MANIFEST_BYTES,
+            max_depth=MAX_MANIFEST_DEPTH,
+            max_nodes=MAX_MANIFEST_NODES,
+            max_documents=MAX_MANIFEST_DOCUMENTS,
+        )
     except YamlProblem as exc:
         raise ManifestError(f"{name}: {exc}") from None
     budget = _Budget(name)

@@ -27,21 +27,23 @@ from nri_plugin.errors import EXIT_INVALID, EXIT_OK, one_line
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
-    check = actions.add_parser("check", help="validate a node config file, one line per "
-                                             "problem")
-    check.add_argument("file", nargs="?", default=DEFAULT_PATH,
-                       help=f"the file (default {DEFAULT_PATH})")
+    check = actions.add_parser("check", help="validate a node config file, one line per problem")
+    check.add_argument(
+        "file", nargs="?", default=DEFAULT_PATH, help=f"the file (default {DEFAULT_PATH})"
+    )
     show = actions.add_parser("show", help="print the config in effect, defaults filled in")
-    show.add_argument("--config", default=None,
-                      help=f"node config file (default {DEFAULT_PATH} if present)")
+    show.add_argument(
+        "--config", default=None, help=f"node config file (default {DEFAULT_PATH} if present)"
+    )
     actions.add_parser("default", help="print the default config (YAML)")
 
 
 def main(args: argparse.Namespace) -> int:
     if args.action == "check":
         if not os.path.lexists(args.file):  # the file is check's argument, not a --config
-            raise ConfigError(args.file, "", "does not exist (give the file to check: "
-                                             "nri-sla config check FILE)")
+            raise ConfigError(
+                args.file, "", "does not exist (give the file to check: nri-sla config check FILE)"
+            )
         _, errors = check_config(read_config_text(args.file), args.file)
         for error in errors:
             print(f"nri-sla config check: {one_line(str(error))}", file=sys.stderr)

@@ -30,8 +30,13 @@ class ParsedSlas:
 
     def key(self, pod: PodSpec, name: str) -> SlaKey:
         head = self.config.annotation_prefix + "/"
-        mine = tuple(sorted((k, v) for k, v in pod.annotations.items()
-                            if k.startswith(head) or k == ENFORCEMENT_ALIAS))
+        mine = tuple(
+            sorted(
+                (k, v)
+                for k, v in pod.annotations.items()
+                if k.startswith(head) or k == ENFORCEMENT_ALIAS
+            )
+        )
         return mine, (name if f"{head}container.{name}" in pod.annotations else "")
 
     def sla(self, pod: PodSpec, name: str) -> tuple[Sla | None, SlaError | None]:

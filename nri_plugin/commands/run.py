@@ -22,19 +22,30 @@ log = logging.getLogger("nri_sla.run")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_node_arguments(parser)
-    parser.add_argument("--socket", default=None, help="NRI socket (default from the config: "
-                        "/var/run/nri/nri.sock)")
+    parser.add_argument(
+        "--socket", default=None, help="NRI socket (default from the config: /var/run/nri/nri.sock)"
+    )
     parser.add_argument("--name", default=None, help="plugin name (default nri-sla)")
     parser.add_argument("--index", default=None, help="plugin index, two digits (default 50)")
-    parser.add_argument("--metrics-address", default=None,
-                        help='host:port for /metrics, /healthz, /readyz ("" disables)')
-    parser.add_argument("--health-address", default=None,
-                        help='host:port for /healthz and /readyz alone, the probes\' '
-                        'listener that no connection flood starves ("" disables)')
-    parser.add_argument("--cpu-manager-state", default=DEFAULT_STATE_FILE, metavar="FILE",
-                        help="the kubelet's CPU manager checkpoint, read at start to warn "
-                             f"when its policy is not none (default {DEFAULT_STATE_FILE}; "
-                             '"" skips the check)')
+    parser.add_argument(
+        "--metrics-address",
+        default=None,
+        help='host:port for /metrics, /healthz, /readyz ("" disables)',
+    )
+    parser.add_argument(
+        "--health-address",
+        default=None,
+        help="host:port for /healthz and /readyz alone, the probes' "
+        'listener that no connection flood starves ("" disables)',
+    )
+    parser.add_argument(
+        "--cpu-manager-state",
+        default=DEFAULT_STATE_FILE,
+        metavar="FILE",
+        help="the kubelet's CPU manager checkpoint, read at start to warn "
+        f"when its policy is not none (default {DEFAULT_STATE_FILE}; "
+        '"" skips the check)',
+    )
     add_log_arguments(parser)
 
 
@@ -61,14 +72,21 @@ def main(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config)
         # Decision lines written once each answer is sent (ops.logsetup says why).
-        setup_logging(args.log_format or config.log.format, args.log_level or config.log.level,
-                      defer_decisions=True)
+        setup_logging(
+            args.log_format or config.log.format,
+            args.log_level or config.log.level,
+            defer_decisions=True,
+        )
         # Given is given: `--name ""` is refused, not read as "use the config's".
-        check_identity(config.nri.plugin_name if args.name is None else args.name,
-                       config.nri.plugin_index if args.index is None else args.index)
+        check_identity(
+            config.nri.plugin_name if args.name is None else args.name,
+            config.nri.plugin_index if args.index is None else args.index,
+        )
         if args.socket is not None and not os.path.isabs(args.socket):
-            raise ValueError(f"--socket {args.socket!r} must be an absolute path (the NRI "
-                             "socket, e.g. /var/run/nri/nri.sock)")
+            raise ValueError(
+                f"--socket {args.socket!r} must be an absolute path (the NRI "
+                "socket, e.g. /var/run/nri/nri.sock)"
+            )
         if args.inventory is not None:
             load_snapshot(args.inventory)  # read again below; here only to fail early
         # Before the node: a key nri-sla cannot trust is refused, not replaced (that would
@@ -80,8 +98,8 @@ def main(args: argparse.Namespace) -> int:
     try:
         metrics, listeners = start_listeners(
             config.metrics.address if args.metrics_address is None else args.metrics_address,
-            config.metrics.health_address if args.health_address is None
-            else args.health_address)
+            config.metrics.health_address if args.health_address is None else args.health_address,
+        )
     except (ValueError, OSError) as exc:  # ValueError: MetricsError, naming the address
         print(f"nri-sla run: {exc}", file=sys.stderr)
         # a bad address is the operator's input; a taken port, the host's state
@@ -93,10 +111,15 @@ def main(args: argparse.Namespace) -> int:
             log.warning("%s", policy)
         try:
             node = node_from_args(args, detect=True, record_key=key)
-            serve_node(node, metrics, status_socket=config.status.socket, socket=args.socket,
-                       name=args.name, index=args.index,
-                       on_reload=lambda: reload_node(node, args.config, args.log_format,
-                                                     args.log_level))
+            serve_node(
+                node,
+                metrics,
+                status_socket=config.status.socket,
+                socket=args.socket,
+                name=args.name,
+                index=args.index,
+                on_reload=lambda: reload_node(node, args.config, args.log_format, args.log_level),
+            )
         except (ValueError, OSError) as exc:  # the config against this host, NRI_PLUGIN_*
             print(f"nri-sla run: {exc}", file=sys.stderr)
             return EXIT_INVALID

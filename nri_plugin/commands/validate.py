@@ -45,22 +45,35 @@ OK, NO_SLA, WARNED, REFUSED = "ok", "no SLA", "warned", "refused"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("manifests", nargs="+", metavar="POD.yaml",
-                        help="Pod, List or workload manifests (Deployment, Job, ...); "
-                             "- reads standard input")
-    parser.add_argument("--prefix", default=None,
-                        help="annotation prefix (default annotation-prefix of --config: "
-                             f"{DEFAULT_PREFIX})")
-    parser.add_argument("--config", default=None, metavar="FILE",
-                        help="node config whose enforcement default and permissions apply "
-                             "(default: the built-in defaults; nobody may exceed the pod's "
-                             "resources)")
-    parser.add_argument("--quiet", "-q", action="store_true",
-                        help="print problems and the summary only")
-    parser.add_argument("--json", action="store_true",
-                        help="one JSON document: each container's outcome, problems and "
-                             "hint, the files and documents not read, the summary counts "
-                             "and the exit status")
+    parser.add_argument(
+        "manifests",
+        nargs="+",
+        metavar="POD.yaml",
+        help="Pod, List or workload manifests (Deployment, Job, ...); - reads standard input",
+    )
+    parser.add_argument(
+        "--prefix",
+        default=None,
+        help=f"annotation prefix (default annotation-prefix of --config: {DEFAULT_PREFIX})",
+    )
+    parser.add_argument(
+        "--config",
+        default=None,
+        metavar="FILE",
+        help="node config whose enforcement default and permissions apply "
+        "(default: the built-in defaults; nobody may exceed the pod's "
+        "resources)",
+    )
+    parser.add_argument(
+        "--quiet", "-q", action="store_true", help="print problems and the summary only"
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON document: each container's outcome, problems and "
+        "hint, the files and documents not read, the summary counts "
+        "and the exit status",
+    )
 
 
 @dataclass
@@ -82,8 +95,9 @@ class Verdicts:
     containers or replicas share them."""
 
     parsed: ParsedSlas
-    known: dict[tuple[SlaKey, str, ContainerResources], tuple[str, list[str], bool]] = \
-        field(default_factory=dict)
+    known: dict[tuple[SlaKey, str, ContainerResources], tuple[str, list[str], bool]] = field(
+        default_factory=dict
+    )
 
     def check(self, pod: PodSpec, name: str) -> Checked:
         sla_key = self.parsed.key(pod, name)
@@ -91,13 +105,18 @@ class Verdicts:
         if key not in self.known:
             self.known[key] = _verdict(self.parsed, pod, name)
         outcome, problems, over_grant = self.known[key]
-        checked = Checked(pod.source, name, name in pod.init_containers, outcome,
-                          list(problems))
+        checked = Checked(pod.source, name, name in pod.init_containers, outcome, list(problems))
         prefix = self.parsed.config.annotation_prefix
-        if over_grant and not sla_key[1] and f"{prefix}/pod" in pod.annotations and \
-                len(pod.containers) > 1:
-            checked.hint = (f"{prefix}/pod applies to each of the pod's containers; give "
-                            f"this one its own SLA with {prefix}/container.{name}")
+        if (
+            over_grant
+            and not sla_key[1]
+            and f"{prefix}/pod" in pod.annotations
+            and len(pod.containers) > 1
+        ):
+            checked.hint = (
+                f"{prefix}/pod applies to each of the pod's containers; give "
+                f"this one its own SLA with {prefix}/container.{name}"
+            )
         return checked
 
 
@@ -118,14 +137,21 @@ def _verdict(parsed: ParsedSlas, pod: PodSpec, name: str) -> tuple[str, list[str
     if sla is None:
         return NO_SLA, [], False
     # The pod's own resources as the kubelet hands them to the runtime (as explain does).
-    ctx = PlanContext(cgroup_version=2, namespace=pod.namespace, config=config,
-                      granted=pod.resources[name].kubelet_grant())
+    ctx = PlanContext(
+        cgroup_version=2,
+        namespace=pod.namespace,
+        config=config,
+        granted=pod.resources[name].kubelet_grant(),
+    )
     shortfalls = grant_shortfalls(sla, ctx)
     if not shortfalls:
         return OK, [], False
     key = sla_key(sla, config.annotation_prefix)
-    return (WARNED if sla.enforcement == "soft" else REFUSED,
-            [s.render(key) for s in shortfalls], True)
+    return (
+        WARNED if sla.enforcement == "soft" else REFUSED,
+        [s.render(key) for s in shortfalls],
+        True,
+    )
 
 
 def check_pod(verdicts: Verdicts, pod: PodSpec) -> list[Checked]:
@@ -135,17 +161,29 @@ def check_pod(verdicts: Verdicts, pod: PodSpec) -> list[Checked]:
 
     config = verdicts.parsed.config
     results = [verdicts.check(pod, name) for name in pod.containers]
-    strays = keys_naming_no_container(pod.annotations, pod.containers,
-                                      prefix=config.annotation_prefix)
+    strays = keys_naming_no_container(
+        pod.annotations, pod.containers, prefix=config.annotation_prefix
+    )
     if strays:
         results.append(Checked(pod.source, "", False, REFUSED, [str(e) for e in strays]))
     head = config.annotation_prefix + "/"
-    misplaced = [k for k in pod.workload_annotations
-                 if k.startswith(head) or k == ENFORCEMENT_ALIAS]
+    misplaced = [
+        k for k in pod.workload_annotations if k.startswith(head) or k == ENFORCEMENT_ALIAS
+    ]
     if misplaced:
-        results.append(Checked(pod.source, "", False, WARNED, [
-            f"{short(key)}: on the workload's own metadata.annotations, which no pod gets; "
-            f"put it under {pod.template}.metadata.annotations" for key in misplaced]))
+        results.append(
+            Checked(
+                pod.source,
+                "",
+                False,
+                WARNED,
+                [
+                    f"{short(key)}: on the workload's own metadata.annotations, which no pod gets; "
+                    f"put it under {pod.template}.metadata.annotations"
+                    for key in misplaced
+                ],
+            )
+        )
     return results
 
 
@@ -181,20 +219,35 @@ class Run:
         containers = [r for r in self.results if r.container]
         counts = Counter(OK if r.outcome == NO_SLA else r.outcome for r in containers)
         pods = Counter(r.outcome for r in self.results if not r.container)
-        return {"manifests": self.manifests, "containers": len(containers), "ok": counts[OK],
-                "refused": counts[REFUSED], "warned": counts[WARNED],
-                "pod_problems": pods[REFUSED], "workload_warnings": pods[WARNED],
-                "unreadable": len(self.errors), "status": self.status}
+        return {
+            "manifests": self.manifests,
+            "containers": len(containers),
+            "ok": counts[OK],
+            "refused": counts[REFUSED],
+            "warned": counts[WARNED],
+            "pod_problems": pods[REFUSED],
+            "workload_warnings": pods[WARNED],
+            "unreadable": len(self.errors),
+            "status": self.status,
+        }
 
 
 def summary_line(counts: dict[str, int]) -> str:
-    extra = [f"{counts[key]} {what}" for key, what in (
-        ("pod_problems", "pods with annotations naming no container"),
-        ("workload_warnings", "workloads with SLA annotations on their own metadata"),
-        ("unreadable", "manifests or documents not read")) if counts[key]]
-    return (f"{counts['manifests']} manifests, {counts['containers']} containers: "
-            f"{counts['ok']} ok, {counts['refused']} refused, {counts['warned']} warned"
-            + "".join(f"; {e}" for e in extra) + f" (exit status {counts['status']})")
+    extra = [
+        f"{counts[key]} {what}"
+        for key, what in (
+            ("pod_problems", "pods with annotations naming no container"),
+            ("workload_warnings", "workloads with SLA annotations on their own metadata"),
+            ("unreadable", "manifests or documents not read"),
+        )
+        if counts[key]
+    ]
+    return (
+        f"{counts['manifests']} manifests, {counts['containers']} containers: "
+        f"{counts['ok']} ok, {counts['refused']} refused, {counts['warned']} warned"
+        + "".join(f"; {e}" for e in extra)
+        + f" (exit status {counts['status']})"
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -208,8 +261,11 @@ def main(args: argparse.Namespace) -> int:
         print(f"error: {one_line(error['error'])}", file=sys.stderr)
     counts = run.summary()
     if args.json:
-        json.dump({**counts, "results": [asdict(r) for r in run.results],
-                   "errors": run.errors}, sys.stdout, indent=2)
+        json.dump(
+            {**counts, "results": [asdict(r) for r in run.results], "errors": run.errors},
+            sys.stdout,
+            indent=2,
+        )
         print()
         return run.status
     for r in run.results:
@@ -219,8 +275,11 @@ def main(args: argparse.Namespace) -> int:
 
 
 def print_result(r: Checked, quiet: bool) -> None:
-    where = (f"{r.source} {'init container' if r.init else 'container'} {r.container}"
-             if r.container else r.source)
+    where = (
+        f"{r.source} {'init container' if r.init else 'container'} {r.container}"
+        if r.container
+        else r.source
+    )
     if r.problems:
         label = "warning: " if r.outcome == WARNED else ""
         for problem in r.problems:

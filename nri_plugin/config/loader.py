@@ -40,8 +40,9 @@ class ConfigError(InvalidInput, ValueError):
         return (ConfigError, (self.source, self.field, self.message))
 
 
-def _fields(source: str, data: Mapping, schema: Schema, parent: str,
-            errors: list[ConfigError]) -> dict[str, Any]:
+def _fields(
+    source: str, data: Mapping, schema: Schema, parent: str, errors: list[ConfigError]
+) -> dict[str, Any]:
     # each key's converter gave its field's type
     values: dict[str, Any] = {}
     for key, raw in data.items():
@@ -52,8 +53,13 @@ def _fields(source: str, data: Mapping, schema: Schema, parent: str,
             errors.append(ConfigError(source, path, REMOVED_KEYS[path]))
             continue
         if key not in schema:
-            errors.append(ConfigError(source, path, unknown_key_message(
-                key, tuple(schema) if parent else TOP_KEYS, parent)))
+            errors.append(
+                ConfigError(
+                    source,
+                    path,
+                    unknown_key_message(key, tuple(schema) if parent else TOP_KEYS, parent),
+                )
+            )
             continue
         if raw is None:  # "key:" with no value keeps the default
             continue
@@ -65,8 +71,9 @@ def _fields(source: str, data: Mapping, schema: Schema, parent: str,
     return values
 
 
-def check_config(text: str, source: str = "<config>") -> tuple[NodeConfig | None,
-                                                               list[ConfigError]]:
+def check_config(
+    text: str, source: str = "<config>"
+) -> tuple[NodeConfig | None, list[ConfigError]]:
     """The config in the text and every problem found, each with its field path (the
     config is None when there is a problem). Empty text gives all defaults."""
     try:
@@ -76,8 +83,9 @@ def check_config(text: str, source: str = "<config>") -> tuple[NodeConfig | None
     if data is None:
         return NodeConfig(source=source), []
     if not isinstance(data, Mapping):
-        return None, [ConfigError(source, "", f"must be a YAML mapping of settings, got "
-                                              f"{show(data)}")]
+        return None, [
+            ConfigError(source, "", f"must be a YAML mapping of settings, got {show(data)}")
+        ]
     errors: list[ConfigError] = []
     top = _fields(source, data, TOP, "", errors)
     for name, (cls, schema) in SECTIONS.items():
@@ -85,8 +93,13 @@ def check_config(text: str, source: str = "<config>") -> tuple[NodeConfig | None
         if section is None:
             continue
         if not isinstance(section, Mapping):
-            errors.append(ConfigError(source, name, f"must be a mapping with keys "
-                                                    f"{', '.join(schema)}, got {show(section)}"))
+            errors.append(
+                ConfigError(
+                    source,
+                    name,
+                    f"must be a mapping with keys {', '.join(schema)}, got {show(section)}",
+                )
+            )
             continue
         top[name.replace("-", "_")] = cls(**_fields(source, section, schema, name, errors))
     return (None, errors) if errors else (NodeConfig(source=source, **top), [])
@@ -110,15 +123,15 @@ def read_config_text(path: str) -> str:
         with open(path, "rb") as f:
             data = f.read(MAX_CONFIG_BYTES + 1)
     except FileNotFoundError:
-        raise ConfigError(path, "", "does not exist (give an existing file, or no "
-                                    "--config for the defaults)") from None
+        raise ConfigError(
+            path, "", "does not exist (give an existing file, or no --config for the defaults)"
+        ) from None
     except OSError as exc:
         raise ConfigError(path, "", f"cannot be read: {exc.strerror or exc}") from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:  # worded as validate words a manifest's
-        raise ConfigError(path, "", f"cannot be read: not UTF-8 text (byte {exc.start})") \
-            from None
+        raise ConfigError(path, "", f"cannot be read: not UTF-8 text (byte {exc.start})") from None
 
 
 def load_config(path: str | None = None) -> NodeConfig:

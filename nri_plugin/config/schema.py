@@ -17,10 +17,10 @@ from nri_plugin.value import fields
 # one is refused with this line (a silently ignored security setting would mislead).
 REMOVED_KEYS = {
     "permissions.ungranted-gpus": "was removed: nri-sla no longer gives GPUs to containers "
-                                  "(a container opens exactly its device plugin's grant); "
-                                  "delete the key",
+    "(a container opens exactly its device plugin's grant); "
+    "delete the key",
     "pod-caps.gpus": "was removed: the kubelet counts GPUs (resources.limits nvidia.com/gpu);"
-                     " delete the key",
+    " delete the key",
 }
 
 # key as written in the file -> (dataclass attribute, what its field declares)
@@ -28,8 +28,11 @@ Schema = dict[str, tuple[str, Key]]
 
 
 def _schema(cls: type) -> Schema:
-    return {(spec.name or f.name.replace("_", "-")): (f.name, spec)
-            for f in fields(cls) if (spec := f.metadata.get(METADATA))}
+    return {
+        (spec.name or f.name.replace("_", "-")): (f.name, spec)
+        for f in fields(cls)
+        if (spec := f.metadata.get(METADATA))
+    }
 
 
 TOP: Schema = _schema(NodeConfig)
@@ -49,13 +52,19 @@ TOP_KEYS: tuple[str, ...] = (*TOP, *SECTIONS)
 # Every dotted key as written in the file -> its attributes on NodeConfig, its declaration.
 KEY_ATTRIBUTES: dict[str, tuple[str, ...]] = {
     **{key: (attribute,) for key, (attribute, _) in TOP.items()},
-    **{f"{section}.{key}": (section.replace("-", "_"), attribute)
-       for section, (_, schema) in SECTIONS.items() for key, (attribute, _) in schema.items()},
+    **{
+        f"{section}.{key}": (section.replace("-", "_"), attribute)
+        for section, (_, schema) in SECTIONS.items()
+        for key, (attribute, _) in schema.items()
+    },
 }
 KEYS: dict[str, Key] = {
     **{key: spec for key, (_, spec) in TOP.items()},
-    **{f"{section}.{key}": spec
-       for section, (_, schema) in SECTIONS.items() for key, (_, spec) in schema.items()},
+    **{
+        f"{section}.{key}": spec
+        for section, (_, schema) in SECTIONS.items()
+        for key, (_, spec) in schema.items()
+    },
 }
 LIVE_KEYS: frozenset[str] = frozenset(key for key, spec in KEYS.items() if spec.live)
 

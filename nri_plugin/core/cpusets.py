@@ -23,8 +23,7 @@ class Cpusets:
         # The last cpuset answered and its text: most answers carry the shared pool.
         self._answered: tuple[frozenset[int], str] = (frozenset(), "")
 
-    def join(self, owner: str, request_millis: int | None, reported: str, *,
-             created: bool) -> None:
+    def join(self, owner: str, request_millis: int | None, reported: str, *, created: bool) -> None:
         """`owner` is a live container whose cpuset the runtime reports as `reported`
         ("" or the whole online set: not pinned). At CreateContainer (`created`) nri-sla
         has not set it yet, so any other cpuset was pinned by someone else (the kubelet's
@@ -40,10 +39,16 @@ class Cpusets:
         layout = pool.allocator.layout
         whole = not cpus or cpus == layout.topology.online
         placed = placement is not None and bool(placement.cpus)
-        foreign = not placed and not whole and (
-            created or not cpus.isdisjoint(pool.allocator.exclusive_cpus_in_use()))
-        member = (cpupool.PoolMember(cpupool.cpus_needed(request_millis), cpus) if foreign
-                  else cpupool.unpinned_member(request_millis))
+        foreign = (
+            not placed
+            and not whole
+            and (created or not cpus.isdisjoint(pool.allocator.exclusive_cpus_in_use()))
+        )
+        member = (
+            cpupool.PoolMember(cpupool.cpus_needed(request_millis), cpus)
+            if foreign
+            else cpupool.unpinned_member(request_millis)
+        )
         # What it runs on now: without a cpuset, every online CPU.
         pool.join(owner, member, None if created else cpus or layout.topology.online)
 
@@ -85,8 +90,11 @@ class Cpusets:
         # online set itself while nothing is exclusive), and `==` between equal sets
         # looks up every CPU (128 on a large node) even when they are one object.
         online = pool.allocator.topology.online
-        if (not planned and (cpus is online or cpus == online)
-                and (before is None or before is online or before == online)):
+        if (
+            not planned
+            and (cpus is online or cpus == online)
+            and (before is None or before is online or before == online)
+        ):
             return ""  # (told a narrower one before: given-back CPUs not sent yet)
         answered = self._answered[0]
         if answered is not cpus and answered != cpus:
@@ -97,8 +105,9 @@ class Cpusets:
         """Containers (but `exclude`) whose cpuset must change: container id -> new
         cpuset. widen=False: those holding CPUs that became exclusive since they were told
         theirs; widen=True: also those that get given-back CPUs (CpuPool.changes)."""
-        return {owner: format_cpulist(cpus)
-                for owner, cpus in self.pool.changes(exclude, widen).items()}
+        return {
+            owner: format_cpulist(cpus) for owner, cpus in self.pool.changes(exclude, widen).items()
+        }
 
     def short(self, owner: str, request_millis: int | None) -> tuple[int, int] | None:
         """(whole CPUs a new request needs, CPUs `owner`'s cpuset can hold) when they do not

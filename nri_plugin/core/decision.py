@@ -87,17 +87,27 @@ def decide(node: DecidingNode, request: ContainerRequest) -> Decision:
     try:
         return _remembered(node, request)
     except Exception as exc:
-        log.error("deciding container %s failed", request.owner or request.name,
-                  exc_info=True)
-        return Decision("refused", error=InternalFailure(
-            f"internal error while deciding the SLA: {exc.__class__.__name__}: {exc}"))
+        log.error("deciding container %s failed", request.owner or request.name, exc_info=True)
+        return Decision(
+            "refused",
+            error=InternalFailure(
+                f"internal error while deciding the SLA: {exc.__class__.__name__}: {exc}"
+            ),
+        )
 
 
 def _remembered(node: DecidingNode, request: ContainerRequest) -> Decision:
     """A replica's decision from the reusable ones, else a new one (remembered when
     reusable)."""
-    inputs = inputs_for(request.annotations, node.prefix, request.name, request.namespace,
-                        request.granted.key(), node_inputs(node), request.nri_version)
+    inputs = inputs_for(
+        request.annotations,
+        node.prefix,
+        request.name,
+        request.namespace,
+        request.granted.key(),
+        node_inputs(node),
+        request.nri_version,
+    )
     known = node.reusable.get(inputs) if inputs is not None else None
     if known is not None:  # a replica: the same frozen decision, nothing reserved for it
         return known
@@ -115,8 +125,9 @@ def node_inputs(node: DecidingNode) -> NodeInputs:
     and the running process's code."""
     made_for, inputs = node.inputs
     if made_for is not node.config or inputs is None:
-        inputs = NodeInputs(digest(repr(node.config)),
-                            (str(node.cgroup_version), repr(node.capabilities)), RUNNING)
+        inputs = NodeInputs(
+            digest(repr(node.config)), (str(node.cgroup_version), repr(node.capabilities)), RUNNING
+        )
         node.inputs = (node.config, inputs)
     return inputs
 
@@ -126,12 +137,12 @@ def _reusable(sla: Sla, plan: ContainerPlan) -> bool:
     device or pod input. Such a decision is the same for every replica, so decide()
     remembers it."""
     cpu_ok = sla.cpu is None or (not sla.cpu.exclusive and sla.cpu.rt_runtime_us is None)
-    return (cpu_ok and sla.gpu is None and sla.numa is None
-            and (sla.io is None or not sla.io.max))
+    return cpu_ok and sla.gpu is None and sla.numa is None and (sla.io is None or not sla.io.max)
 
 
-def _decide(node: DecidingNode, request: ContainerRequest,
-            inputs: DecisionInputs | None) -> Decision:
+def _decide(
+    node: DecidingNode, request: ContainerRequest, inputs: DecisionInputs | None
+) -> Decision:
     try:
         sla = parse_sla(node.config, request.annotations, request.name)
     except SlaError as exc:
@@ -141,22 +152,34 @@ def _decide(node: DecidingNode, request: ContainerRequest,
     owner, pod = request.owner, request.pod
     try:
         ctx = PlanContext(
-            cgroup_version=node.cgroup_version, namespace=request.namespace,
-            config=node.config, owner=owner, allocator=node.allocator_for(sla),
-            rt_budget=node.rt_budget, nri_version=request.nri_version,
+            cgroup_version=node.cgroup_version,
+            namespace=request.namespace,
+            config=node.config,
+            owner=owner,
+            allocator=node.allocator_for(sla),
+            rt_budget=node.rt_budget,
+            nri_version=request.nri_version,
             resolve_device=node.resolve_device,
-            io_weight_supported=node.capabilities.io_weight, granted=request.granted,
+            io_weight_supported=node.capabilities.io_weight,
+            granted=request.granted,
             pod_usage=node.pod_usage(pod, owner),
-            kubelet_gpu_ids=request.kubelet_gpu_ids, cpu_floors=node.cpu_floors(owner))
+            kubelet_gpu_ids=request.kubelet_gpu_ids,
+            cpu_floors=node.cpu_floors(owner),
+        )
         plan = plan_container(sla, ctx)
     except SlaFailure as exc:  # PlanError, or a placement/inventory failure
         return Decision("refused", error=exc, sla=sla)
-    return Decision("warned" if plan.warnings else "enforced", plan=plan, sla=sla,
-                    inputs=inputs if _reusable(sla, plan) else None)
+    return Decision(
+        "warned" if plan.warnings else "enforced",
+        plan=plan,
+        sla=sla,
+        inputs=inputs if _reusable(sla, plan) else None,
+    )
 
 
-def recheck(node: DecidingNode, plan: ContainerPlan, granted: GrantedResources, *,
-            namespace: str) -> ContainerPlan:
+def recheck(
+    node: DecidingNode, plan: ContainerPlan, granted: GrantedResources, *, namespace: str
+) -> ContainerPlan:
     """UpdateContainer: the runtime's limits changed (a kubelet resize), so the plan is
     measured against the new ones and returned clamped to them, its warnings added, in
     either mode. Never refused: a runtime whose plugin fails UpdateContainer keeps the
@@ -165,21 +188,28 @@ def recheck(node: DecidingNode, plan: ContainerPlan, granted: GrantedResources, 
     is a promise at creation, and a resize below the SLA is the pod owner's (or the
     kubelet's) own doing. `plan` is the one decided at creation, so a limit raised again
     gives the SLA's own values back."""
-    ctx = PlanContext(cgroup_version=plan.cgroup_version, namespace=namespace,
-                      config=node.config, granted=granted)
+    ctx = PlanContext(
+        cgroup_version=plan.cgroup_version, namespace=namespace, config=node.config, granted=granted
+    )
     fitted, shortfalls = refit_plan(plan, ctx)
     if not shortfalls:
         return plan
     key = plan.key or node.prefix
-    return replace(fitted, warnings=(*plan.warnings,
-                                                 *(s.render(key) for s in shortfalls)),
-                               reasons=(*plan.reasons, *(s.reason for s in shortfalls)))
+    return replace(
+        fitted,
+        warnings=(*plan.warnings, *(s.render(key) for s in shortfalls)),
+        reasons=(*plan.reasons, *(s.reason for s in shortfalls)),
+    )
 
 
-def parse_sla(config: NodeConfig, annotations: Mapping[str, str],
-              container_name: str) -> Sla | None:
+def parse_sla(
+    config: NodeConfig, annotations: Mapping[str, str], container_name: str
+) -> Sla | None:
     """The container's SLA under the node's prefix and default enforcement; None: no SLA.
     Raises SlaError naming the annotation key, the field and the allowed values."""
-    return sla_for_container(annotations, container_name,
-                             default_enforcement=config.enforcement,
-                             prefix=config.annotation_prefix)
+    return sla_for_container(
+        annotations,
+        container_name,
+        default_enforcement=config.enforcement,
+        prefix=config.annotation_prefix,
+    )

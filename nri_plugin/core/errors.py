@@ -1,7 +1,6 @@
 """The core's failures about the node's own state: its record key, a record that
 conflicts with what an earlier container holds, a reservation used after it closed."""
 
-
 from nri_plugin.errors import InternalFailure, InvalidInput
 from nri_plugin.plan.errors import RecordError
 

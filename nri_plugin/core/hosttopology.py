@@ -14,8 +14,9 @@ if TYPE_CHECKING:
     from nri_plugin.topology.inventory import InventoryReader
 
 
-def inventory_reader(config: NodeConfig, sysfs_root: str = "/sys",
-                     inventory_file: str | None = None) -> InventoryReader:
+def inventory_reader(
+    config: NodeConfig, sysfs_root: str = "/sys", inventory_file: str | None = None
+) -> InventoryReader:
     """The reader of the node's GPUs from where the config says (or a replayed snapshot
     file); one per process, so that it keeps NVML's last good read."""
     from pathlib import Path
@@ -27,15 +28,21 @@ def inventory_reader(config: NodeConfig, sysfs_root: str = "/sys",
     return configured_reader(config.gpu.inventory, Path(sysfs_root))
 
 
-def read_gpu_inventory(config: NodeConfig, sysfs_root: str = "/sys",
-                       inventory_file: str | None = None) -> GpuInventory:
+def read_gpu_inventory(
+    config: NodeConfig, sysfs_root: str = "/sys", inventory_file: str | None = None
+) -> GpuInventory:
     """The node's GPUs from where the config says (or a replayed snapshot file), once."""
     return inventory_reader(config, sysfs_root, inventory_file).read()
 
 
-def node_allocator(config: NodeConfig, sysfs_root: str = "/sys", *,
-                   inventory_file: str | None = None, gpus: bool = True,
-                   inventory: GpuInventory | None = None) -> Allocator:
+def node_allocator(
+    config: NodeConfig,
+    sysfs_root: str = "/sys",
+    *,
+    inventory_file: str | None = None,
+    gpus: bool = True,
+    inventory: GpuInventory | None = None,
+) -> Allocator:
     """The GPU / exclusive-CPU allocator over this node (or a replayed snapshot).
     gpus=False: topology only, no GPU inventory (NVML) loaded; `inventory`: one already
     read."""

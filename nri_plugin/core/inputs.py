@@ -16,7 +16,6 @@ Lean on purpose (no dataclasses, os or typing): the hook's cached path builds on
 every replica.
 """
 
-
 import posix  # not os: nri_plugin/posixfs.py says why
 import sys
 from _stat import S_ISDIR
@@ -82,9 +81,16 @@ class DecisionInputs(Value):
 
     __slots__ = ("distrust", "granted", "name", "namespace", "node", "nri_version", "sla")
 
-    def __init__(self, sla: tuple[tuple[str, str], ...], name: str, namespace: str,
-                 granted: tuple, node: NodeInputs, nri_version: str | None = None,
-                 distrust: str = "") -> None:
+    def __init__(
+        self,
+        sla: tuple[tuple[str, str], ...],
+        name: str,
+        namespace: str,
+        granted: tuple,
+        node: NodeInputs,
+        nri_version: str | None = None,
+        distrust: str = "",
+    ) -> None:
         init = object.__setattr__
         init(self, "sla", sla)
         init(self, "name", name)
@@ -98,8 +104,17 @@ class DecisionInputs(Value):
         raise AttributeError(f"DecisionInputs is frozen (cannot set {name})")
 
     def __hash__(self) -> int:
-        return hash((self.sla, self.name, self.namespace, self.granted, self.node,
-                     self.nri_version, self.distrust))
+        return hash(
+            (
+                self.sla,
+                self.name,
+                self.namespace,
+                self.granted,
+                self.node,
+                self.nri_version,
+                self.distrust,
+            )
+        )
 
     def digest(self) -> str:
         """The value as a digest: the hook's decision cache key."""
@@ -107,15 +122,18 @@ class DecisionInputs(Value):
         parts = ["decision", str(len(self.sla))]
         for key, value in self.sla:
             parts += [key, value]
-        parts += [self.name, self.namespace, "\0none" if self.nri_version is None
-                  else self.nri_version, self.distrust]
+        parts += [
+            self.name,
+            self.namespace,
+            "\0none" if self.nri_version is None else self.nri_version,
+            self.distrust,
+        ]
         parts += ["\0unset" if v is None else str(v) for v in self.granted]
         parts += [node.config, node.code, *node.facts]
         return digest(*parts)
 
 
-def sla_text(annotations: "Mapping[str, str]",
-             prefix: str) -> tuple[tuple[str, str], ...] | None:
+def sla_text(annotations: "Mapping[str, str]", prefix: str) -> tuple[tuple[str, str], ...] | None:
     """The annotations an SLA is read from, sorted: every key under `prefix` and the
     enforcement alias. None: more of them than a pod may have (the parser refuses it, so
     it is never reused), told at the first one past the bound, before values are read.
@@ -132,9 +150,16 @@ def sla_text(annotations: "Mapping[str, str]",
     return tuple(mine)
 
 
-def inputs_for(annotations: "Mapping[str, str]", prefix: str, name: str, namespace: str,
-               granted: tuple, node: NodeInputs, nri_version: str | None = None,
-               distrust: str = "") -> DecisionInputs | None:
+def inputs_for(
+    annotations: "Mapping[str, str]",
+    prefix: str,
+    name: str,
+    namespace: str,
+    granted: tuple,
+    node: NodeInputs,
+    nri_version: str | None = None,
+    distrust: str = "",
+) -> DecisionInputs | None:
     """A container's DecisionInputs: `granted` is GrantedResources.key() (the runtime's
     limits cap the plan, so a replica with other limits is another decision). None: more
     SLA keys than a pod may have (sla_text)."""
@@ -180,8 +205,10 @@ def loaded_code(started_ns: int) -> dict | None:
             dirs.append([directory, st.st_ino, st.st_ctime_ns, files])
     except OSError:
         return None
-    return {"digest": digest(*(str(x) for d in dirs for x in (*d[:3], *(
-        y for f in d[3] for y in f)))), "dirs": dirs}
+    return {
+        "digest": digest(*(str(x) for d in dirs for x in (*d[:3], *(y for f in d[3] for y in f)))),
+        "dirs": dirs,
+    }
 
 
 def code_unchanged(code: object) -> str | None:

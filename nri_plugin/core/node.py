@@ -38,10 +38,14 @@ NO_USAGE = PodUsage()
 class Node:
     """The config, facts and capabilities a decision on this node depends on."""
 
-    def __init__(self, config: NodeConfig, cgroup_version: int, *,
-                 capabilities: NodeCapabilities | None = None,
-                 resolve_device: Callable[[str], tuple[int, int]] | None = resolve_block_device
-                 ) -> None:
+    def __init__(
+        self,
+        config: NodeConfig,
+        cgroup_version: int,
+        *,
+        capabilities: NodeCapabilities | None = None,
+        resolve_device: Callable[[str], tuple[int, int]] | None = resolve_block_device,
+    ) -> None:
         self.config = config
         self.cgroup_version = cgroup_version
         self.capabilities = capabilities or NodeCapabilities(io_weight=True, bfq=False)
@@ -69,19 +73,27 @@ class OneShotNode(Node):
 
     rt_budget = None  # no RT budget: the planner grants RT time within the caps alone
 
-    def __init__(self, config: NodeConfig, cgroup_version: int, *,
-                 allocator_factory: AllocatorFactory | None = None,
-                 capabilities: NodeCapabilities | None = None,
-                 resolve_device: Callable[[str], tuple[int, int]] | None = resolve_block_device
-                 ) -> None:
-        super().__init__(config, cgroup_version, capabilities=capabilities,
-                         resolve_device=resolve_device)
+    def __init__(
+        self,
+        config: NodeConfig,
+        cgroup_version: int,
+        *,
+        allocator_factory: AllocatorFactory | None = None,
+        capabilities: NodeCapabilities | None = None,
+        resolve_device: Callable[[str], tuple[int, int]] | None = resolve_block_device,
+    ) -> None:
+        super().__init__(
+            config, cgroup_version, capabilities=capabilities, resolve_device=resolve_device
+        )
         self.allocator_factory = allocator_factory
 
     def allocator_for(self, sla: Sla) -> Allocator | None:
         """An allocator of this node when `sla` asks for placement, else None."""
-        wants = (sla.gpu is not None or sla.numa is not None
-                 or (sla.cpu is not None and bool(sla.cpu.exclusive)))
+        wants = (
+            sla.gpu is not None
+            or sla.numa is not None
+            or (sla.cpu is not None and bool(sla.cpu.exclusive))
+        )
         if not wants or self.allocator_factory is None:
             return None
         try:

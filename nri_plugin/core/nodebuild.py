@@ -19,9 +19,15 @@ if TYPE_CHECKING:
     from nri_plugin.config.values import NodeConfig
 
 
-def build_node(config: NodeConfig, *, cgroup_version: int | None = None,
-               inventory_file: str | None = None, sysfs_root: str = "/sys",
-               detect: bool = True, record_key: bytes | None = None) -> NodeState:
+def build_node(
+    config: NodeConfig,
+    *,
+    cgroup_version: int | None = None,
+    inventory_file: str | None = None,
+    sysfs_root: str = "/sys",
+    detect: bool = True,
+    record_key: bytes | None = None,
+) -> NodeState:
     """The plugin's NodeState for this host (or a replayed inventory snapshot / fake sysfs).
 
     detect=False: plan only (explain), no cgroup facts read from the host beyond the
@@ -34,11 +40,20 @@ def build_node(config: NodeConfig, *, cgroup_version: int | None = None,
         cgroup_version = facts.version
     gpus = WatchedInventory.of(inventory_reader(config, sysfs_root, inventory_file))
     inventory = gpus.read()
-    return NodeState(config, cgroup_version, facts=facts,
-                     allocator=node_allocator(config, sysfs_root, inventory_file=inventory_file,
-                                              inventory=inventory),
-                     rt_budget=RtBudget(config.rt_budget * kernel_rt_share()),
-                     rt_ledger=(RtLedger(Path(config.state_dir) / LEDGER_FILE)
-                                if detect and cgroup_version == 1 else None),
-                     capabilities=detect_capabilities(cgroup_version, sysfs_root),
-                     record_key=record_key, gpus=gpus)
+    return NodeState(
+        config,
+        cgroup_version,
+        facts=facts,
+        allocator=node_allocator(
+            config, sysfs_root, inventory_file=inventory_file, inventory=inventory
+        ),
+        rt_budget=RtBudget(config.rt_budget * kernel_rt_share()),
+        rt_ledger=(
+            RtLedger(Path(config.state_dir) / LEDGER_FILE)
+            if detect and cgroup_version == 1
+            else None
+        ),
+        capabilities=detect_capabilities(cgroup_version, sysfs_root),
+        record_key=record_key,
+        gpus=gpus,
+    )

@@ -62,15 +62,23 @@ log = CoreLogger("nri_sla.rt")
 class NodeState(Node):
     """The plugin's node: its books, shared by every container decision on it."""
 
-    def __init__(self, config: NodeConfig, cgroup_version: int, *, allocator: Allocator,
-                 rt_budget: RtBudget, facts: CgroupFacts | None = None,
-                 rt_ledger: RtLedger | None = None,
-                 capabilities: NodeCapabilities | None = None,
-                 resolve_device: Callable[[str], tuple[int, int]] | None = resolve_block_device,
-                 record_key: bytes | None = None,
-                 gpus: WatchedInventory | None = None) -> None:
-        super().__init__(config, cgroup_version, capabilities=capabilities,
-                         resolve_device=resolve_device)
+    def __init__(
+        self,
+        config: NodeConfig,
+        cgroup_version: int,
+        *,
+        allocator: Allocator,
+        rt_budget: RtBudget,
+        facts: CgroupFacts | None = None,
+        rt_ledger: RtLedger | None = None,
+        capabilities: NodeCapabilities | None = None,
+        resolve_device: Callable[[str], tuple[int, int]] | None = resolve_block_device,
+        record_key: bytes | None = None,
+        gpus: WatchedInventory | None = None,
+    ) -> None:
+        super().__init__(
+            config, cgroup_version, capabilities=capabilities, resolve_device=resolve_device
+        )
         # None: a node that only plans (explain), with no cgroup to write.
         self.facts = facts
         self.allocator = allocator
@@ -107,8 +115,9 @@ class NodeState(Node):
             self._output_keys = (self.config, keys)
         return keys
 
-    def annotations_for(self, plan: ContainerPlan, path: str, owner: str,
-                        text: str | None = None) -> dict[str, str]:
+    def annotations_for(
+        self, plan: ContainerPlan, path: str, owner: str, text: str | None = None
+    ) -> dict[str, str]:
         """`applied` (and `warnings`) for container `owner`; `text`: the record's
         record_text, when already built (replicas share it; the MAC is per container)."""
         applied, warnings = self.output_keys
@@ -121,9 +130,11 @@ class NodeState(Node):
     def record_limits(self) -> RecordLimits:
         """What a record may name on this node (its CPUs, NUMA nodes and GPUs)."""
         topology = self.allocator.topology
-        return RecordLimits(max_cpu=max(topology.online, default=0),
-                            max_node=max(topology.node_ids, default=0),
-                            inventory=self.allocator.known_inventory())
+        return RecordLimits(
+            max_cpu=max(topology.online, default=0),
+            max_node=max(topology.node_ids, default=0),
+            inventory=self.allocator.known_inventory(),
+        )
 
     def pod_usage(self, pod: str, owner: str) -> PodUsage:
         """What the pod's containers other than `owner` hold (exclusive CPUs, RT share);
@@ -142,25 +153,29 @@ class NodeState(Node):
         """What exclusive CPUs for `owner` must leave to the other live containers."""
         return self.cpu_pool.floors(owner)
 
-    def resize_cpus(self, owner: str, request_millis: int | None,
-                    namespace: str) -> frozenset[int]:
+    def resize_cpus(self, owner: str, request_millis: int | None, namespace: str) -> frozenset[int]:
         """`owner`'s CPU request changed (UpdateContainer): the pool counts the new one,
         and exclusive CPUs beyond its whole CPUs are given back (unless the namespace may
         exceed the runtime's limits). Returns the CPUs given back."""
         self.cpusets.resize(owner, request_millis)
         return self._within_request(owner, request_millis, namespace)
 
-    def _within_request(self, owner: str, request_millis: int | None,
-                        namespace: str | None) -> frozenset[int]:
+    def _within_request(
+        self, owner: str, request_millis: int | None, namespace: str | None
+    ) -> frozenset[int]:
         """`owner`'s exclusive CPUs above the logical CPUs of its CPU request given back
         (unless its namespace may exceed the runtime's limits, or it has no known pod: a
         record restore holds to the end, as it holds other grants outside the policy);
         the CPUs given back."""
-        if (request_millis is None or namespace is None
-                or self.config.allows("exceed-runtime-limits", namespace)):
+        if (
+            request_millis is None
+            or namespace is None
+            or self.config.allows("exceed-runtime-limits", namespace)
+        ):
             return frozenset()
-        return self.allocator.shrink_exclusive(owner, request_millis // 1000,
-                                               self.config.cpu.exclusive_full_cores)
+        return self.allocator.shrink_exclusive(
+            owner, request_millis // 1000, self.config.cpu.exclusive_full_cores
+        )
 
     def release(self, owner: str) -> None:
         """Everything `owner` holds, given back: its place in the CPU pool, its RT time,
@@ -169,11 +184,13 @@ class NodeState(Node):
         self.rt_budget.release(owner)
         self.allocator.release(owner)
 
-    def gpu_grant(self, granted: GrantedResources,
-                  kubelet_gpu_ids: tuple[str, ...] = ()) -> GpuGrant:
+    def gpu_grant(
+        self, granted: GrantedResources, kubelet_gpu_ids: tuple[str, ...] = ()
+    ) -> GpuGrant:
         """The GPUs `granted` names on this node (runtime_gpus.resolve_grant)."""
-        return runtime_gpus.resolve_grant(self.allocator.inventory, granted,
-                                          self.config.gpu.grant_cdi_kinds, kubelet_gpu_ids)
+        return runtime_gpus.resolve_grant(
+            self.allocator.inventory, granted, self.config.gpu.grant_cdi_kinds, kubelet_gpu_ids
+        )
 
     def hold_grant(self, owner: str, grant: GpuGrant) -> None:
         """`owner` holds its granted GPUs when nri-sla placed nothing for it (no SLA, or
@@ -182,12 +199,20 @@ class NodeState(Node):
         kubelet's."""
         if grant.empty or self.allocator.placement_of(owner):
             return
-        self.allocator.allocate(PlacementRequest(owner, align=False, granted_gpus=grant.gpus,
-                                                 granted_migs=grant.migs))
+        self.allocator.allocate(
+            PlacementRequest(owner, align=False, granted_gpus=grant.gpus, granted_migs=grant.migs)
+        )
 
-    def admit(self, owner: str, plan: ContainerPlan | None, grant: GpuGrant,
-              request_millis: int | None, reported: str, *, created: bool = True
-              ) -> Reservation:
+    def admit(
+        self,
+        owner: str,
+        plan: ContainerPlan | None,
+        grant: GpuGrant,
+        request_millis: int | None,
+        reported: str,
+        *,
+        created: bool = True,
+    ) -> Reservation:
         """Take what `owner` is admitted with (core.reservation): its plan's placement
         (else its GPU grant alone, hold_grant), its plan's RT time and its place in the
         CPU pool (Cpusets.join: `reported` and `created` are that method's). Raises the
@@ -199,8 +224,9 @@ class NodeState(Node):
                 self.allocator.restore(owner, plan.placement_record)
             self.hold_grant(owner, grant)
             if plan is not None and plan.rt_runtime:
-                self.rt_budget.reserve(owner, budgets.RtGrant(plan.rt_runtime,
-                                                              plan.rt_period_in_force))
+                self.rt_budget.reserve(
+                    owner, budgets.RtGrant(plan.rt_runtime, plan.rt_period_in_force)
+                )
             self.cpusets.join(owner, request_millis, reported, created=created)
         except BaseException:
             reservation.rollback()
@@ -237,8 +263,9 @@ class NodeState(Node):
             raise InternalFailure("no cgroup facts: this node state only plans (explain)")
         return self.facts.container_paths(cgroups_path)
 
-    def make_rt_room(self, plan: ContainerPlan, paths: CgroupPaths, owner: str = ""
-                     ) -> tuple[ContainerPlan, list[RtChange]]:
+    def make_rt_room(
+        self, plan: ContainerPlan, paths: CgroupPaths, owner: str = ""
+    ) -> tuple[ContainerPlan, list[RtChange]]:
         """cgroup v1: raise the ancestors' RT budget before the container's own is written
         (the kernel refuses a child budget its parents lack). Hard mode: PlanError; soft
         mode: the plan without RT, with a warning. Returns the changes made (to undo); they
@@ -254,22 +281,28 @@ class NodeState(Node):
             key = plan.key or self.prefix
             if isinstance(exc, RtBudgetError) and exc.operator_note:
                 # What the other groups take: the operator's, never the pod's message.
-                log.info("RT room refused for %s: %s", owner or paths.cgroups_path,
-                         exc.operator_note)
+                log.info(
+                    "RT room refused for %s: %s", owner or paths.cgroups_path, exc.operator_note
+                )
             if plan.enforcement == "hard":
                 raise PlanError(key, "cpu.rt-runtime", str(exc), "budget") from exc
             problem = f"{key}: cpu.rt-runtime: {exc}"
             if owner:
                 # It runs without RT: what the planner set aside would be refused to others.
                 self.rt_budget.release(owner)
-            return replace(plan, rt_runtime=None, rt_period=None,
-                           warnings=(*plan.warnings, problem),
-                           reasons=(*plan.reasons, "budget")), []
+            return replace(
+                plan,
+                rt_runtime=None,
+                rt_period=None,
+                warnings=(*plan.warnings, problem),
+                reasons=(*plan.reasons, "budget"),
+            ), []
         if owner:
             # `owner`'s grant, with where it lives now: the ancestors keep this raise
             # (give_back_rt) until the grant is released.
-            self.rt_budget.hold(owner, budgets.RtGrant(plan.rt_runtime, plan.rt_period_in_force,
-                                                       _cpu_dir(paths)))
+            self.rt_budget.hold(
+                owner, budgets.RtGrant(plan.rt_runtime, plan.rt_period_in_force, _cpu_dir(paths))
+            )
         if self.rt_ledger is not None:
             self.rt_ledger.note(done)
         return plan, done
@@ -288,8 +321,14 @@ class NodeState(Node):
             return []
         return self.rt_ledger.give_back(root, self.rt_budget.cgroup_dirs())
 
-    def write_plan(self, plan: ContainerPlan, cgroups_path: str, scope: str, *,
-                   undo_on_failure: bool | None = None) -> list[str]:
+    def write_plan(
+        self,
+        plan: ContainerPlan,
+        cgroups_path: str,
+        scope: str,
+        *,
+        undo_on_failure: bool | None = None,
+    ) -> list[str]:
         """Write the plan's `scope` settings ("all", or "direct": what NRI cannot carry)
         into the container's cgroup; the failures as text. Hard mode writes all or none
         (the first failure undoes the earlier writes); soft mode keeps what held.

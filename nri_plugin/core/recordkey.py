@@ -37,12 +37,15 @@ def load_key(state_dir: str) -> bytes:
     try:
         fd = os.open(path, _READ_FLAGS)
     except FileNotFoundError:
-        raise NoRecordKey(f"{path}: no record key (nri-sla run creates it at its first "
-                          "start)") from None
+        raise NoRecordKey(
+            f"{path}: no record key (nri-sla run creates it at its first start)"
+        ) from None
     except OSError as exc:
         if os.path.islink(path):
-            raise RecordKeyError(f"{path}: is a symbolic link; the record key must be a "
-                                 "regular file (remove the link)") from None
+            raise RecordKeyError(
+                f"{path}: is a symbolic link; the record key must be a "
+                "regular file (remove the link)"
+            ) from None
         raise RecordKeyError(f"{path}: cannot open the record key: {exc.strerror}") from None
     try:
         st = os.fstat(fd)
@@ -53,8 +56,7 @@ def load_key(state_dir: str) -> bytes:
     finally:
         os.close(fd)
     if len(key) != KEY_BYTES:  # the file changed size between fstat and read
-        raise RecordKeyError(f"{path}: the record key must be {KEY_BYTES} bytes, read "
-                             f"{len(key)}")
+        raise RecordKeyError(f"{path}: the record key must be {KEY_BYTES} bytes, read {len(key)}")
     return key
 
 
@@ -72,14 +74,19 @@ def _check(path: str, st: os.stat_result) -> None:
     if not stat.S_ISREG(st.st_mode):
         raise RecordKeyError(f"{path}: the record key must be a regular file")
     if st.st_mode & 0o077:
-        raise RecordKeyError(f"{path}: the record key must be readable by its owner only "
-                             f"(mode {stat.S_IMODE(st.st_mode):04o}; chmod 0600 it)")
+        raise RecordKeyError(
+            f"{path}: the record key must be readable by its owner only "
+            f"(mode {stat.S_IMODE(st.st_mode):04o}; chmod 0600 it)"
+        )
     if st.st_uid != os.geteuid():
-        raise RecordKeyError(f"{path}: the record key is owned by uid {st.st_uid}, not by "
-                             f"this user (uid {os.geteuid()})")
+        raise RecordKeyError(
+            f"{path}: the record key is owned by uid {st.st_uid}, not by "
+            f"this user (uid {os.geteuid()})"
+        )
     if st.st_size != KEY_BYTES:
-        raise RecordKeyError(f"{path}: the record key must be {KEY_BYTES} bytes, found "
-                             f"{st.st_size}")
+        raise RecordKeyError(
+            f"{path}: the record key must be {KEY_BYTES} bytes, found {st.st_size}"
+        )
 
 
 def _create(state_dir: str) -> None:
@@ -88,14 +95,16 @@ def _create(state_dir: str) -> None:
     try:
         os.makedirs(state_dir, mode=0o700, exist_ok=True)
     except OSError as exc:
-        raise RecordKeyError(f"{state_dir}: cannot create the state directory: "
-                             f"{exc.strerror}") from None
+        raise RecordKeyError(
+            f"{state_dir}: cannot create the state directory: {exc.strerror}"
+        ) from None
     path = key_path(state_dir)
     # Random, not the pid: two plugins in different pid namespaces may share the directory.
     tmp = f"{path}.{os.urandom(8).hex()}.new"
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o600)
+        fd = os.open(
+            tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
+        )
         try:
             os.write(fd, os.urandom(KEY_BYTES))
             os.fsync(fd)

@@ -49,8 +49,9 @@ class Reservation:
     def __enter__(self) -> Reservation:
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         if self.state == OPEN:
             self.rollback()
 

@@ -57,7 +57,8 @@ def restore(node: NodeState, live: Iterable[LiveContainer]) -> Restored:
             continue
         try:
             result.plans[container.id], breach = _take(
-                node, container, text, limits, parsed, cpusets, result.cpus_given_back)
+                node, container, text, limits, parsed, cpusets, result.cpus_given_back
+            )
         except RecordError as exc:
             result.rejected.append(Rejection(container.id, exc.problem, str(exc)))
             continue
@@ -68,9 +69,15 @@ def restore(node: NodeState, live: Iterable[LiveContainer]) -> Restored:
     return result
 
 
-def _take(node: NodeState, container: LiveContainer, text: str, limits: RecordLimits,
-          parsed: Parsed, cpusets: ReportedCpusets, given_back: dict[str, frozenset[int]]
-          ) -> tuple[ContainerPlan, str]:
+def _take(
+    node: NodeState,
+    container: LiveContainer,
+    text: str,
+    limits: RecordLimits,
+    parsed: Parsed,
+    cpusets: ReportedCpusets,
+    given_back: dict[str, frozenset[int]],
+) -> tuple[ContainerPlan, str]:
     """Re-take what one record holds, and what of it the node config no longer allows
     ("" when all is allowed); RecordError (nothing taken) when it must not be taken.
     Every record's MAC is checked; `parsed` spares parsing a verified text twice;
@@ -85,22 +92,26 @@ def _take(node: NodeState, container: LiveContainer, text: str, limits: RecordLi
     breach = _breach(node.config, permissions, container.namespace) if permissions else ""
     if plan.placement_record:
         try:
-            node.allocator.restore(container.id, _still_held(
-                plan.placement_record, container.cpus, cpusets))
+            node.allocator.restore(
+                container.id, _still_held(plan.placement_record, container.cpus, cpusets)
+            )
         except PlacementError as exc:  # unchanged: nothing to undo
             raise RecordConflict(f"{exc} (created earlier); this claim is ignored") from None
         # The request now rules, not the one the record was made for (a resize while
         # nri-sla was away): CPUs above it go back before any later record is taken.
-        given = node._within_request(container.id, container.request_millis,
-                                     container.namespace)
+        given = node._within_request(container.id, container.request_millis, container.namespace)
         if given:
             given_back[container.id] = given
     if plan.rt_runtime:
         # The kernel already gives the container this budget: counted even if the
         # node's share is exceeded (a tightened rt-budget), so that no new grant adds
         # to it; its ancestors keep their raise while it lives.
-        node.rt_budget.hold(container.id, budgets.RtGrant(
-            plan.rt_runtime, plan.rt_period_in_force, _rt_dir(node, container.cgroups_path)))
+        node.rt_budget.hold(
+            container.id,
+            budgets.RtGrant(
+                plan.rt_runtime, plan.rt_period_in_force, _rt_dir(node, container.cgroups_path)
+            ),
+        )
     return plan, breach
 
 
@@ -112,7 +123,8 @@ def _breach(config: NodeConfig, permissions: tuple[str, ...], ns: str | None) ->
         f"grants {permission}, which {who} may no longer use (node config "
         f"permissions.{permission}); held until the container ends"
         for permission in permissions
-        if ns is None or not config.allows(permission, ns))
+        if ns is None or not config.allows(permission, ns)
+    )
 
 
 def _rt_dir(node: NodeState, cgroups_path: str) -> Path | None:
@@ -126,8 +138,9 @@ def _rt_dir(node: NodeState, cgroups_path: str) -> Path | None:
         return None  # no cpu hierarchy: nothing raised for it
 
 
-def _still_held(record: Mapping[str, Any], reported: str,
-                cpusets: ReportedCpusets) -> Mapping[str, Any]:
+def _still_held(
+    record: Mapping[str, Any], reported: str, cpusets: ReportedCpusets
+) -> Mapping[str, Any]:
     """A placement record as the container holds it now (the record is not rewritten
     when a resize down gives exclusive CPUs back): of the record's exclusive CPUs, those
     its reported cpuset holds. A cpuset of its exclusive CPUs alone holds none given

@@ -88,8 +88,9 @@ def resolve_block_device(
     return major, minor
 
 
-def whole_disk(major: int, minor: int,
-               sysfs_root: str | os.PathLike[str] = SYSFS_ROOT) -> tuple[int, int]:
+def whole_disk(
+    major: int, minor: int, sysfs_root: str | os.PathLike[str] = SYSFS_ROOT
+) -> tuple[int, int]:
     """The disk a partition belongs to (a disk returns itself).
 
     A partition's sysfs dir has a "partition" file and sits inside its disk's dir.
@@ -107,8 +108,9 @@ def whole_disk(major: int, minor: int,
         ) from None
 
 
-def io_scheduler(major: int, minor: int,
-                 sysfs_root: str | os.PathLike[str] = SYSFS_ROOT) -> str | None:
+def io_scheduler(
+    major: int, minor: int, sysfs_root: str | os.PathLike[str] = SYSFS_ROOT
+) -> str | None:
     """The active scheduler ("[bfq]" in queue/scheduler -> "bfq"); None when not exposed."""
     try:
         text = _read_text(join(_sysfs_dev(sysfs_root, major, minor), "queue", "scheduler"))
@@ -122,8 +124,7 @@ def io_scheduler(major: int, minor: int,
     return words[0] if len(words) == 1 else None
 
 
-def bfq_active(major: int, minor: int,
-               sysfs_root: str | os.PathLike[str] = SYSFS_ROOT) -> bool:
+def bfq_active(major: int, minor: int, sysfs_root: str | os.PathLike[str] = SYSFS_ROOT) -> bool:
     """True when BFQ schedules this device (then blkio.bfq.weight / io.bfq.weight apply)."""
     return io_scheduler(major, minor, sysfs_root) == "bfq"
 
@@ -136,7 +137,8 @@ def any_bfq(sysfs_root: str | os.PathLike[str] = SYSFS_ROOT) -> bool:
         devs = [_read_text(join(block, name, "dev")).strip() for name in os.listdir(block)]
     except OSError:
         return False
-    return any(bfq_active(int(maj), int(mnr), sysfs_root)
-               for maj, _, mnr in (dev.partition(":") for dev in devs)
-               if maj.isdigit() and mnr.isdigit())
-
+    return any(
+        bfq_active(int(maj), int(mnr), sysfs_root)
+        for maj, _, mnr in (dev.partition(":") for dev in devs)
+        if maj.isdigit() and mnr.isdigit()
+    )

@@ -14,7 +14,6 @@ only: the hook runs this for every container with an SLA, from a cached decision
 where pathlib or dataclasses would cost more than the writes themselves.
 """
 
-
 import posix  # not os: nri_plugin/posixfs.py says why
 
 from nri_plugin.enforce.cgpaths import UNIFIED
@@ -50,8 +49,7 @@ def _hints() -> dict[int, str]:
     import errno
 
     return {
-        errno.EINVAL: "the kernel rejected the value (out of range, or conflicts with the "
-                      "parent)",
+        errno.EINVAL: "the kernel rejected the value (out of range, or conflicts with the parent)",
         errno.ENODEV: "the device is not usable here (a partition, or not a block device)",
         errno.ENOENT: NO_SUCH_FILE,
         errno.EACCES: "permission denied (needs root or a delegated cgroup)",
@@ -61,8 +59,7 @@ def _hints() -> dict[int, str]:
     }
 
 
-def target(version: int, controller: str, name: str, value: str,
-           dirs: "Mapping[str, str]") -> str:
+def target(version: int, controller: str, name: str, value: str, dirs: "Mapping[str, str]") -> str:
     """The file to write, after every check; raises CgroupWriteError.
 
     `dirs` are the container's dirs (v1: controller -> dir; v2: {UNIFIED: dir}).
@@ -71,24 +68,30 @@ def target(version: int, controller: str, name: str, value: str,
         raise CgroupWriteError(name, value, "file must be a plain file name")
     if version == 1:
         if not name.startswith(controller + "."):
-            raise CgroupWriteError(name, value,
-                                   f"file does not belong to controller {controller!r}")
+            raise CgroupWriteError(
+                name, value, f"file does not belong to controller {controller!r}"
+            )
         if controller not in dirs:
-            raise CgroupWriteError(name, value,
-                                   f"cgroup v1 controller {controller!r} is not mounted")
+            raise CgroupWriteError(
+                name, value, f"cgroup v1 controller {controller!r} is not mounted"
+            )
         base = dirs[controller]
     else:
         if not name.startswith(V2_PREFIXES):
-            raise CgroupWriteError(name, value, "not a resource control file (allowed "
-                                   f"prefixes: {', '.join(V2_PREFIXES)})")
+            raise CgroupWriteError(
+                name,
+                value,
+                f"not a resource control file (allowed prefixes: {', '.join(V2_PREFIXES)})",
+            )
         base = dirs[UNIFIED]
     path = base + "/" + name
     try:
         mode = posix.lstat(path).st_mode
     except (FileNotFoundError, NotADirectoryError):
         if not isdir(base):
-            raise CgroupWriteError(path, value, "cgroup directory does not exist (container "
-                                   "not created?)") from None
+            raise CgroupWriteError(
+                path, value, "cgroup directory does not exist (container not created?)"
+            ) from None
         # Checked up front: an O_CREAT open (cgroupspy's) on cgroupfs answers a misleading
         # EACCES for a file the kernel does not provide.
         raise CgroupWriteError(path, value, NO_SUCH_FILE) from None
@@ -150,8 +153,14 @@ class WriteResult(Value):
 
     __slots__ = ("error", "ok", "path", "read_back", "write")
 
-    def __init__(self, write: CgroupWrite, ok: bool, read_back: str | None = None,
-                 error: CgroupWriteError | None = None, path: str | None = None) -> None:
+    def __init__(
+        self,
+        write: CgroupWrite,
+        ok: bool,
+        read_back: str | None = None,
+        error: CgroupWriteError | None = None,
+        path: str | None = None,
+    ) -> None:
         self.write = write
         self.ok = ok
         self.read_back = read_back
@@ -165,8 +174,9 @@ class Mismatch(Value):
 
     __slots__ = ("error", "found", "path", "write")
 
-    def __init__(self, write: CgroupWrite, path: str | None, found: str | None,
-                 error: str | None = None) -> None:
+    def __init__(
+        self, write: CgroupWrite, path: str | None, found: str | None, error: str | None = None
+    ) -> None:
         self.write = write
         self.path = path
         self.found = found
@@ -197,8 +207,9 @@ class CgroupWriter:
         self.page_size = page_size
         self._controllers: dict[str, object] = {}
 
-    def apply(self, writes: "Iterable[CgroupWrite]", *,
-              undo_on_failure: bool = False) -> list[WriteResult]:
+    def apply(
+        self, writes: "Iterable[CgroupWrite]", *, undo_on_failure: bool = False
+    ) -> list[WriteResult]:
         """Each write in order, each read back. By default it keeps going after a
         failure (soft mode keeps what succeeded and wants every outcome).
 
@@ -220,14 +231,20 @@ class CgroupWriter:
             try:
                 before = self._read(controller, path)
             except OSError as e:
-                failed = WriteResult(write, False, None, CgroupWriteError(
-                    path, value, f"cannot read the value to undo: {os_reason(e)}"), path)
+                failed = WriteResult(
+                    write,
+                    False,
+                    None,
+                    CgroupWriteError(path, value, f"cannot read the value to undo: {os_reason(e)}"),
+                    path,
+                )
                 return [*results, self._undone(failed, done)]
             try:
                 self._write(controller, path, value)
             except OSError as e:  # not written: only the earlier ones to undo
-                failed = WriteResult(write, False, None,
-                                     CgroupWriteError(path, value, os_reason(e)), path)
+                failed = WriteResult(
+                    write, False, None, CgroupWriteError(path, value, os_reason(e)), path
+                )
                 return [*results, self._undone(failed, done)]
             done.append((write, path, before))  # written: undone too if it does not hold
             result = self._read_back(write, path)
@@ -236,8 +253,7 @@ class CgroupWriter:
             results.append(result)
         return results
 
-    def _undone(self, failed: WriteResult, done: list[tuple[CgroupWrite, str, str]]
-                ) -> WriteResult:
+    def _undone(self, failed: WriteResult, done: list[tuple[CgroupWrite, str, str]]) -> WriteResult:
         """Write back the old values of `done`, newest first; `failed` with its error
         saying what was undone and what could not be."""
         undone, stuck = [], []
@@ -253,8 +269,7 @@ class CgroupWriter:
             notes = [f"undone: {', '.join(undone)}"] if undone else []
             if stuck:
                 notes.append(f"could not undo {', '.join(stuck)}")
-            error = CgroupWriteError(error.path, error.value,
-                                     f"{error.detail}; {'; '.join(notes)}")
+            error = CgroupWriteError(error.path, error.value, f"{error.detail}; {'; '.join(notes)}")
         return WriteResult(failed.write, False, failed.read_back, error, failed.path)
 
     def apply_one(self, write: CgroupWrite) -> WriteResult:
@@ -271,8 +286,9 @@ class CgroupWriter:
         try:
             self._write(controller, path, value)
         except OSError as e:
-            return WriteResult(write, False, None, CgroupWriteError(path, value, os_reason(e)),
-                               path)
+            return WriteResult(
+                write, False, None, CgroupWriteError(path, value, os_reason(e)), path
+            )
         return self._read_back(write, path)
 
     def _read_back(self, write: CgroupWrite, path: str) -> WriteResult:
@@ -281,12 +297,22 @@ class CgroupWriter:
         try:
             read_back = self._read(controller, path)
         except OSError as e:
-            return WriteResult(write, False, None, CgroupWriteError(
-                path, value, f"read-back failed: {os_reason(e)}"), path)
+            return WriteResult(
+                write,
+                False,
+                None,
+                CgroupWriteError(path, value, f"read-back failed: {os_reason(e)}"),
+                path,
+            )
         if values_match(name, value, read_back, self.page_size):
             return WriteResult(write, True, read_back.strip(), None, path)
-        return WriteResult(write, False, read_back.strip(), CgroupWriteError(
-            path, value, f"read back {read_back.strip()!r}, which does not match"), path)
+        return WriteResult(
+            write,
+            False,
+            read_back.strip(),
+            CgroupWriteError(path, value, f"read back {read_back.strip()!r}, which does not match"),
+            path,
+        )
 
     def drift(self, writes: "Iterable[CgroupWrite]") -> list[str]:
         """Verification: one text per setting whose file does not hold the planned value."""
@@ -320,11 +346,15 @@ class CgroupWriter:
         if found is None:
             from cgroupspy import controllers as cs  # only v1 writes pay for it
 
-            classes = {"cpu": cs.CpuController, "cpuacct": cs.CpuAcctController,
-                       "cpuset": cs.CpuSetController, "memory": cs.MemoryController,
-                       "blkio": cs.BlkIOController, "devices": cs.DevicesController}
-            found = self._controllers[key] = classes[controller](
-                _DirRef(dirname(path)))
+            classes = {
+                "cpu": cs.CpuController,
+                "cpuacct": cs.CpuAcctController,
+                "cpuset": cs.CpuSetController,
+                "memory": cs.MemoryController,
+                "blkio": cs.BlkIOController,
+                "devices": cs.DevicesController,
+            }
+            found = self._controllers[key] = classes[controller](_DirRef(dirname(path)))
         return found
 
     def _read(self, controller: str, path: str) -> str:
@@ -338,4 +368,3 @@ class CgroupWriter:
             write_value(path, value)
         else:
             ctl.set_property(basename(path).encode(), value)  # type: ignore[attr-defined]
-

@@ -11,7 +11,6 @@ dataclasses would cost more than the rest of the run. Where a running process's 
 (mountinfo, the cgroup root) is cgroupdetect.py.
 """
 
-
 import posix  # not os: nri_plugin/posixfs.py says why
 
 from nri_plugin.enforce.errors import CgroupFactsError, CgroupPathError
@@ -159,7 +158,7 @@ def strip_mount_root(path: str, mount_root: str, label: str) -> str:
         return path
     root = mount_root.rstrip("/")
     if path == root or path.startswith(root + "/"):
-        return path[len(root):] or "/"
+        return path[len(root) :] or "/"
     raise CgroupPathError(label, f"cgroup {path} is outside the mounted subtree {mount_root}")
 
 
@@ -208,8 +207,13 @@ class CgroupFacts(Value):
 
     __slots__ = ("driver", "hierarchies", "root", "version")
 
-    def __init__(self, version: int, driver: str, root: "str | PathLike[str]",
-                 hierarchies: dict[str, Hierarchy] | None = None) -> None:
+    def __init__(
+        self,
+        version: int,
+        driver: str,
+        root: "str | PathLike[str]",
+        hierarchies: dict[str, Hierarchy] | None = None,
+    ) -> None:
         self.version = version
         self.driver = driver
         self.root = posix.fspath(root)
@@ -221,7 +225,8 @@ class CgroupFacts(Value):
         found = self.hierarchies.get(controller) or scan_v1(self.root).get(controller)
         if found is None:
             raise CgroupFactsError(
-                f"cgroup v1 controller {controller!r} is not mounted under {self.root}")
+                f"cgroup v1 controller {controller!r} is not mounted under {self.root}"
+            )
         return found
 
     def controllers(self) -> dict[str, Hierarchy]:
@@ -273,9 +278,12 @@ class CgroupFacts(Value):
         return CgroupPaths(source, self.version, dirs, roots)
 
     def to_json(self) -> dict:
-        return {"version": self.version, "driver": self.driver, "root": self.root,
-                "hierarchies": [[n, h.path, h.mount_root]
-                                for n, h in self.controllers().items()]}
+        return {
+            "version": self.version,
+            "driver": self.driver,
+            "root": self.root,
+            "hierarchies": [[n, h.path, h.mount_root] for n, h in self.controllers().items()],
+        }
 
     @classmethod
     def from_json(cls, doc: dict) -> "CgroupFacts":
@@ -297,8 +305,9 @@ class CgroupPaths(Value):
 
     __slots__ = ("cgroups_path", "dirs", "roots", "version")
 
-    def __init__(self, cgroups_path: str, version: int, dirs: dict[str, str],
-                 roots: dict[str, str]) -> None:
+    def __init__(
+        self, cgroups_path: str, version: int, dirs: dict[str, str], roots: dict[str, str]
+    ) -> None:
         self.cgroups_path = cgroups_path  # what the runtime gave, for messages
         self.version = version
         self.dirs = dirs
@@ -388,8 +397,11 @@ def container_cgroup_of(found: CgroupPaths, cgroups_path: str, pid: int) -> Cgro
             continue
         at = (found_dir + "/").rfind(relative + "/")
         if at < 0:
-            raise CgroupPathError(cgroups_path, f"process {pid} is in {found_dir}, not in the "
-                                  "container's cgroup (the container's process ended and its "
-                                  "pid was reused?); nothing written")
-        dirs[name] = found_dir[:at + len(relative)]
+            raise CgroupPathError(
+                cgroups_path,
+                f"process {pid} is in {found_dir}, not in the "
+                "container's cgroup (the container's process ended and its "
+                "pid was reused?); nothing written",
+            )
+        dirs[name] = found_dir[: at + len(relative)]
     return CgroupPaths(found.cgroups_path, found.version, dirs, dict(found.roots))

@@ -48,8 +48,9 @@ def _detect_version(root: str, mounts: list[CgroupMount]) -> int:
     raise CgroupFactsError(f"no cgroup hierarchy found at {root} (neither v1 nor v2)")
 
 
-def _detect_driver(version: int, hierarchies: dict[str, Hierarchy], root: str, proc: str,
-                   hint: str | None) -> str:
+def _detect_driver(
+    version: int, hierarchies: dict[str, Hierarchy], root: str, proc: str, hint: str | None
+) -> str:
     # 1. The runtime's own cgroups_path says it best: systemd form means the systemd driver.
     if hint:
         return "systemd" if is_systemd_form(hint) else "cgroupfs"
@@ -79,7 +80,8 @@ def detect_cgroup_facts(
     mountinfo, proc = os.fspath(mountinfo), os.fspath(proc)
     if driver not in ("auto", *DRIVERS):
         raise CgroupFactsError(
-            f"cgroup driver {driver!r}: allowed values are auto, cgroupfs, systemd")
+            f"cgroup driver {driver!r}: allowed values are auto, cgroupfs, systemd"
+        )
     if str(version) not in ("auto", "1", "2"):
         raise CgroupFactsError(f"cgroup version {version!r}: allowed values are auto, 1, 2")
     if not isdir(root):
@@ -99,6 +101,9 @@ def detect_cgroup_facts(
                     hierarchies.setdefault(c, Hierarchy(realpath(m.mount_point), m.root))
         if not hierarchies:
             hierarchies = scan_v1(root)
-    drv = driver if driver != "auto" else _detect_driver(ver, hierarchies, root, proc,
-                                                         cgroups_path_hint)
+    drv = (
+        driver
+        if driver != "auto"
+        else _detect_driver(ver, hierarchies, root, proc, cgroups_path_hint)
+    )
     return CgroupFacts(ver, drv, root, hierarchies)

@@ -81,8 +81,9 @@ def _throttling(text: str | None, version: int) -> CpuThrottling | None:
     stat = _keyed(text)
     if "nr_periods" not in stat or "nr_throttled" not in stat:
         return None
-    seconds = (stat.get("throttled_time", 0) / 1e9 if version == 1
-               else stat.get("throttled_usec", 0) / 1e6)
+    seconds = (
+        stat.get("throttled_time", 0) / 1e9 if version == 1 else stat.get("throttled_usec", 0) / 1e6
+    )
     return CpuThrottling(stat["nr_periods"], stat["nr_throttled"], seconds)
 
 
@@ -95,8 +96,7 @@ def _pressure(resource: str, text: str | None) -> list[Pressure]:
         if len(fields) < 3 or fields[0] not in PRESSURE_KINDS:
             continue
         avg, total = fields[1], fields[-1]
-        if not (avg.startswith("avg10=") and total.startswith("total=")
-                and total[6:].isdigit()):
+        if not (avg.startswith("avg10=") and total.startswith("total=") and total[6:].isdigit()):
             continue
         try:
             avg10 = float(avg[6:])
@@ -112,11 +112,16 @@ def read_compliance(paths: CgroupPaths) -> Compliance:
     if paths.version == 2:
         directory = paths.dirs.get(UNIFIED)
         events = _keyed(_read(directory, "memory.events"))
-        pressure = [p for resource in PRESSURE_RESOURCES
-                    for p in _pressure(resource, _read(directory, f"{resource}.pressure"))]
-        return Compliance(_throttling(_read(directory, "cpu.stat"), 2),
-                          tuple((e, events[e]) for e in MEMORY_EVENTS if e in events),
-                          tuple(pressure))
+        pressure = [
+            p
+            for resource in PRESSURE_RESOURCES
+            for p in _pressure(resource, _read(directory, f"{resource}.pressure"))
+        ]
+        return Compliance(
+            _throttling(_read(directory, "cpu.stat"), 2),
+            tuple((e, events[e]) for e in MEMORY_EVENTS if e in events),
+            tuple(pressure),
+        )
     memory = paths.dirs.get("memory")
     v1_events = {}
     failcnt = _read(memory, "memory.failcnt")
@@ -125,5 +130,7 @@ def read_compliance(paths: CgroupPaths) -> Compliance:
     oom = _keyed(_read(memory, "memory.oom_control"))
     if "oom_kill" in oom:
         v1_events["oom_kill"] = oom["oom_kill"]
-    return Compliance(_throttling(_read(paths.dirs.get("cpu"), "cpu.stat"), 1),
-                      tuple((e, v1_events[e]) for e in MEMORY_EVENTS if e in v1_events))
+    return Compliance(
+        _throttling(_read(paths.dirs.get("cpu"), "cpu.stat"), 1),
+        tuple((e, v1_events[e]) for e in MEMORY_EVENTS if e in v1_events),
+    )

@@ -12,7 +12,6 @@ hook's cached run re-checks the devices of a cached decision with it (hook/cache
 device_signature).
 """
 
-
 import posix
 from _stat import S_ISLNK
 
@@ -32,7 +31,7 @@ def dev_node(spec: str, dev_root: str = DEV_ROOT) -> str | None:
     path = spec if spec.startswith("/") else f"{root}/{spec}"
     if "\0" in path or not _under(path, root):
         return None
-    todo = [p for p in reversed(path[len(root):].split("/")) if p not in ("", ".")]
+    todo = [p for p in reversed(path[len(root) :].split("/")) if p not in ("", ".")]
     done = root  # resolved so far: no symlinks in it, always under root
     links = 0
     while todo:
@@ -56,6 +55,6 @@ def dev_node(spec: str, dev_root: str = DEV_ROOT) -> str | None:
         if target.startswith("/"):
             if not _under(target, root):
                 return None
-            done, target = root, target[len(root):]
+            done, target = root, target[len(root) :]
         todo += [p for p in reversed(target.split("/")) if p not in ("", ".")]
     return done

@@ -5,7 +5,6 @@ reason) to become a CreateContainer error or a hook's stderr line without a trac
 Each is under the root of its kind (nri_plugin.errors), which alone sets the kind.
 """
 
-
 from nri_plugin.errors import InternalFailure, InvalidInput, Refused, SlaFailure
 
 

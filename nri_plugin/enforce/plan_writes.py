@@ -44,8 +44,14 @@ def cgroup_writes(plan: ContainerPlan, scope: str = "all", bfq: bool = False) ->
     direct = scope != "runtime"
     if plan.cgroup_version == 1:
         if runtime:
-            writes += v1_cpu_writes(plan.cpu_quota, plan.cpu_period, plan.cpus, plan.mems,
-                                    plan.rt_runtime, plan.rt_period)
+            writes += v1_cpu_writes(
+                plan.cpu_quota,
+                plan.cpu_period,
+                plan.cpus,
+                plan.mems,
+                plan.rt_runtime,
+                plan.rt_period,
+            )
             writes += v1_memory_writes(max_bytes=plan.memory_max)
         if direct:
             writes += v1_memory_writes(high=plan.memory_soft_limit)
@@ -60,8 +66,9 @@ def cgroup_writes(plan: ContainerPlan, scope: str = "all", bfq: bool = False) ->
         writes += v2_memory_writes(plan.memory_high, plan.memory_max)
         # As the adjustment's `unified` carries them (adjustment.fill_resources): runc
         # writes io.weight "default N" whatever the node's scheduler.
-        writes += v2_io_writes(plan.io_weight, plan.io_max if unified_io_max(plan) else (),
-                               bfq=False)
+        writes += v2_io_writes(
+            plan.io_weight, plan.io_max if unified_io_max(plan) else (), bfq=False
+        )
     elif not unified_io_max(plan):
         writes += v2_io_writes(None, plan.io_max, bfq)
     return writes

@@ -13,7 +13,6 @@ write, the value that puts back what that write changed (for a per-device file, 
 that device's line).
 """
 
-
 PAGE_SIZE = 4096
 # v1 reads "unlimited" as PAGE_COUNTER_MAX pages; anything this large is "no limit".
 _V1_UNLIMITED_MIN = 1 << 62
@@ -22,18 +21,34 @@ _V1_UNLIMITED_MIN = 1 << 62
 # container start, and `import re` (with its enums) costs more than the hook's own work.
 _MEMORY_SIZE_FILES = frozenset(
     "memory." + name
-    for name in ("limit_in_bytes", "soft_limit_in_bytes", "memsw.limit_in_bytes",
-                 "kmem.limit_in_bytes", "kmem.tcp.limit_in_bytes", "max", "high", "low", "min",
-                 "swap.max", "swap.high", "zswap.max")
+    for name in (
+        "limit_in_bytes",
+        "soft_limit_in_bytes",
+        "memsw.limit_in_bytes",
+        "kmem.limit_in_bytes",
+        "kmem.tcp.limit_in_bytes",
+        "max",
+        "high",
+        "low",
+        "min",
+        "swap.max",
+        "swap.high",
+        "zswap.max",
+    )
 )
 _CPUSET_FILES = frozenset(
     {"cpuset.cpus", "cpuset.mems", "cpuset.cpus.exclusive", "cpuset.mems.exclusive"}
 )
 _WEIGHT_FILES = frozenset({"io.weight", "io.bfq.weight", "blkio.bfq.weight", "blkio.weight"})
 _DEVICE_VALUE_FILES = frozenset(
-    {"blkio.throttle.read_bps_device", "blkio.throttle.write_bps_device",
-     "blkio.throttle.read_iops_device", "blkio.throttle.write_iops_device",
-     "blkio.bfq.weight_device", "blkio.weight_device"}
+    {
+        "blkio.throttle.read_bps_device",
+        "blkio.throttle.write_bps_device",
+        "blkio.throttle.read_iops_device",
+        "blkio.throttle.write_iops_device",
+        "blkio.bfq.weight_device",
+        "blkio.weight_device",
+    }
 )
 
 
@@ -160,8 +175,11 @@ def restore_value(file: str, written: str, before: str) -> str:
     """
     name = _name(file)
     old = before.strip()
-    if name in _DEVICE_VALUE_FILES or file == "io.max" or (
-            file in _WEIGHT_FILES and not written.strip().isdigit()):
+    if (
+        name in _DEVICE_VALUE_FILES
+        or file == "io.max"
+        or (file in _WEIGHT_FILES and not written.strip().isdigit())
+    ):
         key = written.strip().partition(" ")[0]
         line = _device_lines(before).get(key)
         if line is not None:

@@ -74,9 +74,9 @@ def _share(cgroup: Path) -> int:
     return to_ratio(_read_int(cgroup / PERIOD_FILE), _read_int(cgroup / RUNTIME_FILE))
 
 
-def _children_shares(cgroup: Path, exclude: str = "",
-                     pending: Mapping[Path, tuple[int, int]] | None = None
-                     ) -> tuple[int, Fraction]:
+def _children_shares(
+    cgroup: Path, exclude: str = "", pending: Mapping[Path, tuple[int, int]] | None = None
+) -> tuple[int, Fraction]:
     """Sum of the children's shares: kernel fixed point, and exact (runtime/period).
     `pending`: container dirs (-> runtime, period) whose budget nri-sla granted but runc
     may not have written yet (or whose dir does not exist yet): each counts with the larger
@@ -91,8 +91,7 @@ def _children_shares(cgroup: Path, exclude: str = "",
             period = _read_int(entry / PERIOD_FILE)
             runtime = _read_int(entry / RUNTIME_FILE)
             granted = pending.get(entry)
-            if granted is not None and to_ratio(granted[1], granted[0]) > to_ratio(period,
-                                                                                   runtime):
+            if granted is not None and to_ratio(granted[1], granted[0]) > to_ratio(period, runtime):
                 runtime, period = granted
             seen.add(entry)
             fixed += to_ratio(period, runtime)
@@ -169,7 +168,8 @@ def plan_rt_ancestors(
                     f"{cpu_dir} needs {runtime_us}us per {period_us}us, which brings the "
                     f"groups under {root} to {_fmt_share(required)} of CPU time; the node "
                     f"allows {_fmt_share(have)} (cpu.rt_runtime_us {runtime} / "
-                    f"cpu.rt_period_us {period})")
+                    f"cpu.rt_period_us {period})",
+                )
             break
         if required > have:
             new = _runtime_covering(period, required, required_exact)
@@ -179,7 +179,8 @@ def plan_rt_ancestors(
                     f"fit in what the node allows real-time groups ({_fmt_share(global_share)}"
                     " of CPU time in all) now",
                     f"{node} would need {_fmt_share(required)} ({new}us per {period}us), "
-                    f"more than the node allows ({_fmt_share(global_share)})")
+                    f"more than the node allows ({_fmt_share(global_share)})",
+                )
             changes.append(RtChange(node, runtime, new))
             have = to_ratio(period, new)
             runtime = new
@@ -228,7 +229,8 @@ def raise_rt_ancestors(
             raise RtBudgetError(
                 f"cannot raise the real-time budget of {change.path}: {e.strerror}{hint}",
                 f"{change.path / RUNTIME_FILE} from {change.old_us} to {change.new_us}: "
-                f"{e.strerror}") from None
+                f"{e.strerror}",
+            ) from None
         done.append(change)
     return done
 
@@ -249,5 +251,6 @@ def release_rt_ancestors(changes: list[RtChange]) -> list[RtChange]:
 def make_rt_room(paths: CgroupPaths, runtime_us: int, period_us: int) -> list[RtChange]:
     """raise_rt_ancestors for a container's cgroup (v1): what both front-ends call before
     the container's own cpu.rt_runtime_us is written."""
-    return raise_rt_ancestors(Path(paths.dir("cpu")), runtime_us, period_us,
-                              Path(paths.roots["cpu"]))
+    return raise_rt_ancestors(
+        Path(paths.dir("cpu")), runtime_us, period_us, Path(paths.roots["cpu"])
+    )

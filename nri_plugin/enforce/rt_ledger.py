@@ -84,8 +84,9 @@ class RtLedger:
         if changed:
             self._save()
 
-    def give_back(self, hierarchy_root: Path, pending: Mapping[Path, tuple[int, int]]
-                  ) -> list[RtChange]:
+    def give_back(
+        self, hierarchy_root: Path, pending: Mapping[Path, tuple[int, int]]
+    ) -> list[RtChange]:
         """Lower every ancestor nri-sla raised to what is still needed below it (never under
         its value before nri-sla's raise); `pending`: container dirs -> (runtime, period)
         of the live containers granted RT. Returns the changes made."""
@@ -110,8 +111,11 @@ class RtLedger:
                 if not path.exists():
                     del self.raises[path]  # the group went away (the pod's, once it ends)
                 elif getattr(exc, "errno", None) == errno.EINVAL:
-                    log.info("RT budget of %s not given back yet (the kernel still counts a "
-                             "removed child): retried at the next pass", path)
+                    log.info(
+                        "RT budget of %s not given back yet (the kernel still counts a "
+                        "removed child): retried at the next pass",
+                        path,
+                    )
                 else:
                     log.warning("RT budget of %s not given back: %s", path, exc)
                 continue
@@ -132,8 +136,12 @@ class RtLedger:
         except FileNotFoundError:
             return {}
         except OSError as exc:
-            log.warning("%s: cannot read the RT ledger (%s): raises from before this start "
-                        "are not given back", self.file, exc.strerror)
+            log.warning(
+                "%s: cannot read the RT ledger (%s): raises from before this start "
+                "are not given back",
+                self.file,
+                exc.strerror,
+            )
             return {}
         try:
             if len(data) > MAX_BYTES:
@@ -145,14 +153,17 @@ class RtLedger:
             raises = {}
             for path, (before, set_us) in items:
                 if not (os.path.isabs(path) and type(before) is int and type(set_us) is int):
-                    raise DamagedState(
-                        f"entry {path!r} is not an absolute path with two integers")
+                    raise DamagedState(f"entry {path!r} is not an absolute path with two integers")
                 raises[Path(path)] = Raise(before, set_us)
             return raises
         # (ValueError: the JSON reader's, or an entry that is not a pair.)
         except (DamagedState, ValueError, KeyError, TypeError, AttributeError) as exc:
-            log.warning("%s: the RT ledger is not valid (%s): raises from before this start "
-                        "are not given back", self.file, exc)
+            log.warning(
+                "%s: the RT ledger is not valid (%s): raises from before this start "
+                "are not given back",
+                self.file,
+                exc,
+            )
             return {}
 
     def _save(self) -> None:
@@ -167,5 +178,8 @@ class RtLedger:
                 json.dump(doc, f)
             os.replace(tmp, self.file)
         except OSError as exc:
-            log.warning("%s: cannot write the RT ledger (%s): a restart would not give "
-                        "these raises back", self.file, exc.strerror)
+            log.warning(
+                "%s: cannot write the RT ledger (%s): a restart would not give these raises back",
+                self.file,
+                exc.strerror,
+            )

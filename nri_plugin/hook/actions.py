@@ -8,7 +8,6 @@ actions out through the same code below, with the one cgroup writer (enforce.cgf
 a cached run can only do what the cold one did.
 """
 
-
 from nri_plugin.enforce.cgfile import CgroupWrite, CgroupWriter
 from nri_plugin.errors import EXIT_OK, DamagedState, Refused
 from nri_plugin.hook.values import WARN, LoggedDecision, Outcome
@@ -29,10 +28,17 @@ class CgroupActions(Value):
 
     __slots__ = ("applied", "enforcement", "key", "kind", "lines", "rt", "source", "writes")
 
-    def __init__(self, kind: str, enforcement: str = "hard",
-                 writes: list[CgroupWrite] | None = None, rt: tuple[int, int] | None = None,
-                 lines: list[str] | None = None, applied: dict | None = None,
-                 source: str = "", key: str = "") -> None:
+    def __init__(
+        self,
+        kind: str,
+        enforcement: str = "hard",
+        writes: list[CgroupWrite] | None = None,
+        rt: tuple[int, int] | None = None,
+        lines: list[str] | None = None,
+        applied: dict | None = None,
+        source: str = "",
+        key: str = "",
+    ) -> None:
         self.kind = kind
         self.enforcement = enforcement
         self.writes = writes or []
@@ -43,10 +49,16 @@ class CgroupActions(Value):
         self.key = key
 
     def to_json(self) -> dict:
-        return {"kind": self.kind, "enforcement": self.enforcement,
-                "writes": [list(w) for w in self.writes],
-                "rt": list(self.rt) if self.rt else None, "lines": self.lines,
-                "applied": self.applied, "source": self.source, "key": self.key}
+        return {
+            "kind": self.kind,
+            "enforcement": self.enforcement,
+            "writes": [list(w) for w in self.writes],
+            "rt": list(self.rt) if self.rt else None,
+            "lines": self.lines,
+            "applied": self.applied,
+            "source": self.source,
+            "key": self.key,
+        }
 
     @classmethod
     def from_json(cls, doc: dict) -> "CgroupActions":
@@ -66,9 +78,13 @@ class CgroupActions(Value):
                 raise DamagedState("bad rt")
             rt = (rt[0], rt[1])
         lines, applied, source, key = doc["lines"], doc["applied"], doc["source"], doc["key"]
-        if (not isinstance(lines, list) or not all(isinstance(x, str) for x in lines)
-                or not isinstance(applied, dict) or not isinstance(source, str)
-                or not isinstance(key, str)):
+        if (
+            not isinstance(lines, list)
+            or not all(isinstance(x, str) for x in lines)
+            or not isinstance(applied, dict)
+            or not isinstance(source, str)
+            or not isinstance(key, str)
+        ):
             raise DamagedState("bad lines, applied, source or key")
         return cls(kind, enforcement, writes, rt, lines, applied, source, key)
 
@@ -82,13 +98,19 @@ def carry_out(a: CgroupActions, cgroup: "CgroupPaths", run: "Run") -> Outcome:
         run.deadline.check("verifying")
         out = verify(a, cgroup, cid)
         if out.lines:  # drift (soft): worth a decision line; none when all holds
-            out.decision = LoggedDecision("warned", run.target, progress.log_format,
-                                          warnings=out.lines)
+            out.decision = LoggedDecision(
+                "warned", run.target, progress.log_format, warnings=out.lines
+            )
         return out
     run.deadline.check("writing cgroup files")
     out = apply_writes(a, cgroup, cid)
-    out.decision = LoggedDecision("warned" if out.lines else "enforced", run.target,
-                                  progress.log_format, applied=a.applied, warnings=out.lines)
+    out.decision = LoggedDecision(
+        "warned" if out.lines else "enforced",
+        run.target,
+        progress.log_format,
+        applied=a.applied,
+        warnings=out.lines,
+    )
     return out
 
 
@@ -97,9 +119,12 @@ def verify(a: CgroupActions, paths: "CgroupPaths", cid: str) -> Outcome:
     if problems and a.enforcement == "hard":
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise Refused(f"drift from what {a.source} applied: {problems[0]}{more}")
-    return Outcome(EXIT_OK, "verified",
-                   [*a.lines, *(f"{WARN}drift from what {a.source} applied: {p}"
-                                for p in problems)], cid)
+    return Outcome(
+        EXIT_OK,
+        "verified",
+        [*a.lines, *(f"{WARN}drift from what {a.source} applied: {p}" for p in problems)],
+        cid,
+    )
 
 
 def apply_writes(a: CgroupActions, paths: "CgroupPaths", cid: str) -> Outcome:
@@ -115,8 +140,7 @@ def apply_writes(a: CgroupActions, paths: "CgroupPaths", cid: str) -> Outcome:
             lines.append(WARN + problem)
             writes = [w for w in writes if not w.file.startswith("cpu.rt_")]
     # Hard: all or none (the writer undoes its earlier writes at the first failure).
-    failures = [r for r in CgroupWriter(paths).apply(writes, undo_on_failure=hard)
-                if not r.ok]
+    failures = [r for r in CgroupWriter(paths).apply(writes, undo_on_failure=hard) if not r.ok]
     if failures and hard:
         if raised:
             from nri_plugin.enforce.rt import release_rt_ancestors

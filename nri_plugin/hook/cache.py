@@ -39,7 +39,6 @@ an error. Writes go to a temporary file renamed into place (atomic), and the dir
 kept under MAX_ENTRIES by removing the oldest entries.
 """
 
-
 import posix  # not os: nri_plugin/posixfs.py says why
 import sys
 from _stat import S_ISDIR, S_ISREG
@@ -108,8 +107,13 @@ def cgroup_signature(root: str) -> str:
     """What detect_cgroup_facts reads: mounts (cgroup lines only: other mounts come and go
     with every container), the root and its entries (v1 hierarchies by name), and
     cgroup.controllers (a v2 root)."""
-    parts = ["cgroups", root, realpath(root), str(isdir(root)),
-             str(exists(join(root, "cgroup.controllers")))]
+    parts = [
+        "cgroups",
+        root,
+        realpath(root),
+        str(isdir(root)),
+        str(exists(join(root, "cgroup.controllers"))),
+    ]
     try:
         mounts = read_file("/proc/self/mountinfo")
     except OSError:
@@ -130,15 +134,23 @@ def facts_key(ckey: str, code: str, signature: str) -> str:
     return digest("facts", ckey, code, signature)
 
 
-def decision_inputs(run: "Run", prefix: str, ckey: str, fkey: str,
-                    code: str) -> DecisionInputs | None:
+def decision_inputs(
+    run: "Run", prefix: str, ckey: str, fkey: str, code: str
+) -> DecisionInputs | None:
     """The container's DecisionInputs on this node: the target's fields, not the raw keys
     (what identify() believed decides the plan), and the node as the cache knows it.
     None: more SLA keys than a pod may have (refused cold, never cached)."""
     target = run.target
     node = NodeInputs(ckey, (fkey, run.opts.sysfs_root), code)
-    return inputs_for(run.annotations, prefix, target.name, target.namespace,
-                      run.spec.granted.key(), node, distrust=target.distrust)
+    return inputs_for(
+        run.annotations,
+        prefix,
+        target.name,
+        target.namespace,
+        run.spec.granted.key(),
+        node,
+        distrust=target.distrust,
+    )
 
 
 # ------------------------------------------------------------------ dependencies
@@ -167,8 +179,7 @@ def device_signature(spec: str) -> str:
         numbers = f"{posix.major(st.st_rdev)}:{posix.minor(st.st_rdev)}"
         sig = f"{node}:mode:{st.st_mode & 0o170000}:{numbers}"
     node = join(DEVICE_SYSFS, "dev", "block", numbers)
-    return (f"{sig}:{realpath(node)}:{exists(node)}:"
-            f"{exists(join(node, 'partition'))}")
+    return f"{sig}:{realpath(node)}:{exists(node)}:{exists(join(node, 'partition'))}"
 
 
 def _read(path: str) -> str:
@@ -192,8 +203,7 @@ def topology_signature(sysfs_root: str) -> str:
     except OSError:
         names = []
     for name in names:
-        parts += [name, _read(join(node, name, "cpulist")),
-                  _read(join(node, name, "distance"))]
+        parts += [name, _read(join(node, name, "cpulist")), _read(join(node, name, "distance"))]
     return digest(*parts)
 
 
@@ -205,8 +215,7 @@ def scheduler_signature(sysfs_root: str) -> str:
         names = sorted(posix.listdir(block))
     except OSError:
         return "unlistable"
-    return digest(*(f"{n}={_read(join(block, n, 'queue', 'scheduler'))}"
-                    for n in names))
+    return digest(*(f"{n}={_read(join(block, n, 'queue', 'scheduler'))}" for n in names))
 
 
 def deps_hold(deps: object) -> bool:
@@ -253,8 +262,7 @@ class Store:
                 return False
         except OSError:
             return False
-        return (S_ISDIR(st.st_mode) and st.st_uid == self.uid
-                and st.st_mode & 0o077 == 0)
+        return S_ISDIR(st.st_mode) and st.st_uid == self.uid and st.st_mode & 0o077 == 0
 
     def _path(self, kind: str, key: str) -> str:
         return join(self.directory, f"{kind}-{key}")
@@ -263,14 +271,20 @@ class Store:
         if not self._dir_ok(create=False):
             return None
         try:
-            fd = posix.open(self._path(kind, key), posix.O_RDONLY | posix.O_NOFOLLOW
-                            | posix.O_CLOEXEC | posix.O_NONBLOCK)
+            fd = posix.open(
+                self._path(kind, key),
+                posix.O_RDONLY | posix.O_NOFOLLOW | posix.O_CLOEXEC | posix.O_NONBLOCK,
+            )
         except OSError:
             return None
         try:
             st = posix.fstat(fd)
-            if (not S_ISREG(st.st_mode) or st.st_uid != self.uid
-                    or st.st_mode & 0o022 or st.st_size > MAX_ENTRY_BYTES):
+            if (
+                not S_ISREG(st.st_mode)
+                or st.st_uid != self.uid
+                or st.st_mode & 0o022
+                or st.st_size > MAX_ENTRY_BYTES
+            ):
                 return None
             data = posix.read(fd, MAX_ENTRY_BYTES + 1)
         except OSError:
@@ -287,8 +301,11 @@ class Store:
         final = self._path(kind, key)
         tmp = join(self.directory, f".tmp-{posix.getpid()}-{kind}-{key}")
         try:
-            fd = posix.open(tmp, posix.O_WRONLY | posix.O_CREAT | posix.O_EXCL
-                            | posix.O_NOFOLLOW | posix.O_CLOEXEC, 0o600)
+            fd = posix.open(
+                tmp,
+                posix.O_WRONLY | posix.O_CREAT | posix.O_EXCL | posix.O_NOFOLLOW | posix.O_CLOEXEC,
+                0o600,
+            )
             try:
                 posix.write(fd, data)
             finally:
@@ -310,7 +327,7 @@ class Store:
         if len(entries) <= MAX_ENTRIES:
             return
         entries.sort()
-        for _, path in entries[:len(entries) - MAX_ENTRIES]:
+        for _, path in entries[: len(entries) - MAX_ENTRIES]:
             _remove(path)
 
 
@@ -326,20 +343,25 @@ def _remove(path: str) -> bool:
 def encode(doc: dict, kind: str, key: str) -> bytes:
     import json  # cold runs only (they write); reads use inputs.loads
 
-    body = json.dumps({"kind": kind, "key": key, "doc": doc}, sort_keys=True,
-                      separators=(",", ":")).encode()
+    body = json.dumps(
+        {"kind": kind, "key": key, "doc": doc}, sort_keys=True, separators=(",", ":")
+    ).encode()
     return MAGIC + digest(body).encode() + b"\n" + body
 
 
 def decode(data: bytes, kind: str, key: str) -> dict | None:
     head, newline, body = data.partition(b"\n")
-    if not newline or not head.startswith(MAGIC) or head[len(MAGIC):] != digest(body).encode():
+    if not newline or not head.startswith(MAGIC) or head[len(MAGIC) :] != digest(body).encode():
         return None  # truncated, corrupt or foreign
     try:
         outer = loads(body.decode("utf-8"))
     except (ValueError, RecursionError):
         return None
-    if (not isinstance(outer, dict) or outer.get("kind") != kind or outer.get("key") != key
-            or not isinstance(outer.get("doc"), dict)):
+    if (
+        not isinstance(outer, dict)
+        or outer.get("kind") != kind
+        or outer.get("key") != key
+        or not isinstance(outer.get("doc"), dict)
+    ):
         return None
     return outer["doc"]

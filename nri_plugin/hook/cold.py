@@ -66,16 +66,14 @@ def core_actions(run: Run) -> tuple[CgroupActions, CgroupPaths] | None:
     cgroup = container_cgroup(run, facts)
     deps: Deps = []
     record = run.annotations.get(f"{config.annotation_prefix}/applied")
-    verified = None if record is None else verify_actions(record, sla, target.id,
-                                                          config.state_dir)
+    verified = None if record is None else verify_actions(record, sla, target.id, config.state_dir)
     if isinstance(verified, CgroupActions):
         actions = verified
     else:
         run.deadline.check("planning")
         actions = plan_actions(run, config, facts, deps)
         if verified is not None:  # a record that is not the plugin's: ignored, said so
-            actions.lines.insert(0, f"{WARN}{config.annotation_prefix}/applied ignored: "
-                                    f"{verified}")
+            actions.lines.insert(0, f"{WARN}{config.annotation_prefix}/applied ignored: {verified}")
     if store and ckey and signature and sla.gpu is None and record is None:
         # GPU inventories (NVML) are not fingerprinted: GPU SLAs are always decided cold.
         # A record is authenticated for one container id, which no cache key holds, and
@@ -84,30 +82,46 @@ def core_actions(run: Run) -> tuple[CgroupActions, CgroupPaths] | None:
     return actions, cgroup
 
 
-def store_actions(run: Run, store: cache.Store, config: NodeConfig,
-                  keys: tuple[str, str, str], facts: CgroupFacts, actions: CgroupActions,
-                  deps: Deps) -> None:
+def store_actions(
+    run: Run,
+    store: cache.Store,
+    config: NodeConfig,
+    keys: tuple[str, str, str],
+    facts: CgroupFacts,
+    actions: CgroupActions,
+    deps: Deps,
+) -> None:
     """Store the three entries for the next replica, when what was read before deciding
     (`keys`: the config key and the cgroup signature of that root) still holds and the
     code that decided is the code on disk (loaded_code: every module this run loaded)."""
     ckey, signature, root = keys
     code = loaded_code(STARTED_NS)
-    if (code is None or cache.config_key(run.opts) != ckey
-            or cache.cgroup_signature(root) != signature):
+    if (
+        code is None
+        or cache.config_key(run.opts) != ckey
+        or cache.cgroup_signature(root) != signature
+    ):
         return
     fkey = cache.facts_key(ckey, code["digest"], signature)
     prefix = config.annotation_prefix
     inputs = cache.decision_inputs(run, prefix, ckey, fkey, code["digest"])
     if inputs is None:  # (a decision that was refused: not reached)
         return
-    store.put("config", ckey, {"prefix": prefix, "log_format": config.log.format,
-                               "cgroup_root": str(config.cgroup.root), "code": code})
+    store.put(
+        "config",
+        ckey,
+        {
+            "prefix": prefix,
+            "log_format": config.log.format,
+            "cgroup_root": str(config.cgroup.root),
+            "code": code,
+        },
+    )
     store.put("facts", fkey, facts.to_json())
     store.put("decision", inputs.digest(), {"decision": actions.to_json(), "deps": deps})
 
 
-def verify_actions(record: str, sla: Sla, owner: str, state_dir: str
-                   ) -> CgroupActions | str:
+def verify_actions(record: str, sla: Sla, owner: str, state_dir: str) -> CgroupActions | str:
     """Verify-only: the plugin already enforced this container (`sla.nri.io/applied`).
 
     The hook then writes nothing; it reads back what the record says NRI put into the
@@ -137,19 +151,29 @@ def verify_actions(record: str, sla: Sla, owner: str, state_dir: str
     return CgroupActions("verify", sla.enforcement, expected, source=source)
 
 
-def plan_actions(run: Run, config: NodeConfig, facts: CgroupFacts,
-                 deps: Deps) -> CgroupActions:
+def plan_actions(run: Run, config: NodeConfig, facts: CgroupFacts, deps: Deps) -> CgroupActions:
     """The core's decision on a one-shot node; `deps` collects what the decision cache
     must re-check before reusing it (io.max devices, the CPU/NUMA topology, schedulers)."""
-    annotations, target, spec, sysfs_root = (run.annotations, run.target, run.spec,
-                                             run.opts.sysfs_root)
+    annotations, target, spec, sysfs_root = (
+        run.annotations,
+        run.target,
+        run.spec,
+        run.opts.sysfs_root,
+    )
     node = hook_node(config, facts, sysfs_root, deps)
     # The core logs (GPU inventory fallbacks, a bug's traceback, ...) through CoreLoggers;
     # Python would print them to stderr, where runc expects the hook's one line.
     with core_logs_silenced():
-        decision = decide(node, ContainerRequest(annotations, target.name,
-                                                 namespace=target.namespace,
-                                                 owner=target.id, granted=spec.granted))
+        decision = decide(
+            node,
+            ContainerRequest(
+                annotations,
+                target.name,
+                namespace=target.namespace,
+                owner=target.id,
+                granted=spec.granted,
+            ),
+        )
     if decision.error is not None:
         raise explain_namespace(decision.error, target)
     plan = decision.plan
@@ -161,15 +185,22 @@ def plan_actions(run: Run, config: NodeConfig, facts: CgroupFacts,
     lines = [WARN + w for w in plan.warnings]
     if target.distrust and "policy" in plan.reasons:
         lines.append(f"{WARN}{plan.key}: {namespace_note(target)}")
-    return CgroupActions("apply", plan.enforcement,
-                         cgroup_writes(plan, scope="all", bfq=node.capabilities.bfq), rt,
-                         lines, applied_fields(record_body(plan, "hook")),
-                         key=plan.key or config.annotation_prefix)
+    return CgroupActions(
+        "apply",
+        plan.enforcement,
+        cgroup_writes(plan, scope="all", bfq=node.capabilities.bfq),
+        rt,
+        lines,
+        applied_fields(record_body(plan, "hook")),
+        key=plan.key or config.annotation_prefix,
+    )
 
 
 def namespace_note(target: Target) -> str:
-    return (f"the pod's namespace is unknown ({target.distrust}): only what the node config "
-            "allows every namespace ('*') is granted")
+    return (
+        f"the pod's namespace is unknown ({target.distrust}): only what the node config "
+        "allows every namespace ('*') is granted"
+    )
 
 
 def explain_namespace(error: SlaFailure, target: Target) -> SlaFailure:
@@ -178,12 +209,12 @@ def explain_namespace(error: SlaFailure, target: Target) -> SlaFailure:
     refusal, as only the first shortfall's reason survives into it (the rest are text)."""
     if not target.distrust or not isinstance(error, PlanError):
         return error
-    return PlanError(error.key, error.field, f"{error.message}; {namespace_note(target)}",
-                      error.reason)
+    return PlanError(
+        error.key, error.field, f"{error.message}; {namespace_note(target)}", error.reason
+    )
 
 
-def hook_node(config: NodeConfig, facts: CgroupFacts, sysfs_root: str,
-              deps: Deps) -> OneShotNode:
+def hook_node(config: NodeConfig, facts: CgroupFacts, sysfs_root: str, deps: Deps) -> OneShotNode:
     """A one-shot node for one container: capabilities from this node, an allocator built
     only when the SLA asks for placement, devices resolved through the core's resolver."""
 
@@ -197,14 +228,21 @@ def hook_node(config: NodeConfig, facts: CgroupFacts, sysfs_root: str,
         deps.append(["topology", sysfs_root, cache.topology_signature(sysfs_root)])
         return node_allocator(config, sysfs_root, gpus=gpus)
 
-    return OneShotNode(config, facts.version, allocator_factory=allocator,
-                       capabilities=detect_capabilities(facts.version, sysfs_root),
-                       resolve_device=resolve_device)
+    return OneShotNode(
+        config,
+        facts.version,
+        allocator_factory=allocator,
+        capabilities=detect_capabilities(facts.version, sysfs_root),
+        resolve_device=resolve_device,
+    )
 
 
 def _asks_io_weight(decision: Decision) -> bool:
-    return (decision.sla is not None and decision.sla.io is not None
-            and decision.sla.io.weight is not None)
+    return (
+        decision.sla is not None
+        and decision.sla.io is not None
+        and decision.sla.io.weight is not None
+    )
 
 
 # ------------------------------------------------------------------ inputs
@@ -221,8 +259,11 @@ def load_node_config(path: str | None) -> NodeConfig:
 def cgroup_facts(opts: HookOptions, config: NodeConfig, spec: BundleSpec) -> CgroupFacts:
     cg = config.cgroup
     try:
-        return detect_cgroup_facts(opts.cgroup_root or cg.root, driver=cg.driver,
-                                   version=cg.version or "auto",
-                                   cgroups_path_hint=spec.cgroups_path)
+        return detect_cgroup_facts(
+            opts.cgroup_root or cg.root,
+            driver=cg.driver,
+            version=cg.version or "auto",
+            cgroups_path_hint=spec.cgroups_path,
+        )
     except EnforceError as exc:
         raise InternalFailure(f"cgroup facts: {exc}") from None

@@ -27,7 +27,6 @@ to every namespace, matches "", so every feature the node grants per namespace i
 (hard) or dropped (soft), and `distrust` says why.
 """
 
-
 import posix  # not os: nri_plugin/posixfs.py says why
 from _stat import S_ISREG
 
@@ -125,8 +124,9 @@ class OciState(Value):
 
     __slots__ = ("annotations", "bundle", "id", "pid", "status")
 
-    def __init__(self, id: str, status: str, bundle: str, pid: int | None,
-                 annotations: dict[str, str]) -> None:
+    def __init__(
+        self, id: str, status: str, bundle: str, pid: int | None, annotations: dict[str, str]
+    ) -> None:
         self.id = id
         self.status = status
         self.bundle = bundle
@@ -139,8 +139,9 @@ class BundleSpec(Value):
 
     __slots__ = ("annotations", "cgroups_path", "granted")
 
-    def __init__(self, annotations: dict[str, str], cgroups_path: str | None,
-                 granted: GrantedResources) -> None:
+    def __init__(
+        self, annotations: dict[str, str], cgroups_path: str | None, granted: GrantedResources
+    ) -> None:
         self.annotations = annotations
         self.cgroups_path = cgroups_path
         self.granted = granted  # what the runtime set: linux.resources, GPU evidence
@@ -174,11 +175,13 @@ def _annotations(value: "Any", where: str) -> dict[str, str]:
         raise InvalidInput(f"{where}: annotations must be an object of strings")
     for key, val in value.items():
         if not isinstance(val, str):
-            raise InvalidInput(f"{where}: annotation {key!r} must be a string, got "
-                           f"{type(val).__name__}")
+            raise InvalidInput(
+                f"{where}: annotation {key!r} must be a string, got {type(val).__name__}"
+            )
         if len(val) > ANNOTATION_LIMIT:
-            raise InvalidInput(f"{where}: annotation {key!r} is longer than {ANNOTATION_LIMIT} "
-                           "bytes")
+            raise InvalidInput(
+                f"{where}: annotation {key!r} is longer than {ANNOTATION_LIMIT} bytes"
+            )
     return value
 
 
@@ -212,8 +215,13 @@ def parse_state(data: bytes) -> OciState:
     status = doc.get("status", "")
     if not isinstance(status, str):
         raise InvalidInput("OCI state: 'status' must be a string")
-    return OciState(id=cid, status=status, bundle=bundle, pid=pid,
-                    annotations=_annotations(doc.get("annotations"), "OCI state"))
+    return OciState(
+        id=cid,
+        status=status,
+        bundle=bundle,
+        pid=pid,
+        annotations=_annotations(doc.get("annotations"), "OCI state"),
+    )
 
 
 def read_state(stream: "BinaryIO", limit: int = STATE_LIMIT) -> OciState:
@@ -224,8 +232,9 @@ def load_bundle(bundle: str, limit: int = CONFIG_LIMIT) -> BundleSpec:
     """Load <bundle>/config.json: a regular file, not a symlink, at most `limit` bytes."""
     path = join(bundle, "config.json")
     try:
-        fd = posix.open(path, posix.O_RDONLY | posix.O_NOFOLLOW | posix.O_CLOEXEC
-                        | posix.O_NONBLOCK)
+        fd = posix.open(
+            path, posix.O_RDONLY | posix.O_NOFOLLOW | posix.O_CLOEXEC | posix.O_NONBLOCK
+        )
     except FileNotFoundError:
         raise InvalidInput(f"bundle {bundle[:200]!r} has no config.json") from None
     except OSError as exc:
@@ -250,10 +259,11 @@ def parse_config(data: bytes, path: str = "config.json") -> BundleSpec:
     cgroups_path = linux.get("cgroupsPath")
     if cgroups_path is not None and not isinstance(cgroups_path, str):
         raise InvalidInput(f"{path}: linux.cgroupsPath must be a string")
-    return BundleSpec(annotations=_annotations(doc.get("annotations"), path),
-                      cgroups_path=cgroups_path or None,
-                      granted=_granted(linux.get("resources"), _gpu_evidence(doc, linux),
-                                       path))
+    return BundleSpec(
+        annotations=_annotations(doc.get("annotations"), path),
+        cgroups_path=cgroups_path or None,
+        granted=_granted(linux.get("resources"), _gpu_evidence(doc, linux), path),
+    )
 
 
 def _gpu_evidence(doc: "dict[str, Any]", linux: "dict[str, Any]") -> "dict[str, Any]":
@@ -266,27 +276,37 @@ def _gpu_evidence(doc: "dict[str, Any]", linux: "dict[str, Any]") -> "dict[str, 
     process = doc.get("process")
     env = process.get("env") if isinstance(process, dict) else None
     gpus, caps = gpu_device_numbers(
-        (d.get("path") if isinstance(d.get("path"), str) else "", d.get("type"),
-         d.get("major"), d.get("minor"))
+        (
+            d.get("path") if isinstance(d.get("path"), str) else "",
+            d.get("type"),
+            d.get("major"),
+            d.get("minor"),
+        )
         for d in (devices if isinstance(devices, list) else ())
-        if isinstance(d, dict) and type(d.get("major")) is int
-        and type(d.get("minor")) is int)
+        if isinstance(d, dict) and type(d.get("major")) is int and type(d.get("minor")) is int
+    )
     evidence: dict[str, Any] = {
         "gpu_devices": gpus,
         "caps_minors": caps,
         "device_mounts": device_mount_ids(
-            (m["destination"], m.get("source")) for m in (mounts if isinstance(mounts, list)
-                                                          else ())
-            if isinstance(m, dict) and isinstance(m.get("destination"), str)),
+            (m["destination"], m.get("source"))
+            for m in (mounts if isinstance(mounts, list) else ())
+            if isinstance(m, dict) and isinstance(m.get("destination"), str)
+        ),
     }
     resources = linux.get("resources")
     rules = resources.get("devices") if isinstance(resources, dict) else None
     if isinstance(rules, list) and (gpus or caps):
         evidence["all_devices"] = all_devices_allowed(
-            (r.get("allow") is True, r.get("type") or "",
-             r.get("major") is not None or r.get("minor") is not None,
-             r.get("access") if isinstance(r.get("access"), str) else "")
-            for r in rules if isinstance(r, dict))
+            (
+                r.get("allow") is True,
+                r.get("type") or "",
+                r.get("major") is not None or r.get("minor") is not None,
+                r.get("access") if isinstance(r.get("access"), str) else "",
+            )
+            for r in rules
+            if isinstance(r, dict)
+        )
     if isinstance(env, list):
         for item in env:
             # The runtime's own env list; only well-formed NAME=VALUE entries matter here.
@@ -315,17 +335,24 @@ def _granted(resources: "Any", evidence: "dict[str, Any]", path: str) -> Granted
     cpu = _section(resources, "cpu", where)
     memory = _section(resources, "memory", where)
     numbers = {}
-    for section, name, field in ((cpu, "cpu", "quota"), (cpu, "cpu", "period"),
-                                 (cpu, "cpu", "shares"), (memory, "memory", "limit")):
+    for section, name, field in (
+        (cpu, "cpu", "quota"),
+        (cpu, "cpu", "period"),
+        (cpu, "cpu", "shares"),
+        (memory, "memory", "limit"),
+    ):
         value = section.get(field)
         # bool is an int subclass: refuse it explicitly.
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-            raise InvalidInput(f"{where}.{name}.{field} must be an integer, got "
-                               f"{value!r:.40}")
+            raise InvalidInput(f"{where}.{name}.{field} must be an integer, got {value!r:.40}")
         numbers[f"{name}_{field}"] = value
-    return GrantedResources(cpu_quota=numbers["cpu_quota"], cpu_period=numbers["cpu_period"],
-                            cpu_shares=numbers["cpu_shares"],
-                            memory_limit=numbers["memory_limit"], **evidence)
+    return GrantedResources(
+        cpu_quota=numbers["cpu_quota"],
+        cpu_period=numbers["cpu_period"],
+        cpu_shares=numbers["cpu_shares"],
+        memory_limit=numbers["memory_limit"],
+        **evidence,
+    )
 
 
 # ------------------------------------------------------------------ who the container is
@@ -336,21 +363,33 @@ CONTAINERD_TYPE = "io.kubernetes.cri.container-type"
 CRIO_TYPE = "io.kubernetes.cri-o.ContainerType"
 # runtime -> (container-type key, container name, pod namespace, pod name)
 RUNTIME_KEYS = {
-    "containerd": (CONTAINERD_TYPE, "io.kubernetes.cri.container-name",
-                   "io.kubernetes.cri.sandbox-namespace", "io.kubernetes.cri.sandbox-name"),
-    "cri-o": (CRIO_TYPE, "io.kubernetes.container.name", "io.kubernetes.pod.namespace",
-              "io.kubernetes.pod.name"),
+    "containerd": (
+        CONTAINERD_TYPE,
+        "io.kubernetes.cri.container-name",
+        "io.kubernetes.cri.sandbox-namespace",
+        "io.kubernetes.cri.sandbox-name",
+    ),
+    "cri-o": (
+        CRIO_TYPE,
+        "io.kubernetes.container.name",
+        "io.kubernetes.pod.namespace",
+        "io.kubernetes.pod.name",
+    ),
 }
 # Every key that names a namespace: any of them next to the runtime's own must agree.
-NAMESPACE_KEYS = ("io.kubernetes.cri.sandbox-namespace", "io.kubernetes.pod.namespace",
-                  "io.kubernetes.cri-o.Namespace")
+NAMESPACE_KEYS = (
+    "io.kubernetes.cri.sandbox-namespace",
+    "io.kubernetes.pod.namespace",
+    "io.kubernetes.cri-o.Namespace",
+)
 
 
 class Target(Value):
     __slots__ = ("distrust", "id", "name", "namespace", "pod", "sandbox")
 
-    def __init__(self, id: str, name: str, namespace: str, sandbox: bool,
-                 pod: str = "", distrust: str = "") -> None:
+    def __init__(
+        self, id: str, name: str, namespace: str, sandbox: bool, pod: str = "", distrust: str = ""
+    ) -> None:
         self.id = id
         self.name = name
         self.namespace = namespace  # "" when unknown: see the module docstring
@@ -365,8 +404,10 @@ def _runtime(annotations: dict[str, str]) -> tuple[str, str]:
     containerd = any(k.startswith(CONTAINERD_PREFIX) for k in annotations)
     crio = any(k.startswith(CRIO_PREFIX) for k in annotations)
     if containerd and crio:
-        return "", ("the spec carries both containerd's (io.kubernetes.cri.*) and CRI-O's "
-                    "(io.kubernetes.cri-o.*) keys")
+        return "", (
+            "the spec carries both containerd's (io.kubernetes.cri.*) and CRI-O's "
+            "(io.kubernetes.cri-o.*) keys"
+        )
     if CONTAINERD_TYPE in annotations:
         return "containerd", ""
     if CRIO_TYPE in annotations:
@@ -388,21 +429,29 @@ def identify(container_id: str, annotations: dict[str, str]) -> Target:
         namespace = annotations.get(ns_key, "")
         for other in NAMESPACE_KEYS:
             if other != ns_key and annotations.get(other, namespace) != namespace:
-                distrust = (f"{other}={_show(annotations[other])} contradicts {runtime}'s "
-                            f"{ns_key}={_show(namespace)}")
+                distrust = (
+                    f"{other}={_show(annotations[other])} contradicts {runtime}'s "
+                    f"{ns_key}={_show(namespace)}"
+                )
                 namespace = ""
                 break
-        return Target(id=container_id, name=annotations.get(name_key) or container_id,
-                      namespace=namespace, sandbox=annotations.get(type_key) == "sandbox",
-                      pod=annotations.get(pod_key, ""), distrust=distrust)
+        return Target(
+            id=container_id,
+            name=annotations.get(name_key) or container_id,
+            namespace=namespace,
+            sandbox=annotations.get(type_key) == "sandbox",
+            pod=annotations.get(pod_key, ""),
+            distrust=distrust,
+        )
     # No runtime to believe: names only label the logs and pick among the pod's own SLA
     # documents, so any runtime's key will do; the namespace stays unknown.
     keys = RUNTIME_KEYS.values()
     name = next((annotations[k[1]] for k in keys if annotations.get(k[1])), container_id)
     pod = next((annotations[k[3]] for k in keys if annotations.get(k[3])), "")
     sandbox = any(annotations.get(k[0]) == "sandbox" for k in keys)
-    return Target(id=container_id, name=name, namespace="", sandbox=sandbox, pod=pod,
-                  distrust=distrust)
+    return Target(
+        id=container_id, name=name, namespace="", sandbox=sandbox, pod=pod, distrust=distrust
+    )
 
 
 def has_sla(annotations: dict[str, str], name: str) -> bool:

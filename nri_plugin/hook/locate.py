@@ -8,7 +8,6 @@ linux.cgroupsPath when there is one: a reused pid names another container's cgro
 container's own cgroup, never one that holds other processes' cgroups.
 """
 
-
 from nri_plugin.enforce.cgpaths import container_cgroup_of
 from nri_plugin.enforce.errors import EnforceError
 from nri_plugin.errors import InvalidInput
@@ -35,9 +34,11 @@ def container_cgroup(run: "Run", facts: "CgroupFacts") -> "CgroupPaths":
     """The container's cgroup dirs under `facts`' hierarchies; InvalidInput when the
     runtime's input does not lead to an existing cgroup of the container's own."""
     if not locatable(run):
-        raise InvalidInput("config.json has no linux.cgroupsPath and the state has no "
-                           f"pid usable at the {run.opts.stage} stage: cannot find the "
-                           "container's cgroup")
+        raise InvalidInput(
+            "config.json has no linux.cgroupsPath and the state has no "
+            f"pid usable at the {run.opts.stage} stage: cannot find the "
+            "container's cgroup"
+        )
     pid, wanted = process_pid(run), run.spec.cgroups_path
     try:
         if pid is None:
@@ -49,13 +50,17 @@ def container_cgroup(run: "Run", facts: "CgroupFacts") -> "CgroupPaths":
         raise InvalidInput(f"container cgroup: {exc}") from None
     missing = paths.missing()
     if missing:
-        raise InvalidInput(f"container cgroup {missing[0]} does not exist (hook stage too "
-                           "early? use createRuntime, prestart or poststart)")
+        raise InvalidInput(
+            f"container cgroup {missing[0]} does not exist (hook stage too "
+            "early? use createRuntime, prestart or poststart)"
+        )
     others = paths.others_below()
     if others:
         # A pod, QoS or kubepods cgroup (or the root) named as the container's: the SLA's
         # limits would bind every container below it. The runtime's input is wrong.
-        raise InvalidInput(f"container cgroup {paths.cgroups_path}: {others} below it holds "
-                           "other processes: not a container's own cgroup (a pod or slice "
-                           "cgroup?); refusing to write limits over them")
+        raise InvalidInput(
+            f"container cgroup {paths.cgroups_path}: {others} below it holds "
+            "other processes: not a container's own cgroup (a pod or slice "
+            "cgroup?); refusing to write limits over them"
+        )
     return paths

@@ -4,15 +4,16 @@
 `python3 -I -m nri_plugin.hook` are the same entry and share HookOptions.
 """
 
-
 from nri_plugin.errors import InvalidInput
 from nri_plugin.hookspec import DEFAULT_STAGE, STAGES
 from nri_plugin.value import Value
 
 DEFAULT_TIMEOUT = 5.0  # seconds; runtimes give hooks their own (often larger) timeout
 
-USAGE = ("usage: nri-sla hook [--stage createRuntime|prestart|poststart|createContainer] "
-         "[--timeout S] [--config PATH] [--cgroup-root PATH] [--cache-dir DIR|off]")
+USAGE = (
+    "usage: nri-sla hook [--stage createRuntime|prestart|poststart|createContainer] "
+    "[--timeout S] [--config PATH] [--cgroup-root PATH] [--cache-dir DIR|off]"
+)
 HELP = f"""{USAGE}
 
 OCI hook: reads the OCI state JSON on stdin and enforces the container's SLA in cgroupfs.
@@ -36,13 +37,26 @@ class HelpRequested(Exception):
 class HookOptions(Value):
     """What the command line asked for (see values.py for why not a dataclass)."""
 
-    __slots__ = ("cache_dir", "cgroup_root", "config", "proc_root", "stage", "sysfs_root",
-                 "timeout")
+    __slots__ = (
+        "cache_dir",
+        "cgroup_root",
+        "config",
+        "proc_root",
+        "stage",
+        "sysfs_root",
+        "timeout",
+    )
 
-    def __init__(self, stage: str = DEFAULT_STAGE, timeout: float = DEFAULT_TIMEOUT,
-                 config: str | None = None, cgroup_root: str | None = None,
-                 sysfs_root: str = "/sys", cache_dir: str | None = None,
-                 proc_root: str = "/proc") -> None:
+    def __init__(
+        self,
+        stage: str = DEFAULT_STAGE,
+        timeout: float = DEFAULT_TIMEOUT,
+        config: str | None = None,
+        cgroup_root: str | None = None,
+        sysfs_root: str = "/sys",
+        cache_dir: str | None = None,
+        proc_root: str = "/proc",
+    ) -> None:
         self.stage = stage
         self.timeout = timeout
         # None: /etc/nri-sla/config.yaml when it exists, else the built-in defaults.
@@ -66,8 +80,13 @@ def check(stage: str, timeout: float) -> None:
 
 
 # `nri-sla hook`'s flags (no argparse: the hook's start-up must stay cheap) -> option.
-FLAGS = {"--stage": "stage", "--timeout": "timeout", "--config": "config",
-         "--cgroup-root": "cgroup_root", "--cache-dir": "cache_dir"}
+FLAGS = {
+    "--stage": "stage",
+    "--timeout": "timeout",
+    "--config": "config",
+    "--cgroup-root": "cgroup_root",
+    "--cache-dir": "cache_dir",
+}
 
 
 def parse_argv(argv: list[str]) -> HookOptions:
@@ -92,10 +111,13 @@ def parse_argv(argv: list[str]) -> HookOptions:
         timeout = float(values.get("timeout", DEFAULT_TIMEOUT))
     except ValueError:
         raise InvalidInput(f"--timeout: {values['timeout']!r} is not a number of seconds") from None
-    opts = HookOptions(stage=values.get("stage", DEFAULT_STAGE), timeout=timeout,
-                       config=values.get("config"),
-                       cgroup_root=values.get("cgroup_root"),
-                       cache_dir=values.get("cache_dir"))
+    opts = HookOptions(
+        stage=values.get("stage", DEFAULT_STAGE),
+        timeout=timeout,
+        config=values.get("config"),
+        cgroup_root=values.get("cgroup_root"),
+        cache_dir=values.get("cache_dir"),
+    )
     check(opts.stage, opts.timeout)
     if opts.cache_dir not in (None, "off") and not opts.cache_dir.startswith("/"):
         raise InvalidInput(f"--cache-dir: {opts.cache_dir!r} must be an absolute path or 'off'")

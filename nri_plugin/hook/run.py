@@ -5,7 +5,6 @@ Everything before "there is an SLA for this container" uses only the standard li
 so containers without an SLA (and pod sandboxes) cost a JSON parse and nothing more.
 """
 
-
 import posix  # not os: posixfs.py says why
 import sys
 import time
@@ -85,18 +84,28 @@ def _failed(kind: str, line: str, progress: Progress) -> Outcome:
     # systems); hard mode does, because then nothing proves the SLA holds.
     if kind == INTERNAL and progress.enforcement == "soft":
         warning = WARN + line.removeprefix(PREFIX)
-        decision = (LoggedDecision("warned", progress.target, progress.log_format,
-                                   warnings=[warning]) if progress.target else None)
+        decision = (
+            LoggedDecision("warned", progress.target, progress.log_format, warnings=[warning])
+            if progress.target
+            else None
+        )
         return Outcome(EXIT_OK, "failed", [warning], progress.container_id, decision)
     # Once the container is known to carry an SLA, every failure refuses it: log that.
-    decision = (LoggedDecision("refused", progress.target, progress.log_format, error=line)
-                if progress.target else None)
-    return Outcome(EXIT_STATUS[kind], "refused" if kind == REFUSED else "failed", [line],
-                   progress.container_id, decision)
+    decision = (
+        LoggedDecision("refused", progress.target, progress.log_format, error=line)
+        if progress.target
+        else None
+    )
+    return Outcome(
+        EXIT_STATUS[kind],
+        "refused" if kind == REFUSED else "failed",
+        [line],
+        progress.container_id,
+        decision,
+    )
 
 
-def _run(opts: HookOptions, stdin: "BinaryIO", deadline: Deadline,
-         progress: Progress) -> Outcome:
+def _run(opts: HookOptions, stdin: "BinaryIO", deadline: Deadline, progress: Progress) -> Outcome:
     state = read_state(stdin)
     progress.container_id = state.id
     deadline.check("loading config.json")
@@ -153,7 +162,7 @@ def _bare(line: str) -> str:
     """A stderr line without its "nri-sla hook: [warning: ]" prefix (the log says path)."""
     for prefix in (WARN, PREFIX):
         if line.startswith(prefix):
-            return line[len(prefix):]
+            return line[len(prefix) :]
     return line
 
 
@@ -166,8 +175,16 @@ def _log_decision(d: LoggedDecision, stream: "TextIO") -> None:
         journal = d.log_format == "text" and journald_fd(stream.fileno())
     except (AttributeError, OSError, ValueError):  # not a real file (tests)
         journal = False
-    event = DecisionEvent(t.namespace, t.pod or t.id, t.name, "hook", d.outcome, d.applied,
-                          [_bare(w) for w in d.warnings], _bare(d.error) if d.error else None)
+    event = DecisionEvent(
+        t.namespace,
+        t.pod or t.id,
+        t.name,
+        "hook",
+        d.outcome,
+        d.applied,
+        [_bare(w) for w in d.warnings],
+        _bare(d.error) if d.error else None,
+    )
     stream.write(render_event(event, d.log_format, time.time(), journal) + "\n")
     stream.flush()
 
@@ -212,8 +229,10 @@ def add_site_packages() -> None:
     else:
         candidates = [join(sys.prefix, "lib", version, "site-packages")]
         if sys.prefix == "/usr":  # Debian's own interpreter: its dist-packages directories
-            candidates += [f"/usr/local/lib/{version}/dist-packages",
-                           "/usr/lib/python3/dist-packages"]
+            candidates += [
+                f"/usr/local/lib/{version}/dist-packages",
+                "/usr/lib/python3/dist-packages",
+            ]
     for candidate in candidates:
         if candidate not in sys.path and isdir(candidate):
             sys.path.append(candidate)

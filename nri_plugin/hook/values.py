@@ -5,7 +5,6 @@ A leaf module: the run, the cached path, the cold path and the actions all use t
 none of them needs another's module.
 """
 
-
 import time
 
 from nri_plugin.errors import InternalFailure, ProgrammingError
@@ -64,11 +63,25 @@ class Run(Value):
 
     __slots__ = ("annotations", "deadline", "oci", "opts", "progress", "spec", "target")
 
-    def __init__(self, opts: "HookOptions", oci: "OciState", spec: "BundleSpec",
-                 annotations: dict[str, str], target: "Target", deadline: Deadline,
-                 progress: Progress) -> None:
-        fields = {"opts": opts, "oci": oci, "spec": spec, "annotations": annotations,
-                  "target": target, "deadline": deadline, "progress": progress}
+    def __init__(
+        self,
+        opts: "HookOptions",
+        oci: "OciState",
+        spec: "BundleSpec",
+        annotations: dict[str, str],
+        target: "Target",
+        deadline: Deadline,
+        progress: Progress,
+    ) -> None:
+        fields = {
+            "opts": opts,
+            "oci": oci,
+            "spec": spec,
+            "annotations": annotations,
+            "target": target,
+            "deadline": deadline,
+            "progress": progress,
+        }
         for name, value in fields.items():
             object.__setattr__(self, name, value)
 
@@ -84,9 +97,15 @@ class LoggedDecision(Value):
 
     __slots__ = ("applied", "error", "log_format", "outcome", "target", "warnings")
 
-    def __init__(self, outcome: str, target: "Target", log_format: str = "text",
-                 applied: dict | None = None, warnings: list[str] | None = None,
-                 error: str | None = None) -> None:
+    def __init__(
+        self,
+        outcome: str,
+        target: "Target",
+        log_format: str = "text",
+        applied: dict | None = None,
+        warnings: list[str] | None = None,
+        error: str | None = None,
+    ) -> None:
         self.outcome = outcome  # enforced | warned | refused
         self.target = target
         self.log_format = log_format
@@ -100,8 +119,14 @@ class Outcome(Value):
 
     __slots__ = ("action", "container_id", "decision", "exit_code", "lines")
 
-    def __init__(self, exit_code: int, action: str, lines: list[str] | None = None,
-                 container_id: str = "", decision: LoggedDecision | None = None) -> None:
+    def __init__(
+        self,
+        exit_code: int,
+        action: str,
+        lines: list[str] | None = None,
+        container_id: str = "",
+        decision: LoggedDecision | None = None,
+    ) -> None:
         self.exit_code = exit_code
         self.action = action  # skipped | applied | verified | refused | failed
         self.lines = lines if lines is not None else []

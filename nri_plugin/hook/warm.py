@@ -7,7 +7,6 @@ dataclasses, re or yaml). Every doubt is a miss (None), and the cold path decide
 always did.
 """
 
-
 from nri_plugin.core.inputs import code_unchanged
 from nri_plugin.enforce.cgpaths import CgroupFacts
 from nri_plugin.errors import DamagedState
@@ -40,10 +39,12 @@ def cached_actions(run: "Run") -> "tuple[CgroupActions, CgroupPaths] | None":
     code = code_unchanged(config.get("code")) if config else None
     if not code:  # no entry, or the code changed since it was stored: decided afresh
         return None
-    prefix, log_format, root = (config.get("prefix"), config.get("log_format"),
-                                config.get("cgroup_root"))
-    if (not isinstance(prefix, str) or log_format not in LOG_FORMATS
-            or not isinstance(root, str)):
+    prefix, log_format, root = (
+        config.get("prefix"),
+        config.get("log_format"),
+        config.get("cgroup_root"),
+    )
+    if not isinstance(prefix, str) or log_format not in LOG_FORMATS or not isinstance(root, str):
         return None
     fkey = facts_key(ckey, code, cgroup_signature(run.opts.cgroup_root or root))
     facts = store.get("facts", fkey)

@@ -28,7 +28,9 @@ def policy_warning(path: str) -> str | None:
     policy = data.get("policyName") if isinstance(data, dict) else None
     if not isinstance(policy, str) or policy == "none":
         return None
-    return (f"the kubelet's CPU manager policy is {policy!r} ({path}); nri-sla needs "
-            "'none': the kubelet pins Guaranteed containers to CPUs of its own choosing "
-            "and overwrites the cpusets nri-sla sets (set cpuManagerPolicy: none in the "
-            "kubelet's configuration)")
+    return (
+        f"the kubelet's CPU manager policy is {policy!r} ({path}); nri-sla needs "
+        "'none': the kubelet pins Guaranteed containers to CPUs of its own choosing "
+        "and overwrites the cpusets nri-sla sets (set cpuManagerPolicy: none in the "
+        "kubelet's configuration)"
+    )

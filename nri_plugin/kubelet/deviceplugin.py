@@ -76,14 +76,19 @@ class GpuDevicePlugin:
     (serve, register, watch, rescan, stop). Raises MigLayoutError when the inventory
     does not fit the MIG strategy."""
 
-    def __init__(self, settings: PluginSettings, inventory: GpuInventory,
-                 health: Mapping[str, bool] | None = None,
-                 metrics: DevicePluginMetrics | None = None) -> None:
+    def __init__(
+        self,
+        settings: PluginSettings,
+        inventory: GpuInventory,
+        health: Mapping[str, bool] | None = None,
+        metrics: DevicePluginMetrics | None = None,
+    ) -> None:
         self.settings = settings
         self.metrics = metrics or DevicePluginMetrics()
         self._health: dict[str, bool] = dict(health or {})
-        self._tables = build_tables(inventory, settings.mig_strategy, settings.resource_name,
-                                    self._health)
+        self._tables = build_tables(
+            inventory, settings.mig_strategy, settings.resource_name, self._health
+        )
         self._versions = dict.fromkeys(self._tables, 0)  # bumped when a list changes
         self._changed = threading.Condition()
         self._stop = threading.Event()
@@ -107,8 +112,9 @@ class GpuDevicePlugin:
             return self._versions[resource], self._tables[resource]
 
     # -- inputs -----------------------------------------------------------------------
-    def update(self, inventory: GpuInventory | None = None,
-               health: Mapping[str, bool] | None = None) -> None:
+    def update(
+        self, inventory: GpuInventory | None = None, health: Mapping[str, bool] | None = None
+    ) -> None:
         """A new inventory and/or health by device id (False: unhealthy; ids not given
         keep their health). Open ListAndWatch streams get their new list when it
         changed. An inventory the MIG strategy cannot advertise keeps the last lists."""
@@ -117,9 +123,13 @@ class GpuDevicePlugin:
                 self._health.update(health)
             any_table = next(iter(self._tables.values()))
             try:
-                tables = build_tables(inventory or any_table.inventory,
-                                      self.settings.mig_strategy, self.settings.resource_name,
-                                      self._health, self._tables)
+                tables = build_tables(
+                    inventory or any_table.inventory,
+                    self.settings.mig_strategy,
+                    self.settings.resource_name,
+                    self._health,
+                    self._tables,
+                )
             except MigLayoutError as exc:
                 log.warning("%s; keeping the last device lists", exc)
                 return
@@ -127,19 +137,28 @@ class GpuDevicePlugin:
                 old = self._tables.get(name)
                 if old is None or table.devices() != old.devices():
                     self._versions[name] = self._versions.get(name, -1) + 1
-                    log.info("%s device list changed: %d device(s), unhealthy: %s", name,
-                             len(table.by_id), ", ".join(sorted(table.unhealthy)) or "none")
+                    log.info(
+                        "%s device list changed: %d device(s), unhealthy: %s",
+                        name,
+                        len(table.by_id),
+                        ", ".join(sorted(table.unhealthy)) or "none",
+                    )
             self._tables = tables
             self._changed.notify_all()
         self._count()
 
     def _count(self) -> None:
-        self.metrics.advertised({name: (len(t.by_id) - len(t.unhealthy), len(t.unhealthy))
-                                 for name, t in self._tables.items()})
+        self.metrics.advertised(
+            {
+                name: (len(t.by_id) - len(t.unhealthy), len(t.unhealthy))
+                for name, t in self._tables.items()
+            }
+        )
 
     # -- life cycle --------------------------------------------------------------------
-    def run(self, rescan: Callable[[], GpuInventory] | None = None,
-            rescan_interval: float = 0.0) -> None:
+    def run(
+        self, rescan: Callable[[], GpuInventory] | None = None, rescan_interval: float = 0.0
+    ) -> None:
         """Serve and stay registered until stop(): re-serve and re-register after a kubelet
         restart, retry a refused registration with back-off (cut short when kubelet.sock
         appears or changes), rescan the inventory every `rescan_interval` s when `rescan`
@@ -150,8 +169,9 @@ class GpuDevicePlugin:
         while not self._stop.is_set():
             failed = self._register_all()
             if failed:
-                log.warning("%s; retrying in %gs or when %s changes", failed, retry,
-                            s.kubelet_socket)
+                log.warning(
+                    "%s; retrying in %gs or when %s changes", failed, retry, s.kubelet_socket
+                )
                 if self._wait_for_kubelet(retry):
                     break
                 retry = min(retry * 2, s.retry_max)
@@ -174,12 +194,17 @@ class GpuDevicePlugin:
             server = self._servers.get(name)
             if server is None:
                 server = self._servers[name] = ResourceServer(
-                    self, name, self.settings.socket_name_of(name))
+                    self, name, self.settings.socket_name_of(name)
+                )
             if server.served is not None and server.served == server.identity():
                 continue
             if server.served is not None:
-                log.warning("the kubelet restarted (%s or %s changed): registering %s again",
-                            server.socket_path, self.settings.kubelet_socket, name)
+                log.warning(
+                    "the kubelet restarted (%s or %s changed): registering %s again",
+                    server.socket_path,
+                    self.settings.kubelet_socket,
+                    name,
+                )
             try:
                 server.serve()
                 server.register()
@@ -221,5 +246,6 @@ class GpuDevicePlugin:
         for server in self._servers.values():
             server.stop(grace=1.0)
             server.socket_path.unlink(missing_ok=True)
-            log.info("device plugin for %s stopped, %s removed", server.resource,
-                     server.socket_path)
+            log.info(
+                "device plugin for %s stopped, %s removed", server.resource, server.socket_path
+            )

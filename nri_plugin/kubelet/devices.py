@@ -77,11 +77,16 @@ class DeviceTable:
         return all(d.mig is None for d in self.by_id.values())
 
     def devices(self) -> list[pb.Device]:
-        return [pb.Device(
-            ID=i, health=HEALTHY if d.healthy else UNHEALTHY,
-            topology=None if d.numa_node is None else pb.TopologyInfo(
-                nodes=[pb.NUMANode(ID=d.numa_node)]))
-            for i, d in self.by_id.items()]
+        return [
+            pb.Device(
+                ID=i,
+                health=HEALTHY if d.healthy else UNHEALTHY,
+                topology=None
+                if d.numa_node is None
+                else pb.TopologyInfo(nodes=[pb.NUMANode(ID=d.numa_node)]),
+            )
+            for i, d in self.by_id.items()
+        ]
 
 
 def mig_resource(resource: str, profile: str) -> str | None:
@@ -92,14 +97,19 @@ def mig_resource(resource: str, profile: str) -> str | None:
     return f"{domain}/mig-{profile.replace('+', '.')}"
 
 
-def build_tables(inventory: GpuInventory, strategy: MigStrategy, resource: str,
-                 health: Mapping[str, bool] | None = None,
-                 previous: Mapping[str, DeviceTable] | None = None) -> dict[str, DeviceTable]:
+def build_tables(
+    inventory: GpuInventory,
+    strategy: MigStrategy,
+    resource: str,
+    health: Mapping[str, bool] | None = None,
+    previous: Mapping[str, DeviceTable] | None = None,
+) -> dict[str, DeviceTable]:
     """Resource -> its DeviceTable. Raises MigLayoutError when the single strategy meets
     a node it cannot advertise."""
     if strategy not in MIG_STRATEGIES:
-        raise MigLayoutError(f"device-plugin.mig-strategy {strategy!r} is not one of "
-                             f"{', '.join(MIG_STRATEGIES)}")
+        raise MigLayoutError(
+            f"device-plugin.mig-strategy {strategy!r} is not one of {', '.join(MIG_STRATEGIES)}"
+        )
     found: dict[str, dict[str, Device]] = {resource: {}}
     whole = [g for g in inventory.gpus if not g.mig_enabled]
     mig = [g for g in inventory.gpus if g.mig_enabled]
@@ -113,16 +123,22 @@ def build_tables(inventory: GpuInventory, strategy: MigStrategy, resource: str,
             for m in g.mig_instances:
                 name = resource if strategy == "single" else mig_resource(resource, m.profile)
                 if name is None:
-                    log.warning("MIG device %s (profile %s) of GPU %d: no resource for this "
-                                "profile under the mixed strategy; not advertised", m.uuid,
-                                m.profile, g.index)
+                    log.warning(
+                        "MIG device %s (profile %s) of GPU %d: no resource for this "
+                        "profile under the mixed strategy; not advertised",
+                        m.uuid,
+                        m.profile,
+                        g.index,
+                    )
                     continue
                 found.setdefault(name, {})[m.uuid] = Device(m.uuid, g, m, healthy=_fit(g))
     health = health or {}
     tables = {}
     for name in sorted(found.keys() | (previous or {}).keys()):
-        devices = {i: d if health.get(i) is not False else _unhealthy(d)
-                   for i, d in found.get(name, {}).items()}
+        devices = {
+            i: d if health.get(i) is not False else _unhealthy(d)
+            for i, d in found.get(name, {}).items()
+        }
         if previous and name in previous:
             for i, d in previous[name].by_id.items():
                 devices.setdefault(i, _unhealthy(d))  # gone from this read: kept
@@ -143,15 +159,20 @@ def _check_single(whole: list[Gpu], mig: list[Gpu]) -> None:
     if whole:
         raise MigLayoutError(
             f"device-plugin.mig-strategy single needs every GPU in MIG mode or none; MIG "
-            f"mode is on for {_gpus(mig)} and off for {_gpus(whole)} (use mixed)")
+            f"mode is on for {_gpus(mig)} and off for {_gpus(whole)} (use mixed)"
+        )
     empty = [g for g in mig if not g.mig_instances]
     if empty:
-        raise MigLayoutError(f"device-plugin.mig-strategy single: MIG mode is on for "
-                             f"{_gpus(empty)} without MIG devices")
+        raise MigLayoutError(
+            f"device-plugin.mig-strategy single: MIG mode is on for "
+            f"{_gpus(empty)} without MIG devices"
+        )
     profiles = sorted({m.profile for g in mig for m in g.mig_instances})
     if len(profiles) > 1:
-        raise MigLayoutError(f"device-plugin.mig-strategy single needs MIG devices of one "
-                             f"profile, found {', '.join(profiles)} (use mixed)")
+        raise MigLayoutError(
+            f"device-plugin.mig-strategy single needs MIG devices of one "
+            f"profile, found {', '.join(profiles)} (use mixed)"
+        )
 
 
 def _gpus(gpus: list[Gpu]) -> str:

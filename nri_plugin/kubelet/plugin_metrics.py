@@ -24,37 +24,55 @@ class DevicePluginMetrics:
         self._registered: dict[str, bool] = {}
 
         def counter(name: str, text: str, labels: tuple[str, ...]) -> Counter:
-            return Counter(f"{PREFIX}_{name}", text, labels, namespace=NAMESPACE,
-                           registry=self.registry)
+            return Counter(
+                f"{PREFIX}_{name}", text, labels, namespace=NAMESPACE, registry=self.registry
+            )
 
         def gauge(name: str, text: str, labels: tuple[str, ...]) -> Gauge:
-            return Gauge(f"{PREFIX}_{name}", text, labels, namespace=NAMESPACE,
-                         registry=self.registry)
+            return Gauge(
+                f"{PREFIX}_{name}", text, labels, namespace=NAMESPACE, registry=self.registry
+            )
 
         self.registrations = counter(
-            "registrations", "Register calls to the kubelet, by resource and outcome (ok, "
-            "failed)", ("resource", "outcome"))
+            "registrations",
+            "Register calls to the kubelet, by resource and outcome (ok, failed)",
+            ("resource", "outcome"),
+        )
         self.registered = gauge(
-            "registered", "1 while the resource is registered with the kubelet, else 0",
-            ("resource",))
+            "registered",
+            "1 while the resource is registered with the kubelet, else 0",
+            ("resource",),
+        )
         self.allocations = counter(
-            "allocations", "Allocate calls, by resource and outcome (ok, invalid: refused "
-            "request, failed: a device node missing)", ("resource", "outcome"))
+            "allocations",
+            "Allocate calls, by resource and outcome (ok, invalid: refused "
+            "request, failed: a device node missing)",
+            ("resource", "outcome"),
+        )
         self.allocated_devices = counter(
-            "allocated_devices", "Devices handed out by Allocate calls that succeeded",
-            ("resource",))
+            "allocated_devices",
+            "Devices handed out by Allocate calls that succeeded",
+            ("resource",),
+        )
         self.preferred_allocations = counter(
-            "preferred_allocations", "GetPreferredAllocation calls answered", ("resource",))
+            "preferred_allocations", "GetPreferredAllocation calls answered", ("resource",)
+        )
         self.devices = gauge(
-            "devices", "Devices advertised now, by resource and health (Healthy, Unhealthy)",
-            ("resource", "health"))
+            "devices",
+            "Devices advertised now, by resource and health (Healthy, Unhealthy)",
+            ("resource", "health"),
+        )
         self.lists_sent = counter(
-            "lists", "Device lists sent on ListAndWatch streams", ("resource",))
+            "lists", "Device lists sent on ListAndWatch streams", ("resource",)
+        )
         self.inventory_failures = counter(
-            "inventory_read_failures", "GPU inventory rescans that failed (the last list "
-            "is kept)", ())
-        gauge("build_info", "Always 1; the version label says which nri-sla runs",
-              ("version",)).labels(version=__version__).set(1)
+            "inventory_read_failures",
+            "GPU inventory rescans that failed (the last list is kept)",
+            (),
+        )
+        gauge(
+            "build_info", "Always 1; the version label says which nri-sla runs", ("version",)
+        ).labels(version=__version__).set(1)
 
     @property
     def is_registered(self) -> bool:

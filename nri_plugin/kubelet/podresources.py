@@ -61,8 +61,9 @@ class PodDevices:
         return self.claims.get(container, ())
 
 
-def granted_device_ids(resources: Mapping[str, Sequence[str]],
-                       patterns: Sequence[str]) -> tuple[str, ...]:
+def granted_device_ids(
+    resources: Mapping[str, Sequence[str]], patterns: Sequence[str]
+) -> tuple[str, ...]:
     """The device ids of one container's resources whose name matches one of `patterns`
     (resource names, `*` matching any run of characters, e.g. "nvidia.com/mig-*"), in
     resource-name order, each id once."""
@@ -82,8 +83,11 @@ class PodResourcesClient:
         self.timeout = timeout
         self._channel = grpc.insecure_channel(
             f"unix://{socket_path}",
-            options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                     ("grpc.enable_http_proxy", 0)])
+            options=[
+                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.enable_http_proxy", 0),
+            ],
+        )
         self._stub = pb_grpc.PodResourcesListerStub(self._channel)
         # Kubelets without Get (GET_DISABLED); once seen, get() goes straight to List.
         self._get_unimplemented = False
@@ -102,8 +106,9 @@ class PodResourcesClient:
         """Every pod the kubelet knows, with its containers' device grants."""
         answer = self._call("List", self._stub.List, pb.ListPodResourcesRequest())
         if len(answer.pod_resources) > MAX_PODS:
-            raise self._error(f"List: {len(answer.pod_resources)} pods, more than the "
-                              f"{MAX_PODS} nri-sla reads")
+            raise self._error(
+                f"List: {len(answer.pod_resources)} pods, more than the {MAX_PODS} nri-sla reads"
+            )
         pods = []
         for p in answer.pod_resources:
             try:
@@ -120,8 +125,13 @@ class PodResourcesClient:
         if len(self._warned) >= MAX_WARNED_PODS:
             self._warned.clear()  # bounded: a pod warned about twice at worst
         self._warned.add(key)
-        log_event(log, logging.WARNING, "kubelet PodResources: a pod left out of the List; "
-                  "its containers' device grants are not read", error=str(exc))
+        log_event(
+            log,
+            logging.WARNING,
+            "kubelet PodResources: a pod left out of the List; "
+            "its containers' device grants are not read",
+            error=str(exc),
+        )
 
     def get(self, namespace: str, pod: str) -> PodDevices | None:
         """One pod's grants; None when the kubelet does not know the pod. Uses List on
@@ -133,18 +143,18 @@ class PodResourcesClient:
             except grpc.RpcError as exc:
                 code = exc.code()
                 if code == grpc.StatusCode.UNIMPLEMENTED or (
-                        code == grpc.StatusCode.UNKNOWN
-                        and GET_DISABLED in (exc.details() or "")):
+                    code == grpc.StatusCode.UNKNOWN and GET_DISABLED in (exc.details() or "")
+                ):
                     self._get_unimplemented = True
                 elif code == grpc.StatusCode.NOT_FOUND or (
-                        code == grpc.StatusCode.UNKNOWN and "not found" in (exc.details() or "")):
+                    code == grpc.StatusCode.UNKNOWN and "not found" in (exc.details() or "")
+                ):
                     return None  # the kubelet answers an unknown pod with "... not found"
                 else:
                     raise self._rpc_error("Get", exc) from None
             else:
                 return self._pod(answer.pod_resources)
-        return next((p for p in self.list() if (p.namespace, p.name) == (namespace, pod)),
-                    None)
+        return next((p for p in self.list() if (p.namespace, p.name) == (namespace, pod)), None)
 
     def _call(self, method: str, call, request):
         try:
@@ -157,8 +167,10 @@ class PodResourcesClient:
         if code == grpc.StatusCode.DEADLINE_EXCEEDED:
             return self._error(f"{method}: no answer within {self.timeout:g}s")
         if code == grpc.StatusCode.UNAVAILABLE and not issock(self.socket_path):
-            return self._error("the socket does not exist (is the kubelet running, and is "
-                               "its pod-resources directory mounted here?)")
+            return self._error(
+                "the socket does not exist (is the kubelet running, and is "
+                "its pod-resources directory mounted here?)"
+            )
         if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
             return self._error(f"{method}: the answer is larger than {MAX_MESSAGE_BYTES} bytes")
         details = " ".join((exc.details() or "").split())[:200]
@@ -170,8 +182,9 @@ class PodResourcesClient:
     def _pod(self, pod: pb.PodResources) -> PodDevices:
         where = f"pod {_short(pod.namespace)}/{_short(pod.name)}"
         if len(pod.containers) > MAX_CONTAINERS:
-            raise self._error(f"{where}: {len(pod.containers)} containers, more than "
-                              f"{MAX_CONTAINERS}")
+            raise self._error(
+                f"{where}: {len(pod.containers)} containers, more than {MAX_CONTAINERS}"
+            )
         containers: dict[str, dict[str, tuple[str, ...]]] = {}
         claims: dict[str, tuple[str, ...]] = {}
         for c in pod.containers:
@@ -180,8 +193,9 @@ class PodResourcesClient:
             for d in c.devices:
                 count += len(d.device_ids)
                 if count > MAX_DEVICES:
-                    raise self._error(f"{where} container {_short(c.name)}: more than "
-                                      f"{MAX_DEVICES} devices")
+                    raise self._error(
+                        f"{where} container {_short(c.name)}: more than {MAX_DEVICES} devices"
+                    )
                 ids = resources.get(d.resource_name, ()) + tuple(d.device_ids)
                 resources[d.resource_name] = ids
             cdi: list[str] = []
@@ -189,15 +203,27 @@ class PodResourcesClient:
                 for r in claim.claim_resources:
                     count += len(r.cdi_devices)
                     if count > MAX_DEVICES:
-                        raise self._error(f"{where} container {_short(c.name)}: more than "
-                                          f"{MAX_DEVICES} devices")
+                        raise self._error(
+                            f"{where} container {_short(c.name)}: more than {MAX_DEVICES} devices"
+                        )
                     cdi += (d.name for d in r.cdi_devices)
-            too_long = [n for n in (pod.namespace, pod.name, c.name, *resources, *cdi,
-                                    *(i for ids in resources.values() for i in ids))
-                        if len(n) > MAX_NAME_CHARS]
+            too_long = [
+                n
+                for n in (
+                    pod.namespace,
+                    pod.name,
+                    c.name,
+                    *resources,
+                    *cdi,
+                    *(i for ids in resources.values() for i in ids),
+                )
+                if len(n) > MAX_NAME_CHARS
+            ]
             if too_long:
-                raise self._error(f"{where}: a name or device id longer than "
-                                  f"{MAX_NAME_CHARS} characters: {_short(too_long[0])}")
+                raise self._error(
+                    f"{where}: a name or device id longer than "
+                    f"{MAX_NAME_CHARS} characters: {_short(too_long[0])}"
+                )
             containers[c.name] = resources
             if cdi:
                 claims[c.name] = tuple(dict.fromkeys(cdi))

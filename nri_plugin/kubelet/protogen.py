@@ -28,13 +28,24 @@ def generate(out_root: Path, proto_dir: Path = PROTO_DIR) -> list[Path]:
     """Write <out_root>/nri_plugin/kubelet/pb/<name>_pb2.py and _pb2_grpc.py for every
     proto in PROTOS, and their stubs (.pyi); return their paths."""
     out_root.mkdir(parents=True, exist_ok=True)
-    run_protoc([f"-I{PACKAGE_PATH}={proto_dir}", f"--python_out={out_root}",
-                f"--grpc_python_out={out_root}", *stub_plugins("mypy", "mypy_grpc"),
-                f"--mypy_out={out_root}", f"--mypy_grpc_out={out_root}",
-                *(f"{PACKAGE_PATH}/{name}" for name in PROTOS)], ", ".join(PROTOS))
+    run_protoc(
+        [
+            f"-I{PACKAGE_PATH}={proto_dir}",
+            f"--python_out={out_root}",
+            f"--grpc_python_out={out_root}",
+            *stub_plugins("mypy", "mypy_grpc"),
+            f"--mypy_out={out_root}",
+            f"--mypy_grpc_out={out_root}",
+            *(f"{PACKAGE_PATH}/{name}" for name in PROTOS),
+        ],
+        ", ".join(PROTOS),
+    )
     out_dir = out_root / PACKAGE_PATH
-    return [out_dir / (Path(name).stem + suffix) for name in PROTOS
-            for suffix in ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py", "_pb2_grpc.pyi")]
+    return [
+        out_dir / (Path(name).stem + suffix)
+        for name in PROTOS
+        for suffix in ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py", "_pb2_grpc.pyi")
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -85,8 +85,7 @@ class Owner(Protocol):
 
     def table(self, resource: str) -> DeviceTable: ...
 
-    def wait_change(self, resource: str, seen: int,
-                    timeout: float) -> tuple[int, DeviceTable]: ...
+    def wait_change(self, resource: str, seen: int, timeout: float) -> tuple[int, DeviceTable]: ...
 
 
 class ResourceServer(pb_grpc.DevicePluginServicer):
@@ -110,8 +109,9 @@ class ResourceServer(pb_grpc.DevicePluginServicer):
 
     # -- the DevicePlugin service ----------------------------------------------------
     def GetDevicePluginOptions(self, request, context):
-        return pb.DevicePluginOptions(pre_start_required=False,
-                                      get_preferred_allocation_available=self.preferred_available)
+        return pb.DevicePluginOptions(
+            pre_start_required=False, get_preferred_allocation_available=self.preferred_available
+        )
 
     def ListAndWatch(self, request, context):
         sent = -1
@@ -125,24 +125,34 @@ class ResourceServer(pb_grpc.DevicePluginServicer):
     def GetPreferredAllocation(self, request, context):
         table = self.owner.table(self.resource)
         try:
-            answers = [self._preferred(table, r)
-                       for r in _bounded(request.container_requests, "container requests",
-                                         MAX_CONTAINER_REQUESTS)]
+            answers = [
+                self._preferred(table, r)
+                for r in _bounded(
+                    request.container_requests, "container requests", MAX_CONTAINER_REQUESTS
+                )
+            ]
         except _BadRequest as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"GetPreferredAllocation: {exc}")
         self.owner.metrics.preferred_allocations.labels(resource=self.resource).inc()
-        return pb.PreferredAllocationResponse(container_responses=[
-            pb.ContainerPreferredAllocationResponse(deviceIDs=ids) for ids in answers])
+        return pb.PreferredAllocationResponse(
+            container_responses=[
+                pb.ContainerPreferredAllocationResponse(deviceIDs=ids) for ids in answers
+            ]
+        )
 
     def Allocate(self, request, context):
         table = self.owner.table(self.resource)
         metrics = self.owner.metrics
         try:
-            grants = [self._resolve(table, r.devices_ids, "devices_ids", allow_empty=False)
-                      for r in _bounded(request.container_requests, "container requests",
-                                        MAX_CONTAINER_REQUESTS)]
-            response = pb.AllocateResponse(container_responses=[self._allocation(g)
-                                                                for g in grants])
+            grants = [
+                self._resolve(table, r.devices_ids, "devices_ids", allow_empty=False)
+                for r in _bounded(
+                    request.container_requests, "container requests", MAX_CONTAINER_REQUESTS
+                )
+            ]
+            response = pb.AllocateResponse(
+                container_responses=[self._allocation(g) for g in grants]
+            )
         except _BadRequest as exc:
             metrics.allocation(self.resource, "invalid")
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"Allocate: {exc}")
@@ -155,30 +165,38 @@ class ResourceServer(pb_grpc.DevicePluginServicer):
     def PreStartContainer(self, request, context):
         return pb.PreStartContainerResponse()
 
-    def _preferred(self, table: DeviceTable,
-                   r: pb.ContainerPreferredAllocationRequest) -> list[str]:
-        available = self._resolve(table, r.available_deviceIDs, "available_deviceIDs",
-                                  allow_empty=False)
-        must = self._resolve(table, r.must_include_deviceIDs, "must_include_deviceIDs",
-                             allow_empty=True)
+    def _preferred(
+        self, table: DeviceTable, r: pb.ContainerPreferredAllocationRequest
+    ) -> list[str]:
+        available = self._resolve(
+            table, r.available_deviceIDs, "available_deviceIDs", allow_empty=False
+        )
+        must = self._resolve(
+            table, r.must_include_deviceIDs, "must_include_deviceIDs", allow_empty=True
+        )
         outside = [d.id for d in must if d not in available]
         if outside:
-            raise _BadRequest(f"must_include_deviceIDs {', '.join(outside)} not among "
-                              "available_deviceIDs")
+            raise _BadRequest(
+                f"must_include_deviceIDs {', '.join(outside)} not among available_deviceIDs"
+            )
         if not len(must) <= r.allocation_size <= len(available):
-            raise _BadRequest(f"allocation_size {r.allocation_size} must be from "
-                              f"{len(must)} (must_include_deviceIDs) to {len(available)} "
-                              "(available_deviceIDs)")
+            raise _BadRequest(
+                f"allocation_size {r.allocation_size} must be from "
+                f"{len(must)} (must_include_deviceIDs) to {len(available)} "
+                "(available_deviceIDs)"
+            )
         if not table.whole_gpus:  # MIG devices: the pinned ones, then the kubelet's order
             rest = [d for d in available if d not in must]
-            return [d.id for d in [*must, *rest][:r.allocation_size]]
+            return [d.id for d in [*must, *rest][: r.allocation_size]]
         by_gpu = {d.gpu.index: d for d in available}
-        chosen = preferred_gpus(table.inventory, [d.gpu for d in available],
-                                [d.gpu for d in must], r.allocation_size)
+        chosen = preferred_gpus(
+            table.inventory, [d.gpu for d in available], [d.gpu for d in must], r.allocation_size
+        )
         return [by_gpu[g.index].id for g in chosen]
 
-    def _resolve(self, table: DeviceTable, ids: Sequence[str], what: str,
-                 allow_empty: bool) -> list[Device]:
+    def _resolve(
+        self, table: DeviceTable, ids: Sequence[str], what: str, allow_empty: bool
+    ) -> list[Device]:
         if not ids and not allow_empty:
             raise _BadRequest(f"{what} is empty")
         _bounded(ids, what, MAX_DEVICE_IDS)
@@ -187,9 +205,11 @@ class ResourceServer(pb_grpc.DevicePluginServicer):
             device = table.by_id.get(i)
             if device is None:
                 shown = i if len(i) <= MAX_ID_CHARS else i[:MAX_ID_CHARS] + "..."
-                raise _BadRequest(f"{what}: unknown device id {shown!r} (not one of the "
-                                  f"{len(table.by_id)} {self.resource} devices nri-sla "
-                                  "advertises)")
+                raise _BadRequest(
+                    f"{what}: unknown device id {shown!r} (not one of the "
+                    f"{len(table.by_id)} {self.resource} devices nri-sla "
+                    "advertises)"
+                )
             if device in devices:
                 raise _BadRequest(f"{what}: device id {i!r} given twice")
             devices.append(device)
@@ -198,18 +218,31 @@ class ResourceServer(pb_grpc.DevicePluginServicer):
     def _allocation(self, devices: Sequence[Device]) -> pb.ContainerAllocateResponse:
         settings = self.owner.settings
         whole = tuple(d.gpu for d in devices if d.mig is None)
-        parts = [gpu_injection(ChosenGpus(gpus=whole), settings.injection,
-                               dev_root=settings.dev_root)] if whole else []
-        parts += [gpu_injection(ChosenGpus(gpus=(d.gpu,), mig=d.mig), settings.injection,
-                                dev_root=settings.dev_root) for d in devices if d.mig]
+        parts = (
+            [gpu_injection(ChosenGpus(gpus=whole), settings.injection, dev_root=settings.dev_root)]
+            if whole
+            else []
+        )
+        parts += [
+            gpu_injection(
+                ChosenGpus(gpus=(d.gpu,), mig=d.mig), settings.injection, dev_root=settings.dev_root
+            )
+            for d in devices
+            if d.mig
+        ]
         injection = _merged(parts)
         return pb.ContainerAllocateResponse(
             envs=dict(injection.env),
             cdi_devices=[pb.CDIDevice(name=n) for n in injection.cdi_devices],
-            devices=[pb.DeviceSpec(container_path=d.path, permissions="rw",
-                                   host_path=str(settings.dev_root
-                                                 / d.path.removeprefix("/dev/")))
-                     for d in injection.devices])
+            devices=[
+                pb.DeviceSpec(
+                    container_path=d.path,
+                    permissions="rw",
+                    host_path=str(settings.dev_root / d.path.removeprefix("/dev/")),
+                )
+                for d in injection.devices
+            ],
+        )
 
     # -- serving and registering ---------------------------------------------------------
     def serve(self) -> None:
@@ -217,8 +250,11 @@ class ResourceServer(pb_grpc.DevicePluginServicer):
         self.stop()
         path = self.socket_path
         path.unlink(missing_ok=True)
-        server = grpc.server(futures.ThreadPoolExecutor(
-            max_workers=16, thread_name_prefix=f"device-plugin-{self.socket_name}"))
+        server = grpc.server(
+            futures.ThreadPoolExecutor(
+                max_workers=16, thread_name_prefix=f"device-plugin-{self.socket_name}"
+            )
+        )
         pb_grpc.add_DevicePluginServicer_to_server(self, server)
         try:
             server.add_insecure_port(f"unix://{path}")
@@ -231,27 +267,41 @@ class ResourceServer(pb_grpc.DevicePluginServicer):
         """Register with the kubelet (KubeletApiError when it does not take us)."""
         s = self.owner.settings
         if not s.kubelet_socket.exists():
-            raise KubeletApiError(f"registering {self.resource} with the kubelet: "
-                                  f"{s.kubelet_socket} does not exist (is the kubelet running?)")
+            raise KubeletApiError(
+                f"registering {self.resource} with the kubelet: "
+                f"{s.kubelet_socket} does not exist (is the kubelet running?)"
+            )
         request = pb.RegisterRequest(
-            version=API_VERSION, endpoint=self.socket_name, resource_name=self.resource,
+            version=API_VERSION,
+            endpoint=self.socket_name,
+            resource_name=self.resource,
             options=pb.DevicePluginOptions(
-                get_preferred_allocation_available=self.preferred_available))
-        with grpc.insecure_channel(f"unix://{s.kubelet_socket}",
-                                   options=[("grpc.enable_http_proxy", 0)]) as channel:
+                get_preferred_allocation_available=self.preferred_available
+            ),
+        )
+        with grpc.insecure_channel(
+            f"unix://{s.kubelet_socket}", options=[("grpc.enable_http_proxy", 0)]
+        ) as channel:
             try:
                 pb_grpc.RegistrationStub(channel).Register(
-                    request, timeout=s.register_timeout, wait_for_ready=True)
+                    request, timeout=s.register_timeout, wait_for_ready=True
+                )
             except grpc.RpcError as exc:
                 details = " ".join((exc.details() or "").split())[:200]
-                raise KubeletApiError(f"registering {self.resource} with the kubelet at "
-                                      f"{s.kubelet_socket} failed: {exc.code().name}: "
-                                      f"{details}") from None
+                raise KubeletApiError(
+                    f"registering {self.resource} with the kubelet at "
+                    f"{s.kubelet_socket} failed: {exc.code().name}: "
+                    f"{details}"
+                ) from None
         self.served = self.identity()
         table = self.owner.table(self.resource)
-        log.info("registered %s with the kubelet: %d %s on %s", self.resource,
-                 len(table.by_id), "GPU(s)" if table.whole_gpus else "MIG device(s)",
-                 self.socket_path)
+        log.info(
+            "registered %s with the kubelet: %d %s on %s",
+            self.resource,
+            len(table.by_id),
+            "GPU(s)" if table.whole_gpus else "MIG device(s)",
+            self.socket_path,
+        )
 
     def identity(self) -> Identity | None:
         return file_identity(self.socket_path, self.owner.settings.kubelet_socket)
@@ -271,9 +321,11 @@ def _merged(parts: Sequence[GpuInjection]) -> GpuInjection:
         for key, value in p.env.items():
             env[key] = f"{env[key]},{value}" if key == ENV_VISIBLE and key in env else value
     nodes = {d.path: d for p in parts for d in p.devices}
-    return GpuInjection(env=env, devices=tuple(nodes.values()),
-                        cdi_devices=tuple(dict.fromkeys(n for p in parts
-                                                        for n in p.cdi_devices)))
+    return GpuInjection(
+        env=env,
+        devices=tuple(nodes.values()),
+        cdi_devices=tuple(dict.fromkeys(n for p in parts for n in p.cdi_devices)),
+    )
 
 
 def _bounded(items: Iterable, what: str, limit: int) -> list:

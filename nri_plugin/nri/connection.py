@@ -57,14 +57,24 @@ def error_status(exc: BaseException) -> tuple[int, str]:
 
 
 class Connection(asyncio.Protocol):
-    def __init__(self, role: Role, routes: Routes, *, max_data: int = MAX_DATA,
-                 max_send_payload: int = MAX_SEND_PAYLOAD,
-                 write_high_water: int = WRITE_HIGH_WATER,
-                 write_low_water: int = WRITE_LOW_WATER,
-                 max_unsent: int = MAX_UNSENT) -> None:
+    def __init__(
+        self,
+        role: Role,
+        routes: Routes,
+        *,
+        max_data: int = MAX_DATA,
+        max_send_payload: int = MAX_SEND_PAYLOAD,
+        write_high_water: int = WRITE_HIGH_WATER,
+        write_low_water: int = WRITE_LOW_WATER,
+        max_unsent: int = MAX_UNSENT,
+    ) -> None:
         self.routes = routes
-        self.core = NriCore(role, lambda s, m: (s, m) in routes, max_data=max_data,
-                            max_send_payload=max_send_payload)
+        self.core = NriCore(
+            role,
+            lambda s, m: (s, m) in routes,
+            max_data=max_data,
+            max_send_payload=max_send_payload,
+        )
         self.loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
         self._pending: dict[int, asyncio.Future[ResponseReceived]] = {}
@@ -158,8 +168,13 @@ class Connection(asyncio.Protocol):
     def _answer_error(self, req: RequestReceived, exc: Exception) -> None:
         code, message = error_status(exc)
         if not isinstance(exc, RpcError):
-            log.warning("%s/%s failed: %s", req.service, req.method, message,
-                        exc_info=log.isEnabledFor(logging.DEBUG))
+            log.warning(
+                "%s/%s failed: %s",
+                req.service,
+                req.method,
+                message,
+                exc_info=log.isEnabledFor(logging.DEBUG),
+            )
         self.core.send_error(req.stream_id, code, message)
 
     def _flush(self) -> None:
@@ -168,16 +183,22 @@ class Connection(asyncio.Protocol):
             self.transport.write(data)
             unsent = self.transport.get_write_buffer_size()
             if unsent > self.max_unsent:
-                exc = ConnectionExhausted(f"the peer is not reading: {unsent} bytes unsent "
-                                          f"(at most {self.max_unsent})")
+                exc = ConnectionExhausted(
+                    f"the peer is not reading: {unsent} bytes unsent (at most {self.max_unsent})"
+                )
                 log.warning("ending the NRI connection: %s", exc)
                 self.transport.abort()  # close() would wait to flush what nobody reads
                 self._shut(exc)
 
     # -- calling -------------------------------------------------------------
-    async def call(self, service: str, method: str, payload: bytes,
-                   timeout: float | None = None,
-                   metadata: Iterable[tuple[str, str]] = ()) -> bytes:
+    async def call(
+        self,
+        service: str,
+        method: str,
+        payload: bytes,
+        timeout: float | None = None,
+        metadata: Iterable[tuple[str, str]] = (),
+    ) -> bytes:
         """Unary call; returns the response payload or raises RpcError/ConnectionClosed.
         On timeout the call fails with DeadlineExceeded and a late answer is dropped."""
         if self.is_closed:
@@ -208,8 +229,7 @@ class Connection(asyncio.Protocol):
         fut = self._pending.pop(sid, None)
         self.core.cancel(sid)
         if fut is not None and not fut.done():
-            fut.set_exception(RpcError(Code.DEADLINE_EXCEEDED,
-                                       "context deadline exceeded", method))
+            fut.set_exception(RpcError(Code.DEADLINE_EXCEEDED, "context deadline exceeded", method))
 
     # -- life cycle ----------------------------------------------------------
     @property

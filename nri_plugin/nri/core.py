@@ -46,8 +46,14 @@ class Role(enum.Enum):
 
 
 class NriCore:
-    def __init__(self, role: Role, is_known: Callable[[str, str], bool], *,
-                 max_data: int = MAX_DATA, max_send_payload: int = mux.MAX_SEND_PAYLOAD) -> None:
+    def __init__(
+        self,
+        role: Role,
+        is_known: Callable[[str, str], bool],
+        *,
+        max_data: int = MAX_DATA,
+        max_send_payload: int = mux.MAX_SEND_PAYLOAD,
+    ) -> None:
         self.role = role
         if role is Role.PLUGIN:
             self.server_conn, self.client_conn = mux.PLUGIN_CONN, mux.RUNTIME_CONN
@@ -107,14 +113,21 @@ class NriCore:
         out, self._out = self._out, []
         return out[0] if len(out) == 1 else b"".join(out)  # mostly one answer: no copy
 
-    def send_request(self, service: str, method: str, payload: bytes, timeout_nano: int = 0,
-                     metadata: Iterable[tuple[str, str]] = ()) -> int:
+    def send_request(
+        self,
+        service: str,
+        method: str,
+        payload: bytes,
+        timeout_nano: int = 0,
+        metadata: Iterable[tuple[str, str]] = (),
+    ) -> int:
         """Queue a unary call to the peer's service; returns its stream id. Raises
         ConnectionExhausted (nothing queued) once the stream ids are used up."""
         self._check_open(f"call {method}")
         if service != self.peer_service:
-            raise LocalProtocolError(f"a {self.role.value} calls {self.peer_service}, "
-                                     f"not {service}")
+            raise LocalProtocolError(
+                f"a {self.role.value} calls {self.peer_service}, not {service}"
+            )
         sid, frame = self.client.request(service, method, payload, timeout_nano, metadata)
         self._queue(self.client_conn, frame)
         return sid
@@ -138,5 +151,7 @@ class NriCore:
 
     def _check_open(self, doing: str) -> None:
         if self.error is not None:
-            raise LocalProtocolError(f"cannot {doing}: the core is closed after the peer "
-                                     f"broke the protocol ({self.error})")
+            raise LocalProtocolError(
+                f"cannot {doing}: the core is closed after the peer "
+                f"broke the protocol ({self.error})"
+            )

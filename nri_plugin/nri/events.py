@@ -57,16 +57,31 @@ RPCS: dict[int, str] = {
 }
 
 # Events that older runtimes (NRI <= v0.11, e.g. containerd 1.7) deliver via StateChange.
-STATE_CHANGE_EVENTS = frozenset({
-    RUN_POD_SANDBOX, STOP_POD_SANDBOX, REMOVE_POD_SANDBOX, POST_CREATE_CONTAINER,
-    START_CONTAINER, POST_START_CONTAINER, POST_UPDATE_CONTAINER, REMOVE_CONTAINER,
-})
+STATE_CHANGE_EVENTS = frozenset(
+    {
+        RUN_POD_SANDBOX,
+        STOP_POD_SANDBOX,
+        REMOVE_POD_SANDBOX,
+        POST_CREATE_CONTAINER,
+        START_CONTAINER,
+        POST_START_CONTAINER,
+        POST_UPDATE_CONTAINER,
+        REMOVE_CONTAINER,
+    }
+)
 # Events whose answer carries nothing back: the only ones StateChange may run. The others
 # (CreateContainer, UpdateContainer, StopContainer, ValidateContainerAdjustment) adjust
 # containers and always have their own RPC, whose answer carries the adjustment.
 NON_ADJUSTING_EVENTS = STATE_CHANGE_EVENTS | {UPDATE_POD_SANDBOX, POST_UPDATE_POD_SANDBOX}
-POD_EVENTS = frozenset({RUN_POD_SANDBOX, STOP_POD_SANDBOX, REMOVE_POD_SANDBOX,
-                        UPDATE_POD_SANDBOX, POST_UPDATE_POD_SANDBOX})
+POD_EVENTS = frozenset(
+    {
+        RUN_POD_SANDBOX,
+        STOP_POD_SANDBOX,
+        REMOVE_POD_SANDBOX,
+        UPDATE_POD_SANDBOX,
+        POST_UPDATE_POD_SANDBOX,
+    }
+)
 
 LEGACY_MASK = 0x7FF  # events 1-11: NRI <= v0.9 (containerd 1.7 to 2.1, CRI-O to 1.33)
 FULL_MASK = 0x3FFF  # events 1-14: NRI >= v0.10 (containerd 2.2, CRI-O 1.34)
@@ -86,7 +101,7 @@ def mask_of(events: Iterable[int]) -> int:
 
 
 def parse_version(text: str) -> tuple[int, int, int] | None:
-    """"v0.12.0" -> (0, 12, 0); None when empty or not a version."""
+    """ "v0.12.0" -> (0, 12, 0); None when empty or not a version."""
     m = _VERSION.match(text.strip()) if text else None
     if not m:
         return None

@@ -38,7 +38,7 @@ def encode(conn_id: int, data: bytes, max_payload: int = MAX_SEND_PAYLOAD) -> by
     view = memoryview(data)
     parts: list[bytes | memoryview] = []
     for start in range(0, n, max_payload):
-        chunk = view[start:start + max_payload]
+        chunk = view[start : start + max_payload]
         parts.append(HEADER.pack(conn_id, len(chunk)))
         parts.append(chunk)
     return b"".join(parts)
@@ -71,13 +71,13 @@ class MuxDecoder:
         while pos < n:
             if self._remaining:
                 take = min(self._remaining, n - pos)
-                out.append((self._conn, data[pos:pos + take]))
+                out.append((self._conn, data[pos : pos + take]))
                 self._remaining -= take
                 pos += take
                 continue
             need = HEADER_LEN - len(self._header)
             if need < HEADER_LEN or n - pos < HEADER_LEN:
-                self._header += data[pos:pos + need]
+                self._header += data[pos : pos + need]
                 pos += min(need, n - pos)
                 if len(self._header) < HEADER_LEN:
                     break
@@ -89,5 +89,6 @@ class MuxDecoder:
             if self._remaining > MAX_RECV_PAYLOAD:
                 raise RemoteProtocolError(
                     f"mux frame for conn {self._conn} announces {self._remaining} bytes; "
-                    f"an NRI peer sends at most {MAX_RECV_PAYLOAD} (one ttrpc message)")
+                    f"an NRI peer sends at most {MAX_RECV_PAYLOAD} (one ttrpc message)"
+                )
         return out

@@ -59,19 +59,33 @@ def stub_plugins(*kinds: str) -> list[str]:
 def generate(out_dir: Path, proto_dir: Path = PROTO_DIR) -> list[Path]:
     """Run protoc for every proto in PROTOS; return the written module and stub paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    run_protoc([f"-I{proto_dir}", f"--python_out={out_dir}", *stub_plugins("mypy"),
-                f"--mypy_out={out_dir}",
-                *(str(proto_dir / name) for name in PROTOS)], ", ".join(PROTOS))
-    return [out_dir / (Path(name).stem + suffix) for name in PROTOS
-            for suffix in ("_pb2.py", "_pb2.pyi")]
+    run_protoc(
+        [
+            f"-I{proto_dir}",
+            f"--python_out={out_dir}",
+            *stub_plugins("mypy"),
+            f"--mypy_out={out_dir}",
+            *(str(proto_dir / name) for name in PROTOS),
+        ],
+        ", ".join(PROTOS),
+    )
+    return [
+        out_dir / (Path(name).stem + suffix)
+        for name in PROTOS
+        for suffix in ("_pb2.py", "_pb2.pyi")
+    ]
 
 
-def protogen_main(module: str, doc: str, generate_into: Callable[[Path], list[Path]],
-                  default_out: Path, argv: list[str] | None = None) -> int:
+def protogen_main(
+    module: str,
+    doc: str,
+    generate_into: Callable[[Path], list[Path]],
+    default_out: Path,
+    argv: list[str] | None = None,
+) -> int:
     """The command line of a generator `module` (`doc`: its docstring): `--out DIR`, the
     written paths printed."""
-    parser = argparse.ArgumentParser(prog=f"python -m {module}",
-                                     description=doc.splitlines()[0])
+    parser = argparse.ArgumentParser(prog=f"python -m {module}", description=doc.splitlines()[0])
     parser.add_argument("--out", type=Path, default=default_out, help=f"default {default_out}")
     args = parser.parse_args(argv)
     try:

@@ -62,8 +62,10 @@ class Periodic:
 
     def __post_init__(self) -> None:
         if not (isinstance(self.interval, int | float) and self.interval > 0):
-            raise PluginConfigError(f"periodic {self.name or self.run!r}: interval must be "
-                                    f"a number of seconds above 0, got {self.interval!r}")
+            raise PluginConfigError(
+                f"periodic {self.name or self.run!r}: interval must be "
+                f"a number of seconds above 0, got {self.interval!r}"
+            )
 
 
 async def _every(job: Periodic, stub: Stub) -> None:
@@ -81,8 +83,12 @@ async def _every(job: Periodic, stub: Stub) -> None:
             log.exception("periodic %s failed", name)
 
 
-async def send_updates(stub: Stub, updates: Sequence[Any], name: str,
-                       again: Callable[[list[Any]], list[Any]] | None = None) -> None:
+async def send_updates(
+    stub: Stub,
+    updates: Sequence[Any],
+    name: str,
+    again: Callable[[list[Any]], list[Any]] | None = None,
+) -> None:
     """`updates` (none: nothing is sent) to the runtime as one plugin-initiated
     UpdateContainers; those it did not apply, or the call's failure, logged as `name`'s.
     Once the runtime answered, `again(sent)` gives what to send once more, the same way
@@ -96,17 +102,21 @@ async def send_updates(stub: Stub, updates: Sequence[Any], name: str,
         except ConnectionClosed:
             raise
         except NriError as exc:  # containerd answers an error when any update failed
-            log.warning("%s: UpdateContainers of %d containers failed: %s", name,
-                        len(pending), exc)
+            log.warning("%s: UpdateContainers of %d containers failed: %s", name, len(pending), exc)
         else:
             if failed:
-                log.warning("%s: the runtime did not apply %d of %d container updates",
-                            name, len(failed), len(pending))
+                log.warning(
+                    "%s: the runtime did not apply %d of %d container updates",
+                    name,
+                    len(failed),
+                    len(pending),
+                )
         pending = again(pending) if again is not None else []
 
 
-async def _run_steps(result: Sequence[Any] | Generator[Sequence[Any], None, None] | None
-                     ) -> list[Any]:
+async def _run_steps(
+    result: Sequence[Any] | Generator[Sequence[Any], None, None] | None,
+) -> list[Any]:
     """A Periodic run's updates: its result, or every step's, with the loop given back
     after each step (requests that came meanwhile are answered then). Cancelled (the
     connection ended) or failed, a run in steps is closed there: the steps not yet run
@@ -153,7 +163,8 @@ class ServiceOptions:
         if not 0 < self.backoff_initial <= self.backoff_max:
             raise PluginConfigError(
                 f"backoff: need 0 < backoff_initial ({self.backoff_initial}) <= "
-                f"backoff_max ({self.backoff_max})")
+                f"backoff_max ({self.backoff_max})"
+            )
 
 
 class SystemdNotifier:
@@ -194,16 +205,18 @@ def _prelaunched(environ: Mapping[str, str]) -> tuple[socket.socket, str, str] |
     if not value:
         return None
     if not value.isdigit():
-        raise PluginConfigError(f"NRI_PLUGIN_SOCKET={value!r}: expected a file descriptor "
-                                "number (containerd passes 3)")
+        raise PluginConfigError(
+            f"NRI_PLUGIN_SOCKET={value!r}: expected a file descriptor number (containerd passes 3)"
+        )
     name = environ.get("NRI_PLUGIN_NAME", "")
     idx = environ.get("NRI_PLUGIN_IDX", "")
     check_identity(name, idx)
     try:
         sock = socket.socket(fileno=int(value))
     except OSError as exc:
-        raise PluginConfigError(f"NRI_PLUGIN_SOCKET={value}: not an open socket "
-                                f"({exc.strerror or exc})") from exc
+        raise PluginConfigError(
+            f"NRI_PLUGIN_SOCKET={value}: not an open socket ({exc.strerror or exc})"
+        ) from exc
     return sock, name, idx
 
 
@@ -230,11 +243,20 @@ class _Unreachable:
             log.warning("NRI runtime not reachable: %s; retrying in %.1fs", exc, delay)
         elif now - self.warned >= self.INTERVAL:
             self.warned = now
-            log.warning("NRI runtime still not reachable after %d attempts in %.0fs: %s; "
-                        "retrying in %.1fs", self.attempts, now - self.since, exc, delay)
+            log.warning(
+                "NRI runtime still not reachable after %d attempts in %.0fs: %s; retrying in %.1fs",
+                self.attempts,
+                now - self.since,
+                exc,
+                delay,
+            )
         else:
-            log.debug("NRI runtime not reachable (attempt %d): %s; retrying in %.1fs",
-                      self.attempts, exc, delay)
+            log.debug(
+                "NRI runtime not reachable (attempt %d): %s; retrying in %.1fs",
+                self.attempts,
+                exc,
+                delay,
+            )
 
 
 def _call(callback: Callable[..., Any] | None, *args: Any) -> None:
@@ -246,12 +268,16 @@ def _call(callback: Callable[..., Any] | None, *args: Any) -> None:
         log.exception("service callback %r failed", callback)
 
 
-def _install_signal_handlers(loop: asyncio.AbstractEventLoop, stop: asyncio.Event,
-                             on_reload: Callable[[], Any] | None) -> list[int]:
+def _install_signal_handlers(
+    loop: asyncio.AbstractEventLoop, stop: asyncio.Event, on_reload: Callable[[], Any] | None
+) -> list[int]:
     """SIGTERM and SIGINT set `stop`, SIGHUP calls `on_reload`; returns the signals
     handled (none off the main thread, where the embedding code handles signals)."""
-    handlers = {signal.SIGTERM: stop.set, signal.SIGINT: stop.set,
-                signal.SIGHUP: lambda: _call(on_reload)}
+    handlers = {
+        signal.SIGTERM: stop.set,
+        signal.SIGINT: stop.set,
+        signal.SIGHUP: lambda: _call(on_reload),
+    }
     installed: list[int] = []
     for sig, handler in handlers.items():
         try:
@@ -293,8 +319,13 @@ class _Connections:
     socket, or dialling `socket_path`): the state callbacks and systemd status of each,
     its periodic jobs, and the registrations counted across them."""
 
-    def __init__(self, plugin: object, opts: ServiceOptions, notifier: SystemdNotifier,
-                 prelaunched: tuple[socket.socket, str, str] | None) -> None:
+    def __init__(
+        self,
+        plugin: object,
+        opts: ServiceOptions,
+        notifier: SystemdNotifier,
+        prelaunched: tuple[socket.socket, str, str] | None,
+    ) -> None:
         self.plugin = plugin
         self.opts = opts
         self.notifier = notifier
@@ -307,10 +338,14 @@ class _Connections:
         timeout = self.opts.registration_timeout
         if self.prelaunched is not None:
             sock, name, idx = self.prelaunched
-            return Stub(self.plugin, name=name, idx=idx, sock=sock,
-                        registration_timeout=timeout)
-        return Stub(self.plugin, name=self.opts.name, idx=self.opts.idx,
-                    socket_path=self.opts.socket_path, registration_timeout=timeout)
+            return Stub(self.plugin, name=name, idx=idx, sock=sock, registration_timeout=timeout)
+        return Stub(
+            self.plugin,
+            name=self.opts.name,
+            idx=self.opts.idx,
+            socket_path=self.opts.socket_path,
+            registration_timeout=timeout,
+        )
 
     def _ready(self, stub: Stub, jobs: list[asyncio.Task[None]]) -> None:
         if self.ever_registered:
@@ -318,8 +353,9 @@ class _Connections:
             _call(self.opts.on_reconnect, self.reconnects)
         self.registered_now = self.ever_registered = True
         _call(self.opts.on_state, REGISTERED)
-        self.notifier.notify("READY=1", f"STATUS=registered with {stub.runtime_name} "
-                             f"{stub.runtime_version}".rstrip())
+        self.notifier.notify(
+            "READY=1", f"STATUS=registered with {stub.runtime_name} {stub.runtime_version}".rstrip()
+        )
         _call(self.opts.on_ready, stub)
         loop = asyncio.get_running_loop()
         jobs.extend(loop.create_task(_every(job, stub)) for job in self.opts.periodic)
@@ -364,8 +400,7 @@ async def run_service(plugin: object, options: ServiceOptions | None = None) -> 
     notifier = SystemdNotifier(environ)
     stop = opts.stop_event or asyncio.Event()
     loop = asyncio.get_running_loop()
-    installed = (_install_signal_handlers(loop, stop, opts.on_reload)
-                 if opts.handle_signals else [])
+    installed = _install_signal_handlers(loop, stop, opts.on_reload) if opts.handle_signals else []
     watchdog = loop.create_task(notifier.watchdog())
     connections = _Connections(plugin, opts, notifier, prelaunched)
     backoff = _Backoff(opts.backoff_initial, opts.backoff_max)
@@ -375,8 +410,11 @@ async def run_service(plugin: object, options: ServiceOptions | None = None) -> 
             if ended is None:
                 break
             if prelaunched is not None:
-                log.info("pre-launched connection ended (%s); exiting so that the "
-                         "runtime can launch us again", ended)
+                log.info(
+                    "pre-launched connection ended (%s); exiting so that the "
+                    "runtime can launch us again",
+                    ended,
+                )
                 break
             backoff.lost(ended, connections.registered_now, loop.time())
             with contextlib.suppress(TimeoutError):

@@ -71,8 +71,10 @@ class SyncLimits:
     bytes: int = 64 << 20  # encoded; 10,000 CRI-shaped containers are ~27 MB
 
     def describe(self) -> str:
-        return (f"{self.parts} parts, {self.pods} pods, {self.containers} containers, "
-                f"{self.bytes} bytes")
+        return (
+            f"{self.parts} parts, {self.pods} pods, {self.containers} containers, "
+            f"{self.bytes} bytes"
+        )
 
 
 class _SyncParts:
@@ -123,23 +125,29 @@ class _SyncParts:
         self.parts += 1
         self.bytes += len(payload)
         limits = self.limits
-        for what, have, most in (("parts", self.parts, limits.parts),
-                                 ("bytes", self.bytes, limits.bytes),
-                                 ("pods", len(self.pods) + len(pods), limits.pods),
-                                 ("containers", len(self.containers) + len(containers),
-                                  limits.containers)):
+        for what, have, most in (
+            ("parts", self.parts, limits.parts),
+            ("bytes", self.bytes, limits.bytes),
+            ("pods", len(self.pods) + len(pods), limits.pods),
+            ("containers", len(self.containers) + len(containers), limits.containers),
+        ):
             if have > most:
-                raise self.fail(RpcError(
-                    Code.RESOURCE_EXHAUSTED,
-                    f"Synchronize refused: more than {most} {what} after {self.parts} "
-                    f"parts; nri-sla holds at most {limits.describe()} of runtime state",
-                    "Synchronize"))
+                raise self.fail(
+                    RpcError(
+                        Code.RESOURCE_EXHAUSTED,
+                        f"Synchronize refused: more than {most} {what} after {self.parts} "
+                        f"parts; nri-sla holds at most {limits.describe()} of runtime state",
+                        "Synchronize",
+                    )
+                )
         self.pods.extend(pods)
         self.containers.extend(containers)
 
 
-_PODS, _CONTAINERS, _MORE = (pb.SynchronizeRequest.DESCRIPTOR.fields_by_name[name].number
-                             for name in ("pods", "containers", "more"))
+_PODS, _CONTAINERS, _MORE = (
+    pb.SynchronizeRequest.DESCRIPTOR.fields_by_name[name].number
+    for name in ("pods", "containers", "more")
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,14 +172,15 @@ class PluginHandlers(Protocol):
     nothing (events.NON_ADJUSTING_EVENTS).
     """
 
-    def configure(self, config: str, runtime_name: str,
-                  runtime_version: str) -> MaybeAwaitable[int | None]:
+    def configure(
+        self, config: str, runtime_name: str, runtime_version: str
+    ) -> MaybeAwaitable[int | None]:
         """Return an event mask to subscribe with instead of the one derived from the
         handlers present (the stub clips it to what the runtime knows)."""
 
-    def synchronize(self, pods: Collection[pb.PodSandbox],
-                    containers: Collection[pb.Container]
-                    ) -> MaybeAwaitable[Sequence[pb.ContainerUpdate] | None]:
+    def synchronize(
+        self, pods: Collection[pb.PodSandbox], containers: Collection[pb.Container]
+    ) -> MaybeAwaitable[Sequence[pb.ContainerUpdate] | None]:
         """Called once with the runtime's whole state (all chunks joined). `pods` and
         `containers` are decoded again, one message at a time, on each iteration
         (wire.LazyMessages): keep what is needed of one, not its message (a message
@@ -185,39 +194,51 @@ class PluginHandlers(Protocol):
 
     def remove_pod_sandbox(self, pod: pb.PodSandbox) -> MaybeAwaitable[None]: ...
 
-    def update_pod_sandbox(self, pod: pb.PodSandbox, overhead: pb.LinuxResources | None,
-                           resources: pb.LinuxResources | None) -> MaybeAwaitable[None]:
+    def update_pod_sandbox(
+        self,
+        pod: pb.PodSandbox,
+        overhead: pb.LinuxResources | None,
+        resources: pb.LinuxResources | None,
+    ) -> MaybeAwaitable[None]:
         """overhead and resources are None when the event came as a StateChange."""
 
     def post_update_pod_sandbox(self, pod: pb.PodSandbox) -> MaybeAwaitable[None]: ...
 
-    def create_container(self, pod: pb.PodSandbox,
-                         container: pb.Container) -> MaybeAwaitable[CreateResult]: ...
+    def create_container(
+        self, pod: pb.PodSandbox, container: pb.Container
+    ) -> MaybeAwaitable[CreateResult]: ...
 
-    def post_create_container(self, pod: pb.PodSandbox,
-                              container: pb.Container) -> MaybeAwaitable[None]: ...
+    def post_create_container(
+        self, pod: pb.PodSandbox, container: pb.Container
+    ) -> MaybeAwaitable[None]: ...
 
-    def start_container(self, pod: pb.PodSandbox,
-                        container: pb.Container) -> MaybeAwaitable[None]: ...
+    def start_container(
+        self, pod: pb.PodSandbox, container: pb.Container
+    ) -> MaybeAwaitable[None]: ...
 
-    def post_start_container(self, pod: pb.PodSandbox,
-                             container: pb.Container) -> MaybeAwaitable[None]: ...
+    def post_start_container(
+        self, pod: pb.PodSandbox, container: pb.Container
+    ) -> MaybeAwaitable[None]: ...
 
-    def update_container(self, pod: pb.PodSandbox, container: pb.Container,
-                         resources: pb.LinuxResources
-                         ) -> MaybeAwaitable[Sequence[pb.ContainerUpdate] | None]: ...
+    def update_container(
+        self, pod: pb.PodSandbox, container: pb.Container, resources: pb.LinuxResources
+    ) -> MaybeAwaitable[Sequence[pb.ContainerUpdate] | None]: ...
 
-    def post_update_container(self, pod: pb.PodSandbox,
-                              container: pb.Container) -> MaybeAwaitable[None]: ...
+    def post_update_container(
+        self, pod: pb.PodSandbox, container: pb.Container
+    ) -> MaybeAwaitable[None]: ...
 
-    def stop_container(self, pod: pb.PodSandbox, container: pb.Container
-                       ) -> MaybeAwaitable[Sequence[pb.ContainerUpdate] | None]: ...
+    def stop_container(
+        self, pod: pb.PodSandbox, container: pb.Container
+    ) -> MaybeAwaitable[Sequence[pb.ContainerUpdate] | None]: ...
 
-    def remove_container(self, pod: pb.PodSandbox,
-                         container: pb.Container) -> MaybeAwaitable[None]: ...
+    def remove_container(
+        self, pod: pb.PodSandbox, container: pb.Container
+    ) -> MaybeAwaitable[None]: ...
 
     def validate_container_adjustment(
-            self, request: pb.ValidateContainerAdjustmentRequest) -> MaybeAwaitable[None]:
+        self, request: pb.ValidateContainerAdjustmentRequest
+    ) -> MaybeAwaitable[None]:
         """Raise to reject (sent as reject=true, reason=str(exc))."""
 
 
@@ -225,10 +246,13 @@ def check_identity(name: str, idx: str) -> None:
     """Reject what the runtime would reject, before connecting."""
     if not name or not _NAME.match(name):
         raise PluginConfigError(
-            f"plugin name {name!r} is invalid: use letters, digits and _.+- only")
+            f"plugin name {name!r} is invalid: use letters, digits and _.+- only"
+        )
     if not _IDX.match(idx or ""):
-        raise PluginConfigError(f"plugin index {idx!r} is invalid: exactly two digits, "
-                                "00-99 (plugins run in ascending index order)")
+        raise PluginConfigError(
+            f"plugin index {idx!r} is invalid: exactly two digits, "
+            "00-99 (plugins run in ascending index order)"
+        )
 
 
 # What plain (`def`) handlers return: never awaitable.
@@ -247,8 +271,10 @@ def _maybe_await(result: Any, then: Callable[[Any], bytes]) -> bytes | Awaitable
     # The answers of plain handlers are told apart without inspect's ABC check (every
     # call comes through here).
     if type(result) not in _PLAIN_ANSWERS and inspect.isawaitable(result):
+
         async def finish() -> bytes:
             return then(await result)
+
         return finish()
     return then(result)
 
@@ -269,25 +295,37 @@ def _create_response(result: Any) -> bytes:
     = 1, update = 2, evict = 3, in that order): each message is serialized once, instead
     of first being copied into a response message (which cost four times as much)."""
     if not isinstance(result, CreateResult):
-        raise TypeError(f"create_container must return CreateResult, got "
-                        f"{type(result).__name__}")
+        raise TypeError(f"create_container must return CreateResult, got {type(result).__name__}")
     adjustment, updates, evictions = result.adjustment, result.updates, result.evictions
-    adjust = b"" if adjustment is None else embedded_field(
-        0x0A, _of(pb.ContainerAdjustment, adjustment).SerializeToString())
+    adjust = (
+        b""
+        if adjustment is None
+        else embedded_field(0x0A, _of(pb.ContainerAdjustment, adjustment).SerializeToString())
+    )
     if not updates and not evictions:  # nearly every create: one field or none
         return adjust
-    return b"".join([adjust,
-                     *[embedded_field(0x12, _of(pb.ContainerUpdate, u).SerializeToString())
-                       for u in updates],
-                     *[embedded_field(0x1A, _of(pb.ContainerEviction, e).SerializeToString())
-                       for e in evictions]])
+    return b"".join(
+        [
+            adjust,
+            *[
+                embedded_field(0x12, _of(pb.ContainerUpdate, u).SerializeToString())
+                for u in updates
+            ],
+            *[
+                embedded_field(0x1A, _of(pb.ContainerEviction, e).SerializeToString())
+                for e in evictions
+            ],
+        ]
+    )
 
 
 def _of(cls: type[_M], message: object) -> _M:
     """`message`, which must be a `cls` (as a response message's field would insist)."""
     if type(message) is not cls:
-        raise TypeError(f"create_container's CreateResult holds a {type(message).__name__} "
-                        f"where a {cls.__name__} belongs")
+        raise TypeError(
+            f"create_container's CreateResult holds a {type(message).__name__} "
+            f"where a {cls.__name__} belongs"
+        )
     return message
 
 
@@ -295,8 +333,9 @@ def _updates(result: Any, method: str) -> Sequence[pb.ContainerUpdate]:
     if result is None:
         return ()
     if isinstance(result, pb.ContainerUpdate) or not isinstance(result, Iterable):
-        raise TypeError(f"{method} must return list[ContainerUpdate] | None, "
-                        f"got {type(result).__name__}")
+        raise TypeError(
+            f"{method} must return list[ContainerUpdate] | None, got {type(result).__name__}"
+        )
     return list(result)
 
 
@@ -306,12 +345,19 @@ _EMPTY = b""  # every "no content" response encodes to zero bytes
 class Stub:
     """Serves `plugin`, an object with any subset of the PluginHandlers methods."""
 
-    def __init__(self, plugin: object, *, name: str, idx: str,
-                 socket_path: str | None = None, sock: socket.socket | None = None,
-                 on_ready: Callable[[], Any] | None = None,
-                 registration_timeout: float = REGISTRATION_TIMEOUT,
-                 nri_version: str = NRI_VERSION,
-                 sync_limits: SyncLimits = SyncLimits()) -> None:
+    def __init__(
+        self,
+        plugin: object,
+        *,
+        name: str,
+        idx: str,
+        socket_path: str | None = None,
+        sock: socket.socket | None = None,
+        on_ready: Callable[[], Any] | None = None,
+        registration_timeout: float = REGISTRATION_TIMEOUT,
+        nri_version: str = NRI_VERSION,
+        sync_limits: SyncLimits = SyncLimits(),
+    ) -> None:
         check_identity(name, idx)
         if socket_path is not None and sock is not None:
             raise PluginConfigError("give socket_path or sock, not both")
@@ -319,8 +365,9 @@ class Stub:
         self.name = name
         self.idx = idx
         # With a given socket this is only a label for messages.
-        self.socket_path = socket_path or (f"fd {sock.fileno()}" if sock is not None
-                                           else DEFAULT_SOCKET)
+        self.socket_path = socket_path or (
+            f"fd {sock.fileno()}" if sock is not None else DEFAULT_SOCKET
+        )
         self._sock = sock
         self.on_ready = on_ready
         self.registration_timeout = registration_timeout
@@ -357,14 +404,15 @@ class Stub:
         loop = asyncio.get_running_loop()
         try:
             if self._sock is not None:
-                _, conn = await loop.create_unix_connection(self._new_connection,
-                                                            sock=self._sock)
+                _, conn = await loop.create_unix_connection(self._new_connection, sock=self._sock)
             else:
-                _, conn = await loop.create_unix_connection(self._new_connection,
-                                                            path=self.socket_path)
+                _, conn = await loop.create_unix_connection(
+                    self._new_connection, path=self.socket_path
+                )
         except OSError as exc:
-            raise ConnectionClosed(f"cannot connect to NRI socket {self.socket_path}: "
-                                   f"{exc.strerror or exc}") from exc
+            raise ConnectionClosed(
+                f"cannot connect to NRI socket {self.socket_path}: {exc.strerror or exc}"
+            ) from exc
         self._conn = conn
         self._configured = asyncio.Event()
         self._sync = _SyncParts(self.sync_limits)  # parts never carry over connections
@@ -379,9 +427,14 @@ class Stub:
                     return
                 raise
             self._registered = True
-            log.info("registered as %s-%s with %s %s (NRI %s)", self.idx, self.name,
-                     self.runtime_name or "runtime", self.runtime_version,
-                     self.nri_level.describe())
+            log.info(
+                "registered as %s-%s with %s %s (NRI %s)",
+                self.idx,
+                self.name,
+                self.runtime_name or "runtime",
+                self.runtime_version,
+                self.nri_level.describe(),
+            )
             if self.on_ready is not None:
                 done = self.on_ready()
                 if inspect.isawaitable(done):
@@ -403,15 +456,19 @@ class Stub:
         if self._conn is not None:
             self._conn.close()
 
-    async def update_containers(self, updates: Iterable[pb.ContainerUpdate],
-                                evictions: Iterable[pb.ContainerEviction] = (),
-                                timeout: float | None = 5.0) -> list[pb.ContainerUpdate]:
+    async def update_containers(
+        self,
+        updates: Iterable[pb.ContainerUpdate],
+        evictions: Iterable[pb.ContainerEviction] = (),
+        timeout: float | None = 5.0,
+    ) -> list[pb.ContainerUpdate]:
         """Runtime/UpdateContainers: unsolicited updates; returns the failed ones."""
         if self._conn is None or not self._registered:
             raise ConnectionClosed("UpdateContainers: plugin is not registered")
         req = pb.UpdateContainersRequest(update=updates, evict=evictions)
-        payload = await self._conn.call(RUNTIME_SERVICE, "UpdateContainers",
-                                        req.SerializeToString(), timeout)
+        payload = await self._conn.call(
+            RUNTIME_SERVICE, "UpdateContainers", req.SerializeToString(), timeout
+        )
         return list(_decode(pb.UpdateContainersResponse, payload, "UpdateContainers").failed)
 
     # -- connection ----------------------------------------------------------
@@ -419,8 +476,9 @@ class Stub:
         return Connection(Role.PLUGIN, self.routes)
 
     def registration_request(self) -> pb.RegisterPluginRequest:
-        return pb.RegisterPluginRequest(plugin_name=self.name, plugin_idx=self.idx,
-                                        NRI_version=self.own_nri_version)
+        return pb.RegisterPluginRequest(
+            plugin_name=self.name, plugin_idx=self.idx, NRI_version=self.own_nri_version
+        )
 
     async def _wait_configured(self, conn: Connection) -> None:
         # containerd answers RegisterPlugin first and sends Configure right after (see
@@ -429,27 +487,36 @@ class Stub:
         closed = asyncio.ensure_future(conn.wait_closed())
         configured = asyncio.ensure_future(self._configured.wait())
         try:
-            await asyncio.wait({closed, configured}, timeout=self.registration_timeout,
-                               return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(
+                {closed, configured},
+                timeout=self.registration_timeout,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
         finally:
             closed.cancel()
             configured.cancel()
         if not self._configured.is_set():
             why = "closed the connection" if conn.is_closed else "sent no Configure"
-            raise RegistrationError(f"runtime {why} within {self.registration_timeout:g}s "
-                                    f"of registering {self.idx}-{self.name}")
+            raise RegistrationError(
+                f"runtime {why} within {self.registration_timeout:g}s "
+                f"of registering {self.idx}-{self.name}"
+            )
 
     async def _register(self, conn: Connection) -> None:
         req = self.registration_request()
         try:
-            await conn.call(RUNTIME_SERVICE, "RegisterPlugin", req.SerializeToString(),
-                            self.registration_timeout)
+            await conn.call(
+                RUNTIME_SERVICE,
+                "RegisterPlugin",
+                req.SerializeToString(),
+                self.registration_timeout,
+            )
         except RpcError as exc:
-            raise RegistrationError(f"RegisterPlugin {self.idx}-{self.name} failed: "
-                                    f"{exc}") from exc
+            raise RegistrationError(f"RegisterPlugin {self.idx}-{self.name} failed: {exc}") from exc
         except ConnectionClosed as exc:
-            raise RegistrationError(f"runtime closed the connection during "
-                                    f"RegisterPlugin of {self.idx}-{self.name}") from exc
+            raise RegistrationError(
+                f"runtime closed the connection during RegisterPlugin of {self.idx}-{self.name}"
+            ) from exc
 
     # -- routes --------------------------------------------------------------
     def _handler(self, name: str) -> Callable[..., Any] | None:
@@ -475,16 +542,21 @@ class Stub:
         self.nri_level = nri_level(req.NRI_version, req.runtime_name, req.runtime_version)
         self.request_timeout_ms = req.request_timeout
         handler = self._handler("configure")
-        result = None if handler is None else handler(req.config, req.runtime_name,
-                                                      req.runtime_version)
+        result = (
+            None if handler is None else handler(req.config, req.runtime_name, req.runtime_version)
+        )
 
         def answer(mask: Any) -> bytes:
-            wanted = mask if isinstance(mask, int) and not isinstance(mask, bool) else \
-                ev.plugin_mask(self.plugin)
+            wanted = (
+                mask
+                if isinstance(mask, int) and not isinstance(mask, bool)
+                else ev.plugin_mask(self.plugin)
+            )
             # A bit the runtime does not know makes it drop us: clip to its version.
             self.events = wanted & ev.known_mask(self.nri_level.version)
             self._configured.set()
             return pb.ConfigureResponse(events=self.events).SerializeToString()
+
         return _maybe_await(result, answer)
 
     def _synchronize(self, payload: Encoded) -> bytes | Awaitable[bytes]:
@@ -501,9 +573,10 @@ class Stub:
         handler = self._handler("synchronize")
         if handler is None:
             return _EMPTY
-        return _maybe_await(handler(parts.pods, parts.containers),
-                            lambda r: pb.SynchronizeResponse(
-                                update=_updates(r, "synchronize")).SerializeToString())
+        return _maybe_await(
+            handler(parts.pods, parts.containers),
+            lambda r: pb.SynchronizeResponse(update=_updates(r, "synchronize")).SerializeToString(),
+        )
 
     def _shutdown(self, payload: Encoded) -> bytes | Awaitable[bytes]:
         handler = self._handler("shutdown")
@@ -519,10 +592,13 @@ class Stub:
         if req.event not in ev.NON_ADJUSTING_EVENTS:
             # Its answer could not carry the adjustment: running create_container here
             # would reserve GPUs and CPUs for a container the runtime never adjusts.
-            raise RpcError(Code.INVALID_ARGUMENT,
-                           f"StateChange cannot carry {ev.RPCS[req.event]} (event "
-                           f"{req.event}): it adjusts containers and has its own RPC; "
-                           "not run", "StateChange")
+            raise RpcError(
+                Code.INVALID_ARGUMENT,
+                f"StateChange cannot carry {ev.RPCS[req.event]} (event "
+                f"{req.event}): it adjusts containers and has its own RPC; "
+                "not run",
+                "StateChange",
+            )
         handler = self._handler(name)
         if handler is None:
             return _EMPTY
@@ -539,21 +615,27 @@ class Stub:
         req_cls = getattr(pb, method + "Request")
 
         if handler is None:
-            empty = (pb.ValidateContainerAdjustmentResponse().SerializeToString()
-                     if event == ev.VALIDATE_CONTAINER_ADJUSTMENT else _EMPTY)
+            empty = (
+                pb.ValidateContainerAdjustmentResponse().SerializeToString()
+                if event == ev.VALIDATE_CONTAINER_ADJUSTMENT
+                else _EMPTY
+            )
 
             def no_handler(payload: Encoded) -> bytes:
                 _decode(req_cls, payload, method)
                 return empty
+
             return no_handler
 
         if event == ev.CREATE_CONTAINER:
+
             def create(payload: Encoded) -> bytes | Awaitable[bytes]:
                 req = _decode(req_cls, payload, method)
                 result = handler(req.pod, req.container)
                 if type(result) is CreateResult:  # a plain handler's answer: encoded now
                     return _create_response(result)
                 return _maybe_await(result, _create_response)
+
             return create
         if event in (ev.UPDATE_CONTAINER, ev.STOP_CONTAINER):
             resp_cls = getattr(pb, method + "Response")
@@ -565,16 +647,22 @@ class Stub:
                     result = handler(req.pod, req.container, req.linux_resources)
                 else:
                     result = handler(req.pod, req.container)
-                return _maybe_await(result, lambda r: resp_cls(
-                    update=_updates(r, hname)).SerializeToString())
+                return _maybe_await(
+                    result, lambda r: resp_cls(update=_updates(r, hname)).SerializeToString()
+                )
+
             return updating
         if event == ev.VALIDATE_CONTAINER_ADJUSTMENT:
             return self._validate_route(handler, req_cls, method)
         if event == ev.UPDATE_POD_SANDBOX:
+
             def update_pod(payload: Encoded) -> bytes | Awaitable[bytes]:
                 req = _decode(req_cls, payload, method)
-                return _maybe_await(handler(req.pod, req.overhead_linux_resources,
-                                            req.linux_resources), lambda _: _EMPTY)
+                return _maybe_await(
+                    handler(req.pod, req.overhead_linux_resources, req.linux_resources),
+                    lambda _: _EMPTY,
+                )
+
             return update_pod
         pod_only = event in ev.POD_EVENTS
 
@@ -582,16 +670,17 @@ class Stub:
             req = _decode(req_cls, payload, method)
             result = handler(req.pod) if pod_only else handler(req.pod, req.container)
             return _maybe_await(result, lambda _: _EMPTY)
+
         return notify
 
     @staticmethod
-    def _validate_route(handler: Callable[..., Any], req_cls: type[Message],
-                        method: str) -> Route:
+    def _validate_route(handler: Callable[..., Any], req_cls: type[Message], method: str) -> Route:
         # As in the reference stub, a raising validator rejects the adjustment through
         # the response (reject + reason) rather than failing the call.
         def reject(exc: Exception) -> bytes:
             return pb.ValidateContainerAdjustmentResponse(
-                reject=True, reason=str(exc) or type(exc).__name__).SerializeToString()
+                reject=True, reason=str(exc) or type(exc).__name__
+            ).SerializeToString()
 
         def validate(payload: Encoded) -> bytes | Awaitable[bytes]:
             req = _decode(req_cls, payload, method)
@@ -600,12 +689,15 @@ class Stub:
             except Exception as exc:
                 return reject(exc)
             if inspect.isawaitable(result):
+
                 async def finish() -> bytes:
                     try:
                         await result
                     except Exception as exc:
                         return reject(exc)
                     return _EMPTY
+
                 return finish()
             return _EMPTY
+
         return validate

@@ -118,7 +118,7 @@ class FrameDecoder:
             if len(data) <= self._skip:
                 self._skip -= len(data)
                 return out
-            data = data[self._skip:]
+            data = data[self._skip :]
             self._skip = 0
         buf = self._buf
         if not buf and len(data) >= HEADER_LEN:
@@ -146,7 +146,7 @@ class FrameDecoder:
                 stop = pos + HEADER_LEN + length
                 if stop > end:
                     break
-                out.append(Frame(stream_id, type_, flags, bytes(view[pos + HEADER_LEN:stop])))
+                out.append(Frame(stream_id, type_, flags, bytes(view[pos + HEADER_LEN : stop])))
                 pos = stop
         if src is buf:
             del buf[:pos]
@@ -196,15 +196,14 @@ class _LargeFrame:
     def fill(self, more: memoryview) -> int:
         """Copy what of `more` the frame still lacks; returns how many bytes that was."""
         taken = min(len(more), len(self.data) - self.filled)
-        self.data[self.filled:self.filled + taken] = more[:taken]
+        self.data[self.filled : self.filled + taken] = more[:taken]
         self.filled += taken
         return taken
 
 
 def _varint(value: int) -> bytes:
     if value < 0x4000:  # every length of a create's answer: no loop, no bytearray
-        return _VARINTS_1[value] if value < 0x80 else bytes(
-            ((value & 0x7F) | 0x80, value >> 7))
+        return _VARINTS_1[value] if value < 0x80 else bytes(((value & 0x7F) | 0x80, value >> 7))
     out = bytearray()
     while value > 0x7F:
         out.append((value & 0x7F) | 0x80)
@@ -226,18 +225,26 @@ def _len_field(tag: int, data: bytes) -> bytes:
     return embedded_field(tag, data) if data else b""
 
 
-def encode_request(service: str, method: str, payload: bytes, timeout_nano: int = 0,
-                   metadata: Iterable[tuple[str, str]] = ()) -> bytes:
+def encode_request(
+    service: str,
+    method: str,
+    payload: bytes,
+    timeout_nano: int = 0,
+    metadata: Iterable[tuple[str, str]] = (),
+) -> bytes:
     """ttrpc.Request, encoded by hand (hot path) exactly as protobuf would: fields in
     number order, zero values omitted."""
-    parts = [_len_field(0x0A, service.encode()), _len_field(0x12, method.encode()),
-             _len_field(0x1A, payload)]
+    parts = [
+        _len_field(0x0A, service.encode()),
+        _len_field(0x12, method.encode()),
+        _len_field(0x1A, payload),
+    ]
     if timeout_nano:
         # int64: negative values are 10-byte two's complement varints.
         parts.append(b"\x20" + _varint(timeout_nano & 0xFFFFFFFFFFFFFFFF))
     for key, value in metadata:
         kv = _len_field(0x0A, key.encode()) + _len_field(0x12, value.encode())
-        parts.append(b"\x2A" + _varint(len(kv)) + kv)
+        parts.append(b"\x2a" + _varint(len(kv)) + kv)
     return b"".join(parts)
 
 
@@ -266,8 +273,9 @@ class ServerCore:
     a new one with fresh ids.
     """
 
-    def __init__(self, is_known: Callable[[str, str], bool], *,
-                 server_name: str = "server") -> None:
+    def __init__(
+        self, is_known: Callable[[str, str], bool], *, server_name: str = "server"
+    ) -> None:
         self.is_known = is_known
         self.server_name = server_name
         self.last_stream_id = 0
@@ -285,28 +293,38 @@ class ServerCore:
         if self.last_stream_id == MAX_STREAM_ID:
             raise RemoteProtocolError(
                 f"request on stream {sid} after stream id {MAX_STREAM_ID}: the peer's "
-                "stream ids are used up; the connection must be replaced")
+                "stream ids are used up; the connection must be replaced"
+            )
         if sid % 2 == 0 or sid <= self.last_stream_id:
             why = "even" if sid % 2 == 0 else f"not above the last one ({self.last_stream_id})"
-            return None, self._reject(sid, Code.INVALID_ARGUMENT,
-                                      f"stream id {sid} is {why}: client ids must be odd "
-                                      "and increasing")
+            return None, self._reject(
+                sid,
+                Code.INVALID_ARGUMENT,
+                f"stream id {sid} is {why}: client ids must be odd and increasing",
+            )
         self.last_stream_id = sid
         if isinstance(frame, OversizedFrame):
-            return None, self._reject(sid, Code.RESOURCE_EXHAUSTED,
-                                      f"message length {frame.length} exceeds maximum "
-                                      f"message size of {MAX_DATA}")
+            return None, self._reject(
+                sid,
+                Code.RESOURCE_EXHAUSTED,
+                f"message length {frame.length} exceeds maximum message size of {MAX_DATA}",
+            )
         try:
             service, method, payload, timeout, meta = (
-                _request(frame.data) if len(frame.data) < LARGE_FRAME else
-                _large_request(frame.data))
+                _request(frame.data)
+                if len(frame.data) < LARGE_FRAME
+                else _large_request(frame.data)
+            )
         except (DecodeError, UnicodeDecodeError):
-            return None, self._reject(sid, Code.INVALID_ARGUMENT,
-                                      "malformed ttrpc request (protobuf decode failed)")
+            return None, self._reject(
+                sid, Code.INVALID_ARGUMENT, "malformed ttrpc request (protobuf decode failed)"
+            )
         if not self.is_known(service, method):
-            return None, self._reject(sid, Code.UNIMPLEMENTED,
-                                      f"{service}/{method} is not implemented by "
-                                      f"{self.server_name}")
+            return None, self._reject(
+                sid,
+                Code.UNIMPLEMENTED,
+                f"{service}/{method} is not implemented by {self.server_name}",
+            )
         self.active.add(sid)
         return RequestReceived(sid, service, method, payload, timeout, meta), b""
 
@@ -314,8 +332,10 @@ class ServerCore:
         try:
             self.active.remove(stream_id)
         except KeyError:
-            raise LocalProtocolError(f"stream {stream_id} has no open call to answer "
-                                     "(never received, or already answered)") from None
+            raise LocalProtocolError(
+                f"stream {stream_id} has no open call to answer "
+                "(never received, or already answered)"
+            ) from None
 
     def respond(self, stream_id: int, payload: bytes) -> bytes:
         self._finish(stream_id)
@@ -340,7 +360,8 @@ def _request(data: bytes | bytearray) -> Request:
 
 _SERVICE, _METHOD, _PAYLOAD, _TIMEOUT, _METADATA = (
     ttrpc_pb2.Request.DESCRIPTOR.fields_by_name[name].number
-    for name in ("service", "method", "payload", "timeout_nano", "metadata"))
+    for name in ("service", "method", "payload", "timeout_nano", "metadata")
+)
 
 
 def _large_request(data: bytes | bytearray) -> Request:
@@ -352,16 +373,25 @@ def _large_request(data: bytes | bytearray) -> Request:
 
     def last(number: int) -> memoryview:
         spans = found.spans.get(number)
-        return view[spans[-2]:spans[-1]] if spans else view[:0]
+        return view[spans[-2] : spans[-1]] if spans else view[:0]
 
-    meta = tuple((kv.key, kv.value) for kv in (
-        ttrpc_pb2.KeyValue.FromString(view[start:stop])  # type: ignore[arg-type]  # as above
-        for start, stop in found.each(_METADATA)))
+    meta = tuple(
+        (kv.key, kv.value)
+        for kv in (
+            ttrpc_pb2.KeyValue.FromString(view[start:stop])  # type: ignore[arg-type]  # as above
+            for start, stop in found.each(_METADATA)
+        )
+    )
     timeout = found.varints.get(_TIMEOUT, 0)
     if timeout >= 1 << 63:  # int64: a negative value's two's complement
         timeout -= 1 << 64
-    return (str(last(_SERVICE), "utf-8"), str(last(_METHOD), "utf-8"), last(_PAYLOAD),
-            timeout, meta)
+    return (
+        str(last(_SERVICE), "utf-8"),
+        str(last(_METHOD), "utf-8"),
+        last(_PAYLOAD),
+        timeout,
+        meta,
+    )
 
 
 class ClientCore:
@@ -375,12 +405,20 @@ class ClientCore:
         self.pending: set[int] = set()
         self.dropped_frames = 0
 
-    def request(self, service: str, method: str, payload: bytes, timeout_nano: int = 0,
-                metadata: Iterable[tuple[str, str]] = ()) -> tuple[int, bytes]:
+    def request(
+        self,
+        service: str,
+        method: str,
+        payload: bytes,
+        timeout_nano: int = 0,
+        metadata: Iterable[tuple[str, str]] = (),
+    ) -> tuple[int, bytes]:
         sid = self.next_stream_id
         if sid > MAX_STREAM_ID:
-            raise ConnectionExhausted(f"{method}: this connection has used its last stream "
-                                      f"id ({MAX_STREAM_ID}); a new connection is needed")
+            raise ConnectionExhausted(
+                f"{method}: this connection has used its last stream "
+                f"id ({MAX_STREAM_ID}); a new connection is needed"
+            )
         self.next_stream_id += 2
         self.pending.add(sid)
         data = encode_request(service, method, payload, timeout_nano, metadata)
@@ -396,15 +434,19 @@ class ClientCore:
             return None
         self.pending.remove(sid)
         if isinstance(frame, OversizedFrame):
-            return ResponseReceived(sid, Code.RESOURCE_EXHAUSTED,
-                                    f"response length {frame.length} exceeds maximum "
-                                    f"message size of {MAX_DATA}", b"")
+            return ResponseReceived(
+                sid,
+                Code.RESOURCE_EXHAUSTED,
+                f"response length {frame.length} exceeds maximum message size of {MAX_DATA}",
+                b"",
+            )
         resp = ttrpc_pb2.Response()
         try:
             resp.ParseFromString(frame.data)  # type: ignore[arg-type]  # any buffer
         except DecodeError:
-            return ResponseReceived(sid, Code.INTERNAL,
-                                    "malformed ttrpc response (protobuf decode failed)", b"")
+            return ResponseReceived(
+                sid, Code.INTERNAL, "malformed ttrpc response (protobuf decode failed)", b""
+            )
         if resp.HasField("status") and resp.status.code != 0:
             return ResponseReceived(sid, resp.status.code, resp.status.message, b"")
         return ResponseReceived(sid, 0, "", resp.payload)

@@ -109,8 +109,9 @@ class LazyMessages(Generic[_M]):
         self._count = 0
 
     @classmethod
-    def of(cls, message: type[_M], data: Encoded, fields: WireFields, number: int
-           ) -> LazyMessages[_M]:
+    def of(
+        cls, message: type[_M], data: Encoded, fields: WireFields, number: int
+    ) -> LazyMessages[_M]:
         """Field `number` of the encoded message `data` (`fields`: its fields)."""
         found = LazyMessages(message)
         found.add(data, fields.spans.get(number, array("q")))
@@ -136,4 +137,4 @@ class LazyMessages(Generic[_M]):
             with memoryview(data) as view:
                 for i in range(0, len(spans), 2):
                     # (protobuf's stubs say bytes; upb decodes any buffer, uncopied)
-                    yield decode(view[spans[i]:spans[i + 1]])  # type: ignore[arg-type]
+                    yield decode(view[spans[i] : spans[i + 1]])  # type: ignore[arg-type]

@@ -43,8 +43,7 @@ class CoreLogger:
             return
         import logging
 
-        getattr(logging.getLogger(self.name), level)(msg, *args, exc_info=exc_info,
-                                                     stacklevel=3)
+        getattr(logging.getLogger(self.name), level)(msg, *args, exc_info=exc_info, stacklevel=3)
 
     def debug(self, msg: str, *args: object, exc_info: bool = False) -> None:
         self._log("debug", msg, args, exc_info)

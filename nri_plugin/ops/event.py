@@ -53,8 +53,7 @@ def iso_time(created: float) -> str:
     """UTC, millisecond precision: 2026-11-29T08:45:38.312Z."""
     whole = int(created)
     if _second[0] != whole:  # a busy plugin logs many lines per second: format it once
-        _second[0], _second[1] = whole, time.strftime("%Y-%m-%dT%H:%M:%S",
-                                                       time.gmtime(whole))
+        _second[0], _second[1] = whole, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole))
     return f"{_second[1]}.{int((created - whole) * 1000):03d}Z"
 
 
@@ -131,12 +130,22 @@ def flatten(prefix: str, value: object, out: list) -> None:
         out.append(f"{prefix}={logfmt_value(value)}")
 
 
-def text_line(created: float, level: str, logger: str, msg: str, fields: "Mapping",
-              exc: str | None = None, journal: bool = False) -> str:
+def text_line(
+    created: float,
+    level: str,
+    logger: str,
+    msg: str,
+    fields: "Mapping",
+    exc: str | None = None,
+    journal: bool = False,
+) -> str:
     """One logfmt line (no newline). `journal`: no ts, a `<priority>` prefix instead."""
     pairs = [] if journal else [f"ts={iso_time(created)}"]
-    pairs += (f"level={logfmt_value(level)}", f"logger={logfmt_value(logger)}",
-              f"msg={logfmt_value(msg)}")
+    pairs += (
+        f"level={logfmt_value(level)}",
+        f"logger={logfmt_value(logger)}",
+        f"msg={logfmt_value(msg)}",
+    )
     for key, value in fields.items():
         flatten(key, value, pairs)
     if exc:
@@ -145,8 +154,9 @@ def text_line(created: float, level: str, logger: str, msg: str, fields: "Mappin
     return f"<{PRIORITY.get(level, 6)}>{line}" if journal else line
 
 
-def json_line(created: float, level: str, logger: str, msg: str, fields: "Mapping",
-              exc: str | None = None) -> str:
+def json_line(
+    created: float, level: str, logger: str, msg: str, fields: "Mapping", exc: str | None = None
+) -> str:
     """One JSON object (no newline); nested values (applied, warnings) stay structured."""
     import json  # only JSON lines pay for it (the hook's default is text)
 
@@ -195,18 +205,25 @@ class DecisionEvent(Value):
     """One container decision as the log shows it: enforced -> info, warned (soft SLA,
     something not applied) -> warning, refused (the container was not created) -> error."""
 
-    __slots__ = ("applied", "container", "error", "namespace", "outcome", "path", "pod",
-                 "warnings")
+    __slots__ = ("applied", "container", "error", "namespace", "outcome", "path", "pod", "warnings")
 
-    def __init__(self, namespace: str, pod: str, container: str, path: str, outcome: str,
-                 applied: "Mapping | None" = None, warnings: "Sequence[str]" = (),
-                 error: str | None = None) -> None:
+    def __init__(
+        self,
+        namespace: str,
+        pod: str,
+        container: str,
+        path: str,
+        outcome: str,
+        applied: "Mapping | None" = None,
+        warnings: "Sequence[str]" = (),
+        error: str | None = None,
+    ) -> None:
         if path not in PATHS:
-            raise LoggingSetupError(
-                f"decision path {path!r} is not one of {', '.join(PATHS)}")
+            raise LoggingSetupError(f"decision path {path!r} is not one of {', '.join(PATHS)}")
         if outcome not in OUTCOMES:
             raise LoggingSetupError(
-                f"decision outcome {outcome!r} is not one of {', '.join(OUTCOMES)}")
+                f"decision outcome {outcome!r} is not one of {', '.join(OUTCOMES)}"
+            )
         self.namespace = namespace
         self.pod = pod
         self.container = container
@@ -222,16 +239,22 @@ class DecisionEvent(Value):
 
     def fields(self) -> dict:
         """The event's key/values, in the order the line shows them."""
-        fields: dict = {"pod": f"{self.namespace}/{self.pod}", "container": self.container,
-                        "path": self.path, "outcome": self.outcome,
-                        "applied": dict(self.applied), "warnings": list(self.warnings)}
+        fields: dict = {
+            "pod": f"{self.namespace}/{self.pod}",
+            "container": self.container,
+            "path": self.path,
+            "outcome": self.outcome,
+            "applied": dict(self.applied),
+            "warnings": list(self.warnings),
+        }
         if self.error is not None:
             fields["error"] = self.error
         return fields
 
 
-def render_event(event: DecisionEvent, fmt: "LogFormat", created: float,
-                 journal: bool = False) -> str:
+def render_event(
+    event: DecisionEvent, fmt: "LogFormat", created: float, journal: bool = False
+) -> str:
     """The decision line (no newline) in `fmt` ("text" | "json") as of time `created`:
     what `text_line`/`json_line` make of the event's fields, the bytes
     `logsetup.log_decision` writes through a handler in that format."""
@@ -242,18 +265,22 @@ def render_event(event: DecisionEvent, fmt: "LogFormat", created: float,
     # flattened `applied` of a plan every replica shares (the plugin keeps that mapping);
     # the warnings joined as logfmt_value joins a list.
     warnings = event.warnings
-    line = (f"{_HEADS[level]} pod={logfmt_value(f'{event.namespace}/{event.pod}')} "
-            f"container={logfmt_value(event.container)} path={event.path} "
-            f"outcome={event.outcome} {_applied_text(event.applied)} warnings="
-            f"{logfmt_value('; '.join(map(str, warnings))) if warnings else _NO_WARNINGS}")
+    line = (
+        f"{_HEADS[level]} pod={logfmt_value(f'{event.namespace}/{event.pod}')} "
+        f"container={logfmt_value(event.container)} path={event.path} "
+        f"outcome={event.outcome} {_applied_text(event.applied)} warnings="
+        f"{logfmt_value('; '.join(map(str, warnings))) if warnings else _NO_WARNINGS}"
+    )
     if event.error is not None:
         line = f"{line} error={logfmt_value(event.error)}"
     return f"<{PRIORITY[level]}>{line}" if journal else f"ts={iso_time(created)} {line}"
 
 
 _NO_WARNINGS = logfmt_value("")  # most decisions
-_HEADS = {level: f"level={level} logger={LOGGER} msg={logfmt_value(MESSAGE)}"
-          for level in OUTCOME_LEVELS.values()}
+_HEADS = {
+    level: f"level={level} logger={LOGGER} msg={logfmt_value(MESSAGE)}"
+    for level in OUTCOME_LEVELS.values()
+}
 APPLIED_TEXT_LIMIT = 512  # remembered renderings of `applied` mappings
 # id(applied) -> (that mapping, kept so that its id stays its own; its text).
 _applied_texts: dict = {}

@@ -49,11 +49,20 @@ _POLL = 0.2  # seconds the loop waits for events (deadline checks, close)
 
 _PATHS: dict[str, Callable[[bool], tuple[int, bytes]]] = {
     "/healthz": lambda ready: (200, b"ok\n"),
-    "/readyz": lambda ready: ((200, b"ready: registered with the runtime\n") if ready
-                              else (503, b"not ready: not registered with the runtime\n")),
+    "/readyz": lambda ready: (
+        (200, b"ready: registered with the runtime\n")
+        if ready
+        else (503, b"not ready: not registered with the runtime\n")
+    ),
 }
-_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
-            431: "Request Header Fields Too Large", 503: "Service Unavailable"}
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    431: "Request Header Fields Too Large",
+    503: "Service Unavailable",
+}
 
 
 def answer(head: bytes, ready: bool) -> bytes:
@@ -73,9 +82,11 @@ def answer(head: bytes, ready: bool) -> bytes:
 
 
 def _response(code: int, body: bytes, *, head: bool) -> bytes:
-    return (f"HTTP/1.1 {code} {_REASONS[code]}\r\nServer: nri-sla/{__version__}\r\n"
-            f"Content-Type: text/plain; charset=utf-8\r\nContent-Length: {len(body)}\r\n"
-            "Connection: close\r\n\r\n").encode() + (b"" if head else body)
+    return (
+        f"HTTP/1.1 {code} {_REASONS[code]}\r\nServer: nri-sla/{__version__}\r\n"
+        f"Content-Type: text/plain; charset=utf-8\r\nContent-Length: {len(body)}\r\n"
+        "Connection: close\r\n\r\n"
+    ).encode() + (b"" if head else body)
 
 
 @dataclass
@@ -87,8 +98,14 @@ class _Pending:
 class HealthServer:
     """A running probe listener; `close()` stops it."""
 
-    def __init__(self, listen: ListenAddress, ready: Callable[[], bool], *,
-                 max_pending: int = MAX_PENDING, deadline: float = HEAD_DEADLINE) -> None:
+    def __init__(
+        self,
+        listen: ListenAddress,
+        ready: Callable[[], bool],
+        *,
+        max_pending: int = MAX_PENDING,
+        deadline: float = HEAD_DEADLINE,
+    ) -> None:
         family = socket.AF_INET6 if ":" in listen.host else socket.AF_INET
         self._sock = socket.socket(family, socket.SOCK_STREAM)
         try:
@@ -203,9 +220,13 @@ class HealthServer:
         conn.close()
 
 
-def start_health_server(address: str, ready: Callable[[], bool], *,
-                        max_pending: int = MAX_PENDING,
-                        deadline: float = HEAD_DEADLINE) -> HealthServer | None:
+def start_health_server(
+    address: str,
+    ready: Callable[[], bool],
+    *,
+    max_pending: int = MAX_PENDING,
+    deadline: float = HEAD_DEADLINE,
+) -> HealthServer | None:
     """Serve /healthz and /readyz on `address`; "" disables (returns None). Raises
     MetricsError for a malformed address and OSError when it cannot bind."""
     listen = parse_address(address, "health address")

@@ -50,8 +50,13 @@ class InvolvedPod:
     container: str = ""
 
     def reference(self) -> dict[str, str]:
-        ref = {"apiVersion": "v1", "kind": "Pod", "namespace": self.namespace,
-               "name": self.name, "uid": self.uid}
+        ref = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "namespace": self.namespace,
+            "name": self.name,
+            "uid": self.uid,
+        }
         if self.container:
             ref["fieldPath"] = f"spec.containers{{{self.container}}}"
         return ref
@@ -62,45 +67,70 @@ def timestamp(seconds: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
 
 
-def make_event(pod: InvolvedPod, event_type: str, reason: str, message: str, *,
-               host: str, now: float) -> dict[str, Any]:
+def make_event(
+    pod: InvolvedPod, event_type: str, reason: str, message: str, *, host: str, now: float
+) -> dict[str, Any]:
     """One new Event object (count 1) about `pod`, from nri-sla on node `host`."""
     if event_type not in EVENT_TYPES:
-        raise ProgrammingError(f"event type {event_type!r} is not one of "
-                               f"{', '.join(EVENT_TYPES)}")
+        raise ProgrammingError(f"event type {event_type!r} is not one of {', '.join(EVENT_TYPES)}")
     if len(message) > MESSAGE_LIMIT:
-        message = message[:MESSAGE_LIMIT - 3] + "..."
+        message = message[: MESSAGE_LIMIT - 3] + "..."
     stamp = timestamp(now)
     suffix = f".{int(now * 1e9):x}"
     return {
-        "apiVersion": "v1", "kind": "Event",
-        "metadata": {"name": pod.name[:NAME_LIMIT - len(suffix)] + suffix,
-                     "namespace": pod.namespace},
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {
+            "name": pod.name[: NAME_LIMIT - len(suffix)] + suffix,
+            "namespace": pod.namespace,
+        },
         "involvedObject": pod.reference(),
-        "reason": reason, "message": message, "type": event_type,
+        "reason": reason,
+        "message": message,
+        "type": event_type,
         "source": {"component": COMPONENT, "host": host},
-        "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
-        "reportingComponent": COMPONENT, "reportingInstance": host,
+        "firstTimestamp": stamp,
+        "lastTimestamp": stamp,
+        "count": 1,
+        "reportingComponent": COMPONENT,
+        "reportingInstance": host,
     }
 
 
 def _object_key(event: dict[str, Any]) -> tuple[str, ...]:
     source, obj = event["source"], event["involvedObject"]
-    return (source["component"], source["host"], obj["kind"], obj["namespace"], obj["name"],
-            obj["uid"], obj["apiVersion"])
+    return (
+        source["component"],
+        source["host"],
+        obj["kind"],
+        obj["namespace"],
+        obj["name"],
+        obj["uid"],
+        obj["apiVersion"],
+    )
 
 
 def _event_key(event: dict[str, Any]) -> tuple[str, ...]:
     """The same event: its object (with the container), type, reason and message."""
-    return (*_object_key(event), event["involvedObject"].get("fieldPath", ""),
-            event["type"], event["reason"], event["message"])
+    return (
+        *_object_key(event),
+        event["involvedObject"].get("fieldPath", ""),
+        event["type"],
+        event["reason"],
+        event["message"],
+    )
 
 
 def _aggregate_key(event: dict[str, Any]) -> tuple[str, ...]:
     """Similar events: the same but for the message (nor the container: the kubelet's
     key leaves the field path out too)."""
-    return (*_object_key(event), event["type"], event["reason"],
-            event["reportingComponent"], event["reportingInstance"])
+    return (
+        *_object_key(event),
+        event["type"],
+        event["reason"],
+        event["reportingComponent"],
+        event["reportingInstance"],
+    )
 
 
 class TokenBucket:
@@ -162,8 +192,9 @@ class Correlator:
     one process sends. `clock`: monotonic, for the windows and buckets. Used by one
     thread."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic,
-                 entries: int = CACHE_ENTRIES) -> None:
+    def __init__(
+        self, clock: Callable[[], float] = time.monotonic, entries: int = CACHE_ENTRIES
+    ) -> None:
         self.clock = clock
         self._similar = _Lru(entries)  # aggregate key -> [messages, last seen]
         self._seen = _Lru(entries)  # event key -> (count, firstTimestamp, name)
@@ -201,9 +232,16 @@ class Correlator:
         count, first, name = seen
         count += 1
         self._seen.put(key, (count, first, name))
-        event = {**event, "metadata": {**event["metadata"], "name": name},
-                 "firstTimestamp": first, "count": count}
+        event = {
+            **event,
+            "metadata": {**event["metadata"], "name": name},
+            "firstTimestamp": first,
+            "count": count,
+        }
         # What the kubelet's two-way merge patch holds: the fields a repeat changes.
-        patch = {"count": count, "lastTimestamp": event["lastTimestamp"],
-                 "message": event["message"]}
+        patch = {
+            "count": count,
+            "lastTimestamp": event["lastTimestamp"],
+            "message": event["message"],
+        }
         return Correlated(event, patch)

@@ -52,8 +52,9 @@ class ApiServer:
     ca_path: str
 
     @classmethod
-    def in_cluster(cls, service_account: str,
-                   environ: Mapping[str, str] = os.environ) -> ApiServer | None:
+    def in_cluster(
+        cls, service_account: str, environ: Mapping[str, str] = os.environ
+    ) -> ApiServer | None:
         """The pod's API server and service account; None outside a pod (no
         KUBERNETES_SERVICE_HOST, or no token in `service_account`)."""
         host = environ.get("KUBERNETES_SERVICE_HOST", "")
@@ -82,9 +83,14 @@ class ApiClient:
         self.server = server
         self._urllib3 = urllib3
         self._pool = urllib3.HTTPSConnectionPool(
-            server.host, server.port, maxsize=1, ca_certs=server.ca_path,
-            cert_reqs="CERT_REQUIRED", retries=False,
-            timeout=urllib3.Timeout(connect=timeout[0], read=timeout[1]))
+            server.host,
+            server.port,
+            maxsize=1,
+            ca_certs=server.ca_path,
+            cert_reqs="CERT_REQUIRED",
+            retries=False,
+            timeout=urllib3.Timeout(connect=timeout[0], read=timeout[1]),
+        )
 
     def send(self, correlated: Correlated) -> str:
         """Create or patch the event; returns "created" or "patched". A patch of an event
@@ -92,8 +98,12 @@ class ApiClient:
         event = correlated.event
         path = f"/api/v1/namespaces/{quote(event['metadata']['namespace'], safe='')}/events"
         if correlated.patch is not None:
-            status = self._request("PATCH", f"{path}/{quote(event['metadata']['name'], safe='')}",
-                                   correlated.patch, "application/strategic-merge-patch+json")
+            status = self._request(
+                "PATCH",
+                f"{path}/{quote(event['metadata']['name'], safe='')}",
+                correlated.patch,
+                "application/strategic-merge-patch+json",
+            )
             if status != 404:
                 return "patched"
         self._request("POST", path, event, "application/json")
@@ -105,12 +115,17 @@ class ApiClient:
                 token = file.read().strip()
         except OSError as exc:
             raise RequestFailed("token", f"service account token: {exc}") from exc
-        headers = {"Authorization": f"Bearer {token}", "Content-Type": content_type,
-                   "Accept": "application/json", "User-Agent": "nri-sla"}
+        headers = {
+            "Authorization": f"Bearer {token}",
+            "Content-Type": content_type,
+            "Accept": "application/json",
+            "User-Agent": "nri-sla",
+        }
         exceptions = self._urllib3.exceptions
         try:
-            answer = self._pool.request(method, path, body=json.dumps(body).encode(),
-                                        headers=headers)
+            answer = self._pool.request(
+                method, path, body=json.dumps(body).encode(), headers=headers
+            )
         except exceptions.NewConnectionError as exc:  # (urllib3 files it under timeouts)
             raise RequestFailed("unreachable", f"{method} {path}: {exc}") from exc
         except (exceptions.TimeoutError, TimeoutError) as exc:
@@ -127,11 +142,19 @@ class ApiClient:
 class EventRecorder:
     """Events about pods, sent in the background (see the module's docstring)."""
 
-    def __init__(self, server: ApiServer, metrics: MetricsSink, *, host: str,
-                 queue_size: int, qps: float, burst: int,
-                 timeout: tuple[float, float] = TIMEOUT,
-                 wall: Callable[[], float] = time.time,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        server: ApiServer,
+        metrics: MetricsSink,
+        *,
+        host: str,
+        queue_size: int,
+        qps: float,
+        burst: int,
+        timeout: tuple[float, float] = TIMEOUT,
+        wall: Callable[[], float] = time.time,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.server = server
         self.metrics = metrics
         self.host = host
@@ -145,8 +168,7 @@ class EventRecorder:
         self._thread = threading.Thread(target=self._run, name="nri-sla-events", daemon=True)
         self._thread.start()
 
-    def record(self, pod: InvolvedPod, event_type: str, reason: str, message: Message
-               ) -> None:
+    def record(self, pod: InvolvedPod, event_type: str, reason: str, message: Message) -> None:
         """Queue one event; never waits (a full queue drops it, counted)."""
         try:
             self._queue.put_nowait((pod, event_type, reason, message, self.wall()))
@@ -185,11 +207,20 @@ class EventRecorder:
             finally:
                 self._queue.task_done()
 
-    def _send(self, client: ApiClient, correlator: Correlator, pod: InvolvedPod,
-              event_type: str, reason: str, message: Message, at: float) -> None:
+    def _send(
+        self,
+        client: ApiClient,
+        correlator: Correlator,
+        pod: InvolvedPod,
+        event_type: str,
+        reason: str,
+        message: Message,
+        at: float,
+    ) -> None:
         text = message if isinstance(message, str) else message()
-        correlated = correlator.correlate(make_event(pod, event_type, reason, text,
-                                                     host=self.host, now=at))
+        correlated = correlator.correlate(
+            make_event(pod, event_type, reason, text, host=self.host, now=at)
+        )
         if correlated is None:
             self.metrics.record_event("dropped", "rate_limited")
             return

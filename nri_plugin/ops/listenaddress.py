@@ -26,13 +26,12 @@ def parse_address(address: str, what: str = "metrics address") -> ListenAddress 
     host, sep, port_text = address.rpartition(":")
     if not sep:
         raise MetricsError(
-            f"{what} {address!r} must be HOST:PORT, :PORT or [IPv6]:PORT "
-            "(\"\" disables the server)")
+            f'{what} {address!r} must be HOST:PORT, :PORT or [IPv6]:PORT ("" disables the server)'
+        )
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
     elif ":" in host:
-        raise MetricsError(f"{what} {address!r}: put an IPv6 host in brackets, "
-                           "e.g. [::1]:9477")
+        raise MetricsError(f"{what} {address!r}: put an IPv6 host in brackets, e.g. [::1]:9477")
     if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
         raise MetricsError(f"{what} {address!r}: port must be 0..65535")
     return ListenAddress(host=host or "0.0.0.0", port=int(port_text))

@@ -87,9 +87,15 @@ class TextFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         exc = self.formatException(record.exc_info) if record.exc_info else None
-        return text_line(record.created, record.levelname.lower(), record.name,
-                         record.getMessage(), getattr(record, "fields", {}), exc,
-                         journal=self.journald)
+        return text_line(
+            record.created,
+            record.levelname.lower(),
+            record.name,
+            record.getMessage(),
+            getattr(record, "fields", {}),
+            exc,
+            journal=self.journald,
+        )
 
 
 class JsonFormatter(logging.Formatter):
@@ -97,8 +103,14 @@ class JsonFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         exc = self.formatException(record.exc_info) if record.exc_info else None
-        return json_line(record.created, record.levelname.lower(), record.name,
-                         record.getMessage(), getattr(record, "fields", {}), exc)
+        return json_line(
+            record.created,
+            record.levelname.lower(),
+            record.name,
+            record.getMessage(),
+            getattr(record, "fields", {}),
+            exc,
+        )
 
 
 # -- set-up ---------------------------------------------------------------------------------
@@ -118,9 +130,12 @@ class OwnHandler(logging.StreamHandler):
         super().flush()
 
 
-def setup_logging(format: LogFormat = "text", level: str | int = "info",
-                  stream: TextIO | None = None, defer_decisions: bool = False
-                  ) -> logging.Logger:
+def setup_logging(
+    format: LogFormat = "text",
+    level: str | int = "info",
+    stream: TextIO | None = None,
+    defer_decisions: bool = False,
+) -> logging.Logger:
     """Send the `nri_plugin` logger tree to `stream` (stderr) in `format`. Calling it again
     replaces the previous handler instead of duplicating lines. `defer_decisions`: decision
     lines made while an event loop runs are written at the end of its turn (the module's
@@ -129,8 +144,9 @@ def setup_logging(format: LogFormat = "text", level: str | int = "info",
         raise LoggingSetupError(f"log format {format!r} is not one of {', '.join(FORMATS)}")
     levelno = _level(level)
     stream = stream if stream is not None else sys.stderr
-    formatter: logging.Formatter = (JsonFormatter() if format == "json"
-                                    else TextFormatter(journald=journald_stream(stream)))
+    formatter: logging.Formatter = (
+        JsonFormatter() if format == "json" else TextFormatter(journald=journald_stream(stream))
+    )
     handler = OwnHandler(stream)
     handler.setFormatter(formatter)
     _write_waiting()  # lines decided before: where they would have gone
@@ -211,8 +227,7 @@ def _write_waiting() -> None:
         _write_decision(*waiting)
 
 
-def _write_decision(event: DecisionEvent, created: float,
-                    logger: logging.Logger | None) -> None:
+def _write_decision(event: DecisionEvent, created: float, logger: logging.Logger | None) -> None:
     logger = logger or _DECISIONS
     level = _LEVELNO[event.level]
     if not logger.isEnabledFor(level):
@@ -224,15 +239,15 @@ def _write_decision(event: DecisionEvent, created: float,
     for handler in handlers:
         formatter = handler.formatter
         journal = isinstance(formatter, TextFormatter) and formatter.journald
-        line = render_event(event, "json" if isinstance(formatter, JsonFormatter) else "text",
-                            created, journal)
+        line = render_event(
+            event, "json" if isinstance(formatter, JsonFormatter) else "text", created, journal
+        )
         with handler.lock:  # type: ignore[union-attr]  # StreamHandler always has one
             try:
                 handler.stream.write(line + handler.terminator)
                 handler.stream.flush()
             except Exception:  # as StreamHandler.emit: reported, never raised
-                handler.handleError(logger.makeRecord(logger.name, level, "", 0, MESSAGE,
-                                                      (), None))
+                handler.handleError(logger.makeRecord(logger.name, level, "", 0, MESSAGE, (), None))
 
 
 _LEVELNO = {name: getattr(logging, name.upper()) for name in LEVELS}

@@ -32,8 +32,19 @@ OUTCOMES = ("enforced", "refused", "warned")
 # Why, in one word: "ok" for a clean enforcement; the others name the failing stage.
 # The `reason` of nri_plugin.errors.SlaFailure and its subclasses (a plan's shortfalls,
 # "invalid" for bad input, "cgroup" for a write the kernel refused, "internal").
-REASONS = ("ok", "policy", "limit", "invalid", "unsupported", "placement", "device",
-           "budget", "conflict", "cgroup", "internal")
+REASONS = (
+    "ok",
+    "policy",
+    "limit",
+    "invalid",
+    "unsupported",
+    "placement",
+    "device",
+    "budget",
+    "conflict",
+    "cgroup",
+    "internal",
+)
 # Why Synchronize did not take a container's `applied` record (nri_plugin.plan.record,
 # nri_plugin.core.nodestate): not written by nri-sla for that container, malformed,
 # granting what the node config does not allow, or claiming what an earlier one holds.
@@ -60,8 +71,8 @@ _EVENT_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
 
 # Latency buckets (seconds) around the runtime's 2 s request timeout: the interesting
 # range is sub-millisecond to a few hundred ms.
-REQUEST_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
-                   2.0, 5.0)
+REQUEST_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0)
+
 
 class MetricsError(InvalidInput, ValueError):
     """A label value or server address that the metrics layer does not accept (an
@@ -209,7 +220,8 @@ class Metrics:
         self._drift_series()
         self._event_series()
         self.build_info = self._gauge(
-            "build_info", "Always 1; the version label says which nri-sla runs", ["version"])
+            "build_info", "Always 1; the version label says which nri-sla runs", ["version"]
+        )
         self.build_info.labels(version=__version__).set(1)
 
     def _counter(self, name: str, help_text: str, labels: Iterable[str] = ()) -> Counter:
@@ -226,71 +238,98 @@ class Metrics:
         from prometheus_client import Histogram
 
         self.decisions = self._counter(
-            "decisions", "SLA decisions per container, by outcome and reason",
-            ["outcome", "reason"])
+            "decisions", "SLA decisions per container, by outcome and reason", ["outcome", "reason"]
+        )
         self.request_seconds = Histogram(
-            "request_seconds", "Time spent handling one runtime request or hook run",
-            ["event"], namespace=NAMESPACE, registry=self.registry, buckets=REQUEST_BUCKETS)
+            "request_seconds",
+            "Time spent handling one runtime request or hook run",
+            ["event"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+            buckets=REQUEST_BUCKETS,
+        )
         # Label children by their label values: prometheus_client's labels() validates
         # and locks on every call, which costs the CreateContainer path a few µs each.
         self._decision_children: dict[tuple[str, str], Any] = {}
         self._latency_children: dict[str, Any] = {}
         # Pre-create the label sets of the usual outcomes so that dashboards and
         # `rate()` see zeros instead of missing series before the first decision.
-        for outcome, reason in (("enforced", "ok"), ("refused", "policy"),
-                                ("refused", "invalid"), ("warned", "unsupported")):
+        for outcome, reason in (
+            ("enforced", "ok"),
+            ("refused", "policy"),
+            ("refused", "invalid"),
+            ("warned", "unsupported"),
+        ):
             self.decisions.labels(outcome=outcome, reason=reason)
 
     def _holding_series(self) -> None:
         self.gpus_in_use = self._gauge(
-            "gpus_in_use", "GPUs that live containers were granted (every holder counts)")
+            "gpus_in_use", "GPUs that live containers were granted (every holder counts)"
+        )
         self.gpus_shared = self._gauge(
-            "gpus_shared", "GPUs (and MIG devices) that two or more live containers can "
+            "gpus_shared",
+            "GPUs (and MIG devices) that two or more live containers can "
             "open, replicas shared by design (time-slicing, MPS) left out: the kubelet's "
-            "or an old record's doing, never nri-sla's")
+            "or an old record's doing, never nri-sla's",
+        )
         self.gpus_missing = self._gauge(
-            "gpus_missing", "GPUs containers hold that the inventory no longer lists "
-            "(fallen off the bus, driver gone): never handed out again while held")
+            "gpus_missing",
+            "GPUs containers hold that the inventory no longer lists "
+            "(fallen off the bus, driver gone): never handed out again while held",
+        )
         self.gpu_healthy = self._gauge(
-            "gpu_healthy", "Each GPU's health: 1 healthy, 0 unhealthy (lost, critical XID), "
+            "gpu_healthy",
+            "Each GPU's health: 1 healthy, 0 unhealthy (lost, critical XID), "
             "-1 unknown (NVML could not read it); only healthy GPUs go to new containers",
-            ["gpu", "index"])
+            ["gpu", "index"],
+        )
         self._gpu_labels: set[tuple[str, str]] = set()  # the GPU series set last time
         self.exclusive_cpus_in_use = self._gauge(
-            "exclusive_cpus_in_use", "CPUs currently given exclusively to containers")
+            "exclusive_cpus_in_use", "CPUs currently given exclusively to containers"
+        )
 
     def _connection_series(self) -> None:
-        self.connected = self._gauge(
-            "connected", "1 while connected to the runtime's NRI socket")
-        self.registered = self._gauge(
-            "registered", "1 while registered with the runtime (ready)")
+        self.connected = self._gauge("connected", "1 while connected to the runtime's NRI socket")
+        self.registered = self._gauge("registered", "1 while registered with the runtime (ready)")
         self._registered = False  # what /readyz answers from
         self.connect_attempts = self._counter(
-            "connect_attempts", "Attempts to connect to the runtime's NRI socket (each "
-            "retry counts; growing while `registered` is 0: the runtime is unreachable)")
+            "connect_attempts",
+            "Attempts to connect to the runtime's NRI socket (each "
+            "retry counts; growing while `registered` is 0: the runtime is unreachable)",
+        )
         self.reconnects = self._counter(
-            "reconnects", "Connections to the runtime made after the first one")
+            "reconnects", "Connections to the runtime made after the first one"
+        )
 
     def _record_series(self) -> None:
         self.records_rejected = self._counter(
-            "records_rejected", "applied records Synchronize ignored, by problem",
-            ["problem"])
+            "records_rejected", "applied records Synchronize ignored, by problem", ["problem"]
+        )
         for problem in RECORD_PROBLEMS:
             self.records_rejected.labels(problem=problem)
         self.records_out_of_policy = self._counter(
-            "records_out_of_policy", "applied records Synchronize took although the node "
-            "config no longer allows what they grant (the pod should be drained)")
+            "records_out_of_policy",
+            "applied records Synchronize took although the node "
+            "config no longer allows what they grant (the pod should be drained)",
+        )
         self.unenforced = self._counter(
-            "unenforced_containers", "Containers found at Synchronize that asked an SLA but "
-            "were created while nri-sla was not registered (each counted once)")
+            "unenforced_containers",
+            "Containers found at Synchronize that asked an SLA but "
+            "were created while nri-sla was not registered (each counted once)",
+        )
 
     def _drift_series(self) -> None:
         self.drift_detected = self._counter(
-            "drift_detected", "Enforced values found changed behind nri-sla's back, once "
-            "per change, by cgroup controller", ["kind"])
+            "drift_detected",
+            "Enforced values found changed behind nri-sla's back, once "
+            "per change, by cgroup controller",
+            ["kind"],
+        )
         self.drift_repairs = self._counter(
-            "drift_repairs", "Repairs of drifted values (hard mode), by controller and "
-            "outcome", ["kind", "outcome"])
+            "drift_repairs",
+            "Repairs of drifted values (hard mode), by controller and outcome",
+            ["kind", "outcome"],
+        )
         for kind in DRIFT_KINDS:
             self.drift_detected.labels(kind=kind)
             for outcome in REPAIR_OUTCOMES:
@@ -298,15 +337,17 @@ class Metrics:
 
     def _event_series(self) -> None:
         label = {"sent": "verb", "failed": "reason", "dropped": "reason"}
-        helps = {"sent": "Kubernetes Events the API server took, by verb (created, or a "
-                         "repeat's count patched)",
-                 "failed": "Requests for Kubernetes Events the API server did not take, "
-                           "by reason",
-                 "dropped": "Kubernetes Events never sent, by reason (queue full, over the "
-                            "per-pod rate, request failed)"}
-        self.events = {result: self._counter(f"events_{result}", helps[result],
-                                             [label[result]])
-                       for result in EVENT_REASONS}
+        helps = {
+            "sent": "Kubernetes Events the API server took, by verb (created, or a "
+            "repeat's count patched)",
+            "failed": "Requests for Kubernetes Events the API server did not take, by reason",
+            "dropped": "Kubernetes Events never sent, by reason (queue full, over the "
+            "per-pod rate, request failed)",
+        }
+        self.events = {
+            result: self._counter(f"events_{result}", helps[result], [label[result]])
+            for result in EVENT_REASONS
+        }
         for result, reasons in EVENT_REASONS.items():
             for reason in reasons:
                 self.events[result].labels(reason)
@@ -315,22 +356,22 @@ class Metrics:
     def record_decision(self, outcome: str, reason: str = "ok") -> None:
         """Count one container decision. Raises MetricsError on an unknown label."""
         if outcome not in OUTCOMES:
-            raise MetricsError(
-                f"decision outcome {outcome!r} is not one of {', '.join(OUTCOMES)}")
+            raise MetricsError(f"decision outcome {outcome!r} is not one of {', '.join(OUTCOMES)}")
         if reason not in REASONS:
-            raise MetricsError(
-                f"decision reason {reason!r} is not one of {', '.join(REASONS)}")
+            raise MetricsError(f"decision reason {reason!r} is not one of {', '.join(REASONS)}")
         child = self._decision_children.get((outcome, reason))
         if child is None:
             child = self._decision_children[outcome, reason] = self.decisions.labels(
-                outcome=outcome, reason=reason)
+                outcome=outcome, reason=reason
+            )
         child.inc()
 
     def record_rejected(self, problem: str) -> None:
         """Count one ignored record. Raises MetricsError on an unknown problem."""
         if problem not in RECORD_PROBLEMS:
             raise MetricsError(
-                f"record problem {problem!r} is not one of {', '.join(RECORD_PROBLEMS)}")
+                f"record problem {problem!r} is not one of {', '.join(RECORD_PROBLEMS)}"
+            )
         self.records_rejected.labels(problem=problem).inc()
 
     def record_out_of_policy(self) -> None:
@@ -447,12 +488,11 @@ def _check_event(event: str) -> None:
     if not isinstance(event, str) or not _EVENT_RE.match(event):
         raise MetricsError(
             f"event label {event!r} must be an identifier like CreateContainer "
-            "(letters, digits, _; at most 64)")
+            "(letters, digits, _; at most 64)"
+        )
 
 
 def _count(n: int, what: str) -> int:
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
         raise MetricsError(f"{what} must be a non-negative integer, got {n!r}")
     return n
-
-

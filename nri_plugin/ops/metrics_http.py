@@ -42,8 +42,10 @@ MAX_CONNECTIONS = 16  # served at once (one thread each)
 CONNECTION_DEADLINE = 10.0  # seconds from accept to close, request and answer included
 IO_TIMEOUT = 5.0  # seconds one read or write may block
 _BUSY_BODY = b"busy: too many connections; retry later\n"
-_BUSY = (b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
-         b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(_BUSY_BODY), _BUSY_BODY))
+_BUSY = (
+    b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
+    b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(_BUSY_BODY), _BUSY_BODY)
+)
 
 
 class Exposed(Protocol):
@@ -66,9 +68,14 @@ class _Server(ThreadingHTTPServer):
     # accepted and answered 503; socketserver's default of 5 would drop their SYNs.
     request_queue_size = 64
 
-    def __init__(self, listen: ListenAddress, metrics: Exposed, *,
-                 max_connections: int = MAX_CONNECTIONS,
-                 deadline: float = CONNECTION_DEADLINE) -> None:
+    def __init__(
+        self,
+        listen: ListenAddress,
+        metrics: Exposed,
+        *,
+        max_connections: int = MAX_CONNECTIONS,
+        deadline: float = CONNECTION_DEADLINE,
+    ) -> None:
         if ":" in listen.host:
             self.address_family = socket.AF_INET6
         self.metrics = metrics
@@ -149,11 +156,9 @@ class _Handler(BaseHTTPRequestHandler):
             if metrics.is_registered:
                 self._reply(200, self._PLAIN, b"ready: registered with the runtime\n", head)
             else:
-                self._reply(503, self._PLAIN,
-                            b"not ready: not registered with the runtime\n", head)
+                self._reply(503, self._PLAIN, b"not ready: not registered with the runtime\n", head)
         else:
-            self._reply(404, self._PLAIN, b"not found: try /metrics, /healthz, /readyz\n",
-                        head)
+            self._reply(404, self._PLAIN, b"not found: try /metrics, /healthz, /readyz\n", head)
 
     def _reply(self, code: int, content_type: str, body: bytes, head: bool) -> None:
         self.send_response(code)
@@ -173,8 +178,12 @@ class MetricsServer:
 
     def __init__(self, server: _Server) -> None:
         self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, name="nri-sla-metrics",
-                                        kwargs={"poll_interval": 0.2}, daemon=True)
+        self._thread = threading.Thread(
+            target=server.serve_forever,
+            name="nri-sla-metrics",
+            kwargs={"poll_interval": 0.2},
+            daemon=True,
+        )
         self._thread.start()
 
     @property
@@ -197,13 +206,18 @@ class MetricsServer:
         self.close()
 
 
-def start_http_server(metrics: Exposed, address: str, *,
-                      max_connections: int = MAX_CONNECTIONS,
-                      deadline: float = CONNECTION_DEADLINE) -> MetricsServer | None:
+def start_http_server(
+    metrics: Exposed,
+    address: str,
+    *,
+    max_connections: int = MAX_CONNECTIONS,
+    deadline: float = CONNECTION_DEADLINE,
+) -> MetricsServer | None:
     """Serve /metrics, /healthz and /readyz on `address`; "" disables (returns None).
     Raises MetricsError for a malformed address and OSError when it cannot bind."""
     listen = parse_address(address)
     if listen is None:
         return None
-    return MetricsServer(_Server(listen, metrics, max_connections=max_connections,
-                                 deadline=deadline))
+    return MetricsServer(
+        _Server(listen, metrics, max_connections=max_connections, deadline=deadline)
+    )

@@ -32,8 +32,14 @@ _MESSAGE_CHARS = 120  # of the last error's text, which a peer may influence
 class PeerErrorLog:
     """Counts failed connections of one listener; logs them at most once per interval."""
 
-    def __init__(self, logger: logging.Logger, listener: str, *, interval: float = INTERVAL,
-                 clock: Callable[[], float] = monotonic) -> None:
+    def __init__(
+        self,
+        logger: logging.Logger,
+        listener: str,
+        *,
+        interval: float = INTERVAL,
+        clock: Callable[[], float] = monotonic,
+    ) -> None:
         self.logger = logger
         self.listener = listener
         self.interval = interval
@@ -63,7 +69,13 @@ class PeerErrorLog:
             kinds, self._kinds = self._kinds, {}
             last, self._last_error = self._last_error, ""
             self._logged_at = now
-        log_event(self.logger, logging.WARNING, "HTTP connections failed",
-                  listener=self.listener, count=sum(kinds.values()),
-                  errors=",".join(f"{k}:{n}" for k, n in sorted(kinds.items())),
-                  last_error=last, every_seconds=self.interval)
+        log_event(
+            self.logger,
+            logging.WARNING,
+            "HTTP connections failed",
+            listener=self.listener,
+            count=sum(kinds.values()),
+            errors=",".join(f"{k}:{n}" for k, n in sorted(kinds.items())),
+            last_error=last,
+            every_seconds=self.interval,
+        )

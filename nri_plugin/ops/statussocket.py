@@ -45,16 +45,19 @@ def _prepare(path: str) -> None:
     except FileNotFoundError:
         return
     if not stat.S_ISSOCK(st.st_mode):
-        raise Unavailable(f"status socket {path} exists and is not a socket; remove it or "
-                          "set status.socket elsewhere")
+        raise Unavailable(
+            f"status socket {path} exists and is not a socket; remove it or "
+            "set status.socket elsewhere"
+        )
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
         probe.settimeout(1.0)
         try:
             probe.connect(path)
         except OSError:
             return  # stale: left by an earlier run; replaced below
-    raise Unavailable(f"status socket {path} is served by another process (is nri-sla "
-                      "already running?)")
+    raise Unavailable(
+        f"status socket {path} is served by another process (is nri-sla already running?)"
+    )
 
 
 def bind_socket(path: str) -> socket.socket:
@@ -87,8 +90,7 @@ class StatusServer:
         self._sock.settimeout(0.5)  # accept() wakes up to see close()
         self._uid = os.geteuid()
         self._closed = False
-        self._thread = threading.Thread(target=self._serve, name="nri-sla-status",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._serve, name="nri-sla-status", daemon=True)
         self._thread.start()
 
     def _serve(self) -> None:
@@ -145,11 +147,9 @@ def read_status(path: str, timeout: float = BUILD_TIMEOUT + WRITE_TIMEOUT) -> di
         except (FileNotFoundError, ConnectionRefusedError):
             raise Unavailable(f"nri-sla is not running (nothing serves {path})") from None
         except PermissionError:
-            raise Unavailable(f"permission denied on {path}: nri-sla status is root only"
-                              ) from None
+            raise Unavailable(f"permission denied on {path}: nri-sla status is root only") from None
         except OSError as exc:
-            raise Unavailable(f"cannot reach nri-sla at {path}: {exc.strerror or exc}"
-                              ) from None
+            raise Unavailable(f"cannot reach nri-sla at {path}: {exc.strerror or exc}") from None
         chunks, size = [], 0
         try:
             while size <= MAX_ANSWER:
@@ -159,8 +159,7 @@ def read_status(path: str, timeout: float = BUILD_TIMEOUT + WRITE_TIMEOUT) -> di
                 chunks.append(chunk)
                 size += len(chunk)
         except TimeoutError:
-            raise Unavailable(f"nri-sla did not answer within {timeout:g}s on {path}"
-                              ) from None
+            raise Unavailable(f"nri-sla did not answer within {timeout:g}s on {path}") from None
     try:
         document = json.loads(b"".join(chunks))
     except ValueError:

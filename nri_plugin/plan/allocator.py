@@ -59,8 +59,12 @@ class InventoryChange:
 class Allocator:
     """Node-wide GPU / MIG / exclusive-CPU ownership. All public methods are thread-safe."""
 
-    def __init__(self, topology: Topology, inventory: GpuInventory,
-                 reserved_cpus: Iterable[int] = frozenset()) -> None:
+    def __init__(
+        self,
+        topology: Topology,
+        inventory: GpuInventory,
+        reserved_cpus: Iterable[int] = frozenset(),
+    ) -> None:
         self._reserved = frozenset(reserved_cpus)
         self.layout = NodeLayout.of(topology, inventory, self._reserved)
         self._listed = frozenset(g.identity for g in inventory.gpus)
@@ -99,7 +103,8 @@ class Allocator:
                 self._snapshot = Holdings(
                     gpus={i: dict(h) for i, h in self._gpu_holders.items() if h},
                     migs={u: dict(h) for u, h in self._mig_holders.items() if h},
-                    exclusive_cpus=frozenset(self._cpu_owner))
+                    exclusive_cpus=frozenset(self._cpu_owner),
+                )
             return self._snapshot
 
     def _holdings_but(self, owner: str) -> Holdings:
@@ -107,11 +112,18 @@ class Allocator:
         if owner not in self._placements:
             return self.holdings()
         return Holdings(
-            gpus={i: {o: k for o, k in h.items() if o != owner}
-                  for i, h in self._gpu_holders.items() if h.keys() - {owner}},
-            migs={u: {o: k for o, k in h.items() if o != owner}
-                  for u, h in self._mig_holders.items() if h.keys() - {owner}},
-            exclusive_cpus=frozenset(c for c, o in self._cpu_owner.items() if o != owner))
+            gpus={
+                i: {o: k for o, k in h.items() if o != owner}
+                for i, h in self._gpu_holders.items()
+                if h.keys() - {owner}
+            },
+            migs={
+                u: {o: k for o, k in h.items() if o != owner}
+                for u, h in self._mig_holders.items()
+                if h.keys() - {owner}
+            },
+            exclusive_cpus=frozenset(c for c, o in self._cpu_owner.items() if o != owner),
+        )
 
     # These two read one attribute or one dict entry, which the GIL makes atomic: no lock
     # (they run several times per CreateContainer and per synchronized container).
@@ -153,9 +165,11 @@ class Allocator:
             if not self._missing:
                 return self.inventory
             if self._known is None:  # one per change: restore asks for every record
-                self._known = GpuInventory((*self._missing.values(), *self.inventory.gpus),
-                                           self.inventory.source,
-                                           self.inventory.degraded_reason)
+                self._known = GpuInventory(
+                    (*self._missing.values(), *self.inventory.gpus),
+                    self.inventory.source,
+                    self.inventory.degraded_reason,
+                )
             return self._known
 
     def migs_in_use(self) -> dict[str, tuple[str, ...]]:
@@ -208,8 +222,9 @@ class Allocator:
                 del self._cpu_owner[cpu]
             return True
 
-    def choose(self, request: PlacementRequest, hard: bool = True,
-               floors: Sequence[CpuFloor] = ()) -> Placement:
+    def choose(
+        self, request: PlacementRequest, hard: bool = True, floors: Sequence[CpuFloor] = ()
+    ) -> Placement:
         """Where `request` would be placed now, nothing taken (take() holds it). hard:
         exactly as asked or PlacementError; soft: the best available, each shortfall in
         `warnings`. `floors`: what its exclusive CPUs must leave to running containers
@@ -217,11 +232,13 @@ class Allocator:
         CreateContainer for the same owner replaces its old placement."""
         validate_request(request, self.topology)
         with self._lock:
-            return choose_placement(self.layout, self._holdings_but(request.owner),
-                                    request, hard, floors)
+            return choose_placement(
+                self.layout, self._holdings_but(request.owner), request, hard, floors
+            )
 
-    def allocate(self, request: PlacementRequest, hard: bool = True,
-                 floors: Sequence[CpuFloor] = ()) -> Placement:
+    def allocate(
+        self, request: PlacementRequest, hard: bool = True, floors: Sequence[CpuFloor] = ()
+    ) -> Placement:
         """choose() and take() in one step, under one lock."""
         with self._lock:
             placement = self.choose(request, hard, floors)
@@ -237,8 +254,9 @@ class Allocator:
             self.release(owner)
             self._commit(owner, placement)
 
-    def shrink_exclusive(self, owner: str, at_most: int,
-                         full_cores: bool = False) -> frozenset[int]:
+    def shrink_exclusive(
+        self, owner: str, at_most: int, full_cores: bool = False
+    ) -> frozenset[int]:
         """Give back `owner`'s exclusive CPUs beyond `at_most` (its request shrank),
         counted as logical CPUs: the highest cores are kept, as they were taken first, and
         a core is split rather than kept whole beyond the count (`full_cores`: whole cores
@@ -249,14 +267,15 @@ class Allocator:
             p = self._placements.get(owner)
             if p is None or len(p.exclusive_cpus) <= at_most:
                 return frozenset()
-            cores = sorted({self.topology.core_of(c) for c in p.exclusive_cpus},
-                           key=min, reverse=True)
+            cores = sorted(
+                {self.topology.core_of(c) for c in p.exclusive_cpus}, key=min, reverse=True
+            )
             kept: list[int] = []
             for core in cores:
                 mine = sorted(core & p.exclusive_cpus, reverse=True)
                 if full_cores and len(kept) + len(mine) > at_most:
                     break
-                kept += mine[:at_most - len(kept)]
+                kept += mine[: at_most - len(kept)]
             given = p.exclusive_cpus.difference(kept)
             for cpu in given:
                 del self._cpu_owner[cpu]
@@ -264,8 +283,9 @@ class Allocator:
             self._cpu_generation += 1
             cpus = frozenset(kept)
             if not cpus and p.aligned:
-                cpus = self.layout.node_cpus(p.mems or self.layout.nodes_of_cpus(p.cpus),
-                                             self._cpu_owner)
+                cpus = self.layout.node_cpus(
+                    p.mems or self.layout.nodes_of_cpus(p.cpus), self._cpu_owner
+                )
             self._placements[owner] = replace(p, exclusive_cpus=frozenset(kept), cpus=cpus)
             return given
 
@@ -294,8 +314,9 @@ class Allocator:
             now = {g.identity: g for g in inventory.gpus}
             was_missing = set(self._missing)
             for owner, p in list(self._placements.items()):
-                migs = tuple(inventory.find_mig(m.uuid) or (now.get(g.identity, g), m)
-                             for g, m in p.migs)
+                migs = tuple(
+                    inventory.find_mig(m.uuid) or (now.get(g.identity, g), m) for g, m in p.migs
+                )
                 gpus = tuple(now.get(g.identity, g) for g in p.gpus)
                 self._placements[owner] = replace(p, gpus=gpus, migs=migs)
             self.layout = NodeLayout.of(self.topology, inventory, self._reserved)
@@ -307,14 +328,19 @@ class Allocator:
             for owner, p in self._placements.items():
                 self._hold_gpus(owner, p)
             self._snapshot = None
-            vanished = tuple((g, tuple(sorted(self._missing_holders.get(k, {}))))
-                             for k, g in before.items() if k not in now)
+            vanished = tuple(
+                (g, tuple(sorted(self._missing_holders.get(k, {}))))
+                for k, g in before.items()
+                if k not in now
+            )
             self.prune_missing()
             return InventoryChange(
                 vanished=vanished,
-                appeared=tuple(g for k, g in now.items()
-                               if k not in before and k not in was_missing),
-                back=tuple(g for k, g in now.items() if k in was_missing))
+                appeared=tuple(
+                    g for k, g in now.items() if k not in before and k not in was_missing
+                ),
+                back=tuple(g for k, g in now.items() if k in was_missing),
+            )
 
     def prune_missing(self) -> None:
         """Forget vanished GPUs nobody holds any more (released, or not restored)."""
@@ -352,12 +378,17 @@ class Allocator:
         self._placements[owner] = p
 
     def _check_free(self, owner: str, p: Placement) -> None:
-        taken = {c: self._cpu_owner[c] for c in p.exclusive_cpus
-                 if self._cpu_owner.get(c) not in (None, owner)}
+        taken = {
+            c: self._cpu_owner[c]
+            for c in p.exclusive_cpus
+            if self._cpu_owner.get(c) not in (None, owner)
+        }
         if taken:
             others = ", ".join(sorted(set(taken.values())))
-            raise PlacementError(f"exclusive CPUs {format_cpulist(taken)} are already held "
-                                 f"by {others}", field="cpu.exclusive")
+            raise PlacementError(
+                f"exclusive CPUs {format_cpulist(taken)} are already held by {others}",
+                field="cpu.exclusive",
+            )
 
     def _from_record(self, record: Mapping[str, Any]) -> Placement:
         if not isinstance(record, Mapping):
@@ -382,10 +413,16 @@ class Allocator:
         for ref in record.get("gpus", ()):
             gpu = known.find(str(ref))
             if gpu is None:
-                raise PlacementError(f"placement record: GPU {ref} is not on this node "
-                                     f"(GPUs: {describe_gpus(self.inventory.gpus)})")
+                raise PlacementError(
+                    f"placement record: GPU {ref} is not on this node "
+                    f"(GPUs: {describe_gpus(self.inventory.gpus)})"
+                )
             gpus.append(gpu)
         return Placement(
-            gpus=tuple(gpus), migs=tuple(migs), exclusive_cpus=cpus("exclusive"),
-            cpus=cpus("cpus"), mems=cpus("mems"), aligned=bool(record.get("aligned", False)),
+            gpus=tuple(gpus),
+            migs=tuple(migs),
+            exclusive_cpus=cpus("exclusive"),
+            cpus=cpus("cpus"),
+            mems=cpus("mems"),
+            aligned=bool(record.get("aligned", False)),
         )

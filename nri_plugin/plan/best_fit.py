@@ -58,32 +58,48 @@ def _gpu_selection() -> ModuleType:
 def validate_request(r: PlacementRequest, topology: Topology) -> None:
     """PlacementError naming the field when `r` is malformed, whatever the node holds."""
     if r.topology not in TOPOLOGIES:
-        raise PlacementError(f"gpu.topology: {r.topology!r} is not one of "
-                             f"{', '.join(TOPOLOGIES)}", field="gpu.topology")
+        raise PlacementError(
+            f"gpu.topology: {r.topology!r} is not one of {', '.join(TOPOLOGIES)}",
+            field="gpu.topology",
+        )
     if r.gpu_count is not None and (isinstance(r.gpu_count, bool) or r.gpu_count < 0):
-        raise PlacementError(f"gpu.count: {r.gpu_count!r} must be a whole number >= 0",
-                             field="gpu.count")
+        raise PlacementError(
+            f"gpu.count: {r.gpu_count!r} must be a whole number >= 0", field="gpu.count"
+        )
     if r.exclusive_cpus is not None and r.exclusive_cpus < 0:
-        raise PlacementError(f"cpu.exclusive: {r.exclusive_cpus!r} must be >= 0",
-                             field="cpu.exclusive")
+        raise PlacementError(
+            f"cpu.exclusive: {r.exclusive_cpus!r} must be >= 0", field="cpu.exclusive"
+        )
     if r.mig_profile is not None and (r.gpu_count or 1) > 1:
-        raise PlacementError(f"gpu.mig: one MIG instance per container; gpu.count "
-                             f"{r.gpu_count} is not allowed with gpu.mig", field="gpu.mig")
+        raise PlacementError(
+            f"gpu.mig: one MIG instance per container; gpu.count "
+            f"{r.gpu_count} is not allowed with gpu.mig",
+            field="gpu.mig",
+        )
     for n in r.numa_nodes or ():
         if not topology.has_node(n):
-            raise PlacementError(f"numa.nodes: node {n} does not exist (nodes: "
-                                 f"{topology.describe_nodes()})", field="numa.nodes")
+            raise PlacementError(
+                f"numa.nodes: node {n} does not exist (nodes: {topology.describe_nodes()})",
+                field="numa.nodes",
+            )
 
 
 # Why an exclusive request that free cores could meet is not met; it names only the
 # node policy, never the containers it protects.
-SQUEEZE = ("taking them would leave running containers fewer CPUs than their CPU requests "
-           "(node policy: exclusive CPUs never shrink another container's cpuset below its "
-           "request)")
+SQUEEZE = (
+    "taking them would leave running containers fewer CPUs than their CPU requests "
+    "(node policy: exclusive CPUs never shrink another container's cpuset below its "
+    "request)"
+)
 
 
-def choose_placement(layout: NodeLayout, holdings: Holdings, request: PlacementRequest,
-                     hard: bool, floors: Sequence[CpuFloor] = ()) -> Placement:
+def choose_placement(
+    layout: NodeLayout,
+    holdings: Holdings,
+    request: PlacementRequest,
+    hard: bool,
+    floors: Sequence[CpuFloor] = (),
+) -> Placement:
     """The best placement for a valid `request` (see validate_request). hard: exactly as
     asked or PlacementError; soft: the best available, each shortfall in `warnings`.
     `floors`: what exclusive CPUs must leave to the running containers (never taken)."""
@@ -93,8 +109,14 @@ def choose_placement(layout: NodeLayout, holdings: Holdings, request: PlacementR
 class _BestFit:
     """The working state of one choose_placement() call: the warnings gathered so far."""
 
-    def __init__(self, layout: NodeLayout, holdings: Holdings, request: PlacementRequest,
-                 hard: bool, floors: Sequence[CpuFloor] = ()) -> None:
+    def __init__(
+        self,
+        layout: NodeLayout,
+        holdings: Holdings,
+        request: PlacementRequest,
+        hard: bool,
+        floors: Sequence[CpuFloor] = (),
+    ) -> None:
         self.node = layout
         self.held = holdings
         self.r = request
@@ -119,14 +141,19 @@ class _BestFit:
         gpu_nodes = _gpu_selection().ordered_nodes(gpus, self.node.topology) if gpus else ()
         align_nodes: tuple[int, ...] = ()
         if gpus and r.align and not gpu_nodes:
-            self.fail_or_warn(f"gpu.align: the NUMA node of {describe_gpus(gpus)} is unknown "
-                              "(the kernel reports -1); cpus/mems are not aligned", "gpu.align")
+            self.fail_or_warn(
+                f"gpu.align: the NUMA node of {describe_gpus(gpus)} is unknown "
+                "(the kernel reports -1); cpus/mems are not aligned",
+                "gpu.align",
+            )
         if gpus and r.align and gpu_nodes:
             align_nodes = gpu_nodes
             if r.numa_nodes and not set(gpu_nodes) <= set(r.numa_nodes):
                 self.fail_or_warn(
                     f"numa.nodes {format_cpulist(r.numa_nodes)} does not hold the granted "
-                    f"GPUs ({describe_gpus(gpus)}); cpus/mems follow the GPUs", "numa.nodes")
+                    f"GPUs ({describe_gpus(gpus)}); cpus/mems follow the GPUs",
+                    "numa.nodes",
+                )
         elif r.numa_nodes:
             align_nodes = tuple(r.numa_nodes)
         exclusive = self.pick_cpus(r.exclusive_cpus or 0, align_nodes)
@@ -137,20 +164,35 @@ class _BestFit:
             cpus = self.node.node_cpus(align_nodes, self.held.exclusive_cpus)
             mem_nodes = set(align_nodes)
             if not cpus:
-                _tell_operator("no shared CPU left for %s on NUMA node(s) %s: all reserved or "
-                         "exclusive", r.owner or "a container", format_cpulist(align_nodes))
-                self.fail_or_warn(f"NUMA node(s) {format_cpulist(align_nodes)} have no CPU "
-                                  "this container can be given now", "numa.nodes")
+                _tell_operator(
+                    "no shared CPU left for %s on NUMA node(s) %s: all reserved or exclusive",
+                    r.owner or "a container",
+                    format_cpulist(align_nodes),
+                )
+                self.fail_or_warn(
+                    f"NUMA node(s) {format_cpulist(align_nodes)} have no CPU "
+                    "this container can be given now",
+                    "numa.nodes",
+                )
             elif len(cpus) < r.cpus_needed:
-                self.fail_or_warn(f"the CPU request needs {r.cpus_needed} whole CPUs; NUMA "
-                                  f"node(s) {format_cpulist(align_nodes)} cannot give this "
-                                  "container that many outside exclusive sets", "numa.nodes")
+                self.fail_or_warn(
+                    f"the CPU request needs {r.cpus_needed} whole CPUs; NUMA "
+                    f"node(s) {format_cpulist(align_nodes)} cannot give this "
+                    "container that many outside exclusive sets",
+                    "numa.nodes",
+                )
         else:
             cpus, mem_nodes = frozenset(), set()
         mems = frozenset(mem_nodes) & self.node.mem_nodes
-        return Placement(gpus=r.granted_gpus, migs=r.granted_migs, exclusive_cpus=exclusive,
-                         cpus=cpus, mems=mems, warnings=tuple(self.warnings),
-                         aligned=bool(align_nodes))
+        return Placement(
+            gpus=r.granted_gpus,
+            migs=r.granted_migs,
+            exclusive_cpus=exclusive,
+            cpus=cpus,
+            mems=mems,
+            warnings=tuple(self.warnings),
+            aligned=bool(align_nodes),
+        )
 
     # --- the grant against the SLA ---------------------------------------------------------
 
@@ -161,39 +203,57 @@ class _BestFit:
         migs = [m for _, m in r.granted_migs]
         granted = f"granted: {describe_grant(r.granted_gpus, migs)}"
         if r.gpu_count and len(whole) < r.gpu_count:
-            self.fail_or_warn(f"gpu.count: asks for {plural(r.gpu_count, 'whole GPU')}; the "
-                              f"grant has {len(whole)} ({granted})", "gpu.count")
+            self.fail_or_warn(
+                f"gpu.count: asks for {plural(r.gpu_count, 'whole GPU')}; the "
+                f"grant has {len(whole)} ({granted})",
+                "gpu.count",
+            )
         inventory = self.node.inventory
         for name in r.gpu_ids:
             found_mig = inventory.find_mig(name)
             gpu = inventory.find(name) if found_mig is None else None
             if found_mig is None and gpu is None:
-                self.fail_or_warn(f"gpu.ids: {name!r} names no GPU on this node ({granted})",
-                                  "gpu.ids")
+                self.fail_or_warn(
+                    f"gpu.ids: {name!r} names no GPU on this node ({granted})", "gpu.ids"
+                )
             elif found_mig is not None and found_mig[1] not in migs:
-                self.fail_or_warn(f"gpu.ids: MIG device {name} is not granted to this "
-                                  f"container ({granted})", "gpu.ids")
+                self.fail_or_warn(
+                    f"gpu.ids: MIG device {name} is not granted to this container ({granted})",
+                    "gpu.ids",
+                )
             elif gpu is not None and gpu not in whole:
-                self.fail_or_warn(f"gpu.ids: GPU {name} is not granted to this container "
-                                  f"({granted})", "gpu.ids")
+                self.fail_or_warn(
+                    f"gpu.ids: GPU {name} is not granted to this container ({granted})", "gpu.ids"
+                )
         if r.mig_profile is not None and r.mig_profile not in {m.profile for m in migs}:
-            self.fail_or_warn(f"gpu.mig: asks for a MIG {r.mig_profile} device; none is "
-                              f"granted ({granted})", "gpu.mig")
+            self.fail_or_warn(
+                f"gpu.mig: asks for a MIG {r.mig_profile} device; none is granted ({granted})",
+                "gpu.mig",
+            )
         for gpu in touched:
             # The kubelet grants only what its device plugin calls healthy, but not every
             # device plugin watches XIDs: a GPU that needs a reset fails the SLA, one whose
             # facts NVML could not read this time only warns.
             if gpu.health.state == UNHEALTHY:
-                self.fail_or_warn(f"gpu: granted GPU {gpu.index} is {gpu.health} and needs a "
-                                  f"reset ({granted})", "gpu")
+                self.fail_or_warn(
+                    f"gpu: granted GPU {gpu.index} is {gpu.health} and needs a reset ({granted})",
+                    "gpu",
+                )
             elif not gpu.health.healthy:
                 self.warnings.append(f"gpu: granted GPU {gpu.index} is {gpu.health}")
-        if len(touched) > 1 and r.topology != "any" and not _gpu_selection().fits(
-                inventory, touched, r.topology):
-            lacks = ("are not all on one NUMA node" if r.topology == "numa"
-                     else "are not connected to each other over NVLink")
-            self.fail_or_warn(f"gpu.topology: {r.topology}: the granted GPUs {lacks} "
-                              f"({granted})", "gpu.topology")
+        if (
+            len(touched) > 1
+            and r.topology != "any"
+            and not _gpu_selection().fits(inventory, touched, r.topology)
+        ):
+            lacks = (
+                "are not all on one NUMA node"
+                if r.topology == "numa"
+                else "are not connected to each other over NVLink"
+            )
+            self.fail_or_warn(
+                f"gpu.topology: {r.topology}: the granted GPUs {lacks} ({granted})", "gpu.topology"
+            )
 
     # --- CPUs -----------------------------------------------------------------------------
 
@@ -226,15 +286,25 @@ class _BestFit:
             return taken
         unit = "whole cores" if self.r.full_cores else "CPUs"
         if len(take_cpus(parts, n, (), self.r.full_cores)) >= n:
-            self.fail_or_warn(f"requested {n} exclusive CPUs on {where}; {SQUEEZE}",
-                              "cpu.exclusive")
+            self.fail_or_warn(
+                f"requested {n} exclusive CPUs on {where}; {SQUEEZE}", "cpu.exclusive"
+            )
         else:
             free = frozenset().union(*(p for p, _ in parts))
-            _tell_operator("exclusive CPUs short for %s: %d asked on %s, free %s there: %d "
-                           "CPUs (%s)", self.r.owner or "a container", n, where, unit,
-                           len(free), format_cpulist(free) or "none")
-            self.fail_or_warn(f"requested {n} exclusive CPUs on {where}; not that many "
-                              f"{unit} can be given there now", "cpu.exclusive")
+            _tell_operator(
+                "exclusive CPUs short for %s: %d asked on %s, free %s there: %d CPUs (%s)",
+                self.r.owner or "a container",
+                n,
+                where,
+                unit,
+                len(free),
+                format_cpulist(free) or "none",
+            )
+            self.fail_or_warn(
+                f"requested {n} exclusive CPUs on {where}; not that many "
+                f"{unit} can be given there now",
+                "cpu.exclusive",
+            )
         # soft: complete from the nearest other nodes
         rest = [p for node in self.nearest_nodes(align_nodes) for p in self.free_parts(node)]
         got = take_cpus(parts + rest, n, self.budgets, self.r.full_cores)
@@ -246,9 +316,11 @@ class _BestFit:
         fewest free CPUs that still fit; else cores across nodes, fullest nodes first."""
         free = {node.id: self.free_parts(node.id) for node in self.node.topology.nodes}
         count = {nid: sum(len(p) for p, _ in parts) for nid, parts in free.items()}
-        fitting = [nid for nid, parts in free.items()
-                   if count[nid] >= n
-                   and len(take_cpus(parts, n, self.budgets, self.r.full_cores)) >= n]
+        fitting = [
+            nid
+            for nid, parts in free.items()
+            if count[nid] >= n and len(take_cpus(parts, n, self.budgets, self.r.full_cores)) >= n
+        ]
         if fitting:
             best = min(fitting, key=lambda nid: (nid in self.node.gpu_nodes, count[nid], nid))
             return free[best]
@@ -264,9 +336,12 @@ class _BestFit:
         return [n.id for n in sorted(others, key=lambda o: (home.distances.get(o.id, 255), o.id))]
 
 
-def take_cpus(parts: Sequence[tuple[frozenset[int], bool]], n: int,
-              budgets: Sequence[tuple[frozenset[int], int]] = (),
-              whole_only: bool = False) -> frozenset[int]:
+def take_cpus(
+    parts: Sequence[tuple[frozenset[int], bool]],
+    n: int,
+    budgets: Sequence[tuple[frozenset[int], int]] = (),
+    whole_only: bool = False,
+) -> frozenset[int]:
     """n CPUs (fewer when they run out), counted as Kubernetes counts them: logical CPUs,
     never rounded up to a whole core. `parts`: each core's free CPUs and whether that is
     the whole core, in order of preference. Whole cores first while one fits in what is
@@ -290,7 +365,8 @@ def take_cpus(parts: Sequence[tuple[frozenset[int], bool]], n: int,
     if whole_only:
         return frozenset(taken)
     split = [part for part, whole in parts if not whole] + [
-        part for part, whole in parts if whole and not part & taken]
+        part for part, whole in parts if whole and not part & taken
+    ]
     for part in split:
         for cpu in sorted(part, reverse=True):
             if len(taken) >= n:

@@ -94,8 +94,7 @@ class CpuPool:
     def __len__(self) -> int:
         return len(self._members)
 
-    def join(self, owner: str, member: PoolMember,
-             told: frozenset[int] | None = None) -> None:
+    def join(self, owner: str, member: PoolMember, told: frozenset[int] | None = None) -> None:
         """`owner` is a live container (again); `told`: the cpuset it has now, when known."""
         self._count(self._members.get(owner), -1)
         self._members[owner] = member
@@ -225,8 +224,12 @@ class CpuPool:
             seen = self._seen
             taken = {cpu for cpu, owner in exclusive.items() if seen.get(cpu) != owner}
             if taken:
-                owners += [o for cpus, group in self._groups.items()
-                           if not cpus.isdisjoint(taken) for o in group]
+                owners += [
+                    o
+                    for cpus, group in self._groups.items()
+                    if not cpus.isdisjoint(taken)
+                    for o in group
+                ]
         # `exclude` is left to the next time only if it was due: answered since it joined
         # (what a CreateContainer's own answer does), it is not
         due = exclude in owners
@@ -271,8 +274,13 @@ class CpuPool:
         for owner in self.allocator.owners():
             member = self._members.get(owner)
             placement = self.allocator.placement_of(owner)
-            if (member is None or member.pinned or owner == exclude or placement is None
-                    or not placement.cpus):
+            if (
+                member is None
+                or member.pinned
+                or owner == exclude
+                or placement is None
+                or not placement.cpus
+            ):
                 continue
             placed(member)
             cpus, n = everything, member.need
@@ -282,8 +290,7 @@ class CpuPool:
                 if n <= 0:
                     continue
             else:
-                cpus = layout.node_cpus(placement.mems or layout.nodes_of_cpus(placement.cpus),
-                                        ())
+                cpus = layout.node_cpus(placement.mems or layout.nodes_of_cpus(placement.cpus), ())
             need[cpus] = max(need.get(cpus, 0), n)
         most = max((n for n, members in shared.items() if members), default=0)
         need[everything] = max(need[everything], most)

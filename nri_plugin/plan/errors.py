@@ -1,6 +1,5 @@
 """The planning layer's failures: what a node cannot grant, a record it cannot use."""
 
-
 from nri_plugin.errors import InvalidInput, Refused
 
 
@@ -9,8 +8,9 @@ class PlanError(Refused):
     `reason` (the metric label) says which kind of shortfall. Hard mode refuses the
     container with it when a requested setting cannot be applied exactly."""
 
-    def __init__(self, key: str, field_path: str, message: str,
-                 reason: str = "unsupported") -> None:
+    def __init__(
+        self, key: str, field_path: str, message: str, reason: str = "unsupported"
+    ) -> None:
         self.key = key
         self.reason = reason  # metric label
         self.field = field_path

@@ -49,8 +49,11 @@ class GpuGraph:
     adjacent: tuple[int, ...] = field(init=False)  # position -> mask of NVLink peers
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "adjacent", tuple(
-            sum(1 << j for j, n in enumerate(row) if n) for row in self.links))
+        object.__setattr__(
+            self,
+            "adjacent",
+            tuple(sum(1 << j for j, n in enumerate(row) if n) for row in self.links),
+        )
 
     @classmethod
     def of(cls, inventory: GpuInventory) -> GpuGraph:
@@ -60,8 +63,9 @@ class GpuGraph:
             indexes=tuple(g.index for g in gpus),
             numa=tuple(g.numa_node for g in gpus),
             links=tuple(tuple(0 if a is b else links(a, b) for b in gpus) for a in gpus),
-            closeness=tuple(tuple(0 if a is b else pcie_closeness(a, b) for b in gpus)
-                            for a in gpus),
+            closeness=tuple(
+                tuple(0 if a is b else pcie_closeness(a, b) for b in gpus) for a in gpus
+            ),
             scale=3 * pairs + 1,
         )
 
@@ -72,8 +76,10 @@ class GpuGraph:
 
     @cached_property
     def weights(self) -> tuple[tuple[int, ...], ...]:
-        return tuple(tuple(n * self.link_unit + c for n, c in zip(links, close, strict=True))
-                     for links, close in zip(self.links, self.closeness, strict=True))
+        return tuple(
+            tuple(n * self.link_unit + c for n, c in zip(links, close, strict=True))
+            for links, close in zip(self.links, self.closeness, strict=True)
+        )
 
     @cached_property
     def position(self) -> dict[int, int]:
@@ -117,7 +123,7 @@ class GpuGraph:
             return self.table[mask]
         bits = [p for p in range(len(self.indexes)) if mask >> p & 1]
         w = self.weights
-        return sum(w[a][b] for i, a in enumerate(bits) for b in bits[i + 1:])
+        return sum(w[a][b] for i, a in enumerate(bits) for b in bits[i + 1 :])
 
     def split(self, weight: int) -> tuple[int, int]:
         """(NVLinks, PCIe closeness) of a summed weight."""
@@ -162,8 +168,12 @@ class GpuGraph:
     def numa_table(self) -> bytes:
         """NUMA nodes spanned by every subset, by mask (built like `table`)."""
         table = bytearray(1 << len(self.indexes))
-        node_bits = {pos: nodes for nodes in self.node_masks.values()
-                     for pos in range(len(self.indexes)) if nodes >> pos & 1}
+        node_bits = {
+            pos: nodes
+            for nodes in self.node_masks.values()
+            for pos in range(len(self.indexes))
+            if nodes >> pos & 1
+        }
         for m in range(1, len(table)):
             low = m & -m
             rest = m ^ low
@@ -183,8 +193,7 @@ def graph_of(inventory: GpuInventory) -> GpuGraph:
     last = _last[0] if _last else None  # one read: other threads may replace it
     if last is not None and last[0] is inventory:
         return last[1]
-    facts = tuple((g.index, g.numa_node, g.nvlink_links, g.pcie_levels)
-                  for g in inventory.gpus)
+    facts = tuple((g.index, g.numa_node, g.nvlink_links, g.pcie_levels) for g in inventory.gpus)
     graph = _graphs.get(facts)
     if graph is None:
         graph = GpuGraph.of(inventory)

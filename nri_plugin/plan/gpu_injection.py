@@ -93,15 +93,23 @@ def _node(dev_root: Path, name: str, stat_fn: StatFn, required: bool) -> DeviceN
     except FileNotFoundError:
         if not required:
             return None
-        raise PlacementError(f"device node {host_path} does not exist (is the NVIDIA driver "
-                             "loaded and nvidia-modprobe run?)") from None
+        raise PlacementError(
+            f"device node {host_path} does not exist (is the NVIDIA driver "
+            "loaded and nvidia-modprobe run?)"
+        ) from None
     except OSError as exc:
         raise PlacementError(f"cannot stat {host_path}: {exc.strerror}") from None
     if not statmod.S_ISCHR(st.st_mode):
         raise PlacementError(f"{host_path} is not a character device")
-    return DeviceNode(path=f"/dev/{name}", type="c", major=os.major(st.st_rdev),
-                      minor=os.minor(st.st_rdev), file_mode=statmod.S_IMODE(st.st_mode),
-                      uid=st.st_uid, gid=st.st_gid)
+    return DeviceNode(
+        path=f"/dev/{name}",
+        type="c",
+        major=os.major(st.st_rdev),
+        minor=os.minor(st.st_rdev),
+        file_mode=statmod.S_IMODE(st.st_mode),
+        uid=st.st_uid,
+        gid=st.st_gid,
+    )
 
 
 def _device_nodes(p: ChosenGpus, dev_root: Path, stat_fn: StatFn) -> tuple[DeviceNode, ...]:
@@ -112,23 +120,32 @@ def _device_nodes(p: ChosenGpus, dev_root: Path, stat_fn: StatFn) -> tuple[Devic
             raise PlacementError(
                 f"MIG device {p.mig.uuid}: its /dev/nvidia-caps minors are unknown "
                 "(/proc/driver/nvidia-caps/mig-minors was not readable when the inventory "
-                "was taken); use gpu injection mode cdi or env", field="gpu.mig")
+                "was taken); use gpu injection mode cdi or env",
+                field="gpu.mig",
+            )
         names += [(f"nvidia-caps/nvidia-cap{m}", True) for m in p.mig.caps_minors]
     nodes = (_node(dev_root, name, stat_fn, required) for name, required in names)
     return tuple(n for n in nodes if n is not None)
 
 
-def gpu_injection(chosen: ChosenGpus, mode: str, dev_root: Path = Path("/dev"),
-                  stat_fn: StatFn = os.stat, cdi_names: str = "uuid") -> GpuInjection:
+def gpu_injection(
+    chosen: ChosenGpus,
+    mode: str,
+    dev_root: Path = Path("/dev"),
+    stat_fn: StatFn = os.stat,
+    cdi_names: str = "uuid",
+) -> GpuInjection:
     """What the container gets for the `chosen` GPUs in `mode` (cdi | env | devices); none
     chosen: an empty injection. `stat_fn` reads the host's device nodes under `dev_root`
     (tests substitute it)."""
     if mode not in MODES:
-        raise PlacementError(f"gpu injection mode {mode!r} is not one of {', '.join(MODES)}",
-                             field="gpu_injection")
+        raise PlacementError(
+            f"gpu injection mode {mode!r} is not one of {', '.join(MODES)}", field="gpu_injection"
+        )
     if cdi_names not in CDI_NAMES:
-        raise PlacementError(f"CDI naming {cdi_names!r} is not one of {', '.join(CDI_NAMES)}",
-                             field="gpu_injection")
+        raise PlacementError(
+            f"CDI naming {cdi_names!r} is not one of {', '.join(CDI_NAMES)}", field="gpu_injection"
+        )
     if not chosen.gpus:
         return GpuInjection()
     if mode == "cdi":

@@ -45,13 +45,21 @@ class GpuScore:
     gpus: tuple[int, ...]
 
     def key(self) -> tuple[int, int, int, int, int, tuple[int, ...]]:
-        return (-self.nvlink_links, self.numa_nodes, -self.pcie, -self.left_nvlink_links,
-                -self.left_pcie, self.gpus)
+        return (
+            -self.nvlink_links,
+            self.numa_nodes,
+            -self.pcie,
+            -self.left_nvlink_links,
+            -self.left_pcie,
+            self.gpus,
+        )
 
     def describe(self) -> str:
-        return (f"NVLinks inside {self.nvlink_links}, NUMA nodes {self.numa_nodes}, PCIe "
-                f"closeness {self.pcie}; left free: NVLinks {self.left_nvlink_links}, PCIe "
-                f"closeness {self.left_pcie}")
+        return (
+            f"NVLinks inside {self.nvlink_links}, NUMA nodes {self.numa_nodes}, PCIe "
+            f"closeness {self.pcie}; left free: NVLinks {self.left_nvlink_links}, PCIe "
+            f"closeness {self.left_pcie}"
+        )
 
 
 @dataclass(frozen=True)
@@ -62,8 +70,9 @@ class GpuChoice:
     evaluated: int  # sets scored
 
 
-def score_gpu_set(inventory: GpuInventory, gpus: Iterable[int], free: Iterable[int], *,
-                  shared: Iterable[int] = ()) -> GpuScore:
+def score_gpu_set(
+    inventory: GpuInventory, gpus: Iterable[int], free: Iterable[int], *, shared: Iterable[int] = ()
+) -> GpuScore:
     """The score of `gpus` taken out of `free`; `shared` GPUs (free for a shared request,
     already held by other shared users) do not count as left free."""
     graph = graph_of(inventory)
@@ -75,14 +84,21 @@ def score_gpu_set(inventory: GpuInventory, gpus: Iterable[int], free: Iterable[i
 def _score(graph: GpuGraph, chosen: int, unheld: int) -> GpuScore:
     inside = graph.split(graph.weight(chosen))
     left = graph.split(graph.weight(unheld & ~chosen))
-    return GpuScore(inside[0], inside[1], left[0], left[1], graph.numa_nodes(chosen),
-                    graph.members(chosen))
+    return GpuScore(
+        inside[0], inside[1], left[0], left[1], graph.numa_nodes(chosen), graph.members(chosen)
+    )
 
 
-def choose_gpus(inventory: GpuInventory, free: Iterable[int], count: int, *,
-                must_include: Iterable[int] = (), topology: str = "any",
-                shared: Iterable[int] = (),
-                exhaustive_limit: int = EXHAUSTIVE_LIMIT) -> GpuChoice | None:
+def choose_gpus(
+    inventory: GpuInventory,
+    free: Iterable[int],
+    count: int,
+    *,
+    must_include: Iterable[int] = (),
+    topology: str = "any",
+    shared: Iterable[int] = (),
+    exhaustive_limit: int = EXHAUSTIVE_LIMIT,
+) -> GpuChoice | None:
     """The best `count` GPUs (indexes) out of `free` under `topology` ("any", "numa",
     "nvlink"), holding `must_include`; None when no set satisfies the constraints.
     `shared`: GPUs of `free` already held by shared users (see score_gpu_set)."""
@@ -100,12 +116,18 @@ def choose_gpus(inventory: GpuInventory, free: Iterable[int], count: int, *,
         pools = [(0, 0)]  # the empty set satisfies every constraint
     elif topology == "numa":
         # GPUs of an unknown node never satisfy `numa`
-        pools = [(free_mask & gpus, must) for node, gpus in sorted(
-            (n, m) for n, m in graph.node_masks.items() if n is not None) if must & ~gpus == 0]
+        pools = [
+            (free_mask & gpus, must)
+            for node, gpus in sorted((n, m) for n, m in graph.node_masks.items() if n is not None)
+            if must & ~gpus == 0
+        ]
     elif topology == "nvlink":
         # a connected set lies inside one NVLink component of the free GPUs
-        pools = [(part, must) for part in graph.components(free_mask)
-                 if must & ~part == 0 and bin(part).count("1") >= count]
+        pools = [
+            (part, must)
+            for part in graph.components(free_mask)
+            if must & ~part == 0 and bin(part).count("1") >= count
+        ]
     else:
         pools = [(free_mask, must)]
     rest = count - bin(must).count("1")
@@ -156,8 +178,10 @@ class _Search:
     def offer(self, mask: int, value: int) -> None:
         """Keep `mask` if it beats the best so far: value, then lowest indexes; the
         NVLink check last, as it costs most."""
-        if self.best is not None and (value < self.best_value or (
-                value == self.best_value and not lower_indexes(mask, self.best))):
+        if self.best is not None and (
+            value < self.best_value
+            or (value == self.best_value and not lower_indexes(mask, self.best))
+        ):
             return
         if self.nvlink and not self.graph.connected(mask):
             return
@@ -173,8 +197,10 @@ class _Search:
             g = self.graph
             table, numa, bound, unheld = g.table, g.numa_table, self.bound, self.unheld
             spans, scale = self.spans, g.scale
-            scored = [((table[m] + (spans - numa[m]) * scale) * bound + table[unheld & ~m], m)
-                      for m in masks]
+            scored = [
+                ((table[m] + (spans - numa[m]) * scale) * bound + table[unheld & ~m], m)
+                for m in masks
+            ]
         else:
             scored = [(self.value(m), m) for m in masks]
         if not self.nvlink:
@@ -209,8 +235,10 @@ class _Search:
         members = [p for p in range(n) if mask >> p & 1]
         # to_set[p]: p's weight to the set; to_left[p]: p's weight to the free rest
         to_set = [sum(w[q][p] for q in members) for p in range(n)]
-        to_left = [sum(w[p][q] for q in range(n) if self.unheld >> q & 1 and not mask >> q & 1)
-                   for p in range(n)]
+        to_left = [
+            sum(w[p][q] for q in range(n) if self.unheld >> q & 1 and not mask >> q & 1)
+            for p in range(n)
+        ]
         reach = 0
         for q in members:
             reach |= g.adjacent[q]

@@ -66,21 +66,24 @@ def fit_cpu_limit(cpu: CpuSla, ctx: PlanContext, soft: bool) -> tuple[CpuSla, Sh
         fitted = replace(cpu, limit=q0 / p0, period_us=p0)
     allowed = format_cpu((q0 * 1000 // p0) / 1000)  # rounded down: never shows more
     shown = fitted.quota_us, fitted.period_us
-    message = (f"{format_cpu(cpu.limit)} exceeds the {allowed} CPUs the runtime granted (the "
-               f"pod's limit, quota {q0}us per {p0}us); allowed: at most {allowed}"
-               f"{_using(soft, f'quota {shown[0]}us per {shown[1]}us')}")
+    message = (
+        f"{format_cpu(cpu.limit)} exceeds the {allowed} CPUs the runtime granted (the "
+        f"pod's limit, quota {q0}us per {p0}us); allowed: at most {allowed}"
+        f"{_using(soft, f'quota {shown[0]}us per {shown[1]}us')}"
+    )
     return fitted, Shortfall("cpu.limit", message, REASON)
 
 
-def fit_memory_max(requested: int, ctx: PlanContext,
-                   soft: bool) -> tuple[int, Shortfall | None]:
+def fit_memory_max(requested: int, ctx: PlanContext, soft: bool) -> tuple[int, Shortfall | None]:
     """memory.max within the runtime's memory limit."""
     granted = ctx.granted.memory_limit
     if granted is None or requested <= granted or _exceed_allowed(ctx):
         return requested, None
     shown = format_size(granted)
-    message = (f"{format_size(requested)} exceeds the {shown} the runtime granted (the pod's "
-               f"limit); allowed: at most {shown}{_using(soft, shown)}")
+    message = (
+        f"{format_size(requested)} exceeds the {shown} the runtime granted (the pod's "
+        f"limit); allowed: at most {shown}{_using(soft, shown)}"
+    )
     return granted, Shortfall("memory.max", message, REASON)
 
 
@@ -94,19 +97,22 @@ def _request_limit(ctx: PlanContext) -> tuple[int, str] | None:
     millis = ctx.granted.cpu_request_millis
     if millis is None or _exceed_allowed(ctx):
         return None
-    return millis // 1000, (f"the CPU request the runtime granted ({millis}m: "
-                            f"{millis // 1000} whole CPUs)")
+    return millis // 1000, (
+        f"the CPU request the runtime granted ({millis}m: {millis // 1000} whole CPUs)"
+    )
 
 
-def fit_exclusive(requested: int, ctx: PlanContext, allocator: Allocator,
-                  soft: bool) -> tuple[int, Shortfall | None]:
+def fit_exclusive(
+    requested: int, ctx: PlanContext, allocator: Allocator, soft: bool
+) -> tuple[int, Shortfall | None]:
     """cpu.exclusive within the container's CPU request and the per-pod cap."""
     cap = ctx.config.pod_caps.exclusive_cpus
     layout = allocator.layout
     cap_total = cap.of(len(layout.topology.online - layout.reserved))
     held = ctx.pod_usage.exclusive_cpus
     limits: list[tuple[int, str]] = [
-        (max(cap_total - held, 0), _cap_note("exclusive-cpus", cap, cap_total, held))]
+        (max(cap_total - held, 0), _cap_note("exclusive-cpus", cap, cap_total, held))
+    ]
     request = _request_limit(ctx)
     if request is not None:
         limits.insert(0, request)
@@ -116,22 +122,27 @@ def fit_exclusive(requested: int, ctx: PlanContext, allocator: Allocator,
     return requested, None
 
 
-def fit_full_cores(count: int, width: int, ctx: PlanContext,
-                   soft: bool) -> tuple[int, Shortfall | None]:
+def fit_full_cores(
+    count: int, width: int, ctx: PlanContext, soft: bool
+) -> tuple[int, Shortfall | None]:
     """Under `cpu.exclusive-full-cores`, an exclusive count that does not fill whole cores
     of `width` CPUs: refused (hard) or none (soft: the container runs on the shared CPUs).
     Never rounded up: a grant above the count would hold CPUs nobody accounted for."""
     if not ctx.config.cpu.exclusive_full_cores or count % width == 0:
         return count, None
-    message = (f"{count} does not fill whole cores of {width} CPUs (node policy "
-               "cpu.exclusive-full-cores: exclusive CPUs are whole cores only); allowed: a "
-               f"multiple of {width}{'; runs on the shared CPUs' if soft else ''}")
+    message = (
+        f"{count} does not fill whole cores of {width} CPUs (node policy "
+        "cpu.exclusive-full-cores: exclusive CPUs are whole cores only); allowed: a "
+        f"multiple of {width}{'; runs on the shared CPUs' if soft else ''}"
+    )
     return 0, Shortfall("cpu.exclusive", message, REASON)
 
 
 def _exclusive_shortfall(requested: int, allowed: int, why: str, soft: bool) -> Shortfall:
-    message = (f"{requested} exceeds {why}; allowed: at most {allowed}"
-               f"{_using(soft, str(allowed) if allowed else 'none')}")
+    message = (
+        f"{requested} exceeds {why}; allowed: at most {allowed}"
+        f"{_using(soft, str(allowed) if allowed else 'none')}"
+    )
     return Shortfall("cpu.exclusive", message, REASON)
 
 
@@ -151,8 +162,7 @@ def grant_shortfalls(sla: Sla, ctx: PlanContext) -> list[Shortfall]:
     return [s for s in found if s is not None]
 
 
-def fit_rt(runtime: int, period: int, ctx: PlanContext,
-           soft: bool) -> tuple[int, Shortfall | None]:
+def fit_rt(runtime: int, period: int, ctx: PlanContext, soft: bool) -> tuple[int, Shortfall | None]:
     """The real-time budget within the per-pod RT share; 0: none left."""
     cap = ctx.config.pod_caps.rt_share
     held = ctx.pod_usage.rt_share
@@ -161,10 +171,12 @@ def fit_rt(runtime: int, period: int, ctx: PlanContext,
     allowed = max(int((cap - held) * period), 0)
     others = f", the pod's other containers hold {held:.1%}" if held else ""
     shown = format_duration(allowed) if allowed else "none"
-    message = (f"{format_duration(runtime)} per {format_duration(period)} "
-               f"({runtime / period:.1%} of CPU time) exceeds the node's per-pod real-time "
-               f"cap (node config pod-caps.rt-share: {cap:.1%}{others}); allowed: at most "
-               f"{shown} per {format_duration(period)}{_using(soft, shown)}")
+    message = (
+        f"{format_duration(runtime)} per {format_duration(period)} "
+        f"({runtime / period:.1%} of CPU time) exceeds the node's per-pod real-time "
+        f"cap (node config pod-caps.rt-share: {cap:.1%}{others}); allowed: at most "
+        f"{shown} per {format_duration(period)}{_using(soft, shown)}"
+    )
     return allowed, Shortfall("cpu.rt-runtime", message, REASON)
 
 

@@ -30,8 +30,9 @@ def refusal(key: str, shortfalls: list[Shortfall]) -> PlanError:
     """Hard mode: one refusal naming the first shortfall, and the others after it."""
     first = shortfalls[0]
     more = "; ".join(s.render(key) for s in shortfalls[1:])
-    return PlanError(key, first.field, first.message + (f" (also: {more})" if more else ""),
-                     first.reason)
+    return PlanError(
+        key, first.field, first.message + (f" (also: {more})" if more else ""), first.reason
+    )
 
 
 class IoLimit(Frozen):

@@ -63,8 +63,9 @@ def place(sla: Sla, ctx: PlanContext, grant: GpuGrant, hard: bool) -> PlacementO
     """Verify the grant, choose exclusive CPUs and align; settings are plan fields
     (cpus, mems, the placement record)."""
     try:
-        placement = ctx.allocator.choose(placement_request(sla, ctx, grant), hard=hard,
-                                           floors=ctx.cpu_floors)
+        placement = ctx.allocator.choose(
+            placement_request(sla, ctx, grant), hard=hard, floors=ctx.cpu_floors
+        )
     except PlacementError as exc:
         field_name, message = split_field(exc.message, exc.field)
         return PlacementOutcome(error=message, field=field_name)
@@ -73,7 +74,8 @@ def place(sla: Sla, ctx: PlanContext, grant: GpuGrant, hard: bool) -> PlacementO
         settings["cpus"] = format_cpulist(placement.cpus)
     if placement.mems:
         settings["mems"] = format_cpulist(placement.mems)
-    field_name = "gpu" if sla.gpu else ("cpu.exclusive" if sla.cpu and sla.cpu.exclusive
-                                        else "numa.nodes")
+    field_name = (
+        "gpu" if sla.gpu else ("cpu.exclusive" if sla.cpu and sla.cpu.exclusive else "numa.nodes")
+    )
     warnings = tuple(split_field(w, field_name) for w in placement.warnings)
     return PlacementOutcome(settings, warnings, field=field_name)

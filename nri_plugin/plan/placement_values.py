@@ -92,7 +92,7 @@ def cpus_needed(request_millis: int | None) -> int:
 
 
 def describe_gpus(gpus: Iterable[Gpu]) -> str:
-    """"GPU 2, 3 (NUMA 0), GPU 6 (NUMA 1)"; "none" for no GPUs."""
+    """ "GPU 2, 3 (NUMA 0), GPU 6 (NUMA 1)"; "none" for no GPUs."""
     by_node: dict[int | None, list[int]] = {}
     for g in sorted(gpus, key=lambda g: g.index):
         by_node.setdefault(g.numa_node, []).append(g.index)
@@ -109,16 +109,17 @@ def describe_grant(gpus: Iterable[Gpu], migs: Iterable[MigInstance]) -> str:
     """One container's grant, each device by index and UUID: "GPU 1 (GPU-..., NUMA 0),
     MIG 1g.10gb MIG-... on GPU 0"; "no GPU". Messages a pod author sees use this: it
     names only that container's own devices."""
-    parts = [f"GPU {g.index} ({g.uuid or g.pci_bus_id or 'no UUID'}, "
-             f"NUMA {'?' if g.numa_node is None else g.numa_node})" for g in gpus]
+    parts = [
+        f"GPU {g.index} ({g.uuid or g.pci_bus_id or 'no UUID'}, "
+        f"NUMA {'?' if g.numa_node is None else g.numa_node})"
+        for g in gpus
+    ]
     parts += [f"MIG {m.profile} {m.uuid} on GPU {m.gpu_index}" for m in migs]
     return ", ".join(parts) or "no GPU"
 
 
 def plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
-
-
 
 
 @dataclass(frozen=True)
@@ -154,8 +155,9 @@ class NodeLayout:
     mem_nodes: frozenset[int]
 
     @classmethod
-    def of(cls, topology: Topology, inventory: GpuInventory,
-           reserved_cpus: Iterable[int] = frozenset()) -> NodeLayout:
+    def of(
+        cls, topology: Topology, inventory: GpuInventory, reserved_cpus: Iterable[int] = frozenset()
+    ) -> NodeLayout:
         return cls(
             topology=topology,
             inventory=inventory,

@@ -39,11 +39,16 @@ def parse_nri_version(version: str | None) -> tuple[int, int] | None:
 def no_grant_message(grant: GpuGrant, soft: bool) -> str:
     """Why a gpu section has nothing to verify: no device plugin granted a GPU (and an env
     naming GPUs is no grant: the pod author or the image wrote it)."""
-    env = (f"; its env NVIDIA_VISIBLE_DEVICES={grant.env_only[:64]!r} is not a grant"
-           if grant.env_only else "")
-    return ("no device plugin granted this container a GPU (resources.limits "
-            f"nvidia.com/gpu or a MIG resource in the pod spec){env}"
-            f"{'; no GPU is aligned' if soft else ''}")
+    env = (
+        f"; its env NVIDIA_VISIBLE_DEVICES={grant.env_only[:64]!r} is not a grant"
+        if grant.env_only
+        else ""
+    )
+    return (
+        "no device plugin granted this container a GPU (resources.limits "
+        f"nvidia.com/gpu or a MIG resource in the pod spec){env}"
+        f"{'; no GPU is aligned' if soft else ''}"
+    )
 
 
 def sla_key(sla: Sla, prefix: str) -> str:
@@ -76,8 +81,12 @@ class _Planner:
     def allowed(self, permission: str, field_path: str) -> bool:
         if self.ctx.config.allows(permission, self.ctx.namespace):
             return True
-        self.short(field_path, f"namespace {self.ctx.namespace!r} may not use {permission} "
-                   f"on this node (node config permissions.{permission})", "policy")
+        self.short(
+            field_path,
+            f"namespace {self.ctx.namespace!r} may not use {permission} "
+            f"on this node (node config permissions.{permission})",
+            "policy",
+        )
         return False
 
     # -- sections ------------------------------------------------------------------
@@ -96,8 +105,11 @@ class _Planner:
 
     def plan_rt(self, runtime: int, period: int) -> None:
         if self.ctx.cgroup_version == 2:
-            self.short("cpu.rt-runtime", "real-time budget is not available on cgroup v2 "
-                       "nodes (allowed only on cgroup v1)", "unsupported")
+            self.short(
+                "cpu.rt-runtime",
+                "real-time budget is not available on cgroup v2 nodes (allowed only on cgroup v1)",
+                "unsupported",
+            )
             return
         if not self.allowed("realtime", "cpu.rt-runtime"):
             return
@@ -128,23 +140,38 @@ class _Planner:
             return
         allocator = self.ctx.allocator
         if allocator is None:
-            self.short("gpu" if wants_gpu else "numa", "no node topology is available to "
-                       "place this container", "unsupported")
+            self.short(
+                "gpu" if wants_gpu else "numa",
+                "no node topology is available to place this container",
+                "unsupported",
+            )
             return
         if wants_exclusive:
-            exclusive = self.within(grants.fit_exclusive(sla.cpu.exclusive, self.ctx,
-                                                         allocator, self.soft))
+            exclusive = self.within(
+                grants.fit_exclusive(sla.cpu.exclusive, self.ctx, allocator, self.soft)
+            )
             if exclusive:
-                exclusive = self.within(grants.fit_full_cores(
-                    exclusive, allocator.topology.threads_per_core, self.ctx, self.soft))
+                exclusive = self.within(
+                    grants.fit_full_cores(
+                        exclusive, allocator.topology.threads_per_core, self.ctx, self.soft
+                    )
+                )
             sla = replace(sla, cpu=replace(sla.cpu, exclusive=exclusive or None))
         from nri_plugin.plan.runtime_gpus import resolve_grant  # placements only
 
-        grant = resolve_grant(allocator.inventory, self.ctx.granted,
-                              self.ctx.config.gpu.grant_cdi_kinds, self.ctx.kubelet_gpu_ids)
+        grant = resolve_grant(
+            allocator.inventory,
+            self.ctx.granted,
+            self.ctx.config.gpu.grant_cdi_kinds,
+            self.ctx.kubelet_gpu_ids,
+        )
         if wants_gpu and grant.unknown:
-            self.short("gpu", f"the grant names {', '.join(map(repr, grant.unknown[:8]))}, "
-                       "which match no GPU on this node", "placement")
+            self.short(
+                "gpu",
+                f"the grant names {', '.join(map(repr, grant.unknown[:8]))}, "
+                "which match no GPU on this node",
+                "placement",
+            )
         if wants_gpu and grant.empty:
             self.short("gpu", no_grant_message(grant, self.soft), "placement")
             sla = replace(sla, gpu=None)
@@ -168,23 +195,34 @@ class _Planner:
         if mems is None:
             if self.placement_short:
                 return  # the placement's own shortfall says why there are no nodes
-            self.short("numa.memory-policy", "needs NUMA nodes: set numa.nodes, cpu.exclusive "
-                       "or gpu with align", "unsupported")
+            self.short(
+                "numa.memory-policy",
+                "needs NUMA nodes: set numa.nodes, cpu.exclusive or gpu with align",
+                "unsupported",
+            )
             return
         version = parse_nri_version(self.ctx.nri_version)
         if version is not None and version >= MEMORY_POLICY_NRI_VERSION:
             self.settings["memory_policy"] = MemoryPolicy(numa.memory_policy, mems)
         elif numa.memory_policy == "bind":
             # cpuset.mems confines allocations to the same nodes: bind holds, said once.
-            self.short("numa.memory-policy", f"bind is enforced through cpuset.mems={mems} "
-                       "(memory policy needs NRI v0.12, containerd 2.3)", "unsupported")
+            self.short(
+                "numa.memory-policy",
+                f"bind is enforced through cpuset.mems={mems} "
+                "(memory policy needs NRI v0.12, containerd 2.3)",
+                "unsupported",
+            )
             if self.sla.enforcement == "hard":
                 self.shortfalls.pop()  # exact in effect: not a refusal
         else:
             runtime = f"NRI {self.ctx.nri_version}" if self.ctx.nri_version else "the OCI hook"
-            self.short("numa.memory-policy", f"{numa.memory_policy} needs NRI v0.12 "
-                       f"(containerd 2.3); {runtime} cannot set it (cpuset.mems={mems} "
-                       "applies)", "unsupported")
+            self.short(
+                "numa.memory-policy",
+                f"{numa.memory_policy} needs NRI v0.12 "
+                f"(containerd 2.3); {runtime} cannot set it (cpuset.mems={mems} "
+                "applies)",
+                "unsupported",
+            )
 
     def plan_memory(self) -> None:
         mem = self.sla.memory
@@ -192,14 +230,18 @@ class _Planner:
             return
         if mem.max is not None:
             self.settings["memory_max"] = self.within(
-                grants.fit_memory_max(mem.max, self.ctx, self.soft))
+                grants.fit_memory_max(mem.max, self.ctx, self.soft)
+            )
         if mem.high is not None:
             if self.ctx.cgroup_version == 2:
                 self.settings["memory_high"] = mem.high
             else:
-                self.short("memory.high", "not available on cgroup v1 nodes (allowed only on "
-                           "cgroup v2, soft mode writes memory.soft_limit_in_bytes instead)",
-                           "unsupported")
+                self.short(
+                    "memory.high",
+                    "not available on cgroup v1 nodes (allowed only on "
+                    "cgroup v2, soft mode writes memory.soft_limit_in_bytes instead)",
+                    "unsupported",
+                )
                 self.settings["memory_soft_limit"] = mem.high
 
     def plan_io(self) -> None:
@@ -210,8 +252,12 @@ class _Planner:
             if self.ctx.io_weight_supported:
                 self.settings["io_weight"] = io.weight
             else:
-                self.short("io.weight", "no proportional IO controller is active on this node "
-                           "(io.weight needs the BFQ scheduler or io.cost)", "unsupported")
+                self.short(
+                    "io.weight",
+                    "no proportional IO controller is active on this node "
+                    "(io.weight needs the BFQ scheduler or io.cost)",
+                    "unsupported",
+                )
         if io.max and self.allowed("io-max", "io.max"):
             limits = []
             for i, rule in enumerate(io.max):
@@ -220,8 +266,11 @@ class _Planner:
                 except (SlaFailure, OSError, ValueError) as exc:
                     self.short(f"io.max[{i}].device", str(exc), "device")
                     continue
-                limits.append(IoLimit(major, minor, rule.read_bps, rule.write_bps,
-                                      rule.read_iops, rule.write_iops))
+                limits.append(
+                    IoLimit(
+                        major, minor, rule.read_bps, rule.write_bps, rule.read_iops, rule.write_iops
+                    )
+                )
             self.settings["io_max"] = tuple(limits)
 
     def resolve(self, device: str) -> tuple[int, int]:
@@ -234,9 +283,14 @@ class _Planner:
     def finish(self) -> ContainerPlan:
         if self.sla.enforcement == "hard" and self.shortfalls:
             raise refusal(self.key, self.shortfalls)
-        return ContainerPlan(self.sla.enforcement, self.ctx.cgroup_version, **self.settings,
-                             warnings=tuple(s.render(self.key) for s in self.shortfalls),
-                             reasons=tuple(s.reason for s in self.shortfalls), key=self.key)
+        return ContainerPlan(
+            self.sla.enforcement,
+            self.ctx.cgroup_version,
+            **self.settings,
+            warnings=tuple(s.render(self.key) for s in self.shortfalls),
+            reasons=tuple(s.reason for s in self.shortfalls),
+            key=self.key,
+        )
 
 
 def plan_container(sla: Sla, ctx: PlanContext) -> ContainerPlan:

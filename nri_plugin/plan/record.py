@@ -119,8 +119,9 @@ def _keyed_hmac(key: bytes) -> Any:
     return hmac.new(key, digestmod=hashlib.sha256)
 
 
-def decode_record(text: object, owner: str, key: bytes,
-                  limits: RecordLimits | None = None) -> tuple[str, ContainerPlan]:
+def decode_record(
+    text: object, owner: str, key: bytes, limits: RecordLimits | None = None
+) -> tuple[str, ContainerPlan]:
     """The enforcing path and the plan from `owner`'s record. Raises
     UnauthenticatedRecord when nri-sla did not write it for this container, RecordError
     when it is malformed or names what this node does not have."""
@@ -137,21 +138,25 @@ def verified_text(text: object, owner: str, key: bytes) -> str:
         raise RecordError(f"larger than {MAX_RECORD_BYTES} bytes ({len(text)})")
     if not text.isascii():  # nri-sla writes ASCII only, so characters are bytes here
         raise UnauthenticatedRecord("not written by nri-sla (non-ASCII text)")
-    mac = text[-_MAC_TAIL + len(_MAC_HEAD):-2]
-    if (len(text) <= _MAC_TAIL or text[-_MAC_TAIL:-_MAC_TAIL + len(_MAC_HEAD)] != _MAC_HEAD
-            or text[-2:] != '"}' or mac.strip(_HEX)):  # strip: left only if not all hex
+    mac = text[-_MAC_TAIL + len(_MAC_HEAD) : -2]
+    if (
+        len(text) <= _MAC_TAIL
+        or text[-_MAC_TAIL : -_MAC_TAIL + len(_MAC_HEAD)] != _MAC_HEAD
+        or text[-2:] != '"}'
+        or mac.strip(_HEX)
+    ):  # strip: left only if not all hex
         raise UnauthenticatedRecord("not written by nri-sla (no record MAC)")
     signed = text[:-_MAC_TAIL] + "}"
     import hmac  # as in _mac
 
     if not hmac.compare_digest(mac, _mac(signed, owner, key)):
-        raise UnauthenticatedRecord("not written by nri-sla for this container (MAC does "
-                                    "not verify)")
+        raise UnauthenticatedRecord(
+            "not written by nri-sla for this container (MAC does not verify)"
+        )
     return signed
 
 
-def parse_record(signed: str, limits: RecordLimits | None = None
-                 ) -> tuple[str, ContainerPlan]:
+def parse_record(signed: str, limits: RecordLimits | None = None) -> tuple[str, ContainerPlan]:
     """The enforcing path and the plan from a record's verified text (verified_text).
     Raises RecordError when it is malformed or names what this node does not have."""
     body = _parsed_json(signed)
@@ -187,8 +192,12 @@ def granted_permissions(plan: ContainerPlan) -> tuple[str, ...]:
     the planner checks them when it grants each: a restored record is held to the same."""
     placement = plan.placement_record or {}
     gpus = any(name in placement for name in ("gpus", "mig", "migs"))
-    needs = {"realtime": plan.rt_runtime is not None, "gpus": gpus,
-             "exclusive-cpus": "exclusive" in placement, "io-max": bool(plan.io_max)}
+    needs = {
+        "realtime": plan.rt_runtime is not None,
+        "gpus": gpus,
+        "exclusive-cpus": "exclusive" in placement,
+        "io-max": bool(plan.io_max),
+    }
     return tuple(name for name, needed in needs.items() if needed)
 
 
@@ -212,6 +221,7 @@ def _parsed_json(signed: str) -> dict[str, Any]:
 
 # -- field checks ---------------------------------------------------------------------------
 
+
 class _Bad(Exception):
     """One field's problem; decode_record prefixes the field's name."""
 
@@ -226,6 +236,7 @@ def _int(lo: int, hi: int) -> Callable[[object, RecordLimits], int]:
         if type(value) is not int or not lo <= value <= hi:  # bool is not an int here
             raise _Bad(f"must be a whole number from {lo} to {hi}, got {_short(value)}")
         return value
+
     return check
 
 
@@ -241,6 +252,7 @@ def _choice(*allowed: object) -> Callable[[object, RecordLimits], object]:
         if type(value) not in (str, int) or value not in allowed:
             raise _Bad(f"must be one of {', '.join(map(str, allowed))}, got {_short(value)}")
         return value
+
     return check
 
 
@@ -293,9 +305,13 @@ def _io_max(value: object, limits: RecordLimits) -> tuple[IoLimit, ...]:
     rules = []
     for item in value:
         doc = _mapping(item, ("major", "minor", *_IO_RATES))
-        rules.append(IoLimit(_int(0, MAX_MAJOR)(doc.get("major"), limits),
-                             _int(0, MAX_MINOR)(doc.get("minor"), limits),
-                             *(_optional_rate(doc.get(k), limits) for k in _IO_RATES)))
+        rules.append(
+            IoLimit(
+                _int(0, MAX_MAJOR)(doc.get("major"), limits),
+                _int(0, MAX_MINOR)(doc.get("minor"), limits),
+                *(_optional_rate(doc.get(k), limits) for k in _IO_RATES),
+            )
+        )
     return tuple(rules)
 
 
@@ -313,8 +329,7 @@ def _gpu_cdi(value: object, _limits: RecordLimits) -> tuple[str, ...]:
 def _gpu_ref(value: object, limits: RecordLimits, mig: bool) -> str:
     ref = _name(value)
     inventory = limits.inventory
-    if inventory is not None and (inventory.find_mig(ref) if mig else inventory.find(ref)) \
-            is None:
+    if inventory is not None and (inventory.find_mig(ref) if mig else inventory.find(ref)) is None:
         raise _Bad(f"{'MIG device' if mig else 'GPU'} {_short(ref)} is not on this node")
     return ref
 
@@ -327,8 +342,7 @@ _FLAGS = ("shared", "runtime", "aligned")
 def _gpu_refs(doc: dict[str, Any], name: str, limits: RecordLimits, mig: bool) -> list[str]:
     refs = doc[name]
     if not isinstance(refs, list) or not 0 < len(refs) <= MAX_GPUS:
-        raise _Bad(f"{name} must be a list of 1 to {MAX_GPUS} "
-                   f"{'MIG devices' if mig else 'GPUs'}")
+        raise _Bad(f"{name} must be a list of 1 to {MAX_GPUS} {'MIG devices' if mig else 'GPUs'}")
     return [_gpu_ref(g, limits, mig=mig) for g in refs]
 
 

@@ -77,12 +77,18 @@ class RtBudget:
         used = sum(g.share for o, g in self._grants.items() if o != owner)
         if used + grant.share > self.total_share + 1e-9:
             free = max(self.total_share - used, 0.0)
-            log.info("RT budget short for %s: needs %.1f%%, %.1f%% free of %.1f%%", owner,
-                     grant.share * 100, free * 100, self.total_share * 100)
+            log.info(
+                "RT budget short for %s: needs %.1f%%, %.1f%% free of %.1f%%",
+                owner,
+                grant.share * 100,
+                free * 100,
+                self.total_share * 100,
+            )
             raise RtBudgetExceeded(
                 f"needs {grant.share:.1%} of CPU time as real-time; the node's RT budget "
                 f"for SLA containers ({self.total_share:.1%}: node config rt-budget of "
-                "the kernel's share) cannot take that much more now")
+                "the kernel's share) cannot take that much more now"
+            )
 
     def hold(self, owner: str, grant: RtGrant) -> None:
         """Record a grant the kernel holds or is about to (restored from the runtime's
@@ -107,5 +113,8 @@ class RtBudget:
         """The cpu cgroup dirs of the grants that know theirs -> (runtime, period): what
         their ancestors must keep (enforce.rt_ledger.RtLedger.give_back's `pending`)."""
         with self._lock:
-            return {g.cpu_dir: (g.runtime_us, g.period_us) for g in self._grants.values()
-                    if g.cpu_dir is not None}
+            return {
+                g.cpu_dir: (g.runtime_us, g.period_us)
+                for g in self._grants.values()
+                if g.cpu_dir is not None
+            }

@@ -44,8 +44,10 @@ DRA_KINDS = ("k8s.gpu.nvidia.com/device", "k8s.gpu.nvidia.com/claim")  # NVIDIA'
 # NVIDIA's DRA driver: a GPU is "gpu-<minor>", a MIG device "gpu-<parent minor>-mig-..."
 # (the rest names its profile without dots and its placement, in forms that changed
 # between releases); claim-specific CDI names put "<claim uid>-" before it.
-_DRA_NAME = re.compile(r"(?:[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}-)?"
-                       r"gpu-(\d{1,6})(?:-mig-([a-z0-9-]{1,96}))?")
+_DRA_NAME = re.compile(
+    r"(?:[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}-)?"
+    r"gpu-(\d{1,6})(?:-mig-([a-z0-9-]{1,96}))?"
+)
 
 
 @dataclass(frozen=True)
@@ -81,8 +83,12 @@ def cdi_grant_names(cdi_devices: Iterable[str], kinds: Iterable[str]) -> list[st
     return names
 
 
-def resolve_grant(inventory: GpuInventory, granted: GrantedResources,
-                  cdi_kinds: Iterable[str], extra_ids: Iterable[str] = ()) -> GpuGrant:
+def resolve_grant(
+    inventory: GpuInventory,
+    granted: GrantedResources,
+    cdi_kinds: Iterable[str],
+    extra_ids: Iterable[str] = (),
+) -> GpuGrant:
     """The GPUs and MIG devices `granted` names on this node (see the module docstring).
     `extra_ids`: the kubelet's device ids for the container (GPU UUIDs, MIG UUIDs,
     indexes, replica ids) and its DRA claims' CDI names, at most MAX_GRANT_ITEMS read."""
@@ -104,14 +110,23 @@ def resolve_grant(inventory: GpuInventory, granted: GrantedResources,
         found.dra(name)
     env = granted.env_gpus
     env_only = None
-    if not (found.gpus or found.migs or found.unknown) and env is not None \
-            and env.strip().lower() not in _NOTHING:
+    if (
+        not (found.gpus or found.migs or found.unknown)
+        and env is not None
+        and env.strip().lower() not in _NOTHING
+    ):
         env_only = env.strip()
-    replicas = frozenset(found.replicas - {g.identity for g in found.whole.values()}
-                         - set(found.whole_migs))
-    return GpuGrant(tuple(sorted(found.gpus.values(), key=lambda g: g.index)),
-                    tuple(found.migs.values()), tuple(found.unknown), env_only,
-                    replicas, granted.all_devices)
+    replicas = frozenset(
+        found.replicas - {g.identity for g in found.whole.values()} - set(found.whole_migs)
+    )
+    return GpuGrant(
+        tuple(sorted(found.gpus.values(), key=lambda g: g.index)),
+        tuple(found.migs.values()),
+        tuple(found.unknown),
+        env_only,
+        replicas,
+        granted.all_devices,
+    )
 
 
 class _Found:
@@ -196,9 +211,11 @@ class _Found:
         if rest is None:
             self.gpu(parent)
             return
-        candidates = [(parent, mig) for mig in parent.mig_instances
-                      if rest.startswith(mig.profile.replace(".", "").lower() + "-")] \
-            or [(parent, mig) for mig in parent.mig_instances]
+        candidates = [
+            (parent, mig)
+            for mig in parent.mig_instances
+            if rest.startswith(mig.profile.replace(".", "").lower() + "-")
+        ] or [(parent, mig) for mig in parent.mig_instances]
         if len(candidates) == 1:
             self.mig(candidates[0])
         elif not any(mig.uuid in self.migs for _, mig in candidates):

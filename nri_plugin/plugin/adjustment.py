@@ -27,17 +27,19 @@ _MPOL_MODES = {
 }
 
 
-def build_adjustment(plan: ContainerPlan,
-                     hooks: Mapping[str, list[dict[str, Any]]] | None = None,
-                     ) -> pb.ContainerAdjustment:
+def build_adjustment(
+    plan: ContainerPlan,
+    hooks: Mapping[str, list[dict[str, Any]]] | None = None,
+) -> pb.ContainerAdjustment:
     """The adjustment for a plan, with the given OCI hooks ({Hooks field: [{path, args,
     env, timeout}]}, nri_plugin.hookspec.hook_spec); the annotations are per container
     (`annotated`)."""
     adj = pb.ContainerAdjustment()
     for stage, entries in (hooks or {}).items():
         for entry in entries:
-            hook = getattr(adj.hooks, stage).add(path=entry["path"], args=entry["args"],
-                                                 env=entry.get("env", []))
+            hook = getattr(adj.hooks, stage).add(
+                path=entry["path"], args=entry["args"], env=entry.get("env", [])
+            )
             if entry.get("timeout"):
                 hook.timeout.value = entry["timeout"]
     fill_resources(adj.linux.resources, plan)
@@ -48,8 +50,11 @@ def build_adjustment(plan: ContainerPlan,
     return adj
 
 
-def annotated(annotations: Mapping[str, str], remove: Iterable[str] = (),
-              settings: pb.ContainerAdjustment | None = None) -> pb.ContainerAdjustment:
+def annotated(
+    annotations: Mapping[str, str],
+    remove: Iterable[str] = (),
+    settings: pb.ContainerAdjustment | None = None,
+) -> pb.ContainerAdjustment:
     """An adjustment that sets `annotations`, removes the keys in `remove` (NRI's
     convention: the key with a "-" in front, value empty, deletes it from the spec) and
     carries a copy of `settings` (build_adjustment's result, left unchanged)."""

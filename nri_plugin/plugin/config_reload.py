@@ -64,7 +64,10 @@ def reload_config(path: str | None, current: NodeConfig) -> Reload | None:
         log.error("config reload refused, keeping the config in use: %s", exc)
         return None
     done = plan_reload(current, new)
-    log.info("config reloaded from %s: applied %s; needs a restart (not applied): %s",
-             new.source, ", ".join(done.applied) or "nothing",
-             ", ".join(done.need_restart) or "nothing")
+    log.info(
+        "config reloaded from %s: applied %s; needs a restart (not applied): %s",
+        new.source,
+        ", ".join(done.applied) or "nothing",
+        ", ".join(done.need_restart) or "nothing",
+    )
     return done

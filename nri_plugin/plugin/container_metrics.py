@@ -63,10 +63,17 @@ class ContainerCollector:
             starts = bool(left_out) and not self._leaving_out
             self._leaving_out = bool(left_out)
         if starts:
-            log_event(log, logging.WARNING, "per-container series capped",
-                      limit=self.limit, exported=shown, unexported=sum(left_out.values()),
-                      namespaces=len(left_out), largest=max(left_out, key=left_out.get),
-                      hint="raise watch.metrics-containers or use nri-sla status")
+            log_event(
+                log,
+                logging.WARNING,
+                "per-container series capped",
+                limit=self.limit,
+                exported=shown,
+                unexported=sum(left_out.values()),
+                namespaces=len(left_out),
+                largest=max(left_out, key=left_out.get),
+                hint="raise watch.metrics-containers or use nri-sla status",
+            )
 
 
 def fair_quota(counts: dict[str, int], limit: int) -> dict[str, int]:
@@ -91,34 +98,39 @@ def fair_quota(counts: dict[str, int], limit: int) -> dict[str, int]:
     return quota
 
 
-def exported(containers: Sequence[ContainerReport],
-             limit: int) -> tuple[list[ContainerReport], dict[str, int]]:
+def exported(
+    containers: Sequence[ContainerReport], limit: int
+) -> tuple[list[ContainerReport], dict[str, int]]:
     """The containers given series (each namespace's first by pod and container name, as
     many as fair_quota allows) and the number left out per namespace (those > 0)."""
     by_namespace: dict[str, list[ContainerReport]] = {}
     for c in sorted(containers, key=lambda c: (c.namespace, c.pod, c.container)):
         by_namespace.setdefault(c.namespace, []).append(c)
     quota = fair_quota({ns: len(cs) for ns, cs in by_namespace.items()}, limit)
-    shown = [c for ns, cs in by_namespace.items() for c in cs[:quota[ns]]]
-    left_out = {ns: len(cs) - quota[ns] for ns, cs in by_namespace.items()
-                if len(cs) > quota[ns]}
+    shown = [c for ns, cs in by_namespace.items() for c in cs[: quota[ns]]]
+    left_out = {ns: len(cs) - quota[ns] for ns, cs in by_namespace.items() if len(cs) > quota[ns]}
     return shown, left_out
 
 
 def _unexported(count: int) -> GaugeMetricFamily:
     return GaugeMetricFamily(
-        "nri_sla_containers_unexported", "SLA containers beyond watch.metrics-containers "
-        "(no per-container series; nri-sla status shows them)", value=count)
+        "nri_sla_containers_unexported",
+        "SLA containers beyond watch.metrics-containers "
+        "(no per-container series; nri-sla status shows them)",
+        value=count,
+    )
 
 
 def _unexported_by_namespace(left_out: dict[str, int], limit: int) -> GaugeMetricFamily:
     # At most `limit` series (the namespaces missing the most first): the total above is
     # exact whatever the number of namespaces.
     family = GaugeMetricFamily(
-        "nri_sla_namespace_containers_unexported", "SLA containers of the namespace left "
+        "nri_sla_namespace_containers_unexported",
+        "SLA containers of the namespace left "
         "without per-container series by the fair share of watch.metrics-containers",
-        labels=["namespace"])
-    for ns in sorted(left_out, key=lambda ns: (-left_out[ns], ns))[:max(0, limit)]:
+        labels=["namespace"],
+    )
+    for ns in sorted(left_out, key=lambda ns: (-left_out[ns], ns))[: max(0, limit)]:
         family.add_metric([ns], left_out[ns])
     return family
 
@@ -130,28 +142,44 @@ def _families() -> dict[str, Metric]:
     def counter(name: str, doc: str, *extra: str) -> CounterMetricFamily:
         return CounterMetricFamily(P + name, doc, labels=[*LABELS, *extra])
 
-    return {f.name: f for f in (
-        counter("cpu_periods", "CPU bandwidth periods the container ran in (cpu.stat "
-                "nr_periods)"),
-        counter("cpu_throttled_periods", "Periods in which the container hit its CPU "
-                "quota (cpu.stat nr_throttled)"),
-        counter("cpu_throttled_seconds", "Time the container was throttled"),
-        gauge("cpu_throttled_ratio", "Throttled periods / periods over the last watch "
-              "interval"),
-        counter("memory_events", "Memory limit events: high (reclaimed above "
+    return {
+        f.name: f
+        for f in (
+            counter(
+                "cpu_periods", "CPU bandwidth periods the container ran in (cpu.stat nr_periods)"
+            ),
+            counter(
+                "cpu_throttled_periods",
+                "Periods in which the container hit its CPU quota (cpu.stat nr_throttled)",
+            ),
+            counter("cpu_throttled_seconds", "Time the container was throttled"),
+            gauge(
+                "cpu_throttled_ratio", "Throttled periods / periods over the last watch interval"
+            ),
+            counter(
+                "memory_events",
+                "Memory limit events: high (reclaimed above "
                 "memory.high), max (hit memory.max; v1 memory.failcnt), oom, oom_kill",
-                "event"),
-        counter("pressure_stalled_seconds", "PSI: time some (or all) of the container's "
+                "event",
+            ),
+            counter(
+                "pressure_stalled_seconds",
+                "PSI: time some (or all) of the container's "
                 "tasks stalled on the resource (cgroup v2; rate() is the pressure)",
-                "resource", "kind"),
-        gauge("cpu_limit_cores", "CPU bandwidth the SLA enforces (quota / period)"),
-        gauge("memory_max_bytes", "memory.max the SLA enforces"),
-        gauge("memory_high_bytes", "memory.high the SLA enforces (v1: the soft limit)"),
-        gauge("cpuset_cpus", "CPUs in the cpuset the container should have"),
-        gauge("gpus", "GPUs nri-sla placed the container on"),
-        gauge("drifted_settings", "Enforced values the kernel does not hold at the last "
-              "watch pass"),
-    )}
+                "resource",
+                "kind",
+            ),
+            gauge("cpu_limit_cores", "CPU bandwidth the SLA enforces (quota / period)"),
+            gauge("memory_max_bytes", "memory.max the SLA enforces"),
+            gauge("memory_high_bytes", "memory.high the SLA enforces (v1: the soft limit)"),
+            gauge("cpuset_cpus", "CPUs in the cpuset the container should have"),
+            gauge("gpus", "GPUs nri-sla placed the container on"),
+            gauge(
+                "drifted_settings",
+                "Enforced values the kernel does not hold at the last watch pass",
+            ),
+        )
+    }
 
 
 def _add(families: dict[str, Metric], c: ContainerReport) -> None:

@@ -70,8 +70,9 @@ from nri_plugin.value import replace
 log = logging.getLogger("nri_sla.plugin")
 
 # The registry's state names: CONTAINER_RUNNING -> "running".
-STATE_NAMES = {number: name.removeprefix("CONTAINER_").lower()
-               for name, number in pb.ContainerState.items()}
+STATE_NAMES = {
+    number: name.removeprefix("CONTAINER_").lower() for name, number in pb.ContainerState.items()
+}
 ENV_VISIBLE_PREFIX = ENV_VISIBLE + "="
 NO_EVIDENCE = GrantedResources()  # a grant from the kubelet's device ids alone
 UNVERSIONED_NRI = "older than v0.12"  # no version sent, runtime release not in the table
@@ -83,8 +84,9 @@ def rpc_error(exc: SlaFailure) -> RpcError:
     return RpcError(STATUS.get(exc.kind, Code.FAILED_PRECONDITION), str(exc))
 
 
-def granted_resources(resources: pb.LinuxResources, container: pb.Container | None = None
-                      ) -> GrantedResources:
+def granted_resources(
+    resources: pb.LinuxResources, container: pb.Container | None = None
+) -> GrantedResources:
     """What the runtime set for the container: the kubelet's CPU and memory values in the
     request and the GPU evidence a device plugin's grant left (CDI devices, GPU device
     nodes and MIG access nodes, volume mounts; whether the device cgroup allows every
@@ -103,42 +105,49 @@ def granted_resources(resources: pb.LinuxResources, container: pb.Container | No
         if ENV_VISIBLE in "".join(env):
             for item in env:  # the runtime keeps one per key; the last
                 if item.startswith(ENV_VISIBLE_PREFIX):
-                    evidence["env_gpus"] = item[len(ENV_VISIBLE_PREFIX):]
+                    evidence["env_gpus"] = item[len(ENV_VISIBLE_PREFIX) :]
         if container.CDI_devices:
             evidence["cdi_devices"] = bounded_names(d.name for d in container.CDI_devices)
         if container.linux.devices:
             gpus, caps = gpu_device_numbers(
-                (d.path, d.type, d.major, d.minor) for d in container.linux.devices)
+                (d.path, d.type, d.major, d.minor) for d in container.linux.devices
+            )
             if gpus:
                 evidence["gpu_devices"] = gpus
             if caps:
                 evidence["caps_minors"] = caps
             if resources.devices and all_devices_allowed(
-                    (r.allow, r.type, r.HasField("major") or r.HasField("minor"), r.access)
-                    for r in resources.devices):
+                (r.allow, r.type, r.HasField("major") or r.HasField("minor"), r.access)
+                for r in resources.devices
+            ):
                 evidence["all_devices"] = True
         mounts = container.mounts
         if len(mounts) > MAX_GRANT_ITEMS:  # (a slice: islice over protobuf's list is slow)
             mounts = mounts[:MAX_GRANT_ITEMS]
-        device_mounts = [(path, m.source) for m in mounts
-                         if (path := m.destination).startswith(DEVICE_MOUNT_DIR)]
+        device_mounts = [
+            (path, m.source) for m in mounts if (path := m.destination).startswith(DEVICE_MOUNT_DIR)
+        ]
         if device_mounts:
             evidence["device_mounts"] = device_mount_ids(device_mounts)
     # An absent value reads as 0, which GrantedResources takes as "not set", as it takes
     # a 0 the runtime wrote: no HasField per value (four calls per container).
     if not evidence:
-        return limits_only(cpu.quota.value, cpu.period.value, cpu.shares.value,
-                           memory.limit.value)
-    return GrantedResources(cpu_quota=cpu.quota.value, cpu_period=cpu.period.value,
-                            cpu_shares=cpu.shares.value, memory_limit=memory.limit.value,
-                            **evidence)
+        return limits_only(cpu.quota.value, cpu.period.value, cpu.shares.value, memory.limit.value)
+    return GrantedResources(
+        cpu_quota=cpu.quota.value,
+        cpu_period=cpu.period.value,
+        cpu_shares=cpu.shares.value,
+        memory_limit=memory.limit.value,
+        **evidence,
+    )
 
 
 class SlaPlugin:
     """Handlers for the NRI stub; the stub subscribes to exactly these events."""
 
-    def __init__(self, node: NodeState, metrics: MetricsSink = NO_METRICS,
-                 events: PodEvents = NO_EVENTS) -> None:
+    def __init__(
+        self, node: NodeState, metrics: MetricsSink = NO_METRICS, events: PodEvents = NO_EVENTS
+    ) -> None:
         self.node = node
         self.metrics = metrics
         self.events = events  # Kubernetes Events on the pods (plugin.pod_events)
@@ -147,26 +156,40 @@ class SlaPlugin:
         self.registry = ContainerRegistry()  # every container the runtime reported
         node.pod_members = self.registry.members  # the per-pod caps count its pods
         # The kubelet's books, for containers whose only GPU evidence is their env.
-        self.kubelet = KubeletGrants(node.config.gpu.podresources_socket,
-                                     node.config.gpu.grant_resources)
+        self.kubelet = KubeletGrants(
+            node.config.gpu.podresources_socket, node.config.gpu.grant_resources
+        )
         # A reusable decision's inputs -> (its plan, the plan's record_text, the event's
         # applied fields, adjustment without annotations).
         self._answers: dict[DecisionInputs, tuple[ContainerPlan, str, dict[str, Any], Any]] = {}
         # With hook.inject the OCI hook verifies (reads back) what the plugin enforced.
         self._hooks = hook_spec() if node.config.hook.inject else None
         watch = node.config.watch
-        self.watch = DriftWatch(node, self.registry, metrics, interval=watch.interval,
-                                backoff_max=watch.repair_backoff_max, events=events)
+        self.watch = DriftWatch(
+            node,
+            self.registry,
+            metrics,
+            interval=watch.interval,
+            backoff_max=watch.repair_backoff_max,
+            events=events,
+        )
         self._stub: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
         # created while away
         self._unenforced = UnenforcedContainers(self.registry, metrics, events)
         self._replicas_asked: frozenset[tuple[str, tuple[str, ...]]] = frozenset()
         self.restorer = SynchronizeRestore(
-            node, self.registry, metrics, self.watch, self._unenforced,
-            rescan_inventory=self.rescan_inventory, entries=self._entries,
-            cpuset_updates=self._cpuset_updates, publish_usage=self._publish_usage,
-            report_shared=self._report_shared)
+            node,
+            self.registry,
+            metrics,
+            self.watch,
+            self._unenforced,
+            rescan_inventory=self.rescan_inventory,
+            entries=self._entries,
+            cpuset_updates=self._cpuset_updates,
+            publish_usage=self._publish_usage,
+            report_shared=self._report_shared,
+        )
 
     # -- life cycle --------------------------------------------------------------------
     def on_registered(self, stub: Any) -> None:
@@ -178,8 +201,7 @@ class SlaPlugin:
         self._loop = asyncio.get_running_loop()  # where status requests read the watch
         self.restorer.attach(stub, self._loop)  # the first Synchronize's restore
 
-    def synchronize(self, pods: list[pb.PodSandbox], containers: Collection[pb.Container]
-                    ) -> None:
+    def synchronize(self, pods: list[pb.PodSandbox], containers: Collection[pb.Container]) -> None:
         """The runtime's whole state: answered at once, restored right after
         (SynchronizeRestore.synchronize)."""
         self.restorer.synchronize(pods, containers)
@@ -194,8 +216,11 @@ class SlaPlugin:
         if config.strip():
             # /etc/nri/conf.d/NN-nri-sla.conf only points at the node config, which the
             # plugin already loaded from --config at start.
-            log.info("runtime passed plugin config %r; node config in use: %s",
-                     config.strip(), self.node.config.source)
+            log.info(
+                "runtime passed plugin config %r; node config in use: %s",
+                config.strip(),
+                self.node.config.source,
+            )
 
     @settled
     def rescan_inventory(self) -> None:
@@ -213,8 +238,14 @@ class SlaPlugin:
         if change is None:
             return None
         for gpu, holders in change.vanished:
-            log_event(log, logging.WARNING, "GPU vanished", gpu=gpu.ref, index=gpu.index,
-                      holders=",".join(holders) or "none")
+            log_event(
+                log,
+                logging.WARNING,
+                "GPU vanished",
+                gpu=gpu.ref,
+                index=gpu.index,
+                holders=",".join(holders) or "none",
+            )
         for what, gpus in (("GPU appeared", change.appeared), ("GPU back", change.back)):
             for gpu in gpus:
                 log_event(log, logging.INFO, what, gpu=gpu.ref, index=gpu.index)
@@ -240,20 +271,32 @@ class SlaPlugin:
         # Each field read once: every read of a protobuf field makes a new object.
         cid, name, namespace = container.id, container.name, pod.namespace
         granted = granted_resources(container.linux.resources, container)
-        kubelet_ids = (self.kubelet.for_container(namespace, pod.name, name)
-                       if asks_kubelet(granted) else ())
-        decision = decide(self.node, ContainerRequest(
-            pod.annotations, name,  # protobuf's map: only nri-sla's keys are read
-            namespace=namespace, owner=cid, pod=pod.id, nri_version=self.nri_version,
-            granted=granted, kubelet_gpu_ids=kubelet_ids))
+        kubelet_ids = (
+            self.kubelet.for_container(namespace, pod.name, name) if asks_kubelet(granted) else ()
+        )
+        decision = decide(
+            self.node,
+            ContainerRequest(
+                pod.annotations,
+                name,  # protobuf's map: only nri-sla's keys are read
+                namespace=namespace,
+                owner=cid,
+                pod=pod.id,
+                nri_version=self.nri_version,
+                granted=granted,
+                kubelet_gpu_ids=kubelet_ids,
+            ),
+        )
         grant = self._grant_of(cid, granted, kubelet_ids, decision.plan, created=True)
         decision, held = self._admit(cid, decision, grant, granted, container)
         with held:  # anything below failing gives back what the node took for it
             plan = decision.plan
-            applied, adjustment = (self._answer(plan, decision, cid, container)
-                                   if plan is not None else ({}, self._strip_outputs(container)))
-            self._observe("CreateContainer", started, decision, applied,
-                          namespace, pod.name, name)
+            applied, adjustment = (
+                self._answer(plan, decision, cid, container)
+                if plan is not None
+                else ({}, self._strip_outputs(container))
+            )
+            self._observe("CreateContainer", started, decision, applied, namespace, pod.name, name)
             self.events.decided(namespace, pod.name, pod.uid, name, decision)
             if decision.error is not None:
                 raise rpc_error(decision.error)
@@ -267,9 +310,14 @@ class SlaPlugin:
         self._publish_holders(entry)
         return CreateResult(adjustment, self._cpuset_updates(entry.id))
 
-    def _admit(self, cid: str, decision: Decision, grant: GpuGrant,
-               granted: GrantedResources, container: pb.Container
-               ) -> tuple[Decision, Reservation]:
+    def _admit(
+        self,
+        cid: str,
+        decision: Decision,
+        grant: GpuGrant,
+        granted: GrantedResources,
+        container: pb.Container,
+    ) -> tuple[Decision, Reservation]:
         """The node takes what the decided container holds (NodeState.admit) and, on
         cgroup v1, makes room for its RT time in its ancestors; the decision as it stands
         then (its own copy of the plan, or refused: nothing is taken), and what was
@@ -277,8 +325,13 @@ class SlaPlugin:
         if decision.error is not None:
             return decision, nothing_taken(cid)
         try:
-            held = self.node.admit(cid, decision.plan, grant, granted.cpu_request_millis,
-                                   container.linux.resources.cpu.cpus)
+            held = self.node.admit(
+                cid,
+                decision.plan,
+                grant,
+                granted.cpu_request_millis,
+                container.linux.resources.cpu.cpus,
+            )
         except SlaFailure as exc:  # taken by another since the plan was made
             return Decision("refused", error=exc), nothing_taken(cid)
         plan = decision.plan
@@ -292,8 +345,9 @@ class SlaPlugin:
             return Decision("refused", error=exc), held
         return replace(decision, plan=room), held  # this container's own
 
-    def _with_cpuset(self, container_id: str, adjustment: pb.ContainerAdjustment | None,
-                     planned: bool) -> tuple[pb.ContainerAdjustment | None, str]:
+    def _with_cpuset(
+        self, container_id: str, adjustment: pb.ContainerAdjustment | None, planned: bool
+    ) -> tuple[pb.ContainerAdjustment | None, str]:
         """The adjustment carrying the container's cpuset in the node's CPU pool (with or
         without an SLA: no container runs on another's exclusive CPUs), and that cpuset
         ("": the one the plan set, if any, stands). `planned`: the adjustment sets a
@@ -306,24 +360,46 @@ class SlaPlugin:
         adjustment.linux.resources.cpu.cpus = cpus
         return adjustment, cpus
 
-    def _grant_of(self, container_id: str, granted: GrantedResources,
-                  kubelet_ids: tuple[str, ...], plan: ContainerPlan | None, *,
-                  created: bool) -> GpuGrant:
+    def _grant_of(
+        self,
+        container_id: str,
+        granted: GrantedResources,
+        kubelet_ids: tuple[str, ...],
+        plan: ContainerPlan | None,
+        *,
+        created: bool,
+    ) -> GpuGrant:
         """The GPUs the runtime (and the kubelet's books: `kubelet_ids`) granted the
         container; `created`: at CreateContainer (else Synchronize)."""
         if not (granted.gpu_evidence or kubelet_ids):
             return NO_GRANT  # most containers: nothing to resolve or hold
         grant = self.node.gpu_grant(granted, kubelet_ids)
         if grant.env_only and plan is None:
-            log_event(log, logging.INFO, "GPU env is not a grant", container=container_id,
-                      env=grant.env_only[:64])
+            log_event(
+                log,
+                logging.INFO,
+                "GPU env is not a grant",
+                container=container_id,
+                env=grant.env_only[:64],
+            )
         if grant.system and created:
-            log_event(log, logging.INFO, "container sees every device: a system "
-                      "holder, its device nodes are no GPU grant", container=container_id)
+            log_event(
+                log,
+                logging.INFO,
+                "container sees every device: a system holder, its device nodes are no GPU grant",
+                container=container_id,
+            )
         return grant
 
-    def _entry(self, pod: pb.PodSandbox | None, container: pb.Container,
-               plan: ContainerPlan | None, *, owed: bool, grant: GpuGrant) -> ContainerEntry:
+    def _entry(
+        self,
+        pod: pb.PodSandbox | None,
+        container: pb.Container,
+        plan: ContainerPlan | None,
+        *,
+        owed: bool,
+        grant: GpuGrant,
+    ) -> ContainerEntry:
         """The container's registry entry (for the caller to add), a value: what it can
         open is its grant and what its placement holds (the same GPUs, or, for a record
         from before issue 18, the GPUs nri-sla chose and added then). `owed`: a plan's
@@ -332,19 +408,36 @@ class SlaPlugin:
         # a new one; the registry shares the pod's strings among its containers).
         container_id = container.id
         held = self.node.allocator.placement_of(container_id)
-        opens = NO_GPUS if grant.empty and held is None else GrantedGpus.of(
-            (*grant.gpus, *(held.gpus if held else ())),
-            (*grant.migs, *(held.migs if held else ())), grant.replicas)
-        return ContainerEntry(container_id, container.pod_sandbox_id, _namespace(pod) or "",
-                              pod.name if pod else "", container.name,
-                              STATE_NAMES.get(container.state, "unknown"), opens, plan,
-                              writes_owed=owed and plan is not None,
-                              cgroups_path=container.linux.cgroups_path,
-                              pod_uid=pod.uid if pod else "")
+        opens = (
+            NO_GPUS
+            if grant.empty and held is None
+            else GrantedGpus.of(
+                (*grant.gpus, *(held.gpus if held else ())),
+                (*grant.migs, *(held.migs if held else ())),
+                grant.replicas,
+            )
+        )
+        return ContainerEntry(
+            container_id,
+            container.pod_sandbox_id,
+            _namespace(pod) or "",
+            pod.name if pod else "",
+            container.name,
+            STATE_NAMES.get(container.state, "unknown"),
+            opens,
+            plan,
+            writes_owed=owed and plan is not None,
+            cgroups_path=container.linux.cgroups_path,
+            pod_uid=pod.uid if pod else "",
+        )
 
-    def _entries(self, pod_of: dict[str, SyncedPod], live: Iterable[pb.Container],
-                 values: list[LiveContainer], plans: dict[str, ContainerPlan]
-                 ) -> list[ContainerEntry]:
+    def _entries(
+        self,
+        pod_of: dict[str, SyncedPod],
+        live: Iterable[pb.Container],
+        values: list[LiveContainer],
+        plans: dict[str, ContainerPlan],
+    ) -> list[ContainerEntry]:
         """The registry entries of the live containers a Synchronize reported (`pod_of`:
         pod id -> pod; `values`: what restore read of each), each with the plan its record
         restored (`plans`), once the node holds what each one holds beyond its record (its
@@ -355,19 +448,20 @@ class SlaPlugin:
         for c, v, granted in zip(live, values, grants, strict=True):
             pod = pod_of.get(v.pod)
             plan = plans.get(v.id)
-            grant = self._grant_of(v.id, granted, books.get(_key(pod, c), ()) if books
-                                   else (), plan, created=False)
+            grant = self._grant_of(
+                v.id, granted, books.get(_key(pod, c), ()) if books else (), plan, created=False
+            )
             # Created but not started yet: StartContainer owes the writes.
-            entry = self._entry(pod, c, plan, owed=c.state == pb.CONTAINER_CREATED,
-                                grant=grant)
+            entry = self._entry(pod, c, plan, owed=c.state == pb.CONTAINER_CREATED, grant=grant)
             if plan is not None and v.namespace is not None:
                 # The resources the runtime reports now rule (a resize while nri-sla was
                 # away), as at an UpdateContainer: what the watch reads back and repairs.
                 entry.current_plan = recheck(self.node, plan, granted, namespace=v.namespace)
             entries.append(entry)
             # Its placement and RT time were taken from its record (NodeState.restore).
-            self.node.admit(v.id, None, grant, granted.cpu_request_millis, v.cpus,
-                            created=False).commit()
+            self.node.admit(
+                v.id, None, grant, granted.cpu_request_millis, v.cpus, created=False
+            ).commit()
         return entries
 
     def _publish_holders(self, entry: ContainerEntry) -> None:
@@ -386,11 +480,25 @@ class SlaPlugin:
             shared = self.registry.shared()
         for s, a, b in self.registry.new_shared_pairs(shared):
             if s.intended:
-                log_event(log, logging.INFO, "GPU replicas shared by design", gpu=s.device,
-                          container=a.id, other=b.id, pods=f"{a.who}; {b.who}")
+                log_event(
+                    log,
+                    logging.INFO,
+                    "GPU replicas shared by design",
+                    gpu=s.device,
+                    container=a.id,
+                    other=b.id,
+                    pods=f"{a.who}; {b.who}",
+                )
             else:
-                log_event(log, logging.WARNING, "GPU shared by two containers", gpu=s.device,
-                          container=a.id, other=b.id, pods=f"{a.who}; {b.who}")
+                log_event(
+                    log,
+                    logging.WARNING,
+                    "GPU shared by two containers",
+                    gpu=s.device,
+                    container=a.id,
+                    other=b.id,
+                    pods=f"{a.who}; {b.who}",
+                )
         self.metrics.set_gpus_shared(sum(not s.intended for s in shared))
 
     def _learn_replicas(self, shared: list[SharedGpu]) -> bool:
@@ -415,8 +523,9 @@ class SlaPlugin:
                 learnt = True
         return learnt
 
-    def _answer(self, plan: ContainerPlan, decision: Decision, container_id: str,
-                container: pb.Container) -> tuple[dict[str, Any], pb.ContainerAdjustment]:
+    def _answer(
+        self, plan: ContainerPlan, decision: Decision, container_id: str, container: pb.Container
+    ) -> tuple[dict[str, Any], pb.ContainerAdjustment]:
         """The decision event's applied fields and the adjustment for `decision`'s plan
         (`plan`, or the container's own copy of it). A reusable decision hands every
         replica the same plan object, so its record, applied fields and settings are
@@ -436,8 +545,7 @@ class SlaPlugin:
                     self._answers.clear()
                 self._answers[inputs] = (plan, text, applied, settings)
         annotations = self.node.annotations_for(plan, "nri", container_id, text)
-        return applied, annotated(annotations, self._pod_set(container, annotations),
-                                  settings)
+        return applied, annotated(annotations, self._pod_set(container, annotations), settings)
 
     def _pod_set(self, container: pb.Container, answered: dict[str, str]) -> list[str]:
         """nri-sla's own keys the container carries (a pod's runtime handler can copy pod
@@ -472,13 +580,13 @@ class SlaPlugin:
             # A container whose start failed never runs (CRI does not start it again: the
             # kubelet creates a new one), so what it holds is free for that one at once.
             self._release(container.id)
-            self.events.start_refused(pod.namespace, pod.name, pod.uid, container.name,
-                                      problems)
+            self.events.start_refused(pod.namespace, pod.name, pod.uid, container.name, problems)
             raise StartRefused("; ".join(problems))
 
     @settled
-    def update_container(self, pod: pb.PodSandbox, container: pb.Container,
-                         resources: pb.LinuxResources) -> list[pb.ContainerUpdate]:
+    def update_container(
+        self, pod: pb.PodSandbox, container: pb.Container, resources: pb.LinuxResources
+    ) -> list[pb.ContainerUpdate]:
         """kubelet changed the container's resources (a resize): the SLA's settings stay in
         force within the new values. An SLA above them is clamped to them in either mode
         and warned about (core.decision.recheck: a refused update would leave the
@@ -494,37 +602,59 @@ class SlaPlugin:
             fitted = None
             if plan is not None:
                 fitted = recheck(self.node, plan, granted, namespace=pod.namespace)
-                for warning in fitted.warnings[len(plan.warnings):]:
-                    log.warning("%s/%s %s: update: %s (%s mode: clamped to the new limits)",
-                                pod.namespace, pod.name, container.name, warning,
-                                plan.enforcement)
-                self.events.resized(pod.namespace, pod.name, pod.uid, container.name,
-                                    fitted.warnings[len(plan.warnings):])
+                for warning in fitted.warnings[len(plan.warnings) :]:
+                    log.warning(
+                        "%s/%s %s: update: %s (%s mode: clamped to the new limits)",
+                        pod.namespace,
+                        pod.name,
+                        container.name,
+                        warning,
+                        plan.enforcement,
+                    )
+                self.events.resized(
+                    pod.namespace,
+                    pod.name,
+                    pod.uid,
+                    container.name,
+                    fitted.warnings[len(plan.warnings) :],
+                )
                 self.watch.refit(entry, fitted)
             self._check_room(pod, container, plan, granted)
-            given = self.node.resize_cpus(container.id, granted.cpu_request_millis,
-                                          pod.namespace)
+            given = self.node.resize_cpus(container.id, granted.cpu_request_millis, pod.namespace)
             if given:
                 # Both modes give them back (Kubernetes accounts the new request only);
                 # soft mode says so, as its SLA asked for more.
                 level = logging.WARNING if plan and plan.enforcement == "soft" else logging.INFO
-                log_event(log, level, "exclusive CPUs given back after a resize",
-                          container=container.id, cpus=format_cpulist(given),
-                          request=f"{granted.cpu_request_millis}m")
+                log_event(
+                    log,
+                    level,
+                    "exclusive CPUs given back after a resize",
+                    container=container.id,
+                    cpus=format_cpulist(given),
+                    request=f"{granted.cpu_request_millis}m",
+                )
                 self._publish_usage()  # the gauges follow at once, not at the next holder
             # the container's set now, never the plan's creation-time one
             cpus = self.node.cpusets.answer(container.id, bool(fitted and fitted.cpus))
             others = self._cpuset_updates(container.id)
             if fitted is None and not cpus:
                 return others
-            update = (build_update(container.id, fitted) if fitted is not None
-                      else pb.ContainerUpdate(container_id=container.id))
+            update = (
+                build_update(container.id, fitted)
+                if fitted is not None
+                else pb.ContainerUpdate(container_id=container.id)
+            )
             if cpus:
                 update.linux.resources.cpu.cpus = cpus
             return [update, *others]
 
-    def _check_room(self, pod: pb.PodSandbox, container: pb.Container,
-                    plan: ContainerPlan | None, granted: GrantedResources) -> None:
+    def _check_room(
+        self,
+        pod: pb.PodSandbox,
+        container: pb.Container,
+        plan: ContainerPlan | None,
+        granted: GrantedResources,
+    ) -> None:
         """A resize up whose request the container's cpuset cannot hold (its NUMA nodes'
         CPUs outside every exclusive set are fewer): refused for a hard SLA (the runtime
         keeps the container as it was), logged otherwise."""
@@ -532,16 +662,20 @@ class SlaPlugin:
         if short is None:
             return
         need, have = short
-        message = (f"the CPU request the runtime granted ({granted.cpu_request_millis}m) "
-                   f"needs {need} whole CPUs; this container's cpuset can hold {have} (node "
-                   "policy: a cpuset is drawn from its NUMA nodes' CPUs outside every "
-                   "exclusive set)")
+        message = (
+            f"the CPU request the runtime granted ({granted.cpu_request_millis}m) "
+            f"needs {need} whole CPUs; this container's cpuset can hold {have} (node "
+            "policy: a cpuset is drawn from its NUMA nodes' CPUs outside every "
+            "exclusive set)"
+        )
         if plan is not None and plan.enforcement == "hard":
-            log.warning("%s/%s %s: update refused: %s", pod.namespace, pod.name,
-                        container.name, message)
+            log.warning(
+                "%s/%s %s: update refused: %s", pod.namespace, pod.name, container.name, message
+            )
             raise rpc_error(PlanError(plan.key or self.node.prefix, "cpu", message, "limit"))
-        log_event(log, logging.WARNING, "resize beyond the cpuset", container=container.id,
-                  error=message)
+        log_event(
+            log, logging.WARNING, "resize beyond the cpuset", container=container.id, error=message
+        )
 
     @settled
     def stop_container(self, pod: pb.PodSandbox, container: pb.Container):
@@ -585,6 +719,7 @@ class SlaPlugin:
         async def look() -> dict[str, Any]:
             self.settle()
             return self._with_gpus(self.watch.look().to_json(registered))
+
         return asyncio.run_coroutine_threadsafe(look(), self._loop).result(timeout)
 
     def _with_gpus(self, doc: dict[str, Any]) -> dict[str, Any]:
@@ -626,18 +761,40 @@ class SlaPlugin:
         if entry.gpus:
             self._report_shared()
 
-    def _observe(self, event: str, started: float, decision: Decision,
-                 applied: dict[str, Any], namespace: str, pod: str, container: str) -> None:
+    def _observe(
+        self,
+        event: str,
+        started: float,
+        decision: Decision,
+        applied: dict[str, Any],
+        namespace: str,
+        pod: str,
+        container: str,
+    ) -> None:
         """The decision's line and its counts. Served from the loop, both wait for the
         end of its turn, when the answer has been written: the runtime does not wait for
         them (prometheus_client's histogram and counter, with their locks: 2.1 µs hot,
         several times that with cold caches; the line: ops.logsetup)."""
         decided = decision.outcome != "skipped"
         if decided:
-            log_decision(DecisionEvent(namespace, pod, container, "nri", decision.outcome,
-                                       applied, decision.warnings, decision.error_text))
-        counts = (event, time.perf_counter() - started,
-                  decision.outcome if decided else None, decision.reason)
+            log_decision(
+                DecisionEvent(
+                    namespace,
+                    pod,
+                    container,
+                    "nri",
+                    decision.outcome,
+                    applied,
+                    decision.warnings,
+                    decision.error_text,
+                )
+            )
+        counts = (
+            event,
+            time.perf_counter() - started,
+            decision.outcome if decided else None,
+            decision.reason,
+        )
         if self._loop is not None and self._loop.is_running():
             self._loop.call_soon(self._count, *counts)
         else:

@@ -40,14 +40,16 @@ Key = tuple[str, str, str]  # (namespace, pod name, container name)
 def asks_kubelet(granted: GrantedResources) -> bool:
     """Only the env names GPUs: the kubelet's books say whether they were granted."""
     return granted.env_gpus is not None and not (
-        granted.cdi_devices or granted.gpu_devices or granted.device_mounts)
+        granted.cdi_devices or granted.gpu_devices or granted.device_mounts
+    )
 
 
 class KubeletGrants:
     """PodResources lookups for the plugin; `socket` "" turns them off."""
 
-    def __init__(self, socket: str, resources: Iterable[str],
-                 timeout: float = CALL_TIMEOUT) -> None:
+    def __init__(
+        self, socket: str, resources: Iterable[str], timeout: float = CALL_TIMEOUT
+    ) -> None:
         self.socket = socket
         self.patterns = tuple(resources)
         self.timeout = timeout
@@ -71,8 +73,10 @@ class KubeletGrants:
         self._failures = 0
         if devices is None:
             return ()
-        return (*granted_device_ids(devices.devices(container), self.patterns),
-                *devices.claim_devices(container))
+        return (
+            *granted_device_ids(devices.devices(container), self.patterns),
+            *devices.claim_devices(container),
+        )
 
     def for_all(self) -> Mapping[Key, tuple[str, ...]]:
         """Every container's GPU device ids in one List (Synchronize)."""
@@ -87,10 +91,12 @@ class KubeletGrants:
             self._failed(exc)
             return {}
         self._failures = 0
-        return {(p.namespace, p.name, name): ids for p in pods
-                for name, resources in p.containers.items()
-                if (ids := (*granted_device_ids(resources, self.patterns),
-                            *p.claim_devices(name)))}
+        return {
+            (p.namespace, p.name, name): ids
+            for p in pods
+            for name, resources in p.containers.items()
+            if (ids := (*granted_device_ids(resources, self.patterns), *p.claim_devices(name)))
+        }
 
     def _connect(self) -> PodResourcesClient | None:
         if not self.socket or not issock(self.socket):
@@ -106,7 +112,10 @@ class KubeletGrants:
         now = time.monotonic()
         if now - self._warned_at >= WARN_EVERY:
             self._warned_at = now
-            log_event(log, logging.WARNING, "kubelet PodResources unavailable; GPU grants "
-                      "from the runtime's evidence only", error=str(exc),
-                      failures=self._failures)
-
+            log_event(
+                log,
+                logging.WARNING,
+                "kubelet PodResources unavailable; GPU grants from the runtime's evidence only",
+                error=str(exc),
+                failures=self._failures,
+            )

@@ -42,54 +42,82 @@ class PodEvents:
     def __init__(self, recorder: EventRecorder | None = None) -> None:
         self.recorder = recorder
 
-    def _record(self, pod: InvolvedPod, event_type: str, reason: str, message: Message
-                ) -> None:
+    def _record(self, pod: InvolvedPod, event_type: str, reason: str, message: Message) -> None:
         if self.recorder is not None:
             self.recorder.record(pod, event_type, reason, message)
 
-    def decided(self, namespace: str, pod: str, uid: str, container: str,
-                decision: Decision) -> None:
+    def decided(
+        self, namespace: str, pod: str, uid: str, container: str, decision: Decision
+    ) -> None:
         """A CreateContainer decision: refused or warned (an enforced one says nothing)."""
         if self.recorder is None or decision.outcome not in ("refused", "warned"):
             return
         who = InvolvedPod(namespace, pod, uid, container)
         if decision.outcome == "refused":
-            self._record(who, "Warning", "SLARefused",
-                         lambda: f"container not created: {decision.error_text}")
+            self._record(
+                who,
+                "Warning",
+                "SLARefused",
+                lambda: f"container not created: {decision.error_text}",
+            )
         else:
             self._record(who, "Warning", "SLAClamped", lambda: _clamped(decision.warnings))
 
-    def start_refused(self, namespace: str, pod: str, uid: str, container: str,
-                      problems: Sequence[str]) -> None:
+    def start_refused(
+        self, namespace: str, pod: str, uid: str, container: str, problems: Sequence[str]
+    ) -> None:
         """Hard mode: a direct cgroup write failed at StartContainer."""
-        self._record(InvolvedPod(namespace, pod, uid, container), "Warning", "SLARefused",
-                     "container not started: " + "; ".join(problems))
+        self._record(
+            InvolvedPod(namespace, pod, uid, container),
+            "Warning",
+            "SLARefused",
+            "container not started: " + "; ".join(problems),
+        )
 
-    def resized(self, namespace: str, pod: str, uid: str, container: str,
-                warnings: Sequence[str]) -> None:
+    def resized(
+        self, namespace: str, pod: str, uid: str, container: str, warnings: Sequence[str]
+    ) -> None:
         """A resize (UpdateContainer) that clamped the SLA to the new limits."""
         if warnings:
-            self._record(InvolvedPod(namespace, pod, uid, container), "Warning",
-                         "SLAClamped", "resize: " + _clamped(warnings))
+            self._record(
+                InvolvedPod(namespace, pod, uid, container),
+                "Warning",
+                "SLAClamped",
+                "resize: " + _clamped(warnings),
+            )
 
-    def drift(self, entry: ContainerEntry, setting: str, expected: str, found: str,
-              repair: bool) -> None:
-        self._record(_involved(entry), "Warning", "SLADrift",
-                     f"{setting} is {found}, the SLA sets {expected}: "
-                     + ("putting it back" if repair else "not put back (soft mode)"))
+    def drift(
+        self, entry: ContainerEntry, setting: str, expected: str, found: str, repair: bool
+    ) -> None:
+        self._record(
+            _involved(entry),
+            "Warning",
+            "SLADrift",
+            f"{setting} is {found}, the SLA sets {expected}: "
+            + ("putting it back" if repair else "not put back (soft mode)"),
+        )
 
     def repaired(self, entry: ContainerEntry, how: str) -> None:
-        self._record(_involved(entry), "Normal", "SLADriftRepaired",
-                     f"drifted settings put back ({how})")
+        self._record(
+            _involved(entry), "Normal", "SLADriftRepaired", f"drifted settings put back ({how})"
+        )
 
     def repair_failed(self, entry: ContainerEntry, why: str) -> None:
-        self._record(_involved(entry), "Warning", "SLADriftRepairFailed",
-                     f"drifted settings not put back: {why}")
+        self._record(
+            _involved(entry),
+            "Warning",
+            "SLADriftRepairFailed",
+            f"drifted settings not put back: {why}",
+        )
 
     def unenforced(self, namespace: str, pod: str, uid: str, container: str) -> None:
-        self._record(InvolvedPod(namespace, pod, uid, container), "Warning", "SLAUnenforced",
-                     "created while nri-sla was not registered: runs without its SLA "
-                     "until the container is recreated")
+        self._record(
+            InvolvedPod(namespace, pod, uid, container),
+            "Warning",
+            "SLAUnenforced",
+            "created while nri-sla was not registered: runs without its SLA "
+            "until the container is recreated",
+        )
 
     def close(self) -> None:
         if self.recorder is not None:
@@ -120,12 +148,20 @@ def pod_events(config: EventsConfig, metrics: MetricsSink) -> PodEvents:
         if config.enabled:
             raise EventsUnavailable(
                 f"events.enabled is true, but no service account: KUBERNETES_SERVICE_HOST "
-                f"unset or no token in {config.service_account}")
+                f"unset or no token in {config.service_account}"
+            )
         log.info("Kubernetes Events off: no service account (events.enabled: auto)")
         return NO_EVENTS
     # The kubelet's node name (the chart sets NODE_NAME from spec.nodeName).
     node = os.environ.get("NODE_NAME") or os.uname().nodename
-    log.info("Kubernetes Events on: API server %s:%d, node %s", server.host, server.port,
-             node)
-    return PodEvents(EventRecorder(server, metrics, host=node, queue_size=config.queue_size,
-                                   qps=config.qps, burst=config.burst))
+    log.info("Kubernetes Events on: API server %s:%d, node %s", server.host, server.port, node)
+    return PodEvents(
+        EventRecorder(
+            server,
+            metrics,
+            host=node,
+            queue_size=config.queue_size,
+            qps=config.qps,
+            burst=config.burst,
+        )
+    )

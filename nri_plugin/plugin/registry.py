@@ -61,8 +61,12 @@ class GrantedGpus:
     replicas: frozenset[str] = frozenset()
 
     @classmethod
-    def of(cls, gpus: Iterable[Gpu], migs: Iterable[tuple[Gpu, MigInstance]],
-           replicas: frozenset[str] = frozenset()) -> GrantedGpus:
+    def of(
+        cls,
+        gpus: Iterable[Gpu],
+        migs: Iterable[tuple[Gpu, MigInstance]],
+        replicas: frozenset[str] = frozenset(),
+    ) -> GrantedGpus:
         whole = frozenset(g.identity for g in gpus)
         mig_ids = frozenset((m.uuid, parent.identity) for parent, m in migs)
         return cls(whole, mig_ids, replicas) if whole or mig_ids else NO_GPUS
@@ -182,8 +186,7 @@ class ContainerRegistry:
             self._pairs_reported = {p for p in self._pairs_reported if container_id not in p}
         return entry
 
-    def replace(self, entries: Iterable[ContainerEntry], unenforced: Iterable[str] = ()
-                ) -> None:
+    def replace(self, entries: Iterable[ContainerEntry], unenforced: Iterable[str] = ()) -> None:
         """Synchronize: exactly these containers from now on; `unenforced`: the ids of
         those among them created unenforced (plugin.unenforced)."""
         self._entries = {e.id: e for e in entries}
@@ -192,8 +195,9 @@ class ContainerRegistry:
         self._by_pod = {}
         for e in self._entries.values():
             self._join_pod(e)
-        self._pairs_reported = {p for p in self._pairs_reported
-                                if p[1] in self._entries and p[2] in self._entries}
+        self._pairs_reported = {
+            p for p in self._pairs_reported if p[1] in self._entries and p[2] in self._entries
+        }
 
     def members(self, pod: str) -> Iterable[str]:
         """The ids of pod `pod`'s containers (core.nodestate.PodMembers: the per-pod caps
@@ -209,8 +213,11 @@ class ContainerRegistry:
             return
         other = self._entries[next(iter(members))]
         if (other.namespace, other.pod_name) == (entry.namespace, entry.pod_name):
-            entry.pod_id, entry.namespace, entry.pod_name = (other.pod_id, other.namespace,
-                                                             other.pod_name)
+            entry.pod_id, entry.namespace, entry.pod_name = (
+                other.pod_id,
+                other.namespace,
+                other.pod_name,
+            )
         members.add(entry.id)
 
     def _forget_pod(self, container_id: str) -> None:
@@ -226,8 +233,10 @@ class ContainerRegistry:
     def watched(self) -> list[ContainerEntry]:
         """The containers the drift watch follows (those with a plan in force), in the
         order the status shows them."""
-        return sorted((e for e in self._entries.values() if e.current_plan is not None),
-                      key=lambda e: (e.namespace, e.pod_name, e.name, e.id))
+        return sorted(
+            (e for e in self._entries.values() if e.current_plan is not None),
+            key=lambda e: (e.namespace, e.pod_name, e.name, e.id),
+        )
 
     def shared(self) -> list[SharedGpu]:
         """GPUs and MIG devices two or more live containers can open: a GPU granted
@@ -248,19 +257,26 @@ class ContainerRegistry:
                 replica_holders.setdefault(device, set()).add(e.id)
         found = [(gpu, holders | on_gpu.get(gpu, set())) for gpu, holders in whole.items()]
         found += list(migs.items())
-        return sorted((SharedGpu(device, tuple(sorted(holders)),
-                                 holders <= replica_holders.get(device, set()))
-                       for device, holders in found if len(holders) > 1),
-                      key=lambda s: s.device)
+        return sorted(
+            (
+                SharedGpu(
+                    device, tuple(sorted(holders)), holders <= replica_holders.get(device, set())
+                )
+                for device, holders in found
+                if len(holders) > 1
+            ),
+            key=lambda s: s.device,
+        )
 
-    def new_shared_pairs(self, shared: Iterable[SharedGpu]
-                         ) -> list[tuple[SharedGpu, ContainerEntry, ContainerEntry]]:
+    def new_shared_pairs(
+        self, shared: Iterable[SharedGpu]
+    ) -> list[tuple[SharedGpu, ContainerEntry, ContainerEntry]]:
         """The (shared device, container, container) pairs of `shared` not reported
         before; each pair is reported once while both containers live."""
         new = []
         for s in shared:
             for i, a in enumerate(s.containers):
-                for b in s.containers[i + 1:]:
+                for b in s.containers[i + 1 :]:
                     key = (s.device, a, b)
                     if key not in self._pairs_reported:
                         self._pairs_reported.add(key)

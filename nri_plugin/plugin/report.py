@@ -42,9 +42,14 @@ class SettingReport:
         return self.expected if self.found is None else self.found
 
     def to_json(self) -> dict[str, Any]:
-        return {"controller": self.controller, "file": self.file, "via": self.via,
-                "expected": self.expected, "actual": self.actual(),
-                "drifted": self.drifted}
+        return {
+            "controller": self.controller,
+            "file": self.file,
+            "via": self.via,
+            "expected": self.expected,
+            "actual": self.actual(),
+            "drifted": self.drifted,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,20 +79,31 @@ class ContainerReport:
         if exclusive is None:
             exclusive = str((self.plan.placement_record or {}).get("exclusive", ""))
         doc: dict[str, Any] = {
-            "id": self.id, "namespace": self.namespace, "pod": self.pod,
-            "container": self.container, "enforcement": self.plan.enforcement,
-            "sla": describe_plan(self.plan, exclusive), "state": self.state,
-            "settings": [s.to_json() for s in self.settings], "drifted": self.drifted,
-            "repair": self.repair, "cpus": self.cpus, "mems": self.plan.mems or "",
+            "id": self.id,
+            "namespace": self.namespace,
+            "pod": self.pod,
+            "container": self.container,
+            "enforcement": self.plan.enforcement,
+            "sla": describe_plan(self.plan, exclusive),
+            "state": self.state,
+            "settings": [s.to_json() for s in self.settings],
+            "drifted": self.drifted,
+            "repair": self.repair,
+            "cpus": self.cpus,
+            "mems": self.plan.mems or "",
             "exclusive_cpus": exclusive,
             "gpus": gpu_refs(self.plan),
-            "cpu": None, "throttled_ratio": self.throttled_ratio,
+            "cpu": None,
+            "throttled_ratio": self.throttled_ratio,
             "memory_events": dict(c.memory_events),
             "pressure": {f"{p.resource}.{p.kind}": p.avg10 for p in c.pressure},
         }
         if c.cpu is not None:
-            doc["cpu"] = {"periods": c.cpu.periods, "throttled": c.cpu.throttled,
-                          "throttled_seconds": c.cpu.throttled_seconds}
+            doc["cpu"] = {
+                "periods": c.cpu.periods,
+                "throttled": c.cpu.throttled,
+                "throttled_seconds": c.cpu.throttled_seconds,
+            }
         return doc
 
 
@@ -98,17 +114,29 @@ class NodeReport:
     containers: tuple[ContainerReport, ...] = ()
 
     def to_json(self, registered: bool) -> dict[str, Any]:
-        return {"version": REPORT_VERSION, "at": self.at, "interval": self.interval,
-                "registered": registered,
-                "containers": [c.to_json() for c in self.containers]}
+        return {
+            "version": REPORT_VERSION,
+            "at": self.at,
+            "interval": self.interval,
+            "registered": registered,
+            "containers": [c.to_json() for c in self.containers],
+        }
 
 
 def gpus_json(inventory: GpuInventory) -> list[dict[str, Any]]:
     """The node's GPUs for the status document: who each is, its MIG mode and health."""
-    return [{"index": g.index, "gpu": g.ref, "pci_bus_id": g.pci_bus_id, "name": g.name,
-             "mig": "unknown" if g.mig_unknown else "enabled" if g.mig_enabled else "off",
-             "health": g.health.state, "reason": g.health.reason}
-            for g in inventory.gpus]
+    return [
+        {
+            "index": g.index,
+            "gpu": g.ref,
+            "pci_bus_id": g.pci_bus_id,
+            "name": g.name,
+            "mig": "unknown" if g.mig_unknown else "enabled" if g.mig_enabled else "off",
+            "health": g.health.state,
+            "reason": g.health.reason,
+        }
+        for g in inventory.gpus
+    ]
 
 
 def gpu_refs(plan: ContainerPlan) -> list[str]:

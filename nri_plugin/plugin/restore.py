@@ -77,12 +77,14 @@ def settled(entry: Callable[..., _R]) -> Callable[..., _R]:
     the status socket, a config reload): a restore the last Synchronize answer left
     pending finishes first (`SynchronizeRestore.settle`), so none sees the plugin half
     restored. For the methods of an object with a `restorer`."""
+
     @functools.wraps(entry)
     def after_restore(self: Any, *args: Any) -> _R:
         restorer = self.restorer
         if restorer.pending is not None:
             restorer.settle()
         return entry(self, *args)
+
     return after_restore
 
 
@@ -94,15 +96,28 @@ class SynchronizeRestore:
     pool's changes as updates), `publish_usage` and `report_shared` (the gauges and the
     GPUs shared after a rebuild). `attach` gives it the registered stub and its loop."""
 
-    def __init__(self, node: NodeState, registry: ContainerRegistry, metrics: MetricsSink,
-                 watch: DriftWatch, unenforced: UnenforcedContainers, *,
-                 rescan_inventory: Callable[[], None],
-                 entries: Callable[[dict[str, SyncedPod], Iterable[pb.Container],
-                                    list[LiveContainer], dict[str, ContainerPlan]],
-                                   Iterable[ContainerEntry]],
-                 cpuset_updates: Callable[[str, bool], list[pb.ContainerUpdate]],
-                 publish_usage: Callable[[], None],
-                 report_shared: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        node: NodeState,
+        registry: ContainerRegistry,
+        metrics: MetricsSink,
+        watch: DriftWatch,
+        unenforced: UnenforcedContainers,
+        *,
+        rescan_inventory: Callable[[], None],
+        entries: Callable[
+            [
+                dict[str, SyncedPod],
+                Iterable[pb.Container],
+                list[LiveContainer],
+                dict[str, ContainerPlan],
+            ],
+            Iterable[ContainerEntry],
+        ],
+        cpuset_updates: Callable[[str, bool], list[pb.ContainerUpdate]],
+        publish_usage: Callable[[], None],
+        report_shared: Callable[[], None],
+    ) -> None:
         self.node = node
         self.registry = registry
         self.metrics = metrics
@@ -126,8 +141,9 @@ class SynchronizeRestore:
         self.settle()
         self.send_unsent()
 
-    def synchronize(self, pods: Collection[pb.PodSandbox],
-                    containers: Collection[pb.Container]) -> None:
+    def synchronize(
+        self, pods: Collection[pb.PodSandbox], containers: Collection[pb.Container]
+    ) -> None:
         """The runtime's whole state, answered at once with no updates: the runtime holds
         its pod and container events until this answer (containerd: 2 s by default), and
         the restore that follows it (`restore`) takes ~35 ms per 1,000 containers. It
@@ -154,8 +170,10 @@ class SynchronizeRestore:
         try:
             updates = self.restore()
         except Exception:
-            log.exception("restore after Synchronize failed (internal); the plugin goes on "
-                          "with the state as far as it got until the next Synchronize")
+            log.exception(
+                "restore after Synchronize failed (internal); the plugin goes on "
+                "with the state as far as it got until the next Synchronize"
+            )
             return
         if updates:
             self._unsent = updates
@@ -227,26 +245,38 @@ class SynchronizeRestore:
         restored = restore_node(self.node, values)
         log_given_back(restored.rt_given_back)
         for owner, cpus in restored.cpus_given_back.items():
-            log_event(log, logging.INFO, "exclusive CPUs given back after a resize",
-                      container=owner, cpus=format_cpulist(cpus), when="while away")
+            log_event(
+                log,
+                logging.INFO,
+                "exclusive CPUs given back after a resize",
+                container=owner,
+                cpus=format_cpulist(cpus),
+                when="while away",
+            )
         self._report_restore_problems(restored)
         # Before the registry is rebuilt: what it knew needs no second look.
         unenforced = self.unenforced.report(self.node.config, pod_of, values, unrecorded)
-        for value in self._rebuild_registry(pod_of, live, values, restored.plans,
-                                            unenforced):
+        for value in self._rebuild_registry(pod_of, live, values, restored.plans, unenforced):
             self._write_owed(value)
-        log.info("synchronized: %d pods, %d containers, %d allocations rebuilt, %d "
-                 "records ignored, %d owners released, %d created unenforced", len(pods),
-                 len(containers), len(restored.plans), len(restored.rejected),
-                 len(restored.released), len(unenforced))
+        log.info(
+            "synchronized: %d pods, %d containers, %d allocations rebuilt, %d "
+            "records ignored, %d owners released, %d created unenforced",
+            len(pods),
+            len(containers),
+            len(restored.plans),
+            len(restored.rejected),
+            len(restored.released),
+            len(unenforced),
+        )
         return len(containers)
 
     async def _send_restored(self, updates: list[pb.ContainerUpdate]) -> None:
         """The restore's updates as one UpdateContainers; then each cpuset an answer
         changed while they were on their way, again as it is now (`overtaken`)."""
         try:
-            await send_updates(self._stub, updates, "restore after Synchronize",
-                               again=self.overtaken)
+            await send_updates(
+                self._stub, updates, "restore after Synchronize", again=self.overtaken
+            )
         except ConnectionClosed:
             return  # the next connection's Synchronize rebuilds everything
         except Exception:  # as the periodic work's: logged, the service goes on
@@ -264,8 +294,7 @@ class SynchronizeRestore:
             cpus = update.linux.resources.cpu.cpus
             now = self.node.cpusets.cpuset_of(update.container_id) if cpus else ""
             if now and now != cpus:
-                change = pb.ContainerUpdate(container_id=update.container_id,
-                                            ignore_failure=True)
+                change = pb.ContainerUpdate(container_id=update.container_id, ignore_failure=True)
                 change.linux.resources.cpu.cpus = now
                 again.append(change)
         self.watch.expect_change(u.container_id for u in again)
@@ -276,17 +305,33 @@ class SynchronizeRestore:
         one line and one count (a forged or stale record is a tenant's doing or an
         operator's to act on, never a reason to fail the Synchronize)."""
         for rejection in restored.rejected:
-            log_event(log, logging.WARNING, "record ignored", container=rejection.container,
-                      problem=rejection.problem, error=rejection.message)
+            log_event(
+                log,
+                logging.WARNING,
+                "record ignored",
+                container=rejection.container,
+                problem=rejection.problem,
+                error=rejection.message,
+            )
             self.metrics.record_rejected(rejection.problem)
         for breach in restored.out_of_policy:
-            log_event(log, logging.WARNING, "record outside the node policy",
-                      container=breach.container, error=breach.message)
+            log_event(
+                log,
+                logging.WARNING,
+                "record outside the node policy",
+                container=breach.container,
+                error=breach.message,
+            )
             self.metrics.record_out_of_policy()
 
-    def _rebuild_registry(self, pod_of: dict[str, SyncedPod], live: LiveContainers,
-                          values: list[LiveContainer], plans: dict[str, ContainerPlan],
-                          unenforced: list[str]) -> list[LiveContainer]:
+    def _rebuild_registry(
+        self,
+        pod_of: dict[str, SyncedPod],
+        live: LiveContainers,
+        values: list[LiveContainer],
+        plans: dict[str, ContainerPlan],
+        unenforced: list[str],
+    ) -> list[LiveContainer]:
         """One entry per live container (`values`: what restore read of each), its plan
         the one its record restored, marked when it was created unenforced (`unenforced`:
         their ids); returns the containers whose direct writes are owed now: started
@@ -307,11 +352,17 @@ class SynchronizeRestore:
         already, so hard mode cannot refuse it any more: what fails is a warning."""
         entry = self.registry.get(container.id)
         assert entry is not None and entry.decided_plan is not None  # _rebuild_registry's
-        problems = self.node.write_plan(entry.decided_plan, container.cgroups_path,
-                                        scope="direct", undo_on_failure=False)
+        problems = self.node.write_plan(
+            entry.decided_plan, container.cgroups_path, scope="direct", undo_on_failure=False
+        )
         if problems:
-            log_event(log, logging.WARNING, "direct writes after a missed start failed",
-                      container=container.id, error="; ".join(problems))
+            log_event(
+                log,
+                logging.WARNING,
+                "direct writes after a missed start failed",
+                container=container.id,
+                error="; ".join(problems),
+            )
 
 
 @contextmanager
@@ -335,19 +386,33 @@ def collector_paused() -> Iterator[None]:
 def log_given_back(changes: list[RtChange]) -> None:
     """What the RT budget gave back (a container's cgroup gone): one line each."""
     for change in changes:
-        log_event(log, logging.INFO, "RT budget given back", cgroup=str(change.path),
-                  before=change.old_us, now=change.new_us)
+        log_event(
+            log,
+            logging.INFO,
+            "RT budget given back",
+            cgroup=str(change.path),
+            before=change.old_us,
+            now=change.new_us,
+        )
 
 
-def live_container(container: pb.Container, namespaces: dict[str, str],
-                   applied: str) -> LiveContainer:
+def live_container(
+    container: pb.Container, namespaces: dict[str, str], applied: str
+) -> LiveContainer:
     """What restore needs of a live container; `namespaces`: pod id -> its namespace,
     `applied`: the annotation of nri-sla's record. Each field read once (each read of a
     protobuf field makes a new object), and none kept that refers into the message."""
     pod_id, linux = container.pod_sandbox_id, container.linux
     cpu = linux.resources.cpu
     request = limits_only(cpu.quota.value, cpu.period.value, cpu.shares.value, 0)
-    return LiveContainer(container.id, namespaces.get(pod_id),
-                         container.annotations.get(applied), container.created_at, cpu.cpus,
-                         pod_id, linux.cgroups_path, request.cpu_request_millis,
-                         started=container.state != pb.CONTAINER_CREATED)
+    return LiveContainer(
+        container.id,
+        namespaces.get(pod_id),
+        container.annotations.get(applied),
+        container.created_at,
+        cpu.cpus,
+        pod_id,
+        linux.cgroups_path,
+        request.cpu_request_millis,
+        started=container.state != pb.CONTAINER_CREATED,
+    )

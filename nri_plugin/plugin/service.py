@@ -27,9 +27,15 @@ from nri_plugin.plugin.pod_events import pod_events
 log = logging.getLogger("nri_sla.run")
 
 
-def build_service(node: NodeState, metrics: ServiceMetrics, *, socket: str | None = None,
-                  name: str | None = None, index: str | None = None,
-                  **options: Any) -> tuple[SlaPlugin, ServiceOptions]:
+def build_service(
+    node: NodeState,
+    metrics: ServiceMetrics,
+    *,
+    socket: str | None = None,
+    name: str | None = None,
+    index: str | None = None,
+    **options: Any,
+) -> tuple[SlaPlugin, ServiceOptions]:
     """The SLA plugin and its service options, wired to the metrics (the per-container
     series too when they are Prometheus series); `socket`, `name` and `index` over the
     node config's, `options` over the other ServiceOptions."""
@@ -40,8 +46,9 @@ def build_service(node: NodeState, metrics: ServiceMetrics, *, socket: str | Non
         # metrics endpoint never loads (ops.metrics.RegistrationOnly).
         from nri_plugin.plugin.container_metrics import ContainerCollector
 
-        metrics.registry.register(ContainerCollector(lambda: plugin.watch.last,
-                                                     node.config.watch.metrics_containers))
+        metrics.registry.register(
+            ContainerCollector(lambda: plugin.watch.last, node.config.watch.metrics_containers)
+        )
 
     def on_state(state: str) -> None:
         metrics.set_connected(state == REGISTERED)
@@ -51,17 +58,23 @@ def build_service(node: NodeState, metrics: ServiceMetrics, *, socket: str | Non
 
     reload = options.get("on_reload")
     if reload is not None:
+
         def settled_reload() -> Any:
             plugin.settle()  # a pending restore with the config of its Synchronize
             return reload()
+
         options["on_reload"] = settled_reload
     options.setdefault("backoff_max", nri.reconnect_max_seconds)
     options.setdefault("periodic", periodic_work(node, plugin))
     return plugin, ServiceOptions(
-        socket_path=socket or nri.socket, name=name or nri.plugin_name,
-        idx=index or nri.plugin_index, on_state=on_state,
+        socket_path=socket or nri.socket,
+        name=name or nri.plugin_name,
+        idx=index or nri.plugin_index,
+        on_state=on_state,
         on_reconnect=lambda _total: metrics.inc_reconnects(),
-        on_ready=plugin.on_registered, **options)
+        on_ready=plugin.on_registered,
+        **options,
+    )
 
 
 def periodic_work(node: NodeState, plugin: SlaPlugin) -> list[Periodic]:
@@ -69,12 +82,17 @@ def periodic_work(node: NodeState, plugin: SlaPlugin) -> list[Periodic]:
     drift watch, and with GPUs their rescan and health polls."""
     work = []
     if node.config.watch.interval:
-        work.append(Periodic(node.config.watch.interval, plugin.drift_steps, "drift watch",
-                             again=plugin.restorer.overtaken))
+        work.append(
+            Periodic(
+                node.config.watch.interval,
+                plugin.drift_steps,
+                "drift watch",
+                again=plugin.restorer.overtaken,
+            )
+        )
     gpu = node.config.gpu
     if gpu.rescan_interval and node.gpus is not None:
-        work.append(Periodic(gpu.rescan_interval, plugin.rescan_inventory,
-                             "GPU inventory rescan"))
+        work.append(Periodic(gpu.rescan_interval, plugin.rescan_inventory, "GPU inventory rescan"))
     if gpu.health_interval and node.gpus is not None and node.gpus.monitor is not None:
         work.append(Periodic(gpu.health_interval, plugin.poll_gpu_health, "GPU health"))
     return work
@@ -93,8 +111,9 @@ def service_metrics(address: str) -> tuple[ServiceMetrics, Callable[[], Any]]:
     return metrics, lambda: start_http_server(metrics, address)
 
 
-def start_listeners(metrics_address: str, health_address: str
-                    ) -> tuple[ServiceMetrics, contextlib.ExitStack]:
+def start_listeners(
+    metrics_address: str, health_address: str
+) -> tuple[ServiceMetrics, contextlib.ExitStack]:
     """The service's metrics (service_metrics), with their server and the probe listener
     ("" turns either off) started, closed together when the returned stack is. Raises
     MetricsError (a ValueError) for an address that is no address, OSError naming the
@@ -103,15 +122,20 @@ def start_listeners(metrics_address: str, health_address: str
     listeners = contextlib.ExitStack()
     starts: tuple[tuple[str, str, Callable[[], Any]], ...] = (
         ("metrics", metrics_address, start_metrics),
-        ("health", health_address,
-         lambda: start_health_server(health_address, lambda: metrics.is_registered)))
+        (
+            "health",
+            health_address,
+            lambda: start_health_server(health_address, lambda: metrics.is_registered),
+        ),
+    )
     try:
         for what, address, start in starts:
             try:
                 server = start()
             except OSError as exc:  # a MetricsError names the address; a bind error not
-                raise OSError(f"{what} address {address}: "
-                              f"{getattr(exc, 'strerror', None) or exc}") from exc
+                raise OSError(
+                    f"{what} address {address}: {getattr(exc, 'strerror', None) or exc}"
+                ) from exc
             if server is not None:
                 listeners.callback(server.close)
     except BaseException:
@@ -132,29 +156,37 @@ def start_status_server(plugin: SlaPlugin, path: str) -> StatusServer | None:
         return None
 
 
-def reload_node(node: NodeState, config_path: str | None, log_format: str | None,
-                log_level: str | None) -> None:
+def reload_node(
+    node: NodeState, config_path: str | None, log_format: str | None, log_level: str | None
+) -> None:
     """SIGHUP: the node config read again; its live keys applied (`log_format` and
     `log_level`, the command line's, still win), the rest kept until a restart
     (nri_plugin.plugin.config_reload)."""
     done = reload_config(config_path, node.config)
     if done is not None:
         node.reconfigure(done.config)
-        setup_logging(log_format or done.config.log.format,
-                      log_level or done.config.log.level, defer_decisions=True)
+        setup_logging(
+            log_format or done.config.log.format,
+            log_level or done.config.log.level,
+            defer_decisions=True,
+        )
 
 
-def serve_node(node: NodeState, metrics: ServiceMetrics, *, status_socket: str,
-               **service: Any) -> None:
+def serve_node(
+    node: NodeState, metrics: ServiceMetrics, *, status_socket: str, **service: Any
+) -> None:
     """Serve the plugin for `node` until SIGTERM/SIGINT, with its status socket;
     `service`: build_service's keywords. Raises NriError when the runtime fails it,
     ValueError/OSError for a setting this host cannot serve."""
     plugin, options = build_service(node, metrics, **service)
     status = start_status_server(plugin, status_socket)
     try:
-        log.info("node: cgroup v%d, %d GPUs; NRI socket %s", node.cgroup_version,
-                 len(node.allocator.inventory.gpus) if node.allocator else 0,
-                 options.socket_path)
+        log.info(
+            "node: cgroup v%d, %d GPUs; NRI socket %s",
+            node.cgroup_version,
+            len(node.allocator.inventory.gpus) if node.allocator else 0,
+            options.socket_path,
+        )
         serve(plugin, options)
     finally:
         if status is not None:

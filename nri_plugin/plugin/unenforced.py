@@ -46,8 +46,11 @@ def hook_enforced(container: pb.Container) -> bool:
     if not container.HasField("hooks"):  # most: a spec without OCI hooks (3 us less)
         return False
     hooks = container.hooks
-    return any(is_sla_hook(h.path, h.args) for stage in (hooks.create_runtime,
-               hooks.prestart, hooks.create_container) for h in stage)
+    return any(
+        is_sla_hook(h.path, h.args)
+        for stage in (hooks.create_runtime, hooks.prestart, hooks.create_container)
+        for h in stage
+    )
 
 
 # What the report needs of a live container without a record: its name, and whether its
@@ -65,8 +68,12 @@ class Unenforced:
     container: str
 
     def to_json(self) -> dict[str, str]:
-        return {"id": self.id, "namespace": self.namespace, "pod": self.pod,
-                "container": self.container}
+        return {
+            "id": self.id,
+            "namespace": self.namespace,
+            "pod": self.pod,
+            "container": self.container,
+        }
 
 
 class UnenforcedContainers:
@@ -74,8 +81,9 @@ class UnenforcedContainers:
     registry's (ContainerEntry.unenforced): each is reported once per process, and
     forgotten with its entry."""
 
-    def __init__(self, registry: ContainerRegistry, metrics: MetricsSink,
-                 events: PodEvents = NO_EVENTS) -> None:
+    def __init__(
+        self, registry: ContainerRegistry, metrics: MetricsSink, events: PodEvents = NO_EVENTS
+    ) -> None:
         self.registry = registry
         self.metrics = metrics
         self.events = events  # an Event on each new one's pod
@@ -83,13 +91,22 @@ class UnenforcedContainers:
     @property
     def containers(self) -> list[Unenforced]:
         """Every live container created unenforced, for the status document."""
-        return sorted((Unenforced(e.id, e.namespace, e.pod_name, e.name)
-                       for e in self.registry if e.unenforced),
-                      key=lambda u: (u.namespace, u.pod, u.container, u.id))
+        return sorted(
+            (
+                Unenforced(e.id, e.namespace, e.pod_name, e.name)
+                for e in self.registry
+                if e.unenforced
+            ),
+            key=lambda u: (u.namespace, u.pod, u.container, u.id),
+        )
 
-    def report(self, config: NodeConfig, pod_of: Mapping[str, SyncedPod],
-               values: list[LiveContainer], unrecorded: Mapping[str, Unrecorded]
-               ) -> list[str]:
+    def report(
+        self,
+        config: NodeConfig,
+        pod_of: Mapping[str, SyncedPod],
+        values: list[LiveContainer],
+        unrecorded: Mapping[str, Unrecorded],
+    ) -> list[str]:
         """Log and count the new ones among the live containers (`values`: what restore
         read of each; `unrecorded`: container id -> what it read of each without a
         record); returns the ids of all of them, new or reported before, for the
@@ -116,11 +133,24 @@ class UnenforcedContainers:
             new.append(Unenforced(value.id, pod.namespace, pod.name, name))
             self.events.unenforced(pod.namespace, pod.name, pod.uid, name)
         for found in new[:NAMED]:
-            log_event(log, logging.WARNING, "created unenforced", container=found.id,
-                      namespace=found.namespace, pod=found.pod, container_name=found.container)
+            log_event(
+                log,
+                logging.WARNING,
+                "created unenforced",
+                container=found.id,
+                namespace=found.namespace,
+                pod=found.pod,
+                container_name=found.container,
+            )
         if len(new) > NAMED:
-            log_event(log, logging.WARNING, "created unenforced, more",
-                      containers=len(new) - NAMED, named=NAMED, see="nri-sla status")
+            log_event(
+                log,
+                logging.WARNING,
+                "created unenforced, more",
+                containers=len(new) - NAMED,
+                named=NAMED,
+                see="nri-sla status",
+            )
         if new:
             self.metrics.count_unenforced(len(new))
         return now

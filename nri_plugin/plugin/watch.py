@@ -72,10 +72,17 @@ class _Reading:
 
 
 class DriftWatch:
-    def __init__(self, node: NodeState, registry: ContainerRegistry, metrics: MetricsSink, *,
-                 interval: float, backoff_max: float,
-                 clock: Callable[[], float] = time.monotonic,
-                 events: PodEvents = NO_EVENTS) -> None:
+    def __init__(
+        self,
+        node: NodeState,
+        registry: ContainerRegistry,
+        metrics: MetricsSink,
+        *,
+        interval: float,
+        backoff_max: float,
+        clock: Callable[[], float] = time.monotonic,
+        events: PodEvents = NO_EVENTS,
+    ) -> None:
         self.node = node
         self.events = events
         self.registry = registry
@@ -116,7 +123,7 @@ class DriftWatch:
         reports = []
         for first in range(0, len(watched), PASS_STEP):
             updates = []
-            for entry in watched[first:first + PASS_STEP]:
+            for entry in watched[first : first + PASS_STEP]:
                 if self.registry.get(entry.id) is not entry or entry.current_plan is None:
                     continue  # removed, replaced or unplanned since the pass began
                 report, update = self._pass_one(entry, now)
@@ -163,8 +170,9 @@ class DriftWatch:
             reports.append(self._report(watched, reading, state, ratio))
         return NodeReport(time.time(), self.interval, tuple(reports))
 
-    def _pass_one(self, watched: ContainerEntry, now: float, signals: bool = True
-                  ) -> tuple[ContainerReport, pb.ContainerUpdate | None]:
+    def _pass_one(
+        self, watched: ContainerEntry, now: float, signals: bool = True
+    ) -> tuple[ContainerReport, pb.ContainerUpdate | None]:
         """One container read back (`signals`: its compliance signals too), its drift
         noted and (hard mode) repaired."""
         reading, state = self._read(watched, signals)
@@ -182,13 +190,11 @@ class DriftWatch:
         else:
             self._verify(watched, reading, now)
             self._note(watched, reading)
-            if (reading.drifted and reading.plan.enforcement == "hard"
-                    and now >= memory.retry_at):
+            if reading.drifted and reading.plan.enforcement == "hard" and now >= memory.retry_at:
                 update = self._repair(watched, reading, now)
         return self._report(watched, reading, state, memory.throttled_ratio), update
 
-    def _read(self, watched: ContainerEntry, signals: bool = True
-              ) -> tuple[_Reading | None, str]:
+    def _read(self, watched: ContainerEntry, signals: bool = True) -> tuple[_Reading | None, str]:
         if not watched.started:
             return None, NOT_STARTED
         memory = _memory(watched)
@@ -205,8 +211,7 @@ class DriftWatch:
         compliance = read_compliance(writer.paths) if signals else None
         return _Reading(plan, via, drifted, compliance), WATCHED
 
-    def _expected(self, watched: ContainerEntry
-                  ) -> tuple[ContainerPlan, dict[CgroupWrite, str]]:
+    def _expected(self, watched: ContainerEntry) -> tuple[ContainerPlan, dict[CgroupWrite, str]]:
         """The plan with the cpuset the container should have now, and its settings:
         CgroupWrite -> "runtime" (the adjustment's) or "direct" (nri-sla's own write)."""
         cpus = self.node.cpusets.cpuset_of(watched.id)
@@ -217,8 +222,11 @@ class DriftWatch:
         if known is not None and known[0] is current and known[1] == cpus:
             return known[2], known[3]
         plan = current
-        if cpus and cpus != plan.cpus and (plan.cpus
-                                           or not self.node.cpusets.runs_everywhere(cpus)):
+        if (
+            cpus
+            and cpus != plan.cpus
+            and (plan.cpus or not self.node.cpusets.runs_everywhere(cpus))
+        ):
             plan = replace(plan, cpus=cpus)
         bfq = self.node.capabilities.bfq
         via = dict.fromkeys(cgroup_writes(plan, "runtime", bfq), "runtime")
@@ -226,18 +234,31 @@ class DriftWatch:
         memory.expected = (current, cpus, plan, via)
         return plan, via
 
-    def _report(self, watched: ContainerEntry, reading: _Reading | None, state: str,
-                ratio: float | None) -> ContainerReport:
+    def _report(
+        self, watched: ContainerEntry, reading: _Reading | None, state: str, ratio: float | None
+    ) -> ContainerReport:
         plan = reading.plan if reading is not None else watched.current_plan
         assert plan is not None  # a watched entry has a plan in force
         settings: tuple[SettingReport, ...] = ()
         if reading is not None:
-            settings = tuple(_setting(write, via, reading.drifted.get(write))
-                             for write, via in reading.via.items())
+            settings = tuple(
+                _setting(write, via, reading.drifted.get(write))
+                for write, via in reading.via.items()
+            )
         return ContainerReport(
-            watched.id, watched.namespace, watched.pod_name, watched.name, plan, state,
-            settings, _memory(watched).repair, reading.compliance if reading else None, ratio,
-            plan.cpus or "", self.node.cpusets.exclusive_of(watched.id))
+            watched.id,
+            watched.namespace,
+            watched.pod_name,
+            watched.name,
+            plan,
+            state,
+            settings,
+            _memory(watched).repair,
+            reading.compliance if reading else None,
+            ratio,
+            plan.cpus or "",
+            self.node.cpusets.exclusive_of(watched.id),
+        )
 
     # -- drift -----------------------------------------------------------------------------
     def _note(self, watched: ContainerEntry, reading: _Reading) -> None:
@@ -251,16 +272,31 @@ class DriftWatch:
             reported[write] = seen
             self._count_drift(write)
             setting = f"{write.controller}/{write.file}"
-            found = (mismatch.found if mismatch.found is not None
-                     else f"unreadable: {mismatch.error}")
-            log_event(log, logging.WARNING, "drift", **_fields(watched), file=setting,
-                      expected=write.value, found=found, via=reading.via[write],
-                      action="repair" if hard else "reported (soft mode)")
+            found = (
+                mismatch.found if mismatch.found is not None else f"unreadable: {mismatch.error}"
+            )
+            log_event(
+                log,
+                logging.WARNING,
+                "drift",
+                **_fields(watched),
+                file=setting,
+                expected=write.value,
+                found=found,
+                via=reading.via[write],
+                action="repair" if hard else "reported (soft mode)",
+            )
             self.events.drift(watched, setting, write.value, found, hard)
         for write in [w for w in reported if w not in reading.drifted]:
             del reported[write]
-            log_event(log, logging.INFO, "drift gone", **_fields(watched),
-                      file=f"{write.controller}/{write.file}", value=write.value)
+            log_event(
+                log,
+                logging.INFO,
+                "drift gone",
+                **_fields(watched),
+                file=f"{write.controller}/{write.file}",
+                value=write.value,
+            )
 
     def _verify(self, watched: ContainerEntry, reading: _Reading, now: float) -> None:
         """The runtime was asked to re-assert `pending` last pass: did it? (Values no
@@ -277,13 +313,18 @@ class DriftWatch:
             if write not in drifted:
                 memory.reported.pop(write, None)  # logged as repaired, not as gone
         if still:
-            self._failed(watched, "the runtime's update did not restore "
-                         + ", ".join(f"{w.controller}/{w.file}" for w in still), now)
+            self._failed(
+                watched,
+                "the runtime's update did not restore "
+                + ", ".join(f"{w.controller}/{w.file}" for w in still),
+                now,
+            )
         else:
             self._succeeded(watched, "through the runtime")
 
-    def _repair(self, watched: ContainerEntry, reading: _Reading, now: float
-                ) -> pb.ContainerUpdate | None:
+    def _repair(
+        self, watched: ContainerEntry, reading: _Reading, now: float
+    ) -> pb.ContainerUpdate | None:
         direct = [w for w in reading.drifted if reading.via[w] == "direct"]
         runtime = [w for w in reading.drifted if reading.via[w] == "runtime"]
         memory = _memory(watched)
@@ -304,18 +345,30 @@ class DriftWatch:
         memory.pending = set(runtime)
         if not problems:
             memory.repair = "requested through the runtime"
-        log_event(log, logging.INFO, "drift repair requested", **_fields(watched),
-                  files=",".join(f"{w.controller}/{w.file}" for w in runtime))
+        log_event(
+            log,
+            logging.INFO,
+            "drift repair requested",
+            **_fields(watched),
+            files=",".join(f"{w.controller}/{w.file}" for w in runtime),
+        )
         return build_update(watched.id, reading.plan)
 
     def _failed(self, watched: ContainerEntry, why: str, now: float) -> None:
         memory = _memory(watched)
         memory.failures += 1
-        delay = min(self.interval * 2 ** memory.failures, self.backoff_max)
+        delay = min(self.interval * 2**memory.failures, self.backoff_max)
         memory.retry_at = now + delay
         memory.repair = f"failed: {why}; next try in {delay:g}s"
-        log_event(log, logging.WARNING, "drift repair failed", **_fields(watched),
-                  error=why, failures=memory.failures, retry_in=f"{delay:g}s")
+        log_event(
+            log,
+            logging.WARNING,
+            "drift repair failed",
+            **_fields(watched),
+            error=why,
+            failures=memory.failures,
+            retry_in=f"{delay:g}s",
+        )
         self.events.repair_failed(watched, why)
 
     def _succeeded(self, watched: ContainerEntry, how: str) -> None:
@@ -342,24 +395,33 @@ def _memory(entry: ContainerEntry) -> DriftMemory:
 
 
 def _fields(entry: ContainerEntry) -> dict[str, str]:
-    return {"pod": f"{entry.namespace}/{entry.pod_name}", "container": entry.name,
-            "id": entry.id[:12]}
+    return {
+        "pod": f"{entry.namespace}/{entry.pod_name}",
+        "container": entry.name,
+        "id": entry.id[:12],
+    }
 
 
 def _setting(write: CgroupWrite, via: str, mismatch: Mismatch | None) -> SettingReport:
     if mismatch is None:
         return SettingReport(write.controller, write.file, write.value, via)
-    return SettingReport(write.controller, write.file, write.value, via, mismatch.found,
-                         mismatch.error or "")
+    return SettingReport(
+        write.controller, write.file, write.value, via, mismatch.found, mismatch.error or ""
+    )
 
 
-def _ratio(before: CpuThrottling | None, now: CpuThrottling | None,
-           idle: float | None = 0.0) -> float | None:
+def _ratio(
+    before: CpuThrottling | None, now: CpuThrottling | None, idle: float | None = 0.0
+) -> float | None:
     """Throttled / periods between two samples; `idle` when no period ran between them
     (nothing ran against its quota). None without an earlier sample, or when the
     counters went back (a new cgroup under the same path)."""
-    if before is None or now is None or now.periods < before.periods \
-            or now.throttled < before.throttled:
+    if (
+        before is None
+        or now is None
+        or now.periods < before.periods
+        or now.throttled < before.throttled
+    ):
         return None
     periods = now.periods - before.periods
     return (now.throttled - before.throttled) / periods if periods else idle

@@ -124,12 +124,14 @@ class CdiRegistry:
                 edits.append(spec.edits)
             edits.append(spec.devices[device])
         if missing:
-            raise InvalidInput(f"CDI device injection failed: unresolvable CDI devices "
-                               f"{', '.join(missing)}")
+            raise InvalidInput(
+                f"CDI device injection failed: unresolvable CDI devices {', '.join(missing)}"
+            )
         return tuple(edits)
 
 
 # -- spec files ---------------------------------------------------------------------------
+
 
 def _strings(value: Any, what: str) -> tuple[str, ...]:
     if value is None:
@@ -159,12 +161,18 @@ def _device_node(entry: Any, where: str, stat_fn: StatFn) -> DeviceNode:
 
 
 def _mount(entry: Any, where: str) -> Mount:
-    if not isinstance(entry, dict) or not isinstance(entry.get("containerPath"), str) \
-            or not isinstance(entry.get("hostPath"), str):
+    if (
+        not isinstance(entry, dict)
+        or not isinstance(entry.get("containerPath"), str)
+        or not isinstance(entry.get("hostPath"), str)
+    ):
         raise InvalidInput(f"{where}: a mount needs hostPath and containerPath")
-    return Mount(destination=entry["containerPath"], source=entry["hostPath"],
-                 type=str(entry.get("type") or "bind"),
-                 options=_strings(entry.get("options"), f"{where}: mount options"))
+    return Mount(
+        destination=entry["containerPath"],
+        source=entry["hostPath"],
+        type=str(entry.get("type") or "bind"),
+        options=_strings(entry.get("options"), f"{where}: mount options"),
+    )
 
 
 def _edits(raw: Any, where: str, stat_fn: StatFn) -> ContainerEdits:
@@ -179,7 +187,8 @@ def _edits(raw: Any, where: str, stat_fn: StatFn) -> ContainerEdits:
     return ContainerEdits(
         env=_strings(raw.get("env"), f"{where}: env"),
         device_nodes=tuple(_device_node(n, where, stat_fn) for n in nodes),
-        mounts=tuple(_mount(m, where) for m in mounts))
+        mounts=tuple(_mount(m, where) for m in mounts),
+    )
 
 
 def parse_spec(text: str, source: str, stat_fn: StatFn = os.stat) -> CdiSpec:
@@ -200,8 +209,9 @@ def parse_spec(text: str, source: str, stat_fn: StatFn = os.stat) -> CdiSpec:
             raise InvalidInput(f"{source}: every device needs a name")
         where = f"{source}: device {entry['name']}"
         devices[entry["name"]] = _edits(entry.get("containerEdits"), where, stat_fn)
-    return CdiSpec(kind=kind, devices=devices,
-                   edits=_edits(raw.get("containerEdits"), source, stat_fn))
+    return CdiSpec(
+        kind=kind, devices=devices, edits=_edits(raw.get("containerEdits"), source, stat_fn)
+    )
 
 
 def load_dir(directory: Path, stat_fn: StatFn = os.stat) -> CdiRegistry:
@@ -218,22 +228,34 @@ def load_dir(directory: Path, stat_fn: StatFn = os.stat) -> CdiRegistry:
 
 def spec_document(spec: CdiSpec) -> dict[str, Any]:
     """A spec in the file format (to write a CDI directory a real runtime can read)."""
+
     def edits(e: ContainerEdits) -> dict[str, Any]:
         doc: dict[str, Any] = {}
         if e.env:
             doc["env"] = list(e.env)
         if e.device_nodes:
-            doc["deviceNodes"] = [{"path": d.path, "type": d.type, "major": d.major,
-                                   "minor": d.minor} for d in e.device_nodes]
+            doc["deviceNodes"] = [
+                {"path": d.path, "type": d.type, "major": d.major, "minor": d.minor}
+                for d in e.device_nodes
+            ]
         if e.mounts:
-            doc["mounts"] = [{"hostPath": m.source, "containerPath": m.destination,
-                              "type": m.type, "options": list(m.options)} for m in e.mounts]
+            doc["mounts"] = [
+                {
+                    "hostPath": m.source,
+                    "containerPath": m.destination,
+                    "type": m.type,
+                    "options": list(m.options),
+                }
+                for m in e.mounts
+            ]
         return doc
 
-    return {"cdiVersion": "0.6.0", "kind": spec.kind,
-            "devices": [{"name": n, "containerEdits": edits(e)}
-                        for n, e in spec.devices.items()],
-            "containerEdits": edits(spec.edits)}
+    return {
+        "cdiVersion": "0.6.0",
+        "kind": spec.kind,
+        "devices": [{"name": n, "containerEdits": edits(e)} for n, e in spec.devices.items()],
+        "containerEdits": edits(spec.edits),
+    }
 
 
 def write_dir(directory: Path, specs: Iterable[CdiSpec]) -> None:

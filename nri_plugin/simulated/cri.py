@@ -112,8 +112,9 @@ class Cri:
             self.sim.state.pods.pop(pod.id, None)
 
     # -- helpers -------------------------------------------------------------------------
-    async def _relay(self, event: int, pod: pb.PodSandbox, ctr: pb.Container | None = None
-                     ) -> list[tuple[PluginSession, Any]]:
+    async def _relay(
+        self, event: int, pod: pb.PodSandbox, ctr: pb.Container | None = None
+    ) -> list[tuple[PluginSession, Any]]:
         """The event to every plugin in turn; (plugin, response) of those that answered.
         Fatal errors drop the plugin; an error status raises PluginCallError."""
         self._alive()

@@ -62,22 +62,38 @@ def gpu_node(gpu: Gpu) -> DeviceNode:
 
 def mig_nodes(parent: Gpu, mig: MigInstance) -> tuple[DeviceNode, ...]:
     """What opens a MIG device: its parent's node and its access nodes."""
-    return (gpu_node(parent), *(DeviceNode(f"/dev/nvidia-caps/nvidia-cap{m}", "c",
-                                            CAPS_MAJOR, m) for m in mig.caps_minors))
+    return (
+        gpu_node(parent),
+        *(
+            DeviceNode(f"/dev/nvidia-caps/nvidia-cap{m}", "c", CAPS_MAJOR, m)
+            for m in mig.caps_minors
+        ),
+    )
 
 
 class DevicePlugin:
-    def __init__(self, inventory: GpuInventory, strategy: str = "cdi-cri", *,
-                 mig: bool = False, replicas: int = 0, resource: str = RESOURCE) -> None:
+    def __init__(
+        self,
+        inventory: GpuInventory,
+        strategy: str = "cdi-cri",
+        *,
+        mig: bool = False,
+        replicas: int = 0,
+        resource: str = RESOURCE,
+    ) -> None:
         if strategy not in STRATEGIES:
-            raise InvalidInput(f"device list strategy {strategy!r}: allowed "
-                               f"{', '.join(STRATEGIES)}")
+            raise InvalidInput(
+                f"device list strategy {strategy!r}: allowed {', '.join(STRATEGIES)}"
+            )
         self.strategy = strategy
         self.resource = resource
         self.replicas = replicas
         self._gpus = {g.uuid: g for g in inventory.gpus if not g.mig_enabled and g.uuid}
-        self._migs = {m.uuid: (g, m) for g in inventory.gpus if g.mig_enabled
-                      for m in g.mig_instances} if mig else {}
+        self._migs = (
+            {m.uuid: (g, m) for g in inventory.gpus if g.mig_enabled for m in g.mig_instances}
+            if mig
+            else {}
+        )
 
     def device_ids(self) -> tuple[str, ...]:
         """What ListAndWatch advertises for its resource, in the inventory's order."""
@@ -97,14 +113,18 @@ class DevicePlugin:
         if self.strategy == "volume-mounts":
             return ContainerAllocation(
                 envs={ENV_VISIBLE: DEVICE_MOUNT_DIR.rstrip("/")},
-                mounts=tuple(Mount(DEVICE_MOUNT_DIR + i, "/dev/null") for i in devices))
+                mounts=tuple(Mount(DEVICE_MOUNT_DIR + i, "/dev/null") for i in devices),
+            )
         cdi = tuple(f"{PLUGIN_CDI_KIND}={i}" for i in devices)
         if self.strategy == "cdi-cri":
             return ContainerAllocation(cdi_devices=cdi)
         if self.strategy == "cdi-annotations":
             return ContainerAllocation(annotations={ANNOTATION_KEY: ",".join(cdi)})
-        nodes = [n for i in devices for n in (mig_nodes(*self._migs[i]) if i in self._migs
-                                              else (gpu_node(self._gpus[i]),))]
+        nodes = [
+            n
+            for i in devices
+            for n in (mig_nodes(*self._migs[i]) if i in self._migs else (gpu_node(self._gpus[i]),))
+        ]
         return ContainerAllocation(devices=(*dict.fromkeys(nodes), NVIDIACTL, NVIDIA_UVM))
 
 

@@ -39,30 +39,48 @@ def standard_spec(inventory: GpuInventory) -> CdiSpec:
     for gpu in inventory.gpus:
         if gpu.mig_enabled:
             for mig in gpu.mig_instances:
-                devices[device_name(gpu, mig)] = ContainerEdits(
-                    device_nodes=mig_nodes(gpu, mig))
+                devices[device_name(gpu, mig)] = ContainerEdits(device_nodes=mig_nodes(gpu, mig))
         else:
             devices[device_name(gpu)] = ContainerEdits(device_nodes=(gpu_node(gpu),))
-    return CdiSpec(DEVICE_KIND, devices, ContainerEdits(
-        env=("NVIDIA_VISIBLE_DEVICES=void",), device_nodes=(NVIDIACTL, NVIDIA_UVM)))
+    return CdiSpec(
+        DEVICE_KIND,
+        devices,
+        ContainerEdits(env=("NVIDIA_VISIBLE_DEVICES=void",), device_nodes=(NVIDIACTL, NVIDIA_UVM)),
+    )
 
 
 def claim_spec(claim_uid: str, names: Sequence[str]) -> CdiSpec:
     """The spec of one prepared claim for its devices (by the driver's names)."""
-    return CdiSpec(CLAIM_KIND, {f"{claim_uid}-{n}": ContainerEdits(
-        env=(f"NVIDIA_DRA_CLAIM={claim_uid}",)) for n in names})
+    return CdiSpec(
+        CLAIM_KIND,
+        {f"{claim_uid}-{n}": ContainerEdits(env=(f"NVIDIA_DRA_CLAIM={claim_uid}",)) for n in names},
+    )
 
 
 def cdi_names(claim_uid: str, names: Sequence[str]) -> tuple[str, ...]:
     """The CDI names the kubelet passes the container for the claim's devices."""
-    return tuple(cdi for n in names
-                 for cdi in (f"{DEVICE_KIND}={n}", f"{CLAIM_KIND}={claim_uid}-{n}"))
+    return tuple(
+        cdi for n in names for cdi in (f"{DEVICE_KIND}={n}", f"{CLAIM_KIND}={claim_uid}-{n}")
+    )
 
 
-def dynamic_resource(claim: str, namespace: str, claim_uid: str, pool: str,
-                     names: Sequence[str]) -> pr.DynamicResource:
+def dynamic_resource(
+    claim: str, namespace: str, claim_uid: str, pool: str, names: Sequence[str]
+) -> pr.DynamicResource:
     """The claim as PodResources reports it for the container."""
-    return pr.DynamicResource(claim_name=claim, claim_namespace=namespace, claim_resources=[
-        pr.ClaimResource(driver_name=DRIVER, pool_name=pool, device_name=n, cdi_devices=[
-            pr.CDIDevice(name=f"{DEVICE_KIND}={n}"),
-            pr.CDIDevice(name=f"{CLAIM_KIND}={claim_uid}-{n}")]) for n in names])
+    return pr.DynamicResource(
+        claim_name=claim,
+        claim_namespace=namespace,
+        claim_resources=[
+            pr.ClaimResource(
+                driver_name=DRIVER,
+                pool_name=pool,
+                device_name=n,
+                cdi_devices=[
+                    pr.CDIDevice(name=f"{DEVICE_KIND}={n}"),
+                    pr.CDIDevice(name=f"{CLAIM_KIND}={claim_uid}-{n}"),
+                ],
+            )
+            for n in names
+        ],
+    )

@@ -23,9 +23,15 @@ from nri_plugin.topology.cpulist import format_cpulist
 GIB = 1024**3
 
 
-def build_sysfs(root: Path, nodes: int = 1, cores_per_node: int = 4, threads: int = 1,
-                numa_dirs: bool = True, offline: Iterable[int] = (),
-                pci: Sequence[tuple[str, int, int]] = ()) -> Path:
+def build_sysfs(
+    root: Path,
+    nodes: int = 1,
+    cores_per_node: int = 4,
+    threads: int = 1,
+    numa_dirs: bool = True,
+    offline: Iterable[int] = (),
+    pci: Sequence[tuple[str, int, int]] = (),
+) -> Path:
     """Write a fake /sys under `root` and return it.
 
     CPUs are numbered like Linux on x86: first thread of every core (node by node), then
@@ -60,11 +66,15 @@ def build_sysfs(root: Path, nodes: int = 1, cores_per_node: int = 4, threads: in
         for n in range(nodes):
             d = node_dir / f"node{n}"
             d.mkdir(exist_ok=True)
-            mine = [c for core in range(n * cores_per_node, (n + 1) * cores_per_node)
-                    for c in core_threads(core)]
+            mine = [
+                c
+                for core in range(n * cores_per_node, (n + 1) * cores_per_node)
+                for c in core_threads(core)
+            ]
             (d / "cpulist").write_text(format_cpulist(mine) + "\n")
             (d / "distance").write_text(
-                " ".join("10" if m == n else "21" for m in range(nodes)) + "\n")
+                " ".join("10" if m == n else "21" for m in range(nodes)) + "\n"
+            )
     for bus, pci_class, numa in pci:
         dev = root / "bus/pci/devices" / bus
         dev.mkdir(parents=True, exist_ok=True)
@@ -168,12 +178,19 @@ class FakeNvml:
         if gpu is not None and call in gpu.errors:
             raise FakeNVMLError(gpu.errors[call])
 
-    def queue_xid(self, gpu: FakeGpu, xid: int, gi: int = NVML_NO_INSTANCE,
-                  ci: int = NVML_NO_INSTANCE) -> None:
+    def queue_xid(
+        self, gpu: FakeGpu, xid: int, gi: int = NVML_NO_INSTANCE, ci: int = NVML_NO_INSTANCE
+    ) -> None:
         """An XID error the driver reports for `gpu` (gi/ci: on one of its MIG devices)."""
-        self.xids.append(SimpleNamespace(device=_Handle(gpu), eventType=NVML_XID_CRITICAL_ERROR,
-                                         eventData=xid, gpuInstanceId=gi,
-                                         computeInstanceId=ci))
+        self.xids.append(
+            SimpleNamespace(
+                device=_Handle(gpu),
+                eventType=NVML_XID_CRITICAL_ERROR,
+                eventData=xid,
+                gpuInstanceId=gi,
+                computeInstanceId=ci,
+            )
+        )
 
     def nvmlInit(self) -> None:
         if self.fail_init is not None:
@@ -318,26 +335,45 @@ def dgx_like_gpus() -> list[FakeGpu]:
         peers = [j for j in quad if j != i] + [(i + 4) % 8]
         # two links to every peer, as real boxes bond several NVLinks per pair
         links = [_bus(buses[j]) for j in peers for _ in range(2)]
-        gpus.append(FakeGpu(uuid=f"GPU-d0000000-0000-0000-0000-00000000000{i}", bus=_bus(b),
-                            numa=0 if i < 4 else 1, minor=i, links=links))
+        gpus.append(
+            FakeGpu(
+                uuid=f"GPU-d0000000-0000-0000-0000-00000000000{i}",
+                bus=_bus(b),
+                numa=0 if i < 4 else 1,
+                minor=i,
+                links=links,
+            )
+        )
     return gpus
 
 
 def dgx_like_pci() -> list[tuple[str, int, int]]:
-    return [(f"0000:{b:02x}:00.0", 0x030200, 0 if i < 4 else 1)
-            for i, b in enumerate([0x07, 0x0F, 0x47, 0x4E, 0x87, 0x90, 0xB7, 0xBD])]
+    return [
+        (f"0000:{b:02x}:00.0", 0x030200, 0 if i < 4 else 1)
+        for i, b in enumerate([0x07, 0x0F, 0x47, 0x4E, 0x87, 0x90, 0xB7, 0xBD])
+    ]
 
 
 def pcie_box_gpus() -> list[FakeGpu]:
     """4 PCIe GPUs, 2 per NUMA node, no NVLink; NVML cannot tell the NUMA node (sysfs can)."""
-    return [FakeGpu(uuid=f"GPU-c0000000-0000-0000-0000-00000000000{i}", bus=_bus(b),
-                    numa=None, memory=48 * GIB, name="NVIDIA L40S", minor=i)
-            for i, b in enumerate([0x17, 0x31, 0x98, 0xB1])]
+    return [
+        FakeGpu(
+            uuid=f"GPU-c0000000-0000-0000-0000-00000000000{i}",
+            bus=_bus(b),
+            numa=None,
+            memory=48 * GIB,
+            name="NVIDIA L40S",
+            minor=i,
+        )
+        for i, b in enumerate([0x17, 0x31, 0x98, 0xB1])
+    ]
 
 
 def pcie_box_pci() -> list[tuple[str, int, int]]:
-    return [(f"0000:{b:02x}:00.0", 0x030200, 0 if i < 2 else 1)
-            for i, b in enumerate([0x17, 0x31, 0x98, 0xB1])]
+    return [
+        (f"0000:{b:02x}:00.0", 0x030200, 0 if i < 2 else 1)
+        for i, b in enumerate([0x17, 0x31, 0x98, 0xB1])
+    ]
 
 
 def mig_box_gpus() -> list[FakeGpu]:
@@ -349,10 +385,15 @@ def mig_box_gpus() -> list[FakeGpu]:
         FakeMig("MIG-a0000000-0000-0000-0000-000000000004", "1g.10gb", 10, 0, 10 * GIB),
     ]
     return [
-        FakeGpu(uuid="GPU-a0000000-0000-0000-0000-000000000000", bus=_bus(0x07), numa=0,
-                minor=0, mig=True, migs=migs),
-        FakeGpu(uuid="GPU-a0000000-0000-0000-0000-000000000010", bus=_bus(0x0F), numa=0,
-                minor=1),
+        FakeGpu(
+            uuid="GPU-a0000000-0000-0000-0000-000000000000",
+            bus=_bus(0x07),
+            numa=0,
+            minor=0,
+            mig=True,
+            migs=migs,
+        ),
+        FakeGpu(uuid="GPU-a0000000-0000-0000-0000-000000000010", bus=_bus(0x0F), numa=0, minor=1),
     ]
 
 
@@ -398,17 +439,38 @@ def _switch_pairs(buses: Sequence[int], roots: Sequence[int]) -> list[tuple[str,
         k, root = i // 2, roots[i // 2]
         up = buses[2 * k] - 2  # the switch's upstream port, then its downstream ports
         port = sum(1 for r in roots[:k] if r == root) + 1
-        paths.append((f"pci0000:{root:02x}", f"0000:{root:02x}:{port:02x}.0",
-                      f"0000:{up:02x}:00.0", f"0000:{up + 1:02x}:{8 * (1 + i % 2):02x}.0"))
+        paths.append(
+            (
+                f"pci0000:{root:02x}",
+                f"0000:{root:02x}:{port:02x}.0",
+                f"0000:{up:02x}:00.0",
+                f"0000:{up + 1:02x}:{8 * (1 + i % 2):02x}.0",
+            )
+        )
     return paths
 
 
 # A DGX-1 with V100s (nvidia-smi topo -m: NV2 = two bonded NVLinks, NV1 = one; the link
 # counts and bus ids agree with NCCL's topology dump of one, NVIDIA/nccl issue 671). Each
 # V100 has 6 links: quads 0-3 and 4-7 fully connected, plus i <-> i+4.
-DGX1V_LINKS = {(0, 1): 1, (0, 2): 1, (0, 3): 2, (0, 4): 2, (1, 2): 2, (1, 3): 1, (1, 5): 2,
-               (2, 3): 2, (2, 6): 1, (3, 7): 1, (4, 5): 1, (4, 6): 1, (4, 7): 2, (5, 6): 2,
-               (5, 7): 1, (6, 7): 2}
+DGX1V_LINKS = {
+    (0, 1): 1,
+    (0, 2): 1,
+    (0, 3): 2,
+    (0, 4): 2,
+    (1, 2): 2,
+    (1, 3): 1,
+    (1, 5): 2,
+    (2, 3): 2,
+    (2, 6): 1,
+    (3, 7): 1,
+    (4, 5): 1,
+    (4, 6): 1,
+    (4, 7): 2,
+    (5, 6): 2,
+    (5, 7): 1,
+    (6, 7): 2,
+}
 DGX1V_BUSES = [0x06, 0x07, 0x0A, 0x0B, 0x85, 0x86, 0x89, 0x8A]
 
 
@@ -418,18 +480,49 @@ def dgx1v_gpus() -> list[FakeGpu]:
     paths = _switch_pairs(DGX1V_BUSES, [0x00, 0x00, 0x80, 0x80])
     gpus = []
     for i, b in enumerate(DGX1V_BUSES):
-        links = [_bus(DGX1V_BUSES[j if k == i else k]) for (k, j), n in DGX1V_LINKS.items()
-                 if i in (k, j) for _ in range(n)]
-        gpus.append(FakeGpu(uuid=f"GPU-e0000000-0000-0000-0000-00000000000{i}", bus=_bus(b),
-                            numa=i // 4, memory=32 * GIB, name="Tesla V100-SXM2-32GB",
-                            minor=i, links=links, pci_path=paths[i]))
+        links = [
+            _bus(DGX1V_BUSES[j if k == i else k])
+            for (k, j), n in DGX1V_LINKS.items()
+            if i in (k, j)
+            for _ in range(n)
+        ]
+        gpus.append(
+            FakeGpu(
+                uuid=f"GPU-e0000000-0000-0000-0000-00000000000{i}",
+                bus=_bus(b),
+                numa=i // 4,
+                memory=32 * GIB,
+                name="Tesla V100-SXM2-32GB",
+                minor=i,
+                links=links,
+                pci_path=paths[i],
+            )
+        )
     return gpus
 
 
 # A DGX-1 with P100s: 4 NVLinks per GPU, one to each peer of its quad and one to i+4.
-DGX1P_LINKS = {pair: 1 for pair in [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3), (4, 5),
-                                     (4, 6), (4, 7), (5, 6), (5, 7), (6, 7), (0, 4), (1, 5),
-                                     (2, 6), (3, 7)]}
+DGX1P_LINKS = {
+    pair: 1
+    for pair in [
+        (0, 1),
+        (0, 2),
+        (0, 3),
+        (1, 2),
+        (1, 3),
+        (2, 3),
+        (4, 5),
+        (4, 6),
+        (4, 7),
+        (5, 6),
+        (5, 7),
+        (6, 7),
+        (0, 4),
+        (1, 5),
+        (2, 6),
+        (3, 7),
+    ]
+}
 
 
 def dgx1p_gpus() -> list[FakeGpu]:
@@ -438,11 +531,19 @@ def dgx1p_gpus() -> list[FakeGpu]:
     paths = _switch_pairs(DGX1V_BUSES, [0x00, 0x00, 0x80, 0x80])
     gpus = []
     for i, b in enumerate(DGX1V_BUSES):
-        links = [_bus(DGX1V_BUSES[j if k == i else k]) for (k, j) in DGX1P_LINKS
-                 if i in (k, j)]
-        gpus.append(FakeGpu(uuid=f"GPU-90000000-0000-0000-0000-00000000000{i}", bus=_bus(b),
-                            numa=i // 4, memory=16 * GIB, name="Tesla P100-SXM2-16GB",
-                            minor=i, links=links, pci_path=paths[i]))
+        links = [_bus(DGX1V_BUSES[j if k == i else k]) for (k, j) in DGX1P_LINKS if i in (k, j)]
+        gpus.append(
+            FakeGpu(
+                uuid=f"GPU-90000000-0000-0000-0000-00000000000{i}",
+                bus=_bus(b),
+                numa=i // 4,
+                memory=16 * GIB,
+                name="Tesla P100-SXM2-16GB",
+                minor=i,
+                links=links,
+                pci_path=paths[i],
+            )
+        )
     return gpus
 
 
@@ -455,10 +556,19 @@ def rtx8000_gpus() -> list[FakeGpu]:
     GPU pairs rather than for NUMA often are."""
     paths = [(f"pci0000:{r:02x}", f"0000:{r:02x}:01.0") for r in (0x00, 0x20, 0x80, 0xA0)]
     bridge = {0: 2, 2: 0, 1: 3, 3: 1}
-    return [FakeGpu(uuid=f"GPU-80000000-0000-0000-0000-00000000000{i}", bus=_bus(b),
-                    numa=i // 2, memory=48 * GIB, name="Quadro RTX 8000", minor=i,
-                    links=[_bus(RTX8000_BUSES[bridge[i]])] * 2, pci_path=paths[i])
-            for i, b in enumerate(RTX8000_BUSES)]
+    return [
+        FakeGpu(
+            uuid=f"GPU-80000000-0000-0000-0000-00000000000{i}",
+            bus=_bus(b),
+            numa=i // 2,
+            memory=48 * GIB,
+            name="Quadro RTX 8000",
+            minor=i,
+            links=[_bus(RTX8000_BUSES[bridge[i]])] * 2,
+            pci_path=paths[i],
+        )
+        for i, b in enumerate(RTX8000_BUSES)
+    ]
 
 
 NVSWITCH_BUSES = [0x07, 0x0F, 0x47, 0x4E, 0x87, 0x90, 0xB7, 0xBD]
@@ -469,10 +579,17 @@ def nvswitch_gpus() -> list[FakeGpu]:
     bandwidth); PCIe pairs behind switches, one root complex per switch, 2 per socket."""
     switches = [_bus(0xC4 + s) for s in range(6)]
     paths = _switch_pairs(NVSWITCH_BUSES, [0x00, 0x40, 0x80, 0xA0])
-    return [FakeGpu(uuid=f"GPU-f0000000-0000-0000-0000-00000000000{i}", bus=_bus(b),
-                    numa=i // 4, minor=i, links=[s for s in switches for _ in range(2)],
-                    pci_path=paths[i])
-            for i, b in enumerate(NVSWITCH_BUSES)]
+    return [
+        FakeGpu(
+            uuid=f"GPU-f0000000-0000-0000-0000-00000000000{i}",
+            bus=_bus(b),
+            numa=i // 4,
+            minor=i,
+            links=[s for s in switches for _ in range(2)],
+            pci_path=paths[i],
+        )
+        for i, b in enumerate(NVSWITCH_BUSES)
+    ]
 
 
 PCIE_PAIRS_BUSES = [0x1A, 0x1B, 0x3C, 0x3D, 0x9A, 0x9B, 0xBC, 0xBD]
@@ -482,7 +599,15 @@ def pcie_pairs_gpus() -> list[FakeGpu]:
     """8 L40S without NVLink: pairs behind PCIe switches, 2 switches per socket on
     different root complexes (host bridges)."""
     paths = _switch_pairs(PCIE_PAIRS_BUSES, [0x00, 0x30, 0x80, 0xB0])
-    return [FakeGpu(uuid=f"GPU-b0000000-0000-0000-0000-00000000000{i}", bus=_bus(b),
-                    numa=i // 4, memory=48 * GIB, name="NVIDIA L40S", minor=i,
-                    pci_path=paths[i])
-            for i, b in enumerate(PCIE_PAIRS_BUSES)]
+    return [
+        FakeGpu(
+            uuid=f"GPU-b0000000-0000-0000-0000-00000000000{i}",
+            bus=_bus(b),
+            numa=i // 4,
+            memory=48 * GIB,
+            name="NVIDIA L40S",
+            minor=i,
+            pci_path=paths[i],
+        )
+        for i, b in enumerate(PCIE_PAIRS_BUSES)
+    ]

@@ -56,8 +56,7 @@ class Kubelet:
     def allocated(self) -> set[str]:
         return {i for g in self._books.values() for i in g.device_ids}
 
-    def admit(self, pod_uid: str, namespace: str, pod: str, container: str,
-              count: int) -> Grant:
+    def admit(self, pod_uid: str, namespace: str, pod: str, container: str, count: int) -> Grant:
         """The container's `count` devices (none: an empty grant, not booked)."""
         key = (pod_uid, container)
         if key in self._books:
@@ -67,7 +66,8 @@ class Kubelet:
             raise AdmissionRefused(
                 f"pod {namespace}/{pod}: Allocate failed due to requested number of devices "
                 f"unavailable for {self.plugin.resource}. Requested: {count}, "
-                f"Available: {len(free)}")
+                f"Available: {len(free)}"
+            )
         if not count:
             return Grant(pod_uid, namespace, pod, container, (), ContainerAllocation())
         ids = tuple(self._choose(free, count))
@@ -75,8 +75,14 @@ class Kubelet:
         self._books[key] = grant
         return grant
 
-    def prepare(self, pod_uid: str, namespace: str, pod: str, container: str,
-                claims: tuple[pr.DynamicResource, ...]) -> Grant:
+    def prepare(
+        self,
+        pod_uid: str,
+        namespace: str,
+        pod: str,
+        container: str,
+        claims: tuple[pr.DynamicResource, ...],
+    ) -> Grant:
         """The container's DRA claims, prepared by their drivers (no device-plugin
         devices): booked, and reported in PodResources."""
         grant = Grant(pod_uid, namespace, pod, container, (), ContainerAllocation(), claims)
@@ -95,32 +101,59 @@ class Kubelet:
         for grant in list(self._books.values()):
             pods.setdefault(grant.pod_uid, []).append(grant)
         return tuple(
-            pr.PodResources(name=grants[0].pod, namespace=grants[0].namespace, containers=[
-                pr.ContainerResources(name=g.container, devices=[
-                    pr.ContainerDevices(resource_name=self.plugin.resource,
-                                        device_ids=g.device_ids)] if g.device_ids else [],
-                    dynamic_resources=g.claims)
-                for g in grants])
-            for grants in pods.values())
+            pr.PodResources(
+                name=grants[0].pod,
+                namespace=grants[0].namespace,
+                containers=[
+                    pr.ContainerResources(
+                        name=g.container,
+                        devices=[
+                            pr.ContainerDevices(
+                                resource_name=self.plugin.resource, device_ids=g.device_ids
+                            )
+                        ]
+                        if g.device_ids
+                        else [],
+                        dynamic_resources=g.claims,
+                    )
+                    for g in grants
+                ],
+            )
+            for grants in pods.values()
+        )
 
     def allocatable(self) -> tuple[pr.ContainerDevices, ...]:
         """What GetAllocatableResources reports: every device the plugin advertises."""
-        return (pr.ContainerDevices(resource_name=self.plugin.resource,
-                                    device_ids=self.plugin.device_ids()),)
+        return (
+            pr.ContainerDevices(
+                resource_name=self.plugin.resource, device_ids=self.plugin.device_ids()
+            ),
+        )
 
 
-def container_request(pod: pb.PodSandbox, name: str, grant: Grant,
-                      env: Iterable[str] = DEFAULT_ENV, **kw: Any) -> pb.Container:
+def container_request(
+    pod: pb.PodSandbox, name: str, grant: Grant, env: Iterable[str] = DEFAULT_ENV, **kw: Any
+) -> pb.Container:
     """The CRI CreateContainer request for a container with its grant, as the kubelet
     sends it (the allocation's env after the pod spec's, its annotations, mounts, device
     nodes and CDI devices); other arguments as make_container takes them."""
     alloc = grant.allocation
     annotations = {**kw.pop("annotations", {}), **alloc.annotations}
     return make_container(
-        pod, name, env=[*env, *(f"{k}={v}" for k, v in alloc.envs.items())],
-        annotations=annotations, cdi_devices=alloc.cdi_devices,
-        devices=[pb.LinuxDevice(path=d.path, type=d.type, major=d.major, minor=d.minor)
-                 for d in alloc.devices],
-        mounts=[pb.Mount(destination=m.destination, source=m.source, type=m.type,
-                         options=list(m.options)) for m in alloc.mounts],
-        **kw)
+        pod,
+        name,
+        env=[*env, *(f"{k}={v}" for k, v in alloc.envs.items())],
+        annotations=annotations,
+        cdi_devices=alloc.cdi_devices,
+        devices=[
+            pb.LinuxDevice(path=d.path, type=d.type, major=d.major, minor=d.minor)
+            for d in alloc.devices
+        ],
+        mounts=[
+            pb.Mount(
+                destination=m.destination, source=m.source, type=m.type, options=list(m.options)
+            )
+            for m in alloc.mounts
+        ],
+        **kw,
+    )

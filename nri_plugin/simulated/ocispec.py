@@ -35,8 +35,9 @@ NVIDIA_MAJOR = 195  # /dev/nvidiaN; minors 255 (nvidiactl) and 254 (modeset) are
 ENV_VISIBLE = "NVIDIA_VISIBLE_DEVICES"
 DEVICE_MOUNT_DIR = "/var/run/nvidia-container-devices/"  # the volume-mounts strategy
 _NO_DEVICES = {"", "none", "void"}
-_CPU_VALUES: tuple[Literal["shares", "quota", "period", "realtime_runtime", "realtime_period"],
-                   ...] = ("shares", "quota", "period", "realtime_runtime", "realtime_period")
+_CPU_VALUES: tuple[
+    Literal["shares", "quota", "period", "realtime_runtime", "realtime_period"], ...
+] = ("shares", "quota", "period", "realtime_runtime", "realtime_period")
 
 
 @dataclass
@@ -79,6 +80,7 @@ def update_resources(current: pb.LinuxResources, new: pb.LinuxResources) -> None
 
 
 # -- building the spec --------------------------------------------------------------------
+
 
 def _env_key(entry: str) -> str:
     return entry.partition("=")[0]
@@ -133,7 +135,8 @@ def spec_from_request(ctr: pb.Container, cdi: CdiRegistry | None) -> OciSpec:
         env=list(ctr.env),
         devices=[DeviceNode(d.path, d.type, d.major, d.minor) for d in ctr.linux.devices],
         mounts=[Mount(m.destination, m.source, m.type, tuple(m.options)) for m in ctr.mounts],
-        annotations=dict(ctr.annotations))
+        annotations=dict(ctr.annotations),
+    )
     spec.resources.CopyFrom(ctr.linux.resources)
     names = [d.name for d in ctr.CDI_devices] + annotation_devices(spec.annotations)
     inject_cdi(spec, names, cdi)
@@ -144,8 +147,9 @@ def _removal(key: str) -> tuple[str, bool]:
     return (key[1:], True) if key.startswith("-") else (key, False)
 
 
-def apply_adjustment(spec: OciSpec, adjust: pb.ContainerAdjustment,
-                     cdi: CdiRegistry | None) -> None:
+def apply_adjustment(
+    spec: OciSpec, adjust: pb.ContainerAdjustment, cdi: CdiRegistry | None
+) -> None:
     """All of an NRI adjustment the model keeps, in the NRI spec generator's order."""
     for key, value in adjust.annotations.items():
         name, removed = _removal(key)
@@ -181,17 +185,21 @@ def write_container(spec: OciSpec, ctr: pb.Container) -> None:
     del ctr.env[:]
     ctr.env.extend(spec.env)
     del ctr.linux.devices[:]
-    ctr.linux.devices.extend(pb.LinuxDevice(path=d.path, type=d.type, major=d.major,
-                                            minor=d.minor) for d in spec.devices)
+    ctr.linux.devices.extend(
+        pb.LinuxDevice(path=d.path, type=d.type, major=d.major, minor=d.minor) for d in spec.devices
+    )
     del ctr.mounts[:]
-    ctr.mounts.extend(pb.Mount(destination=m.destination, source=m.source, type=m.type,
-                               options=list(m.options)) for m in spec.mounts)
+    ctr.mounts.extend(
+        pb.Mount(destination=m.destination, source=m.source, type=m.type, options=list(m.options))
+        for m in spec.mounts
+    )
     ctr.annotations.clear()
     ctr.annotations.update(spec.annotations)
     ctr.linux.resources.CopyFrom(spec.resources)
 
 
 # -- what the container can open ----------------------------------------------------------
+
 
 def _named(inventory: GpuInventory, names: list[str]) -> set[int]:
     found: set[int] = set()
@@ -211,8 +219,9 @@ def _env_value(spec: OciSpec, key: str) -> str | None:
     return values[-1] if values else None
 
 
-def openable_gpus(spec: OciSpec, inventory: GpuInventory,
-                  runtime: NvidiaRuntime = NvidiaRuntime()) -> frozenset[int]:
+def openable_gpus(
+    spec: OciSpec, inventory: GpuInventory, runtime: NvidiaRuntime = NvidiaRuntime()
+) -> frozenset[int]:
     """Indexes of the GPUs (a MIG device: its GPU) the created container can open: its
     GPU device nodes (major 195, a GPU's minor), and what nvidia-container-runtime in
     legacy mode mounts in on top, from the device-list mounts or else from
@@ -224,10 +233,16 @@ def openable_gpus(spec: OciSpec, inventory: GpuInventory,
     own config closes it (accept_env=False); nri-sla cannot take it away.
     """
     minors = {g.device_minor: g.index for g in inventory.gpus}
-    found = {minors[d.minor] for d in spec.devices
-             if d.type == "c" and d.major == NVIDIA_MAJOR and d.minor in minors}
-    listed = [m.destination[len(DEVICE_MOUNT_DIR):].strip("/") for m in spec.mounts
-              if m.destination.startswith(DEVICE_MOUNT_DIR)]
+    found = {
+        minors[d.minor]
+        for d in spec.devices
+        if d.type == "c" and d.major == NVIDIA_MAJOR and d.minor in minors
+    }
+    listed = [
+        m.destination[len(DEVICE_MOUNT_DIR) :].strip("/")
+        for m in spec.mounts
+        if m.destination.startswith(DEVICE_MOUNT_DIR)
+    ]
     if runtime.accept_mounts and listed:
         found |= _named(inventory, listed)
     elif runtime.accept_env:

@@ -27,23 +27,27 @@ class _Lister(pr_grpc.PodResourcesListerServicer):
     def __init__(self, kubelet: Kubelet) -> None:
         self.kubelet = kubelet
 
-    def List(self, request: pr.ListPodResourcesRequest,
-             context: grpc.ServicerContext) -> pr.ListPodResourcesResponse:
+    def List(
+        self, request: pr.ListPodResourcesRequest, context: grpc.ServicerContext
+    ) -> pr.ListPodResourcesResponse:
         return pr.ListPodResourcesResponse(pod_resources=self.kubelet.pod_resources())
 
-    def Get(self, request: pr.GetPodResourcesRequest,
-            context: grpc.ServicerContext) -> pr.GetPodResourcesResponse:
+    def Get(
+        self, request: pr.GetPodResourcesRequest, context: grpc.ServicerContext
+    ) -> pr.GetPodResourcesResponse:
         for pod in self.kubelet.pod_resources():
             if (pod.namespace, pod.name) == (request.pod_namespace, request.pod_name):
                 return pr.GetPodResourcesResponse(pod_resources=pod)
         # The kubelet returns a plain error for a pod it does not know, which gRPC sends
         # as UNKNOWN with this text.
-        context.abort(grpc.StatusCode.UNKNOWN, f"pod {request.pod_name} in namespace "
-                      f"{request.pod_namespace} not found")
+        context.abort(
+            grpc.StatusCode.UNKNOWN,
+            f"pod {request.pod_name} in namespace {request.pod_namespace} not found",
+        )
 
     def GetAllocatableResources(
-            self, request: pr.AllocatableResourcesRequest,
-            context: grpc.ServicerContext) -> pr.AllocatableResourcesResponse:
+        self, request: pr.AllocatableResourcesRequest, context: grpc.ServicerContext
+    ) -> pr.AllocatableResourcesResponse:
         return pr.AllocatableResourcesResponse(devices=self.kubelet.allocatable())
 
 

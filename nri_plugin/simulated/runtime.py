@@ -118,8 +118,9 @@ class RuntimeState:
         self.specs.pop(container_id, None)
 
 
-def chunk_state(pods: list[pb.PodSandbox], containers: list[pb.Container],
-                limit: int) -> list[pb.SynchronizeRequest]:
+def chunk_state(
+    pods: list[pb.PodSandbox], containers: list[pb.Container], limit: int
+) -> list[pb.SynchronizeRequest]:
     """Split the state into SynchronizeRequests of about `limit` encoded bytes each;
     all but the last carry more=true. Pods go first so that a plugin sees a container's
     pod no later than the container."""
@@ -161,8 +162,9 @@ def build_spec(ctr: pb.Container, cdi: CdiRegistry | None) -> tuple[OciSpec, pb.
     return spec, shown
 
 
-def adjust_container(stored: pb.Container, spec: OciSpec, adjust: pb.ContainerAdjustment,
-                     cdi: CdiRegistry | None) -> None:
+def adjust_container(
+    stored: pb.Container, spec: OciSpec, adjust: pb.ContainerAdjustment, cdi: CdiRegistry | None
+) -> None:
     """An adjustment applied to the spec, and the runtime's copy of the container (what a
     later Synchronize reports) rewritten from it."""
     apply_adjustment(spec, adjust, cdi)
@@ -190,8 +192,7 @@ class PluginSession:
             (RUNTIME_SERVICE, "RegisterPlugin"): self._register,
             (RUNTIME_SERVICE, "UpdateContainers"): self._update_containers,
         }
-        self.conn = Connection(Role.RUNTIME, routes,
-                               max_send_payload=self.opts.max_send_payload)
+        self.conn = Connection(Role.RUNTIME, routes, max_send_payload=self.opts.max_send_payload)
         self._setup: asyncio.Task[None] | None = None
 
     # -- runtime service -----------------------------------------------------
@@ -201,6 +202,7 @@ class PluginSession:
         self.plugin_nri_version = req.NRI_version
         self.registered.set()
         if self.opts.configure_before_register_reply:
+
             async def configure_first() -> bytes:
                 try:
                     await self._configure()
@@ -209,6 +211,7 @@ class PluginSession:
                     raise
                 self._start_sync()
                 return b""
+
             return configure_first()
         self._start_sync(configure=True)
         return b""
@@ -222,6 +225,7 @@ class PluginSession:
                 self.ready.set()
             except Exception as exc:
                 self._setup_failed(exc)
+
         self._setup = asyncio.get_running_loop().create_task(setup())
 
     def _setup_failed(self, exc: Exception) -> None:
@@ -241,8 +245,7 @@ class PluginSession:
         self.apply_updates(u for u in req.update if u.container_id in known)
         return pb.UpdateContainersResponse(failed=failed).SerializeToString()
 
-    async def next_update_containers(self, timeout: float = 5.0
-                                     ) -> pb.UpdateContainersRequest:
+    async def next_update_containers(self, timeout: float = 5.0) -> pb.UpdateContainersRequest:
         """The next plugin-initiated UpdateContainers this session has not handed out
         yet (received already, or waited for); TimeoutError when none comes."""
         return await asyncio.wait_for(self._unsolicited_new.get(), timeout)
@@ -250,29 +253,35 @@ class PluginSession:
     # -- plugin service calls ------------------------------------------------
     async def _configure(self) -> None:
         req = pb.ConfigureRequest(
-            config=self.opts.config, runtime_name=self.opts.runtime_name,
+            config=self.opts.config,
+            runtime_name=self.opts.runtime_name,
             runtime_version=self.opts.runtime_version,
             registration_timeout=int(self.opts.registration_timeout * 1000),
             request_timeout=int(self.opts.request_timeout * 1000),
-            NRI_version=self.opts.nri.sent_version)
+            NRI_version=self.opts.nri.sent_version,
+        )
         resp = await self.call("Configure", req, pb.ConfigureResponse)
         known = ev.known_mask(self.opts.nri.speaks)
         if resp.events & ~known:
-            self.drop(f"plugin subscribed to unknown events 0x{resp.events & ~known:x} "
-                      f"(runtime knows 0x{known:x})")
+            self.drop(
+                f"plugin subscribed to unknown events 0x{resp.events & ~known:x} "
+                f"(runtime knows 0x{known:x})"
+            )
             raise PluginDropped(self.drop_reason)
         self.events = resp.events or known
 
     async def _synchronize_initial(self) -> None:
         state = self.sim.state
         async with self.sim.sync_gate.sync():  # no CRI operation in flight meanwhile
-            self.sync_updates = await self.synchronize(list(state.pods.values()),
-                                                       list(state.containers.values()))
+            self.sync_updates = await self.synchronize(
+                list(state.pods.values()), list(state.containers.values())
+            )
             self.apply_updates(self.sync_updates)
             self.ready.set()  # joins sim.plugins() before any operation can go on
 
-    async def synchronize(self, pods: list[pb.PodSandbox],
-                          containers: list[pb.Container]) -> list[pb.ContainerUpdate]:
+    async def synchronize(
+        self, pods: list[pb.PodSandbox], containers: list[pb.Container]
+    ) -> list[pb.ContainerUpdate]:
         updates: list[pb.ContainerUpdate] = []
         # One request timeout for all the parts together, as containerd (1.7 and 2.3)
         # sets one context deadline before it sends the first.
@@ -286,8 +295,9 @@ class PluginSession:
             updates.extend(resp.update)
         return updates
 
-    async def call(self, method: str, request: Any, response_cls: Any = None,
-                   timeout: float | None = None) -> Any:
+    async def call(
+        self, method: str, request: Any, response_cls: Any = None, timeout: float | None = None
+    ) -> Any:
         """Call Plugin/<method> with a message (or its encoded bytes); return the decoded
         response (or the raw payload when response_cls is None)."""
         if timeout is None:
@@ -308,16 +318,23 @@ class PluginSession:
     def subscribed(self, event: int) -> bool:
         return bool(self.events & ev.bit(event))
 
-    async def event(self, event: int, pod: pb.PodSandbox, container: pb.Container | None = None,
-                    *, timeout: float | None = None, **extra: Any) -> Any:
+    async def event(
+        self,
+        event: int,
+        pod: pb.PodSandbox,
+        container: pb.Container | None = None,
+        *,
+        timeout: float | None = None,
+        **extra: Any,
+    ) -> Any:
         """Deliver one event as the runtime would; returns the response message, or None
         when the plugin is not subscribed or the event went as StateChange."""
         if not self.subscribed(event):
             return None
-        if self.opts.nri.state_change and (event in ev.STATE_CHANGE_EVENTS
-                                           or event == ev.POST_UPDATE_POD_SANDBOX):
-            req = pb.StateChangeEvent(event=pb.Event.ValueType(event), pod=pod,
-                                      container=container)
+        if self.opts.nri.state_change and (
+            event in ev.STATE_CHANGE_EVENTS or event == ev.POST_UPDATE_POD_SANDBOX
+        ):
+            req = pb.StateChangeEvent(event=pb.Event.ValueType(event), pod=pod, container=container)
             await self.call("StateChange", req, pb.Empty, timeout)
             return None
         method = ev.RPCS[event]
@@ -335,8 +352,9 @@ class PluginSession:
         self.sim.state.pods[pod.id] = pod
         return await self.event(ev.RUN_POD_SANDBOX, pod, **kw)
 
-    async def create_container(self, pod: pb.PodSandbox, ctr: pb.Container,
-                               **kw: Any) -> pb.CreateContainerResponse | None:
+    async def create_container(
+        self, pod: pb.PodSandbox, ctr: pb.Container, **kw: Any
+    ) -> pb.CreateContainerResponse | None:
         """CreateContainer as containerd runs it (ocispec.py): the spec built, CDI devices
         injected, the plugin shown the result, its adjustment applied to the spec and the
         runtime's copy of the container (what a later Synchronize reports)."""
@@ -361,8 +379,9 @@ class PluginSession:
         self._set_state(ctr, pb.CONTAINER_RUNNING)
         return await self.event(ev.START_CONTAINER, pod, ctr, **kw)
 
-    async def update_container(self, pod: pb.PodSandbox, ctr: pb.Container,
-                               resources: pb.LinuxResources, **kw: Any) -> Any:
+    async def update_container(
+        self, pod: pb.PodSandbox, ctr: pb.Container, resources: pb.LinuxResources, **kw: Any
+    ) -> Any:
         """UpdateContainer (a kubelet resize); when the plugin accepts it, the stored spec
         gets the new resources, then the plugin's updates (its own and other
         containers'), as containerd applies them."""
@@ -397,8 +416,9 @@ class PluginSession:
         self.sim.state.pods.pop(pod.id, None)
         return await self.event(ev.REMOVE_POD_SANDBOX, pod, **kw)
 
-    async def container_life_cycle(self, pod: pb.PodSandbox,
-                                   ctr: pb.Container) -> pb.CreateContainerResponse | None:
+    async def container_life_cycle(
+        self, pod: pb.PodSandbox, ctr: pb.Container
+    ) -> pb.CreateContainerResponse | None:
         """RunPodSandbox ... RemovePodSandbox for one pod with one container, in
         containerd's order; returns the CreateContainer response."""
         await self.run_pod_sandbox(pod)
@@ -425,18 +445,24 @@ class PluginSession:
 
 
 class RuntimeSimulator:
-    def __init__(self, socket_path: str, options: SimulatorOptions | None = None, *,
-                 pods: Iterable[pb.PodSandbox] = (),
-                 containers: Iterable[pb.Container] = (),
-                 specs: Mapping[str, OciSpec] | None = None,
-                 cdi: CdiRegistry | None = None) -> None:
+    def __init__(
+        self,
+        socket_path: str,
+        options: SimulatorOptions | None = None,
+        *,
+        pods: Iterable[pb.PodSandbox] = (),
+        containers: Iterable[pb.Container] = (),
+        specs: Mapping[str, OciSpec] | None = None,
+        cdi: CdiRegistry | None = None,
+    ) -> None:
         """`pods`, `containers` and their `specs`: what this runtime instance already runs
         (a restarted containerd's state); `cdi`: the specs of its CDI directories (None:
         CDI names stay unresolved references, for tests that need no CDI spec)."""
         self.socket_path = socket_path
         self.options = options or SimulatorOptions()
-        self.state = RuntimeState({p.id: p for p in pods}, {c.id: c for c in containers},
-                                  dict(specs or {}))
+        self.state = RuntimeState(
+            {p.id: p for p in pods}, {c.id: c for c in containers}, dict(specs or {})
+        )
         self.cdi = cdi
         self.sessions: list[PluginSession] = []
         self._accepted: asyncio.Queue[PluginSession] = asyncio.Queue()
@@ -448,8 +474,11 @@ class RuntimeSimulator:
     def plugins(self) -> list[PluginSession]:
         """The plugins events go to now: registered, synchronized and still connected,
         in index order (containerd's r.plugins)."""
-        ready = [s for s in self.sessions if s.ready.is_set() and s.error is None
-                 and not s.conn.is_closed]
+        ready = [
+            s
+            for s in self.sessions
+            if s.ready.is_set() and s.error is None and not s.conn.is_closed
+        ]
         return sorted(ready, key=lambda s: s.idx)
 
     async def start(self) -> RuntimeSimulator:
@@ -489,8 +518,9 @@ class RuntimeSimulator:
         session = await asyncio.wait_for(self._accepted.get(), timeout)
         if session.error is not None:
             reason = session.drop_reason or str(session.error)
-            raise PluginDropped(f"plugin {session.idx}-{session.name} was dropped during "
-                                f"set-up: {reason}") from session.error
+            raise PluginDropped(
+                f"plugin {session.idx}-{session.name} was dropped during set-up: {reason}"
+            ) from session.error
         return session
 
     async def close(self) -> None:
@@ -518,17 +548,28 @@ class RuntimeSimulator:
 
 # -- realistic messages --------------------------------------------------------------
 
+
 def _id(seed: str) -> str:
     return hashlib.sha256(seed.encode()).hexdigest()
 
 
-def make_pod(name: str, *, namespace: str = "default", uid: str | None = None,
-             annotations: Mapping[str, str] | None = None,
-             labels: Mapping[str, str] | None = None, qos: str = "burstable",
-             cgroup_driver: str = "cgroupfs") -> pb.PodSandbox:
+def make_pod(
+    name: str,
+    *,
+    namespace: str = "default",
+    uid: str | None = None,
+    annotations: Mapping[str, str] | None = None,
+    labels: Mapping[str, str] | None = None,
+    qos: str = "burstable",
+    cgroup_driver: str = "cgroupfs",
+) -> pb.PodSandbox:
     """A PodSandbox as containerd's CRI plugin describes a Kubernetes pod."""
-    uid = uid or _id(f"uid/{namespace}/{name}")[:8] + "-0000-4000-8000-" + \
-        _id(f"uid2/{namespace}/{name}")[:12]
+    uid = (
+        uid
+        or _id(f"uid/{namespace}/{name}")[:8]
+        + "-0000-4000-8000-"
+        + _id(f"uid2/{namespace}/{name}")[:12]
+    )
     pod_id = _id(f"pod/{namespace}/{name}")
     if cgroup_driver == "systemd":
         parent = f"kubepods-{qos}-pod{uid.replace('-', '_')}.slice"
@@ -545,22 +586,40 @@ def make_pod(name: str, *, namespace: str = "default", uid: str | None = None,
         "io.kubernetes.cri.podsandbox.image-name": "registry.k8s.io/pause:3.10",
     }
     ann.update(annotations or {})
-    lab = {"io.kubernetes.pod.name": name, "io.kubernetes.pod.namespace": namespace,
-           "io.kubernetes.pod.uid": uid, "io.cri-containerd.kind": "sandbox"}
+    lab = {
+        "io.kubernetes.pod.name": name,
+        "io.kubernetes.pod.namespace": namespace,
+        "io.kubernetes.pod.uid": uid,
+        "io.cri-containerd.kind": "sandbox",
+    }
     lab.update(labels or {})
     return pb.PodSandbox(
-        id=pod_id, name=name, uid=uid, namespace=namespace, labels=lab, annotations=ann,
+        id=pod_id,
+        name=name,
+        uid=uid,
+        namespace=namespace,
+        labels=lab,
+        annotations=ann,
         runtime_handler="runc",
         linux=pb.LinuxPodSandbox(
-            cgroup_parent=parent, cgroups_path=cgroups_path,
+            cgroup_parent=parent,
+            cgroups_path=cgroups_path,
             namespaces=[pb.LinuxNamespace(type=t) for t in ("pid", "ipc", "uts", "network")],
-            resources=pb.LinuxResources(cpu=pb.LinuxCPU(shares=pb.OptionalUInt64(value=2)))),
-        pid=4242)
+            resources=pb.LinuxResources(cpu=pb.LinuxCPU(shares=pb.OptionalUInt64(value=2))),
+        ),
+        pid=4242,
+    )
 
 
-def make_resources(*, cpu_shares: int | None = None, cpu_quota: int | None = None,
-                   cpu_period: int | None = None, cpus: str = "", mems: str = "",
-                   memory_limit: int | None = None) -> pb.LinuxResources:
+def make_resources(
+    *,
+    cpu_shares: int | None = None,
+    cpu_quota: int | None = None,
+    cpu_period: int | None = None,
+    cpus: str = "",
+    mems: str = "",
+    memory_limit: int | None = None,
+) -> pb.LinuxResources:
     cpu = pb.LinuxCPU(cpus=cpus, mems=mems)
     if cpu_shares is not None:
         cpu.shares.value = cpu_shares
@@ -574,17 +633,21 @@ def make_resources(*, cpu_shares: int | None = None, cpu_quota: int | None = Non
     return pb.LinuxResources(cpu=cpu, memory=mem)
 
 
-def make_container(pod: pb.PodSandbox, name: str, *,
-                   annotations: Mapping[str, str] | None = None,
-                   labels: Mapping[str, str] | None = None,
-                   resources: pb.LinuxResources | None = None,
-                   env: Iterable[str] = DEFAULT_ENV,
-                   args: Iterable[str] = ("/bin/sh", "-c", "sleep infinity"),
-                   state: pb.ContainerState.ValueType = pb.CONTAINER_CREATED,
-                   image: str = "docker.io/library/busybox:latest",
-                   cdi_devices: Iterable[str] = (),
-                   devices: Iterable[pb.LinuxDevice] = (),
-                   mounts: Iterable[pb.Mount] = ()) -> pb.Container:
+def make_container(
+    pod: pb.PodSandbox,
+    name: str,
+    *,
+    annotations: Mapping[str, str] | None = None,
+    labels: Mapping[str, str] | None = None,
+    resources: pb.LinuxResources | None = None,
+    env: Iterable[str] = DEFAULT_ENV,
+    args: Iterable[str] = ("/bin/sh", "-c", "sleep infinity"),
+    state: pb.ContainerState.ValueType = pb.CONTAINER_CREATED,
+    image: str = "docker.io/library/busybox:latest",
+    cdi_devices: Iterable[str] = (),
+    devices: Iterable[pb.LinuxDevice] = (),
+    mounts: Iterable[pb.Mount] = (),
+) -> pb.Container:
     """A Container as containerd describes it at CreateContainer (golden-like size).
     `resources`: what the kubelet set (default: a 100m CPU request, no limits);
     `cdi_devices`, `devices`, `mounts` (after the usual ones): what a device plugin's
@@ -605,28 +668,63 @@ def make_container(pod: pb.PodSandbox, name: str, *,
         "io.kubernetes.cri.sandbox-uid": pod.uid,
     }
     ann.update(annotations or {})
-    lab = {"io.kubernetes.container.name": name, "io.kubernetes.pod.name": pod.name,
-           "io.kubernetes.pod.namespace": pod.namespace, "io.kubernetes.pod.uid": pod.uid,
-           "io.cri-containerd.kind": "container"}
+    lab = {
+        "io.kubernetes.container.name": name,
+        "io.kubernetes.pod.name": pod.name,
+        "io.kubernetes.pod.namespace": pod.namespace,
+        "io.kubernetes.pod.uid": pod.uid,
+        "io.cri-containerd.kind": "container",
+    }
     lab.update(labels or {})
     sandbox_dir = f"/var/lib/containerd/io.containerd.grpc.v1.cri/sandboxes/{pod.id}"
     extra_mounts = list(mounts)
-    mounts = [pb.Mount(destination="/proc", type="proc", source="proc",
-                       options=["nosuid", "noexec", "nodev"]),
-              pb.Mount(destination="/dev", type="tmpfs", source="tmpfs",
-                       options=["nosuid", "strictatime", "mode=755", "size=65536k"]),
-              pb.Mount(destination="/sys/fs/cgroup", type="cgroup", source="cgroup",
-                       options=["nosuid", "noexec", "nodev", "relatime", "ro"])]
-    mounts += [pb.Mount(destination=f"/etc/{f}", type="bind", source=f"{sandbox_dir}/{f}",
-                        options=["rbind", "rprivate", "rw"])
-               for f in ("hostname", "hosts", "resolv.conf")]
+    mounts = [
+        pb.Mount(
+            destination="/proc", type="proc", source="proc", options=["nosuid", "noexec", "nodev"]
+        ),
+        pb.Mount(
+            destination="/dev",
+            type="tmpfs",
+            source="tmpfs",
+            options=["nosuid", "strictatime", "mode=755", "size=65536k"],
+        ),
+        pb.Mount(
+            destination="/sys/fs/cgroup",
+            type="cgroup",
+            source="cgroup",
+            options=["nosuid", "noexec", "nodev", "relatime", "ro"],
+        ),
+    ]
+    mounts += [
+        pb.Mount(
+            destination=f"/etc/{f}",
+            type="bind",
+            source=f"{sandbox_dir}/{f}",
+            options=["rbind", "rprivate", "rw"],
+        )
+        for f in ("hostname", "hosts", "resolv.conf")
+    ]
     mounts += extra_mounts
-    ns = [pb.LinuxNamespace(type=t, path=f"/proc/{pod.pid}/ns/{t[:3]}")
-          for t in ("pid", "ipc", "uts", "network")] + [pb.LinuxNamespace(type="mount")]
+    ns = [
+        pb.LinuxNamespace(type=t, path=f"/proc/{pod.pid}/ns/{t[:3]}")
+        for t in ("pid", "ipc", "uts", "network")
+    ] + [pb.LinuxNamespace(type="mount")]
     return pb.Container(
-        id=cid, pod_sandbox_id=pod.id, name=name, state=state, labels=lab, annotations=ann,
-        args=list(args), env=[*env, f"HOSTNAME={pod.name}"], mounts=mounts,
+        id=cid,
+        pod_sandbox_id=pod.id,
+        name=name,
+        state=state,
+        labels=lab,
+        annotations=ann,
+        args=list(args),
+        env=[*env, f"HOSTNAME={pod.name}"],
+        mounts=mounts,
         # No `hooks`: containerd sends none for a spec without OCI hooks (FromOCIHooks).
-        linux=pb.LinuxContainer(namespaces=ns, cgroups_path=cgroups_path, devices=devices,
-                                resources=resources or make_resources(cpu_shares=102)),
-        CDI_devices=[pb.CDIDevice(name=name) for name in cdi_devices])
+        linux=pb.LinuxContainer(
+            namespaces=ns,
+            cgroups_path=cgroups_path,
+            devices=devices,
+            resources=resources or make_resources(cpu_shares=102),
+        ),
+        CDI_devices=[pb.CDIDevice(name=name) for name in cdi_devices],
+    )

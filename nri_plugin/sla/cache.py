@@ -35,8 +35,9 @@ class TextCache:
     threads: the plugin and the CLI call it from one.
     """
 
-    def __init__(self, function: Callable[..., object], *, max_entries: int, max_bytes: int
-                 ) -> None:
+    def __init__(
+        self, function: Callable[..., object], *, max_entries: int, max_bytes: int
+    ) -> None:
         if max_entries < 1 or max_bytes < 1:
             raise ProgrammingError("a TextCache needs room for at least one entry")
         self.function = function
@@ -56,8 +57,9 @@ class TextCache:
         result = self.function(*args)
         size = text_bytes(args)
         if size <= self.max_bytes:
-            while entries and (len(entries) >= self.max_entries
-                               or self.bytes_held + size > self.max_bytes):
+            while entries and (
+                len(entries) >= self.max_entries or self.bytes_held + size > self.max_bytes
+            ):
                 self.bytes_held -= entries.pop(next(iter(entries)))[1]
             entries[args] = (result, size)
             self.bytes_held += size

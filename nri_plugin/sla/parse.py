@@ -94,8 +94,7 @@ Document = tuple[dict[str, object], tuple[SlaError, ...], int]
 def _parse_document(key: str, text: str) -> Document:
     """Parse and check one annotation; problems are returned (and cached), not raised."""
     try:
-        data = load(text, max_bytes=MAX_ANNOTATION_BYTES, max_depth=MAX_DEPTH,
-                    max_nodes=MAX_VALUES)
+        data = load(text, max_bytes=MAX_ANNOTATION_BYTES, max_depth=MAX_DEPTH, max_nodes=MAX_VALUES)
     except YamlProblem as exc:
         return {}, (SlaError(key, exc.path, exc.message),), 0
     flat, problems, omitted = flatten(data)
@@ -105,8 +104,9 @@ def _parse_document(key: str, text: str) -> Document:
 _document = TextCache(_parse_document, max_entries=CACHE_ENTRIES, max_bytes=CACHE_BYTES)
 
 
-def parse_sla_document(key: str, text: str, *, default_enforcement: str = "hard",
-                       complete: bool = True) -> Sla:
+def parse_sla_document(
+    key: str, text: str, *, default_enforcement: str = "hard", complete: bool = True
+) -> Sla:
     """Validate one annotation value on its own.
 
     With ``complete`` (the default) the document is checked as the whole SLA, cross-field
@@ -127,9 +127,14 @@ def parse_sla_document(key: str, text: str, *, default_enforcement: str = "hard"
 
 # -- the container's SLA ------------------------------------------------------------------
 
-def sla_for_container(annotations: Mapping[str, str], container_name: str, *,
-                      default_enforcement: str = "hard",
-                      prefix: str = DEFAULT_PREFIX) -> Sla | None:
+
+def sla_for_container(
+    annotations: Mapping[str, str],
+    container_name: str,
+    *,
+    default_enforcement: str = "hard",
+    prefix: str = DEFAULT_PREFIX,
+) -> Sla | None:
     """The merged SLA of one container, or None when no SLA document applies to it.
 
     Raises SlaError (or SlaErrors) naming the annotation key, field and allowed values.
@@ -151,7 +156,7 @@ def sla_for_container(annotations: Mapping[str, str], container_name: str, *,
         if total > MAX_TOTAL_ANNOTATION_CHARS or count > MAX_SLA_KEYS:
             raise _too_many(head, count)  # at once: no stray key costs more
         if key.startswith(head):
-            name = key[len(head):]
+            name = key[len(head) :]
             if name == "pod":
                 pod_text = value
             elif name == wanted:
@@ -159,7 +164,8 @@ def sla_for_container(annotations: Mapping[str, str], container_name: str, *,
             elif name == "enforcement":
                 shortcut = value
             elif name not in OUTPUT_KEYS and not (
-                    name.startswith("container.") and _CONTAINER_NAME.fullmatch(name[10:])):
+                name.startswith("container.") and _CONTAINER_NAME.fullmatch(name[10:])
+            ):
                 strays.append(key)
         else:
             alias = value
@@ -171,14 +177,22 @@ def sla_for_container(annotations: Mapping[str, str], container_name: str, *,
     # Refusals are cached as well (stray keys included): a controller creates a refused
     # pod again and again.
     sla, problems, omitted = _resolve(
-        prefix, container_name if ctr_text is not None else "", default_enforcement,
-        pod_text, ctr_text, shortcut, alias, tuple(sorted(strays)))
+        prefix,
+        container_name if ctr_text is not None else "",
+        default_enforcement,
+        pod_text,
+        ctr_text,
+        shortcut,
+        alias,
+        tuple(sorted(strays)),
+    )
     raise_all(problems, omitted)
     return sla
 
 
-def keys_naming_no_container(annotations: Mapping[str, str], containers: Collection[str], *,
-                             prefix: str = DEFAULT_PREFIX) -> list[SlaError]:
+def keys_naming_no_container(
+    annotations: Mapping[str, str], containers: Collection[str], *, prefix: str = DEFAULT_PREFIX
+) -> list[SlaError]:
     """One SlaError per `<prefix>/container.<name>` whose name is none of `containers`
     (the pod's, init containers included): its SLA applies to no container. Only a whole
     pod can tell (the runtime shows the plugin one container at a time), so `validate`
@@ -187,28 +201,40 @@ def keys_naming_no_container(annotations: Mapping[str, str], containers: Collect
     errors = []
     names = sorted(containers)
     for key in annotations:
-        name = key[len(head):] if key.startswith(head) else None
+        name = key[len(head) :] if key.startswith(head) else None
         if name is None or name in containers or not _CONTAINER_NAME.fullmatch(name):
             continue  # an invalid name is sla_for_container's error already
         guess = suggest(name, names)
-        errors.append(SlaError(key, "", f"names container {show(name)}, which this pod does "
-                                        f"not have (its containers: {', '.join(map(show, names))})"
-                                        + (f"; did you mean {head}{guess}?" if guess else "")))
+        errors.append(
+            SlaError(
+                key,
+                "",
+                f"names container {show(name)}, which this pod does "
+                f"not have (its containers: {', '.join(map(show, names))})"
+                + (f"; did you mean {head}{guess}?" if guess else ""),
+            )
+        )
         if len(errors) == MAX_REPORTED_ERRORS:
             break
     return errors
 
 
-def _resolve_texts(prefix: str, container: str, default: str, pod_text: str | None,
-                      ctr_text: str | None, shortcut: str | None, alias: str | None,
-                      strays: tuple[str, ...]) -> tuple[Sla | None, tuple[SlaError, ...], int]:
+def _resolve_texts(
+    prefix: str,
+    container: str,
+    default: str,
+    pod_text: str | None,
+    ctr_text: str | None,
+    shortcut: str | None,
+    alias: str | None,
+    strays: tuple[str, ...],
+) -> tuple[Sla | None, tuple[SlaError, ...], int]:
     """The SLA, or None; the first problems found and how many more were only counted."""
     pod_key = f"{prefix}/pod"
     ctr_key = f"{prefix}/container.{container}"
     short_key = f"{prefix}/enforcement"
     # A "did you mean" search per stray key: only for the ones that will be listed.
-    errors: list[SlaError] = [_stray_error(prefix, key)
-                              for key in strays[:MAX_REPORTED_ERRORS]]
+    errors: list[SlaError] = [_stray_error(prefix, key) for key in strays[:MAX_REPORTED_ERRORS]]
     omitted = len(strays) - len(errors)
     docs: list[tuple[str, dict[str, object]]] = []
     for key, text in ((pod_key, pod_text), (ctr_key, ctr_text)):
@@ -226,8 +252,11 @@ def _resolve_texts(prefix: str, container: str, default: str, pod_text: str | No
         if value.strip() in ENFORCEMENT_MODES:
             enforcement = value.strip()
         else:
-            errors.append(SlaError(key, "", f"must be one of {', '.join(ENFORCEMENT_MODES)}, "
-                                            f"got {show(value)}"))
+            errors.append(
+                SlaError(
+                    key, "", f"must be one of {', '.join(ENFORCEMENT_MODES)}, got {show(value)}"
+                )
+            )
     if errors:
         return None, tuple(errors), omitted
     if not docs:
@@ -244,12 +273,20 @@ _resolve = TextCache(_resolve_texts, max_entries=CACHE_ENTRIES, max_bytes=CACHE_
 
 def _too_many(head: str, count: int) -> SlaError:
     if count > MAX_SLA_KEYS:
-        return SlaError(f"{head}*", "", f"more than {MAX_SLA_KEYS} annotations are under "
-                                        f"{head} (with {ENFORCEMENT_ALIAS}); at most "
-                                        f"{MAX_SLA_KEYS} are allowed")
-    return SlaError(f"{head}*", "", f"annotations hold more than {MAX_TOTAL_ANNOTATION_CHARS} "
-                                    "characters together (keys and values); at most "
-                                    f"{MAX_TOTAL_ANNOTATION_CHARS} are allowed")
+        return SlaError(
+            f"{head}*",
+            "",
+            f"more than {MAX_SLA_KEYS} annotations are under "
+            f"{head} (with {ENFORCEMENT_ALIAS}); at most "
+            f"{MAX_SLA_KEYS} are allowed",
+        )
+    return SlaError(
+        f"{head}*",
+        "",
+        f"annotations hold more than {MAX_TOTAL_ANNOTATION_CHARS} "
+        "characters together (keys and values); at most "
+        f"{MAX_TOTAL_ANNOTATION_CHARS} are allowed",
+    )
 
 
 def _shown_key(key: str) -> str:
@@ -259,29 +296,38 @@ def _shown_key(key: str) -> str:
 
 
 def _stray_error(prefix: str, key: str) -> SlaError:
-    name = key[len(prefix) + 1:][:_MAX_KEY_CHARS]
+    name = key[len(prefix) + 1 :][:_MAX_KEY_CHARS]
     key = _shown_key(key)
     if name.startswith("container."):
-        return SlaError(key, "", f"names container {show(name[10:])}, which is not a valid "
-                                 "container name (lowercase letters, digits and '-', at most "
-                                 "63 characters)")
+        return SlaError(
+            key,
+            "",
+            f"names container {show(name[10:])}, which is not a valid "
+            "container name (lowercase letters, digits and '-', at most "
+            "63 characters)",
+        )
     guess = suggest(name, ("pod", "enforcement", "container"))
-    hint = f"; did you mean {prefix}/{guess}{'.<name>' if guess == 'container' else ''}?" \
-        if guess else ""
+    hint = (
+        f"; did you mean {prefix}/{guess}{'.<name>' if guess == 'container' else ''}?"
+        if guess
+        else ""
+    )
     allowed = ", ".join(f"{prefix}/{n}" for n in _INPUT_NAMES)
     return SlaError(key, "", f"is not a known annotation{hint} (known: {allowed})")
 
 
 def _check_default(default_enforcement: str) -> None:
     if default_enforcement not in ENFORCEMENT_MODES:
-        raise ProgrammingError("default_enforcement must be one of "
-                               f"{', '.join(ENFORCEMENT_MODES)}, got {default_enforcement!r}")
+        raise ProgrammingError(
+            "default_enforcement must be one of "
+            f"{', '.join(ENFORCEMENT_MODES)}, got {default_enforcement!r}"
+        )
 
 
 # -- merge and build ----------------------------------------------------------------------
 
-def _merge(docs: list[tuple[str, dict[str, object]]]
-           ) -> tuple[dict[str, object], dict[str, str]]:
+
+def _merge(docs: list[tuple[str, dict[str, object]]]) -> tuple[dict[str, object], dict[str, str]]:
     """Later documents win key by key; CLEAR removes a field or a whole section."""
     merged: dict[str, object] = {}
     origin: dict[str, str] = {}
@@ -298,9 +344,14 @@ def _merge(docs: list[tuple[str, dict[str, object]]]
     return merged, origin
 
 
-def _build(m: dict[str, object], origin: dict[str, str], enforcement: str,
-           keys: tuple[str, ...], fallback_key: str, complete: bool
-           ) -> tuple[Sla, list[SlaError]]:
+def _build(
+    m: dict[str, object],
+    origin: dict[str, str],
+    enforcement: str,
+    keys: tuple[str, ...],
+    fallback_key: str,
+    complete: bool,
+) -> tuple[Sla, list[SlaError]]:
     problems: list[SlaError] = []
 
     def fail(message: str, field: str, *related: str) -> None:
@@ -319,28 +370,45 @@ def _build(m: dict[str, object], origin: dict[str, str], enforcement: str,
         rt_period = m.get("cpu.rt-period")
         exclusive = m.get("cpu.exclusive")
         if complete and period is not None and limit is None:
-            fail(f"({format_duration(period)}) is set but cpu.limit is not; the period only "
-                 "applies to a CPU limit", "cpu.period")
+            fail(
+                f"({format_duration(period)}) is set but cpu.limit is not; the period only "
+                "applies to a CPU limit",
+                "cpu.period",
+            )
         if complete and rt_period is not None and rt_runtime is None:
-            fail(f"({format_duration(rt_period)}) is set but cpu.rt-runtime is not; set the "
-                 "real-time budget too", "cpu.rt-period")
+            fail(
+                f"({format_duration(rt_period)}) is set but cpu.rt-runtime is not; set the "
+                "real-time budget too",
+                "cpu.rt-period",
+            )
         if limit is not None and period is None:
             period = DEFAULT_CPU_PERIOD_US
         if rt_runtime is not None and rt_period is None:
             rt_period = DEFAULT_RT_PERIOD_US
         if complete and rt_runtime is not None and rt_runtime > rt_period:
-            fail(f"({format_duration(rt_runtime)}) must not exceed cpu.rt-period "
-                 f"({format_duration(rt_period)})", "cpu.rt-runtime", "cpu.rt-period")
+            fail(
+                f"({format_duration(rt_runtime)}) must not exceed cpu.rt-period "
+                f"({format_duration(rt_period)})",
+                "cpu.rt-runtime",
+                "cpu.rt-period",
+            )
         if complete and limit is not None:
             quota = round(limit * period)
             if quota < MIN_CFS_QUOTA_US:
-                fail(f"({format_cpu(limit)}) at cpu.period {format_duration(period)} is a "
-                     f"quota of {format_duration(quota)}; the kernel's minimum is 1ms "
-                     "(raise the limit or the period)", "cpu.limit", "cpu.period")
+                fail(
+                    f"({format_cpu(limit)}) at cpu.period {format_duration(period)} is a "
+                    f"quota of {format_duration(quota)}; the kernel's minimum is 1ms "
+                    "(raise the limit or the period)",
+                    "cpu.limit",
+                    "cpu.period",
+                )
             if exclusive is not None and limit > exclusive:
-                fail(f"({format_cpu(limit)}) must not exceed cpu.exclusive ({exclusive}): "
-                     f"the container runs on {exclusive} CPUs only", "cpu.limit",
-                     "cpu.exclusive")
+                fail(
+                    f"({format_cpu(limit)}) must not exceed cpu.exclusive ({exclusive}): "
+                    f"the container runs on {exclusive} CPUs only",
+                    "cpu.limit",
+                    "cpu.exclusive",
+                )
         cpu = CpuSla(limit, period, rt_runtime, rt_period, exclusive)
     if any(p.startswith("numa.") for p in m):
         nodes = m.get("numa.nodes")
@@ -349,8 +417,11 @@ def _build(m: dict[str, object], origin: dict[str, str], enforcement: str,
     if "memory.high" in m or "memory.max" in m:
         high, hard = m.get("memory.high"), m.get("memory.max")
         if complete and high is not None and hard is not None and high >= hard:
-            fail(f"({format_size(high)}) must be below memory.max ({format_size(hard)})",
-                 "memory.high", "memory.max")
+            fail(
+                f"({format_size(high)}) must be below memory.max ({format_size(hard)})",
+                "memory.high",
+                "memory.max",
+            )
         memory = MemorySla(high, hard)
     if "io.weight" in m or m.get("io.max"):
         io = IoSla(m.get("io.weight"), m.get("io.max") or ())
@@ -366,8 +437,12 @@ def _gpu(m: dict[str, object], complete: bool, fail) -> GpuSla:
     if complete:
         fields = [f"gpu.{n}" for n in chosen]
         if len(chosen) > 1:
-            fail(f"sets {' and '.join(chosen)}; these are alternatives: set exactly one of "
-                 "gpu.count, gpu.ids or gpu.mig", fields[-1], *fields[:-1])
+            fail(
+                f"sets {' and '.join(chosen)}; these are alternatives: set exactly one of "
+                "gpu.count, gpu.ids or gpu.mig",
+                fields[-1],
+                *fields[:-1],
+            )
         # gpu.from (plugin | runtime) stays accepted for old manifests: either way the
         # section is a requirement on the device plugin's grant, a request or none (none:
         # align to whatever was granted, which must be at least one GPU).

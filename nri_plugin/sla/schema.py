@@ -51,6 +51,7 @@ MAX_MINOR = 2**20 - 1
 
 # -- scalar converters -------------------------------------------------------------------
 
+
 def _int(value: object, lo: int, hi: int, what: str = "a whole number") -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         quoted = " (remove the quotes)" if isinstance(value, str) and value.isdigit() else ""
@@ -63,8 +64,9 @@ def _int(value: object, lo: int, hi: int, what: str = "a whole number") -> int:
 def _cpu_limit(value: object) -> float:
     cpus = parse_cpu(value)
     if not 0 < cpus <= MAX_CPUS:
-        raise FieldProblem(f"must be between 0.001 and {MAX_CPUS} CPUs (e.g. 2.5 or 2500m), "
-                      f"got {show(value)}")
+        raise FieldProblem(
+            f"must be between 0.001 and {MAX_CPUS} CPUs (e.g. 2.5 or 2500m), got {show(value)}"
+        )
     return cpus
 
 
@@ -74,6 +76,7 @@ def _duration(lo: int, hi: int, lo_text: str, hi_text: str) -> Callable[[object]
         if not lo <= us <= hi:
             raise FieldProblem(f"must be between {lo_text} and {hi_text}, got {show(value)}")
         return us
+
     return convert
 
 
@@ -84,8 +87,10 @@ def _exclusive(value: object) -> int:
 def _memory(value: object) -> int:
     size = parse_size(value)
     if size < MIN_MEMORY:
-        raise FieldProblem(f"must be at least {format_size(MIN_MEMORY)} (a size like 512Mi or "
-                      f"8Gi), got {show(value)}")
+        raise FieldProblem(
+            f"must be at least {format_size(MIN_MEMORY)} (a size like 512Mi or "
+            f"8Gi), got {show(value)}"
+        )
     return size
 
 
@@ -108,8 +113,9 @@ def _numa_nodes(value: object) -> object:
     if value == "auto":
         return "auto"
     if isinstance(value, bool):
-        raise FieldProblem(f"must be {what} like 0, 0-1 or 0,2, or a list like [0, 1]; "
-                      f"got {show(value)}")
+        raise FieldProblem(
+            f"must be {what} like 0, 0-1 or 0,2, or a list like [0, 1]; got {show(value)}"
+        )
     if isinstance(value, int):
         if value < 0:
             raise FieldProblem(f"must not be negative, got {show(value)}")
@@ -120,11 +126,13 @@ def _numa_nodes(value: object) -> object:
         if len(value) > MAX_NUMA_NODE + 1:
             raise FieldProblem(f"names {len(value)} nodes; at most {MAX_NUMA_NODE + 1}")
         if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value):
-            raise FieldProblem(f"must be a list of NUMA node numbers like [0, 1], got "
-                          f"{show(str(value))}")
+            raise FieldProblem(
+                f"must be a list of NUMA node numbers like [0, 1], got {show(str(value))}"
+            )
         return check_ids(list(value), str(value), MAX_NUMA_NODE)
-    raise FieldProblem(f"must be {what} like 0, 0-1 or 0,2, or a list like [0, 1]; "
-                  f"got {show(value)}")
+    raise FieldProblem(
+        f"must be {what} like 0, 0-1 or 0,2, or a list like [0, 1]; got {show(value)}"
+    )
 
 
 _DEVICE_PATH = re.compile(r"/dev/[A-Za-z0-9._+-]+(/[A-Za-z0-9._+-]+)*", re.ASCII)
@@ -139,8 +147,9 @@ def _device(value: object) -> str:
     if m:
         major, minor = int(m.group(1)), int(m.group(2))
         if major > MAX_MAJOR or minor > MAX_MINOR:
-            raise FieldProblem(f"({value}) is out of range: major 0..{MAX_MAJOR}, "
-                          f"minor 0..{MAX_MINOR}")
+            raise FieldProblem(
+                f"({value}) is out of range: major 0..{MAX_MAJOR}, minor 0..{MAX_MINOR}"
+            )
         return f"{major}:{minor}"
     if not _DEVICE_PATH.fullmatch(value) or "/../" in value + "/" or "/./" in value + "/":
         raise FieldProblem(f"must be {expected}, got {show(value)}")
@@ -152,12 +161,15 @@ _RULE_FIELDS = ("device", "read-bps", "write-bps", "read-iops", "write-iops")
 
 def _io_rule(value: object) -> IoMaxRule:
     if not isinstance(value, dict):
-        raise FieldProblem(f"must be a mapping with device and limits ({', '.join(_RULE_FIELDS)})"
-                      f", got {show(value)}")
+        raise FieldProblem(
+            f"must be a mapping with device and limits ({', '.join(_RULE_FIELDS)})"
+            f", got {show(value)}"
+        )
     for name in value:
         if name not in _RULE_FIELDS:
-            raise FieldProblem(unknown_key_message(name, _RULE_FIELDS, "io.max rule"),
-                          f".{key_text(name)}")
+            raise FieldProblem(
+                unknown_key_message(name, _RULE_FIELDS, "io.max rule"), f".{key_text(name)}"
+            )
     limits: dict[str, int | None] = {}
     for name in _RULE_FIELDS[1:]:
         raw = value.get(name)
@@ -173,23 +185,26 @@ def _io_rule(value: object) -> IoMaxRule:
             raise FieldProblem(f"must be at least 1, got {show(raw)}", f".{name}")
         limits[name] = amount
     if value.get("device") is None:
-        raise FieldProblem("is required: a block device path like /dev/nvme0n1 or MAJ:MIN",
-                      ".device")
+        raise FieldProblem(
+            "is required: a block device path like /dev/nvme0n1 or MAJ:MIN", ".device"
+        )
     try:
         device = _device(value["device"])
     except FieldProblem as exc:
         raise FieldProblem(exc.message, ".device") from None
     if all(v is None for v in limits.values()):
-        raise FieldProblem("needs at least one limit: read-bps, write-bps, read-iops or "
-                      "write-iops")
-    return IoMaxRule(device, limits["read-bps"], limits["write-bps"], limits["read-iops"],
-                     limits["write-iops"])
+        raise FieldProblem("needs at least one limit: read-bps, write-bps, read-iops or write-iops")
+    return IoMaxRule(
+        device, limits["read-bps"], limits["write-bps"], limits["read-iops"], limits["write-iops"]
+    )
 
 
 def _io_max(value: object) -> tuple[IoMaxRule, ...]:
     if not isinstance(value, list):
-        raise FieldProblem(f"must be a list of rules like [{{device: /dev/nvme0n1, read-bps: "
-                      f"500Mi}}], got {show(value)}")
+        raise FieldProblem(
+            f"must be a list of rules like [{{device: /dev/nvme0n1, read-bps: "
+            f"500Mi}}], got {show(value)}"
+        )
     if len(value) > MAX_IO_RULES:
         raise FieldProblem(f"has {len(value)} rules; at most {MAX_IO_RULES} are allowed")
     rules: list[IoMaxRule] = []
@@ -200,16 +215,17 @@ def _io_max(value: object) -> tuple[IoMaxRule, ...]:
         except FieldProblem as exc:
             raise FieldProblem(exc.message, f"[{index}]{exc.sub}") from None
         if rule.device in seen:
-            raise FieldProblem(f"names device {rule.device} twice; merge the limits into one "
-                          "rule", f"[{index}].device")
+            raise FieldProblem(
+                f"names device {rule.device} twice; merge the limits into one rule",
+                f"[{index}].device",
+            )
         seen.add(rule.device)
         rules.append(rule)
     return tuple(rules)
 
 
 _GPU_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9:._/-]{0,127}", re.ASCII)
-_MIG_PROFILE = re.compile(r"(?:[1-9]c\.)?[1-9]g\.[0-9]{1,4}gb(?:[+-][a-z][a-z.]{0,7})?",
-                          re.ASCII)
+_MIG_PROFILE = re.compile(r"(?:[1-9]c\.)?[1-9]g\.[0-9]{1,4}gb(?:[+-][a-z][a-z.]{0,7})?", re.ASCII)
 
 
 def _gpu_ids(value: object) -> tuple[str, ...]:
@@ -231,8 +247,9 @@ def _gpu_ids(value: object) -> tuple[str, ...]:
         elif isinstance(item, str) and _GPU_ID.fullmatch(item):
             ids.append(item)
         else:
-            raise FieldProblem(f"must be a GPU index, UUID or PCI bus id, got {show(item)}",
-                          f"[{index}]")
+            raise FieldProblem(
+                f"must be a GPU index, UUID or PCI bus id, got {show(item)}", f"[{index}]"
+            )
     if len(set(ids)) != len(ids):
         raise FieldProblem(f"names a GPU twice: {show(','.join(ids))}")
     return tuple(ids)
@@ -293,13 +310,19 @@ def flatten(data: object) -> tuple[dict[str, object], list[tuple[str, str]], int
                 flat[name] = CLEAR
                 continue
             if not isinstance(value, Mapping):
-                problems.add(name, lambda f=fields, v=value: f"must be a mapping with fields "
-                                                              f"{', '.join(f)}, got {show(v)}")
+                problems.add(
+                    name,
+                    lambda f=fields, v=value: (
+                        f"must be a mapping with fields {', '.join(f)}, got {show(v)}"
+                    ),
+                )
                 continue
             for field, raw in value.items():
                 if field not in fields:
-                    problems.add(f"{name}.{key_text(field)}", lambda f=field, s=name:
-                                 unknown_key_message(f, tuple(SECTIONS[s]), s))
+                    problems.add(
+                        f"{name}.{key_text(field)}",
+                        lambda f=field, s=name: unknown_key_message(f, tuple(SECTIONS[s]), s),
+                    )
                 else:
                     _convert_into(flat, problems, f"{name}.{field}", raw, fields[field])
         else:
@@ -323,8 +346,9 @@ class _Problems:
             self.omitted += 1
 
 
-def _convert_into(flat: dict[str, object], problems: _Problems, path: str, raw: object,
-                  convert: Converter) -> None:
+def _convert_into(
+    flat: dict[str, object], problems: _Problems, path: str, raw: object, convert: Converter
+) -> None:
     if raw is None:
         flat[path] = CLEAR
         return

@@ -1,6 +1,5 @@
 """The readers' failures: a value or a YAML text an input cannot be read as."""
 
-
 from nri_plugin.errors import InvalidInput
 
 

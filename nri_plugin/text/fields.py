@@ -46,8 +46,11 @@ _CAMEL = re.compile(r"(?<=[a-z0-9])([A-Z])")
 
 def suggest(name: str, valid: list[str] | tuple[str, ...]) -> str | None:
     """Closest valid key: same key in kebab-case (rt_runtime, rtRuntime), else difflib."""
-    kebab = name if name.islower() and "_" not in name else \
-        _CAMEL.sub(r"-\1", name).replace("_", "-").lower()
+    kebab = (
+        name
+        if name.islower() and "_" not in name
+        else _CAMEL.sub(r"-\1", name).replace("_", "-").lower()
+    )
     if kebab in valid:
         return kebab
     import difflib  # only on the error path: keeps the hook's import time down
@@ -66,10 +69,12 @@ def unknown_key_message(name: str, valid: tuple[str, ...], parent: str) -> str:
 
 def choice(allowed: tuple[str, ...]) -> Callable[[object], str]:
     """A converter that accepts exactly one of `allowed`."""
+
     def convert(value: object) -> str:
         if not isinstance(value, str) or value not in allowed:
             raise FieldProblem(f"must be one of {', '.join(allowed)}, got {show(value)}")
         return value
+
     return convert
 
 

@@ -34,7 +34,16 @@ _HUGE = 10**41  # stands for any magnitude beyond every range we accept
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {  # suffix -> power of ten
-    "n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18,
+    "n": -9,
+    "u": -6,
+    "m": -3,
+    "": 0,
+    "k": 3,
+    "M": 6,
+    "G": 9,
+    "T": 12,
+    "P": 15,
+    "E": 18,
 }
 _QUANTITY = re.compile(
     r"([+-]?)([0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
@@ -48,7 +57,7 @@ _SIZE_HINT = "a size like 512Mi, 8Gi, 1G or 1048576"
 
 
 def _ratio(number: str) -> tuple[int, int]:
-    """"12.5" -> (125, 10): an exact decimal as numerator and power-of-ten denominator."""
+    """ "12.5" -> (125, 10): an exact decimal as numerator and power-of-ten denominator."""
     whole, _, frac = number.partition(".")
     return int((whole or "0") + frac), 10 ** len(frac)
 
@@ -104,7 +113,8 @@ def parse_size(value: object) -> int:
         if isinstance(value, str) and value.endswith("m"):
             hint = f" (the suffix m means 1/1000; did you mean {value[:-1]}Mi?)"
         raise FieldProblem(
-            f"({show(value)}) is {num / den:g} bytes; sizes must be whole bytes{hint}")
+            f"({show(value)}) is {num / den:g} bytes; sizes must be whole bytes{hint}"
+        )
     if num // den > MAX_INT64:
         raise FieldProblem(f"({show(value)}) is too large (at most {MAX_INT64} bytes)")
     return num // den
@@ -139,7 +149,8 @@ def parse_duration(value: object) -> int:
     if not isinstance(value, str):
         raise FieldProblem(
             f"({show(value)}) needs a unit: us, ms or s, e.g. {show(value)}ms "
-            "(a bare number is ambiguous)")
+            "(a bare number is ambiguous)"
+        )
     if len(value) > _MAX_NUMBER_CHARS:
         raise FieldProblem(f"must be {expected}, got {show(value)} (too long)")
     m = _DURATION.fullmatch(value)

@@ -44,15 +44,17 @@ def load(text: str, *, max_bytes: int, max_depth: int = 8, max_nodes: int = 4096
     return documents[0] if documents else None
 
 
-def load_all(text: str, *, max_bytes: int, max_depth: int, max_nodes: int,
-             max_documents: int) -> list[object]:
+def load_all(
+    text: str, *, max_bytes: int, max_depth: int, max_nodes: int, max_documents: int
+) -> list[object]:
     """Parse a stream of YAML documents safely, with the same refusals as `load`;
     `max_nodes` counts the values of all documents together."""
     return _load(text, max_bytes, max_depth, max_nodes, max_documents)
 
 
-def _load(text: str, max_bytes: int, max_depth: int, max_nodes: int,
-          max_documents: int) -> list[object]:
+def _load(
+    text: str, max_bytes: int, max_depth: int, max_nodes: int, max_documents: int
+) -> list[object]:
     if not isinstance(text, str):
         raise YamlProblem("", f"must be text, got {type(text).__name__}")
     reason = _too_big(text, max_bytes)

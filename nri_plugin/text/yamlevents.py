@@ -57,8 +57,9 @@ _OPENS = (yaml.SequenceStartEvent, yaml.MappingStartEvent)
 _CLOSES = (yaml.SequenceEndEvent, yaml.MappingEndEvent)
 
 
-def _compose(loader: yaml.SafeLoader, max_depth: int, max_nodes: int, max_documents: int
-             ) -> list[object]:
+def _compose(
+    loader: yaml.SafeLoader, max_depth: int, max_nodes: int, max_documents: int
+) -> list[object]:
     """The documents of the loader's event stream, refusing what the module doc lists.
 
     One loop over the events, pulled one at a time so that parsing stops at the first
@@ -81,28 +82,34 @@ def _compose(loader: yaml.SafeLoader, max_depth: int, max_nodes: int, max_docume
         if event.anchor is not None:
             raise YamlProblem(composer.child_path(), _ALIASES + _where(event))
         if event.tag is not None:
-            raise YamlProblem(composer.child_path(), f"has an explicit YAML tag "
-                              f"{event.tag[:40]!r}; tags are not allowed{_where(event)}")
+            raise YamlProblem(
+                composer.child_path(),
+                f"has an explicit YAML tag {event.tag[:40]!r}; tags are not allowed{_where(event)}",
+            )
         nodes += 1
         if nodes > max_nodes:
-            raise YamlProblem(composer.child_path(), f"is value {nodes}: the document has "
-                              f"more than {max_nodes} values, at most {max_nodes} are "
-                              f"allowed{_where(event)}")
+            raise YamlProblem(
+                composer.child_path(),
+                f"is value {nodes}: the document has "
+                f"more than {max_nodes} values, at most {max_nodes} are "
+                f"allowed{_where(event)}",
+            )
         at_key = bool(stack) and stack[-1].expects_key
         if kind is _SCALAR and at_key:
             composer.attach_key(event.value, event)
         elif kind is _SCALAR:
             composer.attach(_scalar(event, composer.child_path), event)
         elif at_key:
-            raise YamlProblem(stack[-1].path, "has a key that is a list or mapping; keys "
-                              f"must be plain strings{_where(event)}")
+            raise YamlProblem(
+                stack[-1].path,
+                f"has a key that is a list or mapping; keys must be plain strings{_where(event)}",
+            )
         else:
             composer.open(event)
     return composer.documents
 
 
-_ALIASES = "uses a YAML anchor or alias (&name / *name); these are not allowed, write the " \
-    "value out"
+_ALIASES = "uses a YAML anchor or alias (&name / *name); these are not allowed, write the value out"
 
 
 class _Frame:
@@ -134,8 +141,11 @@ class _Composer:
             raise YamlProblem(self.child_path(), _ALIASES + _where(event))
         if isinstance(event, yaml.DocumentStartEvent):
             if len(self.documents) == self.max_documents:
-                many = "one YAML document" if self.max_documents == 1 else \
-                    f"{self.max_documents} YAML documents"
+                many = (
+                    "one YAML document"
+                    if self.max_documents == 1
+                    else f"{self.max_documents} YAML documents"
+                )
                 raise YamlProblem("", f"holds more than {many}{_where(event)}")
         elif isinstance(event, yaml.DocumentEndEvent):
             self.documents.append(self.root)
@@ -144,8 +154,9 @@ class _Composer:
     def open(self, event: yaml.Event) -> None:
         path = self.child_path()
         if len(self.stack) >= self.max_depth:
-            raise YamlProblem(path, f"is nested more than {self.max_depth} levels deep"
-                                    f"{_where(event)}")
+            raise YamlProblem(
+                path, f"is nested more than {self.max_depth} levels deep{_where(event)}"
+            )
         self.stack.append(_Frame([] if type(event) is yaml.SequenceStartEvent else {}, path))
 
     def attach(self, value: object, event: yaml.Event) -> None:

@@ -132,7 +132,7 @@ def _key(text: str) -> tuple[str, str]:
     colon = text.find(":")
     if colon < 1 or text[0] not in _KEY_FIRST:
         raise _Outside
-    key, rest = text[:colon], text[colon + 1:]
+    key, rest = text[:colon], text[colon + 1 :]
     if (rest and rest[0] != " ") or not all(c in _KEY for c in key):
         raise _Outside
     return key, rest.lstrip(" ")
@@ -144,12 +144,10 @@ def _scalar(text: str) -> object:
         raise _Outside  # "-" alone, or a key's empty value: not here
     first = text[0]
     if first in "'\"":
-        if (len(text) < 2 or text.find(first, 1) != len(text) - 1
-                or (first == '"' and "\\" in text)):
+        if len(text) < 2 or text.find(first, 1) != len(text) - 1 or (first == '"' and "\\" in text):
             raise _Outside
         return text[1:-1]
-    if not (first in _PLAIN_FIRST or (first == "-" and len(text) > 1 and text[1] in
-                                      "0123456789.")):
+    if not (first in _PLAIN_FIRST or (first == "-" and len(text) > 1 and text[1] in "0123456789.")):
         raise _Outside
     if not all(c in _PLAIN for c in text):
         raise _Outside

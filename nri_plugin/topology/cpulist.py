@@ -5,7 +5,6 @@ NUMA node lists and cgroup read-backs all use it. Lean (only the layer's errors)
 hook's read-back compares cpusets with it on every container start.
 """
 
-
 from nri_plugin.topology.errors import CpuListError
 
 TYPE_CHECKING = False  # `collections` and `typing` cost the OCI hook start-up time
@@ -18,8 +17,7 @@ if TYPE_CHECKING:
 NO_CPUS: frozenset[int] = frozenset()
 
 
-def parse_cpulist(text: str, *, limit: int | None = None,
-                  distinct: bool = False) -> frozenset[int]:
+def parse_cpulist(text: str, *, limit: int | None = None, distinct: bool = False) -> frozenset[int]:
     """Parse "0-3,8,10-11" into {0,1,2,3,8,10,11}; an empty or blank string is the empty set.
 
     `limit`: the highest id allowed, checked for every range before it is expanded (a

@@ -103,8 +103,9 @@ def _read_cpulist(path: str) -> frozenset[int]:
 _NODE_DIR = re.compile(r"^node(\d+)$")
 
 
-def read_topology(sysfs_root: str | PathLike[str] = "/sys",
-                  reserved: Iterable[int] = ()) -> Topology:
+def read_topology(
+    sysfs_root: str | PathLike[str] = "/sys", reserved: Iterable[int] = ()
+) -> Topology:
     """Read online CPUs, SMT siblings and NUMA nodes under `sysfs_root`.
 
     Machines (or kernels built without CONFIG_NUMA) that have no node directories are one

@@ -1,7 +1,6 @@
 """The topology layer's failures. Lean (only nri_plugin.errors): the OCI hook loads it
 with the CPU-list parser on every container start."""
 
-
 from nri_plugin.errors import InternalFailure, InvalidInput
 
 

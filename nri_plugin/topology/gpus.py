@@ -66,6 +66,7 @@ class Gpu:
     def offered_whole(self) -> bool:
         """May a new container get this GPU whole: healthy and surely not in MIG mode."""
         return self.health.healthy and not self.mig_enabled and not self.mig_unknown
+
     nvlink_links: tuple[tuple[int, int], ...] = ()
     pcie_levels: tuple[tuple[int, str], ...] = ()
 
@@ -74,18 +75,23 @@ class Gpu:
             links = tuple(sorted(self.nvlink_links))
             peers = frozenset(p for p, _ in links)
             if self.nvlink_peers and self.nvlink_peers != peers:
-                raise InventoryError(f"GPU {self.index}: NVLink peers {sorted(self.nvlink_peers)}"
-                                     f" differ from the peers of its links {sorted(peers)}")
+                raise InventoryError(
+                    f"GPU {self.index}: NVLink peers {sorted(self.nvlink_peers)}"
+                    f" differ from the peers of its links {sorted(peers)}"
+                )
             if any(n < 1 for _, n in links) or len(peers) != len(links):
-                raise InventoryError(f"GPU {self.index}: NVLink link counts {list(links)} "
-                                     "must name each peer once with at least 1 link")
+                raise InventoryError(
+                    f"GPU {self.index}: NVLink link counts {list(links)} "
+                    "must name each peer once with at least 1 link"
+                )
         else:
             links = tuple((p, 1) for p in sorted(self.nvlink_peers))
             peers = frozenset(self.nvlink_peers)
         bad = [level for _, level in self.pcie_levels if level not in PCIE_LEVELS]
         if bad:
-            raise InventoryError(f"GPU {self.index}: PCIe level {bad[0]!r} is not one of "
-                                 f"{', '.join(PCIE_LEVELS)}")
+            raise InventoryError(
+                f"GPU {self.index}: PCIe level {bad[0]!r} is not one of {', '.join(PCIE_LEVELS)}"
+            )
         # frozen: the derived fields are set once, here
         object.__setattr__(self, "nvlink_links", links)
         object.__setattr__(self, "nvlink_peers", peers)
@@ -127,8 +133,9 @@ class GpuInventory:
     gpus: tuple[Gpu, ...] = ()
     source: str = "sysfs"
     degraded_reason: str | None = None
-    _by_index: dict[int, Gpu] = field(default_factory=dict, init=False, repr=False,
-                                      compare=False, hash=False)
+    _by_index: dict[int, Gpu] = field(
+        default_factory=dict, init=False, repr=False, compare=False, hash=False
+    )
 
     def __post_init__(self) -> None:
         self._by_index.update({g.index: g for g in self.gpus})

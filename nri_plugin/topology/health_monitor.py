@@ -41,14 +41,16 @@ NO_INSTANCE = 0xFFFFFFFF  # an event's GPU/compute instance id when not about a 
 # XIDs that report a fault of the application running on the GPU, not of the GPU: the
 # driver cleans up and the next process can use the GPU, so they leave it healthy (the
 # NVIDIA device plugins skip the same ones). From NVIDIA's XID catalogue:
-APPLICATION_XIDS = frozenset({
-    13,   # graphics engine exception: a kernel faulted (bad address, illegal instruction)
-    31,   # GPU memory page fault: the application touched memory it does not own
-    43,   # GPU stopped processing: the application's channel was torn down after a fault
-    45,   # preemptive cleanup: channels ended because of an earlier error or a kill
-    68,   # video processor exception: an NVDEC/NVENC job of the application failed
-    109,  # context switch timeout: an application's context did not yield in time
-})
+APPLICATION_XIDS = frozenset(
+    {
+        13,  # graphics engine exception: a kernel faulted (bad address, illegal instruction)
+        31,  # GPU memory page fault: the application touched memory it does not own
+        43,  # GPU stopped processing: the application's channel was torn down after a fault
+        45,  # preemptive cleanup: channels ended because of an earlier error or a kill
+        68,  # video processor exception: an NVDEC/NVENC job of the application failed
+        109,  # context switch timeout: an application's context did not yield in time
+    }
+)
 MAX_EVENTS = 64  # read per poll at most, so one poll's time stays bounded
 
 
@@ -119,8 +121,13 @@ def _identity(nvml: Any, handle: Any) -> str:
 class GpuHealthMonitor:
     """Each GPU's health; thread-safe (the device plugin reads it while it polls)."""
 
-    def __init__(self, nvml: Any = None, *, load: Callable[[], Any] = import_pynvml,
-                 ignored_xids: frozenset[int] = APPLICATION_XIDS) -> None:
+    def __init__(
+        self,
+        nvml: Any = None,
+        *,
+        load: Callable[[], Any] = import_pynvml,
+        ignored_xids: frozenset[int] = APPLICATION_XIDS,
+    ) -> None:
         self._nvml = nvml  # None: `load` imports pynvml at the first poll
         self._load = load
         self.ignored_xids = ignored_xids
@@ -146,8 +153,12 @@ class GpuHealthMonitor:
     def apply(self, inventory: GpuInventory) -> GpuInventory:
         """`inventory` with each GPU's health what this monitor knows of it."""
         with self._lock:
-            gpus = tuple(replace(g, health=h) if (h := g.health.worst(
-                self._marks(g.identity))) != g.health else g for g in inventory.gpus)
+            gpus = tuple(
+                replace(g, health=h)
+                if (h := g.health.worst(self._marks(g.identity))) != g.health
+                else g
+                for g in inventory.gpus
+            )
         return GpuInventory(gpus, inventory.source, inventory.degraded_reason)
 
     # --- steps ------------------------------------------------------------------------
@@ -206,9 +217,16 @@ class GpuHealthMonitor:
                 continue  # a GPU first seen healthy is no news
             changed.append((key, was, now))
             gpu = self._tracked[key]
-            log_event(log, logging.INFO if now.healthy else logging.WARNING,
-                      "GPU health changed", gpu=gpu.ref, index=gpu.index, health=now.state,
-                      reason=now.reason, was=was.state if was else "new")
+            log_event(
+                log,
+                logging.INFO if now.healthy else logging.WARNING,
+                "GPU health changed",
+                gpu=gpu.ref,
+                index=gpu.index,
+                health=now.state,
+                reason=now.reason,
+                was=was.state if was else "new",
+            )
         return HealthChange(tuple(changed))
 
     def _open(self) -> _Session | None:
@@ -221,14 +239,12 @@ class GpuHealthMonitor:
         except Exception as exc:  # NVMLError, OSError, ImportError: no NVML to watch
             problem = f"{type(exc).__name__}: {exc}"
             if problem != self._nvml_problem:
-                log_event(log, logging.WARNING, "GPU health: NVML cannot be watched",
-                          error=problem)
+                log_event(log, logging.WARNING, "GPU health: NVML cannot be watched", error=problem)
             self._nvml_problem = problem
             return None
         self._nvml_problem = ""
         for key in self._session.no_events:
-            log_event(log, logging.INFO, "GPU health: no XID events for this GPU",
-                      gpu=key)
+            log_event(log, logging.INFO, "GPU health: no XID events for this GPU", gpu=key)
         for key, health in self._session.lost.items():
             self._lost.setdefault(key, health)
         return self._session
@@ -263,8 +279,12 @@ class GpuHealthMonitor:
             except nvml.NVMLError as exc:
                 if error_code(exc) != NVML_ERROR_TIMEOUT:
                     # the set is broken (driver trouble): a new one at the next poll
-                    log_event(log, logging.WARNING, "GPU health: waiting for NVML events "
-                              "failed", error=f"{type(exc).__name__}: {exc}")
+                    log_event(
+                        log,
+                        logging.WARNING,
+                        "GPU health: waiting for NVML events failed",
+                        error=f"{type(exc).__name__}: {exc}",
+                    )
                     self._close()
                 return
             self._event(session, event)
@@ -276,15 +296,27 @@ class GpuHealthMonitor:
         try:
             key = _identity(session.nvml, event.device)
         except session.nvml.NVMLError as exc:
-            log_event(log, logging.WARNING, "GPU health: XID on a GPU NVML cannot name",
-                      xid=xid, error=str(exc))
+            log_event(
+                log,
+                logging.WARNING,
+                "GPU health: XID on a GPU NVML cannot name",
+                xid=xid,
+                error=str(exc),
+            )
             return
         instance = ""
         if int(event.gpuInstanceId) != NO_INSTANCE:
-            instance = (f" on MIG GPU instance {int(event.gpuInstanceId)} compute instance "
-                        f"{int(event.computeInstanceId)}")
+            instance = (
+                f" on MIG GPU instance {int(event.gpuInstanceId)} compute instance "
+                f"{int(event.computeInstanceId)}"
+            )
         if xid in self.ignored_xids:
-            log_event(log, logging.INFO, "GPU application error (XID); GPU stays healthy",
-                      gpu=key, xid=xid)
+            log_event(
+                log,
+                logging.INFO,
+                "GPU application error (XID); GPU stays healthy",
+                gpu=key,
+                xid=xid,
+            )
             return
         self._mark(key, unhealthy(f"XID {xid}{instance}"))

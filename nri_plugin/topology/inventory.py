@@ -43,12 +43,16 @@ class InventoryReader:
     `nvml` replaces the pynvml module (tests pass a fake).
     """
 
-    def __init__(self, source: str = "auto", sysfs_root: Path = Path("/sys"),
-                 snapshot: Path | None = None, nvml: Any = None,
-                 proc_root: Path = Path("/proc")) -> None:
+    def __init__(
+        self,
+        source: str = "auto",
+        sysfs_root: Path = Path("/sys"),
+        snapshot: Path | None = None,
+        nvml: Any = None,
+        proc_root: Path = Path("/proc"),
+    ) -> None:
         if source not in SOURCES:
-            raise InventoryError(f"inventory source {source!r} is not one of "
-                                 f"{', '.join(SOURCES)}")
+            raise InventoryError(f"inventory source {source!r} is not one of {', '.join(SOURCES)}")
         if source == "snapshot" and snapshot is None:
             raise InventoryError("inventory source 'snapshot' needs a snapshot file")
         self.source = "snapshot" if snapshot is not None and source == "auto" else source
@@ -66,8 +70,11 @@ class InventoryReader:
         if self.nvml is None and self.source == "auto" and not self._driver_loaded():
             # NVML cannot answer without NVIDIA's kernel driver: pynvml (1 MiB of the
             # plugin's memory) is not even loaded on such a node
-            return self._nvml_failed(FileNotFoundError(
-                f"no NVIDIA kernel driver loaded ({self.proc_root / DRIVER_DIR} is absent)"))
+            return self._nvml_failed(
+                FileNotFoundError(
+                    f"no NVIDIA kernel driver loaded ({self.proc_root / DRIVER_DIR} is absent)"
+                )
+            )
         try:
             module = self.nvml if self.nvml is not None else import_pynvml()
             gpus = read_nvml_gpus(module, self.sysfs_root, self.proc_root)
@@ -87,11 +94,15 @@ class InventoryReader:
     def _nvml_failed(self, exc: BaseException) -> GpuInventory:
         reason = _nvml_reason(exc)
         if self.last_nvml is not None:
-            log.warning("GPU inventory: %s; keeping NVML's last good read, every GPU "
-                        "unknown", reason)
+            log.warning(
+                "GPU inventory: %s; keeping NVML's last good read, every GPU unknown", reason
+            )
             health = unknown(reason)
-            return GpuInventory(tuple(_unread(g, health) for g in self.last_nvml.gpus),
-                                "nvml", f"{reason}; NVML's last good read, every GPU unknown")
+            return GpuInventory(
+                tuple(_unread(g, health) for g in self.last_nvml.gpus),
+                "nvml",
+                f"{reason}; NVML's last good read, every GPU unknown",
+            )
         if self.source == "nvml":
             raise InventoryError(reason) from exc
         gpus = read_sysfs_gpus(self.sysfs_root, self.proc_root)
@@ -107,8 +118,9 @@ class InventoryReader:
 
 def _unread(last: Gpu, health: GpuHealth, index: int | None = None) -> Gpu:
     """`last` (a good read's facts) as a GPU NVML could not read now."""
-    return replace(last, index=last.index if index is None else index, health=health,
-                   mig_unknown=True)
+    return replace(
+        last, index=last.index if index is None else index, health=health, mig_unknown=True
+    )
 
 
 def keep_last_good(fresh: tuple[Gpu, ...], last: tuple[Gpu, ...]) -> tuple[Gpu, ...]:
@@ -124,16 +136,22 @@ def keep_last_good(fresh: tuple[Gpu, ...], last: tuple[Gpu, ...]) -> tuple[Gpu, 
         if g.health.healthy:
             merged.append(g)
             continue
-        known = (by_bus.get(g.pci_bus_id) if g.pci_bus_id else None) \
-            or (by_uuid.get(g.uuid.lower()) if g.uuid else None) \
+        known = (
+            (by_bus.get(g.pci_bus_id) if g.pci_bus_id else None)
+            or (by_uuid.get(g.uuid.lower()) if g.uuid else None)
             or (by_index.get(g.index) if not g.pci_bus_id and not g.uuid else None)
+        )
         merged.append(g if known is None else _unread(known, g.health, g.index))
     return tuple(merged)
 
 
-def load_inventory(source: str = "auto", sysfs_root: Path = Path("/sys"),
-                   snapshot: Path | None = None, nvml: Any = None,
-                   proc_root: Path = Path("/proc")) -> GpuInventory:
+def load_inventory(
+    source: str = "auto",
+    sysfs_root: Path = Path("/sys"),
+    snapshot: Path | None = None,
+    nvml: Any = None,
+    proc_root: Path = Path("/proc"),
+) -> GpuInventory:
     """Read the node's GPUs once (InventoryReader says how each source behaves)."""
     return InventoryReader(source, sysfs_root, snapshot, nvml, proc_root).read()
 

@@ -121,9 +121,16 @@ class _Reader:
                 continue
             handle, bus = p
             try:
-                gpus.append(self.gpu(i, handle, bus, numas[i],
-                                     self.link_counts(i, links, index_of_bus),
-                                     per_gpu(levels, i)))
+                gpus.append(
+                    self.gpu(
+                        i,
+                        handle,
+                        bus,
+                        numas[i],
+                        self.link_counts(i, links, index_of_bus),
+                        per_gpu(levels, i),
+                    )
+                )
             except nvml.NVMLError as exc:
                 gpus.append(_placeholder(i, bus, health_of_error(exc)))
         return tuple(gpus)
@@ -138,8 +145,15 @@ class _Reader:
             return _placeholder(i, bus, health_of_error(exc))
         return handle, bus
 
-    def gpu(self, i: int, handle: Any, bus: str, numa: int | None,
-            links: tuple[tuple[int, int], ...], pcie: tuple[tuple[int, str], ...]) -> Gpu:
+    def gpu(
+        self,
+        i: int,
+        handle: Any,
+        bus: str,
+        numa: int | None,
+        links: tuple[tuple[int, int], ...],
+        pcie: tuple[tuple[int, str], ...],
+    ) -> Gpu:
         nvml = self.nvml
         memory = self.optional("nvmlDeviceGetMemoryInfo", handle)
         minor = self.optional("nvmlDeviceGetMinorNumber", handle)
@@ -181,16 +195,16 @@ class _Reader:
             return pci_numa_node(self.sysfs_root, bus)
         return int(numa)
 
-    def pcie_levels(self, probes: list[tuple[Any, str] | Gpu],
-                    numas: dict[int, int | None]) -> dict[tuple[int, int], str]:
+    def pcie_levels(
+        self, probes: list[tuple[Any, str] | Gpu], numas: dict[int, int | None]
+    ) -> dict[tuple[int, int], str]:
         """(i, j) -> PCIe level between the GPUs NVML read: NVML's common ancestor, else
         the sysfs PCI tree."""
         buses = [p[1] if isinstance(p, tuple) else p.pci_bus_id for p in probes]
-        levels = sysfs_levels(self.sysfs_root, buses,
-                              [numas.get(i) for i in range(len(probes))])
+        levels = sysfs_levels(self.sysfs_root, buses, [numas.get(i) for i in range(len(probes))])
         read = [(i, p[0]) for i, p in enumerate(probes) if isinstance(p, tuple)]
         for a, (i, hi) in enumerate(read):
-            for j, hj in read[a + 1:]:
+            for j, hj in read[a + 1 :]:
                 try:
                     value = self.optional("nvmlDeviceGetTopologyCommonAncestor", hi, hj)
                 except self.nvml.NVMLError:  # a lost GPU: its own calls mark it
@@ -216,8 +230,9 @@ class _Reader:
         return remotes
 
     @staticmethod
-    def link_counts(i: int, links: list[Counter[str]],
-                    index_of_bus: dict[str, int]) -> tuple[tuple[int, int], ...]:
+    def link_counts(
+        i: int, links: list[Counter[str]], index_of_bus: dict[str, int]
+    ) -> tuple[tuple[int, int], ...]:
         """(peer, NVLinks) for GPU i. A remote that is not a GPU is an NVSwitch: two GPUs on
         common switches are peers with as many links as both have into those switches
         (each side's links bound what the pair can use)."""
@@ -233,8 +248,9 @@ class _Reader:
         counts.pop(i, None)
         return tuple(sorted(counts.items()))
 
-    def mig_instances(self, gpu_index: int, handle: Any,
-                      minor: int | None) -> tuple[MigInstance, ...]:
+    def mig_instances(
+        self, gpu_index: int, handle: Any, minor: int | None
+    ) -> tuple[MigInstance, ...]:
         nvml = self.nvml
         found: list[MigInstance] = []
         for k in range(self.optional("nvmlDeviceGetMaxMigDeviceCount", handle) or 0):
@@ -245,18 +261,26 @@ class _Reader:
             ci = int(self.optional("nvmlDeviceGetComputeInstanceId", mig) or 0)
             memory = self.optional("nvmlDeviceGetMemoryInfo", mig)
             gpu_minor = gpu_index if minor is None else minor
-            caps = tuple(m for m in (self.mig_minors.get((gpu_minor, gi, None)),
-                                     self.mig_minors.get((gpu_minor, gi, ci))) if m is not None)
-            found.append(MigInstance(
-                uuid=_text(nvml.nvmlDeviceGetUUID(mig)),
-                profile=self.profile(mig),
-                gpu_index=gpu_index,
-                gi_id=gi,
-                ci_id=ci,
-                index=len(found),
-                memory_bytes=int(memory.total) if memory is not None else 0,
-                caps_minors=caps,
-            ))
+            caps = tuple(
+                m
+                for m in (
+                    self.mig_minors.get((gpu_minor, gi, None)),
+                    self.mig_minors.get((gpu_minor, gi, ci)),
+                )
+                if m is not None
+            )
+            found.append(
+                MigInstance(
+                    uuid=_text(nvml.nvmlDeviceGetUUID(mig)),
+                    profile=self.profile(mig),
+                    gpu_index=gpu_index,
+                    gi_id=gi,
+                    ci_id=ci,
+                    index=len(found),
+                    memory_bytes=int(memory.total) if memory is not None else 0,
+                    caps_minors=caps,
+                )
+            )
         return tuple(found)
 
     def profile(self, mig: Any) -> str:
@@ -274,12 +298,14 @@ class _Reader:
 
 def _placeholder(index: int, bus: str, health: GpuHealth) -> Gpu:
     """A GPU NVML counts but whose facts it did not give: its MIG mode is unknown too."""
-    return Gpu(index=index, uuid="", pci_bus_id=bus, numa_node=None, health=health,
-               mig_unknown=True)
+    return Gpu(
+        index=index, uuid="", pci_bus_id=bus, numa_node=None, health=health, mig_unknown=True
+    )
 
 
-def read_nvml_gpus(nvml: Any, sysfs_root: Path = Path("/sys"),
-                   proc_root: Path = Path("/proc")) -> tuple[Gpu, ...]:
+def read_nvml_gpus(
+    nvml: Any, sysfs_root: Path = Path("/sys"), proc_root: Path = Path("/proc")
+) -> tuple[Gpu, ...]:
     """Read every GPU through NVML. Raises nvml.NVMLError (or OSError) when NVML as a
     whole fails (init, count); a GPU whose own calls fail is listed with that failure as
     its health (unknown, or unhealthy when lost) and placeholder facts."""

@@ -33,8 +33,9 @@ def pci_path(sysfs_root: Path, bus_id: str) -> tuple[str, ...]:
     return tuple(parts[root:]) if root is not None else ()
 
 
-def level_of_paths(a: tuple[str, ...], b: tuple[str, ...], numa_a: int | None,
-                   numa_b: int | None) -> str | None:
+def level_of_paths(
+    a: tuple[str, ...], b: tuple[str, ...], numa_a: int | None, numa_b: int | None
+) -> str | None:
     """One of PCIE_LEVELS for two devices' pci_path()s; None when it cannot be told."""
     if not a or not b:
         return None
@@ -53,8 +54,9 @@ def level_of_paths(a: tuple[str, ...], b: tuple[str, ...], numa_a: int | None,
     return "numa" if numa_a == numa_b else "system"
 
 
-def sysfs_levels(sysfs_root: Path, buses: list[str],
-                 numas: list[int | None]) -> dict[tuple[int, int], str]:
+def sysfs_levels(
+    sysfs_root: Path, buses: list[str], numas: list[int | None]
+) -> dict[tuple[int, int], str]:
     """(i, j) -> level for each pair of devices (list positions) that sysfs can place."""
     paths = [pci_path(sysfs_root, bus) for bus in buses]
     levels = {}

@@ -40,9 +40,12 @@ def snapshot_to_dict(topology: Topology, inventory: GpuInventory) -> dict[str, A
             "cores": [format_cpulist(c) for c in topology.cores],
         },
         "numa": [
-            {"id": n.id, "cpus": format_cpulist(n.cpus),
-             "distances": [n.distances.get(o.id, 0) for o in topology.nodes],
-             "has_memory": n.has_memory}
+            {
+                "id": n.id,
+                "cpus": format_cpulist(n.cpus),
+                "distances": [n.distances.get(o.id, 0) for o in topology.nodes],
+                "has_memory": n.has_memory,
+            }
             for n in topology.nodes
         ],
         "gpu_source": inventory.source,
@@ -52,17 +55,31 @@ def snapshot_to_dict(topology: Topology, inventory: GpuInventory) -> dict[str, A
 
 def _gpu_to_dict(g: Gpu) -> dict[str, Any]:
     return {
-        "index": g.index, "uuid": g.uuid, "pci_bus_id": g.pci_bus_id,
-        "numa_node": g.numa_node, "memory_bytes": g.memory_bytes, "name": g.name,
-        "minor": g.minor, "nvlink_peers": sorted(g.nvlink_peers),
+        "index": g.index,
+        "uuid": g.uuid,
+        "pci_bus_id": g.pci_bus_id,
+        "numa_node": g.numa_node,
+        "memory_bytes": g.memory_bytes,
+        "name": g.name,
+        "minor": g.minor,
+        "nvlink_peers": sorted(g.nvlink_peers),
         "nvlink_links": [[peer, n] for peer, n in g.nvlink_links],
-        "pcie": {level: [p for p, lv in g.pcie_levels if lv == level] for level in PCIE_LEVELS
-                 if any(lv == level for _, lv in g.pcie_levels)},
+        "pcie": {
+            level: [p for p, lv in g.pcie_levels if lv == level]
+            for level in PCIE_LEVELS
+            if any(lv == level for _, lv in g.pcie_levels)
+        },
         "mig_enabled": g.mig_enabled,
         "mig_instances": [
-            {"uuid": m.uuid, "profile": m.profile, "gi_id": m.gi_id, "ci_id": m.ci_id,
-             "index": m.index, "memory_bytes": m.memory_bytes,
-             "caps_minors": list(m.caps_minors)}
+            {
+                "uuid": m.uuid,
+                "profile": m.profile,
+                "gi_id": m.gi_id,
+                "ci_id": m.ci_id,
+                "index": m.index,
+                "memory_bytes": m.memory_bytes,
+                "caps_minors": list(m.caps_minors),
+            }
             for m in g.mig_instances
         ],
     }
@@ -70,8 +87,9 @@ def _gpu_to_dict(g: Gpu) -> dict[str, Any]:
 
 def save_snapshot(path: Path, topology: Topology, inventory: GpuInventory) -> None:
     # flow style for leaf lists keeps a 128-CPU core list on a few lines
-    text = yaml.safe_dump(snapshot_to_dict(topology, inventory), sort_keys=False,
-                          default_flow_style=None, width=96)
+    text = yaml.safe_dump(
+        snapshot_to_dict(topology, inventory), sort_keys=False, default_flow_style=None, width=96
+    )
     Path(path).write_text(text)
 
 
@@ -93,8 +111,7 @@ class _Fields:
         if value is None and default is None:
             return None
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise SnapshotError(f"{self.where}.{key}: expected {_kind_name(kind)}, "
-                                 f"got {value!r}")
+            raise SnapshotError(f"{self.where}.{key}: expected {_kind_name(kind)}, got {value!r}")
         return value
 
     def cpus(self, key: str) -> frozenset[int]:
@@ -113,8 +130,9 @@ def snapshot_from_dict(data: Any, where: str = "snapshot") -> NodeSnapshot:
     top = _Fields(where, data)
     version = top.get("version", int)
     if version != SNAPSHOT_VERSION:
-        raise SnapshotError(f"{where}.version: {version} is not supported "
-                             f"(allowed: {SNAPSHOT_VERSION})")
+        raise SnapshotError(
+            f"{where}.version: {version} is not supported (allowed: {SNAPSHOT_VERSION})"
+        )
     cpus = _Fields(f"{where}.cpus", top.get("cpus", dict))
     online = cpus.cpus("online")
     cores = []
@@ -131,13 +149,20 @@ def snapshot_from_dict(data: Any, where: str = "snapshot") -> NodeSnapshot:
     for i, raw in enumerate(raw_nodes):
         f = _Fields(f"{where}.numa[{i}]", raw)
         row = f.get("distances", list, [])
-        nodes.append(NumaNode(ids[i], f.cpus("cpus") & online, dict(zip(ids, row, strict=False)),
-                              bool(f.get("has_memory", bool, True))))
+        nodes.append(
+            NumaNode(
+                ids[i],
+                f.cpus("cpus") & online,
+                dict(zip(ids, row, strict=False)),
+                bool(f.get("has_memory", bool, True)),
+            )
+        )
     if not nodes:
         nodes = [NumaNode(0, online, {0: 10})]
     topology = Topology(online, tuple(nodes), tuple(cores))
-    gpus = tuple(_gpu_from_dict(f"{where}.gpus[{i}]", g)
-                 for i, g in enumerate(top.get("gpus", list, [])))
+    gpus = tuple(
+        _gpu_from_dict(f"{where}.gpus[{i}]", g) for i, g in enumerate(top.get("gpus", list, []))
+    )
     return NodeSnapshot(topology, GpuInventory(gpus, "snapshot"))
 
 
@@ -147,17 +172,24 @@ def _gpu_from_dict(where: str, raw: Any) -> Gpu:
     bus_text = f.get("pci_bus_id", str)
     bus = normalize_bus_id(bus_text)
     if bus is None:
-        raise SnapshotError(f"{where}.pci_bus_id: {bus_text!r} is not a PCI address "
-                             "(expected e.g. 0000:07:00.0)")
+        raise SnapshotError(
+            f"{where}.pci_bus_id: {bus_text!r} is not a PCI address (expected e.g. 0000:07:00.0)"
+        )
     migs = []
     for k, m in enumerate(f.get("mig_instances", list, [])):
         mf = _Fields(f"{where}.mig_instances[{k}]", m)
-        migs.append(MigInstance(
-            uuid=mf.get("uuid", str), profile=mf.get("profile", str), gpu_index=index,
-            gi_id=mf.get("gi_id", int), ci_id=mf.get("ci_id", int),
-            index=mf.get("index", int, k), memory_bytes=mf.get("memory_bytes", int, 0),
-            caps_minors=tuple(mf.get("caps_minors", list, [])),
-        ))
+        migs.append(
+            MigInstance(
+                uuid=mf.get("uuid", str),
+                profile=mf.get("profile", str),
+                gpu_index=index,
+                gi_id=mf.get("gi_id", int),
+                ci_id=mf.get("ci_id", int),
+                index=mf.get("index", int, k),
+                memory_bytes=mf.get("memory_bytes", int, 0),
+                caps_minors=tuple(mf.get("caps_minors", list, [])),
+            )
+        )
     nvlink_peers = frozenset(_ints(f"{where}.nvlink_peers", f.get("nvlink_peers", list, [])))
     nvlink_links = _links(f"{where}.nvlink_links", f.get("nvlink_links", list, []))
     pcie_levels = _pcie(f"{where}.pcie", f.get("pcie", dict, {}))
@@ -167,15 +199,28 @@ def _gpu_from_dict(where: str, raw: Any) -> Gpu:
         raise SnapshotError(f"{where}: {exc}") from None
 
 
-def _gpu(f: _Fields, index: int, bus: str, nvlink_peers: frozenset[int],
-         nvlink_links: tuple[tuple[int, int], ...], pcie_levels: tuple[tuple[int, str], ...],
-         migs: tuple[MigInstance, ...]) -> Gpu:
+def _gpu(
+    f: _Fields,
+    index: int,
+    bus: str,
+    nvlink_peers: frozenset[int],
+    nvlink_links: tuple[tuple[int, int], ...],
+    pcie_levels: tuple[tuple[int, str], ...],
+    migs: tuple[MigInstance, ...],
+) -> Gpu:
     return Gpu(
-        index=index, uuid=f.get("uuid", str, ""), pci_bus_id=bus,
-        numa_node=f.get("numa_node", int, None), memory_bytes=f.get("memory_bytes", int, 0),
-        name=f.get("name", str, ""), minor=f.get("minor", int, None),
-        nvlink_peers=nvlink_peers, nvlink_links=nvlink_links, pcie_levels=pcie_levels,
-        mig_enabled=f.get("mig_enabled", bool, bool(migs)), mig_instances=migs,
+        index=index,
+        uuid=f.get("uuid", str, ""),
+        pci_bus_id=bus,
+        numa_node=f.get("numa_node", int, None),
+        memory_bytes=f.get("memory_bytes", int, 0),
+        name=f.get("name", str, ""),
+        minor=f.get("minor", int, None),
+        nvlink_peers=nvlink_peers,
+        nvlink_links=nvlink_links,
+        pcie_levels=pcie_levels,
+        mig_enabled=f.get("mig_enabled", bool, bool(migs)),
+        mig_instances=migs,
     )
 
 
@@ -191,11 +236,13 @@ def _links(where: str, raw: list[Any]) -> tuple[tuple[int, int], ...]:
     peer is then assumed from nvlink_peers)."""
     out = []
     for k, pair in enumerate(raw):
-        if (not isinstance(pair, list) or len(pair) != 2
-                or not all(isinstance(v, int) and not isinstance(v, bool) for v in pair)
-                or pair[1] < 1):
-            raise SnapshotError(f"{where}[{k}]: expected [peer index, links >= 1], "
-                                 f"got {pair!r}")
+        if (
+            not isinstance(pair, list)
+            or len(pair) != 2
+            or not all(isinstance(v, int) and not isinstance(v, bool) for v in pair)
+            or pair[1] < 1
+        ):
+            raise SnapshotError(f"{where}[{k}]: expected [peer index, links >= 1], got {pair!r}")
         out.append((pair[0], pair[1]))
     return tuple(out)
 
@@ -219,18 +266,25 @@ def load_snapshot(path: Path) -> NodeSnapshot:
     except OSError as exc:
         raise SnapshotError(f"cannot read inventory snapshot {path}: {exc.strerror}") from None
     except yaml.YAMLError as exc:
-        raise SnapshotError(f"inventory snapshot {path}: not valid YAML: {_yaml_problem(exc)}"
-                            ) from None
+        raise SnapshotError(
+            f"inventory snapshot {path}: not valid YAML: {_yaml_problem(exc)}"
+        ) from None
     if not isinstance(data, dict) or "version" not in data:
         # Another file given by mistake (a pod manifest, the node config): say so, not
         # which snapshot field it lacks.
         kind = data.get("kind") if isinstance(data, dict) else None
-        what = (f"a Kubernetes {_shown(kind)} manifest" if isinstance(kind, str) else
-                "a YAML mapping without `version`" if isinstance(data, dict) else
-                f"a YAML {type(data).__name__}")
-        raise SnapshotError(f"inventory snapshot {path}: {what}, not a node snapshot "
-                            "(expected what `nri-sla inventory --save` writes: version, "
-                            "cpus, numa, gpus)")
+        what = (
+            f"a Kubernetes {_shown(kind)} manifest"
+            if isinstance(kind, str)
+            else "a YAML mapping without `version`"
+            if isinstance(data, dict)
+            else f"a YAML {type(data).__name__}"
+        )
+        raise SnapshotError(
+            f"inventory snapshot {path}: {what}, not a node snapshot "
+            "(expected what `nri-sla inventory --save` writes: version, "
+            "cpus, numa, gpus)"
+        )
     return snapshot_from_dict(data, str(path))
 
 

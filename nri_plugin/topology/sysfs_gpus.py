@@ -44,8 +44,9 @@ def _proc_info(proc_root: Path, bus_id: str) -> dict[str, str]:
     return info
 
 
-def read_sysfs_gpus(sysfs_root: Path = Path("/sys"),
-                    proc_root: Path = Path("/proc")) -> tuple[Gpu, ...]:
+def read_sysfs_gpus(
+    sysfs_root: Path = Path("/sys"), proc_root: Path = Path("/proc")
+) -> tuple[Gpu, ...]:
     devices = sysfs_root / "bus/pci/devices"
     found: list[str] = []
     if devices.is_dir():
@@ -65,13 +66,17 @@ def read_sysfs_gpus(sysfs_root: Path = Path("/sys"),
     for index, bus in enumerate(buses):
         info = _proc_info(proc_root, bus)
         minor = info.get("Device Minor", "")
-        gpus.append(Gpu(
-            index=index,
-            uuid=info.get("GPU UUID", "") if info.get("GPU UUID", "").startswith("GPU-") else "",
-            pci_bus_id=bus,
-            numa_node=numas[index],
-            name=info.get("Model", ""),
-            minor=int(minor) if minor.isdigit() else None,
-            pcie_levels=per_gpu(levels, index),
-        ))
+        gpus.append(
+            Gpu(
+                index=index,
+                uuid=info.get("GPU UUID", "")
+                if info.get("GPU UUID", "").startswith("GPU-")
+                else "",
+                pci_bus_id=bus,
+                numa_node=numas[index],
+                name=info.get("Model", ""),
+                minor=int(minor) if minor.isdigit() else None,
+                pcie_levels=per_gpu(levels, index),
+            )
+        )
     return tuple(gpus)

@@ -13,8 +13,7 @@ class WatchedInventory:
     """`read()` reads the GPUs again; `poll()` waits for health events (none without a
     monitor). `reader`: anything with read() -> GpuInventory (an InventoryReader)."""
 
-    def __init__(self, reader: InventoryReader,
-                 monitor: GpuHealthMonitor | None = None) -> None:
+    def __init__(self, reader: InventoryReader, monitor: GpuHealthMonitor | None = None) -> None:
         self.reader = reader
         self.monitor = monitor
         self.last: GpuInventory | None = None  # the last read, health applied

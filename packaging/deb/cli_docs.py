@@ -39,8 +39,10 @@ def commands() -> list[Command]:
         for action in parser._actions:
             if isinstance(action, argparse._SubParsersAction):
                 helps = {a.dest: a.help for a in action._choices_actions}
-                found += [Command(f"{name} {sub}", helps.get(sub) or "", subparser)
-                          for sub, subparser in action.choices.items()]
+                found += [
+                    Command(f"{name} {sub}", helps.get(sub) or "", subparser)
+                    for sub, subparser in action.choices.items()
+                ]
     return found
 
 
@@ -54,34 +56,64 @@ def _roff(text: str) -> str:
 
 
 def man_page() -> str:
-    lines = [f'.TH NRI-SLA 1 "" "nri-sla {__version__}" "User Commands"',
-             ".SH NAME", "nri-sla \\- " + _roff(_top_parser().description or ""),
-             ".SH SYNOPSIS", ".B nri-sla", ".I COMMAND", "[\\fIOPTIONS\\fR]",
-             ".SH DESCRIPTION",
-             _roff("Each command below is one mode of nri-sla; `nri-sla COMMAND --help` "
-                   "prints its usage. The documentation is in /usr/share/doc/nri-sla/."),
-             ".SH COMMANDS"]
+    lines = [
+        f'.TH NRI-SLA 1 "" "nri-sla {__version__}" "User Commands"',
+        ".SH NAME",
+        "nri-sla \\- " + _roff(_top_parser().description or ""),
+        ".SH SYNOPSIS",
+        ".B nri-sla",
+        ".I COMMAND",
+        "[\\fIOPTIONS\\fR]",
+        ".SH DESCRIPTION",
+        _roff(
+            "Each command below is one mode of nri-sla; `nri-sla COMMAND --help` "
+            "prints its usage. The documentation is in /usr/share/doc/nri-sla/."
+        ),
+        ".SH COMMANDS",
+    ]
     for command in commands():
         lines += [".SS " + _roff(f"nri-sla {command.name}"), _roff(command.summary)]
         for action in _options(command.parser):
             if "-h" in action.option_strings:
                 continue
-            metavar = "" if action.nargs == 0 else " " + (
-                action.metavar or (("{" + ",".join(action.choices) + "}")
-                                   if action.choices else action.dest.upper()))
-            lines += [".TP", "\\fB" + _roff(", ".join(action.option_strings)) + "\\fR"
-                      + _roff(str(metavar)), _roff(action.help or "")]
-    lines += [".SS " + _roff(f"nri-sla {HOOK}"),
-              _roff(f"{HOOK_HELP}: run by the container runtime (docs/hook.md)."),
-              ".SH EXIT STATUS",
-              _roff("0 success; 1 refused (hard mode: the SLA cannot be honoured); 2 invalid "
-                    "input (an annotation, the node config, the command line); 3 internal "
-                    "failure; 4 unavailable (a port in use, no plugin answering)."),
-              ".SH FILES", ".TP", "/etc/nri\\-sla/config.yaml", "the node config",
-              ".TP", "/etc/nri\\-sla/base\\-runtime\\-spec.json",
-              "containerd's default OCI spec with the nri\\-sla hook added (its "
-              "base_runtime_spec), made by nri\\-sla containerd\\-config \\-\\-write",
-              ".SH SEE ALSO", "containerd(8), /usr/share/doc/nri\\-sla/install.md"]
+            metavar = (
+                ""
+                if action.nargs == 0
+                else " "
+                + (
+                    action.metavar
+                    or (
+                        ("{" + ",".join(action.choices) + "}")
+                        if action.choices
+                        else action.dest.upper()
+                    )
+                )
+            )
+            lines += [
+                ".TP",
+                "\\fB" + _roff(", ".join(action.option_strings)) + "\\fR" + _roff(str(metavar)),
+                _roff(action.help or ""),
+            ]
+    lines += [
+        ".SS " + _roff(f"nri-sla {HOOK}"),
+        _roff(f"{HOOK_HELP}: run by the container runtime (docs/hook.md)."),
+        ".SH EXIT STATUS",
+        _roff(
+            "0 success; 1 refused (hard mode: the SLA cannot be honoured); 2 invalid "
+            "input (an annotation, the node config, the command line); 3 internal "
+            "failure; 4 unavailable (a port in use, no plugin answering)."
+        ),
+        ".SH FILES",
+        ".TP",
+        "/etc/nri\\-sla/config.yaml",
+        "the node config",
+        ".TP",
+        "/etc/nri\\-sla/base\\-runtime\\-spec.json",
+        "containerd's default OCI spec with the nri\\-sla hook added (its "
+        "base_runtime_spec), made by nri\\-sla containerd\\-config \\-\\-write",
+        ".SH SEE ALSO",
+        "containerd(8), /usr/share/doc/nri\\-sla/install.md",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -96,28 +128,33 @@ def bash_completion() -> str:
                 words += list(action.choices)
         cases.append(f'        "{command.name}") echo "{" ".join(words)}" ;;')
     names = " ".join([*COMMANDS, HOOK])
-    return "\n".join([
-        "# bash completion for nri-sla (made by packaging/deb/cli_docs.py)",
-        "_nri_sla_words() {",
-        '    case "$1" in',
-        *cases,
-        "    esac",
-        "}",
-        "_nri_sla() {",
-        "    local cur=${COMP_WORDS[COMP_CWORD]} words=",
-        '    if [ "$COMP_CWORD" -eq 1 ]; then',
-        f'        COMPREPLY=($(compgen -W "{names} --help --version" -- "$cur"))',
-        "        return",
-        "    fi",
-        "    # an action of the command (config check), else the command itself",
-        '    if [ "$COMP_CWORD" -gt 2 ]; then',
-        '        words=$(_nri_sla_words "${COMP_WORDS[1]} ${COMP_WORDS[2]}")',
-        "    fi",
-        '    [ -n "$words" ] || words=$(_nri_sla_words "${COMP_WORDS[1]}")',
-        '    COMPREPLY=($(compgen -W "$words" -- "$cur"))',
-        "}",
-        "complete -o default -F _nri_sla nri-sla",
-    ]) + "\n"
+    return (
+        "\n".join(
+            [
+                "# bash completion for nri-sla (made by packaging/deb/cli_docs.py)",
+                "_nri_sla_words() {",
+                '    case "$1" in',
+                *cases,
+                "    esac",
+                "}",
+                "_nri_sla() {",
+                "    local cur=${COMP_WORDS[COMP_CWORD]} words=",
+                '    if [ "$COMP_CWORD" -eq 1 ]; then',
+                f'        COMPREPLY=($(compgen -W "{names} --help --version" -- "$cur"))',
+                "        return",
+                "    fi",
+                "    # an action of the command (config check), else the command itself",
+                '    if [ "$COMP_CWORD" -gt 2 ]; then',
+                '        words=$(_nri_sla_words "${COMP_WORDS[1]} ${COMP_WORDS[2]}")',
+                "    fi",
+                '    [ -n "$words" ] || words=$(_nri_sla_words "${COMP_WORDS[1]}")',
+                '    COMPREPLY=($(compgen -W "$words" -- "$cur"))',
+                "}",
+                "complete -o default -F _nri_sla nri-sla",
+            ]
+        )
+        + "\n"
+    )
 
 
 def installed(text: str, site: str) -> str:

@@ -40,11 +40,13 @@ def test_the_floor_answers_what_nri_sla_decides(floor):
     adj = plugin.create_container(pod, ctr).adjustment
     cpu, memory = adj.linux.resources.cpu, adj.linux.resources.memory
     assert (cpu.quota.value, cpu.period.value, memory.limit.value) == (50_000, 100_000, 256 << 20)
-    decision = decide(make_node(2), ContainerRequest({"sla.nri.io/pod": SLA}, "work",
-                                                    namespace="default"))
+    decision = decide(
+        make_node(2), ContainerRequest({"sla.nri.io/pod": SLA}, "work", namespace="default")
+    )
     # The same record, byte for byte (the same key signs both): the same work answered.
     assert adj.annotations["sla.nri.io/applied"] == encode_record(
-        decision.plan, "nri", ctr.id, RECORD_KEY)
+        decision.plan, "nri", ctr.id, RECORD_KEY
+    )
     assert ctr.id in plugin.live
     plugin.remove_container(pod, ctr)
     assert ctr.id not in plugin.live
@@ -58,12 +60,15 @@ def test_the_floor_parses_an_sla_once_per_text(floor):
     assert list(plugin.plans) == [(SLA, "")]
 
 
-@pytest.mark.parametrize("sla, problem", [
-    ("cpu: {limit: 0}", "cpu.limit must be in (0, 1024]"),
-    ("cpu: {period: 100ms}", "cpu.period needs cpu.limit"),
-    ("enforcement: maybe", "enforcement must be hard or soft"),
-    ("memory: {max: 0}", "memory.max must be a positive quantity"),
-])
+@pytest.mark.parametrize(
+    "sla, problem",
+    [
+        ("cpu: {limit: 0}", "cpu.limit must be in (0, 1024]"),
+        ("cpu: {period: 100ms}", "cpu.period needs cpu.limit"),
+        ("enforcement: maybe", "enforcement must be hard or soft"),
+        ("memory: {max: 0}", "memory.max must be a positive quantity"),
+    ],
+)
 def test_the_floor_refuses_what_the_go_plugin_refuses(floor, sla, problem):
     pod = make_pod("bad", annotations={"sla.nri.io/pod": sla})
     with pytest.raises(ValueError, match=re.escape(problem)):

@@ -27,8 +27,9 @@ POD = "sla.nri.io/pod"
 @pytest.fixture(scope="module")
 def bench():
     sys.path.insert(0, str(BENCH))  # the bench imports bench_create as a sibling
-    spec = importlib.util.spec_from_file_location("bench_hostile_text",
-                                                  BENCH / "bench_hostile_text.py")
+    spec = importlib.util.spec_from_file_location(
+        "bench_hostile_text", BENCH / "bench_hostile_text.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     yield module
@@ -59,7 +60,7 @@ def test_each_document_sits_at_its_bound(bench):
     assert values(keys) > MAX_VALUES - 2 or len(keys.encode()) > MAX_ANNOTATION_BYTES - 12
     assert len(bench.over_bytes(7).encode()) == MAX_ANNOTATION_BYTES + 1
     with pytest.raises(SlaError, match="nested more than"):
-        parse_sla_document(POD, "cpu: {limit: [" + bench.deepest(7)[len("cpu: {limit: "):])
+        parse_sla_document(POD, "cpu: {limit: [" + bench.deepest(7)[len("cpu: {limit: ") :])
 
 
 def test_each_pod_is_refused_or_accepted_as_its_case_says(bench):

@@ -29,15 +29,30 @@ def ctr() -> Path:
 
 
 def test_base_spec_is_ctr_oci_spec_plus_the_hook(capsys, tmp_path, ctr):
-    version = parse_version(subprocess.run([str(ctr), "--version"], capture_output=True,
-                                           text=True, check=True).stdout, "ctr")
-    default = json.loads(subprocess.run([str(ctr), "oci", "spec"], capture_output=True,
-                                        text=True, check=True).stdout)
+    version = parse_version(
+        subprocess.run([str(ctr), "--version"], capture_output=True, text=True, check=True).stdout,
+        "ctr",
+    )
+    default = json.loads(
+        subprocess.run([str(ctr), "oci", "spec"], capture_output=True, text=True, check=True).stdout
+    )
     spec_path = tmp_path / "base-runtime-spec.json"
     dropin = tmp_path / "conf.d" / "nri-sla.toml"
-    status = main(["containerd-config", "--containerd-version", str(version), "--ctr",
-                   str(ctr), "--write", str(dropin), "--base-runtime-spec", str(spec_path),
-                   "--main-config", str(tmp_path / "config.toml")])
+    status = main(
+        [
+            "containerd-config",
+            "--containerd-version",
+            str(version),
+            "--ctr",
+            str(ctr),
+            "--write",
+            str(dropin),
+            "--base-runtime-spec",
+            str(spec_path),
+            "--main-config",
+            str(tmp_path / "config.toml"),
+        ]
+    )
     assert status == 0, capsys.readouterr().err
     spec = json.loads(spec_path.read_text())
     assert spec.pop("hooks") == oci_hooks("createRuntime", hook_binary())
@@ -51,20 +66,37 @@ def test_base_spec_is_ctr_oci_spec_plus_the_hook(capsys, tmp_path, ctr):
     # 2.x: the drop-in names it; 1.7: the main config (patched in place) does
     named = dropin if version.major >= 2 else tmp_path / "config.toml"
     assert f'base_runtime_spec = "{spec_path}"' in named.read_text()
-    print(f"evidence: containerd {version}: {len(default['process']['capabilities']['bounding'])}"
-          f" capabilities, root readonly={default['root'].get('readonly', False)}, "
-          f"ctr's rlimits left out as CRI does: {dropped}")
+    print(
+        f"evidence: containerd {version}: {len(default['process']['capabilities']['bounding'])}"
+        f" capabilities, root readonly={default['root'].get('readonly', False)}, "
+        f"ctr's rlimits left out as CRI does: {dropped}"
+    )
 
 
 def test_a_ctr_of_another_version_makes_no_spec(capsys, tmp_path, ctr):
-    version = parse_version(subprocess.run([str(ctr), "--version"], capture_output=True,
-                                           text=True, check=True).stdout, "ctr")
+    version = parse_version(
+        subprocess.run([str(ctr), "--version"], capture_output=True, text=True, check=True).stdout,
+        "ctr",
+    )
     other = "1.7" if version.major == 2 else "2.2"
-    status = main(["containerd-config", "--containerd-version", other, "--ctr", str(ctr),
-                   "--main-config", str(tmp_path / "config.toml"), "--write",
-                   str(tmp_path / "nri-sla.toml"), "--base-runtime-spec",
-                   str(tmp_path / "spec.json")])
+    status = main(
+        [
+            "containerd-config",
+            "--containerd-version",
+            other,
+            "--ctr",
+            str(ctr),
+            "--main-config",
+            str(tmp_path / "config.toml"),
+            "--write",
+            str(tmp_path / "nri-sla.toml"),
+            "--base-runtime-spec",
+            str(tmp_path / "spec.json"),
+        ]
+    )
     err = capsys.readouterr().err
     assert status == 0 and not (tmp_path / "spec.json").exists()
-    assert (f"no base_runtime_spec, the OCI hook fallback stays off: {ctr} is from "
-            f"containerd {version}, not {other}") in err
+    assert (
+        f"no base_runtime_spec, the OCI hook fallback stays off: {ctr} is from "
+        f"containerd {version}, not {other}"
+    ) in err

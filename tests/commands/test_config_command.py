@@ -34,8 +34,10 @@ def test_default_is_the_defaults_and_check_accepts_it(capsys, tmp_path):
 
 def test_show_fills_in_defaults_around_the_files_settings(capsys, tmp_path):
     path = tmp_path / "config.yaml"
-    path.write_text("enforcement: soft\npod-caps: {exclusive-cpus: 4}\nreserved-cpus: 0-1\n"
-                    "cgroup: {version: 2}\n")
+    path.write_text(
+        "enforcement: soft\npod-caps: {exclusive-cpus: 4}\nreserved-cpus: 0-1\n"
+        "cgroup: {version: 2}\n"
+    )
     status, out, _ = run(capsys, "show", "--config", str(path))
     assert status == EXIT_OK
     shown = yaml.safe_load(out)
@@ -44,12 +46,14 @@ def test_show_fills_in_defaults_around_the_files_settings(capsys, tmp_path):
     assert shown["reserved-cpus"] == [0, 1]
     assert shown["cgroup"]["version"] == 2
     assert shown["log"] == {"format": "text", "level": "info"}  # a default filled in
-    expected = replace(NodeConfig(), enforcement="soft", reserved_cpus=(0, 1),
-                                   pod_caps=replace(NodeConfig().pod_caps,
-                                                                exclusive_cpus=Cap(4)),
-                                   cgroup=replace(NodeConfig().cgroup,
-                                                              version=2),
-                                   source="shown")
+    expected = replace(
+        NodeConfig(),
+        enforcement="soft",
+        reserved_cpus=(0, 1),
+        pod_caps=replace(NodeConfig().pod_caps, exclusive_cpus=Cap(4)),
+        cgroup=replace(NodeConfig().cgroup, version=2),
+        source="shown",
+    )
     assert parse_config(out, "shown") == expected
 
 
@@ -70,7 +74,10 @@ def test_check_prints_each_problem_on_its_own_line(capsys, tmp_path):
     assert len(lines) == 3
     assert all(line.startswith(f"nri-sla config check: {path}: ") for line in lines)
     assert [line.split(": ")[2].split()[0] for line in lines] == [
-        "enforcement", "watch.interval-seconds", "log.level"]
+        "enforcement",
+        "watch.interval-seconds",
+        "log.level",
+    ]
 
 
 def test_check_of_a_missing_or_broken_file_is_one_line(capsys, tmp_path):

@@ -47,22 +47,35 @@ spec:
 HOSTILE = {
     "alias-bomb.yaml": (ALIAS_BOMB, "metadata.annotations.a uses a YAML anchor or alias"),
     "deep-flow.yaml": ("[" * 200_000, "nest"),
-    "deep-block.yaml": ("".join(" " * i + "a:\n" for i in range(200)),
-                        f"is nested more than {MAX_MANIFEST_DEPTH} levels deep"),
-    "many-values.yaml": ("[" + "1," * (MAX_MANIFEST_NODES + 10) + "1]",
-                         f"has more than {MAX_MANIFEST_NODES} values"),
-    "many-documents.yaml": ("---\n" * (MAX_MANIFEST_DOCUMENTS + 10),
-                            f"holds more than {MAX_MANIFEST_DOCUMENTS} YAML documents"),
-    "python-tag.yaml": ("kind: !!python/object/apply:os.system ['true']\n",
-                        "has an explicit YAML tag"),
+    "deep-block.yaml": (
+        "".join(" " * i + "a:\n" for i in range(200)),
+        f"is nested more than {MAX_MANIFEST_DEPTH} levels deep",
+    ),
+    "many-values.yaml": (
+        "[" + "1," * (MAX_MANIFEST_NODES + 10) + "1]",
+        f"has more than {MAX_MANIFEST_NODES} values",
+    ),
+    "many-documents.yaml": (
+        "---\n" * (MAX_MANIFEST_DOCUMENTS + 10),
+        f"holds more than {MAX_MANIFEST_DOCUMENTS} YAML documents",
+    ),
+    "python-tag.yaml": (
+        "kind: !!python/object/apply:os.system ['true']\n",
+        "has an explicit YAML tag",
+    ),
     "duplicate.yaml": ("kind: Pod\nkind: Pod\n", "kind is given twice"),
     "broken.yaml": ("kind: Pod\nmetadata: [unclosed", "is not valid YAML"),
 }
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "nri_plugin.cli", *args],
-                          capture_output=True, text=True, timeout=60, cwd=REPO)
+    return subprocess.run(
+        [sys.executable, "-m", "nri_plugin.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+    )
 
 
 @pytest.mark.slow
@@ -171,9 +184,11 @@ spec:
 def test_validate_lists_ten_problems_and_counts_the_rest(tmp_path):
     doc = "".join(f"k{i}: 1\\n" for i in range(50))
     path = tmp_path / "pod.yaml"
-    path.write_text('{"kind": "Pod", "metadata": {"name": "p", "annotations": '
-                    f'{{"sla.nri.io/pod": "{doc}"}}}}, "spec": {{"containers": '
-                    '[{"name": "c"}]}}')
+    path.write_text(
+        '{"kind": "Pod", "metadata": {"name": "p", "annotations": '
+        f'{{"sla.nri.io/pod": "{doc}"}}}}, "spec": {{"containers": '
+        '[{"name": "c"}]}}'
+    )
     out = run_cli("validate", str(path))
     assert out.returncode == 1
     lines = out.stdout.splitlines()
@@ -188,15 +203,16 @@ HEAVY_SLA = "cpu: {limit: 1}\nzzz: [" + ",".join(["100"] * (MAX_VALUES - 8)) + "
 
 def heavy_manifest(path: Path, containers: int) -> Path:
     """One pod, the heavy annotation, `containers` containers written `- {}`."""
-    head = ("apiVersion: v1\nkind: Pod\nmetadata:\n  name: heavy\n  annotations:\n"
-            f"    sla.nri.io/pod: {json.dumps(HEAVY_SLA)}\nspec:\n  containers:\n")
+    head = (
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: heavy\n  annotations:\n"
+        f"    sla.nri.io/pod: {json.dumps(HEAVY_SLA)}\nspec:\n  containers:\n"
+    )
     path.write_text(head + "  - {}\n" * containers)
     return path
 
 
 @pytest.mark.parametrize("command", ["validate", "explain"])
-def test_an_annotation_is_parsed_once_per_manifest_however_many_containers(tmp_path,
-                                                                           command):
+def test_an_annotation_is_parsed_once_per_manifest_however_many_containers(tmp_path, command):
     # At the container bound: one parse, then lookups (one parse per container took 2-4
     # minutes on the development VM; this takes about a second of CPU).
     path = heavy_manifest(tmp_path / "heavy.yaml", MAX_MANIFEST_CONTAINERS)
@@ -221,4 +237,5 @@ def test_past_the_container_bound_is_one_line_at_once(tmp_path, command):
     assert out.stderr.splitlines() == [
         f"{'error: ' if command == 'validate' else 'nri-sla explain: '}{path}: holds more "
         f"than {MAX_MANIFEST_CONTAINERS} containers; at most that many are checked per "
-        "manifest"]
+        "manifest"
+    ]

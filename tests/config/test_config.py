@@ -51,12 +51,19 @@ def test_defaults_are_safe():
         cfg.allows("ungranted-gpus", "default")
     assert cfg.pod_caps == PodCaps(exclusive_cpus=Cap(50, percent=True), rt_share=0.1)
     assert cfg.pod_caps.exclusive_cpus.of(64) == 32
-    assert cfg.gpu.grant_cdi_kinds == ("nvidia.com/gpu", "nvidia.com/mig",
-                                       "k8s.device-plugin.nvidia.com/gpu",
-                                       "k8s.device-plugin.nvidia.com/mig",
-                                       "k8s.gpu.nvidia.com/device", "k8s.gpu.nvidia.com/claim")
-    assert cfg.gpu.grant_resources == ("nvidia.com/gpu", "nvidia.com/gpu.shared",
-                                       "nvidia.com/mig-*")
+    assert cfg.gpu.grant_cdi_kinds == (
+        "nvidia.com/gpu",
+        "nvidia.com/mig",
+        "k8s.device-plugin.nvidia.com/gpu",
+        "k8s.device-plugin.nvidia.com/mig",
+        "k8s.gpu.nvidia.com/device",
+        "k8s.gpu.nvidia.com/claim",
+    )
+    assert cfg.gpu.grant_resources == (
+        "nvidia.com/gpu",
+        "nvidia.com/gpu.shared",
+        "nvidia.com/mig-*",
+    )
     assert cfg.gpu.podresources_socket == "/var/lib/kubelet/pod-resources/kubelet.sock"
     assert cfg.rt_budget == 0.5 and cfg.reserved_cpus == ()
     # the endpoint's address is read by the one listen-address parser
@@ -64,7 +71,8 @@ def test_defaults_are_safe():
 
 
 def test_every_field():
-    cfg = parse_config("""
+    cfg = parse_config(
+        """
 enforcement: soft
 annotation-prefix: sla.example.com
 permissions:
@@ -85,25 +93,40 @@ nri: {socket: /run/nri/nri.sock, plugin-name: sla, plugin-index: "07", reconnect
 hook: {inject: true}
 metrics: {address: "[::1]:9000"}
 log: {format: json, level: debug}
-""", SRC)
+""",
+        SRC,
+    )
     assert cfg == NodeConfig(
         enforcement="soft",
         annotation_prefix="sla.example.com",
-        permissions=Permissions(realtime=("rt-jobs", "team-*"), exclusive_cpus=(),
-                                gpus=("ml-?", "[ab]-prod"), io_max=("storage",),
-                                exceed_runtime_limits=("batch-*",)),
+        permissions=Permissions(
+            realtime=("rt-jobs", "team-*"),
+            exclusive_cpus=(),
+            gpus=("ml-?", "[ab]-prod"),
+            io_max=("storage",),
+            exceed_runtime_limits=("batch-*",),
+        ),
         pod_caps=PodCaps(exclusive_cpus=Cap(16), rt_share=0.05),
         rt_budget=0.25,
         reserved_cpus=(0, 1, 8),
-        gpu=GpuConfig(injection="env", inventory="/var/lib/nri-sla/inventory.yaml",
-                      rescan_interval=0.0, grant_cdi_kinds=("example.com/accel",),
-                      podresources_socket="",
-                      grant_resources=("example.com/accel", "example.com/part-*")),
-        device_plugin=DevicePluginConfig(resource_name="example.com/accel",
-                                         socket_dir="/run/kubelet/plugins"),
+        gpu=GpuConfig(
+            injection="env",
+            inventory="/var/lib/nri-sla/inventory.yaml",
+            rescan_interval=0.0,
+            grant_cdi_kinds=("example.com/accel",),
+            podresources_socket="",
+            grant_resources=("example.com/accel", "example.com/part-*"),
+        ),
+        device_plugin=DevicePluginConfig(
+            resource_name="example.com/accel", socket_dir="/run/kubelet/plugins"
+        ),
         cgroup=CgroupConfig(root="/sys/fs/cgroup", driver="systemd", version=2),
-        nri=NriConfig(socket="/run/nri/nri.sock", plugin_name="sla", plugin_index="07",
-                      reconnect_max_seconds=2.5),
+        nri=NriConfig(
+            socket="/run/nri/nri.sock",
+            plugin_name="sla",
+            plugin_index="07",
+            reconnect_max_seconds=2.5,
+        ),
         hook=HookConfig(inject=True),
         metrics=MetricsConfig(address="[::1]:9000"),
         log=LogConfig(format="json", level="debug"),
@@ -116,21 +139,38 @@ log: {format: json, level: debug}
     assert cfg.allows("gpus", "b-prod") and not cfg.allows("gpus", "c-prod")
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("reserved-cpus: 3", (3,)), ("reserved-cpus: [4, 2]", (2, 4)), ("reserved-cpus: []", ()),
-    ("cgroup: {version: '1'}", 1), ("cgroup: {version: auto}", None),
-    ("nri: {plugin-index: '05'}", "05"), ("metrics: {address: ''}", ""),
-    ("metrics: {address: ':9810'}", ":9810"), ("rt-budget: 0", 0.0), ("rt-budget: 1", 1.0),
-    ("gpu: {inventory: sysfs}", "sysfs"), ("log:\n", None),
-    ("watch: {interval-seconds: 0}", 0.0), ("watch: {interval-seconds: 2.5}", 2.5),
-    ("status: {socket: ''}", ""), ("status: {socket: /run/x//s.sock}", "/run/x/s.sock"),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("reserved-cpus: 3", (3,)),
+        ("reserved-cpus: [4, 2]", (2, 4)),
+        ("reserved-cpus: []", ()),
+        ("cgroup: {version: '1'}", 1),
+        ("cgroup: {version: auto}", None),
+        ("nri: {plugin-index: '05'}", "05"),
+        ("metrics: {address: ''}", ""),
+        ("metrics: {address: ':9810'}", ":9810"),
+        ("rt-budget: 0", 0.0),
+        ("rt-budget: 1", 1.0),
+        ("gpu: {inventory: sysfs}", "sysfs"),
+        ("log:\n", None),
+        ("watch: {interval-seconds: 0}", 0.0),
+        ("watch: {interval-seconds: 2.5}", 2.5),
+        ("status: {socket: ''}", ""),
+        ("status: {socket: /run/x//s.sock}", "/run/x/s.sock"),
+    ],
+)
 def test_field_forms(text, expected):
     cfg = parse_config(text, SRC)
     got = {
-        "reserved-cpus": cfg.reserved_cpus, "cgroup": cfg.cgroup.version,
-        "nri": cfg.nri.plugin_index, "metrics": cfg.metrics.address, "rt-budget": cfg.rt_budget,
-        "gpu": cfg.gpu.inventory, "log": None, "watch": cfg.watch.interval,
+        "reserved-cpus": cfg.reserved_cpus,
+        "cgroup": cfg.cgroup.version,
+        "nri": cfg.nri.plugin_index,
+        "metrics": cfg.metrics.address,
+        "rt-budget": cfg.rt_budget,
+        "gpu": cfg.gpu.inventory,
+        "log": None,
+        "watch": cfg.watch.interval,
         "status": cfg.status.socket,
     }[text.split(":")[0]]
     assert got == expected
@@ -140,30 +180,50 @@ CONFIG_ERRORS = [
     ("enforcement: strict", "enforcement", "must be one of hard, soft, got strict"),
     ("enforcment: soft", "enforcment", "did you mean enforcement?"),
     ("annotation-prefix: Sla/x", "annotation-prefix", "DNS subdomain like sla.nri.io"),
-    ("permissions: [realtime]", "permissions", "must be a mapping with keys realtime, "
-     "exclusive-cpus, gpus, io-max, exceed-runtime-limits"),
-    ("pod-caps: {exclusive-cpus: -1}", "pod-caps.exclusive-cpus",
-     "a count like 4 or a percentage of the node"),
+    (
+        "permissions: [realtime]",
+        "permissions",
+        "must be a mapping with keys realtime, exclusive-cpus, gpus, io-max, exceed-runtime-limits",
+    ),
+    (
+        "pod-caps: {exclusive-cpus: -1}",
+        "pod-caps.exclusive-cpus",
+        "a count like 4 or a percentage of the node",
+    ),
     ("pod-caps: {exclusive-cpus: 2.5}", "pod-caps.exclusive-cpus", "a count like 4"),
     # removed by issue 18: one clear line, never silently ignored
     ("pod-caps: {gpus: 8}", "pod-caps.gpus", "was removed: the kubelet counts GPUs"),
-    ("permissions: {ungranted-gpus: [lab]}", "permissions.ungranted-gpus",
-     "was removed: nri-sla no longer gives GPUs to containers"),
-    ("gpu: {grant-cdi-kinds: [nvidia.com]}", "gpu.grant-cdi-kinds[0]",
-     "must be a CDI kind (vendor/class) like nvidia.com/gpu, got nvidia.com"),
-    ("gpu: {grant-cdi-kinds: nvidia.com/gpu}", "gpu.grant-cdi-kinds", "must be a list of at "
-     "most 32 CDI kind"),
-    ("gpu: {grant-resources: [nvidia.com/gpu, 'a b/c']}", "gpu.grant-resources[1]",
-     "must be a resource name"),
+    (
+        "permissions: {ungranted-gpus: [lab]}",
+        "permissions.ungranted-gpus",
+        "was removed: nri-sla no longer gives GPUs to containers",
+    ),
+    (
+        "gpu: {grant-cdi-kinds: [nvidia.com]}",
+        "gpu.grant-cdi-kinds[0]",
+        "must be a CDI kind (vendor/class) like nvidia.com/gpu, got nvidia.com",
+    ),
+    (
+        "gpu: {grant-cdi-kinds: nvidia.com/gpu}",
+        "gpu.grant-cdi-kinds",
+        "must be a list of at most 32 CDI kind",
+    ),
+    (
+        "gpu: {grant-resources: [nvidia.com/gpu, 'a b/c']}",
+        "gpu.grant-resources[1]",
+        "must be a resource name",
+    ),
     ("gpu: {podresources-socket: kubelet.sock}", "gpu.podresources-socket", "absolute"),
-    ("pod-caps: {exclusive-cpus: '150%'}", "pod-caps.exclusive-cpus", "like \"50%\""),
+    ("pod-caps: {exclusive-cpus: '150%'}", "pod-caps.exclusive-cpus", 'like "50%"'),
     ("pod-caps: {exclusive-cpus: 'half'}", "pod-caps.exclusive-cpus", "got half"),
     ("pod-caps: {rt-share: 1.5}", "pod-caps.rt-share", "fraction from 0 to 1"),
     ("pod-caps: {rt: 0.1}", "pod-caps.rt", "not a known field"),
-    ("permissions: {realtime: default}", "permissions.realtime",
-     "list of namespace names or globs"),
-    ("permissions: {realtime: [Default]}", "permissions.realtime[0]",
-     "namespace name or glob"),
+    (
+        "permissions: {realtime: default}",
+        "permissions.realtime",
+        "list of namespace names or globs",
+    ),
+    ("permissions: {realtime: [Default]}", "permissions.realtime[0]", "namespace name or glob"),
     ("permissions: {gpu: ['*']}", "permissions.gpu", "did you mean gpus?"),
     ("rt-budget: 1.5", "rt-budget", "fraction from 0 to 1", "1.5"),
     ("rt-budget: 50%", "rt-budget", "fraction from 0 to 1"),
@@ -171,18 +231,30 @@ CONFIG_ERRORS = [
     ("rt-budget: true", "rt-budget", "fraction from 0 to 1"),
     ("reserved-cpus: 1-0", "reserved-cpus", "reversed range"),
     ("reserved-cpus: all", "reserved-cpus", "CPU list like 0, 0-1 or 0,2"),
-    ("reserved-cpus: {a: 1}", "reserved-cpus", "CPU list like \"0-1\""),
+    ("reserved-cpus: {a: 1}", "reserved-cpus", 'CPU list like "0-1"'),
     ("gpu: {injection: nvidia}", "gpu.injection", "one of cdi, env, devices"),
-    ("gpu: {inventory: inv.yaml}", "gpu.inventory",
-     "one of auto, nvml, sysfs or an absolute path"),
-    ("device-plugin: {resource-name: gpu}", "device-plugin.resource-name",
-     "extended resource name like nvidia.com/gpu", "got gpu"),
-    ("device-plugin: {resource-name: kubernetes.io/gpu}", "device-plugin.resource-name",
-     "outside kubernetes.io"),
-    ("device-plugin: {resource-name: NVIDIA.com/gpu}", "device-plugin.resource-name",
-     "extended resource name"),
-    ("device-plugin: {resource-name: nvidia.com/-gpu}", "device-plugin.resource-name",
-     "extended resource name"),
+    ("gpu: {inventory: inv.yaml}", "gpu.inventory", "one of auto, nvml, sysfs or an absolute path"),
+    (
+        "device-plugin: {resource-name: gpu}",
+        "device-plugin.resource-name",
+        "extended resource name like nvidia.com/gpu",
+        "got gpu",
+    ),
+    (
+        "device-plugin: {resource-name: kubernetes.io/gpu}",
+        "device-plugin.resource-name",
+        "outside kubernetes.io",
+    ),
+    (
+        "device-plugin: {resource-name: NVIDIA.com/gpu}",
+        "device-plugin.resource-name",
+        "extended resource name",
+    ),
+    (
+        "device-plugin: {resource-name: nvidia.com/-gpu}",
+        "device-plugin.resource-name",
+        "extended resource name",
+    ),
     ("device-plugin: {socket-dir: device-plugins}", "device-plugin.socket-dir", "absolute path"),
     ("device-plugin: {socket: /x}", "device-plugin.socket", "not a known field"),
     ("cgroup: {root: sys/fs/cgroup}", "cgroup.root", "absolute path"),
@@ -191,11 +263,14 @@ CONFIG_ERRORS = [
     ("cgroup: {version: true}", "cgroup.version", "one of auto, 1, 2"),
     ("nri: {socket: nri.sock}", "nri.socket", "absolute path"),
     ("nri: {plugin-name: 'a b'}", "nri.plugin-name", "letters, digits"),
-    ("nri: {plugin-index: 100}", "nri.plugin-index", "two digits from \"00\" to \"99\""),
+    ("nri: {plugin-index: 100}", "nri.plugin-index", 'two digits from "00" to "99"'),
     ("nri: {plugin-index: '5'}", "nri.plugin-index", "two digits"),
     # containerd pads nothing: 7 (and 07, which YAML reads as 7) is not two digits.
-    ("nri: {plugin-index: 7}", "nri.plugin-index", "got 7; an index below 10 must be "
-                                                   "quoted, e.g. \"07\""),
+    (
+        "nri: {plugin-index: 7}",
+        "nri.plugin-index",
+        'got 7; an index below 10 must be quoted, e.g. "07"',
+    ),
     ("nri: {plugin-index: 07}", "nri.plugin-index", "must be quoted"),
     ("gpu: {rescan-interval: 0.5}", "gpu.rescan-interval", "0 (never) or a number of seconds"),
     ("gpu: {rescan-interval: 1m}", "gpu.rescan-interval", "from 1 to 86400, got 1m"),
@@ -205,12 +280,18 @@ CONFIG_ERRORS = [
     ("hook: {inject: yes}", "hook.inject", "true or false, got yes"),
     ("metrics: {address: 9810}", "metrics.address", "host:port like 127.0.0.1:9810"),
     ("metrics: {address: 'localhost:99999'}", "metrics.address", "port 1..65535"),
-    ("watch: {interval-seconds: 0.5}", "watch.interval-seconds",
-     "0 (off) or a number of seconds from 1 to 3600"),
+    (
+        "watch: {interval-seconds: 0.5}",
+        "watch.interval-seconds",
+        "0 (off) or a number of seconds from 1 to 3600",
+    ),
     ("watch: {interval-seconds: -1}", "watch.interval-seconds", "got -1"),
     ("watch: {interval-seconds: 30s}", "watch.interval-seconds", "number of seconds"),
-    ("watch: {repair-backoff-max-seconds: 0}", "watch.repair-backoff-max-seconds",
-     "from 1 to 86400"),
+    (
+        "watch: {repair-backoff-max-seconds: 0}",
+        "watch.repair-backoff-max-seconds",
+        "from 1 to 86400",
+    ),
     ("watch: {metrics-containers: 1.5}", "watch.metrics-containers", "count of containers"),
     ("watch: {interval: 30}", "watch.interval", "did you mean interval-seconds?"),
     ("status: {socket: status.sock}", "status.socket", "absolute path"),
@@ -224,9 +305,11 @@ CONFIG_ERRORS = [
 ]
 
 
-@pytest.mark.parametrize(("text", "field", "fragments"),
-                         [(t, f, fr) for t, f, *fr in CONFIG_ERRORS],
-                         ids=[row[0][:40] for row in CONFIG_ERRORS])
+@pytest.mark.parametrize(
+    ("text", "field", "fragments"),
+    [(t, f, fr) for t, f, *fr in CONFIG_ERRORS],
+    ids=[row[0][:40] for row in CONFIG_ERRORS],
+)
 def test_config_errors(text, field, fragments):
     with pytest.raises(ConfigError) as info:
         parse_config(text, SRC)
@@ -274,7 +357,6 @@ def test_load_config_paths(tmp_path, monkeypatch):
         load_config(str(big))
 
 
-
 def test_docs_example_parses():
     text = (ROOT / "docs" / "config.md").read_text()
     block = text.split("## Example", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
@@ -286,16 +368,37 @@ def test_docs_example_parses():
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.one_of(
-    st.text(max_size=200),
-    st.dictionaries(st.sampled_from(["enforcement", "rt-budget", "reserved-cpus", "nri", "log",
-                                     "permissions", "pod-caps", "metrics", "cgroup", "gpu",
-                                     "x"]),
-                    st.one_of(st.none(), st.booleans(), st.integers(), st.floats(),
-                              st.text(max_size=20),
-                              st.dictionaries(st.text(max_size=12), st.text(max_size=12),
-                                              max_size=3)),
-                    max_size=5).map(yaml.safe_dump)))
+@given(
+    st.one_of(
+        st.text(max_size=200),
+        st.dictionaries(
+            st.sampled_from(
+                [
+                    "enforcement",
+                    "rt-budget",
+                    "reserved-cpus",
+                    "nri",
+                    "log",
+                    "permissions",
+                    "pod-caps",
+                    "metrics",
+                    "cgroup",
+                    "gpu",
+                    "x",
+                ]
+            ),
+            st.one_of(
+                st.none(),
+                st.booleans(),
+                st.integers(),
+                st.floats(),
+                st.text(max_size=20),
+                st.dictionaries(st.text(max_size=12), st.text(max_size=12), max_size=3),
+            ),
+            max_size=5,
+        ).map(yaml.safe_dump),
+    )
+)
 def test_config_fuzz_only_config_error(text):
     try:
         cfg = parse_config(text, SRC)
@@ -309,8 +412,11 @@ def test_reload_applies_the_live_keys_and_names_the_others():
     from nri_plugin.plugin.config_reload import plan_reload
 
     old = parse_config("permissions: {gpus: [a]}\nwatch: {interval-seconds: 30}\n", "old.yaml")
-    new = parse_config("enforcement: soft\npermissions: {gpus: [b]}\nlog: {level: debug}\n"
-                       "watch: {interval-seconds: 5}\nnri: {socket: /x.sock}\n", "new.yaml")
+    new = parse_config(
+        "enforcement: soft\npermissions: {gpus: [b]}\nlog: {level: debug}\n"
+        "watch: {interval-seconds: 5}\nnri: {socket: /x.sock}\n",
+        "new.yaml",
+    )
     done = plan_reload(old, new)
     assert done.applied == ("enforcement", "permissions.gpus", "log.level")
     assert done.need_restart == ("nri.socket", "watch.interval-seconds")
@@ -360,5 +466,6 @@ def test_every_field_of_a_section_is_a_key():
         for f in fields(cls):
             assert (section.replace("-", "_"), f.name) in declared, f"{section}.{f.name}"
     for f in fields(NodeConfig):
-        assert (f.name,) in declared or f.name.replace("_", "-") in SECTIONS \
-            or f.name == "source", f.name
+        assert (
+            (f.name,) in declared or f.name.replace("_", "-") in SECTIONS or f.name == "source"
+        ), f.name

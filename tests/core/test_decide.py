@@ -25,13 +25,11 @@ def broken_resolver(device: str) -> tuple[int, int]:
 def test_a_bug_becomes_an_internal_failure_logged_once_with_its_traceback(caplog):
     node = OneShotNode(NodeConfig(), 2, resolve_device=broken_resolver)
     with caplog.at_level(logging.ERROR, logger="nri_sla"):
-        decision = decide(node, ContainerRequest(IO_SLA, "app", namespace="prod",
-                                                 owner="ctr-1"))
+        decision = decide(node, ContainerRequest(IO_SLA, "app", namespace="prod", owner="ctr-1"))
     assert decision.outcome == "refused" and decision.plan is None
     assert decision.error is not None and decision.error.kind == INTERNAL
     assert decision.reason == "internal"
-    assert decision.error_text == ("internal error while deciding the SLA: KeyError: "
-                                   "'/dev/sda'")
+    assert decision.error_text == ("internal error while deciding the SLA: KeyError: '/dev/sda'")
     [record] = caplog.records
     assert record.levelno == logging.ERROR and "ctr-1" in record.getMessage()
     assert record.exc_info is not None and record.exc_info[0] is KeyError
@@ -39,9 +37,13 @@ def test_a_bug_becomes_an_internal_failure_logged_once_with_its_traceback(caplog
 
 def test_a_reusable_decision_is_frozen_and_shared():
     node = OneShotNode(NodeConfig(), 2)
-    request = ContainerRequest({"sla.nri.io/pod": "cpu: {limit: 1}"}, "app",
-                               namespace="prod", owner="a",
-                               granted=GrantedResources(cpu_quota=100_000))
+    request = ContainerRequest(
+        {"sla.nri.io/pod": "cpu: {limit: 1}"},
+        "app",
+        namespace="prod",
+        owner="a",
+        granted=GrantedResources(cpu_quota=100_000),
+    )
     first = decide(node, request)
     replica = decide(node, replace(request, owner="b"))
     assert first.outcome == "enforced" and first.reusable
@@ -63,12 +65,30 @@ def test_no_sla_is_skipped_and_a_bad_one_refused_naming_the_key():
 def test_the_reuse_key_sees_every_field_of_the_grant():
     """A replica with another grant is another decision: the grant's key (spelled out for
     speed) must change with each of its fields, and equal grants give equal keys."""
-    base = dict(cpu_quota=1, cpu_period=2, cpu_shares=3, memory_limit=4, cdi_devices=("a",),
-                gpu_devices=((195, 0),), device_mounts=("m",), env_gpus="0",
-                caps_minors=(21, 22), all_devices=False)
-    other = dict(cpu_quota=5, cpu_period=6, cpu_shares=7, memory_limit=8, cdi_devices=("b",),
-                 gpu_devices=((195, 1),), device_mounts=("n",), env_gpus="1",
-                 caps_minors=(30, 31), all_devices=True)
+    base = dict(
+        cpu_quota=1,
+        cpu_period=2,
+        cpu_shares=3,
+        memory_limit=4,
+        cdi_devices=("a",),
+        gpu_devices=((195, 0),),
+        device_mounts=("m",),
+        env_gpus="0",
+        caps_minors=(21, 22),
+        all_devices=False,
+    )
+    other = dict(
+        cpu_quota=5,
+        cpu_period=6,
+        cpu_shares=7,
+        memory_limit=8,
+        cdi_devices=("b",),
+        gpu_devices=((195, 1),),
+        device_mounts=("n",),
+        env_gpus="1",
+        caps_minors=(30, 31),
+        all_devices=True,
+    )
     key = GrantedResources(**base).key()
     assert key == GrantedResources(**base).key()
     assert len(key) == len(GrantedResources.__slots__) == len(base)
@@ -105,10 +125,16 @@ def test_a_programming_error_is_a_bug_logged_with_its_traceback(caplog, monkeypa
     monkeypatch.setattr(decision_module, "plan_container", planner_with_a_broken_contract)
     node = OneShotNode(NodeConfig(), 2)
     with caplog.at_level(logging.ERROR, logger="nri_sla"):
-        decision = decide(node, ContainerRequest({"sla.nri.io/pod": "cpu: {limit: 1}"}, "app",
-                                                 namespace="prod", owner="ctr-1"))
+        decision = decide(
+            node,
+            ContainerRequest(
+                {"sla.nri.io/pod": "cpu: {limit: 1}"}, "app", namespace="prod", owner="ctr-1"
+            ),
+        )
     assert decision.outcome == "refused" and decision.error.kind == INTERNAL
-    assert decision.error_text == ("internal error while deciding the SLA: ProgrammingError: "
-                                   "topology 'ring' is not one of any, numa, nvlink")
+    assert decision.error_text == (
+        "internal error while deciding the SLA: ProgrammingError: "
+        "topology 'ring' is not one of any, numa, nvlink"
+    )
     [record] = caplog.records
     assert record.exc_info is not None and record.exc_info[0] is ProgrammingError

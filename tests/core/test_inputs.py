@@ -27,13 +27,24 @@ from nri_plugin.granted import GrantedResources
 from nri_plugin.value import replace
 
 NODE = NodeInputs("config", ("facts", "/sys"), "code")
-BASE = dict(sla=(("sla.nri.io/pod", "cpu: {limit: 1}"),), name="app", namespace="prod",
-            granted=GrantedResources(cpu_quota=100_000).key(), node=NODE, nri_version="0.9",
-            distrust="")
-OTHER = dict(sla=(("sla.nri.io/pod", "cpu: {limit: 2}"),), name="side", namespace="dev",
-             granted=GrantedResources(cpu_quota=50_000).key(),
-             node=NodeInputs("config", ("facts", "/sys"), "other code"), nri_version=None,
-             distrust="namespace key without its pod keys")
+BASE = dict(
+    sla=(("sla.nri.io/pod", "cpu: {limit: 1}"),),
+    name="app",
+    namespace="prod",
+    granted=GrantedResources(cpu_quota=100_000).key(),
+    node=NODE,
+    nri_version="0.9",
+    distrust="",
+)
+OTHER = dict(
+    sla=(("sla.nri.io/pod", "cpu: {limit: 2}"),),
+    name="side",
+    namespace="dev",
+    granted=GrantedResources(cpu_quota=50_000).key(),
+    node=NodeInputs("config", ("facts", "/sys"), "other code"),
+    nri_version=None,
+    distrust="namespace key without its pod keys",
+)
 
 
 def test_equal_inputs_are_one_key_and_every_field_counts():
@@ -47,8 +58,14 @@ def test_equal_inputs_are_one_key_and_every_field_counts():
         assert changed != first, name
         assert changed.digest() != first.digest(), name
     for part in ("config", "facts", "code"):
-        node = NodeInputs(**{"config": NODE.config, "facts": NODE.facts, "code": NODE.code,
-                             part: ("x",) if part == "facts" else "x"})
+        node = NodeInputs(
+            **{
+                "config": NODE.config,
+                "facts": NODE.facts,
+                "code": NODE.code,
+                part: ("x",) if part == "facts" else "x",
+            }
+        )
         assert node != NODE and DecisionInputs(**{**BASE, "node": node}) != first, part
 
 
@@ -63,14 +80,22 @@ def test_inputs_are_frozen_values():
 
 
 def test_the_sla_text_is_every_key_under_the_prefix_and_the_alias_sorted():
-    annotations = {"sla.nri.io/pod": "b", "sla.nri.io/container.app": "a",
-                   ENFORCEMENT_ALIAS: "soft", "sla.nri.io.other/x": "no",
-                   "io.kubernetes.pod.name": "web-1"}
+    annotations = {
+        "sla.nri.io/pod": "b",
+        "sla.nri.io/container.app": "a",
+        ENFORCEMENT_ALIAS: "soft",
+        "sla.nri.io.other/x": "no",
+        "io.kubernetes.pod.name": "web-1",
+    }
     assert sla_text(annotations, "sla.nri.io") == (
-        (ENFORCEMENT_ALIAS, "soft"), ("sla.nri.io/container.app", "a"), ("sla.nri.io/pod", "b"))
+        (ENFORCEMENT_ALIAS, "soft"),
+        ("sla.nri.io/container.app", "a"),
+        ("sla.nri.io/pod", "b"),
+    )
     per_replica = {**annotations, "io.kubernetes.pod.name": "web-2"}
-    assert (inputs_for(annotations, "sla.nri.io", "app", "prod", (), NODE)
-            == inputs_for(per_replica, "sla.nri.io", "app", "prod", (), NODE))
+    assert inputs_for(annotations, "sla.nri.io", "app", "prod", (), NODE) == inputs_for(
+        per_replica, "sla.nri.io", "app", "prod", (), NODE
+    )
 
 
 def test_more_sla_keys_than_a_pod_may_have_are_no_inputs():
@@ -101,8 +126,9 @@ def test_a_new_config_object_is_another_decision_without_a_reload():
     demo does, without NodeState.reconfigure) never hands out a decision made under the
     old one. The SLA names no enforcement, so the config's default decides it."""
     node = OneShotNode(NodeConfig(enforcement="hard"), 2)
-    request = ContainerRequest({"sla.nri.io/pod": "cpu: {limit: 1}"}, "app",
-                               namespace="prod", owner="a")
+    request = ContainerRequest(
+        {"sla.nri.io/pod": "cpu: {limit: 1}"}, "app", namespace="prod", owner="a"
+    )
     hard = decide(node, request)
     assert hard.reusable and hard.plan.enforcement == "hard"
     assert decide(node, replace(request, owner="b")) is hard
@@ -123,8 +149,10 @@ def test_the_code_is_what_this_process_imported():
     assert code_unchanged(code) == code["digest"]
     directory, ino, ctime, files = code["dirs"][0]
     name, file_ino, file_ctime = files[0]
-    moved = [[directory, ino, ctime, [[name, file_ino + 1, file_ctime], *files[1:]]],
-             *code["dirs"][1:]]
+    moved = [
+        [directory, ino, ctime, [[name, file_ino + 1, file_ctime], *files[1:]]],
+        *code["dirs"][1:],
+    ]
     assert code_unchanged({**code, "dirs": moved}) is None  # a new inode: an upgrade
     touched = [[directory, ino, ctime + 1, files], *code["dirs"][1:]]
     assert code_unchanged({**code, "dirs": touched}) is None  # a module added or removed

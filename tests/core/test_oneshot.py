@@ -25,8 +25,9 @@ def node_with_factory(built: list[Allocator]) -> OneShotNode:
         built.append(Allocator(snap.topology, snap.inventory))
         return built[-1]
 
-    return OneShotNode(NodeConfig(permissions=Permissions(realtime=("*",))), 1,
-                       allocator_factory=factory)
+    return OneShotNode(
+        NodeConfig(permissions=Permissions(realtime=("*",))), 1, allocator_factory=factory
+    )
 
 
 def test_only_a_placement_sla_builds_an_allocator_and_nothing_is_held():
@@ -34,9 +35,16 @@ def test_only_a_placement_sla_builds_an_allocator_and_nothing_is_held():
     node = node_with_factory(built)
     plain = decide(node, ContainerRequest({KEY: "cpu: {limit: 1}"}, "c", namespace="ml"))
     assert plain.outcome == "enforced" and built == []
-    placed = decide(node, ContainerRequest({KEY: "cpu: {exclusive: 2}"}, "c", namespace="ml",
-                                           owner="a",
-                                           granted=GrantedResources(cpu_shares=2048)))
+    placed = decide(
+        node,
+        ContainerRequest(
+            {KEY: "cpu: {exclusive: 2}"},
+            "c",
+            namespace="ml",
+            owner="a",
+            granted=GrantedResources(cpu_shares=2048),
+        ),
+    )
     assert placed.outcome == "enforced", placed.error_text
     assert placed.plan.placement_record["exclusive"]  # chosen on the node's topology
     (allocator,) = built
@@ -46,8 +54,9 @@ def test_only_a_placement_sla_builds_an_allocator_and_nothing_is_held():
 def test_rt_time_is_granted_within_the_caps_alone():
     node = node_with_factory([])
     assert node.rt_budget is None
-    decision = decide(node, ContainerRequest({KEY: "cpu: {rt-runtime: 5ms}"}, "c",
-                                             namespace="rt", owner="a"))
+    decision = decide(
+        node, ContainerRequest({KEY: "cpu: {rt-runtime: 5ms}"}, "c", namespace="rt", owner="a")
+    )
     assert decision.plan is not None and decision.plan.rt_runtime == 5000
 
 

@@ -57,22 +57,28 @@ def _planted(state: Path, kind: str) -> None:
         os.mkfifo(path, 0o600)
     else:
         path.write_bytes(b"k" * (KEY_BYTES - 1 if kind == "short" else KEY_BYTES))
-        path.chmod({"group-readable": 0o640, "world-readable": 0o604,
-                    "group-writable": 0o620}.get(kind, 0o600))
+        path.chmod(
+            {"group-readable": 0o640, "world-readable": 0o604, "group-writable": 0o620}.get(
+                kind, 0o600
+            )
+        )
         if kind == "foreign owner":
             os.chown(path, 65534, 65534)
 
 
-@pytest.mark.parametrize(("kind", "says"), [
-    ("symlink", "is a symbolic link"),
-    ("directory", "must be a regular file"),
-    ("fifo", "must be a regular file"),
-    ("short", f"must be {KEY_BYTES} bytes, found {KEY_BYTES - 1}"),
-    ("group-readable", "readable by its owner only (mode 0640"),
-    ("world-readable", "readable by its owner only (mode 0604"),
-    ("group-writable", "readable by its owner only (mode 0620"),
-    ("foreign owner", "owned by uid 65534"),
-])
+@pytest.mark.parametrize(
+    ("kind", "says"),
+    [
+        ("symlink", "is a symbolic link"),
+        ("directory", "must be a regular file"),
+        ("fifo", "must be a regular file"),
+        ("short", f"must be {KEY_BYTES} bytes, found {KEY_BYTES - 1}"),
+        ("group-readable", "readable by its owner only (mode 0640"),
+        ("world-readable", "readable by its owner only (mode 0604"),
+        ("group-writable", "readable by its owner only (mode 0620"),
+        ("foreign owner", "owned by uid 65534"),
+    ],
+)
 def test_an_untrustworthy_key_file_is_refused_not_replaced(tmp_path, kind, says):
     if kind == "foreign owner" and os.geteuid() != 0:
         pytest.skip("chown to another user needs root")
@@ -92,9 +98,21 @@ def test_nri_sla_run_refuses_to_start_with_a_planted_key(tmp_path):
     _planted(state, "symlink")
     config = tmp_path / "config.yaml"
     config.write_text(f"state-dir: {state}\nmetrics: {{address: ''}}\n")
-    proc = subprocess.run([sys.executable, "-m", "nri_plugin.cli", "run", "--config",
-                           str(config), "--socket", str(tmp_path / "none.sock")],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nri_plugin.cli",
+            "run",
+            "--config",
+            str(config),
+            "--socket",
+            str(tmp_path / "none.sock"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     # The operator's node state: exit status 2, the one its class gives.
     assert proc.returncode == RecordKeyError("x").exit_status == 2
     assert f"nri-sla run: {state / 'record.key'}: is a symbolic link" in proc.stderr

@@ -30,13 +30,15 @@ GRANTED = GrantedResources(cpu_shares=2048, cdi_devices=("nvidia.com/gpu=0",))
 def node() -> NodeState:
     snap = load_snapshot(EXAMPLES / "dgx-like.yaml")
     config = NodeConfig(permissions=Permissions(realtime=("*",)))
-    return NodeState(config, 1, allocator=Allocator(snap.topology, snap.inventory),
-                     rt_budget=RtBudget(0.5))
+    return NodeState(
+        config, 1, allocator=Allocator(snap.topology, snap.inventory), rt_budget=RtBudget(0.5)
+    )
 
 
 def decided(n: NodeState, owner: str = "a"):
-    decision = decide(n, ContainerRequest({KEY: SLA}, "c", namespace="ml", owner=owner,
-                                          granted=GRANTED))
+    decision = decide(
+        n, ContainerRequest({KEY: SLA}, "c", namespace="ml", owner=owner, granted=GRANTED)
+    )
     assert decision.outcome == "enforced", decision.error_text
     return decision.plan
 
@@ -48,9 +50,12 @@ def admit(n: NodeState, plan, owner: str = "a"):
 def books(n: NodeState, owner: str = "a") -> tuple:
     """What each book holds for `owner`: GPUs, exclusive CPUs, RT share, pool member."""
     placement = n.allocator.placement_of(owner)
-    return (placement.gpus if placement else (),
-            placement.exclusive_cpus if placement else frozenset(),
-            n.rt_budget.share_of(owner), n.cpu_pool.member(owner) is not None)
+    return (
+        placement.gpus if placement else (),
+        placement.exclusive_cpus if placement else frozenset(),
+        n.rt_budget.share_of(owner),
+        n.cpu_pool.member(owner) is not None,
+    )
 
 
 NOTHING = ((), frozenset(), 0.0, False)

@@ -17,9 +17,11 @@ def test_replicas_share_one_parsed_plan_and_a_copied_record_is_still_refused():
     node = plain_node(record_key=KEY)
     plan = ContainerPlan("hard", 2, cpu_quota=50_000, cpu_period=100_000, memory_max=1 << 30)
     records = {cid: encode_record(plan, "nri", cid, KEY) for cid in ("a", "b")}
-    live = [LiveContainer("a", "default", records["a"], 1),
-            LiveContainer("b", "default", records["b"], 2),
-            LiveContainer("c", "default", records["a"], 3)]  # a's, copied
+    live = [
+        LiveContainer("a", "default", records["a"], 1),
+        LiveContainer("b", "default", records["b"], 2),
+        LiveContainer("c", "default", records["a"], 3),
+    ]  # a's, copied
     restored = restore(node, live)
     assert restored.plans["a"] == plan and restored.plans["b"] is restored.plans["a"]
     (rejected,) = restored.rejected

@@ -46,45 +46,72 @@ SKIPPED: dict[tuple[str, str], str] = {
     ("README.md", "nri-sla validate deploy/*.yaml"): "the reader's manifests",
     ("README.md", "nri-sla validate --json deploy/*.yaml"): "the reader's manifests",
     ("README.md", "nri-sla explain pod.yaml"): "the reader's manifest, this host's node",
-    ("README.md", "nri-sla explain --nri-version v0.11.0 pod.yaml"):
-        "the reader's manifest, this host's node",
-    ("docs/sla.md", "nri-sla validate bomb.yaml"):
-        "the alias bomb is written by tests/commands/test_manifest_safety.py, which checks "
-        "this output",
-    ("docs/operations.md", "nri-sla explain --inventory broken.yaml pod.yaml"):
-        "a broken snapshot of the reader's; tests/commands/test_exit_statuses.py checks the "
-        "line",
+    (
+        "README.md",
+        "nri-sla explain --nri-version v0.11.0 pod.yaml",
+    ): "the reader's manifest, this host's node",
+    (
+        "docs/sla.md",
+        "nri-sla validate bomb.yaml",
+    ): "the alias bomb is written by tests/commands/test_manifest_safety.py, which checks "
+    "this output",
+    (
+        "docs/operations.md",
+        "nri-sla explain --inventory broken.yaml pod.yaml",
+    ): "a broken snapshot of the reader's; tests/commands/test_exit_statuses.py checks the line",
     # This host's hardware: the output depends on the machine the tests run on.
     ("docs/install.md", "nri-sla inventory"): "this host's CPUs and GPUs",
     ("docs/placement.md", "nri-sla inventory"): "this host's CPUs and GPUs",
     ("docs/placement.md", "nri-sla inventory --json"): "this host's CPUs and GPUs",
-    ("docs/placement.md", "nri-sla inventory --save node.yaml"):
-        "this host's CPUs and GPUs, and writes a file",
-    ("docs/placement.md",
-     "nri-sla inventory --source sysfs --sysfs-root /tmp/fake-sys --proc-root /tmp/fake-proc"):
-        "a fake sysfs the reader builds (tests/topology build them)",
+    (
+        "docs/placement.md",
+        "nri-sla inventory --save node.yaml",
+    ): "this host's CPUs and GPUs, and writes a file",
+    (
+        "docs/placement.md",
+        "nri-sla inventory --source sysfs --sysfs-root /tmp/fake-sys --proc-root /tmp/fake-proc",
+    ): "a fake sysfs the reader builds (tests/topology build them)",
     # Root, a runtime or a kubelet on this host.
-    ("docs/operations.md", "nri-sla run --metrics-address 127.0.0.1:9810"):
-        "another process must hold the port; tests/ops/test_health_cli.py checks the line",
+    (
+        "docs/operations.md",
+        "nri-sla run --metrics-address 127.0.0.1:9810",
+    ): "another process must hold the port; tests/ops/test_health_cli.py checks the line",
     ("docs/operations.md", "sudo nri-sla status"): "root and a running plugin",
-    ("docs/device-plugin.md", "nri-sla device-plugin [--config FILE] [--inventory FILE] "
-     "[--socket-dir DIR] [--log-format text|json]"): "a synopsis, not a command",
+    (
+        "docs/device-plugin.md",
+        "nri-sla device-plugin [--config FILE] [--inventory FILE] "
+        "[--socket-dir DIR] [--log-format text|json]",
+    ): "a synopsis, not a command",
     # The node's own files: /etc/nri-sla and /etc/containerd, an installed containerd.
-    ("docs/config.md", "nri-sla config check /etc/nri-sla/config.yaml"):
-        "the node's config file; tests/commands/test_config_command.py checks its lines",
-    ("docs/config.md", "nri-sla config default > config.yaml"):
-        "writes a file; tests/commands/test_config_command.py checks that check accepts it",
-    ("docs/install.md", "nri-sla config check /etc/nri-sla/config.yaml"):
-        "the node's config file; tests/commands/test_config_command.py",
-    ("docs/install.md", "nri-sla config check"):
-        "the node's /etc/nri-sla/config.yaml; tests/commands/test_config_command.py",
-    ("docs/install.md", "nri-sla containerd-config"):
-        "an installed containerd (its --version); tests/commands/test_containerd_config.py "
-        "runs it with --containerd-version",
-    ("docs/install.md", "nri-sla containerd-config --write --dry-run"):
-        "the node's /etc/containerd; tests/commands/test_containerd_config.py",
-    ("docs/install.md", "nri-sla containerd-config --write"):
-        "writes into /etc/containerd; tests/commands/test_containerd_config.py",
+    (
+        "docs/config.md",
+        "nri-sla config check /etc/nri-sla/config.yaml",
+    ): "the node's config file; tests/commands/test_config_command.py checks its lines",
+    (
+        "docs/config.md",
+        "nri-sla config default > config.yaml",
+    ): "writes a file; tests/commands/test_config_command.py checks that check accepts it",
+    (
+        "docs/install.md",
+        "nri-sla config check /etc/nri-sla/config.yaml",
+    ): "the node's config file; tests/commands/test_config_command.py",
+    (
+        "docs/install.md",
+        "nri-sla config check",
+    ): "the node's /etc/nri-sla/config.yaml; tests/commands/test_config_command.py",
+    (
+        "docs/install.md",
+        "nri-sla containerd-config",
+    ): "an installed containerd (its --version); tests/commands/test_containerd_config.py "
+    "runs it with --containerd-version",
+    (
+        "docs/install.md",
+        "nri-sla containerd-config --write --dry-run",
+    ): "the node's /etc/containerd; tests/commands/test_containerd_config.py",
+    (
+        "docs/install.md",
+        "nri-sla containerd-config --write",
+    ): "writes into /etc/containerd; tests/commands/test_containerd_config.py",
 }
 
 
@@ -111,7 +138,7 @@ def fenced_blocks(text: str):
         end = i + 1
         while end < len(lines) and lines[end].strip() != "```":
             end += 1
-        yield info, i + 2, [line[len(indent):] for line in lines[i + 1:end]]
+        yield info, i + 2, [line[len(indent) :] for line in lines[i + 1 : end]]
         i = end + 1
 
 
@@ -142,9 +169,8 @@ def shown_commands() -> list[Shown]:
                     continue
                 output = None
                 if line.startswith("$ "):
-                    rest = lines[n + 1:]
-                    stop = next((i for i, x in enumerate(rest) if x.startswith("$ ")),
-                                len(rest))
+                    rest = lines[n + 1 :]
+                    stop = next((i for i, x in enumerate(rest) if x.startswith("$ ")), len(rest))
                     output = rest[:stop]
                 found.append(Shown(doc, first + n, command, output))
     return found
@@ -158,9 +184,15 @@ def run_shown(command: str) -> subprocess.CompletedProcess:
     words = shlex.split(command)
     assert words[0] == "nri-sla", command
     # As a terminal shows it: both streams in one, in the order they were written.
-    return subprocess.run([sys.executable, "-m", "nri_plugin.cli", *words[1:]], cwd=REPO,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          timeout=TIMEOUT_S, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    return subprocess.run(
+        [sys.executable, "-m", "nri_plugin.cli", *words[1:]],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=TIMEOUT_S,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
 
 
 def matches(shown: list[str], actual: list[str]) -> bool:
@@ -177,11 +209,11 @@ def matches(shown: list[str], actual: list[str]) -> bool:
     if len(parts) == 1:
         return shown == actual
     first, *middle, last = parts
-    if actual[:len(first)] != first or (last and actual[-len(last):] != last):
+    if actual[: len(first)] != first or (last and actual[-len(last) :] != last):
         return False
     at, end = len(first), len(actual) - len(last)
     for part in middle:
-        while at + len(part) <= end and actual[at:at + len(part)] != part:
+        while at + len(part) <= end and actual[at : at + len(part)] != part:
             at += 1
         if at + len(part) > end:
             return False
@@ -210,7 +242,8 @@ def test_shown_command_runs_and_prints_what_is_shown(shown: Shown):
         assert out.returncode in (0, 1), out.stdout
     else:  # the shown output says what happened (docs/operations.md "Exit statuses")
         assert matches(shown.output, out.stdout.splitlines()), (
-            f"{shown.doc}:{shown.line} `{shown.command}` prints:\n{out.stdout}")
+            f"{shown.doc}:{shown.line} `{shown.command}` prints:\n{out.stdout}"
+        )
 
 
 def test_matches_normalisation():
@@ -221,6 +254,7 @@ def test_matches_normalisation():
 
 
 # -- flags ------------------------------------------------------------------------------
+
 
 def parser_flags(name: str) -> set[str]:
     """The flags `nri-sla NAME` accepts (the hook's own parser for `hook`)."""
@@ -237,8 +271,13 @@ def visible_flags(name: str) -> set[str]:
         return set(HOOK_FLAGS)
     parser = argparse.ArgumentParser()
     importlib.import_module(f"nri_plugin.commands.{COMMANDS[name][0]}").add_arguments(parser)
-    return {flag for action in parser._actions if action.help != argparse.SUPPRESS
-            for flag in action.option_strings if flag.startswith("--")} - {"--help"}
+    return {
+        flag
+        for action in parser._actions
+        if action.help != argparse.SUPPRESS
+        for flag in action.option_strings
+        if flag.startswith("--")
+    } - {"--help"}
 
 
 def flags_used_with_subcommands() -> list[tuple[str, str, str]]:
@@ -250,8 +289,9 @@ def flags_used_with_subcommands() -> list[tuple[str, str, str]]:
         text = path.read_text()
         spans = re.findall(r"`([^`\n]+)`", text) + text.splitlines()
         for span in spans:
-            for match in re.finditer(r"\bnri-sla ([a-z-]+)\b([^|;#`]*?)(?=\s*(?:[|;#`]|&&|$))",
-                                     span):
+            for match in re.finditer(
+                r"\bnri-sla ([a-z-]+)\b([^|;#`]*?)(?=\s*(?:[|;#`]|&&|$))", span
+            ):
                 sub, rest = match.groups()
                 if sub not in SUBCOMMANDS:
                     continue
@@ -263,20 +303,21 @@ def flags_used_with_subcommands() -> list[tuple[str, str, str]]:
 def test_every_flag_the_docs_show_exists():
     used = flags_used_with_subcommands()
     assert len(used) >= 30  # the scan finds the docs' flags
-    wrong = sorted({(doc, sub, flag) for doc, sub, flag in used
-                    if flag not in parser_flags(sub)})
+    wrong = sorted({(doc, sub, flag) for doc, sub, flag in used if flag not in parser_flags(sub)})
     assert wrong == []
 
 
 def test_every_flag_is_in_the_docs():
     text = "\n".join(path.read_text() for path in DOCS)
     named = set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", text))
-    missing = sorted((sub, flag) for sub in sorted(SUBCOMMANDS)
-                     for flag in visible_flags(sub) - named)
+    missing = sorted(
+        (sub, flag) for sub in sorted(SUBCOMMANDS) for flag in visible_flags(sub) - named
+    )
     assert missing == []
 
 
 # -- node config keys -------------------------------------------------------------------
+
 
 def test_config_md_tables_name_exactly_the_config_keys():
     """Every row of docs/config.md's key tables is a key of the schema, and every key of
@@ -296,8 +337,9 @@ def test_config_md_table_is_the_generated_one(tmp_path):
     from nri_plugin.config import doctable
 
     text = (REPO / "docs" / "config.md").read_text()
-    assert doctable.rewrite(text) == text, \
+    assert doctable.rewrite(text) == text, (
         "run: python -m nri_plugin.config.doctable docs/config.md"
+    )
     assert "| `log.level` | `debug` \\| `info` \\| `warning` \\| `error` | `info` |" in text
     # The command rewrites a stale table, and only the table.
     stale = tmp_path / "config.md"
@@ -305,40 +347,49 @@ def test_config_md_table_is_the_generated_one(tmp_path):
     command = [sys.executable, "-m", "nri_plugin.config.doctable"]
     assert subprocess.run([*command, str(stale)], cwd=REPO, timeout=TIMEOUT_S).returncode == 0
     assert stale.read_text() == text
-    shown = subprocess.run(command, cwd=REPO, capture_output=True, text=True,
-                           timeout=TIMEOUT_S)
+    shown = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=TIMEOUT_S)
     assert shown.stdout.splitlines() == doctable.table()
     stale.write_text("no markers\n")
-    refused = subprocess.run([*command, str(stale)], cwd=REPO, capture_output=True,
-                             text=True, timeout=TIMEOUT_S)
+    refused = subprocess.run(
+        [*command, str(stale)], cwd=REPO, capture_output=True, text=True, timeout=TIMEOUT_S
+    )
     assert refused.returncode == 2 and "markers" in refused.stderr
     assert stale.read_text() == "no markers\n"
 
 
 # -- decision lines ---------------------------------------------------------------------
 
+
 def test_operations_md_decision_lines_are_the_plugins():
     """The text and JSON decision lines docs/operations.md shows are what the plugin
     writes for those pods (the demo drives the real plugin; its --verbose log is run's),
     timestamps aside."""
     text = (REPO / "docs" / "operations.md").read_text().split("\n## Logs\n", 1)[1]
-    shown = [line for info, _, lines in fenced_blocks(text) if info in ("text", "json")
-             for line in lines if "sla decision" in line]
+    shown = [
+        line
+        for info, _, lines in fenced_blocks(text)
+        if info in ("text", "json")
+        for line in lines
+        if "sla decision" in line
+    ]
     assert len(shown) == 3
     stamp = re.compile(r'"?ts"?[=:]"?\d{4}-\d\d-\d\dT[0-9:.]+Z"?')
     actual = set()
     for log_format in ("text", "json"):
-        out = run_shown("nri-sla demo --verbose --log-format "
-                        f"{log_format} examples/pods/10-inference.yaml examples/pods/30-web.yaml")
+        out = run_shown(
+            "nri-sla demo --verbose --log-format "
+            f"{log_format} examples/pods/10-inference.yaml examples/pods/30-web.yaml"
+        )
         assert out.returncode == 0, out.stdout
-        actual |= {stamp.sub("TS", line) for line in out.stdout.splitlines()
-                   if "sla decision" in line}
+        actual |= {
+            stamp.sub("TS", line) for line in out.stdout.splitlines() if "sla decision" in line
+        }
     for line in shown:
         assert stamp.sub("TS", line) in actual, line
 
 
-
 # -- statements an operator reads ---------------------------------------------------------
+
 
 def _flat(text: str) -> str:
     return " ".join(text.split())
@@ -368,9 +419,11 @@ def test_readme_error_example_is_containerds_wording():
     from nri_plugin.plugin.handlers import STATUS
 
     readme = (REPO / "README.md").read_text()
-    assert ("Error: failed to create containerd container: failed to get NRI adjustment for "
-            "container: rpc error: code = InvalidArgument desc = sla.nri.io/container.web: "
-            "memory.high (12Gi) must be below memory.max (10Gi)") in readme
+    assert (
+        "Error: failed to create containerd container: failed to get NRI adjustment for "
+        "container: rpc error: code = InvalidArgument desc = sla.nri.io/container.web: "
+        "memory.high (12Gi) must be below memory.max (10Gi)"
+    ) in readme
     assert STATUS["invalid"] == Code.INVALID_ARGUMENT
     assert "code = Unknown" not in readme
     assert "`FailedPrecondition` for a valid SLA" in readme
@@ -408,8 +461,11 @@ def test_log_levels_are_one_list():
     add_log_arguments(parser)
     [flag] = [a for a in parser._actions if "--log-level" in a.option_strings]
     assert tuple(flag.choices) == LOG_LEVELS
-    row = next(line for line in (REPO / "docs" / "config.md").read_text().splitlines()
-               if line.startswith("| `log.level` |"))
+    row = next(
+        line
+        for line in (REPO / "docs" / "config.md").read_text().splitlines()
+        if line.startswith("| `log.level` |")
+    )
     cells = re.split(r"(?<!\\)\|", row)  # `\|` inside a cell is no column
     assert tuple(re.findall(r"`(\w+)`", cells[2])) == LOG_LEVELS
 
@@ -426,16 +482,26 @@ def test_docs_cite_no_release_notes_and_give_the_load_test_one_size():
 
     text = "\n".join(path.read_text() for path in DOCS)
     assert "release notes" not in text.lower()  # there are none to read
-    about_load = [line for line in (REPO / "docs" / "e2e.md").read_text().splitlines()
-                  if re.search(r"test_load|load test|E2E_LOAD", line)]
+    about_load = [
+        line
+        for line in (REPO / "docs" / "e2e.md").read_text().splitlines()
+        if re.search(r"test_load|load test|E2E_LOAD", line)
+    ]
     sizes = {int(n) for line in about_load for n in re.findall(r"(\d+)[ -]pods?\b", line)}
     assert sizes == {PODS}, sizes
 
 
 # Development history belongs in the changelog, not in what an operator reads.
 HISTORY = re.compile(r"\bissues? #?\d+|\(#\d+\)|\bsession \d+|\bround \d+\b", re.I)
-WITHOUT_HISTORY = ("README.md", "docs/operations.md", "docs/e2e.md", "docs/config.md",
-                   "docs/hook.md", "docs/install.md", "docs/sla.md")
+WITHOUT_HISTORY = (
+    "README.md",
+    "docs/operations.md",
+    "docs/e2e.md",
+    "docs/config.md",
+    "docs/hook.md",
+    "docs/install.md",
+    "docs/sla.md",
+)
 
 
 @pytest.mark.parametrize("doc", WITHOUT_HISTORY)

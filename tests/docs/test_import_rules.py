@@ -24,18 +24,26 @@ LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 def test_architecture_section_is_the_contract_rendered() -> None:
     assert current_section() == render_section(), (
         f"{ARCHITECTURE.relative_to(REPO)}'s 'Who may import whom' differs from the contract "
-        f"in {PYPROJECT.name}: run `{REGENERATE}`")
+        f"in {PYPROJECT.name}: run `{REGENERATE}`"
+    )
 
 
 def _lint(tree: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(tree)}  # this copy's nri_plugin, not the checkout's
-    return subprocess.run([str(LINT_IMPORTS), "--no-logo", "--no-cache"], cwd=tree, env=env,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--no-logo", "--no-cache"],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_an_import_against_the_layers_breaks_the_contract(tmp_path: Path) -> None:
-    shutil.copytree(REPO / "nri_plugin", tmp_path / "nri_plugin",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        REPO / "nri_plugin", tmp_path / "nri_plugin", ignore=shutil.ignore_patterns("__pycache__")
+    )
     shutil.copy(PYPROJECT, tmp_path)
     assert _lint(tmp_path).returncode == 0
     framing = tmp_path / "nri_plugin" / "nri" / "ttrpc.py"
@@ -48,8 +56,9 @@ def test_an_import_against_the_layers_breaks_the_contract(tmp_path: Path) -> Non
 
 def test_a_heavy_import_on_the_hooks_warm_path_breaks_its_contract(tmp_path: Path) -> None:
     # `typing` only for a checker (under TYPE_CHECKING) is free; imported, it is not
-    shutil.copytree(REPO / "nri_plugin", tmp_path / "nri_plugin",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        REPO / "nri_plugin", tmp_path / "nri_plugin", ignore=shutil.ignore_patterns("__pycache__")
+    )
     shutil.copy(PYPROJECT, tmp_path)
     granted = tmp_path / "nri_plugin" / "granted.py"
     granted.write_text(granted.read_text() + "\nfrom typing import Any  # noqa\n")

@@ -41,9 +41,11 @@ from tests.e2e.e2e_image import ImageBuildError, build_image_archive
 
 HERE = Path(__file__).parent
 DEFAULT_IMAGE = "nri-e2e.local/busybox:1"
-ENV_HELP = ("set NRI_SLA_CONTAINERD (containerd 1.7/2.x binary), NRI_SLA_CRICTL and "
-            "NRI_SLA_RUNC (runc >= 1.2) to run the e2e suite; optional NRI_SLA_CONTAINERD_SHIM, "
-            "NRI_SLA_CTR (default: beside containerd), NRI_SLA_E2E_IMAGE_TAR")
+ENV_HELP = (
+    "set NRI_SLA_CONTAINERD (containerd 1.7/2.x binary), NRI_SLA_CRICTL and "
+    "NRI_SLA_RUNC (runc >= 1.2) to run the e2e suite; optional NRI_SLA_CONTAINERD_SHIM, "
+    "NRI_SLA_CTR (default: beside containerd), NRI_SLA_E2E_IMAGE_TAR"
+)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -70,8 +72,9 @@ def e2e_bins() -> Binaries:
     containerd = Path(env["NRI_SLA_CONTAINERD"])
     bins = Binaries(
         containerd=containerd,
-        shim=Path(env.get("NRI_SLA_CONTAINERD_SHIM")
-                  or containerd.with_name("containerd-shim-runc-v2")),
+        shim=Path(
+            env.get("NRI_SLA_CONTAINERD_SHIM") or containerd.with_name("containerd-shim-runc-v2")
+        ),
         ctr=Path(env.get("NRI_SLA_CTR") or containerd.with_name("ctr")),
         crictl=Path(env["NRI_SLA_CRICTL"]),
         runc=Path(env["NRI_SLA_RUNC"]),
@@ -87,8 +90,10 @@ def _image_name(tar: Path) -> str:
     for m in index.get("manifests", []):
         if name := m.get("annotations", {}).get("io.containerd.image.name"):
             return name
-    raise ClusterError(f"{tar}: index.json names no image (annotation "
-                       "io.containerd.image.name); build it with tests/e2e/e2e_image.py")
+    raise ClusterError(
+        f"{tar}: index.json names no image (annotation "
+        "io.containerd.image.name); build it with tests/e2e/e2e_image.py"
+    )
 
 
 @pytest.fixture(scope="session")
@@ -104,12 +109,14 @@ def e2e_image_archive(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, s
 
 
 @contextlib.contextmanager
-def _private_containerd(bins: Binaries, image: tuple[Path, str],
-                        request: pytest.FixtureRequest) -> Iterator[Cluster]:
+def _private_containerd(
+    bins: Binaries, image: tuple[Path, str], request: pytest.FixtureRequest
+) -> Iterator[Cluster]:
     # A short path under /tmp: unix socket paths are limited to 107 bytes.
     base = Path(tempfile.mkdtemp(prefix="nrie2e-", dir="/tmp"))
-    with _running(Cluster(bins, base, image_tar=image[0], image=image[1]), "containerd",
-                  request) as c:
+    with _running(
+        Cluster(bins, base, image_tar=image[0], image=image[1]), "containerd", request
+    ) as c:
         yield c
 
 
@@ -132,23 +139,27 @@ def _running(node, what: str, request: pytest.FixtureRequest) -> Iterator:
 
 
 @pytest.fixture
-def cluster(e2e_bins: Binaries, e2e_image_archive: tuple[Path, str],
-            request: pytest.FixtureRequest) -> Iterator[Cluster]:
+def cluster(
+    e2e_bins: Binaries, e2e_image_archive: tuple[Path, str], request: pytest.FixtureRequest
+) -> Iterator[Cluster]:
     with _private_containerd(e2e_bins, e2e_image_archive, request) as c:
         yield c
 
 
 @pytest.fixture
-def second_cluster(e2e_bins: Binaries, e2e_image_archive: tuple[Path, str],
-                   request: pytest.FixtureRequest) -> Iterator[Cluster]:
+def second_cluster(
+    e2e_bins: Binaries, e2e_image_archive: tuple[Path, str], request: pytest.FixtureRequest
+) -> Iterator[Cluster]:
     """Another private containerd beside `cluster` (own sockets, state, cgroup parent)."""
     with _private_containerd(e2e_bins, e2e_image_archive, request) as c:
         yield c
 
 
-CRIO_HELP = ("set NRI_SLA_CRIO (a crio binary, 1.34 or later), NRI_SLA_CRICTL and "
-             "NRI_SLA_RUNC to run the CRI-O e2e tests; optional NRI_SLA_CONMON (default "
-             "/usr/bin/conmon), NRI_SLA_PINNS (default: beside crio)")
+CRIO_HELP = (
+    "set NRI_SLA_CRIO (a crio binary, 1.34 or later), NRI_SLA_CRICTL and "
+    "NRI_SLA_RUNC to run the CRI-O e2e tests; optional NRI_SLA_CONMON (default "
+    "/usr/bin/conmon), NRI_SLA_PINNS (default: beside crio)"
+)
 
 
 @pytest.fixture(scope="session")
@@ -159,22 +170,28 @@ def crio_bins() -> CrioBinaries:
     if os.geteuid() != 0:
         pytest.skip("the CRI-O e2e tests run crio and runc: run them as root")
     crio = Path(env["NRI_SLA_CRIO"])
-    bins = CrioBinaries(crio=crio, conmon=Path(env.get("NRI_SLA_CONMON", "/usr/bin/conmon")),
-                        pinns=Path(env.get("NRI_SLA_PINNS") or crio.with_name("pinns")),
-                        crictl=Path(env["NRI_SLA_CRICTL"]), runc=Path(env["NRI_SLA_RUNC"]))
+    bins = CrioBinaries(
+        crio=crio,
+        conmon=Path(env.get("NRI_SLA_CONMON", "/usr/bin/conmon")),
+        pinns=Path(env.get("NRI_SLA_PINNS") or crio.with_name("pinns")),
+        crictl=Path(env["NRI_SLA_CRICTL"]),
+        runc=Path(env["NRI_SLA_RUNC"]),
+    )
     if missing := bins.missing():
         pytest.skip(f"not an executable file: {', '.join(missing)} ({CRIO_HELP})")
     return bins
 
 
 @pytest.fixture
-def crio(crio_bins: CrioBinaries, e2e_image_archive: tuple[Path, str],
-         request: pytest.FixtureRequest) -> Iterator[CrioNode]:
+def crio(
+    crio_bins: CrioBinaries, e2e_image_archive: tuple[Path, str], request: pytest.FixtureRequest
+) -> Iterator[CrioNode]:
     """One private CRI-O, its image pulled from a registry serving the suite's archive."""
     base = Path(tempfile.mkdtemp(prefix="nrie2e-crio-", dir="/tmp"))
     with ArchiveRegistry(e2e_image_archive[0], "nri-e2e/busybox", "1") as registry:
-        node = CrioNode(crio_bins, base, image_tar=e2e_image_archive[0], image=registry.image,
-                        registry=registry)  # type: ignore[arg-type]
+        node = CrioNode(
+            crio_bins, base, image_tar=e2e_image_archive[0], image=registry.image, registry=registry
+        )  # type: ignore[arg-type]
         with _running(node, "crio", request) as c:
             yield c
 
@@ -197,11 +214,15 @@ class PluginProcess:
             if len(hits) >= count:
                 return hits
             if self.proc is not None and self.proc.poll() is not None:
-                raise AssertionError(f"plugin exited ({self.proc.returncode}) before "
-                                     f"{pattern!r}:\n{self.output()[-3000:]}")
+                raise AssertionError(
+                    f"plugin exited ({self.proc.returncode}) before "
+                    f"{pattern!r}:\n{self.output()[-3000:]}"
+                )
             if time.monotonic() > deadline:
-                raise AssertionError(f"plugin output: {pattern!r} seen {len(hits)}/{count} "
-                                     f"times in {timeout}s:\n{self.output()[-3000:]}")
+                raise AssertionError(
+                    f"plugin output: {pattern!r} seen {len(hits)}/{count} "
+                    f"times in {timeout}s:\n{self.output()[-3000:]}"
+                )
             time.sleep(0.1)
 
     def stop(self) -> None:
@@ -225,16 +246,30 @@ class Plugins:
     def start(self, argv: list[str], name: str) -> PluginProcess:
         p = PluginProcess(argv, self.logdir / f"{name}.log")
         with p.log.open("a") as log:
-            p.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
-                                      stderr=subprocess.STDOUT, start_new_session=True,
-                                      env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            p.proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
         self.started.append(p)
         return p
 
-    def start_probe(self, cluster: Cluster, name: str = "e2e-probe",
-                    idx: str = "10", sabotage: bool = False) -> PluginProcess:
-        argv = [sys.executable, str(HERE / "probe_plugin.py"), "--socket",
-                str(cluster.nri_sock), "--name", name, "--idx", idx]
+    def start_probe(
+        self, cluster: Cluster, name: str = "e2e-probe", idx: str = "10", sabotage: bool = False
+    ) -> PluginProcess:
+        argv = [
+            sys.executable,
+            str(HERE / "probe_plugin.py"),
+            "--socket",
+            str(cluster.nri_sock),
+            "--name",
+            name,
+            "--idx",
+            idx,
+        ]
         return self.start(argv + ["--sabotage"] * sabotage, name)
 
 
@@ -256,6 +291,8 @@ def sla_plugin_argv() -> list[str]:
     base = [sys.executable, "-m", "nri_plugin.cli", "run"]
     r = subprocess.run([*base, "--help"], capture_output=True, text=True, timeout=60)
     if r.returncode != 0:
-        pytest.skip("`nri-sla run --help` fails, so the SLA plugin cannot be started: "
-                    + (r.stderr.strip().splitlines() or ["no output"])[-1])
+        pytest.skip(
+            "`nri-sla run --help` fails, so the SLA plugin cannot be started: "
+            + (r.stderr.strip().splitlines() or ["no output"])[-1]
+        )
     return base + shlex.split(os.environ.get("NRI_SLA_E2E_PLUGIN_ARGS", ""))

@@ -11,8 +11,10 @@ from tests.e2e.e2e_gpu import GPUS, KINDS
 from tests.e2e.e2e_rollout import Audit, Expected, audit, node_containers
 from tests.e2e.e2e_service import GPU_UUIDS, gpu_sla, visible_gpus
 
-SYNC = re.compile(r"synchronized: (\d+) pods, (\d+) containers, (\d+) allocations rebuilt, "
-                  r"(\d+) records ignored, (\d+) owners released, (\d+) created unenforced")
+SYNC = re.compile(
+    r"synchronized: (\d+) pods, (\d+) containers, (\d+) allocations rebuilt, "
+    r"(\d+) records ignored, (\d+) owners released, (\d+) created unenforced"
+)
 UNENFORCED_ID = re.compile(r"created unenforced.*\bcontainer=([0-9a-f]{64})\b")
 
 
@@ -44,8 +46,7 @@ def syncs(process, count: int = 1, timeout: float = 60.0) -> list[SyncSummary]:
 
 def reported_unenforced(process) -> set[str]:
     """Ids of the containers a plugin process logged as "created unenforced"."""
-    return {m[1] for line in process.output().splitlines()
-            if (m := UNENFORCED_ID.search(line))}
+    return {m[1] for line in process.output().splitlines() if (m := UNENFORCED_ID.search(line))}
 
 
 def start_created(cluster) -> dict[str, str]:
@@ -71,17 +72,22 @@ def check_node(cluster, sla, expected: dict[str, Expected], reported: set[str]) 
     states: dict[str, int] = {}
     for c in containers:
         states[c.state] = states.get(c.state, 0) + 1
-    print(f"evidence: node: {states}; running: {len(result.enforced)} enforced, "
-          f"{len(result.unenforced)} unenforced; {result.gpus_held} GPUs held; "
-          f"{len(reported)} reported created unenforced")
+    print(
+        f"evidence: node: {states}; running: {len(result.enforced)} enforced, "
+        f"{len(result.unenforced)} unenforced; {result.gpus_held} GPUs held; "
+        f"{len(reported)} reported created unenforced"
+    )
     assert not result.wrong, "\n".join(result.wrong)
     assert not result.doubled(), result.doubled()
     assert {c.id for c in result.unenforced} <= reported, "unenforced and not reported"
     assert reported <= {c.id for c in containers if not c.enforced}, "reported but enforced"
     samples = sla.scrape()
-    print("evidence: metrics: nri_sla_gpus_in_use", samples.get("nri_sla_gpus_in_use"),
-          "nri_sla_unenforced_containers_total",
-          samples.get("nri_sla_unenforced_containers_total"))
+    print(
+        "evidence: metrics: nri_sla_gpus_in_use",
+        samples.get("nri_sla_gpus_in_use"),
+        "nri_sla_unenforced_containers_total",
+        samples.get("nri_sla_unenforced_containers_total"),
+    )
     assert samples.get("nri_sla_gpus_in_use") == result.gpus_held
     return result
 

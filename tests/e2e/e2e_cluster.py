@@ -47,14 +47,18 @@ class Binaries:
     runc: Path
 
     def missing(self) -> list[str]:
-        return [f"{k}={v}" for k, v in vars(self).items()
-                if not (Path(v).is_file() and os.access(v, os.X_OK))]
+        return [
+            f"{k}={v}"
+            for k, v in vars(self).items()
+            if not (Path(v).is_file() and os.access(v, os.X_OK))
+        ]
 
 
 def containerd_version(binary: Path) -> tuple[int, int, int]:
     """(major, minor, patch) from `containerd --version`, e.g. '... v2.3.4 <rev>'."""
-    out = subprocess.run([str(binary), "--version"], capture_output=True, text=True,
-                         timeout=30, check=True).stdout
+    out = subprocess.run(
+        [str(binary), "--version"], capture_output=True, text=True, timeout=30, check=True
+    ).stdout
     m = re.search(r"\sv?(\d+)\.(\d+)\.(\d+)", out)
     if not m:
         raise ClusterError(f"cannot read a version from {binary} --version: {out!r}")
@@ -108,8 +112,17 @@ class Cluster:
     # -- daemon ------------------------------------------------------------------
     def prepare(self) -> None:
         self.major, self.minor, _ = containerd_version(self.bins.containerd)
-        for d in ("root", "state", "runc", "nri/plugins", "nri/conf.d", "cni/bin",
-                  "cni/net.d", "pods", "cdi"):
+        for d in (
+            "root",
+            "state",
+            "runc",
+            "nri/plugins",
+            "nri/conf.d",
+            "cni/bin",
+            "cni/net.d",
+            "pods",
+            "cdi",
+        ):
             (self.base / d).mkdir(parents=True, exist_ok=True)
         # containerd finds the shim by its fixed name on PATH: link whatever was supplied.
         (self.base / "bin").mkdir(exist_ok=True)
@@ -117,33 +130,43 @@ class Cluster:
         link.unlink(missing_ok=True)
         link.symlink_to(self.bins.shim.resolve())
         (self.base / "config.toml").write_text(
-            render_config(self.major, self.base, self.bins.runc, self.image, goarch()))
+            render_config(self.major, self.base, self.bins.runc, self.image, goarch())
+        )
         (self.base / "crictl.yaml").write_text(
             f"runtime-endpoint: unix://{self.sock}\nimage-endpoint: unix://{self.sock}\n"
-            "timeout: 30\ndebug: false\npull-image-on-create: false\n")
+            "timeout: 30\ndebug: false\npull-image-on-create: false\n"
+        )
 
     def start(self, timeout: float = 60.0) -> None:
-        env = {"PATH": f"{self.base / 'bin'}:/usr/sbin:/usr/bin:/sbin:/bin",
-               "HOME": str(self.base)}
+        env = {"PATH": f"{self.base / 'bin'}:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": str(self.base)}
         self.starts += 1
         with self.log_path.open("a") as log:
             log.write(f"---- nri-e2e: start #{self.starts} ----\n")
             log.flush()
             self.proc = subprocess.Popen(
                 [str(self.bins.containerd), "--config", str(self.base / "config.toml")],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
-                start_new_session=True)
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
         deadline = time.monotonic() + timeout
         while True:
             if self.proc.poll() is not None:
-                raise ClusterError(f"containerd exited with {self.proc.returncode}:\n"
-                                   + self.log_tail())
-            if self.sock.exists() and subprocess.run(
-                    self._crictl_argv("info"), capture_output=True, timeout=30).returncode == 0:
+                raise ClusterError(
+                    f"containerd exited with {self.proc.returncode}:\n" + self.log_tail()
+                )
+            if (
+                self.sock.exists()
+                and subprocess.run(
+                    self._crictl_argv("info"), capture_output=True, timeout=30
+                ).returncode
+                == 0
+            ):
                 return
             if time.monotonic() > deadline:
-                raise ClusterError(f"containerd not ready after {timeout}s:\n"
-                                   + self.log_tail())
+                raise ClusterError(f"containerd not ready after {timeout}s:\n" + self.log_tail())
             time.sleep(0.2)
 
     def kill(self, sig: int = signal.SIGKILL, timeout: float = 20.0) -> None:
@@ -183,17 +206,19 @@ class Cluster:
             if len(hits) >= count:
                 return hits
             if time.monotonic() > deadline:
-                raise ClusterError(f"containerd log: {pattern!r} seen {len(hits)}/{count} "
-                                   f"times in {timeout}s; tail:\n{self.log_tail()}")
+                raise ClusterError(
+                    f"containerd log: {pattern!r} seen {len(hits)}/{count} "
+                    f"times in {timeout}s; tail:\n{self.log_tail()}"
+                )
             time.sleep(0.1)
 
-    def wait_plugin_synchronized(self, name: str, count: int = 1,
-                                 timeout: float = 30.0) -> list[str]:
+    def wait_plugin_synchronized(
+        self, name: str, count: int = 1, timeout: float = 30.0
+    ) -> list[str]:
         """containerd's own record that plugin `name` (e.g. "10-e2e-probe", or a regex)
         registered and got its Synchronize answered, `count` times so far."""
         # logrus quotes msg="..." and escapes the inner quotes.
-        lines = self.wait_log(rf'plugin \\?"{name}\\?" connected and synchronized', count,
-                              timeout)
+        lines = self.wait_log(rf'plugin \\?"{name}\\?" connected and synchronized', count, timeout)
         print("evidence: containerd log:", *lines, sep="\n  ")
         return lines
 
@@ -202,19 +227,21 @@ class Cluster:
         return [str(self.bins.crictl), "--config", str(self.base / "crictl.yaml"), *args]
 
     def crictl(self, *args: str, timeout: float = 90.0) -> str:
-        r = subprocess.run(self._crictl_argv(*args), capture_output=True, text=True,
-                           timeout=timeout)
+        r = subprocess.run(
+            self._crictl_argv(*args), capture_output=True, text=True, timeout=timeout
+        )
         if r.returncode:
-            raise ClusterError(f"crictl {' '.join(args)} failed ({r.returncode}): "
-                               f"{r.stderr.strip() or r.stdout.strip()}")
+            raise ClusterError(
+                f"crictl {' '.join(args)} failed ({r.returncode}): "
+                f"{r.stderr.strip() or r.stdout.strip()}"
+            )
         return r.stdout
 
     def ctr(self, *args: str, timeout: float = 120.0) -> str:
         argv = [str(self.bins.ctr), "--address", str(self.sock), "-n", "k8s.io", *args]
         r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
         if r.returncode:
-            raise ClusterError(f"ctr {' '.join(args)} failed ({r.returncode}): "
-                               f"{r.stderr.strip()}")
+            raise ClusterError(f"ctr {' '.join(args)} failed ({r.returncode}): {r.stderr.strip()}")
         return r.stdout
 
     def import_image(self) -> None:
@@ -232,13 +259,21 @@ class Cluster:
     def add_runtime_handler(self, handler: str, settings: str) -> None:
         """A second runc handler (same runc, same options) with extra settings (TOML)."""
         table = self.runtime_table(handler)
-        self.reconfigure(f"\n[{table}]\nruntime_type = \"io.containerd.runc.v2\"\n{settings}"
-                         f"[{table}.options]\n{runc_options(self.bins.runc, self.base / 'runc')}")
+        self.reconfigure(
+            f'\n[{table}]\nruntime_type = "io.containerd.runc.v2"\n{settings}'
+            f"[{table}.options]\n{runc_options(self.bins.runc, self.base / 'runc')}"
+        )
 
-    def pod_files(self, name: str, annotations: dict[str, str], container: str = "work",
-                  resources: dict[str, int] | None = None, namespace: str = NAMESPACE,
-                  command: tuple[str, ...] = ("/bin/sleep", "infinity"),
-                  grant: dict | None = None) -> PodFiles:
+    def pod_files(
+        self,
+        name: str,
+        annotations: dict[str, str],
+        container: str = "work",
+        resources: dict[str, int] | None = None,
+        namespace: str = NAMESPACE,
+        command: tuple[str, ...] = ("/bin/sleep", "infinity"),
+        grant: dict | None = None,
+    ) -> PodFiles:
         """The CRI pod sandbox and container configs of a host-network pod, as files.
         `resources`: the container's CRI linux.resources as the kubelet sends them
         (cpu_period, cpu_quota, cpu_shares, memory_limit_in_bytes); `command`: what the
@@ -253,12 +288,18 @@ class Cluster:
             "annotations": annotations,
             "log_directory": str(d),
             # One cgroup per pod under the private parent, as kubelet lays them out.
-            "linux": {"cgroup_parent": f"{self.cgroup_parent}/pod{uid}",
-                      "security_context": {"namespace_options": {"network": 2}}},
+            "linux": {
+                "cgroup_parent": f"{self.cgroup_parent}/pod{uid}",
+                "security_context": {"namespace_options": {"network": 2}},
+            },
         }
-        ctr = {"metadata": {"name": container}, "image": {"image": self.image},
-               "command": list(command), "log_path": f"{container}.log",
-               "linux": {"resources": resources} if resources else {}} | (grant or {})
+        ctr = {
+            "metadata": {"name": container},
+            "image": {"image": self.image},
+            "command": list(command),
+            "log_path": f"{container}.log",
+            "linux": {"resources": resources} if resources else {},
+        } | (grant or {})
         files = PodFiles(d / "pod.json", d / "ctr.json")
         files.pod.write_text(json.dumps(pod))
         files.container.write_text(json.dumps(ctr))
@@ -271,32 +312,45 @@ class Cluster:
 
     def create_container(self, pod_id: str, files: PodFiles) -> str:
         """CRI CreateContainer (where NRI's CreateContainer runs); returns its id."""
-        return self.crictl("create", "--no-pull", pod_id, str(files.container),
-                           str(files.pod)).strip()
+        return self.crictl(
+            "create", "--no-pull", pod_id, str(files.container), str(files.pod)
+        ).strip()
 
     def inspect(self, pod_id: str, container_id: str) -> PodContainer:
         info = json.loads(self.crictl("inspect", "-o", "json", container_id))
         path = info["info"]["runtimeSpec"]["linux"]["cgroupsPath"]
         return PodContainer(pod_id, container_id, path, info)
 
-    def run_pod(self, name: str, annotations: dict[str, str], container: str = "work",
-                runtime: str = "", resources: dict[str, int] | None = None,
-                namespace: str = NAMESPACE,
-                command: tuple[str, ...] = ("/bin/sleep", "infinity"),
-                grant: dict | None = None) -> PodContainer:
+    def run_pod(
+        self,
+        name: str,
+        annotations: dict[str, str],
+        container: str = "work",
+        runtime: str = "",
+        resources: dict[str, int] | None = None,
+        namespace: str = NAMESPACE,
+        command: tuple[str, ...] = ("/bin/sleep", "infinity"),
+        grant: dict | None = None,
+    ) -> PodContainer:
         """Host-network pod + one started container; raises ClusterError on refusal."""
-        files = self.pod_files(name, annotations, container, resources, namespace, command,
-                               grant)
+        files = self.pod_files(name, annotations, container, resources, namespace, command, grant)
         pod_id = self.run_sandbox(files, runtime)
         cid = self.create_container(pod_id, files)
         self.crictl("start", cid)
         return self.inspect(pod_id, cid)
 
-    def update(self, pc: PodContainer, cpu_quota: int, cpu_period: int,
-               memory: int) -> None:
+    def update(self, pc: PodContainer, cpu_quota: int, cpu_period: int, memory: int) -> None:
         """What the kubelet does on an in-place resize (CRI UpdateContainerResources)."""
-        self.crictl("update", "--cpu-quota", str(cpu_quota), "--cpu-period", str(cpu_period),
-                    "--memory", str(memory), pc.container_id)
+        self.crictl(
+            "update",
+            "--cpu-quota",
+            str(cpu_quota),
+            "--cpu-period",
+            str(cpu_period),
+            "--memory",
+            str(memory),
+            pc.container_id,
+        )
 
     @staticmethod
     def cgroup(pc: PodContainer) -> CgroupValues:
@@ -400,8 +454,9 @@ class Cluster:
     def _note_shim_socket(self, argv: list[str]) -> None:
         """containerd names a shim's socket /run/containerd/s/<sha256 of
         address/namespace/id> (plus a '/debug' variant): remember it for removal."""
-        opts = {flag: value for flag, value in itertools.pairwise(argv)
-                if flag in ("-namespace", "-id")}
+        opts = {
+            flag: value for flag, value in itertools.pairwise(argv) if flag in ("-namespace", "-id")
+        }
         ns, sid = opts.get("-namespace"), opts.get("-id")
         if ns and sid:
             key = os.path.join(str(self.sock), ns, sid)
@@ -417,8 +472,9 @@ class Cluster:
     def _remove_cgroups(self) -> list[str]:
         problems = []
         for top in self._cgroup_dirs():
-            below = sorted((p for p in top.rglob("*") if p.is_dir()),
-                           key=lambda p: len(p.parts), reverse=True)
+            below = sorted(
+                (p for p in top.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True
+            )
             dirs = [*below, top]
             for d in dirs:
                 for _ in range(50):  # the kernel frees a cgroup a moment after its last task
@@ -438,9 +494,11 @@ class Cluster:
         base = str(self.base.resolve())
         problems = []
         for _ in range(5):  # mounts can stack; repeat until none is left
-            points = [ln.split()[4] for ln in Path("/proc/self/mountinfo").read_text()
-                      .splitlines() if ln.split()[4] == base or ln.split()[4]
-                      .startswith(base + "/")]
+            points = [
+                ln.split()[4]
+                for ln in Path("/proc/self/mountinfo").read_text().splitlines()
+                if ln.split()[4] == base or ln.split()[4].startswith(base + "/")
+            ]
             if not points:
                 return problems
             for mp in sorted(points, key=len, reverse=True):

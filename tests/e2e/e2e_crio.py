@@ -36,8 +36,11 @@ class CrioBinaries:
     runc: Path
 
     def missing(self) -> list[str]:
-        return [f"{k}={v}" for k, v in vars(self).items()
-                if not (Path(v).is_file() and os.access(v, os.X_OK))]
+        return [
+            f"{k}={v}"
+            for k, v in vars(self).items()
+            if not (Path(v).is_file() and os.access(v, os.X_OK))
+        ]
 
 
 class ArchiveRegistry:
@@ -46,8 +49,11 @@ class ArchiveRegistry:
 
     def __init__(self, archive: Path, repo: str, tag: str) -> None:
         with tarfile.open(archive) as tar:
-            self.files = {m.name: tar.extractfile(m).read()  # type: ignore[union-attr]
-                          for m in tar.getmembers() if m.isfile()}
+            self.files = {
+                m.name: tar.extractfile(m).read()  # type: ignore[union-attr]
+                for m in tar.getmembers()
+                if m.isfile()
+            }
         index = json.loads(self.files["index.json"])
         self.tag_manifest = index["manifests"][0]
         self.repo, self.tag = repo, tag
@@ -100,7 +106,7 @@ class ArchiveRegistry:
         prefix = f"/v2/{self.repo}/"
         if not path.startswith(prefix):
             return None
-        kind, _, ref = path[len(prefix):].partition("/")
+        kind, _, ref = path[len(prefix) :].partition("/")
         if kind == "manifests":
             digest = self.tag_manifest["digest"] if ref == self.tag else ref
             data = self.blob(digest)
@@ -175,8 +181,9 @@ nri_plugin_request_timeout = "2s"
 
 
 def crio_version(binary: Path) -> tuple[int, int, int]:
-    out = subprocess.run([str(binary), "version"], capture_output=True, text=True,
-                         timeout=30).stdout
+    out = subprocess.run(
+        [str(binary), "version"], capture_output=True, text=True, timeout=30
+    ).stdout
     for line in out.splitlines():
         if line.startswith("Version:"):
             parts = line.split()[1].split(".")
@@ -205,20 +212,37 @@ class CrioNode(Cluster):
 
     def prepare(self) -> None:
         self.major, self.minor, _ = crio_version(self.bins.crio)
-        for d in ("root", "run", "runc", "nri/plugins", "nri/conf.d", "cni/net.d", "pods",
-                  "hooks.d", "logs", "exits", "attach", "ns", "crio.conf.d", "registries.conf.d"):
+        for d in (
+            "root",
+            "run",
+            "runc",
+            "nri/plugins",
+            "nri/conf.d",
+            "cni/net.d",
+            "pods",
+            "hooks.d",
+            "logs",
+            "exits",
+            "attach",
+            "ns",
+            "crio.conf.d",
+            "registries.conf.d",
+        ):
             (self.base / d).mkdir(parents=True, exist_ok=True)
         (self.base / "policy.json").write_text(
-            '{"default": [{"type": "insecureAcceptAnything"}]}\n')
+            '{"default": [{"type": "insecureAcceptAnything"}]}\n'
+        )
         assert self.registry is not None
         (self.base / "crio.conf").write_text(render_crio_config(self.base, self.bins, self.image))
         # CRI-O 1.36 reads insecure registries only from registries.conf (containers/image);
         # its hidden --registries-conf(-dir) flags point it at this one, not the host's.
         (self.base / "registries.conf").write_text(
-            f'[[registry]]\nlocation = "{self.registry.address}"\ninsecure = true\n')
+            f'[[registry]]\nlocation = "{self.registry.address}"\ninsecure = true\n'
+        )
         (self.base / "crictl.yaml").write_text(
             f"runtime-endpoint: unix://{self.sock}\nimage-endpoint: unix://{self.sock}\n"
-            "timeout: 30\ndebug: false\npull-image-on-create: false\n")
+            "timeout: 30\ndebug: false\npull-image-on-create: false\n"
+        )
 
     def start(self, timeout: float = 60.0) -> None:
         env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": str(self.base)}
@@ -227,20 +251,36 @@ class CrioNode(Cluster):
             log.write(f"---- nri-e2e: start #{self.starts} ----\n")
             log.flush()
             self.proc = subprocess.Popen(
-                [str(self.bins.crio), "--config", str(self.base / "crio.conf"),
-                 "--config-dir", str(self.base / "crio.conf.d"), "--log-level", "info",
-                 "--registries-conf", str(self.base / "registries.conf"),
-                 "--registries-conf-dir", str(self.base / "registries.conf.d")],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
-                start_new_session=True)
+                [
+                    str(self.bins.crio),
+                    "--config",
+                    str(self.base / "crio.conf"),
+                    "--config-dir",
+                    str(self.base / "crio.conf.d"),
+                    "--log-level",
+                    "info",
+                    "--registries-conf",
+                    str(self.base / "registries.conf"),
+                    "--registries-conf-dir",
+                    str(self.base / "registries.conf.d"),
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
         deadline = time.monotonic() + timeout
         while True:
             if self.proc.poll() is not None:
-                raise ClusterError(f"crio exited with {self.proc.returncode}:\n"
-                                   + self.log_tail())
-            if self.sock.exists() and subprocess.run(
-                    self._crictl_argv("version"), capture_output=True,
-                    timeout=30).returncode == 0:
+                raise ClusterError(f"crio exited with {self.proc.returncode}:\n" + self.log_tail())
+            if (
+                self.sock.exists()
+                and subprocess.run(
+                    self._crictl_argv("version"), capture_output=True, timeout=30
+                ).returncode
+                == 0
+            ):
                 return
             if time.monotonic() > deadline:
                 raise ClusterError(f"crio not ready after {timeout}s:\n" + self.log_tail())
@@ -249,11 +289,11 @@ class CrioNode(Cluster):
     def import_image(self) -> None:
         self.crictl("pull", self.image, timeout=180)
 
-    def wait_plugin_synchronized(self, name: str, count: int = 1,
-                                 timeout: float = 30.0) -> list[str]:
+    def wait_plugin_synchronized(
+        self, name: str, count: int = 1, timeout: float = 30.0
+    ) -> list[str]:
         """CRI-O logs through the same NRI adaptation as containerd."""
-        lines = self.wait_log(rf'plugin \\?"{name}\\?" connected and synchronized', count,
-                              timeout)
+        lines = self.wait_log(rf'plugin \\?"{name}\\?" connected and synchronized', count, timeout)
         print("evidence: crio log:", *lines, sep="\n  ")
         return lines
 
@@ -277,10 +317,12 @@ class CrioNode(Cluster):
         # The labels the kubelet puts on every container: CRI-O names the container to NRI
         # and in the spec (io.kubernetes.container.name) from them, not from its metadata.
         meta = pod["metadata"]
-        ctr["labels"] = {"io.kubernetes.container.name": ctr["metadata"]["name"],
-                         "io.kubernetes.pod.name": meta["name"],
-                         "io.kubernetes.pod.namespace": meta["namespace"],
-                         "io.kubernetes.pod.uid": meta["uid"]}
+        ctr["labels"] = {
+            "io.kubernetes.container.name": ctr["metadata"]["name"],
+            "io.kubernetes.pod.name": meta["name"],
+            "io.kubernetes.pod.namespace": meta["namespace"],
+            "io.kubernetes.pod.uid": meta["uid"],
+        }
         files.container.write_text(json.dumps(ctr))
         return files
 

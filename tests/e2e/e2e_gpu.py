@@ -49,9 +49,11 @@ CDI_VERSION = "0.6.0"  # hostPath in deviceNodes (0.5.0); read by containerd 1.7
 HOST_CPUS = Path("/sys/devices/system/cpu/online")
 MIG_GPU = 7
 # (uuid, profile, GPU instance, caps minors of the GPU and compute instance)
-MIG_DEVICES = (("MIG-e0000000-0000-0000-0000-000000000001", "1g.10gb", 9, (84, 85)),
-               ("MIG-e0000000-0000-0000-0000-000000000002", "1g.10gb", 10, (93, 94)),
-               ("MIG-e0000000-0000-0000-0000-000000000003", "2g.20gb", 3, (30, 31)))
+MIG_DEVICES = (
+    ("MIG-e0000000-0000-0000-0000-000000000001", "1g.10gb", 9, (84, 85)),
+    ("MIG-e0000000-0000-0000-0000-000000000002", "1g.10gb", 10, (93, 94)),
+    ("MIG-e0000000-0000-0000-0000-000000000003", "2g.20gb", 3, (30, 31)),
+)
 DRA_KINDS = ("k8s.gpu.nvidia.com/device", "k8s.gpu.nvidia.com/claim")
 CLAIM_UID = "0b5e4c3a-1f2d-4e6b-9a8c-7d6e5f4a3b2c"
 PROC_DEVICES = Path("/proc/devices")
@@ -89,8 +91,10 @@ class FakeGpu:
 
 def inventory_gpus() -> tuple[FakeGpu, ...]:
     snapshot = yaml.safe_load(INVENTORY.read_text())
-    return tuple(FakeGpu(g["index"], g["uuid"], g["minor"], g["numa_node"], g["pci_bus_id"])
-                 for g in snapshot["gpus"])
+    return tuple(
+        FakeGpu(g["index"], g["uuid"], g["minor"], g["numa_node"], g["pci_bus_id"])
+        for g in snapshot["gpus"]
+    )
 
 
 GPUS = inventory_gpus()
@@ -128,77 +132,143 @@ class FakeGpus:
         cdi_dir.mkdir(exist_ok=True)
         for name, minor in [*((f"nvidia{g.minor}", g.minor) for g in gpus), ("nvidiactl", 255)]:
             os.mknod(dev_dir / name, 0o666 | stat.S_IFCHR, os.makedev(NVIDIA_MAJOR, minor))
-        fake = cls(dev_dir, cdi_dir, base / "gpu-inventory.json", gpus, _host_nodes(),
-                   caps_major() if mig else None)
+        fake = cls(
+            dev_dir,
+            cdi_dir,
+            base / "gpu-inventory.json",
+            gpus,
+            _host_nodes(),
+            caps_major() if mig else None,
+        )
         if mig:
             (dev_dir / "nvidia-caps").mkdir(exist_ok=True)
             for minor in (m for *_, caps in MIG_DEVICES for m in caps):
-                os.mknod(dev_dir / f"nvidia-caps/nvidia-cap{minor}", 0o666 | stat.S_IFCHR,
-                         os.makedev(fake.caps_major, minor))
+                os.mknod(
+                    dev_dir / f"nvidia-caps/nvidia-cap{minor}",
+                    0o666 | stat.S_IFCHR,
+                    os.makedev(fake.caps_major, minor),
+                )
             for spec in fake.dra_specs():
                 (cdi_dir / f"{spec['kind'].replace('/', '_')}.json").write_text(
-                    json.dumps(spec, indent=1))
+                    json.dumps(spec, indent=1)
+                )
         for kind in KINDS:
             (cdi_dir / f"{kind.replace('/', '_')}.json").write_text(
-                json.dumps(fake.cdi_spec(kind), indent=1))
+                json.dumps(fake.cdi_spec(kind), indent=1)
+            )
         fake.inventory.write_text(json.dumps(fake.host_snapshot(snapshot), indent=1))
         return fake
 
     def node(self, name: str, minor: int) -> dict:
-        major = NVIDIA_MAJOR if name.startswith("nvidia") and "/" not in name else \
-            self.caps_major
-        return {"path": f"/dev/{name}", "hostPath": str(self.dev_dir / name), "type": "c",
-                "major": major, "minor": minor, "permissions": "rw"}
+        major = NVIDIA_MAJOR if name.startswith("nvidia") and "/" not in name else self.caps_major
+        return {
+            "path": f"/dev/{name}",
+            "hostPath": str(self.dev_dir / name),
+            "type": "c",
+            "major": major,
+            "minor": minor,
+            "permissions": "rw",
+        }
 
     def mig_nodes(self, mig: int) -> list[dict]:
         """What opens MIG device `mig`: its parent's node and its access nodes."""
         gpu = self.by_index(MIG_GPU)
-        return [self.node(f"nvidia{gpu.minor}", gpu.minor),
-                *(self.node(f"nvidia-caps/nvidia-cap{m}", m) for m in MIG_DEVICES[mig][3])]
+        return [
+            self.node(f"nvidia{gpu.minor}", gpu.minor),
+            *(self.node(f"nvidia-caps/nvidia-cap{m}", m) for m in MIG_DEVICES[mig][3]),
+        ]
 
     def cdi_spec(self, kind: str) -> dict:
         """A CDI spec like `nvidia-ctk cdi generate` writes: each GPU by index and UUID
         (in MIG mode, GPU 7's MIG devices by UUID and "<gpu>:<mig>" instead), the control
         device for any of them."""
-        devices = [{"name": name, "containerEdits": {
-                    "deviceNodes": [self.node(f"nvidia{g.minor}", g.minor)]}}
-                   for g in self.gpus for name in (str(g.index), g.uuid)
-                   if self.caps_major is None or g.index != MIG_GPU]
+        devices = [
+            {
+                "name": name,
+                "containerEdits": {"deviceNodes": [self.node(f"nvidia{g.minor}", g.minor)]},
+            }
+            for g in self.gpus
+            for name in (str(g.index), g.uuid)
+            if self.caps_major is None or g.index != MIG_GPU
+        ]
         if self.caps_major is not None:
-            devices += [{"name": name, "containerEdits": {"deviceNodes": self.mig_nodes(i)}}
-                        for i, (uuid, *_) in enumerate(MIG_DEVICES)
-                        for name in (uuid, f"{MIG_GPU}:{i}")]
-        return {"cdiVersion": CDI_VERSION, "kind": kind, "devices": devices,
-                "containerEdits": {"deviceNodes": [self.node("nvidiactl", 255)]}}
+            devices += [
+                {"name": name, "containerEdits": {"deviceNodes": self.mig_nodes(i)}}
+                for i, (uuid, *_) in enumerate(MIG_DEVICES)
+                for name in (uuid, f"{MIG_GPU}:{i}")
+            ]
+        return {
+            "cdiVersion": CDI_VERSION,
+            "kind": kind,
+            "devices": devices,
+            "containerEdits": {"deviceNodes": [self.node("nvidiactl", 255)]},
+        }
 
     def dra_specs(self) -> list[dict]:
         """NVIDIA's DRA driver's standard spec for GPU 7's MIG devices and the spec of
         one prepared claim of all of them (its edits: the claim's settings, env only)."""
         names = [dra_name(i) for i in range(len(MIG_DEVICES))]
         return [
-            {"cdiVersion": CDI_VERSION, "kind": DRA_KINDS[0], "devices": [
-                {"name": n, "containerEdits": {"deviceNodes": self.mig_nodes(i)}}
-                for i, n in enumerate(names)],
-             "containerEdits": {"deviceNodes": [self.node("nvidiactl", 255)]}},
-            {"cdiVersion": CDI_VERSION, "kind": DRA_KINDS[1], "devices": [
-                {"name": f"{CLAIM_UID}-{n}",
-                 "containerEdits": {"env": [f"NVIDIA_DRA_CLAIM={CLAIM_UID}"]}}
-                for n in names]}]
+            {
+                "cdiVersion": CDI_VERSION,
+                "kind": DRA_KINDS[0],
+                "devices": [
+                    {"name": n, "containerEdits": {"deviceNodes": self.mig_nodes(i)}}
+                    for i, n in enumerate(names)
+                ],
+                "containerEdits": {"deviceNodes": [self.node("nvidiactl", 255)]},
+            },
+            {
+                "cdiVersion": CDI_VERSION,
+                "kind": DRA_KINDS[1],
+                "devices": [
+                    {
+                        "name": f"{CLAIM_UID}-{n}",
+                        "containerEdits": {"env": [f"NVIDIA_DRA_CLAIM={CLAIM_UID}"]},
+                    }
+                    for n in names
+                ],
+            },
+        ]
 
     def host_snapshot(self, snapshot: dict) -> dict:
         online = frozenset().union(*self.node_cpus)
         if self.caps_major is not None:
-            snapshot = snapshot | {"gpus": [g | {"mig_enabled": True, "mig_instances": [
-                {"uuid": uuid, "profile": profile, "gi_id": gi, "ci_id": 0, "index": i,
-                 "memory_bytes": 10 << 30, "caps_minors": list(caps)}
-                for i, (uuid, profile, gi, caps) in enumerate(MIG_DEVICES)]}
-                if g["index"] == MIG_GPU else g for g in snapshot["gpus"]]}
+            snapshot = snapshot | {
+                "gpus": [
+                    g
+                    | {
+                        "mig_enabled": True,
+                        "mig_instances": [
+                            {
+                                "uuid": uuid,
+                                "profile": profile,
+                                "gi_id": gi,
+                                "ci_id": 0,
+                                "index": i,
+                                "memory_bytes": 10 << 30,
+                                "caps_minors": list(caps),
+                            }
+                            for i, (uuid, profile, gi, caps) in enumerate(MIG_DEVICES)
+                        ],
+                    }
+                    if g["index"] == MIG_GPU
+                    else g
+                    for g in snapshot["gpus"]
+                ]
+            }
         return snapshot | {
-            "cpus": {"online": format_cpulist(online),
-                     "cores": [str(c) for c in sorted(online)]},
-            "numa": [{"id": i, "cpus": format_cpulist(cpus),
-                      "distances": [10, 21] if i == 0 else [21, 10], "has_memory": i == 0}
-                     for i, cpus in enumerate(self.node_cpus)]}
+            "cpus": {"online": format_cpulist(online), "cores": [str(c) for c in sorted(online)]},
+            "numa": [
+                {
+                    "id": i,
+                    "cpus": format_cpulist(cpus),
+                    "distances": [10, 21] if i == 0 else [21, 10],
+                    "has_memory": i == 0,
+                }
+                for i, cpus in enumerate(self.node_cpus)
+            ],
+        }
 
     def by_index(self, index: int) -> FakeGpu:
         return next(g for g in self.gpus if g.index == index)
@@ -213,15 +283,27 @@ class FakeGpus:
         """CRI device nodes for GPUs `indexes` (and nvidiactl), as the kubelet passes a
         device plugin's DeviceSpecs."""
         names = [f"nvidia{self.by_index(i).minor}" for i in indexes] + ["nvidiactl"]
-        return {"devices": [{"container_path": f"/dev/{n}", "host_path": str(self.dev_dir / n),
-                             "permissions": "rwm"} for n in names]}
+        return {
+            "devices": [
+                {
+                    "container_path": f"/dev/{n}",
+                    "host_path": str(self.dev_dir / n),
+                    "permissions": "rwm",
+                }
+                for n in names
+            ]
+        }
 
     def mig_device_grant(self, mig: int) -> dict:
         """CRI device nodes for MIG device `mig` (its parent's node, its access nodes,
         nvidiactl), as NVIDIA's device plugin passes them with passDeviceSpecs."""
         nodes = [*self.mig_nodes(mig), self.node("nvidiactl", 255)]
-        return {"devices": [{"container_path": n["path"], "host_path": n["hostPath"],
-                             "permissions": "rwm"} for n in nodes]}
+        return {
+            "devices": [
+                {"container_path": n["path"], "host_path": n["hostPath"], "permissions": "rwm"}
+                for n in nodes
+            ]
+        }
 
     @staticmethod
     def mig_cdi_grant(kind: str, mig: int) -> dict:
@@ -231,16 +313,22 @@ class FakeGpus:
     def dra_grant(mig: int) -> dict:
         """The CDI names the kubelet passes for a DRA claim of MIG device `mig`."""
         name = dra_name(mig)
-        return {"CDI_devices": [{"name": f"{DRA_KINDS[0]}={name}"},
-                                {"name": f"{DRA_KINDS[1]}={CLAIM_UID}-{name}"}]}
+        return {
+            "CDI_devices": [
+                {"name": f"{DRA_KINDS[0]}={name}"},
+                {"name": f"{DRA_KINDS[1]}={CLAIM_UID}-{name}"},
+            ]
+        }
 
     def caps_minors(self, pc) -> frozenset[int]:
         """The MIG access nodes (minors) in container `pc`'s final spec."""
         devices = pc.inspect["info"]["runtimeSpec"].get("linux", {}).get("devices") or []
-        found = frozenset(d["minor"] for d in devices if d.get("type") == "c"
-                          and d.get("major") == self.caps_major)
-        print(f"evidence: {pc.container_id[:12]} MIG access nodes (caps minors): "
-              f"{sorted(found)}")
+        found = frozenset(
+            d["minor"]
+            for d in devices
+            if d.get("type") == "c" and d.get("major") == self.caps_major
+        )
+        print(f"evidence: {pc.container_id[:12]} MIG access nodes (caps minors): {sorted(found)}")
         return found
 
     def minors(self, indexes: tuple[int, ...]) -> frozenset[int]:
@@ -250,12 +338,18 @@ class FakeGpus:
         """What container `pc` (a PodContainer) can open, printed as evidence."""
         spec = pc.inspect["info"]["runtimeSpec"]
         all_minors = frozenset(g.minor for g in self.gpus)
-        found = GpuAccess(spec_gpu_nodes(spec), rule_allowed(spec, all_minors),
-                          kernel_allowed(pc.cgroups_path, all_minors), spec_env(spec))
-        print(f"evidence: {pc.container_id[:12]} can open GPU minors: nodes "
-              f"{sorted(found.nodes)}, spec rules {sorted(found.rules)}, devices.list "
-              f"{'n/a' if found.kernel is None else sorted(found.kernel)}, "
-              f"NVIDIA_VISIBLE_DEVICES={found.visible_env}")
+        found = GpuAccess(
+            spec_gpu_nodes(spec),
+            rule_allowed(spec, all_minors),
+            kernel_allowed(pc.cgroups_path, all_minors),
+            spec_env(spec),
+        )
+        print(
+            f"evidence: {pc.container_id[:12]} can open GPU minors: nodes "
+            f"{sorted(found.nodes)}, spec rules {sorted(found.rules)}, devices.list "
+            f"{'n/a' if found.kernel is None else sorted(found.kernel)}, "
+            f"NVIDIA_VISIBLE_DEVICES={found.visible_env}"
+        )
         return found
 
 
@@ -272,16 +366,22 @@ def host_has_two_cpus() -> bool:
 def spec_gpu_nodes(spec: dict) -> frozenset[int]:
     """Minors of the GPU device nodes (char, major 195, not a control device) in the
     spec's linux.devices: the nodes runc makes in the container."""
-    return frozenset(d["minor"] for d in spec.get("linux", {}).get("devices") or []
-                     if d.get("type") == "c" and d.get("major") == NVIDIA_MAJOR
-                     and d.get("minor") not in NOT_GPUS)
+    return frozenset(
+        d["minor"]
+        for d in spec.get("linux", {}).get("devices") or []
+        if d.get("type") == "c"
+        and d.get("major") == NVIDIA_MAJOR
+        and d.get("minor") not in NOT_GPUS
+    )
 
 
 def _rule_matches(rule: dict, minor: int) -> bool:
-    return (rule.get("type", "a") in ("a", "c")
-            and rule.get("major") in (None, NVIDIA_MAJOR)
-            and rule.get("minor") in (None, minor)
-            and any(a in rule.get("access", "rwm") for a in "rw"))
+    return (
+        rule.get("type", "a") in ("a", "c")
+        and rule.get("major") in (None, NVIDIA_MAJOR)
+        and rule.get("minor") in (None, minor)
+        and any(a in rule.get("access", "rwm") for a in "rw")
+    )
 
 
 def rule_allowed(spec: dict, minors: frozenset[int]) -> frozenset[int]:

@@ -18,8 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 APPLETS = ("sh", "sleep", "cat", "ls", "echo", "true", "id")
-GOARCH = {"x86_64": "amd64", "aarch64": "arm64", "armv7l": "arm", "ppc64le": "ppc64le",
-          "s390x": "s390x", "riscv64": "riscv64"}
+GOARCH = {
+    "x86_64": "amd64",
+    "aarch64": "arm64",
+    "armv7l": "arm",
+    "ppc64le": "ppc64le",
+    "s390x": "s390x",
+    "riscv64": "riscv64",
+}
 PT_INTERP = 3
 
 
@@ -40,16 +46,21 @@ def is_static_elf(path: Path) -> bool:
         head = f.read(64)
         if head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
             return False
-        phoff, = struct.unpack_from("<Q", head, 0x20)
+        (phoff,) = struct.unpack_from("<Q", head, 0x20)
         phentsize, phnum = struct.unpack_from("<HH", head, 0x36)
         f.seek(phoff)
         table = f.read(phentsize * phnum)
-    return all(struct.unpack_from("<I", table, i * phentsize)[0] != PT_INTERP
-               for i in range(phnum))
+    return all(struct.unpack_from("<I", table, i * phentsize)[0] != PT_INTERP for i in range(phnum))
 
 
-def _add(tar: tarfile.TarFile, name: str, *, data: bytes | None = None, mode: int = 0o755,
-         link: str | None = None) -> None:
+def _add(
+    tar: tarfile.TarFile,
+    name: str,
+    *,
+    data: bytes | None = None,
+    mode: int = 0o755,
+    link: str | None = None,
+) -> None:
     info = tarfile.TarInfo(name)
     info.mtime = 0  # reproducible digests
     info.mode = mode
@@ -83,42 +94,60 @@ def _blob(blobs: dict[str, bytes], data: bytes) -> tuple[str, int]:
     return digest, len(data)
 
 
-def build_image_archive(out: Path, busybox: Path,
-                        name: str = "nri-e2e.local/busybox:1") -> ImageArchive:
+def build_image_archive(
+    out: Path, busybox: Path, name: str = "nri-e2e.local/busybox:1"
+) -> ImageArchive:
     if not busybox.is_file() or not is_static_elf(busybox):
-        raise ImageBuildError(f"{busybox} is not a statically linked busybox "
-                              "(install busybox-static, or set NRI_SLA_E2E_IMAGE_TAR)")
+        raise ImageBuildError(
+            f"{busybox} is not a statically linked busybox "
+            "(install busybox-static, or set NRI_SLA_E2E_IMAGE_TAR)"
+        )
     arch = GOARCH.get(platform.machine())
     if arch is None:
-        raise ImageBuildError(f"unknown machine {platform.machine()!r}; "
-                              f"known: {', '.join(GOARCH)}")
+        raise ImageBuildError(f"unknown machine {platform.machine()!r}; known: {', '.join(GOARCH)}")
     blobs: dict[str, bytes] = {}
     layer = layer_tar(busybox)
     layer_digest, layer_size = _blob(blobs, layer)
     config = {
-        "architecture": arch, "os": "linux",
+        "architecture": arch,
+        "os": "linux",
         "config": {"Entrypoint": ["/bin/sleep", "infinity"], "Env": ["PATH=/bin"]},
         # An uncompressed layer: its digest is also its diff id.
         "rootfs": {"type": "layers", "diff_ids": [layer_digest]},
     }
     config_digest, config_size = _blob(blobs, json.dumps(config, sort_keys=True).encode())
     manifest = {
-        "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
-                   "digest": config_digest, "size": config_size},
-        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar",
-                    "digest": layer_digest, "size": layer_size}],
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {
+            "mediaType": "application/vnd.oci.image.config.v1+json",
+            "digest": config_digest,
+            "size": config_size,
+        },
+        "layers": [
+            {
+                "mediaType": "application/vnd.oci.image.layer.v1.tar",
+                "digest": layer_digest,
+                "size": layer_size,
+            }
+        ],
     }
     man_digest, man_size = _blob(blobs, json.dumps(manifest, sort_keys=True).encode())
     index = {
-        "schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
-        "manifests": [{
-            "mediaType": "application/vnd.oci.image.manifest.v1+json",
-            "digest": man_digest, "size": man_size,
-            "platform": {"architecture": arch, "os": "linux"},
-            "annotations": {"io.containerd.image.name": name,
-                            "org.opencontainers.image.ref.name": name.rsplit(":", 1)[-1]},
-        }],
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": [
+            {
+                "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                "digest": man_digest,
+                "size": man_size,
+                "platform": {"architecture": arch, "os": "linux"},
+                "annotations": {
+                    "io.containerd.image.name": name,
+                    "org.opencontainers.image.ref.name": name.rsplit(":", 1)[-1],
+                },
+            }
+        ],
     }
     out.parent.mkdir(parents=True, exist_ok=True)
     with tarfile.open(out, "w", format=tarfile.PAX_FORMAT) as tar:

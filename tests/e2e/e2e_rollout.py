@@ -30,8 +30,12 @@ STAGES = ("runp", "create", "start")
 # snapshot after the restart fails "failed to rename: ... file exists" and removes it).
 # A request cut off in flight is not retried: it may have been done (a second start of a
 # started container fails "container is in CONTAINER_RUNNING state").
-TRANSIENT = ("connect: connection refused", "connect: no such file or directory",
-             "server is not initialized yet", "file exists")
+TRANSIENT = (
+    "connect: connection refused",
+    "connect: no such file or directory",
+    "server is not initialized yet",
+    "file exists",
+)
 RETRY_FOR = 60.0  # seconds a stage keeps being retried
 APPLIED = "sla.nri.io/applied"
 # No memory limit as read_cgroup reports it: v1 memory.limit_in_bytes, v2 "max".
@@ -61,8 +65,13 @@ class Rollout:
     kubelet's admission of a pod, its device grant (CRI ContainerConfig fields) or None;
     NoGpuLeft keeps the pod from being made (stage "admit")."""
 
-    def __init__(self, cluster, pods: Iterable[tuple[str, dict[str, str]]],
-                 workers: int, grants: Callable[[str], dict | None] | None = None) -> None:
+    def __init__(
+        self,
+        cluster,
+        pods: Iterable[tuple[str, dict[str, str]]],
+        workers: int,
+        grants: Callable[[str], dict | None] | None = None,
+    ) -> None:
         self.cluster = cluster
         self.grants = grants
         self.runs = [PodRun(name, annotations) for name, annotations in pods]
@@ -129,8 +138,9 @@ class Rollout:
         deadline = time.monotonic() + timeout
         while self.finished() < count:
             if time.monotonic() > deadline:
-                raise AssertionError(f"rollout: {self.finished()}/{count} pods finished "
-                                     f"in {timeout}s")
+                raise AssertionError(
+                    f"rollout: {self.finished()}/{count} pods finished in {timeout}s"
+                )
             time.sleep(0.05)
 
     def wait(self, timeout: float = 600.0) -> list[PodRun]:
@@ -153,9 +163,11 @@ class Rollout:
                 failed[r.failed_at] = failed.get(r.failed_at, 0) + 1
         ok = sum(r.started for r in self.runs)
         retried = sum(r.retries > 0 for r in self.runs)
-        return (f"{len(self.runs)} pods by {self.workers} workers in "
-                f"{self.wall_seconds:.1f}s: {ok} started, failed at {failed or 'none'}, "
-                f"{retried} retried")
+        return (
+            f"{len(self.runs)} pods by {self.workers} workers in "
+            f"{self.wall_seconds:.1f}s: {ok} started, failed at {failed or 'none'}, "
+            f"{retried} retried"
+        )
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -169,8 +181,10 @@ def stage_figures(runs: Iterable[PodRun], stage: str) -> str:
     xs = [r.seconds[stage] * 1000 for r in runs if stage in r.seconds]
     if not xs:
         return f"{stage}: no samples"
-    return (f"{stage}: n={len(xs)} p50={percentile(xs, 50):.0f}ms "
-            f"p99={percentile(xs, 99):.0f}ms mean={statistics.fmean(xs):.0f}ms")
+    return (
+        f"{stage}: n={len(xs)} p50={percentile(xs, 50):.0f}ms "
+        f"p99={percentile(xs, 99):.0f}ms mean={statistics.fmean(xs):.0f}ms"
+    )
 
 
 # -- what the node holds -------------------------------------------------------------------
@@ -197,16 +211,24 @@ class NodeContainer:
 
 def node_containers(cluster, workers: int = 4) -> list[NodeContainer]:
     """Every container containerd knows (`crictl ps -a`), inspected."""
-    pods = {p["id"]: p["metadata"]["name"]
-            for p in json.loads(cluster.crictl("pods", "-o", "json"))["items"]}
+    pods = {
+        p["id"]: p["metadata"]["name"]
+        for p in json.loads(cluster.crictl("pods", "-o", "json"))["items"]
+    }
     listed = json.loads(cluster.crictl("ps", "-a", "-o", "json"))["containers"]
 
     def inspect(c: dict) -> NodeContainer:
         info = json.loads(cluster.crictl("inspect", "-o", "json", c["id"]))
         spec = info.get("info", {}).get("runtimeSpec") or {}
-        return NodeContainer(c["id"], c["podSandboxId"], pods.get(c["podSandboxId"], ""),
-                             c["state"], spec.get("annotations", {}), tuple(spec_gpus(spec)),
-                             spec.get("linux", {}).get("cgroupsPath", ""))
+        return NodeContainer(
+            c["id"],
+            c["podSandboxId"],
+            pods.get(c["podSandboxId"], ""),
+            c["state"],
+            spec.get("annotations", {}),
+            tuple(spec_gpus(spec)),
+            spec.get("linux", {}).get("cgroupsPath", ""),
+        )
 
     with ThreadPoolExecutor(workers) as pool:
         return list(pool.map(inspect, listed))
@@ -262,13 +284,16 @@ def audit(containers: Iterable[NodeContainer], expected: dict[str, Expected]) ->
             result.unenforced.append(c)
             should = (-1, got.cpu_period, -1 if v2 else UNLIMITED_MEMORY_V1, want.gpus)
         if have != should:
-            result.wrong.append(f"{c.pod_name} {c.id[:12]} enforced={c.enforced}: "
-                                f"quota/period/memory/gpus {have}, expected {should}")
+            result.wrong.append(
+                f"{c.pod_name} {c.id[:12]} enforced={c.enforced}: "
+                f"quota/period/memory/gpus {have}, expected {should}"
+            )
     return result
 
 
-def sla_pods(count: int, prefix: str, gpu_every: int = 0
-             ) -> tuple[list[tuple[str, dict[str, str]]], dict[str, Expected]]:
+def sla_pods(
+    count: int, prefix: str, gpu_every: int = 0
+) -> tuple[list[tuple[str, dict[str, str]]], dict[str, Expected]]:
     """`count` pods named <prefix>000.., each with its own SLA (CPU limit 50m..450m at a
     100ms period, memory.max 64Mi + its number in MiB) so that a value landing in the
     wrong container shows; every `gpu_every`-th one also asks one GPU (of its grant).

@@ -56,17 +56,34 @@ def node_config(state_dir: Path, metrics_port: int | None, **overrides: Any) -> 
 class SlaService:
     """Starts `nri-sla run` processes for one cluster (at most one alive at a time)."""
 
-    def __init__(self, cluster, plugins, argv: list[str], *, metrics: bool = True,
-                 gpus: FakeGpus | None = None) -> None:
+    def __init__(
+        self,
+        cluster,
+        plugins,
+        argv: list[str],
+        *,
+        metrics: bool = True,
+        gpus: FakeGpus | None = None,
+    ) -> None:
         self.cluster = cluster
         self.plugins = plugins
         self.gpus = gpus or FakeGpus.make(cluster.base)
         self.books = GpuBooks(self.gpus)
         self.config_path = cluster.base / "nri-sla.yaml"
         self.port = e2e_metrics.free_port() if metrics else None
-        self.argv = [*argv, "--config", str(self.config_path), "--socket",
-                     str(cluster.nri_sock), "--name", "nri-sla", "--index", "50",
-                     "--inventory", str(self.gpus.inventory)]
+        self.argv = [
+            *argv,
+            "--config",
+            str(self.config_path),
+            "--socket",
+            str(cluster.nri_sock),
+            "--name",
+            "nri-sla",
+            "--index",
+            "50",
+            "--inventory",
+            str(self.gpus.inventory),
+        ]
         self.processes: list = []
         self.registrations = 0  # "connected and synchronized" lines containerd logged
         self.configure()
@@ -94,8 +111,7 @@ class SlaService:
         """The next registration: a started process's first, or the running one's again
         after containerd restarted or dropped it."""
         self.registrations += 1
-        self.cluster.wait_plugin_synchronized(PLUGIN, count=self.registrations,
-                                              timeout=timeout)
+        self.cluster.wait_plugin_synchronized(PLUGIN, count=self.registrations, timeout=timeout)
 
     def signal(self, sig: int) -> None:
         self.current.proc.send_signal(sig)
@@ -108,16 +124,16 @@ class SlaService:
     def stop(self) -> None:
         self.current.stop()
 
-    def run_gpu_pod(self, name: str, count: int, annotations: dict[str, str] | None = None,
-                    **kwargs: Any):
+    def run_gpu_pod(
+        self, name: str, count: int, annotations: dict[str, str] | None = None, **kwargs: Any
+    ):
         """A pod granted `count` GPUs by the kubelet's books, its SLA `annotations` (default
         gpu_sla(count)); raises NoGpuLeft (the kubelet would keep it pending) or the
         runtime's refusal, after removing the pod and freeing its GPUs (as once the pod
         is deleted)."""
         grant = self.books.allocate(name, count)
         try:
-            return self.cluster.run_pod(name, annotations or gpu_sla(count), grant=grant,
-                                        **kwargs)
+            return self.cluster.run_pod(name, annotations or gpu_sla(count), grant=grant, **kwargs)
         except self.cluster.Error:
             self.cluster.remove_pod(name)
             self.books.release(name)

@@ -52,8 +52,10 @@ def say(msg: str) -> None:
 
 def frame(conn: int, stream: int, type_: int, data: bytes) -> bytes:
     msg = TTRPC.pack(len(data), stream, type_, 0) + data
-    return b"".join(MUX.pack(conn, len(msg[i:i + MAX_FRAME])) + msg[i:i + MAX_FRAME]
-                    for i in range(0, len(msg), MAX_FRAME))
+    return b"".join(
+        MUX.pack(conn, len(msg[i : i + MAX_FRAME])) + msg[i : i + MAX_FRAME]
+        for i in range(0, len(msg), MAX_FRAME)
+    )
 
 
 class Streams:
@@ -70,16 +72,16 @@ class Streams:
             if len(self.raw) < MUX.size + n:
                 break
             if conn in self.conns:
-                self.conns[conn] += self.raw[MUX.size:MUX.size + n]
-            self.raw = self.raw[MUX.size + n:]
+                self.conns[conn] += self.raw[MUX.size : MUX.size + n]
+            self.raw = self.raw[MUX.size + n :]
         out = []
         for conn, buf in self.conns.items():
             while len(buf) >= TTRPC.size:
                 n, sid, type_, _ = TTRPC.unpack_from(buf)
                 if len(buf) < TTRPC.size + n:
                     break
-                out.append((conn, sid, type_, buf[TTRPC.size:TTRPC.size + n]))
-                buf = buf[TTRPC.size + n:]
+                out.append((conn, sid, type_, buf[TTRPC.size : TTRPC.size + n]))
+                buf = buf[TTRPC.size + n :]
             self.conns[conn] = buf
         return out
 
@@ -119,8 +121,9 @@ def serve(method: str, payload: bytes, sabotage: bool = False) -> bytes:
         return nri_pb2.ConfigureResponse(events=events).SerializeToString()
     if method == "Synchronize":
         sync = nri_pb2.SynchronizeRequest.FromString(payload)
-        say(f"synchronized pods={len(sync.pods)} containers={len(sync.containers)} "
-            f"more={sync.more}")
+        say(
+            f"synchronized pods={len(sync.pods)} containers={len(sync.containers)} more={sync.more}"
+        )
         return nri_pb2.SynchronizeResponse(more=sync.more).SerializeToString()
     if method == "CreateContainer":
         req = nri_pb2.CreateContainerRequest.FromString(payload)
@@ -138,8 +141,9 @@ def serve(method: str, payload: bytes, sabotage: bool = False) -> bytes:
 
 def session(sock: socket.socket, name: str, idx: str, sabotage: bool) -> None:
     reg = nri_pb2.RegisterPluginRequest(plugin_name=name, plugin_idx=idx)
-    call = ttrpc_pb2.Request(service=RUNTIME_SVC, method="RegisterPlugin",
-                             payload=reg.SerializeToString())
+    call = ttrpc_pb2.Request(
+        service=RUNTIME_SVC, method="RegisterPlugin", payload=reg.SerializeToString()
+    )
     sock.sendall(frame(RUNTIME_CONN, 1, REQUEST, call.SerializeToString()))
     streams = Streams()
     while data := sock.recv(65536):
@@ -161,8 +165,11 @@ def main() -> int:
     ap.add_argument("--socket", required=True)
     ap.add_argument("--name", default="e2e-probe")
     ap.add_argument("--idx", default="10")
-    ap.add_argument("--sabotage", action="store_true",
-                    help=f"remove the cgroup named by {REMOVE_CGROUP} at StartContainer")
+    ap.add_argument(
+        "--sabotage",
+        action="store_true",
+        help=f"remove the cgroup named by {REMOVE_CGROUP} at StartContainer",
+    )
     args = ap.parse_args()
     while True:
         try:

@@ -20,8 +20,12 @@ import pytest
 pytestmark = pytest.mark.e2e
 
 PLUGIN = "50-nri-sla"
-ONE_CPU = {"cpu_period": 100000, "cpu_quota": 100000, "cpu_shares": 1024,
-           "memory_limit_in_bytes": 256 << 20}
+ONE_CPU = {
+    "cpu_period": 100000,
+    "cpu_quota": 100000,
+    "cpu_shares": 1024,
+    "memory_limit_in_bytes": 256 << 20,
+}
 ALIGNED = {"sla.nri.io/pod": 'numa: {nodes: "0"}\n'}
 EXCLUSIVE = {"sla.nri.io/pod": "cpu: {exclusive: 1}\n"}
 NODE_CONFIG = """\
@@ -48,16 +52,28 @@ def sla_plugin(cluster, plugins, sla_plugin_argv):
     return start_plugin(cluster, plugins, sla_plugin_argv)
 
 
-def start_plugin(cluster, plugins, sla_plugin_argv, synchronized: str = "0 pods, 0 "
-                 "containers", count: int = 1):
+def start_plugin(
+    cluster, plugins, sla_plugin_argv, synchronized: str = "0 pods, 0 containers", count: int = 1
+):
     if online() != "0-1" or not Path("/sys/devices/system/node/node0").exists():
         pytest.skip(f"designed for a 2-CPU, 1-NUMA-node host (online CPUs: {online()})")
     if os.sched_getaffinity(0) != {0, 1}:
         pytest.skip("the test process is not allowed both CPUs")
     config = cluster.base / "nri-sla.yaml"
     config.write_text(NODE_CONFIG + f"state-dir: {cluster.base / 'nri-sla-state'}\n")
-    argv = [*sla_plugin_argv, "--config", str(config), "--socket", str(cluster.nri_sock),
-            "--name", "nri-sla", "--index", "50", "--metrics-address", ""]
+    argv = [
+        *sla_plugin_argv,
+        "--config",
+        str(config),
+        "--socket",
+        str(cluster.nri_sock),
+        "--name",
+        "nri-sla",
+        "--index",
+        "50",
+        "--metrics-address",
+        "",
+    ]
     proc = plugins.start(argv, "nri-sla")
     cluster.wait_plugin_synchronized(PLUGIN, count)
     proc.wait_output(rf"synchronized: {synchronized}")
@@ -65,8 +81,9 @@ def start_plugin(cluster, plugins, sla_plugin_argv, synchronized: str = "0 pods,
 
 
 def cpus(cluster, pc) -> str:
-    return cluster.cgroup_file(pc, "cpuset", "cpuset.cpus.effective" if cluster.cgroup_v2
-                               else "cpuset.cpus")
+    return cluster.cgroup_file(
+        pc, "cpuset", "cpuset.cpus.effective" if cluster.cgroup_v2 else "cpuset.cpus"
+    )
 
 
 def test_exclusive_cpus_never_squeeze_or_share(cluster, sla_plugin):
@@ -84,8 +101,10 @@ def test_exclusive_cpus_never_squeeze_or_share(cluster, sla_plugin):
     with pytest.raises(cluster.Error) as refused:
         cluster.run_pod("second", EXCLUSIVE, resources=ONE_CPU)
     print("evidence: refused:", refused.value)
-    assert ("cpu.exclusive: requested 1 exclusive CPUs on this node; taking them would "
-            "leave running containers fewer CPUs than their CPU requests") in str(refused.value)
+    assert (
+        "cpu.exclusive: requested 1 exclusive CPUs on this node; taking them would "
+        "leave running containers fewer CPUs than their CPU requests"
+    ) in str(refused.value)
     assert "aligned" not in str(refused.value) and "plain" not in str(refused.value)
     later = cluster.run_pod("later", {})
     assert cpus(cluster, later) == "0"
@@ -101,20 +120,34 @@ def test_resizes_keep_the_current_cpuset_and_give_exclusive_cpus_back(cluster, s
     plain = cluster.run_pod("plain", {})
     excl = cluster.run_pod("excl", EXCLUSIVE, resources=ONE_CPU)
     assert (cpus(cluster, aligned), cpus(cluster, excl)) == ("0", "1")
-    cluster.crictl("update", "--cpu-quota", "50000", "--cpu-period", "100000",
-                   "--cpu-share", "1024", aligned.container_id)
+    cluster.crictl(
+        "update",
+        "--cpu-quota",
+        "50000",
+        "--cpu-period",
+        "100000",
+        "--cpu-share",
+        "1024",
+        aligned.container_id,
+    )
     assert cpus(cluster, aligned) == "0"
     assert cluster.cgroup(aligned).cpu_quota == 50000  # the resize itself landed
-    cluster.crictl("update", "--cpu-quota", "50000", "--cpu-period", "100000",
-                   "--cpu-share", "512", excl.container_id)
+    cluster.crictl(
+        "update",
+        "--cpu-quota",
+        "50000",
+        "--cpu-period",
+        "100000",
+        "--cpu-share",
+        "512",
+        excl.container_id,
+    )
     sla_plugin.wait_output(r"exclusive CPUs given back after a resize")
-    assert (cpus(cluster, excl), cpus(cluster, aligned), cpus(cluster, plain)) == (
-        "0-1", "0", "0")
+    assert (cpus(cluster, excl), cpus(cluster, aligned), cpus(cluster, plain)) == ("0-1", "0", "0")
     # CPU 1 is free again: a new exclusive request gets it
     again = cluster.run_pod("again", EXCLUSIVE, resources=ONE_CPU)
     assert cpus(cluster, again) == "1"
-    assert (cpus(cluster, aligned), cpus(cluster, plain), cpus(cluster, excl)) == (
-        "0", "0", "0")
+    assert (cpus(cluster, aligned), cpus(cluster, plain), cpus(cluster, excl)) == ("0", "0", "0")
 
 
 def until(check, timeout: float = 10.0):
@@ -125,7 +158,8 @@ def until(check, timeout: float = 10.0):
 
 
 def test_a_resize_while_nri_sla_is_stopped_rules_from_its_first_synchronize(
-        cluster, plugins, sla_plugin_argv, sla_plugin):
+    cluster, plugins, sla_plugin_argv, sla_plugin
+):
     """`crictl update` of the exclusive pod to half a CPU while the plugin is stopped:
     started again, its first Synchronize gives CPU 1 back, and the neighbour's
     cpuset.cpus is 0-1 again (the restore's UpdateContainers right after the answer)."""
@@ -133,8 +167,16 @@ def test_a_resize_while_nri_sla_is_stopped_rules_from_its_first_synchronize(
     excl = cluster.run_pod("excl", EXCLUSIVE, resources=ONE_CPU)
     assert (cpus(cluster, excl), cpus(cluster, plain)) == ("1", "0")
     sla_plugin.stop()
-    cluster.crictl("update", "--cpu-quota", "50000", "--cpu-period", "100000",
-                   "--cpu-share", "512", excl.container_id)
+    cluster.crictl(
+        "update",
+        "--cpu-quota",
+        "50000",
+        "--cpu-period",
+        "100000",
+        "--cpu-share",
+        "512",
+        excl.container_id,
+    )
     assert cpus(cluster, plain) == "0"  # nobody there to give it back
     again = start_plugin(cluster, plugins, sla_plugin_argv, "2 pods, 2 containers", 2)
     again.wait_output(r"exclusive CPUs given back after a resize")

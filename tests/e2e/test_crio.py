@@ -45,9 +45,19 @@ def node_config(node) -> Path:
 
 @pytest.fixture
 def crio_plugin(crio, plugins, sla_plugin_argv):
-    argv = [*sla_plugin_argv, "--config", str(node_config(crio)), "--socket",
-            str(crio.nri_sock), "--name", "nri-sla", "--index", "50",
-            "--metrics-address", ""]
+    argv = [
+        *sla_plugin_argv,
+        "--config",
+        str(node_config(crio)),
+        "--socket",
+        str(crio.nri_sock),
+        "--name",
+        "nri-sla",
+        "--index",
+        "50",
+        "--metrics-address",
+        "",
+    ]
     proc = plugins.start(argv, "nri-sla")
     crio.wait_plugin_synchronized("50-nri-sla")
     print("evidence: plugin log:", *proc.wait_output(r"registered as 50-nri-sla"))
@@ -62,8 +72,7 @@ def crio_hook(crio):
     if not exe.exists():
         pytest.skip("no nri-sla executable beside this python (pip install -e .)")
     doc = hooks_d_document("prestart", binary=str(exe))
-    assert doc["when"] == json.loads((REPO / "hooks" / "nri-sla-hook.json").read_text())[
-        "when"]
+    assert doc["when"] == json.loads((REPO / "hooks" / "nri-sla-hook.json").read_text())["when"]
     doc["hook"]["args"] += ["--config", str(node_config(crio))]
     crio.install_hook(doc)
     return doc
@@ -71,14 +80,17 @@ def crio_hook(crio):
 
 # -- through NRI --------------------------------------------------------------------------
 
+
 def test_nri_version_told_from_the_release(crio, crio_plugin):
     """CRI-O sends no NRI version: the plugin names the one its release vendors."""
     (line,) = crio_plugin.wait_output(r"registered as 50-nri-sla")
     if (crio.major, crio.minor) >= (1, 35):
         assert "NRI v0.11.0, cri-o" in line and "(release table)" in line
     assert "unversioned" not in line and "<= v0.9" not in line
-    pc = crio.run_pod("mpol", {"sla.nri.io/pod": "enforcement: soft\n"
-                               "numa: {nodes: '0', memory-policy: interleave}\n"})
+    pc = crio.run_pod(
+        "mpol",
+        {"sla.nri.io/pod": "enforcement: soft\nnuma: {nodes: '0', memory-policy: interleave}\n"},
+    )
     warnings = crio.spec_annotations(pc)["sla.nri.io/warnings"]
     print("evidence: warnings:", warnings)
     assert "older than" not in warnings and "NRI v0.1" in warnings
@@ -116,12 +128,21 @@ def test_fail_closed_drop_in_requires_nri_sla(crio, plugins, sla_plugin_argv):
         crio.run_pod("unguarded", {"sla.nri.io/pod": POD_SLA})
     print("evidence: refused without nri-sla:", err.value)
     assert "nri-sla" in str(err.value)
-    tolerated = crio.run_pod("tolerated", {
-        "tolerate-missing-nri-plugins.noderesource.dev": "true"})
+    tolerated = crio.run_pod("tolerated", {"tolerate-missing-nri-plugins.noderesource.dev": "true"})
     assert crio.cgroup(tolerated).cpu_quota == -1
-    argv = [*sla_plugin_argv, "--config", str(node_config(crio)), "--socket",
-            str(crio.nri_sock), "--name", "nri-sla", "--index", "50",
-            "--metrics-address", ""]
+    argv = [
+        *sla_plugin_argv,
+        "--config",
+        str(node_config(crio)),
+        "--socket",
+        str(crio.nri_sock),
+        "--name",
+        "nri-sla",
+        "--index",
+        "50",
+        "--metrics-address",
+        "",
+    ]
     plugins.start(argv, "nri-sla")
     crio.wait_plugin_synchronized("50-nri-sla")
     pc = crio.run_pod("guarded", {"sla.nri.io/pod": POD_SLA})
@@ -158,15 +179,21 @@ def test_nri_plugin_reconnects_after_crio_restart(crio, crio_plugin):
     crio.restart()  # SIGKILL: the plugin's connection drops mid-life, conmon survives
     crio.wait_plugin_synchronized("50-nri-sla", count=2, timeout=60)
     crio_plugin.wait_output(r"NRI connection lost")
-    print("evidence: plugin log:", *crio_plugin.wait_output(
-        r"synchronized: 1 pods, 1 containers, 1 allocations rebuilt, 0 records ignored"))
-    after = crio.run_pod("after", {
-        "sla.nri.io/pod": "cpu: {limit: 0.2, period: 50ms}\nmemory: {max: 128Mi}\n"})
+    print(
+        "evidence: plugin log:",
+        *crio_plugin.wait_output(
+            r"synchronized: 1 pods, 1 containers, 1 allocations rebuilt, 0 records ignored"
+        ),
+    )
+    after = crio.run_pod(
+        "after", {"sla.nri.io/pod": "cpu: {limit: 0.2, period: 50ms}\nmemory: {max: 128Mi}\n"}
+    )
     assert triple(crio.cgroup(after)) == (10000, 50000, 128 << 20)
     assert triple(crio.cgroup(before)) == (50000, 100000, 256 << 20)
 
 
 # -- through the hook (no plugin) -----------------------------------------------------------
+
 
 def test_hook_pod_sla_lands_in_real_cgroup(crio, crio_hook):
     pc = crio.run_pod("web", {"sla.nri.io/pod": POD_SLA})
@@ -180,8 +207,9 @@ def test_hook_prestart_runs_at_create_runtime(crio, crio_hook):
     hooks = pc.inspect["info"]["runtimeSpec"].get("hooks", {})
     print("evidence: spec hooks:", json.dumps(hooks))
     ours = [h for h in hooks.get("createRuntime", []) if h["path"] == crio_hook["hook"]["path"]]
-    assert ours and not [h for h in hooks.get("prestart", [])
-                         if h["path"] == crio_hook["hook"]["path"]]
+    assert ours and not [
+        h for h in hooks.get("prestart", []) if h["path"] == crio_hook["hook"]["path"]
+    ]
     assert triple(crio.cgroup(pc)) == (50000, 100000, 256 << 20)
 
 

@@ -39,11 +39,21 @@ def watching_plugin(cluster, plugins, sla_plugin_argv):
     status = cluster.base / "status.sock"
     port = free_port()
     config = cluster.base / "nri-sla.yaml"
-    config.write_text(NODE_CONFIG + f"state-dir: {cluster.base / 'nri-sla-state'}\n"
-                      f"status: {{socket: {status}}}\n")
-    proc = plugins.start([*sla_plugin_argv, "--config", str(config), "--socket",
-                          str(cluster.nri_sock), "--metrics-address", f"127.0.0.1:{port}"],
-                         "nri-sla")
+    config.write_text(
+        NODE_CONFIG + f"state-dir: {cluster.base / 'nri-sla-state'}\nstatus: {{socket: {status}}}\n"
+    )
+    proc = plugins.start(
+        [
+            *sla_plugin_argv,
+            "--config",
+            str(config),
+            "--socket",
+            str(cluster.nri_sock),
+            "--metrics-address",
+            f"127.0.0.1:{port}",
+        ],
+        "nri-sla",
+    )
     cluster.wait_plugin_synchronized(PLUGIN)
     proc.wait_output(r"synchronized: 0 pods")
     proc.status = status
@@ -52,9 +62,12 @@ def watching_plugin(cluster, plugins, sla_plugin_argv):
 
 
 def status(plugin, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "nri_plugin.cli", "status", "--socket",
-                           str(plugin.status), *args], capture_output=True, text=True,
-                          timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "nri_plugin.cli", "status", "--socket", str(plugin.status), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def metric(plugin, name: str, **labels: str) -> float | None:
@@ -84,11 +97,19 @@ def until(what: str, condition, timeout: float = 15.0) -> float:
 def test_drift_of_a_direct_write_and_a_runtime_value_is_repaired(cluster, watching_plugin):
     disk = whole_disk()
     if disk is None or cluster.cgroup_v2:
-        pytest.skip("needs a cgroup v1 host and a whole disk (a v1 blkio throttle is the "
-                    "direct write); the v2 drift tests run in tests/vm")
-    pc = cluster.run_pod("drift", {"sla.nri.io/pod": (
-        "cpu: {limit: 0.5, period: 100ms}\n"
-        f"io:\n  max:\n    - {{device: '{disk}', read-bps: 10Mi}}\n")})
+        pytest.skip(
+            "needs a cgroup v1 host and a whole disk (a v1 blkio throttle is the "
+            "direct write); the v2 drift tests run in tests/vm"
+        )
+    pc = cluster.run_pod(
+        "drift",
+        {
+            "sla.nri.io/pod": (
+                "cpu: {limit: 0.5, period: 100ms}\n"
+                f"io:\n  max:\n    - {{device: '{disk}', read-bps: 10Mi}}\n"
+            )
+        },
+    )
     quota = cgroup_dir(cluster, pc, "cpu") / "cpu.cfs_quota_us"
     rule = cgroup_dir(cluster, pc, "blkio") / "blkio.throttle.read_bps_device"
     assert quota.read_text().strip() == "50000"
@@ -98,10 +119,16 @@ def test_drift_of_a_direct_write_and_a_runtime_value_is_repaired(cluster, watchi
     # nri-sla wrote is dropped (what a systemd daemon-reload or another agent does).
     quota.write_text("-1")
     rule.write_text(f"{disk} 0")
-    until("the blkio rule rewritten by nri-sla",
-          lambda: rule.read_text().split() == [disk, "10485760"], 4 * INTERVAL + 5)
-    until("the quota restored through containerd (runc update)",
-          lambda: quota.read_text().strip() == "50000", 4 * INTERVAL + 10)
+    until(
+        "the blkio rule rewritten by nri-sla",
+        lambda: rule.read_text().split() == [disk, "10485760"],
+        4 * INTERVAL + 5,
+    )
+    until(
+        "the quota restored through containerd (runc update)",
+        lambda: quota.read_text().strip() == "50000",
+        4 * INTERVAL + 10,
+    )
     log = watching_plugin
     print("evidence: plugin log:", *log.wait_output(r"msg=drift "), sep="\n  ")
     log.wait_output(r"drift repair requested")
@@ -109,8 +136,10 @@ def test_drift_of_a_direct_write_and_a_runtime_value_is_repaired(cluster, watchi
     cluster.wait_log(r"requested container updates")  # containerd's side of it
     assert metric(log, "nri_sla_drift_detected_total", kind="cpu") == 1
     assert metric(log, "nri_sla_drift_detected_total", kind="io") == 1
-    until("the cpu repair counted", lambda: metric(
-        log, "nri_sla_drift_repairs_total", kind="cpu", outcome="repaired") == 1)
+    until(
+        "the cpu repair counted",
+        lambda: metric(log, "nri_sla_drift_repairs_total", kind="cpu", outcome="repaired") == 1,
+    )
     assert metric(log, "nri_sla_drift_repairs_total", kind="io", outcome="repaired") == 1
     shown = status(log, "--json")
     assert shown.returncode == 0, shown.stderr
@@ -119,16 +148,25 @@ def test_drift_of_a_direct_write_and_a_runtime_value_is_repaired(cluster, watchi
 
 
 def test_soft_drift_is_reported_and_left(cluster, watching_plugin):
-    pc = cluster.run_pod("soft", {"sla.nri.io/pod": (
-        "enforcement: soft\ncpu: {limit: 0.5, period: 100ms}\nmemory: {max: 256Mi}\n")})
+    pc = cluster.run_pod(
+        "soft",
+        {
+            "sla.nri.io/pod": (
+                "enforcement: soft\ncpu: {limit: 0.5, period: 100ms}\nmemory: {max: 256Mi}\n"
+            )
+        },
+    )
     memory = cgroup_dir(cluster, pc, "memory") / (
-        "memory.max" if cluster.cgroup_v2 else "memory.limit_in_bytes")
+        "memory.max" if cluster.cgroup_v2 else "memory.limit_in_bytes"
+    )
     # Lowered (v1 refuses a memory limit above memory.memsw.limit_in_bytes, which
     # containerd set to the same 256Mi).
     memory.write_text(str(128 << 20))
-    until("the drift reported", lambda: metric(
-        watching_plugin, "nri_sla_drift_detected_total", kind="memory") == 1,
-        4 * INTERVAL + 5)
+    until(
+        "the drift reported",
+        lambda: metric(watching_plugin, "nri_sla_drift_detected_total", kind="memory") == 1,
+        4 * INTERVAL + 5,
+    )
     time.sleep(3 * INTERVAL)
     assert memory.read_text().strip() == str(128 << 20)  # soft: left as found
     assert metric(watching_plugin, "nri_sla_drift_detected_total", kind="memory") == 1
@@ -141,13 +179,20 @@ def test_soft_drift_is_reported_and_left(cluster, watching_plugin):
 def test_a_cpu_bound_container_at_its_quota_shows_throttling(cluster, watching_plugin):
     # 5 ms of quota per 100 ms period: used up even when a loaded machine gives the loop
     # a fraction of a CPU.
-    pc = cluster.run_pod("busy", {"sla.nri.io/pod": "cpu: {limit: 0.05, period: 100ms}\n"},
-                         command=("/bin/sh", "-c", "while :; do :; done"))
+    pc = cluster.run_pod(
+        "busy",
+        {"sla.nri.io/pod": "cpu: {limit: 0.05, period: 100ms}\n"},
+        command=("/bin/sh", "-c", "while :; do :; done"),
+    )
     assert cluster.cgroup(pc).cpu_quota == 5000
     who = {"namespace": "nri-e2e", "pod": "busy", "container": "work"}
-    until("throttling above 50% in the metrics", lambda: (metric(
-        watching_plugin, "nri_sla_container_cpu_throttled_ratio", **who) or 0) > 0.5,
-        6 * INTERVAL + 10)
+    until(
+        "throttling above 50% in the metrics",
+        lambda: (
+            (metric(watching_plugin, "nri_sla_container_cpu_throttled_ratio", **who) or 0) > 0.5
+        ),
+        6 * INTERVAL + 10,
+    )
     table = status(watching_plugin)
     print("evidence: nri-sla status:", table.stdout, sep="\n")
     line = next(x for x in table.stdout.splitlines() if x.startswith("nri-e2e/busy"))
@@ -159,5 +204,7 @@ def test_status_says_in_one_line_when_the_plugin_is_gone(cluster, watching_plugi
     watching_plugin.stop()
     gone = status(watching_plugin)
     assert gone.returncode == 4 and gone.stdout == ""
-    assert gone.stderr == f"nri-sla status: nri-sla is not running (nothing serves " \
-                          f"{watching_plugin.status})\n"
+    assert (
+        gone.stderr == f"nri-sla status: nri-sla is not running (nothing serves "
+        f"{watching_plugin.status})\n"
+    )

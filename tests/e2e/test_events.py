@@ -26,13 +26,23 @@ RETRIES = 3  # CreateContainer attempts for the refused container, as the kubele
 def described(api: FakeApiServer, name: str, uid: str) -> list[dict]:
     """The events `kubectl describe pod` lists for the pod: those whose involvedObject is
     that pod (kind, namespace, name and uid), oldest first."""
-    events = [e for e in api.events.values() if e["involvedObject"]["kind"] == "Pod"
-              and (e["involvedObject"]["namespace"], e["involvedObject"]["name"],
-                   e["involvedObject"]["uid"]) == (NAMESPACE, name, uid)]
+    events = [
+        e
+        for e in api.events.values()
+        if e["involvedObject"]["kind"] == "Pod"
+        and (
+            e["involvedObject"]["namespace"],
+            e["involvedObject"]["name"],
+            e["involvedObject"]["uid"],
+        )
+        == (NAMESPACE, name, uid)
+    ]
     events.sort(key=lambda e: e["firstTimestamp"])
     for e in events:
-        print(f"evidence: {name}: {e['type']} {e['reason']} x{e['count']} from "
-              f"{e['source']['component']} on {e['source']['host']}: {e['message']}")
+        print(
+            f"evidence: {name}: {e['type']} {e['reason']} x{e['count']} from "
+            f"{e['source']['component']} on {e['source']['host']}: {e['message']}"
+        )
     return events
 
 
@@ -41,7 +51,8 @@ def pod_uid(cluster, name: str) -> str:
 
 
 def test_refused_and_clamped_containers_are_events_on_their_pods(
-        cluster, plugins, sla_plugin_argv, tmp_path, monkeypatch):
+    cluster, plugins, sla_plugin_argv, tmp_path, monkeypatch
+):
     with FakeApiServer(tmp_path) as api:
         account = api.service_account(tmp_path / "serviceaccount")
         for key, value in {**api.environ(), "NODE_NAME": "e2e-node"}.items():
@@ -51,15 +62,24 @@ def test_refused_and_clamped_containers_are_events_on_their_pods(
         config.write_text(
             "enforcement: hard\ncgroup: {driver: cgroupfs}\n"
             f"state-dir: {cluster.base / 'nri-sla-state'}\n"
-            f"events: {{enabled: true, service-account: {account}}}\n")
-        plugin = plugins.start([*sla_plugin_argv, "--config", str(config), "--socket",
-                                str(cluster.nri_sock), "--metrics-address",
-                                f"127.0.0.1:{port}"], "nri-sla")
+            f"events: {{enabled: true, service-account: {account}}}\n"
+        )
+        plugin = plugins.start(
+            [
+                *sla_plugin_argv,
+                "--config",
+                str(config),
+                "--socket",
+                str(cluster.nri_sock),
+                "--metrics-address",
+                f"127.0.0.1:{port}",
+            ],
+            "nri-sla",
+        )
         cluster.wait_plugin_synchronized(PLUGIN)
         print("evidence: plugin log:", *plugin.wait_output(r"Kubernetes Events on"))
 
-        files = cluster.pod_files("greedy", {"sla.nri.io/pod": GREEDY},
-                                  resources=KUBELET_LIMITS)
+        files = cluster.pod_files("greedy", {"sla.nri.io/pod": GREEDY}, resources=KUBELET_LIMITS)
         pod_id = cluster.run_sandbox(files)
         refusals = []
         for _ in range(RETRIES):
@@ -67,14 +87,17 @@ def test_refused_and_clamped_containers_are_events_on_their_pods(
                 cluster.create_container(pod_id, files)
             refusals.append(str(err.value))
         print("evidence: refused:", refusals[0])
-        soft = cluster.run_pod("greedy-soft", {"sla.nri.io/pod": "enforcement: soft\n" + GREEDY},
-                               resources=KUBELET_LIMITS)
+        soft = cluster.run_pod(
+            "greedy-soft",
+            {"sla.nri.io/pod": "enforcement: soft\n" + GREEDY},
+            resources=KUBELET_LIMITS,
+        )
         assert soft.container_id
 
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and not (
-                len(api.events) == 2
-                and max(e["count"] for e in api.events.values()) == RETRIES):
+            len(api.events) == 2 and max(e["count"] for e in api.events.values()) == RETRIES
+        ):
             time.sleep(0.1)
         assert api.problems == []
         (refused,) = described(api, "greedy", pod_uid(cluster, "greedy"))
@@ -82,15 +105,17 @@ def test_refused_and_clamped_containers_are_events_on_their_pods(
         samples = scrape(port)
 
     assert (refused["type"], refused["reason"], refused["count"]) == (
-        "Warning", "SLARefused", RETRIES)
+        "Warning",
+        "SLARefused",
+        RETRIES,
+    )
     assert refused["involvedObject"]["fieldPath"] == "spec.containers{work}"
     assert refused["source"] == {"component": "nri-sla", "host": "e2e-node"}
     # The same refusal the runtime returned to the kubelet (containerd wraps it).
     text = refused["message"].removeprefix("container not created: ")
     assert text != refused["message"] and text in refusals[0]
     assert "cpu.limit: 64 exceeds the 0.5 CPUs the runtime granted" in text
-    assert (clamped["type"], clamped["reason"], clamped["count"]) == (
-        "Warning", "SLAClamped", 1)
+    assert (clamped["type"], clamped["reason"], clamped["count"]) == ("Warning", "SLAClamped", 1)
     assert clamped["message"].startswith("SLA not applied as asked: ")
     assert "cpu.limit: 64 exceeds the 0.5 CPUs the runtime granted" in clamped["message"]
     # One POST per event, the refusal's repeats PATCHed.

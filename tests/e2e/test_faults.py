@@ -52,16 +52,16 @@ def test_plugin_up_before_containerd_and_its_socket(cluster, sla):
     if stale:
         print("evidence: plugin log:", first.wait_output(dial + "Connection refused")[0])
     cluster.nri_sock.unlink(missing_ok=True)
-    print("evidence: plugin log:", first.wait_output(dial + "No such file or directory",
-                                                     count=2)[-1])
+    print(
+        "evidence: plugin log:", first.wait_output(dial + "No such file or directory", count=2)[-1]
+    )
     assert ready(sla.port) == 503  # /readyz: not registered
     assert sla.scrape().get("nri_sla_registered") == 0
 
     cluster.start()  # the socket appears; the plugin's next dial registers
     sla.wait_registered()
     summary = syncs(first)[0]
-    assert (summary.pods, summary.containers, summary.rebuilt, summary.unenforced) == (
-        1, 1, 0, 1)
+    assert (summary.pods, summary.containers, summary.rebuilt, summary.unenforced) == (1, 1, 0, 1)
     assert reported_unenforced(first) == {early.container_id}
     assert ready(sla.port) == 200
     after = cluster.run_pod("after", POD_SLA)
@@ -79,28 +79,37 @@ def request_timeout(cluster) -> float:
 def test_plugin_slower_than_the_runtime_request_timeout(cluster, sla):
     timeout = request_timeout(cluster)
     plugin = sla.start()
-    holder = sla.run_gpu_pod("holder", 2, {"sla.nri.io/pod": (
-        "cpu: {limit: 0.3}\ngpu: {count: 2, align: false}\n")})
+    holder = sla.run_gpu_pod(
+        "holder", 2, {"sla.nri.io/pod": ("cpu: {limit: 0.3}\ngpu: {count: 2, align: false}\n")}
+    )
     held = set(visible_gpus(holder))
     assert len(held) == 2
 
     sla.signal(signal.SIGSTOP)  # a handler that does not answer in time
     try:
-        files = cluster.pod_files("slow", {"sla.nri.io/pod": (
-            "cpu: {limit: 0.2}\ngpu: {count: 2, align: false}\n")},
-            grant=sla.books.allocate("slow", 2))
+        files = cluster.pod_files(
+            "slow",
+            {"sla.nri.io/pod": ("cpu: {limit: 0.2}\ngpu: {count: 2, align: false}\n")},
+            grant=sla.books.allocate("slow", 2),
+        )
         pod_id = cluster.run_sandbox(files)
         t0 = time.monotonic()
         cid = cluster.create_container(pod_id, files)
         waited = time.monotonic() - t0
         cluster.crictl("start", cid)
         slow = cluster.inspect(pod_id, cid)
-        print(f"evidence: crictl create waited {waited:.2f}s on a stopped plugin "
-              f"(plugin_request_timeout {timeout}s)")
+        print(
+            f"evidence: crictl create waited {waited:.2f}s on a stopped plugin "
+            f"(plugin_request_timeout {timeout}s)"
+        )
         assert waited >= timeout * 0.9
-        print("evidence: containerd log:", *cluster.wait_log(
-            r"closing plugin \S*nri-sla, failed to handle CreateContainer request: "
-            r"context deadline exceeded"))
+        print(
+            "evidence: containerd log:",
+            *cluster.wait_log(
+                r"closing plugin \S*nri-sla, failed to handle CreateContainer request: "
+                r"context deadline exceeded"
+            ),
+        )
         # Dropped: the next container does not wait at all.
         t0 = time.monotonic()
         quick = cluster.run_pod("quick", {"sla.nri.io/pod": "cpu: {limit: 0.2}\n"})
@@ -131,8 +140,9 @@ def test_direct_write_into_a_cgroup_removed_before_start(cluster, plugins, sla):
     """A second plugin (index 10, before nri-sla) removes the container's blkio cgroup at
     StartContainer; nri-sla's direct blkio writes then find no cgroup."""
     if cluster.cgroup_v2:
-        pytest.skip("v1 only: the direct writes here are blkio files (v2 writes io.max "
-                    "through the runtime)")
+        pytest.skip(
+            "v1 only: the direct writes here are blkio files (v2 writes io.max through the runtime)"
+        )
     disk = whole_disk()
     if disk is None:
         pytest.skip("no whole block disk under /sys/block to throttle")
@@ -142,8 +152,11 @@ def test_direct_write_into_a_cgroup_removed_before_start(cluster, plugins, sla):
     io = f"io:\n  max:\n    - {{device: '{disk}', read-bps: 10Mi, write-iops: 100}}\n"
 
     with pytest.raises(cluster.Error) as err:
-        sla.run_gpu_pod("hard", 8, {"sla.nri.io/pod": io + "gpu: {count: 8, align: false}\n",
-                                    REMOVE_CGROUP: "blkio"})
+        sla.run_gpu_pod(
+            "hard",
+            8,
+            {"sla.nri.io/pod": io + "gpu: {count: 8, align: false}\n", REMOVE_CGROUP: "blkio"},
+        )
     message = str(err.value)
     print("evidence: refused:", message)
     print("evidence: probe:", saboteur.wait_output(r"^removed .*/blkio/")[0])
@@ -154,9 +167,13 @@ def test_direct_write_into_a_cgroup_removed_before_start(cluster, plugins, sla):
     assert len(visible_gpus(sla.run_gpu_pod("next", 8))) == 8
     sla.assert_gpus_counted(8)
 
-    soft = cluster.run_pod("soft", {"sla.nri.io/pod": (
-        "enforcement: soft\nmemory: {high: 128Mi, max: 256Mi}\n" + io),
-        REMOVE_CGROUP: "blkio"})
+    soft = cluster.run_pod(
+        "soft",
+        {
+            "sla.nri.io/pod": ("enforcement: soft\nmemory: {high: 128Mi, max: 256Mi}\n" + io),
+            REMOVE_CGROUP: "blkio",
+        },
+    )
     rel = soft.cgroups_path.lstrip("/")
     assert not (CGROUP_ROOT / "blkio" / rel).exists()
     # What could be written is in force; the blkio rule is nowhere, not on the pod either.
@@ -164,8 +181,10 @@ def test_direct_write_into_a_cgroup_removed_before_start(cluster, plugins, sla):
     assert cluster.cgroup(soft).memory_limit == 268435456
     pod_blkio = CGROUP_ROOT / "blkio" / Path(rel).parent
     assert read_file(pod_blkio / "blkio.throttle.read_bps_device") == ""
-    print("evidence: plugin log:", *plugin.wait_output(
-        r"nri-e2e/soft work: cannot write .*blkio.throttle.read_bps_device"))
+    print(
+        "evidence: plugin log:",
+        *plugin.wait_output(r"nri-e2e/soft work: cannot write .*blkio.throttle.read_bps_device"),
+    )
 
 
 def test_node_config_changed_under_running_pods(cluster, sla):
@@ -194,7 +213,8 @@ def test_node_config_changed_under_running_pods(cluster, sla):
     # Running containers: untouched.
     assert triple(cluster.cgroup(greedy)) == (50000, 100000, 268435456)
     assert set(visible_gpus(cluster.inspect(trainer.pod_id, trainer.container_id))) == (
-        trainer_gpus)
+        trainer_gpus
+    )
     # New containers: the new policy.
     with pytest.raises(cluster.Error) as hard:
         cluster.run_pod("greedy-again", {"sla.nri.io/pod": GREEDY}, resources=KUBELET_LIMITS)

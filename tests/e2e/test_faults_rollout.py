@@ -57,7 +57,7 @@ def failures(runs) -> dict[str, int]:
             kinds.setdefault(f"{r.failed_at}: {why}", []).append(r.error)
     for kind, errors in kinds.items():
         desc = errors[0].find("desc = ")  # the runtime's own words, or the kubelet's
-        why = errors[0][max(desc, 0):][:200]
+        why = errors[0][max(desc, 0) :][:200]
         print(f"evidence: {len(errors)} failed at {kind}, e.g. {why}")
     return {kind: len(errors) for kind, errors in kinds.items()}
 
@@ -72,8 +72,10 @@ def test_containerd_killed_in_the_middle_of_a_rollout(cluster, sla):
     cluster.start()
     up = time.monotonic() - t0
     sla.wait_registered()
-    print(f"evidence: containerd back {up:.1f}s after the SIGKILL, nri-sla registered "
-          f"again {time.monotonic() - t0:.1f}s after it")
+    print(
+        f"evidence: containerd back {up:.1f}s after the SIGKILL, nri-sla registered "
+        f"again {time.monotonic() - t0:.1f}s after it"
+    )
     runs = rollout.wait()
     print("evidence: rollout:", rollout.summary())
     first = sla.current
@@ -113,8 +115,7 @@ def test_plugin_killed_in_the_middle_of_a_rollout(cluster, sla):
     sla.kill()  # as the OOM killer would: containerd drops it, pods keep coming
     time.sleep(PLUGIN_AWAY)
     restarted = sla.start()
-    print(f"evidence: nri-sla registered again {time.monotonic() - t0:.1f}s after the "
-          "SIGKILL")
+    print(f"evidence: nri-sla registered again {time.monotonic() - t0:.1f}s after the SIGKILL")
     runs = rollout.wait()
     print("evidence: rollout:", rollout.summary())
     failures(runs)

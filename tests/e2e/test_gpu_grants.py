@@ -56,11 +56,13 @@ def gpu_plugin(cluster, plugins, sla_plugin_argv, gpus):
     """gpu_plugin(mode) -> the started SlaService with `gpu.injection: mode`, the fake
     GPUs' inventory and the default permissions (no GPU without a grant, nothing above
     the runtime's limits)."""
+
     def start(mode: str = "cdi", **overrides) -> SlaService:
         service = SlaService(cluster, plugins, sla_plugin_argv, gpus=gpus)
         service.configure(**{"gpu": {"injection": mode}, "permissions": {}} | overrides)
         service.start()
         return service
+
     return start
 
 
@@ -111,11 +113,13 @@ def test_env_naming_gpus_is_no_grant(cluster, gpus, gpu_plugin, mode):
     assert_opens(gpus, plain, ())
     assert gpus.access(plain).visible_env == "0,1,2,3,4,5,6,7"  # the tenant's, unchanged
     # The plugin says that the env was the only evidence, and counted it as no grant.
-    print("evidence: plugin log:", *plugin.current.wait_output(
-        rf"not a grant.*{plain.container_id}"))
+    print(
+        "evidence: plugin log:", *plugin.current.wait_output(rf"not a grant.*{plain.container_id}")
+    )
 
-    soft = cluster.run_pod("env-soft", {"sla.nri.io/pod": "enforcement: soft\n"
-                                        "gpu: {count: 2}\n"}, grant=EVERY_GPU_ENV)
+    soft = cluster.run_pod(
+        "env-soft", {"sla.nri.io/pod": "enforcement: soft\ngpu: {count: 2}\n"}, grant=EVERY_GPU_ENV
+    )
     assert_opens(gpus, soft, ())
     warnings = cluster.spec_annotations(soft).get("sla.nri.io/warnings", "")
     print("evidence: warnings:", warnings)
@@ -124,13 +128,15 @@ def test_env_naming_gpus_is_no_grant(cluster, gpus, gpu_plugin, mode):
     with pytest.raises(cluster.Error) as hard:
         cluster.run_pod("env-hard", TWO, grant=EVERY_GPU_ENV)
     print("evidence: refused:", hard.value)
-    assert "sla.nri.io/pod: gpu: no device plugin granted this container a GPU" in str(
-        hard.value)
+    assert "sla.nri.io/pod: gpu: no device plugin granted this container a GPU" in str(hard.value)
     assert "NVIDIA_VISIBLE_DEVICES" in str(hard.value)  # named, and not taken as a grant
 
     # The env pods hold nothing: a real grant of every GPU goes through.
-    every = cluster.run_pod("every", {"sla.nri.io/pod": "gpu: {count: 8, align: false}\n"},
-                            grant=gpus.cdi_grant(KINDS[0], tuple(range(8))))
+    every = cluster.run_pod(
+        "every",
+        {"sla.nri.io/pod": "gpu: {count: 8, align: false}\n"},
+        grant=gpus.cdi_grant(KINDS[0], tuple(range(8))),
+    )
     assert_opens(gpus, every, tuple(range(8)))
     assert "Traceback" not in plugin.current.output()
 
@@ -153,8 +159,10 @@ def test_a_gpu_held_without_an_sla_is_never_given_to_another(cluster, gpus, gpu_
     second = cluster.run_pod("second-holder", {}, grant=gpus.device_grant((3,)))
     assert_opens(gpus, second, (3,))
     gpu3 = gpus.by_index(3)
-    (line,) = plugin.current.wait_output(rf"GPU shared by two containers.*"
-                                         rf"({gpu3.uuid}|{gpu3.pci_bus_id})")
+    (line,) = plugin.current.wait_output(
+        rf"GPU shared by two containers.*"
+        rf"({gpu3.uuid}|{gpu3.pci_bus_id})"
+    )
     print("evidence: plugin log:", line)
     assert second.container_id in line and holder.container_id in line
     assert shared_gpus(plugin) == 1
@@ -192,16 +200,18 @@ def test_an_sla_its_grant_does_not_satisfy_is_refused(cluster, gpus, gpu_plugin,
         assert "crictl create" in message and f"sla.nri.io/pod: {field}" in message
         for index in granted:  # the message names what was granted
             assert gpus.by_index(index).uuid in message
-        soft = cluster.run_pod(f"soft-{n}", {"sla.nri.io/pod": "enforcement: soft\n" + sla},
-                               grant=grant)
+        soft = cluster.run_pod(
+            f"soft-{n}", {"sla.nri.io/pod": "enforcement: soft\n" + sla}, grant=grant
+        )
         assert_opens(gpus, soft, granted)
         warnings = cluster.spec_annotations(soft).get("sla.nri.io/warnings", "")
         print("evidence: warnings:", warnings)
         assert field in warnings
 
 
-def test_mig_devices_granted_as_access_nodes_and_cdi_names(cluster, plugins, sla_plugin_argv,
-                                                          mig_gpus):
+def test_mig_devices_granted_as_access_nodes_and_cdi_names(
+    cluster, plugins, sla_plugin_argv, mig_gpus
+):
     """Fake MIG devices of GPU 7 (mknod'ed /dev/nvidia-caps nodes): granted as device
     nodes (NVIDIA's passDeviceSpecs), as a CDI name (its cdi-cri strategy) and as the DRA
     driver's CDI names, each meets a hard MIG SLA; three containers on three MIG devices
@@ -210,11 +220,15 @@ def test_mig_devices_granted_as_access_nodes_and_cdi_names(cluster, plugins, sla
     plugin = SlaService(cluster, plugins, sla_plugin_argv, gpus=mig_gpus)
     plugin.configure(gpu={"injection": "cdi"}, permissions={})
     plugin.start()
-    small, large = {"sla.nri.io/pod": "gpu: {mig: 1g.10gb}\n"}, {
-        "sla.nri.io/pod": "gpu: {mig: 2g.20gb}\n"}
-    pods = {"mig-nodes": (small, mig_gpus.mig_device_grant(0), 0),
-            "mig-cdi": (small, mig_gpus.mig_cdi_grant(KINDS[1], 1), 1),
-            "mig-dra": (large, mig_gpus.dra_grant(2), 2)}
+    small, large = (
+        {"sla.nri.io/pod": "gpu: {mig: 1g.10gb}\n"},
+        {"sla.nri.io/pod": "gpu: {mig: 2g.20gb}\n"},
+    )
+    pods = {
+        "mig-nodes": (small, mig_gpus.mig_device_grant(0), 0),
+        "mig-cdi": (small, mig_gpus.mig_cdi_grant(KINDS[1], 1), 1),
+        "mig-dra": (large, mig_gpus.dra_grant(2), 2),
+    }
     for name, (sla, grant, mig) in pods.items():
         pc = cluster.run_pod(name, sla, grant=grant)
         assert mig_gpus.caps_minors(pc) == frozenset(MIG_DEVICES[mig][3])
@@ -226,8 +240,10 @@ def test_mig_devices_granted_as_access_nodes_and_cdi_names(cluster, plugins, sla
     with pytest.raises(cluster.Error) as refused:
         cluster.run_pod("mig-short", small, grant=mig_gpus.mig_device_grant(2))
     print("evidence: refused:", refused.value)
-    assert "asks for a MIG 1g.10gb device; none is granted (granted: MIG 2g.20gb " \
+    assert (
+        "asks for a MIG 1g.10gb device; none is granted (granted: MIG 2g.20gb "
         f"{MIG_DEVICES[2][0]}" in str(refused.value)
+    )
     assert MIG_DEVICES[0][0] not in str(refused.value)  # nobody else's device
     assert "Traceback" not in plugin.current.output()
 
@@ -238,20 +254,21 @@ def test_time_sliced_replicas_are_shared_by_design(cluster, gpus, gpu_plugin):
     the GPU's CDI name; the kubelet's PodResources (served here from the simulated
     kubelet's books) says GPU-...::n. Both hard SLAs are met, no sharing alarm."""
     inventory = load_snapshot(gpus.inventory).inventory
-    kubelet = Kubelet(DevicePlugin(inventory, "cdi-cri", replicas=2,
-                                   resource="nvidia.com/gpu.shared"))
+    kubelet = Kubelet(
+        DevicePlugin(inventory, "cdi-cri", replicas=2, resource="nvidia.com/gpu.shared")
+    )
     with tempfile.TemporaryDirectory(prefix="nri-sla-pr") as d:
         socket = str(Path(d) / "kubelet.sock")
         with PodResourcesServer(kubelet, socket):
-            plugin = gpu_plugin("cdi", gpu={"injection": "cdi",
-                                            "podresources-socket": socket})
+            plugin = gpu_plugin("cdi", gpu={"injection": "cdi", "podresources-socket": socket})
             made = []
             for name in ("sliced-a", "sliced-b"):
                 grant = kubelet.admit(name, NAMESPACE, name, "work", 1)
                 print("evidence: kubelet grant:", grant.device_ids)
                 cri = {"CDI_devices": [{"name": n} for n in grant.allocation.cdi_devices]}
-                made.append(cluster.run_pod(name, {"sla.nri.io/pod": "gpu: {count: 1}\n"},
-                                            grant=cri))
+                made.append(
+                    cluster.run_pod(name, {"sla.nri.io/pod": "gpu: {count: 1}\n"}, grant=cri)
+                )
             for pc in made:
                 assert_opens(gpus, pc, (0,))
             (line,) = plugin.current.wait_output(r"GPU replicas shared by design")
@@ -283,14 +300,17 @@ def test_a_privileged_container_beside_a_gpu_pod(cluster, gpus, gpu_plugin):
     system = run_privileged(cluster, "dcgm", {}, every)
     rules = system.inspect["info"]["runtimeSpec"]["linux"]["resources"].get("devices")
     print("evidence: privileged device cgroup rules:", rules)
-    trainer = cluster.run_pod("trainer", {"sla.nri.io/pod": "gpu: {count: 1}\n"},
-                              grant=gpus.cdi_grant(KINDS[1], (2,)))
+    trainer = cluster.run_pod(
+        "trainer", {"sla.nri.io/pod": "gpu: {count: 1}\n"}, grant=gpus.cdi_grant(KINDS[1], (2,))
+    )
     assert_opens(gpus, trainer, (2,))
     assert_aligned(cluster, gpus, trainer, (2,))
     assert shared_gpus(plugin) == 0
     assert "GPU shared by two" not in plugin.current.output()
-    print("evidence: plugin log:", *plugin.current.wait_output(
-        rf"system holder.*{system.container_id}"))
+    print(
+        "evidence: plugin log:",
+        *plugin.current.wait_output(rf"system holder.*{system.container_id}"),
+    )
     with pytest.raises(cluster.Error) as refused:
         run_privileged(cluster, "greedy", {"sla.nri.io/pod": "gpu: {count: 1}\n"}, every)
     print("evidence: refused:", refused.value)

@@ -15,8 +15,11 @@ PROBE = "10-e2e-probe"
 
 
 def probe_annotations(quota: int, period: int, memory: int) -> dict[str, str]:
-    return {"e2e.nri-sla.io/cpu-quota": str(quota), "e2e.nri-sla.io/cpu-period": str(period),
-            "e2e.nri-sla.io/memory-limit": str(memory)}
+    return {
+        "e2e.nri-sla.io/cpu-quota": str(quota),
+        "e2e.nri-sla.io/cpu-period": str(period),
+        "e2e.nri-sla.io/memory-limit": str(memory),
+    }
 
 
 def test_probe_adjustment_lands_in_real_cgroup(cluster, plugins):
@@ -31,8 +34,7 @@ def test_probe_adjustment_lands_in_real_cgroup(cluster, plugins):
     pc = cluster.run_pod("probed", probe_annotations(50000, 100000, 256 * MIB))
     probe.wait_output(r"^create pod=probed container=work$")
     values = cluster.cgroup(pc)
-    assert (values.cpu_quota, values.cpu_period, values.memory_limit) == (
-        50000, 100000, 268435456)
+    assert (values.cpu_quota, values.cpu_period, values.memory_limit) == (50000, 100000, 268435456)
     assert cluster.spec_annotations(pc).get("e2e.nri-sla.io/probe") == "seen"
 
 
@@ -48,6 +50,5 @@ def test_probe_reconnects_after_containerd_restart(cluster, plugins):
 
     after = cluster.run_pod("after", probe_annotations(20000, 100000, 128 * MIB))
     values = cluster.cgroup(after)
-    assert (values.cpu_quota, values.cpu_period, values.memory_limit) == (
-        20000, 100000, 134217728)
+    assert (values.cpu_quota, values.cpu_period, values.memory_limit) == (20000, 100000, 134217728)
     assert cluster.cgroup(before).cpu_quota == 50000  # untouched by the restart

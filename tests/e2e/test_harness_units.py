@@ -19,8 +19,11 @@ BUSYBOX = Path("/bin/busybox")
 def _blobs(archive: Path) -> tuple[dict, dict[str, bytes]]:
     with tarfile.open(archive) as t:
         index = json.load(t.extractfile("index.json"))
-        blobs = {f"sha256:{m.name.rsplit('/', 1)[1]}": t.extractfile(m).read()
-                 for m in t.getmembers() if m.name.startswith("blobs/sha256/") and m.isfile()}
+        blobs = {
+            f"sha256:{m.name.rsplit('/', 1)[1]}": t.extractfile(m).read()
+            for m in t.getmembers()
+            if m.name.startswith("blobs/sha256/") and m.isfile()
+        }
     return index, blobs
 
 
@@ -81,8 +84,10 @@ def test_containerd_config_enables_nri_on_private_paths(major):
     assert (opts["BinaryName"], opts["SystemdCgroup"]) == (str(runc), False)
     # the shipped config's NRI timeouts and pass-through, not settings of the harness's own
     shipped = tomllib.loads(e2e_config.SHIPPED[major].read_text())
-    assert nri["plugin_request_timeout"] == shipped["plugins"]["io.containerd.nri.v1.nri"][
-        "plugin_request_timeout"]
+    assert (
+        nri["plugin_request_timeout"]
+        == shipped["plugins"]["io.containerd.nri.v1.nri"]["plugin_request_timeout"]
+    )
     assert "sla.nri.io/applied" not in str(runtimes["runc"]["pod_annotations"])
     assert runtimes["runc"]["pod_annotations"] == e2e_config.shipped_settings(major)[1]
     assert opts["Root"] == f"{base}/runc"
@@ -96,8 +101,7 @@ def test_histogram_figures_name_the_bucket_of_each_quantile():
     assert histogram_quantile(0.5, cumulative) == (0.001, 0.0025)
     assert histogram_quantile(0.99, cumulative) == (0.005, 0.01)
     assert histogram_quantile(0.01, cumulative) == (0.0, 0.001)
-    assert per_bucket(cumulative) == [(0.001, 5.0), (0.0025, 145.0), (0.005, 40.0),
-                                      (0.01, 10.0)]
+    assert per_bucket(cumulative) == [(0.001, 5.0), (0.0025, 145.0), (0.005, 40.0), (0.01, 10.0)]
     with pytest.raises(ValueError):
         histogram_quantile(0.5, [(inf, 0.0)])
 
@@ -109,7 +113,8 @@ def test_rollout_pods_each_ask_their_own_sla():
     assert [name for name, _ in pods] == sorted(expected) and len(expected) == 20
     assert expected["r001"] == Expected(10000, 100000, 65 << 20, 0)
     assert pods[1][1]["sla.nri.io/pod"] == (
-        "cpu: {limit: 100m, period: 100ms}\nmemory: {max: 65Mi}\n")
+        "cpu: {limit: 100m, period: 100ms}\nmemory: {max: 65Mi}\n"
+    )
     assert [n for n, e in expected.items() if e.gpus] == ["r000", "r008", "r016"]
     assert len({(e.cpu_quota, e.memory_limit) for e in expected.values()}) == 20
     assert (percentile([3.0, 1.0, 2.0], 50), percentile([1.0, 2.0, 3.0], 99)) == (2.0, 3.0)
@@ -120,16 +125,24 @@ def test_gpu_access_is_read_as_runc_applies_device_rules():
 
     gpus = frozenset(range(8))
     node = {"type": "c", "major": 195}
-    spec = {"linux": {
-        "devices": [node | {"minor": 4}, node | {"minor": 255}, {"type": "c", "major": 1,
-                                                                  "minor": 3}],
-        "resources": {"devices": [
-            {"allow": False, "access": "rwm"},  # containerd's deny-all first
-            {"allow": True, "type": "c", "major": 195, "minor": 4, "access": "rw"},
-            {"allow": True, "type": "c", "major": 195, "access": "m"},  # mknod only
-            {"allow": True, "type": "c", "major": 195, "minor": 5, "access": "rw"},
-            {"allow": False, "type": "c", "major": 195, "minor": 5, "access": "rwm"},
-        ]}}}
+    spec = {
+        "linux": {
+            "devices": [
+                node | {"minor": 4},
+                node | {"minor": 255},
+                {"type": "c", "major": 1, "minor": 3},
+            ],
+            "resources": {
+                "devices": [
+                    {"allow": False, "access": "rwm"},  # containerd's deny-all first
+                    {"allow": True, "type": "c", "major": 195, "minor": 4, "access": "rw"},
+                    {"allow": True, "type": "c", "major": 195, "access": "m"},  # mknod only
+                    {"allow": True, "type": "c", "major": 195, "minor": 5, "access": "rw"},
+                    {"allow": False, "type": "c", "major": 195, "minor": 5, "access": "rwm"},
+                ]
+            },
+        }
+    }
     assert spec_gpu_nodes(spec) == {4}  # nvidiactl (255) and /dev/null are no GPUs
     assert rule_allowed(spec, gpus) == {4}  # the last matching rule decides GPU 5
     spec["linux"]["resources"]["devices"].append({"allow": True, "access": "rwm"})
@@ -139,13 +152,13 @@ def test_gpu_access_is_read_as_runc_applies_device_rules():
 def test_kubelet_books_grant_only_free_gpus():
     from tests.e2e.e2e_gpu import GPUS, KINDS, FakeGpus, GpuBooks, NoGpuLeft
 
-    fake = FakeGpus(Path("/dev-x"), Path("/cdi-x"), Path("/inv-x"), GPUS,
-                    (frozenset({0}), frozenset({1})))
+    fake = FakeGpus(
+        Path("/dev-x"), Path("/cdi-x"), Path("/inv-x"), GPUS, (frozenset({0}), frozenset({1}))
+    )
     books = GpuBooks(fake)
     first = books.allocate("a", 6)
     assert first["CDI_devices"][0] == {"name": f"{KINDS[1]}={GPUS[0].uuid}"}  # by UUID
-    assert [d["name"] for d in first["CDI_devices"][1:]] == [f"{KINDS[1]}={i}"
-                                                             for i in range(1, 6)]
+    assert [d["name"] for d in first["CDI_devices"][1:]] == [f"{KINDS[1]}={i}" for i in range(1, 6)]
     assert books.free() == [6, 7]
     with pytest.raises(NoGpuLeft, match=r"b: 3 GPUs asked, free: \[6, 7\]"):
         books.allocate("b", 3)
@@ -154,9 +167,16 @@ def test_kubelet_books_grant_only_free_gpus():
     spec = fake.cdi_spec(KINDS[0])
     names = [d["name"] for d in spec["devices"]]
     assert names == [n for g in GPUS for n in (str(g.index), g.uuid)]
-    assert spec["devices"][9]["containerEdits"]["deviceNodes"] == [{
-        "path": "/dev/nvidia4", "hostPath": "/dev-x/nvidia4", "type": "c", "major": 195,
-        "minor": 4, "permissions": "rw"}]
+    assert spec["devices"][9]["containerEdits"]["deviceNodes"] == [
+        {
+            "path": "/dev/nvidia4",
+            "hostPath": "/dev-x/nvidia4",
+            "type": "c",
+            "major": 195,
+            "minor": 4,
+            "permissions": "rw",
+        }
+    ]
 
 
 def test_archive_registry_serves_the_image_as_a_registry_does(tmp_path):

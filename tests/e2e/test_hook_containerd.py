@@ -36,21 +36,25 @@ def nri_sla_executable() -> Path:
 @pytest.fixture
 def hooked(cluster):
     """A runtime handler "hooked" set up as the packaging sets up the fallback."""
-    default = node_default_spec(str(cluster.bins.ctr),
-                                ContainerdVersion(cluster.major, cluster.minor))
+    default = node_default_spec(
+        str(cluster.bins.ctr), ContainerdVersion(cluster.major, cluster.minor)
+    )
     base_spec = cluster.base / "base-runtime-spec.json"
     base_spec.write_text(with_hook(default, str(nri_sla_executable())))
-    cluster.add_runtime_handler("hooked", (
-        f'base_runtime_spec = "{base_spec}"\n'
-        f"pod_annotations = {toml_value(shipped_settings(cluster.major)[1])}\n"))
+    cluster.add_runtime_handler(
+        "hooked",
+        (
+            f'base_runtime_spec = "{base_spec}"\n'
+            f"pod_annotations = {toml_value(shipped_settings(cluster.major)[1])}\n"
+        ),
+    )
     return "hooked"
 
 
 def test_hook_alone_enforces_pod_sla(cluster, hooked):
     pc = cluster.run_pod("hooked", {"sla.nri.io/pod": POD_SLA}, runtime=hooked)
     values = cluster.cgroup(pc)
-    assert (values.cpu_quota, values.cpu_period, values.memory_limit) == (
-        50000, 100000, 268435456)
+    assert (values.cpu_quota, values.cpu_period, values.memory_limit) == (50000, 100000, 268435456)
     plain = cluster.run_pod("plain", {})  # default handler: no hook, nothing applied
     assert cluster.cgroup(plain).cpu_quota == -1
 
@@ -69,15 +73,19 @@ def test_hook_refuses_invalid_sla_in_hard_mode(cluster, hooked):
 # hook reads them.
 def test_hook_holds_the_sla_to_the_kubelet_limits(cluster, hooked):
     with pytest.raises(cluster.Error) as err:
-        cluster.run_pod("greedy", {"sla.nri.io/pod": GREEDY}, runtime=hooked,
-                        resources=KUBELET_LIMITS)
+        cluster.run_pod(
+            "greedy", {"sla.nri.io/pod": GREEDY}, runtime=hooked, resources=KUBELET_LIMITS
+        )
     message = str(err.value)
     print("evidence: refused by the hook:", message)
     assert "crictl start" in message
     assert "cpu.limit: 64 exceeds the 0.5 CPUs the runtime granted" in message
     assert "memory.max: 512Gi exceeds the 256Mi the runtime granted" in message
-    soft = cluster.run_pod("greedy-soft", {"sla.nri.io/pod": "enforcement: soft\n" + GREEDY},
-                           runtime=hooked, resources=KUBELET_LIMITS)
+    soft = cluster.run_pod(
+        "greedy-soft",
+        {"sla.nri.io/pod": "enforcement: soft\n" + GREEDY},
+        runtime=hooked,
+        resources=KUBELET_LIMITS,
+    )
     values = cluster.cgroup(soft)
-    assert (values.cpu_quota, values.cpu_period, values.memory_limit) == (
-        50000, 100000, 268435456)
+    assert (values.cpu_quota, values.cpu_period, values.memory_limit) == (50000, 100000, 268435456)

@@ -29,8 +29,15 @@ pytestmark = pytest.mark.e2e
 
 APPLIED, WARNINGS = "sla.nri.io/applied", "sla.nri.io/warnings"
 # What a pod would write to be handed every GPU and CPU after the next plugin restart.
-FORGED = json.dumps({"v": 2, "path": "nri", "enforcement": "hard", "cgroup_version": 1,
-                     "placement_record": {"gpus": GPU_UUIDS, "exclusive": "0-63"}})
+FORGED = json.dumps(
+    {
+        "v": 2,
+        "path": "nri",
+        "enforcement": "hard",
+        "cgroup_version": 1,
+        "placement_record": {"gpus": GPU_UUIDS, "exclusive": "0-63"},
+    }
+)
 HOSTILE = {
     "forged": FORGED,
     "nested": '{"v":2,"x":' + "[" * 8000 + "]" * 8000 + "}",  # RecursionError in json
@@ -60,21 +67,26 @@ def test_forged_records_grant_nothing_across_a_plugin_restart(cluster, sla):
     assert APPLIED not in cluster.spec_annotations(via_pod)
     # The leaky handler copies it into the container; the plugin answers CreateContainer
     # for it, so it removes both keys (NRI's "-key").
-    stripped = cluster.run_pod("stripped", {APPLIED: FORGED, WARNINGS: "none"},
-                               runtime="leaky")
+    stripped = cluster.run_pod("stripped", {APPLIED: FORGED, WARNINGS: "none"}, runtime="leaky")
     assert APPLIED not in cluster.spec_annotations(stripped)
     assert WARNINGS not in cluster.spec_annotations(stripped)
 
     # With the plugin down (fail-open), records land in specs that no one answered for.
     sla.stop()
-    landed = {name: cluster.run_pod(f"landed-{name}", {APPLIED: text}, runtime="leaky")
-              for name, text in HOSTILE.items()}
+    landed = {
+        name: cluster.run_pod(f"landed-{name}", {APPLIED: text}, runtime="leaky")
+        for name, text in HOSTILE.items()
+    }
     for pc in landed.values():
         assert APPLIED in cluster.spec_annotations(pc)
 
     restarted = sla.start()  # Synchronize: every record above, the holder's included
-    print("evidence: plugin log:", *restarted.wait_output(
-        r"synchronized: \d+ pods, \d+ containers, 1 allocations rebuilt, 3 records ignored"))
+    print(
+        "evidence: plugin log:",
+        *restarted.wait_output(
+            r"synchronized: \d+ pods, \d+ containers, 1 allocations rebuilt, 3 records ignored"
+        ),
+    )
     ignored = restarted.wait_output(r"record ignored", count=3)
     print("evidence: plugin log:", *ignored, sep="\n  ")
     for container in (pc.container_id for pc in landed.values()):
@@ -109,8 +121,12 @@ def test_gpus_of_containers_that_died_while_containerd_was_down_are_freed(cluste
     _wait_gone(pid)
     cluster.start()
     cluster.wait_plugin_synchronized(PLUGIN, count=2, timeout=60)
-    print("evidence: plugin log:", *plugin.wait_output(
-        r"synchronized: .* 0 allocations rebuilt, 0 records ignored, 1 owners released"))
+    print(
+        "evidence: plugin log:",
+        *plugin.wait_output(
+            r"synchronized: .* 0 allocations rebuilt, 0 records ignored, 1 owners released"
+        ),
+    )
 
     sla.books.release("big")  # the kubelet gives the dead pod's GPUs to the next one
     after = visible_gpus(sla.run_gpu_pod("after", 8))

@@ -32,8 +32,10 @@ from tests.e2e.e2e_service import SlaService
 
 pytestmark = [
     pytest.mark.e2e,
-    pytest.mark.skipif(os.environ.get("NRI_SLA_E2E_LOAD") != "1",
-                       reason="the 200-pod load run takes minutes: set NRI_SLA_E2E_LOAD=1"),
+    pytest.mark.skipif(
+        os.environ.get("NRI_SLA_E2E_LOAD") != "1",
+        reason="the 200-pod load run takes minutes: set NRI_SLA_E2E_LOAD=1",
+    ),
     pytest.mark.timeout(1800),
 ]
 
@@ -67,8 +69,9 @@ def pod_seconds(rollout: Rollout) -> float:
     return sum(sum(r.seconds.values()) for r in rollout.runs)
 
 
-def test_200_pods_at_once_with_and_without_nri_sla(cluster, second_cluster, plugins,
-                                                   sla_plugin_argv):
+def test_200_pods_at_once_with_and_without_nri_sla(
+    cluster, second_cluster, plugins, sla_plugin_argv
+):
     sla = SlaService(cluster, plugins, sla_plugin_argv)
     plugin = sla.start()
     cpu_before = cpu_seconds(plugin.proc.pid)
@@ -79,8 +82,10 @@ def test_200_pods_at_once_with_and_without_nri_sla(cluster, second_cluster, plug
     enforced.wait(timeout=1500)
     bare.wait(timeout=1500)
     plugin_cpu = cpu_seconds(plugin.proc.pid) - cpu_before
-    print(f"evidence: load average {load:.1f} before, {os.getloadavg()[0]:.1f} after; "
-          f"MemAvailable {mem} MiB before, {mem_available_mib()} MiB with 400 pods")
+    print(
+        f"evidence: load average {load:.1f} before, {os.getloadavg()[0]:.1f} after; "
+        f"MemAvailable {mem} MiB before, {mem_available_mib()} MiB with 400 pods"
+    )
     report("nri-sla", enforced)
     report("no plugin", bare)
 
@@ -100,16 +105,22 @@ def test_200_pods_at_once_with_and_without_nri_sla(cluster, second_cluster, plug
         assert count == PODS
         inside += total
         p50, p99 = (histogram_quantile(q, buckets) for q in (0.5, 0.99))
-        print(f"evidence: nri-sla {event}: n={count:.0f} mean={total / count * 1000:.2f}ms "
-              f"p50 in ({p50[0] * 1000:g}, {p50[1] * 1000:g}]ms "
-              f"p99 in ({p99[0] * 1000:g}, {p99[1] * 1000:g}]ms; per bucket (le ms: n) "
-              + " ".join(f"{le * 1000:g}:{n:.0f}" for le, n in per_bucket(buckets)))
+        print(
+            f"evidence: nri-sla {event}: n={count:.0f} mean={total / count * 1000:.2f}ms "
+            f"p50 in ({p50[0] * 1000:g}, {p50[1] * 1000:g}]ms "
+            f"p99 in ({p99[0] * 1000:g}, {p99[1] * 1000:g}]ms; per bucket (le ms: n) "
+            + " ".join(f"{le * 1000:g}:{n:.0f}" for le, n in per_bucket(buckets))
+        )
     with_plugin, without = pod_seconds(enforced), pod_seconds(bare)
-    print(f"evidence: pod start (runp+create+start) summed over {PODS} pods: "
-          f"{with_plugin:.1f}s with nri-sla, {without:.1f}s without a plugin "
-          f"({(with_plugin / without - 1) * 100:+.1f}%); inside nri-sla's handlers "
-          f"{inside:.2f}s ({inside / with_plugin * 100:.3f}% of it); the plugin process "
-          f"used {plugin_cpu:.2f}s of CPU ({plugin_cpu / PODS * 1000:.1f}ms per pod)")
-    print(f"evidence: wall time for {PODS} pods: {enforced.wall_seconds:.1f}s with nri-sla, "
-          f"{bare.wall_seconds:.1f}s without a plugin")
+    print(
+        f"evidence: pod start (runp+create+start) summed over {PODS} pods: "
+        f"{with_plugin:.1f}s with nri-sla, {without:.1f}s without a plugin "
+        f"({(with_plugin / without - 1) * 100:+.1f}%); inside nri-sla's handlers "
+        f"{inside:.2f}s ({inside / with_plugin * 100:.3f}% of it); the plugin process "
+        f"used {plugin_cpu:.2f}s of CPU ({plugin_cpu / PODS * 1000:.1f}ms per pod)"
+    )
+    print(
+        f"evidence: wall time for {PODS} pods: {enforced.wall_seconds:.1f}s with nri-sla, "
+        f"{bare.wall_seconds:.1f}s without a plugin"
+    )
     assert "Traceback" not in plugin.output()

@@ -96,9 +96,19 @@ def kubeadm_config(cluster) -> None:
 
 
 def dump(cluster) -> dict[str, Any]:
-    out = subprocess.run([str(cluster.bins.containerd), "--config",
-                          str(cluster.base / "config.toml"), "config", "dump"],
-                         capture_output=True, text=True, timeout=60, check=True).stdout
+    out = subprocess.run(
+        [
+            str(cluster.bins.containerd),
+            "--config",
+            str(cluster.base / "config.toml"),
+            "config",
+            "dump",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
     return tomllib.loads(out)
 
 
@@ -130,9 +140,16 @@ def install(cluster, route: str) -> list[str]:
     version = f"{cluster.major}.{cluster.minor}"
     spec = cluster.base / "etc-nri-sla" / "base-runtime-spec.json"
     env = {"PATH": f"{cluster.bins.containerd.parent}:/usr/bin:/bin"}
-    common = ["--containerd-version", version, "--main-config",
-              str(cluster.base / "config.toml"), "--write",
-              str(cluster.base / "conf.d" / "nri-sla.toml"), "--base-runtime-spec", str(spec)]
+    common = [
+        "--containerd-version",
+        version,
+        "--main-config",
+        str(cluster.base / "config.toml"),
+        "--write",
+        str(cluster.base / "conf.d" / "nri-sla.toml"),
+        "--base-runtime-spec",
+        str(spec),
+    ]
     if route == "deb":
         if TEMPLATE.exists():  # what the package installed as a conffile
             spec.parent.mkdir(parents=True, exist_ok=True)
@@ -143,8 +160,17 @@ def install(cluster, route: str) -> list[str]:
         (host / "opt/nri-sla").mkdir(parents=True)
         (host / "etc/nri-sla").mkdir(parents=True)
         image_args = ["--base-spec-template", str(TEMPLATE)] if TEMPLATE.exists() else []
-        run([str(NRI_SLA), "host-hook", "--host-root", str(host), "--config",
-             str(write_node_config(cluster)), *image_args])
+        run(
+            [
+                str(NRI_SLA),
+                "host-hook",
+                "--host-root",
+                str(host),
+                "--config",
+                str(write_node_config(cluster)),
+                *image_args,
+            ]
+        )
         if TEMPLATE.exists():  # where that version's host-hook put the spec
             spec.parent.mkdir(parents=True, exist_ok=True)
             spec.write_text((host / "etc/nri-sla/base-runtime-spec.json").read_text())
@@ -160,8 +186,7 @@ def without_hooks(spec: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, 
 
 
 @pytest.mark.parametrize("route", ["deb", "daemonset"])
-def test_install_and_removal_leave_the_node_as_it_was(cluster, plugins, sla_plugin_argv,
-                                                      route):
+def test_install_and_removal_leave_the_node_as_it_was(cluster, plugins, sla_plugin_argv, route):
     kubeadm_config(cluster)
     before = dump(cluster)
     spec_before = plain_spec(cluster, "plain")
@@ -170,8 +195,9 @@ def test_install_and_removal_leave_the_node_as_it_was(cluster, plugins, sla_plug
     cluster.kill(signal.SIGTERM)
     cluster.start()
     after = dump(cluster)
-    changed = {k for k in set(flat(before)) | set(flat(after))
-               if flat(before).get(k) != flat(after).get(k)}
+    changed = {
+        k for k in set(flat(before)) | set(flat(after)) if flat(before).get(k) != flat(after).get(k)
+    }
     print("evidence: keys the install changed:", sorted(changed))
     assert changed <= documented_keys(), changed - documented_keys()
     runtime, _ = cri_plugins(cluster.major)
@@ -180,9 +206,22 @@ def test_install_and_removal_leave_the_node_as_it_was(cluster, plugins, sla_plug
     assert flat(after)[(*runc, "pod_annotations")][:1] == ["monitoring.example.com/*"]
 
     config = write_node_config(cluster)
-    plugin = plugins.start([*sla_plugin_argv, "--config", str(config), "--socket",
-                            str(cluster.nri_sock), "--name", "nri-sla", "--index", "50",
-                            "--metrics-address", ""], "nri-sla")
+    plugin = plugins.start(
+        [
+            *sla_plugin_argv,
+            "--config",
+            str(config),
+            "--socket",
+            str(cluster.nri_sock),
+            "--name",
+            "nri-sla",
+            "--index",
+            "50",
+            "--metrics-address",
+            "",
+        ],
+        "nri-sla",
+    )
     cluster.wait_plugin_synchronized(PLUGIN)
     spec_connected = plain_spec(cluster, "plain")
     plugin.stop()
@@ -194,9 +233,16 @@ def test_install_and_removal_leave_the_node_as_it_was(cluster, plugins, sla_plug
         assert rest == expected, f"the OCI spec differs in {differing}"
         assert all(is_sla_hook(h["path"], h.get("args", [])) for h in hooks), hooks
 
-    remove = [command[0], "containerd-config", "--remove",
-              *[a for a in command[2:] if a != "--containerd-version"
-                and not re.fullmatch(r"\d+\.\d+", a)]]
+    remove = [
+        command[0],
+        "containerd-config",
+        "--remove",
+        *[
+            a
+            for a in command[2:]
+            if a != "--containerd-version" and not re.fullmatch(r"\d+\.\d+", a)
+        ],
+    ]
     run(remove)
     cluster.kill(signal.SIGTERM)
     cluster.start()

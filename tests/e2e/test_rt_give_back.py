@@ -58,17 +58,28 @@ def rt_host(cluster):
 def start_plugin(cluster, plugins, sla_plugin_argv, starts: int):
     config = cluster.base / "nri-sla-rt.yaml"  # the state dir (the ledger) outlives restarts
     config.write_text(RT_CONFIG + f"state-dir: {cluster.base / 'nri-sla-state'}\n")
-    argv = [*sla_plugin_argv, "--config", str(config), "--socket",
-            str(cluster.nri_sock), "--name", "nri-sla", "--index", "50",
-            "--metrics-address", ""]
+    argv = [
+        *sla_plugin_argv,
+        "--config",
+        str(config),
+        "--socket",
+        str(cluster.nri_sock),
+        "--name",
+        "nri-sla",
+        "--index",
+        "50",
+        "--metrics-address",
+        "",
+    ]
     proc = plugins.start(argv, f"nri-sla-{starts}")
     cluster.wait_plugin_synchronized(PLUGIN, count=starts)
     proc.wait_output(r"synchronized: ")
     return proc
 
 
-def test_removed_rt_pod_leaves_the_ancestors_as_they_were(cluster, plugins, sla_plugin_argv,
-                                                          rt_host):
+def test_removed_rt_pod_leaves_the_ancestors_as_they_were(
+    cluster, plugins, sla_plugin_argv, rt_host
+):
     start_plugin(cluster, plugins, sla_plugin_argv, 1)
     cluster.run_pod("plain", {})  # the parent exists, as kubepods does
     before = budget(rt_host)
@@ -83,8 +94,9 @@ def test_removed_rt_pod_leaves_the_ancestors_as_they_were(cluster, plugins, sla_
     assert budget(pod_dir) in (None, 0)
 
 
-def test_plugin_restart_gives_back_what_went_away_meanwhile(cluster, plugins,
-                                                            sla_plugin_argv, rt_host):
+def test_plugin_restart_gives_back_what_went_away_meanwhile(
+    cluster, plugins, sla_plugin_argv, rt_host
+):
     first = start_plugin(cluster, plugins, sla_plugin_argv, 1)
     cluster.run_pod("plain", {})
     before = budget(rt_host)

@@ -44,8 +44,19 @@ def write_node_config(cluster) -> Path:
 @pytest.fixture
 def sla_plugin(cluster, plugins, sla_plugin_argv):
     config = write_node_config(cluster)
-    argv = [*sla_plugin_argv, "--config", str(config), "--socket", str(cluster.nri_sock),
-            "--name", "nri-sla", "--index", "50", "--metrics-address", ""]
+    argv = [
+        *sla_plugin_argv,
+        "--config",
+        str(config),
+        "--socket",
+        str(cluster.nri_sock),
+        "--name",
+        "nri-sla",
+        "--index",
+        "50",
+        "--metrics-address",
+        "",
+    ]
     proc = plugins.start(argv, "nri-sla")
     cluster.wait_plugin_synchronized(PLUGIN)
     # The plugin's own log agrees: configured by this runtime, then synchronized.
@@ -86,11 +97,16 @@ def test_sla_plugin_reconnects_after_containerd_restart(cluster, sla_plugin):
     sla_plugin.wait_output(r"NRI connection lost")
     # The surviving pod and container are replayed to the plugin after the reconnect, the
     # plugin's record in the container's spec authenticated and taken again.
-    print("evidence: plugin log:", *sla_plugin.wait_output(
-        r"synchronized: 1 pods, 1 containers, 1 allocations rebuilt, 0 records ignored"))
+    print(
+        "evidence: plugin log:",
+        *sla_plugin.wait_output(
+            r"synchronized: 1 pods, 1 containers, 1 allocations rebuilt, 0 records ignored"
+        ),
+    )
 
-    after = cluster.run_pod("after", {
-        "sla.nri.io/pod": "cpu: {limit: 0.2, period: 50ms}\nmemory: {max: 128Mi}\n"})
+    after = cluster.run_pod(
+        "after", {"sla.nri.io/pod": "cpu: {limit: 0.2, period: 50ms}\nmemory: {max: 128Mi}\n"}
+    )
     assert triple(cluster.cgroup(after)) == (10000, 50000, 134217728)
     assert triple(cluster.cgroup(before)) == (50000, 100000, 268435456)
 
@@ -130,20 +146,34 @@ tolerate_missing_plugins_annotation = "tolerate-missing-nri-plugins.noderesource
 def test_fail_closed_validator_requires_nri_sla(cluster, plugins, sla_plugin_argv):
     """The packaging's fail-closed setup, for real: no nri-sla, no container."""
     if (cluster.major, cluster.minor) < (2, 3):
-        pytest.skip("the default validator with a configurable toleration key needs "
-                    "containerd >= 2.3")
+        pytest.skip(
+            "the default validator with a configurable toleration key needs containerd >= 2.3"
+        )
     cluster.reconfigure(VALIDATOR)
     with pytest.raises(cluster.Error) as err:
         cluster.run_pod("unguarded", {"sla.nri.io/pod": POD_SLA})
     print("refused without nri-sla:", err.value)
     assert "nri-sla" in str(err.value)
     tolerated = cluster.run_pod(
-        "tolerated", {"tolerate-missing-nri-plugins.noderesource.dev": "true"})
+        "tolerated", {"tolerate-missing-nri-plugins.noderesource.dev": "true"}
+    )
     assert cluster.cgroup(tolerated).cpu_quota == -1
 
     config = write_node_config(cluster)
-    plugins.start([*sla_plugin_argv, "--config", str(config), "--socket",
-                   str(cluster.nri_sock), "--name", "nri-sla", "--index", "50"], "nri-sla")
+    plugins.start(
+        [
+            *sla_plugin_argv,
+            "--config",
+            str(config),
+            "--socket",
+            str(cluster.nri_sock),
+            "--name",
+            "nri-sla",
+            "--index",
+            "50",
+        ],
+        "nri-sla",
+    )
     cluster.wait_plugin_synchronized(PLUGIN)
     guarded = cluster.run_pod("guarded", {"sla.nri.io/pod": POD_SLA})
     assert triple(cluster.cgroup(guarded)) == (50000, 100000, 268435456)
@@ -159,8 +189,10 @@ def test_preinstalled_plugin_launched_by_containerd(cluster, sla_plugin_argv):
     launcher.write_text(f"#!/bin/sh\nexec {args} >>'{log}' 2>&1\n")
     launcher.chmod(0o755)
     cluster.reconfigure("")  # pre-installed plugins are started when containerd starts
-    print("evidence: containerd log:", *cluster.wait_log(
-        r'pre-installed NRI plugin \\?"50-nri-sla\\?" synchronization success'))
+    print(
+        "evidence: containerd log:",
+        *cluster.wait_log(r'pre-installed NRI plugin \\?"50-nri-sla\\?" synchronization success'),
+    )
 
     pc = cluster.run_pod("preinstalled", {"sla.nri.io/pod": POD_SLA})
     assert triple(cluster.cgroup(pc)) == (50000, 100000, 268435456)
@@ -170,10 +202,14 @@ def test_preinstalled_plugin_launched_by_containerd(cluster, sla_plugin_argv):
 def test_pod_raising_its_kubelet_limits_is_refused_or_clamped(cluster, sla_plugin):
     message = cases.kubelet_limits_refused_or_clamped(cluster)
     assert "crictl create" in message
-    assert ("sla.nri.io/pod: cpu.limit: 64 exceeds the 0.5 CPUs the runtime granted "
-            "(the pod's limit, quota 50000us per 100000us); allowed: at most 0.5") in message
-    assert ("memory.max: 512Gi exceeds the 256Mi the runtime granted (the pod's limit); "
-            "allowed: at most 256Mi") in message
+    assert (
+        "sla.nri.io/pod: cpu.limit: 64 exceeds the 0.5 CPUs the runtime granted "
+        "(the pod's limit, quota 50000us per 100000us); allowed: at most 0.5"
+    ) in message
+    assert (
+        "memory.max: 512Gi exceeds the 256Mi the runtime granted (the pod's limit); "
+        "allowed: at most 256Mi"
+    ) in message
 
 
 def test_resize_below_the_sla_is_rechecked(cluster, sla_plugin):

@@ -57,14 +57,18 @@ def test_any_bfq_looks_at_every_whole_disk(sysfs: Path, tmp_path: Path) -> None:
     assert not any_bfq(tmp_path / "missing")
 
 
-@pytest.mark.parametrize(("version", "bfq_disk", "want"), [
-    (2, True, NodeCapabilities(io_weight=True, bfq=True)),
-    (2, False, NodeCapabilities(io_weight=True, bfq=False)),  # io.weight (io.cost)
-    (1, True, NodeCapabilities(io_weight=True, bfq=True)),  # blkio.bfq.weight
-    (1, False, NodeCapabilities(io_weight=False, bfq=False)),  # CFQ is gone: nothing
-])
-def test_capabilities(sysfs: Path, tmp_path: Path, version: int, bfq_disk: bool,
-                      want: NodeCapabilities) -> None:
+@pytest.mark.parametrize(
+    ("version", "bfq_disk", "want"),
+    [
+        (2, True, NodeCapabilities(io_weight=True, bfq=True)),
+        (2, False, NodeCapabilities(io_weight=True, bfq=False)),  # io.weight (io.cost)
+        (1, True, NodeCapabilities(io_weight=True, bfq=True)),  # blkio.bfq.weight
+        (1, False, NodeCapabilities(io_weight=False, bfq=False)),  # CFQ is gone: nothing
+    ],
+)
+def test_capabilities(
+    sysfs: Path, tmp_path: Path, version: int, bfq_disk: bool, want: NodeCapabilities
+) -> None:
     if not bfq_disk:
         sysfs = tmp_path / "no-bfq"
         make_sysfs_disk(sysfs, "vda", "254:0", "[mq-deadline] bfq none")
@@ -111,11 +115,20 @@ def test_every_unusable_path_gets_the_same_answer(real_dev_links, tmp_path: Path
     detour = tmp_path / "detour"
     if found is not None:
         detour.symlink_to(found[0])  # /dev/x -> /tmp/... -> /dev/<disk>: left /dev
-    specs = ["/etc/shadow", "/nonexistent", "/dev/null", "/dev/nri-sla-missing-x",
-             real_dev_links("/etc/shadow"), real_dev_links("../etc/shadow"),
-             real_dev_links("/dev/../etc/passwd"), real_dev_links(str(detour)),
-             "1:3",  # /dev/null's numbers: no block device
-             "../etc/shadow", "disk/../../etc/shadow", "/dev/../etc/shadow"]
+    specs = [
+        "/etc/shadow",
+        "/nonexistent",
+        "/dev/null",
+        "/dev/nri-sla-missing-x",
+        real_dev_links("/etc/shadow"),
+        real_dev_links("../etc/shadow"),
+        real_dev_links("/dev/../etc/passwd"),
+        real_dev_links(str(detour)),
+        "1:3",  # /dev/null's numbers: no block device
+        "../etc/shadow",
+        "disk/../../etc/shadow",
+        "/dev/../etc/shadow",
+    ]
     details = set()
     for spec in specs:
         with pytest.raises(DeviceError) as exc:
@@ -155,8 +168,19 @@ def test_dev_node_walks_inside_its_root_only(tmp_path: Path) -> None:
     assert dev_node("disk/by-id/../../sda", root) == f"{root}/sda"
     assert dev_node("abs", root) == f"{root}/sda"
     assert dev_node(f"{root}/./disk//by-id/", root) == f"{root}/disk/by-id"
-    for bad in ("out", "up/etc", "loop1", "via", "missing", "sda/x", "../etc/shadow",
-                f"{root}/../{dev.name}/sda", "/etc/shadow", f"{root}x/sda", "sd\0a"):
+    for bad in (
+        "out",
+        "up/etc",
+        "loop1",
+        "via",
+        "missing",
+        "sda/x",
+        "../etc/shadow",
+        f"{root}/../{dev.name}/sda",
+        "/etc/shadow",
+        f"{root}x/sda",
+        "sd\0a",
+    ):
         assert dev_node(bad, root) is None, bad
 
 

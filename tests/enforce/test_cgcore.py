@@ -24,8 +24,10 @@ from nri_plugin.enforce.cgroupdetect import detect_cgroup_facts
 from nri_plugin.enforce.errors import CgroupFactsError, CgroupPathError
 from tests.support.cgroups import CgroupTree
 
-SLICE = ("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-poda.slice/"
-         "cri-containerd-abc.scope")
+SLICE = (
+    "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-poda.slice/"
+    "cri-containerd-abc.scope"
+)
 # cgroupsPath -> the container's path inside each hierarchy, or (error type, text).
 PATHS = {
     "/kubepods/pod-a/ctr-1": "/kubepods/pod-a/ctr-1",
@@ -70,8 +72,11 @@ def _resolve(user: str, cgroups_path: str, facts) -> dict[str, str]:
 @pytest.mark.parametrize("version", [1, 2])
 def test_cgroups_path_forms(v1_tree, v2_tree, fake_proc, user, version):
     facts = _facts(v1_tree if version == 1 else v2_tree, fake_proc)
-    tops = {k: Path(h.path).resolve() for k, h in facts.controllers().items()
-            if not k.startswith("name=")}
+    tops = {
+        k: Path(h.path).resolve()
+        for k, h in facts.controllers().items()
+        if not k.startswith("name=")
+    }
     for top in set(tops.values()):
         (top / "elsewhere").mkdir(exist_ok=True)
         (top / "link").symlink_to(top / "elsewhere")
@@ -86,8 +91,9 @@ def test_cgroups_path_forms(v1_tree, v2_tree, fake_proc, user, version):
 
 
 def test_container_dirs_skip_named_and_need_a_hierarchy(tmp_path):
-    dirs, roots = cgpaths.container_dirs("/x", {"name=systemd": str(tmp_path),
-                                                "cpu": str(tmp_path)}, "/sys/fs/cgroup")
+    dirs, roots = cgpaths.container_dirs(
+        "/x", {"name=systemd": str(tmp_path), "cpu": str(tmp_path)}, "/sys/fs/cgroup"
+    )
     assert dirs == {"cpu": str(tmp_path / "x")} and roots == {"cpu": str(tmp_path)}
     with pytest.raises(CgroupFactsError, match="no cgroup hierarchies under /r"):
         cgpaths.container_dirs("/x", {"name=systemd": str(tmp_path)}, "/r")
@@ -99,11 +105,17 @@ def test_safe_join_starts_at_the_resolved_mount(tmp_path):
     assert cgpaths.safe_join(str(tmp_path / "cpu"), "/a", "/a") == str(tmp_path / "cpu,cpuacct/a")
 
 
-@pytest.mark.parametrize(("path", "mount_root", "want"), [
-    ("/kubepods/pod/c", "/", "/kubepods/pod/c"), ("/kubepods/pod/c", "", "/kubepods/pod/c"),
-    ("/agent/kubepods/c", "/agent", "/kubepods/c"), ("/agent", "/agent/", "/"),
-    ("/agentx/c", "/agent", None), ("/other", "/agent", None),
-])
+@pytest.mark.parametrize(
+    ("path", "mount_root", "want"),
+    [
+        ("/kubepods/pod/c", "/", "/kubepods/pod/c"),
+        ("/kubepods/pod/c", "", "/kubepods/pod/c"),
+        ("/agent/kubepods/c", "/agent", "/kubepods/c"),
+        ("/agent", "/agent/", "/"),
+        ("/agentx/c", "/agent", None),
+        ("/other", "/agent", None),
+    ],
+)
 def test_strip_mount_root(path, mount_root, want):
     if want is None:
         with pytest.raises(CgroupPathError, match="outside the mounted subtree /agent"):
@@ -163,8 +175,16 @@ def _container(tree: CgroupTree, proc: Path):
             continue  # blkio: the container's dir was never created
         d = Path(dir_)
         d.mkdir(parents=True, exist_ok=True)
-        for file in ("cpu.cfs_quota_us", "memory.limit_in_bytes", "cpuset.cpus", "pids.max",
-                     "cpu.max", "memory.max", "io.max", "cgroup.procs"):
+        for file in (
+            "cpu.cfs_quota_us",
+            "memory.limit_in_bytes",
+            "cpuset.cpus",
+            "pids.max",
+            "cpu.max",
+            "memory.max",
+            "io.max",
+            "cgroup.procs",
+        ):
             (d / file).write_text("a longer previous value\n")
         (d / "cpu.dir").mkdir(exist_ok=True)
         (d / "cpu.link").unlink(missing_ok=True)
@@ -224,11 +244,11 @@ def test_writer_reports_read_back_problems(tmp_path):
     assert "read back '0-1', which does not match" in str(r.error)
     r = _v2_writer(tmp_path, Failing).apply_one(write)
     assert not r.ok and r.read_back is None and r.path == str(tmp_path / "cpuset.cpus")
-    assert str(r.error).endswith("read-back failed: Permission denied (permission denied "
-                                 "(needs root or a delegated cgroup))")
+    assert str(r.error).endswith(
+        "read-back failed: Permission denied (permission denied (needs root or a delegated cgroup))"
+    )
     # The kernel's normalisation is not a mismatch: "0,1,2" reads back as "0-2".
-    r = _v2_writer(tmp_path, Normalising).apply_one(CgroupWrite("cpuset", "cpuset.cpus",
-                                                                "0,1,2"))
+    r = _v2_writer(tmp_path, Normalising).apply_one(CgroupWrite("cpuset", "cpuset.cpus", "0,1,2"))
     assert r.ok and r.read_back == "0-2" and r.error is None
 
 
@@ -241,16 +261,19 @@ def test_writer_reports_write_errors_with_the_path(tmp_path):
 
     r = _v2_writer(tmp_path, Refusing).apply_one(CgroupWrite("memory", "memory.max", "x"))
     assert not r.ok and r.read_back is None and r.path == str(tmp_path / "memory.max")
-    assert str(r.error) == (f"cannot write 'x' to {tmp_path / 'memory.max'}: Invalid argument "
-                            "(the kernel rejected the value (out of range, or conflicts with "
-                            "the parent))")
+    assert str(r.error) == (
+        f"cannot write 'x' to {tmp_path / 'memory.max'}: Invalid argument "
+        "(the kernel rejected the value (out of range, or conflicts with "
+        "the parent))"
+    )
     assert (tmp_path / "memory.max").read_text() == ""
 
 
 def test_os_reason_hints():
     assert cgfile.os_reason(OSError(errno.EINVAL, "Invalid argument")) == (
         "Invalid argument (the kernel rejected the value (out of range, or conflicts with "
-        "the parent))")
+        "the parent))"
+    )
     assert cgfile.os_reason(OSError(errno.EIO, "I/O error")) == "I/O error"
 
 
@@ -258,16 +281,30 @@ def test_shared_cores_import_lean():
     """The hook's cached run imports these: no pathlib, dataclasses, typing, re, logging,
     json (each costs more start-up time than the run's own work)."""
     root = str(Path(__file__).resolve().parents[2])
-    code = (f"import sys; sys.path.insert(0, {root!r}); "
-            "import nri_plugin.enforce.cgfile, nri_plugin.enforce.cgpaths, "
-            "nri_plugin.enforce.devnode, "
-            "nri_plugin.ops.event; "
-            "print(' '.join(sorted(sys.modules)))")
-    out = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True,
-                         text=True, check=True).stdout.split()
+    code = (
+        f"import sys; sys.path.insert(0, {root!r}); "
+        "import nri_plugin.enforce.cgfile, nri_plugin.enforce.cgpaths, "
+        "nri_plugin.enforce.devnode, "
+        "nri_plugin.ops.event; "
+        "print(' '.join(sorted(sys.modules)))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, check=True
+    ).stdout.split()
     assert "nri_plugin.enforce.cgfile" in out
-    for heavy in ("pathlib", "dataclasses", "typing", "re", "logging", "json",
-                  "collections", "importlib", "warnings", "nri_plugin.enforce.cgroupdetect",
-                  "nri_plugin.enforce.rt", "nri_plugin.topology", "cgroupspy"):
+    for heavy in (
+        "pathlib",
+        "dataclasses",
+        "typing",
+        "re",
+        "logging",
+        "json",
+        "collections",
+        "importlib",
+        "warnings",
+        "nri_plugin.enforce.cgroupdetect",
+        "nri_plugin.enforce.rt",
+        "nri_plugin.topology",
+        "cgroupspy",
+    ):
         assert heavy not in out, heavy
-

@@ -53,16 +53,14 @@ def test_parse_mountinfo_rejects_garbage() -> None:
 
 def test_parse_proc_cgroup() -> None:
     entries = parse_proc_cgroup("4:memory:/a/b\n1:cpu,cpuacct:/\n0::/x:y\n", "cg")
-    assert entries == [(4, ("memory",), "/a/b"), (1, ("cpu", "cpuacct"), "/"),
-                       (0, (), "/x:y")]
+    assert entries == [(4, ("memory",), "/a/b"), (1, ("cpu", "cpuacct"), "/"), (0, (), "/x:y")]
     with pytest.raises(CgroupFactsError, match="cg line 1: malformed"):
         parse_proc_cgroup("x:y\n", "cg")
 
 
 def test_a_root_given_as_a_string_is_normalised(v1_tree: CgroupTree, fake_proc: Path) -> None:
     root = v1_tree.root
-    facts = detect_cgroup_facts(f"{root}//", mountinfo=str(v1_tree.mountinfo),
-                                proc=str(fake_proc))
+    facts = detect_cgroup_facts(f"{root}//", mountinfo=str(v1_tree.mountinfo), proc=str(fake_proc))
     assert facts.root == str(root)
     assert facts.container_paths("/a").dir("cpu") == str((root / "cpu").resolve() / "a")
 
@@ -164,9 +162,7 @@ def test_cgroupfs_paths_v1(v1_tree: CgroupTree, fake_proc: Path) -> None:
     assert paths.roots["memory"] == str(root / "memory")
 
 
-def test_systemd_paths_v1_and_v2(
-    v1_tree: CgroupTree, v2_tree: CgroupTree, fake_proc: Path
-) -> None:
+def test_systemd_paths_v1_and_v2(v1_tree: CgroupTree, v2_tree: CgroupTree, fake_proc: Path) -> None:
     root1, info1 = v1_tree.root, v1_tree.mountinfo
     facts1 = detect_cgroup_facts(root1, mountinfo=info1, proc=fake_proc)
     assert facts1.container_paths(SYSTEMD_PATH).dir("memory") == str(
@@ -205,9 +201,7 @@ def test_bad_paths_are_typed_errors(
     assert exc.value.cgroups_path == cgroups_path
 
 
-def test_symlink_escape_refused(
-    v1_tree: CgroupTree, fake_proc: Path, tmp_path: Path
-) -> None:
+def test_symlink_escape_refused(v1_tree: CgroupTree, fake_proc: Path, tmp_path: Path) -> None:
     root, info = v1_tree.root, v1_tree.mountinfo
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -252,9 +246,7 @@ def test_paths_from_proc_v2_and_missing_pid(v2_tree: CgroupTree, fake_proc: Path
     facts = detect_cgroup_facts(root, mountinfo=info, proc=fake_proc)
     (fake_proc / "7").mkdir()
     (fake_proc / "7" / "cgroup").write_text("0::/kubepods.slice/x.scope\n")
-    assert facts.process_paths(7, str(fake_proc)).dir() == str(
-        root / "kubepods.slice" / "x.scope"
-    )
+    assert facts.process_paths(7, str(fake_proc)).dir() == str(root / "kubepods.slice" / "x.scope")
     with pytest.raises(CgroupFactsError, match="cannot read"):
         facts.process_paths(8, str(fake_proc))
 
@@ -307,8 +299,12 @@ def test_facts_json_from_a_scanned_v1_tree(tmp_path: Path, fake_proc: Path) -> N
     ],
 )
 def test_facts_from_bad_json(change: dict, error: type[Exception]) -> None:
-    doc: dict = {"version": 2, "driver": "cgroupfs", "root": "/sys/fs/cgroup",
-                 "hierarchies": [["unified", "/sys/fs/cgroup", "/"]]}
+    doc: dict = {
+        "version": 2,
+        "driver": "cgroupfs",
+        "root": "/sys/fs/cgroup",
+        "hierarchies": [["unified", "/sys/fs/cgroup", "/"]],
+    }
     assert CgroupFacts.from_json(doc).version == 2
     for key, value in change.items():
         if value is KeyError:

@@ -103,15 +103,23 @@ def test_memory_page_rounding(n: int) -> None:
         # per-device files: only the written device's line goes back
         ("blkio.throttle.read_bps_device", "259:0 1000", "", "259:0 0"),
         ("blkio.throttle.read_bps_device", "259:0 1000", "8:0 5\n259:0 7\n", "259:0 7"),
-        ("io.max", "259:0 rbps=1000", "8:0 rbps=5 wbps=max riops=max wiops=max\n",
-         "259:0 rbps=max wbps=max riops=max wiops=max"),
-        ("io.max", "259:0 rbps=1000", "259:0 rbps=5 wbps=max riops=max wiops=max\n",
-         "259:0 rbps=5 wbps=max riops=max wiops=max"),
+        (
+            "io.max",
+            "259:0 rbps=1000",
+            "8:0 rbps=5 wbps=max riops=max wiops=max\n",
+            "259:0 rbps=max wbps=max riops=max wiops=max",
+        ),
+        (
+            "io.max",
+            "259:0 rbps=1000",
+            "259:0 rbps=5 wbps=max riops=max wiops=max\n",
+            "259:0 rbps=5 wbps=max riops=max wiops=max",
+        ),
         ("io.weight", "500", "default 100\n", "100"),
         ("io.weight", "259:0 500", "default 100\n", "259:0 default"),
         ("io.weight", "259:0 500", "default 100\n259:0 300\n", "259:0 300"),
         ("blkio.bfq.weight", "500", "100\n", "100"),
-    ])
-def test_restore_value_undoes_the_write(file: str, written: str, before: str,
-                                        undo: str) -> None:
+    ],
+)
+def test_restore_value_undoes_the_write(file: str, written: str, before: str, undo: str) -> None:
     assert restore_value(file, written, before) == undo

@@ -29,8 +29,12 @@ def _paths(scratch, *controllers: str) -> CgroupPaths:
     missing = [c for c in controllers if c not in scratch.ctr]
     if missing:
         pytest.skip(f"cgroup v1 controller(s) {missing} not mounted on this host")
-    return CgroupPaths("scratch", 1, {c: str(d) for c, d in scratch.ctr.items()},
-                       {c: scratch.facts.hierarchy(c).path for c in scratch.ctr})
+    return CgroupPaths(
+        "scratch",
+        1,
+        {c: str(d) for c, d in scratch.ctr.items()},
+        {c: scratch.facts.hierarchy(c).path for c in scratch.ctr},
+    )
 
 
 def _writer(scratch, *controllers: str) -> CgroupWriter:
@@ -87,12 +91,17 @@ def test_memory_rounding_and_soft_limit(scratch_v1) -> None:
 
 # Hard mode's all-or-none against the kernel: the SLA's cpu and memory values, then a
 # cpuset the kernel refuses (no such CPU: EINVAL/ERANGE for real).
-_HARD_WRITES = [CgroupWrite("cpu", "cpu.cfs_quota_us", "250000"),
-                CgroupWrite("cpu", "cpu.cfs_period_us", "50000"),
-                CgroupWrite("memory", "memory.limit_in_bytes", str(64 << 20)),
-                CgroupWrite("cpuset", "cpuset.cpus", "4095")]
-_HARD_FILES = [("cpu", "cpu.cfs_quota_us"), ("cpu", "cpu.cfs_period_us"),
-               ("memory", "memory.limit_in_bytes")]
+_HARD_WRITES = [
+    CgroupWrite("cpu", "cpu.cfs_quota_us", "250000"),
+    CgroupWrite("cpu", "cpu.cfs_period_us", "50000"),
+    CgroupWrite("memory", "memory.limit_in_bytes", str(64 << 20)),
+    CgroupWrite("cpuset", "cpuset.cpus", "4095"),
+]
+_HARD_FILES = [
+    ("cpu", "cpu.cfs_quota_us"),
+    ("cpu", "cpu.cfs_period_us"),
+    ("memory", "memory.limit_in_bytes"),
+]
 
 
 def test_hard_mode_undoes_earlier_writes_when_the_kernel_refuses_one(scratch_v1) -> None:
@@ -101,8 +110,7 @@ def test_hard_mode_undoes_earlier_writes_when_the_kernel_refuses_one(scratch_v1)
     results = w.apply(_HARD_WRITES, undo_on_failure=True)
     assert [r.ok for r in results] == [True, True, True, False]
     message = str(results[-1].error)
-    assert "cpuset.cpus" in message and ("Invalid argument" in message
-                                         or "out of range" in message)
+    assert "cpuset.cpus" in message and ("Invalid argument" in message or "out of range" in message)
     assert "undone: memory.limit_in_bytes, cpu.cfs_period_us, cpu.cfs_quota_us" in message
     assert {f: _read(scratch_v1.ctr[c] / f) for c, f in _HARD_FILES} == before
     # Soft mode keeps what the kernel took.

@@ -32,8 +32,7 @@ def _kernel_rule_holds(root: Path) -> None:
     on every write)."""
     for group in [root, *(p for p in root.rglob("*") if p.is_dir())]:
         children = [c for c in group.iterdir() if c.is_dir()]
-        need = sum(to_ratio(int((c / "cpu.rt_period_us").read_text()), _rt(c))
-                   for c in children)
+        need = sum(to_ratio(int((c / "cpu.rt_period_us").read_text()), _rt(c)) for c in children)
         have = to_ratio(int((group / "cpu.rt_period_us").read_text()), _rt(group))
         assert have >= need, f"{group}: {have} < children's {need}"
 
@@ -49,9 +48,11 @@ def cpu_root(tmp_path: Path) -> Path:
 
 def _create(root: Path, ledger: RtLedger, pod: str, ctr: str, runtime: int) -> Path:
     """What the plugin and runc do for an RT container: raise, note, write its budget."""
-    pod_dir = _group(root / "kubepods" / "burstable" / pod, 0) \
-        if not (root / "kubepods" / "burstable" / pod).exists() \
+    pod_dir = (
+        _group(root / "kubepods" / "burstable" / pod, 0)
+        if not (root / "kubepods" / "burstable" / pod).exists()
         else root / "kubepods" / "burstable" / pod
+    )
     ctr_dir = pod_dir / ctr
     ledger.note(raise_rt_ancestors(ctr_dir, runtime, 1_000_000, root))
     _group(ctr_dir, runtime)
@@ -120,28 +121,41 @@ def test_never_under_the_value_found_nor_someone_elses(cpu_root: Path) -> None:
     assert ledger.raises == {}
 
 
-def test_survives_a_restart_and_bounds_its_file(cpu_root: Path, tmp_path: Path,
-                                                caplog: pytest.LogCaptureFixture) -> None:
+def test_survives_a_restart_and_bounds_its_file(
+    cpu_root: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     file = tmp_path / "state" / "rt-raises.json"
     ctr = _create(cpu_root, RtLedger(file), "pod1", "ctr", 50_000)
     assert set(json.loads(file.read_text())["raises"]) == {
-        str(cpu_root / "kubepods"), str(cpu_root / "kubepods" / "burstable"), str(ctr.parent)}
+        str(cpu_root / "kubepods"),
+        str(cpu_root / "kubepods" / "burstable"),
+        str(ctr.parent),
+    }
     shutil.rmtree(ctr)
     restarted = RtLedger(file)
     assert len(restarted.give_back(cpu_root, {})) == 3
     assert _rt(cpu_root / "kubepods") == 0
     assert json.loads(file.read_text()) == {"raises": {}}
     # A ledger that is not what nri-sla writes is ignored (logged), never trusted.
-    for bad in ('{"raises": {"relative": [0, 5]}}', '{"raises": {"/x": ["0", 5]}}',
-                "not json", '{"raises": []}', " " * (2 << 20)):
+    for bad in (
+        '{"raises": {"relative": [0, 5]}}',
+        '{"raises": {"/x": ["0", 5]}}',
+        "not json",
+        '{"raises": []}',
+        " " * (2 << 20),
+    ):
         file.write_text(bad)
         assert RtLedger(file).raises == {}
     # ... and the warning says what is wrong with it.
     too_many = {f"/g{i}": [0, 1] for i in range(MAX_ENTRIES + 1)}
-    for bad, problem in (('{"raises": {"relative": [0, 5]}}',
-                          "entry 'relative' is not an absolute path with two integers"),
-                         (json.dumps({"raises": too_many}), f"more than {MAX_ENTRIES} entries"),
-                         (" " * (2 << 20), f"larger than {MAX_BYTES} bytes")):
+    for bad, problem in (
+        (
+            '{"raises": {"relative": [0, 5]}}',
+            "entry 'relative' is not an absolute path with two integers",
+        ),
+        (json.dumps({"raises": too_many}), f"more than {MAX_ENTRIES} entries"),
+        (" " * (2 << 20), f"larger than {MAX_BYTES} bytes"),
+    ):
         file.write_text(bad)
         caplog.clear()
         with caplog.at_level(logging.WARNING, logger="nri_sla.rt"):

@@ -63,12 +63,18 @@ def test_raises_every_ancestor_top_down(cpu_root: Path) -> None:
 def test_make_rt_room_for_container_paths(cpu_root: Path) -> None:
     """What both front-ends call: the container's cpu dir, under its hierarchy root."""
     pod = cpu_root / "kubepods" / "burstable" / "pod1"
-    paths = CgroupPaths("/kubepods/burstable/pod1/ctr", 1,
-                        {"cpu": str(pod / "ctr"), "memory": "/elsewhere"},
-                        {"cpu": str(cpu_root), "memory": "/"})
+    paths = CgroupPaths(
+        "/kubepods/burstable/pod1/ctr",
+        1,
+        {"cpu": str(pod / "ctr"), "memory": "/elsewhere"},
+        {"cpu": str(cpu_root), "memory": "/"},
+    )
     changes = make_rt_room(paths, 5_000, 1_000_000)
-    assert [c.path for c in changes] == [cpu_root / "kubepods",
-                                         cpu_root / "kubepods" / "burstable", pod]
+    assert [c.path for c in changes] == [
+        cpu_root / "kubepods",
+        cpu_root / "kubepods" / "burstable",
+        pod,
+    ]
     assert (pod / "cpu.rt_runtime_us").read_text().strip() == "5000"
     release_rt_ancestors(changes)
     with pytest.raises(RtBudgetError, match="budget exhausted"):
@@ -94,8 +100,9 @@ def test_different_periods_use_shares(cpu_root: Path) -> None:
 def test_root_budget_exhausted(cpu_root: Path) -> None:
     pod = cpu_root / "kubepods" / "burstable" / "pod1"
     # system.slice holds 10%, root allows 95%: 90% more does not fit.
-    with pytest.raises(RtBudgetError, match=r"budget exhausted.*\(95\.00% of CPU time in all\)"
-                       ) as caught:
+    with pytest.raises(
+        RtBudgetError, match=r"budget exhausted.*\(95\.00% of CPU time in all\)"
+    ) as caught:
         plan_rt_ancestors(pod / "ctr", 900_000, 1_000_000, cpu_root)
     # What the other groups take is the operator's: not in the message, in the note.
     assert "100.00%" not in str(caught.value) and "system.slice" not in str(caught.value)

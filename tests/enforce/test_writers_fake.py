@@ -183,13 +183,23 @@ def test_drift_reads_back_without_writing(
     (v2_dir / "io.max").write_text("8:0 rbps=2 wbps=max riops=max wiops=max\n")
     writer = v2_writer(v2_dir)
     assert writer.drift([]) == []
-    assert writer.drift([CgroupWrite("memory", "memory.max", "8192"),
-                         CgroupWrite("cpu", "cpu.max", "max")]) == []  # normalised: holds
-    problems = writer.drift([CgroupWrite("io", "io.max", "8:0 rbps=1"),
-                             CgroupWrite("memory", "memory.high", "1"),
-                             CgroupWrite("memory", "memory.swap.max", "0")])
-    assert problems[0] == f"{v2_dir / 'io.max'}: expected '8:0 rbps=1', found " \
-                          "'8:0 rbps=2 wbps=max riops=max wiops=max'"
+    assert (
+        writer.drift(
+            [CgroupWrite("memory", "memory.max", "8192"), CgroupWrite("cpu", "cpu.max", "max")]
+        )
+        == []
+    )  # normalised: holds
+    problems = writer.drift(
+        [
+            CgroupWrite("io", "io.max", "8:0 rbps=1"),
+            CgroupWrite("memory", "memory.high", "1"),
+            CgroupWrite("memory", "memory.swap.max", "0"),
+        ]
+    )
+    assert (
+        problems[0] == f"{v2_dir / 'io.max'}: expected '8:0 rbps=1', found "
+        "'8:0 rbps=2 wbps=max riops=max wiops=max'"
+    )
     assert problems[1] == f"{v2_dir / 'memory.high'}: expected '1', found ''"
     assert problems[2].startswith("memory/memory.swap.max: cannot read (")
     assert len(problems) == 3
@@ -204,7 +214,8 @@ def test_drift_reads_back_without_writing(
     v1 = CgroupWriter(paths)
     assert v1.drift([CgroupWrite("cpu", "cpu.cfs_quota_us", "50000")]) == []
     assert v1.drift([CgroupWrite("cpu", "cpu.cfs_quota_us", "1")]) == [
-        f"{cpu / 'cpu.cfs_quota_us'}: expected '1', found '50000'"]
+        f"{cpu / 'cpu.cfs_quota_us'}: expected '1', found '50000'"
+    ]
     (problem,) = v1.drift([CgroupWrite("hugetlb", "hugetlb.2MB.limit_in_bytes", "0")])
     assert problem.startswith("hugetlb/hugetlb.2MB.limit_in_bytes: cannot read (")
     assert "controller 'hugetlb' is not mounted" in problem

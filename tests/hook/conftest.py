@@ -24,9 +24,24 @@ import pytest
 from tests.support.cgroups import V2_CONTROLLERS, make_v2_tree
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
-V1_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory", "blkio", "pids", "devices", "freezer",
-                  "hugetlb", "net_cls", "net_prio", "perf_event", "rdma", "misc", "systemd",
-                  "unified")  # runc on a hybrid host also makes a dir in the v2 mount
+V1_CONTROLLERS = (
+    "cpu",
+    "cpuacct",
+    "cpuset",
+    "memory",
+    "blkio",
+    "pids",
+    "devices",
+    "freezer",
+    "hugetlb",
+    "net_cls",
+    "net_prio",
+    "perf_event",
+    "rdma",
+    "misc",
+    "systemd",
+    "unified",
+)  # runc on a hybrid host also makes a dir in the v2 mount
 BUSYBOX = Path("/bin/busybox")
 
 
@@ -50,7 +65,7 @@ def _is_static_elf(path: Path) -> bool:
         return False
     if data[:5] != b"\x7fELF\x02":
         return False
-    phoff, = struct.unpack_from("<Q", data, 0x20)
+    (phoff,) = struct.unpack_from("<Q", data, 0x20)
     phentsize, phnum = struct.unpack_from("<HH", data, 0x36)
     types = (struct.unpack_from("<I", data, phoff + i * phentsize)[0] for i in range(phnum))
     return 3 not in types  # PT_INTERP
@@ -147,10 +162,18 @@ class Runc:
     def read(self, controller: str, name: str, file: str) -> str:
         return (self.cgroup_dir(controller, name) / file).read_text().strip()
 
-    def bundle(self, name: str, annotations: dict[str, str], stage: str = "createRuntime",
-               hook_args: tuple[str, ...] = (), env: tuple[str, ...] = (),
-               entry: str = "module", cgroups_path: str | None = None,
-               run_at: str | None = None, capture: bool = False) -> Path:
+    def bundle(
+        self,
+        name: str,
+        annotations: dict[str, str],
+        stage: str = "createRuntime",
+        hook_args: tuple[str, ...] = (),
+        env: tuple[str, ...] = (),
+        entry: str = "module",
+        cgroups_path: str | None = None,
+        run_at: str | None = None,
+        capture: bool = False,
+    ) -> Path:
         """`run_at`: the stage the runtime runs the hook at, when it is not the one the
         hook was installed for (CRI-O runs hooks.d `prestart` hooks at createRuntime).
         `capture`: a shell hook before ours saves the OCI state it got and whether the
@@ -163,30 +186,45 @@ class Runc:
         spec["linux"]["cgroupsPath"] = cgroups_path or self.cgroups_path(name)
         hook = hook_command(stage, *hook_args, entry=entry)
         # The test's own decision cache, not the host's /run/nri-sla/hook-cache.
-        hook["env"] = [f"NRI_SLA_HOOK_LOG={bundle / 'hook.log'}", "PATH=/usr/bin:/bin",
-                       f"NRI_SLA_HOOK_CACHE={self.base / 'hook-cache'}"]
+        hook["env"] = [
+            f"NRI_SLA_HOOK_LOG={bundle / 'hook.log'}",
+            "PATH=/usr/bin:/bin",
+            f"NRI_SLA_HOOK_CACHE={self.base / 'hook-cache'}",
+        ]
         hooks = [hook]
         if capture:
             cpu_dir = self.cgroup_dir("cpu", name)
-            script = (f"cat > {bundle}/state.json; "
-                      f"if test -d {cpu_dir}; then echo exists; else echo absent; fi "
-                      f"> {bundle}/cgroup")
+            script = (
+                f"cat > {bundle}/state.json; "
+                f"if test -d {cpu_dir}; then echo exists; else echo absent; fi "
+                f"> {bundle}/cgroup"
+            )
             hooks.insert(0, {"path": "/bin/sh", "args": ["sh", "-c", script], "timeout": 10})
         spec["hooks"] = {run_at or stage: hooks}
         (bundle / "config.json").write_text(json.dumps(spec))
         return bundle
 
-    def runc(self, *args: str, stderr_file: Path | None = None,
-             timeout: float = 60) -> subprocess.CompletedProcess:
+    def runc(
+        self, *args: str, stderr_file: Path | None = None, timeout: float = 60
+    ) -> subprocess.CompletedProcess:
         # The container inherits runc's stdio: never give it a pipe we wait on.
         if stderr_file is None:
-            return subprocess.run(["runc", "--root", str(self.state_root), *args],
-                                  stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                                  timeout=timeout)
+            return subprocess.run(
+                ["runc", "--root", str(self.state_root), *args],
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+            )
         with open(stderr_file, "w") as err:
-            return subprocess.run(["runc", "--root", str(self.state_root), *args],
-                                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                  stderr=err, text=True, timeout=timeout)
+            return subprocess.run(
+                ["runc", "--root", str(self.state_root), *args],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                text=True,
+                timeout=timeout,
+            )
 
     def create(self, name: str, annotations: dict[str, str], **kw) -> Created:
         bundle = self.bundle(name, annotations, **kw)
@@ -194,8 +232,9 @@ class Runc:
         err = bundle / "runc.stderr"
         proc = self.runc("create", "--bundle", str(bundle), name, stderr_file=err)
         log = bundle / "hook.log"
-        return Created(name, proc.returncode, err.read_text(),
-                       log.read_text() if log.exists() else "")
+        return Created(
+            name, proc.returncode, err.read_text(), log.read_text() if log.exists() else ""
+        )
 
     def start(self, name: str) -> subprocess.CompletedProcess:
         return self.runc("start", name)
@@ -214,8 +253,10 @@ class Runc:
                 own = own_cgroup(controller).strip("/")
             except LookupError:
                 own = ""
-            for top in {CGROUP_ROOT / controller / self.parent,
-                        CGROUP_ROOT / controller / own / self.parent}:
+            for top in {
+                CGROUP_ROOT / controller / self.parent,
+                CGROUP_ROOT / controller / own / self.parent,
+            }:
                 if not top.is_dir():
                     continue
                 for sub in sorted(top.glob("**/"), key=lambda p: len(p.parts), reverse=True):
@@ -235,26 +276,34 @@ def runc_env(tmp_path: Path, base_spec: dict) -> Iterator[Runc]:
 # ------------------------------------------------------------------ in-process helpers
 
 
-def state_json(bundle: Path | str, cid: str = "ctr-1", pid: int | None = None,
-               **extra) -> bytes:
+def state_json(bundle: Path | str, cid: str = "ctr-1", pid: int | None = None, **extra) -> bytes:
     """The OCI state. No pid by default (a "creating" state may lack one): the hook then
     takes linux.cgroupsPath inside the fake tree. With a pid it reads <proc>/<pid>/cgroup:
     give such runs a fake /proc (fake_proc) or a real process."""
-    doc = {"ociVersion": "1.0.2", "id": cid, "status": "creating", "bundle": str(bundle),
-           **extra}
+    doc = {"ociVersion": "1.0.2", "id": cid, "status": "creating", "bundle": str(bundle), **extra}
     if pid is not None:
         doc["pid"] = pid
     return json.dumps(doc).encode()
 
 
-def write_bundle(path: Path, annotations: dict[str, str], cgroups_path: str | None,
-                 env: list[str] | None = None, resources: dict | None = None,
-                 devices: list[dict] | None = None, mounts: list[dict] | None = None) -> Path:
+def write_bundle(
+    path: Path,
+    annotations: dict[str, str],
+    cgroups_path: str | None,
+    env: list[str] | None = None,
+    resources: dict | None = None,
+    devices: list[dict] | None = None,
+    mounts: list[dict] | None = None,
+) -> Path:
     """config.json; `resources`: linux.resources as the runtime writes it (kubelet limits);
     `devices` (linux.devices) and `mounts`: where a device plugin's GPU grant shows."""
     path.mkdir(parents=True, exist_ok=True)
-    spec = {"ociVersion": "1.0.2", "process": {"env": env or ["PATH=/bin"]},
-            "annotations": annotations, "linux": {}}
+    spec = {
+        "ociVersion": "1.0.2",
+        "process": {"env": env or ["PATH=/bin"]},
+        "annotations": annotations,
+        "linux": {},
+    }
     if devices is not None:
         spec["linux"]["devices"] = devices
     if mounts is not None:
@@ -275,14 +324,19 @@ def run_hook_inproc(state: bytes, **opts):
     return run(HookOptions(**opts), io.BytesIO(state))
 
 
-def run_hook_subprocess(state: bytes, *args: str, timeout: float = 30,
-                        env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-I", "-m", "nri_plugin.hook", *args], input=state,
-                          capture_output=True, timeout=timeout, env=env)
+def run_hook_subprocess(
+    state: bytes, *args: str, timeout: float = 30, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-I", "-m", "nri_plugin.hook", *args],
+        input=state,
+        capture_output=True,
+        timeout=timeout,
+        env=env,
+    )
 
 
-def fake_v2_tree(root: Path, container_rel: str,
-                 controllers: str = V2_CONTROLLERS) -> Path:
+def fake_v2_tree(root: Path, container_rel: str, controllers: str = V2_CONTROLLERS) -> Path:
     """A cgroup2 mount at `root` with the container's cgroup in it; its dir."""
     return make_v2_tree(root, controllers).add_cgroup(container_rel)["unified"]
 

@@ -41,13 +41,27 @@ def world(tmp_path, h, hook_cache_dir):
     config = tmp_path / "config.yaml"
     config.write_text(f"enforcement: hard\nstate-dir: {tmp_path / 'state'}\n")
 
-    def run(annotations, *, expect_hit=None, env=None, cid="ctr-1", files=None, pid=None,
-            cgroups_path=CTR, resources=None, **opts):
+    def run(
+        annotations,
+        *,
+        expect_hit=None,
+        env=None,
+        cid="ctr-1",
+        files=None,
+        pid=None,
+        cgroups_path=CTR,
+        resources=None,
+        **opts,
+    ):
         for name, text in {**pristine, **(files or {})}.items():  # the same start each run
             (cdir / name).write_text(text)
-        bundle = h.write_bundle(tmp_path / f"bundle-{cid}",
-                                {TYPE: "container", NAME: "app", **annotations},
-                                cgroups_path, env, resources)
+        bundle = h.write_bundle(
+            tmp_path / f"bundle-{cid}",
+            {TYPE: "container", NAME: "app", **annotations},
+            cgroups_path,
+            env,
+            resources,
+        )
         opts.setdefault("config", str(config))
         opts.setdefault("cgroup_root", str(root))
         calls = []
@@ -71,8 +85,11 @@ def world(tmp_path, h, hook_cache_dir):
 
 
 def _decisions(cache: Path) -> list[str]:
-    return [p.name for p in cache.iterdir() if p.name.startswith("decision-")] \
-        if cache.exists() else []
+    return (
+        [p.name for p in cache.iterdir() if p.name.startswith("decision-")]
+        if cache.exists()
+        else []
+    )
 
 
 def _same(a, b) -> None:
@@ -80,19 +97,26 @@ def _same(a, b) -> None:
     da, db = a.decision, b.decision
     assert (da is None) == (db is None)
     if da is not None:
-        assert (da.outcome, da.applied, da.warnings, da.error) == \
-            (db.outcome, db.applied, db.warnings, db.error)
+        assert (da.outcome, da.applied, da.warnings, da.error) == (
+            db.outcome,
+            db.applied,
+            db.warnings,
+            db.error,
+        )
 
 
 CASES = {
     "hard, cpu+numa+memory+io.weight": {
         "sla.nri.io/pod": "cpu:\n  limit: 2.5\n  period: 100ms\nnuma:\n  nodes: '0'\n"
-                          "memory:\n  high: 8Gi\n  max: 10Gi\nio:\n  weight: 500\n"},
+        "memory:\n  high: 8Gi\n  max: 10Gi\nio:\n  weight: 500\n"
+    },
     "soft with warnings": {
-        "sla.nri.io/pod": "enforcement: soft\ncpu:\n  limit: 1\n  rt-runtime: 5ms\n"},
+        "sla.nri.io/pod": "enforcement: soft\ncpu:\n  limit: 1\n  rt-runtime: 5ms\n"
+    },
     "container-level over pod-level": {
-        "sla.nri.io/pod": "cpu:\n  limit: 1\n", "sla.nri.io/container.app":
-        "memory:\n  max: 64Mi\n"},
+        "sla.nri.io/pod": "cpu:\n  limit: 1\n",
+        "sla.nri.io/container.app": "memory:\n  max: 64Mi\n",
+    },
     "exclusive cpus": {"sla.nri.io/pod": "cpu:\n  exclusive: 1\n"},
 }
 
@@ -104,8 +128,7 @@ def test_cache_hit_gives_the_cold_result(world, case):
     off, off_files = run(annotations, cache_dir="off")
     assert not cache.exists()
     cold, cold_files = run(annotations)
-    assert sorted(p.name.split("-")[0] for p in cache.iterdir()) == \
-        ["config", "decision", "facts"]
+    assert sorted(p.name.split("-")[0] for p in cache.iterdir()) == ["config", "decision", "facts"]
     # A replica: another container id, the same SLA.
     warm, warm_files = run(annotations, expect_hit=True, cid="ctr-2")
     _same(cold, off)
@@ -118,18 +141,40 @@ def test_cache_hit_gives_the_cold_result(world, case):
 # the pod's SLA before "cpu: {limit: 0.3}"; the container's files before the run; the
 # hook's exit status and what its lines (or error) say.
 VERIFY_CASES = {
-    "no drift": ({"memory_max": 64 << 20}, "ctr-1", "", {"memory.max": "67108864\n"},
-                 EXIT_OK, ""),
-    "hard drift": ({"cpu_quota": 30000, "cpu_period": 100000}, "ctr-1", "", None,
-                   EXIT_REFUSED, "drift from what nri applied"),
-    "soft drift": ({"cpu_quota": 30000, "cpu_period": 100000}, "ctr-1",
-                   "enforcement: soft\n", None, EXIT_OK, "drift from what nri applied"),
-    "soft undecodable record": ("{nope", "ctr-1", "enforcement: soft\n", None, EXIT_OK,
-                                "not written by nri-sla"),
+    "no drift": ({"memory_max": 64 << 20}, "ctr-1", "", {"memory.max": "67108864\n"}, EXIT_OK, ""),
+    "hard drift": (
+        {"cpu_quota": 30000, "cpu_period": 100000},
+        "ctr-1",
+        "",
+        None,
+        EXIT_REFUSED,
+        "drift from what nri applied",
+    ),
+    "soft drift": (
+        {"cpu_quota": 30000, "cpu_period": 100000},
+        "ctr-1",
+        "enforcement: soft\n",
+        None,
+        EXIT_OK,
+        "drift from what nri applied",
+    ),
+    "soft undecodable record": (
+        "{nope",
+        "ctr-1",
+        "enforcement: soft\n",
+        None,
+        EXIT_OK,
+        "not written by nri-sla",
+    ),
     # Not this container's record: ignored, the SLA enforced (and not stored either).
-    "hard, another container's record": ({"memory_max": 64 << 20}, "ctr-other", "", None,
-                                         EXIT_OK, "applied ignored: not a valid record (not "
-                                                  "written by nri-sla for this container"),
+    "hard, another container's record": (
+        {"memory_max": 64 << 20},
+        "ctr-other",
+        "",
+        None,
+        EXIT_OK,
+        "applied ignored: not a valid record (not written by nri-sla for this container",
+    ),
 }
 
 
@@ -141,10 +186,12 @@ def test_verification_is_decided_cold_and_never_stored(world, tmp_path, case):
     run, _config, _cdir, cache = world
     fields, owner, sla, files, status, says = VERIFY_CASES[case]
     key = load_or_create_key(str(tmp_path / "state"))
-    record = fields if isinstance(fields, str) else encode_record(
-        ContainerPlan("hard", 2, **fields), "nri", owner, key)
-    annotations = {"sla.nri.io/pod": sla + "cpu:\n  limit: 0.3\n",
-                   "sla.nri.io/applied": record}
+    record = (
+        fields
+        if isinstance(fields, str)
+        else encode_record(ContainerPlan("hard", 2, **fields), "nri", owner, key)
+    )
+    annotations = {"sla.nri.io/pod": sla + "cpu:\n  limit: 0.3\n", "sla.nri.io/applied": record}
     off, off_files = run(annotations, cache_dir="off", files=files)
     first, first_files = run(annotations, expect_hit=False, files=files)
     again, again_files = run(annotations, expect_hit=False, files=files)
@@ -165,8 +212,12 @@ def test_a_record_without_a_trusted_key_is_not_trusted(world, tmp_path):
     mode refuses. With no key file at all no plugin ever wrote a record here: the record
     is ignored and the SLA enforced."""
     run, _config, _cdir, _cache = world
-    record = encode_record(ContainerPlan("hard", 2, memory_max=64 << 20), "nri", "ctr-1",
-                           load_or_create_key(str(tmp_path / "state")))
+    record = encode_record(
+        ContainerPlan("hard", 2, memory_max=64 << 20),
+        "nri",
+        "ctr-1",
+        load_or_create_key(str(tmp_path / "state")),
+    )
     annotations = {"sla.nri.io/pod": "cpu:\n  limit: 0.3\n", "sla.nri.io/applied": record}
     (tmp_path / "state" / "record.key").chmod(0o640)
     out, _ = run(annotations, files={"memory.max": "67108864\n"})
@@ -233,12 +284,12 @@ def test_node_config_change_invalidates(world):
     assert hard.exit_code == EXIT_REFUSED
 
 
-@pytest.mark.parametrize("change", ["sla", "namespace", "name", "enforcement", "stray key",
-                                    "spoofed namespace"])
+@pytest.mark.parametrize(
+    "change", ["sla", "namespace", "name", "enforcement", "stray key", "spoofed namespace"]
+)
 def test_annotation_changes_invalidate(world, change):
     run, _config, _cdir, _cache = world
-    base = {"sla.nri.io/pod": "cpu:\n  limit: 0.5\n",
-            "io.kubernetes.cri.sandbox-namespace": "prod"}
+    base = {"sla.nri.io/pod": "cpu:\n  limit: 0.5\n", "io.kubernetes.cri.sandbox-namespace": "prod"}
     first, files = run(base)
     assert first.exit_code == EXIT_OK and files["cpu.max"].split()[0] == "50000"
     changed = dict(base)
@@ -275,14 +326,14 @@ def test_warm_runs_find_the_cgroup_through_the_pid(world, h, tmp_path):
     # cgroup, held to the path the spec names.
     cold, files = run(sla, pid=11, proc_root=proc, cgroups_path="pod-a/ctr-1")
     assert cold.exit_code == EXIT_OK and files["memory.max"] == str(64 << 20)
-    warm, _ = run(sla, pid=12, proc_root=proc, cid="ctr-2", expect_hit=True,
-                  cgroups_path="pod-b/ctr-2")
+    warm, _ = run(
+        sla, pid=12, proc_root=proc, cid="ctr-2", expect_hit=True, cgroups_path="pod-b/ctr-2"
+    )
     assert warm.exit_code == EXIT_OK
     assert (other / "memory.max").read_text() == str(64 << 20)
     (cdir / "cgroup.events").write_text("populated 1\n")
     (cdir.parent / "memory.max").write_text("max\n")
-    pod, _ = run(sla, pid=13, proc_root=proc, cid="ctr-3", expect_hit=False,
-                 cgroups_path="pod-a")
+    pod, _ = run(sla, pid=13, proc_root=proc, cid="ctr-3", expect_hit=False, cgroups_path="pod-a")
     assert pod.exit_code == EXIT_INVALID and "holds other processes" in pod.lines[0]
     assert (cdir.parent / "memory.max").read_text() == "max\n"
 
@@ -309,16 +360,18 @@ def test_a_reused_pid_never_leads_to_another_containers_cgroup(world, h, tmp_pat
     assert nested.exit_code == EXIT_OK and files["memory.max"] == str(64 << 20)
 
 
-BIG = {"cpu": {"quota": 100000, "period": 100000, "shares": 1024},
-       "memory": {"limit": 128 << 20}}
+BIG = {"cpu": {"quota": 100000, "period": 100000, "shares": 1024}, "memory": {"limit": 128 << 20}}
 
 
-@pytest.mark.parametrize(("section", "field", "value", "exit_code"), [
-    ("cpu", "quota", 40000, EXIT_REFUSED),      # 0.4 CPU < the SLA's 0.5
-    ("cpu", "period", 250000, EXIT_REFUSED),    # 100000/250000: 0.4 CPU
-    ("cpu", "shares", 512, EXIT_OK),            # a smaller request: no exclusive CPUs here
-    ("memory", "limit", 32 << 20, EXIT_REFUSED),  # 32Mi < the SLA's 64Mi
-])
+@pytest.mark.parametrize(
+    ("section", "field", "value", "exit_code"),
+    [
+        ("cpu", "quota", 40000, EXIT_REFUSED),  # 0.4 CPU < the SLA's 0.5
+        ("cpu", "period", 250000, EXIT_REFUSED),  # 100000/250000: 0.4 CPU
+        ("cpu", "shares", 512, EXIT_OK),  # a smaller request: no exclusive CPUs here
+        ("memory", "limit", 32 << 20, EXIT_REFUSED),  # 32Mi < the SLA's 64Mi
+    ],
+)
 def test_runtime_limits_are_in_the_key(world, section, field, value, exit_code):
     """A replica whose kubelet limits differ is decided again: the grant caps the plan."""
     run, _config, _cdir, _cache = world
@@ -336,15 +389,37 @@ def test_runtime_limits_are_in_the_key(world, section, field, value, exit_code):
 def test_per_replica_annotations_still_hit(world):
     run, _config, _cdir, _cache = world
     sla = {"sla.nri.io/pod": "memory:\n  max: 64Mi\n"}
-    run({**sla, "io.kubernetes.cri.sandbox-id": "a" * 64,
-         "io.kubernetes.cri.sandbox-name": "web-0"}, cid="c1")
-    out, _ = run({**sla, "io.kubernetes.cri.sandbox-id": "b" * 64,
-                  "io.kubernetes.cri.sandbox-name": "web-1"}, cid="c2", expect_hit=True)
+    run(
+        {
+            **sla,
+            "io.kubernetes.cri.sandbox-id": "a" * 64,
+            "io.kubernetes.cri.sandbox-name": "web-0",
+        },
+        cid="c1",
+    )
+    out, _ = run(
+        {
+            **sla,
+            "io.kubernetes.cri.sandbox-id": "b" * 64,
+            "io.kubernetes.cri.sandbox-name": "web-1",
+        },
+        cid="c2",
+        expect_hit=True,
+    )
     assert out.exit_code == EXIT_OK
 
 
-@pytest.mark.parametrize("damage", ["flip a byte", "truncate", "garbage", "empty",
-                                    "valid digest, wrong key", "malformed decision"])
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "flip a byte",
+        "truncate",
+        "garbage",
+        "empty",
+        "valid digest, wrong key",
+        "malformed decision",
+    ],
+)
 def test_corrupt_entries_are_ignored(world, damage):
     from nri_plugin.hook.cache import encode
 
@@ -365,8 +440,11 @@ def test_corrupt_entries_are_ignored(world, damage):
         elif damage == "valid digest, wrong key":
             data = encode({"x": 1}, kind, "0" * 40)
         elif kind == "decision":
-            data = encode({"decision": {"kind": "apply", "writes": [["cpu", "cpu.max"]]},
-                           "deps": []}, kind, entry.name.split("-", 1)[1])
+            data = encode(
+                {"decision": {"kind": "apply", "writes": [["cpu", "cpu.max"]]}, "deps": []},
+                kind,
+                entry.name.split("-", 1)[1],
+            )
         entry.write_bytes(data)
     again, again_files = run(sla, expect_hit=False)
     _same(again, cold)
@@ -447,42 +525,88 @@ def test_warm_run_imports_no_parser_planner_or_yaml(world, h, tmp_path, lookup, 
     it writes its decision line to NRI_SLA_HOOK_LOG (nri_plugin.ops.event)."""
     _run, config, _cdir, cache = world
     dev, _majmin = h.first_disk()
-    sla = {"sla.nri.io/pod": CASES["hard, cpu+numa+memory+io.weight"]["sla.nri.io/pod"]
-           + f"  max:\n    - device: {dev}\n      read-bps: 10Mi\n"}
+    sla = {
+        "sla.nri.io/pod": CASES["hard, cpu+numa+memory+io.weight"]["sla.nri.io/pod"]
+        + f"  max:\n    - device: {dev}\n      read-bps: 10Mi\n"
+    }
     root, pid = tmp_path / "cg", None
     if lookup == "pid":  # this test's own process, in a fake tree mirroring its cgroup
-        own = [line[3:] for line in Path("/proc/self/cgroup").read_text().splitlines()
-               if line.startswith("0::")]
+        own = [
+            line[3:]
+            for line in Path("/proc/self/cgroup").read_text().splitlines()
+            if line.startswith("0::")
+        ]
         if not own:
             pytest.skip("no cgroup v2 line in /proc/self/cgroup (a pure v1 host)")
         root, pid = tmp_path / "cg-pid", os.getpid()
         h.fake_v2_tree(root, own[0])
-    bundle = h.write_bundle(tmp_path / "bundle-x", {TYPE: "container", NAME: "app", **sla},
-                            CTR if pid is None else own[0])
-    heavy = ("yaml", "nri_plugin.sla", "nri_plugin.text", "nri_plugin.plan", "nri_plugin.config",
-             "dataclasses", "pathlib", "typing", "re", "json", "logging",
-             "nri_plugin.enforce.cgroupdetect", "nri_plugin.core.decision",
-             "nri_plugin.core.nodestate", "nri_plugin.core.request", "nri_plugin.topology.cpus",
-             "importlib", "cgroupspy",
-             # `from __future__ import annotations` imports a module: the modules a warm
-             # run loads quote their annotations instead (docs/hook.md, issue 21).
-             "__future__",
-             # `python3 -I -S` does not load os; a warm run takes its calls from the
-             # built-in posix instead (nri_plugin/posixfs.py, issue 21).
-             "os", "posixpath", "genericpath", "stat", "_collections_abc",
-             # cgfile builds its errno hints only when a write fails (session 26).
-             "errno")
+    bundle = h.write_bundle(
+        tmp_path / "bundle-x",
+        {TYPE: "container", NAME: "app", **sla},
+        CTR if pid is None else own[0],
+    )
+    heavy = (
+        "yaml",
+        "nri_plugin.sla",
+        "nri_plugin.text",
+        "nri_plugin.plan",
+        "nri_plugin.config",
+        "dataclasses",
+        "pathlib",
+        "typing",
+        "re",
+        "json",
+        "logging",
+        "nri_plugin.enforce.cgroupdetect",
+        "nri_plugin.core.decision",
+        "nri_plugin.core.nodestate",
+        "nri_plugin.core.request",
+        "nri_plugin.topology.cpus",
+        "importlib",
+        "cgroupspy",
+        # `from __future__ import annotations` imports a module: the modules a warm
+        # run loads quote their annotations instead (docs/hook.md, issue 21).
+        "__future__",
+        # `python3 -I -S` does not load os; a warm run takes its calls from the
+        # built-in posix instead (nri_plugin/posixfs.py, issue 21).
+        "os",
+        "posixpath",
+        "genericpath",
+        "stat",
+        "_collections_abc",
+        # cgfile builds its errno hints only when a write fails (session 26).
+        "errno",
+    )
     log = tmp_path / "hook.log"
     env = {**os.environ, "NRI_SLA_HOOK_LOG": str(log)} if hook_log else None
     loaded = []
     for _ in range(2):  # the second run is the hit (the first stores under this argv)
         proc = subprocess.run(
-            [sys.executable, "-I", "-S", "-X", "importtime", str(HOOK_MAIN), "--config",
-             str(config), "--cgroup-root", str(root), "--cache-dir", str(cache)],
-            input=h.state_json(bundle, pid=pid), capture_output=True, timeout=30, env=env)
+            [
+                sys.executable,
+                "-I",
+                "-S",
+                "-X",
+                "importtime",
+                str(HOOK_MAIN),
+                "--config",
+                str(config),
+                "--cgroup-root",
+                str(root),
+                "--cache-dir",
+                str(cache),
+            ],
+            input=h.state_json(bundle, pid=pid),
+            capture_output=True,
+            timeout=30,
+            env=env,
+        )
         assert proc.returncode == 0, proc.stderr.decode()[-2000:]
-        loaded = [line.rsplit("|", 1)[-1].strip() for line in
-                  proc.stderr.decode().splitlines() if line.startswith("import time:")]
+        loaded = [
+            line.rsplit("|", 1)[-1].strip()
+            for line in proc.stderr.decode().splitlines()
+            if line.startswith("import time:")
+        ]
     assert "nri_plugin.hook.warm" in loaded and "nri_plugin.enforce.devnode" in loaded
     assert [m for m in loaded if m in heavy or m.startswith("yaml.")] == []
     if hook_log:  # the hit wrote its decision line, through the shared renderer

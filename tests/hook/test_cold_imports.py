@@ -17,25 +17,41 @@ REPO = str(Path(__file__).resolve().parents[2])
 CTR = "/kubepods/pod-a/ctr-1"
 # Runs the hook's main in-process and prints every module loaded (importlib.import_module,
 # which the lazy package exports use, is invisible to -X importtime).
-PROBE = ("import sys; sys.path.insert(0, sys.argv.pop(1)); "
-         "from nri_plugin.hook.run import add_site_packages, main; add_site_packages(); "
-         "status = main(sys.argv[1:]); print(' '.join(sorted(sys.modules))); "
-         "sys.exit(status)")
-CPU_MEMORY_SLA = ("cpu:\n  limit: 2.5\n  period: 100ms\nmemory:\n  high: 8Gi\n  max: 10Gi\n"
-                  "io:\n  weight: 500\n")
+PROBE = (
+    "import sys; sys.path.insert(0, sys.argv.pop(1)); "
+    "from nri_plugin.hook.run import add_site_packages, main; add_site_packages(); "
+    "status = main(sys.argv[1:]); print(' '.join(sorted(sys.modules))); "
+    "sys.exit(status)"
+)
+CPU_MEMORY_SLA = (
+    "cpu:\n  limit: 2.5\n  period: 100ms\nmemory:\n  high: 8Gi\n  max: 10Gi\nio:\n  weight: 500\n"
+)
 NOT_ON_A_CPU_MEMORY_RUN = (
-    "nri_plugin.plan.allocator", "nri_plugin.plan.best_fit", "nri_plugin.plan.cpupool",
-    "nri_plugin.plan.placement_values", "nri_plugin.plan.rt_budget",
-    "nri_plugin.plan.runtime_gpus", "nri_plugin.enforce.rt_ledger", "nri_plugin.enforce.rt",
-    "nri_plugin.topology.cpus", "nri_plugin.topology.gpus", "nri_plugin.topology.gpu_health",
-    "nri_plugin.topology.health_monitor", "nri_plugin.topology.inventory",
-    "nri_plugin.topology.nvml_gpus", "nri_plugin.topology.snapshot",
-    "nri_plugin.topology.watched", "typing", "nri_plugin.core.restored",
+    "nri_plugin.plan.allocator",
+    "nri_plugin.plan.best_fit",
+    "nri_plugin.plan.cpupool",
+    "nri_plugin.plan.placement_values",
+    "nri_plugin.plan.rt_budget",
+    "nri_plugin.plan.runtime_gpus",
+    "nri_plugin.enforce.rt_ledger",
+    "nri_plugin.enforce.rt",
+    "nri_plugin.topology.cpus",
+    "nri_plugin.topology.gpus",
+    "nri_plugin.topology.gpu_health",
+    "nri_plugin.topology.health_monitor",
+    "nri_plugin.topology.inventory",
+    "nri_plugin.topology.nvml_gpus",
+    "nri_plugin.topology.snapshot",
+    "nri_plugin.topology.watched",
+    "typing",
+    "nri_plugin.core.restored",
     # the core logs through ops.corelog, which the hook silences without importing logging;
     # cgroup detection, mountinfo, blockdev and the capabilities take and return strings
-    "logging", "pathlib",
+    "logging",
+    "pathlib",
     # the SLA and the node config are in the YAML subset text.yamlsubset reads
-    "yaml")
+    "yaml",
+)
 
 
 def cold_run_modules(tmp_path: Path, h, sla: str) -> set[str]:
@@ -43,13 +59,34 @@ def cold_run_modules(tmp_path: Path, h, sla: str) -> set[str]:
     h.fake_v2_tree(root, CTR)
     config = tmp_path / "config.yaml"
     config.write_text(f"enforcement: hard\nstate-dir: {tmp_path / 'state'}\n")
-    bundle = h.write_bundle(tmp_path / "bundle", {
-        "io.kubernetes.cri.container-type": "container",
-        "io.kubernetes.cri.container-name": "app", "sla.nri.io/pod": sla}, CTR)
+    bundle = h.write_bundle(
+        tmp_path / "bundle",
+        {
+            "io.kubernetes.cri.container-type": "container",
+            "io.kubernetes.cri.container-name": "app",
+            "sla.nri.io/pod": sla,
+        },
+        CTR,
+    )
     proc = subprocess.run(
-        [sys.executable, "-I", "-S", "-c", PROBE, REPO, "--config", str(config),
-         "--cgroup-root", str(root), "--cache-dir", str(tmp_path / "cache")],
-        input=h.state_json(bundle), capture_output=True, timeout=60)
+        [
+            sys.executable,
+            "-I",
+            "-S",
+            "-c",
+            PROBE,
+            REPO,
+            "--config",
+            str(config),
+            "--cgroup-root",
+            str(root),
+            "--cache-dir",
+            str(tmp_path / "cache"),
+        ],
+        input=h.state_json(bundle),
+        capture_output=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr.decode()[-2000:]
     modules = set(proc.stdout.decode().split())
     assert "nri_plugin.hook.cold" in modules and "nri_plugin.plan.planner" in modules

@@ -30,6 +30,7 @@ CTR = "/kubepods/pod-a/ctr-1"
 NAME = "io.kubernetes.cri.container-name"
 CONFIG = "permissions:\n  realtime: ['*']\n"
 
+
 def fake_tree(root: Path, version: int) -> dict[str, Path]:
     """The container's dirs (and its ancestors, with the kernel's RT budget on v1)."""
     if version == 2:  # a bfq disk: io.bfq.weight is there
@@ -39,17 +40,20 @@ def fake_tree(root: Path, version: int) -> dict[str, Path]:
 
 def snapshot(dirs: dict[str, Path], root: Path) -> dict[str, str]:
     """Every file of the container's dirs (and the RT budget of its ancestors)."""
-    out = {f"{c}/{f.name}": f.read_text().strip() for c, d in dirs.items()
-           for f in sorted(d.iterdir())}
+    out = {
+        f"{c}/{f.name}": f.read_text().strip() for c, d in dirs.items() for f in sorted(d.iterdir())
+    }
     if "cpu" in dirs:
         for ancestor in (root / "cpu" / "kubepods", root / "cpu" / "kubepods" / "pod-a"):
-            out[f"{ancestor.relative_to(root)}/cpu.rt_runtime_us"] = \
+            out[f"{ancestor.relative_to(root)}/cpu.rt_runtime_us"] = (
                 ancestor.joinpath("cpu.rt_runtime_us").read_text().strip()
+            )
     return out
 
 
 def runc_apply(resources, dirs: dict[str, Path], version: int) -> None:
     """What runc writes for the linux.resources fields an nri-sla adjustment sets."""
+
     def put(controller: str, name: str, value: object) -> None:
         (dirs["unified" if version == 2 else controller] / name).write_text(f"{value}\n")
 
@@ -84,11 +88,17 @@ def through_plugin(tmp_path: Path, version: int, annotations: dict[str, str]):
     dirs = fake_tree(root, version)
     config = load_config(str(tmp_path / "config.yaml"))
     facts = CgroupFacts(version, "cgroupfs", root)
-    node = NodeState(config, version, facts=facts, allocator=node_allocator(config),
-                     rt_budget=RtBudget(config.rt_budget * 0.95),
-                     capabilities=detect_capabilities(version))
-    decision = decide(node, ContainerRequest(annotations, "app", namespace="default",
-                                               owner="ctr-1"))
+    node = NodeState(
+        config,
+        version,
+        facts=facts,
+        allocator=node_allocator(config),
+        rt_budget=RtBudget(config.rt_budget * 0.95),
+        capabilities=detect_capabilities(version),
+    )
+    decision = decide(
+        node, ContainerRequest(annotations, "app", namespace="default", owner="ctr-1")
+    )
     if decision.error is not None:
         return decision.error.exit_status, [str(decision.error)], None
     plan, _ = node.make_rt_room(decision.plan, facts.container_paths(CTR))
@@ -102,8 +112,12 @@ def through_hook(tmp_path: Path, version: int, annotations: dict[str, str], h):
     root = tmp_path / "hook"
     dirs = fake_tree(root, version)
     bundle = h.write_bundle(tmp_path / "bundle", {NAME: "app", **annotations}, CTR)
-    out = h.run_inproc(h.state_json(bundle), cgroup_root=str(root),
-                       config=str(tmp_path / "config.yaml"), cache_dir="off")
+    out = h.run_inproc(
+        h.state_json(bundle),
+        cgroup_root=str(root),
+        config=str(tmp_path / "config.yaml"),
+        cache_dir="off",
+    )
     lines = [line.removeprefix(WARN).removeprefix(PREFIX) for line in out.lines]
     if out.exit_code != EXIT_OK:
         return out.exit_code, lines, None
@@ -113,7 +127,7 @@ def through_hook(tmp_path: Path, version: int, annotations: dict[str, str], h):
 SLAS = {
     "cpu and memory.max": "cpu: {limit: 0.5}\nmemory: {max: 64Mi}",
     "period, memory.high below max": "cpu: {limit: 2, period: 50ms}\n"
-                                     "memory: {high: 48Mi, max: 64Mi}",
+    "memory: {high: 48Mi, max: 64Mi}",
     "io weight": "io: {weight: 300}",
     "numa node 0": "numa: {nodes: '0'}\ncpu: {limit: 1}",
     "container key over pod key": None,  # see ANNOTATIONS
@@ -121,19 +135,28 @@ SLAS = {
     "invalid: unknown field": "cpu: {limits: 2}",
 }
 ANNOTATIONS = {
-    "container key over pod key": {"sla.nri.io/pod": "cpu: {limit: 1}\nmemory: {max: 1Gi}",
-                                   "sla.nri.io/container.app": "cpu: {limit: 0.25}"},
+    "container key over pod key": {
+        "sla.nri.io/pod": "cpu: {limit: 1}\nmemory: {max: 1Gi}",
+        "sla.nri.io/container.app": "cpu: {limit: 0.25}",
+    },
 }
-V1_ONLY = {"rt budget with ancestors": "cpu: {limit: 1, rt-runtime: 5ms, rt-period: 1s}",
-           "soft memory.high (v1 soft limit)": "enforcement: soft\nmemory: {high: 32Mi}"}
+V1_ONLY = {
+    "rt budget with ancestors": "cpu: {limit: 1, rt-runtime: 5ms, rt-period: 1s}",
+    "soft memory.high (v1 soft limit)": "enforcement: soft\nmemory: {high: 32Mi}",
+}
 V2_ONLY = {"rt refused on v2": "cpu: {limit: 1, rt-runtime: 5ms}"}
 # Valid SLAs a node refuses in hard mode, and what the message names.
-REFUSED = {(2, "rt refused on v2"): "cgroup v2",
-           (1, "period, memory.high below max"): "memory.high"}
+REFUSED = {
+    (2, "rt refused on v2"): "cgroup v2",
+    (1, "period, memory.high below max"): "memory.high",
+}
 if not detect_capabilities(1).io_weight:  # v1 without BFQ on any disk (this host's /sys)
     REFUSED[1, "io weight"] = "io.weight"
-CASES = ([(v, name) for v in (1, 2) for name in SLAS] + [(1, name) for name in V1_ONLY]
-         + [(2, name) for name in V2_ONLY])
+CASES = (
+    [(v, name) for v in (1, 2) for name in SLAS]
+    + [(1, name) for name in V1_ONLY]
+    + [(2, name) for name in V2_ONLY]
+)
 
 
 @pytest.mark.parametrize(("version", "case"), CASES)
@@ -151,8 +174,9 @@ def test_plugin_and_hook_write_the_same_values(tmp_path, h, version, case):
     else:
         assert plugin[0] == EXIT_OK
         pristine = tmp_path / "pristine"
-        assert plugin[2] != snapshot(fake_tree(pristine, version), pristine), \
+        assert plugin[2] != snapshot(fake_tree(pristine, version), pristine), (
             "the SLA changed nothing: the comparison would prove nothing"
+        )
 
 
 def test_io_max_on_a_real_disk_agrees(tmp_path, h):
@@ -173,12 +197,23 @@ def test_io_max_on_a_real_disk_agrees(tmp_path, h):
 
 
 # -- the decision event: the same decision logs the same fields from both front-ends --------
-POD_KEYS = {"io.kubernetes.cri.sandbox-name": "web-0",
-            "io.kubernetes.cri.sandbox-namespace": "prod",
-            "io.kubernetes.cri.container-type": "container"}
+POD_KEYS = {
+    "io.kubernetes.cri.sandbox-name": "web-0",
+    "io.kubernetes.cri.sandbox-namespace": "prod",
+    "io.kubernetes.cri.container-type": "container",
+}
 # Every field of the event but the two that say which front-end and when.
-EVENT_FIELDS = ("level", "logger", "msg", "pod", "container", "outcome", "applied",
-                "warnings", "error")
+EVENT_FIELDS = (
+    "level",
+    "logger",
+    "msg",
+    "pod",
+    "container",
+    "outcome",
+    "applied",
+    "warnings",
+    "error",
+)
 
 
 def plugin_event(tmp_path: Path, version: int, annotations: dict[str, str]) -> dict:
@@ -196,13 +231,22 @@ def plugin_event(tmp_path: Path, version: int, annotations: dict[str, str]) -> d
     root = tmp_path / "plugin"
     fake_tree(root, version)
     config = load_config(str(tmp_path / "config.yaml"))
-    node = NodeState(config, version, facts=CgroupFacts(version, "cgroupfs", root),
-                     allocator=node_allocator(config),
-                     rt_budget=RtBudget(config.rt_budget * 0.95),
-                     capabilities=detect_capabilities(version))
+    node = NodeState(
+        config,
+        version,
+        facts=CgroupFacts(version, "cgroupfs", root),
+        allocator=node_allocator(config),
+        rt_budget=RtBudget(config.rt_budget * 0.95),
+        capabilities=detect_capabilities(version),
+    )
     pod = pb.PodSandbox(id="pod-a", name="web-0", namespace="prod", annotations=annotations)
-    container = pb.Container(id="ctr-1", pod_sandbox_id="pod-a", name="app",
-                             state=pb.CONTAINER_CREATED, annotations=annotations)
+    container = pb.Container(
+        id="ctr-1",
+        pod_sandbox_id="pod-a",
+        name="app",
+        state=pb.CONTAINER_CREATED,
+        annotations=annotations,
+    )
     container.linux.cgroups_path = CTR
     out = io.StringIO()
     setup_logging("json", "info", stream=out)
@@ -221,20 +265,29 @@ def hook_event(tmp_path: Path, version: int, annotations: dict[str, str], h) -> 
 
     root = tmp_path / "hook"
     fake_tree(root, version)
-    bundle = h.write_bundle(tmp_path / "bundle", {NAME: "app", **POD_KEYS, **annotations},
-                            CTR)
-    out = h.run_inproc(h.state_json(bundle), cgroup_root=str(root),
-                       config=str(tmp_path / "config.yaml"), cache_dir="off")
+    bundle = h.write_bundle(tmp_path / "bundle", {NAME: "app", **POD_KEYS, **annotations}, CTR)
+    out = h.run_inproc(
+        h.state_json(bundle),
+        cgroup_root=str(root),
+        config=str(tmp_path / "config.yaml"),
+        cache_dir="off",
+    )
     log = tmp_path / "hook.log"
     emit(out, io.StringIO(), str(log))
     [line] = log.read_text().splitlines()
     return json.loads(line)
 
 
-EVENT_CASES = [(2, "cpu and memory.max"), (1, "cpu and memory.max"),
-               (2, "period, memory.high below max"), (1, "period, memory.high below max"),
-               (1, "rt budget with ancestors"), (1, "soft memory.high (v1 soft limit)"),
-               (2, "invalid: unknown field"), (2, "rt refused on v2")]
+EVENT_CASES = [
+    (2, "cpu and memory.max"),
+    (1, "cpu and memory.max"),
+    (2, "period, memory.high below max"),
+    (1, "period, memory.high below max"),
+    (1, "rt budget with ancestors"),
+    (1, "soft memory.high (v1 soft limit)"),
+    (2, "invalid: unknown field"),
+    (2, "rt refused on v2"),
+]
 
 
 @pytest.mark.parametrize(("version", "case"), EVENT_CASES)

@@ -40,21 +40,41 @@ class Install:
         self.config = tmp_path / "config.yaml"
         self.config.write_text("enforcement: hard\n")
         self.cache = tmp_path / "cache"
-        bundle = h.write_bundle(tmp_path / "bundle", {
-            TYPE: "container", NAME: "app", "sla.nri.io/pod": "memory:\n  max: 64Mi\n"}, CTR)
+        bundle = h.write_bundle(
+            tmp_path / "bundle",
+            {TYPE: "container", NAME: "app", "sla.nri.io/pod": "memory:\n  max: 64Mi\n"},
+            CTR,
+        )
         self.state = h.state_json(bundle)
         self.loaded: list[str] = []
 
     def cold(self) -> bool:
         """Run the hook once; True when it decided cold (it loaded the cold path)."""
         proc = subprocess.run(
-            [sys.executable, "-I", "-S", "-X", "importtime",
-             str(self.pkg / "hook" / "__main__.py"), "--config", str(self.config),
-             "--cgroup-root", str(self.root), "--cache-dir", str(self.cache)],
-            input=self.state, capture_output=True, timeout=60)
+            [
+                sys.executable,
+                "-I",
+                "-S",
+                "-X",
+                "importtime",
+                str(self.pkg / "hook" / "__main__.py"),
+                "--config",
+                str(self.config),
+                "--cgroup-root",
+                str(self.root),
+                "--cache-dir",
+                str(self.cache),
+            ],
+            input=self.state,
+            capture_output=True,
+            timeout=60,
+        )
         assert proc.returncode == 0, proc.stderr.decode()[-2000:]
-        self.loaded = [line.rsplit("|", 1)[-1].strip() for line in
-                       proc.stderr.decode().splitlines() if line.startswith("import time:")]
+        self.loaded = [
+            line.rsplit("|", 1)[-1].strip()
+            for line in proc.stderr.decode().splitlines()
+            if line.startswith("import time:")
+        ]
         return "nri_plugin.hook.cold" in self.loaded
 
     def settle(self) -> None:
@@ -86,12 +106,16 @@ def _directories(install: Install) -> dict[str, list[Path]]:
         parts = module.split(".")
         if parts[0] not in ("nri_plugin", "yaml"):
             continue
-        for directory, name in (("/".join(parts[:-1]), parts[-1] + ".py"),
-                                ("/".join(parts), "__init__.py")):
+        for directory, name in (
+            ("/".join(parts[:-1]), parts[-1] + ".py"),
+            ("/".join(parts), "__init__.py"),
+        ):
             if (install.top / directory / name).is_file():
                 found.setdefault(directory, []).append(install.top / directory / name)
-    return {d: sorted(files, key=lambda f: (f.name == "__init__.py", f.name))
-            for d, files in found.items()}
+    return {
+        d: sorted(files, key=lambda f: (f.name == "__init__.py", f.name))
+        for d, files in found.items()
+    }
 
 
 def _module_to_edit(directory: str, files: list[Path]) -> Path:
@@ -107,9 +131,18 @@ def test_an_edit_in_each_package_directory_is_decided_cold(install):
     run after that hits again."""
     assert install.cold()
     directories = _directories(install)
-    expected = {"nri_plugin", "nri_plugin/config", "nri_plugin/ops", "nri_plugin/core",
-                "nri_plugin/sla", "nri_plugin/plan", "nri_plugin/enforce", "nri_plugin/hook",
-                "nri_plugin/text", "nri_plugin/topology"}
+    expected = {
+        "nri_plugin",
+        "nri_plugin/config",
+        "nri_plugin/ops",
+        "nri_plugin/core",
+        "nri_plugin/sla",
+        "nri_plugin/plan",
+        "nri_plugin/enforce",
+        "nri_plugin/hook",
+        "nri_plugin/text",
+        "nri_plugin/topology",
+    }
     assert expected <= set(directories), sorted(directories)
     install.settle()
     hits = []

@@ -16,30 +16,47 @@ from nri_plugin.enforce import readback
 
 _OLD_MEMORY = re.compile(
     r"^memory\.(limit_in_bytes|soft_limit_in_bytes|memsw\.limit_in_bytes|kmem\.limit_in_bytes"
-    r"|kmem\.tcp\.limit_in_bytes|max|high|low|min|swap\.max|swap\.high|zswap\.max)$")
+    r"|kmem\.tcp\.limit_in_bytes|max|high|low|min|swap\.max|swap\.high|zswap\.max)$"
+)
 _OLD_CPUSET = re.compile(r"^cpuset\.(cpus|mems)(\.exclusive)?$")
 _OLD_DEVICE_FILES = re.compile(
-    r"^blkio\.(throttle\.(read|write)_(bps|iops)_device|bfq\.weight_device|weight_device)$")
+    r"^blkio\.(throttle\.(read|write)_(bps|iops)_device|bfq\.weight_device|weight_device)$"
+)
 _OLD_RULE = re.compile(r"^(\d+:\d+)\s+(.*)$")
 
-NAMES = ["memory.max", "memory.high", "memory.swap.max", "memory.limit_in_bytes",
-         "memory.kmem.tcp.limit_in_bytes", "memory.maxx", "cpuset.cpus", "cpuset.mems",
-         "cpuset.cpus.exclusive", "cpuset.cpus.effective", "blkio.throttle.read_bps_device",
-         "blkio.weight_device", "blkio.bfq.weight_device", "blkio.weight", "io.max",
-         "cpu.max", "memory.max\n", "memory.max\n\n", "xmemory.max"]
+NAMES = [
+    "memory.max",
+    "memory.high",
+    "memory.swap.max",
+    "memory.limit_in_bytes",
+    "memory.kmem.tcp.limit_in_bytes",
+    "memory.maxx",
+    "cpuset.cpus",
+    "cpuset.mems",
+    "cpuset.cpus.exclusive",
+    "cpuset.cpus.effective",
+    "blkio.throttle.read_bps_device",
+    "blkio.weight_device",
+    "blkio.bfq.weight_device",
+    "blkio.weight",
+    "io.max",
+    "cpu.max",
+    "memory.max\n",
+    "memory.max\n\n",
+    "xmemory.max",
+]
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_file_classes_match_the_old_regexes(name):
-    assert (readback._name(name) in readback._MEMORY_SIZE_FILES) == \
-        bool(_OLD_MEMORY.match(name))
+    assert (readback._name(name) in readback._MEMORY_SIZE_FILES) == bool(_OLD_MEMORY.match(name))
     assert (readback._name(name) in readback._CPUSET_FILES) == bool(_OLD_CPUSET.match(name))
-    assert (readback._name(name) in readback._DEVICE_VALUE_FILES) == \
-        bool(_OLD_DEVICE_FILES.match(name))
+    assert (readback._name(name) in readback._DEVICE_VALUE_FILES) == bool(
+        _OLD_DEVICE_FILES.match(name)
+    )
 
 
-_rule_text = st.text(alphabet=st.sampled_from(list("0189:: \t\u00a0\u0663x=-max")),
-                     max_size=14)
+_rule_text = st.text(alphabet=st.sampled_from(list("0189:: \t\u00a0\u0663x=-max")), max_size=14)
 
 
 @settings(max_examples=300, deadline=None)
@@ -55,10 +72,16 @@ def test_the_hook_never_loads_protobuf_or_the_plugin():
     import subprocess
     import sys
 
-    code = ("import sys, nri_plugin.hook.cold, nri_plugin.hook.warm, nri_plugin.hook.run; "
-            "print(' '.join(sorted(sys.modules)))")
-    loaded = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True,
-                            text=True, check=True).stdout.split()
+    code = (
+        "import sys, nri_plugin.hook.cold, nri_plugin.hook.warm, nri_plugin.hook.run; "
+        "print(' '.join(sorted(sys.modules)))"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-I", "-c", code], capture_output=True, text=True, check=True
+    ).stdout.split()
     assert "nri_plugin.core.decision" in loaded
-    assert [m for m in loaded if m.startswith(("google.protobuf", "nri_plugin.nri",
-                                               "nri_plugin.plugin", "grpc"))] == []
+    assert [
+        m
+        for m in loaded
+        if m.startswith(("google.protobuf", "nri_plugin.nri", "nri_plugin.plugin", "grpc"))
+    ] == []

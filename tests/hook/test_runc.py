@@ -33,15 +33,21 @@ def rt_config(tmp_path):
 
 
 def _annotations(sla: str, ns: str = "rt-ok", name: str = "app") -> dict[str, str]:
-    return {"sla.nri.io/pod": sla, NS: ns, NAME: name,
-            "io.kubernetes.cri.container-type": "container"}
+    return {
+        "sla.nri.io/pod": sla,
+        NS: ns,
+        NAME: name,
+        "io.kubernetes.cri.container-type": "container",
+    }
 
 
 def test_hard_sla_is_applied_with_rt_ancestors_raised(runc_env, rt_config, h):
     dev, majmin = h.first_disk()
-    sla = (f"enforcement: hard\ncpu:\n  limit: 0.5\n  period: 50ms\n  rt-runtime: 10ms\n"
-           f"  rt-period: 1s\nnuma:\n  nodes: '0'\nmemory:\n  max: 256Mi\n"
-           f"io:\n  max:\n    - device: {dev}\n      read-bps: 10Mi\n      write-iops: 500\n")
+    sla = (
+        f"enforcement: hard\ncpu:\n  limit: 0.5\n  period: 50ms\n  rt-runtime: 10ms\n"
+        f"  rt-period: 1s\nnuma:\n  nodes: '0'\nmemory:\n  max: 256Mi\n"
+        f"io:\n  max:\n    - device: {dev}\n      read-bps: 10Mi\n      write-iops: 500\n"
+    )
     c = runc_env.create("full", _annotations(sla), hook_args=("--config", rt_config))
     assert c.returncode == 0, c.stderr
     r = runc_env.read
@@ -64,11 +70,16 @@ def _runc_version() -> tuple[int, ...]:
     return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
 
 
-@pytest.mark.parametrize(("stage", "entry"), [("prestart", "module"),
-                                              ("poststart", "module"),
-                                              ("createContainer", "module"),
-                                              ("createRuntime", "console"),
-                                              ("createRuntime", "fast")])
+@pytest.mark.parametrize(
+    ("stage", "entry"),
+    [
+        ("prestart", "module"),
+        ("poststart", "module"),
+        ("createContainer", "module"),
+        ("createRuntime", "console"),
+        ("createRuntime", "fast"),
+    ],
+)
 def test_other_stages_and_console_entry(runc_env, h, stage, entry):
     sla = "cpu:\n  limit: 0.25\nmemory:\n  max: 64Mi\n"
     c = runc_env.create("s", _annotations(sla, ns="default"), stage=stage, entry=entry)
@@ -122,8 +133,7 @@ def test_soft_mode_starts_with_warnings(runc_env):
 
 
 def test_invalid_sla_refuses_with_the_parser_message(runc_env):
-    c = runc_env.create("bad", _annotations("memory:\n  high: 12Gi\n  max: 10Gi\n",
-                                            ns="default"))
+    c = runc_env.create("bad", _annotations("memory:\n  high: 12Gi\n  max: 10Gi\n", ns="default"))
     assert c.returncode != 0
     assert "memory.high" in c.stderr and "below" in c.stderr
 
@@ -155,13 +165,14 @@ def test_applied_record_only_verifies(runc_env, keyed_config):
     # record; the hook writes nothing and finds no drift.
     args, key = keyed_config
     plan = ContainerPlan("hard", 1, cpu_quota=30000, cpu_period=100000)
-    ann = {**_annotations("cpu:\n  limit: 0.3\n", ns="default"),
-           "sla.nri.io/applied": encode_record(plan, "nri", "rec", key)}
+    ann = {
+        **_annotations("cpu:\n  limit: 0.3\n", ns="default"),
+        "sla.nri.io/applied": encode_record(plan, "nri", "rec", key),
+    }
     bundle = runc_env.bundle("rec", ann, hook_args=args)
     _with_resources(runc_env, "rec", 30000, 100000)
     runc_env.names.append("rec")
-    proc = runc_env.runc("create", "--bundle", str(bundle), "rec",
-                         stderr_file=bundle / "err")
+    proc = runc_env.runc("create", "--bundle", str(bundle), "rec", stderr_file=bundle / "err")
     assert proc.returncode == 0, (bundle / "err").read_text()
     assert runc_env.read("cpu", "rec", "cpu.cfs_quota_us") == "30000"
 
@@ -169,8 +180,10 @@ def test_applied_record_only_verifies(runc_env, keyed_config):
 def test_applied_record_drift_refuses_in_hard_mode(runc_env, keyed_config):
     args, key = keyed_config
     plan = ContainerPlan("hard", 1, cpu_quota=30000, cpu_period=100000)
-    ann = {**_annotations("cpu:\n  limit: 0.3\n", ns="default"),
-           "sla.nri.io/applied": encode_record(plan, "nri", "drift", key)}
+    ann = {
+        **_annotations("cpu:\n  limit: 0.3\n", ns="default"),
+        "sla.nri.io/applied": encode_record(plan, "nri", "drift", key),
+    }
     c = runc_env.create("drift", ann, hook_args=args)  # the spec has no cpu resources
     assert c.returncode != 0
     assert "drift from what nri applied" in c.stderr and "cpu.cfs_quota_us" in c.stderr
@@ -183,24 +196,28 @@ def test_a_record_copied_from_another_container_is_ignored(runc_env, keyed_confi
     real runc the hook ignores it (with a warning) and enforces the SLA itself."""
     args, key = keyed_config
     plan = ContainerPlan("hard", 1, cpu_quota=30000, cpu_period=100000)
-    ann = {**_annotations("cpu:\n  limit: 0.3\n", ns="default"),
-           "sla.nri.io/applied": encode_record(plan, "nri", "victim", key)}
+    ann = {
+        **_annotations("cpu:\n  limit: 0.3\n", ns="default"),
+        "sla.nri.io/applied": encode_record(plan, "nri", "victim", key),
+    }
     c = runc_env.create("copy", ann, hook_args=args)
     assert c.returncode == 0, c.stderr
     assert "applied ignored: not a valid record" in c.stderr + c.log
     assert runc_env.read("cpu", "copy", "cpu.cfs_quota_us") == "30000"
 
 
-@pytest.mark.parametrize(("installed", "run_at"), [("prestart", "prestart"),
-                                                   ("prestart", "createRuntime"),
-                                                   ("createRuntime", "createRuntime")])
+@pytest.mark.parametrize(
+    ("installed", "run_at"),
+    [("prestart", "prestart"), ("prestart", "createRuntime"), ("createRuntime", "createRuntime")],
+)
 def test_prestart_run_at_create_runtime_behaves_the_same(runc_env, installed, run_at):
     """CRI-O turns hooks.d `prestart` into `createRuntime`: the hook installed for one and
     run at the other gets the same OCI state (status creating, the container's pid), finds
     the cgroup already made, and enforces the same; a refusal is the same refusal."""
     sla = "cpu:\n  limit: 0.25\nmemory:\n  max: 64Mi\n"
-    c = runc_env.create("st", _annotations(sla, ns="default"), stage=installed,
-                        run_at=run_at, capture=True)
+    c = runc_env.create(
+        "st", _annotations(sla, ns="default"), stage=installed, run_at=run_at, capture=True
+    )
     assert c.returncode == 0, c.stderr
     bundle = runc_env.base / "st"
     state = json.loads((bundle / "state.json").read_text())
@@ -208,8 +225,9 @@ def test_prestart_run_at_create_runtime_behaves_the_same(runc_env, installed, ru
     assert (bundle / "cgroup").read_text().strip() == "exists"
     assert runc_env.read("cpu", "st", "cpu.cfs_quota_us") == "25000"
     assert runc_env.read("memory", "st", "memory.limit_in_bytes") == str(64 << 20)
-    refused = runc_env.create("st2", _annotations("memory:\n  high: 64Mi\n", ns="default"),
-                              stage=installed, run_at=run_at)
+    refused = runc_env.create(
+        "st2", _annotations("memory:\n  high: 64Mi\n", ns="default"), stage=installed, run_at=run_at
+    )
     assert refused.returncode != 0 and "memory.high" in refused.stderr
 
 
@@ -236,8 +254,10 @@ def test_relative_cgroups_path_is_found_through_the_pid(runc_env, h):
     sla = "cpu:\n  limit: 0.5\nmemory:\n  max: 64Mi\n"
     c = runc_env.create("rel", _annotations(sla, ns="default"), cgroups_path=rel)
     assert c.returncode == 0, c.stderr
-    for controller, file, value in (("cpu", "cpu.cfs_quota_us", "50000"),
-                                    ("memory", "memory.limit_in_bytes", str(64 << 20))):
+    for controller, file, value in (
+        ("cpu", "cpu.cfs_quota_us", "50000"),
+        ("memory", "memory.limit_in_bytes", str(64 << 20)),
+    ):
         own = h.own_cgroup(controller)
         where = CGROUP_ROOT / controller / own.strip("/") / rel
         assert (where / file).read_text().strip() == value
@@ -273,14 +293,17 @@ def test_a_cgroup_holding_other_processes_is_refused(runc_env):
         sleeper.wait()
 
 
-@pytest.mark.parametrize(("keys", "granted"), [
-    ({CRIO_TYPE: "container", KUBE_NS: "rt-ok"}, True),  # CRI-O's own namespace key
-    ({NS: "rt-ok"}, True),  # containerd's
-    # A pod's annotation named like containerd's key, under CRI-O (which copies them all).
-    ({CRIO_TYPE: "container", KUBE_NS: "default", NS: "rt-ok"}, False),
-    # containerd copied a pod annotation named like kubelet's label.
-    ({NS: "default", KUBE_NS: "rt-ok"}, False),
-])
+@pytest.mark.parametrize(
+    ("keys", "granted"),
+    [
+        ({CRIO_TYPE: "container", KUBE_NS: "rt-ok"}, True),  # CRI-O's own namespace key
+        ({NS: "rt-ok"}, True),  # containerd's
+        # A pod's annotation named like containerd's key, under CRI-O (which copies them all).
+        ({CRIO_TYPE: "container", KUBE_NS: "default", NS: "rt-ok"}, False),
+        # containerd copied a pod annotation named like kubelet's label.
+        ({NS: "default", KUBE_NS: "rt-ok"}, False),
+    ],
+)
 def test_namespace_comes_from_the_runtimes_own_keys(runc_env, rt_config, keys, granted):
     ann = {"sla.nri.io/pod": "cpu:\n  rt-runtime: 5ms\n", **keys}
     if CRIO_TYPE in keys:
@@ -312,8 +335,9 @@ def test_io_max_devices_do_not_reveal_host_files(runc_env, h, tmp_path):
     link.symlink_to("/etc/shadow")
     answers = {}
     try:
-        for i, device in enumerate(("/dev/null", "/dev/nri-sla-test-missing", str(link),
-                                    "/etc/shadow", "/nonexistent")):
+        for i, device in enumerate(
+            ("/dev/null", "/dev/nri-sla-test-missing", str(link), "/etc/shadow", "/nonexistent")
+        ):
             sla = f"io:\n  max:\n    - device: '{device}'\n      read-bps: 1Mi\n"
             c = runc_env.create(f"dev{i}", _annotations(sla, ns="default"))
             assert c.returncode != 0 and runc_env.status(f"dev{i}") == "absent"
@@ -321,10 +345,17 @@ def test_io_max_devices_do_not_reveal_host_files(runc_env, h, tmp_path):
             answers[device] = (status, _hook_line(c.stderr).replace(device, "<dev>"))
     finally:
         link.unlink()
-    refused = ("1", "nri-sla hook: sla.nri.io/pod: io.max[0].device: io device '<dev>': "
-                    "is not a block device under /dev")
-    assert answers["/dev/null"] == answers["/dev/nri-sla-test-missing"] == \
-        answers[str(link)] == refused
+    refused = (
+        "1",
+        "nri-sla hook: sla.nri.io/pod: io.max[0].device: io device '<dev>': "
+        "is not a block device under /dev",
+    )
+    assert (
+        answers["/dev/null"]
+        == answers["/dev/nri-sla-test-missing"]
+        == answers[str(link)]
+        == refused
+    )
     assert answers["/etc/shadow"] == answers["/nonexistent"]
     assert answers["/etc/shadow"][0] == "2"
 
@@ -334,8 +365,10 @@ def test_replicas_reuse_the_cached_decision(runc_env, rt_config, h, tmp_path):
     entry) and its container gets exactly the first one's settings, RT raise included."""
     dev, majmin = h.first_disk()
     cache = tmp_path / "hook-cache"
-    sla = (f"cpu:\n  limit: 0.5\n  rt-runtime: 10ms\nmemory:\n  max: 128Mi\n"
-           f"io:\n  max:\n    - device: {dev}\n      read-bps: 10Mi\n")
+    sla = (
+        f"cpu:\n  limit: 0.5\n  rt-runtime: 10ms\nmemory:\n  max: 128Mi\n"
+        f"io:\n  max:\n    - device: {dev}\n      read-bps: 10Mi\n"
+    )
     args = ("--config", rt_config, "--cache-dir", str(cache))
     first = runc_env.create("rep-0", _annotations(sla), hook_args=args, entry="fast")
     assert first.returncode == 0, first.stderr
@@ -348,7 +381,10 @@ def test_replicas_reuse_the_cached_decision(runc_env, rt_config, h, tmp_path):
         assert runc_env.read("cpu", name, "cpu.cfs_quota_us") == "50000"
         assert runc_env.read("cpu", name, "cpu.rt_runtime_us") == "10000"
         assert runc_env.read("memory", name, "memory.limit_in_bytes") == str(128 << 20)
-        assert runc_env.read("blkio", name, "blkio.throttle.read_bps_device") == \
-            f"{majmin} {10 << 20}"
-    assert first.log.split("container=")[1].split(" ts=")[0] == \
-        second.log.split("container=")[1].split(" ts=")[0]  # the same decision line
+        assert (
+            runc_env.read("blkio", name, "blkio.throttle.read_bps_device") == f"{majmin} {10 << 20}"
+        )
+    assert (
+        first.log.split("container=")[1].split(" ts=")[0]
+        == second.log.split("container=")[1].split(" ts=")[0]
+    )  # the same decision line

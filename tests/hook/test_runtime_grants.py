@@ -12,8 +12,7 @@ CTR = "/kubepods/pod-a/ctr-1"
 NAME = "io.kubernetes.cri.container-name"
 HOSTILE = "cpu:\n  limit: 64\nmemory:\n  max: 512Gi\n"
 # What containerd writes for limits {cpu: 500m, memory: 256Mi}, requests {cpu: 500m}.
-KUBELET = {"cpu": {"shares": 512, "quota": 50000, "period": 100000},
-           "memory": {"limit": 256 << 20}}
+KUBELET = {"cpu": {"shares": 512, "quota": 50000, "period": 100000}, "memory": {"limit": 256 << 20}}
 
 
 @pytest.fixture
@@ -24,10 +23,12 @@ def v2(tmp_path, h):
     config.write_text("enforcement: hard\n")
 
     def run(annotations, resources=KUBELET):
-        bundle = h.write_bundle(tmp_path / "bundle", {NAME: "app", **annotations}, CTR,
-                                resources=resources)
-        return h.run_inproc(h.state_json(bundle), config=str(config), cgroup_root=str(root),
-                            cache_dir="off")
+        bundle = h.write_bundle(
+            tmp_path / "bundle", {NAME: "app", **annotations}, CTR, resources=resources
+        )
+        return h.run_inproc(
+            h.state_json(bundle), config=str(config), cgroup_root=str(root), cache_dir="off"
+        )
 
     return cdir, run
 
@@ -40,7 +41,8 @@ def test_hook_refuses_an_sla_above_config_json_limits(v2):
         "nri-sla hook: sla.nri.io/pod: cpu.limit: 64 exceeds the 0.5 CPUs the runtime granted "
         "(the pod's limit, quota 50000us per 100000us); allowed: at most 0.5 (also: "
         "sla.nri.io/pod: memory.max: 512Gi exceeds the 256Mi the runtime granted (the pod's "
-        "limit); allowed: at most 256Mi)"]
+        "limit); allowed: at most 256Mi)"
+    ]
     assert (cdir / "cpu.max").read_text().strip() == "max 100000"  # nothing written
     assert (cdir / "memory.max").read_text().strip() == "max"
 
@@ -56,8 +58,10 @@ def test_hook_soft_mode_clamps_to_config_json_limits(v2):
 
 def test_hook_unlimited_runtime_values_cap_nothing(v2):
     cdir, run = v2
-    out = run({"sla.nri.io/pod": HOSTILE},
-              resources={"cpu": {"quota": -1, "period": 100000}, "memory": {"limit": -1}})
+    out = run(
+        {"sla.nri.io/pod": HOSTILE},
+        resources={"cpu": {"quota": -1, "period": 100000}, "memory": {"limit": -1}},
+    )
     assert out.exit_code == EXIT_OK, out.lines
     assert (cdir / "cpu.max").read_text().strip() == "6400000 100000"
 
@@ -66,5 +70,7 @@ def test_hook_exclusive_cpus_within_the_request(v2):
     _cdir, run = v2
     out = run({"sla.nri.io/pod": "cpu:\n  exclusive: 2\n"})
     assert out.exit_code == EXIT_REFUSED
-    assert ("cpu.exclusive: 2 exceeds the CPU request the runtime granted (500m: 0 whole "
-            "CPUs); allowed: at most 0") in out.lines[0]
+    assert (
+        "cpu.exclusive: 2 exceeds the CPU request the runtime granted (500m: 0 whole "
+        "CPUs); allowed: at most 0"
+    ) in out.lines[0]

@@ -33,23 +33,33 @@ CONTAINERD = {CRI_TYPE: "container", CRI_NAME: "app", CRI_NS: "prod"}
 CRIO = {CRIO_TYPE: "container", KUBE_NAME: "app", KUBE_NS: "prod"}
 
 
-@pytest.mark.parametrize(("annotations", "namespace", "distrust"), [
-    (CONTAINERD, "prod", ""),
-    (CRIO, "prod", ""),
-    ({**CONTAINERD, KUBE_NS: "prod"}, "prod", ""),  # an agreeing copy: fine
-    # A pod's annotation under CRI-O, named like containerd's key.
-    ({**CRIO, CRI_NS: "rt-ok"}, "", "both containerd's"),
-    # containerd copied a pod annotation named like kubelet's label (pod_annotations glob).
-    ({**CONTAINERD, KUBE_NS: "rt-ok"}, "",
-     "io.kubernetes.pod.namespace='rt-ok' contradicts containerd's"),
-    ({**CONTAINERD, "io.kubernetes.cri-o.Devices": "/dev/fuse"}, "", "both containerd's"),
-    ({**CRIO, CRIO_NS: "rt-ok"}, "", "io.kubernetes.cri-o.Namespace='rt-ok' contradicts "
-                                     "cri-o's io.kubernetes.pod.namespace='prod'"),
-    # podman: no Kubernetes namespace; `--annotation` cannot invent one.
-    ({"io.container.manager": "libpod"}, "", ""),
-    ({KUBE_NS: "rt-ok"}, "", "io.kubernetes.pod.namespace is set but no runtime's"),
-    ({CRI_NS: "rt-ok", CRI_NAME: "app"}, "", "is set but no runtime's"),
-])
+@pytest.mark.parametrize(
+    ("annotations", "namespace", "distrust"),
+    [
+        (CONTAINERD, "prod", ""),
+        (CRIO, "prod", ""),
+        ({**CONTAINERD, KUBE_NS: "prod"}, "prod", ""),  # an agreeing copy: fine
+        # A pod's annotation under CRI-O, named like containerd's key.
+        ({**CRIO, CRI_NS: "rt-ok"}, "", "both containerd's"),
+        # containerd copied a pod annotation named like kubelet's label (pod_annotations glob).
+        (
+            {**CONTAINERD, KUBE_NS: "rt-ok"},
+            "",
+            "io.kubernetes.pod.namespace='rt-ok' contradicts containerd's",
+        ),
+        ({**CONTAINERD, "io.kubernetes.cri-o.Devices": "/dev/fuse"}, "", "both containerd's"),
+        (
+            {**CRIO, CRIO_NS: "rt-ok"},
+            "",
+            "io.kubernetes.cri-o.Namespace='rt-ok' contradicts "
+            "cri-o's io.kubernetes.pod.namespace='prod'",
+        ),
+        # podman: no Kubernetes namespace; `--annotation` cannot invent one.
+        ({"io.container.manager": "libpod"}, "", ""),
+        ({KUBE_NS: "rt-ok"}, "", "io.kubernetes.pod.namespace is set but no runtime's"),
+        ({CRI_NS: "rt-ok", CRI_NAME: "app"}, "", "is set but no runtime's"),
+    ],
+)
 def test_identify_believes_only_the_runtimes_own_keys(annotations, namespace, distrust):
     t = identify("c1", annotations)
     assert t.namespace == namespace
@@ -93,8 +103,9 @@ def node(tmp_path, h):
 def _io_max_sla(h, soft: bool = False) -> str:
     _dev, majmin = h.first_disk()
     mode = "enforcement: soft\n" if soft else ""
-    return (f"{mode}cpu:\n  limit: 0.5\n"
-            f"io:\n  max:\n    - device: '{majmin}'\n      read-bps: 10Mi\n")
+    return (
+        f"{mode}cpu:\n  limit: 0.5\nio:\n  max:\n    - device: '{majmin}'\n      read-bps: 10Mi\n"
+    )
 
 
 def test_runtime_namespace_grants_io_max(node, h):
@@ -120,13 +131,21 @@ def test_spoofed_namespace_key_is_refused_in_hard_mode(node, h):
 
 def test_spoofed_namespace_key_drops_io_max_in_soft_mode(node, h):
     _root, cdir, run = node
-    out = run({**CONTAINERD, CRI_NS: "default", KUBE_NS: "team-a",
-               "sla.nri.io/pod": _io_max_sla(h, soft=True)})
+    out = run(
+        {
+            **CONTAINERD,
+            CRI_NS: "default",
+            KUBE_NS: "team-a",
+            "sla.nri.io/pod": _io_max_sla(h, soft=True),
+        }
+    )
     assert out.exit_code == EXIT_OK
     assert any("may not use io-max" in line for line in out.lines)
-    assert any("the pod's namespace is unknown (io.kubernetes.pod.namespace='team-a' "
-               "contradicts containerd's io.kubernetes.cri.sandbox-namespace='default')"
-               in line for line in out.lines), out.lines
+    assert any(
+        "the pod's namespace is unknown (io.kubernetes.pod.namespace='team-a' "
+        "contradicts containerd's io.kubernetes.cri.sandbox-namespace='default')" in line
+        for line in out.lines
+    ), out.lines
     assert (cdir / "io.max").read_text() == ""
     assert (cdir / "cpu.max").read_text().split() == ["50000", "100000"]  # the rest applies
 
@@ -182,10 +201,12 @@ def test_a_cgroup_holding_other_processes_is_refused_v1(tmp_path, h):
         for d in (root / c / "kubepods" / "pod-a", deep.parent, deep):
             (d / "cgroup.procs").write_text("")
         (root / c / "kubepods" / "pod-a" / "memory.limit_in_bytes").write_text("-1\n")
-    (root / "memory" / "kubepods" / "pod-a" / "ctr-1" / "sub" / "cgroup.procs").write_text(
-        "777\n")
-    bundle = h.write_bundle(tmp_path / "b", {**CONTAINERD, "sla.nri.io/pod":
-                                             "memory:\n  max: 64Mi\n"}, "/kubepods/pod-a")
+    (root / "memory" / "kubepods" / "pod-a" / "ctr-1" / "sub" / "cgroup.procs").write_text("777\n")
+    bundle = h.write_bundle(
+        tmp_path / "b",
+        {**CONTAINERD, "sla.nri.io/pod": "memory:\n  max: 64Mi\n"},
+        "/kubepods/pod-a",
+    )
     out = h.run_inproc(h.state_json(bundle), cgroup_root=str(root))
     assert out.exit_code == EXIT_INVALID
     assert "memory/kubepods/pod-a/ctr-1/sub below it holds other processes" in out.lines[0]
@@ -204,23 +225,35 @@ def test_the_plugin_resolves_devices_the_same_way():
         d = decide(node, ContainerRequest({"sla.nri.io/pod": sla}, "app", namespace="prod"))
         assert d.error is not None and d.error.kind == "refused"
         messages.add(str(d.error).replace(device, "<dev>"))
-    assert messages == {"sla.nri.io/pod: io.max[0].device: io device '<dev>': is not a "
-                        "block device under /dev"}
+    assert messages == {
+        "sla.nri.io/pod: io.max[0].device: io device '<dev>': is not a block device under /dev"
+    }
 
 
 def test_hook_answers_every_unusable_device_alike(node, h, tmp_path):
     _root, _cdir, run = node
     real = Path("/dev/null")
     answers = {}
-    for device in (str(real), "/dev/nri-sla-no-such-device", "/dev/../etc/shadow",
-                   "/etc/shadow", "/nonexistent"):
+    for device in (
+        str(real),
+        "/dev/nri-sla-no-such-device",
+        "/dev/../etc/shadow",
+        "/etc/shadow",
+        "/nonexistent",
+    ):
         sla = f"io:\n  max:\n    - device: '{device}'\n      read-bps: 1Mi\n"
         out = run({**CONTAINERD, CRI_NS: "team-a", "sla.nri.io/pod": sla})
         answers[device] = (out.exit_code, out.lines[0].replace(device, "<dev>"))
     # Under /dev: the resolver's one answer (refused); outside: the SLA schema's, before
     # anything is looked up (invalid). Existence changes neither.
-    assert answers["/dev/null"] == answers["/dev/nri-sla-no-such-device"] == (
-        EXIT_REFUSED, "nri-sla hook: sla.nri.io/pod: io.max[0].device: io device '<dev>': "
-        "is not a block device under /dev")
+    assert (
+        answers["/dev/null"]
+        == answers["/dev/nri-sla-no-such-device"]
+        == (
+            EXIT_REFUSED,
+            "nri-sla hook: sla.nri.io/pod: io.max[0].device: io device '<dev>': "
+            "is not a block device under /dev",
+        )
+    )
     assert answers["/etc/shadow"] == answers["/nonexistent"] == answers["/dev/../etc/shadow"]
     assert answers["/etc/shadow"][0] == EXIT_INVALID

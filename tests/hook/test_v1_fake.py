@@ -35,8 +35,7 @@ def test_v1_rt_ancestors_raised_then_container(v1):
     for ancestor in (root / "cpu" / "kubepods", root / "cpu" / "kubepods" / "pod-a"):
         assert int(ancestor.joinpath("cpu.rt_runtime_us").read_text()) >= 10000
     assert dirs["cpu"].joinpath("cpu.cfs_quota_us").read_text().strip() == "50000"
-    assert dirs["memory"].joinpath("memory.limit_in_bytes").read_text().strip() == \
-        str(64 << 20)
+    assert dirs["memory"].joinpath("memory.limit_in_bytes").read_text().strip() == str(64 << 20)
 
 
 def test_v1_hard_failure_after_rt_raise_undoes_it(v1):
@@ -56,8 +55,9 @@ def test_v1_soft_memory_high_becomes_soft_limit(v1):
     out = run("enforcement: soft\nmemory:\n  high: 32Mi\n  max: 64Mi\n")
     assert out.exit_code == EXIT_OK
     assert any("memory.high" in line and "warning" in line for line in out.lines)
-    assert dirs["memory"].joinpath("memory.soft_limit_in_bytes").read_text().strip() == \
-        str(32 << 20)
+    assert dirs["memory"].joinpath("memory.soft_limit_in_bytes").read_text().strip() == str(
+        32 << 20
+    )
 
 
 def test_v1_rt_over_budget_soft_drops_rt_keeps_rest(v1):
@@ -82,6 +82,7 @@ def _refuse(monkeypatch, file: str, code: int) -> None:
         if os.path.basename(path) == file:
             raise OSError(code, os.strerror(code))
         real(self, controller, path, value)
+
     monkeypatch.setattr(CgroupWriter, "_write", write)
 
 

@@ -18,16 +18,21 @@ PROTOS_ENV = "NRI_SLA_KUBELET_PROTOS"
 PUBLISHED = ("deviceplugin/v1beta1/api.proto", "podresources/v1/api.proto")
 # Kubelets up to 1.33 (v0.33.x) annotate these protos with gogoproto options, which steer
 # Go code generation only (no wire effect): dropped so protoc needs no gogo.proto.
-_GOGO = re.compile(r'^import "github.com/gogo/protobuf/gogoproto/gogo.proto";\n'
-                   r'|^option \(gogoproto\.[^;]*;\n|\s*\[\(gogoproto\.[^\]]*\]', re.M)
+_GOGO = re.compile(
+    r'^import "github.com/gogo/protobuf/gogoproto/gogo.proto";\n'
+    r"|^option \(gogoproto\.[^;]*;\n|\s*\[\(gogoproto\.[^\]]*\]",
+    re.M,
+)
 
 
 @pytest.fixture(scope="session")
 def published_stubs(tmp_path_factory) -> Stubs:
     root = os.environ.get(PROTOS_ENV)
     if not root:
-        pytest.skip(f"set {PROTOS_ENV} to the kubelet repository's pkg/apis directory "
-                    "(github.com/kubernetes/kubelet) to test against its published protos")
+        pytest.skip(
+            f"set {PROTOS_ENV} to the kubelet repository's pkg/apis directory "
+            "(github.com/kubernetes/kubelet) to test against its published protos"
+        )
     from nri_plugin.nri.protogen import run_protoc
 
     missing = [p for p in PUBLISHED if not (Path(root) / p).is_file()]
@@ -37,8 +42,15 @@ def published_stubs(tmp_path_factory) -> Stubs:
         (src / name).parent.mkdir(parents=True)
         (src / name).write_text(_GOGO.sub("", (Path(root) / name).read_text()))
     out = tmp_path_factory.mktemp("published-stubs")
-    run_protoc([f"-I{src}", f"--python_out={out}", f"--grpc_python_out={out}",
-                *(str(src / p) for p in PUBLISHED)], ", ".join(PUBLISHED))
+    run_protoc(
+        [
+            f"-I{src}",
+            f"--python_out={out}",
+            f"--grpc_python_out={out}",
+            *(str(src / p) for p in PUBLISHED),
+        ],
+        ", ".join(PUBLISHED),
+    )
     return Stubs("published", "deviceplugin.v1beta1.api_pb2", "podresources.v1.api_pb2", out)
 
 
@@ -61,8 +73,9 @@ def make_kubelet(stubs, sock_dir):
     started: list[FakeKubelet] = []
 
     def start(podresources: bool = False) -> FakeKubelet:
-        kubelet = FakeKubelet(stubs, sock_dir, sock_dir / "pod-resources.sock"
-                              if podresources else None)
+        kubelet = FakeKubelet(
+            stubs, sock_dir, sock_dir / "pod-resources.sock" if podresources else None
+        )
         started.append(kubelet)
         return kubelet
 

@@ -27,31 +27,43 @@ def _command(*args: str) -> list[str]:
 
 def test_serves_registers_allocates_and_stops_on_sigterm(make_kubelet, sock_dir, tmp_path):
     config = tmp_path / "config.yaml"
-    config.write_text("gpu: {injection: env}\n"
-                      "device-plugin: {resource-name: example.com/gpu, "
-                      f"socket-dir: {sock_dir}}}\n")
+    config.write_text(
+        "gpu: {injection: env}\n"
+        "device-plugin: {resource-name: example.com/gpu, "
+        f"socket-dir: {sock_dir}}}\n"
+    )
     kubelet = make_kubelet()
     with socket.socket() as s:  # a free port for the metrics endpoint
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen(_command("--config", str(config), "--inventory", str(DGX),
-                                     "--metrics-address", f"127.0.0.1:{port}"),
-                            cwd=REPO, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        _command(
+            "--config",
+            str(config),
+            "--inventory",
+            str(DGX),
+            "--metrics-address",
+            f"127.0.0.1:{port}",
+        ),
+        cwd=REPO,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert kubelet.registration(timeout=20)["resource_name"] == "example.com/gpu"
         assert len(kubelet.next_list()["devices"]) == 8
         answer = kubelet.call("Allocate", {"container_requests": [{"devices_ids": [FIRST_UUID]}]})
         assert answer["response"]["container_responses"] == [
-            {"envs": {"NVIDIA_VISIBLE_DEVICES": FIRST_UUID}}]
+            {"envs": {"NVIDIA_VISIBLE_DEVICES": FIRST_UUID}}
+        ]
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
             metrics = r.read().decode()
-        for line in ('nri_sla_device_plugin_registered{resource="example.com/gpu"} 1.0',
-                     'nri_sla_device_plugin_allocations_total{outcome="ok",'
-                     'resource="example.com/gpu"} 1.0',
-                     'nri_sla_device_plugin_allocated_devices_total{resource="example.com/gpu"} '
-                     '1.0',
-                     'nri_sla_device_plugin_devices{health="Healthy",resource="example.com/gpu"} '
-                     '8.0'):
+        for line in (
+            'nri_sla_device_plugin_registered{resource="example.com/gpu"} 1.0',
+            'nri_sla_device_plugin_allocations_total{outcome="ok",resource="example.com/gpu"} 1.0',
+            'nri_sla_device_plugin_allocated_devices_total{resource="example.com/gpu"} 1.0',
+            'nri_sla_device_plugin_devices{health="Healthy",resource="example.com/gpu"} 8.0',
+        ):
             assert line in metrics.splitlines(), line
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=20)
@@ -65,22 +77,47 @@ def test_serves_registers_allocates_and_stops_on_sigterm(make_kubelet, sock_dir,
     assert "Traceback" not in err
 
 
-@pytest.mark.parametrize(("args", "config", "status", "message"), [
-    (["--socket-dir", "/nonexistent/device-plugins"], "", 4,
-     "nri-sla device-plugin: /nonexistent/device-plugins is not a directory (is the kubelet "
-     "installed? device-plugin.socket-dir or --socket-dir)"),
-    ([], "device-plugin: {resource-name: gpu}", 2,
-     "nri-sla device-plugin: {config}: device-plugin.resource-name must be an extended "
-     "resource name like nvidia.com/gpu"),
-    (["--inventory", "/nonexistent/snapshot.yaml", "--socket-dir", "/"], "", 2,
-     "nri-sla device-plugin: cannot read inventory snapshot /nonexistent/snapshot.yaml"),
-    (["--inventory", str(MIG_BOX), "--socket-dir", "/", "--mig-strategy", "single"], "", 2,
-     "nri-sla device-plugin: device-plugin.mig-strategy single needs every GPU in MIG mode or "
-     "none; MIG mode is on for GPU 0 and off for GPU 1 (use mixed)"),
-    (["--socket-dir", "/"], "device-plugin: {mig-strategy: split}", 2,
-     "nri-sla device-plugin: {config}: device-plugin.mig-strategy must be one of none, single, "
-     "mixed"),
-])
+@pytest.mark.parametrize(
+    ("args", "config", "status", "message"),
+    [
+        (
+            ["--socket-dir", "/nonexistent/device-plugins"],
+            "",
+            4,
+            "nri-sla device-plugin: /nonexistent/device-plugins is not a directory (is the kubelet "
+            "installed? device-plugin.socket-dir or --socket-dir)",
+        ),
+        (
+            [],
+            "device-plugin: {resource-name: gpu}",
+            2,
+            "nri-sla device-plugin: {config}: device-plugin.resource-name must be an extended "
+            "resource name like nvidia.com/gpu",
+        ),
+        (
+            ["--inventory", "/nonexistent/snapshot.yaml", "--socket-dir", "/"],
+            "",
+            2,
+            "nri-sla device-plugin: cannot read inventory snapshot /nonexistent/snapshot.yaml",
+        ),
+        (
+            ["--inventory", str(MIG_BOX), "--socket-dir", "/", "--mig-strategy", "single"],
+            "",
+            2,
+            "nri-sla device-plugin: device-plugin.mig-strategy single needs every GPU in MIG "
+            "mode or "
+            "none; MIG mode is on for GPU 0 and off for GPU 1 (use mixed)",
+        ),
+        (
+            ["--socket-dir", "/"],
+            "device-plugin: {mig-strategy: split}",
+            2,
+            "nri-sla device-plugin: {config}: device-plugin.mig-strategy must be one of none, "
+            "single, "
+            "mixed",
+        ),
+    ],
+)
 def test_errors_are_one_line(tmp_path, capsys, args, config, status, message):
     path = tmp_path / "config.yaml"
     path.write_text(config)

@@ -56,8 +56,13 @@ def start_plugin(sock_dir, dev_root):
     running: list[Running] = []
 
     def start(injection: str = "cdi", inventory: GpuInventory = DGX) -> Running:
-        settings = PluginSettings(socket_dir=sock_dir, injection=injection, dev_root=dev_root,
-                                  watch_interval=0.1, register_timeout=2)
+        settings = PluginSettings(
+            socket_dir=sock_dir,
+            injection=injection,
+            dev_root=dev_root,
+            watch_interval=0.1,
+            register_timeout=2,
+        )
         running.append(Running(settings, inventory))
         return running[-1]
 
@@ -88,8 +93,10 @@ def _next_devices(kubelet) -> dict[str, tuple[str, list[int]]]:
 
 
 def _devices(listed: dict) -> dict[str, tuple[str, list[int]]]:
-    return {d["ID"]: (d["health"], [int(n.get("ID", 0)) for n in d["topology"]["nodes"]])
-            for d in listed["devices"]}
+    return {
+        d["ID"]: (d["health"], [int(n.get("ID", 0)) for n in d["topology"]["nodes"]])
+        for d in listed["devices"]
+    }
 
 
 def test_registers_as_the_kubelet_expects(make_kubelet, start_plugin, stubs, sock_dir):
@@ -98,8 +105,11 @@ def test_registers_as_the_kubelet_expects(make_kubelet, start_plugin, stubs, soc
         assert kubelet.hello["files"] == PUBLISHED_FILES  # really the kubelet's protos
     start_plugin()
     assert kubelet.registration() == {
-        "version": "v1beta1", "endpoint": "nri-sla-gpu.sock", "resource_name": "nvidia.com/gpu",
-        "options": {"get_preferred_allocation_available": True}}
+        "version": "v1beta1",
+        "endpoint": "nri-sla-gpu.sock",
+        "resource_name": "nvidia.com/gpu",
+        "options": {"get_preferred_allocation_available": True},
+    }
     assert (sock_dir / "nri-sla-gpu.sock").is_socket()
     kubelet.next_list()
     assert kubelet.command("options")["options"] == {"get_preferred_allocation_available": True}
@@ -132,27 +142,43 @@ def test_mig_gpus_are_not_advertised_whole(registered):
 
 def _needs_cdi_field(kubelet) -> None:
     if "cdi_devices" not in kubelet.hello["allocate_fields"]:
-        pytest.skip("these kubelet protos have no ContainerAllocateResponse.cdi_devices "
-                    "(kubelets before 1.28 drop CDI names: use gpu.injection env or devices "
-                    "there); point NRI_SLA_KUBELET_PROTOS at a newer kubelet")
+        pytest.skip(
+            "these kubelet protos have no ContainerAllocateResponse.cdi_devices "
+            "(kubelets before 1.28 drop CDI names: use gpu.injection env or devices "
+            "there); point NRI_SLA_KUBELET_PROTOS at a newer kubelet"
+        )
 
 
 def test_allocate_cdi_gives_cdi_names_only(registered):
     kubelet, _ = registered("cdi")
     _needs_cdi_field(kubelet)
-    answer = kubelet.call("Allocate", {"container_requests": [
-        {"devices_ids": [UUID[1], UUID[0]]}, {"devices_ids": [UUID[5]]}]})
-    assert answer == {"response": {"container_responses": [
-        {"cdi_devices": [{"name": f"nvidia.com/gpu={UUID[1]}"},
-                         {"name": f"nvidia.com/gpu={UUID[0]}"}]},
-        {"cdi_devices": [{"name": f"nvidia.com/gpu={UUID[5]}"}]}]}}
+    answer = kubelet.call(
+        "Allocate",
+        {"container_requests": [{"devices_ids": [UUID[1], UUID[0]]}, {"devices_ids": [UUID[5]]}]},
+    )
+    assert answer == {
+        "response": {
+            "container_responses": [
+                {
+                    "cdi_devices": [
+                        {"name": f"nvidia.com/gpu={UUID[1]}"},
+                        {"name": f"nvidia.com/gpu={UUID[0]}"},
+                    ]
+                },
+                {"cdi_devices": [{"name": f"nvidia.com/gpu={UUID[5]}"}]},
+            ]
+        }
+    }
 
 
 def test_allocate_env_gives_the_variable_only(registered):
     kubelet, _ = registered("env")
     answer = kubelet.call("Allocate", {"container_requests": [{"devices_ids": UUID[2:4]}]})
-    assert answer == {"response": {"container_responses": [
-        {"envs": {"NVIDIA_VISIBLE_DEVICES": f"{UUID[2]},{UUID[3]}"}}]}}
+    assert answer == {
+        "response": {
+            "container_responses": [{"envs": {"NVIDIA_VISIBLE_DEVICES": f"{UUID[2]},{UUID[3]}"}}]
+        }
+    }
 
 
 def test_allocate_devices_gives_nodes_by_minor_and_the_variable(registered, dev_root):
@@ -163,7 +189,8 @@ def test_allocate_devices_gives_nodes_by_minor_and_the_variable(registered, dev_
     # nvidia-uvm-tools is absent from this host: not passed
     assert response["devices"] == [
         {"container_path": f"/dev/{n}", "host_path": str(dev_root / n), "permissions": "rw"}
-        for n in ("nvidia6", "nvidiactl", "nvidia-uvm")]
+        for n in ("nvidia6", "nvidiactl", "nvidia-uvm")
+    ]
     assert "cdi_devices" not in response and "mounts" not in response
     (dev_root / "nvidia-uvm").unlink()
     refused = kubelet.call("Allocate", {"container_requests": [{"devices_ids": [UUID[6]]}]})
@@ -172,20 +199,31 @@ def test_allocate_devices_gives_nodes_by_minor_and_the_variable(registered, dev_
 
 
 def test_inventory_without_uuids_uses_pci_bus_ids(registered):
-    no_uuid = dataclasses.replace(DGX, gpus=tuple(dataclasses.replace(g, uuid="")
-                                                  for g in DGX.gpus[:2]))
+    no_uuid = dataclasses.replace(
+        DGX, gpus=tuple(dataclasses.replace(g, uuid="") for g in DGX.gpus[:2])
+    )
     kubelet, _ = registered("cdi", no_uuid)
     _needs_cdi_field(kubelet)
     assert set(_devices(kubelet.next_list())) == {"0000:07:00.0", "0000:0f:00.0"}
     answer = kubelet.call("Allocate", {"container_requests": [{"devices_ids": ["0000:0f:00.0"]}]})
     assert answer["response"]["container_responses"] == [
-        {"cdi_devices": [{"name": "nvidia.com/gpu=1"}]}]
+        {"cdi_devices": [{"name": "nvidia.com/gpu=1"}]}
+    ]
 
 
 def _preferred(kubelet, available, size, must=()):
-    answer = kubelet.call("GetPreferredAllocation", {"container_requests": [
-        {"available_deviceIDs": list(available), "must_include_deviceIDs": list(must),
-         "allocation_size": size}]})
+    answer = kubelet.call(
+        "GetPreferredAllocation",
+        {
+            "container_requests": [
+                {
+                    "available_deviceIDs": list(available),
+                    "must_include_deviceIDs": list(must),
+                    "allocation_size": size,
+                }
+            ]
+        },
+    )
     return answer["response"]["container_responses"][0]["deviceIDs"]
 
 
@@ -204,37 +242,67 @@ def test_preferred_allocation_is_nvlink_aware(registered):
     assert sorted(_preferred(kubelet, UUID, 8)) == sorted(UUID)
 
 
-@pytest.mark.parametrize(("method", "request_", "details"), [
-    ("Allocate", {"container_requests": [{"devices_ids": ["GPU-nope"]}]},
-     "Allocate: devices_ids: unknown device id 'GPU-nope' (not one of the 8 nvidia.com/gpu "
-     "devices nri-sla advertises)"),
-    ("Allocate", {"container_requests": [{}]}, "Allocate: devices_ids is empty"),
-    ("Allocate", {"container_requests": [{"devices_ids": [UUID[0], UUID[0]]}]},
-     f"Allocate: devices_ids: device id '{UUID[0]}' given twice"),
-    ("Allocate", {"container_requests": [{"devices_ids": ["x" * 100]}]},
-     f"Allocate: devices_ids: unknown device id '{'x' * 63}...' (not one of"),
-    ("Allocate", {"container_requests": [{"devices_ids": UUID[:1] * 300}]},
-     "Allocate: 300 devices_ids, more than the 256 nri-sla accepts"),
-    ("GetPreferredAllocation", {"container_requests": [
-        {"available_deviceIDs": UUID[:2], "allocation_size": 3}]},
-     "GetPreferredAllocation: allocation_size 3 must be from 0 (must_include_deviceIDs) "
-     "to 2 (available_deviceIDs)"),
-    ("GetPreferredAllocation", {"container_requests": [
-        {"available_deviceIDs": UUID[:2], "must_include_deviceIDs": [UUID[5]],
-         "allocation_size": 2}]},
-     f"GetPreferredAllocation: must_include_deviceIDs {UUID[5]} not among "
-     "available_deviceIDs"),
-    ("GetPreferredAllocation", {"container_requests": [{"allocation_size": 1}]},
-     "GetPreferredAllocation: available_deviceIDs is empty"),
-])
+@pytest.mark.parametrize(
+    ("method", "request_", "details"),
+    [
+        (
+            "Allocate",
+            {"container_requests": [{"devices_ids": ["GPU-nope"]}]},
+            "Allocate: devices_ids: unknown device id 'GPU-nope' (not one of the 8 nvidia.com/gpu "
+            "devices nri-sla advertises)",
+        ),
+        ("Allocate", {"container_requests": [{}]}, "Allocate: devices_ids is empty"),
+        (
+            "Allocate",
+            {"container_requests": [{"devices_ids": [UUID[0], UUID[0]]}]},
+            f"Allocate: devices_ids: device id '{UUID[0]}' given twice",
+        ),
+        (
+            "Allocate",
+            {"container_requests": [{"devices_ids": ["x" * 100]}]},
+            f"Allocate: devices_ids: unknown device id '{'x' * 63}...' (not one of",
+        ),
+        (
+            "Allocate",
+            {"container_requests": [{"devices_ids": UUID[:1] * 300}]},
+            "Allocate: 300 devices_ids, more than the 256 nri-sla accepts",
+        ),
+        (
+            "GetPreferredAllocation",
+            {"container_requests": [{"available_deviceIDs": UUID[:2], "allocation_size": 3}]},
+            "GetPreferredAllocation: allocation_size 3 must be from 0 (must_include_deviceIDs) "
+            "to 2 (available_deviceIDs)",
+        ),
+        (
+            "GetPreferredAllocation",
+            {
+                "container_requests": [
+                    {
+                        "available_deviceIDs": UUID[:2],
+                        "must_include_deviceIDs": [UUID[5]],
+                        "allocation_size": 2,
+                    }
+                ]
+            },
+            f"GetPreferredAllocation: must_include_deviceIDs {UUID[5]} not among "
+            "available_deviceIDs",
+        ),
+        (
+            "GetPreferredAllocation",
+            {"container_requests": [{"allocation_size": 1}]},
+            "GetPreferredAllocation: available_deviceIDs is empty",
+        ),
+    ],
+)
 def test_bad_requests_are_invalid_argument(registered, method, request_, details):
     kubelet, _ = registered()
     answer = kubelet.call(method, request_)
     assert answer["code"] == "INVALID_ARGUMENT"
     assert answer["details"].startswith(details)
     # the plugin still answers good requests afterwards
-    assert "response" in kubelet.call("Allocate", {"container_requests": [
-        {"devices_ids": [UUID[0]]}]})
+    assert "response" in kubelet.call(
+        "Allocate", {"container_requests": [{"devices_ids": [UUID[0]]}]}
+    )
 
 
 def test_kubelet_restart_gets_a_new_registration(registered, sock_dir):
@@ -246,12 +314,12 @@ def test_kubelet_restart_gets_a_new_registration(registered, sock_dir):
     assert (sock_dir / "nri-sla-gpu.sock").is_socket()
     running.plugin.update(health={UUID[0]: False})
     assert _next_devices(kubelet)[UUID[0]][0] == "Unhealthy"
-    assert "response" in kubelet.call("Allocate", {"container_requests": [
-        {"devices_ids": [UUID[1]]}]})
+    assert "response" in kubelet.call(
+        "Allocate", {"container_requests": [{"devices_ids": [UUID[1]]}]}
+    )
 
 
-def test_plugin_started_before_the_kubelet_registers_once_it_is_up(make_kubelet,
-                                                                   start_plugin):
+def test_plugin_started_before_the_kubelet_registers_once_it_is_up(make_kubelet, start_plugin):
     start_plugin()
     time.sleep(0.5)  # no kubelet.sock yet: registration is retried
     kubelet = make_kubelet()
@@ -280,16 +348,15 @@ def test_an_xid_reaches_list_and_watch(registered, tmp_path):
     """A critical XID heard by the health thread (follow_health, as the command runs it)
     turns the GPU Unhealthy in the kubelet's list; an application XID does not."""
     nvml = FakeNvml(dgx_like_gpus())
-    sysfs = build_sysfs(tmp_path / "sys", nodes=2, cores_per_node=8, threads=2,
-                        pci=dgx_like_pci())
-    gpus = WatchedInventory(InventoryReader("nvml", sysfs_root=sysfs, nvml=nvml),
-                            GpuHealthMonitor(nvml))
+    sysfs = build_sysfs(tmp_path / "sys", nodes=2, cores_per_node=8, threads=2, pci=dgx_like_pci())
+    gpus = WatchedInventory(
+        InventoryReader("nvml", sysfs_root=sysfs, nvml=nvml), GpuHealthMonitor(nvml)
+    )
     inventory = gpus.read()
     kubelet, running = registered(inventory=inventory)
     ids = [g.uuid for g in inventory.gpus]
     assert {h for h, _ in _devices(kubelet.next_list()).values()} == {"Healthy"}
-    follower = threading.Thread(target=running.plugin.follow_health, args=(gpus, 0.05),
-                                daemon=True)
+    follower = threading.Thread(target=running.plugin.follow_health, args=(gpus, 0.05), daemon=True)
     follower.start()
     nvml.queue_xid(nvml.gpus[6], 31)  # the application's fault: no new list
     with pytest.raises(AssertionError, match="timed out"):

@@ -32,18 +32,21 @@ class Node:
 
     def __init__(self, sock_dir, tmp_path, **settings) -> None:
         self.nvml = FakeNvml(dgx_like_gpus())
-        sysfs = build_sysfs(tmp_path / "sys", nodes=2, cores_per_node=8, threads=2,
-                            pci=dgx_like_pci())
-        self.gpus = WatchedInventory(InventoryReader("nvml", sysfs_root=sysfs, nvml=self.nvml),
-                                     GpuHealthMonitor(self.nvml))
+        sysfs = build_sysfs(
+            tmp_path / "sys", nodes=2, cores_per_node=8, threads=2, pci=dgx_like_pci()
+        )
+        self.gpus = WatchedInventory(
+            InventoryReader("nvml", sysfs_root=sysfs, nvml=self.nvml), GpuHealthMonitor(self.nvml)
+        )
         inventory = self.gpus.read()
         self.ids = [g.uuid for g in inventory.gpus]
-        self.plugin = GpuDevicePlugin(PluginSettings(socket_dir=sock_dir, **settings),
-                                      inventory)
+        self.plugin = GpuDevicePlugin(PluginSettings(socket_dir=sock_dir, **settings), inventory)
         self.threads = [
             threading.Thread(target=self.plugin.run, args=(self.gpus.read, RESCAN), daemon=True),
-            threading.Thread(target=self.plugin.follow_health, args=(self.gpus, HEALTH),
-                             daemon=True)]
+            threading.Thread(
+                target=self.plugin.follow_health, args=(self.gpus, HEALTH), daemon=True
+            ),
+        ]
         for t in self.threads:
             t.start()
 
@@ -72,8 +75,9 @@ def health(listed: dict) -> dict[str, str]:
     return {d["ID"]: d["health"] for d in listed["devices"]}
 
 
-def wait_for(kubelet, want: Callable[[dict[str, str]], bool], seen: list[dict],
-             timeout: float = 10) -> dict:
+def wait_for(
+    kubelet, want: Callable[[dict[str, str]], bool], seen: list[dict], timeout: float = 10
+) -> dict:
     """Lists until one satisfies `want` (each kept in `seen`); that list."""
     deadline = time.monotonic() + timeout
     while True:
@@ -99,8 +103,10 @@ def test_nvml_outage_lists_every_gpu_unhealthy_then_healthy(make_kubelet, node):
     up = wait_for(kubelet, lambda h: set(h.values()) == {"Healthy"}, seen)
     assert all(set(health(listed)) == set(n.ids) for listed in seen)  # never fewer
     # within a rescan or two of each change (RESCAN = 0.2 s), the fake kubelet's clock
-    print(f"NVML outage: {len(seen)} lists of 8; all Unhealthy {down['at'] - failed_at:.2f} s "
-          f"after it began, all Healthy {up['at'] - back_at:.2f} s after it ended")
+    print(
+        f"NVML outage: {len(seen)} lists of 8; all Unhealthy {down['at'] - failed_at:.2f} s "
+        f"after it began, all Healthy {up['at'] - back_at:.2f} s after it ended"
+    )
     assert down["at"] - failed_at < 1.5 and up["at"] - back_at < 1.5
 
 
@@ -121,8 +127,10 @@ def test_a_lost_gpu_stays_unhealthy_and_recovers(make_kubelet, node):
     up = wait_for(kubelet, lambda h: h[n.ids[5]] == "Healthy", seen)
     assert all(set(health(listed)) == set(n.ids) for listed in seen)
     assert [h for i, h in health(down).items() if i != n.ids[5]] == ["Healthy"] * 7
-    print(f"lost GPU: {len(seen)} lists of 8; Unhealthy {down['at'] - lost_at:.2f} s after "
-          f"it was lost, Healthy {up['at'] - back_at:.2f} s after it came back")
+    print(
+        f"lost GPU: {len(seen)} lists of 8; Unhealthy {down['at'] - lost_at:.2f} s after "
+        f"it was lost, Healthy {up['at'] - back_at:.2f} s after it came back"
+    )
     assert down["at"] - lost_at < 1.0 and up["at"] - back_at < 1.5
 
 
@@ -148,8 +156,7 @@ def test_a_late_kubelet_is_registered_with_within_2s(make_kubelet, node, sock_di
     appeared = time.monotonic()
     request, registered_at = kubelet.timed_registration(timeout=30)
     assert request["resource_name"] == "nvidia.com/gpu"
-    print(f"late kubelet: registered {registered_at - appeared:.2f} s after kubelet.sock "
-          "appeared")
+    print(f"late kubelet: registered {registered_at - appeared:.2f} s after kubelet.sock appeared")
     assert registered_at - appeared < 2.0
     first = kubelet.next_list()
     assert set(health(first)) == set(n.ids)
@@ -169,8 +176,9 @@ def test_a_snapshot_broken_after_start_keeps_the_last_lists(make_kubelet, sock_d
     snapshot = tmp_path / "node.yaml"
     shutil.copy(EXAMPLES / "dgx-like.yaml", snapshot)
     reader = InventoryReader("snapshot", snapshot=snapshot)
-    plugin = GpuDevicePlugin(PluginSettings(socket_dir=sock_dir, watch_interval=0.05),
-                             reader.read())
+    plugin = GpuDevicePlugin(
+        PluginSettings(socket_dir=sock_dir, watch_interval=0.05), reader.read()
+    )
     kubelet = make_kubelet()
     thread = threading.Thread(target=plugin.run, args=(reader.read, 0.05), daemon=True)
     thread.start()

@@ -37,17 +37,29 @@ def read(tmp_path: Path, gpus: list[FakeGpu]) -> GpuInventory:
     for g in gpus:
         if g.migs:
             build_mig_proc(proc, g.minor, g.migs)
-    return InventoryReader("nvml", sysfs_root=build_sysfs(tmp_path / "sys"), nvml=FakeNvml(gpus),
-                           proc_root=proc).read()
+    return InventoryReader(
+        "nvml", sysfs_root=build_sysfs(tmp_path / "sys"), nvml=FakeNvml(gpus), proc_root=proc
+    ).read()
 
 
 def single_box() -> list[FakeGpu]:
     """2 A100s in MIG mode, each split into 1g.10gb devices only."""
-    return [FakeGpu(uuid=f"GPU-70000000-0000-0000-0000-00000000000{i}",
-                    bus=f"00000000:{0x07 + 8 * i:02X}:00.0", numa=i, minor=i, mig=True,
-                    migs=[FakeMig(f"MIG-70000000-0000-0000-0000-0000000000{i}{k}", "1g.10gb",
-                                  7 + k, 0, 10 * GIB) for k in range(3)])
-            for i in range(2)]
+    return [
+        FakeGpu(
+            uuid=f"GPU-70000000-0000-0000-0000-00000000000{i}",
+            bus=f"00000000:{0x07 + 8 * i:02X}:00.0",
+            numa=i,
+            minor=i,
+            mig=True,
+            migs=[
+                FakeMig(
+                    f"MIG-70000000-0000-0000-0000-0000000000{i}{k}", "1g.10gb", 7 + k, 0, 10 * GIB
+                )
+                for k in range(3)
+            ],
+        )
+        for i in range(2)
+    ]
 
 
 @pytest.fixture
@@ -55,8 +67,13 @@ def dev_root(tmp_path):
     """Device nodes as links to /dev/null: GPUs, control nodes, every nvidia-caps minor."""
     root = tmp_path / "dev"
     (root / "nvidia-caps").mkdir(parents=True)
-    for name in ["nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm",
-                 *(f"nvidia-caps/nvidia-cap{m}" for m in range(400))]:
+    for name in [
+        "nvidia0",
+        "nvidia1",
+        "nvidiactl",
+        "nvidia-uvm",
+        *(f"nvidia-caps/nvidia-cap{m}" for m in range(400)),
+    ]:
         (root / name).symlink_to("/dev/null")
     return root
 
@@ -66,9 +83,17 @@ def serve(sock_dir, dev_root):
     running: list[tuple[GpuDevicePlugin, threading.Thread]] = []
 
     def start(inventory: GpuInventory, strategy: str, injection: str = "cdi") -> GpuDevicePlugin:
-        plugin = GpuDevicePlugin(PluginSettings(
-            socket_dir=sock_dir, injection=injection, mig_strategy=strategy, dev_root=dev_root,
-            watch_interval=0.1, register_timeout=2), inventory)
+        plugin = GpuDevicePlugin(
+            PluginSettings(
+                socket_dir=sock_dir,
+                injection=injection,
+                mig_strategy=strategy,
+                dev_root=dev_root,
+                watch_interval=0.1,
+                register_timeout=2,
+            ),
+            inventory,
+        )
         thread = threading.Thread(target=plugin.run, daemon=True)
         thread.start()
         running.append((plugin, thread))
@@ -96,8 +121,12 @@ def test_mixed_advertises_a_resource_per_profile(make_kubelet, serve, tmp_path, 
     kubelet = make_kubelet()
     serve(read(tmp_path, mig_box_gpus()), "mixed")
     registered = registrations(kubelet, 4)
-    assert sorted(registered) == ["nvidia.com/gpu", "nvidia.com/mig-1g.10gb",
-                                  "nvidia.com/mig-2g.20gb", "nvidia.com/mig-3g.40gb"]
+    assert sorted(registered) == [
+        "nvidia.com/gpu",
+        "nvidia.com/mig-1g.10gb",
+        "nvidia.com/mig-2g.20gb",
+        "nvidia.com/mig-3g.40gb",
+    ]
     assert registered["nvidia.com/mig-1g.10gb"]["endpoint"] == "nri-sla-mig-1g.10gb.sock"
     # topology-scored GetPreferredAllocation for whole GPUs only
     assert registered["nvidia.com/gpu"]["options"] == {"get_preferred_allocation_available": True}
@@ -106,7 +135,8 @@ def test_mixed_advertises_a_resource_per_profile(make_kubelet, serve, tmp_path, 
         "nvidia.com/gpu": {WHOLE: "Healthy"},
         "nvidia.com/mig-3g.40gb": {MIG[0]: "Healthy"},
         "nvidia.com/mig-2g.20gb": {MIG[1]: "Healthy"},
-        "nvidia.com/mig-1g.10gb": {MIG[2]: "Healthy", MIG[3]: "Healthy"}}
+        "nvidia.com/mig-1g.10gb": {MIG[2]: "Healthy", MIG[3]: "Healthy"},
+    }
     assert (sock_dir / "nri-sla-mig-2g.20gb.sock").is_socket()
 
 
@@ -114,24 +144,39 @@ def test_allocate_a_mig_device_in_each_mode(make_kubelet, serve, tmp_path, dev_r
     kubelet = make_kubelet()
     serve(read(tmp_path, mig_box_gpus()), "mixed", injection="devices")
     registrations(kubelet, 4)
-    answer = kubelet.call("Allocate", {"container_requests": [{"devices_ids": [MIG[2]]}]},
-                          resource="nvidia.com/mig-1g.10gb")
+    answer = kubelet.call(
+        "Allocate",
+        {"container_requests": [{"devices_ids": [MIG[2]]}]},
+        resource="nvidia.com/mig-1g.10gb",
+    )
     (response,) = answer["response"]["container_responses"]
     assert response["envs"] == {"NVIDIA_VISIBLE_DEVICES": MIG[2]}
     # the parent GPU's node, the control nodes, and the GPU instance's and compute
     # instance's nvidia-caps nodes (minors from /proc/driver/nvidia-caps/mig-minors)
     assert [d["container_path"] for d in response["devices"]] == [
-        "/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-caps/nvidia-cap84",
-        "/dev/nvidia-caps/nvidia-cap85"]
-    two = kubelet.call("Allocate", {"container_requests": [{"devices_ids": MIG[2:]}]},
-                       resource="nvidia.com/mig-1g.10gb")
+        "/dev/nvidia0",
+        "/dev/nvidiactl",
+        "/dev/nvidia-uvm",
+        "/dev/nvidia-caps/nvidia-cap84",
+        "/dev/nvidia-caps/nvidia-cap85",
+    ]
+    two = kubelet.call(
+        "Allocate",
+        {"container_requests": [{"devices_ids": MIG[2:]}]},
+        resource="nvidia.com/mig-1g.10gb",
+    )
     (response,) = two["response"]["container_responses"]
     assert response["envs"] == {"NVIDIA_VISIBLE_DEVICES": f"{MIG[2]},{MIG[3]}"}
     assert len(response["devices"]) == 7  # nvidia0 and the control nodes once
-    wrong = kubelet.call("Allocate", {"container_requests": [{"devices_ids": [MIG[0]]}]},
-                         resource="nvidia.com/mig-1g.10gb")
-    assert wrong["code"] == "INVALID_ARGUMENT" and "not one of the 2 nvidia.com/mig-1g.10gb" \
-        in wrong["details"]
+    wrong = kubelet.call(
+        "Allocate",
+        {"container_requests": [{"devices_ids": [MIG[0]]}]},
+        resource="nvidia.com/mig-1g.10gb",
+    )
+    assert (
+        wrong["code"] == "INVALID_ARGUMENT"
+        and "not one of the 2 nvidia.com/mig-1g.10gb" in wrong["details"]
+    )
 
 
 def test_allocate_mig_devices_as_cdi_names(make_kubelet, serve, tmp_path):
@@ -140,10 +185,19 @@ def test_allocate_mig_devices_as_cdi_names(make_kubelet, serve, tmp_path):
         pytest.skip("these kubelet protos have no ContainerAllocateResponse.cdi_devices")
     serve(read(tmp_path, mig_box_gpus()), "mixed")
     registrations(kubelet, 4)
-    answer = kubelet.call("Allocate", {"container_requests": [{"devices_ids": MIG[2:]}]},
-                          resource="nvidia.com/mig-1g.10gb")
-    assert answer["response"]["container_responses"] == [{"cdi_devices": [
-        {"name": f"nvidia.com/gpu={MIG[2]}"}, {"name": f"nvidia.com/gpu={MIG[3]}"}]}]
+    answer = kubelet.call(
+        "Allocate",
+        {"container_requests": [{"devices_ids": MIG[2:]}]},
+        resource="nvidia.com/mig-1g.10gb",
+    )
+    assert answer["response"]["container_responses"] == [
+        {
+            "cdi_devices": [
+                {"name": f"nvidia.com/gpu={MIG[2]}"},
+                {"name": f"nvidia.com/gpu={MIG[3]}"},
+            ]
+        }
+    ]
 
 
 def test_single_offers_mig_devices_as_gpus(make_kubelet, serve, tmp_path):
@@ -152,24 +206,41 @@ def test_single_offers_mig_devices_as_gpus(make_kubelet, serve, tmp_path):
     assert kubelet.registration()["resource_name"] == "nvidia.com/gpu"
     listed = lists(kubelet, 1)["nvidia.com/gpu"]
     assert sorted(listed) == sorted(m.uuid for g in single_box() for m in g.migs)
-    preferred = kubelet.call("GetPreferredAllocation", {"container_requests": [
-        {"available_deviceIDs": sorted(listed), "allocation_size": 2}]})
+    preferred = kubelet.call(
+        "GetPreferredAllocation",
+        {"container_requests": [{"available_deviceIDs": sorted(listed), "allocation_size": 2}]},
+    )
     assert len(preferred["response"]["container_responses"][0]["deviceIDs"]) == 2
     metrics = plugin.metrics.registry
-    assert metrics.get_sample_value("nri_sla_device_plugin_registrations_total", {
-        "resource": "nvidia.com/gpu", "outcome": "ok"}) == 1
-    assert metrics.get_sample_value("nri_sla_device_plugin_devices", {
-        "resource": "nvidia.com/gpu", "health": "Healthy"}) == 6
+    assert (
+        metrics.get_sample_value(
+            "nri_sla_device_plugin_registrations_total",
+            {"resource": "nvidia.com/gpu", "outcome": "ok"},
+        )
+        == 1
+    )
+    assert (
+        metrics.get_sample_value(
+            "nri_sla_device_plugin_devices", {"resource": "nvidia.com/gpu", "health": "Healthy"}
+        )
+        == 6
+    )
 
 
 def test_single_refuses_what_nvidia_refuses(tmp_path):
     mixed_layout = read(tmp_path / "a", mig_box_gpus())
-    with pytest.raises(MigLayoutError, match=r"single needs every GPU in MIG mode or none; "
-                       r"MIG mode is on for GPU 0 and off for GPU 1 \(use mixed\)"):
+    with pytest.raises(
+        MigLayoutError,
+        match=r"single needs every GPU in MIG mode or none; "
+        r"MIG mode is on for GPU 0 and off for GPU 1 \(use mixed\)",
+    ):
         build_tables(mixed_layout, "single", "nvidia.com/gpu")
     profiles = mig_box_gpus()[:1]
-    with pytest.raises(MigLayoutError, match=r"MIG devices of one profile, found 1g\.10gb, "
-                       r"2g\.20gb, 3g\.40gb"):
+    with pytest.raises(
+        MigLayoutError,
+        match=r"MIG devices of one profile, found 1g\.10gb, "
+        r"2g\.20gb, 3g\.40gb",
+    ):
         build_tables(read(tmp_path / "b", profiles), "single", "nvidia.com/gpu")
     empty = [dataclasses.replace(single_box()[0], migs=[])]
     with pytest.raises(MigLayoutError, match="MIG mode is on for GPU 0 without MIG devices"):
@@ -182,15 +253,21 @@ def test_single_refuses_what_nvidia_refuses(tmp_path):
 def test_mig_devices_follow_their_gpu_and_never_leave_the_list(tmp_path):
     inventory = read(tmp_path, mig_box_gpus())
     before = build_tables(inventory, "mixed", "nvidia.com/gpu")
-    lost = dataclasses.replace(inventory, gpus=(
-        dataclasses.replace(inventory.gpus[0], health=unhealthy("NVML: the GPU is lost")),
-        inventory.gpus[1]))
+    lost = dataclasses.replace(
+        inventory,
+        gpus=(
+            dataclasses.replace(inventory.gpus[0], health=unhealthy("NVML: the GPU is lost")),
+            inventory.gpus[1],
+        ),
+    )
     after = build_tables(lost, "mixed", "nvidia.com/gpu", previous=before)
     assert after["nvidia.com/mig-1g.10gb"].unhealthy == {MIG[2], MIG[3]}
     assert not after["nvidia.com/gpu"].unhealthy
     # the MIG layout changed (no MIG devices now): the old ones stay listed, Unhealthy
-    relaid = dataclasses.replace(inventory, gpus=(
-        dataclasses.replace(inventory.gpus[0], mig_instances=()), inventory.gpus[1]))
+    relaid = dataclasses.replace(
+        inventory,
+        gpus=(dataclasses.replace(inventory.gpus[0], mig_instances=()), inventory.gpus[1]),
+    )
     again = build_tables(relaid, "mixed", "nvidia.com/gpu", previous=after)
     assert set(again["nvidia.com/mig-3g.40gb"].by_id) == {MIG[0]}
     assert again["nvidia.com/mig-3g.40gb"].unhealthy == {MIG[0]}

@@ -27,22 +27,35 @@ GPU = "nvidia.com/gpu"
 
 
 def plugin_on(socket: Path) -> SlaPlugin:
-    config = NodeConfig(permissions=Permissions(gpus=("*",)),
-                        gpu=GpuConfig(podresources_socket=str(socket)))
-    return SlaPlugin(NodeState(config, 2, allocator=Allocator(DGX.topology, DGX.inventory),
-                               rt_budget=RtBudget(0.5)))
+    config = NodeConfig(
+        permissions=Permissions(gpus=("*",)), gpu=GpuConfig(podresources_socket=str(socket))
+    )
+    return SlaPlugin(
+        NodeState(
+            config, 2, allocator=Allocator(DGX.topology, DGX.inventory), rt_budget=RtBudget(0.5)
+        )
+    )
 
 
 def books(*containers: tuple[str, str, str, list[str]]) -> list[dict]:
     """The kubelet's PodResources: (namespace, pod, container, GPU device ids)."""
-    return [{"namespace": ns, "name": pod, "containers": [
-        {"name": name, "devices": [{"resource_name": GPU, "device_ids": ids}] if ids else []}]}
-        for ns, pod, name, ids in containers]
+    return [
+        {
+            "namespace": ns,
+            "name": pod,
+            "containers": [
+                {
+                    "name": name,
+                    "devices": [{"resource_name": GPU, "device_ids": ids}] if ids else [],
+                }
+            ],
+        }
+        for ns, pod, name, ids in containers
+    ]
 
 
 def create(plugin: SlaPlugin, pod_name: str, env: str, sla: str | None = None):
-    pod = make_pod(pod_name, namespace="ml",
-                   annotations={"sla.nri.io/pod": sla} if sla else {})
+    pod = make_pod(pod_name, namespace="ml", annotations={"sla.nri.io/pod": sla} if sla else {})
     ctr = make_container(pod, "main", env=(f"NVIDIA_VISIBLE_DEVICES={env}",))
     return pod, ctr, plugin.create_container(pod, ctr)
 
@@ -55,11 +68,13 @@ def kubelet(make_kubelet, sock_dir):
 
 def test_envvar_grant_is_read_from_the_kubelets_books(kubelet):
     fake, socket = kubelet
-    fake.command("set_pods", pods=books(("ml", "trainer", "main", UUID[4:6]),
-                                         ("ml", "claimer", "main", [])))
+    fake.command(
+        "set_pods", pods=books(("ml", "trainer", "main", UUID[4:6]), ("ml", "claimer", "main", []))
+    )
     plugin = plugin_on(socket)
-    _, ctr, result = create(plugin, "trainer", f"{UUID[4]},{UUID[5]}",
-                            "gpu: {count: 2, topology: nvlink}")
+    _, ctr, result = create(
+        plugin, "trainer", f"{UUID[4]},{UUID[5]}", "gpu: {count: 2, topology: nvlink}"
+    )
     record = json.loads(result.adjustment.annotations["sla.nri.io/applied"])
     assert record["placement_record"]["gpus"] == UUID[4:6]
     assert result.adjustment.linux.resources.cpu.mems == "1"  # the GPUs' node
@@ -73,8 +88,9 @@ def test_envvar_grant_is_read_from_the_kubelets_books(kubelet):
 
 def test_synchronize_asks_the_kubelet_once_for_every_env_only_container(kubelet):
     fake, socket = kubelet
-    fake.command("set_pods", pods=books(("ml", "a", "main", UUID[0:1]),
-                                         ("ml", "b", "main", UUID[1:2])))
+    fake.command(
+        "set_pods", pods=books(("ml", "a", "main", UUID[0:1]), ("ml", "b", "main", UUID[1:2]))
+    )
     plugin = plugin_on(socket)
     pods, ctrs = [], []
     for name, env in (("a", UUID[0]), ("b", "all")):  # b's env says all: its grant is 1
@@ -123,11 +139,18 @@ def test_replica_ids_of_a_shared_resource_on_a_kubelet_without_get(kubelet):
     whose Get is disabled (UNKNOWN): the List answers, `GPU-...::n` is a replica of its
     GPU, and two replicas of one GPU are shared by design."""
     fake, socket = kubelet
-    replica = [{"resource_name": "nvidia.com/gpu.shared", "device_ids": [f"{UUID[4]}::{n}"]}
-               for n in (1, 3)]
-    fake.command("set_pods", get_disabled=True, pods=[
-        {"namespace": "ml", "name": name, "containers": [{"name": "main", "devices": [d]}]}
-        for name, d in zip(("a", "b"), replica, strict=True)])
+    replica = [
+        {"resource_name": "nvidia.com/gpu.shared", "device_ids": [f"{UUID[4]}::{n}"]}
+        for n in (1, 3)
+    ]
+    fake.command(
+        "set_pods",
+        get_disabled=True,
+        pods=[
+            {"namespace": "ml", "name": name, "containers": [{"name": "main", "devices": [d]}]}
+            for name, d in zip(("a", "b"), replica, strict=True)
+        ],
+    )
     plugin = plugin_on(socket)
     for name in ("a", "b"):
         _, _, result = create(plugin, name, UUID[4], "gpu: {count: 1, topology: numa}")
@@ -140,12 +163,37 @@ def test_replica_ids_of_a_shared_resource_on_a_kubelet_without_get(kubelet):
 def test_dra_claims_reported_by_the_kubelet(kubelet):
     fake, socket = kubelet
     claim = "k8s.gpu.nvidia.com/claim=0b5e4c3a-1f2d-4e6b-9a8c-7d6e5f4a3b2c-gpu-6"
-    fake.command("set_pods", pods=[{"namespace": "ml", "name": "infer", "containers": [
-        {"name": "main", "dynamic_resources": [
-            {"claim_name": "gpu", "claim_namespace": "ml", "claim_resources": [
-                {"driver_name": "gpu.nvidia.com", "pool_name": "node-1", "device_name": "gpu-6",
-                 "cdi_devices": [{"name": "k8s.gpu.nvidia.com/device=gpu-6"},
-                                 {"name": claim}]}]}]}]}])
+    fake.command(
+        "set_pods",
+        pods=[
+            {
+                "namespace": "ml",
+                "name": "infer",
+                "containers": [
+                    {
+                        "name": "main",
+                        "dynamic_resources": [
+                            {
+                                "claim_name": "gpu",
+                                "claim_namespace": "ml",
+                                "claim_resources": [
+                                    {
+                                        "driver_name": "gpu.nvidia.com",
+                                        "pool_name": "node-1",
+                                        "device_name": "gpu-6",
+                                        "cdi_devices": [
+                                            {"name": "k8s.gpu.nvidia.com/device=gpu-6"},
+                                            {"name": claim},
+                                        ],
+                                    }
+                                ],
+                            }
+                        ],
+                    }
+                ],
+            }
+        ],
+    )
     plugin = plugin_on(socket)
     _, _, result = create(plugin, "infer", UUID[6], "gpu: {count: 1}")
     record = json.loads(result.adjustment.annotations["sla.nri.io/applied"])

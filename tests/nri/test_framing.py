@@ -45,12 +45,13 @@ def _request_frame(sid: int, method: str = "Configure", payload: bytes = b"x") -
 
 def _status(reply: bytes) -> tuple[int, int, str]:
     length, sid, type_, _ = HEADER.unpack_from(reply)
-    resp = ttrpc_pb2.Response.FromString(reply[10:10 + length])
+    resp = ttrpc_pb2.Response.FromString(reply[10 : 10 + length])
     assert type_ == TYPE_RESPONSE and not resp.payload
     return sid, resp.status.code, resp.status.message
 
 
 # -- mux --------------------------------------------------------------------------------
+
 
 def test_mux_cuts_outgoing_payload_into_4096_byte_frames():
     data = bytes(range(256)) * 40  # 10,240 bytes
@@ -70,7 +71,7 @@ def test_mux_decoder_reassembles_byte_by_byte_and_interleaved():
     dec = mux.MuxDecoder()
     got: dict[int, bytes] = {1: b"", 2: b""}
     for i in range(len(wire)):
-        for conn, piece in dec.feed(wire[i:i + 1]):
+        for conn, piece in dec.feed(wire[i : i + 1]):
             got[conn] += piece
     assert got == {1: b"A" * 5000 + b"C", 2: b"B" * 10}
     assert not dec.in_frame
@@ -94,6 +95,7 @@ def test_mux_frame_longer_than_any_peer_sends_is_a_remote_error(split):
 
 # -- ttrpc framing ----------------------------------------------------------------------
 
+
 def test_frame_decoder_splits_and_joins():
     wire = encode_frame(1, TYPE_REQUEST, b"hello") + encode_frame(3, TYPE_REQUEST, b"")
     dec = FrameDecoder()
@@ -116,15 +118,20 @@ def test_frame_decoder_skips_oversized_payload_without_holding_it():
 def test_hand_encoded_envelopes_equal_protobuf():
     for timeout in (0, 1, 4999261845, -5):
         ours = encode_request(SVC, "Configure", b"\x01\x02", timeout, [("k", "v")])
-        ref = ttrpc_pb2.Request(service=SVC, method="Configure", payload=b"\x01\x02",
-                                timeout_nano=timeout,
-                                metadata=[ttrpc_pb2.KeyValue(key="k", value="v")])
+        ref = ttrpc_pb2.Request(
+            service=SVC,
+            method="Configure",
+            payload=b"\x01\x02",
+            timeout_nano=timeout,
+            metadata=[ttrpc_pb2.KeyValue(key="k", value="v")],
+        )
         assert ours == ref.SerializeToString()
     assert encode_response(b"abc") == ttrpc_pb2.Response(payload=b"abc").SerializeToString()
     assert encode_response(b"") == b""
 
 
 # -- server -----------------------------------------------------------------------------
+
 
 def test_server_accepts_odd_increasing_ids_and_answers_once():
     srv = ServerCore(_known)
@@ -170,8 +177,7 @@ def test_a_request_after_the_last_stream_id_ends_the_connection():
 def test_our_stream_ids_never_wrap():
     cli = ClientCore()
     cli.next_stream_id = MAX_STREAM_ID - 2
-    assert [cli.request(SVC, "A", b"")[0] for _ in range(2)] == [MAX_STREAM_ID - 2,
-                                                                  MAX_STREAM_ID]
+    assert [cli.request(SVC, "A", b"")[0] for _ in range(2)] == [MAX_STREAM_ID - 2, MAX_STREAM_ID]
     with pytest.raises(ConnectionExhausted, match="used its last stream id"):
         cli.request(SVC, "A", b"")
     core = NriCore(Role.PLUGIN, _known)
@@ -209,13 +215,18 @@ def test_server_drops_data_and_response_frames():
 
 # -- client -----------------------------------------------------------------------------
 
+
 def test_client_ids_and_out_of_order_responses():
     cli = ClientCore()
     ids = [cli.request(SVC, "Configure", b"")[0] for _ in range(3)]
     assert ids == [1, 3, 5]
     ok = Frame(5, TYPE_RESPONSE, 0, encode_response(b"five"))
-    err = Frame(1, TYPE_RESPONSE, 0, ttrpc_pb2.Response(
-        status=ttrpc_pb2.Status(code=2, message="boom")).SerializeToString())
+    err = Frame(
+        1,
+        TYPE_RESPONSE,
+        0,
+        ttrpc_pb2.Response(status=ttrpc_pb2.Status(code=2, message="boom")).SerializeToString(),
+    )
     assert cli.receive(ok) == ResponseReceived(5, 0, "", b"five")
     assert cli.receive(err) == ResponseReceived(1, 2, "boom", b"")
     assert cli.pending == {3}
@@ -229,11 +240,11 @@ def test_client_bad_and_oversized_responses_fail_the_call_only():
     cli.request(SVC, "A", b"")
     cli.request(SVC, "B", b"")
     assert cli.receive(Frame(1, TYPE_RESPONSE, 0, b"\x0a\xff")).code == Code.INTERNAL
-    assert cli.receive(OversizedFrame(3, TYPE_RESPONSE, 0, 1 << 30)).code == \
-        Code.RESOURCE_EXHAUSTED
+    assert cli.receive(OversizedFrame(3, TYPE_RESPONSE, 0, 1 << 30)).code == Code.RESOURCE_EXHAUSTED
 
 
 # -- both conns -------------------------------------------------------------------------
+
 
 def test_plugin_and_runtime_cores_talk():
     plugin = NriCore(Role.PLUGIN, _known)
@@ -276,7 +287,10 @@ def test_everything_to_send_leaves_through_data_to_send_in_order():
     assert plugin.data_to_send() == b""
     events = runtime.receive_data(wire)
     assert [(type(e).__name__, e.stream_id) for e in events] == [
-        ("RequestReceived", 1), ("ResponseReceived", 1), ("ResponseReceived", 3)]
+        ("RequestReceived", 1),
+        ("ResponseReceived", 1),
+        ("ResponseReceived", 3),
+    ]
     assert events[1].code == Code.UNIMPLEMENTED and events[2].payload == b"configured"
 
 
@@ -308,10 +322,12 @@ def test_peer_breaking_the_protocol_closes_the_core():
         plugin.receive_data(mux.HEADER.pack(mux.PLUGIN_CONN, 0xFFFFFFFF))
     assert isinstance(plugin.error, RemoteProtocolError)
     assert plugin.data_to_send() == b""  # nothing more is sent to that peer
-    for use in (lambda: plugin.receive_data(b""),
-                lambda: plugin.send_response(cfg.stream_id, b""),
-                lambda: plugin.send_error(cfg.stream_id, Code.INTERNAL, ""),
-                lambda: plugin.send_request(RUNTIME_SERVICE, "UpdateContainers", b"")):
+    for use in (
+        lambda: plugin.receive_data(b""),
+        lambda: plugin.send_response(cfg.stream_id, b""),
+        lambda: plugin.send_error(cfg.stream_id, Code.INTERNAL, ""),
+        lambda: plugin.send_request(RUNTIME_SERVICE, "UpdateContainers", b""),
+    ):
         with pytest.raises(LocalProtocolError, match="closed after the peer broke"):
             use()
     plugin.cancel(1)  # a deadline firing after the error is not a misuse

@@ -38,8 +38,7 @@ from nri_plugin.nri.ttrpc import (
     encode_request,
 )
 
-FAST = settings(max_examples=60, deadline=None,
-                suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def _chunks(data: bytes, cuts: list[int]) -> list[bytes]:
@@ -48,8 +47,10 @@ def _chunks(data: bytes, cuts: list[int]) -> list[bytes]:
 
 
 @FAST
-@given(st.lists(st.tuples(st.integers(1, 3), st.binary(max_size=9000)), max_size=6),
-       st.lists(st.integers(0, 60000), max_size=12))
+@given(
+    st.lists(st.tuples(st.integers(1, 3), st.binary(max_size=9000)), max_size=6),
+    st.lists(st.integers(0, 60000), max_size=12),
+)
 def test_mux_roundtrip_any_chunking(messages, cuts):
     wire = b"".join(mux.encode(conn, data) for conn, data in messages)
     dec = mux.MuxDecoder()
@@ -65,9 +66,13 @@ def test_mux_roundtrip_any_chunking(messages, cuts):
 
 
 @FAST
-@given(st.lists(st.tuples(st.integers(0, 2**32 - 1), st.sampled_from([1, 2, 3, 7]),
-                          st.integers(0, 3000)), max_size=8),
-       st.lists(st.integers(0, 30000), max_size=10))
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 2**32 - 1), st.sampled_from([1, 2, 3, 7]), st.integers(0, 3000)),
+        max_size=8,
+    ),
+    st.lists(st.integers(0, 30000), max_size=10),
+)
 def test_frame_decoder_bounded_and_exact(frames, cuts):
     limit = 1000
     wire = b"".join(encode_frame(sid, t, bytes([sid % 251]) * n) for sid, t, n in frames)
@@ -76,8 +81,10 @@ def test_frame_decoder_bounded_and_exact(frames, cuts):
     for chunk in _chunks(wire, cuts):
         out += dec.feed(chunk)
         assert dec.buffered <= limit + HEADER.size + len(chunk)
-    expected = [OversizedFrame(sid, t, 0, n) if n > limit else
-                Frame(sid, t, 0, bytes([sid % 251]) * n) for sid, t, n in frames]
+    expected = [
+        OversizedFrame(sid, t, 0, n) if n > limit else Frame(sid, t, 0, bytes([sid % 251]) * n)
+        for sid, t, n in frames
+    ]
     assert out == expected and dec.buffered == 0
 
 
@@ -123,8 +130,11 @@ def test_bad_requests_get_an_answer_on_their_stream(payload, sid_seed):
 
 
 def test_truncated_golden_like_stream_is_held_not_misparsed():
-    req = encode_request(PLUGIN_SERVICE, "Configure",
-                         pb.ConfigureRequest(runtime_name="containerd").SerializeToString())
+    req = encode_request(
+        PLUGIN_SERVICE,
+        "Configure",
+        pb.ConfigureRequest(runtime_name="containerd").SerializeToString(),
+    )
     wire = mux.encode(mux.PLUGIN_CONN, encode_frame(1, TYPE_REQUEST, req))
     for cut in range(len(wire)):
         core = _plugin_core()
@@ -139,7 +149,7 @@ def test_huge_length_fields_cost_no_memory():
     # ttrpc frame announcing 4 GiB, its "data" spread over legal-sized mux frames
     core.receive_data(mux.encode(mux.PLUGIN_CONN, HEADER.pack(0xFFFFFFF0, 1, TYPE_REQUEST, 0)))
     answer = core.data_to_send()
-    (_, piece), = mux.MuxDecoder().feed(answer)
+    ((_, piece),) = mux.MuxDecoder().feed(answer)
     (resp,) = FrameDecoder().feed(piece)
     assert ttrpc_pb2.Response.FromString(resp.data).status.code == Code.RESOURCE_EXHAUSTED
     junk = mux.encode(mux.PLUGIN_CONN, os.urandom(1 << 16), 1 << 16)
@@ -155,6 +165,7 @@ def test_huge_length_fields_cost_no_memory():
 def test_live_stub_survives_garbage_over_a_real_socket(sock_dir):
     """Bad protobuf, oversized frame, even/reused ids, unknown conn: each answered or
     dropped; afterwards the same connection still serves a valid call."""
+
     class P:
         def create_container(self, pod, ctr):
             return CreateResult(pb.ContainerAdjustment(annotations={"ok": "1"}))
@@ -165,6 +176,7 @@ def test_live_stub_survives_garbage_over_a_real_socket(sock_dir):
 
         async def runtime(reader, writer):
             served.set_result((reader, writer))
+
         server = await asyncio.start_unix_server(runtime, path)
         stub = Stub(P(), name="fuzz", idx="01", socket_path=path, registration_timeout=30)
         task = asyncio.create_task(stub.run())
@@ -186,7 +198,7 @@ def test_live_stub_survives_garbage_over_a_real_socket(sock_dir):
                 _, n = mux.HEADER.unpack(await reader.readexactly(8))
                 body += await reader.readexactly(n)
             assert got_sid == sid
-            return ttrpc_pb2.Response.FromString(body[10:10 + length])
+            return ttrpc_pb2.Response.FromString(body[10 : 10 + length])
 
         send(1, b"\xff\xff\xff\xff")
         assert (await status_of(1)).status.code == Code.INVALID_ARGUMENT
@@ -202,8 +214,9 @@ def test_live_stub_survives_garbage_over_a_real_socket(sock_dir):
         assert (await status_of(5)).status.code == Code.INVALID_ARGUMENT
         writer.write(mux.encode(9, b"unknown conn"))
         send(7, b"", TYPE_RESPONSE)  # wrong direction: dropped
-        good = pb.CreateContainerRequest(pod=pb.PodSandbox(id="p"),
-                                         container=pb.Container(id="c", name="c"))
+        good = pb.CreateContainerRequest(
+            pod=pb.PodSandbox(id="p"), container=pb.Container(id="c", name="c")
+        )
         send(9, encode_request(PLUGIN_SERVICE, "CreateContainer", good.SerializeToString()))
         resp = await status_of(9)
         assert not resp.HasField("status")
@@ -214,12 +227,15 @@ def test_live_stub_survives_garbage_over_a_real_socket(sock_dir):
         stub.stop()
         await asyncio.gather(task, return_exceptions=True)
         server.close()
+
     asyncio.run(main())
 
 
 @FAST
-@given(st.lists(st.tuples(st.booleans(), st.binary(max_size=6000)), min_size=1, max_size=8),
-       st.lists(st.integers(0, 100000), max_size=12))
+@given(
+    st.lists(st.tuples(st.booleans(), st.binary(max_size=6000)), min_size=1, max_size=8),
+    st.lists(st.integers(0, 100000), max_size=12),
+)
 def test_interleaved_calls_both_ways_survive_any_chunking(calls, cuts):
     """Plugin and runtime calling each other at once, bytes cut anywhere: every call
     arrives intact and in order, every answer reaches its caller."""
@@ -246,19 +262,26 @@ def test_interleaved_calls_both_ways_survive_any_chunking(calls, cuts):
     answers = plugin.data_to_send()
     done = [e for c in _chunks(answers, cuts) for e in runtime.receive_data(c)]
     assert sorted((e.stream_id, e.payload) for e in done) == sorted(
-        (sid, p[::-1]) for sid, p in sent_by_runtime)
+        (sid, p[::-1]) for sid, p in sent_by_runtime
+    )
     assert runtime.client.pending == set() and plugin.buffered == runtime.buffered == 0
 
 
 @FAST
-@given(st.lists(st.one_of(st.integers(0, MAX_STREAM_ID),
-                          st.integers(MAX_STREAM_ID - 8, MAX_STREAM_ID)), max_size=12))
+@given(
+    st.lists(
+        st.one_of(st.integers(0, MAX_STREAM_ID), st.integers(MAX_STREAM_ID - 8, MAX_STREAM_ID)),
+        max_size=12,
+    )
+)
 def test_any_stream_ids_are_served_rejected_or_end_the_connection_after_the_last(ids):
     core = _plugin_core()
     last = 0
     for sid in ids:
-        wire = mux.encode(mux.PLUGIN_CONN, encode_frame(sid, TYPE_REQUEST, encode_request(
-            PLUGIN_SERVICE, "Shutdown", b"")))
+        wire = mux.encode(
+            mux.PLUGIN_CONN,
+            encode_frame(sid, TYPE_REQUEST, encode_request(PLUGIN_SERVICE, "Shutdown", b"")),
+        )
         if last == MAX_STREAM_ID:
             with pytest.raises(RemoteProtocolError, match="used up"):
                 core.receive_data(wire)
@@ -304,11 +327,14 @@ def test_state_change_runs_only_non_adjusting_handlers(event_numbers):
 
 
 @FAST
-@given(st.lists(st.tuples(st.integers(0, 4), st.integers(0, 4), st.booleans()),
-                max_size=14),
-       st.integers(1, 6), st.integers(1, 8))
-def test_synchronize_parts_hand_on_only_whole_states_within_bounds(parts, max_parts,
-                                                                   max_containers):
+@given(
+    st.lists(st.tuples(st.integers(0, 4), st.integers(0, 4), st.booleans()), max_size=14),
+    st.integers(1, 6),
+    st.integers(1, 8),
+)
+def test_synchronize_parts_hand_on_only_whole_states_within_bounds(
+    parts, max_parts, max_containers
+):
     synced: list[tuple[int, int]] = []
 
     class Plugin:
@@ -316,17 +342,20 @@ def test_synchronize_parts_hand_on_only_whole_states_within_bounds(parts, max_pa
             synced.append((len(pods), len(containers)))
 
     limits = SyncLimits(parts=max_parts, pods=8, containers=max_containers, bytes=1 << 20)
-    route = Stub(Plugin(), name="t", idx="01",
-                 sync_limits=limits).routes[(PLUGIN_SERVICE, "Synchronize")]
+    route = Stub(Plugin(), name="t", idx="01", sync_limits=limits).routes[
+        (PLUGIN_SERVICE, "Synchronize")
+    ]
     expected: list[tuple[int, int]] = []
     n_parts = pods = containers = 0
     refused = False  # once over a bound, every later part of that Synchronize fails
     for n_pods, n_ctrs, more in parts:
         n_parts, pods, containers = n_parts + 1, pods + n_pods, containers + n_ctrs
-        refused = refused or not (n_parts <= max_parts and pods <= 8
-                                  and containers <= max_containers)
-        req = pb.SynchronizeRequest(pods=[pb.PodSandbox()] * n_pods,
-                                    containers=[pb.Container()] * n_ctrs, more=more)
+        refused = refused or not (
+            n_parts <= max_parts and pods <= 8 and containers <= max_containers
+        )
+        req = pb.SynchronizeRequest(
+            pods=[pb.PodSandbox()] * n_pods, containers=[pb.Container()] * n_ctrs, more=more
+        )
         try:
             route(req.SerializeToString())
         except RpcError as exc:

@@ -57,8 +57,10 @@ def test_every_runtime_message_decodes(golden):
     if "1.7.34" in golden.name:
         assert "RemoveContainer" not in methods and "StateChange" in methods
     else:
-        assert "StateChange" not in methods and methods[-1] in ("RemoveContainer",
-                                                                "RemovePodSandbox")
+        assert "StateChange" not in methods and methods[-1] in (
+            "RemoveContainer",
+            "RemovePodSandbox",
+        )
 
 
 def test_runtime_mux_frames_respect_4096_and_plugin_frames_parse(golden):
@@ -83,8 +85,9 @@ def _replay(golden, plugin) -> tuple[bytes, Stub]:
     register = next(f for c, f in golden.frames("p2r") if c == mux.RUNTIME_CONN)
     timeout = ttrpc_pb2.Request.FromString(register.data).timeout_nano
     core = NriCore(Role.PLUGIN, lambda s, m: (s, m) in stub.routes)
-    core.send_request(RUNTIME_SERVICE, "RegisterPlugin",
-                      stub.registration_request().SerializeToString(), timeout)
+    core.send_request(
+        RUNTIME_SERVICE, "RegisterPlugin", stub.registration_request().SerializeToString(), timeout
+    )
     written = [core.data_to_send()]
     for direction, data in golden.records:
         if direction != "r2p":
@@ -118,12 +121,20 @@ def test_replay_matches_reference_plugin_byte_for_byte(golden):
 def test_configure_reports_runtime_identity():
     # 1.7.34 sends no NRI version: its release tells it (nri_plugin.nri.levels).
     for name, version, nri, source in (
-            ("containerd-2.3.4.jsonl", "2.3.4+unknown", "v0.12.0", "sent"),
-            ("containerd-1.7.34.jsonl", "1.7.34+unknown", "v0.8.0",
-             "containerd 1.7.34+unknown (release table)")):
+        ("containerd-2.3.4.jsonl", "2.3.4+unknown", "v0.12.0", "sent"),
+        (
+            "containerd-1.7.34.jsonl",
+            "1.7.34+unknown",
+            "v0.8.0",
+            "containerd 1.7.34+unknown (release table)",
+        ),
+    ):
         _, stub = _replay(load_golden(name), GoRefPlugin())
-        assert (stub.runtime_name, stub.runtime_version, stub.nri_version) == \
-            ("containerd", version, nri)
+        assert (stub.runtime_name, stub.runtime_version, stub.nri_version) == (
+            "containerd",
+            version,
+            nri,
+        )
         assert stub.nri_level.source == source
         assert stub.request_timeout_ms == 2000
 
@@ -132,8 +143,7 @@ def test_adjustment_response_bytes():
     g = load_golden("containerd-2.3.4.jsonl")
     responses = [f for c, f in g.frames("p2r") if c == mux.PLUGIN_CONN]
     adjust = [f for f in responses if f.data][-1]
-    resp = pb.CreateContainerResponse.FromString(
-        ttrpc_pb2.Response.FromString(adjust.data).payload)
+    resp = pb.CreateContainerResponse.FromString(ttrpc_pb2.Response.FromString(adjust.data).payload)
     assert resp.adjust.annotations["sla.nri.io/applied-by"] == "goref"
     assert resp.adjust.linux.resources.cpu.quota.value == 50000
     assert resp.adjust.linux.resources.cpu.period.value == 100000

@@ -80,8 +80,11 @@ class Recorder:
         adj = pb.ContainerAdjustment()
         adj.annotations["sla.nri.io/applied"] = ctr.name
         adj.linux.resources.cpu.cpus = "0-1"
-        return CreateResult(adj, [pb.ContainerUpdate(container_id="other")],
-                            [pb.ContainerEviction(container_id="victim", reason="make room")])
+        return CreateResult(
+            adj,
+            [pb.ContainerUpdate(container_id="other")],
+            [pb.ContainerEviction(container_id="victim", reason="make room")],
+        )
 
     def post_create_container(self, pod, ctr):
         self._rec("post_create_container", ctr)
@@ -94,8 +97,11 @@ class Recorder:
 
     def update_container(self, pod, ctr, resources):
         self._rec("update_container", ctr)
-        return [pb.ContainerUpdate(container_id=ctr.id, linux=pb.LinuxContainerUpdate(
-            resources=resources))]
+        return [
+            pb.ContainerUpdate(
+                container_id=ctr.id, linux=pb.LinuxContainerUpdate(resources=resources)
+            )
+        ]
 
     def post_update_container(self, pod, ctr):
         self._rec("post_update_container", ctr)
@@ -112,9 +118,17 @@ class Recorder:
             raise ValueError("forbidden annotation")
 
 
-LIFE_CYCLE = ["run_pod_sandbox", "create_container", "post_create_container",
-              "start_container", "post_start_container", "stop_container",
-              "remove_container", "stop_pod_sandbox", "remove_pod_sandbox"]
+LIFE_CYCLE = [
+    "run_pod_sandbox",
+    "create_container",
+    "post_create_container",
+    "start_container",
+    "post_start_container",
+    "stop_container",
+    "remove_container",
+    "stop_pod_sandbox",
+    "remove_pod_sandbox",
+]
 
 
 async def _start(sock_dir, plugin, options=None, pods=(), containers=(), **stub_kw):
@@ -137,26 +151,32 @@ async def _finish(sim, stub, task):
 def test_full_life_cycle(sock_dir, mode, configure_first):
     """v0.11 is CRI-O 1.36: no NRI version in Configure, yet events 12-14 known; the stub
     tells that from its name and release and subscribes to them."""
+
     async def main():
         plugin = Recorder()
         existing = make_pod("existing")
         ready = []
-        opts = SimulatorOptions(mode=mode, config="answer: 42",
-                                configure_before_register_reply=configure_first)
+        opts = SimulatorOptions(
+            mode=mode, config="answer: 42", configure_before_register_reply=configure_first
+        )
         sim, stub, task, s = await _start(
-            sock_dir, plugin, opts, pods=[existing],
+            sock_dir,
+            plugin,
+            opts,
+            pods=[existing],
             containers=[make_container(existing, "a"), make_container(existing, "b")],
-            on_ready=lambda: ready.append(plugin.config))
+            on_ready=lambda: ready.append(plugin.config),
+        )
         # on_ready comes after Configure, whichever order the runtime uses
         runtime = "cri-o" if mode == "v0.11" else "containerd"
         assert ready == [("answer: 42", runtime, opts.runtime_version)]
         assert stub.registered
         assert (s.name, s.idx, s.plugin_nri_version) == ("test", "10", "v0.12.0")
         assert plugin.config == ("answer: 42", runtime, opts.runtime_version)
-        assert stub.nri_version == {"v0.12": "v0.12.0", "v0.11": "v0.11.0",
-                                    "v0.8": "v0.8.0"}[mode]
-        assert stub.nri_level.source == ("sent" if mode == "v0.12" else
-                                         f"{runtime} {opts.runtime_version} (release table)")
+        assert stub.nri_version == {"v0.12": "v0.12.0", "v0.11": "v0.11.0", "v0.8": "v0.8.0"}[mode]
+        assert stub.nri_level.source == (
+            "sent" if mode == "v0.12" else f"{runtime} {opts.runtime_version} (release table)"
+        )
         assert s.events == (ev.LEGACY_MASK if mode == "v0.8" else ev.FULL_MASK)
         assert plugin.synced == (1, 2) and len(s.sync_updates) == 1
 
@@ -180,15 +200,24 @@ def test_full_life_cycle(sock_dir, mode, configure_first):
         expected = ["update_container", "post_update_container", "stop_container"]
         if mode != "v0.8":
             expected += ["update_pod_sandbox", "post_update_pod_sandbox"]
-            ok = await s.event(ev.VALIDATE_CONTAINER_ADJUSTMENT, pod, ctr,
-                               adjust=pb.ContainerAdjustment(annotations={"a": "b"}))
+            ok = await s.event(
+                ev.VALIDATE_CONTAINER_ADJUSTMENT,
+                pod,
+                ctr,
+                adjust=pb.ContainerAdjustment(annotations={"a": "b"}),
+            )
             assert not ok.reject
-            bad = await s.event(ev.VALIDATE_CONTAINER_ADJUSTMENT, pod, ctr,
-                                adjust=pb.ContainerAdjustment(annotations={"forbidden": "1"}))
+            bad = await s.event(
+                ev.VALIDATE_CONTAINER_ADJUSTMENT,
+                pod,
+                ctr,
+                adjust=pb.ContainerAdjustment(annotations={"forbidden": "1"}),
+            )
             assert bad.reject and bad.reason == "forbidden annotation"
         assert [c[0] for c in plugin.calls] == expected
         await s.shutdown()
         await _finish(sim, stub, task)
+
     asyncio.run(main())
 
 
@@ -206,6 +235,7 @@ def test_subscription_follows_handlers(sock_dir):
         resp = await s.create_container(pod, ctr)
         assert resp == pb.CreateContainerResponse()
         await _finish(sim, stub, task)
+
     asyncio.run(main())
 
 
@@ -216,11 +246,11 @@ def test_chunked_synchronize_of_5000_containers(sock_dir):
     async def main():
         plugin = Recorder()
         opts = SimulatorOptions(sync_chunk_bytes=256 * 1024)
-        sim, stub, task, s = await _start(sock_dir, plugin, opts, pods=pods,
-                                          containers=containers)
+        sim, stub, task, s = await _start(sock_dir, plugin, opts, pods=pods, containers=containers)
         assert plugin.synced == (50, 5000)
         assert s.conn.core.client.next_stream_id > 2 * 10  # Configure + >= 10 chunks
         await _finish(sim, stub, task)
+
     asyncio.run(main())
 
 
@@ -238,9 +268,11 @@ def test_out_of_order_responses(sock_dir):
         async def create(name):
             resp = await s.create_container(pod, make_container(pod, name))
             done.append(resp.adjust.annotations["who"])
+
         await asyncio.gather(create("slow"), create("fast1"), create("fast2"))
         assert done[-1] == "slow" and sorted(done) == ["fast1", "fast2", "slow"]
         await _finish(sim, stub, task)
+
     asyncio.run(main())
 
 
@@ -272,6 +304,7 @@ def test_handler_error_becomes_status_and_connection_survives(sock_dir):
         assert await s.create_container(pod, ctr) == pb.CreateContainerResponse()
         assert stub.registered and not task.done()
         await _finish(sim, stub, task)
+
     asyncio.run(main())
 
 
@@ -288,6 +321,7 @@ def test_create_container_has_one_return_shape(sock_dir):
         assert err.value.code == Code.UNKNOWN
         assert err.value.message == "create_container must return CreateResult, got tuple"
         await _finish(sim, stub, task)
+
     asyncio.run(main())
 
 
@@ -315,6 +349,7 @@ def test_slow_handler_misses_deadline_and_runtime_drops_plugin(sock_dir):
             await asyncio.wait_for(task, 5)
         assert not stub.registered
         await sim.close()
+
     asyncio.run(main())
 
 
@@ -329,10 +364,12 @@ def test_unknown_method_and_update_containers(sock_dir):
         sim.state.containers[known.id] = known
         failed = await stub.update_containers(
             [pb.ContainerUpdate(container_id=known.id), pb.ContainerUpdate(container_id="gone")],
-            [pb.ContainerEviction(container_id="x", reason="test")])
+            [pb.ContainerEviction(container_id="x", reason="test")],
+        )
         assert [f.container_id for f in failed] == ["gone"]
         assert len(s.unsolicited) == 1 and s.unsolicited[0].evict[0].reason == "test"
         await _finish(sim, stub, task)
+
     asyncio.run(main())
 
 
@@ -349,6 +386,7 @@ def test_new_events_clipped_for_old_runtime(sock_dir):
         # bit 0x800 would make containerd 1.7 drop us: clipped, still connected
         assert stub.events == ev.bit(ev.CREATE_CONTAINER) and not s.drop_reason
         await _finish(sim, stub, task)
+
     asyncio.run(main())
 
 
@@ -361,6 +399,7 @@ def test_stub_clips_a_plugin_asking_too_much(sock_dir):
         sim, stub, task, s = await _start(sock_dir, Greedy(), SimulatorOptions(mode="v0.8"))
         assert stub.events == ev.LEGACY_MASK == s.events
         await _finish(sim, stub, task)
+
     asyncio.run(main())
 
 
@@ -372,8 +411,7 @@ def test_runtime_drops_plugin_with_unknown_event_bits(sock_dir):
         answer = pb.ConfigureResponse(events=0x3FFF).SerializeToString()
         routes = {(PLUGIN_SERVICE, "Configure"): lambda payload: answer}
         loop = asyncio.get_running_loop()
-        _, conn = await loop.create_unix_connection(
-            lambda: Connection(Role.PLUGIN, routes), path)
+        _, conn = await loop.create_unix_connection(lambda: Connection(Role.PLUGIN, routes), path)
         req = pb.RegisterPluginRequest(plugin_name="greedy", plugin_idx="01")
         with contextlib.suppress(ConnectionClosed):
             await conn.call(RUNTIME_SERVICE, "RegisterPlugin", req.SerializeToString(), 2)
@@ -382,6 +420,7 @@ def test_runtime_drops_plugin_with_unknown_event_bits(sock_dir):
         with pytest.raises(PluginDropped, match="01-greedy was dropped during set-up"):
             await sim.accept(timeout=3)
         await sim.close()
+
     asyncio.run(main())
 
 
@@ -394,6 +433,7 @@ def test_simulator_drops_silent_plugin_and_reports_bad_options(sock_dir):
         writer.close()
         assert "register" in sim.sessions[0].drop_reason
         await sim.close()
+
     asyncio.run(main())
     with pytest.raises(PluginConfigError, match="allowed"):
         SimulatorOptions(mode="v0.9")
@@ -409,6 +449,7 @@ def test_stub_rejects_bad_identity_and_missing_socket(sock_dir):
         stub = Stub(object(), name="x", idx="05", socket_path=os.path.join(sock_dir, "none"))
         with pytest.raises(ConnectionClosed, match="cannot connect"):
             await stub.run()
+
     asyncio.run(main())
 
 
@@ -420,8 +461,10 @@ def test_runtime_breaking_the_framing_ends_the_connection(sock_dir):
     async def main():
         sim, stub, task, s = await _start(sock_dir, Recorder())
         s.conn.transport.write(mux.HEADER.pack(mux.PLUGIN_CONN, 0xFFFFFFFF) + b"junk")
-        with pytest.raises(ConnectionClosed, match="NRI connection ended: mux frame for "
-                           "conn 1 announces 4294967295 bytes") as err:
+        with pytest.raises(
+            ConnectionClosed,
+            match="NRI connection ended: mux frame for conn 1 announces 4294967295 bytes",
+        ) as err:
             await asyncio.wait_for(task, 5)
         assert isinstance(err.value.__cause__, RemoteProtocolError)
         assert not stub.registered
@@ -429,6 +472,7 @@ def test_runtime_breaking_the_framing_ends_the_connection(sock_dir):
         with pytest.raises(PluginDropped):
             await s.run_pod_sandbox(make_pod("p"))
         await sim.close()
+
     asyncio.run(main())
 
 
@@ -448,6 +492,7 @@ def test_stub_on_given_socket_and_dropped_session_errors(sock_dir):
             await asyncio.wait_for(task, 5)
         with contextlib.suppress(Exception):
             await sim.close()
+
     asyncio.run(main())
 
 
@@ -457,12 +502,12 @@ def test_runtime_that_never_configures_fails_registration(sock_dir):
         routes = {(RUNTIME_SERVICE, "RegisterPlugin"): lambda payload: b""}
         loop = asyncio.get_running_loop()
         server = await loop.create_unix_server(lambda: Connection(Role.RUNTIME, routes), path)
-        stub = Stub(Recorder(), name="x", idx="01", socket_path=path,
-                    registration_timeout=0.3)
+        stub = Stub(Recorder(), name="x", idx="01", socket_path=path, registration_timeout=0.3)
         with pytest.raises(RegistrationError, match=r"sent no Configure within 0\.3s"):
             await stub.run()
         assert not stub.registered
         server.close()
+
     asyncio.run(main())
 
 
@@ -480,6 +525,7 @@ def test_stop_during_registration_returns_quietly(sock_dir):
         stub2.stop()  # before run(): returns at once
         assert await asyncio.wait_for(stub2.run(), 3) is None
         server.close()
+
     asyncio.run(main())
 
 
@@ -490,8 +536,11 @@ def test_simulator_requests_look_like_containerds(sock_dir):
     from nri_plugin.nri.pb import ttrpc_pb2
 
     golden = load_golden("containerd-2.3.4.jsonl")
-    recorded = next(ttrpc_pb2.Request.FromString(f.data) for c, f in golden.frames("r2p")
-                    if c == mux.PLUGIN_CONN and b"CreateContainer" in f.data)
+    recorded = next(
+        ttrpc_pb2.Request.FromString(f.data)
+        for c, f in golden.frames("r2p")
+        if c == mux.PLUGIN_CONN and b"CreateContainer" in f.data
+    )
     seen = []
 
     class Spy:
@@ -506,10 +555,12 @@ def test_simulator_requests_look_like_containerds(sock_dir):
             events = original(data)
             seen.extend(e for e in events if getattr(e, "method", "") == "CreateContainer")
             return events
+
         stub._conn.core.receive_data = spy
         pod = make_pod("p")
         await s.create_container(pod, make_container(pod, "c"))
         await _finish(sim, stub, task)
+
     asyncio.run(main())
     (ours,) = seen
     assert (ours.service, ours.method) == (recorded.service, recorded.method)
@@ -533,36 +584,49 @@ def test_failing_configure_gets_the_plugin_dropped(sock_dir):
         with pytest.raises(RegistrationError):
             await asyncio.wait_for(task, 5)
         await sim.close()
+
     asyncio.run(main())
 
 
 # -- bounds: hostile or broken runtimes cost bounded memory and never wedge the plugin ----
 
+
 def test_state_change_never_runs_adjusting_handlers(sock_dir):
     """containerd 1.7 sends only non-adjusting events as StateChange. One carrying
     CreateContainer (or another adjusting event) is refused and runs nothing, so no
     resources are reserved for a container the runtime never adjusts."""
+
     async def main():
         plugin = Recorder()
         sim, stub, task, s = await _start(sock_dir, plugin, SimulatorOptions(mode="v0.8"))
         pod = make_pod("p")
         ctr = make_container(pod, "c")
-        for event in (ev.CREATE_CONTAINER, ev.UPDATE_CONTAINER, ev.STOP_CONTAINER,
-                      ev.VALIDATE_CONTAINER_ADJUSTMENT):
+        for event in (
+            ev.CREATE_CONTAINER,
+            ev.UPDATE_CONTAINER,
+            ev.STOP_CONTAINER,
+            ev.VALIDATE_CONTAINER_ADJUSTMENT,
+        ):
             with pytest.raises(PluginCallError) as err:
-                await s.call("StateChange", pb.StateChangeEvent(event=event, pod=pod,
-                                                                container=ctr), pb.Empty)
+                await s.call(
+                    "StateChange",
+                    pb.StateChangeEvent(event=event, pod=pod, container=ctr),
+                    pb.Empty,
+                )
             assert err.value.code == Code.INVALID_ARGUMENT
-            assert f"StateChange cannot carry {ev.RPCS[event]} (event {event})" in \
-                err.value.message
+            assert f"StateChange cannot carry {ev.RPCS[event]} (event {event})" in err.value.message
         assert plugin.calls == []
         await s.call("StateChange", pb.StateChangeEvent(event=99, pod=pod), pb.Empty)
-        await s.call("StateChange", pb.StateChangeEvent(event=ev.START_CONTAINER, pod=pod,
-                                                        container=ctr), pb.Empty)
+        await s.call(
+            "StateChange",
+            pb.StateChangeEvent(event=ev.START_CONTAINER, pod=pod, container=ctr),
+            pb.Empty,
+        )
         assert plugin.calls == [("start_container", "c")]
         assert (await s.create_container(pod, ctr)).adjust.linux.resources.cpu.cpus == "0-1"
         assert stub.registered and not task.done()
         await _finish(sim, stub, task)
+
     asyncio.run(main())
 
 
@@ -575,22 +639,28 @@ def test_synchronize_over_its_bounds_fails_whole_and_is_never_handed_on(sock_dir
         path = os.path.join(sock_dir, "nri.sock")
         opts = SimulatorOptions(sync_chunk_bytes=32 * 1024)  # ~12 parts
         sim = await RuntimeSimulator(path, opts, pods=pods, containers=containers).start()
-        stub = Stub(plugin, name="test", idx="10", socket_path=path,
-                    sync_limits=SyncLimits(containers=100))
+        stub = Stub(
+            plugin, name="test", idx="10", socket_path=path, sync_limits=SyncLimits(containers=100)
+        )
         task = asyncio.create_task(stub.run())
-        with pytest.raises(PluginDropped, match=r"Synchronize refused: more than 100 "
-                           r"containers after \d+ parts; nri-sla holds at most 1024 parts"):
+        with pytest.raises(
+            PluginDropped,
+            match=r"Synchronize refused: more than 100 "
+            r"containers after \d+ parts; nri-sla holds at most 1024 parts",
+        ):
             await sim.accept(timeout=5)
         assert plugin.synced is None  # never called with a part of the state
         with pytest.raises(ConnectionClosed):
             await asyncio.wait_for(task, 5)
         # the same runtime state within the bounds: one complete Synchronize
-        stub = Stub(plugin, name="test", idx="10", socket_path=path,
-                    sync_limits=SyncLimits(containers=300))
+        stub = Stub(
+            plugin, name="test", idx="10", socket_path=path, sync_limits=SyncLimits(containers=300)
+        )
         task = asyncio.create_task(stub.run())
         await sim.accept(timeout=5)
         assert plugin.synced == (4, 300)
         await _finish(sim, stub, task)
+
     asyncio.run(main())
 
 
@@ -609,8 +679,9 @@ def test_100k_synchronize_parts_cost_bounded_memory_and_time():
     stub = Stub(plugin, name="test", idx="10")
     route = stub.routes[(PLUGIN_SERVICE, "Synchronize")]
     pod = make_pod("p")
-    part = pb.SynchronizeRequest(pods=[pod], containers=[make_container(pod, "c")],
-                                 more=True).SerializeToString()
+    part = pb.SynchronizeRequest(
+        pods=[pod], containers=[make_container(pod, "c")], more=True
+    ).SerializeToString()
     refused = 0
     base = peak = rss()
     start = time.perf_counter()
@@ -630,8 +701,9 @@ def test_100k_synchronize_parts_cost_bounded_memory_and_time():
     # bounded, at most 1,024 of them are held at once.
     assert peak - base < 96 << 20, f"grew {(peak - base) >> 20} MiB"
     assert elapsed < 60, f"{elapsed:.1f}s"
-    last = pb.SynchronizeRequest(pods=[pod], containers=[make_container(pod, "last")],
-                                 more=False).SerializeToString()
+    last = pb.SynchronizeRequest(
+        pods=[pod], containers=[make_container(pod, "last")], more=False
+    ).SerializeToString()
     with pytest.raises(RpcError, match="more than 1024 parts"):
         route(last)  # ends the refused Synchronize
     answer = pb.SynchronizeResponse.FromString(asyncio.run(route(last)))  # a new one
@@ -652,9 +724,17 @@ def test_stream_ids_at_the_top_of_the_range_never_wedge_the_plugin(sock_dir):
         stubs: list[Stub] = []
         reconnects: list[int] = []
         stop = asyncio.Event()
-        opts = ServiceOptions(socket_path=path, name="ids", idx="10", backoff_initial=0.05,
-                              handle_signals=False, environ={}, on_ready=stubs.append,
-                              on_reconnect=reconnects.append, stop_event=stop)
+        opts = ServiceOptions(
+            socket_path=path,
+            name="ids",
+            idx="10",
+            backoff_initial=0.05,
+            handle_signals=False,
+            environ={},
+            on_ready=stubs.append,
+            on_reconnect=reconnects.append,
+            stop_event=stop,
+        )
         svc = asyncio.create_task(run_service(Recorder(), opts))
         s = await sim.accept(timeout=5)
         pod = make_pod("p")
@@ -679,6 +759,7 @@ def test_stream_ids_at_the_top_of_the_range_never_wedge_the_plugin(sock_dir):
         stop.set()
         await asyncio.wait_for(svc, 5)
         await sim.close()
+
     asyncio.run(main())
 
 
@@ -703,8 +784,7 @@ def test_a_runtime_that_stops_reading_gets_backpressure_then_is_dropped(sock_dir
         s.conn.transport.pause_reading()  # the runtime stops reading
         calls = 4000  # ~24 MB of answers if nothing pushed back
         for _ in range(calls):
-            s.conn.core.send_request(PLUGIN_SERVICE, "StopContainer",
-                                     payload.SerializeToString())
+            s.conn.core.send_request(PLUGIN_SERVICE, "StopContainer", payload.SerializeToString())
         s.conn._flush()
         peak = 0
         for _ in range(100):
@@ -726,13 +806,18 @@ def test_a_runtime_that_stops_reading_gets_backpressure_then_is_dropped(sock_dir
         big = [pb.ContainerUpdate(container_id="x" * 1024) for _ in range(3000)]  # 3 MB
         calls = [asyncio.create_task(stub.update_containers(big)) for _ in range(8)]
         results = await asyncio.gather(*calls, return_exceptions=True)
-        assert all(isinstance(r, ConnectionClosed) and "the peer is not reading" in str(r)
-                   for r in results), results
-        with pytest.raises(ConnectionClosed, match=f"NRI connection ended: the peer is not "
-                           rf"reading: \d+ bytes unsent \(at most {MAX_UNSENT}\)"):
+        assert all(
+            isinstance(r, ConnectionClosed) and "the peer is not reading" in str(r) for r in results
+        ), results
+        with pytest.raises(
+            ConnectionClosed,
+            match=f"NRI connection ended: the peer is not "
+            rf"reading: \d+ bytes unsent \(at most {MAX_UNSENT}\)",
+        ):
             await asyncio.wait_for(task, 5)
         assert ours.transport.get_write_buffer_size() == 0  # aborted, nothing kept
         await sim.close()
+
     if loop == "uvloop":  # what `nri-sla run` serves on
         uvloop = pytest.importorskip("uvloop")
         uvloop.run(main())
@@ -750,9 +835,13 @@ def test_create_response_bytes_are_protobufs_own():
     update = pb.ContainerUpdate(container_id="other", ignore_failure=True)
     update.linux.resources.cpu.cpus = "4-7"
     eviction = pb.ContainerEviction(container_id="gone", reason="why")
-    answers = [CreateResult(), CreateResult(pb.ContainerAdjustment()),
-               CreateResult(adjustment), CreateResult(None, [update, update]),
-               CreateResult(adjustment, [update], [eviction, eviction])]
+    answers = [
+        CreateResult(),
+        CreateResult(pb.ContainerAdjustment()),
+        CreateResult(adjustment),
+        CreateResult(None, [update, update]),
+        CreateResult(adjustment, [update], [eviction, eviction]),
+    ]
 
     class Answers:
         def create_container(self, pod, ctr):

@@ -6,30 +6,35 @@ from nri_plugin.nri import events as ev
 from nri_plugin.nri.levels import RUNTIME_NRI, NriLevel, nri_level
 
 
-@pytest.mark.parametrize(("name", "release", "version"), [
-    # CRI-O: the vendored github.com/containerd/nri of each release tag's go.mod
-    ("cri-o", "1.36.3", "v0.11.0"),
-    ("cri-o", "1.35.0", "v0.11.0"),
-    ("cri-o", "1.34.11", "v0.10.0"),
-    ("cri-o", "1.33.4", "v0.9.0"),  # a v0.10 pre-release without validation: v0.9 events
-    ("cri-o", "1.31.2", "v0.6.1"),
-    ("cri-o", "1.26.0", "v0.2.0"),
-    ("cri-o", "1.37.0", "v0.11.0"),  # newer than the table and sends none: at least v0.11
-    # containerd, as it writes its version (a source build adds +unknown)
-    ("containerd", "1.7.34+unknown", "v0.8.0"),
-    ("containerd", "v2.1.4", "v0.8.0"),
-    ("containerd", "v2.2.0", "v0.10.0"),
-    ("containerd", "2.2.1", "v0.11.0"),
-    ("containerd", "2.3.4+unknown", "v0.12.0"),
-    ("CRI-O", "1.36.3", "v0.11.0"),
-])
+@pytest.mark.parametrize(
+    ("name", "release", "version"),
+    [
+        # CRI-O: the vendored github.com/containerd/nri of each release tag's go.mod
+        ("cri-o", "1.36.3", "v0.11.0"),
+        ("cri-o", "1.35.0", "v0.11.0"),
+        ("cri-o", "1.34.11", "v0.10.0"),
+        ("cri-o", "1.33.4", "v0.9.0"),  # a v0.10 pre-release without validation: v0.9 events
+        ("cri-o", "1.31.2", "v0.6.1"),
+        ("cri-o", "1.26.0", "v0.2.0"),
+        ("cri-o", "1.37.0", "v0.11.0"),  # newer than the table and sends none: at least v0.11
+        # containerd, as it writes its version (a source build adds +unknown)
+        ("containerd", "1.7.34+unknown", "v0.8.0"),
+        ("containerd", "v2.1.4", "v0.8.0"),
+        ("containerd", "v2.2.0", "v0.10.0"),
+        ("containerd", "2.2.1", "v0.11.0"),
+        ("containerd", "2.3.4+unknown", "v0.12.0"),
+        ("CRI-O", "1.36.3", "v0.11.0"),
+    ],
+)
 def test_release_tells_the_version(name, release, version):
     level = nri_level("", name, release)
     assert level == NriLevel(version, f"{name} {release} (release table)")
 
 
-@pytest.mark.parametrize(("name", "release"), [
-    ("cri-o", ""), ("cri-o", "1.25.9"), ("cri-o", "main"), ("podman", "5.0.0"), ("", "")])
+@pytest.mark.parametrize(
+    ("name", "release"),
+    [("cri-o", ""), ("cri-o", "1.25.9"), ("cri-o", "main"), ("podman", "5.0.0"), ("", "")],
+)
 def test_unknown_stays_unversioned(name, release):
     level = nri_level("", name, release)
     assert level == NriLevel("", "unknown")

@@ -13,7 +13,8 @@ from nri_plugin.nri.pb import nri_pb2 as pb
 # The generator stamps its own protobuf version into the module; a newer grpcio-tools
 # changes only those lines. What must match is everything else (the descriptor).
 _VERSION_LINES = re.compile(
-    rb"^# Protobuf Python Version: .*$|ValidateProtobufRuntimeVersion\([^)]*\)", re.M)
+    rb"^# Protobuf Python Version: .*$|ValidateProtobufRuntimeVersion\([^)]*\)", re.M
+)
 
 
 def test_committed_modules_are_fresh(tmp_path):
@@ -24,7 +25,8 @@ def test_committed_modules_are_fresh(tmp_path):
         fresh = path.read_bytes()
         assert _VERSION_LINES.sub(b"", committed) == _VERSION_LINES.sub(b"", fresh), (
             f"nri_plugin/nri/pb/{path.name} is stale: run `python -m nri_plugin.nri.protogen` "
-            "and commit it")
+            "and commit it"
+        )
 
 
 def test_protogen_reports_protoc_failure(tmp_path):
@@ -47,8 +49,8 @@ def test_unknown_fields_survive_decode_and_reencode():
     again = pb.Container.FromString(decoded.SerializeToString())
     assert again.annotations["k"] == "v"
     assert extra in decoded.SerializeToString() or sorted(
-        (f.field_number, f.data) for f in unknown_fields.UnknownFieldSet(again)) == [
-        (50, 7), (99, b"hello")]
+        (f.field_number, f.data) for f in unknown_fields.UnknownFieldSet(again)
+    ) == [(50, 7), (99, b"hello")]
     # Nested: unknown field inside a sub-message of a request.
     req = pb.CreateContainerRequest(container=pb.Container(id="x"))
     raw = req.SerializeToString()
@@ -56,5 +58,8 @@ def test_unknown_fields_survive_decode_and_reencode():
     raw_with = b"\x12" + bytes([len(inner)]) + inner
     assert raw != raw_with
     decoded_req = pb.CreateContainerRequest.FromString(raw_with)
-    assert pb.CreateContainerRequest.FromString(decoded_req.SerializeToString()) \
-        .container.SerializeToString().endswith(extra)
+    assert (
+        pb.CreateContainerRequest.FromString(decoded_req.SerializeToString())
+        .container.SerializeToString()
+        .endswith(extra)
+    )

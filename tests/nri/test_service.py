@@ -32,10 +32,19 @@ def test_reconnects_after_runtime_restart_and_stops_cleanly(sock_dir):
         reconnects: list[int] = []
         stubs = []
         stop = asyncio.Event()
-        opts = ServiceOptions(socket_path=path, name="svc", idx="42", backoff_initial=0.05,
-                              backoff_max=0.2, handle_signals=False, environ={},
-                              on_state=states.append, on_reconnect=reconnects.append,
-                              on_ready=stubs.append, stop_event=stop)
+        opts = ServiceOptions(
+            socket_path=path,
+            name="svc",
+            idx="42",
+            backoff_initial=0.05,
+            backoff_max=0.2,
+            handle_signals=False,
+            environ={},
+            on_state=states.append,
+            on_reconnect=reconnects.append,
+            on_ready=stubs.append,
+            stop_event=stop,
+        )
         svc = asyncio.create_task(run_service(Plugin(), opts))
         for _ in range(200):  # no runtime yet: the service keeps retrying
             if states.count(service.CONNECTING) >= 3:
@@ -61,6 +70,7 @@ def test_reconnects_after_runtime_restart_and_stops_cleanly(sock_dir):
         assert states[-1] == service.STOPPED
         assert service.DISCONNECTED in states and states.count(service.REGISTERED) == 3
         await sim.close()
+
     asyncio.run(main())
 
 
@@ -69,23 +79,35 @@ def test_prelaunched_socket_exits_when_connection_ends():
         ours, theirs = socket.socketpair()
         sim = RuntimeSimulator("/nonexistent/unused")
         await sim.attach(theirs)
-        env = {"NRI_PLUGIN_SOCKET": str(ours.fileno()), "NRI_PLUGIN_NAME": "sla",
-               "NRI_PLUGIN_IDX": "07"}
-        svc = asyncio.create_task(run_service(Plugin(), ServiceOptions(
-            environ=env, handle_signals=False, backoff_initial=0.01)))
+        env = {
+            "NRI_PLUGIN_SOCKET": str(ours.fileno()),
+            "NRI_PLUGIN_NAME": "sla",
+            "NRI_PLUGIN_IDX": "07",
+        }
+        svc = asyncio.create_task(
+            run_service(
+                Plugin(), ServiceOptions(environ=env, handle_signals=False, backoff_initial=0.01)
+            )
+        )
         s = await sim.accept(timeout=5)
         assert (s.name, s.idx) == ("sla", "07")
         s.drop("containerd stops the plugin")
         await asyncio.wait_for(svc, 5)  # no reconnect attempts: it returns
+
     asyncio.run(main())
 
 
-@pytest.mark.parametrize(("env", "match"), [
-    ({"NRI_PLUGIN_SOCKET": "three"}, "file descriptor"),
-    ({"NRI_PLUGIN_SOCKET": "3", "NRI_PLUGIN_NAME": "x", "NRI_PLUGIN_IDX": "7"}, "two digits"),
-    ({"NRI_PLUGIN_SOCKET": "987", "NRI_PLUGIN_NAME": "x", "NRI_PLUGIN_IDX": "07"},
-     "not an open socket"),
-])
+@pytest.mark.parametrize(
+    ("env", "match"),
+    [
+        ({"NRI_PLUGIN_SOCKET": "three"}, "file descriptor"),
+        ({"NRI_PLUGIN_SOCKET": "3", "NRI_PLUGIN_NAME": "x", "NRI_PLUGIN_IDX": "7"}, "two digits"),
+        (
+            {"NRI_PLUGIN_SOCKET": "987", "NRI_PLUGIN_NAME": "x", "NRI_PLUGIN_IDX": "07"},
+            "not an open socket",
+        ),
+    ],
+)
 def test_bad_prelaunch_environment_is_a_clear_error(env, match):
     with pytest.raises(PluginConfigError, match=match):
         asyncio.run(run_service(Plugin(), ServiceOptions(environ=env, handle_signals=False)))
@@ -95,15 +117,15 @@ def test_bad_options():
     with pytest.raises(PluginConfigError, match="backoff"):
         ServiceOptions(backoff_initial=5, backoff_max=1)
     with pytest.raises(PluginConfigError, match="index"):
-        asyncio.run(run_service(Plugin(), ServiceOptions(idx="x", environ={},
-                                                         handle_signals=False)))
+        asyncio.run(
+            run_service(Plugin(), ServiceOptions(idx="x", environ={}, handle_signals=False))
+        )
 
 
 def test_notifier_addresses_and_watchdog_interval():
     n = SystemdNotifier({"NOTIFY_SOCKET": "@abstract", "WATCHDOG_USEC": "3000000"})
     assert n.address == "\0abstract" and n.watchdog_interval == 1.5
-    n = SystemdNotifier({"NOTIFY_SOCKET": "/run/x", "WATCHDOG_USEC": "100",
-                         "WATCHDOG_PID": "1"})
+    n = SystemdNotifier({"NOTIFY_SOCKET": "/run/x", "WATCHDOG_USEC": "100", "WATCHDOG_PID": "1"})
     assert n.watchdog_interval is None  # watchdog meant for another process
     assert not SystemdNotifier({}).enabled
     SystemdNotifier({}).notify("READY=1")  # no socket: a no-op
@@ -138,8 +160,11 @@ def test_sigterm_and_systemd_notify_in_a_real_process(sock_dir):
     async def main():
         path = os.path.join(sock_dir, "nri.sock")
         sim = await RuntimeSimulator(path).start()
-        env = {"NOTIFY_SOCKET": notify_path, "WATCHDOG_USEC": "200000",
-               "PYTHONPATH": os.pathsep.join(sys.path)}
+        env = {
+            "NOTIFY_SOCKET": notify_path,
+            "WATCHDOG_USEC": "200000",
+            "PYTHONPATH": os.pathsep.join(sys.path),
+        }
         proc = await asyncio.create_subprocess_exec(sys.executable, "-c", CHILD, path, env=env)
         s = await sim.accept(timeout=20)
         assert s.name == "child"
@@ -150,6 +175,7 @@ def test_sigterm_and_systemd_notify_in_a_real_process(sock_dir):
         assert await asyncio.wait_for(proc.wait(), 10) == 0
         lines = await asyncio.to_thread(_read_notify, notify, "STOPPING=1")
         await sim.close()
+
     try:
         asyncio.run(main())
     finally:
@@ -163,11 +189,15 @@ def test_prelaunched_process_without_path_in_environment():
         sim = RuntimeSimulator("/nonexistent/unused")
         await sim.attach(theirs)
         fd = ours.fileno()
-        env = {"NRI_PLUGIN_SOCKET": "3", "NRI_PLUGIN_NAME": "launched",
-               "NRI_PLUGIN_IDX": "90", "PYTHONPATH": os.pathsep.join(sys.path)}
+        env = {
+            "NRI_PLUGIN_SOCKET": "3",
+            "NRI_PLUGIN_NAME": "launched",
+            "NRI_PLUGIN_IDX": "90",
+            "PYTHONPATH": os.pathsep.join(sys.path),
+        }
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-c", CHILD, env=env, pass_fds=(3,),
-            preexec_fn=lambda: os.dup2(fd, 3))
+            sys.executable, "-c", CHILD, env=env, pass_fds=(3,), preexec_fn=lambda: os.dup2(fd, 3)
+        )
         ours.close()
         s = await sim.accept(timeout=20)
         assert (s.name, s.idx) == ("launched", "90")
@@ -175,6 +205,7 @@ def test_prelaunched_process_without_path_in_environment():
         assert await s.create_container(pod, make_container(pod, "c")) is not None
         s.drop("runtime shuts the plugin down")
         assert await asyncio.wait_for(proc.wait(), 10) == 0
+
     asyncio.run(main())
 
 
@@ -200,9 +231,15 @@ def test_periodic_work_runs_while_registered_and_sends_its_updates(sock_dir, cap
             return [update]
 
         stop = asyncio.Event()
-        opts = ServiceOptions(socket_path=path, backoff_initial=0.05, backoff_max=0.1,
-                              handle_signals=False, environ={}, stop_event=stop,
-                              periodic=[service.Periodic(0.05, tick, "tick")])
+        opts = ServiceOptions(
+            socket_path=path,
+            backoff_initial=0.05,
+            backoff_max=0.1,
+            handle_signals=False,
+            environ={},
+            stop_event=stop,
+            periodic=[service.Periodic(0.05, tick, "tick")],
+        )
         svc = asyncio.create_task(run_service(Plugin(), opts))
         await asyncio.sleep(0.2)
         assert runs == []  # not registered: nothing runs
@@ -221,6 +258,7 @@ def test_periodic_work_runs_while_registered_and_sends_its_updates(sock_dir, cap
         assert len(runs) <= stopped_at + 1  # the runtime is gone: no more runs
         stop.set()
         await asyncio.wait_for(svc, 5)
+
     asyncio.run(main())
     assert any("periodic tick failed" in r.getMessage() for r in caplog.records)
 
@@ -229,6 +267,7 @@ def test_a_periodic_runs_again_updates_go_once_the_first_is_answered(sock_dir):
     """`again` sees what was sent once the runtime answered, and what it gives goes as a
     further UpdateContainers, until it gives nothing: the runtime ends with the value of
     the last one (a cpuset an answer changed while the first was on its way)."""
+
     async def main():
         path = os.path.join(sock_dir, "nri.sock")
         pod = make_pod("p")
@@ -249,9 +288,15 @@ def test_a_periodic_runs_again_updates_go_once_the_first_is_answered(sock_dir):
             return [change]
 
         stop = asyncio.Event()
-        opts = ServiceOptions(socket_path=path, backoff_initial=0.05, backoff_max=0.1,
-                              handle_signals=False, environ={}, stop_event=stop,
-                              periodic=[service.Periodic(0.05, tick, "tick", again=again)])
+        opts = ServiceOptions(
+            socket_path=path,
+            backoff_initial=0.05,
+            backoff_max=0.1,
+            handle_signals=False,
+            environ={},
+            stop_event=stop,
+            periodic=[service.Periodic(0.05, tick, "tick", again=again)],
+        )
         svc = asyncio.create_task(run_service(Plugin(), opts))
         sim = await RuntimeSimulator(path, containers=[ctr]).start()
         s = await sim.accept(timeout=5)
@@ -265,17 +310,18 @@ def test_a_periodic_runs_again_updates_go_once_the_first_is_answered(sock_dir):
         await sim.close()
         stop.set()
         await asyncio.wait_for(svc, 5)
+
     asyncio.run(main())
 
 
 STEP_SECONDS = 0.01  # what one step holds the loop for (a batch of containers read back)
 
 
-def test_a_periodic_run_in_steps_lets_requests_through_and_sends_every_steps_updates(
-        sock_dir):
+def test_a_periodic_run_in_steps_lets_requests_through_and_sends_every_steps_updates(sock_dir):
     """A run returning a generator holds the loop one step at a time: a CreateContainer
     sent while it runs is answered long before its last step, and the updates of its
     first and last steps reach the runtime together."""
+
     async def main():
         path = os.path.join(sock_dir, "nri.sock")
         pod = make_pod("p")
@@ -296,13 +342,22 @@ def test_a_periodic_run_in_steps_lets_requests_through_and_sends_every_steps_upd
                 time.sleep(STEP_SECONDS)  # the loop is held, as by reading cgroups
                 done.append(i)
                 began.set()
-                yield ([update(first, "0-1")] if i == 0 else
-                       [update(last, "0-2")] if i == total - 1 else [])
+                yield (
+                    [update(first, "0-1")]
+                    if i == 0
+                    else [update(last, "0-2")]
+                    if i == total - 1
+                    else []
+                )
 
         stop = asyncio.Event()
-        opts = ServiceOptions(socket_path=path, handle_signals=False, environ={},
-                              stop_event=stop,
-                              periodic=[service.Periodic(0.05, pass_in_steps, "steps")])
+        opts = ServiceOptions(
+            socket_path=path,
+            handle_signals=False,
+            environ={},
+            stop_event=stop,
+            periodic=[service.Periodic(0.05, pass_in_steps, "steps")],
+        )
         svc = asyncio.create_task(run_service(Plugin(), opts))
         sim = await RuntimeSimulator(path, containers=[first, last]).start()
         s = await sim.accept(timeout=5)
@@ -322,6 +377,7 @@ def test_a_periodic_run_in_steps_lets_requests_through_and_sends_every_steps_upd
         stop.set()
         await asyncio.wait_for(svc, 5)
         await sim.close()
+
     asyncio.run(main())
 
 
@@ -350,9 +406,15 @@ def test_a_periodic_run_in_steps_ends_cleanly_when_the_connection_drops(sock_dir
                 raise
 
         stop = asyncio.Event()
-        opts = ServiceOptions(socket_path=path, backoff_initial=0.05, backoff_max=0.1,
-                              handle_signals=False, environ={}, stop_event=stop,
-                              periodic=[service.Periodic(0.05, endless_steps, "endless")])
+        opts = ServiceOptions(
+            socket_path=path,
+            backoff_initial=0.05,
+            backoff_max=0.1,
+            handle_signals=False,
+            environ={},
+            stop_event=stop,
+            periodic=[service.Periodic(0.05, endless_steps, "endless")],
+        )
         svc = asyncio.create_task(run_service(Plugin(), opts))
         sim = await RuntimeSimulator(path).start()
         await sim.accept(timeout=5)
@@ -367,6 +429,7 @@ def test_a_periodic_run_in_steps_ends_cleanly_when_the_connection_drops(sock_dir
         assert closed == [len(done)]  # and no step after that
         stop.set()
         await asyncio.wait_for(svc, 5)
+
     asyncio.run(main())
     assert not [r for r in caplog.records if "failed" in r.getMessage()]
 
@@ -393,7 +456,8 @@ def test_an_unreachable_runtime_warns_once_per_streak_then_once_a_minute(caplog)
         "NRI runtime still not reachable after 5 attempts in 61s: cannot connect to NRI "
         "socket /x: No such file or directory; retrying in 5.0s",
         "NRI runtime not reachable: cannot connect to NRI socket /x: No such file or "
-        "directory; retrying in 0.5s"]
+        "directory; retrying in 0.5s",
+    ]
     assert sum(r.levelno == logging.DEBUG for r in caplog.records) == 4
 
 
@@ -407,17 +471,24 @@ def test_a_service_without_runtime_keeps_warning(sock_dir, caplog, monkeypatch):
 
     async def main():
         stop = asyncio.Event()
-        opts = ServiceOptions(socket_path=os.path.join(sock_dir, "absent.sock"),
-                              backoff_initial=0.02, backoff_max=0.05, handle_signals=False,
-                              environ={}, stop_event=stop)
+        opts = ServiceOptions(
+            socket_path=os.path.join(sock_dir, "absent.sock"),
+            backoff_initial=0.02,
+            backoff_max=0.05,
+            handle_signals=False,
+            environ={},
+            stop_event=stop,
+        )
         svc = asyncio.create_task(run_service(Plugin(), opts))
         await asyncio.sleep(1.1)
         stop.set()
         await asyncio.wait_for(svc, 5)
+
     asyncio.run(main())
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert warnings[0].startswith("NRI runtime not reachable: cannot connect to NRI socket")
     assert 3 <= len(warnings) <= 5, warnings
     assert all(w.startswith("NRI runtime still not reachable after ") for w in warnings[1:])
-    assert sum(r.levelno == logging.DEBUG and "not reachable" in r.getMessage()
-               for r in caplog.records) > len(warnings)
+    assert sum(
+        r.levelno == logging.DEBUG and "not reachable" in r.getMessage() for r in caplog.records
+    ) > len(warnings)

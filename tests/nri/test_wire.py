@@ -31,23 +31,32 @@ _PAYLOAD_TAG = 3 << 3 | 2  # ttrpc.Request's payload, length-delimited
 texts = st.text(max_size=40)
 containers = st.builds(
     lambda cid, pod, annotations, state, created: pb.Container(
-        id=cid, pod_sandbox_id=pod, annotations=annotations, state=state, created_at=created),
-    texts, texts, st.dictionaries(texts, texts, max_size=3), st.integers(0, 4),
-    st.integers(0, 2**63 - 1))
+        id=cid, pod_sandbox_id=pod, annotations=annotations, state=state, created_at=created
+    ),
+    texts,
+    texts,
+    st.dictionaries(texts, texts, max_size=3),
+    st.integers(0, 4),
+    st.integers(0, 2**63 - 1),
+)
 pods = st.builds(lambda pid, ns: pb.PodSandbox(id=pid, namespace=ns), texts, texts)
 
 
 @settings(max_examples=80, deadline=None)
-@given(st.lists(pods, max_size=4), st.lists(containers, max_size=6), st.booleans(),
-       st.integers(1, 3))
+@given(
+    st.lists(pods, max_size=4), st.lists(containers, max_size=6), st.booleans(), st.integers(1, 3)
+)
 def test_fields_and_lazy_elements_match_the_parse(pod_list, container_list, more, copies):
-    payloads = [pb.SynchronizeRequest(pods=pod_list, containers=container_list, more=more
-                                      ).SerializeToString() for _ in range(copies)]
+    payloads = [
+        pb.SynchronizeRequest(
+            pods=pod_list, containers=container_list, more=more
+        ).SerializeToString()
+        for _ in range(copies)
+    ]
     lazy: LazyMessages[pb.Container] = LazyMessages(pb.Container)
     for payload in payloads:
         found = read_fields(payload)
-        assert (found.count(PODS), found.count(CONTAINERS)) == (len(pod_list),
-                                                                len(container_list))
+        assert (found.count(PODS), found.count(CONTAINERS)) == (len(pod_list), len(container_list))
         assert bool(found.varints.get(MORE)) == more
         if CONTAINERS in found.spans:
             lazy.add(payload, found.spans[CONTAINERS])
@@ -59,7 +68,7 @@ def test_fields_and_lazy_elements_match_the_parse(pod_list, container_list, more
 @given(st.lists(containers, min_size=1, max_size=4), st.data())
 def test_a_cut_message_is_refused_as_protobuf_refuses_it(container_list, data):
     payload = pb.SynchronizeRequest(containers=container_list).SerializeToString()
-    cut = payload[:data.draw(st.integers(1, len(payload) - 1))]
+    cut = payload[: data.draw(st.integers(1, len(payload) - 1))]
     try:
         pb.SynchronizeRequest.FromString(cut)
     except DecodeError:
@@ -92,24 +101,29 @@ kvs = st.lists(st.tuples(texts, texts), max_size=3)
 
 
 @settings(max_examples=40, deadline=None)
-@given(texts, texts, st.binary(max_size=64), st.integers(-(2**63), 2**63 - 1), kvs,
-       st.integers(1, 5))
+@given(
+    texts, texts, st.binary(max_size=64), st.integers(-(2**63), 2**63 - 1), kvs, st.integers(1, 5)
+)
 def test_a_large_request_reads_as_protobuf_reads_it_its_payload_not_copied(
-        service, method, tail, timeout, metadata, chunks):
+    service, method, tail, timeout, metadata, chunks
+):
     payload = bytes(LARGE_FRAME) + tail
     data = encode_request(service, method, payload, timeout, metadata)
     core = ServerCore(lambda s, m: True)
     frame = encode_frame(1, TYPE_REQUEST, data)
     decoder = FrameDecoder()
     step = len(frame) // chunks + 1
-    frames = [f for i in range(0, len(frame), step) for f in decoder.feed(frame[i:i + step])]
+    frames = [f for i in range(0, len(frame), step) for f in decoder.feed(frame[i : i + step])]
     (whole,) = frames
     received, answer = core.receive(whole)
     req = ttrpc_pb2.Request.FromString(data)
     assert answer == b"" and received is not None
     assert (received.service, received.method, received.timeout_nano, received.metadata) == (
-        req.service, req.method, req.timeout_nano,
-        tuple((kv.key, kv.value) for kv in req.metadata))
+        req.service,
+        req.method,
+        req.timeout_nano,
+        tuple((kv.key, kv.value) for kv in req.metadata),
+    )
     assert isinstance(received.payload, memoryview) and received.payload == payload
     assert received.payload.obj is whole.data  # a view of the frame's buffer
 
@@ -119,8 +133,10 @@ def test_a_large_frame_among_others_is_cut_as_any_frame():
     small = encode_frame(3, TYPE_REQUEST, encode_request("s", "m", b"x"))
     decoder = FrameDecoder()
     frames = decoder.feed(big[:100]) + decoder.feed(big[100:] + small)
-    assert [(f.stream_id, len(f.data)) for f in frames] == [(1, len(big) - 10),
-                                                           (3, len(small) - 10)]
+    assert [(f.stream_id, len(f.data)) for f in frames] == [
+        (1, len(big) - 10),
+        (3, len(small) - 10),
+    ]
     assert decoder.buffered == 0
 
 

@@ -28,7 +28,8 @@ def test_a_line_goes_to_the_named_logger_as_the_callers(caplog, monkeypatch):
         ("nri_sla.test.corelog", logging.ERROR, "deciding ctr-1 failed"),
         ("nri_sla.test.corelog", logging.WARNING, "fallback to sysfs"),
         ("nri_sla.test.corelog", logging.INFO, "room 3"),
-        ("nri_sla.test.corelog", logging.DEBUG, "scan")]
+        ("nri_sla.test.corelog", logging.DEBUG, "scan"),
+    ]
     failure = caplog.records[0]
     assert failure.exc_info is not None and failure.exc_info[0] is KeyError
     # the record names the code that logged, not corelog's forwarding

@@ -34,47 +34,76 @@ from nri_plugin.ops.event import (
 from nri_plugin.ops.logsetup import log_decision, setup_logging
 
 CREATED = 1_795_000_000.25
-APPLIED = {"cpu_quota": 50000, "cpus": "0-3", "io_max": [{"device": "/dev/vda"}],
-           "nested": {"a": None, "b": True}}
+APPLIED = {
+    "cpu_quota": 50000,
+    "cpus": "0-3",
+    "io_max": [{"device": "/dev/vda"}],
+    "nested": {"a": None, "b": True},
+}
 WARNINGS = ['sla.nri.io/pod: cpu.rt-runtime: "no", budget', "two\nlines\x1b"]
 
 
 def test_text_line_fields_and_escapes():
-    line = render_event(DecisionEvent("prod", "web-0", "app", "hook", "warned", APPLIED,
-                                      WARNINGS), "text", CREATED)
+    line = render_event(
+        DecisionEvent("prod", "web-0", "app", "hook", "warned", APPLIED, WARNINGS), "text", CREATED
+    )
     assert line.startswith("ts=2026-11-18T11:06:40.250Z ")
-    assert (" level=warning logger=nri_sla.decision msg=\"sla decision\" pod=prod/web-0"
-            " container=app path=hook outcome=warned applied.cpu_quota=50000 "
-            "applied.cpus=0-3 ") in line
-    assert " applied.nested.a=\"\" applied.nested.b=true " in line
+    assert (
+        ' level=warning logger=nri_sla.decision msg="sla decision" pod=prod/web-0'
+        " container=app path=hook outcome=warned applied.cpu_quota=50000 "
+        "applied.cpus=0-3 "
+    ) in line
+    assert ' applied.nested.a="" applied.nested.b=true ' in line
     # One line whatever the warnings hold: newline, ESC and quotes are escaped.
     assert "\n" not in line and "\x1b" not in line
-    assert ('warnings="sla.nri.io/pod: cpu.rt-runtime: \\"no\\", budget; two\\nlines\\u001b"'
-            in line)
+    assert 'warnings="sla.nri.io/pod: cpu.rt-runtime: \\"no\\", budget; two\\nlines\\u001b"' in line
     assert "error=" not in line
 
 
 def test_json_line_keeps_structure():
-    line = render_event(DecisionEvent("ml", "train-0", "trainer", "hook", "refused", {}, [],
-                                      "memory.high: too big"), "json", CREATED)
+    line = render_event(
+        DecisionEvent(
+            "ml", "train-0", "trainer", "hook", "refused", {}, [], "memory.high: too big"
+        ),
+        "json",
+        CREATED,
+    )
     obj = json.loads(line)
-    assert obj == {"ts": "2026-11-18T11:06:40.250Z", "level": "error",
-                   "logger": "nri_sla.decision", "msg": "sla decision", "pod": "ml/train-0",
-                   "container": "trainer", "path": "hook", "outcome": "refused",
-                   "applied": {}, "warnings": [], "error": "memory.high: too big"}
+    assert obj == {
+        "ts": "2026-11-18T11:06:40.250Z",
+        "level": "error",
+        "logger": "nri_sla.decision",
+        "msg": "sla decision",
+        "pod": "ml/train-0",
+        "container": "trainer",
+        "path": "hook",
+        "outcome": "refused",
+        "applied": {},
+        "warnings": [],
+        "error": "memory.high: too big",
+    }
 
 
-@pytest.mark.parametrize(("path", "outcome", "needle"), [
-    ("oci", "enforced", "decision path 'oci' is not one of nri, hook"),
-    ("hook", "ok", "decision outcome 'ok' is not one of enforced, refused, warned"),
-])
+@pytest.mark.parametrize(
+    ("path", "outcome", "needle"),
+    [
+        ("oci", "enforced", "decision path 'oci' is not one of nri, hook"),
+        ("hook", "ok", "decision outcome 'ok' is not one of enforced, refused, warned"),
+    ],
+)
 def test_bad_path_or_outcome_is_a_typed_error(path, outcome, needle):
     with pytest.raises(LoggingSetupError, match=needle):
         DecisionEvent("ns", "p", "c", path, outcome)
 
 
-def _plugin_line(tmp_path: Path, fmt: str, outcome: str, error: str | None,
-                 monkeypatch: pytest.MonkeyPatch, journal: bool = False) -> str:
+def _plugin_line(
+    tmp_path: Path,
+    fmt: str,
+    outcome: str,
+    error: str | None,
+    monkeypatch: pytest.MonkeyPatch,
+    journal: bool = False,
+) -> str:
     path = tmp_path / f"{fmt}-{outcome}.log"
     path.write_text("")
     if journal:
@@ -84,23 +113,33 @@ def _plugin_line(tmp_path: Path, fmt: str, outcome: str, error: str | None,
         mp.setattr(time, "time", lambda: CREATED)  # the log record's creation time
         with open(path, "a", encoding="utf-8") as fh:
             logger = setup_logging(fmt, "info", stream=fh)
-            log_decision(DecisionEvent("prod", "web-0", "app", "hook", outcome, APPLIED,
-                                       WARNINGS, error))
+            log_decision(
+                DecisionEvent("prod", "web-0", "app", "hook", outcome, APPLIED, WARNINGS, error)
+            )
             for handler in logger.handlers:
                 handler.flush()
     return path.read_text(encoding="utf-8")
 
 
-@pytest.mark.parametrize(("fmt", "outcome", "error", "journal"), [
-    ("text", "enforced", None, False), ("text", "refused", "no", False),
-    ("json", "warned", None, False), ("text", "warned", None, True),
-])
+@pytest.mark.parametrize(
+    ("fmt", "outcome", "error", "journal"),
+    [
+        ("text", "enforced", None, False),
+        ("text", "refused", "no", False),
+        ("json", "warned", None, False),
+        ("text", "warned", None, True),
+    ],
+)
 def test_hook_line_is_the_plugins_line(tmp_path, monkeypatch, fmt, outcome, error, journal):
     """The plugin logs through `logging`; the hook renders directly: same bytes."""
     monkeypatch.delenv("JOURNAL_STREAM", raising=False)
     shared = _plugin_line(tmp_path, fmt, outcome, error, monkeypatch, journal)
-    mine = render_event(DecisionEvent("prod", "web-0", "app", "hook", outcome, APPLIED,
-                                      WARNINGS, error), fmt, CREATED, journal=journal)
+    mine = render_event(
+        DecisionEvent("prod", "web-0", "app", "hook", outcome, APPLIED, WARNINGS, error),
+        fmt,
+        CREATED,
+        journal=journal,
+    )
     assert mine + "\n" == shared
     if journal:
         assert shared.startswith("<4>level=warning ")
@@ -108,17 +147,33 @@ def test_hook_line_is_the_plugins_line(tmp_path, monkeypatch, fmt, outcome, erro
 
 def test_text_rendering_imports_no_logging_typing_or_json():
     """The hook renders a text line on every cached run: it must stay import-lean."""
-    code = ("import sys; import nri_plugin.ops.event as e; "
-            "e.render_event(e.DecisionEvent('n', 'p', 'c', 'hook', 'warned', {'a': {'b': 1}}, "
-            "['w']), 'text', 0.0); e.journald_fd(2); print(' '.join(sorted(sys.modules)))")
+    code = (
+        "import sys; import nri_plugin.ops.event as e; "
+        "e.render_event(e.DecisionEvent('n', 'p', 'c', 'hook', 'warned', {'a': {'b': 1}}, "
+        "['w']), 'text', 0.0); e.journald_fd(2); print(' '.join(sorted(sys.modules)))"
+    )
     root = str(Path(__file__).resolve().parents[2])
-    out = subprocess.run([sys.executable, "-I", "-S", "-c",
-                          f"import sys; sys.path.insert(0, {root!r}); {code}"],
-                         capture_output=True, text=True, check=True).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", f"import sys; sys.path.insert(0, {root!r}); {code}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     assert "nri_plugin.ops.event" in out
-    for heavy in ("logging", "typing", "json", "collections", "re", "dataclasses",
-                  "pathlib", "importlib", "nri_plugin.core.decision",
-                  "nri_plugin.core.nodestate", "os", "_collections_abc"):
+    for heavy in (
+        "logging",
+        "typing",
+        "json",
+        "collections",
+        "re",
+        "dataclasses",
+        "pathlib",
+        "importlib",
+        "nri_plugin.core.decision",
+        "nri_plugin.core.nodestate",
+        "os",
+        "_collections_abc",
+    ):
         assert heavy not in out, heavy
 
 
@@ -135,19 +190,20 @@ def test_other_mappings_and_sequences_render_as_dicts_and_lists_do():
 def test_applied_fields_are_the_records_without_its_framing():
     """Both front-ends fill `applied` with this: the record minus version and path, keys
     sorted, whichever path wrote it."""
-    record = {"v": 2, "path": "nri", "enforcement": "hard", "cgroup_version": 2,
-              "cpu_quota": 1}
-    assert applied_fields(record) == {"cgroup_version": 2, "cpu_quota": 1,
-                                      "enforcement": "hard"}
+    record = {"v": 2, "path": "nri", "enforcement": "hard", "cgroup_version": 2, "cpu_quota": 1}
+    assert applied_fields(record) == {"cgroup_version": 2, "cpu_quota": 1, "enforcement": "hard"}
     assert list(applied_fields({**record, "path": "hook"})) == [
-        "cgroup_version", "cpu_quota", "enforcement"]
+        "cgroup_version",
+        "cpu_quota",
+        "enforcement",
+    ]
 
 
 EVENTS = [
     DecisionEvent("prod", "web-0", "app", "nri", "enforced", APPLIED),
     DecisionEvent("prod", "web-0", "app", "hook", "warned", APPLIED, WARNINGS),
     DecisionEvent("ml", "t", "c", "nri", "refused", {}, (), 'bad "x"\n=y'),
-    DecisionEvent('n s', 'p\x1b', 'c"x', "nri", "warned", {"k": "a b\nc", "e": []}, ["1", "2=2"]),
+    DecisionEvent("n s", "p\x1b", 'c"x', "nri", "warned", {"k": "a b\nc", "e": []}, ["1", "2=2"]),
 ]
 
 
@@ -158,9 +214,11 @@ def test_render_event_is_text_line_of_its_fields(event, journal):
     stay those of the generic renderer the formatters use for every other line."""
     for _ in range(2):  # the second time from the remembered applied text
         assert render_event(event, "text", CREATED, journal) == text_line(
-            CREATED, event.level, LOGGER, MESSAGE, event.fields(), journal=journal)
+            CREATED, event.level, LOGGER, MESSAGE, event.fields(), journal=journal
+        )
     assert render_event(event, "json", CREATED) == json_line(
-        CREATED, event.level, LOGGER, MESSAGE, event.fields())
+        CREATED, event.level, LOGGER, MESSAGE, event.fields()
+    )
 
 
 @pytest.mark.parametrize("fmt", ["text", "json"])

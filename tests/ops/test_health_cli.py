@@ -14,17 +14,30 @@ import pytest
 @pytest.mark.parametrize("case", ["taken", "malformed"])
 def test_run_refuses_a_health_address_in_one_line(tmp_path: Path, case: str):
     config = tmp_path / "config.yaml"
-    config.write_text(f"state-dir: {tmp_path / 'state'}\nstatus: {{socket: ''}}\n"
-                      "metrics: {address: ''}\n")
+    config.write_text(
+        f"state-dir: {tmp_path / 'state'}\nstatus: {{socket: ''}}\nmetrics: {{address: ''}}\n"
+    )
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        address = {"taken": f"127.0.0.1:{taken.getsockname()[1]}",
-                   "malformed": "bogus"}[case]
-        r = subprocess.run([sys.executable, "-m", "nri_plugin.cli", "run", "--config",
-                            str(config), "--socket", str(tmp_path / "nri.sock"),
-                            "--health-address", address],
-                           capture_output=True, text=True, timeout=120)
+        address = {"taken": f"127.0.0.1:{taken.getsockname()[1]}", "malformed": "bogus"}[case]
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "nri_plugin.cli",
+                "run",
+                "--config",
+                str(config),
+                "--socket",
+                str(tmp_path / "nri.sock"),
+                "--health-address",
+                address,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     assert r.returncode == {"taken": 4, "malformed": 2}[case]
     last = r.stderr.strip().splitlines()[-1]
     shown = address if case == "taken" else repr(address)

@@ -22,8 +22,9 @@ from tests.support.http_flood import resetting_requests
 
 
 def _get(port: int, path: str, accept: str = "") -> tuple[int, str, str]:
-    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}",
-                                 headers={"Accept": accept} if accept else {})
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}{path}", headers={"Accept": accept} if accept else {}
+    )
     try:
         with urllib.request.urlopen(req, timeout=5) as resp:
             return resp.status, resp.headers["Content-Type"], resp.read().decode()
@@ -54,10 +55,13 @@ def test_decisions_counted_by_outcome_and_reason(metrics):
     assert metrics.value("nri_sla_decisions_total", outcome="warned", reason="unsupported") == 0
 
 
-@pytest.mark.parametrize(("outcome", "reason", "needle"), [
-    ("accepted", "ok", "enforced, refused, warned"),
-    ("refused", "memory.high (12Gi) must be below", "ok, policy, limit, invalid"),
-])
+@pytest.mark.parametrize(
+    ("outcome", "reason", "needle"),
+    [
+        ("accepted", "ok", "enforced, refused, warned"),
+        ("refused", "memory.high (12Gi) must be below", "ok, policy, limit, invalid"),
+    ],
+)
 def test_unknown_labels_rejected_with_allowed_values(metrics, outcome, reason, needle):
     with pytest.raises(MetricsError, match=needle):
         metrics.record_decision(outcome, reason)
@@ -71,8 +75,7 @@ def test_observe_and_timer(metrics):
         raise RuntimeError("handler failed")  # still observed
     assert metrics.value("nri_sla_request_seconds_count", event="CreateContainer") == 2
     assert metrics.value("nri_sla_request_seconds_count", event="Synchronize") == 1
-    assert metrics.value("nri_sla_request_seconds_bucket", event="CreateContainer",
-                         le="0.005") >= 1
+    assert metrics.value("nri_sla_request_seconds_bucket", event="CreateContainer", le="0.005") >= 1
     with pytest.raises(MetricsError, match="identifier"):
         metrics.observe("pod default/web", 0.1)
     with pytest.raises(MetricsError, match="identifier"), metrics.time("bad label!"):
@@ -107,20 +110,28 @@ def test_instances_do_not_share_a_registry():
     assert b.value("nri_sla_decisions_total", outcome="enforced", reason="ok") == 0
 
 
-@pytest.mark.parametrize(("text", "want"), [
-    ("127.0.0.1:9477", ListenAddress("127.0.0.1", 9477)),
-    (":9477", ListenAddress("0.0.0.0", 9477)),
-    ("[::1]:0", ListenAddress("::1", 0)),
-    ("", None),
-])
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("127.0.0.1:9477", ListenAddress("127.0.0.1", 9477)),
+        (":9477", ListenAddress("0.0.0.0", 9477)),
+        ("[::1]:0", ListenAddress("::1", 0)),
+        ("", None),
+    ],
+)
 def test_parse_address(text, want):
     assert parse_address(text) == want
 
 
-@pytest.mark.parametrize(("text", "needle"), [
-    ("9477", "HOST:PORT"), ("localhost:http", "port must be"), ("::1:9477", "brackets"),
-    ("127.0.0.1:70000", "port must be"),
-])
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("9477", "HOST:PORT"),
+        ("localhost:http", "port must be"),
+        ("::1:9477", "brackets"),
+        ("127.0.0.1:70000", "port must be"),
+    ],
+)
 def test_parse_address_errors(text, needle):
     with pytest.raises(MetricsError, match=needle):
         parse_address(text)
@@ -137,12 +148,22 @@ def test_scrape_over_http(metrics, server):
     status, ctype, body = _get(server.port, "/metrics")
     assert status == 200 and ctype.startswith("text/plain; version=0.0.4")
     families = {f.name: f for f in text_string_to_metric_families(body)}
-    for name in ("nri_sla_decisions", "nri_sla_request_seconds", "nri_sla_gpus_in_use",
-                 "nri_sla_exclusive_cpus_in_use", "nri_sla_connected", "nri_sla_registered",
-                 "nri_sla_reconnects", "nri_sla_build_info"):
+    for name in (
+        "nri_sla_decisions",
+        "nri_sla_request_seconds",
+        "nri_sla_gpus_in_use",
+        "nri_sla_exclusive_cpus_in_use",
+        "nri_sla_connected",
+        "nri_sla_registered",
+        "nri_sla_reconnects",
+        "nri_sla_build_info",
+    ):
         assert name in families, name
-    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
-               for f in families.values() for s in f.samples}
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in families.values()
+        for s in f.samples
+    }
     key = ("nri_sla_decisions_total", (("outcome", "warned"), ("reason", "unsupported")))
     assert samples[key] == 1
     assert samples[("nri_sla_gpus_in_use", ())] == 2
@@ -150,8 +171,9 @@ def test_scrape_over_http(metrics, server):
 
 
 def test_openmetrics_when_asked(server):
-    status, ctype, body = _get(server.port, "/metrics",
-                               accept="application/openmetrics-text; version=1.0.0")
+    status, ctype, body = _get(
+        server.port, "/metrics", accept="application/openmetrics-text; version=1.0.0"
+    )
     assert status == 200 and ctype.startswith("application/openmetrics-text")
     assert body.rstrip().endswith("# EOF")
 
@@ -172,8 +194,10 @@ def test_head_and_concurrent_scrapes(server):
     with urllib.request.urlopen(req, timeout=5) as resp:
         assert resp.status == 200 and resp.read() == b""
     codes: list[int] = []
-    threads = [threading.Thread(target=lambda: codes.append(_get(server.port, "/metrics")[0]))
-               for _ in range(8)]
+    threads = [
+        threading.Thread(target=lambda: codes.append(_get(server.port, "/metrics")[0]))
+        for _ in range(8)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -233,8 +257,11 @@ def test_half_open_connections_are_capped_and_cut_at_the_deadline(metrics):
 def test_default_connection_bounds(metrics):
     from nri_plugin.ops import metrics_http
 
-    assert (metrics_http.MAX_CONNECTIONS, metrics_http.CONNECTION_DEADLINE,
-            metrics_http.IO_TIMEOUT) == (16, 10.0, 5.0)
+    assert (
+        metrics_http.MAX_CONNECTIONS,
+        metrics_http.CONNECTION_DEADLINE,
+        metrics_http.IO_TIMEOUT,
+    ) == (16, 10.0, 5.0)
     with start_http_server(metrics, "127.0.0.1:0") as srv:
         assert srv._server.max_connections == 16 and srv._server.deadline == 10.0
 
@@ -272,8 +299,11 @@ def test_every_failure_reason_is_a_metric_label():
         todo += cls.__subclasses__()
     assert len(seen) > 10
     # the kindless bases (SlaFailure, EnforceError) are never raised: no reason either
-    assert {cls.__name__: cls.reason for cls in seen
-            if hasattr(cls, "kind") and cls.reason not in REASONS} == {}
+    assert {
+        cls.__name__: cls.reason
+        for cls in seen
+        if hasattr(cls, "kind") and cls.reason not in REASONS
+    } == {}
 
 
 def test_gpu_health_series_follow_the_listed_gpus():
@@ -282,9 +312,11 @@ def test_gpu_health_series_follow_the_listed_gpus():
     from nri_plugin.topology.gpus import Gpu
 
     m = Metrics()
-    gpus = [Gpu(0, "GPU-a", "0000:07:00.0", 0), Gpu(1, "", "0000:0f:00.0", 0,
-                                                   health=unhealthy("XID 79")),
-            Gpu(2, "GPU-c", "0000:47:00.0", 1, health=unknown("NVML: error 999"))]
+    gpus = [
+        Gpu(0, "GPU-a", "0000:07:00.0", 0),
+        Gpu(1, "", "0000:0f:00.0", 0, health=unhealthy("XID 79")),
+        Gpu(2, "GPU-c", "0000:47:00.0", 1, health=unknown("NVML: error 999")),
+    ]
     assert sorted(HEALTH_VALUES) == sorted(STATES)  # every state has its value
     m.set_gpu_health(gpus)
     value = "nri_sla_gpu_healthy"
@@ -340,8 +372,10 @@ def test_resetting_peers_give_one_rate_limited_line_and_no_traceback(metrics, ca
     assert first.fields["count"] + second.fields["count"] == peers.total >= 150
     kinds = dict(k.split(":") for k in second.fields["errors"].split(","))
     assert set(kinds) <= {"ConnectionResetError", "BrokenPipeError", "TimeoutError"}
-    print(f"evidence: 200 resetting connections: {peers.total} failed, 2 log lines "
-          f"({first.fields['errors']}; {second.fields['errors']}), 0 bytes on stderr")
+    print(
+        f"evidence: 200 resetting connections: {peers.total} failed, 2 log lines "
+        f"({first.fields['errors']}; {second.fields['errors']}), 0 bytes on stderr"
+    )
 
 
 def test_peer_error_log_writes_once_per_interval():
@@ -376,13 +410,14 @@ def test_operations_doc_lists_exactly_the_exported_metrics(metrics):
     from nri_plugin.plugin.container_metrics import ContainerCollector
     from nri_plugin.plugin.report import NodeReport
 
-    families = [*metrics.registry.collect(),
-                *ContainerCollector(lambda: NodeReport(0.0, 30.0), 10).describe()]
+    families = [
+        *metrics.registry.collect(),
+        *ContainerCollector(lambda: NodeReport(0.0, 30.0), 10).describe(),
+    ]
     exported = {f.name + ("_total" if f.type == "counter" else "") for f in families}
     doc = (Path(__file__).parents[2] / "docs" / "operations.md").read_text()
     section = doc.split("\n## Metrics\n", 1)[1].split("\n## ", 1)[0]
-    rows = [line.split("|")[1] for line in section.splitlines()
-            if line.startswith("| `nri_sla_")]
+    rows = [line.split("|")[1] for line in section.splitlines() if line.startswith("| `nri_sla_")]
     documented = {name for row in rows for name in re.findall(r"`(nri_sla_[a-z_]+)`", row)}
     assert documented == exported
     # "exactly these, and beside each counter and histogram series its `_created`": every
@@ -390,8 +425,11 @@ def test_operations_doc_lists_exactly_the_exported_metrics(metrics):
     from prometheus_client import generate_latest
 
     assert "the `_created` series" in section
-    suffixes = {"counter": ("_total", "_created"), "histogram": ("_bucket", "_sum", "_count",
-                                                                   "_created"), "gauge": ("",)}
+    suffixes = {
+        "counter": ("_total", "_created"),
+        "histogram": ("_bucket", "_sum", "_count", "_created"),
+        "gauge": ("",),
+    }
     for family in metrics.registry.collect():
         for sample in family.samples:
             assert sample.name in {family.name + s for s in suffixes[family.type]}, sample.name
@@ -420,11 +458,14 @@ def test_the_null_sink_takes_every_report_the_registry_takes():
 
 def test_a_plugin_without_metrics_does_not_load_prometheus_client():
     # The null sink costs nothing: prometheus_client (about 2 MiB) comes with Metrics().
-    code = ("import sys; from nri_plugin.plugin import SlaPlugin; "
-            "from nri_plugin.ops.metrics import NO_METRICS; "
-            "print('prometheus_client' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, timeout=120).stdout
+    code = (
+        "import sys; from nri_plugin.plugin import SlaPlugin; "
+        "from nri_plugin.ops.metrics import NO_METRICS; "
+        "print('prometheus_client' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    ).stdout
     assert out.strip() == "False"
 
 

@@ -55,8 +55,9 @@ def load_package_tools():
     """package_tools.py, under the name tests/vm's conftest loads it by too."""
     key = "nri_sla_package_tools"
     if key not in sys.modules:
-        spec = importlib.util.spec_from_file_location(key, Path(__file__).with_name(
-            "package_tools.py"))
+        spec = importlib.util.spec_from_file_location(
+            key, Path(__file__).with_name("package_tools.py")
+        )
         module = importlib.util.module_from_spec(spec)
         sys.modules[key] = module
         spec.loader.exec_module(module)
@@ -66,7 +67,13 @@ def load_package_tools():
 @pytest.fixture(scope="session")
 def pk() -> SimpleNamespace:
     tools = load_package_tools()
-    return SimpleNamespace(REPO=REPO, PACKAGING=PACKAGING, VENV_NRI_SLA=VENV_NRI_SLA,
-                           parse_unit=tools.parse_unit, need_tool=need_tool,
-                           wait_ready=wait_ready, build_deb=tools.build_deb,
-                           DebUnavailable=tools.DebUnavailable)
+    return SimpleNamespace(
+        REPO=REPO,
+        PACKAGING=PACKAGING,
+        VENV_NRI_SLA=VENV_NRI_SLA,
+        parse_unit=tools.parse_unit,
+        need_tool=need_tool,
+        wait_ready=wait_ready,
+        build_deb=tools.build_deb,
+        DebUnavailable=tools.DebUnavailable,
+    )

@@ -32,13 +32,19 @@ def build_deb(out_dir: Path, python: str, compress: str = "gzip") -> Path:
     known = _built.get((python, compress))
     if known is not None and known.is_file():
         return known
-    env = dict(os.environ, PYTHON=python, OUT_DIR=str(out_dir), WHEELHOUSE=str(WHEELHOUSE),
-               DEB_COMPRESS=compress)
-    res = subprocess.run([str(BUILD_SCRIPT)], env=env, capture_output=True, text=True,
-                         timeout=300)
+    env = dict(
+        os.environ,
+        PYTHON=python,
+        OUT_DIR=str(out_dir),
+        WHEELHOUSE=str(WHEELHOUSE),
+        DEB_COMPRESS=compress,
+    )
+    res = subprocess.run([str(BUILD_SCRIPT)], env=env, capture_output=True, text=True, timeout=300)
     if res.returncode != 0 and "could not fetch dependency wheels" in res.stderr:
-        raise DebUnavailable("building the .deb needs PyPI once (pip wheel) or "
-                             "NRI_SLA_WHEELHOUSE=a directory holding the dependency wheels")
+        raise DebUnavailable(
+            "building the .deb needs PyPI once (pip wheel) or "
+            "NRI_SLA_WHEELHOUSE=a directory holding the dependency wheels"
+        )
     if res.returncode != 0 and "strip not found" in res.stderr:
         raise DebUnavailable("building the .deb needs strip (apt-get install binutils)")
     if res.returncode != 0 and "dpkg-deb not found" in res.stderr:

@@ -49,16 +49,27 @@ EXAMPLES = documented_values()
 
 
 def schema_check(docs: list[dict]) -> None:
-    kv = pytest.importorskip("kubernetes_validate", reason="pip install kubernetes-validate "
-                             "(the Kubernetes OpenAPI schemas)")
+    kv = pytest.importorskip(
+        "kubernetes_validate",
+        reason="pip install kubernetes-validate (the Kubernetes OpenAPI schemas)",
+    )
     for doc in docs:
         # strict: unknown fields (typos such as "readOnlly") are errors too
         kv.validate(doc, K8S_VERSION, strict=True)
 
 
 def test_the_docs_give_an_example_of_each_option():
-    assert {"nri-nodes", "gpu-nodes", "narrow-plugin", "host-hook", "device-plugin",
-            "events-off", "network-policy", "admission-policy", "names"} <= set(EXAMPLES)
+    assert {
+        "nri-nodes",
+        "gpu-nodes",
+        "narrow-plugin",
+        "host-hook",
+        "device-plugin",
+        "events-off",
+        "network-policy",
+        "admission-policy",
+        "names",
+    } <= set(EXAMPLES)
 
 
 @pytest.mark.parametrize("name", ["defaults", *EXAMPLES])
@@ -73,17 +84,17 @@ def test_lint_render_and_schema(name):
 def test_rendered_config_is_a_valid_node_config(name):
     values = EXAMPLES.get(name, {})
     config = node_config(by_kind(render(values), "ConfigMap")["data"]["config.yaml"])
-    assert config_value(config, "events.enabled") == values.get("events", {}).get(
-        "enabled", True)
+    assert config_value(config, "events.enabled") == values.get("events", {}).get("enabled", True)
 
 
 def test_the_plain_manifest_is_helm_template_with_default_values():
     """packaging/kubernetes/daemonset.yaml is a header, then helm's output verbatim."""
     text = MANIFEST.read_text()
-    body = text[text.index("---\n"):]
+    body = text[text.index("---\n") :]
     assert body == template_text(), (
         "regenerate it: helm template nri-sla packaging/kubernetes/helm/nri-sla "
-        "-n kube-system, below the file's header")
+        "-n kube-system, below the file's header"
+    )
     assert normalized(manifest()) == normalized(render())
 
 
@@ -95,15 +106,20 @@ def test_schema_check_catches_a_typo():
         kv.validate(ds, K8S_VERSION, strict=True)
 
 
-@pytest.mark.parametrize(("values", "error"), [
-    ({"hostHok": {"enabled": True}}, "additional properties 'hostHok' not allowed"),
-    ({"hostHook": {"enabled": "yes"}}, "/hostHook/enabled"),
-    ({"metricsPort": 70000}, "/metricsPort"),
-    ({"image": {"pullPolicy": "Sometimes"}}, "/image/pullPolicy"),
-    ({"admissionPolicy": {"allowedNamespaces": ["a'] || true || ['"]}},
-     "/admissionPolicy/allowedNamespaces/0"),
-    ({"updateStrategy": {"type": "Sideways"}}, "/updateStrategy/type"),
-])
+@pytest.mark.parametrize(
+    ("values", "error"),
+    [
+        ({"hostHok": {"enabled": True}}, "additional properties 'hostHok' not allowed"),
+        ({"hostHook": {"enabled": "yes"}}, "/hostHook/enabled"),
+        ({"metricsPort": 70000}, "/metricsPort"),
+        ({"image": {"pullPolicy": "Sometimes"}}, "/image/pullPolicy"),
+        (
+            {"admissionPolicy": {"allowedNamespaces": ["a'] || true || ['"]}},
+            "/admissionPolicy/allowedNamespaces/0",
+        ),
+        ({"updateStrategy": {"type": "Sideways"}}, "/updateStrategy/type"),
+    ],
+)
 def test_values_schema_refuses_bad_values(values, error):
     res = run_helm("template", "nri-sla", str(CHART), values=values)
     assert res.returncode != 0
@@ -121,8 +137,10 @@ def test_names_and_labels():
     ds = by_kind(default, "DaemonSet")
     assert ds["metadata"]["name"] == "nri-sla"
     # the selector is the stable part of the labels (a chart upgrade changes helm.sh/chart)
-    assert ds["spec"]["selector"]["matchLabels"] == {"app.kubernetes.io/name": "nri-sla",
-                                                     "app.kubernetes.io/instance": "nri-sla"}
+    assert ds["spec"]["selector"]["matchLabels"] == {
+        "app.kubernetes.io/name": "nri-sla",
+        "app.kubernetes.io/instance": "nri-sla",
+    }
     assert ds["spec"]["template"]["metadata"]["labels"] == ds["spec"]["selector"]["matchLabels"]
     # another release name: <release>-nri-sla, every reference following it
     other = render(release="edge")
@@ -130,26 +148,45 @@ def test_names_and_labels():
     pod = pod_spec(other)
     assert pod["serviceAccountName"] == by_kind(other, "ServiceAccount")["metadata"]["name"]
     assert {v["configMap"]["name"] for v in pod["volumes"] if "configMap" in v} == {
-        by_kind(other, "ConfigMap")["metadata"]["name"]}
+        by_kind(other, "ConfigMap")["metadata"]["name"]
+    }
     assert by_kind(other, "ClusterRoleBinding")["subjects"] == [
-        {"kind": "ServiceAccount", "name": "edge-nri-sla", "namespace": NAMESPACE}]
+        {"kind": "ServiceAccount", "name": "edge-nri-sla", "namespace": NAMESPACE}
+    ]
     # the overrides
     named = render(EXAMPLES["names"])
     assert {d["metadata"]["name"] for d in named} >= {"sla-enforcer", "sla-enforcer-config"}
-    assert by_kind(render({"nameOverride": "enforcer"}), "DaemonSet")["metadata"][
-        "name"] == "nri-sla-enforcer"
+    assert (
+        by_kind(render({"nameOverride": "enforcer"}), "DaemonSet")["metadata"]["name"]
+        == "nri-sla-enforcer"
+    )
 
 
 def test_pod_values_take_effect():
-    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [{"matchExpressions": [
-            {"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}]}]}}}
-    docs = render({"imagePullSecrets": [{"name": "regcred"}], "affinity": affinity,
-                   "podAnnotations": {"example.com/team": "platform"},
-                   "extraArgs": ["--log-level", "debug"],
-                   "extraEnv": [{"name": "TZ", "value": "UTC"}],
-                   "updateStrategy": {"type": "OnDelete"},
-                   "nodeSelector": {"example.com/nri": "true"}})
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}
+                        ]
+                    }
+                ]
+            }
+        }
+    }
+    docs = render(
+        {
+            "imagePullSecrets": [{"name": "regcred"}],
+            "affinity": affinity,
+            "podAnnotations": {"example.com/team": "platform"},
+            "extraArgs": ["--log-level", "debug"],
+            "extraEnv": [{"name": "TZ", "value": "UTC"}],
+            "updateStrategy": {"type": "OnDelete"},
+            "nodeSelector": {"example.com/nri": "true"},
+        }
+    )
     ds = by_kind(docs, "DaemonSet")
     template = ds["spec"]["template"]
     pod = template["spec"]
@@ -172,9 +209,17 @@ def test_pod_values_take_effect():
 
 
 def test_chart_values_take_effect():
-    docs = render({"metricsPort": 9900, "healthPort": 9901, "runtimeClassName": "nvidia",
-                   "nvidiaVisibleDevices": "all", "image": {"tag": "dev"},
-                   "events": {"enabled": False}, "config": {"enforcement": "soft"}})
+    docs = render(
+        {
+            "metricsPort": 9900,
+            "healthPort": 9901,
+            "runtimeClassName": "nvidia",
+            "nvidiaVisibleDevices": "all",
+            "image": {"tag": "dev"},
+            "events": {"enabled": False},
+            "config": {"enforcement": "soft"},
+        }
+    )
     pod = pod_spec(docs)
     (ctr,) = pod["containers"]
     assert pod["runtimeClassName"] == "nvidia"
@@ -184,51 +229,72 @@ def test_chart_values_take_effect():
     assert ":9901" in ctr["args"]
     assert ctr["image"] == "nri-sla:dev"
     text = by_kind(docs, "ConfigMap")["data"]["config.yaml"]
-    assert yaml.safe_load(text) == {"enforcement": "soft", "events": {"enabled": False},
-                                    "log": {"format": "json", "level": "info"}}
+    assert yaml.safe_load(text) == {
+        "enforcement": "soft",
+        "events": {"enabled": False},
+        "log": {"format": "json", "level": "info"},
+    }
 
 
 def test_events_rbac_grants_creating_and_patching_events_only():
     docs = render()
     role = by_kind(docs, "ClusterRole")
     # core/v1 Events, as the plugin posts them
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["events"],
-                              "verbs": ["create", "patch"]}]
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]}
+    ]
     binding = by_kind(docs, "ClusterRoleBinding")
-    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io",
-                                  "kind": "ClusterRole", "name": role["metadata"]["name"]}
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": role["metadata"]["name"],
+    }
     account = by_kind(docs, "ServiceAccount")
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "namespace": NAMESPACE,
-                                    "name": account["metadata"]["name"]}]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "namespace": NAMESPACE, "name": account["metadata"]["name"]}
+    ]
     pod = pod_spec(docs)
     # the account mounts no token by itself; this pod does, for the Events
     assert account["automountServiceAccountToken"] is False
     assert pod["automountServiceAccountToken"] is True
     (ctr,) = pod["containers"]
-    assert {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} \
-        in ctr["env"]
+    assert {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in ctr[
+        "env"
+    ]
     # off: no role, no token, no node name, and the plugin's config says so
     off = render(EXAMPLES["events-off"])
     assert not {"ClusterRole", "ClusterRoleBinding"} & {d["kind"] for d in off}
     assert pod_spec(off)["automountServiceAccountToken"] is False
     assert "env" not in pod_spec(off)["containers"][0]
     assert yaml.safe_load(by_kind(off, "ConfigMap")["data"]["config.yaml"])["events"] == {
-        "enabled": False}
+        "enabled": False
+    }
     # the chart's value wins over one set under config, other event keys are kept
-    mixed = render({"events": {"enabled": False},
-                    "config": {"events": {"enabled": True, "burst": 5}}})
+    mixed = render(
+        {"events": {"enabled": False}, "config": {"events": {"enabled": True, "burst": 5}}}
+    )
     assert yaml.safe_load(by_kind(mixed, "ConfigMap")["data"]["config.yaml"])["events"] == {
-        "enabled": False, "burst": 5}
+        "enabled": False,
+        "burst": 5,
+    }
 
 
 def test_a_changed_configmap_rolls_the_pods():
     def checksum(docs: list[dict]) -> str:
         return by_kind(docs, "DaemonSet")["spec"]["template"]["metadata"]["annotations"][
-            "checksum/config"]
+            "checksum/config"
+        ]
 
     default = render()
-    source = run_helm("template", "nri-sla", str(CHART), "-n", NAMESPACE,
-                      "--show-only", "templates/configmap.yaml")
+    source = run_helm(
+        "template",
+        "nri-sla",
+        str(CHART),
+        "-n",
+        NAMESPACE,
+        "--show-only",
+        "templates/configmap.yaml",
+    )
     assert source.returncode == 0, source.stderr
     configmap = source.stdout.split("\n", 2)[2]  # helm's "---" and "# Source:" lines
     assert checksum(default) == hashlib.sha256(configmap.encode()).hexdigest()
@@ -247,11 +313,17 @@ def test_host_hook_is_opt_in_and_runs_without_capabilities(tmp_path, pk):
     pod = pod_spec(render(EXAMPLES["host-hook"]))
     (init,) = pod["initContainers"]
     assert init["securityContext"] == {
-        "runAsUser": 0, "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-        "capabilities": {"drop": ["ALL"]}}
+        "runAsUser": 0,
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
     volumes = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
-    writable = {m["mountPath"]: volumes[m["name"]] for m in init["volumeMounts"]
-                if m["name"] in volumes and not m.get("readOnly")}
+    writable = {
+        m["mountPath"]: volumes[m["name"]]
+        for m in init["volumeMounts"]
+        if m["name"] in volumes and not m.get("readOnly")
+    }
     assert writable == {"/host/opt/nri-sla": "/opt/nri-sla", "/host/etc/nri-sla": "/etc/nri-sla"}
     setpriv = pk.need_tool("setpriv", "util-linux")
     unshare = pk.need_tool("unshare", "util-linux")
@@ -270,12 +342,26 @@ def test_host_hook_is_opt_in_and_runs_without_capabilities(tmp_path, pk):
     template = pk.REPO / "hooks" / "base-runtime-spec.json"
     if template.exists():  # where the image ships a spec template, the repository's copy
         args += ["--base-spec-template", str(template)]
-    command = shlex.join([
-        setpriv, "--no-new-privs", "--inh-caps=-all", "--ambient-caps=-all",
-        "--bounding-set=-all", "--", str(pk.VENV_NRI_SLA), "host-hook", *args])
+    command = shlex.join(
+        [
+            setpriv,
+            "--no-new-privs",
+            "--inh-caps=-all",
+            "--ambient-caps=-all",
+            "--bounding-set=-all",
+            "--",
+            str(pk.VENV_NRI_SLA),
+            "host-hook",
+            *args,
+        ]
+    )
     script = " && ".join([*binds, "mount -o remount,bind,ro /", f"exec {command}"])
-    res = subprocess.run([unshare, "--mount", "--propagation", "private", "sh", "-c", script],
-                         capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [unshare, "--mount", "--propagation", "private", "sh", "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     if res.returncode and "unshare failed" in res.stderr:
         pytest.skip(f"no mount namespace here: {res.stderr.strip()}")
     assert res.returncode == 0, res.stderr
@@ -286,12 +372,25 @@ def test_host_hook_is_opt_in_and_runs_without_capabilities(tmp_path, pk):
     locked = tmp_path / "locked"
     locked.mkdir(mode=0o755)
     shutil.chown(locked, user=65534)
-    denied = subprocess.run([setpriv, "--inh-caps=-all", "--bounding-set=-all", "--",
-                             "touch", str(locked / "x")], capture_output=True, timeout=60)
+    denied = subprocess.run(
+        [setpriv, "--inh-caps=-all", "--bounding-set=-all", "--", "touch", str(locked / "x")],
+        capture_output=True,
+        timeout=60,
+    )
     assert denied.returncode != 0
-    outside = subprocess.run([unshare, "--mount", "--propagation", "private", "sh", "-c",
-                              f"mount -o remount,bind,ro / && touch {tmp_path / 'x'}"],
-                             capture_output=True, timeout=60)
+    outside = subprocess.run(
+        [
+            unshare,
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            f"mount -o remount,bind,ro / && touch {tmp_path / 'x'}",
+        ],
+        capture_output=True,
+        timeout=60,
+    )
     assert outside.returncode != 0 and not (tmp_path / "x").exists()
 
 
@@ -340,10 +439,23 @@ def test_narrow_plugin_context_writes_cgroups_without_capabilities(pk):
         os.mkdir(d)  # with capabilities, as runc makes a container's cgroup
     try:
         res = subprocess.run(
-            [setpriv, "--no-new-privs", "--inh-caps=-all", "--ambient-caps=-all",
-             "--bounding-set=-all", "--", sys.executable, "-c", _WRITE_WITHOUT_CAPABILITIES,
-             json.dumps(dirs), json.dumps({c: facts.hierarchy(c).path for c in dirs})],
-            capture_output=True, text=True, timeout=60)
+            [
+                setpriv,
+                "--no-new-privs",
+                "--inh-caps=-all",
+                "--ambient-caps=-all",
+                "--bounding-set=-all",
+                "--",
+                sys.executable,
+                "-c",
+                _WRITE_WITHOUT_CAPABILITIES,
+                json.dumps(dirs),
+                json.dumps({c: facts.hierarchy(c).path for c in dirs}),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert res.returncode == 0, res.stderr
         out = json.loads(res.stdout)
         assert int(out["capeff"][0], 16) == 0
@@ -375,7 +487,9 @@ def test_chart_device_plugin_option():
     volumes = {v["name"]: v for v in pod["volumes"]}
     mounts = {m["mountPath"]: m["name"] for m in dp["volumeMounts"]}
     assert volumes[mounts["/var/lib/k/device-plugins"]]["hostPath"] == {
-        "path": "/var/lib/k/device-plugins", "type": "Directory"}
+        "path": "/var/lib/k/device-plugins",
+        "type": "Directory",
+    }
     assert all(m in volumes for m in mounts.values())
     assert {"/etc/nri-sla", "/dev", "/sys"} <= set(mounts)
     # off by default: one container and no kubelet mount
@@ -389,8 +503,7 @@ def test_gpu_nodes_example_narrows_both_containers():
     pod = pod_spec(render(EXAMPLES["gpu-nodes"]))
     assert pod["runtimeClassName"] == "nvidia"
     terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-    assert terms["nodeSelectorTerms"][0]["matchExpressions"][0]["key"] == \
-        "nvidia.com/gpu.present"
+    assert terms["nodeSelectorTerms"][0]["matchExpressions"][0]["key"] == "nvidia.com/gpu.present"
     for ctr in pod["containers"]:
         assert not ctr["securityContext"].get("privileged"), ctr["name"]
         assert ctr["securityContext"]["capabilities"] == {"drop": ["ALL"]}
@@ -401,6 +514,7 @@ def test_chart_metadata():
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     assert chart["apiVersion"] == "v2" and chart["name"] == "nri-sla"
     from nri_plugin import __version__
+
     assert chart["appVersion"] == __version__
     schema = json.loads((CHART / "values.schema.json").read_text())
     defaults = yaml.safe_load((CHART / "values.yaml").read_text())
@@ -419,16 +533,23 @@ def test_network_policy_admits_only_the_scraper_to_the_metrics_port():
     assert policy["spec"]["policyTypes"] == ["Ingress"]
     # one rule: the scraper (both selectors in one peer: AND), the metrics port only
     (rule,) = policy["spec"]["ingress"]
-    assert rule["from"] == [{
-        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "obs"}},
-        "podSelector": {"matchLabels": {"app.kubernetes.io/name": "vmagent"}}}]
+    assert rule["from"] == [
+        {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "obs"}},
+            "podSelector": {"matchLabels": {"app.kubernetes.io/name": "vmagent"}},
+        }
+    ]
     assert rule["ports"] == [{"port": "metrics", "protocol": "TCP"}]
     # the defaults: every pod of namespace monitoring, nothing else
-    (default_rule,) = by_kind(render({"networkPolicy": {"enabled": True}}),
-                              "NetworkPolicy")["spec"]["ingress"]
-    assert default_rule["from"] == [{
-        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
-        "podSelector": {"matchLabels": {}}}]
+    (default_rule,) = by_kind(render({"networkPolicy": {"enabled": True}}), "NetworkPolicy")[
+        "spec"
+    ]["ingress"]
+    assert default_rule["from"] == [
+        {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+            "podSelector": {"matchLabels": {}},
+        }
+    ]
     (ctr,) = pod["containers"]
     assert "metrics" in {p["name"] for p in ctr["ports"]}
     # the probes need no rule: they come from the node, which policies always admit; the

@@ -8,8 +8,12 @@ import yaml
 
 NRI = "io.containerd.nri.v1.nri"
 # Exactly the keys nri-sla reads; never the records it writes (applied, warnings).
-ANNOTATIONS = ["sla.nri.io/pod", "sla.nri.io/container.*", "sla.nri.io/enforcement",
-               "io.kubernetes.sla/enforcement-mode"]
+ANNOTATIONS = [
+    "sla.nri.io/pod",
+    "sla.nri.io/container.*",
+    "sla.nri.io/enforcement",
+    "io.kubernetes.sla/enforcement-mode",
+]
 BASE_SPEC = "/etc/nri-sla/base-runtime-spec.json"
 
 # file -> (config version, CRI plugin id holding the runtime handlers)
@@ -54,8 +58,10 @@ def test_runc_handler_passes_annotations_and_hook_spec(pk, name):
 def test_fail_closed_validator_only_in_2x(pk):
     validator = load(pk, "config.toml.example")["plugins"][NRI]["default_validator"]
     assert validator == {
-        "enable": True, "required_plugins": ["nri-sla"],
-        "tolerate_missing_plugins_annotation": "tolerate-missing-nri-plugins.noderesource.dev"}
+        "enable": True,
+        "required_plugins": ["nri-sla"],
+        "tolerate_missing_plugins_annotation": "tolerate-missing-nri-plugins.noderesource.dev",
+    }
     assert "default_validator" not in load(pk, "config-1.7.toml.example")["plugins"][NRI]
 
 
@@ -70,7 +76,8 @@ def test_required_plugin_name_matches_the_plugin(pk):
 def test_daemonset_tolerates_the_configured_annotation(pk):
     # the nri-sla pod itself must start while nri-sla is not registered yet
     key = load(pk, "config.toml.example")["plugins"][NRI]["default_validator"][
-        "tolerate_missing_plugins_annotation"]
+        "tolerate_missing_plugins_annotation"
+    ]
     docs = yaml.safe_load_all((pk.PACKAGING / "kubernetes" / "daemonset.yaml").read_text())
     (ds,) = [d for d in docs if d and d["kind"] == "DaemonSet"]
     annotations = ds["spec"]["template"]["metadata"]["annotations"]
@@ -84,18 +91,24 @@ def test_pass_through_never_matches_what_nri_sla_writes(pk, name):
     from fnmatch import fnmatchcase
 
     _, cri = FILES[name]
-    patterns = load(pk, name)["plugins"][cri]["containerd"]["runtimes"]["runc"][
-        "pod_annotations"]
+    patterns = load(pk, name)["plugins"][cri]["containerd"]["runtimes"]["runc"]["pod_annotations"]
 
     def passes(key):
-        return any(fnmatchcase(key, p) and "/" not in key[p.rfind("/") + 1:]
-                   for p in patterns)
+        return any(fnmatchcase(key, p) and "/" not in key[p.rfind("/") + 1 :] for p in patterns)
 
-    for read in ("sla.nri.io/pod", "sla.nri.io/container.web", "sla.nri.io/enforcement",
-                 "io.kubernetes.sla/enforcement-mode"):
+    for read in (
+        "sla.nri.io/pod",
+        "sla.nri.io/container.web",
+        "sla.nri.io/enforcement",
+        "io.kubernetes.sla/enforcement-mode",
+    ):
         assert passes(read), read
-    for written in ("sla.nri.io/applied", "sla.nri.io/warnings", "sla.nri.io/other",
-                    "io.kubernetes.sla/other"):
+    for written in (
+        "sla.nri.io/applied",
+        "sla.nri.io/warnings",
+        "sla.nri.io/other",
+        "io.kubernetes.sla/other",
+    ):
         assert not passes(written), written
 
 

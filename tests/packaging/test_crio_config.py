@@ -22,8 +22,7 @@ def load(pk, name):
 
 
 def test_the_drop_ins_are_all_there_is(pk):
-    assert sorted(p.name for p in (pk.PACKAGING / "crio").iterdir()) == [NRI_FILE,
-                                                                        FAIL_CLOSED_FILE]
+    assert sorted(p.name for p in (pk.PACKAGING / "crio").iterdir()) == [NRI_FILE, FAIL_CLOSED_FILE]
 
 
 def test_nri_on_with_the_plugins_socket_and_timeouts(pk):
@@ -32,17 +31,29 @@ def test_nri_on_with_the_plugins_socket_and_timeouts(pk):
     doc = load(pk, NRI_FILE)
     assert list(doc) == ["crio"] and list(doc["crio"]) == ["nri"]
     assert doc["crio"]["nri"] == {
-        "enable_nri": True, "nri_listen": DEFAULT_SOCKET, "nri_disable_connections": False,
-        "nri_plugin_registration_timeout": "5s", "nri_plugin_request_timeout": "2s"}
+        "enable_nri": True,
+        "nri_listen": DEFAULT_SOCKET,
+        "nri_disable_connections": False,
+        "nri_plugin_registration_timeout": "5s",
+        "nri_plugin_request_timeout": "2s",
+    }
 
 
 def test_fail_closed_validator_requires_the_plugin_by_name(pk):
     doc = load(pk, FAIL_CLOSED_FILE)
-    assert doc == {"crio": {"nri": {"default_validator": {
-        "nri_enable_default_validator": True,
-        "nri_validator_required_plugins": ["nri-sla"],
-        "nri_validator_tolerate_missing_plugins_annotation":
-            "tolerate-missing-nri-plugins.noderesource.dev"}}}}
+    assert doc == {
+        "crio": {
+            "nri": {
+                "default_validator": {
+                    "nri_enable_default_validator": True,
+                    "nri_validator_required_plugins": ["nri-sla"],
+                    "nri_validator_tolerate_missing_plugins_annotation": (
+                        "tolerate-missing-nri-plugins.noderesource.dev"
+                    ),
+                }
+            }
+        }
+    }
     # the same name the plugin registers with (the pre-launch wrapper's NN-name)
     (wrapper,) = [p for p in (pk.PACKAGING / "nri").iterdir() if p.suffix != ".conf"]
     required = doc["crio"]["nri"]["default_validator"]["nri_validator_required_plugins"]

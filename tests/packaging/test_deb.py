@@ -50,8 +50,9 @@ def deb(tmp_path_factory, pk) -> Path:
         path = pk.build_deb(out, sys.executable)
     except pk.DebUnavailable as exc:
         pytest.skip(str(exc))
-    arch = subprocess.run(["dpkg", "--print-architecture"], capture_output=True, text=True,
-                          check=True).stdout.strip()
+    arch = subprocess.run(
+        ["dpkg", "--print-architecture"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     assert path.name == f"nri-sla_{__version__}_{arch}.deb"
     return path
 
@@ -64,8 +65,9 @@ def unpacked(deb, tmp_path_factory) -> Path:
 
 
 def field(deb: Path, name: str) -> str:
-    return subprocess.run(["dpkg-deb", "-f", str(deb), name], capture_output=True,
-                          text=True, check=True).stdout.strip()
+    return subprocess.run(
+        ["dpkg-deb", "-f", str(deb), name], capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
 def test_control_fields(deb):
@@ -81,8 +83,9 @@ def test_control_fields(deb):
 
 
 def test_contents_and_ownership(deb, pk):
-    listing = subprocess.run(["dpkg-deb", "-c", str(deb)], capture_output=True, text=True,
-                             check=True).stdout.splitlines()
+    listing = subprocess.run(
+        ["dpkg-deb", "-c", str(deb)], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
     paths = {line.split()[-1] for line in listing}
     missing = [p for p in EXPECTED if p not in paths]
     assert not missing, missing
@@ -116,8 +119,11 @@ def _python_for(unpacked: Path) -> list[str]:
     else run the launcher with this interpreter (-IS keeps our venv off sys.path too)."""
     system = Path("/usr/bin/python3")
     if system.exists():
-        ver = subprocess.run([str(system), "-c", "import sys; print(sys.version_info[:2])"],
-                             capture_output=True, text=True).stdout.strip()
+        ver = subprocess.run(
+            [str(system), "-c", "import sys; print(sys.version_info[:2])"],
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
         if ver == str(tuple(sys.version_info[:2])):
             return []
     return [sys.executable, "-IS"]
@@ -125,8 +131,9 @@ def _python_for(unpacked: Path) -> list[str]:
 
 def run_unpacked(unpacked: Path, *args: str) -> subprocess.CompletedProcess:
     cmd = [*_python_for(unpacked), str(unpacked / "usr/bin/nri-sla"), *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd="/",
-                          env={"PATH": "/usr/bin:/bin"})
+    return subprocess.run(
+        cmd, capture_output=True, text=True, timeout=60, cwd="/", env={"PATH": "/usr/bin:/bin"}
+    )
 
 
 def test_demo_runs_from_the_package_and_the_man_page_names_installed_paths(unpacked):
@@ -153,13 +160,20 @@ def test_version_from_the_package(unpacked):
 def test_package_code_not_the_checkout(unpacked):
     # prove the launcher imports the bundled copy: ask it where nri_plugin lives
     launcher = (unpacked / "usr/bin/nri-sla").read_text()
-    probe = launcher.replace("from nri_plugin.cli import main  # noqa: E402\n\nsys.exit(main())",
-                             "import nri_plugin, yaml\nprint(nri_plugin.__file__, yaml.__file__)")
+    probe = launcher.replace(
+        "from nri_plugin.cli import main  # noqa: E402\n\nsys.exit(main())",
+        "import nri_plugin, yaml\nprint(nri_plugin.__file__, yaml.__file__)",
+    )
     assert probe != launcher
     script = unpacked / "usr/bin/probe"
     script.write_text(probe)
-    res = subprocess.run([*(_python_for(unpacked) or ["/usr/bin/python3", "-IS"]),
-                          str(script)], capture_output=True, text=True, cwd="/", timeout=60)
+    res = subprocess.run(
+        [*(_python_for(unpacked) or ["/usr/bin/python3", "-IS"]), str(script)],
+        capture_output=True,
+        text=True,
+        cwd="/",
+        timeout=60,
+    )
     assert res.returncode == 0, res.stderr
     site = str((unpacked / "usr/lib/nri-sla/site").resolve())
     assert all(p.startswith(site) for p in res.stdout.split()), res.stdout
@@ -172,25 +186,37 @@ def test_man_page_and_completion_cover_every_command_and_flag(unpacked, pk):
 
     man = pk.need_tool("man", "man-db")
     page = unpacked / "usr/share/man/man1/nri-sla.1.gz"
-    shown = subprocess.run([man, "-l", str(page)], capture_output=True, text=True,
-                           env={"MANWIDTH": "200", "PATH": "/usr/bin:/bin"}, timeout=60)
+    shown = subprocess.run(
+        [man, "-l", str(page)],
+        capture_output=True,
+        text=True,
+        env={"MANWIDTH": "200", "PATH": "/usr/bin:/bin"},
+        timeout=60,
+    )
     assert shown.returncode == 0 and "warning" not in shown.stderr, shown.stderr
     text = shown.stdout
     roff = gzip.decompress(page.read_bytes()).decode()
     completion = (unpacked / "usr/share/bash-completion/completions/nri-sla").read_text()
     for name in COMMANDS:
         assert f"nri-sla {name}\n" in text, name
-    for flag in ("--fail-closed", "--dry-run", "--containerd-version", "--host-root",
-                 "--metrics-address", "--log-level"):
+    for flag in (
+        "--fail-closed",
+        "--dry-run",
+        "--containerd-version",
+        "--host-root",
+        "--metrics-address",
+        "--log-level",
+    ):
         assert flag in text and flag in completion, flag
     assert "nri-sla config check" in text and roff.startswith(".TH NRI-SLA 1")
     bash = pk.need_tool("bash", "bash")
-    script = (f"source {unpacked}/usr/share/bash-completion/completions/nri-sla; "
-              "COMP_WORDS=(nri-sla containerd-config --dr); COMP_CWORD=2; _nri_sla; "
-              'echo "${COMPREPLY[*]}"; COMP_WORDS=(nri-sla config sh); _nri_sla; '
-              'echo "${COMPREPLY[*]}"')
-    out = subprocess.run([bash, "--norc", "-c", script], capture_output=True, text=True,
-                         timeout=60)
+    script = (
+        f"source {unpacked}/usr/share/bash-completion/completions/nri-sla; "
+        "COMP_WORDS=(nri-sla containerd-config --dr); COMP_CWORD=2; _nri_sla; "
+        'echo "${COMPREPLY[*]}"; COMP_WORDS=(nri-sla config sh); _nri_sla; '
+        'echo "${COMPREPLY[*]}"'
+    )
+    out = subprocess.run([bash, "--norc", "-c", script], capture_output=True, text=True, timeout=60)
     assert out.stdout.splitlines() == ["--dry-run", "show"], out.stderr
 
 
@@ -199,8 +225,9 @@ def test_extension_modules_are_stripped(unpacked, pk):
     modules = sorted((unpacked / "usr/lib/nri-sla/site").rglob("*.so"))
     assert any(m.name.startswith("loop.") for m in modules)  # uvloop's, 13.6 MB unstripped
     for module in modules:
-        sections = subprocess.run([readelf, "-S", "-W", str(module)], capture_output=True,
-                                  text=True, check=True).stdout
+        sections = subprocess.run(
+            [readelf, "-S", "-W", str(module)], capture_output=True, text=True, check=True
+        ).stdout
         assert ".debug_info" not in sections and ".symtab" not in sections, module
 
 
@@ -223,8 +250,13 @@ def scratch_dpkg(root: Path, pk) -> list[str]:
     # chrootless: the maintainer scripts run here with DPKG_ROOT=root (there is no
     # shell inside the scratch root); python3 is not in its database, hence
     # --force-depends.
-    return ["dpkg", f"--root={root}", "--force-script-chrootless", "--force-depends",
-            "--log=/dev/null"]
+    return [
+        "dpkg",
+        f"--root={root}",
+        "--force-script-chrootless",
+        "--force-depends",
+        "--log=/dev/null",
+    ]
 
 
 def test_install_and_purge_in_scratch_root(deb, tmp_path, pk):
@@ -249,16 +281,24 @@ def test_install_and_purge_in_scratch_root(deb, tmp_path, pk):
     multi_user = root / "etc/systemd/system/multi-user.target.wants"
     multi_user.mkdir(parents=True)
     (multi_user / "nri-sla-device-plugin.service").symlink_to(
-        "/lib/systemd/system/nri-sla-device-plugin.service")
-    res = subprocess.run([*dpkg, "--purge", "nri-sla"], capture_output=True, text=True,
-                         timeout=120)
+        "/lib/systemd/system/nri-sla-device-plugin.service"
+    )
+    res = subprocess.run([*dpkg, "--purge", "nri-sla"], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
-    left = sorted(str(p.relative_to(root)) for p in root.rglob("*")
-                  if not p.is_dir() and not str(p).startswith(str(admin)))
+    left = sorted(
+        str(p.relative_to(root))
+        for p in root.rglob("*")
+        if not p.is_dir() and not str(p).startswith(str(admin))
+    )
     multi_user.rmdir()  # only the package's link was in it (a real system has others)
     assert left == [], left
-    for gone in ("etc/nri-sla", "var/lib/nri-sla", "usr/lib/nri-sla", "usr/share/nri-sla",
-                 "etc/systemd/system/containerd.service.wants"):
+    for gone in (
+        "etc/nri-sla",
+        "var/lib/nri-sla",
+        "usr/lib/nri-sla",
+        "usr/share/nri-sla",
+        "etc/systemd/system/containerd.service.wants",
+    ):
         assert not (root / gone).exists(), gone
     status = subprocess.run([*dpkg, "-s", "nri-sla"], capture_output=True, text=True)
     assert status.returncode != 0  # purged: unknown to dpkg
@@ -277,26 +317,39 @@ def test_removal_leaves_containerd_a_working_config(deb, tmp_path, pk):
     conf_d = root / "etc/containerd/conf.d"
     ours = conf_d / "nri-sla.toml"
     write = subprocess.run(
-        [str(pk.VENV_NRI_SLA), "containerd-config", "--containerd-version", "2.2",
-         "--fail-closed", "--write", str(ours), "--no-base-spec",
-         "--main-config", str(root / "etc/containerd/config.toml")],
-        capture_output=True, text=True, timeout=60)
+        [
+            str(pk.VENV_NRI_SLA),
+            "containerd-config",
+            "--containerd-version",
+            "2.2",
+            "--fail-closed",
+            "--write",
+            str(ours),
+            "--no-base-spec",
+            "--main-config",
+            str(root / "etc/containerd/config.toml"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert write.returncode == 0, write.stderr
     foreign = conf_d / "registry.toml"
     foreign.write_text("version = 3\n")
     # an operator who merged the example into the main config by hand
     (root / "etc/containerd/config.toml").write_text(
         'version = 3\n[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]\n'
-        '  base_runtime_spec = "/etc/nri-sla/base-runtime-spec.json"\n')
-    res = subprocess.run([*dpkg, "--remove", "nri-sla"], capture_output=True, text=True,
-                         timeout=120)
+        '  base_runtime_spec = "/etc/nri-sla/base-runtime-spec.json"\n'
+    )
+    res = subprocess.run(
+        [*dpkg, "--remove", "nri-sla"], capture_output=True, text=True, timeout=120
+    )
     assert res.returncode == 0, res.stderr
     assert not ours.exists() and foreign.read_text() == "version = 3\n"
     assert f"took out {ours}" in res.stderr
     assert "restart containerd now: it requires nri-sla (fail closed)" in res.stderr
     assert not (root / "usr/bin/nri-sla").exists()
-    res = subprocess.run([*dpkg, "--purge", "nri-sla"], capture_output=True, text=True,
-                         timeout=120)
+    res = subprocess.run([*dpkg, "--purge", "nri-sla"], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert spec.read_text() == "{}\n"  # still named by containerd's config
     assert sorted(p.name for p in spec.parent.iterdir()) == [spec.name]
@@ -306,8 +359,7 @@ def test_removal_leaves_containerd_a_working_config(deb, tmp_path, pk):
     (root / "etc/containerd/config.toml").write_text("version = 3\n")
     res = subprocess.run([*dpkg, "-i", str(deb)], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
-    res = subprocess.run([*dpkg, "--purge", "nri-sla"], capture_output=True, text=True,
-                         timeout=120)
+    res = subprocess.run([*dpkg, "--purge", "nri-sla"], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert not (root / "etc/nri-sla").exists() and "kept" not in res.stderr
 
@@ -322,21 +374,34 @@ def test_removal_restores_a_1_7_main_config_it_patched(deb, tmp_path, pk):
     original = (pk.REPO / "tests/commands/data/kubeadm-1.7.toml").read_bytes()
     main_config.write_bytes(original)
     write = subprocess.run(
-        [str(root / "usr/bin/nri-sla"), "containerd-config", "--containerd-version", "1.7",
-         "--write", "--no-base-spec", "--main-config", str(main_config)],
-        capture_output=True, text=True, timeout=60)
+        [
+            str(root / "usr/bin/nri-sla"),
+            "containerd-config",
+            "--containerd-version",
+            "1.7",
+            "--write",
+            "--no-base-spec",
+            "--main-config",
+            str(main_config),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert write.returncode == 0, write.stderr
     assert main_config.read_bytes() != original
-    res = subprocess.run([*dpkg, "--remove", "nri-sla"], capture_output=True, text=True,
-                         timeout=120)
+    res = subprocess.run(
+        [*dpkg, "--remove", "nri-sla"], capture_output=True, text=True, timeout=120
+    )
     assert res.returncode == 0, res.stderr
     assert main_config.read_bytes() == original
     assert sorted(p.name for p in main_config.parent.iterdir()) == ["config.toml"]
 
 
 def test_build_script_syntax(pk):
-    res = subprocess.run(["bash", "-n", str(pk.PACKAGING / "deb" / "build.sh")],
-                         capture_output=True, text=True)
+    res = subprocess.run(
+        ["bash", "-n", str(pk.PACKAGING / "deb" / "build.sh")], capture_output=True, text=True
+    )
     assert res.returncode == 0, res.stderr
 
 
@@ -352,13 +417,20 @@ def test_packaged_plugin_registers_with_a_runtime(unpacked, tmp_path, pk):
     config.write_text(f'metrics:\n  address: "127.0.0.1:{port}"\nstate-dir: {tmp_path / "state"}\n')
     sock_path = str(tmp_path / "nri.sock")
 
-
     async def main() -> tuple[int, bytes]:
         sim = await RuntimeSimulator(sock_path).start()
         proc = await asyncio.create_subprocess_exec(
-            *_python_for(unpacked), str(unpacked / "usr/bin/nri-sla"), "run", "--config",
-            str(config), "--socket", sock_path, env={"PATH": "/usr/bin:/bin"}, cwd="/",
-            stderr=asyncio.subprocess.PIPE)
+            *_python_for(unpacked),
+            str(unpacked / "usr/bin/nri-sla"),
+            "run",
+            "--config",
+            str(config),
+            "--socket",
+            sock_path,
+            env={"PATH": "/usr/bin:/bin"},
+            cwd="/",
+            stderr=asyncio.subprocess.PIPE,
+        )
         try:
             session = await sim.accept(timeout=30)
             assert session.name == "nri-sla"
@@ -385,10 +457,22 @@ def test_packaged_device_plugin_registers_with_a_kubelet(unpacked, pk):
         sock_dir = Path(d)
         kubelet = FakeKubelet(PROJECT_STUBS, sock_dir)
         proc = subprocess.Popen(
-            [*_python_for(unpacked), str(unpacked / "usr/bin/nri-sla"), "device-plugin",
-             "--inventory", str(pk.REPO / "examples" / "dgx-like.yaml"),
-             "--socket-dir", d, "--config", "/dev/null"],
-            env={"PATH": "/usr/bin:/bin"}, cwd="/", stderr=subprocess.PIPE, text=True)
+            [
+                *_python_for(unpacked),
+                str(unpacked / "usr/bin/nri-sla"),
+                "device-plugin",
+                "--inventory",
+                str(pk.REPO / "examples" / "dgx-like.yaml"),
+                "--socket-dir",
+                d,
+                "--config",
+                "/dev/null",
+            ],
+            env={"PATH": "/usr/bin:/bin"},
+            cwd="/",
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
             assert kubelet.registration(timeout=30)["resource_name"] == "nvidia.com/gpu"
             assert len(kubelet.next_list()["devices"]) == 8

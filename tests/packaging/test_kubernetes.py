@@ -28,8 +28,13 @@ def manifest() -> list[dict]:
 def test_objects_and_metadata(manifest):
     kinds = sorted(d["kind"] for d in manifest)
     # the ClusterRole and its binding: Events (events.enabled, on by default)
-    assert kinds == ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet",
-                     "ServiceAccount"]
+    assert kinds == [
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "ConfigMap",
+        "DaemonSet",
+        "ServiceAccount",
+    ]
     for doc in manifest:
         assert (doc["metadata"].get("namespace") == NAMESPACE) == (doc["kind"] in NAMESPACED)
         assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", doc["metadata"]["name"])
@@ -47,13 +52,22 @@ def test_daemonset_pod_spec(manifest):
     assert annotations["tolerate-missing-nri-plugins.noderesource.dev"] == "true"
     assert pod["priorityClassName"] == "system-node-critical"
     assert {"operator": "Exists"} in pod["tolerations"]
-    assert pod["serviceAccountName"] == by_kind(manifest, "ServiceAccount")["metadata"][
-        "name"]
+    assert pod["serviceAccountName"] == by_kind(manifest, "ServiceAccount")["metadata"]["name"]
     assert not pod.get("hostNetwork") and not pod.get("hostPID")
     (ctr,) = pod["containers"]
-    assert set(ctr) <= {"name", "image", "imagePullPolicy", "args", "env", "ports",
-                        "readinessProbe", "livenessProbe", "resources", "securityContext",
-                        "volumeMounts"}
+    assert set(ctr) <= {
+        "name",
+        "image",
+        "imagePullPolicy",
+        "args",
+        "env",
+        "ports",
+        "readinessProbe",
+        "livenessProbe",
+        "resources",
+        "securityContext",
+        "volumeMounts",
+    }
     assert ctr["securityContext"] == {"privileged": True}
     res = ctr["resources"]
     assert res["requests"]["cpu"] and res["requests"]["memory"] and res["limits"]["memory"]
@@ -67,11 +81,20 @@ def test_volumes_mounts_and_host_paths(manifest):
     mounts = {m["mountPath"]: m for m in ctr["volumeMounts"]}
     assert all(m["name"] in volumes for m in ctr["volumeMounts"])
     assert len(volumes) == len(pod["volumes"])  # unique names
-    host = {v["hostPath"]["path"]: (v["name"], v["hostPath"]["type"])
-            for v in volumes.values() if "hostPath" in v}
+    host = {
+        v["hostPath"]["path"]: (v["name"], v["hostPath"]["type"])
+        for v in volumes.values()
+        if "hostPath" in v
+    }
     # nothing of the host's /etc or /opt: the host hook is opt-in (hostHook.enabled)
-    assert set(host) == {"/var/run/nri", "/sys", "/sys/fs/cgroup", "/dev", "/var/lib/nri-sla",
-                         "/var/lib/kubelet/pod-resources"}
+    assert set(host) == {
+        "/var/run/nri",
+        "/sys",
+        "/sys/fs/cgroup",
+        "/dev",
+        "/var/lib/nri-sla",
+        "/var/lib/kubelet/pod-resources",
+    }
     assert "initContainers" not in pod
     # The kubelet's PodResources socket (gpu.podresources-socket): connect() to a unix
     # socket works through a read-only bind mount (only the superblock's flag counts).
@@ -126,25 +149,45 @@ def test_host_hook_init_container_installs_the_configmaps_policy(tmp_path, pk):
     done = install(host, str(configmap))
     assert done.config.read_text() == configmap.read_text()
     assert not (host / "etc/nri-sla/base-runtime-spec.json").exists()
-    version = subprocess.run([str(done.binary), "version"], capture_output=True, text=True,
-                             timeout=60, env={"PATH": "/usr/bin:/bin"})
+    version = subprocess.run(
+        [str(done.binary), "version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin"},
+    )
     assert version.returncode == 0 and version.stdout.startswith("nri-sla "), version.stderr
     # what runs on the host: the hook and containerd-config, not the plugin's protocols
-    dropin = subprocess.run([str(done.binary), "containerd-config", "--containerd-version",
-                             "2.3", "--main-config", str(tmp_path / "absent.toml")],
-                            capture_output=True, text=True, timeout=60,
-                            env={"PATH": "/usr/bin:/bin"})
+    dropin = subprocess.run(
+        [
+            str(done.binary),
+            "containerd-config",
+            "--containerd-version",
+            "2.3",
+            "--main-config",
+            str(tmp_path / "absent.toml"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin"},
+    )
     assert dropin.returncode == 0 and "version = 4" in dropin.stdout, dropin.stderr
     site = {p.name.split("-")[0] for p in (done.runtime / "site").iterdir()}
     assert {"nri_plugin", "yaml", "tomlkit"} <= site
     assert not site & {"grpc", "google", "uvloop", "prometheus_client", "urllib3"}, site
-    size = sum(f.stat().st_size for f in done.runtime.rglob("*")
-               if f.is_file() and not f.is_symlink())
+    size = sum(
+        f.stat().st_size for f in done.runtime.rglob("*") if f.is_file() and not f.is_symlink()
+    )
     print(f"evidence: host-hook copy {size / 2**20:.1f} MiB")
     # the copied interpreter runs from the copy, not from the image's prefix
-    where = subprocess.run([str(done.runtime / "bin" / "python3"), "-I", "-S", "-c",
-                            "import os; print(os.__file__)"], capture_output=True, text=True,
-                           timeout=60, env={"LD_LIBRARY_PATH": str(done.runtime / "lib")})
+    where = subprocess.run(
+        [str(done.runtime / "bin" / "python3"), "-I", "-S", "-c", "import os; print(os.__file__)"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"LD_LIBRARY_PATH": str(done.runtime / "lib")},
+    )
     assert where.stdout.startswith(str(done.runtime)), where
     # a second start replaces the runtime and leaves one
     again = install(host, str(configmap))
@@ -170,14 +213,26 @@ def test_host_hook_command_failures_are_one_line(tmp_path, pk, host):
     # the host's directory not mounted (absent), or not usable (a file where it must be)
     if host == "file":
         (tmp_path / "host").write_text("")
-    res = subprocess.run([str(pk.VENV_NRI_SLA), "host-hook", "--host-root",
-                          str(tmp_path / "host"), "--config", "/dev/null"],
-                         capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        [
+            str(pk.VENV_NRI_SLA),
+            "host-hook",
+            "--host-root",
+            str(tmp_path / "host"),
+            "--config",
+            "/dev/null",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode == 4, res.stderr
-    assert res.stderr == (f"nri-sla host-hook: cannot install under {tmp_path}/host: "
-                          f"{tmp_path}/host/opt/nri-sla: No such file or directory (the "
-                          f"host's /opt/nri-sla and /etc/nri-sla must be mounted there, "
-                          f"writable)\n")
+    assert res.stderr == (
+        f"nri-sla host-hook: cannot install under {tmp_path}/host: "
+        f"{tmp_path}/host/opt/nri-sla: No such file or directory (the "
+        f"host's /opt/nri-sla and /etc/nri-sla must be mounted there, "
+        f"writable)\n"
+    )
     assert not (tmp_path / "host").is_dir()
 
 
@@ -226,6 +281,7 @@ def test_dockerfile(pk):
     assert json.loads(entry.split(None, 1)[1]) == ["nri-sla", "run"]
     (cmd,) = [ln for ln in lines if ln.upper().startswith("CMD ")]
     from nri_plugin.commands import run
+
     parser = argparse.ArgumentParser(exit_on_error=False)
     run.add_arguments(parser)
     parser.parse_args(json.loads(cmd.split(None, 1)[1]))

@@ -27,10 +27,18 @@ from nri_plugin.ops.logsetup import (
 )
 
 # The shape of a real `applied` (a record's fields: see test_plugin_decision_line).
-APPLIED = {"enforcement": "soft", "cgroup_version": 1, "cpu_quota": 250000,
-           "cpu_period": 100000, "cpus": "0-3", "mems": "0"}
-WARN = ("sla.nri.io/container.app: memory.high: not available on cgroup v1 nodes (allowed "
-        "only on cgroup v2, soft mode writes memory.soft_limit_in_bytes instead)")
+APPLIED = {
+    "enforcement": "soft",
+    "cgroup_version": 1,
+    "cpu_quota": 250000,
+    "cpu_period": 100000,
+    "cpus": "0-3",
+    "mems": "0",
+}
+WARN = (
+    "sla.nri.io/container.app: memory.high: not available on cgroup v1 nodes (allowed "
+    "only on cgroup v2, soft mode writes memory.soft_limit_in_bytes instead)"
+)
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -46,7 +54,7 @@ def _logfmt(line: str) -> dict[str, str]:
         key = line[i:eq]
         assert key and " " not in key and '"' not in key, line
         i = eq + 1
-        if line[i:i + 1] == '"':
+        if line[i : i + 1] == '"':
             i += 1
             chars = []
             while line[i] != '"':
@@ -54,7 +62,7 @@ def _logfmt(line: str) -> dict[str, str]:
                     code = line[i + 1]
                     if code in "uU":
                         width = 4 if code == "u" else 8
-                        chars.append(chr(int(line[i + 2:i + 2 + width], 16)))
+                        chars.append(chr(int(line[i + 2 : i + 2 + width], 16)))
                         i += 2 + width
                         continue
                     chars.append(_UNESCAPE[code])
@@ -68,7 +76,7 @@ def _logfmt(line: str) -> dict[str, str]:
             end = len(line) if end < 0 else end
             value, i = line[i:end], end
         out[key] = value
-        assert line[i:i + 1] in ("", " "), line
+        assert line[i : i + 1] in ("", " "), line
         i += 1
     return out
 
@@ -95,14 +103,28 @@ def test_plugin_decision_line():
     drives the real plugin; its --verbose log is `run`'s): the record's fields flattened,
     the placement record's nested ones with dotted keys, no version, path or MAC."""
     out = subprocess.run(
-        [sys.executable, "-m", "nri_plugin.cli", "demo", "--verbose",
-         "examples/pods/10-inference.yaml"], capture_output=True, text=True, timeout=60,
-        cwd=REPO)
+        [
+            sys.executable,
+            "-m",
+            "nri_plugin.cli",
+            "demo",
+            "--verbose",
+            "examples/pods/10-inference.yaml",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+    )
     assert out.returncode == 0, out.stderr
     [line] = [line for line in out.stderr.splitlines() if 'msg="sla decision"' in line]
     kv = _logfmt(line)
     assert (kv["level"], kv["pod"], kv["container"], kv["outcome"]) == (
-        "info", "ml/inference", "server", "enforced")
+        "info",
+        "ml/inference",
+        "server",
+        "enforced",
+    )
     assert kv["applied.cpu_quota"] == "400000" and kv["applied.cgroup_version"] == "2"
     assert kv["applied.memory_policy.mode"] == "bind"
     assert kv["applied.placement_record.gpus"] == "GPU-d0000000-0000-0000-0000-000000000000"
@@ -173,7 +195,11 @@ def test_deferred_decisions_keep_the_log_in_order():
     asyncio.run(turn())
     lines = first.getvalue().splitlines()
     assert [_logfmt(line).get("container", _logfmt(line)["msg"]) for line in lines] == [
-        "one", "after one", "two", "three"]
+        "one",
+        "after one",
+        "two",
+        "three",
+    ]
     assert "container=four" in second.getvalue()
 
 
@@ -185,8 +211,10 @@ def test_a_line_from_another_thread_writes_the_waiting_decision_once():
 
     async def turn() -> None:
         log_decision(DecisionEvent("a", "b", "one", "nri", "enforced", APPLIED))
-        thread = threading.Thread(target=log_event, args=(
-            logging.getLogger(f"{LOGGER_NAME}.metrics"), logging.WARNING, "from a thread"))
+        thread = threading.Thread(
+            target=log_event,
+            args=(logging.getLogger(f"{LOGGER_NAME}.metrics"), logging.WARNING, "from a thread"),
+        )
         thread.start()
         thread.join()
         await asyncio.sleep(0)
@@ -194,7 +222,9 @@ def test_a_line_from_another_thread_writes_the_waiting_decision_once():
     asyncio.run(turn())
     lines = out.getvalue().splitlines()
     assert [_logfmt(line).get("container", _logfmt(line)["msg"]) for line in lines] == [
-        "one", "from a thread"]
+        "one",
+        "from a thread",
+    ]
 
 
 def test_journald_mode_drops_timestamp_and_adds_priority(tmp_path, monkeypatch):
@@ -204,8 +234,13 @@ def test_journald_mode_drops_timestamp_and_adds_priority(tmp_path, monkeypatch):
         assert journald_stream(stream)
         setup_logging("text", "info", stream=stream)
         log_decision(DecisionEvent("default", "web", "app", "nri", "warned", APPLIED, [WARN]))
-        log_event(logging.getLogger(f"{LOGGER_NAME}.plugin"), logging.INFO, "registered",
-                  runtime="containerd", version="2.1.4")
+        log_event(
+            logging.getLogger(f"{LOGGER_NAME}.plugin"),
+            logging.INFO,
+            "registered",
+            runtime="containerd",
+            version="2.1.4",
+        )
         stream.seek(0)
         first, second = stream.read().splitlines()
     assert first.startswith("<4>level=warning ") and "ts=" not in first
@@ -225,33 +260,51 @@ def test_journal_stream_of_another_file_is_ignored(tmp_path, monkeypatch):
 def test_hostile_values_stay_on_one_line():
     out = io.StringIO()
     setup_logging("text", stream=out)
-    log_decision(DecisionEvent('ns', 'p', 'c"x', "nri", "warned", {"k": "a b\nc"},
-                               ["one", "two=2"]))
+    log_decision(
+        DecisionEvent("ns", "p", 'c"x', "nri", "warned", {"k": "a b\nc"}, ["one", "two=2"])
+    )
     (line,) = out.getvalue().splitlines()
     kv = _logfmt(line)
     assert kv["container"] == 'c"x' and kv["applied.k"] == "a b\nc"
     assert kv["warnings"] == "one; two=2"
 
 
-@pytest.mark.parametrize(("value", "want"), [
-    ("plain", "plain"), ("", '""'), (None, '""'), (True, "true"), (3, "3"),
-    ("a b", '"a b"'), ('q"', '"q\\""'), (["x", "y"], '"x; y"'),
-])
+@pytest.mark.parametrize(
+    ("value", "want"),
+    [
+        ("plain", "plain"),
+        ("", '""'),
+        (None, '""'),
+        (True, "true"),
+        (3, "3"),
+        ("a b", '"a b"'),
+        ('q"', '"q\\""'),
+        (["x", "y"], '"x; y"'),
+    ],
+)
 def test_logfmt_value(value, want):
     assert logfmt_value(value) == want
 
 
-@pytest.mark.parametrize(("kwargs", "needle"), [
-    ({"format": "xml"}, "text, json"), ({"level": "loud"}, "debug, info, warning"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"format": "xml"}, "text, json"),
+        ({"level": "loud"}, "debug, info, warning"),
+    ],
+)
 def test_bad_setup(kwargs, needle):
     with pytest.raises(LoggingSetupError, match=needle):
         setup_logging(stream=io.StringIO(), **kwargs)
 
 
-@pytest.mark.parametrize(("path", "outcome", "needle"), [
-    ("cri", "enforced", "nri, hook"), ("nri", "ok", "enforced, refused, warned"),
-])
+@pytest.mark.parametrize(
+    ("path", "outcome", "needle"),
+    [
+        ("cri", "enforced", "nri, hook"),
+        ("nri", "ok", "enforced, refused, warned"),
+    ],
+)
 def test_bad_decision_fields(path, outcome, needle):
     with pytest.raises(LoggingSetupError, match=needle):
         log_decision(DecisionEvent("a", "b", "c", path, outcome))

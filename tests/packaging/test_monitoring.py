@@ -17,15 +17,21 @@ from nri_plugin.plugin.report import NodeReport
 
 REPO = Path(__file__).resolve().parents[2]
 MONITORING = REPO / "packaging" / "monitoring"
-SUFFIXES = {"counter": ("_total", "_created"), "histogram": ("_bucket", "_sum", "_count"),
-            "gauge": ("",), "info": ("_info",)}
+SUFFIXES = {
+    "counter": ("_total", "_created"),
+    "histogram": ("_bucket", "_sum", "_count"),
+    "gauge": ("",),
+    "info": ("_info",),
+}
 # label values the expressions may match, per label name
 LABEL_VALUES = {"outcome": set(OUTCOMES) | set(REPAIR_OUTCOMES), "event": {"CreateContainer"}}
 
 
 def exported_series() -> set[str]:
-    families = [*Metrics().registry.collect(),
-                *ContainerCollector(lambda: NodeReport(at=0, interval=30), 10).describe()]
+    families = [
+        *Metrics().registry.collect(),
+        *ContainerCollector(lambda: NodeReport(at=0, interval=30), 10).describe(),
+    ]
     return {f.name + suffix for f in families for suffix in SUFFIXES[f.type]}
 
 
@@ -82,8 +88,9 @@ def test_podmonitor_selects_the_daemonsets_metrics_port():
     assert monitor["metadata"]["namespace"] == ds["metadata"]["namespace"]
     labels = ds["spec"]["template"]["metadata"]["labels"]
     assert monitor["spec"]["selector"]["matchLabels"].items() <= labels.items()
-    ports = {p["name"] for c in ds["spec"]["template"]["spec"]["containers"]
-             for p in c.get("ports", ())}
+    ports = {
+        p["name"] for c in ds["spec"]["template"]["spec"]["containers"] for p in c.get("ports", ())
+    }
     (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
     assert endpoint["port"] in ports and endpoint["port"] == "metrics"
 

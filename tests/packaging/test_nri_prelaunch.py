@@ -57,8 +57,11 @@ def test_wrapper_execs_nri_sla_with_fd3_in_empty_env(wrapper_with_fake):
     ours, theirs = socket.socketpair()
     with ours, theirs:
         proc = subprocess.Popen(
-            [str(wrapper_with_fake)], env=dict(NRI_ENV), close_fds=False,
-            preexec_fn=lambda: os.dup2(theirs.fileno(), 3))
+            [str(wrapper_with_fake)],
+            env=dict(NRI_ENV),
+            close_fds=False,
+            preexec_fn=lambda: os.dup2(theirs.fileno(), 3),
+        )
         theirs.close()
         ours.settimeout(20)
         data = b""
@@ -80,8 +83,9 @@ def test_wrapper_fails_loudly_when_nri_sla_missing(tmp_path, pk):
     wrapper = tmp_path / "50-nri-sla"
     wrapper.write_text(text.replace("/usr/bin/nri-sla", str(tmp_path / "absent")))
     wrapper.chmod(0o755)
-    res = subprocess.run([str(wrapper)], env=dict(NRI_ENV), capture_output=True, text=True,
-                         timeout=20)
+    res = subprocess.run(
+        [str(wrapper)], env=dict(NRI_ENV), capture_output=True, text=True, timeout=20
+    )
     assert res.returncode == 127 and "absent" in res.stderr
 
 
@@ -103,14 +107,18 @@ def test_prelaunched_nri_sla_registers_and_reports_ready(tmp_path, pk):
         port = probe.getsockname()[1]
     config = tmp_path / "config.yaml"
     # state-dir: the record key goes under tmp_path, not the host's /var/lib/nri-sla
-    config.write_text(f'metrics:\n  address: "127.0.0.1:{port}"\nlog:\n  format: json\n'
-                      f'state-dir: {tmp_path / "state"}\n')
+    config.write_text(
+        f'metrics:\n  address: "127.0.0.1:{port}"\nlog:\n  format: json\n'
+        f"state-dir: {tmp_path / 'state'}\n"
+    )
     text = (pk.PACKAGING / "nri" / "50-nri-sla").read_text()
     wrapper = tmp_path / "50-nri-sla"
-    wrapper.write_text(text.replace("NRI_SLA=/usr/bin/nri-sla", f"NRI_SLA={pk.VENV_NRI_SLA}")
-                       .replace("/etc/nri-sla/config.yaml", str(config)))
+    wrapper.write_text(
+        text.replace("NRI_SLA=/usr/bin/nri-sla", f"NRI_SLA={pk.VENV_NRI_SLA}").replace(
+            "/etc/nri-sla/config.yaml", str(config)
+        )
+    )
     wrapper.chmod(0o755)
-
 
     async def main() -> tuple[int, bytes]:
         ours, theirs = socket.socketpair()
@@ -118,8 +126,12 @@ def test_prelaunched_nri_sla_registers_and_reports_ready(tmp_path, pk):
         await sim.attach(theirs)
         fd = ours.fileno()
         proc = await asyncio.create_subprocess_exec(
-            str(wrapper), env=dict(NRI_ENV), close_fds=False,
-            preexec_fn=lambda: os.dup2(fd, 3), stderr=asyncio.subprocess.PIPE)
+            str(wrapper),
+            env=dict(NRI_ENV),
+            close_fds=False,
+            preexec_fn=lambda: os.dup2(fd, 3),
+            stderr=asyncio.subprocess.PIPE,
+        )
         ours.close()
         try:
             session = await sim.accept(timeout=30)

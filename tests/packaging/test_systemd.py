@@ -53,7 +53,10 @@ def test_hardening_keeps_cgroupfs_and_nri_socket_writable(unit):
     for key in ("ProtectControlGroups", "ProtectKernelTunables", "PrivateDevices"):
         assert key not in unit["Service"], key
     assert one(unit, "Service", "RestrictAddressFamilies").split() == [
-        "AF_UNIX", "AF_INET", "AF_INET6"]
+        "AF_UNIX",
+        "AF_INET",
+        "AF_INET6",
+    ]
     caps = one(unit, "Service", "CapabilityBoundingSet").split()
     assert caps and set(caps) <= {"CAP_DAC_OVERRIDE", "CAP_DAC_READ_SEARCH"}
 
@@ -61,7 +64,8 @@ def test_hardening_keeps_cgroupfs_and_nri_socket_writable(unit):
 def test_device_plugin_unit(pk):
     dp = pk.parse_unit(DEVICE_PLUGIN_UNIT)
     assert one(dp, "Service", "ExecStart") == (
-        "/usr/bin/nri-sla device-plugin --config /etc/nri-sla/config.yaml")
+        "/usr/bin/nri-sla device-plugin --config /etc/nri-sla/config.yaml"
+    )
     assert one(dp, "Service", "Type") == "simple"  # `device-plugin` sends no sd_notify
     assert one(dp, "Service", "Restart") == "always"
     assert one(dp, "Unit", "StartLimitIntervalSec") == "0"
@@ -83,8 +87,7 @@ def test_systemd_analyze_verify(tmp_path, pk, path):
     # verify checks that ExecStart= exists: point it at this environment's nri-sla.
     copy = tmp_path / path.name
     copy.write_text(path.read_text().replace("/usr/bin/nri-sla", str(pk.VENV_NRI_SLA)))
-    res = subprocess.run([analyze, "verify", str(copy)], capture_output=True, text=True,
-                         timeout=60)
+    res = subprocess.run([analyze, "verify", str(copy)], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
     # Unknown or misplaced keys are only warnings (exit 0): fail on them too.
     complaints = [ln for ln in res.stderr.splitlines() if str(copy) in ln]
@@ -96,8 +99,12 @@ def test_systemd_analyze_security_exposure(tmp_path, pk, path):
     analyze = pk.need_tool("systemd-analyze", "systemd")
     copy = tmp_path / path.name
     copy.write_text(path.read_text())
-    res = subprocess.run([analyze, "security", "--offline=yes", "--no-pager", str(copy)],
-                         capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        [analyze, "security", "--offline=yes", "--no-pager", str(copy)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     if "--offline" in res.stderr and res.returncode != 0:
         pytest.skip("systemd-analyze security --offline needs systemd >= 252")
     line = next(ln for ln in res.stdout.splitlines() if "Overall exposure level" in ln)

@@ -27,12 +27,13 @@ from nri_plugin.topology.inventory import load_inventory
 Node = tuple[Topology, GpuInventory]
 
 
-def _node(root: Path, nodes: int, cores: int, threads: int, pci, gpus,
-          proc: Path | None = None) -> Node:
-    sysfs = build_sysfs(root / "sys", nodes=nodes, cores_per_node=cores, threads=threads,
-                        pci=pci)
-    inv = load_inventory("nvml", sysfs_root=sysfs, nvml=FakeNvml(gpus),
-                         proc_root=proc or root / "proc")
+def _node(
+    root: Path, nodes: int, cores: int, threads: int, pci, gpus, proc: Path | None = None
+) -> Node:
+    sysfs = build_sysfs(root / "sys", nodes=nodes, cores_per_node=cores, threads=threads, pci=pci)
+    inv = load_inventory(
+        "nvml", sysfs_root=sysfs, nvml=FakeNvml(gpus), proc_root=proc or root / "proc"
+    )
     return read_topology(sysfs), inv
 
 
@@ -82,8 +83,9 @@ def topology_of(tmp_path_factory) -> Callable[..., Topology]:
         key = (nodes, cores, threads)
         if key not in cache:
             root = tmp_path_factory.mktemp("topo")
-            cache[key] = read_topology(build_sysfs(root, nodes=nodes, cores_per_node=cores,
-                                                   threads=threads))
+            cache[key] = read_topology(
+                build_sysfs(root, nodes=nodes, cores_per_node=cores, threads=threads)
+            )
         return cache[key]
 
     return build

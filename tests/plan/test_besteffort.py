@@ -29,8 +29,12 @@ from nri_plugin.topology.inventory import load_inventory
 from tests.support.besteffort import best_effort, compare, every_case, pair_scores
 
 BOXES: dict[str, Callable[[], list[FakeGpu]]] = {
-    "dgx1v": dgx1v_gpus, "dgx1p": dgx1p_gpus, "nvswitch": nvswitch_gpus,
-    "pcie-pairs": pcie_pairs_gpus, "rtx8000": rtx8000_gpus}
+    "dgx1v": dgx1v_gpus,
+    "dgx1p": dgx1p_gpus,
+    "nvswitch": nvswitch_gpus,
+    "pcie-pairs": pcie_pairs_gpus,
+    "rtx8000": rtx8000_gpus,
+}
 
 
 def read_box(root: Path, make: Callable[[], list[FakeGpu]]) -> GpuInventory:
@@ -40,19 +44,27 @@ def read_box(root: Path, make: Callable[[], list[FakeGpu]]) -> GpuInventory:
 
 @pytest.fixture(scope="module")
 def boxes(tmp_path_factory) -> dict[str, tuple[GpuInventory, list[list[int]]]]:
-    return {name: (read_box(tmp_path_factory.mktemp(name), make), pair_scores(FakeNvml(make())))
-            for name, make in BOXES.items()}
+    return {
+        name: (read_box(tmp_path_factory.mktemp(name), make), pair_scores(FakeNvml(make())))
+        for name, make in BOXES.items()
+    }
 
 
 def preferred(inventory: GpuInventory) -> Callable[[frozenset[int], int], list[int]]:
     by_index = {g.index: g for g in inventory.gpus}
-    return lambda free, size: [g.index for g in preferred_gpus(
-        inventory, [by_index[i] for i in sorted(free)], (), size)]
+    return lambda free, size: [
+        g.index for g in preferred_gpus(inventory, [by_index[i] for i in sorted(free)], (), size)
+    ]
 
 
 # (cases, where nri-sla is better) over every free state and size; nri-sla worse: never
-EXPECTED = {"dgx1v": (1024, 46), "dgx1p": (1024, 24), "nvswitch": (1024, 32),
-            "pcie-pairs": (1024, 32), "rtx8000": (32, 0)}
+EXPECTED = {
+    "dgx1v": (1024, 46),
+    "dgx1p": (1024, 24),
+    "nvswitch": (1024, 32),
+    "pcie-pairs": (1024, 32),
+    "rtx8000": (32, 0),
+}
 
 
 @pytest.mark.parametrize("name", sorted(BOXES))

@@ -18,6 +18,7 @@ def _run(threads_fn):
                 fn()
             except BaseException as exc:  # surfaced in the main thread below
                 errors.append(exc)
+
         return run
 
     threads = [threading.Thread(target=guard(fn)) for fn in threads_fn]
@@ -63,6 +64,7 @@ def test_parallel_allocations_never_share(dgx):
                 _assert_no_double_holding(dgx)
                 if round_ % 3 == 2:
                     dgx.release(owner)
+
         return go
 
     _run([worker(i) for i in range(16)])
@@ -72,8 +74,10 @@ def test_parallel_allocations_never_share(dgx):
 
 def test_restores_race_allocations(dgx_node):
     source = Allocator(*dgx_node)
-    records = {f"old{i}": source.allocate(granted(source, f"old{i}", i, exclusive_cpus=2))
-               .to_record() for i in range(6)}
+    records = {
+        f"old{i}": source.allocate(granted(source, f"old{i}", i, exclusive_cpus=2)).to_record()
+        for i in range(6)
+    }
     target = Allocator(*dgx_node)
     barrier = threading.Barrier(12)
     outcomes = Counter()
@@ -86,6 +90,7 @@ def test_restores_race_allocations(dgx_node):
                 outcomes["restored"] += 1
             except PlacementError:
                 outcomes["refused"] += 1
+
         return go
 
     def allocator(i):
@@ -96,6 +101,7 @@ def test_restores_race_allocations(dgx_node):
                 outcomes["allocated"] += 1
             except PlacementError:
                 outcomes["full"] += 1
+
         return go
 
     _run([restorer(o, r) for o, r in records.items()] + [allocator(i) for i in range(6)])

@@ -16,8 +16,7 @@ NODE1 = parse_cpulist("8-15,24-31")
 
 
 def test_take_cpus_skips_what_a_floor_keeps():
-    cores = [(frozenset({7, 23}), True), (frozenset({6, 22}), True),
-             (frozenset({15, 31}), True)]
+    cores = [(frozenset({7, 23}), True), (frozenset({6, 22}), True), (frozenset({15, 31}), True)]
     budgets = [(NODE0, 2)]  # of node 0, only 2 CPUs may still go
     assert take_cpus(cores, 4, budgets) == {7, 23, 15, 31}
     assert take_cpus(cores, 4) == {7, 23, 6, 22}
@@ -60,9 +59,13 @@ def test_squeeze_is_refused_or_clamped_naming_only_the_policy(dgx):
 
 def test_a_pinned_cpuset_is_never_taken(dgx):
     pinned = frozenset({7, 23})
-    p = choose_placement(dgx.layout, Holdings(), Req("x", exclusive_cpus=14,
-                                                     numa_nodes=(0,)),
-                         False, (CpuFloor(pinned, len(pinned)),))
+    p = choose_placement(
+        dgx.layout,
+        Holdings(),
+        Req("x", exclusive_cpus=14, numa_nodes=(0,)),
+        False,
+        (CpuFloor(pinned, len(pinned)),),
+    )
     assert not p.exclusive_cpus & pinned and len(p.exclusive_cpus) == 14
 
 
@@ -81,8 +84,11 @@ def test_the_pool_gives_every_kind_its_cpuset_and_floor(dgx):
     # 4 exclusive CPUs for a request of 6: its own and the shared pool
     assert pool.cpuset("excl") == everything
     assert pool.cpuset("excl", need=4) == held
-    assert set(pool.floors()) == {CpuFloor(everything, 2), CpuFloor(NODE0, 8),
-                                  CpuFloor(frozenset({8, 24}), 2)}
+    assert set(pool.floors()) == {
+        CpuFloor(everything, 2),
+        CpuFloor(NODE0, 8),
+        CpuFloor(frozenset({8, 24}), 2),
+    }
     assert pool.changes() == {o: pool.cpuset(o) for o in ("aligned", "excl", "plain")}
     assert pool.changes() == {}  # told once
     dgx.release("excl")
@@ -194,11 +200,13 @@ def test_an_answer_looks_only_at_the_cpusets_that_must_move(dgx, monkeypatch):
     assert len(pool.changes()) == 1000  # never told before
     looked: list[str] = []
     real = pool.cpuset
-    monkeypatch.setattr(pool, "cpuset", lambda owner, need=None: (
-        looked.append(owner), real(owner, need))[1])
+    monkeypatch.setattr(
+        pool, "cpuset", lambda owner, need=None: (looked.append(owner), real(owner, need))[1]
+    )
     held = dgx.allocate(Req("e1", exclusive_cpus=4)).exclusive_cpus
     assert pool.changes("e1", widen=False) == {
-        f"n{i}": everything - held for i in range(1000)}  # they held them: all move
+        f"n{i}": everything - held for i in range(1000)
+    }  # they held them: all move
     dgx.release("e1")
     looked.clear()
     assert pool.changes("e1", widen=False) == {}  # a stop moves nobody

@@ -74,8 +74,7 @@ def test_numa_nodes_without_gpus(dgx):
 
 def test_no_gpu_no_numa_no_exclusive_is_unconstrained(dgx):
     p = dgx.allocate(Req("a"))
-    assert (p.cpus, p.mems, p.exclusive_cpus, p.gpus) == (frozenset(), frozenset(),
-                                                          frozenset(), ())
+    assert (p.cpus, p.mems, p.exclusive_cpus, p.gpus) == (frozenset(), frozenset(), frozenset(), ())
 
 
 def test_exclusive_without_gpus_prefers_a_node_without_gpus(topology_of):
@@ -101,8 +100,9 @@ def test_not_enough_cores_on_the_gpu_node(dgx):
     with pytest.raises(PlacementError) as err:
         dgx.allocate(granted(dgx, "b", 1, exclusive_cpus=6))
     assert err.value.field == "cpu.exclusive"
-    assert str(err.value) == ("requested 6 exclusive CPUs on NUMA node(s) 0; not that many "
-                              "CPUs can be given there now")
+    assert str(err.value) == (
+        "requested 6 exclusive CPUs on NUMA node(s) 0; not that many CPUs can be given there now"
+    )
     soft = dgx.allocate(granted(dgx, "b", 1, exclusive_cpus=6), hard=False)
     assert len(soft.exclusive_cpus) == 6
     assert {0, 1, 16, 17} < soft.exclusive_cpus  # the rest from the nearest node

@@ -10,11 +10,19 @@ from nri_plugin.plan.gpu_selection import fits
 from nri_plugin.topology.cpulist import format_cpulist
 from tests.support.grant_helpers import Node, granted
 
-OPS = st.lists(st.one_of(
-    st.tuples(st.just("alloc"), st.frozensets(st.integers(0, 7), max_size=4),
-              st.sampled_from(["any", "numa", "nvlink"]), st.integers(0, 6)),
-    st.tuples(st.just("release"), st.integers(0, 30)),
-), min_size=1, max_size=25)
+OPS = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("alloc"),
+            st.frozensets(st.integers(0, 7), max_size=4),
+            st.sampled_from(["any", "numa", "nvlink"]),
+            st.integers(0, 6),
+        ),
+        st.tuples(st.just("release"), st.integers(0, 30)),
+    ),
+    min_size=1,
+    max_size=25,
+)
 
 
 @settings(max_examples=40, deadline=None)
@@ -30,8 +38,9 @@ def test_random_sequences_keep_the_invariants(dgx_node, ops):
         _, grant, topology, cpus = op
         owner = f"c{n}"
         try:
-            p = alloc.allocate(granted(alloc, owner, *sorted(grant), topology=topology,
-                                       exclusive_cpus=cpus))
+            p = alloc.allocate(
+                granted(alloc, owner, *sorted(grant), topology=topology, exclusive_cpus=cpus)
+            )
         except PlacementError:
             continue
         live.append(owner)
@@ -43,7 +52,8 @@ def test_random_sequences_keep_the_invariants(dgx_node, ops):
         assert len(p.exclusive_cpus) >= cpus and not p.exclusive_cpus & {0, 16}
         if grant and cpus:
             assert {alloc.topology.node_of(c) for c in p.exclusive_cpus} <= {
-                g.numa_node for g in p.gpus}
+                g.numa_node for g in p.gpus
+            }
     held = alloc.exclusive_cpus_in_use()
     assert alloc.shared_cpus() == alloc.topology.online - {0, 16} - held.keys()
     holders: dict[int, set[str]] = {}
@@ -80,8 +90,9 @@ def test_holes_after_release(dgx_node):
 
 def test_release_and_reuse_cycle_does_not_leak(dgx):
     for i in range(200):
-        dgx.allocate(granted(dgx, f"c{i}", *range(i % 4, i % 4 + 1 + i % 4),
-                             exclusive_cpus=2 * (i % 3)))
+        dgx.allocate(
+            granted(dgx, f"c{i}", *range(i % 4, i % 4 + 1 + i % 4), exclusive_cpus=2 * (i % 3))
+        )
         dgx.release(f"c{i}")
     assert dgx.gpus_in_use() == {} and dgx.exclusive_cpus_in_use() == {}
     assert dgx.owners() == ()

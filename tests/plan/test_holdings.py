@@ -17,7 +17,9 @@ def test_holdings_name_every_holder(dgx, mig):
     c = dgx.allocate(Req("c", exclusive_cpus=2))
     assert dgx.holdings() == Holdings(
         gpus={2: {"a": GRANTED}, 0: {"s1": GRANTED, "s2": GRANTED}},
-        migs={}, exclusive_cpus=c.exclusive_cpus)
+        migs={},
+        exclusive_cpus=c.exclusive_cpus,
+    )
     m = mig.allocate(granted(mig, "m", migs=("0:2",)))
     assert mig.holdings() == Holdings(gpus={}, migs={m.migs[0][1].uuid: {"m": GRANTED}})
 
@@ -46,5 +48,4 @@ def test_placement_reads_the_snapshot_and_changes_nothing(dgx):
     assert dgx.holdings() == snap and dgx.placement_of("b") is None
     assert dgx.allocate(request) == first  # the allocator commits the same answer
     # the same request against an empty node: the snapshot, not the allocator, decides
-    assert choose_placement(dgx.layout, Holdings(), request, hard=True).exclusive_cpus == {
-        15, 31}
+    assert choose_placement(dgx.layout, Holdings(), request, hard=True).exclusive_cpus == {15, 31}

@@ -38,10 +38,13 @@ def test_cpu_limit_becomes_quota_over_period():
     assert plan.warnings == ()
 
 
-@pytest.mark.parametrize("version, ns, expect", [
-    (2, "rt-team", "not available on cgroup v2"),
-    (1, "default", "may not use realtime"),
-])
+@pytest.mark.parametrize(
+    "version, ns, expect",
+    [
+        (2, "rt-team", "not available on cgroup v2"),
+        (1, "default", "may not use realtime"),
+    ],
+)
 def test_realtime_refusals(version, ns, expect):
     with pytest.raises(PlanError, match=expect) as caught:
         plan_container(sla("cpu: {rt-runtime: 5ms}"), ctx(version, namespace=ns))
@@ -49,8 +52,7 @@ def test_realtime_refusals(version, ns, expect):
 
 
 def test_the_rt_period_in_force_defaults_to_the_kernels():
-    half = plan_container(sla("cpu: {rt-runtime: 5ms, rt-period: 500ms}"),
-                          ctx(1, namespace="rt-a"))
+    half = plan_container(sla("cpu: {rt-runtime: 5ms, rt-period: 500ms}"), ctx(1, namespace="rt-a"))
     assert half.rt_period_in_force == 500_000
     # the parser's default (sla/parse.py) is the one the planner plans with
     unwritten = plan_container(sla("cpu: {rt-runtime: 5ms}"), ctx(1, namespace="rt-a"))
@@ -60,22 +62,27 @@ def test_the_rt_period_in_force_defaults_to_the_kernels():
 
 def test_realtime_budget_is_accounted_and_released():
     budget = RtBudget(0.01)  # 1% of CPU time for all SLA containers
-    first = plan_container(sla("cpu: {rt-runtime: 5ms, rt-period: 1s}"),
-                           ctx(1, namespace="rt-a", rt_budget=budget))
+    first = plan_container(
+        sla("cpu: {rt-runtime: 5ms, rt-period: 1s}"), ctx(1, namespace="rt-a", rt_budget=budget)
+    )
     assert (first.rt_runtime, first.rt_period) == (5000, 1_000_000)
     budget.reserve("ctr-1", RtGrant(first.rt_runtime, first.rt_period))  # its admission
-    second = PlanContext(cgroup_version=1, namespace="rt-b", owner="ctr-2",
-                         config=ctx().config, rt_budget=budget)
-    with pytest.raises(PlanError,
-                       match=r"RT budget for SLA containers \(1\.0%.*cannot take that much"):
+    second = PlanContext(
+        cgroup_version=1, namespace="rt-b", owner="ctr-2", config=ctx().config, rt_budget=budget
+    )
+    with pytest.raises(
+        PlanError, match=r"RT budget for SLA containers \(1\.0%.*cannot take that much"
+    ):
         plan_container(sla("cpu: {rt-runtime: 6ms, rt-period: 1s}"), second)
     budget.release("ctr-1")
     assert plan_container(sla("cpu: {rt-runtime: 6ms, rt-period: 1s}"), second).rt_runtime == 6000
 
 
 def test_soft_mode_applies_the_rest_and_warns():
-    plan = plan_container(sla("cpu: {limit: 1, rt-runtime: 5ms}\nmemory: {high: 1Gi, max: 2Gi}",
-                              "soft"), ctx(1, namespace="rt-x"))
+    plan = plan_container(
+        sla("cpu: {limit: 1, rt-runtime: 5ms}\nmemory: {high: 1Gi, max: 2Gi}", "soft"),
+        ctx(1, namespace="rt-x"),
+    )
     assert plan.cpu_quota == 100_000 and plan.rt_runtime == 5000
     assert plan.memory_max == 2 * 1024**3
     assert plan.memory_high is None and plan.memory_soft_limit == 1024**3
@@ -98,8 +105,10 @@ def test_io_devices_resolved_and_missing_device_named():
 def test_io_max_needs_permission():
     config = NodeConfig(permissions=Permissions(io_max=("storage",)))
     with pytest.raises(PlanError, match=r"permissions\.io-max"):
-        plan_container(sla("io:\n  max:\n  - {device: '8:0', write-iops: 10}"),
-                       ctx(config=config, namespace="web"))
+        plan_container(
+            sla("io:\n  max:\n  - {device: '8:0', write-iops: 10}"),
+            ctx(config=config, namespace="web"),
+        )
 
 
 def test_io_weight_without_proportional_controller():

@@ -72,13 +72,16 @@ def test_restore_mig(mig):
     assert list(mig.migs_in_use().values()) == [("a", "b")]
 
 
-@pytest.mark.parametrize(("record", "text"), [
-    ({"gpus": ["GPU-gone"]}, "GPU GPU-gone is not on this node"),
-    ({"mig": "MIG-gone"}, "MIG device MIG-gone is not on this node"),
-    ({"migs": ["MIG-gone"]}, "MIG device MIG-gone is not on this node"),
-    ({"exclusive": "7-"}, "exclusive: invalid CPU list"),
-    ("gpus=0", "must be a mapping"),
-])
+@pytest.mark.parametrize(
+    ("record", "text"),
+    [
+        ({"gpus": ["GPU-gone"]}, "GPU GPU-gone is not on this node"),
+        ({"mig": "MIG-gone"}, "MIG device MIG-gone is not on this node"),
+        ({"migs": ["MIG-gone"]}, "MIG device MIG-gone is not on this node"),
+        ({"exclusive": "7-"}, "exclusive: invalid CPU list"),
+        ("gpus=0", "must be a mapping"),
+    ],
+)
 def test_bad_records(dgx, record, text):
     with pytest.raises(PlacementError, match=text):
         dgx.restore("a", record)
@@ -102,8 +105,7 @@ def test_rescan_follows_gpus_by_bus_id_when_sysfs_renumbers(tmp_path):
     from nri_plugin.topology.cpus import read_topology
     from nri_plugin.topology.inventory import load_inventory
 
-    sysfs = build_sysfs(tmp_path / "sys", nodes=2, cores_per_node=8, threads=2,
-                        pci=dgx_like_pci())
+    sysfs = build_sysfs(tmp_path / "sys", nodes=2, cores_per_node=8, threads=2, pci=dgx_like_pci())
     alloc = Allocator(read_topology(sysfs), load_inventory("sysfs", sysfs_root=sysfs))
     a = alloc.allocate(granted(alloc, "a", 0, 1))
     b = alloc.allocate(granted(alloc, "b", 2, 3))
@@ -112,12 +114,14 @@ def test_rescan_follows_gpus_by_bus_id_when_sysfs_renumbers(tmp_path):
     shutil.rmtree(sysfs / "bus/pci/devices" / gone.pci_bus_id)
     change = alloc.rescan(load_inventory("sysfs", sysfs_root=sysfs))
     assert [(g.pci_bus_id, holders) for g, holders in change.vanished] == [
-        (gone.pci_bus_id, ("a",))]
+        (gone.pci_bus_id, ("a",))
+    ]
     assert alloc.missing_gpus() == {gone.pci_bus_id: ("a",)}
     # b's GPUs moved to new indices, still b's; a new grant names the renumbered GPUs
     inv = alloc.inventory
     assert {inv.find(g.pci_bus_id).index for g in b.gpus} == {
-        i for i, owners in alloc.gpus_in_use().items() if owners == ("b",)}
+        i for i, owners in alloc.gpus_in_use().items() if owners == ("b",)
+    }
     assert len(alloc.allocate(granted(alloc, "c", 3, 4, 5, 6)).gpus) == 4
     # a restart of the records on the same allocator (Synchronize) keeps a's vanished GPU
     records = {o: alloc.placement_of(o).to_record() for o in ("a", "b", "c")}

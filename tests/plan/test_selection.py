@@ -12,19 +12,22 @@ def dgx_gpus(dgx_node):
     return Node(dgx_node[1])
 
 
-@pytest.mark.parametrize(("args", "expected"), [
-    ((1,), [0]),
-    ((2,), [0, 1]),
-    ((4, "nvlink"), [0, 1, 2, 3]),
-    ((4, "numa"), [0, 1, 2, 3]),
-    ((3, "nvlink"), [0, 1, 2]),
-    ((5,), [0, 1, 2, 3, 4]),  # spans nodes: fewest nodes, fullest first
-    ((8,), list(range(8))),
-    ((0,), []),
-    ((5, "nvlink"), [0, 1, 2, 3, 4]),  # connected (best connected), not every pair linked
-    ((5, "numa"), None),
-    ((9,), None),
-])
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        ((1,), [0]),
+        ((2,), [0, 1]),
+        ((4, "nvlink"), [0, 1, 2, 3]),
+        ((4, "numa"), [0, 1, 2, 3]),
+        ((3, "nvlink"), [0, 1, 2]),
+        ((5,), [0, 1, 2, 3, 4]),  # spans nodes: fewest nodes, fullest first
+        ((8,), list(range(8))),
+        ((0,), []),
+        ((5, "nvlink"), [0, 1, 2, 3, 4]),  # connected (best connected), not every pair linked
+        ((5, "numa"), None),
+        ((9,), None),
+    ],
+)
 def test_dgx_fresh(dgx_gpus, args, expected):
     assert dgx_gpus.pick(*args) == expected
 
@@ -66,8 +69,9 @@ def test_one_numa_node_comes_before_what_is_left_free(dgx_gpus):
 
 def test_does_not_break_a_free_nvlink_pair_when_a_loose_gpu_exists():
     # node 0: NVLink pair 0-1; node 1: three PCIe GPUs. Fewest-free alone would pick node 0.
-    node = Node(make_inventory((0, 0, {1}), (1, 0, {0}), (2, 1, set()), (3, 1, set()),
-                             (4, 1, set())))
+    node = Node(
+        make_inventory((0, 0, {1}), (1, 0, {0}), (2, 1, set()), (3, 1, set()), (4, 1, set()))
+    )
     assert [node.pick(1, owner=o) for o in "abc"] == [[2], [3], [4]]
     assert node.pick(2, "nvlink", owner="d") == [0, 1]
 

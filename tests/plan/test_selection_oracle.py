@@ -34,10 +34,12 @@ MACHINES = {"dgx1v": dgx1v_gpus, "nvswitch": nvswitch_gpus, "pcie-pairs": pcie_p
 
 
 def machine(root: Path, name: str) -> tuple[Topology, GpuInventory]:
-    sysfs = build_pci_tree(build_sysfs(root / "sys", nodes=2, cores_per_node=4, threads=2),
-                           MACHINES[name]())
-    return read_topology(sysfs), load_inventory("nvml", sysfs_root=sysfs,
-                                                nvml=FakeNvml(MACHINES[name]()))
+    sysfs = build_pci_tree(
+        build_sysfs(root / "sys", nodes=2, cores_per_node=4, threads=2), MACHINES[name]()
+    )
+    return read_topology(sysfs), load_inventory(
+        "nvml", sysfs_root=sysfs, nvml=FakeNvml(MACHINES[name]())
+    )
 
 
 @pytest.fixture(scope="module")
@@ -55,8 +57,9 @@ def compare(inventory: GpuInventory, topology: str) -> tuple[int, list[str]]:
             got = choose_gpus(inventory, free, count, topology=topology)
             got_key = None if got is None else got.score.key()
             if got_key != want:
-                mismatches.append(f"free {sorted(free)} count {count}: chose "
-                                  f"{got and got.gpus}, oracle {want}")
+                mismatches.append(
+                    f"free {sorted(free)} count {count}: chose {got and got.gpus}, oracle {want}"
+                )
     return states, mismatches
 
 
@@ -96,8 +99,10 @@ def test_score_matches_the_oracle_key(boxes):
 
 def collapsed(inv: GpuInventory) -> GpuInventory:
     """The inventory as a peers-only source saw it: one link per peer."""
-    return GpuInventory(tuple(replace(g, nvlink_links=(), nvlink_peers=g.nvlink_peers)
-                              for g in inv.gpus), inv.source)
+    return GpuInventory(
+        tuple(replace(g, nvlink_links=(), nvlink_peers=g.nvlink_peers) for g in inv.gpus),
+        inv.source,
+    )
 
 
 def test_link_counts_choose_the_double_linked_pair(boxes):
@@ -159,8 +164,11 @@ def test_big_box_uses_best_first_with_must_include():
     gpus = []
     for i in range(24):
         base, local = i - i % 8, i % 8
-        links = tuple((base + (b if a == local else a), n) for (a, b), n in DGX1V_LINKS.items()
-                      if local in (a, b))
+        links = tuple(
+            (base + (b if a == local else a), n)
+            for (a, b), n in DGX1V_LINKS.items()
+            if local in (a, b)
+        )
         gpus.append(Gpu(i, f"GPU-{i}", f"0000:{i + 1:02x}:00.0", i // 8, nvlink_links=links))
     inv = GpuInventory(tuple(gpus), "snapshot")
     # any: C(23, 7) sets hold GPU 9, too many; best-first grows the set from GPU 9
@@ -178,9 +186,14 @@ def test_big_box_uses_best_first_with_must_include():
 
 def test_a_link_listed_on_one_side_joins_both():
     # a hand-written snapshot may list an NVLink on one GPU only
-    inv = GpuInventory((Gpu(0, "", "0000:01:00.0", 0, nvlink_links=((1, 2),)),
-                        Gpu(1, "", "0000:02:00.0", 0), Gpu(2, "", "0000:03:00.0", 0)),
-                       "snapshot")
+    inv = GpuInventory(
+        (
+            Gpu(0, "", "0000:01:00.0", 0, nvlink_links=((1, 2),)),
+            Gpu(1, "", "0000:02:00.0", 0),
+            Gpu(2, "", "0000:03:00.0", 0),
+        ),
+        "snapshot",
+    )
     choice = choose_gpus(inv, {0, 1, 2}, 2, topology="nvlink")
     assert choice.gpus == (0, 1) and choice.score.nvlink_links == 2
     assert score_gpu_set(inv, (1, 0), {0, 1, 2}) == choice.score

@@ -35,8 +35,11 @@ io:
   - {device: /dev/nvme0n1, read-bps: 100Mi, write-iops: 1000}
 """
 # What a new v1 blkio cgroup shows before anything is written (bfq weight: the default).
-BEFORE = {"blkio.bfq.weight": "100", "blkio.throttle.read_bps_device": "",
-          "blkio.throttle.write_iops_device": ""}
+BEFORE = {
+    "blkio.bfq.weight": "100",
+    "blkio.throttle.read_bps_device": "",
+    "blkio.throttle.write_iops_device": "",
+}
 
 
 def refuse(monkeypatch, file: str, code: int) -> None:
@@ -47,6 +50,7 @@ def refuse(monkeypatch, file: str, code: int) -> None:
         if os.path.basename(path) == file:
             raise OSError(code, os.strerror(code))
         real(self, controller, path, value)
+
     monkeypatch.setattr(CgroupWriter, "_write", write)
 
 
@@ -58,8 +62,9 @@ async def start_one(tmp_path, v1_tree, enforcement: str, before_start=None):
     """Create and start one pod with IO_SLA; (StartContainer's error or None, the
     container's blkio files afterwards, the holders of its granted GPU afterwards)."""
     async with plugin_session(permissive_node(1, v1_tree), tmp_path) as (_s, session, plugin):
-        pod = make_pod("io", annotations={"sla.nri.io/pod": IO_SLA,
-                                          "sla.nri.io/enforcement": enforcement})
+        pod = make_pod(
+            "io", annotations={"sla.nri.io/pod": IO_SLA, "sla.nri.io/enforcement": enforcement}
+        )
         ctr = make_container(pod, "c", cdi_devices=gpu_grant(0))
         await session.create_container(pod, ctr)
         blkio = v1_tree.add_cgroup(ctr.linux.cgroups_path)["blkio"]
@@ -80,8 +85,9 @@ async def start_one(tmp_path, v1_tree, enforcement: str, before_start=None):
 
 
 @pytest.mark.parametrize("code", [errno.EINVAL, errno.EBUSY, errno.EPERM])
-def test_hard_refused_write_undoes_the_others_and_frees_the_gpu(tmp_path, v1_tree,
-                                                                monkeypatch, code):
+def test_hard_refused_write_undoes_the_others_and_frees_the_gpu(
+    tmp_path, v1_tree, monkeypatch, code
+):
     refuse(monkeypatch, "blkio.throttle.write_iops_device", code)
     error, files, gpus_after = run(start_one(tmp_path, v1_tree, "hard"))
     assert error is not None and error.method == "StartContainer"
@@ -91,8 +97,11 @@ def test_hard_refused_write_undoes_the_others_and_frees_the_gpu(tmp_path, v1_tre
     assert "undone: blkio.throttle.read_bps_device, blkio.bfq.weight" in error.message
     # Nothing of the SLA stays: the weight is back, the throttle rule removed (a v1 kernel
     # drops the rule written with 0; this plain file shows that write).
-    assert files == {"blkio.bfq.weight": "100", "blkio.throttle.read_bps_device": "259:0 0",
-                     "blkio.throttle.write_iops_device": ""}
+    assert files == {
+        "blkio.bfq.weight": "100",
+        "blkio.throttle.read_bps_device": "259:0 0",
+        "blkio.throttle.write_iops_device": "",
+    }
     assert gpus_after == ()  # the refused container no longer holds its GPU
 
 
@@ -110,15 +119,15 @@ def test_soft_refused_write_warns_and_keeps_the_rest(tmp_path, v1_tree, monkeypa
     assert files["blkio.bfq.weight"] != "100"
     assert files["blkio.throttle.read_bps_device"] == f"259:0 {100 * MiB}"
     assert files["blkio.throttle.write_iops_device"] == ""
-    assert any("write_iops_device" in m and "Device or resource busy" in m
-               for m in caplog.messages)
+    assert any("write_iops_device" in m and "Device or resource busy" in m for m in caplog.messages)
     assert gpus_after == "held"  # it runs and keeps its GPU
 
 
 @pytest.mark.parametrize("enforcement", ["hard", "soft"])
 def test_cgroup_removed_between_create_and_start(tmp_path, v1_tree, enforcement):
-    error, files, gpus_after = run(start_one(tmp_path, v1_tree, enforcement,
-                                             before_start=shutil.rmtree))
+    error, files, gpus_after = run(
+        start_one(tmp_path, v1_tree, enforcement, before_start=shutil.rmtree)
+    )
     assert files is None
     if enforcement == "hard":
         assert error is not None and "cgroup directory does not exist" in error.message

@@ -24,16 +24,26 @@ from nri_plugin.topology.cpulist import parse_cpulist
 from tests.support.plugin_helpers import gpu_grant, make_node, make_pod_cgroups, plugin_session
 
 CAPS = PodCaps(exclusive_cpus=Cap(100, percent=True), rt_share=1.0)
-BEFORE = dict(enforcement="hard", pod_caps=CAPS, permissions=Permissions(
-    realtime=("team-a",), gpus=("*",), exclusive_cpus=("*",), exceed_runtime_limits=("*",)))
+BEFORE = dict(
+    enforcement="hard",
+    pod_caps=CAPS,
+    permissions=Permissions(
+        realtime=("team-a",), gpus=("*",), exclusive_cpus=("*",), exceed_runtime_limits=("*",)
+    ),
+)
 
 
 def after(reserved: tuple[int, ...]) -> dict:
     """The new config: soft by default, realtime and GPUs no longer for team-a, and the
     CPUs a running container holds exclusively now reserved."""
-    return dict(enforcement="soft", pod_caps=CAPS, reserved_cpus=reserved,
-                permissions=Permissions(realtime=(), gpus=("ml-*",), exclusive_cpus=("*",),
-                                        exceed_runtime_limits=("*",)))
+    return dict(
+        enforcement="soft",
+        pod_caps=CAPS,
+        reserved_cpus=reserved,
+        permissions=Permissions(
+            realtime=(), gpus=("ml-*",), exclusive_cpus=("*",), exceed_runtime_limits=("*",)
+        ),
+    )
 
 
 async def run_pod(session, root, name, sla, namespace="default", gpus=()):
@@ -54,27 +64,36 @@ def test_restart_with_a_changed_config(tmp_path, v1_tree, caplog):
 
     async def scenario():
         async with plugin_session(make_node(1, v1_tree, **BEFORE), tmp_path) as (sim, session, _p):
-            old = {name: await run_pod(session, v1_tree, name, sla, ns, gpus)
-                   for name, sla, ns, gpus in (
-                       ("rt", "cpu: {rt-runtime: 10ms}", "team-a", ()),
-                       ("gpu", "gpu: {count: 2, align: false}", "team-a", (0, 1)),
-                       ("excl", "cpu: {exclusive: 4}", "default", ()))}
+            old = {
+                name: await run_pod(session, v1_tree, name, sla, ns, gpus)
+                for name, sla, ns, gpus in (
+                    ("rt", "cpu: {rt-runtime: 10ms}", "team-a", ()),
+                    ("gpu", "gpu: {count: 2, align: false}", "team-a", (0, 1)),
+                    ("excl", "cpu: {exclusive: 4}", "default", ()),
+                )
+            }
             state = sim.state
         held = frozenset(parse_cpulist(old["excl"][2].adjust.linux.resources.cpu.cpus))
         node = make_node(1, v1_tree, **after(tuple(sorted(held))))
-        async with plugin_session(node, tmp_path, pods=state.pods.values(),
-                                  containers=state.containers.values()) as (_s, session, plugin):
-            kept = (dict(plugin.node.allocator.gpus_in_use()),
-                    plugin.node.allocator.exclusive_cpus_in_use(),
-                    plugin.node.rt_budget.owners(),
-                    sorted(e.id for e in plugin.registry if e.decided_plan))
-            new = {name: (await run_pod(session, v1_tree, name, sla, ns, gpus))[2]
-                   for name, sla, ns, gpus in (
-                       ("rt2", "cpu: {rt-runtime: 10ms}", "team-a", ()),
-                       ("gpu2", "gpu: {count: 1, align: false}", "team-a", (2,)),
-                       ("ml", "gpu: {count: 8, align: false}", "ml-train", range(3, 8)),
-                       ("excl2", "cpu: {exclusive: 4}", "default", ()),
-                       ("hard", "enforcement: hard\ncpu: {rt-runtime: 10ms}", "team-a", ()))}
+        async with plugin_session(
+            node, tmp_path, pods=state.pods.values(), containers=state.containers.values()
+        ) as (_s, session, plugin):
+            kept = (
+                dict(plugin.node.allocator.gpus_in_use()),
+                plugin.node.allocator.exclusive_cpus_in_use(),
+                plugin.node.rt_budget.owners(),
+                sorted(e.id for e in plugin.registry if e.decided_plan),
+            )
+            new = {
+                name: (await run_pod(session, v1_tree, name, sla, ns, gpus))[2]
+                for name, sla, ns, gpus in (
+                    ("rt2", "cpu: {rt-runtime: 10ms}", "team-a", ()),
+                    ("gpu2", "gpu: {count: 1, align: false}", "team-a", (2,)),
+                    ("ml", "gpu: {count: 8, align: false}", "ml-train", range(3, 8)),
+                    ("excl2", "cpu: {exclusive: 4}", "default", ()),
+                    ("hard", "enforcement: hard\ncpu: {rt-runtime: 10ms}", "team-a", ()),
+                )
+            }
             in_use = plugin.node.allocator.gpus_in_use()  # after "ml"
         return old, state, held, kept, new, in_use
 
@@ -89,8 +108,11 @@ def test_restart_with_a_changed_config(tmp_path, v1_tree, caplog):
     assert set(gpus.values()) == {(ids["gpu"],)} and len(gpus) == 2 and rt == (ids["rt"],)
     assert set(cpus) == held and set(cpus.values()) == {ids["excl"]}
     assert not [r for r in caplog.records if r.getMessage() == "record ignored"]
-    breaches = {r.fields["container"]: r.fields["error"] for r in caplog.records
-                if r.getMessage() == "record outside the node policy"}
+    breaches = {
+        r.fields["container"]: r.fields["error"]
+        for r in caplog.records
+        if r.getMessage() == "record outside the node policy"
+    }
     assert set(breaches) == {ids["rt"], ids["gpu"]}
     assert "may no longer use" in breaches[ids["gpu"]]
     # New containers: the new default (soft) warns and drops what is not allowed ...
@@ -104,8 +126,10 @@ def test_restart_with_a_changed_config(tmp_path, v1_tree, caplog):
     # warns, and nri-sla adds none (team-a's container still holds its 2, gpu2 its one:
     # every grant is held) ...
     assert len(in_use) == 8 and not new["ml"].adjust.CDI_devices
-    assert ("asks for 8 whole GPUs; the grant has 5"
-            in new["ml"].adjust.annotations["sla.nri.io/warnings"])
+    assert (
+        "asks for 8 whole GPUs; the grant has 5"
+        in new["ml"].adjust.annotations["sla.nri.io/warnings"]
+    )
     # ... and exclusive CPUs come from outside reserved-cpus and what excl holds.
     got = parse_cpulist(new["excl2"].adjust.linux.resources.cpu.cpus)
     assert len(got) == 4 and not got & held

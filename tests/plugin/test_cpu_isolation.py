@@ -43,8 +43,9 @@ def cpuset(sim, ctr) -> frozenset[int]:
     return parse_cpulist(sim.state.containers[ctr.id].linux.resources.cpu.cpus)
 
 
-async def create(session, name: str, annotations: dict[str, str], cpus: int,
-                 namespace: str = "default", **kw):
+async def create(
+    session, name: str, annotations: dict[str, str], cpus: int, namespace: str = "default", **kw
+):
     pod = make_pod(name, namespace=namespace, annotations=annotations)
     ctr = make_container(pod, "c", resources=guaranteed(cpus), **kw)
     await session.create_container(pod, ctr)
@@ -55,6 +56,7 @@ def test_an_exclusive_request_never_squeezes_an_aligned_neighbour(tmp_path):
     """The 8-CPU pod aligned to node 0 keeps node 0: a 30-CPU exclusive request goes to
     node 1 (node 0 would leave it 2 CPUs), a second one is refused (hard) naming only its
     own request and the node policy, or clamped to what node 0 can spare (soft)."""
+
     async def scenario():
         async with plugin_session(make_node(2), tmp_path) as (sim, session, plugin):
             _, aligned = await create(session, "aligned", ALIGNED, 8, namespace="a")
@@ -63,8 +65,14 @@ def test_an_exclusive_request_never_squeezes_an_aligned_neighbour(tmp_path):
                 await create(session, "second", exclusive(30), 30, namespace="b")
             _, soft = await create(session, "soft", exclusive(30, "soft"), 30, namespace="b")
             held = plugin.node.allocator.placement_of(soft.id).exclusive_cpus
-            return (cpuset(sim, aligned), cpuset(sim, first), cpuset(sim, soft), held,
-                    refused.value, pool_breaches(sim, plugin.node))
+            return (
+                cpuset(sim, aligned),
+                cpuset(sim, first),
+                cpuset(sim, soft),
+                held,
+                refused.value,
+                pool_breaches(sim, plugin.node),
+            )
 
     aligned, first, soft, held, refused, breaches = run(scenario())
     assert not breaches, breaches
@@ -76,7 +84,8 @@ def test_an_exclusive_request_never_squeezes_an_aligned_neighbour(tmp_path):
     assert refused.message == (
         "sla.nri.io/pod: cpu.exclusive: requested 30 exclusive CPUs on this node; taking them "
         "would leave running containers fewer CPUs than their CPU requests (node policy: "
-        "exclusive CPUs never shrink another container's cpuset below its request)")
+        "exclusive CPUs never shrink another container's cpuset below its request)"
+    )
     assert "aligned" not in refused.message and "namespace" not in refused.message
 
 
@@ -84,16 +93,15 @@ def test_exclusive_32_on_the_aligned_node_leaves_no_overlap(tmp_path):
     """`exclusive: 32` on the aligned pod's own node: refused in hard mode (the
     neighbour keeps its 32 CPUs); in soft mode clamped, and the neighbour's cpuset is
     narrowed to what is left, never left on the exclusive CPUs."""
+
     async def scenario():
         async with plugin_session(make_node(2), tmp_path) as (sim, session, plugin):
             _, aligned = await create(session, "aligned", ALIGNED, 8, namespace="a")
             with pytest.raises(PluginCallError):
                 await create(session, "hard", exclusive(32, nodes="0"), 32, namespace="b")
             kept = cpuset(sim, aligned)
-            _, soft = await create(session, "soft", exclusive(32, "soft", "0"), 32,
-                                   namespace="b")
-            return kept, cpuset(sim, aligned), cpuset(sim, soft), pool_breaches(
-                sim, plugin.node)
+            _, soft = await create(session, "soft", exclusive(32, "soft", "0"), 32, namespace="b")
+            return kept, cpuset(sim, aligned), cpuset(sim, soft), pool_breaches(sim, plugin.node)
 
     kept, aligned, soft, breaches = run(scenario())
     assert not breaches, breaches
@@ -114,8 +122,7 @@ def test_a_resize_answers_with_the_current_cpuset(tmp_path, mode):
             pod, aligned = await create(session, "aligned", sla, 8, namespace="a")
             _, excl = await create(session, "excl", exclusive(8, nodes="0"), 8, namespace="b")
             resp = await session.update_container(pod, aligned, guaranteed(4))
-            return (resp, cpuset(sim, aligned), cpuset(sim, excl),
-                    pool_breaches(sim, plugin.node))
+            return (resp, cpuset(sim, aligned), cpuset(sim, excl), pool_breaches(sim, plugin.node))
 
     resp, aligned, excl, breaches = run(scenario())
     assert not breaches, breaches
@@ -136,21 +143,29 @@ def test_exclusive_cpus_follow_a_resize_down(tmp_path, mode, caplog):
 
     async def scenario():
         async with plugin_session(make_node(2), tmp_path) as (sim, session, plugin):
-            pods = [await create(session, f"big{i}", exclusive(30, mode), 30,
-                                 namespace=f"t{i}") for i in range(2)]
+            pods = [
+                await create(session, f"big{i}", exclusive(30, mode), 30, namespace=f"t{i}")
+                for i in range(2)
+            ]
             plain_pod = make_pod("plain", namespace="other")
             plain = make_container(plain_pod, "c")
             await session.create_container(plain_pod, plain)
             narrow = cpuset(sim, plain)
-            answers = [await session.update_container(pod, ctr, guaranteed(1))
-                       for pod, ctr in pods]
+            answers = [await session.update_container(pod, ctr, guaranteed(1)) for pod, ctr in pods]
             sizes = [len(cpuset(sim, ctr)) for _, ctr in pods]
             _, later = await create(session, "later", exclusive(8), 8, namespace="t3")
             still = cpuset(sim, plain)
             session.apply_updates(plugin.drift_pass())
-            return (sizes, [len(a.update) for a in answers], narrow, still, cpuset(sim, plain),
-                    cpuset(sim, later), plugin.node.usage()[1],
-                    pool_breaches(sim, plugin.node))
+            return (
+                sizes,
+                [len(a.update) for a in answers],
+                narrow,
+                still,
+                cpuset(sim, plain),
+                cpuset(sim, later),
+                plugin.node.usage()[1],
+                pool_breaches(sim, plugin.node),
+            )
 
     sizes, answered, narrow, still, plain, later, held, breaches = run(scenario())
     assert not breaches, breaches
@@ -161,8 +176,9 @@ def test_exclusive_cpus_follow_a_resize_down(tmp_path, mode, caplog):
     # the given-back CPUs reach the neighbour with the drift pass, off the resize's answer;
     # the later exclusive request took given-back CPUs, never the neighbour's
     assert still == narrow and len(plain) == 64 - 10
-    given = [r for r in caplog.records if r.getMessage() ==
-             "exclusive CPUs given back after a resize"]
+    given = [
+        r for r in caplog.records if r.getMessage() == "exclusive CPUs given back after a resize"
+    ]
     assert len(given) == 2
     assert {r.levelno for r in given} == {logging.WARNING if mode == "soft" else logging.INFO}
 
@@ -172,14 +188,20 @@ def test_containers_without_an_sla_leave_exclusive_cpus(tmp_path):
     exclusive (in the same answer), created on the pool, and widened again by the drift
     pass after the exclusive holder stops. A cpuset the kubelet pinned is left alone, and
     an exclusive request that needs its CPUs is refused."""
+
     async def scenario():
         async with plugin_session(make_node(2), tmp_path) as (sim, session, plugin):
             before_pod = make_pod("before", namespace="x")
             before = make_container(before_pod, "c")
             first = await session.create_container(before_pod, before)
             pinned_pod = make_pod("pinned", namespace="x")
-            pinned = make_container(pinned_pod, "c", resources=make_resources(
-                cpu_shares=2048, cpu_quota=200_000, cpu_period=100_000, cpus="16,48"))
+            pinned = make_container(
+                pinned_pod,
+                "c",
+                resources=make_resources(
+                    cpu_shares=2048, cpu_quota=200_000, cpu_period=100_000, cpus="16,48"
+                ),
+            )
             await session.create_container(pinned_pod, pinned)
             excl_pod, excl = await create(session, "excl", exclusive(8), 8, namespace="y")
             moved = cpuset(sim, before)
@@ -192,8 +214,17 @@ def test_containers_without_an_sla_leave_exclusive_cpus(tmp_path):
                 await create(session, "node1", exclusive(32, nodes="1"), 32, namespace="y")
             stopped = await session.stop_container(excl_pod, excl)
             session.apply_updates(plugin.drift_pass())
-            return (first, moved, created, cpuset(sim, excl), cpuset(sim, before),
-                    cpuset(sim, pinned), breaches, refused.value, stopped.update)
+            return (
+                first,
+                moved,
+                created,
+                cpuset(sim, excl),
+                cpuset(sim, before),
+                cpuset(sim, pinned),
+                breaches,
+                refused.value,
+                stopped.update,
+            )
 
     first, moved, created, excl, widened, pinned, breaches, refused, stopped = run(scenario())
     assert not breaches, breaches
@@ -208,6 +239,7 @@ def test_containers_without_an_sla_leave_exclusive_cpus(tmp_path):
 def test_a_restart_keeps_what_a_resize_gave_back(tmp_path):
     """After a resize down, the record still names the creation-time exclusive CPUs; a
     restarted plugin takes only those the container's cpuset still holds."""
+
     async def scenario():
         async with plugin_session(make_node(2), tmp_path) as (sim, session, plugin):
             pod, big = await create(session, "big", exclusive(16), 16, namespace="t")
@@ -217,10 +249,16 @@ def test_a_restart_keeps_what_a_resize_gave_back(tmp_path):
             for ctr in ctrs:
                 ctr.state = pb.CONTAINER_RUNNING
             pods = pods or [pod]
-        async with plugin_session(make_node(2), tmp_path, pods=pods, containers=ctrs
-                                  ) as (sim, session, plugin):
-            return (cpuset(sim, big), plugin.node.allocator.exclusive_cpus_in_use(),
-                    pool_breaches(sim, plugin.node))
+        async with plugin_session(make_node(2), tmp_path, pods=pods, containers=ctrs) as (
+            sim,
+            session,
+            plugin,
+        ):
+            return (
+                cpuset(sim, big),
+                plugin.node.allocator.exclusive_cpus_in_use(),
+                pool_breaches(sim, plugin.node),
+            )
 
     kept, held, breaches = run(scenario())
     assert not breaches, breaches
@@ -228,13 +266,13 @@ def test_a_restart_keeps_what_a_resize_gave_back(tmp_path):
 
 
 @pytest.mark.parametrize("neighbour", [True, False])
-def test_a_restart_after_a_resize_down_and_up_keeps_the_given_back_cpus_shared(
-        tmp_path, neighbour):
+def test_a_restart_after_a_resize_down_and_up_keeps_the_given_back_cpus_shared(tmp_path, neighbour):
     """A resize down gives 2 of 4 exclusive CPUs back, one up again runs the container on
     its 2 and the shared pool (the record still names all 4). A restarted plugin takes
     back only the 2: the given-back ones are in the plain neighbour's cpuset, so they are
     shared, and nobody's cpuset moves. Without a neighbour nothing tells them apart: the
     record's 4 (what the SLA grants and the container's cpuset holds) are taken again."""
+
     async def scenario():
         async with plugin_session(make_node(2), tmp_path) as (sim, session, plugin):
             pod, excl = await create(session, "excl", exclusive(4), 4, namespace="t")
@@ -248,13 +286,22 @@ def test_a_restart_after_a_resize_down_and_up_keeps_the_given_back_cpus_shared(
             pods = list(sim.state.pods.values())
         for ctr in stored:
             ctr.state = pb.CONTAINER_RUNNING
-        async with plugin_session(make_node(2), tmp_path, pods=pods, containers=stored
-                                  ) as (sim, session, plugin):
+        async with plugin_session(make_node(2), tmp_path, pods=pods, containers=stored) as (
+            sim,
+            session,
+            plugin,
+        ):
             after = {c.id: cpuset_of(c) for c in sim.state.containers.values()}
-            return (kept, before, after, restore_updates(session),
-                    frozenset(plugin.node.allocator.exclusive_cpus_in_use()),
-                    plugin.node.allocator.placement_of(excl.id).exclusive_cpus,
-                    pool_breaches(sim, plugin.node), excl.id)
+            return (
+                kept,
+                before,
+                after,
+                restore_updates(session),
+                frozenset(plugin.node.allocator.exclusive_cpus_in_use()),
+                plugin.node.allocator.placement_of(excl.id).exclusive_cpus,
+                pool_breaches(sim, plugin.node),
+                excl.id,
+            )
 
     kept, before, after, at_sync, held, excl_held, breaches, excl_id = run(scenario())
     assert not breaches, breaches
@@ -271,11 +318,11 @@ def test_a_resize_up_the_cpuset_cannot_hold_is_refused_in_hard_mode(tmp_path):
     """The aligned pod's node keeps 8 CPUs outside a neighbour's exclusive 24: a resize
     to 12 CPUs is refused (the runtime keeps it as it was), naming only its own request,
     its cpuset and the node policy; a resize to 8 is answered with that cpuset."""
+
     async def scenario():
         async with plugin_session(make_node(2), tmp_path) as (sim, session, _plugin):
             pod, aligned = await create(session, "aligned", ALIGNED, 4, namespace="a")
-            _, excl = await create(session, "excl", exclusive(24, nodes="0"), 24,
-                                   namespace="b")
+            _, excl = await create(session, "excl", exclusive(24, nodes="0"), 24, namespace="b")
             with pytest.raises(PluginCallError) as refused:
                 await session.update_container(pod, aligned, guaranteed(12))
             fits = await session.update_container(pod, aligned, guaranteed(8))
@@ -285,7 +332,8 @@ def test_a_resize_up_the_cpuset_cannot_hold_is_refused_in_hard_mode(tmp_path):
     assert refused.message == (
         "sla.nri.io/pod: cpu: the CPU request the runtime granted (12000m) needs 12 whole "
         "CPUs; this container's cpuset can hold 8 (node policy: a cpuset is drawn from its "
-        "NUMA nodes' CPUs outside every exclusive set)")
+        "NUMA nodes' CPUs outside every exclusive set)"
+    )
     assert len(aligned) == 8 and aligned == NODE0 - excl
     assert parse_cpulist(fits.update[0].linux.resources.cpu.cpus) == aligned
 
@@ -294,6 +342,7 @@ def test_cpus_freed_by_a_remove_reach_the_neighbours_with_the_next_watch_pass(tm
     """RemoveContainer answers nothing: a container removed without a StopContainer (it
     never started) frees its exclusive CPUs, and the next drift-watch pass sends the
     neighbour its wider cpuset."""
+
     async def scenario():
         async with plugin_session(make_node(2), tmp_path) as (sim, session, plugin):
             plain_pod = make_pod("plain", namespace="x")
@@ -328,22 +377,34 @@ def test_a_restart_leaves_pinned_cpusets_alone_and_keeps_the_pool(tmp_path):
             stored = {c.id: c for c in sim.state.containers.values()}
         pinned_pod = make_pod("pinned", namespace="x")
         held = format_cpulist(cpuset_of(stored[excl.id]))
-        pinned = make_container(pinned_pod, "c", state=pb.CONTAINER_RUNNING,
-                                resources=make_resources(cpu_shares=1024, cpus=held))
+        pinned = make_container(
+            pinned_pod,
+            "c",
+            state=pb.CONTAINER_RUNNING,
+            resources=make_resources(cpu_shares=1024, cpus=held),
+        )
         for ctr in stored.values():
             ctr.state = pb.CONTAINER_RUNNING
-        async with plugin_session(make_node(2), tmp_path,
-                                  pods=[excl_pod, plain_pod, pinned_pod],
-                                  containers=[*stored.values(), pinned]
-                                  ) as (sim, session, plugin):
+        async with plugin_session(
+            make_node(2),
+            tmp_path,
+            pods=[excl_pod, plain_pod, pinned_pod],
+            containers=[*stored.values(), pinned],
+        ) as (sim, session, plugin):
             at_sync = restore_updates(session)
             breaches = pool_breaches(sim, plugin.node)
             stopped = await session.stop_container(excl_pod, excl)
             widened = plugin.drift_pass()
             session.apply_updates(widened)
-            return (at_sync, breaches, list(stopped.update),
-                    [u.container_id for u in widened], cpuset(sim, plain),
-                    cpuset(sim, pinned), held)
+            return (
+                at_sync,
+                breaches,
+                list(stopped.update),
+                [u.container_id for u in widened],
+                cpuset(sim, plain),
+                cpuset(sim, pinned),
+                held,
+            )
 
     at_sync, breaches, stopped, updated, plain, pinned, held = run(scenario())
     assert at_sync == [] and breaches == ["c: runs on exclusive CPUs " + held]
@@ -359,6 +420,7 @@ def test_reserved_cpus_stay_in_the_shared_pool(tmp_path):
     """`reserved-cpus` are never exclusive, not kept from containers: with CPUs held
     exclusively, a container without an SLA runs on every other CPU, reserved ones
     included; with none held it gets no cpuset at all."""
+
     async def scenario():
         node = make_node(2, reserved_cpus=(0, 32))
         async with plugin_session(node, tmp_path) as (sim, session, plugin):
@@ -368,8 +430,12 @@ def test_reserved_cpus_stay_in_the_shared_pool(tmp_path):
             plain_pod = make_pod("plain", namespace="x")
             plain = make_container(plain_pod, "c")
             await session.create_container(plain_pod, plain)
-            return (first.adjust.linux.resources.cpu.cpus, cpuset(sim, excl),
-                    cpuset(sim, plain), pool_breaches(sim, plugin.node))
+            return (
+                first.adjust.linux.resources.cpu.cpus,
+                cpuset(sim, excl),
+                cpuset(sim, plain),
+                pool_breaches(sim, plugin.node),
+            )
 
     first, excl, plain, breaches = run(scenario())
     assert not breaches, breaches

@@ -28,15 +28,21 @@ CAPACITY = 64  # the DGX-like snapshot's CPUs
 # aligned and exclusive pods, and node 0, are drawn more often: they meet there
 KINDS = ("plain", "shared", "aligned", "aligned", "exclusive-hard", "exclusive-soft")
 
-create = st.tuples(st.just("create"), st.sampled_from(KINDS), st.integers(1, 16),
-                   st.sampled_from([None, "0", "0", "1"]))
+create = st.tuples(
+    st.just("create"),
+    st.sampled_from(KINDS),
+    st.integers(1, 16),
+    st.sampled_from([None, "0", "0", "1"]),
+)
 resize = st.tuples(st.just("resize"), st.integers(0, 15), st.integers(1, 16))
 remove = st.tuples(st.just("remove"), st.integers(0, 15))
 # the kubelet's resizes while the plugin is away (index, new request), then the restart
-restart = st.tuples(st.just("restart"),
-                    st.lists(st.tuples(st.integers(0, 15), st.integers(1, 16)), max_size=3))
-steps = st.lists(st.one_of(create, create, create, resize, remove, restart), min_size=4,
-                 max_size=16)
+restart = st.tuples(
+    st.just("restart"), st.lists(st.tuples(st.integers(0, 15), st.integers(1, 16)), max_size=3)
+)
+steps = st.lists(
+    st.one_of(create, create, create, resize, remove, restart), min_size=4, max_size=16
+)
 
 
 def annotations(kind: str, cpus: int, nodes: str | None) -> dict[str, str]:
@@ -51,8 +57,7 @@ def annotations(kind: str, cpus: int, nodes: str | None) -> dict[str, str]:
     if kind == "aligned":
         return {"sla.nri.io/pod": f"numa: {{nodes: '{nodes or 0}'}}"}
     mode = kind.removeprefix("exclusive-")
-    return {"sla.nri.io/pod": f"cpu: {{exclusive: {cpus}}}{numa}",
-            "sla.nri.io/enforcement": mode}
+    return {"sla.nri.io/pod": f"cpu: {{exclusive: {cpus}}}{numa}", "sla.nri.io/enforcement": mode}
 
 
 async def play(sequence, tmp: Path) -> list[str]:
@@ -62,8 +67,7 @@ async def play(sequence, tmp: Path) -> list[str]:
     stored: list[pb.Container] = []
     n = 0
     async with contextlib.AsyncExitStack() as stack:
-        sim, session, plugin = await stack.enter_async_context(
-            plugin_session(make_node(2), tmp))
+        sim, session, plugin = await stack.enter_async_context(plugin_session(make_node(2), tmp))
         for i, step in enumerate(sequence):
             used = sum(r for _, _, r, _ in live)
             if step[0] == "create":
@@ -71,8 +75,9 @@ async def play(sequence, tmp: Path) -> list[str]:
                 if used + cpus > CAPACITY:
                     continue  # the scheduler would not place it here
                 n += 1
-                pod = make_pod(f"p{n}", namespace=f"ns{n % 3}",
-                               annotations=annotations(kind, cpus, nodes))
+                pod = make_pod(
+                    f"p{n}", namespace=f"ns{n % 3}", annotations=annotations(kind, cpus, nodes)
+                )
                 ctr = make_container(pod, "c", resources=guaranteed(cpus))
                 with contextlib.suppress(PluginCallError):  # refused: never created
                     await session.create_container(pod, ctr)
@@ -93,8 +98,7 @@ async def play(sequence, tmp: Path) -> list[str]:
                 # every live container's pod, as the runtime reports them (the steps create
                 # containers without RunPodSandbox: the simulator knows only the pods a
                 # restart handed it)
-                stored_pods = list({**sim.state.pods,
-                                    **{p.id: p for p, _, _, _ in live}}.values())
+                stored_pods = list({**sim.state.pods, **{p.id: p for p, _, _, _ in live}}.values())
                 stored = list(sim.state.containers.values())
                 for ctr in stored:
                     ctr.state = pb.CONTAINER_RUNNING
@@ -102,11 +106,12 @@ async def play(sequence, tmp: Path) -> list[str]:
                 for index, cpus in step[1]:
                     if live:
                         live = away_resize(live, index % len(live), cpus, stored)
-                sim, session, plugin = await stack.enter_async_context(plugin_session(
-                    make_node(2), tmp, pods=stored_pods, containers=stored))
+                sim, session, plugin = await stack.enter_async_context(
+                    plugin_session(make_node(2), tmp, pods=stored_pods, containers=stored)
+                )
             breaches = pool_breaches(sim, plugin.node) + over_request(sim, plugin.node)
             if breaches:
-                return [f"after step {i} of {sequence[:i + 1]}", *breaches]
+                return [f"after step {i} of {sequence[: i + 1]}", *breaches]
     return []
 
 
@@ -123,7 +128,7 @@ def away_resize(live, index: int, cpus: int, stored: list[pb.Container]):
         if kept.id == ctr.id:
             resources = kept.linux.resources.cpu
             resources.shares.value, resources.quota.value = cpus * 1024, cpus * 100_000
-    return [*live[:index], (pod, ctr, cpus, kind), *live[index + 1:]]
+    return [*live[:index], (pod, ctr, cpus, kind), *live[index + 1 :]]
 
 
 def over_request(sim, node) -> list[str]:
@@ -138,8 +143,10 @@ def over_request(sim, node) -> list[str]:
     for ctr in sim.state.containers.values():
         millis = granted_resources(ctr.linux.resources).cpu_request_millis or 0
         if held.get(ctr.id, 0) > millis // 1000:
-            found.append(f"{ctr.name} ({ctr.id[:8]}): {held[ctr.id]} exclusive CPUs for "
-                         f"a request of {millis}m")
+            found.append(
+                f"{ctr.name} ({ctr.id[:8]}): {held[ctr.id]} exclusive CPUs for "
+                f"a request of {millis}m"
+            )
     return found
 
 
@@ -147,21 +154,46 @@ def over_request(sim, node) -> list[str]:
 @given(steps)
 # A resize down gives exclusive CPUs back and one up again runs them on the shared pool
 # too: a restart must not take back, from the record, what the plain container shares.
-@example([("create", "exclusive-hard", 2, None), ("resize", 0, 1), ("create", "plain", 1, None),
-          ("resize", 0, 2), ("restart", [])])
+@example(
+    [
+        ("create", "exclusive-hard", 2, None),
+        ("resize", 0, 1),
+        ("create", "plain", 1, None),
+        ("resize", 0, 2),
+        ("restart", []),
+    ]
+)
 # A pod resized from 16 to 1 CPU while the plugin is away keeps no more than 1, and an
 # odd count is never rounded up to whole cores.
-@example([("create", "exclusive-hard", 16, None), ("create", "plain", 1, None),
-          ("create", "exclusive-soft", 3, "1"), ("restart", [(0, 1), (2, 1)]),
-          ("create", "exclusive-hard", 15, None)])
+@example(
+    [
+        ("create", "exclusive-hard", 16, None),
+        ("create", "plain", 1, None),
+        ("create", "exclusive-soft", 3, "1"),
+        ("restart", [(0, 1), (2, 1)]),
+        ("create", "exclusive-hard", 15, None),
+    ]
+)
 # CPUs given back by a stop wait for the drift pass: a resize that gives the neighbour
 # every CPU again must send it, though a container without a cpuset would need none.
-@example([("create", "plain", 1, None), ("create", "exclusive-hard", 1, None), ("remove", 1),
-          ("resize", 0, 1)])
+@example(
+    [
+        ("create", "plain", 1, None),
+        ("create", "exclusive-hard", 1, None),
+        ("remove", 1),
+        ("resize", 0, 1),
+    ]
+)
 # A pod created after one restart and resized down before the next (its pod reported).
 @pytest.mark.slow
-@example([("create", "plain", 1, None), ("restart", []), ("create", "exclusive-hard", 14, None),
-          ("restart", [(1, 12)])])
+@example(
+    [
+        ("create", "plain", 1, None),
+        ("restart", []),
+        ("create", "exclusive-hard", 14, None),
+        ("restart", [(1, 12)]),
+    ]
+)
 def test_the_cpu_pool_holds_over_random_pods(sequence):
     with tempfile.TemporaryDirectory() as tmp:
         found = asyncio.run(asyncio.wait_for(play(sequence, Path(tmp)), 60))

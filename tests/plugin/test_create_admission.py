@@ -15,8 +15,9 @@ SLA = "cpu: {exclusive: 2, rt-runtime: 100ms, rt-period: 1s}\ngpu: {count: 1}"
 
 
 def request(cid: str) -> tuple[pb.PodSandbox, pb.Container]:
-    pod = pb.PodSandbox(id=f"pod-{cid}", name=cid, namespace="ml",
-                        annotations={"sla.nri.io/pod": SLA})
+    pod = pb.PodSandbox(
+        id=f"pod-{cid}", name=cid, namespace="ml", annotations={"sla.nri.io/pod": SLA}
+    )
     container = pb.Container(id=cid, pod_sandbox_id=pod.id, name="app")
     container.CDI_devices.add(name="nvidia.com/gpu=0")
     container.linux.resources.cpu.shares.value = 2048
@@ -25,8 +26,11 @@ def request(cid: str) -> tuple[pb.PodSandbox, pb.Container]:
 
 def holds(plugin: SlaPlugin, cid: str) -> bool:
     node = plugin.node
-    return (node.allocator.placement_of(cid) is not None or node.rt_budget.share_of(cid) > 0
-            or node.cpu_pool.member(cid) is not None)
+    return (
+        node.allocator.placement_of(cid) is not None
+        or node.rt_budget.share_of(cid) > 0
+        or node.cpu_pool.member(cid) is not None
+    )
 
 
 def test_a_registered_container_keeps_what_it_was_admitted_with():

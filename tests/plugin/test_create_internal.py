@@ -27,8 +27,9 @@ def broken_resolver(device: str) -> tuple[int, int]:
 
 def test_a_bug_is_an_internal_status_and_one_decision_line():
     plugin = SlaPlugin(plain_node(resolve_device=broken_resolver))
-    pod = pb.PodSandbox(id="pod-a", name="web-0", namespace="prod",
-                        annotations={"sla.nri.io/pod": IO_SLA})
+    pod = pb.PodSandbox(
+        id="pod-a", name="web-0", namespace="prod", annotations={"sla.nri.io/pod": IO_SLA}
+    )
     container = pb.Container(id="ctr-1", pod_sandbox_id="pod-a", name="app")
     out = io.StringIO()
     setup_logging("json", "info", stream=out)
@@ -49,23 +50,29 @@ def test_a_served_create_is_counted_once_its_turn_ends():
     loop's turn, after the answer; outside a loop they are made at once."""
     metrics = Metrics()
     plugin = SlaPlugin(plain_node(), metrics)
-    pod = pb.PodSandbox(id="pod-a", name="web-0", namespace="prod",
-                        annotations={"sla.nri.io/pod": "cpu: {limit: 0.5}"})
+    pod = pb.PodSandbox(
+        id="pod-a",
+        name="web-0",
+        namespace="prod",
+        annotations={"sla.nri.io/pod": "cpu: {limit: 0.5}"},
+    )
 
     def enforced() -> float:
-        return metrics.registry.get_sample_value(
-            "nri_sla_decisions_total", {"outcome": "enforced", "reason": "ok"}) or 0.0
+        return (
+            metrics.registry.get_sample_value(
+                "nri_sla_decisions_total", {"outcome": "enforced", "reason": "ok"}
+            )
+            or 0.0
+        )
 
     async def serve() -> tuple[float, float]:
         plugin.on_registered(SimpleNamespace(nri_version="v0.12.0"))
-        plugin.create_container(pod, pb.Container(id="ctr-1", pod_sandbox_id="pod-a",
-                                                  name="app"))
+        plugin.create_container(pod, pb.Container(id="ctr-1", pod_sandbox_id="pod-a", name="app"))
         during = enforced()
         await asyncio.sleep(0)  # the turn ends
         return during, enforced()
 
     assert asyncio.run(serve()) == (0.0, 1.0)
     unserved = SlaPlugin(plain_node(), metrics)  # called outside a loop
-    unserved.create_container(pod, pb.Container(id="ctr-2", pod_sandbox_id="pod-a",
-                                                name="app"))
+    unserved.create_container(pod, pb.Container(id="ctr-2", pod_sandbox_id="pod-a", name="app"))
     assert enforced() == 2.0

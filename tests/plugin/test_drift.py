@@ -42,10 +42,11 @@ def counted(metrics: Metrics, name: str, **labels: str) -> float:
 def runc_update(dirs: dict[str, Path], update: pb.ContainerUpdate) -> None:
     """What `runc update` writes on v1 for the fields nri-sla's updates carry."""
     res = update.linux.resources
-    files = {"cpu.cfs_period_us": res.cpu.period.value if res.cpu.HasField("period") else None,
-             "cpu.cfs_quota_us": res.cpu.quota.value if res.cpu.HasField("quota") else None,
-             "memory.limit_in_bytes": (res.memory.limit.value
-                                       if res.memory.HasField("limit") else None)}
+    files = {
+        "cpu.cfs_period_us": res.cpu.period.value if res.cpu.HasField("period") else None,
+        "cpu.cfs_quota_us": res.cpu.quota.value if res.cpu.HasField("quota") else None,
+        "memory.limit_in_bytes": (res.memory.limit.value if res.memory.HasField("limit") else None),
+    }
     for name, value in files.items():
         if value is not None:
             (dirs[name.split(".")[0]] / name).write_text(str(value))
@@ -53,18 +54,33 @@ def runc_update(dirs: dict[str, Path], update: pb.ContainerUpdate) -> None:
         (dirs["cpuset"] / "cpuset.cpus").write_text(res.cpu.cpus)
 
 
-async def started(session, plugin, node, tree: CgroupTree, name: str, sla: str,
-                  mode: str = "hard", namespace: str = "web"):
+async def started(
+    session,
+    plugin,
+    node,
+    tree: CgroupTree,
+    name: str,
+    sla: str,
+    mode: str = "hard",
+    namespace: str = "web",
+):
     """A pod with one started SLA container whose cgroup holds what runc and nri-sla
     wrote; returns (pod, container, its cgroup dirs)."""
-    pod = make_pod(name, namespace=namespace, annotations={
-        f"sla.nri.io/container.{name}": sla, "sla.nri.io/enforcement": mode})
+    pod = make_pod(
+        name,
+        namespace=namespace,
+        annotations={f"sla.nri.io/container.{name}": sla, "sla.nri.io/enforcement": mode},
+    )
     ctr = make_container(pod, name, resources=guaranteed(4))
     await session.create_container(pod, ctr)
     dirs = tree.add_cgroup(ctr.linux.cgroups_path)
     # runc create: the adjustment's values land in the new cgroup
-    assert node.write_plan(plugin.registry.get(ctr.id).current_plan, ctr.linux.cgroups_path,
-                           scope="runtime") == []
+    assert (
+        node.write_plan(
+            plugin.registry.get(ctr.id).current_plan, ctr.linux.cgroups_path, scope="runtime"
+        )
+        == []
+    )
     await session.start_container(pod, ctr)  # nri-sla's direct writes
     return pod, ctr, dirs
 
@@ -89,8 +105,9 @@ def test_hard_drift_is_repaired_within_one_interval(tmp_path, v1_tree, caplog):
 
     async def scenario():
         stop = asyncio.Event()
-        plugin, options = build_service(node, metrics, socket=socket_path,
-                                        handle_signals=False, stop_event=stop)
+        plugin, options = build_service(
+            node, metrics, socket=socket_path, handle_signals=False, stop_event=stop
+        )
         service = asyncio.create_task(run_service(plugin, options))
         async with RuntimeSimulator(socket_path) as sim:
             session = await sim.accept()
@@ -114,8 +131,9 @@ def test_hard_drift_is_repaired_within_one_interval(tmp_path, v1_tree, caplog):
             assert counted(metrics, "drift_detected_total", kind="io") == 1
             assert counted(metrics, "drift_repairs_total", kind="io", outcome="repaired") == 1
             runc_update(dirs, update)  # the runtime applies the re-asserted values
-            await until(lambda: counted(metrics, "drift_repairs_total", kind="cpu",
-                                        outcome="repaired") == 1)
+            await until(
+                lambda: counted(metrics, "drift_repairs_total", kind="cpu", outcome="repaired") == 1
+            )
             await asyncio.sleep(3 * interval)
             assert len(session.unsolicited) == 1  # nothing more to repair
             assert (dirs["cpu"] / "cpu.cfs_quota_us").read_text() == "200000"
@@ -140,8 +158,15 @@ def test_soft_drift_is_reported_once_and_left_alone(tmp_path, v1_tree, caplog):
 
     async def scenario():
         async with plugin_session(node, tmp_path, metrics=metrics) as (_, session, plugin):
-            _, _, dirs = await started(session, plugin, node, v1_tree, "batch",
-                                         "cpu: {limit: 2}\nmemory: {max: 1Gi}", "soft")
+            _, _, dirs = await started(
+                session,
+                plugin,
+                node,
+                v1_tree,
+                "batch",
+                "cpu: {limit: 2}\nmemory: {max: 1Gi}",
+                "soft",
+            )
             assert plugin.drift_pass() == []
             (dirs["memory"] / "memory.limit_in_bytes").write_text(str(2 << 30))
             updates = [plugin.drift_pass() for _ in range(4)]
@@ -157,8 +182,11 @@ def test_soft_drift_is_reported_once_and_left_alone(tmp_path, v1_tree, caplog):
     assert len(drift) == 1 and drift[0].fields["action"] == "reported (soft mode)"
     assert drift[0].fields["found"] == str(2 << 30) and drift[0].fields["expected"] == str(1 << 30)
     (setting,) = [s for s in report.settings if s.drifted]
-    assert (setting.file, setting.found, setting.via) == ("memory.limit_in_bytes",
-                                                          str(2 << 30), "runtime")
+    assert (setting.file, setting.found, setting.via) == (
+        "memory.limit_in_bytes",
+        str(2 << 30),
+        "runtime",
+    )
     assert report.drifted == 1 and report.repair == ""
 
 
@@ -169,8 +197,9 @@ def test_a_drift_changing_again_is_logged_again(tmp_path, v1_tree, caplog):
 
     async def scenario():
         async with plugin_session(node, tmp_path, metrics=metrics) as (_, session, plugin):
-            _, _, dirs = await started(session, plugin, node, v1_tree, "batch",
-                                       "cpu: {limit: 2}", "soft")
+            _, _, dirs = await started(
+                session, plugin, node, v1_tree, "batch", "cpu: {limit: 2}", "soft"
+            )
             quota = dirs["cpu"] / "cpu.cfs_quota_us"
             for value in ("100000", "100000", "150000", "200000", "100000"):
                 quota.write_text(value)  # 200000 is the SLA's: the drift is gone
@@ -207,8 +236,9 @@ def test_a_repair_that_does_not_hold_backs_off(tmp_path, v1_tree, caplog):
     # failed at 9 (wait 8: the cap), tried at 17; failed at 18 (wait 8), tried at 26.
     assert sent == [0, 3, 8, 17]
     assert counted(metrics, "drift_repairs_total", kind="cpu", outcome="failed") == 4
-    assert report.repair.startswith("failed: the runtime's update did not restore "
-                                    "cpu/cpu.cfs_quota_us; next try in 8s")
+    assert report.repair.startswith(
+        "failed: the runtime's update did not restore cpu/cpu.cfs_quota_us; next try in 8s"
+    )
     assert [r.getMessage() for r in caplog.records].count("drift") == 1
 
 
@@ -219,9 +249,15 @@ def test_synchronize_after_a_reconnect_repairs_what_drifted_meanwhile(tmp_path, 
 
     async def scenario():
         stop = asyncio.Event()
-        plugin, options = build_service(node, metrics, socket=socket_path,
-                                        handle_signals=False, stop_event=stop,
-                                        backoff_initial=0.05, backoff_max=0.1)
+        plugin, options = build_service(
+            node,
+            metrics,
+            socket=socket_path,
+            handle_signals=False,
+            stop_event=stop,
+            backoff_initial=0.05,
+            backoff_max=0.1,
+        )
         service = asyncio.create_task(run_service(plugin, options))
         async with RuntimeSimulator(socket_path) as sim:
             session = await sim.accept()
@@ -230,8 +266,9 @@ def test_synchronize_after_a_reconnect_repairs_what_drifted_meanwhile(tmp_path, 
         # containerd is down; meanwhile a daemon-reload rewrites both kinds of values
         (dirs["cpu"] / "cpu.cfs_quota_us").write_text("-1")
         (dirs["blkio"] / "blkio.bfq.weight").write_text("100")
-        async with RuntimeSimulator(socket_path, pods=state.pods.values(),
-                                    containers=state.containers.values()) as sim:
+        async with RuntimeSimulator(
+            socket_path, pods=state.pods.values(), containers=state.containers.values()
+        ) as sim:
             session = await sim.accept()
             await plugin.restorer.restored()
             updates = restore_updates(session)
@@ -256,11 +293,13 @@ def test_a_cpuset_nri_sla_just_changed_is_not_drift(tmp_path, v1_tree):
 
     async def scenario():
         async with plugin_session(node, tmp_path, metrics=metrics) as (_, session, plugin):
-            _, aligned, dirs = await started(session, plugin, node, v1_tree, "aligned",
-                                             "numa: {nodes: '0'}")
+            _, aligned, dirs = await started(
+                session, plugin, node, v1_tree, "aligned", "numa: {nodes: '0'}"
+            )
             wide = (dirs["cpuset"] / "cpuset.cpus").read_text()
-            await started(session, plugin, node, v1_tree, "pinned",
-                          "numa: {nodes: '0'}\ncpu: {exclusive: 2}")
+            await started(
+                session, plugin, node, v1_tree, "pinned", "numa: {nodes: '0'}\ncpu: {exclusive: 2}"
+            )
             narrow = node.cpusets.cpuset_of(aligned.id)
             first = plugin.drift_pass()  # the runtime has not applied the narrower cpuset
             states = {r.container: r.state for r in plugin.watch.last.containers}

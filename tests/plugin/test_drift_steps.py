@@ -80,7 +80,8 @@ def test_drift_in_every_step_is_logged_counted_and_repaired(v1_tree, caplog):
     assert all(u.linux.resources.cpu.quota.value == 200_000 for s in steps for u in s)
     assert metrics.value("nri_sla_drift_detected_total", kind="cpu") == 3
     assert [r.fields["id"] for r in caplog.records if r.getMessage() == "drift"] == [
-        container_id[:12] for container_id in drifted]
+        container_id[:12] for container_id in drifted
+    ]
 
 
 def test_a_pass_closed_half_way_leaves_the_last_report(v1_tree):

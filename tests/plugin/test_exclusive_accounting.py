@@ -32,8 +32,9 @@ def cpuset(sim, ctr) -> frozenset[int]:
     return parse_cpulist(sim.state.containers[ctr.id].linux.resources.cpu.cpus)
 
 
-async def create(session, name: str, annotations: dict[str, str], cpus: int,
-                 namespace: str = "default"):
+async def create(
+    session, name: str, annotations: dict[str, str], cpus: int, namespace: str = "default"
+):
     pod = make_pod(name, namespace=namespace, annotations=annotations)
     ctr = make_container(pod, "c", resources=guaranteed(cpus))
     await session.create_container(pod, ctr)
@@ -54,13 +55,20 @@ def gauge(metrics: Metrics) -> float:
 def test_one_cpu_pods_hold_one_cpu_each_and_a_big_pod_still_gets_its_own(tmp_path):
     """28 pods requesting 1 CPU with `exclusive: 1` on the 64-CPU SMT2 snapshot hold 28
     CPUs, not 56 whole-core CPUs; a 16-CPU pod created afterwards gets 16 of its own."""
+
     async def scenario():
         async with plugin_session(make_node(2), tmp_path) as (sim, session, plugin):
-            ones = [await create(session, f"one{i}", exclusive(1), 1, namespace=f"t{i}")
-                    for i in range(28)]
+            ones = [
+                await create(session, f"one{i}", exclusive(1), 1, namespace=f"t{i}")
+                for i in range(28)
+            ]
             _, big = await create(session, "big", exclusive(16), 16, namespace="big")
-            return ([cpuset(sim, c) for _, c in ones], cpuset(sim, big),
-                    plugin.node.usage()[1], pool_breaches(sim, plugin.node))
+            return (
+                [cpuset(sim, c) for _, c in ones],
+                cpuset(sim, big),
+                plugin.node.usage()[1],
+                pool_breaches(sim, plugin.node),
+            )
 
     ones, big, held, breaches = run(scenario())
     assert not breaches, breaches
@@ -72,6 +80,7 @@ def test_a_resize_while_away_rules_from_the_first_synchronize(tmp_path):
     """A pod resized from 32 to 1 CPU while the plugin was away: the restarted plugin's
     first Synchronize leaves it 1 exclusive CPU and gives the neighbour the other 31 back
     (in the restore's UpdateContainers); the gauge and the status say 1 at once."""
+
     async def scenario():
         async with plugin_session(make_node(2), tmp_path) as (sim, session, _plugin):
             big_pod, big = await create(session, "big", exclusive(32), 32, namespace="t")
@@ -87,13 +96,19 @@ def test_a_resize_while_away_rules_from_the_first_synchronize(tmp_path):
         resized.linux.resources.cpu.shares.value = 1024
         resized.linux.resources.cpu.quota.value = 100_000
         metrics = Metrics()
-        async with plugin_session(make_node(2), tmp_path, metrics=metrics,
-                                  pods=[big_pod, plain_pod], containers=stored
-                                  ) as (sim, session, plugin):
+        async with plugin_session(
+            make_node(2), tmp_path, metrics=metrics, pods=[big_pod, plain_pod], containers=stored
+        ) as (sim, session, plugin):
             updates = restore_updates(session)
-            return (narrowed, {u.container_id for u in updates}, cpuset(sim, big),
-                    cpuset(sim, plain), gauge(metrics), status_of(plugin, big),
-                    pool_breaches(sim, plugin.node))
+            return (
+                narrowed,
+                {u.container_id for u in updates},
+                cpuset(sim, big),
+                cpuset(sim, plain),
+                gauge(metrics),
+                status_of(plugin, big),
+                pool_breaches(sim, plugin.node),
+            )
 
     narrowed, updated, big, plain, held, row, breaches = run(scenario())
     assert not breaches, breaches
@@ -107,8 +122,11 @@ def test_a_resize_while_away_rules_from_the_first_synchronize(tmp_path):
 def test_a_resize_moves_the_gauge_and_the_status_at_once(tmp_path):
     async def scenario():
         metrics = Metrics()
-        async with plugin_session(make_node(2), tmp_path, metrics=metrics
-                                  ) as (sim, session, plugin):
+        async with plugin_session(make_node(2), tmp_path, metrics=metrics) as (
+            sim,
+            session,
+            plugin,
+        ):
             pod, big = await create(session, "big", exclusive(8), 8, namespace="t")
             before = gauge(metrics), status_of(plugin, big)["exclusive_cpus"]
             await session.update_container(pod, big, guaranteed(3))
@@ -128,6 +146,7 @@ def test_create_and_stop_move_only_the_cpusets_that_must_move(tmp_path):
     its CPUs (they held them); its stop moves nobody (the CPUs wait, out of every
     cpuset); the next create takes them again and moves nobody; the drift pass gives
     them back to the neighbours, and only then does a create move them again."""
+
     async def scenario():
         async with plugin_session(make_node(2), tmp_path) as (sim, session, plugin):
             for i in range(NEIGHBOURS):
@@ -157,17 +176,22 @@ def test_a_resize_while_away_clamps_the_restored_plan_as_an_update_would(tmp_pat
     """`cpu.limit: 2` on a 4-CPU pod resized to 1 CPU while the plugin was away: the
     restored plan in force (what the drift watch reads back and repairs) is the runtime's
     1 CPU, not the record's 2, as an UpdateContainer would have made it."""
+
     async def scenario():
         async with plugin_session(make_node(2), tmp_path) as (sim, session, _plugin):
-            pod, ctr = await create(session, "lim", {"sla.nri.io/pod": "cpu: {limit: 2}"}, 4,
-                                    namespace="t")
+            pod, ctr = await create(
+                session, "lim", {"sla.nri.io/pod": "cpu: {limit: 2}"}, 4, namespace="t"
+            )
             stored = list(sim.state.containers.values())
         for kept in stored:
             kept.state = pb.CONTAINER_RUNNING
             kept.linux.resources.cpu.shares.value = 1024
             kept.linux.resources.cpu.quota.value = 100_000
-        async with plugin_session(make_node(2), tmp_path, pods=[pod], containers=stored
-                                  ) as (_sim, _session, plugin):
+        async with plugin_session(make_node(2), tmp_path, pods=[pod], containers=stored) as (
+            _sim,
+            _session,
+            plugin,
+        ):
             entry = plugin.registry.get(ctr.id)
             return entry.decided_plan.cpu_quota, entry.current_plan.cpu_quota
 

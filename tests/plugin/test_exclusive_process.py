@@ -34,8 +34,13 @@ def exclusive(n: int) -> dict[str, str]:
 def status(tmp: Path) -> dict:
     """`nri-sla status --json` as an operator runs it."""
     cli = Path(sys.executable).parent / "nri-sla"
-    out = subprocess.run([str(cli), "status", "--json", "--socket", str(tmp / "status.sock")],
-                         capture_output=True, text=True, timeout=20, check=True)
+    out = subprocess.run(
+        [str(cli), "status", "--json", "--socket", str(tmp / "status.sock")],
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=True,
+    )
     return json.loads(out.stdout)
 
 
@@ -81,8 +86,9 @@ def test_a_resize_while_the_process_is_stopped_rules_from_its_first_synchronize(
             procs.append(plugin)
             await sim.accept(timeout=20)
             await until(lambda: len(cpuset(sim, plain)) > 32, what="the neighbour widened")
-            await until(lambda: plugin.metric("nri_sla_exclusive_cpus_in_use") == 1,
-                        what="the gauge")
+            await until(
+                lambda: plugin.metric("nri_sla_exclusive_cpus_in_use") == 1, what="the gauge"
+            )
             doc = status(tmp_path)
             return narrowed, cpuset(sim, big), cpuset(sim, plain), row(doc, big)
         finally:

@@ -85,8 +85,10 @@ def gpu_slas(draw: st.DrawFn) -> str:
     topology = draw(st.sampled_from(["any", "numa", "nvlink"]))
     align = draw(st.booleans())
     enforcement = draw(st.sampled_from(["hard", "soft"]))
-    return (f"enforcement: {enforcement}\n"
-            f"gpu: {{{what}, topology: {topology}, align: {str(align).lower()}}}")
+    return (
+        f"enforcement: {enforcement}\n"
+        f"gpu: {{{what}, topology: {topology}, align: {str(align).lower()}}}"
+    )
 
 
 @st.composite
@@ -95,8 +97,12 @@ def pod_plans(draw: st.DrawFn, env_writers: bool) -> PodPlan:
     env = None
     if env_writers and draw(st.booleans()):
         env = draw(st.sampled_from(["all", "0,1", "GPU-d0000000-0000-0000-0000-000000000007"]))
-    return PodPlan(namespace=draw(st.sampled_from(["ml", "batch"])),
-                   gpus=draw(st.integers(0, 4)), sla=sla, tenant_env=env)
+    return PodPlan(
+        namespace=draw(st.sampled_from(["ml", "batch"])),
+        gpus=draw(st.integers(0, 4)),
+        sla=sla,
+        tenant_env=env,
+    )
 
 
 def steps(env_writers: bool) -> st.SearchStrategy[list[tuple]]:
@@ -107,7 +113,8 @@ def steps(env_writers: bool) -> st.SearchStrategy[list[tuple]]:
         st.tuples(st.just("remove"), st.integers(0, 7)),
         st.tuples(st.just("plugin away"), pods),
         st.tuples(st.just("restart plugin")),
-        st.tuples(st.just("restart runtime")))
+        st.tuples(st.just("restart runtime")),
+    )
     return st.lists(step, min_size=1, max_size=10)
 
 
@@ -141,10 +148,15 @@ class World:
 
     async def start_plugin(self) -> None:
         self.stop = asyncio.Event()
-        self.plugin, options = build_service(node(self.podresources_socket), Metrics(),
-                                             socket=self.socket,
-                                             handle_signals=False, stop_event=self.stop,
-                                             backoff_initial=0.01, backoff_max=0.05)
+        self.plugin, options = build_service(
+            node(self.podresources_socket),
+            Metrics(),
+            socket=self.socket,
+            handle_signals=False,
+            stop_event=self.stop,
+            backoff_initial=0.01,
+            backoff_max=0.05,
+        )
         self.service = asyncio.create_task(run_service(self.plugin, options))
 
     async def stop_plugin(self) -> None:
@@ -154,9 +166,12 @@ class World:
     async def start_runtime(self, old: RuntimeSimulator | None = None) -> None:
         state = old.state if old is not None else None
         self.sim = await RuntimeSimulator(
-            self.socket, pods=state.pods.values() if state else (),
+            self.socket,
+            pods=state.pods.values() if state else (),
             containers=state.containers.values() if state else (),
-            specs=state.specs if state else None, cdi=CDI).start()
+            specs=state.specs if state else None,
+            cdi=CDI,
+        ).start()
         self.cri = Cri(self.sim)
 
     async def pod(self, plan: PodPlan) -> None:
@@ -206,12 +221,15 @@ def granted(live: Live) -> frozenset[int]:
 
 
 def check(world: World) -> None:
-    openable = {cid: openable_gpus(world.sim.state.specs[cid], INVENTORY, world.runtime)
-                for cid in world.live}
+    openable = {
+        cid: openable_gpus(world.sim.state.specs[cid], INVENTORY, world.runtime)
+        for cid in world.live
+    }
     for cid, live in world.live.items():
         assert openable[cid] == granted(live), (
             f"{live.pod.name} ({live.pod.annotations.get('sla.nri.io/pod')!r}) can open "
-            f"GPUs {sorted(openable[cid])}, granted {sorted(granted(live))}")
+            f"GPUs {sorted(openable[cid])}, granted {sorted(granted(live))}"
+        )
     seen: dict[int, str] = {}
     for cid, gpus in openable.items():
         for gpu in gpus:
@@ -230,8 +248,12 @@ def socket_dir() -> Iterator[Path]:
 
 async def play(strategy: str, plan: list[tuple], sockets: Path) -> World:
     kubelet = Kubelet(DevicePlugin(INVENTORY, strategy))
-    world = World(str(sockets / "nri.sock"), str(sockets / "kubelet.sock"), kubelet,
-                  NvidiaRuntime(accept_env=strategy == ENV_ONLY))
+    world = World(
+        str(sockets / "nri.sock"),
+        str(sockets / "kubelet.sock"),
+        kubelet,
+        NvidiaRuntime(accept_env=strategy == ENV_ONLY),
+    )
     with PodResourcesServer(kubelet, world.podresources_socket):
         return await play_steps(world, plan)
 

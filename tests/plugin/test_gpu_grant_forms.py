@@ -43,19 +43,31 @@ def run(coro):
 
 def node(snapshot, podresources_socket: str = "") -> NodeState:
     # The DRA driver's kinds named as an operator would before they were defaults.
-    config = NodeConfig(permissions=Permissions(gpus=("*",)), gpu=GpuConfig(
-        podresources_socket=podresources_socket,
-        grant_cdi_kinds=tuple(dict.fromkeys((*DEFAULT_GRANT_CDI_KINDS, *dra.KINDS)))))
-    return NodeState(config, 2, allocator=Allocator(snapshot.topology, snapshot.inventory),
-                     rt_budget=RtBudget(0.5))
+    config = NodeConfig(
+        permissions=Permissions(gpus=("*",)),
+        gpu=GpuConfig(
+            podresources_socket=podresources_socket,
+            grant_cdi_kinds=tuple(dict.fromkeys((*DEFAULT_GRANT_CDI_KINDS, *dra.KINDS))),
+        ),
+    )
+    return NodeState(
+        config,
+        2,
+        allocator=Allocator(snapshot.topology, snapshot.inventory),
+        rt_budget=RtBudget(0.5),
+    )
 
 
 def cdi(snapshot, *claims: tuple[str, list[str]]) -> CdiRegistry:
     """The node's CDI directories: nvidia-ctk's and the device plugin's specs, the DRA
     driver's standard spec and one spec per prepared claim."""
-    return CdiRegistry([*nvidia_cdi_specs(snapshot.inventory),
-                        dra.standard_spec(snapshot.inventory),
-                        *(dra.claim_spec(uid, names) for uid, names in claims)])
+    return CdiRegistry(
+        [
+            *nvidia_cdi_specs(snapshot.inventory),
+            dra.standard_spec(snapshot.inventory),
+            *(dra.claim_spec(uid, names) for uid, names in claims),
+        ]
+    )
 
 
 def shared(metrics: Metrics) -> float:
@@ -73,20 +85,24 @@ async def simulated(snapshot, registry: CdiRegistry, socket: str = ""):
     metrics = Metrics()
     with tempfile.TemporaryDirectory(prefix="nri-sla-g") as d:
         async with plugin_session(node(snapshot, socket), Path(d), metrics=metrics) as (
-                sim, session, plugin):
+            sim,
+            session,
+            plugin,
+        ):
             sim.cdi = registry
             yield session, plugin, metrics
 
 
-def granted_pod(kubelet: Kubelet, name: str, count: int, sla: str | None = None,
-                **kw) -> tuple[pb.PodSandbox, pb.Container]:
-    pod = make_pod(name, namespace="ml",
-                   annotations={"sla.nri.io/pod": sla} if sla else {})
+def granted_pod(
+    kubelet: Kubelet, name: str, count: int, sla: str | None = None, **kw
+) -> tuple[pb.PodSandbox, pb.Container]:
+    pod = make_pod(name, namespace="ml", annotations={"sla.nri.io/pod": sla} if sla else {})
     grant = kubelet.admit(pod.uid, pod.namespace, pod.name, "c", count)
     return pod, container_request(pod, "c", grant, **kw)
 
 
 # -- MIG devices granted as device nodes ---------------------------------------------------
+
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_mig_devices_granted_in_every_strategy_are_mig_devices(strategy):
@@ -95,16 +111,16 @@ def test_mig_devices_granted_in_every_strategy_are_mig_devices(strategy):
     resolved into the parent's /dev/nvidiaN and the MIG device's /dev/nvidia-caps nodes;
     volume-mounts' MIG UUIDs; envvar's MIG UUIDs in the kubelet's books. A hard MIG SLA
     is met, and two containers on two MIG devices of one GPU share nothing."""
-    kubelet = Kubelet(DevicePlugin(MIG_BOX.inventory, strategy, mig=True,
-                                   resource="nvidia.com/mig-1g.10gb"),
-                      choose=lambda free, n: free[2:2 + n])  # the two 1g.10gb devices
+    kubelet = Kubelet(
+        DevicePlugin(MIG_BOX.inventory, strategy, mig=True, resource="nvidia.com/mig-1g.10gb"),
+        choose=lambda free, n: free[2 : 2 + n],
+    )  # the two 1g.10gb devices
 
     async def scenario():
         with tempfile.TemporaryDirectory(prefix="nri-sla-k") as d:
             socket = str(Path(d) / "kubelet.sock")
             with PodResourcesServer(kubelet, socket):
-                async with simulated(MIG_BOX, cdi(MIG_BOX), socket) as (
-                        session, plugin, metrics):
+                async with simulated(MIG_BOX, cdi(MIG_BOX), socket) as (session, plugin, metrics):
                     answers = []
                     for name in ("a", "b"):
                         pod, ctr = granted_pod(kubelet, name, 1, "gpu: {mig: 1g.10gb}")
@@ -116,19 +132,26 @@ def test_mig_devices_granted_in_every_strategy_are_mig_devices(strategy):
     answers, sharing, migs = run(scenario())
     mig = MIG_BOX.inventory.gpus[0].mig_instances
     assert [applied(a)["placement_record"]["migs"] for a in answers] == [
-        [mig[2].uuid], [mig[3].uuid]]
+        [mig[2].uuid],
+        [mig[3].uuid],
+    ]
     assert sharing == 0 and set(migs) == {mig[2].uuid, mig[3].uuid}
 
 
 def test_a_parent_node_without_access_nodes_is_the_whole_gpu():
     """/dev/nvidia0 alone (no caps nodes) is no MIG device: the SLA is refused, naming
     only this container's grant."""
+
     async def scenario():
         async with simulated(MIG_BOX, cdi(MIG_BOX)) as (session, _, _m):
-            pod = make_pod("x", namespace="ml", annotations={"sla.nri.io/pod":
-                                                             "gpu: {mig: 1g.10gb}"})
-            ctr = make_container(pod, "c", devices=[
-                pb.LinuxDevice(path="/dev/nvidia0", type="c", major=195, minor=0)])
+            pod = make_pod(
+                "x", namespace="ml", annotations={"sla.nri.io/pod": "gpu: {mig: 1g.10gb}"}
+            )
+            ctr = make_container(
+                pod,
+                "c",
+                devices=[pb.LinuxDevice(path="/dev/nvidia0", type="c", major=195, minor=0)],
+            )
             with pytest.raises(PluginCallError) as refused:
                 await session.create_container(pod, ctr)
             return refused.value.message
@@ -138,17 +161,18 @@ def test_a_parent_node_without_access_nodes_is_the_whole_gpu():
 
 # -- time-slicing and MPS replicas ---------------------------------------------------------
 
+
 @pytest.mark.parametrize("strategy", ["envvar", "cdi-cri", "device-nodes"])
-def test_time_sliced_replicas_under_a_shared_resource_are_grants_shared_by_design(
-        caplog, strategy):
+def test_time_sliced_replicas_under_a_shared_resource_are_grants_shared_by_design(caplog, strategy):
     """Time-slicing renamed to nvidia.com/gpu.shared: the kubelet's books say GPU-...::n.
     With the envvar strategy the env is the only trace; with the others both containers
     carry the GPU itself, and the books tell replicas from a double grant. Two pods get
     replicas of one GPU, both hard SLAs are met, and the sharing is reported as by
     design, never counted."""
     caplog.set_level(logging.INFO, logger="nri_sla.plugin")
-    kubelet = Kubelet(DevicePlugin(DGX.inventory, strategy, replicas=4,
-                                   resource="nvidia.com/gpu.shared"))
+    kubelet = Kubelet(
+        DevicePlugin(DGX.inventory, strategy, replicas=4, resource="nvidia.com/gpu.shared")
+    )
 
     async def scenario():
         with tempfile.TemporaryDirectory(prefix="nri-sla-k") as d:
@@ -157,8 +181,7 @@ def test_time_sliced_replicas_under_a_shared_resource_are_grants_shared_by_desig
                 async with simulated(DGX, cdi(DGX), socket) as (session, plugin, metrics):
                     answers = []
                     for name in ("a", "b"):
-                        pod, ctr = granted_pod(kubelet, name, 1,
-                                               "gpu: {count: 1, topology: numa}")
+                        pod, ctr = granted_pod(kubelet, name, 1, "gpu: {count: 1, topology: numa}")
                         answers.append(await session.create_container(pod, ctr))
                     return answers, shared(metrics), plugin.node.allocator.gpus_in_use()
 
@@ -174,9 +197,17 @@ def test_time_sliced_replicas_under_a_shared_resource_are_grants_shared_by_desig
 def test_a_replica_beside_a_whole_grant_of_its_gpu_is_a_double_grant():
     async def scenario():
         async with simulated(DGX, cdi(DGX)) as (session, _, metrics):
-            for name, ctr_kw in (("whole", {"cdi_devices": ("nvidia.com/gpu=0",)}),
-                                 ("replica", {"devices": [pb.LinuxDevice(
-                                     path="/dev/nvidia0", type="c", major=195, minor=0)]})):
+            for name, ctr_kw in (
+                ("whole", {"cdi_devices": ("nvidia.com/gpu=0",)}),
+                (
+                    "replica",
+                    {
+                        "devices": [
+                            pb.LinuxDevice(path="/dev/nvidia0", type="c", major=195, minor=0)
+                        ]
+                    },
+                ),
+            ):
                 pod = make_pod(name, namespace="ml")
                 await session.create_container(pod, make_container(pod, "c", **ctr_kw))
             return shared(metrics)
@@ -186,11 +217,15 @@ def test_a_replica_beside_a_whole_grant_of_its_gpu_is_a_double_grant():
 
 # -- DRA ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("snapshot", "sla", "pick"), [
-    (DGX, "gpu: {count: 1, topology: numa}", lambda inv: (inv.gpus[3], None)),
-    (MIG_BOX, "gpu: {mig: 2g.20gb}", lambda inv: (inv.gpus[0], inv.gpus[0].mig_instances[1])),
-    (MIG_BOX, "gpu: {mig: 1g.10gb}", lambda inv: (inv.gpus[0], inv.gpus[0].mig_instances[3])),
-])
+
+@pytest.mark.parametrize(
+    ("snapshot", "sla", "pick"),
+    [
+        (DGX, "gpu: {count: 1, topology: numa}", lambda inv: (inv.gpus[3], None)),
+        (MIG_BOX, "gpu: {mig: 2g.20gb}", lambda inv: (inv.gpus[0], inv.gpus[0].mig_instances[1])),
+        (MIG_BOX, "gpu: {mig: 1g.10gb}", lambda inv: (inv.gpus[0], inv.gpus[0].mig_instances[3])),
+    ],
+)
 def test_dra_claims_cdi_names_are_the_grant(snapshot, sla, pick):
     """NVIDIA's DRA driver: the container gets `k8s.gpu.nvidia.com/device=gpu-<minor>` and
     `k8s.gpu.nvidia.com/claim=<claim uid>-gpu-<minor>` (MIG: gpu-<minor>-mig-...); the
@@ -200,8 +235,7 @@ def test_dra_claims_cdi_names_are_the_grant(snapshot, sla, pick):
     name = dra.device_name(gpu, mig)
 
     async def scenario():
-        async with simulated(snapshot, cdi(snapshot, (CLAIM_UID, [name]))) as (
-                session, _, _m):
+        async with simulated(snapshot, cdi(snapshot, (CLAIM_UID, [name]))) as (session, _, _m):
             pod = make_pod("infer", namespace="ml", annotations={"sla.nri.io/pod": sla})
             ctr = make_container(pod, "c", cdi_devices=dra.cdi_names(CLAIM_UID, [name]))
             return await session.create_container(pod, ctr)
@@ -221,8 +255,9 @@ def test_dra_claims_in_podresources_are_the_grant():
     async def scenario():
         with tempfile.TemporaryDirectory(prefix="nri-sla-k") as d:
             socket = str(Path(d) / "kubelet.sock")
-            pod = make_pod("infer", namespace="ml",
-                           annotations={"sla.nri.io/pod": "gpu: {count: 1}"})
+            pod = make_pod(
+                "infer", namespace="ml", annotations={"sla.nri.io/pod": "gpu: {count: 1}"}
+            )
             kubelet.prepare(pod.uid, pod.namespace, pod.name, "c", (claim,))
             with PodResourcesServer(kubelet, socket):
                 async with simulated(DGX, cdi(DGX), socket) as (session, _, _m):
@@ -234,17 +269,20 @@ def test_dra_claims_in_podresources_are_the_grant():
 
 # -- system holders and what is not a grant ------------------------------------------------
 
+
 def privileged(pod: pb.PodSandbox, inventory) -> pb.Container:
     """As containerd creates a privileged container: every host device node (the GPUs,
     their access nodes, nvidiactl, others) and a device cgroup that allows everything."""
     ctr = make_container(pod, "dcgm")
     for gpu in inventory.gpus:
-        ctr.linux.devices.add(path=f"/dev/nvidia{gpu.device_minor}", type="c", major=195,
-                              minor=gpu.device_minor)
+        ctr.linux.devices.add(
+            path=f"/dev/nvidia{gpu.device_minor}", type="c", major=195, minor=gpu.device_minor
+        )
         for mig in gpu.mig_instances:
             for m in mig.caps_minors:
-                ctr.linux.devices.add(path=f"/dev/nvidia-caps/nvidia-cap{m}", type="c",
-                                      major=511, minor=m)
+                ctr.linux.devices.add(
+                    path=f"/dev/nvidia-caps/nvidia-cap{m}", type="c", major=511, minor=m
+                )
     ctr.linux.devices.add(path="/dev/nvidiactl", type="c", major=195, minor=255)
     ctr.linux.devices.add(path="/dev/sda", type="b", major=8, minor=0)
     ctr.linux.resources.devices.add(allow=True, access="rwm")
@@ -255,20 +293,28 @@ def privileged(pod: pb.PodSandbox, inventory) -> pb.Container:
 def test_a_privileged_container_is_a_system_holder(snapshot):
     """DCGM (or a device plugin, or nri-sla's DaemonSet) beside GPU pods: it holds no GPU
     and shares none; the GPU pod's hard SLA is met; its own GPU SLA finds no grant."""
+
     async def scenario():
         async with simulated(snapshot, cdi(snapshot)) as (session, plugin, metrics):
             system = make_pod("dcgm", namespace="gpu-operator")
             await session.create_container(system, privileged(system, snapshot.inventory))
-            pod = make_pod("train", namespace="ml", annotations={
-                "sla.nri.io/pod": "gpu: {count: 1}"})
+            pod = make_pod(
+                "train", namespace="ml", annotations={"sla.nri.io/pod": "gpu: {count: 1}"}
+            )
             answer = await session.create_container(
-                pod, make_container(pod, "c", cdi_devices=("nvidia.com/gpu=1",)))
-            greedy = make_pod("greedy", namespace="ml", annotations={
-                "sla.nri.io/pod": "gpu: {count: 1}"})
+                pod, make_container(pod, "c", cdi_devices=("nvidia.com/gpu=1",))
+            )
+            greedy = make_pod(
+                "greedy", namespace="ml", annotations={"sla.nri.io/pod": "gpu: {count: 1}"}
+            )
             with pytest.raises(PluginCallError) as refused:
                 await session.create_container(greedy, privileged(greedy, snapshot.inventory))
-            return (answer, shared(metrics), plugin.node.allocator.gpus_in_use(),
-                    refused.value.message)
+            return (
+                answer,
+                shared(metrics),
+                plugin.node.allocator.gpus_in_use(),
+                refused.value.message,
+            )
 
     answer, sharing, held, refusal = run(scenario())
     assert applied(answer)["placement_record"]["gpus"] == [snapshot.inventory.gpus[1].uuid]
@@ -286,11 +332,20 @@ def test_a_pod_volume_at_the_device_list_path_grants_nothing():
         async with simulated(DGX, cdi(DGX)) as (session, plugin, metrics):
             victim, ctr = granted_pod(kubelet, "victim", 1, "gpu: {count: 1}")
             answer = await session.create_container(victim, ctr)
-            pod = make_pod("sneaky", namespace="ml",
-                           annotations={"sla.nri.io/pod": "gpu: {count: 8}"})
-            sneaky = make_container(pod, "c", mounts=[pb.Mount(
-                destination="/var/run/nvidia-container-devices/all", type="bind",
-                source="/var/lib/kubelet/pods/u/volumes/kubernetes.io~empty-dir/all")])
+            pod = make_pod(
+                "sneaky", namespace="ml", annotations={"sla.nri.io/pod": "gpu: {count: 8}"}
+            )
+            sneaky = make_container(
+                pod,
+                "c",
+                mounts=[
+                    pb.Mount(
+                        destination="/var/run/nvidia-container-devices/all",
+                        type="bind",
+                        source="/var/lib/kubelet/pods/u/volumes/kubernetes.io~empty-dir/all",
+                    )
+                ],
+            )
             with pytest.raises(PluginCallError) as refused:
                 await session.create_container(pod, sneaky)
             return answer, refused.value.message, shared(metrics), plugin
@@ -299,5 +354,6 @@ def test_a_pod_volume_at_the_device_list_path_grants_nothing():
     assert applied(answer)["placement_record"]["gpus"] == [DGX.inventory.gpus[0].uuid]
     assert "no device plugin granted this container a GPU" in refusal
     assert sharing == 0 and plugin.node.allocator.gpus_in_use() == {
-        0: tuple(plugin.node.allocator.gpus_in_use()[0])}
+        0: tuple(plugin.node.allocator.gpus_in_use()[0])
+    }
     assert len(plugin.node.allocator.gpus_in_use()[0]) == 1

@@ -34,12 +34,18 @@ CONFIG = NodeConfig(permissions=Permissions(gpus=("*",), exceed_runtime_limits=(
 
 
 def watched_node(tmp_path, nvml: FakeNvml) -> NodeState:
-    sysfs = build_sysfs(tmp_path / "sys", nodes=2, cores_per_node=8, threads=2,
-                        pci=dgx_like_pci())
-    gpus = WatchedInventory(InventoryReader("auto", sysfs_root=sysfs, nvml=nvml),
-                            GpuHealthMonitor(nvml))
-    return NodeState(CONFIG, 2, allocator=Allocator(read_topology(sysfs), gpus.read()),
-                     rt_budget=RtBudget(0.5), record_key=RECORD_KEY, gpus=gpus)
+    sysfs = build_sysfs(tmp_path / "sys", nodes=2, cores_per_node=8, threads=2, pci=dgx_like_pci())
+    gpus = WatchedInventory(
+        InventoryReader("auto", sysfs_root=sysfs, nvml=nvml), GpuHealthMonitor(nvml)
+    )
+    return NodeState(
+        CONFIG,
+        2,
+        allocator=Allocator(read_topology(sysfs), gpus.read()),
+        rt_budget=RtBudget(0.5),
+        record_key=RECORD_KEY,
+        gpus=gpus,
+    )
 
 
 async def ask(session, name, sla, granted):
@@ -80,8 +86,7 @@ def test_unhealthy_and_unknown_gpus_are_reported_and_fail_a_hard_sla(tmp_path, c
             plugin.rescan_inventory()
             seen["gauges"] = [healthy(i) for i in range(8)]
             seen["hard"] = await ask(session, "b", "gpu: {count: 1}", uuids[7:8])
-            seen["soft"] = await ask(session, "c", "gpu: {count: 1}\nenforcement: soft",
-                                     uuids[7:8])
+            seen["soft"] = await ask(session, "c", "gpu: {count: 1}\nenforcement: soft", uuids[7:8])
             seen["unknown"] = await ask(session, "d", "gpu: {count: 1}", uuids[5:6])
             seen["fine"] = await ask(session, "e", "gpu: {count: 1}", uuids[6:7])
             seen["status"] = await asyncio.to_thread(plugin.status, 5)  # as the socket does
@@ -100,8 +105,11 @@ def test_unhealthy_and_unknown_gpus_are_reported_and_fail_a_hard_sla(tmp_path, c
     assert (gpus[7]["health"], gpus[7]["reason"]) == ("unhealthy", "XID 48")
     assert (gpus[5]["health"], gpus[5]["mig"]) == ("unknown", "unknown")
     assert gpus[6]["health"] == "healthy"
-    changed = sorted((r.fields["index"], r.fields["health"]) for r in caplog.records
-                     if r.getMessage() == "GPU health changed")
+    changed = sorted(
+        (r.fields["index"], r.fields["health"])
+        for r in caplog.records
+        if r.getMessage() == "GPU health changed"
+    )
     assert changed == sorted([(0, "unhealthy"), (7, "unhealthy"), (5, "unknown")])
 
 

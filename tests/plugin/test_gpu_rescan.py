@@ -41,19 +41,25 @@ CONFIG = NodeConfig(permissions=Permissions(gpus=("*",), exceed_runtime_limits=(
 
 
 def nvml_node(tmp_path, nvml: FakeNvml) -> NodeState:
-    sysfs = build_sysfs(tmp_path / "sys", nodes=2, cores_per_node=8, threads=2,
-                        pci=dgx_like_pci())
+    sysfs = build_sysfs(tmp_path / "sys", nodes=2, cores_per_node=8, threads=2, pci=dgx_like_pci())
 
     # each read a fresh one: no last good read kept (tests/topology covers keeping it)
     fresh = SimpleNamespace(read=lambda: load_inventory("nvml", sysfs_root=sysfs, nvml=nvml))
-    return NodeState(CONFIG, 2, allocator=Allocator(read_topology(sysfs), fresh.read()),
-                     rt_budget=RtBudget(0.5), record_key=RECORD_KEY, gpus=WatchedInventory(fresh))
+    return NodeState(
+        CONFIG,
+        2,
+        allocator=Allocator(read_topology(sysfs), fresh.read()),
+        rt_budget=RtBudget(0.5),
+        record_key=RECORD_KEY,
+        gpus=WatchedInventory(fresh),
+    )
 
 
 def uuids(resp) -> set[str]:
     """The GPUs the container's record holds (its grant)."""
-    return set(json.loads(resp.adjust.annotations["sla.nri.io/applied"])
-               ["placement_record"]["gpus"])
+    return set(
+        json.loads(resp.adjust.annotations["sla.nri.io/applied"])["placement_record"]["gpus"]
+    )
 
 
 def test_gpus_vanishing_and_appearing_while_held(tmp_path, caplog):
@@ -67,8 +73,9 @@ def test_gpus_vanishing_and_appearing_while_held(tmp_path, caplog):
 
     async def gpus(session, name, granted):
         """A pod the kubelet granted the GPUs `granted` (UUIDs) and whose SLA asks them."""
-        pod = make_pod(name, annotations={
-            "sla.nri.io/pod": f"gpu: {{count: {len(granted)}, align: false}}"})
+        pod = make_pod(
+            name, annotations={"sla.nri.io/pod": f"gpu: {{count: {len(granted)}, align: false}}"}
+        )
         ctr = make_container(pod, "c", cdi_devices=[f"nvidia.com/gpu={u}" for u in granted])
         await session.run_pod_sandbox(pod)
         try:
@@ -100,8 +107,12 @@ def test_gpus_vanishing_and_appearing_while_held(tmp_path, caplog):
             seen["back"] = plugin.node.allocator.gpus_in_use()
             await session.stop_container(a_pod, a)  # now nobody holds it
             _p, _c, seen["e"] = await gpus(session, "e", all_gpus)
-            extra = replace(dgx_like_gpus()[0], uuid="GPU-e0000000-0000-0000-0000-000000000009",
-                            bus="00000000:C1:00.0", minor=8)
+            extra = replace(
+                dgx_like_gpus()[0],
+                uuid="GPU-e0000000-0000-0000-0000-000000000009",
+                bus="00000000:C1:00.0",
+                minor=8,
+            )
             nvml.gpus.append(extra)  # a ninth GPU appears
             plugin.rescan_inventory()
             _p, _c, seen["f"] = await gpus(session, "f", [extra.uuid])
@@ -118,13 +129,13 @@ def test_gpus_vanishing_and_appearing_while_held(tmp_path, caplog):
     assert len(seen["c"]) == 6 and gone not in seen["c"] and not seen["c"] & seen["a"]
     assert seen["synced"] == (1, 8)  # restore kept "a"'s vanished GPU
     # Back while held: still "a"'s ...
-    assert any(r.getMessage() == "GPU back" and r.fields["gpu"] == gone
-               for r in caplog.records)
+    assert any(r.getMessage() == "GPU back" and r.fields["gpu"] == gone for r in caplog.records)
     assert len(seen["back"]) == 2 and all(len(h) == 1 for h in seen["back"].values())
     # ... and a grant naming it once "a" let go holds it again.
     assert len(seen["e"]) == 8 and gone in seen["e"]
-    assert any(r.getMessage() == "GPU appeared" and r.fields["gpu"] == extra
-               for r in caplog.records)
+    assert any(
+        r.getMessage() == "GPU appeared" and r.fields["gpu"] == extra for r in caplog.records
+    )
     assert seen["f"] == {extra}
     assert seen["end"] == (0, 9)
 
@@ -151,7 +162,6 @@ def test_rescan_interval_becomes_a_periodic_of_the_service(tmp_path, interval, r
     assert [p.interval for p in rescans] == [interval] * runs
 
 
-
 MIG_BOX_PCI = [("0000:07:00.0", 0x030200, 0), ("0000:0f:00.0", 0x030200, 0)]
 
 
@@ -162,12 +172,16 @@ def test_nvml_failing_after_it_worked_never_takes_a_mig_gpu_for_whole(tmp_path, 
     the last good read keeps the flag: a grant of GPU 0 is no whole GPU, "a" keeps its
     instance, and `nri-sla device-plugin` (tests/kubelet) does not advertise GPU 0."""
     nvml = FakeNvml(mig_box_gpus())
-    sysfs = build_sysfs(tmp_path / "sys", nodes=1, cores_per_node=8, threads=2,
-                        pci=MIG_BOX_PCI)
+    sysfs = build_sysfs(tmp_path / "sys", nodes=1, cores_per_node=8, threads=2, pci=MIG_BOX_PCI)
     reader = InventoryReader("auto", sysfs_root=sysfs, nvml=nvml)
-    node = NodeState(CONFIG, 2, allocator=Allocator(read_topology(sysfs), reader.read()),
-                     rt_budget=RtBudget(0.5), record_key=RECORD_KEY,
-                     gpus=WatchedInventory(reader))
+    node = NodeState(
+        CONFIG,
+        2,
+        allocator=Allocator(read_topology(sysfs), reader.read()),
+        rt_budget=RtBudget(0.5),
+        record_key=RECORD_KEY,
+        gpus=WatchedInventory(reader),
+    )
     mig_gpu, whole_gpu = nvml.gpus
 
     async def ask(session, name, sla, granted):
@@ -182,8 +196,9 @@ def test_nvml_failing_after_it_worked_never_takes_a_mig_gpu_for_whole(tmp_path, 
 
     async def scenario():
         async with plugin_session(node, tmp_path) as (_sim, session, plugin):
-            held = await ask(session, "a", "gpu: {mig: 1g.10gb, align: false}",
-                             mig_gpu.migs[2].uuid)
+            held = await ask(
+                session, "a", "gpu: {mig: 1g.10gb, align: false}", mig_gpu.migs[2].uuid
+            )
             if fault == "one GPU's call":
                 whole_gpu.errors = {"nvmlDeviceGetUUID": NVML_ERROR_UNKNOWN}
             else:

@@ -49,8 +49,14 @@ print(rss_kib() - before)
 
 def test_large_blocks_stay_mapped_once_the_threshold_is_kept():
     def resident_after(mode: str) -> int:
-        return int(subprocess.run([sys.executable, "-c", LARGE_BLOCKS, mode], check=True,
-                                  capture_output=True, text=True).stdout)
+        return int(
+            subprocess.run(
+                [sys.executable, "-c", LARGE_BLOCKS, mode],
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout
+        )
 
     assert resident_after("glibc") > 15 << 10, "glibc kept its threshold: nothing to show"
     assert resident_after("kept") < 4 << 10, "freed 512 KiB blocks stayed resident"
@@ -77,8 +83,9 @@ def test_a_large_synchronize_gives_the_freed_heap_back(monkeypatch):
     async def synchronize(count: int) -> tuple[int, int]:
         plugin = SlaPlugin(make_node(2))
         plugin.on_registered(SimpleNamespace(nri_version="v0.12.0", registered=True))
-        plugin.synchronize([pod], [make_container(pod, f"c{i}", state=pb.CONTAINER_RUNNING)
-                                   for i in range(count)])
+        plugin.synchronize(
+            [pod], [make_container(pod, f"c{i}", state=pb.CONTAINER_RUNNING) for i in range(count)]
+        )
         plugin.restorer.restore()
         during = len(trims)
         await asyncio.sleep(0)  # the next turn of the loop: the state has been let go

@@ -32,11 +32,13 @@ def test_hostile_sla_text_is_refused_in_one_line_by_nri_sla_run(tmp_path):
     port = free_port()
     config = tmp_path / "config.yaml"
     config.write_text(CONFIG.format(state=tmp_path / "state", socket=socket_path, port=port))
-    pods = [("typical-0", {POD: TYPICAL}, 1),
-            ("values", {POD: values(1)}, 2),
-            ("typical-1", {POD: TYPICAL.replace("256", "257")}, 1),
-            ("strays", {f"sla.nri.io/x{n}": "" for n in range(5000)}, 2),
-            ("typical-2", {POD: TYPICAL.replace("256", "258")}, 1)]
+    pods = [
+        ("typical-0", {POD: TYPICAL}, 1),
+        ("values", {POD: values(1)}, 2),
+        ("typical-1", {POD: TYPICAL.replace("256", "257")}, 1),
+        ("strays", {f"sla.nri.io/x{n}": "" for n in range(5000)}, 2),
+        ("typical-2", {POD: TYPICAL.replace("256", "258")}, 1),
+    ]
 
     async def scenario():
         plugin = PluginProcess(config, tmp_path / "plugin.log", port)
@@ -65,12 +67,19 @@ def test_hostile_sla_text_is_refused_in_one_line_by_nri_sla_run(tmp_path):
     assert [answers[f"typical-{n}"] for n in range(3)] == [["created"]] * 3
     first, again = answers["values"]
     assert first == again  # the second container's answer is the cached refusal
-    assert first.startswith(f"{POD}: cpu.limit[{MAX_VALUES - 5}] is value {MAX_VALUES + 1}: "
-                            f"the document has more than {MAX_VALUES} values, at most "
-                            f"{MAX_VALUES} are allowed (line 1, column ")
+    assert first.startswith(
+        f"{POD}: cpu.limit[{MAX_VALUES - 5}] is value {MAX_VALUES + 1}: "
+        f"the document has more than {MAX_VALUES} values, at most "
+        f"{MAX_VALUES} are allowed (line 1, column "
+    )
     assert "\n" not in first
-    assert answers["strays"] == [
-        f"sla.nri.io/*: more than {MAX_SLA_KEYS} annotations are under sla.nri.io/ (with "
-        f"io.kubernetes.sla/enforcement-mode); at most {MAX_SLA_KEYS} are allowed"] * 2
+    assert (
+        answers["strays"]
+        == [
+            f"sla.nri.io/*: more than {MAX_SLA_KEYS} annotations are under sla.nri.io/ (with "
+            f"io.kubernetes.sla/enforcement-mode); at most {MAX_SLA_KEYS} are allowed"
+        ]
+        * 2
+    )
     # The former bounds let each such create cost 30-80 ms; now they all take a few ms.
     assert creates == 7 and seconds / creates < 0.02, f"{seconds / creates:.4f}s per create"

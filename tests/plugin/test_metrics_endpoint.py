@@ -40,23 +40,36 @@ def test_metrics_follow_simulated_events(tmp_path):
 
     async def scenario():
         stop = asyncio.Event()
-        plugin, options = build_service(make_node(2), metrics, socket=socket_path,
-                                        handle_signals=False, stop_event=stop,
-                                        backoff_initial=0.05, backoff_max=0.1)
+        plugin, options = build_service(
+            make_node(2),
+            metrics,
+            socket=socket_path,
+            handle_signals=False,
+            stop_event=stop,
+            backoff_initial=0.05,
+            backoff_max=0.1,
+        )
         async with RuntimeSimulator(socket_path, SimulatorOptions()) as sim:
             service = asyncio.create_task(run_service(plugin, options))
             session = await sim.accept()
             ready = scrape(server, "/readyz")[0]
-            ok = make_pod("ok", annotations={"sla.nri.io/pod": "gpu: {count: 2}\n"
-                                                               "cpu: {exclusive: 2}"})
+            ok = make_pod(
+                "ok", annotations={"sla.nri.io/pod": "gpu: {count: 2}\ncpu: {exclusive: 2}"}
+            )
             await session.run_pod_sandbox(ok)
-            await session.create_container(ok, make_container(
-                ok, "c", resources=guaranteed(2), cdi_devices=gpu_grant(0, 1)))
+            await session.create_container(
+                ok, make_container(ok, "c", resources=guaranteed(2), cdi_devices=gpu_grant(0, 1))
+            )
             bad = make_pod("bad", annotations={"sla.nri.io/pod": "cpu: {limit: -1}"})
             with contextlib.suppress(PluginCallError):
                 await session.create_container(bad, make_container(bad, "c"))
-            soft = make_pod("soft", annotations={"sla.nri.io/pod": "cpu: {rt-runtime: 1ms}",
-                                                 "sla.nri.io/enforcement": "soft"})
+            soft = make_pod(
+                "soft",
+                annotations={
+                    "sla.nri.io/pod": "cpu: {rt-runtime: 1ms}",
+                    "sla.nri.io/enforcement": "soft",
+                },
+            )
             await session.create_container(soft, make_container(soft, "c"))
             plain = make_pod("plain")
             await session.create_container(plain, make_container(plain, "c"))
@@ -68,8 +81,12 @@ def test_metrics_follow_simulated_events(tmp_path):
         lost = scrape(server, "/readyz")[0]
         # containerd back with the same containers: the allocations come back from them
         state = sim.state
-        async with RuntimeSimulator(socket_path, SimulatorOptions(), pods=state.pods.values(),
-                                    containers=state.containers.values()) as sim:
+        async with RuntimeSimulator(
+            socket_path,
+            SimulatorOptions(),
+            pods=state.pods.values(),
+            containers=state.containers.values(),
+        ) as sim:
             await sim.accept()
             text = scrape(server, "/metrics")[1]
         stop.set()

@@ -23,8 +23,13 @@ from tests.support.plugin_helpers import (
     remove_pod_cgroups,
 )
 
-SLAS = ("gpu: {count: 1, align: false}", "cpu: {exclusive: 2}", "cpu: {rt-runtime: 1ms}",
-        "cpu: {limit: 1}\nmemory: {max: 1Gi}", None)
+SLAS = (
+    "gpu: {count: 1, align: false}",
+    "cpu: {exclusive: 2}",
+    "cpu: {rt-runtime: 1ms}",
+    "cpu: {limit: 1}\nmemory: {max: 1Gi}",
+    None,
+)
 WARM_UP, MEASURED = 200, 600
 # Bytes the heap may grow over the measured lifecycles: bounded caches (fnmatch's, the
 # decision log's) still fill by a few KiB; a leak of even one protobuf container per
@@ -41,6 +46,7 @@ def test_lifecycles_do_not_grow_the_heap(tmp_path, v1_tree, caplog):
     async def scenario():
         node = permissive_node(1, v1_tree)
         async with plugin_session(node, tmp_path) as (_sim, session, plugin):
+
             async def lifecycles(start: int, count: int) -> None:
                 for i in range(start, start + count):
                     sla = SLAS[i % len(SLAS)]

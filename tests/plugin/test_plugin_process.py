@@ -29,8 +29,12 @@ PODS = 100
 KILL_AFTER = 30
 AFTER = 20  # pods created once the restarted plugin registered
 # cgroup v2 planning: everything travels in the adjustment, nothing is written on this host.
-MIX = ("gpu: {count: 2, align: false}", "cpu: {exclusive: 2}",
-       "cpu: {limit: 1}\nmemory: {max: 1Gi}", None)
+MIX = (
+    "gpu: {count: 2, align: false}",
+    "cpu: {exclusive: 2}",
+    "cpu: {limit: 1}\nmemory: {max: 1Gi}",
+    None,
+)
 CONFIG = """\
 state-dir: {state}
 permissions:
@@ -60,33 +64,44 @@ def test_plugin_process_before_runtime_then_sigkilled_under_load(tmp_path):
         procs = [plugin]
         try:
             # No runtime yet: retries, not ready, and says why.
-            await until(lambda: plugin.metric("nri_sla_connect_attempts_total") >= 3,
-                        what="connect attempts")
-            waiting = (plugin.get("/readyz"), plugin.metric("nri_sla_registered"),
-                       [r for r in plugin.lines() if "not reachable" in r["msg"]])
+            await until(
+                lambda: plugin.metric("nri_sla_connect_attempts_total") >= 3,
+                what="connect attempts",
+            )
+            waiting = (
+                plugin.get("/readyz"),
+                plugin.metric("nri_sla_registered"),
+                [r for r in plugin.lines() if "not reachable" in r["msg"]],
+            )
             sim = await RuntimeSimulator(str(socket_path)).start()
             await sim.accept(timeout=20)
             ready = plugin.get("/readyz")
             cri = Cri(sim)
             kubelet = Kubelet(cri, cgroups)
-            pods = [asyncio.create_task(kubelet.pod(f"p{i}", MIX[i % len(MIX)]))
-                    for i in range(PODS)]
+            pods = [
+                asyncio.create_task(kubelet.pod(f"p{i}", MIX[i % len(MIX)])) for i in range(PODS)
+            ]
             await until(lambda: len(sim.state.containers) >= KILL_AFTER, what="creates")
             plugin.kill()  # SIGKILL: no goodbye, in the middle of the load
             killed_at = len(sim.state.containers)
             # Pods that surely come while it is down (the load's own may all be done).
-            await asyncio.gather(*(kubelet.pod(f"down{i}", MIX[i % len(MIX)])
-                                   for i in range(len(MIX))))
+            await asyncio.gather(
+                *(kubelet.pod(f"down{i}", MIX[i % len(MIX)]) for i in range(len(MIX)))
+            )
             plugin = PluginProcess(config, log, port)
             procs.append(plugin)
             await sim.accept(timeout=20)
             # More pods once it is back: what it gives them must not collide with what
             # the records of the killed process hold.
-            pods += [asyncio.create_task(kubelet.pod(f"after{i}", MIX[i % len(MIX)]))
-                     for i in range(AFTER)]
+            pods += [
+                asyncio.create_task(kubelet.pod(f"after{i}", MIX[i % len(MIX)]))
+                for i in range(AFTER)
+            ]
             await asyncio.wait_for(asyncio.gather(*pods), 60)
-            metrics = {name: plugin.metric(f"nri_sla_{name}") for name in (
-                "unenforced_containers_total", "gpus_in_use", "exclusive_cpus_in_use")}
+            metrics = {
+                name: plugin.metric(f"nri_sla_{name}")
+                for name in ("unenforced_containers_total", "gpus_in_use", "exclusive_cpus_in_use")
+            }
             await sim.close()
             return waiting, ready, killed_at, kubelet, sim, metrics
         finally:
@@ -94,7 +109,8 @@ def test_plugin_process_before_runtime_then_sigkilled_under_load(tmp_path):
                 p.stop()
 
     waiting, ready, killed_at, kubelet, sim, metrics = asyncio.run(
-        asyncio.wait_for(scenario(), 120))
+        asyncio.wait_for(scenario(), 120)
+    )
     (status, body), registered, unreachable = waiting
     assert (status, registered) == (503, 0.0) and "not registered" in body
     assert unreachable and "No such file or directory" in unreachable[0]["msg"]
@@ -107,8 +123,11 @@ def test_plugin_process_before_runtime_then_sigkilled_under_load(tmp_path):
     # "created unenforced, more" line: a loaded run can create more than that meanwhile)
     reported = {r["container"] for r in lines if r["msg"] == "created unenforced"}
     more = sum(int(r["containers"]) for r in lines if r["msg"] == "created unenforced, more")
-    asked = {cid for cid, c in sim.state.containers.items()
-             if "sla.nri.io/pod" in sim.state.pods[c.pod_sandbox_id].annotations}
+    asked = {
+        cid
+        for cid, c in sim.state.containers.items()
+        if "sla.nri.io/pod" in sim.state.pods[c.pod_sandbox_id].annotations
+    }
     unenforced = kubelet.cri.unadjusted & asked
     assert unenforced, "nothing was created while the plugin was down"
     assert reported <= unenforced and len(reported) + more == len(unenforced)
@@ -120,10 +139,14 @@ def test_plugin_process_before_runtime_then_sigkilled_under_load(tmp_path):
     gpus: list[str] = []
     cpus: list[int] = []
     for cid, c in sim.state.containers.items():
-        if c.state in (pb.CONTAINER_CREATED, pb.CONTAINER_RUNNING) and \
-                "sla.nri.io/applied" in c.annotations:
-            placement = decode_record(c.annotations["sla.nri.io/applied"], cid,
-                                      key)[1].placement_record or {}
+        if (
+            c.state in (pb.CONTAINER_CREATED, pb.CONTAINER_RUNNING)
+            and "sla.nri.io/applied" in c.annotations
+        ):
+            placement = (
+                decode_record(c.annotations["sla.nri.io/applied"], cid, key)[1].placement_record
+                or {}
+            )
             gpus += placement.get("gpus", [])
             cpus += parse_cpulist(placement.get("exclusive", ""))
     assert len(set(gpus)) == len(gpus) and len(set(cpus)) == len(cpus)

@@ -32,8 +32,7 @@ log: {{format: json}}
 
 
 def write(path: Path, port: int, allowed: str, reconnect: float) -> None:
-    path.write_text(CONFIG.format(dir=path.parent, allowed=allowed, port=port,
-                                  reconnect=reconnect))
+    path.write_text(CONFIG.format(dir=path.parent, allowed=allowed, port=port, reconnect=reconnect))
 
 
 def test_sighup_applies_a_good_config_and_keeps_the_old_on_a_bad_one(tmp_path):
@@ -52,16 +51,18 @@ def test_sighup_applies_a_good_config_and_keeps_the_old_on_a_bad_one(tmp_path):
 
             write(config, port, '["*"]', 2)  # a permission (live), the back-off (restart)
             plugin.proc.send_signal(signal.SIGHUP)
-            reloaded = await until(lambda: [r for r in plugin.lines()
-                                            if r["msg"].startswith("config reload")],
-                                   what="the reload line")
+            reloaded = await until(
+                lambda: [r for r in plugin.lines() if r["msg"].startswith("config reload")],
+                what="the reload line",
+            )
             await kubelet.pod("after", EXCLUSIVE)
 
             config.write_text(config.read_text() + "enforcement: sometimes\n")
             plugin.proc.send_signal(signal.SIGHUP)
-            refused = await until(lambda: [r for r in plugin.lines()
-                                           if r["msg"].startswith("config reload refused")],
-                                  what="the refusal line")
+            refused = await until(
+                lambda: [r for r in plugin.lines() if r["msg"].startswith("config reload refused")],
+                what="the refusal line",
+            )
             await asyncio.sleep(0.3)  # a second line, if any, would be there by now
             lines = [r for r in plugin.lines() if r["msg"].startswith("config reload")]
             registered = plugin.metric("nri_sla_registered"), plugin.get("/readyz")[0]
@@ -75,23 +76,28 @@ def test_sighup_applies_a_good_config_and_keeps_the_old_on_a_bad_one(tmp_path):
             await sim.close()
 
     kubelet, sim, reloaded, refused, lines, registered, alive, code = asyncio.run(
-        asyncio.wait_for(scenario(), 90))
+        asyncio.wait_for(scenario(), 90)
+    )
     first = log_lines(tmp_path / "plugin.log")[0]
     assert first["msg"] == f"nri-sla {__version__} starting (config {config})"
     assert "before" in kubelet.refused and "exclusive-cpus" in kubelet.refused["before"]
     assert reloaded == [lines[0]] and reloaded[0]["level"] == "info"
-    assert reloaded[0]["msg"] == (f"config reloaded from {config}: applied "
-                                  "permissions.exclusive-cpus; needs a restart (not applied): "
-                                  "nri.reconnect-max-seconds")
+    assert reloaded[0]["msg"] == (
+        f"config reloaded from {config}: applied "
+        "permissions.exclusive-cpus; needs a restart (not applied): "
+        "nri.reconnect-max-seconds"
+    )
     # The new pod got the new permission: created, with the record of its exclusive CPUs.
     assert "after" not in kubelet.refused
-    after = [c for c in sim.state.containers.values()
-             if sim.state.pods[c.pod_sandbox_id].name == "after"]
+    after = [
+        c for c in sim.state.containers.values() if sim.state.pods[c.pod_sandbox_id].name == "after"
+    ]
     assert len(after) == 1 and APPLIED in after[0].annotations
     # The bad config: one error line naming the key, the old policy kept, still registered.
     assert len(lines) == 2 and refused == [lines[1]] and refused[0]["level"] == "error"
-    assert refused[0]["msg"].startswith(f"config reload refused, keeping the config in use: "
-                                        f"{config}: enforcement ")
+    assert refused[0]["msg"].startswith(
+        f"config reload refused, keeping the config in use: {config}: enforcement "
+    )
     assert registered == (1.0, 200)
     assert "kept" not in kubelet.refused
     assert alive is None and code == 0

@@ -35,30 +35,37 @@ def test_full_sla_on_v2_node(tmp_path):
     async def scenario():
         node = make_node(2)
         async with plugin_session(node, tmp_path) as (_, session, _plugin):
-            pod = make_pod("trainer", namespace="ml", annotations={
-                "sla.nri.io/container.work": FULL_SLA.replace("  rt-runtime: 5ms\n", "")
-                                                     .replace("  rt-period: 1s\n", "")})
+            pod = make_pod(
+                "trainer",
+                namespace="ml",
+                annotations={
+                    "sla.nri.io/container.work": FULL_SLA.replace(
+                        "  rt-runtime: 5ms\n", ""
+                    ).replace("  rt-period: 1s\n", "")
+                },
+            )
             # The kubelet granted 4 CPUs, 16Gi and two GPUs: 0 and 7 (not NVLinked) are
             # refused for gpu.topology nvlink, 4 and 5 (NVLinked, NUMA 1) meet it.
-            ctr = make_container(pod, "work", resources=guaranteed(4),
-                                 cdi_devices=gpu_grant(0, 7))
+            ctr = make_container(pod, "work", resources=guaranteed(4), cdi_devices=gpu_grant(0, 7))
             with pytest.raises(PluginCallError) as refused:
                 await session.create_container(pod, ctr)
-            ctr = make_container(pod, "work", resources=guaranteed(4),
-                                 cdi_devices=gpu_grant(4, 5))
+            ctr = make_container(pod, "work", resources=guaranteed(4), cdi_devices=gpu_grant(4, 5))
             return (await session.create_container(pod, ctr)).adjust, node, refused.value
 
     adj, node, refused = run(scenario())
-    assert ("gpu.topology: nvlink: the granted GPUs are not connected to each other over NVLink "
-            "(granted: GPU 0 (GPU-d0000000-0000-0000-0000-000000000000, NUMA 0), GPU 7 "
-            "(GPU-d0000000-0000-0000-0000-000000000007, NUMA 1))") in refused.message
+    assert (
+        "gpu.topology: nvlink: the granted GPUs are not connected to each other over NVLink "
+        "(granted: GPU 0 (GPU-d0000000-0000-0000-0000-000000000000, NUMA 0), GPU 7 "
+        "(GPU-d0000000-0000-0000-0000-000000000007, NUMA 1))"
+    ) in refused.message
     res = adj.linux.resources
     assert res.cpu.quota.value == 250_000 and res.cpu.period.value == 100_000
     assert res.memory.limit.value == 10 * GiB
     assert res.unified["memory.high"] == str(8 * GiB)
     assert res.unified["io.weight"] == "default 500"
-    assert res.unified["io.max"] == (f"259:0 rbps={500 * MiB} wbps={200 * MiB} "
-                                     "riops=20000 wiops=10000")
+    assert res.unified["io.max"] == (
+        f"259:0 rbps={500 * MiB} wbps={200 * MiB} riops=20000 wiops=10000"
+    )
     assert not res.cpu.HasField("realtime_runtime")
     # the two granted GPUs, CPUs and memory of their NUMA node, four of them exclusive;
     # nothing added to what the device plugin granted
@@ -80,10 +87,10 @@ def test_full_sla_on_v1_node_adds_direct_writes(tmp_path, v1_tree):
         node = make_node(1, v1_tree)
         async with plugin_session(node, tmp_path) as (_, session, _plugin):
             sla = FULL_SLA.replace("  high: 8Gi\n", "")  # v1 has no memory.high: hard refuses
-            pod = make_pod("trainer", namespace="ml",
-                           annotations={"sla.nri.io/container.work": sla})
-            ctr = make_container(pod, "work", resources=guaranteed(4),
-                                 cdi_devices=gpu_grant(0, 1))
+            pod = make_pod(
+                "trainer", namespace="ml", annotations={"sla.nri.io/container.work": sla}
+            )
+            ctr = make_container(pod, "work", resources=guaranteed(4), cdi_devices=gpu_grant(0, 1))
             make_pod_cgroups(v1_tree, ctr.linux.cgroups_path)
             adj = (await session.create_container(pod, ctr)).adjust
             dirs = v1_tree.add_cgroup(ctr.linux.cgroups_path)
@@ -108,8 +115,7 @@ def test_full_sla_on_v1_node_adds_direct_writes(tmp_path, v1_tree):
 def test_hard_memory_high_on_v1_is_refused_with_message(tmp_path, v1_tree):
     async def scenario():
         async with plugin_session(make_node(1, v1_tree), tmp_path) as (_, session, _p):
-            pod = make_pod("web", annotations={
-                "sla.nri.io/pod": "memory: {high: 1Gi, max: 2Gi}"})
+            pod = make_pod("web", annotations={"sla.nri.io/pod": "memory: {high: 1Gi, max: 2Gi}"})
             with pytest.raises(PluginCallError) as caught:
                 await session.create_container(pod, make_container(pod, "web"))
             return caught.value
@@ -122,9 +128,13 @@ def test_hard_memory_high_on_v1_is_refused_with_message(tmp_path, v1_tree):
 def test_soft_memory_high_on_v1_starts_with_warning(tmp_path, v1_tree):
     async def scenario():
         async with plugin_session(make_node(1, v1_tree), tmp_path) as (_, session, _p):
-            pod = make_pod("web", annotations={
-                "sla.nri.io/pod": "memory: {high: 1Gi, max: 2Gi}",
-                "sla.nri.io/enforcement": "soft"})
+            pod = make_pod(
+                "web",
+                annotations={
+                    "sla.nri.io/pod": "memory: {high: 1Gi, max: 2Gi}",
+                    "sla.nri.io/enforcement": "soft",
+                },
+            )
             ctr = make_container(pod, "web")
             adj = (await session.create_container(pod, ctr)).adjust
             dirs = v1_tree.add_cgroup(ctr.linux.cgroups_path)
@@ -166,24 +176,30 @@ def test_allocations_released_and_rebuilt_from_synchronize(tmp_path):
             await session.create_container(plain, plain_ctr)
             before = plugin.node.allocator.gpus_in_use()
         # A restarted plugin learns the holders from the running containers.
-        running = [make_container(pod, "c", state=pb.CONTAINER_RUNNING,
-                                  annotations=dict(adj.annotations),
-                                  cdi_devices=gpu_grant(*range(6))),
-                   make_container(plain, "c", state=pb.CONTAINER_RUNNING,
-                                  cdi_devices=gpu_grant(6, 7))]
-        async with plugin_session(make_node(2), tmp_path, pods=[pod, plain],
-                                  containers=running) as (_, session, plugin):
+        running = [
+            make_container(
+                pod,
+                "c",
+                state=pb.CONTAINER_RUNNING,
+                annotations=dict(adj.annotations),
+                cdi_devices=gpu_grant(*range(6)),
+            ),
+            make_container(plain, "c", state=pb.CONTAINER_RUNNING, cdi_devices=gpu_grant(6, 7)),
+        ]
+        async with plugin_session(
+            make_node(2), tmp_path, pods=[pod, plain], containers=running
+        ) as (_, session, plugin):
             after_restart = plugin.node.allocator.gpus_in_use()
             await session.stop_container(pod, running[0])
             third = make_pod("third", annotations=one_gpu)
             freed = await session.create_container(
-                third, make_container(third, "c", cdi_devices=gpu_grant(0)))
+                third, make_container(third, "c", cdi_devices=gpu_grant(0))
+            )
             end = plugin.node.allocator.gpus_in_use()
         return ctr.id, plain_ctr.id, before, after_restart, freed, end
 
     big, plain, before, after_restart, freed, end = run(scenario())
-    assert before == after_restart == {**dict.fromkeys(range(6), (big,)),
-                                       6: (plain,), 7: (plain,)}
+    assert before == after_restart == {**dict.fromkeys(range(6), (big,)), 6: (plain,), 7: (plain,)}
     assert applied(freed.adjust)["placement_record"]["gpus"][0].endswith("0")
     assert set(end) == {0, 6, 7} and end[6] == (plain,)
 
@@ -193,8 +209,9 @@ def test_exclusive_cpus_leave_aligned_neighbours_cpusets(tmp_path):
         async with plugin_session(make_node(2), tmp_path) as (_, session, _p):
             shared = make_pod("shared", annotations={"sla.nri.io/pod": "numa: {nodes: '1'}"})
             first = (await session.create_container(shared, make_container(shared, "c"))).adjust
-            excl = make_pod("excl", annotations={"sla.nri.io/pod": "numa: {nodes: '1'}\n"
-                                                                   "cpu: {exclusive: 4}"})
+            excl = make_pod(
+                "excl", annotations={"sla.nri.io/pod": "numa: {nodes: '1'}\ncpu: {exclusive: 4}"}
+            )
             ctr = make_container(excl, "c", resources=guaranteed(4))
             taken = await session.create_container(excl, ctr)
             given_back = await session.stop_container(excl, ctr)
@@ -230,9 +247,12 @@ def test_hook_injected_for_verification_when_configured(tmp_path):
 def test_hard_direct_write_failure_fails_the_start(tmp_path, v1_tree):
     async def scenario():
         async with plugin_session(make_node(1, v1_tree), tmp_path) as (_, session, _p):
-            pod = make_pod("io", annotations={"sla.nri.io/pod":
-                                              "io:\n  max:\n  - {device: /dev/sda, "
-                                              "read-iops: 100}"})
+            pod = make_pod(
+                "io",
+                annotations={
+                    "sla.nri.io/pod": "io:\n  max:\n  - {device: /dev/sda, read-iops: 100}"
+                },
+            )
             ctr = make_container(pod, "c")
             await session.create_container(pod, ctr)
             # the cgroup exists but this kernel has no blkio throttle files
@@ -250,21 +270,25 @@ def test_update_container_keeps_the_sla_also_after_a_restart(tmp_path):
     from nri_plugin.simulated.runtime import make_resources
 
     async def scenario():
-        pod = make_pod("p", annotations={"sla.nri.io/pod": "cpu: {limit: 0.5}\n"
-                                                          "memory: {high: 1Gi, max: 2Gi}"})
+        pod = make_pod(
+            "p", annotations={"sla.nri.io/pod": "cpu: {limit: 0.5}\nmemory: {high: 1Gi, max: 2Gi}"}
+        )
         ctr = make_container(pod, "c")
         kubelet = make_resources(cpu_quota=400_000, cpu_period=100_000, memory_limit=8 << 30)
         async with plugin_session(make_node(2), tmp_path) as (_, session, _p):
             adj = (await session.create_container(pod, ctr)).adjust
             first = await session.update_container(pod, ctr, kubelet)
-        running = make_container(pod, "c", state=pb.CONTAINER_RUNNING,
-                                 annotations=dict(adj.annotations))
-        async with plugin_session(make_node(2), tmp_path, pods=[pod],
-                                  containers=[running]) as (_, session, _p):
+        running = make_container(
+            pod, "c", state=pb.CONTAINER_RUNNING, annotations=dict(adj.annotations)
+        )
+        async with plugin_session(make_node(2), tmp_path, pods=[pod], containers=[running]) as (
+            _,
+            session,
+            _p,
+        ):
             again = await session.update_container(pod, running, kubelet)
             plain = make_pod("plain")
-            untouched = await session.update_container(plain, make_container(plain, "c"),
-                                                       kubelet)
+            untouched = await session.update_container(plain, make_container(plain, "c"), kubelet)
         return first, again, untouched
 
     first, again, untouched = run(scenario())
@@ -283,8 +307,7 @@ def test_crio_136_is_told_by_its_release(tmp_path):
     sla = "numa: {nodes: '0', memory-policy: interleave}\nenforcement: soft"
 
     async def scenario():
-        async with plugin_session(make_node(2), tmp_path, mode="v0.11") as (
-                _, session, plugin):
+        async with plugin_session(make_node(2), tmp_path, mode="v0.11") as (_, session, plugin):
             pod = make_pod("p", annotations={"sla.nri.io/pod": sla})
             adj = (await session.create_container(pod, make_container(pod, "c"))).adjust
             return plugin.nri_version, plugin.runtime, adj

@@ -40,13 +40,21 @@ def api(tmp_path):
         yield server
 
 
-def recorder_for(api: FakeApiServer, tmp_path, metrics: Metrics, *, port: int | None = None,
-                 queue_size: int = 100, timeout=(2.0, 5.0)) -> EventRecorder:
+def recorder_for(
+    api: FakeApiServer,
+    tmp_path,
+    metrics: Metrics,
+    *,
+    port: int | None = None,
+    queue_size: int = 100,
+    timeout=(2.0, 5.0),
+) -> EventRecorder:
     environ = api.environ() | ({"KUBERNETES_SERVICE_PORT": str(port)} if port else {})
     server = ApiServer.in_cluster(str(api.service_account(tmp_path / "sa")), environ)
     assert server is not None
-    return EventRecorder(server, metrics, host="node-1", queue_size=queue_size, qps=100,
-                         burst=100, timeout=timeout)
+    return EventRecorder(
+        server, metrics, host="node-1", queue_size=queue_size, qps=100, burst=100, timeout=timeout
+    )
 
 
 def sent(metrics: Metrics, result: str, reason: str) -> float:
@@ -54,15 +62,20 @@ def sent(metrics: Metrics, result: str, reason: str) -> float:
     return metrics.value(f"nri_sla_events_{result}_total", **{label: reason}) or 0.0
 
 
-async def create(session, name: str, sla: str = TWO_GPUS, mode: str = "hard",
-                 namespace: str = "team-a"):
+async def create(
+    session, name: str, sla: str = TWO_GPUS, mode: str = "hard", namespace: str = "team-a"
+):
     """CreateContainer for container "c" of pod `name`: (pod, the answer or the refusal)."""
-    pod = make_pod(name, namespace=namespace, annotations={
-        "sla.nri.io/pod": sla, "sla.nri.io/enforcement": mode})
+    pod = make_pod(
+        name,
+        namespace=namespace,
+        annotations={"sla.nri.io/pod": sla, "sla.nri.io/enforcement": mode},
+    )
     await session.run_pod_sandbox(pod)
     try:
         return pod, await session.create_container(
-            pod, make_container(pod, "c", cdi_devices=gpu_grant(1)))
+            pod, make_container(pod, "c", cdi_devices=gpu_grant(1))
+        )
     except PluginCallError as exc:
         return pod, exc
 
@@ -85,15 +98,21 @@ def test_refusal_and_clamp_are_schema_valid_events_on_the_pod(tmp_path, api):
     refused, clamped = by_reason["SLARefused"], by_reason["SLAClamped"]
     for event, pod in ((refused, hard), (clamped, soft)):
         assert event["involvedObject"] == {
-            "apiVersion": "v1", "kind": "Pod", "namespace": "team-a", "name": pod.name,
-            "uid": pod.uid, "fieldPath": "spec.containers{c}"}
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "namespace": "team-a",
+            "name": pod.name,
+            "uid": pod.uid,
+            "fieldPath": "spec.containers{c}",
+        }
         assert event["type"] == "Warning" and event["count"] == 1
         assert event["source"] == {"component": "nri-sla", "host": "node-1"}
         assert event["metadata"]["namespace"] == "team-a"
     # What the runtime told the kubelet, and what the warnings annotation says.
     assert refused["message"] == f"container not created: {refusal.message}"
-    assert clamped["message"] == ("SLA not applied as asked: "
-                                  + answer.adjust.annotations["sla.nri.io/warnings"])
+    assert clamped["message"] == (
+        "SLA not applied as asked: " + answer.adjust.annotations["sla.nri.io/warnings"]
+    )
     assert "gpu" in clamped["message"]
     assert sent(metrics, "sent", "created") == 2
 
@@ -129,25 +148,41 @@ def test_similar_messages_combine_and_spam_is_filtered():
     now = [0.0]
     correlator = Correlator(clock=lambda: now[0])
     pod = InvolvedPod("ns", "p", "uid-1", "c")
-    results = [correlator.correlate(make_event(pod, "Warning", "SLAClamped", f"m{i}",
-                                               host="n", now=1000.0 + i)) for i in range(12)]
+    results = [
+        correlator.correlate(
+            make_event(pod, "Warning", "SLAClamped", f"m{i}", host="n", now=1000.0 + i)
+        )
+        for i in range(12)
+    ]
     assert all(r is not None for r in results)
     assert [r.patch is None for r in results] == [True] * 10 + [False] * 2
     assert [r.event["message"] for r in results[8:]] == [
-        "m8", COMBINED + "m9", COMBINED + "m10", COMBINED + "m11"]
+        "m8",
+        COMBINED + "m9",
+        COMBINED + "m10",
+        COMBINED + "m11",
+    ]
     assert results[11].event["count"] == 3
     assert results[11].event["metadata"]["name"] == results[9].event["metadata"]["name"]
     # 25 in all about this pod: the 26th is skipped until the bucket refills.
-    more = [correlator.correlate(make_event(pod, "Normal", "SLADriftRepaired", f"r{i}",
-                                            host="n", now=2000.0)) for i in range(14)]
+    more = [
+        correlator.correlate(
+            make_event(pod, "Normal", "SLADriftRepaired", f"r{i}", host="n", now=2000.0)
+        )
+        for i in range(14)
+    ]
     assert sum(r is not None for r in more) == 13 and more[-1] is None
     now[0] += 300
-    assert correlator.correlate(make_event(pod, "Normal", "X", "y", host="n",
-                                           now=2300.0)) is not None
+    assert (
+        correlator.correlate(make_event(pod, "Normal", "X", "y", host="n", now=2300.0)) is not None
+    )
     # Ten minutes after the last similar one, messages count from one again.
     now[0] += 601
-    fresh = correlator.correlate(make_event(InvolvedPod("ns", "q", "uid-2"), "Warning",
-                                            "SLAClamped", "m99", host="n", now=3000.0))
+    fresh = correlator.correlate(
+        make_event(
+            InvolvedPod("ns", "q", "uid-2"), "Warning", "SLAClamped", "m99", host="n", now=3000.0
+        )
+    )
     assert fresh is not None and fresh.event["message"] == "m99"
 
 
@@ -161,8 +196,7 @@ def test_a_patch_of_an_event_the_server_lost_creates_it_again(tmp_path, api):
     recorder.record(pod, "Warning", "SLARefused", "no")
     assert recorder.flush(10)
     recorder.close()
-    assert [(m, s) for m, _, s in api.requests] == [("POST", 201), ("PATCH", 404),
-                                                    ("POST", 201)]
+    assert [(m, s) for m, _, s in api.requests] == [("POST", 201), ("PATCH", 404), ("POST", 201)]
     (event,) = api.events.values()
     assert event["count"] == 2 and api.problems == []
 
@@ -185,8 +219,9 @@ def test_an_unusable_api_server_costs_events_not_answers(tmp_path, api, failure)
 
     async def scenario():
         async with plugin_session(make_node(2), tmp_path, events=events) as (_, session, _p):
-            results = [await create(session, f"p{i}", mode=("soft", "hard")[i % 2])
-                       for i in range(4)]
+            results = [
+                await create(session, f"p{i}", mode=("soft", "hard")[i % 2]) for i in range(4)
+            ]
             later = await create(session, "fits", sla="cpu: {limit: 100m}")
             return results, later
 
@@ -194,7 +229,9 @@ def test_an_unusable_api_server_costs_events_not_answers(tmp_path, api, failure)
     assert events.recorder.flush(20)
     events.close()
     assert [type(r).__name__ for _, r in results] == [
-        "CreateContainerResponse", "PluginCallError"] * 2
+        "CreateContainerResponse",
+        "PluginCallError",
+    ] * 2
     assert fits.adjust.annotations["sla.nri.io/applied"]
     reason = {"down": "unreachable", 403: "client_error", 500: "server_error"}[failure]
     assert sent(metrics, "failed", reason) == 4
@@ -221,17 +258,18 @@ def test_a_slow_api_server_does_not_delay_create_container(tmp_path, api, capsys
         return times
 
     metrics = Metrics()
-    events = PodEvents(recorder_for(api, tmp_path, metrics, queue_size=4,
-                                    timeout=(2.0, 0.5)))
+    events = PodEvents(recorder_for(api, tmp_path, metrics, queue_size=4, timeout=(2.0, 0.5)))
     without = run(timed(None))
     with_events = run(timed(events))
     assert events.recorder.flush(10)
     events.close()
     slowest = max(with_events)
     with capsys.disabled():
-        print(f"\nCreateContainer round trip, median ms: without events "
-              f"{statistics.median(without) * 1e3:.2f}, with a 2 s API server "
-              f"{statistics.median(with_events) * 1e3:.2f} (slowest {slowest * 1e3:.1f})")
+        print(
+            f"\nCreateContainer round trip, median ms: without events "
+            f"{statistics.median(without) * 1e3:.2f}, with a 2 s API server "
+            f"{statistics.median(with_events) * 1e3:.2f} (slowest {slowest * 1e3:.1f})"
+        )
     # No answer waited for the API server; how fast they are is bench work, not a test's.
     assert slowest < api.delay / 2
     # One in flight, four queued: the rest dropped for a full queue.
@@ -249,8 +287,7 @@ def test_drift_and_its_repair_are_events(tmp_path, v1_tree, api):
 
     async def scenario():
         async with plugin_session(node, tmp_path, events=events) as (_, session, plugin):
-            pod, _, dirs = await started(session, plugin, node, v1_tree, "api",
-                                         "io: {weight: 500}")
+            pod, _, dirs = await started(session, plugin, node, v1_tree, "api", "io: {weight: 500}")
             (dirs["blkio"] / "blkio.bfq.weight").write_text("100")
             plugin.drift_pass()
             return pod
@@ -274,8 +311,9 @@ def test_a_container_created_unenforced_is_an_event(tmp_path, api):
     ctr = make_container(pod, "app", state=pb.CONTAINER_RUNNING)
 
     async def scenario():
-        async with plugin_session(make_node(2), tmp_path, events=events, pods=[pod],
-                                  containers=[ctr]):
+        async with plugin_session(
+            make_node(2), tmp_path, events=events, pods=[pod], containers=[ctr]
+        ):
             pass
 
     run(scenario())
@@ -291,27 +329,38 @@ def test_events_config(tmp_path, monkeypatch):
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     missing = str(tmp_path / "none")
     assert pod_events(EventsConfig(service_account=missing), Metrics()).recorder is None
-    with pytest.raises(EventsUnavailable, match=r"events.enabled is true, but no service "
-                                                r"account: KUBERNETES_SERVICE_HOST unset"):
+    with pytest.raises(
+        EventsUnavailable,
+        match=r"events.enabled is true, but no service "
+        r"account: KUBERNETES_SERVICE_HOST unset",
+    ):
         pod_events(EventsConfig(enabled=True, service_account=missing), Metrics())
 
 
 def test_events_off_never_load_the_http_client():
     """`events.enabled: false`, and auto off a cluster: the plugin service is built
     without loading urllib3 (false: nor the sender)."""
-    code = ("import sys\n"
-            "from nri_plugin.config.values import NodeConfig, EventsConfig\n"
-            "from nri_plugin.plugin.service import build_service\n"
-            "from nri_plugin.ops.metrics import RegistrationOnly\n"
-            "from tests.support.plugin_helpers import make_node\n"
-            "for enabled in (False, None):\n"
-            "    node = make_node(2, events=EventsConfig(enabled=enabled))\n"
-            "    plugin, _ = build_service(node, RegistrationOnly(), socket='/x.sock')\n"
-            "    assert plugin.events.recorder is None\n"
-            "    loaded = sorted(m for m in sys.modules if 'urllib3' in m or 'kube_sender' in m)\n"
-            "    print(enabled, loaded)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         env={"PATH": "/usr/bin:/bin"}, cwd=str(_repo()), check=True)
+    code = (
+        "import sys\n"
+        "from nri_plugin.config.values import NodeConfig, EventsConfig\n"
+        "from nri_plugin.plugin.service import build_service\n"
+        "from nri_plugin.ops.metrics import RegistrationOnly\n"
+        "from tests.support.plugin_helpers import make_node\n"
+        "for enabled in (False, None):\n"
+        "    node = make_node(2, events=EventsConfig(enabled=enabled))\n"
+        "    plugin, _ = build_service(node, RegistrationOnly(), socket='/x.sock')\n"
+        "    assert plugin.events.recorder is None\n"
+        "    loaded = sorted(m for m in sys.modules if 'urllib3' in m or 'kube_sender' in m)\n"
+        "    print(enabled, loaded)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin"},
+        cwd=str(_repo()),
+        check=True,
+    )
     assert out.stdout.splitlines() == ["False []", "None ['nri_plugin.ops.kube_sender']"]
 
 
@@ -355,21 +404,23 @@ def test_close_sends_what_is_queued_then_stops(tmp_path, api):
     metrics = Metrics()
     recorder = recorder_for(api, tmp_path, metrics)
     for name in ("a", "b", "c"):
-        recorder.record(InvolvedPod("team-a", name, f"uid-{name}"), "Warning", "SLARefused",
-                        "no")
+        recorder.record(InvolvedPod("team-a", name, f"uid-{name}"), "Warning", "SLARefused", "no")
     recorder.close(timeout=10)
     assert not recorder._thread.is_alive()
     assert len(api.events) == 3
     assert sent(metrics, "sent", "created") == 3
 
 
-@pytest.mark.parametrize(("text", "problem"), [
-    ("enabled: yes", "events.enabled must be auto, true or false, got yes"),
-    ("queue-size: 0", "events.queue-size must be a count of events from 1 to 100000, got 0"),
-    ("qps: .nan", "events.qps must be a number of requests per second from 0.01 to 1000"),
-    ("burst: 1e9", "events.burst must be a count of requests from 1 to 10000"),
-    ("service-account: relative", "events.service-account must be an absolute path"),
-])
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("enabled: yes", "events.enabled must be auto, true or false, got yes"),
+        ("queue-size: 0", "events.queue-size must be a count of events from 1 to 100000, got 0"),
+        ("qps: .nan", "events.qps must be a number of requests per second from 0.01 to 1000"),
+        ("burst: 1e9", "events.burst must be a count of requests from 1 to 10000"),
+        ("service-account: relative", "events.service-account must be an absolute path"),
+    ],
+)
 def test_events_keys_refuse_bad_values_naming_the_key(text, problem):
     from nri_plugin.config.loader import ConfigError, parse_config
 

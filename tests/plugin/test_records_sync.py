@@ -42,13 +42,19 @@ def counted(metrics: Metrics, name: str, **labels: str) -> float:
     return metrics.registry.get_sample_value(f"nri_sla_{name}", labels) or 0.0
 
 
-async def created(session, name: str, sla: str | None, *, namespace: str = "default",
-                  annotations: dict[str, str] | None = None, created_at: int = 0,
-                  gpus: tuple[int, ...] = ()):
+async def created(
+    session,
+    name: str,
+    sla: str | None,
+    *,
+    namespace: str = "default",
+    annotations: dict[str, str] | None = None,
+    created_at: int = 0,
+    gpus: tuple[int, ...] = (),
+):
     """A pod + one container (granted GPUs `gpus` by a device plugin) created through the
     plugin; (pod, container, response)."""
-    pod = make_pod(name, namespace=namespace,
-                   annotations={"sla.nri.io/pod": sla} if sla else None)
+    pod = make_pod(name, namespace=namespace, annotations={"sla.nri.io/pod": sla} if sla else None)
     await session.run_pod_sandbox(pod)
     ctr = make_container(pod, "c", annotations=annotations, cdi_devices=gpu_grant(*gpus))
     ctr.created_at = created_at
@@ -67,31 +73,41 @@ def forged_container(name: str, applied, namespace: str = "default"):
 
 def holdings(plugin) -> tuple:
     allocator = plugin.node.allocator
-    return (allocator.gpus_in_use(), allocator.exclusive_cpus_in_use(),
-            plugin.node.rt_budget.owners(), sorted(e.id for e in plugin.registry if e.decided_plan),
-            sorted(e.id for e in plugin.registry if e.writes_owed))
+    return (
+        allocator.gpus_in_use(),
+        allocator.exclusive_cpus_in_use(),
+        plugin.node.rt_budget.owners(),
+        sorted(e.id for e in plugin.registry if e.decided_plan),
+        sorted(e.id for e in plugin.registry if e.writes_owed),
+    )
 
 
 def test_forged_records_grant_nothing_and_break_nothing(tmp_path, caplog):
     caplog.set_level(logging.WARNING, logger="nri_sla.plugin")
-    everything = {"v": 2, "path": "nri", "enforcement": "hard", "cgroup_version": 2,
-                  "placement_record": {"gpus": ALL_GPUS, "exclusive": "0-63"}}
+    everything = {
+        "v": 2,
+        "path": "nri",
+        "enforcement": "hard",
+        "cgroup_version": 2,
+        "placement_record": {"gpus": ALL_GPUS, "exclusive": "0-63"},
+    }
 
     async def scenario():
         async with plugin_session(permissive_node(2), tmp_path) as (sim, session, _p):
-            holder_pod, holder, _ = await created(session, "holder", "gpu: {count: 2}",
-                                                  gpus=(0, 1))
+            holder_pod, holder, _ = await created(session, "holder", "gpu: {count: 2}", gpus=(0, 1))
             state = sim.state
         genuine = state.containers[holder.id].annotations[APPLIED]
         hostile = {
             "no MAC": lambda _id: json.dumps(everything),
             "nested": lambda _id: '{"v":2,"x":' + "[" * 8000 + "]" * 8000 + "}",
-            "huge": lambda _id: ('{"v":2,"placement_record":{"exclusive":"0-'
-                                 + "9" * (1 << 20) + '"}}'),
+            "huge": lambda _id: (
+                '{"v":2,"placement_record":{"exclusive":"0-' + "9" * (1 << 20) + '"}}'
+            ),
             "copied from the holder": lambda _id: genuine,
             # As if the key had leaked: authentic, but a negative RT period.
-            "negative period": lambda cid: sign_record(record_text(
-                {**everything, "rt_runtime": 5000, "rt_period": -1}), cid, RECORD_KEY),
+            "negative period": lambda cid: sign_record(
+                record_text({**everything, "rt_runtime": 5000, "rt_period": -1}), cid, RECORD_KEY
+            ),
         }
         pods, containers = [holder_pod], [state.containers[holder.id]]
         for i, text in enumerate(hostile.values()):
@@ -100,8 +116,9 @@ def test_forged_records_grant_nothing_and_break_nothing(tmp_path, caplog):
             containers.append(ctr)
         metrics = Metrics()
         started = time.perf_counter()
-        async with plugin_session(permissive_node(2), tmp_path, pods=pods, containers=containers,
-                                  metrics=metrics) as (_sim, session, plugin):
+        async with plugin_session(
+            permissive_node(2), tmp_path, pods=pods, containers=containers, metrics=metrics
+        ) as (_sim, session, plugin):
             synced = time.perf_counter() - started
             kept = holdings(plugin)
             six = await created(session, "six", "gpu: {count: 6}", gpus=(2, 3, 4, 5, 6, 7))
@@ -121,8 +138,7 @@ def test_forged_records_grant_nothing_and_break_nothing(tmp_path, caplog):
     ignored = [r for r in caplog.records if r.getMessage() == "record ignored"]
     assert len(ignored) == 5
     assert {r.fields["problem"] for r in ignored} == {"unauthenticated", "invalid"}
-    assert any("not written by nri-sla for this container" in r.fields["error"]
-               for r in ignored)
+    assert any("not written by nri-sla for this container" in r.fields["error"] for r in ignored)
     assert any("rt_period: must be a whole number" in r.fields["error"] for r in ignored)
 
 
@@ -137,20 +153,27 @@ def test_synchronize_after_a_disconnect_releases_what_went_away(tmp_path):
 
     async def scenario():
         stop = asyncio.Event()
-        plugin, options = build_service(permissive_node(1), metrics, socket=socket_path,
-                                        handle_signals=False, stop_event=stop,
-                                        backoff_initial=0.05, backoff_max=0.1)
+        plugin, options = build_service(
+            permissive_node(1),
+            metrics,
+            socket=socket_path,
+            handle_signals=False,
+            stop_event=stop,
+            backoff_initial=0.05,
+            backoff_max=0.1,
+        )
         service = asyncio.create_task(run_service(plugin, options))
         async with RuntimeSimulator(socket_path, SimulatorOptions()) as sim:
             session = await sim.accept()
             ids, cpusets = {}, {}
-            for name, sla in (("neighbour", "numa: {nodes: '0'}"),
-                              ("gone-cpus", "numa: {nodes: '0'}\ncpu: {exclusive: 4}"),
-                              ("gone-gpus", "gpu: {count: 4, align: false}"),
-                              ("gone-rt", "cpu: {rt-runtime: 10ms}"),
-                              ("stays", "gpu: {count: 2, align: false}\n"
-                                        "cpu: {exclusive: 2}\nnuma: {nodes: '1'}"),
-                              ("unstarted", "numa: {nodes: '1'}")):
+            for name, sla in (
+                ("neighbour", "numa: {nodes: '0'}"),
+                ("gone-cpus", "numa: {nodes: '0'}\ncpu: {exclusive: 4}"),
+                ("gone-gpus", "gpu: {count: 4, align: false}"),
+                ("gone-rt", "cpu: {rt-runtime: 10ms}"),
+                ("stays", "gpu: {count: 2, align: false}\ncpu: {exclusive: 2}\nnuma: {nodes: '1'}"),
+                ("unstarted", "numa: {nodes: '1'}"),
+            ):
                 grant = {"gone-gpus": (0, 1, 2, 3), "stays": (4, 5)}.get(name, ())
                 pod, ctr, resp = await created(session, name, sla, gpus=grant)
                 if name != "unstarted":
@@ -164,18 +187,27 @@ def test_synchronize_after_a_disconnect_releases_what_went_away(tmp_path):
         del state.containers[ids["gone-gpus"]], state.containers[ids["gone-rt"]]
         after = []
         for _ in range(2):  # a second reconnect over the same containers
-            async with RuntimeSimulator(socket_path, SimulatorOptions(sync_chunk_bytes=4096),
-                                        pods=state.pods.values(),
-                                        containers=state.containers.values()) as sim:
+            async with RuntimeSimulator(
+                socket_path,
+                SimulatorOptions(sync_chunk_bytes=4096),
+                pods=state.pods.values(),
+                containers=state.containers.values(),
+            ) as sim:
                 session = await sim.accept()
                 await plugin.restorer.restored()
-                after.append((holdings(plugin), restore_updates(session),
-                              counted(metrics, "registered"), counted(metrics, "gpus_in_use"),
-                              counted(metrics, "exclusive_cpus_in_use")))
+                after.append(
+                    (
+                        holdings(plugin),
+                        restore_updates(session),
+                        counted(metrics, "registered"),
+                        counted(metrics, "gpus_in_use"),
+                        counted(metrics, "exclusive_cpus_in_use"),
+                    )
+                )
                 if len(after) == 2:  # the kubelet gives the dead containers' GPUs again
-                    _pod, _c, six = await created(session, "six",
-                                                  "gpu: {count: 6, align: false}",
-                                                  gpus=(0, 1, 2, 3, 6, 7))
+                    _pod, _c, six = await created(
+                        session, "six", "gpu: {count: 6, align: false}", gpus=(0, 1, 2, 3, 6, 7)
+                    )
                     six = (six, holdings(plugin)[0], counted(metrics, "gpus_shared"))
         stop.set()
         await asyncio.wait_for(service, 5)
@@ -197,7 +229,8 @@ def test_synchronize_after_a_disconnect_releases_what_went_away(tmp_path):
     assert (registered, gpus_metric, cpus_metric) == (1, 2, 2)
     # The neighbour had been narrowed around gone-cpus' 4 CPUs: it gets them back.
     assert [(u.container_id, u.linux.resources.cpu.cpus) for u in updates] == [
-        (ids["neighbour"], cpusets["neighbour"])]
+        (ids["neighbour"], cpusets["neighbour"])
+    ]
     assert second == first and replayed == []  # replayed: nothing taken twice or moved
     assert counted(metrics, "reconnects_total") == 2
     six, gpus, shared = six
@@ -213,11 +246,12 @@ def test_pod_set_outputs_are_removed_or_overwritten(tmp_path):
     async def scenario():
         async with plugin_session(permissive_node(2), tmp_path) as (sim, session, plugin):
             _p, plain, plain_resp = await created(session, "plain", None, annotations=forged)
-            _p, sla, sla_resp = await created(session, "sla", "cpu: {limit: 1}",
-                                              annotations=forged)
+            _p, sla, sla_resp = await created(session, "sla", "cpu: {limit: 1}", annotations=forged)
             _p, clean, clean_resp = await created(session, "clean", None)
-            stored = {name: dict(sim.state.containers[c.id].annotations)
-                      for name, c in (("plain", plain), ("sla", sla), ("clean", clean))}
+            stored = {
+                name: dict(sim.state.containers[c.id].annotations)
+                for name, c in (("plain", plain), ("sla", sla), ("clean", clean))
+            }
             record = stored["sla"].get(APPLIED)
             decoded = decode_record(record, sla.id, plugin.node.record_key)
         return plain_resp, sla_resp, clean_resp, stored, decoded
@@ -248,19 +282,26 @@ def test_conflicting_records_the_earlier_container_wins(tmp_path, caplog):
     async def scenario(first_created: str, order: tuple[str, str]):
         made = {name: await one(name) for name in order}
         made["a"][1].created_at, made["b"][1].created_at = (
-            (1, 2) if first_created == "a" else (2, 1))
+            (1, 2) if first_created == "a" else (2, 1)
+        )
         metrics = Metrics()
-        async with plugin_session(permissive_node(2), tmp_path, metrics=metrics,
-                                  pods=[made[n][0] for n in order],
-                                  containers=[made[n][1] for n in order]) as (_s, _ss, plugin):
-            return ({n: made[n][1].id for n in order}, holdings(plugin),
-                    counted(metrics, "records_rejected_total", problem="conflict"),
-                    counted(metrics, "gpus_shared"))
+        async with plugin_session(
+            permissive_node(2),
+            tmp_path,
+            metrics=metrics,
+            pods=[made[n][0] for n in order],
+            containers=[made[n][1] for n in order],
+        ) as (_s, _ss, plugin):
+            return (
+                {n: made[n][1].id for n in order},
+                holdings(plugin),
+                counted(metrics, "records_rejected_total", problem="conflict"),
+                counted(metrics, "gpus_shared"),
+            )
 
     for first_created, order in (("a", ("a", "b")), ("a", ("b", "a")), ("b", ("a", "b"))):
         caplog.clear()
-        ids, (gpus, cpus, _rt, plans, _u), conflicts, shared = run(
-            scenario(first_created, order))
+        ids, (gpus, cpus, _rt, plans, _u), conflicts, shared = run(scenario(first_created, order))
         winner, loser = ids[first_created], ids["b" if first_created == "a" else "a"]
         assert plans == [winner] and len(cpus) == 4
         assert all(held == winner for held in cpus.values())
@@ -269,8 +310,7 @@ def test_conflicting_records_the_earlier_container_wins(tmp_path, caplog):
         assert warning.fields["container"] == loser
         assert warning.fields["problem"] == "conflict" and winner in warning.fields["error"]
         assert gpus == {0: tuple(sorted(ids.values()))} and shared == 1
-        (pair,) = [r for r in caplog.records
-                   if r.getMessage() == "GPU shared by two containers"]
+        (pair,) = [r for r in caplog.records if r.getMessage() == "GPU shared by two containers"]
         assert {pair.fields["container"], pair.fields["other"]} == set(ids.values())
 
 
@@ -281,16 +321,19 @@ def test_restore_holds_records_the_node_policy_no_longer_allows(tmp_path):
 
     async def scenario():
         async with plugin_session(permissive_node(1), tmp_path) as (sim, session, _p):
-            rt_pod, rt, _ = await created(session, "rt", "cpu: {rt-runtime: 10ms}",
-                                          namespace="team-a")
-            gpu_pod, gpu, _ = await created(session, "gpu", "gpu: {count: 1}",
-                                            namespace="team-a", gpus=(3,))
+            rt_pod, rt, _ = await created(
+                session, "rt", "cpu: {rt-runtime: 10ms}", namespace="team-a"
+            )
+            gpu_pod, gpu, _ = await created(
+                session, "gpu", "gpu: {count: 1}", namespace="team-a", gpus=(3,)
+            )
             _o, orphan, _ = await created(session, "orphan", "cpu: {exclusive: 2}")
             containers = [sim.state.containers[c.id] for c in (rt, gpu, orphan)]
         metrics = Metrics()
         node = make_node(1, realtime=(), gpus=("ml-*",))
-        async with plugin_session(node, tmp_path, metrics=metrics, pods=[rt_pod, gpu_pod],
-                                  containers=containers) as (_s, _ss, plugin):
+        async with plugin_session(
+            node, tmp_path, metrics=metrics, pods=[rt_pod, gpu_pod], containers=containers
+        ) as (_s, _ss, plugin):
             return holdings(plugin), metrics
 
     (gpus, exclusive, rt, plans, _u), metrics = run(scenario())
@@ -299,8 +342,7 @@ def test_restore_holds_records_the_node_policy_no_longer_allows(tmp_path):
     assert counted(metrics, "records_rejected_total", problem="invalid") == 0
 
 
-def test_a_record_from_before_issue_18_keeps_its_gpus_and_sharing_is_reported(tmp_path,
-                                                                               caplog):
+def test_a_record_from_before_issue_18_keeps_its_gpus_and_sharing_is_reported(tmp_path, caplog):
     """Upgrade: a running container whose record lists GPUs nri-sla chose and injected
     (gpu_cdi, flags of the old format) keeps them until it ends; a new container the
     kubelet granted one of them can open it too: logged once per pair, counted, and the
@@ -308,15 +350,21 @@ def test_a_record_from_before_issue_18_keeps_its_gpus_and_sharing_is_reported(tm
     caplog.set_level(logging.WARNING, logger="nri_sla.plugin")
     old_pod = make_pod("old", namespace="ml", annotations={"sla.nri.io/pod": "gpu: {count: 2}"})
     old = make_container(old_pod, "c", state=pb.CONTAINER_RUNNING)
-    body = {"v": 2, "path": "nri", "enforcement": "hard", "cgroup_version": 2,
-            "gpu_cdi": [f"nvidia.com/gpu={ALL_GPUS[0]}", f"nvidia.com/gpu={ALL_GPUS[1]}"],
-            "placement_record": {"gpus": ALL_GPUS[:2], "shared": True}}
+    body = {
+        "v": 2,
+        "path": "nri",
+        "enforcement": "hard",
+        "cgroup_version": 2,
+        "gpu_cdi": [f"nvidia.com/gpu={ALL_GPUS[0]}", f"nvidia.com/gpu={ALL_GPUS[1]}"],
+        "placement_record": {"gpus": ALL_GPUS[:2], "shared": True},
+    }
     old.annotations[APPLIED] = sign_record(record_text(body), old.id, RECORD_KEY)
     metrics = Metrics()
 
     async def scenario():
-        async with plugin_session(permissive_node(2), tmp_path, pods=[old_pod],
-                                  containers=[old], metrics=metrics) as (_s, session, plugin):
+        async with plugin_session(
+            permissive_node(2), tmp_path, pods=[old_pod], containers=[old], metrics=metrics
+        ) as (_s, session, plugin):
             restored = plugin.node.allocator.gpus_in_use()
             _p, new, resp = await created(session, "new", "gpu: {count: 1}", gpus=(1,))
             shared = (plugin.node.allocator.gpus_in_use(), counted(metrics, "gpus_shared"))

@@ -10,8 +10,17 @@ MIG = ("MIG-1", "0000:07:00.0")  # (uuid, parent GPU identity)
 
 
 def entry(cid: str, whole=(), migs=(), plan=None, owed=False) -> ContainerEntry:
-    return ContainerEntry(cid, f"pod-{cid}", "ns", f"p{cid}", "c", "created",
-                          GrantedGpus(frozenset(whole), frozenset(migs)), plan, owed)
+    return ContainerEntry(
+        cid,
+        f"pod-{cid}",
+        "ns",
+        f"p{cid}",
+        "c",
+        "created",
+        GrantedGpus(frozenset(whole), frozenset(migs)),
+        plan,
+        owed,
+    )
 
 
 def test_plans_and_owed_writes_follow_the_entries():
@@ -20,7 +29,8 @@ def test_plans_and_owed_writes_follow_the_entries():
     reg.add(entry("a", plan=plan, owed=True))
     reg.add(entry("b"))  # no SLA: still an entry
     assert len(reg) == 2 and [(e.id, e.decided_plan) for e in reg if e.decided_plan] == [
-        ("a", plan)]
+        ("a", plan)
+    ]
     assert [e.id for e in reg if e.writes_owed] == ["a"] and not reg.get("a").started
     assert reg.remove("a").decided_plan is plan and reg.remove("a") is None
     assert len(reg) == 1 and reg.get("b").decided_plan is None
@@ -43,8 +53,7 @@ def test_shared_gpus_and_mig_devices():
     reg.add(entry("d", migs={("MIG-2", "0000:47:00.0")}))
     reg.add(entry("e", migs={("MIG-2", "0000:47:00.0")}))
     shared = {s.device: s.containers for s in reg.shared()}
-    assert shared == {"0000:07:00.0": ("a", "c"), "0000:0f:00.0": ("a", "b"),
-                      "MIG-2": ("d", "e")}
+    assert shared == {"0000:07:00.0": ("a", "c"), "0000:0f:00.0": ("a", "b"), "MIG-2": ("d", "e")}
 
 
 def test_each_pair_is_reported_once_while_both_live():
@@ -56,7 +65,9 @@ def test_each_pair_is_reported_once_while_both_live():
     assert reg.new_shared_pairs(reg.shared()) == []
     reg.add(entry("c", whole={"g0"}))
     assert [(a.id, b.id) for _, a, b in reg.new_shared_pairs(reg.shared())] == [
-        ("a", "c"), ("b", "c")]
+        ("a", "c"),
+        ("b", "c"),
+    ]
     reg.remove("b")
     reg.add(entry("b", whole={"g0"}))  # a new container b: its pairs are new again
     assert len(reg.new_shared_pairs(reg.shared())) == 2
@@ -74,8 +85,14 @@ def test_no_grant_shares_nothing():
 def test_containers_of_one_pod_share_its_strings():
     def of_pod(cid: str, pod_name: str) -> ContainerEntry:
         # Built as the plugin builds them: each protobuf read makes a new string.
-        return ContainerEntry(cid, "".join(("pod-", "x")), "".join(("n", "s")),
-                              "".join(list(pod_name)), "c", "created")
+        return ContainerEntry(
+            cid,
+            "".join(("pod-", "x")),
+            "".join(("n", "s")),
+            "".join(list(pod_name)),
+            "c",
+            "created",
+        )
 
     reg = ContainerRegistry()
     reg.add(of_pod("a", "web"))

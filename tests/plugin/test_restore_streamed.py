@@ -28,19 +28,22 @@ def messages() -> int:
 def test_the_restore_keeps_no_message_and_lets_the_request_go():
     plugin = SlaPlugin(make_node(2))
     pods = [make_pod(f"p{i}", annotations={"sla.nri.io/pod": SLA}) for i in range(20)]
-    containers = [make_container(pod, "app", state=state,
-                                 resources=make_resources(cpu_shares=102))
-                  for pod, state in zip(pods, [pb.CONTAINER_RUNNING, pb.CONTAINER_CREATED,
-                                               pb.CONTAINER_STOPPED, pb.CONTAINER_PAUSED] * 5,
-                                        strict=True)]
+    containers = [
+        make_container(pod, "app", state=state, resources=make_resources(cpu_shares=102))
+        for pod, state in zip(
+            pods,
+            [pb.CONTAINER_RUNNING, pb.CONTAINER_CREATED, pb.CONTAINER_STOPPED, pb.CONTAINER_PAUSED]
+            * 5,
+            strict=True,
+        )
+    ]
     request = Frame(pb.SynchronizeRequest(pods=pods, containers=containers).SerializeToString())
     live_ids = {c.id for c in containers if c.state != pb.CONTAINER_STOPPED}
     del pods, containers
     gc.collect()
     before = messages()
     sent = weakref.ref(request)
-    Stub(plugin, name="t", idx="01").routes[(PLUGIN_SERVICE, "Synchronize")](
-        memoryview(request))
+    Stub(plugin, name="t", idx="01").routes[(PLUGIN_SERVICE, "Synchronize")](memoryview(request))
     del request
     gc.collect()
     assert sent() is not None  # held, encoded, until the restore
@@ -49,5 +52,4 @@ def test_the_restore_keeps_no_message_and_lets_the_request_go():
     assert sent() is None
     assert messages() == before
     assert {e.id for e in plugin.registry} == live_ids
-    assert {e.pod_name for e in plugin.registry} == {f"p{i}" for i in range(20)
-                                                     if i % 4 != 2}
+    assert {e.pod_name for e in plugin.registry} == {f"p{i}" for i in range(20) if i % 4 != 2}

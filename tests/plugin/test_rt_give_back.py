@@ -40,8 +40,11 @@ def _node(v1_tree: CgroupTree, ledger: Path | None):
 
 
 def _rt_pod(name: str, runtime_ms: int, qos: str = "burstable"):
-    pod = make_pod(name, qos=qos, annotations={
-        "sla.nri.io/pod": f"cpu: {{rt-runtime: {runtime_ms}ms, rt-period: 1s}}"})
+    pod = make_pod(
+        name,
+        qos=qos,
+        annotations={"sla.nri.io/pod": f"cpu: {{rt-runtime: {runtime_ms}ms, rt-period: 1s}}"},
+    )
     return pod, make_container(pod, "c")
 
 
@@ -56,8 +59,11 @@ async def _create_and_run(sim, session, v1_tree: CgroupTree, pod, ctr) -> dict[s
 
 def _ancestors(v1_tree: CgroupTree) -> dict[str, int]:
     cpu = v1_tree.root / "cpu"
-    return {str(p.relative_to(cpu)): _rt(p) for p in sorted(cpu.rglob("*"))
-            if p.is_dir() and (p / "cpu.rt_runtime_us").exists()}
+    return {
+        str(p.relative_to(cpu)): _rt(p)
+        for p in sorted(cpu.rglob("*"))
+        if p.is_dir() and (p / "cpu.rt_runtime_us").exists()
+    }
 
 
 def test_removed_rt_container_leaves_the_ancestors_as_they_were(tmp_path, v1_tree):
@@ -129,8 +135,9 @@ def test_restart_with_one_rt_container_live_keeps_exactly_its_budget(tmp_path, v
         shutil.rmtree(gone_dirs["cpu"])
         remove_pod_cgroups(v1_tree, gone.linux.cgroups_path)
         before = _ancestors(v1_tree)
-        async with plugin_session(_node(v1_tree, file), tmp_path, pods=[kept_pod],
-                                  containers=[live]) as (_sim, _session, plugin):
+        async with plugin_session(
+            _node(v1_tree, file), tmp_path, pods=[kept_pod], containers=[live]
+        ) as (_sim, _session, plugin):
             return before, _ancestors(v1_tree), plugin.node.rt_budget.owners()
 
     before, after, owners = run(scenario())
@@ -143,6 +150,7 @@ def test_restart_with_one_rt_container_live_keeps_exactly_its_budget(tmp_path, v
 def test_created_not_started_rt_container_keeps_its_raise(tmp_path, v1_tree):
     """Granted at CreateContainer, its cgroup made only at start: another container's
     removal (a give-back) meanwhile must leave the raise its start needs."""
+
     async def scenario():
         node = _node(v1_tree, None)
         node.rt_ledger = RtLedger()
@@ -180,22 +188,24 @@ def test_restart_keeps_the_raise_of_a_restored_rt_container_not_started_yet(tmp_
             waiting = sim.state.containers[ctr.id]  # created, with its record
         shutil.rmtree(gone_dirs["cpu"])
         remove_pod_cgroups(v1_tree, gone.linux.cgroups_path)
-        async with plugin_session(_node(v1_tree, file), tmp_path, pods=[pod],
-                                  containers=[waiting]) as (_sim, _session, plugin):
+        async with plugin_session(
+            _node(v1_tree, file), tmp_path, pods=[pod], containers=[waiting]
+        ) as (_sim, _session, plugin):
             return _ancestors(v1_tree), ctr, plugin.node.rt_budget.cgroup_dirs()
 
     after, ctr, dirs = run(scenario())
     pod_dir = str(Path(ctr.linux.cgroups_path.lstrip("/")).parent)
     assert after[pod_dir] == 40_000 and after["kubepods"] == 40_000
-    assert dirs == {(v1_tree.root / "cpu").resolve() / ctr.linux.cgroups_path.lstrip("/"):
-                    (40_000, 1_000_000)}
+    assert dirs == {
+        (v1_tree.root / "cpu").resolve() / ctr.linux.cgroups_path.lstrip("/"): (40_000, 1_000_000)
+    }
 
 
-def test_a_cgroup_removed_after_the_event_is_given_back_at_the_next_drift_pass(
-        tmp_path, v1_tree):
+def test_a_cgroup_removed_after_the_event_is_given_back_at_the_next_drift_pass(tmp_path, v1_tree):
     """RemoveContainer may come before runc's cgroup is gone (or while the kernel still
     counts it): nothing is lowered under a live child, and the next drift pass gives the
     raise back."""
+
     async def scenario():
         node = _node(v1_tree, None)
         node.rt_ledger = RtLedger()
@@ -227,9 +237,13 @@ def test_soft_rt_the_kernel_refuses_holds_no_budget(tmp_path, v1_tree):
     async def scenario():
         node = _node(v1_tree, None)
         async with plugin_session(node, tmp_path) as (_sim, session, _plugin):
-            pod = make_pod("soft-rt", annotations={
-                "sla.nri.io/pod": "cpu: {rt-runtime: 200ms, rt-period: 1s}",
-                "sla.nri.io/enforcement": "soft"})
+            pod = make_pod(
+                "soft-rt",
+                annotations={
+                    "sla.nri.io/pod": "cpu: {rt-runtime: 200ms, rt-period: 1s}",
+                    "sla.nri.io/enforcement": "soft",
+                },
+            )
             ctr = make_container(pod, "c")
             await session.run_pod_sandbox(pod)
             make_pod_cgroups(v1_tree, ctr.linux.cgroups_path)

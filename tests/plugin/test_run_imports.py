@@ -42,8 +42,9 @@ print("grpc" in sys.modules)
 
 
 def test_run_loads_grpc_only_when_the_kubelet_is_asked():
-    out = subprocess.run([sys.executable, "-I", "-c", SCRIPT, str(DGX)], capture_output=True,
-                         text=True, check=True).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-I", "-c", SCRIPT, str(DGX)], capture_output=True, text=True, check=True
+    ).stdout.split()
     assert out == ["False", "False", "True"]
 
 
@@ -74,18 +75,28 @@ print(json.dumps({"rc": rc, **loaded}))
 
 
 @pytest.mark.parametrize("metrics_address, served", [("", False), ("127.0.0.1:0", True)])
-def test_run_loads_the_metrics_server_only_with_a_metrics_address(tmp_path, metrics_address,
-                                                                   served):
+def test_run_loads_the_metrics_server_only_with_a_metrics_address(
+    tmp_path, metrics_address, served
+):
     # Without one the service keeps its registration state alone (ops.metrics.
     # RegistrationOnly): prometheus_client, whose package imports its exposition's
     # http.server, urllib and ssl, and http.server are 4.3 MiB of the plugin's memory.
     config, log = tmp_path / "config.yaml", tmp_path / "plugin.log"
-    config.write_text(f"state-dir: {tmp_path / 'state'}\n"
-                      f"nri: {{socket: {tmp_path / 'none.sock'}}}\nstatus: {{socket: ''}}\n")
+    config.write_text(
+        f"state-dir: {tmp_path / 'state'}\n"
+        f"nri: {{socket: {tmp_path / 'none.sock'}}}\nstatus: {{socket: ''}}\n"
+    )
     with log.open("w") as stderr:
-        out = subprocess.run([sys.executable, "-I", "-c", RUN, str(config), str(log),
-                              metrics_address, str(DGX)],
-                             stdout=subprocess.PIPE, stderr=stderr, text=True, timeout=120)
-    assert json.loads(out.stdout) == {"rc": 0, "prometheus_client": served,
-                                      "http.server": served,
-                                      "nri_plugin.ops.metrics_http": served}, log.read_text()
+        out = subprocess.run(
+            [sys.executable, "-I", "-c", RUN, str(config), str(log), metrics_address, str(DGX)],
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+            timeout=120,
+        )
+    assert json.loads(out.stdout) == {
+        "rc": 0,
+        "prometheus_client": served,
+        "http.server": served,
+        "nri_plugin.ops.metrics_http": served,
+    }, log.read_text()

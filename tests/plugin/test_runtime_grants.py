@@ -16,8 +16,9 @@ from tests.support.plugin_helpers import gpu_grant, guaranteed, make_node, plugi
 MiB, GiB = 1 << 20, 1 << 30
 HOSTILE = "cpu: {limit: 64}\nmemory: {max: 512Gi}"
 # What the kubelet sets for limits {cpu: 500m, memory: 256Mi}.
-KUBELET = make_resources(cpu_shares=512, cpu_quota=50_000, cpu_period=100_000,
-                         memory_limit=256 * MiB)
+KUBELET = make_resources(
+    cpu_shares=512, cpu_quota=50_000, cpu_period=100_000, memory_limit=256 * MiB
+)
 
 
 def run(coro):
@@ -29,8 +30,7 @@ def test_pod_raising_its_limits_is_refused_in_hard_mode(tmp_path):
         async with plugin_session(make_node(2), tmp_path) as (_, session, plugin):
             pod = make_pod("greedy", namespace="shop", annotations={"sla.nri.io/pod": HOSTILE})
             with pytest.raises(PluginCallError) as caught:
-                await session.create_container(pod, make_container(pod, "c",
-                                                                   resources=KUBELET))
+                await session.create_container(pod, make_container(pod, "c", resources=KUBELET))
             return caught.value, plugin
 
     err, plugin = run(scenario())
@@ -38,17 +38,22 @@ def test_pod_raising_its_limits_is_refused_in_hard_mode(tmp_path):
         "sla.nri.io/pod: cpu.limit: 64 exceeds the 0.5 CPUs the runtime granted (the pod's "
         "limit, quota 50000us per 100000us); allowed: at most 0.5 (also: sla.nri.io/pod: "
         "memory.max: 512Gi exceeds the 256Mi the runtime granted (the pod's limit); "
-        "allowed: at most 256Mi)")
+        "allowed: at most 256Mi)"
+    )
     assert len(plugin.registry) == 0  # nothing recorded for a refused container
 
 
 def test_pod_raising_its_limits_is_clamped_in_soft_mode(tmp_path):
     async def scenario():
         async with plugin_session(make_node(2), tmp_path) as (_, session, _p):
-            pod = make_pod("greedy", namespace="shop", annotations={
-                "sla.nri.io/pod": HOSTILE, "sla.nri.io/enforcement": "soft"})
-            return (await session.create_container(
-                pod, make_container(pod, "c", resources=KUBELET))).adjust
+            pod = make_pod(
+                "greedy",
+                namespace="shop",
+                annotations={"sla.nri.io/pod": HOSTILE, "sla.nri.io/enforcement": "soft"},
+            )
+            return (
+                await session.create_container(pod, make_container(pod, "c", resources=KUBELET))
+            ).adjust
 
     adj = run(scenario())
     res = adj.linux.resources
@@ -66,8 +71,9 @@ def test_listed_namespace_may_exceed_the_grant(tmp_path):
         node = make_node(2, permissions=Permissions(exceed_runtime_limits=("hpc",)))
         async with plugin_session(node, tmp_path) as (_, session, _p):
             pod = make_pod("big", namespace="hpc", annotations={"sla.nri.io/pod": HOSTILE})
-            return (await session.create_container(
-                pod, make_container(pod, "c", resources=KUBELET))).adjust
+            return (
+                await session.create_container(pod, make_container(pod, "c", resources=KUBELET))
+            ).adjust
 
     res = run(scenario()).linux.resources
     assert res.cpu.quota.value == 6_400_000 and res.memory.limit.value == 512 * GiB
@@ -76,15 +82,20 @@ def test_listed_namespace_may_exceed_the_grant(tmp_path):
 def test_exclusive_cpus_and_gpus_stay_within_the_grant(tmp_path):
     async def scenario():
         async with plugin_session(make_node(2), tmp_path) as (_, session, _p):
-            pod = make_pod("train", namespace="ml", annotations={
-                "sla.nri.io/pod": "cpu: {exclusive: 8}\ngpu: {count: 8}",
-                "sla.nri.io/enforcement": "soft"})
+            pod = make_pod(
+                "train",
+                namespace="ml",
+                annotations={
+                    "sla.nri.io/pod": "cpu: {exclusive: 8}\ngpu: {count: 8}",
+                    "sla.nri.io/enforcement": "soft",
+                },
+            )
             # requests/limits: 2 CPUs, 2 GPUs from the device plugin
-            ctr = make_container(pod, "c", resources=guaranteed(2),
-                                 cdi_devices=gpu_grant(0, 1))
+            ctr = make_container(pod, "c", resources=guaranteed(2), cdi_devices=gpu_grant(0, 1))
             adj = (await session.create_container(pod, ctr)).adjust
-            ungranted = make_pod("lab", namespace="ml",
-                                 annotations={"sla.nri.io/pod": "gpu: {count: 1}"})
+            ungranted = make_pod(
+                "lab", namespace="ml", annotations={"sla.nri.io/pod": "gpu: {count: 1}"}
+            )
             with pytest.raises(PluginCallError) as caught:
                 await session.create_container(ungranted, make_container(ungranted, "c"))
             return adj, caught.value
@@ -94,16 +105,19 @@ def test_exclusive_cpus_and_gpus_stay_within_the_grant(tmp_path):
     assert len(placement["gpus"]) == 2
     assert len(parse_cpulist(placement["exclusive"])) == 2
     assert "cpu.exclusive: 8 exceeds the CPU request" in adj.annotations["sla.nri.io/warnings"]
-    assert ("gpu.count: asks for 8 whole GPUs; the grant has 2 (granted: GPU 0"
-            in adj.annotations["sla.nri.io/warnings"])
+    assert (
+        "gpu.count: asks for 8 whole GPUs; the grant has 2 (granted: GPU 0"
+        in adj.annotations["sla.nri.io/warnings"]
+    )
     assert "CDI_devices" not in str(adj) and not adj.CDI_devices  # nothing added
     assert "no device plugin granted this container a GPU" in err.message
 
 
 def test_update_container_rechecks_against_the_new_limits(tmp_path):
     sla = "cpu: {limit: 1}\nmemory: {max: 1Gi}"
-    big = make_resources(cpu_shares=2048, cpu_quota=200_000, cpu_period=100_000,
-                         memory_limit=2 * GiB)
+    big = make_resources(
+        cpu_shares=2048, cpu_quota=200_000, cpu_period=100_000, memory_limit=2 * GiB
+    )
 
     async def scenario():
         async with plugin_session(make_node(2), tmp_path) as (_, session, _p):
@@ -113,8 +127,9 @@ def test_update_container_rechecks_against_the_new_limits(tmp_path):
             # Shrunk below the SLA: never refused (containerd would keep the old, larger
             # limits); the SLA is clamped to the new ones in hard mode too.
             hard_clamped = await session.update_container(hard, hard_ctr, KUBELET)
-            soft = make_pod("soft", annotations={"sla.nri.io/pod": sla,
-                                                 "sla.nri.io/enforcement": "soft"})
+            soft = make_pod(
+                "soft", annotations={"sla.nri.io/pod": sla, "sla.nri.io/enforcement": "soft"}
+            )
             soft_ctr = make_container(soft, "c", resources=big)
             await session.create_container(soft, soft_ctr)
             clamped = await session.update_container(soft, soft_ctr, KUBELET)
@@ -148,21 +163,30 @@ def test_per_pod_cap_counts_the_pods_containers_also_after_a_restart(tmp_path):
             with pytest.raises(PluginCallError) as before:
                 await session.create_container(pod, second)
             other = make_pod("other", namespace="ml", annotations=sla)
-            await session.create_container(other, make_container(other, "a",
-                                                                 resources=guaranteed(2)))
-        running = make_container(pod, "a", state=pb.CONTAINER_RUNNING, resources=guaranteed(2),
-                                 annotations=dict(adj.annotations))
-        async with plugin_session(make_node(2, pod_caps=caps), tmp_path, pods=[pod],
-                                  containers=[running]) as (_, session, _p):
+            await session.create_container(
+                other, make_container(other, "a", resources=guaranteed(2))
+            )
+        running = make_container(
+            pod,
+            "a",
+            state=pb.CONTAINER_RUNNING,
+            resources=guaranteed(2),
+            annotations=dict(adj.annotations),
+        )
+        async with plugin_session(
+            make_node(2, pod_caps=caps), tmp_path, pods=[pod], containers=[running]
+        ) as (_, session, _p):
             with pytest.raises(PluginCallError) as after:
                 await session.create_container(pod, second)
         return before.value, after.value
 
     before, after = run(scenario())
     for err in (before, after):
-        assert ("cpu.exclusive: 2 exceeds the node's per-pod cap (node config "
-                "pod-caps.exclusive-cpus: 2 = 2, the pod's other containers hold 2); allowed: "
-                "at most 0") in err.message
+        assert (
+            "cpu.exclusive: 2 exceeds the node's per-pod cap (node config "
+            "pod-caps.exclusive-cpus: 2 = 2, the pod's other containers hold 2); allowed: "
+            "at most 0"
+        ) in err.message
 
 
 def test_the_grant_is_read_from_the_runtime_never_the_env(tmp_path, caplog):
@@ -176,8 +200,12 @@ def test_the_grant_is_read_from_the_runtime_never_the_env(tmp_path, caplog):
 
     caplog.set_level(logging.INFO, logger="nri_sla.plugin")
     pod = make_pod("p", namespace="ml")
-    ctr = make_container(pod, "c", env=("NVIDIA_VISIBLE_DEVICES=all",),
-                         cdi_devices=("k8s.device-plugin.nvidia.com/gpu=3", "vendor.x/nic=0"))
+    ctr = make_container(
+        pod,
+        "c",
+        env=("NVIDIA_VISIBLE_DEVICES=all",),
+        cdi_devices=("k8s.device-plugin.nvidia.com/gpu=3", "vendor.x/nic=0"),
+    )
     ctr.linux.devices.add(path="/dev/nvidia5", type="c", major=195, minor=5)
     ctr.linux.devices.add(path="/dev/nvidiactl", type="c", major=195, minor=255)
     ctr.linux.devices.add(path="/dev/sda", type="b", major=8, minor=0)
@@ -191,8 +219,10 @@ def test_the_grant_is_read_from_the_runtime_never_the_env(tmp_path, caplog):
     assert granted_resources(ctr.linux.resources) == GrantedResources(cpu_shares=102)
     flooded = make_container(pod, "f")  # mounts too: only the first 256 are looked at
     for i in range(300):
-        flooded.mounts.add(destination=f"/data/{i}" if i < 256
-                           else f"/var/run/nvidia-container-devices/GPU-{i}", source="/dev/null")
+        flooded.mounts.add(
+            destination=f"/data/{i}" if i < 256 else f"/var/run/nvidia-container-devices/GPU-{i}",
+            source="/dev/null",
+        )
     assert granted_resources(flooded.linux.resources, flooded).device_mounts == ()
     flooded.mounts[255].destination = "/var/run/nvidia-container-devices/GPU-last"
     assert granted_resources(flooded.linux.resources, flooded).device_mounts == ("GPU-last",)
@@ -201,8 +231,9 @@ def test_the_grant_is_read_from_the_runtime_never_the_env(tmp_path, caplog):
     # starts with it counts (the last one), not the key inside another item's value.
     inside = make_container(pod, "v", env=("NOTE=NVIDIA_VISIBLE_DEVICES=all", "PATH=/bin"))
     assert granted_resources(inside.linux.resources, inside).env_gpus is None
-    twice = make_container(pod, "t", env=("NVIDIA_VISIBLE_DEVICES=0", "A=1",
-                                          "NVIDIA_VISIBLE_DEVICES=2"))
+    twice = make_container(
+        pod, "t", env=("NVIDIA_VISIBLE_DEVICES=0", "A=1", "NVIDIA_VISIBLE_DEVICES=2")
+    )
     assert granted_resources(twice.linux.resources, twice).env_gpus == "2"
 
     # Without GPU evidence, replicas' grants with the same limits are one shared value,
@@ -213,9 +244,13 @@ def test_the_grant_is_read_from_the_runtime_never_the_env(tmp_path, caplog):
     first = granted_resources(plain.linux.resources, plain)
     again = granted_resources(plain.linux.resources, make_container(pod, "r2"))
     assert again is first and first == GrantedResources(
-        cpu_quota=50_000, cpu_period=100_000, cpu_shares=512, memory_limit=256 * MiB)
-    assert granted_resources(make_resources(cpu_shares=1024)) == GrantedResources(
-        cpu_shares=1024) != first
+        cpu_quota=50_000, cpu_period=100_000, cpu_shares=512, memory_limit=256 * MiB
+    )
+    assert (
+        granted_resources(make_resources(cpu_shares=1024))
+        == GrantedResources(cpu_shares=1024)
+        != first
+    )
     for i in range(granted_module.LIMITS_KEPT + 1):  # bounded: the oldest are dropped
         granted_module.limits_only(0, 0, i + 2, 0)
     assert len(granted_module._limits_only) <= granted_module.LIMITS_KEPT
@@ -230,5 +265,7 @@ def test_the_grant_is_read_from_the_runtime_never_the_env(tmp_path, caplog):
 
     held = run(scenario())
     assert held == {3: (ctr.id,), 5: (ctr.id,), 7: (ctr.id,)}
-    assert any(r.getMessage() == "GPU env is not a grant" and r.fields["env"] == "0,1"
-               for r in caplog.records)
+    assert any(
+        r.getMessage() == "GPU env is not a grant" and r.fields["env"] == "0,1"
+        for r in caplog.records
+    )

@@ -41,9 +41,12 @@ RETRY_AFTER = 2.0  # s; the plugin reconnects after 0.5 s
 
 def restarted(old: RuntimeSimulator) -> RuntimeSimulator:
     """A new runtime instance on the same socket with what survived of the old one."""
-    return RuntimeSimulator(old.socket_path, SimulatorOptions(sync_chunk_bytes=64 << 10),
-                            pods=old.state.pods.values(),
-                            containers=old.state.containers.values())
+    return RuntimeSimulator(
+        old.socket_path,
+        SimulatorOptions(sync_chunk_bytes=64 << 10),
+        pods=old.state.pods.values(),
+        containers=old.state.containers.values(),
+    )
 
 
 @pytest.mark.slow
@@ -55,18 +58,32 @@ def test_containerd_killed_while_120_pods_are_created(tmp_path, v1_tree, caplog)
 
     async def scenario():
         stop = asyncio.Event()
-        plugin, options = build_service(node, metrics, socket=socket_path,
-                                        handle_signals=False, stop_event=stop,
-                                        backoff_initial=0.5, backoff_max=1.0)
+        plugin, options = build_service(
+            node,
+            metrics,
+            socket=socket_path,
+            handle_signals=False,
+            stop_event=stop,
+            backoff_initial=0.5,
+            backoff_max=1.0,
+        )
         service = asyncio.create_task(run_service(plugin, options))
         first = await RuntimeSimulator(socket_path).start()
         await first.accept()
         kubelet = Kubelet(Cri(first), v1_tree)
         # Half the pods are retried at once on the new instance (before the plugin is
         # back), half after the kubelet's back-off (after it is).
-        pods = [asyncio.create_task(kubelet.pod(f"p{i}", MIX[i % len(MIX)], churn=i % 7 == 0,
-                                                retry_after=RETRY_AFTER * (i // len(MIX) % 2)))
-                for i in range(PODS)]
+        pods = [
+            asyncio.create_task(
+                kubelet.pod(
+                    f"p{i}",
+                    MIX[i % len(MIX)],
+                    churn=i % 7 == 0,
+                    retry_after=RETRY_AFTER * (i // len(MIX) % 2),
+                )
+            )
+            for i in range(PODS)
+        ]
         while len(first.state.containers) < KILL_AFTER:
             await asyncio.sleep(0.001)
         kubelet.down()
@@ -78,13 +95,21 @@ def test_containerd_killed_while_120_pods_are_created(tmp_path, v1_tree, caplog)
         await asyncio.wait_for(asyncio.gather(*pods), 60)
         after = live_records(plugin, second)
         result = {
-            "created_before": created_before, "kubelet": kubelet, "sim": second,
-            "records": after, "drift": cgroup_drift(plugin, second, after),
-            "held": holdings(plugin), "want": held_by_records(plugin, after),
-            "asked": {cid for cid, c in second.state.containers.items()
-                      if asks_sla(plugin, second, c)},
-            "reported": {r.fields["container"] for r in caplog.records
-                         if r.getMessage() == "created unenforced"},
+            "created_before": created_before,
+            "kubelet": kubelet,
+            "sim": second,
+            "records": after,
+            "drift": cgroup_drift(plugin, second, after),
+            "held": holdings(plugin),
+            "want": held_by_records(plugin, after),
+            "asked": {
+                cid for cid, c in second.state.containers.items() if asks_sla(plugin, second, c)
+            },
+            "reported": {
+                r.fields["container"]
+                for r in caplog.records
+                if r.getMessage() == "created unenforced"
+            },
             "counted": metrics.value("nri_sla_unenforced_containers_total"),
         }
         # containerd restarts once more, nothing happening: nothing changes or is recounted
@@ -102,10 +127,12 @@ def test_containerd_killed_while_120_pods_are_created(tmp_path, v1_tree, caplog)
     r = asyncio.run(asyncio.wait_for(scenario(), 120))
     kubelet, sim, records = r["kubelet"], r["sim"], r["records"]
     unadjusted = kubelet.cri.unadjusted
-    print(f"{PODS} pods in {time.monotonic() - started:.1f} s: {r['created_before']} "
-          f"containers before the kill, {len(unadjusted)} created while the plugin was "
-          f"away, {len(records)} enforced and live at the end, {len(kubelet.refused)} "
-          f"refused, {len(kubelet.removed)} deleted by the kubelet")
+    print(
+        f"{PODS} pods in {time.monotonic() - started:.1f} s: {r['created_before']} "
+        f"containers before the kill, {len(unadjusted)} created while the plugin was "
+        f"away, {len(records)} enforced and live at the end, {len(kubelet.refused)} "
+        f"refused, {len(kubelet.removed)} deleted by the kubelet"
+    )
     assert KILL_AFTER <= r["created_before"] < PODS
     assert len(sim.state.containers) > r["created_before"]
     # Some pods were created while no plugin was registered: exactly those that asked an
@@ -125,11 +152,15 @@ def test_containerd_killed_while_120_pods_are_created(tmp_path, v1_tree, caplog)
     live = {sim.state.pods[c.pod_sandbox_id].name for c in sim.state.containers.values()}
     for name, sla in ((f"p{i}", MIX[i % len(MIX)]) for i in range(PODS)):
         if sla and name not in live:
-            assert name in kubelet.refused or name in kubelet.unadmitted or any(
-                cid for cid in kubelet.removed if cid not in sim.state.containers), name
+            assert (
+                name in kubelet.refused
+                or name in kubelet.unadmitted
+                or any(cid for cid in kubelet.removed if cid not in sim.state.containers)
+            ), name
     assert kubelet.unadmitted
-    assert all(re.search(r"not that many CPUs can be given", m)
-               for m in kubelet.refused.values()), kubelet.refused
+    assert all(
+        re.search(r"not that many CPUs can be given", m) for m in kubelet.refused.values()
+    ), kubelet.refused
     # The plugin holds exactly what the live records hold: nothing lost, nothing doubled.
     assert r["held"] == r["want"]
     assert all(len(owners) == 1 for owners in r["held"]["gpus"].values())
@@ -148,34 +179,54 @@ def test_which_containers_count_as_created_unenforced(tmp_path, caplog):
     caplog.set_level(logging.WARNING, logger="nri_sla.plugin")
     sla = {"sla.nri.io/container.app": "cpu: {limit: 1}"}
     made = {}
-    for name, asked in (("bare", sla), ("plain", None), ("hooked", sla),
-                        ("fast-hooked", sla), ("shell-hooked", sla), ("sidecar", sla),
-                        ("stopped", sla), ("forged", sla),
-                        ("invalid", {"sla.nri.io/pod": "cpu: 7"})):
+    for name, asked in (
+        ("bare", sla),
+        ("plain", None),
+        ("hooked", sla),
+        ("fast-hooked", sla),
+        ("shell-hooked", sla),
+        ("sidecar", sla),
+        ("stopped", sla),
+        ("forged", sla),
+        ("invalid", {"sla.nri.io/pod": "cpu: 7"}),
+    ):
         pod = make_pod(name, annotations=asked)
-        ctr = make_container(pod, "side" if name == "sidecar" else "app",
-                             state=pb.CONTAINER_RUNNING)
+        ctr = make_container(
+            pod, "side" if name == "sidecar" else "app", state=pb.CONTAINER_RUNNING
+        )
         made[name] = (pod, ctr)
-    for name, entry in (("hooked", hook_entry()), ("fast-hooked", fast_hook_entry()),
-                        ("shell-hooked", hook_entry(if_installed=True))):
+    for name, entry in (
+        ("hooked", hook_entry()),
+        ("fast-hooked", fast_hook_entry()),
+        ("shell-hooked", hook_entry(if_installed=True)),
+    ):
         made[name][1].hooks.create_runtime.add(path=entry["path"], args=entry["args"])
     made["stopped"][1].state = pb.CONTAINER_STOPPED
     made["forged"][1].annotations["sla.nri.io/applied"] = '{"v":2}'
     metrics = Metrics()
 
     async def scenario():
-        async with plugin_session(permissive_node(2), tmp_path, metrics=metrics,
-                                  pods=[p for p, _ in made.values()],
-                                  containers=[c for _, c in made.values()]):
+        async with plugin_session(
+            permissive_node(2),
+            tmp_path,
+            metrics=metrics,
+            pods=[p for p, _ in made.values()],
+            containers=[c for _, c in made.values()],
+        ):
             pass
 
     asyncio.run(asyncio.wait_for(scenario(), 30))
-    reported = {r.fields["pod"]: r.fields for r in caplog.records
-                if r.getMessage() == "created unenforced"}
+    reported = {
+        r.fields["pod"]: r.fields for r in caplog.records if r.getMessage() == "created unenforced"
+    }
     assert set(reported) == {"bare", "invalid"}
     bare = reported["bare"]
-    assert bare == {"container": made["bare"][1].id, "namespace": "default", "pod": "bare",
-                    "container_name": "app"}
+    assert bare == {
+        "container": made["bare"][1].id,
+        "namespace": "default",
+        "pod": "bare",
+        "container_name": "app",
+    }
     assert metrics.value("nri_sla_unenforced_containers_total") == 2
     ignored = [r for r in caplog.records if r.getMessage() == "record ignored"]
     assert [r.fields["container"] for r in ignored] == [made["forged"][1].id]

@@ -16,8 +16,16 @@ SDA = IoLimit(8, 0, write_iops=100)
 
 
 def plan(version: int, **fields) -> ContainerPlan:
-    base = dict(enforcement="hard", cgroup_version=version, cpu_quota=150_000,
-                cpu_period=100_000, cpus="0-3", mems="0", memory_max=1 << 30, io_weight=500)
+    base = dict(
+        enforcement="hard",
+        cgroup_version=version,
+        cpu_quota=150_000,
+        cpu_period=100_000,
+        cpus="0-3",
+        mems="0",
+        memory_max=1 << 30,
+        io_weight=500,
+    )
     if version == 1:
         base.update(rt_runtime=5000, rt_period=1_000_000, memory_soft_limit=1 << 29)
     else:

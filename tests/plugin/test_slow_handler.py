@@ -69,17 +69,24 @@ def test_handler_past_the_deadline_is_dropped_and_recovers(tmp_path, monkeypatch
         if pod.name == "slow":
             time.sleep(SLOW)  # e.g. a cgroup or NVML call that hangs
         return real(self, pod, container)
+
     monkeypatch.setattr(SlaPlugin, "create_container", create_container)
 
     metrics = Metrics()
     socket_path = str(tmp_path / "nri.sock")
-    plugin, options = build_service(permissive_node(2), metrics, socket=socket_path,
-                                    handle_signals=False, backoff_initial=0.1,
-                                    backoff_max=0.2)
+    plugin, options = build_service(
+        permissive_node(2),
+        metrics,
+        socket=socket_path,
+        handle_signals=False,
+        backoff_initial=0.1,
+        backoff_max=0.2,
+    )
 
     async def scenario():
         sim = await RuntimeSimulator(
-            socket_path, SimulatorOptions(request_timeout=REQUEST_TIMEOUT)).start()
+            socket_path, SimulatorOptions(request_timeout=REQUEST_TIMEOUT)
+        ).start()
         service = ServiceThread(plugin, options)
         try:
             first = await sim.accept()
@@ -90,22 +97,33 @@ def test_handler_past_the_deadline_is_dropped_and_recovers(tmp_path, monkeypatch
                 await cri.run_pod(pod)
                 started = time.monotonic()
                 made[name] = await cri.create_container(
-                    pod, make_container(pod, "c", cdi_devices=gpu_grant(*grant)))
+                    pod, make_container(pod, "c", cdi_devices=gpu_grant(*grant))
+                )
                 waited = time.monotonic() - started
             second = await sim.accept(timeout=10)  # the plugin is back
             after = make_pod("after", annotations={"sla.nri.io/pod": "gpu: {count: 4}"})
             await cri.run_pod(after)
             made["after"] = await cri.create_container(
-                after, make_container(after, "c", cdi_devices=gpu_grant(4, 5, 6, 7)))
+                after, make_container(after, "c", cdi_devices=gpu_grant(4, 5, 6, 7))
+            )
             records = live_records(plugin, sim)
-            return (first, second, cri, made, waited, records, holdings(plugin),
-                    held_by_records(plugin, records))
+            return (
+                first,
+                second,
+                cri,
+                made,
+                waited,
+                records,
+                holdings(plugin),
+                held_by_records(plugin, records),
+            )
         finally:
             service.close()
             await sim.close()
 
     first, second, cri, made, waited, records, held, want = asyncio.run(
-        asyncio.wait_for(scenario(), 30))
+        asyncio.wait_for(scenario(), 30)
+    )
     # The runtime waited its timeout, not the handler, dropped the plugin and created the
     # container without its adjustment.
     assert REQUEST_TIMEOUT <= waited < SLOW

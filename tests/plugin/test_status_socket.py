@@ -24,17 +24,22 @@ def test_status_reads_the_watched_containers_now(tmp_path, v1_tree):
 
     async def scenario():
         async with plugin_session(node, tmp_path, metrics=metrics) as (_, session, plugin):
-            pod = make_pod("web-0", namespace="shop",
-                           annotations={"sla.nri.io/container.app": "cpu: {limit: 2}"})
+            pod = make_pod(
+                "web-0",
+                namespace="shop",
+                annotations={"sla.nri.io/container.app": "cpu: {limit: 2}"},
+            )
             ctr = make_container(pod, "app", resources=guaranteed(4))
             await session.create_container(pod, ctr)
             dirs = v1_tree.add_cgroup(ctr.linux.cgroups_path)
-            node.write_plan(plugin.registry.get(ctr.id).current_plan, ctr.linux.cgroups_path,
-                            scope="runtime")
+            node.write_plan(
+                plugin.registry.get(ctr.id).current_plan, ctr.linux.cgroups_path, scope="runtime"
+            )
             await session.start_container(pod, ctr)
             (dirs["cpu"] / "cpu.cfs_quota_us").write_text("50000")
-            (dirs["cpu"] / "cpu.stat").write_text("nr_periods 400\nnr_throttled 100\n"
-                                                  "throttled_time 2000000000\n")
+            (dirs["cpu"] / "cpu.stat").write_text(
+                "nr_periods 400\nnr_throttled 100\nthrottled_time 2000000000\n"
+            )
             with StatusServer(path, lambda: plugin.status(5.0)):
                 return await asyncio.to_thread(read_status, path)
 
@@ -47,8 +52,14 @@ def test_status_reads_the_watched_containers_now(tmp_path, v1_tree):
     assert (row["namespace"], row["pod"], row["container"]) == ("shop", "web-0", "app")
     assert row["sla"] == "hard cpu=2" and row["state"] == "watched" and row["drifted"] == 1
     quota = {s["file"]: s for s in row["settings"]}["cpu.cfs_quota_us"]
-    assert quota == {"controller": "cpu", "file": "cpu.cfs_quota_us", "via": "runtime",
-                     "expected": "200000", "actual": "50000", "drifted": True}
+    assert quota == {
+        "controller": "cpu",
+        "file": "cpu.cfs_quota_us",
+        "via": "runtime",
+        "expected": "200000",
+        "actual": "50000",
+        "drifted": True,
+    }
     assert row["cpu"] == {"periods": 400, "throttled": 100, "throttled_seconds": 2.0}
     assert row["throttled_ratio"] is None  # no pass yet: no interval to measure over
     # Reading the status is not the watch: nothing counted, logged or repaired.

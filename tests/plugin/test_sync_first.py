@@ -15,8 +15,10 @@ from nri_plugin.topology.cpulist import format_cpulist, parse_cpulist
 from tests.support import plugin_helpers as helpers
 
 NODE0 = parse_cpulist(helpers.DGX_NODE0)
-FAILED = "restore after Synchronize failed (internal); the plugin goes on with the state " \
-         "as far as it got until the next Synchronize"
+FAILED = (
+    "restore after Synchronize failed (internal); the plugin goes on with the state "
+    "as far as it got until the next Synchronize"
+)
 
 
 def run(coro):
@@ -25,12 +27,12 @@ def run(coro):
 
 def exclusive(n: int, nodes: str | None = None) -> dict[str, str]:
     numa = f"\nnuma: {{nodes: '{nodes}'}}" if nodes is not None else ""
-    return {"sla.nri.io/pod": f"cpu: {{exclusive: {n}}}{numa}",
-            "sla.nri.io/enforcement": "hard"}
+    return {"sla.nri.io/pod": f"cpu: {{exclusive: {n}}}{numa}", "sla.nri.io/enforcement": "hard"}
 
 
-async def create(session, name: str, annotations: dict[str, str], cpus: int,
-                 namespace: str = "default"):
+async def create(
+    session, name: str, annotations: dict[str, str], cpus: int, namespace: str = "default"
+):
     pod = make_pod(name, namespace=namespace, annotations=annotations)
     ctr = make_container(pod, "c", resources=helpers.guaranteed(cpus))
     await session.create_container(pod, ctr)
@@ -45,11 +47,11 @@ def running(sim) -> tuple[list[pb.PodSandbox], list[pb.Container]]:
     return list(sim.state.pods.values()), containers
 
 
-def test_the_answer_carries_no_updates_the_restore_sends_them_in_one_update_containers(
-        tmp_path):
+def test_the_answer_carries_no_updates_the_restore_sends_them_in_one_update_containers(tmp_path):
     """An aligned container narrowed around a neighbour's exclusive CPUs; the neighbour
     stops while nri-sla is away. The Synchronize answer is empty; the aligned container's
     wider cpuset comes right after it, in one UpdateContainers, and the runtime holds it."""
+
     async def scenario():
         node = helpers.make_node(2)
         async with helpers.plugin_session(node, tmp_path) as (sim, session, _plugin):
@@ -58,18 +60,26 @@ def test_the_answer_carries_no_updates_the_restore_sends_them_in_one_update_cont
             narrowed = parse_cpulist(sim.state.containers[aligned.id].linux.resources.cpu.cpus)
             pods, containers = running(sim)
         sim.state.containers[excl.id].state = pb.CONTAINER_STOPPED
-        async with helpers.plugin_session(helpers.make_node(2), tmp_path, pods=pods,
-                                          containers=containers) as (sim, session, plugin):
+        async with helpers.plugin_session(
+            helpers.make_node(2), tmp_path, pods=pods, containers=containers
+        ) as (sim, session, plugin):
             stored = sim.state.containers[aligned.id].linux.resources.cpu.cpus
-            return (narrowed, list(session.sync_updates), list(session.unsolicited), stored,
-                    helpers.pool_breaches(sim, plugin.node), aligned.id)
+            return (
+                narrowed,
+                list(session.sync_updates),
+                list(session.unsolicited),
+                stored,
+                helpers.pool_breaches(sim, plugin.node),
+                aligned.id,
+            )
 
     narrowed, answer, unsolicited, stored, breaches, aligned_id = run(scenario())
     assert len(narrowed) == len(NODE0) - 8  # narrowed around the exclusive 8
     assert answer == []
     (request,) = unsolicited
     assert [(u.container_id, u.linux.resources.cpu.cpus) for u in request.update] == [
-        (aligned_id, format_cpulist(NODE0))]
+        (aligned_id, format_cpulist(NODE0))
+    ]
     assert parse_cpulist(stored) == NODE0 and not breaches, breaches
 
 
@@ -77,6 +87,7 @@ def test_a_create_sent_right_behind_the_synchronize_sees_the_restored_state(tmp_
     """A CreateContainer on the wire right behind a Synchronize (the strictest case of
     one sent as soon as the answer came): the exclusive CPUs a restored record holds are
     not handed out again, and the runtime's cpusets keep the pool's rule."""
+
     async def scenario():
         node = helpers.make_node(2)
         async with helpers.plugin_session(node, tmp_path) as (sim, session, _plugin):
@@ -91,11 +102,16 @@ def test_a_create_sent_right_behind_the_synchronize_sees_the_restored_state(tmp_
                 sim.state.containers[ctr.id] = ctr
             pod = make_pod("next", namespace="b", annotations=exclusive(30))
             new = make_container(pod, "c", resources=helpers.guaranteed(30))
-            synced, _ = await asyncio.gather(session.synchronize(pods, containers),
-                                             session.create_container(pod, new))
+            synced, _ = await asyncio.gather(
+                session.synchronize(pods, containers), session.create_container(pod, new)
+            )
             placement = plugin.node.allocator.placement_of
-            return (synced, placement(held.id).exclusive_cpus,
-                    placement(new.id).exclusive_cpus, helpers.pool_breaches(sim, plugin.node))
+            return (
+                synced,
+                placement(held.id).exclusive_cpus,
+                placement(new.id).exclusive_cpus,
+                helpers.pool_breaches(sim, plugin.node),
+            )
 
     synced, restored, given, breaches = run(scenario())
     assert synced == []  # the answer: no updates
@@ -141,7 +157,8 @@ def test_a_second_synchronize_replaces_a_pending_restore(caplog):
 
 
 def test_a_restore_that_fails_is_logged_once_and_the_connection_stays_up(
-        tmp_path, caplog, monkeypatch):
+    tmp_path, caplog, monkeypatch
+):
     node = helpers.make_node(2)
 
     def failing(node, live):
@@ -192,13 +209,15 @@ def test_a_cpuset_an_answer_changed_while_the_restores_update_was_on_its_way_goe
     plugin.synchronize([aligned_pod], [aligned])
     sent = plugin.restorer.restore()
     assert [(u.container_id, u.linux.resources.cpu.cpus) for u in sent] == [
-        (aligned.id, format_cpulist(NODE0))]
+        (aligned.id, format_cpulist(NODE0))
+    ]
     pod = make_pod("next", namespace="excl", annotations=exclusive(8, "0"))
     answer = plugin.create_container(pod, make_container(pod, "c", resources=helpers.guaranteed(8)))
     (narrowing,) = answer.updates
     again = plugin.restorer.overtaken(sent)
     assert [(u.container_id, u.linux.resources.cpu.cpus) for u in again] == [
-        (aligned.id, narrowing.linux.resources.cpu.cpus)]
+        (aligned.id, narrowing.linux.resources.cpu.cpus)
+    ]
     assert plugin.restorer.overtaken(again) == []  # as it is now: nothing more to send
 
 

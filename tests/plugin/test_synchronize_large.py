@@ -28,8 +28,11 @@ def running(count: int, sla: str, prefix: str = "p") -> tuple[list, list]:
     for i in range(count):
         pod = make_pod(f"{prefix}{i:03d}", annotations={"sla.nri.io/pod": sla})
         pods.append(pod)
-        containers.append(make_container(pod, "app", state=pb.CONTAINER_RUNNING,
-                                         resources=make_resources(cpu_shares=102)))
+        containers.append(
+            make_container(
+                pod, "app", state=pb.CONTAINER_RUNNING, resources=make_resources(cpu_shares=102)
+            )
+        )
     return pods, containers
 
 
@@ -41,10 +44,10 @@ def test_many_created_unenforced_are_summarised_and_all_in_the_status(caplog):
     with caplog.at_level(logging.INFO, logger="nri_sla.plugin"):
         plugin.synchronize(pods, containers)
         plugin.restorer.restore()
-        named = [r.fields["container"] for r in caplog.records
-                 if r.getMessage() == "created unenforced"]
-        (rest,) = [r.fields for r in caplog.records
-                   if r.getMessage() == "created unenforced, more"]
+        named = [
+            r.fields["container"] for r in caplog.records if r.getMessage() == "created unenforced"
+        ]
+        (rest,) = [r.fields for r in caplog.records if r.getMessage() == "created unenforced, more"]
         summary = [m for m in caplog.messages if m.startswith("synchronized:")]
         caplog.clear()
         plugin.synchronize(pods, containers)  # a reconnect: nothing new to say
@@ -58,8 +61,12 @@ def test_many_created_unenforced_are_summarised_and_all_in_the_status(caplog):
     assert metrics.value("nri_sla_unenforced_containers_total") == len(containers)
     listed = plugin.status(1.0)["unenforced"]
     assert {u["id"] for u in listed} == everyone
-    assert listed[0] == {"id": containers[0].id, "namespace": "default", "pod": "p000",
-                         "container": "app"}
+    assert listed[0] == {
+        "id": containers[0].id,
+        "namespace": "default",
+        "pod": "p000",
+        "container": "app",
+    }
     assert all(plugin.registry.get(c.id).unenforced for c in containers)  # the registry's
     # Gone from the runtime: gone from the status.
     plugin.synchronize(pods[1:], containers[1:])
@@ -68,11 +75,12 @@ def test_many_created_unenforced_are_summarised_and_all_in_the_status(caplog):
     # Removed between two Synchronizes: gone at once, with its entry.
     plugin.remove_container(pods[1], containers[1])
     assert {u["id"] for u in plugin.status(1.0)["unenforced"]} == everyone - {
-        containers[0].id, containers[1].id}
+        containers[0].id,
+        containers[1].id,
+    }
 
 
-def test_the_pass_inside_synchronize_reads_back_a_bounded_number(v2_tree: CgroupTree,
-                                                                 monkeypatch):
+def test_the_pass_inside_synchronize_reads_back_a_bounded_number(v2_tree: CgroupTree, monkeypatch):
     """Drift while disconnected in three hard containers, the in-sync read-back bounded to
     two: the answer repairs two, the next periodic pass the third."""
     monkeypatch.setattr(watch, "SYNC_READBACK", 2)
@@ -109,6 +117,7 @@ def test_synchronize_pauses_the_collector_and_leaves_it_as_it_was(monkeypatch):
     def spying(*args, **kwargs):
         seen.append(gc.isenabled())
         return report(*args, **kwargs)
+
     monkeypatch.setattr(plugin.restorer.unenforced, "report", spying)
     assert gc.isenabled()
     plugin.synchronize(pods, containers)
@@ -117,6 +126,7 @@ def test_synchronize_pauses_the_collector_and_leaves_it_as_it_was(monkeypatch):
 
     def failing(*args, **kwargs):
         raise OSError("no inventory")
+
     monkeypatch.setattr(restore, "restore_node", failing)
     plugin.synchronize(pods, containers)
     with pytest.raises(OSError):

@@ -21,8 +21,9 @@ from tests.support.plugin_helpers import (
 
 WARNINGS = "sla.nri.io/warnings"
 # Words that describe the node's occupancy or someone else's holdings.
-OCCUPANCY = re.compile(r"\b(free|held|holds?|in use|occupied|other containers?|others?)\b",
-                       re.IGNORECASE)
+OCCUPANCY = re.compile(
+    r"\b(free|held|holds?|in use|occupied|other containers?|others?)\b", re.IGNORECASE
+)
 
 # The second tenant's requests, each one a refusal (hard) and a warning (soft).
 REQUESTS = {
@@ -50,11 +51,18 @@ def test_refusals_and_warnings_name_no_other_tenant(tmp_path, v1_tree, caplog):
         node = permissive_node(1, v1_tree, rt_budget=1.0)
         seen: dict[str, str] = {}
         async with plugin_session(node, tmp_path) as (sim, session, _p):
-            alpha = make_pod("alpha", namespace="prod", qos="guaranteed", annotations={
-                "sla.nri.io/pod": "numa: {nodes: 0}\ncpu: {exclusive: 32, rt-runtime: 400ms,"
-                                  " rt-period: 1s}"})
-            held = make_container(alpha, "holder", resources=guaranteed(32),
-                                  cdi_devices=gpu_grant(0))
+            alpha = make_pod(
+                "alpha",
+                namespace="prod",
+                qos="guaranteed",
+                annotations={
+                    "sla.nri.io/pod": "numa: {nodes: 0}\ncpu: {exclusive: 32, rt-runtime: 400ms,"
+                    " rt-period: 1s}"
+                },
+            )
+            held = make_container(
+                alpha, "holder", resources=guaranteed(32), cdi_devices=gpu_grant(0)
+            )
             await session.run_pod_sandbox(alpha)
             make_pod_cgroups(v1_tree, held.linux.cgroups_path)
             await session.create_container(alpha, held)
@@ -62,10 +70,14 @@ def test_refusals_and_warnings_name_no_other_tenant(tmp_path, v1_tree, caplog):
             await session.start_container(alpha, held)
             for mode in ("hard", "soft"):
                 for name, (sla, gpus) in REQUESTS.items():
-                    pod = make_pod(f"beta-{name}-{mode}", namespace="batch", annotations={
-                        "sla.nri.io/pod": sla, "sla.nri.io/enforcement": mode})
-                    ctr = make_container(pod, "c", resources=guaranteed(8),
-                                         cdi_devices=gpu_grant(*gpus))
+                    pod = make_pod(
+                        f"beta-{name}-{mode}",
+                        namespace="batch",
+                        annotations={"sla.nri.io/pod": sla, "sla.nri.io/enforcement": mode},
+                    )
+                    ctr = make_container(
+                        pod, "c", resources=guaranteed(8), cdi_devices=gpu_grant(*gpus)
+                    )
                     await session.run_pod_sandbox(pod)
                     make_pod_cgroups(v1_tree, ctr.linux.cgroups_path)
                     try:
@@ -83,12 +95,23 @@ def test_refusals_and_warnings_name_no_other_tenant(tmp_path, v1_tree, caplog):
     hard = {k: v for k, v in seen.items() if k.endswith("/hard")}
     assert "not that many CPUs" in hard["exclusive-on-full-node/hard"]
     assert "no CPU this container can be given" in hard["aligned-on-full-node/hard"]
-    assert "GPU 0 is not granted to this container (granted: GPU 1" in \
-        hard["gpu-held-by-other/hard"]
+    assert (
+        "GPU 0 is not granted to this container (granted: GPU 1" in hard["gpu-held-by-other/hard"]
+    )
     assert "RT budget for SLA containers" in hard["rt-over-node-books/hard"]
     assert "real-time budget exhausted" in hard["rt-over-kernel-budget/hard"]
-    secrets = {held.id, alpha.id, alpha.uid, alpha.name, alpha.namespace,
-               alpha.linux.cgroup_parent, "0-15,32-47", "90.00%", "100.00%", "40.0%"}
+    secrets = {
+        held.id,
+        alpha.id,
+        alpha.uid,
+        alpha.name,
+        alpha.namespace,
+        alpha.linux.cgroup_parent,
+        "0-15,32-47",
+        "90.00%",
+        "100.00%",
+        "40.0%",
+    }
     for key, message in seen.items():
         leaked = [s for s in secrets if s in message]
         assert not leaked, f"{key}: {message!r} names {leaked}"

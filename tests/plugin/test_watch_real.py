@@ -97,8 +97,9 @@ def test_a_cpu_bound_container_at_its_quota_shows_throttling(tmp_path, cgroups_p
     async def scenario():
         async with plugin_session(node, tmp_path, metrics=metrics) as (_, session, plugin):
             metrics.registry.register(ContainerCollector(lambda: plugin.watch.last, 100))
-            dirs = await started(session, plugin, node, cgroups_path,
-                                 "cpu: {limit: 0.05, period: 100ms}")
+            dirs = await started(
+                session, plugin, node, cgroups_path, "cpu: {limit: 0.05, period: 100ms}"
+            )
             busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
             try:
                 for controller in ("cpu", "cpuacct"):
@@ -153,8 +154,9 @@ def test_values_changed_behind_nri_slas_back_are_repaired(tmp_path, cgroups_path
             found_in = time.monotonic() - start
             repaired_rule = rule.read_text().split()
             # the runtime applies the re-asserted values, as runc update does
-            node.write_plan(plugin.registry.get(update.container_id).current_plan,
-                            cgroups_path, scope="runtime")
+            node.write_plan(
+                plugin.registry.get(update.container_id).current_plan, cgroups_path, scope="runtime"
+            )
             assert plugin.drift_pass() == []
             return update, found_in, repaired_rule, quota.read_text().strip()
 

@@ -83,7 +83,8 @@ def test_the_books_free_a_pods_devices_and_pod_resources_reports_them():
     [pa, pb_] = kubelet.pod_resources()
     assert (pa.name, pa.namespace, pa.containers[0].name) == ("a", "ml", "x")
     assert list(pa.containers[0].devices) == [
-        pr.ContainerDevices(resource_name="nvidia.com/gpu", device_ids=first.device_ids)]
+        pr.ContainerDevices(resource_name="nvidia.com/gpu", device_ids=first.device_ids)
+    ]
     assert [c.name for c in pb_.containers] == ["y"]
     kubelet.remove_pod(a.uid)
     assert kubelet.admit(b.uid, "ml", "b", "z", 6).device_ids == first.device_ids
@@ -105,5 +106,9 @@ def test_the_cdi_specs_name_gpus_by_uuid_index_and_all_under_both_kinds(tmp_path
     for kind in CDI_KINDS:
         edits = cdi.resolve([f"{kind}=2", f"{kind}={uuid}"])
         assert [n.path for e in edits for n in e.device_nodes] == [
-            "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia2", "/dev/nvidia2"]
+            "/dev/nvidiactl",
+            "/dev/nvidia-uvm",
+            "/dev/nvidia2",
+            "/dev/nvidia2",
+        ]
         assert len(cdi.resolve([f"{kind}=all"])[1].device_nodes) == 8

@@ -41,10 +41,13 @@ def test_list_and_get_follow_the_books(kubelet, socket_path):
     train = kubelet.admit("uid-1", "ml", "train", "main", 2)
     side = kubelet.admit("uid-1", "ml", "train", "side", 1)
     kubelet.admit("uid-1", "ml", "train", "nogpu", 0)  # not in the books
-    with PodResourcesServer(kubelet, socket_path), \
-            PodResourcesClient(socket_path, timeout=5) as client:
-        expected = PodDevices("ml", "train", {"main": {GPU: train.device_ids},
-                                              "side": {GPU: side.device_ids}})
+    with (
+        PodResourcesServer(kubelet, socket_path),
+        PodResourcesClient(socket_path, timeout=5) as client,
+    ):
+        expected = PodDevices(
+            "ml", "train", {"main": {GPU: train.device_ids}, "side": {GPU: side.device_ids}}
+        )
         assert client.list() == (expected,)
         assert client.get("ml", "train") == expected
         other = kubelet.admit("uid-2", "batch", "job", "c", 3)
@@ -56,8 +59,10 @@ def test_list_and_get_follow_the_books(kubelet, socket_path):
 
 
 def test_an_unknown_pod_is_answered_as_the_kubelet_does(kubelet, socket_path):
-    with PodResourcesServer(kubelet, socket_path), grpc.insecure_channel(
-            f"unix://{socket_path}") as channel:
+    with (
+        PodResourcesServer(kubelet, socket_path),
+        grpc.insecure_channel(f"unix://{socket_path}") as channel,
+    ):
         stub = pr_grpc.PodResourcesListerStub(channel)
         with pytest.raises(grpc.RpcError) as err:
             stub.Get(pr.GetPodResourcesRequest(pod_name="gone", pod_namespace="ml"), timeout=5)
@@ -67,12 +72,16 @@ def test_an_unknown_pod_is_answered_as_the_kubelet_does(kubelet, socket_path):
 
 def test_allocatable_is_every_advertised_device(kubelet, socket_path):
     kubelet.admit("uid-1", "ml", "train", "main", 5)  # allocated devices stay allocatable
-    with PodResourcesServer(kubelet, socket_path), grpc.insecure_channel(
-            f"unix://{socket_path}") as channel:
+    with (
+        PodResourcesServer(kubelet, socket_path),
+        grpc.insecure_channel(f"unix://{socket_path}") as channel,
+    ):
         answer = pr_grpc.PodResourcesListerStub(channel).GetAllocatableResources(
-            pr.AllocatableResourcesRequest(), timeout=5)
+            pr.AllocatableResourcesRequest(), timeout=5
+        )
     assert [(d.resource_name, tuple(d.device_ids)) for d in answer.devices] == [
-        (GPU, tuple(g.uuid for g in INVENTORY.gpus))]
+        (GPU, tuple(g.uuid for g in INVENTORY.gpus))
+    ]
 
 
 def test_stopped_the_socket_is_gone_and_the_client_says_so(kubelet, socket_path):
@@ -80,9 +89,13 @@ def test_stopped_the_socket_is_gone_and_the_client_says_so(kubelet, socket_path)
     assert issock(socket_path)
     server.stop()
     assert not Path(socket_path).exists()
-    with PodResourcesClient(socket_path, timeout=1) as client, \
-            pytest.raises(KubeletApiError, match="the socket does not exist"):
+    with (
+        PodResourcesClient(socket_path, timeout=1) as client,
+        pytest.raises(KubeletApiError, match="the socket does not exist"),
+    ):
         client.list()
-    with PodResourcesServer(kubelet, socket_path), \
-            PodResourcesClient(socket_path, timeout=5) as client:  # served again
+    with (
+        PodResourcesServer(kubelet, socket_path),
+        PodResourcesClient(socket_path, timeout=5) as client,
+    ):  # served again
         assert client.list() == ()

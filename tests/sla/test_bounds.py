@@ -39,11 +39,14 @@ def measured(fn: Callable[[], object]) -> tuple[SlaError, float, int]:
     return info.value, elapsed, peak
 
 
-@pytest.mark.parametrize("nodes", [
-    '"' + ",".join(["0-1023"] * 36) + '"',  # every range at the bound, named again
-    '"' + ",".join(["0-99999999"] * 22) + '"',  # ranges far past the bound
-    '"' + ",".join([f"{i}-1023" for i in range(30)]) + '"',
-])
+@pytest.mark.parametrize(
+    "nodes",
+    [
+        '"' + ",".join(["0-1023"] * 36) + '"',  # every range at the bound, named again
+        '"' + ",".join(["0-99999999"] * 22) + '"',  # ranges far past the bound
+        '"' + ",".join([f"{i}-1023" for i in range(30)]) + '"',
+    ],
+)
 def test_numa_range_bomb_is_refused_before_expansion(nodes):
     text = f"numa: {{nodes: {nodes}}}\n"
     assert len(text) <= 300
@@ -56,8 +59,7 @@ def test_numa_range_bomb_is_refused_before_expansion(nodes):
 
 
 def test_list_widths_are_checked_before_expansion():
-    err, _, peak = measured(lambda: parse_sla_document(
-        POD, 'gpu: {ids: "' + "," * 4000 + '"}\n'))
+    err, _, peak = measured(lambda: parse_sla_document(POD, 'gpu: {ids: "' + "," * 4000 + '"}\n'))
     assert err.field == "gpu.ids" and "names 4001 GPUs; at most 256" in err.message
     assert peak < 256 << 10  # the text is never split into 4,001 strings
     rules = ", ".join(f"{{device: '8:{i}', read-bps: 1Mi}}" for i in range(9))
@@ -115,8 +117,7 @@ def test_total_annotation_size_is_checked_before_parsing():
 
 
 def test_echoed_values_and_keys_are_cut():
-    err, _, _ = measured(lambda: parse_sla_document(
-        POD, "cpu: {limit: '" + "9x" * 2000 + "'}\n"))
+    err, _, _ = measured(lambda: parse_sla_document(POD, "cpu: {limit: '" + "9x" * 2000 + "'}\n"))
     assert err.field == "cpu.limit" and len(str(err)) < 300
     huge_key = "sla.nri.io/" + "p" * 10_000  # no Kubernetes key; the runtime passes it
     err, _, _ = measured(lambda: sla_for_container({huge_key: "x"}, "web"))

@@ -26,21 +26,60 @@ from nri_plugin.text.quantities import (
 from nri_plugin.value import replace
 
 # SLA_FUZZ_EXAMPLES=5000 for a long soak; the suite default stays quick
-FUZZ = settings(max_examples=int(os.environ.get("SLA_FUZZ_EXAMPLES", "150")), deadline=None,
-                suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(
+    max_examples=int(os.environ.get("SLA_FUZZ_EXAMPLES", "150")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 POD = "sla.nri.io/pod"
 
 scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(), st.integers(min_value=-(2**80), max_value=2**80),
-    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=30),
-    st.sampled_from(["auto", "100ms", "1s", "5us", "8Gi", "10Gi", "500Mi", "2500m", "1e3",
-                     "1e999", "0-1", "0,2", "/dev/sda", "8:0", "1g.10gb", "hard", "soft",
-                     "bind", "none", "nvlink", "runtime", "GPU-1", "-1", "", "٣", "1,", "x"]),
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.integers(min_value=-(2**80), max_value=2**80),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=30),
+    st.sampled_from(
+        [
+            "auto",
+            "100ms",
+            "1s",
+            "5us",
+            "8Gi",
+            "10Gi",
+            "500Mi",
+            "2500m",
+            "1e3",
+            "1e999",
+            "0-1",
+            "0,2",
+            "/dev/sda",
+            "8:0",
+            "1g.10gb",
+            "hard",
+            "soft",
+            "bind",
+            "none",
+            "nvlink",
+            "runtime",
+            "GPU-1",
+            "-1",
+            "",
+            "٣",
+            "1,",
+            "x",
+        ]
+    ),
 )
 values = st.recursive(
     scalars,
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
-        st.sampled_from(["device", "read-bps", "write-iops", "limit", "x"]), inner, max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(
+            st.sampled_from(["device", "read-bps", "write-iops", "limit", "x"]), inner, max_size=4
+        )
+    ),
     max_leaves=12,
 )
 
@@ -51,8 +90,9 @@ def documents(draw):
     doc: dict[str, object] = {}
     for section, fields in SECTIONS.items():
         if draw(st.booleans()):
-            keys = draw(st.lists(st.sampled_from([*fields, "bogus", "rt_runtime"]),
-                                 max_size=5, unique=True))
+            keys = draw(
+                st.lists(st.sampled_from([*fields, "bogus", "rt_runtime"]), max_size=5, unique=True)
+            )
             doc[section] = {k: draw(values) for k in keys}
     if draw(st.booleans()):
         doc["enforcement"] = draw(scalars)
@@ -94,12 +134,25 @@ def test_hostile_documents_are_sla_or_error(doc):
 
 
 @FUZZ
-@given(st.dictionaries(
-    st.one_of(st.sampled_from([POD, "sla.nri.io/container.web", "sla.nri.io/enforcement",
-                               "io.kubernetes.sla/enforcement-mode", "sla.nri.io/applied"]),
-              st.text(max_size=20).map(lambda s: "sla.nri.io/" + s)),
-    st.one_of(st.text(max_size=60), documents().map(yaml.safe_dump)), max_size=4),
-    st.sampled_from(["web", "db"]))
+@given(
+    st.dictionaries(
+        st.one_of(
+            st.sampled_from(
+                [
+                    POD,
+                    "sla.nri.io/container.web",
+                    "sla.nri.io/enforcement",
+                    "io.kubernetes.sla/enforcement-mode",
+                    "sla.nri.io/applied",
+                ]
+            ),
+            st.text(max_size=20).map(lambda s: "sla.nri.io/" + s),
+        ),
+        st.one_of(st.text(max_size=60), documents().map(yaml.safe_dump)),
+        max_size=4,
+    ),
+    st.sampled_from(["web", "db"]),
+)
 def test_random_annotations(annotations, name):
     result = _outcome(sla_for_container, annotations, name)
     assert result is None or isinstance(result, Sla | SlaError)
@@ -109,9 +162,16 @@ def test_random_annotations(annotations, name):
 
 
 @FUZZ
-@given(st.one_of(scalars, st.from_regex(r"[+-]?[0-9]{0,25}(\.[0-9]{0,5})?"
-                                        r"([eE][+-]?[0-9]{1,12}|Ki|Mi|Gi|Ei|m|k|E|ms|us|s)?",
-                                        fullmatch=True)))
+@given(
+    st.one_of(
+        scalars,
+        st.from_regex(
+            r"[+-]?[0-9]{0,25}(\.[0-9]{0,5})?"
+            r"([eE][+-]?[0-9]{1,12}|Ki|Mi|Gi|Ei|m|k|E|ms|us|s)?",
+            fullmatch=True,
+        ),
+    )
+)
 def test_quantity_parsers_raise_only_field_problems(value):
     for parser in (parse_size, parse_count, parse_cpu, parse_duration):
         try:
@@ -124,9 +184,15 @@ def test_quantity_parsers_raise_only_field_problems(value):
 
 
 @FUZZ
-@given(st.builds(
-    lambda high, extra, limit, milli: (high, high + extra, limit, milli),
-    st.integers(2**20, 2**50), st.integers(1, 2**40), st.integers(1, 64), st.integers(1, 999)))
+@given(
+    st.builds(
+        lambda high, extra, limit, milli: (high, high + extra, limit, milli),
+        st.integers(2**20, 2**50),
+        st.integers(1, 2**40),
+        st.integers(1, 64),
+        st.integers(1, 999),
+    )
+)
 def test_valid_values_round_trip(sample):
     high, hard, limit, milli = sample
     text = f"memory: {{high: {high}, max: {hard}}}\ncpu: {{limit: {limit}.{milli:03d}}}\n"
@@ -138,9 +204,15 @@ def test_valid_values_round_trip(sample):
 
 
 @FUZZ
-@given(st.dictionaries(st.text(max_size=40).map(lambda s: "sla.nri.io/" + s),
-                       st.text(max_size=80), min_size=5, max_size=60),
-       st.one_of(st.none(), documents().map(yaml.safe_dump)))
+@given(
+    st.dictionaries(
+        st.text(max_size=40).map(lambda s: "sla.nri.io/" + s),
+        st.text(max_size=80),
+        min_size=5,
+        max_size=60,
+    ),
+    st.one_of(st.none(), documents().map(yaml.safe_dump)),
+)
 def test_many_annotations_give_a_bounded_answer(annotations, pod_document):
     if pod_document is not None:
         annotations[POD] = pod_document
@@ -149,13 +221,49 @@ def test_many_annotations_give_a_bounded_answer(annotations, pod_document):
 
 
 manifest_values = st.recursive(
-    st.one_of(scalars, st.sampled_from(["Pod", "List", "PodList", "Deployment", "CronJob",
-                                        "Job", "cpu: {limit: 2}", "&a x", "*a", "!!str x"])),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
-        st.sampled_from(["kind", "metadata", "spec", "template", "jobTemplate", "items",
-                         "containers", "name", "namespace", "annotations", "env", "value",
-                         "sla.nri.io/pod", "sla.nri.io/container.c", "x"]),
-        inner, max_size=5),
+    st.one_of(
+        scalars,
+        st.sampled_from(
+            [
+                "Pod",
+                "List",
+                "PodList",
+                "Deployment",
+                "CronJob",
+                "Job",
+                "cpu: {limit: 2}",
+                "&a x",
+                "*a",
+                "!!str x",
+            ]
+        ),
+    ),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(
+            st.sampled_from(
+                [
+                    "kind",
+                    "metadata",
+                    "spec",
+                    "template",
+                    "jobTemplate",
+                    "items",
+                    "containers",
+                    "name",
+                    "namespace",
+                    "annotations",
+                    "env",
+                    "value",
+                    "sla.nri.io/pod",
+                    "sla.nri.io/container.c",
+                    "x",
+                ]
+            ),
+            inner,
+            max_size=5,
+        )
+    ),
     max_leaves=25,
 )
 
@@ -164,31 +272,73 @@ manifest_values = st.recursive(
 def manifests(draw) -> str:
     """Kubernetes-shaped documents with junk in random places, or hostile YAML text."""
     kind = draw(st.sampled_from(["Pod", "List", "Deployment", "CronJob", "Service"]))
-    pod = {"metadata": {"name": draw(manifest_values),
-                        "annotations": draw(st.one_of(
-                            manifest_values, st.dictionaries(
-                                st.sampled_from(["sla.nri.io/pod", "sla.nri.io/container.c",
-                                                 "sla.nri.io/enforcement", "other"]),
-                                st.one_of(st.text(max_size=40),
-                                          documents().map(yaml.safe_dump)), max_size=3)))},
-           "spec": {"containers": draw(st.one_of(manifest_values, st.lists(
-               st.fixed_dictionaries({"name": st.sampled_from(["c", "d"]),
-                                      "env": manifest_values}), max_size=3)))}}
+    pod = {
+        "metadata": {
+            "name": draw(manifest_values),
+            "annotations": draw(
+                st.one_of(
+                    manifest_values,
+                    st.dictionaries(
+                        st.sampled_from(
+                            [
+                                "sla.nri.io/pod",
+                                "sla.nri.io/container.c",
+                                "sla.nri.io/enforcement",
+                                "other",
+                            ]
+                        ),
+                        st.one_of(st.text(max_size=40), documents().map(yaml.safe_dump)),
+                        max_size=3,
+                    ),
+                )
+            ),
+        },
+        "spec": {
+            "containers": draw(
+                st.one_of(
+                    manifest_values,
+                    st.lists(
+                        st.fixed_dictionaries(
+                            {"name": st.sampled_from(["c", "d"]), "env": manifest_values}
+                        ),
+                        max_size=3,
+                    ),
+                )
+            )
+        },
+    }
     if kind in ("Pod", "Service"):
         doc: object = {"kind": kind, **pod}
     elif kind == "List":
-        doc = {"kind": "List", "items": draw(st.one_of(
-            manifest_values, st.lists(st.just({"kind": "Pod", **pod}), max_size=2)))}
+        doc = {
+            "kind": "List",
+            "items": draw(
+                st.one_of(manifest_values, st.lists(st.just({"kind": "Pod", **pod}), max_size=2))
+            ),
+        }
     elif kind == "CronJob":
         doc = {"kind": kind, "spec": {"jobTemplate": {"spec": {"template": pod}}}}
     else:
-        doc = {"kind": kind, "spec": {"template": draw(st.one_of(st.just(pod),
-                                                                  manifest_values))}}
-    text = yaml.safe_dump_all(draw(st.lists(st.one_of(st.just(doc), manifest_values),
-                                            min_size=1, max_size=3)))
-    return draw(st.one_of(st.just(text), st.sampled_from([
-        "a: &x [1]\nb: *x\n", "[" * 200, "kind: !!python/name:os.system\n",
-        "kind: Pod\nkind: List\n", "---\n" * 5000, "\t- x", "a: \x00"])))
+        doc = {"kind": kind, "spec": {"template": draw(st.one_of(st.just(pod), manifest_values))}}
+    text = yaml.safe_dump_all(
+        draw(st.lists(st.one_of(st.just(doc), manifest_values), min_size=1, max_size=3))
+    )
+    return draw(
+        st.one_of(
+            st.just(text),
+            st.sampled_from(
+                [
+                    "a: &x [1]\nb: *x\n",
+                    "[" * 200,
+                    "kind: !!python/name:os.system\n",
+                    "kind: Pod\nkind: List\n",
+                    "---\n" * 5000,
+                    "\t- x",
+                    "a: \x00",
+                ]
+            ),
+        )
+    )
 
 
 @FUZZ

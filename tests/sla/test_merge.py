@@ -25,8 +25,9 @@ gpu: {count: 1, topology: numa}
 
 def test_no_sla_annotation_gives_none():
     assert sla_for_container({}, "web") is None
-    assert sla_for_container({"app": "x", "sla.nri.io/container.db": "cpu: {limit: 1}"},
-                             "web") is None
+    assert (
+        sla_for_container({"app": "x", "sla.nri.io/container.db": "cpu: {limit: 1}"}, "web") is None
+    )
     # the enforcement shortcut alone states no requirement
     assert sla_for_container({SHORT: "soft", ALIAS: "hard"}, "web") is None
 
@@ -49,12 +50,15 @@ def test_containers_without_their_own_document_share_one_parse():
 
 
 def test_container_document_merges_key_by_key():
-    ann = {POD: POD_DOC, WEB: """
+    ann = {
+        POD: POD_DOC,
+        WEB: """
 cpu: {limit: 3}                 # period stays 50ms from the pod
 memory: {max: 4Gi}              # high stays 1Gi
 io: {max: [{device: /dev/nvme0n1, write-iops: 5}]}   # lists are replaced whole
 gpu: {topology: nvlink}
-"""}
+""",
+    }
     sla = sla_for_container(ann, "web")
     assert sla.keys == (POD, WEB)
     assert sla.cpu.limit == 3.0 and sla.cpu.period_us == 50_000
@@ -76,8 +80,10 @@ def test_null_in_container_document_clears():
 
 def test_container_document_completes_pod_document():
     # neither is complete alone: the cross-field rules run on the merged result
-    ann = {POD: "gpu: {topology: nvlink}\nmemory: {high: 1Gi}",
-           WEB: "gpu: {count: 2}\nmemory: {max: 2Gi}"}
+    ann = {
+        POD: "gpu: {topology: nvlink}\nmemory: {high: 1Gi}",
+        WEB: "gpu: {count: 2}\nmemory: {max: 2Gi}",
+    }
     sla = sla_for_container(ann, "web")
     assert sla.gpu.count == 2 and sla.gpu.topology == "nvlink"
     # the pod's section alone asks that whatever db was granted be NVLink-connected
@@ -91,8 +97,9 @@ def test_container_document_completes_pod_document():
 def test_cross_field_error_names_the_container_document(check):
     ann = {POD: "memory: {max: 10Gi}", WEB: "memory: {high: 12Gi}"}
     err = check.container_error(ann)
-    assert str(err) == "sla.nri.io/container.web: memory.high (12Gi) must be below " \
-                       "memory.max (10Gi)"
+    assert (
+        str(err) == "sla.nri.io/container.web: memory.high (12Gi) must be below memory.max (10Gi)"
+    )
     # both fields from the pod: the pod document is named
     err = check.container_error({POD: "memory: {high: 12Gi, max: 10Gi}", WEB: "cpu: {limit: 1}"})
     check.assert_error(err, POD, "memory.high", "must be below memory.max (10Gi)")
@@ -105,17 +112,20 @@ def test_alternatives_across_documents(check):
     assert sla_for_container(ann, "web").gpu.ids == ("3",)
 
 
-@pytest.mark.parametrize(("ann", "default", "expected"), [
-    ({POD: "{}"}, "hard", "hard"),
-    ({POD: "{}"}, "soft", "soft"),
-    ({POD: "{}", ALIAS: "soft"}, "hard", "soft"),
-    ({POD: "{}", ALIAS: "soft", SHORT: "hard"}, "soft", "hard"),
-    ({POD: "enforcement: soft", ALIAS: "hard", SHORT: "hard"}, "hard", "soft"),
-    ({POD: "enforcement: hard", WEB: "enforcement: soft", SHORT: "hard"}, "hard", "soft"),
-    ({POD: "enforcement: soft", WEB: "enforcement: hard"}, "soft", "hard"),
-    ({POD: "enforcement: soft", WEB: "enforcement: null", SHORT: "hard"}, "soft", "hard"),
-    ({WEB: "{}", SHORT: " soft\n"}, "hard", "soft"),
-])
+@pytest.mark.parametrize(
+    ("ann", "default", "expected"),
+    [
+        ({POD: "{}"}, "hard", "hard"),
+        ({POD: "{}"}, "soft", "soft"),
+        ({POD: "{}", ALIAS: "soft"}, "hard", "soft"),
+        ({POD: "{}", ALIAS: "soft", SHORT: "hard"}, "soft", "hard"),
+        ({POD: "enforcement: soft", ALIAS: "hard", SHORT: "hard"}, "hard", "soft"),
+        ({POD: "enforcement: hard", WEB: "enforcement: soft", SHORT: "hard"}, "hard", "soft"),
+        ({POD: "enforcement: soft", WEB: "enforcement: hard"}, "soft", "hard"),
+        ({POD: "enforcement: soft", WEB: "enforcement: null", SHORT: "hard"}, "soft", "hard"),
+        ({WEB: "{}", SHORT: " soft\n"}, "hard", "soft"),
+    ],
+)
 def test_enforcement_precedence(ann, default, expected):
     sla = sla_for_container(ann, "web", default_enforcement=default)
     assert sla.enforcement == expected
@@ -136,14 +146,17 @@ def test_bad_enforcement_annotations(check):
         sla_for_container({}, "web", default_enforcement="medium")
 
 
-@pytest.mark.parametrize(("key", "fragment"), [
-    ("sla.nri.io/pods", "did you mean sla.nri.io/pod?"),
-    ("sla.nri.io/enforcment", "did you mean sla.nri.io/enforcement?"),
-    ("sla.nri.io/containers.web", "did you mean sla.nri.io/container.<name>?"),
-    ("sla.nri.io/container.Web", "not a valid container name"),
-    ("sla.nri.io/container.", "not a valid container name"),
-    ("sla.nri.io/zzz", "known: sla.nri.io/pod, sla.nri.io/container.<name>"),
-])
+@pytest.mark.parametrize(
+    ("key", "fragment"),
+    [
+        ("sla.nri.io/pods", "did you mean sla.nri.io/pod?"),
+        ("sla.nri.io/enforcment", "did you mean sla.nri.io/enforcement?"),
+        ("sla.nri.io/containers.web", "did you mean sla.nri.io/container.<name>?"),
+        ("sla.nri.io/container.Web", "not a valid container name"),
+        ("sla.nri.io/container.", "not a valid container name"),
+        ("sla.nri.io/zzz", "known: sla.nri.io/pod, sla.nri.io/container.<name>"),
+    ],
+)
 def test_unknown_annotations_under_the_prefix(check, key, fragment):
     err = check.container_error({POD: "{}", key: "cpu: {limit: 1}"})
     check.assert_error(err, key, "", fragment)
@@ -164,7 +177,10 @@ def test_errors_from_both_documents_are_collected(check):
     ann = {POD: "cpu: {limit: x}", WEB: "memory: {max: 1}", "sla.nri.io/podd": "x"}
     err = check.container_error(ann)
     assert [(e.key, e.field) for e in err.errors] == [
-        ("sla.nri.io/podd", ""), (POD, "cpu.limit"), (WEB, "memory.max")]
+        ("sla.nri.io/podd", ""),
+        (POD, "cpu.limit"),
+        (WEB, "memory.max"),
+    ]
 
 
 def test_non_string_value_is_an_sla_error():
@@ -196,13 +212,19 @@ def test_hostile_keys_are_cut_short_in_messages(check):
 def test_container_keys_naming_no_container_of_the_pod():
     from nri_plugin.sla.parse import keys_naming_no_container
 
-    annotations = {POD: "cpu: {limit: 1}", "sla.nri.io/container.ap": "cpu: {limit: 1}",
-                   WEB: "cpu: {limit: 1}", "sla.nri.io/container.Bad_Name": "x",
-                   "other.io/container.zzz": "x"}
+    annotations = {
+        POD: "cpu: {limit: 1}",
+        "sla.nri.io/container.ap": "cpu: {limit: 1}",
+        WEB: "cpu: {limit: 1}",
+        "sla.nri.io/container.Bad_Name": "x",
+        "other.io/container.zzz": "x",
+    }
     [error] = keys_naming_no_container(annotations, ("app", "web"))
-    assert str(error) == ("sla.nri.io/container.ap: names container ap, which this pod does "
-                          "not have (its containers: app, web); did you mean "
-                          "sla.nri.io/container.app?")
+    assert str(error) == (
+        "sla.nri.io/container.ap: names container ap, which this pod does "
+        "not have (its containers: app, web); did you mean "
+        "sla.nri.io/container.app?"
+    )
     assert keys_naming_no_container(annotations, ("ap", "app", "web")) == []
     assert keys_naming_no_container({"x.io/container.ap": "c"}, ("app",), prefix="x.io")
     # hostile: many keys, a bounded answer

@@ -35,14 +35,17 @@ def test_merge_key_is_refused(check):
     assert "anchor or alias" in str(err)
 
 
-@pytest.mark.parametrize(("text", "field"), [
-    ("cpu: !!python/object/apply:os.system ['true']\n", "cpu"),
-    ("memory: {max: !!binary aGVsbG8=}\n", "memory.max"),
-    ("gpu: !custom {count: 1}\n", "gpu"),
-    ("cpu: {limit: !!str 2}\n", "cpu.limit"),
-    ("!!map {cpu: {limit: 2}}\n", ""),
-    ("%TAG !e! tag:example.com,2000:\n---\ncpu: !e!x {limit: 2}\n", "cpu"),
-])
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        ("cpu: !!python/object/apply:os.system ['true']\n", "cpu"),
+        ("memory: {max: !!binary aGVsbG8=}\n", "memory.max"),
+        ("gpu: !custom {count: 1}\n", "gpu"),
+        ("cpu: {limit: !!str 2}\n", "cpu.limit"),
+        ("!!map {cpu: {limit: 2}}\n", ""),
+        ("%TAG !e! tag:example.com,2000:\n---\ncpu: !e!x {limit: 2}\n", "cpu"),
+    ],
+)
 def test_explicit_tags_are_refused(check, text, field):
     err = check.error_of(text)
     check.assert_error(err, check.POD, field, "explicit YAML tag", "not allowed")
@@ -77,22 +80,25 @@ def test_very_deep_nesting_does_not_recurse(check):
     assert "nested more than" in str(err) or "maximum nesting depth" in str(err)
 
 
-@pytest.mark.parametrize(("text", "field", "fragment"), [
-    ("", "", "is empty"),
-    ("# only a comment\n", "", "is empty"),
-    ("[1, 2]", "", "must be a YAML mapping"),
-    ("hard", "", "must be a YAML mapping"),
-    ("42", "", "must be a YAML mapping"),
-    ("cpu: {limit: 2}\n---\ncpu: {limit: 3}\n", "", "more than one YAML document"),
-    ("cpu: {limit: 2}\ncpu: {limit: 3}\n", "cpu", "is given twice"),
-    ("memory: {max: 1Gi, max: 2Gi}\n", "memory.max", "is given twice"),
-    ("cpu: {limit: 2\n", "", "not valid YAML"),
-    ("\tcpu: 1", "", "not valid YAML"),
-    ("cpu: {limit: 2}\x00", "", "NUL character"),
-    ("cpu: {limit: '\ud800'}", "", "lone surrogate"),
-    ("? [a]\n: 1\n", "", "keys must be plain strings"),
-    ("1: x\n", "1", "not a known field"),
-])
+@pytest.mark.parametrize(
+    ("text", "field", "fragment"),
+    [
+        ("", "", "is empty"),
+        ("# only a comment\n", "", "is empty"),
+        ("[1, 2]", "", "must be a YAML mapping"),
+        ("hard", "", "must be a YAML mapping"),
+        ("42", "", "must be a YAML mapping"),
+        ("cpu: {limit: 2}\n---\ncpu: {limit: 3}\n", "", "more than one YAML document"),
+        ("cpu: {limit: 2}\ncpu: {limit: 3}\n", "cpu", "is given twice"),
+        ("memory: {max: 1Gi, max: 2Gi}\n", "memory.max", "is given twice"),
+        ("cpu: {limit: 2\n", "", "not valid YAML"),
+        ("\tcpu: 1", "", "not valid YAML"),
+        ("cpu: {limit: 2}\x00", "", "NUL character"),
+        ("cpu: {limit: '\ud800'}", "", "lone surrogate"),
+        ("? [a]\n: 1\n", "", "keys must be plain strings"),
+        ("1: x\n", "1", "not a known field"),
+    ],
+)
 def test_malformed_documents(check, text, field, fragment):
     check.assert_error(check.error_of(text), check.POD, field, fragment)
 
@@ -102,15 +108,18 @@ def test_yaml_12_scalars_no_norway_problem(check):
     check.assert_error(err, check.POD, "gpu.align", "must be true or false", "yes")
 
 
-@pytest.mark.parametrize(("text", "field", "fragment"), [
-    ("gpu: {count: " + "9" * 60 + "}\n", "gpu.count", "too large"),
-    ("memory: {max: " + "9" * 39 + "}\n", "memory.max", "too large"),
-    ("memory: {max: 1e400}\n", "memory.max", "too large"),
-    ("memory: {max: .inf}\n", "memory.max", "a size like"),
-    ("cpu: {limit: .nan}\n", "cpu.limit", "CPUs like"),
-    ("cpu: {limit: -.inf}\n", "cpu.limit", "CPUs like"),
-    ("cpu: {limit: 1e308}\n", "cpu.limit", "between 0.001 and 4096 CPUs"),
-])
+@pytest.mark.parametrize(
+    ("text", "field", "fragment"),
+    [
+        ("gpu: {count: " + "9" * 60 + "}\n", "gpu.count", "too large"),
+        ("memory: {max: " + "9" * 39 + "}\n", "memory.max", "too large"),
+        ("memory: {max: 1e400}\n", "memory.max", "too large"),
+        ("memory: {max: .inf}\n", "memory.max", "a size like"),
+        ("cpu: {limit: .nan}\n", "cpu.limit", "CPUs like"),
+        ("cpu: {limit: -.inf}\n", "cpu.limit", "CPUs like"),
+        ("cpu: {limit: 1e308}\n", "cpu.limit", "between 0.001 and 4096 CPUs"),
+    ],
+)
 def test_hostile_numbers(check, text, field, fragment):
     check.assert_error(check.error_of(text), check.POD, field, fragment)
 
@@ -119,4 +128,3 @@ def test_non_string_annotation_value():
     with pytest.raises(ValueError) as info:
         parse_sla_document("sla.nri.io/pod", b"cpu: {limit: 2}")  # type: ignore[arg-type]
     assert "must be a string" in str(info.value)
-

@@ -74,8 +74,9 @@ def _same_bus(a: str | bytes, b: str | bytes) -> bool:
     return text[0].lower() == text[1].lower()
 
 
-def _partitions(devices: list[int | None], size: int,
-                callback: Callable[[list[tuple[int | None, ...]]], None]) -> None:
+def _partitions(
+    devices: list[int | None], size: int, callback: Callable[[list[tuple[int | None, ...]]], None]
+) -> None:
     """Every partition into sets of `size`, first device of each set in increasing
     order, sets with some but not all of the padding skipped (iterateGPUPartitions)."""
     if size == 1:
@@ -102,8 +103,9 @@ def _partitions(devices: list[int | None], size: int,
     walk(padded, [])
 
 
-def best_effort(scores: list[list[int]], available: Sequence[int], required: Sequence[int],
-                size: int) -> tuple[int, ...]:
+def best_effort(
+    scores: list[list[int]], available: Sequence[int], required: Sequence[int], size: int
+) -> tuple[int, ...]:
     """The GPUs (indexes) NVIDIA's best-effort policy picks; () when it picks none."""
     if size <= 0 or len(available) < size or len(required) > size:
         return ()
@@ -161,7 +163,8 @@ class Tally:
     ours_better: int = 0
     theirs_better: int = 0
     by_metric: dict[str, list[int]] = field(
-        default_factory=lambda: {m: [0, 0] for m in METRICS})  # [ours, theirs] better
+        default_factory=lambda: {m: [0, 0] for m in METRICS}
+    )  # [ours, theirs] better
     worse: list[str] = field(default_factory=list)  # the cases where ours is worse
 
     def add(self, case: str, ours: tuple[int, ...], theirs: tuple[int, ...]) -> None:
@@ -177,19 +180,26 @@ class Tally:
                 self.by_metric[name][0 if a > b else 1] += 1
 
 
-def compare(inventory: GpuInventory, scores: list[list[int]],
-            cases: Iterable[tuple[frozenset[int], int]],
-            choose: Callable[[frozenset[int], int], Sequence[int]]) -> Tally:
+def compare(
+    inventory: GpuInventory,
+    scores: list[list[int]],
+    cases: Iterable[tuple[frozenset[int], int]],
+    choose: Callable[[frozenset[int], int], Sequence[int]],
+) -> Tally:
     """Over (free GPUs, size) cases: nri-sla's set (`choose`) against the model's."""
     tally = Tally()
     for free, size in cases:
         ours = tuple(choose(free, size))
         theirs = best_effort(scores, sorted(free), (), size)
         if len(ours) != size or len(theirs) != size:
-            raise AssertionError(f"free {sorted(free)} size {size}: ours {ours}, "
-                                 f"NVIDIA's {theirs}: not {size} GPUs")
-        tally.add(f"free {sorted(free)} size {size} ({ours} vs {theirs})",
-                  metrics(inventory, ours), metrics(inventory, theirs))
+            raise AssertionError(
+                f"free {sorted(free)} size {size}: ours {ours}, NVIDIA's {theirs}: not {size} GPUs"
+            )
+        tally.add(
+            f"free {sorted(free)} size {size} ({ours} vs {theirs})",
+            metrics(inventory, ours),
+            metrics(inventory, theirs),
+        )
     return tally
 
 

@@ -15,9 +15,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-V1_MOUNTS = (("cpu", "rw,cpu"), ("cpuacct", "rw,cpuacct"), ("cpuset", "rw,cpuset"),
-             ("memory", "rw,memory"), ("blkio", "rw,blkio"), ("pids", "rw,pids"),
-             ("systemd", "rw,xattr,name=systemd"))
+V1_MOUNTS = (
+    ("cpu", "rw,cpu"),
+    ("cpuacct", "rw,cpuacct"),
+    ("cpuset", "rw,cpuset"),
+    ("memory", "rw,memory"),
+    ("blkio", "rw,blkio"),
+    ("pids", "rw,pids"),
+    ("systemd", "rw,xattr,name=systemd"),
+)
 V2_CONTROLLERS = "cpuset cpu io memory pids"
 NO_MEMORY_LIMIT = "9223372036854771712"  # what v1 shows for "no limit" (page-aligned)
 RT_BUDGET_US = 950_000  # the kernel's RT runtime at the cpu hierarchy's root
@@ -25,19 +31,37 @@ RT_BUDGET_US = 950_000  # the kernel's RT runtime at the cpu hierarchy's root
 # What the kernel shows in a new v1 cgroup, per controller, for the files nri-sla or runc
 # write.
 V1_FILES: Mapping[str, Mapping[str, str]] = {
-    "cpu": {"cpu.cfs_quota_us": "-1", "cpu.cfs_period_us": "100000",
-            "cpu.rt_runtime_us": "0", "cpu.rt_period_us": "1000000"},
+    "cpu": {
+        "cpu.cfs_quota_us": "-1",
+        "cpu.cfs_period_us": "100000",
+        "cpu.rt_runtime_us": "0",
+        "cpu.rt_period_us": "1000000",
+    },
     "cpuset": {"cpuset.cpus": "", "cpuset.mems": ""},
-    "memory": {"memory.limit_in_bytes": NO_MEMORY_LIMIT,
-               "memory.soft_limit_in_bytes": NO_MEMORY_LIMIT},
-    "blkio": {"blkio.weight": "500", "blkio.bfq.weight": "100",
-              **{f"blkio.throttle.{k}_device": "" for k in
-                 ("read_bps", "write_bps", "read_iops", "write_iops")}},
+    "memory": {
+        "memory.limit_in_bytes": NO_MEMORY_LIMIT,
+        "memory.soft_limit_in_bytes": NO_MEMORY_LIMIT,
+    },
+    "blkio": {
+        "blkio.weight": "500",
+        "blkio.bfq.weight": "100",
+        **{
+            f"blkio.throttle.{k}_device": ""
+            for k in ("read_bps", "write_bps", "read_iops", "write_iops")
+        },
+    },
 }
 # The same for a new v2 cgroup (io.bfq.weight only where the disk's scheduler is bfq).
 V2_FILES: Mapping[str, str] = {
-    "cpu.max": "max 100000", "cpuset.cpus": "", "cpuset.mems": "", "memory.max": "max",
-    "memory.high": "max", "io.max": "", "io.weight": "default 100", "cgroup.procs": ""}
+    "cpu.max": "max 100000",
+    "cpuset.cpus": "",
+    "cpuset.mems": "",
+    "memory.max": "max",
+    "memory.high": "max",
+    "io.max": "",
+    "io.weight": "default 100",
+    "cgroup.procs": "",
+}
 
 
 def _write(cgroup: Path, files: Mapping[str, str]) -> None:
@@ -46,8 +70,9 @@ def _write(cgroup: Path, files: Mapping[str, str]) -> None:
 
 
 def mountinfo_line(mid: int, root: str, mount_point: Path, fstype: str, opts: str) -> str:
-    return (f"{mid} 23 0:{mid} {root} {mount_point} rw,relatime shared:{mid} - {fstype} "
-            f"cgroup {opts}")
+    return (
+        f"{mid} 23 0:{mid} {root} {mount_point} rw,relatime shared:{mid} - {fstype} cgroup {opts}"
+    )
 
 
 @dataclass(frozen=True)

@@ -40,8 +40,9 @@ def as_dict(message) -> dict:
 
 
 class Kubelet:
-    def __init__(self, dp, dp_grpc, pr, pr_grpc, plugin_dir: Path,
-                 podresources_socket: str | None) -> None:
+    def __init__(
+        self, dp, dp_grpc, pr, pr_grpc, plugin_dir: Path, podresources_socket: str | None
+    ) -> None:
         self.dp, self.dp_grpc, self.pr, self.pr_grpc = dp, dp_grpc, pr, pr_grpc
         self.plugin_dir = plugin_dir
         self.podresources_socket = podresources_socket
@@ -78,14 +79,17 @@ class Kubelet:
                     if registration.get_unimplemented:
                         context.abort(grpc.StatusCode.UNIMPLEMENTED, "method Get not implemented")
                     if registration.get_disabled:  # the kubelet's plain error: UNKNOWN
-                        context.abort(grpc.StatusCode.UNKNOWN,
-                                      "PodResources API Get method disabled")
+                        context.abort(
+                            grpc.StatusCode.UNKNOWN, "PodResources API Get method disabled"
+                        )
                     for pod in registration.pods.pod_resources:
                         if (pod.namespace, pod.name) == (request.pod_namespace, request.pod_name):
                             return registration.pr.GetPodResourcesResponse(pod_resources=pod)
                     # what the kubelet answers for a pod it does not know
-                    context.abort(grpc.StatusCode.UNKNOWN, f"pod {request.pod_name} in "
-                                  f"namespace {request.pod_namespace} not found")
+                    context.abort(
+                        grpc.StatusCode.UNKNOWN,
+                        f"pod {request.pod_name} in namespace {request.pod_namespace} not found",
+                    )
 
             self.pr_grpc.add_PodResourcesListerServicer_to_server(Lister(), self.server)
             self.server.add_insecure_port(f"unix://{self.podresources_socket}")
@@ -118,8 +122,9 @@ class Kubelet:
         # when it came, on the clock every process of this host shares (CLOCK_MONOTONIC)
         self.registrations.put((as_dict(request), time.monotonic()))
         # The device manager dials the plugin once Register has returned.
-        threading.Thread(target=self.run_endpoint, args=(request.endpoint, request.resource_name),
-                         daemon=True).start()
+        threading.Thread(
+            target=self.run_endpoint, args=(request.endpoint, request.resource_name), daemon=True
+        ).start()
         return self.dp.Empty()
 
     def run_endpoint(self, endpoint: str, resource: str) -> None:
@@ -149,10 +154,12 @@ class Kubelet:
             return {"list": self.lists.get(timeout=cmd.get("timeout", 10))}
         if op == "call":
             method = cmd["method"]
-            request_type = {"GetPreferredAllocation": self.dp.PreferredAllocationRequest,
-                            "Allocate": self.dp.AllocateRequest,
-                            "PreStartContainer": self.dp.PreStartContainerRequest,
-                            "GetDevicePluginOptions": self.dp.Empty}[method]
+            request_type = {
+                "GetPreferredAllocation": self.dp.PreferredAllocationRequest,
+                "Allocate": self.dp.AllocateRequest,
+                "PreStartContainer": self.dp.PreStartContainerRequest,
+                "GetDevicePluginOptions": self.dp.Empty,
+            }[method]
             request = json_format.ParseDict(cmd.get("request", {}), request_type())
             if not self.connected.wait(cmd.get("timeout", 10)):
                 raise queue.Empty
@@ -165,8 +172,9 @@ class Kubelet:
             self.restart()
             return {}
         if op == "set_pods":
-            self.pods = json_format.ParseDict({"pod_resources": cmd["pods"]},
-                                              self.pr.ListPodResourcesResponse())
+            self.pods = json_format.ParseDict(
+                {"pod_resources": cmd["pods"]}, self.pr.ListPodResourcesResponse()
+            )
             self.get_unimplemented = cmd.get("get_unimplemented", False)
             self.get_disabled = cmd.get("get_disabled", False)
             return {}
@@ -183,16 +191,28 @@ def main() -> int:
     args = parser.parse_args()
     if args.stubs_path:
         sys.path.insert(0, args.stubs_path)
-    mods = [importlib.import_module(m) for name in (args.deviceplugin, args.podresources)
-            for m in (name, name + "_grpc")]
-    kubelet = Kubelet(*mods, plugin_dir=args.plugin_dir,
-                      podresources_socket=args.podresources_socket)
+    mods = [
+        importlib.import_module(m)
+        for name in (args.deviceplugin, args.podresources)
+        for m in (name, name + "_grpc")
+    ]
+    kubelet = Kubelet(
+        *mods, plugin_dir=args.plugin_dir, podresources_socket=args.podresources_socket
+    )
     kubelet.start()
-    print(json.dumps({"ready": True, "pid": os.getpid(),
-                      "files": sorted({m.DESCRIPTOR.name for m in mods[::2]}),
-                      "allocate_fields": sorted(
-                          f.name for f in mods[0].ContainerAllocateResponse.DESCRIPTOR.fields)}),
-          flush=True)
+    print(
+        json.dumps(
+            {
+                "ready": True,
+                "pid": os.getpid(),
+                "files": sorted({m.DESCRIPTOR.name for m in mods[::2]}),
+                "allocate_fields": sorted(
+                    f.name for f in mods[0].ContainerAllocateResponse.DESCRIPTOR.fields
+                ),
+            }
+        ),
+        flush=True,
+    )
     for line in sys.stdin:
         try:
             answer = kubelet.command(json.loads(line))

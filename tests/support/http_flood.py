@@ -32,9 +32,11 @@ def probe(host: str, port: int, path: str = "/healthz", timeout: float = 1.0) ->
     try:
         with socket.create_connection((host, port), timeout=timeout) as s:
             s.settimeout(max(0.01, timeout - (time.monotonic() - start)))
-            s.sendall(f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\n"
-                      "User-Agent: kube-probe/1.30\r\nAccept: */*\r\n"
-                      "Connection: close\r\n\r\n".encode())
+            s.sendall(
+                f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\n"
+                "User-Agent: kube-probe/1.30\r\nAccept: */*\r\n"
+                "Connection: close\r\n\r\n".encode()
+            )
             data = b""
             while b"\r\n" not in data:
                 chunk = s.recv(4096)
@@ -60,8 +62,7 @@ class HeldConnections:
         self.dropped = 0  # closed or answered by the server
         self.failed = 0  # connects that failed
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="held-connections",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._run, name="held-connections", daemon=True)
 
     def __enter__(self) -> HeldConnections:
         self._thread.start()
@@ -116,8 +117,9 @@ class HeldConnections:
 _LINGER_RST = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends RST
 
 
-def resetting_requests(host: str, port: int, count: int,
-                       request: bytes = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n") -> None:
+def resetting_requests(
+    host: str, port: int, count: int, request: bytes = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
+) -> None:
     """`count` connections that each send `request` and reset at once, before reading."""
     for _ in range(count):
         with socket.create_connection((host, port), timeout=2) as s:

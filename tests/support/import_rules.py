@@ -24,29 +24,37 @@ def _names(modules: list[str]) -> str:
 
 
 def _layers(contract: dict) -> list[str]:
-    lines = [f"**{contract['name']}** (`{contract['id']}`, the packages and modules of "
-             f"{_names(contract['containers'])}, highest first):", "",
-             "```", *contract["layers"], "```"]
+    lines = [
+        f"**{contract['name']}** (`{contract['id']}`, the packages and modules of "
+        f"{_names(contract['containers'])}, highest first):",
+        "",
+        "```",
+        *contract["layers"],
+        "```",
+    ]
     if ignored := contract.get("ignore_imports"):
         lines += ["", "Allowed against the layers: " + _names(sorted(ignored)) + "."]
     return lines
 
 
 def _forbidden(contract: dict) -> list[str]:
-    how = ("directly" if contract.get("allow_indirect_imports") else
-           "directly or through others")
-    line = (f"* **{contract['name']}** (`{contract['id']}`): no import from "
-            f"{_names(contract['source_modules'])} reaches "
-            f"{_names(contract['forbidden_modules'])}, {how}.")
+    how = "directly" if contract.get("allow_indirect_imports") else "directly or through others"
+    line = (
+        f"* **{contract['name']}** (`{contract['id']}`): no import from "
+        f"{_names(contract['source_modules'])} reaches "
+        f"{_names(contract['forbidden_modules'])}, {how}."
+    )
     if ignored := contract.get("ignore_imports"):
         line += " Allowed: " + _names(sorted(ignored)) + "."
     return [line]
 
 
 def _protected(contract: dict) -> list[str]:
-    return [f"* **{contract['name']}** (`{contract['id']}`): "
-            f"{_names(contract['protected_modules'])} imported only by "
-            f"{_names(contract['allowed_importers'])} (and the tests)."]
+    return [
+        f"* **{contract['name']}** (`{contract['id']}`): "
+        f"{_names(contract['protected_modules'])} imported only by "
+        f"{_names(contract['allowed_importers'])} (and the tests)."
+    ]
 
 
 RENDERERS = {"layers": _layers, "forbidden": _forbidden, "protected": _protected}
@@ -55,14 +63,16 @@ RENDERERS = {"layers": _layers, "forbidden": _forbidden, "protected": _protected
 def render_section(pyproject: Path = PYPROJECT) -> str:
     """The section, heading included, ending in one newline."""
     contracts = tomllib.loads(pyproject.read_text())["tool"]["importlinter"]["contracts"]
-    lines = [HEADING, "",
-             "Generated from the import contracts in pyproject.toml (`[tool.importlinter]`), "
-             "which `make lint`",
-             "checks with import-linter's `lint-imports`; regenerate with "
-             f"`{REGENERATE}`.",
-             "Imports inside functions count, those under `TYPE_CHECKING` do not (they "
-             "never run), and",
-             "`../shared/tools/import-cycles` finds no cycle.", ""]
+    lines = [
+        HEADING,
+        "",
+        "Generated from the import contracts in pyproject.toml (`[tool.importlinter]`), "
+        "which `make lint`",
+        f"checks with import-linter's `lint-imports`; regenerate with `{REGENERATE}`.",
+        "Imports inside functions count, those under `TYPE_CHECKING` do not (they never run), and",
+        "`../shared/tools/import-cycles` finds no cycle.",
+        "",
+    ]
     layered = [c for c in contracts if c["type"] == "layers"]
     others = [c for c in contracts if c["type"] != "layers"]
     for contract in layered:
@@ -94,8 +104,11 @@ def write_section(doc: Path = ARCHITECTURE, pyproject: Path = PYPROJECT) -> None
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--write", action="store_true",
-                        help=f"rewrite the section in {ARCHITECTURE.relative_to(REPO)}")
+    parser.add_argument(
+        "--write",
+        action="store_true",
+        help=f"rewrite the section in {ARCHITECTURE.relative_to(REPO)}",
+    )
     args = parser.parse_args(argv)
     if args.write:
         write_section()

@@ -37,11 +37,30 @@ def make_certificate(directory: Path) -> tuple[Path, Path]:
 
         pytest.skip("needs the openssl command to make the API server's certificate")
     cert, key = directory / "ca.crt", directory / "server.key"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
-                    "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1", "-subj",
-                    "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
-                    "-keyout", str(key), "-out", str(cert)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
     return cert, key
 
 
@@ -57,9 +76,11 @@ def schema_problems(event: dict[str, Any], namespace: str) -> list[str]:
     if not meta.get("name"):
         problems.append("metadata.name: required")
     if not (meta.get("namespace") == involved.get("namespace") == namespace):
-        problems.append(f"namespace: the path's {namespace!r}, metadata's "
-                        f"{meta.get('namespace')!r} and involvedObject's "
-                        f"{involved.get('namespace')!r} differ")
+        problems.append(
+            f"namespace: the path's {namespace!r}, metadata's "
+            f"{meta.get('namespace')!r} and involvedObject's "
+            f"{involved.get('namespace')!r} differ"
+        )
     if event.get("type") not in ("Normal", "Warning"):
         problems.append(f"type: {event.get('type')!r} is not Normal or Warning")
     if not isinstance(event.get("count"), int) or event["count"] < 1:
@@ -112,8 +133,7 @@ class FakeApiServer:
         return directory
 
     def environ(self) -> dict[str, str]:
-        return {"KUBERNETES_SERVICE_HOST": "127.0.0.1",
-                "KUBERNETES_SERVICE_PORT": str(self.port)}
+        return {"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": str(self.port)}
 
     def wait_for(self, count: int, timeout: float = 10.0) -> list[dict[str, Any]]:
         """The stored events once there are `count` (or the timeout passed)."""
@@ -123,8 +143,9 @@ class FakeApiServer:
         with self._lock:
             return list(self.events.values())
 
-    def _store(self, method: str, namespace: str, name: str | None, body: Any,
-               content_type: str) -> tuple[int, dict[str, Any]]:
+    def _store(
+        self, method: str, namespace: str, name: str | None, body: Any, content_type: str
+    ) -> tuple[int, dict[str, Any]]:
         with self._lock:
             if method == "POST":
                 if content_type != "application/json":
@@ -177,12 +198,20 @@ class FakeApiServer:
                 if self.headers.get("Authorization") != f"Bearer {TOKEN}":
                     return self._answer(401, {"reason": "Unauthorized"})
                 parts = self.path.removeprefix(EVENTS_PATH).split("/")
-                if not self.path.startswith(EVENTS_PATH) or len(parts) not in (2, 3) \
-                        or parts[1] != "events" or (len(parts) == 3) != (self.command == "PATCH"):
+                if (
+                    not self.path.startswith(EVENTS_PATH)
+                    or len(parts) not in (2, 3)
+                    or parts[1] != "events"
+                    or (len(parts) == 3) != (self.command == "PATCH")
+                ):
                     return self._answer(404, {"reason": "NotFound"})
                 status, answer = server._store(
-                    self.command, parts[0], parts[2] if len(parts) == 3 else None,
-                    json.loads(body), self.headers.get("Content-Type", ""))
+                    self.command,
+                    parts[0],
+                    parts[2] if len(parts) == 3 else None,
+                    json.loads(body),
+                    self.headers.get("Content-Type", ""),
+                )
                 return self._answer(status, answer)
 
             do_POST = do_PATCH = _serve

@@ -24,8 +24,11 @@ class Stubs:
     path: Path | None = None  # prepended to sys.path in the fake kubelet
 
 
-PROJECT_STUBS = Stubs("project", "nri_plugin.kubelet.pb.deviceplugin_v1beta1_pb2",
-                      "nri_plugin.kubelet.pb.podresources_v1_pb2")
+PROJECT_STUBS = Stubs(
+    "project",
+    "nri_plugin.kubelet.pb.deviceplugin_v1beta1_pb2",
+    "nri_plugin.kubelet.pb.podresources_v1_pb2",
+)
 
 
 class KubeletError(AssertionError):
@@ -36,16 +39,26 @@ class FakeKubelet:
     """A fake kubelet process serving kubelet.sock in `plugin_dir` (and PodResources on
     `podresources_socket` when given)."""
 
-    def __init__(self, stubs: Stubs, plugin_dir: Path,
-                 podresources_socket: Path | None = None) -> None:
-        args = [sys.executable, str(FAKE_KUBELET), "--deviceplugin", stubs.deviceplugin,
-                "--podresources", stubs.podresources, "--plugin-dir", str(plugin_dir)]
+    def __init__(
+        self, stubs: Stubs, plugin_dir: Path, podresources_socket: Path | None = None
+    ) -> None:
+        args = [
+            sys.executable,
+            str(FAKE_KUBELET),
+            "--deviceplugin",
+            stubs.deviceplugin,
+            "--podresources",
+            stubs.podresources,
+            "--plugin-dir",
+            str(plugin_dir),
+        ]
         if stubs.path is not None:
             args += ["--stubs-path", str(stubs.path)]
         if podresources_socket is not None:
             args += ["--podresources-socket", str(podresources_socket)]
-        self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     text=True, cwd=REPO)
+        self.proc = subprocess.Popen(
+            args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO
+        )
         self.hello = self._read(30)
         if not self.hello.get("ready"):
             raise KubeletError(f"fake kubelet did not start: {self.hello}")

@@ -16,8 +16,12 @@ from nri_plugin.nri.ttrpc import Frame, FrameDecoder
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN_DIR = REPO / "tests" / "data" / "golden"
-GOLDEN_FILES = ("containerd-2.3.4.jsonl", "containerd-1.7.34.jsonl",
-                "containerd-2.3.4-all-events.jsonl", "containerd-1.7.34-all-events.jsonl")
+GOLDEN_FILES = (
+    "containerd-2.3.4.jsonl",
+    "containerd-1.7.34.jsonl",
+    "containerd-2.3.4-all-events.jsonl",
+    "containerd-1.7.34-all-events.jsonl",
+)
 
 
 @dataclass

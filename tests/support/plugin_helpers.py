@@ -62,8 +62,9 @@ def guaranteed(cpus: int, memory: int = 16 << 30):
     """A Guaranteed container's resources as the kubelet sets them: requests = limits."""
     from nri_plugin.simulated.runtime import make_resources
 
-    return make_resources(cpu_shares=cpus * 1024, cpu_quota=cpus * 100_000,
-                          cpu_period=100_000, memory_limit=memory)
+    return make_resources(
+        cpu_shares=cpus * 1024, cpu_quota=cpus * 100_000, cpu_period=100_000, memory_limit=memory
+    )
 
 
 def gpu_grant(*indexes: int) -> tuple[str, ...]:
@@ -80,20 +81,32 @@ def resolve(spec: str) -> tuple[int, int]:
     raise OSError(f"{spec}: no such block device")
 
 
-def make_node(version: int, tree: CgroupTree | None = None, *, realtime=("*",),
-              gpus=("*",), rt_share: float = 0.95, record_key: bytes = RECORD_KEY,
-              **config) -> NodeState:
+def make_node(
+    version: int,
+    tree: CgroupTree | None = None,
+    *,
+    realtime=("*",),
+    gpus=("*",),
+    rt_share: float = 0.95,
+    record_key: bytes = RECORD_KEY,
+    **config,
+) -> NodeState:
     snapshot = load_snapshot(DGX)
     config.setdefault("permissions", Permissions(realtime=tuple(realtime), gpus=tuple(gpus)))
     cfg = NodeConfig(**config)
     facts = None
     if tree is not None:
         facts = CgroupFacts(version=version, driver="cgroupfs", root=tree.root)
-    return NodeState(cfg, version, facts=facts,
-                     allocator=Allocator(snapshot.topology, snapshot.inventory, cfg.reserved_cpus),
-                     rt_budget=RtBudget(cfg.rt_budget * rt_share),
-                     capabilities=NodeCapabilities(io_weight=True, bfq=True),
-                     resolve_device=resolve, record_key=record_key)
+    return NodeState(
+        cfg,
+        version,
+        facts=facts,
+        allocator=Allocator(snapshot.topology, snapshot.inventory, cfg.reserved_cpus),
+        rt_budget=RtBudget(cfg.rt_budget * rt_share),
+        capabilities=NodeCapabilities(io_weight=True, bfq=True),
+        resolve_device=resolve,
+        record_key=record_key,
+    )
 
 
 def plain_node(config: NodeConfig | None = None, version: int = 2, **kw) -> NodeState:
@@ -102,8 +115,13 @@ def plain_node(config: NodeConfig | None = None, version: int = 2, **kw) -> Node
     failures, records)."""
     snapshot = load_snapshot(DGX)
     config = config or NodeConfig()
-    return NodeState(config, version, allocator=Allocator(snapshot.topology, snapshot.inventory),
-                     rt_budget=RtBudget(config.rt_budget * 0.95), **kw)
+    return NodeState(
+        config,
+        version,
+        allocator=Allocator(snapshot.topology, snapshot.inventory),
+        rt_budget=RtBudget(config.rt_budget * 0.95),
+        **kw,
+    )
 
 
 def permissive_node(version: int, tree: CgroupTree | None = None, **config) -> NodeState:
@@ -111,16 +129,31 @@ def permissive_node(version: int, tree: CgroupTree | None = None, **config) -> N
     and whole-node pod caps: for the tests about records and faults (the grant rules have
     their own tests in tests/plan/test_grants.py). GPUs are always a device plugin's grant
     (gpu_grant)."""
-    config.setdefault("permissions", Permissions(
-        realtime=("*",), gpus=("*",), exclusive_cpus=("*",), exceed_runtime_limits=("*",)))
-    return make_node(version, tree, pod_caps=PodCaps(
-        exclusive_cpus=Cap(100, percent=True), rt_share=1.0), **config)
+    config.setdefault(
+        "permissions",
+        Permissions(
+            realtime=("*",), gpus=("*",), exclusive_cpus=("*",), exceed_runtime_limits=("*",)
+        ),
+    )
+    return make_node(
+        version,
+        tree,
+        pod_caps=PodCaps(exclusive_cpus=Cap(100, percent=True), rt_share=1.0),
+        **config,
+    )
 
 
 @contextlib.asynccontextmanager
-async def plugin_session(node: NodeState, tmp_path: Path, mode: str = "v0.12",
-                         metrics: MetricsSink = NO_METRICS, pods=(), containers=(),
-                         events=None, **options):
+async def plugin_session(
+    node: NodeState,
+    tmp_path: Path,
+    mode: str = "v0.12",
+    metrics: MetricsSink = NO_METRICS,
+    pods=(),
+    containers=(),
+    events=None,
+    **options,
+):
     """The SLA plugin served over a real unix socket to the runtime simulator (`events`:
     its plugin.pod_events.PodEvents, default none)."""
     from nri_plugin.nri.stub import Stub
@@ -130,8 +163,7 @@ async def plugin_session(node: NodeState, tmp_path: Path, mode: str = "v0.12",
 
     socket_path = str(tmp_path / "nri.sock")
     sim_options = SimulatorOptions(mode=mode, **options)
-    async with RuntimeSimulator(socket_path, sim_options, pods=pods,
-                                containers=containers) as sim:
+    async with RuntimeSimulator(socket_path, sim_options, pods=pods, containers=containers) as sim:
         plugin = SlaPlugin(node, metrics, events or NO_EVENTS)
         stub = Stub(plugin, name="nri-sla", idx="50", socket_path=socket_path)
         serving = asyncio.create_task(stub.run())
@@ -161,10 +193,13 @@ def runc_create(tree: CgroupTree, container) -> dict[str, Path]:
     dirs = tree.add_cgroup(container.linux.cgroups_path)
     res = container.linux.resources
     cpu = res.cpu
-    values = {("cpu", "cpu.cfs_period_us"): cpu.period, ("cpu", "cpu.cfs_quota_us"): cpu.quota,
-              ("cpu", "cpu.rt_period_us"): cpu.realtime_period,
-              ("cpu", "cpu.rt_runtime_us"): cpu.realtime_runtime,
-              ("memory", "memory.limit_in_bytes"): res.memory.limit}
+    values = {
+        ("cpu", "cpu.cfs_period_us"): cpu.period,
+        ("cpu", "cpu.cfs_quota_us"): cpu.quota,
+        ("cpu", "cpu.rt_period_us"): cpu.realtime_period,
+        ("cpu", "cpu.rt_runtime_us"): cpu.realtime_runtime,
+        ("memory", "memory.limit_in_bytes"): res.memory.limit,
+    }
     for (controller, name), value in values.items():
         if value.ListFields():
             (dirs[controller] / name).write_text(str(value.value))
@@ -217,6 +252,7 @@ def pool_breaches(sim, node: NodeState) -> list[str]:
             found.append(f"{ctr.name}: {len(cpus)} CPUs for a request of {need}")
         model = parse_cpulist(node.cpusets.cpuset_of(ctr.id))
         if model != cpus:
-            found.append(f"{ctr.name}: holds {format_cpulist(cpus)}, the pool says "
-                         f"{format_cpulist(model)}")
+            found.append(
+                f"{ctr.name}: holds {format_cpulist(cpus)}, the pool says {format_cpulist(model)}"
+            )
     return found

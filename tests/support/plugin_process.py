@@ -36,9 +36,11 @@ class PluginProcess:
         self.port = port
         cli = Path(sys.executable).parent / "nri-sla"
         self.proc = subprocess.Popen(
-            [str(cli), "run", "--config", str(config), "--cgroup", "v2",
-             "--inventory", str(DGX)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log.open("a"))
+            [str(cli), "run", "--config", str(config), "--cgroup", "v2", "--inventory", str(DGX)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=log.open("a"),
+        )
 
     def lines(self) -> list[dict]:
         return log_lines(self.log)

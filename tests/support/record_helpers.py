@@ -11,8 +11,11 @@ from nri_plugin.topology.snapshot import load_snapshot
 KEY = bytes(range(32))
 OWNER = "3f1c0ffee"
 SNAPSHOT = load_snapshot(Path(__file__).resolve().parents[2] / "examples" / "dgx-like.yaml")
-NODE = RecordLimits(max_cpu=max(SNAPSHOT.topology.online),
-                    max_node=max(SNAPSHOT.topology.node_ids), inventory=SNAPSHOT.inventory)
+NODE = RecordLimits(
+    max_cpu=max(SNAPSHOT.topology.online),
+    max_node=max(SNAPSHOT.topology.node_ids),
+    inventory=SNAPSHOT.inventory,
+)
 
 
 def signed_text(text: str, owner: str = OWNER, key: bytes = KEY) -> str:

@@ -22,8 +22,7 @@ def closeness(a: Gpu, b: Gpu) -> int:
 def sums(gpus: Iterable[Gpu]) -> tuple[int, int]:
     """(NVLinks summed over every pair, PCIe closeness summed over every pair)."""
     pairs = list(combinations(list(gpus), 2))
-    return (sum(a.links_to(b.index) for a, b in pairs),
-            sum(closeness(a, b) for a, b in pairs))
+    return (sum(a.links_to(b.index) for a, b in pairs), sum(closeness(a, b) for a, b in pairs))
 
 
 def connected(gpus: list[Gpu]) -> bool:
@@ -51,17 +50,31 @@ def key(chosen: list[Gpu], free: list[Gpu]) -> tuple:
     ids = {g.index for g in chosen}
     inside = sums(chosen)
     left = sums(g for g in free if g.index not in ids)
-    return (-inside[0], len({g.numa_node for g in chosen}), -inside[1], -left[0], -left[1],
-            tuple(sorted(ids)))
+    return (
+        -inside[0],
+        len({g.numa_node for g in chosen}),
+        -inside[1],
+        -left[0],
+        -left[1],
+        tuple(sorted(ids)),
+    )
 
 
-def best(inventory: GpuInventory, free: Iterable[int], count: int, topology: str,
-         must: Iterable[int] = ()) -> tuple | None:
+def best(
+    inventory: GpuInventory,
+    free: Iterable[int],
+    count: int,
+    topology: str,
+    must: Iterable[int] = (),
+) -> tuple | None:
     """The best key among every feasible set, or None."""
     pool = [g for g in inventory.gpus if g.index in set(free)]
     need = set(must)
-    keys = [key(list(c), pool) for c in combinations(pool, count)
-            if need <= {g.index for g in c} and feasible(list(c), topology)]
+    keys = [
+        key(list(c), pool)
+        for c in combinations(pool, count)
+        if need <= {g.index for g in c} and feasible(list(c), topology)
+    ]
     return min(keys) if keys else None
 
 
@@ -73,8 +86,7 @@ def free_states(inventory: GpuInventory) -> Iterator[frozenset[int]]:
             yield frozenset(c)
 
 
-def greedy(inventory: GpuInventory, free: Iterable[int], count: int,
-           topology: str) -> tuple | None:
+def greedy(inventory: GpuInventory, free: Iterable[int], count: int, topology: str) -> tuple | None:
     """The best-first search rescored from scratch at every step: from each free GPU,
     add the GPU giving the best key (for nvlink one linked to the set); the best key."""
     pool = [g for g in inventory.gpus if g.index in set(free)]
@@ -83,9 +95,15 @@ def greedy(inventory: GpuInventory, free: Iterable[int], count: int,
         chosen = [seed]
         while len(chosen) < count:
             ids = {g.index for g in chosen}
-            options = [g for g in pool if g.index not in ids and (
-                topology != "nvlink" or any(g.index in c.nvlink_peers or c.index in
-                                            g.nvlink_peers for c in chosen))]
+            options = [
+                g
+                for g in pool
+                if g.index not in ids
+                and (
+                    topology != "nvlink"
+                    or any(g.index in c.nvlink_peers or c.index in g.nvlink_peers for c in chosen)
+                )
+            ]
             if topology == "numa":
                 options = [g for g in options if g.numa_node == seed.numa_node]
             if not options:

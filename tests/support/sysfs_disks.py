@@ -29,4 +29,3 @@ def make_sysfs_disk(
         (part / "dev").write_text(pdev + "\n")
         (part / "partition").write_text("1\n")
         (links / pdev).symlink_to(part)
-

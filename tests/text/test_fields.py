@@ -13,13 +13,24 @@ def test_a_field_problem_is_invalid_input_with_its_sub_path():
     problem = FieldProblem("must be at least 1, got 0", "[0].read-bps")
     assert isinstance(problem, SlaFailure) and problem.kind == INVALID
     assert (problem.message, problem.sub, str(problem)) == (
-        "must be at least 1, got 0", "[0].read-bps", "must be at least 1, got 0")
+        "must be at least 1, got 0",
+        "[0].read-bps",
+        "must be at least 1, got 0",
+    )
 
 
-@pytest.mark.parametrize(("value", "shown"), [
-    (True, "true"), (None, "null"), ("8Gi", "8Gi"), (3, "3"), ("a b", "'a b'"),
-    ("x" * 50, repr("x" * 40 + "...")), ("\x1b[2J", repr("\x1b[2J")),
-])
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        (True, "true"),
+        (None, "null"),
+        ("8Gi", "8Gi"),
+        (3, "3"),
+        ("a b", "'a b'"),
+        ("x" * 50, repr("x" * 40 + "...")),
+        ("\x1b[2J", repr("\x1b[2J")),
+    ],
+)
 def test_show_keeps_values_short_and_printable(value, shown):
     assert show(value) == shown
 
@@ -39,15 +50,23 @@ def test_choice_names_the_allowed_values():
 
 def test_unknown_key_suggests_the_kebab_case_spelling():
     assert unknown_key_message("rtRuntime", ("rt-runtime", "limit"), "cpu") == (
-        "is not a known field; did you mean rt-runtime? (cpu fields: rt-runtime, limit)")
+        "is not a known field; did you mean rt-runtime? (cpu fields: rt-runtime, limit)"
+    )
     assert unknown_key_message("zzz", ("limit",), "") == (
-        "is not a known field (top-level fields: limit)")
+        "is not a known field (top-level fields: limit)"
+    )
 
 
-@pytest.mark.parametrize(("text", "fragment"), [
-    ("", "like 0, 0-1 or 0,2"), ("0-999999999", "0-999999999"), ("1,1", "1,1"),
-    ("a", "like 0, 0-1 or 0,2"), ("5", "ids must be from 0 to 3"),
-])
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("", "like 0, 0-1 or 0,2"),
+        ("0-999999999", "0-999999999"),
+        ("1,1", "1,1"),
+        ("a", "like 0, 0-1 or 0,2"),
+        ("5", "ids must be from 0 to 3"),
+    ],
+)
 def test_id_lists_are_bounded_before_they_are_expanded(text, fragment):
     assert parse_id_list("0,2-3", "a node list", 3) == (0, 2, 3)
     with pytest.raises(FieldProblem) as info:

@@ -10,7 +10,13 @@ from nri_plugin.text.safeyaml import load
 
 def test_yaml_12_scalars_no_norway_problem():
     assert load("a: no\nb: on\nc: 017\nd: 1:30\ne: ~\nf: TRUE\n", max_bytes=100) == {
-        "a": "no", "b": "on", "c": 17, "d": "1:30", "e": None, "f": True}
+        "a": "no",
+        "b": "on",
+        "c": 17,
+        "d": "1:30",
+        "e": None,
+        "f": True,
+    }
 
 
 def test_loader_limits_directly():

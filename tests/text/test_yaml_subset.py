@@ -19,14 +19,92 @@ from nri_plugin.text.yamlevents import compose
 from nri_plugin.text.yamlscalars import YamlFloat
 from nri_plugin.text.yamlsubset import read_subset
 
-KEYS = ["a", "b", "cpu", "limit", "io.max", "x/y", "_k", "1", "null", "on", "-a", "a b",
-        "a:b", "'q'", "?", "a#", "<<", "é"]
-VALUES = ["1", "-1", "+7", "017", "0x1F", "1_000", "2.5", "-.5", "1e3", "1.1e10", ".inf",
-          "-.inf", ".NaN", "-.", "+", ".", "~", "null", "NULL", "true", "False", "yes", "no",
-          "100ms", "8Gi", "a b", "a  b", "/dev/sda", "x-y_z", "'x'", "'a''b'", "'a\"b'",
-          '"q"', '"a\\nb"', "\"a'b\"", "''", '""', "'", '"', "a #c", "a: b", "a:b", "-",
-          "- x", "[1, 2]", "{a: 1}", "&x 1", "*x", "!t x", "1:30", "|", ">", "%x", "@x",
-          "`x", "?", ":", "#", "9" * 41, "x" * 45, "1." + "0" * 40, "- 1", "é", "a\tb"]
+KEYS = [
+    "a",
+    "b",
+    "cpu",
+    "limit",
+    "io.max",
+    "x/y",
+    "_k",
+    "1",
+    "null",
+    "on",
+    "-a",
+    "a b",
+    "a:b",
+    "'q'",
+    "?",
+    "a#",
+    "<<",
+    "é",
+]
+VALUES = [
+    "1",
+    "-1",
+    "+7",
+    "017",
+    "0x1F",
+    "1_000",
+    "2.5",
+    "-.5",
+    "1e3",
+    "1.1e10",
+    ".inf",
+    "-.inf",
+    ".NaN",
+    "-.",
+    "+",
+    ".",
+    "~",
+    "null",
+    "NULL",
+    "true",
+    "False",
+    "yes",
+    "no",
+    "100ms",
+    "8Gi",
+    "a b",
+    "a  b",
+    "/dev/sda",
+    "x-y_z",
+    "'x'",
+    "'a''b'",
+    "'a\"b'",
+    '"q"',
+    '"a\\nb"',
+    '"a\'b"',
+    "''",
+    '""',
+    "'",
+    '"',
+    "a #c",
+    "a: b",
+    "a:b",
+    "-",
+    "- x",
+    "[1, 2]",
+    "{a: 1}",
+    "&x 1",
+    "*x",
+    "!t x",
+    "1:30",
+    "|",
+    ">",
+    "%x",
+    "@x",
+    "`x",
+    "?",
+    ":",
+    "#",
+    "9" * 41,
+    "x" * 45,
+    "1." + "0" * 40,
+    "- 1",
+    "é",
+    "a\tb",
+]
 INDENTS = ["", " ", "  ", "   ", "    "]
 
 
@@ -38,20 +116,25 @@ def _line() -> st.SearchStrategy[str]:
         st.tuples(indent, key, value).map(lambda t: f"{t[0]}{t[1]}: {t[2]}"),
         st.tuples(indent, key).map(lambda t: f"{t[0]}{t[1]}:"),
         st.tuples(indent, value).map(lambda t: f"{t[0]}- {t[1]}"),
-        st.sampled_from(["", "# note", "  # note", "---", "...", "-", "a", "  ", "%YAML 1.2"]))
+        st.sampled_from(["", "# note", "  # note", "---", "...", "-", "a", "  ", "%YAML 1.2"]),
+    )
 
 
-LINES = st.tuples(st.lists(_line(), min_size=1, max_size=12), st.sampled_from(["", "\n"])
-                  ).map(lambda t: "\n".join(t[0]) + t[1])
+LINES = st.tuples(st.lists(_line(), min_size=1, max_size=12), st.sampled_from(["", "\n"])).map(
+    lambda t: "\n".join(t[0]) + t[1]
+)
 # Documents the subset mostly reads: trees of mostly its own keys and values (the first
 # of each list above), rendered with a drawn indentation step.
 TREE_KEYS = st.sampled_from(KEYS[:9] * 20 + KEYS)
 TREE_VALUES = st.sampled_from(VALUES[:35] * 20 + VALUES)
 TREES = st.recursive(
     TREE_VALUES,
-    lambda inner: st.one_of(st.lists(TREE_VALUES, min_size=1, max_size=4),
-                            st.dictionaries(TREE_KEYS, inner, min_size=1, max_size=4)),
-    max_leaves=12)
+    lambda inner: st.one_of(
+        st.lists(TREE_VALUES, min_size=1, max_size=4),
+        st.dictionaries(TREE_KEYS, inner, min_size=1, max_size=4),
+    ),
+    max_leaves=12,
+)
 
 
 def render(value: object, step: int, indent: int = 0) -> list[str]:
@@ -67,8 +150,9 @@ def render(value: object, step: int, indent: int = 0) -> list[str]:
     return lines
 
 
-DOCUMENTS = st.tuples(st.dictionaries(TREE_KEYS, TREES, min_size=1, max_size=5),
-                      st.integers(1, 4)).map(lambda t: "\n".join(render(*t)) + "\n")
+DOCUMENTS = st.tuples(
+    st.dictionaries(TREE_KEYS, TREES, min_size=1, max_size=5), st.integers(1, 4)
+).map(lambda t: "\n".join(render(*t)) + "\n")
 TEXTS = st.one_of(LINES, DOCUMENTS)
 
 
@@ -107,13 +191,16 @@ def test_the_forms_slas_and_node_configs_use_are_in_the_subset(text):
     assert typed(found) == typed(compose(text, 8, 4096, 1))
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("a: 1\na: 2\n", "a is given twice (line 2, column 1)"),
-    ("a:\n  b:\n    c: 1\n", "a.b is nested more than 2 levels deep (line 3, column 5)"),
-    ("a: 1\nb: 2\nc: 3\n", "is value 6: the document has more than 5 values"),
-    ("a: " + "9" * 41 + "\n", "a is a number with 41 digits: too large"),
-    ("a: 1\n b: 2\n", "is not valid YAML: mapping values are not allowed in this context"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("a: 1\na: 2\n", "a is given twice (line 2, column 1)"),
+        ("a:\n  b:\n    c: 1\n", "a.b is nested more than 2 levels deep (line 3, column 5)"),
+        ("a: 1\nb: 2\nc: 3\n", "is value 6: the document has more than 5 values"),
+        ("a: " + "9" * 41 + "\n", "a is a number with 41 digits: too large"),
+        ("a: 1\n b: 2\n", "is not valid YAML: mapping values are not allowed in this context"),
+    ],
+)
 def test_refusals_keep_the_full_readers_words(text, message):
     assert read_subset(text, 2, 5) is None
     with pytest.raises(YamlProblem) as refused:

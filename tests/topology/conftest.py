@@ -20,14 +20,12 @@ from nri_plugin.simulated.hardware import (
 
 @pytest.fixture
 def dgx_sysfs(tmp_path: Path) -> Path:
-    return build_sysfs(tmp_path / "sys", nodes=2, cores_per_node=8, threads=2,
-                       pci=dgx_like_pci())
+    return build_sysfs(tmp_path / "sys", nodes=2, cores_per_node=8, threads=2, pci=dgx_like_pci())
 
 
 @pytest.fixture
 def pcie_sysfs(tmp_path: Path) -> Path:
-    return build_sysfs(tmp_path / "sys", nodes=2, cores_per_node=4, threads=2,
-                       pci=pcie_box_pci())
+    return build_sysfs(tmp_path / "sys", nodes=2, cores_per_node=4, threads=2, pci=pcie_box_pci())
 
 
 @pytest.fixture

@@ -6,23 +6,29 @@ from nri_plugin.topology.cpulist import format_cpulist, parse_cpulist
 from nri_plugin.topology.errors import CpuListError
 
 
-@pytest.mark.parametrize(("text", "cpus"), [
-    ("0-3,8-11", {0, 1, 2, 3, 8, 9, 10, 11}),
-    ("5", {5}),
-    ("0,2,4", {0, 2, 4}),
-    (" 0-1\n", {0, 1}),
-    ("", set()),
-])
+@pytest.mark.parametrize(
+    ("text", "cpus"),
+    [
+        ("0-3,8-11", {0, 1, 2, 3, 8, 9, 10, 11}),
+        ("5", {5}),
+        ("0,2,4", {0, 2, 4}),
+        (" 0-1\n", {0, 1}),
+        ("", set()),
+    ],
+)
 def test_parse(text, cpus):
     assert parse_cpulist(text) == frozenset(cpus)
 
 
-@pytest.mark.parametrize(("cpus", "text"), [
-    ({0, 1, 2, 3, 8, 9, 10, 11}, "0-3,8-11"),
-    ({4, 5}, "4-5"),  # the kernel prints ranges of two as a range too
-    ({7, 1, 3}, "1,3,7"),
-    (set(), ""),
-])
+@pytest.mark.parametrize(
+    ("cpus", "text"),
+    [
+        ({0, 1, 2, 3, 8, 9, 10, 11}, "0-3,8-11"),
+        ({4, 5}, "4-5"),  # the kernel prints ranges of two as a range too
+        ({7, 1, 3}, "1,3,7"),
+        (set(), ""),
+    ],
+)
 def test_format(cpus, text):
     assert format_cpulist(cpus) == text
 

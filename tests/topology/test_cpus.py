@@ -40,8 +40,7 @@ def test_no_node_dirs_is_one_node(tmp_path):
 
 
 def test_offline_cpus_are_left_out(tmp_path):
-    topo = read_topology(build_sysfs(tmp_path, nodes=2, cores_per_node=2, threads=2,
-                                     offline=[6]))
+    topo = read_topology(build_sysfs(tmp_path, nodes=2, cores_per_node=2, threads=2, offline=[6]))
     assert 6 not in topo.online
     assert 6 not in topo.node(0).cpus | topo.node(1).cpus
     assert topo.core_of(2) == frozenset({2})  # its sibling 6 is offline
@@ -87,9 +86,11 @@ def test_this_machine():
 
 def test_hook_path_imports_stay_light():
     # the OCI hook imports placement on every container start: no YAML, NVML or logging
-    code = ("import sys, nri_plugin.plan.allocator; "
-            "print(sorted(m for m in ('yaml', 'pynvml', 'logging') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True,
-                         check=True)
+    code = (
+        "import sys, nri_plugin.plan.allocator; "
+        "print(sorted(m for m in ('yaml', 'pynvml', 'logging') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-I", "-c", code], capture_output=True, text=True, check=True
+    )
     assert out.stdout.strip() == "[]"
-

@@ -33,8 +33,9 @@ def machine_sysfs(tmp_path: Path, name: str) -> Path:
 
 
 def test_dgx1v_link_counts_per_peer(tmp_path):
-    inv = load_inventory("nvml", sysfs_root=machine_sysfs(tmp_path, "dgx1v"),
-                         nvml=FakeNvml(dgx1v_gpus()))
+    inv = load_inventory(
+        "nvml", sysfs_root=machine_sysfs(tmp_path, "dgx1v"), nvml=FakeNvml(dgx1v_gpus())
+    )
     for (a, b), n in DGX1V_LINKS.items():
         assert inv.gpus[a].links_to(b) == inv.gpus[b].links_to(a) == n
     assert inv.gpus[0].nvlink_links == ((1, 1), (2, 1), (3, 2), (4, 2))
@@ -44,10 +45,10 @@ def test_dgx1v_link_counts_per_peer(tmp_path):
 
 
 def test_nvswitch_peers_get_every_link_into_common_switches(tmp_path):
-    inv = load_inventory("nvml", sysfs_root=machine_sysfs(tmp_path, "nvswitch"),
-                         nvml=FakeNvml(nvswitch_gpus()))
-    assert all(g.nvlink_links == tuple((p, 12) for p in range(8) if p != g.index)
-               for g in inv.gpus)
+    inv = load_inventory(
+        "nvml", sysfs_root=machine_sysfs(tmp_path, "nvswitch"), nvml=FakeNvml(nvswitch_gpus())
+    )
+    assert all(g.nvlink_links == tuple((p, 12) for p in range(8) if p != g.index) for g in inv.gpus)
 
 
 @pytest.mark.parametrize("name", sorted(MACHINES))
@@ -67,27 +68,36 @@ def test_pcie_levels_agree_between_nvml_and_the_sysfs_tree(tmp_path, name):
 def test_pcie_pairs_levels(tmp_path):
     inv = load_inventory("sysfs", sysfs_root=machine_sysfs(tmp_path, "pcie-pairs"))
     g0 = inv.gpus[0]
-    assert [g0.pcie_level(p) for p in range(1, 8)] == ["switch", "numa", "numa"] + [
-        "system"] * 4
+    assert [g0.pcie_level(p) for p in range(1, 8)] == ["switch", "numa", "numa"] + ["system"] * 4
     assert g0.pcie_level(0) is None
 
 
 def test_dgx1v_switch_pairs_share_a_host_bridge(tmp_path):
     inv = load_inventory("sysfs", sysfs_root=machine_sysfs(tmp_path, "dgx1v"))
-    assert [inv.gpus[0].pcie_level(p) for p in (1, 2, 4)] == ["switch", "hostbridge",
-                                                               "system"]
+    assert [inv.gpus[0].pcie_level(p) for p in (1, 2, 4)] == ["switch", "hostbridge", "system"]
 
 
-@pytest.mark.parametrize(("value", "level"), [(0, "switch"), (10, "switch"), (20, "switch"),
-                                              (30, "hostbridge"), (40, "numa"),
-                                              (50, "system"), (60, None)])
+@pytest.mark.parametrize(
+    ("value", "level"),
+    [
+        (0, "switch"),
+        (10, "switch"),
+        (20, "switch"),
+        (30, "hostbridge"),
+        (40, "numa"),
+        (50, "system"),
+        (60, None),
+    ],
+)
 def test_nvml_levels(value, level):
     assert level_of_nvml(value) == level
 
 
 def test_paths_without_a_numa_node_cannot_tell_across_root_complexes():
-    a, b = ("pci0000:00", "0000:00:01.0", "0000:01:00.0"), ("pci0000:80", "0000:80:01.0",
-                                                            "0000:81:00.0")
+    a, b = (
+        ("pci0000:00", "0000:00:01.0", "0000:01:00.0"),
+        ("pci0000:80", "0000:80:01.0", "0000:81:00.0"),
+    )
     assert level_of_paths(a, b, None, 0) is None
     assert level_of_paths(a, b, 0, 0) == "numa"
     assert level_of_paths(a, (), 0, 0) is None
@@ -110,15 +120,21 @@ def test_snapshot_roundtrip_keeps_links_and_pcie(tmp_path):
     save_snapshot(path, read_topology(sysfs), inv)
     raw = yaml.safe_load(path.read_text())
     assert raw["gpus"][0]["nvlink_links"] == [[1, 1], [2, 1], [3, 2], [4, 2]]
-    assert raw["gpus"][0]["pcie"] == {"switch": [1], "hostbridge": [2, 3],
-                                      "system": [4, 5, 6, 7]}
+    assert raw["gpus"][0]["pcie"] == {"switch": [1], "hostbridge": [2, 3], "system": [4, 5, 6, 7]}
     assert load_snapshot(path).inventory.gpus == inv.gpus
 
 
 def _snapshot(tmp_path, gpu):
     path = tmp_path / "s.yaml"
-    path.write_text(yaml.safe_dump({"version": 1, "cpus": {"online": "0-1"}, "gpus": [
-        {"index": 0, "pci_bus_id": "0000:01:00.0", **gpu}]}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "version": 1,
+                "cpus": {"online": "0-1"},
+                "gpus": [{"index": 0, "pci_bus_id": "0000:01:00.0", **gpu}],
+            }
+        )
+    )
     return path
 
 
@@ -127,15 +143,20 @@ def test_old_snapshots_mean_one_link_per_peer(tmp_path):
     assert gpu.nvlink_links == ((1, 1), (2, 1)) and gpu.pcie_levels == ()
 
 
-@pytest.mark.parametrize(("gpu", "message"), [
-    ({"nvlink_links": [[1]]}, r"gpus\[0\]\.nvlink_links\[0\]: expected \[peer index, links"),
-    ({"nvlink_links": [[1, 0]]}, r"nvlink_links\[0\]: expected \[peer index, links >= 1\]"),
-    ({"nvlink_peers": [2], "nvlink_links": [[1, 1]]},
-     r"gpus\[0\]: GPU 0: NVLink peers \[2\] differ"),
-    ({"nvlink_peers": ["x"]}, r"nvlink_peers\[0\]: expected a GPU index, got 'x'"),
-    ({"pcie": {"bus": [1]}}, r"gpus\[0\]\.pcie: 'bus' is not one of switch, hostbridge"),
-    ({"pcie": {"switch": 1}}, r"pcie\.switch: expected a list of GPU indexes"),
-])
+@pytest.mark.parametrize(
+    ("gpu", "message"),
+    [
+        ({"nvlink_links": [[1]]}, r"gpus\[0\]\.nvlink_links\[0\]: expected \[peer index, links"),
+        ({"nvlink_links": [[1, 0]]}, r"nvlink_links\[0\]: expected \[peer index, links >= 1\]"),
+        (
+            {"nvlink_peers": [2], "nvlink_links": [[1, 1]]},
+            r"gpus\[0\]: GPU 0: NVLink peers \[2\] differ",
+        ),
+        ({"nvlink_peers": ["x"]}, r"nvlink_peers\[0\]: expected a GPU index, got 'x'"),
+        ({"pcie": {"bus": [1]}}, r"gpus\[0\]\.pcie: 'bus' is not one of switch, hostbridge"),
+        ({"pcie": {"switch": 1}}, r"pcie\.switch: expected a list of GPU indexes"),
+    ],
+)
 def test_bad_link_facts_name_the_field(tmp_path, gpu, message):
     with pytest.raises(SnapshotError, match=message):
         load_snapshot(_snapshot(tmp_path, gpu))
@@ -144,8 +165,9 @@ def test_bad_link_facts_name_the_field(tmp_path, gpu, message):
 def test_inventory_table_shows_link_counts_and_switch_peers(tmp_path):
     # render_table, not main(): main quietens the topology logger for later tests
     sysfs = machine_sysfs(tmp_path, "dgx1v")
-    out = render_table(read_topology(sysfs), load_inventory(
-        "nvml", sysfs_root=sysfs, nvml=FakeNvml(dgx1v_gpus())))
+    out = render_table(
+        read_topology(sysfs), load_inventory("nvml", sysfs_root=sysfs, nvml=FakeNvml(dgx1v_gpus()))
+    )
     assert "NVLink peers  PCIe switch" in out
     row = next(line for line in out.splitlines() if "GPU-e0" in line)
     assert "1,2,3x2,4x2" in row and row.split()[-2] == "1"

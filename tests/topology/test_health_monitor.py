@@ -30,12 +30,16 @@ def watched(sysfs, nvml):
 
 
 def changes(records):
-    return [(r.fields["gpu"], r.fields["health"], r.fields["reason"]) for r in records
-            if r.getMessage() == "GPU health changed"]
+    return [
+        (r.fields["gpu"], r.fields["health"], r.fields["reason"])
+        for r in records
+        if r.getMessage() == "GPU health changed"
+    ]
 
 
 def test_critical_xid_makes_a_gpu_unhealthy_for_good_application_xids_do_not(
-        dgx_sysfs, dgx_nvml, caplog):
+    dgx_sysfs, dgx_nvml, caplog
+):
     caplog.set_level(logging.INFO, logger="nri_sla.topology.health")
     inventory, monitor = watched(dgx_sysfs, dgx_nvml)
     assert not monitor.poll(500)  # nothing yet; the first wait got the timeout asked
@@ -46,14 +50,17 @@ def test_critical_xid_makes_a_gpu_unhealthy_for_good_application_xids_do_not(
     dgx_nvml.queue_xid(dgx_nvml.gpus[2], 48)  # double-bit ECC error, same GPU
     change = monitor.poll(0)
     assert [(k, h.state, h.reason) for k, _, h in change.changed] == [
-        (gpu2.identity, "unhealthy", "XID 79")]
+        (gpu2.identity, "unhealthy", "XID 79")
+    ]
     health = monitor.health()
     assert health[gpu2.identity].state == "unhealthy" and health[gpu5.identity].healthy
     assert monitor.health_of(gpu2).reason == "XID 79"
     # logged once, by its UUID; the application XID logged but no change
     assert changes(caplog.records) == [(gpu2.uuid, "unhealthy", "XID 79")]
-    assert any(r.getMessage().startswith("GPU application error") and r.fields["xid"] == 31
-               for r in caplog.records)
+    assert any(
+        r.getMessage().startswith("GPU application error") and r.fields["xid"] == 31
+        for r in caplog.records
+    )
     # for good: a fresh, healthy inventory read does not clear it
     monitor.track(load_inventory(sysfs_root=dgx_sysfs, nvml=dgx_nvml))
     assert not monitor.poll(0) and not monitor.health()[gpu2.identity].healthy
@@ -102,17 +109,18 @@ def test_the_inventory_reads_unknown_gpus(dgx_sysfs, dgx_nvml):
     dgx_nvml.gpus[1].errors = {"nvmlDeviceGetUUID": NVML_ERROR_UNKNOWN}
     change = monitor.track(load_inventory(sysfs_root=dgx_sysfs, nvml=dgx_nvml))
     assert [(k, was.state, now.state) for k, was, now in change.changed] == [
-        (inventory.gpus[1].identity, "healthy", "unknown")]
+        (inventory.gpus[1].identity, "healthy", "unknown")
+    ]
     dgx_nvml.gpus[1].errors = {}
-    assert monitor.track(load_inventory(sysfs_root=dgx_sysfs, nvml=dgx_nvml)).changed[0][
-        2].healthy  # readable again: healthy again (not an event)
+    assert (
+        monitor.track(load_inventory(sysfs_root=dgx_sysfs, nvml=dgx_nvml)).changed[0][2].healthy
+    )  # readable again: healthy again (not an event)
 
 
 def test_new_gpus_are_news_only_when_not_healthy(dgx_sysfs, dgx_nvml):
     inventory = load_inventory(sysfs_root=dgx_sysfs, nvml=dgx_nvml)
     odd = replace(inventory.gpus[0], health=unknown("NVML: test"))
-    change = GpuHealthMonitor(dgx_nvml).track(replace(inventory, gpus=(odd,
-                                                                      *inventory.gpus[1:])))
+    change = GpuHealthMonitor(dgx_nvml).track(replace(inventory, gpus=(odd, *inventory.gpus[1:])))
     assert [(k, was) for k, was, _ in change.changed] == [(odd.identity, None)]
 
 
@@ -137,11 +145,9 @@ def test_gpus_without_xid_events_stay_watched_for_loss(dgx_sysfs, caplog):
     nvml = FakeNvml(gpus)
     _, monitor = watched(dgx_sysfs, nvml)
     assert not monitor.poll(0)
-    assert any(r.getMessage() == "GPU health: no XID events for this GPU"
-               for r in caplog.records)
+    assert any(r.getMessage() == "GPU health: no XID events for this GPU" for r in caplog.records)
     gpus[0].lost = True
     assert monitor.poll(0).changed[0][2].state == "unhealthy"
-
 
 
 def test_a_session_that_fails_half_way_leaves_nvml_closed(dgx_sysfs, dgx_nvml):

@@ -41,8 +41,7 @@ def test_mig_instances_with_profiles_and_caps(dgx_sysfs, mig_nvml, mig_proc):
     inv = load_inventory(sysfs_root=dgx_sysfs, nvml=mig_nvml, proc_root=mig_proc)
     gpu0, gpu1 = inv.gpus
     assert gpu0.mig_enabled and not gpu1.mig_enabled
-    assert [m.profile for m in gpu0.mig_instances] == ["3g.40gb", "2g.20gb", "1g.10gb",
-                                                       "1g.10gb"]
+    assert [m.profile for m in gpu0.mig_instances] == ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"]
     small = gpu0.mig_instances[2]
     assert (small.gi_id, small.ci_id, small.index, small.gpu_index) == (9, 0, 2, 0)
     assert small.caps_minors == (84, 85)  # gi access, ci access from mig-minors
@@ -53,11 +52,18 @@ def test_mig_instances_with_profiles_and_caps(dgx_sysfs, mig_nvml, mig_proc):
 
 def test_nvswitch_links_make_every_gpu_a_peer(dgx_sysfs):
     switches = ["00000000:C0:00.0", "00000000:C1:00.0"]
-    gpus = [FakeGpu(uuid=f"GPU-{i}", bus=f"00000000:{0x10 + i:02X}:00.0", numa=i // 2,
-                    minor=i, links=switches) for i in range(4)]
+    gpus = [
+        FakeGpu(
+            uuid=f"GPU-{i}",
+            bus=f"00000000:{0x10 + i:02X}:00.0",
+            numa=i // 2,
+            minor=i,
+            links=switches,
+        )
+        for i in range(4)
+    ]
     inv = load_inventory(sysfs_root=dgx_sysfs, nvml=FakeNvml(gpus))
-    assert [g.nvlink_peers for g in inv.gpus] == [frozenset({0, 1, 2, 3} - {i})
-                                                  for i in range(4)]
+    assert [g.nvlink_peers for g in inv.gpus] == [frozenset({0, 1, 2, 3} - {i}) for i in range(4)]
 
 
 def test_find_by_index_uuid_and_bus_id(dgx_sysfs, dgx_nvml):
@@ -83,8 +89,7 @@ def test_auto_degrades_to_sysfs_with_a_reason(dgx_sysfs, caplog):
     assert all(g.uuid == "" and g.ref == g.pci_bus_id for g in inv.gpus)
 
 
-def test_no_nvml_warning_on_a_node_without_gpus_and_one_per_reader(dgx_sysfs, tmp_path,
-                                                                   caplog):
+def test_no_nvml_warning_on_a_node_without_gpus_and_one_per_reader(dgx_sysfs, tmp_path, caplog):
     bare = build_sysfs(tmp_path / "bare", nodes=1, cores_per_node=2, threads=1)
     broken = FakeNvml([], fail_init=NVML_ERROR_LIBRARY_NOT_FOUND)
     with caplog.at_level(logging.WARNING):
@@ -170,9 +175,10 @@ def test_auto_without_the_nvidia_driver_never_loads_pynvml(dgx_sysfs, tmp_path, 
     # No /proc/driver/nvidia: NVML cannot answer, so pynvml is not imported for nothing
     # (the plugin's memory); the inventory is sysfs's, as when NVML fails.
     imports = []
-    monkeypatch.setattr("nri_plugin.topology.inventory.import_pynvml",
-                        lambda: imports.append(1) or FakeNvml(
-                            [], fail_init=NVML_ERROR_LIBRARY_NOT_FOUND))
+    monkeypatch.setattr(
+        "nri_plugin.topology.inventory.import_pynvml",
+        lambda: imports.append(1) or FakeNvml([], fail_init=NVML_ERROR_LIBRARY_NOT_FOUND),
+    )
     reader = InventoryReader(sysfs_root=dgx_sysfs, proc_root=tmp_path)
     inv = reader.read()
     assert inv.source == "sysfs" and len(inv.gpus) == 8 and imports == []
@@ -211,9 +217,14 @@ def test_real_pynvml_on_this_machine_degrades_cleanly():
 
 
 def test_sysfs_ignores_other_vendors_and_functions(tmp_path):
-    root = build_sysfs(tmp_path, pci=[("0000:07:00.0", 0x030200, 1),
-                                      ("0000:07:00.1", 0x040300, 1),  # HDMI audio
-                                      ("0000:65:00.0", 0x030000, -1)])
+    root = build_sysfs(
+        tmp_path,
+        pci=[
+            ("0000:07:00.0", 0x030200, 1),
+            ("0000:07:00.1", 0x040300, 1),  # HDMI audio
+            ("0000:65:00.0", 0x030000, -1),
+        ],
+    )
     other = root / "bus/pci/devices/0000:03:00.0"
     other.mkdir()
     (other / "vendor").write_text("0x8086\n")
@@ -222,10 +233,11 @@ def test_sysfs_ignores_other_vendors_and_functions(tmp_path):
     proc.mkdir(parents=True)
     (proc / "information").write_text("Model: \t NVIDIA RTX A4000\nDevice Minor: \t 3\n")
     inv = load_inventory("sysfs", sysfs_root=root, proc_root=tmp_path / "proc")
-    assert [(g.pci_bus_id, g.numa_node) for g in inv.gpus] == [("0000:07:00.0", 1),
-                                                               ("0000:65:00.0", None)]
-    assert (inv.gpus[1].name, inv.gpus[1].minor, inv.gpus[0].minor) == ("NVIDIA RTX A4000", 3,
-                                                                        None)
+    assert [(g.pci_bus_id, g.numa_node) for g in inv.gpus] == [
+        ("0000:07:00.0", 1),
+        ("0000:65:00.0", None),
+    ]
+    assert (inv.gpus[1].name, inv.gpus[1].minor, inv.gpus[0].minor) == ("NVIDIA RTX A4000", 3, None)
     assert inv.gpus[0].device_minor == 0
 
 
@@ -233,12 +245,15 @@ def test_no_pci_tree_means_no_gpus(tmp_path):
     assert load_inventory("sysfs", sysfs_root=Path(tmp_path)).gpus == ()
 
 
-@pytest.mark.parametrize(("text", "bus"), [
-    ("00000000:07:00.0", "0000:07:00.0"),
-    ("0000:B7:00.0", "0000:b7:00.0"),
-    ("b7:00.0", "0000:b7:00.0"),
-    ("GPU-1", None),
-    ("07:00", None),
-])
+@pytest.mark.parametrize(
+    ("text", "bus"),
+    [
+        ("00000000:07:00.0", "0000:07:00.0"),
+        ("0000:B7:00.0", "0000:b7:00.0"),
+        ("b7:00.0", "0000:b7:00.0"),
+        ("GPU-1", None),
+        ("07:00", None),
+    ],
+)
 def test_normalize_bus_id(text, bus):
     assert normalize_bus_id(text) == bus

@@ -27,8 +27,7 @@ def test_table_from_fake_sysfs(capsys, dgx_sysfs):
 
 def test_json_save_and_replay(tmp_path, capsys, dgx_sysfs):
     snap = tmp_path / "node.yaml"
-    assert main(["inventory", "--sysfs-root", str(dgx_sysfs), "--json", "--save",
-                 str(snap)]) == 0
+    assert main(["inventory", "--sysfs-root", str(dgx_sysfs), "--json", "--save", str(snap)]) == 0
     first = json.loads(capsys.readouterr().out)
     assert first["cpus"]["online"] == "0-31"
     assert [g["numa_node"] for g in first["gpus"]] == [0] * 4 + [1] * 4
@@ -56,6 +55,10 @@ def test_bad_snapshot_is_one_line_and_exit_2(tmp_path, capsys):
 
 
 def test_entry_point_runs_as_a_process():
-    out = subprocess.run([sys.executable, "-m", "nri_plugin.cli", "inventory", "--json"],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "nri_plugin.cli", "inventory", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert json.loads(out.stdout)["version"] == 1

@@ -25,8 +25,17 @@ def test_roundtrip_keeps_every_fact(tmp_path, dgx_sysfs, mig_nvml, mig_proc):
     assert load_inventory("snapshot", snapshot=path).gpus == inv.gpus
 
 
-@pytest.mark.parametrize("name", ["dgx-like.yaml", "pcie-box.yaml", "mig-box.yaml",
-                                  "dgx1v.yaml", "nvswitch-box.yaml", "pcie-pairs.yaml"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "dgx-like.yaml",
+        "pcie-box.yaml",
+        "mig-box.yaml",
+        "dgx1v.yaml",
+        "nvswitch-box.yaml",
+        "pcie-pairs.yaml",
+    ],
+)
 def test_shipped_examples_load(name):
     snap = load_snapshot(EXAMPLES / name)
     assert snap.inventory.gpus
@@ -46,20 +55,33 @@ def _write(tmp_path, data):
     return path
 
 
-@pytest.mark.parametrize(("data", "message"), [
-    ({"version": 2, "cpus": {"online": "0"}}, r"version: 2 is not supported \(allowed: 1\)"),
-    ({"version": 1, "cpus": {"online": "x"}}, r"cpus\.online: invalid CPU list"),
-    ({"version": 1}, r"\.cpus: missing"),
-    ({"version": 1, "cpus": {"online": "0-1"}, "gpus": [{"index": "a"}]},
-     r"gpus\[0\]\.index: expected int, got 'a'"),
-    ({"version": 1, "cpus": {"online": "0-1"},
-      "gpus": [{"index": 0, "pci_bus_id": "slot 1"}]},
-     r"gpus\[0\]\.pci_bus_id: 'slot 1' is not a PCI address"),
-    # Another file given by mistake says what it is.
-    ([1, 2], "a YAML list, not a node snapshot"),
-    ({"apiVersion": "v1", "kind": "Pod"}, "a Kubernetes Pod manifest, not a node snapshot "
-                                          r"\(expected what `nri-sla inventory --save`"),
-])
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"version": 2, "cpus": {"online": "0"}}, r"version: 2 is not supported \(allowed: 1\)"),
+        ({"version": 1, "cpus": {"online": "x"}}, r"cpus\.online: invalid CPU list"),
+        ({"version": 1}, r"\.cpus: missing"),
+        (
+            {"version": 1, "cpus": {"online": "0-1"}, "gpus": [{"index": "a"}]},
+            r"gpus\[0\]\.index: expected int, got 'a'",
+        ),
+        (
+            {
+                "version": 1,
+                "cpus": {"online": "0-1"},
+                "gpus": [{"index": 0, "pci_bus_id": "slot 1"}],
+            },
+            r"gpus\[0\]\.pci_bus_id: 'slot 1' is not a PCI address",
+        ),
+        # Another file given by mistake says what it is.
+        ([1, 2], "a YAML list, not a node snapshot"),
+        (
+            {"apiVersion": "v1", "kind": "Pod"},
+            "a Kubernetes Pod manifest, not a node snapshot "
+            r"\(expected what `nri-sla inventory --save`",
+        ),
+    ],
+)
 def test_bad_snapshots_name_the_field(tmp_path, data, message):
     # The operator's file, so invalid (exit status 2), never an internal failure.
     with pytest.raises(SnapshotError, match=message) as caught:

@@ -15,8 +15,9 @@ class GuestBoots:
     `start` start at once; any other starts when first waited for. `cancel` is the event
     the boots watch (harness.run_in_guest kills its guest when it is set)."""
 
-    def __init__(self, boots: dict[str, Callable[[], Any]], start: list[str],
-                 cancel: threading.Event) -> None:
+    def __init__(
+        self, boots: dict[str, Callable[[], Any]], start: list[str], cancel: threading.Event
+    ) -> None:
         self._boots = boots
         self._cancel = cancel
         self._threads: dict[str, threading.Thread] = {}
@@ -26,8 +27,7 @@ class GuestBoots:
             self._start(name)
 
     def _start(self, name: str) -> None:
-        thread = threading.Thread(target=self._boot, args=(name,), daemon=True,
-                                  name=f"boot {name}")
+        thread = threading.Thread(target=self._boot, args=(name,), daemon=True, name=f"boot {name}")
         self._threads[name] = thread
         thread.start()
 

@@ -42,8 +42,13 @@ HOST_OPT_IN = "NRI_SLA_CGROUP2_HOST"
 # The containerd e2e of the systemd guest (tests/vm/systemd_guest/test_containerd_*.py):
 # the same variables as tests/e2e, handed into the guest; their binaries' directories are
 # made visible there.
-E2E_ENV = ("NRI_SLA_CONTAINERD", "NRI_SLA_CRICTL", "NRI_SLA_RUNC", "NRI_SLA_CONTAINERD_SHIM",
-           "NRI_SLA_CTR")
+E2E_ENV = (
+    "NRI_SLA_CONTAINERD",
+    "NRI_SLA_CRICTL",
+    "NRI_SLA_RUNC",
+    "NRI_SLA_CONTAINERD_SHIM",
+    "NRI_SLA_CTR",
+)
 
 
 def _vm_module(name: str):
@@ -93,10 +98,13 @@ class GuestSuite:
         return REPO / self.kind.tests
 
 
-SUITES = {s.param: s for s in (
-    GuestSuite("guest_nodeid", _harness().GUEST_KINDS["busybox"], "guest_run"),
-    GuestSuite("systemd_nodeid", _harness().GUEST_KINDS["systemd"], "systemd_guest_run"),
-)}
+SUITES = {
+    s.param: s
+    for s in (
+        GuestSuite("guest_nodeid", _harness().GUEST_KINDS["busybox"], "guest_run"),
+        GuestSuite("systemd_nodeid", _harness().GUEST_KINDS["systemd"], "systemd_guest_run"),
+    )
+}
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
@@ -119,9 +127,21 @@ def collect_guest_nodeids(directory: Path) -> tuple[list[str], str | None]:
     """Node ids of the guest tests in `directory` (relative to the repo), and an error
     text if any."""
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-         str(directory.relative_to(REPO))],
-        cwd=REPO, capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--collect-only",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            str(directory.relative_to(REPO)),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     ids = [line.strip() for line in proc.stdout.splitlines() if "::" in line]
     if proc.returncode != 0:
         return ids, proc.stdout + proc.stderr
@@ -168,9 +188,12 @@ class BootContext:
         return h.guest_cpus(kind, max(1, h.host_cores() // self.guests))
 
 
-def _boot(ctx: BootContext, suite: GuestSuite,
-          prepare: Callable[[Path], dict[str, str]] | None = None,
-          extra_keep: tuple[str, ...] = ()):
+def _boot(
+    ctx: BootContext,
+    suite: GuestSuite,
+    prepare: Callable[[Path], dict[str, str]] | None = None,
+    extra_keep: tuple[str, ...] = (),
+):
     """Boot `suite`'s guest once and run its selected tests in it (a harness.GuestRun).
 
     prepare(io_dir) puts files into the I/O share before the boot and returns variables
@@ -181,25 +204,41 @@ def _boot(ctx: BootContext, suite: GuestSuite,
         tools = h.find_tools()
     except h.VmUnavailable as exc:
         pytest.skip(f"{suite.kind.label} unavailable: {exc}")
-    selected = sorted({
-        item.callspec.params[suite.param] for item in ctx.request.session.items
-        if hasattr(item, "callspec") and suite.param in item.callspec.params
-    } - {COLLECTION_ERROR})
+    selected = sorted(
+        {
+            item.callspec.params[suite.param]
+            for item in ctx.request.session.items
+            if hasattr(item, "callspec") and suite.param in item.callspec.params
+        }
+        - {COLLECTION_ERROR}
+    )
     # All (or none) selected: name the directory (short command line, same tests).
     whole = not selected or set(selected) >= set(suite.ids)
     args = [str(suite.directory.relative_to(REPO))] if whole else selected
     timeout = float(os.environ.get(TIMEOUT_ENV, suite.kind.timeout))
-    script = h.pytest_script(REPO, Path(sys.executable), args,
-                             per_test_timeout=min(suite.kind.per_test_timeout, timeout / 2))
+    script = h.pytest_script(
+        REPO,
+        Path(sys.executable),
+        args,
+        per_test_timeout=min(suite.kind.per_test_timeout, timeout / 2),
+    )
     earlier = ""
     for attempt in (1, 2):
         work = ctx.mktemp(suite.kind.label.replace(" ", "-"))
         env = prepare(work / "io") if prepare else {}
         try:
-            run = h.run_in_guest(script, work, timeout=timeout, tools=tools,
-                                 keep=h.guest_keep(REPO) + extra_keep, init=suite.kind.init,
-                                 env=env, disks=suite.kind.disks,
-                                 cpus=ctx.cpus(suite.kind), cancel=ctx.cancel)
+            run = h.run_in_guest(
+                script,
+                work,
+                timeout=timeout,
+                tools=tools,
+                keep=h.guest_keep(REPO) + extra_keep,
+                init=suite.kind.init,
+                env=env,
+                disks=suite.kind.disks,
+                cpus=ctx.cpus(suite.kind),
+                cancel=ctx.cancel,
+            )
         except h.VmUnavailable as exc:  # e.g. the kernel lacks a module the guest needs
             pytest.skip(f"{suite.kind.label} unavailable: {exc}")
         except h.VmError as exc:
@@ -215,9 +254,11 @@ def _boot(ctx: BootContext, suite: GuestSuite,
             break
         earlier = f"; first attempt: {run.error}"
     boot = f"{run.boot_seconds:.1f} s" if run.boot_seconds is not None else "?"
-    suite.summary = (f"{suite.kind.label} ({tools.kernel.name}): boot {boot}, "
-                     f"total {run.total_seconds:.1f} s, guest pytest rc {run.rc}, "
-                     f"logs in {work}" + (f"; {run.error}" if run.error else "") + earlier)
+    suite.summary = (
+        f"{suite.kind.label} ({tools.kernel.name}): boot {boot}, "
+        f"total {run.total_seconds:.1f} s, guest pytest rc {run.rc}, "
+        f"logs in {work}" + (f"; {run.error}" if run.error else "") + earlier
+    )
     return run
 
 
@@ -230,7 +271,8 @@ def _package_tools():
     key = "nri_sla_package_tools"  # the name tests/packaging/conftest.py loads it by
     if key not in sys.modules:
         spec = importlib.util.spec_from_file_location(
-            key, REPO / "tests" / "packaging" / "package_tools.py")
+            key, REPO / "tests" / "packaging" / "package_tools.py"
+        )
         module = importlib.util.module_from_spec(spec)
         sys.modules[key] = module
         spec.loader.exec_module(module)
@@ -250,8 +292,10 @@ def _boot_systemd(ctx: BootContext) -> Any:
     """The systemd guest's run of the selected tests/vm/systemd_guest tests, with the
     Debian package built here (`make deb`'s build.sh) in its I/O share."""
     if shutil.which("dpkg-deb") is None:
-        pytest.skip("the systemd guest installs the Debian package: building it needs "
-                    "dpkg-deb (apt-get install dpkg-dev)")
+        pytest.skip(
+            "the systemd guest installs the Debian package: building it needs "
+            "dpkg-deb (apt-get install dpkg-dev)"
+        )
     tools = _package_tools()
     deb_dir = ctx.mktemp("deb")
     try:
@@ -270,7 +314,9 @@ def _boot_systemd(ctx: BootContext) -> Any:
 
 
 BOOTERS: dict[str, Callable[[BootContext], Any]] = {
-    "guest_nodeid": _boot_busybox, "systemd_nodeid": _boot_systemd}
+    "guest_nodeid": _boot_busybox,
+    "systemd_nodeid": _boot_systemd,
+}
 
 
 def compile_for_guests() -> None:
@@ -284,8 +330,11 @@ def compile_for_guests() -> None:
 
 def _selected_guests(session: pytest.Session) -> list[str]:
     """The guests whose run some selected test uses (directly or through another fixture)."""
-    return [param for param, suite in SUITES.items()
-            if any(suite.fixture in getattr(item, "fixturenames", ()) for item in session.items)]
+    return [
+        param
+        for param, suite in SUITES.items()
+        if any(suite.fixture in getattr(item, "fixturenames", ()) for item in session.items)
+    ]
 
 
 @pytest.fixture(scope="session")
@@ -299,8 +348,8 @@ def guest_boots(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
         compile_for_guests()
     ctx = BootContext(request, tmp_path_factory, threading.Event(), max(1, len(params)))
     boots = _vm_module("boots").GuestBoots(
-        {param: functools.partial(boot, ctx) for param, boot in BOOTERS.items()}, params,
-        ctx.cancel)
+        {param: functools.partial(boot, ctx) for param, boot in BOOTERS.items()}, params, ctx.cancel
+    )
     yield boots
     boots.stop()
 
@@ -331,20 +380,26 @@ def _tail(text: str, lines: int = 40) -> str:
 def report_guest_test(suite: GuestSuite, nodeid: str, run) -> None:
     """Pass, skip or fail as guest test `nodeid` did in `run`."""
     if nodeid == COLLECTION_ERROR:
-        pytest.fail(f"collecting {suite.directory.relative_to(REPO)} failed:\n"
-                    f"{suite.collection_error}", pytrace=False)
+        pytest.fail(
+            f"collecting {suite.directory.relative_to(REPO)} failed:\n{suite.collection_error}",
+            pytrace=False,
+        )
     result = _harness().load_results(run.io_dir).get(nodeid)
     if result is None:
         why = run.error or f"guest pytest rc {run.rc}"
         pytest.fail(
             f"guest test {nodeid} reported no result ({why})\n"
             f"--- guest pytest output (tail)\n{_tail(run.output)}\n"
-            f"--- guest console (tail)\n{_tail(run.console)}", pytrace=False)
+            f"--- guest console (tail)\n{_tail(run.console)}",
+            pytrace=False,
+        )
     if result["outcome"] == "skipped":
         pytest.skip(f"in the guest: {result['longrepr']}")
     if result["outcome"] != "passed":
-        pytest.fail(f"in the guest ({result['outcome']}):\n{result['longrepr']}\n"
-                    f"{result['sections']}", pytrace=False)
+        pytest.fail(
+            f"in the guest ({result['outcome']}):\n{result['longrepr']}\n{result['sections']}",
+            pytrace=False,
+        )
 
 
 def report_guest_pytest(run) -> None:
@@ -352,8 +407,11 @@ def report_guest_pytest(run) -> None:
     else means the guest pytest itself broke (usage error, internal error, nothing
     collected)."""
     if run.rc is None:
-        pytest.fail(f"{run.error}\n--- guest pytest output (tail)\n{_tail(run.output)}\n"
-                    f"--- guest console (tail)\n{_tail(run.console)}", pytrace=False)
+        pytest.fail(
+            f"{run.error}\n--- guest pytest output (tail)\n{_tail(run.output)}\n"
+            f"--- guest console (tail)\n{_tail(run.console)}",
+            pytrace=False,
+        )
     assert run.rc in (0, 1), f"guest pytest exited {run.rc}\n{_tail(run.output, 80)}"
     assert run.boot_seconds is not None
 
@@ -364,7 +422,8 @@ def guest_report() -> SimpleNamespace:
     .test(param, nodeid, run) and .pytest(run)."""
     return SimpleNamespace(
         test=lambda param, nodeid, run: report_guest_test(SUITES[param], nodeid, run),
-        pytest=report_guest_pytest)
+        pytest=report_guest_pytest,
+    )
 
 
 # --------------------------------------------------------------- inside a guest: results
@@ -374,8 +433,9 @@ _results: dict[str, dict[str, Any]] = {}
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """Fold setup/call/teardown into one result per test, for the outer host test."""
-    entry = _results.setdefault(report.nodeid, {"outcome": "passed", "longrepr": "",
-                                                 "sections": "", "duration": 0.0})
+    entry = _results.setdefault(
+        report.nodeid, {"outcome": "passed", "longrepr": "", "sections": "", "duration": 0.0}
+    )
     entry["duration"] += report.duration
     if report.outcome == "failed":
         entry["outcome"] = "failed" if report.when == "call" else "error"
@@ -385,8 +445,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         longrepr = report.longrepr
         entry["longrepr"] = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
     if report.when in ("call", "teardown") or report.outcome != "passed":
-        entry["sections"] = "\n".join(f"--- {title}\n{text}" for title, text in
-                                      report.sections)
+        entry["sections"] = "\n".join(f"--- {title}\n{text}" for title, text in report.sections)
     if report.when == "teardown":
         # Written after every test: if the guest dies or times out mid-run, the tests that
         # finished still report their own results on the host.
@@ -395,8 +454,12 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 def pytest_collectreport(report: pytest.CollectReport) -> None:
     if report.failed:
-        _results[report.nodeid] = {"outcome": "error", "longrepr": report.longreprtext,
-                                   "sections": "", "duration": 0.0}
+        _results[report.nodeid] = {
+            "outcome": "error",
+            "longrepr": report.longreprtext,
+            "sections": "",
+            "duration": 0.0,
+        }
 
 
 def _write_results() -> None:

@@ -107,28 +107,46 @@ SYSTEMD_MASKED = (
     "timers.target",
     # no hotplug: the initramfs loaded the drivers of the few virtio devices, and udev's
     # coldplug (trigger + settle) costs many seconds under TCG
-    "systemd-udevd.service", "systemd-udevd-control.socket", "systemd-udevd-kernel.socket",
-    "systemd-udev-trigger.service", "systemd-udev-settle.service",
+    "systemd-udevd.service",
+    "systemd-udevd-control.socket",
+    "systemd-udevd-kernel.socket",
+    "systemd-udev-trigger.service",
+    "systemd-udev-settle.service",
     # no login on the console, no network, no hardware to probe
-    "getty.target", "serial-getty@ttyS0.service", "systemd-timesyncd.service",
-    "systemd-networkd.service", "networking.service", "systemd-pstore.service",
-    "proc-sys-fs-binfmt_misc.automount", "systemd-binfmt.service",
-    "systemd-firstboot.service", "systemd-repart.service",
+    "getty.target",
+    "serial-getty@ttyS0.service",
+    "systemd-timesyncd.service",
+    "systemd-networkd.service",
+    "networking.service",
+    "systemd-pstore.service",
+    "proc-sys-fs-binfmt_misc.automount",
+    "systemd-binfmt.service",
+    "systemd-firstboot.service",
+    "systemd-repart.service",
     # state a throwaway machine does not keep: users (the host's are there), the
     # journal on disk (it stays in /run), the random seed, utmp; the host's root is
     # neither remounted nor given static device nodes (devtmpfs has them)
-    "systemd-sysusers.service", "systemd-journal-flush.service",
-    "systemd-random-seed.service", "systemd-update-utmp.service",
-    "systemd-remount-fs.service", "systemd-tmpfiles-setup-dev.service",
-    "kmod-static-nodes.service", "systemd-modules-load.service",
+    "systemd-sysusers.service",
+    "systemd-journal-flush.service",
+    "systemd-random-seed.service",
+    "systemd-update-utmp.service",
+    "systemd-remount-fs.service",
+    "systemd-tmpfiles-setup-dev.service",
+    "kmod-static-nodes.service",
+    "systemd-modules-load.service",
     # debug and special-purpose file systems nothing here uses
-    "sys-kernel-config.mount", "sys-fs-fuse-connections.mount", "sys-kernel-debug.mount",
-    "sys-kernel-tracing.mount", "dev-hugepages.mount",
+    "sys-kernel-config.mount",
+    "sys-fs-fuse-connections.mount",
+    "sys-kernel-debug.mount",
+    "sys-kernel-tracing.mount",
+    "dev-hugepages.mount",
 )
 # Generators run before any unit (each a process: seconds in all under TCG); the guest
 # needs none (no fstab, crypttab, gettys or SysV scripts), so all of them are masked.
-SYSTEMD_GENERATOR_DIRS = (Path("/lib/systemd/system-generators"),
-                          Path("/usr/lib/systemd/system-generators"))
+SYSTEMD_GENERATOR_DIRS = (
+    Path("/lib/systemd/system-generators"),
+    Path("/usr/lib/systemd/system-generators"),
+)
 
 # TCG by default: /dev/kvm may exist yet be unusable (nested virtualisation: qemu aborts
 # setting MSRs). Set NRI_SLA_VM_ACCEL=kvm where KVM works.
@@ -213,8 +231,9 @@ def _version_key(version: str) -> tuple[int, ...]:
     return tuple(int(n) for n in re.findall(r"\d+", version))
 
 
-def find_tools(boot_dir: Path = Path("/boot"),
-               modules_root: Path = Path("/usr/lib/modules")) -> VmTools:
+def find_tools(
+    boot_dir: Path = Path("/boot"), modules_root: Path = Path("/usr/lib/modules")
+) -> VmTools:
     """Find qemu, the newest kernel that has its modules installed, and busybox."""
     qemu = shutil.which("qemu-system-x86_64")
     if qemu is None:
@@ -229,7 +248,8 @@ def find_tools(boot_dir: Path = Path("/boot"),
     if not pairs:
         raise VmUnavailable(
             f"no readable {boot_dir}/vmlinuz-* with matching {modules_root}/<version>/"
-            f"modules.dep ({APT_HINT})")
+            f"modules.dep ({APT_HINT})"
+        )
     _, kernel, mod_dir = max(pairs)
     busybox = _find_static_busybox()
     if busybox is None:
@@ -240,15 +260,22 @@ def find_tools(boot_dir: Path = Path("/boot"),
 def _check_qemu_devices(qemu: Path) -> None:
     """Some qemu builds lack virtfs (9p); the guest cannot reach the host root without it."""
     try:
-        out = subprocess.run([str(qemu), "-device", "help"], capture_output=True, text=True,
-                             timeout=30, stdin=subprocess.DEVNULL)
+        out = subprocess.run(
+            [str(qemu), "-device", "help"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            stdin=subprocess.DEVNULL,
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise VmUnavailable(f"{qemu} -device help failed: {exc}") from None
     listing = out.stdout + out.stderr
     for device in ("virtio-9p-pci", "virtio-blk-pci"):
         if f'"{device}"' not in listing:
-            raise VmUnavailable(f"{qemu} has no {device} device (this qemu build lacks "
-                                f"virtfs/virtio; Debian's qemu-system-x86 has them)")
+            raise VmUnavailable(
+                f"{qemu} has no {device} device (this qemu build lacks "
+                f"virtfs/virtio; Debian's qemu-system-x86 has them)"
+            )
 
 
 def _find_static_busybox() -> Path | None:
@@ -297,7 +324,8 @@ def module_load_order(modules_dir: Path, wanted: Iterable[str]) -> list[str]:
         if norm not in by_name:
             raise VmUnavailable(
                 f"kernel module {name} not in {modules_dir}/modules.dep "
-                f"(install linux-image-amd64 and boot its kernel)")
+                f"(install linux-image-amd64 and boot its kernel)"
+            )
         visit(by_name[norm], ())
     return order
 
@@ -316,6 +344,7 @@ def _read_module(path: Path) -> bytes:
         return lzma.decompress(data)
     if path.suffix == ".gz":
         import gzip
+
         return gzip.decompress(data)
     if path.suffix == ".zst":
         raise VmUnavailable(f"{path}: .ko.zst modules are not supported (no zstd in stdlib)")
@@ -353,8 +382,8 @@ def cpio_newc(entries: Iterable[tuple[str, int, bytes]]) -> bytes:
 def _init_prologue(modules: list[str]) -> str:
     """Both inits start alike: busybox applets, API filesystems, the modules."""
     insmods = "\n".join(
-        f"insmod /modules/{Path(m).name.split('.ko')[0]}.ko || fail 'insmod {m}'"
-        for m in modules)
+        f"insmod /modules/{Path(m).name.split('.ko')[0]}.ko || fail 'insmod {m}'" for m in modules
+    )
     return f"""#!/bin/busybox sh
 /bin/busybox --install -s /bin
 export PATH=/bin
@@ -384,11 +413,16 @@ def init_script(modules: list[str], keep: tuple[str, ...] = ()) -> str:
     controllers = " ".join(f"+{c}" for c in GUEST_CONTROLLERS)
     io = f"/host{GUEST_IO_DIR}"
     hidden = _hidden_by_tmpfs(keep)
-    save = "".join(f"mkdir -p /keep{p} && mount -o bind /host{p} /keep{p} "
-                   f"|| fail 'keep {p}'\n" for p in hidden)
-    restore = "".join(f"mkdir -p /host{p} && mount -o bind /keep{p} /host{p} "
-                      f"|| fail 'restore {p}'\n" for p in hidden)
-    return _init_prologue(modules) + f"""mkdir -p /host
+    save = "".join(
+        f"mkdir -p /keep{p} && mount -o bind /host{p} /keep{p} || fail 'keep {p}'\n" for p in hidden
+    )
+    restore = "".join(
+        f"mkdir -p /host{p} && mount -o bind /keep{p} /host{p} || fail 'restore {p}'\n"
+        for p in hidden
+    )
+    return (
+        _init_prologue(modules)
+        + f"""mkdir -p /host
 mount -t 9p -o {HOST_9P_OPTIONS} host /host || fail "mount host root over 9p"
 {save}for d in tmp run; do mount -t tmpfs -o mode=1777 tmpfs /host/$d || fail "tmpfs /$d"; done
 {restore}mount -t proc proc /host/proc && mount -t sysfs sys /host/sys \\
@@ -410,6 +444,7 @@ sync
 umount {io}
 poweroff -f
 """
+    )
 
 
 def systemd_init_script(modules: list[str], keep: tuple[str, ...] = ()) -> str:
@@ -421,9 +456,13 @@ def systemd_init_script(modules: list[str], keep: tuple[str, ...] = ()) -> str:
     files of /overlay (systemd_overlay_files) are copied in before systemd starts.
     """
     io = f"/root{GUEST_IO_DIR}"
-    binds = "".join(f"mkdir -p /root{p} && mount -o bind /lower{p} /root{p} "
-                    f"|| fail 'keep {p}'\n" for p in _hidden_by_tmpfs(keep))
-    return _init_prologue(modules) + f"""mkdir -p /lower /upper /root
+    binds = "".join(
+        f"mkdir -p /root{p} && mount -o bind /lower{p} /root{p} || fail 'keep {p}'\n"
+        for p in _hidden_by_tmpfs(keep)
+    )
+    return (
+        _init_prologue(modules)
+        + f"""mkdir -p /lower /upper /root
 mount -t 9p -o {HOST_9P_OPTIONS} host /lower || fail "mount host root over 9p"
 mount -t tmpfs -o mode=755 tmpfs /upper && mkdir /upper/data /upper/work \\
   || fail "tmpfs for the overlay"
@@ -441,6 +480,7 @@ echo "NRI_SLA_VM: switching root to systemd (uptime $(cat /proc/uptime))"
 for d in dev proc sys; do mount --move /$d /root/$d || fail "move /$d"; done
 exec switch_root /root {SYSTEMD_INIT}
 """
+    )
 
 
 def systemd_overlay_files() -> list[tuple[str, int, bytes]]:
@@ -481,14 +521,23 @@ ExecStart=/bin/sh /etc/nri-sla-vm/command.sh
 TimeoutStartSec=infinity
 StandardOutput=journal+console
 """
-    tmpfiles = ("# The guest's /tmp is a fresh tmpfs holding bind mounts and the I/O share:\n"
-                "# create it, never clean it (the stock tmp.conf says D: empty at boot).\n"
-                "d /tmp 1777 root root -\n")
+    tmpfiles = (
+        "# The guest's /tmp is a fresh tmpfs holding bind mounts and the I/O share:\n"
+        "# create it, never clean it (the stock tmp.conf says D: empty at boot).\n"
+        "d /tmp 1777 root root -\n"
+    )
     reg = stat.S_IFREG | 0o644
     files: list[tuple[str, int, bytes]] = [
-        (d, stat.S_IFDIR | 0o755, b"") for d in
-        ("overlay", "overlay/etc", "overlay/etc/systemd", "overlay/etc/systemd/system",
-         "overlay/etc/tmpfiles.d", "overlay/etc/nri-sla-vm")]
+        (d, stat.S_IFDIR | 0o755, b"")
+        for d in (
+            "overlay",
+            "overlay/etc",
+            "overlay/etc/systemd",
+            "overlay/etc/systemd/system",
+            "overlay/etc/tmpfiles.d",
+            "overlay/etc/nri-sla-vm",
+        )
+    ]
     files += [
         ("overlay/etc/nri-sla-vm/command.sh", stat.S_IFREG | 0o755, command.encode()),
         (f"overlay/etc/systemd/system/{SYSTEMD_TARGET}", reg, target.encode()),
@@ -497,19 +546,23 @@ StandardOutput=journal+console
         ("overlay/etc/fstab", reg, b"# nri-sla test guest: nothing to mount\n"),
         ("overlay/etc/crypttab", reg, b""),
     ]
-    files += [(f"overlay/etc/systemd/system/{unit}", stat.S_IFLNK | 0o777, b"/dev/null")
-              for unit in SYSTEMD_MASKED]
-    generators = sorted({g.name for d in SYSTEMD_GENERATOR_DIRS if d.is_dir()
-                         for g in d.iterdir()})
+    files += [
+        (f"overlay/etc/systemd/system/{unit}", stat.S_IFLNK | 0o777, b"/dev/null")
+        for unit in SYSTEMD_MASKED
+    ]
+    generators = sorted({g.name for d in SYSTEMD_GENERATOR_DIRS if d.is_dir() for g in d.iterdir()})
     if generators:
         files.append(("overlay/etc/systemd/system-generators", stat.S_IFDIR | 0o755, b""))
-    files += [(f"overlay/etc/systemd/system-generators/{g}", stat.S_IFLNK | 0o777,
-               b"/dev/null") for g in generators]
+    files += [
+        (f"overlay/etc/systemd/system-generators/{g}", stat.S_IFLNK | 0o777, b"/dev/null")
+        for g in generators
+    ]
     return files
 
 
-def build_initramfs(tools: VmTools, dest: Path, keep: tuple[str, ...] = (),
-                    init: str = BUSYBOX) -> Path:
+def build_initramfs(
+    tools: VmTools, dest: Path, keep: tuple[str, ...] = (), init: str = BUSYBOX
+) -> Path:
     if init not in INITS:
         raise ValueError(f"guest init {init!r}: one of {', '.join(INITS)}")
     wanted = SYSTEMD_GUEST_MODULES if init == SYSTEMD else GUEST_MODULES
@@ -521,8 +574,9 @@ def build_initramfs(tools: VmTools, dest: Path, keep: tuple[str, ...] = (),
     entries.append(("bin/sh", stat.S_IFLNK | 0o777, b"busybox"))
     for mod in modules:
         name = Path(mod).name.split(".ko")[0] + ".ko"
-        entries.append((f"modules/{name}", stat.S_IFREG | 0o644,
-                        _read_module(tools.modules_dir / mod)))
+        entries.append(
+            (f"modules/{name}", stat.S_IFREG | 0o644, _read_module(tools.modules_dir / mod))
+        )
     if init == SYSTEMD:
         script = systemd_init_script(modules, keep)
         entries += systemd_overlay_files()
@@ -546,9 +600,14 @@ def write_disk_image(path: Path, size_mib: int) -> None:
     tested on both, since the kernel treats them differently.
     """
     sectors = (size_mib << 20) // 512
-    entry = (b"\x00" + b"\x00\x00\x00" + b"\x83" + b"\x00\x00\x00"
-             + PARTITION_START_SECTOR.to_bytes(4, "little")
-             + (sectors - PARTITION_START_SECTOR).to_bytes(4, "little"))
+    entry = (
+        b"\x00"
+        + b"\x00\x00\x00"
+        + b"\x83"
+        + b"\x00\x00\x00"
+        + PARTITION_START_SECTOR.to_bytes(4, "little")
+        + (sectors - PARTITION_START_SECTOR).to_bytes(4, "little")
+    )
     mbr = bytearray(512)
     mbr[446:462] = entry
     mbr[510:512] = b"\x55\xaa"
@@ -557,33 +616,64 @@ def write_disk_image(path: Path, size_mib: int) -> None:
         f.truncate(size_mib << 20)
 
 
-def qemu_command(tools: VmTools, initramfs: Path, io_dir: Path, disk: Path | list[Path],
-                 memory_mib: int = 1024, cpus: GuestCpus = DEFAULT_CPUS,
-                 init: str = BUSYBOX) -> list[str]:
+def qemu_command(
+    tools: VmTools,
+    initramfs: Path,
+    io_dir: Path,
+    disk: Path | list[Path],
+    memory_mib: int = 1024,
+    cpus: GuestCpus = DEFAULT_CPUS,
+    init: str = BUSYBOX,
+) -> list[str]:
     kernel_args = KERNEL_ARGS
     if init == SYSTEMD:
         kernel_args += f" systemd.unit={SYSTEMD_TARGET}"
     return [
-        str(tools.qemu), "-accel", os.environ.get(ACCEL_ENV) or cpus.accel,
-        "-cpu", "max",
-        "-m", str(memory_mib), "-smp", str(cpus.cpus),
-        "-nodefaults", "-nographic", "-no-reboot", "-serial", "stdio",
-        "-kernel", str(tools.kernel), "-initrd", str(initramfs),
-        "-append", kernel_args,
-        "-virtfs", "local,path=/,mount_tag=host,security_model=none,readonly=on,"
-                   "multidevs=remap",
-        "-virtfs", f"local,path={io_dir},mount_tag=io,security_model=none,multidevs=remap",
-        *(arg for d in (disk if isinstance(disk, list) else [disk])
-          for arg in ("-drive", f"file={d},if=virtio,format=raw")),
+        str(tools.qemu),
+        "-accel",
+        os.environ.get(ACCEL_ENV) or cpus.accel,
+        "-cpu",
+        "max",
+        "-m",
+        str(memory_mib),
+        "-smp",
+        str(cpus.cpus),
+        "-nodefaults",
+        "-nographic",
+        "-no-reboot",
+        "-serial",
+        "stdio",
+        "-kernel",
+        str(tools.kernel),
+        "-initrd",
+        str(initramfs),
+        "-append",
+        kernel_args,
+        "-virtfs",
+        "local,path=/,mount_tag=host,security_model=none,readonly=on,multidevs=remap",
+        "-virtfs",
+        f"local,path={io_dir},mount_tag=io,security_model=none,multidevs=remap",
+        *(
+            arg
+            for d in (disk if isinstance(disk, list) else [disk])
+            for arg in ("-drive", f"file={d},if=virtio,format=raw")
+        ),
     ]
 
 
-def run_in_guest(script: str, work_dir: Path, timeout: float = 240.0,
-                 tools: VmTools | None = None, disk_mib: int = 64,
-                 keep: tuple[str, ...] = (), init: str = BUSYBOX,
-                 env: dict[str, str] | None = None, disks: int = 1,
-                 cpus: GuestCpus = DEFAULT_CPUS,
-                 cancel: threading.Event | None = None) -> GuestRun:
+def run_in_guest(
+    script: str,
+    work_dir: Path,
+    timeout: float = 240.0,
+    tools: VmTools | None = None,
+    disk_mib: int = 64,
+    keep: tuple[str, ...] = (),
+    init: str = BUSYBOX,
+    env: dict[str, str] | None = None,
+    disks: int = 1,
+    cpus: GuestCpus = DEFAULT_CPUS,
+    cancel: threading.Event | None = None,
+) -> GuestRun:
     """Boot a guest, run `script` (sh) in the host root, power off.
 
     init=BUSYBOX: the script runs chrooted into the read-only host root from the
@@ -598,8 +688,9 @@ def run_in_guest(script: str, work_dir: Path, timeout: float = 240.0,
     """
     tools = tools or find_tools()
     if init == SYSTEMD and not SYSTEMD_INIT.is_file():
-        raise VmUnavailable(f"no {SYSTEMD_INIT} on this host for the systemd guest "
-                            f"(apt-get install systemd)")
+        raise VmUnavailable(
+            f"no {SYSTEMD_INIT} on this host for the systemd guest (apt-get install systemd)"
+        )
     work_dir.mkdir(parents=True, exist_ok=True)
     io_dir = work_dir / "io"
     for stale in ("rc", "rc.tmp", "started", "output.txt", "results.json", "junit.xml"):
@@ -616,7 +707,8 @@ def run_in_guest(script: str, work_dir: Path, timeout: float = 240.0,
         f"HYPOTHESIS_STORAGE_DIRECTORY=/tmp/.hypothesis\n"
         f"export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n"
         + "".join(f"export {k}={shlex.quote(v)}\n" for k, v in (env or {}).items())
-        + f"cd /\n{script}\n")
+        + f"cd /\n{script}\n"
+    )
     console_path = work_dir / "console.log"
     cancel = cancel or threading.Event()  # one nobody sets: just the poll interval
     cmd = qemu_command(tools, initramfs, io_dir, images, cpus=cpus, init=init)
@@ -624,8 +716,9 @@ def run_in_guest(script: str, work_dir: Path, timeout: float = 240.0,
     boot_seconds = None
     timed_out = False
     with console_path.open("wb") as console:
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=console,
-                                stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stdout=console, stderr=subprocess.STDOUT
+        )
         try:
             while proc.poll() is None:
                 if boot_seconds is None and (io_dir / "started").exists():
@@ -643,18 +736,27 @@ def run_in_guest(script: str, work_dir: Path, timeout: float = 240.0,
     console_text = console_path.read_text(errors="replace")
     rc_file = io_dir / "rc"
     if rc_file.exists():
-        return GuestRun(int(rc_file.read_text().strip()), io_dir, console_text,
-                        boot_seconds, total)
+        return GuestRun(int(rc_file.read_text().strip()), io_dir, console_text, boot_seconds, total)
     if cancel.is_set():
         raise VmError(f"guest killed after {total:.0f} s: cancelled", console_text)
-    why = (f"guest did not finish within {timeout:.0f} s" if timed_out
-           else f"guest command never finished (qemu exit {proc.returncode})")
+    why = (
+        f"guest did not finish within {timeout:.0f} s"
+        if timed_out
+        else f"guest command never finished (qemu exit {proc.returncode})"
+    )
     if boot_seconds is None:  # it never got as far as the command: a boot failure
-        raise VmError(f"{why}; the guest command never started "
-                      f"(console log: {console_path})", console_text)
+        raise VmError(
+            f"{why}; the guest command never started (console log: {console_path})", console_text
+        )
     # The command ran: what it reported so far (results.json) is still worth having.
-    return GuestRun(None, io_dir, console_text, boot_seconds, total,
-                    error=f"{why} (console log: {console_path})")
+    return GuestRun(
+        None,
+        io_dir,
+        console_text,
+        boot_seconds,
+        total,
+        error=f"{why} (console log: {console_path})",
+    )
 
 
 def _output_tail(io_dir: Path, lines: int = 30) -> str:
@@ -672,13 +774,11 @@ def _output_tail(io_dir: Path, lines: int = 30) -> str:
 def guest_keep(repo: Path) -> tuple[str, ...]:
     """What the guest must see of the host beside its root: the repository and the
     interpreter's prefixes (a virtualenv and its base), wherever they are."""
-    paths = {str(repo.resolve()), os.path.realpath(sys.prefix),
-             os.path.realpath(sys.base_prefix)}
+    paths = {str(repo.resolve()), os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix)}
     return tuple(sorted(paths))
 
 
-def pytest_script(repo: Path, python: Path, args: list[str],
-                  per_test_timeout: float = 120) -> str:
+def pytest_script(repo: Path, python: Path, args: list[str], per_test_timeout: float = 120) -> str:
     """The guest script that runs pytest from the repo and leaves results in the share.
 
     -v prints each node id before the test runs, so the output's tail names a test that
@@ -690,7 +790,8 @@ def pytest_script(repo: Path, python: Path, args: list[str],
         f"cd {shlex.quote(str(repo))}\n"
         f"{shlex.quote(str(python))} -m pytest -p no:cacheprovider -v "
         f"--timeout={per_test_timeout:.0f} "
-        f"--junitxml={GUEST_IO_DIR}/junit.xml {quoted}\n")
+        f"--junitxml={GUEST_IO_DIR}/junit.xml {quoted}\n"
+    )
 
 
 def load_results(io_dir: Path) -> dict[str, dict]:
@@ -706,7 +807,8 @@ def _systemd_guest_inputs(repo: Path, io_dir: Path) -> dict[str, str]:
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(
-        "nri_sla_package_tools", repo / "tests" / "packaging" / "package_tools.py")
+        "nri_sla_package_tools", repo / "tests" / "packaging" / "package_tools.py"
+    )
     tools = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tools)
     io_dir.mkdir(parents=True, exist_ok=True)
@@ -723,11 +825,19 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="nri-sla-vm-") as tmp:
         env = _systemd_guest_inputs(repo, Path(tmp) / "io") if kind.init == SYSTEMD else {}
         try:
-            script = pytest_script(repo, Path(sys.executable), args,
-                                   per_test_timeout=kind.per_test_timeout)
-            run = run_in_guest(script, Path(tmp), timeout=kind.timeout,
-                               keep=guest_keep(repo), init=kind.init, env=env,
-                               disks=kind.disks, cpus=guest_cpus(kind, host_cores()))
+            script = pytest_script(
+                repo, Path(sys.executable), args, per_test_timeout=kind.per_test_timeout
+            )
+            run = run_in_guest(
+                script,
+                Path(tmp),
+                timeout=kind.timeout,
+                keep=guest_keep(repo),
+                init=kind.init,
+                env=env,
+                disks=kind.disks,
+                cpus=guest_cpus(kind, host_cores()),
+            )
         except (VmUnavailable, VmError) as exc:
             print(exc, file=sys.stderr)
             return 2
@@ -735,8 +845,7 @@ def main(argv: list[str]) -> int:
         if run.error:
             print(f"[vm] {run.error}\n{run.console}", file=sys.stderr)
         boot = f"{run.boot_seconds:.1f}" if run.boot_seconds is not None else "?"
-        print(f"[vm] boot {boot} s, total {run.total_seconds:.1f} s, rc {run.rc}",
-              file=sys.stderr)
+        print(f"[vm] boot {boot} s, total {run.total_seconds:.1f} s, rc {run.rc}", file=sys.stderr)
         return run.rc if run.rc is not None else 2
 
 

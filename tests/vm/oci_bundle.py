@@ -40,23 +40,41 @@ class BusyboxBundle:
     dir: Path
     runc_flags: tuple[str, ...] = ()
 
-    def config(self, args: list[str], resources: dict[str, Any],
-               cgroups_path: str) -> dict[str, Any]:
+    def config(
+        self, args: list[str], resources: dict[str, Any], cgroups_path: str
+    ) -> dict[str, Any]:
         return {
             "ociVersion": "1.0.2",
-            "process": {"user": {"uid": 0, "gid": 0}, "args": args, "cwd": "/",
-                        "env": ["PATH=/bin"], "terminal": False},
+            "process": {
+                "user": {"uid": 0, "gid": 0},
+                "args": args,
+                "cwd": "/",
+                "env": ["PATH=/bin"],
+                "terminal": False,
+            },
             "root": {"path": "rootfs", "readonly": True},
             "hostname": "nri-sla-guest",
             "mounts": [
                 {"destination": "/proc", "type": "proc", "source": "proc"},
-                {"destination": "/dev", "type": "tmpfs", "source": "tmpfs",
-                 "options": ["nosuid", "mode=755"]},
-                {"destination": "/sys", "type": "sysfs", "source": "sysfs",
-                 "options": ["nosuid", "noexec", "nodev", "ro"]},
+                {
+                    "destination": "/dev",
+                    "type": "tmpfs",
+                    "source": "tmpfs",
+                    "options": ["nosuid", "mode=755"],
+                },
+                {
+                    "destination": "/sys",
+                    "type": "sysfs",
+                    "source": "sysfs",
+                    "options": ["nosuid", "noexec", "nodev", "ro"],
+                },
                 # With a cgroup namespace this shows the container's own cgroup as root.
-                {"destination": "/sys/fs/cgroup", "type": "cgroup", "source": "cgroup",
-                 "options": ["nosuid", "noexec", "nodev", "ro"]},
+                {
+                    "destination": "/sys/fs/cgroup",
+                    "type": "cgroup",
+                    "source": "cgroup",
+                    "options": ["nosuid", "noexec", "nodev", "ro"],
+                },
             ],
             "linux": {
                 "cgroupsPath": cgroups_path,
@@ -65,8 +83,7 @@ class BusyboxBundle:
             },
         }
 
-    def run(self, args: list[str], resources: dict[str, Any],
-            timeout: float = 60) -> RuncResult:
+    def run(self, args: list[str], resources: dict[str, Any], timeout: float = 60) -> RuncResult:
         """`runc run` in the foreground; the container's stdout comes back."""
         cid = f"nri-sla-{uuid.uuid4().hex[:8]}"
         return self._runc_run(cid, self.config(args, resources, f"/{cid}"), timeout)
@@ -74,9 +91,13 @@ class BusyboxBundle:
     def _runc_run(self, cid: str, config: dict[str, Any], timeout: float) -> RuncResult:
         (self.dir / "config.json").write_text(json.dumps(config, indent=1))
         try:
-            proc = subprocess.run(["runc", *self.runc_flags, "run", "--bundle", str(self.dir),
-                                   cid], capture_output=True, text=True, timeout=timeout,
-                                  stdin=subprocess.DEVNULL)
+            proc = subprocess.run(
+                ["runc", *self.runc_flags, "run", "--bundle", str(self.dir), cid],
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                stdin=subprocess.DEVNULL,
+            )
         finally:
             self.delete(cid)
         return RuncResult(proc.returncode, proc.stdout, proc.stderr)
@@ -88,9 +109,14 @@ class BusyboxBundle:
         # Files, not pipes: the container inherits runc's stdio and keeps it open, so
         # reading pipes to their end would wait for the container to exit.
         with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-            proc = subprocess.run(["runc", *self.runc_flags, "run", "--detach", "--bundle",
-                                   str(self.dir), cid], stdout=out, stderr=err, text=True,
-                                  timeout=timeout, stdin=subprocess.DEVNULL)
+            proc = subprocess.run(
+                ["runc", *self.runc_flags, "run", "--detach", "--bundle", str(self.dir), cid],
+                stdout=out,
+                stderr=err,
+                text=True,
+                timeout=timeout,
+                stdin=subprocess.DEVNULL,
+            )
             out.seek(0)
             err.seek(0)
             result = RuncResult(proc.returncode, out.read(), err.read())
@@ -99,13 +125,19 @@ class BusyboxBundle:
         return result
 
     def pid(self, cid: str) -> int:
-        state = subprocess.run(["runc", *self.runc_flags, "state", cid], capture_output=True,
-                               text=True, timeout=60, check=True).stdout
+        state = subprocess.run(
+            ["runc", *self.runc_flags, "state", cid],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout
         return int(json.loads(state)["pid"])
 
     def delete(self, cid: str) -> None:
-        subprocess.run(["runc", *self.runc_flags, "delete", "--force", cid],
-                       capture_output=True, timeout=60)
+        subprocess.run(
+            ["runc", *self.runc_flags, "delete", "--force", cid], capture_output=True, timeout=60
+        )
 
     @staticmethod
     def oci_resources(adjustment: Any) -> dict[str, Any]:
@@ -125,11 +157,17 @@ class BusyboxBundle:
             out["memory"] = {"limit": res.memory.limit.value, "swap": res.memory.limit.value}
         return out
 
-    def run_with_hook(self, args: list[str], annotations: dict[str, str], work: Path,
-                      timeout: float = 180, cache: str = "off",
-                      cgroups_path: str | None = None,
-                      node_config: str = "enforcement: hard\n",
-                      runtime_keys: dict[str, str] | None = None) -> tuple[RuncResult, str]:
+    def run_with_hook(
+        self,
+        args: list[str],
+        annotations: dict[str, str],
+        work: Path,
+        timeout: float = 180,
+        cache: str = "off",
+        cgroups_path: str | None = None,
+        node_config: str = "enforcement: hard\n",
+        runtime_keys: dict[str, str] | None = None,
+    ) -> tuple[RuncResult, str]:
         """`runc run` of a spec without resources whose createRuntime hook is nri-sla's
         (`node_config` in `work`; `runtime_keys`: the runtime's own annotations, default
         containerd's container name); returns runc's result and the hook's log."""
@@ -139,13 +177,32 @@ class BusyboxBundle:
             runtime_keys = {"io.kubernetes.cri.container-name": "app"}
         config["annotations"] = {**runtime_keys, **annotations}
         log = work / "hook.log"
-        config["hooks"] = {"createRuntime": [{
-            "path": sys.executable,
-            # TCG is slow: a generous limit of the hook's own, below the runtime's.
-            "args": [sys.executable, "-I", "-S", "-X", "utf8", str(HOOK_MAIN), "--stage",
-                     "createRuntime", "--timeout", "100", "--config",
-                     str(work / "config.yaml"), "--cache-dir", cache],
-            "env": [f"NRI_SLA_HOOK_LOG={log}"], "timeout": 120}]}
+        config["hooks"] = {
+            "createRuntime": [
+                {
+                    "path": sys.executable,
+                    # TCG is slow: a generous limit of the hook's own, below the runtime's.
+                    "args": [
+                        sys.executable,
+                        "-I",
+                        "-S",
+                        "-X",
+                        "utf8",
+                        str(HOOK_MAIN),
+                        "--stage",
+                        "createRuntime",
+                        "--timeout",
+                        "100",
+                        "--config",
+                        str(work / "config.yaml"),
+                        "--cache-dir",
+                        cache,
+                    ],
+                    "env": [f"NRI_SLA_HOOK_LOG={log}"],
+                    "timeout": 120,
+                }
+            ]
+        }
         (work / "config.yaml").write_text(node_config)
         result = self._runc_run(cid, config, timeout)
         return result, (log.read_text() if log.exists() else "")

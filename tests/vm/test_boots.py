@@ -14,10 +14,10 @@ def test_the_started_boots_run_at_the_same_time(vm_boots):
         def run():
             both.wait()
             return f"{name} run"
+
         return run
 
-    boots = vm_boots.GuestBoots({"a": boot("a"), "b": boot("b")}, ["a", "b"],
-                                threading.Event())
+    boots = vm_boots.GuestBoots({"a": boot("a"), "b": boot("b")}, ["a", "b"], threading.Event())
     assert boots.wait("b") == "b run"
     assert boots.wait("a") == "a run"
 
@@ -29,8 +29,9 @@ def test_a_boots_skip_and_failure_are_raised_in_the_waiting_test_as_they_were(vm
     def fails():
         pytest.fail("systemd guest failed to boot: no console", pytrace=False)
 
-    boots = vm_boots.GuestBoots({"skips": skips, "fails": fails}, ["skips", "fails"],
-                                threading.Event())
+    boots = vm_boots.GuestBoots(
+        {"skips": skips, "fails": fails}, ["skips", "fails"], threading.Event()
+    )
     with pytest.raises(pytest.skip.Exception) as skipped:
         boots.wait("skips")
     assert skipped.value.msg == "cgroup v2 guest unavailable: qemu-system-x86_64 not found"
@@ -42,8 +43,7 @@ def test_a_boots_skip_and_failure_are_raised_in_the_waiting_test_as_they_were(vm
 
 def test_a_boot_not_started_begins_when_first_waited_for(vm_boots):
     calls = []
-    boots = vm_boots.GuestBoots({"a": lambda: calls.append("a") or "a run"}, [],
-                                threading.Event())
+    boots = vm_boots.GuestBoots({"a": lambda: calls.append("a") or "a run"}, [], threading.Event())
     time.sleep(0.1)
     assert calls == []
     assert boots.wait("a") == "a run"

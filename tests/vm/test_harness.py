@@ -35,8 +35,11 @@ def modules_dir(tmp_path):
 
 def test_load_order_puts_dependencies_first(vm_harness, modules_dir):
     order = vm_harness.module_load_order(modules_dir, ["9p", "9pnet_virtio"])
-    assert order.index("kernel/fs/netfs/netfs.ko") < order.index(
-        "kernel/fs/fscache/fscache.ko") < order.index("kernel/fs/9p/9p.ko")
+    assert (
+        order.index("kernel/fs/netfs/netfs.ko")
+        < order.index("kernel/fs/fscache/fscache.ko")
+        < order.index("kernel/fs/9p/9p.ko")
+    )
     assert order.index("kernel/net/9p/9pnet.ko") < order.index("kernel/fs/9p/9p.ko")
     assert order[-1] == "kernel/net/9p/9pnet_virtio.ko.xz"
     assert len(order) == len(set(order)) == 6  # 9pnet is shared, listed once
@@ -76,8 +79,10 @@ def test_real_kernel_modules_resolve(vm_harness):
 
 def test_find_tools_picks_newest_kernel_with_modules(vm_harness, tmp_path):
     if shutil.which("qemu-system-x86_64") is None or vm_harness._find_static_busybox() is None:
-        pytest.skip("needs qemu-system-x86_64 and a static busybox "
-                    "(apt-get install qemu-system-x86 busybox-static)")
+        pytest.skip(
+            "needs qemu-system-x86_64 and a static busybox "
+            "(apt-get install qemu-system-x86 busybox-static)"
+        )
     boot, mods = tmp_path / "boot", tmp_path / "modules"
     boot.mkdir()
     for version in ("6.1.0-9-amd64", "6.1.0-10-amd64", "6.5.0-1-amd64"):
@@ -101,16 +106,19 @@ def test_cpio_archive_unpacks_with_busybox(vm_harness, tmp_path):
     busybox = vm_harness._find_static_busybox()
     if busybox is None:
         pytest.skip("needs a static busybox to unpack (apt-get install busybox-static)")
-    archive = vm_harness.cpio_newc([
-        ("bin", stat.S_IFDIR | 0o755, b""),
-        ("bin/tool", stat.S_IFREG | 0o755, b"#!/bin/sh\necho hi\n"),
-        ("bin/link", stat.S_IFLNK | 0o777, b"tool"),
-        ("odd", stat.S_IFREG | 0o644, b"x" * 5),  # lengths that need padding
-    ])
+    archive = vm_harness.cpio_newc(
+        [
+            ("bin", stat.S_IFDIR | 0o755, b""),
+            ("bin/tool", stat.S_IFREG | 0o755, b"#!/bin/sh\necho hi\n"),
+            ("bin/link", stat.S_IFLNK | 0o777, b"tool"),
+            ("odd", stat.S_IFREG | 0o644, b"x" * 5),  # lengths that need padding
+        ]
+    )
     out = tmp_path / "out"
     out.mkdir()
-    subprocess.run([str(busybox), "cpio", "-i", "-d"], input=archive, cwd=out, check=True,
-                   capture_output=True)
+    subprocess.run(
+        [str(busybox), "cpio", "-i", "-d"], input=archive, cwd=out, check=True, capture_output=True
+    )
     assert (out / "bin" / "tool").read_bytes() == b"#!/bin/sh\necho hi\n"
     assert (out / "bin" / "tool").stat().st_mode & 0o777 == 0o755
     assert (out / "bin" / "link").is_symlink()
@@ -120,8 +128,7 @@ def test_cpio_archive_unpacks_with_busybox(vm_harness, tmp_path):
 
 def test_init_script_loads_modules_in_order_and_mounts_cgroup2(vm_harness):
     script = vm_harness.init_script(["kernel/a/first.ko", "kernel/b/second.ko.xz"])
-    assert script.index("insmod /modules/first.ko") < script.index(
-        "insmod /modules/second.ko")
+    assert script.index("insmod /modules/first.ko") < script.index("insmod /modules/second.ko")
     assert "mount -t cgroup2" in script
     assert "+cpu +cpuset +memory +io +pids" in script
     assert script.rstrip().endswith("poweroff -f")
@@ -158,7 +165,7 @@ def test_disk_image_has_one_partition_after_the_first_mib(vm_harness, tmp_path):
 def test_qemu_without_virtfs_is_unavailable(vm_harness, tmp_path):
     # Stands in for a qemu build without virtfs (such builds exist; none is packaged here).
     fake = tmp_path / "qemu-system-x86_64"
-    fake.write_text('#!/bin/sh\necho \'name "virtio-blk-pci", bus PCI\'\n')
+    fake.write_text("#!/bin/sh\necho 'name \"virtio-blk-pci\", bus PCI'\n")
     fake.chmod(0o755)
     with pytest.raises(vm_harness.VmUnavailable, match="no virtio-9p-pci"):
         vm_harness._check_qemu_devices(fake)
@@ -184,19 +191,24 @@ def test_init_script_binds_back_paths_hidden_by_guest_tmpfs(vm_harness):
 
 
 def test_systemd_init_builds_an_overlay_root_and_hands_over_to_systemd(vm_harness):
-    script = vm_harness.systemd_init_script(["kernel/fs/overlayfs/overlay.ko"],
-                                            keep=("/tmp/ci/clone", "/work/main/.venv"))
-    order = [script.index(s) for s in (
-        "insmod /modules/overlay.ko",
-        "mount -t 9p -o trans=virtio,version=9p2000.L,ro,cache=loose,msize=512000 host /lower",
-        "mount -t overlay -o lowerdir=/lower,upperdir=/upper/data,workdir=/upper/work",
-        "rm -f /root/.dockerenv",
-        "mount -t tmpfs -o mode=1777 tmpfs /root/tmp",
-        "mount -o bind /lower/tmp/ci/clone /root/tmp/ci/clone",  # bound back over /tmp
-        "/root/tmp/nri-sla-vm",  # the I/O share, on the fresh /tmp
-        "cp -a /overlay/. /root/",
-        "mount --move /$d /root/$d",
-        "exec switch_root /root /lib/systemd/systemd")]
+    script = vm_harness.systemd_init_script(
+        ["kernel/fs/overlayfs/overlay.ko"], keep=("/tmp/ci/clone", "/work/main/.venv")
+    )
+    order = [
+        script.index(s)
+        for s in (
+            "insmod /modules/overlay.ko",
+            "mount -t 9p -o trans=virtio,version=9p2000.L,ro,cache=loose,msize=512000 host /lower",
+            "mount -t overlay -o lowerdir=/lower,upperdir=/upper/data,workdir=/upper/work",
+            "rm -f /root/.dockerenv",
+            "mount -t tmpfs -o mode=1777 tmpfs /root/tmp",
+            "mount -o bind /lower/tmp/ci/clone /root/tmp/ci/clone",  # bound back over /tmp
+            "/root/tmp/nri-sla-vm",  # the I/O share, on the fresh /tmp
+            "cp -a /overlay/. /root/",
+            "mount --move /$d /root/$d",
+            "exec switch_root /root /lib/systemd/systemd",
+        )
+    ]
     assert order == sorted(order)
     assert "/work/main/.venv" not in script  # not under /tmp or /run: visible as it is
     assert "poweroff" not in script.split("exec switch_root")[1]  # systemd powers off
@@ -208,14 +220,21 @@ def test_systemd_overlay_boots_one_unit_and_masks_the_slow_ones(vm_harness, tmp_
     target = files[f"{unit_dir}/{vm_harness.SYSTEMD_TARGET}"][1].decode()
     assert f"Requires=basic.target {vm_harness.SYSTEMD_COMMAND_UNIT}" in target
     service = files[f"{unit_dir}/{vm_harness.SYSTEMD_COMMAND_UNIT}"][1].decode()
-    for line in ("Type=oneshot", "SuccessAction=poweroff-immediate",
-                 "FailureAction=poweroff-immediate", "TimeoutStartSec=infinity",
-                 "ExecStart=/bin/sh /etc/nri-sla-vm/command.sh"):
+    for line in (
+        "Type=oneshot",
+        "SuccessAction=poweroff-immediate",
+        "FailureAction=poweroff-immediate",
+        "TimeoutStartSec=infinity",
+        "ExecStart=/bin/sh /etc/nri-sla-vm/command.sh",
+    ):
         assert line in service.splitlines()
     command = files["overlay/etc/nri-sla-vm/command.sh"][1].decode()
     io = vm_harness.GUEST_IO_DIR
-    assert command.index(f"> {io}/started") < command.index(f"{io}/run.sh") < command.index(
-        f"mv {io}/rc.tmp {io}/rc")
+    assert (
+        command.index(f"> {io}/started")
+        < command.index(f"{io}/run.sh")
+        < command.index(f"mv {io}/rc.tmp {io}/rc")
+    )
     for unit in ("systemd-udevd.service", "timers.target", "getty.target"):
         mode, target_path = files[f"{unit_dir}/{unit}"]
         assert stat.S_ISLNK(mode) and target_path == b"/dev/null"
@@ -227,21 +246,26 @@ def test_systemd_overlay_boots_one_unit_and_masks_the_slow_ones(vm_harness, tmp_
 
 
 def test_qemu_command_for_the_systemd_guest(vm_harness, tmp_path):
-    tools = vm_harness.VmTools(Path("/usr/bin/qemu-system-x86_64"), Path("/boot/vmlinuz-x"),
-                               Path("/usr/lib/modules/x"), Path("/bin/busybox"))
+    tools = vm_harness.VmTools(
+        Path("/usr/bin/qemu-system-x86_64"),
+        Path("/boot/vmlinuz-x"),
+        Path("/usr/lib/modules/x"),
+        Path("/bin/busybox"),
+    )
     disks = [tmp_path / "a.img", tmp_path / "b.img"]
-    cmd = vm_harness.qemu_command(tools, tmp_path / "i.cpio", tmp_path / "io", disks,
-                                  init=vm_harness.SYSTEMD)
+    cmd = vm_harness.qemu_command(
+        tools, tmp_path / "i.cpio", tmp_path / "io", disks, init=vm_harness.SYSTEMD
+    )
     append = cmd[cmd.index("-append") + 1]
     assert f"systemd.unit={vm_harness.SYSTEMD_TARGET}" in append
     assert [cmd[i + 1] for i, a in enumerate(cmd) if a == "-drive"] == [
-        f"file={d},if=virtio,format=raw" for d in disks]
+        f"file={d},if=virtio,format=raw" for d in disks
+    ]
     busybox = vm_harness.qemu_command(tools, tmp_path / "i.cpio", tmp_path / "io", disks[0])
     assert "systemd.unit" not in busybox[busybox.index("-append") + 1]
 
 
-def test_systemd_guest_without_systemd_says_what_to_install(vm_harness, tmp_path,
-                                                            monkeypatch):
+def test_systemd_guest_without_systemd_says_what_to_install(vm_harness, tmp_path, monkeypatch):
     monkeypatch.setattr(vm_harness, "SYSTEMD_INIT", tmp_path / "no-systemd")
     tools = vm_harness.VmTools(Path("/q"), Path("/k"), Path("/m"), Path("/b"))
     with pytest.raises(vm_harness.VmUnavailable, match="apt-get install systemd"):
@@ -256,8 +280,13 @@ def test_systemd_initramfs_unpacks_with_units_and_masks(vm_harness, tmp_path):
     archive = vm_harness.build_initramfs(tools, tmp_path / "i.cpio", init=vm_harness.SYSTEMD)
     out = tmp_path / "out"
     out.mkdir()
-    subprocess.run([str(tools.busybox), "cpio", "-i", "-d"], input=archive.read_bytes(),
-                   cwd=out, check=True, capture_output=True)
+    subprocess.run(
+        [str(tools.busybox), "cpio", "-i", "-d"],
+        input=archive.read_bytes(),
+        cwd=out,
+        check=True,
+        capture_output=True,
+    )
     assert (out / "modules" / "overlay.ko").is_file()
     assert not (out / "modules" / "bfq.ko").exists()  # systemd loads what else it needs
     masked = out / "overlay/etc/systemd/system/systemd-udevd.service"
@@ -277,19 +306,26 @@ def test_two_guests_on_two_cores_get_one_host_thread_each(vm_harness):
             assert vm_harness.guest_cpus(kind, share) == vm_harness.DEFAULT_CPUS
 
 
-def test_qemu_command_takes_the_guest_cpus_unless_the_accel_is_set(vm_harness, tmp_path,
-                                                                   monkeypatch):
-    tools = vm_harness.VmTools(Path("/usr/bin/qemu-system-x86_64"), Path("/boot/vmlinuz-x"),
-                               Path("/usr/lib/modules/x"), Path("/bin/busybox"))
+def test_qemu_command_takes_the_guest_cpus_unless_the_accel_is_set(
+    vm_harness, tmp_path, monkeypatch
+):
+    tools = vm_harness.VmTools(
+        Path("/usr/bin/qemu-system-x86_64"),
+        Path("/boot/vmlinuz-x"),
+        Path("/usr/lib/modules/x"),
+        Path("/bin/busybox"),
+    )
     monkeypatch.delenv(vm_harness.ACCEL_ENV, raising=False)
     cpus = vm_harness.GuestCpus(2, "tcg,thread=single")
-    cmd = vm_harness.qemu_command(tools, tmp_path / "i.cpio", tmp_path / "io",
-                                  tmp_path / "d.img", cpus=cpus)
+    cmd = vm_harness.qemu_command(
+        tools, tmp_path / "i.cpio", tmp_path / "io", tmp_path / "d.img", cpus=cpus
+    )
     assert cmd[cmd.index("-smp") + 1] == "2"
     assert cmd[cmd.index("-accel") + 1] == "tcg,thread=single"
     monkeypatch.setenv(vm_harness.ACCEL_ENV, "kvm")
-    cmd = vm_harness.qemu_command(tools, tmp_path / "i.cpio", tmp_path / "io",
-                                  tmp_path / "d.img", cpus=cpus)
+    cmd = vm_harness.qemu_command(
+        tools, tmp_path / "i.cpio", tmp_path / "io", tmp_path / "d.img", cpus=cpus
+    )
     assert cmd[cmd.index("-accel") + 1] == "kvm"
 
 

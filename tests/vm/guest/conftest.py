@@ -42,9 +42,11 @@ def cgroup2_skip_reason() -> str | None:
     """Why guest tests cannot run here, or None if they can."""
     h = _vm_module("harness")
     if os.environ.get(h.GUEST_ENV_FLAG) != "1" and os.environ.get(HOST_OPT_IN) != "1":
-        return ("cgroup v2 guest test: runs inside the qemu guest booted by "
-                "tests/vm/test_cgroup_v2_guest.py (or set NRI_SLA_CGROUP2_HOST=1 on a "
-                "disposable cgroup v2 machine)")
+        return (
+            "cgroup v2 guest test: runs inside the qemu guest booted by "
+            "tests/vm/test_cgroup_v2_guest.py (or set NRI_SLA_CGROUP2_HOST=1 on a "
+            "disposable cgroup v2 machine)"
+        )
     if os.geteuid() != 0:
         return "cgroup v2 guest test: needs root"
     mounts = Path("/proc/mounts").read_text().split("\n")
@@ -53,8 +55,10 @@ def cgroup2_skip_reason() -> str | None:
     enabled = set((CGROUP_ROOT / "cgroup.subtree_control").read_text().split())
     missing = set(h.GUEST_CONTROLLERS) - enabled
     if missing:
-        return (f"cgroup v2 guest test: controllers {sorted(missing)} not enabled in "
-                f"{CGROUP_ROOT}/cgroup.subtree_control")
+        return (
+            f"cgroup v2 guest test: controllers {sorted(missing)} not enabled in "
+            f"{CGROUP_ROOT}/cgroup.subtree_control"
+        )
     return None
 
 
@@ -87,14 +91,17 @@ class Cgroup:
 
     def keyed(self, name: str) -> dict[str, int]:
         """A flat keyed file (cpu.stat, memory.events) as a dict."""
-        return {k: int(v) for k, v in (line.split() for line in
-                                       self.read(name).splitlines())}
+        return {k: int(v) for k, v in (line.split() for line in self.read(name).splitlines())}
 
     def spawn(self, argv: list[str]) -> subprocess.Popen:
         """Start argv already inside this cgroup (the shell joins, then execs)."""
         script = f'echo $$ > "{self.path}/cgroup.procs" && exec "$@"'
-        proc = subprocess.Popen(["sh", "-c", script, "sh", *argv],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            ["sh", "-c", script, "sh", *argv],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         # Return once it has joined (the shell's pid is the exec'd program's), so callers
         # can rely on the cgroup being populated.
         deadline = time.monotonic() + 10
@@ -199,9 +206,11 @@ def busybox_bundle(tmp_path: Path):
 @pytest.fixture
 def read_files_script() -> Callable[[list[str]], list[str]]:
     """argv for a container that prints `== name` and the content of each cgroup file."""
+
     def make(names: list[str]) -> list[str]:
         loop = 'for f in "$@"; do echo "== $f"; cat "/sys/fs/cgroup/$f" || echo "<absent>"; done'
         return ["/bin/sh", "-c", loop, "sh", *names]
+
     return make
 
 

@@ -16,13 +16,16 @@ def test_root_enables_every_controller_nri_sla_uses(scratch_cgroup):
     assert {"cpu", "cpuset", "memory", "io", "pids"} <= available
 
 
-@pytest.mark.parametrize(("written", "read_back"), [
-    ("50000 100000", "50000 100000"),
-    ("250000 100000", "250000 100000"),  # 2.5 CPUs
-    ("max 100000", "max 100000"),
-    ("20000", "20000 100000"),  # period defaults to 100ms
-    ("max 1000000", "max 1000000"),
-])
+@pytest.mark.parametrize(
+    ("written", "read_back"),
+    [
+        ("50000 100000", "50000 100000"),
+        ("250000 100000", "250000 100000"),  # 2.5 CPUs
+        ("max 100000", "max 100000"),
+        ("20000", "20000 100000"),  # period defaults to 100ms
+        ("max 1000000", "max 1000000"),
+    ],
+)
 def test_cpu_max_round_trip(scratch_cgroup, written, read_back):
     scratch_cgroup.write("cpu.max", written)
     assert scratch_cgroup.read("cpu.max") == read_back
@@ -76,11 +79,14 @@ def test_cpuset_refuses_a_cpu_the_machine_lacks(scratch_cgroup):
 
 
 @pytest.mark.parametrize("name", ["memory.high", "memory.max"])
-@pytest.mark.parametrize(("written", "read_back"), [
-    ("67108864", "67108864"),
-    ("100000", "98304"),  # rounded down to whole pages: read-back must compare aligned
-    ("max", "max"),
-])
+@pytest.mark.parametrize(
+    ("written", "read_back"),
+    [
+        ("67108864", "67108864"),
+        ("100000", "98304"),  # rounded down to whole pages: read-back must compare aligned
+        ("max", "max"),
+    ],
+)
 def test_memory_limit_round_trip(scratch_cgroup, name, written, read_back):
     scratch_cgroup.write(name, written)
     assert scratch_cgroup.read(name) == read_back

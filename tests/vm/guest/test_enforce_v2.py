@@ -42,9 +42,11 @@ def test_detects_a_unified_cgroupfs_node(facts):
 def test_cgroupfs_path_writes_and_reads_back(facts, pod, cgroup_tree, virtio_disk):
     ctr = cgroup_tree(f"kubepods/burstable/{pod}/ctr1")
     rule = IoLimit(virtio_disk.major, virtio_disk.minor, read_bps=MIB, write_iops=300)
-    writes = (v2_cpu_writes(quota_us=25000, period_us=50000, cpus="0", mems="0")
-              + v2_memory_writes(high=100000, max_bytes=64 * MIB)  # high: not page aligned
-              + v2_io_writes(500, [rule], bfq=False))
+    writes = (
+        v2_cpu_writes(quota_us=25000, period_us=50000, cpus="0", mems="0")
+        + v2_memory_writes(high=100000, max_bytes=64 * MIB)  # high: not page aligned
+        + v2_io_writes(500, [rule], bfq=False)
+    )
     results = apply(f"/kubepods/burstable/{pod}/ctr1", writes, facts)
     failed = [(r.write, r.error) for r in results if not r.ok]
     assert not failed
@@ -60,10 +62,12 @@ def test_cgroupfs_path_writes_and_reads_back(facts, pod, cgroup_tree, virtio_dis
 
 def test_systemd_path_form_on_v2(facts, pod, cgroup_tree):
     slice_pod = f"kubepods-burstable-{pod}.slice"
-    ctr = cgroup_tree(f"kubepods.slice/kubepods-burstable.slice/{slice_pod}/"
-                      f"cri-containerd-abc123.scope")
-    results = apply(f"{slice_pod}:cri-containerd:abc123",
-                    v2_memory_writes(max_bytes=32 * MIB), facts)
+    ctr = cgroup_tree(
+        f"kubepods.slice/kubepods-burstable.slice/{slice_pod}/cri-containerd-abc123.scope"
+    )
+    results = apply(
+        f"{slice_pod}:cri-containerd:abc123", v2_memory_writes(max_bytes=32 * MIB), facts
+    )
     assert [r.ok for r in results] == [True]
     assert ctr.read("memory.max") == str(32 * MIB)
 
@@ -99,5 +103,7 @@ def test_partition_is_refused_or_mapped_to_its_disk(virtio_disk, virtio_partitio
     with pytest.raises(DeviceError, match="vda"):
         resolve_block_device(str(virtio_partition.path))
     assert resolve_block_device(str(virtio_partition.path), partition_to_disk=True) == (
-        virtio_disk.major, virtio_disk.minor)
+        virtio_disk.major,
+        virtio_disk.minor,
+    )
     assert resolve_block_device(virtio_disk.majmin) == (virtio_disk.major, virtio_disk.minor)

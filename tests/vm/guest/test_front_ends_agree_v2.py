@@ -17,8 +17,15 @@ from nri_plugin.core.nodebuild import build_node
 from nri_plugin.core.request import ContainerRequest
 from nri_plugin.plugin.adjustment import build_adjustment
 
-FILES = ["cpu.max", "cpuset.cpus", "cpuset.mems", "memory.max", "memory.high", "io.max",
-         "io.weight"]
+FILES = [
+    "cpu.max",
+    "cpuset.cpus",
+    "cpuset.mems",
+    "memory.max",
+    "memory.high",
+    "io.max",
+    "io.weight",
+]
 SLAS = {
     "cpu, memory": "cpu: {limit: 0.5, period: 50ms}\nmemory: {high: 48Mi, max: 64Mi}\n",
     "numa, io weight": "numa: {nodes: '0'}\ncpu: {limit: 1}\nio: {weight: 300}\n",
@@ -27,21 +34,30 @@ SLAS = {
 
 
 @pytest.mark.parametrize("case", sorted(SLAS))
-def test_plugin_and_hook_leave_the_same_cgroup_values(case, busybox_bundle, virtio_disk,
-                                                      read_files_script, sections, tmp_path):
+def test_plugin_and_hook_leave_the_same_cgroup_values(
+    case, busybox_bundle, virtio_disk, read_files_script, sections, tmp_path
+):
     sla = SLAS[case].replace("DISK", virtio_disk.majmin)
     node = build_node(NodeConfig(), detect=True)
-    decision = decide(node, ContainerRequest({"sla.nri.io/pod": sla}, "app",
-                                             namespace="default", owner="ctr-agree",
-                                             nri_version="v0.12.0"))
+    decision = decide(
+        node,
+        ContainerRequest(
+            {"sla.nri.io/pod": sla},
+            "app",
+            namespace="default",
+            owner="ctr-agree",
+            nri_version="v0.12.0",
+        ),
+    )
     assert decision.outcome == "enforced", decision.error
     adjustment = build_adjustment(decision.plan)
     resources = busybox_bundle.oci_resources(adjustment)
     by_plugin = busybox_bundle.run(read_files_script(FILES), resources)
     assert by_plugin.rc == 0, by_plugin.stderr
 
-    by_hook, log = busybox_bundle.run_with_hook(read_files_script(FILES),
-                                               {"sla.nri.io/pod": sla}, tmp_path)
+    by_hook, log = busybox_bundle.run_with_hook(
+        read_files_script(FILES), {"sla.nri.io/pod": sla}, tmp_path
+    )
     assert by_hook.rc == 0, (by_hook.stderr, log)
     plugin_files, hook_files = sections(by_plugin.stdout), sections(by_hook.stdout)
     assert hook_files == plugin_files

@@ -14,14 +14,18 @@ MIB = 1 << 20
 FILES = ["cpu.max", "cpuset.mems", "memory.high", "memory.max", "io.max"]
 
 
-def test_hook_applies_the_sla_on_v2(busybox_bundle, virtio_disk, read_files_script, sections,
-                                    tmp_path):
+def test_hook_applies_the_sla_on_v2(
+    busybox_bundle, virtio_disk, read_files_script, sections, tmp_path
+):
     dev = virtio_disk.majmin
-    sla = (f"cpu:\n  limit: 0.5\n  period: 50ms\nnuma:\n  nodes: '0'\n"
-           f"memory:\n  high: 48Mi\n  max: 64Mi\n"
-           f"io:\n  max:\n    - device: '{dev}'\n      read-bps: 1Mi\n      write-iops: 300\n")
-    proc, log = busybox_bundle.run_with_hook(read_files_script(FILES),
-                               {"sla.nri.io/pod": sla}, tmp_path)
+    sla = (
+        f"cpu:\n  limit: 0.5\n  period: 50ms\nnuma:\n  nodes: '0'\n"
+        f"memory:\n  high: 48Mi\n  max: 64Mi\n"
+        f"io:\n  max:\n    - device: '{dev}'\n      read-bps: 1Mi\n      write-iops: 300\n"
+    )
+    proc, log = busybox_bundle.run_with_hook(
+        read_files_script(FILES), {"sla.nri.io/pod": sla}, tmp_path
+    )
     assert proc.rc == 0, (proc.stderr, log)
     got = sections(proc.stdout)
     assert got["cpu.max"] == "25000 50000"
@@ -31,11 +35,11 @@ def test_hook_applies_the_sla_on_v2(busybox_bundle, virtio_disk, read_files_scri
     assert got["io.max"] == f"{dev} rbps={MIB} wbps=max riops=max wiops=300"
 
 
-def test_hook_soft_mode_warns_and_starts(busybox_bundle, read_files_script, sections,
-                                         tmp_path):
+def test_hook_soft_mode_warns_and_starts(busybox_bundle, read_files_script, sections, tmp_path):
     sla = "enforcement: soft\ncpu:\n  limit: 0.25\n  rt-runtime: 5ms\nio:\n  weight: 300\n"
-    proc, log = busybox_bundle.run_with_hook(read_files_script(["cpu.max", "io.weight"]),
-                               {"sla.nri.io/pod": sla}, tmp_path)
+    proc, log = busybox_bundle.run_with_hook(
+        read_files_script(["cpu.max", "io.weight"]), {"sla.nri.io/pod": sla}, tmp_path
+    )
     assert proc.rc == 0, (proc.stderr, log)
     got = sections(proc.stdout)
     assert got["cpu.max"] == "25000 100000"
@@ -44,21 +48,26 @@ def test_hook_soft_mode_warns_and_starts(busybox_bundle, read_files_script, sect
 
 
 def test_hook_refuses_rt_on_v2_in_hard_mode(busybox_bundle, tmp_path):
-    proc, _log = busybox_bundle.run_with_hook(["/bin/true"],
-                                {"sla.nri.io/pod": "cpu:\n  rt-runtime: 5ms\n"}, tmp_path)
+    proc, _log = busybox_bundle.run_with_hook(
+        ["/bin/true"], {"sla.nri.io/pod": "cpu:\n  rt-runtime: 5ms\n"}, tmp_path
+    )
     assert proc.rc != 0
     assert "cpu.rt-runtime" in proc.stderr and "cgroup v2" in proc.stderr
 
 
-def test_hook_cache_hit_gives_the_same_cgroup_values(busybox_bundle, virtio_disk,
-                                                     read_files_script, sections, tmp_path):
+def test_hook_cache_hit_gives_the_same_cgroup_values(
+    busybox_bundle, virtio_disk, read_files_script, sections, tmp_path
+):
     cache = tmp_path / "hook-cache"
-    sla = (f"cpu: {{limit: 0.5}}\nmemory: {{high: 48Mi, max: 64Mi}}\n"
-           f"io:\n  max:\n    - {{device: '{virtio_disk.majmin}', write-iops: 300}}\n")
+    sla = (
+        f"cpu: {{limit: 0.5}}\nmemory: {{high: 48Mi, max: 64Mi}}\n"
+        f"io:\n  max:\n    - {{device: '{virtio_disk.majmin}', write-iops: 300}}\n"
+    )
     runs = []
     for _ in range(2):
-        proc, log = busybox_bundle.run_with_hook(read_files_script(FILES),
-                                   {"sla.nri.io/pod": sla}, tmp_path, cache=str(cache))
+        proc, log = busybox_bundle.run_with_hook(
+            read_files_script(FILES), {"sla.nri.io/pod": sla}, tmp_path, cache=str(cache)
+        )
         assert proc.rc == 0, (proc.stderr, log)
         runs.append(sections(proc.stdout))
         assert any(p.name.startswith("decision-") for p in cache.iterdir())
@@ -68,46 +77,65 @@ def test_hook_cache_hit_gives_the_same_cgroup_values(busybox_bundle, virtio_disk
 
 # ------------------------------------------------------------------ issue 11: what the hook trusts
 
-CRIO_KEYS = {"io.kubernetes.cri-o.ContainerType": "container",
-             "io.kubernetes.container.name": "app", "io.kubernetes.pod.namespace": "default"}
-CONTAINERD_KEYS = {"io.kubernetes.cri.container-type": "container",
-                   "io.kubernetes.cri.container-name": "app"}
+CRIO_KEYS = {
+    "io.kubernetes.cri-o.ContainerType": "container",
+    "io.kubernetes.container.name": "app",
+    "io.kubernetes.pod.namespace": "default",
+}
+CONTAINERD_KEYS = {
+    "io.kubernetes.cri.container-type": "container",
+    "io.kubernetes.cri.container-name": "app",
+}
 IO_MAX_FOR_TEAMS = "enforcement: hard\npermissions:\n  io-max: ['team-*']\n"
 
 
-def test_hook_takes_the_namespace_from_the_runtimes_own_keys(busybox_bundle, virtio_disk,
-                                                             read_files_script, sections,
-                                                             tmp_path):
+def test_hook_takes_the_namespace_from_the_runtimes_own_keys(
+    busybox_bundle, virtio_disk, read_files_script, sections, tmp_path
+):
     """io.max is for team-* namespaces only: containerd's own key grants it; a pod's
     annotation named like containerd's key, in a CRI-O spec, does not."""
-    sla = {"sla.nri.io/pod": f"io:\n  max:\n    - device: '{virtio_disk.majmin}'\n"
-                             f"      write-iops: 300\n"}
+    sla = {
+        "sla.nri.io/pod": f"io:\n  max:\n    - device: '{virtio_disk.majmin}'\n"
+        f"      write-iops: 300\n"
+    }
     keys = {**CONTAINERD_KEYS, "io.kubernetes.cri.sandbox-namespace": "team-a"}
-    proc, log = busybox_bundle.run_with_hook(read_files_script(["io.max"]), sla, tmp_path,
-                                             node_config=IO_MAX_FOR_TEAMS, runtime_keys=keys)
+    proc, log = busybox_bundle.run_with_hook(
+        read_files_script(["io.max"]),
+        sla,
+        tmp_path,
+        node_config=IO_MAX_FOR_TEAMS,
+        runtime_keys=keys,
+    )
     assert proc.rc == 0, (proc.stderr, log)
     assert sections(proc.stdout)["io.max"].startswith(f"{virtio_disk.majmin} ")
     spoofed = {**CRIO_KEYS, "io.kubernetes.cri.sandbox-namespace": "team-a"}
-    proc, _log = busybox_bundle.run_with_hook(["/bin/true"], sla, tmp_path,
-                                              node_config=IO_MAX_FOR_TEAMS,
-                                              runtime_keys=spoofed)
+    proc, _log = busybox_bundle.run_with_hook(
+        ["/bin/true"], sla, tmp_path, node_config=IO_MAX_FOR_TEAMS, runtime_keys=spoofed
+    )
     assert proc.rc != 0 and "exit status 1" in proc.stderr
     assert "namespace '' may not use io-max" in proc.stderr
     assert "the pod's namespace is unknown (the spec carries both containerd's" in proc.stderr
 
 
-def test_hook_finds_a_relative_cgroups_path_through_the_pid(busybox_bundle,
-                                                            read_files_script, sections,
-                                                            tmp_path):
+def test_hook_finds_a_relative_cgroups_path_through_the_pid(
+    busybox_bundle, read_files_script, sections, tmp_path
+):
     """runc puts a relative cgroupsPath below its own cgroup; the hook follows the pid.
     The container reads its own cgroup (cgroup namespace): the values are where it runs."""
-    own = next(line.split("::", 1)[1] for line in
-               Path("/proc/self/cgroup").read_text().splitlines() if line.startswith("0::"))
+    own = next(
+        line.split("::", 1)[1]
+        for line in Path("/proc/self/cgroup").read_text().splitlines()
+        if line.startswith("0::")
+    )
     parent = f"nri-sla-rel-{uuid.uuid4().hex[:8]}"
     sla = {"sla.nri.io/pod": "cpu:\n  limit: 0.5\nmemory:\n  max: 64Mi\n"}
     try:
-        proc, log = busybox_bundle.run_with_hook(read_files_script(["cpu.max", "memory.max"]),
-                                                 sla, tmp_path, cgroups_path=f"{parent}/ctr")
+        proc, log = busybox_bundle.run_with_hook(
+            read_files_script(["cpu.max", "memory.max"]),
+            sla,
+            tmp_path,
+            cgroups_path=f"{parent}/ctr",
+        )
         assert proc.rc == 0, (proc.stderr, log)
         got = sections(proc.stdout)
         assert got["cpu.max"] == "50000 100000"
@@ -127,8 +155,9 @@ def test_hook_refuses_a_cgroup_holding_other_processes(busybox_bundle, cgroup_tr
     sleeper = type(pod)(pod.path / "other").spawn(["sleep", "300"])
     try:
         sla = {"sla.nri.io/pod": "memory:\n  max: 32Mi\n"}
-        proc, _log = busybox_bundle.run_with_hook(["/bin/true"], sla, tmp_path,
-                                                  cgroups_path=f"/{top}/pod")
+        proc, _log = busybox_bundle.run_with_hook(
+            ["/bin/true"], sla, tmp_path, cgroups_path=f"/{top}/pod"
+        )
         assert proc.rc != 0 and "exit status 2" in proc.stderr, proc.stderr
         assert f"{pod.path}/other below it holds other processes" in proc.stderr
         assert pod.read("memory.max") == "max"
@@ -143,10 +172,16 @@ def test_hook_io_max_devices_do_not_reveal_host_files(busybox_bundle, tmp_path):
     link.symlink_to("/etc/shadow")
     answers = {}
     try:
-        for device in ("/dev/null", "/dev/nri-sla-test-missing", str(link), "/etc/shadow",
-                       "/nonexistent"):
-            sla = {"sla.nri.io/pod": f"io:\n  max:\n    - device: '{device}'\n"
-                                     f"      read-bps: 1Mi\n"}
+        for device in (
+            "/dev/null",
+            "/dev/nri-sla-test-missing",
+            str(link),
+            "/etc/shadow",
+            "/nonexistent",
+        ):
+            sla = {
+                "sla.nri.io/pod": f"io:\n  max:\n    - device: '{device}'\n      read-bps: 1Mi\n"
+            }
             proc, _log = busybox_bundle.run_with_hook(["/bin/true"], sla, tmp_path)
             assert proc.rc != 0
             status = proc.stderr.split("exit status ", 1)[1][0]
@@ -154,8 +189,15 @@ def test_hook_io_max_devices_do_not_reveal_host_files(busybox_bundle, tmp_path):
             answers[device] = (status, line.replace(device, "<dev>"))
     finally:
         link.unlink()
-    assert answers["/dev/null"] == answers["/dev/nri-sla-test-missing"] == answers[str(link)] \
-        == ("1", "nri-sla hook: sla.nri.io/pod: io.max[0].device: io device '<dev>': "
-                 "is not a block device under /dev")
+    assert (
+        answers["/dev/null"]
+        == answers["/dev/nri-sla-test-missing"]
+        == answers[str(link)]
+        == (
+            "1",
+            "nri-sla hook: sla.nri.io/pod: io.max[0].device: io device '<dev>': "
+            "is not a block device under /dev",
+        )
+    )
     assert answers["/etc/shadow"] == answers["/nonexistent"]
     assert answers["/etc/shadow"][0] == "2"

@@ -36,10 +36,10 @@ def bfq(virtio_disk):
 
 def test_io_max_round_trip(scratch_cgroup, virtio_disk):
     dev = virtio_disk.majmin
-    scratch_cgroup.write("io.max", f"{dev} rbps=524288000 wbps=209715200 riops=20000 "
-                                   f"wiops=10000")
+    scratch_cgroup.write("io.max", f"{dev} rbps=524288000 wbps=209715200 riops=20000 wiops=10000")
     assert scratch_cgroup.read("io.max") == (
-        f"{dev} rbps=524288000 wbps=209715200 riops=20000 wiops=10000")
+        f"{dev} rbps=524288000 wbps=209715200 riops=20000 wiops=10000"
+    )
 
 
 def test_io_max_partial_write_keeps_other_keys(scratch_cgroup, virtio_disk):
@@ -53,11 +53,14 @@ def test_io_max_partial_write_keeps_other_keys(scratch_cgroup, virtio_disk):
     assert scratch_cgroup.read("io.max") == ""
 
 
-@pytest.mark.parametrize(("line", "expected"), [
-    ("{dev} foo=1", errno.EINVAL),
-    ("{dev} rbps=-1", errno.EINVAL),
-    ("9:9 rbps=1048576", errno.ENODEV),  # no such device: writers must resolve MAJ:MIN
-])
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("{dev} foo=1", errno.EINVAL),
+        ("{dev} rbps=-1", errno.EINVAL),
+        ("9:9 rbps=1048576", errno.ENODEV),  # no such device: writers must resolve MAJ:MIN
+    ],
+)
 def test_io_max_refusals(scratch_cgroup, virtio_disk, line, expected):
     with pytest.raises(OSError) as exc:
         scratch_cgroup.write("io.max", line.format(dev=virtio_disk.majmin))
@@ -68,8 +71,17 @@ def test_io_max_throttles_direct_writes(scratch_cgroup, virtio_disk):
     scratch_cgroup.write("io.max", f"{virtio_disk.majmin} wbps=1048576")  # 1 MiB/s
     started = time.monotonic()
     # 2 MiB at 8 MiB into the disk: the partition table in sector 0 stays intact.
-    proc = scratch_cgroup.spawn(["dd", "if=/dev/zero", f"of={virtio_disk.path}", "bs=64k",
-                                 "seek=128", "count=32", "oflag=direct"])
+    proc = scratch_cgroup.spawn(
+        [
+            "dd",
+            "if=/dev/zero",
+            f"of={virtio_disk.path}",
+            "bs=64k",
+            "seek=128",
+            "count=32",
+            "oflag=direct",
+        ]
+    )
     _, err = proc.communicate(timeout=60)
     elapsed = time.monotonic() - started
     assert proc.returncode == 0, err
@@ -86,12 +98,12 @@ def test_io_max_refuses_a_partition(scratch_cgroup, virtio_partition):
     assert exc.value.errno == errno.ENODEV
 
 
-def test_disk_rule_throttles_io_to_its_partition(scratch_cgroup, virtio_disk,
-                                                 virtio_partition):
+def test_disk_rule_throttles_io_to_its_partition(scratch_cgroup, virtio_disk, virtio_partition):
     scratch_cgroup.write("io.max", f"{virtio_disk.majmin} wbps=1048576")
     started = time.monotonic()
-    proc = scratch_cgroup.spawn(["dd", "if=/dev/zero", f"of={virtio_partition.path}",
-                                 "bs=64k", "count=32", "oflag=direct"])
+    proc = scratch_cgroup.spawn(
+        ["dd", "if=/dev/zero", f"of={virtio_partition.path}", "bs=64k", "count=32", "oflag=direct"]
+    )
     _, err = proc.communicate(timeout=60)
     elapsed = time.monotonic() - started
     assert proc.returncode == 0, err
@@ -128,7 +140,9 @@ def test_io_weight_per_device_with_iocost(scratch_cgroup, virtio_disk, iocost):
     assert f"{virtio_disk.majmin} enable=1" in qos
     scratch_cgroup.write("io.weight", f"{virtio_disk.majmin} 300")
     assert scratch_cgroup.read("io.weight").splitlines() == [
-        "default 100", f"{virtio_disk.majmin} 300"]
+        "default 100",
+        f"{virtio_disk.majmin} 300",
+    ]
 
 
 def test_io_bfq_weight(scratch_cgroup, virtio_disk, bfq):

@@ -6,8 +6,17 @@ resources into config.json and runc writes the cgroup files.
 """
 
 MIB = 1 << 20
-FILES = ["cpu.max", "cpuset.cpus", "cpuset.mems", "memory.max", "memory.high", "io.max",
-         "io.weight", "io.bfq.weight", "pids.max"]
+FILES = [
+    "cpu.max",
+    "cpuset.cpus",
+    "cpuset.mems",
+    "memory.max",
+    "memory.high",
+    "io.max",
+    "io.weight",
+    "io.bfq.weight",
+    "pids.max",
+]
 
 
 def base_resources(dev: str) -> dict:
@@ -15,13 +24,13 @@ def base_resources(dev: str) -> dict:
         "cpu": {"quota": 50000, "period": 100000, "cpus": "0", "mems": "0"},
         "memory": {"limit": 64 * MIB},
         "pids": {"limit": 100},
-        "unified": {"memory.high": str(48 * MIB),
-                    "io.max": f"{dev} rbps=1048576 wbps=2097152"},
+        "unified": {"memory.high": str(48 * MIB), "io.max": f"{dev} rbps=1048576 wbps=2097152"},
     }
 
 
-def test_runc_applies_resources_and_unified(busybox_bundle, virtio_disk, read_files_script,
-                                            sections):
+def test_runc_applies_resources_and_unified(
+    busybox_bundle, virtio_disk, read_files_script, sections
+):
     dev = virtio_disk.majmin
     res = busybox_bundle.run(read_files_script(FILES), base_resources(dev))
     assert res.rc == 0, res.stderr
@@ -36,14 +45,14 @@ def test_runc_applies_resources_and_unified(busybox_bundle, virtio_disk, read_fi
 
 
 def test_container_sees_its_own_cgroup_as_root(busybox_bundle, virtio_disk):
-    res = busybox_bundle.run(["/bin/cat", "/proc/self/cgroup"],
-                             base_resources(virtio_disk.majmin))
+    res = busybox_bundle.run(["/bin/cat", "/proc/self/cgroup"], base_resources(virtio_disk.majmin))
     assert res.rc == 0, res.stderr
     assert res.stdout.strip() == "0::/"
 
 
-def test_runc_silently_ignores_realtime_on_v2(busybox_bundle, virtio_disk,
-                                              read_files_script, sections):
+def test_runc_silently_ignores_realtime_on_v2(
+    busybox_bundle, virtio_disk, read_files_script, sections
+):
     # runc does not refuse cpu.realtime* on v2: it drops them. So a "hard" rt-runtime
     # SLA on a v2 node must be refused by nri-sla itself, never passed to the runtime.
     resources = base_resources(virtio_disk.majmin)
@@ -63,8 +72,9 @@ def test_runc_refuses_unknown_unified_key(busybox_bundle, virtio_disk):
     assert "cpu.rt_runtime_us" in res.stderr
 
 
-def test_runc_blockio_weight_goes_to_bfq_weight_when_present(busybox_bundle, virtio_disk,
-                                                             read_files_script, sections):
+def test_runc_blockio_weight_goes_to_bfq_weight_when_present(
+    busybox_bundle, virtio_disk, read_files_script, sections
+):
     # runc 1.1 writes blockIO.weight to io.bfq.weight when that file exists (bfq loaded),
     # else converts it to io.weight. nri-sla's io.weight goes through `unified` instead.
     resources = base_resources(virtio_disk.majmin)

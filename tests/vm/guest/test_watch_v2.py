@@ -34,8 +34,13 @@ def watching_plugin() -> tuple[SlaPlugin, Metrics]:
 def started(plugin: SlaPlugin, cgroup_tree, name: str, sla: str):
     """A started SLA container in a real v2 cgroup: returns (its Cgroup, the labels)."""
     pod = make_pod(name, namespace="guest", annotations={"sla.nri.io/pod": sla})
-    ctr = make_container(pod, "app", resources=make_resources(
-        cpu_shares=1024, cpu_quota=100_000, cpu_period=100_000, memory_limit=64 * MiB))
+    ctr = make_container(
+        pod,
+        "app",
+        resources=make_resources(
+            cpu_shares=1024, cpu_quota=100_000, cpu_period=100_000, memory_limit=64 * MiB
+        ),
+    )
     rel = f"kubepods/burstable/pod{uuid.uuid4().hex[:8]}/ctr"
     ctr.linux.cgroups_path = f"/{rel}"
     plugin.create_container(pod, ctr)
@@ -48,10 +53,15 @@ def started(plugin: SlaPlugin, cgroup_tree, name: str, sla: str):
 
 def test_drift_on_v2_is_repaired_in_hard_mode_and_reported_in_soft(cgroup_tree):
     plugin, metrics = watching_plugin()
-    hard, _ = started(plugin, cgroup_tree, "hard",
-                      "cpu: {limit: 0.5}\nmemory: {max: 64Mi, high: 48Mi}\n")
-    soft, _ = started(plugin, cgroup_tree, "soft", "enforcement: soft\n"
-                      "cpu: {limit: 0.5}\nmemory: {max: 64Mi, high: 48Mi}\n")
+    hard, _ = started(
+        plugin, cgroup_tree, "hard", "cpu: {limit: 0.5}\nmemory: {max: 64Mi, high: 48Mi}\n"
+    )
+    soft, _ = started(
+        plugin,
+        cgroup_tree,
+        "soft",
+        "enforcement: soft\ncpu: {limit: 0.5}\nmemory: {max: 64Mi, high: 48Mi}\n",
+    )
     assert plugin.drift_pass() == []
     for cgroup in (hard, soft):  # memory.high lifted, the quota halved behind our back
         cgroup.write("memory.high", "max")
@@ -63,11 +73,12 @@ def test_drift_on_v2_is_repaired_in_hard_mode_and_reported_in_soft(cgroup_tree):
     assert metrics.value("nri_sla_drift_detected_total", kind="cpu") == 2
     # What runc update writes for that ContainerUpdate, on the hard container only.
     hard.write("memory.high", update.linux.resources.unified["memory.high"])
-    hard.write("cpu.max", f"{update.linux.resources.cpu.quota.value} "
-                          f"{update.linux.resources.cpu.period.value}")
+    hard.write(
+        "cpu.max",
+        f"{update.linux.resources.cpu.quota.value} {update.linux.resources.cpu.period.value}",
+    )
     assert plugin.drift_pass() == []
-    assert metrics.value("nri_sla_drift_repairs_total", kind="memory",
-                         outcome="repaired") == 1
+    assert metrics.value("nri_sla_drift_repairs_total", kind="memory", outcome="repaired") == 1
     states = {r.pod: r.drifted for r in plugin.watch.last.containers}
     assert states == {"hard": 0, "soft": 2}
     assert soft.read("memory.high") == "max"  # soft: left as found
@@ -75,8 +86,7 @@ def test_drift_on_v2_is_repaired_in_hard_mode_and_reported_in_soft(cgroup_tree):
 
 def test_a_container_above_memory_high_shows_high_events(cgroup_tree):
     plugin, metrics = watching_plugin()
-    cgroup, who = started(plugin, cgroup_tree, "reclaimed",
-                          "memory: {max: 64Mi, high: 8Mi}\n")
+    cgroup, who = started(plugin, cgroup_tree, "reclaimed", "memory: {max: 64Mi, high: 8Mi}\n")
     plugin.drift_pass()
     with open("/proc/sys/vm/drop_caches", "w") as f:  # the disk's pages charged anew
         f.write("3")
@@ -85,11 +95,13 @@ def test_a_container_above_memory_high_shows_high_events(cgroup_tree):
     plugin.drift_pass()
     high = metrics.value("nri_sla_container_memory_events_total", event="high", **who)
     assert high is not None and high > 0, cgroup.read("memory.events")
-    (row,) = [r for r in plugin.watch.look().to_json(True)["containers"]
-              if r["pod"] == "reclaimed"]
+    (row,) = [r for r in plugin.watch.look().to_json(True)["containers"] if r["pod"] == "reclaimed"]
     assert row["memory_events"]["high"] >= high
-    line = next(x for x in render(plugin.watch.look().to_json(True)).splitlines()
-                if x.startswith("guest/reclaimed"))
+    line = next(
+        x
+        for x in render(plugin.watch.look().to_json(True)).splitlines()
+        if x.startswith("guest/reclaimed")
+    )
     assert f"high={row['memory_events']['high']}" in line
 
 
@@ -106,8 +118,9 @@ def test_a_cpu_bound_container_shows_throttling_and_pressure(cgroup_tree):
         busy.wait()
     ratio = metrics.value("nri_sla_container_cpu_throttled_ratio", **who)
     assert ratio is not None and ratio > 0.5, cgroup.read("cpu.stat")
-    stalled = metrics.value("nri_sla_container_pressure_stalled_seconds_total",
-                            resource="cpu", kind="some", **who)
+    stalled = metrics.value(
+        "nri_sla_container_pressure_stalled_seconds_total", resource="cpu", kind="some", **who
+    )
     assert stalled is not None and stalled > 0, cgroup.read("cpu.pressure")
     report = plugin.watch.last.containers[0]
     assert report.compliance is not None and report.compliance.cpu is not None

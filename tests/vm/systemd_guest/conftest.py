@@ -39,8 +39,18 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 UNIT_NAME = "nri-sla.service"
 # [Service] keys of the unit that say how it runs rather than what it may do: everything
 # else there is its sandbox, and is what a sandboxed run must get.
-LIFECYCLE_KEYS = frozenset({"Type", "NotifyAccess", "WatchdogSec", "ExecStart", "Restart",
-                            "RestartSec", "TimeoutStopSec", "TimeoutStartSec"})
+LIFECYCLE_KEYS = frozenset(
+    {
+        "Type",
+        "NotifyAccess",
+        "WatchdogSec",
+        "ExecStart",
+        "Restart",
+        "RestartSec",
+        "TimeoutStopSec",
+        "TimeoutStartSec",
+    }
+)
 
 
 def _load(key: str, path: Path):
@@ -62,8 +72,10 @@ def systemd_guest_skip_reason() -> str | None:
     """Why the systemd guest tests cannot run here, or None if they can."""
     h = _harness()
     if os.environ.get(h.GUEST_ENV_FLAG) != "1" or os.environ.get(h.GUEST_INIT_ENV) != h.SYSTEMD:
-        return ("systemd guest test: runs inside the qemu guest with systemd as PID 1 booted "
-                "by tests/vm/test_systemd_guest.py")
+        return (
+            "systemd guest test: runs inside the qemu guest with systemd as PID 1 booted "
+            "by tests/vm/test_systemd_guest.py"
+        )
     if Path("/proc/1/comm").read_text().strip() != "systemd":
         return "systemd guest test: PID 1 is not systemd"
     return None
@@ -97,8 +109,7 @@ def journal(unit: str) -> str:
     return run(["journalctl", "-u", unit, "-o", "short-monotonic", "--no-pager"]).stdout
 
 
-def wait_for(what: str, probe, timeout: float = 120, interval: float = 0.5,
-             unit: str = ""):
+def wait_for(what: str, probe, timeout: float = 120, interval: float = 0.5, unit: str = ""):
     """Poll probe() until it returns something true; that value. On a timeout the
     message carries `unit`'s journal."""
     deadline = time.monotonic() + timeout
@@ -115,9 +126,13 @@ def wait_for(what: str, probe, timeout: float = 120, interval: float = 0.5,
 @pytest.fixture(scope="session")
 def systemd() -> SimpleNamespace:
     """The helpers above, for test modules (which cannot import this conftest)."""
-    return SimpleNamespace(run=run, unit_properties=unit_properties, wait_for=wait_for,
-                           journal=journal,
-                           kube_bundles=lambda directory: KubeBundles(directory))
+    return SimpleNamespace(
+        run=run,
+        unit_properties=unit_properties,
+        wait_for=wait_for,
+        journal=journal,
+        kube_bundles=lambda directory: KubeBundles(directory),
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,8 +144,9 @@ class InstalledPackage:
 
     def sandbox(self) -> list[tuple[str, str]]:
         """(key, value) of every [Service] setting but the life-cycle ones."""
-        return [(k, v) for k, values in self.service.items() if k not in LIFECYCLE_KEYS
-                for v in values]
+        return [
+            (k, v) for k, values in self.service.items() if k not in LIFECYCLE_KEYS for v in values
+        ]
 
 
 @pytest.fixture(scope="session")
@@ -236,13 +252,18 @@ class KubeBundles:
         container "app": cgroupsPath kubepods-burstable-pod<uid>.slice:cri-containerd:<id>."""
         from nri_plugin.simulated.runtime import make_container, make_pod
 
-        pod = make_pod(f"{name}-{uuid.uuid4().hex[:8]}", cgroup_driver="systemd",
-                       annotations=pod_annotations)
+        pod = make_pod(
+            f"{name}-{uuid.uuid4().hex[:8]}", cgroup_driver="systemd", annotations=pod_annotations
+        )
         return pod, make_container(pod, "app")
 
-    def start(self, ctr, resources: dict | None = None,
-              annotations: dict[str, str] | None = None,
-              hooks: dict | None = None) -> tuple[Any, KubeContainer | None]:
+    def start(
+        self,
+        ctr,
+        resources: dict | None = None,
+        annotations: dict[str, str] | None = None,
+        hooks: dict | None = None,
+    ) -> tuple[Any, KubeContainer | None]:
         """Start `sleep` as container `ctr` (a simulator Container) in its scope;
         (runc's result, the container, or None when runc failed)."""
         path = ctr.linux.cgroups_path

@@ -40,14 +40,23 @@ def service(package, nri_runtime, systemd):
     waiting = systemd.wait_for(
         "nri-sla dialling the NRI socket",
         lambda: (p := systemd.unit_properties(UNIT, *STATE))["StatusText"] and p,
-        unit=UNIT)
+        unit=UNIT,
+    )
     nri_runtime.listen()
     session = nri_runtime.accept(timeout=120)
     ready = systemd.wait_for(
         "nri-sla.service active",
-        lambda: (p := systemd.unit_properties(UNIT, *STATE, "WatchdogTimestampMonotonic",
-                                              "ActiveEnterTimestampMonotonic"))[
-            "ActiveState"] != "activating" and p, unit=UNIT)
+        lambda: (
+            (
+                p := systemd.unit_properties(
+                    UNIT, *STATE, "WatchdogTimestampMonotonic", "ActiveEnterTimestampMonotonic"
+                )
+            )["ActiveState"]
+            != "activating"
+            and p
+        ),
+        unit=UNIT,
+    )
     yield ServiceStart(waiting, ready, session)
     systemd.run(["systemctl", "stop", UNIT])
 
@@ -58,10 +67,15 @@ def test_package_installs_its_unit_without_starting_it(package, systemd):
     assert f"Version: {__version__}" in status
     # postinst reloaded systemd: the unit is known, and (by design) neither enabled nor
     # started on a first install (containerd needs NRI configured first).
-    unit = systemd.unit_properties(UNIT, "LoadState", "UnitFileState", "FragmentPath",
-                                   "ActiveState")
-    assert unit == {"LoadState": "loaded", "UnitFileState": "disabled",
-                    "FragmentPath": str(package.unit_file), "ActiveState": "inactive"}
+    unit = systemd.unit_properties(
+        UNIT, "LoadState", "UnitFileState", "FragmentPath", "ActiveState"
+    )
+    assert unit == {
+        "LoadState": "loaded",
+        "UnitFileState": "disabled",
+        "FragmentPath": str(package.unit_file),
+        "ActiveState": "inactive",
+    }
     version = systemd.run(["/usr/bin/nri-sla", "--version"])
     assert version.stdout.strip() == f"nri-sla {__version__}", version.stderr
 
@@ -73,22 +87,26 @@ def test_ready_only_once_registered_with_the_runtime(service):
     assert waiting["StatusText"] in (
         "connecting to the NRI runtime",
         "disconnected: cannot connect to NRI socket /var/run/nri/nri.sock: "
-        "No such file or directory")
+        "No such file or directory",
+    )
     assert (ready["ActiveState"], ready["SubState"]) == ("active", "running")
     assert ready["StatusText"] == "registered with containerd 2.3.4"
     assert ready["MainPID"] == waiting["MainPID"] != "0"  # the same process, no restart
     assert service.session.name == "nri-sla"
 
 
-def test_plugin_writes_land_from_inside_the_units_sandbox(service, nri_runtime, kube_bundle,
-                                                          first_disk, second_disk, systemd):
+def test_plugin_writes_land_from_inside_the_units_sandbox(
+    service, nri_runtime, kube_bundle, first_disk, second_disk, systemd
+):
     """The NRI path under the systemd cgroup driver, as containerd drives it: the plugin's
     adjustment goes into the spec and runc applies it to the container's scope; io.max on
     two devices (NRI's `unified` takes one) is written by the plugin itself at
     StartContainer, from inside the hardened service."""
-    sla = ("cpu: {limit: 0.5}\nmemory: {high: 96Mi, max: 128Mi}\n"
-           "io:\n  max:\n    - {device: /dev/vda, read-bps: 1Mi}\n"
-           "    - {device: /dev/vdb, write-iops: 300}\n")
+    sla = (
+        "cpu: {limit: 0.5}\nmemory: {high: 96Mi, max: 128Mi}\n"
+        "io:\n  max:\n    - {device: /dev/vda, read-bps: 1Mi}\n"
+        "    - {device: /dev/vdb, write-iops: 300}\n"
+    )
     pod, ctr = kube_bundle.pod_container("direct", {"sla.nri.io/pod": sla})
     response = nri_runtime.call(service.session.create_container(pod, ctr))
     resources = kube_bundle.bundle.oci_resources(response.adjust)
@@ -100,16 +118,19 @@ def test_plugin_writes_land_from_inside_the_units_sandbox(service, nri_runtime, 
     assert got["cpu.max"] == "50000 100000"
     assert got["memory.max"] == str(128 * MIB)
     assert got["memory.high"] == str(96 * MIB)
-    assert sorted(got["io.max"].splitlines()) == sorted([
-        f"{first_disk} rbps={MIB} wbps=max riops=max wiops=max",
-        f"{second_disk} rbps=max wbps=max riops=max wiops=300"])
+    assert sorted(got["io.max"].splitlines()) == sorted(
+        [
+            f"{first_disk} rbps={MIB} wbps=max riops=max wiops=max",
+            f"{second_disk} rbps=max wbps=max riops=max wiops=300",
+        ]
+    )
     journal = systemd.run(["journalctl", "-u", UNIT, "-o", "cat", "--no-pager"]).stdout
     assert "Permission denied" not in journal and "Read-only file system" not in journal
 
 
-def test_hook_writes_every_cgroup_file_inside_the_units_sandbox(package, kube_bundle,
-                                                                first_disk, systemd,
-                                                                tmp_path):
+def test_hook_writes_every_cgroup_file_inside_the_units_sandbox(
+    package, kube_bundle, first_disk, systemd, tmp_path
+):
     """The OCI hook writes every kind of cgroup file nri-sla knows (the plugin writes a
     subset). Run with each sandbox setting of the installed unit (systemd-run -p, read
     from the unit file: a setting added later is covered too), it must still land all
@@ -122,27 +143,50 @@ def test_hook_writes_every_cgroup_file_inside_the_units_sandbox(package, kube_bu
     # The hook reads the bundle's config.json: outside /tmp, which PrivateTmp= hides.
     bundle = Path("/run/nri-sla-vm-bundles") / container.id
     bundle.mkdir(parents=True)
-    sla = (f"cpu: {{limit: 0.25, period: 50ms}}\nnuma: {{nodes: '0'}}\n"
-           f"memory: {{high: 80Mi, max: 112Mi}}\n"
-           f"io:\n  weight: 300\n  max: [{{device: '{first_disk}', read-bps: 2Mi}}]\n")
-    (bundle / "config.json").write_text(json.dumps(
-        {**kube_bundle.bundle.config(["/bin/sleep", "1"], {}, container.cgroups_path),
-         "annotations": {**ctr.annotations, "sla.nri.io/pod": sla}}))
-    state = json.dumps({"ociVersion": "1.0.2", "id": container.id, "status": "creating",
-                        "pid": kube_bundle.pid(container), "bundle": str(bundle)})
+    sla = (
+        f"cpu: {{limit: 0.25, period: 50ms}}\nnuma: {{nodes: '0'}}\n"
+        f"memory: {{high: 80Mi, max: 112Mi}}\n"
+        f"io:\n  weight: 300\n  max: [{{device: '{first_disk}', read-bps: 2Mi}}]\n"
+    )
+    (bundle / "config.json").write_text(
+        json.dumps(
+            {
+                **kube_bundle.bundle.config(["/bin/sleep", "1"], {}, container.cgroups_path),
+                "annotations": {**ctr.annotations, "sla.nri.io/pod": sla},
+            }
+        )
+    )
+    state = json.dumps(
+        {
+            "ociVersion": "1.0.2",
+            "id": container.id,
+            "status": "creating",
+            "pid": kube_bundle.pid(container),
+            "bundle": str(bundle),
+        }
+    )
     systemd_run = ["systemd-run", "--wait", "--pipe", "--collect", "--quiet", *sandbox]
-    hook = systemd.run([*systemd_run, "/usr/bin/nri-sla", "hook", "--stage", "createRuntime",
-                        "--timeout", "100"], input=state, timeout=200)
+    hook = systemd.run(
+        [*systemd_run, "/usr/bin/nri-sla", "hook", "--stage", "createRuntime", "--timeout", "100"],
+        input=state,
+        timeout=200,
+    )
     assert hook.returncode == 0, hook.stdout + hook.stderr
-    got = container.values(["cpu.max", "cpuset.mems", "memory.high", "memory.max",
-                            "io.weight", "io.max"])
-    assert got == {"cpu.max": "12500 50000", "cpuset.mems": "0",
-                   "memory.high": str(80 * MIB), "memory.max": str(112 * MIB),
-                   "io.weight": "default 300",
-                   "io.max": f"{first_disk} rbps={2 * MIB} wbps=max riops=max wiops=max"}
+    got = container.values(
+        ["cpu.max", "cpuset.mems", "memory.high", "memory.max", "io.weight", "io.max"]
+    )
+    assert got == {
+        "cpu.max": "12500 50000",
+        "cpuset.mems": "0",
+        "memory.high": str(80 * MIB),
+        "memory.max": str(112 * MIB),
+        "io.weight": "default 300",
+        "io.max": f"{first_disk} rbps={2 * MIB} wbps=max riops=max wiops=max",
+    }
     # ... and the sandbox was in force: / read-only, only the two DAC capabilities left.
-    probe = systemd.run([*systemd_run, "/bin/sh", "-c",
-                         "grep CapBnd /proc/self/status; touch /etc/nri-sla-probe"])
+    probe = systemd.run(
+        [*systemd_run, "/bin/sh", "-c", "grep CapBnd /proc/self/status; touch /etc/nri-sla-probe"]
+    )
     assert "CapBnd:\t0000000000000006" in probe.stdout
     assert "Read-only file system" in probe.stderr
 
@@ -156,8 +200,18 @@ def test_watchdog_is_fed_and_stop_is_clean(service, systemd):
     # systemd stamps WatchdogTimestamp with each ping it accepts.
     now = systemd.wait_for(
         "a watchdog ping after READY=1",
-        lambda: int((p := systemd.unit_properties(UNIT, *STATE, "WatchdogTimestampMonotonic"))[
-            "WatchdogTimestampMonotonic"]) > entered and p, timeout=60, unit=UNIT)
+        lambda: (
+            int(
+                (p := systemd.unit_properties(UNIT, *STATE, "WatchdogTimestampMonotonic"))[
+                    "WatchdogTimestampMonotonic"
+                ]
+            )
+            > entered
+            and p
+        ),
+        timeout=60,
+        unit=UNIT,
+    )
     assert now["ActiveState"] == "active" and now["MainPID"] == service.ready["MainPID"]
     assert now["NRestarts"] == "0"
 

@@ -24,9 +24,11 @@ from nri_plugin.hookspec import oci_hooks
 from nri_plugin.plugin.adjustment import build_adjustment
 
 MIB = 1 << 20
-SLA = ("cpu: {limit: 0.5, period: 50ms}\nnuma: {nodes: '0'}\n"
-       "memory: {high: 96Mi, max: 128Mi}\nio:\n  weight: 300\n"
-       "  max: [{device: /dev/vda, read-bps: 1Mi}]\n")
+SLA = (
+    "cpu: {limit: 0.5, period: 50ms}\nnuma: {nodes: '0'}\n"
+    "memory: {high: 96Mi, max: 128Mi}\nio:\n  weight: 300\n"
+    "  max: [{device: /dev/vda, read-bps: 1Mi}]\n"
+)
 FILES = ["cpu.max", "cpuset.mems", "memory.max", "memory.high", "io.weight", "io.max"]
 # What `systemctl daemon-reload` writes back into each container's scope (systemd 252,
 # runc 1.1.5 and 1.4.3 alike): systemd re-applies the unit's own settings, and a file it
@@ -35,8 +37,12 @@ FILES = ["cpu.max", "cpuset.mems", "memory.max", "memory.high", "io.weight", "io
 # CPUQuotaPeriodSec=, MemoryMax=, MemoryHigh=), but not io.weight from `unified`.
 RESET_BY_DAEMON_RELOAD = {
     "runtime": {"io.weight": "default 100"},
-    "hook": {"cpu.max": "max 100000", "memory.max": "max", "memory.high": "max",
-             "io.weight": "default 100"},
+    "hook": {
+        "cpu.max": "max 100000",
+        "memory.max": "max",
+        "memory.high": "max",
+        "io.weight": "default 100",
+    },
 }
 
 
@@ -59,18 +65,25 @@ def two_paths(package, systemd, tmp_path_factory):
         pod, ctr = bundles.pod_container("runtime", {"sla.nri.io/pod": SLA})
         node = build_node(NodeConfig(), detect=True)
         assert (node.cgroup_version, node.facts.driver) == (2, "systemd")
-        decision = decide(node, ContainerRequest(dict(pod.annotations), ctr.name,
-                                                 namespace=pod.namespace, owner=ctr.id,
-                                                 nri_version="v0.12.0"))
+        decision = decide(
+            node,
+            ContainerRequest(
+                dict(pod.annotations),
+                ctr.name,
+                namespace=pod.namespace,
+                owner=ctr.id,
+                nri_version="v0.12.0",
+            ),
+        )
         assert decision.outcome == "enforced", decision.error
         resources = bundles.bundle.oci_resources(build_adjustment(decision.plan))
         result, by_runtime = bundles.start(ctr, resources=resources)
         assert by_runtime is not None, result.stderr
 
         _pod, ctr = bundles.pod_container("hook")
-        result, by_hook = bundles.start(ctr, annotations={**ctr.annotations,
-                                                          "sla.nri.io/pod": SLA},
-                                        hooks=shipped_hook(100))
+        result, by_hook = bundles.start(
+            ctr, annotations={**ctr.annotations, "sla.nri.io/pod": SLA}, hooks=shipped_hook(100)
+        )
         assert by_hook is not None, result.stderr
         yield {"runtime": by_runtime, "hook": by_hook}
     finally:
@@ -83,15 +96,27 @@ def test_hook_finds_the_scope_and_both_paths_agree(two_paths, first_disk, system
     for container in two_paths.values():
         pod_slice = container.cgroups_path.split(":")[0]
         assert container.cgroup.parts[-4:] == (
-            "kubepods.slice", "kubepods-burstable.slice", pod_slice, container.scope)
+            "kubepods.slice",
+            "kubepods-burstable.slice",
+            pod_slice,
+            container.scope,
+        )
         unit = systemd.unit_properties(container.scope, "ActiveState", "Delegate")
         assert unit == {"ActiveState": "active", "Delegate": "yes"}
     by_runtime = two_paths["runtime"].values(FILES)
     by_hook = two_paths["hook"].values(FILES)
-    assert by_hook == by_runtime == {
-        "cpu.max": "25000 50000", "cpuset.mems": "0", "memory.max": str(128 * MIB),
-        "memory.high": str(96 * MIB), "io.weight": "default 300",
-        "io.max": f"{first_disk} rbps={MIB} wbps=max riops=max wiops=max"}
+    assert (
+        by_hook
+        == by_runtime
+        == {
+            "cpu.max": "25000 50000",
+            "cpuset.mems": "0",
+            "memory.max": str(128 * MIB),
+            "memory.high": str(96 * MIB),
+            "io.weight": "default 300",
+            "io.max": f"{first_disk} rbps={MIB} wbps=max riops=max wiops=max",
+        }
+    )
 
 
 def test_daemon_reload_keeps_unit_properties_and_resets_direct_writes(two_paths, systemd):

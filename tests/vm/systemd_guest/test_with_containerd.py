@@ -35,8 +35,10 @@ from nri_plugin.commands.containerd_dropin import parse_version
 MIB = 1 << 20
 REPO = Path(__file__).resolve().parents[3]
 ENDPOINT = "unix:///run/containerd/containerd.sock"
-SHIPPED = {2: REPO / "config.toml.example",
-           1: REPO / "packaging" / "containerd" / "config-1.7.toml.example"}
+SHIPPED = {
+    2: REPO / "config.toml.example",
+    1: REPO / "packaging" / "containerd" / "config-1.7.toml.example",
+}
 # containerd's own unit, as its repository ships it (the settings that matter here):
 # Type=notify (ready once serving), Delegate=yes (the shims and containers below it are
 # its own business: the systemd driver puts containers in scopes of their own anyway),
@@ -68,14 +70,16 @@ SLA = "cpu: {limit: 0.5}\nmemory: {max: 128Mi}\n"
 def _binaries() -> dict[str, Path]:
     env = os.environ
     if not all(env.get(k) for k in ("NRI_SLA_CONTAINERD", "NRI_SLA_CRICTL", "NRI_SLA_RUNC")):
-        pytest.skip("set NRI_SLA_CONTAINERD (containerd 1.7/2.x), NRI_SLA_CRICTL and "
-                    "NRI_SLA_RUNC (>= 1.2) to run the containerd e2e in the systemd guest")
+        pytest.skip(
+            "set NRI_SLA_CONTAINERD (containerd 1.7/2.x), NRI_SLA_CRICTL and "
+            "NRI_SLA_RUNC (>= 1.2) to run the containerd e2e in the systemd guest"
+        )
     containerd = Path(env["NRI_SLA_CONTAINERD"])
     bins = {
         "/usr/local/bin/containerd": containerd,
         "/usr/local/bin/containerd-shim-runc-v2": Path(
-            env.get("NRI_SLA_CONTAINERD_SHIM") or containerd.with_name(
-                "containerd-shim-runc-v2")),
+            env.get("NRI_SLA_CONTAINERD_SHIM") or containerd.with_name("containerd-shim-runc-v2")
+        ),
         "/usr/local/bin/ctr": Path(env.get("NRI_SLA_CTR") or containerd.with_name("ctr")),
         "/usr/local/bin/crictl": Path(env["NRI_SLA_CRICTL"]),
         # First on the service PATH (/usr/local/sbin), ahead of Debian's older runc.
@@ -90,19 +94,30 @@ def _binaries() -> dict[str, Path]:
 def sh(*argv: str, timeout: float = 120, check: bool = True) -> str:
     res = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
     if check and res.returncode != 0:
-        raise AssertionError(f"{' '.join(argv)} failed ({res.returncode}): "
-                             f"{res.stderr.strip() or res.stdout.strip()}")
+        raise AssertionError(
+            f"{' '.join(argv)} failed ({res.returncode}): "
+            f"{res.stderr.strip() or res.stdout.strip()}"
+        )
     return res.stdout
 
 
 def crictl(*args: str, check: bool = True, timeout: float = 180) -> str:
-    return sh("crictl", "--runtime-endpoint", ENDPOINT, "--timeout", "150s", *args,
-              check=check, timeout=timeout)
+    return sh(
+        "crictl",
+        "--runtime-endpoint",
+        ENDPOINT,
+        "--timeout",
+        "150s",
+        *args,
+        check=check,
+        timeout=timeout,
+    )
 
 
 def journal(unit: str, since: str = "") -> str:
-    return sh("journalctl", "-u", unit, "-o", "cat", "--no-pager",
-              *(("--cursor", since) if since else ()))
+    return sh(
+        "journalctl", "-u", unit, "-o", "cat", "--no-pager", *(("--cursor", since) if since else ())
+    )
 
 
 @dataclasses.dataclass
@@ -119,18 +134,27 @@ class Node:
         uid = str(uuid.uuid4())
         d = self.work / name
         d.mkdir(parents=True)
-        pod = {"metadata": {"name": name, "namespace": "default", "uid": uid, "attempt": 0},
-               "annotations": annotations, "log_directory": str(d),
-               "linux": {"cgroup_parent":
-                         f"kubepods-burstable-pod{uid.replace('-', '_')}.slice",
-                         "security_context": {"namespace_options": {"network": 2}}}}
-        ctr = {"metadata": {"name": "app"}, "image": {"image": self.image},
-               "command": ["/bin/sleep", "3600"], "log_path": "app.log"}
+        pod = {
+            "metadata": {"name": name, "namespace": "default", "uid": uid, "attempt": 0},
+            "annotations": annotations,
+            "log_directory": str(d),
+            "linux": {
+                "cgroup_parent": f"kubepods-burstable-pod{uid.replace('-', '_')}.slice",
+                "security_context": {"namespace_options": {"network": 2}},
+            },
+        }
+        ctr = {
+            "metadata": {"name": "app"},
+            "image": {"image": self.image},
+            "command": ["/bin/sleep", "3600"],
+            "log_path": "app.log",
+        }
         (d / "pod.json").write_text(json.dumps(pod))
         (d / "ctr.json").write_text(json.dumps(ctr))
         pod_id = crictl("runp", str(d / "pod.json")).strip()
-        cid = crictl("create", "--no-pull", pod_id, str(d / "ctr.json"),
-                     str(d / "pod.json")).strip()
+        cid = crictl(
+            "create", "--no-pull", pod_id, str(d / "ctr.json"), str(d / "pod.json")
+        ).strip()
         crictl("start", cid)
         inspect = self.pods[name] = json.loads(crictl("inspect", "-o", "json", cid))
         return inspect
@@ -142,8 +166,9 @@ class Node:
         path = spec["linux"]["cgroupsPath"]
         pod_slice, prefix, cid = path.split(":")
         assert pod_slice.startswith("kubepods-burstable-pod") and prefix == "cri-containerd"
-        group = sh("systemctl", "show", "-p", "ControlGroup", "--value",
-                   f"cri-containerd-{cid}.scope").strip()
+        group = sh(
+            "systemctl", "show", "-p", "ControlGroup", "--value", f"cri-containerd-{cid}.scope"
+        ).strip()
         cgroup = Path("/sys/fs/cgroup") / group.lstrip("/")
         values = {f: (cgroup / f).read_text().strip() for f in ("cpu.max", "memory.max")}
         print(f"evidence: {path} -> {cgroup}: {values}")
@@ -176,8 +201,10 @@ def node(package, e2e_image, tmp_path_factory):
     sh("mount", "-t", "tmpfs", "tmpfs", "/var/lib/containerd")
     # the base spec `containerd-config --write` makes: this containerd's own, plus the hook
     spec_path = Path("/etc/nri-sla/base-runtime-spec.json")
-    default = node_default_spec(find_ctr(shutil.which("containerd")) or "ctr",
-                                parse_version(version, "containerd --version"))
+    default = node_default_spec(
+        find_ctr(shutil.which("containerd")) or "ctr",
+        parse_version(version, "containerd --version"),
+    )
     spec = json.loads(with_hook(default, "/usr/bin/nri-sla"))
     for hook in spec["hooks"]["createRuntime"]:
         args = hook["args"]
@@ -189,18 +216,19 @@ def node(package, e2e_image, tmp_path_factory):
     try:
         started = time.monotonic()
         sh("systemctl", "start", "containerd", timeout=180)
-        print(f"evidence: containerd {version} active after "
-              f"{time.monotonic() - started:.1f} s")
+        print(f"evidence: containerd {version} active after {time.monotonic() - started:.1f} s")
         image = _default_sandbox_image()
-        archive = e2e_image.build_image_archive(tmp_path_factory.mktemp("image") / "img.tar",
-                                                Path("/bin/busybox"), image)
+        archive = e2e_image.build_image_archive(
+            tmp_path_factory.mktemp("image") / "img.tar", Path("/bin/busybox"), image
+        )
         sh("ctr", "-n", "k8s.io", "images", "import", str(archive.path), timeout=300)
         yield Node(major, version, image, tmp_path_factory.mktemp("pods"))
     finally:
         crictl("rmp", "--all", "--force", check=False, timeout=300)
         for unit in (UNIT, "containerd"):
-            subprocess.run(["systemctl", "disable", "--now", unit], capture_output=True,
-                           timeout=120)
+            subprocess.run(
+                ["systemctl", "disable", "--now", unit], capture_output=True, timeout=120
+            )
         subprocess.run(["umount", "-l", "/var/lib/containerd"], capture_output=True)
         for link in links:  # the guest's own runc again
             link.unlink(missing_ok=True)
@@ -215,16 +243,19 @@ def test_enabled_service_starts_with_containerd_and_registers(node, systemd):
     props = systemd.unit_properties(UNIT, "ActiveState", "StatusText")
     assert props["ActiveState"] == "active"
     assert props["StatusText"] == f"registered with containerd {node.version}"
-    log = systemd.wait_for("containerd: nri-sla synchronized", lambda: re.search(
-        r'plugin \\?"[^"]*nri-sla\\?" connected and synchronized', journal("containerd")))
+    log = systemd.wait_for(
+        "containerd: nri-sla synchronized",
+        lambda: re.search(
+            r'plugin \\?"[^"]*nri-sla\\?" connected and synchronized', journal("containerd")
+        ),
+    )
     print(f"evidence: {log[0]}")
 
 
 def test_kubelet_shaped_pod_gets_its_sla_through_nri(node):
     inspect = node.run_pod("nri-path", {"sla.nri.io/pod": SLA})
     assert "sla.nri.io/applied" in inspect["info"]["runtimeSpec"].get("annotations", {})
-    assert node.cgroup_values(inspect) == {"cpu.max": "50000 100000",
-                                           "memory.max": str(128 * MIB)}
+    assert node.cgroup_values(inspect) == {"cpu.max": "50000 100000", "memory.max": str(128 * MIB)}
 
 
 def test_containerd_restart_restarts_nri_sla(node, systemd):
@@ -232,9 +263,16 @@ def test_containerd_restart_restarts_nri_sla(node, systemd):
     which registers again."""
     before = systemd.unit_properties(UNIT, "MainPID")["MainPID"]
     sh("systemctl", "restart", "containerd", timeout=240)
-    after = systemd.wait_for("nri-sla registered again", lambda: (
-        p := systemd.unit_properties(UNIT, "MainPID", "ActiveState", "StatusText"))[
-        "StatusText"].startswith("registered") and p["ActiveState"] == "active" and p)
+    after = systemd.wait_for(
+        "nri-sla registered again",
+        lambda: (
+            (p := systemd.unit_properties(UNIT, "MainPID", "ActiveState", "StatusText"))[
+                "StatusText"
+            ].startswith("registered")
+            and p["ActiveState"] == "active"
+            and p
+        ),
+    )
     assert after["MainPID"] != before
 
 
@@ -250,8 +288,7 @@ def test_kubelet_shaped_pod_gets_its_sla_through_the_hook(node, systemd):
         annotations[TOLERATE] = "true"
     inspect = node.run_pod("hook-path", annotations)
     assert "sla.nri.io/applied" not in inspect["info"]["runtimeSpec"].get("annotations", {})
-    assert node.cgroup_values(inspect) == {"cpu.max": "50000 100000",
-                                           "memory.max": str(128 * MIB)}
+    assert node.cgroup_values(inspect) == {"cpu.max": "50000 100000", "memory.max": str(128 * MIB)}
 
 
 def test_daemon_reload_keeps_the_nri_values_and_resets_the_hooks(node, systemd):
@@ -262,8 +299,10 @@ def test_daemon_reload_keeps_the_nri_values_and_resets_the_hooks(node, systemd):
         pytest.skip("needs the pods of the NRI and hook tests above")
     assert systemd.run(["systemctl", "daemon-reload"]).returncode == 0
     after = {name: node.cgroup_values(inspect) for name, inspect in pods.items()}
-    assert after == {"nri-path": {"cpu.max": "50000 100000", "memory.max": str(128 * MIB)},
-                     "hook-path": {"cpu.max": "max 100000", "memory.max": "max"}}
+    assert after == {
+        "nri-path": {"cpu.max": "50000 100000", "memory.max": str(128 * MIB)},
+        "hook-path": {"cpu.max": "max 100000", "memory.max": "max"},
+    }
 
 
 # Two package operations (remove, then the reinstall that leaves the guest as it was): dpkg
@@ -286,9 +325,10 @@ def test_removed_package_leaves_containerd_creating_containers(node, systemd, pa
             if name == "after-restart":  # containerd reads the base spec file again
                 sh("systemctl", "restart", "containerd", timeout=240)
             inspect = node.run_pod(name, annotations)  # created and started
-            assert node.cgroup_values(inspect) == {"cpu.max": "max 100000",
-                                                   "memory.max": "max"}  # nothing enforced
+            assert node.cgroup_values(inspect) == {
+                "cpu.max": "max 100000",
+                "memory.max": "max",
+            }  # nothing enforced
     finally:
-        reinstalled = systemd.run(["dpkg", "--force-confold", "-i", str(package.deb)],
-                                  timeout=300)
+        reinstalled = systemd.run(["dpkg", "--force-confold", "-i", str(package.deb)], timeout=300)
         assert reinstalled.returncode == 0, reinstalled.stdout + reinstalled.stderr

@@ -183,7 +183,7 @@ class GrantedResources(Value):
         raise AttributeError(f"GrantedResources is frozen (cannot set {name})")
 
     # Value leaves values unhashable (mutable by convention); this one is frozen
-    def __hash__(self) -> int:  # type: ignore[override]
+    def __hash__(self) -> int:
         return hash(self._fields())
 
     def key(self) -> tuple:

@@ -19,7 +19,7 @@ annotations naming typing's names are quoted.
 TYPE_CHECKING = False  # typing costs the hook's start-up; only checkers need it
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from typing import Any, TypeVar, dataclass_transform
+    from typing import Any, ClassVar, TypeVar, dataclass_transform
 
     T = TypeVar("T")
 else:
@@ -217,7 +217,9 @@ class Value:
             return NotImplemented
         return self._fields() == other._fields()
 
-    __hash__ = None  # type: ignore[assignment]  # mutable-by-convention values
+    # Mutable by convention, so not hashable; a frozen subclass may define __hash__ again
+    # (checkers: a method or None). The ignore: object's stub says every class has one.
+    __hash__: "ClassVar[Callable[[object], int] | None]" = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
         inner = ", ".join(f"{n}={getattr(self, n)!r}" for n in self.__slots__)

@@ -115,7 +115,7 @@ def _remembered(node: DecidingNode, request: ContainerRequest) -> Decision:
     if decision.inputs is not None:
         if len(node.reusable) >= REUSABLE_LIMIT:
             node.reusable.clear()  # bounded: many distinct SLAs only cost a re-plan
-        node.reusable[inputs] = decision
+        node.reusable[decision.inputs] = decision  # the inputs, when reusable
     return decision
 
 

@@ -60,6 +60,12 @@ class NodeInputs(Value):
     `facts` (what the node was found to be: cgroup version, capabilities, or the hook's
     cgroup facts key and sysfs root) and `code` (the identity of the code that decides)."""
 
+    # set once in __init__ (object.__setattr__): declared here for checkers
+    # (quoted: evaluating them would cost the hook's start-up)
+    config: str
+    facts: "tuple[str, ...]"
+    code: str
+
     __slots__ = ("code", "config", "facts")
 
     def __init__(self, config: str, facts: tuple[str, ...], code: str) -> None:
@@ -78,6 +84,15 @@ class NodeInputs(Value):
 class DecisionInputs(Value):
     """Everything a decision depends on; equal inputs, equal decisions. Frozen, hashable
     (the plugin's key) and with a digest (the hook's key). Build with `inputs_for`."""
+
+    # set once in __init__ (object.__setattr__): declared here for checkers
+    sla: "tuple[tuple[str, str], ...]"
+    name: str
+    namespace: str
+    granted: "tuple[object, ...]"
+    node: NodeInputs
+    nri_version: "str | None"
+    distrust: str
 
     __slots__ = ("distrust", "granted", "name", "namespace", "node", "nri_version", "sla")
 
@@ -140,7 +155,7 @@ def sla_text(annotations: "Mapping[str, str]", prefix: str) -> tuple[tuple[str, 
     Keys first, the value only of nri-sla's: the plugin passes the request's protobuf map,
     whose items() is collections.abc's generator in Python."""
     head = prefix + "/"
-    mine = []
+    mine: list[tuple[str, str]] = []
     for k in annotations:
         if k.startswith(head) or k == ENFORCEMENT_ALIAS:
             if len(mine) == MAX_SLA_KEYS:
@@ -187,28 +202,28 @@ def loaded_code(started_ns: int) -> dict | None:
             directory, _, base = abspath(path).rpartition("/")
             by_dir.setdefault(directory, {})[base] = None
     limit = started_ns - SETTLE_NS
-    dirs = []
+    dirs: list[list[object]] = []
+    parts: list[str] = []  # what the digest covers: dirs, flattened, as text
     stat = posix.stat
     try:
         for directory in sorted(by_dir):
             st = stat(directory)
             if not S_ISDIR(st.st_mode):
                 return None
-            files = []
+            parts += (directory, str(st.st_ino), str(st.st_ctime_ns))
+            files: list[list[object]] = []
             for base in sorted(by_dir[directory]):
                 fst = stat(f"{directory}/{base}")
                 if fst.st_ctime_ns >= limit:
                     return None
                 files.append([base, fst.st_ino, fst.st_ctime_ns])
+                parts += (base, str(fst.st_ino), str(fst.st_ctime_ns))
             # The directory as it is now: this run's imports may have created its
             # __pycache__, which changes the directory but no module in it.
             dirs.append([directory, st.st_ino, st.st_ctime_ns, files])
     except OSError:
         return None
-    return {
-        "digest": digest(*(str(x) for d in dirs for x in (*d[:3], *(y for f in d[3] for y in f)))),
-        "dirs": dirs,
-    }
+    return {"digest": digest(*parts), "dirs": dirs}
 
 
 def code_unchanged(code: object) -> str | None:

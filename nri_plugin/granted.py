@@ -56,11 +56,12 @@ def bounded_names(names: "Iterable[str]") -> tuple[str, ...]:
 
 
 def gpu_device_numbers(
-    devices: "Iterable[tuple[str, str, int, int]]",
+    devices: "Iterable[tuple[str, object, int, int]]",
 ) -> "tuple[tuple[tuple[int, int], ...], tuple[int, ...]]":
     """Among (path, type, major, minor) entries, at most MAX_GRANT_ITEMS looked at: the
     (major, minor) of the character devices of NVIDIA's major, and the minors of the
-    character devices under CAPS_DIR (MIG access)."""
+    character devices under CAPS_DIR (MIG access). The type is as the runtime wrote it:
+    only "c" counts."""
     gpus: list[tuple[int, int]] = []
     caps: list[int] = []
     for path, kind, major, minor in islice(devices, MAX_GRANT_ITEMS):
@@ -85,7 +86,7 @@ def all_devices_allowed(rules: "Iterable[tuple[bool, str, bool, str]]") -> bool:
     return allowed
 
 
-def device_mount_ids(mounts: "Iterable[tuple[str, str]]") -> tuple[str, ...]:
+def device_mount_ids(mounts: "Iterable[tuple[str, object]]") -> tuple[str, ...]:
     """The device ids of the (destination, source) mounts under DEVICE_MOUNT_DIR whose
     source is DEVICE_MOUNT_SOURCE (the path's last element), at most MAX_GRANT_ITEMS
     mounts looked at."""

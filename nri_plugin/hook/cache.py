@@ -107,7 +107,7 @@ def cgroup_signature(root: str) -> str:
     """What detect_cgroup_facts reads: mounts (cgroup lines only: other mounts come and go
     with every container), the root and its entries (v1 hierarchies by name), and
     cgroup.controllers (a v2 root)."""
-    parts = [
+    parts: list[str | bytes] = [
         "cgroups",
         root,
         realpath(root),

@@ -34,9 +34,9 @@ from nri_plugin.posixfs import abspath, dirname, getenv, isdir, isfile, join
 try:
     # The C module: `signal` wraps it in enums, whose import costs more start-up time
     # than the whole no-SLA path of the hook. Same functions, same constants.
-    import _signal as signal
+    import _signal as signal  # type: ignore[import-not-found]  # typeshed has no _signal
 except ImportError:  # pragma: no cover - other interpreters
-    import signal  # type: ignore[no-redef]
+    import signal
 
 TYPE_CHECKING = False  # typing itself costs start-up time; only checkers need it
 if TYPE_CHECKING:

@@ -20,6 +20,7 @@ TYPE_CHECKING = False  # typing itself costs start-up time; only checkers need i
 if TYPE_CHECKING:
     from nri_plugin.hook.inputs import BundleSpec, OciState, Target
     from nri_plugin.hook.options import HookOptions
+    from nri_plugin.ops.event import LogFormat
 
 
 class HookTimeout(InternalFailure):
@@ -51,7 +52,7 @@ class Progress(Value):
         self.container_id = ""
         self.target: Target | None = None  # set once the container may have an SLA
         self.enforcement: str | None = None  # hard | soft once the SLA is known
-        self.log_format = "text"  # the node config's log.format, once known
+        self.log_format: LogFormat = "text"  # the node config's log.format, once known
 
 
 class Run(Value):
@@ -60,6 +61,15 @@ class Run(Value):
     and the run's Progress. Frozen, like a frozen dataclass (not one: `dataclasses` costs more
     start-up time than a cached run's own work): the cached and the cold path read it,
     neither changes it."""
+
+    # set once in __init__ (object.__setattr__): declared here for checkers (quoted)
+    opts: "HookOptions"
+    oci: "OciState"
+    spec: "BundleSpec"
+    annotations: "dict[str, str]"
+    target: "Target"
+    deadline: Deadline
+    progress: Progress
 
     __slots__ = ("annotations", "deadline", "oci", "opts", "progress", "spec", "target")
 
@@ -101,7 +111,7 @@ class LoggedDecision(Value):
         self,
         outcome: str,
         target: "Target",
-        log_format: str = "text",
+        log_format: "LogFormat" = "text",
         applied: dict | None = None,
         warnings: list[str] | None = None,
         error: str | None = None,

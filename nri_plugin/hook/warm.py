@@ -25,8 +25,9 @@ TYPE_CHECKING = False  # typing costs start-up time; only checkers need it
 if TYPE_CHECKING:
     from nri_plugin.enforce.cgpaths import CgroupPaths
     from nri_plugin.hook.values import Run
+    from nri_plugin.ops.event import LogFormat
 
-LOG_FORMATS = ("text", "json")
+LOG_FORMATS: "tuple[LogFormat, ...]" = ("text", "json")
 
 
 def cached_actions(run: "Run") -> "tuple[CgroupActions, CgroupPaths] | None":
@@ -36,8 +37,10 @@ def cached_actions(run: "Run") -> "tuple[CgroupActions, CgroupPaths] | None":
         return None
     ckey = config_key(run.opts)
     config = store.get("config", ckey) if ckey else None
-    code = code_unchanged(config.get("code")) if config else None
-    if not code:  # no entry, or the code changed since it was stored: decided afresh
+    if not ckey or not config:  # no entry: decided afresh
+        return None
+    code = code_unchanged(config.get("code"))
+    if not code:  # the code changed since it was stored: decided afresh
         return None
     prefix, log_format, root = (
         config.get("prefix"),

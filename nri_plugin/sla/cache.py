@@ -12,7 +12,17 @@ from nri_plugin.errors import ProgrammingError
 
 TYPE_CHECKING = False  # `typing` costs the OCI hook start-up time; only checkers need it
 if TYPE_CHECKING:
-    from collections.abc import Callable, Hashable
+    from collections.abc import Callable
+    from typing import Generic, TypeVar, TypeVarTuple
+
+    Args = TypeVarTuple("Args")  # the function's (positional) arguments
+    Result = TypeVar("Result")
+else:  # run time, without typing: `Generic[...]` below is plain `object`
+    Args = Result = ()
+
+    class Generic:  # checkers see typing's
+        def __class_getitem__(cls, _params: object) -> type:
+            return object
 
 
 def text_bytes(value: object) -> int:
@@ -25,7 +35,7 @@ def text_bytes(value: object) -> int:
     return 0
 
 
-class TextCache:
+class TextCache(Generic[*Args, Result]):
     """`function(*args)` remembered by its arguments (texts, None, tuples of texts).
 
     At most `max_entries` entries whose arguments hold at most `max_bytes` together
@@ -36,7 +46,7 @@ class TextCache:
     """
 
     def __init__(
-        self, function: Callable[..., object], *, max_entries: int, max_bytes: int
+        self, function: Callable[[*Args], Result], *, max_entries: int, max_bytes: int
     ) -> None:
         if max_entries < 1 or max_bytes < 1:
             raise ProgrammingError("a TextCache needs room for at least one entry")
@@ -45,9 +55,9 @@ class TextCache:
         self.max_bytes = max_bytes
         self.bytes_held = 0
         self.misses = 0
-        self._entries: dict[Hashable, tuple[object, int]] = {}  # in order of last use
+        self._entries: dict[tuple[*Args], tuple[Result, int]] = {}  # in order of last use
 
-    def __call__(self, *args: object) -> object:
+    def __call__(self, *args: *Args) -> Result:
         entries = self._entries
         found = entries.pop(args, None)
         if found is not None:

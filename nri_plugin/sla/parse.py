@@ -53,6 +53,13 @@ from nri_plugin.text.fields import show, suggest
 from nri_plugin.text.quantities import format_cpu, format_duration, format_size
 from nri_plugin.text.safeyaml import load
 
+TYPE_CHECKING = False  # `typing` costs the OCI hook's cold run; only checkers need it
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import TypeVar
+
+    T = TypeVar("T")
+
 DEFAULT_PREFIX = "sla.nri.io"
 ENFORCEMENT_ALIAS = "io.kubernetes.sla/enforcement-mode"
 OUTPUT_KEYS = ("applied", "warnings")  # written by nri-sla itself, never read as input
@@ -119,7 +126,7 @@ def parse_sla_document(
     flat, problems, omitted = _document(key, text)
     raise_all(problems, omitted)
     merged, origin = _merge([(key, flat)])
-    enforcement = merged.get("enforcement", default_enforcement)
+    enforcement = _field(merged, "enforcement", str) or default_enforcement
     sla, problems2 = _build(merged, origin, enforcement, (key,), key, complete)
     raise_all(problems2)
     return sla
@@ -264,8 +271,8 @@ def _resolve_texts(
     merged, origin = _merge(docs)
     enforcement = str(merged.get("enforcement", enforcement))
     ordered = tuple(k for k in (pod_key, ctr_key, short_key, ENFORCEMENT_ALIAS) if k in keys)
-    sla, problems = _build(merged, origin, enforcement, ordered, docs[-1][0], True)
-    return (None if problems else sla), tuple(problems), 0
+    sla, build_problems = _build(merged, origin, enforcement, ordered, docs[-1][0], True)
+    return (None if build_problems else sla), tuple(build_problems), 0
 
 
 _resolve = TextCache(_resolve_texts, max_entries=CACHE_ENTRIES, max_bytes=CACHE_BYTES)
@@ -344,6 +351,15 @@ def _merge(docs: list[tuple[str, dict[str, object]]]) -> tuple[dict[str, object]
     return merged, origin
 
 
+def _field(m: Mapping[str, object], path: str, kind: type[T]) -> T | None:
+    """A merged document's field as the schema's converter made it (schema.SECTIONS),
+    None when unset; a value of another type is a bug."""
+    value = m.get(path)
+    if value is None or isinstance(value, kind):
+        return value
+    raise ProgrammingError(f"{path} is a {type(value).__name__}, not a {kind.__name__}")
+
+
 def _build(
     m: dict[str, object],
     origin: dict[str, str],
@@ -364,11 +380,11 @@ def _build(
 
     cpu = numa = memory = io = gpu = None
     if any(p.startswith("cpu.") for p in m):
-        limit = m.get("cpu.limit")
-        period = m.get("cpu.period")
-        rt_runtime = m.get("cpu.rt-runtime")
-        rt_period = m.get("cpu.rt-period")
-        exclusive = m.get("cpu.exclusive")
+        limit = _field(m, "cpu.limit", float)
+        period = _field(m, "cpu.period", int)
+        rt_runtime = _field(m, "cpu.rt-runtime", int)
+        rt_period = _field(m, "cpu.rt-period", int)
+        exclusive = _field(m, "cpu.exclusive", int)
         if complete and period is not None and limit is None:
             fail(
                 f"({format_duration(period)}) is set but cpu.limit is not; the period only "
@@ -381,41 +397,43 @@ def _build(
                 "real-time budget too",
                 "cpu.rt-period",
             )
-        if limit is not None and period is None:
-            period = DEFAULT_CPU_PERIOD_US
-        if rt_runtime is not None and rt_period is None:
-            rt_period = DEFAULT_RT_PERIOD_US
-        if complete and rt_runtime is not None and rt_runtime > rt_period:
-            fail(
-                f"({format_duration(rt_runtime)}) must not exceed cpu.rt-period "
-                f"({format_duration(rt_period)})",
-                "cpu.rt-runtime",
-                "cpu.rt-period",
-            )
-        if complete and limit is not None:
-            quota = round(limit * period)
-            if quota < MIN_CFS_QUOTA_US:
+        if rt_runtime is not None:
+            if rt_period is None:
+                rt_period = DEFAULT_RT_PERIOD_US
+            if complete and rt_runtime > rt_period:
                 fail(
-                    f"({format_cpu(limit)}) at cpu.period {format_duration(period)} is a "
-                    f"quota of {format_duration(quota)}; the kernel's minimum is 1ms "
-                    "(raise the limit or the period)",
-                    "cpu.limit",
-                    "cpu.period",
+                    f"({format_duration(rt_runtime)}) must not exceed cpu.rt-period "
+                    f"({format_duration(rt_period)})",
+                    "cpu.rt-runtime",
+                    "cpu.rt-period",
                 )
-            if exclusive is not None and limit > exclusive:
-                fail(
-                    f"({format_cpu(limit)}) must not exceed cpu.exclusive ({exclusive}): "
-                    f"the container runs on {exclusive} CPUs only",
-                    "cpu.limit",
-                    "cpu.exclusive",
-                )
+        if limit is not None:
+            if period is None:
+                period = DEFAULT_CPU_PERIOD_US
+            if complete:
+                quota = round(limit * period)
+                if quota < MIN_CFS_QUOTA_US:
+                    fail(
+                        f"({format_cpu(limit)}) at cpu.period {format_duration(period)} is a "
+                        f"quota of {format_duration(quota)}; the kernel's minimum is 1ms "
+                        "(raise the limit or the period)",
+                        "cpu.limit",
+                        "cpu.period",
+                    )
+                if exclusive is not None and limit > exclusive:
+                    fail(
+                        f"({format_cpu(limit)}) must not exceed cpu.exclusive ({exclusive}): "
+                        f"the container runs on {exclusive} CPUs only",
+                        "cpu.limit",
+                        "cpu.exclusive",
+                    )
         cpu = CpuSla(limit, period, rt_runtime, rt_period, exclusive)
     if any(p.startswith("numa.") for p in m):
-        nodes = m.get("numa.nodes")
-        auto = nodes == "auto"
-        numa = NumaSla(None if auto else nodes, auto, m.get("numa.memory-policy"))
+        auto = m.get("numa.nodes") == "auto"
+        nodes = None if auto else _field(m, "numa.nodes", tuple)
+        numa = NumaSla(nodes, auto, _field(m, "numa.memory-policy", str))
     if "memory.high" in m or "memory.max" in m:
-        high, hard = m.get("memory.high"), m.get("memory.max")
+        high, hard = _field(m, "memory.high", int), _field(m, "memory.max", int)
         if complete and high is not None and hard is not None and high >= hard:
             fail(
                 f"({format_size(high)}) must be below memory.max ({format_size(hard)})",
@@ -424,16 +442,16 @@ def _build(
             )
         memory = MemorySla(high, hard)
     if "io.weight" in m or m.get("io.max"):
-        io = IoSla(m.get("io.weight"), m.get("io.max") or ())
+        io = IoSla(_field(m, "io.weight", int), _field(m, "io.max", tuple) or ())
     if any(p.startswith("gpu.") for p in m):
         gpu = _gpu(m, complete, fail)
     sla = Sla(enforcement, cpu, numa, memory, io, gpu, keys)
     return sla, problems
 
 
-def _gpu(m: dict[str, object], complete: bool, fail) -> GpuSla:
+def _gpu(m: dict[str, object], complete: bool, fail: Callable[..., None]) -> GpuSla:
     chosen = [n for n in ("count", "ids", "mig") if m.get(f"gpu.{n}")]
-    source = m.get("gpu.from", "plugin")
+    source = _field(m, "gpu.from", str) or "plugin"
     if complete:
         fields = [f"gpu.{n}" for n in chosen]
         if len(chosen) > 1:
@@ -447,11 +465,11 @@ def _gpu(m: dict[str, object], complete: bool, fail) -> GpuSla:
         # section is a requirement on the device plugin's grant, a request or none (none:
         # align to whatever was granted, which must be at least one GPU).
     return GpuSla(
-        count=m.get("gpu.count"),
-        ids=m.get("gpu.ids") or (),
-        mig=m.get("gpu.mig"),
-        topology=m.get("gpu.topology", "any"),
-        align=m.get("gpu.align", True),
+        count=_field(m, "gpu.count", int),
+        ids=_field(m, "gpu.ids", tuple) or (),
+        mig=_field(m, "gpu.mig", str),
+        topology=_field(m, "gpu.topology", str) or "any",
+        align=_field(m, "gpu.align", bool) is not False,
         source=source,
     )
 

@@ -38,6 +38,12 @@ from nri_plugin.text.quantities import (
     parse_size,
 )
 
+TYPE_CHECKING = False  # `typing` costs the OCI hook's cold run; only checkers need it
+if TYPE_CHECKING:
+    from typing import TypeVarTuple
+
+    Args = TypeVarTuple("Args")
+
 CLEAR = type("Clear", (), {"__repr__": lambda self: "CLEAR", "__slots__": ()})()
 
 MAX_CPUS = 4096
@@ -310,23 +316,15 @@ def flatten(data: object) -> tuple[dict[str, object], list[tuple[str, str]], int
                 flat[name] = CLEAR
                 continue
             if not isinstance(value, Mapping):
-                problems.add(
-                    name,
-                    lambda f=fields, v=value: (
-                        f"must be a mapping with fields {', '.join(f)}, got {show(v)}"
-                    ),
-                )
+                problems.add(name, _not_a_section, fields, value)
                 continue
             for field, raw in value.items():
                 if field not in fields:
-                    problems.add(
-                        f"{name}.{key_text(field)}",
-                        lambda f=field, s=name: unknown_key_message(f, tuple(SECTIONS[s]), s),
-                    )
+                    problems.add(f"{name}.{key_text(field)}", _unknown_field, field, name)
                 else:
                     _convert_into(flat, problems, f"{name}.{field}", raw, fields[field])
         else:
-            problems.add(key_text(name), lambda n=name: unknown_key_message(n, TOP_FIELDS, ""))
+            problems.add(key_text(name), unknown_key_message, name, TOP_FIELDS, "")
     return flat, problems.kept, problems.omitted
 
 
@@ -339,11 +337,24 @@ class _Problems:
         self.kept: list[tuple[str, str]] = []
         self.omitted = 0
 
-    def add(self, path: str, message: Callable[[], str]) -> None:
+    def add(self, path: str, message: Callable[[*Args], str], *args: *Args) -> None:
+        """A problem at `path`; its message, message(*args), is only made when kept."""
         if len(self.kept) < MAX_REPORTED_ERRORS:
-            self.kept.append((path, message()))
+            self.kept.append((path, message(*args)))
         else:
             self.omitted += 1
+
+
+def _not_a_section(fields: Mapping[str, Converter], value: object) -> str:
+    return f"must be a mapping with fields {', '.join(fields)}, got {show(value)}"
+
+
+def _unknown_field(field: str, section: str) -> str:
+    return unknown_key_message(field, tuple(SECTIONS[section]), section)
+
+
+def _text(message: str) -> str:
+    return message
 
 
 def _convert_into(
@@ -355,4 +366,4 @@ def _convert_into(
     try:
         flat[path] = convert(raw)
     except FieldProblem as exc:
-        problems.add(path + exc.sub, lambda message=exc.message: message)
+        problems.add(path + exc.sub, _text, exc.message)

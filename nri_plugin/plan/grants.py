@@ -52,8 +52,14 @@ def _using(soft: bool, applied: str) -> str:
 def fit_cpu_limit(cpu: CpuSla, ctx: PlanContext, soft: bool) -> tuple[CpuSla, Shortfall | None]:
     """cpu.limit within the runtime's CPU quota, as a rate."""
     granted = ctx.granted.quota_period
-    quota = cpu.quota_us
-    if granted is None or quota is None or cpu.period_us is None or _exceed_allowed(ctx):
+    quota, limit = cpu.quota_us, cpu.limit  # a quota has a limit (and a period)
+    if (
+        granted is None
+        or quota is None
+        or limit is None
+        or cpu.period_us is None
+        or _exceed_allowed(ctx)
+    ):
         return cpu, None
     q0, p0 = granted
     period = cpu.period_us
@@ -67,7 +73,7 @@ def fit_cpu_limit(cpu: CpuSla, ctx: PlanContext, soft: bool) -> tuple[CpuSla, Sh
     allowed = format_cpu((q0 * 1000 // p0) / 1000)  # rounded down: never shows more
     shown = fitted.quota_us, fitted.period_us
     message = (
-        f"{format_cpu(cpu.limit)} exceeds the {allowed} CPUs the runtime granted (the "
+        f"{format_cpu(limit)} exceeds the {allowed} CPUs the runtime granted (the "
         f"pod's limit, quota {q0}us per {p0}us); allowed: at most {allowed}"
         f"{_using(soft, f'quota {shown[0]}us per {shown[1]}us')}"
     )

@@ -16,6 +16,7 @@ TYPE_CHECKING = False  # `typing` costs the OCI hook start-up time; only checker
 if TYPE_CHECKING:
     from typing import Any
 
+    from nri_plugin.plan.allocator import Allocator
     from nri_plugin.plan.context import PlanContext
     from nri_plugin.plan.runtime_gpus import GpuGrant
     from nri_plugin.sla.model import Sla
@@ -59,11 +60,14 @@ def placement_request(sla: Sla, ctx: PlanContext, grant: GpuGrant) -> PlacementR
     )
 
 
-def place(sla: Sla, ctx: PlanContext, grant: GpuGrant, hard: bool) -> PlacementOutcome:
-    """Verify the grant, choose exclusive CPUs and align; settings are plan fields
-    (cpus, mems, the placement record)."""
+def place(
+    sla: Sla, ctx: PlanContext, allocator: Allocator, grant: GpuGrant, hard: bool
+) -> PlacementOutcome:
+    """Verify the grant, choose exclusive CPUs and align with `allocator` (the context's:
+    there is one where there is something to place); settings are plan fields (cpus,
+    mems, the placement record)."""
     try:
-        placement = ctx.allocator.choose(
+        placement = allocator.choose(
             placement_request(sla, ctx, grant), hard=hard, floors=ctx.cpu_floors
         )
     except PlacementError as exc:

@@ -130,7 +130,7 @@ class _Planner:
     def plan_placement(self) -> None:
         sla = self.sla
         wants_gpu = sla.gpu is not None
-        wants_exclusive = sla.cpu is not None and sla.cpu.exclusive
+        wants_exclusive = sla.cpu.exclusive if sla.cpu is not None else None
         wants_nodes = sla.numa is not None and sla.numa.nodes is not None
         if not (wants_gpu or wants_exclusive or wants_nodes):
             return
@@ -148,7 +148,7 @@ class _Planner:
             return
         if wants_exclusive:
             exclusive = self.within(
-                grants.fit_exclusive(sla.cpu.exclusive, self.ctx, allocator, self.soft)
+                grants.fit_exclusive(wants_exclusive, self.ctx, allocator, self.soft)
             )
             if exclusive:
                 exclusive = self.within(
@@ -179,7 +179,7 @@ class _Planner:
             return  # nothing left to place once clamped
         from nri_plugin.plan.placement_settings import place
 
-        outcome = place(sla, self.ctx, grant, hard=not self.soft)
+        outcome = place(sla, self.ctx, allocator, grant, hard=not self.soft)
         if outcome.error is not None:
             self.short(outcome.field, outcome.error, "placement")
             return

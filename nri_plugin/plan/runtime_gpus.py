@@ -169,9 +169,9 @@ class _Found:
                         parents.add(gpu.device_minor)
         by_minor = {g.device_minor: g for g in self.inventory.gpus}
         for major, minor in numbers:
-            gpu = by_minor.get(minor) if major == NVIDIA_MAJOR else None
-            if gpu is not None and minor not in _CONTROL_MINORS and minor not in parents:
-                self.gpu(gpu)
+            node_gpu = by_minor.get(minor) if major == NVIDIA_MAJOR else None
+            if node_gpu is not None and minor not in _CONTROL_MINORS and minor not in parents:
+                self.gpu(node_gpu)
 
     def name(self, name: str) -> None:
         base, sep, replica = name.rpartition(REPLICA_SEPARATOR)

@@ -9,6 +9,7 @@ from nri_plugin.posixfs import abspath, basename, dirname, isabs, join
 
 TYPE_CHECKING = False  # importing typing costs the no-SLA path more than the rest of it
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from typing import Any
 
 # OCI stage name -> field of NRI's Hooks message (api.proto: prestart, create_runtime, ...).
@@ -126,7 +127,7 @@ def fast_hook_entry(
     }
 
 
-def is_sla_hook(path: str, args: list[str] | tuple[str, ...]) -> bool:
+def is_sla_hook(path: str, args: "Sequence[str]") -> bool:
     """Whether an OCI hook entry runs the nri-sla hook, in any of the forms above
     (`nri-sla hook ...`, its if-installed shell form, `python3 -I -S -X utf8
     .../nri_plugin/hook/__main__.py ...`), e.g. from

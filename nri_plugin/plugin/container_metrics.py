@@ -71,7 +71,7 @@ class ContainerCollector:
                 exported=shown,
                 unexported=sum(left_out.values()),
                 namespaces=len(left_out),
-                largest=max(left_out, key=left_out.get),
+                largest=max(left_out, key=left_out.__getitem__),
                 hint="raise watch.metrics-containers or use nri-sla status",
             )
 
@@ -135,7 +135,7 @@ def _unexported_by_namespace(left_out: dict[str, int], limit: int) -> GaugeMetri
     return family
 
 
-def _families() -> dict[str, Metric]:
+def _families() -> dict[str, GaugeMetricFamily | CounterMetricFamily]:
     def gauge(name: str, doc: str, *extra: str) -> GaugeMetricFamily:
         return GaugeMetricFamily(P + name, doc, labels=[*LABELS, *extra])
 
@@ -182,7 +182,7 @@ def _families() -> dict[str, Metric]:
     }
 
 
-def _add(families: dict[str, Metric], c: ContainerReport) -> None:
+def _add(families: dict[str, GaugeMetricFamily | CounterMetricFamily], c: ContainerReport) -> None:
     who = [c.namespace, c.pod, c.container]
 
     def put(name: str, value: float | None, *extra: str) -> None:

@@ -16,8 +16,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Collection, Generator, Iterable
-from typing import Any
+from collections.abc import Collection, Generator, Iterable, Sequence
+from typing import Any, Protocol
 
 from nri_plugin.core.decision import REUSABLE_LIMIT, Decision, decide, recheck
 from nri_plugin.core.inputs import DecisionInputs
@@ -121,7 +121,7 @@ def granted_resources(
                 for r in resources.devices
             ):
                 evidence["all_devices"] = True
-        mounts = container.mounts
+        mounts: Sequence[pb.Mount] = container.mounts
         if len(mounts) > MAX_GRANT_ITEMS:  # (a slice: islice over protobuf's list is slow)
             mounts = mounts[:MAX_GRANT_ITEMS]
         device_mounts = [
@@ -393,7 +393,7 @@ class SlaPlugin:
 
     def _entry(
         self,
-        pod: pb.PodSandbox | None,
+        pod: PodNames | None,
         container: pb.Container,
         plan: ContainerPlan | None,
         *,
@@ -816,11 +816,23 @@ class SlaPlugin:
         self.metrics.set_gpu_health(self.node.allocator.inventory.gpus)
 
 
-def _key(pod: pb.PodSandbox | None, container: pb.Container) -> tuple[str, str, str]:
+class PodNames(Protocol):
+    """What a container's entry reads of its pod: the runtime's PodSandbox, or what a
+    Synchronize's restore kept of one (SyncedPod)."""
+
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def uid(self) -> str: ...
+
+
+def _key(pod: PodNames | None, container: pb.Container) -> tuple[str, str, str]:
     """How the kubelet's PodResources names a container."""
     return (pod.namespace, pod.name, container.name) if pod else ("", "", container.name)
 
 
-def _namespace(pod: pb.PodSandbox | None) -> str | None:
+def _namespace(pod: PodNames | None) -> str | None:
     """The container's pod's namespace; None: the runtime sent no pod for it."""
     return pod.namespace if pod is not None else None

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nri_plugin.core.nodestate import NodeState
 from nri_plugin.errors import Unavailable
@@ -23,6 +23,9 @@ from nri_plugin.ops.statussocket import BUILD_TIMEOUT, StatusServer
 from nri_plugin.plugin.config_reload import reload_config
 from nri_plugin.plugin.handlers import SlaPlugin
 from nri_plugin.plugin.pod_events import pod_events
+
+if TYPE_CHECKING:
+    from nri_plugin.ops.event import LogFormat
 
 log = logging.getLogger("nri_sla.run")
 
@@ -157,7 +160,10 @@ def start_status_server(plugin: SlaPlugin, path: str) -> StatusServer | None:
 
 
 def reload_node(
-    node: NodeState, config_path: str | None, log_format: str | None, log_level: str | None
+    node: NodeState,
+    config_path: str | None,
+    log_format: LogFormat | None,
+    log_level: str | None,
 ) -> None:
     """SIGHUP: the node config read again; its live keys applied (`log_format` and
     `log_level`, the command line's, still win), the rest kept until a restart

@@ -332,6 +332,11 @@ def test_postinst_compiles_every_module_and_removal_takes_the_byte_code_back(deb
     work.mkdir()
     cold_hook_run(str(system), site, work)
     assert files_of(lib) == before
+    # an upgrade (here: the same version again): prerm deletes the byte-code, the new
+    # postinst compiles every module afresh
+    res = subprocess.run([*dpkg, "-i", str(deb)], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert uncompiled(site, tag) == []
     stray = site / "nri_plugin" / "gone" / "__pycache__"
     stray.mkdir(parents=True)
     (stray / f"old.{tag}.pyc").write_bytes(b"")

@@ -1,20 +1,32 @@
 #!/usr/bin/env python3
 """Start-up cost of the OCI hook: wall time, CPU time and peak RSS per invocation.
 
-Each variant (the fast entry as hookspec.fast_hook_entry installs it: `python3 -I -S -X
-utf8 .../__main__.py`) is exec'd N times with a realistic OCI state on stdin (a containerd-style
-bundle whose config.json carries an SLA) against a fake cgroup v2 tree, next to a bare
-`python3 -I -S -c pass` on the same interpreter. Targets (docs/hook.md, issue 21): a
-cached (warm) run and a container without an SLA within 1.5x of bare python, a cold run
-within 5x, peak RSS under 40 MiB. A last row shows the cold run's floor on this stack:
-a process that only imports PyYAML and json and parses the SLA and the state.
+Measured on an installed copy, as a node runs it: the script first installs nri-sla into
+a temporary host root exactly as the DaemonSet's initContainer does (`nri-sla host-hook`:
+the interpreter, the standard library and the site dir copied, then every module
+byte-compiled by the copied interpreter), and every variant runs that interpreter and
+that copy, never the checkout (whose __pycache__ is whatever the last test left). Each
+variant (the fast entry as hookspec.fast_hook_entry installs it: `python3 -I -S -X utf8
+.../nri_plugin/hook/__main__.py`) is exec'd N times with a realistic OCI state on stdin
+(a containerd-style bundle whose config.json carries an SLA) against a fake cgroup v2
+tree, next to a bare `python3 -I -S -c pass` of the same interpreter. Targets
+(docs/hook.md, issue 21): a cached (warm) run and a container without an SLA within 1.5x
+of bare python, a cold run within 5x, peak RSS under 40 MiB. A last row shows the cold
+run's floor on this stack: a process that only imports PyYAML and json and parses the
+SLA and the state.
 
 SLA variants run "cold" (the decision cache emptied before every run: the first container
 of a deployment on a node), "warm" (a cache hit: every later replica) and with the cache
-off (`--cache-dir off`). CPU time (the child's user + system time, from wait4) is shown
-next to wall time: on a loaded machine it is the steadier of the two.
+off (`--cache-dir off`). One row runs a cold hook from the same copy without its
+__pycache__ (and -B, so it stays so): what an install that does not compile costs. CPU
+time (the child's user + system time, from wait4) is shown next to wall time: on a
+loaded machine it is the steadier of the two.
 
-    .venv/bin/python bench/bench_hook.py [--runs 50]
+`--instructions` prints, instead of the timings, the instructions one run executes
+(valgrind's callgrind, blind to the machine's load) for bare python, a cold CPU/memory
+SLA, a cold SLA with numa placement, a cold run without __pycache__ and a warm run.
+
+    .venv/bin/python bench/bench_hook.py [--runs 50] [--instructions]
 """
 
 from __future__ import annotations
@@ -30,30 +42,41 @@ import tempfile
 import time
 from pathlib import Path
 
-HOOK_MAIN = Path(__file__).resolve().parents[1] / "nri_plugin" / "hook" / "__main__.py"
-_REPO = str(Path(__file__).resolve().parents[1])
-_SITE = f"{sys.prefix}/lib/python{sys.version_info[0]}.{sys.version_info[1]}/site-packages"
-STACK = (
-    f"import sys; sys.path[:0] = [{_REPO!r}, {_SITE!r}]; import nri_plugin.config, "
-    "nri_plugin.core, nri_plugin.plan.planner, nri_plugin.plan.allocator, "
-    "nri_plugin.enforce.cgfile, nri_plugin.enforce.cgroupdetect, "
-    "nri_plugin.enforce.plan_writes, nri_plugin.topology.cpus"
-)
+HOOK_MAIN = ("nri_plugin", "hook", "__main__.py")  # below an installed site dir
 CTR = "/kubepods/burstable/pod-1234/ctr-abcd"
 SLA = (
     "enforcement: hard\ncpu:\n  limit: 2.5\n  period: 100ms\nnuma:\n  nodes: '0'\n"
     "memory:\n  high: 8Gi\n  max: 10Gi\nio:\n  weight: 500\n"
 )
-# The least any cold run does with this stack, and none of nri-sla: PyYAML (the SLA's
-# format; its C parser where built) reads the SLA and json reads the OCI state on stdin.
-COLD_FLOOR = (
-    f"import sys; sys.path[:0] = [{_SITE!r}]; import json, yaml; "
-    "json.loads(sys.stdin.buffer.read()); "
-    f"yaml.load({SLA!r}, Loader=getattr(yaml, 'CSafeLoader', yaml.SafeLoader))"
-)
-# A cold run's dataclasses, counted: the hook run once with dataclasses' class builder
-# wrapped, each value type's field count and options printed at the hook's exit.
-CENSUS = f"""import sys, gc, json, posix, runpy, dataclasses
+# The same without numa: no placement, so a cold run builds no allocator (core.nodestate
+# imports it, the CPU/GPU topology and the RT modules at first use).
+SLA_NO_PLACEMENT = SLA.replace("numa:\n  nodes: '0'\n", "")
+
+
+def stack_code(site: Path) -> str:
+    """Importing the shared data path alone, from the installed site dir."""
+    return (
+        f"import sys; sys.path[:0] = [{str(site)!r}]; import nri_plugin.config, "
+        "nri_plugin.core, nri_plugin.plan.planner, nri_plugin.plan.allocator, "
+        "nri_plugin.enforce.cgfile, nri_plugin.enforce.cgroupdetect, "
+        "nri_plugin.enforce.plan_writes, nri_plugin.topology.cpus"
+    )
+
+
+def cold_floor_code(site: Path) -> str:
+    """The least any cold run does with this stack, and none of nri-sla: PyYAML (the
+    SLA's format; its C parser where built) reads the SLA and json the OCI state."""
+    return (
+        f"import sys; sys.path[:0] = [{str(site)!r}]; import json, yaml; "
+        "json.loads(sys.stdin.buffer.read()); "
+        f"yaml.load({SLA!r}, Loader=getattr(yaml, 'CSafeLoader', yaml.SafeLoader))"
+    )
+
+
+def census_code(hook_main: Path) -> str:
+    """A cold run's dataclasses, counted: the hook run once with dataclasses' class
+    builder wrapped, each value type's field count and options printed at its exit."""
+    return f"""import sys, gc, json, posix, runpy, dataclasses
 seen, build, leave = [], dataclasses._process_class, posix._exit
 def counted(cls, *options):
     out = build(cls, *options)
@@ -63,12 +86,48 @@ def report(status):
     sys.stderr.write("CENSUS " + json.dumps(seen) + "\\n")
     leave(status)
 dataclasses._process_class, posix._exit = counted, report
-sys.argv = [{str(HOOK_MAIN)!r}, *sys.argv[1:]]
-runpy.run_path({str(HOOK_MAIN)!r}, run_name="__main__")
+sys.argv = [{str(hook_main)!r}, *sys.argv[1:]]
+runpy.run_path({str(hook_main)!r}, run_name="__main__")
 """
-# The same without numa: no placement, so a cold run builds no allocator (core.nodestate
-# imports it, the CPU/GPU topology and the RT modules at first use).
-SLA_NO_PLACEMENT = SLA.replace("numa:\n  nodes: '0'\n", "")
+
+
+class Installed:
+    """nri-sla installed under `top` by `nri-sla host-hook`, as the DaemonSet's
+    initContainer installs it on a node (the interpreter, its stdlib and the site dir
+    copied, every module byte-compiled by the copied interpreter:
+    nri_plugin.commands.hostinstall), and a second copy of its site dir without
+    __pycache__. The python3 to run, the environment the launcher gives it. Installed by
+    the command in a child process: an exec'd child's peak RSS counts the parent's at
+    the fork, so this process stays as small as it was."""
+
+    def __init__(self, top: Path, config: Path) -> None:
+        host = top / "host"
+        (host / "opt" / "nri-sla").mkdir(parents=True)
+        command = [str(Path(sys.executable).with_name("nri-sla")), "host-hook"]
+        subprocess.run(
+            [*command, "--host-root", str(host), "--config", str(config)],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            timeout=900,
+        )
+        self.runtime = (host / "opt" / "nri-sla" / "current").resolve()
+        self.launcher = host / "opt" / "nri-sla" / "bin" / "nri-sla"
+        self.python = str(self.runtime / "bin" / "python3")
+        self.site = self.runtime / "site"
+        self.main = self.site.joinpath(*HOOK_MAIN)
+        # as the launcher runs it (the copied libpython); PATH as a runtime gives hooks
+        self.env = {
+            "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "LD_LIBRARY_PATH": str(self.runtime / "lib"),
+        }
+        self.uncompiled_site = top / "site-no-pycache"
+        shutil.copytree(
+            self.site, self.uncompiled_site, ignore=shutil.ignore_patterns("__pycache__")
+        )
+        self.uncompiled_main = self.uncompiled_site.joinpath(*HOOK_MAIN)
+        tag = sys.implementation.cache_tag
+        self.pyc = sum(1 for _ in self.site.rglob(f"*.{tag}.pyc"))
+        self.py = sum(1 for _ in self.site.rglob("*.py"))
 
 
 def own_v2_cgroup() -> str | None:
@@ -154,9 +213,9 @@ def make_world(top: Path, sla: bool, sla_text: str = SLA) -> tuple[Path, bytes, 
     return root, json.dumps(state).encode(), node_config
 
 
-def value_types(argv: list[str], stdin: bytes) -> list[list]:
+def value_types(argv: list[str], stdin: bytes, env: dict[str, str]) -> list[list]:
     """[fields, *dataclass options] of each dataclass one cold hook run builds."""
-    out = subprocess.run(argv, input=stdin, capture_output=True, check=False)
+    out = subprocess.run(argv, input=stdin, capture_output=True, check=False, env=env)
     for line in out.stderr.decode().splitlines():
         if line.startswith("CENSUS "):
             return json.loads(line[7:])
@@ -194,13 +253,14 @@ def run_once(
     return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss, proc.returncode
 
 
-def measure(variants: list[tuple], runs: int) -> list[dict]:
+def measure(variants: list[tuple], runs: int, env: dict[str, str]) -> list[dict]:
     """Round-robin over the variants, so background load hits them all alike. A variant is
     (name, argv, stdin[, prepare[, env]]): prepare() (or None) runs before each exec,
-    outside the timing; env replaces the environment."""
+    outside the timing; its env (else `env`) is the whole environment."""
     variants = [(*v, None, None)[:5] for v in variants]
-    for _, argv, stdin, _prepare, env in variants:
-        run_once(argv, stdin, env)  # warm the page cache and __pycache__ (and the cache)
+    variants = [(n, a, i, p, e if e is not None else env) for n, a, i, p, e in variants]
+    for _, argv, stdin, _prepare, own_env in variants:
+        run_once(argv, stdin, own_env)  # warm the page cache (and the decision cache)
     walls: list[list[float]] = [[] for _ in variants]
     cpus: list[list[float]] = [[] for _ in variants]
     rss: list[list[float]] = [[] for _ in variants]
@@ -227,17 +287,59 @@ def measure(variants: list[tuple], runs: int) -> list[dict]:
     return out
 
 
+def instructions(argv: list[str], stdin: bytes, env: dict[str, str]) -> int:
+    """Instructions one run of argv executes (callgrind, the collector on from the start,
+    no output file)."""
+    out = subprocess.run(
+        [VALGRIND, "--tool=callgrind", "--callgrind-out-file=/dev/null", *argv],
+        input=stdin,
+        capture_output=True,
+        env=env,
+        check=False,
+        timeout=600,
+    )
+    err = out.stderr.decode(errors="replace")
+    if out.returncode != 0:
+        raise SystemExit(f"{argv} under callgrind exited {out.returncode}: {err[-600:]}")
+    for line in err.splitlines():
+        if "Collected :" in line:
+            return int(line.rsplit(":", 1)[1])
+    raise SystemExit(f"callgrind printed no 'Collected :' line: {err[-600:]}")
+
+
+def is_cold(argv: list[str], stdin: bytes, env: dict[str, str]) -> bool:
+    """Run once (importtime on): whether it decided cold (loaded the cold path)."""
+    out = subprocess.run(
+        [argv[0], "-X", "importtime", *argv[1:]],
+        input=stdin,
+        capture_output=True,
+        env=env,
+        check=False,
+    )
+    if out.returncode != 0:
+        raise SystemExit(f"{argv} exited {out.returncode}: {out.stderr.decode()[-600:]}")
+    return b"nri_plugin.hook.cold" in out.stderr
+
+
+VALGRIND = "/usr/bin/valgrind"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=50)
+    ap.add_argument(
+        "--instructions",
+        action="store_true",
+        help=f"print callgrind instruction counts instead of timings ({VALGRIND})",
+    )
     args = ap.parse_args()
-    py = sys.executable
-    script = str(Path(py).parent / "nri-sla")
     with tempfile.TemporaryDirectory(prefix="bench-hook-") as tmp:
         top = Path(tmp)
         root, state_sla, node_config = make_world(top, sla=True)
         _, state_plain, _ = make_world(top, sla=False)
         _, state_cpu, _ = make_world(top, sla=True, sla_text=SLA_NO_PLACEMENT)
+        inst = Installed(top, node_config)
+        py, env = inst.python, inst.env
         warm_dir, cold_dir = top / "cache-warm", top / "cache-cold"
         opts = ["--cgroup-root", str(root), "--config", str(node_config)]
         warm = [*opts, "--cache-dir", str(warm_dir)]
@@ -247,10 +349,19 @@ def main() -> int:
             shutil.rmtree(cold_dir, ignore_errors=True)
 
         # As hookspec.fast_hook_entry installs it (-X utf8: docs/hook.md, session 26).
-        fast = [py, "-I", "-S", "-X", "utf8", str(HOOK_MAIN)]
-        module = [py, "-I", "-m", "nri_plugin.hook"]
+        fast = [py, "-I", "-S", "-X", "utf8", str(inst.main)]
+        # the same copy without its __pycache__, kept so (-B): an install not compiled
+        uncompiled = [py, "-I", "-S", "-B", "-X", "utf8", str(inst.uncompiled_main)]
+        print(
+            f"installed as `nri-sla host-hook` does: {inst.runtime} "
+            f"({inst.py} .py, {inst.pyc} .pyc in site/)"
+        )
+        if args.instructions:
+            return print_instructions(inst, fast, uncompiled, state_sla, state_cpu, warm, cold)
+        bare = [py, "-I", "-S", "-c", "pass"]
+        floor = cold_floor_code(inst.site)
         variants = [
-            ("bare python3 -I -S -c pass", [py, "-I", "-S", "-c", "pass"], b""),
+            ("bare python3 -I -S -c pass", bare, b""),
             ("-I -S __main__.py, no SLA", [*fast, *warm], state_plain),
             ("-I -S __main__.py, SLA, warm (cache hit)", [*fast, *warm], state_sla),
             (
@@ -265,21 +376,34 @@ def main() -> int:
                 state_cpu,
                 empty_cold_cache,
             ),
+            (
+                "the same, no __pycache__ (-B)",
+                [*uncompiled, *cold],
+                state_cpu,
+                empty_cold_cache,
+            ),
             ("-I -S __main__.py, SLA, cache off", [*fast, *opts, "--cache-dir", "off"], state_sla),
             (
                 "-I -S __main__.py, SLA, warm, NRI_SLA_HOOK_LOG",
                 [*fast, *warm],
                 state_sla,
                 None,
-                {**os.environ, "NRI_SLA_HOOK_LOG": str(top / "hook.log")},
+                {**env, "NRI_SLA_HOOK_LOG": str(top / "hook.log")},
             ),
-            ("-I -m nri_plugin.hook, SLA, warm", [*module, *warm], state_sla),
-            ("-I -m nri_plugin.hook, SLA, cold", [*module, *cold], state_sla, empty_cold_cache),
-            ("nri-sla hook (console script), SLA, warm", [script, "hook", *warm], state_sla),
+            # what containerd runs on such a node: the sh launcher, then python3 -I -S
+            (
+                "/opt/nri-sla/bin/nri-sla hook, SLA, warm",
+                [str(inst.launcher), "hook", *warm],
+                state_sla,
+            ),
             # Where the cold path's time goes: importing the shared data path alone.
-            ("(import sla+config+plan+enforce+core only)", [py, "-I", "-S", "-c", STACK], b""),
-            # The cold run's floor (COLD_FLOOR): a cold target below it cannot be met.
-            ("(floor: PyYAML + json, no nri-sla)", [py, "-I", "-S", "-c", COLD_FLOOR], state_sla),
+            (
+                "(import sla+config+plan+enforce+core only)",
+                [py, "-I", "-S", "-c", stack_code(inst.site)],
+                b"",
+            ),
+            # The cold run's floor: a cold target below it cannot be met.
+            ("(floor: PyYAML + json, no nri-sla)", [py, "-I", "-S", "-c", floor], state_sla),
             # The bare start with the hook's -X utf8 too: what the option alone saves
             # (the C library's locale conversions) under this environment's locale.
             (
@@ -288,18 +412,19 @@ def main() -> int:
                 b"",
             ),
         ]
-        types = value_types([py, "-I", "-S", "-X", "utf8", "-c", CENSUS, *cold], state_cpu)
+        census = [py, "-I", "-S", "-X", "utf8", "-c", census_code(inst.main), *cold]
+        types = value_types(census, state_cpu, env)
         variants.insert(
             -1,
             (
                 f"(floor + dataclasses, {len(types)} value types)",
-                [py, "-I", "-S", "-c", with_value_types(COLD_FLOOR, types)],
+                [py, "-I", "-S", "-c", with_value_types(floor, types)],
                 state_sla,
             ),
         )
         empty_cold_cache()
-        results = measure(variants, args.runs)
-    bare, bare_cpu = results[0]["median_ms"], results[0]["cpu_ms"]
+        results = measure(variants, args.runs, env)
+    bare_ms, bare_cpu = results[0]["median_ms"], results[0]["cpu_ms"]
     print(
         f"OCI hook start-up, {args.runs} runs each, {os.cpu_count()} CPUs, "
         f"Python {sys.version.split()[0]}"
@@ -311,22 +436,63 @@ def main() -> int:
     for r in results:
         print(
             f"{r['name']:44} {r['median_ms']:10.1f} {r['p90_ms']:8.1f} "
-            f"{r['median_ms'] / bare:7.2f} {r['cpu_ms']:7.1f} {r['cpu_ms'] / bare_cpu:7.2f} "
+            f"{r['median_ms'] / bare_ms:7.2f} {r['cpu_ms']:7.1f} {r['cpu_ms'] / bare_cpu:7.2f} "
             f"{r['peak_rss_mib']:13.1f}"
         )
     for r, limit in zip(results[1:4], (1.5, 1.5, 5), strict=True):
-        ok = r["median_ms"] <= limit * bare and r["peak_rss_mib"] < 40
+        ok = r["median_ms"] <= limit * bare_ms and r["peak_rss_mib"] < 40
         print(
             f"target for {r['name']}: median <= {limit:g}x bare and peak RSS < 40 MiB: "
             f"{'met' if ok else 'NOT met'}"
         )
-    floor, typed = (r for r in results if r["name"].startswith("(floor"))
+    floor_row, typed = (r for r in results if r["name"].startswith("(floor"))
     print(
         f"the cold run's floor (PyYAML reads the SLA, json the state, nothing of nri-sla): "
-        f"{floor['median_ms'] / bare:.2f}x bare (CPU {floor['cpu_ms'] / bare_cpu:.2f}x); "
-        f"with the dataclasses of a cold run without numa: {typed['median_ms'] / bare:.2f}x "
-        f"(CPU {typed['cpu_ms'] / bare_cpu:.2f}x)"
+        f"{floor_row['median_ms'] / bare_ms:.2f}x bare "
+        f"(CPU {floor_row['cpu_ms'] / bare_cpu:.2f}x); with the dataclasses of a cold run "
+        f"without numa: {typed['median_ms'] / bare_ms:.2f}x (CPU {typed['cpu_ms'] / bare_cpu:.2f}x)"
     )
+    return 0
+
+
+def print_instructions(
+    inst: Installed,
+    fast: list[str],
+    uncompiled: list[str],
+    state_sla: bytes,
+    state_cpu: bytes,
+    warm: list[str],
+    cold: list[str],
+) -> int:
+    """One run of each under callgrind: instructions and x bare."""
+    if not os.access(VALGRIND, os.X_OK):
+        raise SystemExit(f"--instructions needs valgrind at {VALGRIND}")
+    env, cold_dir = inst.env, Path(cold[cold.index("--cache-dir") + 1])
+    # the hook's own deadline (5 s) is far too short under callgrind
+    slow = ["--timeout", "300"]
+    # a warm run needs the decision stored: a cold run, and one more when the first
+    # started too close to a file change to store it
+    for _ in range(3):
+        if not is_cold([*fast, *warm, *slow], state_sla, env):
+            break
+    else:
+        raise SystemExit("three runs in a row decided cold: no decision is stored")
+    rows = [("bare python3 -I -S -c pass", [inst.python, "-I", "-S", "-c", "pass"], b"")]
+    rows += [
+        ("hook, SLA, warm (cache hit)", [*fast, *warm, *slow], state_sla),
+        ("hook, CPU/memory SLA, cold", [*fast, *cold, *slow], state_cpu),
+        ("hook, SLA with numa, cold", [*fast, *cold, *slow], state_sla),
+        ("hook, CPU/memory SLA, cold, no __pycache__", [*uncompiled, *cold, *slow], state_cpu),
+    ]
+    counts = []
+    for name, argv, stdin in rows:
+        shutil.rmtree(cold_dir, ignore_errors=True)
+        counts.append((name, instructions(argv, stdin, env)))
+    bare = counts[0][1]
+    print(f"OCI hook instructions (callgrind, one run each), Python {sys.version.split()[0]}")
+    print(f"{'run':44} {'instructions':>14} {'x bare':>7}")
+    for name, n in counts:
+        print(f"{name:44} {n / 1e6:12.1f} M {n / bare:7.2f}")
     return 0
 
 

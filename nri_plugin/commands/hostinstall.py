@@ -6,13 +6,20 @@ the node, made the base spec from the node's own default spec and named it.
 runc runs the hook on the host, where neither this image's Python nor nri-sla exist. So
 the interpreter that runs this code is copied there with what nri-sla needs:
 
-    /opt/nri-sla/runtime-<version>-<id>/  bin/python3, lib/ (libpython, stdlib), site/
+    /opt/nri-sla/runtime-<version>-<id>/  bin/python3, lib/ (libpython, stdlib), site/,
+                                          each module byte-compiled by that python3
     /opt/nri-sla/current -> runtime-...   switched by rename: a hook starting meanwhile
                                           sees the old or the new tree, never half
     /opt/nri-sla/bin/nri-sla              sh launcher: current's python3 -I -S
     /etc/nri-sla/config.yaml              the ConfigMap's file (the hook's default path)
 
 A config that does not validate is not installed (the hook would refuse every SLA pod).
+
+Every module of the copy (standard library and site) is byte-compiled before the link
+moves, by the copied interpreter itself, as root: the hook is `python3 -I -S`, exec'd for
+every container, and a module without its .pyc is compiled again on each start that
+imports it (a cold run costs about twice as much). Images built from python:3.X-slim
+carry no .pyc of the standard library at all.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import os
 import re
 import secrets
 import shutil
+import subprocess
 import sys
 import sysconfig
 from collections.abc import Collection
@@ -31,6 +39,7 @@ from pathlib import Path
 
 import nri_plugin
 from nri_plugin.config.loader import parse_config, read_config_text
+from nri_plugin.errors import InternalFailure
 
 HOST_DIR = "/opt/nri-sla"
 HOST_BINARY = f"{HOST_DIR}/bin/nri-sla"
@@ -142,6 +151,39 @@ def _copy_runtime(target: Path) -> None:
     (target / "nri-sla.py").write_text(ENTRY)
 
 
+def compile_runtime(runtime: Path) -> None:
+    """Byte-code for every module of a copied runtime (its stdlib and site), written by
+    its own python3 as the hook runs it (no -O; -I: no PYTHON* variable, such as
+    PYTHONPYCACHEPREFIX, moves or changes it). Timestamp-checked, as Debian compiles:
+    a hash-checked .pyc (what SOURCE_DATE_EPOCH would ask for) reads and hashes the
+    source on every import."""
+    version = f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    res = subprocess.run(
+        [
+            str(runtime / "bin" / "python3"),
+            "-I",
+            "-S",
+            "-m",
+            "compileall",
+            "-q",
+            "--invalidation-mode",
+            "timestamp",
+            str(runtime / "lib" / version),
+            str(runtime / "site"),
+        ],
+        env={"LD_LIBRARY_PATH": str(runtime / "lib")},
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    if res.returncode != 0:
+        tail = " ".join((res.stdout + res.stderr).split())[-400:]
+        raise InternalFailure(
+            f"byte-compiling {runtime} with its own python3 failed ({res.returncode}): {tail}"
+        )
+
+
 def _write(path: Path, text: str, mode: int) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".nri-sla-tmp")
@@ -161,7 +203,12 @@ def install(host_root: Path, config: str) -> HostInstall:
     # a new name each time (an initContainer is often PID 1): the current tree stays whole
     # until the link moves
     runtime = top / f"runtime-{nri_plugin.__version__}-{secrets.token_hex(4)}"
-    _copy_runtime(runtime)
+    try:
+        _copy_runtime(runtime)
+        compile_runtime(runtime)
+    except BaseException:
+        shutil.rmtree(runtime, ignore_errors=True)  # never current: no hook runs from it
+        raise
     link = top / "current.nri-sla-tmp"
     link.unlink(missing_ok=True)
     link.symlink_to(runtime.name)

@@ -23,7 +23,6 @@ from nri_plugin.enforce.blockdev import resolve_block_device
 from nri_plugin.errors import InternalFailure, SlaFailure
 from nri_plugin.ops.corelog import CoreLogger
 from nri_plugin.plan.context import PodUsage
-from nri_plugin.plan.errors import PlanError
 from nri_plugin.plan.placement_values import PlacementRequest
 from nri_plugin.plan.record import (
     RecordLimits,
@@ -272,21 +271,20 @@ class NodeState(Node):
         go into the ledger, and `owner`'s budget keeps them until it is released."""
         if not plan.rt_runtime or paths.version != 1:
             return plan, []
-        from nri_plugin.enforce.errors import EnforceError, RtBudgetError
-        from nri_plugin.enforce.rt import make_rt_room
+        from nri_plugin.enforce.rt import rt_room
 
-        try:
-            done = make_rt_room(paths, plan.rt_runtime, plan.rt_period_in_force)
-        except EnforceError as exc:
-            key = plan.key or self.prefix
-            if isinstance(exc, RtBudgetError) and exc.operator_note:
-                # What the other groups take: the operator's, never the pod's message.
-                log.info(
-                    "RT room refused for %s: %s", owner or paths.cgroups_path, exc.operator_note
-                )
-            if plan.enforcement == "hard":
-                raise PlanError(key, "cpu.rt-runtime", str(exc), "budget") from exc
-            problem = f"{key}: cpu.rt-runtime: {exc}"
+        def note(text: str) -> None:
+            log.info("RT room refused for %s: %s", owner or paths.cgroups_path, text)
+
+        # the rule (hard refuses, soft runs without RT) is enforce.rt.rt_room's, the hook's too
+        done, problem = rt_room(
+            paths,
+            (plan.rt_runtime, plan.rt_period_in_force),
+            plan.enforcement,
+            plan.key or self.prefix,
+            note,
+        )
+        if problem is not None:
             if owner:
                 # It runs without RT: what the planner set aside would be refused to others.
                 self.rt_budget.release(owner)

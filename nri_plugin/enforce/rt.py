@@ -22,11 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nri_plugin.enforce.cgpaths import CgroupPaths
-from nri_plugin.enforce.errors import RtBudgetError
+from nri_plugin.enforce.errors import EnforceError, RtBudgetError
+from nri_plugin.plan.errors import PlanError
 
 TYPE_CHECKING = False  # `typing` costs the OCI hook start-up time; only checkers need it
 if TYPE_CHECKING:  # fractions costs ~7 ms to import; the hook only pays when RT is asked
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
     from fractions import Fraction
 
 BW_SHIFT = 20
@@ -254,3 +255,35 @@ def make_rt_room(paths: CgroupPaths, runtime_us: int, period_us: int) -> list[Rt
     return raise_rt_ancestors(
         Path(paths.dir("cpu")), runtime_us, period_us, Path(paths.roots["cpu"])
     )
+
+
+def rt_room(
+    paths: CgroupPaths,
+    rt: tuple[int, int],
+    enforcement: str,
+    key: str,
+    note: Callable[[str], None] | None = None,
+) -> tuple[list[RtChange], str | None]:
+    """The one rule for making room for a container's real-time budget, which both
+    front-ends follow (the plugin's NodeState.make_rt_room, the hook's
+    actions.apply_writes): on cgroup v1, before the container's own cpu.rt_runtime_us
+    (`rt` = (runtime, period) in us) is written, every ancestor's budget is raised as far
+    as it needs (make_rt_room; the kernel refuses a child budget its parents lack).
+
+    Returns (the raises made, to undo; None). When there is no room: hard mode refuses
+    the container (PlanError, reason "budget", naming `key` and cpu.rt-runtime); soft
+    mode returns ([], the warning) and the container runs without RT: the caller drops
+    its RT settings (cpu.rt_runtime_us and cpu.rt_period_us) and keeps the rest.
+    `note` gets what the other groups take (RtBudgetError.operator_note): the
+    operator's log, never the pod's message. cgroup v2 (no RT groups) and a budget of 0
+    change nothing: ([], None)."""
+    if paths.version != 1 or not rt[0]:
+        return [], None
+    try:
+        return make_rt_room(paths, rt[0], rt[1]), None
+    except EnforceError as exc:
+        if note is not None and isinstance(exc, RtBudgetError) and exc.operator_note:
+            note(exc.operator_note)
+        if enforcement == "hard":
+            raise PlanError(key, "cpu.rt-runtime", str(exc), "budget") from exc
+        return [], f"{key}: cpu.rt-runtime: {exc}"

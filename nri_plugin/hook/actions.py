@@ -133,10 +133,12 @@ def apply_writes(a: CgroupActions, paths: "CgroupPaths", cid: str) -> Outcome:
     writes = a.writes
     raised: list = []
     if a.rt is not None and paths.version == 1:
-        raised, problem = _rt_room(a.rt, a.key, paths)
+        # The plugin's rule (hard refuses, soft runs without RT). Only RT containers on
+        # v1 pay for importing the RT module (pathlib, fractions).
+        from nri_plugin.enforce.rt import rt_room
+
+        raised, problem = rt_room(paths, a.rt, a.enforcement, a.key)
         if problem:
-            if hard:
-                raise Refused(problem)
             lines.append(WARN + problem)
             writes = [w for w in writes if not w.file.startswith("cpu.rt_")]
     # Hard: all or none (the writer undoes its earlier writes at the first failure).
@@ -150,15 +152,3 @@ def apply_writes(a: CgroupActions, paths: "CgroupPaths", cid: str) -> Outcome:
         raise Refused(f"{failures[0].error}{more}")
     lines += [WARN + str(r.error) for r in failures]
     return Outcome(EXIT_OK, "applied", lines, cid)
-
-
-def _rt_room(rt: tuple[int, int], key: str, paths: "CgroupPaths") -> tuple[list, str | None]:
-    """enforce.rt.make_rt_room, as the plugin runs it: (changes made, problem or None).
-    Only RT containers on v1 pay for importing the RT module (pathlib, fractions)."""
-    from nri_plugin.enforce.errors import EnforceError
-    from nri_plugin.enforce.rt import make_rt_room
-
-    try:
-        return make_rt_room(paths, rt[0], rt[1]), None
-    except EnforceError as exc:
-        return [], f"{key}: cpu.rt-runtime: {exc}"

@@ -185,7 +185,16 @@ cat > "$STAGE/DEBIAN/postinst" <<'EOF'
 #!/bin/sh
 set -e
 if [ "$1" = configure ]; then
-    python3 -m compileall -q "$DPKG_ROOT/usr/lib/nri-sla/site" >/dev/null 2>&1 || true
+    # Byte-code for every module, made here by the interpreter that runs them (the
+    # launcher's and the OCI hook's /usr/bin/python3), as Debian's py3compile does: the
+    # hook is exec'd for every container and would otherwise compile what it imports on
+    # each start (a cold run costs twice as much). -I: no PYTHON* variable moves or
+    # changes it; timestamp-checked (a hash-checked .pyc, what SOURCE_DATE_EPOCH would
+    # ask for, hashes the source on every import). prerm deletes it.
+    /usr/bin/python3 -I -m compileall -q --invalidation-mode timestamp \
+        "$DPKG_ROOT/usr/lib/nri-sla/site" >&2 \
+        || echo "nri-sla: byte-compiling /usr/lib/nri-sla/site failed: nri-sla runs," \
+                "its starts are slower" >&2
 fi
 if [ "$1" = configure ] && [ -z "$DPKG_ROOT" ] && [ -d /run/systemd/system ]; then
     systemctl daemon-reload || true
@@ -235,11 +244,13 @@ case "$1" in
         if [ -z "$DPKG_ROOT" ] && [ -d /run/systemd/system ]; then
             systemctl stop nri-sla.service nri-sla-device-plugin.service || true
         fi
-        # the byte-code postinst compiled, and any Python added beside it
-        find "$DPKG_ROOT/usr/lib/nri-sla" -name __pycache__ -type d -prune \
-            -exec rm -rf {} + 2>/dev/null || true
         ;;
 esac
+# The byte-code postinst compiled (and any a process wrote beside it), on every action
+# as Debian's py3clean: an upgrade's postinst compiles the new modules afresh, and no
+# directory dpkg removes is kept by a __pycache__ it does not know.
+find "$DPKG_ROOT/usr/lib/nri-sla" -name __pycache__ -type d -prune \
+    -exec rm -rf {} + 2>/dev/null || true
 exit 0
 EOF
 cat > "$STAGE/DEBIAN/postrm" <<'EOF'
@@ -247,6 +258,13 @@ cat > "$STAGE/DEBIAN/postrm" <<'EOF'
 set -e
 case "$1" in
     remove|purge)
+        # byte-code written after prerm (a hook run between prerm and the removal of the
+        # files) keeps directories dpkg could not remove: they go too
+        if [ -d "$DPKG_ROOT/usr/lib/nri-sla" ]; then
+            find "$DPKG_ROOT/usr/lib/nri-sla" -name __pycache__ -type d -prune \
+                -exec rm -rf {} + 2>/dev/null || true
+            find "$DPKG_ROOT/usr/lib/nri-sla" -depth -type d -empty -delete 2>/dev/null || true
+        fi
         # `systemctl enable nri-sla` linked it into containerd's wants
         rm -f "$DPKG_ROOT/etc/systemd/system/containerd.service.wants/nri-sla.service"
         rmdir "$DPKG_ROOT/etc/systemd/system/containerd.service.wants" 2>/dev/null || true

@@ -20,7 +20,7 @@ from nri_plugin.core.nodestate import NodeState
 from nri_plugin.core.request import ContainerRequest
 from nri_plugin.enforce.capabilities import detect_capabilities
 from nri_plugin.enforce.cgpaths import CgroupFacts
-from nri_plugin.errors import EXIT_OK, EXIT_STATUS
+from nri_plugin.errors import EXIT_OK, EXIT_STATUS, SlaFailure
 from nri_plugin.hook.values import PREFIX, WARN
 from nri_plugin.plan.rt_budget import RtBudget
 from nri_plugin.plugin.adjustment import build_adjustment
@@ -31,11 +31,17 @@ NAME = "io.kubernetes.cri.container-name"
 CONFIG = "permissions:\n  realtime: ['*']\n"
 
 
-def fake_tree(root: Path, version: int) -> dict[str, Path]:
-    """The container's dirs (and its ancestors, with the kernel's RT budget on v1)."""
+def fake_tree(root: Path, version: int, rt_taken: int = 0) -> dict[str, Path]:
+    """The container's dirs (and its ancestors, with the kernel's RT budget on v1).
+    `rt_taken`: v1, a real-time group beside kubepods already holds this much runtime
+    (us per 1 s) of the node's RT budget."""
     if version == 2:  # a bfq disk: io.bfq.weight is there
         return make_v2_tree(root).add_cgroup(CTR, {**V2_FILES, "io.bfq.weight": "default 100"})
-    return make_v1_tree(root).add_cgroup(CTR)
+    tree = make_v1_tree(root)
+    if rt_taken:
+        other = tree.add_cgroup("/rt-group")["cpu"]
+        other.joinpath("cpu.rt_runtime_us").write_text(f"{rt_taken}\n")
+    return tree.add_cgroup(CTR)
 
 
 def snapshot(dirs: dict[str, Path], root: Path) -> dict[str, str]:
@@ -83,9 +89,9 @@ def runc_apply(resources, dirs: dict[str, Path], version: int) -> None:
         put("cpuset", "cpuset.mems", cpu.mems)
 
 
-def through_plugin(tmp_path: Path, version: int, annotations: dict[str, str]):
+def through_plugin(tmp_path: Path, version: int, annotations: dict[str, str], rt_taken: int = 0):
     root = tmp_path / "plugin"
-    dirs = fake_tree(root, version)
+    dirs = fake_tree(root, version, rt_taken)
     config = load_config(str(tmp_path / "config.yaml"))
     facts = CgroupFacts(version, "cgroupfs", root)
     node = NodeState(
@@ -101,16 +107,19 @@ def through_plugin(tmp_path: Path, version: int, annotations: dict[str, str]):
     )
     if decision.error is not None:
         return decision.error.exit_status, [str(decision.error)], None
-    plan, _ = node.make_rt_room(decision.plan, facts.container_paths(CTR))
+    try:  # refused (hard mode, no RT room): CreateContainer answers the error
+        plan, _ = node.make_rt_room(decision.plan, facts.container_paths(CTR))
+    except SlaFailure as exc:
+        return exc.exit_status, [str(exc)], snapshot(dirs, root)
     adjustment = build_adjustment(plan)
     runc_apply(adjustment.linux.resources, dirs, version)
     problems = node.write_plan(plan, CTR, scope="direct")
     return EXIT_OK, [*plan.warnings, *problems], snapshot(dirs, root)
 
 
-def through_hook(tmp_path: Path, version: int, annotations: dict[str, str], h):
+def through_hook(tmp_path: Path, version: int, annotations: dict[str, str], h, rt_taken: int = 0):
     root = tmp_path / "hook"
-    dirs = fake_tree(root, version)
+    dirs = fake_tree(root, version, rt_taken)
     bundle = h.write_bundle(tmp_path / "bundle", {NAME: "app", **annotations}, CTR)
     out = h.run_inproc(
         h.state_json(bundle),
@@ -120,7 +129,7 @@ def through_hook(tmp_path: Path, version: int, annotations: dict[str, str], h):
     )
     lines = [line.removeprefix(WARN).removeprefix(PREFIX) for line in out.lines]
     if out.exit_code != EXIT_OK:
-        return out.exit_code, lines, None
+        return out.exit_code, lines, snapshot(dirs, root) if rt_taken else None
     return EXIT_OK, lines, snapshot(dirs, root)
 
 
@@ -194,6 +203,31 @@ def test_io_max_on_a_real_disk_agrees(tmp_path, h):
             assert files["blkio/blkio.throttle.read_bps_device"] == f"{majmin} {1 << 20}"
         else:
             assert files["unified/io.max"].startswith(majmin)
+
+
+@pytest.mark.parametrize("enforcement", ["hard", "soft"])
+def test_no_rt_room_is_refused_or_dropped_alike(tmp_path, h, enforcement):
+    """cgroup v1, a real-time group beside kubepods holding 90% of the node's 95%: the
+    planner grants the container's 10% (the node-wide budget it keeps has room), but
+    the ancestors cannot be raised to it. Both front-ends follow enforce.rt.rt_room:
+    hard refuses (exit 1, the same message, no ancestor left raised), soft starts the
+    container without RT, its other settings written, with the same warning."""
+    (tmp_path / "config.yaml").write_text(CONFIG)
+    sla = f"enforcement: {enforcement}\ncpu: {{limit: 1, rt-runtime: 100ms, rt-period: 1s}}"
+    annotations = {"sla.nri.io/pod": sla}
+    plugin = through_plugin(tmp_path, 1, annotations, rt_taken=900_000)
+    hook = through_hook(tmp_path, 1, annotations, h, rt_taken=900_000)
+    assert hook == plugin
+    code, lines, files = plugin
+    [line] = lines
+    assert line.startswith("sla.nri.io/pod: cpu.rt-runtime: real-time budget exhausted"), line
+    for ancestor in ("cpu/kubepods", "cpu/kubepods/pod-a"):
+        assert files[f"{ancestor}/cpu.rt_runtime_us"] == "0"
+    if enforcement == "hard":
+        assert code == EXIT_STATUS["refused"]
+    else:
+        assert code == EXIT_OK
+        assert files["cpu/cpu.rt_runtime_us"] == "0" and files["cpu/cpu.cfs_quota_us"] == "100000"
 
 
 # -- the decision event: the same decision logs the same fields from both front-ends --------

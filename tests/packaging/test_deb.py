@@ -15,6 +15,7 @@ import pytest
 from nri_plugin import __version__
 from nri_plugin.config.loader import parse_config
 from nri_plugin.simulated.runtime import RuntimeSimulator
+from tests.support.installed import cache_tag, cold_hook_run, files_of, uncompiled
 
 pytestmark = pytest.mark.slow  # builds the package
 
@@ -302,6 +303,49 @@ def test_install_and_purge_in_scratch_root(deb, tmp_path, pk):
         assert not (root / gone).exists(), gone
     status = subprocess.run([*dpkg, "-s", "nri-sla"], capture_output=True, text=True)
     assert status.returncode != 0  # purged: unknown to dpkg
+
+
+def test_postinst_compiles_every_module_and_removal_takes_the_byte_code_back(deb, tmp_path, pk):
+    """postinst byte-compiles the site dir with /usr/bin/python3 (the launcher's and the
+    hook's interpreter): every module has a current .pyc of its version, and a cold hook
+    run from the installed tree (`python3 -I -S .../hook/__main__.py`, as root here)
+    writes nothing into it. Removal deletes that byte-code and any a process wrote
+    beside it (a directory only a __pycache__ keeps included): the tree is gone."""
+    system = Path("/usr/bin/python3")
+    if not system.exists():
+        pytest.skip("no /usr/bin/python3: postinst compiles with it")
+    tag = cache_tag(str(system))
+    if tag != sys.implementation.cache_tag:
+        pytest.skip(f"/usr/bin/python3 is {tag}, the package is built for this Python")
+    root = tmp_path / "root"
+    dpkg = scratch_dpkg(root, pk)
+    res = subprocess.run([*dpkg, "-i", str(deb)], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert "byte-compiling" not in res.stderr, res.stderr
+    lib = root / "usr/lib/nri-sla"
+    site = lib / "site"
+    assert uncompiled(site, tag) == []
+    assert len(list(site.rglob(f"*.{tag}.pyc"))) > 300
+    assert not list((root / "usr/share/nri-sla").rglob("__pycache__"))  # examples: no code
+    before = files_of(lib)
+    work = tmp_path / "work"
+    work.mkdir()
+    cold_hook_run(str(system), site, work)
+    assert files_of(lib) == before
+    # an upgrade (here: the same version again): prerm deletes the byte-code, the new
+    # postinst compiles every module afresh
+    res = subprocess.run([*dpkg, "-i", str(deb)], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert uncompiled(site, tag) == []
+    stray = site / "nri_plugin" / "gone" / "__pycache__"
+    stray.mkdir(parents=True)
+    (stray / f"old.{tag}.pyc").write_bytes(b"")
+    (site / "nri_plugin" / "__pycache__" / f"extra.{tag}.pyc").write_bytes(b"")
+    res = subprocess.run(
+        [*dpkg, "--remove", "nri-sla"], capture_output=True, text=True, timeout=120
+    )
+    assert res.returncode == 0, res.stderr
+    assert not lib.exists(), sorted(str(p.relative_to(lib)) for p in lib.rglob("*"))
 
 
 def test_removal_leaves_containerd_a_working_config(deb, tmp_path, pk):

@@ -14,6 +14,7 @@ import pytest
 
 from tests.support.helm import NAMESPACE, by_kind, config_value, node_config, pod_spec, render
 from tests.support.helm import manifest as read_manifest
+from tests.support.installed import cache_tag, cold_hook_run, files_of, uncompiled
 
 # the namespaced kinds the chart renders (the others are cluster-wide)
 NAMESPACED = {"ConfigMap", "DaemonSet", "ServiceAccount", "NetworkPolicy"}
@@ -196,6 +197,54 @@ def test_host_hook_init_container_installs_the_configmaps_policy(tmp_path, pk):
     assert (host / "opt/nri-sla/current").readlink() == Path(again.runtime.name)
 
 
+def test_host_hook_copy_is_byte_compiled_and_a_cold_hook_run_writes_nothing(tmp_path):
+    """Every module of the copy on the host (its stdlib and site) has a current .pyc of
+    the copied interpreter, made before `current` moved to it; a cold hook run from it,
+    with that interpreter as the launcher runs it, imports the cold path and leaves the
+    copy as it found it (no __pycache__ written at a container's start)."""
+    from nri_plugin.commands.hostinstall import install
+
+    config = tmp_path / "config.yaml"
+    config.write_text("enforcement: hard\n")
+    host = tmp_path / "host"
+    (host / "opt/nri-sla").mkdir(parents=True)
+    done = install(host, str(config))
+    python = str(done.runtime / "bin" / "python3")
+    env = {"LD_LIBRARY_PATH": str(done.runtime / "lib"), "PATH": "/usr/bin:/bin"}
+    tag = cache_tag(python, env)
+    assert uncompiled(done.runtime, tag, scripts=("nri-sla.py",)) == []
+    site = done.runtime / "site"
+    assert len(list(site.rglob(f"*.{tag}.pyc"))) > 100
+    before = files_of(done.runtime)
+    work = tmp_path / "work"
+    work.mkdir()
+    loaded = cold_hook_run(python, site, work, env)
+    assert "nri_plugin.plan.planner" in loaded
+    assert files_of(done.runtime) == before
+
+
+def test_host_hook_compile_failure_is_one_failure_and_leaves_no_runtime(tmp_path, monkeypatch):
+    """A copy its own interpreter cannot compile is not made current: the initContainer
+    fails (InternalFailure, the compiler's words) and the half-made runtime is gone."""
+    from nri_plugin.commands import hostinstall
+    from nri_plugin.errors import InternalFailure
+
+    config = tmp_path / "config.yaml"
+    config.write_text("enforcement: hard\n")
+    host = tmp_path / "host"
+    (host / "opt/nri-sla").mkdir(parents=True)
+    copy = hostinstall._copy_runtime
+
+    def broken_copy(target):
+        copy(target)
+        (target / "site" / "broken.py").write_text("def (:\n")
+
+    monkeypatch.setattr(hostinstall, "_copy_runtime", broken_copy)
+    with pytest.raises(InternalFailure, match=r"byte-compiling .* failed .*broken\.py"):
+        hostinstall.install(host, str(config))
+    assert list((host / "opt/nri-sla").iterdir()) == []
+
+
 def test_host_hook_refuses_a_config_that_does_not_validate(tmp_path, pk):
     from nri_plugin.commands.hostinstall import install
     from nri_plugin.config.loader import ConfigError
@@ -285,6 +334,12 @@ def test_dockerfile(pk):
     parser = argparse.ArgumentParser(exit_on_error=False)
     run.add_arguments(parser)
     parser.parse_args(json.loads(cmd.split(None, 1)[1]))
+    # everything the image runs is byte-compiled in the build (the base image's stdlib
+    # has no .pyc), by its own interpreter, timestamp-checked
+    (build,) = [ln for ln in text.split("\nRUN ")[1:] if "compileall" in ln]
+    assert "python -I -m compileall -q --invalidation-mode timestamp" in build
+    assert 'get_paths()["stdlib"]' in build and 'get_paths()["purelib"]' in build
+    assert build.index("pip install") < build.index("compileall")
     # every COPY source exists in the repository
     for ln in lines:
         if ln.upper().startswith("COPY ") and "--from=" not in ln:

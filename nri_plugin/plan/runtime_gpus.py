@@ -31,11 +31,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 from itertools import islice
 
 from nri_plugin.granted import MAX_GRANT_ITEMS, MAX_GRANT_NAME, NVIDIA_MAJOR, GrantedResources
 from nri_plugin.topology.gpus import Gpu, GpuInventory, MigInstance
+from nri_plugin.value import Frozen
 
 _NOTHING = {"", "none", "void"}
 _CONTROL_MINORS = {254, 255}  # nvidia-modeset, nvidiactl
@@ -50,8 +50,7 @@ _DRA_NAME = re.compile(
 )
 
 
-@dataclass(frozen=True)
-class GpuGrant:
+class GpuGrant(Frozen):
     """What a container was granted: whole GPUs, MIG devices, names that matched nothing
     on this node, and the env's GPU list when it was the only evidence (not a grant)."""
 

@@ -159,14 +159,16 @@ class GpuInventory(Frozen):
         return None
 
 
-_BUS_ID = re.compile(
+# Compiled at its first match (re keeps it), not at import: an OCI hook's cold run for a
+# numa SLA imports this module and names no GPU.
+_BUS_ID = (
     r"^(?:(?P<domain>[0-9a-f]{1,8}):)?(?P<bus>[0-9a-f]{1,2}):(?P<dev>[0-9a-f]{1,2})\.(?P<fn>[0-7])$"
 )
 
 
 def normalize_bus_id(text: str) -> str | None:
     """NVML's "00000000:07:00.0" and sysfs' "0000:07:00.0" both become "0000:07:00.0"."""
-    m = _BUS_ID.match(text.strip().lower())
+    m = re.match(_BUS_ID, text.strip().lower())
     if not m:
         return None
     domain = int(m.group("domain") or "0", 16)

@@ -140,8 +140,7 @@ def _read_nodes(node_dir: str, online: frozenset[int]) -> tuple[NumaNode, ...]:
     ids: list[int] = []
     if isdir(node_dir):
         for name in listdir(node_dir):
-            # "node<N>" (string tests, not `re`: compiling a pattern costs an OCI hook's
-            # cold run more than reading the topology)
+            # "node<N>", by string tests: no pattern to compile on an OCI hook's cold run
             if name.startswith("node") and name[4:].isdecimal() and isdir(join(node_dir, name)):
                 ids.append(int(name[4:]))
     ids.sort()

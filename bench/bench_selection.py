@@ -21,7 +21,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 
 from nri_plugin.kubelet.selection import preferred_gpus
@@ -40,6 +39,7 @@ from nri_plugin.simulated.hardware import (
 )
 from nri_plugin.topology.gpus import GpuInventory
 from nri_plugin.topology.inventory import load_inventory
+from nri_plugin.value import replace
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the model lives in tests/
 from tests.support.besteffort import (

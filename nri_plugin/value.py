@@ -5,10 +5,13 @@ generated methods one by one: on the hook's cold run (exec'd for a container's f
 replica) that cost more than all its own work. Two bases:
 
 * `Frozen`: fields declared as class annotations (defaults, or `field(...)` for a
-  factory or metadata), like a frozen slotted dataclass: keyword or positional
-  construction, immutable after __init__ (FrozenValueError), equality and hashing by
-  type and field values, the dataclass repr, `replace`, `fields`, `asdict`. One generic
-  __init__ reads the declared fields: nothing is generated per class.
+  factory, metadata or `compare=False`), like a frozen slotted dataclass: keyword or
+  positional construction, immutable after __init__ (FrozenValueError), equality and
+  hashing by type and the compared fields' values, the dataclass repr, `replace`,
+  `fields`, `asdict`; a `__post_init__` runs after __init__ as a dataclass's does, and a
+  class's own `__slots__` are extra attributes for what it derives there (no field: not
+  compared, not shown). One generic __init__ reads the declared fields: nothing is
+  generated per class.
 * `Value`: a class that lists its __slots__ and sets them in its own __init__; this gives
   it equality and a readable repr (mutable by convention, so not hashable).
 
@@ -44,21 +47,24 @@ _set = object.__setattr__
 
 
 class Field:
-    """One declared field: its name, default or factory, and metadata for generators
-    (the node config's key declarations: config/schema.py reads them)."""
+    """One declared field: its name, default or factory, metadata for generators (the
+    node config's key declarations: config/schema.py reads them), and whether equality
+    and hashing count it (`compare`, as a dataclass field's)."""
 
-    __slots__ = ("default", "default_factory", "metadata", "name")
+    __slots__ = ("compare", "default", "default_factory", "metadata", "name")
 
     def __init__(
         self,
         default: "Any" = MISSING,
         default_factory: "Any" = MISSING,
         metadata: "dict[str, Any] | None" = None,
+        compare: bool = True,
     ) -> None:
         self.name = ""
         self.default = default
         self.default_factory = default_factory
         self.metadata: dict[str, Any] = metadata or {}
+        self.compare = compare
 
     def __repr__(self) -> str:
         return f"Field({self.name!r})"
@@ -69,16 +75,18 @@ def field(
     default: "Any" = MISSING,
     default_factory: "Any" = MISSING,
     metadata: "dict[str, Any] | None" = None,
+    compare: bool = True,
 ) -> "Any":
-    """A field's declaration where a plain default will not do (a factory, metadata)."""
+    """A field's declaration where a plain default will not do (a factory, metadata, a
+    field that equality and hashing leave out)."""
     if default is not MISSING and default_factory is not MISSING:
         raise ValueError("a field has a default or a default_factory, not both")
-    return Field(default, default_factory, metadata)
+    return Field(default, default_factory, metadata, compare)
 
 
 class _Declared(type):
     """Makes a Frozen subclass's annotations its fields: slots, in declaration order,
-    after its bases' fields."""
+    after its bases' fields (and the class's own `__slots__`, if any, after them)."""
 
     def __new__(mcls, name: str, bases: tuple[type, ...], ns: "dict[str, Any]") -> type:
         inherited: tuple[Field, ...] = ()
@@ -94,9 +102,12 @@ class _Declared(type):
                 declared = Field(ns.pop(attr, MISSING))
             declared.name = attr
             own.append(declared)
-        ns["__slots__"] = tuple(f.name for f in own)
+        ns["__slots__"] = tuple(f.name for f in own) + tuple(ns.get("__slots__", ()))
         ns["__fields__"] = all_fields = inherited + tuple(own)
+        ns["__compared__"] = tuple(f.name for f in all_fields if f.compare)
         ns["__match_args__"] = tuple(f.name for f in all_fields)
+        if "__post_init__" in ns and "__init__" not in ns:
+            ns["__init__"] = _init_then_post_init
         cls = super().__new__(mcls, name, bases, ns)
         required_after_default = False
         for f in all_fields:
@@ -115,6 +126,7 @@ class Frozen(metaclass=_Declared):
 
     __slots__ = ()
     __fields__: "tuple[Field, ...]" = ()
+    __compared__: "tuple[str, ...]" = ()  # the names of the fields with compare=True
 
     def __init__(self, *args: "Any", **kwargs: "Any") -> None:
         declared = self.__fields__
@@ -145,6 +157,9 @@ class Frozen(metaclass=_Declared):
     def _values(self) -> "tuple[Any, ...]":
         return tuple(getattr(self, f.name) for f in self.__fields__)
 
+    def _compared(self) -> "tuple[Any, ...]":
+        return tuple(getattr(self, name) for name in self.__compared__)
+
     def __setattr__(self, name: str, value: object) -> None:
         raise FrozenValueError(f"cannot assign to field {name!r} of a frozen {type(self).__name__}")
 
@@ -154,10 +169,10 @@ class Frozen(metaclass=_Declared):
     def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):
             return NotImplemented
-        return self._values() == other._values()
+        return self._compared() == other._compared()
 
     def __hash__(self) -> int:
-        return hash(self._values())
+        return hash(self._compared())
 
     def __repr__(self) -> str:
         inner = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in self.__fields__)
@@ -165,6 +180,13 @@ class Frozen(metaclass=_Declared):
 
     def __reduce__(self) -> "tuple[type, tuple[Any, ...]]":
         return type(self), self._values()
+
+
+def _init_then_post_init(self: Frozen, *args: "Any", **kwargs: "Any") -> None:
+    """__init__ of a Frozen class with a __post_init__ (checks, derived values): only
+    those pay for the call."""
+    Frozen.__init__(self, *args, **kwargs)
+    self.__post_init__()  # type: ignore[attr-defined]
 
 
 def fields(value_or_class: "Frozen | type[Frozen]") -> "tuple[Field, ...]":

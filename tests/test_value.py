@@ -102,3 +102,40 @@ def test_replace_still_serves_dataclasses():
         replace(Old(1), derived=3)
     with pytest.raises(TypeError, match="frozen value or a dataclass"):
         replace(object(), a=1)
+
+
+class Derived(Frozen):
+    """compare=False, a __post_init__ and the class's own slots, as the topology's values
+    use them."""
+
+    __slots__ = ("_doubled",)
+
+    x: int
+    note: dict = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.x < 0:
+            raise ValueError("x must not be negative")
+        object.__setattr__(self, "_doubled", 2 * self.x)
+
+
+class DerivedMore(Derived):
+    y: int = 0
+
+
+def test_a_field_left_out_of_comparison_is_left_out_of_equality_and_hash_only():
+    a, b = Derived(1, {"a": 1}), Derived(1, {"b": 2})
+    assert a == b and hash(a) == hash(b) and a != Derived(2)
+    assert repr(a) == "Derived(x=1, note={'a': 1})"  # still shown, as a dataclass shows it
+    assert replace(a, x=3).note == {"a": 1} and fields(Derived)[1].compare is False
+
+
+def test_post_init_runs_after_init_and_the_own_slots_hold_what_it_derives():
+    d = Derived(4)
+    assert d._doubled == 8 and [f.name for f in fields(d)] == ["x", "note"]
+    with pytest.raises(ValueError, match="negative"):
+        Derived(-1)
+    with pytest.raises(FrozenValueError):
+        d._doubled = 1  # type: ignore[misc]
+    assert DerivedMore(2, y=1)._doubled == 4  # a subclass runs its base's __post_init__
+    assert pickle.loads(pickle.dumps(d))._doubled == 8

@@ -77,15 +77,18 @@ class Decision(Frozen):
         return str(self.error) if self.error is not None else None
 
 
-def decide(node: DecidingNode, request: ContainerRequest) -> Decision:
+def decide(node: DecidingNode, request: ContainerRequest, parsed: Sla | None = None) -> Decision:
     """Run annotations -> SLA -> plan for one container. Never raises.
 
+    `parsed`: the request's SLA when the front-end has parsed it already (parse_sla under
+    this node's config: the OCI hook needs its enforcement mode before it plans), so the
+    annotations are not parsed twice; None: parsed here.
     The OCI hook verifies GPU SLAs as the plugin does: neither adds a GPU. A failure that
     is no SlaFailure is a bug: the container gets an `internal` failure (hard mode
     refuses, the hook's soft mode warns) and the operator the traceback, once.
     """
     try:
-        return _remembered(node, request)
+        return _remembered(node, request, parsed)
     except Exception as exc:
         log.error("deciding container %s failed", request.owner or request.name, exc_info=True)
         return Decision(
@@ -96,7 +99,7 @@ def decide(node: DecidingNode, request: ContainerRequest) -> Decision:
         )
 
 
-def _remembered(node: DecidingNode, request: ContainerRequest) -> Decision:
+def _remembered(node: DecidingNode, request: ContainerRequest, parsed: Sla | None) -> Decision:
     """A replica's decision from the reusable ones, else a new one (remembered when
     reusable)."""
     inputs = inputs_for(
@@ -111,7 +114,7 @@ def _remembered(node: DecidingNode, request: ContainerRequest) -> Decision:
     known = node.reusable.get(inputs) if inputs is not None else None
     if known is not None:  # a replica: the same frozen decision, nothing reserved for it
         return known
-    decision = _decide(node, request, inputs)
+    decision = _decide(node, request, inputs, parsed)
     if decision.inputs is not None:
         if len(node.reusable) >= REUSABLE_LIMIT:
             node.reusable.clear()  # bounded: many distinct SLAs only cost a re-plan
@@ -141,12 +144,17 @@ def _reusable(sla: Sla, plan: ContainerPlan) -> bool:
 
 
 def _decide(
-    node: DecidingNode, request: ContainerRequest, inputs: DecisionInputs | None
+    node: DecidingNode,
+    request: ContainerRequest,
+    inputs: DecisionInputs | None,
+    parsed: Sla | None,
 ) -> Decision:
-    try:
-        sla = parse_sla(node.config, request.annotations, request.name)
-    except SlaError as exc:
-        return Decision("refused", error=exc)
+    sla = parsed
+    if sla is None:
+        try:
+            sla = parse_sla(node.config, request.annotations, request.name)
+        except SlaError as exc:
+            return Decision("refused", error=exc)
     if sla is None:
         return Decision("skipped")
     owner, pod = request.owner, request.pod

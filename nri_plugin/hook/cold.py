@@ -71,7 +71,7 @@ def core_actions(run: Run) -> tuple[CgroupActions, CgroupPaths] | None:
         actions = verified
     else:
         run.deadline.check("planning")
-        actions = plan_actions(run, config, facts, deps)
+        actions = plan_actions(run, config, facts, sla, deps)
         if verified is not None:  # a record that is not the plugin's: ignored, said so
             actions.lines.insert(0, f"{WARN}{config.annotation_prefix}/applied ignored: {verified}")
     if store and ckey and signature and sla.gpu is None and record is None:
@@ -151,9 +151,12 @@ def verify_actions(record: str, sla: Sla, owner: str, state_dir: str) -> CgroupA
     return CgroupActions("verify", sla.enforcement, expected, source=source)
 
 
-def plan_actions(run: Run, config: NodeConfig, facts: CgroupFacts, deps: Deps) -> CgroupActions:
-    """The core's decision on a one-shot node; `deps` collects what the decision cache
-    must re-check before reusing it (io.max devices, the CPU/NUMA topology, schedulers)."""
+def plan_actions(
+    run: Run, config: NodeConfig, facts: CgroupFacts, sla: Sla, deps: Deps
+) -> CgroupActions:
+    """The core's decision on a one-shot node for `sla` (the container's, parsed once by
+    core_actions); `deps` collects what the decision cache must re-check before reusing
+    it (io.max devices, the CPU/NUMA topology, schedulers)."""
     annotations, target, spec, sysfs_root = (
         run.annotations,
         run.target,
@@ -173,11 +176,12 @@ def plan_actions(run: Run, config: NodeConfig, facts: CgroupFacts, deps: Deps) -
                 owner=target.id,
                 granted=spec.granted,
             ),
+            sla,
         )
     if decision.error is not None:
         raise explain_namespace(decision.error, target)
     plan = decision.plan
-    if plan is None:  # pragma: no cover - parse_sla found an SLA, so decide did too
+    if plan is None:  # pragma: no cover - decide plans the SLA it is given, or refuses it
         raise InternalFailure("the SLA vanished between parsing and planning")
     if _asks_io_weight(decision):
         deps.append(["schedulers", sysfs_root, cache.scheduler_signature(sysfs_root)])

@@ -21,9 +21,7 @@ housekeeping and IRQ work.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
 
 from nri_plugin.plan.best_fit import choose_placement, validate_request
 from nri_plugin.plan.errors import PlacementError
@@ -40,14 +38,21 @@ from nri_plugin.topology.cpulist import format_cpulist, parse_cpulist
 from nri_plugin.topology.cpus import Topology
 from nri_plugin.topology.errors import CpuListError
 from nri_plugin.topology.gpus import Gpu, GpuInventory, MigInstance
+from nri_plugin.value import Frozen, replace
+
+try:
+    # threading.RLock is this C lock wherever the C module has one; `threading` itself
+    # (weakrefs, the thread registry) is one more import on an OCI hook's cold run.
+    from _thread import RLock
+except ImportError:  # pragma: no cover - other interpreters
+    from threading import RLock
 
 TYPE_CHECKING = False  # `typing` costs the OCI hook start-up time; only checkers need it
 if TYPE_CHECKING:
     from typing import Any
 
 
-@dataclass(frozen=True)
-class InventoryChange:
+class InventoryChange(Frozen):
     """What a rescan found: GPUs gone (with who holds each), GPUs new to the node, and
     vanished GPUs that are listed again while still held."""
 
@@ -68,7 +73,7 @@ class Allocator:
         self._reserved = frozenset(reserved_cpus)
         self.layout = NodeLayout.of(topology, inventory, self._reserved)
         self._listed = frozenset(g.identity for g in inventory.gpus)
-        self._lock = threading.RLock()
+        self._lock = RLock()
         self._gpu_holders: dict[int, dict[str, str]] = {}  # gpu index -> owner -> kind
         # GPUs a rescan no longer lists while containers held them (by Gpu.identity):
         # still theirs, never in the layout, so never chosen; kept until a rescan or

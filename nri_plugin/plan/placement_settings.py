@@ -6,11 +6,10 @@ the container: it opens exactly its grant."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from nri_plugin.plan.errors import PlacementError
 from nri_plugin.plan.placement_values import PlacementRequest, cpus_needed
 from nri_plugin.topology.cpulist import format_cpulist
+from nri_plugin.value import Value
 
 TYPE_CHECKING = False  # `typing` costs the OCI hook start-up time; only checkers need it
 if TYPE_CHECKING:
@@ -22,14 +21,22 @@ if TYPE_CHECKING:
     from nri_plugin.sla.model import Sla
 
 
-@dataclass
-class PlacementOutcome:
+class PlacementOutcome(Value):
     """The allocator's answer as plan settings, warnings, or an error."""
 
-    settings: dict[str, Any] = field(default_factory=dict)
-    warnings: tuple[tuple[str, str], ...] = ()  # (field, message)
-    error: str | None = None
-    field: str = "gpu"
+    __slots__ = ("error", "field", "settings", "warnings")
+
+    def __init__(
+        self,
+        settings: dict[str, Any] | None = None,
+        warnings: tuple[tuple[str, str], ...] = (),  # (field, message)
+        error: str | None = None,
+        field: str = "gpu",
+    ) -> None:
+        self.settings = {} if settings is None else settings
+        self.warnings = warnings
+        self.error = error
+        self.field = field
 
 
 def split_field(message: str, default: str) -> tuple[str, str]:

@@ -6,11 +6,11 @@ allocator and the best-fit choice can both depend on it without depending on eac
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 
 from nri_plugin.topology.cpulist import format_cpulist
 from nri_plugin.topology.cpus import Topology
 from nri_plugin.topology.gpus import Gpu, GpuInventory, MigInstance
+from nri_plugin.value import Frozen, field
 
 TYPE_CHECKING = False  # `typing` costs the OCI hook start-up time; only checkers need it
 if TYPE_CHECKING:
@@ -20,8 +20,7 @@ TOPOLOGIES = ("any", "numa", "nvlink")
 GRANTED = "granted"  # how a container holds a GPU: its device plugin granted it
 
 
-@dataclass(frozen=True)
-class PlacementRequest:
+class PlacementRequest(Frozen):
     """What one container asks of the node (the planner maps an Sla onto this).
 
     GPUs are never chosen here: `granted_gpus` / `granted_migs` are what a device plugin
@@ -45,8 +44,7 @@ class PlacementRequest:
     granted_migs: tuple[tuple[Gpu, MigInstance], ...] = ()  # (parent, MIG device)
 
 
-@dataclass(frozen=True)
-class Placement:
+class Placement(Frozen):
     """What a container holds: its granted whole GPUs and MIG devices (with their parent
     GPUs), its exclusive CPUs and the aligned cpus/mems. Empty `cpus`/`mems` mean "not
     constrained by placement" (the container follows the shared pool)."""
@@ -122,8 +120,7 @@ def plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
-@dataclass(frozen=True)
-class CpuFloor:
+class CpuFloor(Frozen):
     """Of `cpus`, at least `need` must stay out of every exclusive set: running containers
     whose cpuset is drawn from them need that many for their CPU requests (or, for a
     cpuset someone else pinned, every one of them). nri_plugin.plan.cpupool makes them."""
@@ -132,8 +129,7 @@ class CpuFloor:
     need: int
 
 
-@dataclass(frozen=True)
-class Holdings:
+class Holdings(Frozen):
     """Who holds what at one moment: copies the Allocator hands out under its lock, so a
     placement choice reads one consistent state and cannot change the allocator's tables."""
 
@@ -142,8 +138,7 @@ class Holdings:
     exclusive_cpus: frozenset[int] = frozenset()
 
 
-@dataclass(frozen=True)
-class NodeLayout:
+class NodeLayout(Frozen):
     """The node as placement sees it. Fixed for an allocator's life, so what derives from
     the topology and inventory is computed once instead of on every choice."""
 

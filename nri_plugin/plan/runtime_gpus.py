@@ -31,11 +31,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 from itertools import islice
 
 from nri_plugin.granted import MAX_GRANT_ITEMS, MAX_GRANT_NAME, NVIDIA_MAJOR, GrantedResources
 from nri_plugin.topology.gpus import Gpu, GpuInventory, MigInstance
+from nri_plugin.value import Frozen
 
 _NOTHING = {"", "none", "void"}
 _CONTROL_MINORS = {254, 255}  # nvidia-modeset, nvidiactl
@@ -43,15 +43,16 @@ REPLICA_SEPARATOR = "::"  # NVIDIA's annotated device id: <id>::<replica>
 DRA_KINDS = ("k8s.gpu.nvidia.com/device", "k8s.gpu.nvidia.com/claim")  # NVIDIA's DRA driver
 # NVIDIA's DRA driver: a GPU is "gpu-<minor>", a MIG device "gpu-<parent minor>-mig-..."
 # (the rest names its profile without dots and its placement, in forms that changed
-# between releases); claim-specific CDI names put "<claim uid>-" before it.
-_DRA_NAME = re.compile(
+# between releases); claim-specific CDI names put "<claim uid>-" before it. Compiled at
+# its first match (re keeps it), not at import: an OCI hook's cold run for a numa SLA
+# imports this module and matches no DRA name.
+_DRA_NAME = (
     r"(?:[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}-)?"
     r"gpu-(\d{1,6})(?:-mig-([a-z0-9-]{1,96}))?"
 )
 
 
-@dataclass(frozen=True)
-class GpuGrant:
+class GpuGrant(Frozen):
     """What a container was granted: whole GPUs, MIG devices, names that matched nothing
     on this node, and the env's GPU list when it was the only evidence (not a grant)."""
 
@@ -199,7 +200,7 @@ class _Found:
         name into them: containerd up to 2.1, the OCI hook), else it matches nothing
         here. Other names of the driver's kinds (a passthrough GPU `gpu-vfio-<n>`, an
         IMEX channel) are no CUDA device: not read. Run after device_nodes."""
-        m = _DRA_NAME.fullmatch(name)
+        m = re.fullmatch(_DRA_NAME, name)
         if m is None:
             return
         minor = int(m.group(1))

@@ -9,9 +9,8 @@ holding a GPU keep it whatever its health.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from nri_plugin.errors import ProgrammingError
+from nri_plugin.value import Frozen
 
 HEALTHY, UNHEALTHY, UNKNOWN = "healthy", "unhealthy", "unknown"
 STATES = (HEALTHY, UNHEALTHY, UNKNOWN)
@@ -20,8 +19,7 @@ STATES = (HEALTHY, UNHEALTHY, UNKNOWN)
 _RANK = {HEALTHY: 0, UNKNOWN: 1, UNHEALTHY: 2}
 
 
-@dataclass(frozen=True, slots=True)
-class GpuHealth:
+class GpuHealth(Frozen):
     state: str = HEALTHY
     reason: str = ""  # why not healthy, for people ("XID 79", "NVML: GPU is lost")
 

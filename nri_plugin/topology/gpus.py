@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 
 from nri_plugin.topology.errors import InventoryError
 from nri_plugin.topology.gpu_health import GPU_HEALTHY, GpuHealth
+from nri_plugin.value import Frozen
 
 
-@dataclass(frozen=True)
-class MigInstance:
+class MigInstance(Frozen):
     """One MIG device (a compute instance inside a GPU instance) of a MIG-enabled GPU.
 
     `caps_minors` are the minor numbers of /dev/nvidia-caps/nvidia-capN that grant access
@@ -35,8 +34,7 @@ class MigInstance:
 PCIE_LEVELS = ("switch", "hostbridge", "numa", "system")
 
 
-@dataclass(frozen=True)
-class Gpu:
+class Gpu(Frozen):
     """One physical GPU. `uuid` is empty when the source cannot tell (sysfs).
 
     `nvlink_links` is (peer index, number of NVLinks to it) per peer, sorted by peer;
@@ -122,29 +120,27 @@ class Gpu:
         return self.index if self.minor is None else self.minor
 
 
-@dataclass(frozen=True)
-class GpuInventory:
+class GpuInventory(Frozen):
     """The GPUs of this node and where the facts came from.
 
     `source` is "nvml", "sysfs" or "snapshot"; `degraded_reason` says why a better source
     was not used (None when the preferred source worked).
     """
 
+    __slots__ = ("_by_index",)  # derived from `gpus`: no field
+
     gpus: tuple[Gpu, ...] = ()
     source: str = "sysfs"
     degraded_reason: str | None = None
-    _by_index: dict[int, Gpu] = field(
-        default_factory=dict, init=False, repr=False, compare=False, hash=False
-    )
 
     def __post_init__(self) -> None:
-        self._by_index.update({g.index: g for g in self.gpus})
+        object.__setattr__(self, "_by_index", {g.index: g for g in self.gpus})
 
     def find(self, name: str) -> Gpu | None:
         """A GPU by index ("3"), UUID ("GPU-...", any case) or PCI bus id (any form)."""
         text = name.strip()
         if text.isdigit():
-            return self._by_index.get(int(text))
+            return self._by_index.get(int(text))  # type: ignore[attr-defined]
         lowered = text.lower()
         if lowered.startswith("gpu-"):
             return next((g for g in self.gpus if g.uuid.lower() == lowered), None)
@@ -163,14 +159,16 @@ class GpuInventory:
         return None
 
 
-_BUS_ID = re.compile(
+# Compiled at its first match (re keeps it), not at import: an OCI hook's cold run for a
+# numa SLA imports this module and names no GPU.
+_BUS_ID = (
     r"^(?:(?P<domain>[0-9a-f]{1,8}):)?(?P<bus>[0-9a-f]{1,2}):(?P<dev>[0-9a-f]{1,2})\.(?P<fn>[0-7])$"
 )
 
 
 def normalize_bus_id(text: str) -> str | None:
     """NVML's "00000000:07:00.0" and sysfs' "0000:07:00.0" both become "0000:07:00.0"."""
-    m = _BUS_ID.match(text.strip().lower())
+    m = re.match(_BUS_ID, text.strip().lower())
     if not m:
         return None
     domain = int(m.group("domain") or "0", 16)

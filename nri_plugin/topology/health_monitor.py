@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from nri_plugin.ops.logsetup import log_event
@@ -31,6 +31,7 @@ from nri_plugin.topology.nvml_gpus import (
     health_of_error,
     import_pynvml,
 )
+from nri_plugin.value import replace
 
 log = logging.getLogger("nri_sla.topology.health")
 

@@ -10,7 +10,6 @@ good read with every GPU unknown.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ from nri_plugin.topology.gpus import Gpu, GpuInventory
 from nri_plugin.topology.nvml_gpus import import_pynvml, read_nvml_gpus
 from nri_plugin.topology.snapshot import load_snapshot
 from nri_plugin.topology.sysfs_gpus import read_sysfs_gpus
+from nri_plugin.value import replace
 
 log = CoreLogger("nri_sla.topology.inventory")
 

@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
+import nri_plugin.core.decision as decision_module
 import nri_plugin.hook.cold as cold_module
+import nri_plugin.sla.parse as parse_module
 from nri_plugin.core.recordkey import load_or_create_key
 from nri_plugin.errors import EXIT_INVALID, EXIT_OK, EXIT_REFUSED
 from nri_plugin.plan.model import ContainerPlan
@@ -119,6 +121,24 @@ CASES = {
     },
     "exclusive cpus": {"sla.nri.io/pod": "cpu:\n  exclusive: 1\n"},
 }
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_cold_run_parses_the_sla_once(world, case, monkeypatch):
+    """core_actions parses the SLA (its enforcement decides how a failure ends) and the
+    core plans that SLA: the annotations are not parsed again in decide."""
+    run, *_ = world
+    parses = []
+    real = parse_module.sla_for_container
+
+    def counting(*args, **kwargs):
+        parses.append(args[1])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(parse_module, "sla_for_container", counting)
+    monkeypatch.setattr(decision_module, "sla_for_container", counting)
+    out, _ = run(CASES[case], expect_hit=False)
+    assert out.action != "skipped" and parses == ["app"]
 
 
 @pytest.mark.parametrize("case", list(CASES))

@@ -4,7 +4,6 @@ GetPreferredAllocation on a DGX-like box, kubelet restarts, bad requests."""
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import time
 from pathlib import Path
@@ -19,6 +18,7 @@ from nri_plugin.topology.health_monitor import GpuHealthMonitor
 from nri_plugin.topology.inventory import InventoryReader
 from nri_plugin.topology.snapshot import load_snapshot
 from nri_plugin.topology.watched import WatchedInventory
+from nri_plugin.value import replace
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 DGX = load_snapshot(EXAMPLES / "dgx-like.yaml").inventory
@@ -124,7 +124,7 @@ def test_list_and_watch_sends_every_gpu_then_each_change(registered):
     running.plugin.update(health={UUID[3]: False})  # no change: nothing is sent
     running.plugin.update(health={UUID[3]: True})
     assert _devices(kubelet.next_list())[UUID[3]] == ("Healthy", [0])
-    fewer = dataclasses.replace(DGX, gpus=DGX.gpus[:7])
+    fewer = replace(DGX, gpus=DGX.gpus[:7])
     running.plugin.update(inventory=fewer)
     # a GPU a read no longer shows stays listed, Unhealthy: never a shorter list
     listed = _devices(kubelet.next_list())
@@ -199,9 +199,7 @@ def test_allocate_devices_gives_nodes_by_minor_and_the_variable(registered, dev_
 
 
 def test_inventory_without_uuids_uses_pci_bus_ids(registered):
-    no_uuid = dataclasses.replace(
-        DGX, gpus=tuple(dataclasses.replace(g, uuid="") for g in DGX.gpus[:2])
-    )
+    no_uuid = replace(DGX, gpus=tuple(replace(g, uuid="") for g in DGX.gpus[:2]))
     kubelet, _ = registered("cdi", no_uuid)
     _needs_cdi_field(kubelet)
     assert set(_devices(kubelet.next_list())) == {"0000:07:00.0", "0000:0f:00.0"}
@@ -336,9 +334,9 @@ def test_gpus_the_inventory_marks_unhealthy_or_mig_unknown(registered):
     """The inventory's own health (NVML could not read a GPU, or it was lost) shows as
     Unhealthy; so does a GPU whose MIG mode NVML cannot tell (listed, never handed out)."""
     gpus = list(DGX.gpus)
-    gpus[1] = dataclasses.replace(gpus[1], health=unknown("NVML: GPU 1 unreadable"))
-    gpus[2] = dataclasses.replace(gpus[2], mig_unknown=True)
-    kubelet, _ = registered(inventory=dataclasses.replace(DGX, gpus=tuple(gpus)))
+    gpus[1] = replace(gpus[1], health=unknown("NVML: GPU 1 unreadable"))
+    gpus[2] = replace(gpus[2], mig_unknown=True)
+    kubelet, _ = registered(inventory=replace(DGX, gpus=tuple(gpus)))
     listed = _devices(kubelet.next_list())
     assert listed[UUID[1]][0] == "Unhealthy" and listed[UUID[2]][0] == "Unhealthy"
     assert all(listed[u][0] == "Healthy" for i, u in enumerate(UUID) if i not in (1, 2))

@@ -6,7 +6,6 @@ metrics."""
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from nri_plugin.simulated.hardware import (
 from nri_plugin.topology.gpu_health import unhealthy
 from nri_plugin.topology.gpus import GpuInventory
 from nri_plugin.topology.inventory import InventoryReader
+from nri_plugin.value import replace
 
 MIG = [m.uuid for m in mig_box_gpus()[0].migs]  # 3g.40gb, 2g.20gb, 1g.10gb, 1g.10gb
 WHOLE = mig_box_gpus()[1].uuid
@@ -242,7 +242,7 @@ def test_single_refuses_what_nvidia_refuses(tmp_path):
         r"2g\.20gb, 3g\.40gb",
     ):
         build_tables(read(tmp_path / "b", profiles), "single", "nvidia.com/gpu")
-    empty = [dataclasses.replace(single_box()[0], migs=[])]
+    empty = [replace(single_box()[0], migs=[])]
     with pytest.raises(MigLayoutError, match="MIG mode is on for GPU 0 without MIG devices"):
         build_tables(read(tmp_path / "c", empty), "single", "nvidia.com/gpu")
     # none: the MIG GPU is left out, the other offered whole
@@ -253,10 +253,10 @@ def test_single_refuses_what_nvidia_refuses(tmp_path):
 def test_mig_devices_follow_their_gpu_and_never_leave_the_list(tmp_path):
     inventory = read(tmp_path, mig_box_gpus())
     before = build_tables(inventory, "mixed", "nvidia.com/gpu")
-    lost = dataclasses.replace(
+    lost = replace(
         inventory,
         gpus=(
-            dataclasses.replace(inventory.gpus[0], health=unhealthy("NVML: the GPU is lost")),
+            replace(inventory.gpus[0], health=unhealthy("NVML: the GPU is lost")),
             inventory.gpus[1],
         ),
     )
@@ -264,9 +264,9 @@ def test_mig_devices_follow_their_gpu_and_never_leave_the_list(tmp_path):
     assert after["nvidia.com/mig-1g.10gb"].unhealthy == {MIG[2], MIG[3]}
     assert not after["nvidia.com/gpu"].unhealthy
     # the MIG layout changed (no MIG devices now): the old ones stay listed, Unhealthy
-    relaid = dataclasses.replace(
+    relaid = replace(
         inventory,
-        gpus=(dataclasses.replace(inventory.gpus[0], mig_instances=()), inventory.gpus[1]),
+        gpus=(replace(inventory.gpus[0], mig_instances=()), inventory.gpus[1]),
     )
     again = build_tables(relaid, "mixed", "nvidia.com/gpu", previous=after)
     assert set(again["nvidia.com/mig-3g.40gb"].by_id) == {MIG[0]}

@@ -1,12 +1,11 @@
 """The Allocator's Holdings snapshots and the pure placement that reads them."""
 
-from dataclasses import FrozenInstanceError
-
 import pytest
 
 from nri_plugin.plan.best_fit import choose_placement
 from nri_plugin.plan.placement_values import GRANTED, Holdings
 from nri_plugin.plan.placement_values import PlacementRequest as Req
+from nri_plugin.value import FrozenValueError
 from tests.support.grant_helpers import gpu_ids, granted
 
 
@@ -34,7 +33,7 @@ def test_holdings_are_a_snapshot(dgx):
     assert snap.gpus == {0: {"a": GRANTED}}
     assert snap.exclusive_cpus == c.exclusive_cpus
     assert dgx.holdings().exclusive_cpus == frozenset()
-    with pytest.raises(FrozenInstanceError):
+    with pytest.raises(FrozenValueError):
         snap.exclusive_cpus = frozenset()  # type: ignore[misc]
 
 

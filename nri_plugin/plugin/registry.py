@@ -166,9 +166,10 @@ class ContainerRegistry:
 
     def __init__(self) -> None:
         self._entries: dict[str, ContainerEntry] = {}
-        # pod id -> its containers' ids, a tuple: most pods have one container, and a
-        # tuple of one takes 64 bytes where a set of one takes 232 (docs/benchmarks.md).
-        self._by_pod: dict[str, tuple[str, ...]] = {}
+        # pod id -> its containers' ids: a tuple of one while the pod has one container,
+        # as most have (64 bytes, where a set of one takes 232: docs/benchmarks.md), a set
+        # from the second on (a pod may have thousands: adding and removing stay O(1)).
+        self._by_pod: dict[str, tuple[str] | set[str]] = {}
         self._pairs_reported: set[tuple[str, str, str]] = set()  # (device, a, b), a < b
 
     def __len__(self) -> int:
@@ -218,15 +219,16 @@ class ContainerRegistry:
         if members is None:
             self._by_pod[entry.pod_id] = (entry.id,)
             return
-        other = self._entries[members[0]]
+        other = self._entries[next(iter(members))]
         if (other.namespace, other.pod_name) == (entry.namespace, entry.pod_name):
             entry.pod_id, entry.namespace, entry.pod_name = (
                 other.pod_id,
                 other.namespace,
                 other.pod_name,
             )
-        if entry.id not in members:
-            self._by_pod[entry.pod_id] = (*members, entry.id)
+        if isinstance(members, tuple):
+            members = self._by_pod[entry.pod_id] = {*members}
+        members.add(entry.id)
 
     def _forget_pod(self, container_id: str) -> None:
         entry = self._entries.get(container_id)
@@ -234,11 +236,13 @@ class ContainerRegistry:
             return
         members = self._by_pod.get(entry.pod_id)
         if members is not None:
-            rest = tuple(m for m in members if m != container_id)
-            if rest:
-                self._by_pod[entry.pod_id] = rest
+            if isinstance(members, tuple):
+                if container_id in members:
+                    del self._by_pod[entry.pod_id]
             else:
-                del self._by_pod[entry.pod_id]
+                members.discard(container_id)
+                if not members:
+                    del self._by_pod[entry.pod_id]
 
     def watched(self) -> list[ContainerEntry]:
         """The containers the drift watch follows (those with a plan in force), in the

@@ -65,11 +65,12 @@ def _help_width() -> int:
     except (KeyError, ValueError):
         columns = 0
     if columns <= 0:
+        stdout = sys.__stdout__
         try:
-            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns or 80
-        except (AttributeError, ValueError, OSError):  # no stdout, or not a terminal
-            columns = 80
-    return columns - 2
+            columns = os.get_terminal_size(stdout.fileno()).columns if stdout else 0
+        except (ValueError, OSError):  # not a terminal, or closed
+            columns = 0
+    return (columns or 80) - 2
 
 
 def _help_formatter(prog: str) -> argparse.HelpFormatter:

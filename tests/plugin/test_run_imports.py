@@ -66,7 +66,7 @@ def look_once_connecting():
         time.sleep(0.05)
     loaded.update((name, name in sys.modules) for name in
                   ("prometheus_client", "http.server", "nri_plugin.ops.metrics_http",
-                   "shutil"))
+                   "shutil", "nri_plugin.ops.kube_events"))
     os.kill(os.getpid(), signal.SIGTERM)
 
 threading.Thread(target=look_once_connecting, daemon=True).start()
@@ -104,4 +104,6 @@ def test_run_loads_the_metrics_server_only_with_a_metrics_address(
         # argparse's default help width would import it (nri_plugin.cli._help_width);
         # prometheus_client imports it through tempfile.
         "shutil": served,
+        # Events are off (no service account): ops.kube_api alone is loaded.
+        "nri_plugin.ops.kube_events": False,
     }, log.read_text()

@@ -66,7 +66,7 @@ def look_once_connecting():
         time.sleep(0.05)
     loaded.update((name, name in sys.modules) for name in
                   ("prometheus_client", "http.server", "nri_plugin.ops.metrics_http",
-                   "shutil", "nri_plugin.ops.kube_events"))
+                   "shutil", "nri_plugin.ops.kube_events", "nri_plugin.ops.health"))
     os.kill(os.getpid(), signal.SIGTERM)
 
 threading.Thread(target=look_once_connecting, daemon=True).start()
@@ -106,4 +106,5 @@ def test_run_loads_the_metrics_server_only_with_a_metrics_address(
         "shutil": served,
         # Events are off (no service account): ops.kube_api alone is loaded.
         "nri_plugin.ops.kube_events": False,
+        "nri_plugin.ops.health": False,  # --health-address "": no probe listener
     }, log.read_text()

@@ -7,7 +7,12 @@ protobuf, NVML or the plugin service.
 
 from __future__ import annotations
 
+import os
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import argparse
 
 # `nri-sla hook` is exec'd for every container: main() hands its argv to nri_plugin.hook
 # before argparse or any module below is imported (docs/hook.md).
@@ -49,6 +54,32 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+def _help_width() -> int:
+    """The width argparse gives its help by default, `shutil.get_terminal_size().columns`
+    less 2 (COLUMNS, else the terminal of stdout, else 80), read here because argparse
+    imports `shutil` for it, and `shutil` imports bz2, lzma and zlib: 0.4 MiB of the
+    plugin's memory that nothing else of `nri-sla run` needs (docs/benchmarks.md, "Plugin
+    memory"). Every parser makes a formatter at each add_argument, not only for --help."""
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns <= 0:
+        stdout = sys.__stdout__
+        try:
+            columns = os.get_terminal_size(stdout.fileno()).columns if stdout else 0
+        except (ValueError, OSError):  # not a terminal, or closed
+            columns = 0
+    return (columns or 80) - 2
+
+
+def _help_formatter(prog: str) -> argparse.HelpFormatter:
+    """argparse's own formatter at its own default width (`_help_width`)."""
+    import argparse
+
+    return argparse.HelpFormatter(prog, width=_help_width())
+
+
 def _top_parser():
     import argparse
 
@@ -57,6 +88,7 @@ def _top_parser():
     parser = argparse.ArgumentParser(
         prog="nri-sla",
         description="Pod resource SLAs for containerd nodes (NRI plugin and OCI hook).",
+        formatter_class=_help_formatter,
     )
     parser.add_argument("--version", action="version", version=f"nri-sla {__version__}")
     helps = {name: help_text for name, (_, help_text) in COMMANDS.items()} | {HOOK: HOOK_HELP}
@@ -95,7 +127,9 @@ def main(argv: list[str] | None = None) -> int:
         top.parse_args(argv[:1])  # prints the choices and exits 2
     module_name, help_text = COMMANDS[name]
     module = importlib.import_module(f"nri_plugin.commands.{module_name}")
-    parser = argparse.ArgumentParser(prog=f"nri-sla {name}", description=help_text)
+    parser = argparse.ArgumentParser(
+        prog=f"nri-sla {name}", description=help_text, formatter_class=_help_formatter
+    )
     module.add_arguments(parser)
     args = parser.parse_args(argv[1:])
     try:

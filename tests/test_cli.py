@@ -51,3 +51,24 @@ def test_hook_goes_straight_to_the_hook(monkeypatch):
     monkeypatch.setattr(hook_run, "main", lambda argv: seen.append(argv) or 7)
     assert main([HOOK, "--trace"]) == 7
     assert seen == [["--trace"]]
+
+
+@pytest.mark.parametrize("columns", [None, "40", "0", "-3", "wide", "200"])
+def test_help_width_is_argparse_default_without_shutil(monkeypatch, columns):
+    # nri_plugin.cli reads the width itself so that a parser never imports shutil; the
+    # help must come out as argparse's default formatter would lay it out.
+    import argparse
+    import shutil
+
+    from nri_plugin import cli
+
+    if columns is None:
+        monkeypatch.delenv("COLUMNS", raising=False)
+    else:
+        monkeypatch.setenv("COLUMNS", columns)
+    assert cli._help_width() == shutil.get_terminal_size().columns - 2
+    ours = argparse.ArgumentParser(prog="p", formatter_class=cli._help_formatter)
+    theirs = argparse.ArgumentParser(prog="p")
+    for parser in (ours, theirs):
+        parser.add_argument("--thing", help="a help text long enough to wrap " * 6)
+    assert ours.format_help() == theirs.format_help()

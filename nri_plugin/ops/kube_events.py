@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nri_plugin.errors import ProgrammingError
+from nri_plugin.ops.kube_api import InvolvedPod
 
 COMPONENT = "nri-sla"  # source.component and reportingComponent
 EVENT_TYPES = ("Normal", "Warning")
@@ -37,29 +38,6 @@ SPAM_QPS = 1 / 300  # ... refilled at one every 5 minutes
 COMBINED = "(combined from similar events): "
 MESSAGE_LIMIT = 1024  # the events.k8s.io note limit, kept for core/v1 too
 NAME_LIMIT = 253  # metadata.name: <pod>.<hex nanoseconds> within a DNS subdomain's length
-
-
-@dataclass(frozen=True, slots=True)
-class InvolvedPod:
-    """The pod an event is about, as the runtime named it (NRI's PodSandbox), and the
-    container in it ("": the pod itself)."""
-
-    namespace: str
-    name: str
-    uid: str
-    container: str = ""
-
-    def reference(self) -> dict[str, str]:
-        ref = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "namespace": self.namespace,
-            "name": self.name,
-            "uid": self.uid,
-        }
-        if self.container:
-            ref["fieldPath"] = f"spec.containers{{{self.container}}}"
-        return ref
 
 
 def timestamp(seconds: float) -> str:

@@ -19,17 +19,16 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from nri_plugin.errors import Unavailable
-from nri_plugin.ops.kube_events import Correlated, Correlator, InvolvedPod, TokenBucket, make_event
+from nri_plugin.ops.kube_api import ApiServer, InvolvedPod
+from nri_plugin.ops.kube_events import Correlated, Correlator, TokenBucket, make_event
 from nri_plugin.ops.peerlog import PeerErrorLog
 
 if TYPE_CHECKING:
@@ -40,29 +39,6 @@ log = logging.getLogger("nri_sla.events")
 TIMEOUT = (2.0, 5.0)  # seconds to connect, to read the answer
 _STOP = object()
 Message = str | Callable[[], str]  # a callable is rendered by the thread, not the caller
-
-
-@dataclass(frozen=True, slots=True)
-class ApiServer:
-    """Where the events go and who sends them."""
-
-    host: str
-    port: int
-    token_path: str
-    ca_path: str
-
-    @classmethod
-    def in_cluster(
-        cls, service_account: str, environ: Mapping[str, str] = os.environ
-    ) -> ApiServer | None:
-        """The pod's API server and service account; None outside a pod (no
-        KUBERNETES_SERVICE_HOST, or no token in `service_account`)."""
-        host = environ.get("KUBERNETES_SERVICE_HOST", "")
-        port = environ.get("KUBERNETES_SERVICE_PORT", "443")
-        token = os.path.join(service_account, "token")
-        if not host or not port.isdigit() or not os.path.isfile(token):
-            return None
-        return cls(host, int(port), token, os.path.join(service_account, "ca.crt"))
 
 
 class RequestFailed(Unavailable):

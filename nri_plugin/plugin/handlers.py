@@ -300,7 +300,7 @@ class SlaPlugin:
             self.events.decided(namespace, pod.name, pod.uid, name, decision)
             if decision.error is not None:
                 raise rpc_error(decision.error)
-            entry = self._entry(pod, container, plan, owed=plan is not None, grant=grant)
+            entry = self._entry(cid, pod, container, plan, owed=plan is not None, grant=grant)
             self.registry.add(entry)
             held.commit()
         planned = plan is not None and bool(plan.cpus)  # the answer's settings carry them
@@ -393,6 +393,7 @@ class SlaPlugin:
 
     def _entry(
         self,
+        container_id: str,
         pod: PodNames | None,
         container: pb.Container,
         plan: ContainerPlan | None,
@@ -403,10 +404,10 @@ class SlaPlugin:
         """The container's registry entry (for the caller to add), a value: what it can
         open is its grant and what its placement holds (the same GPUs, or, for a record
         from before issue 18, the GPUs nri-sla chose and added then). `owed`: a plan's
-        direct writes are still to do."""
-        # One string for the id, wherever it is kept (each read of a protobuf field makes
-        # a new one; the registry shares the pod's strings among its containers).
-        container_id = container.id
+        direct writes are still to do. `container_id`: `container.id` as the caller read
+        it, the string the node's books keep too (each read of a protobuf field makes a new
+        one, 113 bytes for a 64-digit id; the registry shares the pod's strings among its
+        containers)."""
         held = self.node.allocator.placement_of(container_id)
         opens = (
             NO_GPUS
@@ -452,7 +453,9 @@ class SlaPlugin:
                 v.id, granted, books.get(_key(pod, c), ()) if books else (), plan, created=False
             )
             # Created but not started yet: StartContainer owes the writes.
-            entry = self._entry(pod, c, plan, owed=c.state == pb.CONTAINER_CREATED, grant=grant)
+            entry = self._entry(
+                v.id, pod, c, plan, owed=c.state == pb.CONTAINER_CREATED, grant=grant
+            )
             if plan is not None and v.namespace is not None:
                 # The resources the runtime reports now rule (a resize while nri-sla was
                 # away), as at an UpdateContainer: what the watch reads back and repairs.

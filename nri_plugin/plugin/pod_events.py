@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from nri_plugin.config.values import EventsConfig
 from nri_plugin.core.decision import Decision
-from nri_plugin.ops.kube_events import InvolvedPod
+from nri_plugin.ops.kube_api import ApiServer, InvolvedPod
 from nri_plugin.ops.metrics import MetricsSink
 from nri_plugin.plugin.errors import EventsUnavailable
 from nri_plugin.plugin.registry import ContainerEntry
@@ -140,9 +140,6 @@ def pod_events(config: EventsConfig, metrics: MetricsSink) -> PodEvents:
     account is found), else NO_EVENTS. Raises EventsUnavailable for `true` without one."""
     if config.enabled is False:
         return NO_EVENTS
-    # Here, not at the top: a plugin without events never loads the sender.
-    from nri_plugin.ops.kube_sender import ApiServer, EventRecorder
-
     server = ApiServer.in_cluster(config.service_account)
     if server is None:
         if config.enabled:
@@ -152,6 +149,10 @@ def pod_events(config: EventsConfig, metrics: MetricsSink) -> PodEvents:
             )
         log.info("Kubernetes Events off: no service account (events.enabled: auto)")
         return NO_EVENTS
+    # Here, not at the top: a plugin without events never loads the sender (with
+    # ops.kube_events, 0.1 MiB: ops.kube_api says why).
+    from nri_plugin.ops.kube_sender import EventRecorder
+
     # The kubelet's node name (the chart sets NODE_NAME from spec.nodeName).
     node = os.environ.get("NODE_NAME") or os.uname().nodename
     log.info("Kubernetes Events on: API server %s:%d, node %s", server.host, server.port, node)

@@ -78,6 +78,9 @@ class GrantedGpus:
 NO_GPUS = GrantedGpus()  # what most containers can open: one value for all of them
 
 
+NO_PENDING: frozenset[CgroupWrite] = frozenset()
+
+
 @dataclass(eq=False, slots=True)
 class DriftMemory:
     """What the drift watch (plugin.watch) keeps of one SLA container between passes."""
@@ -86,7 +89,9 @@ class DriftMemory:
     writer: CgroupWriter | None = None  # over the container's cgroup, once found
     # Drift already logged: setting -> (found, error) as reported (logged once per change).
     reported: dict[CgroupWrite, tuple[str | None, str]] = field(default_factory=dict)
-    pending: set[CgroupWrite] = field(default_factory=set)  # re-asserted via the runtime
+    # Re-asserted via the runtime; none is the one NO_PENDING (an empty set is 216 bytes,
+    # for every container the watch follows).
+    pending: frozenset[CgroupWrite] = NO_PENDING
     failures: int = 0  # failed repairs in a row
     retry_at: float = 0.0  # monotonic time before which no repair is tried
     repair: str = ""  # the repair under way or failed, for people
@@ -161,7 +166,10 @@ class ContainerRegistry:
 
     def __init__(self) -> None:
         self._entries: dict[str, ContainerEntry] = {}
-        self._by_pod: dict[str, set[str]] = {}  # pod id -> its containers' ids
+        # pod id -> its containers' ids: a tuple of one while the pod has one container,
+        # as most have (64 bytes, where a set of one takes 232: docs/benchmarks.md), a set
+        # from the second on (a pod may have thousands: adding and removing stay O(1)).
+        self._by_pod: dict[str, tuple[str] | set[str]] = {}
         self._pairs_reported: set[tuple[str, str, str]] = set()  # (device, a, b), a < b
 
     def __len__(self) -> int:
@@ -209,7 +217,7 @@ class ContainerRegistry:
         the others (each protobuf read makes new ones: 0.2 KB a container)."""
         members = self._by_pod.get(entry.pod_id)
         if members is None:
-            self._by_pod[entry.pod_id] = {entry.id}
+            self._by_pod[entry.pod_id] = (entry.id,)
             return
         other = self._entries[next(iter(members))]
         if (other.namespace, other.pod_name) == (entry.namespace, entry.pod_name):
@@ -218,6 +226,8 @@ class ContainerRegistry:
                 other.namespace,
                 other.pod_name,
             )
+        if isinstance(members, tuple):
+            members = self._by_pod[entry.pod_id] = {*members}
         members.add(entry.id)
 
     def _forget_pod(self, container_id: str) -> None:
@@ -226,9 +236,13 @@ class ContainerRegistry:
             return
         members = self._by_pod.get(entry.pod_id)
         if members is not None:
-            members.discard(container_id)
-            if not members:
-                del self._by_pod[entry.pod_id]
+            if isinstance(members, tuple):
+                if container_id in members:
+                    del self._by_pod[entry.pod_id]
+            else:
+                members.discard(container_id)
+                if not members:
+                    del self._by_pod[entry.pod_id]
 
     def watched(self) -> list[ContainerEntry]:
         """The containers the drift watch follows (those with a plan in force), in the

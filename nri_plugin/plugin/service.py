@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 from nri_plugin.core.nodestate import NodeState
 from nri_plugin.errors import Unavailable
 from nri_plugin.nri.service import CONNECTING, REGISTERED, Periodic, ServiceOptions, serve
-from nri_plugin.ops.health import start_health_server
 from nri_plugin.ops.listenaddress import parse_address
 from nri_plugin.ops.logsetup import setup_logging
 from nri_plugin.ops.metrics import Metrics, RegistrationOnly, ServiceMetrics
@@ -114,6 +113,17 @@ def service_metrics(address: str) -> tuple[ServiceMetrics, Callable[[], Any]]:
     return metrics, lambda: start_http_server(metrics, address)
 
 
+def start_health(address: str, ready: Callable[[], bool]) -> Any:
+    """The probe listener at `address` (ops.health.start_health_server); for "", its
+    default, None, and ops.health is not imported (as ops.metrics_http without a metrics
+    address: what a listener that is off needs of the plugin's memory is nothing)."""
+    if not address.strip():
+        return None
+    from nri_plugin.ops.health import start_health_server
+
+    return start_health_server(address, ready)
+
+
 def start_listeners(
     metrics_address: str, health_address: str
 ) -> tuple[ServiceMetrics, contextlib.ExitStack]:
@@ -128,7 +138,7 @@ def start_listeners(
         (
             "health",
             health_address,
-            lambda: start_health_server(health_address, lambda: metrics.is_registered),
+            lambda: start_health(health_address, lambda: metrics.is_registered),
         ),
     )
     try:

@@ -36,7 +36,12 @@ from nri_plugin.ops.metrics import MetricsSink
 from nri_plugin.plan.model import ContainerPlan
 from nri_plugin.plugin.adjustment import build_update
 from nri_plugin.plugin.pod_events import NO_EVENTS, PodEvents
-from nri_plugin.plugin.registry import ContainerEntry, ContainerRegistry, DriftMemory
+from nri_plugin.plugin.registry import (
+    NO_PENDING,
+    ContainerEntry,
+    ContainerRegistry,
+    DriftMemory,
+)
 from nri_plugin.plugin.report import ContainerReport, NodeReport, SettingReport
 from nri_plugin.value import replace
 
@@ -303,7 +308,7 @@ class DriftWatch:
         longer expected, e.g. a cpuset nri-sla changed since, are neither.)"""
         memory = _memory(watched)
         pending = [w for w in memory.pending if w in reading.via]
-        memory.pending = set()
+        memory.pending = NO_PENDING
         if not pending:
             return
         drifted = reading.drifted
@@ -342,7 +347,7 @@ class DriftWatch:
             self._succeeded(watched, "rewritten")
         if not runtime:
             return None
-        memory.pending = set(runtime)
+        memory.pending = frozenset(runtime)
         if not problems:
             memory.repair = "requested through the runtime"
         log_event(

@@ -17,8 +17,9 @@ import pytest
 
 from nri_plugin.config.values import EventsConfig
 from nri_plugin.nri.pb import nri_pb2 as pb
-from nri_plugin.ops.kube_events import COMBINED, Correlator, InvolvedPod, make_event
-from nri_plugin.ops.kube_sender import ApiServer, EventRecorder
+from nri_plugin.ops.kube_api import ApiServer, InvolvedPod
+from nri_plugin.ops.kube_events import COMBINED, Correlator, make_event
+from nri_plugin.ops.kube_sender import EventRecorder
 from nri_plugin.ops.metrics import Metrics
 from nri_plugin.plugin.errors import EventsUnavailable
 from nri_plugin.plugin.pod_events import PodEvents, pod_events
@@ -339,7 +340,7 @@ def test_events_config(tmp_path, monkeypatch):
 
 def test_events_off_never_load_the_http_client():
     """`events.enabled: false`, and auto off a cluster: the plugin service is built
-    without loading urllib3 (false: nor the sender)."""
+    without loading urllib3, the sender or the Event objects (ops.kube_api decides)."""
     code = (
         "import sys\n"
         "from nri_plugin.config.values import NodeConfig, EventsConfig\n"
@@ -350,7 +351,8 @@ def test_events_off_never_load_the_http_client():
         "    node = make_node(2, events=EventsConfig(enabled=enabled))\n"
         "    plugin, _ = build_service(node, RegistrationOnly(), socket='/x.sock')\n"
         "    assert plugin.events.recorder is None\n"
-        "    loaded = sorted(m for m in sys.modules if 'urllib3' in m or 'kube_sender' in m)\n"
+        "    loaded = sorted(m for m in sys.modules if 'urllib3' in m or 'kube_sender' in m\n"
+        "                    or 'kube_events' in m)\n"
         "    print(enabled, loaded)\n"
     )
     out = subprocess.run(
@@ -361,7 +363,7 @@ def test_events_off_never_load_the_http_client():
         cwd=str(_repo()),
         check=True,
     )
-    assert out.stdout.splitlines() == ["False []", "None ['nri_plugin.ops.kube_sender']"]
+    assert out.stdout.splitlines() == ["False []", "None []"]
 
 
 def _repo():

@@ -104,3 +104,32 @@ def test_containers_of_one_pod_share_its_strings():
     # One pod id, another name (a runtime's own bug): each keeps what it was told.
     assert (c.pod_id, c.pod_name) == ("pod-x", "other") and c.pod_name is not a.pod_name
     assert sorted(reg.members("pod-x")) == ["a", "b", "c"]
+
+
+def test_pod_members_follow_adds_removes_and_replaces():
+    # One container kept as a tuple of one, a set from the second on (registry.py).
+    def of_pod(cid: str, pod: str) -> ContainerEntry:
+        return ContainerEntry(cid, pod, "ns", pod, "c", "created")
+
+    reg = ContainerRegistry()
+    reg.add(of_pod("a", "p"))
+    assert list(reg.members("p")) == ["a"]
+    reg.add(of_pod("a", "p"))  # a retried CreateContainer
+    assert list(reg.members("p")) == ["a"]
+    for cid in "bcd":
+        reg.add(of_pod(cid, "p"))
+    reg.add(of_pod("e", "q"))
+    assert sorted(reg.members("p")) == ["a", "b", "c", "d"]
+    assert list(reg.members("q")) == ["e"]
+    reg.remove("b")
+    reg.add(of_pod("c", "q"))  # the same id, now in another pod
+    assert sorted(reg.members("p")) == ["a", "d"]
+    assert sorted(reg.members("q")) == ["c", "e"]
+    for cid in "ade":
+        reg.remove(cid)
+    assert list(reg.members("p")) == [] and list(reg.members("q")) == ["c"]
+    reg.remove("c")
+    assert list(reg.members("q")) == [] and reg._by_pod == {}
+    reg.replace([of_pod("x", "p"), of_pod("y", "p"), of_pod("z", "r")])
+    assert sorted(reg.members("p")) == ["x", "y"] and list(reg.members("r")) == ["z"]
+    assert list(reg.members("")) == []

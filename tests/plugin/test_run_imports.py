@@ -1,7 +1,8 @@
 """What the plugin loads: grpcio (about 8 MiB of `nri-sla run`'s memory) only once a
 container's GPU evidence is its env alone and the kubelet's books must be asked, on a
-node where the kubelet's socket exists (plugin.kubelet_grants); prometheus_client and
-http.server only with a metrics endpoint; docs/benchmarks.md, "Plugin memory"."""
+node where the kubelet's socket exists (plugin.kubelet_grants); prometheus_client,
+http.server and shutil (bz2, lzma, zlib) only with a metrics endpoint;
+docs/benchmarks.md, "Plugin memory"."""
 
 from __future__ import annotations
 
@@ -64,7 +65,8 @@ def look_once_connecting():
             break
         time.sleep(0.05)
     loaded.update((name, name in sys.modules) for name in
-                  ("prometheus_client", "http.server", "nri_plugin.ops.metrics_http"))
+                  ("prometheus_client", "http.server", "nri_plugin.ops.metrics_http",
+                   "shutil", "nri_plugin.ops.kube_events", "nri_plugin.ops.health"))
     os.kill(os.getpid(), signal.SIGTERM)
 
 threading.Thread(target=look_once_connecting, daemon=True).start()
@@ -99,4 +101,10 @@ def test_run_loads_the_metrics_server_only_with_a_metrics_address(
         "prometheus_client": served,
         "http.server": served,
         "nri_plugin.ops.metrics_http": served,
+        # argparse's default help width would import it (nri_plugin.cli._help_width);
+        # prometheus_client imports it through tempfile.
+        "shutil": served,
+        # Events are off (no service account): ops.kube_api alone is loaded.
+        "nri_plugin.ops.kube_events": False,
+        "nri_plugin.ops.health": False,  # --health-address "": no probe listener
     }, log.read_text()

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING
 
+TYPE_CHECKING = False  # `nri-sla hook` runs through here per container: no `typing`
 if TYPE_CHECKING:
     import argparse
 

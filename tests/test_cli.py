@@ -1,11 +1,14 @@
 import importlib
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from nri_plugin import __version__
 from nri_plugin.cli import COMMANDS, HOOK, main
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def test_version_flag():
@@ -51,6 +54,19 @@ def test_hook_goes_straight_to_the_hook(monkeypatch):
     monkeypatch.setattr(hook_run, "main", lambda argv: seen.append(argv) or 7)
     assert main([HOOK, "--trace"]) == 7
     assert seen == [["--trace"]]
+
+
+def test_the_hook_route_imports_no_typing_or_argparse():
+    """The launcher (`/opt/nri-sla/bin/nri-sla hook`, the Debian package's `nri-sla hook`)
+    enters through this module for every container start."""
+    code = (
+        f"import sys; sys.path.insert(0, {str(REPO)!r}); import nri_plugin.cli; "
+        "print(sorted(m for m in ('typing', 'argparse', 'shutil') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "[]"
 
 
 @pytest.mark.parametrize("columns", [None, "40", "0", "-3", "wide", "200"])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from nri_plugin.config.values import NodeConfig
 from nri_plugin.core.hosttopology import inventory_reader, node_allocator
 from nri_plugin.core.nodestate import NodeState
 from nri_plugin.enforce.capabilities import detect_capabilities
@@ -13,10 +14,6 @@ from nri_plugin.enforce.cgroupdetect import detect_cgroup_facts
 from nri_plugin.enforce.rt_ledger import LEDGER_FILE, RtLedger
 from nri_plugin.plan.rt_budget import RtBudget, kernel_rt_share
 from nri_plugin.topology.watched import WatchedInventory
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from nri_plugin.config.values import NodeConfig
 
 
 def build_node(

@@ -11,12 +11,10 @@ keeps them. As a context manager, a reservation left without commit rolls back.
 
 from __future__ import annotations
 
-from nri_plugin.core.errors import ReservationClosed
+from collections.abc import Callable
+from types import TracebackType
 
-TYPE_CHECKING = False  # `typing` costs the OCI hook start-up time; only checkers need it
-if TYPE_CHECKING:
-    from collections.abc import Callable
-    from types import TracebackType
+from nri_plugin.core.errors import ReservationClosed
 
 OPEN, COMMITTED, ROLLED_BACK = "open", "committed", "rolled back"
 

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-TYPE_CHECKING = False  # `typing` costs every cold run; only checkers need it
-if TYPE_CHECKING:
-    from nri_plugin.enforce.rt import RtChange
-    from nri_plugin.plan.model import ContainerPlan
+from nri_plugin.enforce.rt import RtChange
+from nri_plugin.plan.model import ContainerPlan
 
 
 @dataclass(slots=True)

@@ -29,7 +29,7 @@ PREFERRED = {"config": "values.py", "ops": "event.py", "yaml": "constructor.py"}
 class Install:
     """A copy of nri_plugin and PyYAML under tmp_path, a fake v2 node and a hook to run."""
 
-    def __init__(self, tmp_path: Path, h) -> None:
+    def __init__(self, tmp_path: Path, h, sla: str = "memory:\n  max: 64Mi\n") -> None:
         self.top = tmp_path / "install"
         self.pkg = self.top / "nri_plugin"
         no_cache = shutil.ignore_patterns("__pycache__")
@@ -42,7 +42,7 @@ class Install:
         self.cache = tmp_path / "cache"
         bundle = h.write_bundle(
             tmp_path / "bundle",
-            {TYPE: "container", NAME: "app", "sla.nri.io/pod": "memory:\n  max: 64Mi\n"},
+            {TYPE: "container", NAME: "app", "sla.nri.io/pod": sla},
             CTR,
         )
         self.state = h.state_json(bundle)
@@ -153,6 +153,18 @@ def test_an_edit_in_each_package_directory_is_decided_cold(install):
             hits.append(str(module.relative_to(install.top)))
         install.settle()
     assert hits == [], "edited, and the next run was still a cache hit"
+
+
+def test_an_edit_in_pyyaml_is_decided_cold_for_an_sla_beyond_the_subset(tmp_path, h):
+    """Flow style is beyond the subset reader: PyYAML reads the SLA, so its modules are in
+    the code the decision depends on, and an edit of one makes the next run decide cold."""
+    install = Install(tmp_path, h, sla="memory: {max: 64Mi}\n")
+    assert install.cold()
+    files = _directories(install).get("yaml")
+    assert files, "a flow-style SLA was read without PyYAML"
+    install.settle()
+    install.edit(_module_to_edit("yaml", files))
+    assert install.cold(), "PyYAML edited, and the next run was still a cache hit"
 
 
 def test_a_node_config_file_change_is_decided_cold(install):

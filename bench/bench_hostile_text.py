@@ -13,7 +13,7 @@ of a "same" case carries the annotations of the one before (a controller re-crea
 refused pod, a deployment's replicas). Printed: CPU per create (p50, p99) and the p50's
 ratio to a typical pod's first create ("typical, new pod": a small SLA never seen
 before) and to a typical replica (the same small SLA every time: the decision reused).
-Target (issue 32): no case costs more than 5x a typical pod's first create (the exit
+Target: no case costs more than 5x a typical pod's first create (the exit
 status says whether it is met); "other annotations" (not SLA text) is shown, not judged.
 
     .venv/bin/python bench/bench_hostile_text.py [--n 200] [--live 1000]

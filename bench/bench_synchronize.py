@@ -59,7 +59,7 @@ from nri_plugin.topology.snapshot import load_snapshot
 DGX = Path(__file__).resolve().parents[1] / "examples" / "dgx-like.yaml"
 KEY = bytes(range(32))  # the node's record key, shared by the plugin before and after
 SLA = "cpu: {limit: 1}\nmemory: {max: 1Gi}"
-TARGET_10K = 0.5  # seconds (issue 21)
+TARGET_10K = 0.5  # seconds
 
 
 def node(cgroup_root: Path) -> NodeState:

@@ -3,7 +3,7 @@
 Why not `os`: the OCI hook's cached run must start within 1.5x of a bare `python3 -I -S`,
 which never loads `os`; `import os` (with `_collections_abc` for `os.environ`, `posixpath`,
 `genericpath` and `stat`) costs a cached run ~5.6 M instructions, a sixth of the whole run
-(docs/hook.md, issue 21). `posix` is built in and already loaded, and has every call the
+(docs/hook.md). `posix` is built in and already loaded, and has every call the
 hook makes (open/read/write/stat/scandir/...). So the modules a cached run goes through
 (the hook's warm path, enforce.cgpaths/cgfile, hookspec) take their calls from `posix` and
 their path rules from here, and the plugin runs the same modules: one implementation.

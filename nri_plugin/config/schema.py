@@ -12,8 +12,8 @@ from nri_plugin.config.convert import METADATA, Key
 from nri_plugin.config.values import NodeConfig
 from nri_plugin.value import fields
 
-# Keys that issue 18 removed: nri-sla no longer chooses GPUs in the NRI plugin or the
-# hook, so there is nothing left for them to allow or cap. An old file that still sets
+# Removed keys: nri-sla no longer chooses GPUs in the NRI plugin or the hook (the kubelet
+# grants them), so there is nothing left for them to allow or cap. An old file that still sets
 # one is refused with this line (a silently ignored security setting would mislead).
 REMOVED_KEYS = {
     "permissions.ungranted-gpus": "was removed: nri-sla no longer gives GPUs to containers "

@@ -3,7 +3,7 @@ containers the runtime reports, and what restore rebuilt and rejected.
 
 A module of their own: the OCI hook's one-shot NodeState never restores, and creating
 these three dataclasses cost its cold run ~2.5% of its instructions (docs/hook.md
-"Issue 21, session 26: the cold run").
+"Start-up cost").
 """
 
 from __future__ import annotations

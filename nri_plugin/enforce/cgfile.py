@@ -45,7 +45,7 @@ def os_reason(e: OSError) -> str:
 def _hints() -> dict[int, str]:
     """errno -> the usual cause on cgroupfs. Built when something failed: `errno` is one
     more module to import (~0.2 M instructions) that a run whose writes succeed, as the
-    OCI hook's cached run, never needs (docs/hook.md, issue 21 session 26)."""
+    OCI hook's cached run, never needs (docs/hook.md)."""
     import errno
 
     return {

@@ -4,7 +4,7 @@ Reads /proc/self/mountinfo and the cgroup root; the values and the path rules th
 are cgpaths.py (a running process's dirs too: CgroupFacts.process_paths). Runs once per
 plugin start and on the OCI hook's cold path (a cached hook run reuses the stored facts):
 paths are strings, as in CgroupFacts, so that path is spared importing pathlib (~4% of its
-instructions, docs/hook.md "Issue 21, session 26: the cold run").
+instructions, docs/hook.md "Start-up cost").
 """
 
 from __future__ import annotations

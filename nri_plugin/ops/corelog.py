@@ -7,7 +7,7 @@ the `nri_sla` logger tree up (`ops.logsetup`) and sees every line as before.
 
 Why: the OCI hook never logs through `logging` (its stderr is the one line runc shows),
 yet importing `logging` cost every cold run ~16 M instructions (~4% of it, docs/hook.md
-"Issue 21, session 26: the cold run"), only to install a NullHandler so that these lines
+"Start-up cost"), only to install a NullHandler so that these lines
 could not reach Python's last-resort handler (stderr). The hook runs the core `with silenced()`
 instead: the lines are dropped without `logging` being imported.
 """

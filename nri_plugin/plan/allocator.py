@@ -7,7 +7,7 @@ same exclusive CPU, whatever the interleaving of allocate, restore and release.
 GPUs are never chosen here: a container holds exactly what its device plugin granted
 (nri_plugin.plan.runtime_gpus), shared or not, so that status and metrics see every
 holder; two holders of one GPU are the kubelet's doing and are reported, not refused
-(nri_plugin.plugin.registry). Records from before issue 18 (GPUs nri-sla chose) are
+(nri_plugin.plugin.registry). Records written when nri-sla chose GPUs (GPUs nri-sla chose) are
 restored the same way: those containers keep them until they end.
 
 The placement itself is `best_fit.choose_placement`, a pure function of the node layout,
@@ -408,7 +408,7 @@ class Allocator:
         migs: list[tuple[Gpu, MigInstance]] = []
         gpus: list[Gpu] = []
         known = self.known_inventory()
-        # "mig": one MIG device, as records from before issue 18 name it
+        # "mig": one MIG device, as records written when nri-sla chose GPUs name it
         mig_refs = [*record.get("migs", ()), *([record["mig"]] if "mig" in record else [])]
         for ref in mig_refs:
             found = known.find_mig(str(ref))

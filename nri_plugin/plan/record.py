@@ -334,7 +334,7 @@ def _gpu_ref(value: object, limits: RecordLimits, mig: bool) -> str:
     return ref
 
 
-# "shared" and "runtime": flags of records from before issue 18 (nri-sla chose GPUs),
+# "shared" and "runtime": flags of records written when nri-sla chose GPUs,
 # still read so that those containers keep what they hold; never written any more.
 _FLAGS = ("shared", "runtime", "aligned")
 
@@ -354,7 +354,7 @@ def _placement(value: object, limits: RecordLimits) -> dict[str, Any]:
         checked["gpus"] = _gpu_refs(doc, "gpus", limits, mig=False)
     if "migs" in doc:
         checked["migs"] = _gpu_refs(doc, "migs", limits, mig=True)
-    if "mig" in doc:  # a record from before issue 18: one MIG device
+    if "mig" in doc:  # a record written when nri-sla chose GPUs: one MIG device
         checked["mig"] = _gpu_ref(doc["mig"], limits, mig=True)
     for name in ("exclusive", "cpus"):
         if name in doc:
@@ -385,7 +385,7 @@ _FIELDS: dict[str, Callable[[object, RecordLimits], Any]] = {
     "memory_policy": _memory_policy,
     "io_weight": _int(1, 10000),
     "io_max": _io_max,
-    # what nri-sla injected before issue 18: read (and checked) from old records only
+    # what nri-sla injected when it chose GPUs: read (and checked) from old records only
     "gpu_env": _gpu_env,
     "gpu_cdi": _gpu_cdi,
     "placement_record": _placement,

@@ -403,7 +403,7 @@ class SlaPlugin:
     ) -> ContainerEntry:
         """The container's registry entry (for the caller to add), a value: what it can
         open is its grant and what its placement holds (the same GPUs, or, for a record
-        from before issue 18, the GPUs nri-sla chose and added then). `owed`: a plan's
+        written when nri-sla chose GPUs: the GPUs it chose and added). `owed`: a plan's
         direct writes are still to do. `container_id`: `container.id` as the caller read
         it, the string the node's books keep too (each read of a protobuf field makes a new
         one, 113 bytes for a 64-digit id; the registry shares the pod's strings among its

@@ -4,7 +4,7 @@ per-container state.
 Every container CreateContainer or Synchronize reports has one entry, with or without an
 SLA: who it is (ids, pod, names, cgroup), its state, the GPUs it can open (what its device
 plugin granted, read from what the runtime wrote: nri_plugin.plan.runtime_gpus; and for a
-record from before issue 18, the GPUs nri-sla chose then), the plan nri-sla decided for
+record written when nri-sla chose GPUs: the GPUs it chose), the plan nri-sla decided for
 it (`decided_plan`) and the one in force now (`current_plan`: the decided one as the
 container was given it, refitted at each resize), whether the decided plan's direct
 writes are still owed (StartContainer, or a Synchronize that finds it started), what

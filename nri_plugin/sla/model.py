@@ -140,7 +140,7 @@ class GpuSla(Frozen):
     mig: str | None = None  # MIG profile, e.g. 1g.10gb
     topology: str = "any"  # any | numa | nvlink
     align: bool = True  # bind cpus/mems to the GPUs' NUMA node(s)
-    # plugin | runtime, as written (old manifests): both mean "the grant" since issue 18
+    # plugin | runtime, as written (old manifests): both mean "the grant"
     source: str = "plugin"
 
     def to_document(self) -> dict[str, object]:

@@ -191,7 +191,7 @@ CONFIG_ERRORS = [
         "a count like 4 or a percentage of the node",
     ),
     ("pod-caps: {exclusive-cpus: 2.5}", "pod-caps.exclusive-cpus", "a count like 4"),
-    # removed by issue 18: one clear line, never silently ignored
+    # removed keys: one clear line, never silently ignored
     ("pod-caps: {gpus: 8}", "pod-caps.gpus", "was removed: the kubelet counts GPUs"),
     (
         "permissions: {ungranted-gpus: [lab]}",

@@ -1,4 +1,4 @@
-"""The metrics endpoint cannot be turned against the node (issue 19), against a real
+"""The metrics endpoint cannot be turned against the node, against a real
 containerd: while one client resets 200 connections and then holds the metrics port's 16
 connections (re-opened as they drop), pods are created through nri-sla; the kubelet-style
 probes on the probe listener answer 200 throughout, every pod gets its SLA, the plugin's

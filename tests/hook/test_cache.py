@@ -585,16 +585,16 @@ def test_warm_run_imports_no_parser_planner_or_yaml(world, h, tmp_path, lookup, 
         "importlib",
         "cgroupspy",
         # `from __future__ import annotations` imports a module: the modules a warm
-        # run loads quote their annotations instead (docs/hook.md, issue 21).
+        # run loads quote their annotations instead (docs/hook.md).
         "__future__",
         # `python3 -I -S` does not load os; a warm run takes its calls from the
-        # built-in posix instead (nri_plugin/posixfs.py, issue 21).
+        # built-in posix instead (nri_plugin/posixfs.py).
         "os",
         "posixpath",
         "genericpath",
         "stat",
         "_collections_abc",
-        # cgfile builds its errno hints only when a write fails (session 26).
+        # cgfile builds its errno hints only when a write fails.
         "errno",
     )
     log = tmp_path / "hook.log"

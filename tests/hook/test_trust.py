@@ -1,4 +1,4 @@
-"""What the hook believes, and what a pod author cannot make it believe (issue 11): the
+"""What the hook believes, and what a pod author cannot make it believe: the
 namespace only from the runtime's own keys, the cgroup from where the runtime put the
 process, never a cgroup holding other processes, io.max devices only under /dev.
 

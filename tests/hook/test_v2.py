@@ -535,7 +535,7 @@ def test_base_spec_hook_runs_nri_sla_when_installed(tmp_path):
 
 def test_fast_hook_entry_runs_the_interpreter_in_utf8_mode():
     # -X utf8: the hook's text is UTF-8 whatever locale the runtime passes on (and the
-    # interpreter skips the C library's locale conversions: docs/hook.md, session 26)
+    # interpreter skips the C library's locale conversions: docs/hook.md)
     from nri_plugin.hookspec import fast_hook_entry, is_sla_hook
 
     entry = fast_hook_entry("createRuntime", python=sys.executable)
@@ -553,7 +553,7 @@ def test_fast_hook_entry_runs_the_interpreter_in_utf8_mode():
 
 def test_fast_entry_runs_without_the_cyclic_collector():
     # A hook run is one short process ending in posix._exit: the collector would only walk
-    # the objects of the modules it imports (docs/hook.md, session 26).
+    # the objects of the modules it imports (docs/hook.md).
     main = Path(__file__).resolve().parents[2] / "nri_plugin" / "hook" / "__main__.py"
     probe = (
         "import gc, posix, sys\n"

@@ -1,5 +1,5 @@
 """nri_plugin.ops.health: the probe listener answers the kubelet's probes whatever a client
-does to the metrics port or to the listener itself (issue 19), over real sockets."""
+does to the metrics port or to the listener itself, over real sockets."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def _evidence(what: str, results: list) -> None:
 
 
 def test_the_metrics_port_health_is_starved_by_16_held_connections(metrics):
-    """The attack of issue 19, reproduced: 16 silent connections, re-opened as soon as one
+    """The attack, reproduced: 16 silent connections, re-opened as soon as one
     drops (under 10 per second), and /healthz on the metrics port answers 503 busy. The
     cap stays for scrapes; probes go to the probe listener (next tests)."""
     with (

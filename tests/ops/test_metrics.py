@@ -338,7 +338,7 @@ class _Records(logging.Handler):
 
 @pytest.mark.slow
 def test_resetting_peers_give_one_rate_limited_line_and_no_traceback(metrics, capfd):
-    """Issue 19: 200 connections that send a request and reset (SO_LINGER 0) before the
+    """200 connections that send a request and reset (SO_LINGER 0) before the
     answer wrote 5,307 stderr lines with 197 tracebacks (socketserver's handle_error).
     Now: nothing on stderr, one structured line at once, the rest counted into the next
     line a minute later."""

@@ -162,7 +162,7 @@ def test_series_are_capped_and_the_rest_counted(tmp_path, v2_tree):
 
 @pytest.mark.slow
 def test_one_namespace_cannot_silence_the_others_series(tmp_path, v2_tree, caplog):
-    """Issue 19: the cap kept the first 1,000 containers in (namespace, pod, name) order,
+    """The cap once kept the first 1,000 containers in (namespace, pod, name) order,
     so 1,000 containers in `batch` dropped every series of `prod`. The cap is shared
     round-robin between namespaces: all 5 of prod are exported, batch gets the rest."""
     import logging

@@ -1,4 +1,4 @@
-"""Issue 19, CPUs: no tenant squeezes, outlasts or shares another's CPUs. Each case over
+"""CPUs: no tenant squeezes, outlasts or shares another's CPUs. Each case over
 the runtime simulator, asserting both tenants' cpusets as the runtime holds them (the
 stored specs every adjustment and update reached) and the pool rule (pool_breaches)."""
 

@@ -127,7 +127,7 @@ def test_numa_forms(text, expected):
         ),
         ("gpu: {count: 1, ids: []}", GpuSla(1, (), None, "any", True, "plugin")),
         # a requirement on the grant: gpu.from (either value) and no request are fine since
-        # issue 18 (no request: whatever was granted, at least one GPU, aligned to)
+        # (no request: whatever was granted, at least one GPU, aligned to)
         ("gpu: {from: runtime, count: 1}", GpuSla(1, (), None, "any", True, "runtime")),
         ("gpu: {topology: nvlink}", GpuSla(None, (), None, "nvlink", True, "plugin")),
         ("gpu: {ids: []}", GpuSla(None, (), None, "any", True, "plugin")),

@@ -2,8 +2,8 @@
 (tests/ops/test_health.py, tests/ops/test_metrics.py, tests/e2e/test_metrics_isolation.py).
 
 * `HeldConnections`: keeps N connections open and silent, re-opening each one as soon as
-  the server closes it (optionally at most `rate` per second): the connection flood of
-  issue 19 that made `/healthz` answer `503 busy`.
+  the server closes it (optionally at most `rate` per second): the connection flood
+  that made `/healthz` answer `503 busy`.
 * `resetting_requests`: connections that send a request and reset (SO_LINGER 0: RST, not
   FIN) before the answer comes.
 * `probe`: one kubelet-style probe, a fresh connection and one GET with a timeout.

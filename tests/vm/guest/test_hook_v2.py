@@ -75,7 +75,7 @@ def test_hook_cache_hit_gives_the_same_cgroup_values(
     assert runs[1]["memory.high"] == str(48 * MIB)
 
 
-# ------------------------------------------------------------------ issue 11: what the hook trusts
+# ------------------------------------------------------------------ what the hook trusts
 
 CRIO_KEYS = {
     "io.kubernetes.cri-o.ContainerType": "container",
